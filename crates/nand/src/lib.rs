@@ -1,0 +1,881 @@
+//! Emulated NAND flash media: the bottom layer of csd.
+//!
+//! Realizes the flash model of the batch-io paper §2.1 and Table 1 (pages made of
+//! sectors, each sector with an out-of-band TAG; erase per block, program per page, read
+//! per sector) and the array side of the in-storage-scan paper §3–§4.1 (channels × ways,
+//! tR overlapped by interleaving over the ways, the channel bus as the transfer path).
+//!
+//! What it enforces, each with a typed [`NandError`]:
+//! * a page is programmed only when erased, pages of a block in order, erase per block;
+//! * reading an erased page returns the erased pattern (`0xFF`) and says so;
+//! * factory bad blocks refuse every operation; P/E cycles are counted per block and a
+//!   block past its rated endurance uses the "worn" failure probabilities;
+//! * program and erase failures, raw bit errors with an ECC that corrects up to N bits
+//!   per sector (beyond that a typed uncorrectable error naming the sector);
+//! * a power cut armed at the N-th operation or at a simulated instant: the operation in
+//!   flight is torn (a program keeps only its first k sectors; the rest read back as
+//!   uncorrectable, which is how a controller detects it), and every later operation fails
+//!   with [`NandError::PowerLoss`] until [`Nand::power_on`].
+//!
+//! Timing: each operation reserves its die and its channel in path order (read: die for
+//! tR, then the channel for the transfer out; program: channel in, then die for tPROG;
+//! erase: die for tBERS) and returns its completion instant. The die is held for tR only
+//! (cache read: the page register is free for the next array read while the previous page
+//! is still on the bus), which is what lets interleaving over ways hide tR. Multi-plane
+//! operations are not modeled: a die runs one array operation at a time.
+//!
+//! Choices: fault decisions are counter-based hashes of (seed, operation number), so a
+//! run is reproducible from its seed; bit errors are drawn per sector from a Poisson law
+//! with mean `bits × RBER(P/E)`, RBER growing linearly from `rber_fresh` to
+//! `rber_end_of_life` at the rated endurance. Reads move only the requested sectors, plus
+//! their OOB bytes only when the caller asks for them.
+
+pub mod addr;
+mod fault;
+mod store;
+
+pub use addr::{AddrMap, BlockId, DieId, PhysAddr, Ppa};
+pub use store::BlockMeta;
+
+use csd_sim::config::FaultConfig;
+use csd_sim::{
+    DeviceConfig, EnergyCounters, Geometry, Rate, Resource, ResourceClass, SimTime, Utilization,
+};
+use fault::{mix, poisson, salt, uniform};
+use std::path::{Path, PathBuf};
+use store::{
+    BLOCK_FACTORY_BAD, Layout, PAGE_ERASE_TORN, PAGE_ERASED, PAGE_PROGRAM_FAILED, PAGE_PROGRAMMED,
+    PAGE_TORN_BASE, Store,
+};
+use thiserror::Error;
+
+/// Errors of the flash media.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum NandError {
+    /// An address or index is outside the geometry.
+    #[error("{what} {value} is out of range (the device has {limit})")]
+    OutOfRange {
+        /// Which part of the address.
+        what: &'static str,
+        /// The value given.
+        value: u64,
+        /// The number of valid values.
+        limit: u64,
+    },
+    /// A buffer has the wrong length.
+    #[error("{what} buffer is {got} bytes; expected {expected}")]
+    BufferSize {
+        /// Which buffer.
+        what: &'static str,
+        /// Bytes expected.
+        expected: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// Program of a page that is not erased.
+    #[error("cannot program {ppa}: the page is not erased (erase the block first)")]
+    ProgramNotErased {
+        /// The page.
+        ppa: Ppa,
+    },
+    /// Program out of page order.
+    #[error(
+        "cannot program {ppa}: pages of a block are programmed in order; next is page {expected}"
+    )]
+    ProgramOutOfOrder {
+        /// The page.
+        ppa: Ppa,
+        /// The page that must be programmed next.
+        expected: u32,
+    },
+    /// The block is marked bad.
+    #[error("{block} is a bad block")]
+    BadBlock {
+        /// The block.
+        block: BlockId,
+    },
+    /// The program failed (status fail); the page's contents are unreliable.
+    #[error("program of {ppa} failed")]
+    ProgramFailed {
+        /// The page.
+        ppa: Ppa,
+        /// When the failed operation completed.
+        done: SimTime,
+    },
+    /// The erase failed; the block should be retired.
+    #[error("erase of {block} failed")]
+    EraseFailed {
+        /// The block.
+        block: BlockId,
+        /// When the failed operation completed.
+        done: SimTime,
+    },
+    /// More bit errors than the ECC corrects (or a torn/failed page).
+    #[error("uncorrectable read at {ppa} sector {sector} ({bit_errors} bit errors)")]
+    Uncorrectable {
+        /// The page.
+        ppa: Ppa,
+        /// The first failing sector (index within the page).
+        sector: u32,
+        /// Bit errors found (u32::MAX for torn or failed pages).
+        bit_errors: u32,
+        /// When the failed read completed.
+        done: SimTime,
+    },
+    /// Power was cut; nothing works until `power_on`.
+    #[error("power loss: the device is off")]
+    PowerLoss,
+    /// The image file cannot be used.
+    #[error("image {path}: {reason}")]
+    Image {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Another process holds the image.
+    #[error("image {path} is in use by another process")]
+    Locked {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The image was made with another geometry.
+    #[error(
+        "image {path} has geometry {image}, not the requested {requested}; use a matching preset or omit it"
+    )]
+    GeometryMismatch {
+        /// The file.
+        path: PathBuf,
+        /// Geometry recorded in the image.
+        image: String,
+        /// Geometry asked for.
+        requested: String,
+    },
+    /// The device config is invalid.
+    #[error(transparent)]
+    Config(#[from] csd_sim::ConfigError),
+}
+
+/// When to cut power.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerCut {
+    /// During the n-th media operation from now (1 = the next one).
+    AtOp(u64),
+    /// During the first operation that would complete after this instant.
+    AtTime(SimTime),
+}
+
+/// What a successful read returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadDone {
+    /// When the data is in the controller.
+    pub done: SimTime,
+    /// Bit errors corrected by the ECC in this read.
+    pub corrected_bits: u32,
+    /// The page is erased (the buffer holds `0xFF`).
+    pub erased: bool,
+}
+
+/// The state of one page, for inspection and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageState {
+    /// Erased.
+    Erased,
+    /// Programmed.
+    Programmed,
+    /// A power cut tore the program after `good_sectors` complete sectors.
+    Torn {
+        /// Sectors programmed completely.
+        good_sectors: u32,
+    },
+    /// The program failed.
+    ProgramFailed,
+    /// An erase of the block was interrupted.
+    EraseTorn,
+}
+
+/// Per-block facts, for inspection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// Program/erase cycles so far.
+    pub pe_cycles: u32,
+    /// Next page to program.
+    pub next_page: u32,
+    /// Marked bad at the factory.
+    pub factory_bad: bool,
+}
+
+/// Counters of the media's work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NandStats {
+    /// Array page reads (tR), including those that failed.
+    pub page_reads: u64,
+    /// Sectors delivered by reads.
+    pub sectors_read: u64,
+    /// Reads of erased pages.
+    pub erased_reads: u64,
+    /// Page programs attempted.
+    pub programs: u64,
+    /// Block erases attempted.
+    pub erases: u64,
+    /// User bytes moved out by reads.
+    pub bytes_read: u64,
+    /// User bytes programmed.
+    pub bytes_programmed: u64,
+    /// Bytes over the channel buses (data and OOB).
+    pub channel_bytes: u64,
+    /// Bit errors corrected by the ECC.
+    pub corrected_bits: u64,
+    /// Reads that failed as uncorrectable.
+    pub uncorrectable_reads: u64,
+    /// Programs that failed.
+    pub program_failures: u64,
+    /// Erases that failed.
+    pub erase_failures: u64,
+    /// Power cuts taken.
+    pub power_cuts: u64,
+}
+
+/// An emulated NAND flash array.
+pub struct Nand {
+    cfg: DeviceConfig,
+    map: AddrMap,
+    layout: Layout,
+    sector_size: usize,
+    sectors: u32,
+    oob_sector: usize,
+    ch_rate: Rate,
+    t_read: Vec<u64>,
+    t_prog: Vec<u64>,
+    t_erase: u64,
+    faults: FaultConfig,
+    store: Store,
+    dies: Vec<Resource>,
+    channels: Vec<Resource>,
+    stats: NandStats,
+    op_seq: u64,
+    powered: bool,
+    cut: Option<PowerCut>,
+}
+
+impl Nand {
+    /// A fresh in-memory device (all blocks erased, factory bad blocks drawn from the
+    /// fault seed). Memory is spent only on blocks that get programmed.
+    pub fn new_in_memory(cfg: DeviceConfig) -> Result<Nand, NandError> {
+        cfg.validate()?;
+        let meta = factory_meta(&cfg);
+        let store = Store::new_mem(&cfg.geometry, meta);
+        Ok(Nand::with_store(cfg, store))
+    }
+
+    /// Create a new image file at `path` (it must not exist) holding a fresh device.
+    pub fn create_image(path: &Path, cfg: DeviceConfig) -> Result<Nand, NandError> {
+        cfg.validate()?;
+        let meta = factory_meta(&cfg);
+        let store = Store::create_file(path, &cfg, meta)?;
+        Ok(Nand::with_store(cfg, store))
+    }
+
+    /// Open an image file. When `expect` is given, the image's geometry must equal it.
+    ///
+    /// The image is locked for exclusive use while open. Pages whose program had not
+    /// committed when a previous process died read as erased; every completed program
+    /// reads back intact.
+    pub fn open_image(path: &Path, expect: Option<&Geometry>) -> Result<Nand, NandError> {
+        let (store, cfg) = Store::open_file(path)?;
+        if let Some(g) = expect
+            && *g != cfg.geometry
+        {
+            return Err(NandError::GeometryMismatch {
+                path: path.to_path_buf(),
+                image: geo_string(&cfg.geometry),
+                requested: geo_string(g),
+            });
+        }
+        let mut n = Nand::with_store(cfg, store);
+        n.repair_write_pointers();
+        Ok(n)
+    }
+
+    fn with_store(cfg: DeviceConfig, store: Store) -> Nand {
+        let g = cfg.geometry;
+        let map = AddrMap::new(g);
+        let layout = *store.layout();
+        Nand {
+            map,
+            layout,
+            sector_size: g.sector_size as usize,
+            sectors: g.sectors_per_page(),
+            oob_sector: g.oob_per_sector as usize,
+            ch_rate: cfg.channel.rate(),
+            t_read: (0..cfg.flash.t_read_us.len() as u32)
+                .map(|i| cfg.flash.t_read_ns(i))
+                .collect(),
+            t_prog: (0..cfg.flash.t_prog_us.len() as u32)
+                .map(|i| cfg.flash.t_prog_ns(i))
+                .collect(),
+            t_erase: cfg.flash.t_erase_ns(),
+            faults: cfg.faults,
+            dies: vec![Resource::new(); g.dies() as usize],
+            channels: vec![Resource::new(); g.channels as usize],
+            stats: NandStats::default(),
+            op_seq: 0,
+            powered: true,
+            cut: None,
+            store,
+            cfg,
+        }
+    }
+
+    /// After a crash of the process, the write pointer of a block may lag its last
+    /// committed page; recompute it from the page states (the commit points).
+    fn repair_write_pointers(&mut self) {
+        for b in 0..self.store.blocks() {
+            let Some(bytes) = self.store.block(b) else {
+                continue;
+            };
+            let states = &bytes[..self.layout.pages];
+            let next = states
+                .iter()
+                .rposition(|&s| s != PAGE_ERASED)
+                .map_or(0, |i| i + 1) as u32;
+            let mut m = self.store.meta(b);
+            if m.next_page != next {
+                m.next_page = next;
+                self.store.set_meta(b, m);
+            }
+        }
+    }
+
+    /// The device configuration.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.cfg
+    }
+
+    /// The geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.cfg.geometry
+    }
+
+    /// Address arithmetic.
+    pub fn addr(&self) -> &AddrMap {
+        &self.map
+    }
+
+    /// The image file, if this device is backed by one.
+    pub fn image_path(&self) -> Option<&Path> {
+        self.store.path()
+    }
+
+    /// Media counters.
+    pub fn stats(&self) -> &NandStats {
+        &self.stats
+    }
+
+    /// Energy-relevant counters of the media and channels.
+    pub fn energy_counters(&self) -> EnergyCounters {
+        EnergyCounters {
+            page_reads: self.stats.page_reads,
+            page_programs: self.stats.programs,
+            block_erases: self.stats.erases,
+            channel_bytes: self.stats.channel_bytes,
+            ..EnergyCounters::default()
+        }
+    }
+
+    /// Die resources (busy time, free instant).
+    pub fn dies(&self) -> &[Resource] {
+        &self.dies
+    }
+
+    /// Channel resources.
+    pub fn channels(&self) -> &[Resource] {
+        &self.channels
+    }
+
+    /// Utilization of dies and channels over a window of `window_ns`.
+    pub fn utilization(&self, window_ns: u64) -> [Utilization; 2] {
+        [
+            Utilization::of(ResourceClass::Die, &self.dies, window_ns),
+            Utilization::of(ResourceClass::Channel, &self.channels, window_ns),
+        ]
+    }
+
+    /// Forget busy times and counters (not contents), to start a measurement window.
+    pub fn reset_counters(&mut self) {
+        self.stats = NandStats::default();
+        self.dies.iter_mut().for_each(Resource::reset_counters);
+        self.channels.iter_mut().for_each(Resource::reset_counters);
+    }
+
+    /// Bytes of memory (or mapped image) that hold block contents.
+    pub fn resident_bytes(&self) -> u64 {
+        self.store.resident_block_bytes()
+    }
+
+    /// Arm a power cut. Replaces any cut armed before.
+    pub fn arm_power_cut(&mut self, cut: PowerCut) {
+        self.cut = Some(match cut {
+            PowerCut::AtOp(n) => PowerCut::AtOp(self.op_seq + n.max(1)),
+            t => t,
+        });
+    }
+
+    /// Disarm a pending power cut.
+    pub fn disarm_power_cut(&mut self) {
+        self.cut = None;
+    }
+
+    /// Whether the device has power.
+    pub fn is_powered(&self) -> bool {
+        self.powered
+    }
+
+    /// Cut power now (as if the plug were pulled between operations).
+    pub fn power_off(&mut self) {
+        if self.powered {
+            self.stats.power_cuts += 1;
+        }
+        self.powered = false;
+        self.cut = None;
+    }
+
+    /// Restore power. Flash contents persist; queues are empty, so every resource is
+    /// free from the latest instant any of them was busy until.
+    pub fn power_on(&mut self) {
+        let now = self.now();
+        self.dies
+            .iter_mut()
+            .chain(self.channels.iter_mut())
+            .for_each(|r| r.power_cycle(now));
+        self.powered = true;
+    }
+
+    /// The latest instant any die or channel is busy until.
+    pub fn now(&self) -> SimTime {
+        self.dies
+            .iter()
+            .chain(self.channels.iter())
+            .map(Resource::free_at)
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Media operations performed so far (the counter power cuts are armed against).
+    pub fn op_count(&self) -> u64 {
+        self.op_seq
+    }
+
+    /// Force the image file to stable storage.
+    pub fn sync(&mut self) -> Result<(), NandError> {
+        self.store.sync()
+    }
+
+    /// Facts about one block.
+    pub fn block_info(&self, b: BlockId) -> Result<BlockInfo, NandError> {
+        self.check_block(b)?;
+        let m = self.store.meta(b.0 as usize);
+        Ok(BlockInfo {
+            pe_cycles: m.pe_cycles,
+            next_page: m.next_page,
+            factory_bad: m.flags & BLOCK_FACTORY_BAD != 0,
+        })
+    }
+
+    /// The state of one page.
+    pub fn page_state(&self, p: Ppa) -> Result<PageState, NandError> {
+        self.check_ppa(p)?;
+        Ok(self.state_of(p))
+    }
+
+    fn state_of(&self, p: Ppa) -> PageState {
+        let s = self
+            .store
+            .block(p.block.0 as usize)
+            .map_or(PAGE_ERASED, |b| b[p.page as usize]);
+        match s {
+            PAGE_ERASED => PageState::Erased,
+            PAGE_PROGRAMMED => PageState::Programmed,
+            PAGE_PROGRAM_FAILED => PageState::ProgramFailed,
+            PAGE_ERASE_TORN => PageState::EraseTorn,
+            k => PageState::Torn {
+                good_sectors: (k - PAGE_TORN_BASE) as u32,
+            },
+        }
+    }
+
+    #[inline]
+    fn check_block(&self, b: BlockId) -> Result<(), NandError> {
+        if b.0 >= self.map.blocks() {
+            return Err(NandError::OutOfRange {
+                what: "block",
+                value: b.0 as u64,
+                limit: self.map.blocks() as u64,
+            });
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn check_ppa(&self, p: Ppa) -> Result<(), NandError> {
+        self.check_block(p.block)?;
+        if p.page as usize >= self.layout.pages {
+            return Err(NandError::OutOfRange {
+                what: "page",
+                value: p.page as u64,
+                limit: self.layout.pages as u64,
+            });
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn check_power(&self) -> Result<(), NandError> {
+        if self.powered {
+            Ok(())
+        } else {
+            Err(NandError::PowerLoss)
+        }
+    }
+
+    /// Does the armed cut strike the operation that just got number `self.op_seq` and
+    /// would complete at `end`?
+    #[inline]
+    fn cut_strikes(&mut self, end: SimTime) -> bool {
+        let hit = match self.cut {
+            None => false,
+            Some(PowerCut::AtOp(n)) => self.op_seq >= n,
+            Some(PowerCut::AtTime(t)) => end > t,
+        };
+        if hit {
+            self.power_off();
+        }
+        hit
+    }
+
+    #[inline]
+    fn rber(&self, pe: u32) -> f64 {
+        let f = &self.faults;
+        if f.rber_fresh == 0.0 && f.rber_end_of_life == 0.0 {
+            return 0.0;
+        }
+        let wear = pe as f64 / self.cfg.flash.endurance as f64;
+        (f.rber_fresh + (f.rber_end_of_life - f.rber_fresh) * wear).clamp(0.0, 1.0)
+    }
+
+    #[inline]
+    fn worn(&self, m: &BlockMeta) -> bool {
+        m.pe_cycles >= self.cfg.flash.endurance
+    }
+
+    /// Read `data.len() / sector_size` sectors of page `p` starting at `first_sector`
+    /// into `data`, and their OOB bytes into `oob` when it is not empty
+    /// (`oob.len()` must then be `sectors × oob_per_sector`). The operation starts no
+    /// earlier than `at`.
+    pub fn read(
+        &mut self,
+        p: Ppa,
+        first_sector: u32,
+        data: &mut [u8],
+        oob: &mut [u8],
+        at: SimTime,
+    ) -> Result<ReadDone, NandError> {
+        self.check_power()?;
+        self.check_ppa(p)?;
+        let ss = self.sector_size;
+        if data.is_empty() || data.len() % ss != 0 {
+            return Err(NandError::BufferSize {
+                what: "read data",
+                expected: ss,
+                got: data.len(),
+            });
+        }
+        let n = (data.len() / ss) as u32;
+        if first_sector
+            .checked_add(n)
+            .is_none_or(|end| end > self.sectors)
+        {
+            return Err(NandError::OutOfRange {
+                what: "sector",
+                value: first_sector as u64 + n as u64 - 1,
+                limit: self.sectors as u64,
+            });
+        }
+        let want_oob = !oob.is_empty();
+        if want_oob && oob.len() != n as usize * self.oob_sector {
+            return Err(NandError::BufferSize {
+                what: "read OOB",
+                expected: n as usize * self.oob_sector,
+                got: oob.len(),
+            });
+        }
+        let b = p.block.0 as usize;
+        let meta = self.store.meta(b);
+        if meta.flags & BLOCK_FACTORY_BAD != 0 {
+            return Err(NandError::BadBlock { block: p.block });
+        }
+        self.op_seq += 1;
+        // Timing: die for tR, then the channel for the transfer out.
+        let die = self.map.die_of(p.block);
+        let ch = self.map.channel_of(die) as usize;
+        let xfer_bytes = data.len() + if want_oob { oob.len() } else { 0 };
+        let t_r = self.t_read[p.page as usize % self.t_read.len()];
+        let (_, die_end) = self.dies[die.0 as usize].reserve(at, t_r);
+        let (_, done) =
+            self.channels[ch].reserve(die_end, self.ch_rate.transfer_ns(xfer_bytes as u64));
+        if self.cut_strikes(done) {
+            return Err(NandError::PowerLoss);
+        }
+        self.stats.page_reads += 1;
+        self.stats.channel_bytes += xfer_bytes as u64;
+
+        let state = self
+            .store
+            .block(b)
+            .map_or(PAGE_ERASED, |bytes| bytes[p.page as usize]);
+        if state == PAGE_ERASED {
+            data.fill(0xFF);
+            oob.fill(0xFF);
+            self.stats.erased_reads += 1;
+            self.stats.sectors_read += n as u64;
+            self.stats.bytes_read += data.len() as u64;
+            return Ok(ReadDone {
+                done,
+                corrected_bits: 0,
+                erased: true,
+            });
+        }
+        let good_sectors = match state {
+            PAGE_PROGRAMMED => self.sectors,
+            PAGE_PROGRAM_FAILED | PAGE_ERASE_TORN => 0,
+            k => (k - PAGE_TORN_BASE) as u32,
+        };
+        if first_sector + n > good_sectors {
+            self.stats.uncorrectable_reads += 1;
+            return Err(NandError::Uncorrectable {
+                ppa: p,
+                sector: first_sector.max(good_sectors),
+                bit_errors: u32::MAX,
+                done,
+            });
+        }
+        // Bit errors per sector, drawn from the seed and this operation's number.
+        let mut corrected = 0u32;
+        let lambda = self.rber(meta.pe_cycles) * (ss * 8) as f64;
+        if lambda > 0.0 {
+            let seed = self.faults.seed ^ salt::BIT_ERRORS.wrapping_mul(0x9E37_79B9);
+            for s in 0..n {
+                let k = poisson(lambda, uniform(seed, self.op_seq, s as u64));
+                if k > self.faults.ecc_bits_per_sector {
+                    self.stats.uncorrectable_reads += 1;
+                    return Err(NandError::Uncorrectable {
+                        ppa: p,
+                        sector: first_sector + s,
+                        bit_errors: k,
+                        done,
+                    });
+                }
+                corrected += k;
+            }
+        }
+        // Copy out.
+        let bytes = self.store.block(b).unwrap_or(&[]);
+        let slot = &bytes[self.layout.slot_range(p.page)];
+        let d0 = first_sector as usize * ss;
+        data.copy_from_slice(&slot[d0..d0 + data.len()]);
+        if want_oob {
+            let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
+            oob.copy_from_slice(&slot[o0..o0 + oob.len()]);
+        }
+        self.stats.corrected_bits += corrected as u64;
+        self.stats.sectors_read += n as u64;
+        self.stats.bytes_read += data.len() as u64;
+        Ok(ReadDone {
+            done,
+            corrected_bits: corrected,
+            erased: false,
+        })
+    }
+
+    /// Program page `p` with `data` (one page) and `oob` (`oob_per_page` bytes, or empty
+    /// for all-`0xFF`). Starts no earlier than `at`; returns the completion instant.
+    pub fn program(
+        &mut self,
+        p: Ppa,
+        data: &[u8],
+        oob: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, NandError> {
+        self.check_power()?;
+        self.check_ppa(p)?;
+        let page_size = self.sectors as usize * self.sector_size;
+        if data.len() != page_size {
+            return Err(NandError::BufferSize {
+                what: "program data",
+                expected: page_size,
+                got: data.len(),
+            });
+        }
+        let oob_page = self.sectors as usize * self.oob_sector;
+        if !oob.is_empty() && oob.len() != oob_page {
+            return Err(NandError::BufferSize {
+                what: "program OOB",
+                expected: oob_page,
+                got: oob.len(),
+            });
+        }
+        let b = p.block.0 as usize;
+        let mut meta = self.store.meta(b);
+        if meta.flags & BLOCK_FACTORY_BAD != 0 {
+            return Err(NandError::BadBlock { block: p.block });
+        }
+        if self.state_of(p) != PageState::Erased {
+            return Err(NandError::ProgramNotErased { ppa: p });
+        }
+        if p.page != meta.next_page {
+            return Err(NandError::ProgramOutOfOrder {
+                ppa: p,
+                expected: meta.next_page,
+            });
+        }
+        self.op_seq += 1;
+        let die = self.map.die_of(p.block);
+        let ch = self.map.channel_of(die) as usize;
+        let xfer = (page_size + oob_page) as u64;
+        let (_, ch_end) = self.channels[ch].reserve(at, self.ch_rate.transfer_ns(xfer));
+        let t_p = self.t_prog[p.page as usize % self.t_prog.len()];
+        let (_, done) = self.dies[die.0 as usize].reserve(ch_end, t_p);
+        self.stats.programs += 1;
+        self.stats.channel_bytes += xfer;
+        let seq = self.op_seq;
+        let slot_range = self.layout.slot_range(p.page);
+        let sectors = self.sectors;
+        let ss = self.sector_size;
+        if self.cut_strikes(done) {
+            // Torn: only the first k sectors made it; sector k holds garbage.
+            let k = (mix(self.faults.seed, seq, salt::TORN) % sectors as u64) as usize;
+            let bytes = self.store.block_mut(b);
+            let slot = &mut bytes[slot_range];
+            slot[..k * ss].copy_from_slice(&data[..k * ss]);
+            for (i, x) in slot[k * ss..(k + 1) * ss].iter_mut().enumerate() {
+                *x = data[k * ss + i] ^ 0xA5;
+            }
+            bytes[p.page as usize] = PAGE_TORN_BASE + k as u8;
+            meta.next_page = p.page + 1;
+            self.store.set_meta(b, meta);
+            return Err(NandError::PowerLoss);
+        }
+        let fail_p = if self.worn(&meta) {
+            self.faults.worn_program_fail_prob
+        } else {
+            self.faults.program_fail_prob
+        };
+        let failed = fail_p > 0.0 && uniform(self.faults.seed, seq, salt::PROGRAM_FAIL) < fail_p;
+        let bytes = self.store.block_mut(b);
+        let slot = &mut bytes[slot_range];
+        slot[..page_size].copy_from_slice(data);
+        if oob.is_empty() {
+            slot[page_size..].fill(0xFF);
+        } else {
+            slot[page_size..].copy_from_slice(oob);
+        }
+        bytes[p.page as usize] = if failed {
+            PAGE_PROGRAM_FAILED
+        } else {
+            PAGE_PROGRAMMED
+        };
+        meta.next_page = p.page + 1;
+        self.store.set_meta(b, meta);
+        if failed {
+            self.stats.program_failures += 1;
+            return Err(NandError::ProgramFailed { ppa: p, done });
+        }
+        self.stats.bytes_programmed += page_size as u64;
+        Ok(done)
+    }
+
+    /// Erase block `blk`. Starts no earlier than `at`; returns the completion instant.
+    pub fn erase(&mut self, blk: BlockId, at: SimTime) -> Result<SimTime, NandError> {
+        self.check_power()?;
+        self.check_block(blk)?;
+        let b = blk.0 as usize;
+        let mut meta = self.store.meta(b);
+        if meta.flags & BLOCK_FACTORY_BAD != 0 {
+            return Err(NandError::BadBlock { block: blk });
+        }
+        self.op_seq += 1;
+        let die = self.map.die_of(blk);
+        let (_, done) = self.dies[die.0 as usize].reserve(at, self.t_erase);
+        self.stats.erases += 1;
+        let seq = self.op_seq;
+        let pages = self.layout.pages;
+        let worn = self.worn(&meta);
+        meta.pe_cycles = meta.pe_cycles.saturating_add(1);
+        if self.cut_strikes(done) {
+            self.store.set_meta(b, meta);
+            let bytes = self.store.block_mut(b);
+            bytes[..pages].fill(PAGE_ERASE_TORN);
+            meta.next_page = pages as u32;
+            self.store.set_meta(b, meta);
+            return Err(NandError::PowerLoss);
+        }
+        let fail_p = if worn {
+            self.faults.worn_erase_fail_prob
+        } else {
+            self.faults.erase_fail_prob
+        };
+        let failed = fail_p > 0.0 && uniform(self.faults.seed, seq, salt::ERASE_FAIL) < fail_p;
+        self.store.set_meta(b, meta);
+        if failed {
+            self.stats.erase_failures += 1;
+            let bytes = self.store.block_mut(b);
+            bytes[..pages].fill(PAGE_ERASE_TORN);
+            meta.next_page = pages as u32;
+            self.store.set_meta(b, meta);
+            return Err(NandError::EraseFailed { block: blk, done });
+        }
+        // Only the state bytes change: erased pages read as 0xFF whatever the slot holds.
+        if let Some(bytes) = self.store.block(b)
+            && bytes[..pages].iter().any(|&s| s != PAGE_ERASED)
+        {
+            self.store.block_mut(b)[..pages].fill(PAGE_ERASED);
+        }
+        meta.next_page = 0;
+        self.store.set_meta(b, meta);
+        Ok(done)
+    }
+}
+
+fn factory_meta(cfg: &DeviceConfig) -> Vec<BlockMeta> {
+    let n = cfg.geometry.total_blocks() as usize;
+    let ratio = cfg.faults.factory_bad_block_ratio;
+    (0..n)
+        .map(|b| {
+            let bad = ratio > 0.0 && uniform(cfg.faults.seed, b as u64, salt::FACTORY_BAD) < ratio;
+            BlockMeta {
+                pe_cycles: 0,
+                next_page: 0,
+                flags: if bad { BLOCK_FACTORY_BAD } else { 0 },
+                reserved: 0,
+            }
+        })
+        .collect()
+}
+
+fn geo_string(g: &Geometry) -> String {
+    format!(
+        "{}ch x {}way x {}die x {}pl x {}blk x {}pg x {}B (sector {}B, OOB {}B)",
+        g.channels,
+        g.ways,
+        g.dies_per_chip,
+        g.planes_per_die,
+        g.blocks_per_plane,
+        g.pages_per_block,
+        g.page_size,
+        g.sector_size,
+        g.oob_per_sector
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,739 @@
+//! Device configuration: geometry, flash timing, buses, controller, host, energy and
+//! faults, as one TOML document, plus the built-in presets of the papers' platforms.
+//!
+//! Choices made here:
+//! * Human units in the file (µs, MT/s, MB/s, µJ, pJ/B, mW); exact integer units
+//!   (ns, ps/B) inside, converted once by the accessors.
+//! * Flash latencies are lists indexed by page type (`page % len`), so SLC gives one
+//!   value and TLC may give LSB/CSB/MSB values (asymmetric program and read times).
+//! * DRAM bandwidth is `rate_mt_s × bus_width_bits / 8`, the convention of the
+//!   in-storage-scan paper §3 (a "667 MHz" 32-bit DDR2 bus is 2.67 GB/s).
+//! * A preset is a TOML file under `crates/sim/presets/`, whose comments cite the paper
+//!   table each number comes from; `--set key.path=value` overrides any field, which is
+//!   how the scan paper's design space (NAND speed, DRAM clock, host link) is swept.
+
+use crate::time::Rate;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use thiserror::Error;
+
+/// Errors from loading or validating a device configuration.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ConfigError {
+    /// The TOML text does not parse or does not match the schema.
+    #[error("device config does not parse: {0}")]
+    Parse(String),
+    /// No preset has this name.
+    #[error("unknown preset `{name}`; known presets: {known}")]
+    UnknownPreset {
+        /// The name asked for.
+        name: String,
+        /// Comma-separated list of valid names.
+        known: String,
+    },
+    /// A `--set` override is malformed or names a field that does not exist.
+    #[error("bad override `{spec}`: {reason}")]
+    BadOverride {
+        /// The override as given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The configuration parses but breaks one or more rules.
+    #[error("invalid device config:\n  - {}", .problems.join("\n  - "))]
+    Invalid {
+        /// One line per broken rule, naming the field.
+        problems: Vec<String>,
+    },
+}
+
+/// The flash array's shape (batch-io paper §2.1 and Table 1; scan paper §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Geometry {
+    /// Independent channel buses (scan paper `N_ch`).
+    pub channels: u32,
+    /// Chips (ways) per channel (scan paper `N_way`).
+    pub ways: u32,
+    /// Dies per chip; each die executes one array operation at a time.
+    pub dies_per_chip: u32,
+    /// Planes per die (addressing only; multi-plane operations are not modeled).
+    pub planes_per_die: u32,
+    /// Erase blocks per plane.
+    pub blocks_per_plane: u32,
+    /// Pages (write units, WBLOCK) per erase block.
+    pub pages_per_block: u32,
+    /// Bytes of user data per page.
+    pub page_size: u32,
+    /// Bytes per sector, the read unit (RBLOCK).
+    pub sector_size: u32,
+    /// Out-of-band bytes per sector available to the controller (the TAG).
+    pub oob_per_sector: u32,
+}
+
+impl Geometry {
+    /// Total dies in the array.
+    pub fn dies(&self) -> u32 {
+        self.channels * self.ways * self.dies_per_chip
+    }
+    /// Erase blocks per die.
+    pub fn blocks_per_die(&self) -> u32 {
+        self.planes_per_die * self.blocks_per_plane
+    }
+    /// Erase blocks in the array.
+    pub fn total_blocks(&self) -> u64 {
+        self.dies() as u64 * self.blocks_per_die() as u64
+    }
+    /// Pages in the array.
+    pub fn total_pages(&self) -> u64 {
+        self.total_blocks() * self.pages_per_block as u64
+    }
+    /// Sectors per page.
+    pub fn sectors_per_page(&self) -> u32 {
+        self.page_size / self.sector_size.max(1)
+    }
+    /// OOB bytes per page.
+    pub fn oob_per_page(&self) -> u32 {
+        self.sectors_per_page() * self.oob_per_sector
+    }
+    /// Bytes of user data per erase block.
+    pub fn block_bytes(&self) -> u64 {
+        self.page_size as u64 * self.pages_per_block as u64
+    }
+    /// Raw user capacity of the array in bytes (no spare area, no OOB).
+    pub fn raw_capacity(&self) -> u64 {
+        self.total_pages() * self.page_size as u64
+    }
+
+    fn check(&self, p: &mut Vec<String>) {
+        let nz = [
+            ("geometry.channels", self.channels),
+            ("geometry.ways", self.ways),
+            ("geometry.dies_per_chip", self.dies_per_chip),
+            ("geometry.planes_per_die", self.planes_per_die),
+            ("geometry.blocks_per_plane", self.blocks_per_plane),
+            ("geometry.pages_per_block", self.pages_per_block),
+            ("geometry.page_size", self.page_size),
+            ("geometry.sector_size", self.sector_size),
+        ];
+        for (k, v) in nz {
+            if v == 0 {
+                p.push(format!("{k} must be at least 1"));
+            }
+        }
+        if self.sector_size != 0 && self.page_size % self.sector_size != 0 {
+            p.push(format!(
+                "geometry.page_size ({}) must be a multiple of geometry.sector_size ({})",
+                self.page_size, self.sector_size
+            ));
+        }
+        if self.sector_size != 0 && self.sector_size % 512 != 0 {
+            p.push(format!(
+                "geometry.sector_size ({}) must be a multiple of 512",
+                self.sector_size
+            ));
+        }
+        if self.sectors_per_page() > 64 {
+            p.push(format!(
+                "geometry: at most 64 sectors per page (got {})",
+                self.sectors_per_page()
+            ));
+        }
+        if self.pages_per_block > 65_536 {
+            p.push("geometry.pages_per_block must be at most 65536".into());
+        }
+        if self.oob_per_sector > 1024 {
+            p.push("geometry.oob_per_sector must be at most 1024".into());
+        }
+        if self.total_blocks() > u32::MAX as u64 / 2 {
+            p.push(format!(
+                "geometry: too many blocks ({})",
+                self.total_blocks()
+            ));
+        }
+    }
+}
+
+/// NAND cell technology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CellType {
+    /// One bit per cell.
+    Slc,
+    /// Two bits per cell.
+    Mlc,
+    /// Three bits per cell.
+    Tlc,
+    /// Four bits per cell.
+    Qlc,
+}
+
+/// Flash array timing and endurance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlashConfig {
+    /// Cell technology (documentation; the latencies below are what the model uses).
+    pub cell: CellType,
+    /// Array read time tR in µs, per page type (`page % len`: LSB, CSB, MSB ...).
+    pub t_read_us: Vec<f64>,
+    /// Array program time tPROG in µs, per page type.
+    pub t_prog_us: Vec<f64>,
+    /// Block erase time tBERS in µs.
+    pub t_erase_us: f64,
+    /// Rated program/erase cycles per block.
+    pub endurance: u32,
+}
+
+impl FlashConfig {
+    /// tR in ns for page index `page` within its block.
+    #[inline]
+    pub fn t_read_ns(&self, page: u32) -> u64 {
+        us_to_ns(self.t_read_us[page as usize % self.t_read_us.len()])
+    }
+    /// tPROG in ns for page index `page` within its block.
+    #[inline]
+    pub fn t_prog_ns(&self, page: u32) -> u64 {
+        us_to_ns(self.t_prog_us[page as usize % self.t_prog_us.len()])
+    }
+    /// tBERS in ns.
+    pub fn t_erase_ns(&self) -> u64 {
+        us_to_ns(self.t_erase_us)
+    }
+}
+
+/// A flash channel bus.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelConfig {
+    /// NAND interface speed in mega-transfers per second (the scan paper's "Mbps").
+    pub rate_mt_s: f64,
+    /// Bus width in bits (8 for ONFI/Toggle).
+    pub bus_width_bits: u32,
+}
+
+impl ChannelConfig {
+    /// The channel's transfer rate.
+    pub fn rate(&self) -> Rate {
+        Rate::from_bytes_per_s(self.rate_mt_s * 1e6 * self.bus_width_bits as f64 / 8.0)
+    }
+}
+
+/// Controller DRAM.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DramConfig {
+    /// Capacity in MiB (bounds the FTL map cache and in-storage session memory).
+    pub size_mib: u64,
+    /// Transfers per second in millions (the scan paper's "DDR2 clock").
+    pub rate_mt_s: f64,
+    /// Bus width in bits.
+    pub bus_width_bits: u32,
+}
+
+impl DramConfig {
+    /// The DRAM bus's transfer rate.
+    pub fn rate(&self) -> Rate {
+        Rate::from_bytes_per_s(self.rate_mt_s * 1e6 * self.bus_width_bits as f64 / 8.0)
+    }
+}
+
+/// The host link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostLinkConfig {
+    /// Kind, for reports ("sata3", "sas2", "pcie-gen4-x4", ...).
+    pub kind: String,
+    /// Effective payload bandwidth in MB/s (10^6 B/s).
+    pub bandwidth_mb_s: f64,
+    /// Fixed cost per command on the link (protocol, doorbell, completion), in µs.
+    pub command_overhead_us: f64,
+}
+
+impl HostLinkConfig {
+    /// The link's transfer rate.
+    pub fn rate(&self) -> Rate {
+        Rate::from_mb_s(self.bandwidth_mb_s)
+    }
+    /// Per-command overhead in ns.
+    pub fn command_overhead_ns(&self) -> u64 {
+        us_to_ns(self.command_overhead_us)
+    }
+}
+
+/// The controller's embedded CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuConfig {
+    /// Embedded cores available to firmware and in-storage programs.
+    pub cores: u32,
+    /// Core clock in MHz.
+    pub clock_mhz: f64,
+}
+
+/// The host machine's CPU (for in-host processing and energy).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// Host cores that run database work.
+    pub cores: u32,
+    /// Host core clock in MHz.
+    pub clock_mhz: f64,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        // The scan paper's profiling host: Xeon at 2.26 GHz (§5.1).
+        HostConfig {
+            cores: 1,
+            clock_mhz: 2260.0,
+        }
+    }
+}
+
+/// Energy costs. Dynamic energy is charged per operation or per byte from counters kept
+/// while working; static energy is idle power times the modeled duration of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnergyConfig {
+    /// Array read (tR) per page, µJ.
+    pub read_page_uj: f64,
+    /// Array program per page, µJ.
+    pub program_page_uj: f64,
+    /// Block erase, µJ.
+    pub erase_block_uj: f64,
+    /// Flash channel transfer, pJ per byte.
+    pub channel_pj_per_byte: f64,
+    /// Controller DRAM access, pJ per byte.
+    pub dram_pj_per_byte: f64,
+    /// Host link transfer, pJ per byte.
+    pub host_link_pj_per_byte: f64,
+    /// Embedded CPU, nJ per cycle.
+    pub cpu_nj_per_cycle: f64,
+    /// Host CPU, nJ per cycle.
+    pub host_cpu_nj_per_cycle: f64,
+    /// Idle power of the whole flash array, mW.
+    pub nand_idle_mw: f64,
+    /// Idle power of the controller (cores, DRAM, PHYs), mW.
+    pub controller_idle_mw: f64,
+    /// Idle power of the host link, mW.
+    pub host_link_idle_mw: f64,
+    /// Idle power of the host (CPU package and memory), mW.
+    pub host_idle_mw: f64,
+}
+
+impl Default for EnergyConfig {
+    fn default() -> Self {
+        // Datasheet-class figures for a TLC drive; presets override them where a paper
+        // gives its own. Sources: ONFI/Toggle I/O ~5-6 pJ/bit, LPDDR4 ~5 pJ/bit, PCIe Gen4
+        // ~5 pJ/bit, array energy = array current (~25-50 mA at 3.3 V) x operation time.
+        EnergyConfig {
+            read_page_uj: 2.5,
+            program_page_uj: 30.0,
+            erase_block_uj: 150.0,
+            channel_pj_per_byte: 45.0,
+            dram_pj_per_byte: 40.0,
+            host_link_pj_per_byte: 40.0,
+            cpu_nj_per_cycle: 0.15,
+            host_cpu_nj_per_cycle: 4.0,
+            nand_idle_mw: 200.0,
+            controller_idle_mw: 1500.0,
+            host_link_idle_mw: 300.0,
+            host_idle_mw: 30_000.0,
+        }
+    }
+}
+
+/// Fault injection. Every random decision is drawn from `seed` and the operation's
+/// sequence number, so the same seed and the same operations give the same failures.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaultConfig {
+    /// Seed of every fault decision.
+    pub seed: u64,
+    /// Fraction of blocks marked bad at the factory.
+    pub factory_bad_block_ratio: f64,
+    /// Probability that a page program fails (status fail) on a healthy block.
+    pub program_fail_prob: f64,
+    /// Probability that a block erase fails on a healthy block.
+    pub erase_fail_prob: f64,
+    /// Program-failure probability once a block is past its rated endurance.
+    pub worn_program_fail_prob: f64,
+    /// Erase-failure probability once a block is past its rated endurance.
+    pub worn_erase_fail_prob: f64,
+    /// Raw bit error rate of a fresh block (errors per bit read).
+    pub rber_fresh: f64,
+    /// Raw bit error rate at the rated endurance; grows linearly with P/E cycles in between
+    /// and beyond.
+    pub rber_end_of_life: f64,
+    /// Bit errors per sector the ECC corrects; more is an uncorrectable read.
+    pub ecc_bits_per_sector: u32,
+}
+
+impl Default for FaultConfig {
+    fn default() -> Self {
+        FaultConfig {
+            seed: 0x5eed_c5d0,
+            factory_bad_block_ratio: 0.0,
+            program_fail_prob: 0.0,
+            erase_fail_prob: 0.0,
+            worn_program_fail_prob: 0.0,
+            worn_erase_fail_prob: 0.0,
+            rber_fresh: 0.0,
+            rber_end_of_life: 0.0,
+            ecc_bits_per_sector: 40,
+        }
+    }
+}
+
+impl FaultConfig {
+    fn check(&self, p: &mut Vec<String>) {
+        let probs = [
+            (
+                "faults.factory_bad_block_ratio",
+                self.factory_bad_block_ratio,
+            ),
+            ("faults.program_fail_prob", self.program_fail_prob),
+            ("faults.erase_fail_prob", self.erase_fail_prob),
+            ("faults.worn_program_fail_prob", self.worn_program_fail_prob),
+            ("faults.worn_erase_fail_prob", self.worn_erase_fail_prob),
+            ("faults.rber_fresh", self.rber_fresh),
+            ("faults.rber_end_of_life", self.rber_end_of_life),
+        ];
+        for (k, v) in probs {
+            if !(0.0..=1.0).contains(&v) {
+                p.push(format!("{k} must be a probability in [0, 1] (got {v})"));
+            }
+        }
+        if self.factory_bad_block_ratio > 0.5 {
+            p.push("faults.factory_bad_block_ratio above 0.5 leaves no usable device".into());
+        }
+    }
+}
+
+/// A complete device description.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// Short name (the preset name for presets).
+    pub name: String,
+    /// One line about the device.
+    pub description: String,
+    /// Where the numbers come from.
+    #[serde(default)]
+    pub source: String,
+    /// Array shape.
+    pub geometry: Geometry,
+    /// Array timing and endurance.
+    pub flash: FlashConfig,
+    /// Channel buses.
+    pub channel: ChannelConfig,
+    /// Controller DRAM.
+    pub dram: DramConfig,
+    /// Host link.
+    pub host_link: HostLinkConfig,
+    /// Embedded CPU.
+    pub cpu: CpuConfig,
+    /// Host CPU.
+    #[serde(default)]
+    pub host: HostConfig,
+    /// Energy costs.
+    #[serde(default)]
+    pub energy: EnergyConfig,
+    /// Fault injection.
+    #[serde(default)]
+    pub faults: FaultConfig,
+}
+
+/// The built-in presets: name, TOML text (with comments citing the source).
+pub const PRESETS: &[(&str, &str)] = &[
+    ("nvme-tlc", include_str!("../presets/nvme-tlc.toml")),
+    (
+        "cosmos-openssd",
+        include_str!("../presets/cosmos-openssd.toml"),
+    ),
+    (
+        "smart-ssd-sas",
+        include_str!("../presets/smart-ssd-sas.toml"),
+    ),
+    ("isp-ch8", include_str!("../presets/isp-ch8.toml")),
+    ("isp-ch16", include_str!("../presets/isp-ch16.toml")),
+    ("ox-westlake", include_str!("../presets/ox-westlake.toml")),
+    ("x25e-sata", include_str!("../presets/x25e-sata.toml")),
+    ("tiny", include_str!("../presets/tiny.toml")),
+];
+
+/// The preset used when none is named.
+pub const DEFAULT_PRESET: &str = "nvme-tlc";
+
+impl DeviceConfig {
+    /// The TOML text of a built-in preset.
+    pub fn preset_toml(name: &str) -> Result<&'static str, ConfigError> {
+        PRESETS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| *t)
+            .ok_or_else(|| ConfigError::UnknownPreset {
+                name: name.to_string(),
+                known: PRESETS
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// A built-in preset, validated.
+    pub fn preset(name: &str) -> Result<DeviceConfig, ConfigError> {
+        DeviceConfig::from_toml(Self::preset_toml(name)?)
+    }
+
+    /// Parse and validate a TOML document.
+    pub fn from_toml(text: &str) -> Result<DeviceConfig, ConfigError> {
+        Self::from_toml_with_overrides(text, &[])
+    }
+
+    /// Parse a TOML document, apply `key.path=value` overrides, then validate.
+    pub fn from_toml_with_overrides(
+        text: &str,
+        overrides: &[String],
+    ) -> Result<DeviceConfig, ConfigError> {
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        for spec in overrides {
+            apply_override(&mut table, spec)?;
+        }
+        let cfg: DeviceConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// The configuration as TOML (without the presets' comments).
+    pub fn to_toml(&self) -> String {
+        // Serializing plain structs of numbers, strings and vectors cannot fail.
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot serialize: {e}\n"))
+    }
+
+    /// Check every rule; report all broken ones at once.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut p = Vec::new();
+        self.geometry.check(&mut p);
+        let f = &self.flash;
+        for (k, v) in [
+            ("flash.t_read_us", &f.t_read_us),
+            ("flash.t_prog_us", &f.t_prog_us),
+        ] {
+            if v.is_empty() || v.len() > 4 {
+                p.push(format!("{k} needs 1 to 4 values (one per page type)"));
+            }
+            if v.iter().any(|x| !x.is_finite() || *x < 0.0) {
+                p.push(format!("{k} values must be finite and non-negative"));
+            }
+        }
+        if !f.t_erase_us.is_finite() || f.t_erase_us < 0.0 {
+            p.push("flash.t_erase_us must be finite and non-negative".into());
+        }
+        if f.endurance == 0 {
+            p.push("flash.endurance must be at least 1".into());
+        }
+        let positive = [
+            ("channel.rate_mt_s", self.channel.rate_mt_s),
+            ("dram.rate_mt_s", self.dram.rate_mt_s),
+            ("host_link.bandwidth_mb_s", self.host_link.bandwidth_mb_s),
+            ("cpu.clock_mhz", self.cpu.clock_mhz),
+            ("host.clock_mhz", self.host.clock_mhz),
+        ];
+        for (k, v) in positive {
+            if !v.is_finite() || v <= 0.0 {
+                p.push(format!("{k} must be a positive number (got {v})"));
+            }
+        }
+        for (k, v) in [
+            ("channel.bus_width_bits", self.channel.bus_width_bits),
+            ("dram.bus_width_bits", self.dram.bus_width_bits),
+            ("cpu.cores", self.cpu.cores),
+            ("host.cores", self.host.cores),
+        ] {
+            if v == 0 {
+                p.push(format!("{k} must be at least 1"));
+            }
+        }
+        if !self.host_link.command_overhead_us.is_finite()
+            || self.host_link.command_overhead_us < 0.0
+        {
+            p.push("host_link.command_overhead_us must be finite and non-negative".into());
+        }
+        let e = &self.energy;
+        let energies = [
+            e.read_page_uj,
+            e.program_page_uj,
+            e.erase_block_uj,
+            e.channel_pj_per_byte,
+            e.dram_pj_per_byte,
+            e.host_link_pj_per_byte,
+            e.cpu_nj_per_cycle,
+            e.host_cpu_nj_per_cycle,
+            e.nand_idle_mw,
+            e.controller_idle_mw,
+            e.host_link_idle_mw,
+            e.host_idle_mw,
+        ];
+        if energies.iter().any(|x| !x.is_finite() || *x < 0.0) {
+            p.push("energy.* values must be finite and non-negative".into());
+        }
+        self.faults.check(&mut p);
+        if p.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid { problems: p })
+        }
+    }
+
+    /// Sustained sequential-read bandwidth the scan paper's model predicts for this
+    /// device, in bytes per second: `min(channels x per-channel rate, DRAM, host link)`
+    /// when interleaving over the ways hides tR, otherwise each channel is limited to
+    /// `ways x page / (tR + page transfer)`.
+    pub fn model_seq_read_bytes_per_s(&self) -> f64 {
+        let g = &self.geometry;
+        let page = g.page_size as f64;
+        let ch_rate = self.channel.rate().bytes_per_s();
+        let xfer_s = page / ch_rate;
+        let t_r = self.flash.t_read_ns(0) as f64 / 1e9;
+        let dies_per_ch = (g.ways * g.dies_per_chip) as f64;
+        // A channel can keep `dies_per_ch` reads in flight; each die delivers a page per
+        // (tR + transfer) at best, and the bus one page per transfer time.
+        let per_channel = (dies_per_ch * page / (t_r + xfer_s)).min(ch_rate);
+        (g.channels as f64 * per_channel)
+            .min(self.dram.rate().bytes_per_s())
+            .min(self.host_link.rate().bytes_per_s())
+    }
+}
+
+impl fmt::Display for DeviceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = &self.geometry;
+        write!(
+            f,
+            "{}: {} ch x {} ways x {} dies x {} planes x {} blocks x {} pages x {} B ({:.1} GiB raw), {} {} MB/s",
+            self.name,
+            g.channels,
+            g.ways,
+            g.dies_per_chip,
+            g.planes_per_die,
+            g.blocks_per_plane,
+            g.pages_per_block,
+            g.page_size,
+            g.raw_capacity() as f64 / (1u64 << 30) as f64,
+            self.host_link.kind,
+            self.host_link.bandwidth_mb_s
+        )
+    }
+}
+
+/// Microseconds (float, from a config file) to whole nanoseconds.
+#[inline]
+pub fn us_to_ns(us: f64) -> u64 {
+    (us * 1000.0).round().max(0.0) as u64
+}
+
+fn apply_override(table: &mut toml::Table, spec: &str) -> Result<(), ConfigError> {
+    let bad = |reason: &str| ConfigError::BadOverride {
+        spec: spec.to_string(),
+        reason: reason.into(),
+    };
+    let (path, raw) = spec
+        .split_once('=')
+        .ok_or_else(|| bad("expected key.path=value"))?;
+    let keys: Vec<&str> = path.trim().split('.').collect();
+    if keys.iter().any(|k| k.is_empty()) {
+        return Err(bad("empty key in path"));
+    }
+    let raw = raw.trim();
+    // Parse the value as TOML (numbers, booleans, arrays, quoted strings); a bare word
+    // is taken as a string.
+    let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+    let (last, parents) = keys.split_last().ok_or_else(|| bad("empty path"))?;
+    let mut cur = table;
+    for k in parents {
+        cur = cur
+            .entry(k.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .ok_or_else(|| bad(&format!("`{k}` is not a table")))?;
+    }
+    // Keep integer fields integers when the user wrote 400 for a float field and vice versa:
+    // serde accepts an integer for f64 but not a float for u32.
+    let value = match (cur.get(*last), value) {
+        (Some(toml::Value::Float(_)), toml::Value::Integer(i)) => toml::Value::Float(i as f64),
+        (_, v) => v,
+    };
+    cur.insert(last.to_string(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_parses_and_validates() {
+        for (name, _) in PRESETS {
+            let cfg = DeviceConfig::preset(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(&cfg.name, name);
+            assert!(!cfg.source.is_empty(), "{name} must cite its source");
+            // Round trip through TOML.
+            let again = DeviceConfig::from_toml(&cfg.to_toml()).expect("round trip");
+            assert_eq!(again, cfg);
+        }
+    }
+
+    #[test]
+    fn unknown_preset_lists_known_ones() {
+        let e = DeviceConfig::preset("nope").unwrap_err().to_string();
+        assert!(e.contains("nvme-tlc") && e.contains("isp-ch16"), "{e}");
+    }
+
+    #[test]
+    fn overrides_change_fields_and_reject_nonsense() {
+        let t = DeviceConfig::preset_toml("isp-ch8").unwrap();
+        let c = DeviceConfig::from_toml_with_overrides(
+            t,
+            &[
+                "channel.rate_mt_s=400".into(),
+                "host_link.kind=\"sata6\"".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.channel.rate_mt_s, 400.0);
+        assert_eq!(c.host_link.kind, "sata6");
+        assert!(DeviceConfig::from_toml_with_overrides(t, &["nonsense".into()]).is_err());
+        assert!(DeviceConfig::from_toml_with_overrides(t, &["geometry.bogus=1".into()]).is_err());
+        let e = DeviceConfig::from_toml_with_overrides(t, &["geometry.channels=0".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("geometry.channels"), "{e}");
+    }
+
+    #[test]
+    fn validation_reports_every_problem() {
+        let mut c = DeviceConfig::preset("tiny").unwrap();
+        c.geometry.sector_size = 3000;
+        c.faults.program_fail_prob = 2.0;
+        c.channel.rate_mt_s = -1.0;
+        let e = c.validate().unwrap_err().to_string();
+        for k in ["sector_size", "program_fail_prob", "channel.rate_mt_s"] {
+            assert!(e.contains(k), "{k} missing in {e}");
+        }
+    }
+
+    #[test]
+    fn scan_paper_dram_convention() {
+        let c = DeviceConfig::preset("isp-ch8").unwrap();
+        // 667 MT/s x 32 bit = 2.67 GB/s (scan paper §3).
+        assert!((c.dram.rate().bytes_per_s() / 2.668e9 - 1.0).abs() < 0.01);
+    }
+}
