@@ -1,1 +1,522 @@
-fn main() {}
+//! `csd`: the command-line front end of the csd computational-storage emulator.
+//!
+//! Commands: `demo` (a short tour on the default device), `config` (show, list and
+//! validate device configs), `device` (create and inspect image files), `io` (fio-style
+//! workloads with modeled and wall-clock figures). Every command has `--help`.
+
+mod report;
+mod units;
+
+use clap::{Args, Parser, Subcommand};
+use csd_device::workload::{self, IoReport, Rw, WorkloadSpec};
+use csd_device::{DeviceError, RawDevice};
+use csd_nand::{BlockId, Nand, NandError};
+use csd_sim::config::{DEFAULT_PRESET, PRESETS};
+use csd_sim::{ClockMode, ConfigError, DeviceConfig};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use thiserror::Error;
+
+/// Errors the CLI reports to the user.
+#[derive(Debug, Error)]
+enum CliError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Nand(#[from] NandError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Parser)]
+#[command(name = "csd", version, about = "An emulated computational-storage SSD: flash media, timing and energy model, device images and workloads", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// A short tour: create the default device in memory, run a few workloads, print the report.
+    Demo(DemoArgs),
+    /// Show, list and validate device configurations.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Create and inspect device image files.
+    #[command(subcommand)]
+    Device(DeviceCmd),
+    /// Run an fio-style workload and report modeled IOPS, bandwidth, latency, utilization
+    /// and energy next to the emulator's wall-clock speed.
+    Io(IoArgs),
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Device preset to tour.
+    #[arg(long, default_value = DEFAULT_PRESET)]
+    preset: String,
+    /// Seed of the workloads.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Print a preset as TOML (with its source comments), after any --set overrides.
+    ///
+    /// Example: csd config show isp-ch8 --set channel.rate_mt_s=400
+    Show {
+        /// Preset name (see `csd config list`).
+        preset: String,
+        /// Override a field, e.g. --set host_link.bandwidth_mb_s=750 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+    /// List the built-in presets.
+    List,
+    /// Check a device config file and print a summary or every problem found.
+    ///
+    /// Example: csd config validate my-device.toml
+    Validate {
+        /// TOML file.
+        file: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum DeviceCmd {
+    /// Create an image file holding a fresh device.
+    ///
+    /// Example: csd device create --preset nvme-tlc --image dev.img
+    Create {
+        #[command(flatten)]
+        src: ConfigSource,
+        /// Image file to create (must not exist; sparse on disk).
+        #[arg(long)]
+        image: PathBuf,
+    },
+    /// Print an image's device config, geometry and wear summary.
+    ///
+    /// Example: csd device info --image dev.img --json
+    Info {
+        /// Image file.
+        #[arg(long)]
+        image: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where a device config comes from.
+#[derive(Args, Clone, Default)]
+struct ConfigSource {
+    /// Built-in preset (default: nvme-tlc).
+    #[arg(long, conflicts_with = "config")]
+    preset: Option<String>,
+    /// Device config TOML file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override a config field, e.g. --set channel.rate_mt_s=400 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+impl ConfigSource {
+    fn given(&self) -> bool {
+        self.preset.is_some() || self.config.is_some() || !self.set.is_empty()
+    }
+
+    fn load(&self) -> Result<DeviceConfig, CliError> {
+        let text = match (&self.preset, &self.config) {
+            (_, Some(path)) => std::fs::read_to_string(path).map_err(|e| CliError::Io {
+                path: path.clone(),
+                source: e,
+            })?,
+            (Some(p), None) => DeviceConfig::preset_toml(p)?.to_string(),
+            (None, None) => DeviceConfig::preset_toml(DEFAULT_PRESET)?.to_string(),
+        };
+        Ok(DeviceConfig::from_toml_with_overrides(&text, &self.set)?)
+    }
+
+    fn describe(&self) -> String {
+        let mut s = match (&self.preset, &self.config) {
+            (_, Some(p)) => format!("--config {}", p.display()),
+            (Some(p), None) => format!("--preset {p}"),
+            (None, None) => format!("--preset {DEFAULT_PRESET}"),
+        };
+        for o in &self.set {
+            s.push_str(&format!(" --set {o}"));
+        }
+        s
+    }
+}
+
+#[derive(Args)]
+struct IoArgs {
+    /// Run on this image file (otherwise a fresh in-memory device).
+    #[arg(long)]
+    image: Option<PathBuf>,
+    #[command(flatten)]
+    src: ConfigSource,
+    /// Device interface: `raw` drives the flash array page by page (open-channel style).
+    #[arg(long, default_value = "raw", value_parser = ["raw"])]
+    mode: String,
+    /// Access pattern: read, write, randread, randwrite, randrw.
+    #[arg(long, default_value = "randread", value_parser = parse_rw)]
+    rw: Rw,
+    /// Percent reads in randrw.
+    #[arg(long, default_value_t = 70)]
+    rwmixread: u32,
+    /// Bytes per I/O (4k, 16k, 128k ...). Raw writes need whole pages.
+    #[arg(long, default_value = "4k", value_parser = units::parse_size)]
+    bs: u64,
+    /// Region addressed, from offset 0 (default: the whole device).
+    #[arg(long, value_parser = units::parse_size)]
+    size: Option<u64>,
+    /// Commands kept in flight.
+    #[arg(long, default_value_t = 32)]
+    iodepth: u32,
+    /// Operations to run (default 200000 unless --runtime is given).
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Stop after this much modeled time (e.g. 500ms, 2s).
+    #[arg(long, value_parser = units::parse_duration_ns)]
+    runtime: Option<u64>,
+    /// Seed of offsets and read/write choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Clock: virtual (default, as fast as possible) or paced[:SCALE] (wall time follows modeled time).
+    #[arg(long, default_value = "virtual", value_parser = parse_clock)]
+    clock: ClockMode,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_rw(s: &str) -> Result<Rw, String> {
+    Rw::parse(s).ok_or_else(|| {
+        format!("`{s}` is not a pattern; use read, write, randread, randwrite or randrw")
+    })
+}
+
+fn parse_clock(s: &str) -> Result<ClockMode, String> {
+    ClockMode::parse(s)
+        .ok_or_else(|| format!("`{s}` is not a clock; use virtual, paced or paced:SCALE"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.cmd {
+        Cmd::Demo(a) => demo(&a),
+        Cmd::Config(c) => config_cmd(c),
+        Cmd::Device(d) => device_cmd(d),
+        Cmd::Io(a) => io_cmd(&a),
+    }
+}
+
+fn config_cmd(c: ConfigCmd) -> Result<(), CliError> {
+    match c {
+        ConfigCmd::Show { preset, set } => {
+            let text = DeviceConfig::preset_toml(&preset)?;
+            if set.is_empty() {
+                // The preset file itself, comments and all.
+                print!("{text}");
+            } else {
+                let cfg = DeviceConfig::from_toml_with_overrides(text, &set)?;
+                println!("# preset {preset} with {}", set.join(", "));
+                print!("{}", cfg.to_toml());
+            }
+            Ok(())
+        }
+        ConfigCmd::List => {
+            let mut t =
+                report::table(&["preset", "description", "geometry", "model seq. read MB/s"]);
+            for (name, _) in PRESETS {
+                let cfg = DeviceConfig::preset(name)?;
+                t.add_row(vec![
+                    name.to_string(),
+                    cfg.description.clone(),
+                    report::geometry_line(&cfg),
+                    format!("{:.0}", cfg.model_seq_read_bytes_per_s(1 << 20) / 1e6),
+                ]);
+            }
+            println!("{t}");
+            Ok(())
+        }
+        ConfigCmd::Validate { file } => {
+            let text = std::fs::read_to_string(&file).map_err(|e| CliError::Io {
+                path: file.clone(),
+                source: e,
+            })?;
+            let cfg = DeviceConfig::from_toml(&text)?;
+            println!("{}: valid", file.display());
+            println!("{cfg}");
+            Ok(())
+        }
+    }
+}
+
+fn device_cmd(d: DeviceCmd) -> Result<(), CliError> {
+    match d {
+        DeviceCmd::Create { src, image } => {
+            let cfg = src.load()?;
+            let nand = Nand::create_image(&image, cfg)?;
+            println!("created {} ({})", image.display(), nand.config());
+            let on_disk = std::fs::metadata(&image).map(|m| m.len()).unwrap_or(0);
+            println!(
+                "image size {} (sparse: blocks take disk space once programmed)",
+                report::bytes(on_disk)
+            );
+            Ok(())
+        }
+        DeviceCmd::Info { image, json } => {
+            let nand = Nand::open_image(&image, None)?;
+            report::device_info(&image, &nand, json);
+            Ok(())
+        }
+    }
+}
+
+/// Open the device an `io`-like command runs on.
+fn open_device(image: Option<&Path>, src: &ConfigSource) -> Result<Nand, CliError> {
+    match image {
+        Some(path) => {
+            let expect = if src.given() {
+                Some(src.load()?.geometry)
+            } else {
+                None
+            };
+            Ok(Nand::open_image(path, expect.as_ref())?)
+        }
+        None => Ok(Nand::new_in_memory(src.load()?)?),
+    }
+}
+
+fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
+    let nand = open_device(a.image.as_deref(), &a.src)?;
+    let mut dev = RawDevice::new(nand);
+    let spec = WorkloadSpec {
+        rw: a.rw,
+        rwmixread: a.rwmixread,
+        bs: a.bs,
+        size: a.size,
+        iodepth: a.iodepth,
+        ops: if a.ops.is_none() && a.runtime.is_none() {
+            Some(200_000)
+        } else {
+            a.ops
+        },
+        runtime_ns: a.runtime,
+        seed: a.seed,
+        clock: a.clock,
+    };
+    let r = run_with_progress(&mut dev, &spec, !a.json)?;
+    let cmd = reproduce_cmd(a);
+    if a.json {
+        println!("{}", report::io_json(&r, &cmd));
+    } else {
+        report::print_io(&r, &cmd);
+    }
+    if let Some(path) = &a.image {
+        dev.nand_mut().sync()?;
+        if !a.json {
+            println!("image {} synced", path.display());
+        }
+    }
+    Ok(())
+}
+
+fn run_with_progress(
+    dev: &mut RawDevice,
+    spec: &WorkloadSpec,
+    show: bool,
+) -> Result<IoReport, CliError> {
+    let bar = if show {
+        let pb = match spec.ops {
+            Some(n) => indicatif::ProgressBar::new(n),
+            None => indicatif::ProgressBar::new_spinner(),
+        };
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {msg} [{bar:40}] {pos}/{len} ops ({per_sec}, eta {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        pb.set_message(format!("{} bs={} qd={}", spec.rw, spec.bs, spec.iodepth));
+        Some(pb)
+    } else {
+        None
+    };
+    let mut cb = |n: u64| {
+        if let Some(pb) = &bar {
+            pb.set_position(n);
+        }
+    };
+    let r = workload::run(dev, spec, &mut cb);
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    Ok(r?)
+}
+
+fn reproduce_cmd(a: &IoArgs) -> String {
+    let mut s = String::from("csd io");
+    if let Some(p) = &a.image {
+        s.push_str(&format!(" --image {}", p.display()));
+    }
+    if a.src.given() || a.image.is_none() {
+        s.push(' ');
+        s.push_str(&a.src.describe());
+    }
+    s.push_str(&format!(
+        " --mode {} --rw {} --bs {} --iodepth {}",
+        a.mode, a.rw, a.bs, a.iodepth
+    ));
+    if a.rw == Rw::RandRw {
+        s.push_str(&format!(" --rwmixread {}", a.rwmixread));
+    }
+    if let Some(z) = a.size {
+        s.push_str(&format!(" --size {z}"));
+    }
+    match (a.ops, a.runtime) {
+        (Some(o), _) => s.push_str(&format!(" --ops {o}")),
+        (None, Some(r)) => s.push_str(&format!(" --runtime {r}ns")),
+        (None, None) => s.push_str(" --ops 200000"),
+    }
+    s.push_str(&format!(" --seed {}", a.seed));
+    if let ClockMode::Paced { scale } = a.clock {
+        s.push_str(&format!(" --clock paced:{scale}"));
+    }
+    s
+}
+
+fn demo(a: &DemoArgs) -> Result<(), CliError> {
+    let cfg = DeviceConfig::preset(&a.preset)?;
+    println!("csd demo — a short tour of the emulated SSD\n");
+    println!("1. The device: preset `{}` — {}", cfg.name, cfg.description);
+    println!("   {}", report::geometry_line(&cfg));
+    println!("   source: {}\n", cfg.source);
+    let page = cfg.geometry.page_size as u64;
+    let runs: Vec<(&str, WorkloadSpec)> = vec![
+        (
+            "sequential read, 128 KiB, qd 64",
+            WorkloadSpec {
+                rw: Rw::Read,
+                bs: 128 << 10,
+                iodepth: 64,
+                ops: Some(50_000),
+                seed: a.seed,
+                ..Default::default()
+            },
+        ),
+        (
+            "random read, 4 KiB, qd 32",
+            WorkloadSpec {
+                rw: Rw::RandRead,
+                bs: 4096,
+                iodepth: 32,
+                ops: Some(300_000),
+                seed: a.seed,
+                ..Default::default()
+            },
+        ),
+        (
+            "random read, 4 KiB, qd 1",
+            WorkloadSpec {
+                rw: Rw::RandRead,
+                bs: 4096,
+                iodepth: 1,
+                ops: Some(50_000),
+                seed: a.seed,
+                ..Default::default()
+            },
+        ),
+        (
+            "sequential write, 1 page, qd 64",
+            WorkloadSpec {
+                rw: Rw::Write,
+                bs: page,
+                iodepth: 64,
+                ops: Some(50_000),
+                seed: a.seed,
+                ..Default::default()
+            },
+        ),
+        (
+            "random read/write 70/30, 1 page, qd 32",
+            WorkloadSpec {
+                rw: Rw::RandRw,
+                bs: page,
+                iodepth: 32,
+                ops: Some(50_000),
+                seed: a.seed,
+                ..Default::default()
+            },
+        ),
+    ];
+    println!("2. Workloads on the raw flash array (in memory, virtual clock):");
+    let mut reports = Vec::new();
+    let mut dev = RawDevice::new(Nand::new_in_memory(cfg.clone())?);
+    for (name, spec) in &runs {
+        let r = run_with_progress(&mut dev, spec, true)?;
+        reports.push((name.to_string(), r));
+    }
+    report::print_demo(&reports);
+    let seq = &reports[0].1;
+    println!(
+        "\n3. The model: sequential read reached {:.0} MB/s; the scan paper's bound min(channels x rate, DRAM, host link) is {:.0} MB/s.",
+        seq.bandwidth_mb_s(),
+        cfg.model_seq_read_bytes_per_s(128 << 10) / 1e6
+    );
+    println!("\nDetails of the random-read run:");
+    report::print_io(
+        &reports[1].1,
+        &format!(
+            "csd io --preset {} --rw randread --bs 4k --iodepth 32 --ops 300000 --seed {}",
+            cfg.name, a.seed
+        ),
+    );
+    println!(
+        "\nNext: `csd config list`, `csd device create --preset isp-ch8 --image dev.img`, `csd io --image dev.img --rw read --bs 256k --iodepth 64`."
+    );
+    Ok(())
+}
+
+/// Used by `device info`: wear and bad-block summary over every block.
+pub(crate) fn wear_summary(nand: &Nand) -> (u32, u32, f64, u32, u64) {
+    let blocks = nand.addr().blocks();
+    let (mut min, mut max, mut sum, mut bad, mut pages) = (u32::MAX, 0u32, 0u64, 0u32, 0u64);
+    for b in 0..blocks {
+        if let Ok(i) = nand.block_info(BlockId(b)) {
+            min = min.min(i.pe_cycles);
+            max = max.max(i.pe_cycles);
+            sum += i.pe_cycles as u64;
+            bad += i.factory_bad as u32;
+            pages += i.next_page as u64;
+        }
+    }
+    (
+        min.min(max),
+        max,
+        sum as f64 / blocks.max(1) as f64,
+        bad,
+        pages,
+    )
+}

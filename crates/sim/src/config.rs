@@ -591,22 +591,28 @@ impl DeviceConfig {
     }
 
     /// Sustained sequential-read bandwidth the scan paper's model predicts for this
-    /// device, in bytes per second: `min(channels x per-channel rate, DRAM, host link)`
-    /// when interleaving over the ways hides tR, otherwise each channel is limited to
-    /// `ways x page / (tR + page transfer)`.
-    pub fn model_seq_read_bytes_per_s(&self) -> f64 {
+    /// device, in bytes per second, for host requests of `request_bytes`:
+    /// `min(channels x per-channel rate, DRAM, host link)` when interleaving over the ways
+    /// hides tR (otherwise each channel is limited to `ways x page / (tR + transfer)`),
+    /// with the host link's per-command overhead amortized over the request.
+    pub fn model_seq_read_bytes_per_s(&self, request_bytes: u64) -> f64 {
         let g = &self.geometry;
         let page = g.page_size as f64;
         let ch_rate = self.channel.rate().bytes_per_s();
         let xfer_s = page / ch_rate;
-        let t_r = self.flash.t_read_ns(0) as f64 / 1e9;
+        let t_r =
+            self.flash.t_read_us.iter().sum::<f64>() / self.flash.t_read_us.len() as f64 / 1e6;
         let dies_per_ch = (g.ways * g.dies_per_chip) as f64;
-        // A channel can keep `dies_per_ch` reads in flight; each die delivers a page per
+        // A channel keeps `dies_per_ch` reads in flight; each die delivers a page per
         // (tR + transfer) at best, and the bus one page per transfer time.
         let per_channel = (dies_per_ch * page / (t_r + xfer_s)).min(ch_rate);
+        let req = request_bytes.max(1) as f64;
+        let link = req
+            / (req / self.host_link.rate().bytes_per_s()
+                + self.host_link.command_overhead_us / 1e6);
         (g.channels as f64 * per_channel)
             .min(self.dram.rate().bytes_per_s())
-            .min(self.host_link.rate().bytes_per_s())
+            .min(link)
     }
 }
 
@@ -735,5 +741,248 @@ mod tests {
         let c = DeviceConfig::preset("isp-ch8").unwrap();
         // 667 MT/s x 32 bit = 2.67 GB/s (scan paper §3).
         assert!((c.dram.rate().bytes_per_s() / 2.668e9 - 1.0).abs() < 0.01);
+    }
+
+    // ---- Paper-derived properties of the presets -------------------------------------
+
+    /// Host request size for the bandwidth checks: the 32-page (256 KB) I/Os of the
+    /// smart-ssd paper's Table 1; the scan paper's model has no per-command cost.
+    const REQ: u64 = 256 << 10;
+
+    /// `a` is within relative tolerance `tol` of `b`.
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a / b - 1.0).abs() <= tol
+    }
+
+    fn preset_with(name: &str, sets: &[&str]) -> DeviceConfig {
+        let t = DeviceConfig::preset_toml(name).unwrap();
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        DeviceConfig::from_toml_with_overrides(t, &sets).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    /// The scan paper's eq. (1): a channel delivers one page per `tR / N_way + P / L`.
+    fn scan_paper_eq1_bytes_per_s(c: &DeviceConfig) -> f64 {
+        let g = &c.geometry;
+        let page = g.page_size as f64;
+        let t_r = c.flash.t_read_ns(0) as f64 / 1e9;
+        let per_page =
+            t_r / (g.ways * g.dies_per_chip) as f64 + page / c.channel.rate().bytes_per_s();
+        g.channels as f64 * page / per_page
+    }
+
+    #[test]
+    fn every_preset_is_at_most_256_gib_raw() {
+        for (name, _) in PRESETS {
+            let c = DeviceConfig::preset(name).unwrap();
+            assert!(c.geometry.raw_capacity() <= 256 << 30, "{name}: {c}");
+        }
+    }
+
+    #[test]
+    fn isp_presets_follow_scan_paper_table1() {
+        for (name, ch) in [("isp-ch8", 8), ("isp-ch16", 16)] {
+            let c = DeviceConfig::preset(name).unwrap();
+            let g = &c.geometry;
+            assert_eq!((g.channels, g.ways, g.dies_per_chip), (ch, 8, 1), "{name}");
+            assert_eq!(g.page_size, 8192, "{name}");
+            assert_eq!(c.flash.t_read_ns(0), 50_000, "{name}");
+            assert_eq!(
+                c.channel.rate_mt_s, 100.0,
+                "{name}: default NAND speed (§5.2.2)"
+            );
+            assert_eq!(
+                (c.cpu.cores, c.cpu.clock_mhz),
+                (1, 200.0),
+                "{name}: one 200 MHz ARM9"
+            );
+            assert_eq!(c.host.clock_mhz, 2260.0, "{name}: 2.26 GHz Xeon (§5.1)");
+        }
+    }
+
+    #[test]
+    fn isp_ch8_at_100_mts_is_bound_by_the_375_mb_s_host_link() {
+        // §5.2.2: even 8 channels of 100 Mbps flash out-run SATA 3 Gbps (375 MB/s).
+        let c = DeviceConfig::preset("isp-ch8").unwrap();
+        assert!(close(c.model_seq_read_bytes_per_s(REQ), 375e6, 0.005));
+        assert!(close(c.host_link.rate().bytes_per_s(), 375e6, 0.005));
+        // With a 64 Gbps (8,000 MB/s) link the flash array shows: 8 x 100 MB/s.
+        let c = preset_with("isp-ch8", &["host_link.bandwidth_mb_s=8000"]);
+        assert!(
+            close(c.model_seq_read_bytes_per_s(REQ), 800e6, 0.005),
+            "{}",
+            c.model_seq_read_bytes_per_s(REQ)
+        );
+    }
+
+    #[test]
+    fn isp_ch16_saturates_sata_6g_and_is_dram_bound_at_200_mts() {
+        // §5.2.2: "SATA with 6 Gbps, is also easily saturated with a 16-channel architecture".
+        let c = preset_with("isp-ch16", &["host_link.bandwidth_mb_s=750"]);
+        assert!(close(c.model_seq_read_bytes_per_s(REQ), 750e6, 0.005));
+        // §5.2.3: 16 channels of 200 MHz flash (2,776 MB/s) exceed DDR2-667 (2,664 MB/s).
+        let c = preset_with(
+            "isp-ch16",
+            &["channel.rate_mt_s=200", "host_link.bandwidth_mb_s=8000"],
+        );
+        let dram = c.dram.rate().bytes_per_s();
+        assert!(close(dram, 2664e6, 0.005), "{dram}");
+        assert!(close(c.model_seq_read_bytes_per_s(REQ), dram, 1e-9));
+        assert!(scan_paper_eq1_bytes_per_s(&c) > dram);
+        // Figure 7's DRAM: 1333 MHz doubles it.
+        let c = preset_with("isp-ch16", &["dram.rate_mt_s=1333"]);
+        assert!(close(c.dram.rate().bytes_per_s(), 5332e6, 0.005));
+    }
+
+    #[test]
+    fn isp_presets_reproduce_the_scan_papers_flash_bandwidths() {
+        // §5.2.2: "inbound data stream from flash memory is at least 743 MB/s" (8 ch, 100 Mbps).
+        let c = DeviceConfig::preset("isp-ch8").unwrap();
+        assert!(close(scan_paper_eq1_bytes_per_s(&c), 743e6, 0.005));
+        // §5.2.3: "16 channels with 200 MHz flash chips amounts to 2,776 MB/s".
+        let c = preset_with("isp-ch16", &["channel.rate_mt_s=200"]);
+        assert!(close(scan_paper_eq1_bytes_per_s(&c), 2776e6, 0.005));
+        // Table 4: hardware ISP at 16 ch x 400 Mbps processes 3.83e7 records/s of 128 B.
+        let c = preset_with("isp-ch16", &["channel.rate_mt_s=400"]);
+        assert!(close(scan_paper_eq1_bytes_per_s(&c) / 128.0, 3.83e7, 0.005));
+    }
+
+    #[test]
+    fn isp_host_link_options_match_scan_paper_table4() {
+        // Table 4: SATA 2.0 / SATA 3.0 / PCIe move 2.93e6 / 5.86e6 / 6.25e7 records of 128 B.
+        for (mb_s, records) in [(375, 2.93e6), (750, 5.86e6), (8000, 6.25e7)] {
+            let c = preset_with("isp-ch8", &[&format!("host_link.bandwidth_mb_s={mb_s}")]);
+            assert!(
+                close(c.host_link.rate().bytes_per_s() / 128.0, records, 0.005),
+                "{mb_s}"
+            );
+        }
+    }
+
+    #[test]
+    fn smart_ssd_internal_bandwidth_is_2_8x_the_host_link() {
+        // Table 1 / §4.2: the Smart SSD's internal sequential read is 2.8x the SSD's.
+        let c = DeviceConfig::preset("smart-ssd-sas").unwrap();
+        let host = c.model_seq_read_bytes_per_s(REQ);
+        assert!(
+            host < c.host_link.rate().bytes_per_s(),
+            "host-side read is link-bound"
+        );
+        assert!(close(host, 550e6, 0.005), "{host}");
+        // Internal = the model without the host link (channels x rate, bounded by DRAM).
+        let internal = preset_with(
+            "smart-ssd-sas",
+            &[
+                "host_link.bandwidth_mb_s=1000000",
+                "host_link.command_overhead_us=0",
+            ],
+        )
+        .model_seq_read_bytes_per_s(REQ);
+        assert!(close(internal / host, 2.8, 0.05), "{}", internal / host);
+        // §4.2: the limit is the DRAM shared by all channels, not the flash channels.
+        let channels = c.geometry.channels as f64 * c.channel.rate().bytes_per_s();
+        assert!(close(internal, c.dram.rate().bytes_per_s(), 1e-9));
+        assert!(channels > 1.5 * internal);
+        // SAS 6 Gb/s carries at most 600 MB/s of payload (8b/10b).
+        assert!(c.host_link.rate().bytes_per_s() <= 600e6);
+    }
+
+    #[test]
+    fn smart_ssd_energy_matches_the_papers_power_levels() {
+        let c = DeviceConfig::preset("smart-ssd-sas").unwrap();
+        let e = &c.energy;
+        let idle_w = (e.nand_idle_mw + e.controller_idle_mw + e.host_link_idle_mw) / 1e3;
+        let page = c.geometry.page_size as f64;
+        let flash_j_per_b =
+            e.read_page_uj * 1e-6 / page + (e.channel_pj_per_byte + e.dram_pj_per_byte) * 1e-12;
+        // §4.2.1 / Table 2: regular SSD, 1,044 J over 207 s while streaming 110 GB to the host.
+        let ssd_w = idle_w + 110e9 / 207.0 * (flash_j_per_b + e.host_link_pj_per_byte * 1e-12);
+        assert!(close(ssd_w, 1044.0 / 207.0, 0.10), "{ssd_w}");
+        // Smart SSD: 522 J over 78 s scanning 110 GB inside with all ARM cores busy.
+        let cpu_w = c.cpu.cores as f64 * c.cpu.clock_mhz * 1e6 * e.cpu_nj_per_cycle * 1e-9;
+        assert!(cpu_w < 5.0, "§4.3: the ARM cores draw less than 5 W");
+        let smart_w = idle_w + 110e9 / 78.0 * flash_j_per_b + cpu_w;
+        assert!(close(smart_w, 13e3 / 24.9 / 78.0, 0.10), "{smart_w}");
+        // §4.3: host CPU about 65 W (all 8 cores busy); §4.1.2: 235 W idle system.
+        let host_cpu_w =
+            c.host.cores as f64 * c.host.clock_mhz * 1e6 * e.host_cpu_nj_per_cycle * 1e-9;
+        assert!(close(host_cpu_w, 65.0, 0.05), "{host_cpu_w}");
+        assert!(close(idle_w + e.host_idle_mw / 1e3, 235.0, 0.001));
+    }
+
+    #[test]
+    fn cosmos_openssd_matches_flixr_table2_and_1_38_gb_s() {
+        let c = DeviceConfig::preset("cosmos-openssd").unwrap();
+        let g = &c.geometry;
+        // Table 2: 8 channels x 8 ways, 16 KB pages, dual Cortex-A9 @ 1 GHz, 1 GB DDR3-1066.
+        assert_eq!((g.channels, g.ways, g.page_size), (8, 8, 16384));
+        assert_eq!((c.cpu.cores, c.cpu.clock_mhz), (2, 1000.0));
+        assert_eq!((c.dram.size_mib, c.dram.rate_mt_s), (1024, 1066.0));
+        assert_eq!((c.host.cores, c.host.clock_mhz), (4, 4000.0));
+        // §5: "up to 1.38 GB/s sequential read"; PCIe Gen2 x8 "Max. 4GB/s" is not the limit.
+        assert!(
+            close(c.model_seq_read_bytes_per_s(REQ), 1.38e9, 0.005),
+            "{}",
+            c.model_seq_read_bytes_per_s(REQ)
+        );
+        let link = c.host_link.rate().bytes_per_s();
+        assert!(link <= 4e9 && link > 1.38e9);
+        // Table 2's 2 TB MLC, cut to 1/16 in blocks per die.
+        assert_eq!(g.raw_capacity() * 16, 2 << 40);
+    }
+
+    #[test]
+    fn ox_westlake_uses_batch_io_table1_units_and_scales_the_2tb_example() {
+        let c = DeviceConfig::preset("ox-westlake").unwrap();
+        let g = &c.geometry;
+        // Table 1: RBLOCK 4 KB, WBLOCK 32 KB, EBLOCK 8 MB, TAG 16 B per RBLOCK.
+        assert_eq!(g.sector_size, 4096);
+        assert_eq!(g.page_size, 32 << 10);
+        assert_eq!(g.block_bytes(), 8 << 20);
+        assert_eq!(g.oob_per_sector, 16);
+        // §7.2.1: the 2 TB 8-channel device, at 1/8 of its capacity.
+        assert_eq!(g.channels, 8);
+        let scale = 8;
+        assert_eq!(g.raw_capacity() * scale, 2 << 40);
+        // §3.2.2 / §6.2: MAP 4 GB (8 B per 4 KiB LPAGE), GBITV 64 MB (1 bit per RBLOCK),
+        // WEAR 1 MB (4 B per EBLOCK) for 2 TB -- all divided by the same scale here.
+        let rblocks = g.raw_capacity() / g.sector_size as u64;
+        assert_eq!(rblocks * 8 * scale, 4 << 30);
+        assert_eq!(rblocks / 8 * scale, 64 << 20);
+        assert_eq!(g.total_blocks() * 4 * scale, 1 << 20);
+        // §8.1.1: Cortex-A72 at 1.8 GHz; Xeon E5-1620 at 3.5 GHz.
+        assert_eq!(c.cpu.clock_mhz, 1800.0);
+        assert_eq!(c.host.clock_mhz, 3500.0);
+        // §7.2.1: MLC endurance 3,000 - 10,000 cycles.
+        assert!((3000..=10_000).contains(&c.flash.endurance));
+    }
+
+    #[test]
+    fn x25e_matches_intel_spec_behind_the_fd_plus_tree_setup() {
+        let c = DeviceConfig::preset("x25e-sata").unwrap();
+        let g = &c.geometry;
+        // SLC, 10 channels, 4 KiB pages, 64 pages = 256 KiB per block, 100k P/E.
+        assert_eq!(c.flash.cell, CellType::Slc);
+        assert_eq!(g.channels, 10);
+        assert_eq!(
+            (g.page_size, g.pages_per_block, g.block_bytes()),
+            (4096, 64, 256 << 10)
+        );
+        assert_eq!(c.flash.endurance, 100_000);
+        // At least the 32 GB of user capacity.
+        assert!(g.raw_capacity() >= 32_000_000_000);
+        // 128 KiB sequential reads run at the spec'd 250 MB/s over SATA 3 Gb/s.
+        let seq = c.model_seq_read_bytes_per_s(128 << 10);
+        assert!(close(seq, 250e6, 0.005), "{seq}");
+        assert!(c.host_link.rate().bytes_per_s() <= 300e6);
+        // 4 KiB random reads cap at the spec'd 35,000 IOPS on the link.
+        let per_cmd_s = c.host_link.command_overhead_ns() as f64 / 1e9
+            + 4096.0 / c.host_link.rate().bytes_per_s();
+        assert!(
+            close(1.0 / per_cmd_s, 35_000.0, 0.01),
+            "{}",
+            1.0 / per_cmd_s
+        );
+        // §5: i7 8-core 2.8 GHz host.
+        assert_eq!((c.host.cores, c.host.clock_mhz), (8, 2800.0));
     }
 }

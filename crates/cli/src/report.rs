@@ -1,0 +1,308 @@
+//! Tables and JSON for the CLI's reports. Every number printed here comes from an
+//! `IoReport` or the device's own counters.
+
+use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+use csd_device::IoReport;
+use csd_nand::Nand;
+use csd_sim::DeviceConfig;
+use serde_json::{Map, Value, json};
+use std::path::Path;
+
+/// A table with a header row.
+pub fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(header.to_vec());
+    t
+}
+
+/// Human byte count.
+pub fn bytes(n: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+/// One line describing the array and links.
+pub fn geometry_line(c: &DeviceConfig) -> String {
+    let g = &c.geometry;
+    format!(
+        "{} ch x {} ways x {} dies x {} planes x {} blocks x {} pages x {} ({} raw); {} MT/s channels; {} {:.0} MB/s",
+        g.channels,
+        g.ways,
+        g.dies_per_chip,
+        g.planes_per_die,
+        g.blocks_per_plane,
+        g.pages_per_block,
+        bytes(g.page_size as u64),
+        bytes(g.raw_capacity()),
+        c.channel.rate_mt_s,
+        c.host_link.kind,
+        c.host_link.bandwidth_mb_s
+    )
+}
+
+/// `csd device info`.
+pub fn device_info(path: &Path, nand: &Nand, json_out: bool) {
+    let c = nand.config();
+    let g = c.geometry;
+    let (pe_min, pe_max, pe_avg, bad, pages) = crate::wear_summary(nand);
+    let disk = std::fs::metadata(path).ok();
+    if json_out {
+        let v = json!({
+            "image": path.display().to_string(),
+            "device": c.name,
+            "description": c.description,
+            "channels": g.channels, "ways": g.ways, "dies_per_chip": g.dies_per_chip,
+            "planes_per_die": g.planes_per_die, "blocks_per_plane": g.blocks_per_plane,
+            "pages_per_block": g.pages_per_block, "page_size_bytes": g.page_size,
+            "sector_size_bytes": g.sector_size, "oob_per_sector_bytes": g.oob_per_sector,
+            "raw_capacity_bytes": g.raw_capacity(),
+            "blocks": g.total_blocks(),
+            "factory_bad_blocks": bad,
+            "programmed_pages": pages,
+            "erase_count_min": pe_min, "erase_count_avg": pe_avg, "erase_count_max": pe_max,
+            "image_apparent_bytes": disk.as_ref().map(|m| m.len()),
+            "model_seq_read_mb_s": c.model_seq_read_bytes_per_s(1 << 20) / 1e6,
+        });
+        println!("{v:#}");
+        return;
+    }
+    let mut t = table(&["field", "value"]);
+    let rows: Vec<(&str, String)> = vec![
+        ("image", path.display().to_string()),
+        ("device", format!("{} — {}", c.name, c.description)),
+        ("geometry", geometry_line(c)),
+        (
+            "sector / OOB",
+            format!(
+                "{} B sectors, {} B OOB each",
+                g.sector_size, g.oob_per_sector
+            ),
+        ),
+        (
+            "flash",
+            format!(
+                "{:?}, tR {:?} us, tPROG {:?} us, tBERS {} us, endurance {}",
+                c.flash.cell,
+                c.flash.t_read_us,
+                c.flash.t_prog_us,
+                c.flash.t_erase_us,
+                c.flash.endurance
+            ),
+        ),
+        (
+            "controller",
+            format!(
+                "{} cores @ {} MHz, DRAM {} MiB @ {} MT/s x {} bit",
+                c.cpu.cores,
+                c.cpu.clock_mhz,
+                c.dram.size_mib,
+                c.dram.rate_mt_s,
+                c.dram.bus_width_bits
+            ),
+        ),
+        (
+            "blocks",
+            format!("{} ({} factory bad)", g.total_blocks(), bad),
+        ),
+        (
+            "programmed pages",
+            format!("{pages} of {}", g.total_pages()),
+        ),
+        (
+            "erase count min/avg/max",
+            format!("{pe_min} / {pe_avg:.2} / {pe_max}"),
+        ),
+        (
+            "model seq. read",
+            format!("{:.0} MB/s", c.model_seq_read_bytes_per_s(1 << 20) / 1e6),
+        ),
+        ("source", c.source.clone()),
+    ];
+    for (k, v) in rows {
+        t.add_row(vec![k.to_string(), v]);
+    }
+    println!("{t}");
+}
+
+/// `csd io` as tables.
+pub fn print_io(r: &IoReport, cmd: &str) {
+    let s = &r.spec;
+    println!(
+        "{} on {}: bs={} iodepth={} ops={} ({} reads, {} writes){}",
+        s.rw,
+        r.device,
+        s.bs,
+        s.iodepth,
+        r.ops,
+        r.reads,
+        r.writes,
+        if r.errors > 0 {
+            format!(", {} media errors", r.errors)
+        } else {
+            String::new()
+        }
+    );
+    let mut t = table(&["modeled", "value"]);
+    t.add_row(vec!["IOPS".into(), format!("{:.0}", r.iops())]);
+    t.add_row(vec![
+        "bandwidth".into(),
+        format!("{:.1} MB/s", r.bandwidth_mb_s()),
+    ]);
+    t.add_row(vec![
+        "modeled time".into(),
+        format!("{:.6} s", r.modeled_ns as f64 / 1e9),
+    ]);
+    println!("{t}");
+    let mut t = table(&["latency (us)", "mean", "p50", "p99", "p99.9", "max"]);
+    for (name, l) in [
+        ("all", &r.latency),
+        ("read", &r.read_latency),
+        ("write", &r.write_latency),
+    ] {
+        if l.count > 0 {
+            t.add_row(vec![
+                name.into(),
+                format!("{:.1}", l.mean_us),
+                format!("{:.1}", l.p50_us),
+                format!("{:.1}", l.p99_us),
+                format!("{:.1}", l.p999_us),
+                format!("{:.1}", l.max_us),
+            ]);
+        }
+    }
+    println!("{t}");
+    let mut t = table(&["resource", "count", "mean util.", "max util."]);
+    for u in &r.utilization {
+        let mark = if Some(u.class) == r.bottleneck {
+            " <- bottleneck"
+        } else {
+            ""
+        };
+        t.add_row(vec![
+            format!("{}{mark}", u.class),
+            u.members.to_string(),
+            format!("{:.1}%", u.mean * 100.0),
+            format!("{:.1}%", u.max * 100.0),
+        ]);
+    }
+    println!("{t}");
+    let mut t = table(&["energy", "joules"]);
+    for (k, v) in r.energy.components() {
+        t.add_row(vec![
+            k.trim_end_matches("_j").to_string(),
+            format!("{v:.4}"),
+        ]);
+    }
+    t.add_row(vec![
+        "device total".into(),
+        format!("{:.4}", r.energy.device_j()),
+    ]);
+    t.add_row(vec![
+        "host total".into(),
+        format!("{:.4}", r.energy.host_total_j()),
+    ]);
+    t.add_row(vec!["total".into(), format!("{:.4}", r.energy.total_j())]);
+    println!("{t}");
+    println!(
+        "emulator: {:.3} s wall-clock, {:.0} ops/s ({:.2}x real time)",
+        r.wall_s,
+        r.wall_ops_per_s(),
+        (r.modeled_ns as f64 / 1e9) / r.wall_s.max(1e-9)
+    );
+    println!(
+        "device: {}  seed: {}  clock: {:?}",
+        r.device, s.seed, s.clock
+    );
+    println!("reproduce: {cmd}");
+}
+
+/// `csd io --json`: one object, snake_case keys with units.
+pub fn io_json(r: &IoReport, cmd: &str) -> Value {
+    let mut m = Map::new();
+    let s = &r.spec;
+    let mut put = |k: &str, v: Value| {
+        m.insert(k.to_string(), v);
+    };
+    put("device", json!(r.device));
+    put("rw", json!(s.rw.to_string()));
+    put("bs_bytes", json!(s.bs));
+    put("iodepth", json!(s.iodepth));
+    put("seed", json!(s.seed));
+    put("ops", json!(r.ops));
+    put("reads", json!(r.reads));
+    put("writes", json!(r.writes));
+    put("read_bytes", json!(r.read_bytes));
+    put("write_bytes", json!(r.write_bytes));
+    put("errors", json!(r.errors));
+    put("modeled_time_s", json!(r.modeled_ns as f64 / 1e9));
+    put("iops", json!(r.iops()));
+    put("bandwidth_mb_s", json!(r.bandwidth_mb_s()));
+    for (prefix, l) in [
+        ("latency", &r.latency),
+        ("read_latency", &r.read_latency),
+        ("write_latency", &r.write_latency),
+    ] {
+        put(&format!("{prefix}_mean_us"), json!(l.mean_us));
+        put(&format!("{prefix}_p50_us"), json!(l.p50_us));
+        put(&format!("{prefix}_p99_us"), json!(l.p99_us));
+        put(&format!("{prefix}_p999_us"), json!(l.p999_us));
+        put(&format!("{prefix}_max_us"), json!(l.max_us));
+    }
+    for u in &r.utilization {
+        put(
+            &format!("utilization_{}_mean", u.class.key()),
+            json!(u.mean),
+        );
+        put(&format!("utilization_{}_max", u.class.key()), json!(u.max));
+    }
+    put("bottleneck", json!(r.bottleneck.map(|b| b.key())));
+    for (k, v) in r.energy.components() {
+        put(&format!("energy_{k}"), json!(v));
+    }
+    put("energy_device_j", json!(r.energy.device_j()));
+    put("energy_host_j", json!(r.energy.host_total_j()));
+    put("energy_j", json!(r.energy.total_j()));
+    put("wall_s", json!(r.wall_s));
+    put("wall_ops_per_s", json!(r.wall_ops_per_s()));
+    put("command", json!(cmd));
+    Value::Object(m)
+}
+
+/// The demo's comparison table.
+pub fn print_demo(runs: &[(String, IoReport)]) {
+    let mut t = table(&[
+        "workload",
+        "IOPS",
+        "MB/s",
+        "p50 us",
+        "p99 us",
+        "bottleneck",
+        "energy J",
+        "emulator ops/s",
+    ]);
+    for (name, r) in runs {
+        t.add_row(vec![
+            name.clone(),
+            format!("{:.0}", r.iops()),
+            format!("{:.0}", r.bandwidth_mb_s()),
+            format!("{:.1}", r.latency.p50_us),
+            format!("{:.1}", r.latency.p99_us),
+            r.bottleneck.map_or("-".into(), |b| b.to_string()),
+            format!("{:.3}", r.energy.total_j()),
+            format!("{:.0}", r.wall_ops_per_s()),
+        ]);
+    }
+    println!("{t}");
+}

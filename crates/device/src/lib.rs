@@ -1,0 +1,29 @@
+//! The csd controller layer (DESIGN.md "device"): the controller's own resources (DRAM
+//! bus, host link, embedded cores, and the host CPU that drives them), the raw
+//! open-channel device that exposes the flash array page by page, and the fio-style
+//! workload engine that drives any [`workload::IoTarget`] and reports modeled figures
+//! next to the emulator's wall-clock speed.
+//!
+//! Later layers (the FTL's block and batch front ends, in-storage sessions) present
+//! themselves to the workload engine through the same `IoTarget` trait.
+
+pub mod controller;
+pub mod raw;
+pub mod workload;
+
+pub use controller::Controller;
+pub use raw::RawDevice;
+pub use workload::{IoReport, IoTarget, Rw, WorkloadSpec};
+
+use thiserror::Error;
+
+/// Errors of the device layer.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum DeviceError {
+    /// The flash media refused or failed an operation.
+    #[error(transparent)]
+    Nand(#[from] csd_nand::NandError),
+    /// An I/O request does not fit the device.
+    #[error("{0}")]
+    BadRequest(String),
+}

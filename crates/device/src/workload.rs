@@ -1,0 +1,523 @@
+//! The fio-style workload engine.
+//!
+//! A workload is a pattern (`read`, `write`, `randread`, `randwrite`, `randrw` with a read
+//! mix), a block size, a region, a queue depth and a stopping rule (a number of
+//! operations or a modeled runtime). The engine keeps `iodepth` commands in flight: a new
+//! command is submitted at the instant the earliest in-flight one completes, and its
+//! modeled latency is completion minus submission. Everything runs on one thread; the
+//! device model supplies the concurrency (dies, channels, buses overlap in simulated
+//! time). In paced mode the engine waits for each submission instant on the wall clock,
+//! so wall time tracks modeled time.
+//!
+//! Per operation the engine does O(log iodepth) work and no allocation: one data buffer
+//! is reused, the latency histogram is preallocated, and the target's data path must not
+//! allocate either (the raw device's does not).
+
+use crate::DeviceError;
+use csd_sim::resource::bottleneck;
+use csd_sim::{
+    ClockMode, DeviceConfig, EnergyCounters, EnergyReport, Pacer, ResourceClass, SimTime,
+    Utilization,
+};
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fmt;
+use std::time::Instant;
+
+/// Anything the workload engine can drive: the raw device today, the FTL's block device
+/// and the batch interface later.
+pub trait IoTarget {
+    /// The device description.
+    fn config(&self) -> &DeviceConfig;
+    /// Addressable bytes.
+    fn capacity_bytes(&self) -> u64;
+    /// Offsets and lengths of reads (`write = false`) or writes must be multiples of this.
+    fn io_unit(&self, write: bool) -> u64;
+    /// Read `buf.len()` bytes at `offset`, submitted at `at`; returns the completion.
+    fn read(&mut self, offset: u64, buf: &mut [u8], at: SimTime) -> Result<SimTime, DeviceError>;
+    /// Write `data` at `offset`, submitted at `at`; returns the completion.
+    fn write(&mut self, offset: u64, data: &[u8], at: SimTime) -> Result<SimTime, DeviceError>;
+    /// The latest instant any resource is busy until.
+    fn now(&self) -> SimTime;
+    /// Utilization per resource class over a window.
+    fn utilization(&self, window_ns: u64) -> Vec<Utilization>;
+    /// Work counters that energy is charged on.
+    fn energy_counters(&self) -> EnergyCounters;
+    /// Operations that completed with a media error (counted, not fatal).
+    fn error_count(&self) -> u64;
+    /// Start a new measurement window.
+    fn reset_counters(&mut self);
+}
+
+/// The access pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rw {
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Uniform random reads.
+    RandRead,
+    /// Uniform random writes.
+    RandWrite,
+    /// Uniform random mix; `rwmixread` percent reads.
+    RandRw,
+}
+
+impl Rw {
+    /// Parse fio's names.
+    pub fn parse(s: &str) -> Option<Rw> {
+        Some(match s {
+            "read" => Rw::Read,
+            "write" => Rw::Write,
+            "randread" => Rw::RandRead,
+            "randwrite" => Rw::RandWrite,
+            "randrw" => Rw::RandRw,
+            _ => return None,
+        })
+    }
+
+    fn random(self) -> bool {
+        matches!(self, Rw::RandRead | Rw::RandWrite | Rw::RandRw)
+    }
+}
+
+impl fmt::Display for Rw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Rw::Read => "read",
+            Rw::Write => "write",
+            Rw::RandRead => "randread",
+            Rw::RandWrite => "randwrite",
+            Rw::RandRw => "randrw",
+        })
+    }
+}
+
+/// A workload description.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadSpec {
+    /// Access pattern.
+    pub rw: Rw,
+    /// Percent reads for `randrw`.
+    pub rwmixread: u32,
+    /// Bytes per I/O.
+    pub bs: u64,
+    /// Bytes of the region addressed, from offset 0 (`None`: the whole device).
+    pub size: Option<u64>,
+    /// Commands in flight.
+    pub iodepth: u32,
+    /// Stop after this many operations.
+    pub ops: Option<u64>,
+    /// Stop once this much modeled time has passed (ns).
+    pub runtime_ns: Option<u64>,
+    /// Seed of the offsets and the read/write choices.
+    pub seed: u64,
+    /// Virtual or paced clock.
+    pub clock: ClockMode,
+}
+
+impl Default for WorkloadSpec {
+    fn default() -> Self {
+        WorkloadSpec {
+            rw: Rw::RandRead,
+            rwmixread: 70,
+            bs: 4096,
+            size: None,
+            iodepth: 32,
+            ops: Some(100_000),
+            runtime_ns: None,
+            seed: 1,
+            clock: ClockMode::Virtual,
+        }
+    }
+}
+
+/// Latency summary, in microseconds of modeled time.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Latency {
+    /// Samples.
+    pub count: u64,
+    /// Mean.
+    pub mean_us: f64,
+    /// Median.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Maximum.
+    pub max_us: f64,
+}
+
+impl Latency {
+    fn of(h: &Histogram<u64>) -> Latency {
+        if h.is_empty() {
+            return Latency::default();
+        }
+        let us = |ns: u64| ns as f64 / 1e3;
+        Latency {
+            count: h.len(),
+            mean_us: h.mean() / 1e3,
+            p50_us: us(h.value_at_quantile(0.5)),
+            p99_us: us(h.value_at_quantile(0.99)),
+            p999_us: us(h.value_at_quantile(0.999)),
+            max_us: us(h.max()),
+        }
+    }
+}
+
+/// What a workload run measured. Every figure comes from counters kept during the run.
+#[derive(Debug, Clone)]
+pub struct IoReport {
+    /// The workload.
+    pub spec: WorkloadSpec,
+    /// Device name.
+    pub device: String,
+    /// Operations completed.
+    pub ops: u64,
+    /// Reads completed.
+    pub reads: u64,
+    /// Writes completed.
+    pub writes: u64,
+    /// Bytes read by the host.
+    pub read_bytes: u64,
+    /// Bytes written by the host.
+    pub write_bytes: u64,
+    /// Operations that hit a media error.
+    pub errors: u64,
+    /// Modeled duration from the first submission to the last completion.
+    pub modeled_ns: u64,
+    /// Latency of all operations.
+    pub latency: Latency,
+    /// Latency of reads.
+    pub read_latency: Latency,
+    /// Latency of writes.
+    pub write_latency: Latency,
+    /// Utilization per resource class.
+    pub utilization: Vec<Utilization>,
+    /// The busiest resource class.
+    pub bottleneck: Option<ResourceClass>,
+    /// Energy per component.
+    pub energy: EnergyReport,
+    /// Wall-clock seconds the emulator took.
+    pub wall_s: f64,
+}
+
+impl IoReport {
+    /// Operations per modeled second.
+    pub fn iops(&self) -> f64 {
+        self.ops as f64 / (self.modeled_ns.max(1) as f64 / 1e9)
+    }
+    /// Host bytes (read + written) per modeled second, in MB/s (10^6).
+    pub fn bandwidth_mb_s(&self) -> f64 {
+        (self.read_bytes + self.write_bytes) as f64 / (self.modeled_ns.max(1) as f64 / 1e9) / 1e6
+    }
+    /// Emulator speed: operations per wall-clock second.
+    pub fn wall_ops_per_s(&self) -> f64 {
+        self.ops as f64 / self.wall_s.max(1e-9)
+    }
+}
+
+/// Run `spec` against `target`. `progress` is called now and then with the number of
+/// operations done (for a progress bar).
+pub fn run(
+    target: &mut dyn IoTarget,
+    spec: &WorkloadSpec,
+    progress: &mut dyn FnMut(u64),
+) -> Result<IoReport, DeviceError> {
+    let cap = target.capacity_bytes();
+    let size = spec.size.unwrap_or(cap);
+    let unit = target
+        .io_unit(false)
+        .max(target.io_unit(spec.rw != Rw::Read && spec.rw != Rw::RandRead));
+    let bad = |m: String| Err(DeviceError::BadRequest(m));
+    if spec.bs == 0 || spec.bs % unit != 0 {
+        return bad(format!(
+            "--bs {} must be a non-zero multiple of {unit} bytes for this pattern on this device",
+            spec.bs
+        ));
+    }
+    if size < spec.bs || size > cap {
+        return bad(format!(
+            "--size {size} must be between --bs ({}) and the device capacity ({cap})",
+            spec.bs
+        ));
+    }
+    if spec.iodepth == 0 || spec.iodepth > 65_536 {
+        return bad(format!(
+            "--iodepth {} must be between 1 and 65536",
+            spec.iodepth
+        ));
+    }
+    if spec.ops.is_none() && spec.runtime_ns.is_none() {
+        return bad("give --ops or --runtime".into());
+    }
+    if spec.rwmixread > 100 {
+        return bad(format!(
+            "--rwmixread {} must be a percentage",
+            spec.rwmixread
+        ));
+    }
+    let slots_in_region = size / spec.bs;
+    let max_ops = spec.ops.unwrap_or(u64::MAX);
+    let mut rng = SmallRng::seed_from_u64(spec.seed);
+    let mut buf = vec![0u8; spec.bs as usize];
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i as u64 ^ spec.seed) as u8;
+    }
+    let new_hist =
+        || Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
+    let (mut h_all, mut h_r, mut h_w) = (new_hist(), new_hist(), new_hist());
+
+    target.reset_counters();
+    let errors0 = target.error_count();
+    let t0 = target.now();
+    let pacer = Pacer::new(spec.clock, t0);
+    let paced = !matches!(spec.clock, ClockMode::Virtual);
+    let deadline = spec.runtime_ns.map(|r| t0.after(r));
+    let mut inflight: BinaryHeap<Reverse<SimTime>> =
+        BinaryHeap::with_capacity(spec.iodepth as usize + 1);
+    let mut seq = 0u64;
+    let (mut ops, mut reads, mut writes) = (0u64, 0u64, 0u64);
+    let mut end = t0;
+    let wall0 = Instant::now();
+    while ops < max_ops {
+        let submit = if inflight.len() < spec.iodepth as usize {
+            t0
+        } else {
+            inflight.pop().map_or(t0, |Reverse(t)| t)
+        };
+        if deadline.is_some_and(|d| submit >= d) {
+            break;
+        }
+        if paced {
+            pacer.wait_until(submit);
+        }
+        let is_read = match spec.rw {
+            Rw::Read | Rw::RandRead => true,
+            Rw::Write | Rw::RandWrite => false,
+            Rw::RandRw => rng.random_range(0..100u32) < spec.rwmixread,
+        };
+        let slot = if spec.rw.random() {
+            rng.random_range(0..slots_in_region)
+        } else {
+            let s = seq % slots_in_region;
+            seq += 1;
+            s
+        };
+        let offset = slot * spec.bs;
+        let done = if is_read {
+            reads += 1;
+            target.read(offset, &mut buf, submit)?
+        } else {
+            writes += 1;
+            target.write(offset, &buf, submit)?
+        };
+        let lat = done.since(submit).max(1);
+        let _ = h_all.record(lat);
+        let _ = if is_read {
+            h_r.record(lat)
+        } else {
+            h_w.record(lat)
+        };
+        end = end.max(done);
+        inflight.push(Reverse(done));
+        ops += 1;
+        if ops & 0xFFFF == 0 {
+            progress(ops);
+        }
+    }
+    if paced {
+        pacer.wait_until(end);
+    }
+    let wall_s = wall0.elapsed().as_secs_f64();
+    progress(ops);
+    let modeled_ns = end.since(t0);
+    let utilization = target.utilization(modeled_ns);
+    let energy = EnergyReport::compute(
+        &target.config().energy,
+        &target.energy_counters(),
+        modeled_ns,
+    );
+    Ok(IoReport {
+        spec: spec.clone(),
+        device: target.config().name.clone(),
+        ops,
+        reads,
+        writes,
+        read_bytes: reads * spec.bs,
+        write_bytes: writes * spec.bs,
+        errors: target.error_count() - errors0,
+        modeled_ns,
+        latency: Latency::of(&h_all),
+        read_latency: Latency::of(&h_r),
+        write_latency: Latency::of(&h_w),
+        bottleneck: bottleneck(&utilization),
+        utilization,
+        energy,
+        wall_s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RawDevice;
+    use csd_nand::Nand;
+
+    fn raw(preset: &str, overrides: &[&str]) -> RawDevice {
+        let t = DeviceConfig::preset_toml(preset).unwrap();
+        let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        let cfg = DeviceConfig::from_toml_with_overrides(t, &o).unwrap();
+        RawDevice::new(Nand::new_in_memory(cfg).unwrap())
+    }
+
+    #[test]
+    fn queue_depth_one_latency_is_the_path() {
+        let mut d = raw("tiny", &[]);
+        let cfg = d.config().clone();
+        let spec = WorkloadSpec {
+            rw: Rw::RandRead,
+            bs: 4096,
+            iodepth: 1,
+            ops: Some(1000),
+            ..Default::default()
+        };
+        let r = run(&mut d, &spec, &mut |_| {}).unwrap();
+        let expect_ns = cfg.flash.t_read_ns(0)
+            + cfg.channel.rate().transfer_ns(4096)
+            + cfg.dram.rate().transfer_ns(4096)
+            + cfg.host_link.rate().transfer_ns(4096)
+            + cfg.host_link.command_overhead_ns();
+        assert!(
+            (r.latency.p50_us * 1e3 - expect_ns as f64).abs() / (expect_ns as f64) < 0.01,
+            "{:?} vs {expect_ns}",
+            r.latency
+        );
+        assert_eq!(r.ops, 1000);
+        assert_eq!(r.reads, 1000);
+        assert!((r.iops() - 1e9 / expect_ns as f64).abs() / r.iops() < 0.01);
+    }
+
+    #[test]
+    fn same_seed_same_report() {
+        let spec = WorkloadSpec {
+            rw: Rw::RandRw,
+            bs: 8192,
+            iodepth: 8,
+            ops: Some(3000),
+            seed: 5,
+            ..Default::default()
+        };
+        let a = run(&mut raw("tiny", &[]), &spec, &mut |_| {}).unwrap();
+        let b = run(&mut raw("tiny", &[]), &spec, &mut |_| {}).unwrap();
+        assert_eq!(
+            (a.modeled_ns, a.reads, a.latency),
+            (b.modeled_ns, b.reads, b.latency)
+        );
+        assert!(a.reads > 1800 && a.reads < 2400, "70% reads: {}", a.reads);
+        assert!(a.writes > 0);
+        assert!(a.energy.total_j() > 0.0);
+    }
+
+    #[test]
+    fn runtime_stops_the_run() {
+        let spec = WorkloadSpec {
+            rw: Rw::RandRead,
+            ops: None,
+            runtime_ns: Some(10_000_000),
+            ..Default::default()
+        };
+        let r = run(&mut raw("tiny", &[]), &spec, &mut |_| {}).unwrap();
+        assert!(r.ops > 100);
+        assert!(
+            r.modeled_ns >= 10_000_000 && r.modeled_ns < 11_000_000,
+            "{}",
+            r.modeled_ns
+        );
+    }
+
+    #[test]
+    fn bad_specs_are_refused() {
+        let mut d = raw("tiny", &[]);
+        for spec in [
+            WorkloadSpec {
+                bs: 1000,
+                ..Default::default()
+            },
+            WorkloadSpec {
+                iodepth: 0,
+                ..Default::default()
+            },
+            WorkloadSpec {
+                size: Some(1 << 40),
+                ..Default::default()
+            },
+            WorkloadSpec {
+                ops: None,
+                runtime_ns: None,
+                ..Default::default()
+            },
+            WorkloadSpec {
+                rw: Rw::RandWrite,
+                bs: 4096,
+                ..Default::default()
+            }, // raw writes need pages
+        ] {
+            assert!(
+                matches!(
+                    run(&mut d, &spec, &mut |_| {}),
+                    Err(DeviceError::BadRequest(_))
+                ),
+                "{spec:?}"
+            );
+        }
+        assert_eq!(d.nand().op_count(), 0);
+    }
+
+    /// The acceptance check of the timing model: sequential reads over the whole array at
+    /// enough queue depth reach the scan paper's `min(channels x rate, DRAM, host link)`
+    /// within 1%, for every Table 1 configuration.
+    #[test]
+    fn sequential_read_bandwidth_matches_scan_paper_model() {
+        for preset in ["isp-ch8", "isp-ch16"] {
+            for rate in [100, 200, 400] {
+                for link in [375, 750, 8000] {
+                    for dram in [667, 1333] {
+                        let o = [
+                            format!("channel.rate_mt_s={rate}"),
+                            format!("host_link.bandwidth_mb_s={link}"),
+                            format!("dram.rate_mt_s={dram}"),
+                        ];
+                        let o: Vec<&str> = o.iter().map(String::as_str).collect();
+                        let mut d = raw(preset, &o);
+                        let cfg = d.config().clone();
+                        let page = cfg.geometry.page_size as u64;
+                        // Requests of 32 pages: per-command link overhead is amortized as in the paper.
+                        let bs = 32 * page;
+                        let spec = WorkloadSpec {
+                            rw: Rw::Read,
+                            bs,
+                            iodepth: 64,
+                            ops: Some(2000),
+                            ..Default::default()
+                        };
+                        let r = run(&mut d, &spec, &mut |_| {}).unwrap();
+                        let got = r.read_bytes as f64 / (r.modeled_ns as f64 / 1e9);
+                        let want = cfg.model_seq_read_bytes_per_s(bs);
+                        let err = (got - want).abs() / want;
+                        assert!(
+                            err < 0.01,
+                            "{preset} {rate} MT/s link {link} dram {dram}: got {got:.0} B/s, model {want:.0} B/s ({:.2}%)",
+                            err * 100.0
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
