@@ -111,7 +111,7 @@ impl RawDevice {
     }
 
     fn check(&self, what: &str, offset: u64, len: usize, unit: u64) -> Result<(), DeviceError> {
-        if len == 0 || offset % unit != 0 || len as u64 % unit != 0 {
+        if len == 0 || !offset.is_multiple_of(unit) || !(len as u64).is_multiple_of(unit) {
             return Err(DeviceError::BadRequest(format!(
                 "raw {what} of {len} bytes at offset {offset}: offset and length must be non-zero multiples of {unit} bytes"
             )));

@@ -235,7 +235,7 @@ pub fn run(
         .io_unit(false)
         .max(target.io_unit(spec.rw != Rw::Read && spec.rw != Rw::RandRead));
     let bad = |m: String| Err(DeviceError::BadRequest(m));
-    if spec.bs == 0 || spec.bs % unit != 0 {
+    if spec.bs == 0 || !spec.bs.is_multiple_of(unit) {
         return bad(format!(
             "--bs {} must be a non-zero multiple of {unit} bytes for this pattern on this device",
             spec.bs
@@ -519,5 +519,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Paced mode: wall-clock time follows modeled time, within 10% for operations of a
+    /// millisecond or more.
+    #[test]
+    fn paced_mode_honours_modeled_latency() {
+        // Single erase on the tiny device: tBERS = 1.5 ms.
+        let mut d = raw("tiny", &[]);
+        let pacer = Pacer::new(ClockMode::Paced { scale: 1.0 }, SimTime::ZERO);
+        let t0 = Instant::now();
+        let done = d.nand_mut().erase(csd_nand::BlockId(0), SimTime::ZERO).unwrap();
+        pacer.wait_until(done);
+        let wall = t0.elapsed().as_secs_f64();
+        let modeled = done.as_secs_f64();
+        assert!(modeled >= 1e-3);
+        assert!((wall - modeled).abs() / modeled < 0.10, "erase: wall {wall} vs modeled {modeled}");
+
+        // A paced workload of ~3 ms reads at queue depth 1.
+        let mut d = raw("isp-ch8", &[]);
+        let spec = WorkloadSpec {
+            rw: Rw::Read,
+            bs: 1 << 20,
+            iodepth: 1,
+            ops: Some(40),
+            clock: ClockMode::Paced { scale: 1.0 },
+            ..Default::default()
+        };
+        let r = run(&mut d, &spec, &mut |_| {}).unwrap();
+        let modeled = r.modeled_ns as f64 / 1e9;
+        assert!(r.latency.p50_us >= 1000.0, "{:?}", r.latency);
+        assert!((r.wall_s - modeled).abs() / modeled < 0.10, "wall {} vs modeled {modeled}", r.wall_s);
     }
 }

@@ -583,7 +583,7 @@ impl Nand {
         self.check_power()?;
         self.check_ppa(p)?;
         let ss = self.sector_size;
-        if data.is_empty() || data.len() % ss != 0 {
+        if data.is_empty() || !data.len().is_multiple_of(ss) {
             return Err(NandError::BufferSize {
                 what: "read data",
                 expected: ss,

@@ -1,3 +1,4 @@
+#![allow(clippy::map_entry)] // the model test reads clearer with explicit checks
 use super::*;
 use proptest::prelude::*;
 use std::collections::HashMap;

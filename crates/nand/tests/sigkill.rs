@@ -26,18 +26,15 @@ fn sigkill_child_writer() {
     let mut n = Nand::open_image(path.as_ref(), None).expect("child opens image");
     let g = *n.geometry();
     let mut count = 0u64;
-    loop {
-        for b in 0..g.total_blocks() as u32 {
-            for p in 0..g.pages_per_block {
-                let data = pattern(g.page_size as usize, b, p);
-                n.program(Ppa::new(BlockId(b), p), &data, &[], SimTime::ZERO)
-                    .expect("program");
-                count += 1;
-                println!("done {b} {p} {count}");
-            }
+    // One pass over the whole device; the parent kills us well before the end.
+    for b in 0..g.total_blocks() as u32 {
+        for p in 0..g.pages_per_block {
+            let data = pattern(g.page_size as usize, b, p);
+            n.program(Ppa::new(BlockId(b), p), &data, &[], SimTime::ZERO)
+                .expect("program");
+            count += 1;
+            println!("done {b} {p} {count}");
         }
-        // Wrapped around the whole device: stop (the parent kills us well before).
-        return;
     }
 }
 

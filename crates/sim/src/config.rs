@@ -121,13 +121,13 @@ impl Geometry {
                 p.push(format!("{k} must be at least 1"));
             }
         }
-        if self.sector_size != 0 && self.page_size % self.sector_size != 0 {
+        if self.sector_size != 0 && !self.page_size.is_multiple_of(self.sector_size) {
             p.push(format!(
                 "geometry.page_size ({}) must be a multiple of geometry.sector_size ({})",
                 self.page_size, self.sector_size
             ));
         }
-        if self.sector_size != 0 && self.sector_size % 512 != 0 {
+        if self.sector_size != 0 && !self.sector_size.is_multiple_of(512) {
             p.push(format!(
                 "geometry.sector_size ({}) must be a multiple of 512",
                 self.sector_size
