@@ -194,6 +194,10 @@ struct IoArgs {
     /// Clock: virtual (default, as fast as possible) or paced[:SCALE] (wall time follows modeled time).
     #[arg(long, default_value = "virtual", value_parser = parse_clock)]
     clock: ClockMode,
+    /// Before measuring, write the whole region once (sequential page writes, queue
+    /// depth 64) so that reads hit programmed pages.
+    #[arg(long)]
+    precondition: bool,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
@@ -326,6 +330,30 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
         seed: a.seed,
         clock: a.clock,
     };
+    if a.precondition {
+        let page = dev.nand().geometry().page_size as u64;
+        let region = a
+            .size
+            .unwrap_or_else(|| dev.nand().geometry().raw_capacity())
+            / page
+            * page;
+        let fill = WorkloadSpec {
+            rw: Rw::Write,
+            bs: page,
+            size: Some(region),
+            iodepth: 64,
+            ops: Some(region / page),
+            seed: a.seed,
+            ..Default::default()
+        };
+        if !a.json {
+            eprintln!(
+                "preconditioning: writing {} sequentially",
+                report::bytes(region)
+            );
+        }
+        run_with_progress(&mut dev, &fill, !a.json)?;
+    }
     let r = run_with_progress(&mut dev, &spec, !a.json)?;
     let cmd = reproduce_cmd(a);
     if a.json {
@@ -401,6 +429,9 @@ fn reproduce_cmd(a: &IoArgs) -> String {
         (None, None) => s.push_str(" --ops 200000"),
     }
     s.push_str(&format!(" --seed {}", a.seed));
+    if a.precondition {
+        s.push_str(" --precondition");
+    }
     if let ClockMode::Paced { scale } = a.clock {
         s.push_str(&format!(" --clock paced:{scale}"));
     }

@@ -529,12 +529,18 @@ mod tests {
         let mut d = raw("tiny", &[]);
         let pacer = Pacer::new(ClockMode::Paced { scale: 1.0 }, SimTime::ZERO);
         let t0 = Instant::now();
-        let done = d.nand_mut().erase(csd_nand::BlockId(0), SimTime::ZERO).unwrap();
+        let done = d
+            .nand_mut()
+            .erase(csd_nand::BlockId(0), SimTime::ZERO)
+            .unwrap();
         pacer.wait_until(done);
         let wall = t0.elapsed().as_secs_f64();
         let modeled = done.as_secs_f64();
         assert!(modeled >= 1e-3);
-        assert!((wall - modeled).abs() / modeled < 0.10, "erase: wall {wall} vs modeled {modeled}");
+        assert!(
+            (wall - modeled).abs() / modeled < 0.10,
+            "erase: wall {wall} vs modeled {modeled}"
+        );
 
         // A paced workload of ~3 ms reads at queue depth 1.
         let mut d = raw("isp-ch8", &[]);
@@ -549,6 +555,10 @@ mod tests {
         let r = run(&mut d, &spec, &mut |_| {}).unwrap();
         let modeled = r.modeled_ns as f64 / 1e9;
         assert!(r.latency.p50_us >= 1000.0, "{:?}", r.latency);
-        assert!((r.wall_s - modeled).abs() / modeled < 0.10, "wall {} vs modeled {modeled}", r.wall_s);
+        assert!(
+            (r.wall_s - modeled).abs() / modeled < 0.10,
+            "wall {} vs modeled {modeled}",
+            r.wall_s
+        );
     }
 }
