@@ -9,7 +9,8 @@ mod units;
 
 use clap::{Args, Parser, Subcommand};
 use csd_device::workload::{self, IoReport, Rw, WorkloadSpec};
-use csd_device::{DeviceError, RawDevice};
+use csd_device::{BlockDevice, DeviceError, IoTarget, RawDevice};
+use csd_ftl::{Ftl, FtlConfig, FtlError, GcPolicy, WriteCache};
 use csd_nand::{BlockId, Nand, NandError};
 use csd_sim::config::{DEFAULT_PRESET, PRESETS};
 use csd_sim::{ClockMode, ConfigError, DeviceConfig};
@@ -26,6 +27,10 @@ enum CliError {
     Nand(#[from] NandError),
     #[error(transparent)]
     Device(#[from] DeviceError),
+    #[error(transparent)]
+    Ftl(#[from] FtlError),
+    #[error(transparent)]
+    Model(#[from] csd_model::ModelError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -53,6 +58,10 @@ enum Cmd {
     /// Run an fio-style workload and report modeled IOPS, bandwidth, latency, utilization
     /// and energy next to the emulator's wall-clock speed.
     Io(IoArgs),
+    /// The papers' analytic models, evaluated for a device config (checked against the
+    /// simulation, never used in its place).
+    #[command(subcommand)]
+    Model(ModelCmd),
 }
 
 #[derive(Args)]
@@ -164,9 +173,19 @@ struct IoArgs {
     image: Option<PathBuf>,
     #[command(flatten)]
     src: ConfigSource,
-    /// Device interface: `raw` drives the flash array page by page (open-channel style).
-    #[arg(long, default_value = "raw", value_parser = ["raw"])]
+    /// Device interface: `block` (the FTL's LBA interface) or `raw` (the flash array page
+    /// by page, open-channel style).
+    #[arg(long, default_value = "block", value_parser = ["block", "raw"])]
     mode: String,
+    /// Block mode: over-provisioning, (physical - logical) / logical.
+    #[arg(long, default_value_t = 0.07)]
+    op: f64,
+    /// Block mode: GC victim policy, greedy or cost-benefit.
+    #[arg(long, default_value = "greedy", value_parser = ["greedy", "cost-benefit"])]
+    gc: String,
+    /// Block mode: write cache, write-through or write-back.
+    #[arg(long, default_value = "write-through", value_parser = ["write-through", "write-back"])]
+    write_cache: String,
     /// Access pattern: read, write, randread, randwrite, randrw.
     #[arg(long, default_value = "randread", value_parser = parse_rw)]
     rw: Rw,
@@ -231,6 +250,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Config(c) => config_cmd(c),
         Cmd::Device(d) => device_cmd(d),
         Cmd::Io(a) => io_cmd(&a),
+        Cmd::Model(ModelCmd::Scan(a)) => model_scan_cmd(&a),
     }
 }
 
@@ -314,7 +334,29 @@ fn open_device(image: Option<&Path>, src: &ConfigSource) -> Result<Nand, CliErro
 
 fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
     let nand = open_device(a.image.as_deref(), &a.src)?;
-    let mut dev = RawDevice::new(nand);
+    let mut holder = if a.mode == "raw" {
+        Dev::Raw(RawDevice::new(nand))
+    } else {
+        let cfg = FtlConfig {
+            op: a.op,
+            gc_policy: if a.gc == "greedy" {
+                GcPolicy::Greedy
+            } else {
+                GcPolicy::CostBenefit
+            },
+            write_cache: if a.write_cache == "write-back" {
+                WriteCache::WriteBack
+            } else {
+                WriteCache::WriteThrough
+            },
+            ..FtlConfig::default()
+        };
+        Dev::Block(BlockDevice::new(Ftl::format(nand, cfg)?))
+    };
+    let dev: &mut dyn IoTarget = match &mut holder {
+        Dev::Raw(d) => d,
+        Dev::Block(d) => d,
+    };
     let spec = WorkloadSpec {
         rw: a.rw,
         rwmixread: a.rwmixread,
@@ -331,18 +373,15 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
         clock: a.clock,
     };
     if a.precondition {
-        let page = dev.nand().geometry().page_size as u64;
-        let region = a
-            .size
-            .unwrap_or_else(|| dev.nand().geometry().raw_capacity())
-            / page
-            * page;
+        let unit = dev.io_unit(true);
+        let bs = (a.bs.clamp(unit, 1 << 20) / unit) * unit;
+        let region = a.size.unwrap_or_else(|| dev.capacity_bytes()) / bs * bs;
         let fill = WorkloadSpec {
             rw: Rw::Write,
-            bs: page,
+            bs,
             size: Some(region),
             iodepth: 64,
-            ops: Some(region / page),
+            ops: Some(region / bs),
             seed: a.seed,
             ..Default::default()
         };
@@ -352,17 +391,46 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
                 report::bytes(region)
             );
         }
-        run_with_progress(&mut dev, &fill, !a.json)?;
+        run_with_progress(dev, &fill, !a.json)?;
+        if a.mode == "block" {
+            // Then overwrite the region once at random, so GC reaches steady state.
+            let steady = WorkloadSpec {
+                rw: Rw::RandWrite,
+                bs: unit,
+                size: Some(region),
+                iodepth: 64,
+                ops: Some(region / unit),
+                seed: a.seed ^ 0x5EED,
+                ..Default::default()
+            };
+            if !a.json {
+                eprintln!(
+                    "preconditioning: overwriting {} at random to reach steady state",
+                    report::bytes(region)
+                );
+            }
+            run_with_progress(dev, &steady, !a.json)?;
+        }
     }
-    let r = run_with_progress(&mut dev, &spec, !a.json)?;
+    let r = run_with_progress(dev, &spec, !a.json)?;
     let cmd = reproduce_cmd(a);
     if a.json {
-        println!("{}", report::io_json(&r, &cmd));
+        let mut v = report::io_json(&r, &cmd);
+        if let (Dev::Block(b), Some(m)) = (&holder, v.as_object_mut()) {
+            report::ftl_json(b.ftl(), m);
+        }
+        println!("{v}");
     } else {
         report::print_io(&r, &cmd);
+        if let Dev::Block(b) = &holder {
+            report::print_ftl(b.ftl());
+        }
     }
     if let Some(path) = &a.image {
-        dev.nand_mut().sync()?;
+        match &mut holder {
+            Dev::Block(b) => b.ftl_mut().nand_mut().sync()?,
+            Dev::Raw(d) => d.nand_mut().sync()?,
+        }
         if !a.json {
             println!("image {} synced", path.display());
         }
@@ -370,8 +438,15 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The device an `io` run drives.
+#[allow(clippy::large_enum_variant)] // one per run, never moved around
+enum Dev {
+    Raw(RawDevice),
+    Block(BlockDevice),
+}
+
 fn run_with_progress(
-    dev: &mut RawDevice,
+    dev: &mut dyn IoTarget,
     spec: &WorkloadSpec,
     show: bool,
 ) -> Result<IoReport, CliError> {
@@ -417,6 +492,12 @@ fn reproduce_cmd(a: &IoArgs) -> String {
         " --mode {} --rw {} --bs {} --iodepth {}",
         a.mode, a.rw, a.bs, a.iodepth
     ));
+    if a.mode == "block" {
+        s.push_str(&format!(
+            " --op {} --gc {} --write-cache {}",
+            a.op, a.gc, a.write_cache
+        ));
+    }
     if a.rw == Rw::RandRw {
         s.push_str(&format!(" --rwmixread {}", a.rwmixread));
     }
@@ -550,4 +631,168 @@ pub(crate) fn wear_summary(nand: &Nand) -> (u32, u32, f64, u32, u64) {
         bad,
         pages,
     )
+}
+
+#[derive(Subcommand)]
+enum ModelCmd {
+    /// The in-storage-scan paper's model (§4, eqs. 1-9): modeled time, records/s, MB/s, the
+    /// per-term breakdown and the bottleneck of a table scan by in-host processing (ihp),
+    /// the embedded CPU (cpu-isp) and per-channel hardware (hw-isp).
+    ///
+    /// Example: csd model scan --preset isp-ch16 --set channel.rate_mt_s=400
+    Scan(ModelScanArgs),
+}
+
+#[derive(Args)]
+struct ModelScanArgs {
+    #[command(flatten)]
+    src: ConfigSource,
+    /// Fraction of records that match, in [0, 1] (Table 2: 0.013).
+    #[arg(long, default_value_t = csd_model::scan::DEFAULT_SELECTIVITY, allow_negative_numbers = true)]
+    selectivity: f64,
+    /// Records in the table (default: TPC-H lineitem at scale factor 1).
+    #[arg(long, default_value_t = csd_model::scan::DEFAULT_RECORDS)]
+    records: u64,
+    /// Bytes per record (§5.2.2: 128).
+    #[arg(long, default_value_t = csd_model::scan::DEFAULT_RECORD_BYTES)]
+    record_bytes: u64,
+    /// How the phases combine: pipelined (slowest phase; default) or summed (as printed).
+    #[arg(long, default_value = "pipelined", value_parser = ["pipelined", "summed"])]
+    composition: String,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `csd model scan`: evaluate the scan paper's equations 1-9 and print them.
+fn model_scan_cmd(a: &ModelScanArgs) -> Result<(), CliError> {
+    use csd_model::{ScanModel, ScanParams, Strategy};
+    let cfg = a.src.load()?;
+    let mut p = ScanParams::from_device(&cfg);
+    p.selectivity = a.selectivity;
+    p.records = a.records;
+    p.record_bytes = a.record_bytes;
+    p.composition = csd_model::Composition::parse(&a.composition).unwrap_or_default();
+    let m = ScanModel::evaluate(&p)?;
+    let cmd = format!(
+        "csd model scan {} --records {} --record-bytes {} --selectivity {} --composition {}",
+        a.src.describe(),
+        p.records,
+        p.record_bytes,
+        p.selectivity,
+        p.composition
+    );
+    if a.json {
+        let mut o = serde_json::Map::new();
+        o.insert("device".into(), serde_json::json!(cfg.name));
+        o.insert("overrides".into(), serde_json::json!(a.src.set));
+        o.insert("table_bytes".into(), serde_json::json!(m.table_bytes));
+        if let Ok(serde_json::Value::Object(params)) = serde_json::to_value(&m.params) {
+            o.extend(params);
+        }
+        for r in m.results() {
+            let k = r.strategy.key();
+            o.insert(format!("{k}_time_s"), serde_json::json!(r.time_s));
+            o.insert(
+                format!("{k}_records_per_s"),
+                serde_json::json!(r.records_per_s),
+            );
+            o.insert(
+                format!("{k}_table_mb_per_s"),
+                serde_json::json!(r.table_mb_per_s),
+            );
+            for (term, v) in r.breakdown.terms() {
+                o.insert(format!("{k}_{term}"), serde_json::json!(v));
+            }
+            o.insert(
+                format!("{k}_bottleneck"),
+                serde_json::json!(r.bottleneck.key()),
+            );
+        }
+        for over in [Strategy::Ihp, Strategy::CpuIsp] {
+            o.insert(
+                format!("hw_isp_speedup_over_{}", over.key()),
+                serde_json::json!(m.speedup(Strategy::HwIsp, over)),
+            );
+        }
+        o.insert("command".into(), serde_json::json!(cmd));
+        println!("{:#}", serde_json::Value::Object(o));
+        return Ok(());
+    }
+    let time = |s: f64| {
+        if s == 0.0 {
+            "-".to_string()
+        } else if s >= 1.0 {
+            format!("{s:.3} s")
+        } else if s >= 1e-3 {
+            format!("{:.3} ms", s * 1e3)
+        } else if s >= 1e-6 {
+            format!("{:.3} us", s * 1e6)
+        } else {
+            format!("{:.1} ns", s * 1e9)
+        }
+    };
+    println!(
+        "scan model (in-storage-scan paper §4, eqs. 1-9, {}) on {}: {} records x {} B = {:.1} MB ({}), selectivity {}",
+        p.composition,
+        cfg.name,
+        p.records,
+        p.record_bytes,
+        m.table_bytes as f64 / 1e6,
+        report::bytes(m.table_bytes),
+        p.selectivity
+    );
+    let rs = m.results();
+    let mut t = report::table(&["", "ihp (eq. 9)", "cpu-isp (eq. 6)", "hw-isp (eq. 8)"]);
+    let mut row = |name: &str, f: &dyn Fn(&csd_model::StrategyResult) -> String| {
+        let mut cells = vec![name.to_string()];
+        cells.extend(rs.iter().map(|r| f(r)));
+        t.add_row(cells);
+    };
+    row("modeled time", &|r| time(r.time_s));
+    row("records/s", &|r| format!("{:.3e}", r.records_per_s));
+    row("table MB/s", &|r| format!("{:.1}", r.table_mb_per_s));
+    row("flash array (eq. 1)", &|r| time(r.breakdown.flash_array_s));
+    row("flash->DRAM (eq. 2/7)", &|r| {
+        time(r.breakdown.flash_to_dram_s)
+    });
+    row("embedded CPU (eq. 5)", &|r| {
+        time(r.breakdown.embedded_cpu_s)
+    });
+    row("DRAM->host (eq. 3)", &|r| time(r.breakdown.dram_to_host_s));
+    row("host CPU (eq. 9)", &|r| time(r.breakdown.host_cpu_s));
+    row("bottleneck", &|r| r.bottleneck.to_string());
+    row("hw-isp faster by", &|r| {
+        format!("{:.2}x", r.time_s / m.hw_isp.time_s)
+    });
+    println!("{t}");
+    println!(
+        "parameters: N_ch {}, N_way {}, tR {:.1} us, page {} B, channel {:.0} MB/s, DRAM {:.0} MB/s, host link {:.0} MB/s; \
+         t_comp {} + σ·t_result {} cycles = {:.2} cycles/record at {:.0} MHz (CPU {} MHz / bus ratio {}); host {:.4} us/record",
+        p.channels,
+        p.ways,
+        p.t_r_s * 1e6,
+        p.page_bytes,
+        p.channel_bytes_per_s / 1e6,
+        p.dram_bytes_per_s / 1e6,
+        p.host_link_bytes_per_s / 1e6,
+        p.t_comp_cycles,
+        p.t_result_cycles,
+        p.cycles_per_record(),
+        p.cycle_hz / 1e6,
+        cfg.cpu.clock_mhz,
+        csd_model::scan::CPU_TO_BUS_CLOCK_RATIO,
+        p.t_ihp_scan_cpu_s * 1e6
+    );
+    println!(
+        "device: {}  overrides: {}  deterministic (analytic, no seed)",
+        cfg.name,
+        if a.src.set.is_empty() {
+            "none".to_string()
+        } else {
+            a.src.set.join(", ")
+        }
+    );
+    println!("reproduce: {cmd}");
+    Ok(())
 }

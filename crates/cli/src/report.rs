@@ -306,3 +306,77 @@ pub fn print_demo(runs: &[(String, IoReport)]) {
     }
     println!("{t}");
 }
+
+/// FTL figures after a block-mode run (counters of the measured window).
+pub fn print_ftl(f: &csd_ftl::Ftl) {
+    let st = f.stats();
+    let (mn, avg, mx) = f.erase_counts();
+    let mut t = table(&["FTL", "value"]);
+    let rows: Vec<(&str, String)> = vec![
+        (
+            "write amplification",
+            format!("{:.3}", st.write_amplification(f.sectors_per_page())),
+        ),
+        (
+            "GC write amplification",
+            format!("{:.3}", st.gc_write_amplification()),
+        ),
+        (
+            "GC overhead (read+write)/reclaimed",
+            format!("{:.3}", st.gc_overhead()),
+        ),
+        (
+            "GC victims / erases",
+            format!("{} / {}", st.gc_victims, st.erases),
+        ),
+        (
+            "flash programs user / GC / meta",
+            format!(
+                "{} / {} / {}",
+                st.user_programs, st.gc_programs, st.meta_programs
+            ),
+        ),
+        (
+            "flash reads user / GC",
+            format!("{} / {}", st.user_reads, st.gc_reads),
+        ),
+        ("padding sectors", st.padding_sectors.to_string()),
+        ("free blocks", f.free_blocks().to_string()),
+        ("bad blocks", f.bad_blocks().to_string()),
+        (
+            "erase count min / avg / max",
+            format!("{mn} / {avg:.2} / {mx}"),
+        ),
+        ("logical capacity", bytes(f.lbas() * f.lba_size() as u64)),
+    ];
+    for (k, v) in rows {
+        t.add_row(vec![k.to_string(), v]);
+    }
+    println!("{t}");
+}
+
+/// FTL figures as JSON keys.
+pub fn ftl_json(f: &csd_ftl::Ftl, m: &mut Map<String, Value>) {
+    let st = f.stats();
+    let (mn, avg, mx) = f.erase_counts();
+    m.insert(
+        "write_amplification".into(),
+        json!(st.write_amplification(f.sectors_per_page())),
+    );
+    m.insert(
+        "gc_write_amplification".into(),
+        json!(st.gc_write_amplification()),
+    );
+    m.insert("gc_overhead".into(), json!(st.gc_overhead()));
+    m.insert("gc_victims".into(), json!(st.gc_victims));
+    m.insert("erases".into(), json!(st.erases));
+    m.insert("free_blocks".into(), json!(f.free_blocks()));
+    m.insert("bad_blocks".into(), json!(f.bad_blocks()));
+    m.insert("erase_count_min".into(), json!(mn));
+    m.insert("erase_count_avg".into(), json!(avg));
+    m.insert("erase_count_max".into(), json!(mx));
+    m.insert(
+        "logical_capacity_bytes".into(),
+        json!(f.lbas() * f.lba_size() as u64),
+    );
+}

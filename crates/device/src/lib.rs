@@ -7,10 +7,12 @@
 //! Later layers (the FTL's block and batch front ends, in-storage sessions) present
 //! themselves to the workload engine through the same `IoTarget` trait.
 
+pub mod block;
 pub mod controller;
 pub mod raw;
 pub mod workload;
 
+pub use block::BlockDevice;
 pub use controller::Controller;
 pub use raw::RawDevice;
 pub use workload::{IoReport, IoTarget, Rw, WorkloadSpec};

@@ -1,0 +1,382 @@
+use super::*;
+use csd_nand::Nand;
+use csd_sim::{DeviceConfig, SimTime};
+use proptest::prelude::*;
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use std::collections::HashMap;
+
+fn tiny_ftl(cfg: FtlConfig) -> Ftl {
+    let dev = DeviceConfig::preset("tiny").unwrap();
+    Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap()
+}
+
+fn sector(ftl: &Ftl, tag: u64) -> Vec<u8> {
+    (0..ftl.lba_size() as u64)
+        .map(|i| (i.wrapping_mul(7) ^ tag.wrapping_mul(0x9E37_79B9)) as u8)
+        .collect()
+}
+
+#[test]
+fn write_read_overwrite_trim() {
+    let mut f = tiny_ftl(FtlConfig::default());
+    let ss = f.lba_size();
+    let a = sector(&f, 1);
+    let b = sector(&f, 2);
+    f.write(10, &a, SimTime::ZERO).unwrap();
+    let mut buf = vec![0u8; ss];
+    f.read(10, &mut buf, SimTime::ZERO).unwrap();
+    assert_eq!(buf, a);
+    f.write(10, &b, SimTime::ZERO).unwrap();
+    f.read(10, &mut buf, SimTime::ZERO).unwrap();
+    assert_eq!(buf, b);
+    // Unwritten reads zeros; trimmed reads zeros.
+    f.read(11, &mut buf, SimTime::ZERO).unwrap();
+    assert!(buf.iter().all(|&x| x == 0));
+    f.trim(10, 1).unwrap();
+    f.read(10, &mut buf, SimTime::ZERO).unwrap();
+    assert!(buf.iter().all(|&x| x == 0));
+    f.check_invariants().unwrap();
+}
+
+#[test]
+fn multi_sector_writes_split_by_mdts_and_read_back() {
+    let mut f = tiny_ftl(FtlConfig {
+        mdts_sectors: 3,
+        ..FtlConfig::default()
+    });
+    let ss = f.lba_size();
+    let data: Vec<u8> = (0..10).flat_map(|i| sector(&f, 100 + i)).collect();
+    let t = f.write(5, &data, SimTime::ZERO).unwrap();
+    assert!(t > SimTime::ZERO);
+    let mut buf = vec![0u8; 10 * ss];
+    f.read(5, &mut buf, SimTime::ZERO).unwrap();
+    assert_eq!(buf, data);
+    // 10 sectors in commands of 3: 4 commands, each padded to a page (2 sectors/page).
+    assert_eq!(f.stats().host_write_sectors, 10);
+    assert!(f.stats().user_programs >= 6);
+}
+
+#[test]
+fn bad_input_is_rejected_and_changes_nothing() {
+    let mut f = tiny_ftl(FtlConfig::default());
+    let ss = f.lba_size();
+    let cap = f.lbas();
+    let a = sector(&f, 3);
+    f.write(0, &a, SimTime::ZERO).unwrap();
+    let before = *f.stats();
+    let ops = f.nand().op_count();
+    assert!(matches!(
+        f.write(cap, &a, SimTime::ZERO),
+        Err(FtlError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        f.write(cap - 1, &[a.clone(), a.clone()].concat(), SimTime::ZERO),
+        Err(FtlError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        f.write(0, &a[..ss - 1], SimTime::ZERO),
+        Err(FtlError::BadLength { .. })
+    ));
+    assert!(matches!(
+        f.write(0, &[], SimTime::ZERO),
+        Err(FtlError::BadLength { .. })
+    ));
+    let mut buf = vec![0u8; ss];
+    assert!(matches!(
+        f.read(u64::MAX, &mut buf, SimTime::ZERO),
+        Err(FtlError::OutOfRange { .. })
+    ));
+    assert!(matches!(f.trim(cap, 1), Err(FtlError::OutOfRange { .. })));
+    assert!(matches!(f.trim(0, 0), Err(FtlError::OutOfRange { .. })));
+    assert_eq!(*f.stats(), before);
+    assert_eq!(f.nand().op_count(), ops);
+    f.read(0, &mut buf, SimTime::ZERO).unwrap();
+    assert_eq!(buf, a);
+    // Devices without room for the TAG are refused at format time.
+    let mut dev = DeviceConfig::preset("tiny").unwrap();
+    dev.geometry.oob_per_sector = 8;
+    let e = Ftl::format(Nand::new_in_memory(dev).unwrap(), FtlConfig::default())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("TAG"), "{e}");
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write { lba: u64, n: u64, tag: u64 },
+    Read { lba: u64, n: u64 },
+    Trim { lba: u64, n: u64 },
+    Flush,
+}
+
+fn ops(lbas: u64) -> impl Strategy<Value = Vec<Op>> {
+    let hot = lbas / 4; // concentrate on a quarter so overwrites (and GC) are frequent
+    let op = prop_oneof![
+        8 => (0..lbas, 1u64..5, any::<u64>(), any::<bool>()).prop_map(move |(l, n, tag, h)| Op::Write { lba: if h { l % hot } else { l }, n, tag }),
+        3 => (0..lbas, 1u64..5).prop_map(|(lba, n)| Op::Read { lba, n }),
+        1 => (0..lbas, 1u64..8).prop_map(|(lba, n)| Op::Trim { lba, n }),
+        1 => Just(Op::Flush),
+    ];
+    proptest::collection::vec(op, 1..1500)
+}
+
+fn run_model(f: &mut Ftl, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let ss = f.lba_size();
+    let cap = f.lbas();
+    let mut model: HashMap<u64, u64> = HashMap::new();
+    for op in ops {
+        match op {
+            Op::Write { lba, n, tag } => {
+                let n = n.min(cap - lba);
+                let data: Vec<u8> = (0..n).flat_map(|i| sector(f, tag ^ i)).collect();
+                f.write(lba, &data, SimTime::ZERO)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                for i in 0..n {
+                    model.insert(lba + i, tag ^ i);
+                }
+            }
+            Op::Read { lba, n } => {
+                let n = n.min(cap - lba);
+                let mut buf = vec![0u8; n as usize * ss];
+                f.read(lba, &mut buf, SimTime::ZERO)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                for i in 0..n {
+                    let got = &buf[i as usize * ss..(i as usize + 1) * ss];
+                    match model.get(&(lba + i)) {
+                        Some(tag) => prop_assert_eq!(got, &sector(f, *tag)[..], "LBA {}", lba + i),
+                        None => prop_assert!(
+                            got.iter().all(|&x| x == 0),
+                            "LBA {} should be zeros",
+                            lba + i
+                        ),
+                    }
+                }
+            }
+            Op::Trim { lba, n } => {
+                let n = n.min(cap - lba);
+                f.trim(lba, n)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                for i in 0..n {
+                    model.remove(&(lba + i));
+                }
+            }
+            Op::Flush => {
+                f.flush(SimTime::ZERO)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            }
+        }
+        f.check_invariants().map_err(TestCaseError::fail)?;
+    }
+    // Everything reads back at the end.
+    let mut buf = vec![0u8; ss];
+    for (&l, &tag) in &model {
+        f.read(l, &mut buf, SimTime::ZERO)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&buf, &sector(f, tag));
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// Random writes, reads, trims and flushes against a reference map on a device small
+    /// enough that GC and wear leveling run constantly.
+    #[test]
+    fn ftl_matches_reference_model(ops in ops(2000), wb in any::<bool>(), greedy in any::<bool>()) {
+        let cfg = FtlConfig {
+            op: 0.25,
+            gc_free_blocks: 4,
+            gc_policy: if greedy { GcPolicy::Greedy } else { GcPolicy::CostBenefit },
+            wear_level_spread: 4,
+            mdts_sectors: 3,
+            write_cache: if wb { WriteCache::WriteBack } else { WriteCache::WriteThrough },
+        };
+        // Shrink the device so the ops above overwrite it many times.
+        let mut dev = DeviceConfig::preset("tiny").unwrap();
+        dev.geometry.blocks_per_plane = 12;
+        dev.geometry.pages_per_block = 8;
+        let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
+        prop_assume!(f.lbas() <= 2000);
+        let lbas = f.lbas();
+        let ops: Vec<Op> = ops.into_iter().map(|o| match o {
+            Op::Write { lba, n, tag } => Op::Write { lba: lba % lbas, n, tag },
+            Op::Read { lba, n } => Op::Read { lba: lba % lbas, n },
+            Op::Trim { lba, n } => Op::Trim { lba: lba % lbas, n },
+            Op::Flush => Op::Flush,
+        }).collect();
+        run_model(&mut f, ops)?;
+    }
+
+    /// The same with program and erase failures injected and correctable bit errors.
+    #[test]
+    fn ftl_survives_media_faults(ops in ops(2000), seed in any::<u64>()) {
+        let mut dev = DeviceConfig::preset("tiny").unwrap();
+        dev.geometry.blocks_per_plane = 24;
+        dev.geometry.pages_per_block = 8;
+        dev.faults.seed = seed;
+        dev.faults.program_fail_prob = 0.002;
+        dev.faults.erase_fail_prob = 0.002;
+        dev.faults.rber_fresh = 1e-5;
+        dev.faults.rber_end_of_life = 1e-5;
+        dev.faults.ecc_bits_per_sector = 40;
+        let cfg = FtlConfig { op: 0.3, gc_free_blocks: 4, wear_level_spread: 6, mdts_sectors: 4, ..FtlConfig::default() };
+        let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
+        let lbas = f.lbas();
+        let ops: Vec<Op> = ops.into_iter().map(|o| match o {
+            Op::Write { lba, n, tag } => Op::Write { lba: lba % lbas, n, tag },
+            Op::Read { lba, n } => Op::Read { lba: lba % lbas, n },
+            Op::Trim { lba, n } => Op::Trim { lba: lba % lbas, n },
+            Op::Flush => Op::Flush,
+        }).collect();
+        run_model(&mut f, ops)?;
+    }
+}
+
+/// Hu et al. (2009) / Desnoyers (2012): greedy GC under uniform random writes has write
+/// amplification `a / (a + W0(-a e^-a))` with `a = 1 + op`.
+fn theory_waf(op: f64) -> f64 {
+    let a = 1.0 + op;
+    let x = -a * (-a).exp();
+    // Principal branch of Lambert W on (-1/e, 0) by Newton's method from -0.5.
+    let mut w = -0.5f64;
+    for _ in 0..100 {
+        let ew = w.exp();
+        w -= (w * ew - x) / (ew * (w + 1.0));
+    }
+    a / (a + w)
+}
+
+fn waf_device() -> DeviceConfig {
+    let mut dev = DeviceConfig::preset("tiny").unwrap();
+    dev.geometry.channels = 2;
+    dev.geometry.ways = 1;
+    dev.geometry.blocks_per_plane = 512;
+    dev.geometry.pages_per_block = 256;
+    dev.geometry.page_size = 4096;
+    dev
+}
+
+/// Steady-state write amplification of `lbas`-space writes drawn by `next`.
+fn steady_waf(op: f64, mut next: impl FnMut(u64) -> u64) -> (f64, Ftl) {
+    let cfg = FtlConfig {
+        op,
+        gc_free_blocks: 8,
+        wear_level_spread: 1_000_000,
+        ..FtlConfig::default()
+    };
+    let mut f = Ftl::format(Nand::new_in_memory(waf_device()).unwrap(), cfg).unwrap();
+    let lbas = f.lbas();
+    let data = vec![0xABu8; f.lba_size()];
+    // Fill sequentially, then overwrite until steady state, then measure.
+    for l in 0..lbas {
+        f.write(l, &data, SimTime::ZERO).unwrap();
+    }
+    for _ in 0..4 * lbas {
+        f.write(next(lbas), &data, SimTime::ZERO).unwrap();
+    }
+    f.reset_stats();
+    for _ in 0..4 * lbas {
+        f.write(next(lbas), &data, SimTime::ZERO).unwrap();
+    }
+    (f.stats().write_amplification(f.sectors_per_page()), f)
+}
+
+#[test]
+fn theory_values_match_the_issue() {
+    for (op, want) in [(0.07, 7.82), (0.10, 5.68), (0.20, 3.19), (0.28, 2.48)] {
+        assert!(
+            (theory_waf(op) - want).abs() < 0.02,
+            "op {op}: {} vs {want}",
+            theory_waf(op)
+        );
+    }
+}
+
+/// Uniform random 4 KB writes with greedy GC, 256 pages per block, against the analytic
+/// value. Measured (1024 blocks): greedy comes out a few percent *below* the formula at
+/// low OP (finite block count and block size let greedy pick emptier victims than the
+/// formula's FIFO-like limit); the bound here is 10% so that a real GC bug still fails.
+#[test]
+fn uniform_random_waf_matches_theory() {
+    for op in [0.07, 0.10, 0.20, 0.28] {
+        let mut rng = SmallRng::seed_from_u64(42);
+        let (waf, f) = steady_waf(op, |n| rng.random_range(0..n));
+        let want = theory_waf(op);
+        let err = (waf - want).abs() / want;
+        eprintln!(
+            "op {op:.2}: WAF {waf:.3} theory {want:.3} ({:+.1}%), GC overhead {:.2}",
+            err * 100.0,
+            f.stats().gc_overhead()
+        );
+        assert!(err < 0.10, "op {op}: WAF {waf:.3} vs theory {want:.3}");
+        f.check_invariants().unwrap();
+    }
+}
+
+/// Zipfian (theta 0.99) writes show lower WAF than uniform, thanks to hot/cold separation.
+#[test]
+fn skewed_writes_amplify_less_than_uniform() {
+    let op = 0.10;
+    let mut rng = SmallRng::seed_from_u64(7);
+    let (uniform, _) = steady_waf(op, |n| rng.random_range(0..n));
+    // Zipf over ranks via an inverse CDF; ranks scattered over the LBA space (FNV).
+    let n = Ftl::format(
+        Nand::new_in_memory(waf_device()).unwrap(),
+        FtlConfig {
+            op,
+            gc_free_blocks: 8,
+            ..FtlConfig::default()
+        },
+    )
+    .unwrap()
+    .lbas();
+    let mut cdf = Vec::with_capacity(n as usize);
+    let mut acc = 0.0;
+    for k in 1..=n {
+        acc += 1.0 / (k as f64).powf(0.99);
+        cdf.push(acc);
+    }
+    let total = acc;
+    let mut rng = SmallRng::seed_from_u64(8);
+    let (zipf, _) = steady_waf(op, |lbas| {
+        let u: f64 = rng.random::<f64>() * total;
+        let rank = cdf.partition_point(|&c| c < u) as u64;
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in rank.to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+        h % lbas
+    });
+    eprintln!("op {op}: uniform WAF {uniform:.3}, zipf WAF {zipf:.3}");
+    assert!(
+        zipf < uniform,
+        "zipf {zipf} should be below uniform {uniform}"
+    );
+}
+
+#[test]
+fn wear_leveling_bounds_the_erase_spread() {
+    let mut dev = DeviceConfig::preset("tiny").unwrap();
+    dev.geometry.blocks_per_plane = 16;
+    dev.geometry.pages_per_block = 8;
+    let cfg = FtlConfig {
+        op: 0.3,
+        gc_free_blocks: 4,
+        wear_level_spread: 5,
+        ..FtlConfig::default()
+    };
+    let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
+    let data = vec![1u8; f.lba_size()];
+    // Cold data everywhere, then hammer a few hot LBAs.
+    for l in 0..f.lbas() {
+        f.write(l, &data, SimTime::ZERO).unwrap();
+    }
+    for i in 0..20_000u64 {
+        f.write(i % 4, &data, SimTime::ZERO).unwrap();
+    }
+    let (mn, _, mx) = f.erase_counts();
+    assert!(f.stats().wear_level_moves > 0);
+    assert!(mx - mn <= 5 + 2, "spread {mn}..{mx}");
+    f.check_invariants().unwrap();
+}
