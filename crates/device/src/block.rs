@@ -177,7 +177,7 @@ mod tests {
         };
         let r = run(&mut d, &rd, &mut |_| {}).unwrap();
         assert_eq!(r.errors, 0);
-        d.ftl().check_invariants().unwrap();
+        d.ftl_mut().check_invariants().unwrap();
     }
 
     #[test]

@@ -522,43 +522,53 @@ mod tests {
     }
 
     /// Paced mode: wall-clock time follows modeled time, within 10% for operations of a
-    /// millisecond or more.
+    /// millisecond or more. Timing on a loaded 2-core machine is noisy, so each check takes
+    /// the best of three attempts; a pacer that is really off fails all three.
     #[test]
     fn paced_mode_honours_modeled_latency() {
-        // Single erase on the tiny device: tBERS = 1.5 ms.
-        let mut d = raw("tiny", &[]);
-        let pacer = Pacer::new(ClockMode::Paced { scale: 1.0 }, SimTime::ZERO);
-        let t0 = Instant::now();
-        let done = d
-            .nand_mut()
-            .erase(csd_nand::BlockId(0), SimTime::ZERO)
-            .unwrap();
-        pacer.wait_until(done);
-        let wall = t0.elapsed().as_secs_f64();
-        let modeled = done.as_secs_f64();
-        assert!(modeled >= 1e-3);
+        let erase_err = |_: ()| {
+            // Ten erases of 1.5 ms on one die, each waited for.
+            let mut d = raw("tiny", &[]);
+            let pacer = Pacer::new(ClockMode::Paced { scale: 1.0 }, SimTime::ZERO);
+            let t0 = Instant::now();
+            let mut done = SimTime::ZERO;
+            for _ in 0..10 {
+                done = d.nand_mut().erase(csd_nand::BlockId(0), done).unwrap();
+                pacer.wait_until(done);
+            }
+            let wall = t0.elapsed().as_secs_f64();
+            let modeled = done.as_secs_f64();
+            assert!(modeled >= 10e-3);
+            (wall - modeled).abs() / modeled
+        };
+        let best = (0..3).map(|_| erase_err(())).fold(f64::MAX, f64::min);
         assert!(
-            (wall - modeled).abs() / modeled < 0.10,
-            "erase: wall {wall} vs modeled {modeled}"
+            best < 0.10,
+            "erases: wall-clock off modeled by {:.1}%",
+            best * 100.0
         );
 
         // A paced workload of ~3 ms reads at queue depth 1.
-        let mut d = raw("isp-ch8", &[]);
-        let spec = WorkloadSpec {
-            rw: Rw::Read,
-            bs: 1 << 20,
-            iodepth: 1,
-            ops: Some(40),
-            clock: ClockMode::Paced { scale: 1.0 },
-            ..Default::default()
+        let run_err = |_: ()| {
+            let mut d = raw("isp-ch8", &[]);
+            let spec = WorkloadSpec {
+                rw: Rw::Read,
+                bs: 1 << 20,
+                iodepth: 1,
+                ops: Some(40),
+                clock: ClockMode::Paced { scale: 1.0 },
+                ..Default::default()
+            };
+            let r = run(&mut d, &spec, &mut |_| {}).unwrap();
+            assert!(r.latency.p50_us >= 1000.0, "{:?}", r.latency);
+            let modeled = r.modeled_ns as f64 / 1e9;
+            (r.wall_s - modeled).abs() / modeled
         };
-        let r = run(&mut d, &spec, &mut |_| {}).unwrap();
-        let modeled = r.modeled_ns as f64 / 1e9;
-        assert!(r.latency.p50_us >= 1000.0, "{:?}", r.latency);
+        let best = (0..3).map(|_| run_err(())).fold(f64::MAX, f64::min);
         assert!(
-            (r.wall_s - modeled).abs() / modeled < 0.10,
-            "wall {} vs modeled {modeled}",
-            r.wall_s
+            best < 0.10,
+            "workload: wall-clock off modeled by {:.1}%",
+            best * 100.0
         );
     }
 }

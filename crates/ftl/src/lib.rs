@@ -31,9 +31,13 @@
 //! incremental checkpoints and recovery; MAP paging through a bounded map cache; the
 //! batch front end. The MAP lives in controller DRAM as a flat table until then.
 
+pub mod format;
 mod ftl;
+pub mod torture;
 
-pub use ftl::{Ftl, FtlConfig, FtlError, FtlStats, GcPolicy, WriteCache};
+pub use ftl::{
+    Ftl, FtlConfig, FtlError, FtlStats, GcPolicy, RecoveryFailed, RecoveryReport, WriteCache,
+};
 
 #[cfg(test)]
 mod tests;

@@ -33,7 +33,7 @@ fn write_read_overwrite_trim() {
     // Unwritten reads zeros; trimmed reads zeros.
     f.read(11, &mut buf, SimTime::ZERO).unwrap();
     assert!(buf.iter().all(|&x| x == 0));
-    f.trim(10, 1).unwrap();
+    f.trim(10, 1, SimTime::ZERO).unwrap();
     f.read(10, &mut buf, SimTime::ZERO).unwrap();
     assert!(buf.iter().all(|&x| x == 0));
     f.check_invariants().unwrap();
@@ -87,8 +87,14 @@ fn bad_input_is_rejected_and_changes_nothing() {
         f.read(u64::MAX, &mut buf, SimTime::ZERO),
         Err(FtlError::OutOfRange { .. })
     ));
-    assert!(matches!(f.trim(cap, 1), Err(FtlError::OutOfRange { .. })));
-    assert!(matches!(f.trim(0, 0), Err(FtlError::OutOfRange { .. })));
+    assert!(matches!(
+        f.trim(cap, 1, SimTime::ZERO),
+        Err(FtlError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        f.trim(0, 0, SimTime::ZERO),
+        Err(FtlError::OutOfRange { .. })
+    ));
     assert_eq!(*f.stats(), before);
     assert_eq!(f.nand().op_count(), ops);
     f.read(0, &mut buf, SimTime::ZERO).unwrap();
@@ -155,7 +161,7 @@ fn run_model(f: &mut Ftl, ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Trim { lba, n } => {
                 let n = n.min(cap - lba);
-                f.trim(lba, n)
+                f.trim(lba, n, SimTime::ZERO)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 for i in 0..n {
                     model.remove(&(lba + i));
@@ -191,14 +197,16 @@ proptest! {
             wear_level_spread: 4,
             mdts_sectors: 3,
             write_cache: if wb { WriteCache::WriteBack } else { WriteCache::WriteThrough },
+            map_cache_share: 0.0005,
+            checkpoint_log_pages: 64,
+            ..FtlConfig::default()
         };
         // Shrink the device so the ops above overwrite it many times.
         let mut dev = DeviceConfig::preset("tiny").unwrap();
-        dev.geometry.blocks_per_plane = 12;
+        dev.geometry.blocks_per_plane = 24;
         dev.geometry.pages_per_block = 8;
         let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
-        prop_assume!(f.lbas() <= 2000);
-        let lbas = f.lbas();
+                let lbas = f.lbas();
         let ops: Vec<Op> = ops.into_iter().map(|o| match o {
             Op::Write { lba, n, tag } => Op::Write { lba: lba % lbas, n, tag },
             Op::Read { lba, n } => Op::Read { lba: lba % lbas, n },
@@ -212,7 +220,7 @@ proptest! {
     #[test]
     fn ftl_survives_media_faults(ops in ops(2000), seed in any::<u64>()) {
         let mut dev = DeviceConfig::preset("tiny").unwrap();
-        dev.geometry.blocks_per_plane = 24;
+        dev.geometry.blocks_per_plane = 32;
         dev.geometry.pages_per_block = 8;
         dev.faults.seed = seed;
         dev.faults.program_fail_prob = 0.002;
@@ -220,7 +228,7 @@ proptest! {
         dev.faults.rber_fresh = 1e-5;
         dev.faults.rber_end_of_life = 1e-5;
         dev.faults.ecc_bits_per_sector = 40;
-        let cfg = FtlConfig { op: 0.3, gc_free_blocks: 4, wear_level_spread: 6, mdts_sectors: 4, ..FtlConfig::default() };
+        let cfg = FtlConfig { op: 0.3, gc_free_blocks: 4, wear_level_spread: 6, mdts_sectors: 4, checkpoint_log_pages: 64, ..FtlConfig::default() };
         let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
         let lbas = f.lbas();
         let ops: Vec<Op> = ops.into_iter().map(|o| match o {
@@ -279,7 +287,7 @@ fn steady_waf(op: f64, mut next: impl FnMut(u64) -> u64) -> (f64, Ftl) {
     for _ in 0..4 * lbas {
         f.write(next(lbas), &data, SimTime::ZERO).unwrap();
     }
-    (f.stats().write_amplification(f.sectors_per_page()), f)
+    (f.stats().gc_write_amplification(), f)
 }
 
 #[test]
@@ -293,23 +301,23 @@ fn theory_values_match_the_issue() {
     }
 }
 
-/// Uniform random 4 KB writes with greedy GC, 256 pages per block, against the analytic
-/// value. Measured (1024 blocks): greedy comes out a few percent *below* the formula at
-/// low OP (finite block count and block size let greedy pick emptier victims than the
-/// formula's FIFO-like limit); the bound here is 10% so that a real GC bug still fails.
+/// Uniform random 4 KB writes with greedy GC, 256 pages per block: the GC share of write
+/// amplification within 5% of the analytic value (log and metadata programs are counted
+/// separately in `write_amplification`).
 #[test]
 fn uniform_random_waf_matches_theory() {
     for op in [0.07, 0.10, 0.20, 0.28] {
         let mut rng = SmallRng::seed_from_u64(42);
-        let (waf, f) = steady_waf(op, |n| rng.random_range(0..n));
+        let (waf, mut f) = steady_waf(op, |n| rng.random_range(0..n));
         let want = theory_waf(op);
         let err = (waf - want).abs() / want;
         eprintln!(
-            "op {op:.2}: WAF {waf:.3} theory {want:.3} ({:+.1}%), GC overhead {:.2}",
+            "op {op:.2}: GC WAF {waf:.3} theory {want:.3} ({:+.1}%), GC overhead {:.2}, total WAF with log and metadata {:.3}",
             err * 100.0,
-            f.stats().gc_overhead()
+            f.stats().gc_overhead(),
+            f.stats().write_amplification(f.sectors_per_page())
         );
-        assert!(err < 0.10, "op {op}: WAF {waf:.3} vs theory {want:.3}");
+        assert!(err < 0.05, "op {op}: WAF {waf:.3} vs theory {want:.3}");
         f.check_invariants().unwrap();
     }
 }
@@ -377,6 +385,112 @@ fn wear_leveling_bounds_the_erase_spread() {
     }
     let (mn, _, mx) = f.erase_counts();
     assert!(f.stats().wear_level_moves > 0);
-    assert!(mx - mn <= 5 + 2, "spread {mn}..{mx}");
+    // Without wear leveling this workload spreads erase counts over hundreds of cycles;
+    // blocks pinned by cold metadata (MAP pages that never change) are not moved by
+    // static wear leveling, so the bound is a small multiple of the threshold.
+    assert!(mx - mn <= 3 * 5, "spread {mn}..{mx}");
     f.check_invariants().unwrap();
+}
+
+#[test]
+fn clean_shutdown_and_recover_keeps_everything() {
+    let mut f = tiny_ftl(FtlConfig {
+        map_cache_share: 0.001,
+        ..FtlConfig::default()
+    });
+    let ss = f.lba_size();
+    for l in 0..200u64 {
+        f.write(l, &sector(&f, l), SimTime::ZERO).unwrap();
+    }
+    f.trim(7, 3, SimTime::ZERO).unwrap();
+    let nand = f.shutdown(SimTime::ZERO).unwrap();
+    let mut g = Ftl::recover(
+        nand,
+        FtlConfig {
+            map_cache_share: 0.001,
+            ..FtlConfig::default()
+        },
+    )
+    .unwrap();
+    let mut buf = vec![0u8; ss];
+    for l in 0..200u64 {
+        g.read(l, &mut buf, SimTime::ZERO).unwrap();
+        if (7..10).contains(&l) {
+            assert!(buf.iter().all(|&b| b == 0), "trimmed LBA {l}");
+        } else {
+            assert_eq!(buf, sector(&g, l), "LBA {l}");
+        }
+    }
+    g.check_invariants().unwrap();
+    let r = g.last_recovery().unwrap();
+    assert!(r.wall_s >= 0.0 && r.modeled_s > 0.0);
+}
+
+#[test]
+fn crash_without_checkpoint_replays_the_log() {
+    let mut f = tiny_ftl(FtlConfig {
+        checkpoint_log_pages: 100_000,
+        ..FtlConfig::default()
+    });
+    let ss = f.lba_size();
+    for l in 0..300u64 {
+        f.write(l % 150, &sector(&f, l), SimTime::ZERO).unwrap();
+    }
+    let nand = f.crash();
+    let mut g = Ftl::recover(
+        nand,
+        FtlConfig {
+            checkpoint_log_pages: 100_000,
+            ..FtlConfig::default()
+        },
+    )
+    .unwrap();
+    let mut buf = vec![0u8; ss];
+    for l in 150..300u64 {
+        g.read(l % 150, &mut buf, SimTime::ZERO).unwrap();
+        assert_eq!(buf, sector(&g, l), "LBA {}", l % 150);
+    }
+    let r = g.last_recovery().unwrap();
+    assert!(r.log_pages > 0 && r.commits_redone > 0, "{r:?}");
+    g.check_invariants().unwrap();
+}
+
+#[test]
+fn recover_refuses_an_unformatted_device() {
+    let nand = Nand::new_in_memory(DeviceConfig::preset("tiny").unwrap()).unwrap();
+    assert!(matches!(
+        Ftl::recover(nand, FtlConfig::default()),
+        Err(FtlError::NotFormatted)
+    ));
+}
+
+#[test]
+fn crash_torture_write_through() {
+    let cfg = crate::torture::TortureConfig::small(150, 7);
+    let r = crate::torture::torture(&cfg, &mut |_| {}).unwrap();
+    eprintln!("{r:?}");
+    assert_eq!(r.lost, 0, "{r:?}");
+    assert_eq!(r.torn, 0, "{r:?}");
+    assert!(r.writes_checked > 0 && r.cuts >= 150);
+}
+
+#[test]
+fn crash_torture_write_back() {
+    let mut cfg = crate::torture::TortureConfig::small(100, 8);
+    cfg.ftl.write_cache = WriteCache::WriteBack;
+    let r = crate::torture::torture(&cfg, &mut |_| {}).unwrap();
+    assert_eq!(r.lost, 0, "{r:?}");
+}
+
+#[test]
+fn crash_torture_with_media_faults() {
+    let mut cfg = crate::torture::TortureConfig::small(100, 9);
+    cfg.device.faults.program_fail_prob = 0.003;
+    cfg.device.faults.erase_fail_prob = 0.003;
+    cfg.device.faults.rber_fresh = 1e-5;
+    cfg.device.faults.rber_end_of_life = 1e-5;
+    cfg.device.geometry.blocks_per_plane = 48;
+    let r = crate::torture::torture(&cfg, &mut |_| {}).unwrap();
+    assert_eq!(r.lost, 0, "{r:?}");
+    assert_eq!(r.torn, 0, "{r:?}");
 }

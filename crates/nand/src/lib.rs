@@ -846,6 +846,17 @@ impl Nand {
     }
 }
 
+impl std::fmt::Debug for Nand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nand")
+            .field("device", &self.cfg.name)
+            .field("image", &self.store.path())
+            .field("ops", &self.op_seq)
+            .field("powered", &self.powered)
+            .finish()
+    }
+}
+
 fn factory_meta(cfg: &DeviceConfig) -> Vec<BlockMeta> {
     let n = cfg.geometry.total_blocks() as usize;
     let ratio = cfg.faults.factory_bad_block_ratio;

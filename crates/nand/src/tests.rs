@@ -442,9 +442,7 @@ fn image_persists_and_checks_geometry() {
     drop(n);
     let mut other = cfg.geometry;
     other.channels = 4;
-    let e = Nand::open_image(&path, Some(&other))
-        .err()
-        .expect("mismatch");
+    let e = Nand::open_image(&path, Some(&other)).expect_err("mismatch");
     assert!(matches!(e, NandError::GeometryMismatch { .. }), "{e}");
     assert!(
         e.to_string().contains("2ch") && e.to_string().contains("4ch"),

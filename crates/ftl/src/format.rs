@@ -1,0 +1,568 @@
+//! On-flash formats of the FTL: sector TAGs, log pages and their records, checkpoint
+//! records, and the packing of physical addresses.
+//!
+//! Every structure carries a magic, a version and a CRC-32C, so that recovery can tell a
+//! valid page from an erased, torn or foreign one without trusting anything else.
+
+use crate::ftl::FtlError;
+
+/// Sentinel of an unmapped LPID or an absent address.
+pub const NONE: u64 = u64::MAX;
+
+/// A physical sector address: `block << 24 | page << 8 | sector`.
+#[inline]
+pub fn pack(block: u32, page: u32, sector: u32) -> u64 {
+    ((block as u64) << 24) | ((page as u64) << 8) | sector as u64
+}
+
+/// Inverse of [`pack`].
+#[inline]
+pub fn unpack(a: u64) -> (u32, u32, u32) {
+    (
+        (a >> 24) as u32,
+        ((a >> 8) & 0xFFFF) as u32,
+        (a & 0xFF) as u32,
+    )
+}
+
+/// Bytes of the TAG the FTL keeps in each sector's OOB area.
+pub const TAG_BYTES: usize = 16;
+
+/// What a sector or page holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Padding (no content).
+    Pad = 0,
+    /// User data of an LPID.
+    Data = 1,
+    /// A MAP page.
+    Map = 2,
+    /// A MAPS page.
+    Maps = 3,
+    /// A WEAR page.
+    Wear = 4,
+    /// A bad-block-table page.
+    Bbt = 5,
+    /// A log page.
+    Log = 6,
+    /// A checkpoint record.
+    Ckpt = 7,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            0 => Kind::Pad,
+            1 => Kind::Data,
+            2 => Kind::Map,
+            3 => Kind::Maps,
+            4 => Kind::Wear,
+            5 => Kind::Bbt,
+            6 => Kind::Log,
+            7 => Kind::Ckpt,
+            _ => return None,
+        })
+    }
+}
+
+/// A sector's TAG: kind, a 56-bit id (LPID, MAP page index, LSN ...), the low 32 bits of
+/// the commit sequence number, and a CRC-32C of the sector's data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tag {
+    /// What the sector holds.
+    pub kind: Kind,
+    /// LPID for data; index for metadata pages.
+    pub id: u64,
+    /// Low 32 bits of the commit sequence that wrote it.
+    pub seq: u32,
+    /// CRC-32C of the sector's data.
+    pub crc: u32,
+}
+
+impl Tag {
+    /// Encode into 16 bytes.
+    pub fn write(&self, out: &mut [u8]) {
+        let word = (self.id & 0x00FF_FFFF_FFFF_FFFF) | ((self.kind as u64) << 56);
+        out[0..8].copy_from_slice(&word.to_le_bytes());
+        out[8..12].copy_from_slice(&self.seq.to_le_bytes());
+        out[12..16].copy_from_slice(&self.crc.to_le_bytes());
+    }
+
+    /// Decode from 16 bytes; `None` for an unknown kind (erased OOB reads as 0xFF).
+    pub fn read(b: &[u8]) -> Option<Tag> {
+        let word = u64::from_le_bytes(b[0..8].try_into().ok()?);
+        let kind = Kind::from_u8((word >> 56) as u8)?;
+        Some(Tag {
+            kind,
+            id: word & 0x00FF_FFFF_FFFF_FFFF,
+            seq: u32::from_le_bytes(b[8..12].try_into().ok()?),
+            crc: u32::from_le_bytes(b[12..16].try_into().ok()?),
+        })
+    }
+}
+
+/// A page address (`block << 16 | page`), used by links and tables.
+#[inline]
+pub fn page_addr(block: u32, page: u32) -> u64 {
+    ((block as u64) << 16) | page as u64
+}
+
+/// Inverse of [`page_addr`].
+#[inline]
+pub fn page_unaddr(a: u64) -> (u32, u32) {
+    ((a >> 16) as u32, (a & 0xFFFF) as u32)
+}
+
+/// One logged mapping change: `lpid` moves from `old` to `new` (sector addresses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// The logical page.
+    pub lpid: u64,
+    /// Where it is written now.
+    pub new: u64,
+    /// Where it was before (undo information; GC moves apply only if MAP still says so).
+    pub old: u64,
+}
+
+/// A recovery-log record (batch-io §4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// Redo descriptor of a user commit (written before its data).
+    Rdesc {
+        /// Commit sequence.
+        seq: u64,
+        /// Mapping changes.
+        entries: Vec<Entry>,
+    },
+    /// Amendment: new locations of entries whose program failed.
+    Rdesca {
+        /// Commit sequence amended.
+        seq: u64,
+        /// Relocated entries.
+        entries: Vec<Entry>,
+    },
+    /// GC relocations (applied only where MAP still points at `old`).
+    GcMove {
+        /// Commit sequence.
+        seq: u64,
+        /// Moves.
+        entries: Vec<Entry>,
+    },
+    /// The commit's updates are installed.
+    Done {
+        /// Commit sequence.
+        seq: u64,
+    },
+    /// LPIDs `lpid..lpid+n` were unmapped.
+    Trim {
+        /// First LPID.
+        lpid: u64,
+        /// Count.
+        n: u64,
+    },
+    /// Metadata extension of an LPID was set.
+    Ext {
+        /// The LPID.
+        lpid: u64,
+        /// Extension bytes.
+        bytes: Vec<u8>,
+    },
+}
+
+impl Record {
+    /// Encoded size in bytes.
+    pub fn size(&self) -> usize {
+        match self {
+            Record::Rdesc { entries, .. }
+            | Record::Rdesca { entries, .. }
+            | Record::GcMove { entries, .. } => 1 + 8 + 4 + 24 * entries.len(),
+            Record::Done { .. } => 1 + 8,
+            Record::Trim { .. } => 1 + 16,
+            Record::Ext { bytes, .. } => 1 + 8 + 1 + bytes.len(),
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let mut entries_of = |tag: u8, seq: u64, entries: &[Entry]| {
+            out.push(tag);
+            out.extend_from_slice(&seq.to_le_bytes());
+            out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+            for e in entries {
+                out.extend_from_slice(&e.lpid.to_le_bytes());
+                out.extend_from_slice(&e.new.to_le_bytes());
+                out.extend_from_slice(&e.old.to_le_bytes());
+            }
+        };
+        match self {
+            Record::Rdesc { seq, entries } => entries_of(1, *seq, entries),
+            Record::Rdesca { seq, entries } => entries_of(2, *seq, entries),
+            Record::GcMove { seq, entries } => entries_of(3, *seq, entries),
+            Record::Done { seq } => {
+                out.push(4);
+                out.extend_from_slice(&seq.to_le_bytes());
+            }
+            Record::Trim { lpid, n } => {
+                out.push(5);
+                out.extend_from_slice(&lpid.to_le_bytes());
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+            Record::Ext { lpid, bytes } => {
+                out.push(6);
+                out.extend_from_slice(&lpid.to_le_bytes());
+                out.push(bytes.len() as u8);
+                out.extend_from_slice(bytes);
+            }
+        }
+    }
+
+    fn decode(b: &[u8]) -> Option<(Record, usize)> {
+        let u64_at = |o: usize| {
+            b.get(o..o + 8)
+                .and_then(|s| s.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        let tag = *b.first()?;
+        match tag {
+            1..=3 => {
+                let seq = u64_at(1)?;
+                let n = u32::from_le_bytes(b.get(9..13)?.try_into().ok()?) as usize;
+                let mut entries = Vec::with_capacity(n.min(4096));
+                for i in 0..n {
+                    let o = 13 + 24 * i;
+                    entries.push(Entry {
+                        lpid: u64_at(o)?,
+                        new: u64_at(o + 8)?,
+                        old: u64_at(o + 16)?,
+                    });
+                }
+                let r = match tag {
+                    1 => Record::Rdesc { seq, entries },
+                    2 => Record::Rdesca { seq, entries },
+                    _ => Record::GcMove { seq, entries },
+                };
+                Some((r, 13 + 24 * n))
+            }
+            4 => Some((Record::Done { seq: u64_at(1)? }, 9)),
+            5 => Some((
+                Record::Trim {
+                    lpid: u64_at(1)?,
+                    n: u64_at(9)?,
+                },
+                17,
+            )),
+            6 => {
+                let lpid = u64_at(1)?;
+                let n = *b.get(9)? as usize;
+                Some((
+                    Record::Ext {
+                        lpid,
+                        bytes: b.get(10..10 + n)?.to_vec(),
+                    },
+                    10 + n,
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+const LOG_MAGIC: u32 = 0x474F_4C43; // "CLOG"
+/// Forward links per log page (a failed log write retries at the next link).
+pub const LOG_LINKS: usize = 4;
+const LOG_HEADER: usize = 4 + 4 + 8 + 8 + 8 * LOG_LINKS + 4 + 4 + 4;
+
+/// A log page: header (LSN, back link, forward links) and records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogPage {
+    /// Log sequence number of this page.
+    pub lsn: u64,
+    /// Page address of the previous log page.
+    pub prev: u64,
+    /// Candidate page addresses of the next log page, in order.
+    pub links: [u64; LOG_LINKS],
+    /// Records, in log order.
+    pub records: Vec<Record>,
+}
+
+impl LogPage {
+    /// Record bytes that fit in a page of `page_size`.
+    pub fn capacity(page_size: usize) -> usize {
+        page_size - LOG_HEADER
+    }
+
+    /// Serialize into `out` (exactly one page).
+    pub fn encode(&self, out: &mut [u8]) {
+        let mut body = Vec::with_capacity(out.len());
+        for r in &self.records {
+            r.encode(&mut body);
+        }
+        out.fill(0);
+        out[0..4].copy_from_slice(&LOG_MAGIC.to_le_bytes());
+        out[4..8].copy_from_slice(&(self.records.len() as u32).to_le_bytes());
+        out[8..16].copy_from_slice(&self.lsn.to_le_bytes());
+        out[16..24].copy_from_slice(&self.prev.to_le_bytes());
+        for (i, l) in self.links.iter().enumerate() {
+            out[24 + 8 * i..32 + 8 * i].copy_from_slice(&l.to_le_bytes());
+        }
+        let o = 24 + 8 * LOG_LINKS;
+        out[o..o + 4].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        out[LOG_HEADER..LOG_HEADER + body.len()].copy_from_slice(&body);
+        let crc = crc32c::crc32c(&out[..LOG_HEADER + body.len()]);
+        out[o + 8..o + 12].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Parse a page; `None` if it is not a valid log page.
+    pub fn decode(b: &[u8]) -> Option<LogPage> {
+        if b.len() < LOG_HEADER || u32::from_le_bytes(b[0..4].try_into().ok()?) != LOG_MAGIC {
+            return None;
+        }
+        let nrec = u32::from_le_bytes(b[4..8].try_into().ok()?) as usize;
+        let o = 24 + 8 * LOG_LINKS;
+        let body_len = u32::from_le_bytes(b[o..o + 4].try_into().ok()?) as usize;
+        if LOG_HEADER + body_len > b.len() {
+            return None;
+        }
+        let crc = u32::from_le_bytes(b[o + 8..o + 12].try_into().ok()?);
+        let mut copy = b[..LOG_HEADER + body_len].to_vec();
+        copy[o + 8..o + 12].fill(0);
+        if crc32c::crc32c(&copy) != crc {
+            return None;
+        }
+        let mut links = [NONE; LOG_LINKS];
+        for (i, l) in links.iter_mut().enumerate() {
+            *l = u64::from_le_bytes(b[24 + 8 * i..32 + 8 * i].try_into().ok()?);
+        }
+        let mut records = Vec::with_capacity(nrec);
+        let mut p = LOG_HEADER;
+        for _ in 0..nrec {
+            let (r, used) = Record::decode(&b[p..LOG_HEADER + body_len])?;
+            records.push(r);
+            p += used;
+        }
+        Some(LogPage {
+            lsn: u64::from_le_bytes(b[8..16].try_into().ok()?),
+            prev: u64::from_le_bytes(b[16..24].try_into().ok()?),
+            links,
+            records,
+        })
+    }
+}
+
+const CKPT_MAGIC: u32 = 0x504B_4343; // "CCKP"
+const CKPT_VERSION: u32 = 1;
+
+/// The checkpoint record written to the well-known location (batch-io §7.2.7).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Checkpoint sequence (the newest valid one wins).
+    pub seq: u64,
+    /// LSN of the redo scan start point (RSSP).
+    pub rssp_lsn: u64,
+    /// Page address of the log page at the RSSP.
+    pub rssp_addr: u64,
+    /// Next commit sequence number.
+    pub next_commit: u64,
+    /// Logical capacity in LPIDs.
+    pub lbas: u64,
+    /// Bytes of metadata extension per MAP entry.
+    pub ext_bytes: u32,
+    /// Provisioning round-robin positions (HOT, COLD, META).
+    pub rr: [u32; 3],
+    /// MAPT: page addresses of the MAPS pages.
+    pub mapt: Vec<u64>,
+    /// Page addresses of the WEAR pages.
+    pub wear: Vec<u64>,
+    /// Page addresses of the bad-block-table pages.
+    pub bbt: Vec<u64>,
+}
+
+impl Checkpoint {
+    /// Serialize into one page; errors if the tables do not fit.
+    pub fn encode(&self, out: &mut [u8]) -> Result<(), FtlError> {
+        let mut v = Vec::with_capacity(out.len());
+        v.extend_from_slice(&CKPT_MAGIC.to_le_bytes());
+        v.extend_from_slice(&CKPT_VERSION.to_le_bytes());
+        for x in [
+            self.seq,
+            self.rssp_lsn,
+            self.rssp_addr,
+            self.next_commit,
+            self.lbas,
+        ] {
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        v.extend_from_slice(&self.ext_bytes.to_le_bytes());
+        for r in self.rr {
+            v.extend_from_slice(&r.to_le_bytes());
+        }
+        for list in [&self.mapt, &self.wear, &self.bbt] {
+            v.extend_from_slice(&(list.len() as u32).to_le_bytes());
+            for a in list.iter() {
+                v.extend_from_slice(&a.to_le_bytes());
+            }
+        }
+        if v.len() + 4 > out.len() {
+            return Err(FtlError::Config(format!(
+                "checkpoint record of {} bytes does not fit a {}-byte page",
+                v.len() + 4,
+                out.len()
+            )));
+        }
+        let crc = crc32c::crc32c(&v);
+        out.fill(0);
+        out[..v.len()].copy_from_slice(&v);
+        out[v.len()..v.len() + 4].copy_from_slice(&crc.to_le_bytes());
+        Ok(())
+    }
+
+    /// Parse a page; `None` if it is not a valid checkpoint record.
+    pub fn decode(b: &[u8]) -> Option<Checkpoint> {
+        let u32_at = |o: usize| {
+            b.get(o..o + 4)
+                .and_then(|s| s.try_into().ok())
+                .map(u32::from_le_bytes)
+        };
+        let u64_at = |o: usize| {
+            b.get(o..o + 8)
+                .and_then(|s| s.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        if u32_at(0)? != CKPT_MAGIC || u32_at(4)? != CKPT_VERSION {
+            return None;
+        }
+        let mut p = 8;
+        let mut next = || {
+            let x = u64_at(p);
+            p += 8;
+            x
+        };
+        let (seq, rssp_lsn, rssp_addr, next_commit, lbas) =
+            (next()?, next()?, next()?, next()?, next()?);
+        let ext_bytes = u32_at(p)?;
+        p += 4;
+        let rr = [u32_at(p)?, u32_at(p + 4)?, u32_at(p + 8)?];
+        p += 12;
+        let mut lists: [Vec<u64>; 3] = Default::default();
+        for list in lists.iter_mut() {
+            let n = u32_at(p)? as usize;
+            p += 4;
+            if n > b.len() / 8 {
+                return None;
+            }
+            for _ in 0..n {
+                list.push(u64_at(p)?);
+                p += 8;
+            }
+        }
+        let crc = u32_at(p)?;
+        if crc32c::crc32c(&b[..p]) != crc {
+            return None;
+        }
+        let [mapt, wear, bbt] = lists;
+        Some(Checkpoint {
+            seq,
+            rssp_lsn,
+            rssp_addr,
+            next_commit,
+            lbas,
+            ext_bytes,
+            rr,
+            mapt,
+            wear,
+            bbt,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_roundtrip_and_erased() {
+        let t = Tag {
+            kind: Kind::Data,
+            id: 0x12_3456_789A,
+            seq: 7,
+            crc: 0xDEAD_BEEF,
+        };
+        let mut b = [0u8; 16];
+        t.write(&mut b);
+        assert_eq!(Tag::read(&b), Some(t));
+        assert_eq!(Tag::read(&[0xFF; 16]), None);
+    }
+
+    #[test]
+    fn log_page_roundtrip_and_corruption() {
+        let p = LogPage {
+            lsn: 42,
+            prev: 7,
+            links: [1, 2, 3, NONE],
+            records: vec![
+                Record::Rdesc {
+                    seq: 9,
+                    entries: vec![Entry {
+                        lpid: 1,
+                        new: 2,
+                        old: NONE,
+                    }],
+                },
+                Record::Done { seq: 8 },
+                Record::Trim { lpid: 5, n: 3 },
+                Record::Ext {
+                    lpid: 4,
+                    bytes: vec![1, 2, 3],
+                },
+                Record::GcMove {
+                    seq: 10,
+                    entries: vec![
+                        Entry {
+                            lpid: 3,
+                            new: 4,
+                            old: 5
+                        };
+                        3
+                    ],
+                },
+                Record::Rdesca {
+                    seq: 9,
+                    entries: vec![],
+                },
+            ],
+        };
+        let mut page = vec![0u8; 4096];
+        p.encode(&mut page);
+        assert_eq!(LogPage::decode(&page), Some(p));
+        page[100] ^= 1;
+        assert_eq!(LogPage::decode(&page), None);
+        assert_eq!(LogPage::decode(&[0xFF; 4096]), None);
+        assert_eq!(LogPage::decode(&[0u8; 10]), None);
+    }
+
+    #[test]
+    fn checkpoint_roundtrip_and_corruption() {
+        let c = Checkpoint {
+            seq: 3,
+            rssp_lsn: 10,
+            rssp_addr: 99,
+            next_commit: 77,
+            lbas: 1000,
+            ext_bytes: 8,
+            rr: [1, 2, 3],
+            mapt: vec![5, 6],
+            wear: vec![7],
+            bbt: vec![8, 9],
+        };
+        let mut page = vec![0u8; 4096];
+        c.encode(&mut page).unwrap();
+        assert_eq!(Checkpoint::decode(&page), Some(c.clone()));
+        page[20] ^= 0x40;
+        assert_eq!(Checkpoint::decode(&page), None);
+        let big = Checkpoint {
+            mapt: vec![1; 1000],
+            ..c
+        };
+        assert!(big.encode(&mut page).is_err());
+    }
+}

@@ -1,0 +1,374 @@
+//! Crash torture: cut power at random points of a random workload, recover, and check
+//! that nothing acknowledged is lost, the command in flight is all-or-nothing (every
+//! sector old, or every sector new), and nothing panics.
+//!
+//! The workload mixes single- and multi-sector writes (split by MDTS into several
+//! commands), trims, flushes and checkpoints on a small device where GC, wear leveling,
+//! map-cache eviction and checkpoints run constantly, so cuts land in all of them. With
+//! probability `recovery_cut_prob` a second cut is armed during recovery itself.
+
+use crate::{Ftl, FtlConfig, FtlError, WriteCache};
+use csd_nand::{Nand, NandError, PowerCut};
+use csd_sim::{DeviceConfig, SimTime};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use std::collections::HashMap;
+
+/// Parameters of a torture run.
+#[derive(Debug, Clone)]
+pub struct TortureConfig {
+    /// Power cuts to perform.
+    pub cuts: u64,
+    /// Seed of the workload, the cut points and the media faults.
+    pub seed: u64,
+    /// Device to run on.
+    pub device: DeviceConfig,
+    /// FTL parameters.
+    pub ftl: FtlConfig,
+    /// Maximum operations between cuts (a cut is armed uniformly in 1..=this many media ops).
+    pub max_ops_between_cuts: u64,
+    /// Probability that power is cut again during recovery.
+    pub recovery_cut_prob: f64,
+}
+
+impl TortureConfig {
+    /// The default torture setup: a shrunken `tiny` device, write-through, small MAP cache
+    /// and frequent checkpoints.
+    pub fn small(cuts: u64, seed: u64) -> TortureConfig {
+        let mut device = DeviceConfig::preset("tiny")
+            .unwrap_or_else(|_| unreachable!("the tiny preset is built in"));
+        device.geometry.blocks_per_plane = 32;
+        device.geometry.pages_per_block = 16;
+        device.faults.seed = seed;
+        TortureConfig {
+            cuts,
+            seed,
+            device,
+            ftl: FtlConfig {
+                op: 0.3,
+                gc_free_blocks: 4,
+                wear_level_spread: 8,
+                mdts_sectors: 4,
+                map_cache_share: 0.0005,
+                checkpoint_log_pages: 48,
+                ..FtlConfig::default()
+            },
+            max_ops_between_cuts: 400,
+            recovery_cut_prob: 0.2,
+        }
+    }
+}
+
+/// What a torture run found.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TortureReport {
+    /// Power cuts performed (including cuts during recovery).
+    pub cuts: u64,
+    /// Cuts that struck during recovery.
+    pub recovery_cuts: u64,
+    /// Host commands acknowledged.
+    pub acked_commands: u64,
+    /// LBA reads compared against the reference after recoveries.
+    pub writes_checked: u64,
+    /// Acknowledged data that did not read back (must be 0).
+    pub lost: u64,
+    /// In-flight commands found partly applied (must be 0).
+    pub torn: u64,
+    /// In-flight commands found fully applied after the cut.
+    pub inflight_applied: u64,
+    /// Commands discarded by recovery because their data did not verify.
+    pub recovery_discarded: u64,
+    /// Sum of modeled recovery times, seconds.
+    pub recovery_modeled_s: f64,
+    /// Longest wall-clock recovery, seconds.
+    pub recovery_wall_max_s: f64,
+}
+
+fn pattern(lba: u64, version: u64, ss: usize) -> Vec<u8> {
+    let mut v = vec![0u8; ss];
+    if version == 0 {
+        return v;
+    }
+    for (i, chunk) in v.chunks_mut(8).enumerate() {
+        let x = (lba.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ version.wrapping_mul(0xD1B5_4A32_D192_ED03))
+        .wrapping_add(i as u64);
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    v
+}
+
+/// The command in flight when power was cut: LBAs with their old and new versions.
+struct InFlight {
+    lbas: Vec<(u64, u64, u64)>,
+}
+
+fn is_power_loss(e: &FtlError) -> bool {
+    matches!(e, FtlError::Nand(NandError::PowerLoss))
+}
+
+/// Recover, retrying when a cut strikes during recovery.
+fn recover_with_cuts(
+    mut nand: Nand,
+    cfg: &TortureConfig,
+    rng: &mut SmallRng,
+    rep: &mut TortureReport,
+) -> Result<Ftl, String> {
+    for _ in 0..100 {
+        nand.power_on();
+        if rng.random::<f64>() < cfg.recovery_cut_prob {
+            nand.arm_power_cut(PowerCut::AtOp(rng.random_range(1..300)));
+        }
+        match Ftl::try_recover(nand, cfg.ftl) {
+            Ok(mut f) => {
+                f.nand_mut().disarm_power_cut();
+                if let Some(r) = f.last_recovery() {
+                    rep.recovery_discarded += r.commits_discarded;
+                    rep.recovery_modeled_s += r.modeled_s;
+                    rep.recovery_wall_max_s = rep.recovery_wall_max_s.max(r.wall_s);
+                }
+                return Ok(f);
+            }
+            Err(failed) if is_power_loss(&failed.error) => {
+                rep.cuts += 1;
+                rep.recovery_cuts += 1;
+                nand = *failed.nand;
+            }
+            Err(failed) => return Err(format!("recovery failed: {}", failed.error)),
+        }
+    }
+    Err("recovery kept failing".into())
+}
+
+/// Run the torture; `progress` is called after each cut with the cuts done.
+pub fn torture(
+    cfg: &TortureConfig,
+    progress: &mut dyn FnMut(u64),
+) -> Result<TortureReport, String> {
+    let mut rng = SmallRng::seed_from_u64(cfg.seed);
+    let nand = Nand::new_in_memory(cfg.device.clone()).map_err(|e| e.to_string())?;
+    let mut ftl = Some(Ftl::format(nand, cfg.ftl).map_err(|e| e.to_string())?);
+    let ss = cfg.device.geometry.sector_size as usize;
+    let mut model: HashMap<u64, u64> = HashMap::new();
+    let mut next_version = 1u64;
+    let mut rep = TortureReport::default();
+    let write_back = cfg.ftl.write_cache == WriteCache::WriteBack;
+    // In write-back mode, writes since the last flush are "in flight" as a group.
+    let mut unflushed: Vec<(u64, u64, u64)> = Vec::new();
+    while rep.cuts < cfg.cuts {
+        let mut f = ftl.take().ok_or("no FTL")?;
+        let lbas = f.lbas();
+        let hot = (lbas / 3).max(1);
+        f.nand_mut().arm_power_cut(PowerCut::AtOp(
+            rng.random_range(1..=cfg.max_ops_between_cuts),
+        ));
+        let mut inflight: Option<InFlight> = None;
+        let mut t = SimTime::ZERO;
+        loop {
+            let op = rng.random_range(0..100u32);
+            let result = if op < 70 {
+                let n = if rng.random_range(0..4) == 0 {
+                    rng.random_range(2..10u64)
+                } else {
+                    1
+                };
+                let lba = if rng.random_bool(0.7) {
+                    rng.random_range(0..hot)
+                } else {
+                    rng.random_range(0..lbas)
+                };
+                let n = n.min(lbas - lba);
+                let mut data = Vec::with_capacity(n as usize * ss);
+                let mut change = Vec::new();
+                for i in 0..n {
+                    let v = next_version;
+                    next_version += 1;
+                    data.extend_from_slice(&pattern(lba + i, v, ss));
+                    change.push((lba + i, *model.get(&(lba + i)).unwrap_or(&0), v));
+                }
+                inflight = Some(InFlight {
+                    lbas: change.clone(),
+                });
+                let r = f.write(lba, &data, t);
+                if r.is_ok() {
+                    if write_back {
+                        unflushed.extend(change.iter().copied());
+                    } else {
+                        for (l, _, v) in change {
+                            model.insert(l, v);
+                        }
+                    }
+                }
+                r
+            } else if op < 80 {
+                let lba = rng.random_range(0..lbas);
+                let n = rng.random_range(1..6u64).min(lbas - lba);
+                let change: Vec<(u64, u64, u64)> = (lba..lba + n)
+                    .map(|l| (l, *model.get(&l).unwrap_or(&0), 0))
+                    .collect();
+                inflight = Some(InFlight {
+                    lbas: change.clone(),
+                });
+                let r = f.trim(lba, n, t);
+                if r.is_ok() {
+                    for (l, _, _) in change {
+                        model.remove(&l);
+                    }
+                    // The trim comes after any buffered write to these LBAs.
+                    unflushed.retain(|(l, _, _)| !(lba..lba + n).contains(l));
+                }
+                r
+            } else if op < 90 {
+                let r = f.flush(t);
+                if r.is_ok() {
+                    for (l, _, v) in unflushed.drain(..) {
+                        model.insert(l, v);
+                    }
+                }
+                r
+            } else if op < 93 {
+                f.checkpoint(t)
+            } else {
+                // A read of a random LBA: must be the model's value at any time.
+                let lba = rng.random_range(0..lbas);
+                let mut buf = vec![0u8; ss];
+                let r = f.read(lba, &mut buf, t);
+                if r.is_ok()
+                    && !write_back
+                    && buf != pattern(lba, *model.get(&lba).unwrap_or(&0), ss)
+                {
+                    return Err(format!(
+                        "live read of LBA {lba} disagrees with the model before any crash"
+                    ));
+                }
+                r
+            };
+            match result {
+                Ok(done) => {
+                    t = done;
+                    rep.acked_commands += 1;
+                    inflight = None;
+                }
+                Err(e) if is_power_loss(&e) => break,
+                Err(e) => {
+                    return Err(format!(
+                        "unexpected error before the cut {}: {e}; {}",
+                        rep.cuts,
+                        f.block_census()
+                    ));
+                }
+            }
+        }
+        rep.cuts += 1;
+        // Crash, recover (maybe cut again during recovery), verify.
+        let nand = f.crash();
+        let mut f = recover_with_cuts(nand, cfg, &mut rng, &mut rep)?;
+        if write_back {
+            // Unflushed writes may or may not be there; treat them all as in flight.
+            let mut group = std::mem::take(&mut unflushed);
+            if let Some(inf) = inflight.take() {
+                group.extend(inf.lbas);
+            }
+            for (l, _, _) in &group {
+                let mut buf = vec![0u8; ss];
+                f.read(*l, &mut buf, SimTime::ZERO)
+                    .map_err(|e| e.to_string())?;
+                // Accept any version this LBA ever had in the group, or the model's.
+                let ok = group
+                    .iter()
+                    .filter(|(x, _, _)| x == l)
+                    .any(|(_, o, n)| buf == pattern(*l, *o, ss) || buf == pattern(*l, *n, ss))
+                    || buf == pattern(*l, *model.get(l).unwrap_or(&0), ss);
+                if !ok {
+                    rep.lost += 1;
+                }
+                // Adopt what is there as the new reference.
+                let v = group
+                    .iter()
+                    .filter(|(x, _, _)| x == l)
+                    .flat_map(|(_, o, n)| [*o, *n])
+                    .find(|v| buf == pattern(*l, *v, ss));
+                match v {
+                    Some(0) | None => {
+                        model.remove(l);
+                    }
+                    Some(v) => {
+                        model.insert(*l, v);
+                    }
+                }
+            }
+        } else if let Some(inf) = inflight.take() {
+            // The command in flight: all old or all new.
+            let mut olds = 0;
+            let mut news = 0;
+            for &(l, old, new) in &inf.lbas {
+                let mut buf = vec![0u8; ss];
+                f.read(l, &mut buf, SimTime::ZERO)
+                    .map_err(|e| e.to_string())?;
+                if buf == pattern(l, new, ss) {
+                    news += 1;
+                } else if buf == pattern(l, old, ss) {
+                    olds += 1;
+                }
+            }
+            // An MDTS-split host write is several commands; each is atomic, so check by command.
+            let per = cfg.ftl.mdts_sectors as usize;
+            for chunk in inf.lbas.chunks(per) {
+                let mut n_new = 0;
+                for &(l, old, new) in chunk {
+                    let mut buf = vec![0u8; ss];
+                    f.read(l, &mut buf, SimTime::ZERO)
+                        .map_err(|e| e.to_string())?;
+                    if buf == pattern(l, new, ss) && new != old {
+                        n_new += 1;
+                    } else if buf != pattern(l, old, ss) {
+                        rep.lost += 1;
+                    }
+                }
+                if n_new != 0 && n_new != chunk.iter().filter(|(_, o, n)| o != n).count() {
+                    rep.torn += 1;
+                }
+            }
+            if news > 0 && olds == 0 {
+                rep.inflight_applied += 1;
+            }
+            for &(l, old, new) in &inf.lbas {
+                let mut buf = vec![0u8; ss];
+                f.read(l, &mut buf, SimTime::ZERO)
+                    .map_err(|e| e.to_string())?;
+                let v = if buf == pattern(l, new, ss) { new } else { old };
+                if v == 0 {
+                    model.remove(&l);
+                } else {
+                    model.insert(l, v);
+                }
+            }
+        }
+        // Every acknowledged LBA reads back exactly; everything else reads zeros.
+        let mut buf = vec![0u8; ss];
+        for l in 0..f.lbas() {
+            match f.read(l, &mut buf, SimTime::ZERO) {
+                Ok(_) => {}
+                Err(e) => return Err(format!("read of LBA {l} after recovery failed: {e}")),
+            }
+            rep.writes_checked += 1;
+            if buf != pattern(l, *model.get(&l).unwrap_or(&0), ss) {
+                if rep.lost == 0 && std::env::var_os("CSD_TORTURE_DEBUG").is_some() {
+                    eprintln!(
+                        "cut {}: LBA {l} expected version {:?}, zero={} ; recovery {:?}",
+                        rep.cuts,
+                        model.get(&l),
+                        buf.iter().all(|&b| b == 0),
+                        f.last_recovery()
+                    );
+                }
+                rep.lost += 1;
+            }
+        }
+        f.check_invariants()
+            .map_err(|e| format!("after cut {}: {e}", rep.cuts))?;
+        ftl = Some(f);
+        progress(rep.cuts);
+    }
+    Ok(rep)
+}
