@@ -375,6 +375,10 @@ pub struct Checkpoint {
     pub wear: Vec<u64>,
     /// Page addresses of the bad-block-table pages.
     pub bbt: Vec<u64>,
+    /// Lifetime counters (SMART) as of this checkpoint.
+    pub lifetime: Vec<u64>,
+    /// The last recovery's modeled and wall-clock duration, ns.
+    pub last_recovery_ns: [u64; 2],
 }
 
 impl Checkpoint {
@@ -396,13 +400,16 @@ impl Checkpoint {
         for r in self.rr {
             v.extend_from_slice(&r.to_le_bytes());
         }
-        for list in [&self.mapt, &self.wear, &self.bbt] {
+        for list in [&self.mapt, &self.wear, &self.bbt, &self.lifetime] {
             v.extend_from_slice(&(list.len() as u32).to_le_bytes());
             for a in list.iter() {
                 v.extend_from_slice(&a.to_le_bytes());
             }
         }
-        if v.len() + 4 > out.len() {
+        v.extend_from_slice(&self.last_recovery_ns[0].to_le_bytes());
+        v.extend_from_slice(&self.last_recovery_ns[1].to_le_bytes());
+        // The last 8 * LOG_LINKS bytes of the page hold the RSSP's candidate links.
+        if v.len() + 4 > out.len() - 8 * LOG_LINKS {
             return Err(FtlError::Config(format!(
                 "checkpoint record of {} bytes does not fit a {}-byte page",
                 v.len() + 4,
@@ -443,7 +450,7 @@ impl Checkpoint {
         p += 4;
         let rr = [u32_at(p)?, u32_at(p + 4)?, u32_at(p + 8)?];
         p += 12;
-        let mut lists: [Vec<u64>; 3] = Default::default();
+        let mut lists: [Vec<u64>; 4] = Default::default();
         for list in lists.iter_mut() {
             let n = u32_at(p)? as usize;
             p += 4;
@@ -455,11 +462,13 @@ impl Checkpoint {
                 p += 8;
             }
         }
+        let last_recovery_ns = [u64_at(p)?, u64_at(p + 8)?];
+        p += 16;
         let crc = u32_at(p)?;
         if crc32c::crc32c(&b[..p]) != crc {
             return None;
         }
-        let [mapt, wear, bbt] = lists;
+        let [mapt, wear, bbt, lifetime] = lists;
         Some(Checkpoint {
             seq,
             rssp_lsn,
@@ -471,6 +480,8 @@ impl Checkpoint {
             mapt,
             wear,
             bbt,
+            lifetime,
+            last_recovery_ns,
         })
     }
 }
@@ -553,6 +564,8 @@ mod tests {
             mapt: vec![5, 6],
             wear: vec![7],
             bbt: vec![8, 9],
+            lifetime: vec![1, 2, 3],
+            last_recovery_ns: [10, 20],
         };
         let mut page = vec![0u8; 4096];
         c.encode(&mut page).unwrap();

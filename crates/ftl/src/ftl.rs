@@ -116,7 +116,7 @@ pub enum FtlError {
 }
 
 /// Counters of the FTL's work, in sectors unless named otherwise.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FtlStats {
     /// Sectors written by the host.
     pub host_write_sectors: u64,
@@ -166,6 +166,67 @@ pub struct FtlStats {
     pub map_misses: u64,
     /// Checkpoints completed.
     pub checkpoints: u64,
+    /// Batches (`flush_batch`) committed.
+    pub batches: u64,
+}
+
+macro_rules! stats_fields {
+    ($m:ident) => {
+        $m!(
+            host_write_sectors,
+            host_read_sectors,
+            host_trim_sectors,
+            commits,
+            user_programs,
+            gc_programs,
+            meta_programs,
+            log_pages,
+            user_reads,
+            gc_reads,
+            meta_reads,
+            erases,
+            meta_erases,
+            gc_moved_sectors,
+            gc_reclaimed_sectors,
+            padding_sectors,
+            gc_victims,
+            wear_level_moves,
+            grown_bad_blocks,
+            program_failures,
+            erase_failures,
+            map_hits,
+            map_misses,
+            checkpoints,
+            batches
+        )
+    };
+}
+
+impl FtlStats {
+    /// The counters as words, in a fixed order (for persistence).
+    pub fn to_words(&self) -> Vec<u64> {
+        macro_rules! w {
+            ($($f:ident),*) => { vec![$(self.$f),*] };
+        }
+        stats_fields!(w)
+    }
+
+    /// Inverse of [`FtlStats::to_words`]; missing words are zero.
+    pub fn from_words(words: &[u64]) -> FtlStats {
+        let mut it = words.iter().copied();
+        macro_rules! r {
+            ($($f:ident),*) => { FtlStats { $($f: it.next().unwrap_or(0)),* } };
+        }
+        stats_fields!(r)
+    }
+
+    /// Field-wise sum.
+    pub fn plus(&self, o: &FtlStats) -> FtlStats {
+        macro_rules! p {
+            ($($f:ident),*) => { FtlStats { $($f: self.$f + o.$f),* } };
+        }
+        stats_fields!(p)
+    }
 }
 
 impl FtlStats {
@@ -342,6 +403,8 @@ pub struct Ftl {
     in_gc: bool,
     /// Blocks currently holding (or reserved for) log pages.
     log_blocks: u32,
+    /// Lifetime counters up to the start of the current `stats` window.
+    life_base: FtlStats,
     /// During recovery the MAP cache evicts clean pages only (no flash writes before the
     /// block classes are known); it may exceed its bound until the closing checkpoint.
     recovering: bool,
@@ -456,6 +519,7 @@ impl Ftl {
             in_gc: false,
             log_blocks: 0,
             recovering: false,
+            life_base: FtlStats::default(),
             nand,
             cfg,
         }
@@ -579,6 +643,7 @@ impl Ftl {
         f.start_log()?;
         f.checkpoint(SimTime::ZERO)?;
         f.stats = FtlStats::default();
+        f.life_base = FtlStats::default();
         Ok(f)
     }
 
@@ -598,6 +663,7 @@ impl Ftl {
     }
     /// Forget counters (a new measurement window).
     pub fn reset_stats(&mut self) {
+        self.life_base = self.life_base.plus(&self.stats);
         self.stats = FtlStats::default();
         self.wl_checked_at = 0;
     }
@@ -625,6 +691,12 @@ impl Ftl {
     pub fn bad_blocks(&self) -> u32 {
         self.blocks.iter().filter(|b| b.state == Use::Bad).count() as u32
     }
+    /// Counters over the device's life (persisted with each checkpoint; counts since the
+    /// last checkpoint before a crash are lost with the crash).
+    pub fn lifetime_stats(&self) -> FtlStats {
+        self.life_base.plus(&self.stats)
+    }
+
     /// The last recovery, if this FTL was recovered.
     pub fn last_recovery(&self) -> Option<RecoveryReport> {
         self.recovery
@@ -1472,6 +1544,99 @@ impl Ftl {
         Ok(t)
     }
 
+    /// Write a batch (batch-io §3): `buf` is a DESC block followed by the pages it
+    /// describes. The batch is atomic (one commit: one redo descriptor, verified as a whole
+    /// at recovery), ordered after everything written before it, and within it a later
+    /// entry for the same LPID wins. A malformed buffer is refused before anything changes.
+    ///
+    /// Reads are served between commands, never inside one, so a read concurrent with a
+    /// batch sees none or all of it: an (empty or full) time-ordered prefix, which meets
+    /// the visibility rules (a)-(d) of §3.1.
+    pub fn flush_batch(&mut self, buf: &[u8], at: SimTime) -> Result<SimTime, FtlError> {
+        let ss = self.ss;
+        if buf.len() < 2 * ss || !buf.len().is_multiple_of(ss) {
+            return Err(FtlError::BadBatch(format!(
+                "a batch buffer is a DESC block and at least one {ss}-byte page; got {} bytes",
+                buf.len()
+            )));
+        }
+        let desc = crate::batch::BatchDesc::decode(&buf[..ss])?;
+        let pages = buf.len() / ss - 1;
+        let max = (self.cfg.max_batch_pages as usize).min(crate::batch::BatchDesc::capacity(ss));
+        if desc.entries.len() > max {
+            return Err(FtlError::BadBatch(format!(
+                "{} pages exceed the batch limit of {max}",
+                desc.entries.len()
+            )));
+        }
+        for &(lpid, off) in &desc.entries {
+            if off == 0 || off as usize > pages {
+                return Err(FtlError::BadBatch(format!(
+                    "DESC offset {off} is outside the buffer's pages 1..={pages}"
+                )));
+            }
+            if lpid >= self.lbas {
+                return Err(FtlError::BadBatch(format!(
+                    "LPID {lpid} is outside the device ({} LPIDs)",
+                    self.lbas
+                )));
+            }
+        }
+        // Earlier buffered writes come first.
+        let mut t = self.commit_inner(false, at)?;
+        for &(lpid, off) in &desc.entries {
+            let page = &buf[off as usize * ss..(off as usize + 1) * ss];
+            t = t.max(self.buffer_sector(HOT, lpid, page, NONE, t)?);
+        }
+        self.stats.host_write_sectors += desc.entries.len() as u64;
+        self.stats.batches += 1;
+        self.commit(t)
+    }
+
+    /// Read one logical page (batch interface `readLPID`).
+    pub fn read_lpid(
+        &mut self,
+        lpid: u64,
+        buf: &mut [u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        if buf.len() != self.ss {
+            return Err(FtlError::BadLength {
+                got: buf.len(),
+                lba_size: self.ss,
+            });
+        }
+        self.read(lpid, buf, at)
+    }
+
+    /// Read many logical pages at once into consecutive pages of `out`; the reads are
+    /// issued together so they overlap across dies.
+    pub fn read_lpids(
+        &mut self,
+        lpids: &[u64],
+        out: &mut [u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        if out.len() != lpids.len() * self.ss || lpids.is_empty() {
+            return Err(FtlError::BadLength {
+                got: out.len(),
+                lba_size: self.ss,
+            });
+        }
+        if let Some(&l) = lpids.iter().find(|&&l| l >= self.lbas) {
+            return Err(FtlError::OutOfRange {
+                lba: l,
+                end: l + 1,
+                capacity: self.lbas,
+            });
+        }
+        let mut done = at;
+        for (i, &l) in lpids.iter().enumerate() {
+            done = done.max(self.read(l, &mut out[i * self.ss..(i + 1) * self.ss], at)?);
+        }
+        Ok(done)
+    }
+
     /// Read LBAs into `buf`, submitted at `at`; returns the completion. Unwritten LBAs
     /// read as zeros.
     pub fn read(&mut self, lba: u64, buf: &mut [u8], at: SimTime) -> Result<SimTime, FtlError> {
@@ -1777,6 +1942,17 @@ impl Ftl {
             mapt: self.mapt.clone(),
             wear: new_wear.clone(),
             bbt: new_bbt.clone(),
+            // This checkpoint's own record program and reclaim erases count after it.
+            lifetime: self
+                .lifetime_stats()
+                .plus(&FtlStats {
+                    checkpoints: 1,
+                    ..FtlStats::default()
+                })
+                .to_words(),
+            last_recovery_ns: self.recovery.map_or([0, 0], |r| {
+                [(r.modeled_s * 1e9) as u64, (r.wall_s * 1e9) as u64]
+            }),
         };
         t = t.max(self.write_checkpoint_record(&record, rssp_links, t)?);
         // The new tables are durable: the old WEAR/BBT pages are dead.
@@ -1985,6 +2161,7 @@ impl Ftl {
         f.ckpt_active = active;
         f.ckpt_seq = ck.seq;
         f.commit_seq = ck.next_commit;
+        f.life_base = FtlStats::from_words(&ck.lifetime);
         f.rr = ck.rr;
         // 2. WEAR and bad blocks.
         for (i, &a) in ck.wear.iter().enumerate() {
@@ -2211,7 +2388,7 @@ impl Ftl {
         rep.modeled_s = t.since(t0) as f64 / 1e9;
         rep.wall_s = wall0.elapsed().as_secs_f64();
         f.recovery = Some(rep);
-        f.stats = FtlStats::default();
+        f.reset_stats();
         Ok(())
     }
 

@@ -31,6 +31,7 @@
 //! incremental checkpoints and recovery; MAP paging through a bounded map cache; the
 //! batch front end. The MAP lives in controller DRAM as a flat table until then.
 
+pub mod batch;
 pub mod format;
 mod ftl;
 pub mod torture;

@@ -110,6 +110,7 @@ fn bad_input_is_rejected_and_changes_nothing() {
 
 #[derive(Debug, Clone)]
 enum Op {
+    Batch { lpids: Vec<u64>, tag: u64 },
     Write { lba: u64, n: u64, tag: u64 },
     Read { lba: u64, n: u64 },
     Trim { lba: u64, n: u64 },
@@ -123,6 +124,7 @@ fn ops(lbas: u64) -> impl Strategy<Value = Vec<Op>> {
         3 => (0..lbas, 1u64..5).prop_map(|(lba, n)| Op::Read { lba, n }),
         1 => (0..lbas, 1u64..8).prop_map(|(lba, n)| Op::Trim { lba, n }),
         1 => Just(Op::Flush),
+        1 => (proptest::collection::vec(0..lbas, 1..12), any::<u64>()).prop_map(|(lpids, tag)| Op::Batch { lpids, tag }),
     ];
     proptest::collection::vec(op, 1..1500)
 }
@@ -165,6 +167,23 @@ fn run_model(f: &mut Ftl, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 for i in 0..n {
                     model.remove(&(lba + i));
+                }
+            }
+            Op::Batch { lpids, tag } => {
+                let pages: Vec<(u64, Vec<u8>)> = lpids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &l)| (l, sector(f, tag ^ (i as u64) << 32)))
+                    .collect();
+                let refs: Vec<(u64, &[u8])> =
+                    pages.iter().map(|(l, p)| (*l, p.as_slice())).collect();
+                let buf = crate::batch::build_batch(&refs, ss)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                f.flush_batch(&buf, SimTime::ZERO)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                // Later entries for the same LPID win.
+                for (i, &l) in lpids.iter().enumerate() {
+                    model.insert(l, tag ^ (i as u64) << 32);
                 }
             }
             Op::Flush => {
@@ -212,6 +231,7 @@ proptest! {
             Op::Read { lba, n } => Op::Read { lba: lba % lbas, n },
             Op::Trim { lba, n } => Op::Trim { lba: lba % lbas, n },
             Op::Flush => Op::Flush,
+            Op::Batch { lpids, tag } => Op::Batch { lpids: lpids.into_iter().map(|l| l % lbas).collect(), tag },
         }).collect();
         run_model(&mut f, ops)?;
     }
@@ -236,6 +256,7 @@ proptest! {
             Op::Read { lba, n } => Op::Read { lba: lba % lbas, n },
             Op::Trim { lba, n } => Op::Trim { lba: lba % lbas, n },
             Op::Flush => Op::Flush,
+            Op::Batch { lpids, tag } => Op::Batch { lpids: lpids.into_iter().map(|l| l % lbas).collect(), tag },
         }).collect();
         run_model(&mut f, ops)?;
     }
@@ -493,4 +514,79 @@ fn crash_torture_with_media_faults() {
     let r = crate::torture::torture(&cfg, &mut |_| {}).unwrap();
     assert_eq!(r.lost, 0, "{r:?}");
     assert_eq!(r.torn, 0, "{r:?}");
+}
+
+#[test]
+fn malformed_batches_are_refused_and_change_nothing() {
+    use crate::batch::{BatchDesc, build_batch};
+    let mut f = tiny_ftl(FtlConfig::default());
+    let ss = f.lba_size();
+    let cap = f.lbas();
+    let p = sector(&f, 1);
+    f.write(3, &p, SimTime::ZERO).unwrap();
+    let before = *f.stats();
+    let ops = f.nand().op_count();
+    let good = build_batch(&[(3, &sector(&f, 2)), (4, &sector(&f, 3))], ss).unwrap();
+    // Too short, misaligned, corrupt DESC, offset out of the buffer, LPID out of range, too many.
+    assert!(f.flush_batch(&good[..ss], SimTime::ZERO).is_err());
+    assert!(
+        f.flush_batch(&good[..good.len() - 1], SimTime::ZERO)
+            .is_err()
+    );
+    let mut corrupt = good.clone();
+    corrupt[30] ^= 1;
+    assert!(
+        f.flush_batch(&corrupt, SimTime::ZERO)
+            .unwrap_err()
+            .to_string()
+            .contains("checksum")
+    );
+    let mut off = BatchDesc {
+        entries: vec![(3, 5)],
+    }
+    .encode(ss)
+    .unwrap();
+    off.extend_from_slice(&p);
+    assert!(
+        f.flush_batch(&off, SimTime::ZERO)
+            .unwrap_err()
+            .to_string()
+            .contains("offset")
+    );
+    let far = build_batch(&[(cap, &p)], ss).unwrap();
+    assert!(
+        f.flush_batch(&far, SimTime::ZERO)
+            .unwrap_err()
+            .to_string()
+            .contains("outside")
+    );
+    let mut small = tiny_ftl(FtlConfig {
+        max_batch_pages: 1,
+        ..FtlConfig::default()
+    });
+    assert!(
+        small
+            .flush_batch(&good, SimTime::ZERO)
+            .unwrap_err()
+            .to_string()
+            .contains("limit")
+    );
+    assert_eq!(*f.stats(), before);
+    assert_eq!(f.nand().op_count(), ops);
+    // The good one works, the later duplicate wins, and reads see all of it.
+    let dup = build_batch(
+        &[
+            (3, &sector(&f, 2)),
+            (4, &sector(&f, 3)),
+            (3, &sector(&f, 4)),
+        ],
+        ss,
+    )
+    .unwrap();
+    f.flush_batch(&dup, SimTime::ZERO).unwrap();
+    let mut out = vec![0u8; 2 * ss];
+    f.read_lpids(&[3, 4], &mut out, SimTime::ZERO).unwrap();
+    assert_eq!(&out[..ss], &sector(&f, 4)[..]);
+    assert_eq!(&out[ss..], &sector(&f, 3)[..]);
+    assert_eq!(f.stats().batches, 1);
 }

@@ -72,7 +72,7 @@ pub struct TortureReport {
     pub writes_checked: u64,
     /// Acknowledged data that did not read back (must be 0).
     pub lost: u64,
-    /// In-flight commands found partly applied (must be 0).
+    /// In-flight commands or batches found partly applied (must be 0).
     pub torn: u64,
     /// In-flight commands found fully applied after the cut.
     pub inflight_applied: u64,
@@ -101,6 +101,8 @@ fn pattern(lba: u64, version: u64, ss: usize) -> Vec<u8> {
 /// The command in flight when power was cut: LBAs with their old and new versions.
 struct InFlight {
     lbas: Vec<(u64, u64, u64)>,
+    /// LBAs per atomic unit: MDTS for host writes, the whole batch for a batch.
+    unit: usize,
 }
 
 fn is_power_loss(e: &FtlError) -> bool {
@@ -188,6 +190,7 @@ pub fn torture(
                 }
                 inflight = Some(InFlight {
                     lbas: change.clone(),
+                    unit: cfg.ftl.mdts_sectors as usize,
                 });
                 let r = f.write(lba, &data, t);
                 if r.is_ok() {
@@ -200,6 +203,42 @@ pub fn torture(
                     }
                 }
                 r
+            } else if op < 76 {
+                // A batch of 2..24 pages; LPIDs may repeat (the later entry wins).
+                let n = rng.random_range(2..24usize);
+                let mut pages: Vec<(u64, Vec<u8>)> = Vec::with_capacity(n);
+                let mut last: HashMap<u64, u64> = HashMap::new();
+                for _ in 0..n {
+                    let l = if rng.random_bool(0.7) {
+                        rng.random_range(0..hot)
+                    } else {
+                        rng.random_range(0..lbas)
+                    };
+                    let v = next_version;
+                    next_version += 1;
+                    pages.push((l, pattern(l, v, ss)));
+                    last.insert(l, v);
+                }
+                let refs: Vec<(u64, &[u8])> =
+                    pages.iter().map(|(l, p)| (*l, p.as_slice())).collect();
+                let buf = crate::batch::build_batch(&refs, ss).map_err(|e| e.to_string())?;
+                let change: Vec<(u64, u64, u64)> = last
+                    .iter()
+                    .map(|(&l, &v)| (l, *model.get(&l).unwrap_or(&0), v))
+                    .collect();
+                inflight = Some(InFlight {
+                    lbas: change.clone(),
+                    unit: change.len(),
+                });
+                let r = f.flush_batch(&buf, t);
+                if r.is_ok() {
+                    // A batch is durable when it completes, in either cache mode.
+                    unflushed.retain(|(l, _, _)| !last.contains_key(l));
+                    for (l, _, v) in change {
+                        model.insert(l, v);
+                    }
+                }
+                r
             } else if op < 80 {
                 let lba = rng.random_range(0..lbas);
                 let n = rng.random_range(1..6u64).min(lbas - lba);
@@ -208,6 +247,7 @@ pub fn torture(
                     .collect();
                 inflight = Some(InFlight {
                     lbas: change.clone(),
+                    unit: 1,
                 });
                 let r = f.trim(lba, n, t);
                 if r.is_ok() {
@@ -311,9 +351,9 @@ pub fn torture(
                     olds += 1;
                 }
             }
-            // An MDTS-split host write is several commands; each is atomic, so check by command.
-            let per = cfg.ftl.mdts_sectors as usize;
-            for chunk in inf.lbas.chunks(per) {
+            // An MDTS-split host write is several commands; each is atomic, so check by
+            // command; a batch is one atomic unit.
+            for chunk in inf.lbas.chunks(inf.unit.max(1)) {
                 let mut n_new = 0;
                 for &(l, old, new) in chunk {
                     let mut buf = vec![0u8; ss];
