@@ -29,6 +29,8 @@ enum CliError {
     Device(#[from] DeviceError),
     #[error(transparent)]
     Ftl(#[from] FtlError),
+    #[error("torture: {0}")]
+    Torture(String),
     #[error(transparent)]
     Model(#[from] csd_model::ModelError),
     #[error("{path}: {source}")]
@@ -58,6 +60,11 @@ enum Cmd {
     /// Run an fio-style workload and report modeled IOPS, bandwidth, latency, utilization
     /// and energy next to the emulator's wall-clock speed.
     Io(IoArgs),
+    /// Crash torture of the FTL: cut power at random points (also during recovery),
+    /// recover, and check every acknowledged write and the atomicity of batches.
+    ///
+    /// Example: csd torture --cuts 10000 --seed 7
+    Torture(TortureArgs),
     /// The papers' analytic models, evaluated for a device config (checked against the
     /// simulation, never used in its place).
     #[command(subcommand)]
@@ -183,6 +190,9 @@ struct IoArgs {
     /// Block mode: GC victim policy, greedy or cost-benefit.
     #[arg(long, default_value = "greedy", value_parser = ["greedy", "cost-benefit"])]
     gc: String,
+    /// Block mode on an image: format the FTL even if the image holds one.
+    #[arg(long)]
+    format: bool,
     /// Block mode: write cache, write-through or write-back.
     #[arg(long, default_value = "write-through", value_parser = ["write-through", "write-back"])]
     write_cache: String,
@@ -222,6 +232,25 @@ struct IoArgs {
     json: bool,
 }
 
+#[derive(Args)]
+struct TortureArgs {
+    /// Power cuts to perform.
+    #[arg(long, default_value_t = 1000)]
+    cuts: u64,
+    /// Seed of the workload, the cut points and the media faults.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Use the write-back cache (acknowledged = flushed).
+    #[arg(long)]
+    write_back: bool,
+    /// Inject program/erase failures and bit errors too.
+    #[arg(long)]
+    faults: bool,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
 fn parse_rw(s: &str) -> Result<Rw, String> {
     Rw::parse(s).ok_or_else(|| {
         format!("`{s}` is not a pattern; use read, write, randread, randwrite or randrw")
@@ -250,6 +279,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Config(c) => config_cmd(c),
         Cmd::Device(d) => device_cmd(d),
         Cmd::Io(a) => io_cmd(&a),
+        Cmd::Torture(a) => torture_cmd(&a),
         Cmd::Model(ModelCmd::Scan(a)) => model_scan_cmd(&a),
     }
 }
@@ -351,7 +381,33 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
             },
             ..FtlConfig::default()
         };
-        Dev::Block(BlockDevice::new(Ftl::format(nand, cfg)?))
+        // On an image: keep the FTL that is there (recover it) unless asked to format.
+        let ftl = if a.image.is_some() && !a.format {
+            match Ftl::try_recover(nand, cfg) {
+                Ok(f) => {
+                    if let (Some(r), false) = (f.last_recovery(), a.json) {
+                        eprintln!(
+                            "recovered the FTL from checkpoint {}: {} log pages replayed, {:.3} ms modeled, {:.3} ms wall-clock",
+                            r.checkpoint_seq,
+                            r.log_pages,
+                            r.modeled_s * 1e3,
+                            r.wall_s * 1e3
+                        );
+                    }
+                    f
+                }
+                Err(failed) if matches!(failed.error, FtlError::NotFormatted) => {
+                    if !a.json {
+                        eprintln!("formatting the FTL on this image (no FTL found)");
+                    }
+                    Ftl::format(*failed.nand, cfg)?
+                }
+                Err(failed) => return Err(failed.error.into()),
+            }
+        } else {
+            Ftl::format(nand, cfg)?
+        };
+        Dev::Block(BlockDevice::new(ftl))
     };
     let dev: &mut dyn IoTarget = match &mut holder {
         Dev::Raw(d) => d,
@@ -428,12 +484,134 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
     }
     if let Some(path) = &a.image {
         match &mut holder {
-            Dev::Block(b) => b.ftl_mut().nand_mut().sync()?,
+            Dev::Block(b) => {
+                // Clean shutdown: commit, checkpoint, sync.
+                let now = b.now();
+                let t = b.ftl_mut().flush(now)?;
+                b.ftl_mut().checkpoint(t)?;
+                b.ftl_mut().nand_mut().sync()?
+            }
             Dev::Raw(d) => d.nand_mut().sync()?,
         }
         if !a.json {
             println!("image {} synced", path.display());
         }
+    }
+    Ok(())
+}
+
+fn torture_cmd(a: &TortureArgs) -> Result<(), CliError> {
+    let mut cfg = csd_ftl::torture::TortureConfig::small(a.cuts, a.seed);
+    if a.write_back {
+        cfg.ftl.write_cache = WriteCache::WriteBack;
+    }
+    if a.faults {
+        cfg.device.faults.program_fail_prob = 0.003;
+        cfg.device.faults.erase_fail_prob = 0.003;
+        cfg.device.faults.rber_fresh = 1e-5;
+        cfg.device.faults.rber_end_of_life = 1e-5;
+        cfg.device.geometry.blocks_per_plane = 48;
+    }
+    let bar = (!a.json).then(|| {
+        let pb = indicatif::ProgressBar::new(a.cuts);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} power cuts [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        pb
+    });
+    let wall0 = std::time::Instant::now();
+    let r = csd_ftl::torture::torture(&cfg, &mut |n| {
+        if let Some(pb) = &bar {
+            pb.set_position(n);
+        }
+    })
+    .map_err(CliError::Torture)?;
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    let wall = wall0.elapsed().as_secs_f64();
+    let mut cmd = format!("csd torture --cuts {} --seed {}", a.cuts, a.seed);
+    if a.write_back {
+        cmd.push_str(" --write-back");
+    }
+    if a.faults {
+        cmd.push_str(" --faults");
+    }
+    if a.json {
+        let v = serde_json::json!({
+            "cuts": r.cuts,
+            "recovery_cuts": r.recovery_cuts,
+            "acked_commands": r.acked_commands,
+            "writes_checked": r.writes_checked,
+            "lost": r.lost,
+            "torn": r.torn,
+            "inflight_applied": r.inflight_applied,
+            "recovery_discarded_commits": r.recovery_discarded,
+            "recovery_modeled_s_total": r.recovery_modeled_s,
+            "recovery_wall_max_s": r.recovery_wall_max_s,
+            "wall_s": wall,
+            "seed": a.seed,
+            "write_back": a.write_back,
+            "faults": a.faults,
+            "command": cmd,
+        });
+        println!("{v}");
+    } else {
+        let mut t = report::table(&["torture", "value"]);
+        for (k, v) in [
+            (
+                "power cuts (of which during recovery)",
+                format!("{} ({})", r.cuts, r.recovery_cuts),
+            ),
+            ("commands acknowledged", r.acked_commands.to_string()),
+            (
+                "LBA reads checked after recovery",
+                r.writes_checked.to_string(),
+            ),
+            ("lost acknowledged data", r.lost.to_string()),
+            ("torn commands or batches", r.torn.to_string()),
+            (
+                "in-flight commands found applied",
+                r.inflight_applied.to_string(),
+            ),
+            (
+                "commits discarded by recovery (did not verify)",
+                r.recovery_discarded.to_string(),
+            ),
+            (
+                "longest recovery, wall-clock",
+                format!("{:.3} ms", r.recovery_wall_max_s * 1e3),
+            ),
+            (
+                "mean recovery, modeled",
+                format!(
+                    "{:.3} ms",
+                    r.recovery_modeled_s / r.cuts.max(1) as f64 * 1e3
+                ),
+            ),
+            ("run time", format!("{wall:.1} s")),
+        ] {
+            t.add_row(vec![k.to_string(), v]);
+        }
+        println!("{t}");
+        println!(
+            "device: {} (shrunk: {} blocks/plane, {} pages/block)  seed: {}",
+            cfg.device.name,
+            cfg.device.geometry.blocks_per_plane,
+            cfg.device.geometry.pages_per_block,
+            a.seed
+        );
+        println!("reproduce: {cmd}");
+    }
+    if r.lost > 0 || r.torn > 0 {
+        return Err(CliError::Torture(format!(
+            "{} lost and {} torn: durability is broken",
+            r.lost, r.torn
+        )));
     }
     Ok(())
 }

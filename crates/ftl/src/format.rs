@@ -293,13 +293,18 @@ impl LogPage {
 
     /// Serialize into `out` (exactly one page).
     pub fn encode(&self, out: &mut [u8]) {
+        self.encode_with(&self.records, out)
+    }
+
+    /// Serialize this page's header with `records` as its body (avoids cloning them).
+    pub fn encode_with(&self, records: &[Record], out: &mut [u8]) {
         let mut body = Vec::with_capacity(out.len());
-        for r in &self.records {
+        for r in records {
             r.encode(&mut body);
         }
         out.fill(0);
         out[0..4].copy_from_slice(&LOG_MAGIC.to_le_bytes());
-        out[4..8].copy_from_slice(&(self.records.len() as u32).to_le_bytes());
+        out[4..8].copy_from_slice(&(records.len() as u32).to_le_bytes());
         out[8..16].copy_from_slice(&self.lsn.to_le_bytes());
         out[16..24].copy_from_slice(&self.prev.to_le_bytes());
         for (i, l) in self.links.iter().enumerate() {

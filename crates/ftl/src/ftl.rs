@@ -403,6 +403,10 @@ pub struct Ftl {
     in_gc: bool,
     /// Blocks currently holding (or reserved for) log pages.
     log_blocks: u32,
+    /// Page buffers kept for reuse (no allocation per commit on the data path).
+    buf_pool: Vec<PageBuf>,
+    /// Scratch page for log pages and metadata pages.
+    page_scratch: Vec<u8>,
     /// Lifetime counters up to the start of the current `stats` window.
     life_base: FtlStats,
     /// During recovery the MAP cache evicts clean pages only (no flash writes before the
@@ -520,6 +524,8 @@ impl Ftl {
             log_blocks: 0,
             recovering: false,
             life_base: FtlStats::default(),
+            buf_pool: Vec::new(),
+            page_scratch: vec![0u8; page_size],
             nand,
             cfg,
         }
@@ -1179,7 +1185,8 @@ impl Ftl {
     }
 
     fn write_log_page(&mut self, records: Vec<Record>, at: SimTime) -> Result<SimTime, FtlError> {
-        let mut page = vec![0u8; self.page_size];
+        let mut page = std::mem::take(&mut self.page_scratch);
+        page.resize(self.page_size, 0);
         let mut oob = std::mem::take(&mut self.oob_scratch);
         let result = (|| {
             for _attempt in 0..(4 * self.ppb) {
@@ -1249,6 +1256,7 @@ impl Ftl {
             Err(FtlError::NoSpace)
         })();
         self.oob_scratch = oob;
+        self.page_scratch = page;
         result
     }
 
@@ -1312,12 +1320,13 @@ impl Ftl {
         let bi = match self.filling[s] {
             Some(b) => b,
             None => {
-                self.bufs.push(PageBuf {
+                let buf = self.buf_pool.pop().unwrap_or_else(|| PageBuf {
                     data: vec![0u8; self.page_size],
                     lpids: vec![NONE; self.spp as usize],
                     olds: vec![NONE; self.spp as usize],
                     fill: 0,
                 });
+                self.bufs.push(buf);
                 let b = self.bufs.len() - 1;
                 self.filling[s] = Some(b);
                 b
@@ -1467,6 +1476,13 @@ impl Ftl {
                     self.set_valid(buf.olds[k], false);
                 }
             }
+        }
+        // Page buffers go back to the pool, cleared.
+        for mut b in bufs {
+            b.fill = 0;
+            b.lpids.fill(NONE);
+            b.olds.fill(NONE);
+            self.buf_pool.push(b);
         }
         // 5. The done record rides with the next log write.
         self.log_append(Record::Done { seq });
