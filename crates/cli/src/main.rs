@@ -506,8 +506,10 @@ fn torture_cmd(a: &TortureArgs) -> Result<(), CliError> {
         cfg.ftl.write_cache = WriteCache::WriteBack;
     }
     if a.faults {
-        cfg.device.faults.program_fail_prob = 0.003;
-        cfg.device.faults.erase_fail_prob = 0.003;
+        // Rates high enough to hit every failure path often, low enough that the small
+        // device does not wear out within tens of thousands of cuts.
+        cfg.device.faults.program_fail_prob = 0.0005;
+        cfg.device.faults.erase_fail_prob = 0.0005;
         cfg.device.faults.rber_fresh = 1e-5;
         cfg.device.faults.rber_end_of_life = 1e-5;
         cfg.device.geometry.blocks_per_plane = 48;

@@ -617,7 +617,7 @@ impl Ftl {
         // Reserve: open blocks of HOT, COLD and META on every die, two log blocks, two
         // checkpoint blocks, the GC threshold, and room for the metadata itself.
         let dies = g.dies() as u64;
-        let fixed = 3 * dies + 4 + cfg.gc_free_blocks as u64 + dies + 2;
+        let fixed = 3 * dies + 4 + cfg.gc_free_blocks as u64 + 2 * dies + 2;
         if usable <= fixed + 2 {
             return Err(FtlError::Config(format!(
                 "{usable} usable blocks cannot cover the reserve of {fixed}"
@@ -1495,6 +1495,16 @@ impl Ftl {
         Ok(done)
     }
 
+    /// Top up the free pool before work that needs `extra` more blocks than a normal
+    /// commit. GC only runs when no host sector is buffered (a buffered sector's old copy
+    /// must stay where the durable MAP says it is).
+    fn ensure_free(&mut self, extra: u32, at: SimTime) -> Result<(), FtlError> {
+        if !self.in_gc && self.bufs.is_empty() && self.free_count < self.gc_low_water() + extra {
+            self.collect_garbage_to(self.gc_low_water() + extra, at)?;
+        }
+        Ok(())
+    }
+
     fn commit(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let done = self.commit_inner(false, at)?;
         if !self.in_gc {
@@ -1598,8 +1608,10 @@ impl Ftl {
                 )));
             }
         }
-        // Earlier buffered writes come first.
+        // Earlier buffered writes come first; then room for the whole batch.
         let mut t = self.commit_inner(false, at)?;
+        let blocks_needed = (desc.entries.len() as u32).div_ceil(self.spp * self.ppb) + 1;
+        self.ensure_free(blocks_needed, t)?;
         for &(lpid, off) in &desc.entries {
             let page = &buf[off as usize * ss..(off as usize + 1) * ss];
             t = t.max(self.buffer_sector(HOT, lpid, page, NONE, t)?);
@@ -1711,15 +1723,19 @@ impl Ftl {
     // ----------------------------------------------------------------- GC and wear leveling
 
     fn collect_garbage(&mut self, at: SimTime) -> Result<(), FtlError> {
+        self.collect_garbage_to(self.gc_low_water(), at)
+    }
+
+    fn collect_garbage_to(&mut self, target: u32, at: SimTime) -> Result<(), FtlError> {
         self.in_gc = true;
-        let r = self.collect_garbage_inner(at);
+        let r = self.collect_garbage_inner(target, at);
         self.in_gc = false;
         r
     }
 
-    fn collect_garbage_inner(&mut self, at: SimTime) -> Result<(), FtlError> {
+    fn collect_garbage_inner(&mut self, target: u32, at: SimTime) -> Result<(), FtlError> {
         let mut guard = 0;
-        while self.free_count < self.gc_low_water() {
+        while self.free_count < target {
             guard += 1;
             if guard > self.blocks.len() {
                 return Err(FtlError::NoSpace);
@@ -1727,7 +1743,7 @@ impl Ftl {
             let Some(victim) = self.pick_victim() else {
                 // Only metadata is left to reclaim: a checkpoint truncates log and old MAP pages.
                 self.checkpoint(at)?;
-                if self.free_count < self.gc_low_water() && self.pick_victim().is_none() {
+                if self.free_count < target && self.pick_victim().is_none() {
                     return Err(FtlError::NoSpace);
                 }
                 continue;
@@ -1762,10 +1778,11 @@ impl Ftl {
         Ok(())
     }
 
-    /// GC keeps this many blocks free: the configured threshold plus what the metadata
-    /// streams may take between two GC runs (a META block per die, two log blocks).
+    /// GC keeps this many blocks free: the configured threshold plus what may be taken
+    /// between two GC runs (a HOT block per die for one commit, a META block per die for
+    /// a checkpoint, two log blocks).
     fn gc_low_water(&self) -> u32 {
-        self.cfg.gc_free_blocks + self.dies + 2
+        self.cfg.gc_free_blocks + 2 * self.dies + 2
     }
 
     fn pick_victim(&self) -> Option<u32> {
@@ -1896,6 +1913,11 @@ impl Ftl {
     /// checkpoint record at the well-known double-buffered location; finally reclaim log
     /// blocks before the RSSP and metadata blocks with no live page.
     pub fn checkpoint(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        // Top up the free pool first (only possible while nothing is buffered; otherwise
+        // the low-water mark already covers one commit plus the metadata pages).
+        if !self.recovering {
+            self.ensure_free(0, at)?;
+        }
         let mut t = self.commit_inner(false, at)?;
         t = t.max(self.force_log(t)?);
         let rssp_lsn = self.log.next_lsn;
@@ -2398,8 +2420,8 @@ impl Ftl {
         }
         f.start_log()?;
         f.log.since_ckpt = 0;
-        f.recovering = false;
         t = f.checkpoint(t)?;
+        f.recovering = false;
         f.shrink_cache();
         rep.modeled_s = t.since(t0) as f64 / 1e9;
         rep.wall_s = wall0.elapsed().as_secs_f64();
