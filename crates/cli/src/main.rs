@@ -31,6 +31,8 @@ enum CliError {
     Ftl(#[from] FtlError),
     #[error("torture: {0}")]
     Torture(String),
+    #[error("command interface: {0}")]
+    Nvme(String),
     #[error(transparent)]
     Model(#[from] csd_model::ModelError),
     #[error("{path}: {source}")]
@@ -60,6 +62,9 @@ enum Cmd {
     /// Run an fio-style workload and report modeled IOPS, bandwidth, latency, utilization
     /// and energy next to the emulator's wall-clock speed.
     Io(IoArgs),
+    /// Benchmarks of the emulator itself.
+    #[command(subcommand)]
+    Bench(BenchCmd),
     /// Crash torture of the FTL: cut power at random points (also during recovery),
     /// recover, and check every acknowledged write and the atomicity of batches.
     ///
@@ -115,6 +120,17 @@ enum DeviceCmd {
         /// Image file to create (must not exist; sparse on disk).
         #[arg(long)]
         image: PathBuf,
+    },
+    /// Read the FTL's SMART-like log page from an image (through the command interface).
+    ///
+    /// Example: csd device smart --image dev.img --json
+    Smart {
+        /// Image file (holding an FTL: run `csd io --image ...` in block mode first).
+        #[arg(long)]
+        image: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Print an image's device config, geometry and wear summary.
     ///
@@ -223,11 +239,38 @@ struct IoArgs {
     /// Clock: virtual (default, as fast as possible) or paced[:SCALE] (wall time follows modeled time).
     #[arg(long, default_value = "virtual", value_parser = parse_clock)]
     clock: ClockMode,
+    /// Block mode: issue writes as batches of N pages (batch-io §3 `flush_batch`).
+    #[arg(long, default_value_t = 0)]
+    batch: u32,
     /// Before measuring, write the whole region once (sequential page writes, queue
     /// depth 64) so that reads hit programmed pages.
     #[arg(long)]
     precondition: bool,
     /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// FTL recovery time after a power cut at steady state.
+    ///
+    /// Example: csd bench recovery --logical-gib 4
+    Recovery(RecoveryArgs),
+}
+
+#[derive(Args)]
+struct RecoveryArgs {
+    /// Logical capacity to aim for, GiB (the nvme-tlc preset is shrunk to fit).
+    #[arg(long, default_value_t = 4)]
+    logical_gib: u64,
+    /// Random overwrites after the sequential fill, as a multiple of the capacity.
+    #[arg(long, default_value_t = 1.0)]
+    overwrite: f64,
+    /// Seed of the random overwrites.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object.
     #[arg(long)]
     json: bool,
 }
@@ -280,6 +323,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Device(d) => device_cmd(d),
         Cmd::Io(a) => io_cmd(&a),
         Cmd::Torture(a) => torture_cmd(&a),
+        Cmd::Bench(BenchCmd::Recovery(a)) => bench_recovery(&a),
         Cmd::Model(ModelCmd::Scan(a)) => model_scan_cmd(&a),
     }
 }
@@ -337,6 +381,43 @@ fn device_cmd(d: DeviceCmd) -> Result<(), CliError> {
                 "image size {} (sparse: blocks take disk space once programmed)",
                 report::bytes(on_disk)
             );
+            Ok(())
+        }
+        DeviceCmd::Smart { image, json } => {
+            let nand = Nand::open_image(&image, None)?;
+            let ftl = match Ftl::try_recover(nand, FtlConfig::default()) {
+                Ok(f) => f,
+                Err(failed) if matches!(failed.error, FtlError::NotFormatted) => {
+                    return Err(CliError::Nvme(format!(
+                        "{} holds no FTL yet: run `csd io --image {}` (block mode formats it)",
+                        image.display(),
+                        image.display()
+                    )));
+                }
+                Err(failed) => return Err(failed.error.into()),
+            };
+            let mut dev = csd_device::NvmeDevice::new(ftl);
+            let q = dev
+                .create_queue_pair(4)
+                .map_err(|s| CliError::Nvme(s.to_string()))?;
+            dev.submit(
+                q,
+                csd_device::Command::GetLogPage(csd_device::LogPage::Smart),
+                csd_sim::SimTime::ZERO,
+            )
+            .map_err(|s| CliError::Nvme(s.to_string()))?;
+            dev.process();
+            let c = dev
+                .poll(q)
+                .ok_or_else(|| CliError::Nvme("no completion".into()))?;
+            let csd_device::Payload::Smart(log) = c.payload else {
+                return Err(CliError::Nvme(format!(
+                    "SMART log page failed: {}",
+                    c.status
+                )));
+            };
+            report::print_smart(&image, &log, json);
+            dev.into_block().ftl_mut().nand_mut().sync()?;
             Ok(())
         }
         DeviceCmd::Info { image, json } => {
@@ -427,6 +508,7 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
         runtime_ns: a.runtime,
         seed: a.seed,
         clock: a.clock,
+        batch: a.batch,
     };
     if a.precondition {
         let unit = dev.io_unit(true);
@@ -496,6 +578,129 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
         if !a.json {
             println!("image {} synced", path.display());
         }
+    }
+    Ok(())
+}
+
+fn bench_recovery(a: &RecoveryArgs) -> Result<(), CliError> {
+    // nvme-tlc, shrunk in blocks per plane until the logical capacity is about right.
+    let text = DeviceConfig::preset_toml(DEFAULT_PRESET)?;
+    let mut bpp = 8u64;
+    let cfg = FtlConfig {
+        write_cache: WriteCache::WriteBack,
+        ..FtlConfig::default()
+    };
+    let (ftl, dev) = loop {
+        let dev = DeviceConfig::from_toml_with_overrides(
+            text,
+            &[format!("geometry.blocks_per_plane={bpp}")],
+        )?;
+        let f = Ftl::format(Nand::new_in_memory(dev.clone())?, cfg)?;
+        if f.lbas() * f.lba_size() as u64 >= a.logical_gib << 30 || bpp >= 1024 {
+            break (f, dev);
+        }
+        bpp += (bpp / 4).max(1);
+    };
+    let mut ftl = ftl;
+    let lbas = ftl.lbas();
+    let ss = ftl.lba_size();
+    let show = !a.json;
+    let total = lbas + (lbas as f64 * a.overwrite) as u64;
+    let bar = show.then(|| {
+        let pb = indicatif::ProgressBar::new(total);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} filling to steady state [{bar:40}] {pos}/{len} LBAs ({per_sec}, eta {eta})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        pb
+    });
+    let mut data = vec![0u8; ss * 64];
+    let mut t = csd_sim::SimTime::ZERO;
+    let mut l = 0u64;
+    while l < lbas {
+        let n = (lbas - l).min(64);
+        data.iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = (i as u64 ^ l) as u8);
+        t = ftl.write(l, &data[..n as usize * ss], t)?;
+        l += n;
+        if let Some(pb) = &bar {
+            pb.set_position(l);
+        }
+    }
+    let mut x = a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for i in 0..total - lbas {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        t = ftl.write(x % lbas, &data[..ss], t)?;
+        if let Some(pb) = &bar
+            && i % 4096 == 0
+        {
+            pb.set_position(lbas + i);
+        }
+    }
+    t = ftl.flush(t)?;
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    let since_ckpt_pages = ftl.stats().log_pages;
+    let nand = ftl.crash();
+    let wall0 = std::time::Instant::now();
+    let mut g = Ftl::recover(nand, cfg)?;
+    let wall = wall0.elapsed().as_secs_f64();
+    let r = g.last_recovery().unwrap_or_default();
+    // Spot-check that the data is there.
+    let mut buf = vec![0u8; ss];
+    g.read(0, &mut buf, t)?;
+    let cmd = format!(
+        "csd bench recovery --logical-gib {} --overwrite {} --seed {}",
+        a.logical_gib, a.overwrite, a.seed
+    );
+    if a.json {
+        let v = serde_json::json!({
+            "logical_bytes": lbas * ss as u64,
+            "blocks_per_plane": bpp,
+            "recovery_wall_s": wall,
+            "recovery_modeled_s": r.modeled_s,
+            "checkpoint_seq": r.checkpoint_seq,
+            "log_pages_replayed": r.log_pages,
+            "commits_redone": r.commits_redone,
+            "commits_verified": r.commits_verified,
+            "commits_discarded": r.commits_discarded,
+            "log_pages_written_before_cut": since_ckpt_pages,
+            "seed": a.seed,
+            "command": cmd,
+        });
+        println!("{v}");
+    } else {
+        let mut tb = report::table(&["recovery at steady state", "value"]);
+        for (k, v) in [
+            (
+                "device",
+                format!(
+                    "{} with {bpp} blocks/plane: {} logical",
+                    dev.name,
+                    report::bytes(lbas * ss as u64)
+                ),
+            ),
+            ("wall-clock recovery", format!("{:.3} s", wall)),
+            ("modeled recovery", format!("{:.3} s", r.modeled_s)),
+            ("checkpoint recovered from", r.checkpoint_seq.to_string()),
+            ("log pages replayed", r.log_pages.to_string()),
+            (
+                "commits redone / verified / discarded",
+                format!(
+                    "{} / {} / {}",
+                    r.commits_redone, r.commits_verified, r.commits_discarded
+                ),
+            ),
+        ] {
+            tb.add_row(vec![k.to_string(), v]);
+        }
+        println!("{tb}");
+        println!("seed: {}  reproduce: {cmd}", a.seed);
     }
     Ok(())
 }
@@ -692,6 +897,9 @@ fn reproduce_cmd(a: &IoArgs) -> String {
     s.push_str(&format!(" --seed {}", a.seed));
     if a.precondition {
         s.push_str(" --precondition");
+    }
+    if a.batch > 1 {
+        s.push_str(&format!(" --batch {}", a.batch));
     }
     if let ClockMode::Paced { scale } = a.clock {
         s.push_str(&format!(" --clock paced:{scale}"));

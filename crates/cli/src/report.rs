@@ -380,3 +380,83 @@ pub fn ftl_json(f: &csd_ftl::Ftl, m: &mut Map<String, Value>) {
         json!(f.lbas() * f.lba_size() as u64),
     );
 }
+
+/// `csd device smart`.
+pub fn print_smart(path: &Path, l: &csd_device::SmartLog, json_out: bool) {
+    if json_out {
+        let v = json!({
+            "image": path.display().to_string(),
+            "host_read_bytes": l.host_read_bytes,
+            "host_written_bytes": l.host_written_bytes,
+            "flash_reads_user": l.flash_reads.user, "flash_reads_gc": l.flash_reads.gc, "flash_reads_meta": l.flash_reads.meta,
+            "flash_programs_user": l.flash_programs.user, "flash_programs_gc": l.flash_programs.gc, "flash_programs_meta": l.flash_programs.meta,
+            "flash_erases_user": l.flash_erases.user, "flash_erases_gc": l.flash_erases.gc, "flash_erases_meta": l.flash_erases.meta,
+            "write_amplification": l.write_amplification,
+            "read_amplification": l.read_amplification,
+            "gc_overhead": l.gc_overhead,
+            "erase_count_min": l.erase_count_min, "erase_count_avg": l.erase_count_avg, "erase_count_max": l.erase_count_max,
+            "bad_blocks": l.bad_blocks,
+            "free_blocks": l.free_blocks,
+            "map_cache_hit_rate": l.map_cache_hit_rate,
+            "checkpoints": l.checkpoints,
+            "last_recovery_modeled_s": l.last_recovery_modeled_s,
+            "last_recovery_wall_s": l.last_recovery_wall_s,
+        });
+        println!("{v:#}");
+        return;
+    }
+    let mut t = table(&["SMART", "value"]);
+    let split = |s: &csd_device::FlashSplit| format!("{} / {} / {}", s.user, s.gc, s.meta);
+    let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.3} ms", v * 1e3));
+    for (k, v) in [
+        ("image", path.display().to_string()),
+        (
+            "host bytes read / written",
+            format!(
+                "{} / {}",
+                bytes(l.host_read_bytes),
+                bytes(l.host_written_bytes)
+            ),
+        ),
+        ("flash reads user / GC / metadata", split(&l.flash_reads)),
+        (
+            "flash programs user / GC / metadata",
+            split(&l.flash_programs),
+        ),
+        ("flash erases user / GC / metadata", split(&l.flash_erases)),
+        (
+            "write amplification",
+            format!("{:.3}", l.write_amplification),
+        ),
+        ("read amplification", format!("{:.3}", l.read_amplification)),
+        (
+            "GC overhead (read+write)/reclaimed",
+            format!("{:.3}", l.gc_overhead),
+        ),
+        (
+            "erase count min / avg / max",
+            format!(
+                "{} / {:.2} / {}",
+                l.erase_count_min, l.erase_count_avg, l.erase_count_max
+            ),
+        ),
+        ("bad blocks", l.bad_blocks.to_string()),
+        ("free blocks", l.free_blocks.to_string()),
+        (
+            "map cache hit rate",
+            format!("{:.2}%", l.map_cache_hit_rate * 100.0),
+        ),
+        ("checkpoints", l.checkpoints.to_string()),
+        (
+            "last recovery modeled / wall",
+            format!(
+                "{} / {}",
+                opt(l.last_recovery_modeled_s),
+                opt(l.last_recovery_wall_s)
+            ),
+        ),
+    ] {
+        t.add_row(vec![k.to_string(), v]);
+    }
+    println!("{t}");
+}

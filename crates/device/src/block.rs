@@ -1,16 +1,33 @@
-//! The block device: the FTL's block front end behind the controller.
+//! The block device: the FTL's block and batch front ends behind the controller.
 //!
-//! Per command the controller path is modeled in order around the FTL: a read runs the
-//! FTL's flash reads, then stages the data through DRAM and sends it over the host link;
-//! a write crosses the host link, is staged in DRAM, then the FTL programs it (and runs
-//! any GC the write triggers, in the foreground). LBAs are the FTL's sectors (4 KiB in
-//! every preset).
+//! This file is the one place where the controller path of an FTL command is modeled;
+//! the workload engine (through [`IoTarget`]) and the NVMe command interface
+//! (`nvme.rs`) both run their commands through the methods below. Per command, in order:
+//! * read ([`BlockDevice::read_lbas`]): the FTL's flash reads, then the data is staged
+//!   through DRAM and sent over the host link (with the per-command overhead);
+//! * readLPID ([`BlockDevice::read_lpids`]): the LPID list (8 bytes each) crosses the
+//!   host link with the command, then as a read;
+//! * write ([`BlockDevice::write_lbas`]) and batch ([`BlockDevice::flush_batch`]): the
+//!   data crosses the host link, is staged in DRAM, then the FTL programs it (and runs
+//!   any GC the write triggers, in the foreground);
+//! * trim and flush: the command crosses the host link (overhead only), then the FTL
+//!   logs the trim or commits its buffers.
+//!
+//! A command the FTL refuses (LBA range, buffer length, malformed batch) has changed
+//! nothing, because the FTL checks its arguments before acting; the controller then also
+//! undoes the command's link and DRAM staging, so a refused command completes at its
+//! submission instant and leaves every counter as it was. A read that hits an
+//! uncorrectable error still moves its buffer to the host and is counted in
+//! [`IoTarget::error_count`].
+//!
+//! LBAs are the FTL's sectors (4 KiB in every preset).
 
 use crate::DeviceError;
 use crate::controller::Controller;
 use crate::workload::IoTarget;
 use csd_ftl::{Ftl, FtlError};
 use csd_sim::{DeviceConfig, EnergyCounters, SimTime, Utilization};
+use thiserror::Error;
 
 /// An FTL-managed block device.
 pub struct BlockDevice {
@@ -18,6 +35,27 @@ pub struct BlockDevice {
     ctrl: Controller,
     lba: u64,
     read_errors: u64,
+}
+
+/// A command that the FTL refused or failed, and when its completion is posted.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[error("{error}")]
+pub struct CommandError {
+    /// What went wrong.
+    pub error: FtlError,
+    /// When the command completed: its submission instant if it was refused.
+    pub done: SimTime,
+}
+
+/// Errors the FTL returns from its argument checks, before it changes anything.
+fn is_refusal(e: &FtlError) -> bool {
+    matches!(
+        e,
+        FtlError::OutOfRange { .. }
+            | FtlError::BadLength { .. }
+            | FtlError::BadBatch(_)
+            | FtlError::Config(_)
+    )
 }
 
 impl BlockDevice {
@@ -47,6 +85,126 @@ impl BlockDevice {
     pub fn controller(&self) -> &Controller {
         &self.ctrl
     }
+
+    /// Read whole LBAs from `lba` into `buf`, submitted at `at`; returns the completion.
+    pub fn read_lbas(
+        &mut self,
+        lba: u64,
+        buf: &mut [u8],
+        at: SimTime,
+    ) -> Result<SimTime, CommandError> {
+        let r = self.ftl.read(lba, buf, at);
+        self.deliver(r, buf.len() as u64, at, true)
+    }
+
+    /// Read the logical pages `lpids` into consecutive LBA-sized pages of `out`
+    /// (batch-io `readLPID`), submitted at `at`; returns the completion.
+    pub fn read_lpids(
+        &mut self,
+        lpids: &[u64],
+        out: &mut [u8],
+        at: SimTime,
+    ) -> Result<SimTime, CommandError> {
+        let mark = self.ctrl.mark();
+        let list = self.ctrl.host_link(at, 8 * lpids.len() as u64, true);
+        match self.ftl.read_lpids(lpids, out, list) {
+            Err(error) if is_refusal(&error) => {
+                self.ctrl.rewind(mark);
+                Err(CommandError { error, done: at })
+            }
+            r => self.deliver(r, out.len() as u64, list, false),
+        }
+    }
+
+    /// Write whole LBAs `data` at `lba`, submitted at `at`; returns the completion.
+    pub fn write_lbas(
+        &mut self,
+        lba: u64,
+        data: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, CommandError> {
+        self.staged(data.len() as u64, at, |ftl, t| ftl.write(lba, data, t))
+    }
+
+    /// Write a batch buffer (a DESC block and its pages, batch-io §3), submitted at `at`.
+    pub fn flush_batch(&mut self, buf: &[u8], at: SimTime) -> Result<SimTime, CommandError> {
+        self.staged(buf.len() as u64, at, |ftl, t| ftl.flush_batch(buf, t))
+    }
+
+    /// Unmap `n` LBAs from `lba`, submitted at `at`.
+    pub fn trim_lbas(&mut self, lba: u64, n: u64, at: SimTime) -> Result<SimTime, CommandError> {
+        self.staged(0, at, |ftl, t| ftl.trim(lba, n, t))
+    }
+
+    /// Make every buffered write durable, submitted at `at`.
+    pub fn flush(&mut self, at: SimTime) -> Result<SimTime, CommandError> {
+        self.staged(0, at, |ftl, t| ftl.flush(t))
+    }
+
+    /// Send a `bytes`-long response built in controller DRAM (an admin data structure)
+    /// to the host, for a command submitted at `at`; returns the completion.
+    pub(crate) fn respond(&mut self, at: SimTime, bytes: u64) -> SimTime {
+        let staged = self.ctrl.dram(at, bytes);
+        self.ctrl.host_link(staged, bytes, true)
+    }
+
+    /// Host → device path: `bytes` cross the host link and are staged in DRAM, then `op`
+    /// runs in the FTL. A refusal undoes the staging.
+    fn staged(
+        &mut self,
+        bytes: u64,
+        at: SimTime,
+        op: impl FnOnce(&mut Ftl, SimTime) -> Result<SimTime, FtlError>,
+    ) -> Result<SimTime, CommandError> {
+        let mark = self.ctrl.mark();
+        let mut t = self.ctrl.host_link(at, bytes, true);
+        if bytes > 0 {
+            t = self.ctrl.dram(t, bytes);
+        }
+        match op(&mut self.ftl, t) {
+            Ok(done) => Ok(done),
+            Err(error) if is_refusal(&error) => {
+                self.ctrl.rewind(mark);
+                Err(CommandError { error, done: at })
+            }
+            Err(error) => Err(CommandError { error, done: t }),
+        }
+    }
+
+    /// Device → host path after the FTL's reads (result `r`, flash work from `at`): the
+    /// `bytes` are staged in DRAM and sent over the host link.
+    fn deliver(
+        &mut self,
+        r: Result<SimTime, FtlError>,
+        bytes: u64,
+        at: SimTime,
+        new_command: bool,
+    ) -> Result<SimTime, CommandError> {
+        let (flash_done, failed) = match r {
+            Ok(t) => (t, None),
+            Err(e @ FtlError::Uncorrectable { .. }) => {
+                self.read_errors += 1;
+                (at, Some(e))
+            }
+            Err(error) => return Err(CommandError { error, done: at }),
+        };
+        let staged = self.ctrl.dram(flash_done, bytes);
+        let done = self.ctrl.host_link(staged, bytes, new_command);
+        match failed {
+            None => Ok(done),
+            Some(error) => Err(CommandError { error, done }),
+        }
+    }
+
+    fn lba_of(&self, offset: u64) -> Result<u64, DeviceError> {
+        if !offset.is_multiple_of(self.lba) {
+            return Err(DeviceError::BadRequest(format!(
+                "offset {offset} is not a multiple of the {}-byte LBA",
+                self.lba
+            )));
+        }
+        Ok(offset / self.lba)
+    }
 }
 
 fn ftl_err(e: FtlError) -> DeviceError {
@@ -70,38 +228,39 @@ impl IoTarget for BlockDevice {
     }
 
     fn read(&mut self, offset: u64, buf: &mut [u8], at: SimTime) -> Result<SimTime, DeviceError> {
-        if !offset.is_multiple_of(self.lba) {
-            return Err(DeviceError::BadRequest(format!(
-                "offset {offset} is not a multiple of the {}-byte LBA",
-                self.lba
-            )));
+        let lba = self.lba_of(offset)?;
+        match self.read_lbas(lba, buf, at) {
+            Ok(t) => Ok(t),
+            // Counted in `error_count`; the workload goes on.
+            Err(CommandError {
+                error: FtlError::Uncorrectable { .. },
+                done,
+            }) => Ok(done),
+            Err(e) => Err(ftl_err(e.error)),
         }
-        let done = match self.ftl.read(offset / self.lba, buf, at) {
-            Ok(t) => t,
-            Err(FtlError::Uncorrectable { .. }) => {
-                self.read_errors += 1;
-                at
-            }
-            Err(e) => return Err(ftl_err(e)),
-        };
-        let n = buf.len() as u64;
-        let staged = self.ctrl.dram(done, n);
-        Ok(self.ctrl.host_link(staged, n, true))
     }
 
     fn write(&mut self, offset: u64, data: &[u8], at: SimTime) -> Result<SimTime, DeviceError> {
-        if !offset.is_multiple_of(self.lba) {
-            return Err(DeviceError::BadRequest(format!(
-                "offset {offset} is not a multiple of the {}-byte LBA",
-                self.lba
-            )));
+        let lba = self.lba_of(offset)?;
+        self.write_lbas(lba, data, at).map_err(|e| ftl_err(e.error))
+    }
+
+    fn write_batch(
+        &mut self,
+        offsets: &[u64],
+        data: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, DeviceError> {
+        let ss = self.lba as usize;
+        let mut pages = Vec::with_capacity(offsets.len());
+        for (i, &o) in offsets.iter().enumerate() {
+            let page = data.get(i * ss..(i + 1) * ss).ok_or_else(|| {
+                DeviceError::BadRequest("batch data shorter than its offsets".into())
+            })?;
+            pages.push((self.lba_of(o)?, page));
         }
-        let n = data.len() as u64;
-        let link = self.ctrl.host_link(at, n, true);
-        let staged = self.ctrl.dram(link, n);
-        self.ftl
-            .write(offset / self.lba, data, staged)
-            .map_err(ftl_err)
+        let buf = csd_ftl::batch::build_batch(&pages, ss).map_err(ftl_err)?;
+        self.flush_batch(&buf, at).map_err(|e| ftl_err(e.error))
     }
 
     fn now(&self) -> SimTime {

@@ -11,6 +11,16 @@
 
 use csd_sim::{DeviceConfig, EnergyCounters, Rate, Resource, ResourceClass, SimTime, Utilization};
 
+/// The state a command's host-link and DRAM staging changes, saved so that the staging
+/// of a command the FTL then refuses can be undone (a refused command costs nothing).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mark {
+    dram: Resource,
+    host_link: Resource,
+    counters: EnergyCounters,
+    commands: u64,
+}
+
 /// The controller's resources and counters.
 #[derive(Debug, Clone)]
 pub struct Controller {
@@ -87,6 +97,24 @@ impl Controller {
             .min_by_key(|c| c.free_at())
             .expect("at least one host core");
         core.reserve(at, ns).1
+    }
+
+    /// Save the host-link and DRAM state (see [`Mark`]).
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            dram: self.dram,
+            host_link: self.host_link,
+            counters: self.counters,
+            commands: self.commands,
+        }
+    }
+
+    /// Undo everything done to the host link and DRAM since `m` was taken.
+    pub(crate) fn rewind(&mut self, m: Mark) {
+        self.dram = m.dram;
+        self.host_link = m.host_link;
+        self.counters = m.counters;
+        self.commands = m.commands;
     }
 
     /// Byte and cycle counters of the controller's work.

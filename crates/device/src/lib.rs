@@ -4,16 +4,23 @@
 //! workload engine that drives any [`workload::IoTarget`] and reports modeled figures
 //! next to the emulator's wall-clock speed.
 //!
-//! Later layers (the FTL's block and batch front ends, in-storage sessions) present
-//! themselves to the workload engine through the same `IoTarget` trait.
+//! The FTL's block and batch front ends sit behind the controller in [`block`], which
+//! models each command's path once; [`nvme`] puts the typed command interface (queue
+//! pairs, commands, completions with status, payload and accounting) in front of it. Host
+//! code talks to a device only through [`nvme`].
 
 pub mod block;
 pub mod controller;
+pub mod nvme;
 pub mod raw;
 pub mod workload;
 
-pub use block::BlockDevice;
+pub use block::{BlockDevice, CommandError};
 pub use controller::Controller;
+pub use nvme::{
+    Accounting, Cid, Command, Completion, FlashSplit, IdentifyInfo, LogPage, NvmeDevice, Payload,
+    QueueId, SmartLog, Status,
+};
 pub use raw::RawDevice;
 pub use workload::{IoReport, IoTarget, Rw, WorkloadSpec};
 

@@ -46,6 +46,19 @@ pub trait IoTarget {
     fn utilization(&self, window_ns: u64) -> Vec<Utilization>;
     /// Work counters that energy is charged on.
     fn energy_counters(&self) -> EnergyCounters;
+    /// Write the LBA-sized pages of `data` at `offsets` as one atomic batch (batch-io
+    /// §3), submitted at `at`. Devices without a batch interface refuse.
+    fn write_batch(
+        &mut self,
+        offsets: &[u64],
+        data: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, DeviceError> {
+        let _ = (offsets, data, at);
+        Err(DeviceError::BadRequest(
+            "this device has no batch interface (use --mode block)".into(),
+        ))
+    }
     /// Operations that completed with a media error (counted, not fatal).
     fn error_count(&self) -> u64;
     /// Start a new measurement window.
@@ -118,6 +131,8 @@ pub struct WorkloadSpec {
     pub seed: u64,
     /// Virtual or paced clock.
     pub clock: ClockMode,
+    /// Pages per batch write (0 or 1: plain writes). Each batch is one operation.
+    pub batch: u32,
 }
 
 impl Default for WorkloadSpec {
@@ -132,6 +147,7 @@ impl Default for WorkloadSpec {
             runtime_ns: None,
             seed: 1,
             clock: ClockMode::Virtual,
+            batch: 0,
         }
     }
 }
@@ -262,7 +278,23 @@ pub fn run(
             spec.rwmixread
         ));
     }
+    if spec.batch > 1 && spec.bs != target.io_unit(true) {
+        return bad(format!(
+            "--batch writes pages of one LBA: use --bs {}",
+            target.io_unit(true)
+        ));
+    }
     let slots_in_region = size / spec.bs;
+    let batch = spec.batch.max(1) as usize;
+    let mut batch_offsets: Vec<u64> = Vec::with_capacity(batch);
+    let mut batch_buf = if batch > 1 {
+        vec![0u8; batch * spec.bs as usize]
+    } else {
+        Vec::new()
+    };
+    for (i, b) in batch_buf.iter_mut().enumerate() {
+        *b = (i as u64 ^ spec.seed.rotate_left(7)) as u8;
+    }
     let max_ops = spec.ops.unwrap_or(u64::MAX);
     let mut rng = SmallRng::seed_from_u64(spec.seed);
     let mut buf = vec![0u8; spec.bs as usize];
@@ -313,6 +345,21 @@ pub fn run(
         let done = if is_read {
             reads += 1;
             target.read(offset, &mut buf, submit)?
+        } else if batch > 1 {
+            writes += 1;
+            batch_offsets.clear();
+            batch_offsets.push(offset);
+            for _ in 1..batch {
+                let slot = if spec.rw.random() {
+                    rng.random_range(0..slots_in_region)
+                } else {
+                    let s = seq % slots_in_region;
+                    seq += 1;
+                    s
+                };
+                batch_offsets.push(slot * spec.bs);
+            }
+            target.write_batch(&batch_offsets, &batch_buf, submit)?
         } else {
             writes += 1;
             target.write(offset, &buf, submit)?
@@ -350,7 +397,7 @@ pub fn run(
         reads,
         writes,
         read_bytes: reads * spec.bs,
-        write_bytes: writes * spec.bs,
+        write_bytes: writes * spec.bs * batch as u64,
         errors: target.error_count() - errors0,
         modeled_ns,
         latency: Latency::of(&h_all),

@@ -236,15 +236,22 @@ impl FtlStats {
             (self.user_programs + self.gc_programs + self.meta_programs) * sectors_per_page as u64;
         flash as f64 / self.host_write_sectors.max(1) as f64
     }
-    /// `(host + GC-moved sectors) / host sectors`: the GC share of write amplification.
+    /// `(host + GC-moved sectors) / host sectors`: the GC share of write amplification
+    /// (0 when the host wrote nothing).
     pub fn gc_write_amplification(&self) -> f64 {
+        if self.host_write_sectors == 0 {
+            return 0.0;
+        }
         (self.host_write_sectors + self.gc_moved_sectors) as f64
             / self.host_write_sectors.max(1) as f64
     }
     /// Flash pages read per host page read (sectors per page given).
     pub fn read_amplification(&self, sectors_per_page: u32) -> f64 {
+        if self.host_read_sectors == 0 {
+            return 0.0;
+        }
         let flash = (self.user_reads + self.gc_reads + self.meta_reads) * sectors_per_page as u64;
-        flash as f64 / self.host_read_sectors.max(1) as f64
+        flash as f64 / self.host_read_sectors as f64
     }
     /// `(GC reads + GC writes) / reclaimed`, batch-io Tables 3 and 4.
     pub fn gc_overhead(&self) -> f64 {
