@@ -341,6 +341,15 @@ pub fn print_ftl(f: &csd_ftl::Ftl) {
             format!("{} / {}", st.user_reads, st.gc_reads),
         ),
         ("padding sectors", st.padding_sectors.to_string()),
+        (
+            "MAP cache hit rate",
+            format!(
+                "{:.2}% ({} MAP pages cached at most)",
+                st.map_hit_rate() * 100.0,
+                f.map_cache_pages()
+            ),
+        ),
+        ("checkpoints", st.checkpoints.to_string()),
         ("free blocks", f.free_blocks().to_string()),
         ("bad blocks", f.bad_blocks().to_string()),
         (
@@ -370,6 +379,8 @@ pub fn ftl_json(f: &csd_ftl::Ftl, m: &mut Map<String, Value>) {
     m.insert("gc_overhead".into(), json!(st.gc_overhead()));
     m.insert("gc_victims".into(), json!(st.gc_victims));
     m.insert("erases".into(), json!(st.erases));
+    m.insert("map_cache_hit_rate".into(), json!(st.map_hit_rate()));
+    m.insert("checkpoints".into(), json!(st.checkpoints));
     m.insert("free_blocks".into(), json!(f.free_blocks()));
     m.insert("bad_blocks".into(), json!(f.bad_blocks()));
     m.insert("erase_count_min".into(), json!(mn));

@@ -115,6 +115,7 @@ enum Op {
     Read { lba: u64, n: u64 },
     Trim { lba: u64, n: u64 },
     Flush,
+    Checkpoint,
 }
 
 fn ops(lbas: u64) -> impl Strategy<Value = Vec<Op>> {
@@ -124,6 +125,7 @@ fn ops(lbas: u64) -> impl Strategy<Value = Vec<Op>> {
         3 => (0..lbas, 1u64..5).prop_map(|(lba, n)| Op::Read { lba, n }),
         1 => (0..lbas, 1u64..8).prop_map(|(lba, n)| Op::Trim { lba, n }),
         1 => Just(Op::Flush),
+        1 => Just(Op::Checkpoint),
         1 => (proptest::collection::vec(0..lbas, 1..12), any::<u64>()).prop_map(|(lpids, tag)| Op::Batch { lpids, tag }),
     ];
     proptest::collection::vec(op, 1..1500)
@@ -186,6 +188,10 @@ fn run_model(f: &mut Ftl, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     model.insert(l, tag ^ (i as u64) << 32);
                 }
             }
+            Op::Checkpoint => {
+                f.checkpoint(SimTime::ZERO)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            }
             Op::Flush => {
                 f.flush(SimTime::ZERO)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -231,6 +237,7 @@ proptest! {
             Op::Read { lba, n } => Op::Read { lba: lba % lbas, n },
             Op::Trim { lba, n } => Op::Trim { lba: lba % lbas, n },
             Op::Flush => Op::Flush,
+            Op::Checkpoint => Op::Checkpoint,
             Op::Batch { lpids, tag } => Op::Batch { lpids: lpids.into_iter().map(|l| l % lbas).collect(), tag },
         }).collect();
         run_model(&mut f, ops)?;
@@ -256,6 +263,7 @@ proptest! {
             Op::Read { lba, n } => Op::Read { lba: lba % lbas, n },
             Op::Trim { lba, n } => Op::Trim { lba: lba % lbas, n },
             Op::Flush => Op::Flush,
+            Op::Checkpoint => Op::Checkpoint,
             Op::Batch { lpids, tag } => Op::Batch { lpids: lpids.into_iter().map(|l| l % lbas).collect(), tag },
         }).collect();
         run_model(&mut f, ops)?;
@@ -589,4 +597,75 @@ fn malformed_batches_are_refused_and_change_nothing() {
     assert_eq!(&out[..ss], &sector(&f, 4)[..]);
     assert_eq!(&out[ss..], &sector(&f, 3)[..]);
     assert_eq!(f.stats().batches, 1);
+}
+
+#[test]
+fn extension_bytes_survive_checkpoint_and_crash() {
+    let cfg = FtlConfig {
+        ext_bytes: 8,
+        map_cache_share: 0.001,
+        ..FtlConfig::default()
+    };
+    let dev = DeviceConfig::preset("tiny").unwrap();
+    let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
+    assert_eq!(
+        f.ext(5, SimTime::ZERO).unwrap().0,
+        vec![0u8; 8],
+        "zero by default"
+    );
+    f.set_ext(5, &[1, 2, 3, 4, 5, 6, 7, 8], SimTime::ZERO)
+        .unwrap();
+    f.checkpoint(SimTime::ZERO).unwrap();
+    f.set_ext(900, &[9; 8], SimTime::ZERO).unwrap(); // after the checkpoint: redone from the log
+    f.flush(SimTime::ZERO).unwrap();
+    assert!(
+        f.set_ext(5, &[1; 3], SimTime::ZERO).is_err(),
+        "wrong length is refused"
+    );
+    let nand = f.crash();
+    let mut g = Ftl::recover(nand, cfg).unwrap();
+    assert_eq!(
+        g.ext(5, SimTime::ZERO).unwrap().0,
+        vec![1, 2, 3, 4, 5, 6, 7, 8]
+    );
+    assert_eq!(g.ext(900, SimTime::ZERO).unwrap().0, vec![9; 8]);
+    // Recovering with another extension size is refused.
+    let nand = g.crash();
+    assert!(matches!(
+        Ftl::recover(
+            nand,
+            FtlConfig {
+                ext_bytes: 4,
+                ..cfg
+            }
+        ),
+        Err(FtlError::Config(_))
+    ));
+}
+
+#[test]
+fn uncorrectable_read_names_the_lba() {
+    // A medium so noisy that every sector read fails ECC (formatting only programs).
+    let mut dev = DeviceConfig::preset("tiny").unwrap();
+    dev.faults.rber_fresh = 0.01;
+    dev.faults.rber_end_of_life = 0.01;
+    dev.faults.ecc_bits_per_sector = 1;
+    let cfg = FtlConfig {
+        map_cache_share: 1.0,
+        ..FtlConfig::default()
+    };
+    let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
+    let data = vec![7u8; f.lba_size()];
+    f.write(42, &data, SimTime::ZERO).unwrap();
+    let mut buf = vec![0u8; f.lba_size()];
+    match f.read(42, &mut buf, SimTime::ZERO) {
+        Err(FtlError::Uncorrectable { lba }) => assert_eq!(lba, 42),
+        other => panic!("expected an uncorrectable read naming LBA 42, got {other:?}"),
+    }
+    let mut two = vec![0u8; 2 * f.lba_size()];
+    f.write(43, &data, SimTime::ZERO).unwrap();
+    assert!(matches!(
+        f.read(42, &mut two, SimTime::ZERO),
+        Err(FtlError::Uncorrectable { lba: 42 })
+    ));
 }
