@@ -2367,10 +2367,14 @@ impl Ftl {
         }
         // 7. Rebuild GBITV and block classes from the recovered MAP and tables.
         for mp in 0..f.maps.len() as u32 {
+            // A MAP page never written and not touched by the redo maps nothing.
+            if f.maps[mp as usize] == NONE && f.slot_of[mp as usize] == u32::MAX {
+                continue;
+            }
             let (s, tt) = f.map_slot(mp, t)?;
             t = t.max(tt);
-            let entries = f.slots[s].entries.clone();
-            for e in entries {
+            for i in 0..f.slots[s].entries.len() {
+                let e = f.slots[s].entries[i];
                 if e != NONE && e & CACHED == 0 {
                     let (b, _, _) = unpack(e);
                     if (b as usize) < f.blocks.len() {
