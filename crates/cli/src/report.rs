@@ -35,17 +35,10 @@ pub fn bytes(n: u64) -> String {
 
 /// One line describing the array and links.
 pub fn geometry_line(c: &DeviceConfig) -> String {
-    let g = &c.geometry;
     format!(
-        "{} ch x {} ways x {} dies x {} planes x {} blocks x {} pages x {} ({} raw); {} MT/s channels; {} {:.0} MB/s",
-        g.channels,
-        g.ways,
-        g.dies_per_chip,
-        g.planes_per_die,
-        g.blocks_per_plane,
-        g.pages_per_block,
-        bytes(g.page_size as u64),
-        bytes(g.raw_capacity()),
+        "{} ({} raw); {} MT/s channels; {} {:.0} MB/s",
+        c.geometry,
+        bytes(c.geometry.raw_capacity()),
         c.channel.rate_mt_s,
         c.host_link.kind,
         c.host_link.bandwidth_mb_s

@@ -131,6 +131,26 @@ fn ops(lbas: u64) -> impl Strategy<Value = Vec<Op>> {
     proptest::collection::vec(op, 1..1500)
 }
 
+/// Fold generated LBAs into the device's logical space.
+fn fit_ops(ops: Vec<Op>, lbas: u64) -> Vec<Op> {
+    ops.into_iter()
+        .map(|o| match o {
+            Op::Write { lba, n, tag } => Op::Write {
+                lba: lba % lbas,
+                n,
+                tag,
+            },
+            Op::Read { lba, n } => Op::Read { lba: lba % lbas, n },
+            Op::Trim { lba, n } => Op::Trim { lba: lba % lbas, n },
+            Op::Batch { lpids, tag } => Op::Batch {
+                lpids: lpids.into_iter().map(|l| l % lbas).collect(),
+                tag,
+            },
+            other => other,
+        })
+        .collect()
+}
+
 fn run_model(f: &mut Ftl, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let ss = f.lba_size();
     let cap = f.lbas();
@@ -231,16 +251,8 @@ proptest! {
         dev.geometry.blocks_per_plane = 24;
         dev.geometry.pages_per_block = 8;
         let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
-                let lbas = f.lbas();
-        let ops: Vec<Op> = ops.into_iter().map(|o| match o {
-            Op::Write { lba, n, tag } => Op::Write { lba: lba % lbas, n, tag },
-            Op::Read { lba, n } => Op::Read { lba: lba % lbas, n },
-            Op::Trim { lba, n } => Op::Trim { lba: lba % lbas, n },
-            Op::Flush => Op::Flush,
-            Op::Checkpoint => Op::Checkpoint,
-            Op::Batch { lpids, tag } => Op::Batch { lpids: lpids.into_iter().map(|l| l % lbas).collect(), tag },
-        }).collect();
-        run_model(&mut f, ops)?;
+        let lbas = f.lbas();
+        run_model(&mut f, fit_ops(ops, lbas))?;
     }
 
     /// The same with program and erase failures injected and correctable bit errors.
@@ -258,15 +270,7 @@ proptest! {
         let cfg = FtlConfig { op: 0.3, gc_free_blocks: 4, wear_level_spread: 6, mdts_sectors: 4, checkpoint_log_pages: 64, ..FtlConfig::default() };
         let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
         let lbas = f.lbas();
-        let ops: Vec<Op> = ops.into_iter().map(|o| match o {
-            Op::Write { lba, n, tag } => Op::Write { lba: lba % lbas, n, tag },
-            Op::Read { lba, n } => Op::Read { lba: lba % lbas, n },
-            Op::Trim { lba, n } => Op::Trim { lba: lba % lbas, n },
-            Op::Flush => Op::Flush,
-            Op::Checkpoint => Op::Checkpoint,
-            Op::Batch { lpids, tag } => Op::Batch { lpids: lpids.into_iter().map(|l| l % lbas).collect(), tag },
-        }).collect();
-        run_model(&mut f, ops)?;
+        run_model(&mut f, fit_ops(ops, lbas))?;
     }
 }
 

@@ -874,18 +874,7 @@ fn factory_meta(cfg: &DeviceConfig) -> Vec<BlockMeta> {
 }
 
 fn geo_string(g: &Geometry) -> String {
-    format!(
-        "{}ch x {}way x {}die x {}pl x {}blk x {}pg x {}B (sector {}B, OOB {}B)",
-        g.channels,
-        g.ways,
-        g.dies_per_chip,
-        g.planes_per_die,
-        g.blocks_per_plane,
-        g.pages_per_block,
-        g.page_size,
-        g.sector_size,
-        g.oob_per_sector
-    )
+    g.to_string()
 }
 
 #[cfg(test)]

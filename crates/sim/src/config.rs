@@ -154,6 +154,25 @@ impl Geometry {
     }
 }
 
+impl fmt::Display for Geometry {
+    /// `8ch x 4way x 2die x 2pl x 128blk x 384pg x 16384B (sector 4096B, OOB 16B)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}ch x {}way x {}die x {}pl x {}blk x {}pg x {}B (sector {}B, OOB {}B)",
+            self.channels,
+            self.ways,
+            self.dies_per_chip,
+            self.planes_per_die,
+            self.blocks_per_plane,
+            self.pages_per_block,
+            self.page_size,
+            self.sector_size,
+            self.oob_per_sector
+        )
+    }
+}
+
 /// NAND cell technology.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -618,19 +637,13 @@ impl DeviceConfig {
 
 impl fmt::Display for DeviceConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let g = &self.geometry;
         write!(
             f,
-            "{}: {} ch x {} ways x {} dies x {} planes x {} blocks x {} pages x {} B ({:.1} GiB raw), {} {} MB/s",
+            "{}: {} ({:.1} GiB raw), {} MT/s channels, {} {} MB/s",
             self.name,
-            g.channels,
-            g.ways,
-            g.dies_per_chip,
-            g.planes_per_die,
-            g.blocks_per_plane,
-            g.pages_per_block,
-            g.page_size,
-            g.raw_capacity() as f64 / (1u64 << 30) as f64,
+            self.geometry,
+            self.geometry.raw_capacity() as f64 / (1u64 << 30) as f64,
+            self.channel.rate_mt_s,
             self.host_link.kind,
             self.host_link.bandwidth_mb_s
         )
