@@ -2,9 +2,13 @@
 //!
 //! Commands: `demo` (a short tour on the default device), `config` (show, list and
 //! validate device configs), `device` (create and inspect image files), `io` (fio-style
-//! workloads with modeled and wall-clock figures). Every command has `--help`.
+//! workloads with modeled and wall-clock figures), `serve` (the device as an NBD server
+//! for real clients). Every command has `--help`.
 
+mod image;
 mod report;
+mod serve;
+mod tables;
 mod units;
 
 use clap::{Args, Parser, Subcommand};
@@ -24,6 +28,10 @@ enum CliError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
+    Host(#[from] csd_host::HostError),
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
     Nand(#[from] NandError),
     #[error(transparent)]
     Device(#[from] DeviceError),
@@ -35,6 +43,8 @@ enum CliError {
     Nvme(String),
     #[error(transparent)]
     Model(#[from] csd_model::ModelError),
+    #[error("serve: {0}")]
+    Serve(#[from] csd_nbd::NbdError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -74,6 +84,19 @@ enum Cmd {
     /// simulation, never used in its place).
     #[command(subcommand)]
     Model(ModelCmd),
+    /// Serve the device on an image as a Network Block Device, for fio (--ioengine=nbd),
+    /// nbdinfo, nbdcopy, qemu or the kernel's nbd driver. Stops cleanly (flush,
+    /// checkpoint, sync) on Ctrl-C or SIGTERM.
+    ///
+    /// Example: csd serve --image dev.img --preset tiny --socket /tmp/csd.sock
+    Serve(serve::ServeArgs),
+    /// Load tables onto a device image (TPC-H or SyntheticN), NSM or PAX pages.
+    #[command(subcommand)]
+    Load(tables::LoadCmd),
+    /// List the tables on a device image.
+    ///
+    /// Example: csd tables --image dev.img
+    Tables(tables::TablesArgs),
 }
 
 #[derive(Args)]
@@ -325,6 +348,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Torture(a) => torture_cmd(&a),
         Cmd::Bench(BenchCmd::Recovery(a)) => bench_recovery(&a),
         Cmd::Model(ModelCmd::Scan(a)) => model_scan_cmd(&a),
+        Cmd::Serve(a) => serve::serve_cmd(&a),
+        Cmd::Load(c) => tables::load_cmd(&c),
+        Cmd::Tables(a) => tables::tables_cmd(&a),
     }
 }
 
@@ -384,7 +410,11 @@ fn device_cmd(d: DeviceCmd) -> Result<(), CliError> {
             Ok(())
         }
         DeviceCmd::Smart { image, json } => {
-            let nand = Nand::open_image(&image, None)?;
+            let nand = match Nand::open_image(&image, None) {
+                // A live `csd serve` holds the image: show its stats file.
+                Err(NandError::Locked { .. }) => return serve::print_live_smart(&image, json),
+                r => r?,
+            };
             let ftl = match Ftl::try_recover(nand, FtlConfig::default()) {
                 Ok(f) => f,
                 Err(failed) if matches!(failed.error, FtlError::NotFormatted) => {
@@ -463,31 +493,8 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
             ..FtlConfig::default()
         };
         // On an image: keep the FTL that is there (recover it) unless asked to format.
-        let ftl = if a.image.is_some() && !a.format {
-            match Ftl::try_recover(nand, cfg) {
-                Ok(f) => {
-                    if let (Some(r), false) = (f.last_recovery(), a.json) {
-                        eprintln!(
-                            "recovered the FTL from checkpoint {}: {} log pages replayed, {:.3} ms modeled, {:.3} ms wall-clock",
-                            r.checkpoint_seq,
-                            r.log_pages,
-                            r.modeled_s * 1e3,
-                            r.wall_s * 1e3
-                        );
-                    }
-                    f
-                }
-                Err(failed) if matches!(failed.error, FtlError::NotFormatted) => {
-                    if !a.json {
-                        eprintln!("formatting the FTL on this image (no FTL found)");
-                    }
-                    Ftl::format(*failed.nand, cfg)?
-                }
-                Err(failed) => return Err(failed.error.into()),
-            }
-        } else {
-            Ftl::format(nand, cfg)?
-        };
+        let format = a.image.is_none() || a.format;
+        let ftl = image::recover_or_format(nand, cfg, format, a.json)?;
         Dev::Block(BlockDevice::new(ftl))
     };
     let dev: &mut dyn IoTarget = match &mut holder {
@@ -566,13 +573,7 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
     }
     if let Some(path) = &a.image {
         match &mut holder {
-            Dev::Block(b) => {
-                // Clean shutdown: commit, checkpoint, sync.
-                let now = b.now();
-                let t = b.ftl_mut().flush(now)?;
-                b.ftl_mut().checkpoint(t)?;
-                b.ftl_mut().nand_mut().sync()?
-            }
+            Dev::Block(b) => image::clean_shutdown(b)?,
             Dev::Raw(d) => d.nand_mut().sync()?,
         }
         if !a.json {

@@ -385,27 +385,66 @@ pub fn ftl_json(f: &csd_ftl::Ftl, m: &mut Map<String, Value>) {
     );
 }
 
+/// The SMART log as a JSON object (what `csd device smart --json` prints and what
+/// `csd serve` writes to its stats file).
+pub fn smart_json(path: &Path, l: &csd_device::SmartLog) -> Value {
+    json!({
+        "image": path.display().to_string(),
+        "host_read_bytes": l.host_read_bytes,
+        "host_written_bytes": l.host_written_bytes,
+        "flash_reads_user": l.flash_reads.user, "flash_reads_gc": l.flash_reads.gc, "flash_reads_meta": l.flash_reads.meta,
+        "flash_programs_user": l.flash_programs.user, "flash_programs_gc": l.flash_programs.gc, "flash_programs_meta": l.flash_programs.meta,
+        "flash_erases_user": l.flash_erases.user, "flash_erases_gc": l.flash_erases.gc, "flash_erases_meta": l.flash_erases.meta,
+        "write_amplification": l.write_amplification,
+        "read_amplification": l.read_amplification,
+        "gc_overhead": l.gc_overhead,
+        "erase_count_min": l.erase_count_min, "erase_count_avg": l.erase_count_avg, "erase_count_max": l.erase_count_max,
+        "bad_blocks": l.bad_blocks,
+        "free_blocks": l.free_blocks,
+        "map_cache_hit_rate": l.map_cache_hit_rate,
+        "checkpoints": l.checkpoints,
+        "last_recovery_modeled_s": l.last_recovery_modeled_s,
+        "last_recovery_wall_s": l.last_recovery_wall_s,
+    })
+}
+
+/// The SMART log back from [`smart_json`]'s object (`None` if a field is missing).
+pub fn smart_from_json(v: &Value) -> Option<csd_device::SmartLog> {
+    let u = |k: &str| v.get(k)?.as_u64();
+    // JSON has no NaN: serde_json writes it as null.
+    let f = |k: &str| v.get(k).map(|x| x.as_f64().unwrap_or(f64::NAN));
+    let split = |k: &str| {
+        Some(csd_device::FlashSplit {
+            user: u(&format!("{k}_user"))?,
+            gc: u(&format!("{k}_gc"))?,
+            meta: u(&format!("{k}_meta"))?,
+        })
+    };
+    Some(csd_device::SmartLog {
+        host_read_bytes: u("host_read_bytes")?,
+        host_written_bytes: u("host_written_bytes")?,
+        flash_reads: split("flash_reads")?,
+        flash_programs: split("flash_programs")?,
+        flash_erases: split("flash_erases")?,
+        write_amplification: f("write_amplification")?,
+        read_amplification: f("read_amplification")?,
+        gc_overhead: f("gc_overhead")?,
+        erase_count_min: u32::try_from(u("erase_count_min")?).ok()?,
+        erase_count_avg: f("erase_count_avg")?,
+        erase_count_max: u32::try_from(u("erase_count_max")?).ok()?,
+        bad_blocks: u32::try_from(u("bad_blocks")?).ok()?,
+        free_blocks: u32::try_from(u("free_blocks")?).ok()?,
+        map_cache_hit_rate: f("map_cache_hit_rate")?,
+        checkpoints: u("checkpoints")?,
+        last_recovery_modeled_s: v.get("last_recovery_modeled_s")?.as_f64(),
+        last_recovery_wall_s: v.get("last_recovery_wall_s")?.as_f64(),
+    })
+}
+
 /// `csd device smart`.
 pub fn print_smart(path: &Path, l: &csd_device::SmartLog, json_out: bool) {
     if json_out {
-        let v = json!({
-            "image": path.display().to_string(),
-            "host_read_bytes": l.host_read_bytes,
-            "host_written_bytes": l.host_written_bytes,
-            "flash_reads_user": l.flash_reads.user, "flash_reads_gc": l.flash_reads.gc, "flash_reads_meta": l.flash_reads.meta,
-            "flash_programs_user": l.flash_programs.user, "flash_programs_gc": l.flash_programs.gc, "flash_programs_meta": l.flash_programs.meta,
-            "flash_erases_user": l.flash_erases.user, "flash_erases_gc": l.flash_erases.gc, "flash_erases_meta": l.flash_erases.meta,
-            "write_amplification": l.write_amplification,
-            "read_amplification": l.read_amplification,
-            "gc_overhead": l.gc_overhead,
-            "erase_count_min": l.erase_count_min, "erase_count_avg": l.erase_count_avg, "erase_count_max": l.erase_count_max,
-            "bad_blocks": l.bad_blocks,
-            "free_blocks": l.free_blocks,
-            "map_cache_hit_rate": l.map_cache_hit_rate,
-            "checkpoints": l.checkpoints,
-            "last_recovery_modeled_s": l.last_recovery_modeled_s,
-            "last_recovery_wall_s": l.last_recovery_wall_s,
-        });
+        let v = smart_json(path, l);
         println!("{v:#}");
         return;
     }

@@ -76,6 +76,11 @@ impl BlockDevice {
         &self.ftl
     }
 
+    /// Give the FTL back (for a clean shutdown or a simulated crash).
+    pub fn into_ftl(self) -> Ftl {
+        self.ftl
+    }
+
     /// The FTL, mutably.
     pub fn ftl_mut(&mut self) -> &mut Ftl {
         &mut self.ftl

@@ -413,6 +413,8 @@ pub struct IdentifyInfo {
     pub max_queue_pairs: u16,
     /// Largest queue depth.
     pub max_queue_depth: u32,
+    /// Bytes per flash page (the natural unit of a table page and of a streaming read).
+    pub flash_page_bytes: u32,
 }
 
 /// The data a completion carries.
@@ -744,6 +746,7 @@ impl NvmeDevice {
             lbas: ftl.lbas(),
             lba_size: ls as u32,
             mdts_blocks: ftl.config().mdts_sectors,
+            flash_page_bytes: ftl.nand().geometry().page_size,
             max_batch_pages: batch as u32,
             max_queue_pairs: MAX_QUEUE_PAIRS,
             max_queue_depth: MAX_QUEUE_DEPTH,

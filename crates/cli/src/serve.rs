@@ -1,0 +1,339 @@
+//! `csd serve`: the device on an image file as an NBD server (crate `csd-nbd`), with a
+//! SMART stats file for `csd device smart` while it runs, and a clean shutdown on
+//! SIGINT / SIGTERM (flush, checkpoint, sync). After a SIGKILL the next `csd serve`
+//! recovers the FTL from its checkpoint and log like any other start.
+
+use crate::{CliError, ConfigSource, image, report};
+use clap::Args;
+use csd_device::NvmeDevice;
+use csd_ftl::{FtlConfig, WriteCache};
+use csd_nand::Nand;
+use csd_nbd::{Listener, OpStats, Server, ServerConfig, ServerStats};
+use csd_sim::ClockMode;
+use serde_json::{Value, json};
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    /// Image file to serve. If it does not exist it is created from --preset / --config /
+    /// --set (default preset nvme-tlc); an image without an FTL is formatted.
+    #[arg(long)]
+    image: PathBuf,
+    #[command(flatten)]
+    src: ConfigSource,
+    /// Listen on this Unix socket (URI nbd+unix:///EXPORT?socket=PATH).
+    #[arg(long, required_unless_present = "listen", conflicts_with = "listen")]
+    socket: Option<PathBuf>,
+    /// Listen on this TCP address, e.g. 127.0.0.1:10809 (port 0: any free port).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Bind a non-loopback address: the device is then open to the network, without
+    /// authentication or TLS.
+    #[arg(long)]
+    allow_remote: bool,
+    /// Export name (clients may also use the empty default name).
+    #[arg(long, default_value = "")]
+    export: String,
+    /// Serve read-only: writes, trims and write-zeroes get EPERM.
+    #[arg(long)]
+    read_only: bool,
+    /// Clock: virtual (reply as soon as a request ran) or paced[:SCALE] (reply when the
+    /// wall clock reaches the modeled completion, times SCALE).
+    #[arg(long, default_value = "virtual", value_parser = crate::parse_clock)]
+    clock: ClockMode,
+    /// Write the SMART log and server counters to the stats file every SECS seconds
+    /// (0: only at shutdown).
+    #[arg(long, default_value_t = 2.0, value_name = "SECS")]
+    stats_interval: f64,
+    /// Stats file (default: IMAGE.smart.json). `csd device smart --image IMAGE` prints
+    /// the default one while the server holds the image.
+    #[arg(long, value_name = "PATH")]
+    stats_file: Option<PathBuf>,
+    /// Also print a line of stats to stderr every --stats-interval.
+    #[arg(long)]
+    print_stats: bool,
+    /// Print connection events to stderr.
+    #[arg(long)]
+    verbose: bool,
+    /// Format the FTL even if the image holds one (erases the export's data).
+    #[arg(long)]
+    format: bool,
+    /// Write cache: write-through (every acknowledged write is on flash) or write-back
+    /// (acknowledged writes are durable after FLUSH or with FUA).
+    #[arg(long, default_value = "write-through", value_parser = ["write-through", "write-back"])]
+    write_cache: String,
+}
+
+/// The stats file `csd serve` writes by default for `image`: `IMAGE.smart.json`.
+pub(crate) fn default_stats_file(image: &Path) -> PathBuf {
+    let mut s = OsString::from(image.as_os_str());
+    s.push(".smart.json");
+    PathBuf::from(s)
+}
+
+fn op_json(o: &OpStats) -> Value {
+    json!({
+        "count": o.count,
+        "bytes": o.bytes,
+        "errors": o.errors,
+        "mean_modeled_latency_us": o.mean_modeled_us(),
+    })
+}
+
+fn server_json(s: &ServerStats, clock: ClockMode, started: Instant) -> Value {
+    json!({
+        "clock": match clock {
+            ClockMode::Virtual => "virtual".to_string(),
+            ClockMode::Paced { scale } => format!("paced:{scale}"),
+        },
+        "connections_open": s.connections_open,
+        "connections_total": s.connections_total,
+        "protocol_errors": s.protocol_errors,
+        "requests_refused": s.refused,
+        "read": op_json(&s.reads),
+        "write": op_json(&s.writes),
+        "flush": op_json(&s.flushes),
+        "trim": op_json(&s.trims),
+        "write_zeroes": op_json(&s.zeroes),
+        "modeled_now_s": s.modeled_now.0 as f64 / 1e9,
+        "wall_s": started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Everything the stats file holds.
+struct Snapshot<'a> {
+    image: &'a Path,
+    uri: &'a str,
+    clock: ClockMode,
+    started: Instant,
+}
+
+impl Snapshot<'_> {
+    fn json(&self, server: &Server, live: bool) -> Result<Value, CliError> {
+        let log = server.smart()?;
+        let mut v = report::smart_json(self.image, &log);
+        if let Some(m) = v.as_object_mut() {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            m.insert("live".into(), json!(live));
+            m.insert("pid".into(), json!(std::process::id()));
+            m.insert("uri".into(), json!(self.uri));
+            m.insert("updated_unix_s".into(), json!(now));
+            let s = server.stats();
+            m.insert("server".into(), server_json(&s, self.clock, self.started));
+        }
+        Ok(v)
+    }
+
+    /// Write the stats file atomically (a reader never sees half of it).
+    fn write(&self, server: &Server, path: &Path, live: bool) -> Result<Value, CliError> {
+        let v = self.json(server, live)?;
+        let mut tmp = OsString::from(path.as_os_str());
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        let io = |e| CliError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        };
+        std::fs::write(&tmp, format!("{v:#}\n")).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)?;
+        Ok(v)
+    }
+}
+
+/// One line of stats for stderr.
+fn stats_line(v: &Value) -> String {
+    let s = &v["server"];
+    let op = |k: &str| {
+        format!(
+            "{} {} ({:.1} us)",
+            k,
+            s[k]["count"].as_u64().unwrap_or(0),
+            s[k]["mean_modeled_latency_us"].as_f64().unwrap_or(0.0)
+        )
+    };
+    format!(
+        "[{:.1} s] connections {} | {} | {} | {} | WA {:.3} | free blocks {} | modeled {:.3} s",
+        s["wall_s"].as_f64().unwrap_or(0.0),
+        s["connections_open"].as_u64().unwrap_or(0),
+        op("read"),
+        op("write"),
+        op("flush"),
+        v["write_amplification"].as_f64().unwrap_or(f64::NAN),
+        v["free_blocks"].as_u64().unwrap_or(0),
+        s["modeled_now_s"].as_f64().unwrap_or(0.0),
+    )
+}
+
+/// `csd serve`.
+pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
+    if let ClockMode::Paced { scale } = a.clock
+        && scale > 1e6
+    {
+        return Err(CliError::Serve(csd_nbd::NbdError::Config(format!(
+            "--clock paced:{scale}: a scale over 1e6 would hold replies for days"
+        ))));
+    }
+    let nand = if a.image.exists() {
+        crate::open_device(Some(&a.image), &a.src)?
+    } else {
+        let cfg = a.src.load()?;
+        eprintln!(
+            "creating {} ({})",
+            a.image.display(),
+            report::geometry_line(&cfg)
+        );
+        Nand::create_image(&a.image, cfg)?
+    };
+    let cfg = FtlConfig {
+        write_cache: if a.write_cache == "write-back" {
+            WriteCache::WriteBack
+        } else {
+            WriteCache::WriteThrough
+        },
+        ..FtlConfig::default()
+    };
+    let ftl = image::recover_or_format(nand, cfg, a.format, false)?;
+    let device = ftl.nand().config().name.clone();
+    let server = Server::new(
+        NvmeDevice::new(ftl),
+        ServerConfig {
+            export_name: a.export.clone(),
+            read_only: a.read_only,
+            clock: a.clock,
+            verbose: a.verbose,
+            ..ServerConfig::default()
+        },
+    )?;
+    let listener = match (&a.socket, a.listen) {
+        (Some(p), _) => Listener::unix(p)?,
+        (None, Some(addr)) => Listener::tcp(addr, a.allow_remote)?,
+        (None, None) => {
+            return Err(CliError::Serve(csd_nbd::NbdError::Config(
+                "give --socket PATH or --listen ADDR:PORT".into(),
+            )));
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal during the shutdown ends the process at once (the next start
+        // recovers, as after any crash).
+        signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
+            .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
+            .map_err(|e| CliError::Io {
+                path: PathBuf::from("signal handler"),
+                source: e,
+            })?;
+    }
+    let uri = listener.uri(&a.export);
+    let stats_path = a
+        .stats_file
+        .clone()
+        .unwrap_or_else(|| default_stats_file(&a.image));
+    let snap = Snapshot {
+        image: &a.image,
+        uri: &uri,
+        clock: a.clock,
+        started: Instant::now(),
+    };
+    snap.write(&server, &stats_path, true)?;
+    eprintln!(
+        "serving {} ({} bytes, device {device}, clock {}) at {uri}",
+        a.image.display(),
+        server.export_size(),
+        match a.clock {
+            ClockMode::Virtual => "virtual".to_string(),
+            ClockMode::Paced { scale } => format!("paced:{scale}"),
+        }
+    );
+    eprintln!(
+        "stats: {} (csd device smart --image {}); stop with Ctrl-C or SIGTERM",
+        stats_path.display(),
+        a.image.display()
+    );
+    // The URI alone on stdout, for scripts.
+    println!("{uri}");
+
+    let served = std::thread::scope(|s| {
+        let ticker = s.spawn(|| {
+            if !(a.stats_interval > 0.0 && a.stats_interval.is_finite()) {
+                return;
+            }
+            let every = Duration::from_secs_f64(a.stats_interval.max(0.05));
+            let mut next = Instant::now() + every;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+                if Instant::now() < next {
+                    continue;
+                }
+                next += every;
+                match snap.write(&server, &stats_path, true) {
+                    Ok(v) if a.print_stats => eprintln!("{}", stats_line(&v)),
+                    Ok(_) => {}
+                    Err(e) => eprintln!("stats: {e}"),
+                }
+            }
+        });
+        let r = server.serve(&listener, &stop);
+        // `serve` also returns on a listener failure: stop the ticker then too.
+        stop.store(true, Ordering::Relaxed);
+        let _ = ticker.join();
+        r
+    });
+    drop(listener);
+    eprintln!("shutting down: flush, checkpoint, sync");
+    // Every connection has ended; make the device durable before the final stats.
+    server.with_device(|d| image::clean_shutdown(d.block_mut()))?;
+    let v = snap.write(&server, &stats_path, false)?;
+    eprintln!("{}", stats_line(&v));
+    served?;
+    eprintln!("image {} synced", a.image.display());
+    Ok(())
+}
+
+/// `csd device smart` on an image a live server holds: print the server's stats file.
+pub(crate) fn print_live_smart(image: &Path, json_out: bool) -> Result<(), CliError> {
+    let path = default_stats_file(image);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        CliError::Nvme(format!(
+            "{} is in use by another process, and its stats file {} cannot be read ({e}); \
+             is `csd serve` running on it with another --stats-file?",
+            image.display(),
+            path.display()
+        ))
+    })?;
+    if json_out {
+        print!("{text}");
+        return Ok(());
+    }
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|e| CliError::Nvme(format!("{}: not a stats file: {e}", path.display())))?;
+    let log = report::smart_from_json(&v).ok_or_else(|| {
+        CliError::Nvme(format!(
+            "{}: the SMART fields are incomplete",
+            path.display()
+        ))
+    })?;
+    let age = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+        - v["updated_unix_s"].as_f64().unwrap_or(0.0);
+    println!(
+        "live server (pid {}, {}): SMART log from its stats file {}, written {:.1} s ago",
+        v["pid"],
+        v["uri"].as_str().unwrap_or("?"),
+        path.display(),
+        age.max(0.0)
+    );
+    report::print_smart(image, &log, false);
+    if v["server"].is_object() {
+        println!("{}", stats_line(&v));
+    }
+    Ok(())
+}

@@ -1,0 +1,305 @@
+//! `csd load` and `csd tables`: tables on the device (smart-ssd §4.1.1 data sets).
+
+use crate::image::recover_or_format;
+use crate::{CliError, ConfigSource, open_device, report};
+use clap::{Args, Subcommand};
+use csd_device::NvmeDevice;
+use csd_ftl::FtlConfig;
+use csd_host::{Catalog, Client};
+use csd_table::datagen::{SyntheticGenerator, SyntheticSpec, TpchGenerator, TpchTable};
+use csd_table::page::Layout;
+use std::path::PathBuf;
+
+/// What to load.
+#[derive(Subcommand)]
+pub(crate) enum LoadCmd {
+    /// TPC-H tables (tpchgen, with the smart-ssd §4.1.1 transformations: 148-byte lineitem).
+    ///
+    /// Example: csd load tpch --sf 0.1 --layout pax --image dev.img
+    Tpch(TpchArgs),
+    /// SyntheticN: N int32 columns; `c1 < v` selects an exact, chosen fraction.
+    ///
+    /// Example: csd load synthetic --columns 64 --rows 1000000 --image dev.img
+    Synthetic(SyntheticArgs),
+}
+
+/// Where tables go.
+#[derive(Args)]
+pub(crate) struct Target {
+    /// Image file (created from --preset/--config if it does not exist).
+    #[arg(long)]
+    image: PathBuf,
+    #[command(flatten)]
+    src: ConfigSource,
+    /// Page layout: nsm or pax.
+    #[arg(long, default_value = "pax", value_parser = ["nsm", "pax"])]
+    layout: String,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct TpchArgs {
+    /// Scale factor.
+    #[arg(long, default_value_t = 0.1)]
+    sf: f64,
+    /// Tables to load, comma-separated.
+    #[arg(long, default_value = "lineitem,orders,part,customer")]
+    tables: String,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Args)]
+pub(crate) struct SyntheticArgs {
+    /// Columns: 4, 16 or 64 (Synthetic4/16/64).
+    #[arg(long, default_value_t = 64)]
+    columns: usize,
+    /// Rows.
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: u64,
+    /// Seed of the column values.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Table name (default synthetic<N>).
+    #[arg(long)]
+    name: Option<String>,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `csd tables --image PATH`.
+#[derive(Args)]
+pub(crate) struct TablesArgs {
+    /// Image file.
+    #[arg(long)]
+    image: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn open_client(t: &Target) -> Result<Client, CliError> {
+    let nand = if t.image.exists() {
+        open_device(Some(&t.image), &t.src)?
+    } else {
+        csd_nand::Nand::create_image(&t.image, t.src.load()?)?
+    };
+    let ftl = recover_or_format(nand, FtlConfig::default(), false, t.json)?;
+    Ok(Client::new(NvmeDevice::new(ftl))?)
+}
+
+fn close_client(c: Client) -> Result<(), CliError> {
+    let mut b = c.into_device().into_block();
+    crate::image::clean_shutdown(&mut b)
+}
+
+fn layout_of(s: &str) -> Layout {
+    if s == "nsm" { Layout::Nsm } else { Layout::Pax }
+}
+
+fn bar(total: Option<u64>, what: &str, show: bool) -> Option<indicatif::ProgressBar> {
+    show.then(|| {
+        let pb = total.map_or_else(
+            indicatif::ProgressBar::new_spinner,
+            indicatif::ProgressBar::new,
+        );
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {msg} [{bar:40}] {pos}/{len} rows ({per_sec}, eta {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        pb.set_message(format!("loading {what}"));
+        pb
+    })
+}
+
+fn report_loads(loads: &[csd_host::LoadReport], cmd: &str, json: bool) {
+    if json {
+        let v: Vec<_> = loads
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "table": r.table.name, "layout": r.table.layout.to_string(), "rows": r.table.rows,
+                    "pages": r.table.pages, "bytes": r.table.bytes(), "row_bytes": r.table.schema.row_width(),
+                    "wall_s": r.wall_s, "modeled_s": r.modeled_s,
+                    "rows_per_wall_s": r.table.rows as f64 / r.wall_s.max(1e-9),
+                    "load_mb_per_modeled_s": r.table.bytes() as f64 / r.modeled_s.max(1e-12) / 1e6,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({ "loads": v, "command": cmd }));
+        return;
+    }
+    let mut t = report::table(&[
+        "table",
+        "layout",
+        "rows",
+        "row bytes",
+        "pages",
+        "size",
+        "wall s",
+        "rows/s (wall)",
+        "modeled s",
+        "MB/s (modeled)",
+    ]);
+    for r in loads {
+        t.add_row(vec![
+            r.table.name.clone(),
+            r.table.layout.to_string(),
+            r.table.rows.to_string(),
+            r.table.schema.row_width().to_string(),
+            r.table.pages.to_string(),
+            report::bytes(r.table.bytes()),
+            format!("{:.2}", r.wall_s),
+            format!("{:.0}", r.table.rows as f64 / r.wall_s.max(1e-9)),
+            format!("{:.3}", r.modeled_s),
+            format!(
+                "{:.0}",
+                r.table.bytes() as f64 / r.modeled_s.max(1e-12) / 1e6
+            ),
+        ]);
+    }
+    println!("{t}");
+    println!("reproduce: {cmd}");
+}
+
+/// `csd load ...`.
+pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
+    let mut loads = Vec::new();
+    match c {
+        LoadCmd::Tpch(a) => {
+            let mut client = open_client(&a.target)?;
+            for name in a.tables.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let table = match name {
+                    "lineitem" => TpchTable::LineItem,
+                    "orders" => TpchTable::Orders,
+                    "part" => TpchTable::Part,
+                    "customer" => TpchTable::Customer,
+                    other => {
+                        return Err(CliError::Usage(format!(
+                            "unknown TPC-H table `{other}`; use lineitem, orders, part, customer"
+                        )));
+                    }
+                };
+                let g =
+                    TpchGenerator::new(table, a.sf).map_err(|e| CliError::Usage(e.to_string()))?;
+                let total = table.row_count(a.sf, 1, 1);
+                let pb = bar(total, name, !a.target.json);
+                let r = Catalog::load(
+                    &mut client,
+                    name,
+                    g,
+                    layout_of(&a.target.layout),
+                    &mut |n| {
+                        if let Some(pb) = &pb {
+                            pb.set_position(n);
+                        }
+                    },
+                )?;
+                if let Some(pb) = pb {
+                    pb.finish_and_clear();
+                }
+                loads.push(r);
+            }
+            close_client(client)?;
+            let cmd = format!(
+                "csd load tpch --sf {} --tables {} --layout {} --image {}",
+                a.sf,
+                a.tables,
+                a.target.layout,
+                a.target.image.display()
+            );
+            report_loads(&loads, &cmd, a.target.json);
+        }
+        LoadCmd::Synthetic(a) => {
+            let spec = SyntheticSpec::new(a.columns, a.rows, a.seed)
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            let name = a
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("synthetic{}", a.columns));
+            let mut client = open_client(&a.target)?;
+            let pb = bar(Some(a.rows), &name, !a.target.json);
+            let g = SyntheticGenerator::new(spec).map_err(|e| CliError::Usage(e.to_string()))?;
+            let r = Catalog::load(
+                &mut client,
+                &name,
+                g,
+                layout_of(&a.target.layout),
+                &mut |n| {
+                    if let Some(pb) = &pb {
+                        pb.set_position(n);
+                    }
+                },
+            )?;
+            if let Some(pb) = pb {
+                pb.finish_and_clear();
+            }
+            loads.push(r);
+            close_client(client)?;
+            let cmd = format!(
+                "csd load synthetic --columns {} --rows {} --seed {} --name {name} --layout {} --image {}",
+                a.columns,
+                a.rows,
+                a.seed,
+                a.target.layout,
+                a.target.image.display()
+            );
+            report_loads(&loads, &cmd, a.target.json);
+        }
+    }
+    Ok(())
+}
+
+/// `csd tables --image PATH`.
+pub(crate) fn tables_cmd(a: &TablesArgs) -> Result<(), CliError> {
+    let nand = csd_nand::Nand::open_image(&a.image, None)?;
+    let ftl = recover_or_format(nand, FtlConfig::default(), false, true)?;
+    let mut client = Client::new(NvmeDevice::new(ftl))?;
+    let cat = Catalog::read(&mut client)?;
+    if a.json {
+        let v: Vec<_> = cat
+            .tables
+            .iter()
+            .map(|t| {
+                let cols: Vec<_> = t.schema.columns().iter().map(|c| format!("{} {}", c.name, c.ty)).collect();
+                serde_json::json!({"table": t.name, "layout": t.layout.to_string(), "rows": t.rows, "pages": t.pages,
+                    "page_bytes": t.page_bytes, "first_lba": t.first_lba, "bytes": t.bytes(), "columns": cols})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "catalog_seq": cat.seq, "tables": v })
+        );
+    } else {
+        let mut t = report::table(&[
+            "table",
+            "layout",
+            "rows",
+            "pages",
+            "page",
+            "size",
+            "first LBA",
+            "columns",
+        ]);
+        for x in &cat.tables {
+            t.add_row(vec![
+                x.name.clone(),
+                x.layout.to_string(),
+                x.rows.to_string(),
+                x.pages.to_string(),
+                report::bytes(x.page_bytes as u64),
+                report::bytes(x.bytes()),
+                x.first_lba.to_string(),
+                x.schema.columns().len().to_string(),
+            ]);
+        }
+        println!("{t}");
+        println!("catalog version {}", cat.seq);
+    }
+    close_client(client)
+}

@@ -1,0 +1,399 @@
+//! Tables on the device: the catalog and the bulk loader.
+//!
+//! The catalog lives in the first [`CATALOG_LBAS`] LBAs of the device and is rewritten
+//! whole, as ONE batch (batch-io §3: a batch is atomic), so a power cut during a load or
+//! a catalog update leaves either the old catalog or the new one, never a mix. A table is
+//! an extent of LBAs holding pages of the device's flash-page size (so a page read by the
+//! device is one flash page), NSM or PAX (smart-ssd §4.1.1), built by `csd-table`.
+//! The loader writes the pages with MDTS-sized write commands, flushes, and only then
+//! publishes the table in the catalog; replacing a table allocates a new extent and trims
+//! the old one after the new catalog is durable. Extents are allocated append-only after
+//! the last table (space of dropped tables is trimmed but not reused: simple and
+//! adequate for a research device that is reloaded rather than managed).
+//!
+//! Catalog format (little-endian): magic `CCAT`, version u16, table count u16, sequence
+//! u64, body length u32, CRC-32C of the body u32, then the body: per table its name,
+//! layout code, page bytes, first LBA, page count, row count and schema (name, columns
+//! with name, type code and parameter).
+
+use crate::client::{Client, HostError};
+use csd_table::datagen::RowSource;
+use csd_table::page::{Layout, Paginator};
+use csd_table::schema::{Column, ColumnType, Schema};
+use std::time::Instant;
+
+/// LBAs reserved for the catalog at the start of the device.
+pub const CATALOG_LBAS: u64 = 64;
+const MAGIC: u32 = 0x5441_4343; // "CCAT"
+const VERSION: u16 = 1;
+const HEADER: usize = 4 + 2 + 2 + 8 + 4 + 4;
+
+/// One table stored on the device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableInfo {
+    /// Table name (unique).
+    pub name: String,
+    /// Row schema.
+    pub schema: Schema,
+    /// Page layout.
+    pub layout: Layout,
+    /// Bytes per table page (the device's flash page).
+    pub page_bytes: u32,
+    /// First LBA of the extent.
+    pub first_lba: u64,
+    /// Pages in the table.
+    pub pages: u64,
+    /// Rows in the table.
+    pub rows: u64,
+}
+
+impl TableInfo {
+    /// LBAs per table page on a device with `lba_size`-byte LBAs.
+    pub fn lbas_per_page(&self, lba_size: u32) -> u64 {
+        (self.page_bytes / lba_size.max(1)) as u64
+    }
+
+    /// One past the last LBA of the extent.
+    pub fn end_lba(&self, lba_size: u32) -> u64 {
+        self.first_lba + self.pages * self.lbas_per_page(lba_size)
+    }
+
+    /// Bytes of table data.
+    pub fn bytes(&self) -> u64 {
+        self.pages * self.page_bytes as u64
+    }
+}
+
+/// The catalog of tables on a device.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Catalog {
+    /// Incremented by every update.
+    pub seq: u64,
+    /// The tables.
+    pub tables: Vec<TableInfo>,
+}
+
+/// What a load did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadReport {
+    /// The table as published.
+    pub table: TableInfo,
+    /// Wall-clock seconds.
+    pub wall_s: f64,
+    /// Modeled seconds (host clock advance).
+    pub modeled_s: f64,
+}
+
+fn put_str(v: &mut Vec<u8>, s: &str) {
+    v.extend_from_slice(&(s.len() as u16).to_le_bytes());
+    v.extend_from_slice(s.as_bytes());
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    p: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], HostError> {
+        let s = self
+            .b
+            .get(self.p..self.p + n)
+            .ok_or_else(|| HostError::Catalog("truncated catalog".into()))?;
+        self.p += n;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, HostError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, HostError> {
+        let s = self.take(2)?;
+        Ok(u16::from_le_bytes([s[0], s[1]]))
+    }
+    fn u32(&mut self) -> Result<u32, HostError> {
+        let s = self.take(4)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+    fn u64(&mut self) -> Result<u64, HostError> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn str(&mut self) -> Result<String, HostError> {
+        let n = self.u16()? as usize;
+        String::from_utf8(self.take(n)?.to_vec())
+            .map_err(|_| HostError::Catalog("name is not UTF-8".into()))
+    }
+}
+
+fn type_code(t: ColumnType) -> (u8, u16) {
+    match t {
+        ColumnType::Int32 => (1, 0),
+        ColumnType::Int64 => (2, 0),
+        ColumnType::Date => (3, 0),
+        ColumnType::Decimal { scale } => (4, scale as u16),
+        ColumnType::Char(n) => (5, n),
+    }
+}
+
+fn type_of(code: u8, param: u16) -> Result<ColumnType, HostError> {
+    Ok(match code {
+        1 => ColumnType::Int32,
+        2 => ColumnType::Int64,
+        3 => ColumnType::Date,
+        4 => ColumnType::Decimal { scale: param as u8 },
+        5 => ColumnType::Char(param),
+        _ => {
+            return Err(HostError::Catalog(format!(
+                "unknown column type code {code}"
+            )));
+        }
+    })
+}
+
+impl Catalog {
+    fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::new();
+        for t in &self.tables {
+            put_str(&mut body, &t.name);
+            body.push(t.layout.code());
+            body.extend_from_slice(&t.page_bytes.to_le_bytes());
+            body.extend_from_slice(&t.first_lba.to_le_bytes());
+            body.extend_from_slice(&t.pages.to_le_bytes());
+            body.extend_from_slice(&t.rows.to_le_bytes());
+            put_str(&mut body, t.schema.name());
+            body.extend_from_slice(&(t.schema.columns().len() as u16).to_le_bytes());
+            for c in t.schema.columns() {
+                put_str(&mut body, &c.name);
+                let (code, param) = type_code(c.ty);
+                body.push(code);
+                body.extend_from_slice(&param.to_le_bytes());
+            }
+        }
+        let mut v = Vec::with_capacity(HEADER + body.len());
+        v.extend_from_slice(&MAGIC.to_le_bytes());
+        v.extend_from_slice(&VERSION.to_le_bytes());
+        v.extend_from_slice(&(self.tables.len() as u16).to_le_bytes());
+        v.extend_from_slice(&self.seq.to_le_bytes());
+        v.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        v.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        v.extend_from_slice(&body);
+        v
+    }
+
+    fn decode(b: &[u8]) -> Result<Catalog, HostError> {
+        let mut r = Reader { b, p: 0 };
+        if r.u32()? != MAGIC {
+            // A device that never held a catalog reads as zeros.
+            return Ok(Catalog::default());
+        }
+        if r.u16()? != VERSION {
+            return Err(HostError::Catalog("unsupported catalog version".into()));
+        }
+        let n = r.u16()? as usize;
+        let seq = r.u64()?;
+        let len = r.u32()? as usize;
+        let crc = r.u32()?;
+        let body = r.take(len)?;
+        if crc32c::crc32c(body) != crc {
+            return Err(HostError::Catalog("checksum mismatch".into()));
+        }
+        let mut r = Reader { b: body, p: 0 };
+        let mut tables = Vec::with_capacity(n);
+        for _ in 0..n {
+            let name = r.str()?;
+            let layout = Layout::from_code(r.u8()?)
+                .ok_or_else(|| HostError::Catalog("unknown layout".into()))?;
+            let page_bytes = r.u32()?;
+            let first_lba = r.u64()?;
+            let pages = r.u64()?;
+            let rows = r.u64()?;
+            let sname = r.str()?;
+            let ncols = r.u16()? as usize;
+            let mut cols = Vec::with_capacity(ncols);
+            for _ in 0..ncols {
+                let cname = r.str()?;
+                let code = r.u8()?;
+                let param = r.u16()?;
+                cols.push(Column::new(cname, type_of(code, param)?));
+            }
+            let schema = Schema::new(sname, cols)
+                .map_err(|e| HostError::Catalog(format!("table {name}: {e}")))?;
+            tables.push(TableInfo {
+                name,
+                schema,
+                layout,
+                page_bytes,
+                first_lba,
+                pages,
+                rows,
+            });
+        }
+        Ok(Catalog { seq, tables })
+    }
+
+    /// Read the catalog from the device (empty on a device that never held one).
+    pub fn read(client: &mut Client) -> Result<Catalog, HostError> {
+        let lba = client.identify().lba_size as usize;
+        let mdts = client.identify().mdts_blocks.max(1) as u64;
+        let mut bytes = Vec::with_capacity(CATALOG_LBAS as usize * lba);
+        let mut l = 0;
+        while l < CATALOG_LBAS {
+            let n = mdts.min(CATALOG_LBAS - l);
+            bytes.extend_from_slice(&client.read(l, n as u32)?);
+            l += n;
+        }
+        Catalog::decode(&bytes)
+    }
+
+    /// Write the catalog as one atomic batch.
+    fn write(&self, client: &mut Client) -> Result<(), HostError> {
+        let lba = client.identify().lba_size as usize;
+        let mut bytes = self.encode();
+        if bytes.len() > CATALOG_LBAS as usize * lba {
+            return Err(HostError::Invalid(format!(
+                "the catalog ({} bytes) outgrew its {} LBAs",
+                bytes.len(),
+                CATALOG_LBAS
+            )));
+        }
+        bytes.resize(bytes.len().div_ceil(lba) * lba, 0);
+        let pages: Vec<(u64, &[u8])> = bytes
+            .chunks(lba)
+            .enumerate()
+            .map(|(i, p)| (i as u64, p))
+            .collect();
+        let buffer = csd_ftl::batch::build_batch(&pages, lba)
+            .map_err(|e| HostError::Invalid(e.to_string()))?;
+        client.flush_batch(buffer)
+    }
+
+    /// The table named `name`.
+    pub fn get(&self, name: &str) -> Option<&TableInfo> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+
+    /// First LBA after every table (and after the catalog region).
+    pub fn next_free_lba(&self, lba_size: u32) -> u64 {
+        self.tables
+            .iter()
+            .map(|t| t.end_lba(lba_size))
+            .max()
+            .unwrap_or(CATALOG_LBAS)
+            .max(CATALOG_LBAS)
+    }
+
+    /// Load rows from `source` as table `name` in `layout`; replaces a table of that name.
+    /// Nothing is published until every page is durable.
+    pub fn load(
+        client: &mut Client,
+        name: &str,
+        source: impl RowSource,
+        layout: Layout,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<LoadReport, HostError> {
+        if name.is_empty()
+            || name.len() > 64
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(HostError::Invalid(format!(
+                "table name `{name}`: use 1 to 64 letters, digits or _"
+            )));
+        }
+        let wall0 = Instant::now();
+        let t0 = client.now();
+        let mut cat = Catalog::read(client)?;
+        let id = client.identify().clone();
+        let lba = id.lba_size;
+        let page_bytes = id.flash_page_bytes.max(lba);
+        let lpp = (page_bytes / lba) as u64;
+        let first = cat.next_free_lba(lba).div_ceil(lpp) * lpp;
+        let schema = source.schema().clone();
+        let mut pages = Paginator::new(source, layout, page_bytes as usize)?;
+        let chunk_pages = ((id.mdts_blocks as u64 / lpp).max(1)) as usize;
+        let mut buf: Vec<u8> = Vec::with_capacity(chunk_pages * page_bytes as usize);
+        let mut next_lba = first;
+        let mut written_pages = 0u64;
+        let flush_buf = |client: &mut Client,
+                         buf: &mut Vec<u8>,
+                         next_lba: &mut u64|
+         -> Result<(), HostError> {
+            if buf.is_empty() {
+                return Ok(());
+            }
+            let n = buf.len() as u64 / lba as u64;
+            if *next_lba + n > id.lbas {
+                return Err(HostError::Invalid(format!(
+                    "table {name} does not fit: the device has {} LBAs, the table needs more than {}",
+                    id.lbas,
+                    *next_lba + n - first
+                )));
+            }
+            client.write(*next_lba, buf)?;
+            *next_lba += n;
+            buf.clear();
+            Ok(())
+        };
+        while let Some(p) = pages.next_page() {
+            buf.extend_from_slice(p);
+            written_pages += 1;
+            if buf.len() >= chunk_pages * page_bytes as usize {
+                flush_buf(client, &mut buf, &mut next_lba)?;
+                progress(pages.rows());
+            }
+        }
+        if let Some(e) = pages.error() {
+            return Err(HostError::Page(e.clone()));
+        }
+        flush_buf(client, &mut buf, &mut next_lba)?;
+        client.flush()?;
+        let table = TableInfo {
+            name: name.to_string(),
+            schema,
+            layout,
+            page_bytes,
+            first_lba: first,
+            pages: written_pages,
+            rows: pages.rows(),
+        };
+        let old = cat
+            .tables
+            .iter()
+            .position(|t| t.name == name)
+            .map(|i| cat.tables.remove(i));
+        cat.tables.push(table.clone());
+        cat.seq += 1;
+        cat.write(client)?;
+        if let Some(old) = old {
+            let n = old.end_lba(lba) - old.first_lba;
+            client.exec(csd_device::Command::Trim {
+                lba: old.first_lba,
+                blocks: n,
+            })?;
+        }
+        progress(table.rows);
+        Ok(LoadReport {
+            table,
+            wall_s: wall0.elapsed().as_secs_f64(),
+            modeled_s: client.now().since(t0) as f64 / 1e9,
+        })
+    }
+
+    /// Read page `i` of `table`.
+    pub fn read_page(client: &mut Client, table: &TableInfo, i: u64) -> Result<Vec<u8>, HostError> {
+        if i >= table.pages {
+            return Err(HostError::Invalid(format!(
+                "table {} has {} pages, not {}",
+                table.name,
+                table.pages,
+                i + 1
+            )));
+        }
+        let lba = client.identify().lba_size;
+        let lpp = table.lbas_per_page(lba);
+        client.read(table.first_lba + i * lpp, lpp as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests;

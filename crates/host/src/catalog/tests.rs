@@ -1,0 +1,172 @@
+use super::*;
+use csd_device::NvmeDevice;
+use csd_ftl::{Ftl, FtlConfig, FtlError};
+use csd_nand::{Nand, PowerCut};
+use csd_sim::DeviceConfig;
+use csd_table::datagen::{SyntheticGenerator, SyntheticSpec};
+use csd_table::page::PageView;
+
+fn device() -> DeviceConfig {
+    DeviceConfig::preset("tiny").unwrap()
+}
+
+fn client(nand: Nand, format: bool) -> Client {
+    let ftl = if format {
+        Ftl::format(nand, FtlConfig::default()).unwrap()
+    } else {
+        Ftl::recover(nand, FtlConfig::default()).unwrap()
+    };
+    Client::new(NvmeDevice::new(ftl)).unwrap()
+}
+
+fn rows_on_device(c: &mut Client, t: &TableInfo) -> u64 {
+    let mut n = 0;
+    for i in 0..t.pages {
+        let page = Catalog::read_page(c, t, i).unwrap();
+        let v = PageView::parse(&page, &t.schema).unwrap();
+        n += v.row_count() as u64;
+    }
+    n
+}
+
+#[test]
+fn load_survives_restart_and_replace_trims() {
+    let mut c = client(Nand::new_in_memory(device()).unwrap(), true);
+    assert_eq!(
+        Catalog::read(&mut c).unwrap(),
+        Catalog::default(),
+        "fresh device: empty catalog"
+    );
+    let spec = SyntheticSpec::synthetic16(5_000, 1).unwrap();
+    let r = Catalog::load(
+        &mut c,
+        "s16",
+        SyntheticGenerator::new(spec).unwrap(),
+        Layout::Pax,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(r.table.rows, 5_000);
+    assert!(r.modeled_s > 0.0);
+    let spec4 = SyntheticSpec::synthetic4(3_000, 2).unwrap();
+    Catalog::load(
+        &mut c,
+        "s4",
+        SyntheticGenerator::new(spec4).unwrap(),
+        Layout::Nsm,
+        &mut |_| {},
+    )
+    .unwrap();
+    // Restart: clean shutdown, recover, the catalog and the data are there.
+    let ftl = c.into_device().into_block().into_ftl();
+    let nand = ftl.shutdown(csd_sim::SimTime::ZERO).unwrap();
+    let mut c = client(nand, false);
+    let cat = Catalog::read(&mut c).unwrap();
+    assert_eq!(cat.tables.len(), 2);
+    let t = cat.get("s16").unwrap().clone();
+    assert_eq!((t.layout, t.rows), (Layout::Pax, 5_000));
+    assert_eq!(rows_on_device(&mut c, &t), 5_000);
+    let t4 = cat.get("s4").unwrap().clone();
+    assert_eq!(rows_on_device(&mut c, &t4), 3_000);
+    // Replacing a table publishes a new extent.
+    let spec = SyntheticSpec::synthetic16(1_000, 3).unwrap();
+    Catalog::load(
+        &mut c,
+        "s16",
+        SyntheticGenerator::new(spec).unwrap(),
+        Layout::Nsm,
+        &mut |_| {},
+    )
+    .unwrap();
+    let cat2 = Catalog::read(&mut c).unwrap();
+    assert_eq!(cat2.tables.len(), 2);
+    assert_eq!(cat2.get("s16").unwrap().rows, 1_000);
+    assert!(cat2.seq > cat.seq);
+}
+
+#[test]
+fn bad_loads_are_refused_and_change_nothing() {
+    let mut c = client(Nand::new_in_memory(device()).unwrap(), true);
+    let spec = SyntheticSpec::synthetic4(100, 1).unwrap();
+    for bad in ["", "no spaces", "x;drop"] {
+        assert!(
+            Catalog::load(
+                &mut c,
+                bad,
+                SyntheticGenerator::new(spec).unwrap(),
+                Layout::Pax,
+                &mut |_| {}
+            )
+            .is_err()
+        );
+    }
+    // Too big for the 64 MiB device.
+    let huge = SyntheticSpec::synthetic64(2_000_000, 1).unwrap();
+    let e = Catalog::load(
+        &mut c,
+        "huge",
+        SyntheticGenerator::new(huge).unwrap(),
+        Layout::Pax,
+        &mut |_| {},
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("does not fit") || e.to_string().contains("LBA"),
+        "{e}"
+    );
+    assert_eq!(Catalog::read(&mut c).unwrap(), Catalog::default());
+}
+
+/// A power cut anywhere during a load leaves the old catalog or the new one.
+#[test]
+fn power_cut_during_load_leaves_old_or_new_catalog() {
+    let mut seen_old = 0;
+    let mut seen_new = 0;
+    for cut in [5u64, 40, 120, 300, 700, 1500, 2500, 4000] {
+        let mut c = client(Nand::new_in_memory(device()).unwrap(), true);
+        let spec = SyntheticSpec::synthetic16(2_000, 9).unwrap();
+        Catalog::load(
+            &mut c,
+            "first",
+            SyntheticGenerator::new(spec).unwrap(),
+            Layout::Pax,
+            &mut |_| {},
+        )
+        .unwrap();
+        let before = Catalog::read(&mut c).unwrap();
+        c.device()
+            .block_mut()
+            .ftl_mut()
+            .nand_mut()
+            .arm_power_cut(PowerCut::AtOp(cut));
+        let spec = SyntheticSpec::synthetic16(20_000, 10).unwrap();
+        let r = Catalog::load(
+            &mut c,
+            "second",
+            SyntheticGenerator::new(spec).unwrap(),
+            Layout::Nsm,
+            &mut |_| {},
+        );
+        let ftl = c.into_device().into_block().into_ftl();
+        let nand = ftl.crash();
+        let mut c = client(nand, false);
+        let after = Catalog::read(&mut c).unwrap();
+        if after == before {
+            seen_old += 1;
+            assert!(r.is_err(), "a load that completed must be in the catalog");
+        } else {
+            seen_new += 1;
+            let t = after
+                .get("second")
+                .expect("new catalog has the table")
+                .clone();
+            assert_eq!(rows_on_device(&mut c, &t), 20_000);
+            assert_eq!(after.get("first"), before.get("first"));
+        }
+        let _ = FtlError::NoSpace;
+    }
+    assert!(
+        seen_old > 0 && seen_new > 0,
+        "old {seen_old} new {seen_new}"
+    );
+}

@@ -1,0 +1,171 @@
+//! A synchronous host client over one queue pair: submit, let the device process, poll.
+//! The host's clock advances to each completion, so a sequence of calls models a host
+//! thread that waits for each command.
+
+use csd_device::{Command, Completion, IdentifyInfo, NvmeDevice, Payload, QueueId, Status};
+use csd_sim::SimTime;
+use thiserror::Error;
+
+/// Errors a host operation reports.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum HostError {
+    /// The device completed a command with an error status.
+    #[error("{command} failed: {status}")]
+    Device {
+        /// Which command.
+        command: &'static str,
+        /// The device's status.
+        status: Status,
+    },
+    /// The catalog on the device is unreadable or inconsistent.
+    #[error("catalog: {0}")]
+    Catalog(String),
+    /// A request the host refuses before sending anything.
+    #[error("{0}")]
+    Invalid(String),
+    /// Building pages failed.
+    #[error(transparent)]
+    Page(#[from] csd_table::page::PageError),
+}
+
+/// Host-side totals of what the client's commands cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientTotals {
+    /// Commands completed.
+    pub commands: u64,
+    /// Bytes over the host link.
+    pub host_link_bytes: u64,
+    /// Flash page reads, programs and erases caused.
+    pub flash_reads: u64,
+    /// Flash page programs caused.
+    pub flash_programs: u64,
+    /// Flash block erases caused.
+    pub flash_erases: u64,
+}
+
+/// A host client of one device.
+pub struct Client {
+    dev: NvmeDevice,
+    qid: QueueId,
+    now: SimTime,
+    identify: IdentifyInfo,
+    totals: ClientTotals,
+}
+
+impl Client {
+    /// Open a client on `dev` (creates a queue pair and reads Identify).
+    pub fn new(mut dev: NvmeDevice) -> Result<Client, HostError> {
+        let qid = dev
+            .create_queue_pair(64)
+            .map_err(|status| HostError::Device {
+                command: "CreateQueuePair",
+                status,
+            })?;
+        let mut c = Client {
+            dev,
+            qid,
+            now: SimTime::ZERO,
+            identify: IdentifyInfo {
+                name: String::new(),
+                lbas: 0,
+                lba_size: 0,
+                mdts_blocks: 0,
+                max_batch_pages: 0,
+                max_queue_pairs: 0,
+                max_queue_depth: 0,
+                flash_page_bytes: 0,
+            },
+            totals: ClientTotals::default(),
+        };
+        match c.exec(Command::Identify)?.payload {
+            Payload::Identify(info) => c.identify = info,
+            _ => return Err(HostError::Invalid("Identify returned no data".into())),
+        }
+        Ok(c)
+    }
+
+    /// Run one command to completion; errors on a non-success status.
+    pub fn exec(&mut self, cmd: Command) -> Result<Completion, HostError> {
+        let name = cmd.name();
+        self.dev
+            .submit(self.qid, cmd, self.now)
+            .map_err(|status| HostError::Device {
+                command: name,
+                status,
+            })?;
+        self.dev.process();
+        let c = self
+            .dev
+            .poll(self.qid)
+            .ok_or(HostError::Invalid(format!("{name}: no completion")))?;
+        self.now = self.now.max(c.acct.completed);
+        self.totals.commands += 1;
+        self.totals.host_link_bytes += c.acct.host_link_bytes;
+        self.totals.flash_reads += c.acct.flash_reads;
+        self.totals.flash_programs += c.acct.flash_programs;
+        self.totals.flash_erases += c.acct.flash_erases;
+        if !c.status.is_success() {
+            return Err(HostError::Device {
+                command: name,
+                status: c.status,
+            });
+        }
+        Ok(c)
+    }
+
+    /// Read `blocks` LBAs from `lba`.
+    pub fn read(&mut self, lba: u64, blocks: u32) -> Result<Vec<u8>, HostError> {
+        match self.exec(Command::Read { lba, blocks })?.payload {
+            Payload::Data(d) => Ok(d),
+            _ => Err(HostError::Invalid("Read returned no data".into())),
+        }
+    }
+
+    /// Write whole LBAs at `lba`, split into MDTS-sized commands.
+    pub fn write(&mut self, lba: u64, data: &[u8]) -> Result<(), HostError> {
+        let chunk = self.identify.mdts_blocks as usize * self.identify.lba_size as usize;
+        for (i, part) in data.chunks(chunk.max(1)).enumerate() {
+            let l = lba + (i * chunk / self.identify.lba_size as usize) as u64;
+            self.exec(Command::Write {
+                lba: l,
+                data: part.to_vec(),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Make everything written durable.
+    pub fn flush(&mut self) -> Result<(), HostError> {
+        self.exec(Command::Flush).map(|_| ())
+    }
+
+    /// Write an atomic batch buffer (a DESC block and its pages).
+    pub fn flush_batch(&mut self, buffer: Vec<u8>) -> Result<(), HostError> {
+        self.exec(Command::FlushBatch { buffer }).map(|_| ())
+    }
+
+    /// What the device said about itself.
+    pub fn identify(&self) -> &IdentifyInfo {
+        &self.identify
+    }
+
+    /// The host's clock: the completion of the last command.
+    pub fn now(&self) -> SimTime {
+        self.now
+    }
+
+    /// Totals of every command issued so far.
+    pub fn totals(&self) -> ClientTotals {
+        self.totals
+    }
+
+    /// The device (for shutdown or inspection).
+    pub fn device(&mut self) -> &mut NvmeDevice {
+        &mut self.dev
+    }
+
+    /// Give the device back.
+    pub fn into_device(self) -> NvmeDevice {
+        self.dev
+    }
+}

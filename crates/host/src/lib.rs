@@ -1,0 +1,17 @@
+//! The host side of csd (DESIGN.md "host side"): code that uses the emulated SSD only
+//! through its command interface.
+//!
+//! * [`client::Client`]: a synchronous host client over one queue pair of an
+//!   [`csd_device::NvmeDevice`], keeping the host's view of time and the accounting of
+//!   every command it issued.
+//! * [`catalog`]: tables stored on the device (smart-ssd paper §3–§4.1): a catalog of
+//!   tables kept in a reserved LBA region and rewritten with one atomic batch (batch-io
+//!   §3), so that a power cut during a load leaves the old catalog or the new one; and
+//!   a bulk loader that packs rows into NSM or PAX pages of the device's flash-page size
+//!   and writes them with MDTS-sized commands.
+
+pub mod catalog;
+pub mod client;
+
+pub use catalog::{Catalog, LoadReport, TableInfo};
+pub use client::{Client, HostError};

@@ -1,0 +1,455 @@
+//! One connection: the fixed-newstyle negotiation, then the transmission phase with a
+//! reader (this thread) and a reply writer (a scoped thread).
+//!
+//! Everything read from the peer goes through [`read_full`] / [`read_payload`] /
+//! [`discard`], which stop at end of stream, and through the parsers of
+//! [`crate::proto`]; lengths taken from the wire never size an allocation beyond
+//! [`MAX_OPTION_BYTES`] or [`MAX_PAYLOAD_BYTES`]. A finite input therefore always ends the
+//! session, whatever it holds.
+
+use crate::NbdError;
+use crate::proto::{self, *};
+use crate::server::{QueuePair, Shared};
+use csd_sim::{Pacer, SimTime};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::ops::Range;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::time::{Duration, Instant};
+
+/// Read exactly `buf.len()` bytes; `Ok(false)` if the stream ends first (before or in
+/// the middle: either way the peer is gone and nothing partial is acted on).
+pub(crate) fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => return Ok(false),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// Read `len` bytes of payload into `out`; `Ok(false)` if the stream ends first. The
+/// buffer grows with the data actually received, so a peer that announces a large
+/// payload and sends little costs little.
+pub(crate) fn read_payload(r: &mut impl Read, len: u32, out: &mut Vec<u8>) -> io::Result<bool> {
+    out.clear();
+    out.reserve((len as usize).min(1 << 20));
+    let got = r.take(len as u64).read_to_end(out)?;
+    Ok(got == len as usize)
+}
+
+/// Skip `len` bytes; `Ok(false)` if the stream ends first.
+pub(crate) fn discard(r: &mut impl Read, len: u64) -> io::Result<bool> {
+    let got = io::copy(&mut r.take(len), &mut io::sink())?;
+    Ok(got == len)
+}
+
+/// Serve one connection until the peer disconnects, aborts, or breaks the protocol.
+pub(crate) fn run<R: Read, W: Write + Send>(shared: &Shared, r: R, w: W) -> Result<(), NbdError> {
+    let mut r = BufReader::with_capacity(256 << 10, r);
+    let mut w = BufWriter::with_capacity(256 << 10, w);
+    let Some(q) = negotiate(shared, &mut r, &mut w)? else {
+        return Ok(());
+    };
+    transmission(shared, &q, r, w)
+}
+
+fn opt_reply(w: &mut impl Write, option: u32, reply: u32, data: &[u8]) -> io::Result<()> {
+    w.write_all(&proto::option_reply(option, reply, data))
+}
+
+/// The handshake and option haggling. Returns the connection's queue pair when the
+/// client enters transmission, `None` when the session ends here.
+fn negotiate<'s, R: Read, W: Write>(
+    shared: &'s Shared,
+    r: &mut R,
+    w: &mut W,
+) -> Result<Option<QueuePair<'s>>, NbdError> {
+    w.write_all(&proto::greeting())?;
+    w.flush()?;
+    let mut b4 = [0u8; 4];
+    if !read_full(r, &mut b4)? {
+        return Ok(None);
+    }
+    let cflags = proto::parse_client_flags(&b4)?;
+    let fixed = cflags & FLAG_C_FIXED_NEWSTYLE != 0;
+    let no_zeroes = cflags & FLAG_C_NO_ZEROES != 0;
+    let ex = &shared.export;
+    let mut data = Vec::new();
+    loop {
+        let mut hb = [0u8; OPTION_HEADER_BYTES];
+        if !read_full(r, &mut hb)? {
+            return Ok(None);
+        }
+        let h = OptionHeader::parse(&hb)?;
+        let opt = h.option;
+        if h.length > MAX_OPTION_BYTES {
+            if !discard(r, h.length as u64)? || opt == OPT_EXPORT_NAME {
+                // EXPORT_NAME cannot be answered with an error: end the session.
+                return Ok(None);
+            }
+            let msg = format!("option data of {} bytes is too long", h.length);
+            opt_reply(w, opt, REP_ERR_TOO_BIG, msg.as_bytes())?;
+            w.flush()?;
+            continue;
+        }
+        if !read_payload(r, h.length, &mut data)? {
+            return Ok(None);
+        }
+        if !fixed && opt != OPT_EXPORT_NAME {
+            // Plain newstyle knows no other option, and no way to refuse one.
+            return Ok(None);
+        }
+        if shared.stopping() && opt != OPT_ABORT {
+            if opt == OPT_EXPORT_NAME {
+                return Ok(None);
+            }
+            opt_reply(w, opt, REP_ERR_SHUTDOWN, b"the server is shutting down")?;
+            w.flush()?;
+            continue;
+        }
+        match opt {
+            OPT_EXPORT_NAME => {
+                if !ex.answers_to(&data) {
+                    return Ok(None);
+                }
+                let Ok(q) = shared.open_queue() else {
+                    return Ok(None);
+                };
+                w.write_all(&proto::export_name_reply(ex.size, ex.flags, no_zeroes))?;
+                w.flush()?;
+                return Ok(Some(q));
+            }
+            OPT_ABORT => {
+                // The client may already have closed; the reply is a courtesy.
+                let _ = opt_reply(w, opt, REP_ACK, &[]).and_then(|_| w.flush());
+                return Ok(None);
+            }
+            OPT_LIST if !data.is_empty() => {
+                opt_reply(w, opt, REP_ERR_INVALID, b"NBD_OPT_LIST takes no data")?;
+            }
+            OPT_LIST => {
+                let mut d = (ex.name.len() as u32).to_be_bytes().to_vec();
+                d.extend_from_slice(ex.name.as_bytes());
+                d.extend_from_slice(ex.description.as_bytes());
+                opt_reply(w, opt, REP_SERVER, &d)?;
+                opt_reply(w, opt, REP_ACK, &[])?;
+            }
+            OPT_INFO | OPT_GO => match InfoRequest::parse(&data) {
+                None => {
+                    let msg = b"malformed NBD_OPT_INFO/NBD_OPT_GO data";
+                    opt_reply(w, opt, REP_ERR_INVALID, msg)?;
+                }
+                Some(i) if !ex.answers_to(&i.name) => {
+                    let msg = format!(
+                        "no export named {:?}; this server has {:?} (or use the default, empty name)",
+                        String::from_utf8_lossy(&i.name),
+                        ex.name
+                    );
+                    opt_reply(w, opt, REP_ERR_UNKNOWN, msg.as_bytes())?;
+                }
+                Some(i) => {
+                    let q = if opt == OPT_GO {
+                        match shared.open_queue() {
+                            Ok(q) => Some(q),
+                            Err(msg) => {
+                                opt_reply(w, opt, REP_ERR_POLICY, msg.as_bytes())?;
+                                w.flush()?;
+                                continue;
+                            }
+                        }
+                    } else {
+                        None
+                    };
+                    let info = |d: Vec<u8>| proto::option_reply(opt, REP_INFO, &d);
+                    w.write_all(&info(proto::info_export(ex.size, ex.flags)))?;
+                    if i.requests.contains(&INFO_NAME) {
+                        w.write_all(&info(proto::info_string(INFO_NAME, ex.name.as_bytes())))?;
+                    }
+                    if i.requests.contains(&INFO_DESCRIPTION) {
+                        let d = proto::info_string(INFO_DESCRIPTION, ex.description.as_bytes());
+                        w.write_all(&info(d))?;
+                    }
+                    w.write_all(&info(proto::info_block_size(
+                        1,
+                        ex.preferred_block,
+                        MAX_PAYLOAD_BYTES,
+                    )))?;
+                    opt_reply(w, opt, REP_ACK, &[])?;
+                    w.flush()?;
+                    if q.is_some() {
+                        return Ok(q);
+                    }
+                }
+            },
+            OPT_STRUCTURED_REPLY => {
+                let msg = b"structured replies are not supported: this server sends simple replies";
+                opt_reply(w, opt, REP_ERR_UNSUP, msg)?;
+            }
+            _ => {
+                let msg = format!("option {opt} is not supported");
+                opt_reply(w, opt, REP_ERR_UNSUP, msg.as_bytes())?;
+            }
+        }
+        w.flush()?;
+    }
+}
+
+/// Replies handed to a connection's writer and not yet taken by it.
+const REPLIES_QUEUED: usize = 64;
+/// Replies a paced writer holds for their deadlines; beyond this it takes no more from
+/// the reader, which then waits.
+const REPLIES_HELD: usize = 1024;
+
+/// A reply on its way to the writer.
+pub(crate) struct Reply {
+    cookie: u64,
+    error: u32,
+    data: Option<(Vec<u8>, Range<usize>)>,
+    /// Modeled completion (the wall-clock deadline in paced mode).
+    done: SimTime,
+}
+
+fn transmission<R: Read, W: Write + Send>(
+    shared: &Shared,
+    q: &QueuePair<'_>,
+    mut r: R,
+    w: W,
+) -> Result<(), NbdError> {
+    // Bounded: a client that sends requests without reading the replies stalls its own
+    // reader instead of piling up replies (READ replies carry up to 32 MiB) here.
+    let (tx, rx) = mpsc::sync_channel::<Reply>(REPLIES_QUEUED);
+    let pacer = shared.pacer.clone();
+    std::thread::scope(|s| {
+        let writer = s.spawn(move || write_replies(w, rx, &pacer));
+        let read = read_requests(shared, q, &mut r, tx);
+        let wrote = writer
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the reply writer panicked")));
+        read?;
+        wrote?;
+        Ok(())
+    })
+}
+
+/// The checks a request passes before it reaches the device; `Err` is its error value.
+fn check(shared: &Shared, req: &Request) -> Result<(), u32> {
+    let ex = &shared.export;
+    let allowed = match req.kind {
+        CMD_READ | CMD_FLUSH => 0,
+        CMD_WRITE | CMD_TRIM => CMD_FLAG_FUA,
+        CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
+        // CACHE and BLOCK_STATUS are not advertised; anything else is unknown.
+        _ => return Err(EINVAL),
+    };
+    if req.flags & !allowed != 0 {
+        return Err(EINVAL);
+    }
+    if shared.stopping() {
+        return Err(ESHUTDOWN);
+    }
+    let writes = matches!(req.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+    if writes && ex.read_only {
+        return Err(EPERM);
+    }
+    if req.kind == CMD_FLUSH {
+        return if req.offset == 0 && req.length == 0 {
+            Ok(())
+        } else {
+            Err(EINVAL)
+        };
+    }
+    if matches!(req.kind, CMD_READ | CMD_WRITE) && req.length > MAX_PAYLOAD_BYTES {
+        return Err(EINVAL);
+    }
+    let inside = req
+        .offset
+        .checked_add(req.length as u64)
+        .is_some_and(|e| e <= ex.size);
+    if !inside {
+        return Err(if matches!(req.kind, CMD_WRITE | CMD_WRITE_ZEROES) {
+            ENOSPC
+        } else {
+            EINVAL
+        });
+    }
+    Ok(())
+}
+
+/// The reader: parse requests, execute them, hand the replies to the writer.
+fn read_requests<R: Read>(
+    shared: &Shared,
+    q: &QueuePair<'_>,
+    r: &mut R,
+    tx: SyncSender<Reply>,
+) -> Result<(), NbdError> {
+    let mut hdr = [0u8; REQUEST_HEADER_BYTES];
+    loop {
+        if !read_full(r, &mut hdr)? {
+            return Ok(());
+        }
+        let req = match Request::parse(&hdr) {
+            Ok(req) => req,
+            Err(e) => {
+                shared.count_protocol_error();
+                return Err(e.into());
+            }
+        };
+        let arrived = shared.pacer.now_sim();
+        if req.kind == CMD_DISC {
+            // Replies to everything before it are sent by the writer as it drains.
+            return Ok(());
+        }
+        let mut payload = Vec::new();
+        if req.has_payload() {
+            let complete = if req.length > MAX_PAYLOAD_BYTES {
+                discard(r, req.length as u64)?
+            } else {
+                read_payload(r, req.length, &mut payload)?
+            };
+            if !complete {
+                // The client went away mid-request: nothing of it is executed.
+                return Ok(());
+            }
+        }
+        let reply = match check(shared, &req) {
+            Err(error) => {
+                shared.count_refused();
+                Reply {
+                    cookie: req.cookie,
+                    error,
+                    data: None,
+                    done: arrived.unwrap_or(SimTime::ZERO),
+                }
+            }
+            Ok(()) => {
+                let o = shared.lock().execute(q.qid, &req, payload, arrived);
+                Reply {
+                    cookie: req.cookie,
+                    error: o.error,
+                    data: o.data,
+                    done: o.done,
+                }
+            }
+        };
+        if tx.send(reply).is_err() {
+            // The writer is gone (the client stopped reading or closed).
+            return Ok(());
+        }
+    }
+}
+
+fn write_reply(w: &mut impl Write, r: &Reply) -> io::Result<()> {
+    w.write_all(&proto::simple_reply(r.error, r.cookie))?;
+    if let (0, Some((buf, range))) = (r.error, &r.data) {
+        w.write_all(buf.get(range.clone()).unwrap_or_default())?;
+    }
+    Ok(())
+}
+
+/// A reply waiting for its wall-clock deadline (paced mode).
+struct Due {
+    at: Instant,
+    seq: u64,
+    reply: Reply,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Due {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+/// The writer: in virtual mode send replies as they come; in paced mode hold each until
+/// the wall clock reaches its modeled completion, sending them in that order.
+fn write_replies<W: Write>(w: W, rx: Receiver<Reply>, pacer: &Pacer) -> io::Result<()> {
+    let mut w = w;
+    if pacer.wall_deadline(SimTime::ZERO).is_none() {
+        loop {
+            let reply = match rx.try_recv() {
+                Ok(r) => r,
+                Err(TryRecvError::Empty) => {
+                    w.flush()?;
+                    match rx.recv() {
+                        Ok(r) => r,
+                        Err(_) => break,
+                    }
+                }
+                Err(TryRecvError::Disconnected) => break,
+            };
+            write_reply(&mut w, &reply)?;
+        }
+        return w.flush();
+    }
+    let mut heap: BinaryHeap<Reverse<Due>> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut open = true;
+    let mut push = |heap: &mut BinaryHeap<Reverse<Due>>, reply: Reply| {
+        let at = pacer.wall_deadline(reply.done).unwrap_or_else(Instant::now);
+        seq += 1;
+        heap.push(Reverse(Due { at, seq, reply }));
+    };
+    const SPIN: Duration = Duration::from_micros(200);
+    loop {
+        while open && heap.len() < REPLIES_HELD {
+            match rx.try_recv() {
+                Ok(r) => push(&mut heap, r),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => open = false,
+            }
+        }
+        let now = Instant::now();
+        let mut sent = false;
+        while heap.peek().is_some_and(|d| d.0.at <= now) {
+            if let Some(Reverse(d)) = heap.pop() {
+                write_reply(&mut w, &d.reply)?;
+                sent = true;
+            }
+        }
+        if sent {
+            w.flush()?;
+        }
+        let Some(next) = heap.peek().map(|d| d.0.at) else {
+            if !open {
+                break;
+            }
+            match rx.recv() {
+                Ok(r) => push(&mut heap, r),
+                Err(_) => open = false,
+            }
+            continue;
+        };
+        let left = next.saturating_duration_since(Instant::now());
+        if left > SPIN {
+            let nap = left - SPIN / 2;
+            if open && heap.len() < REPLIES_HELD {
+                match rx.recv_timeout(nap) {
+                    Ok(r) => push(&mut heap, r),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => open = false,
+                }
+            } else {
+                std::thread::sleep(nap);
+            }
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    w.flush()
+}

@@ -1,0 +1,390 @@
+//! The device behind the server and the translation of NBD requests into device
+//! commands: splitting at the device's transfer limit (MDTS), read-modify-write of
+//! partial LBAs, FUA as a trailing Flush, and the per-command-type counters.
+
+use crate::proto::{self, Request};
+use csd_device::{Command, Completion, NvmeDevice, Payload, QueueId, Status};
+use csd_sim::SimTime;
+use std::ops::Range;
+
+/// Counters of one NBD command type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpStats {
+    /// Requests executed.
+    pub count: u64,
+    /// Bytes they covered.
+    pub bytes: u64,
+    /// Requests that got an error reply.
+    pub errors: u64,
+    /// Sum of their modeled latencies (completion - submission), ns.
+    pub modeled_ns: u64,
+}
+
+impl OpStats {
+    /// Mean modeled latency in microseconds (0 if none ran).
+    pub fn mean_modeled_us(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.modeled_ns as f64 / self.count as f64 / 1e3
+        }
+    }
+
+    fn add(&mut self, bytes: u64, error: bool, latency_ns: u64) {
+        self.count += 1;
+        self.bytes += bytes;
+        self.errors += error as u64;
+        self.modeled_ns += latency_ns;
+    }
+}
+
+/// What the server has done since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ServerStats {
+    /// Connections accepted.
+    pub connections_total: u64,
+    /// Connections open now.
+    pub connections_open: u64,
+    /// Connections dropped for a protocol violation.
+    pub protocol_errors: u64,
+    /// READ requests.
+    pub reads: OpStats,
+    /// WRITE requests.
+    pub writes: OpStats,
+    /// FLUSH requests.
+    pub flushes: OpStats,
+    /// TRIM requests.
+    pub trims: OpStats,
+    /// WRITE_ZEROES requests.
+    pub zeroes: OpStats,
+    /// Requests refused before reaching the device (bad range, flags, size, read-only).
+    pub refused: u64,
+    /// The server's modeled clock: the latest completion of any request.
+    pub modeled_now: SimTime,
+}
+
+/// The result of one request.
+pub(crate) struct Outcome {
+    /// NBD error value (0 on success).
+    pub error: u32,
+    /// For a successful READ: a buffer and the range of it to send.
+    pub data: Option<(Vec<u8>, Range<usize>)>,
+    /// Modeled completion.
+    pub done: SimTime,
+}
+
+/// The device and what goes with it, behind the server's mutex.
+pub(crate) struct DeviceState {
+    pub nvme: NvmeDevice,
+    /// Latest modeled completion of a request (the virtual clock).
+    pub clock: SimTime,
+    /// Bytes per LBA.
+    pub lba: u64,
+    /// Largest transfer of one Read or Write command, in LBAs.
+    pub mdts: u64,
+    /// Commands submitted on a queue pair before they are processed and reaped.
+    pub depth: usize,
+    pub stats: ServerStats,
+}
+
+/// Map a device status to an NBD error value.
+pub(crate) fn errno(s: &Status) -> u32 {
+    match s {
+        Status::Success => 0,
+        Status::InvalidField(_) | Status::LbaOutOfRange(_) | Status::InvalidOpcode(_) => {
+            proto::EINVAL
+        }
+        Status::CapacityExceeded(_) => proto::ENOSPC,
+        _ => proto::EIO,
+    }
+}
+
+impl DeviceState {
+    /// Submit `cmds` on `qid` at `at`, `depth` at a time, process and reap them; `each`
+    /// sees every completion in order. Stops at the first failure. Returns the first
+    /// failure (if any) and the latest completion.
+    fn run(
+        &mut self,
+        qid: QueueId,
+        cmds: impl IntoIterator<Item = Command>,
+        at: SimTime,
+        mut each: impl FnMut(Completion),
+    ) -> (Option<Status>, SimTime) {
+        let mut it = cmds.into_iter();
+        let mut done = at;
+        let mut failed = None;
+        while failed.is_none() {
+            let mut n = 0;
+            for cmd in it.by_ref() {
+                match self.nvme.submit(qid, cmd, at) {
+                    Ok(_) => n += 1,
+                    Err(s) => {
+                        failed = Some(s);
+                        break;
+                    }
+                }
+                if n == self.depth {
+                    break;
+                }
+            }
+            if n == 0 {
+                break;
+            }
+            self.nvme.process();
+            for _ in 0..n {
+                let Some(c) = self.nvme.poll(qid) else {
+                    failed.get_or_insert(Status::InternalError("a completion is missing".into()));
+                    break;
+                };
+                done = done.max(c.acct.completed);
+                if !c.status.is_success() {
+                    failed.get_or_insert(c.status.clone());
+                }
+                each(c);
+            }
+        }
+        (failed, done)
+    }
+
+    /// Read whole LBAs `first..end` into one buffer.
+    fn read_lbas(
+        &mut self,
+        qid: QueueId,
+        first: u64,
+        end: u64,
+        at: SimTime,
+    ) -> (Result<Vec<u8>, Status>, SimTime) {
+        let mdts = self.mdts;
+        let cmds = (first..end)
+            .step_by(mdts as usize)
+            .map(move |l| Command::Read {
+                lba: l,
+                blocks: (end - l).min(mdts) as u32,
+            });
+        let mut out: Option<Vec<u8>> = None;
+        let bytes = ((end - first) * self.lba) as usize;
+        let (failed, done) = self.run(qid, cmds, at, |c| {
+            if let Payload::Data(d) = c.payload {
+                match &mut out {
+                    None => out = Some(d),
+                    Some(o) => {
+                        o.reserve(bytes.saturating_sub(o.len()));
+                        o.extend_from_slice(&d)
+                    }
+                }
+            }
+        });
+        match (failed, out) {
+            (Some(s), _) => (Err(s), done),
+            (None, Some(d)) if d.len() == bytes => (Ok(d), done),
+            (None, _) => (
+                Err(Status::InternalError("a read returned no data".into())),
+                done,
+            ),
+        }
+    }
+
+    /// Write whole LBAs from `first`: `buf` holds a whole number of them.
+    fn write_lbas(
+        &mut self,
+        qid: QueueId,
+        first: u64,
+        mut buf: Vec<u8>,
+        at: SimTime,
+    ) -> (Option<Status>, SimTime) {
+        let chunk = (self.mdts * self.lba) as usize;
+        if buf.len() <= chunk {
+            return self.run(
+                qid,
+                [Command::Write {
+                    lba: first,
+                    data: buf,
+                }],
+                at,
+                drop,
+            );
+        }
+        // Split from the back so that each chunk is moved out of `buf` once.
+        let n = buf.len().div_ceil(chunk);
+        let mut cmds = Vec::with_capacity(n);
+        for i in (0..n).rev() {
+            let start = i * chunk;
+            cmds.push(Command::Write {
+                lba: first + start as u64 / self.lba,
+                data: buf.split_off(start),
+            });
+        }
+        cmds.reverse();
+        self.run(qid, cmds, at, drop)
+    }
+
+    /// Write `data` at byte `offset`, reading and merging partial edge LBAs first.
+    fn write_bytes(
+        &mut self,
+        qid: QueueId,
+        offset: u64,
+        data: Vec<u8>,
+        at: SimTime,
+    ) -> (Option<Status>, SimTime) {
+        let ls = self.lba;
+        let len = data.len() as u64;
+        let (first, end) = (offset / ls, (offset + len).div_ceil(ls));
+        let head = (offset % ls) as usize;
+        if head == 0 && len.is_multiple_of(ls) {
+            return self.write_lbas(qid, first, data, at);
+        }
+        // Read the LBAs the write only partly covers, merge, write whole LBAs.
+        let mut buf = vec![0u8; ((end - first) * ls) as usize];
+        let mut edges = vec![first];
+        if end - 1 != first {
+            edges.push(end - 1);
+        }
+        let covered = |l: u64| offset <= l * ls && (l + 1) * ls <= offset + len;
+        let mut t = at;
+        for l in edges.into_iter().filter(|&l| !covered(l)) {
+            let (r, done) = self.read_lbas(qid, l, l + 1, at);
+            t = t.max(done);
+            match r {
+                Ok(d) => {
+                    let at_buf = ((l - first) * ls) as usize;
+                    buf[at_buf..at_buf + ls as usize].copy_from_slice(&d);
+                }
+                Err(s) => return (Some(s), t),
+            }
+        }
+        buf[head..head + data.len()].copy_from_slice(&data);
+        self.write_lbas(qid, first, buf, t)
+    }
+
+    /// Unmap the whole LBAs `first..end` (nothing if empty).
+    fn trim_lbas(
+        &mut self,
+        qid: QueueId,
+        first: u64,
+        end: u64,
+        at: SimTime,
+    ) -> (Option<Status>, SimTime) {
+        if first >= end {
+            return (None, at);
+        }
+        let cmd = Command::Trim {
+            lba: first,
+            blocks: end - first,
+        };
+        self.run(qid, [cmd], at, drop)
+    }
+
+    /// Zero `len` bytes at `offset`: partial edges by read-modify-write, whole LBAs by
+    /// trim (they read as zeros) or, with `no_hole`, by writing zeros.
+    fn zero_bytes(
+        &mut self,
+        qid: QueueId,
+        offset: u64,
+        len: u64,
+        no_hole: bool,
+        at: SimTime,
+    ) -> (Option<Status>, SimTime) {
+        let ls = self.lba;
+        let end = offset + len;
+        let (full_first, full_end) = (offset.div_ceil(ls), end / ls);
+        if full_first >= full_end {
+            // No whole LBA inside: at most two partial ones.
+            return self.write_bytes(qid, offset, vec![0; len as usize], at);
+        }
+        let mut t = at;
+        let mut pieces = Vec::new();
+        if offset < full_first * ls {
+            pieces.push((offset, full_first * ls - offset));
+        }
+        if full_end * ls < end {
+            pieces.push((full_end * ls, end - full_end * ls));
+        }
+        for (o, n) in pieces {
+            let (f, done) = self.write_bytes(qid, o, vec![0; n as usize], at);
+            t = t.max(done);
+            if f.is_some() {
+                return (f, t);
+            }
+        }
+        let (f, done) = if no_hole {
+            let mdts = self.mdts;
+            let cmds = (full_first..full_end)
+                .step_by(mdts as usize)
+                .map(move |l| Command::Write {
+                    lba: l,
+                    data: vec![0; ((full_end - l).min(mdts) * ls) as usize],
+                });
+            self.run(qid, cmds, at, drop)
+        } else {
+            self.trim_lbas(qid, full_first, full_end, at)
+        };
+        (f, t.max(done))
+    }
+
+    /// Execute a request that passed the session's checks. `payload` is a WRITE's data;
+    /// `at` is the submission instant in paced mode (`None`: the virtual clock).
+    pub fn execute(
+        &mut self,
+        qid: QueueId,
+        req: &Request,
+        payload: Vec<u8>,
+        at: Option<SimTime>,
+    ) -> Outcome {
+        let at = at.unwrap_or(self.clock);
+        let ls = self.lba;
+        let (off, len) = (req.offset, req.length as u64);
+        let fua = req.flags & proto::CMD_FLAG_FUA != 0;
+        let mut data = None;
+        let (failed, mut done) = match req.kind {
+            proto::CMD_READ if len == 0 => (None, at),
+            proto::CMD_READ => {
+                let (first, end) = (off / ls, (off + len).div_ceil(ls));
+                match self.read_lbas(qid, first, end, at) {
+                    (Ok(buf), t) => {
+                        let start = (off - first * ls) as usize;
+                        data = Some((buf, start..start + len as usize));
+                        (None, t)
+                    }
+                    (Err(s), t) => (Some(s), t),
+                }
+            }
+            proto::CMD_WRITE if len == 0 => (None, at),
+            proto::CMD_WRITE => self.write_bytes(qid, off, payload, at),
+            proto::CMD_FLUSH => self.run(qid, [Command::Flush], at, drop),
+            proto::CMD_TRIM => self.trim_lbas(qid, off.div_ceil(ls), (off + len) / ls, at),
+            proto::CMD_WRITE_ZEROES if len == 0 => (None, at),
+            proto::CMD_WRITE_ZEROES => {
+                let no_hole = req.flags & proto::CMD_FLAG_NO_HOLE != 0;
+                self.zero_bytes(qid, off, len, no_hole, at)
+            }
+            _ => (
+                Some(Status::InvalidOpcode(format!("NBD command {}", req.kind))),
+                at,
+            ),
+        };
+        let mut failed = failed;
+        if failed.is_none() && fua && req.kind != proto::CMD_READ {
+            let (f, t) = self.run(qid, [Command::Flush], done, drop);
+            failed = f;
+            done = done.max(t);
+        }
+        let error = failed.as_ref().map_or(0, errno);
+        self.clock = self.clock.max(done);
+        self.stats.modeled_now = self.clock;
+        let lat = done.since(at);
+        let s = &mut self.stats;
+        let op = match req.kind {
+            proto::CMD_READ => &mut s.reads,
+            proto::CMD_WRITE => &mut s.writes,
+            proto::CMD_FLUSH => &mut s.flushes,
+            proto::CMD_TRIM => &mut s.trims,
+            _ => &mut s.zeroes,
+        };
+        op.add(len, error != 0, lat);
+        Outcome {
+            error,
+            data: if error == 0 { data } else { None },
+            done,
+        }
+    }
+}

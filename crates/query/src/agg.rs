@@ -1,0 +1,565 @@
+//! Mergeable aggregation state: per group, one accumulator per aggregate.
+//!
+//! Accumulators are exact: each group keeps its row count (`u64`; no value is ever
+//! NULL, so this is every `COUNT` and the divisor of every `AVG`), `SUM`/`AVG` an
+//! `i128` sum (the rational `sum / rows` is kept until the result is finished, which
+//! rounds `AVG` once), `MIN`/`MAX` the extreme value. Because every accumulator is an
+//! exact, associative and commutative fold, the state of any split of the input
+//! (pages, channels, devices) merges into the state of the whole input:
+//! `merge(state(A), state(B)) == state(A ∪ B)`.
+//!
+//! Groups are keyed by the grouping columns' stored bytes, back to back. Keys of up to
+//! 16 bytes (TPC-H Q1's two `CHAR(1)` flags take 2) are packed into a `u128` and, while
+//! there are at most 16 groups, looked up by a linear scan that beats hashing; larger
+//! key sets use a hash map. Without `GROUP BY` there is exactly one group.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+
+use csd_table::schema::{decode_numeric, trim_char};
+use csd_table::{ColumnType, ColumnView, PageView};
+
+use crate::error::EvalError;
+use crate::plan::{AggFunc, AggOutput, Aggregation, avg_scale};
+use crate::types::{DataType, Value, div_round_half_away};
+
+/// Groups found by linear scan up to this many.
+const LINEAR_GROUPS: usize = 16;
+
+/// One aggregate's input on the current page, aligned with the selection.
+pub(crate) enum AggInput<'a> {
+    /// `COUNT(*)` / `COUNT(x)`: no values needed.
+    Rows,
+    /// Numeric values (`INT`, `DECIMAL`, `DATE`).
+    Num(&'a [i64]),
+    /// A `CHAR` column, read per selected row.
+    Char(ColumnView<'a>),
+}
+
+/// Per-aggregate accumulator columns. `COUNT` needs none and `SUM`/`AVG` keep no
+/// count of their own: values are never NULL, so both equal the group's row count,
+/// kept once per group in [`AggState`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Acc {
+    Count,
+    Sum {
+        sum: Vec<i128>,
+    },
+    MinMax {
+        max: bool,
+        val: Vec<i64>,
+        seen: Vec<bool>,
+    },
+    MinMaxChar {
+        max: bool,
+        val: Vec<Vec<u8>>,
+        seen: Vec<bool>,
+    },
+}
+
+impl Acc {
+    fn new(func: AggFunc, arg: Option<DataType>) -> Acc {
+        match func {
+            AggFunc::CountStar | AggFunc::Count => Acc::Count,
+            AggFunc::Sum | AggFunc::Avg => Acc::Sum { sum: Vec::new() },
+            AggFunc::Min | AggFunc::Max => {
+                let max = func == AggFunc::Max;
+                if matches!(arg, Some(DataType::Char(_))) {
+                    Acc::MinMaxChar {
+                        max,
+                        val: Vec::new(),
+                        seen: Vec::new(),
+                    }
+                } else {
+                    Acc::MinMax {
+                        max,
+                        val: Vec::new(),
+                        seen: Vec::new(),
+                    }
+                }
+            }
+        }
+    }
+
+    fn push_group(&mut self) {
+        match self {
+            Acc::Count => {}
+            Acc::Sum { sum } => sum.push(0),
+            Acc::MinMax { val, seen, .. } => {
+                val.push(0);
+                seen.push(false);
+            }
+            Acc::MinMaxChar { val, seen, .. } => {
+                val.push(Vec::new());
+                seen.push(false);
+            }
+        }
+    }
+
+    /// Bytes this accumulator takes per group in a result sent to the host.
+    fn wire_width(&self) -> usize {
+        match self {
+            Acc::Count => 0,
+            Acc::Sum { .. } => 16,
+            Acc::MinMax { .. } => 9,
+            Acc::MinMaxChar { val, .. } => 1 + val.first().map_or(0, Vec::len),
+        }
+    }
+}
+
+#[inline(always)]
+fn better(max: bool, new: i64, old: i64) -> bool {
+    if max { new > old } else { new < old }
+}
+
+/// The partial (or final) state of an aggregation; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct AggState {
+    funcs: Vec<AggFunc>,
+    arg_types: Vec<Option<DataType>>,
+    /// (schema index, stored type, offset in the key) per grouping column.
+    group_cols: Vec<(usize, ColumnType, usize)>,
+    key_width: usize,
+    keys: Vec<u8>,
+    /// Rows folded into each group (every `COUNT`, and the divisor of `AVG`).
+    rows: Vec<u64>,
+    groups: usize,
+    packed: Vec<u128>,
+    packed_index: HashMap<u128, u32>,
+    bytes_index: HashMap<Vec<u8>, u32>,
+    accs: Vec<Acc>,
+    limit: usize,
+}
+
+impl AggState {
+    pub(crate) fn new(agg: &Aggregation, schema: &csd_table::Schema, limit: usize) -> AggState {
+        let mut group_cols = Vec::with_capacity(agg.group_by.len());
+        let mut off = 0;
+        for &c in &agg.group_by {
+            let ty = schema
+                .columns()
+                .get(c)
+                .map_or(ColumnType::Int64, |col| col.ty);
+            group_cols.push((c, ty, off));
+            off += ty.width();
+        }
+        let mut state = AggState {
+            funcs: agg.aggregates.iter().map(|a| a.func).collect(),
+            arg_types: agg
+                .aggregates
+                .iter()
+                .map(|a| a.arg.as_ref().map(|e| e.ty))
+                .collect(),
+            group_cols,
+            key_width: off,
+            keys: Vec::new(),
+            rows: Vec::new(),
+            groups: 0,
+            packed: Vec::new(),
+            packed_index: HashMap::new(),
+            bytes_index: HashMap::new(),
+            accs: agg
+                .aggregates
+                .iter()
+                .map(|a| Acc::new(a.func, a.arg.as_ref().map(|e| e.ty)))
+                .collect(),
+            limit: limit.max(1),
+        };
+        if state.group_cols.is_empty() {
+            // the one global group exists even when no row is selected
+            state.push_group(&[]);
+        }
+        state
+    }
+
+    /// Number of groups so far.
+    pub fn group_count(&self) -> usize {
+        self.groups
+    }
+
+    /// Bytes this state would take on the wire to the host (keys plus accumulators).
+    pub fn wire_bytes(&self) -> u64 {
+        let per_group = self.key_width + 8 + self.accs.iter().map(Acc::wire_width).sum::<usize>();
+        (self.groups * per_group) as u64
+    }
+
+    fn push_group(&mut self, key: &[u8]) -> u32 {
+        let g = self.groups as u32;
+        self.keys.extend_from_slice(key);
+        self.rows.push(0);
+        if self.key_width <= 16 {
+            let p = pack(key);
+            self.packed.push(p);
+            self.packed_index.insert(p, g);
+        } else {
+            self.bytes_index.insert(key.to_vec(), g);
+        }
+        for a in &mut self.accs {
+            a.push_group();
+        }
+        self.groups += 1;
+        g
+    }
+
+    fn check_limit(&self) -> Result<(), EvalError> {
+        if self.groups >= self.limit {
+            Err(EvalError::TooManyGroups { limit: self.limit })
+        } else {
+            Ok(())
+        }
+    }
+
+    #[inline]
+    fn lookup_packed(&mut self, p: u128) -> Result<u32, EvalError> {
+        let found = if self.groups <= LINEAR_GROUPS {
+            self.packed.iter().position(|&x| x == p).map(|g| g as u32)
+        } else {
+            self.packed_index.get(&p).copied()
+        };
+        match found {
+            Some(g) => Ok(g),
+            None => {
+                self.check_limit()?;
+                let bytes = p.to_le_bytes();
+                Ok(self.push_group(&bytes[..self.key_width]))
+            }
+        }
+    }
+
+    fn lookup_bytes(&mut self, key: &[u8]) -> Result<u32, EvalError> {
+        if self.key_width <= 16 {
+            return self.lookup_packed(pack(key));
+        }
+        match self.bytes_index.get(key) {
+            Some(&g) => Ok(g),
+            None => {
+                self.check_limit()?;
+                Ok(self.push_group(key))
+            }
+        }
+    }
+
+    /// Computes the group of every selected row into `gids`.
+    fn group_ids(
+        &mut self,
+        view: &PageView<'_>,
+        sel: &[u32],
+        gids: &mut Vec<u32>,
+        packed: &mut Vec<u128>,
+        keybuf: &mut Vec<u8>,
+    ) -> Result<(), EvalError> {
+        gids.clear();
+        let cols = self.group_cols.clone();
+        if self.key_width <= 16 {
+            packed.clear();
+            packed.resize(sel.len(), 0);
+            for &(c, _, off) in &cols {
+                let cv = view.column(c)?;
+                for (k, &i) in sel.iter().enumerate() {
+                    let bytes = cv.raw(i as usize).unwrap_or(&[]);
+                    let mut v = 0u128;
+                    for (b, &byte) in bytes.iter().enumerate() {
+                        v |= u128::from(byte) << (8 * (off + b));
+                    }
+                    packed[k] |= v;
+                }
+            }
+            let mut last: Option<(u128, u32)> = None;
+            for &p in packed.iter() {
+                let g = match last {
+                    Some((lp, lg)) if lp == p => lg,
+                    _ => {
+                        let g = self.lookup_packed(p)?;
+                        last = Some((p, g));
+                        g
+                    }
+                };
+                gids.push(g);
+            }
+        } else {
+            let w = self.key_width;
+            keybuf.clear();
+            keybuf.resize(sel.len() * w, 0);
+            for &(c, _, off) in &cols {
+                let cv = view.column(c)?;
+                for (k, &i) in sel.iter().enumerate() {
+                    let bytes = cv.raw(i as usize).unwrap_or(&[]);
+                    let dst = &mut keybuf[k * w + off..k * w + off + bytes.len()];
+                    dst.copy_from_slice(bytes);
+                }
+            }
+            for k in 0..sel.len() {
+                let g = self.lookup_bytes(&keybuf[k * w..(k + 1) * w])?;
+                gids.push(g);
+            }
+        }
+        Ok(())
+    }
+
+    /// Folds the selected rows of one page into the state. Returns the number of
+    /// accumulator updates (rows × aggregates).
+    pub(crate) fn update(
+        &mut self,
+        view: &PageView<'_>,
+        sel: &[u32],
+        inputs: &[AggInput<'_>],
+        scratch: &mut GroupScratch,
+    ) -> Result<u64, EvalError> {
+        if inputs.len() != self.accs.len() {
+            return Err(EvalError::PlanMismatch(
+                "aggregate inputs do not match the aggregation".into(),
+            ));
+        }
+        let grouped = !self.group_cols.is_empty();
+        if grouped {
+            self.group_ids(
+                view,
+                sel,
+                &mut scratch.gids,
+                &mut scratch.packed,
+                &mut scratch.keybuf,
+            )?;
+        }
+        let gids = &scratch.gids;
+        let n = sel.len();
+        if grouped {
+            for &g in gids {
+                self.rows[g as usize] += 1;
+            }
+        } else {
+            self.rows[0] += n as u64;
+        }
+        for (acc, input) in self.accs.iter_mut().zip(inputs) {
+            match (acc, input) {
+                (Acc::Count, _) => {}
+                (Acc::Sum { sum }, AggInput::Num(v)) => {
+                    // |sum| < rows * 2^63 < 2^127 while rows < 2^64: no overflow
+                    if grouped {
+                        for (&g, &x) in gids.iter().zip(v.iter()) {
+                            sum[g as usize] += i128::from(x);
+                        }
+                    } else {
+                        sum[0] += v.iter().map(|&x| i128::from(x)).sum::<i128>();
+                    }
+                }
+                (Acc::MinMax { max, val, seen }, AggInput::Num(v)) => {
+                    let max = *max;
+                    for (k, &x) in v.iter().enumerate() {
+                        let g = if grouped { gids[k] as usize } else { 0 };
+                        if !seen[g] || better(max, x, val[g]) {
+                            val[g] = x;
+                            seen[g] = true;
+                        }
+                    }
+                }
+                (Acc::MinMaxChar { max, val, seen }, AggInput::Char(cv)) => {
+                    let want = if *max {
+                        Ordering::Greater
+                    } else {
+                        Ordering::Less
+                    };
+                    for (k, &i) in sel.iter().enumerate() {
+                        let g = if grouped { gids[k] as usize } else { 0 };
+                        let b = cv.raw(i as usize).unwrap_or(&[]);
+                        if !seen[g] || b.cmp(val[g].as_slice()) == want {
+                            val[g].clear();
+                            val[g].extend_from_slice(b);
+                            seen[g] = true;
+                        }
+                    }
+                }
+                _ => {
+                    return Err(EvalError::PlanMismatch(
+                        "an aggregate's input has the wrong kind".into(),
+                    ));
+                }
+            }
+        }
+        Ok((n * self.accs.len()) as u64)
+    }
+
+    /// Merges another partial state of the same aggregation into this one.
+    pub fn merge(&mut self, other: AggState) -> Result<(), EvalError> {
+        if self.funcs != other.funcs
+            || self.arg_types != other.arg_types
+            || self.group_cols != other.group_cols
+        {
+            return Err(EvalError::PlanMismatch(
+                "the aggregations differ (functions, argument types or grouping columns)".into(),
+            ));
+        }
+        let w = self.key_width;
+        let overflow = || EvalError::Overflow {
+            expr: "merging partial sums".into(),
+        };
+        for g in 0..other.groups {
+            let key = &other.keys[g * w..(g + 1) * w];
+            let mine = self.lookup_bytes(key)? as usize;
+            self.rows[mine] = self.rows[mine]
+                .checked_add(other.rows[g])
+                .ok_or_else(overflow)?;
+            for (a, b) in self.accs.iter_mut().zip(&other.accs) {
+                match (a, b) {
+                    (Acc::Count, Acc::Count) => {}
+                    (Acc::Sum { sum }, Acc::Sum { sum: s2 }) => {
+                        sum[mine] = sum[mine].checked_add(s2[g]).ok_or_else(overflow)?;
+                    }
+                    (
+                        Acc::MinMax { max, val, seen },
+                        Acc::MinMax {
+                            val: v2, seen: s2, ..
+                        },
+                    ) => {
+                        if s2[g] && (!seen[mine] || better(*max, v2[g], val[mine])) {
+                            val[mine] = v2[g];
+                            seen[mine] = true;
+                        }
+                    }
+                    (
+                        Acc::MinMaxChar { max, val, seen },
+                        Acc::MinMaxChar {
+                            val: v2, seen: s2, ..
+                        },
+                    ) => {
+                        let want = if *max {
+                            Ordering::Greater
+                        } else {
+                            Ordering::Less
+                        };
+                        if s2[g] && (!seen[mine] || v2[g].cmp(&val[mine]) == want) {
+                            val[mine] = v2[g].clone();
+                            seen[mine] = true;
+                        }
+                    }
+                    _ => {
+                        return Err(EvalError::PlanMismatch("accumulator kinds differ".into()));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of grouping column `i` for group `g`.
+    fn key_value(&self, g: usize, i: usize) -> Value {
+        let Some(&(_, ty, off)) = self.group_cols.get(i) else {
+            return Value::Null;
+        };
+        let start = g * self.key_width + off;
+        let bytes = self.keys.get(start..start + ty.width()).unwrap_or(&[]);
+        let num = || i128::from(decode_numeric(ty, bytes).unwrap_or(0));
+        match ty {
+            ColumnType::Char(_) => Value::Char(trim_char(bytes).to_vec()),
+            ColumnType::Int32 | ColumnType::Int64 => Value::Int(num()),
+            // read from a 4-byte field, so it fits an i32
+            ColumnType::Date => Value::Date(num() as i32),
+            ColumnType::Decimal { scale } => Value::Decimal {
+                units: num(),
+                scale,
+            },
+        }
+    }
+
+    fn acc_value(&self, a: usize, g: usize) -> Result<Value, EvalError> {
+        let arg = self.arg_types.get(a).copied().flatten();
+        let func = self.funcs.get(a).copied();
+        let acc = self
+            .accs
+            .get(a)
+            .ok_or_else(|| EvalError::PlanMismatch("aggregate index out of range".into()))?;
+        let rows = self.rows.get(g).copied().unwrap_or(0);
+        Ok(match acc {
+            Acc::Count => Value::Int(i128::from(rows)),
+            Acc::Sum { sum } => {
+                if rows == 0 {
+                    return Ok(Value::Null);
+                }
+                let s = arg.and_then(DataType::scale).unwrap_or(0);
+                if func == Some(AggFunc::Avg) {
+                    let out = avg_scale(s);
+                    let overflow = || EvalError::Overflow { expr: "AVG".into() };
+                    let num = 10i128
+                        .checked_pow(u32::from(out - s))
+                        .and_then(|p| sum[g].checked_mul(p))
+                        .ok_or_else(overflow)?;
+                    let units = div_round_half_away(num, i128::from(rows)).ok_or_else(overflow)?;
+                    Value::Decimal { units, scale: out }
+                } else if arg == Some(DataType::Int) {
+                    Value::Int(sum[g])
+                } else {
+                    Value::Decimal {
+                        units: sum[g],
+                        scale: s,
+                    }
+                }
+            }
+            Acc::MinMax { val, seen, .. } => {
+                if !seen[g] {
+                    return Ok(Value::Null);
+                }
+                let v = val[g];
+                match arg {
+                    Some(DataType::Date) => {
+                        Value::Date(i32::try_from(v).map_err(|_| EvalError::Overflow {
+                            expr: "a DATE outside the calendar".into(),
+                        })?)
+                    }
+                    Some(DataType::Decimal { scale }) => Value::Decimal {
+                        units: i128::from(v),
+                        scale,
+                    },
+                    _ => Value::Int(i128::from(v)),
+                }
+            }
+            Acc::MinMaxChar { val, seen, .. } => {
+                if !seen[g] {
+                    return Ok(Value::Null);
+                }
+                Value::Char(trim_char(&val[g]).to_vec())
+            }
+        })
+    }
+
+    /// The result rows: one per group, groups in ascending order of their grouping
+    /// values (so the order never depends on how pages were split or merged).
+    pub(crate) fn finish(&self, agg: &Aggregation) -> Result<Vec<Vec<Value>>, EvalError> {
+        let ngroup_cols = self.group_cols.len();
+        let mut order: Vec<(Vec<Value>, usize)> = (0..self.groups)
+            .map(|g| ((0..ngroup_cols).map(|i| self.key_value(g, i)).collect(), g))
+            .collect();
+        order.sort_by(|a, b| {
+            a.0.iter()
+                .zip(&b.0)
+                .map(|(x, y)| x.cmp_sql(y))
+                .find(|o| o.is_ne())
+                .unwrap_or(Ordering::Equal)
+        });
+        let mut rows = Vec::with_capacity(order.len());
+        for (keys, g) in order {
+            let mut row = Vec::with_capacity(agg.outputs.len());
+            for o in &agg.outputs {
+                row.push(match *o {
+                    AggOutput::Group(i) => keys.get(i).cloned().unwrap_or(Value::Null),
+                    AggOutput::Agg(a) => self.acc_value(a, g)?,
+                });
+            }
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+}
+
+/// Reusable buffers for group-id computation.
+#[derive(Debug, Default)]
+pub(crate) struct GroupScratch {
+    gids: Vec<u32>,
+    packed: Vec<u128>,
+    keybuf: Vec<u8>,
+}
+
+fn pack(key: &[u8]) -> u128 {
+    let mut b = [0u8; 16];
+    let n = key.len().min(16);
+    b[..n].copy_from_slice(&key[..n]);
+    u128::from_le_bytes(b)
+}

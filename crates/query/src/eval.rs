@@ -1,0 +1,666 @@
+//! The one evaluator: a [`Plan`] over a page of tuples, column at a time.
+//!
+//! [`Evaluator::eval_page`] takes a parsed page ([`PageView`], NSM or PAX) and
+//!
+//! 1. starts with every row selected (selection vector `0..n`);
+//! 2. evaluates the filter: each comparison/`IN`/`LIKE` reads only its column(s) for
+//!    the rows still selected and writes the survivors; `AND` narrows the selection
+//!    term by term (so later terms touch fewer rows), `OR` evaluates each term on the
+//!    rows no earlier term selected, `NOT` takes the complement within the selection;
+//! 3. evaluates the projection expressions (appending to a [`RowChunk`](crate::RowChunk))
+//!    or the aggregate arguments and folds them into the
+//!    [`AggState`](crate::AggState).
+//!
+//! Columns are read where they lie: a PAX minipage is read in place; an NSM column is
+//! decoded once per page into a reusable `Vec<i64>` when at least a quarter of the rows
+//! need it, else read strided from the rows. Intermediate vectors come from a pool that
+//! lives as long as the evaluator, so a long scan allocates nothing per page.
+//!
+//! The same code runs for the host-side scan (IHP) and inside the device (embedded-CPU
+//! ISP and the hardware-ISP filter stage): the strategies differ only in *where* pages
+//! are evaluated and in how the [`WorkCounters`] it returns are charged (host or device
+//! cycle costs), never in what a predicate means. That is why every strategy returns
+//! identical results.
+
+use std::ops::{Add, AddAssign};
+
+use csd_table::{ColumnView, Layout, PageView};
+
+use crate::agg::{AggInput, GroupScratch};
+use crate::error::EvalError;
+use crate::kernels::{self, NumCol, Operand, cmp_padded, filter_by};
+use crate::plan::{AggFunc, Const, Expr, ExprKind, Output, Plan};
+use crate::result::{ChunkColumn, PartialResult};
+use crate::types::DataType;
+
+/// Work done by the evaluator, for a cost model to charge cycles on.
+///
+/// All counts are exact and deterministic (they depend only on the plan and the page
+/// contents), so modeled time computed from them is reproducible.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct WorkCounters {
+    /// Pages evaluated.
+    pub pages: u64,
+    /// Rows on those pages (each is examined by the filter, or passed through).
+    pub records_examined: u64,
+    /// Predicate evaluations: for every comparison, `IN` and `LIKE`, the number of rows
+    /// it was evaluated on.
+    pub predicates_evaluated: u64,
+    /// Bytes of column values read from the pages: a PAX minipage value counts each
+    /// time it is read, an NSM column decoded for a page counts all its values once
+    /// (sparse NSM reads count per value read).
+    pub bytes_touched: u64,
+    /// Arithmetic results computed (one per row per operator).
+    pub values_computed: u64,
+    /// Rows that passed the filter.
+    pub rows_selected: u64,
+    /// Result rows written by a projection (one per selected row).
+    pub results_written: u64,
+    /// Bytes of those result rows (fixed-width encoding).
+    pub result_bytes: u64,
+    /// Aggregate accumulator updates (selected rows × aggregates).
+    pub agg_updates: u64,
+}
+
+impl AddAssign for WorkCounters {
+    fn add_assign(&mut self, o: WorkCounters) {
+        self.pages += o.pages;
+        self.records_examined += o.records_examined;
+        self.predicates_evaluated += o.predicates_evaluated;
+        self.bytes_touched += o.bytes_touched;
+        self.values_computed += o.values_computed;
+        self.rows_selected += o.rows_selected;
+        self.results_written += o.results_written;
+        self.result_bytes += o.result_bytes;
+        self.agg_updates += o.agg_updates;
+    }
+}
+
+impl Add for WorkCounters {
+    type Output = WorkCounters;
+    fn add(mut self, o: WorkCounters) -> WorkCounters {
+        self += o;
+        self
+    }
+}
+
+/// Evaluates one plan over pages; owns reusable buffers. Create one per scan (or per
+/// device session) and feed it every page.
+#[derive(Debug)]
+pub struct Evaluator {
+    plan: Plan,
+    scratch: Scratch,
+    totals: WorkCounters,
+}
+
+#[derive(Debug, Default)]
+struct Scratch {
+    /// Per schema column: its values on the current page (NSM dense access).
+    decoded: Vec<Vec<i64>>,
+    /// Per schema column: the page serial `decoded` holds (0 = none).
+    decoded_at: Vec<u64>,
+    serial: u64,
+    nums: Vec<Vec<i64>>,
+    sels: Vec<Vec<u32>>,
+    group: GroupScratch,
+}
+
+impl Evaluator {
+    /// An evaluator for `plan` (the plan is copied, so the evaluator can live in a
+    /// device session on its own).
+    pub fn new(plan: &Plan) -> Evaluator {
+        let ncols = plan.schema.len();
+        Evaluator {
+            plan: plan.clone(),
+            scratch: Scratch {
+                decoded: vec![Vec::new(); ncols],
+                decoded_at: vec![0; ncols],
+                ..Scratch::default()
+            },
+            totals: WorkCounters::default(),
+        }
+    }
+
+    /// The plan being evaluated.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The sum of the counters of every page evaluated so far.
+    pub fn totals(&self) -> WorkCounters {
+        self.totals
+    }
+
+    fn check_page(&self, page: &PageView<'_>) -> Result<(), EvalError> {
+        let found = page.schema();
+        if found.fingerprint() != self.plan.schema.fingerprint() {
+            return Err(EvalError::WrongTable {
+                expected: self.plan.table.clone(),
+                expected_fingerprint: self.plan.schema.fingerprint(),
+                found: found.name().to_string(),
+                found_fingerprint: found.fingerprint(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Evaluates only the filter: the ascending indices of the page's rows that pass
+    /// it go to `sel` (what a hardware filter stage forwards to DRAM).
+    pub fn select(
+        &mut self,
+        page: &PageView<'_>,
+        sel: &mut Vec<u32>,
+    ) -> Result<WorkCounters, EvalError> {
+        self.check_page(page)?;
+        let mut c = WorkCounters {
+            pages: 1,
+            records_examined: page.row_count() as u64,
+            ..WorkCounters::default()
+        };
+        let Evaluator { plan, scratch, .. } = self;
+        let mut run = Run::start(page, scratch, &mut c);
+        run.selection(plan.filter.as_ref(), sel)?;
+        c.rows_selected = sel.len() as u64;
+        self.totals += c;
+        Ok(c)
+    }
+
+    /// Evaluates the plan over one page and adds the page's rows or aggregates to
+    /// `out` (which must come from [`PartialResult::new`] for the same plan). Returns
+    /// the page's work counters (also added to [`Evaluator::totals`]).
+    ///
+    /// On error the query must be abandoned: `out` may hold part of the page.
+    pub fn eval_page(
+        &mut self,
+        page: &PageView<'_>,
+        out: &mut PartialResult,
+    ) -> Result<WorkCounters, EvalError> {
+        self.check_page(page)?;
+        let mut c = WorkCounters {
+            pages: 1,
+            records_examined: page.row_count() as u64,
+            ..WorkCounters::default()
+        };
+        let Evaluator { plan, scratch, .. } = self;
+        let mut run = Run::start(page, scratch, &mut c);
+        let mut sel = run.take_sel();
+        run.selection(plan.filter.as_ref(), &mut sel)?;
+        run.c.rows_selected = sel.len() as u64;
+        match (&plan.output, out) {
+            (Output::Project(exprs), PartialResult::Rows(chunk)) => {
+                run.project(exprs, &sel, chunk)?;
+            }
+            (Output::Aggregate(agg), PartialResult::Aggregate(state)) => {
+                let mut bufs: Vec<Option<Vec<i64>>> = Vec::with_capacity(agg.aggregates.len());
+                for a in &agg.aggregates {
+                    let needs_values = !matches!(a.func, AggFunc::CountStar | AggFunc::Count);
+                    match &a.arg {
+                        Some(e) if needs_values && e.ty.is_integer_backed() => {
+                            let mut b = run.take_num();
+                            run.eval_num(e, &sel, &mut b)?;
+                            bufs.push(Some(b));
+                        }
+                        _ => bufs.push(None),
+                    }
+                }
+                let mut inputs = Vec::with_capacity(bufs.len());
+                for (a, b) in agg.aggregates.iter().zip(&bufs) {
+                    inputs.push(match (b, &a.arg) {
+                        (Some(v), _) => AggInput::Num(v),
+                        (None, Some(e))
+                            if !matches!(a.func, AggFunc::CountStar | AggFunc::Count) =>
+                        {
+                            let cv = char_column(run.view, e)?;
+                            run.c.bytes_touched += (sel.len() * cv.width()) as u64;
+                            AggInput::Char(cv)
+                        }
+                        _ => AggInput::Rows,
+                    });
+                }
+                let key_bytes: usize = agg
+                    .group_by
+                    .iter()
+                    .filter_map(|&g| plan.schema.columns().get(g))
+                    .map(|col| col.ty.width())
+                    .sum();
+                run.c.bytes_touched += (sel.len() * key_bytes) as u64;
+                let page = run.view;
+                run.c.agg_updates += state.update(page, &sel, &inputs, &mut run.s.group)?;
+                drop(inputs);
+                for b in bufs.into_iter().flatten() {
+                    run.s.nums.push(b);
+                }
+            }
+            _ => {
+                return Err(EvalError::PlanMismatch(
+                    "the partial result is not of this plan's kind".into(),
+                ));
+            }
+        }
+        run.s.sels.push(sel);
+        self.totals += c;
+        Ok(c)
+    }
+}
+
+/// The `CHAR` column an expression reads (the planner only makes `CHAR` expressions of
+/// columns and constants; constants are folded away where a column is needed).
+fn char_column<'a>(view: &PageView<'a>, e: &Expr) -> Result<ColumnView<'a>, EvalError> {
+    match &e.kind {
+        ExprKind::Column { index, .. } => Ok(view.column(*index)?),
+        _ => Err(EvalError::PlanMismatch(format!("{e} is not a CHAR column"))),
+    }
+}
+
+/// A `CHAR` operand: a column or a constant.
+enum CharOp<'x> {
+    Col(ColumnView<'x>),
+    Const(&'x [u8]),
+}
+
+impl<'x> CharOp<'x> {
+    fn of(view: &PageView<'x>, e: &'x Expr) -> Result<CharOp<'x>, EvalError> {
+        match &e.kind {
+            ExprKind::Const(Const::Char(b)) => Ok(CharOp::Const(b)),
+            _ => char_column(view, e).map(CharOp::Col),
+        }
+    }
+
+    #[inline]
+    fn at(&self, i: usize) -> &'x [u8] {
+        match self {
+            CharOp::Col(c) => c.raw(i).unwrap_or(&[]),
+            CharOp::Const(b) => b,
+        }
+    }
+
+    fn width(&self) -> usize {
+        match self {
+            CharOp::Col(c) => c.width(),
+            CharOp::Const(_) => 0,
+        }
+    }
+}
+
+enum Opnd {
+    Buf(Vec<i64>),
+    Const(i64),
+}
+
+impl Opnd {
+    fn as_operand(&self) -> Operand<'_> {
+        match self {
+            Opnd::Buf(b) => Operand::Vec(b),
+            Opnd::Const(c) => Operand::Const(*c),
+        }
+    }
+}
+
+/// Evaluation of one page.
+struct Run<'r, 'a> {
+    view: &'r PageView<'a>,
+    n: usize,
+    s: &'r mut Scratch,
+    c: &'r mut WorkCounters,
+}
+
+impl<'r, 'a> Run<'r, 'a> {
+    fn start(view: &'r PageView<'a>, s: &'r mut Scratch, c: &'r mut WorkCounters) -> Self {
+        s.serial += 1;
+        if s.decoded.len() < view.schema().len() {
+            s.decoded.resize(view.schema().len(), Vec::new());
+            s.decoded_at.resize(view.schema().len(), 0);
+        }
+        Run {
+            n: view.row_count(),
+            view,
+            s,
+            c,
+        }
+    }
+
+    fn take_sel(&mut self) -> Vec<u32> {
+        let mut v = self.s.sels.pop().unwrap_or_default();
+        v.clear();
+        v
+    }
+
+    fn take_num(&mut self) -> Vec<i64> {
+        let mut v = self.s.nums.pop().unwrap_or_default();
+        v.clear();
+        v
+    }
+
+    fn release(&mut self, o: Opnd) {
+        if let Opnd::Buf(b) = o {
+            self.s.nums.push(b);
+        }
+    }
+
+    /// The rows passing `filter` (all rows without one).
+    fn selection(&mut self, filter: Option<&Expr>, out: &mut Vec<u32>) -> Result<(), EvalError> {
+        let mut all = self.take_sel();
+        all.extend(0..self.n as u32);
+        match filter {
+            None => std::mem::swap(out, &mut all),
+            Some(f) => self.filter(f, &all, out)?,
+        }
+        self.s.sels.push(all);
+        Ok(())
+    }
+
+    /// A numeric column's values on this page, for `demand` selected rows.
+    fn num_col(&mut self, index: usize, demand: usize) -> Result<NumCol<'_>, EvalError> {
+        let cv = self.view.column(index)?;
+        let w = cv.width();
+        if !cv.column_type().is_numeric() {
+            return Err(EvalError::PlanMismatch(format!(
+                "column {index} is {}, not numeric",
+                cv.column_type()
+            )));
+        }
+        if self.view.layout() == Layout::Pax
+            && cv.stride() == w
+            && let Some(d) = cv.contiguous()
+        {
+            self.c.bytes_touched += (demand * w) as u64;
+            return Ok(if w == 4 {
+                NumCol::Le4(d)
+            } else {
+                NumCol::Le8(d)
+            });
+        }
+        let serial = self.s.serial;
+        if self.s.decoded_at.get(index) == Some(&serial) {
+            return Ok(NumCol::Decoded(&self.s.decoded[index]));
+        }
+        if demand * 4 >= self.n {
+            let buf = self
+                .s
+                .decoded
+                .get_mut(index)
+                .ok_or_else(|| EvalError::PlanMismatch("column out of range".into()))?;
+            cv.decode_i64_into(buf)?;
+            self.s.decoded_at[index] = serial;
+            self.c.bytes_touched += (self.n * w) as u64;
+            return Ok(NumCol::Decoded(&self.s.decoded[index]));
+        }
+        self.c.bytes_touched += (demand * w) as u64;
+        Ok(NumCol::Strided(cv))
+    }
+
+    fn operand(&mut self, e: &Expr, sel: &[u32]) -> Result<Opnd, EvalError> {
+        if let Some(c) = e.as_int_const() {
+            return Ok(Opnd::Const(c));
+        }
+        let mut b = self.take_num();
+        self.eval_num(e, sel, &mut b)?;
+        Ok(Opnd::Buf(b))
+    }
+
+    /// Values of a numeric (or date) expression for the selected rows, in order.
+    fn eval_num(&mut self, e: &Expr, sel: &[u32], out: &mut Vec<i64>) -> Result<(), EvalError> {
+        match &e.kind {
+            ExprKind::Column { index, .. } => {
+                let col = self.num_col(*index, sel.len())?;
+                kernels::gather(col, sel, out);
+            }
+            ExprKind::Const(Const::Int(v)) => {
+                out.clear();
+                out.resize(sel.len(), *v);
+            }
+            ExprKind::Neg(x) => {
+                self.eval_num(x, sel, out)?;
+                kernels::negate(out).map_err(|()| EvalError::Overflow {
+                    expr: e.to_string(),
+                })?;
+                self.c.values_computed += sel.len() as u64;
+            }
+            ExprKind::Rescale { expr, by } => {
+                let f = csd_table::decimal::pow10(*by).ok_or_else(|| EvalError::Overflow {
+                    expr: e.to_string(),
+                })?;
+                let x = self.operand(expr, sel)?;
+                let r = kernels::arith(
+                    crate::plan::ArithOp::Mul,
+                    x.as_operand(),
+                    Operand::Const(f),
+                    sel.len(),
+                    out,
+                );
+                self.release(x);
+                r.map_err(|_| EvalError::Overflow {
+                    expr: e.to_string(),
+                })?;
+                self.c.values_computed += sel.len() as u64;
+            }
+            ExprKind::Arith { op, left, right } => {
+                let l = self.operand(left, sel)?;
+                let r = match self.operand(right, sel) {
+                    Ok(r) => r,
+                    Err(err) => {
+                        self.release(l);
+                        return Err(err);
+                    }
+                };
+                let res = kernels::arith(*op, l.as_operand(), r.as_operand(), sel.len(), out);
+                self.release(l);
+                self.release(r);
+                res.map_err(|zero| {
+                    if zero {
+                        EvalError::DivisionByZero {
+                            expr: e.to_string(),
+                        }
+                    } else {
+                        EvalError::Overflow {
+                            expr: e.to_string(),
+                        }
+                    }
+                })?;
+                self.c.values_computed += sel.len() as u64;
+            }
+            _ => {
+                return Err(EvalError::PlanMismatch(format!(
+                    "{e} ({}) is not a numeric expression",
+                    e.ty
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The rows of `sel` for which the predicate `e` holds, into `out`.
+    fn filter(&mut self, e: &Expr, sel: &[u32], out: &mut Vec<u32>) -> Result<(), EvalError> {
+        out.clear();
+        if sel.is_empty() {
+            return Ok(());
+        }
+        match &e.kind {
+            ExprKind::Const(Const::Bool(b)) => {
+                if *b {
+                    out.extend_from_slice(sel);
+                }
+            }
+            ExprKind::And(terms) => {
+                let mut cur = self.take_sel();
+                cur.extend_from_slice(sel);
+                let mut next = self.take_sel();
+                for t in terms {
+                    if cur.is_empty() {
+                        break;
+                    }
+                    self.filter(t, &cur, &mut next)?;
+                    std::mem::swap(&mut cur, &mut next);
+                }
+                std::mem::swap(out, &mut cur);
+                self.s.sels.push(cur);
+                self.s.sels.push(next);
+            }
+            ExprKind::Or(terms) => {
+                let mut remaining = self.take_sel();
+                remaining.extend_from_slice(sel);
+                let mut matched = self.take_sel();
+                let mut tmp = self.take_sel();
+                for t in terms {
+                    if remaining.is_empty() {
+                        break;
+                    }
+                    self.filter(t, &remaining, &mut matched)?;
+                    if matched.is_empty() {
+                        continue;
+                    }
+                    kernels::union_into(out, &matched, &mut tmp);
+                    std::mem::swap(out, &mut tmp);
+                    kernels::difference_into(&remaining, &matched, &mut tmp);
+                    std::mem::swap(&mut remaining, &mut tmp);
+                }
+                self.s.sels.push(remaining);
+                self.s.sels.push(matched);
+                self.s.sels.push(tmp);
+            }
+            ExprKind::Not(inner) => {
+                let mut m = self.take_sel();
+                self.filter(inner, sel, &mut m)?;
+                kernels::difference_into(sel, &m, out);
+                self.s.sels.push(m);
+            }
+            ExprKind::Cmp { op, left, right } => {
+                self.c.predicates_evaluated += sel.len() as u64;
+                if let DataType::Char(_) = left.ty {
+                    let (l, r) = (CharOp::of(self.view, left)?, CharOp::of(self.view, right)?);
+                    self.c.bytes_touched += (sel.len() * (l.width() + r.width())) as u64;
+                    let op = *op;
+                    filter_by(sel, out, |_, i| op.holds(cmp_padded(l.at(i), r.at(i))));
+                } else if let (ExprKind::Column { index, .. }, Some(c)) =
+                    (&left.kind, right.as_int_const())
+                {
+                    let col = self.num_col(*index, sel.len())?;
+                    kernels::filter_col_const(col, sel, *op, c, out);
+                } else if let Some(c) = right.as_int_const() {
+                    let mut a = self.take_num();
+                    self.eval_num(left, sel, &mut a)?;
+                    kernels::filter_vec_const(&a, sel, *op, c, out);
+                    self.s.nums.push(a);
+                } else {
+                    let mut a = self.take_num();
+                    self.eval_num(left, sel, &mut a)?;
+                    let mut b = self.take_num();
+                    self.eval_num(right, sel, &mut b)?;
+                    kernels::filter_vec_vec(&a, &b, sel, *op, out);
+                    self.s.nums.push(a);
+                    self.s.nums.push(b);
+                }
+            }
+            ExprKind::InList {
+                expr,
+                list,
+                negated,
+            } => {
+                self.c.predicates_evaluated += sel.len() as u64;
+                let neg = *negated;
+                if let DataType::Char(_) = expr.ty {
+                    let x = CharOp::of(self.view, expr)?;
+                    self.c.bytes_touched += (sel.len() * x.width()) as u64;
+                    filter_by(sel, out, |_, i| {
+                        let v = x.at(i);
+                        let hit = list.iter().any(|c| match c {
+                            Const::Char(b) => cmp_padded(v, b).is_eq(),
+                            _ => false,
+                        });
+                        hit != neg
+                    });
+                } else {
+                    let ints: Vec<i64> = list
+                        .iter()
+                        .filter_map(|c| match c {
+                            Const::Int(v) => Some(*v),
+                            _ => None,
+                        })
+                        .collect();
+                    let mut a = self.take_num();
+                    self.eval_num(expr, sel, &mut a)?;
+                    filter_by(sel, out, |j, _| ints.contains(&a[j]) != neg);
+                    self.s.nums.push(a);
+                }
+            }
+            ExprKind::Like {
+                expr,
+                prefix,
+                negated,
+            } => {
+                self.c.predicates_evaluated += sel.len() as u64;
+                let x = CharOp::of(self.view, expr)?;
+                self.c.bytes_touched += (sel.len() * x.width().min(prefix.len())) as u64;
+                let neg = *negated;
+                filter_by(sel, out, |_, i| x.at(i).starts_with(prefix) != neg);
+            }
+            _ => {
+                return Err(EvalError::PlanMismatch(format!(
+                    "{e} ({}) is not a condition",
+                    e.ty
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends the projection of the selected rows to `chunk`. Every expression is
+    /// evaluated before anything is appended, so an error leaves `chunk` unchanged.
+    fn project(
+        &mut self,
+        exprs: &[Expr],
+        sel: &[u32],
+        chunk: &mut crate::result::RowChunk,
+    ) -> Result<(), EvalError> {
+        if chunk.types().len() != exprs.len()
+            || chunk.types().iter().zip(exprs).any(|(t, e)| *t != e.ty)
+        {
+            return Err(EvalError::PlanMismatch(
+                "the row chunk's columns differ from the projection".into(),
+            ));
+        }
+        let view = self.view;
+        let mut bufs: Vec<Option<Vec<i64>>> = Vec::with_capacity(exprs.len());
+        let mut chars: Vec<Option<CharOp<'_>>> = Vec::with_capacity(exprs.len());
+        for e in exprs {
+            if let DataType::Char(_) = e.ty {
+                let op = CharOp::of(view, e)?;
+                self.c.bytes_touched += (sel.len() * op.width()) as u64;
+                chars.push(Some(op));
+                bufs.push(None);
+            } else {
+                let mut b = self.take_num();
+                if let Err(err) = self.eval_num(e, sel, &mut b) {
+                    bufs.into_iter().flatten().for_each(|b| self.s.nums.push(b));
+                    return Err(err);
+                }
+                bufs.push(Some(b));
+                chars.push(None);
+            }
+        }
+        for (k, col) in chunk.columns_mut().iter_mut().enumerate() {
+            match (col, bufs.get(k), chars.get(k)) {
+                (ChunkColumn::Num(v), Some(Some(b)), _) => v.extend_from_slice(b),
+                (ChunkColumn::Char { width, bytes }, _, Some(Some(op))) => {
+                    for &i in sel {
+                        let v = op.at(i as usize);
+                        let n = v.len().min(*width);
+                        bytes.extend_from_slice(&v[..n]);
+                        bytes.resize(bytes.len() + (*width - n), b' ');
+                    }
+                }
+                _ => {
+                    // types were checked above; keep the columns aligned regardless
+                }
+            }
+        }
+        chunk.add_rows(sel.len());
+        self.c.results_written += sel.len() as u64;
+        let row_bytes: usize = exprs.iter().map(|e| e.ty.wire_width()).sum();
+        self.c.result_bytes += (sel.len() * row_bytes) as u64;
+        for b in bufs.into_iter().flatten() {
+            self.s.nums.push(b);
+        }
+        Ok(())
+    }
+}

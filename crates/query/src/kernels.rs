@@ -1,0 +1,502 @@
+//! Vectorized kernels over a page's columns and a selection vector.
+//!
+//! A *selection vector* is the ascending list of row indices (within the page) still
+//! selected. Kernels either read a column for the selected rows ([`gather`],
+//! [`filter_col_const`]) or work on value vectors aligned with the selection (value `j`
+//! belongs to row `sel[j]`). Filters write the surviving row indices without branches
+//! (`out[k] = i; k += keep`), so their speed does not depend on selectivity.
+//!
+//! Column sources ([`NumCol`]) are monomorphized: a PAX minipage is read in place as
+//! little-endian `i32`/`i64` values; an NSM column is either decoded once per page into
+//! a reusable `Vec<i64>` (dense selections) or read strided from the rows (sparse ones).
+
+use std::cmp::Ordering;
+
+use csd_table::ColumnView;
+
+use crate::plan::{ArithOp, CmpOp};
+
+/// Blank-padded string comparison (SQL `PAD SPACE`): the shorter operand is treated as
+/// if padded with spaces, so `'A'` equals the stored `CHAR(3)` value `'A  '`.
+pub fn cmp_padded(a: &[u8], b: &[u8]) -> Ordering {
+    let m = a.len().min(b.len());
+    match a[..m].cmp(&b[..m]) {
+        Ordering::Equal => {}
+        o => return o,
+    }
+    for &x in &a[m..] {
+        if x != b' ' {
+            return x.cmp(&b' ');
+        }
+    }
+    for &y in &b[m..] {
+        if y != b' ' {
+            return b' '.cmp(&y);
+        }
+    }
+    Ordering::Equal
+}
+
+/// Where a numeric column's values come from on the current page.
+#[derive(Clone, Copy)]
+pub(crate) enum NumCol<'a> {
+    /// A PAX minipage (or any contiguous run) of 4-byte little-endian `i32`.
+    Le4(&'a [u8]),
+    /// A PAX minipage of 8-byte little-endian `i64`.
+    Le8(&'a [u8]),
+    /// Values decoded into a buffer (NSM, dense access).
+    Decoded(&'a [i64]),
+    /// Strided reads from the page (NSM, sparse access).
+    Strided(ColumnView<'a>),
+}
+
+trait Src {
+    fn at(&self, i: usize) -> i64;
+}
+
+struct Le4<'a>(&'a [u8]);
+struct Le8<'a>(&'a [u8]);
+struct Dec<'a>(&'a [i64]);
+struct Strided<'a>(ColumnView<'a>);
+
+impl Src for Le4<'_> {
+    #[inline(always)]
+    fn at(&self, i: usize) -> i64 {
+        rd4(&self.0[i * 4..i * 4 + 4])
+    }
+}
+
+impl Src for Le8<'_> {
+    #[inline(always)]
+    fn at(&self, i: usize) -> i64 {
+        rd8(&self.0[i * 8..i * 8 + 8])
+    }
+}
+
+impl Src for Dec<'_> {
+    #[inline(always)]
+    fn at(&self, i: usize) -> i64 {
+        self.0[i]
+    }
+}
+
+impl Src for Strided<'_> {
+    #[inline(always)]
+    fn at(&self, i: usize) -> i64 {
+        // Row indices come from the selection of this page, so they are in range.
+        self.0.get_i64(i).unwrap_or(0)
+    }
+}
+
+macro_rules! with_src {
+    ($col:expr, |$s:ident| $body:expr) => {
+        match $col {
+            NumCol::Le4(d) => {
+                let $s = Le4(d);
+                $body
+            }
+            NumCol::Le8(d) => {
+                let $s = Le8(d);
+                $body
+            }
+            NumCol::Decoded(d) => {
+                let $s = Dec(d);
+                $body
+            }
+            NumCol::Strided(v) => {
+                let $s = Strided(v);
+                $body
+            }
+        }
+    };
+}
+
+trait Pred {
+    fn test(a: i64, b: i64) -> bool;
+}
+struct EqP;
+struct NeP;
+struct LtP;
+struct LeP;
+struct GtP;
+struct GeP;
+impl Pred for EqP {
+    #[inline(always)]
+    fn test(a: i64, b: i64) -> bool {
+        a == b
+    }
+}
+impl Pred for NeP {
+    #[inline(always)]
+    fn test(a: i64, b: i64) -> bool {
+        a != b
+    }
+}
+impl Pred for LtP {
+    #[inline(always)]
+    fn test(a: i64, b: i64) -> bool {
+        a < b
+    }
+}
+impl Pred for LeP {
+    #[inline(always)]
+    fn test(a: i64, b: i64) -> bool {
+        a <= b
+    }
+}
+impl Pred for GtP {
+    #[inline(always)]
+    fn test(a: i64, b: i64) -> bool {
+        a > b
+    }
+}
+impl Pred for GeP {
+    #[inline(always)]
+    fn test(a: i64, b: i64) -> bool {
+        a >= b
+    }
+}
+
+macro_rules! for_op {
+    ($op:expr, $f:ident ( $($arg:expr),* )) => {
+        match $op {
+            CmpOp::Eq => $f::<EqP, _>($($arg),*),
+            CmpOp::Ne => $f::<NeP, _>($($arg),*),
+            CmpOp::Lt => $f::<LtP, _>($($arg),*),
+            CmpOp::Le => $f::<LeP, _>($($arg),*),
+            CmpOp::Gt => $f::<GtP, _>($($arg),*),
+            CmpOp::Ge => $f::<GeP, _>($($arg),*),
+        }
+    };
+}
+
+/// Writes `sel[j]` for every `j` with `keep(j, sel[j])` into `out`, branch-free.
+#[inline(always)]
+pub(crate) fn filter_by(sel: &[u32], out: &mut Vec<u32>, keep: impl Fn(usize, usize) -> bool) {
+    out.clear();
+    out.resize(sel.len(), 0);
+    let mut k = 0usize;
+    for (j, &i) in sel.iter().enumerate() {
+        out[k] = i;
+        k += usize::from(keep(j, i as usize));
+    }
+    out.truncate(k);
+}
+
+fn k_col_const<P: Pred, S: Src>(s: S, sel: &[u32], c: i64, out: &mut Vec<u32>) {
+    filter_by(sel, out, |_, i| P::test(s.at(i), c));
+}
+
+fn k_vec_const<P: Pred, S: Src>(s: S, sel: &[u32], c: i64, out: &mut Vec<u32>) {
+    filter_by(sel, out, |j, _| P::test(s.at(j), c));
+}
+
+fn k_vec_vec<P: Pred, S: Src>(a: S, b: &[i64], sel: &[u32], out: &mut Vec<u32>) {
+    filter_by(sel, out, |j, _| P::test(a.at(j), b[j]));
+}
+
+/// True if `sel` (ascending, distinct) is every row `0..n`.
+#[inline]
+fn is_all(sel: &[u32], n: usize) -> bool {
+    sel.len() == n && sel.last().is_none_or(|&l| l as usize + 1 == n)
+}
+
+fn k_dense_const<P: Pred, I: Iterator<Item = i64>>(vals: I, n: usize, c: i64, out: &mut Vec<u32>) {
+    out.clear();
+    out.resize(n, 0);
+    let mut k = 0usize;
+    for (i, v) in vals.enumerate() {
+        out[k] = i as u32;
+        k += usize::from(P::test(v, c));
+    }
+    out.truncate(k);
+}
+
+#[inline(always)]
+fn rd4(b: &[u8]) -> i64 {
+    i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+#[inline(always)]
+fn rd8(b: &[u8]) -> i64 {
+    i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+}
+
+#[inline(always)]
+fn le4(d: &[u8]) -> impl Iterator<Item = i64> + '_ {
+    d.chunks_exact(4).map(rd4)
+}
+
+#[inline(always)]
+fn le8(d: &[u8]) -> impl Iterator<Item = i64> + '_ {
+    d.chunks_exact(8).map(rd8)
+}
+
+/// Keeps the selected rows whose column value satisfies `value op c`. When every row
+/// is selected (a filter's first term), a minipage or decoded column is streamed
+/// sequentially instead of indexed.
+pub(crate) fn filter_col_const(
+    col: NumCol<'_>,
+    sel: &[u32],
+    op: CmpOp,
+    c: i64,
+    out: &mut Vec<u32>,
+) {
+    match col {
+        NumCol::Le4(d) if is_all(sel, d.len() / 4) => {
+            for_op!(op, k_dense_const(le4(d), sel.len(), c, out))
+        }
+        NumCol::Le8(d) if is_all(sel, d.len() / 8) => {
+            for_op!(op, k_dense_const(le8(d), sel.len(), c, out))
+        }
+        NumCol::Decoded(d) if is_all(sel, d.len()) => {
+            for_op!(op, k_dense_const(d.iter().copied(), sel.len(), c, out))
+        }
+        _ => with_src!(col, |s| for_op!(op, k_col_const(s, sel, c, out))),
+    }
+}
+
+/// Keeps `sel[j]` where `vals[j] op c`.
+pub(crate) fn filter_vec_const(vals: &[i64], sel: &[u32], op: CmpOp, c: i64, out: &mut Vec<u32>) {
+    let s = Dec(vals);
+    for_op!(op, k_vec_const(s, sel, c, out))
+}
+
+/// Keeps `sel[j]` where `a[j] op b[j]`.
+pub(crate) fn filter_vec_vec(a: &[i64], b: &[i64], sel: &[u32], op: CmpOp, out: &mut Vec<u32>) {
+    let s = Dec(a);
+    for_op!(op, k_vec_vec(s, b, sel, out))
+}
+
+/// The selected rows' values of a column, in selection order.
+pub(crate) fn gather(col: NumCol<'_>, sel: &[u32], out: &mut Vec<i64>) {
+    out.clear();
+    match col {
+        NumCol::Le4(d) if is_all(sel, d.len() / 4) => {
+            out.reserve(sel.len());
+            for b in d.chunks_exact(4) {
+                out.push(rd4(b));
+            }
+        }
+        NumCol::Le8(d) if is_all(sel, d.len() / 8) => {
+            out.reserve(sel.len());
+            for b in d.chunks_exact(8) {
+                out.push(rd8(b));
+            }
+        }
+        NumCol::Decoded(d) if is_all(sel, d.len()) => out.extend_from_slice(d),
+        _ => with_src!(col, |s| out.extend(sel.iter().map(|&i| s.at(i as usize)))),
+    }
+}
+
+/// An arithmetic operand: a vector aligned with the selection or a constant.
+#[derive(Clone, Copy)]
+pub(crate) enum Operand<'a> {
+    /// Per-row values.
+    Vec(&'a [i64]),
+    /// The same value on every row.
+    Const(i64),
+}
+
+#[inline(always)]
+fn zip_map(
+    l: Operand<'_>,
+    r: Operand<'_>,
+    len: usize,
+    out: &mut Vec<i64>,
+    mut f: impl FnMut(i64, i64) -> i64,
+) {
+    out.clear();
+    match (l, r) {
+        (Operand::Vec(a), Operand::Vec(b)) => {
+            out.extend(a.iter().zip(b).map(|(&x, &y)| f(x, y)));
+        }
+        (Operand::Vec(a), Operand::Const(y)) => out.extend(a.iter().map(|&x| f(x, y))),
+        (Operand::Const(x), Operand::Vec(b)) => out.extend(b.iter().map(|&y| f(x, y))),
+        (Operand::Const(x), Operand::Const(y)) => {
+            let v = f(x, y);
+            out.resize(len, v);
+        }
+    }
+}
+
+/// `out = l op r` elementwise. `Err(true)`: a divisor was zero; `Err(false)`: overflow.
+/// Semantics are exactly [`ArithOp::apply`]'s (the planner folds constants with it).
+pub(crate) fn arith(
+    op: ArithOp,
+    l: Operand<'_>,
+    r: Operand<'_>,
+    len: usize,
+    out: &mut Vec<i64>,
+) -> Result<(), bool> {
+    let mut overflow = false;
+    match op {
+        // overflowing_* plus a sticky flag keeps these loops branch-free
+        ArithOp::Add => zip_map(l, r, len, out, |x, y| {
+            let (v, o) = x.overflowing_add(y);
+            overflow |= o;
+            v
+        }),
+        ArithOp::Sub => zip_map(l, r, len, out, |x, y| {
+            let (v, o) = x.overflowing_sub(y);
+            overflow |= o;
+            v
+        }),
+        ArithOp::Mul => zip_map(l, r, len, out, |x, y| {
+            let (v, o) = x.overflowing_mul(y);
+            overflow |= o;
+            v
+        }),
+        ArithOp::IntDiv | ArithOp::DecDiv { .. } => {
+            let mut err: Option<bool> = None;
+            zip_map(l, r, len, out, |x, y| match op.apply(x, y) {
+                Ok(v) => v,
+                Err(zero) => {
+                    // division by zero wins over overflow in the report
+                    err = Some(err.unwrap_or(zero) || zero);
+                    0
+                }
+            });
+            if let Some(e) = err {
+                return Err(e);
+            }
+        }
+    }
+    if overflow { Err(false) } else { Ok(()) }
+}
+
+/// `v = -v` in place; `Err(())` on overflow (`i64::MIN`).
+pub(crate) fn negate(v: &mut [i64]) -> Result<(), ()> {
+    let mut overflow = false;
+    for x in v.iter_mut() {
+        let (n, o) = x.overflowing_neg();
+        overflow |= o;
+        *x = n;
+    }
+    if overflow { Err(()) } else { Ok(()) }
+}
+
+/// `a ∪ b` of two ascending index lists.
+pub(crate) fn union_into(a: &[u32], b: &[u32], out: &mut Vec<u32>) {
+    out.clear();
+    out.reserve(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            Ordering::Less => {
+                out.push(a[i]);
+                i += 1;
+            }
+            Ordering::Greater => {
+                out.push(b[j]);
+                j += 1;
+            }
+            Ordering::Equal => {
+                out.push(a[i]);
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+}
+
+/// `a \ b` of two ascending index lists (`b` a subset of `a` or not).
+pub(crate) fn difference_into(a: &[u32], b: &[u32], out: &mut Vec<u32>) {
+    out.clear();
+    let mut j = 0;
+    for &x in a {
+        while j < b.len() && b[j] < x {
+            j += 1;
+        }
+        if j < b.len() && b[j] == x {
+            j += 1;
+        } else {
+            out.push(x);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn padded_comparison() {
+        assert_eq!(cmp_padded(b"A", b"A  "), Ordering::Equal);
+        assert_eq!(cmp_padded(b"A  ", b"A"), Ordering::Equal);
+        assert_eq!(cmp_padded(b"A", b"AB"), Ordering::Less);
+        assert_eq!(cmp_padded(b"AB", b"A"), Ordering::Greater);
+        assert_eq!(cmp_padded(b"A\x01", b"A"), Ordering::Less);
+        assert_eq!(cmp_padded(b"", b""), Ordering::Equal);
+        assert_eq!(cmp_padded(b"B", b"AZ"), Ordering::Greater);
+    }
+
+    #[test]
+    fn set_operations() {
+        let mut out = Vec::new();
+        union_into(&[1, 3, 5], &[2, 3, 9], &mut out);
+        assert_eq!(out, [1, 2, 3, 5, 9]);
+        difference_into(&[1, 2, 3, 5, 9], &[2, 5, 7], &mut out);
+        assert_eq!(out, [1, 3, 9]);
+    }
+
+    #[test]
+    fn arithmetic_errors() {
+        let mut out = Vec::new();
+        assert_eq!(
+            arith(
+                ArithOp::Mul,
+                Operand::Vec(&[i64::MAX, 1]),
+                Operand::Const(2),
+                2,
+                &mut out
+            ),
+            Err(false)
+        );
+        assert_eq!(
+            arith(
+                ArithOp::IntDiv,
+                Operand::Vec(&[4, 1]),
+                Operand::Vec(&[2, 0]),
+                2,
+                &mut out
+            ),
+            Err(true)
+        );
+        assert_eq!(
+            arith(
+                ArithOp::DecDiv { shift: 2 },
+                Operand::Vec(&[1, 2]),
+                Operand::Const(3),
+                2,
+                &mut out
+            ),
+            Ok(())
+        );
+        // 0.01 / 0.03 at scale 2 -> 0.33; 0.02/0.03 -> 0.67 (half away from zero)
+        assert_eq!(out, [33, 67]);
+        assert!(negate(&mut [i64::MIN]).is_err());
+    }
+
+    #[test]
+    fn filters() {
+        let sel: Vec<u32> = (0..6).collect();
+        let bytes: Vec<u8> = [5i32, -1, 7, 5, 0, 9]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let mut out = Vec::new();
+        filter_col_const(NumCol::Le4(&bytes), &sel, CmpOp::Ge, 5, &mut out);
+        assert_eq!(out, [0, 2, 3, 5]);
+        let sub = [2u32, 3, 5];
+        filter_col_const(NumCol::Le4(&bytes), &sub, CmpOp::Ne, 5, &mut out);
+        assert_eq!(out, [2, 5]);
+        let mut vals = Vec::new();
+        gather(NumCol::Le4(&bytes), &sub, &mut vals);
+        assert_eq!(vals, [7, 5, 9]);
+        filter_vec_vec(&vals, &[7, 6, 1], &sub, CmpOp::Lt, &mut out);
+        assert_eq!(out, [3]);
+    }
+}

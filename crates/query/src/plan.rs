@@ -1,0 +1,616 @@
+//! The typed plan: what [`crate::plan()`] makes of a SQL text and what
+//! [`crate::Evaluator`] runs, on the host or in the device.
+//!
+//! A [`Plan`] is one table, an optional filter, either a projection list or an
+//! aggregation (grouping columns, aggregates, output items), an `ORDER BY` on output
+//! columns, and the typed output columns. Expressions ([`Expr`]) carry their result
+//! type; the planner has already:
+//!
+//! * resolved names to column indices and checked every type;
+//! * made both operands of `+`, `-` and of every numeric comparison the same decimal
+//!   scale (a [`ExprKind::Rescale`] multiplies the lower-scale side by a power of ten);
+//! * rewritten comparisons with a constant so that the constant is at the other
+//!   side's scale, exactly: `l_discount < 0.065` on a scale-2 column becomes
+//!   `l_discount < 7` in units of 0.01 (`x*10 < 65  <=>  x < ceil(65/10)`), and
+//!   `l_discount = 0.065` becomes `FALSE`. No floating point, no rounding;
+//! * folded constant sub-expressions (`DATE '1998-12-01' - INTERVAL '90' DAY` is one
+//!   `DATE` constant, `1 - 0.05` one decimal) with the evaluator's own arithmetic;
+//! * turned `BETWEEN` into two comparisons and pushed `NOT` into comparisons, `IN` and
+//!   `LIKE` (exact here, as no value is ever NULL).
+
+use std::fmt;
+
+use csd_table::Schema;
+use csd_table::date::DisplayDate;
+
+use crate::types::{DataType, format_units};
+
+/// A typed expression node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expr {
+    /// What the node computes.
+    pub kind: ExprKind,
+    /// Its result type.
+    pub ty: DataType,
+}
+
+/// The kinds of expression node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExprKind {
+    /// A column of the table.
+    Column {
+        /// Index in the table's schema.
+        index: usize,
+        /// The column's name (for messages).
+        name: String,
+    },
+    /// A constant of the node's type.
+    Const(Const),
+    /// `-e` on a number.
+    Neg(Box<Expr>),
+    /// `e * 10^by`: brings a number to a larger decimal scale.
+    Rescale {
+        /// The operand.
+        expr: Box<Expr>,
+        /// The power of ten.
+        by: u8,
+    },
+    /// Binary arithmetic on integers held as `i64` (numbers of equal scale for
+    /// `Add`/`Sub`, days for dates).
+    Arith {
+        /// The operator.
+        op: ArithOp,
+        /// Left operand.
+        left: Box<Expr>,
+        /// Right operand.
+        right: Box<Expr>,
+    },
+    /// A comparison of two numbers of equal scale, two dates or two strings.
+    Cmp {
+        /// The operator.
+        op: CmpOp,
+        /// Left operand.
+        left: Box<Expr>,
+        /// Right operand.
+        right: Box<Expr>,
+    },
+    /// `e [NOT] IN (constants)`, the constants already at `e`'s scale.
+    InList {
+        /// The tested expression.
+        expr: Box<Expr>,
+        /// The distinct constants.
+        list: Vec<Const>,
+        /// `NOT IN`.
+        negated: bool,
+    },
+    /// `e [NOT] LIKE 'prefix%'` on a string (stored bytes, padding included).
+    Like {
+        /// The tested string.
+        expr: Box<Expr>,
+        /// The prefix.
+        prefix: Vec<u8>,
+        /// `NOT LIKE`.
+        negated: bool,
+    },
+    /// Conjunction (evaluated left to right, each term on the rows still selected).
+    And(Vec<Expr>),
+    /// Disjunction (each term on the rows not yet selected).
+    Or(Vec<Expr>),
+    /// Negation of a predicate that could not be pushed down.
+    Not(Box<Expr>),
+}
+
+/// A constant value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Const {
+    /// A truth value.
+    Bool(bool),
+    /// An integer, a decimal in units of its scale, or a date in days (per the
+    /// node's type).
+    Int(i64),
+    /// A byte string.
+    Char(Vec<u8>),
+    /// A numeric literal that does not fit an `i64` at its scale, or has more than 18
+    /// digits after the point (up to 38). It exists only while planning: the planner
+    /// turns a comparison or `IN` against it into an exact comparison with an `i64`
+    /// constant (or a truth value), and rejects it anywhere else, so a finished
+    /// [`Plan`] never holds one.
+    Wide(i128),
+}
+
+/// Arithmetic operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ArithOp {
+    /// `+`.
+    Add,
+    /// `-`.
+    Sub,
+    /// `*` (the result scale is the sum of the operand scales).
+    Mul,
+    /// `/` on two integers: truncates toward zero.
+    IntDiv,
+    /// `/` with a decimal operand: `round(left * 10^shift / right)`, halves away from
+    /// zero, computed in `i128` (the result scale is documented at the crate root).
+    DecDiv {
+        /// Power of ten applied to the dividend.
+        shift: u8,
+    },
+}
+
+impl ArithOp {
+    /// The SQL operator symbol.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            ArithOp::Add => "+",
+            ArithOp::Sub => "-",
+            ArithOp::Mul => "*",
+            ArithOp::IntDiv | ArithOp::DecDiv { .. } => "/",
+        }
+    }
+
+    /// Applies the operator to one pair of values: `Ok(v)`, or `Err(true)` for
+    /// division by zero, `Err(false)` for overflow. The vectorized kernels and the
+    /// planner's constant folding both call this, so they cannot disagree.
+    #[inline(always)]
+    pub fn apply(self, a: i64, b: i64) -> Result<i64, bool> {
+        match self {
+            ArithOp::Add => a.checked_add(b).ok_or(false),
+            ArithOp::Sub => a.checked_sub(b).ok_or(false),
+            ArithOp::Mul => a.checked_mul(b).ok_or(false),
+            ArithOp::IntDiv => {
+                if b == 0 {
+                    Err(true)
+                } else {
+                    a.checked_div(b).ok_or(false)
+                }
+            }
+            ArithOp::DecDiv { shift } => {
+                if b == 0 {
+                    return Err(true);
+                }
+                let n = 10i128
+                    .checked_pow(u32::from(shift))
+                    .and_then(|p| i128::from(a).checked_mul(p))
+                    .ok_or(false)?;
+                let q = crate::types::div_round_half_away(n, i128::from(b)).ok_or(false)?;
+                i64::try_from(q).map_err(|_| false)
+            }
+        }
+    }
+}
+
+/// Comparison operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    /// `=`.
+    Eq,
+    /// `<>`.
+    Ne,
+    /// `<`.
+    Lt,
+    /// `<=`.
+    Le,
+    /// `>`.
+    Gt,
+    /// `>=`.
+    Ge,
+}
+
+impl CmpOp {
+    /// The operator with its operands swapped (`a < b` ⇔ `b > a`).
+    pub fn flip(self) -> CmpOp {
+        match self {
+            CmpOp::Eq => CmpOp::Eq,
+            CmpOp::Ne => CmpOp::Ne,
+            CmpOp::Lt => CmpOp::Gt,
+            CmpOp::Le => CmpOp::Ge,
+            CmpOp::Gt => CmpOp::Lt,
+            CmpOp::Ge => CmpOp::Le,
+        }
+    }
+
+    /// The complementary operator (`NOT a < b` ⇔ `a >= b`).
+    pub fn negate(self) -> CmpOp {
+        match self {
+            CmpOp::Eq => CmpOp::Ne,
+            CmpOp::Ne => CmpOp::Eq,
+            CmpOp::Lt => CmpOp::Ge,
+            CmpOp::Le => CmpOp::Gt,
+            CmpOp::Gt => CmpOp::Le,
+            CmpOp::Ge => CmpOp::Lt,
+        }
+    }
+
+    /// Whether `ord` (the ordering of left against right) satisfies the operator.
+    #[inline(always)]
+    pub fn holds(self, ord: std::cmp::Ordering) -> bool {
+        use std::cmp::Ordering::*;
+        match self {
+            CmpOp::Eq => ord == Equal,
+            CmpOp::Ne => ord != Equal,
+            CmpOp::Lt => ord == Less,
+            CmpOp::Le => ord != Greater,
+            CmpOp::Gt => ord == Greater,
+            CmpOp::Ge => ord != Less,
+        }
+    }
+
+    /// `a op b` on integers.
+    #[inline(always)]
+    pub fn test(self, a: i64, b: i64) -> bool {
+        match self {
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
+    }
+
+    /// The SQL operator symbol.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "=",
+            CmpOp::Ne => "<>",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+}
+
+/// Aggregate functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AggFunc {
+    /// `COUNT(*)`.
+    CountStar,
+    /// `COUNT(e)` (equal to `COUNT(*)`: values are never NULL).
+    Count,
+    /// `SUM(e)`: exact, in `i128`, at `e`'s scale.
+    Sum,
+    /// `AVG(e)`: exact sum and count, rounded once at the end to scale
+    /// [`avg_scale`]`(e's scale)`, halves away from zero.
+    Avg,
+    /// `MIN(e)`.
+    Min,
+    /// `MAX(e)`.
+    Max,
+}
+
+impl AggFunc {
+    /// The SQL name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AggFunc::CountStar | AggFunc::Count => "COUNT",
+            AggFunc::Sum => "SUM",
+            AggFunc::Avg => "AVG",
+            AggFunc::Min => "MIN",
+            AggFunc::Max => "MAX",
+        }
+    }
+}
+
+/// Result scale of `AVG` over a number of scale `s`: `max(s, 6)`.
+pub const fn avg_scale(s: u8) -> u8 {
+    if s > 6 { s } else { 6 }
+}
+
+/// One aggregate of an aggregation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Aggregate {
+    /// The function.
+    pub func: AggFunc,
+    /// Its argument (`None` for `COUNT(*)`).
+    pub arg: Option<Expr>,
+    /// The result type.
+    pub ty: DataType,
+}
+
+/// What an aggregation's output column shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggOutput {
+    /// The `i`-th grouping column.
+    Group(usize),
+    /// The `i`-th aggregate.
+    Agg(usize),
+}
+
+/// A grouped (or global) aggregation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Aggregation {
+    /// Grouping columns (indices into the schema), in `GROUP BY` order.
+    pub group_by: Vec<usize>,
+    /// The aggregates to compute.
+    pub aggregates: Vec<Aggregate>,
+    /// The output columns, in select-list order.
+    pub outputs: Vec<AggOutput>,
+}
+
+/// What the query returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// One output row per selected row: these expressions.
+    Project(Vec<Expr>),
+    /// Aggregates, one output row per group (one row in all without `GROUP BY`).
+    Aggregate(Aggregation),
+}
+
+/// One `ORDER BY` key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SortKey {
+    /// Index of the output column.
+    pub output: usize,
+    /// `DESC`.
+    pub descending: bool,
+}
+
+/// A named, typed output column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputColumn {
+    /// The alias, the column name, or the expression's SQL text.
+    pub name: String,
+    /// The type of its values.
+    pub ty: DataType,
+}
+
+/// A planned query: see the [module docs](self).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The table name (as the catalog spells it).
+    pub table: String,
+    /// The table's schema; pages must carry its fingerprint.
+    pub schema: Schema,
+    /// The `WHERE` predicate (`None`: every row).
+    pub filter: Option<Expr>,
+    /// Projection or aggregation.
+    pub output: Output,
+    /// `ORDER BY`, applied when the partial results are finished.
+    pub order_by: Vec<SortKey>,
+    /// The result columns.
+    pub columns: Vec<OutputColumn>,
+}
+
+impl Plan {
+    /// True for aggregations.
+    pub fn is_aggregate(&self) -> bool {
+        matches!(self.output, Output::Aggregate(_))
+    }
+
+    /// The schema indices of every column the plan reads (filter, outputs, grouping),
+    /// ascending: what a device must bring from flash, or a column store would read.
+    pub fn referenced_columns(&self) -> Vec<usize> {
+        let mut cols = Vec::new();
+        if let Some(f) = &self.filter {
+            f.collect_columns(&mut cols);
+        }
+        match &self.output {
+            Output::Project(exprs) => exprs.iter().for_each(|e| e.collect_columns(&mut cols)),
+            Output::Aggregate(a) => {
+                cols.extend_from_slice(&a.group_by);
+                for agg in &a.aggregates {
+                    if let Some(e) = &agg.arg {
+                        e.collect_columns(&mut cols);
+                    }
+                }
+            }
+        }
+        cols.sort_unstable();
+        cols.dedup();
+        cols
+    }
+
+    /// The columns the filter reads, ascending.
+    pub fn filter_columns(&self) -> Vec<usize> {
+        let mut cols = Vec::new();
+        if let Some(f) = &self.filter {
+            f.collect_columns(&mut cols);
+        }
+        cols.sort_unstable();
+        cols.dedup();
+        cols
+    }
+}
+
+impl Expr {
+    pub(crate) fn new(kind: ExprKind, ty: DataType) -> Expr {
+        Expr { kind, ty }
+    }
+
+    pub(crate) fn constant(c: Const, ty: DataType) -> Expr {
+        Expr::new(ExprKind::Const(c), ty)
+    }
+
+    pub(crate) fn boolean(b: bool) -> Expr {
+        Expr::constant(Const::Bool(b), DataType::Bool)
+    }
+
+    /// The constant, if this node is one.
+    pub fn as_const(&self) -> Option<&Const> {
+        match &self.kind {
+            ExprKind::Const(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The integer constant, if this node is one.
+    pub fn as_int_const(&self) -> Option<i64> {
+        match &self.kind {
+            ExprKind::Const(Const::Int(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// Appends the schema index of every column this expression reads.
+    pub fn collect_columns(&self, out: &mut Vec<usize>) {
+        match &self.kind {
+            ExprKind::Column { index, .. } => out.push(*index),
+            ExprKind::Const(_) => {}
+            ExprKind::Neg(e)
+            | ExprKind::Not(e)
+            | ExprKind::Rescale { expr: e, .. }
+            | ExprKind::InList { expr: e, .. }
+            | ExprKind::Like { expr: e, .. } => e.collect_columns(out),
+            ExprKind::Arith { left, right, .. } | ExprKind::Cmp { left, right, .. } => {
+                left.collect_columns(out);
+                right.collect_columns(out);
+            }
+            ExprKind::And(es) | ExprKind::Or(es) => es.iter().for_each(|e| e.collect_columns(out)),
+        }
+    }
+
+    /// Number of predicate leaves (comparisons, `IN`, `LIKE`) in the expression.
+    pub fn predicate_count(&self) -> usize {
+        match &self.kind {
+            ExprKind::Cmp { .. } | ExprKind::InList { .. } | ExprKind::Like { .. } => 1,
+            ExprKind::Not(e) => e.predicate_count(),
+            ExprKind::And(es) | ExprKind::Or(es) => es.iter().map(Expr::predicate_count).sum(),
+            _ => 0,
+        }
+    }
+}
+
+fn fmt_const(f: &mut fmt::Formatter<'_>, c: &Const, ty: DataType) -> fmt::Result {
+    match (c, ty) {
+        (Const::Bool(b), _) => f.write_str(if *b { "TRUE" } else { "FALSE" }),
+        (Const::Int(v), DataType::Date) => match i32::try_from(*v) {
+            Ok(d) => write!(f, "DATE '{}'", DisplayDate(d)),
+            Err(_) => write!(f, "DATE(day {v})"),
+        },
+        (Const::Int(v), DataType::Decimal { scale }) => {
+            f.write_str(&format_units(i128::from(*v), scale))
+        }
+        (Const::Int(v), _) => write!(f, "{v}"),
+        (Const::Char(b), _) => write!(f, "'{}'", String::from_utf8_lossy(b).replace('\'', "''")),
+        (Const::Wide(v), DataType::Decimal { scale }) => f.write_str(&format_units(*v, scale)),
+        (Const::Wide(v), _) => write!(f, "{v}"),
+    }
+}
+
+impl fmt::Display for Expr {
+    /// SQL-like text of the typed expression (rescaling is invisible, constants are
+    /// shown at the scale they were normalized to).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ExprKind::Column { name, .. } => f.write_str(name),
+            ExprKind::Const(c) => fmt_const(f, c, self.ty),
+            ExprKind::Neg(e) => write!(f, "-{e}"),
+            ExprKind::Rescale { expr, .. } => write!(f, "{expr}"),
+            ExprKind::Arith { op, left, right } => write!(f, "({left} {} {right})", op.symbol()),
+            ExprKind::Cmp { op, left, right } => write!(f, "{left} {} {right}", op.symbol()),
+            ExprKind::InList {
+                expr,
+                list,
+                negated,
+            } => {
+                write!(f, "{expr} {}IN (", if *negated { "NOT " } else { "" })?;
+                for (i, c) in list.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    fmt_const(f, c, expr.ty)?;
+                }
+                f.write_str(")")
+            }
+            ExprKind::Like {
+                expr,
+                prefix,
+                negated,
+            } => write!(
+                f,
+                "{expr} {}LIKE '{}%'",
+                if *negated { "NOT " } else { "" },
+                String::from_utf8_lossy(prefix)
+            ),
+            ExprKind::And(es) | ExprKind::Or(es) => {
+                let sep = if matches!(self.kind, ExprKind::And(_)) {
+                    " AND "
+                } else {
+                    " OR "
+                };
+                f.write_str("(")?;
+                for (i, e) in es.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(sep)?;
+                    }
+                    write!(f, "{e}")?;
+                }
+                f.write_str(")")
+            }
+            ExprKind::Not(e) => write!(f, "NOT ({e})"),
+        }
+    }
+}
+
+impl fmt::Display for Plan {
+    /// A one-line explanation of the plan (`EXPLAIN`-like).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SELECT ")?;
+        match &self.output {
+            Output::Project(exprs) => {
+                for (i, e) in exprs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{e}")?;
+                }
+            }
+            Output::Aggregate(a) => {
+                for (i, o) in a.outputs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    match *o {
+                        AggOutput::Group(g) => {
+                            let name = a
+                                .group_by
+                                .get(g)
+                                .and_then(|&c| self.schema.columns().get(c))
+                                .map_or("?", |c| c.name.as_str());
+                            f.write_str(name)?;
+                        }
+                        AggOutput::Agg(k) => match a.aggregates.get(k) {
+                            Some(agg) => match &agg.arg {
+                                Some(e) => write!(f, "{}({e})", agg.func.name())?,
+                                None => f.write_str("COUNT(*)")?,
+                            },
+                            None => f.write_str("?")?,
+                        },
+                    }
+                }
+            }
+        }
+        write!(f, " FROM {}", self.table)?;
+        if let Some(filter) = &self.filter {
+            write!(f, " WHERE {filter}")?;
+        }
+        if let Output::Aggregate(a) = &self.output
+            && !a.group_by.is_empty()
+        {
+            f.write_str(" GROUP BY ")?;
+            for (i, &c) in a.group_by.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                let name = self
+                    .schema
+                    .columns()
+                    .get(c)
+                    .map_or("?", |c| c.name.as_str());
+                f.write_str(name)?;
+            }
+        }
+        if !self.order_by.is_empty() {
+            f.write_str(" ORDER BY ")?;
+            for (i, k) in self.order_by.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                let name = self.columns.get(k.output).map_or("?", |c| c.name.as_str());
+                write!(f, "{name}{}", if k.descending { " DESC" } else { "" })?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,327 @@
+//! Partial and final results: [`RowChunk`] (projected rows, columnar), the mergeable
+//! [`PartialResult`] a device session or a host scan accumulates, and the typed
+//! [`QueryResult`] with a text-table formatter.
+
+use std::fmt;
+
+use crate::agg::AggState;
+use crate::error::EvalError;
+use crate::plan::{Output, OutputColumn, Plan};
+use crate::types::{DataType, Value};
+
+/// No limit on the number of groups (see [`PartialResult::with_group_limit`]).
+pub const NO_GROUP_LIMIT: usize = usize::MAX;
+
+/// Projected rows, stored column by column as the evaluator produced them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowChunk {
+    types: Vec<DataType>,
+    columns: Vec<ChunkColumn>,
+    rows: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ChunkColumn {
+    /// `INT`, `DECIMAL` or `DATE` values.
+    Num(Vec<i64>),
+    /// `CHAR(width)` values back to back, padding included.
+    Char { width: usize, bytes: Vec<u8> },
+}
+
+impl RowChunk {
+    /// An empty chunk for outputs of these types.
+    pub fn new(types: &[DataType]) -> RowChunk {
+        RowChunk {
+            types: types.to_vec(),
+            columns: types
+                .iter()
+                .map(|t| match *t {
+                    DataType::Char(n) => ChunkColumn::Char {
+                        width: usize::from(n),
+                        bytes: Vec::new(),
+                    },
+                    _ => ChunkColumn::Num(Vec::new()),
+                })
+                .collect(),
+            rows: 0,
+        }
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    /// True without rows.
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// The column types.
+    pub fn types(&self) -> &[DataType] {
+        &self.types
+    }
+
+    /// Bytes the rows take on the wire to the host (fixed-width encoding:
+    /// [`DataType::wire_width`] per value).
+    pub fn wire_bytes(&self) -> u64 {
+        (self.rows * self.types.iter().map(|t| t.wire_width()).sum::<usize>()) as u64
+    }
+
+    pub(crate) fn columns_mut(&mut self) -> &mut [ChunkColumn] {
+        &mut self.columns
+    }
+
+    pub(crate) fn add_rows(&mut self, n: usize) {
+        self.rows += n;
+    }
+
+    /// Removes every row, keeping the buffers (for streaming chunks out of a session).
+    pub fn clear(&mut self) {
+        for c in &mut self.columns {
+            match c {
+                ChunkColumn::Num(v) => v.clear(),
+                ChunkColumn::Char { bytes, .. } => bytes.clear(),
+            }
+        }
+        self.rows = 0;
+    }
+
+    /// Appends another chunk of the same column types.
+    pub fn append(&mut self, other: &RowChunk) -> Result<(), EvalError> {
+        if self.types != other.types {
+            return Err(EvalError::PlanMismatch(
+                "row chunks with different column types".into(),
+            ));
+        }
+        for (a, b) in self.columns.iter_mut().zip(&other.columns) {
+            match (a, b) {
+                (ChunkColumn::Num(x), ChunkColumn::Num(y)) => x.extend_from_slice(y),
+                (ChunkColumn::Char { bytes: x, .. }, ChunkColumn::Char { bytes: y, .. }) => {
+                    x.extend_from_slice(y)
+                }
+                _ => {
+                    return Err(EvalError::PlanMismatch(
+                        "row chunks with different column kinds".into(),
+                    ));
+                }
+            }
+        }
+        self.rows += other.rows;
+        Ok(())
+    }
+
+    /// Value of column `c` in row `r` (`None` out of range).
+    pub fn value(&self, r: usize, c: usize) -> Option<Result<Value, EvalError>> {
+        if r >= self.rows {
+            return None;
+        }
+        let ty = *self.types.get(c)?;
+        Some(match self.columns.get(c)? {
+            ChunkColumn::Num(v) => {
+                let x = *v.get(r)?;
+                match ty {
+                    DataType::Date => {
+                        i32::try_from(x)
+                            .map(Value::Date)
+                            .map_err(|_| EvalError::Overflow {
+                                expr: format!("a DATE of day {x}, outside the calendar"),
+                            })
+                    }
+                    DataType::Decimal { scale } => Ok(Value::Decimal {
+                        units: i128::from(x),
+                        scale,
+                    }),
+                    _ => Ok(Value::Int(i128::from(x))),
+                }
+            }
+            ChunkColumn::Char { width, bytes } => {
+                let b = bytes.get(r * width..(r + 1) * width)?;
+                Ok(Value::Char(csd_table::schema::trim_char(b).to_vec()))
+            }
+        })
+    }
+
+    /// Every row as typed values.
+    pub fn to_rows(&self) -> Result<Vec<Vec<Value>>, EvalError> {
+        (0..self.rows)
+            .map(|r| {
+                (0..self.types.len())
+                    .map(|c| self.value(r, c).unwrap_or(Ok(Value::Null)))
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// What evaluating some pages of a plan has produced so far: projected rows, or an
+/// aggregation state. Partial results of the same plan merge, in any grouping and
+/// order, into the result of all their pages together.
+#[derive(Debug, Clone)]
+pub enum PartialResult {
+    /// Projected rows, in page order.
+    Rows(RowChunk),
+    /// Aggregation state (boxed: it is much larger than a row chunk).
+    Aggregate(Box<AggState>),
+}
+
+impl PartialResult {
+    /// An empty partial result for `plan`.
+    pub fn new(plan: &Plan) -> PartialResult {
+        Self::with_group_limit(plan, NO_GROUP_LIMIT)
+    }
+
+    /// Like [`PartialResult::new`], but evaluation fails with
+    /// [`EvalError::TooManyGroups`] beyond `limit` groups (a device session's memory
+    /// bound).
+    pub fn with_group_limit(plan: &Plan, limit: usize) -> PartialResult {
+        match &plan.output {
+            Output::Project(exprs) => {
+                let types: Vec<DataType> = exprs.iter().map(|e| e.ty).collect();
+                PartialResult::Rows(RowChunk::new(&types))
+            }
+            Output::Aggregate(a) => {
+                PartialResult::Aggregate(Box::new(AggState::new(a, &plan.schema, limit)))
+            }
+        }
+    }
+
+    /// Merges `other` into `self` (rows are appended after `self`'s).
+    pub fn merge(&mut self, other: PartialResult) -> Result<(), EvalError> {
+        match (self, other) {
+            (PartialResult::Rows(a), PartialResult::Rows(b)) => a.append(&b),
+            (PartialResult::Aggregate(a), PartialResult::Aggregate(b)) => a.merge(*b),
+            _ => Err(EvalError::PlanMismatch(
+                "a projection's rows and an aggregation's state".into(),
+            )),
+        }
+    }
+
+    /// Rows (projection) or groups (aggregation) held.
+    pub fn len(&self) -> usize {
+        match self {
+            PartialResult::Rows(r) => r.len(),
+            PartialResult::Aggregate(a) => a.group_count(),
+        }
+    }
+
+    /// True if [`PartialResult::len`] is 0.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes this partial result takes on the wire to the host.
+    pub fn wire_bytes(&self) -> u64 {
+        match self {
+            PartialResult::Rows(r) => r.wire_bytes(),
+            PartialResult::Aggregate(a) => a.wire_bytes(),
+        }
+    }
+
+    /// The final result: typed rows, `AVG` rounded, groups in key order, then sorted by
+    /// the plan's `ORDER BY` (a stable sort).
+    pub fn finish(&self, plan: &Plan) -> Result<QueryResult, EvalError> {
+        let mut rows = match (self, &plan.output) {
+            (PartialResult::Rows(r), Output::Project(_)) => r.to_rows()?,
+            (PartialResult::Aggregate(a), Output::Aggregate(agg)) => a.finish(agg)?,
+            _ => {
+                return Err(EvalError::PlanMismatch(
+                    "the partial result is not of this plan's kind".into(),
+                ));
+            }
+        };
+        if !plan.order_by.is_empty() {
+            rows.sort_by(|x, y| {
+                for k in &plan.order_by {
+                    let (Some(a), Some(b)) = (x.get(k.output), y.get(k.output)) else {
+                        continue;
+                    };
+                    let o = a.cmp_sql(b);
+                    let o = if k.descending { o.reverse() } else { o };
+                    if o.is_ne() {
+                        return o;
+                    }
+                }
+                std::cmp::Ordering::Equal
+            });
+        }
+        Ok(QueryResult {
+            columns: plan.columns.clone(),
+            rows,
+        })
+    }
+}
+
+/// A finished query result: named, typed columns and rows of [`Value`]s.
+///
+/// `Display` prints an aligned text table (numbers right-aligned, decimals with all
+/// their digits, dates as `YYYY-MM-DD`) followed by the row count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryResult {
+    /// The output columns.
+    pub columns: Vec<OutputColumn>,
+    /// The rows.
+    pub rows: Vec<Vec<Value>>,
+}
+
+impl fmt::Display for QueryResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cells: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .map(|r| r.iter().map(|v| v.to_string()).collect())
+            .collect();
+        let widths: Vec<usize> = self
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                cells
+                    .iter()
+                    .filter_map(|r| r.get(i).map(|s| s.chars().count()))
+                    .chain(std::iter::once(c.name.chars().count()))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let right = |i: usize| self.columns.get(i).is_some_and(|c| c.ty.is_number());
+        use std::fmt::Write as _;
+        let mut line = String::new();
+        for (i, c) in self.columns.iter().enumerate() {
+            if i > 0 {
+                line.push_str(" | ");
+            }
+            if right(i) {
+                let _ = write!(line, "{:>w$}", c.name, w = widths[i]);
+            } else {
+                let _ = write!(line, "{:<w$}", c.name, w = widths[i]);
+            }
+        }
+        writeln!(f, "{}", line.trim_end())?;
+        line.clear();
+        for (i, w) in widths.iter().enumerate() {
+            if i > 0 {
+                line.push_str("-+-");
+            }
+            line.push_str(&"-".repeat(*w));
+        }
+        writeln!(f, "{line}")?;
+        for row in &cells {
+            line.clear();
+            for (i, s) in row.iter().enumerate() {
+                if i > 0 {
+                    line.push_str(" | ");
+                }
+                let w = widths.get(i).copied().unwrap_or(0);
+                if right(i) {
+                    let _ = write!(line, "{s:>w$}");
+                } else {
+                    let _ = write!(line, "{s:<w$}");
+                }
+            }
+            writeln!(f, "{}", line.trim_end())?;
+        }
+        let n = self.rows.len();
+        write!(f, "({n} row{})", if n == 1 { "" } else { "s" })
+    }
+}

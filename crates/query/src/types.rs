@@ -1,0 +1,285 @@
+//! Value types of the query language: [`DataType`] (what an expression yields) and
+//! [`Value`] (one result cell), with exact decimal and date formatting.
+//!
+//! Every numeric value is an integer: `INT` is a plain integer, `DECIMAL(scale s)` is an
+//! integer number of `10^-s` units (as the table stores it, [`csd_table::schema`]),
+//! `DATE` is days since 1970-01-01. Nothing is ever converted to floating point, so a
+//! predicate or an aggregate gives bit-identical answers on the host and in the device.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use csd_table::ColumnType;
+use csd_table::date::DisplayDate;
+
+/// Largest decimal scale an expression may have: `10^18` is the largest power of ten in
+/// an `i64`, the width every value is computed in.
+pub const MAX_SCALE: u8 = 18;
+
+/// The type of an expression or of a result column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DataType {
+    /// A predicate's truth value (only in `WHERE`; never stored or returned).
+    Bool,
+    /// An integer: `INT32` and `INT64` columns, integer literals, `COUNT`.
+    Int,
+    /// A fixed-point decimal with `scale` digits after the point, held as an integer
+    /// number of `10^-scale` units.
+    Decimal {
+        /// Digits after the point.
+        scale: u8,
+    },
+    /// A date: days since 1970-01-01.
+    Date,
+    /// A fixed-length byte string of `n` bytes (`CHAR(n)` columns, string literals).
+    Char(u16),
+}
+
+impl DataType {
+    /// The query type of a stored column type.
+    pub fn of_column(ty: ColumnType) -> DataType {
+        match ty {
+            ColumnType::Int32 | ColumnType::Int64 => DataType::Int,
+            ColumnType::Date => DataType::Date,
+            ColumnType::Decimal { scale } => DataType::Decimal { scale },
+            ColumnType::Char(n) => DataType::Char(n),
+        }
+    }
+
+    /// The decimal scale of a number type (`INT` is scale 0); `None` for the others.
+    pub fn scale(self) -> Option<u8> {
+        match self {
+            DataType::Int => Some(0),
+            DataType::Decimal { scale } => Some(scale),
+            _ => None,
+        }
+    }
+
+    /// True for `INT` and `DECIMAL`.
+    pub fn is_number(self) -> bool {
+        self.scale().is_some()
+    }
+
+    /// True for the types held as one `i64` per row (`INT`, `DECIMAL`, `DATE`).
+    pub fn is_integer_backed(self) -> bool {
+        matches!(
+            self,
+            DataType::Int | DataType::Decimal { .. } | DataType::Date
+        )
+    }
+
+    /// Bytes one value of this type takes in a result chunk sent to the host
+    /// (`INT`/`DECIMAL` 8, `DATE` 4, `CHAR(n)` n, `BOOLEAN` 1).
+    pub fn wire_width(self) -> usize {
+        match self {
+            DataType::Bool => 1,
+            DataType::Int | DataType::Decimal { .. } => 8,
+            DataType::Date => 4,
+            DataType::Char(n) => usize::from(n),
+        }
+    }
+}
+
+impl fmt::Display for DataType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DataType::Bool => f.write_str("BOOLEAN"),
+            DataType::Int => f.write_str("INT"),
+            DataType::Decimal { scale } => write!(f, "DECIMAL(scale {scale})"),
+            DataType::Date => f.write_str("DATE"),
+            DataType::Char(n) => write!(f, "CHAR({n})"),
+        }
+    }
+}
+
+/// One cell of a query result.
+///
+/// Equality is structural (a `DECIMAL` `1.0` at scale 1 and `1.00` at scale 2 differ);
+/// use [`Value::cmp_sql`] for SQL ordering across scales.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Value {
+    /// SQL NULL: only `SUM`, `AVG`, `MIN` and `MAX` over no rows produce it (table
+    /// columns are never NULL).
+    Null,
+    /// An integer (sums of integers may exceed `i64`, hence `i128`).
+    Int(i128),
+    /// A decimal: `units * 10^-scale`.
+    Decimal {
+        /// The value in units of `10^-scale`.
+        units: i128,
+        /// Digits after the point.
+        scale: u8,
+    },
+    /// A date: days since 1970-01-01.
+    Date(i32),
+    /// A `CHAR` value with its trailing space padding removed.
+    Char(Vec<u8>),
+}
+
+impl Value {
+    /// The value as an `i128` in units of `10^-scale` for numbers (`INT` is scale 0),
+    /// days for dates; `None` for `NULL` and `CHAR`.
+    pub fn as_units(&self) -> Option<(i128, u8)> {
+        match *self {
+            Value::Int(v) => Some((v, 0)),
+            Value::Decimal { units, scale } => Some((units, scale)),
+            Value::Date(d) => Some((i128::from(d), 0)),
+            Value::Null | Value::Char(_) => None,
+        }
+    }
+
+    /// SQL ordering for `ORDER BY`: numbers compare by value across scales and kinds
+    /// (exactly, in `i128`), dates by day, strings bytewise (their padding was removed,
+    /// which equals blank-padded comparison for bytes above the space), and `NULL`
+    /// sorts after every other value (PostgreSQL's default for ascending order).
+    pub fn cmp_sql(&self, other: &Value) -> Ordering {
+        use Value::*;
+        match (self, other) {
+            (Null, Null) => Ordering::Equal,
+            (Null, _) => Ordering::Greater,
+            (_, Null) => Ordering::Less,
+            (Char(a), Char(b)) => a.cmp(b),
+            (Char(_), _) => Ordering::Greater,
+            (_, Char(_)) => Ordering::Less,
+            (a, b) => match (a.as_units(), b.as_units()) {
+                (Some((x, sx)), Some((y, sy))) => cmp_scaled(x, sx, y, sy),
+                _ => Ordering::Equal,
+            },
+        }
+    }
+}
+
+/// Compares `x * 10^-sx` with `y * 10^-sy` exactly. If rescaling overflows `i128`
+/// the larger-magnitude side decides, which is exact because the rescaled value is
+/// then beyond anything an `i128` holds.
+fn cmp_scaled(x: i128, sx: u8, y: i128, sy: u8) -> Ordering {
+    let up =
+        |v: i128, by: u8| -> Option<i128> { v.checked_mul(10i128.checked_pow(u32::from(by))?) };
+    match sx.cmp(&sy) {
+        Ordering::Equal => x.cmp(&y),
+        Ordering::Less => match up(x, sy - sx) {
+            Some(xs) => xs.cmp(&y),
+            None => x.signum().cmp(&0),
+        },
+        Ordering::Greater => match up(y, sx - sy) {
+            Some(ys) => x.cmp(&ys),
+            None => 0.cmp(&y.signum()),
+        },
+    }
+}
+
+/// Formats `units * 10^-scale` with exactly `scale` digits after the point
+/// (`12345, 2` → `123.45`; `-5, 2` → `-0.05`).
+pub fn format_units(units: i128, scale: u8) -> String {
+    let mut s = String::new();
+    // Writing to a String cannot fail.
+    let _ = write_units(&mut s, units, scale);
+    s
+}
+
+fn write_units(f: &mut dyn fmt::Write, units: i128, scale: u8) -> fmt::Result {
+    let sign = if units < 0 { "-" } else { "" };
+    let abs = units.unsigned_abs();
+    if scale == 0 {
+        return write!(f, "{sign}{abs}");
+    }
+    let digits = abs.to_string();
+    let scale = usize::from(scale);
+    if digits.len() > scale {
+        let (int, frac) = digits.split_at(digits.len() - scale);
+        write!(f, "{sign}{int}.{frac}")
+    } else {
+        write!(f, "{sign}0.{digits:0>scale$}")
+    }
+}
+
+impl fmt::Display for Value {
+    /// `NULL`, integers, decimals with all their scale digits, dates as `YYYY-MM-DD`,
+    /// strings as text (bytes that are not UTF-8 shown as U+FFFD).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Null => f.pad("NULL"),
+            Value::Int(v) => f.pad(&v.to_string()),
+            Value::Decimal { units, scale } => f.pad(&format_units(*units, *scale)),
+            Value::Date(d) => f.pad(&DisplayDate(*d).to_string()),
+            Value::Char(b) => f.pad(&String::from_utf8_lossy(b)),
+        }
+    }
+}
+
+/// Rounds `n / d` to the nearest integer, halves away from zero. `None` if `d == 0`
+/// or the quotient overflows.
+pub(crate) fn div_round_half_away(n: i128, d: i128) -> Option<i128> {
+    if d == 0 {
+        return None;
+    }
+    let q = n.checked_div(d)?;
+    let r = n.checked_rem(d)?;
+    // |2r| >= |d|  <=>  round away from zero
+    let twice = r.unsigned_abs().checked_mul(2)?;
+    if twice >= d.unsigned_abs() {
+        if (n < 0) == (d < 0) {
+            q.checked_add(1)
+        } else {
+            q.checked_sub(1)
+        }
+    } else {
+        Some(q)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_units() {
+        assert_eq!(format_units(12345, 2), "123.45");
+        assert_eq!(format_units(-5, 2), "-0.05");
+        assert_eq!(format_units(0, 3), "0.000");
+        assert_eq!(format_units(7, 0), "7");
+        assert_eq!(format_units(-100, 2), "-1.00");
+        assert_eq!(
+            format_units(i128::MIN, 2),
+            "-1701411834604692317316873037158841057.28"
+        );
+        assert_eq!(
+            Value::Decimal {
+                units: 1_231_410_782_283,
+                scale: 4
+            }
+            .to_string(),
+            "123141078.2283"
+        );
+        assert_eq!(Value::Date(8766).to_string(), "1994-01-01");
+        assert_eq!(Value::Char(b"AB".to_vec()).to_string(), "AB");
+        assert_eq!(format!("{:>6}", Value::Int(42)), "    42");
+        assert_eq!(Value::Null.to_string(), "NULL");
+    }
+
+    #[test]
+    fn orders_across_scales() {
+        let d = |units, scale| Value::Decimal { units, scale };
+        assert_eq!(d(5, 2).cmp_sql(&d(50, 3)), Ordering::Equal);
+        assert_eq!(d(5, 2).cmp_sql(&d(51, 3)), Ordering::Less);
+        assert_eq!(Value::Int(1).cmp_sql(&d(99, 2)), Ordering::Greater);
+        assert_eq!(Value::Null.cmp_sql(&Value::Int(1)), Ordering::Greater);
+        assert_eq!(
+            d(i128::MAX, 0).cmp_sql(&d(1, 30)),
+            Ordering::Greater,
+            "overflowing rescale still orders"
+        );
+        assert_eq!(d(-1, 0).cmp_sql(&d(i128::MAX, 5)), Ordering::Less);
+    }
+
+    #[test]
+    fn rounding() {
+        assert_eq!(div_round_half_away(5, 2), Some(3));
+        assert_eq!(div_round_half_away(-5, 2), Some(-3));
+        assert_eq!(div_round_half_away(4, 3), Some(1));
+        assert_eq!(div_round_half_away(-4, 3), Some(-1));
+        assert_eq!(div_round_half_away(5, -2), Some(-3));
+        assert_eq!(div_round_half_away(1, 0), None);
+        assert_eq!(div_round_half_away(i128::MIN, -1), None);
+    }
+}
