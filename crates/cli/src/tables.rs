@@ -167,6 +167,27 @@ fn report_loads(loads: &[csd_host::LoadReport], cmd: &str, json: bool) {
     println!("reproduce: {cmd}");
 }
 
+/// Load one table with a progress bar (unless `json`).
+fn load_one(
+    client: &mut Client,
+    name: &str,
+    source: impl csd_table::datagen::RowSource,
+    layout: &str,
+    total: Option<u64>,
+    json: bool,
+) -> Result<csd_host::LoadReport, CliError> {
+    let pb = bar(total, name, !json);
+    let r = Catalog::load(client, name, source, layout_of(layout), &mut |n| {
+        if let Some(pb) = &pb {
+            pb.set_position(n);
+        }
+    })?;
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    Ok(r)
+}
+
 /// `csd load ...`.
 pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
     let mut loads = Vec::new();
@@ -188,22 +209,14 @@ pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
                 let g =
                     TpchGenerator::new(table, a.sf).map_err(|e| CliError::Usage(e.to_string()))?;
                 let total = table.row_count(a.sf, 1, 1);
-                let pb = bar(total, name, !a.target.json);
-                let r = Catalog::load(
+                loads.push(load_one(
                     &mut client,
                     name,
                     g,
-                    layout_of(&a.target.layout),
-                    &mut |n| {
-                        if let Some(pb) = &pb {
-                            pb.set_position(n);
-                        }
-                    },
-                )?;
-                if let Some(pb) = pb {
-                    pb.finish_and_clear();
-                }
-                loads.push(r);
+                    &a.target.layout,
+                    total,
+                    a.target.json,
+                )?);
             }
             close_client(client)?;
             let cmd = format!(
@@ -223,23 +236,15 @@ pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
                 .clone()
                 .unwrap_or_else(|| format!("synthetic{}", a.columns));
             let mut client = open_client(&a.target)?;
-            let pb = bar(Some(a.rows), &name, !a.target.json);
             let g = SyntheticGenerator::new(spec).map_err(|e| CliError::Usage(e.to_string()))?;
-            let r = Catalog::load(
+            loads.push(load_one(
                 &mut client,
                 &name,
                 g,
-                layout_of(&a.target.layout),
-                &mut |n| {
-                    if let Some(pb) = &pb {
-                        pb.set_position(n);
-                    }
-                },
-            )?;
-            if let Some(pb) = pb {
-                pb.finish_and_clear();
-            }
-            loads.push(r);
+                &a.target.layout,
+                Some(a.rows),
+                a.target.json,
+            )?);
             close_client(client)?;
             let cmd = format!(
                 "csd load synthetic --columns {} --rows {} --seed {} --name {name} --layout {} --image {}",
