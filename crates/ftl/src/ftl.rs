@@ -263,6 +263,12 @@ impl FtlStats {
     }
 }
 
+impl From<csd_sim::wire::DescError> for FtlError {
+    fn from(e: csd_sim::wire::DescError) -> Self {
+        FtlError::BadBatch(e.0)
+    }
+}
+
 /// A failed recovery, with the flash array given back so that it can be tried again.
 #[derive(Debug)]
 pub struct RecoveryFailed {

@@ -61,7 +61,8 @@
 //!   programs and erases reserve dies and channels like any other operation, so they
 //!   delay later commands in simulated time exactly as much as they occupy the array.
 
-pub mod batch;
+/// The batch descriptor (wire format, shared with the host side).
+pub use csd_sim::wire as batch;
 pub mod format;
 mod ftl;
 pub mod torture;

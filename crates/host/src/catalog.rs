@@ -263,7 +263,7 @@ impl Catalog {
             .enumerate()
             .map(|(i, p)| (i as u64, p))
             .collect();
-        let buffer = csd_ftl::batch::build_batch(&pages, lba)
+        let buffer = csd_sim::wire::build_batch(&pages, lba)
             .map_err(|e| HostError::Invalid(e.to_string()))?;
         client.flush_batch(buffer)
     }

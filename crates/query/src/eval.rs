@@ -144,6 +144,16 @@ impl Evaluator {
         Ok(())
     }
 
+    /// Checks that `page` belongs to the plan's table and opens its work counters.
+    fn start_page(&self, page: &PageView<'_>) -> Result<WorkCounters, EvalError> {
+        self.check_page(page)?;
+        Ok(WorkCounters {
+            pages: 1,
+            records_examined: page.row_count() as u64,
+            ..WorkCounters::default()
+        })
+    }
+
     /// Evaluates only the filter: the ascending indices of the page's rows that pass
     /// it go to `sel` (what a hardware filter stage forwards to DRAM).
     pub fn select(
@@ -151,12 +161,7 @@ impl Evaluator {
         page: &PageView<'_>,
         sel: &mut Vec<u32>,
     ) -> Result<WorkCounters, EvalError> {
-        self.check_page(page)?;
-        let mut c = WorkCounters {
-            pages: 1,
-            records_examined: page.row_count() as u64,
-            ..WorkCounters::default()
-        };
+        let mut c = self.start_page(page)?;
         let Evaluator { plan, scratch, .. } = self;
         let mut run = Run::start(page, scratch, &mut c);
         run.selection(plan.filter.as_ref(), sel)?;
@@ -175,12 +180,7 @@ impl Evaluator {
         page: &PageView<'_>,
         out: &mut PartialResult,
     ) -> Result<WorkCounters, EvalError> {
-        self.check_page(page)?;
-        let mut c = WorkCounters {
-            pages: 1,
-            records_examined: page.row_count() as u64,
-            ..WorkCounters::default()
-        };
+        let mut c = self.start_page(page)?;
         let Evaluator { plan, scratch, .. } = self;
         let mut run = Run::start(page, scratch, &mut c);
         let mut sel = run.take_sel();

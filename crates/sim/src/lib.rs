@@ -13,6 +13,7 @@ pub mod config;
 pub mod energy;
 pub mod resource;
 pub mod time;
+pub mod wire;
 
 pub use clock::{ClockMode, Pacer};
 pub use config::{ConfigError, DeviceConfig, Geometry};

@@ -1,3 +1,5 @@
+//! Wire formats of the command interface, shared by the host side and the device side.
+//!
 //! The batch I/O interface's descriptor (batch-io §3.2.2): the first block of a batch
 //! buffer is a DESC that lists, for each logical page in the buffer, its LPID and its
 //! offset (in blocks, counting the DESC as block 0), protected by a CRC-32C.
@@ -7,7 +9,12 @@
 //! entries of (LPID u64, offset u32). One DESC block bounds a batch to
 //! `(block - 16) / 12` pages (340 for 4 KiB blocks).
 
-use crate::FtlError;
+use thiserror::Error;
+
+/// A malformed batch descriptor or buffer.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{0}")]
+pub struct DescError(pub String);
 
 const MAGIC: u32 = 0x4353_4442;
 const VERSION: u16 = 1;
@@ -28,11 +35,11 @@ impl BatchDesc {
     }
 
     /// Serialize into one block of `block` bytes.
-    pub fn encode(&self, block: usize) -> Result<Vec<u8>, FtlError> {
+    pub fn encode(&self, block: usize) -> Result<Vec<u8>, DescError> {
         if self.entries.is_empty()
             || self.entries.len() > Self::capacity(block).min(u16::MAX as usize)
         {
-            return Err(FtlError::BadBatch(format!(
+            return Err(DescError(format!(
                 "a batch holds 1 to {} pages, not {}",
                 Self::capacity(block),
                 self.entries.len()
@@ -53,8 +60,8 @@ impl BatchDesc {
     }
 
     /// Parse and check a DESC block.
-    pub fn decode(b: &[u8]) -> Result<BatchDesc, FtlError> {
-        let bad = |m: &str| Err(FtlError::BadBatch(m.to_string()));
+    pub fn decode(b: &[u8]) -> Result<BatchDesc, DescError> {
+        let bad = |m: &str| Err(DescError(m.to_string()));
         if b.len() < HEADER + ENTRY {
             return bad("the DESC block is too short");
         }
@@ -72,7 +79,7 @@ impl BatchDesc {
         }
         let count = u16::from_le_bytes([b[6], b[7]]) as usize;
         if count == 0 || count > Self::capacity(b.len()) {
-            return Err(FtlError::BadBatch(format!(
+            return Err(DescError(format!(
                 "DESC count {count} is outside 1..={}",
                 Self::capacity(b.len())
             )));
@@ -89,7 +96,7 @@ impl BatchDesc {
 }
 
 /// Build a batch buffer (DESC followed by the pages, in order) from `(lpid, page)` pairs.
-pub fn build_batch(pages: &[(u64, &[u8])], block: usize) -> Result<Vec<u8>, FtlError> {
+pub fn build_batch(pages: &[(u64, &[u8])], block: usize) -> Result<Vec<u8>, DescError> {
     let desc = BatchDesc {
         entries: pages
             .iter()
@@ -100,7 +107,7 @@ pub fn build_batch(pages: &[(u64, &[u8])], block: usize) -> Result<Vec<u8>, FtlE
     let mut buf = desc.encode(block)?;
     for (_, p) in pages {
         if p.len() != block {
-            return Err(FtlError::BadBatch(format!(
+            return Err(DescError(format!(
                 "page of {} bytes; pages are {block} bytes",
                 p.len()
             )));
