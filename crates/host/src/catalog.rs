@@ -16,7 +16,7 @@
 //! layout code, page bytes, first LBA, page count, row count and schema (name, columns
 //! with name, type code and parameter).
 
-use crate::client::{Client, HostError};
+use crate::client::{CommandIssuer, HostError};
 use csd_table::datagen::RowSource;
 use csd_table::page::{Layout, Paginator};
 use csd_table::schema::{Column, ColumnType, Schema};
@@ -233,7 +233,7 @@ impl Catalog {
     }
 
     /// Read the catalog from the device (empty on a device that never held one).
-    pub fn read(client: &mut Client) -> Result<Catalog, HostError> {
+    pub fn read(client: &mut impl CommandIssuer) -> Result<Catalog, HostError> {
         let lba = client.identify().lba_size as usize;
         let mdts = client.identify().mdts_blocks.max(1) as u64;
         let mut bytes = Vec::with_capacity(CATALOG_LBAS as usize * lba);
@@ -247,7 +247,7 @@ impl Catalog {
     }
 
     /// Write the catalog as one atomic batch.
-    fn write(&self, client: &mut Client) -> Result<(), HostError> {
+    fn write(&self, client: &mut impl CommandIssuer) -> Result<(), HostError> {
         let lba = client.identify().lba_size as usize;
         let mut bytes = self.encode();
         if bytes.len() > CATALOG_LBAS as usize * lba {
@@ -285,8 +285,8 @@ impl Catalog {
 
     /// Load rows from `source` as table `name` in `layout`; replaces a table of that name.
     /// Nothing is published until every page is durable.
-    pub fn load(
-        client: &mut Client,
+    pub fn load<C: CommandIssuer>(
+        client: &mut C,
         name: &str,
         source: impl RowSource,
         layout: Layout,
@@ -314,7 +314,7 @@ impl Catalog {
         let mut buf: Vec<u8> = Vec::with_capacity(chunk_pages * page_bytes as usize);
         let mut next_lba = first;
         let mut written_pages = 0u64;
-        let flush_buf = |client: &mut Client,
+        let flush_buf = |client: &mut C,
                          buf: &mut Vec<u8>,
                          next_lba: &mut u64|
          -> Result<(), HostError> {
@@ -380,7 +380,11 @@ impl Catalog {
     }
 
     /// Read page `i` of `table`.
-    pub fn read_page(client: &mut Client, table: &TableInfo, i: u64) -> Result<Vec<u8>, HostError> {
+    pub fn read_page(
+        client: &mut impl CommandIssuer,
+        table: &TableInfo,
+        i: u64,
+    ) -> Result<Vec<u8>, HostError> {
         if i >= table.pages {
             return Err(HostError::Invalid(format!(
                 "table {} has {} pages, not {}",

@@ -84,20 +84,97 @@ impl Client {
         Ok(c)
     }
 
-    /// Run one command to completion; errors on a non-success status.
-    pub fn exec(&mut self, cmd: Command) -> Result<Completion, HostError> {
-        let name = cmd.name();
+    /// Totals of every command issued so far.
+    pub fn totals(&self) -> ClientTotals {
+        self.totals
+    }
+
+    /// The device (for shutdown or inspection).
+    pub fn device(&mut self) -> &mut NvmeDevice {
+        &mut self.dev
+    }
+
+    /// Give the device back.
+    pub fn into_device(self) -> NvmeDevice {
         self.dev
-            .submit(self.qid, cmd, self.now)
-            .map_err(|status| HostError::Device {
-                command: name,
-                status,
+    }
+}
+
+/// Submit `cmd` on `qid` at `at`, let the device run it, and take its completion. A
+/// non-success status is returned inside the completion, not as an error.
+pub(crate) fn complete(
+    dev: &mut NvmeDevice,
+    qid: QueueId,
+    cmd: Command,
+    at: SimTime,
+) -> Result<Completion, HostError> {
+    let name = cmd.name();
+    dev.submit(qid, cmd, at)
+        .map_err(|status| HostError::Device {
+            command: name,
+            status,
+        })?;
+    dev.process();
+    dev.poll(qid)
+        .ok_or(HostError::Invalid(format!("{name}: no completion")))
+}
+
+/// Anything that issues commands to a device and waits for each: a [`Client`] or a
+/// thread's [`crate::shared::DeviceHandle`]. The provided methods are the common
+/// block-interface calls.
+pub trait CommandIssuer {
+    /// Run one command to completion; errors on a non-success status.
+    fn exec(&mut self, cmd: Command) -> Result<Completion, HostError>;
+
+    /// What the device said about itself.
+    fn identify(&self) -> &IdentifyInfo;
+
+    /// The issuer's clock: the completion of its last command.
+    fn now(&self) -> SimTime;
+
+    /// Read `blocks` LBAs from `lba`.
+    fn read(&mut self, lba: u64, blocks: u32) -> Result<Vec<u8>, HostError> {
+        match self.exec(Command::Read { lba, blocks })?.payload {
+            Payload::Data(d) => Ok(d),
+            _ => Err(HostError::Invalid("Read returned no data".into())),
+        }
+    }
+
+    /// Write whole LBAs at `lba`, split into MDTS-sized commands.
+    fn write(&mut self, lba: u64, data: &[u8]) -> Result<(), HostError> {
+        let id = self.identify();
+        let lba_size = id.lba_size as usize;
+        let chunk = id.mdts_blocks as usize * lba_size;
+        for (i, part) in data.chunks(chunk.max(1)).enumerate() {
+            let l = lba + (i * chunk / lba_size.max(1)) as u64;
+            self.exec(Command::Write {
+                lba: l,
+                data: part.to_vec(),
             })?;
-        self.dev.process();
-        let c = self
-            .dev
-            .poll(self.qid)
-            .ok_or(HostError::Invalid(format!("{name}: no completion")))?;
+        }
+        Ok(())
+    }
+
+    /// Discard `blocks` LBAs from `lba`.
+    fn trim(&mut self, lba: u64, blocks: u64) -> Result<(), HostError> {
+        self.exec(Command::Trim { lba, blocks }).map(|_| ())
+    }
+
+    /// Make everything written durable.
+    fn flush(&mut self) -> Result<(), HostError> {
+        self.exec(Command::Flush).map(|_| ())
+    }
+
+    /// Write an atomic batch buffer (a DESC block and its pages).
+    fn flush_batch(&mut self, buffer: Vec<u8>) -> Result<(), HostError> {
+        self.exec(Command::FlushBatch { buffer }).map(|_| ())
+    }
+}
+
+impl CommandIssuer for Client {
+    fn exec(&mut self, cmd: Command) -> Result<Completion, HostError> {
+        let name = cmd.name();
+        let c = complete(&mut self.dev, self.qid, cmd, self.now)?;
         self.now = self.now.max(c.acct.completed);
         self.totals.commands += 1;
         self.totals.host_link_bytes += c.acct.host_link_bytes;
@@ -113,59 +190,11 @@ impl Client {
         Ok(c)
     }
 
-    /// Read `blocks` LBAs from `lba`.
-    pub fn read(&mut self, lba: u64, blocks: u32) -> Result<Vec<u8>, HostError> {
-        match self.exec(Command::Read { lba, blocks })?.payload {
-            Payload::Data(d) => Ok(d),
-            _ => Err(HostError::Invalid("Read returned no data".into())),
-        }
-    }
-
-    /// Write whole LBAs at `lba`, split into MDTS-sized commands.
-    pub fn write(&mut self, lba: u64, data: &[u8]) -> Result<(), HostError> {
-        let chunk = self.identify.mdts_blocks as usize * self.identify.lba_size as usize;
-        for (i, part) in data.chunks(chunk.max(1)).enumerate() {
-            let l = lba + (i * chunk / self.identify.lba_size as usize) as u64;
-            self.exec(Command::Write {
-                lba: l,
-                data: part.to_vec(),
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Make everything written durable.
-    pub fn flush(&mut self) -> Result<(), HostError> {
-        self.exec(Command::Flush).map(|_| ())
-    }
-
-    /// Write an atomic batch buffer (a DESC block and its pages).
-    pub fn flush_batch(&mut self, buffer: Vec<u8>) -> Result<(), HostError> {
-        self.exec(Command::FlushBatch { buffer }).map(|_| ())
-    }
-
-    /// What the device said about itself.
-    pub fn identify(&self) -> &IdentifyInfo {
+    fn identify(&self) -> &IdentifyInfo {
         &self.identify
     }
 
-    /// The host's clock: the completion of the last command.
-    pub fn now(&self) -> SimTime {
+    fn now(&self) -> SimTime {
         self.now
-    }
-
-    /// Totals of every command issued so far.
-    pub fn totals(&self) -> ClientTotals {
-        self.totals
-    }
-
-    /// The device (for shutdown or inspection).
-    pub fn device(&mut self) -> &mut NvmeDevice {
-        &mut self.dev
-    }
-
-    /// Give the device back.
-    pub fn into_device(self) -> NvmeDevice {
-        self.dev
     }
 }

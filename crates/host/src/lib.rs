@@ -4,6 +4,8 @@
 //! * [`client::Client`]: a synchronous host client over one queue pair of an
 //!   [`csd_device::NvmeDevice`], keeping the host's view of time and the accounting of
 //!   every command it issued.
+//! * [`shared::SharedDevice`]: one device used by many host threads, each through its
+//!   own [`shared::DeviceHandle`] (queue pair + clock), with paced waits outside the lock.
 //! * [`catalog`]: tables stored on the device (smart-ssd paper §3–§4.1): a catalog of
 //!   tables kept in a reserved LBA region and rewritten with one atomic batch (batch-io
 //!   §3), so that a power cut during a load leaves the old catalog or the new one; and
@@ -12,6 +14,8 @@
 
 pub mod catalog;
 pub mod client;
+pub mod shared;
 
 pub use catalog::{Catalog, LoadReport, TableInfo};
-pub use client::{Client, HostError};
+pub use client::{Client, CommandIssuer, HostError};
+pub use shared::{DeviceHandle, SharedDevice};

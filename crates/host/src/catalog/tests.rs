@@ -1,4 +1,5 @@
 use super::*;
+use crate::client::Client;
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig, FtlError};
 use csd_nand::{Nand, PowerCut};
