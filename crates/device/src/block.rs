@@ -146,6 +146,31 @@ impl BlockDevice {
         self.staged(0, at, |ftl, t| ftl.flush(t))
     }
 
+    /// The controller, mutably (the in-storage runtime reserves DRAM and cores).
+    pub(crate) fn controller_mut(&mut self) -> &mut Controller {
+        &mut self.ctrl
+    }
+
+    /// A command carrying `bytes` of parameters arrives over the host link (with the
+    /// per-command overhead) and is staged in DRAM; returns when it is there.
+    pub(crate) fn receive(&mut self, at: SimTime, bytes: u64) -> SimTime {
+        let t = self.ctrl.host_link(at, bytes, true);
+        if bytes > 0 {
+            self.ctrl.dram(t, bytes)
+        } else {
+            t
+        }
+    }
+
+    /// The telemetry log page: busy time per resource class and energy counters.
+    pub(crate) fn telemetry(&self) -> crate::nvme::Telemetry {
+        crate::nvme::Telemetry {
+            busy: IoTarget::utilization(self, 1),
+            counters: IoTarget::energy_counters(self),
+            now: IoTarget::now(self),
+        }
+    }
+
     /// Send a `bytes`-long response built in controller DRAM (an admin data structure)
     /// to the host, for a command submitted at `at`; returns the completion.
     pub(crate) fn respond(&mut self, at: SimTime, bytes: u64) -> SimTime {

@@ -11,15 +11,17 @@
 
 pub mod block;
 pub mod controller;
+pub mod isp;
 pub mod nvme;
 pub mod raw;
 pub mod workload;
 
 pub use block::{BlockDevice, CommandError};
 pub use controller::Controller;
+pub use isp::{IspMode, IspOpen, IspReply, SessionState, TableExtent};
 pub use nvme::{
     Accounting, Cid, Command, Completion, FlashSplit, IdentifyInfo, LogPage, NvmeDevice, Payload,
-    QueueId, SmartLog, Status,
+    QueueId, SmartLog, Status, Telemetry,
 };
 pub use raw::RawDevice;
 pub use workload::{IoReport, IoTarget, Rw, WorkloadSpec};

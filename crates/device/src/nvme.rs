@@ -49,6 +49,7 @@
 //!   that command.
 
 use crate::block::{BlockDevice, CommandError};
+use crate::isp::{IspOpen, IspRefusal, IspReply, Runtime};
 use csd_ftl::batch::BatchDesc;
 use csd_ftl::{Ftl, FtlError};
 use csd_nand::NandError;
@@ -79,6 +80,9 @@ pub struct Cid(pub u16);
 pub enum LogPage {
     /// SMART / health information (NVMe log identifier 0x02).
     Smart,
+    /// Emulator telemetry (vendor-specific 0xC0): busy time per resource and the energy
+    /// counters, for reports that attribute a run's modeled time and energy.
+    Telemetry,
 }
 
 /// A command the host submits.
@@ -118,6 +122,19 @@ pub enum Command {
         /// The LPIDs (1..=MDTS of them).
         lpids: Vec<u64>,
     },
+    /// Open an in-storage processing session (smart-ssd §3.1 OPEN): the program and its
+    /// parameters; the payload is the session id.
+    IspOpen(Box<IspOpen>),
+    /// Status and the next ready result chunk of a session (smart-ssd §3.1 GET).
+    IspGet {
+        /// The session id OPEN returned.
+        session: u32,
+    },
+    /// End a session and free its resources (smart-ssd §3.1 CLOSE).
+    IspClose {
+        /// The session id OPEN returned.
+        session: u32,
+    },
     /// Read a log page.
     GetLogPage(LogPage),
     /// Describe the device.
@@ -137,6 +154,9 @@ impl Command {
             Command::Trim { .. } => 0x09,
             Command::FlushBatch { .. } => 0x81,
             Command::ReadLpids { .. } => 0x82,
+            Command::IspClose { .. } => 0x84,
+            Command::IspOpen(_) => 0x85,
+            Command::IspGet { .. } => 0x86,
             Command::GetLogPage(_) => 0x02,
             Command::Identify => 0x06,
         }
@@ -156,6 +176,9 @@ impl Command {
             Command::Flush => "Flush",
             Command::FlushBatch { .. } => "FlushBatch",
             Command::ReadLpids { .. } => "ReadLpids",
+            Command::IspOpen(_) => "IspOpen",
+            Command::IspGet { .. } => "IspGet",
+            Command::IspClose { .. } => "IspClose",
             Command::GetLogPage(_) => "GetLogPage",
             Command::Identify => "Identify",
         }
@@ -210,6 +233,13 @@ pub enum Status {
     /// A program or erase failed and was not recovered (media error 0x80).
     #[error("write fault: {0}")]
     WriteFault(String),
+    /// The device cannot grant an in-storage session its resources now (vendor-specific
+    /// command status 0xC0): close a session or wait.
+    #[error("in-storage session refused: {0}")]
+    SessionResources(String),
+    /// The session id is not open (vendor-specific command status 0xC1).
+    #[error("invalid session: {0}")]
+    InvalidSession(String),
     /// The data of an LBA could not be read back (media error 0x81).
     #[error("unrecovered read error at LBA {lba}")]
     UnrecoveredReadError {
@@ -222,7 +252,10 @@ impl Status {
     /// NVMe status code type: 0 generic, 1 command specific, 2 media and data integrity.
     pub fn sct(&self) -> u8 {
         match self {
-            Status::InvalidQueueId(_) | Status::InvalidQueueSize(_) => 1,
+            Status::InvalidQueueId(_)
+            | Status::InvalidQueueSize(_)
+            | Status::SessionResources(_)
+            | Status::InvalidSession(_) => 1,
             Status::WriteFault(_) | Status::UnrecoveredReadError { .. } => 2,
             _ => 0,
         }
@@ -242,6 +275,8 @@ impl Status {
             Status::NamespaceNotReady(_) => 0x82,
             Status::InvalidQueueId(_) => 0x01,
             Status::InvalidQueueSize(_) => 0x02,
+            Status::SessionResources(_) => 0xC0,
+            Status::InvalidSession(_) => 0xC1,
             Status::WriteFault(_) => 0x80,
             Status::UnrecoveredReadError { .. } => 0x81,
         }
@@ -428,7 +463,29 @@ pub enum Payload {
     Smart(SmartLog),
     /// The Identify data.
     Identify(IdentifyInfo),
+    /// The id of a session [`Command::IspOpen`] opened.
+    IspSession(u32),
+    /// What [`Command::IspGet`] or [`Command::IspClose`] returns.
+    Isp(Box<IspReply>),
+    /// The telemetry log page.
+    Telemetry(Telemetry),
 }
+
+/// The telemetry log page: cumulative busy time per resource class and the energy
+/// counters since the device started (differences of two pages attribute a run).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Telemetry {
+    /// Per resource class: members and busy nanoseconds (summed over members); the
+    /// `mean`/`max` fields are relative to a 1 ns window and meaningless here.
+    pub busy: Vec<csd_sim::Utilization>,
+    /// Energy counters (array ops, bytes per bus, CPU cycles).
+    pub counters: csd_sim::EnergyCounters,
+    /// The latest instant any device resource is busy until.
+    pub now: SimTime,
+}
+
+/// Bytes of the telemetry log page sent to the host.
+pub const TELEMETRY_BYTES: u64 = 512;
 
 /// The work one command caused and when it ran, in modeled time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -481,6 +538,7 @@ struct QueuePair {
 /// controller and the FTL block device.
 pub struct NvmeDevice {
     dev: BlockDevice,
+    isp: Runtime,
     /// Slot `i` holds queue pair `i + 1`.
     queues: Vec<Option<QueuePair>>,
     /// The slot the round robin serves next.
@@ -502,8 +560,11 @@ impl NvmeDevice {
 
     /// A device over an existing block device (its controller state carries on).
     pub fn from_block(dev: BlockDevice) -> NvmeDevice {
+        let cfg = dev.ftl().nand().config();
+        let isp = Runtime::new(cfg.isp, cfg.geometry.page_size as u64);
         NvmeDevice {
             dev,
+            isp,
             queues: Vec::new(),
             next: 0,
         }
@@ -632,6 +693,11 @@ impl NvmeDevice {
 
     /// Run one command and account for it.
     fn execute(&mut self, sub: Submission) -> Completion {
+        // In-storage sessions run in the background up to this command's arrival; their
+        // work is not charged to the command.
+        if self.isp.open_sessions() > 0 {
+            self.isp.advance(&mut self.dev, sub.at);
+        }
         let nand0 = *self.dev.ftl().nand().stats();
         let ctrl0 = self.dev.controller().counters();
         let (status, payload, done) = match self.run(sub.cmd, sub.at) {
@@ -723,6 +789,36 @@ impl NvmeDevice {
                 let t = self.dev.read_lpids(&lpids, &mut out, at).map_err(failed)?;
                 Ok((Payload::Data(out), t))
             }
+            Command::IspOpen(args) => {
+                let t = self.dev.receive(at, IspOpen::WIRE_BYTES);
+                let id = self
+                    .isp
+                    .open(&self.dev, *args, t)
+                    .map_err(|r| (r.into(), at))?;
+                Ok((Payload::IspSession(id), self.dev.respond(t, 16)))
+            }
+            Command::IspGet { session } => {
+                let t = self.dev.receive(at, 0);
+                let reply = self.isp.get(session, t).map_err(|r| (r.into(), at))?;
+                let bytes = IspReply::HEADER_BYTES + reply.chunk_link_bytes;
+                let done = self.dev.respond(t, bytes);
+                Ok((Payload::Isp(Box::new(reply)), done))
+            }
+            Command::IspClose { session } => {
+                let t = self.dev.receive(at, 0);
+                let reply = self.isp.close(session, t).map_err(|r| (r.into(), at))?;
+                Ok((
+                    Payload::Isp(Box::new(reply)),
+                    self.dev.respond(t, IspReply::HEADER_BYTES),
+                ))
+            }
+            Command::GetLogPage(LogPage::Telemetry) => {
+                let log = self.dev.telemetry();
+                Ok((
+                    Payload::Telemetry(log),
+                    self.dev.respond(at, TELEMETRY_BYTES),
+                ))
+            }
             Command::GetLogPage(LogPage::Smart) => {
                 let log = SmartLog::from_ftl(self.dev.ftl());
                 Ok((Payload::Smart(log), self.dev.respond(at, SMART_LOG_BYTES)))
@@ -750,6 +846,16 @@ impl NvmeDevice {
             max_batch_pages: batch as u32,
             max_queue_pairs: MAX_QUEUE_PAIRS,
             max_queue_depth: MAX_QUEUE_DEPTH,
+        }
+    }
+}
+
+impl From<IspRefusal> for Status {
+    fn from(r: IspRefusal) -> Status {
+        match r {
+            IspRefusal::Resources(m) => Status::SessionResources(m),
+            IspRefusal::NoSession(m) => Status::InvalidSession(m),
+            IspRefusal::Invalid(m) => Status::InvalidField(m),
         }
     }
 }
@@ -1159,3 +1265,4 @@ mod tests {
         assert_eq!(s, SmartLog::from_ftl(d.block().ftl()));
     }
 }
+

@@ -401,3 +401,16 @@ impl Catalog {
 
 #[cfg(test)]
 mod tests;
+
+impl csd_query::Catalog for Catalog {
+    fn table(&self, name: &str) -> Option<&Schema> {
+        self.tables
+            .iter()
+            .find(|t| t.name.eq_ignore_ascii_case(name))
+            .map(|t| &t.schema)
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        self.tables.iter().map(|t| t.name.clone()).collect()
+    }
+}

@@ -123,8 +123,19 @@ pub(crate) fn complete(
 /// thread's [`crate::shared::DeviceHandle`]. The provided methods are the common
 /// block-interface calls.
 pub trait CommandIssuer {
-    /// Run one command to completion; errors on a non-success status.
-    fn exec(&mut self, cmd: Command) -> Result<Completion, HostError>;
+    /// Run one command submitted at host instant `at` (a host that keeps several
+    /// commands in flight submits before its earlier ones complete); the issuer's clock
+    /// becomes the later of itself and the completion. Errors on a non-success status.
+    fn exec_at(&mut self, cmd: Command, at: SimTime) -> Result<Completion, HostError>;
+
+    /// Run one command to completion, submitted at the issuer's clock.
+    fn exec(&mut self, cmd: Command) -> Result<Completion, HostError> {
+        let at = self.now();
+        self.exec_at(cmd, at)
+    }
+
+    /// Let host time pass until `t` (a poll interval; in paced mode the thread sleeps).
+    fn wait_until(&mut self, t: SimTime);
 
     /// What the device said about itself.
     fn identify(&self) -> &IdentifyInfo;
@@ -172,9 +183,9 @@ pub trait CommandIssuer {
 }
 
 impl CommandIssuer for Client {
-    fn exec(&mut self, cmd: Command) -> Result<Completion, HostError> {
+    fn exec_at(&mut self, cmd: Command, at: SimTime) -> Result<Completion, HostError> {
         let name = cmd.name();
-        let c = complete(&mut self.dev, self.qid, cmd, self.now)?;
+        let c = complete(&mut self.dev, self.qid, cmd, at)?;
         self.now = self.now.max(c.acct.completed);
         self.totals.commands += 1;
         self.totals.host_link_bytes += c.acct.host_link_bytes;
@@ -196,5 +207,9 @@ impl CommandIssuer for Client {
 
     fn now(&self) -> SimTime {
         self.now
+    }
+
+    fn wait_until(&mut self, t: SimTime) {
+        self.now = self.now.max(t);
     }
 }

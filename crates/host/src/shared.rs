@@ -144,10 +144,13 @@ impl DeviceHandle {
 }
 
 impl CommandIssuer for DeviceHandle {
-    fn exec(&mut self, cmd: csd_device::Command) -> Result<Completion, HostError> {
+    fn exec_at(&mut self, cmd: csd_device::Command, at: SimTime) -> Result<Completion, HostError> {
         let inner = &self.shared.inner;
         let name = cmd.name();
-        let at = inner.pacer.now_sim().unwrap_or(self.now).max(self.now);
+        // Paced: a submission in the future waits for it; the device sees the real
+        // arrival instant.
+        inner.pacer.wait_until(at);
+        let at = inner.pacer.now_sim().map_or(at, |now| now.max(at));
         let result = {
             let mut dev = self.shared.lock();
             complete(&mut dev, self.qid, cmd, at)
@@ -183,6 +186,11 @@ impl CommandIssuer for DeviceHandle {
 
     fn now(&self) -> SimTime {
         self.now
+    }
+
+    fn wait_until(&mut self, t: SimTime) {
+        self.shared.inner.pacer.wait_until(t);
+        self.now = self.now.max(t);
     }
 }
 

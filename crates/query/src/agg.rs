@@ -113,7 +113,7 @@ fn better(max: bool, new: i64, old: i64) -> bool {
 }
 
 /// The partial (or final) state of an aggregation; see the [module docs](self).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AggState {
     funcs: Vec<AggFunc>,
     arg_types: Vec<Option<DataType>>,

@@ -50,6 +50,9 @@ pub struct WorkCounters {
     /// time it is read, an NSM column decoded for a page counts all its values once
     /// (sparse NSM reads count per value read).
     pub bytes_touched: u64,
+    /// Column values read from the pages (the accesses behind `bytes_touched`; a device
+    /// core without caches pays a DRAM access per NSM value).
+    pub values_touched: u64,
     /// Arithmetic results computed (one per row per operator).
     pub values_computed: u64,
     /// Rows that passed the filter.
@@ -62,12 +65,22 @@ pub struct WorkCounters {
     pub agg_updates: u64,
 }
 
+impl WorkCounters {
+    /// Count `values` column values of `width` bytes read.
+    #[inline]
+    fn touch(&mut self, values: usize, width: usize) {
+        self.values_touched += values as u64;
+        self.bytes_touched += (values * width) as u64;
+    }
+}
+
 impl AddAssign for WorkCounters {
     fn add_assign(&mut self, o: WorkCounters) {
         self.pages += o.pages;
         self.records_examined += o.records_examined;
         self.predicates_evaluated += o.predicates_evaluated;
         self.bytes_touched += o.bytes_touched;
+        self.values_touched += o.values_touched;
         self.values_computed += o.values_computed;
         self.rows_selected += o.rows_selected;
         self.results_written += o.results_written;
@@ -211,7 +224,7 @@ impl Evaluator {
                             if !matches!(a.func, AggFunc::CountStar | AggFunc::Count) =>
                         {
                             let cv = char_column(run.view, e)?;
-                            run.c.bytes_touched += (sel.len() * cv.width()) as u64;
+                            run.c.touch(sel.len(), cv.width());
                             AggInput::Char(cv)
                         }
                         _ => AggInput::Rows,
@@ -223,6 +236,7 @@ impl Evaluator {
                     .filter_map(|&g| plan.schema.columns().get(g))
                     .map(|col| col.ty.width())
                     .sum();
+                run.c.values_touched += (sel.len() * agg.group_by.len()) as u64;
                 run.c.bytes_touched += (sel.len() * key_bytes) as u64;
                 let page = run.view;
                 run.c.agg_updates += state.update(page, &sel, &inputs, &mut run.s.group)?;
@@ -363,7 +377,7 @@ impl<'r, 'a> Run<'r, 'a> {
             && cv.stride() == w
             && let Some(d) = cv.contiguous()
         {
-            self.c.bytes_touched += (demand * w) as u64;
+            self.c.touch(demand, w);
             return Ok(if w == 4 {
                 NumCol::Le4(d)
             } else {
@@ -382,10 +396,10 @@ impl<'r, 'a> Run<'r, 'a> {
                 .ok_or_else(|| EvalError::PlanMismatch("column out of range".into()))?;
             cv.decode_i64_into(buf)?;
             self.s.decoded_at[index] = serial;
-            self.c.bytes_touched += (self.n * w) as u64;
+            self.c.touch(self.n, w);
             return Ok(NumCol::Decoded(&self.s.decoded[index]));
         }
-        self.c.bytes_touched += (demand * w) as u64;
+        self.c.touch(demand, w);
         Ok(NumCol::Strided(cv))
     }
 
@@ -528,7 +542,8 @@ impl<'r, 'a> Run<'r, 'a> {
                 self.c.predicates_evaluated += sel.len() as u64;
                 if let DataType::Char(_) = left.ty {
                     let (l, r) = (CharOp::of(self.view, left)?, CharOp::of(self.view, right)?);
-                    self.c.bytes_touched += (sel.len() * (l.width() + r.width())) as u64;
+                    self.c.touch(sel.len(), l.width());
+                    self.c.touch(sel.len(), r.width());
                     let op = *op;
                     filter_by(sel, out, |_, i| op.holds(cmp_padded(l.at(i), r.at(i))));
                 } else if let (ExprKind::Column { index, .. }, Some(c)) =
@@ -560,7 +575,7 @@ impl<'r, 'a> Run<'r, 'a> {
                 let neg = *negated;
                 if let DataType::Char(_) = expr.ty {
                     let x = CharOp::of(self.view, expr)?;
-                    self.c.bytes_touched += (sel.len() * x.width()) as u64;
+                    self.c.touch(sel.len(), x.width());
                     filter_by(sel, out, |_, i| {
                         let v = x.at(i);
                         let hit = list.iter().any(|c| match c {
@@ -590,7 +605,7 @@ impl<'r, 'a> Run<'r, 'a> {
             } => {
                 self.c.predicates_evaluated += sel.len() as u64;
                 let x = CharOp::of(self.view, expr)?;
-                self.c.bytes_touched += (sel.len() * x.width().min(prefix.len())) as u64;
+                self.c.touch(sel.len(), x.width().min(prefix.len()));
                 let neg = *negated;
                 filter_by(sel, out, |_, i| x.at(i).starts_with(prefix) != neg);
             }
@@ -625,7 +640,7 @@ impl<'r, 'a> Run<'r, 'a> {
         for e in exprs {
             if let DataType::Char(_) = e.ty {
                 let op = CharOp::of(view, e)?;
-                self.c.bytes_touched += (sel.len() * op.width()) as u64;
+                self.c.touch(sel.len(), op.width());
                 chars.push(Some(op));
                 bufs.push(None);
             } else {

@@ -157,7 +157,7 @@ impl RowChunk {
 /// What evaluating some pages of a plan has produced so far: projected rows, or an
 /// aggregation state. Partial results of the same plan merge, in any grouping and
 /// order, into the result of all their pages together.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum PartialResult {
     /// Projected rows, in page order.
     Rows(RowChunk),

@@ -309,6 +309,100 @@ impl Default for HostConfig {
     }
 }
 
+/// Costs and limits of in-storage processing (smart-ssd §3, scan paper §4 Table 2).
+///
+/// Embedded-CPU work is charged as counted work × cycles, at the *bus* clock
+/// (`cpu.clock_mhz / cycle_clock_divisor`): the scan paper's Table 2 cycles are bus
+/// cycles (see csd-model's notes). Host work is charged at the host clock.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IspConfig {
+    /// Cycles to examine one record (`t_comp`, scan paper Table 2: 24).
+    pub comp_cycles_per_record: f64,
+    /// Cycles to write one matching record or fold it into an aggregate (`t_result`,
+    /// scan paper Table 2: 403).
+    pub result_cycles_per_record: f64,
+    /// CPU clock / this = the clock the cycles above are counted at (Table 1: 200/100).
+    pub cycle_clock_divisor: f64,
+    /// Cycles the cache-less embedded core stalls per DRAM access (smart-ssd §4.2.1:
+    /// "the high DRAM latency in the SSD"). NSM: one access per value read plus one per
+    /// record for its slot; PAX: one per `ldm_bytes` of a minipage (the LDM instruction).
+    pub dram_access_cycles: f64,
+    /// Bytes one multi-register load (ARM LDM) brings in from a PAX minipage.
+    pub ldm_bytes: u32,
+    /// Host cycles to scan one record (scan paper Table 2: 0.0142 µs on a 2.26 GHz Xeon
+    /// = 32 cycles).
+    pub host_cycles_per_record: f64,
+    /// Host cycles per record that passed the filter (projection / aggregation).
+    pub host_cycles_per_result: f64,
+    /// Sessions that can be open at once.
+    pub max_sessions: u32,
+    /// Fixed memory arena of one session in KiB (smart-ssd §3.2: no malloc).
+    pub session_arena_kib: u32,
+    /// Page buffers one session may have pinned in DRAM at once.
+    pub max_pinned_pages: u32,
+    /// DRAM the runtime may pin for all sessions together, in MiB.
+    pub runtime_dram_mib: u32,
+    /// Result chunk size returned by one GET, in KiB.
+    pub result_chunk_kib: u32,
+}
+
+impl Default for IspConfig {
+    fn default() -> Self {
+        IspConfig {
+            comp_cycles_per_record: 24.0,
+            result_cycles_per_record: 403.0,
+            cycle_clock_divisor: 2.0,
+            dram_access_cycles: 20.0,
+            ldm_bytes: 32,
+            host_cycles_per_record: 32.1,
+            host_cycles_per_result: 0.0,
+            max_sessions: 8,
+            session_arena_kib: 1024,
+            max_pinned_pages: 64,
+            runtime_dram_mib: 64,
+            result_chunk_kib: 256,
+        }
+    }
+}
+
+impl IspConfig {
+    fn check(&self, p: &mut Vec<String>) {
+        for (k, v) in [
+            ("isp.comp_cycles_per_record", self.comp_cycles_per_record),
+            (
+                "isp.result_cycles_per_record",
+                self.result_cycles_per_record,
+            ),
+            ("isp.dram_access_cycles", self.dram_access_cycles),
+            ("isp.host_cycles_per_record", self.host_cycles_per_record),
+            ("isp.host_cycles_per_result", self.host_cycles_per_result),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                p.push(format!("{k} must be finite and non-negative (got {v})"));
+            }
+        }
+        if !self.cycle_clock_divisor.is_finite() || self.cycle_clock_divisor < 1.0 {
+            p.push(format!(
+                "isp.cycle_clock_divisor must be at least 1 (got {})",
+                self.cycle_clock_divisor
+            ));
+        }
+        for (k, v) in [
+            ("isp.ldm_bytes", self.ldm_bytes),
+            ("isp.max_sessions", self.max_sessions),
+            ("isp.session_arena_kib", self.session_arena_kib),
+            ("isp.max_pinned_pages", self.max_pinned_pages),
+            ("isp.runtime_dram_mib", self.runtime_dram_mib),
+            ("isp.result_chunk_kib", self.result_chunk_kib),
+        ] {
+            if v == 0 {
+                p.push(format!("{k} must be at least 1"));
+            }
+        }
+    }
+}
+
 /// Energy costs. Dynamic energy is charged per operation or per byte from counters kept
 /// while working; static energy is idle power times the modeled duration of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -461,6 +555,9 @@ pub struct DeviceConfig {
     /// Fault injection.
     #[serde(default)]
     pub faults: FaultConfig,
+    /// In-storage processing costs and runtime limits.
+    #[serde(default)]
+    pub isp: IspConfig,
 }
 
 /// The built-in presets: name, TOML text (with comments citing the source).
@@ -538,6 +635,7 @@ impl DeviceConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Vec::new();
         self.geometry.check(&mut p);
+        self.isp.check(&mut p);
         let f = &self.flash;
         for (k, v) in [
             ("flash.t_read_us", &f.t_read_us),

@@ -1,0 +1,548 @@
+//! The in-storage processing runtime: sessions that scan a table inside the device
+//! (smart-ssd paper §3; scan paper §4.3 embedded-CPU ISP and §4.4 hardware ISP).
+//!
+//! # Protocol (smart-ssd §3.1)
+//! * [`Command::IspOpen`](crate::Command::IspOpen) grants a session its fixed resources
+//!   (a memory arena of `isp.session_arena_kib`, up to `isp.max_pinned_pages` pinned page
+//!   buffers out of the runtime's `isp.runtime_dram_mib`, §3.2 "no malloc") and returns
+//!   its id, or [`Status::SessionResources`](crate::Status::SessionResources) when the
+//!   device cannot grant them (all `isp.max_sessions` in use, DRAM pinned by others, an
+//!   aggregation whose group table cannot fit the arena). The smallest free id is used,
+//!   so a closed id is recycled.
+//! * [`Command::IspGet`](crate::Command::IspGet) returns the session's status and at
+//!   most one ready result chunk; `more` says whether another chunk is ready now.
+//! * [`Command::IspClose`](crate::Command::IspClose) terminates the program if it runs,
+//!   frees its buffers and arena, and returns its final counters. Any command naming an
+//!   id that is not open gets [`Status::InvalidSession`](crate::Status::InvalidSession).
+//!
+//! # Execution model
+//! A session streams its table's pages (each one flash page, `lbas_per_page` LBAs)
+//! through a pipeline of pinned buffers: page `i` is issued when a buffer is free (the
+//! page `i - P` has been processed and unpinned), read by the FTL (dies and channels in
+//! parallel: consecutive table pages lie on different channels), then:
+//! * `Cpu` (embedded-CPU ISP, scan §4.3): the page is staged in DRAM and an embedded core
+//!   runs the shared [`Evaluator`] on it. The core is charged, at the bus clock
+//!   (`cpu.clock_mhz / isp.cycle_clock_divisor`), `t_comp` cycles per record examined,
+//!   `t_result` per record that passed the filter (scan Table 2), and
+//!   `isp.dram_access_cycles` per DRAM access of the cache-less core: NSM pays one access
+//!   per value read plus one per record for its slot, PAX one per `isp.ldm_bytes` of a
+//!   minipage (the LDM instruction of smart-ssd §4.2.1). That is what makes PAX faster.
+//! * `Hw` (hardware ISP, scan §4.4): per-channel compare logic filters records as they
+//!   leave the flash controller; only matching records are written to DRAM and sent to
+//!   the host, and no embedded-CPU time is spent. The evaluator runs here too (so the
+//!   results are the same), but its work is not charged to the device: the matching
+//!   records cross the link (`rows_selected × row width` bytes, scan eq. 8) and the host
+//!   folds them, which the host side charges at its own costs.
+//!
+//! Sessions run "in the background": before every command the device advances all open
+//! sessions to the command's submission instant, taking page steps in the order of their
+//! issue instants across sessions, so concurrent sessions share cores, DRAM and channels
+//! through the same resource reservations as everything else. Projection results are cut
+//! into chunks of `isp.result_chunk_kib`; ready chunks wait in the session's arena, and a
+//! session whose arena is full of unfetched chunks stops issuing pages until a GET drains
+//! it (so a host that polls too slowly stalls the scan, and an adaptive poll interval
+//! matters, §3.1). An aggregation's state lives in the arena and is returned as one chunk
+//! at the end.
+//!
+//! A page that fails to read (uncorrectable) or is not a page of the session's table
+//! ends the session in the `Failed` state with a message naming the LBA; GET reports it.
+
+use crate::block::BlockDevice;
+use csd_ftl::FtlError;
+use csd_query::{Evaluator, PartialResult, Plan, WorkCounters};
+use csd_sim::{IspConfig, SimTime};
+use csd_table::{Layout, PageView};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// Where the filter runs inside the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IspMode {
+    /// Embedded cores evaluate pages staged in DRAM (scan paper §4.3).
+    Cpu,
+    /// Per-channel hardware compare logic filters before DRAM (scan paper §4.4).
+    Hw,
+}
+
+impl IspMode {
+    /// A short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            IspMode::Cpu => "cpu-isp",
+            IspMode::Hw => "hw-isp",
+        }
+    }
+}
+
+/// Where a table lies on the device: `pages` table pages of `lbas_per_page` LBAs each,
+/// from `first_lba` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TableExtent {
+    /// First LBA of page 0.
+    pub first_lba: u64,
+    /// Number of table pages.
+    pub pages: u64,
+    /// LBAs per table page (a table page is one flash page).
+    pub lbas_per_page: u32,
+}
+
+/// The program and parameters of [`Command::IspOpen`](crate::Command::IspOpen): a scan
+/// of `table` evaluating `plan` in `mode`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IspOpen {
+    /// The query plan (the shared evaluator's program).
+    pub plan: Plan,
+    /// Embedded CPU or hardware filter.
+    pub mode: IspMode,
+    /// The table's pages.
+    pub table: TableExtent,
+}
+
+impl IspOpen {
+    /// Bytes the OPEN command carries over the link: a fixed header plus the program
+    /// (plan) encoded as its columns and expressions; 1 KiB is generous for the subset.
+    pub const WIRE_BYTES: u64 = 1024;
+}
+
+/// A session's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionState {
+    /// Pages are still being processed (or results wait to be fetched).
+    Running,
+    /// Every page was processed; fetch the remaining chunks, then CLOSE.
+    Done,
+    /// The program stopped on an error.
+    Failed(String),
+}
+
+/// What [`Command::IspGet`](crate::Command::IspGet) and
+/// [`Command::IspClose`](crate::Command::IspClose) return.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IspReply {
+    /// The session.
+    pub session: u32,
+    /// Its state at the command's submission instant.
+    pub state: SessionState,
+    /// Pages processed so far.
+    pub pages_done: u64,
+    /// Pages in the table.
+    pub pages_total: u64,
+    /// A ready result chunk (rows, or the final aggregation state), if any.
+    pub chunk: Option<PartialResult>,
+    /// Bytes that chunk stands for on the host link (for `Hw`, the matching records).
+    pub chunk_link_bytes: u64,
+    /// Rows that passed the filter in the pages behind this chunk (the host folds them
+    /// under `Hw`).
+    pub chunk_rows_selected: u64,
+    /// Another chunk is ready now: GET again without waiting.
+    pub more: bool,
+    /// The evaluator's work so far (all pages processed).
+    pub work: WorkCounters,
+}
+
+impl IspReply {
+    /// Bytes of the reply besides the chunk (status, counters).
+    pub const HEADER_BYTES: u64 = 64;
+}
+
+/// Why the runtime refused a command: mapped to a [`Status`](crate::Status) by the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum IspRefusal {
+    /// Out of sessions, buffers or arena.
+    Resources(String),
+    /// No such open session.
+    NoSession(String),
+    /// The OPEN's parameters are wrong.
+    Invalid(String),
+}
+
+struct Chunk {
+    ready_at: SimTime,
+    result: PartialResult,
+    link_bytes: u64,
+    rows_selected: u64,
+    arena_bytes: u64,
+}
+
+struct Session {
+    mode: IspMode,
+    /// The table's schema (pages are parsed against it).
+    schema: csd_table::Schema,
+    /// An empty result of the plan, cloned to start each chunk.
+    empty: PartialResult,
+    aggregate: bool,
+    table: TableExtent,
+    eval: Evaluator,
+    row_width: u64,
+    /// Next page to issue.
+    next_page: u64,
+    /// Completion (unpin) instants of pages in flight, earliest first.
+    inflight: BinaryHeap<Reverse<SimTime>>,
+    pinned: u32,
+    /// Earliest instant the next page may be issued.
+    cursor: SimTime,
+    /// The chunk being filled.
+    out: PartialResult,
+    out_link_bytes: u64,
+    out_rows_selected: u64,
+    out_ready: SimTime,
+    ready: VecDeque<Chunk>,
+    ready_bytes: u64,
+    arena_bytes: u64,
+    chunk_bytes: u64,
+    pages_done: u64,
+    done_at: Option<SimTime>,
+    failed: Option<String>,
+    work: WorkCounters,
+    buf: Vec<u8>,
+}
+
+impl Session {
+    /// When the next page can be issued, if it can be at all.
+    fn next_issue(&self) -> Option<SimTime> {
+        if self.failed.is_some() || self.next_page >= self.table.pages {
+            return None;
+        }
+        if self.ready_bytes >= self.arena_bytes {
+            return None; // arena full of unfetched chunks: wait for a GET
+        }
+        if (self.inflight.len() as u32) < self.pinned {
+            Some(self.cursor)
+        } else {
+            self.inflight.peek().map(|r| r.0.max(self.cursor))
+        }
+    }
+
+    /// The state as seen at instant `at` (the last page may be processed in the
+    /// model's future).
+    fn state(&self, at: SimTime) -> SessionState {
+        match (&self.failed, self.done_at) {
+            (Some(m), _) => SessionState::Failed(m.clone()),
+            (None, Some(d)) if d <= at => SessionState::Done,
+            _ => SessionState::Running,
+        }
+    }
+
+    /// Move the chunk being filled to the ready queue.
+    fn seal_chunk(&mut self) {
+        let result = std::mem::replace(&mut self.out, self.empty.clone());
+        let arena = result.wire_bytes().max(self.out_link_bytes);
+        self.ready.push_back(Chunk {
+            ready_at: self.out_ready,
+            result,
+            link_bytes: self.out_link_bytes,
+            rows_selected: self.out_rows_selected,
+            arena_bytes: arena,
+        });
+        self.ready_bytes += arena;
+        self.out_link_bytes = 0;
+        self.out_rows_selected = 0;
+    }
+}
+
+/// The runtime: every open session.
+pub(crate) struct Runtime {
+    cfg: IspConfig,
+    page_bytes: u64,
+    sessions: Vec<Option<Session>>,
+    pinned_total: u64,
+}
+
+impl Runtime {
+    pub(crate) fn new(cfg: IspConfig, page_bytes: u64) -> Runtime {
+        Runtime {
+            cfg,
+            page_bytes,
+            sessions: Vec::new(),
+            pinned_total: 0,
+        }
+    }
+
+    fn budget_pages(&self) -> u64 {
+        self.cfg.runtime_dram_mib as u64 * (1 << 20) / self.page_bytes.max(1)
+    }
+
+    /// Open a session (after the caller has advanced to `at`).
+    pub(crate) fn open(
+        &mut self,
+        dev: &BlockDevice,
+        args: IspOpen,
+        at: SimTime,
+    ) -> Result<u32, IspRefusal> {
+        let ls = dev.ftl().lba_size() as u64;
+        let t = args.table;
+        if t.lbas_per_page == 0 || t.lbas_per_page as u64 * ls != self.page_bytes {
+            return Err(IspRefusal::Invalid(format!(
+                "a table page must be one flash page ({} bytes = {} LBAs), not {} LBAs",
+                self.page_bytes,
+                self.page_bytes / ls.max(1),
+                t.lbas_per_page
+            )));
+        }
+        let end = t
+            .pages
+            .checked_mul(t.lbas_per_page as u64)
+            .and_then(|n| n.checked_add(t.first_lba));
+        match end {
+            Some(e) if e <= dev.ftl().lbas() => {}
+            _ => {
+                return Err(IspRefusal::Invalid(format!(
+                    "table of {} pages at LBA {} runs past the device's {} LBAs",
+                    t.pages,
+                    t.first_lba,
+                    dev.ftl().lbas()
+                )));
+            }
+        }
+        let open = self.sessions.iter().filter(|s| s.is_some()).count() as u32;
+        if open >= self.cfg.max_sessions {
+            return Err(IspRefusal::Resources(format!(
+                "all {} sessions are open: CLOSE one (or raise isp.max_sessions)",
+                self.cfg.max_sessions
+            )));
+        }
+        let free = self.budget_pages().saturating_sub(self.pinned_total);
+        let pinned = (self.cfg.max_pinned_pages as u64).min(free) as u32;
+        if pinned == 0 {
+            return Err(IspRefusal::Resources(format!(
+                "no page buffers left: the runtime's {} MiB are pinned by open sessions",
+                self.cfg.runtime_dram_mib
+            )));
+        }
+        let arena_bytes = self.cfg.session_arena_kib as u64 * 1024;
+        // Group table: key bytes + per aggregate 24 bytes of accumulator + a row count.
+        let group_limit = match &args.plan.output {
+            csd_query::Output::Aggregate(a) => {
+                let key: usize = a
+                    .group_by
+                    .iter()
+                    .filter_map(|&g| args.plan.schema.columns().get(g))
+                    .map(|c| c.ty.width())
+                    .sum();
+                let per_group = (key + 24 * a.aggregates.len() + 8).max(1) as u64;
+                let limit = arena_bytes / per_group;
+                if limit == 0 {
+                    return Err(IspRefusal::Resources(format!(
+                        "one group of this aggregation needs {per_group} bytes, more than the \
+                         session arena of {arena_bytes} bytes (isp.session_arena_kib)"
+                    )));
+                }
+                limit as usize
+            }
+            _ => usize::MAX,
+        };
+        let id = match self.sessions.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.sessions.push(None);
+                self.sessions.len() - 1
+            }
+        };
+        let chunk_bytes = (self.cfg.result_chunk_kib as u64 * 1024).min(arena_bytes);
+        let out = PartialResult::with_group_limit(&args.plan, group_limit);
+        let row_width = args.plan.schema.row_width() as u64;
+        self.pinned_total += pinned as u64;
+        self.sessions[id] = Some(Session {
+            mode: args.mode,
+            schema: args.plan.schema.clone(),
+            empty: out.clone(),
+            aggregate: args.plan.is_aggregate(),
+            table: t,
+            eval: Evaluator::new(&args.plan),
+            row_width,
+            next_page: 0,
+            inflight: BinaryHeap::new(),
+            pinned,
+            cursor: at,
+            out,
+            out_link_bytes: 0,
+            out_rows_selected: 0,
+            out_ready: at,
+            ready: VecDeque::new(),
+            ready_bytes: 0,
+            arena_bytes,
+            chunk_bytes,
+            pages_done: 0,
+            done_at: if t.pages == 0 { Some(at) } else { None },
+            failed: None,
+            work: WorkCounters::default(),
+            buf: vec![0; self.page_bytes as usize],
+        });
+        if t.pages == 0
+            && let Some(s) = self.sessions[id].as_mut()
+        {
+            s.seal_chunk();
+        }
+        Ok(id as u32 + 1)
+    }
+
+    fn session(&mut self, id: u32) -> Result<&mut Session, IspRefusal> {
+        (id as usize)
+            .checked_sub(1)
+            .and_then(|i| self.sessions.get_mut(i))
+            .and_then(Option::as_mut)
+            .ok_or_else(|| {
+                IspRefusal::NoSession(format!(
+                    "session {id} is not open (never opened, or closed): OPEN a new one"
+                ))
+            })
+    }
+
+    /// GET: status and at most one chunk ready by `at`.
+    pub(crate) fn get(&mut self, id: u32, at: SimTime) -> Result<IspReply, IspRefusal> {
+        let s = self.session(id)?;
+        let chunk = match s.ready.front() {
+            Some(c) if c.ready_at <= at => s.ready.pop_front(),
+            _ => None,
+        };
+        let (result, link, rows) = match chunk {
+            Some(c) => {
+                // A stalled session (arena full of unfetched chunks) goes on from now.
+                if s.ready_bytes >= s.arena_bytes {
+                    s.cursor = s.cursor.max(at);
+                }
+                s.ready_bytes -= c.arena_bytes;
+                (Some(c.result), c.link_bytes, c.rows_selected)
+            }
+            None => (None, 0, 0),
+        };
+        let more = s.ready.front().is_some_and(|c| c.ready_at <= at);
+        Ok(IspReply {
+            session: id,
+            state: s.state(at),
+            pages_done: s.pages_done,
+            pages_total: s.table.pages,
+            chunk: result,
+            chunk_link_bytes: link,
+            chunk_rows_selected: rows,
+            more,
+            work: s.work,
+        })
+    }
+
+    /// CLOSE: drop the session and free its buffers.
+    pub(crate) fn close(&mut self, id: u32, at: SimTime) -> Result<IspReply, IspRefusal> {
+        let s = self.session(id)?;
+        let reply = IspReply {
+            session: id,
+            state: s.state(at),
+            pages_done: s.pages_done,
+            pages_total: s.table.pages,
+            chunk: None,
+            chunk_link_bytes: 0,
+            chunk_rows_selected: 0,
+            more: false,
+            work: s.work,
+        };
+        let pinned = s.pinned as u64;
+        self.sessions[id as usize - 1] = None;
+        self.pinned_total -= pinned;
+        Ok(reply)
+    }
+
+    /// Open sessions.
+    pub(crate) fn open_sessions(&self) -> usize {
+        self.sessions.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Run every session's page steps whose issue instant is at or before `until`.
+    pub(crate) fn advance(&mut self, dev: &mut BlockDevice, until: SimTime) {
+        loop {
+            let next = self
+                .sessions
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.as_ref().and_then(|s| s.next_issue().map(|t| (t, i))))
+                .min();
+            match next {
+                Some((t, i)) if t <= until => {
+                    let cfg = self.cfg;
+                    if let Some(s) = self.sessions[i].as_mut() {
+                        step(s, dev, &cfg, t);
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
+/// Process one page of `s`, issued at `t`.
+fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
+    if s.inflight.len() as u32 >= s.pinned {
+        s.inflight.pop();
+    }
+    let page = s.next_page;
+    s.next_page += 1;
+    s.cursor = t;
+    let lba = s.table.first_lba + page * s.table.lbas_per_page as u64;
+    let page_bytes = s.buf.len() as u64;
+    let t_flash = match dev.ftl_mut().read(lba, &mut s.buf, t) {
+        Ok(done) => done,
+        Err(FtlError::Uncorrectable { lba }) => {
+            s.failed = Some(format!(
+                "table page {page}: LBA {lba} is unreadable (uncorrectable)"
+            ));
+            return;
+        }
+        Err(e) => {
+            s.failed = Some(format!("table page {page} at LBA {lba}: {e}"));
+            return;
+        }
+    };
+    let view = match PageView::parse(&s.buf, &s.schema) {
+        Ok(v) => v,
+        Err(e) => {
+            s.failed = Some(format!(
+                "table page {page} at LBA {lba} is not a page of `{}`: {e}",
+                s.eval.plan().table
+            ));
+            return;
+        }
+    };
+    let layout = view.layout();
+    let c = match s.eval.eval_page(&view, &mut s.out) {
+        Ok(c) => c,
+        Err(e) => {
+            s.failed = Some(format!("table page {page} at LBA {lba}: {e}"));
+            return;
+        }
+    };
+    s.work += c;
+    let ctrl = dev.controller_mut();
+    let unpin = match s.mode {
+        IspMode::Hw => {
+            let bytes = c.rows_selected * s.row_width;
+            s.out_link_bytes += bytes;
+            ctrl.dram(t_flash, bytes)
+        }
+        IspMode::Cpu => {
+            let staged = ctrl.dram(t_flash, page_bytes);
+            let accesses = match layout {
+                Layout::Nsm => c.values_touched + c.records_examined,
+                Layout::Pax => c.bytes_touched.div_ceil(cfg.ldm_bytes.max(1) as u64),
+            };
+            let bus_cycles = cfg.comp_cycles_per_record * c.records_examined as f64
+                + cfg.result_cycles_per_record * c.rows_selected as f64
+                + cfg.dram_access_cycles * accesses as f64;
+            let cycles = (bus_cycles * cfg.cycle_clock_divisor).round() as u64;
+            // The core's loads and its result writes also occupy the DRAM bus.
+            ctrl.dram(staged, c.bytes_touched + c.result_bytes);
+            let done = ctrl.cpu(staged, cycles);
+            s.out_link_bytes += c.result_bytes;
+            done
+        }
+    };
+    s.out_rows_selected += c.rows_selected;
+    s.out_ready = s.out_ready.max(unpin);
+    s.inflight.push(Reverse(unpin));
+    s.pages_done += 1;
+    if s.next_page >= s.table.pages {
+        let done = s.inflight.iter().map(|r| r.0).max().unwrap_or(unpin);
+        s.out_ready = s.out_ready.max(done);
+        s.done_at = Some(done);
+        s.seal_chunk();
+    } else if !s.aggregate && s.out.wire_bytes().max(s.out_link_bytes) >= s.chunk_bytes {
+        s.seal_chunk();
+    }
+}

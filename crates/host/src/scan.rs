@@ -1,0 +1,481 @@
+//! Running a query on a table stored on the device, three ways (scan paper §4.2–§4.4,
+//! smart-ssd paper §3–§4):
+//!
+//! * [`Strategy::Ihp`] (in-host processing): the host reads every table page over the
+//!   link, keeping `queue_depth` reads in flight, and its CPU evaluates them; charged
+//!   `isp.host_cycles_per_record` per record examined (Table 2: 0.0142 µs = 32 cycles at
+//!   2.26 GHz) and `isp.host_cycles_per_result` per record that passed, at the host clock.
+//! * [`Strategy::CpuIsp`] / [`Strategy::HwIsp`]: the host OPENs a device session
+//!   (smart-ssd §3.1), polls GET with an adaptive interval until the session is done,
+//!   merging result chunks as they come, then CLOSEs it. Under `HwIsp` the matching
+//!   records cross the link and the host folds them, charged like IHP's per-record cost
+//!   on those records only.
+//!
+//! The same [`Evaluator`] runs in every strategy, so results are identical; only where it
+//! runs and how its [`WorkCounters`] are charged differ.
+//!
+//! The report attributes the run from counters the device and host kept while working:
+//! the device's telemetry log page is read before and after (busy time per resource
+//! class, energy counters), and the host CPU is modeled here ([`HostCpu`]) with its
+//! own reservations. Modeled time is from the first command after the opening telemetry
+//! read to the end of the host's last work; wall-clock time is measured separately.
+//!
+//! Polling (smart-ssd §3.1 used a fixed 10 ms): the interval starts at
+//! `poll_min_us`, doubles after an empty GET up to `poll_max_us` and halves after one
+//! that brought data; a GET that says `more` is followed at once.
+
+use crate::catalog::TableInfo;
+use crate::client::{CommandIssuer, HostError};
+use csd_device::{Command, IspMode, IspOpen, Payload, SessionState, TableExtent, Telemetry};
+use csd_query::{Evaluator, PartialResult, Plan, QueryResult, WorkCounters};
+use csd_sim::{DeviceConfig, EnergyCounters, EnergyReport, Resource, ResourceClass, SimTime};
+use csd_table::PageView;
+use std::time::Instant;
+
+/// Where a query's filter and aggregation run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// In-host processing: pages cross the link, the host CPU evaluates.
+    Ihp,
+    /// Embedded-CPU in-storage processing.
+    CpuIsp,
+    /// Per-channel hardware filter in the flash controller.
+    HwIsp,
+}
+
+impl Strategy {
+    /// All strategies, in report order.
+    pub const ALL: [Strategy; 3] = [Strategy::Ihp, Strategy::CpuIsp, Strategy::HwIsp];
+
+    /// The CLI name (`ihp`, `cpu-isp`, `hw-isp`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Ihp => "ihp",
+            Strategy::CpuIsp => "cpu-isp",
+            Strategy::HwIsp => "hw-isp",
+        }
+    }
+
+    /// Parse a CLI name.
+    pub fn parse(s: &str) -> Result<Strategy, HostError> {
+        Strategy::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| {
+                HostError::Invalid(format!(
+                    "unknown strategy `{s}`: use ihp, cpu-isp or hw-isp"
+                ))
+            })
+    }
+}
+
+/// Knobs of a query run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScanOptions {
+    /// Where the work runs.
+    pub strategy: Strategy,
+    /// IHP: read commands in flight.
+    pub queue_depth: usize,
+    /// ISP: first and smallest GET poll interval, µs.
+    pub poll_min_us: f64,
+    /// ISP: largest GET poll interval, µs (smart-ssd §3.1: 10 ms).
+    pub poll_max_us: f64,
+}
+
+impl ScanOptions {
+    /// Defaults for `strategy`: 32 reads in flight; polls between 50 µs and 10 ms.
+    pub fn new(strategy: Strategy) -> ScanOptions {
+        ScanOptions {
+            strategy,
+            queue_depth: 32,
+            poll_min_us: 50.0,
+            poll_max_us: 10_000.0,
+        }
+    }
+}
+
+/// The host CPU model: `cores` resources at the host clock; work goes to the core that
+/// frees up first.
+#[derive(Debug, Clone)]
+pub struct HostCpu {
+    cores: Vec<Resource>,
+    hz: f64,
+    cycles: u64,
+}
+
+impl HostCpu {
+    /// A host CPU with `threads` cores of the config's host (at least one).
+    pub fn new(cfg: &DeviceConfig, threads: u32) -> HostCpu {
+        HostCpu {
+            cores: vec![Resource::new(); threads.max(1) as usize],
+            hz: cfg.host.clock_mhz * 1e6,
+            cycles: 0,
+        }
+    }
+
+    /// Run `cycles` from `at`; returns when they are done.
+    pub fn run(&mut self, at: SimTime, cycles: u64) -> SimTime {
+        self.cycles += cycles;
+        let ns = (cycles as f64 / self.hz * 1e9).ceil() as u64;
+        match self.cores.iter_mut().min_by_key(|c| c.free_at()) {
+            Some(core) => core.reserve(at, ns).1,
+            None => at,
+        }
+    }
+
+    /// Cycles charged so far.
+    pub fn cycles(&self) -> u64 {
+        self.cycles
+    }
+
+    /// Busy nanoseconds summed over cores, and the number of cores.
+    pub fn busy(&self) -> (u64, usize) {
+        (
+            self.cores.iter().map(Resource::busy_ns).sum(),
+            self.cores.len(),
+        )
+    }
+}
+
+/// One stage of the modeled time breakdown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage {
+    /// Stage name (`flash_array`, `flash_to_dram`, `dram`, `embedded_cpu`,
+    /// `dram_to_host`, `host_cpu`).
+    pub name: &'static str,
+    /// Resources of the stage.
+    pub members: usize,
+    /// Busy time of the stage per member (its time if its members share the work evenly).
+    pub busy_ns: u64,
+    /// `busy_ns / modeled time`.
+    pub utilization: f64,
+}
+
+/// Everything a query run measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueryReport {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// Table name and layout.
+    pub table: String,
+    /// `nsm` or `pax`.
+    pub layout: String,
+    /// Table pages and bytes scanned.
+    pub pages: u64,
+    /// Table bytes scanned (pages × page bytes).
+    pub table_bytes: u64,
+    /// Rows in the table.
+    pub rows: u64,
+    /// The evaluator's work over all pages.
+    pub work: WorkCounters,
+    /// Result rows.
+    pub result_rows: u64,
+    /// Modeled elapsed time, ns.
+    pub modeled_ns: u64,
+    /// The breakdown per stage.
+    pub stages: Vec<Stage>,
+    /// The stage with the highest utilization.
+    pub bottleneck: &'static str,
+    /// Flash page reads.
+    pub flash_reads: u64,
+    /// Bytes over the flash channels.
+    pub channel_bytes: u64,
+    /// Bytes through controller DRAM.
+    pub dram_bytes: u64,
+    /// Bytes over the host link (both directions).
+    pub host_link_bytes: u64,
+    /// Embedded-CPU cycles.
+    pub device_cpu_cycles: u64,
+    /// Host-CPU cycles.
+    pub host_cpu_cycles: u64,
+    /// Commands the host issued (reads, or OPEN/GETs/CLOSE).
+    pub commands: u64,
+    /// Energy per component.
+    pub energy: EnergyReport,
+    /// Wall-clock seconds of the run (the emulator's speed).
+    pub wall_s: f64,
+}
+
+impl QueryReport {
+    /// Modeled seconds.
+    pub fn modeled_s(&self) -> f64 {
+        self.modeled_ns as f64 / 1e9
+    }
+
+    /// Table bytes scanned per modeled second.
+    pub fn modeled_bytes_per_s(&self) -> f64 {
+        self.table_bytes as f64 / self.modeled_s().max(1e-12)
+    }
+
+    /// Rows the emulator processed per wall-clock second.
+    pub fn wall_rows_per_s(&self) -> f64 {
+        self.rows as f64 / self.wall_s.max(1e-9)
+    }
+
+    /// Table bytes the emulator scanned per wall-clock second.
+    pub fn wall_bytes_per_s(&self) -> f64 {
+        self.table_bytes as f64 / self.wall_s.max(1e-9)
+    }
+}
+
+fn telemetry(c: &mut impl CommandIssuer) -> Result<Telemetry, HostError> {
+    match c
+        .exec(Command::GetLogPage(csd_device::LogPage::Telemetry))?
+        .payload
+    {
+        Payload::Telemetry(t) => Ok(t),
+        _ => Err(HostError::Invalid("telemetry log page missing".into())),
+    }
+}
+
+fn busy(t: &Telemetry, class: ResourceClass) -> (u64, usize) {
+    t.busy
+        .iter()
+        .find(|u| u.class == class)
+        .map_or((0, 0), |u| (u.busy_ns, u.members))
+}
+
+/// Run `plan` over `table` with `opts`; returns the result and the report. `cfg` is the
+/// platform (host CPU, ISP costs, energy); the device is reached only through `c`.
+pub fn run_query<C: CommandIssuer>(
+    c: &mut C,
+    table: &TableInfo,
+    plan: &Plan,
+    cfg: &DeviceConfig,
+    opts: &ScanOptions,
+) -> Result<(QueryResult, QueryReport), HostError> {
+    if plan.schema.fingerprint() != table.schema.fingerprint() {
+        return Err(HostError::Invalid(format!(
+            "the plan is for table `{}`, not for `{}`",
+            plan.table, table.name
+        )));
+    }
+    let wall0 = Instant::now();
+    let before = telemetry(c)?;
+    let t0 = c.now();
+    let mut host = HostCpu::new(cfg, 1);
+    let (partial, work, commands, end) = match opts.strategy {
+        Strategy::Ihp => ihp(c, table, plan, cfg, opts, &mut host, t0)?,
+        Strategy::CpuIsp => isp(c, table, plan, cfg, opts, &mut host, t0, IspMode::Cpu)?,
+        Strategy::HwIsp => isp(c, table, plan, cfg, opts, &mut host, t0, IspMode::Hw)?,
+    };
+    let end = end.max(c.now());
+    c.wait_until(end);
+    let after = telemetry(c)?;
+    let result = partial
+        .finish(plan)
+        .map_err(|e| HostError::Invalid(format!("finishing the result: {e}")))?;
+    let modeled_ns = end.since(t0).max(1);
+    let mut counters = EnergyCounters {
+        page_reads: after.counters.page_reads - before.counters.page_reads,
+        page_programs: after.counters.page_programs - before.counters.page_programs,
+        block_erases: after.counters.block_erases - before.counters.block_erases,
+        channel_bytes: after.counters.channel_bytes - before.counters.channel_bytes,
+        dram_bytes: after.counters.dram_bytes - before.counters.dram_bytes,
+        host_link_bytes: after.counters.host_link_bytes - before.counters.host_link_bytes,
+        cpu_cycles: after.counters.cpu_cycles - before.counters.cpu_cycles,
+        host_cpu_cycles: 0,
+    };
+    // The closing telemetry read itself is not part of the query.
+    counters.host_link_bytes = counters
+        .host_link_bytes
+        .saturating_sub(csd_device::nvme::TELEMETRY_BYTES);
+    counters.dram_bytes = counters
+        .dram_bytes
+        .saturating_sub(csd_device::nvme::TELEMETRY_BYTES);
+    counters.host_cpu_cycles = host.cycles();
+    let energy = EnergyReport::compute(&cfg.energy, &counters, modeled_ns);
+    let mut stages = Vec::new();
+    for (name, class) in [
+        ("flash_array", ResourceClass::Die),
+        ("flash_to_dram", ResourceClass::Channel),
+        ("dram", ResourceClass::Dram),
+        ("embedded_cpu", ResourceClass::EmbeddedCpu),
+        ("dram_to_host", ResourceClass::HostLink),
+    ] {
+        let (b1, m) = busy(&after, class);
+        let (b0, _) = busy(&before, class);
+        let per = b1.saturating_sub(b0) / m.max(1) as u64;
+        stages.push(Stage {
+            name,
+            members: m,
+            busy_ns: per,
+            utilization: per as f64 / modeled_ns as f64,
+        });
+    }
+    let (hb, hm) = host.busy();
+    let per = hb / hm.max(1) as u64;
+    stages.push(Stage {
+        name: "host_cpu",
+        members: hm,
+        busy_ns: per,
+        utilization: per as f64 / modeled_ns as f64,
+    });
+    let bottleneck = stages
+        .iter()
+        .fold(None::<&Stage>, |b, s| match b {
+            Some(b) if b.utilization >= s.utilization => Some(b),
+            _ => Some(s),
+        })
+        .map_or("none", |s| s.name);
+    let report = QueryReport {
+        strategy: opts.strategy,
+        table: table.name.clone(),
+        layout: table.layout.to_string(),
+        pages: table.pages,
+        table_bytes: table.bytes(),
+        rows: table.rows,
+        work,
+        result_rows: result.rows.len() as u64,
+        modeled_ns,
+        stages,
+        bottleneck,
+        flash_reads: counters.page_reads,
+        channel_bytes: counters.channel_bytes,
+        dram_bytes: counters.dram_bytes,
+        host_link_bytes: counters.host_link_bytes,
+        device_cpu_cycles: counters.cpu_cycles,
+        host_cpu_cycles: counters.host_cpu_cycles,
+        commands,
+        energy,
+        wall_s: wall0.elapsed().as_secs_f64(),
+    };
+    Ok((result, report))
+}
+
+type Outcome = (PartialResult, WorkCounters, u64, SimTime);
+
+fn host_cycles(cfg: &DeviceConfig, records: u64, results: u64) -> u64 {
+    (cfg.isp.host_cycles_per_record * records as f64
+        + cfg.isp.host_cycles_per_result * results as f64)
+        .round() as u64
+}
+
+/// In-host processing: reads with `queue_depth` in flight, host CPU evaluation.
+fn ihp<C: CommandIssuer>(
+    c: &mut C,
+    table: &TableInfo,
+    plan: &Plan,
+    cfg: &DeviceConfig,
+    opts: &ScanOptions,
+    host: &mut HostCpu,
+    t0: SimTime,
+) -> Result<Outcome, HostError> {
+    let id = c.identify().clone();
+    let lpp = table.lbas_per_page(id.lba_size).max(1);
+    let per_cmd = (id.mdts_blocks as u64 / lpp).max(1);
+    let page_bytes = table.page_bytes as usize;
+    let mut eval = Evaluator::new(plan);
+    let mut out = PartialResult::new(plan);
+    let depth = opts.queue_depth.max(1);
+    let mut done: std::collections::VecDeque<SimTime> = std::collections::VecDeque::new();
+    let mut end = t0;
+    let mut commands = 0u64;
+    let mut page = 0u64;
+    while page < table.pages {
+        let n = per_cmd.min(table.pages - page);
+        let at = if done.len() >= depth {
+            done.pop_front().unwrap_or(t0)
+        } else {
+            t0
+        };
+        let comp = c.exec_at(
+            Command::Read {
+                lba: table.first_lba + page * lpp,
+                blocks: (n * lpp) as u32,
+            },
+            at,
+        )?;
+        commands += 1;
+        let arrived = comp.acct.completed;
+        done.push_back(arrived);
+        let Payload::Data(data) = comp.payload else {
+            return Err(HostError::Invalid("Read returned no data".into()));
+        };
+        let mut t = arrived;
+        for p in data.chunks_exact(page_bytes) {
+            let view = PageView::parse(p, &table.schema)?;
+            let w = eval
+                .eval_page(&view, &mut out)
+                .map_err(|e| HostError::Invalid(format!("evaluating page {page}: {e}")))?;
+            t = host.run(t, host_cycles(cfg, w.records_examined, w.rows_selected));
+        }
+        end = end.max(t);
+        page += n;
+    }
+    Ok((out, eval.totals(), commands, end))
+}
+
+/// In-storage processing: OPEN, adaptive GET polling, CLOSE.
+#[allow(clippy::too_many_arguments)]
+fn isp<C: CommandIssuer>(
+    c: &mut C,
+    table: &TableInfo,
+    plan: &Plan,
+    cfg: &DeviceConfig,
+    opts: &ScanOptions,
+    host: &mut HostCpu,
+    t0: SimTime,
+    mode: IspMode,
+) -> Result<Outcome, HostError> {
+    let lpp = table.lbas_per_page(c.identify().lba_size);
+    let open = IspOpen {
+        plan: plan.clone(),
+        mode,
+        table: TableExtent {
+            first_lba: table.first_lba,
+            pages: table.pages,
+            lbas_per_page: lpp as u32,
+        },
+    };
+    let session = match c.exec_at(Command::IspOpen(Box::new(open)), t0)?.payload {
+        Payload::IspSession(id) => id,
+        _ => return Err(HostError::Invalid("IspOpen returned no session".into())),
+    };
+    let mut commands = 1u64;
+    let mut out = PartialResult::new(plan);
+    let mut interval = opts.poll_min_us.max(1.0);
+    let mut end = c.now();
+    let result = (|| -> Result<WorkCounters, HostError> {
+        loop {
+            let comp = c.exec(Command::IspGet { session })?;
+            commands += 1;
+            let Payload::Isp(mut reply) = comp.payload else {
+                return Err(HostError::Invalid("IspGet returned no reply".into()));
+            };
+            let got = reply.chunk.is_some();
+            if let Some(chunk) = reply.chunk.take() {
+                out.merge(chunk)
+                    .map_err(|e| HostError::Invalid(format!("merging a result chunk: {e}")))?;
+                if mode == IspMode::Hw {
+                    let cy = host_cycles(cfg, reply.chunk_rows_selected, reply.chunk_rows_selected);
+                    end = end.max(host.run(comp.acct.completed, cy));
+                }
+            }
+            end = end.max(c.now());
+            match reply.state {
+                SessionState::Failed(m) => {
+                    return Err(HostError::Invalid(format!("in-storage scan failed: {m}")));
+                }
+                SessionState::Done if !reply.more => return Ok(reply.work),
+                _ => {}
+            }
+            if reply.more {
+                continue;
+            }
+            interval = if got {
+                (interval / 2.0).max(opts.poll_min_us.max(1.0))
+            } else {
+                (interval * 2.0).min(opts.poll_max_us.max(opts.poll_min_us))
+            };
+            let next = c.now().after((interval * 1e3) as u64);
+            c.wait_until(next);
+        }
+    })();
+    // CLOSE in every case, so a failed scan frees its session.
+    let closed = c.exec(Command::IspClose { session });
+    commands += 1;
+    let work = result?;
+    closed?;
+    Ok((out, work, commands, end))
+}
