@@ -6,6 +6,7 @@
 //! for real clients). Every command has `--help`.
 
 mod image;
+mod query;
 mod report;
 mod serve;
 mod tables;
@@ -97,6 +98,13 @@ enum Cmd {
     ///
     /// Example: csd tables --image dev.img
     Tables(tables::TablesArgs),
+    /// Run a SQL query over a table on a device image: in the host (ihp), on the
+    /// device's embedded cores (cpu-isp) or in its per-channel filter hardware (hw-isp);
+    /// prints the result, modeled time with its breakdown and bottleneck, bytes per
+    /// link, energy and the emulator's wall-clock speed.
+    ///
+    /// Example: csd query --image dev.img --strategy all q6
+    Query(query::QueryArgs),
 }
 
 #[derive(Args)]
@@ -280,6 +288,11 @@ enum BenchCmd {
     ///
     /// Example: csd bench recovery --logical-gib 4
     Recovery(RecoveryArgs),
+    /// Scan speed of the emulator: TPC-H lineitem in an in-memory device, a query per
+    /// strategy and layout (load excluded from the times).
+    ///
+    /// Example: csd bench query --sf 1 --query q6
+    Query(query::BenchQueryArgs),
 }
 
 #[derive(Args)]
@@ -351,6 +364,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Serve(a) => serve::serve_cmd(&a),
         Cmd::Load(c) => tables::load_cmd(&c),
         Cmd::Tables(a) => tables::tables_cmd(&a),
+        Cmd::Query(a) => query::query_cmd(&a),
+        Cmd::Bench(BenchCmd::Query(a)) => query::bench_query_cmd(&a),
     }
 }
 

@@ -168,16 +168,16 @@ fn report_loads(loads: &[csd_host::LoadReport], cmd: &str, json: bool) {
 }
 
 /// Load one table with a progress bar (unless `json`).
-fn load_one(
+pub(crate) fn load_one(
     client: &mut Client,
     name: &str,
     source: impl csd_table::datagen::RowSource,
-    layout: &str,
+    layout: Layout,
     total: Option<u64>,
     json: bool,
 ) -> Result<csd_host::LoadReport, CliError> {
     let pb = bar(total, name, !json);
-    let r = Catalog::load(client, name, source, layout_of(layout), &mut |n| {
+    let r = Catalog::load(client, name, source, layout, &mut |n| {
         if let Some(pb) = &pb {
             pb.set_position(n);
         }
@@ -213,7 +213,7 @@ pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
                     &mut client,
                     name,
                     g,
-                    &a.target.layout,
+                    layout_of(&a.target.layout),
                     total,
                     a.target.json,
                 )?);
@@ -241,7 +241,7 @@ pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
                 &mut client,
                 &name,
                 g,
-                &a.target.layout,
+                layout_of(&a.target.layout),
                 Some(a.rows),
                 a.target.json,
             )?);

@@ -1265,4 +1265,3 @@ mod tests {
         assert_eq!(s, SmartLog::from_ftl(d.block().ftl()));
     }
 }
-

@@ -245,6 +245,9 @@ pub struct Nand {
     sectors: u32,
     oob_sector: usize,
     ch_rate: Rate,
+    /// Channel time per page read besides the transfer, per page type: `t_R / N_way`
+    /// under serial read sequencing (scan paper eq. 1), else 0.
+    read_seq_ns: Vec<u64>,
     t_read: Vec<u64>,
     t_prog: Vec<u64>,
     t_erase: u64,
@@ -308,6 +311,15 @@ impl Nand {
             sectors: g.sectors_per_page(),
             oob_sector: g.oob_per_sector as usize,
             ch_rate: cfg.channel.rate(),
+            read_seq_ns: (0..cfg.flash.t_read_us.len() as u32)
+                .map(|i| {
+                    if cfg.channel.serial_read_sequencing {
+                        cfg.flash.t_read_ns(i) / (g.ways * g.dies_per_chip).max(1) as u64
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
             t_read: (0..cfg.flash.t_read_us.len() as u32)
                 .map(|i| cfg.flash.t_read_ns(i))
                 .collect(),
@@ -619,10 +631,11 @@ impl Nand {
         let die = self.map.die_of(p.block);
         let ch = self.map.channel_of(die) as usize;
         let xfer_bytes = data.len() + if want_oob { oob.len() } else { 0 };
-        let t_r = self.t_read[p.page as usize % self.t_read.len()];
+        let kind = p.page as usize % self.t_read.len();
+        let t_r = self.t_read[kind];
         let (_, die_end) = self.dies[die.0 as usize].reserve(at, t_r);
-        let (_, done) =
-            self.channels[ch].reserve(die_end, self.ch_rate.transfer_ns(xfer_bytes as u64));
+        let bus_ns = self.ch_rate.transfer_ns(xfer_bytes as u64) + self.read_seq_ns[kind];
+        let (_, done) = self.channels[ch].reserve(die_end, bus_ns);
         if self.cut_strikes(done) {
             return Err(NandError::PowerLoss);
         }

@@ -258,7 +258,7 @@ fn plan_select(
     }
 
     // FROM: exactly one plain table.
-    let (schema, alias) = match from.as_slice() {
+    let (schema, alias, table_name) = match from.as_slice() {
         [] => {
             return Err(QueryError::unsupported_hint(
                 "SELECT without FROM",
@@ -488,7 +488,7 @@ fn plan_select(
             .try_for_each(reject_wide)?,
     }
     Ok(Plan {
-        table: schema.name().to_string(),
+        table: table_name,
         schema: schema.clone(),
         filter,
         output,
@@ -530,7 +530,7 @@ fn check_wildcard(opts: &sql::WildcardAdditionalOptions) -> Result<(), QueryErro
 fn resolve_table<'c>(
     relation: &sql::TableFactor,
     catalog: &'c dyn Catalog,
-) -> Result<(&'c Schema, Option<String>), QueryError> {
+) -> Result<(&'c Schema, Option<String>, String), QueryError> {
     let sql::TableFactor::Table {
         name,
         alias,
@@ -603,7 +603,13 @@ fn resolve_table<'c>(
             Some(a.name.value.clone())
         }
     };
-    Ok((schema, alias))
+    // The name as the catalog spells it (the SQL may differ in case).
+    let spelled = catalog
+        .table_names()
+        .into_iter()
+        .find(|n| n.eq_ignore_ascii_case(&table_name))
+        .unwrap_or(table_name);
+    Ok((schema, alias, spelled))
 }
 
 fn describe_factor(f: &sql::TableFactor) -> &'static str {

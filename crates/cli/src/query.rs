@@ -1,0 +1,444 @@
+//! `csd query` (a SQL query over a table on a device image, three ways) and
+//! `csd bench query` (the emulator's scan speed on an in-memory device, per strategy
+//! and layout).
+
+use crate::image::recover_or_format;
+use crate::{CliError, ConfigSource, report};
+use clap::Args;
+use csd_device::NvmeDevice;
+use csd_ftl::FtlConfig;
+use csd_host::{Catalog, Client, QueryReport, ScanOptions, Strategy, TableInfo, run_query};
+use csd_query::{QueryResult, plan};
+use csd_sim::DeviceConfig;
+use csd_table::datagen::{TpchGenerator, TpchTable};
+use csd_table::page::Layout;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+/// TPC-H Q6 with the validation parameters (smart-ssd §4.4, scan paper §5.1).
+pub(crate) const Q6: &str = "SELECT SUM(l_extendedprice * l_discount) AS revenue FROM lineitem \
+     WHERE l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' \
+     AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24";
+
+/// TPC-H Q1 with the validation parameters.
+pub(crate) const Q1: &str = "SELECT l_returnflag, l_linestatus, SUM(l_quantity) AS sum_qty, \
+     SUM(l_extendedprice) AS sum_base_price, \
+     SUM(l_extendedprice * (1 - l_discount)) AS sum_disc_price, \
+     SUM(l_extendedprice * (1 - l_discount) * (1 + l_tax)) AS sum_charge, \
+     AVG(l_quantity) AS avg_qty, AVG(l_extendedprice) AS avg_price, \
+     AVG(l_discount) AS avg_disc, COUNT(*) AS count_order FROM lineitem \
+     WHERE l_shipdate <= DATE '1998-09-02' GROUP BY l_returnflag, l_linestatus \
+     ORDER BY l_returnflag, l_linestatus";
+
+/// Options shared by the commands that run queries.
+#[derive(Args, Clone)]
+pub(crate) struct RunOpts {
+    /// Where the query runs: ihp, cpu-isp, hw-isp, or all (the three, side by side).
+    #[arg(long, default_value = "all")]
+    strategy: String,
+    /// IHP: read commands the host keeps in flight.
+    #[arg(long, default_value_t = 32)]
+    queue_depth: usize,
+    /// ISP: smallest (first) GET poll interval, µs.
+    #[arg(long, default_value_t = 50.0)]
+    poll_min_us: f64,
+    /// ISP: largest GET poll interval, µs (the smart-ssd paper polled every 10 ms).
+    #[arg(long, default_value_t = 10_000.0)]
+    poll_max_us: f64,
+}
+
+impl RunOpts {
+    fn strategies(&self) -> Result<Vec<Strategy>, CliError> {
+        if self.strategy == "all" {
+            return Ok(Strategy::ALL.to_vec());
+        }
+        self.strategy
+            .split(',')
+            .map(|s| Strategy::parse(s.trim()).map_err(CliError::from))
+            .collect()
+    }
+
+    fn options(&self, s: Strategy) -> ScanOptions {
+        ScanOptions {
+            strategy: s,
+            queue_depth: self.queue_depth.max(1),
+            poll_min_us: self.poll_min_us,
+            poll_max_us: self.poll_max_us,
+        }
+    }
+
+    fn flags(&self) -> String {
+        format!(
+            "--strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}",
+            self.strategy, self.queue_depth, self.poll_min_us, self.poll_max_us
+        )
+    }
+}
+
+/// `csd query --image PATH "SELECT ..."`.
+#[derive(Args)]
+pub(crate) struct QueryArgs {
+    /// Device image holding the tables (see `csd load`).
+    #[arg(long)]
+    image: PathBuf,
+    /// The query: single-table SELECT with WHERE, projection, aggregates, GROUP BY,
+    /// ORDER BY. `q1` and `q6` stand for TPC-H Q1 and Q6 on `lineitem`.
+    sql: String,
+    #[command(flatten)]
+    run: RunOpts,
+    /// Result rows to print (all are computed).
+    #[arg(long, default_value_t = 20)]
+    rows: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn expand(sql: &str) -> &str {
+    match sql.trim().to_ascii_lowercase().as_str() {
+        "q1" => Q1,
+        "q6" => Q6,
+        _ => sql,
+    }
+}
+
+/// Run `sql` with each strategy; results must agree.
+pub(crate) fn run_strategies(
+    client: &mut Client,
+    cfg: &DeviceConfig,
+    sql: &str,
+    run: &RunOpts,
+) -> Result<(QueryResult, TableInfo, Vec<QueryReport>), CliError> {
+    let cat = Catalog::read(client)?;
+    let p = plan(sql, &cat).map_err(|e| CliError::Usage(e.to_string()))?;
+    let info = cat
+        .tables
+        .iter()
+        .find(|t| t.name.eq_ignore_ascii_case(&p.table))
+        .cloned()
+        .ok_or_else(|| CliError::Usage(format!("table `{}` is not on the device", p.table)))?;
+    let mut reports = Vec::new();
+    let mut first: Option<QueryResult> = None;
+    for s in run.strategies()? {
+        let (r, rep) = run_query(client, &info, &p, cfg, &run.options(s))?;
+        match &first {
+            None => first = Some(r),
+            Some(f) if *f != r => {
+                return Err(CliError::Nvme(format!(
+                    "strategy {} returned a different result than {}: this is a bug",
+                    s.name(),
+                    reports
+                        .first()
+                        .map_or("the first", |x: &QueryReport| x.strategy.name())
+                )));
+            }
+            Some(_) => {}
+        }
+        reports.push(rep);
+    }
+    let result = first.ok_or_else(|| CliError::Usage("no strategy given".into()))?;
+    Ok((result, info, reports))
+}
+
+/// `csd query`.
+pub(crate) fn query_cmd(a: &QueryArgs) -> Result<(), CliError> {
+    let nand = csd_nand::Nand::open_image(&a.image, None)?;
+    let ftl = recover_or_format(nand, FtlConfig::default(), false, a.json)?;
+    let cfg = ftl.nand().config().clone();
+    let mut client = Client::new(NvmeDevice::new(ftl))?;
+    let sql = expand(&a.sql);
+    let out = run_strategies(&mut client, &cfg, sql, &a.run);
+    let mut b = client.into_device().into_block();
+    crate::image::clean_shutdown(&mut b)?;
+    let (result, info, reports) = out?;
+    let cmd = format!(
+        "csd query --image {} {} \"{}\"",
+        a.image.display(),
+        a.run.flags(),
+        a.sql
+    );
+    if a.json {
+        println!("{}", query_json(&result, &info, &reports, &cfg, &cmd));
+    } else {
+        print_result(&result, a.rows);
+        print_reports(&reports, &cfg);
+        println!("reproduce: {cmd}");
+    }
+    Ok(())
+}
+
+/// Print up to `max` rows of a result.
+pub(crate) fn print_result(r: &QueryResult, max: usize) {
+    let names: Vec<&str> = r.columns.iter().map(|c| c.name.as_str()).collect();
+    let mut t = report::table(&names);
+    for row in r.rows.iter().take(max) {
+        t.add_row(row.iter().map(|v| v.to_string()).collect::<Vec<_>>());
+    }
+    println!("{t}");
+    if r.rows.len() > max {
+        println!("({} rows, {} shown)", r.rows.len(), max);
+    } else {
+        println!("({} rows)", r.rows.len());
+    }
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / 1e6)
+}
+
+/// The comparison table of strategies and the breakdown per strategy.
+pub(crate) fn print_reports(reports: &[QueryReport], cfg: &DeviceConfig) {
+    let mut t = report::table(&[
+        "strategy",
+        "layout",
+        "modeled s",
+        "bottleneck",
+        "MB/s (modeled)",
+        "pages read",
+        "host link MB",
+        "channel MB",
+        "DRAM MB",
+        "energy J (dev / host / total)",
+        "wall s",
+        "rows/s (wall)",
+    ]);
+    for r in reports {
+        t.add_row(vec![
+            r.strategy.name().to_string(),
+            r.layout.clone(),
+            format!("{:.4}", r.modeled_s()),
+            r.bottleneck.to_string(),
+            format!("{:.0}", r.modeled_bytes_per_s() / 1e6),
+            r.flash_reads.to_string(),
+            mb(r.host_link_bytes),
+            mb(r.channel_bytes),
+            mb(r.dram_bytes),
+            format!(
+                "{:.3} / {:.3} / {:.3}",
+                r.energy.device_j(),
+                r.energy.host_total_j(),
+                r.energy.total_j()
+            ),
+            format!("{:.3}", r.wall_s),
+            format!("{:.3e}", r.wall_rows_per_s()),
+        ]);
+    }
+    println!("{t}");
+    let mut b = report::table(&[
+        "strategy",
+        "flash array",
+        "flash→DRAM",
+        "DRAM",
+        "embedded CPU",
+        "DRAM→host",
+        "host CPU",
+    ]);
+    for r in reports {
+        let mut row = vec![r.strategy.name().to_string()];
+        for s in &r.stages {
+            row.push(format!(
+                "{:.4} s ({:.0}%)",
+                s.busy_ns as f64 / 1e9,
+                s.utilization * 100.0
+            ));
+        }
+        b.add_row(row);
+    }
+    println!("modeled busy time per stage (per member; % of the run):");
+    println!("{b}");
+    if reports.len() > 1 {
+        let slowest = reports.iter().map(|r| r.modeled_ns).max().unwrap_or(1) as f64;
+        let line: Vec<String> = reports
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {:.2}x",
+                    r.strategy.name(),
+                    slowest / r.modeled_ns.max(1) as f64
+                )
+            })
+            .collect();
+        println!("speed-up over the slowest: {}", line.join(", "));
+    }
+    println!(
+        "device: {} ({}), host link {} MB/s, {} x {} MHz embedded cores, host {} x {} MHz",
+        cfg.name,
+        report::geometry_line(cfg),
+        cfg.host_link.bandwidth_mb_s,
+        cfg.cpu.cores,
+        cfg.cpu.clock_mhz,
+        cfg.host.cores,
+        cfg.host.clock_mhz
+    );
+}
+
+/// One report as JSON (snake_case keys with units).
+pub(crate) fn report_json(r: &QueryReport) -> Value {
+    let stages: serde_json::Map<String, Value> = r
+        .stages
+        .iter()
+        .map(|s| {
+            (
+                s.name.to_string(),
+                json!({"busy_s": s.busy_ns as f64 / 1e9, "utilization": s.utilization, "members": s.members}),
+            )
+        })
+        .collect();
+    let energy: serde_json::Map<String, Value> = r
+        .energy
+        .components()
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    json!({
+        "strategy": r.strategy.name(),
+        "table": r.table,
+        "layout": r.layout,
+        "pages": r.pages,
+        "table_bytes": r.table_bytes,
+        "rows": r.rows,
+        "rows_selected": r.work.rows_selected,
+        "result_rows": r.result_rows,
+        "modeled_time_s": r.modeled_s(),
+        "modeled_bytes_per_s": r.modeled_bytes_per_s(),
+        "bottleneck": r.bottleneck,
+        "stages": stages,
+        "flash_reads": r.flash_reads,
+        "channel_bytes": r.channel_bytes,
+        "dram_bytes": r.dram_bytes,
+        "host_link_bytes": r.host_link_bytes,
+        "device_cpu_cycles": r.device_cpu_cycles,
+        "host_cpu_cycles": r.host_cpu_cycles,
+        "commands": r.commands,
+        "energy_j": r.energy.total_j(),
+        "device_energy_j": r.energy.device_j(),
+        "host_energy_j": r.energy.host_total_j(),
+        "energy_components_j": energy,
+        "wall_s": r.wall_s,
+        "wall_rows_per_s": r.wall_rows_per_s(),
+        "wall_table_bytes_per_s": r.wall_bytes_per_s(),
+    })
+}
+
+fn query_json(
+    result: &QueryResult,
+    info: &TableInfo,
+    reports: &[QueryReport],
+    cfg: &DeviceConfig,
+    cmd: &str,
+) -> Value {
+    let rows: Vec<Vec<String>> = result
+        .rows
+        .iter()
+        .map(|r| r.iter().map(|v| v.to_string()).collect())
+        .collect();
+    json!({
+        "columns": result.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+        "rows": rows,
+        "table": info.name,
+        "device": cfg.name,
+        "runs": reports.iter().map(report_json).collect::<Vec<_>>(),
+        "command": cmd,
+    })
+}
+
+/// `csd bench query`: load TPC-H lineitem into an in-memory device and time a query per
+/// strategy and layout.
+#[derive(Args)]
+pub(crate) struct BenchQueryArgs {
+    /// TPC-H scale factor of lineitem.
+    #[arg(long, default_value_t = 1.0)]
+    sf: f64,
+    /// Layouts, comma-separated.
+    #[arg(long, default_value = "nsm,pax")]
+    layouts: String,
+    /// The query (`q1`, `q6` or SQL over `lineitem`).
+    #[arg(long, default_value = "q6")]
+    query: String,
+    #[command(flatten)]
+    run: RunOpts,
+    #[command(flatten)]
+    src: ConfigSource,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `csd bench query`.
+pub(crate) fn bench_query_cmd(a: &BenchQueryArgs) -> Result<(), CliError> {
+    let cfg = a.src.load()?;
+    let sql = expand(&a.query);
+    let mut all = Vec::new();
+    for layout in a
+        .layouts
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        let layout = match layout {
+            "nsm" => Layout::Nsm,
+            "pax" => Layout::Pax,
+            o => {
+                return Err(CliError::Usage(format!(
+                    "unknown layout `{o}`: use nsm or pax"
+                )));
+            }
+        };
+        let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
+        let ftl = csd_ftl::Ftl::format(nand, FtlConfig::default())?;
+        let mut client = Client::new(NvmeDevice::new(ftl))?;
+        let g = TpchGenerator::new(TpchTable::LineItem, a.sf)
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        let total = TpchTable::LineItem.row_count(a.sf, 1, 1);
+        let load = crate::tables::load_one(&mut client, "lineitem", g, layout, total, a.json)?;
+        if !a.json {
+            eprintln!(
+                "loaded lineitem {layout}: {} rows, {} in {:.1} s wall",
+                load.table.rows,
+                report::bytes(load.table.bytes()),
+                load.wall_s
+            );
+        }
+        let (_, _, reports) = run_strategies(&mut client, &cfg, sql, &a.run)?;
+        all.extend(reports);
+    }
+    let cmd = format!(
+        "csd bench query --sf {} --layouts {} --query {} {} {}",
+        a.sf,
+        a.layouts,
+        a.query,
+        a.run.flags(),
+        a.src.describe()
+    );
+    if a.json {
+        println!(
+            "{}",
+            json!({"device": cfg.name, "sf": a.sf, "runs": all.iter().map(report_json).collect::<Vec<_>>(), "command": cmd})
+        );
+        return Ok(());
+    }
+    let mut t = report::table(&[
+        "strategy",
+        "layout",
+        "wall s",
+        "table MB/s (wall)",
+        "rows/s (wall)",
+        "modeled s",
+        "bottleneck",
+    ]);
+    for r in &all {
+        t.add_row(vec![
+            r.strategy.name().to_string(),
+            r.layout.clone(),
+            format!("{:.3}", r.wall_s),
+            format!("{:.0}", r.wall_bytes_per_s() / 1e6),
+            format!("{:.3e}", r.wall_rows_per_s()),
+            format!("{:.4}", r.modeled_s()),
+            r.bottleneck.to_string(),
+        ]);
+    }
+    println!("{t}");
+    println!("device: {} ({})", cfg.name, report::geometry_line(&cfg));
+    println!("reproduce: {cmd}");
+    Ok(())
+}
