@@ -8,6 +8,7 @@
 mod image;
 mod query;
 mod report;
+mod repro;
 mod serve;
 mod tables;
 mod units;
@@ -105,6 +106,10 @@ enum Cmd {
     ///
     /// Example: csd query --image dev.img --strategy all q6
     Query(query::QueryArgs),
+    /// Reproduce a paper's experiments: markdown report, PNG + SVG plots, side-by-side
+    /// table against the published figures.
+    #[command(subcommand)]
+    Repro(repro::ReproCmd),
 }
 
 #[derive(Args)]
@@ -365,6 +370,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Load(c) => tables::load_cmd(&c),
         Cmd::Tables(a) => tables::tables_cmd(&a),
         Cmd::Query(a) => query::query_cmd(&a),
+        Cmd::Repro(c) => repro::repro_cmd(&c),
         Cmd::Bench(BenchCmd::Query(a)) => query::bench_query_cmd(&a),
     }
 }
@@ -1010,8 +1016,9 @@ fn demo(a: &DemoArgs) -> Result<(), CliError> {
         ),
     );
     demo_ftl(&cfg, a.seed)?;
+    query::demo_query(&cfg)?;
     println!(
-        "\nNext: `csd config list`, `csd device create --preset isp-ch8 --image dev.img`, `csd io --image dev.img --rw randwrite --bs 4k`, `csd device smart --image dev.img`, `csd torture --cuts 1000`."
+        "\nNext: `csd load tpch --sf 0.1 --image dev.img`, `csd query --image dev.img q6`, `csd repro smart-ssd`, `csd config list`, `csd device create --preset isp-ch8 --image dev.img`, `csd io --image dev.img --rw randwrite --bs 4k`, `csd device smart --image dev.img`, `csd torture --cuts 1000`."
     );
     Ok(())
 }

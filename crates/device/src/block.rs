@@ -171,6 +171,13 @@ impl BlockDevice {
         }
     }
 
+    /// Send a `header`-byte response built in DRAM followed by `payload` bytes already
+    /// staged in DRAM (in-storage results), for a command submitted at `at`.
+    pub(crate) fn respond_with(&mut self, at: SimTime, header: u64, payload: u64) -> SimTime {
+        let staged = self.ctrl.dram(at, header);
+        self.ctrl.host_link(staged, header + payload, true)
+    }
+
     /// Send a `bytes`-long response built in controller DRAM (an admin data structure)
     /// to the host, for a command submitted at `at`; returns the completion.
     pub(crate) fn respond(&mut self, at: SimTime, bytes: u64) -> SimTime {

@@ -9,8 +9,10 @@
 //!   device cannot grant them (all `isp.max_sessions` in use, DRAM pinned by others, an
 //!   aggregation whose group table cannot fit the arena). The smallest free id is used,
 //!   so a closed id is recycled.
-//! * [`Command::IspGet`](crate::Command::IspGet) returns the session's status and at
-//!   most one ready result chunk; `more` says whether another chunk is ready now.
+//! * [`Command::IspGet`](crate::Command::IspGet) returns the session's status and the
+//!   result chunks ready by then, merged, up to `isp.get_max_kib` of transfer; `more`
+//!   says whether another chunk is ready now. Chunk data was staged in DRAM when the
+//!   program wrote it, so the GET moves it over the link only.
 //! * [`Command::IspClose`](crate::Command::IspClose) terminates the program if it runs,
 //!   frees its buffers and arena, and returns its final counters. Any command naming an
 //!   id that is not open gets [`Status::InvalidSession`](crate::Status::InvalidSession).
@@ -22,8 +24,10 @@
 //! parallel: consecutive table pages lie on different channels), then:
 //! * `Cpu` (embedded-CPU ISP, scan §4.3): the page is staged in DRAM and an embedded core
 //!   runs the shared [`Evaluator`] on it. The core is charged, at the bus clock
-//!   (`cpu.clock_mhz / isp.cycle_clock_divisor`), `t_comp` cycles per record examined,
-//!   `t_result` per record that passed the filter (scan Table 2), and
+//!   (`cpu.clock_mhz / isp.cycle_clock_divisor`), `isp.page_cycles` per page, `t_comp`
+//!   cycles per record examined (per predicate evaluated when there are several),
+//!   `t_result` per result record written (scan Table 2), `isp.agg_cycles_per_update`
+//!   per aggregate update, and
 //!   `isp.dram_access_cycles` per DRAM access of the cache-less core: NSM pays one access
 //!   per value read plus one per record for its slot, PAX one per `isp.ldm_bytes` of a
 //!   minipage (the LDM instruction of smart-ssd §4.2.1). That is what makes PAX faster.
@@ -123,7 +127,7 @@ pub struct IspReply {
     pub session: u32,
     /// Its state at the command's submission instant.
     pub state: SessionState,
-    /// Pages processed so far.
+    /// Pages processed by the command's submission instant.
     pub pages_done: u64,
     /// Pages in the table.
     pub pages_total: u64,
@@ -211,6 +215,13 @@ impl Session {
         } else {
             self.inflight.peek().map(|r| r.0.max(self.cursor))
         }
+    }
+
+    /// Pages whose processing ended by `at` (the model may have run pages whose
+    /// completion lies in `at`'s future; only the last `pinned` can).
+    fn pages_done_by(&self, at: SimTime) -> u64 {
+        let pending = self.inflight.iter().filter(|r| r.0 > at).count() as u64;
+        self.pages_done.saturating_sub(pending)
     }
 
     /// The state as seen at instant `at` (the last page may be processed in the
@@ -388,29 +399,40 @@ impl Runtime {
             })
     }
 
-    /// GET: status and at most one chunk ready by `at`.
+    /// GET: status and every chunk ready by `at`, merged, up to `get_max_bytes` of link
+    /// transfer (at least one chunk).
     pub(crate) fn get(&mut self, id: u32, at: SimTime) -> Result<IspReply, IspRefusal> {
+        let max = self.cfg.get_max_kib as u64 * 1024;
         let s = self.session(id)?;
-        let chunk = match s.ready.front() {
-            Some(c) if c.ready_at <= at => s.ready.pop_front(),
-            _ => None,
-        };
-        let (result, link, rows) = match chunk {
-            Some(c) => {
-                // A stalled session (arena full of unfetched chunks) goes on from now.
-                if s.ready_bytes >= s.arena_bytes {
-                    s.cursor = s.cursor.max(at);
-                }
-                s.ready_bytes -= c.arena_bytes;
-                (Some(c.result), c.link_bytes, c.rows_selected)
+        let stalled = s.ready_bytes >= s.arena_bytes;
+        let (mut result, mut link, mut rows) = (None::<PartialResult>, 0u64, 0u64);
+        while let Some(c) = s.ready.front() {
+            if c.ready_at > at || (result.is_some() && link + c.link_bytes > max) {
+                break;
             }
-            None => (None, 0, 0),
-        };
+            let Some(c) = s.ready.pop_front() else { break };
+            s.ready_bytes -= c.arena_bytes;
+            link += c.link_bytes;
+            rows += c.rows_selected;
+            match result.as_mut() {
+                None => result = Some(c.result),
+                Some(r) => {
+                    if let Err(e) = r.merge(c.result) {
+                        s.failed = Some(format!("merging result chunks: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        // A stalled session (arena full of unfetched chunks) goes on from now.
+        if stalled && s.ready_bytes < s.arena_bytes {
+            s.cursor = s.cursor.max(at);
+        }
         let more = s.ready.front().is_some_and(|c| c.ready_at <= at);
         Ok(IspReply {
             session: id,
             state: s.state(at),
-            pages_done: s.pages_done,
+            pages_done: s.pages_done_by(at),
             pages_total: s.table.pages,
             chunk: result,
             chunk_link_bytes: link,
@@ -426,7 +448,7 @@ impl Runtime {
         let reply = IspReply {
             session: id,
             state: s.state(at),
-            pages_done: s.pages_done,
+            pages_done: s.pages_done_by(at),
             pages_total: s.table.pages,
             chunk: None,
             chunk_link_bytes: 0,
@@ -522,8 +544,11 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
                 Layout::Nsm => c.values_touched + c.records_examined,
                 Layout::Pax => c.bytes_touched.div_ceil(cfg.ldm_bytes.max(1) as u64),
             };
-            let bus_cycles = cfg.comp_cycles_per_record * c.records_examined as f64
-                + cfg.result_cycles_per_record * c.rows_selected as f64
+            let bus_cycles = cfg.page_cycles
+                + cfg.comp_cycles_per_record
+                    * c.records_examined.max(c.predicates_evaluated) as f64
+                + cfg.result_cycles_per_record * c.results_written as f64
+                + cfg.agg_cycles_per_update * c.agg_updates as f64
                 + cfg.dram_access_cycles * accesses as f64;
             let cycles = (bus_cycles * cfg.cycle_clock_divisor).round() as u64;
             // The core's loads and its result writes also occupy the DRAM bus.

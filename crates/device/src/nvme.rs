@@ -800,8 +800,9 @@ impl NvmeDevice {
             Command::IspGet { session } => {
                 let t = self.dev.receive(at, 0);
                 let reply = self.isp.get(session, t).map_err(|r| (r.into(), at))?;
-                let bytes = IspReply::HEADER_BYTES + reply.chunk_link_bytes;
-                let done = self.dev.respond(t, bytes);
+                let done = self
+                    .dev
+                    .respond_with(t, IspReply::HEADER_BYTES, reply.chunk_link_bytes);
                 Ok((Payload::Isp(Box::new(reply)), done))
             }
             Command::IspClose { session } => {

@@ -4,7 +4,8 @@
 //! * [`Strategy::Ihp`] (in-host processing): the host reads every table page over the
 //!   link, keeping `queue_depth` reads in flight, and its CPU evaluates them; charged
 //!   `isp.host_cycles_per_record` per record examined (Table 2: 0.0142 µs = 32 cycles at
-//!   2.26 GHz) and `isp.host_cycles_per_result` per record that passed, at the host clock.
+//!   2.26 GHz), `isp.host_cycles_per_result` per record that passed and
+//!   `isp.host_cycles_per_page` per page, at the host clock, on `host.cores` cores.
 //! * [`Strategy::CpuIsp`] / [`Strategy::HwIsp`]: the host OPENs a device session
 //!   (smart-ssd §3.1), polls GET with an adaptive interval until the session is done,
 //!   merging result chunks as they come, then CLOSEs it. Under `HwIsp` the matching
@@ -20,9 +21,11 @@
 //! own reservations. Modeled time is from the first command after the opening telemetry
 //! read to the end of the host's last work; wall-clock time is measured separately.
 //!
-//! Polling (smart-ssd §3.1 used a fixed 10 ms): the interval starts at
-//! `poll_min_us`, doubles after an empty GET up to `poll_max_us` and halves after one
-//! that brought data; a GET that says `more` is followed at once.
+//! Polling (smart-ssd §3.1 used a fixed 10 ms and asked for an adaptive interval): a GET
+//! that brought data or says `more` is followed after `poll_min_us`; otherwise the host
+//! estimates the time left from the progress GET reports (pages done of pages total
+//! since OPEN) and sleeps half of it, within `poll_min_us..=poll_max_us`; before any
+//! progress the interval doubles from `poll_min_us`.
 
 use crate::catalog::TableInfo;
 use crate::client::{CommandIssuer, HostError};
@@ -253,7 +256,9 @@ pub fn run_query<C: CommandIssuer>(
     let wall0 = Instant::now();
     let before = telemetry(c)?;
     let t0 = c.now();
-    let mut host = HostCpu::new(cfg, 1);
+    // The host scans with all its cores (a DBMS's parallel scan); the scan paper's
+    // host has one.
+    let mut host = HostCpu::new(cfg, cfg.host.cores);
     let (partial, work, commands, end) = match opts.strategy {
         Strategy::Ihp => ihp(c, table, plan, cfg, opts, &mut host, t0)?,
         Strategy::CpuIsp => isp(c, table, plan, cfg, opts, &mut host, t0, IspMode::Cpu)?,
@@ -392,15 +397,17 @@ fn ihp<C: CommandIssuer>(
         let Payload::Data(data) = comp.payload else {
             return Err(HostError::Invalid("Read returned no data".into()));
         };
-        let mut t = arrived;
+        // The pages of one read are evaluated in parallel on the host's cores (each page
+        // goes to the core that frees up first).
         for p in data.chunks_exact(page_bytes) {
             let view = PageView::parse(p, &table.schema)?;
             let w = eval
                 .eval_page(&view, &mut out)
                 .map_err(|e| HostError::Invalid(format!("evaluating page {page}: {e}")))?;
-            t = host.run(t, host_cycles(cfg, w.records_examined, w.rows_selected));
+            let cycles = host_cycles(cfg, w.records_examined, w.rows_selected)
+                + cfg.isp.host_cycles_per_page.round() as u64;
+            end = end.max(host.run(arrived, cycles));
         }
-        end = end.max(t);
         page += n;
     }
     Ok((out, eval.totals(), commands, end))
@@ -432,6 +439,7 @@ fn isp<C: CommandIssuer>(
         Payload::IspSession(id) => id,
         _ => return Err(HostError::Invalid("IspOpen returned no session".into())),
     };
+    let opened = c.now();
     let mut commands = 1u64;
     let mut out = PartialResult::new(plan);
     let mut interval = opts.poll_min_us.max(1.0);
@@ -463,10 +471,18 @@ fn isp<C: CommandIssuer>(
             if reply.more {
                 continue;
             }
+            let (lo, hi) = (
+                opts.poll_min_us.max(1.0),
+                opts.poll_max_us.max(opts.poll_min_us.max(1.0)),
+            );
             interval = if got {
-                (interval / 2.0).max(opts.poll_min_us.max(1.0))
+                lo
+            } else if reply.pages_done > 0 {
+                let elapsed_us = c.now().since(opened) as f64 / 1e3;
+                let left = reply.pages_total.saturating_sub(reply.pages_done) as f64;
+                (elapsed_us * left / reply.pages_done as f64 / 2.0).clamp(lo, hi)
             } else {
-                (interval * 2.0).min(opts.poll_max_us.max(opts.poll_min_us))
+                (interval * 2.0).min(hi)
             };
             let next = c.now().after((interval * 1e3) as u64);
             c.wait_until(next);

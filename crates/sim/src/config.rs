@@ -323,11 +323,19 @@ impl Default for HostConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IspConfig {
-    /// Cycles to examine one record (`t_comp`, scan paper Table 2: 24).
+    /// Cycles to examine one record against one predicate (`t_comp`, scan paper
+    /// Table 2: 24); a record that meets several predicates pays once per predicate
+    /// evaluated.
     pub comp_cycles_per_record: f64,
-    /// Cycles to write one matching record or fold it into an aggregate (`t_result`,
-    /// scan paper Table 2: 403).
+    /// Cycles to write one matching record to the result buffer (`t_result`, scan paper
+    /// Table 2: 403).
     pub result_cycles_per_record: f64,
+    /// Cycles to fold one value into an aggregate (an accumulator update in registers or
+    /// SRAM, far cheaper than writing a result record).
+    pub agg_cycles_per_update: f64,
+    /// Cycles the runtime spends per page besides its records (event dispatch, pin and
+    /// unpin, page header; smart-ssd §3.2).
+    pub page_cycles: f64,
     /// CPU clock / this = the clock the cycles above are counted at (Table 1: 200/100).
     pub cycle_clock_divisor: f64,
     /// Cycles the cache-less embedded core stalls per DRAM access (smart-ssd §4.2.1:
@@ -341,6 +349,9 @@ pub struct IspConfig {
     pub host_cycles_per_record: f64,
     /// Host cycles per record that passed the filter (projection / aggregation).
     pub host_cycles_per_result: f64,
+    /// Host cycles per table page the host scans (buffer management, page latching and
+    /// row iteration of a real DBMS; 0 in the scan paper's model).
+    pub host_cycles_per_page: f64,
     /// Sessions that can be open at once.
     pub max_sessions: u32,
     /// Fixed memory arena of one session in KiB (smart-ssd §3.2: no malloc).
@@ -349,8 +360,10 @@ pub struct IspConfig {
     pub max_pinned_pages: u32,
     /// DRAM the runtime may pin for all sessions together, in MiB.
     pub runtime_dram_mib: u32,
-    /// Result chunk size returned by one GET, in KiB.
+    /// Result chunk size: a projection's rows are cut into chunks of this size, in KiB.
     pub result_chunk_kib: u32,
+    /// Most result bytes one GET transfers (ready chunks are merged up to it), in KiB.
+    pub get_max_kib: u32,
 }
 
 impl Default for IspConfig {
@@ -358,16 +371,20 @@ impl Default for IspConfig {
         IspConfig {
             comp_cycles_per_record: 24.0,
             result_cycles_per_record: 403.0,
+            agg_cycles_per_update: 40.0,
+            page_cycles: 0.0,
             cycle_clock_divisor: 2.0,
             dram_access_cycles: 20.0,
             ldm_bytes: 32,
             host_cycles_per_record: 32.1,
             host_cycles_per_result: 0.0,
+            host_cycles_per_page: 0.0,
             max_sessions: 8,
             session_arena_kib: 1024,
             max_pinned_pages: 256,
             runtime_dram_mib: 64,
             result_chunk_kib: 64,
+            get_max_kib: 2048,
         }
     }
 }
@@ -380,9 +397,12 @@ impl IspConfig {
                 "isp.result_cycles_per_record",
                 self.result_cycles_per_record,
             ),
+            ("isp.agg_cycles_per_update", self.agg_cycles_per_update),
+            ("isp.page_cycles", self.page_cycles),
             ("isp.dram_access_cycles", self.dram_access_cycles),
             ("isp.host_cycles_per_record", self.host_cycles_per_record),
             ("isp.host_cycles_per_result", self.host_cycles_per_result),
+            ("isp.host_cycles_per_page", self.host_cycles_per_page),
         ] {
             if !v.is_finite() || v < 0.0 {
                 p.push(format!("{k} must be finite and non-negative (got {v})"));
@@ -401,6 +421,7 @@ impl IspConfig {
             ("isp.max_pinned_pages", self.max_pinned_pages),
             ("isp.runtime_dram_mib", self.runtime_dram_mib),
             ("isp.result_chunk_kib", self.result_chunk_kib),
+            ("isp.get_max_kib", self.get_max_kib),
         ] {
             if v == 0 {
                 p.push(format!("{k} must be at least 1"));

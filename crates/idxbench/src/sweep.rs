@@ -1,0 +1,445 @@
+//! Parameter sweeps and the Figure-6-style report of the FD+tree paper (§5, Figures 6
+//! and 8): one run per lookup ratio `W_l` (G_R) or per warehouse count (G_T) and per
+//! scheme, then plots of throughput and of average / worst / standard deviation of
+//! `R_p` and `R_q` against the swept parameter, one solid series per scheme, with the
+//! paper's absolute numbers (see [`crate::paper`]) as dashed series, and a markdown
+//! report with side-by-side tables, the paper-vs-measured comparison, the configuration,
+//! the seed and the command that reproduces it.
+//!
+//! Choices made: every run gets a fresh index from `make_index` and the same seed, so
+//! schemes see identical request streams; a paper value with no lookup ratio is drawn as
+//! a dashed horizontal line across the sweep; latency plots use a log y axis when all
+//! values are positive (worst cases span seconds to microseconds) and a linear one
+//! otherwise.
+
+use crate::harness::{BenchConfig, BenchError, Progress, run_with_progress};
+use crate::paper::{Metric, PaperRef, PaperValue, Stat};
+use crate::result::{BenchResult, Latency, fmt_ms, latency_chart};
+use crate::workload::{OpKind, WorkloadSpec};
+use crate::{BenchIndex, IndexError};
+use csd_plot::{LineChart, PlotFiles, Series};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Runs `cfg` (a G_R configuration) once per lookup ratio in `lookup_ratios`, each time
+/// on a fresh index from `make_index(w_l)`. Insertions and deletions share `1 - W_l`
+/// equally, as in Figure 6.
+pub fn sweep(
+    lookup_ratios: &[f64],
+    make_index: impl Fn(f64) -> Result<Arc<dyn BenchIndex>, IndexError>,
+    cfg: &BenchConfig,
+    progress: &(dyn Fn(f64, Progress) + Sync),
+) -> Result<Vec<BenchResult>, BenchError> {
+    let mut out = Vec::with_capacity(lookup_ratios.len());
+    for &w in lookup_ratios {
+        if !(0.0..=1.0).contains(&w) {
+            return Err(BenchError::Config(format!(
+                "lookup ratio {w} is outside [0, 1]"
+            )));
+        }
+        let c = cfg.with_lookup_ratio(w)?;
+        let index = make_index(w).map_err(|e| {
+            BenchError::Config(format!("cannot create the index for W_l = {w}: {e}"))
+        })?;
+        out.push(run_with_progress(&*index, &c, &|p| progress(w, p))?);
+    }
+    Ok(out)
+}
+
+/// Runs each configuration on a fresh index from `make_index(cfg)` (e.g. a G_T
+/// warehouse sweep for Figure 8).
+pub fn sweep_configs(
+    cfgs: &[BenchConfig],
+    make_index: impl Fn(&BenchConfig) -> Result<Arc<dyn BenchIndex>, IndexError>,
+    progress: &(dyn Fn(usize, Progress) + Sync),
+) -> Result<Vec<BenchResult>, BenchError> {
+    let mut out = Vec::with_capacity(cfgs.len());
+    for (i, c) in cfgs.iter().enumerate() {
+        let index = make_index(c)
+            .map_err(|e| BenchError::Config(format!("cannot create the index for run {i}: {e}")))?;
+        out.push(run_with_progress(&*index, c, &|p| progress(i, p))?);
+    }
+    Ok(out)
+}
+
+/// Files written by [`write_report`].
+#[derive(Debug, Clone)]
+pub struct ReportFiles {
+    /// The markdown report.
+    pub markdown: PathBuf,
+    /// All results as a JSON array.
+    pub json: PathBuf,
+    /// The plots.
+    pub plots: Vec<PlotFiles>,
+}
+
+/// The swept parameter of a result: `W_l` for G_R, warehouses for G_T.
+fn x_of(r: &BenchResult) -> f64 {
+    match &r.config.workload {
+        WorkloadSpec::Gt(g) if r.generator == "G_T" => f64::from(g.warehouses),
+        _ => r.w_lookup,
+    }
+}
+
+/// Schemes in order of first appearance.
+fn schemes(results: &[BenchResult]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for r in results {
+        if !v.contains(&r.scheme) {
+            v.push(r.scheme.clone());
+        }
+    }
+    v
+}
+
+/// The plotted metrics with their file stems and the paper panel they correspond to.
+fn plotted_metrics() -> Vec<(Metric, &'static str)> {
+    use Latency::{Rp, Rq};
+    use OpKind::{Insert, Lookup};
+    vec![
+        (Metric::Throughput, "a"),
+        (Metric::lat(Insert, Rp, Stat::Avg), "b"),
+        (Metric::lat(Lookup, Rp, Stat::Avg), "c"),
+        (Metric::lat(Insert, Rp, Stat::Max), "d"),
+        (Metric::lat(Lookup, Rp, Stat::Max), "e"),
+        (Metric::lat(Insert, Rp, Stat::Std), "g"),
+        (Metric::lat(Insert, Rq, Stat::Avg), "h-l"),
+        (Metric::lat(Lookup, Rq, Stat::Avg), "h-l"),
+        (Metric::lat(Insert, Rq, Stat::Max), "h-l"),
+        (Metric::lat(Lookup, Rq, Stat::Max), "h-l"),
+        (Metric::lat(Insert, Rq, Stat::Std), "h-l"),
+        (Metric::lat(Lookup, Rq, Stat::Std), "h-l"),
+    ]
+}
+
+/// Writes the plots, `results.json` and `report.md` into `dir`. `paper` are the
+/// reference statements to compare with (e.g. [`crate::paper::figure6`]); `reproduce`
+/// is the command line printed at the end.
+pub fn write_report(
+    results: &[BenchResult],
+    paper: &[PaperRef],
+    dir: &Path,
+    reproduce: &str,
+) -> Result<ReportFiles, BenchError> {
+    if results.is_empty() {
+        return Err(BenchError::Config("no results to report".into()));
+    }
+    std::fs::create_dir_all(dir).map_err(|source| BenchError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let gen_name = results[0].generator.clone();
+    let fig = if gen_name == "G_T" { "8" } else { "6" };
+    let x_label = if gen_name == "G_T" {
+        "warehouses"
+    } else {
+        "lookup ratio W_l"
+    };
+    let schemes = schemes(results);
+    let xs: Vec<f64> = {
+        let mut v: Vec<f64> = results.iter().map(x_of).collect();
+        v.sort_by(f64::total_cmp);
+        v.dedup();
+        v
+    };
+    let (x_lo, x_hi) = (xs[0], xs[xs.len() - 1]);
+    let mut plots = Vec::new();
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# FD+tree paper §5 benchmark ({gen_name}, Figure {fig} style)\n"
+    );
+    let _ = writeln!(
+        md,
+        "Schemes: {}. Every number below was measured by the csd-idxbench harness \
+         (per-request timestamps; R_p = dequeue→done, R_q = enqueue→done, R_o = whole run). \
+         Dashed lines in the plots are the paper's numbers as stated in its text.\n",
+        schemes.join(", ")
+    );
+    for (metric, panel) in plotted_metrics() {
+        let mut chart = LineChart::new(
+            format!(
+                "{} vs {x_label} (cf. paper Fig. {fig}({panel}))",
+                metric.label()
+            ),
+            x_label,
+            metric.label(),
+        );
+        for (si, s) in schemes.iter().enumerate() {
+            let mut pts: Vec<(f64, f64)> = results
+                .iter()
+                .filter(|r| &r.scheme == s)
+                .filter_map(|r| metric.value(r).map(|v| (x_of(r), v)))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if !pts.is_empty() {
+                chart
+                    .series
+                    .push(Series::solid(s.clone(), pts).with_color(si));
+            }
+        }
+        if chart.series.is_empty() {
+            continue;
+        }
+        for p in paper
+            .iter()
+            .filter(|p| p.generator == gen_name && p.metric == Some(metric))
+        {
+            if let PaperValue::Absolute { low, high } = p.value {
+                let (a, b) = p
+                    .w_lookup
+                    .filter(|_| gen_name == "G_R")
+                    .unwrap_or((x_lo, x_hi));
+                let (a, b) = (a.max(x_lo), b.min(x_hi));
+                if a > b {
+                    continue; // the statement is about a range this sweep does not cover
+                }
+                let color = schemes
+                    .iter()
+                    .position(|s| s == p.scheme)
+                    .unwrap_or(schemes.len() + 1);
+                let label = if low == high {
+                    format!(
+                        "paper {} ({}): {}",
+                        p.scheme,
+                        p.figure,
+                        fmt_value(low, &metric)
+                    )
+                } else {
+                    format!(
+                        "paper {} ({}): {}-{}",
+                        p.scheme,
+                        p.figure,
+                        fmt_value(low, &metric),
+                        fmt_value(high, &metric)
+                    )
+                };
+                let mid = (low + high) / 2.0;
+                if mid > 0.0 || !matches!(metric, Metric::Latency { .. }) {
+                    chart
+                        .series
+                        .push(Series::dashed(label, vec![(a, mid), (b, mid)]).with_color(color));
+                }
+            }
+        }
+        let latency = matches!(metric, Metric::Latency { .. });
+        chart.log_y = latency
+            && chart
+                .series
+                .iter()
+                .all(|s| s.points.iter().all(|p| p.1 > 0.0));
+        let stem = format!("fig{fig}_{}", metric.key());
+        plots.push(chart.write(dir, &stem)?);
+    }
+    // Percentile distributions (cf. Figure 6(f)) at the write-bearing run with the
+    // largest swept value (G_R: largest W_l below 1).
+    let pick = xs
+        .iter()
+        .rev()
+        .copied()
+        .find(|&x| gen_name == "G_T" || x < 1.0)
+        .unwrap_or(x_hi);
+    let at: Vec<BenchResult> = results
+        .iter()
+        .filter(|r| x_of(r) == pick)
+        .cloned()
+        .collect();
+    for (op, which) in [
+        (OpKind::Lookup, Latency::Rp),
+        (OpKind::Lookup, Latency::Rq),
+        (OpKind::Insert, Latency::Rp),
+        (OpKind::Insert, Latency::Rq),
+    ] {
+        let mut c = latency_chart(&at, op, which);
+        if c.series.is_empty() {
+            continue;
+        }
+        c.title = format!("{} ({x_label} = {pick})", c.title);
+        let stem = format!("fig{fig}_{}_{}_percentiles", op.name(), which.key());
+        plots.push(c.write(dir, &stem)?);
+    }
+
+    // Side-by-side tables: one per metric, rows = swept value, columns = schemes.
+    let _ = writeln!(md, "## Results\n");
+    for (metric, panel) in plotted_metrics() {
+        let _ = writeln!(md, "### {} (cf. Fig. {fig}({panel}))\n", metric.label());
+        let _ = writeln!(md, "| {x_label} | {} |", schemes.join(" | "));
+        let _ = writeln!(md, "|---|{}", "---|".repeat(schemes.len()));
+        for &x in &xs {
+            let cells: Vec<String> = schemes
+                .iter()
+                .map(|s| {
+                    results
+                        .iter()
+                        .find(|r| &r.scheme == s && x_of(r) == x)
+                        .and_then(|r| metric.value(r))
+                        .map(|v| fmt_value(v, &metric))
+                        .unwrap_or_else(|| "–".into())
+                })
+                .collect();
+            let _ = writeln!(md, "| {x} | {} |", cells.join(" | "));
+        }
+        let _ = writeln!(md);
+    }
+
+    // Paper vs measured.
+    let _ = writeln!(md, "## Paper vs measured\n");
+    let _ = writeln!(
+        md,
+        "The paper ran on an Intel X25-E SSD with 10 M-key indexes; absolute values are context, \
+         ratios between schemes are the comparable part. \"–\" means the runs here do not cover it.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| figure | scheme | metric | where | paper | measured here | paper says |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    for p in paper.iter().filter(|p| p.generator == gen_name) {
+        let metric_s = p.metric.map(|m| m.label()).unwrap_or_else(|| "–".into());
+        let mut wher = match p.w_lookup {
+            Some((a, b)) if a == b => format!("W_l = {a}"),
+            Some((a, b)) => format!("W_l in [{a}, {b}]"),
+            None => "all".into(),
+        };
+        if !p.condition.is_empty() {
+            let _ = write!(wher, "; {}", p.condition);
+        }
+        let applies = |r: &BenchResult| match p.w_lookup {
+            Some((a, b)) if gen_name == "G_R" => r.w_lookup >= a - 1e-9 && r.w_lookup <= b + 1e-9,
+            _ => true,
+        };
+        let (paper_s, measured) = match (p.value, p.metric) {
+            (PaperValue::Absolute { low, high }, Some(m)) => {
+                let ps = if low == high {
+                    fmt_value(low, &m)
+                } else {
+                    format!("{}–{}", fmt_value(low, &m), fmt_value(high, &m))
+                };
+                let vals: Vec<String> = results
+                    .iter()
+                    .filter(|r| r.scheme == p.scheme && applies(r))
+                    .filter_map(|r| {
+                        m.value(r)
+                            .map(|v| format!("{}: {}", x_of(r), fmt_value(v, &m)))
+                    })
+                    .collect();
+                (ps, vals)
+            }
+            (
+                PaperValue::Ratio {
+                    baseline,
+                    low,
+                    high,
+                },
+                Some(m),
+            ) => {
+                let ps = if low == high {
+                    format!("{low:.2}× {baseline}")
+                } else {
+                    format!("{low:.2}–{high:.2}× {baseline}")
+                };
+                let vals: Vec<String> = results
+                    .iter()
+                    .filter(|r| r.scheme == p.scheme && applies(r))
+                    .filter_map(|r| {
+                        let base = results
+                            .iter()
+                            .find(|b| b.scheme == baseline && x_of(b) == x_of(r))?;
+                        let (v, bv) = (m.value(r)?, m.value(base)?);
+                        (bv > 0.0).then(|| format!("{}: {:.2}×", x_of(r), v / bv))
+                    })
+                    .collect();
+                (ps, vals)
+            }
+            _ => ("(qualitative)".into(), Vec::new()),
+        };
+        let measured = if measured.is_empty() {
+            "–".to_string()
+        } else {
+            measured.join("; ")
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            p.figure,
+            p.scheme,
+            metric_s,
+            wher,
+            paper_s,
+            measured,
+            p.quote.replace('|', "/")
+        );
+    }
+    let _ = writeln!(md);
+
+    // Run details.
+    let _ = writeln!(md, "## Runs\n");
+    let _ = writeln!(
+        md,
+        "| scheme | {x_label} | requests | l/i/d % | Q_r/Q_w | preload s | R_o s | throughput/s | order waits | not exactly once |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+    for r in results {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.1}/{:.1}/{:.1} | {}/{} | {:.2} | {:.3} | {:.0} | {} | {} |",
+            r.scheme,
+            x_of(r),
+            r.requests,
+            r.fractions[0] * 100.0,
+            r.fractions[1] * 100.0,
+            r.fractions[2] * 100.0,
+            r.q_r_slots,
+            r.q_w_slots,
+            r.preload_s,
+            r.total_s,
+            r.throughput_rps,
+            r.ordering_waits,
+            r.not_executed_once
+        );
+    }
+    let _ = writeln!(md);
+    let _ = writeln!(md, "## Plots\n");
+    for p in &plots {
+        let name = p
+            .png
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let _ = writeln!(md, "![{name}]({name})");
+    }
+    let _ = writeln!(md);
+    let cfg_json = serde_json::to_string(&results[0].config).unwrap_or_default();
+    let _ = writeln!(md, "## Reproduce\n");
+    let _ = writeln!(
+        md,
+        "config (first run; the swept parameter varies): `{cfg_json}`\n"
+    );
+    let _ = writeln!(md, "seed: {}\n", results[0].seed);
+    let _ = writeln!(md, "reproduce: `{reproduce}`");
+
+    let markdown = dir.join("report.md");
+    std::fs::write(&markdown, md).map_err(|source| BenchError::Io {
+        path: markdown.clone(),
+        source,
+    })?;
+    let json = dir.join("results.json");
+    let text = serde_json::to_string_pretty(results).unwrap_or_default();
+    std::fs::write(&json, text).map_err(|source| BenchError::Io {
+        path: json.clone(),
+        source,
+    })?;
+    Ok(ReportFiles {
+        markdown,
+        json,
+        plots,
+    })
+}
+
+fn fmt_value(v: f64, m: &Metric) -> String {
+    match m {
+        Metric::Throughput => format!("{v:.0}/s"),
+        Metric::Latency { .. } => format!("{} ms", fmt_ms(v)),
+    }
+}
