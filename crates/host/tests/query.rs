@@ -134,43 +134,86 @@ fn q6_reference(sf: f64) -> (i128, u64) {
     (sum, hits)
 }
 
-#[test]
-fn tpch_q6_and_q1_identical_across_strategies_and_layouts() {
-    let sf = 0.01;
-    let mut c = client(config(&[]));
+/// Q1's count, SUM(l_quantity) and SUM(l_extendedprice) per group, from tpchgen's rows
+/// (units of 0.01), in group order.
+fn q1_reference(sf: f64) -> Vec<(String, String, i128, i128, i128)> {
+    let cutoff = parse_date("1998-09-02").expect("date");
+    let mut g: std::collections::BTreeMap<(String, String), (i128, i128, i128)> =
+        std::collections::BTreeMap::new();
+    for l in tpchgen::generators::LineItemGenerator::new(sf, 1, 1).iter() {
+        if l.l_shipdate.to_unix_epoch() <= cutoff {
+            let e = g
+                .entry((l.l_returnflag.to_string(), l.l_linestatus.to_string()))
+                .or_default();
+            e.0 += 1;
+            e.1 += i128::from(l.l_quantity) * 100;
+            e.2 += i128::from(l.l_extendedprice.0);
+        }
+    }
+    g.into_iter()
+        .map(|((a, b), (c, q, p))| (a, b, c, q, p))
+        .collect()
+}
+
+fn q6_sql(t: &str) -> String {
+    format!(
+        "SELECT SUM(l_extendedprice * l_discount) AS revenue, COUNT(*) FROM {t} \
+         WHERE l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' \
+         AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24"
+    )
+}
+
+fn q1_sql(t: &str) -> String {
+    format!(
+        "SELECT l_returnflag, l_linestatus, COUNT(*), SUM(l_quantity), SUM(l_extendedprice), \
+         SUM(l_extendedprice * (1 - l_discount)), AVG(l_discount) FROM {t} \
+         WHERE l_shipdate <= DATE '1998-09-02' GROUP BY l_returnflag, l_linestatus \
+         ORDER BY l_returnflag, l_linestatus"
+    )
+}
+
+fn units(v: &Value, scale: u32) -> i128 {
+    let (u, s) = v.as_units().expect("number");
+    u * 10i128.pow(scale - s as u32)
+}
+
+/// Q6 and Q1 through a device at `sf`, every strategy and both layouts: identical, and
+/// equal to references computed from tpchgen's rows.
+fn tpch_on_device(sf: f64) {
+    let preset = "nvme-tlc";
+    let text = DeviceConfig::preset_toml(preset).expect("preset");
+    let cfg = DeviceConfig::from_toml_with_overrides(text, &[]).expect("config");
+    let (rev, hits) = q6_reference(sf);
+    let q1_want = q1_reference(sf);
+    let mut q1_results = Vec::new();
     for (name, layout) in [("lineitem", Layout::Pax), ("lineitem_nsm", Layout::Nsm)] {
+        // One device per layout keeps the in-memory image small.
+        let mut c = client(cfg.clone());
         let g = TpchGenerator::new(TpchTable::LineItem, sf).expect("gen");
         Catalog::load(&mut c, name, g, layout, &mut |_| {}).expect("load");
-    }
-    let (rev, hits) = q6_reference(sf);
-    let q6 = |t: &str| {
-        format!(
-            "SELECT SUM(l_extendedprice * l_discount) AS revenue, COUNT(*) FROM {t} \
-             WHERE l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' \
-             AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24"
-        )
-    };
-    let q1 = |t: &str| {
-        format!(
-            "SELECT l_returnflag, l_linestatus, SUM(l_quantity), SUM(l_extendedprice), \
-             SUM(l_extendedprice * (1 - l_discount)), AVG(l_discount), COUNT(*) FROM {t} \
-             WHERE l_shipdate <= DATE '1998-09-02' GROUP BY l_returnflag, l_linestatus \
-             ORDER BY l_returnflag, l_linestatus"
-        )
-    };
-    let mut q1_results = Vec::new();
-    for t in ["lineitem", "lineitem_nsm"] {
-        for (s, r) in run_all(&mut c, t, &q6(t)) {
-            let (units, scale) = r.rows[0][0].as_units().expect("decimal");
-            assert_eq!(
-                units * 10i128.pow(4 - scale as u32),
-                rev,
-                "{t} {s:?} revenue"
-            );
-            assert_eq!(r.rows[0][1], Value::Int(hits as i128), "{t} {s:?} count");
+        for (s, r) in run_all(&mut c, name, &q6_sql(name)) {
+            assert_eq!(units(&r.rows[0][0], 4), rev, "{name} {s:?} revenue");
+            assert_eq!(r.rows[0][1], Value::Int(hits as i128), "{name} {s:?} count");
         }
-        for (_, r) in run_all(&mut c, t, &q1(t)) {
-            assert_eq!(r.rows.len(), 4, "Q1 has four groups");
+        for (s, r) in run_all(&mut c, name, &q1_sql(name)) {
+            let got: Vec<_> = r
+                .rows
+                .iter()
+                .map(|row| {
+                    let ch = |v: &Value| match v {
+                        Value::Char(b) => String::from_utf8_lossy(b).into_owned(),
+                        o => o.to_string(),
+                    };
+                    (
+                        ch(&row[0]),
+                        ch(&row[1]),
+                        units(&row[2], 0),
+                        units(&row[3], 2),
+                        units(&row[4], 2),
+                    )
+                })
+                .collect();
+            assert_eq!(got, q1_want, "{name} {s:?} Q1");
             q1_results.push(r.rows);
         }
     }
@@ -178,6 +221,21 @@ fn tpch_q6_and_q1_identical_across_strategies_and_layouts() {
         q1_results.windows(2).all(|w| w[0] == w[1]),
         "Q1 identical everywhere"
     );
+}
+
+#[test]
+fn tpch_q6_and_q1_at_sf_0_1_identical_across_strategies_and_layouts() {
+    tpch_on_device(0.1);
+}
+
+/// SF 1 (6,001,215 rows per layout, ~0.9 GB per in-memory device): also checked against
+/// the official answers below. Takes about a minute in the debug profile.
+#[test]
+fn tpch_q6_and_q1_at_sf_1_match_the_official_answers_through_the_device() {
+    tpch_on_device(1.0);
+    // The official SF 1 answer of Q6 (tpchgen's q_and_a): 123141078.23.
+    let (rev, _) = q6_reference(1.0);
+    assert_eq!((rev + 50) / 100, 12_314_107_823);
 }
 
 #[test]
@@ -438,4 +496,38 @@ fn bad_sql_is_a_clear_error() {
             "{sql}: {e}"
         );
     }
+}
+
+#[test]
+fn sessions_from_concurrent_host_threads_share_the_device() {
+    use csd_host::SharedDevice;
+    use csd_sim::ClockMode;
+    let cfg = config(&[]);
+    let mut c = client(cfg.clone());
+    load_synthetic(&mut c, "nsm", Layout::Nsm);
+    load_synthetic(&mut c, "pax", Layout::Pax);
+    let cat = Catalog::read(&mut c).expect("catalog");
+    let shared = SharedDevice::new(c.into_device(), ClockMode::Virtual).expect("share");
+    let rows = synthetic_rows();
+    std::thread::scope(|s| {
+        for (i, table) in ["nsm", "pax", "nsm", "pax"].into_iter().enumerate() {
+            let (shared, cat, cfg, rows) = (shared.clone(), &cat, &cfg, &rows);
+            s.spawn(move || {
+                let mut h = shared.handle().expect("handle");
+                let v = 1_000 * (i as i32 + 1);
+                let p = plan(
+                    &format!("SELECT COUNT(*), SUM(c2) FROM {table} WHERE c1 < {v}"),
+                    cat,
+                )
+                .expect("plan");
+                let info = cat.get(table).expect("table");
+                let strategy = Strategy::ALL[i % 3];
+                let (r, _) =
+                    run_query(&mut h, info, &p, cfg, &ScanOptions::new(strategy)).expect("query");
+                let want: i128 = rows.iter().filter(|r| r[0] < v).map(|r| r[1] as i128).sum();
+                assert_eq!(r.rows[0][0], Value::Int(v as i128), "{table} {strategy:?}");
+                assert_eq!(r.rows[0][1], Value::Int(want), "{table} {strategy:?}");
+            });
+        }
+    });
 }
