@@ -5,6 +5,7 @@
 //! workloads with modeled and wall-clock figures), `serve` (the device as an NBD server
 //! for real clients). Every command has `--help`.
 
+mod fdbench;
 mod image;
 mod query;
 mod report;
@@ -298,6 +299,11 @@ enum BenchCmd {
     ///
     /// Example: csd bench query --sf 1 --query q6
     Query(query::BenchQueryArgs),
+    /// The FD+tree paper's harness (§5) on an emulated SSD in paced mode: one scheme,
+    /// one workload; throughput and R_p / R_q per request type, and a latency plot.
+    ///
+    /// Example: csd bench fdtree --scheme fc --lookup-ratio 0.8 --preload 100000 --requests 100000
+    Fdtree(fdbench::BenchFdtreeArgs),
 }
 
 #[derive(Args)]
@@ -372,6 +378,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Query(a) => query::query_cmd(&a),
         Cmd::Repro(c) => repro::repro_cmd(&c),
         Cmd::Bench(BenchCmd::Query(a)) => query::bench_query_cmd(&a),
+        Cmd::Bench(BenchCmd::Fdtree(a)) => fdbench::bench_fdtree_cmd(&a),
     }
 }
 
@@ -629,12 +636,8 @@ fn bench_recovery(a: &RecoveryArgs) -> Result<(), CliError> {
     let show = !a.json;
     let total = lbas + (lbas as f64 * a.overwrite) as u64;
     let bar = show.then(|| {
-        let pb = indicatif::ProgressBar::new(total);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} filling to steady state [{bar:40}] {pos}/{len} LBAs ({per_sec}, eta {eta})")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
+        let pb = report::progress_bar(Some(total), "LBAs");
+        pb.set_message("filling to steady state");
         pb
     });
     let mut data = vec![0u8; ss * 64];
@@ -742,14 +745,8 @@ fn torture_cmd(a: &TortureArgs) -> Result<(), CliError> {
         cfg.device.geometry.blocks_per_plane = 48;
     }
     let bar = (!a.json).then(|| {
-        let pb = indicatif::ProgressBar::new(a.cuts);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} power cuts [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
+        let pb = report::progress_bar(Some(a.cuts), "cuts");
+        pb.set_message("power cuts");
         pb
     });
     let wall0 = std::time::Instant::now();
@@ -858,17 +855,7 @@ fn run_with_progress(
     show: bool,
 ) -> Result<IoReport, CliError> {
     let bar = if show {
-        let pb = match spec.ops {
-            Some(n) => indicatif::ProgressBar::new(n),
-            None => indicatif::ProgressBar::new_spinner(),
-        };
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {msg} [{bar:40}] {pos}/{len} ops ({per_sec}, eta {eta})",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
+        let pb = report::progress_bar(spec.ops, "ops");
         pb.set_message(format!("{} bs={} qd={}", spec.rw, spec.bs, spec.iodepth));
         Some(pb)
     } else {

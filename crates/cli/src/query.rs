@@ -54,7 +54,14 @@ impl RunOpts {
         }
         self.strategy
             .split(',')
-            .map(|s| Strategy::parse(s.trim()).map_err(CliError::from))
+            .map(|s| {
+                Strategy::parse(s.trim()).ok_or_else(|| {
+                    CliError::Usage(format!(
+                        "unknown strategy `{}`: use ihp, cpu-isp, hw-isp or all",
+                        s.trim()
+                    ))
+                })
+            })
             .collect()
     }
 

@@ -503,3 +503,20 @@ pub fn print_smart(path: &Path, l: &csd_device::SmartLog, json_out: bool) {
     }
     println!("{t}");
 }
+
+/// A progress bar of `len` items (a spinner when unknown) counting `unit`, with the
+/// house style: `{spinner} {msg} [bar] pos/len unit (rate, eta)`.
+pub fn progress_bar(len: Option<u64>, unit: &str) -> indicatif::ProgressBar {
+    let pb = len.map_or_else(
+        indicatif::ProgressBar::new_spinner,
+        indicatif::ProgressBar::new,
+    );
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {{msg}} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{per_sec}}, eta {{eta}})"
+        ))
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    pb
+}

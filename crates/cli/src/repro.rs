@@ -41,6 +41,11 @@ pub(crate) enum ReproCmd {
     ///
     /// Example: csd repro smart-ssd --out repro/smart-ssd
     SmartSsd(SmartSsdArgs),
+    /// FD+tree paper: the W_l sweep of Figure 6 and the G_T runs of Figure 8 for the
+    /// concurrency schemes, on the x25e-sata preset in paced mode.
+    ///
+    /// Example: csd repro fd-tree --out repro/fd-tree
+    FdTree(crate::fdbench::ReproFdArgs),
 }
 
 /// Options of `csd repro scan-paper`.
@@ -81,6 +86,7 @@ pub(crate) fn repro_cmd(c: &ReproCmd) -> Result<(), CliError> {
     match c {
         ReproCmd::ScanPaper(a) => scan_paper(a),
         ReproCmd::SmartSsd(a) => smart_ssd(a),
+        ReproCmd::FdTree(a) => crate::fdbench::repro_fd_cmd(a),
     }
 }
 
@@ -138,12 +144,7 @@ impl Bed {
 }
 
 fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::new(total);
-    pb.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} runs ({eta})")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
+    let pb = report::progress_bar(Some(total), "runs");
     pb.set_message(what.to_string());
     pb
 }
@@ -262,6 +263,26 @@ fn write_report(dir: &Path, name: &str, text: &str) -> Result<PathBuf, CliError>
     Ok(path)
 }
 
+/// Refuse a run whose in-memory devices would not fit in the memory available now.
+fn check_memory(need_bytes: f64, flag: &str, value: f64) -> Result<(), CliError> {
+    let avail_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find(|l| l.starts_with("MemAvailable:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+    });
+    match avail_kib {
+        Some(kib) if need_bytes > kib * 1024.0 => Err(CliError::Usage(format!(
+            "{flag} {value} needs about {:.1} GB of memory for its in-memory devices; {:.1} GB \
+             are available: use {flag} {:.4} or less",
+            need_bytes / 1e9,
+            kib * 1024.0 / 1e9,
+            value * kib * 1024.0 / need_bytes
+        ))),
+        _ => Ok(()),
+    }
+}
+
 // ------------------------------------------------------------------------ scan paper
 
 /// The model's time for the table a run scanned.
@@ -300,6 +321,7 @@ fn scan_paper(a: &ScanPaperArgs) -> Result<(), CliError> {
         )));
     }
     let rows = ((6_001_215.0 * a.scale) as u64).max(10_000);
+    check_memory(rows as f64 * 140.0, "--scale", a.scale)?;
     let sigmas = [0.001, 0.013, 0.05, 0.1, 0.25, 0.5, 1.0];
     let links = [
         ("SATA 2 (3 Gb/s)", 375.0),
@@ -678,6 +700,8 @@ fn smart_ssd(a: &SmartSsdArgs) -> Result<(), CliError> {
         cfg = preset("smart-ssd-sas", &a.src.set)?;
     }
     let bytes = PAPER_TABLE_BYTES * a.scale;
+    // Each experiment holds an NSM and a PAX copy in an in-memory device.
+    check_memory(2.2 * bytes, "--scale", a.scale)?;
     let sigmas = [0.001, 0.01, 0.1, 0.25, 0.5, 1.0];
     let pb = progress((3 * 3 + 2 * sigmas.len() * 3 + 3) as u64, "smart ssd");
     let wall0 = std::time::Instant::now();

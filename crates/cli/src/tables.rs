@@ -101,17 +101,7 @@ fn layout_of(s: &str) -> Layout {
 
 fn bar(total: Option<u64>, what: &str, show: bool) -> Option<indicatif::ProgressBar> {
     show.then(|| {
-        let pb = total.map_or_else(
-            indicatif::ProgressBar::new_spinner,
-            indicatif::ProgressBar::new,
-        );
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {msg} [{bar:40}] {pos}/{len} rows ({per_sec}, eta {eta})",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
+        let pb = report::progress_bar(total, "rows");
         pb.set_message(format!("loading {what}"));
         pb
     })

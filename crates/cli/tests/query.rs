@@ -94,7 +94,7 @@ fn load_then_query_three_ways_as_json() {
         "SELECT c1 FROM s16",
     ]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("ihp, cpu-isp or hw-isp"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ihp, cpu-isp, hw-isp"));
     let out = csd(&[
         "query",
         "--image",

@@ -43,6 +43,17 @@ pub struct ClientTotals {
     pub flash_erases: u64,
 }
 
+impl ClientTotals {
+    /// Count one completed command.
+    pub fn add(&mut self, a: &csd_device::Accounting) {
+        self.commands += 1;
+        self.host_link_bytes += a.host_link_bytes;
+        self.flash_reads += a.flash_reads;
+        self.flash_programs += a.flash_programs;
+        self.flash_erases += a.flash_erases;
+    }
+}
+
 /// A host client of one device.
 pub struct Client {
     dev: NvmeDevice,
@@ -187,11 +198,7 @@ impl CommandIssuer for Client {
         let name = cmd.name();
         let c = complete(&mut self.dev, self.qid, cmd, at)?;
         self.now = self.now.max(c.acct.completed);
-        self.totals.commands += 1;
-        self.totals.host_link_bytes += c.acct.host_link_bytes;
-        self.totals.flash_reads += c.acct.flash_reads;
-        self.totals.flash_programs += c.acct.flash_programs;
-        self.totals.flash_erases += c.acct.flash_erases;
+        self.totals.add(&c.acct);
         if !c.status.is_success() {
             return Err(HostError::Device {
                 command: name,

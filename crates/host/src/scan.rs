@@ -35,42 +35,9 @@ use csd_sim::{DeviceConfig, EnergyCounters, EnergyReport, Resource, ResourceClas
 use csd_table::PageView;
 use std::time::Instant;
 
-/// Where a query's filter and aggregation run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Strategy {
-    /// In-host processing: pages cross the link, the host CPU evaluates.
-    Ihp,
-    /// Embedded-CPU in-storage processing.
-    CpuIsp,
-    /// Per-channel hardware filter in the flash controller.
-    HwIsp,
-}
-
-impl Strategy {
-    /// All strategies, in report order.
-    pub const ALL: [Strategy; 3] = [Strategy::Ihp, Strategy::CpuIsp, Strategy::HwIsp];
-
-    /// The CLI name (`ihp`, `cpu-isp`, `hw-isp`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::Ihp => "ihp",
-            Strategy::CpuIsp => "cpu-isp",
-            Strategy::HwIsp => "hw-isp",
-        }
-    }
-
-    /// Parse a CLI name.
-    pub fn parse(s: &str) -> Result<Strategy, HostError> {
-        Strategy::ALL
-            .into_iter()
-            .find(|x| x.name() == s)
-            .ok_or_else(|| {
-                HostError::Invalid(format!(
-                    "unknown strategy `{s}`: use ihp, cpu-isp or hw-isp"
-                ))
-            })
-    }
-}
+/// Where a query's filter and aggregation run: the scan paper's three strategies (the
+/// same enum its analytic model uses, so a run and its model are named alike).
+pub use csd_model::scan::Strategy;
 
 /// Knobs of a query run.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -259,10 +226,17 @@ pub fn run_query<C: CommandIssuer>(
     // The host scans with all its cores (a DBMS's parallel scan); the scan paper's
     // host has one.
     let mut host = HostCpu::new(cfg, cfg.host.cores);
+    let run = Run {
+        table,
+        plan,
+        cfg,
+        opts,
+        t0,
+    };
     let (partial, work, commands, end) = match opts.strategy {
-        Strategy::Ihp => ihp(c, table, plan, cfg, opts, &mut host, t0)?,
-        Strategy::CpuIsp => isp(c, table, plan, cfg, opts, &mut host, t0, IspMode::Cpu)?,
-        Strategy::HwIsp => isp(c, table, plan, cfg, opts, &mut host, t0, IspMode::Hw)?,
+        Strategy::Ihp => run.ihp(c, &mut host)?,
+        Strategy::CpuIsp => run.isp(c, &mut host, IspMode::Cpu)?,
+        Strategy::HwIsp => run.isp(c, &mut host, IspMode::Hw)?,
     };
     let end = end.max(c.now());
     c.wait_until(end);
@@ -356,142 +330,156 @@ fn host_cycles(cfg: &DeviceConfig, records: u64, results: u64) -> u64 {
         .round() as u64
 }
 
-/// In-host processing: reads with `queue_depth` in flight, host CPU evaluation.
-fn ihp<C: CommandIssuer>(
-    c: &mut C,
-    table: &TableInfo,
-    plan: &Plan,
-    cfg: &DeviceConfig,
-    opts: &ScanOptions,
-    host: &mut HostCpu,
+/// One query run's inputs.
+struct Run<'a> {
+    table: &'a TableInfo,
+    plan: &'a Plan,
+    cfg: &'a DeviceConfig,
+    opts: &'a ScanOptions,
+    /// Host instant the run starts.
     t0: SimTime,
-) -> Result<Outcome, HostError> {
-    let id = c.identify().clone();
-    let lpp = table.lbas_per_page(id.lba_size).max(1);
-    let per_cmd = (id.mdts_blocks as u64 / lpp).max(1);
-    let page_bytes = table.page_bytes as usize;
-    let mut eval = Evaluator::new(plan);
-    let mut out = PartialResult::new(plan);
-    let depth = opts.queue_depth.max(1);
-    let mut done: std::collections::VecDeque<SimTime> = std::collections::VecDeque::new();
-    let mut end = t0;
-    let mut commands = 0u64;
-    let mut page = 0u64;
-    while page < table.pages {
-        let n = per_cmd.min(table.pages - page);
-        let at = if done.len() >= depth {
-            done.pop_front().unwrap_or(t0)
-        } else {
-            t0
-        };
-        let comp = c.exec_at(
-            Command::Read {
-                lba: table.first_lba + page * lpp,
-                blocks: (n * lpp) as u32,
-            },
-            at,
-        )?;
-        commands += 1;
-        let arrived = comp.acct.completed;
-        done.push_back(arrived);
-        let Payload::Data(data) = comp.payload else {
-            return Err(HostError::Invalid("Read returned no data".into()));
-        };
-        // The pages of one read are evaluated in parallel on the host's cores (each page
-        // goes to the core that frees up first).
-        for p in data.chunks_exact(page_bytes) {
-            let view = PageView::parse(p, &table.schema)?;
-            let w = eval
-                .eval_page(&view, &mut out)
-                .map_err(|e| HostError::Invalid(format!("evaluating page {page}: {e}")))?;
-            let cycles = host_cycles(cfg, w.records_examined, w.rows_selected)
-                + cfg.isp.host_cycles_per_page.round() as u64;
-            end = end.max(host.run(arrived, cycles));
-        }
-        page += n;
-    }
-    Ok((out, eval.totals(), commands, end))
 }
 
-/// In-storage processing: OPEN, adaptive GET polling, CLOSE.
-#[allow(clippy::too_many_arguments)]
-fn isp<C: CommandIssuer>(
-    c: &mut C,
-    table: &TableInfo,
-    plan: &Plan,
-    cfg: &DeviceConfig,
-    opts: &ScanOptions,
-    host: &mut HostCpu,
-    t0: SimTime,
-    mode: IspMode,
-) -> Result<Outcome, HostError> {
-    let lpp = table.lbas_per_page(c.identify().lba_size);
-    let open = IspOpen {
-        plan: plan.clone(),
-        mode,
-        table: TableExtent {
-            first_lba: table.first_lba,
-            pages: table.pages,
-            lbas_per_page: lpp as u32,
-        },
-    };
-    let session = match c.exec_at(Command::IspOpen(Box::new(open)), t0)?.payload {
-        Payload::IspSession(id) => id,
-        _ => return Err(HostError::Invalid("IspOpen returned no session".into())),
-    };
-    let opened = c.now();
-    let mut commands = 1u64;
-    let mut out = PartialResult::new(plan);
-    let mut interval = opts.poll_min_us.max(1.0);
-    let mut end = c.now();
-    let result = (|| -> Result<WorkCounters, HostError> {
-        loop {
-            let comp = c.exec(Command::IspGet { session })?;
-            commands += 1;
-            let Payload::Isp(mut reply) = comp.payload else {
-                return Err(HostError::Invalid("IspGet returned no reply".into()));
-            };
-            let got = reply.chunk.is_some();
-            if let Some(chunk) = reply.chunk.take() {
-                out.merge(chunk)
-                    .map_err(|e| HostError::Invalid(format!("merging a result chunk: {e}")))?;
-                if mode == IspMode::Hw {
-                    let cy = host_cycles(cfg, reply.chunk_rows_selected, reply.chunk_rows_selected);
-                    end = end.max(host.run(comp.acct.completed, cy));
-                }
-            }
-            end = end.max(c.now());
-            match reply.state {
-                SessionState::Failed(m) => {
-                    return Err(HostError::Invalid(format!("in-storage scan failed: {m}")));
-                }
-                SessionState::Done if !reply.more => return Ok(reply.work),
-                _ => {}
-            }
-            if reply.more {
-                continue;
-            }
-            let (lo, hi) = (
-                opts.poll_min_us.max(1.0),
-                opts.poll_max_us.max(opts.poll_min_us.max(1.0)),
-            );
-            interval = if got {
-                lo
-            } else if reply.pages_done > 0 {
-                let elapsed_us = c.now().since(opened) as f64 / 1e3;
-                let left = reply.pages_total.saturating_sub(reply.pages_done) as f64;
-                (elapsed_us * left / reply.pages_done as f64 / 2.0).clamp(lo, hi)
+impl Run<'_> {
+    /// In-host processing: reads with `queue_depth` in flight, host CPU evaluation.
+    fn ihp<C: CommandIssuer>(&self, c: &mut C, host: &mut HostCpu) -> Result<Outcome, HostError> {
+        let Run {
+            table,
+            plan,
+            cfg,
+            opts,
+            t0,
+        } = *self;
+        let id = c.identify().clone();
+        let lpp = table.lbas_per_page(id.lba_size).max(1);
+        let per_cmd = (id.mdts_blocks as u64 / lpp).max(1);
+        let page_bytes = table.page_bytes as usize;
+        let mut eval = Evaluator::new(plan);
+        let mut out = PartialResult::new(plan);
+        let depth = opts.queue_depth.max(1);
+        let mut done: std::collections::VecDeque<SimTime> = std::collections::VecDeque::new();
+        let mut end = t0;
+        let mut commands = 0u64;
+        let mut page = 0u64;
+        while page < table.pages {
+            let n = per_cmd.min(table.pages - page);
+            let at = if done.len() >= depth {
+                done.pop_front().unwrap_or(t0)
             } else {
-                (interval * 2.0).min(hi)
+                t0
             };
-            let next = c.now().after((interval * 1e3) as u64);
-            c.wait_until(next);
+            let comp = c.exec_at(
+                Command::Read {
+                    lba: table.first_lba + page * lpp,
+                    blocks: (n * lpp) as u32,
+                },
+                at,
+            )?;
+            commands += 1;
+            let arrived = comp.acct.completed;
+            done.push_back(arrived);
+            let Payload::Data(data) = comp.payload else {
+                return Err(HostError::Invalid("Read returned no data".into()));
+            };
+            // The pages of one read are evaluated in parallel on the host's cores (each page
+            // goes to the core that frees up first).
+            for p in data.chunks_exact(page_bytes) {
+                let view = PageView::parse(p, &table.schema)?;
+                let w = eval
+                    .eval_page(&view, &mut out)
+                    .map_err(|e| HostError::Invalid(format!("evaluating page {page}: {e}")))?;
+                let cycles = host_cycles(cfg, w.records_examined, w.rows_selected)
+                    + cfg.isp.host_cycles_per_page.round() as u64;
+                end = end.max(host.run(arrived, cycles));
+            }
+            page += n;
         }
-    })();
-    // CLOSE in every case, so a failed scan frees its session.
-    let closed = c.exec(Command::IspClose { session });
-    commands += 1;
-    let work = result?;
-    closed?;
-    Ok((out, work, commands, end))
+        Ok((out, eval.totals(), commands, end))
+    }
+
+    /// In-storage processing: OPEN, adaptive GET polling, CLOSE.
+    fn isp<C: CommandIssuer>(
+        &self,
+        c: &mut C,
+        host: &mut HostCpu,
+        mode: IspMode,
+    ) -> Result<Outcome, HostError> {
+        let Run {
+            table,
+            plan,
+            cfg,
+            opts,
+            t0,
+        } = *self;
+        let lpp = table.lbas_per_page(c.identify().lba_size);
+        let open = IspOpen {
+            plan: plan.clone(),
+            mode,
+            table: TableExtent {
+                first_lba: table.first_lba,
+                pages: table.pages,
+                lbas_per_page: lpp as u32,
+            },
+        };
+        let session = match c.exec_at(Command::IspOpen(Box::new(open)), t0)?.payload {
+            Payload::IspSession(id) => id,
+            _ => return Err(HostError::Invalid("IspOpen returned no session".into())),
+        };
+        let opened = c.now();
+        let mut commands = 1u64;
+        let mut out = PartialResult::new(plan);
+        let mut interval = opts.poll_min_us.max(1.0);
+        let mut end = c.now();
+        let result = (|| -> Result<WorkCounters, HostError> {
+            loop {
+                let comp = c.exec(Command::IspGet { session })?;
+                commands += 1;
+                let Payload::Isp(mut reply) = comp.payload else {
+                    return Err(HostError::Invalid("IspGet returned no reply".into()));
+                };
+                let got = reply.chunk.is_some();
+                if let Some(chunk) = reply.chunk.take() {
+                    out.merge(chunk)
+                        .map_err(|e| HostError::Invalid(format!("merging a result chunk: {e}")))?;
+                    if mode == IspMode::Hw {
+                        let cy =
+                            host_cycles(cfg, reply.chunk_rows_selected, reply.chunk_rows_selected);
+                        end = end.max(host.run(comp.acct.completed, cy));
+                    }
+                }
+                end = end.max(c.now());
+                match reply.state {
+                    SessionState::Failed(m) => {
+                        return Err(HostError::Invalid(format!("in-storage scan failed: {m}")));
+                    }
+                    SessionState::Done if !reply.more => return Ok(reply.work),
+                    _ => {}
+                }
+                if reply.more {
+                    continue;
+                }
+                let (lo, hi) = (
+                    opts.poll_min_us.max(1.0),
+                    opts.poll_max_us.max(opts.poll_min_us.max(1.0)),
+                );
+                interval = if got {
+                    lo
+                } else if reply.pages_done > 0 {
+                    let elapsed_us = c.now().since(opened) as f64 / 1e3;
+                    let left = reply.pages_total.saturating_sub(reply.pages_done) as f64;
+                    (elapsed_us * left / reply.pages_done as f64 / 2.0).clamp(lo, hi)
+                } else {
+                    (interval * 2.0).min(hi)
+                };
+                let next = c.now().after((interval * 1e3) as u64);
+                c.wait_until(next);
+            }
+        })();
+        // CLOSE in every case, so a failed scan frees its session.
+        let closed = c.exec(Command::IspClose { session });
+        commands += 1;
+        let work = result?;
+        closed?;
+        Ok((out, work, commands, end))
+    }
 }

@@ -13,7 +13,6 @@
 use crate::client::{CommandIssuer, HostError, complete};
 use csd_device::{Completion, IdentifyInfo, NvmeDevice, QueueId};
 use csd_sim::{ClockMode, Pacer, SimTime};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::client::ClientTotals;
@@ -22,11 +21,7 @@ struct Inner {
     dev: Mutex<NvmeDevice>,
     pacer: Pacer,
     identify: IdentifyInfo,
-    commands: AtomicU64,
-    host_link_bytes: AtomicU64,
-    flash_reads: AtomicU64,
-    flash_programs: AtomicU64,
-    flash_erases: AtomicU64,
+    totals: Mutex<ClientTotals>,
 }
 
 /// A device shared by host threads. Cheap to clone (an `Arc`).
@@ -56,11 +51,7 @@ impl SharedDevice {
                 dev: Mutex::new(dev),
                 pacer: Pacer::new(mode, origin),
                 identify,
-                commands: AtomicU64::new(0),
-                host_link_bytes: AtomicU64::new(0),
-                flash_reads: AtomicU64::new(0),
-                flash_programs: AtomicU64::new(0),
-                flash_erases: AtomicU64::new(0),
+                totals: Mutex::new(ClientTotals::default()),
             }),
         })
     }
@@ -94,14 +85,7 @@ impl SharedDevice {
 
     /// Totals of every command issued through any handle.
     pub fn totals(&self) -> ClientTotals {
-        let i = &self.inner;
-        ClientTotals {
-            commands: i.commands.load(Ordering::Relaxed),
-            host_link_bytes: i.host_link_bytes.load(Ordering::Relaxed),
-            flash_reads: i.flash_reads.load(Ordering::Relaxed),
-            flash_programs: i.flash_programs.load(Ordering::Relaxed),
-            flash_erases: i.flash_erases.load(Ordering::Relaxed),
-        }
+        *self.inner.totals.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Lock the device for inspection, fault injection or shutdown. Hold it briefly.
@@ -156,19 +140,11 @@ impl CommandIssuer for DeviceHandle {
             complete(&mut dev, self.qid, cmd, at)
         };
         let c = result?;
-        inner.commands.fetch_add(1, Ordering::Relaxed);
         inner
-            .host_link_bytes
-            .fetch_add(c.acct.host_link_bytes, Ordering::Relaxed);
-        inner
-            .flash_reads
-            .fetch_add(c.acct.flash_reads, Ordering::Relaxed);
-        inner
-            .flash_programs
-            .fetch_add(c.acct.flash_programs, Ordering::Relaxed);
-        inner
-            .flash_erases
-            .fetch_add(c.acct.flash_erases, Ordering::Relaxed);
+            .totals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(&c.acct);
         self.now = self.now.max(c.acct.completed);
         inner.pacer.wait_until(c.acct.completed);
         if !c.status.is_success() {

@@ -10,7 +10,7 @@
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::{Catalog, Client, ScanOptions, Strategy, run_query};
-use csd_model::scan::{ScanParams, Strategy as MStrategy};
+use csd_model::scan::ScanParams;
 use csd_nand::Nand;
 use csd_query::plan;
 use csd_sim::DeviceConfig;
@@ -51,11 +51,7 @@ fn simulation_agrees_with_the_scan_model_on_the_figure5_grid() {
             let cat = Catalog::read(&mut c).expect("catalog");
             let info = cat.get("t").expect("t").clone();
             let p = plan(&format!("SELECT c2 FROM t WHERE c1 < {v}"), &cat).expect("plan");
-            for (s, ms) in [
-                (Strategy::Ihp, MStrategy::Ihp),
-                (Strategy::CpuIsp, MStrategy::CpuIsp),
-                (Strategy::HwIsp, MStrategy::HwIsp),
-            ] {
+            for s in Strategy::ALL {
                 let mut opts = ScanOptions::new(s);
                 opts.poll_min_us = 5.0;
                 opts.poll_max_us = 50.0;
@@ -64,10 +60,10 @@ fn simulation_agrees_with_the_scan_model_on_the_figure5_grid() {
                 m.records = info.rows;
                 m.record_bytes = info.bytes() / info.rows;
                 m.selectivity = rep.work.rows_selected as f64 / info.rows as f64;
-                let model_s = match ms {
-                    MStrategy::Ihp => m.t_scan_ihp(),
-                    MStrategy::CpuIsp => m.t_scan_baseline_isp(),
-                    MStrategy::HwIsp => m.t_scan_hw_isp(),
+                let model_s = match s {
+                    Strategy::Ihp => m.t_scan_ihp(),
+                    Strategy::CpuIsp => m.t_scan_baseline_isp(),
+                    Strategy::HwIsp => m.t_scan_hw_isp(),
                 }
                 .expect("model");
                 let sim_s = rep.modeled_s();

@@ -225,7 +225,7 @@ impl fmt::Display for Composition {
 }
 
 /// The three ways to scan a table that §4 models.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// In-host processing: the whole table crosses the host link, the host CPU filters
@@ -252,6 +252,20 @@ impl Strategy {
         }
     }
 
+    /// The CLI name (`ihp`, `cpu-isp`, `hw-isp`), as `Display` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Ihp => "ihp",
+            Strategy::CpuIsp => "cpu-isp",
+            Strategy::HwIsp => "hw-isp",
+        }
+    }
+
+    /// Parse a CLI name (`ihp`, `cpu-isp`, `hw-isp`).
+    pub fn parse(s: &str) -> Option<Strategy> {
+        Strategy::ALL.into_iter().find(|x| x.name() == s)
+    }
+
     /// The equation that models it.
     pub fn equation(self) -> &'static str {
         match self {
@@ -264,11 +278,7 @@ impl Strategy {
 
 impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Strategy::Ihp => "ihp",
-            Strategy::CpuIsp => "cpu-isp",
-            Strategy::HwIsp => "hw-isp",
-        })
+        f.write_str(self.name())
     }
 }
 

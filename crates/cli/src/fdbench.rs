@@ -1,0 +1,443 @@
+//! `csd bench fdtree` and `csd repro fd-tree`: the FD+tree paper's §5 experiments on an
+//! emulated SSD in paced mode (merges take real time, so threads feel them), through the
+//! csd-idxbench harness.
+
+use crate::{CliError, ConfigSource};
+use clap::Args;
+use csd_device::NvmeDevice;
+use csd_fdtree::{BTree, BTreeConfig, FdConfig, FdTree, Scheme};
+use csd_ftl::{Ftl, FtlConfig};
+use csd_host::SharedDevice;
+use csd_idxbench::harness::{BenchConfig, Phase, Progress};
+use csd_idxbench::{BenchIndex, IndexError, paper};
+use csd_sim::ClockMode;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// An index under test, as the harness sees it.
+struct FdBench {
+    tree: FdTree,
+    name: &'static str,
+}
+
+fn ie(e: impl std::fmt::Display) -> IndexError {
+    IndexError::new(e.to_string())
+}
+
+impl BenchIndex for FdBench {
+    fn insert(&self, k: u64, v: u64) -> Result<(), IndexError> {
+        self.tree.insert(k, v).map_err(ie)
+    }
+    fn delete(&self, k: u64) -> Result<bool, IndexError> {
+        self.tree.delete(k).map_err(ie)
+    }
+    fn lookup(&self, k: u64) -> Result<Option<u64>, IndexError> {
+        self.tree.lookup(k).map_err(ie)
+    }
+    fn name(&self) -> String {
+        self.name.into()
+    }
+    fn quiesce(&self) -> Result<(), IndexError> {
+        self.tree.wait_for_merges().map_err(ie)
+    }
+    fn extra_stats(&self) -> Vec<(String, f64)> {
+        let s = self.tree.stats();
+        vec![
+            ("merges".into(), s.merges as f64),
+            ("max_merge_ms".into(), s.max_merge_wall.as_secs_f64() * 1e3),
+            ("blocks_read".into(), s.blocks_read as f64),
+            ("blocks_written".into(), s.blocks_written as f64),
+        ]
+    }
+}
+
+/// The baseline the paper argues against: a B+tree updated in place on the same device.
+struct BTreeBench(BTree);
+
+impl BenchIndex for BTreeBench {
+    fn insert(&self, k: u64, v: u64) -> Result<(), IndexError> {
+        self.0.insert(k, v).map_err(ie)
+    }
+    fn delete(&self, k: u64) -> Result<bool, IndexError> {
+        self.0.delete(k).map_err(ie)
+    }
+    fn lookup(&self, k: u64) -> Result<Option<u64>, IndexError> {
+        self.0.lookup(k).map_err(ie)
+    }
+    fn name(&self) -> String {
+        "B+tree".into()
+    }
+    fn extra_stats(&self) -> Vec<(String, f64)> {
+        let (r, w) = self.0.io_counts();
+        vec![
+            ("height".into(), f64::from(self.0.height())),
+            ("blocks_read".into(), r as f64),
+            ("blocks_written".into(), w as f64),
+        ]
+    }
+}
+
+/// Options shared by the bench and the repro: the device and the tree.
+#[derive(Args, Clone)]
+pub(crate) struct TreeOpts {
+    /// Clock: paced (real time, the paper's set-up), paced:SCALE (wall = modeled x
+    /// SCALE) or virtual (no waiting; merges cost no wall time).
+    #[arg(long, default_value = "paced", value_parser = crate::parse_clock)]
+    clock: ClockMode,
+    /// Top level L0 in KiB (paper: 256).
+    #[arg(long, default_value_t = 64)]
+    l0_kib: usize,
+    /// Size ratio k between levels (paper: 24).
+    #[arg(long, default_value_t = 8)]
+    size_ratio: u32,
+    /// Fraction of L0 at which a merge starts (paper: "close to full", 15/16).
+    #[arg(long, default_value_t = 15.0 / 16.0)]
+    merge_at: f64,
+    /// Buffer cache in MiB (paper: 15).
+    #[arg(long, default_value_t = 4)]
+    cache_mib: usize,
+    /// Log every modification of L0 to the device before acknowledging it (crash
+    /// safety; the paper's tree had no redo log, so its figures are without it).
+    #[arg(long)]
+    durable: bool,
+    #[command(flatten)]
+    src: ConfigSource,
+}
+
+impl TreeOpts {
+    fn device(&self) -> Result<SharedDevice, CliError> {
+        let cfg = if self.src.given() {
+            self.src.load()?
+        } else {
+            csd_sim::DeviceConfig::preset("x25e-sata")?
+        };
+        let nand = csd_nand::Nand::new_in_memory(cfg)?;
+        let ftl = Ftl::format(nand, FtlConfig::default())?;
+        Ok(SharedDevice::new(NvmeDevice::new(ftl), self.clock)?)
+    }
+
+    fn make(&self, scheme: &str) -> Result<Arc<dyn BenchIndex>, CliError> {
+        if scheme == "btree" {
+            let cfg = BTreeConfig {
+                cache_bytes: self.cache_mib << 20,
+                ..BTreeConfig::default()
+            };
+            let t =
+                BTree::create(self.device()?, cfg).map_err(|e| CliError::Usage(e.to_string()))?;
+            return Ok(Arc::new(BTreeBench(t)));
+        }
+        let (s, name) = match scheme {
+            "xm" => (Scheme::Xm, "FD+XM"),
+            "ds" => (Scheme::Ds, "FD+DS"),
+            "fc" => (Scheme::Fc, "FD+FC"),
+            o => {
+                return Err(CliError::Usage(format!(
+                    "unknown scheme `{o}`: use xm, ds, fc or btree"
+                )));
+            }
+        };
+        let cfg = FdConfig {
+            scheme: s,
+            l0_bytes: self.l0_kib * 1024,
+            size_ratio: self.size_ratio,
+            cache_bytes: self.cache_mib << 20,
+            durable: self.durable,
+            merge_at: self.merge_at,
+            ..FdConfig::default()
+        };
+        let tree =
+            FdTree::create(self.device()?, cfg).map_err(|e| CliError::Usage(e.to_string()))?;
+        Ok(Arc::new(FdBench { tree, name }))
+    }
+
+    fn describe(&self) -> String {
+        let clock = match self.clock {
+            ClockMode::Virtual => "virtual".to_string(),
+            ClockMode::Paced { scale: 1.0 } => "paced".to_string(),
+            ClockMode::Paced { scale } => format!("paced:{scale}"),
+        };
+        format!(
+            "--clock {clock} --l0-kib {} --size-ratio {} --merge-at {} --cache-mib {}{} {}",
+            self.l0_kib,
+            self.size_ratio,
+            self.merge_at,
+            self.cache_mib,
+            if self.durable { " --durable" } else { "" },
+            if self.src.given() {
+                self.src.describe()
+            } else {
+                "--preset x25e-sata".into()
+            }
+        )
+    }
+}
+
+/// `csd bench fdtree`.
+#[derive(Args)]
+pub(crate) struct BenchFdtreeArgs {
+    /// Concurrency scheme: xm, ds or fc; or btree (the in-place B+tree baseline).
+    #[arg(long, default_value = "fc")]
+    scheme: String,
+    /// W_l: fraction of lookups (G_R); insertions and deletions share the rest.
+    #[arg(long, default_value_t = 0.8)]
+    lookup_ratio: f64,
+    /// Keys loaded before the run (paper: 10 M).
+    #[arg(long, default_value_t = 100_000)]
+    preload: u64,
+    /// Requests in the run (paper: 10 M).
+    #[arg(long, default_value_t = 100_000)]
+    requests: u64,
+    /// G_T (TPC-C NewOrder index) with this many warehouses instead of G_R.
+    #[arg(long)]
+    tpcc: Option<u32>,
+    /// Reader threads T_r (paper: 6).
+    #[arg(long, default_value_t = 6)]
+    readers: usize,
+    /// Writer threads T_w (paper: 2).
+    #[arg(long, default_value_t = 2)]
+    writers: usize,
+    /// Queue slots |Q_r| + |Q_w| (paper: 5000).
+    #[arg(long, default_value_t = 5000)]
+    slots: usize,
+    /// Seed of the workload.
+    #[arg(long, default_value_t = csd_idxbench::harness::DEFAULT_SEED)]
+    seed: u64,
+    #[command(flatten)]
+    tree: TreeOpts,
+    /// Directory of the latency plot.
+    #[arg(long, default_value = "bench/fdtree")]
+    out: PathBuf,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn bar(json: bool) -> Option<indicatif::ProgressBar> {
+    (!json).then(|| crate::report::progress_bar(Some(0), "requests"))
+}
+
+fn on_progress(pb: &Option<indicatif::ProgressBar>, label: &str, p: Progress) {
+    if let Some(pb) = pb {
+        pb.set_length(p.total);
+        pb.set_position(p.done);
+        pb.set_message(format!(
+            "{label} {}",
+            match p.phase {
+                Phase::Preload => "preload",
+                Phase::Run => "run",
+            }
+        ));
+    }
+}
+
+fn bench_err(e: csd_idxbench::harness::BenchError) -> CliError {
+    CliError::Usage(e.to_string())
+}
+
+/// `csd bench fdtree`.
+pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
+    let mut cfg = match a.tpcc {
+        Some(w) => BenchConfig::small_tpcc(w),
+        None => {
+            let mut c = BenchConfig::small(a.lookup_ratio);
+            c.workload = csd_idxbench::workload::WorkloadSpec::Gr(
+                csd_idxbench::workload::GrSpec::with_lookup_ratio(
+                    a.lookup_ratio,
+                    a.requests,
+                    a.preload,
+                ),
+            );
+            c
+        }
+    };
+    cfg.seed = a.seed;
+    cfg.readers = a.readers;
+    cfg.writers = a.writers;
+    cfg.queue_slots = a.slots;
+    let idx = a.tree.make(&a.scheme)?;
+    let pb = bar(a.json);
+    let r =
+        csd_idxbench::harness::run_with_progress(&*idx, &cfg, &|p| on_progress(&pb, &a.scheme, p))
+            .map_err(bench_err)?;
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    let cmd = format!(
+        "csd bench fdtree --scheme {} --lookup-ratio {} --preload {} --requests {}{} --readers {} --writers {} --slots {} --seed {} {}",
+        a.scheme,
+        a.lookup_ratio,
+        a.preload,
+        a.requests,
+        a.tpcc.map_or(String::new(), |w| format!(" --tpcc {w}")),
+        a.readers,
+        a.writers,
+        a.slots,
+        a.seed,
+        a.tree.describe()
+    );
+    let plot = r
+        .histogram_chart()
+        .write(&a.out, &format!("fdtree-{}", a.scheme))
+        .map_err(|e| CliError::Usage(format!("writing the latency plot: {e}")))?;
+    if a.json {
+        let mut v = r.to_json();
+        if let Some(m) = v.as_object_mut() {
+            m.insert("command".into(), cmd.clone().into());
+            m.insert("plot_png".into(), plot.png.display().to_string().into());
+        }
+        println!("{v}");
+    } else {
+        print!("{}", r.report_text(&cmd));
+        println!("latency plot: {} (and .svg)", plot.png.display());
+    }
+    Ok(())
+}
+
+/// `csd repro fd-tree`.
+#[derive(Args)]
+pub(crate) struct ReproFdArgs {
+    /// Report directory.
+    #[arg(long, default_value = "repro/fd-tree")]
+    out: PathBuf,
+    /// Schemes to compare (xm, ds, fc, btree).
+    #[arg(long, default_value = "xm,ds,fc,btree")]
+    schemes: String,
+    /// Keys preloaded for the Figure 6 sweep (paper: 10 M).
+    #[arg(long, default_value_t = 50_000)]
+    preload: u64,
+    /// Requests per Figure 6 run (paper: 10 M).
+    #[arg(long, default_value_t = 50_000)]
+    requests: u64,
+    /// Lookup ratios of the Figure 6 sweep.
+    #[arg(long, value_delimiter = ',', default_values_t = paper::setup::FIG6_LOOKUP_RATIOS.to_vec())]
+    lookup_ratios: Vec<f64>,
+    /// Warehouses of the Figure 8 (G_T) runs; empty to skip.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![2u32, 4])]
+    warehouses: Vec<u32>,
+    /// Seed of the workloads.
+    #[arg(long, default_value_t = csd_idxbench::harness::DEFAULT_SEED)]
+    seed: u64,
+    #[command(flatten)]
+    tree: TreeOpts,
+}
+
+/// `csd repro fd-tree`: the W_l sweep of Figure 6 and the G_T runs of Figure 8 for each
+/// scheme, as a markdown report with plots and the paper's figures beside ours.
+pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
+    let schemes: Vec<&str> = a
+        .schemes
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let base = {
+        let mut c = BenchConfig::small(0.8);
+        c.workload = csd_idxbench::workload::WorkloadSpec::Gr(
+            csd_idxbench::workload::GrSpec::with_lookup_ratio(0.8, a.requests, a.preload),
+        );
+        c.seed = a.seed;
+        c
+    };
+    let pb = bar(false);
+    let mut results = Vec::new();
+    for s in &schemes {
+        let label = s.to_string();
+        let r = csd_idxbench::sweep::sweep(
+            &a.lookup_ratios,
+            |_| a.tree.make(s).map_err(ie),
+            &base,
+            &|w, p| on_progress(&pb, &format!("{label} W_l={w}"), p),
+        )
+        .map_err(bench_err)?;
+        results.extend(r);
+    }
+    let cmd = format!(
+        "csd repro fd-tree --out {} --schemes {} --preload {} --requests {} --lookup-ratios {} --warehouses {} --seed {} {}",
+        a.out.display(),
+        a.schemes,
+        a.preload,
+        a.requests,
+        a.lookup_ratios
+            .iter()
+            .map(|w| w.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        a.warehouses
+            .iter()
+            .map(|w| w.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        a.seed,
+        a.tree.describe()
+    );
+    let files =
+        csd_idxbench::sweep::write_report(&results, &paper::figure6(), &a.out.join("fig6"), &cmd)
+            .map_err(bench_err)?;
+    println!("Figure 6 report: {}", files.markdown.display());
+    if !a.warehouses.is_empty() {
+        let cfgs: Vec<BenchConfig> = a
+            .warehouses
+            .iter()
+            .map(|&w| {
+                let mut c = BenchConfig::small_tpcc(w);
+                c.seed = a.seed;
+                c
+            })
+            .collect();
+        let mut gt = Vec::new();
+        for s in &schemes {
+            let label = s.to_string();
+            gt.extend(
+                csd_idxbench::sweep::sweep_configs(
+                    &cfgs,
+                    |_| a.tree.make(s).map_err(ie),
+                    &|i, p| on_progress(&pb, &format!("{label} G_T run {i}"), p),
+                )
+                .map_err(bench_err)?,
+            );
+        }
+        let files =
+            csd_idxbench::sweep::write_report(&gt, &paper::figure8(), &a.out.join("fig8"), &cmd)
+                .map_err(bench_err)?;
+        println!("Figure 8 report: {}", files.markdown.display());
+    }
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    // The headline of §5 / Figure 6 at W_l = 0.8.
+    let at = |name: &str| {
+        results
+            .iter()
+            .find(|r| r.scheme == name && (r.w_lookup - 0.8).abs() < 1e-9)
+    };
+    let mut t = crate::report::table(&[
+        "scheme (W_l = 0.8)",
+        "throughput req/s",
+        "insert R_p max ms",
+        "insert R_p avg ms",
+        "lookup R_q avg ms",
+        "lookup R_q max ms",
+    ]);
+    for name in ["FD+XM", "FD+DS", "FD+FC"] {
+        if let Some(r) = at(name) {
+            t.add_row(vec![
+                name.to_string(),
+                format!("{:.0}", r.throughput_rps),
+                format!("{:.2}", r.insert.rp.max_ms),
+                format!("{:.3}", r.insert.rp.avg_ms),
+                format!("{:.3}", r.lookup.rq.avg_ms),
+                format!("{:.2}", r.lookup.rq.max_ms),
+            ]);
+        }
+    }
+    println!("{t}");
+    if let (Some(fc), Some(xm), Some(ds)) = (at("FD+FC"), at("FD+XM"), at("FD+DS")) {
+        println!(
+            "FD+FC worst insert R_p is {:.1}x lower than FD+XM's (paper: >= 20x); FD+FC throughput / FD+DS = {:.2} (paper: 1.08-1.09)",
+            xm.insert.rp.max_ms / fc.insert.rp.max_ms.max(1e-9),
+            fc.throughput_rps / ds.throughput_rps.max(1e-9)
+        );
+    }
+    println!("seed {}; reproduce: {cmd}", a.seed);
+    Ok(())
+}
