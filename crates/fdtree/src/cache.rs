@@ -386,6 +386,11 @@ impl Allocator {
         self.free.first().copied()
     }
 
+    /// Is `id` free?
+    pub fn is_free(&self, id: u64) -> bool {
+        id >= self.high || self.free.contains(&id)
+    }
+
     /// Give `id` back.
     pub fn free(&mut self, id: u64) {
         self.free.insert(id);

@@ -62,19 +62,22 @@
 //!   the merge through in-memory fences (16 bytes per written block), and the fence-only
 //!   levels above it are written in merge-finalize; (b) instead of a readers-writer
 //!   lock per block with lock coupling (§4.5), device blocks are immutable and a
-//!   reclaimed block is trimmed and reused only after every reader that started before
+//!   reclaimed block is reused only after every reader that started before
 //!   its reclamation has finished (each reader holds a ticket; "grace period") — the
 //!   same guarantee that no lookup reads a reused block, without a lock per visited
 //!   block; (c) with `durable` the physical reuse of reclaimed blocks additionally
 //!   waits for the manifest switch (the durable manifest still points at them), so the
 //!   O(h) extra-space property holds only with `durable = false`
-//!   ([`FdStats::early_reclaimed`] counts blocks reused during their merge). In-merge
-//!   reuse interleaves freed and fresh blocks, so FC levels are less sequential: in
-//!   a 1M-insert run its merges took several times the modeled device time of DS.
+//!   ([`FdStats::early_reclaimed`] counts blocks freed for reuse during their merge).
+//!   Blocks freed during a merge go back to the allocator at once, but their trims are
+//!   one batch at the end of the merge (only those not reused by then): a trim command
+//!   per m-delete step made FC merges twice as long as DS's.
 //! * **Merge I/O**: merges read old levels with an adaptive read-ahead of up to 32
 //!   consecutive blocks per command (while a level's chain runs through consecutive
 //!   ids) and write new blocks in runs of up to 32 consecutive blocks per command; the
-//!   allocator hands out the smallest free id so freed space is reused in order.
+//!   allocator is next-fit (the block after the last one, else a free run of 32, else
+//!   fresh space, else any free block), so a level being written gets consecutive ids
+//!   even while single blocks are being freed around it.
 //!   `open` reads every block once to rebuild the free list.
 //! * **Crash safety**: each modification appends a redo record (the key's full L0 slot
 //!   after the change, tagged with the L0 generation) to a circular log region and is

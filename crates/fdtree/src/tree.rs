@@ -1296,13 +1296,16 @@ impl Inner {
         // Reclaim the rest once every lookup that could still be in the old levels
         // (ticket below the stamp) has finished.
         self.wait_tickets(stamp);
+        let early_list = early.clone();
         let early: HashSet<u64> = early.into_iter().collect();
         let rest: Vec<u64> = out
             .consumed
             .into_iter()
             .filter(|b| !early.contains(b))
             .collect();
-        let r = self.reclaim(&rest);
+        let r = self
+            .reclaim(&rest)
+            .and_then(|()| self.trim_free(&early_list));
         let wall = t0.elapsed().as_nanos() as u64;
         self.counters.merges.fetch_add(1, Ordering::Relaxed);
         if underflow {
@@ -1406,7 +1409,9 @@ impl Inner {
                     .partition(|(s, _)| min.is_none_or(|m| m >= *s));
                 limbo = wait;
                 let ready: Vec<u64> = ready.into_iter().map(|r| r.1).collect();
-                self.reclaim(&ready)?;
+                // Free for reuse now; the trim of those not reused is one batch at the
+                // end of the merge (a trim per step would cost a device command each).
+                self.release_blocks(&ready);
                 self.counters
                     .early_reclaimed
                     .fetch_add(ready.len() as u64, Ordering::Relaxed);
@@ -1532,6 +1537,44 @@ impl Inner {
         self.write_manifest(h, &out.levels, generation, start_lsn, merges)?;
         self.counters.clock.fetch_max(h.now().0, Ordering::Relaxed);
         Ok((out, h.now().0.saturating_sub(m0.0)))
+    }
+
+    /// Give blocks back to the allocator without trimming them (they are trimmed later
+    /// by [`Inner::trim_free`] if still free).
+    fn release_blocks(&self, blocks: &[u64]) {
+        let mut a = lock(&self.alloc);
+        for &b in blocks {
+            self.cache.forget(b);
+            a.free(b);
+        }
+        self.counters
+            .blocks_reclaimed
+            .fetch_add(blocks.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Trim those of `blocks` that are still free (released early by an FD+FC merge and
+    /// not reused), in runs.
+    fn trim_free(&self, blocks: &[u64]) -> Result<(), FdError> {
+        let mut free: Vec<u64> = {
+            let a = lock(&self.alloc);
+            blocks.iter().copied().filter(|&b| a.is_free(b)).collect()
+        };
+        free.sort_unstable();
+        let mut ph = self.cache.handle()?;
+        let h = ph.get();
+        let mut i = 0;
+        while i < free.len() {
+            let mut j = i + 1;
+            while j < free.len() && free[j] == free[j - 1] + 1 {
+                j += 1;
+            }
+            h.trim(
+                self.cache.lba_of(free[i]),
+                (j - i) as u64 * self.geo.lbas_per_block,
+            )?;
+            i = j;
+        }
+        Ok(())
     }
 
     fn reclaim(&self, blocks: &[u64]) -> Result<(), FdError> {
