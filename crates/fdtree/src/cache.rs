@@ -408,14 +408,7 @@ mod tests {
     use crate::format::{Entry, Kind};
 
     fn dev() -> SharedDevice {
-        let cfg = csd_sim::DeviceConfig::preset("tiny").unwrap();
-        let nand = csd_nand::Nand::new_in_memory(cfg).unwrap();
-        let ftl = csd_ftl::Ftl::format(nand, csd_ftl::FtlConfig::default()).unwrap();
-        SharedDevice::new(
-            csd_device::NvmeDevice::new(ftl),
-            csd_sim::ClockMode::Virtual,
-        )
-        .unwrap()
+        crate::test_device()
     }
 
     #[test]

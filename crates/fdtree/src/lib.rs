@@ -263,3 +263,16 @@ impl FdConfig {
         self
     }
 }
+
+/// A tiny in-memory device for the unit tests.
+#[cfg(test)]
+pub(crate) fn test_device() -> csd_host::SharedDevice {
+    let cfg = csd_sim::DeviceConfig::preset("tiny").expect("tiny preset");
+    let nand = csd_nand::Nand::new_in_memory(cfg).expect("nand");
+    let ftl = csd_ftl::Ftl::format(nand, csd_ftl::FtlConfig::default()).expect("format");
+    csd_host::SharedDevice::new(
+        csd_device::NvmeDevice::new(ftl),
+        csd_sim::ClockMode::Virtual,
+    )
+    .expect("share")
+}

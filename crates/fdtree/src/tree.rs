@@ -1306,6 +1306,16 @@ impl Inner {
         let r = self
             .reclaim(&rest)
             .and_then(|()| self.trim_free(&early_list));
+        self.finish_merge(t0, underflow, r)
+    }
+
+    /// Count a finished merge (started at `t0`) and record a failure of its last step.
+    fn finish_merge(
+        &self,
+        t0: Instant,
+        underflow: bool,
+        r: Result<(), FdError>,
+    ) -> Result<(), FdError> {
         let wall = t0.elapsed().as_nanos() as u64;
         self.counters.merges.fetch_add(1, Ordering::Relaxed);
         if underflow {
@@ -1490,23 +1500,7 @@ impl Inner {
             }
         }
         let r = self.reclaim(&out.consumed);
-        let wall = t0.elapsed().as_nanos() as u64;
-        self.counters.merges.fetch_add(1, Ordering::Relaxed);
-        if underflow {
-            self.counters
-                .underflow_merges
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        self.counters
-            .merge_wall_ns
-            .fetch_add(wall, Ordering::Relaxed);
-        self.counters
-            .max_merge_wall_ns
-            .fetch_max(wall, Ordering::Relaxed);
-        if let Err(e) = &r {
-            lock(&self.top).failed = Some(e.to_string());
-        }
-        r
+        self.finish_merge(t0, underflow, r)
     }
 
     /// Merge, then make the result durable and switch the manifest. Returns the new
@@ -2534,14 +2528,7 @@ mod tests {
     use super::*;
 
     fn dev() -> SharedDevice {
-        let cfg = csd_sim::DeviceConfig::preset("tiny").unwrap();
-        let nand = csd_nand::Nand::new_in_memory(cfg).unwrap();
-        let ftl = csd_ftl::Ftl::format(nand, csd_ftl::FtlConfig::default()).unwrap();
-        SharedDevice::new(
-            csd_device::NvmeDevice::new(ftl),
-            csd_sim::ClockMode::Virtual,
-        )
-        .unwrap()
+        crate::test_device()
     }
 
     #[test]

@@ -130,6 +130,18 @@ pub(crate) fn complete(
         .ok_or(HostError::Invalid(format!("{name}: no completion")))
 }
 
+/// `c` if it succeeded, else the device error for command `name`.
+pub(crate) fn checked(name: &'static str, c: Completion) -> Result<Completion, HostError> {
+    if c.status.is_success() {
+        Ok(c)
+    } else {
+        Err(HostError::Device {
+            command: name,
+            status: c.status,
+        })
+    }
+}
+
 /// Anything that issues commands to a device and waits for each: a [`Client`] or a
 /// thread's [`crate::shared::DeviceHandle`]. The provided methods are the common
 /// block-interface calls.
@@ -199,13 +211,7 @@ impl CommandIssuer for Client {
         let c = complete(&mut self.dev, self.qid, cmd, at)?;
         self.now = self.now.max(c.acct.completed);
         self.totals.add(&c.acct);
-        if !c.status.is_success() {
-            return Err(HostError::Device {
-                command: name,
-                status: c.status,
-            });
-        }
-        Ok(c)
+        checked(name, c)
     }
 
     fn identify(&self) -> &IdentifyInfo {

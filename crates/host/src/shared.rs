@@ -10,7 +10,7 @@
 //! thread that waits for each command); per-handle clocks in virtual mode mean threads
 //! interleave by lock order, which is deterministic only for one thread.
 
-use crate::client::{CommandIssuer, HostError, complete};
+use crate::client::{CommandIssuer, HostError, checked, complete};
 use csd_device::{Completion, IdentifyInfo, NvmeDevice, QueueId};
 use csd_sim::{ClockMode, Pacer, SimTime};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -147,13 +147,7 @@ impl CommandIssuer for DeviceHandle {
             .add(&c.acct);
         self.now = self.now.max(c.acct.completed);
         inner.pacer.wait_until(c.acct.completed);
-        if !c.status.is_success() {
-            return Err(HostError::Device {
-                command: name,
-                status: c.status,
-            });
-        }
-        Ok(c)
+        checked(name, c)
     }
 
     fn identify(&self) -> &IdentifyInfo {
