@@ -181,8 +181,7 @@ impl BlockDevice {
     /// Send a `bytes`-long response built in controller DRAM (an admin data structure)
     /// to the host, for a command submitted at `at`; returns the completion.
     pub(crate) fn respond(&mut self, at: SimTime, bytes: u64) -> SimTime {
-        let staged = self.ctrl.dram(at, bytes);
-        self.ctrl.host_link(staged, bytes, true)
+        self.respond_with(at, bytes, 0)
     }
 
     /// Host → device path: `bytes` cross the host link and are staged in DRAM, then `op`

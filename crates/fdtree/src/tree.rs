@@ -2563,66 +2563,41 @@ mod tests {
             t.insert(k, k).unwrap();
         }
         t.check_invariants().unwrap();
-        // A descriptor that disagrees with the blocks.
-        {
+        // Change the level descriptors in place, then expect the checker to name `inv`.
+        let tamper = |f: &dyn Fn(&mut Levels)| {
             let mut top = lock(&t.inner.top);
             let mut lv = (*top.levels).clone();
-            lv.levels[0].inserts += 1;
+            f(&mut lv);
             top.levels = Arc::new(lv);
-        }
-        assert!(matches!(
-            t.check_invariants(),
-            Err(FdError::Invariant {
-                inv: Invariant::Counters,
-                ..
-            })
-        ));
-        {
-            let mut top = lock(&t.inner.top);
-            let mut lv = (*top.levels).clone();
+        };
+        let violates = |inv: Invariant| match t.check_invariants() {
+            Err(FdError::Invariant { inv: got, .. }) => assert_eq!(got, inv),
+            other => panic!("expected {inv:?} to be reported, got {other:?}"),
+        };
+        // A descriptor that disagrees with the blocks.
+        tamper(&|lv: &mut Levels| {
+            lv.levels[0].inserts += 1;
+        });
+        violates(Invariant::Counters);
+        tamper(&|lv: &mut Levels| {
             lv.levels[0].inserts -= 1;
             // A level over its class's maximum size.
             let last = lv.levels.len() - 1;
             lv.levels[last].index = 0;
-            top.levels = Arc::new(lv);
-        }
-        assert!(matches!(
-            t.check_invariants(),
-            Err(FdError::Invariant {
-                inv: Invariant::I3MaxSize,
-                ..
-            })
-        ));
-        {
-            let mut top = lock(&t.inner.top);
-            let mut lv = (*top.levels).clone();
+        });
+        violates(Invariant::I3MaxSize);
+        tamper(&|lv: &mut Levels| {
             let last = lv.levels.len() - 1;
             lv.levels[last].index = 40;
-            top.levels = Arc::new(lv);
-        }
-        assert!(matches!(
-            t.check_invariants(),
-            Err(FdError::Invariant {
-                inv: Invariant::I4MinSize,
-                ..
-            })
-        ));
-        {
-            let mut top = lock(&t.inner.top);
-            let mut lv = (*top.levels).clone();
+        });
+        violates(Invariant::I4MinSize);
+        tamper(&|lv: &mut Levels| {
             let last = lv.levels.len() - 1;
             lv.levels[last].index = t.inner.geo.class_for(lv.levels[last].blocks);
             // Drop a top fence: a block of the first level is no longer fenced.
             lv.top_fences.pop();
-            top.levels = Arc::new(lv);
-        }
-        assert!(matches!(
-            t.check_invariants(),
-            Err(FdError::Invariant {
-                inv: Invariant::I1AllBlocksFenced,
-                ..
-            })
-        ));
+        });
+        violates(Invariant::I1AllBlocksFenced);
     }
 
     #[test]

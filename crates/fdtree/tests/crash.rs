@@ -94,37 +94,26 @@ fn crash_round(scheme: Scheme, seed: u64) -> (bool, u64) {
     (merged, t.stats().merges)
 }
 
+/// Crash rounds of `scheme` for `seeds`. Mid-merge cuts are guaranteed by
+/// `power_cut_inside_a_merge`; here they happen by chance, and are counted.
+fn crash_rounds(scheme: Scheme, seeds: std::ops::Range<u64>) {
+    let mid_merge: u64 = seeds.map(|s| u64::from(crash_round(scheme, s).0)).sum();
+    eprintln!("{scheme:?}: {mid_merge} of the cuts interrupted a merge");
+}
+
 #[test]
 fn power_cuts_restore_the_acknowledged_state_xm() {
-    let mut mid_merge = 0;
-    for seed in 0..14 {
-        mid_merge += u64::from(crash_round(Scheme::Xm, seed).0);
-    }
-    // Mid-merge cuts are guaranteed by `power_cut_inside_a_merge`; here they happen
-    // by chance.
-    eprintln!("{mid_merge} of the cuts interrupted a merge");
+    crash_rounds(Scheme::Xm, 0..14);
 }
 
 #[test]
 fn power_cuts_restore_the_acknowledged_state_ds() {
-    let mut mid_merge = 0;
-    for seed in 100..114 {
-        mid_merge += u64::from(crash_round(Scheme::Ds, seed).0);
-    }
-    // Mid-merge cuts are guaranteed by `power_cut_inside_a_merge`; here they happen
-    // by chance.
-    eprintln!("{mid_merge} of the cuts interrupted a merge");
+    crash_rounds(Scheme::Ds, 100..114);
 }
 
 #[test]
 fn power_cuts_restore_the_acknowledged_state_fc() {
-    let mut mid_merge = 0;
-    for seed in 200..214 {
-        mid_merge += u64::from(crash_round(Scheme::Fc, seed).0);
-    }
-    // Mid-merge cuts are guaranteed by `power_cut_inside_a_merge`; here they happen
-    // by chance.
-    eprintln!("{mid_merge} of the cuts interrupted a merge");
+    crash_rounds(Scheme::Fc, 200..214);
 }
 
 /// FD+DS and FD+FC merge in a background thread: find the insert that starts a merge
