@@ -1076,20 +1076,41 @@ impl Ftl {
 
     /// The next (block, page) for stream `s`: channel round robin over dies, opening the
     /// least-worn free block of a die when needed.
+    ///
+    /// When free blocks are scarce (no more than one per die, as after repeated power
+    /// cuts that struck before GC could refill the pool), the stream first fills the
+    /// blocks it already has open and opens at most one new block at a time, trading
+    /// channel parallelism for the headroom GC needs to make progress.
     fn provision(&mut self, s: usize) -> Result<(u32, u32), FtlError> {
+        let scarce = self.free_count <= self.dies;
         for _ in 0..self.dies {
             let die = self.rr[s];
             self.rr[s] = (die + 1) % self.dies;
             if let Some((b, p)) = self.open[s][die as usize] {
                 return Ok((die * self.bpd + b, p));
             }
-            if let Some(b) = self.take_free_block(die) {
-                self.blocks[(die * self.bpd + b) as usize].state = Use::Open(s as u8);
-                self.open[s][die as usize] = Some((b, 0));
-                return Ok((die * self.bpd + b, 0));
+            if !scarce && let Some(b) = self.open_block(s, die) {
+                return Ok((b, 0));
+            }
+        }
+        if scarce {
+            for _ in 0..self.dies {
+                let die = self.rr[s];
+                self.rr[s] = (die + 1) % self.dies;
+                if let Some(b) = self.open_block(s, die) {
+                    return Ok((b, 0));
+                }
             }
         }
         Err(FtlError::NoSpace)
+    }
+
+    /// Open the least-worn free block of `die` for stream `s`; its global index.
+    fn open_block(&mut self, s: usize, die: u32) -> Option<u32> {
+        let b = self.take_free_block(die)?;
+        self.blocks[(die * self.bpd + b) as usize].state = Use::Open(s as u8);
+        self.open[s][die as usize] = Some((b, 0));
+        Some(die * self.bpd + b)
     }
 
     fn take_free_block(&mut self, die: u32) -> Option<u32> {
@@ -1748,10 +1769,18 @@ impl Ftl {
 
     fn collect_garbage_inner(&mut self, target: u32, at: SimTime) -> Result<(), FtlError> {
         let mut guard = 0;
+        let mut checkpointed = false;
         while self.free_count < target {
             guard += 1;
             if guard > self.blocks.len() {
                 return Err(FtlError::NoSpace);
+            }
+            // Superseded MAP pages and log pages before the redo start are only freed
+            // by a checkpoint; when that frees more than it writes, it comes first.
+            if !checkpointed && self.checkpoint_pays() {
+                checkpointed = true;
+                self.checkpoint(at)?;
+                continue;
             }
             let Some(victim) = self.pick_victim() else {
                 // Only metadata is left to reclaim: a checkpoint truncates log and old MAP pages.
@@ -1794,7 +1823,30 @@ impl Ftl {
     /// GC keeps this many blocks free: the configured threshold plus what may be taken
     /// between two GC runs (a HOT block per die for one commit, a META block per die for
     /// a checkpoint, two log blocks).
-    fn gc_low_water(&self) -> u32 {
+    /// Whether a checkpoint now would free at least one block more than it writes: the
+    /// blocks it reclaims (metadata blocks with no live page, log blocks other than the
+    /// current one) against the pages it programs (dirty MAP pages, MAPS, WEAR, BBT and
+    /// the record). With a small MAP cache every eviction writes a MAP page, and without
+    /// this GC would churn through nearly-full data blocks while dead metadata piles up.
+    fn checkpoint_pays(&self) -> bool {
+        let dead = self
+            .blocks
+            .iter()
+            .filter(|b| b.state == Use::Meta && b.meta_live == 0)
+            .count() as u64
+            + u64::from(self.log_blocks.saturating_sub(1));
+        if dead == 0 {
+            return false;
+        }
+        let cost = self.slots.iter().filter(|s| s.dirty).count() as u64
+            + self.maps_dirty.iter().filter(|&&d| d).count() as u64
+            + self.wear_pages.len() as u64
+            + self.bbt_pages.len() as u64
+            + 2;
+        dead * u64::from(self.ppb) >= cost + u64::from(self.ppb)
+    }
+
+    pub(crate) fn gc_low_water(&self) -> u32 {
         self.cfg.gc_free_blocks + 2 * self.dies + 2
     }
 
@@ -2444,7 +2496,15 @@ impl Ftl {
         rep.wall_s = wall0.elapsed().as_secs_f64();
         f.recovery = Some(rep);
         f.reset_stats();
-        Ok(())
+        // 9. Refill the free pool before the first command. Every crash leaves the blocks
+        //    that were open partly written; without this, cuts that keep striking before
+        //    the first GC would drain the pool one recovery at a time. The GC here is
+        //    ordinary post-recovery work (counted in the new stats, crash-safe like any
+        //    GC); a device that is simply full stays readable.
+        match f.ensure_free(0, t) {
+            Ok(()) | Err(FtlError::NoSpace) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     fn redo(&mut self, gc: bool, entries: &[Entry], at: SimTime) -> Result<SimTime, FtlError> {

@@ -11,8 +11,9 @@ use crate::{Ftl, FtlConfig, FtlError, WriteCache};
 use csd_nand::{Nand, NandError, PowerCut};
 use csd_sim::{DeviceConfig, SimTime};
 use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Parameters of a torture run.
 #[derive(Debug, Clone)]
@@ -207,7 +208,7 @@ pub fn torture(
                 // A batch of 2..24 pages; LPIDs may repeat (the later entry wins).
                 let n = rng.random_range(2..24usize);
                 let mut pages: Vec<(u64, Vec<u8>)> = Vec::with_capacity(n);
-                let mut last: HashMap<u64, u64> = HashMap::new();
+                let mut last: BTreeMap<u64, u64> = BTreeMap::new();
                 for _ in 0..n {
                     let l = if rng.random_bool(0.7) {
                         rng.random_range(0..hot)
@@ -222,10 +223,13 @@ pub fn torture(
                 let refs: Vec<(u64, &[u8])> =
                     pages.iter().map(|(l, p)| (*l, p.as_slice())).collect();
                 let buf = crate::batch::build_batch(&refs, ss).map_err(|e| e.to_string())?;
-                let change: Vec<(u64, u64, u64)> = last
+                let mut change: Vec<(u64, u64, u64)> = last
                     .iter()
                     .map(|(&l, &v)| (l, *model.get(&l).unwrap_or(&0), v))
                     .collect();
+                // The order in which the checks after a cut read these LBAs changes the
+                // MAP cache's evictions; vary it, but from the seed.
+                change.shuffle(&mut rng);
                 inflight = Some(InFlight {
                     lbas: change.clone(),
                     unit: change.len(),
