@@ -1,6 +1,12 @@
 //! `csd bench fdtree` and `csd repro fd-tree`: the FD+tree paper's §5 experiments on an
 //! emulated SSD in paced mode (merges take real time, so threads feel them), through the
 //! csd-idxbench harness.
+//!
+//! Each index gets a fresh in-memory device. The preload (one thread, keys in order)
+//! runs in virtual time, so that building a multi-million-key index costs only CPU
+//! time; the harness then waits for the preload's merges and the device switches to the
+//! `--clock` mode (paced by default) for the timed run, whose latencies and throughput
+//! are measured on the wall clock.
 
 use crate::{CliError, ConfigSource};
 use clap::Args;
@@ -9,15 +15,31 @@ use csd_fdtree::{BTree, BTreeConfig, FdConfig, FdTree, Scheme};
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::SharedDevice;
 use csd_idxbench::harness::{BenchConfig, Phase, Progress};
+use csd_idxbench::result::BenchResult;
 use csd_idxbench::{BenchIndex, IndexError, paper};
 use csd_sim::ClockMode;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// An index under test, as the harness sees it.
+/// An index under test, as the harness sees it, with its device and the clock the
+/// timed run uses (the preload runs in virtual time).
 struct FdBench {
     tree: FdTree,
     name: &'static str,
+    run_clock: RunClock,
+}
+
+/// The device of an index under test and the clock mode of its timed run.
+struct RunClock {
+    dev: SharedDevice,
+    mode: ClockMode,
+}
+
+impl RunClock {
+    fn start(&self) -> Result<(), IndexError> {
+        self.dev.set_clock(self.mode);
+        Ok(())
+    }
 }
 
 fn ie(e: impl std::fmt::Display) -> IndexError {
@@ -40,6 +62,9 @@ impl BenchIndex for FdBench {
     fn quiesce(&self) -> Result<(), IndexError> {
         self.tree.wait_for_merges().map_err(ie)
     }
+    fn start_run(&self) -> Result<(), IndexError> {
+        self.run_clock.start()
+    }
     fn extra_stats(&self) -> Vec<(String, f64)> {
         let s = self.tree.stats();
         vec![
@@ -52,7 +77,7 @@ impl BenchIndex for FdBench {
 }
 
 /// The baseline the paper argues against: a B+tree updated in place on the same device.
-struct BTreeBench(BTree);
+struct BTreeBench(BTree, RunClock);
 
 impl BenchIndex for BTreeBench {
     fn insert(&self, k: u64, v: u64) -> Result<(), IndexError> {
@@ -67,6 +92,9 @@ impl BenchIndex for BTreeBench {
     fn name(&self) -> String {
         "B+tree".into()
     }
+    fn start_run(&self) -> Result<(), IndexError> {
+        self.1.start()
+    }
     fn extra_stats(&self) -> Vec<(String, f64)> {
         let (r, w) = self.0.io_counts();
         vec![
@@ -80,12 +108,13 @@ impl BenchIndex for BTreeBench {
 /// Options shared by the bench and the repro: the device and the tree.
 #[derive(Args, Clone)]
 pub(crate) struct TreeOpts {
-    /// Clock: paced (real time, the paper's set-up), paced:SCALE (wall = modeled x
-    /// SCALE) or virtual (no waiting; merges cost no wall time).
+    /// Clock of the timed run: paced (real time, the paper's set-up), paced:SCALE (wall =
+    /// modeled x SCALE) or virtual (no waiting; merges cost no wall time). The preload
+    /// always runs in virtual time.
     #[arg(long, default_value = "paced", value_parser = crate::parse_clock)]
     clock: ClockMode,
     /// Top level L0 in KiB (paper: 256).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 128)]
     l0_kib: usize,
     /// Size ratio k between levels (paper: 24).
     #[arg(long, default_value_t = 8)]
@@ -93,8 +122,9 @@ pub(crate) struct TreeOpts {
     /// Fraction of L0 at which a merge starts (paper: "close to full", 15/16).
     #[arg(long, default_value_t = 15.0 / 16.0)]
     merge_at: f64,
-    /// Buffer cache in MiB (paper: 15).
-    #[arg(long, default_value_t = 4)]
+    /// Buffer cache in MiB (paper: 15; the default keeps the paper's ratio of index to
+    /// cache for the default index sizes, so lookups read the device).
+    #[arg(long, default_value_t = 1)]
     cache_mib: usize,
     /// Log every modification of L0 to the device before acknowledging it (crash
     /// safety; the paper's tree had no redo log, so its figures are without it).
@@ -105,7 +135,9 @@ pub(crate) struct TreeOpts {
 }
 
 impl TreeOpts {
-    fn device(&self) -> Result<SharedDevice, CliError> {
+    /// A fresh in-memory device in virtual time (the preload); the timed run switches
+    /// it to `--clock` (see [`RunClock`]).
+    fn device(&self) -> Result<(SharedDevice, RunClock), CliError> {
         let cfg = if self.src.given() {
             self.src.load()?
         } else {
@@ -113,7 +145,12 @@ impl TreeOpts {
         };
         let nand = csd_nand::Nand::new_in_memory(cfg)?;
         let ftl = Ftl::format(nand, FtlConfig::default())?;
-        Ok(SharedDevice::new(NvmeDevice::new(ftl), self.clock)?)
+        let dev = SharedDevice::new(NvmeDevice::new(ftl), ClockMode::Virtual)?;
+        let run_clock = RunClock {
+            dev: dev.clone(),
+            mode: self.clock,
+        };
+        Ok((dev, run_clock))
     }
 
     fn make(&self, scheme: &str) -> Result<Arc<dyn BenchIndex>, CliError> {
@@ -122,9 +159,9 @@ impl TreeOpts {
                 cache_bytes: self.cache_mib << 20,
                 ..BTreeConfig::default()
             };
-            let t =
-                BTree::create(self.device()?, cfg).map_err(|e| CliError::Usage(e.to_string()))?;
-            return Ok(Arc::new(BTreeBench(t)));
+            let (dev, run_clock) = self.device()?;
+            let t = BTree::create(dev, cfg).map_err(|e| CliError::Usage(e.to_string()))?;
+            return Ok(Arc::new(BTreeBench(t, run_clock)));
         }
         let (s, name) = match scheme {
             "xm" => (Scheme::Xm, "FD+XM"),
@@ -145,9 +182,13 @@ impl TreeOpts {
             merge_at: self.merge_at,
             ..FdConfig::default()
         };
-        let tree =
-            FdTree::create(self.device()?, cfg).map_err(|e| CliError::Usage(e.to_string()))?;
-        Ok(Arc::new(FdBench { tree, name }))
+        let (dev, run_clock) = self.device()?;
+        let tree = FdTree::create(dev, cfg).map_err(|e| CliError::Usage(e.to_string()))?;
+        Ok(Arc::new(FdBench {
+            tree,
+            name,
+            run_clock,
+        }))
     }
 
     fn describe(&self) -> String {
@@ -175,7 +216,8 @@ impl TreeOpts {
 /// `csd bench fdtree`.
 #[derive(Args)]
 pub(crate) struct BenchFdtreeArgs {
-    /// Concurrency scheme: xm, ds or fc; or btree (the in-place B+tree baseline).
+    /// Concurrency scheme: xm, ds or fc, or btree (the in-place B+tree baseline); a
+    /// comma-separated list runs each on the same requests and compares them.
     #[arg(long, default_value = "fc")]
     scheme: String,
     /// W_l: fraction of lookups (G_R); insertions and deletions share the rest.
@@ -234,8 +276,19 @@ fn bench_err(e: csd_idxbench::harness::BenchError) -> CliError {
     CliError::Usage(e.to_string())
 }
 
-/// `csd bench fdtree`.
+/// `csd bench fdtree`: one run per scheme of the list, on the same request stream.
 pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
+    let schemes: Vec<&str> = a
+        .scheme
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if schemes.is_empty() {
+        return Err(CliError::Usage(
+            "--scheme needs at least one of xm, ds, fc, btree".into(),
+        ));
+    }
     let mut cfg = match a.tpcc {
         Some(w) => BenchConfig::small_tpcc(w),
         None => {
@@ -254,17 +307,30 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
     cfg.readers = a.readers;
     cfg.writers = a.writers;
     cfg.queue_slots = a.slots;
-    let idx = a.tree.make(&a.scheme)?;
+    // Every index is made before the first run, so that a bad scheme name or tree
+    // option fails at once rather than after minutes of runs.
+    let indexes = schemes
+        .iter()
+        .map(|s| a.tree.make(s))
+        .collect::<Result<Vec<_>, _>>()?;
     let pb = bar(a.json);
-    let r =
-        csd_idxbench::harness::run_with_progress(&*idx, &cfg, &|p| on_progress(&pb, &a.scheme, p))
+    let mut runs = Vec::new();
+    for (s, idx) in schemes.iter().zip(indexes) {
+        let r = csd_idxbench::harness::run_with_progress(&*idx, &cfg, &|p| on_progress(&pb, s, p))
             .map_err(bench_err)?;
+        drop(idx);
+        let plot = r
+            .histogram_chart()
+            .write(&a.out, &format!("fdtree-{s}"))
+            .map_err(|e| CliError::Usage(format!("writing the latency plot: {e}")))?;
+        runs.push((r, plot));
+    }
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
     let cmd = format!(
         "csd bench fdtree --scheme {} --lookup-ratio {} --preload {} --requests {}{} --readers {} --writers {} --slots {} --seed {} {}",
-        a.scheme,
+        schemes.join(","),
         a.lookup_ratio,
         a.preload,
         a.requests,
@@ -275,22 +341,101 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
         a.seed,
         a.tree.describe()
     );
-    let plot = r
-        .histogram_chart()
-        .write(&a.out, &format!("fdtree-{}", a.scheme))
-        .map_err(|e| CliError::Usage(format!("writing the latency plot: {e}")))?;
+    let results: Vec<&BenchResult> = runs.iter().map(|(r, _)| r).collect();
     if a.json {
-        let mut v = r.to_json();
-        if let Some(m) = v.as_object_mut() {
-            m.insert("command".into(), cmd.clone().into());
-            m.insert("plot_png".into(), plot.png.display().to_string().into());
+        let mut objs = Vec::new();
+        for (r, plot) in &runs {
+            let mut v = r.to_json();
+            if let Some(m) = v.as_object_mut() {
+                m.insert("command".into(), cmd.clone().into());
+                m.insert("plot_png".into(), plot.png.display().to_string().into());
+            }
+            objs.push(v);
         }
-        println!("{v}");
+        if objs.len() == 1 {
+            println!("{}", objs.remove(0));
+        } else {
+            let mut m = serde_json::Map::new();
+            m.insert("runs".into(), objs.into());
+            for (k, v) in headline_ratios(&results) {
+                m.insert(k.into(), v.into());
+            }
+            m.insert("command".into(), cmd.clone().into());
+            println!("{}", serde_json::Value::Object(m));
+        }
     } else {
-        print!("{}", r.report_text(&cmd));
-        println!("latency plot: {} (and .svg)", plot.png.display());
+        for (r, plot) in &runs {
+            print!("{}", r.report_text(&cmd));
+            println!("latency plot: {} (and .svg)\n", plot.png.display());
+        }
+        if runs.len() > 1 {
+            print_comparison(&results);
+            println!("seed {}; reproduce: {cmd}", a.seed);
+        }
     }
     Ok(())
+}
+
+/// The paper's headline comparison (§5, Figure 6 at one lookup ratio): FD+FC's worst
+/// insertion `R_p` against FD+XM's, and its throughput against FD+DS's, where both
+/// runs are present. Keys are JSON-ready.
+fn headline_ratios(results: &[&BenchResult]) -> Vec<(&'static str, f64)> {
+    let at = |name: &str| results.iter().find(|r| r.scheme == name);
+    let mut v = Vec::new();
+    if let (Some(fc), Some(xm)) = (at("FD+FC"), at("FD+XM")) {
+        v.push((
+            "xm_over_fc_insert_rp_max",
+            xm.insert.rp.max_ms / fc.insert.rp.max_ms.max(1e-9),
+        ));
+    }
+    if let (Some(fc), Some(ds)) = (at("FD+FC"), at("FD+DS")) {
+        v.push((
+            "fc_over_ds_throughput",
+            fc.throughput_rps / ds.throughput_rps.max(1e-9),
+        ));
+        v.push((
+            "ds_over_fc_insert_rp_max",
+            ds.insert.rp.max_ms / fc.insert.rp.max_ms.max(1e-9),
+        ));
+    }
+    v
+}
+
+/// A table of the schemes side by side, then the headline ratios against the paper's.
+fn print_comparison(results: &[&BenchResult]) {
+    let mut t = crate::report::table(&[
+        "scheme",
+        "W_l",
+        "throughput req/s",
+        "insert R_p max ms",
+        "insert R_p avg ms",
+        "insert R_p std ms",
+        "lookup R_p max ms",
+        "lookup R_q avg ms",
+        "lookup R_q max ms",
+    ]);
+    for r in results {
+        t.add_row(vec![
+            r.scheme.clone(),
+            format!("{:.2}", r.w_lookup),
+            format!("{:.0}", r.throughput_rps),
+            format!("{:.2}", r.insert.rp.max_ms),
+            format!("{:.3}", r.insert.rp.avg_ms),
+            format!("{:.3}", r.insert.rp.std_ms),
+            format!("{:.2}", r.lookup.rp.max_ms),
+            format!("{:.3}", r.lookup.rq.avg_ms),
+            format!("{:.2}", r.lookup.rq.max_ms),
+        ]);
+    }
+    println!("{t}");
+    for (k, v) in headline_ratios(results) {
+        let paper = match k {
+            "xm_over_fc_insert_rp_max" => "FD+XM / FD+FC worst insert R_p (paper: >= 20x)",
+            "fc_over_ds_throughput" => "FD+FC / FD+DS throughput (paper: 1.08-1.15)",
+            _ => "FD+DS / FD+FC worst insert R_p (paper: DS as bad as XM)",
+        };
+        println!("{paper}: {v:.2}");
+    }
 }
 
 /// `csd repro fd-tree`.
@@ -299,18 +444,23 @@ pub(crate) struct ReproFdArgs {
     /// Report directory.
     #[arg(long, default_value = "repro/fd-tree")]
     out: PathBuf,
-    /// Schemes to compare (xm, ds, fc, btree).
-    #[arg(long, default_value = "xm,ds,fc,btree")]
+    /// Schemes to compare (xm, ds, fc, btree; the in-place B+tree baseline takes
+    /// minutes per run on update-heavy points, so it is not in the default list).
+    #[arg(long, default_value = "xm,ds,fc")]
     schemes: String,
     /// Keys preloaded for the Figure 6 sweep (paper: 10 M).
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = 400_000)]
     preload: u64,
     /// Requests per Figure 6 run (paper: 10 M).
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = 300_000)]
     requests: u64,
     /// Lookup ratios of the Figure 6 sweep.
     #[arg(long, value_delimiter = ',', default_values_t = paper::setup::FIG6_LOOKUP_RATIOS.to_vec())]
     lookup_ratios: Vec<f64>,
+    /// Initial index sizes (keys) of the Figure 7 scaling runs at W_l = 0.8, each with
+    /// as many requests as keys (paper: up to 90 M); empty to skip.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![100_000u64, 200_000, 400_000])]
+    sizes: Vec<u64>,
     /// Warehouses of the Figure 8 (G_T) runs; empty to skip.
     #[arg(long, value_delimiter = ',', default_values_t = vec![2u32, 4])]
     warehouses: Vec<u32>,
@@ -321,8 +471,34 @@ pub(crate) struct ReproFdArgs {
     tree: TreeOpts,
 }
 
-/// `csd repro fd-tree`: the W_l sweep of Figure 6 and the G_T runs of Figure 8 for each
-/// scheme, as a markdown report with plots and the paper's figures beside ours.
+/// Comma-separated, as the options take lists.
+fn csv<T: std::fmt::Display>(v: &[T]) -> String {
+    v.iter().map(T::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// Every configuration for every scheme, each on a fresh index.
+fn run_configs(
+    schemes: &[&str],
+    cfgs: &[BenchConfig],
+    tree: &TreeOpts,
+    pb: &Option<indicatif::ProgressBar>,
+    what: &str,
+) -> Result<Vec<BenchResult>, CliError> {
+    let mut out = Vec::new();
+    for s in schemes {
+        out.extend(
+            csd_idxbench::sweep::sweep_configs(cfgs, |_| tree.make(s).map_err(ie), &|i, p| {
+                on_progress(pb, &format!("{s} {what} run {i}"), p)
+            })
+            .map_err(bench_err)?,
+        );
+    }
+    Ok(out)
+}
+
+/// `csd repro fd-tree`: the W_l sweep of Figure 6, the index-size scaling of Figure 7
+/// and the G_T runs of Figure 8 for each scheme, as markdown reports with plots and the
+/// paper's figures beside ours.
 pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
     let schemes: Vec<&str> = a
         .schemes
@@ -352,21 +528,14 @@ pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
         results.extend(r);
     }
     let cmd = format!(
-        "csd repro fd-tree --out {} --schemes {} --preload {} --requests {} --lookup-ratios {} --warehouses {} --seed {} {}",
+        "csd repro fd-tree --out {} --schemes {} --preload {} --requests {} --lookup-ratios {} --sizes {} --warehouses {} --seed {} {}",
         a.out.display(),
         a.schemes,
         a.preload,
         a.requests,
-        a.lookup_ratios
-            .iter()
-            .map(|w| w.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
-        a.warehouses
-            .iter()
-            .map(|w| w.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
+        csv(&a.lookup_ratios),
+        csv(&a.sizes),
+        csv(&a.warehouses),
         a.seed,
         a.tree.describe()
     );
@@ -374,6 +543,30 @@ pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
         csd_idxbench::sweep::write_report(&results, &paper::figure6(), &a.out.join("fig6"), &cmd)
             .map_err(bench_err)?;
     println!("Figure 6 report: {}", files.markdown.display());
+    if !a.sizes.is_empty() {
+        // Figure 7: W_l = 0.8, the workload as long as the initial index.
+        let cfgs: Vec<BenchConfig> = a
+            .sizes
+            .iter()
+            .map(|&n| {
+                let mut c = base.clone();
+                c.workload = csd_idxbench::workload::WorkloadSpec::Gr(
+                    csd_idxbench::workload::GrSpec::with_lookup_ratio(0.8, n, n),
+                );
+                c
+            })
+            .collect();
+        let scaled = run_configs(&schemes, &cfgs, &a.tree, &pb, "size")?;
+        let files = csd_idxbench::sweep::write_report_on(
+            &scaled,
+            &paper::figure7(),
+            &a.out.join("fig7"),
+            &cmd,
+            csd_idxbench::sweep::Axis::IndexSize,
+        )
+        .map_err(bench_err)?;
+        println!("Figure 7 report: {}", files.markdown.display());
+    }
     if !a.warehouses.is_empty() {
         let cfgs: Vec<BenchConfig> = a
             .warehouses
@@ -384,18 +577,7 @@ pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
                 c
             })
             .collect();
-        let mut gt = Vec::new();
-        for s in &schemes {
-            let label = s.to_string();
-            gt.extend(
-                csd_idxbench::sweep::sweep_configs(
-                    &cfgs,
-                    |_| a.tree.make(s).map_err(ie),
-                    &|i, p| on_progress(&pb, &format!("{label} G_T run {i}"), p),
-                )
-                .map_err(bench_err)?,
-            );
-        }
+        let gt = run_configs(&schemes, &cfgs, &a.tree, &pb, "G_T")?;
         let files =
             csd_idxbench::sweep::write_report(&gt, &paper::figure8(), &a.out.join("fig8"), &cmd)
                 .map_err(bench_err)?;
@@ -405,38 +587,12 @@ pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
         pb.finish_and_clear();
     }
     // The headline of §5 / Figure 6 at W_l = 0.8.
-    let at = |name: &str| {
-        results
-            .iter()
-            .find(|r| r.scheme == name && (r.w_lookup - 0.8).abs() < 1e-9)
-    };
-    let mut t = crate::report::table(&[
-        "scheme (W_l = 0.8)",
-        "throughput req/s",
-        "insert R_p max ms",
-        "insert R_p avg ms",
-        "lookup R_q avg ms",
-        "lookup R_q max ms",
-    ]);
-    for name in ["FD+XM", "FD+DS", "FD+FC"] {
-        if let Some(r) = at(name) {
-            t.add_row(vec![
-                name.to_string(),
-                format!("{:.0}", r.throughput_rps),
-                format!("{:.2}", r.insert.rp.max_ms),
-                format!("{:.3}", r.insert.rp.avg_ms),
-                format!("{:.3}", r.lookup.rq.avg_ms),
-                format!("{:.2}", r.lookup.rq.max_ms),
-            ]);
-        }
-    }
-    println!("{t}");
-    if let (Some(fc), Some(xm), Some(ds)) = (at("FD+FC"), at("FD+XM"), at("FD+DS")) {
-        println!(
-            "FD+FC worst insert R_p is {:.1}x lower than FD+XM's (paper: >= 20x); FD+FC throughput / FD+DS = {:.2} (paper: 1.08-1.09)",
-            xm.insert.rp.max_ms / fc.insert.rp.max_ms.max(1e-9),
-            fc.throughput_rps / ds.throughput_rps.max(1e-9)
-        );
+    let at_08: Vec<&BenchResult> = results
+        .iter()
+        .filter(|r| (r.w_lookup - 0.8).abs() < 1e-9)
+        .collect();
+    if !at_08.is_empty() {
+        print_comparison(&at_08);
     }
     println!("seed {}; reproduce: {cmd}", a.seed);
     Ok(())

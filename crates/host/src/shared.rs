@@ -13,13 +13,16 @@
 use crate::client::{CommandIssuer, HostError, checked, complete};
 use csd_device::{Completion, IdentifyInfo, NvmeDevice, QueueId};
 use csd_sim::{ClockMode, Pacer, SimTime};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use crate::client::ClientTotals;
 
 struct Inner {
     dev: Mutex<NvmeDevice>,
-    pacer: Pacer,
+    pacer: RwLock<Pacer>,
+    /// The latest completion instant of any command (ns), where a clock switch starts.
+    latest: AtomicU64,
     identify: IdentifyInfo,
     totals: Mutex<ClientTotals>,
 }
@@ -49,7 +52,8 @@ impl SharedDevice {
         Ok(SharedDevice {
             inner: Arc::new(Inner {
                 dev: Mutex::new(dev),
-                pacer: Pacer::new(mode, origin),
+                pacer: RwLock::new(Pacer::new(mode, origin)),
+                latest: AtomicU64::new(origin.0),
                 identify,
                 totals: Mutex::new(ClientTotals::default()),
             }),
@@ -75,12 +79,36 @@ impl SharedDevice {
 
     /// The clock mode.
     pub fn clock_mode(&self) -> ClockMode {
-        self.inner.pacer.mode()
+        self.pacer().mode()
     }
 
-    /// The pacer (to wait for simulated instants or read the paced "now").
-    pub fn pacer(&self) -> &Pacer {
-        &self.inner.pacer
+    /// The pacer (to wait for simulated instants or read the paced "now"); a copy, so
+    /// that a later [`set_clock`](SharedDevice::set_clock) does not change it.
+    pub fn pacer(&self) -> Pacer {
+        self.inner
+            .pacer
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Switch the clock mode from now on: simulated time continues from the latest
+    /// completion any handle has seen, mapped to the wall clock now. Used to build state
+    /// quickly in virtual time (a benchmark's preload) and then measure in paced time.
+    /// Handles whose own clock is behind move up to that instant with their next command.
+    pub fn set_clock(&self, mode: ClockMode) {
+        let origin = {
+            let dev = self.lock();
+            dev.block()
+                .controller()
+                .now()
+                .max(SimTime(self.inner.latest.load(Ordering::Acquire)))
+        };
+        *self
+            .inner
+            .pacer
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Pacer::new(mode, origin);
     }
 
     /// Totals of every command issued through any handle.
@@ -131,10 +159,11 @@ impl CommandIssuer for DeviceHandle {
     fn exec_at(&mut self, cmd: csd_device::Command, at: SimTime) -> Result<Completion, HostError> {
         let inner = &self.shared.inner;
         let name = cmd.name();
+        let pacer = self.shared.pacer();
         // Paced: a submission in the future waits for it; the device sees the real
         // arrival instant.
-        inner.pacer.wait_until(at);
-        let at = inner.pacer.now_sim().map_or(at, |now| now.max(at));
+        pacer.wait_until(at);
+        let at = pacer.now_sim().map_or(at, |now| now.max(at));
         let result = {
             let mut dev = self.shared.lock();
             complete(&mut dev, self.qid, cmd, at)
@@ -146,7 +175,8 @@ impl CommandIssuer for DeviceHandle {
             .unwrap_or_else(|p| p.into_inner())
             .add(&c.acct);
         self.now = self.now.max(c.acct.completed);
-        inner.pacer.wait_until(c.acct.completed);
+        inner.latest.fetch_max(c.acct.completed.0, Ordering::AcqRel);
+        pacer.wait_until(c.acct.completed);
         checked(name, c)
     }
 
@@ -159,8 +189,9 @@ impl CommandIssuer for DeviceHandle {
     }
 
     fn wait_until(&mut self, t: SimTime) {
-        self.shared.inner.pacer.wait_until(t);
+        self.shared.pacer().wait_until(t);
         self.now = self.now.max(t);
+        self.shared.inner.latest.fetch_max(t.0, Ordering::AcqRel);
     }
 }
 
@@ -220,22 +251,55 @@ mod tests {
         assert!(dev.into_device().is_ok(), "all handles dropped");
     }
 
+    /// Read one LBA at paced scale 1000: (wall seconds, modeled seconds x 1000, completion).
+    fn paced_read(h: &mut DeviceHandle, lba: u64) -> (f64, f64, Completion) {
+        let t0 = Instant::now();
+        let c = h
+            .exec(csd_device::Command::Read { lba, blocks: 1 })
+            .expect("read");
+        let wall = t0.elapsed().as_secs_f64();
+        let modeled = c.acct.latency_ns as f64 / 1e9 * 1000.0;
+        (wall, modeled, c)
+    }
+
     #[test]
     fn paced_mode_makes_threads_wait_for_modeled_completion() {
         // Scale 1000: every modeled microsecond is a wall millisecond.
         let dev = shared(ClockMode::Paced { scale: 1000.0 });
         let mut h = dev.handle().expect("handle");
-        let t0 = Instant::now();
-        let c = h
-            .exec(csd_device::Command::Read { lba: 0, blocks: 1 })
-            .expect("read");
-        let wall = t0.elapsed().as_secs_f64();
-        let modeled = c.acct.latency_ns as f64 / 1e9 * 1000.0;
+        let (wall, modeled, _) = paced_read(&mut h, 0);
         assert!(modeled > 0.0);
         assert!(
             wall >= modeled * 0.9,
             "wall {wall} s < modeled x scale {modeled} s"
         );
+    }
+
+    #[test]
+    fn switching_from_virtual_to_paced_starts_the_wall_clock_now() {
+        let dev = shared(ClockMode::Virtual);
+        let lba_size = dev.identify().lba_size as usize;
+        let mut h = dev.handle().expect("handle");
+        // Modeled work in virtual time (no wall-clock wait): at scale 1000 its backlog
+        // would be tens of seconds of wall clock if the switch did not start from it.
+        for i in 0..400u64 {
+            h.write(i, &vec![i as u8; lba_size]).expect("write");
+        }
+        h.flush().expect("flush");
+        let virtual_end = h.now();
+        assert!(virtual_end.0 > 10_000_000, "{virtual_end:?}");
+        // Paced at scale 1000 from here: a read waits its own latency x 1000 on the wall
+        // clock, not the virtual backlog, and simulated time does not go backwards.
+        dev.set_clock(ClockMode::Paced { scale: 1000.0 });
+        let mut h2 = dev.handle().expect("handle");
+        let (wall, modeled, c) = paced_read(&mut h2, 1);
+        assert!(c.acct.completed >= virtual_end);
+        assert!(wall >= modeled * 0.9, "wall {wall} s < modeled {modeled} s");
+        assert!(
+            wall < modeled * 3.0 + 0.5,
+            "wall {wall} s: waited for the virtual backlog too (modeled {modeled} s)"
+        );
+        assert_eq!(h2.read(1, 1).expect("read"), vec![1u8; lba_size]);
     }
 
     #[test]

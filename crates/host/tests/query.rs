@@ -324,30 +324,7 @@ fn status_of(r: Result<impl std::fmt::Debug, HostError>) -> Status {
 fn drain(c: &mut Client, id: u32, sql: &str) -> usize {
     let cat = Catalog::read(c).expect("catalog");
     let p = plan(sql, &cat).expect("plan");
-    let mut out = csd_query::PartialResult::new(&p);
-    loop {
-        let Payload::Isp(mut r) = c
-            .exec(Command::IspGet { session: id })
-            .expect("get")
-            .payload
-        else {
-            panic!("no reply")
-        };
-        if let Some(ch) = r.chunk.take() {
-            out.merge(ch).expect("merge");
-        }
-        match r.state {
-            SessionState::Done if !r.more => break,
-            SessionState::Failed(m) => panic!("{m}"),
-            _ => {
-                if !r.more {
-                    let t = c.now().after(100_000);
-                    c.wait_until(t);
-                }
-            }
-        }
-    }
-    out.finish(&p).expect("finish").rows.len()
+    drain_rest(c, id, csd_query::PartialResult::new(&p), &p)
 }
 
 #[test]
@@ -530,4 +507,167 @@ fn sessions_from_concurrent_host_threads_share_the_device() {
             });
         }
     });
+}
+
+// ------------------------------------------------------- session protocol, model-based
+
+/// One step of a random session workload.
+#[derive(Debug, Clone)]
+enum SessionOp {
+    /// OPEN a scan with `c1 < bound` in the given mode.
+    Open { bound: i32, hw: bool },
+    /// GET on id `k` of 0..=4 (ids start at 1; open or not).
+    Get(u32),
+    /// CLOSE on id `k` of 0..=4 (open or not).
+    Close(u32),
+    /// Let modeled time pass (µs), so running sessions make progress.
+    Wait(u64),
+}
+
+fn session_op() -> impl proptest::strategy::Strategy<Value = SessionOp> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => (0..ROWS as i32, any::<bool>()).prop_map(|(bound, hw)| SessionOp::Open { bound, hw }),
+        5 => (0..5u32).prop_map(SessionOp::Get),
+        2 => (0..5u32).prop_map(SessionOp::Close),
+        2 => (1..20_000u64).prop_map(SessionOp::Wait),
+    ]
+}
+
+/// The reference: which ids are open, what each one's query must return, and what
+/// its GETs returned so far.
+struct ModelSession {
+    sql: String,
+    want_rows: usize,
+    got: csd_query::PartialResult,
+    plan: csd_query::Plan,
+    finished: bool,
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Random OPEN / GET / CLOSE / wait sequences against a reference of the protocol:
+    /// OPEN succeeds exactly when fewer than `max_sessions` are open and returns the
+    /// smallest free id; GET and CLOSE of an id that is not open are `InvalidSession`
+    /// and change nothing; a session that reports `Done` with nothing more has returned
+    /// exactly the rows of its query; after CLOSE the id is invalid until reopened.
+    #[test]
+    fn sessions_follow_the_protocol_under_random_use(
+        ops in proptest::collection::vec(session_op(), 1..40)
+    ) {
+        const MAX: u32 = 3;
+        let mut c = client(config(&["isp.max_sessions=3"]));
+        load_synthetic(&mut c, "t", Layout::Pax);
+        let cat = Catalog::read(&mut c).expect("catalog");
+        let mut open_ids: std::collections::BTreeMap<u32, ModelSession> = Default::default();
+        for op in ops {
+            match op {
+                SessionOp::Open { bound, hw } => {
+                    let sql = format!("SELECT c2 FROM t WHERE c1 < {bound}");
+                    let mode = if hw { IspMode::Hw } else { IspMode::Cpu };
+                    let cmd = open_cmd(&mut c, "t", &sql, mode);
+                    let r = c.exec(cmd);
+                    if open_ids.len() < MAX as usize {
+                        let Ok(done) = r else { panic!("OPEN refused with {} open: {r:?}", open_ids.len()) };
+                        let Payload::IspSession(id) = done.payload else { panic!("no id") };
+                        let smallest = (1..).find(|i| !open_ids.contains_key(i)).expect("free id");
+                        proptest::prop_assert_eq!(id, smallest);
+                        let p = plan(&sql, &cat).expect("plan");
+                        open_ids.insert(id, ModelSession {
+                            sql,
+                            want_rows: bound as usize,
+                            got: csd_query::PartialResult::new(&p),
+                            plan: p,
+                            finished: false,
+                        });
+                    } else {
+                        let st = status_of(r);
+                        proptest::prop_assert!(matches!(st, Status::SessionResources(_)), "{}", st);
+                    }
+                }
+                SessionOp::Get(id) => {
+                    let r = c.exec(Command::IspGet { session: id });
+                    match open_ids.get_mut(&id) {
+                        None => {
+                            let st = status_of(r);
+                            proptest::prop_assert!(matches!(st, Status::InvalidSession(_)), "{}", st);
+                        }
+                        Some(m) => {
+                            let Payload::Isp(mut rep) = r.expect("get").payload else { panic!("no reply") };
+                            proptest::prop_assert!(!m.finished || rep.chunk.is_none(), "chunk after the end");
+                            if let Some(ch) = rep.chunk.take() {
+                                m.got.merge(ch).expect("merge");
+                            }
+                            match rep.state {
+                                SessionState::Failed(e) => panic!("{}: {e}", m.sql),
+                                SessionState::Done if !rep.more && !m.finished => {
+                                    m.finished = true;
+                                    let got = std::mem::replace(&mut m.got, csd_query::PartialResult::new(&m.plan));
+                                    let rows = got.finish(&m.plan).expect("finish").rows.len();
+                                    proptest::prop_assert_eq!(rows, m.want_rows, "{}", m.sql);
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+                SessionOp::Close(id) => {
+                    let r = c.exec(Command::IspClose { session: id });
+                    if open_ids.remove(&id).is_some() {
+                        let Payload::Isp(rep) = r.expect("close").payload else { panic!("no reply") };
+                        proptest::prop_assert!(rep.pages_done <= rep.pages_total);
+                    } else {
+                        let st = status_of(r);
+                        proptest::prop_assert!(matches!(st, Status::InvalidSession(_)), "{}", st);
+                    }
+                }
+                SessionOp::Wait(us) => {
+                    let t = c.now().after(us * 1000);
+                    c.wait_until(t);
+                }
+            }
+        }
+        // Every session still open runs to its exact answer, then closes.
+        let ids: Vec<u32> = open_ids.keys().copied().collect();
+        for id in ids {
+            let m = open_ids.remove(&id).expect("open");
+            if !m.finished {
+                proptest::prop_assert_eq!(drain_rest(&mut c, id, m.got, &m.plan), m.want_rows, "{}", m.sql);
+            }
+            c.exec(Command::IspClose { session: id }).expect("close");
+        }
+    }
+}
+
+/// Poll `id` to the end, merging into what earlier GETs returned; the row count.
+fn drain_rest(
+    c: &mut Client,
+    id: u32,
+    mut out: csd_query::PartialResult,
+    p: &csd_query::Plan,
+) -> usize {
+    loop {
+        let Payload::Isp(mut r) = c
+            .exec(Command::IspGet { session: id })
+            .expect("get")
+            .payload
+        else {
+            panic!("no reply")
+        };
+        if let Some(ch) = r.chunk.take() {
+            out.merge(ch).expect("merge");
+        }
+        match r.state {
+            SessionState::Done if !r.more => break,
+            SessionState::Failed(m) => panic!("{m}"),
+            _ => {
+                if !r.more {
+                    let t = c.now().after(100_000);
+                    c.wait_until(t);
+                }
+            }
+        }
+    }
+    out.finish(p).expect("finish").rows.len()
 }

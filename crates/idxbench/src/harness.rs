@@ -79,6 +79,14 @@ pub enum BenchError {
         /// The index's error.
         source: IndexError,
     },
+    /// The index failed to settle after the preload or to switch to the timed run.
+    #[error("index '{scheme}' failed to start the run after the preload: {source}")]
+    StartRun {
+        /// Index name.
+        scheme: String,
+        /// The index's error.
+        source: IndexError,
+    },
     /// The index failed to finish its background work after the run.
     #[error("index '{scheme}' failed to quiesce after the run: {source}")]
     Quiesce {
@@ -304,6 +312,14 @@ pub fn run_workload(
 ) -> Result<BenchResult, BenchError> {
     cfg.validate()?;
     let preload_time = preload(index, workload, progress)?;
+    // The run starts from a settled index: merges the preload triggered finish first.
+    index
+        .quiesce()
+        .and_then(|()| index.start_run())
+        .map_err(|source| BenchError::StartRun {
+            scheme: index.name(),
+            source,
+        })?;
     let out = execute(index, workload, cfg, progress)?;
     index.quiesce().map_err(|source| BenchError::Quiesce {
         scheme: index.name(),

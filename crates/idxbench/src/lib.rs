@@ -117,6 +117,12 @@ pub trait BenchIndex: Send + Sync {
     fn quiesce(&self) -> Result<(), IndexError> {
         Ok(())
     }
+    /// Called once after the preload (and its [`quiesce`](BenchIndex::quiesce)), right
+    /// before the timed run: e.g. to switch the device from virtual to paced time, so
+    /// that the preload costs no wall-clock time while the run feels real latency.
+    fn start_run(&self) -> Result<(), IndexError> {
+        Ok(())
+    }
 }
 
 impl<T: BenchIndex + ?Sized> BenchIndex for std::sync::Arc<T> {
@@ -137,5 +143,8 @@ impl<T: BenchIndex + ?Sized> BenchIndex for std::sync::Arc<T> {
     }
     fn quiesce(&self) -> Result<(), IndexError> {
         (**self).quiesce()
+    }
+    fn start_run(&self) -> Result<(), IndexError> {
+        (**self).start_run()
     }
 }

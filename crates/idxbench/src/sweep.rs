@@ -74,11 +74,54 @@ pub struct ReportFiles {
     pub plots: Vec<PlotFiles>,
 }
 
-/// The swept parameter of a result: `W_l` for G_R, warehouses for G_T.
-fn x_of(r: &BenchResult) -> f64 {
-    match &r.config.workload {
-        WorkloadSpec::Gt(g) if r.generator == "G_T" => f64::from(g.warehouses),
-        _ => r.w_lookup,
+/// The parameter a sweep varies, which sets the report's x axis and figure number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Axis {
+    /// `W_l` of G_R runs (Figure 6).
+    LookupRatio,
+    /// Warehouses of G_T runs (Figure 8).
+    Warehouses,
+    /// Keys preloaded, with the workload as long as the index (Figure 7).
+    IndexSize,
+}
+
+impl Axis {
+    /// The axis implied by the results' generator: warehouses for G_T, `W_l` otherwise.
+    pub fn of(results: &[BenchResult]) -> Axis {
+        match results.first() {
+            Some(r) if r.generator == "G_T" => Axis::Warehouses,
+            _ => Axis::LookupRatio,
+        }
+    }
+
+    /// The swept value of a result.
+    pub fn x(self, r: &BenchResult) -> f64 {
+        match self {
+            Axis::LookupRatio => r.w_lookup,
+            Axis::Warehouses => match &r.config.workload {
+                WorkloadSpec::Gt(g) => f64::from(g.warehouses),
+                WorkloadSpec::Gr(_) => r.w_lookup,
+            },
+            Axis::IndexSize => r.preload_keys as f64,
+        }
+    }
+
+    /// The paper figure this axis reproduces.
+    pub fn figure(self) -> &'static str {
+        match self {
+            Axis::LookupRatio => "6",
+            Axis::Warehouses => "8",
+            Axis::IndexSize => "7",
+        }
+    }
+
+    /// The x-axis label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Axis::LookupRatio => "lookup ratio W_l",
+            Axis::Warehouses => "warehouses",
+            Axis::IndexSize => "initial index size (keys)",
+        }
     }
 }
 
@@ -122,20 +165,30 @@ pub fn write_report(
     dir: &Path,
     reproduce: &str,
 ) -> Result<ReportFiles, BenchError> {
+    write_report_on(results, paper, dir, reproduce, Axis::of(results))
+}
+
+/// [`write_report`] with the swept parameter given (e.g. [`Axis::IndexSize`] for the
+/// Figure 7 scaling runs, which are G_R runs like Figure 6's).
+pub fn write_report_on(
+    results: &[BenchResult],
+    paper: &[PaperRef],
+    dir: &Path,
+    reproduce: &str,
+    axis: Axis,
+) -> Result<ReportFiles, BenchError> {
     if results.is_empty() {
         return Err(BenchError::Config("no results to report".into()));
     }
+    let x_of = |r: &BenchResult| axis.x(r);
     std::fs::create_dir_all(dir).map_err(|source| BenchError::Io {
         path: dir.to_path_buf(),
         source,
     })?;
     let gen_name = results[0].generator.clone();
-    let fig = if gen_name == "G_T" { "8" } else { "6" };
-    let x_label = if gen_name == "G_T" {
-        "warehouses"
-    } else {
-        "lookup ratio W_l"
-    };
+    let fig = axis.figure();
+    let x_label = axis.label();
+    let by_ratio = axis == Axis::LookupRatio;
     let schemes = schemes(results);
     let xs: Vec<f64> = {
         let mut v: Vec<f64> = results.iter().map(x_of).collect();
@@ -187,10 +240,7 @@ pub fn write_report(
             .filter(|p| p.generator == gen_name && p.metric == Some(metric))
         {
             if let PaperValue::Absolute { low, high } = p.value {
-                let (a, b) = p
-                    .w_lookup
-                    .filter(|_| gen_name == "G_R")
-                    .unwrap_or((x_lo, x_hi));
+                let (a, b) = p.w_lookup.filter(|_| by_ratio).unwrap_or((x_lo, x_hi));
                 let (a, b) = (a.max(x_lo), b.min(x_hi));
                 if a > b {
                     continue; // the statement is about a range this sweep does not cover
@@ -238,7 +288,7 @@ pub fn write_report(
         .iter()
         .rev()
         .copied()
-        .find(|&x| gen_name == "G_T" || x < 1.0)
+        .find(|&x| !by_ratio || x < 1.0)
         .unwrap_or(x_hi);
     let at: Vec<BenchResult> = results
         .iter()

@@ -20,6 +20,8 @@ struct MapIndex {
     calls: [AtomicU64; 3],
     merges: AtomicU64,
     quiesced: AtomicU64,
+    /// Requests of each kind seen when `start_run` was called, and how often it was.
+    started: RwLock<Vec<[u64; 3]>>,
 }
 
 impl MapIndex {
@@ -33,6 +35,7 @@ impl MapIndex {
             calls: Default::default(),
             merges: AtomicU64::new(0),
             quiesced: AtomicU64::new(0),
+            started: RwLock::new(Vec::new()),
         }
     }
 
@@ -85,6 +88,11 @@ impl BenchIndex for MapIndex {
         self.quiesced.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
+    fn start_run(&self) -> Result<(), IndexError> {
+        let seen = [0, 1, 2].map(|i| self.calls[i].load(Ordering::SeqCst));
+        self.started.write().unwrap().push(seen);
+        Ok(())
+    }
 }
 
 fn tiny(w_l: f64, requests: u64, preload: u64) -> BenchConfig {
@@ -117,6 +125,8 @@ fn every_request_once_and_final_content_predicted() {
         let measured: u64 = OpKind::ALL.iter().map(|&o| r.op(o).rp.count).sum();
         assert_eq!(measured, 30_000 - 100);
         assert_eq!(idx.content(), w.expected_final(), "W_l = {w_l}");
+        // The run is started once, after the preload and before any request.
+        assert_eq!(*idx.started.read().unwrap(), vec![[2_000, 0, 0]]);
         assert_eq!(r.delete_misses, 0);
         // Lookups pick keys present at generation time; a concurrent writer may delete
         // one before the lookup runs (Q_r and Q_w drain independently), so a few miss.
@@ -165,11 +175,13 @@ fn merge_pauses_show_as_worst_insert_rp_and_lookup_rq_tail() {
         r.lookup.rq
     );
     let merges = idx.merges.load(Ordering::SeqCst) as f64;
+    // Quiesced twice: after the preload (the run starts from a settled index) and after
+    // the run (final counters).
     assert_eq!(
         r.extra,
         vec![
             ("merges".to_string(), merges),
-            ("quiesced".to_string(), 1.0)
+            ("quiesced".to_string(), 2.0)
         ]
     );
     assert_eq!(r.not_executed_once, 0);

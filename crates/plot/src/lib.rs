@@ -747,6 +747,8 @@ where
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 22))
         .margin(15)
+        // Room on the right for the last x tick label (wide numbers like 400000).
+        .margin_right(40)
         .x_label_area_size(50)
         .y_label_area_size(75)
         .build_cartesian_2d(xr, yr)

@@ -80,8 +80,10 @@ impl Pacer {
     }
 
     /// Block the calling thread until simulated instant `t` is due (paced mode). Sleeps
-    /// for the bulk of the wait and spins for the last 100 µs so that short waits are
-    /// accurate; returns at once in virtual mode or when `t` is already past.
+    /// for the bulk of the wait and yields for the last 100 µs so that short waits are
+    /// accurate without taking a core from the threads that have work (many paced
+    /// threads on few cores would otherwise delay each other by whole time slices);
+    /// returns at once in virtual mode or when `t` is already past.
     pub fn wait_until(&self, t: SimTime) {
         let Some(deadline) = self.wall_deadline(t) else {
             return;
@@ -95,7 +97,7 @@ impl Pacer {
             if left > Duration::from_micros(200) {
                 std::thread::sleep(left - Duration::from_micros(100));
             } else {
-                std::hint::spin_loop();
+                std::thread::yield_now();
             }
         }
     }
