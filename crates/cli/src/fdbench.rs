@@ -272,23 +272,28 @@ fn on_progress(pb: &Option<indicatif::ProgressBar>, label: &str, p: Progress) {
     }
 }
 
+/// The schemes of a comma-separated `option` value; at least one.
+fn scheme_list<'a>(list: &'a str, option: &str) -> Result<Vec<&'a str>, CliError> {
+    let v: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if v.is_empty() {
+        return Err(CliError::Usage(format!(
+            "{option} needs at least one of xm, ds, fc, btree"
+        )));
+    }
+    Ok(v)
+}
+
 fn bench_err(e: csd_idxbench::harness::BenchError) -> CliError {
     CliError::Usage(e.to_string())
 }
 
 /// `csd bench fdtree`: one run per scheme of the list, on the same request stream.
 pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
-    let schemes: Vec<&str> = a
-        .scheme
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
-    if schemes.is_empty() {
-        return Err(CliError::Usage(
-            "--scheme needs at least one of xm, ds, fc, btree".into(),
-        ));
-    }
+    let schemes = scheme_list(&a.scheme, "--scheme")?;
     let mut cfg = match a.tpcc {
         Some(w) => BenchConfig::small_tpcc(w),
         None => {
@@ -517,12 +522,7 @@ fn run_configs(
 /// and the G_T runs of Figure 8 for each scheme, as markdown reports with plots and the
 /// paper's figures beside ours.
 pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
-    let schemes: Vec<&str> = a
-        .schemes
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
+    let schemes = scheme_list(&a.schemes, "--schemes")?;
     let base = {
         let mut c = BenchConfig::small(0.8);
         c.workload = csd_idxbench::workload::WorkloadSpec::Gr(

@@ -1,0 +1,78 @@
+//! `csd bench fdtree` end to end: several schemes on one request stream give one JSON
+//! object with a run per scheme and the paper's headline ratios computed from those
+//! runs; a bad scheme list is refused before any run.
+
+use std::process::Command;
+
+fn csd(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_csd"))
+        .args(args)
+        .output()
+        .expect("run csd")
+}
+
+#[test]
+fn scheme_list_runs_each_scheme_and_reports_the_headline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().to_str().expect("utf-8 path");
+    let out = csd(&[
+        "bench",
+        "fdtree",
+        "--scheme",
+        "xm,ds,fc",
+        "--preload",
+        "5000",
+        "--requests",
+        "5000",
+        "--clock",
+        "virtual",
+        "--out",
+        out_dir,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    let runs = v["runs"].as_array().expect("runs");
+    let names: Vec<&str> = runs.iter().filter_map(|r| r["scheme"].as_str()).collect();
+    assert_eq!(names, ["FD+XM", "FD+DS", "FD+FC"]);
+    for r in runs {
+        assert_eq!(r["requests"].as_u64(), Some(5000));
+        assert!(r["throughput_rps"].as_f64().is_some_and(|t| t > 0.0));
+        assert!(std::path::Path::new(r["plot_png"].as_str().expect("plot")).exists());
+    }
+    // The ratios are those of the runs' own figures.
+    let max = |i: usize, k: &str| runs[i][k].as_f64().expect(k);
+    let want = max(0, "insert_rp_max_ms") / max(2, "insert_rp_max_ms").max(1e-9);
+    let got = v["xm_over_fc_insert_rp_max"].as_f64().expect("ratio");
+    assert!(
+        (got - want).abs() <= 1e-9 * want.max(1.0),
+        "{got} vs {want}"
+    );
+    let want = max(2, "throughput_rps") / max(1, "throughput_rps");
+    let got = v["fc_over_ds_throughput"].as_f64().expect("ratio");
+    assert!(
+        (got - want).abs() <= 1e-9 * want.max(1.0),
+        "{got} vs {want}"
+    );
+    assert!(
+        v["command"]
+            .as_str()
+            .is_some_and(|c| c.contains("--scheme xm,ds,fc"))
+    );
+}
+
+#[test]
+fn bad_scheme_lists_are_refused_before_any_run() {
+    for list in [" , ", "xm,nope"] {
+        let out = csd(&["bench", "fdtree", "--scheme", list, "--clock", "virtual"]);
+        assert!(!out.status.success(), "{list:?} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("xm, ds, fc"), "{list:?}: {err}");
+        assert!(out.stdout.is_empty(), "{list:?} ran something");
+    }
+}
