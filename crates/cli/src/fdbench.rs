@@ -362,7 +362,7 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
         } else {
             let mut m = serde_json::Map::new();
             m.insert("runs".into(), objs.into());
-            for (k, v) in headline_ratios(&results) {
+            for (k, _, v) in headline_ratios(&results) {
                 m.insert(k.into(), v.into());
             }
             m.insert("command".into(), cmd.clone().into());
@@ -390,28 +390,33 @@ fn update_rp_max_ms(r: &BenchResult) -> f64 {
 
 /// The paper's headline comparison (§5, Figure 6 at one lookup ratio): FD+FC's worst
 /// insertion (and modification) `R_p` against FD+XM's and FD+DS's, and its throughput
-/// against FD+DS's, where those runs are present. Keys are JSON-ready.
-fn headline_ratios(results: &[&BenchResult]) -> Vec<(&'static str, f64)> {
+/// against FD+DS's, where those runs are present: (JSON key, label with the paper's
+/// value, ratio).
+fn headline_ratios(results: &[&BenchResult]) -> Vec<(&'static str, &'static str, f64)> {
     let at = |name: &str| results.iter().find(|r| r.scheme == name);
     let ratio = |a: f64, b: f64| a / b.max(1e-9);
     let mut v = Vec::new();
     if let (Some(fc), Some(xm)) = (at("FD+FC"), at("FD+XM")) {
         v.push((
             "xm_over_fc_insert_rp_max",
+            "FD+XM / FD+FC worst insertion R_p (paper: >= 20x)",
             ratio(xm.insert.rp.max_ms, fc.insert.rp.max_ms),
         ));
         v.push((
             "xm_over_fc_update_rp_max",
+            "FD+XM / FD+FC worst insertion-or-deletion R_p (paper: >= 20x)",
             ratio(update_rp_max_ms(xm), update_rp_max_ms(fc)),
         ));
     }
     if let (Some(fc), Some(ds)) = (at("FD+FC"), at("FD+DS")) {
         v.push((
             "fc_over_ds_throughput",
+            "FD+FC / FD+DS throughput (paper: 1.08-1.15)",
             ratio(fc.throughput_rps, ds.throughput_rps),
         ));
         v.push((
             "ds_over_fc_insert_rp_max",
+            "FD+DS / FD+FC worst insertion R_p (paper: DS as bad as XM)",
             ratio(ds.insert.rp.max_ms, fc.insert.rp.max_ms),
         ));
     }
@@ -447,16 +452,8 @@ fn print_comparison(results: &[&BenchResult]) {
         ]);
     }
     println!("{t}");
-    for (k, v) in headline_ratios(results) {
-        let paper = match k {
-            "xm_over_fc_insert_rp_max" => "FD+XM / FD+FC worst insertion R_p (paper: >= 20x)",
-            "xm_over_fc_update_rp_max" => {
-                "FD+XM / FD+FC worst insertion-or-deletion R_p (paper: >= 20x)"
-            }
-            "fc_over_ds_throughput" => "FD+FC / FD+DS throughput (paper: 1.08-1.15)",
-            _ => "FD+DS / FD+FC worst insertion R_p (paper: DS as bad as XM)",
-        };
-        println!("{paper}: {v:.2}");
+    for (_, label, v) in headline_ratios(results) {
+        println!("{label}: {v:.2}");
     }
 }
 

@@ -2,14 +2,9 @@
 //! object with a run per scheme and the paper's headline ratios computed from those
 //! runs; a bad scheme list is refused before any run.
 
-use std::process::Command;
+mod common;
 
-fn csd(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_csd"))
-        .args(args)
-        .output()
-        .expect("run csd")
-}
+use common::csd;
 
 #[test]
 fn scheme_list_runs_each_scheme_and_reports_the_headline() {

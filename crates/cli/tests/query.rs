@@ -1,14 +1,9 @@
 //! `csd load` + `csd query` end to end on an image file: JSON keys, identical results
 //! across strategies, clear errors for bad SQL that leave the image as it was.
 
-use std::process::Command;
+mod common;
 
-fn csd(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_csd"))
-        .args(args)
-        .output()
-        .expect("run csd")
-}
+use common::csd;
 
 #[test]
 fn load_then_query_three_ways_as_json() {

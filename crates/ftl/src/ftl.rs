@@ -1083,21 +1083,16 @@ impl Ftl {
     /// channel parallelism for the headroom GC needs to make progress.
     fn provision(&mut self, s: usize) -> Result<(u32, u32), FtlError> {
         let scarce = self.free_count <= self.dies;
-        for _ in 0..self.dies {
-            let die = self.rr[s];
-            self.rr[s] = (die + 1) % self.dies;
-            if let Some((b, p)) = self.open[s][die as usize] {
-                return Ok((die * self.bpd + b, p));
-            }
-            if !scarce && let Some(b) = self.open_block(s, die) {
-                return Ok((b, 0));
-            }
-        }
-        if scarce {
+        // Pass 1: the next die in turn with an open block (or, unless scarce, a free one);
+        // pass 2 (scarce only): the next die in turn with a free block.
+        for open_new in [!scarce, true] {
             for _ in 0..self.dies {
                 let die = self.rr[s];
                 self.rr[s] = (die + 1) % self.dies;
-                if let Some(b) = self.open_block(s, die) {
+                if let Some((b, p)) = self.open[s][die as usize] {
+                    return Ok((die * self.bpd + b, p));
+                }
+                if open_new && let Some(b) = self.open_block(s, die) {
                     return Ok((b, 0));
                 }
             }
@@ -1820,9 +1815,6 @@ impl Ftl {
         Ok(())
     }
 
-    /// GC keeps this many blocks free: the configured threshold plus what may be taken
-    /// between two GC runs (a HOT block per die for one commit, a META block per die for
-    /// a checkpoint, two log blocks).
     /// Whether a checkpoint now would free at least one block more than it writes: the
     /// blocks it reclaims (metadata blocks with no live page, log blocks other than the
     /// current one) against the pages it programs (dirty MAP pages, MAPS, WEAR, BBT and
@@ -1846,6 +1838,9 @@ impl Ftl {
         dead * u64::from(self.ppb) >= cost + u64::from(self.ppb)
     }
 
+    /// GC keeps this many blocks free: the configured threshold plus what may be taken
+    /// between two GC runs (a HOT block per die for one commit, a META block per die for
+    /// a checkpoint, two log blocks).
     pub(crate) fn gc_low_water(&self) -> u32 {
         self.cfg.gc_free_blocks + 2 * self.dies + 2
     }
