@@ -4,7 +4,7 @@
 //! Every structure carries a magic, a version and a CRC-32C, so that recovery can tell a
 //! valid page from an erased, torn or foreign one without trusting anything else.
 
-use crate::ftl::FtlError;
+use crate::FtlError;
 
 /// Sentinel of an unmapped LPID or an absent address.
 pub const NONE: u64 = u64::MAX;

@@ -63,13 +63,25 @@
 
 /// The batch descriptor (wire format, shared with the host side).
 pub use csd_sim::wire as batch;
+mod checkpoint;
+mod config;
+mod error;
 pub mod format;
 mod ftl;
+mod gc;
+mod inspect;
+mod io;
+mod log;
+mod map;
+mod provision;
+mod recovery;
+mod stats;
 pub mod torture;
 
-pub use ftl::{
-    Ftl, FtlConfig, FtlError, FtlStats, GcPolicy, RecoveryFailed, RecoveryReport, WriteCache,
-};
+pub use config::{FtlConfig, GcPolicy, WriteCache};
+pub use error::{FtlError, RecoveryFailed, RecoveryReport};
+pub use ftl::Ftl;
+pub use stats::FtlStats;
 
 #[cfg(test)]
 mod tests;

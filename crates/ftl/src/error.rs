@@ -1,0 +1,85 @@
+//! Errors of the FTL.
+
+use csd_nand::{Nand, NandError};
+use thiserror::Error;
+
+/// Errors of the FTL.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum FtlError {
+    /// The LBA range is outside the logical capacity.
+    #[error("LBA range {lba}..{end} is outside the device (capacity {capacity} LBAs)")]
+    OutOfRange {
+        /// First LBA.
+        lba: u64,
+        /// One past the last LBA.
+        end: u64,
+        /// LBAs of the device.
+        capacity: u64,
+    },
+    /// A buffer is not a whole, non-zero number of LBAs.
+    #[error("buffer of {got} bytes is not a non-zero multiple of the {lba_size}-byte LBA")]
+    BadLength {
+        /// Bytes given.
+        got: usize,
+        /// LBA size.
+        lba_size: usize,
+    },
+    /// A read could not be corrected.
+    #[error("uncorrectable read at LBA {lba}")]
+    Uncorrectable {
+        /// The LBA.
+        lba: u64,
+    },
+    /// A batch buffer or descriptor is malformed.
+    #[error("bad batch: {0}")]
+    BadBatch(String),
+    /// No free block could be found (over-provisioning exhausted by bad blocks).
+    #[error("no free flash block left: too many bad blocks for the configured capacity")]
+    NoSpace,
+    /// The configuration cannot work on this geometry.
+    #[error("FTL config: {0}")]
+    Config(String),
+    /// No valid checkpoint was found: the device was never formatted.
+    #[error("no valid FTL checkpoint on the device: format it first")]
+    NotFormatted,
+    /// Recovery met metadata it cannot read.
+    #[error("recovery failed: {0}")]
+    Corrupt(String),
+    /// The flash failed in a way the FTL does not handle (e.g. power loss).
+    #[error(transparent)]
+    Nand(#[from] NandError),
+}
+
+impl From<csd_sim::wire::DescError> for FtlError {
+    fn from(e: csd_sim::wire::DescError) -> Self {
+        FtlError::BadBatch(e.0)
+    }
+}
+
+/// A failed recovery, with the flash array given back so that it can be tried again.
+#[derive(Debug)]
+pub struct RecoveryFailed {
+    /// Why recovery failed.
+    pub error: FtlError,
+    /// The flash array.
+    pub nand: Box<Nand>,
+}
+
+/// What the last recovery did and how long it took.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RecoveryReport {
+    /// Checkpoint sequence recovered from.
+    pub checkpoint_seq: u64,
+    /// Log pages replayed.
+    pub log_pages: u64,
+    /// Commits redone.
+    pub commits_redone: u64,
+    /// Commits without a done record whose data verified and were applied.
+    pub commits_verified: u64,
+    /// Commits without a done record whose data did not verify and were discarded.
+    pub commits_discarded: u64,
+    /// Modeled recovery time in seconds.
+    pub modeled_s: f64,
+    /// Wall-clock recovery time in seconds.
+    pub wall_s: f64,
+}

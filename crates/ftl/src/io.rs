@@ -1,0 +1,485 @@
+//! The block and batch front ends and the commit path (batch-io §3, §4, §8.2.1).
+
+use crate::format::{Entry, Kind, LogPage, NONE, Record, pack, unpack};
+use crate::ftl::*;
+use crate::{FtlError, WriteCache};
+use csd_nand::{BlockId, NandError, Ppa};
+use csd_sim::SimTime;
+
+impl Ftl {
+    /// Write `data` (whole LBAs) at `lba`, submitted at `at`; returns the completion.
+    /// Host writes larger than MDTS are split into MDTS-sized commands, each with its own
+    /// write context, log record and done record (batch-io §8.2.1).
+    pub fn write(&mut self, lba: u64, data: &[u8], at: SimTime) -> Result<SimTime, FtlError> {
+        let n = self.sectors_of(data.len())?;
+        self.check_range(lba, n)?;
+        let mut done = at;
+        let mdts = self.cfg.mdts_sectors as usize * self.sector_size;
+        for (i, cmd) in data.chunks(mdts).enumerate() {
+            let l = lba + (i * self.cfg.mdts_sectors as usize) as u64;
+            done = done.max(self.write_command(l, cmd, at)?);
+        }
+        Ok(done)
+    }
+
+    pub(crate) fn write_command(
+        &mut self,
+        lba: u64,
+        data: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let mut t = at;
+        let mut done = at;
+        for (i, sector) in data.chunks(self.sector_size).enumerate() {
+            t = t.max(self.buffer_sector(HOT, lba + i as u64, sector, NONE, at)?);
+            if self.cfg.write_cache == WriteCache::WriteBack
+                && self.filling[HOT].is_none()
+                && self.page_bufs.len() >= self.dies as usize
+            {
+                done = done.max(self.commit(t)?);
+            }
+        }
+        self.stats.host_write_sectors += data.len() as u64 / self.sector_size as u64;
+        if self.cfg.write_cache == WriteCache::WriteThrough {
+            done = done.max(self.commit(t)?);
+        }
+        Ok(done.max(t))
+    }
+
+    /// Put one sector into stream `s`'s filling page buffer and point MAP at it.
+    /// `old_hint` is the durable location for GC moves (NONE for host writes: read MAP).
+    pub(crate) fn buffer_sector(
+        &mut self,
+        s: usize,
+        lpid: u64,
+        sector: &[u8],
+        old_hint: u64,
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let (cur, t) = self.map_get(lpid, at)?;
+        let durable_old = if old_hint != NONE {
+            old_hint
+        } else if is_cached(cur) {
+            // Rewritten while still buffered: the earlier slot dies, its durable old carries over.
+            let (b, k) = (((cur >> 8) & 0xFF_FFFF) as usize, (cur & 0xFF) as usize);
+            self.page_bufs[b].lpids[k] = NONE;
+            self.page_bufs[b].olds[k]
+        } else {
+            cur
+        };
+        let bi = match self.filling[s] {
+            Some(b) => b,
+            None => {
+                let buf = self.buf_pool.pop().unwrap_or_else(|| PageBuf {
+                    data: vec![0u8; self.page_size],
+                    lpids: vec![NONE; self.sectors_per_page as usize],
+                    olds: vec![NONE; self.sectors_per_page as usize],
+                    fill: 0,
+                });
+                self.page_bufs.push(buf);
+                let b = self.page_bufs.len() - 1;
+                self.filling[s] = Some(b);
+                b
+            }
+        };
+        let buf = &mut self.page_bufs[bi];
+        let k = buf.fill as usize;
+        buf.data[k * self.sector_size..(k + 1) * self.sector_size].copy_from_slice(sector);
+        buf.lpids[k] = lpid;
+        buf.olds[k] = durable_old;
+        buf.fill += 1;
+        if buf.fill == self.sectors_per_page {
+            self.filling[s] = None;
+        }
+        self.map_set(lpid, CACHED | ((bi as u64) << 8) | k as u64, at)?;
+        Ok(t)
+    }
+
+    /// Commit every buffered page: log RDESC (or GC moves), program, amend failures with
+    /// RDESCA, install the MAP updates, queue the done record. GC commits (`gc`) log
+    /// GcMove records, whose redo applies only where MAP still points at the old copy.
+    pub(crate) fn commit_inner(&mut self, gc: bool, at: SimTime) -> Result<SimTime, FtlError> {
+        if self.page_bufs.is_empty() {
+            return Ok(at);
+        }
+        self.filling = [None, None];
+        let seq = self.commit_seq;
+        self.commit_seq += 1;
+        self.stats.commits += 1;
+        let stream = if gc { COLD } else { HOT };
+        // Pad partial pages.
+        for b in &mut self.page_bufs {
+            if b.fill < self.sectors_per_page {
+                self.stats.padding_sectors += (self.sectors_per_page - b.fill) as u64;
+                b.data[b.fill as usize * self.sector_size..].fill(0);
+            }
+        }
+        // 1. Provision addresses (as the program order will use them).
+        let mut addrs: Vec<(u32, u32)> = Vec::with_capacity(self.page_bufs.len());
+        let plan = self.plan_addresses(stream, self.page_bufs.len())?;
+        addrs.extend(plan);
+        // 2. Log the redo descriptor before any data is written.
+        let entries = self.entries_for(&addrs);
+        let make: fn(u64, Vec<Entry>) -> Record = if gc {
+            |seq, entries| Record::GcMove { seq, entries }
+        } else {
+            |seq, entries| Record::Rdesc { seq, entries }
+        };
+        self.log_entries(make, seq, entries);
+        let t_log = self.force_log(at)?;
+        // 3. Program the data pages; failures get new addresses and an RDESCA.
+        let mut done = t_log;
+        let mut todo: Vec<usize> = (0..self.page_bufs.len()).collect();
+        let mut rounds = 0;
+        while !todo.is_empty() {
+            rounds += 1;
+            if rounds > 64 {
+                return Err(FtlError::NoSpace);
+            }
+            let mut failed = Vec::new();
+            let mut oob = std::mem::take(&mut self.oob_scratch);
+            for &i in &todo {
+                let (b, p) = addrs[i];
+                if self.blocks[b as usize].state == Use::Bad {
+                    // Planned into a block retired during this commit: re-plan it.
+                    failed.push(i);
+                    continue;
+                }
+                tags_for(
+                    &mut oob,
+                    self.oob_per_sector,
+                    self.sector_size,
+                    &self.page_bufs[i].data,
+                    Kind::Data,
+                    &self.page_bufs[i].lpids,
+                    seq,
+                );
+                let r = self.nand.program(
+                    Ppa::new(BlockId(b), p),
+                    &self.page_bufs[i].data,
+                    &oob,
+                    t_log,
+                );
+                self.program_seq += 1;
+                match r {
+                    Ok(d) => {
+                        done = done.max(d);
+                        if gc {
+                            self.stats.gc_programs += 1;
+                        } else {
+                            self.stats.user_programs += 1;
+                        }
+                    }
+                    Err(NandError::ProgramFailed { .. }) => {
+                        self.stats.program_failures += 1;
+                        self.open_blocks[stream][(b / self.blocks_per_die) as usize] = None;
+                        self.retire(b);
+                        failed.push(i);
+                    }
+                    Err(e) => {
+                        self.oob_scratch = oob;
+                        return Err(e.into());
+                    }
+                }
+            }
+            self.oob_scratch = oob;
+            if failed.is_empty() {
+                break;
+            }
+            let replan = self.plan_addresses(stream, failed.len())?;
+            for (&i, a) in failed.iter().zip(replan) {
+                addrs[i] = a;
+            }
+            let amended: Vec<(u32, u32)> = failed.iter().map(|&i| addrs[i]).collect();
+            let mut am = Vec::new();
+            for (&i, &(b, p)) in failed.iter().zip(&amended) {
+                for (k, &lpid) in self.page_bufs[i].lpids.iter().enumerate() {
+                    if lpid != NONE {
+                        am.push(Entry {
+                            lpid,
+                            new: pack(b, p, k as u32),
+                            old: self.page_bufs[i].olds[k],
+                        });
+                    }
+                }
+            }
+            let make: fn(u64, Vec<Entry>) -> Record = if gc {
+                |seq, entries| Record::GcMove { seq, entries }
+            } else {
+                |seq, entries| Record::Rdesca { seq, entries }
+            };
+            self.log_entries(make, seq, am);
+            done = done.max(self.force_log(done)?);
+            todo = failed;
+        }
+        // 4. Install the MAP updates.
+        let bufs = std::mem::take(&mut self.page_bufs);
+        for (i, buf) in bufs.iter().enumerate() {
+            let (b, p) = addrs[i];
+            for k in 0..self.sectors_per_page as usize {
+                let lpid = buf.lpids[k];
+                if lpid == NONE {
+                    continue;
+                }
+                let new = pack(b, p, k as u32);
+                let (cur, _) = self.map_get(lpid, at)?;
+                if cur == CACHED | ((i as u64) << 8) | k as u64 {
+                    self.map_set(lpid, new, at)?;
+                    self.set_valid(new, true);
+                    self.set_valid(buf.olds[k], false);
+                }
+            }
+        }
+        // Page buffers go back to the pool, cleared.
+        for mut b in bufs {
+            b.fill = 0;
+            b.lpids.fill(NONE);
+            b.olds.fill(NONE);
+            self.buf_pool.push(b);
+        }
+        // 5. The done record rides with the next log write.
+        self.log_append(Record::Done { seq });
+        if self.log.pending_bytes > LogPage::capacity(self.page_size) / 2 {
+            done = done.max(self.force_log(done)?);
+        }
+        while let Some(b) = self.retired_to_relocate.pop() {
+            self.relocate(b, done)?;
+        }
+        Ok(done)
+    }
+
+    /// Top up the free pool before work that needs `extra` more blocks than a normal
+    /// commit. GC only runs when no host sector is buffered (a buffered sector's old copy
+    /// must stay where the durable MAP says it is).
+    pub(crate) fn ensure_free(&mut self, extra: u32, at: SimTime) -> Result<(), FtlError> {
+        if !self.in_gc && self.page_bufs.is_empty() && self.free_count < self.gc_low_water() + extra
+        {
+            self.collect_garbage_to(self.gc_low_water() + extra, at)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn commit(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        let done = self.commit_inner(false, at)?;
+        if !self.in_gc {
+            self.collect_garbage(done)?;
+            // Checkpoint on the interval, or early when the log takes too much of the device.
+            let log_budget = (self.blocks.len() as u32 / 32).max(3);
+            if self.log.since_ckpt >= self.cfg.checkpoint_log_pages || self.log_blocks > log_budget
+            {
+                self.checkpoint(done)?;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Reserve the next `n` pages of `stream` in provisioning order (channel round robin);
+    /// the programs of a commit then follow this plan in order.
+    pub(crate) fn plan_addresses(
+        &mut self,
+        stream: usize,
+        n: usize,
+    ) -> Result<Vec<(u32, u32)>, FtlError> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (b, p) = self.provision(stream)?;
+            self.advance(stream, b, p);
+            out.push((b, p));
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn entries_for(&self, addrs: &[(u32, u32)]) -> Vec<Entry> {
+        let mut v = Vec::new();
+        for (i, buf) in self.page_bufs.iter().enumerate() {
+            let (b, p) = addrs[i];
+            for (k, &lpid) in buf.lpids.iter().enumerate() {
+                if lpid != NONE {
+                    v.push(Entry {
+                        lpid,
+                        new: pack(b, p, k as u32),
+                        old: buf.olds[k],
+                    });
+                }
+            }
+        }
+        v
+    }
+
+    /// Make every buffered write and logged change durable.
+    pub fn flush(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        let t = self.commit(at)?;
+        self.force_log(t)
+    }
+
+    /// Unmap LBAs (logged before it completes); reads return zeros afterwards.
+    pub fn trim(&mut self, lba: u64, n: u64, at: SimTime) -> Result<SimTime, FtlError> {
+        self.check_range(lba, n)?;
+        // Buffered writes to these LBAs are committed first so that the order is kept.
+        let t = self.commit(at)?;
+        self.log_append(Record::Trim { lpid: lba, n });
+        let t = self.force_log(t)?;
+        for l in lba..lba + n {
+            let (cur, _) = self.map_get(l, t)?;
+            self.set_valid(cur, false);
+            self.map_set(l, NONE, t)?;
+        }
+        self.stats.host_trim_sectors += n;
+        Ok(t)
+    }
+
+    /// Write a batch (batch-io §3): `buf` is a DESC block followed by the pages it
+    /// describes. The batch is atomic (one commit: one redo descriptor, verified as a whole
+    /// at recovery), ordered after everything written before it, and within it a later
+    /// entry for the same LPID wins. A malformed buffer is refused before anything changes.
+    ///
+    /// Reads are served between commands, never inside one, so a read concurrent with a
+    /// batch sees none or all of it: an (empty or full) time-ordered prefix, which meets
+    /// the visibility rules (a)-(d) of §3.1.
+    pub fn flush_batch(&mut self, buf: &[u8], at: SimTime) -> Result<SimTime, FtlError> {
+        let ss = self.sector_size;
+        if buf.len() < 2 * ss || !buf.len().is_multiple_of(ss) {
+            return Err(FtlError::BadBatch(format!(
+                "a batch buffer is a DESC block and at least one {ss}-byte page; got {} bytes",
+                buf.len()
+            )));
+        }
+        let desc = crate::batch::BatchDesc::decode(&buf[..ss])?;
+        let pages = buf.len() / ss - 1;
+        let max = (self.cfg.max_batch_pages as usize).min(crate::batch::BatchDesc::capacity(ss));
+        if desc.entries.len() > max {
+            return Err(FtlError::BadBatch(format!(
+                "{} pages exceed the batch limit of {max}",
+                desc.entries.len()
+            )));
+        }
+        for &(lpid, off) in &desc.entries {
+            if off == 0 || off as usize > pages {
+                return Err(FtlError::BadBatch(format!(
+                    "DESC offset {off} is outside the buffer's pages 1..={pages}"
+                )));
+            }
+            if lpid >= self.lbas {
+                return Err(FtlError::BadBatch(format!(
+                    "LPID {lpid} is outside the device ({} LPIDs)",
+                    self.lbas
+                )));
+            }
+        }
+        // Earlier buffered writes come first; then room for the whole batch.
+        let mut t = self.commit_inner(false, at)?;
+        let blocks_needed =
+            (desc.entries.len() as u32).div_ceil(self.sectors_per_page * self.pages_per_block) + 1;
+        self.ensure_free(blocks_needed, t)?;
+        for &(lpid, off) in &desc.entries {
+            let page = &buf[off as usize * ss..(off as usize + 1) * ss];
+            t = t.max(self.buffer_sector(HOT, lpid, page, NONE, t)?);
+        }
+        self.stats.host_write_sectors += desc.entries.len() as u64;
+        self.stats.batches += 1;
+        self.commit(t)
+    }
+
+    /// Read one logical page (batch interface `readLPID`).
+    pub fn read_lpid(
+        &mut self,
+        lpid: u64,
+        buf: &mut [u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        if buf.len() != self.sector_size {
+            return Err(FtlError::BadLength {
+                got: buf.len(),
+                lba_size: self.sector_size,
+            });
+        }
+        self.read(lpid, buf, at)
+    }
+
+    /// Read many logical pages at once into consecutive pages of `out`; the reads are
+    /// issued together so they overlap across dies.
+    pub fn read_lpids(
+        &mut self,
+        lpids: &[u64],
+        out: &mut [u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        if out.len() != lpids.len() * self.sector_size || lpids.is_empty() {
+            return Err(FtlError::BadLength {
+                got: out.len(),
+                lba_size: self.sector_size,
+            });
+        }
+        if let Some(&l) = lpids.iter().find(|&&l| l >= self.lbas) {
+            return Err(FtlError::OutOfRange {
+                lba: l,
+                end: l + 1,
+                capacity: self.lbas,
+            });
+        }
+        let mut done = at;
+        for (i, &l) in lpids.iter().enumerate() {
+            done = done.max(self.read(
+                l,
+                &mut out[i * self.sector_size..(i + 1) * self.sector_size],
+                at,
+            )?);
+        }
+        Ok(done)
+    }
+
+    /// Read LBAs into `buf`, submitted at `at`; returns the completion. Unwritten LBAs
+    /// read as zeros.
+    pub fn read(&mut self, lba: u64, buf: &mut [u8], at: SimTime) -> Result<SimTime, FtlError> {
+        let n = self.sectors_of(buf.len())?;
+        self.check_range(lba, n)?;
+        let ss = self.sector_size;
+        let mut done = at;
+        let mut i = 0u64;
+        while i < n {
+            let l = lba + i;
+            let (e, t) = self.map_get(l, at)?;
+            let out = &mut buf[i as usize * ss..];
+            if e == NONE {
+                out[..ss].fill(0);
+                i += 1;
+                continue;
+            }
+            if is_cached(e) {
+                let b = &self.page_bufs[((e >> 8) & 0xFF_FFFF) as usize];
+                let k = (e & 0xFF) as usize;
+                out[..ss].copy_from_slice(&b.data[k * ss..(k + 1) * ss]);
+                i += 1;
+                continue;
+            }
+            let (b, p, s) = unpack(e);
+            let mut run = 1u64;
+            while i + run < n && s + (run as u32) < self.sectors_per_page {
+                let (next, _) = self.map_get(l + run, at)?;
+                if next != e + run {
+                    break;
+                }
+                run += 1;
+            }
+            match self.nand.read(
+                Ppa::new(BlockId(b), p),
+                s,
+                &mut out[..run as usize * ss],
+                &mut [],
+                t,
+            ) {
+                Ok(r) => done = done.max(r.done),
+                Err(NandError::Uncorrectable { sector, .. }) => {
+                    return Err(FtlError::Uncorrectable {
+                        lba: l + (sector - s) as u64,
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+            self.stats.user_reads += 1;
+            i += run;
+        }
+        self.stats.host_read_sectors += n;
+        Ok(done)
+    }
+}

@@ -1,0 +1,259 @@
+//! The MAP cache and GBITV (batch-io §3.2.2, §5.1).
+
+use crate::FtlError;
+use crate::format::{Kind, NONE, Record, TAG_BYTES, Tag, page_addr, page_unaddr, unpack};
+use crate::ftl::*;
+use csd_nand::{BlockId, NandError, Ppa};
+use csd_sim::SimTime;
+
+impl Ftl {
+    #[inline]
+    pub(crate) fn gidx(&self, block: u32, page: u32, sector: u32) -> usize {
+        ((block as usize * self.pages_per_block as usize + page as usize)
+            * self.sectors_per_page as usize)
+            + sector as usize
+    }
+
+    #[inline]
+    pub(crate) fn set_valid(&mut self, a: u64, on: bool) {
+        if a == NONE || is_cached(a) {
+            return;
+        }
+        let (b, p, s) = unpack(a);
+        let i = self.gidx(b, p, s);
+        let bit = 1u64 << (i % 64);
+        let w = &mut self.gbitv[i / 64];
+        let was = *w & bit != 0;
+        if on && !was {
+            *w |= bit;
+            self.blocks[b as usize].valid += 1;
+        } else if !on && was {
+            *w &= !bit;
+            self.blocks[b as usize].valid -= 1;
+        }
+    }
+
+    #[inline]
+    pub(crate) fn is_valid(&self, block: u32, page: u32, sector: u32) -> bool {
+        let i = self.gidx(block, page, sector);
+        self.gbitv[i / 64] & (1u64 << (i % 64)) != 0
+    }
+
+    /// The cache slot holding MAP page `mp`, loading it (and evicting) as needed.
+    pub(crate) fn map_slot(&mut self, mp: u32, at: SimTime) -> Result<(usize, SimTime), FtlError> {
+        let s = self.map_slot_of[mp as usize];
+        if s != u32::MAX {
+            self.stats.map_hits += 1;
+            self.map_slots[s as usize].referenced = true;
+            return Ok((s as usize, at));
+        }
+        self.stats.map_misses += 1;
+        let mut t = at;
+        let epp = self.map_entries_per_page as usize;
+        let ext = self.cfg.ext_bytes as usize;
+        let all_dirty = self.recovering && self.map_slots.iter().all(|s| s.dirty);
+        let idx = if self.map_slots.len() < self.map_cache_capacity || all_dirty {
+            self.map_slots.push(MapSlot {
+                page: mp,
+                entries: vec![NONE; epp],
+                ext: vec![0u8; epp * ext],
+                dirty: false,
+                referenced: true,
+            });
+            self.map_slots.len() - 1
+        } else {
+            // CLOCK: skip referenced slots once.
+            loop {
+                let h = self.clock_hand;
+                self.clock_hand = (self.clock_hand + 1) % self.map_slots.len();
+                if self.map_slots[h].referenced {
+                    self.map_slots[h].referenced = false;
+                } else if !(self.recovering && self.map_slots[h].dirty) {
+                    break;
+                }
+            }
+            let victim = (self.clock_hand + self.map_slots.len() - 1) % self.map_slots.len();
+            if self.map_slots[victim].dirty {
+                t = t.max(self.write_map_page(victim, at)?);
+            }
+            let old = self.map_slots[victim].page;
+            self.map_slot_of[old as usize] = u32::MAX;
+            self.map_slots[victim].page = mp;
+            self.map_slots[victim].dirty = false;
+            self.map_slots[victim].referenced = true;
+            victim
+        };
+        self.map_slot_of[mp as usize] = idx as u32;
+        let addr = self.map_pages[mp as usize];
+        if addr == NONE {
+            self.map_slots[idx].entries.fill(NONE);
+            self.map_slots[idx].ext.fill(0);
+        } else {
+            let mut page = vec![0u8; self.page_size];
+            t = t.max(self.read_meta_page(addr, Kind::Map, mp as u64, &mut page, at)?);
+            let slot = &mut self.map_slots[idx];
+            for (i, e) in slot.entries.iter_mut().enumerate() {
+                *e = u64::from_le_bytes(page[i * 8..i * 8 + 8].try_into().unwrap_or([0xFF; 8]));
+            }
+            slot.ext
+                .copy_from_slice(&page[epp * 8..epp * 8 + epp * ext]);
+        }
+        Ok((idx, t))
+    }
+
+    /// Drop clean slots until the cache is within its bound again (after recovery).
+    pub(crate) fn shrink_cache(&mut self) {
+        let mut i = 0;
+        while self.map_slots.len() > self.map_cache_capacity && i < self.map_slots.len() {
+            if self.map_slots[i].dirty {
+                i += 1;
+                continue;
+            }
+            let page = self.map_slots[i].page;
+            self.map_slot_of[page as usize] = u32::MAX;
+            self.map_slots.swap_remove(i);
+            if i < self.map_slots.len() {
+                let moved = self.map_slots[i].page;
+                self.map_slot_of[moved as usize] = i as u32;
+            }
+        }
+        self.clock_hand = 0;
+    }
+
+    pub(crate) fn write_map_page(&mut self, slot: usize, at: SimTime) -> Result<SimTime, FtlError> {
+        let mut page = vec![0u8; self.page_size];
+        let epp = self.map_entries_per_page as usize;
+        let s = &self.map_slots[slot];
+        for (i, e) in s.entries.iter().enumerate() {
+            page[i * 8..i * 8 + 8].copy_from_slice(&e.to_le_bytes());
+        }
+        page[epp * 8..epp * 8 + s.ext.len()].copy_from_slice(&s.ext);
+        let mp = s.page;
+        let (addr, t) = self.write_meta_page(Kind::Map, mp as u64, &page, at)?;
+        let old = std::mem::replace(&mut self.map_pages[mp as usize], addr);
+        self.release_meta_page(old);
+        self.maps_page_dirty[mp as usize / (self.page_size / 8)] = true;
+        self.map_slots[slot].dirty = false;
+        Ok(t)
+    }
+
+    pub(crate) fn map_get(&mut self, lpid: u64, at: SimTime) -> Result<(u64, SimTime), FtlError> {
+        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
+        Ok((
+            self.map_slots[s].entries[(lpid % self.map_entries_per_page) as usize],
+            t,
+        ))
+    }
+
+    pub(crate) fn map_set(&mut self, lpid: u64, v: u64, at: SimTime) -> Result<SimTime, FtlError> {
+        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
+        let slot = &mut self.map_slots[s];
+        slot.entries[(lpid % self.map_entries_per_page) as usize] = v;
+        slot.dirty = true;
+        Ok(t)
+    }
+
+    /// The metadata extension bytes of `lpid` (zeros unless set).
+    pub fn ext(&mut self, lpid: u64, at: SimTime) -> Result<(Vec<u8>, SimTime), FtlError> {
+        self.check_range(lpid, 1)?;
+        let ext = self.cfg.ext_bytes as usize;
+        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
+        let o = (lpid % self.map_entries_per_page) as usize * ext;
+        Ok((self.map_slots[s].ext[o..o + ext].to_vec(), t))
+    }
+
+    /// Set the metadata extension bytes of `lpid` (logged; durable at the next flush).
+    pub fn set_ext(&mut self, lpid: u64, bytes: &[u8], at: SimTime) -> Result<SimTime, FtlError> {
+        self.check_range(lpid, 1)?;
+        let ext = self.cfg.ext_bytes as usize;
+        if bytes.len() != ext {
+            return Err(FtlError::Config(format!(
+                "extension is {ext} bytes, got {}",
+                bytes.len()
+            )));
+        }
+        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
+        let o = (lpid % self.map_entries_per_page) as usize * ext;
+        self.map_slots[s].ext[o..o + ext].copy_from_slice(bytes);
+        self.map_slots[s].dirty = true;
+        self.log_append(Record::Ext {
+            lpid,
+            bytes: bytes.to_vec(),
+        });
+        Ok(t)
+    }
+
+    pub(crate) fn read_meta_page(
+        &mut self,
+        addr: u64,
+        kind: Kind,
+        id: u64,
+        out: &mut [u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let (b, p) = page_unaddr(addr);
+        let mut oob = vec![0u8; self.oob_scratch.len()];
+        let r = self
+            .nand
+            .read(Ppa::new(BlockId(b), p), 0, out, &mut oob, at);
+        self.stats.meta_reads += 1;
+        let r = match r {
+            Ok(r) => r,
+            Err(NandError::PowerLoss) => return Err(NandError::PowerLoss.into()),
+            Err(e) => {
+                return Err(FtlError::Corrupt(format!(
+                    "{kind:?} page {id} at block {b} page {p}: {e}"
+                )));
+            }
+        };
+        match Tag::read(&oob[..TAG_BYTES]) {
+            Some(t)
+                if t.kind == kind
+                    && t.id == id
+                    && t.crc == crc32c::crc32c(&out[..self.sector_size]) =>
+            {
+                Ok(r.done)
+            }
+            _ => Err(FtlError::Corrupt(format!(
+                "{kind:?} page {id} at block {b} page {p} has a wrong TAG"
+            ))),
+        }
+    }
+
+    /// Write one metadata page to the META stream; returns its page address.
+    pub(crate) fn write_meta_page(
+        &mut self,
+        kind: Kind,
+        id: u64,
+        data: &[u8],
+        at: SimTime,
+    ) -> Result<(u64, SimTime), FtlError> {
+        let ids = vec![id; self.sectors_per_page as usize];
+        let mut oob = std::mem::take(&mut self.oob_scratch);
+        tags_for(
+            &mut oob,
+            self.oob_per_sector,
+            self.sector_size,
+            data,
+            kind,
+            &ids,
+            self.commit_seq,
+        );
+        let r = self.program_stream(META, data, &oob, at);
+        self.oob_scratch = oob;
+        let (b, p, t) = r?;
+        self.stats.meta_programs += 1;
+        self.blocks[b as usize].meta_live += 1;
+        Ok((page_addr(b, p), t))
+    }
+
+    /// A metadata page is no longer referenced by the current state.
+    pub(crate) fn release_meta_page(&mut self, addr: u64) {
+        if addr == NONE {
+            return;
+        }
+        let (b, _) = page_unaddr(addr);
+        let blk = &mut self.blocks[b as usize];
+        blk.meta_live = blk.meta_live.saturating_sub(1);
+    }
+}

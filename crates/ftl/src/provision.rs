@@ -1,0 +1,119 @@
+//! Block provisioning over HOT/COLD/META streams (batch-io §7.2.3) and bad-block retirement.
+
+use crate::FtlError;
+use crate::ftl::*;
+use csd_nand::{BlockId, NandError, Ppa};
+use csd_sim::SimTime;
+
+impl Ftl {
+    /// Program one page of stream `s` (HOT, COLD or META) at the next provisioned
+    /// address, retiring blocks whose program fails. Returns (block, page, done).
+    pub(crate) fn program_stream(
+        &mut self,
+        s: usize,
+        data: &[u8],
+        oob: &[u8],
+        at: SimTime,
+    ) -> Result<(u32, u32, SimTime), FtlError> {
+        for _ in 0..self.blocks.len() {
+            let (block, page) = self.provision(s)?;
+            let r = self
+                .nand
+                .program(Ppa::new(BlockId(block), page), data, oob, at);
+            self.program_seq += 1;
+            match r {
+                Ok(done) => {
+                    self.advance(s, block, page);
+                    return Ok((block, page, done));
+                }
+                Err(NandError::ProgramFailed { done, .. }) => {
+                    self.stats.program_failures += 1;
+                    let die = block / self.blocks_per_die;
+                    self.open_blocks[s][die as usize] = None;
+                    self.retire(block);
+                    let _ = done;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(FtlError::NoSpace)
+    }
+
+    pub(crate) fn advance(&mut self, s: usize, block: u32, page: u32) {
+        let die = block / self.blocks_per_die;
+        if page + 1 == self.pages_per_block {
+            self.open_blocks[s][die as usize] = None;
+            self.blocks[block as usize].state = if s == META { Use::Meta } else { Use::Full };
+        } else {
+            self.open_blocks[s][die as usize] = Some((block % self.blocks_per_die, page + 1));
+        }
+        self.blocks[block as usize].stamp = self.program_seq;
+    }
+
+    /// The next (block, page) for stream `s`: channel round robin over dies, opening the
+    /// least-worn free block of a die when needed.
+    ///
+    /// When free blocks are scarce (no more than one per die, as after repeated power
+    /// cuts that struck before GC could refill the pool), the stream first fills the
+    /// blocks it already has open and opens at most one new block at a time, trading
+    /// channel parallelism for the headroom GC needs to make progress.
+    pub(crate) fn provision(&mut self, s: usize) -> Result<(u32, u32), FtlError> {
+        let scarce = self.free_count <= self.dies;
+        // Pass 1: the next die in turn with an open block (or, unless scarce, a free one);
+        // pass 2 (scarce only): the next die in turn with a free block.
+        for open_new in [!scarce, true] {
+            for _ in 0..self.dies {
+                let die = self.next_die[s];
+                self.next_die[s] = (die + 1) % self.dies;
+                if let Some((b, p)) = self.open_blocks[s][die as usize] {
+                    return Ok((die * self.blocks_per_die + b, p));
+                }
+                if open_new && let Some(b) = self.open_block(s, die) {
+                    return Ok((b, 0));
+                }
+            }
+        }
+        Err(FtlError::NoSpace)
+    }
+
+    /// Open the least-worn free block of `die` for stream `s`; its global index.
+    pub(crate) fn open_block(&mut self, s: usize, die: u32) -> Option<u32> {
+        let b = self.take_free_block(die)?;
+        self.blocks[(die * self.blocks_per_die + b) as usize].state = Use::Open(s as u8);
+        self.open_blocks[s][die as usize] = Some((b, 0));
+        Some(die * self.blocks_per_die + b)
+    }
+
+    pub(crate) fn take_free_block(&mut self, die: u32) -> Option<u32> {
+        let base = (die * self.blocks_per_die) as usize;
+        let best = (0..self.blocks_per_die)
+            .filter(|&i| self.blocks[base + i as usize].state == Use::Free)
+            .min_by_key(|&i| self.blocks[base + i as usize].pe)?;
+        self.blocks[base + best as usize].state = Use::Open(u8::MAX);
+        self.free_count -= 1;
+        Some(best)
+    }
+
+    pub(crate) fn take_any_free_block(&mut self) -> Result<u32, FtlError> {
+        for k in 0..self.dies {
+            let die = (self.next_die[META] + k) % self.dies;
+            if let Some(b) = self.take_free_block(die) {
+                return Ok(die * self.blocks_per_die + b);
+            }
+        }
+        Err(FtlError::NoSpace)
+    }
+
+    /// Retire a block after a failure; its live data moves after the current commit.
+    pub(crate) fn retire(&mut self, block: u32) {
+        let b = &mut self.blocks[block as usize];
+        if b.state == Use::Free {
+            self.free_count -= 1;
+        }
+        b.state = Use::Bad;
+        self.stats.grown_bad_blocks += 1;
+        if b.valid > 0 {
+            self.retired_to_relocate.push(block);
+        }
+    }
+}
