@@ -12,6 +12,7 @@ mod report;
 mod repro;
 mod serve;
 mod tables;
+mod torture;
 mod units;
 
 use clap::{Args, Parser, Subcommand};
@@ -82,7 +83,7 @@ enum Cmd {
     /// recover, and check every acknowledged write and the atomicity of batches.
     ///
     /// Example: csd torture --cuts 10000 --seed 7
-    Torture(TortureArgs),
+    Torture(torture::TortureArgs),
     /// The papers' analytic models, evaluated for a device config (checked against the
     /// simulation, never used in its place).
     #[command(subcommand)]
@@ -322,25 +323,6 @@ struct RecoveryArgs {
     json: bool,
 }
 
-#[derive(Args)]
-struct TortureArgs {
-    /// Power cuts to perform.
-    #[arg(long, default_value_t = 1000)]
-    cuts: u64,
-    /// Seed of the workload, the cut points and the media faults.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Use the write-back cache (acknowledged = flushed).
-    #[arg(long)]
-    write_back: bool,
-    /// Inject program/erase failures and bit errors too.
-    #[arg(long)]
-    faults: bool,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
 fn parse_rw(s: &str) -> Result<Rw, String> {
     Rw::parse(s).ok_or_else(|| {
         format!("`{s}` is not a pattern; use read, write, randread, randwrite or randrw")
@@ -369,7 +351,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Config(c) => config_cmd(c),
         Cmd::Device(d) => device_cmd(d),
         Cmd::Io(a) => io_cmd(&a),
-        Cmd::Torture(a) => torture_cmd(&a),
+        Cmd::Torture(a) => torture::run(&a),
         Cmd::Bench(BenchCmd::Recovery(a)) => bench_recovery(&a),
         Cmd::Model(ModelCmd::Scan(a)) => model_scan_cmd(&a),
         Cmd::Serve(a) => serve::serve_cmd(&a),
@@ -730,118 +712,6 @@ fn bench_recovery(a: &RecoveryArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-fn torture_cmd(a: &TortureArgs) -> Result<(), CliError> {
-    let mut cfg = csd_ftl::torture::TortureConfig::small(a.cuts, a.seed);
-    if a.write_back {
-        cfg.ftl.write_cache = WriteCache::WriteBack;
-    }
-    if a.faults {
-        // Rates high enough to hit every failure path often, low enough that the small
-        // device does not wear out within tens of thousands of cuts.
-        cfg.device.faults.program_fail_prob = 0.0005;
-        cfg.device.faults.erase_fail_prob = 0.0005;
-        cfg.device.faults.rber_fresh = 1e-5;
-        cfg.device.faults.rber_end_of_life = 1e-5;
-        cfg.device.geometry.blocks_per_plane = 48;
-    }
-    let bar = (!a.json).then(|| {
-        let pb = report::progress_bar(Some(a.cuts), "cuts");
-        pb.set_message("power cuts");
-        pb
-    });
-    let wall0 = std::time::Instant::now();
-    let r = csd_ftl::torture::torture(&cfg, &mut |n| {
-        if let Some(pb) = &bar {
-            pb.set_position(n);
-        }
-    })
-    .map_err(CliError::Torture)?;
-    if let Some(pb) = bar {
-        pb.finish_and_clear();
-    }
-    let wall = wall0.elapsed().as_secs_f64();
-    let mut cmd = format!("csd torture --cuts {} --seed {}", a.cuts, a.seed);
-    if a.write_back {
-        cmd.push_str(" --write-back");
-    }
-    if a.faults {
-        cmd.push_str(" --faults");
-    }
-    if a.json {
-        let v = serde_json::json!({
-            "cuts": r.cuts,
-            "recovery_cuts": r.recovery_cuts,
-            "acked_commands": r.acked_commands,
-            "writes_checked": r.writes_checked,
-            "lost": r.lost,
-            "torn": r.torn,
-            "inflight_applied": r.inflight_applied,
-            "recovery_discarded_commits": r.recovery_discarded,
-            "recovery_modeled_s_total": r.recovery_modeled_s,
-            "recovery_wall_max_s": r.recovery_wall_max_s,
-            "wall_s": wall,
-            "seed": a.seed,
-            "write_back": a.write_back,
-            "faults": a.faults,
-            "command": cmd,
-        });
-        println!("{v}");
-    } else {
-        let mut t = report::table(&["torture", "value"]);
-        for (k, v) in [
-            (
-                "power cuts (of which during recovery)",
-                format!("{} ({})", r.cuts, r.recovery_cuts),
-            ),
-            ("commands acknowledged", r.acked_commands.to_string()),
-            (
-                "LBA reads checked after recovery",
-                r.writes_checked.to_string(),
-            ),
-            ("lost acknowledged data", r.lost.to_string()),
-            ("torn commands or batches", r.torn.to_string()),
-            (
-                "in-flight commands found applied",
-                r.inflight_applied.to_string(),
-            ),
-            (
-                "commits discarded by recovery (did not verify)",
-                r.recovery_discarded.to_string(),
-            ),
-            (
-                "longest recovery, wall-clock",
-                format!("{:.3} ms", r.recovery_wall_max_s * 1e3),
-            ),
-            (
-                "mean recovery, modeled",
-                format!(
-                    "{:.3} ms",
-                    r.recovery_modeled_s / r.cuts.max(1) as f64 * 1e3
-                ),
-            ),
-            ("run time", format!("{wall:.1} s")),
-        ] {
-            t.add_row(vec![k.to_string(), v]);
-        }
-        println!("{t}");
-        println!(
-            "device: {} (shrunk: {} blocks/plane, {} pages/block)  seed: {}",
-            cfg.device.name,
-            cfg.device.geometry.blocks_per_plane,
-            cfg.device.geometry.pages_per_block,
-            a.seed
-        );
-        println!("reproduce: {cmd}");
-    }
-    if r.lost > 0 || r.torn > 0 {
-        return Err(CliError::Torture(format!(
-            "{} lost and {} torn: durability is broken",
-            r.lost, r.torn
-        )));
-    }
-    Ok(())
-}
-
 /// The device an `io` run drives.
 #[allow(clippy::large_enum_variant)] // one per run, never moved around
 enum Dev {
@@ -1043,7 +913,7 @@ fn demo_ftl(cfg: &DeviceConfig, seed: u64) -> Result<(), CliError> {
         rows.push((
             format!("random 4 KiB writes, {name}"),
             r,
-            st.write_amplification(dev.ftl().sectors_per_page()),
+            st.physical_write_amplification(dev.ftl().sectors_per_page()),
             st.log_pages,
         ));
     }

@@ -1,17 +1,51 @@
 //! Fuzzy incremental checkpoints (batch-io §6, §7.2.7).
+//!
+//! A checkpoint notes the redo scan start point (RSSP), writes the dirty MAP pages, the
+//! dirty MAPS pages, WEAR and the dirty pages of the valid-sector bitmap GBITV to the
+//! META stream, then the block table and the record itself to the well-known location,
+//! and finally reclaims log blocks before the RSSP and metadata blocks with nothing
+//! live.
+//!
+//! Choices made here:
+//! * GBITV is checkpointed (only its changed pages, and an all-zero page is not written
+//!   at all), so recovery loads it instead of reading every MAP page; the per-block
+//!   valid counts follow from it by popcount.
+//! * The block table (one state byte per block: free, used, log, open for which stream,
+//!   checkpoint ring, bad) goes into the checkpoint ring with the record, after every
+//!   other metadata page of the checkpoint is written, so it describes the open blocks of
+//!   all three streams exactly as they are when the record is durable. After a clean
+//!   shutdown, opening the device needs the record, the table, WEAR, MAPS and GBITV and
+//!   the media's per-block write pointers: O(metadata), not O(capacity), and the open
+//!   blocks continue filling where they stopped.
+//! * Records and their table pages go to one ring block at a time (the next block is
+//!   erased only when the current one is full), so the newest record and its table
+//!   always survive the erase (double buffering over a ring of 8 good blocks).
 
-use crate::format::{Checkpoint, Kind, LOG_LINKS, NONE};
+use crate::format::{
+    CKPT_CLEAN, CKPT_SPARE_EXHAUSTED, Checkpoint, Kind, LOG_LINKS, NONE, page_addr,
+};
 use crate::ftl::*;
-use crate::{FtlError, FtlStats};
+use crate::{FtlError, FtlStats, ReadOnlyReason};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
 
+/// Block-table codes, one byte per block.
+pub(crate) const BT_FREE: u8 = 0;
+pub(crate) const BT_USED: u8 = 1;
+pub(crate) const BT_LOG: u8 = 2;
+pub(crate) const BT_CKPT: u8 = 3;
+pub(crate) const BT_BAD: u8 = 4;
+/// `BT_OPEN + s`: open for stream `s` (HOT, COLD, META).
+pub(crate) const BT_OPEN: u8 = 8;
+
 impl Ftl {
-    /// Take a fuzzy incremental checkpoint (batch-io §6): note the redo scan start point,
-    /// write dirty MAP pages, dirty MAPS pages, WEAR and the bad-block table, then the
-    /// checkpoint record at the well-known double-buffered location; finally reclaim log
-    /// blocks before the RSSP and metadata blocks with no live page.
+    /// Take a fuzzy incremental checkpoint (batch-io §6); see the module documentation.
     pub fn checkpoint(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        self.checkpoint_with(at, 0)
+    }
+
+    /// A checkpoint whose record carries `flags` (`CKPT_CLEAN` for a clean shutdown).
+    pub(crate) fn checkpoint_with(&mut self, at: SimTime, flags: u32) -> Result<SimTime, FtlError> {
         // Top up the free pool first (only possible while nothing is buffered; otherwise
         // the low-water mark already covers one commit plus the metadata pages).
         if !self.recovering {
@@ -21,54 +55,19 @@ impl Ftl {
         t = t.max(self.force_log(t)?);
         let rssp_lsn = self.log.next_lsn;
         let rssp_links = self.log_candidates()?;
-        // Dirty MAP pages.
-        for s in 0..self.map_slots.len() {
-            if self.map_slots[s].dirty {
-                t = t.max(self.write_map_page(s, t)?);
-            }
+        t = t.max(self.write_dirty_map_pages(t)?);
+        t = t.max(self.write_dirty_maps_pages(t)?);
+        let (new_wear, tt) = self.write_wear(t)?;
+        t = t.max(tt);
+        t = t.max(self.write_dirty_gbitv(t)?);
+        // Everything else of this checkpoint is on flash: the block table now describes
+        // the blocks as the record will find them.
+        let table = self.block_table();
+        let mut flags = flags;
+        if self.read_only == Some(ReadOnlyReason::SpareExhausted) {
+            flags |= CKPT_SPARE_EXHAUSTED;
         }
-        // Dirty MAPS pages.
-        let per = self.page_size / 8;
-        for mi in 0..self.maps_page_dirty.len() {
-            if !self.maps_page_dirty[mi] && self.maps_pages[mi] != NONE {
-                continue;
-            }
-            let mut page = vec![0xFFu8; self.page_size];
-            for (k, a) in self.map_pages.iter().skip(mi * per).take(per).enumerate() {
-                page[k * 8..k * 8 + 8].copy_from_slice(&a.to_le_bytes());
-            }
-            let (addr, tt) = self.write_meta_page(Kind::Maps, mi as u64, &page, t)?;
-            t = t.max(tt);
-            let old = std::mem::replace(&mut self.maps_pages[mi], addr);
-            self.release_meta_page(old);
-            self.maps_page_dirty[mi] = false;
-        }
-        // WEAR and the bad-block table, whole (they are small).
-        let mut wear_bytes = Vec::with_capacity(self.blocks.len() * 4);
-        let mut bbt_bytes = vec![0u8; self.blocks.len().div_ceil(8)];
-        for (b, blk) in self.blocks.iter().enumerate() {
-            wear_bytes.extend_from_slice(&blk.pe.to_le_bytes());
-            if blk.state == Use::Bad {
-                bbt_bytes[b / 8] |= 1 << (b % 8);
-            }
-        }
-        let mut new_wear = Vec::new();
-        for (i, chunk) in wear_bytes.chunks(self.page_size).enumerate() {
-            let mut page = vec![0u8; self.page_size];
-            page[..chunk.len()].copy_from_slice(chunk);
-            let (addr, tt) = self.write_meta_page(Kind::Wear, i as u64, &page, t)?;
-            t = t.max(tt);
-            new_wear.push(addr);
-        }
-        let mut new_bbt = Vec::new();
-        for (i, chunk) in bbt_bytes.chunks(self.page_size).enumerate() {
-            let mut page = vec![0u8; self.page_size];
-            page[..chunk.len()].copy_from_slice(chunk);
-            let (addr, tt) = self.write_meta_page(Kind::Bbt, i as u64, &page, t)?;
-            t = t.max(tt);
-            new_bbt.push(addr);
-        }
-        let record = Checkpoint {
+        let mut record = Checkpoint {
             seq: self.ckpt_seq + 1,
             rssp_lsn,
             rssp_addr: rssp_links[0],
@@ -78,7 +77,11 @@ impl Ftl {
             rr: [self.next_die[0], self.next_die[1], self.next_die[2]],
             mapt: self.maps_pages.clone(),
             wear: new_wear.clone(),
-            bbt: new_bbt.clone(),
+            bbt: Vec::new(),
+            gbitv: self.gbitv_pages.clone(),
+            flags,
+            reserve_blocks: self.reserve_blocks,
+            initial_spare: self.initial_spare,
             // This checkpoint's own record program and reclaim erases count after it.
             lifetime: self
                 .lifetime_stats()
@@ -91,16 +94,17 @@ impl Ftl {
                 [(r.modeled_s * 1e9) as u64, (r.wall_s * 1e9) as u64]
             }),
         };
-        t = t.max(self.write_checkpoint_record(&record, rssp_links, t)?);
-        // The new tables are durable: the old WEAR/BBT pages are dead.
+        let (table_pages, tt) = self.write_ring(&mut record, &table, rssp_links, t)?;
+        t = t.max(tt);
+        // The new tables are durable: the old WEAR pages are dead (table pages live in
+        // the ring, which is not a META block).
         for a in std::mem::replace(&mut self.wear_pages, new_wear) {
             self.release_meta_page(a);
         }
-        for a in std::mem::replace(&mut self.bbt_pages, new_bbt) {
-            self.release_meta_page(a);
-        }
+        self.bbt_pages = table_pages;
         self.ckpt_seq = record.seq;
         self.log.since_ckpt = 0;
+        self.last_checkpoint_at = t;
         self.stats.checkpoints += 1;
         // Reclaim: log blocks wholly before the RSSP, metadata blocks with nothing live.
         let cur_log = [Some(self.log.block), self.log.next_block];
@@ -117,73 +121,248 @@ impl Ftl {
         Ok(t)
     }
 
-    pub(crate) fn write_checkpoint_record(
+    fn write_dirty_map_pages(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        let mut t = at;
+        for s in 0..self.map_slots.len() {
+            if self.map_slots[s].dirty {
+                t = t.max(self.write_map_page(s, at)?);
+            }
+        }
+        Ok(t)
+    }
+
+    fn write_dirty_maps_pages(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        let mut t = at;
+        let per = self.page_size / 8;
+        for mi in 0..self.maps_page_dirty.len() {
+            if !self.maps_page_dirty[mi] && self.maps_pages[mi] != NONE {
+                continue;
+            }
+            let mut page = vec![0xFFu8; self.page_size];
+            for (k, a) in self.map_pages.iter().skip(mi * per).take(per).enumerate() {
+                page[k * 8..k * 8 + 8].copy_from_slice(&a.to_le_bytes());
+            }
+            let (addr, tt) = self.write_meta_page(Kind::Maps, mi as u64, &page, at)?;
+            t = t.max(tt);
+            let old = std::mem::replace(&mut self.maps_pages[mi], addr);
+            self.release_meta_page(old);
+            self.maps_page_dirty[mi] = false;
+        }
+        Ok(t)
+    }
+
+    /// WEAR, whole (it is small: 4 bytes a block).
+    fn write_wear(&mut self, at: SimTime) -> Result<(Vec<u64>, SimTime), FtlError> {
+        let mut t = at;
+        let mut wear_bytes = Vec::with_capacity(self.blocks.len() * 4);
+        for blk in &self.blocks {
+            wear_bytes.extend_from_slice(&blk.pe.to_le_bytes());
+        }
+        let mut pages = Vec::new();
+        for (i, chunk) in wear_bytes.chunks(self.page_size).enumerate() {
+            let mut page = vec![0u8; self.page_size];
+            page[..chunk.len()].copy_from_slice(chunk);
+            let (addr, tt) = self.write_meta_page(Kind::Wear, i as u64, &page, at)?;
+            t = t.max(tt);
+            pages.push(addr);
+        }
+        Ok((pages, t))
+    }
+
+    /// The GBITV pages changed since the last checkpoint (a page of zeros is recorded as
+    /// `NONE` and not written).
+    fn write_dirty_gbitv(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        let mut t = at;
+        let words = self.page_size / 8;
+        for i in 0..self.gbitv_pages.len() {
+            if !self.gbitv_dirty[i] {
+                continue;
+            }
+            let lo = (i * words).min(self.gbitv.len());
+            let hi = ((i + 1) * words).min(self.gbitv.len());
+            let chunk = &self.gbitv[lo..hi];
+            let new = if chunk.iter().all(|&w| w == 0) {
+                NONE
+            } else {
+                let mut page = vec![0u8; self.page_size];
+                for (k, w) in chunk.iter().enumerate() {
+                    page[k * 8..k * 8 + 8].copy_from_slice(&w.to_le_bytes());
+                }
+                let (addr, tt) = self.write_meta_page(Kind::Gbitv, i as u64, &page, at)?;
+                t = t.max(tt);
+                addr
+            };
+            let old = std::mem::replace(&mut self.gbitv_pages[i], new);
+            self.release_meta_page(old);
+            self.gbitv_dirty[i] = false;
+        }
+        Ok(t)
+    }
+
+    /// One state byte per block (`BT_*`).
+    fn block_table(&self) -> Vec<u8> {
+        let mut table: Vec<u8> = self
+            .blocks
+            .iter()
+            .map(|b| match b.state {
+                Use::Free => BT_FREE,
+                Use::Full | Use::Meta => BT_USED,
+                Use::Log => BT_LOG,
+                Use::Ckpt => BT_CKPT,
+                Use::Bad => BT_BAD,
+                Use::Open(_) => BT_USED,
+            })
+            .collect();
+        for (s, per_die) in self.open_blocks.iter().enumerate() {
+            for (die, open) in per_die.iter().enumerate() {
+                if let Some((bi, _)) = open {
+                    table[die * self.blocks_per_die as usize + *bi as usize] = BT_OPEN + s as u8;
+                }
+            }
+        }
+        table
+    }
+
+    /// Write the block-table pages and then the record into the current ring block
+    /// (moving to the next good ring block, erased first, when they do not fit). Returns
+    /// the table pages' addresses.
+    fn write_ring(
         &mut self,
-        c: &Checkpoint,
+        record: &mut Checkpoint,
+        table: &[u8],
         rssp_links: [u64; LOG_LINKS],
         at: SimTime,
-    ) -> Result<SimTime, FtlError> {
-        let mut page = vec![0u8; self.page_size];
-        c.encode(&mut page)?;
-        // The candidate links of the RSSP go after the record so recovery can skip a failed page.
-        let tail = page.len() - 8 * LOG_LINKS;
-        for (i, l) in rssp_links.iter().enumerate() {
-            page[tail + 8 * i..tail + 8 * i + 8].copy_from_slice(&l.to_le_bytes());
-        }
-        for _ in 0..4 * CKPT_RING {
+    ) -> Result<(Vec<u64>, SimTime), FtlError> {
+        let table_pages = table.len().div_ceil(self.page_size).max(1);
+        let need = table_pages as u32 + 1;
+        'attempt: for _ in 0..4 * CKPT_RING {
             let b = self.ckpt_blocks[self.ckpt_active];
-            let info = self.nand.block_info(BlockId(b))?;
-            if info.next_page >= self.pages_per_block || self.blocks[b as usize].state == Use::Bad {
-                // Move to the next good candidate, erased first; the newest record stays
-                // where it is until a newer one is written.
-                let n = self.ckpt_blocks.len();
-                let next = (1..n)
-                    .map(|k| (self.ckpt_active + k) % n)
-                    .find(|&i| self.blocks[self.ckpt_blocks[i] as usize].state != Use::Bad);
-                let Some(next) = next else { break };
-                let nb = self.ckpt_blocks[next];
-                self.stats.meta_erases += 1;
-                match self.nand.erase(BlockId(nb), at) {
-                    Ok(_) => {
-                        self.blocks[nb as usize].pe += 1;
-                        self.ckpt_active = next;
-                    }
-                    Err(NandError::EraseFailed { .. }) => {
-                        self.stats.erase_failures += 1;
-                        self.stats.grown_bad_blocks += 1;
-                        self.blocks[nb as usize].state = Use::Bad;
+            let next_page = self.nand.block_info(BlockId(b))?.next_page;
+            if next_page + need > self.pages_per_block || self.blocks[b as usize].state == Use::Bad
+            {
+                self.next_ring_block(at)?;
+                continue;
+            }
+            let mut t = at;
+            let mut addrs = Vec::with_capacity(table_pages);
+            let mut page = vec![0u8; self.page_size];
+            for i in 0..table_pages {
+                page.fill(0);
+                let chunk = &table[(i * self.page_size).min(table.len())
+                    ..((i + 1) * self.page_size).min(table.len())];
+                page[..chunk.len()].copy_from_slice(chunk);
+                let p = next_page + i as u32;
+                match self.program_ring_page(b, p, &page, Kind::Bbt, i as u64, record.seq, at) {
+                    Ok(done) => t = t.max(done),
+                    // The rest of this block is unreliable for this record: start over
+                    // in the next ring block.
+                    Err(NandError::ProgramFailed { .. }) => {
+                        self.next_ring_block(at)?;
+                        continue 'attempt;
                     }
                     Err(e) => return Err(e.into()),
                 }
-                continue;
+                addrs.push(page_addr(b, p));
             }
-            let ids = vec![c.seq; self.sectors_per_page as usize];
-            let mut oob = std::mem::take(&mut self.oob_scratch);
-            tags_for(
-                &mut oob,
-                self.oob_per_sector,
-                self.sector_size,
-                &page,
-                Kind::Ckpt,
-                &ids,
-                c.seq,
-            );
-            let r = self
-                .nand
-                .program(Ppa::new(BlockId(b), info.next_page), &page, &oob, at);
-            self.oob_scratch = oob;
-            self.stats.meta_programs += 1;
-            match r {
-                Ok(done) => return Ok(done),
+            record.bbt = addrs.clone();
+            record.encode(&mut page)?;
+            // The candidate links of the RSSP go after the record so recovery can skip a
+            // failed page.
+            let tail = page.len() - 8 * LOG_LINKS;
+            for (i, l) in rssp_links.iter().enumerate() {
+                page[tail + 8 * i..tail + 8 * i + 8].copy_from_slice(&l.to_le_bytes());
+            }
+            let p = next_page + table_pages as u32;
+            match self.program_ring_page(b, p, &page, Kind::Ckpt, record.seq, record.seq, at) {
+                Ok(done) => return Ok((addrs, t.max(done))),
                 Err(NandError::ProgramFailed { .. }) => {
-                    self.stats.program_failures += 1;
+                    self.next_ring_block(at)?;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
         Err(FtlError::Corrupt(
-            "cannot write the checkpoint record".into(),
+            "cannot write the checkpoint record: every block of the checkpoint ring failed".into(),
         ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn program_ring_page(
+        &mut self,
+        b: u32,
+        p: u32,
+        page: &[u8],
+        kind: Kind,
+        id: u64,
+        seq: u64,
+        at: SimTime,
+    ) -> Result<SimTime, NandError> {
+        let ids = vec![id; self.sectors_per_page as usize];
+        let mut oob = std::mem::take(&mut self.oob_scratch);
+        tags_for(
+            &mut oob,
+            self.oob_per_sector,
+            self.sector_size,
+            page,
+            kind,
+            &ids,
+            seq,
+        );
+        let r = self.nand.program(Ppa::new(BlockId(b), p), page, &oob, at);
+        self.oob_scratch = oob;
+        self.stats.meta_programs += 1;
+        if matches!(r, Err(NandError::ProgramFailed { .. })) {
+            self.stats.program_failures += 1;
+        }
+        r
+    }
+
+    /// Move the ring to its next good block, erased first (the newest record stays where
+    /// it is until a newer one is written); a block whose erase fails is skipped for good.
+    fn next_ring_block(&mut self, at: SimTime) -> Result<(), FtlError> {
+        let n = self.ckpt_blocks.len();
+        loop {
+            let next = (1..n)
+                .map(|k| (self.ckpt_active + k) % n)
+                .find(|&i| self.blocks[self.ckpt_blocks[i] as usize].state != Use::Bad);
+            let Some(next) = next else {
+                return Err(FtlError::Corrupt(
+                    "cannot write the checkpoint record: no good block left in the checkpoint ring"
+                        .into(),
+                ));
+            };
+            let nb = self.ckpt_blocks[next];
+            self.stats.meta_erases += 1;
+            match self.nand.erase(BlockId(nb), at) {
+                Ok(_) => {
+                    self.blocks[nb as usize].pe += 1;
+                    self.ckpt_active = next;
+                    return Ok(());
+                }
+                Err(NandError::EraseFailed { .. }) => {
+                    self.stats.erase_failures += 1;
+                    self.stats.grown_bad_blocks += 1;
+                    self.blocks[nb as usize].state = Use::Bad;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Clean shutdown: commit buffered writes, write a checkpoint marked clean (the next
+    /// open replays nothing), return the flash array. A read-only device writes nothing.
+    pub fn shutdown(mut self, at: SimTime) -> Result<csd_nand::Nand, FtlError> {
+        self.close(at)?;
+        Ok(self.nand)
+    }
+
+    /// Clean shutdown in place (see [`Ftl::shutdown`]).
+    pub fn close(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        if self.read_only.is_some() {
+            return Ok(at);
+        }
+        let t = self.flush(at)?;
+        self.checkpoint_with(t, CKPT_CLEAN)
     }
 }

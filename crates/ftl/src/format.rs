@@ -42,12 +42,14 @@ pub enum Kind {
     Maps = 3,
     /// A WEAR page.
     Wear = 4,
-    /// A bad-block-table page.
+    /// A block-table page (one state byte per block; bad blocks among them).
     Bbt = 5,
     /// A log page.
     Log = 6,
     /// A checkpoint record.
     Ckpt = 7,
+    /// A page of the valid-sector bitmap GBITV.
+    Gbitv = 8,
 }
 
 impl Kind {
@@ -61,6 +63,7 @@ impl Kind {
             5 => Kind::Bbt,
             6 => Kind::Log,
             7 => Kind::Ckpt,
+            8 => Kind::Gbitv,
             _ => return None,
         })
     }
@@ -168,6 +171,11 @@ pub enum Record {
         /// Extension bytes.
         bytes: Vec<u8>,
     },
+    /// The commit failed and was rolled back: recovery must not apply it.
+    Abort {
+        /// Commit sequence.
+        seq: u64,
+    },
 }
 
 impl Record {
@@ -177,7 +185,7 @@ impl Record {
             Record::Rdesc { entries, .. }
             | Record::Rdesca { entries, .. }
             | Record::GcMove { entries, .. } => 1 + 8 + 4 + 24 * entries.len(),
-            Record::Done { .. } => 1 + 8,
+            Record::Done { .. } | Record::Abort { .. } => 1 + 8,
             Record::Trim { .. } => 1 + 16,
             Record::Ext { bytes, .. } => 1 + 8 + 1 + bytes.len(),
         }
@@ -213,6 +221,10 @@ impl Record {
                 out.push(bytes.len() as u8);
                 out.extend_from_slice(bytes);
             }
+            Record::Abort { seq } => {
+                out.push(7);
+                out.extend_from_slice(&seq.to_le_bytes());
+            }
         }
     }
 
@@ -244,6 +256,7 @@ impl Record {
                 Some((r, 13 + 24 * n))
             }
             4 => Some((Record::Done { seq: u64_at(1)? }, 9)),
+            7 => Some((Record::Abort { seq: u64_at(1)? }, 9)),
             5 => Some((
                 Record::Trim {
                     lpid: u64_at(1)?,
@@ -355,7 +368,15 @@ impl LogPage {
 }
 
 const CKPT_MAGIC: u32 = 0x504B_4343; // "CCKP"
-const CKPT_VERSION: u32 = 1;
+/// Version 2 (csd since 2026-11) adds the block table, the GBITV pages, the flags and
+/// the reserve/spare block counts; version 1 records are recognized and refused with a
+/// message that says how to go on.
+const CKPT_VERSION: u32 = 2;
+
+/// Checkpoint flag: taken by a clean shutdown, nothing written after it.
+pub const CKPT_CLEAN: u32 = 1;
+/// Checkpoint flag: the device was read-only because its spare blocks were exhausted.
+pub const CKPT_SPARE_EXHAUSTED: u32 = 2;
 
 /// The checkpoint record written to the well-known location (batch-io §7.2.7).
 #[derive(Debug, Clone, PartialEq)]
@@ -378,8 +399,16 @@ pub struct Checkpoint {
     pub mapt: Vec<u64>,
     /// Page addresses of the WEAR pages.
     pub wear: Vec<u64>,
-    /// Page addresses of the bad-block-table pages.
+    /// Page addresses of the block-table pages (one state byte per block).
     pub bbt: Vec<u64>,
+    /// Page addresses of the GBITV pages (`NONE` for a page of zeros).
+    pub gbitv: Vec<u64>,
+    /// `CKPT_*` flags.
+    pub flags: u32,
+    /// Blocks set aside at format (provisioning, GC headroom, metadata).
+    pub reserve_blocks: u32,
+    /// Spare blocks at format.
+    pub initial_spare: u32,
     /// Lifetime counters (SMART) as of this checkpoint.
     pub lifetime: Vec<u64>,
     /// The last recovery's modeled and wall-clock duration, ns.
@@ -405,7 +434,16 @@ impl Checkpoint {
         for r in self.rr {
             v.extend_from_slice(&r.to_le_bytes());
         }
-        for list in [&self.mapt, &self.wear, &self.bbt, &self.lifetime] {
+        for x in [self.flags, self.reserve_blocks, self.initial_spare] {
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        for list in [
+            &self.mapt,
+            &self.wear,
+            &self.bbt,
+            &self.gbitv,
+            &self.lifetime,
+        ] {
             v.extend_from_slice(&(list.len() as u32).to_le_bytes());
             for a in list.iter() {
                 v.extend_from_slice(&a.to_le_bytes());
@@ -426,6 +464,14 @@ impl Checkpoint {
         out[..v.len()].copy_from_slice(&v);
         out[v.len()..v.len() + 4].copy_from_slice(&crc.to_le_bytes());
         Ok(())
+    }
+
+    /// Is this page a checkpoint record of an older format version (valid magic, older
+    /// version)? Such a device must be re-created or formatted with this csd.
+    pub fn is_older_version(b: &[u8]) -> bool {
+        b.len() >= 8
+            && b[0..4] == CKPT_MAGIC.to_le_bytes()
+            && u32::from_le_bytes([b[4], b[5], b[6], b[7]]) < CKPT_VERSION
     }
 
     /// Parse a page; `None` if it is not a valid checkpoint record.
@@ -455,7 +501,9 @@ impl Checkpoint {
         p += 4;
         let rr = [u32_at(p)?, u32_at(p + 4)?, u32_at(p + 8)?];
         p += 12;
-        let mut lists: [Vec<u64>; 4] = Default::default();
+        let (flags, reserve_blocks, initial_spare) = (u32_at(p)?, u32_at(p + 4)?, u32_at(p + 8)?);
+        p += 12;
+        let mut lists: [Vec<u64>; 5] = Default::default();
         for list in lists.iter_mut() {
             let n = u32_at(p)? as usize;
             p += 4;
@@ -473,7 +521,7 @@ impl Checkpoint {
         if crc32c::crc32c(&b[..p]) != crc {
             return None;
         }
-        let [mapt, wear, bbt, lifetime] = lists;
+        let [mapt, wear, bbt, gbitv, lifetime] = lists;
         Some(Checkpoint {
             seq,
             rssp_lsn,
@@ -485,6 +533,10 @@ impl Checkpoint {
             mapt,
             wear,
             bbt,
+            gbitv,
+            flags,
+            reserve_blocks,
+            initial_spare,
             lifetime,
             last_recovery_ns,
         })
@@ -545,6 +597,7 @@ mod tests {
                     seq: 9,
                     entries: vec![],
                 },
+                Record::Abort { seq: 11 },
             ],
         };
         let mut page = vec![0u8; 4096];
@@ -569,6 +622,10 @@ mod tests {
             mapt: vec![5, 6],
             wear: vec![7],
             bbt: vec![8, 9],
+            gbitv: vec![NONE, 4],
+            flags: CKPT_CLEAN,
+            reserve_blocks: 40,
+            initial_spare: 12,
             lifetime: vec![1, 2, 3],
             last_recovery_ns: [10, 20],
         };

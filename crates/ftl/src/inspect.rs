@@ -9,10 +9,8 @@ impl Ftl {
     /// The die of LBA `lba`'s current copy, if it is on flash (for tests and tools).
     pub fn die_of_lba(&mut self, lba: u64) -> Option<DieId> {
         let (e, _) = self.map_get(lba, SimTime::ZERO).ok()?;
-        if e == NONE || is_cached(e) {
-            return None;
-        }
-        Some(self.nand.addr().die_of(BlockId(unpack(e).0)))
+        let a = flash_of(e)?;
+        Some(self.nand.addr().die_of(BlockId(unpack(a).0)))
     }
 
     /// Block counts per state, for diagnostics: free, open, full, meta, log, ckpt, bad,
@@ -64,16 +62,16 @@ impl Ftl {
                 .map_err(|e| e.to_string())?;
             for (i, &e) in self.map_slots[s].entries.iter().enumerate() {
                 // A buffered (write-back) sector keeps its durable old copy live until commit.
-                let e = if is_cached(e) {
-                    let (b, k) = (((e >> 8) & 0xFF_FFFF) as usize, (e & 0xFF) as usize);
-                    self.page_bufs.get(b).map_or(NONE, |buf| buf.olds[k])
-                } else {
-                    e
+                let e = match Loc::of(e) {
+                    Loc::Buffered { buf, slot } => {
+                        self.page_bufs.get(buf).map_or(NONE, |pb| pb.olds[slot])
+                    }
+                    _ => e,
                 };
-                if e == NONE {
+                let Some(a) = flash_of(e) else {
                     continue;
-                }
-                let (b, p, sec) = unpack(e);
+                };
+                let (b, p, sec) = unpack(a);
                 if !self.is_valid(b, p, sec) {
                     return Err(format!(
                         "LBA {} maps to a sector not marked valid",
@@ -92,6 +90,23 @@ impl Ftl {
             }
             if blk.state == Use::Free && blk.valid != 0 {
                 return Err(format!("free block {b} holds valid data"));
+            }
+        }
+        for (s, per_die) in self.open_blocks.iter().enumerate() {
+            for (die, open) in per_die.iter().enumerate() {
+                let Some((bi, page)) = *open else { continue };
+                let b = die as u32 * self.blocks_per_die + bi;
+                let media = self
+                    .nand
+                    .block_info(BlockId(b))
+                    .map_err(|e| e.to_string())?
+                    .next_page;
+                if self.blocks[b as usize].state != Use::Open(s as u8) || media != page {
+                    return Err(format!(
+                        "open block {b} of stream {s}: state {:?}, FTL writes page {page}, media's write pointer {media}",
+                        self.blocks[b as usize].state
+                    ));
+                }
             }
         }
         let free = self.blocks.iter().filter(|b| b.state == Use::Free).count() as u32;

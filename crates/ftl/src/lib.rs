@@ -69,19 +69,22 @@ mod error;
 pub mod format;
 mod ftl;
 mod gc;
+mod health;
 mod inspect;
-mod io;
 mod log;
 mod map;
 mod provision;
+mod read;
 mod recovery;
 mod stats;
 pub mod torture;
+mod write;
 
 pub use config::{FtlConfig, GcPolicy, WriteCache};
 pub use error::{FtlError, RecoveryFailed, RecoveryReport};
-pub use ftl::Ftl;
-pub use stats::FtlStats;
+pub use ftl::{Ftl, ReadOnlyReason};
+pub use health::{Health, WARN_READ_ONLY, WARN_RELIABILITY, WARN_SPARE};
+pub use stats::{FtlStats, GcBytes};
 
 #[cfg(test)]
 mod tests;
