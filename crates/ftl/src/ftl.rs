@@ -208,6 +208,8 @@ pub struct Ftl {
     pub(crate) gbitv: Vec<u64>,
     /// Blocks in state `Free`.
     pub(crate) free_count: u32,
+    /// Blocks in state `Free`, per die.
+    pub(crate) free_per_die: Vec<u32>,
     /// Open block (block index within the die, next page) per stream and die.
     pub(crate) open_blocks: [Vec<Option<(u32, u32)>>; 3],
     /// Next die in channel round robin, per stream.
@@ -344,6 +346,7 @@ impl Ftl {
             ],
             gbitv: vec![0u64; (nblocks as u64 * spb).div_ceil(64) as usize],
             free_count: 0,
+            free_per_die: vec![0; dies as usize],
             open_blocks: [
                 vec![None; dies as usize],
                 vec![None; dies as usize],
@@ -525,14 +528,51 @@ impl Ftl {
         for &c in &f.ckpt_blocks {
             f.blocks[c as usize].state = Use::Ckpt;
         }
-        f.free_count = f.blocks.iter().filter(|b| b.state == Use::Free).count() as u32;
+        f.recount_free();
         f.reserve_blocks = (fixed + meta_blocks) as u32;
         f.initial_spare = f.spare_blocks().max(0) as u32;
+        // GC must be able to make progress at full logical occupancy: the spare blocks
+        // (the garbage it can reclaim) must cover an open COLD block per die plus two.
+        let need = dies + 2;
+        if (f.initial_spare as u64) < need {
+            let avail = (usable - fixed - meta_blocks) as f64;
+            let min_op = need as f64 / (avail - need as f64).max(1.0);
+            return Err(FtlError::Config(format!(
+                "over-provisioning {} leaves {} spare blocks; GC needs at least {need} on a device with {dies} dies to make progress: use op >= {:.3}",
+                cfg.op,
+                f.initial_spare,
+                (min_op * 1000.0).ceil() / 1000.0
+            )));
+        }
         f.start_log()?;
         f.checkpoint_with(SimTime::ZERO, crate::format::CKPT_CLEAN)?;
         f.stats = FtlStats::default();
         f.life_base = FtlStats::default();
         Ok(f)
+    }
+
+    /// Recompute the free-block counts from the block states.
+    pub(crate) fn recount_free(&mut self) {
+        self.free_per_die.fill(0);
+        for (b, blk) in self.blocks.iter().enumerate() {
+            if blk.state == Use::Free {
+                self.free_per_die[b / self.blocks_per_die as usize] += 1;
+            }
+        }
+        self.free_count = self.free_per_die.iter().sum();
+    }
+
+    /// Block `b` leaves (`-1`) or joins (`+1`) the free pool.
+    #[inline]
+    pub(crate) fn count_free(&mut self, b: u32, joins: bool) {
+        let die = (b / self.blocks_per_die) as usize;
+        if joins {
+            self.free_count += 1;
+            self.free_per_die[die] += 1;
+        } else {
+            self.free_count -= 1;
+            self.free_per_die[die] -= 1;
+        }
     }
 
     /// Logical capacity in LBAs.

@@ -21,6 +21,17 @@ use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
 use std::collections::HashMap;
 
+/// A valid sector of a GC victim on its way out.
+struct Moving {
+    lpid: u64,
+    /// Its sector address in the victim.
+    old: u64,
+    /// Where its data is in the relocation buffer; `None` when it could not be read.
+    at_byte: Option<usize>,
+    /// It was read, but its data did not match its CRC.
+    checksum_failed: bool,
+}
+
 impl Ftl {
     /// The GC a commit triggers: the free-pool low-water mark, then per-channel and
     /// used-share triggers.
@@ -45,21 +56,19 @@ impl Ftl {
     /// §7.2.8), even while other channels have room.
     fn collect_starved_channels(&mut self, at: SimTime) -> Result<(), FtlError> {
         let channels = self.nand.geometry().channels;
+        let channel_of = |f: &Ftl, die: u32| f.nand.addr().channel_of(csd_nand::DieId(die));
         for ch in 0..channels {
             for _ in 0..self.dies {
-                let on_ch = |f: &Ftl, b: u32| {
-                    f.nand
-                        .addr()
-                        .channel_of(csd_nand::DieId(b / f.blocks_per_die))
-                        == ch
-                };
-                let free = (0..self.blocks.len() as u32)
-                    .filter(|&b| self.blocks[b as usize].state == Use::Free && on_ch(self, b))
-                    .count();
+                let free: u32 = (0..self.dies)
+                    .filter(|&d| channel_of(self, d) == ch)
+                    .map(|d| self.free_per_die[d as usize])
+                    .sum();
                 if free > 0 {
                     break;
                 }
-                let Some(victim) = self.pick_victim_where(|f, b| on_ch(f, b)) else {
+                let Some(victim) =
+                    self.pick_victim_where(|f, b| channel_of(f, b / f.blocks_per_die) == ch)
+                else {
                     break;
                 };
                 self.collect_victim(victim, at)?;
@@ -140,19 +149,21 @@ impl Ftl {
     /// Collect victims until `target` blocks are free.
     fn reclaim_to(&mut self, target: u32, at: SimTime) -> Result<(), FtlError> {
         let mut guard = 0;
-        let mut checkpointed = false;
+        let mut just_checkpointed = false;
         while self.free_count < target {
             guard += 1;
             if guard > self.blocks.len() {
                 return Err(FtlError::NoSpace);
             }
             // Superseded MAP pages and log pages before the redo start are only freed
-            // by a checkpoint; when that frees more than it writes, it comes first.
-            if !checkpointed && self.checkpoint_pays() {
-                checkpointed = true;
+            // by a checkpoint; whenever that frees more than it writes, it comes first
+            // (with a small MAP cache, moving a victim's data writes MAP pages too).
+            if !just_checkpointed && self.checkpoint_pays() {
+                just_checkpointed = true;
                 self.checkpoint(at)?;
                 continue;
             }
+            just_checkpointed = false;
             let Some(victim) = self.pick_victim() else {
                 // Only metadata is left to reclaim: a checkpoint truncates log and old MAP pages.
                 self.checkpoint(at)?;
@@ -282,9 +293,11 @@ impl Ftl {
         let ob = self.oob_per_sector;
         let mut data = vec![0u8; spp * ss];
         let mut oob = vec![0u8; ob * spp];
-        let mut lost: Vec<Entry> = Vec::new();
-        // LPIDs mapped into this block, from a MAP scan, built only if some sector's TAG
-        // is gone.
+        // 1. Read every page with valid sectors; note each sector's LPID (from its TAG,
+        //    or from a MAP scan when the TAG is gone), where its data is, and whether it
+        //    could be read.
+        let mut moving: Vec<Moving> = Vec::new();
+        let mut kept: Vec<u8> = Vec::new();
         let mut reverse: Option<HashMap<u64, u64>> = None;
         for page in 0..self.pages_per_block {
             let valid: Vec<u32> = (0..self.sectors_per_page)
@@ -300,8 +313,8 @@ impl Ftl {
                 let sector = &data[s as usize * ss..(s as usize + 1) * ss];
                 let tag = Tag::read(&oob[o..o + TAG_BYTES])
                     .filter(|t| t.kind == Kind::Data && t.id < self.lbas);
-                let readable = !unreadable.contains(&s)
-                    && tag.is_some_and(|t| t.crc == crc32c::crc32c(sector));
+                let read_failed = unreadable.contains(&s);
+                let readable = !read_failed && tag.is_some_and(|t| t.crc == crc32c::crc32c(sector));
                 let lpid = match tag {
                     Some(t) => Some(t.id),
                     None if readable => None,
@@ -317,26 +330,46 @@ impl Ftl {
                     self.set_valid(old, false);
                     continue;
                 };
-                // Optimistic check: a user write that raced us wins.
-                let (cur, _) = self.map_get(lpid, at)?;
-                if cur != old {
-                    self.set_valid(old, false);
-                    continue;
+                let at_byte = if readable {
+                    kept.extend_from_slice(sector);
+                    Some(kept.len() - ss)
+                } else {
+                    None
+                };
+                moving.push(Moving {
+                    lpid,
+                    old,
+                    at_byte,
+                    checksum_failed: !read_failed && !readable,
+                });
+            }
+        }
+        // 2. In LPID order (each MAP page is loaded once, however small the MAP cache):
+        //    the optimistic check (a user write that raced us wins), then move or record
+        //    as lost.
+        moving.sort_unstable_by_key(|m| m.lpid);
+        let mut lost: Vec<Entry> = Vec::new();
+        for m in &moving {
+            let (cur, _) = self.map_get(m.lpid, at)?;
+            if cur != m.old {
+                self.set_valid(m.old, false);
+                continue;
+            }
+            match m.at_byte {
+                Some(o) => {
+                    self.buffer_sector(COLD, m.lpid, &kept[o..o + ss], m.old, at)?;
+                    self.stats.gc_moved_sectors += 1;
                 }
-                if !readable {
-                    if !unreadable.contains(&s) {
+                None => {
+                    if m.checksum_failed {
                         self.stats.integrity_errors += 1;
                     }
                     lost.push(Entry {
-                        lpid,
+                        lpid: m.lpid,
                         new: Loc::Lost.entry(),
-                        old,
+                        old: m.old,
                     });
-                    continue;
                 }
-                let sector = sector.to_vec();
-                self.buffer_sector(COLD, lpid, &sector, old, at)?;
-                self.stats.gc_moved_sectors += 1;
             }
         }
         let damaged = !lost.is_empty();
@@ -506,7 +539,7 @@ impl Ftl {
                 b.state = Use::Free;
                 b.meta_live = 0;
                 b.max_lsn = 0;
-                self.free_count += 1;
+                self.count_free(block, true);
                 Ok(())
             }
             Err(NandError::EraseFailed { .. }) => {

@@ -39,20 +39,18 @@ pub struct Health {
     pub percentage_used: u32,
     /// Critical-warning bits (`WARN_*`).
     pub critical_warning: u8,
-    /// Why the device is read-only, if it is.
+    /// Why the media is read-only (end of life), if it is; an image merely opened
+    /// read-only is not reported here.
     pub read_only: Option<ReadOnlyReason>,
     /// Spare blocks left (may be negative when bad blocks ate into the reserve).
     pub spare_blocks: i64,
 }
 
 impl Ftl {
-    /// Spare blocks left: usable blocks beyond the reserve and the logical capacity.
+    /// Spare blocks left: good blocks beyond the reserve and the logical capacity (the
+    /// checkpoint ring counts as good blocks, as when the capacity was set at format).
     pub fn spare_blocks(&self) -> i64 {
-        let usable = self
-            .blocks
-            .iter()
-            .filter(|b| b.state != Use::Bad && b.state != Use::Ckpt)
-            .count() as i64;
+        let usable = self.blocks.iter().filter(|b| b.state != Use::Bad).count() as i64;
         let spb = self.sectors_per_page as u64 * self.pages_per_block as u64;
         usable - self.reserve_blocks as i64 - self.lbas.div_ceil(spb) as i64
     }
@@ -76,7 +74,8 @@ impl Ftl {
         if life.media_errors + life.integrity_errors + life.lost_sectors > 0 {
             warn |= WARN_RELIABILITY;
         }
-        if self.read_only.is_some() {
+        let media_read_only = self.read_only.filter(|r| *r != ReadOnlyReason::Opened);
+        if media_read_only.is_some() {
             warn |= WARN_READ_ONLY;
         }
         Health {
@@ -84,7 +83,7 @@ impl Ftl {
             spare_threshold_pct: self.cfg.spare_threshold_pct,
             percentage_used,
             critical_warning: warn,
-            read_only: self.read_only,
+            read_only: media_read_only,
             spare_blocks: spare,
         }
     }

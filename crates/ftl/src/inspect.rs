@@ -13,6 +13,14 @@ impl Ftl {
         Some(self.nand.addr().die_of(BlockId(unpack(a).0)))
     }
 
+    /// Where LBA `lba`'s current copy is on flash (page and sector), if it is there (for
+    /// tests and tools).
+    pub fn location_of_lba(&mut self, lba: u64) -> Option<(csd_nand::Ppa, u32)> {
+        let (e, _) = self.map_get(lba, SimTime::ZERO).ok()?;
+        let (b, p, s) = unpack(flash_of(e)?);
+        Some((csd_nand::Ppa::new(BlockId(b), p), s))
+    }
+
     /// Block counts per state, for diagnostics: free, open, full, meta, log, ckpt, bad,
     /// and the valid sectors in full blocks.
     pub fn block_census(&self) -> String {
@@ -109,7 +117,19 @@ impl Ftl {
                 }
             }
         }
-        let free = self.blocks.iter().filter(|b| b.state == Use::Free).count() as u32;
+        let mut per_die = vec![0u32; self.dies as usize];
+        for (b, blk) in self.blocks.iter().enumerate() {
+            if blk.state == Use::Free {
+                per_die[b / self.blocks_per_die as usize] += 1;
+            }
+        }
+        if per_die != self.free_per_die {
+            return Err(format!(
+                "free blocks per die {:?} but the counts say {:?}",
+                per_die, self.free_per_die
+            ));
+        }
+        let free = per_die.iter().sum::<u32>();
         if free != self.free_count {
             return Err(format!(
                 "free count {} but {free} free blocks",

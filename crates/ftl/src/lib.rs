@@ -88,3 +88,5 @@ pub use stats::{FtlStats, GcBytes};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_health;

@@ -408,7 +408,7 @@ impl Ftl {
             };
             self.blocks[b].state = state;
         }
-        self.free_count = self.blocks.iter().filter(|b| b.state == Use::Free).count() as u32;
+        self.recount_free();
         self.log_blocks = self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32;
         // The log continues at the RSSP's first candidate.
         let (b, p) = self.page_in_device(rssp_links[0]).unwrap_or((0, 0));
@@ -427,7 +427,7 @@ impl Ftl {
                 self.log_blocks += 1;
             }
         }
-        self.free_count = self.blocks.iter().filter(|b| b.state == Use::Free).count() as u32;
+        self.recount_free();
     }
 
     /// The state of a closed block from what it holds: valid data (Full), live metadata
@@ -469,7 +469,7 @@ impl Ftl {
                 _ => Use::Full,
             };
         }
-        self.free_count = self.blocks.iter().filter(|b| b.state == Use::Free).count() as u32;
+        self.recount_free();
         let mut redo = Redo::default();
         t = t.max(self.redo_log(rssp_links, ck.rssp_lsn, &mut redo, rep, t)?);
         // Commits without a done record: one that an Abort or a later commit shows
@@ -513,7 +513,7 @@ impl Ftl {
                 }
             }
         }
-        self.free_count = self.blocks.iter().filter(|b| b.state == Use::Free).count() as u32;
+        self.recount_free();
         self.log_blocks = self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32;
         Ok(t)
     }

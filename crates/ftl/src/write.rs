@@ -336,33 +336,40 @@ impl Ftl {
     fn install_commit(&mut self, addrs: &[(u32, u32)], at: SimTime) -> Result<(), FtlError> {
         let bufs = std::mem::take(&mut self.page_bufs);
         let mut result = Ok(());
-        // An entry whose MAP page cannot be read keeps its old value on flash; the others
-        // are still installed, so that no MAP entry is left pointing into a buffer that
-        // goes back to the pool.
-        'install: for (i, buf) in bufs.iter().enumerate() {
-            let (b, p) = addrs[i];
+        // In LPID order, so that each MAP page is loaded and dirtied once per commit
+        // however small the MAP cache is. An entry whose MAP page cannot be read keeps
+        // its old value on flash; the others are still installed, so that no MAP entry is
+        // left pointing into a buffer that goes back to the pool.
+        let mut order: Vec<(u64, usize, usize)> =
+            Vec::with_capacity(bufs.len() * self.sectors_per_page as usize);
+        for (i, buf) in bufs.iter().enumerate() {
             for (k, &lpid) in buf.lpids.iter().enumerate() {
-                if lpid == NONE {
-                    continue;
+                if lpid != NONE {
+                    order.push((lpid, i, k));
                 }
-                let new = pack(b, p, k as u32);
-                let here = Loc::Buffered { buf: i, slot: k }.entry();
-                let step = self.map_get(lpid, at).and_then(|(cur, _)| {
-                    if cur == here {
-                        self.map_set(lpid, new, at)?;
-                        self.set_valid(new, true);
-                        self.set_valid(buf.olds[k], false);
-                    }
-                    Ok(())
-                });
-                if let Err(e) = step {
-                    let power_lost = matches!(e, FtlError::Nand(NandError::PowerLoss));
-                    if result.is_ok() {
-                        result = Err(e);
-                    }
-                    if power_lost {
-                        break 'install;
-                    }
+            }
+        }
+        order.sort_unstable();
+        for (lpid, i, k) in order {
+            let (b, p) = addrs[i];
+            let new = pack(b, p, k as u32);
+            let here = Loc::Buffered { buf: i, slot: k }.entry();
+            let old = bufs[i].olds[k];
+            let step = self.map_get(lpid, at).and_then(|(cur, _)| {
+                if cur == here {
+                    self.map_set(lpid, new, at)?;
+                    self.set_valid(new, true);
+                    self.set_valid(old, false);
+                }
+                Ok(())
+            });
+            if let Err(e) = step {
+                let power_lost = matches!(e, FtlError::Nand(NandError::PowerLoss));
+                if result.is_ok() {
+                    result = Err(e);
+                }
+                if power_lost {
+                    break;
                 }
             }
         }

@@ -463,6 +463,28 @@ impl Nand {
         });
     }
 
+    /// Fault injection: flip the bits of `mask` in byte `byte` of sector `sector` of page
+    /// `p`, as data retention loss or a damaged image would, without going through a
+    /// program (the page keeps its state; the ECC model does not see the change, so only
+    /// an end-to-end checksum above the media can). Does nothing to an erased page.
+    pub fn corrupt(&mut self, p: Ppa, sector: u32, byte: usize, mask: u8) -> Result<(), NandError> {
+        self.check_ppa(p)?;
+        if sector >= self.sectors || byte >= self.sector_size {
+            return Err(NandError::OutOfRange {
+                what: "sector byte",
+                value: sector as u64 * self.sector_size as u64 + byte as u64,
+                limit: self.sectors as u64 * self.sector_size as u64,
+            });
+        }
+        if self.state_of(p) == PageState::Erased {
+            return Ok(());
+        }
+        let range = self.layout.slot_range(p.page);
+        let bytes = self.store.block_mut(p.block.0 as usize, range.end)?;
+        bytes[range.start + sector as usize * self.sector_size + byte] ^= mask;
+        Ok(())
+    }
+
     /// Disarm a pending power cut.
     pub fn disarm_power_cut(&mut self) {
         self.cut = None;

@@ -462,7 +462,7 @@ impl Store {
         // (`MAP_PRIVATE`): stores go to private memory, never to the file.
         let map = match access {
             Access::ReadWrite => unsafe { MmapMut::map_mut(&file) },
-            Access::ReadOnly => unsafe { MmapOptions::new().map_copy(&file) },
+            Access::ReadOnly => unsafe { MmapOptions::new().no_reserve_swap().map_copy(&file) },
         }
         .map_err(|e| bad(e.to_string()))?;
         // Random access: no readahead storms when a few state bytes of a sparse image
