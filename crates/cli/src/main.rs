@@ -5,6 +5,7 @@
 //! workloads with modeled and wall-clock figures), `serve` (the device as an NBD server
 //! for real clients). Every command has `--help`.
 
+mod bench_open;
 mod check;
 mod fdbench;
 mod image;
@@ -330,6 +331,11 @@ enum BenchCmd {
     ///
     /// Example: csd bench fdtree --scheme fc --lookup-ratio 0.8 --preload 100000 --requests 100000
     Fdtree(fdbench::BenchFdtreeArgs),
+    /// Open time and memory of an image of real size: fresh, after writing and a clean
+    /// shutdown, and after a crash (each open measured in its own process).
+    ///
+    /// Example: csd bench open --clean-gib 4 --crash-gib 1,16
+    Open(bench_open::BenchOpenArgs),
 }
 
 #[derive(Args)]
@@ -386,6 +392,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Repro(c) => repro::repro_cmd(&c),
         Cmd::Bench(BenchCmd::Query(a)) => query::bench_query_cmd(&a),
         Cmd::Bench(BenchCmd::Fdtree(a)) => fdbench::bench_fdtree_cmd(&a),
+        Cmd::Bench(BenchCmd::Open(a)) => bench_open::run(&a),
     }
 }
 

@@ -1,42 +1,35 @@
 //! Fuzzy incremental checkpoints (batch-io §6, §7.2.7).
 //!
 //! A checkpoint notes the redo scan start point (RSSP), writes the dirty MAP pages, the
-//! dirty MAPS pages, WEAR and the dirty pages of the valid-sector bitmap GBITV to the
-//! META stream, then the block table and the record itself to the well-known location,
-//! and finally reclaims log blocks before the RSSP and metadata blocks with nothing
-//! live.
+//! dirty MAPS pages, WEAR, the bad-block table and the dirty pages of the valid-sector
+//! bitmap GBITV to the META stream, then the record (its body pages, then its head) to
+//! the well-known location, and finally reclaims log blocks before the RSSP and metadata
+//! blocks with nothing live.
 //!
 //! Choices made here:
 //! * GBITV is checkpointed (only its changed pages, and an all-zero page is not written
 //!   at all), so recovery loads it instead of reading every MAP page; the per-block
 //!   valid counts follow from it by popcount.
-//! * The block table (one state byte per block: free, used, log, open for which stream,
-//!   checkpoint ring, bad) goes into the checkpoint ring with the record, after every
-//!   other metadata page of the checkpoint is written, so it describes the open blocks of
-//!   all three streams exactly as they are when the record is durable. After a clean
-//!   shutdown, opening the device needs the record, the table, WEAR, MAPS and GBITV and
-//!   the media's per-block write pointers: O(metadata), not O(capacity), and the open
-//!   blocks continue filling where they stopped.
-//! * Records and their table pages go to one ring block at a time (the next block is
-//!   erased only when the current one is full), so the newest record and its table
-//!   always survive the erase (double buffering over a ring of 8 good blocks).
+//! * The record names the open blocks of the three streams, captured after every other
+//!   metadata page of the checkpoint is written, so they are exactly the open blocks
+//!   when the record is durable. Which other blocks hold data follows from the media's
+//!   per-block write pointers and from GBITV and the live metadata pages. After a clean
+//!   shutdown, opening the device reads the record, WEAR, the bad-block table, MAPS and
+//!   GBITV and the write pointers: O(metadata), not O(capacity), and the open blocks
+//!   continue filling where they stopped.
+//! * A record is its body (the variable-length lists, as many pages as they need) and a
+//!   head page that names the body pages and carries the body's CRC; both go to one ring
+//!   block at a time (the next block is erased only when the current one is full), so the
+//!   newest record always survives the erase (double buffering over a ring of 8 good
+//!   blocks).
 
 use crate::format::{
-    CKPT_CLEAN, CKPT_SPARE_EXHAUSTED, Checkpoint, Kind, LOG_LINKS, NONE, page_addr,
+    CKPT_CLEAN, CKPT_SPARE_EXHAUSTED, Checkpoint, Kind, LOG_LINKS, NONE, pack_open, page_addr,
 };
 use crate::ftl::*;
 use crate::{FtlError, FtlStats, ReadOnlyReason};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
-
-/// Block-table codes, one byte per block.
-pub(crate) const BT_FREE: u8 = 0;
-pub(crate) const BT_USED: u8 = 1;
-pub(crate) const BT_LOG: u8 = 2;
-pub(crate) const BT_CKPT: u8 = 3;
-pub(crate) const BT_BAD: u8 = 4;
-/// `BT_OPEN + s`: open for stream `s` (HOT, COLD, META).
-pub(crate) const BT_OPEN: u8 = 8;
 
 impl Ftl {
     /// Take a fuzzy incremental checkpoint (batch-io §6); see the module documentation.
@@ -59,15 +52,17 @@ impl Ftl {
         t = t.max(self.write_dirty_maps_pages(t)?);
         let (new_wear, tt) = self.write_wear(t)?;
         t = t.max(tt);
+        let (new_bbt, tt) = self.write_bbt(t)?;
+        t = t.max(tt);
         t = t.max(self.write_dirty_gbitv(t)?);
-        // Everything else of this checkpoint is on flash: the block table now describes
-        // the blocks as the record will find them.
-        let table = self.block_table();
+        // Every other metadata page of this checkpoint is on flash: the open blocks are
+        // now those the record will find.
+        let open = self.open_list();
         let mut flags = flags;
         if self.read_only == Some(ReadOnlyReason::SpareExhausted) {
             flags |= CKPT_SPARE_EXHAUSTED;
         }
-        let mut record = Checkpoint {
+        let record = Checkpoint {
             seq: self.ckpt_seq + 1,
             rssp_lsn,
             rssp_addr: rssp_links[0],
@@ -77,8 +72,9 @@ impl Ftl {
             rr: [self.next_die[0], self.next_die[1], self.next_die[2]],
             mapt: self.maps_pages.clone(),
             wear: new_wear.clone(),
-            bbt: Vec::new(),
+            bbt: new_bbt.clone(),
             gbitv: self.gbitv_pages.clone(),
+            open,
             flags,
             reserve_blocks: self.reserve_blocks,
             initial_spare: self.initial_spare,
@@ -94,14 +90,14 @@ impl Ftl {
                 [(r.modeled_s * 1e9) as u64, (r.wall_s * 1e9) as u64]
             }),
         };
-        let (table_pages, tt) = self.write_ring(&mut record, &table, rssp_links, t)?;
-        t = t.max(tt);
-        // The new tables are durable: the old WEAR pages are dead (table pages live in
-        // the ring, which is not a META block).
+        t = t.max(self.write_ring(&record, rssp_links, t)?);
+        // The new tables are durable: the old WEAR and bad-block pages are dead.
         for a in std::mem::replace(&mut self.wear_pages, new_wear) {
             self.release_meta_page(a);
         }
-        self.bbt_pages = table_pages;
+        for a in std::mem::replace(&mut self.bbt_pages, new_bbt) {
+            self.release_meta_page(a);
+        }
         self.ckpt_seq = record.seq;
         self.log.since_ckpt = 0;
         self.last_checkpoint_at = t;
@@ -199,42 +195,60 @@ impl Ftl {
         Ok(t)
     }
 
-    /// One state byte per block (`BT_*`).
-    fn block_table(&self) -> Vec<u8> {
-        let mut table: Vec<u8> = self
-            .blocks
-            .iter()
-            .map(|b| match b.state {
-                Use::Free => BT_FREE,
-                Use::Full | Use::Meta => BT_USED,
-                Use::Log => BT_LOG,
-                Use::Ckpt => BT_CKPT,
-                Use::Bad => BT_BAD,
-                Use::Open(_) => BT_USED,
-            })
-            .collect();
+    /// The bad-block table, whole: a bit per block.
+    fn write_bbt(&mut self, at: SimTime) -> Result<(Vec<u64>, SimTime), FtlError> {
+        let mut t = at;
+        let mut bits = vec![0u8; self.blocks.len().div_ceil(8)];
+        for (b, blk) in self.blocks.iter().enumerate() {
+            if blk.state == Use::Bad {
+                bits[b / 8] |= 1 << (b % 8);
+            }
+        }
+        let mut pages = Vec::new();
+        for (i, chunk) in bits.chunks(self.page_size).enumerate() {
+            let mut page = vec![0u8; self.page_size];
+            page[..chunk.len()].copy_from_slice(chunk);
+            let (addr, tt) = self.write_meta_page(Kind::Bbt, i as u64, &page, at)?;
+            t = t.max(tt);
+            pages.push(addr);
+        }
+        Ok((pages, t))
+    }
+
+    /// The open blocks of the three streams.
+    fn open_list(&self) -> Vec<u64> {
+        let mut v = Vec::new();
         for (s, per_die) in self.open_blocks.iter().enumerate() {
             for (die, open) in per_die.iter().enumerate() {
-                if let Some((bi, _)) = open {
-                    table[die * self.blocks_per_die as usize + *bi as usize] = BT_OPEN + s as u8;
+                if let Some((bi, page)) = *open {
+                    v.push(pack_open(
+                        s as u8,
+                        die as u32 * self.blocks_per_die + bi,
+                        page,
+                    ));
                 }
             }
         }
-        table
+        v
     }
 
-    /// Write the block-table pages and then the record into the current ring block
-    /// (moving to the next good ring block, erased first, when they do not fit). Returns
-    /// the table pages' addresses.
+    /// Write the record's body pages and then its head into the current ring block
+    /// (moving to the next good ring block, erased first, when they do not fit).
     fn write_ring(
         &mut self,
-        record: &mut Checkpoint,
-        table: &[u8],
+        record: &Checkpoint,
         rssp_links: [u64; LOG_LINKS],
         at: SimTime,
-    ) -> Result<(Vec<u64>, SimTime), FtlError> {
-        let table_pages = table.len().div_ceil(self.page_size).max(1);
-        let need = table_pages as u32 + 1;
+    ) -> Result<SimTime, FtlError> {
+        let body = record.body();
+        let body_pages = body.len().div_ceil(self.page_size).max(1);
+        let need = body_pages as u32 + 1;
+        if need > self.pages_per_block {
+            return Err(FtlError::Config(format!(
+                "a checkpoint body of {} bytes does not fit one block of the checkpoint ring",
+                body.len()
+            )));
+        }
         'attempt: for _ in 0..4 * CKPT_RING {
             let b = self.ckpt_blocks[self.ckpt_active];
             let next_page = self.nand.block_info(BlockId(b))?.next_page;
@@ -244,15 +258,15 @@ impl Ftl {
                 continue;
             }
             let mut t = at;
-            let mut addrs = Vec::with_capacity(table_pages);
+            let mut addrs = Vec::with_capacity(body_pages);
             let mut page = vec![0u8; self.page_size];
-            for i in 0..table_pages {
+            for i in 0..body_pages {
                 page.fill(0);
-                let chunk = &table[(i * self.page_size).min(table.len())
-                    ..((i + 1) * self.page_size).min(table.len())];
+                let chunk = &body[(i * self.page_size).min(body.len())
+                    ..((i + 1) * self.page_size).min(body.len())];
                 page[..chunk.len()].copy_from_slice(chunk);
                 let p = next_page + i as u32;
-                match self.program_ring_page(b, p, &page, Kind::Bbt, i as u64, record.seq, at) {
+                match self.program_ring_page(b, p, &page, Kind::Ckpt, record.seq, record.seq, at) {
                     Ok(done) => t = t.max(done),
                     // The rest of this block is unreliable for this record: start over
                     // in the next ring block.
@@ -264,17 +278,16 @@ impl Ftl {
                 }
                 addrs.push(page_addr(b, p));
             }
-            record.bbt = addrs.clone();
-            record.encode(&mut page)?;
+            record.encode_head(&body, &addrs, &mut page)?;
             // The candidate links of the RSSP go after the record so recovery can skip a
             // failed page.
             let tail = page.len() - 8 * LOG_LINKS;
             for (i, l) in rssp_links.iter().enumerate() {
                 page[tail + 8 * i..tail + 8 * i + 8].copy_from_slice(&l.to_le_bytes());
             }
-            let p = next_page + table_pages as u32;
+            let p = next_page + body_pages as u32;
             match self.program_ring_page(b, p, &page, Kind::Ckpt, record.seq, record.seq, at) {
-                Ok(done) => return Ok((addrs, t.max(done))),
+                Ok(done) => return Ok(t.max(done)),
                 Err(NandError::ProgramFailed { .. }) => {
                     self.next_ring_block(at)?;
                     continue;

@@ -19,10 +19,9 @@
 //! writes: an unclean log is replayed into memory only (the MAP cache may exceed its
 //! bound), and the FTL refuses writes.
 
-use crate::checkpoint::{BT_BAD, BT_CKPT, BT_FREE, BT_LOG, BT_OPEN};
 use crate::format::{
     CKPT_CLEAN, CKPT_SPARE_EXHAUSTED, Checkpoint, Entry, Kind, LOG_LINKS, LogPage, NONE, Record,
-    TAG_BYTES, Tag, page_unaddr, unpack,
+    TAG_BYTES, Tag, page_unaddr, unpack, unpack_open,
 };
 use crate::ftl::*;
 use crate::read::read_with_retries;
@@ -31,6 +30,15 @@ use csd_nand::{Access, BlockId, Nand, NandError, Ppa};
 use csd_sim::SimTime;
 use std::collections::BTreeMap;
 use std::time::Instant;
+
+/// What recovery knows of a block from the checkpoint and the media, before the redo.
+const BT_FREE: u8 = 0;
+const BT_USED: u8 = 1;
+const BT_LOG: u8 = 2;
+const BT_CKPT: u8 = 3;
+const BT_BAD: u8 = 4;
+/// `BT_OPEN + s`: open for stream `s` (HOT, COLD, META) at the checkpoint.
+const BT_OPEN: u8 = 8;
 
 /// The newest checkpoint record found, with where it was and how long finding it took.
 struct Found {
@@ -103,7 +111,7 @@ impl Ftl {
         let page_size = nand.geometry().page_size as usize;
         let ppb = nand.geometry().pages_per_block;
         let t0 = nand.now();
-        let mut best: Option<(Checkpoint, [u64; LOG_LINKS], usize)> = None;
+        let mut heads: Vec<(crate::format::RecordHead, [u64; LOG_LINKS], usize)> = Vec::new();
         let mut older = false;
         let mut page = vec![0u8; page_size];
         let mut t = t0;
@@ -119,11 +127,8 @@ impl Ftl {
                     Ok(r) => {
                         t = t.max(r.done);
                         older |= Checkpoint::is_older_version(&page);
-                        if let Some(c) = Checkpoint::decode(&page) {
-                            let links = rssp_links_of(&page);
-                            if best.as_ref().is_none_or(|(bc, _, _)| c.seq > bc.seq) {
-                                best = Some((c, links, ci));
-                            }
+                        if let Some(h) = Checkpoint::decode_head(&page) {
+                            heads.push((h, rssp_links_of(&page), ci));
                         }
                     }
                     Err(NandError::Uncorrectable { .. }) => continue,
@@ -131,25 +136,50 @@ impl Ftl {
                 }
             }
         }
-        let (ck, rssp_links, active) = match best {
-            Some(x) => x,
-            None if older => {
-                return Err(FtlError::Corrupt(
-                    "the FTL on this device was written by an older csd (checkpoint format 1); \
-                     re-create the image, or format it (its data is lost)"
-                        .into(),
-                ));
+        // The newest record whose body reads back whole.
+        heads.sort_by(|a, b| b.0.ckpt.seq.cmp(&a.0.ckpt.seq));
+        for (head, rssp_links, active) in heads {
+            let mut body = Vec::with_capacity(head.body_pages.len() * page_size);
+            let mut whole = true;
+            for &a in &head.body_pages {
+                let (b, p) = page_unaddr(a);
+                if b >= nand.addr().blocks() || p >= ppb {
+                    whole = false;
+                    break;
+                }
+                let ppa = Ppa::new(BlockId(b), p);
+                match read_with_retries(nand, ppa, 0, &mut page, &mut [], t0, retries, &mut retried)
+                {
+                    Ok(r) if !r.erased => {
+                        t = t.max(r.done);
+                        body.extend_from_slice(&page);
+                    }
+                    Ok(_) | Err(NandError::Uncorrectable { .. }) => {
+                        whole = false;
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
-            None => return Err(FtlError::NotFormatted),
-        };
-        Ok(Found {
-            ck,
-            rssp_links,
-            active,
-            ckpt_blocks,
-            t0,
-            t,
-        })
+            if let Some(ck) = whole.then(|| Checkpoint::with_body(&head, &body)).flatten() {
+                return Ok(Found {
+                    ck,
+                    rssp_links,
+                    active,
+                    ckpt_blocks,
+                    t0,
+                    t,
+                });
+            }
+        }
+        if older {
+            return Err(FtlError::Corrupt(
+                "the FTL on this device was written by an older csd (checkpoint format 1); \
+                 re-create the image, or format it (its data is lost)"
+                    .into(),
+            ));
+        }
+        Err(FtlError::NotFormatted)
     }
 
     fn recover_from(&mut self, found: Found, read_only: bool) -> Result<(), FtlError> {
@@ -176,12 +206,13 @@ impl Ftl {
             checkpoint_seq: ck.seq,
             ..RecoveryReport::default()
         };
-        let table = self.load_block_table(&ck, t0)?;
-        // The media's write pointers: which blocks were written since the checkpoint.
+        // The media's write pointers: which blocks hold anything.
         let mut written = vec![false; self.blocks.len()];
         for (b, w) in written.iter_mut().enumerate() {
             *w = self.nand.block_info(BlockId(b as u32))?.next_page > 0;
         }
+        let (table, tt) = self.block_codes(&ck, &written, t0)?;
+        t = t.max(tt);
         let (log_empty, tt) = self.log_untouched(&rssp_links, t)?;
         t = t.max(tt);
         if log_empty {
@@ -300,6 +331,7 @@ impl Ftl {
             .iter()
             .chain(&self.maps_pages)
             .chain(&self.wear_pages)
+            .chain(&ck.bbt)
             .chain(&self.gbitv_pages)
             .copied()
             .filter(|&a| a != NONE)
@@ -313,24 +345,43 @@ impl Ftl {
         Ok(t)
     }
 
-    /// The block table of the checkpoint (one `BT_*` byte per block).
-    fn load_block_table(&mut self, ck: &Checkpoint, t0: SimTime) -> Result<Vec<u8>, FtlError> {
-        let mut table = Vec::with_capacity(self.blocks.len());
+    /// What the checkpoint and the media say of each block (`BT_*`): bad (the bad-block
+    /// table), the checkpoint ring, open for a stream at the checkpoint, else used or free
+    /// by the media's write pointer.
+    fn block_codes(
+        &mut self,
+        ck: &Checkpoint,
+        written: &[bool],
+        t0: SimTime,
+    ) -> Result<(Vec<u8>, SimTime), FtlError> {
+        let mut table: Vec<u8> = written
+            .iter()
+            .map(|&w| if w { BT_USED } else { BT_FREE })
+            .collect();
         let mut page = vec![0u8; self.page_size];
+        let mut t = t0;
         for (i, &a) in ck.bbt.iter().enumerate() {
-            self.read_meta_page(a, Kind::Bbt, i as u64, &mut page, t0)?;
-            table.extend_from_slice(&page);
+            t = t.max(self.read_meta_page(a, Kind::Bbt, i as u64, &mut page, t0)?);
+            for (k, byte) in page.iter().enumerate() {
+                for bit in 0..8 {
+                    let b = (i * self.page_size + k) * 8 + bit;
+                    if byte & (1 << bit) != 0 && b < table.len() {
+                        table[b] = BT_BAD;
+                    }
+                }
+            }
         }
-        if table.len() < self.blocks.len() {
-            return Err(FtlError::Corrupt(format!(
-                "the checkpoint's block table covers {} blocks; the device has {}",
-                table.len(),
-                self.blocks.len()
-            )));
-        }
-        table.truncate(self.blocks.len());
         self.bbt_pages = ck.bbt.clone();
-        Ok(table)
+        for &x in &ck.open {
+            let (s, b, _) = unpack_open(x);
+            if s < 3 && (b as usize) < table.len() && table[b as usize] != BT_BAD {
+                table[b as usize] = BT_OPEN + s;
+            }
+        }
+        for &b in &self.ckpt_blocks {
+            table[b as usize] = BT_CKPT;
+        }
+        Ok((table, t))
     }
 
     /// Was nothing written to the log after the checkpoint: is the RSSP's first

@@ -732,3 +732,21 @@ impl Model {
         Ok(())
     }
 }
+
+#[test]
+fn every_preset_formats_and_reopens_from_its_checkpoint() {
+    for (name, _) in csd_sim::config::PRESETS {
+        let dev = DeviceConfig::preset(name).unwrap();
+        let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), FtlConfig::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let ss = f.lba_size();
+        f.write(3, &sector(ss, 3), SimTime::ZERO).unwrap();
+        let nand = f.shutdown(SimTime::ZERO).unwrap();
+        let mut g =
+            Ftl::recover(nand, FtlConfig::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(g.last_recovery().unwrap().clean, "{name}");
+        let mut buf = vec![0u8; ss];
+        g.read(3, &mut buf, SimTime::ZERO).unwrap();
+        assert_eq!(buf, sector(ss, 3), "{name}");
+    }
+}
