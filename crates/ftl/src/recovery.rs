@@ -137,7 +137,7 @@ impl Ftl {
             }
         }
         // The newest record whose body reads back whole.
-        heads.sort_by(|a, b| b.0.ckpt.seq.cmp(&a.0.ckpt.seq));
+        heads.sort_by_key(|h| std::cmp::Reverse(h.0.ckpt.seq));
         for (head, rssp_links, active) in heads {
             let mut body = Vec::with_capacity(head.body_pages.len() * page_size);
             let mut whole = true;
