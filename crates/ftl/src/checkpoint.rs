@@ -31,6 +31,12 @@ use crate::{FtlError, FtlStats, ReadOnlyReason};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
 
+/// The indices in `ckpt_blocks` of ring half `half` (0 or 1).
+pub(crate) fn ring_half(blocks: usize, half: usize) -> std::ops::Range<usize> {
+    let mid = blocks / 2;
+    if half == 0 { 0..mid } else { mid..blocks }
+}
+
 impl Ftl {
     /// Take a fuzzy incremental checkpoint (batch-io §6); see the module documentation.
     pub fn checkpoint(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
@@ -232,10 +238,41 @@ impl Ftl {
         v
     }
 
-    /// Write the record's body pages and then its head into the current ring block
-    /// (moving to the next good ring block, erased first, when they do not fit).
+    /// Write the record to both halves of the ring (a copy each, so that losing any one
+    /// block of the well-known location never loses the newest record). The log is
+    /// reclaimed only after both copies are written, so when a crash leaves one copy,
+    /// the record before it is still complete with its log. A half without a good block
+    /// left is skipped while the other works.
     fn write_ring(
         &mut self,
+        record: &Checkpoint,
+        rssp_links: [u64; LOG_LINKS],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let mut done = Vec::new();
+        let mut last_err = None;
+        for half in 0..2 {
+            match self.write_ring_copy(half, record, rssp_links, at) {
+                Ok(t) => done.push(t),
+                Err(FtlError::Nand(NandError::PowerLoss)) => {
+                    return Err(NandError::PowerLoss.into());
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        match (done.iter().max(), last_err) {
+            (Some(&t), _) => Ok(t),
+            (None, Some(e)) => Err(e),
+            (None, None) => Err(FtlError::Corrupt("no checkpoint copy written".into())),
+        }
+    }
+
+    /// Write one copy of the record — its body pages, then its head — into the current
+    /// block of ring half `half` (moving to the half's next good block, erased first,
+    /// when they do not fit).
+    fn write_ring_copy(
+        &mut self,
+        half: usize,
         record: &Checkpoint,
         rssp_links: [u64; LOG_LINKS],
         at: SimTime,
@@ -250,11 +287,11 @@ impl Ftl {
             )));
         }
         'attempt: for _ in 0..4 * CKPT_RING {
-            let b = self.ckpt_blocks[self.ckpt_active];
+            let b = self.ckpt_blocks[self.ckpt_active[half]];
             let next_page = self.nand.block_info(BlockId(b))?.next_page;
             if next_page + need > self.pages_per_block || self.blocks[b as usize].state == Use::Bad
             {
-                self.next_ring_block(at)?;
+                self.next_ring_block(half, at)?;
                 continue;
             }
             let mut t = at;
@@ -266,12 +303,20 @@ impl Ftl {
                     ..((i + 1) * self.page_size).min(body.len())];
                 page[..chunk.len()].copy_from_slice(chunk);
                 let p = next_page + i as u32;
-                match self.program_ring_page(b, p, &page, Kind::Ckpt, record.seq, record.seq, at) {
+                match self.program_ring_page(
+                    b,
+                    p,
+                    &page,
+                    Kind::CkptBody,
+                    record.seq,
+                    record.seq,
+                    at,
+                ) {
                     Ok(done) => t = t.max(done),
                     // The rest of this block is unreliable for this record: start over
                     // in the next ring block.
                     Err(NandError::ProgramFailed { .. }) => {
-                        self.next_ring_block(at)?;
+                        self.next_ring_block(half, at)?;
                         continue 'attempt;
                     }
                     Err(e) => return Err(e.into()),
@@ -289,7 +334,7 @@ impl Ftl {
             match self.program_ring_page(b, p, &page, Kind::Ckpt, record.seq, record.seq, at) {
                 Ok(done) => return Ok(t.max(done)),
                 Err(NandError::ProgramFailed { .. }) => {
-                    self.next_ring_block(at)?;
+                    self.next_ring_block(half, at)?;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -331,13 +376,16 @@ impl Ftl {
         r
     }
 
-    /// Move the ring to its next good block, erased first (the newest record stays where
-    /// it is until a newer one is written); a block whose erase fails is skipped for good.
-    fn next_ring_block(&mut self, at: SimTime) -> Result<(), FtlError> {
-        let n = self.ckpt_blocks.len();
+    /// Move ring half `half` to its next good block, erased first (the newest record
+    /// stays where it is until a newer one is written); a block whose erase fails is
+    /// skipped for good.
+    fn next_ring_block(&mut self, half: usize, at: SimTime) -> Result<(), FtlError> {
+        let range = ring_half(self.ckpt_blocks.len(), half);
+        let n = range.len();
         loop {
+            let cur = self.ckpt_active[half] - range.start;
             let next = (1..n)
-                .map(|k| (self.ckpt_active + k) % n)
+                .map(|k| range.start + (cur + k) % n)
                 .find(|&i| self.blocks[self.ckpt_blocks[i] as usize].state != Use::Bad);
             let Some(next) = next else {
                 return Err(FtlError::Corrupt(
@@ -350,7 +398,7 @@ impl Ftl {
             match self.nand.erase(BlockId(nb), at) {
                 Ok(_) => {
                     self.blocks[nb as usize].pe += 1;
-                    self.ckpt_active = next;
+                    self.ckpt_active[half] = next;
                     return Ok(());
                 }
                 Err(NandError::EraseFailed { .. }) => {

@@ -50,6 +50,8 @@ pub enum Kind {
     Ckpt = 7,
     /// A page of the valid-sector bitmap GBITV.
     Gbitv = 8,
+    /// A body page of a checkpoint record (its lists).
+    CkptBody = 9,
 }
 
 impl Kind {
@@ -64,6 +66,7 @@ impl Kind {
             6 => Kind::Log,
             7 => Kind::Ckpt,
             8 => Kind::Gbitv,
+            9 => Kind::CkptBody,
             _ => return None,
         })
     }

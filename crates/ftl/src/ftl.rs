@@ -11,7 +11,8 @@ use crate::{FtlConfig, FtlError, FtlStats, RecoveryReport};
 use csd_nand::{BlockId, Nand, NandError};
 use csd_sim::SimTime;
 
-/// Candidate blocks of the well-known checkpoint location.
+/// Candidate blocks of the well-known checkpoint location: two halves of 4, each record
+/// written to both.
 pub(crate) const CKPT_RING: usize = 8;
 
 /// Map entries with this bit point into a page buffer: `CACHED | buf << 8 | slot`.
@@ -224,8 +225,8 @@ pub struct Ftl {
     pub(crate) commit_seq: u64,
     /// The well-known checkpoint location: a ring of candidate blocks.
     pub(crate) ckpt_blocks: Vec<u32>,
-    /// Index in `ckpt_blocks` of the block records go to now.
-    pub(crate) ckpt_active: usize,
+    /// Index in `ckpt_blocks` of the block each half of the ring writes to now.
+    pub(crate) ckpt_active: [usize; 2],
     /// Sequence number of the last checkpoint record.
     pub(crate) ckpt_seq: u64,
     /// Page addresses of the WEAR pages of the last checkpoint.
@@ -367,7 +368,7 @@ impl Ftl {
             },
             commit_seq: 1,
             ckpt_blocks: Vec::new(),
-            ckpt_active: 0,
+            ckpt_active: [0, CKPT_RING / 2],
             ckpt_seq: 0,
             wear_pages: Vec::new(),
             bbt_pages: Vec::new(),

@@ -64,6 +64,14 @@ impl Ftl {
         let mut t = at;
         let epp = self.map_entries_per_page as usize;
         let ext = self.cfg.ext_bytes as usize;
+        // Read the page before taking a slot for it: a page that cannot be read leaves
+        // the cache as it was (never a slot of unmapped entries standing in for it).
+        let addr = self.map_pages[mp as usize];
+        let mut page = Vec::new();
+        if addr != NONE {
+            page = vec![0u8; self.page_size];
+            t = t.max(self.read_meta_page(addr, Kind::Map, mp as u64, &mut page, at)?);
+        }
         let no_writes = !self.may_write_meta();
         let all_dirty = no_writes && self.map_slots.iter().all(|s| s.dirty);
         let idx = if self.map_slots.len() < self.map_cache_capacity || all_dirty {
@@ -109,13 +117,10 @@ impl Ftl {
             victim
         };
         self.map_slot_of[mp as usize] = idx as u32;
-        let addr = self.map_pages[mp as usize];
         if addr == NONE {
             self.map_slots[idx].entries.fill(NONE);
             self.map_slots[idx].ext.fill(0);
         } else {
-            let mut page = vec![0u8; self.page_size];
-            t = t.max(self.read_meta_page(addr, Kind::Map, mp as u64, &mut page, at)?);
             let slot = &mut self.map_slots[idx];
             for (i, e) in slot.entries.iter_mut().enumerate() {
                 *e = u64::from_le_bytes(page[i * 8..i * 8 + 8].try_into().unwrap_or([0xFF; 8]));
@@ -239,17 +244,20 @@ impl Ftl {
                 )));
             }
         };
-        match Tag::read(&oob[..TAG_BYTES]) {
-            Some(t)
-                if t.kind == kind
-                    && t.id == id
-                    && t.crc == crc32c::crc32c(&out[..self.sector_size]) =>
-            {
-                Ok(r.done)
-            }
-            _ => Err(FtlError::Corrupt(format!(
-                "{kind:?} page {id} at block {b} page {p} has a wrong TAG"
-            ))),
+        // Every sector's TAG: the kind and id asked for, and the CRC of that sector.
+        let ss = self.sector_size;
+        let ob = self.oob_per_sector;
+        let ok = (0..self.sectors_per_page as usize).all(|s| {
+            matches!(Tag::read(&oob[s * ob..s * ob + TAG_BYTES]), Some(t) if t.kind == kind
+                && t.id == id
+                && t.crc == crc32c::crc32c(&out[s * ss..(s + 1) * ss]))
+        });
+        if ok {
+            Ok(r.done)
+        } else {
+            Err(FtlError::Corrupt(format!(
+                "{kind:?} page {id} at block {b} page {p} does not match its checksums (damaged)"
+            )))
         }
     }
 

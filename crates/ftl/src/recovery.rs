@@ -45,6 +45,8 @@ struct Found {
     ck: Checkpoint,
     rssp_links: [u64; LOG_LINKS],
     active: usize,
+    /// The newest record sequence each ring block names.
+    newest_in: Vec<Option<u64>>,
     ckpt_blocks: Vec<u32>,
     t0: SimTime,
     t: SimTime,
@@ -111,34 +113,72 @@ impl Ftl {
         let page_size = nand.geometry().page_size as usize;
         let ppb = nand.geometry().pages_per_block;
         let t0 = nand.now();
-        let mut heads: Vec<(crate::format::RecordHead, [u64; LOG_LINKS], usize)> = Vec::new();
+        let mut heads: Vec<(crate::format::RecordHead, [u64; LOG_LINKS], usize, u32)> = Vec::new();
         let mut older = false;
         let mut page = vec![0u8; page_size];
         let mut t = t0;
         let retries = cfg.read_retries * crate::read::META_RETRY_FACTOR;
         let mut retried = 0;
+        // Pages of the ring that were programmed completely but are no longer what was
+        // written (a crash never does that: a torn program reads as uncorrectable, an
+        // interrupted erase leaves the whole block erased), with the newest record
+        // sequence they could have held: (ring index, page, sequence if known).
+        let mut damaged: Vec<(usize, u32, Option<u64>)> = Vec::new();
+        // The newest sequence any page of each ring block names (heads and bodies).
+        let mut newest_in: Vec<Option<u64>> = vec![None; ckpt_blocks.len()];
+        let mut oob = vec![0u8; nand.geometry().oob_per_page() as usize];
         for (ci, &b) in ckpt_blocks.iter().enumerate() {
-            for p in 0..ppb {
+            let written = nand.block_info(BlockId(b))?.next_page.min(ppb);
+            let mut erased_below = Vec::new();
+            let mut programmed = false;
+            for p in 0..written {
                 let ppa = Ppa::new(BlockId(b), p);
                 let r =
-                    read_with_retries(nand, ppa, 0, &mut page, &mut [], t0, retries, &mut retried);
+                    read_with_retries(nand, ppa, 0, &mut page, &mut oob, t0, retries, &mut retried);
                 match r {
-                    Ok(r) if r.erased => break,
+                    Ok(r) if r.erased => erased_below.push(p),
                     Ok(r) => {
+                        programmed = true;
                         t = t.max(r.done);
                         older |= Checkpoint::is_older_version(&page);
-                        if let Some(h) = Checkpoint::decode_head(&page) {
-                            heads.push((h, rssp_links_of(&page), ci));
+                        let tag = Tag::read(&oob[..TAG_BYTES]);
+                        if let Some(tag) = tag
+                            && matches!(tag.kind, Kind::Ckpt | Kind::CkptBody)
+                        {
+                            newest_in[ci] = newest_in[ci].max(Some(tag.id));
+                        }
+                        match Checkpoint::decode_head(&page) {
+                            Some(h) => heads.push((h, rssp_links_of(&page), ci, p)),
+                            None => {
+                                if let Some(tag) = tag
+                                    && tag.kind == Kind::Ckpt
+                                {
+                                    damaged.push((ci, p, Some(tag.id)));
+                                }
+                            }
                         }
                     }
-                    Err(NandError::Uncorrectable { .. }) => continue,
+                    // A torn or failed program (a crash during a checkpoint).
+                    Err(NandError::Uncorrectable {
+                        bit_errors: u32::MAX,
+                        ..
+                    }) => {
+                        programmed = true;
+                    }
+                    Err(NandError::Uncorrectable { .. }) => {
+                        programmed = true;
+                        damaged.push((ci, p, None));
+                    }
                     Err(e) => return Err(e.into()),
                 }
+            }
+            if programmed {
+                damaged.extend(erased_below.into_iter().map(|p| (ci, p, None)));
             }
         }
         // The newest record whose body reads back whole.
         heads.sort_by_key(|h| std::cmp::Reverse(h.0.ckpt.seq));
-        for (head, rssp_links, active) in heads {
+        for (head, rssp_links, active, at_page) in heads {
             let mut body = Vec::with_capacity(head.body_pages.len() * page_size);
             let mut whole = true;
             for &a in &head.body_pages {
@@ -161,11 +201,36 @@ impl Ftl {
                     Err(e) => return Err(e.into()),
                 }
             }
-            if let Some(ck) = whole.then(|| Checkpoint::with_body(&head, &body)).flatten() {
+            let ck = whole.then(|| Checkpoint::with_body(&head, &body)).flatten();
+            // A head is written after its body: a whole head with a damaged body, or a
+            // damaged head newer than the record we would use, means the checkpoint
+            // area was changed after the fact; going on from an older record would serve
+            // stale data silently.
+            let seq = head.ckpt.seq;
+            let newer_damaged = damaged.iter().find(|&&(ci, p, known)| match known {
+                Some(s) => s > seq,
+                None if ci == active => p > at_page,
+                None => newest_in[ci].is_none_or(|n| n > seq),
+            });
+            if ck.is_none() || newer_damaged.is_some() {
+                let what = match newer_damaged {
+                    Some(&(ci, p, _)) => format!(
+                        "the checkpoint ring is damaged at block {} page {p}, after record {seq}",
+                        ckpt_blocks[ci]
+                    ),
+                    None => format!("checkpoint record {seq} is damaged"),
+                };
+                return Err(FtlError::Corrupt(format!(
+                    "{what} (its pages were changed after they were written); an older record \
+                     would lose the writes made since: check the image with `csd device check`"
+                )));
+            }
+            if let Some(ck) = ck {
                 return Ok(Found {
                     ck,
                     rssp_links,
                     active,
+                    newest_in,
                     ckpt_blocks,
                     t0,
                     t,
@@ -188,13 +253,26 @@ impl Ftl {
             ck,
             rssp_links,
             active,
+            newest_in,
             ckpt_blocks,
             t0,
             mut t,
         } = found;
         self.recovering = true;
+        // Each half of the ring continues in its block with the newest record (the
+        // record's own block for its half).
+        for half in 0..2 {
+            let range = crate::checkpoint::ring_half(ckpt_blocks.len(), half);
+            self.ckpt_active[half] = if range.contains(&active) {
+                active
+            } else {
+                range
+                    .clone()
+                    .max_by_key(|&i| newest_in.get(i).copied().flatten())
+                    .unwrap_or(range.start)
+            };
+        }
         self.ckpt_blocks = ckpt_blocks;
-        self.ckpt_active = active;
         self.ckpt_seq = ck.seq;
         self.commit_seq = ck.next_commit;
         self.life_base = FtlStats::from_words(&ck.lifetime);
@@ -600,15 +678,38 @@ impl Ftl {
                     &mut self.stats.read_retries,
                 );
                 match r {
-                    Ok(r) if r.erased => break,
+                    Ok(r) if r.erased => {
+                        // The end of the log, unless the block's write pointer says this
+                        // page was programmed (then the log was erased after the fact).
+                        if self.nand.block_info(BlockId(b))?.next_page > p {
+                            return Err(FtlError::Corrupt(format!(
+                                "log page {expect} at block {b} page {p} reads as erased, but the block holds pages after it: \
+                                 the log was damaged after it was written"
+                            )));
+                        }
+                        break;
+                    }
                     Ok(r) => {
                         t = t.max(r.done);
                         self.stats.meta_reads += 1;
-                        if let Some(lp) = LogPage::decode(&page)
-                            && lp.lsn == expect
-                        {
-                            found = Some((lp, b));
-                            break;
+                        match LogPage::decode(&page) {
+                            Some(lp) if lp.lsn == expect => {
+                                found = Some((lp, b));
+                                break;
+                            }
+                            Some(_) => {}
+                            None => {
+                                // Programmed completely as the log page we expect, but its
+                                // bytes no longer check: damaged, not the end of the log.
+                                if let Some(tag) = Tag::read(&oob[..TAG_BYTES])
+                                    && tag.kind == Kind::Log
+                                    && tag.id == expect
+                                {
+                                    return Err(FtlError::Corrupt(format!(
+                                        "log page {expect} at block {b} page {p} is damaged (its checksum fails)"
+                                    )));
+                                }
+                            }
                         }
                     }
                     Err(NandError::Uncorrectable { .. }) => continue,
