@@ -164,6 +164,7 @@ fn pages_by_kind(path: &Path, lay: &Layout) -> BTreeMap<u8, Vec<(u64, u64)>> {
 enum Damage {
     Truncate(u64),
     Write { at: u64, bytes: Vec<u8> },
+    Flip { at: u64, mask: u8 },
 }
 
 impl Damage {
@@ -172,6 +173,14 @@ impl Damage {
         match self {
             Damage::Truncate(len) => f.set_len(*len).unwrap(),
             Damage::Write { at, bytes } => f.write_all_at(bytes, *at).unwrap(),
+            Damage::Flip { at, mask } => {
+                let mut b = [0u8; 1];
+                std::fs::File::open(path)
+                    .unwrap()
+                    .read_exact_at(&mut b, *at)
+                    .unwrap();
+                f.write_all_at(&[b[0] ^ mask], *at).unwrap();
+            }
         }
     }
 }
