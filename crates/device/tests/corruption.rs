@@ -328,9 +328,9 @@ fn cases(pristine: &Path, lay: &Layout, rng: &mut SmallRng) -> Vec<(String, Vec<
             let byte = lay.slot(b, p) + rng.random_range(0..lay.page_size);
             v.push((
                 format!("{name} page b{b}p{p}: a byte flipped"),
-                vec![Damage::Write {
+                vec![Damage::Flip {
                     at: byte,
-                    bytes: vec![rng.random_range(1..=255u8) ^ 0],
+                    mask: rng.random_range(1..=255u8),
                 }],
             ));
             let noise: Vec<u8> = (0..lay.page_size).map(|_| rng.random()).collect();
