@@ -204,53 +204,30 @@ pub(crate) fn close(dev: &mut BlockDevice) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The first bytes of every csd image.
-const IMAGE_MAGIC: &[u8; 8] = b"CSDNAND\0";
-
 /// May csd write a report, plot or stats file at `path`? Never over a csd image, a
 /// directory, or an existing file that is not of a kind csd writes (`extensions`, or a
 /// stats file csd wrote when `stats` is set).
 pub(crate) fn guard_output(path: &Path, extensions: &[&str], stats: bool) -> Result<(), CliError> {
-    let refuse = |why: String| {
-        Err(CliError::Usage(format!(
-            "refusing to write {}: {why}",
-            path.display()
-        )))
-    };
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return Ok(());
-    };
-    if !meta.is_file() {
-        return refuse("it exists and is not a regular file".into());
+    if !stats {
+        return csd_plot::guard_output(path, extensions)
+            .map_err(|e| CliError::Usage(e.to_string()));
     }
-    let mut head = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open(path) {
-        use std::io::Read;
-        let n = f.read(&mut head).unwrap_or(0);
-        if n == head.len() && &head == IMAGE_MAGIC {
-            return refuse("it is a csd device image".into());
-        }
-    }
-    if stats {
-        let ours = std::fs::read_to_string(path)
+    csd_plot::guard_output(path, &["json"]).map_err(|e| CliError::Usage(e.to_string()))?;
+    let ours = !path.exists()
+        || std::fs::read_to_string(path)
             .ok()
             .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
-            .is_some_and(|v| v.get("written_by").and_then(|w| w.as_str()) == Some("csd serve"));
-        if !ours {
-            return refuse("it exists and is not a stats file csd serve wrote".into());
-        }
-        return Ok(());
+            .is_some_and(|v| {
+                // (Stats files of csd before `written_by` have these two keys.)
+                v.get("written_by").and_then(|w| w.as_str()) == Some("csd serve")
+                    || (v.get("server").is_some() && v.get("image").is_some())
+            });
+    if ours {
+        Ok(())
+    } else {
+        Err(CliError::Usage(format!(
+            "refusing to write {}: it exists and is not a stats file csd serve wrote",
+            path.display()
+        )))
     }
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    if !extensions.contains(&ext.as_str()) {
-        return refuse(format!(
-            "it exists and is not a kind of file csd writes here ({})",
-            extensions.join(", ")
-        ));
-    }
-    Ok(())
 }
