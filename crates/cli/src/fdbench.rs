@@ -436,6 +436,8 @@ fn print_comparison(results: &[&BenchResult]) {
         "lookup R_p max ms",
         "lookup R_q avg ms",
         "lookup R_q max ms",
+        "insert R_o max ms",
+        "lookup R_o max ms",
     ]);
     for r in results {
         t.add_row(vec![
@@ -449,6 +451,8 @@ fn print_comparison(results: &[&BenchResult]) {
             format!("{:.2}", r.lookup.rp.max_ms),
             format!("{:.3}", r.lookup.rq.avg_ms),
             format!("{:.2}", r.lookup.rq.max_ms),
+            format!("{:.2}", r.insert.ro.max_ms),
+            format!("{:.2}", r.lookup.ro.max_ms),
         ]);
     }
     println!("{t}");

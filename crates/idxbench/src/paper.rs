@@ -52,7 +52,7 @@ pub enum Metric {
     Latency {
         /// Request kind.
         op: OpKind,
-        /// `R_p` or `R_q`.
+        /// `R_p`, `R_q` or `R_o`.
         which: Latency,
         /// Statistic.
         stat: Stat,

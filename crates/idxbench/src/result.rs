@@ -1,7 +1,7 @@
 //! The outcome of one benchmark run: per request kind the paper's latency metrics
-//! `R_p` and `R_q` (§5: average, variance as standard deviation, worst case; plus HDR
-//! percentiles), the overall run `R_o` as total time and throughput, and the counters
-//! the harness kept. Every number here comes from timestamps and counters taken while
+//! `R_p`, `R_q` and `R_o` (§5: average, variance as standard deviation, worst case; plus
+//! HDR percentiles), the run's total time and throughput, and the counters the harness
+//! kept. Every number here comes from timestamps and counters taken while
 //! the run executed.
 //!
 //! JSON is flat for the headline numbers (`insert_rp_max_ms`, `lookup_rq_avg_ms`,
@@ -23,24 +23,31 @@ use std::time::Duration;
 pub enum Latency {
     /// `R_p`: dequeue → completion (processing time).
     Rp,
-    /// `R_q`: enqueue → completion (queueing + processing).
+    /// `R_q`: placement in the queue → completion (queueing + processing).
     Rq,
+    /// `R_o`: arrival → completion (also the wait for a slot in a full queue).
+    Ro,
 }
 
 impl Latency {
-    /// `rp` or `rq` (JSON key part).
+    /// All three, in the paper's order.
+    pub const ALL: [Latency; 3] = [Latency::Rp, Latency::Rq, Latency::Ro];
+
+    /// `rp`, `rq` or `ro` (JSON key part).
     pub fn key(self) -> &'static str {
         match self {
             Latency::Rp => "rp",
             Latency::Rq => "rq",
+            Latency::Ro => "ro",
         }
     }
 
-    /// `R_p` or `R_q` (display).
+    /// `R_p`, `R_q` or `R_o` (display).
     pub fn label(self) -> &'static str {
         match self {
             Latency::Rp => "R_p",
             Latency::Rq => "R_q",
+            Latency::Ro => "R_o",
         }
     }
 }
@@ -52,10 +59,16 @@ pub struct OpResult {
     pub rp: LatencySummary,
     /// `R_q` summary (ms).
     pub rq: LatencySummary,
+    /// `R_o` summary (ms).
+    #[serde(default)]
+    pub ro: LatencySummary,
     /// `R_p` percentile distribution `(percentile, ms)`.
     pub rp_distribution: Vec<(f64, f64)>,
     /// `R_q` percentile distribution `(percentile, ms)`.
     pub rq_distribution: Vec<(f64, f64)>,
+    /// `R_o` percentile distribution `(percentile, ms)`.
+    #[serde(default)]
+    pub ro_distribution: Vec<(f64, f64)>,
     /// `R_p` equi-width histogram, 400 buckets of 2.5 ms, overflow in the last bucket
     /// (the paper's Figure 6(f)).
     pub rp_buckets_2_5ms: Vec<u64>,
@@ -67,6 +80,7 @@ impl OpResult {
         match which {
             Latency::Rp => &self.rp,
             Latency::Rq => &self.rq,
+            Latency::Ro => &self.ro,
         }
     }
 
@@ -75,6 +89,7 @@ impl OpResult {
         match which {
             Latency::Rp => &self.rp_distribution,
             Latency::Rq => &self.rq_distribution,
+            Latency::Ro => &self.ro_distribution,
         }
     }
 }
@@ -108,7 +123,7 @@ pub struct BenchResult {
     pub q_w_slots: usize,
     /// Preload wall time (s).
     pub preload_s: f64,
-    /// `R_o`: wall time of the whole run (s).
+    /// Wall time of the whole run, first injection to last completion (s).
     pub total_s: f64,
     /// All requests / `total_s`.
     pub throughput_rps: f64,
@@ -211,7 +226,7 @@ impl BenchResult {
         for op in OpKind::ALL {
             let r = self.op(op);
             m.insert(format!("{}_count", op.name()), json!(r.rp.count));
-            for which in [Latency::Rp, Latency::Rq] {
+            for which in Latency::ALL {
                 let s = r.summary(which);
                 let p = format!("{}_{}", op.name(), which.key());
                 for (k, v) in [
@@ -246,6 +261,7 @@ impl BenchResult {
                     json!({
                         "rp_percentiles": r.rp_distribution,
                         "rq_percentiles": r.rq_distribution,
+                        "ro_percentiles": r.ro_distribution,
                         "rp_buckets_2_5ms": r.rp_buckets_2_5ms,
                     }),
                 )
@@ -274,7 +290,7 @@ impl BenchResult {
             if r.rp.count == 0 {
                 continue;
             }
-            for which in [Latency::Rp, Latency::Rq] {
+            for which in Latency::ALL {
                 let s = r.summary(which);
                 t.add_row(vec![
                     op.name().to_string(),
@@ -293,7 +309,7 @@ impl BenchResult {
         t
     }
 
-    /// The run summary as a two-column table (scheme, workload, threads, queues, `R_o`,
+    /// The run summary as a two-column table (scheme, workload, threads, queues, total time,
     /// throughput, counters, the index's extra counters).
     pub fn summary_table(&self) -> Table {
         let mut t = Table::new();
@@ -331,7 +347,7 @@ impl BenchResult {
                 "preload".into(),
                 format!("{} keys in {:.2} s", self.preload_keys, self.preload_s),
             ),
-            ("R_o: total time".into(), format!("{:.3} s", self.total_s)),
+            ("total time".into(), format!("{:.3} s", self.total_s)),
             (
                 "throughput".into(),
                 format!("{:.0} requests/s", self.throughput_rps),
@@ -387,7 +403,7 @@ impl BenchResult {
         );
         let mut color = 0;
         for op in OpKind::ALL {
-            for which in [Latency::Rp, Latency::Rq] {
+            for which in Latency::ALL {
                 let d = self.op(op).distribution(which);
                 if !d.is_empty() {
                     c.series.push(

@@ -136,24 +136,36 @@ fn schemes(results: &[BenchResult]) -> Vec<String> {
     v
 }
 
-/// The plotted metrics with their file stems and the paper panel they correspond to.
-fn plotted_metrics() -> Vec<(Metric, &'static str)> {
-    use Latency::{Rp, Rq};
+/// The plotted metrics with the paper panel they correspond to (`None`: not in the
+/// paper; it gives `R_o` only in its technical report).
+fn plotted_metrics() -> Vec<(Metric, Option<&'static str>)> {
+    use Latency::{Ro, Rp, Rq};
     use OpKind::{Insert, Lookup};
     vec![
-        (Metric::Throughput, "a"),
-        (Metric::lat(Insert, Rp, Stat::Avg), "b"),
-        (Metric::lat(Lookup, Rp, Stat::Avg), "c"),
-        (Metric::lat(Insert, Rp, Stat::Max), "d"),
-        (Metric::lat(Lookup, Rp, Stat::Max), "e"),
-        (Metric::lat(Insert, Rp, Stat::Std), "g"),
-        (Metric::lat(Insert, Rq, Stat::Avg), "h-l"),
-        (Metric::lat(Lookup, Rq, Stat::Avg), "h-l"),
-        (Metric::lat(Insert, Rq, Stat::Max), "h-l"),
-        (Metric::lat(Lookup, Rq, Stat::Max), "h-l"),
-        (Metric::lat(Insert, Rq, Stat::Std), "h-l"),
-        (Metric::lat(Lookup, Rq, Stat::Std), "h-l"),
+        (Metric::Throughput, Some("a")),
+        (Metric::lat(Insert, Rp, Stat::Avg), Some("b")),
+        (Metric::lat(Lookup, Rp, Stat::Avg), Some("c")),
+        (Metric::lat(Insert, Rp, Stat::Max), Some("d")),
+        (Metric::lat(Lookup, Rp, Stat::Max), Some("e")),
+        (Metric::lat(Insert, Rp, Stat::Std), Some("g")),
+        (Metric::lat(Insert, Rq, Stat::Avg), Some("h-l")),
+        (Metric::lat(Lookup, Rq, Stat::Avg), Some("h-l")),
+        (Metric::lat(Insert, Rq, Stat::Max), Some("h-l")),
+        (Metric::lat(Lookup, Rq, Stat::Max), Some("h-l")),
+        (Metric::lat(Insert, Rq, Stat::Std), Some("h-l")),
+        (Metric::lat(Lookup, Rq, Stat::Std), Some("h-l")),
+        (Metric::lat(Insert, Ro, Stat::Avg), None),
+        (Metric::lat(Lookup, Ro, Stat::Avg), None),
+        (Metric::lat(Insert, Ro, Stat::Max), None),
+        (Metric::lat(Lookup, Ro, Stat::Max), None),
     ]
+}
+
+/// " (cf. paper Fig. 6(b))" for a metric the paper plots, "" otherwise.
+fn cf(fig: impl std::fmt::Display, panel: Option<&str>) -> String {
+    panel
+        .map(|p| format!(" (cf. paper Fig. {fig}({p}))"))
+        .unwrap_or_default()
 }
 
 /// Writes the plots, `results.json` and `report.md` into `dir`. `paper` are the
@@ -206,16 +218,13 @@ pub fn write_report_on(
     let _ = writeln!(
         md,
         "Schemes: {}. Every number below was measured by the csd-idxbench harness \
-         (per-request timestamps; R_p = dequeue→done, R_q = enqueue→done, R_o = whole run). \
+         (per-request timestamps; R_p = dequeue→done, R_q = placed in queue→done, R_o = arrival→done, which adds the wait for a slot in a full queue). \
          Dashed lines in the plots are the paper's numbers as stated in its text.\n",
         schemes.join(", ")
     );
     for (metric, panel) in plotted_metrics() {
         let mut chart = LineChart::new(
-            format!(
-                "{} vs {x_label} (cf. paper Fig. {fig}({panel}))",
-                metric.label()
-            ),
+            format!("{} vs {x_label}{}", metric.label(), cf(fig, panel)),
             x_label,
             metric.label(),
         );
@@ -300,6 +309,8 @@ pub fn write_report_on(
         (OpKind::Lookup, Latency::Rq),
         (OpKind::Insert, Latency::Rp),
         (OpKind::Insert, Latency::Rq),
+        (OpKind::Lookup, Latency::Ro),
+        (OpKind::Insert, Latency::Ro),
     ] {
         let mut c = latency_chart(&at, op, which);
         if c.series.is_empty() {
@@ -313,7 +324,7 @@ pub fn write_report_on(
     // Side-by-side tables: one per metric, rows = swept value, columns = schemes.
     let _ = writeln!(md, "## Results\n");
     for (metric, panel) in plotted_metrics() {
-        let _ = writeln!(md, "### {} (cf. Fig. {fig}({panel}))\n", metric.label());
+        let _ = writeln!(md, "### {}{}\n", metric.label(), cf(fig, panel));
         let _ = writeln!(md, "| {x_label} | {} |", schemes.join(" | "));
         let _ = writeln!(md, "|---|{}", "---|".repeat(schemes.len()));
         for &x in &xs {
@@ -427,7 +438,7 @@ pub fn write_report_on(
     let _ = writeln!(md, "## Runs\n");
     let _ = writeln!(
         md,
-        "| scheme | {x_label} | requests | l/i/d % | Q_r/Q_w | preload s | R_o s | throughput/s | order waits | not exactly once |"
+        "| scheme | {x_label} | requests | l/i/d % | Q_r/Q_w | preload s | total s | throughput/s | order waits | not exactly once |"
     );
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
     for r in results {

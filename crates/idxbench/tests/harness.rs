@@ -133,12 +133,15 @@ fn every_request_once_and_final_content_predicted() {
         let lookups = r.lookup.rp.count + count_warm_lookups(&w, 100);
         assert!(r.lookup_hits <= lookups && r.lookup_hits as f64 >= 0.95 * lookups as f64);
         assert!(r.throughput_rps > 0.0 && r.total_s > 0.0);
-        // R_q includes R_p.
+        // R_q includes R_p, R_o includes R_q (per request, so also on average).
         for o in OpKind::ALL {
             let s = r.op(o);
+            assert_eq!(s.ro.count, s.rp.count);
             if s.rp.count > 0 {
                 assert!(s.rq.avg_ms >= s.rp.avg_ms - 1e-9);
                 assert!(s.rq.max_ms >= s.rp.max_ms * 0.999 - 1e-6 || s.rq.max_ms >= s.rp.p999_ms);
+                assert!(s.ro.avg_ms >= s.rq.avg_ms - 1e-9);
+                assert!(s.ro.max_ms >= s.rq.max_ms * 0.999 - 1e-6);
             }
         }
     }
@@ -163,6 +166,10 @@ fn merge_pauses_show_as_worst_insert_rp_and_lookup_rq_tail() {
         r.insert.rp.max_ms
     );
     assert!(r.insert.rq.max_ms >= 50.0);
+    // With the writers stalled by a merge, Q_w fills and the injector blocks: the insert
+    // offered to the full queue waits for a slot, which R_o counts and R_q does not.
+    assert!(r.insert.ro.max_ms >= r.insert.rq.max_ms * 0.999);
+    assert!(r.insert.ro.avg_ms >= r.insert.rq.avg_ms);
     // Lookups arriving during a merge wait for the write lock to be released.
     assert!(
         r.lookup.rq.max_ms >= 20.0,
@@ -254,6 +261,8 @@ fn json_table_and_chart() {
         "insert_rp_avg_ms",
         "lookup_rq_avg_ms",
         "lookup_rq_std_ms",
+        "insert_ro_max_ms",
+        "lookup_ro_avg_ms",
         "delete_rq_p999_ms",
         "throughput_rps",
         "total_s",
