@@ -209,10 +209,12 @@ pub fn print_io(r: &IoReport, cmd: &str) {
     t.add_row(vec!["total".into(), format!("{:.4}", r.energy.total_j())]);
     println!("{t}");
     println!(
-        "emulator: {:.3} s wall-clock, {:.0} ops/s ({:.2}x real time)",
+        "emulator: {:.3} s wall-clock, {:.0} ops/s ({:.2}x real time); {:.3} CPU s, {:.0} ops per CPU second",
         r.wall_s,
         r.wall_ops_per_s(),
-        (r.modeled_ns as f64 / 1e9) / r.wall_s.max(1e-9)
+        (r.modeled_ns as f64 / 1e9) / r.wall_s.max(1e-9),
+        r.cpu_s,
+        r.cpu_ops_per_s()
     );
     println!(
         "device: {}  seed: {}  clock: {:?}",

@@ -225,6 +225,10 @@ pub struct IoReport {
     pub energy: EnergyReport,
     /// Wall-clock seconds the emulator took.
     pub wall_s: f64,
+    /// CPU seconds the thread that ran the workload spent in it (user + system). On a
+    /// shared machine wall time grows with other load while this does not, so
+    /// `ops / cpu_s` is the emulator's speed on a core of its own.
+    pub cpu_s: f64,
 }
 
 impl IoReport {
@@ -239,6 +243,10 @@ impl IoReport {
     /// Emulator speed: operations per wall-clock second.
     pub fn wall_ops_per_s(&self) -> f64 {
         self.ops as f64 / self.wall_s.max(1e-9)
+    }
+    /// Emulator speed on a core of its own: operations per CPU second of the thread.
+    pub fn cpu_ops_per_s(&self) -> f64 {
+        self.ops as f64 / self.cpu_s.max(1e-9)
     }
 }
 
@@ -322,6 +330,7 @@ pub fn run(
     let (mut ops, mut reads, mut writes) = (0u64, 0u64, 0u64);
     let mut end = t0;
     let wall0 = Instant::now();
+    let cpu0 = csd_sim::clock::thread_cpu_s();
     while ops < max_ops {
         let submit = if inflight.len() < spec.iodepth as usize {
             t0
@@ -387,6 +396,7 @@ pub fn run(
         pacer.wait_until(end);
     }
     let wall_s = wall0.elapsed().as_secs_f64();
+    let cpu_s = csd_sim::clock::thread_cpu_s() - cpu0;
     progress(ops);
     let modeled_ns = end.since(t0);
     let utilization = target.utilization(modeled_ns);
@@ -412,6 +422,7 @@ pub fn run(
         utilization,
         energy,
         wall_s,
+        cpu_s,
     })
 }
 

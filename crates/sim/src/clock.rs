@@ -139,9 +139,35 @@ fn precise_timer_slack() {
     }
 }
 
+/// CPU time (user + system) the calling thread has used, in seconds.
+pub fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a pointer to a live local;
+    // CLOCK_THREAD_CPUTIME_ID is always supported on Linux. On failure `ts` stays zero.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_cpu_time_grows_with_work_not_with_sleep() {
+        let t0 = thread_cpu_s();
+        let mut x = 1u64;
+        let w0 = std::time::Instant::now();
+        while w0.elapsed() < std::time::Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let t1 = thread_cpu_s();
+        assert!(t1 > t0, "busy work used no CPU time");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(thread_cpu_s() - t1 < 0.04, "sleeping counted as CPU time");
+    }
 
     #[test]
     fn parse_modes() {
