@@ -118,9 +118,7 @@ pub(crate) fn run_strategies(
     let cat = Catalog::read(client)?;
     let p = plan(sql, &cat).map_err(|e| CliError::Usage(e.to_string()))?;
     let info = cat
-        .tables
-        .iter()
-        .find(|t| t.name.eq_ignore_ascii_case(&p.table))
+        .get(&p.table)
         .cloned()
         .ok_or_else(|| CliError::Usage(format!("table `{}` is not on the device", p.table)))?;
     let mut reports = Vec::new();

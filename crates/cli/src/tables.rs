@@ -168,6 +168,12 @@ pub(crate) fn load_one(
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
+    if let Some(old) = &r.replaced {
+        eprintln!(
+            "replaced table `{}` ({} rows): table names ignore case, so `{name}` is the same table",
+            old.name, old.rows
+        );
+    }
     Ok(r)
 }
 

@@ -107,3 +107,50 @@ fn load_then_query_three_ways_as_json() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["rows"][0][0], "5000");
 }
+
+/// Issue 15's reproducer: loading `Syn` (1,000 rows) and then `syn` (2,000 rows) leaves
+/// one table, the second; the load says it replaced the first; `COUNT(*)` finds 2,000.
+#[test]
+fn a_table_name_differing_only_in_case_replaces_the_table() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("c.img");
+    let img = img.to_str().expect("utf-8 path");
+    let load = |name: &str, rows: &str| {
+        let out = csd(&[
+            "load",
+            "synthetic",
+            "--columns",
+            "4",
+            "--rows",
+            rows,
+            "--name",
+            name,
+            "--preset",
+            "tiny",
+            "--image",
+            img,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(!load("Syn", "1000").contains("replaced"));
+    let note = load("syn", "2000");
+    assert!(note.contains("replaced table `Syn` (1000 rows)"), "{note}");
+    for q in ["SELECT COUNT(*) FROM syn", "SELECT COUNT(*) FROM SYN"] {
+        let out = csd(&["query", "--image", img, "--json", q]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["rows"][0][0], "2000", "{q}");
+    }
+    let out = csd(&["tables", "--image", img, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["tables"].as_array().map(Vec::len), Some(1), "{v}");
+}

@@ -78,10 +78,20 @@ pub struct Catalog {
 pub struct LoadReport {
     /// The table as published.
     pub table: TableInfo,
+    /// The table it replaced: one of the same name under [`same_name`] (which may
+    /// differ in case), whose pages were trimmed.
+    pub replaced: Option<TableInfo>,
     /// Wall-clock seconds.
     pub wall_s: f64,
     /// Modeled seconds (host clock advance).
     pub modeled_s: f64,
+}
+
+/// The one rule for table (and column) names, SQL's for unquoted identifiers: names
+/// match when they are equal ignoring ASCII case. `Syn` and `syn` name one table, so
+/// loading `syn` replaces `Syn`, and `SELECT ... FROM SYN` finds it.
+pub fn same_name(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
 }
 
 fn put_str(v: &mut Vec<u8>, s: &str) {
@@ -268,9 +278,9 @@ impl Catalog {
         client.flush_batch(buffer)
     }
 
-    /// The table named `name`.
+    /// The table named `name` (under [`same_name`]: case does not matter).
     pub fn get(&self, name: &str) -> Option<&TableInfo> {
-        self.tables.iter().find(|t| t.name == name)
+        self.tables.iter().find(|t| same_name(&t.name, name))
     }
 
     /// First LBA after every table (and after the catalog region).
@@ -359,12 +369,12 @@ impl Catalog {
         let old = cat
             .tables
             .iter()
-            .position(|t| t.name == name)
+            .position(|t| same_name(&t.name, name))
             .map(|i| cat.tables.remove(i));
         cat.tables.push(table.clone());
         cat.seq += 1;
         cat.write(client)?;
-        if let Some(old) = old {
+        if let Some(old) = &old {
             let n = old.end_lba(lba) - old.first_lba;
             client.exec(csd_device::Command::Trim {
                 lba: old.first_lba,
@@ -374,6 +384,7 @@ impl Catalog {
         progress(table.rows);
         Ok(LoadReport {
             table,
+            replaced: old,
             wall_s: wall0.elapsed().as_secs_f64(),
             modeled_s: client.now().since(t0) as f64 / 1e9,
         })
@@ -404,10 +415,7 @@ mod tests;
 
 impl csd_query::Catalog for Catalog {
     fn table(&self, name: &str) -> Option<&Schema> {
-        self.tables
-            .iter()
-            .find(|t| t.name.eq_ignore_ascii_case(name))
-            .map(|t| &t.schema)
+        self.get(name).map(|t| &t.schema)
     }
 
     fn table_names(&self) -> Vec<String> {

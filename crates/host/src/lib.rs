@@ -20,7 +20,7 @@ pub mod client;
 pub mod scan;
 pub mod shared;
 
-pub use catalog::{Catalog, LoadReport, TableInfo};
+pub use catalog::{Catalog, LoadReport, TableInfo, same_name};
 pub use client::{Client, CommandIssuer, HostError};
 pub use scan::{QueryReport, ScanOptions, Strategy, run_query};
 pub use shared::{DeviceHandle, SharedDevice};

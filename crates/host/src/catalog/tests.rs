@@ -171,3 +171,36 @@ fn power_cut_during_load_leaves_old_or_new_catalog() {
         "old {seen_old} new {seen_new}"
     );
 }
+
+/// The reproducer: `Syn` (1,000 rows) then `syn` (2,000 rows) is one table of
+/// 2,000 rows, found under any case, and the old extent is trimmed.
+#[test]
+fn table_names_ignore_case_everywhere() {
+    let mut c = client(Nand::new_in_memory(device()).unwrap(), true);
+    let load = |c: &mut Client, name: &str, rows: u64| {
+        let spec = SyntheticSpec::synthetic4(rows, 1).unwrap();
+        Catalog::load(
+            c,
+            name,
+            SyntheticGenerator::new(spec).unwrap(),
+            Layout::Nsm,
+            &mut |_| {},
+        )
+        .unwrap()
+    };
+    let first = load(&mut c, "Syn", 1_000);
+    assert!(first.replaced.is_none());
+    let second = load(&mut c, "syn", 2_000);
+    let old = second.replaced.expect("`syn` replaces `Syn`");
+    assert_eq!((old.name.as_str(), old.rows), ("Syn", 1_000));
+    let cat = Catalog::read(&mut c).unwrap();
+    assert_eq!(cat.tables.len(), 1, "{:?}", cat.tables);
+    for name in ["syn", "Syn", "SYN"] {
+        let t = cat.get(name).unwrap().clone();
+        assert_eq!((t.name.as_str(), t.rows), ("syn", 2_000));
+        assert_eq!(rows_on_device(&mut c, &t), 2_000);
+        let schema = csd_query::Catalog::table(&cat, name).unwrap();
+        assert_eq!(schema.name(), t.schema.name());
+    }
+    assert!(same_name("lineitem", "LINEITEM") && !same_name("s4", "s44"));
+}
