@@ -295,7 +295,7 @@ impl IoTarget for BlockDevice {
             })?;
             pages.push((self.lba_of(o)?, page));
         }
-        let buf = csd_ftl::batch::build_batch(&pages, ss).map_err(|e| ftl_err(e.into()))?;
+        let buf = csd_sim::wire::build_batch(&pages, ss).map_err(|e| ftl_err(e.into()))?;
         self.flush_batch(&buf, at).map_err(|e| ftl_err(e.error))
     }
 

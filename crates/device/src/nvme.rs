@@ -50,10 +50,10 @@
 
 use crate::block::{BlockDevice, CommandError};
 use crate::isp::{IspOpen, IspRefusal, IspReply, Runtime};
-use csd_ftl::batch::BatchDesc;
 use csd_ftl::{Ftl, FtlError};
 use csd_nand::NandError;
 use csd_sim::SimTime;
+use csd_sim::wire::BatchDesc;
 use std::collections::VecDeque;
 use thiserror::Error;
 
@@ -112,7 +112,7 @@ pub enum Command {
     /// Make every buffered write durable.
     Flush,
     /// Write a batch atomically (batch-io §3): a DESC block followed by the pages it
-    /// describes (see `csd_ftl::batch::build_batch`).
+    /// describes (see `csd_sim::wire::build_batch`).
     FlushBatch {
         /// The batch buffer.
         buffer: Vec<u8>,
@@ -918,9 +918,9 @@ impl From<IspRefusal> for Status {
 mod tests {
     use super::*;
     use csd_ftl::FtlConfig;
-    use csd_ftl::batch::build_batch;
     use csd_nand::Nand;
     use csd_sim::DeviceConfig;
+    use csd_sim::wire::build_batch;
 
     const LBA: usize = 4096;
     const T0: SimTime = SimTime::ZERO;

@@ -71,8 +71,6 @@
 //!   programs and erases reserve dies and channels like any other operation, so they
 //!   delay later commands in simulated time exactly as much as they occupy the array.
 
-/// The batch descriptor (wire format, shared with the host side).
-pub use csd_sim::wire as batch;
 mod checkpoint;
 mod config;
 mod error;

@@ -199,7 +199,7 @@ fn run_model(f: &mut Ftl, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .collect();
                 let refs: Vec<(u64, &[u8])> =
                     pages.iter().map(|(l, p)| (*l, p.as_slice())).collect();
-                let buf = crate::batch::build_batch(&refs, ss)
+                let buf = csd_sim::wire::build_batch(&refs, ss)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 f.flush_batch(&buf, SimTime::ZERO)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -532,7 +532,7 @@ fn crash_torture_with_media_faults() {
 
 #[test]
 fn malformed_batches_are_refused_and_change_nothing() {
-    use crate::batch::{BatchDesc, build_batch};
+    use csd_sim::wire::{BatchDesc, build_batch};
     let mut f = tiny_ftl(FtlConfig::default());
     let ss = f.lba_size();
     let cap = f.lbas();

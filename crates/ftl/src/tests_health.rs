@@ -576,7 +576,7 @@ proptest! {
                         version += 1;
                     }
                     let refs: Vec<(u64, &[u8])> = pages.iter().map(|(l, p)| (*l, p.as_slice())).collect();
-                    let buf = crate::batch::build_batch(&refs, ss).unwrap();
+                    let buf = csd_sim::wire::build_batch(&refs, ss).unwrap();
                     f.flush_batch(&buf, SimTime::ZERO)
                 }
                 Step::Read { lba } => {

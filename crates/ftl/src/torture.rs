@@ -323,7 +323,7 @@ pub fn torture(
                 }
                 let refs: Vec<(u64, &[u8])> =
                     pages.iter().map(|(l, p)| (*l, p.as_slice())).collect();
-                let buf = crate::batch::build_batch(&refs, ss).map_err(|e| e.to_string())?;
+                let buf = csd_sim::wire::build_batch(&refs, ss).map_err(|e| e.to_string())?;
                 let mut change: Vec<(u64, u64, u64)> = last
                     .iter()
                     .map(|(&l, &v)| (l, *model.get(&l).unwrap_or(&0), v))

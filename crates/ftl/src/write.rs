@@ -503,9 +503,9 @@ impl Ftl {
                 buf.len()
             )));
         }
-        let desc = crate::batch::BatchDesc::decode(&buf[..ss])?;
+        let desc = csd_sim::wire::BatchDesc::decode(&buf[..ss])?;
         let pages = buf.len() / ss - 1;
-        let max = (self.cfg.max_batch_pages as usize).min(crate::batch::BatchDesc::capacity(ss));
+        let max = (self.cfg.max_batch_pages as usize).min(csd_sim::wire::BatchDesc::capacity(ss));
         if desc.entries.len() > max {
             return Err(FtlError::BadBatch(format!(
                 "{} pages exceed the batch limit of {max}",
@@ -532,7 +532,7 @@ impl Ftl {
 
     fn batch_commit(
         &mut self,
-        desc: &crate::batch::BatchDesc,
+        desc: &csd_sim::wire::BatchDesc,
         buf: &[u8],
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
