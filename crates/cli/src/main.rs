@@ -426,7 +426,7 @@ fn config_cmd(c: ConfigCmd) -> Result<(), CliError> {
                     name.to_string(),
                     cfg.description.clone(),
                     report::geometry_line(&cfg),
-                    format!("{:.0}", cfg.model_seq_read_bytes_per_s(1 << 20) / 1e6),
+                    format!("{:.0}", report::model_seq_read_mb_s(&cfg)),
                 ]);
             }
             println!("{t}");
@@ -894,9 +894,9 @@ fn demo(a: &DemoArgs) -> Result<(), CliError> {
     report::print_demo(&reports);
     let seq = &reports[0].1;
     println!(
-        "\n3. The model: sequential read reached {:.0} MB/s; the scan paper's bound min(channels x rate, DRAM, host link) is {:.0} MB/s.",
+        "\n3. The model: sequential read reached {:.0} MB/s; the scan paper's model (equation 1, bounded by DRAM and host link) gives {:.0} MB/s.",
         seq.bandwidth_mb_s(),
-        cfg.model_seq_read_bytes_per_s(128 << 10) / 1e6
+        report::model_seq_read_mb_s(&cfg)
     );
     println!("\nDetails of the random-read run:");
     report::print_io(

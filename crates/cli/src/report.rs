@@ -66,7 +66,7 @@ pub fn device_info(path: &Path, nand: &Nand, json_out: bool) {
             "programmed_pages": pages,
             "erase_count_min": pe_min, "erase_count_avg": pe_avg, "erase_count_max": pe_max,
             "image_apparent_bytes": disk.as_ref().map(|m| m.len()),
-            "model_seq_read_mb_s": c.model_seq_read_bytes_per_s(1 << 20) / 1e6,
+            "model_seq_read_mb_s": model_seq_read_mb_s(c),
         });
         println!("{v:#}");
         return;
@@ -119,7 +119,7 @@ pub fn device_info(path: &Path, nand: &Nand, json_out: bool) {
         ),
         (
             "model seq. read",
-            format!("{:.0} MB/s", c.model_seq_read_bytes_per_s(1 << 20) / 1e6),
+            format!("{:.0} MB/s", model_seq_read_mb_s(c)),
         ),
         ("source", c.source.clone()),
     ];
@@ -550,4 +550,10 @@ pub fn progress_bar(len: Option<u64>, unit: &str) -> indicatif::ProgressBar {
         .progress_chars("=> "),
     );
     pb
+}
+
+/// The scan paper's model of sustained sequential read for `c` (equation 1 bounded by
+/// the DRAM and the host link), MB/s: csd's one analytic bandwidth formula.
+pub(crate) fn model_seq_read_mb_s(c: &csd_sim::DeviceConfig) -> f64 {
+    csd_model::scan::ScanParams::from_device(c).seq_read_bytes_per_s() / 1e6
 }

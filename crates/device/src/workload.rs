@@ -543,8 +543,8 @@ mod tests {
     }
 
     /// The acceptance check of the timing model: sequential reads over the whole array at
-    /// enough queue depth reach the scan paper's `min(channels x rate, DRAM, host link)`
-    /// within 1%, for every Table 1 configuration.
+    /// enough queue depth reach the scan paper's model (csd-model: equation 1 bounded by
+    /// the DRAM and the host link) within 1%, for every Table 1 configuration.
     #[test]
     fn sequential_read_bandwidth_matches_scan_paper_model() {
         for preset in ["isp-ch8", "isp-ch16"] {
@@ -571,7 +571,8 @@ mod tests {
                         };
                         let r = run(&mut d, &spec, &mut |_| {}).unwrap();
                         let got = r.read_bytes as f64 / (r.modeled_ns as f64 / 1e9);
-                        let want = cfg.model_seq_read_bytes_per_s(bs);
+                        let want =
+                            csd_model::scan::ScanParams::from_device(&cfg).seq_read_bytes_per_s();
                         let err = (got - want).abs() / want;
                         assert!(
                             err < 0.01,

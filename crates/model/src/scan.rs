@@ -63,6 +63,12 @@
 //! * **DRAM read and write are independent**, as equations 2 and 3 take them. A
 //!   simulation that puts both DMA directions on one DRAM bus is slower whenever DRAM
 //!   is near the bottleneck (e.g. IHP over PCIe: `2·N·L` crosses the DRAM).
+//! * **A pipelining FMC is an extension.** The scan paper's FMC sequences array reads
+//!   serially (its presets set `channel.serial_read_sequencing`); for the other presets
+//!   ([`ScanParams::fmc_pipelined`]) a channel's time per page is
+//!   `max(L_page / B_ch, (t_R + L_page / B_ch) / N_way)`, which is what the simulation
+//!   reaches there. [`ScanParams::seq_read_bytes_per_s`] is csd's one analytic bandwidth
+//!   formula (`csd config list`, `csd device info`, the demo print it).
 //! * **Equation 1 as printed**: whole pages (`⌈P / L_page⌉`), each charged the amortized
 //!   `t_R / N_way` plus its bus transfer; `N_way` = ways × dies per chip (interleaved
 //!   dies on a channel); `t_R` is the mean of the config's per-page-type read times.
@@ -357,6 +363,13 @@ pub struct ScanParams {
     pub selectivity: f64,
     /// How the phases combine.
     pub composition: Composition,
+    /// The FMC overlaps a die's array read with other dies' transfers on the bus (a
+    /// pipelining FMC, `channel.serial_read_sequencing = false`): per page a channel is
+    /// bound by `max(L_page / B_ch, (t_R + L_page / B_ch) / N_way)` instead of equation
+    /// 1's `t_R / N_way + L_page / B_ch`. The scan paper's FMC (its presets) sequences
+    /// reads serially; this extension lets the model follow the other presets.
+    #[serde(default)]
+    pub fmc_pipelined: bool,
 }
 
 impl ScanParams {
@@ -385,6 +398,7 @@ impl ScanParams {
             records: DEFAULT_RECORDS,
             selectivity: DEFAULT_SELECTIVITY,
             composition: Composition::Pipelined,
+            fmc_pipelined: !cfg.channel.serial_read_sequencing,
         }
     }
 
@@ -457,7 +471,37 @@ impl ScanParams {
     /// much data.
     pub fn t_flash_read(&self, bytes_per_channel: u64) -> f64 {
         let pages = bytes_per_channel.div_ceil(self.page_bytes.max(1)) as f64;
-        pages * (self.t_r_s / self.ways.max(1) as f64 + self.t_page_transfer_s())
+        pages * self.t_page_s()
+    }
+
+    /// A channel's time per page: equation 1's `t_R / N_way + L_page / B_ch`, or with a
+    /// pipelining FMC ([`ScanParams::fmc_pipelined`]) the larger of the bus transfer and
+    /// a die's read-plus-transfer shared by the `N_way` dies.
+    pub fn t_page_s(&self) -> f64 {
+        let ways = self.ways.max(1) as f64;
+        let xfer = self.t_page_transfer_s();
+        if self.fmc_pipelined {
+            xfer.max((self.t_r_s + xfer) / ways)
+        } else {
+            self.t_r_s / ways + xfer
+        }
+    }
+
+    /// Equation 1 as a rate: bytes per second the whole flash array delivers to the
+    /// FMCs, `N_ch · L_page / (t_R / N_way + L_page / B_ch)` (see
+    /// [`ScanParams::t_page_s`] for a pipelining FMC).
+    pub fn flash_bytes_per_s(&self) -> f64 {
+        self.channels as f64 * self.page_bytes as f64 / self.t_page_s()
+    }
+
+    /// The model's sustained sequential read to the host (equations 1–3 as rates): the
+    /// flash array, the controller DRAM and the host link, whichever is slowest. This is
+    /// the one analytic bandwidth formula in csd; the simulation's figure is what a run
+    /// through its timing model measures.
+    pub fn seq_read_bytes_per_s(&self) -> f64 {
+        self.flash_bytes_per_s()
+            .min(self.dram_bytes_per_s)
+            .min(self.host_link_bytes_per_s)
     }
 
     /// `t_DRAM_write`: seconds to write `bytes` into controller DRAM.
