@@ -271,6 +271,8 @@ pub fn io_json(r: &IoReport, cmd: &str) -> Value {
     put("energy_j", json!(r.energy.total_j()));
     put("wall_s", json!(r.wall_s));
     put("wall_ops_per_s", json!(r.wall_ops_per_s()));
+    put("cpu_s", json!(r.cpu_s));
+    put("cpu_ops_per_s", json!(r.cpu_ops_per_s()));
     put("command", json!(cmd));
     Value::Object(m)
 }
