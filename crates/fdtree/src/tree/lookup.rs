@@ -19,11 +19,7 @@ impl Inner {
         if levels.is_empty() {
             return Ok(Probe::Absent);
         }
-        let head = |i: usize| {
-            heads
-                .and_then(|h| h.get(i).copied())
-                .unwrap_or(levels[i].head)
-        };
+        let head = |i: usize| level_head(levels, heads, i);
         let mut target = first.unwrap_or(head(0));
         for i in 0..levels.len() {
             let b = self.cache.get(target)?;
@@ -209,11 +205,7 @@ impl Inner {
         if levels.is_empty() {
             return Ok(());
         }
-        let head = |i: usize| {
-            heads
-                .and_then(|h| h.get(i).copied())
-                .unwrap_or(levels[i].head)
-        };
+        let head = |i: usize| level_head(levels, heads, i);
         let mut target = first.unwrap_or(head(0));
         for i in 0..levels.len() {
             let mut found = BTreeMap::new();
@@ -419,4 +411,12 @@ pub(super) fn fence_le(fences: impl Iterator<Item = (u64, u64)>, key: u64) -> Op
         best = Some(b);
     }
     best
+}
+
+/// The block a descent enters level `i` at: its head, or during an FD+FC merge the
+/// wavefront's head for that level when `heads` names one.
+pub(super) fn level_head(levels: &[LevelMeta], heads: Option<&[u64]>, i: usize) -> u64 {
+    heads
+        .and_then(|h| h.get(i).copied())
+        .unwrap_or(levels[i].head)
 }
