@@ -184,6 +184,46 @@ impl BlockDevice {
         self.respond_with(at, bytes, 0)
     }
 
+    /// Host → device path for controller work that drives the FTL itself (FLIXR): `bytes`
+    /// cross the host link and are staged in DRAM, then `op` runs from that instant. A
+    /// refusal undoes the staging and completes at `at`.
+    pub(crate) fn staged_with(
+        &mut self,
+        bytes: u64,
+        at: SimTime,
+        op: impl FnOnce(&mut BlockDevice, SimTime) -> Result<SimTime, CommandError>,
+    ) -> Result<SimTime, CommandError> {
+        let mark = self.ctrl.mark();
+        let mut t = self.ctrl.host_link(at, bytes, true);
+        if bytes > 0 {
+            t = self.ctrl.dram(t, bytes);
+        }
+        match op(self, t) {
+            Ok(done) => Ok(done),
+            Err(e) if is_refusal(&e.error) => {
+                self.ctrl.rewind(mark);
+                Err(CommandError {
+                    error: e.error,
+                    done: at,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Read `lpids` from `at` (the command already arrived) and send their data plus
+    /// `extra` bytes of reply to the host (FLIXR's READ_IDX).
+    pub(crate) fn read_for_host(
+        &mut self,
+        lpids: &[u64],
+        out: &mut [u8],
+        extra: u64,
+        at: SimTime,
+    ) -> Result<SimTime, CommandError> {
+        let r = self.ftl.read_lpids(lpids, out, at);
+        self.deliver(r, out.len() as u64 + extra, at, false)
+    }
+
     /// Host → device path: `bytes` cross the host link and are staged in DRAM, then `op`
     /// runs in the FTL. A refusal undoes the staging.
     fn staged(
