@@ -205,6 +205,9 @@ pub enum FlixrError {
     /// A registry is full.
     #[error("{0}")]
     Full(String),
+    /// No per-table index has this id.
+    #[error("unknown per-table index id {0}: register it with SEND_TIDX_ENC first")]
+    UnknownTableIndex(u16),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -396,6 +399,36 @@ impl IndexCache {
     }
 }
 
+/// A per-table join-key index (§4.5): which table and key column, the buckets, the bits.
+#[derive(Debug, Clone, PartialEq)]
+struct TableIndex {
+    table: u8,
+    column: usize,
+    bounds: Vec<i64>,
+    bits: Vec<u8>,
+}
+
+/// A per-table join-key index (SEND_TIDX_ENC): the key column and its buckets, which
+/// must be those of the other table's per-page bitmap index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinIndexSpec {
+    /// The join key column of the first table.
+    pub column: String,
+    /// Strictly increasing split points (`bounds.len() + 1` buckets).
+    pub bounds: Vec<i64>,
+}
+
+/// Largest per-table index, bytes (the paper used 8).
+pub const MAX_TABLE_INDEX_BYTES: usize = 64;
+
+/// A refused FLIXR command: nothing changed, completed at submission.
+fn refusal(e: FlixrError, at: SimTime) -> CommandError {
+    CommandError {
+        error: FtlError::Config(e.to_string()),
+        done: at,
+    }
+}
+
 /// Counters of the FLIXR firmware.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlixrStats {
@@ -419,6 +452,11 @@ pub struct FlixrStats {
 #[derive(Debug)]
 pub struct Flixr {
     tables: BTreeMap<u8, TableEntry>,
+    /// TIRA: per-table join-key indexes by tiaID (device DRAM; rebuilt by JOIN1).
+    table_indexes: BTreeMap<u16, TableIndex>,
+    next_tia: u16,
+    /// Join rules: (table, rule id) → the per-table index they compare with.
+    join_rules: BTreeMap<(u8, u16), u16>,
     cache: IndexCache,
     cache_bytes: u64,
     stats: FlixrStats,
@@ -437,6 +475,9 @@ impl Flixr {
         let tables = decode_registry(dev.ftl().blob()).unwrap_or_default();
         let mut f = Flixr {
             tables,
+            table_indexes: BTreeMap::new(),
+            next_tia: 1,
+            join_rules: BTreeMap::new(),
             cache: IndexCache::new(1),
             cache_bytes,
             stats: FlixrStats::default(),
@@ -899,12 +940,25 @@ impl Flixr {
         blocks: u32,
         at: SimTime,
     ) -> Result<(IndexRead, SimTime), CommandError> {
-        let refuse = |e: FlixrError| CommandError {
-            error: FtlError::Config(e.to_string()),
-            done: at,
-        };
-        let (enc, r) = self.rule(table, rule).map_err(refuse)?;
-        Self::need_ext(dev, 8).map_err(refuse)?;
+        let (enc, r) = self.rule(table, rule).map_err(|e| refusal(e, at))?;
+        let (reply, t, _) =
+            self.filtered_read(dev, lba, blocks, at, |e| may_match(e, table, &enc, &r))?;
+        Ok((reply, t))
+    }
+
+    /// The common part of READ_IDX and the join reads: look up the entries of
+    /// `lba..lba+blocks`, compare each with `keep` (pending entries are always kept), read
+    /// the pages kept and send them with the skip list. Returns the reply, the completion
+    /// and when the comparisons ended (the firmware may scan pages from then on).
+    fn filtered_read(
+        &mut self,
+        dev: &mut BlockDevice,
+        lba: u64,
+        blocks: u32,
+        at: SimTime,
+        keep: impl Fn(&Entry) -> bool,
+    ) -> Result<(IndexRead, SimTime, SimTime), CommandError> {
+        Self::need_ext(dev, 8).map_err(|e| refusal(e, at))?;
         let n = blocks as u64;
         if lba.checked_add(n).is_none_or(|e| e > dev.ftl().lbas()) {
             return Err(CommandError {
@@ -926,8 +980,7 @@ impl Flixr {
                 .lookup(dev, l, t0)
                 .map_err(|error| CommandError { error, done: t0 })?;
             t = t.max(tt);
-            let e = Entry::decode(&bytes);
-            if pending || may_match(&e, table, &enc, &r) {
+            if pending || keep(&Entry::decode(&bytes)) {
                 reply.lbas.push(l);
             } else {
                 reply.skipped.push(l);
@@ -948,7 +1001,201 @@ impl Flixr {
         };
         reply.index_misses = self.cache.misses - miss0;
         reply.index_page_reads = dev.ftl().stats().meta_reads - meta0;
+        Ok((reply, done, t))
+    }
+
+    /// SEND_TIDX_ENC (§4.5): register a per-table join-key index over `spec.column` of
+    /// `table` (a bitmap over `spec.bounds` buckets); returns its id (tiaID).
+    pub fn register_table_index(
+        &mut self,
+        dev: &BlockDevice,
+        table: u8,
+        spec: JoinIndexSpec,
+    ) -> Result<u16, FlixrError> {
+        Self::need_ext(dev, 8)?;
+        let t = self
+            .tables
+            .get(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        let col = t.schema.column_index(&spec.column).map_err(|_| {
+            FlixrError::BadEncoding(format!(
+                "table {:?} has no column {:?}",
+                t.format.name, spec.column
+            ))
+        })?;
+        if !t.format.columns[col].1.is_numeric() {
+            return Err(FlixrError::BadEncoding(format!(
+                "join key {:?} is not numeric",
+                spec.column
+            )));
+        }
+        if spec.bounds.is_empty()
+            || spec.bounds.len() + 1 > 8 * MAX_TABLE_INDEX_BYTES
+            || spec.bounds.windows(2).any(|w| w[0] >= w[1])
+        {
+            return Err(FlixrError::BadEncoding(format!(
+                "a per-table index has 2..={} buckets from strictly increasing split points",
+                8 * MAX_TABLE_INDEX_BYTES
+            )));
+        }
+        if self.table_indexes.len() >= MAX_RULES_PER_TABLE * 4 {
+            return Err(FlixrError::Full("the TIRA is full".into()));
+        }
+        let id = self.next_tia;
+        self.next_tia = self.next_tia.wrapping_add(1).max(1);
+        let bits = vec![0u8; (spec.bounds.len() + 1).div_ceil(8)];
+        self.table_indexes.insert(
+            id,
+            TableIndex {
+                table,
+                column: col,
+                bounds: spec.bounds,
+                bits,
+            },
+        );
+        Ok(id)
+    }
+
+    /// SEND_TIDX_ICR (§4.5): a join rule comparing the per-page bitmap entries of `table`
+    /// with per-table index `tia`; both must bucket values alike. Returns the rule id.
+    pub fn register_join_rule(&mut self, table: u8, tia: u16) -> Result<u16, FlixrError> {
+        let ti = self
+            .table_indexes
+            .get(&tia)
+            .ok_or(FlixrError::UnknownTableIndex(tia))?;
+        let t = self
+            .tables
+            .get(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        match &t.index {
+            Some((_, IndexEncoding::Bitmap { bounds })) if *bounds == ti.bounds => {}
+            _ => {
+                return Err(FlixrError::BadRule(format!(
+                    "table {table}'s per-page index must be a bitmap with the split points of per-table index {tia}"
+                )));
+            }
+        }
+        if self.join_rules.len() >= MAX_RULES_PER_TABLE * 4 {
+            return Err(FlixrError::Full("the join rule table is full".into()));
+        }
+        // Join rules have their own ids (READ_IDX_JOIN2 only).
+        let id = self.next_tia;
+        self.next_tia = self.next_tia.wrapping_add(1).max(1);
+        self.join_rules.insert((table, id), tia);
+        Ok(id)
+    }
+
+    /// READ_IDX_JOIN1 (§4.5 step 1): READ_IDX under rule `(table, rule)` that also ORs
+    /// the join keys of the matching rows on every page read into per-table index `tia`
+    /// (cleared first when `reset`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_idx_join1(
+        &mut self,
+        dev: &mut BlockDevice,
+        table: u8,
+        rule: u16,
+        tia: u16,
+        reset: bool,
+        lba: u64,
+        blocks: u32,
+        at: SimTime,
+    ) -> Result<(IndexRead, SimTime), CommandError> {
+        let (enc, r) = self.rule(table, rule).map_err(|e| refusal(e, at))?;
+        let ti = self
+            .table_indexes
+            .get(&tia)
+            .ok_or_else(|| refusal(FlixrError::UnknownTableIndex(tia), at))?;
+        if ti.table != table {
+            return Err(refusal(
+                FlixrError::BadRule(format!(
+                    "per-table index {tia} is built over table {}, not {table}",
+                    ti.table
+                )),
+                at,
+            ));
+        }
+        let (Some(t), Some((fcol, _))) = (
+            self.tables.get(&table),
+            self.tables.get(&table).and_then(|t| t.index.clone()),
+        ) else {
+            return Err(refusal(FlixrError::NoEncoding(table), at));
+        };
+        let (schema, layout, kcol) = (t.schema.clone(), t.format.layout, ti.column);
+        let (reply, done, from) =
+            self.filtered_read(dev, lba, blocks, at, |e| may_match(e, table, &enc, &r))?;
+        let ls = dev.ftl().lba_size();
+        let mut rows = 0usize;
+        let mut bits = std::mem::take(&mut self.table_indexes.get_mut(&tia).expect("checked").bits);
+        if reset {
+            bits.fill(0);
+        }
+        let bounds = self.table_indexes[&tia].bounds.clone();
+        let (mut fv, mut kv) = (Vec::new(), Vec::new());
+        for p in reply.data.chunks(ls) {
+            let Ok(view) = PageView::parse(p, &schema) else {
+                continue;
+            };
+            if view.layout() != layout {
+                continue;
+            }
+            let (Ok(f), Ok(k)) = (view.column(fcol), view.column(kcol)) else {
+                continue;
+            };
+            fv.clear();
+            kv.clear();
+            if f.decode_i64_into(&mut fv).is_err() || k.decode_i64_into(&mut kv).is_err() {
+                continue;
+            }
+            rows += fv.len();
+            for (x, key) in fv.iter().zip(&kv) {
+                if r.matches(*x) {
+                    let b = bucket(&bounds, *key);
+                    bits[b / 8] |= 1 << (b % 8);
+                }
+            }
+        }
+        if let Some(ti) = self.table_indexes.get_mut(&tia) {
+            ti.bits = bits;
+        }
+        // The scan of the pages read runs on the embedded cores as they arrive.
+        let c = core_cycles(dev, Self::build_cycles(dev, reply.lbas.len(), 2 * rows));
+        let cpu = dev.controller_mut().cpu(from, c);
+        Ok((reply, done.max(cpu)))
+    }
+
+    /// READ_IDX_JOIN2 (§4.5 step 2): read the pages of `table` whose bitmap entry shares a
+    /// bucket with the per-table index of join rule `(table, rule)`.
+    pub fn read_idx_join2(
+        &mut self,
+        dev: &mut BlockDevice,
+        table: u8,
+        rule: u16,
+        lba: u64,
+        blocks: u32,
+        at: SimTime,
+    ) -> Result<(IndexRead, SimTime), CommandError> {
+        let tia = *self
+            .join_rules
+            .get(&(table, rule))
+            .ok_or_else(|| refusal(FlixrError::UnknownRule { table, rule }, at))?;
+        let want = self
+            .table_indexes
+            .get(&tia)
+            .map(|t| t.bits.clone())
+            .ok_or_else(|| refusal(FlixrError::UnknownTableIndex(tia), at))?;
+        let (reply, done, _) = self.filtered_read(dev, lba, blocks, at, |e| match e {
+            Entry::Bitmap { table: x, bits } if *x == table => {
+                bits.iter().zip(&want).any(|(a, b)| a & b != 0)
+            }
+            Entry::Empty(x) if *x == table => false,
+            _ => true,
+        })?;
         Ok((reply, done))
+    }
+
+    /// The bits of per-table index `tia` (bucket `i` is bit `i % 8` of byte `i / 8`).
+    pub fn table_index_bits(&self, tia: u16) -> Option<&[u8]> {
+        self.table_indexes.get(&tia).map(|t| t.bits.as_slice())
     }
 
     /// UPDATE_HOST_INDEX: the range entry of page `lba` of `table`.

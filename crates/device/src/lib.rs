@@ -22,7 +22,7 @@ pub use block::{BlockDevice, CommandError};
 pub use controller::Controller;
 pub use flixr::{
     Flixr, FlixrError, FlixrStats, HostIndexValue, IndexEncoding, IndexRead, IndexRule, IndexSpec,
-    TableFormat,
+    JoinIndexSpec, TableFormat,
 };
 pub use isp::{IspMode, IspOpen, IspReply, SessionState, TableExtent};
 pub use nvme::{

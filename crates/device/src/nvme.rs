@@ -51,7 +51,7 @@
 use crate::block::{BlockDevice, CommandError};
 use crate::flixr::{
     DEFAULT_INDEX_CACHE_BYTES, Flixr, FlixrError, HostIndexValue, IndexRead, IndexRule, IndexSpec,
-    TableFormat,
+    JoinIndexSpec, TableFormat,
 };
 use crate::isp::{IspOpen, IspRefusal, IspReply, Runtime};
 use csd_ftl::batch::BatchDesc;
@@ -182,6 +182,50 @@ pub enum Command {
         /// Number of LBAs (1..=MDTS).
         blocks: u32,
     },
+    /// FLIXR SEND_TIDX_ENC (admin, §4.5): a per-table join-key index over a column of
+    /// `table`; the payload is its id (tiaID).
+    SendTidxEnc {
+        /// Table id (the join's first table).
+        table: u8,
+        /// Key column and buckets.
+        spec: JoinIndexSpec,
+    },
+    /// FLIXR SEND_TIDX_ICR (admin, §4.5): a join rule comparing `table`'s per-page
+    /// bitmap entries with per-table index `tia`; the payload is the rule id.
+    SendTidxIcr {
+        /// Table id (the join's second table).
+        table: u8,
+        /// The per-table index.
+        tia: u16,
+    },
+    /// FLIXR READ_IDX_JOIN1 (§4.5 step 1): READ_IDX that also builds per-table index
+    /// `tia` from the join keys of the matching rows on the pages read.
+    ReadIdxJoin1 {
+        /// Table id.
+        table: u8,
+        /// Comparison rule id (of SEND_IDX_ICR).
+        rule: u16,
+        /// Per-table index id.
+        tia: u16,
+        /// Clear the per-table index first (the first command of a join).
+        reset: bool,
+        /// First LBA.
+        lba: u64,
+        /// Number of LBAs (1..=MDTS).
+        blocks: u32,
+    },
+    /// FLIXR READ_IDX_JOIN2 (§4.5 step 2): read the pages of `table` whose bitmap entry
+    /// shares a bucket with the per-table index of join rule `rule`.
+    ReadIdxJoin2 {
+        /// Table id.
+        table: u8,
+        /// Join rule id (of SEND_TIDX_ICR).
+        rule: u16,
+        /// First LBA.
+        lba: u64,
+        /// Number of LBAs (1..=MDTS).
+        blocks: u32,
+    },
     /// FLIXR UPDATE_HOST_INDEX: the indexed column's min and max on page `lba` (FLIXR-HS).
     UpdateHostIndex {
         /// Table id.
@@ -216,6 +260,10 @@ impl Command {
             Command::WriteIdx { .. } => 0x89,
             Command::ReadIdx { .. } => 0x8A,
             Command::UpdateHostIndex { .. } => 0x8E,
+            Command::SendTidxEnc { .. } => 0xCD,
+            Command::SendTidxIcr { .. } => 0xD1,
+            Command::ReadIdxJoin1 { .. } => 0x92,
+            Command::ReadIdxJoin2 { .. } => 0x96,
         }
     }
 
@@ -228,6 +276,8 @@ impl Command {
                 | Command::SendTblCol(_)
                 | Command::SendIdxEnc { .. }
                 | Command::SendIdxIcr { .. }
+                | Command::SendTidxEnc { .. }
+                | Command::SendTidxIcr { .. }
         )
     }
 
@@ -251,6 +301,10 @@ impl Command {
             Command::WriteIdx { .. } => "WriteIdx",
             Command::ReadIdx { .. } => "ReadIdx",
             Command::UpdateHostIndex { .. } => "UpdateHostIndex",
+            Command::SendTidxEnc { .. } => "SendTidxEnc",
+            Command::SendTidxIcr { .. } => "SendTidxIcr",
+            Command::ReadIdxJoin1 { .. } => "ReadIdxJoin1",
+            Command::ReadIdxJoin2 { .. } => "ReadIdxJoin2",
         }
     }
 }
@@ -1106,6 +1160,51 @@ impl NvmeDevice {
                 let (reply, t) = self
                     .flixr
                     .read_idx(&mut self.dev, table, rule, lba, blocks, at)
+                    .map_err(failed)?;
+                Ok((Payload::IndexRead(Box::new(reply)), t))
+            }
+            Command::SendTidxEnc { table, spec } => {
+                let bytes = 32 + 8 * spec.bounds.len() as u64;
+                let id = self
+                    .flixr
+                    .register_table_index(&self.dev, table, spec)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, bytes);
+                Ok((Payload::FlixrRule(id), self.dev.respond(t, 16)))
+            }
+            Command::SendTidxIcr { table, tia } => {
+                let id = self
+                    .flixr
+                    .register_join_rule(table, tia)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, 32);
+                Ok((Payload::FlixrRule(id), self.dev.respond(t, 16)))
+            }
+            Command::ReadIdxJoin1 {
+                table,
+                rule,
+                tia,
+                reset,
+                lba,
+                blocks,
+            } => {
+                self.check_transfer("ReadIdxJoin1", blocks as u64, at)?;
+                let (reply, t) = self
+                    .flixr
+                    .read_idx_join1(&mut self.dev, table, rule, tia, reset, lba, blocks, at)
+                    .map_err(failed)?;
+                Ok((Payload::IndexRead(Box::new(reply)), t))
+            }
+            Command::ReadIdxJoin2 {
+                table,
+                rule,
+                lba,
+                blocks,
+            } => {
+                self.check_transfer("ReadIdxJoin2", blocks as u64, at)?;
+                let (reply, t) = self
+                    .flixr
+                    .read_idx_join2(&mut self.dev, table, rule, lba, blocks, at)
                     .map_err(failed)?;
                 Ok((Payload::IndexRead(Box::new(reply)), t))
             }

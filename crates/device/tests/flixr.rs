@@ -4,7 +4,7 @@
 //! bounds its rows (range) or covers their buckets (bitmap), and READ_IDX never skips a
 //! page holding a matching row (checked against a full scan).
 
-use csd_device::flixr::Entry;
+use csd_device::flixr::{Entry, JoinIndexSpec};
 use csd_device::{
     BlockDevice, Command, Completion, HostIndexValue, IndexEncoding, IndexRead, IndexRule,
     IndexSpec, NvmeDevice, Payload, QueueId, Status, TableFormat,
@@ -548,6 +548,204 @@ fn bad_input_is_refused_registers_nothing_and_io_goes_on() {
         vec![0; 24],
         "plain data gets no entry"
     );
+}
+
+/// §4.5: JOIN1 builds the per-table bitmap of join keys while filtering the first table;
+/// JOIN2 skips the pages of the second table with none of those keys, and never a page
+/// holding one (checked against a full scan).
+#[test]
+fn join_reads_prune_the_second_table_by_the_first_tables_keys() {
+    let (mut d, q) = device(24, false);
+    let fl = orders_format("lineitem");
+    let fp = orders_format("part");
+    let l = table_id(&run(&mut d, q, Command::SendTblCol(fl.clone())));
+    let p = table_id(&run(&mut d, q, Command::SendTblCol(fp.clone())));
+    let bounds: Vec<i64> = (1..64).map(|i| i * 10).collect(); // 64 buckets of 10 keys
+    ok(&run(
+        &mut d,
+        q,
+        Command::SendIdxEnc {
+            table: l,
+            spec: IndexSpec {
+                column: "qty".into(),
+                encoding: IndexEncoding::Range,
+            },
+        },
+    ));
+    ok(&run(
+        &mut d,
+        q,
+        Command::SendIdxEnc {
+            table: p,
+            spec: IndexSpec {
+                column: "key".into(),
+                encoding: IndexEncoding::Bitmap {
+                    bounds: bounds.clone(),
+                },
+            },
+        },
+    ));
+    // lineitem page i: qty i, keys 37*i + j (mod 640); part page k: keys 20k..20k+19.
+    let s = schema(&fl);
+    let mk = |f: &TableFormat, rows: &[(i64, i32)]| {
+        let s = schema(f);
+        let mut b = PageBuilder::new(s.clone(), f.layout, LBA).unwrap();
+        for &(k, qty) in rows {
+            b.push_row(
+                &s.encode_row_vec(&[Value::Int64(k), Value::Int32(qty), Value::Char(vec![])])
+                    .unwrap(),
+            )
+            .unwrap();
+        }
+        b.finish().to_vec()
+    };
+    let _ = s;
+    let li: Vec<u8> = (0..16)
+        .flat_map(|i| {
+            mk(
+                &fl,
+                &(0..3)
+                    .map(|j| ((37 * i + j) % 640, i as i32))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    let parts: Vec<u8> = (0..32)
+        .flat_map(|k| mk(&fp, &(0..20).map(|j| (20 * k + j, 0)).collect::<Vec<_>>()))
+        .collect();
+    ok(&run(
+        &mut d,
+        q,
+        Command::WriteIdx {
+            table: l,
+            lba: 100,
+            data: li,
+        },
+    ));
+    ok(&run(
+        &mut d,
+        q,
+        Command::WriteIdx {
+            table: p,
+            lba: 200,
+            data: parts.clone(),
+        },
+    ));
+    let r = rule_id(&run(
+        &mut d,
+        q,
+        Command::SendIdxIcr {
+            table: l,
+            rule: IndexRule::Between { lo: 2, hi: 4 },
+        },
+    ));
+    let tia = rule_id(&run(
+        &mut d,
+        q,
+        Command::SendTidxEnc {
+            table: l,
+            spec: JoinIndexSpec {
+                column: "key".into(),
+                bounds: bounds.clone(),
+            },
+        },
+    ));
+    let jr = rule_id(&run(&mut d, q, Command::SendTidxIcr { table: p, tia }));
+    let got = index_read(run(
+        &mut d,
+        q,
+        Command::ReadIdxJoin1 {
+            table: l,
+            rule: r,
+            tia,
+            reset: true,
+            lba: 100,
+            blocks: 16,
+        },
+    ));
+    assert_eq!(got.lbas, vec![102, 103, 104]);
+    let keys: Vec<i64> = (2..=4)
+        .flat_map(|i| (0..3).map(move |j| (37 * i + j) % 640))
+        .collect();
+    let got = index_read(run(
+        &mut d,
+        q,
+        Command::ReadIdxJoin2 {
+            table: p,
+            rule: jr,
+            lba: 200,
+            blocks: 32,
+        },
+    ));
+    for &k in &keys {
+        assert!(
+            got.lbas.contains(&(200 + (k / 20) as u64)),
+            "part page of key {k} skipped"
+        );
+    }
+    assert!(
+        got.skipped.len() >= 26,
+        "only the pages with joining keys are read: {:?}",
+        got.lbas
+    );
+    // Mismatched buckets and unknown ids are refused.
+    let other = rule_id(&run(
+        &mut d,
+        q,
+        Command::SendTidxEnc {
+            table: l,
+            spec: JoinIndexSpec {
+                column: "key".into(),
+                bounds: vec![1, 2],
+            },
+        },
+    ));
+    let c = run(
+        &mut d,
+        q,
+        Command::SendTidxIcr {
+            table: p,
+            tia: other,
+        },
+    );
+    assert!(
+        matches!(c.status, Status::InvalidField(ref m) if m.contains("split points")),
+        "{}",
+        c.status
+    );
+    let c = run(&mut d, q, Command::SendTidxIcr { table: p, tia: 999 });
+    assert!(
+        matches!(c.status, Status::InvalidField(ref m) if m.contains("unknown per-table index")),
+        "{}",
+        c.status
+    );
+    let c = run(
+        &mut d,
+        q,
+        Command::ReadIdxJoin2 {
+            table: p,
+            rule: 999,
+            lba: 200,
+            blocks: 1,
+        },
+    );
+    assert!(
+        matches!(c.status, Status::InvalidField(ref m) if m.contains("unknown rule")),
+        "{}",
+        c.status
+    );
+    let c = run(
+        &mut d,
+        q,
+        Command::SendTidxEnc {
+            table: l,
+            spec: JoinIndexSpec {
+                column: "note".into(),
+                bounds: vec![1],
+            },
+        },
+    );
+    assert!(!c.status.is_success());
 }
 
 /// Tables and encodings persist across a clean shutdown and a crash (rules do not).
