@@ -220,7 +220,28 @@ impl BlockDevice {
         extra: u64,
         at: SimTime,
     ) -> Result<SimTime, CommandError> {
-        let r = self.ftl.read_lpids(lpids, out, at);
+        // Consecutive LBAs are read together, so sectors of one flash page cost one
+        // array read (as a Read of the run would).
+        let ls = self.lba as usize;
+        let mut r = Ok(at);
+        if out.len() != lpids.len() * ls {
+            r = Err(FtlError::BadLength {
+                got: out.len(),
+                lba_size: ls,
+            });
+        }
+        let mut i = 0;
+        while i < lpids.len() && r.is_ok() {
+            let mut j = i + 1;
+            while j < lpids.len() && lpids[j] == lpids[j - 1] + 1 {
+                j += 1;
+            }
+            r = self
+                .ftl
+                .read(lpids[i], &mut out[i * ls..j * ls], at)
+                .map(|t| t.max(r.clone().unwrap_or(at)));
+            i = j;
+        }
         self.deliver(r, out.len() as u64 + extra, at, false)
     }
 
