@@ -508,22 +508,27 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
                     } else {
                         (0, pages)
                     };
+                    // One READ_IDX examines the whole range; it returns at most MDTS
+                    // pages and says where to resume (a dependent command).
                     let mut l = first;
                     while l < end {
-                        let n = (end - l).min(mdts);
-                        let c = h.pipelined(Command::ReadIdx {
+                        let n = (end - l).min(csd_device::flixr::MAX_INDEX_SCAN);
+                        let c = h.sync(Command::ReadIdx {
                             table,
                             rule,
                             lba: l,
                             blocks: n as u32,
                         })?;
                         let flash = c.acct.flash_reads;
+                        l += n;
                         if let Payload::IndexRead(r) = c.payload {
                             h.index_reads += r.index_page_reads;
                             h.data_reads += flash.saturating_sub(r.index_page_reads);
                             got.extend(r.data);
+                            if let Some(next) = r.resume_at {
+                                l = next;
+                            }
                         }
-                        l += n;
                     }
                 }
             }

@@ -20,6 +20,12 @@
 //!   gets the list of pages skipped.
 //! * UPDATE_HOST_INDEX (§4.1, §4.2): the min and max of a page's range entry, for
 //!   FLIXR-HS's tiny host B+tree.
+//! * Joins (§4.5): SEND_TIDX_ENC registers a per-table join-key index (a bitmap over
+//!   bucket split points, kept in device DRAM: the TIRA); READ_IDX_JOIN1 is READ_IDX that
+//!   also ORs into it the bucket of the join key of every row that satisfies the rule on
+//!   the pages read; SEND_TIDX_ICR pairs a second table, whose per-page index must be a
+//!   bitmap over the same split points, with that per-table index, and READ_IDX_JOIN2
+//!   reads only the second table's pages sharing a bucket with it.
 //! * The index cache of §4.3/§4.8: an LRU of index pages (the extension bytes of one MAP
 //!   page) in controller DRAM, 16 MiB by default; a miss loads the MAP page through the
 //!   FTL (a MAP-page read when the FTL's MAP cache does not hold it) and stages it in DRAM.
@@ -41,6 +47,12 @@
 //! * Tables and encodings persist (the controller metadata blob of the FTL, logged and
 //!   checkpointed) so recovery can recompute; rules are query state and are lost with
 //!   power, as the host re-sends them. An encoding cannot be replaced once set.
+//! * A filtered read examines up to [`MAX_INDEX_SCAN`] LBAs in one command (the
+//!   comparisons happen in the device) but returns at most MDTS pages; when that limit
+//!   stops it early the reply names the LBA to resume at.
+//! * An index-cache miss loads the index page through the FTL's MAP cache: a flash read
+//!   of the MAP page when the FTL does not hold it, a DRAM copy when it does (a device
+//!   with a large MAP cache, like the 1 GB Cosmos+ board, rarely reads index pages).
 //! * With a write-back cache WRITE_IDX flushes before installing its entries, so an entry
 //!   never describes data that is not yet durable.
 //! * CPU cost (bus cycles × `isp.cycle_clock_divisor`, like the ISP runtime): creating an
@@ -144,6 +156,9 @@ pub struct IndexRead {
     pub index_misses: u64,
     /// MAP-page reads from flash those misses caused.
     pub index_page_reads: u64,
+    /// When the pages to return reached the transfer limit (MDTS) before the end of the
+    /// range: the first LBA not examined, where the host continues.
+    pub resume_at: Option<u64>,
 }
 
 /// What UPDATE_HOST_INDEX returns for one page.
@@ -417,6 +432,10 @@ pub struct JoinIndexSpec {
     /// Strictly increasing split points (`bounds.len() + 1` buckets).
     pub bounds: Vec<i64>,
 }
+
+/// Most LBAs one READ_IDX (or join read) may examine; the pages it returns are bounded
+/// by MDTS, the range only by this (the entries are compared in the device).
+pub const MAX_INDEX_SCAN: u64 = 1 << 20;
 
 /// Largest per-table index, bytes (the paper used 8).
 pub const MAX_TABLE_INDEX_BYTES: usize = 64;
@@ -975,7 +994,14 @@ impl Flixr {
         let t0 = dev.receive(at, 0);
         let mut t = t0;
         let mut reply = IndexRead::default();
+        let mdts = dev.ftl().config().mdts_sectors as usize;
+        let mut examined = 0u64;
         for l in lba..lba + n {
+            if reply.lbas.len() == mdts {
+                reply.resume_at = Some(l);
+                break;
+            }
+            examined += 1;
             let (bytes, pending, tt) = self
                 .lookup(dev, l, t0)
                 .map_err(|error| CommandError { error, done: t0 })?;
@@ -987,9 +1013,9 @@ impl Flixr {
             }
         }
         let isp = dev.ftl().nand().config().isp;
-        let cycles = core_cycles(dev, n as f64 * isp.comp_cycles_per_record);
+        let cycles = core_cycles(dev, examined as f64 * isp.comp_cycles_per_record);
         let t = dev.controller_mut().cpu(t, cycles);
-        self.stats.entries_compared += n;
+        self.stats.entries_compared += examined;
         self.stats.pages_read += reply.lbas.len() as u64;
         self.stats.pages_skipped += reply.skipped.len() as u64;
         let extra = 8 * reply.skipped.len() as u64 + 16;

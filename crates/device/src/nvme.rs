@@ -171,7 +171,9 @@ pub enum Command {
         data: Vec<u8>,
     },
     /// FLIXR READ_IDX: read the pages of `lba..lba+blocks` whose entry can satisfy rule
-    /// `(table, rule)`; the payload lists the pages read and those skipped.
+    /// `(table, rule)`; the payload lists the pages read and those skipped. The range may
+    /// be up to `flixr::MAX_INDEX_SCAN` LBAs; at most MDTS pages are returned, and the
+    /// reply's `resume_at` says where to continue when that limit cut the range short.
     ReadIdx {
         /// Table id.
         table: u8,
@@ -179,7 +181,7 @@ pub enum Command {
         rule: u16,
         /// First LBA.
         lba: u64,
-        /// Number of LBAs (1..=MDTS).
+        /// Number of LBAs examined (1..=`flixr::MAX_INDEX_SCAN`; at most MDTS returned).
         blocks: u32,
     },
     /// FLIXR SEND_TIDX_ENC (admin, §4.5): a per-table join-key index over a column of
@@ -211,7 +213,7 @@ pub enum Command {
         reset: bool,
         /// First LBA.
         lba: u64,
-        /// Number of LBAs (1..=MDTS).
+        /// Number of LBAs examined (1..=`flixr::MAX_INDEX_SCAN`; at most MDTS returned).
         blocks: u32,
     },
     /// FLIXR READ_IDX_JOIN2 (§4.5 step 2): read the pages of `table` whose bitmap entry
@@ -223,7 +225,7 @@ pub enum Command {
         rule: u16,
         /// First LBA.
         lba: u64,
-        /// Number of LBAs (1..=MDTS).
+        /// Number of LBAs examined (1..=`flixr::MAX_INDEX_SCAN`; at most MDTS returned).
         blocks: u32,
     },
     /// FLIXR UPDATE_HOST_INDEX: the indexed column's min and max on page `lba` (FLIXR-HS).
@@ -738,6 +740,20 @@ fn failed(e: CommandError) -> Failed {
     (Status::from(e.error), e.done)
 }
 
+/// A FLIXR read's range: 1..=[`MAX_INDEX_SCAN`] LBAs (what it returns is bounded by MDTS).
+fn check_scan(what: &str, blocks: u32, at: SimTime) -> Result<(), Failed> {
+    if blocks == 0 || blocks as u64 > crate::flixr::MAX_INDEX_SCAN {
+        return Err((
+            Status::InvalidField(format!(
+                "{what} of {blocks} blocks: a filtered read examines 1..={} LBAs",
+                crate::flixr::MAX_INDEX_SCAN
+            )),
+            at,
+        ));
+    }
+    Ok(())
+}
+
 /// A FLIXR registration refused: nothing registered, completed at submission.
 fn refused(e: FlixrError, at: SimTime) -> Failed {
     (Status::InvalidField(e.to_string()), at)
@@ -1156,7 +1172,7 @@ impl NvmeDevice {
                 lba,
                 blocks,
             } => {
-                self.check_transfer("ReadIdx", blocks as u64, at)?;
+                check_scan("ReadIdx", blocks, at)?;
                 let (reply, t) = self
                     .flixr
                     .read_idx(&mut self.dev, table, rule, lba, blocks, at)
@@ -1188,7 +1204,7 @@ impl NvmeDevice {
                 lba,
                 blocks,
             } => {
-                self.check_transfer("ReadIdxJoin1", blocks as u64, at)?;
+                check_scan("ReadIdxJoin1", blocks, at)?;
                 let (reply, t) = self
                     .flixr
                     .read_idx_join1(&mut self.dev, table, rule, tia, reset, lba, blocks, at)
@@ -1201,7 +1217,7 @@ impl NvmeDevice {
                 lba,
                 blocks,
             } => {
-                self.check_transfer("ReadIdxJoin2", blocks as u64, at)?;
+                check_scan("ReadIdxJoin2", blocks, at)?;
                 let (reply, t) = self
                     .flixr
                     .read_idx_join2(&mut self.dev, table, rule, lba, blocks, at)

@@ -284,6 +284,81 @@ fn write_idx_read_idx_skip_pages_and_host_index_reports_ranges() {
     assert_eq!(got.skipped, vec![60]);
 }
 
+/// One READ_IDX may examine far more pages than MDTS; it returns at most MDTS pages and
+/// says where to resume.
+#[test]
+fn read_idx_scans_long_ranges_and_resumes_at_the_transfer_limit() {
+    let (mut d, q) = device(24, false);
+    let (a, _) = setup(&mut d, q);
+    let fa = orders_format("a");
+    for k in 0..3u64 {
+        let data: Vec<u8> = (0..100)
+            .flat_map(|i| page(&fa, &[(k * 100 + i) as i32]))
+            .collect();
+        ok(&run(
+            &mut d,
+            q,
+            Command::WriteIdx {
+                table: a,
+                lba: 500 + 100 * k,
+                data,
+            },
+        ));
+    }
+    let few = rule_id(&run(
+        &mut d,
+        q,
+        Command::SendIdxIcr {
+            table: a,
+            rule: IndexRule::In(vec![7, 250]),
+        },
+    ));
+    let got = index_read(run(
+        &mut d,
+        q,
+        Command::ReadIdx {
+            table: a,
+            rule: few,
+            lba: 500,
+            blocks: 300,
+        },
+    ));
+    assert_eq!(
+        (got.lbas, got.resume_at, got.skipped.len()),
+        (vec![507, 750], None, 298)
+    );
+    let all = rule_id(&run(
+        &mut d,
+        q,
+        Command::SendIdxIcr {
+            table: a,
+            rule: IndexRule::Between { lo: 0, hi: 1000 },
+        },
+    ));
+    let got = index_read(run(
+        &mut d,
+        q,
+        Command::ReadIdx {
+            table: a,
+            rule: all,
+            lba: 500,
+            blocks: 300,
+        },
+    ));
+    assert_eq!((got.lbas.len(), got.resume_at), (128, Some(628)));
+    let c = run(
+        &mut d,
+        q,
+        Command::ReadIdx {
+            table: a,
+            rule: all,
+            lba: 0,
+            blocks: 0,
+        },
+    );
+    assert!(matches!(c.status, Status::InvalidField(_)));
+}
+
 #[test]
 fn index_cache_misses_are_charged_and_hits_are_free() {
     let (mut d, q) = device(24, false);
