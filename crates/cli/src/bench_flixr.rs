@@ -18,8 +18,10 @@
 //! Choices: the host keeps `--qd` commands in flight; a query's modeled time is from its
 //! first submission to its last completion, plus the host CPU time of filtering the rows
 //! it received (`isp.host_cycles_per_record` at the host clock, not overlapped). Traffic
-//! is counted from each completion's accounting: flash page reads of index pages (B+tree
-//! nodes; MAP pages the index cache missed) and of data pages. Every configuration's row
+//! is counted from each completion's accounting and the FTL's metadata-read counter:
+//! flash page reads of index pages (B+tree nodes; MAP pages read for index-cache misses),
+//! of data pages, and of the MAP pages the FTL read to translate data LBAs (with the
+//! default MAP cache of half the controller DRAM there are none). Every configuration's row
 //! count is checked against the truth; a difference is an error.
 
 use crate::CliError;
@@ -58,6 +60,10 @@ pub struct BenchFlixrArgs {
     /// FLIXR index cache in device DRAM, MiB.
     #[arg(long, default_value_t = 16)]
     pub index_cache_mib: u64,
+    /// Share of controller DRAM the FTL's MAP cache may use (index-cache misses read MAP
+    /// pages from flash only when this cache does not hold them).
+    #[arg(long, default_value_t = 0.5)]
+    pub map_cache_share: f64,
     /// Commands the host keeps in flight.
     #[arg(long, default_value_t = 8)]
     pub qd: usize,
@@ -81,6 +87,8 @@ pub struct ConfigFigures {
     pub index_page_reads: f64,
     /// Flash page reads of data pages per query.
     pub data_page_reads: f64,
+    /// Flash reads of MAP pages the FTL needed to translate data LBAs, per query.
+    pub map_page_reads: f64,
     /// Bytes over the host link per query.
     pub host_link_bytes: f64,
     /// Rows matched per query (identical across configurations).
@@ -135,13 +143,16 @@ struct Host {
     now: SimTime,
     index_reads: u64,
     data_reads: u64,
+    /// MAP pages the FTL read to translate data LBAs (not index lookups).
+    map_reads: u64,
     link_bytes: u64,
 }
 
 impl Host {
     /// Run `cmd` submitted at `at`; returns the completion (an error status is an error).
-    fn exec(&mut self, cmd: Command, at: SimTime) -> Result<Completion, CliError> {
+    fn exec(&mut self, cmd: Command, at: SimTime) -> Result<(Completion, u64), CliError> {
         let name = cmd.name();
+        let meta0 = self.d.block().ftl().stats().meta_reads;
         self.d
             .submit(self.q, cmd, at)
             .map_err(|s| CliError::Nvme(s.to_string()))?;
@@ -154,19 +165,33 @@ impl Host {
             return Err(CliError::Nvme(format!("{name}: {}", c.status)));
         }
         self.link_bytes += c.acct.host_link_bytes;
-        Ok(c)
+        let meta = self
+            .d
+            .block()
+            .ftl()
+            .stats()
+            .meta_reads
+            .saturating_sub(meta0);
+        Ok((c, meta))
     }
 
-    /// Submit `cmd` when a queue slot is free (pipelined); returns its completion.
-    fn pipelined(&mut self, cmd: Command) -> Result<Completion, CliError> {
+    /// Count a data read's flash work: data pages, and the MAP pages the FTL needed.
+    fn data_read(&mut self, c: &Completion, meta: u64) {
+        self.data_reads += c.acct.flash_reads.saturating_sub(meta);
+        self.map_reads += meta;
+    }
+
+    /// Submit `cmd` when a queue slot is free (pipelined); returns its completion and the
+    /// MAP-page reads of the FTL it caused.
+    fn pipelined(&mut self, cmd: Command) -> Result<(Completion, u64), CliError> {
         let at = if self.inflight.len() >= self.qd {
             self.inflight.pop_front().unwrap_or(self.now)
         } else {
             self.now
         };
-        let c = self.exec(cmd, at.max(self.now))?;
+        let (c, meta) = self.exec(cmd, at.max(self.now))?;
         self.inflight.push_back(c.acct.completed);
-        Ok(c)
+        Ok((c, meta))
     }
 
     /// Wait for everything in flight; returns the time.
@@ -178,11 +203,11 @@ impl Host {
     }
 
     /// A dependent command: submitted now, waited for.
-    fn sync(&mut self, cmd: Command) -> Result<Completion, CliError> {
+    fn sync(&mut self, cmd: Command) -> Result<(Completion, u64), CliError> {
         self.drain();
-        let c = self.exec(cmd, self.now)?;
+        let (c, meta) = self.exec(cmd, self.now)?;
         self.now = self.now.max(c.acct.completed);
-        Ok(c)
+        Ok((c, meta))
     }
 }
 
@@ -266,6 +291,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
     let fcfg = FtlConfig {
         ext_bytes: 24,
         op: 0.25,
+        map_cache_share: a.map_cache_share,
         ..FtlConfig::default()
     };
     let ftl = Ftl::format(Nand::new_in_memory(cfg.clone())?, fcfg)?;
@@ -282,6 +308,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
         now: SimTime::ZERO,
         index_reads: 0,
         data_reads: 0,
+        map_reads: 0,
         link_bytes: 0,
     };
     let mdts = h.d.block().ftl().config().mdts_sectors as u64;
@@ -296,7 +323,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
     }
 
     // Load: register, WRITE_IDX the pages, learn the per-page minimum (FLIXR-HS).
-    let table = match h.sync(Command::SendTblCol(format()))?.payload {
+    let table = match h.sync(Command::SendTblCol(format()))?.0.payload {
         Payload::FlixrTable(t) => t,
         p => return Err(CliError::Nvme(format!("SendTblCol answered {p:?}"))),
     };
@@ -342,7 +369,11 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
     h.drain();
     let mut page_min = Vec::with_capacity(pages as usize);
     for p in 0..pages {
-        match h.sync(Command::UpdateHostIndex { table, lba: p })?.payload {
+        match h
+            .sync(Command::UpdateHostIndex { table, lba: p })?
+            .0
+            .payload
+        {
             Payload::HostIndex(csd_device::HostIndexValue::Range { min, .. }) => page_min.push(min),
             other => {
                 return Err(CliError::Nvme(format!(
@@ -421,7 +452,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
         }
         h.drain();
         h.now = h.now.max(h.d.block().ftl().nand().now());
-        let (i0, d0, b0) = (h.index_reads, h.data_reads, h.link_bytes);
+        let (i0, d0, b0, m0) = (h.index_reads, h.data_reads, h.link_bytes, h.map_reads);
         let (mut total_ns, mut matched) = (0u64, 0u64);
         for &(lo, hi) in &ranges {
             let start = h.now;
@@ -431,11 +462,11 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
                     let mut l = 0;
                     while l < pages {
                         let n = (pages - l).min(mdts);
-                        let c = h.pipelined(Command::Read {
+                        let (c, meta) = h.pipelined(Command::Read {
                             lba: l,
                             blocks: n as u32,
                         })?;
-                        h.data_reads += c.acct.flash_reads;
+                        h.data_read(&c, meta);
                         got.extend(data(c));
                         l += n;
                     }
@@ -446,11 +477,12 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
                     let mut data_pages: Vec<u64> = Vec::new();
                     loop {
                         if !cache.touch(node) {
-                            let c = h.sync(Command::Read {
+                            let (c, meta) = h.sync(Command::Read {
                                 lba: node,
                                 blocks: 1,
                             })?;
-                            h.index_reads += c.acct.flash_reads;
+                            h.index_reads += c.acct.flash_reads.saturating_sub(meta);
+                            h.map_reads += meta;
                             cache.insert(node);
                         }
                         let (leaf, e) = &tree.nodes[&node];
@@ -464,8 +496,9 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
                     loop {
                         let n = tree.leaves[li];
                         if !cache.touch(n) {
-                            let c = h.sync(Command::Read { lba: n, blocks: 1 })?;
-                            h.index_reads += c.acct.flash_reads;
+                            let (c, meta) = h.sync(Command::Read { lba: n, blocks: 1 })?;
+                            h.index_reads += c.acct.flash_reads.saturating_sub(meta);
+                            h.map_reads += meta;
                             cache.insert(n);
                         }
                         let e = &tree.nodes[&n].1;
@@ -480,11 +513,11 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
                         }
                     }
                     for run in runs(&data_pages, mdts) {
-                        let c = h.pipelined(Command::Read {
+                        let (c, meta) = h.pipelined(Command::Read {
                             lba: run.0,
                             blocks: run.1 as u32,
                         })?;
-                        h.data_reads += c.acct.flash_reads;
+                        h.data_read(&c, meta);
                         got.extend(data(c));
                     }
                 }
@@ -496,6 +529,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
                             table,
                             rule: IndexRule::Between { lo, hi },
                         })?
+                        .0
                         .payload
                     {
                         Payload::FlixrRule(r) => r,
@@ -513,7 +547,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
                     let mut l = first;
                     while l < end {
                         let n = (end - l).min(csd_device::flixr::MAX_INDEX_SCAN);
-                        let c = h.sync(Command::ReadIdx {
+                        let (c, meta) = h.sync(Command::ReadIdx {
                             table,
                             rule,
                             lba: l,
@@ -523,7 +557,8 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
                         l += n;
                         if let Payload::IndexRead(r) = c.payload {
                             h.index_reads += r.index_page_reads;
-                            h.data_reads += flash.saturating_sub(r.index_page_reads);
+                            h.map_reads += meta.saturating_sub(r.index_page_reads);
+                            h.data_reads += flash.saturating_sub(meta);
                             got.extend(r.data);
                             if let Some(next) = r.resume_at {
                                 l = next;
@@ -557,6 +592,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
             speedup_over_host_index: 0.0,
             index_page_reads: (h.index_reads - i0) as f64 / nq,
             data_page_reads: (h.data_reads - d0) as f64 / nq,
+            map_page_reads: (h.map_reads - m0) as f64 / nq,
             host_link_bytes: (h.link_bytes - b0) as f64 / nq,
             rows_matched: matched as f64 / nq,
         });
@@ -569,7 +605,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
         c.speedup_over_host_index = c.queries_per_minute / base_qpm;
     }
     let cmd = format!(
-        "csd bench flixr --preset {} --rows {} --queries {} --selectivity {} --seed {} --host-cache-kib {} --index-cache-mib {} --qd {}",
+        "csd bench flixr --preset {} --rows {} --queries {} --selectivity {} --seed {} --host-cache-kib {} --index-cache-mib {} --map-cache-share {} --qd {}",
         a.preset,
         a.rows,
         a.queries,
@@ -577,6 +613,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
         a.seed,
         a.host_cache_kib,
         a.index_cache_mib,
+        a.map_cache_share,
         a.qd
     );
     let wall = wall0.elapsed().as_secs_f64();
@@ -610,6 +647,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
         "vs host-index",
         "index pages/q",
         "data pages/q",
+        "MAP pages/q",
         "link KiB/q",
         "rows/q",
     ]);
@@ -621,6 +659,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
             format!("{:.2}x", c.speedup_over_host_index),
             format!("{:.1}", c.index_page_reads),
             format!("{:.1}", c.data_page_reads),
+            format!("{:.1}", c.map_page_reads),
             format!("{:.0}", c.host_link_bytes / 1024.0),
             format!("{:.0}", c.rows_matched),
         ]);
@@ -720,6 +759,7 @@ mod tests {
             seed: 7,
             host_cache_kib: 8,
             index_cache_mib: 1,
+            map_cache_share: 0.5,
             qd: 4,
             json: true,
         };
