@@ -5,6 +5,7 @@
 //! workloads with modeled and wall-clock figures), `serve` (the device as an NBD server
 //! for real clients). Every command has `--help`.
 
+mod bench_flixr;
 mod bench_open;
 mod bench_serve;
 mod check;
@@ -342,6 +343,13 @@ enum BenchCmd {
     ///
     /// Example: csd bench serve --runtime 10
     Serve(bench_serve::BenchServeArgs),
+    /// FLIXR's scan-with-filtering microbenchmark (flixr §6.1): no index, host-side
+    /// B+tree (node cache in host DRAM, and all in memory), FLIXR-S and FLIXR-HS on the
+    /// same table and queries; modeled time per query and storage traffic split into
+    /// index and data pages.
+    ///
+    /// Example: csd bench flixr --rows 200000 --queries 20 --selectivity 0.01
+    Flixr(bench_flixr::BenchFlixrArgs),
 }
 
 #[derive(Args)]
@@ -400,6 +408,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Bench(BenchCmd::Fdtree(a)) => fdbench::bench_fdtree_cmd(&a),
         Cmd::Bench(BenchCmd::Open(a)) => bench_open::run(&a),
         Cmd::Bench(BenchCmd::Serve(a)) => bench_serve::run(&a),
+        Cmd::Bench(BenchCmd::Flixr(a)) => bench_flixr::run(&a),
     }
 }
 

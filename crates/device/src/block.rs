@@ -184,6 +184,67 @@ impl BlockDevice {
         self.respond_with(at, bytes, 0)
     }
 
+    /// Host → device path for controller work that drives the FTL itself (FLIXR): `bytes`
+    /// cross the host link and are staged in DRAM, then `op` runs from that instant. A
+    /// refusal undoes the staging and completes at `at`.
+    pub(crate) fn staged_with(
+        &mut self,
+        bytes: u64,
+        at: SimTime,
+        op: impl FnOnce(&mut BlockDevice, SimTime) -> Result<SimTime, CommandError>,
+    ) -> Result<SimTime, CommandError> {
+        let mark = self.ctrl.mark();
+        let mut t = self.ctrl.host_link(at, bytes, true);
+        if bytes > 0 {
+            t = self.ctrl.dram(t, bytes);
+        }
+        match op(self, t) {
+            Ok(done) => Ok(done),
+            Err(e) if is_refusal(&e.error) => {
+                self.ctrl.rewind(mark);
+                Err(CommandError {
+                    error: e.error,
+                    done: at,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Read `lpids` from `at` (the command already arrived) and send their data plus
+    /// `extra` bytes of reply to the host (FLIXR's READ_IDX).
+    pub(crate) fn read_for_host(
+        &mut self,
+        lpids: &[u64],
+        out: &mut [u8],
+        extra: u64,
+        at: SimTime,
+    ) -> Result<SimTime, CommandError> {
+        // Consecutive LBAs are read together, so sectors of one flash page cost one
+        // array read (as a Read of the run would).
+        let ls = self.lba as usize;
+        let mut r = Ok(at);
+        if out.len() != lpids.len() * ls {
+            r = Err(FtlError::BadLength {
+                got: out.len(),
+                lba_size: ls,
+            });
+        }
+        let mut i = 0;
+        while i < lpids.len() && r.is_ok() {
+            let mut j = i + 1;
+            while j < lpids.len() && lpids[j] == lpids[j - 1] + 1 {
+                j += 1;
+            }
+            r = self
+                .ftl
+                .read(lpids[i], &mut out[i * ls..j * ls], at)
+                .map(|t| t.max(r.clone().unwrap_or(at)));
+            i = j;
+        }
+        self.deliver(r, out.len() as u64 + extra, at, false)
+    }
+
     /// Host → device path: `bytes` cross the host link and are staged in DRAM, then `op`
     /// runs in the FTL. A refusal undoes the staging.
     fn staged(

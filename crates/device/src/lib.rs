@@ -11,6 +11,7 @@
 
 pub mod block;
 pub mod controller;
+pub mod flixr;
 pub mod isp;
 pub mod nvme;
 pub mod raw;
@@ -19,6 +20,10 @@ pub mod workload;
 
 pub use block::{BlockDevice, CommandError};
 pub use controller::Controller;
+pub use flixr::{
+    Flixr, FlixrError, FlixrStats, HostIndexValue, IndexEncoding, IndexRead, IndexRule, IndexSpec,
+    JoinIndexSpec, TableFormat,
+};
 pub use isp::{IspMode, IspOpen, IspReply, SessionState, TableExtent};
 pub use nvme::{
     Accounting, Cid, Command, Completion, FlashSplit, IdentifyInfo, LogPage, NvmeDevice, Payload,

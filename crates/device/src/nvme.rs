@@ -49,6 +49,10 @@
 //!   that command.
 
 use crate::block::{BlockDevice, CommandError};
+use crate::flixr::{
+    DEFAULT_INDEX_CACHE_BYTES, Flixr, FlixrError, HostIndexValue, IndexRead, IndexRule, IndexSpec,
+    JoinIndexSpec, TableFormat,
+};
 use crate::isp::{IspOpen, IspRefusal, IspReply, Runtime};
 use csd_ftl::{Ftl, FtlError};
 use csd_nand::NandError;
@@ -139,6 +143,98 @@ pub enum Command {
     GetLogPage(LogPage),
     /// Describe the device.
     Identify,
+    /// FLIXR SEND_TBL_COL (admin, flixr Table 1): register a table's row format so that
+    /// firmware can parse its pages; the payload is the table id.
+    SendTblCol(TableFormat),
+    /// FLIXR SEND_IDX_ENC (admin): the per-page index of a table (column and encoding).
+    SendIdxEnc {
+        /// Table id.
+        table: u8,
+        /// Column and encoding.
+        spec: IndexSpec,
+    },
+    /// FLIXR SEND_IDX_ICR (admin): register an index comparison rule; the payload is the
+    /// rule id.
+    SendIdxIcr {
+        /// Table id.
+        table: u8,
+        /// The rule.
+        rule: IndexRule,
+    },
+    /// FLIXR WRITE_IDX: write table pages (one per LBA) and build their index entries.
+    WriteIdx {
+        /// Table id.
+        table: u8,
+        /// First LBA.
+        lba: u64,
+        /// The pages (whole LBAs, at most MDTS).
+        data: Vec<u8>,
+    },
+    /// FLIXR READ_IDX: read the pages of `lba..lba+blocks` whose entry can satisfy rule
+    /// `(table, rule)`; the payload lists the pages read and those skipped. The range may
+    /// be up to `flixr::MAX_INDEX_SCAN` LBAs; at most MDTS pages are returned, and the
+    /// reply's `resume_at` says where to continue when that limit cut the range short.
+    ReadIdx {
+        /// Table id.
+        table: u8,
+        /// Rule id.
+        rule: u16,
+        /// First LBA.
+        lba: u64,
+        /// Number of LBAs examined (1..=`flixr::MAX_INDEX_SCAN`; at most MDTS returned).
+        blocks: u32,
+    },
+    /// FLIXR SEND_TIDX_ENC (admin, §4.5): a per-table join-key index over a column of
+    /// `table`; the payload is its id (tiaID).
+    SendTidxEnc {
+        /// Table id (the join's first table).
+        table: u8,
+        /// Key column and buckets.
+        spec: JoinIndexSpec,
+    },
+    /// FLIXR SEND_TIDX_ICR (admin, §4.5): a join rule comparing `table`'s per-page
+    /// bitmap entries with per-table index `tia`; the payload is the rule id.
+    SendTidxIcr {
+        /// Table id (the join's second table).
+        table: u8,
+        /// The per-table index.
+        tia: u16,
+    },
+    /// FLIXR READ_IDX_JOIN1 (§4.5 step 1): READ_IDX that also builds per-table index
+    /// `tia` from the join keys of the matching rows on the pages read.
+    ReadIdxJoin1 {
+        /// Table id.
+        table: u8,
+        /// Comparison rule id (of SEND_IDX_ICR).
+        rule: u16,
+        /// Per-table index id.
+        tia: u16,
+        /// Clear the per-table index first (the first command of a join).
+        reset: bool,
+        /// First LBA.
+        lba: u64,
+        /// Number of LBAs examined (1..=`flixr::MAX_INDEX_SCAN`; at most MDTS returned).
+        blocks: u32,
+    },
+    /// FLIXR READ_IDX_JOIN2 (§4.5 step 2): read the pages of `table` whose bitmap entry
+    /// shares a bucket with the per-table index of join rule `rule`.
+    ReadIdxJoin2 {
+        /// Table id.
+        table: u8,
+        /// Join rule id (of SEND_TIDX_ICR).
+        rule: u16,
+        /// First LBA.
+        lba: u64,
+        /// Number of LBAs examined (1..=`flixr::MAX_INDEX_SCAN`; at most MDTS returned).
+        blocks: u32,
+    },
+    /// FLIXR UPDATE_HOST_INDEX: the indexed column's min and max on page `lba` (FLIXR-HS).
+    UpdateHostIndex {
+        /// Table id.
+        table: u8,
+        /// The page's LBA.
+        lba: u64,
+    },
 }
 
 impl Command {
@@ -159,12 +255,32 @@ impl Command {
             Command::IspGet { .. } => 0x86,
             Command::GetLogPage(_) => 0x02,
             Command::Identify => 0x06,
+            // Vendor-specific admin opcodes (0xC0..), host to device.
+            Command::SendTblCol(_) => 0xC1,
+            Command::SendIdxEnc { .. } => 0xC5,
+            Command::SendIdxIcr { .. } => 0xC9,
+            Command::WriteIdx { .. } => 0x89,
+            Command::ReadIdx { .. } => 0x8A,
+            Command::UpdateHostIndex { .. } => 0x8E,
+            Command::SendTidxEnc { .. } => 0xCD,
+            Command::SendTidxIcr { .. } => 0xD1,
+            Command::ReadIdxJoin1 { .. } => 0x92,
+            Command::ReadIdxJoin2 { .. } => 0x96,
         }
     }
 
     /// Is this an admin command (its opcode is in the admin command set)?
     pub fn is_admin(&self) -> bool {
-        matches!(self, Command::GetLogPage(_) | Command::Identify)
+        matches!(
+            self,
+            Command::GetLogPage(_)
+                | Command::Identify
+                | Command::SendTblCol(_)
+                | Command::SendIdxEnc { .. }
+                | Command::SendIdxIcr { .. }
+                | Command::SendTidxEnc { .. }
+                | Command::SendTidxIcr { .. }
+        )
     }
 
     /// A short name, for messages and traces.
@@ -181,6 +297,16 @@ impl Command {
             Command::IspClose { .. } => "IspClose",
             Command::GetLogPage(_) => "GetLogPage",
             Command::Identify => "Identify",
+            Command::SendTblCol(_) => "SendTblCol",
+            Command::SendIdxEnc { .. } => "SendIdxEnc",
+            Command::SendIdxIcr { .. } => "SendIdxIcr",
+            Command::WriteIdx { .. } => "WriteIdx",
+            Command::ReadIdx { .. } => "ReadIdx",
+            Command::UpdateHostIndex { .. } => "UpdateHostIndex",
+            Command::SendTidxEnc { .. } => "SendTidxEnc",
+            Command::SendTidxIcr { .. } => "SendTidxIcr",
+            Command::ReadIdxJoin1 { .. } => "ReadIdxJoin1",
+            Command::ReadIdxJoin2 { .. } => "ReadIdxJoin2",
         }
     }
 }
@@ -522,6 +648,14 @@ pub enum Payload {
     Isp(Box<IspReply>),
     /// The telemetry log page.
     Telemetry(Telemetry),
+    /// The table id SEND_TBL_COL assigned.
+    FlixrTable(u8),
+    /// The rule id SEND_IDX_ICR assigned.
+    FlixrRule(u16),
+    /// What READ_IDX read and skipped.
+    IndexRead(Box<IndexRead>),
+    /// What UPDATE_HOST_INDEX reports for the page.
+    HostIndex(HostIndexValue),
 }
 
 /// The telemetry log page: cumulative busy time per resource class and the energy
@@ -592,6 +726,7 @@ struct QueuePair {
 pub struct NvmeDevice {
     dev: BlockDevice,
     isp: Runtime,
+    flixr: Flixr,
     /// Slot `i` holds queue pair `i + 1`.
     queues: Vec<Option<QueuePair>>,
     /// The slot the round robin serves next.
@@ -605,6 +740,25 @@ fn failed(e: CommandError) -> Failed {
     (Status::from(e.error), e.done)
 }
 
+/// A FLIXR read's range: 1..=[`MAX_INDEX_SCAN`] LBAs (what it returns is bounded by MDTS).
+fn check_scan(what: &str, blocks: u32, at: SimTime) -> Result<(), Failed> {
+    if blocks == 0 || blocks as u64 > crate::flixr::MAX_INDEX_SCAN {
+        return Err((
+            Status::InvalidField(format!(
+                "{what} of {blocks} blocks: a filtered read examines 1..={} LBAs",
+                crate::flixr::MAX_INDEX_SCAN
+            )),
+            at,
+        ));
+    }
+    Ok(())
+}
+
+/// A FLIXR registration refused: nothing registered, completed at submission.
+fn refused(e: FlixrError, at: SimTime) -> Failed {
+    (Status::InvalidField(e.to_string()), at)
+}
+
 impl NvmeDevice {
     /// A device over `ftl`.
     pub fn new(ftl: Ftl) -> NvmeDevice {
@@ -615,9 +769,14 @@ impl NvmeDevice {
     pub fn from_block(dev: BlockDevice) -> NvmeDevice {
         let cfg = dev.ftl().nand().config();
         let isp = Runtime::new(cfg.isp, cfg.geometry.page_size as u64);
+        let mut dev = dev;
+        let mut flixr = Flixr::new(&dev, DEFAULT_INDEX_CACHE_BYTES);
+        // FLIXR §4.6: entries whose redo bit is still 0 after a crash are rebuilt now.
+        flixr.recover(&mut dev);
         NvmeDevice {
             dev,
             isp,
+            flixr,
             queues: Vec::new(),
             next: 0,
         }
@@ -631,6 +790,16 @@ impl NvmeDevice {
     /// The block device, mutably (fault injection, power cuts).
     pub fn block_mut(&mut self) -> &mut BlockDevice {
         &mut self.dev
+    }
+
+    /// The FLIXR firmware state (registries, index cache, counters).
+    pub fn flixr(&self) -> &Flixr {
+        &self.flixr
+    }
+
+    /// Resize the FLIXR index cache in controller DRAM (it starts empty again).
+    pub fn set_index_cache_bytes(&mut self, bytes: u64) {
+        self.flixr.set_cache_bytes(&self.dev, bytes);
     }
 
     /// Give the block device back; pending commands and completions are dropped.
@@ -818,7 +987,22 @@ impl NvmeDevice {
                         at,
                     ));
                 }
-                let t = self.dev.write_lbas(lba, &data, at).map_err(failed)?;
+                let t = if self.flixr_writes(lba, data.len()) {
+                    let pages: Vec<(u64, &[u8])> = data
+                        .chunks(ls)
+                        .enumerate()
+                        .map(|(i, p)| (lba + i as u64, p))
+                        .collect();
+                    self.flixr
+                        .plain_write(&mut self.dev, &pages, data.len() as u64, at, |d, t| {
+                            d.ftl_mut()
+                                .write(lba, &data, t)
+                                .map_err(|error| CommandError { error, done: t })
+                        })
+                        .map_err(failed)?
+                } else {
+                    self.dev.write_lbas(lba, &data, at).map_err(failed)?
+                };
                 Ok((Payload::None, t))
             }
             Command::Trim { lba, blocks } => {
@@ -826,6 +1010,7 @@ impl NvmeDevice {
                     return Err((Status::InvalidField("Trim of 0 blocks".into()), at));
                 }
                 let t = self.dev.trim_lbas(lba, blocks, at).map_err(failed)?;
+                self.flixr.trimmed(&self.dev, lba, blocks);
                 Ok((Payload::None, t))
             }
             Command::Flush => {
@@ -833,7 +1018,34 @@ impl NvmeDevice {
                 Ok((Payload::None, t))
             }
             Command::FlushBatch { buffer } => {
-                let t = self.dev.flush_batch(&buffer, at).map_err(failed)?;
+                let desc = (self.flixr.active() && buffer.len() >= ls)
+                    .then(|| BatchDesc::decode(&buffer[..ls]).ok())
+                    .flatten()
+                    .filter(|d| {
+                        let pages = buffer.len() / ls;
+                        d.entries.iter().all(|&(l, off)| {
+                            off >= 1 && (off as usize) < pages && l < self.dev.ftl().lbas()
+                        })
+                    });
+                let t = match desc {
+                    Some(d) if self.dev.ftl().config().ext_bytes > 0 => {
+                        let pages: Vec<(u64, &[u8])> = d
+                            .entries
+                            .iter()
+                            .map(|&(l, off)| {
+                                (l, &buffer[off as usize * ls..(off as usize + 1) * ls])
+                            })
+                            .collect();
+                        self.flixr
+                            .plain_write(&mut self.dev, &pages, buffer.len() as u64, at, |d, t| {
+                                d.ftl_mut()
+                                    .flush_batch(&buffer, t)
+                                    .map_err(|error| CommandError { error, done: t })
+                            })
+                            .map_err(failed)?
+                    }
+                    _ => self.dev.flush_batch(&buffer, at).map_err(failed)?,
+                };
                 Ok((Payload::None, t))
             }
             Command::ReadLpids { lpids } => {
@@ -884,7 +1096,157 @@ impl NvmeDevice {
                     self.dev.respond(at, IDENTIFY_BYTES),
                 ))
             }
+            Command::SendTblCol(format) => {
+                let bytes = 64
+                    + format
+                        .columns
+                        .iter()
+                        .map(|c| c.0.len() as u64 + 4)
+                        .sum::<u64>();
+                let id = self
+                    .flixr
+                    .register_table(&mut self.dev, format)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, bytes);
+                Ok((Payload::FlixrTable(id), self.dev.respond(t, 16)))
+            }
+            Command::SendIdxEnc { table, spec } => {
+                let bytes = 64
+                    + match &spec.encoding {
+                        crate::flixr::IndexEncoding::Range => 0,
+                        crate::flixr::IndexEncoding::Bitmap { bounds } => 8 * bounds.len() as u64,
+                    };
+                self.flixr
+                    .register_encoding(&mut self.dev, table, spec)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, bytes);
+                Ok((Payload::None, self.dev.respond(t, 16)))
+            }
+            Command::SendIdxIcr { table, rule } => {
+                let bytes = 32
+                    + match &rule {
+                        IndexRule::Between { .. } => 16,
+                        IndexRule::In(v) => 8 * v.len() as u64,
+                    };
+                let id = self
+                    .flixr
+                    .register_rule(table, rule)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, bytes);
+                Ok((Payload::FlixrRule(id), self.dev.respond(t, 16)))
+            }
+            Command::WriteIdx { table, lba, data } => {
+                self.flixr
+                    .check_writable(&self.dev, table)
+                    .map_err(|e| refused(e, at))?;
+                let mdts = self.mdts() as usize;
+                if data.is_empty() || !data.len().is_multiple_of(ls) || data.len() > mdts * ls {
+                    return Err((
+                        Status::InvalidField(format!(
+                            "WriteIdx of {} bytes: a transfer is 1..={mdts} whole {ls}-byte LBAs (one table page each)",
+                            data.len()
+                        )),
+                        at,
+                    ));
+                }
+                let n = (data.len() / ls) as u64;
+                let cap = self.dev.ftl().lbas();
+                if lba.checked_add(n).is_none_or(|e| e > cap) {
+                    return Err((
+                        Status::LbaOutOfRange(format!(
+                            "WriteIdx of LBAs {lba}..{} on a device of {cap} LBAs",
+                            lba.saturating_add(n)
+                        )),
+                        at,
+                    ));
+                }
+                let t = self
+                    .flixr
+                    .write_idx(&mut self.dev, table, lba, &data, at)
+                    .map_err(failed)?;
+                Ok((Payload::None, t))
+            }
+            Command::ReadIdx {
+                table,
+                rule,
+                lba,
+                blocks,
+            } => {
+                check_scan("ReadIdx", blocks, at)?;
+                let (reply, t) = self
+                    .flixr
+                    .read_idx(&mut self.dev, table, rule, lba, blocks, at)
+                    .map_err(failed)?;
+                Ok((Payload::IndexRead(Box::new(reply)), t))
+            }
+            Command::SendTidxEnc { table, spec } => {
+                let bytes = 32 + 8 * spec.bounds.len() as u64;
+                let id = self
+                    .flixr
+                    .register_table_index(&self.dev, table, spec)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, bytes);
+                Ok((Payload::FlixrRule(id), self.dev.respond(t, 16)))
+            }
+            Command::SendTidxIcr { table, tia } => {
+                let id = self
+                    .flixr
+                    .register_join_rule(table, tia)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, 32);
+                Ok((Payload::FlixrRule(id), self.dev.respond(t, 16)))
+            }
+            Command::ReadIdxJoin1 {
+                table,
+                rule,
+                tia,
+                reset,
+                lba,
+                blocks,
+            } => {
+                check_scan("ReadIdxJoin1", blocks, at)?;
+                let (reply, t) = self
+                    .flixr
+                    .read_idx_join1(&mut self.dev, table, rule, tia, reset, lba, blocks, at)
+                    .map_err(failed)?;
+                Ok((Payload::IndexRead(Box::new(reply)), t))
+            }
+            Command::ReadIdxJoin2 {
+                table,
+                rule,
+                lba,
+                blocks,
+            } => {
+                check_scan("ReadIdxJoin2", blocks, at)?;
+                let (reply, t) = self
+                    .flixr
+                    .read_idx_join2(&mut self.dev, table, rule, lba, blocks, at)
+                    .map_err(failed)?;
+                Ok((Payload::IndexRead(Box::new(reply)), t))
+            }
+            Command::UpdateHostIndex { table, lba } => {
+                let (v, t) = self
+                    .flixr
+                    .host_index(&mut self.dev, table, lba, at)
+                    .map_err(failed)?;
+                Ok((Payload::HostIndex(v), t))
+            }
         }
+    }
+
+    /// Must a plain write of `bytes` at `lba` look after FLIXR entries? Only on a device
+    /// with extension bytes and registered tables, and only for a write the FTL will take
+    /// (anything else it refuses unchanged).
+    fn flixr_writes(&self, lba: u64, bytes: usize) -> bool {
+        let ftl = self.dev.ftl();
+        let ls = ftl.lba_size();
+        self.flixr.active()
+            && ftl.config().ext_bytes > 0
+            && bytes > 0
+            && bytes.is_multiple_of(ls)
+            && lba
+                .checked_add((bytes / ls) as u64)
+                .is_some_and(|e| e <= ftl.lbas())
     }
 
     fn identify(&self) -> IdentifyInfo {

@@ -92,9 +92,11 @@ impl Ftl {
                     ..FtlStats::default()
                 })
                 .to_words(),
-            last_recovery_ns: self.recovery.map_or([0, 0], |r| {
+            last_recovery_ns: self.recovery.as_ref().map_or([0, 0], |r| {
                 [(r.modeled_s * 1e9) as u64, (r.wall_s * 1e9) as u64]
             }),
+            ext_pending: self.ext_pending.iter().copied().collect(),
+            blob: self.ctrl_blob.clone(),
         };
         t = t.max(self.write_ring(&record, rssp_links, t)?);
         // The new tables are durable: the old WEAR and bad-block pages are dead.

@@ -90,6 +90,9 @@ pub struct RecoveryReport {
     pub commits_discarded: u64,
     /// Log records replayed.
     pub log_records: u64,
+    /// LPIDs whose extension is pending after recovery (FLIXR §4.6: the redo-log bit is
+    /// still 0; the controller recomputes them, see [`crate::Ftl::ext_pending`]).
+    pub ext_pending: u64,
     /// The device had been shut down cleanly: nothing was replayed or verified, and the
     /// state came straight from the checkpoint.
     pub clean: bool,

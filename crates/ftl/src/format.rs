@@ -179,6 +179,19 @@ pub enum Record {
         /// Commit sequence.
         seq: u64,
     },
+    /// The extensions of LPIDs `lpid..lpid+n` are being recomputed (FLIXR §4.6: their
+    /// redo-log bit is cleared); a later `Ext` record of an LPID completes it.
+    ExtPending {
+        /// First LPID.
+        lpid: u64,
+        /// Count.
+        n: u64,
+    },
+    /// The controller's persistent metadata blob was replaced.
+    Blob {
+        /// The whole blob.
+        bytes: Vec<u8>,
+    },
 }
 
 impl Record {
@@ -189,7 +202,8 @@ impl Record {
             | Record::Rdesca { entries, .. }
             | Record::GcMove { entries, .. } => 1 + 8 + 4 + 24 * entries.len(),
             Record::Done { .. } | Record::Abort { .. } => 1 + 8,
-            Record::Trim { .. } => 1 + 16,
+            Record::Trim { .. } | Record::ExtPending { .. } => 1 + 16,
+            Record::Blob { bytes } => 1 + 4 + bytes.len(),
             Record::Ext { bytes, .. } => 1 + 8 + 1 + bytes.len(),
         }
     }
@@ -227,6 +241,16 @@ impl Record {
             Record::Abort { seq } => {
                 out.push(7);
                 out.extend_from_slice(&seq.to_le_bytes());
+            }
+            Record::ExtPending { lpid, n } => {
+                out.push(8);
+                out.extend_from_slice(&lpid.to_le_bytes());
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+            Record::Blob { bytes } => {
+                out.push(9);
+                out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                out.extend_from_slice(bytes);
             }
         }
     }
@@ -276,6 +300,22 @@ impl Record {
                         bytes: b.get(10..10 + n)?.to_vec(),
                     },
                     10 + n,
+                ))
+            }
+            8 => Some((
+                Record::ExtPending {
+                    lpid: u64_at(1)?,
+                    n: u64_at(9)?,
+                },
+                17,
+            )),
+            9 => {
+                let n = u32::from_le_bytes(b.get(1..5)?.try_into().ok()?) as usize;
+                Some((
+                    Record::Blob {
+                        bytes: b.get(5..5 + n)?.to_vec(),
+                    },
+                    5 + n,
                 ))
             }
             _ => None,
@@ -439,7 +479,16 @@ pub struct Checkpoint {
     pub lifetime: Vec<u64>,
     /// The last recovery's modeled and wall-clock duration, ns.
     pub last_recovery_ns: [u64; 2],
+    /// LPIDs whose extension was pending (FLIXR §4.6 redo bit 0) at the checkpoint.
+    pub ext_pending: Vec<u64>,
+    /// The controller's persistent metadata blob.
+    pub blob: Vec<u8>,
 }
+
+/// Marks the optional FLIXR section at the end of a checkpoint body ("FLXR"). Bodies
+/// without it (older images, devices that never used the section) read as empty, and
+/// readers that do not know it stop before it: the section needs no version bump.
+const BODY_FLIXR_MAGIC: u32 = 0x5258_4C46;
 
 /// A record page decoded: the fixed fields, and where its body is.
 #[derive(Debug, Clone, PartialEq)]
@@ -473,6 +522,17 @@ impl Checkpoint {
         }
         v.extend_from_slice(&self.last_recovery_ns[0].to_le_bytes());
         v.extend_from_slice(&self.last_recovery_ns[1].to_le_bytes());
+        // Only when there is something to keep, so that the body (and the modeled cost of
+        // writing it) of a device that does not use FLIXR is what it always was.
+        if !self.ext_pending.is_empty() || !self.blob.is_empty() {
+            v.extend_from_slice(&BODY_FLIXR_MAGIC.to_le_bytes());
+            v.extend_from_slice(&(self.ext_pending.len() as u32).to_le_bytes());
+            for l in &self.ext_pending {
+                v.extend_from_slice(&l.to_le_bytes());
+            }
+            v.extend_from_slice(&(self.blob.len() as u32).to_le_bytes());
+            v.extend_from_slice(&self.blob);
+        }
         v
     }
 
@@ -596,6 +656,8 @@ impl Checkpoint {
                 open: Vec::new(),
                 lifetime: Vec::new(),
                 last_recovery_ns: [0, 0],
+                ext_pending: Vec::new(),
+                blob: Vec::new(),
             },
             body_pages,
             body_len,
@@ -634,6 +696,22 @@ impl Checkpoint {
             }
         }
         let last_recovery_ns = [u64_at(p)?, u64_at(p + 8)?];
+        p += 16;
+        let mut ext_pending = Vec::new();
+        let mut blob = Vec::new();
+        if u32_at(p) == Some(BODY_FLIXR_MAGIC) {
+            let n = u32_at(p + 4)? as usize;
+            p += 8;
+            if n > body.len() / 8 {
+                return None;
+            }
+            for _ in 0..n {
+                ext_pending.push(u64_at(p)?);
+                p += 8;
+            }
+            let len = u32_at(p)? as usize;
+            blob = body.get(p + 4..p + 4 + len)?.to_vec();
+        }
         let [mapt, wear, bbt, gbitv, open, lifetime] = lists;
         Some(Checkpoint {
             mapt,
@@ -643,6 +721,8 @@ impl Checkpoint {
             open,
             lifetime,
             last_recovery_ns,
+            ext_pending,
+            blob,
             ..head.ckpt.clone()
         })
     }
@@ -686,6 +766,10 @@ mod tests {
                 Record::Ext {
                     lpid: 4,
                     bytes: vec![1, 2, 3],
+                },
+                Record::ExtPending { lpid: 6, n: 2 },
+                Record::Blob {
+                    bytes: vec![7; 300],
                 },
                 Record::GcMove {
                     seq: 10,
@@ -734,7 +818,21 @@ mod tests {
             open: vec![pack_open(2, 1234, 17)],
             lifetime: vec![1, 2, 3],
             last_recovery_ns: [10, 20],
+            ext_pending: Vec::new(),
+            blob: Vec::new(),
         };
+        // The optional FLIXR section round-trips too, and is absent when empty.
+        let with = Checkpoint {
+            ext_pending: vec![4, 9],
+            blob: vec![1, 2, 3],
+            ..c.clone()
+        };
+        let wb = with.body();
+        assert_eq!(wb.len(), c.body().len() + 4 + 4 + 16 + 4 + 3);
+        let mut wp = vec![0u8; 4096];
+        with.encode_head(&wb, &[11], &mut wp).unwrap();
+        let wh = Checkpoint::decode_head(&wp).unwrap();
+        assert_eq!(Checkpoint::with_body(&wh, &wb), Some(with));
         assert_eq!(unpack_open(c.open[0]), (2, 1234, 17));
         let body = c.body();
         let mut page = vec![0u8; 4096];

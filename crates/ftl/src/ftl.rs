@@ -245,6 +245,13 @@ pub struct Ftl {
     pub(crate) wear_checked_at_erases: u64,
     /// The last recovery, if this FTL was recovered.
     pub(crate) recovery: Option<RecoveryReport>,
+    /// LPIDs whose extension is being recomputed: FLIXR §4.6's redo-log bit at 0 (see
+    /// [`Ftl::mark_ext_pending`]). Sparse, because only the LPIDs of commands in flight
+    /// are ever pending; persisted through the log and the checkpoint body.
+    pub(crate) ext_pending: std::collections::BTreeSet<u64>,
+    /// The controller's own persistent metadata (FLIXR's registered tables, encodings
+    /// and rules): opaque to the FTL, logged and checkpointed.
+    pub(crate) ctrl_blob: Vec<u8>,
     /// GC is running (no nested GC).
     pub(crate) in_gc: bool,
     /// Blocks currently holding (or reserved for) log pages.
@@ -378,6 +385,8 @@ impl Ftl {
             retired_to_relocate: Vec::new(),
             wear_checked_at_erases: 0,
             recovery: None,
+            ext_pending: std::collections::BTreeSet::new(),
+            ctrl_blob: Vec::new(),
             in_gc: false,
             log_blocks: 0,
             recovering: false,

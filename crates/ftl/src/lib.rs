@@ -67,6 +67,17 @@
 //!   reserve that provisioning, GC and metadata need, so the figure is the spare space the
 //!   GC actually works with (GC write amplification matches Hu et al.'s formula within
 //!   2% at 7-28% OP).
+//! * MAP entries may carry `ext_bytes` (0..=24) of extension, opaque to the FTL: FLIXR's
+//!   per-page index entries (flixr §4). They live in the MAP pages (so GC and wear
+//!   leveling, which move sectors but not LPIDs, carry them with the page), are logged
+//!   (`Ext` records) and checkpointed with MAP, and a trim zeroes them. FLIXR §4.6's
+//!   redo-log bit is [`Ftl::mark_ext_pending`]: a logged mark cleared by the next
+//!   `set_ext` of the LPID; marks still set after a crash are listed by
+//!   [`Ftl::ext_pending`] for the controller to recompute. The marks are kept as a sparse
+//!   set (only commands in flight have them) in the log and in an optional section of
+//!   the checkpoint body, together with the controller's own persistent metadata
+//!   ([`Ftl::set_blob`]); a device that never uses them writes the same checkpoints as
+//!   before, and older images read as having none.
 //! * GC runs in the foreground of the command that finds free blocks short: its reads,
 //!   programs and erases reserve dies and channels like any other operation, so they
 //!   delay later commands in simulated time exactly as much as they occupy the array.

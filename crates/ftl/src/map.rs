@@ -217,11 +217,103 @@ impl Ftl {
         let o = (lpid % self.map_entries_per_page) as usize * ext;
         self.map_slots[s].ext[o..o + ext].copy_from_slice(bytes);
         self.map_slots[s].dirty = true;
+        self.ext_pending.remove(&lpid);
         self.log_append(Record::Ext {
             lpid,
             bytes: bytes.to_vec(),
         });
         Ok(t)
+    }
+
+    /// Zero the extension of `lpid` and drop its pending mark (trim; not logged: the
+    /// caller's own record — Trim — says it).
+    pub(crate) fn clear_ext(&mut self, lpid: u64, at: SimTime) -> Result<SimTime, FtlError> {
+        let ext = self.cfg.ext_bytes as usize;
+        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
+        let o = (lpid % self.map_entries_per_page) as usize * ext;
+        self.map_slots[s].ext[o..o + ext].fill(0);
+        self.map_slots[s].dirty = true;
+        self.ext_pending.remove(&lpid);
+        Ok(t)
+    }
+
+    /// Clear the redo-log bit of FLIXR §4.6 for LPIDs `lpid..lpid+n`: their extensions are
+    /// about to be recomputed (a write is on its way). The mark is logged (it reaches
+    /// flash with, or before, the redo descriptor of the write that follows) and kept in
+    /// checkpoints; [`Ftl::set_ext`] sets the bit again. After a crash the LPIDs still
+    /// marked are listed by [`Ftl::ext_pending`], so that the controller recomputes their
+    /// extensions from the data that survived.
+    pub fn mark_ext_pending(
+        &mut self,
+        lpid: u64,
+        n: u64,
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        self.check_range(lpid, n)?;
+        if self.cfg.ext_bytes == 0 {
+            return Err(FtlError::Config(
+                "this device was formatted without MAP-entry extensions (ext_bytes = 0)".into(),
+            ));
+        }
+        self.check_writable()?;
+        self.ext_pending.extend(lpid..lpid + n);
+        self.log_append(Record::ExtPending { lpid, n });
+        Ok(at)
+    }
+
+    /// Is the extension of `lpid` pending (redo-log bit 0: not to be trusted)?
+    pub fn is_ext_pending(&self, lpid: u64) -> bool {
+        self.ext_pending.contains(&lpid)
+    }
+
+    /// Every LPID whose extension is pending, in order.
+    pub fn ext_pending(&self) -> Vec<u64> {
+        self.ext_pending.iter().copied().collect()
+    }
+
+    /// MAP entries per MAP page (the unit in which extensions are loaded and cached).
+    pub fn map_entries_per_page(&self) -> u64 {
+        self.map_entries_per_page
+    }
+
+    /// The extension bytes of every LPID of MAP page `mp` (LPIDs `mp * epp ..`), loading
+    /// the MAP page into the MAP cache if needed (a MAP-page read on a miss); returns the
+    /// bytes, `map_entries_per_page() * ext_bytes` of them, and when they are in DRAM.
+    pub fn ext_page(&mut self, mp: u64, at: SimTime) -> Result<(Vec<u8>, SimTime), FtlError> {
+        let pages = self.lbas.div_ceil(self.map_entries_per_page);
+        if mp >= pages {
+            let lba = mp.saturating_mul(self.map_entries_per_page);
+            return Err(FtlError::OutOfRange {
+                lba,
+                end: lba.saturating_add(1),
+                capacity: self.lbas,
+            });
+        }
+        let (s, t) = self.map_slot(mp as u32, at)?;
+        Ok((self.map_slots[s].ext.clone(), t))
+    }
+
+    /// The controller's persistent metadata (empty until [`Ftl::set_blob`]).
+    pub fn blob(&self) -> &[u8] {
+        &self.ctrl_blob
+    }
+
+    /// Replace the controller's persistent metadata blob (logged; durable at the next
+    /// log write, kept by checkpoints). At most a quarter of a flash page.
+    pub fn set_blob(&mut self, bytes: &[u8]) -> Result<(), FtlError> {
+        let max = self.page_size / 4;
+        if bytes.len() > max {
+            return Err(FtlError::Config(format!(
+                "controller metadata of {} bytes exceeds the {max}-byte limit",
+                bytes.len()
+            )));
+        }
+        self.check_writable()?;
+        self.ctrl_blob = bytes.to_vec();
+        self.log_append(Record::Blob {
+            bytes: bytes.to_vec(),
+        });
+        Ok(())
     }
 
     pub(crate) fn read_meta_page(

@@ -280,6 +280,8 @@ impl Ftl {
         self.reserve_blocks = ck.reserve_blocks;
         self.initial_spare = ck.initial_spare;
         t = t.max(self.load_tables(&ck, t0)?);
+        self.ext_pending = ck.ext_pending.iter().copied().collect();
+        self.ctrl_blob = ck.blob.clone();
         let mut rep = RecoveryReport {
             checkpoint_seq: ck.seq,
             ..RecoveryReport::default()
@@ -310,6 +312,7 @@ impl Ftl {
         }
         self.recovering = false;
         self.shrink_cache();
+        rep.ext_pending = self.ext_pending.len() as u64;
         rep.modeled_s = t.since(t0) as f64 / 1e9;
         rep.wall_s = wall0.elapsed().as_secs_f64();
         self.recovery = Some(rep);
@@ -769,10 +772,20 @@ impl Ftl {
                     let (cur, tt) = self.map_get(l, t)?;
                     self.set_valid(cur, false);
                     t = t.max(tt).max(self.map_set(l, NONE, t)?);
+                    if self.cfg.ext_bytes > 0 {
+                        t = t.max(self.clear_ext(l, t)?);
+                    }
                 }
             }
+            Record::ExtPending { lpid, n } => {
+                for l in lpid..lpid.saturating_add(n).min(self.lbas) {
+                    self.ext_pending.insert(l);
+                }
+            }
+            Record::Blob { bytes } => self.ctrl_blob = bytes,
             Record::Ext { lpid, bytes } => {
                 if lpid < self.lbas && bytes.len() == self.cfg.ext_bytes as usize {
+                    self.ext_pending.remove(&lpid);
                     let ext = bytes.len();
                     let (s, tt) = self.map_slot((lpid / self.map_entries_per_page) as u32, t)?;
                     let o = (lpid % self.map_entries_per_page) as usize * ext;

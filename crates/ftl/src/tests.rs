@@ -649,6 +649,56 @@ fn extension_bytes_survive_checkpoint_and_crash() {
     ));
 }
 
+/// FLIXR §4.6: the redo-log bit (pending mark) survives a crash through the log and
+/// through a checkpoint taken while it is set; `set_ext` clears it; trim zeroes the
+/// extension and the mark, also when redone from the log; the controller blob persists.
+#[test]
+fn extension_redo_bits_trim_and_blob_survive_crashes() {
+    let cfg = FtlConfig {
+        ext_bytes: 20,
+        map_cache_share: 0.001,
+        ..FtlConfig::default()
+    };
+    let dev = DeviceConfig::preset("tiny").unwrap();
+    let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
+    let t = SimTime::ZERO;
+    f.set_blob(b"registry v1").unwrap();
+    f.set_ext(3, &[3; 20], t).unwrap();
+    f.set_ext(4, &[4; 20], t).unwrap();
+    f.mark_ext_pending(10, 3, t).unwrap();
+    f.set_ext(11, &[11; 20], t).unwrap();
+    assert_eq!(f.ext_pending(), vec![10, 12]);
+    f.checkpoint(t).unwrap(); // the marks are in the checkpoint, not the log
+    f.mark_ext_pending(20, 1, t).unwrap();
+    f.trim(4, 1, t).unwrap(); // logged, redone
+    f.set_blob(b"registry v2").unwrap();
+    f.flush(t).unwrap();
+    assert_eq!(f.ext(4, t).unwrap().0, vec![0; 20]);
+    let mut g = Ftl::recover(f.crash(), cfg).unwrap();
+    assert_eq!(g.ext_pending(), vec![10, 12, 20]);
+    assert_eq!(g.last_recovery().unwrap().ext_pending, 3);
+    assert!(g.is_ext_pending(10) && !g.is_ext_pending(11));
+    assert_eq!(g.ext(3, t).unwrap().0, vec![3; 20]);
+    assert_eq!(g.ext(4, t).unwrap().0, vec![0; 20], "trim cleared it");
+    assert_eq!(g.ext(11, t).unwrap().0, vec![11; 20]);
+    assert_eq!(g.blob(), b"registry v2");
+    g.set_ext(10, &[1; 20], t).unwrap();
+    g.trim(12, 1, t).unwrap();
+    g.set_ext(20, &[2; 20], t).unwrap();
+    g.flush(t).unwrap();
+    let (page, _) = g.ext_page(0, t).unwrap();
+    assert_eq!(&page[10 * 20..11 * 20], &[1; 20]);
+    let g = Ftl::recover(g.shutdown(t).unwrap(), cfg).unwrap();
+    assert!(g.ext_pending().is_empty());
+    assert_eq!(g.blob(), b"registry v2");
+    // Without extensions there is nothing to mark.
+    let mut h = tiny_ftl(FtlConfig::default());
+    assert!(matches!(
+        h.mark_ext_pending(0, 1, t),
+        Err(FtlError::Config(_))
+    ));
+}
+
 #[test]
 fn uncorrectable_read_names_the_lba() {
     // A medium so noisy that every sector read fails ECC (formatting only programs).

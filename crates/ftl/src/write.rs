@@ -482,6 +482,11 @@ impl Ftl {
             let (cur, _) = self.map_get(l, t)?;
             self.set_valid(cur, false);
             self.map_set(l, NONE, t)?;
+            // An unmapped LPID has no rows: its extension (a FLIXR index entry) goes
+            // with its data. Devices without extensions skip this (no MAP work).
+            if self.cfg.ext_bytes > 0 {
+                self.clear_ext(l, t)?;
+            }
         }
         self.stats.host_trim_sectors += n;
         Ok(t)

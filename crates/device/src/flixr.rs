@@ -1,0 +1,1496 @@
+//! FLIXR: per-page indexes kept in the FTL's mapping entries (flixr §4, Table 1).
+//!
+//! What it realizes:
+//! * The registries of §4.2 and §4.4: the table structure information array (TSIA,
+//!   [`Command::SendTblCol`](crate::Command::SendTblCol)), the index encoding rule array
+//!   (IERA, one encoding per table, `SendIdxEnc`) and the index comparison rules
+//!   (`SendIdxIcr`, several per table, identified by `(tblID, icrID)`).
+//! * The per-page index entry of §4.1 and §4.8 in the FTL's MAP-entry extension bytes
+//!   (`FtlConfig::ext_bytes`, 8 to 24): a range entry (min and max of the indexed column)
+//!   or a bitmap entry (one bit per registered value bucket), computed by firmware from
+//!   the buffered page on every WRITE_IDX (§4.3), with embedded-CPU time charged.
+//! * The redo-log bit of §4.6: before the page write, the entry is replaced by a stub
+//!   naming the table and the FTL's redo bit is cleared (`Ftl::mark_ext_pending`; logged
+//!   with, or before, the write's redo descriptor); once the data is durable the new
+//!   entry is installed, which sets the bit. After a crash every entry still pending is
+//!   recomputed from the data that survived, when the device is assembled
+//!   ([`Flixr::recover`]).
+//! * READ_IDX (§4.4): the entries of the requested pages are compared with a registered
+//!   rule; only pages whose entry can match are read from flash and sent, and the host
+//!   gets the list of pages skipped.
+//! * UPDATE_HOST_INDEX (§4.1, §4.2): the min and max of a page's range entry, for
+//!   FLIXR-HS's tiny host B+tree.
+//! * Joins (§4.5): SEND_TIDX_ENC registers a per-table join-key index (a bitmap over
+//!   bucket split points, kept in device DRAM: the TIRA); READ_IDX_JOIN1 is READ_IDX that
+//!   also ORs into it the bucket of the join key of every row that satisfies the rule on
+//!   the pages read; SEND_TIDX_ICR pairs a second table, whose per-page index must be a
+//!   bitmap over the same split points, with that per-table index, and READ_IDX_JOIN2
+//!   reads only the second table's pages sharing a bucket with it.
+//! * The index cache of §4.3/§4.8: an LRU of index pages (the extension bytes of one MAP
+//!   page) in controller DRAM, 16 MiB by default; a miss loads the MAP page through the
+//!   FTL (a MAP-page read when the FTL's MAP cache does not hold it) and stages it in DRAM.
+//!
+//! Choices made here (the paper leaves them open):
+//! * One table page is one LBA (the FTL's mapping unit, 4 KiB in every preset), so each
+//!   MAP entry indexes exactly one table page; the paper's 16 KiB flash page holds four.
+//! * Rows are the csd-table NSM or PAX pages (`csd_table::PageView`); a page that does not
+//!   parse as a page of the table gets an "opaque" entry and is always read, and a valid
+//!   page without rows an "empty" entry that every rule skips. Index columns are numeric
+//!   (INT32, INT64, DATE, DECIMAL as their `i64`); CHAR columns are refused.
+//! * Entry bytes: `[0xF1 (format v1), table id, state, kind, payload...]`; range payload is
+//!   `min, max` as little-endian `i64` (needs 20 extension bytes), bitmap payload is
+//!   `(ext_bytes - 4) * 8` bits at most. All zeros is "no entry": such a page is read.
+//! * A bitmap encoding is `k` strictly increasing split points making `k + 1` buckets:
+//!   bucket `i` holds the values `v` with `i` split points `<= v`.
+//! * A plain Write or FlushBatch over pages that have entries goes through the same
+//!   pending/recompute path (the entry names its table); Trim clears entries (FTL).
+//! * Tables and encodings persist (the controller metadata blob of the FTL, logged and
+//!   checkpointed) so recovery can recompute; rules are query state and are lost with
+//!   power, as the host re-sends them. An encoding cannot be replaced once set.
+//! * A filtered read examines up to [`MAX_INDEX_SCAN`] LBAs in one command (the
+//!   comparisons happen in the device) but returns at most MDTS pages; when that limit
+//!   stops it early the reply names the LBA to resume at.
+//! * An index-cache miss loads the index page through the FTL's MAP cache: a flash read
+//!   of the MAP page when the FTL does not hold it, a DRAM copy when it does (a device
+//!   with a large MAP cache, like the 1 GB Cosmos+ board, rarely reads index pages).
+//! * With a write-back cache WRITE_IDX flushes before installing its entries, so an entry
+//!   never describes data that is not yet durable.
+//! * CPU cost (bus cycles × `isp.cycle_clock_divisor`, like the ISP runtime): creating an
+//!   entry costs `isp.page_cycles` plus `comp_cycles_per_record + dram_access_cycles` per
+//!   row; comparing an entry with a rule costs `comp_cycles_per_record`. Creation runs
+//!   concurrently with the flash program (§4.3) on the embedded cores.
+
+use crate::block::{BlockDevice, CommandError};
+use csd_ftl::FtlError;
+use csd_sim::SimTime;
+use csd_table::{Column, ColumnType, Layout, PageView, Schema};
+use std::collections::{BTreeMap, HashMap};
+use thiserror::Error;
+
+/// Index cache size when none is set: 16 MiB (flixr §4.3).
+pub const DEFAULT_INDEX_CACHE_BYTES: u64 = 16 << 20;
+/// Tables the TSIA holds.
+pub const MAX_TABLES: usize = 255;
+/// Comparison rules per table.
+pub const MAX_RULES_PER_TABLE: usize = 64;
+/// Values an `In` rule may list.
+pub const MAX_RULE_VALUES: usize = 256;
+/// Extension bytes a range entry needs (4 header bytes, min, max).
+pub const RANGE_ENTRY_BYTES: u32 = 20;
+
+const ENTRY_V1: u8 = 0xF1;
+const ST_PENDING: u8 = 0;
+const ST_INDEXED: u8 = 1;
+const ST_EMPTY: u8 = 2;
+const ST_OPAQUE: u8 = 3;
+const KIND_RANGE: u8 = 1;
+const KIND_BITMAP: u8 = 2;
+const BLOB_MAGIC: &[u8; 4] = b"FXR1";
+
+/// A table's row format, as SEND_TBL_COL carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableFormat {
+    /// Table name (part of the page's schema fingerprint).
+    pub name: String,
+    /// Columns in row order.
+    pub columns: Vec<(String, ColumnType)>,
+    /// Page layout of the table's pages.
+    pub layout: Layout,
+}
+
+/// How a per-page index summarizes a column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexEncoding {
+    /// The min and max value on the page.
+    Range,
+    /// One bit per value bucket; `bounds` are the strictly increasing split points.
+    Bitmap {
+        /// Split points: `bounds.len() + 1` buckets.
+        bounds: Vec<i64>,
+    },
+}
+
+/// A per-page index: which column and how (SEND_IDX_ENC).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexSpec {
+    /// The indexed column's name.
+    pub column: String,
+    /// The encoding.
+    pub encoding: IndexEncoding,
+}
+
+/// An index comparison rule (SEND_IDX_ICR): a predicate on the indexed column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexRule {
+    /// `lo <= value <= hi` (use `i64::MIN` / `i64::MAX` for one-sided bounds).
+    Between {
+        /// Lower bound, inclusive.
+        lo: i64,
+        /// Upper bound, inclusive.
+        hi: i64,
+    },
+    /// `value IN (values)`.
+    In(Vec<i64>),
+}
+
+impl IndexRule {
+    /// Does a row whose indexed column holds `v` satisfy the rule?
+    pub fn matches(&self, v: i64) -> bool {
+        match self {
+            IndexRule::Between { lo, hi } => *lo <= v && v <= *hi,
+            IndexRule::In(vs) => vs.contains(&v),
+        }
+    }
+}
+
+/// What READ_IDX returns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IndexRead {
+    /// The LBAs read and returned, in order.
+    pub lbas: Vec<u64>,
+    /// Their data, one LBA each, in the order of `lbas`.
+    pub data: Vec<u8>,
+    /// The LBAs of the range whose entry ruled them out (not read from flash).
+    pub skipped: Vec<u64>,
+    /// Index-cache misses this command had (index pages loaded through the FTL).
+    pub index_misses: u64,
+    /// MAP-page reads from flash those misses caused.
+    pub index_page_reads: u64,
+    /// When the pages to return reached the transfer limit (MDTS) before the end of the
+    /// range: the first LBA not examined, where the host continues.
+    pub resume_at: Option<u64>,
+}
+
+/// What UPDATE_HOST_INDEX returns for one page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostIndexValue {
+    /// The page's rows span `min..=max` of the indexed column.
+    Range {
+        /// Smallest value on the page.
+        min: i64,
+        /// Largest value on the page.
+        max: i64,
+    },
+    /// The page has no rows of the table.
+    Empty,
+    /// The page has no usable entry (never written with WRITE_IDX, not a page of the
+    /// table, or a bitmap index): the host must treat it as covering every value.
+    Unknown,
+}
+
+/// Bad FLIXR input or state: nothing was registered or written.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FlixrError {
+    /// The device has no room for index entries in its MAP entries.
+    #[error(
+        "this device keeps {have} extension bytes per MAP entry, FLIXR needs {need}: format it with ext_bytes = {need}..=24"
+    )]
+    NoExtension {
+        /// Bytes the FTL keeps.
+        have: u32,
+        /// Bytes needed.
+        need: u32,
+    },
+    /// The table format is not valid.
+    #[error("malformed table format: {0}")]
+    BadTable(String),
+    /// The encoding is not valid for this table or device.
+    #[error("malformed index encoding: {0}")]
+    BadEncoding(String),
+    /// The rule is not valid.
+    #[error("malformed index comparison rule: {0}")]
+    BadRule(String),
+    /// No table has this id.
+    #[error("unknown table id {0}: register the table with SEND_TBL_COL first")]
+    UnknownTable(u8),
+    /// The table has no index encoding yet.
+    #[error("table {0} has no index encoding: send SEND_IDX_ENC first")]
+    NoEncoding(u8),
+    /// The table already has an index encoding.
+    #[error("table {0} already has an index encoding (encodings cannot be replaced)")]
+    EncodingExists(u8),
+    /// No rule has this id for this table.
+    #[error("unknown rule id {rule} for table {table}: register it with SEND_IDX_ICR first")]
+    UnknownRule {
+        /// Table id.
+        table: u8,
+        /// Rule id.
+        rule: u16,
+    },
+    /// A registry is full.
+    #[error("{0}")]
+    Full(String),
+    /// No per-table index has this id.
+    #[error("unknown per-table index id {0}: register it with SEND_TIDX_ENC first")]
+    UnknownTableIndex(u16),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct TableEntry {
+    format: TableFormat,
+    schema: Schema,
+    /// (column index, encoding).
+    index: Option<(usize, IndexEncoding)>,
+    rules: BTreeMap<u16, IndexRule>,
+    next_rule: u16,
+}
+
+/// A per-page index entry, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// No entry: the page must be read.
+    None,
+    /// Being recomputed (redo bit 0): the page must be read.
+    Pending(u8),
+    /// A page of the table without rows.
+    Empty(u8),
+    /// Data that is not a page of the table: always read.
+    Opaque(u8),
+    /// The page's values span `min..=max`.
+    Range {
+        /// Table id.
+        table: u8,
+        /// Smallest value.
+        min: i64,
+        /// Largest value.
+        max: i64,
+    },
+    /// Bucket bits of the page's values.
+    Bitmap {
+        /// Table id.
+        table: u8,
+        /// Bit `i` of byte `i / 8`: bucket `i` occurs.
+        bits: Vec<u8>,
+    },
+}
+
+impl Entry {
+    /// Decode extension bytes (anything unrecognized is `None`: read the page).
+    pub fn decode(b: &[u8]) -> Entry {
+        if b.len() < 4 || b[0] != ENTRY_V1 {
+            return Entry::None;
+        }
+        let t = b[1];
+        match (b[2], b[3]) {
+            (ST_PENDING, _) => Entry::Pending(t),
+            (ST_EMPTY, _) => Entry::Empty(t),
+            (ST_OPAQUE, _) => Entry::Opaque(t),
+            (ST_INDEXED, KIND_RANGE) if b.len() >= 20 => Entry::Range {
+                table: t,
+                min: i64::from_le_bytes(b[4..12].try_into().unwrap_or([0; 8])),
+                max: i64::from_le_bytes(b[12..20].try_into().unwrap_or([0; 8])),
+            },
+            (ST_INDEXED, KIND_BITMAP) => Entry::Bitmap {
+                table: t,
+                bits: b[4..].to_vec(),
+            },
+            _ => Entry::None,
+        }
+    }
+
+    /// Encode into `ext` extension bytes.
+    pub fn encode(&self, ext: usize) -> Vec<u8> {
+        let mut v = vec![0u8; ext];
+        let head = |v: &mut [u8], t: u8, st: u8, kind: u8| {
+            v[0] = ENTRY_V1;
+            v[1] = t;
+            v[2] = st;
+            v[3] = kind;
+        };
+        match self {
+            Entry::None => {}
+            Entry::Pending(t) => head(&mut v, *t, ST_PENDING, 0),
+            Entry::Empty(t) => head(&mut v, *t, ST_EMPTY, 0),
+            Entry::Opaque(t) => head(&mut v, *t, ST_OPAQUE, 0),
+            Entry::Range { table, min, max } => {
+                head(&mut v, *table, ST_INDEXED, KIND_RANGE);
+                v[4..12].copy_from_slice(&min.to_le_bytes());
+                v[12..20].copy_from_slice(&max.to_le_bytes());
+            }
+            Entry::Bitmap { table, bits } => {
+                head(&mut v, *table, ST_INDEXED, KIND_BITMAP);
+                let n = bits.len().min(ext - 4);
+                v[4..4 + n].copy_from_slice(&bits[..n]);
+            }
+        }
+        v
+    }
+
+    /// The table the entry names, if any.
+    pub fn table(&self) -> Option<u8> {
+        match self {
+            Entry::None => None,
+            Entry::Pending(t) | Entry::Empty(t) | Entry::Opaque(t) => Some(*t),
+            Entry::Range { table, .. } | Entry::Bitmap { table, .. } => Some(*table),
+        }
+    }
+}
+
+fn bucket(bounds: &[i64], v: i64) -> usize {
+    bounds.partition_point(|&b| b <= v)
+}
+
+/// Can a page with entry `e` hold a row of table `table` satisfying `rule`? Conservative:
+/// `true` unless the entry proves otherwise.
+pub fn may_match(e: &Entry, table: u8, enc: &IndexEncoding, rule: &IndexRule) -> bool {
+    if e.table() != Some(table) {
+        return true;
+    }
+    match (e, enc) {
+        (Entry::Empty(_), _) => false,
+        (Entry::Range { min, max, .. }, _) => match rule {
+            IndexRule::Between { lo, hi } => lo <= max && hi >= min,
+            IndexRule::In(vs) => vs.iter().any(|v| min <= v && v <= max),
+        },
+        (Entry::Bitmap { bits, .. }, IndexEncoding::Bitmap { bounds }) => {
+            let set = |i: usize| bits.get(i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0);
+            match rule {
+                IndexRule::Between { lo, hi } => {
+                    lo <= hi && (bucket(bounds, *lo)..=bucket(bounds, *hi)).any(set)
+                }
+                IndexRule::In(vs) => vs.iter().any(|&v| set(bucket(bounds, v))),
+            }
+        }
+        _ => true,
+    }
+}
+
+/// The index cache: LRU of index pages (one MAP page's extension bytes each).
+#[derive(Debug)]
+struct IndexCache {
+    capacity: usize,
+    pages: HashMap<u64, (Vec<u8>, u64)>,
+    lru: BTreeMap<u64, u64>,
+    tick: u64,
+    hits: u64,
+    misses: u64,
+}
+
+impl IndexCache {
+    fn new(capacity: usize) -> IndexCache {
+        IndexCache {
+            capacity: capacity.max(1),
+            pages: HashMap::new(),
+            lru: BTreeMap::new(),
+            tick: 0,
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    fn touch(&mut self, mp: u64) -> Option<&[u8]> {
+        self.tick += 1;
+        let tick = self.tick;
+        let (bytes, t) = self.pages.get_mut(&mp)?;
+        self.hits += 1;
+        self.lru.remove(t);
+        *t = tick;
+        self.lru.insert(tick, mp);
+        Some(bytes)
+    }
+
+    fn insert(&mut self, mp: u64, bytes: Vec<u8>) {
+        while self.pages.len() >= self.capacity {
+            let Some((_, victim)) = self.lru.pop_first() else {
+                break;
+            };
+            self.pages.remove(&victim);
+        }
+        self.tick += 1;
+        self.lru.insert(self.tick, mp);
+        self.pages.insert(mp, (bytes, self.tick));
+    }
+
+    /// Keep a cached copy in step with an entry the device just set.
+    fn update(&mut self, mp: u64, offset: usize, entry: &[u8]) {
+        if let Some((bytes, _)) = self.pages.get_mut(&mp) {
+            bytes[offset..offset + entry.len()].copy_from_slice(entry);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.pages.clear();
+        self.lru.clear();
+    }
+}
+
+/// A per-table join-key index (§4.5): which table and key column, the buckets, the bits.
+#[derive(Debug, Clone, PartialEq)]
+struct TableIndex {
+    table: u8,
+    column: usize,
+    bounds: Vec<i64>,
+    bits: Vec<u8>,
+}
+
+/// A per-table join-key index (SEND_TIDX_ENC): the key column and its buckets, which
+/// must be those of the other table's per-page bitmap index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinIndexSpec {
+    /// The join key column of the first table.
+    pub column: String,
+    /// Strictly increasing split points (`bounds.len() + 1` buckets).
+    pub bounds: Vec<i64>,
+}
+
+/// Most LBAs one READ_IDX (or join read) may examine; the pages it returns are bounded
+/// by MDTS, the range only by this (the entries are compared in the device).
+pub const MAX_INDEX_SCAN: u64 = 1 << 20;
+
+/// Largest per-table index, bytes (the paper used 8).
+pub const MAX_TABLE_INDEX_BYTES: usize = 64;
+
+/// A refused FLIXR command: nothing changed, completed at submission.
+fn refusal(e: FlixrError, at: SimTime) -> CommandError {
+    CommandError {
+        error: FtlError::Config(e.to_string()),
+        done: at,
+    }
+}
+
+/// Counters of the FLIXR firmware.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlixrStats {
+    /// Entries computed (WRITE_IDX, overwrites, recovery).
+    pub entries_built: u64,
+    /// Entries compared with a rule.
+    pub entries_compared: u64,
+    /// Pages READ_IDX skipped.
+    pub pages_skipped: u64,
+    /// Pages READ_IDX read.
+    pub pages_read: u64,
+    /// Index-cache hits and misses.
+    pub cache_hits: u64,
+    /// Index-cache misses.
+    pub cache_misses: u64,
+    /// Entries recomputed at recovery (redo bit found 0).
+    pub recovered_entries: u64,
+}
+
+/// The FLIXR firmware state of one device: registries, index cache, counters.
+#[derive(Debug)]
+pub struct Flixr {
+    tables: BTreeMap<u8, TableEntry>,
+    /// TIRA: per-table join-key indexes by tiaID (device DRAM; rebuilt by JOIN1).
+    table_indexes: BTreeMap<u16, TableIndex>,
+    next_tia: u16,
+    /// Join rules: (table, rule id) → the per-table index they compare with.
+    join_rules: BTreeMap<(u8, u16), u16>,
+    cache: IndexCache,
+    cache_bytes: u64,
+    stats: FlixrStats,
+}
+
+/// Cycles (at the core clock) for counted work in bus cycles.
+fn core_cycles(dev: &BlockDevice, bus_cycles: f64) -> u64 {
+    let isp = dev.ftl().nand().config().isp;
+    (bus_cycles * isp.cycle_clock_divisor).round() as u64
+}
+
+impl Flixr {
+    /// FLIXR state for `dev`: registries from the FTL's controller blob (empty if none),
+    /// an empty index cache of `cache_bytes`.
+    pub fn new(dev: &BlockDevice, cache_bytes: u64) -> Flixr {
+        let tables = decode_registry(dev.ftl().blob()).unwrap_or_default();
+        let mut f = Flixr {
+            tables,
+            table_indexes: BTreeMap::new(),
+            next_tia: 1,
+            join_rules: BTreeMap::new(),
+            cache: IndexCache::new(1),
+            cache_bytes,
+            stats: FlixrStats::default(),
+        };
+        f.set_cache_bytes(dev, cache_bytes);
+        f
+    }
+
+    /// Resize the index cache (emptied).
+    pub fn set_cache_bytes(&mut self, dev: &BlockDevice, bytes: u64) {
+        let ftl = dev.ftl();
+        let page = ftl.map_entries_per_page() * ftl.config().ext_bytes.max(1) as u64;
+        self.cache_bytes = bytes;
+        self.cache = IndexCache::new((bytes / page.max(1)) as usize);
+    }
+
+    /// The index cache's size in bytes.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_bytes
+    }
+
+    /// Counters since the device was assembled.
+    pub fn stats(&self) -> FlixrStats {
+        FlixrStats {
+            cache_hits: self.cache.hits,
+            cache_misses: self.cache.misses,
+            ..self.stats
+        }
+    }
+
+    /// Is any table registered (so plain writes must look after entries)?
+    pub fn active(&self) -> bool {
+        !self.tables.is_empty()
+    }
+
+    fn need_ext(dev: &BlockDevice, need: u32) -> Result<usize, FlixrError> {
+        let have = dev.ftl().config().ext_bytes;
+        if have < need {
+            return Err(FlixrError::NoExtension { have, need });
+        }
+        Ok(have as usize)
+    }
+
+    /// Keep the registry in the FTL's controller blob, durable before the command
+    /// completes (a log force, with whatever else the log held).
+    fn persist(
+        &self,
+        dev: &mut BlockDevice,
+        tables: &BTreeMap<u8, TableEntry>,
+    ) -> Result<(), FlixrError> {
+        let blob = encode_registry(tables);
+        let now = dev.ftl().nand().now();
+        dev.ftl_mut()
+            .set_blob(&blob)
+            .and_then(|_| dev.ftl_mut().flush(now))
+            .map(|_| ())
+            .map_err(|e| FlixrError::Full(format!("cannot keep the FLIXR registry: {e}")))
+    }
+
+    /// SEND_TBL_COL: register a table's row format; returns its table id.
+    pub fn register_table(
+        &mut self,
+        dev: &mut BlockDevice,
+        f: TableFormat,
+    ) -> Result<u8, FlixrError> {
+        Self::need_ext(dev, 8)?;
+        let cols: Vec<Column> = f
+            .columns
+            .iter()
+            .map(|(n, t)| Column::new(n.clone(), *t))
+            .collect();
+        let schema =
+            Schema::new(f.name.clone(), cols).map_err(|e| FlixrError::BadTable(e.to_string()))?;
+        let page = dev.ftl().lba_size();
+        csd_table::page::capacity_for(&schema, f.layout, page).map_err(|e| {
+            FlixrError::BadTable(format!("{e} (a table page is one {page}-byte LBA)"))
+        })?;
+        if self.tables.values().any(|t| t.format.name == f.name) {
+            return Err(FlixrError::BadTable(format!(
+                "a table named {:?} is already registered",
+                f.name
+            )));
+        }
+        let Some(id) = (1..=MAX_TABLES as u8).find(|i| !self.tables.contains_key(i)) else {
+            return Err(FlixrError::Full(format!(
+                "the TSIA holds {MAX_TABLES} tables"
+            )));
+        };
+        let mut next = self.tables.clone();
+        next.insert(
+            id,
+            TableEntry {
+                format: f,
+                schema,
+                index: None,
+                rules: BTreeMap::new(),
+                next_rule: 1,
+            },
+        );
+        self.persist(dev, &next)?;
+        self.tables = next;
+        Ok(id)
+    }
+
+    /// SEND_IDX_ENC: the per-page index of table `table`.
+    pub fn register_encoding(
+        &mut self,
+        dev: &mut BlockDevice,
+        table: u8,
+        spec: IndexSpec,
+    ) -> Result<(), FlixrError> {
+        let t = self
+            .tables
+            .get(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        if t.index.is_some() {
+            return Err(FlixrError::EncodingExists(table));
+        }
+        let col = t.schema.column_index(&spec.column).map_err(|_| {
+            FlixrError::BadEncoding(format!(
+                "table {:?} has no column {:?} (columns: {})",
+                t.format.name,
+                spec.column,
+                t.format
+                    .columns
+                    .iter()
+                    .map(|c| c.0.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let ty = t.format.columns[col].1;
+        if !ty.is_numeric() {
+            return Err(FlixrError::BadEncoding(format!(
+                "column {:?} is {ty}: per-page indexes cover numeric columns (INT32, INT64, DATE, DECIMAL)",
+                spec.column
+            )));
+        }
+        match &spec.encoding {
+            IndexEncoding::Range => {
+                Self::need_ext(dev, RANGE_ENTRY_BYTES)?;
+            }
+            IndexEncoding::Bitmap { bounds } => {
+                let ext = Self::need_ext(dev, 5)?;
+                let max = (ext - 4) * 8;
+                if bounds.is_empty() || bounds.len() + 1 > max {
+                    return Err(FlixrError::BadEncoding(format!(
+                        "a bitmap has 2..={max} buckets on this device ({ext} extension bytes); {} split points make {}",
+                        bounds.len(),
+                        bounds.len() + 1
+                    )));
+                }
+                if bounds.windows(2).any(|w| w[0] >= w[1]) {
+                    return Err(FlixrError::BadEncoding(
+                        "bitmap split points must be strictly increasing".into(),
+                    ));
+                }
+            }
+        }
+        let mut next = self.tables.clone();
+        if let Some(e) = next.get_mut(&table) {
+            e.index = Some((col, spec.encoding));
+        }
+        self.persist(dev, &next)?;
+        self.tables = next;
+        Ok(())
+    }
+
+    /// SEND_IDX_ICR: register a comparison rule for `table`; returns its rule id.
+    pub fn register_rule(&mut self, table: u8, rule: IndexRule) -> Result<u16, FlixrError> {
+        let t = self
+            .tables
+            .get_mut(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        if t.index.is_none() {
+            return Err(FlixrError::NoEncoding(table));
+        }
+        match &rule {
+            IndexRule::Between { lo, hi } if lo > hi => {
+                return Err(FlixrError::BadRule(format!(
+                    "empty range: lo {lo} > hi {hi}"
+                )));
+            }
+            IndexRule::In(vs) if vs.is_empty() || vs.len() > MAX_RULE_VALUES => {
+                return Err(FlixrError::BadRule(format!(
+                    "an IN list has 1..={MAX_RULE_VALUES} values, got {}",
+                    vs.len()
+                )));
+            }
+            _ => {}
+        }
+        if t.rules.len() >= MAX_RULES_PER_TABLE {
+            return Err(FlixrError::Full(format!(
+                "table {table} already has {MAX_RULES_PER_TABLE} rules"
+            )));
+        }
+        let id = t.next_rule;
+        t.next_rule = t.next_rule.wrapping_add(1).max(1);
+        t.rules.insert(id, rule);
+        Ok(id)
+    }
+
+    /// The table id, encoding and rule of `(table, rule)`.
+    fn rule(&self, table: u8, rule: u16) -> Result<(IndexEncoding, IndexRule), FlixrError> {
+        let t = self
+            .tables
+            .get(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        let (_, enc) = t.index.as_ref().ok_or(FlixrError::NoEncoding(table))?;
+        let r = t
+            .rules
+            .get(&rule)
+            .ok_or(FlixrError::UnknownRule { table, rule })?;
+        Ok((enc.clone(), r.clone()))
+    }
+
+    /// Check that WRITE_IDX may write pages of `table`.
+    pub fn check_writable(&self, dev: &BlockDevice, table: u8) -> Result<(), FlixrError> {
+        let t = self
+            .tables
+            .get(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        if t.index.is_none() {
+            return Err(FlixrError::NoEncoding(table));
+        }
+        Self::need_ext(dev, 8)?;
+        Ok(())
+    }
+
+    /// The entry of one page of `table` (and the rows parsed: the counted work).
+    pub fn compute(&self, table: u8, page: &[u8]) -> (Entry, usize) {
+        let Some(t) = self.tables.get(&table) else {
+            return (Entry::None, 0);
+        };
+        let Some((col, enc)) = &t.index else {
+            return (Entry::None, 0);
+        };
+        let Ok(view) = PageView::parse(page, &t.schema) else {
+            return (Entry::Opaque(table), 0);
+        };
+        if view.layout() != t.format.layout {
+            return (Entry::Opaque(table), 0);
+        }
+        let Ok(c) = view.column(*col) else {
+            return (Entry::Opaque(table), 0);
+        };
+        let mut vals = Vec::with_capacity(view.row_count());
+        if c.decode_i64_into(&mut vals).is_err() {
+            return (Entry::Opaque(table), 0);
+        }
+        let rows = vals.len();
+        if rows == 0 {
+            return (Entry::Empty(table), 0);
+        }
+        let e = match enc {
+            IndexEncoding::Range => Entry::Range {
+                table,
+                min: vals.iter().copied().min().unwrap_or(0),
+                max: vals.iter().copied().max().unwrap_or(0),
+            },
+            IndexEncoding::Bitmap { bounds } => {
+                let mut bits = vec![0u8; (bounds.len() + 1).div_ceil(8)];
+                for &v in &vals {
+                    let b = bucket(bounds, v);
+                    bits[b / 8] |= 1 << (b % 8);
+                }
+                Entry::Bitmap { table, bits }
+            }
+        };
+        (e, rows)
+    }
+
+    /// Bus cycles of building entries over `rows` rows of `pages` pages.
+    fn build_cycles(dev: &BlockDevice, pages: usize, rows: usize) -> f64 {
+        let isp = dev.ftl().nand().config().isp;
+        pages as f64 * isp.page_cycles
+            + rows as f64 * (isp.comp_cycles_per_record + isp.dram_access_cycles)
+    }
+
+    /// The entry bytes of `lba` through the index cache; returns them, whether the FTL
+    /// holds them pending, and when they are in DRAM.
+    fn lookup(
+        &mut self,
+        dev: &mut BlockDevice,
+        lba: u64,
+        at: SimTime,
+    ) -> Result<(Vec<u8>, bool, SimTime), FtlError> {
+        let ext = dev.ftl().config().ext_bytes as usize;
+        let epp = dev.ftl().map_entries_per_page();
+        let (mp, o) = (lba / epp, (lba % epp) as usize * ext);
+        let pending = dev.ftl().is_ext_pending(lba);
+        if let Some(b) = self.cache.touch(mp) {
+            return Ok((b[o..o + ext].to_vec(), pending, at));
+        }
+        self.cache.misses += 1;
+        let (bytes, t) = dev.ftl_mut().ext_page(mp, at)?;
+        let t = dev.controller_mut().dram(t, bytes.len() as u64);
+        let e = bytes[o..o + ext].to_vec();
+        self.cache.insert(mp, bytes);
+        Ok((e, pending, t))
+    }
+
+    fn install(
+        &mut self,
+        dev: &mut BlockDevice,
+        lba: u64,
+        bytes: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let t = dev.ftl_mut().set_ext(lba, bytes, at)?;
+        let epp = dev.ftl().map_entries_per_page();
+        self.cache
+            .update(lba / epp, (lba % epp) as usize * bytes.len(), bytes);
+        Ok(t)
+    }
+
+    /// Forget cached entries of `lba..lba+n` (after a trim, the FTL zeroed them).
+    pub fn trimmed(&mut self, dev: &BlockDevice, lba: u64, n: u64) {
+        let ext = dev.ftl().config().ext_bytes as usize;
+        if ext == 0 {
+            return;
+        }
+        let zero = vec![0u8; ext];
+        let epp = dev.ftl().map_entries_per_page();
+        if n > 4 * epp * self.cache.pages.len() as u64 {
+            self.cache.clear();
+            return;
+        }
+        for l in lba..lba.saturating_add(n) {
+            self.cache.update(l / epp, (l % epp) as usize * ext, &zero);
+        }
+    }
+
+    /// Write `data` at `lba` through `op` (the FTL write of a Write, WRITE_IDX or batch),
+    /// maintaining the entries of `pages` (LBA, table, page data): stubs and redo bits
+    /// first, the write, then the new entries once the data is durable. Entry creation is
+    /// charged on the embedded cores from `staged` on, concurrently with the write.
+    fn write_with_entries(
+        &mut self,
+        dev: &mut BlockDevice,
+        pages: &[(u64, u8, &[u8])],
+        staged: SimTime,
+        op: impl FnOnce(&mut BlockDevice, SimTime) -> Result<SimTime, CommandError>,
+    ) -> Result<SimTime, CommandError> {
+        let ext = dev.ftl().config().ext_bytes as usize;
+        let fail = |error: FtlError, done| CommandError { error, done };
+        // Old entries (for a failed write) and new ones (computed from the buffered pages).
+        let mut t = staged;
+        let mut olds = Vec::with_capacity(pages.len());
+        let mut news = Vec::with_capacity(pages.len());
+        let mut rows = 0;
+        for &(l, table, data) in pages {
+            let (old, _, tt) = self.lookup(dev, l, staged).map_err(|e| fail(e, staged))?;
+            t = t.max(tt);
+            olds.push(old);
+            let (e, r) = self.compute(table, data);
+            rows += r;
+            news.push(e.encode(ext));
+        }
+        // Redo bit to 0, with a stub naming the table, before the data's redo descriptor.
+        for &(l, table, _) in pages {
+            self.install(dev, l, &Entry::Pending(table).encode(ext), t)
+                .map_err(|e| fail(e, t))?;
+            dev.ftl_mut()
+                .mark_ext_pending(l, 1, t)
+                .map_err(|e| fail(e, t))?;
+        }
+        let cycles = core_cycles(dev, Self::build_cycles(dev, pages.len(), rows));
+        let cpu_done = dev.controller_mut().cpu(t, cycles);
+        self.stats.entries_built += pages.len() as u64;
+        let done = match op(dev, t) {
+            Ok(d) => d,
+            Err(e) => {
+                // The data is as it was: so are its entries (unless power failed, when
+                // recovery recomputes them).
+                if !matches!(e.error, FtlError::Nand(csd_nand::NandError::PowerLoss)) {
+                    for (&(l, _, _), old) in pages.iter().zip(&olds) {
+                        let _ = self.install(dev, l, old, e.done);
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let mut done = done.max(cpu_done);
+        if dev.ftl().config().write_cache == csd_ftl::WriteCache::WriteBack {
+            done = dev.ftl_mut().flush(done).map_err(|e| fail(e, done))?;
+        }
+        for (&(l, _, _), new) in pages.iter().zip(&news) {
+            done = done.max(self.install(dev, l, new, done).map_err(|e| fail(e, done))?);
+        }
+        Ok(done)
+    }
+
+    /// WRITE_IDX: write pages of `table` at `lba` and build their entries.
+    pub fn write_idx(
+        &mut self,
+        dev: &mut BlockDevice,
+        table: u8,
+        lba: u64,
+        data: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, CommandError> {
+        let ls = dev.ftl().lba_size();
+        let pages: Vec<(u64, u8, &[u8])> = data
+            .chunks(ls)
+            .enumerate()
+            .map(|(i, p)| (lba + i as u64, table, p))
+            .collect();
+        dev.staged_with(data.len() as u64, at, |dev, t| {
+            self.write_with_entries(dev, &pages, t, |dev, t| {
+                dev.ftl_mut()
+                    .write(lba, data, t)
+                    .map_err(|error| CommandError { error, done: t })
+            })
+        })
+    }
+
+    /// A plain Write or batch of `(lba, page)` pairs: pages that had an entry get it
+    /// recomputed for the table it named (the others stay without one).
+    pub fn plain_write(
+        &mut self,
+        dev: &mut BlockDevice,
+        pages: &[(u64, &[u8])],
+        bytes: u64,
+        at: SimTime,
+        op: impl FnOnce(&mut BlockDevice, SimTime) -> Result<SimTime, CommandError>,
+    ) -> Result<SimTime, CommandError> {
+        dev.staged_with(bytes, at, |dev, t| {
+            let mut indexed = Vec::new();
+            let mut tt = t;
+            let mut seen = std::collections::HashSet::new();
+            for &(l, p) in pages.iter().rev() {
+                if !seen.insert(l) {
+                    continue; // a later page for the same LBA wins (batches)
+                }
+                let (old, _, x) = self
+                    .lookup(dev, l, t)
+                    .map_err(|error| CommandError { error, done: t })?;
+                tt = tt.max(x);
+                if let Some(table) = Entry::decode(&old).table() {
+                    indexed.push((l, table, p));
+                }
+            }
+            if indexed.is_empty() {
+                return op(dev, tt);
+            }
+            indexed.reverse();
+            self.write_with_entries(dev, &indexed, tt, op)
+        })
+    }
+
+    /// READ_IDX: read the pages of `lba..lba+blocks` whose entry can match rule
+    /// `(table, rule)`; returns the reply and the completion.
+    pub fn read_idx(
+        &mut self,
+        dev: &mut BlockDevice,
+        table: u8,
+        rule: u16,
+        lba: u64,
+        blocks: u32,
+        at: SimTime,
+    ) -> Result<(IndexRead, SimTime), CommandError> {
+        let (enc, r) = self.rule(table, rule).map_err(|e| refusal(e, at))?;
+        let (reply, t, _) =
+            self.filtered_read(dev, lba, blocks, at, |e| may_match(e, table, &enc, &r))?;
+        Ok((reply, t))
+    }
+
+    /// The common part of READ_IDX and the join reads: look up the entries of
+    /// `lba..lba+blocks`, compare each with `keep` (pending entries are always kept), read
+    /// the pages kept and send them with the skip list. Returns the reply, the completion
+    /// and when the comparisons ended (the firmware may scan pages from then on).
+    fn filtered_read(
+        &mut self,
+        dev: &mut BlockDevice,
+        lba: u64,
+        blocks: u32,
+        at: SimTime,
+        keep: impl Fn(&Entry) -> bool,
+    ) -> Result<(IndexRead, SimTime, SimTime), CommandError> {
+        Self::need_ext(dev, 8).map_err(|e| refusal(e, at))?;
+        let n = blocks as u64;
+        if lba.checked_add(n).is_none_or(|e| e > dev.ftl().lbas()) {
+            return Err(CommandError {
+                error: FtlError::OutOfRange {
+                    lba,
+                    end: lba.saturating_add(n),
+                    capacity: dev.ftl().lbas(),
+                },
+                done: at,
+            });
+        }
+        let meta0 = dev.ftl().stats().meta_reads;
+        let miss0 = self.cache.misses;
+        let t0 = dev.receive(at, 0);
+        let mut t = t0;
+        let mut reply = IndexRead::default();
+        let mdts = dev.ftl().config().mdts_sectors as usize;
+        let mut examined = 0u64;
+        for l in lba..lba + n {
+            if reply.lbas.len() == mdts {
+                reply.resume_at = Some(l);
+                break;
+            }
+            examined += 1;
+            let (bytes, pending, tt) = self
+                .lookup(dev, l, t0)
+                .map_err(|error| CommandError { error, done: t0 })?;
+            t = t.max(tt);
+            if pending || keep(&Entry::decode(&bytes)) {
+                reply.lbas.push(l);
+            } else {
+                reply.skipped.push(l);
+            }
+        }
+        let isp = dev.ftl().nand().config().isp;
+        let cycles = core_cycles(dev, examined as f64 * isp.comp_cycles_per_record);
+        let t = dev.controller_mut().cpu(t, cycles);
+        self.stats.entries_compared += examined;
+        self.stats.pages_read += reply.lbas.len() as u64;
+        self.stats.pages_skipped += reply.skipped.len() as u64;
+        let extra = 8 * reply.skipped.len() as u64 + 16;
+        let done = if reply.lbas.is_empty() {
+            dev.respond(t, extra)
+        } else {
+            reply.data = vec![0u8; reply.lbas.len() * dev.ftl().lba_size()];
+            dev.read_for_host(&reply.lbas, &mut reply.data, extra, t)?
+        };
+        reply.index_misses = self.cache.misses - miss0;
+        reply.index_page_reads = dev.ftl().stats().meta_reads - meta0;
+        Ok((reply, done, t))
+    }
+
+    /// SEND_TIDX_ENC (§4.5): register a per-table join-key index over `spec.column` of
+    /// `table` (a bitmap over `spec.bounds` buckets); returns its id (tiaID).
+    pub fn register_table_index(
+        &mut self,
+        dev: &BlockDevice,
+        table: u8,
+        spec: JoinIndexSpec,
+    ) -> Result<u16, FlixrError> {
+        Self::need_ext(dev, 8)?;
+        let t = self
+            .tables
+            .get(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        let col = t.schema.column_index(&spec.column).map_err(|_| {
+            FlixrError::BadEncoding(format!(
+                "table {:?} has no column {:?}",
+                t.format.name, spec.column
+            ))
+        })?;
+        if !t.format.columns[col].1.is_numeric() {
+            return Err(FlixrError::BadEncoding(format!(
+                "join key {:?} is not numeric",
+                spec.column
+            )));
+        }
+        if spec.bounds.is_empty()
+            || spec.bounds.len() + 1 > 8 * MAX_TABLE_INDEX_BYTES
+            || spec.bounds.windows(2).any(|w| w[0] >= w[1])
+        {
+            return Err(FlixrError::BadEncoding(format!(
+                "a per-table index has 2..={} buckets from strictly increasing split points",
+                8 * MAX_TABLE_INDEX_BYTES
+            )));
+        }
+        if self.table_indexes.len() >= MAX_RULES_PER_TABLE * 4 {
+            return Err(FlixrError::Full("the TIRA is full".into()));
+        }
+        let id = self.next_tia;
+        self.next_tia = self.next_tia.wrapping_add(1).max(1);
+        let bits = vec![0u8; (spec.bounds.len() + 1).div_ceil(8)];
+        self.table_indexes.insert(
+            id,
+            TableIndex {
+                table,
+                column: col,
+                bounds: spec.bounds,
+                bits,
+            },
+        );
+        Ok(id)
+    }
+
+    /// SEND_TIDX_ICR (§4.5): a join rule comparing the per-page bitmap entries of `table`
+    /// with per-table index `tia`; both must bucket values alike. Returns the rule id.
+    pub fn register_join_rule(&mut self, table: u8, tia: u16) -> Result<u16, FlixrError> {
+        let ti = self
+            .table_indexes
+            .get(&tia)
+            .ok_or(FlixrError::UnknownTableIndex(tia))?;
+        let t = self
+            .tables
+            .get(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        match &t.index {
+            Some((_, IndexEncoding::Bitmap { bounds })) if *bounds == ti.bounds => {}
+            _ => {
+                return Err(FlixrError::BadRule(format!(
+                    "table {table}'s per-page index must be a bitmap with the split points of per-table index {tia}"
+                )));
+            }
+        }
+        if self.join_rules.len() >= MAX_RULES_PER_TABLE * 4 {
+            return Err(FlixrError::Full("the join rule table is full".into()));
+        }
+        // Join rules have their own ids (READ_IDX_JOIN2 only).
+        let id = self.next_tia;
+        self.next_tia = self.next_tia.wrapping_add(1).max(1);
+        self.join_rules.insert((table, id), tia);
+        Ok(id)
+    }
+
+    /// READ_IDX_JOIN1 (§4.5 step 1): READ_IDX under rule `(table, rule)` that also ORs
+    /// the join keys of the matching rows on every page read into per-table index `tia`
+    /// (cleared first when `reset`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_idx_join1(
+        &mut self,
+        dev: &mut BlockDevice,
+        table: u8,
+        rule: u16,
+        tia: u16,
+        reset: bool,
+        lba: u64,
+        blocks: u32,
+        at: SimTime,
+    ) -> Result<(IndexRead, SimTime), CommandError> {
+        let (enc, r) = self.rule(table, rule).map_err(|e| refusal(e, at))?;
+        let ti = self
+            .table_indexes
+            .get(&tia)
+            .ok_or_else(|| refusal(FlixrError::UnknownTableIndex(tia), at))?;
+        if ti.table != table {
+            return Err(refusal(
+                FlixrError::BadRule(format!(
+                    "per-table index {tia} is built over table {}, not {table}",
+                    ti.table
+                )),
+                at,
+            ));
+        }
+        let (Some(t), Some((fcol, _))) = (
+            self.tables.get(&table),
+            self.tables.get(&table).and_then(|t| t.index.clone()),
+        ) else {
+            return Err(refusal(FlixrError::NoEncoding(table), at));
+        };
+        let (schema, layout, kcol) = (t.schema.clone(), t.format.layout, ti.column);
+        let (reply, done, from) =
+            self.filtered_read(dev, lba, blocks, at, |e| may_match(e, table, &enc, &r))?;
+        let ls = dev.ftl().lba_size();
+        let mut rows = 0usize;
+        let mut bits = std::mem::take(&mut self.table_indexes.get_mut(&tia).expect("checked").bits);
+        if reset {
+            bits.fill(0);
+        }
+        let bounds = self.table_indexes[&tia].bounds.clone();
+        let (mut fv, mut kv) = (Vec::new(), Vec::new());
+        for p in reply.data.chunks(ls) {
+            let Ok(view) = PageView::parse(p, &schema) else {
+                continue;
+            };
+            if view.layout() != layout {
+                continue;
+            }
+            let (Ok(f), Ok(k)) = (view.column(fcol), view.column(kcol)) else {
+                continue;
+            };
+            fv.clear();
+            kv.clear();
+            if f.decode_i64_into(&mut fv).is_err() || k.decode_i64_into(&mut kv).is_err() {
+                continue;
+            }
+            rows += fv.len();
+            for (x, key) in fv.iter().zip(&kv) {
+                if r.matches(*x) {
+                    let b = bucket(&bounds, *key);
+                    bits[b / 8] |= 1 << (b % 8);
+                }
+            }
+        }
+        if let Some(ti) = self.table_indexes.get_mut(&tia) {
+            ti.bits = bits;
+        }
+        // The scan of the pages read runs on the embedded cores as they arrive.
+        let c = core_cycles(dev, Self::build_cycles(dev, reply.lbas.len(), 2 * rows));
+        let cpu = dev.controller_mut().cpu(from, c);
+        Ok((reply, done.max(cpu)))
+    }
+
+    /// READ_IDX_JOIN2 (§4.5 step 2): read the pages of `table` whose bitmap entry shares a
+    /// bucket with the per-table index of join rule `(table, rule)`.
+    pub fn read_idx_join2(
+        &mut self,
+        dev: &mut BlockDevice,
+        table: u8,
+        rule: u16,
+        lba: u64,
+        blocks: u32,
+        at: SimTime,
+    ) -> Result<(IndexRead, SimTime), CommandError> {
+        let tia = *self
+            .join_rules
+            .get(&(table, rule))
+            .ok_or_else(|| refusal(FlixrError::UnknownRule { table, rule }, at))?;
+        let want = self
+            .table_indexes
+            .get(&tia)
+            .map(|t| t.bits.clone())
+            .ok_or_else(|| refusal(FlixrError::UnknownTableIndex(tia), at))?;
+        let (reply, done, _) = self.filtered_read(dev, lba, blocks, at, |e| match e {
+            Entry::Bitmap { table: x, bits } if *x == table => {
+                bits.iter().zip(&want).any(|(a, b)| a & b != 0)
+            }
+            Entry::Empty(x) if *x == table => false,
+            _ => true,
+        })?;
+        Ok((reply, done))
+    }
+
+    /// The bits of per-table index `tia` (bucket `i` is bit `i % 8` of byte `i / 8`).
+    pub fn table_index_bits(&self, tia: u16) -> Option<&[u8]> {
+        self.table_indexes.get(&tia).map(|t| t.bits.as_slice())
+    }
+
+    /// UPDATE_HOST_INDEX: the range entry of page `lba` of `table`.
+    pub fn host_index(
+        &mut self,
+        dev: &mut BlockDevice,
+        table: u8,
+        lba: u64,
+        at: SimTime,
+    ) -> Result<(HostIndexValue, SimTime), CommandError> {
+        let refuse = |e: FlixrError| CommandError {
+            error: FtlError::Config(e.to_string()),
+            done: at,
+        };
+        self.check_writable(dev, table).map_err(refuse)?;
+        if lba >= dev.ftl().lbas() {
+            return Err(CommandError {
+                error: FtlError::OutOfRange {
+                    lba,
+                    end: lba + 1,
+                    capacity: dev.ftl().lbas(),
+                },
+                done: at,
+            });
+        }
+        let t = dev.receive(at, 0);
+        let (bytes, pending, t) = self
+            .lookup(dev, lba, t)
+            .map_err(|error| CommandError { error, done: t })?;
+        let v = match Entry::decode(&bytes) {
+            _ if pending => HostIndexValue::Unknown,
+            Entry::Range { table: x, min, max } if x == table => HostIndexValue::Range { min, max },
+            Entry::Empty(x) if x == table => HostIndexValue::Empty,
+            _ => HostIndexValue::Unknown,
+        };
+        Ok((v, dev.respond(t, 16)))
+    }
+
+    /// After a crash: recompute every entry the FTL still holds pending (§4.6) from the
+    /// data that survived; an entry that cannot be recomputed is cleared (its page is then
+    /// always read). Returns how many were recomputed.
+    pub fn recover(&mut self, dev: &mut BlockDevice) -> u64 {
+        let pending = dev.ftl().ext_pending();
+        if pending.is_empty() || dev.ftl().read_only().is_some() {
+            return 0;
+        }
+        let ext = dev.ftl().config().ext_bytes as usize;
+        let ls = dev.ftl().lba_size();
+        let mut t = dev.ftl().nand().now();
+        let mut page = vec![0u8; ls];
+        let mut n = 0;
+        for l in pending {
+            let Ok((bytes, tt)) = dev.ftl_mut().ext(l, t) else {
+                continue;
+            };
+            t = t.max(tt);
+            let entry = match Entry::decode(&bytes).table() {
+                Some(table) => match dev.ftl_mut().read(l, &mut page, t) {
+                    Ok(tt) => {
+                        t = t.max(tt);
+                        let (e, rows) = self.compute(table, &page);
+                        let c = core_cycles(dev, Self::build_cycles(dev, 1, rows));
+                        t = dev.controller_mut().cpu(t, c);
+                        e
+                    }
+                    Err(_) => Entry::None,
+                },
+                None => Entry::None,
+            };
+            if dev.ftl_mut().set_ext(l, &entry.encode(ext), t).is_ok() {
+                n += 1;
+            }
+        }
+        let _ = dev.ftl_mut().flush(t);
+        self.cache.clear();
+        self.stats.recovered_entries += n;
+        n
+    }
+
+    /// The registered table ids and names.
+    pub fn tables(&self) -> Vec<(u8, String)> {
+        self.tables
+            .iter()
+            .map(|(id, t)| (*id, t.format.name.clone()))
+            .collect()
+    }
+}
+
+// The registry as the controller blob: tables and encodings (rules are not kept).
+fn encode_registry(tables: &BTreeMap<u8, TableEntry>) -> Vec<u8> {
+    let mut v = BLOB_MAGIC.to_vec();
+    let s = |v: &mut Vec<u8>, x: &str| {
+        v.extend_from_slice(&(x.len() as u16).to_le_bytes());
+        v.extend_from_slice(x.as_bytes());
+    };
+    v.push(tables.len() as u8);
+    for (id, t) in tables {
+        v.push(*id);
+        s(&mut v, &t.format.name);
+        v.push(t.format.layout.code());
+        v.extend_from_slice(&(t.format.columns.len() as u16).to_le_bytes());
+        for (name, ty) in &t.format.columns {
+            s(&mut v, name);
+            let (tag, p) = match ty {
+                ColumnType::Int32 => (1u8, 0u16),
+                ColumnType::Int64 => (2, 0),
+                ColumnType::Date => (3, 0),
+                ColumnType::Decimal { scale } => (4, *scale as u16),
+                ColumnType::Char(n) => (5, *n),
+            };
+            v.push(tag);
+            v.extend_from_slice(&p.to_le_bytes());
+        }
+        match &t.index {
+            None => v.push(0),
+            Some((col, IndexEncoding::Range)) => {
+                v.push(1);
+                v.extend_from_slice(&(*col as u16).to_le_bytes());
+            }
+            Some((col, IndexEncoding::Bitmap { bounds })) => {
+                v.push(2);
+                v.extend_from_slice(&(*col as u16).to_le_bytes());
+                v.extend_from_slice(&(bounds.len() as u16).to_le_bytes());
+                for b in bounds {
+                    v.extend_from_slice(&b.to_le_bytes());
+                }
+            }
+        }
+    }
+    v
+}
+
+fn decode_registry(b: &[u8]) -> Option<BTreeMap<u8, TableEntry>> {
+    if b.is_empty() {
+        return Some(BTreeMap::new());
+    }
+    let mut p = 0usize;
+    let take = |p: &mut usize, n: usize| -> Option<&[u8]> {
+        let s = b.get(*p..*p + n)?;
+        *p += n;
+        Some(s)
+    };
+    if take(&mut p, 4)? != BLOB_MAGIC {
+        return None;
+    }
+    let u8_ = |p: &mut usize| take(p, 1).map(|s| s[0]);
+    let u16_ = |p: &mut usize| take(p, 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
+    let str_ = |p: &mut usize| {
+        let n = u16_(p)? as usize;
+        String::from_utf8(take(p, n)?.to_vec()).ok()
+    };
+    let n = u8_(&mut p)?;
+    let mut out = BTreeMap::new();
+    for _ in 0..n {
+        let id = u8_(&mut p)?;
+        let name = str_(&mut p)?;
+        let layout = Layout::from_code(u8_(&mut p)?)?;
+        let nc = u16_(&mut p)?;
+        let mut columns = Vec::new();
+        for _ in 0..nc {
+            let cn = str_(&mut p)?;
+            let tag = u8_(&mut p)?;
+            let par = u16_(&mut p)?;
+            let ty = match tag {
+                1 => ColumnType::Int32,
+                2 => ColumnType::Int64,
+                3 => ColumnType::Date,
+                4 => ColumnType::Decimal { scale: par as u8 },
+                5 => ColumnType::Char(par),
+                _ => return None,
+            };
+            columns.push((cn, ty));
+        }
+        let index = match u8_(&mut p)? {
+            0 => None,
+            1 => Some((u16_(&mut p)? as usize, IndexEncoding::Range)),
+            2 => {
+                let col = u16_(&mut p)? as usize;
+                let nb = u16_(&mut p)?;
+                let mut bounds = Vec::new();
+                for _ in 0..nb {
+                    bounds.push(i64::from_le_bytes(take(&mut p, 8)?.try_into().ok()?));
+                }
+                Some((col, IndexEncoding::Bitmap { bounds }))
+            }
+            _ => return None,
+        };
+        let cols: Vec<Column> = columns
+            .iter()
+            .map(|(n, t)| Column::new(n.clone(), *t))
+            .collect();
+        let schema = Schema::new(name.clone(), cols).ok()?;
+        out.insert(
+            id,
+            TableEntry {
+                format: TableFormat {
+                    name,
+                    columns,
+                    layout,
+                },
+                schema,
+                index,
+                rules: BTreeMap::new(),
+                next_rule: 1,
+            },
+        );
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_roundtrip_and_rules_are_conservative() {
+        for e in [
+            Entry::None,
+            Entry::Pending(3),
+            Entry::Empty(4),
+            Entry::Opaque(5),
+            Entry::Range {
+                table: 1,
+                min: -5,
+                max: 9,
+            },
+            Entry::Bitmap {
+                table: 2,
+                bits: [vec![0b101], vec![0; 19]].concat(),
+            },
+        ] {
+            assert_eq!(Entry::decode(&e.encode(24)), e.clone());
+        }
+        let r = Entry::Range {
+            table: 1,
+            min: 10,
+            max: 20,
+        };
+        let between = |lo, hi| IndexRule::Between { lo, hi };
+        assert!(may_match(&r, 1, &IndexEncoding::Range, &between(20, 30)));
+        assert!(!may_match(&r, 1, &IndexEncoding::Range, &between(21, 30)));
+        assert!(!may_match(
+            &r,
+            1,
+            &IndexEncoding::Range,
+            &IndexRule::In(vec![1, 21])
+        ));
+        assert!(
+            may_match(&r, 2, &IndexEncoding::Range, &between(21, 30)),
+            "other table: read"
+        );
+        let bounds = vec![10, 20, 30]; // buckets (..10) [10,20) [20,30) [30..)
+        let enc = IndexEncoding::Bitmap {
+            bounds: bounds.clone(),
+        };
+        let b = Entry::Bitmap {
+            table: 1,
+            bits: vec![0b0100],
+        }; // only [20,30)
+        assert!(may_match(&b, 1, &enc, &between(25, 25)));
+        assert!(!may_match(&b, 1, &enc, &between(0, 19)));
+        assert!(!may_match(&b, 1, &enc, &IndexRule::In(vec![5, 35])));
+        assert!(!may_match(
+            &Entry::Empty(1),
+            1,
+            &enc,
+            &between(i64::MIN, i64::MAX)
+        ));
+        assert!(may_match(&Entry::Opaque(1), 1, &enc, &between(0, 0)));
+        assert!(may_match(&Entry::None, 1, &enc, &between(0, 0)));
+    }
+}
