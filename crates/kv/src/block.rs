@@ -93,6 +93,9 @@ enum Seg {
     Victim,
 }
 
+/// What host GC took from a victim: its live pages and when their reads completed.
+pub(crate) type Collected = (Vec<(u64, Page)>, SimTime);
+
 /// The host log.
 #[derive(Debug, Clone)]
 pub(crate) struct BlockLog {
@@ -236,11 +239,6 @@ impl BlockLog {
         })
     }
 
-    /// The options.
-    pub fn options(&self) -> BlockOptions {
-        self.opts
-    }
-
     /// Change the GC options (a benchmark turns GC on or off per run).
     pub fn set_options(&mut self, opts: BlockOptions) {
         self.opts = opts;
@@ -370,11 +368,35 @@ impl BlockLog {
         if old != NO_PAGE {
             let o = self.seg_of(old);
             self.live[o as usize] -= 1;
-            if self.live[o as usize] == 0 && matches!(self.state[o as usize], Seg::Used | Seg::Victim)
+            if self.live[o as usize] == 0
+                && matches!(self.state[o as usize], Seg::Used | Seg::Victim)
             {
                 self.dead.push(o);
             }
         }
+    }
+
+    /// Check the log's bookkeeping: live counts match the mapping table, and no page is
+    /// mapped into a free or reserved segment. For tests.
+    pub fn check(&self) -> Result<(), String> {
+        let mut live = vec![0u32; self.nseg as usize];
+        for (id, &l) in self.map.iter().enumerate() {
+            if l == NO_PAGE {
+                continue;
+            }
+            let s = self.seg_of(l);
+            if matches!(self.state[s as usize], Seg::Free | Seg::Next) {
+                return Err(format!(
+                    "page {id} at LBA {l} is in {:?} segment {s}",
+                    self.state[s as usize]
+                ));
+            }
+            live[s as usize] += 1;
+        }
+        if live != self.live {
+            return Err("live counts disagree with the mapping table".into());
+        }
+        Ok(())
     }
 
     /// Should host GC run (used share at or over the threshold)?
@@ -396,10 +418,9 @@ impl BlockLog {
         io: &mut Io<'_, I>,
         is_dirty: &dyn Fn(u64) -> bool,
         at: SimTime,
-    ) -> Result<Option<(Vec<(u64, Page)>, SimTime)>, KvError> {
-        let cands = (0..self.nseg).filter(|&s| {
-            self.state[s as usize] == Seg::Used && self.live[s as usize] > 0
-        });
+    ) -> Result<Option<Collected>, KvError> {
+        let cands = (0..self.nseg)
+            .filter(|&s| self.state[s as usize] == Seg::Used && self.live[s as usize] > 0);
         let victim = match self.opts.policy {
             VictimPolicy::Oldest => cands.min_by_key(|&s| self.last_seq[s as usize]),
             VictimPolicy::Greedy => {
@@ -556,12 +577,7 @@ impl BlockLog {
             if !(CKPT_HEADER..=max).contains(&len) {
                 continue;
             }
-            let (body, d) = io.read_lbas(
-                Work::Checkpoint,
-                slot,
-                len.div_ceil(PAGE) as u64,
-                t,
-            )?;
+            let (body, d) = io.read_lbas(Work::Checkpoint, slot, len.div_ceil(PAGE) as u64, t)?;
             t = t.max(d);
             io.stats.recovery_read_bytes += body.len() as u64;
             let mut c = body[..len].to_vec();
@@ -569,7 +585,10 @@ impl BlockLog {
             if crc32c::crc32c(&c) != u32_at(&body, 4) {
                 continue;
             }
-            if best.as_ref().is_none_or(|b| u64_at(b, 8) < u64_at(&body, 8)) {
+            if best
+                .as_ref()
+                .is_none_or(|b| u64_at(b, 8) < u64_at(&body, 8))
+            {
                 best = Some(body);
             }
         }
@@ -595,14 +614,13 @@ impl BlockLog {
         log.off = u32_at(&b, 36);
         log.next = u32_at(&b, 40);
         let npages = u64_at(&b, 48) as usize;
-        if log.open >= log.nseg || log.next >= log.nseg || npages > log.page_capacity() as usize
-        {
-            return Err(KvError::Corrupt("host checkpoint fields out of range".into()));
+        if log.open >= log.nseg || log.next >= log.nseg || npages > log.page_capacity() as usize {
+            return Err(KvError::Corrupt(
+                "host checkpoint fields out of range".into(),
+            ));
         }
         let mut o = CKPT_HEADER;
-        log.map = (0..npages)
-            .map(|i| u64_at(&b, o + 8 * i))
-            .collect();
+        log.map = (0..npages).map(|i| u64_at(&b, o + 8 * i)).collect();
         o += 8 * npages;
         for s in 0..log.nseg as usize {
             log.last_seq[s] = u64_at(&b, o);
@@ -634,7 +652,9 @@ impl BlockLog {
         for &l in &log.map {
             if l != NO_PAGE {
                 if l < log.base || log.seg_of(l) >= log.nseg {
-                    return Err(KvError::Corrupt(format!("mapping entry {l} outside the log")));
+                    return Err(KvError::Corrupt(format!(
+                        "mapping entry {l} outside the log"
+                    )));
                 }
                 let s = log.seg_of(l) as usize;
                 log.live[s] += 1;
@@ -656,6 +676,9 @@ impl BlockLog {
             };
         }
         log.dead.clear();
+        // Never reuse the sequence of a chunk a cut may have left partly written: a new
+        // chunk at the same place, cut again, could otherwise pass its pages off as its own.
+        log.seq += 1;
         log.covered_seq = log.seq;
         Ok(Some((log, t)))
     }
@@ -745,7 +768,10 @@ mod tests {
         };
         let mut b = s.encode();
         let d = Summary::decode(&b[..]).unwrap();
-        assert_eq!((d.seq, d.seg, d.off, d.next, d.ids), (9, 3, 17, 5, vec![1, 2, 77]));
+        assert_eq!(
+            (d.seq, d.seg, d.off, d.next, d.ids),
+            (9, 3, 17, 5, vec![1, 2, 77])
+        );
         b[60] ^= 1;
         assert!(Summary::decode(&b[..]).is_none());
     }

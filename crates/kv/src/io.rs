@@ -61,12 +61,7 @@ pub struct Io<'a, I: CommandIssuer> {
 impl<I: CommandIssuer> Io<'_, I> {
     /// Submit `cmd` for `work` no earlier than `at` (waiting for a queue slot, charging
     /// the submission and completion to the host CPU); returns the completion.
-    pub fn submit(
-        &mut self,
-        work: Work,
-        cmd: Command,
-        at: SimTime,
-    ) -> Result<Completion, KvError> {
+    pub fn submit(&mut self, work: Work, cmd: Command, at: SimTime) -> Result<Completion, KvError> {
         let mut t = self.clock.slot(at.max(self.clock.cpu));
         let c = self.clock.costs;
         self.clock.charge(work, c.submit, &mut t);

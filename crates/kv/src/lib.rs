@@ -32,4 +32,4 @@ pub use block::{BlockOptions, VictimPolicy};
 pub use cost::{CpuSplit, HostCosts};
 pub use error::KvError;
 pub use io::IoStats;
-pub use store::{Interface, OpenFailed, Store, StoreConfig, StoreStats};
+pub use store::{Activity, Entry, Interface, OpenFailed, Store, StoreConfig, StoreStats};

@@ -156,7 +156,9 @@ pub fn sane(p: &[u8]) -> bool {
     }
     (0..n).all(|i| {
         let o = slot(p, i);
-        o >= heap && o + ENTRY_HDR <= PAGE && o + ENTRY_HDR + u16_at(p, o) + u16_at(p, o + 2) <= PAGE
+        o >= heap
+            && o + ENTRY_HDR <= PAGE
+            && o + ENTRY_HDR + u16_at(p, o) + u16_at(p, o + 2) <= PAGE
     })
 }
 
@@ -425,7 +427,10 @@ mod tests {
         assert!(upsert(&mut p, &4u32.to_be_bytes(), &[8; 70]));
         assert!(remove(&mut p, &5u32.to_be_bytes()));
         assert!(!remove(&mut p, &5u32.to_be_bytes()));
-        assert_eq!(value(&p[..], search(&p[..], &4u32.to_be_bytes()).unwrap()), &[8; 70]);
+        assert_eq!(
+            value(&p[..], search(&p[..], &4u32.to_be_bytes()).unwrap()),
+            &[8; 70]
+        );
         // Fill until full; compaction reclaims dead bytes first.
         let mut i = 100u32;
         while upsert(&mut p, &i.to_be_bytes(), &[1; 50]) {

@@ -17,17 +17,23 @@
 //! thread starts it to when its last page arrived and its CPU work is done; background
 //! work (sealing, host GC, host checkpoints) runs on the same thread between operations.
 
+use crate::KvError;
 use crate::batch;
 use crate::block::{self, BlockLog, BlockOptions};
 use crate::cache::{Cache, WriteBuffer, copy};
 use crate::cost::{CpuSplit, HostClock, HostCosts, Work};
 use crate::io::{Io, IoStats};
 use crate::page::{self, Kind, MAX_KEY, MAX_VALUE, NO_PAGE, PAGE, Page, Super};
-use crate::KvError;
 use csd_device::{Command, Payload};
 use csd_host::CommandIssuer;
 use csd_sim::SimTime;
 use std::collections::{HashMap, VecDeque};
+
+/// Page bytes after the fields a seal stamps (CRC at 12..16, sequence at 24..32).
+const HEADER_SKIP: usize = 32;
+
+/// A key and its value.
+pub type Entry = (Vec<u8>, Vec<u8>);
 
 /// Which storage interface the store uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +178,22 @@ pub struct Store<I: CommandIssuer> {
     op_start: SimTime,
     op_done: SimTime,
     recovered: bool,
+    activity: Activity,
+}
+
+/// What the store was doing (for crash tests: where a power cut struck).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Activity {
+    /// Serving an operation (reads of pages).
+    Idle,
+    /// Writing a sealed write buffer.
+    Seal,
+    /// Host GC reading a victim.
+    Gc,
+    /// Writing a host checkpoint (block interface).
+    Checkpoint,
+    /// Recovering.
+    Recovery,
 }
 
 impl<I: CommandIssuer> Store<I> {
@@ -205,11 +227,15 @@ impl<I: CommandIssuer> Store<I> {
             op_done: now,
             io: IoStats::default(),
             recovered: false,
+            activity: Activity::Recovery,
             dev,
             cfg,
         };
         match s.init(id.lba_size) {
-            Ok(()) => Ok(s),
+            Ok(()) => {
+                s.activity = Activity::Idle;
+                Ok(s)
+            }
             Err(error) => Err(Box::new(OpenFailed { error, dev: s.dev })),
         }
     }
@@ -268,8 +294,7 @@ impl<I: CommandIssuer> Store<I> {
                         "the device holds no key-value store (create one first)".into(),
                     )),
                     None => Err(KvError::WrongFormat(
-                        "the device holds something other than a key-value store at LPID 0"
-                            .into(),
+                        "the device holds something other than a key-value store at LPID 0".into(),
                     )),
                 }
             }
@@ -364,6 +389,11 @@ impl<I: CommandIssuer> Store<I> {
             self.checkpoint()?;
         }
         Ok(())
+    }
+
+    /// What the store is doing now (after an error: what it was doing when it failed).
+    pub fn activity(&self) -> Activity {
+        self.activity
     }
 
     /// Was an existing store recovered (rather than a new one formatted)?
@@ -466,7 +496,9 @@ impl<I: CommandIssuer> Store<I> {
     fn frame(&mut self, id: u64) -> Result<&mut Page, KvError> {
         match self.cache.index.get(&id) {
             Some(&i) => Ok(&mut self.cache.frames[i].data),
-            None => Err(KvError::Corrupt(format!("page {id} left the cache while in use"))),
+            None => Err(KvError::Corrupt(format!(
+                "page {id} left the cache while in use"
+            ))),
         }
     }
 
@@ -677,7 +709,10 @@ impl<I: CommandIssuer> Store<I> {
             self.counts.splits += 1;
             let (kind, lvl) = {
                 let p = self.frame(id)?;
-                (page::kind(&p[..]).unwrap_or(Kind::Leaf), page::level(&p[..]))
+                (
+                    page::kind(&p[..]).unwrap_or(Kind::Leaf),
+                    page::level(&p[..]),
+                )
             };
             let rid = self.alloc_id()?;
             let mut r = page::blank();
@@ -737,7 +772,7 @@ impl<I: CommandIssuer> Store<I> {
     }
 
     /// Up to `limit` entries with keys at or after `start`, in key order.
-    pub fn scan(&mut self, start: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError> {
+    pub fn scan(&mut self, start: &[u8], limit: usize) -> Result<Vec<Entry>, KvError> {
         let mut t = self.begin_op();
         self.counts.scans += 1;
         let mut out = Vec::new();
@@ -757,7 +792,10 @@ impl<I: CommandIssuer> Store<I> {
                 if out.len() >= limit {
                     break;
                 }
-                out.push((page::key(&p[..], i).to_vec(), page::value(&p[..], i).to_vec()));
+                out.push((
+                    page::key(&p[..], i).to_vec(),
+                    page::value(&p[..], i).to_vec(),
+                ));
             }
             let next = page::next(&p[..]);
             if out.len() >= limit || next == NO_PAGE {
@@ -767,7 +805,8 @@ impl<I: CommandIssuer> Store<I> {
             from = 0;
             self.fetch(id, &mut t)?;
         }
-        self.clock.charge(Work::User, per * out.len() as u64, &mut t);
+        self.clock
+            .charge(Work::User, per * out.len() as u64, &mut t);
         self.end_op(t)?;
         Ok(out)
     }
@@ -825,7 +864,6 @@ impl<I: CommandIssuer> Store<I> {
                 user += 1;
                 self.clock.charge(Work::User, c.buffer_page, &mut t);
             }
-            self.dirty.remove(&id);
             pages.push((id, p));
         }
         if pages.len() > 255 {
@@ -845,10 +883,15 @@ impl<I: CommandIssuer> Store<I> {
             clock: &mut self.clock,
             stats: &mut self.io,
         };
+        self.activity = Activity::Seal;
         match &mut self.log {
             Some(log) => log.write(&mut io, work, &pages, at)?,
             None => batch::write(&mut io, work, &pages, at)?,
         };
+        for (id, _) in &pages {
+            self.dirty.remove(id);
+        }
+        self.activity = Activity::Idle;
         Ok(())
     }
 
@@ -897,7 +940,11 @@ impl<I: CommandIssuer> Store<I> {
         }
         let now = self.clock.cpu;
         let age = self.cfg.max_dirty_age_ns;
-        if self.fifo.front().is_some_and(|&(_, since, _)| since.after(age) <= now) {
+        if self
+            .fifo
+            .front()
+            .is_some_and(|&(_, since, _)| since.after(age) <= now)
+        {
             let cut = SimTime(now.0.saturating_sub(age / 2));
             let old: Vec<u64> = self
                 .fifo
@@ -947,7 +994,10 @@ impl<I: CommandIssuer> Store<I> {
             let Some(log) = self.log.as_mut() else {
                 return Ok(());
             };
-            if let Some((pages, ready)) = log.collect(&mut io, &is_dirty, at)? {
+            self.activity = Activity::Gc;
+            let got = log.collect(&mut io, &is_dirty, at)?;
+            self.activity = Activity::Idle;
+            if let Some((pages, ready)) = got {
                 for (id, p) in pages {
                     if self.buf.contains(id) {
                         continue;
@@ -973,13 +1023,47 @@ impl<I: CommandIssuer> Store<I> {
         };
         let at = io.clock.cpu;
         if let Some(log) = self.log.as_mut() {
+            let was = std::mem::replace(&mut self.activity, Activity::Checkpoint);
             log.checkpoint(&mut io, at)?;
+            self.activity = was;
             self.last_ckpt = self.clock.cpu;
         }
         Ok(())
     }
 
     // ------------------------------------------------------------------ inspection
+
+    /// Check the host log's bookkeeping and that every clean cached page equals what the
+    /// device holds for it (block interface). For tests; reads through the device.
+    pub fn check(&mut self) -> Result<(), String> {
+        let Some(log) = &self.log else {
+            return Ok(());
+        };
+        log.check()?;
+        let clean: Vec<u64> = self
+            .cache
+            .index
+            .keys()
+            .copied()
+            .filter(|id| !self.dirty.contains_key(id) && !self.buf.contains(*id))
+            .collect();
+        for id in clean {
+            let mut t = self.clock.cpu;
+            let (p, _) = self.read_page(id, &mut t).map_err(|e| e.to_string())?;
+            let i = self.cache.index[&id];
+            if p[HEADER_SKIP..] != self.cache.frames[i].data[HEADER_SKIP..] {
+                return Err(format!(
+                    "clean cached page {id} differs from the device's copy"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Host log segments in all and free (block interface).
+    pub fn host_log_segments(&self) -> Option<(u32, usize)> {
+        self.log.as_ref().map(|l| (l.segments(), l.free_segments()))
+    }
 
     /// Counters since the last [`Store::reset_stats`].
     pub fn stats(&self) -> StoreStats {

@@ -90,11 +90,22 @@ proptest! {
 #[test]
 fn long_overwrite_run_exercises_gc_on_both_interfaces() {
     for interface in [Interface::Batch, Interface::Block] {
-        let cfg = small(interface);
+        let cfg = csd_kv::StoreConfig {
+            max_dirty_age_ns: 50_000,
+            block: csd_kv::BlockOptions {
+                gc_start_used: 0.1,
+                ..small(interface).block
+            },
+            ..small(interface)
+        };
         let mut s = open(client(FtlConfig::default()), cfg.clone());
         let mut m = BTreeMap::new();
-        for i in 0..40_000u64 {
-            let k = (i * 7919) % 3000;
+        for i in 0..60_000u64 {
+            let k = if i < 6000 {
+                (i * 7919) % 6000
+            } else {
+                (i * 7919) % 300
+            };
             let val = value(k, i, 100);
             s.put(&key(k), &val).unwrap();
             m.insert(key(k), val);

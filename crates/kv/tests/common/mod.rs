@@ -21,7 +21,7 @@ pub fn small(interface: Interface) -> StoreConfig {
     StoreConfig {
         interface,
         cache_pages: Some(8),
-        write_buffer_bytes: 17 * 4096,
+        write_buffer_bytes: 41 * 4096,
         queue_depth: 8,
         max_dirty_age_ns: 2_000_000,
         block: BlockOptions {
