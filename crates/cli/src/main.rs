@@ -5,6 +5,9 @@
 //! workloads with modeled and wall-clock figures), `serve` (the device as an NBD server
 //! for real clients). Every command has `--help`.
 
+mod bench_open;
+mod bench_serve;
+mod check;
 mod fdbench;
 mod image;
 mod query;
@@ -12,12 +15,13 @@ mod report;
 mod repro;
 mod serve;
 mod tables;
+mod torture;
 mod units;
 
 use clap::{Args, Parser, Subcommand};
 use csd_device::workload::{self, IoReport, Rw, WorkloadSpec};
 use csd_device::{BlockDevice, DeviceError, IoTarget, RawDevice};
-use csd_ftl::{Ftl, FtlConfig, FtlError, GcPolicy, WriteCache};
+use csd_ftl::{Ftl, FtlConfig, FtlError, WriteCache};
 use csd_nand::{BlockId, Nand, NandError};
 use csd_sim::config::{DEFAULT_PRESET, PRESETS};
 use csd_sim::{ClockMode, ConfigError, DeviceConfig};
@@ -38,6 +42,8 @@ enum CliError {
     Nand(#[from] NandError),
     #[error(transparent)]
     Device(#[from] DeviceError),
+    #[error(transparent)]
+    Open(#[from] csd_device::stack::OpenError),
     #[error(transparent)]
     Ftl(#[from] FtlError),
     #[error("torture: {0}")]
@@ -82,7 +88,7 @@ enum Cmd {
     /// recover, and check every acknowledged write and the atomicity of batches.
     ///
     /// Example: csd torture --cuts 10000 --seed 7
-    Torture(TortureArgs),
+    Torture(torture::TortureArgs),
     /// The papers' analytic models, evaluated for a device config (checked against the
     /// simulation, never used in its place).
     #[command(subcommand)]
@@ -157,18 +163,27 @@ enum DeviceCmd {
         /// Image file to create (must not exist; sparse on disk).
         #[arg(long)]
         image: PathBuf,
+        /// Over-provisioning of the FTL formatted on it, (physical - logical) / logical.
+        #[arg(long, default_value_t = 0.07)]
+        op: f64,
     },
-    /// Read the FTL's SMART-like log page from an image (through the command interface).
+    /// Read the SMART / health log page from an image (through the command interface),
+    /// opened read-only: the image is not changed.
     ///
     /// Example: csd device smart --image dev.img --json
     Smart {
-        /// Image file (holding an FTL: run `csd io --image ...` in block mode first).
+        /// Image file.
         #[arg(long)]
         image: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
+    /// Check an image without changing it: header, block table, FTL checkpoint and log,
+    /// and (unless --quick) a read of every mapped LBA; reports what is readable.
+    ///
+    /// Example: csd device check --image dev.img
+    Check(check::CheckArgs),
     /// Print an image's device config, geometry and wear summary.
     ///
     /// Example: csd device info --image dev.img --json
@@ -180,6 +195,25 @@ enum DeviceCmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Which interface `csd io` drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+enum ModeArg {
+    /// The FTL's block device (4 KiB LBAs).
+    #[default]
+    Block,
+    /// The raw flash array, page by page (open-channel style).
+    Raw,
+}
+
+impl std::fmt::Display for ModeArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ModeArg::Block => "block",
+            ModeArg::Raw => "raw",
+        })
+    }
 }
 
 /// Where a device config comes from.
@@ -235,20 +269,14 @@ struct IoArgs {
     src: ConfigSource,
     /// Device interface: `block` (the FTL's LBA interface) or `raw` (the flash array page
     /// by page, open-channel style).
-    #[arg(long, default_value = "block", value_parser = ["block", "raw"])]
-    mode: String,
-    /// Block mode: over-provisioning, (physical - logical) / logical.
-    #[arg(long, default_value_t = 0.07)]
-    op: f64,
-    /// Block mode: GC victim policy, greedy or cost-benefit.
-    #[arg(long, default_value = "greedy", value_parser = ["greedy", "cost-benefit"])]
-    gc: String,
-    /// Block mode on an image: format the FTL even if the image holds one.
-    #[arg(long)]
-    format: bool,
-    /// Block mode: write cache, write-through or write-back.
-    #[arg(long, default_value = "write-through", value_parser = ["write-through", "write-back"])]
-    write_cache: String,
+    #[arg(long, value_enum, default_value_t)]
+    mode: ModeArg,
+    #[command(flatten)]
+    ftl: image::FtlArgs,
+    /// Offsets of random I/O: uniform, zipf[:THETA] (scrambled zipfian, theta 0.99 by
+    /// default, as YCSB), or hotcold:H/C (H% of the I/O to C% of the region).
+    #[arg(long, default_value = "uniform", value_parser = csd_sim::dist::Dist::parse)]
+    dist: csd_sim::dist::Dist,
     /// Access pattern: read, write, randread, randwrite, randrw.
     #[arg(long, default_value = "randread", value_parser = parse_rw)]
     rw: Rw,
@@ -304,6 +332,16 @@ enum BenchCmd {
     ///
     /// Example: csd bench fdtree --scheme fc --lookup-ratio 0.8 --preload 100000 --requests 100000
     Fdtree(fdbench::BenchFdtreeArgs),
+    /// Open time and memory of an image of real size: fresh, after writing and a clean
+    /// shutdown, and after a crash (each open measured in its own process).
+    ///
+    /// Example: csd bench open --clean-gib 4 --crash-gib 1,16
+    Open(bench_open::BenchOpenArgs),
+    /// `csd serve` against `nbdkit memory` under the same fio jobs (4 KiB random writes
+    /// and reads over NBD, queue depth 32): IOPS side by side.
+    ///
+    /// Example: csd bench serve --runtime 10
+    Serve(bench_serve::BenchServeArgs),
 }
 
 #[derive(Args)]
@@ -318,25 +356,6 @@ struct RecoveryArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print one JSON object.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Args)]
-struct TortureArgs {
-    /// Power cuts to perform.
-    #[arg(long, default_value_t = 1000)]
-    cuts: u64,
-    /// Seed of the workload, the cut points and the media faults.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Use the write-back cache (acknowledged = flushed).
-    #[arg(long)]
-    write_back: bool,
-    /// Inject program/erase failures and bit errors too.
-    #[arg(long)]
-    faults: bool,
-    /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
 }
@@ -369,7 +388,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Config(c) => config_cmd(c),
         Cmd::Device(d) => device_cmd(d),
         Cmd::Io(a) => io_cmd(&a),
-        Cmd::Torture(a) => torture_cmd(&a),
+        Cmd::Torture(a) => torture::run(&a),
         Cmd::Bench(BenchCmd::Recovery(a)) => bench_recovery(&a),
         Cmd::Model(ModelCmd::Scan(a)) => model_scan_cmd(&a),
         Cmd::Serve(a) => serve::serve_cmd(&a),
@@ -379,6 +398,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Repro(c) => repro::repro_cmd(&c),
         Cmd::Bench(BenchCmd::Query(a)) => query::bench_query_cmd(&a),
         Cmd::Bench(BenchCmd::Fdtree(a)) => fdbench::bench_fdtree_cmd(&a),
+        Cmd::Bench(BenchCmd::Open(a)) => bench_open::run(&a),
+        Cmd::Bench(BenchCmd::Serve(a)) => bench_serve::run(&a),
     }
 }
 
@@ -426,10 +447,21 @@ fn config_cmd(c: ConfigCmd) -> Result<(), CliError> {
 
 fn device_cmd(d: DeviceCmd) -> Result<(), CliError> {
     match d {
-        DeviceCmd::Create { src, image } => {
+        DeviceCmd::Create { src, image, op } => {
             let cfg = src.load()?;
-            let nand = Nand::create_image(&image, cfg)?;
-            println!("created {} ({})", image.display(), nand.config());
+            let ftl = FtlConfig {
+                op,
+                ..FtlConfig::default()
+            };
+            let dev = csd_device::stack::create_image(&image, cfg, ftl)?;
+            let f = dev.ftl();
+            println!("created {} ({})", image.display(), f.nand().config());
+            println!(
+                "FTL formatted: {} logical ({} LBAs of {} B), over-provisioning {op}",
+                report::bytes(f.lbas() * f.lba_size() as u64),
+                f.lbas(),
+                f.lba_size()
+            );
             let on_disk = std::fs::metadata(&image).map(|m| m.len()).unwrap_or(0);
             println!(
                 "image size {} (sparse: blocks take disk space once programmed)",
@@ -438,23 +470,14 @@ fn device_cmd(d: DeviceCmd) -> Result<(), CliError> {
             Ok(())
         }
         DeviceCmd::Smart { image, json } => {
-            let nand = match Nand::open_image(&image, None) {
+            let dev = match image::open_ro(&image, json) {
                 // A live `csd serve` holds the image: show its stats file.
-                Err(NandError::Locked { .. }) => return serve::print_live_smart(&image, json),
+                Err(CliError::Open(csd_device::stack::OpenError::Nand(NandError::Locked {
+                    ..
+                }))) => return serve::print_live_smart(&image, json),
                 r => r?,
             };
-            let ftl = match Ftl::try_recover(nand, FtlConfig::default()) {
-                Ok(f) => f,
-                Err(failed) if matches!(failed.error, FtlError::NotFormatted) => {
-                    return Err(CliError::Nvme(format!(
-                        "{} holds no FTL yet: run `csd io --image {}` (block mode formats it)",
-                        image.display(),
-                        image.display()
-                    )));
-                }
-                Err(failed) => return Err(failed.error.into()),
-            };
-            let mut dev = csd_device::NvmeDevice::new(ftl);
+            let mut dev = csd_device::NvmeDevice::from_block(dev);
             let q = dev
                 .create_queue_pair(4)
                 .map_err(|s| CliError::Nvme(s.to_string()))?;
@@ -475,55 +498,50 @@ fn device_cmd(d: DeviceCmd) -> Result<(), CliError> {
                 )));
             };
             report::print_smart(&image, &log, json);
-            dev.into_block().ftl_mut().nand_mut().sync()?;
             Ok(())
         }
         DeviceCmd::Info { image, json } => {
-            let nand = Nand::open_image(&image, None)?;
+            let nand = csd_device::stack::open_media(
+                &image,
+                &csd_device::stack::OpenOptions::read_only(),
+            )?;
             report::device_info(&image, &nand, json);
             Ok(())
         }
+        DeviceCmd::Check(a) => check::run(&a),
     }
 }
 
-/// Open the device an `io`-like command runs on.
-fn open_device(image: Option<&Path>, src: &ConfigSource) -> Result<Nand, CliError> {
+/// Open the raw flash array an `io`-like command runs on.
+fn open_media(image: Option<&Path>, src: &ConfigSource) -> Result<Nand, CliError> {
     match image {
         Some(path) => {
-            let expect = if src.given() {
-                Some(src.load()?.geometry)
-            } else {
-                None
+            let opts = csd_device::stack::OpenOptions {
+                expect: if src.given() {
+                    Some(src.load()?.geometry)
+                } else {
+                    None
+                },
+                ..csd_device::stack::OpenOptions::read_write()
             };
-            Ok(Nand::open_image(path, expect.as_ref())?)
+            Ok(csd_device::stack::open_media(path, &opts)?)
         }
         None => Ok(Nand::new_in_memory(src.load()?)?),
     }
 }
 
 fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
-    let nand = open_device(a.image.as_deref(), &a.src)?;
-    let mut holder = if a.mode == "raw" {
-        Dev::Raw(RawDevice::new(nand))
-    } else {
-        let cfg = FtlConfig {
-            op: a.op,
-            gc_policy: if a.gc == "greedy" {
-                GcPolicy::Greedy
-            } else {
-                GcPolicy::CostBenefit
-            },
-            write_cache: if a.write_cache == "write-back" {
-                WriteCache::WriteBack
-            } else {
-                WriteCache::WriteThrough
-            },
-            ..FtlConfig::default()
-        };
+    let mut holder = match (a.mode, &a.image) {
+        (ModeArg::Raw, image) => Dev::Raw(RawDevice::new(open_media(image.as_deref(), &a.src)?)),
         // On an image: keep the FTL that is there (recover it) unless asked to format.
-        let format = a.image.is_none() || a.format;
-        let ftl = image::recover_or_format(nand, cfg, format, a.json)?;
-        Dev::Block(BlockDevice::new(ftl))
+        (ModeArg::Block, Some(path)) => {
+            Dev::Block(image::open_rw(path, &a.src, &a.ftl, false, a.json)?)
+        }
+        (ModeArg::Block, None) => {
+            let cfg = a.src.load()?;
+            let ftl = a.ftl.config(cfg.geometry.sector_size)?;
+            Dev::Block(csd_device::stack::in_memory(cfg, ftl)?)
+        }
     };
     let dev: &mut dyn IoTarget = match &mut holder {
         Dev::Raw(d) => d,
@@ -544,6 +562,7 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
         seed: a.seed,
         clock: a.clock,
         batch: a.batch,
+        dist: a.dist,
     };
     if a.precondition {
         let unit = dev.io_unit(true);
@@ -565,7 +584,7 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
             );
         }
         run_with_progress(dev, &fill, !a.json)?;
-        if a.mode == "block" {
+        if a.mode == ModeArg::Block {
             // Then overwrite the region once at random, so GC reaches steady state.
             let steady = WorkloadSpec {
                 rw: Rw::RandWrite,
@@ -601,7 +620,7 @@ fn io_cmd(a: &IoArgs) -> Result<(), CliError> {
     }
     if let Some(path) = &a.image {
         match &mut holder {
-            Dev::Block(b) => image::clean_shutdown(b)?,
+            Dev::Block(b) => image::close(b)?,
             Dev::Raw(d) => d.nand_mut().sync()?,
         }
         if !a.json {
@@ -730,118 +749,6 @@ fn bench_recovery(a: &RecoveryArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-fn torture_cmd(a: &TortureArgs) -> Result<(), CliError> {
-    let mut cfg = csd_ftl::torture::TortureConfig::small(a.cuts, a.seed);
-    if a.write_back {
-        cfg.ftl.write_cache = WriteCache::WriteBack;
-    }
-    if a.faults {
-        // Rates high enough to hit every failure path often, low enough that the small
-        // device does not wear out within tens of thousands of cuts.
-        cfg.device.faults.program_fail_prob = 0.0005;
-        cfg.device.faults.erase_fail_prob = 0.0005;
-        cfg.device.faults.rber_fresh = 1e-5;
-        cfg.device.faults.rber_end_of_life = 1e-5;
-        cfg.device.geometry.blocks_per_plane = 48;
-    }
-    let bar = (!a.json).then(|| {
-        let pb = report::progress_bar(Some(a.cuts), "cuts");
-        pb.set_message("power cuts");
-        pb
-    });
-    let wall0 = std::time::Instant::now();
-    let r = csd_ftl::torture::torture(&cfg, &mut |n| {
-        if let Some(pb) = &bar {
-            pb.set_position(n);
-        }
-    })
-    .map_err(CliError::Torture)?;
-    if let Some(pb) = bar {
-        pb.finish_and_clear();
-    }
-    let wall = wall0.elapsed().as_secs_f64();
-    let mut cmd = format!("csd torture --cuts {} --seed {}", a.cuts, a.seed);
-    if a.write_back {
-        cmd.push_str(" --write-back");
-    }
-    if a.faults {
-        cmd.push_str(" --faults");
-    }
-    if a.json {
-        let v = serde_json::json!({
-            "cuts": r.cuts,
-            "recovery_cuts": r.recovery_cuts,
-            "acked_commands": r.acked_commands,
-            "writes_checked": r.writes_checked,
-            "lost": r.lost,
-            "torn": r.torn,
-            "inflight_applied": r.inflight_applied,
-            "recovery_discarded_commits": r.recovery_discarded,
-            "recovery_modeled_s_total": r.recovery_modeled_s,
-            "recovery_wall_max_s": r.recovery_wall_max_s,
-            "wall_s": wall,
-            "seed": a.seed,
-            "write_back": a.write_back,
-            "faults": a.faults,
-            "command": cmd,
-        });
-        println!("{v}");
-    } else {
-        let mut t = report::table(&["torture", "value"]);
-        for (k, v) in [
-            (
-                "power cuts (of which during recovery)",
-                format!("{} ({})", r.cuts, r.recovery_cuts),
-            ),
-            ("commands acknowledged", r.acked_commands.to_string()),
-            (
-                "LBA reads checked after recovery",
-                r.writes_checked.to_string(),
-            ),
-            ("lost acknowledged data", r.lost.to_string()),
-            ("torn commands or batches", r.torn.to_string()),
-            (
-                "in-flight commands found applied",
-                r.inflight_applied.to_string(),
-            ),
-            (
-                "commits discarded by recovery (did not verify)",
-                r.recovery_discarded.to_string(),
-            ),
-            (
-                "longest recovery, wall-clock",
-                format!("{:.3} ms", r.recovery_wall_max_s * 1e3),
-            ),
-            (
-                "mean recovery, modeled",
-                format!(
-                    "{:.3} ms",
-                    r.recovery_modeled_s / r.cuts.max(1) as f64 * 1e3
-                ),
-            ),
-            ("run time", format!("{wall:.1} s")),
-        ] {
-            t.add_row(vec![k.to_string(), v]);
-        }
-        println!("{t}");
-        println!(
-            "device: {} (shrunk: {} blocks/plane, {} pages/block)  seed: {}",
-            cfg.device.name,
-            cfg.device.geometry.blocks_per_plane,
-            cfg.device.geometry.pages_per_block,
-            a.seed
-        );
-        println!("reproduce: {cmd}");
-    }
-    if r.lost > 0 || r.torn > 0 {
-        return Err(CliError::Torture(format!(
-            "{} lost and {} torn: durability is broken",
-            r.lost, r.torn
-        )));
-    }
-    Ok(())
-}
-
 /// The device an `io` run drives.
 #[allow(clippy::large_enum_variant)] // one per run, never moved around
 enum Dev {
@@ -883,14 +790,11 @@ fn reproduce_cmd(a: &IoArgs) -> String {
         s.push_str(&a.src.describe());
     }
     s.push_str(&format!(
-        " --mode {} --rw {} --bs {} --iodepth {}",
-        a.mode, a.rw, a.bs, a.iodepth
+        " --mode {} --rw {} --bs {} --iodepth {} --dist {}",
+        a.mode, a.rw, a.bs, a.iodepth, a.dist
     ));
-    if a.mode == "block" {
-        s.push_str(&format!(
-            " --op {} --gc {} --write-cache {}",
-            a.op, a.gc, a.write_cache
-        ));
+    if a.mode == ModeArg::Block {
+        s.push_str(&a.ftl.describe());
     }
     if a.rw == Rw::RandRw {
         s.push_str(&format!(" --rwmixread {}", a.rwmixread));
@@ -1043,7 +947,7 @@ fn demo_ftl(cfg: &DeviceConfig, seed: u64) -> Result<(), CliError> {
         rows.push((
             format!("random 4 KiB writes, {name}"),
             r,
-            st.write_amplification(dev.ftl().sectors_per_page()),
+            st.physical_write_amplification(dev.ftl().sectors_per_page()),
             st.log_pages,
         ));
     }

@@ -2,7 +2,6 @@
 //! `csd bench query` (the emulator's scan speed on an in-memory device, per strategy
 //! and layout).
 
-use crate::image::recover_or_format;
 use crate::{CliError, ConfigSource, report};
 use clap::Args;
 use csd_device::NvmeDevice;
@@ -149,14 +148,14 @@ pub(crate) fn run_strategies(
 
 /// `csd query`.
 pub(crate) fn query_cmd(a: &QueryArgs) -> Result<(), CliError> {
-    let nand = csd_nand::Nand::open_image(&a.image, None)?;
-    let ftl = recover_or_format(nand, FtlConfig::default(), false, a.json)?;
-    let cfg = ftl.nand().config().clone();
-    let mut client = Client::new(NvmeDevice::new(ftl))?;
+    // Read-only: a query never changes the image (running it twice leaves the file
+    // byte-identical).
+    let dev = crate::image::open_ro(&a.image, a.json)?;
+    let cfg = dev.ftl().nand().config().clone();
+    let mut client = Client::new(NvmeDevice::from_block(dev))?;
     let sql = expand(&a.sql);
     let out = run_strategies(&mut client, &cfg, sql, &a.run);
-    let mut b = client.into_device().into_block();
-    crate::image::clean_shutdown(&mut b)?;
+    drop(client);
     let (result, info, reports) = out?;
     let cmd = format!(
         "csd query --image {} {} \"{}\"",

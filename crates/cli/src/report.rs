@@ -303,20 +303,28 @@ pub fn print_demo(runs: &[(String, IoReport)]) {
 /// FTL figures after a block-mode run (counters of the measured window).
 pub fn print_ftl(f: &csd_ftl::Ftl) {
     let st = f.stats();
+    let gb = st.gc_bytes(f.page_size() as u64, f.lba_size() as u64);
     let (mn, avg, mx) = f.erase_counts();
     let mut t = table(&["FTL", "value"]);
     let rows: Vec<(&str, String)> = vec![
         (
-            "write amplification",
-            format!("{:.3}", st.write_amplification(f.sectors_per_page())),
+            "write amplification (user+GC)/user",
+            format!("{:.3}", gb.write_amplification()),
         ),
         (
-            "GC write amplification",
-            format!("{:.3}", st.gc_write_amplification()),
+            "physical write amplification (all programs)",
+            format!(
+                "{:.3}",
+                st.physical_write_amplification(f.sectors_per_page())
+            ),
+        ),
+        (
+            "read amplification (user+GC)/user",
+            format!("{:.3}", gb.read_amplification()),
         ),
         (
             "GC overhead (read+write)/reclaimed",
-            format!("{:.3}", st.gc_overhead()),
+            format!("{:.3}", gb.gc_overhead()),
         ),
         (
             "GC victims / erases",
@@ -360,16 +368,27 @@ pub fn print_ftl(f: &csd_ftl::Ftl) {
 /// FTL figures as JSON keys.
 pub fn ftl_json(f: &csd_ftl::Ftl, m: &mut Map<String, Value>) {
     let st = f.stats();
+    let gb = st.gc_bytes(f.page_size() as u64, f.lba_size() as u64);
     let (mn, avg, mx) = f.erase_counts();
     m.insert(
         "write_amplification".into(),
-        json!(st.write_amplification(f.sectors_per_page())),
+        json!(gb.write_amplification()),
     );
+    m.insert(
+        "physical_write_amplification".into(),
+        json!(st.physical_write_amplification(f.sectors_per_page())),
+    );
+    m.insert("read_amplification".into(), json!(gb.read_amplification()));
     m.insert(
         "gc_write_amplification".into(),
         json!(st.gc_write_amplification()),
     );
-    m.insert("gc_overhead".into(), json!(st.gc_overhead()));
+    m.insert("gc_overhead".into(), json!(gb.gc_overhead()));
+    m.insert("user_read_bytes".into(), json!(gb.user_read));
+    m.insert("user_write_bytes".into(), json!(gb.user_write));
+    m.insert("gc_read_bytes".into(), json!(gb.gc_read));
+    m.insert("gc_write_bytes".into(), json!(gb.gc_write));
+    m.insert("reclaimed_bytes".into(), json!(gb.reclaimed));
     m.insert("gc_victims".into(), json!(st.gc_victims));
     m.insert("erases".into(), json!(st.erases));
     m.insert("map_cache_hit_rate".into(), json!(st.map_hit_rate()));
@@ -386,59 +405,18 @@ pub fn ftl_json(f: &csd_ftl::Ftl, m: &mut Map<String, Value>) {
 }
 
 /// The SMART log as a JSON object (what `csd device smart --json` prints and what
-/// `csd serve` writes to its stats file).
+/// `csd serve` writes to its stats file): the log's fields plus the image path.
 pub fn smart_json(path: &Path, l: &csd_device::SmartLog) -> Value {
-    json!({
-        "image": path.display().to_string(),
-        "host_read_bytes": l.host_read_bytes,
-        "host_written_bytes": l.host_written_bytes,
-        "flash_reads_user": l.flash_reads.user, "flash_reads_gc": l.flash_reads.gc, "flash_reads_meta": l.flash_reads.meta,
-        "flash_programs_user": l.flash_programs.user, "flash_programs_gc": l.flash_programs.gc, "flash_programs_meta": l.flash_programs.meta,
-        "flash_erases_user": l.flash_erases.user, "flash_erases_gc": l.flash_erases.gc, "flash_erases_meta": l.flash_erases.meta,
-        "write_amplification": l.write_amplification,
-        "read_amplification": l.read_amplification,
-        "gc_overhead": l.gc_overhead,
-        "erase_count_min": l.erase_count_min, "erase_count_avg": l.erase_count_avg, "erase_count_max": l.erase_count_max,
-        "bad_blocks": l.bad_blocks,
-        "free_blocks": l.free_blocks,
-        "map_cache_hit_rate": l.map_cache_hit_rate,
-        "checkpoints": l.checkpoints,
-        "last_recovery_modeled_s": l.last_recovery_modeled_s,
-        "last_recovery_wall_s": l.last_recovery_wall_s,
-    })
+    let mut v = serde_json::to_value(l).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut v {
+        m.insert("image".into(), json!(path.display().to_string()));
+    }
+    v
 }
 
 /// The SMART log back from [`smart_json`]'s object (`None` if a field is missing).
 pub fn smart_from_json(v: &Value) -> Option<csd_device::SmartLog> {
-    let u = |k: &str| v.get(k)?.as_u64();
-    // JSON has no NaN: serde_json writes it as null.
-    let f = |k: &str| v.get(k).map(|x| x.as_f64().unwrap_or(f64::NAN));
-    let split = |k: &str| {
-        Some(csd_device::FlashSplit {
-            user: u(&format!("{k}_user"))?,
-            gc: u(&format!("{k}_gc"))?,
-            meta: u(&format!("{k}_meta"))?,
-        })
-    };
-    Some(csd_device::SmartLog {
-        host_read_bytes: u("host_read_bytes")?,
-        host_written_bytes: u("host_written_bytes")?,
-        flash_reads: split("flash_reads")?,
-        flash_programs: split("flash_programs")?,
-        flash_erases: split("flash_erases")?,
-        write_amplification: f("write_amplification")?,
-        read_amplification: f("read_amplification")?,
-        gc_overhead: f("gc_overhead")?,
-        erase_count_min: u32::try_from(u("erase_count_min")?).ok()?,
-        erase_count_avg: f("erase_count_avg")?,
-        erase_count_max: u32::try_from(u("erase_count_max")?).ok()?,
-        bad_blocks: u32::try_from(u("bad_blocks")?).ok()?,
-        free_blocks: u32::try_from(u("free_blocks")?).ok()?,
-        map_cache_hit_rate: f("map_cache_hit_rate")?,
-        checkpoints: u("checkpoints")?,
-        last_recovery_modeled_s: v.get("last_recovery_modeled_s")?.as_f64(),
-        last_recovery_wall_s: v.get("last_recovery_wall_s")?.as_f64(),
-    })
+    serde_json::from_value(v.clone()).ok()
 }
 
 /// `csd device smart`.
@@ -451,14 +429,58 @@ pub fn print_smart(path: &Path, l: &csd_device::SmartLog, json_out: bool) {
     let mut t = table(&["SMART", "value"]);
     let split = |s: &csd_device::FlashSplit| format!("{} / {} / {}", s.user, s.gc, s.meta);
     let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.3} ms", v * 1e3));
+    let warn = |w: u8| {
+        let mut v = Vec::new();
+        for (bit, name) in [
+            (csd_ftl::WARN_SPARE, "spare below threshold"),
+            (csd_ftl::WARN_RELIABILITY, "reliability degraded"),
+            (csd_ftl::WARN_READ_ONLY, "read-only"),
+        ] {
+            if w & bit != 0 {
+                v.push(name);
+            }
+        }
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{w:#04x} ({})", v.join(", "))
+        }
+    };
     for (k, v) in [
         ("image", path.display().to_string()),
+        ("critical warning", warn(l.critical_warning)),
         (
-            "host bytes read / written",
+            "available spare / threshold",
+            format!("{}% / {}%", l.available_spare_pct, l.spare_threshold_pct),
+        ),
+        ("percentage used", format!("{}%", l.percentage_used)),
+        (
+            "read-only",
+            l.read_only.clone().unwrap_or_else(|| "no".to_string()),
+        ),
+        (
+            "media / data-integrity errors",
+            format!("{} / {}", l.media_errors, l.integrity_errors),
+        ),
+        (
+            "lost sectors / read retries",
+            format!("{} / {}", l.lost_sectors, l.read_retries),
+        ),
+        (
+            "user bytes read / written",
             format!(
                 "{} / {}",
                 bytes(l.host_read_bytes),
                 bytes(l.host_written_bytes)
+            ),
+        ),
+        (
+            "GC bytes read / written / reclaimed",
+            format!(
+                "{} / {} / {}",
+                bytes(l.gc_read_bytes),
+                bytes(l.gc_written_bytes),
+                bytes(l.reclaimed_bytes)
             ),
         ),
         ("flash reads user / GC / metadata", split(&l.flash_reads)),
@@ -468,13 +490,20 @@ pub fn print_smart(path: &Path, l: &csd_device::SmartLog, json_out: bool) {
         ),
         ("flash erases user / GC / metadata", split(&l.flash_erases)),
         (
-            "write amplification",
+            "read amplification (user+GC)/user",
+            format!("{:.3}", l.read_amplification),
+        ),
+        (
+            "write amplification (user+GC)/user",
             format!("{:.3}", l.write_amplification),
         ),
-        ("read amplification", format!("{:.3}", l.read_amplification)),
         (
             "GC overhead (read+write)/reclaimed",
             format!("{:.3}", l.gc_overhead),
+        ),
+        (
+            "physical write amplification (all programs)",
+            format!("{:.3}", l.physical_write_amplification),
         ),
         (
             "erase count min / avg / max",

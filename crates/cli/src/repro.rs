@@ -12,7 +12,7 @@
 //! on the scale once a table spans many pages per channel; absolute times are also
 //! shown scaled back to the paper's size.
 
-use crate::{CliError, ConfigSource, report};
+use crate::{CliError, ConfigSource, image, report};
 use clap::{Args, Subcommand};
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
@@ -256,6 +256,7 @@ fn write_report(dir: &Path, name: &str, text: &str) -> Result<PathBuf, CliError>
         source: e,
     })?;
     let path = dir.join(name);
+    image::guard_output(&path, &["md", "json", "csv", "txt"], false)?;
     std::fs::write(&path, text).map_err(|e| CliError::Io {
         path: path.clone(),
         source: e,

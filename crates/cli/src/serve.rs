@@ -6,8 +6,6 @@
 use crate::{CliError, ConfigSource, image, report};
 use clap::Args;
 use csd_device::NvmeDevice;
-use csd_ftl::{FtlConfig, WriteCache};
-use csd_nand::Nand;
 use csd_nbd::{Listener, OpStats, Server, ServerConfig, ServerStats};
 use csd_sim::ClockMode;
 use serde_json::{Value, json};
@@ -60,13 +58,8 @@ pub(crate) struct ServeArgs {
     /// Print connection events to stderr.
     #[arg(long)]
     verbose: bool,
-    /// Format the FTL even if the image holds one (erases the export's data).
-    #[arg(long)]
-    format: bool,
-    /// Write cache: write-through (every acknowledged write is on flash) or write-back
-    /// (acknowledged writes are durable after FLUSH or with FUA).
-    #[arg(long, default_value = "write-through", value_parser = ["write-through", "write-back"])]
-    write_cache: String,
+    #[command(flatten)]
+    ftl: image::FtlArgs,
 }
 
 /// The stats file `csd serve` writes by default for `image`: `IMAGE.smart.json`.
@@ -121,6 +114,7 @@ impl Snapshot<'_> {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64());
+            m.insert("written_by".into(), json!("csd serve"));
             m.insert("live".into(), json!(live));
             m.insert("pid".into(), json!(std::process::id()));
             m.insert("uri".into(), json!(self.uri));
@@ -180,29 +174,47 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
             "--clock paced:{scale}: a scale over 1e6 would hold replies for days"
         ))));
     }
-    let nand = if a.image.exists() {
-        crate::open_device(Some(&a.image), &a.src)?
+    if let Some(addr) = a.listen
+        && !addr.ip().is_loopback()
+        && !a.allow_remote
+    {
+        // Refused before anything touches the image.
+        return Err(CliError::Usage(format!(
+            "--listen {addr} is not a loopback address: NBD has no authentication here; \
+             add --allow-remote to serve the device to the network"
+        )));
+    }
+    let stats_path = a
+        .stats_file
+        .clone()
+        .unwrap_or_else(|| default_stats_file(&a.image));
+    image::guard_output(&stats_path, &[], true)?;
+    if stats_path == a.image {
+        return Err(CliError::Usage(
+            "--stats-file is the image itself: pick another path".into(),
+        ));
+    }
+    let dev = if a.read_only {
+        if a.ftl.format || a.ftl.op.is_some() {
+            return Err(CliError::Usage(
+                "--read-only cannot be combined with --format or --op".into(),
+            ));
+        }
+        image::open_ro(&a.image, false)?
     } else {
-        let cfg = a.src.load()?;
-        eprintln!(
-            "creating {} ({})",
-            a.image.display(),
-            report::geometry_line(&cfg)
-        );
-        Nand::create_image(&a.image, cfg)?
+        if !a.image.exists() {
+            let cfg = a.src.load()?;
+            eprintln!(
+                "creating {} ({})",
+                a.image.display(),
+                report::geometry_line(&cfg)
+            );
+        }
+        image::open_rw(&a.image, &a.src, &a.ftl, true, false)?
     };
-    let cfg = FtlConfig {
-        write_cache: if a.write_cache == "write-back" {
-            WriteCache::WriteBack
-        } else {
-            WriteCache::WriteThrough
-        },
-        ..FtlConfig::default()
-    };
-    let ftl = image::recover_or_format(nand, cfg, a.format, false)?;
-    let device = ftl.nand().config().name.clone();
+    let device = dev.ftl().nand().config().name.clone();
     let server = Server::new(
-        NvmeDevice::new(ftl),
+        NvmeDevice::from_block(dev),
         ServerConfig {
             export_name: a.export.clone(),
             read_only: a.read_only,
@@ -232,10 +244,6 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
             })?;
     }
     let uri = listener.uri(&a.export);
-    let stats_path = a
-        .stats_file
-        .clone()
-        .unwrap_or_else(|| default_stats_file(&a.image));
     let snap = Snapshot {
         image: &a.image,
         uri: &uri,
@@ -289,7 +297,7 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
     drop(listener);
     eprintln!("shutting down: flush, checkpoint, sync");
     // Every connection has ended; make the device durable before the final stats.
-    server.with_device(|d| image::clean_shutdown(d.block_mut()))?;
+    server.with_device(|d| image::close(d.block_mut()))?;
     let v = snap.write(&server, &stats_path, false)?;
     eprintln!("{}", stats_line(&v));
     served?;

@@ -1,10 +1,8 @@
 //! `csd load` and `csd tables`: tables on the device (smart-ssd §4.1.1 data sets).
 
-use crate::image::recover_or_format;
-use crate::{CliError, ConfigSource, open_device, report};
+use crate::{CliError, ConfigSource, image, report};
 use clap::{Args, Subcommand};
 use csd_device::NvmeDevice;
-use csd_ftl::FtlConfig;
 use csd_host::{Catalog, Client};
 use csd_table::datagen::{SyntheticGenerator, SyntheticSpec, TpchGenerator, TpchTable};
 use csd_table::page::Layout;
@@ -81,18 +79,13 @@ pub(crate) struct TablesArgs {
 }
 
 fn open_client(t: &Target) -> Result<Client, CliError> {
-    let nand = if t.image.exists() {
-        open_device(Some(&t.image), &t.src)?
-    } else {
-        csd_nand::Nand::create_image(&t.image, t.src.load()?)?
-    };
-    let ftl = recover_or_format(nand, FtlConfig::default(), false, t.json)?;
-    Ok(Client::new(NvmeDevice::new(ftl))?)
+    let dev = image::open_rw(&t.image, &t.src, &image::FtlArgs::default(), true, t.json)?;
+    Ok(Client::new(NvmeDevice::from_block(dev))?)
 }
 
 fn close_client(c: Client) -> Result<(), CliError> {
     let mut b = c.into_device().into_block();
-    crate::image::clean_shutdown(&mut b)
+    image::close(&mut b)
 }
 
 fn layout_of(s: &str) -> Layout {
@@ -252,9 +245,9 @@ pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
 
 /// `csd tables --image PATH`.
 pub(crate) fn tables_cmd(a: &TablesArgs) -> Result<(), CliError> {
-    let nand = csd_nand::Nand::open_image(&a.image, None)?;
-    let ftl = recover_or_format(nand, FtlConfig::default(), false, true)?;
-    let mut client = Client::new(NvmeDevice::new(ftl))?;
+    // Read-only: listing tables never changes the image.
+    let dev = image::open_ro(&a.image, a.json)?;
+    let mut client = Client::new(NvmeDevice::from_block(dev))?;
     let cat = Catalog::read(&mut client)?;
     if a.json {
         let v: Vec<_> = cat

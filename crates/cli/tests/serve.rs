@@ -243,13 +243,18 @@ fn nbdinfo_lists_the_export_with_its_size_and_smart_works_live() {
     .unwrap();
     assert_eq!(file["live"], false);
 
-    // Read-only on the next start (recovered from the clean checkpoint).
+    // Read-only on the next start: opened from the clean checkpoint with nothing to
+    // replay, and the image is not changed by serving it (not even at shutdown).
+    let image = dir.path().join("dev.img");
+    let digest = || crc32c::crc32c(&std::fs::read(&image).unwrap());
+    let before = digest();
     let srv = Serve::start(dir.path(), &["--read-only"]);
     let out = run(Command::new("nbdinfo").args(["--json", &srv.uri]));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["exports"][0]["is_read_only"], true);
-    assert!(srv.log().contains("recovered the FTL"), "{}", srv.log());
+    assert!(!srv.log().contains("recovering"), "{}", srv.log());
     srv.terminate();
+    assert_eq!(digest(), before, "csd serve --read-only changed the image");
 }
 
 /// Run fio's nbd engine on `uri` in `dir` (fio leaves verify-state files in its working
@@ -627,8 +632,45 @@ fn sigkill_during_writes_then_restart_serves_every_acknowledged_block() {
             "the kill should catch writes in flight"
         );
         srv = Serve::start(dir.path(), &[]);
-        assert!(srv.log().contains("recovered the FTL"), "{}", srv.log());
+        assert!(
+            srv.log().contains("recovering from an unclean shutdown"),
+            "{}",
+            srv.log()
+        );
         check_region(&srv.socket(), &mut acked, &pending);
     }
     srv.terminate();
+}
+
+/// `csd bench serve` runs fio against csd serve and nbdkit memory and reports both.
+#[test]
+fn bench_serve_compares_with_nbdkit() {
+    let have = |t: &str| {
+        Command::new(t)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !(have("fio") && have("nbdkit")) {
+        eprintln!("notice: fio or nbdkit missing; bench serve test skipped");
+        return;
+    }
+    let out = run(Command::new(CSD).args([
+        "bench",
+        "serve",
+        "--preset",
+        "tiny",
+        "--runtime",
+        "1",
+        "--size",
+        "16m",
+        "--json",
+    ]));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2);
+    for j in jobs {
+        assert!(j["csd_iops"].as_f64().unwrap() > 0.0, "{j}");
+        assert!(j["nbdkit_memory_iops"].as_f64().unwrap() > 0.0, "{j}");
+    }
 }

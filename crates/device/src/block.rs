@@ -360,7 +360,7 @@ mod tests {
         assert!(
             d.ftl()
                 .stats()
-                .write_amplification(d.ftl().sectors_per_page())
+                .physical_write_amplification(d.ftl().sectors_per_page())
                 > 1.0
         );
         let rd = WorkloadSpec {

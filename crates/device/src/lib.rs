@@ -14,6 +14,7 @@ pub mod controller;
 pub mod isp;
 pub mod nvme;
 pub mod raw;
+pub mod stack;
 pub mod workload;
 
 pub use block::{BlockDevice, CommandError};

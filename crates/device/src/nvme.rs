@@ -246,6 +246,10 @@ pub enum Status {
         /// The first LBA that could not be read.
         lba: u64,
     },
+    /// The namespace accepts no writes: opened read-only, or the drive reached its end
+    /// of life (generic 0x20, Namespace is Write Protected). Reads keep working.
+    #[error("{0}")]
+    WriteProtected(String),
 }
 
 impl Status {
@@ -279,6 +283,7 @@ impl Status {
             Status::InvalidSession(_) => 0xC1,
             Status::WriteFault(_) => 0x80,
             Status::UnrecoveredReadError { .. } => 0x81,
+            Status::WriteProtected(_) => 0x20,
         }
     }
 
@@ -302,6 +307,7 @@ impl From<FtlError> for Status {
                 Status::InvalidField(m)
             }
             FtlError::Uncorrectable { lba } => Status::UnrecoveredReadError { lba },
+            FtlError::ReadOnly { .. } => Status::WriteProtected(m),
             FtlError::NoSpace => Status::CapacityExceeded(m),
             FtlError::NotFormatted => Status::NamespaceNotReady(m),
             FtlError::Corrupt(_) => Status::InternalError(m),
@@ -310,7 +316,9 @@ impl From<FtlError> for Status {
                 NandError::ProgramFailed { .. } | NandError::EraseFailed { .. } => {
                     Status::WriteFault(m)
                 }
-                NandError::Image { .. } => Status::DataTransferError(m),
+                NandError::Image { .. } | NandError::ImageFull { .. } => {
+                    Status::DataTransferError(m)
+                }
                 // A data read names its LBA (`FtlError::Uncorrectable`); this is the FTL's
                 // own metadata.
                 NandError::Uncorrectable { .. } => {
@@ -331,7 +339,7 @@ impl From<FtlError> for Status {
 }
 
 /// Flash operations split by who caused them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FlashSplit {
     /// For host data.
     pub user: u64,
@@ -348,14 +356,41 @@ impl FlashSplit {
     }
 }
 
-/// The SMART / health log: the device's lifetime counters (batch-io Tables 3 and 4
-/// figures among them).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The SMART / health log: NVMe's health figures (critical warning, available spare,
+/// percentage used, media and data-integrity errors) and the device's lifetime counters,
+/// among them the batch-io paper's Table 3 columns and Table 4 figures (§8.2.3).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SmartLog {
-    /// Bytes the host read.
+    /// NVMe critical-warning bits: 0 spare below threshold, 2 reliability degraded,
+    /// 3 read-only (`csd_ftl::WARN_*`).
+    pub critical_warning: u8,
+    /// Available spare, percent of the spare blocks at format.
+    pub available_spare_pct: u32,
+    /// Available-spare threshold, percent.
+    pub spare_threshold_pct: u32,
+    /// Life used: mean erase count over the rated endurance, percent (may pass 100).
+    pub percentage_used: u32,
+    /// Host reads that failed (uncorrectable after read retries, checksum mismatch, data
+    /// lost earlier).
+    pub media_errors: u64,
+    /// Sectors whose data did not match the CRC or TAG kept with it.
+    pub integrity_errors: u64,
+    /// Sectors GC could not read and recorded as lost (reads of them fail naming the LBA).
+    pub lost_sectors: u64,
+    /// Read retries.
+    pub read_retries: u64,
+    /// Why the device accepts no writes, if it does not.
+    pub read_only: Option<String>,
+    /// Bytes the host read (Table 3 "user read").
     pub host_read_bytes: u64,
-    /// Bytes the host wrote.
+    /// Bytes the host wrote (Table 3 "user write").
     pub host_written_bytes: u64,
+    /// Bytes GC and wear leveling read from flash, whole pages (Table 3 "GC read").
+    pub gc_read_bytes: u64,
+    /// Bytes GC and wear leveling programmed, whole pages (Table 3 "GC write").
+    pub gc_written_bytes: u64,
+    /// Bytes of garbage in the blocks GC erased (Table 3 "reclaimed space").
+    pub reclaimed_bytes: u64,
     /// Flash page reads.
     pub flash_reads: FlashSplit,
     /// Flash page programs.
@@ -363,12 +398,15 @@ pub struct SmartLog {
     /// Block erases. Data blocks are erased only when GC or wear leveling reclaims them,
     /// so `user` is always zero.
     pub flash_erases: FlashSplit,
-    /// Flash sectors programmed per host sector written.
+    /// `(user write + GC write) / user write` (batch-io §8.2.3).
     pub write_amplification: f64,
-    /// Flash sectors read per host sector read.
+    /// `(user read + GC read) / user read` (batch-io §8.2.3).
     pub read_amplification: f64,
-    /// `(GC reads + GC writes) / reclaimed` sectors.
+    /// `(GC read + GC write) / reclaimed space` (batch-io §8.2.3).
     pub gc_overhead: f64,
+    /// Flash sectors programmed (data, GC, log and metadata, padding) per host sector
+    /// written: the physical write amplification.
+    pub physical_write_amplification: f64,
     /// Fewest erases of a usable block.
     pub erase_count_min: u32,
     /// Mean erases of a usable block.
@@ -395,11 +433,25 @@ impl SmartLog {
         let s = ftl.lifetime_stats();
         let spp = ftl.sectors_per_page();
         let lba = ftl.lba_size() as u64;
+        let bytes = s.gc_bytes(ftl.page_size() as u64, lba);
+        let health = ftl.health();
         let (erase_count_min, erase_count_avg, erase_count_max) = ftl.erase_counts();
         let rec = ftl.last_recovery();
         SmartLog {
-            host_read_bytes: s.host_read_sectors * lba,
-            host_written_bytes: s.host_write_sectors * lba,
+            critical_warning: health.critical_warning,
+            available_spare_pct: health.available_spare_pct,
+            spare_threshold_pct: health.spare_threshold_pct,
+            percentage_used: health.percentage_used,
+            media_errors: s.media_errors,
+            integrity_errors: s.integrity_errors,
+            lost_sectors: s.lost_sectors,
+            read_retries: s.read_retries,
+            read_only: health.read_only.map(|r| r.to_string()),
+            host_read_bytes: bytes.user_read,
+            host_written_bytes: bytes.user_write,
+            gc_read_bytes: bytes.gc_read,
+            gc_written_bytes: bytes.gc_write,
+            reclaimed_bytes: bytes.reclaimed,
             flash_reads: FlashSplit {
                 user: s.user_reads,
                 gc: s.gc_reads,
@@ -415,9 +467,10 @@ impl SmartLog {
                 gc: s.erases,
                 meta: s.meta_erases,
             },
-            write_amplification: s.write_amplification(spp),
-            read_amplification: s.read_amplification(spp),
-            gc_overhead: s.gc_overhead(),
+            write_amplification: bytes.write_amplification(),
+            read_amplification: bytes.read_amplification(),
+            gc_overhead: bytes.gc_overhead(),
+            physical_write_amplification: s.physical_write_amplification(spp),
             erase_count_min,
             erase_count_avg,
             erase_count_max,

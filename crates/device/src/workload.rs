@@ -133,6 +133,9 @@ pub struct WorkloadSpec {
     pub clock: ClockMode,
     /// Pages per batch write (0 or 1: plain writes). Each batch is one operation.
     pub batch: u32,
+    /// Offsets of random patterns: uniform, scrambled zipfian or hot/cold over the slots
+    /// of the region.
+    pub dist: csd_sim::dist::Dist,
 }
 
 impl Default for WorkloadSpec {
@@ -148,6 +151,7 @@ impl Default for WorkloadSpec {
             seed: 1,
             clock: ClockMode::Virtual,
             batch: 0,
+            dist: csd_sim::dist::Dist::Uniform,
         }
     }
 }
@@ -285,6 +289,7 @@ pub fn run(
         ));
     }
     let slots_in_region = size / spec.bs;
+    let offsets = spec.dist.sampler(slots_in_region);
     let batch = spec.batch.max(1) as usize;
     let mut batch_offsets: Vec<u64> = Vec::with_capacity(batch);
     let mut batch_buf = if batch > 1 {
@@ -335,7 +340,7 @@ pub fn run(
             Rw::RandRw => rng.random_range(0..100u32) < spec.rwmixread,
         };
         let slot = if spec.rw.random() {
-            rng.random_range(0..slots_in_region)
+            offsets.sample(&mut rng)
         } else {
             let s = seq % slots_in_region;
             seq += 1;
@@ -351,7 +356,7 @@ pub fn run(
             batch_offsets.push(offset);
             for _ in 1..batch {
                 let slot = if spec.rw.random() {
-                    rng.random_range(0..slots_in_region)
+                    offsets.sample(&mut rng)
                 } else {
                     let s = seq % slots_in_region;
                     seq += 1;

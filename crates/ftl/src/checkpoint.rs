@@ -1,17 +1,50 @@
 //! Fuzzy incremental checkpoints (batch-io §6, §7.2.7).
+//!
+//! A checkpoint notes the redo scan start point (RSSP), writes the dirty MAP pages, the
+//! dirty MAPS pages, WEAR, the bad-block table and the dirty pages of the valid-sector
+//! bitmap GBITV to the META stream, then the record (its body pages, then its head) to
+//! the well-known location, and finally reclaims log blocks before the RSSP and metadata
+//! blocks with nothing live.
+//!
+//! Choices made here:
+//! * GBITV is checkpointed (only its changed pages, and an all-zero page is not written
+//!   at all), so recovery loads it instead of reading every MAP page; the per-block
+//!   valid counts follow from it by popcount.
+//! * The record names the open blocks of the three streams, captured after every other
+//!   metadata page of the checkpoint is written, so they are exactly the open blocks
+//!   when the record is durable. Which other blocks hold data follows from the media's
+//!   per-block write pointers and from GBITV and the live metadata pages. After a clean
+//!   shutdown, opening the device reads the record, WEAR, the bad-block table, MAPS and
+//!   GBITV and the write pointers: O(metadata), not O(capacity), and the open blocks
+//!   continue filling where they stopped.
+//! * A record is its body (the variable-length lists, as many pages as they need) and a
+//!   head page that names the body pages and carries the body's CRC; both go to one ring
+//!   block at a time (the next block is erased only when the current one is full), so the
+//!   newest record always survives the erase (double buffering over a ring of 8 good
+//!   blocks).
 
-use crate::format::{Checkpoint, Kind, LOG_LINKS, NONE};
+use crate::format::{
+    CKPT_CLEAN, CKPT_SPARE_EXHAUSTED, Checkpoint, Kind, LOG_LINKS, NONE, pack_open, page_addr,
+};
 use crate::ftl::*;
-use crate::{FtlError, FtlStats};
+use crate::{FtlError, FtlStats, ReadOnlyReason};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
 
+/// The indices in `ckpt_blocks` of ring half `half` (0 or 1).
+pub(crate) fn ring_half(blocks: usize, half: usize) -> std::ops::Range<usize> {
+    let mid = blocks / 2;
+    if half == 0 { 0..mid } else { mid..blocks }
+}
+
 impl Ftl {
-    /// Take a fuzzy incremental checkpoint (batch-io §6): note the redo scan start point,
-    /// write dirty MAP pages, dirty MAPS pages, WEAR and the bad-block table, then the
-    /// checkpoint record at the well-known double-buffered location; finally reclaim log
-    /// blocks before the RSSP and metadata blocks with no live page.
+    /// Take a fuzzy incremental checkpoint (batch-io §6); see the module documentation.
     pub fn checkpoint(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        self.checkpoint_with(at, 0)
+    }
+
+    /// A checkpoint whose record carries `flags` (`CKPT_CLEAN` for a clean shutdown).
+    pub(crate) fn checkpoint_with(&mut self, at: SimTime, flags: u32) -> Result<SimTime, FtlError> {
         // Top up the free pool first (only possible while nothing is buffered; otherwise
         // the low-water mark already covers one commit plus the metadata pages).
         if !self.recovering {
@@ -21,52 +54,19 @@ impl Ftl {
         t = t.max(self.force_log(t)?);
         let rssp_lsn = self.log.next_lsn;
         let rssp_links = self.log_candidates()?;
-        // Dirty MAP pages.
-        for s in 0..self.map_slots.len() {
-            if self.map_slots[s].dirty {
-                t = t.max(self.write_map_page(s, t)?);
-            }
-        }
-        // Dirty MAPS pages.
-        let per = self.page_size / 8;
-        for mi in 0..self.maps_page_dirty.len() {
-            if !self.maps_page_dirty[mi] && self.maps_pages[mi] != NONE {
-                continue;
-            }
-            let mut page = vec![0xFFu8; self.page_size];
-            for (k, a) in self.map_pages.iter().skip(mi * per).take(per).enumerate() {
-                page[k * 8..k * 8 + 8].copy_from_slice(&a.to_le_bytes());
-            }
-            let (addr, tt) = self.write_meta_page(Kind::Maps, mi as u64, &page, t)?;
-            t = t.max(tt);
-            let old = std::mem::replace(&mut self.maps_pages[mi], addr);
-            self.release_meta_page(old);
-            self.maps_page_dirty[mi] = false;
-        }
-        // WEAR and the bad-block table, whole (they are small).
-        let mut wear_bytes = Vec::with_capacity(self.blocks.len() * 4);
-        let mut bbt_bytes = vec![0u8; self.blocks.len().div_ceil(8)];
-        for (b, blk) in self.blocks.iter().enumerate() {
-            wear_bytes.extend_from_slice(&blk.pe.to_le_bytes());
-            if blk.state == Use::Bad {
-                bbt_bytes[b / 8] |= 1 << (b % 8);
-            }
-        }
-        let mut new_wear = Vec::new();
-        for (i, chunk) in wear_bytes.chunks(self.page_size).enumerate() {
-            let mut page = vec![0u8; self.page_size];
-            page[..chunk.len()].copy_from_slice(chunk);
-            let (addr, tt) = self.write_meta_page(Kind::Wear, i as u64, &page, t)?;
-            t = t.max(tt);
-            new_wear.push(addr);
-        }
-        let mut new_bbt = Vec::new();
-        for (i, chunk) in bbt_bytes.chunks(self.page_size).enumerate() {
-            let mut page = vec![0u8; self.page_size];
-            page[..chunk.len()].copy_from_slice(chunk);
-            let (addr, tt) = self.write_meta_page(Kind::Bbt, i as u64, &page, t)?;
-            t = t.max(tt);
-            new_bbt.push(addr);
+        t = t.max(self.write_dirty_map_pages(t)?);
+        t = t.max(self.write_dirty_maps_pages(t)?);
+        let (new_wear, tt) = self.write_wear(t)?;
+        t = t.max(tt);
+        let (new_bbt, tt) = self.write_bbt(t)?;
+        t = t.max(tt);
+        t = t.max(self.write_dirty_gbitv(t)?);
+        // Every other metadata page of this checkpoint is on flash: the open blocks are
+        // now those the record will find.
+        let open = self.open_list();
+        let mut flags = flags;
+        if self.read_only == Some(ReadOnlyReason::SpareExhausted) {
+            flags |= CKPT_SPARE_EXHAUSTED;
         }
         let record = Checkpoint {
             seq: self.ckpt_seq + 1,
@@ -79,6 +79,11 @@ impl Ftl {
             mapt: self.maps_pages.clone(),
             wear: new_wear.clone(),
             bbt: new_bbt.clone(),
+            gbitv: self.gbitv_pages.clone(),
+            open,
+            flags,
+            reserve_blocks: self.reserve_blocks,
+            initial_spare: self.initial_spare,
             // This checkpoint's own record program and reclaim erases count after it.
             lifetime: self
                 .lifetime_stats()
@@ -91,8 +96,8 @@ impl Ftl {
                 [(r.modeled_s * 1e9) as u64, (r.wall_s * 1e9) as u64]
             }),
         };
-        t = t.max(self.write_checkpoint_record(&record, rssp_links, t)?);
-        // The new tables are durable: the old WEAR/BBT pages are dead.
+        t = t.max(self.write_ring(&record, rssp_links, t)?);
+        // The new tables are durable: the old WEAR and bad-block pages are dead.
         for a in std::mem::replace(&mut self.wear_pages, new_wear) {
             self.release_meta_page(a);
         }
@@ -101,6 +106,7 @@ impl Ftl {
         }
         self.ckpt_seq = record.seq;
         self.log.since_ckpt = 0;
+        self.last_checkpoint_at = t;
         self.stats.checkpoints += 1;
         // Reclaim: log blocks wholly before the RSSP, metadata blocks with nothing live.
         let cur_log = [Some(self.log.block), self.log.next_block];
@@ -117,73 +123,307 @@ impl Ftl {
         Ok(t)
     }
 
-    pub(crate) fn write_checkpoint_record(
+    fn write_dirty_map_pages(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        let mut t = at;
+        for s in 0..self.map_slots.len() {
+            if self.map_slots[s].dirty {
+                t = t.max(self.write_map_page(s, at)?);
+            }
+        }
+        Ok(t)
+    }
+
+    fn write_dirty_maps_pages(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        let mut t = at;
+        let per = self.page_size / 8;
+        for mi in 0..self.maps_page_dirty.len() {
+            if !self.maps_page_dirty[mi] && self.maps_pages[mi] != NONE {
+                continue;
+            }
+            let mut page = vec![0xFFu8; self.page_size];
+            for (k, a) in self.map_pages.iter().skip(mi * per).take(per).enumerate() {
+                page[k * 8..k * 8 + 8].copy_from_slice(&a.to_le_bytes());
+            }
+            let (addr, tt) = self.write_meta_page(Kind::Maps, mi as u64, &page, at)?;
+            t = t.max(tt);
+            let old = std::mem::replace(&mut self.maps_pages[mi], addr);
+            self.release_meta_page(old);
+            self.maps_page_dirty[mi] = false;
+        }
+        Ok(t)
+    }
+
+    /// WEAR, whole (it is small: 4 bytes a block).
+    fn write_wear(&mut self, at: SimTime) -> Result<(Vec<u64>, SimTime), FtlError> {
+        let mut t = at;
+        let mut wear_bytes = Vec::with_capacity(self.blocks.len() * 4);
+        for blk in &self.blocks {
+            wear_bytes.extend_from_slice(&blk.pe.to_le_bytes());
+        }
+        let mut pages = Vec::new();
+        for (i, chunk) in wear_bytes.chunks(self.page_size).enumerate() {
+            let mut page = vec![0u8; self.page_size];
+            page[..chunk.len()].copy_from_slice(chunk);
+            let (addr, tt) = self.write_meta_page(Kind::Wear, i as u64, &page, at)?;
+            t = t.max(tt);
+            pages.push(addr);
+        }
+        Ok((pages, t))
+    }
+
+    /// The GBITV pages changed since the last checkpoint (a page of zeros is recorded as
+    /// `NONE` and not written).
+    fn write_dirty_gbitv(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        let mut t = at;
+        let words = self.page_size / 8;
+        for i in 0..self.gbitv_pages.len() {
+            if !self.gbitv_dirty[i] {
+                continue;
+            }
+            let lo = (i * words).min(self.gbitv.len());
+            let hi = ((i + 1) * words).min(self.gbitv.len());
+            let chunk = &self.gbitv[lo..hi];
+            let new = if chunk.iter().all(|&w| w == 0) {
+                NONE
+            } else {
+                let mut page = vec![0u8; self.page_size];
+                for (k, w) in chunk.iter().enumerate() {
+                    page[k * 8..k * 8 + 8].copy_from_slice(&w.to_le_bytes());
+                }
+                let (addr, tt) = self.write_meta_page(Kind::Gbitv, i as u64, &page, at)?;
+                t = t.max(tt);
+                addr
+            };
+            let old = std::mem::replace(&mut self.gbitv_pages[i], new);
+            self.release_meta_page(old);
+            self.gbitv_dirty[i] = false;
+        }
+        Ok(t)
+    }
+
+    /// The bad-block table, whole: a bit per block.
+    fn write_bbt(&mut self, at: SimTime) -> Result<(Vec<u64>, SimTime), FtlError> {
+        let mut t = at;
+        let mut bits = vec![0u8; self.blocks.len().div_ceil(8)];
+        for (b, blk) in self.blocks.iter().enumerate() {
+            if blk.state == Use::Bad {
+                bits[b / 8] |= 1 << (b % 8);
+            }
+        }
+        let mut pages = Vec::new();
+        for (i, chunk) in bits.chunks(self.page_size).enumerate() {
+            let mut page = vec![0u8; self.page_size];
+            page[..chunk.len()].copy_from_slice(chunk);
+            let (addr, tt) = self.write_meta_page(Kind::Bbt, i as u64, &page, at)?;
+            t = t.max(tt);
+            pages.push(addr);
+        }
+        Ok((pages, t))
+    }
+
+    /// The open blocks of the three streams.
+    fn open_list(&self) -> Vec<u64> {
+        let mut v = Vec::new();
+        for (s, per_die) in self.open_blocks.iter().enumerate() {
+            for (die, open) in per_die.iter().enumerate() {
+                if let Some((bi, page)) = *open {
+                    v.push(pack_open(
+                        s as u8,
+                        die as u32 * self.blocks_per_die + bi,
+                        page,
+                    ));
+                }
+            }
+        }
+        v
+    }
+
+    /// Write the record to both halves of the ring (a copy each, so that losing any one
+    /// block of the well-known location never loses the newest record). The log is
+    /// reclaimed only after both copies are written, so when a crash leaves one copy,
+    /// the record before it is still complete with its log. A half without a good block
+    /// left is skipped while the other works.
+    fn write_ring(
         &mut self,
-        c: &Checkpoint,
+        record: &Checkpoint,
         rssp_links: [u64; LOG_LINKS],
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
-        let mut page = vec![0u8; self.page_size];
-        c.encode(&mut page)?;
-        // The candidate links of the RSSP go after the record so recovery can skip a failed page.
-        let tail = page.len() - 8 * LOG_LINKS;
-        for (i, l) in rssp_links.iter().enumerate() {
-            page[tail + 8 * i..tail + 8 * i + 8].copy_from_slice(&l.to_le_bytes());
+        let mut done = Vec::new();
+        let mut last_err = None;
+        for half in 0..2 {
+            match self.write_ring_copy(half, record, rssp_links, at) {
+                Ok(t) => done.push(t),
+                Err(FtlError::Nand(NandError::PowerLoss)) => {
+                    return Err(NandError::PowerLoss.into());
+                }
+                Err(e) => last_err = Some(e),
+            }
         }
-        for _ in 0..4 * CKPT_RING {
-            let b = self.ckpt_blocks[self.ckpt_active];
-            let info = self.nand.block_info(BlockId(b))?;
-            if info.next_page >= self.pages_per_block || self.blocks[b as usize].state == Use::Bad {
-                // Move to the next good candidate, erased first; the newest record stays
-                // where it is until a newer one is written.
-                let n = self.ckpt_blocks.len();
-                let next = (1..n)
-                    .map(|k| (self.ckpt_active + k) % n)
-                    .find(|&i| self.blocks[self.ckpt_blocks[i] as usize].state != Use::Bad);
-                let Some(next) = next else { break };
-                let nb = self.ckpt_blocks[next];
-                self.stats.meta_erases += 1;
-                match self.nand.erase(BlockId(nb), at) {
-                    Ok(_) => {
-                        self.blocks[nb as usize].pe += 1;
-                        self.ckpt_active = next;
-                    }
-                    Err(NandError::EraseFailed { .. }) => {
-                        self.stats.erase_failures += 1;
-                        self.stats.grown_bad_blocks += 1;
-                        self.blocks[nb as usize].state = Use::Bad;
+        match (done.iter().max(), last_err) {
+            (Some(&t), _) => Ok(t),
+            (None, Some(e)) => Err(e),
+            (None, None) => Err(FtlError::Corrupt("no checkpoint copy written".into())),
+        }
+    }
+
+    /// Write one copy of the record — its body pages, then its head — into the current
+    /// block of ring half `half` (moving to the half's next good block, erased first,
+    /// when they do not fit).
+    fn write_ring_copy(
+        &mut self,
+        half: usize,
+        record: &Checkpoint,
+        rssp_links: [u64; LOG_LINKS],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let body = record.body();
+        let body_pages = body.len().div_ceil(self.page_size).max(1);
+        let need = body_pages as u32 + 1;
+        if need > self.pages_per_block {
+            return Err(FtlError::Config(format!(
+                "a checkpoint body of {} bytes does not fit one block of the checkpoint ring",
+                body.len()
+            )));
+        }
+        'attempt: for _ in 0..4 * CKPT_RING {
+            let b = self.ckpt_blocks[self.ckpt_active[half]];
+            let next_page = self.nand.block_info(BlockId(b))?.next_page;
+            if next_page + need > self.pages_per_block || self.blocks[b as usize].state == Use::Bad
+            {
+                self.next_ring_block(half, at)?;
+                continue;
+            }
+            let mut t = at;
+            let mut addrs = Vec::with_capacity(body_pages);
+            let mut page = vec![0u8; self.page_size];
+            for i in 0..body_pages {
+                page.fill(0);
+                let chunk = &body[(i * self.page_size).min(body.len())
+                    ..((i + 1) * self.page_size).min(body.len())];
+                page[..chunk.len()].copy_from_slice(chunk);
+                let p = next_page + i as u32;
+                match self.program_ring_page(
+                    b,
+                    p,
+                    &page,
+                    Kind::CkptBody,
+                    record.seq,
+                    record.seq,
+                    at,
+                ) {
+                    Ok(done) => t = t.max(done),
+                    // The rest of this block is unreliable for this record: start over
+                    // in the next ring block.
+                    Err(NandError::ProgramFailed { .. }) => {
+                        self.next_ring_block(half, at)?;
+                        continue 'attempt;
                     }
                     Err(e) => return Err(e.into()),
                 }
-                continue;
+                addrs.push(page_addr(b, p));
             }
-            let ids = vec![c.seq; self.sectors_per_page as usize];
-            let mut oob = std::mem::take(&mut self.oob_scratch);
-            tags_for(
-                &mut oob,
-                self.oob_per_sector,
-                self.sector_size,
-                &page,
-                Kind::Ckpt,
-                &ids,
-                c.seq,
-            );
-            let r = self
-                .nand
-                .program(Ppa::new(BlockId(b), info.next_page), &page, &oob, at);
-            self.oob_scratch = oob;
-            self.stats.meta_programs += 1;
-            match r {
-                Ok(done) => return Ok(done),
+            record.encode_head(&body, &addrs, &mut page)?;
+            // The candidate links of the RSSP go after the record so recovery can skip a
+            // failed page.
+            let tail = page.len() - 8 * LOG_LINKS;
+            for (i, l) in rssp_links.iter().enumerate() {
+                page[tail + 8 * i..tail + 8 * i + 8].copy_from_slice(&l.to_le_bytes());
+            }
+            let p = next_page + body_pages as u32;
+            match self.program_ring_page(b, p, &page, Kind::Ckpt, record.seq, record.seq, at) {
+                Ok(done) => return Ok(t.max(done)),
                 Err(NandError::ProgramFailed { .. }) => {
-                    self.stats.program_failures += 1;
+                    self.next_ring_block(half, at)?;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
         Err(FtlError::Corrupt(
-            "cannot write the checkpoint record".into(),
+            "cannot write the checkpoint record: every block of the checkpoint ring failed".into(),
         ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn program_ring_page(
+        &mut self,
+        b: u32,
+        p: u32,
+        page: &[u8],
+        kind: Kind,
+        id: u64,
+        seq: u64,
+        at: SimTime,
+    ) -> Result<SimTime, NandError> {
+        let ids = vec![id; self.sectors_per_page as usize];
+        let mut oob = std::mem::take(&mut self.oob_scratch);
+        tags_for(
+            &mut oob,
+            self.oob_per_sector,
+            self.sector_size,
+            page,
+            kind,
+            &ids,
+            seq,
+        );
+        let r = self.nand.program(Ppa::new(BlockId(b), p), page, &oob, at);
+        self.oob_scratch = oob;
+        self.stats.meta_programs += 1;
+        if matches!(r, Err(NandError::ProgramFailed { .. })) {
+            self.stats.program_failures += 1;
+        }
+        r
+    }
+
+    /// Move ring half `half` to its next good block, erased first (the newest record
+    /// stays where it is until a newer one is written); a block whose erase fails is
+    /// skipped for good.
+    fn next_ring_block(&mut self, half: usize, at: SimTime) -> Result<(), FtlError> {
+        let range = ring_half(self.ckpt_blocks.len(), half);
+        let n = range.len();
+        loop {
+            let cur = self.ckpt_active[half] - range.start;
+            let next = (1..n)
+                .map(|k| range.start + (cur + k) % n)
+                .find(|&i| self.blocks[self.ckpt_blocks[i] as usize].state != Use::Bad);
+            let Some(next) = next else {
+                return Err(FtlError::Corrupt(
+                    "cannot write the checkpoint record: no good block left in the checkpoint ring"
+                        .into(),
+                ));
+            };
+            let nb = self.ckpt_blocks[next];
+            self.stats.meta_erases += 1;
+            match self.nand.erase(BlockId(nb), at) {
+                Ok(_) => {
+                    self.blocks[nb as usize].pe += 1;
+                    self.ckpt_active[half] = next;
+                    return Ok(());
+                }
+                Err(NandError::EraseFailed { .. }) => {
+                    self.stats.erase_failures += 1;
+                    self.stats.grown_bad_blocks += 1;
+                    self.blocks[nb as usize].state = Use::Bad;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Clean shutdown: commit buffered writes, write a checkpoint marked clean (the next
+    /// open replays nothing), return the flash array. A read-only device writes nothing.
+    pub fn shutdown(mut self, at: SimTime) -> Result<csd_nand::Nand, FtlError> {
+        self.close(at)?;
+        Ok(self.nand)
+    }
+
+    /// Clean shutdown in place (see [`Ftl::shutdown`]).
+    pub fn close(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        if self.read_only.is_some() {
+            return Ok(at);
+        }
+        let t = self.flush(at)?;
+        self.checkpoint_with(t, CKPT_CLEAN)
     }
 }

@@ -41,6 +41,21 @@ pub struct FtlConfig {
     pub checkpoint_log_pages: u32,
     /// Maximum pages in one batch (`flush_batch`).
     pub max_batch_pages: u32,
+    /// GC also starts when this fraction of the usable blocks is in use (batch-io §8.2.3's
+    /// "aggressive" 0.5 and "non-aggressive" 0.7), besides the free-block low-water mark.
+    /// `None`: only the low-water mark.
+    pub gc_start_used: Option<f64>,
+    /// A channel with no free block collects garbage on that channel even when the others
+    /// have room (batch-io §7.2.8's per-channel GC).
+    pub per_channel_gc: bool,
+    /// A checkpoint is also taken when this many modeled milliseconds passed since the
+    /// last one (0: only by log size).
+    pub checkpoint_interval_ms: u64,
+    /// Reads of an uncorrectable sector are retried this many times (read retry with
+    /// shifted references; each retry is a new array read) before the error is reported.
+    pub read_retries: u32,
+    /// SMART's available-spare threshold, percent: below it the spare warning is raised.
+    pub spare_threshold_pct: u32,
 }
 
 impl Default for FtlConfig {
@@ -56,6 +71,11 @@ impl Default for FtlConfig {
             map_cache_share: 0.5,
             checkpoint_log_pages: 1024,
             max_batch_pages: 4096,
+            gc_start_used: None,
+            per_channel_gc: true,
+            checkpoint_interval_ms: 0,
+            read_retries: 3,
+            spare_threshold_pct: 10,
         }
     }
 }

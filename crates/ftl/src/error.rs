@@ -1,5 +1,6 @@
 //! Errors of the FTL.
 
+use crate::ReadOnlyReason;
 use csd_nand::{Nand, NandError};
 use thiserror::Error;
 
@@ -24,17 +25,25 @@ pub enum FtlError {
         /// LBA size.
         lba_size: usize,
     },
-    /// A read could not be corrected.
+    /// A read could not be corrected (after read retries), its data does not match the
+    /// checksum kept with it, or GC found it unreadable earlier.
     #[error("uncorrectable read at LBA {lba}")]
     Uncorrectable {
         /// The LBA.
         lba: u64,
     },
+    /// The device accepts no more writes; reads keep working.
+    #[error("device is read-only: {reason}")]
+    ReadOnly {
+        /// Why.
+        reason: ReadOnlyReason,
+    },
     /// A batch buffer or descriptor is malformed.
     #[error("bad batch: {0}")]
     BadBatch(String),
-    /// No free block could be found (over-provisioning exhausted by bad blocks).
-    #[error("no free flash block left: too many bad blocks for the configured capacity")]
+    /// No free block could be found or reclaimed for a write (the caller turns the device
+    /// read-only and says why).
+    #[error("no free flash block left to write into")]
     NoSpace,
     /// The configuration cannot work on this geometry.
     #[error("FTL config: {0}")]
@@ -76,8 +85,14 @@ pub struct RecoveryReport {
     pub commits_redone: u64,
     /// Commits without a done record whose data verified and were applied.
     pub commits_verified: u64,
-    /// Commits without a done record whose data did not verify and were discarded.
+    /// Commits without a done record whose data did not verify, or that a later commit
+    /// or an abort record shows failed, discarded.
     pub commits_discarded: u64,
+    /// Log records replayed.
+    pub log_records: u64,
+    /// The device had been shut down cleanly: nothing was replayed or verified, and the
+    /// state came straight from the checkpoint.
+    pub clean: bool,
     /// Modeled recovery time in seconds.
     pub modeled_s: f64,
     /// Wall-clock recovery time in seconds.

@@ -42,12 +42,16 @@ pub enum Kind {
     Maps = 3,
     /// A WEAR page.
     Wear = 4,
-    /// A bad-block-table page.
+    /// A block-table page (one state byte per block; bad blocks among them).
     Bbt = 5,
     /// A log page.
     Log = 6,
     /// A checkpoint record.
     Ckpt = 7,
+    /// A page of the valid-sector bitmap GBITV.
+    Gbitv = 8,
+    /// A body page of a checkpoint record (its lists).
+    CkptBody = 9,
 }
 
 impl Kind {
@@ -61,6 +65,8 @@ impl Kind {
             5 => Kind::Bbt,
             6 => Kind::Log,
             7 => Kind::Ckpt,
+            8 => Kind::Gbitv,
+            9 => Kind::CkptBody,
             _ => return None,
         })
     }
@@ -168,6 +174,11 @@ pub enum Record {
         /// Extension bytes.
         bytes: Vec<u8>,
     },
+    /// The commit failed and was rolled back: recovery must not apply it.
+    Abort {
+        /// Commit sequence.
+        seq: u64,
+    },
 }
 
 impl Record {
@@ -177,7 +188,7 @@ impl Record {
             Record::Rdesc { entries, .. }
             | Record::Rdesca { entries, .. }
             | Record::GcMove { entries, .. } => 1 + 8 + 4 + 24 * entries.len(),
-            Record::Done { .. } => 1 + 8,
+            Record::Done { .. } | Record::Abort { .. } => 1 + 8,
             Record::Trim { .. } => 1 + 16,
             Record::Ext { bytes, .. } => 1 + 8 + 1 + bytes.len(),
         }
@@ -213,6 +224,10 @@ impl Record {
                 out.push(bytes.len() as u8);
                 out.extend_from_slice(bytes);
             }
+            Record::Abort { seq } => {
+                out.push(7);
+                out.extend_from_slice(&seq.to_le_bytes());
+            }
         }
     }
 
@@ -244,6 +259,7 @@ impl Record {
                 Some((r, 13 + 24 * n))
             }
             4 => Some((Record::Done { seq: u64_at(1)? }, 9)),
+            7 => Some((Record::Abort { seq: u64_at(1)? }, 9)),
             5 => Some((
                 Record::Trim {
                     lpid: u64_at(1)?,
@@ -355,9 +371,38 @@ impl LogPage {
 }
 
 const CKPT_MAGIC: u32 = 0x504B_4343; // "CCKP"
-const CKPT_VERSION: u32 = 1;
+/// Version 2 (csd since 2026-11) adds GBITV, the open blocks, the flags and the
+/// reserve/spare block counts, and moves the variable-length lists into body pages next
+/// to the record; version 1 records are recognized and refused with a message that says
+/// how to go on.
+const CKPT_VERSION: u32 = 2;
+/// Bytes of the record's fixed header (before the body-page list).
+const CKPT_FIXED: usize = 4 + 4 + 5 * 8 + 4 + 3 * 4 + 3 * 4 + 4 + 4;
 
-/// The checkpoint record written to the well-known location (batch-io §7.2.7).
+/// Checkpoint flag: taken by a clean shutdown, nothing written after it.
+pub const CKPT_CLEAN: u32 = 1;
+/// Checkpoint flag: the device was read-only because its spare blocks were exhausted.
+pub const CKPT_SPARE_EXHAUSTED: u32 = 2;
+
+/// An open block of a stream: `stream << 48 | block << 16 | next page`.
+#[inline]
+pub fn pack_open(stream: u8, block: u32, page: u32) -> u64 {
+    ((stream as u64) << 48) | ((block as u64) << 16) | page as u64
+}
+
+/// Inverse of [`pack_open`].
+#[inline]
+pub fn unpack_open(x: u64) -> (u8, u32, u32) {
+    (
+        (x >> 48) as u8,
+        ((x >> 16) & 0xFFFF_FFFF) as u32,
+        (x & 0xFFFF) as u32,
+    )
+}
+
+/// The checkpoint record written to the well-known location (batch-io §7.2.7): a fixed
+/// header in the record page and a body (the variable-length lists) in the pages written
+/// just before it in the same ring block.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
     /// Checkpoint sequence (the newest valid one wins).
@@ -374,21 +419,72 @@ pub struct Checkpoint {
     pub ext_bytes: u32,
     /// Provisioning round-robin positions (HOT, COLD, META).
     pub rr: [u32; 3],
+    /// `CKPT_*` flags.
+    pub flags: u32,
+    /// Blocks set aside at format (provisioning, GC headroom, metadata).
+    pub reserve_blocks: u32,
+    /// Spare blocks at format.
+    pub initial_spare: u32,
     /// MAPT: page addresses of the MAPS pages.
     pub mapt: Vec<u64>,
     /// Page addresses of the WEAR pages.
     pub wear: Vec<u64>,
-    /// Page addresses of the bad-block-table pages.
+    /// Page addresses of the bad-block-table pages (a bit per block).
     pub bbt: Vec<u64>,
+    /// Page addresses of the GBITV pages (`NONE` for a page of zeros).
+    pub gbitv: Vec<u64>,
+    /// The open blocks of the three streams ([`pack_open`]).
+    pub open: Vec<u64>,
     /// Lifetime counters (SMART) as of this checkpoint.
     pub lifetime: Vec<u64>,
     /// The last recovery's modeled and wall-clock duration, ns.
     pub last_recovery_ns: [u64; 2],
 }
 
+/// A record page decoded: the fixed fields, and where its body is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordHead {
+    /// The record without its body lists (empty until [`Checkpoint::with_body`]).
+    pub ckpt: Checkpoint,
+    /// Page addresses of the body pages.
+    pub body_pages: Vec<u64>,
+    /// Body length in bytes.
+    pub body_len: u32,
+    /// CRC-32C of the body.
+    pub body_crc: u32,
+}
+
 impl Checkpoint {
-    /// Serialize into one page; errors if the tables do not fit.
-    pub fn encode(&self, out: &mut [u8]) -> Result<(), FtlError> {
+    /// The variable-length part, serialized.
+    pub fn body(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        for list in [
+            &self.mapt,
+            &self.wear,
+            &self.bbt,
+            &self.gbitv,
+            &self.open,
+            &self.lifetime,
+        ] {
+            v.extend_from_slice(&(list.len() as u32).to_le_bytes());
+            for a in list.iter() {
+                v.extend_from_slice(&a.to_le_bytes());
+            }
+        }
+        v.extend_from_slice(&self.last_recovery_ns[0].to_le_bytes());
+        v.extend_from_slice(&self.last_recovery_ns[1].to_le_bytes());
+        v
+    }
+
+    /// The record page: the fixed fields and the addresses of the body pages (written
+    /// before it), with the body's length and CRC. Errors if the body needs more pages
+    /// than the record can list.
+    pub fn encode_head(
+        &self,
+        body: &[u8],
+        body_pages: &[u64],
+        out: &mut [u8],
+    ) -> Result<(), FtlError> {
         let mut v = Vec::with_capacity(out.len());
         v.extend_from_slice(&CKPT_MAGIC.to_le_bytes());
         v.extend_from_slice(&CKPT_VERSION.to_le_bytes());
@@ -405,19 +501,21 @@ impl Checkpoint {
         for r in self.rr {
             v.extend_from_slice(&r.to_le_bytes());
         }
-        for list in [&self.mapt, &self.wear, &self.bbt, &self.lifetime] {
-            v.extend_from_slice(&(list.len() as u32).to_le_bytes());
-            for a in list.iter() {
-                v.extend_from_slice(&a.to_le_bytes());
-            }
+        for x in [self.flags, self.reserve_blocks, self.initial_spare] {
+            v.extend_from_slice(&x.to_le_bytes());
         }
-        v.extend_from_slice(&self.last_recovery_ns[0].to_le_bytes());
-        v.extend_from_slice(&self.last_recovery_ns[1].to_le_bytes());
+        v.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        v.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+        debug_assert_eq!(v.len(), CKPT_FIXED);
+        v.extend_from_slice(&(body_pages.len() as u32).to_le_bytes());
+        for a in body_pages {
+            v.extend_from_slice(&a.to_le_bytes());
+        }
         // The last 8 * LOG_LINKS bytes of the page hold the RSSP's candidate links.
         if v.len() + 4 > out.len() - 8 * LOG_LINKS {
             return Err(FtlError::Config(format!(
-                "checkpoint record of {} bytes does not fit a {}-byte page",
-                v.len() + 4,
+                "a checkpoint body of {} bytes needs more body pages than a {}-byte record lists",
+                body.len(),
                 out.len()
             )));
         }
@@ -428,8 +526,16 @@ impl Checkpoint {
         Ok(())
     }
 
-    /// Parse a page; `None` if it is not a valid checkpoint record.
-    pub fn decode(b: &[u8]) -> Option<Checkpoint> {
+    /// Is this page a checkpoint record of an older format version (valid magic, older
+    /// version)? Such a device must be re-created or formatted with this csd.
+    pub fn is_older_version(b: &[u8]) -> bool {
+        b.len() >= 8
+            && b[0..4] == CKPT_MAGIC.to_le_bytes()
+            && u32::from_le_bytes([b[4], b[5], b[6], b[7]]) < CKPT_VERSION
+    }
+
+    /// Parse a record page; `None` if it is not a valid record.
+    pub fn decode_head(b: &[u8]) -> Option<RecordHead> {
         let u32_at = |o: usize| {
             b.get(o..o + 4)
                 .and_then(|s| s.try_into().ok())
@@ -452,14 +558,74 @@ impl Checkpoint {
         let (seq, rssp_lsn, rssp_addr, next_commit, lbas) =
             (next()?, next()?, next()?, next()?, next()?);
         let ext_bytes = u32_at(p)?;
+        let rr = [u32_at(p + 4)?, u32_at(p + 8)?, u32_at(p + 12)?];
+        let (flags, reserve_blocks, initial_spare) =
+            (u32_at(p + 16)?, u32_at(p + 20)?, u32_at(p + 24)?);
+        let (body_len, body_crc) = (u32_at(p + 28)?, u32_at(p + 32)?);
+        p += 36;
+        let n = u32_at(p)? as usize;
         p += 4;
-        let rr = [u32_at(p)?, u32_at(p + 4)?, u32_at(p + 8)?];
-        p += 12;
-        let mut lists: [Vec<u64>; 4] = Default::default();
+        if n > b.len() / 8 {
+            return None;
+        }
+        let mut body_pages = Vec::with_capacity(n);
+        for _ in 0..n {
+            body_pages.push(u64_at(p)?);
+            p += 8;
+        }
+        let crc = u32_at(p)?;
+        if crc32c::crc32c(&b[..p]) != crc {
+            return None;
+        }
+        Some(RecordHead {
+            ckpt: Checkpoint {
+                seq,
+                rssp_lsn,
+                rssp_addr,
+                next_commit,
+                lbas,
+                ext_bytes,
+                rr,
+                flags,
+                reserve_blocks,
+                initial_spare,
+                mapt: Vec::new(),
+                wear: Vec::new(),
+                bbt: Vec::new(),
+                gbitv: Vec::new(),
+                open: Vec::new(),
+                lifetime: Vec::new(),
+                last_recovery_ns: [0, 0],
+            },
+            body_pages,
+            body_len,
+            body_crc,
+        })
+    }
+
+    /// Fill in the lists from the body bytes (checked against the head's length and
+    /// CRC); `None` if the body is not the one the record describes.
+    pub fn with_body(head: &RecordHead, body: &[u8]) -> Option<Checkpoint> {
+        let body = body.get(..head.body_len as usize)?;
+        if crc32c::crc32c(body) != head.body_crc {
+            return None;
+        }
+        let u32_at = |o: usize| {
+            body.get(o..o + 4)
+                .and_then(|s| s.try_into().ok())
+                .map(u32::from_le_bytes)
+        };
+        let u64_at = |o: usize| {
+            body.get(o..o + 8)
+                .and_then(|s| s.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        let mut p = 0;
+        let mut lists: [Vec<u64>; 6] = Default::default();
         for list in lists.iter_mut() {
             let n = u32_at(p)? as usize;
             p += 4;
-            if n > b.len() / 8 {
+            if n > body.len() / 8 {
                 return None;
             }
             for _ in 0..n {
@@ -468,25 +634,16 @@ impl Checkpoint {
             }
         }
         let last_recovery_ns = [u64_at(p)?, u64_at(p + 8)?];
-        p += 16;
-        let crc = u32_at(p)?;
-        if crc32c::crc32c(&b[..p]) != crc {
-            return None;
-        }
-        let [mapt, wear, bbt, lifetime] = lists;
+        let [mapt, wear, bbt, gbitv, open, lifetime] = lists;
         Some(Checkpoint {
-            seq,
-            rssp_lsn,
-            rssp_addr,
-            next_commit,
-            lbas,
-            ext_bytes,
-            rr,
             mapt,
             wear,
             bbt,
+            gbitv,
+            open,
             lifetime,
             last_recovery_ns,
+            ..head.ckpt.clone()
         })
     }
 }
@@ -545,6 +702,7 @@ mod tests {
                     seq: 9,
                     entries: vec![],
                 },
+                Record::Abort { seq: 11 },
             ],
         };
         let mut page = vec![0u8; 4096];
@@ -566,21 +724,32 @@ mod tests {
             lbas: 1000,
             ext_bytes: 8,
             rr: [1, 2, 3],
+            flags: CKPT_CLEAN,
+            reserve_blocks: 40,
+            initial_spare: 12,
             mapt: vec![5, 6],
             wear: vec![7],
             bbt: vec![8, 9],
+            gbitv: vec![NONE, 4],
+            open: vec![pack_open(2, 1234, 17)],
             lifetime: vec![1, 2, 3],
             last_recovery_ns: [10, 20],
         };
+        assert_eq!(unpack_open(c.open[0]), (2, 1234, 17));
+        let body = c.body();
         let mut page = vec![0u8; 4096];
-        c.encode(&mut page).unwrap();
-        assert_eq!(Checkpoint::decode(&page), Some(c.clone()));
+        c.encode_head(&body, &[11, 12], &mut page).unwrap();
+        let head = Checkpoint::decode_head(&page).unwrap();
+        assert_eq!(head.body_pages, vec![11, 12]);
+        assert_eq!(Checkpoint::with_body(&head, &body), Some(c.clone()));
+        // A body that is not the record's.
+        let mut other = body.clone();
+        other[3] ^= 1;
+        assert_eq!(Checkpoint::with_body(&head, &other), None);
         page[20] ^= 0x40;
-        assert_eq!(Checkpoint::decode(&page), None);
-        let big = Checkpoint {
-            mapt: vec![1; 1000],
-            ..c
-        };
-        assert!(big.encode(&mut page).is_err());
+        assert_eq!(Checkpoint::decode_head(&page), None);
+        // More body pages than a record page lists.
+        let many = vec![1u64; 600];
+        assert!(c.encode_head(&body, &many, &mut page).is_err());
     }
 }

@@ -11,16 +11,98 @@ use crate::{FtlConfig, FtlError, FtlStats, RecoveryReport};
 use csd_nand::{BlockId, Nand, NandError};
 use csd_sim::SimTime;
 
-/// Candidate blocks of the well-known checkpoint location.
+/// Candidate blocks of the well-known checkpoint location: two halves of 4, each record
+/// written to both.
 pub(crate) const CKPT_RING: usize = 8;
 
 /// Map entries with this bit point into a page buffer: `CACHED | buf << 8 | slot`.
-pub(crate) const CACHED: u64 = 1 << 63;
+const CACHED: u64 = 1 << 63;
+/// The MAP entry of an LPID whose data GC could not read (it reads as an error).
+const LOST: u64 = 1 << 62;
 
-/// Does a MAP entry point into a page buffer (rather than at flash, or nowhere)?
+/// Where a MAP entry says an LPID's data is. MAP entries are `u64`s, in the cache and in
+/// MAP pages on flash; this is their one encoding: `NONE` (unmapped), `LOST`, a flash
+/// sector address ([`crate::format::pack`], below 2^56), or `CACHED | buf << 8 | slot`
+/// for a sector still in a page buffer (controller DRAM only; never on flash once its
+/// commit completes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Loc {
+    /// Never written, or trimmed: reads as zeros.
+    Unmapped,
+    /// GC could not read it (uncorrectable): reads fail naming the LBA until rewritten.
+    Lost,
+    /// On flash at this sector address.
+    Flash(u64),
+    /// In page buffer `buf`, sector `slot`.
+    Buffered {
+        /// Index in `page_bufs`.
+        buf: usize,
+        /// Sector within the page.
+        slot: usize,
+    },
+}
+
+impl Loc {
+    /// Decode a MAP entry.
+    #[inline]
+    pub(crate) fn of(e: u64) -> Loc {
+        if e == NONE {
+            Loc::Unmapped
+        } else if e & CACHED != 0 {
+            Loc::Buffered {
+                buf: ((e >> 8) & 0xFF_FFFF) as usize,
+                slot: (e & 0xFF) as usize,
+            }
+        } else if e == LOST {
+            Loc::Lost
+        } else {
+            Loc::Flash(e)
+        }
+    }
+
+    /// Encode as a MAP entry.
+    #[inline]
+    pub(crate) fn entry(self) -> u64 {
+        match self {
+            Loc::Unmapped => NONE,
+            Loc::Lost => LOST,
+            Loc::Flash(a) => a,
+            Loc::Buffered { buf, slot } => CACHED | ((buf as u64) << 8) | slot as u64,
+        }
+    }
+}
+
+/// The flash sector address a MAP entry names, if it names one.
 #[inline]
-pub(crate) fn is_cached(e: u64) -> bool {
-    e != NONE && e & CACHED != 0
+pub(crate) fn flash_of(e: u64) -> Option<u64> {
+    match Loc::of(e) {
+        Loc::Flash(a) => Some(a),
+        _ => None,
+    }
+}
+
+/// Why the device accepts no more writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOnlyReason {
+    /// The image was opened read-only (or the file is not writable).
+    Opened,
+    /// Grown bad blocks used up the spare blocks: no block can be allocated for writes.
+    SpareExhausted,
+    /// The file system holding the image file is full.
+    ImageFull,
+    /// No free block could be found or reclaimed (every block holds live data).
+    OutOfSpace,
+}
+
+impl std::fmt::Display for ReadOnlyReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReadOnlyReason::Opened => "opened read-only",
+            ReadOnlyReason::SpareExhausted => "spare blocks exhausted",
+            ReadOnlyReason::ImageFull => "image file system is full",
+            ReadOnlyReason::OutOfSpace => "no free block could be reclaimed",
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +209,8 @@ pub struct Ftl {
     pub(crate) gbitv: Vec<u64>,
     /// Blocks in state `Free`.
     pub(crate) free_count: u32,
+    /// Blocks in state `Free`, per die.
+    pub(crate) free_per_die: Vec<u32>,
     /// Open block (block index within the die, next page) per stream and die.
     pub(crate) open_blocks: [Vec<Option<(u32, u32)>>; 3],
     /// Next die in channel round robin, per stream.
@@ -141,8 +225,8 @@ pub struct Ftl {
     pub(crate) commit_seq: u64,
     /// The well-known checkpoint location: a ring of candidate blocks.
     pub(crate) ckpt_blocks: Vec<u32>,
-    /// Index in `ckpt_blocks` of the block records go to now.
-    pub(crate) ckpt_active: usize,
+    /// Index in `ckpt_blocks` of the block each half of the ring writes to now.
+    pub(crate) ckpt_active: [usize; 2],
     /// Sequence number of the last checkpoint record.
     pub(crate) ckpt_seq: u64,
     /// Page addresses of the WEAR pages of the last checkpoint.
@@ -174,6 +258,18 @@ pub struct Ftl {
     /// During recovery the MAP cache evicts clean pages only (no flash writes before the
     /// block classes are known); it may exceed its bound until the closing checkpoint.
     pub(crate) recovering: bool,
+    /// Set when the device accepts no more writes; reads keep working.
+    pub(crate) read_only: Option<ReadOnlyReason>,
+    /// GBITV pages (page addresses) of the last checkpoint; `NONE` for an all-zero page.
+    pub(crate) gbitv_pages: Vec<u64>,
+    /// GBITV pages changed since the last checkpoint.
+    pub(crate) gbitv_dirty: Vec<bool>,
+    /// Blocks set aside at format for provisioning, GC headroom and metadata.
+    pub(crate) reserve_blocks: u32,
+    /// Spare blocks at format: usable blocks beyond the reserve and the logical capacity.
+    pub(crate) initial_spare: u32,
+    /// Modeled instant of the last checkpoint (for interval checkpoints).
+    pub(crate) last_checkpoint_at: SimTime,
 }
 
 /// CRC of an LPID's data and the TAG bytes for a page of sectors.
@@ -220,6 +316,7 @@ impl Ftl {
         let dram = nand.config().dram.size_mib as f64 * (1u64 << 20) as f64;
         let slot_cap =
             ((dram * cfg.map_cache_share) as usize / page_size).clamp(2, n_map_pages.max(2));
+        let n_gbitv_pages = (nblocks as u64 * spb).div_ceil(8 * page_size as u64) as usize;
         Ftl {
             sectors_per_page: spp,
             sector_size: g.sector_size as usize,
@@ -250,6 +347,7 @@ impl Ftl {
             ],
             gbitv: vec![0u64; (nblocks as u64 * spb).div_ceil(64) as usize],
             free_count: 0,
+            free_per_die: vec![0; dies as usize],
             open_blocks: [
                 vec![None; dies as usize],
                 vec![None; dies as usize],
@@ -270,7 +368,7 @@ impl Ftl {
             },
             commit_seq: 1,
             ckpt_blocks: Vec::new(),
-            ckpt_active: 0,
+            ckpt_active: [0, CKPT_RING / 2],
             ckpt_seq: 0,
             wear_pages: Vec::new(),
             bbt_pages: Vec::new(),
@@ -286,6 +384,12 @@ impl Ftl {
             life_base: FtlStats::default(),
             buf_pool: Vec::new(),
             page_scratch: vec![0u8; page_size],
+            read_only: None,
+            gbitv_pages: vec![NONE; n_gbitv_pages],
+            gbitv_dirty: vec![false; n_gbitv_pages],
+            reserve_blocks: 0,
+            initial_spare: 0,
+            last_checkpoint_at: SimTime::ZERO,
             nand,
             cfg,
         }
@@ -325,6 +429,26 @@ impl Ftl {
         if g.pages_per_block as usize <= LOG_LINKS {
             return Err(FtlError::Config(format!(
                 "the log needs more than {LOG_LINKS} pages per block"
+            )));
+        }
+        let table_pages = (g.total_blocks() as usize).div_ceil(g.page_size as usize);
+        if table_pages + 1 > g.pages_per_block as usize {
+            return Err(FtlError::Config(format!(
+                "the checkpoint's block table ({table_pages} pages) and record must fit one block of {} pages",
+                g.pages_per_block
+            )));
+        }
+        if let Some(s) = cfg.gc_start_used
+            && !(s > 0.0 && s <= 1.0)
+        {
+            return Err(FtlError::Config(format!(
+                "gc_start_used {s} must be a share of the blocks in (0, 1]"
+            )));
+        }
+        if cfg.spare_threshold_pct > 100 {
+            return Err(FtlError::Config(format!(
+                "spare_threshold_pct {} must be at most 100",
+                cfg.spare_threshold_pct
             )));
         }
         Ok(())
@@ -405,12 +529,51 @@ impl Ftl {
         for &c in &f.ckpt_blocks {
             f.blocks[c as usize].state = Use::Ckpt;
         }
-        f.free_count = f.blocks.iter().filter(|b| b.state == Use::Free).count() as u32;
+        f.recount_free();
+        f.reserve_blocks = (fixed + meta_blocks) as u32;
+        f.initial_spare = f.spare_blocks().max(0) as u32;
+        // GC must be able to make progress at full logical occupancy: the spare blocks
+        // (the garbage it can reclaim) must cover an open COLD block per die plus two.
+        let need = dies + 2;
+        if (f.initial_spare as u64) < need {
+            let avail = (usable - fixed - meta_blocks) as f64;
+            let min_op = need as f64 / (avail - need as f64).max(1.0);
+            return Err(FtlError::Config(format!(
+                "over-provisioning {} leaves {} spare blocks; GC needs at least {need} on a device with {dies} dies to make progress: use op >= {:.3}",
+                cfg.op,
+                f.initial_spare,
+                (min_op * 1000.0).ceil() / 1000.0
+            )));
+        }
         f.start_log()?;
-        f.checkpoint(SimTime::ZERO)?;
+        f.checkpoint_with(SimTime::ZERO, crate::format::CKPT_CLEAN)?;
         f.stats = FtlStats::default();
         f.life_base = FtlStats::default();
         Ok(f)
+    }
+
+    /// Recompute the free-block counts from the block states.
+    pub(crate) fn recount_free(&mut self) {
+        self.free_per_die.fill(0);
+        for (b, blk) in self.blocks.iter().enumerate() {
+            if blk.state == Use::Free {
+                self.free_per_die[b / self.blocks_per_die as usize] += 1;
+            }
+        }
+        self.free_count = self.free_per_die.iter().sum();
+    }
+
+    /// Block `b` leaves (`-1`) or joins (`+1`) the free pool.
+    #[inline]
+    pub(crate) fn count_free(&mut self, b: u32, joins: bool) {
+        let die = (b / self.blocks_per_die) as usize;
+        if joins {
+            self.free_count += 1;
+            self.free_per_die[die] += 1;
+        } else {
+            self.free_count -= 1;
+            self.free_per_die[die] -= 1;
+        }
     }
 
     /// Logical capacity in LBAs.
@@ -430,6 +593,10 @@ impl Ftl {
         self.life_base = self.life_base.plus(&self.stats);
         self.stats = FtlStats::default();
         self.wear_checked_at_erases = 0;
+    }
+    /// Bytes per flash page.
+    pub fn page_size(&self) -> usize {
+        self.page_size
     }
     /// Sectors per flash page.
     pub fn sectors_per_page(&self) -> u32 {
@@ -496,13 +663,6 @@ impl Ftl {
         self.nand.power_off();
         self.nand.power_on();
         self.nand
-    }
-
-    /// Clean shutdown: commit buffered writes, write a checkpoint, return the flash array.
-    pub fn shutdown(mut self, at: SimTime) -> Result<Nand, FtlError> {
-        let t = self.flush(at)?;
-        self.checkpoint(t)?;
-        Ok(self.nand)
     }
 
     pub(crate) fn check_range(&self, lba: u64, n: u64) -> Result<(), FtlError> {

@@ -1,14 +1,128 @@
 //! Garbage collection and wear leveling (batch-io §5, §6.2.3, §7.2.8).
+//!
+//! Choices made here:
+//! * GC runs when the free pool falls below its low-water mark; also (batch-io §7.2.8)
+//!   when a channel has no free block left, on that channel's blocks, and (§8.2.3) when
+//!   the share of used blocks reaches `gc_start_used`, a bounded number of victims per
+//!   trigger so that one command's latency stays bounded.
+//! * A victim's sectors are read a page at a time with read retries; a page that stays
+//!   uncorrectable is read sector by sector, and a sector that still cannot be read (or
+//!   whose data does not match its CRC) is recorded as lost: its MAP entry becomes
+//!   `Lost` through a logged GC move, so that reads of that LBA fail naming it and every
+//!   other sector moves on. The LPID of an unreadable sector comes from the page's OOB
+//!   (the spare area has its own ECC), or, when that is gone too, from a scan of the MAP.
+//!   A block that lost data is retired instead of erased (a grown bad block).
 
-use crate::format::{Kind, TAG_BYTES, Tag, pack};
+use crate::format::{Entry, Kind, Record, TAG_BYTES, Tag, pack};
 use crate::ftl::*;
+use crate::read::read_with_retries;
 use crate::{FtlError, GcPolicy};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
+use std::collections::HashMap;
+
+/// A valid sector of a GC victim on its way out.
+struct Moving {
+    lpid: u64,
+    /// Its sector address in the victim.
+    old: u64,
+    /// Where its data is in the relocation buffer; `None` when it could not be read.
+    at_byte: Option<usize>,
+    /// It was read, but its data did not match its CRC.
+    checksum_failed: bool,
+}
 
 impl Ftl {
+    /// The GC a commit triggers: the free-pool low-water mark, then per-channel and
+    /// used-share triggers.
     pub(crate) fn collect_garbage(&mut self, at: SimTime) -> Result<(), FtlError> {
-        self.collect_garbage_to(self.gc_low_water(), at)
+        self.collect_garbage_to(self.gc_low_water(), at)?;
+        if self.cfg.per_channel_gc {
+            self.in_gc = true;
+            let r = self.collect_starved_channels(at);
+            self.in_gc = false;
+            r?;
+        }
+        if let Some(share) = self.cfg.gc_start_used {
+            self.in_gc = true;
+            let r = self.collect_used_above(share, at);
+            self.in_gc = false;
+            r?;
+        }
+        Ok(())
+    }
+
+    /// A channel whose dies have no free block collects on its own blocks (batch-io
+    /// §7.2.8), even while other channels have room.
+    fn collect_starved_channels(&mut self, at: SimTime) -> Result<(), FtlError> {
+        let channels = self.nand.geometry().channels;
+        let channel_of = |f: &Ftl, die: u32| f.nand.addr().channel_of(csd_nand::DieId(die));
+        for ch in 0..channels {
+            for _ in 0..self.dies {
+                let free: u32 = (0..self.dies)
+                    .filter(|&d| channel_of(self, d) == ch)
+                    .map(|d| self.free_per_die[d as usize])
+                    .sum();
+                if free > 0 {
+                    break;
+                }
+                let Some(victim) =
+                    self.pick_victim_where(|f, b| channel_of(f, b / f.blocks_per_die) == ch)
+                else {
+                    break;
+                };
+                self.collect_victim(victim, at)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// While at least `share` of the usable blocks are in use, collect the victims with
+    /// at least a page of garbage, at most one per die per trigger.
+    fn collect_used_above(&mut self, share: f64, at: SimTime) -> Result<(), FtlError> {
+        let min_garbage = self.sectors_per_page;
+        let spb = self.sectors_per_page * self.pages_per_block;
+        for _ in 0..self.dies {
+            let usable = self
+                .blocks
+                .iter()
+                .filter(|b| b.state != Use::Bad && b.state != Use::Ckpt)
+                .count() as f64;
+            let used = usable - self.free_count as f64;
+            if usable == 0.0 || used / usable < share {
+                break;
+            }
+            let Some(victim) =
+                self.pick_victim_where(|f, b| spb - f.blocks[b as usize].valid >= min_garbage)
+            else {
+                break;
+            };
+            self.collect_victim(victim, at)?;
+        }
+        Ok(())
+    }
+
+    /// Move a victim's live data and reclaim it (erase, or retire if it lost data).
+    fn collect_victim(&mut self, victim: u32, at: SimTime) -> Result<(), FtlError> {
+        let spb = self.sectors_per_page * self.pages_per_block;
+        self.stats.gc_reclaimed_sectors += (spb - self.blocks[victim as usize].valid) as u64;
+        self.stats.gc_victims += 1;
+        let damaged = self.relocate(victim, at)?;
+        if damaged {
+            self.retire_emptied(victim);
+            Ok(())
+        } else {
+            self.erase_block(victim, at)
+        }
+    }
+
+    /// Retire a block GC emptied because it lost data: it joins the bad blocks unerased.
+    fn retire_emptied(&mut self, block: u32) {
+        if self.blocks[block as usize].state == Use::Bad {
+            return;
+        }
+        self.blocks[block as usize].state = Use::Bad;
+        self.stats.grown_bad_blocks += 1;
     }
 
     pub(crate) fn collect_garbage_to(&mut self, target: u32, at: SimTime) -> Result<(), FtlError> {
@@ -23,20 +137,33 @@ impl Ftl {
         target: u32,
         at: SimTime,
     ) -> Result<(), FtlError> {
+        self.reclaim_to(target, at)?;
+        // Wear leveling moves data into the COLD stream, which may open blocks: top the
+        // pool up again after it.
+        if self.wear_level(at)? {
+            self.reclaim_to(target, at)?;
+        }
+        Ok(())
+    }
+
+    /// Collect victims until `target` blocks are free.
+    fn reclaim_to(&mut self, target: u32, at: SimTime) -> Result<(), FtlError> {
         let mut guard = 0;
-        let mut checkpointed = false;
+        let mut just_checkpointed = false;
         while self.free_count < target {
             guard += 1;
             if guard > self.blocks.len() {
                 return Err(FtlError::NoSpace);
             }
             // Superseded MAP pages and log pages before the redo start are only freed
-            // by a checkpoint; when that frees more than it writes, it comes first.
-            if !checkpointed && self.checkpoint_pays() {
-                checkpointed = true;
+            // by a checkpoint; whenever that frees more than it writes, it comes first
+            // (with a small MAP cache, moving a victim's data writes MAP pages too).
+            if !just_checkpointed && self.checkpoint_pays() {
+                just_checkpointed = true;
                 self.checkpoint(at)?;
                 continue;
             }
+            just_checkpointed = false;
             let Some(victim) = self.pick_victim() else {
                 // Only metadata is left to reclaim: a checkpoint truncates log and old MAP pages.
                 self.checkpoint(at)?;
@@ -45,18 +172,19 @@ impl Ftl {
                 }
                 continue;
             };
-            let spb = self.sectors_per_page * self.pages_per_block;
-            self.stats.gc_reclaimed_sectors += (spb - self.blocks[victim as usize].valid) as u64;
-            self.stats.gc_victims += 1;
-            self.relocate(victim, at)?;
-            self.erase_block(victim, at)?;
+            self.collect_victim(victim, at)?;
         }
+        Ok(())
+    }
+
+    /// Static wear leveling: move the data of the least-worn full blocks (cold data pins
+    /// them) so that they rejoin the free pool. Returns whether it moved anything.
+    fn wear_level(&mut self, at: SimTime) -> Result<bool, FtlError> {
         if self.stats.erases == self.wear_checked_at_erases {
-            return Ok(());
+            return Ok(false);
         }
         self.wear_checked_at_erases = self.stats.erases;
-        // Static wear leveling: move the data of the least-worn full blocks (cold data
-        // pins them) so that they rejoin the free pool.
+        let mut moved = false;
         for _ in 0..4 {
             let (_, _, mx) = self.erase_counts();
             let coldest = (0..self.blocks.len() as u32)
@@ -65,14 +193,18 @@ impl Ftl {
             match coldest {
                 Some(b) if mx - self.blocks[b as usize].pe > self.cfg.wear_level_spread => {
                     self.stats.wear_level_moves += 1;
-                    self.relocate(b, at)?;
-                    self.erase_block(b, at)?;
+                    moved = true;
+                    if self.relocate(b, at)? {
+                        self.retire_emptied(b);
+                    } else {
+                        self.erase_block(b, at)?;
+                    }
                 }
                 _ => break,
             }
         }
         self.wear_checked_at_erases = self.stats.erases;
-        Ok(())
+        Ok(moved)
     }
 
     /// Whether a checkpoint now would free at least one block more than it writes: the
@@ -92,6 +224,7 @@ impl Ftl {
         }
         let cost = self.map_slots.iter().filter(|s| s.dirty).count() as u64
             + self.maps_page_dirty.iter().filter(|&&d| d).count() as u64
+            + self.gbitv_dirty.iter().filter(|&&d| d).count() as u64
             + self.wear_pages.len() as u64
             + self.bbt_pages.len() as u64
             + 2;
@@ -106,10 +239,16 @@ impl Ftl {
     }
 
     pub(crate) fn pick_victim(&self) -> Option<u32> {
+        self.pick_victim_where(|_, _| true)
+    }
+
+    /// The best victim among full blocks with some garbage that `accept` takes.
+    pub(crate) fn pick_victim_where(&self, accept: impl Fn(&Ftl, u32) -> bool) -> Option<u32> {
         let spb = (self.sectors_per_page * self.pages_per_block) as f64;
         let full = (0..self.blocks.len() as u32).filter(|&b| {
             self.blocks[b as usize].state == Use::Full
                 && (self.blocks[b as usize].valid as f64) < spb
+                && accept(self, b)
         });
         match self.cfg.gc_policy {
             GcPolicy::Greedy => full.min_by_key(|&b| self.blocks[b as usize].valid),
@@ -132,9 +271,10 @@ impl Ftl {
 
     /// Move every valid sector of `block` to the COLD stream in one GC commit, using the
     /// TAG for the reverse mapping and the optimistic MAP update of batch-io §7.2.8.
-    pub(crate) fn relocate(&mut self, block: u32, at: SimTime) -> Result<(), FtlError> {
+    /// Returns whether the block lost data (sectors that could not be read).
+    pub(crate) fn relocate(&mut self, block: u32, at: SimTime) -> Result<bool, FtlError> {
         if self.blocks[block as usize].valid == 0 {
-            return Ok(());
+            return Ok(false);
         }
         let was_in_gc = self.in_gc;
         self.in_gc = true;
@@ -147,54 +287,238 @@ impl Ftl {
         r
     }
 
-    pub(crate) fn relocate_inner(&mut self, block: u32, at: SimTime) -> Result<(), FtlError> {
-        let mut data = vec![0u8; self.sectors_per_page as usize * self.sector_size];
-        let mut oob = vec![0u8; self.oob_per_sector * self.sectors_per_page as usize];
+    fn relocate_inner(&mut self, block: u32, at: SimTime) -> Result<bool, FtlError> {
+        let spp = self.sectors_per_page as usize;
+        let ss = self.sector_size;
+        let ob = self.oob_per_sector;
+        let mut data = vec![0u8; spp * ss];
+        let mut oob = vec![0u8; ob * spp];
+        // 1. Read every page with valid sectors; note each sector's LPID (from its TAG,
+        //    or from a MAP scan when the TAG is gone), where its data is, and whether it
+        //    could be read.
+        let mut moving: Vec<Moving> = Vec::new();
+        let mut kept: Vec<u8> = Vec::new();
+        let mut reverse: Option<HashMap<u64, u64>> = None;
         for page in 0..self.pages_per_block {
-            if !(0..self.sectors_per_page).any(|s| self.is_valid(block, page, s)) {
+            let valid: Vec<u32> = (0..self.sectors_per_page)
+                .filter(|&s| self.is_valid(block, page, s))
+                .collect();
+            if valid.is_empty() {
                 continue;
             }
-            let r = self
-                .nand
-                .read(Ppa::new(BlockId(block), page), 0, &mut data, &mut oob, at);
-            self.stats.gc_reads += 1;
-            match r {
-                Ok(_) => {}
-                Err(NandError::Uncorrectable { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            }
-            for s in 0..self.sectors_per_page {
-                if !self.is_valid(block, page, s) {
-                    continue;
-                }
-                let o = s as usize * self.oob_per_sector;
+            let unreadable = self.read_for_gc(block, page, &valid, &mut data, &mut oob, at)?;
+            for &s in &valid {
                 let old = pack(block, page, s);
-                let tag = Tag::read(&oob[o..o + TAG_BYTES]);
+                let o = s as usize * ob;
+                let sector = &data[s as usize * ss..(s as usize + 1) * ss];
+                let tag = Tag::read(&oob[o..o + TAG_BYTES])
+                    .filter(|t| t.kind == Kind::Data && t.id < self.lbas);
+                let read_failed = unreadable.contains(&s);
+                let readable = !read_failed && tag.is_some_and(|t| t.crc == crc32c::crc32c(sector));
                 let lpid = match tag {
-                    Some(t) if t.kind == Kind::Data && t.id < self.lbas => t.id,
-                    _ => {
-                        self.set_valid(old, false);
-                        continue;
+                    Some(t) => Some(t.id),
+                    None if readable => None,
+                    None => {
+                        if reverse.is_none() {
+                            reverse = Some(self.lpids_mapped_into(block, at)?);
+                        }
+                        reverse.as_ref().and_then(|m| m.get(&old).copied())
                     }
                 };
-                // Optimistic check: a user write that raced us wins.
-                let (cur, _) = self.map_get(lpid, at)?;
-                if cur != old {
+                let Some(lpid) = lpid else {
+                    // Not user data any MAP entry names: nothing to move.
                     self.set_valid(old, false);
                     continue;
-                }
-                let sector = data
-                    [s as usize * self.sector_size..(s as usize + 1) * self.sector_size]
-                    .to_vec();
-                self.buffer_sector(COLD, lpid, &sector, old, at)?;
-                self.stats.gc_moved_sectors += 1;
+                };
+                let at_byte = if readable {
+                    kept.extend_from_slice(sector);
+                    Some(kept.len() - ss)
+                } else {
+                    None
+                };
+                moving.push(Moving {
+                    lpid,
+                    old,
+                    at_byte,
+                    checksum_failed: !read_failed && !readable,
+                });
             }
         }
+        // 2. In LPID order (each MAP page is loaded once, however small the MAP cache):
+        //    the optimistic check (a user write that raced us wins), then move or record
+        //    as lost.
+        moving.sort_unstable_by_key(|m| m.lpid);
+        let mut lost: Vec<Entry> = Vec::new();
+        for m in &moving {
+            let (cur, _) = self.map_get(m.lpid, at)?;
+            if cur != m.old {
+                self.set_valid(m.old, false);
+                continue;
+            }
+            match m.at_byte {
+                Some(o) => {
+                    self.buffer_sector(COLD, m.lpid, &kept[o..o + ss], m.old, at)?;
+                    self.stats.gc_moved_sectors += 1;
+                }
+                None => {
+                    if m.checksum_failed {
+                        self.stats.integrity_errors += 1;
+                    }
+                    lost.push(Entry {
+                        lpid: m.lpid,
+                        new: Loc::Lost.entry(),
+                        old: m.old,
+                    });
+                }
+            }
+        }
+        let damaged = !lost.is_empty();
+        if damaged {
+            self.record_lost(lost, at)?;
+        }
         self.commit_inner(true, at)?;
+        Ok(damaged)
+    }
+
+    /// Read a page for GC: the whole page with read retries, else sector by sector.
+    /// Returns the valid sectors that stayed unreadable; their OOB comes from a read of
+    /// the spare area when it can be read.
+    fn read_for_gc(
+        &mut self,
+        block: u32,
+        page: u32,
+        valid: &[u32],
+        data: &mut [u8],
+        oob: &mut [u8],
+        at: SimTime,
+    ) -> Result<Vec<u32>, FtlError> {
+        let ppa = Ppa::new(BlockId(block), page);
+        let ss = self.sector_size;
+        let ob = self.oob_per_sector;
+        let retries = self.cfg.read_retries;
+        self.stats.gc_reads += 1;
+        let whole = read_with_retries(
+            &mut self.nand,
+            ppa,
+            0,
+            data,
+            oob,
+            at,
+            retries,
+            &mut self.stats.read_retries,
+        );
+        match whole {
+            Ok(r) if !r.erased => return Ok(Vec::new()),
+            // Erased: every valid sector is gone (a zeroed or replaced region).
+            Ok(_) => return Ok(valid.to_vec()),
+            Err(NandError::Uncorrectable { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut unreadable = Vec::new();
+        for &s in valid {
+            let (d, o) = (
+                &mut data[s as usize * ss..(s as usize + 1) * ss],
+                &mut oob[s as usize * ob..(s as usize + 1) * ob],
+            );
+            self.stats.gc_reads += 1;
+            let r = read_with_retries(
+                &mut self.nand,
+                ppa,
+                s,
+                d,
+                o,
+                at,
+                retries,
+                &mut self.stats.read_retries,
+            );
+            match r {
+                Ok(r) if !r.erased => {}
+                Ok(_) | Err(NandError::Uncorrectable { .. }) => unreadable.push(s),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !unreadable.is_empty() {
+            let mut spare = vec![0u8; oob.len()];
+            match self.nand.read_oob(ppa, &mut spare, at) {
+                Ok(r) if !r.erased => {
+                    for &s in &unreadable {
+                        let r = s as usize * ob..(s as usize + 1) * ob;
+                        oob[r.clone()].copy_from_slice(&spare[r]);
+                    }
+                }
+                Ok(_) | Err(NandError::Uncorrectable { .. }) => {
+                    for &s in &unreadable {
+                        oob[s as usize * ob..(s as usize + 1) * ob].fill(0xFF);
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+            self.stats.gc_reads += 1;
+        }
+        Ok(unreadable)
+    }
+
+    /// Sector address → LPID for every MAP entry naming a sector of `block` (a scan of
+    /// the whole MAP: only when a sector's TAG cannot be read).
+    fn lpids_mapped_into(
+        &mut self,
+        block: u32,
+        at: SimTime,
+    ) -> Result<HashMap<u64, u64>, FtlError> {
+        let mut out = HashMap::new();
+        let epp = self.map_entries_per_page;
+        for mp in 0..self.map_pages.len() as u32 {
+            if self.map_pages[mp as usize] == crate::format::NONE
+                && self.map_slot_of[mp as usize] == u32::MAX
+            {
+                continue;
+            }
+            let (s, _) = self.map_slot(mp, at)?;
+            for (i, &e) in self.map_slots[s].entries.iter().enumerate() {
+                if let Some(a) = flash_of(e)
+                    && crate::format::unpack(a).0 == block
+                {
+                    out.insert(a, mp as u64 * epp + i as u64);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Record LPIDs whose data could not be read as lost: logged as GC moves to `Lost`
+    /// (applied at recovery only where MAP still names the old sector) before the block
+    /// is reclaimed, then applied.
+    fn record_lost(&mut self, lost: Vec<Entry>, at: SimTime) -> Result<(), FtlError> {
+        let seq = self.commit_seq;
+        self.commit_seq += 1;
+        self.log_entries(
+            |seq, entries| Record::GcMove { seq, entries },
+            seq,
+            lost.clone(),
+        );
+        self.log_append(Record::Done { seq });
+        self.force_log(at)?;
+        for e in lost {
+            self.map_set(e.lpid, e.new, at)?;
+            self.set_valid(e.old, false);
+            self.stats.lost_sectors += 1;
+        }
         Ok(())
     }
 
     pub(crate) fn erase_block(&mut self, block: u32, at: SimTime) -> Result<(), FtlError> {
+        let die = (block / self.blocks_per_die) as usize;
+        let bi = block % self.blocks_per_die;
+        if self
+            .open_blocks
+            .iter()
+            .any(|per_die| matches!(per_die[die], Some((b, _)) if b == bi))
+        {
+            return Err(FtlError::Corrupt(format!(
+                "block {block} ({:?}) is open for writing and cannot be erased",
+                self.blocks[block as usize].state
+            )));
+        }
         if self.blocks[block as usize].valid != 0 {
             return Err(FtlError::Corrupt(format!(
                 "block {block} still holds live data"
@@ -215,7 +539,7 @@ impl Ftl {
                 b.state = Use::Free;
                 b.meta_live = 0;
                 b.max_lsn = 0;
-                self.free_count += 1;
+                self.count_free(block, true);
                 Ok(())
             }
             Err(NandError::EraseFailed { .. }) => {

@@ -1,4 +1,6 @@
-//! Inspection helpers for tests and tools.
+//! Inspection for tests and tools: where an LBA's copy is, block counts per state, and
+//! the invariant check (MAP, GBITV, valid counts, free counts and open blocks agree with
+//! each other and with the media's write pointers).
 
 use crate::format::{NONE, unpack};
 use crate::ftl::*;
@@ -9,10 +11,16 @@ impl Ftl {
     /// The die of LBA `lba`'s current copy, if it is on flash (for tests and tools).
     pub fn die_of_lba(&mut self, lba: u64) -> Option<DieId> {
         let (e, _) = self.map_get(lba, SimTime::ZERO).ok()?;
-        if e == NONE || is_cached(e) {
-            return None;
-        }
-        Some(self.nand.addr().die_of(BlockId(unpack(e).0)))
+        let a = flash_of(e)?;
+        Some(self.nand.addr().die_of(BlockId(unpack(a).0)))
+    }
+
+    /// Where LBA `lba`'s current copy is on flash (page and sector), if it is there (for
+    /// tests and tools).
+    pub fn location_of_lba(&mut self, lba: u64) -> Option<(csd_nand::Ppa, u32)> {
+        let (e, _) = self.map_get(lba, SimTime::ZERO).ok()?;
+        let (b, p, s) = unpack(flash_of(e)?);
+        Some((csd_nand::Ppa::new(BlockId(b), p), s))
     }
 
     /// Block counts per state, for diagnostics: free, open, full, meta, log, ckpt, bad,
@@ -64,16 +72,16 @@ impl Ftl {
                 .map_err(|e| e.to_string())?;
             for (i, &e) in self.map_slots[s].entries.iter().enumerate() {
                 // A buffered (write-back) sector keeps its durable old copy live until commit.
-                let e = if is_cached(e) {
-                    let (b, k) = (((e >> 8) & 0xFF_FFFF) as usize, (e & 0xFF) as usize);
-                    self.page_bufs.get(b).map_or(NONE, |buf| buf.olds[k])
-                } else {
-                    e
+                let e = match Loc::of(e) {
+                    Loc::Buffered { buf, slot } => {
+                        self.page_bufs.get(buf).map_or(NONE, |pb| pb.olds[slot])
+                    }
+                    _ => e,
                 };
-                if e == NONE {
+                let Some(a) = flash_of(e) else {
                     continue;
-                }
-                let (b, p, sec) = unpack(e);
+                };
+                let (b, p, sec) = unpack(a);
                 if !self.is_valid(b, p, sec) {
                     return Err(format!(
                         "LBA {} maps to a sector not marked valid",
@@ -94,7 +102,36 @@ impl Ftl {
                 return Err(format!("free block {b} holds valid data"));
             }
         }
-        let free = self.blocks.iter().filter(|b| b.state == Use::Free).count() as u32;
+        for (s, per_die) in self.open_blocks.iter().enumerate() {
+            for (die, open) in per_die.iter().enumerate() {
+                let Some((bi, page)) = *open else { continue };
+                let b = die as u32 * self.blocks_per_die + bi;
+                let media = self
+                    .nand
+                    .block_info(BlockId(b))
+                    .map_err(|e| e.to_string())?
+                    .next_page;
+                if self.blocks[b as usize].state != Use::Open(s as u8) || media != page {
+                    return Err(format!(
+                        "open block {b} of stream {s}: state {:?}, FTL writes page {page}, media's write pointer {media}",
+                        self.blocks[b as usize].state
+                    ));
+                }
+            }
+        }
+        let mut per_die = vec![0u32; self.dies as usize];
+        for (b, blk) in self.blocks.iter().enumerate() {
+            if blk.state == Use::Free {
+                per_die[b / self.blocks_per_die as usize] += 1;
+            }
+        }
+        if per_die != self.free_per_die {
+            return Err(format!(
+                "free blocks per die {:?} but the counts say {:?}",
+                per_die, self.free_per_die
+            ));
+        }
+        let free = per_die.iter().sum::<u32>();
         if free != self.free_count {
             return Err(format!(
                 "free count {} but {free} free blocks",

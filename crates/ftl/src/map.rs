@@ -1,4 +1,14 @@
 //! The MAP cache and GBITV (batch-io §3.2.2, §5.1).
+//!
+//! The page-level MAP lives in MAP pages on flash (their addresses are MAPS, whose page
+//! addresses MAPT are in the checkpoint record); a bounded cache of MAP pages in
+//! controller DRAM (`map_cache_share`) evicts with CLOCK and writes dirty pages back to
+//! the META stream. A MAP page is read (and all its sectors' TAGs and CRCs checked)
+//! before a cache slot is taken for it, so a page that cannot be read never leaves a
+//! slot of unmapped entries in its place. When metadata may not be written (during
+//! recovery, or read-only) eviction takes clean pages only and the cache may grow.
+//! GBITV keeps a valid bit per sector with per-block counts and a dirty bit per GBITV
+//! page for incremental checkpoints.
 
 use crate::FtlError;
 use crate::format::{Kind, NONE, Record, TAG_BYTES, Tag, page_addr, page_unaddr, unpack};
@@ -14,23 +24,36 @@ impl Ftl {
             + sector as usize
     }
 
+    /// Mark the sector a MAP entry names valid or not (entries that name no flash sector
+    /// are ignored), keeping the block's valid count and the GBITV page's dirty bit.
     #[inline]
-    pub(crate) fn set_valid(&mut self, a: u64, on: bool) {
-        if a == NONE || is_cached(a) {
+    pub(crate) fn set_valid(&mut self, e: u64, on: bool) {
+        let Some(a) = flash_of(e) else {
             return;
-        }
+        };
         let (b, p, s) = unpack(a);
         let i = self.gidx(b, p, s);
         let bit = 1u64 << (i % 64);
         let w = &mut self.gbitv[i / 64];
         let was = *w & bit != 0;
-        if on && !was {
+        if on == was {
+            return;
+        }
+        if on {
             *w |= bit;
             self.blocks[b as usize].valid += 1;
-        } else if !on && was {
+        } else {
             *w &= !bit;
             self.blocks[b as usize].valid -= 1;
         }
+        self.gbitv_dirty[i / (8 * self.page_size)] = true;
+    }
+
+    /// May the FTL write metadata now? Not while recovering (block classes unknown) nor
+    /// when read-only; the MAP cache then evicts clean pages only and may grow.
+    #[inline]
+    pub(crate) fn may_write_meta(&self) -> bool {
+        !self.recovering && self.read_only.is_none()
     }
 
     #[inline]
@@ -51,7 +74,16 @@ impl Ftl {
         let mut t = at;
         let epp = self.map_entries_per_page as usize;
         let ext = self.cfg.ext_bytes as usize;
-        let all_dirty = self.recovering && self.map_slots.iter().all(|s| s.dirty);
+        // Read the page before taking a slot for it: a page that cannot be read leaves
+        // the cache as it was (never a slot of unmapped entries standing in for it).
+        let addr = self.map_pages[mp as usize];
+        let mut page = Vec::new();
+        if addr != NONE {
+            page = vec![0u8; self.page_size];
+            t = t.max(self.read_meta_page(addr, Kind::Map, mp as u64, &mut page, at)?);
+        }
+        let no_writes = !self.may_write_meta();
+        let all_dirty = no_writes && self.map_slots.iter().all(|s| s.dirty);
         let idx = if self.map_slots.len() < self.map_cache_capacity || all_dirty {
             self.map_slots.push(MapSlot {
                 page: mp,
@@ -68,13 +100,24 @@ impl Ftl {
                 self.clock_hand = (self.clock_hand + 1) % self.map_slots.len();
                 if self.map_slots[h].referenced {
                     self.map_slots[h].referenced = false;
-                } else if !(self.recovering && self.map_slots[h].dirty) {
+                } else if !(no_writes && self.map_slots[h].dirty) {
                     break;
                 }
             }
             let victim = (self.clock_hand + self.map_slots.len() - 1) % self.map_slots.len();
             if self.map_slots[victim].dirty {
-                t = t.max(self.write_map_page(victim, at)?);
+                match self.write_map_page(victim, at) {
+                    Ok(done) => t = t.max(done),
+                    Err(e) => {
+                        // No room for the MAP page: the device turns read-only and the
+                        // cache keeps its dirty pages (they are redone from the log).
+                        let reason = self.end_of_life(&e).ok_or(e)?;
+                        self.enter_read_only(reason);
+                        self.map_slot_of[mp as usize] = u32::MAX;
+                        self.stats.map_misses -= 1;
+                        return self.map_slot(mp, at);
+                    }
+                }
             }
             let old = self.map_slots[victim].page;
             self.map_slot_of[old as usize] = u32::MAX;
@@ -84,13 +127,10 @@ impl Ftl {
             victim
         };
         self.map_slot_of[mp as usize] = idx as u32;
-        let addr = self.map_pages[mp as usize];
         if addr == NONE {
             self.map_slots[idx].entries.fill(NONE);
             self.map_slots[idx].ext.fill(0);
         } else {
-            let mut page = vec![0u8; self.page_size];
-            t = t.max(self.read_meta_page(addr, Kind::Map, mp as u64, &mut page, at)?);
             let slot = &mut self.map_slots[idx];
             for (i, e) in slot.entries.iter_mut().enumerate() {
                 *e = u64::from_le_bytes(page[i * 8..i * 8 + 8].try_into().unwrap_or([0xFF; 8]));
@@ -172,6 +212,7 @@ impl Ftl {
                 bytes.len()
             )));
         }
+        self.check_writable()?;
         let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
         let o = (lpid % self.map_entries_per_page) as usize * ext;
         self.map_slots[s].ext[o..o + ext].copy_from_slice(bytes);
@@ -193,9 +234,16 @@ impl Ftl {
     ) -> Result<SimTime, FtlError> {
         let (b, p) = page_unaddr(addr);
         let mut oob = vec![0u8; self.oob_scratch.len()];
-        let r = self
-            .nand
-            .read(Ppa::new(BlockId(b), p), 0, out, &mut oob, at);
+        let r = crate::read::read_with_retries(
+            &mut self.nand,
+            Ppa::new(BlockId(b), p),
+            0,
+            out,
+            &mut oob,
+            at,
+            self.cfg.read_retries * crate::read::META_RETRY_FACTOR,
+            &mut self.stats.read_retries,
+        );
         self.stats.meta_reads += 1;
         let r = match r {
             Ok(r) => r,
@@ -206,17 +254,20 @@ impl Ftl {
                 )));
             }
         };
-        match Tag::read(&oob[..TAG_BYTES]) {
-            Some(t)
-                if t.kind == kind
-                    && t.id == id
-                    && t.crc == crc32c::crc32c(&out[..self.sector_size]) =>
-            {
-                Ok(r.done)
-            }
-            _ => Err(FtlError::Corrupt(format!(
-                "{kind:?} page {id} at block {b} page {p} has a wrong TAG"
-            ))),
+        // Every sector's TAG: the kind and id asked for, and the CRC of that sector.
+        let ss = self.sector_size;
+        let ob = self.oob_per_sector;
+        let ok = (0..self.sectors_per_page as usize).all(|s| {
+            matches!(Tag::read(&oob[s * ob..s * ob + TAG_BYTES]), Some(t) if t.kind == kind
+                && t.id == id
+                && t.crc == crc32c::crc32c(&out[s * ss..(s + 1) * ss]))
+        });
+        if ok {
+            Ok(r.done)
+        } else {
+            Err(FtlError::Corrupt(format!(
+                "{kind:?} page {id} at block {b} page {p} does not match its checksums (damaged)"
+            )))
         }
     }
 

@@ -1,4 +1,8 @@
-//! Block provisioning over HOT/COLD/META streams (batch-io §7.2.3) and bad-block retirement.
+//! Block provisioning (batch-io §7.2.3): HOT (user), COLD (GC) and META streams, each
+//! with an open block per die, filled in channel round robin; the least-worn free block
+//! of a die opens next (dynamic wear leveling); a block whose program fails is retired
+//! and its live data moves after the current commit. When free blocks are scarce a
+//! stream fills its open blocks before opening more.
 
 use crate::FtlError;
 use crate::ftl::*;
@@ -90,7 +94,7 @@ impl Ftl {
             .filter(|&i| self.blocks[base + i as usize].state == Use::Free)
             .min_by_key(|&i| self.blocks[base + i as usize].pe)?;
         self.blocks[base + best as usize].state = Use::Open(u8::MAX);
-        self.free_count -= 1;
+        self.count_free(base as u32 + best, false);
         Some(best)
     }
 
@@ -106,10 +110,10 @@ impl Ftl {
 
     /// Retire a block after a failure; its live data moves after the current commit.
     pub(crate) fn retire(&mut self, block: u32) {
-        let b = &mut self.blocks[block as usize];
-        if b.state == Use::Free {
-            self.free_count -= 1;
+        if self.blocks[block as usize].state == Use::Free {
+            self.count_free(block, false);
         }
+        let b = &mut self.blocks[block as usize];
         b.state = Use::Bad;
         self.stats.grown_bad_blocks += 1;
         if b.valid > 0 {

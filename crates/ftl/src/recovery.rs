@@ -1,21 +1,71 @@
-//! Recovery (batch-io §4, §6, §7.2.7).
+//! Recovery (batch-io §4, §6, §7.2.7): opening the FTL that is on a flash array.
+//!
+//! Recovery reads the newest valid checkpoint record and what it names (WEAR, the block
+//! table, MAPS, GBITV), then looks at the log at the redo scan start point (RSSP):
+//! * **Clean** (nothing was logged after the record, as after a clean shutdown): the
+//!   state is the checkpoint's. Open blocks continue filling where they stopped, the log
+//!   continues at the RSSP, and nothing is written: opening costs O(metadata).
+//! * **Unclean**: the log is redone from the RSSP to its end (a link that leads to an
+//!   erased page or to a page of another LSN), keeping MAP and GBITV together; commits
+//!   without a done record are verified by reading their sectors' TAGs and CRCs and
+//!   applied only if every sector verifies (so a batch is all-or-nothing) — except those
+//!   an Abort record or a later commit shows failed, which are discarded. Only blocks
+//!   the media says were written since the checkpoint, and the blocks open at the
+//!   checkpoint, need classifying; the work grows with the log written since the
+//!   checkpoint, not with capacity. A read-write recovery then erases written blocks with
+//!   nothing live, starts a new log segment and takes a checkpoint.
+//!
+//! A read-only recovery ([`Ftl::open_read_only`], or an image opened read-only) never
+//! writes: an unclean log is replayed into memory only (the MAP cache may exceed its
+//! bound), and the FTL refuses writes.
 
 use crate::format::{
-    Checkpoint, Entry, Kind, LOG_LINKS, LogPage, NONE, Record, TAG_BYTES, Tag, page_unaddr, unpack,
+    CKPT_CLEAN, CKPT_SPARE_EXHAUSTED, Checkpoint, Entry, Kind, LOG_LINKS, LogPage, NONE, Record,
+    TAG_BYTES, Tag, page_unaddr, unpack, unpack_open,
 };
 use crate::ftl::*;
+use crate::read::read_with_retries;
 use crate::{FtlConfig, FtlError, FtlStats, RecoveryFailed, RecoveryReport};
-use csd_nand::{BlockId, Nand, NandError, Ppa};
+use csd_nand::{Access, BlockId, Nand, NandError, Ppa};
 use csd_sim::SimTime;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+/// What recovery knows of a block from the checkpoint and the media, before the redo.
+const BT_FREE: u8 = 0;
+const BT_USED: u8 = 1;
+const BT_LOG: u8 = 2;
+const BT_CKPT: u8 = 3;
+const BT_BAD: u8 = 4;
+/// `BT_OPEN + s`: open for stream `s` (HOT, COLD, META) at the checkpoint.
+const BT_OPEN: u8 = 8;
+
+/// The newest checkpoint record found, with where it was and how long finding it took.
+struct Found {
+    ck: Checkpoint,
+    rssp_links: [u64; LOG_LINKS],
+    active: usize,
+    /// The newest record sequence each ring block names.
+    newest_in: Vec<Option<u64>>,
+    ckpt_blocks: Vec<u32>,
+    t0: SimTime,
+    t: SimTime,
+}
+
+/// What the redo of the log found.
+#[derive(Default)]
+struct Redo {
+    /// Blocks holding log pages at or after the RSSP, with their highest LSN.
+    live_log: Vec<(u32, u64)>,
+    /// Commits logged without a done record: (is GC, entries).
+    pending: BTreeMap<u64, (bool, Vec<Entry>)>,
+    /// Highest commit sequence logged.
+    max_seq: u64,
+}
+
 impl Ftl {
-    /// Rebuild the FTL from flash after a crash or a clean shutdown (batch-io §4, §6,
-    /// §7.2.7): the newest valid checkpoint record, then redo from the RSSP to the end of
-    /// the log; commits without a done record are verified by reading their sectors'
-    /// TAGs and CRCs and applied only if every sector verifies (so a batch is
-    /// all-or-nothing). Ends with a fresh checkpoint.
+    /// Rebuild the FTL from flash after a crash or a clean shutdown; see the module
+    /// documentation. Read-write unless the flash array's image was opened read-only.
     pub fn recover(nand: Nand, cfg: FtlConfig) -> Result<Ftl, FtlError> {
         Self::try_recover(nand, cfg).map_err(|f| f.error)
     }
@@ -23,7 +73,18 @@ impl Ftl {
     /// [`Ftl::recover`], giving the flash array back when recovery fails (for example
     /// when power is cut during recovery), so that it can be tried again.
     pub fn try_recover(nand: Nand, cfg: FtlConfig) -> Result<Ftl, RecoveryFailed> {
-        let mut nand = nand;
+        let read_only = nand.access() == Access::ReadOnly;
+        Self::open_with(nand, cfg, read_only)
+    }
+
+    /// Open the FTL without writing anything to the flash array: an unclean log is
+    /// replayed in memory only, and writes are refused with
+    /// [`FtlError::ReadOnly`](crate::FtlError::ReadOnly).
+    pub fn open_read_only(nand: Nand, cfg: FtlConfig) -> Result<Ftl, RecoveryFailed> {
+        Self::open_with(nand, cfg, true)
+    }
+
+    fn open_with(mut nand: Nand, cfg: FtlConfig, read_only: bool) -> Result<Ftl, RecoveryFailed> {
         let fail = |error, nand| RecoveryFailed {
             error,
             nand: Box::new(nand),
@@ -32,337 +93,716 @@ impl Ftl {
             Ok(x) => x,
             Err(e) => return Err(fail(e, nand)),
         };
-        let (ck, rssp_links, active, ckpt_blocks, t0, t) = found;
-        if ck.ext_bytes != cfg.ext_bytes {
+        if found.ck.ext_bytes != cfg.ext_bytes {
             let e = FtlError::Config(format!(
                 "the device was formatted with {} extension bytes per MAP entry, not {}",
-                ck.ext_bytes, cfg.ext_bytes
+                found.ck.ext_bytes, cfg.ext_bytes
             ));
             return Err(fail(e, nand));
         }
-        let mut f = Ftl::skeleton(nand, cfg, ck.lbas);
-        match f.recover_from(ck, rssp_links, active, ckpt_blocks, t0, t) {
+        let mut f = Ftl::skeleton(nand, cfg, found.ck.lbas);
+        match f.recover_from(found, read_only) {
             Ok(()) => Ok(f),
             Err(e) => Err(fail(e, f.nand)),
         }
     }
 
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn find_checkpoint(
-        nand: &mut Nand,
-        cfg: &FtlConfig,
-    ) -> Result<
-        (
-            Checkpoint,
-            [u64; LOG_LINKS],
-            usize,
-            Vec<u32>,
-            SimTime,
-            SimTime,
-        ),
-        FtlError,
-    > {
+    fn find_checkpoint(nand: &mut Nand, cfg: &FtlConfig) -> Result<Found, FtlError> {
         Self::check_config(nand, cfg)?;
         let ckpt_blocks = Self::well_known_ckpt_blocks(nand)?;
         let page_size = nand.geometry().page_size as usize;
         let ppb = nand.geometry().pages_per_block;
         let t0 = nand.now();
-        // 1. The newest valid checkpoint record.
-        let mut best: Option<(Checkpoint, [u64; LOG_LINKS], usize)> = None;
+        let mut heads: Vec<(crate::format::RecordHead, [u64; LOG_LINKS], usize, u32)> = Vec::new();
+        let mut older = false;
         let mut page = vec![0u8; page_size];
         let mut t = t0;
+        let retries = cfg.read_retries * crate::read::META_RETRY_FACTOR;
+        let mut retried = 0;
+        // Pages of the ring that were programmed completely but are no longer what was
+        // written (a crash never does that: a torn program reads as uncorrectable, an
+        // interrupted erase leaves the whole block erased), with the newest record
+        // sequence they could have held: (ring index, page, sequence if known).
+        let mut damaged: Vec<(usize, u32, Option<u64>)> = Vec::new();
+        // The newest sequence any page of each ring block names (heads and bodies).
+        let mut newest_in: Vec<Option<u64>> = vec![None; ckpt_blocks.len()];
+        let mut oob = vec![0u8; nand.geometry().oob_per_page() as usize];
         for (ci, &b) in ckpt_blocks.iter().enumerate() {
-            for p in 0..ppb {
-                match nand.read(Ppa::new(BlockId(b), p), 0, &mut page, &mut [], t0) {
-                    Ok(r) if r.erased => break,
+            let written = nand.block_info(BlockId(b))?.next_page.min(ppb);
+            let mut erased_below = Vec::new();
+            let mut programmed = false;
+            for p in 0..written {
+                let ppa = Ppa::new(BlockId(b), p);
+                let r =
+                    read_with_retries(nand, ppa, 0, &mut page, &mut oob, t0, retries, &mut retried);
+                match r {
+                    Ok(r) if r.erased => erased_below.push(p),
                     Ok(r) => {
+                        programmed = true;
                         t = t.max(r.done);
-                        if let Some(c) = Checkpoint::decode(&page) {
-                            let tail = page.len() - 8 * LOG_LINKS;
-                            let mut links = [NONE; LOG_LINKS];
-                            for (i, l) in links.iter_mut().enumerate() {
-                                *l = u64::from_le_bytes(
-                                    page[tail + 8 * i..tail + 8 * i + 8]
-                                        .try_into()
-                                        .unwrap_or([0xFF; 8]),
-                                );
-                            }
-                            if best.as_ref().is_none_or(|(bc, _, _)| c.seq > bc.seq) {
-                                best = Some((c, links, ci));
+                        older |= Checkpoint::is_older_version(&page);
+                        let tag = Tag::read(&oob[..TAG_BYTES]);
+                        if let Some(tag) = tag
+                            && matches!(tag.kind, Kind::Ckpt | Kind::CkptBody)
+                        {
+                            newest_in[ci] = newest_in[ci].max(Some(tag.id));
+                        }
+                        match Checkpoint::decode_head(&page) {
+                            Some(h) => heads.push((h, rssp_links_of(&page), ci, p)),
+                            None => {
+                                if let Some(tag) = tag
+                                    && tag.kind == Kind::Ckpt
+                                {
+                                    damaged.push((ci, p, Some(tag.id)));
+                                }
                             }
                         }
                     }
-                    Err(NandError::Uncorrectable { .. }) => continue,
+                    // A torn or failed program (a crash during a checkpoint).
+                    Err(NandError::Uncorrectable {
+                        bit_errors: u32::MAX,
+                        ..
+                    }) => {
+                        programmed = true;
+                    }
+                    Err(NandError::Uncorrectable { .. }) => {
+                        programmed = true;
+                        damaged.push((ci, p, None));
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }
+            if programmed {
+                damaged.extend(erased_below.into_iter().map(|p| (ci, p, None)));
+            }
         }
-        let (ck, rssp_links, active) = best.ok_or(FtlError::NotFormatted)?;
-        Ok((ck, rssp_links, active, ckpt_blocks, t0, t))
+        // The newest record whose body reads back whole.
+        heads.sort_by_key(|h| std::cmp::Reverse(h.0.ckpt.seq));
+        for (head, rssp_links, active, at_page) in heads {
+            let mut body = Vec::with_capacity(head.body_pages.len() * page_size);
+            let mut whole = true;
+            for &a in &head.body_pages {
+                let (b, p) = page_unaddr(a);
+                if b >= nand.addr().blocks() || p >= ppb {
+                    whole = false;
+                    break;
+                }
+                let ppa = Ppa::new(BlockId(b), p);
+                match read_with_retries(nand, ppa, 0, &mut page, &mut [], t0, retries, &mut retried)
+                {
+                    Ok(r) if !r.erased => {
+                        t = t.max(r.done);
+                        body.extend_from_slice(&page);
+                    }
+                    Ok(_) | Err(NandError::Uncorrectable { .. }) => {
+                        whole = false;
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let ck = whole.then(|| Checkpoint::with_body(&head, &body)).flatten();
+            // A head is written after its body: a whole head with a damaged body, or a
+            // damaged head newer than the record we would use, means the checkpoint
+            // area was changed after the fact; going on from an older record would serve
+            // stale data silently.
+            let seq = head.ckpt.seq;
+            let newer_damaged = damaged.iter().find(|&&(ci, p, known)| match known {
+                Some(s) => s > seq,
+                None if ci == active => p > at_page,
+                None => newest_in[ci].is_none_or(|n| n > seq),
+            });
+            if ck.is_none() || newer_damaged.is_some() {
+                let what = match newer_damaged {
+                    Some(&(ci, p, _)) => format!(
+                        "the checkpoint ring is damaged at block {} page {p}, after record {seq}",
+                        ckpt_blocks[ci]
+                    ),
+                    None => format!("checkpoint record {seq} is damaged"),
+                };
+                return Err(FtlError::Corrupt(format!(
+                    "{what} (its pages were changed after they were written); an older record \
+                     would lose the writes made since: check the image with `csd device check`"
+                )));
+            }
+            if let Some(ck) = ck {
+                return Ok(Found {
+                    ck,
+                    rssp_links,
+                    active,
+                    newest_in,
+                    ckpt_blocks,
+                    t0,
+                    t,
+                });
+            }
+        }
+        if older {
+            return Err(FtlError::Corrupt(
+                "the FTL on this device was written by an older csd (checkpoint format 1); \
+                 re-create the image, or format it (its data is lost)"
+                    .into(),
+            ));
+        }
+        Err(FtlError::NotFormatted)
     }
 
-    pub(crate) fn recover_from(
-        &mut self,
-        ck: Checkpoint,
-        rssp_links: [u64; LOG_LINKS],
-        active: usize,
-        ckpt_blocks: Vec<u32>,
-        t0: SimTime,
-        mut t: SimTime,
-    ) -> Result<(), FtlError> {
+    fn recover_from(&mut self, found: Found, read_only: bool) -> Result<(), FtlError> {
         let wall0 = Instant::now();
-        let f = self;
-        f.recovering = true;
-        let page_size = f.page_size;
-        let ppb = f.pages_per_block;
-        let mut page = vec![0u8; page_size];
-        f.ckpt_blocks = ckpt_blocks;
-        f.ckpt_active = active;
-        f.ckpt_seq = ck.seq;
-        f.commit_seq = ck.next_commit;
-        f.life_base = FtlStats::from_words(&ck.lifetime);
-        f.next_die = ck.rr;
-        // 2. WEAR and bad blocks.
-        for (i, &a) in ck.wear.iter().enumerate() {
-            t = t.max(f.read_meta_page(a, Kind::Wear, i as u64, &mut page, t0)?);
-            for k in 0..page_size / 4 {
-                let b = i * page_size / 4 + k;
-                if b < f.blocks.len() {
-                    f.blocks[b].pe =
-                        u32::from_le_bytes(page[k * 4..k * 4 + 4].try_into().unwrap_or([0; 4]));
-                }
-            }
-        }
-        for (i, &a) in ck.bbt.iter().enumerate() {
-            t = t.max(f.read_meta_page(a, Kind::Bbt, i as u64, &mut page, t0)?);
-            for k in 0..page_size * 8 {
-                let b = i * page_size * 8 + k;
-                if b < f.blocks.len() && page[k / 8] & (1 << (k % 8)) != 0 {
-                    f.blocks[b].state = Use::Bad;
-                }
-            }
-        }
-        f.wear_pages = ck.wear.clone();
-        f.bbt_pages = ck.bbt.clone();
-        // 3. MAPT -> MAPS.
-        let per = page_size / 8;
-        for (mi, &a) in ck.mapt.iter().enumerate() {
-            f.maps_pages[mi] = a;
-            if a == NONE {
-                continue;
-            }
-            t = t.max(f.read_meta_page(a, Kind::Maps, mi as u64, &mut page, t0)?);
-            for k in 0..per {
-                let idx = mi * per + k;
-                if idx < f.map_pages.len() {
-                    f.map_pages[idx] =
-                        u64::from_le_bytes(page[k * 8..k * 8 + 8].try_into().unwrap_or([0xFF; 8]));
-                }
-            }
-        }
-        // 4. Block states for allocation during redo: erased blocks are free, anything
-        //    written is provisionally full (classified after redo).
-        for b in 0..f.blocks.len() {
-            if f.blocks[b].state == Use::Bad {
-                continue;
-            }
-            if f.ckpt_blocks.contains(&(b as u32)) {
-                f.blocks[b].state = Use::Ckpt;
-                continue;
-            }
-            let info = f.nand.block_info(BlockId(b as u32))?;
-            f.blocks[b].state = if info.next_page == 0 {
-                Use::Free
+        let Found {
+            ck,
+            rssp_links,
+            active,
+            newest_in,
+            ckpt_blocks,
+            t0,
+            mut t,
+        } = found;
+        self.recovering = true;
+        // Each half of the ring continues in its block with the newest record (the
+        // record's own block for its half).
+        for half in 0..2 {
+            let range = crate::checkpoint::ring_half(ckpt_blocks.len(), half);
+            self.ckpt_active[half] = if range.contains(&active) {
+                active
             } else {
-                Use::Full
+                range
+                    .clone()
+                    .max_by_key(|&i| newest_in.get(i).copied().flatten())
+                    .unwrap_or(range.start)
             };
         }
-        f.free_count = f.blocks.iter().filter(|b| b.state == Use::Free).count() as u32;
-        let mut live_log_blocks: Vec<(u32, u64)> = Vec::new();
-        // 5. Redo from the RSSP.
+        self.ckpt_blocks = ckpt_blocks;
+        self.ckpt_seq = ck.seq;
+        self.commit_seq = ck.next_commit;
+        self.life_base = FtlStats::from_words(&ck.lifetime);
+        self.next_die = ck.rr;
+        self.reserve_blocks = ck.reserve_blocks;
+        self.initial_spare = ck.initial_spare;
+        t = t.max(self.load_tables(&ck, t0)?);
         let mut rep = RecoveryReport {
             checkpoint_seq: ck.seq,
             ..RecoveryReport::default()
         };
-        let mut pending: BTreeMap<u64, (bool, Vec<Entry>)> = BTreeMap::new();
-        let mut links = rssp_links;
-        let mut expect = ck.rssp_lsn;
-        let mut oob = vec![0u8; f.oob_scratch.len()];
-        'log: loop {
-            let mut found = None;
-            for &cand in links.iter() {
-                if cand == NONE {
-                    break;
+        // The media's write pointers: which blocks hold anything.
+        let mut written = vec![false; self.blocks.len()];
+        for (b, w) in written.iter_mut().enumerate() {
+            *w = self.nand.block_info(BlockId(b as u32))?.next_page > 0;
+        }
+        let (table, tt) = self.block_codes(&ck, &written, t0)?;
+        t = t.max(tt);
+        let (log_empty, tt) = self.log_untouched(&rssp_links, t)?;
+        t = t.max(tt);
+        if log_empty {
+            self.open_clean(&table, &written, &rssp_links, ck.rssp_lsn);
+            rep.clean = ck.flags & CKPT_CLEAN != 0;
+        } else {
+            t = t.max(self.replay(&table, &written, &rssp_links, &ck, &mut rep, t)?);
+        }
+        if ck.flags & CKPT_SPARE_EXHAUSTED != 0 || self.spare_blocks() <= 0 {
+            self.enter_read_only(crate::ReadOnlyReason::SpareExhausted);
+        }
+        if read_only {
+            self.enter_read_only(crate::ReadOnlyReason::Opened);
+        }
+        if !log_empty && self.read_only.is_none() {
+            t = t.max(self.close_recovery(t)?);
+        }
+        self.recovering = false;
+        self.shrink_cache();
+        rep.modeled_s = t.since(t0) as f64 / 1e9;
+        rep.wall_s = wall0.elapsed().as_secs_f64();
+        self.recovery = Some(rep);
+        self.last_checkpoint_at = t;
+        self.reset_stats();
+        if self.read_only.is_some() {
+            return Ok(());
+        }
+        // Refill the free pool before the first command. Every crash leaves the blocks
+        // that were open partly written; without this, cuts that keep striking before the
+        // first GC would drain the pool one recovery at a time. The GC here is ordinary
+        // post-recovery work (counted in the new stats, crash-safe like any GC); a device
+        // that is simply full stays readable.
+        match self.ensure_free(0, t) {
+            Ok(()) => Ok(()),
+            Err(e) => match self.end_of_life(&e) {
+                Some(reason) => {
+                    self.enter_read_only(reason);
+                    Ok(())
                 }
-                let (b, p) = page_unaddr(cand);
-                if b as usize >= f.blocks.len() || p >= ppb {
-                    break;
-                }
-                match f
-                    .nand
-                    .read(Ppa::new(BlockId(b), p), 0, &mut page, &mut oob, t)
-                {
-                    Ok(r) if r.erased => break,
-                    Ok(r) => {
-                        t = t.max(r.done);
-                        f.stats.meta_reads += 1;
-                        if let Some(lp) = LogPage::decode(&page)
-                            && lp.lsn == expect
-                        {
-                            found = Some((lp, b));
-                            break;
-                        }
-                    }
-                    Err(NandError::Uncorrectable { .. }) => continue,
-                    Err(e) => return Err(e.into()),
+                None => Err(e),
+            },
+        }
+    }
+
+    /// WEAR, MAPS and GBITV of the checkpoint; the valid counts follow from GBITV.
+    fn load_tables(&mut self, ck: &Checkpoint, t0: SimTime) -> Result<SimTime, FtlError> {
+        let page_size = self.page_size;
+        let mut page = vec![0u8; page_size];
+        let mut t = t0;
+        for (i, &a) in ck.wear.iter().enumerate() {
+            t = t.max(self.read_meta_page(a, Kind::Wear, i as u64, &mut page, t0)?);
+            for (k, pe) in page.chunks_exact(4).enumerate() {
+                if let Some(blk) = self.blocks.get_mut(i * page_size / 4 + k) {
+                    blk.pe = u32::from_le_bytes([pe[0], pe[1], pe[2], pe[3]]);
                 }
             }
-            let Some((lp, b)) = found else { break 'log };
-            rep.log_pages += 1;
-            live_log_blocks.push((b, lp.lsn));
-            for r in lp.records {
-                match r {
-                    Record::Rdesc { seq, entries } => pending
-                        .entry(seq)
-                        .or_insert((false, Vec::new()))
-                        .1
-                        .extend(entries),
-                    Record::GcMove { seq, entries } => {
-                        let e = pending.entry(seq).or_insert((true, Vec::new()));
-                        e.0 = true;
-                        e.1.extend(entries);
-                    }
-                    Record::Rdesca { seq, entries } => pending
-                        .entry(seq)
-                        .or_insert((false, Vec::new()))
-                        .1
-                        .extend(entries),
-                    Record::Done { seq } => {
-                        if let Some((gc, entries)) = pending.remove(&seq) {
-                            t = t.max(f.redo(gc, &entries, t)?);
-                            rep.commits_redone += 1;
-                        }
-                    }
-                    Record::Trim { lpid, n } => {
-                        for l in lpid..lpid.saturating_add(n).min(f.lbas) {
-                            t = t.max(f.map_set(l, NONE, t)?);
-                        }
-                    }
-                    Record::Ext { lpid, bytes } => {
-                        if lpid < f.lbas && bytes.len() == f.cfg.ext_bytes as usize {
-                            let ext = bytes.len();
-                            let (s, tt) = f.map_slot((lpid / f.map_entries_per_page) as u32, t)?;
-                            let o = (lpid % f.map_entries_per_page) as usize * ext;
-                            f.map_slots[s].ext[o..o + ext].copy_from_slice(&bytes);
-                            f.map_slots[s].dirty = true;
-                            t = t.max(tt);
-                        }
+        }
+        self.wear_pages = ck.wear.clone();
+        let per = page_size / 8;
+        for (mi, &a) in ck.mapt.iter().enumerate() {
+            if mi >= self.maps_pages.len() {
+                break;
+            }
+            self.maps_pages[mi] = a;
+            if a == NONE {
+                continue;
+            }
+            t = t.max(self.read_meta_page(a, Kind::Maps, mi as u64, &mut page, t0)?);
+            for (k, w) in page.chunks_exact(8).enumerate() {
+                if let Some(e) = self.map_pages.get_mut(mi * per + k) {
+                    *e = u64::from_le_bytes(w.try_into().unwrap_or([0xFF; 8]));
+                }
+            }
+        }
+        if ck.gbitv.len() != self.gbitv_pages.len() {
+            return Err(FtlError::Corrupt(format!(
+                "the checkpoint lists {} GBITV pages; this geometry has {}",
+                ck.gbitv.len(),
+                self.gbitv_pages.len()
+            )));
+        }
+        for (i, &a) in ck.gbitv.iter().enumerate() {
+            self.gbitv_pages[i] = a;
+            if a == NONE {
+                continue;
+            }
+            t = t.max(self.read_meta_page(a, Kind::Gbitv, i as u64, &mut page, t0)?);
+            for (k, w) in page.chunks_exact(8).enumerate() {
+                if let Some(word) = self.gbitv.get_mut(i * per + k) {
+                    *word = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+                }
+            }
+        }
+        // Valid counts per block, from the bitmap.
+        let spb = (self.sectors_per_page * self.pages_per_block) as usize;
+        for b in 0..self.blocks.len() {
+            let (lo, hi) = (b * spb, (b + 1) * spb);
+            let mut n = 0u32;
+            let mut i = lo;
+            while i < hi {
+                let w = self.gbitv[i / 64];
+                let take = (64 - i % 64).min(hi - i);
+                let mask = if take == 64 {
+                    u64::MAX
+                } else {
+                    ((1u64 << take) - 1) << (i % 64)
+                };
+                n += (w & mask).count_ones();
+                i += take;
+            }
+            self.blocks[b].valid = n;
+        }
+        // Live metadata pages per block.
+        let live: Vec<u64> = self
+            .map_pages
+            .iter()
+            .chain(&self.maps_pages)
+            .chain(&self.wear_pages)
+            .chain(&ck.bbt)
+            .chain(&self.gbitv_pages)
+            .copied()
+            .filter(|&a| a != NONE)
+            .collect();
+        for a in live {
+            let (b, _) = page_unaddr(a);
+            if let Some(blk) = self.blocks.get_mut(b as usize) {
+                blk.meta_live += 1;
+            }
+        }
+        Ok(t)
+    }
+
+    /// What the checkpoint and the media say of each block (`BT_*`): bad (the bad-block
+    /// table), the checkpoint ring, open for a stream at the checkpoint, else used or free
+    /// by the media's write pointer.
+    fn block_codes(
+        &mut self,
+        ck: &Checkpoint,
+        written: &[bool],
+        t0: SimTime,
+    ) -> Result<(Vec<u8>, SimTime), FtlError> {
+        let mut table: Vec<u8> = written
+            .iter()
+            .map(|&w| if w { BT_USED } else { BT_FREE })
+            .collect();
+        let mut page = vec![0u8; self.page_size];
+        let mut t = t0;
+        for (i, &a) in ck.bbt.iter().enumerate() {
+            t = t.max(self.read_meta_page(a, Kind::Bbt, i as u64, &mut page, t0)?);
+            for (k, byte) in page.iter().enumerate() {
+                for bit in 0..8 {
+                    let b = (i * self.page_size + k) * 8 + bit;
+                    if byte & (1 << bit) != 0 && b < table.len() {
+                        table[b] = BT_BAD;
                     }
                 }
             }
-            links = lp.links;
-            expect += 1;
-            f.log.next_lsn = expect;
         }
-        if f.log.next_lsn < ck.rssp_lsn {
-            f.log.next_lsn = ck.rssp_lsn;
+        self.bbt_pages = ck.bbt.clone();
+        for &x in &ck.open {
+            let (s, b, _) = unpack_open(x);
+            if s < 3 && (b as usize) < table.len() && table[b as usize] != BT_BAD {
+                table[b as usize] = BT_OPEN + s;
+            }
         }
-        // 6. Commits without a done record: verify every sector, apply all or nothing.
-        for (seq, (gc, entries)) in pending {
-            let (ok, tt) = f.verify(seq, &entries, t)?;
+        for &b in &self.ckpt_blocks {
+            table[b as usize] = BT_CKPT;
+        }
+        Ok((table, t))
+    }
+
+    /// Was nothing written to the log after the checkpoint: is the RSSP's first
+    /// candidate page erased, with its block's write pointer right there? (A torn or
+    /// failed log write there is not nothing, and neither is a log block that an
+    /// interrupted recovery already erased: the log is then replayed, which also starts a
+    /// new log segment.)
+    fn log_untouched(
+        &mut self,
+        links: &[u64; LOG_LINKS],
+        at: SimTime,
+    ) -> Result<(bool, SimTime), FtlError> {
+        let Some((b, p)) = self.page_in_device(links[0]) else {
+            return Ok((false, at));
+        };
+        let mut page = vec![0u8; self.page_size];
+        let r = read_with_retries(
+            &mut self.nand,
+            Ppa::new(BlockId(b), p),
+            0,
+            &mut page,
+            &mut [],
+            at,
+            self.cfg.read_retries * crate::read::META_RETRY_FACTOR,
+            &mut self.stats.read_retries,
+        );
+        let pointer_there = self.nand.block_info(BlockId(b))?.next_page == p;
+        match r {
+            Ok(r) => Ok((r.erased && pointer_there, r.done)),
+            Err(NandError::Uncorrectable { done, .. }) => Ok((false, done)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn page_in_device(&self, addr: u64) -> Option<(u32, u32)> {
+        if addr == NONE {
+            return None;
+        }
+        let (b, p) = page_unaddr(addr);
+        ((b as usize) < self.blocks.len() && p < self.pages_per_block).then_some((b, p))
+    }
+
+    /// The state is the checkpoint's: block states from the table, open blocks where
+    /// the media's write pointers say, the log continuing at the RSSP.
+    fn open_clean(
+        &mut self,
+        table: &[u8],
+        written: &[bool],
+        rssp_links: &[u64; LOG_LINKS],
+        rssp_lsn: u64,
+    ) {
+        for b in 0..self.blocks.len() {
+            let code = table[b];
+            let state = match code {
+                BT_BAD => Use::Bad,
+                BT_CKPT => Use::Ckpt,
+                _ if self.ckpt_blocks.contains(&(b as u32)) => Use::Ckpt,
+                c if (BT_OPEN..BT_OPEN + 3).contains(&c) && written[b] => {
+                    let s = (c - BT_OPEN) as usize;
+                    let next = self
+                        .nand
+                        .block_info(BlockId(b as u32))
+                        .map_or(self.pages_per_block, |i| i.next_page);
+                    if next < self.pages_per_block {
+                        let die = b / self.blocks_per_die as usize;
+                        let bi = (b % self.blocks_per_die as usize) as u32;
+                        self.open_blocks[s][die] = Some((bi, next));
+                        Use::Open(s as u8)
+                    } else {
+                        self.settled_state(b, written[b])
+                    }
+                }
+                BT_LOG if written[b] => Use::Log,
+                _ => self.settled_state(b, written[b]),
+            };
+            self.blocks[b].state = state;
+        }
+        self.recount_free();
+        self.log_blocks = self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32;
+        // The log continues at the RSSP's first candidate.
+        let (b, p) = self.page_in_device(rssp_links[0]).unwrap_or((0, 0));
+        self.log.block = b;
+        self.log.page = p;
+        self.log.next_block = rssp_links
+            .iter()
+            .filter_map(|&a| self.page_in_device(a))
+            .map(|(lb, _)| lb)
+            .find(|&lb| lb != b);
+        self.log.next_lsn = rssp_lsn;
+        self.log.since_ckpt = 0;
+        for lb in [Some(b), self.log.next_block].into_iter().flatten() {
+            if self.blocks[lb as usize].state != Use::Log {
+                self.blocks[lb as usize].state = Use::Log;
+                self.log_blocks += 1;
+            }
+        }
+        self.recount_free();
+    }
+
+    /// The state of a closed block from what it holds: valid data (Full), live metadata
+    /// (Meta), nothing and never written (Free), or nothing live (Full: garbage for GC).
+    fn settled_state(&self, b: usize, written: bool) -> Use {
+        let blk = &self.blocks[b];
+        if blk.valid > 0 {
+            Use::Full
+        } else if blk.meta_live > 0 {
+            Use::Meta
+        } else if !written {
+            Use::Free
+        } else {
+            Use::Full
+        }
+    }
+
+    /// Redo the log from the RSSP and settle every block.
+    fn replay(
+        &mut self,
+        table: &[u8],
+        written: &[bool],
+        rssp_links: &[u64; LOG_LINKS],
+        ck: &Checkpoint,
+        rep: &mut RecoveryReport,
+        mut t: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        // Blocks for allocation during redo: erased blocks are free, anything written is
+        // provisionally full (settled after the redo); open blocks are closed.
+        for b in 0..self.blocks.len() {
+            self.blocks[b].state = match table[b] {
+                BT_BAD => Use::Bad,
+                BT_CKPT => Use::Ckpt,
+                _ if self.ckpt_blocks.contains(&(b as u32)) => Use::Ckpt,
+                BT_FREE if !written[b] => Use::Free,
+                _ if !written[b] && self.blocks[b].valid == 0 && self.blocks[b].meta_live == 0 => {
+                    Use::Free
+                }
+                _ => Use::Full,
+            };
+        }
+        self.recount_free();
+        let mut redo = Redo::default();
+        t = t.max(self.redo_log(rssp_links, ck.rssp_lsn, &mut redo, rep, t)?);
+        // Commits without a done record: one that an Abort or a later commit shows
+        // failed is discarded; the last one is verified and applied all or nothing.
+        for (seq, (gc, entries)) in std::mem::take(&mut redo.pending) {
+            if seq < redo.max_seq {
+                rep.commits_discarded += 1;
+                continue;
+            }
+            let (ok, tt) = self.verify(seq, &entries, t)?;
             t = t.max(tt);
             if ok {
-                t = t.max(f.redo(gc, &entries, t)?);
+                t = t.max(self.redo(gc, &entries, t)?);
                 rep.commits_verified += 1;
             } else {
                 rep.commits_discarded += 1;
             }
-            f.commit_seq = f.commit_seq.max(seq + 1);
+            self.commit_seq = self.commit_seq.max(seq + 1);
         }
-        // 7. Rebuild GBITV and block classes from the recovered MAP and tables.
-        for mp in 0..f.map_pages.len() as u32 {
-            // A MAP page never written and not touched by the redo maps nothing.
-            if f.map_pages[mp as usize] == NONE && f.map_slot_of[mp as usize] == u32::MAX {
+        self.commit_seq = self.commit_seq.max(redo.max_seq + 1);
+        // Settle the blocks: live log, live data, live metadata, free or garbage.
+        for (b, &w) in written.iter().enumerate() {
+            if matches!(self.blocks[b].state, Use::Bad | Use::Ckpt) {
                 continue;
             }
-            let (s, tt) = f.map_slot(mp, t)?;
-            t = t.max(tt);
-            for i in 0..f.map_slots[s].entries.len() {
-                let e = f.map_slots[s].entries[i];
-                if e != NONE && e & CACHED == 0 {
-                    let (b, _, _) = unpack(e);
-                    if (b as usize) < f.blocks.len() {
-                        f.set_valid(e, true);
-                    }
-                }
-            }
+            self.blocks[b].state = self.settled_state(b, w);
         }
-        let live_meta: Vec<u64> = f
-            .map_pages
-            .iter()
-            .chain(f.maps_pages.iter())
-            .chain(f.wear_pages.iter())
-            .chain(f.bbt_pages.iter())
-            .copied()
-            .filter(|&a| a != NONE)
-            .collect();
-        for a in live_meta {
-            let (b, _) = page_unaddr(a);
-            let blk = &mut f.blocks[b as usize];
-            blk.meta_live += 1;
-            if blk.state == Use::Full {
-                blk.state = Use::Meta;
-            }
-        }
-        for (b, lsn) in live_log_blocks {
-            let blk = &mut f.blocks[b as usize];
-            if blk.state == Use::Full {
+        for &(b, lsn) in &redo.live_log {
+            let blk = &mut self.blocks[b as usize];
+            if blk.valid == 0 && blk.meta_live == 0 {
                 blk.state = Use::Log;
-                f.log_blocks += 1;
-            }
-            if blk.state == Use::Log {
                 blk.max_lsn = blk.max_lsn.max(lsn);
             }
         }
         // Metadata written during this recovery (MAP evictions) sits in open META blocks.
         for s in 0..3 {
-            for die in 0..f.dies as usize {
-                if let Some((bi, _)) = f.open_blocks[s][die] {
-                    let b = (die as u32 * f.blocks_per_die + bi) as usize;
-                    f.blocks[b].state = if s == META { Use::Meta } else { Use::Full };
+            for die in 0..self.dies as usize {
+                if let Some((bi, _)) = self.open_blocks[s][die].take() {
+                    let b = die * self.blocks_per_die as usize + bi as usize;
+                    self.blocks[b].state = if s == META { Use::Meta } else { Use::Full };
                 }
-                f.open_blocks[s][die] = None;
             }
         }
-        // 8. Erase every written block with nothing live (data blocks open at the crash,
-        //    log blocks before the RSSP, superseded metadata), then start a new log segment
-        //    and take a checkpoint that makes it the redo start.
-        for b in 0..f.blocks.len() as u32 {
-            let blk = f.blocks[b as usize];
-            if blk.state == Use::Full && blk.valid == 0 {
-                f.erase_block(b, t)?;
-            }
-        }
-        f.start_log()?;
-        f.log.since_ckpt = 0;
-        t = f.checkpoint(t)?;
-        f.recovering = false;
-        f.shrink_cache();
-        rep.modeled_s = t.since(t0) as f64 / 1e9;
-        rep.wall_s = wall0.elapsed().as_secs_f64();
-        f.recovery = Some(rep);
-        f.reset_stats();
-        // 9. Refill the free pool before the first command. Every crash leaves the blocks
-        //    that were open partly written; without this, cuts that keep striking before
-        //    the first GC would drain the pool one recovery at a time. The GC here is
-        //    ordinary post-recovery work (counted in the new stats, crash-safe like any
-        //    GC); a device that is simply full stays readable.
-        match f.ensure_free(0, t) {
-            Ok(()) | Err(FtlError::NoSpace) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.recount_free();
+        self.log_blocks = self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32;
+        Ok(t)
     }
 
+    /// Redo the log from the RSSP to its end.
+    fn redo_log(
+        &mut self,
+        rssp_links: &[u64; LOG_LINKS],
+        rssp_lsn: u64,
+        redo: &mut Redo,
+        rep: &mut RecoveryReport,
+        mut t: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let mut page = vec![0u8; self.page_size];
+        let mut oob = vec![0u8; self.oob_scratch.len()];
+        let mut links = *rssp_links;
+        let mut expect = rssp_lsn;
+        self.log.next_lsn = rssp_lsn;
+        loop {
+            let mut found = None;
+            for &cand in links.iter() {
+                let Some((b, p)) = self.page_in_device(cand) else {
+                    break;
+                };
+                let r = read_with_retries(
+                    &mut self.nand,
+                    Ppa::new(BlockId(b), p),
+                    0,
+                    &mut page,
+                    &mut oob,
+                    t,
+                    self.cfg.read_retries * crate::read::META_RETRY_FACTOR,
+                    &mut self.stats.read_retries,
+                );
+                match r {
+                    Ok(r) if r.erased => {
+                        // The end of the log, unless the block's write pointer says this
+                        // page was programmed (then the log was erased after the fact).
+                        if self.nand.block_info(BlockId(b))?.next_page > p {
+                            return Err(FtlError::Corrupt(format!(
+                                "log page {expect} at block {b} page {p} reads as erased, but the block holds pages after it: \
+                                 the log was damaged after it was written"
+                            )));
+                        }
+                        break;
+                    }
+                    Ok(r) => {
+                        t = t.max(r.done);
+                        self.stats.meta_reads += 1;
+                        match LogPage::decode(&page) {
+                            Some(lp) if lp.lsn == expect => {
+                                found = Some((lp, b));
+                                break;
+                            }
+                            Some(_) => {}
+                            None => {
+                                // Programmed completely as the log page we expect, but its
+                                // bytes no longer check: damaged, not the end of the log.
+                                if let Some(tag) = Tag::read(&oob[..TAG_BYTES])
+                                    && tag.kind == Kind::Log
+                                    && tag.id == expect
+                                {
+                                    return Err(FtlError::Corrupt(format!(
+                                        "log page {expect} at block {b} page {p} is damaged (its checksum fails)"
+                                    )));
+                                }
+                            }
+                        }
+                    }
+                    Err(NandError::Uncorrectable { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let Some((lp, b)) = found else { break };
+            rep.log_pages += 1;
+            redo.live_log.push((b, lp.lsn));
+            for r in lp.records {
+                rep.log_records += 1;
+                t = t.max(self.redo_record(r, redo, rep, t)?);
+            }
+            links = lp.links;
+            expect += 1;
+            self.log.next_lsn = expect;
+        }
+        Ok(t)
+    }
+
+    fn redo_record(
+        &mut self,
+        r: Record,
+        redo: &mut Redo,
+        rep: &mut RecoveryReport,
+        t: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let mut t = t;
+        match r {
+            Record::Rdesc { seq, entries } | Record::Rdesca { seq, entries } => {
+                redo.max_seq = redo.max_seq.max(seq);
+                redo.pending
+                    .entry(seq)
+                    .or_insert((false, Vec::new()))
+                    .1
+                    .extend(entries);
+            }
+            Record::GcMove { seq, entries } => {
+                redo.max_seq = redo.max_seq.max(seq);
+                let e = redo.pending.entry(seq).or_insert((true, Vec::new()));
+                e.0 = true;
+                e.1.extend(entries);
+            }
+            Record::Done { seq } => {
+                if let Some((gc, entries)) = redo.pending.remove(&seq) {
+                    t = t.max(self.redo(gc, &entries, t)?);
+                    rep.commits_redone += 1;
+                }
+            }
+            Record::Abort { seq } => {
+                if redo.pending.remove(&seq).is_some() {
+                    rep.commits_discarded += 1;
+                }
+            }
+            Record::Trim { lpid, n } => {
+                for l in lpid..lpid.saturating_add(n).min(self.lbas) {
+                    let (cur, tt) = self.map_get(l, t)?;
+                    self.set_valid(cur, false);
+                    t = t.max(tt).max(self.map_set(l, NONE, t)?);
+                }
+            }
+            Record::Ext { lpid, bytes } => {
+                if lpid < self.lbas && bytes.len() == self.cfg.ext_bytes as usize {
+                    let ext = bytes.len();
+                    let (s, tt) = self.map_slot((lpid / self.map_entries_per_page) as u32, t)?;
+                    let o = (lpid % self.map_entries_per_page) as usize * ext;
+                    self.map_slots[s].ext[o..o + ext].copy_from_slice(&bytes);
+                    self.map_slots[s].dirty = true;
+                    t = t.max(tt);
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// After an unclean recovery (read-write): erase every written block with nothing
+    /// live (data blocks open at the crash, log blocks before the RSSP, superseded
+    /// metadata), start a new log segment and take a checkpoint that makes it the redo
+    /// start.
+    fn close_recovery(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
+        for b in 0..self.blocks.len() as u32 {
+            let blk = self.blocks[b as usize];
+            if blk.state == Use::Full && blk.valid == 0 {
+                self.erase_block(b, at)?;
+            }
+        }
+        self.start_log()?;
+        self.log.since_ckpt = 0;
+        self.checkpoint(at)
+    }
+
+    /// Apply a commit's mapping changes, keeping GBITV with MAP: user commits always,
+    /// GC moves only where MAP still points at the old copy.
     pub(crate) fn redo(
         &mut self,
         gc: bool,
@@ -384,23 +824,39 @@ impl Ftl {
         }
         let mut t = at;
         for e in &order {
-            if e.lpid >= self.lbas {
+            if e.lpid >= self.lbas || !self.entry_in_device(e.new) {
                 continue;
             }
-            if gc {
-                let (cur, tt) = self.map_get(e.lpid, t)?;
-                t = t.max(tt);
-                if cur != e.old {
-                    continue;
-                }
+            let (cur, tt) = self.map_get(e.lpid, t)?;
+            t = t.max(tt);
+            if gc && cur != e.old {
+                continue;
             }
+            self.set_valid(cur, false);
             t = t.max(self.map_set(e.lpid, e.new, t)?);
+            self.set_valid(e.new, true);
         }
         Ok(t)
     }
 
-    /// Does every sector of a commit hold what its descriptor says (TAG LPID, sequence and CRC)?
-    pub(crate) fn verify(
+    /// Does a logged MAP entry name nothing, a lost LPID, or a sector of this device?
+    fn entry_in_device(&self, e: u64) -> bool {
+        match Loc::of(e) {
+            Loc::Unmapped | Loc::Lost => true,
+            Loc::Flash(a) => {
+                let (b, p, s) = unpack(a);
+                (b as usize) < self.blocks.len()
+                    && p < self.pages_per_block
+                    && s < self.sectors_per_page
+            }
+            Loc::Buffered { .. } => false,
+        }
+    }
+
+    /// Does every sector of a commit hold what its descriptor says (TAG LPID, sequence
+    /// and CRC)? A sector that reads uncorrectable is retried first (a bit error must not
+    /// discard an acknowledged write whose done record had not reached the log).
+    fn verify(
         &mut self,
         seq: u64,
         entries: &[Entry],
@@ -415,17 +871,24 @@ impl Ftl {
         let mut data = vec![0u8; self.sector_size];
         let mut oob = vec![0u8; self.oob_per_sector];
         for (&lpid, &new) in &last {
-            let (b, p, s) = unpack(new);
-            if b as usize >= self.blocks.len()
-                || p >= self.pages_per_block
-                || s >= self.sectors_per_page
-            {
+            if Loc::of(new) == Loc::Lost {
+                continue;
+            }
+            if !self.entry_in_device(new) || flash_of(new).is_none() {
                 return Ok((false, t));
             }
-            match self
-                .nand
-                .read(Ppa::new(BlockId(b), p), s, &mut data, &mut oob, at)
-            {
+            let (b, p, s) = unpack(new);
+            let r = read_with_retries(
+                &mut self.nand,
+                Ppa::new(BlockId(b), p),
+                s,
+                &mut data,
+                &mut oob,
+                at,
+                self.cfg.read_retries * crate::read::META_RETRY_FACTOR,
+                &mut self.stats.read_retries,
+            );
+            match r {
                 Ok(r) if !r.erased => {
                     t = t.max(r.done);
                     self.stats.meta_reads += 1;
@@ -444,4 +907,18 @@ impl Ftl {
         }
         Ok((true, t))
     }
+}
+
+/// The RSSP's candidate links, kept in the last bytes of the record's page.
+fn rssp_links_of(page: &[u8]) -> [u64; LOG_LINKS] {
+    let tail = page.len() - 8 * LOG_LINKS;
+    let mut links = [NONE; LOG_LINKS];
+    for (i, l) in links.iter_mut().enumerate() {
+        *l = u64::from_le_bytes(
+            page[tail + 8 * i..tail + 8 * i + 8]
+                .try_into()
+                .unwrap_or([0xFF; 8]),
+        );
+    }
+    links
 }

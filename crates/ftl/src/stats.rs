@@ -53,6 +53,18 @@ pub struct FtlStats {
     pub checkpoints: u64,
     /// Batches (`flush_batch`) committed.
     pub batches: u64,
+    /// Read retries (each a new array read of a sector that was uncorrectable).
+    pub read_retries: u64,
+    /// Host reads that failed: uncorrectable after retries, checksum or TAG mismatch, a
+    /// mapped page found erased, or an LBA lost earlier (SMART media errors).
+    pub media_errors: u64,
+    /// Sectors whose data did not match the CRC-32C or TAG kept with it (SMART data
+    /// integrity errors).
+    pub integrity_errors: u64,
+    /// Sectors GC could not read and recorded as lost.
+    pub lost_sectors: u64,
+    /// Commits that failed and were rolled back.
+    pub aborted_commits: u64,
 }
 
 macro_rules! stats_fields {
@@ -82,7 +94,12 @@ macro_rules! stats_fields {
             map_hits,
             map_misses,
             checkpoints,
-            batches
+            batches,
+            read_retries,
+            media_errors,
+            integrity_errors,
+            lost_sectors,
+            aborted_commits
         )
     };
 }
@@ -114,36 +131,77 @@ impl FtlStats {
     }
 }
 
+/// The batch-io paper's Table 3 columns, in bytes: what the device read and wrote for
+/// user requests and for GC, and the space GC reclaimed (§8.2.3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GcBytes {
+    /// Bytes the host read.
+    pub user_read: u64,
+    /// Bytes the host wrote.
+    pub user_write: u64,
+    /// Bytes GC and wear leveling read from flash (whole pages).
+    pub gc_read: u64,
+    /// Bytes GC and wear leveling programmed (whole pages).
+    pub gc_write: u64,
+    /// Bytes of garbage in the blocks GC erased.
+    pub reclaimed: u64,
+}
+
+impl GcBytes {
+    /// `(user read + GC read) / user read` (batch-io §8.2.3); 0 when the host read nothing.
+    pub fn read_amplification(&self) -> f64 {
+        ratio(self.user_read + self.gc_read, self.user_read)
+    }
+    /// `(user write + GC write) / user write` (batch-io §8.2.3); 0 when the host wrote
+    /// nothing.
+    pub fn write_amplification(&self) -> f64 {
+        ratio(self.user_write + self.gc_write, self.user_write)
+    }
+    /// `(GC read + GC write) / reclaimed space` (batch-io §8.2.3); 0 when nothing was
+    /// reclaimed.
+    pub fn gc_overhead(&self) -> f64 {
+        ratio(self.gc_read + self.gc_write, self.reclaimed)
+    }
+}
+
+fn ratio(num: u64, den: u64) -> f64 {
+    if den == 0 {
+        0.0
+    } else {
+        num as f64 / den as f64
+    }
+}
+
 impl FtlStats {
-    /// Flash sectors programmed (all streams, padding and metadata included) per host sector written.
-    pub fn write_amplification(&self, sectors_per_page: u32) -> f64 {
+    /// The paper's Table 3 columns for pages of `page_bytes` and sectors of
+    /// `sector_bytes`.
+    pub fn gc_bytes(&self, page_bytes: u64, sector_bytes: u64) -> GcBytes {
+        GcBytes {
+            user_read: self.host_read_sectors * sector_bytes,
+            user_write: self.host_write_sectors * sector_bytes,
+            gc_read: self.gc_reads * page_bytes,
+            gc_write: self.gc_programs * page_bytes,
+            reclaimed: self.gc_reclaimed_sectors * sector_bytes,
+        }
+    }
+    /// Flash sectors programmed (all streams, padding and metadata included) per host
+    /// sector written: the physical write amplification, which adds the FTL's own
+    /// metadata and log to the paper's figure.
+    pub fn physical_write_amplification(&self, sectors_per_page: u32) -> f64 {
         let flash =
             (self.user_programs + self.gc_programs + self.meta_programs) * sectors_per_page as u64;
-        flash as f64 / self.host_write_sectors.max(1) as f64
+        ratio(flash, self.host_write_sectors)
     }
     /// `(host + GC-moved sectors) / host sectors`: the GC share of write amplification
-    /// (0 when the host wrote nothing).
+    /// counted in sectors moved (0 when the host wrote nothing).
     pub fn gc_write_amplification(&self) -> f64 {
-        if self.host_write_sectors == 0 {
-            return 0.0;
-        }
-        (self.host_write_sectors + self.gc_moved_sectors) as f64
-            / self.host_write_sectors.max(1) as f64
-    }
-    /// Flash pages read per host page read (sectors per page given).
-    pub fn read_amplification(&self, sectors_per_page: u32) -> f64 {
-        if self.host_read_sectors == 0 {
-            return 0.0;
-        }
-        let flash = (self.user_reads + self.gc_reads + self.meta_reads) * sectors_per_page as u64;
-        flash as f64 / self.host_read_sectors as f64
-    }
-    /// `(GC reads + GC writes) / reclaimed`, batch-io Tables 3 and 4.
-    pub fn gc_overhead(&self) -> f64 {
-        (2 * self.gc_moved_sectors) as f64 / self.gc_reclaimed_sectors.max(1) as f64
+        ratio(
+            self.host_write_sectors + self.gc_moved_sectors,
+            self.host_write_sectors,
+        )
     }
     /// MAP cache hit rate.
     pub fn map_hit_rate(&self) -> f64 {
-        self.map_hits as f64 / (self.map_hits + self.map_misses).max(1) as f64
+        ratio(self.map_hits, self.map_hits + self.map_misses)
     }
 }

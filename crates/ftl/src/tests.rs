@@ -347,8 +347,10 @@ fn uniform_random_waf_matches_theory() {
         eprintln!(
             "op {op:.2}: GC WAF {waf:.3} theory {want:.3} ({:+.1}%), GC overhead {:.2}, total WAF with log and metadata {:.3}",
             err * 100.0,
-            f.stats().gc_overhead(),
-            f.stats().write_amplification(f.sectors_per_page())
+            f.stats()
+                .gc_bytes(f.page_size() as u64, f.lba_size() as u64)
+                .gc_overhead(),
+            f.stats().physical_write_amplification(f.sectors_per_page())
         );
         assert!(err < 0.05, "op {op}: WAF {waf:.3} vs theory {want:.3}");
         f.check_invariants().unwrap();
@@ -719,9 +721,11 @@ fn repeated_cuts_right_after_recovery_do_not_drain_the_free_pool() {
         f = Ftl::recover(nand, ftl_cfg).unwrap();
         assert!(
             f.free_blocks() >= low,
-            "round {round}: recovery left {} free blocks (low water {low}); {}",
+            "round {round}: recovery left {} free blocks (low water {low}); {} ro={:?} rec={:?}",
             f.free_blocks(),
-            f.block_census()
+            f.block_census(),
+            f.read_only(),
+            f.last_recovery()
         );
         f.check_invariants().unwrap();
     }

@@ -6,6 +6,13 @@
 //! commands), trims, flushes and checkpoints on a small device where GC, wear leveling,
 //! map-cache eviction and checkpoints run constantly, so cuts land in all of them. With
 //! probability `recovery_cut_prob` a second cut is armed during recovery itself.
+//!
+//! With media faults a drive may reach its end of life: when a write finds the device
+//! read-only, the run checks every acknowledged write (now, and again after one more
+//! power cycle, which must come back read-only too when the spare is exhausted) and
+//! ends, reporting the cut at which that happened. With bit errors an LBA may become
+//! unreadable (GC could not move it): such reads are counted, not failed, and only when
+//! the FTL itself counted lost sectors or media errors.
 
 use crate::{Ftl, FtlConfig, FtlError, WriteCache};
 use csd_nand::{Nand, NandError, PowerCut};
@@ -58,6 +65,34 @@ impl TortureConfig {
             recovery_cut_prob: 0.2,
         }
     }
+
+    /// [`TortureConfig::small`] with program/erase failures and bit errors: rates high
+    /// enough to hit every failure path often, low enough that the small device does not
+    /// wear out within tens of thousands of cuts (long runs may still reach end of life).
+    pub fn with_faults(cuts: u64, seed: u64) -> TortureConfig {
+        let mut c = TortureConfig::small(cuts, seed);
+        c.device.faults.program_fail_prob = 0.0001;
+        c.device.faults.erase_fail_prob = 0.0001;
+        c.device.faults.rber_fresh = 1e-5;
+        c.device.faults.rber_end_of_life = 1e-5;
+        c.device.geometry.blocks_per_plane = 48;
+        c
+    }
+
+    /// [`TortureConfig::with_faults`] with a weak ECC and a high bit-error rate: reads
+    /// often need retries and GC meets sectors it cannot read.
+    pub fn with_weak_ecc(cuts: u64, seed: u64) -> TortureConfig {
+        let mut c = TortureConfig::with_faults(cuts, seed);
+        c.device.faults.ecc_bits_per_sector = 2;
+        c.device.faults.rber_fresh = 2.5e-5;
+        c.device.faults.rber_end_of_life = 2.5e-5;
+        c
+    }
+
+    /// Does this device inject bit errors (so that an LBA may become unreadable)?
+    fn bit_errors(&self) -> bool {
+        self.device.faults.rber_fresh > 0.0 || self.device.faults.rber_end_of_life > 0.0
+    }
 }
 
 /// What a torture run found.
@@ -83,6 +118,17 @@ pub struct TortureReport {
     pub recovery_modeled_s: f64,
     /// Longest wall-clock recovery, seconds.
     pub recovery_wall_max_s: f64,
+    /// The cut count at which the device turned read-only (end of life), if it did.
+    pub read_only_at_cut: Option<u64>,
+    /// Why it turned read-only.
+    pub read_only_reason: Option<crate::ReadOnlyReason>,
+    /// Grown bad blocks at the end of the run.
+    pub bad_blocks: u32,
+    /// LBA reads that failed as uncorrectable (bit errors GC could not get past);
+    /// allowed only with bit errors and when the FTL counted the loss.
+    pub unreadable: u64,
+    /// Sectors the FTL recorded as lost (lifetime, at the end of the run).
+    pub lost_sectors: u64,
 }
 
 fn pattern(lba: u64, version: u64, ss: usize) -> Vec<u8> {
@@ -108,6 +154,60 @@ struct InFlight {
 
 fn is_power_loss(e: &FtlError) -> bool {
     matches!(e, FtlError::Nand(NandError::PowerLoss))
+}
+
+/// Read one LBA for a check; `Ok(false)` when it is unreadable and that is allowed (bit
+/// errors on, and the FTL counted a lost sector or a media error).
+fn read_checked(
+    f: &mut Ftl,
+    lba: u64,
+    buf: &mut [u8],
+    cfg: &TortureConfig,
+    rep: &mut TortureReport,
+) -> Result<bool, String> {
+    match f.read(lba, buf, SimTime::ZERO) {
+        Ok(_) => Ok(true),
+        Err(FtlError::Uncorrectable { .. })
+            if cfg.bit_errors() && {
+                let s = f.lifetime_stats();
+                s.lost_sectors + s.media_errors > 0
+            } =>
+        {
+            rep.unreadable += 1;
+            Ok(false)
+        }
+        Err(e) => Err(format!("read of LBA {lba} after recovery failed: {e}")),
+    }
+}
+
+/// Every acknowledged LBA reads back exactly; everything else reads zeros.
+fn check_all(
+    f: &mut Ftl,
+    model: &HashMap<u64, u64>,
+    cfg: &TortureConfig,
+    rep: &mut TortureReport,
+) -> Result<(), String> {
+    let ss = cfg.device.geometry.sector_size as usize;
+    let mut buf = vec![0u8; ss];
+    for l in 0..f.lbas() {
+        if !read_checked(f, l, &mut buf, cfg, rep)? {
+            continue;
+        }
+        rep.writes_checked += 1;
+        if buf != pattern(l, *model.get(&l).unwrap_or(&0), ss) {
+            if rep.lost == 0 && std::env::var_os("CSD_TORTURE_DEBUG").is_some() {
+                eprintln!(
+                    "cut {}: LBA {l} expected version {:?}, zero={} ; recovery {:?}",
+                    rep.cuts,
+                    model.get(&l),
+                    buf.iter().all(|&b| b == 0),
+                    f.last_recovery()
+                );
+            }
+            rep.lost += 1;
+        }
+    }
+    Ok(())
 }
 
 /// Recover, retrying when a cut strikes during recovery.
@@ -158,7 +258,8 @@ pub fn torture(
     let write_back = cfg.ftl.write_cache == WriteCache::WriteBack;
     // In write-back mode, writes since the last flush are "in flight" as a group.
     let mut unflushed: Vec<(u64, u64, u64)> = Vec::new();
-    while rep.cuts < cfg.cuts {
+    let mut end_of_life = false;
+    while rep.cuts < cfg.cuts && !end_of_life {
         let mut f = ftl.take().ok_or("no FTL")?;
         let lbas = f.lbas();
         let hot = (lbas / 3).max(1);
@@ -294,6 +395,15 @@ pub fn torture(
                     inflight = None;
                 }
                 Err(e) if is_power_loss(&e) => break,
+                Err(FtlError::ReadOnly { .. }) => {
+                    end_of_life = true;
+                    break;
+                }
+                // A read of an LBA GC could not move.
+                Err(FtlError::Uncorrectable { .. }) if op >= 93 && cfg.bit_errors() => {
+                    rep.unreadable += 1;
+                    inflight = None;
+                }
                 Err(e) => {
                     return Err(format!(
                         "unexpected error before the cut {}: {e}; {}",
@@ -303,10 +413,28 @@ pub fn torture(
                 }
             }
         }
-        rep.cuts += 1;
-        // Crash, recover (maybe cut again during recovery), verify.
-        let nand = f.crash();
-        let mut f = recover_with_cuts(nand, cfg, &mut rng, &mut rep)?;
+        let mut f = if end_of_life {
+            // The device turned read-only: no crash; the command that found it so (and
+            // unflushed writes) are all old or all new, everything acknowledged reads
+            // back, and it stays so across a power cycle.
+            f.nand_mut().disarm_power_cut();
+            rep.read_only_at_cut = Some(rep.cuts);
+            rep.read_only_reason = f.read_only();
+            if std::env::var_os("CSD_TORTURE_DEBUG").is_some() {
+                eprintln!(
+                    "read-only: {:?}; {}; spare {}",
+                    f.read_only(),
+                    f.block_census(),
+                    f.spare_blocks()
+                );
+            }
+            f
+        } else {
+            rep.cuts += 1;
+            // Crash, recover (maybe cut again during recovery), verify.
+            let nand = f.crash();
+            recover_with_cuts(nand, cfg, &mut rng, &mut rep)?
+        };
         if write_back {
             // Unflushed writes may or may not be there; treat them all as in flight.
             let mut group = std::mem::take(&mut unflushed);
@@ -315,8 +443,9 @@ pub fn torture(
             }
             for (l, _, _) in &group {
                 let mut buf = vec![0u8; ss];
-                f.read(*l, &mut buf, SimTime::ZERO)
-                    .map_err(|e| e.to_string())?;
+                if !read_checked(&mut f, *l, &mut buf, cfg, &mut rep)? {
+                    continue;
+                }
                 // Accept any version this LBA ever had in the group, or the model's.
                 let ok = group
                     .iter()
@@ -347,8 +476,9 @@ pub fn torture(
             let mut news = 0;
             for &(l, old, new) in &inf.lbas {
                 let mut buf = vec![0u8; ss];
-                f.read(l, &mut buf, SimTime::ZERO)
-                    .map_err(|e| e.to_string())?;
+                if !read_checked(&mut f, l, &mut buf, cfg, &mut rep)? {
+                    continue;
+                }
                 if buf == pattern(l, new, ss) {
                     news += 1;
                 } else if buf == pattern(l, old, ss) {
@@ -361,8 +491,9 @@ pub fn torture(
                 let mut n_new = 0;
                 for &(l, old, new) in chunk {
                     let mut buf = vec![0u8; ss];
-                    f.read(l, &mut buf, SimTime::ZERO)
-                        .map_err(|e| e.to_string())?;
+                    if !read_checked(&mut f, l, &mut buf, cfg, &mut rep)? {
+                        continue;
+                    }
                     if buf == pattern(l, new, ss) && new != old {
                         n_new += 1;
                     } else if buf != pattern(l, old, ss) {
@@ -378,8 +509,9 @@ pub fn torture(
             }
             for &(l, old, new) in &inf.lbas {
                 let mut buf = vec![0u8; ss];
-                f.read(l, &mut buf, SimTime::ZERO)
-                    .map_err(|e| e.to_string())?;
+                if !read_checked(&mut f, l, &mut buf, cfg, &mut rep)? {
+                    continue;
+                }
                 let v = if buf == pattern(l, new, ss) { new } else { old };
                 if v == 0 {
                     model.remove(&l);
@@ -388,29 +520,33 @@ pub fn torture(
                 }
             }
         }
-        // Every acknowledged LBA reads back exactly; everything else reads zeros.
-        let mut buf = vec![0u8; ss];
-        for l in 0..f.lbas() {
-            match f.read(l, &mut buf, SimTime::ZERO) {
-                Ok(_) => {}
-                Err(e) => return Err(format!("read of LBA {l} after recovery failed: {e}")),
-            }
-            rep.writes_checked += 1;
-            if buf != pattern(l, *model.get(&l).unwrap_or(&0), ss) {
-                if rep.lost == 0 && std::env::var_os("CSD_TORTURE_DEBUG").is_some() {
-                    eprintln!(
-                        "cut {}: LBA {l} expected version {:?}, zero={} ; recovery {:?}",
-                        rep.cuts,
-                        model.get(&l),
-                        buf.iter().all(|&b| b == 0),
-                        f.last_recovery()
-                    );
-                }
-                rep.lost += 1;
-            }
-        }
+        check_all(&mut f, &model, cfg, &mut rep)?;
         f.check_invariants()
             .map_err(|e| format!("after cut {}: {e}", rep.cuts))?;
+        if end_of_life {
+            let reason = f.read_only();
+            let nand = f.crash();
+            let mut again = recover_with_cuts(
+                nand,
+                &TortureConfig {
+                    recovery_cut_prob: 0.0,
+                    ..cfg.clone()
+                },
+                &mut rng,
+                &mut rep,
+            )?;
+            if reason == Some(crate::ReadOnlyReason::SpareExhausted) && again.read_only().is_none()
+            {
+                return Err("a device whose spare was exhausted came back writable".into());
+            }
+            check_all(&mut again, &model, cfg, &mut rep)?;
+            rep.lost_sectors = again.lifetime_stats().lost_sectors;
+            rep.bad_blocks = again.bad_blocks();
+            progress(rep.cuts);
+            return Ok(rep);
+        }
+        rep.lost_sectors = f.lifetime_stats().lost_sectors;
+        rep.bad_blocks = f.bad_blocks();
         ftl = Some(f);
         progress(rep.cuts);
     }

@@ -470,11 +470,14 @@ pub fn write_report_on(
     let _ = writeln!(md, "reproduce: `{reproduce}`");
 
     let markdown = dir.join("report.md");
+    let json = dir.join("results.json");
+    for (p, ext) in [(&markdown, "md"), (&json, "json")] {
+        csd_plot::guard_output(p, &[ext]).map_err(|e| BenchError::Config(e.to_string()))?;
+    }
     std::fs::write(&markdown, md).map_err(|source| BenchError::Io {
         path: markdown.clone(),
         source,
     })?;
-    let json = dir.join("results.json");
     let text = serde_json::to_string_pretty(results).unwrap_or_default();
     std::fs::write(&json, text).map_err(|source| BenchError::Io {
         path: json.clone(),

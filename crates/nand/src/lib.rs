@@ -35,7 +35,7 @@ mod fault;
 mod store;
 
 pub use addr::{AddrMap, BlockId, DieId, PhysAddr, Ppa};
-pub use store::BlockMeta;
+pub use store::{Access, BlockMeta};
 
 use csd_sim::config::FaultConfig;
 use csd_sim::{
@@ -132,6 +132,16 @@ pub enum NandError {
         path: PathBuf,
         /// What is wrong.
         reason: String,
+    },
+    /// The file system holding the image has no room for a block about to be written.
+    #[error(
+        "image file system is full: {path} cannot store block {block} (free space on that file system or move the image); the device stays readable"
+    )]
+    ImageFull {
+        /// The file.
+        path: PathBuf,
+        /// The block that could not be stored.
+        block: u32,
     },
     /// Another process holds the image.
     #[error("image {path} is in use by another process")]
@@ -285,7 +295,19 @@ impl Nand {
     /// committed when a previous process died read as erased; every completed program
     /// reads back intact.
     pub fn open_image(path: &Path, expect: Option<&Geometry>) -> Result<Nand, NandError> {
-        let (store, cfg) = Store::open_file(path)?;
+        Self::open_image_with(path, expect, Access::ReadWrite)
+    }
+
+    /// Open an image file for `access`. Opening costs O(metadata): the header and the
+    /// per-block table are read and checked, no block is touched (a version-1 image gets
+    /// one scan of its page states, whose write pointers could lag a committed page).
+    /// With [`Access::ReadOnly`] the file is never written: changes stay in memory.
+    pub fn open_image_with(
+        path: &Path,
+        expect: Option<&Geometry>,
+        access: Access,
+    ) -> Result<Nand, NandError> {
+        let (store, cfg, legacy) = Store::open_file(path, access)?;
         if let Some(g) = expect
             && *g != cfg.geometry
         {
@@ -296,7 +318,9 @@ impl Nand {
             });
         }
         let mut n = Nand::with_store(cfg, store);
-        n.repair_write_pointers();
+        if legacy {
+            n.repair_write_pointers();
+        }
         Ok(n)
     }
 
@@ -339,8 +363,9 @@ impl Nand {
         }
     }
 
-    /// After a crash of the process, the write pointer of a block may lag its last
-    /// committed page; recompute it from the page states (the commit points).
+    /// Version-1 images moved a block's write pointer after the page's commit point, so
+    /// after a crash of the process it may lag the last committed page; recompute it from
+    /// the page states. (Version 2 moves the pointer first: it never lags.)
     fn repair_write_pointers(&mut self) {
         for b in 0..self.store.blocks() {
             let Some(bytes) = self.store.block(b) else {
@@ -372,6 +397,11 @@ impl Nand {
     /// Address arithmetic.
     pub fn addr(&self) -> &AddrMap {
         &self.map
+    }
+
+    /// How the backing image was opened (read-write for the memory backend).
+    pub fn access(&self) -> Access {
+        self.store.access()
     }
 
     /// The image file, if this device is backed by one.
@@ -431,6 +461,28 @@ impl Nand {
             PowerCut::AtOp(n) => PowerCut::AtOp(self.op_seq + n.max(1)),
             t => t,
         });
+    }
+
+    /// Fault injection: flip the bits of `mask` in byte `byte` of sector `sector` of page
+    /// `p`, as data retention loss or a damaged image would, without going through a
+    /// program (the page keeps its state; the ECC model does not see the change, so only
+    /// an end-to-end checksum above the media can). Does nothing to an erased page.
+    pub fn corrupt(&mut self, p: Ppa, sector: u32, byte: usize, mask: u8) -> Result<(), NandError> {
+        self.check_ppa(p)?;
+        if sector >= self.sectors || byte >= self.sector_size {
+            return Err(NandError::OutOfRange {
+                what: "sector byte",
+                value: sector as u64 * self.sector_size as u64 + byte as u64,
+                limit: self.sectors as u64 * self.sector_size as u64,
+            });
+        }
+        if self.state_of(p) == PageState::Erased {
+            return Ok(());
+        }
+        let range = self.layout.slot_range(p.page);
+        let bytes = self.store.block_mut(p.block.0 as usize, range.end)?;
+        bytes[range.start + sector as usize * self.sector_size + byte] ^= mask;
+        Ok(())
     }
 
     /// Disarm a pending power cut.
@@ -592,6 +644,107 @@ impl Nand {
         oob: &mut [u8],
         at: SimTime,
     ) -> Result<ReadDone, NandError> {
+        self.read_impl(p, first_sector, data, oob, true, at)
+    }
+
+    /// [`Nand::read`] with the sectors' OOB bytes delivered alongside, as a controller's
+    /// ECC engine sees them with each codeword (`oob` must be `sectors × oob_per_sector`
+    /// bytes). Unlike an explicit OOB read, the spare bytes are not charged on the
+    /// channel, just as the ECC parity that travels with every sector is not: the FTL's
+    /// end-to-end check of each sector's TAG and CRC costs no modeled time.
+    pub fn read_with_tags(
+        &mut self,
+        p: Ppa,
+        first_sector: u32,
+        data: &mut [u8],
+        oob: &mut [u8],
+        at: SimTime,
+    ) -> Result<ReadDone, NandError> {
+        if oob.is_empty() {
+            return Err(NandError::BufferSize {
+                what: "read OOB",
+                expected: data.len() / self.sector_size.max(1) * self.oob_sector,
+                got: 0,
+            });
+        }
+        self.read_impl(p, first_sector, data, oob, false, at)
+    }
+
+    /// Read the OOB (spare) bytes of every sector of page `p` into `oob`
+    /// (`oob_per_page` bytes), e.g. to recover the TAG of a sector whose data is
+    /// uncorrectable. The spare area has its own, stronger ECC in this model (bit errors
+    /// are drawn for data only), so this fails only for a torn or failed program or an
+    /// interrupted erase. An erased page fills `oob` with `0xFF`. Costs tR and the
+    /// transfer of the OOB bytes.
+    pub fn read_oob(&mut self, p: Ppa, oob: &mut [u8], at: SimTime) -> Result<ReadDone, NandError> {
+        self.check_power()?;
+        self.check_ppa(p)?;
+        let want = self.sectors as usize * self.oob_sector;
+        if oob.len() != want {
+            return Err(NandError::BufferSize {
+                what: "read OOB",
+                expected: want,
+                got: oob.len(),
+            });
+        }
+        let b = p.block.0 as usize;
+        if self.store.meta(b).flags & BLOCK_FACTORY_BAD != 0 {
+            return Err(NandError::BadBlock { block: p.block });
+        }
+        self.op_seq += 1;
+        let die = self.map.die_of(p.block);
+        let ch = self.map.channel_of(die) as usize;
+        let kind = p.page as usize % self.t_read.len();
+        let (_, die_end) = self.dies[die.0 as usize].reserve(at, self.t_read[kind]);
+        let bus_ns = self.ch_rate.transfer_ns(want as u64) + self.read_seq_ns[kind];
+        let (_, done) = self.channels[ch].reserve(die_end, bus_ns);
+        if self.cut_strikes(done) {
+            return Err(NandError::PowerLoss);
+        }
+        self.stats.page_reads += 1;
+        self.stats.channel_bytes += want as u64;
+        let state = self
+            .store
+            .block(b)
+            .map_or(PAGE_ERASED, |bytes| bytes[p.page as usize]);
+        if state == PAGE_ERASED {
+            oob.fill(0xFF);
+            self.stats.erased_reads += 1;
+            return Ok(ReadDone {
+                done,
+                corrected_bits: 0,
+                erased: true,
+            });
+        }
+        if state != PAGE_PROGRAMMED {
+            self.stats.uncorrectable_reads += 1;
+            return Err(NandError::Uncorrectable {
+                ppa: p,
+                sector: 0,
+                bit_errors: u32::MAX,
+                done,
+            });
+        }
+        let bytes = self.store.block(b).unwrap_or(&[]);
+        let slot = &bytes[self.layout.slot_range(p.page)];
+        let o0 = self.sectors as usize * self.sector_size;
+        oob.copy_from_slice(&slot[o0..o0 + want]);
+        Ok(ReadDone {
+            done,
+            corrected_bits: 0,
+            erased: false,
+        })
+    }
+
+    fn read_impl(
+        &mut self,
+        p: Ppa,
+        first_sector: u32,
+        data: &mut [u8],
+        oob: &mut [u8],
+        charge_oob: bool,
+        at: SimTime,
+    ) -> Result<ReadDone, NandError> {
         self.check_power()?;
         self.check_ppa(p)?;
         let ss = self.sector_size;
@@ -630,7 +783,7 @@ impl Nand {
         // Timing: die for tR, then the channel for the transfer out.
         let die = self.map.die_of(p.block);
         let ch = self.map.channel_of(die) as usize;
-        let xfer_bytes = data.len() + if want_oob { oob.len() } else { 0 };
+        let xfer_bytes = data.len() + if want_oob && charge_oob { oob.len() } else { 0 };
         let kind = p.page as usize % self.t_read.len();
         let t_r = self.t_read[kind];
         let (_, die_end) = self.dies[die.0 as usize].reserve(at, t_r);
@@ -642,10 +795,26 @@ impl Nand {
         self.stats.page_reads += 1;
         self.stats.channel_bytes += xfer_bytes as u64;
 
-        let state = self
-            .store
-            .block(b)
-            .map_or(PAGE_ERASED, |bytes| bytes[p.page as usize]);
+        // Copy first and look at the page state after: the copy's memory traffic then
+        // overlaps the state byte's (both are cache misses on a large device). Whatever
+        // the state turns out to be, the caller sees only what it says.
+        let state = match self.store.block(b) {
+            None => PAGE_ERASED,
+            Some(bytes) => {
+                let slot = &bytes[self.layout.slot_range(p.page)];
+                let d0 = first_sector as usize * ss;
+                // Ask for every line of the sectors at once, so that their cache misses
+                // overlap instead of the copy meeting them one after the other.
+                prefetch_lines(&bytes[p.page as usize..p.page as usize + 1]);
+                prefetch_lines(&slot[d0..d0 + data.len()]);
+                data.copy_from_slice(&slot[d0..d0 + data.len()]);
+                if want_oob {
+                    let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
+                    oob.copy_from_slice(&slot[o0..o0 + oob.len()]);
+                }
+                bytes[p.page as usize]
+            }
+        };
         if state == PAGE_ERASED {
             data.fill(0xFF);
             oob.fill(0xFF);
@@ -690,15 +859,6 @@ impl Nand {
                 }
                 corrected += k;
             }
-        }
-        // Copy out.
-        let bytes = self.store.block(b).unwrap_or(&[]);
-        let slot = &bytes[self.layout.slot_range(p.page)];
-        let d0 = first_sector as usize * ss;
-        data.copy_from_slice(&slot[d0..d0 + data.len()]);
-        if want_oob {
-            let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
-            oob.copy_from_slice(&slot[o0..o0 + oob.len()]);
         }
         self.stats.corrected_bits += corrected as u64;
         self.stats.sectors_read += n as u64;
@@ -751,6 +911,10 @@ impl Nand {
                 expected: meta.next_page,
             });
         }
+        // Reserve the block's bytes before anything changes: a full file system is an
+        // error and the page stays erased.
+        let upto = self.layout.slot_range(p.page).end;
+        self.store.block_mut(b, upto)?;
         self.op_seq += 1;
         let die = self.map.die_of(p.block);
         let ch = self.map.channel_of(die) as usize;
@@ -767,15 +931,16 @@ impl Nand {
         if self.cut_strikes(done) {
             // Torn: only the first k sectors made it; sector k holds garbage.
             let k = (mix(self.faults.seed, seq, salt::TORN) % sectors as u64) as usize;
-            let bytes = self.store.block_mut(b);
+            // The write pointer moves before the commit point (the state byte).
+            meta.next_page = p.page + 1;
+            self.store.set_meta(b, meta);
+            let bytes = self.store.block_mut(b, upto)?;
             let slot = &mut bytes[slot_range];
             slot[..k * ss].copy_from_slice(&data[..k * ss]);
             for (i, x) in slot[k * ss..(k + 1) * ss].iter_mut().enumerate() {
                 *x = data[k * ss + i] ^ 0xA5;
             }
             bytes[p.page as usize] = PAGE_TORN_BASE + k as u8;
-            meta.next_page = p.page + 1;
-            self.store.set_meta(b, meta);
             return Err(NandError::PowerLoss);
         }
         let fail_p = if self.worn(&meta) {
@@ -784,7 +949,11 @@ impl Nand {
             self.faults.program_fail_prob
         };
         let failed = fail_p > 0.0 && uniform(self.faults.seed, seq, salt::PROGRAM_FAIL) < fail_p;
-        let bytes = self.store.block_mut(b);
+        // The write pointer moves before the commit point, so after a crash it is never
+        // behind a committed page.
+        meta.next_page = p.page + 1;
+        self.store.set_meta(b, meta);
+        let bytes = self.store.block_mut(b, upto)?;
         let slot = &mut bytes[slot_range];
         slot[..page_size].copy_from_slice(data);
         if oob.is_empty() {
@@ -797,8 +966,6 @@ impl Nand {
         } else {
             PAGE_PROGRAMMED
         };
-        meta.next_page = p.page + 1;
-        self.store.set_meta(b, meta);
         if failed {
             self.stats.program_failures += 1;
             return Err(NandError::ProgramFailed { ppa: p, done });
@@ -826,8 +993,9 @@ impl Nand {
         meta.pe_cycles = meta.pe_cycles.saturating_add(1);
         if self.cut_strikes(done) {
             self.store.set_meta(b, meta);
-            let bytes = self.store.block_mut(b);
-            bytes[..pages].fill(PAGE_ERASE_TORN);
+            if let Ok(bytes) = self.store.block_mut(b, pages) {
+                bytes[..pages].fill(PAGE_ERASE_TORN);
+            }
             meta.next_page = pages as u32;
             self.store.set_meta(b, meta);
             return Err(NandError::PowerLoss);
@@ -841,8 +1009,9 @@ impl Nand {
         self.store.set_meta(b, meta);
         if failed {
             self.stats.erase_failures += 1;
-            let bytes = self.store.block_mut(b);
-            bytes[..pages].fill(PAGE_ERASE_TORN);
+            if let Ok(bytes) = self.store.block_mut(b, pages) {
+                bytes[..pages].fill(PAGE_ERASE_TORN);
+            }
             meta.next_page = pages as u32;
             self.store.set_meta(b, meta);
             return Err(NandError::EraseFailed { block: blk, done });
@@ -851,7 +1020,7 @@ impl Nand {
         if let Some(bytes) = self.store.block(b)
             && bytes[..pages].iter().any(|&s| s != PAGE_ERASED)
         {
-            self.store.block_mut(b)[..pages].fill(PAGE_ERASED);
+            self.store.block_mut(b, pages)?[..pages].fill(PAGE_ERASED);
         }
         meta.next_page = 0;
         self.store.set_meta(b, meta);
@@ -868,6 +1037,23 @@ impl std::fmt::Debug for Nand {
             .field("powered", &self.powered)
             .finish()
     }
+}
+
+/// Hint the CPU to bring every cache line of `bytes` in (no effect on results).
+#[inline(always)]
+fn prefetch_lines(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has; it only hints the
+        // cache about an address inside `bytes` and never faults or changes data.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast(),
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 fn factory_meta(cfg: &DeviceConfig) -> Vec<BlockMeta> {

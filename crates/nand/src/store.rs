@@ -13,8 +13,9 @@
 use crate::NandError;
 use bytemuck::{Pod, Zeroable};
 use csd_sim::{DeviceConfig, Geometry};
-use memmap2::MmapMut;
+use memmap2::{Advice, MmapMut, MmapOptions};
 use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// Page state: never programmed since the last erase.
@@ -75,12 +76,15 @@ impl Layout {
 }
 
 const MAGIC: [u8; 8] = *b"CSDNAND\0";
-const VERSION: u32 = 1;
+/// Version 2 adds a CRC-32C over the header and the recorded config, and the rule that a
+/// program moves the block's write pointer before its commit point (so no repair scan is
+/// needed at open). Version 1 images are still opened (with a one-time repair scan).
+const VERSION: u32 = 2;
 const HEADER_BYTES: usize = 64 * 1024;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct Header {
+struct HeaderV1 {
     magic: [u8; 8],
     version: u32,
     header_bytes: u32,
@@ -90,6 +94,23 @@ struct Header {
     meta_offset: u64,
     blocks_offset: u64,
     blocks: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+struct Header {
+    v1: HeaderV1,
+    /// CRC-32C of this header (with `crc` zero) followed by the config text.
+    crc: u32,
+    reserved: u32,
+}
+
+impl Header {
+    fn crc_of(mut self, config: &[u8]) -> u32 {
+        self.crc = 0;
+        let h = crc32c::crc32c(bytemuck::bytes_of(&self));
+        crc32c::crc32c_append(h, config)
+    }
 }
 
 fn geo_words(g: &Geometry) -> [u32; 9] {
@@ -106,6 +127,111 @@ fn geo_words(g: &Geometry) -> [u32; 9] {
     ]
 }
 
+/// Byte offsets of the image layout for `nblocks` blocks of `layout`: (meta table,
+/// blocks, total file length), or `None` if they overflow.
+fn image_offsets(nblocks: u64, layout: &Layout) -> Option<(u64, u64, u64)> {
+    let meta = HEADER_BYTES as u64;
+    let blocks = meta
+        .checked_add(nblocks.checked_mul(std::mem::size_of::<BlockMeta>() as u64)?)?
+        .checked_next_multiple_of(4096)?;
+    let total = blocks.checked_add(nblocks.checked_mul(layout.block_bytes as u64)?)?;
+    Some((meta, blocks, total))
+}
+
+/// How an image file is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Access {
+    /// Read and write; the image is locked for exclusive use.
+    #[default]
+    ReadWrite,
+    /// Never write the file: it is opened read-only under a shared lock and mapped
+    /// copy-on-write, so any change (a recovery replayed in memory, say) stays in this
+    /// process's memory and the file keeps every byte it had.
+    ReadOnly,
+}
+
+/// The bytes of one erase block of the memory backend: an anonymous mapping, zero (all
+/// pages erased) until written, backed by transparent huge pages where the kernel offers
+/// them (random reads over a large device then miss the TLB far less often).
+pub(crate) struct AnonBlock {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    mapped: usize,
+}
+
+/// Huge-page size the mappings are rounded to.
+const HUGE: usize = 2 << 20;
+
+impl AnonBlock {
+    fn new(len: usize) -> Option<AnonBlock> {
+        let mapped = len.next_multiple_of(HUGE);
+        // Map one huge page more and trim, so that the block starts on a huge-page
+        // boundary (transparent huge pages need aligned ranges).
+        let over = mapped + HUGE;
+        // SAFETY: an anonymous private mapping with no fixed address; the result is
+        // checked for MAP_FAILED before use.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                over,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return None;
+        }
+        let start = (raw as usize).next_multiple_of(HUGE);
+        let head = start - raw as usize;
+        let tail = over - head - mapped;
+        // SAFETY: unmapping the unaligned slack before and after [start, start + mapped),
+        // both inside the mapping just made; then advice on the aligned range (failure,
+        // e.g. no THP, is harmless).
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + mapped) as *mut libc::c_void, tail);
+            }
+            libc::madvise(start as *mut libc::c_void, mapped, libc::MADV_HUGEPAGE);
+        }
+        Some(AnonBlock {
+            ptr: std::ptr::NonNull::new(start as *mut u8)?,
+            len,
+            mapped,
+        })
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `mapped >= len` readable bytes mapped for the life of
+        // `self` (unmapped only in `drop`); anonymous memory is zero-initialized.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AnonBlock {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the range `new` mapped; no slice outlives `self`.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.mapped);
+        }
+    }
+}
+
+// SAFETY: the mapping is owned memory like a `Box<[u8]>`: nothing else aliases it, so it
+// may move to and be shared with other threads under the usual borrow rules.
+unsafe impl Send for AnonBlock {}
+// SAFETY: see `Send`; `&AnonBlock` gives only shared reads.
+unsafe impl Sync for AnonBlock {}
+
 /// The storage backend behind a [`crate::Nand`].
 pub(crate) enum Store {
     Mem(MemStore),
@@ -114,19 +240,79 @@ pub(crate) enum Store {
 
 pub(crate) struct MemStore {
     meta: Vec<BlockMeta>,
-    blocks: Vec<Option<Box<[u8]>>>,
+    blocks: Vec<Option<AnonBlock>>,
     layout: Layout,
 }
 
 pub(crate) struct FileStore {
     map: MmapMut,
-    // Held for the exclusive lock; the mapping keeps the file open on its own.
-    _file: File,
+    // Held for the lock and for `fallocate`; the mapping keeps the file open on its own.
+    file: File,
     path: PathBuf,
     meta_offset: usize,
     blocks_offset: usize,
     layout: Layout,
     nblocks: usize,
+    access: Access,
+    /// Bytes at the start of each block known to be allocated in the file.
+    reserved: Vec<u32>,
+}
+
+impl FileStore {
+    /// Make sure the file system holds the bytes of block `b` before the mapping writes
+    /// to them: a write through a shared mapping into a hole of a full file system is a
+    /// SIGBUS, which no error path can catch; `fallocate` turns it into `ENOSPC`.
+    ///
+    /// Space is reserved as the block fills, a [`RESERVE_GRANULE`] at a time, so an
+    /// image stays as sparse as what was written (open blocks do not pin whole erase
+    /// blocks of disk space).
+    fn reserve(&mut self, b: usize, upto: usize) -> Result<(), NandError> {
+        let have = self.reserved[b] as usize;
+        if self.access == Access::ReadOnly || have >= upto {
+            return Ok(());
+        }
+        let end = upto
+            .next_multiple_of(RESERVE_GRANULE)
+            .min(self.layout.block_bytes);
+        let off = (self.blocks_offset + b * self.layout.block_bytes + have) as libc::off_t;
+        let len = (end - have) as libc::off_t;
+        // SAFETY: `fallocate` on a file descriptor we own, over a range inside the file's
+        // length (checked when the image was opened or created); mode 0 only allocates.
+        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, len) };
+        if r != 0 {
+            let err = std::io::Error::last_os_error();
+            return Err(match err.raw_os_error() {
+                Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG) => {
+                    NandError::ImageFull {
+                        path: self.path.clone(),
+                        block: b as u32,
+                    }
+                }
+                // File systems without fallocate: fall back to the mapping's own behavior.
+                Some(libc::EOPNOTSUPP) => {
+                    self.reserved[b] = self.layout.block_bytes as u32;
+                    return Ok(());
+                }
+                _ => NandError::Image {
+                    path: self.path.clone(),
+                    reason: format!("cannot reserve the bytes of block {b}: {err}"),
+                },
+            });
+        }
+        self.reserved[b] = end as u32;
+        Ok(())
+    }
+}
+
+/// Bytes of an image file reserved at a time as a block fills.
+const RESERVE_GRANULE: usize = 256 << 10;
+
+/// A corrupt-header error naming the field.
+fn corrupt(path: &Path, field: &str, found: impl std::fmt::Display, expected: String) -> NandError {
+    NandError::Image {
+        path: path.to_path_buf(),
+        reason: format!("corrupt image header: {field} is {found}, expected {expected}"),
+    }
 }
 
 impl Store {
@@ -159,10 +345,11 @@ impl Store {
             });
         }
         let nblocks = meta.len();
-        let meta_offset = HEADER_BYTES;
-        let blocks_offset =
-            (meta_offset + nblocks * std::mem::size_of::<BlockMeta>()).next_multiple_of(4096);
-        let total = blocks_offset as u64 + nblocks as u64 * layout.block_bytes as u64;
+        let (meta_offset, blocks_offset, total) = image_offsets(nblocks as u64, &layout)
+            .ok_or_else(|| NandError::Image {
+                path: path.to_path_buf(),
+                reason: "the geometry is too large for an image file".into(),
+            })?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -178,44 +365,74 @@ impl Store {
         // mapped. Modification by an unrelated process that ignores the lock is outside
         // the contract of an image file (documented in `Nand::open_image`).
         let mut map = unsafe { MmapMut::map_mut(&file) }.map_err(io)?;
-        let header = Header {
-            magic: MAGIC,
-            version: VERSION,
-            header_bytes: HEADER_BYTES as u32,
-            geo: geo_words(&cfg.geometry),
-            config_len: toml.len() as u32,
-            block_bytes: layout.block_bytes as u64,
-            meta_offset: meta_offset as u64,
-            blocks_offset: blocks_offset as u64,
-            blocks: nblocks as u64,
+        let _ = map.advise(Advice::Random);
+        let mut header = Header {
+            v1: HeaderV1 {
+                magic: MAGIC,
+                version: VERSION,
+                header_bytes: HEADER_BYTES as u32,
+                geo: geo_words(&cfg.geometry),
+                config_len: toml.len() as u32,
+                block_bytes: layout.block_bytes as u64,
+                meta_offset,
+                blocks_offset,
+                blocks: nblocks as u64,
+            },
+            crc: 0,
+            reserved: 0,
         };
+        header.crc = header.crc_of(toml.as_bytes());
+        let (meta_offset, blocks_offset) = (meta_offset as usize, blocks_offset as usize);
         map[..hdr_fixed].copy_from_slice(bytemuck::bytes_of(&header));
         map[hdr_fixed..hdr_fixed + toml.len()].copy_from_slice(toml.as_bytes());
         map[meta_offset..meta_offset + nblocks * 16].copy_from_slice(bytemuck::cast_slice(&meta));
         map.flush().map_err(io)?;
         Ok(Store::File(FileStore {
             map,
-            _file: file,
+            file,
             path: path.to_path_buf(),
             meta_offset,
             blocks_offset,
             layout,
             nblocks,
+            access: Access::ReadWrite,
+            reserved: vec![0; nblocks],
         }))
     }
 
-    /// Open an existing image; returns the store and the config recorded in it.
-    pub fn open_file(path: &Path) -> Result<(Store, DeviceConfig), NandError> {
+    /// Open an existing image; returns the store, the config recorded in it and whether
+    /// the image predates format version 2 (its write pointers need one repair scan).
+    ///
+    /// Every header field is checked against the file length and the others with checked
+    /// arithmetic before anything is mapped or used; a mismatch is an error that names
+    /// the field, never a panic.
+    pub fn open_file(
+        path: &Path,
+        access: Access,
+    ) -> Result<(Store, DeviceConfig, bool), NandError> {
         let bad = |reason: String| NandError::Image {
             path: path.to_path_buf(),
             reason,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| bad(e.to_string()))?;
-        file.try_lock().map_err(|_| NandError::Locked {
+        let file = match access {
+            Access::ReadWrite => OpenOptions::new().read(true).write(true).open(path),
+            Access::ReadOnly => OpenOptions::new().read(true).open(path),
+        }
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::PermissionDenied && access == Access::ReadWrite {
+                bad(format!(
+                    "{e}: the file is not writable; commands that only read open it read-only, \
+                     others need write permission"
+                ))
+            } else {
+                bad(e.to_string())
+            }
+        })?;
+        let locked = match access {
+            Access::ReadWrite => file.try_lock(),
+            Access::ReadOnly => file.try_lock_shared(),
+        };
+        locked.map_err(|_| NandError::Locked {
             path: path.to_path_buf(),
         })?;
         let len = file.metadata().map_err(|e| bad(e.to_string()))?.len();
@@ -224,54 +441,140 @@ impl Store {
                 "file is {len} bytes, too short to be a csd image"
             )));
         }
-        // SAFETY: as in `create_file`: we hold the exclusive lock for the mapping's life
-        // and never truncate the file while it is mapped.
-        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| bad(e.to_string()))?;
-        let hdr_fixed = std::mem::size_of::<Header>();
-        let header: Header = bytemuck::pod_read_unaligned(&map[..hdr_fixed]);
-        if header.magic != MAGIC {
+        // Read and check the header through the file before mapping anything.
+        let mut head = vec![0u8; HEADER_BYTES];
+        {
+            use std::os::unix::fs::FileExt;
+            file.read_exact_at(&mut head, 0)
+                .map_err(|e| bad(format!("cannot read the header: {e}")))?;
+        }
+        let v1: HeaderV1 = bytemuck::pod_read_unaligned(&head[..std::mem::size_of::<HeaderV1>()]);
+        if v1.magic != MAGIC {
             return Err(bad("not a csd image (bad magic)".into()));
         }
-        if header.version != VERSION {
-            return Err(bad(format!(
-                "image version {} is not supported (expected {VERSION})",
-                header.version
-            )));
-        }
-        let clen = header.config_len as usize;
-        if hdr_fixed + clen > HEADER_BYTES {
-            return Err(bad("corrupt header (config length)".into()));
-        }
-        let text = std::str::from_utf8(&map[hdr_fixed..hdr_fixed + clen])
-            .map_err(|_| bad("corrupt header (config is not UTF-8)".into()))?;
-        let cfg =
-            DeviceConfig::from_toml(text).map_err(|e| bad(format!("recorded config: {e}")))?;
-        let layout = Layout::new(&cfg.geometry);
-        let nblocks = cfg.geometry.total_blocks() as usize;
-        if header.geo != geo_words(&cfg.geometry)
-            || header.block_bytes != layout.block_bytes as u64
-            || header.blocks != nblocks as u64
-        {
-            return Err(bad(
-                "corrupt header (geometry disagrees with recorded config)".into(),
+        let hdr_fixed = match v1.version {
+            1 => std::mem::size_of::<HeaderV1>(),
+            VERSION => std::mem::size_of::<Header>(),
+            v => {
+                return Err(bad(format!(
+                    "image version {v} is not supported (this csd reads versions 1 and {VERSION})"
+                )));
+            }
+        };
+        if v1.header_bytes as usize != HEADER_BYTES {
+            return Err(corrupt(
+                path,
+                "header_bytes",
+                v1.header_bytes,
+                HEADER_BYTES.to_string(),
             ));
         }
-        let need = header.blocks_offset + header.blocks * header.block_bytes;
+        let clen = v1.config_len as usize;
+        if clen > HEADER_BYTES - hdr_fixed {
+            return Err(corrupt(
+                path,
+                "config_len",
+                clen,
+                format!("at most {}", HEADER_BYTES - hdr_fixed),
+            ));
+        }
+        let config = &head[hdr_fixed..hdr_fixed + clen];
+        if v1.version == VERSION {
+            let h: Header = bytemuck::pod_read_unaligned(&head[..hdr_fixed]);
+            let want = h.crc_of(config);
+            if h.crc != want {
+                return Err(bad(format!(
+                    "corrupt image header: checksum is {:#010x}, expected {want:#010x} (the header or the recorded device config was changed)",
+                    h.crc
+                )));
+            }
+        }
+        let text = std::str::from_utf8(config)
+            .map_err(|_| bad("corrupt image header: the recorded config is not UTF-8".into()))?;
+        let cfg = DeviceConfig::from_toml(text)
+            .map_err(|e| bad(format!("corrupt image header: recorded config: {e}")))?;
+        let layout = Layout::new(&cfg.geometry);
+        let nblocks = cfg.geometry.total_blocks();
+        let geo = geo_words(&cfg.geometry);
+        if v1.geo != geo {
+            return Err(corrupt(
+                path,
+                "geometry",
+                format!("{:?}", v1.geo),
+                format!("{geo:?} (from the recorded config)"),
+            ));
+        }
+        if v1.block_bytes != layout.block_bytes as u64 {
+            return Err(corrupt(
+                path,
+                "block_bytes",
+                v1.block_bytes,
+                layout.block_bytes.to_string(),
+            ));
+        }
+        if v1.blocks != nblocks {
+            return Err(corrupt(path, "blocks", v1.blocks, nblocks.to_string()));
+        }
+        let (meta_offset, blocks_offset, need) = image_offsets(nblocks, &layout)
+            .ok_or_else(|| bad("corrupt image header: the geometry overflows".into()))?;
+        if v1.meta_offset != meta_offset {
+            return Err(corrupt(
+                path,
+                "meta_offset",
+                v1.meta_offset,
+                meta_offset.to_string(),
+            ));
+        }
+        if v1.blocks_offset != blocks_offset {
+            return Err(corrupt(
+                path,
+                "blocks_offset",
+                v1.blocks_offset,
+                blocks_offset.to_string(),
+            ));
+        }
         if len < need {
             return Err(bad(format!(
-                "file is {len} bytes but the geometry needs {need}"
+                "image is truncated: the file is {len} bytes but the geometry needs {need}"
             )));
         }
+        // SAFETY: as in `create_file`: we hold the lock (exclusive for read-write, shared
+        // for read-only, so no csd process writes the file while it is mapped) and never
+        // truncate the file while it is mapped. A read-only open maps copy-on-write
+        // (`MAP_PRIVATE`): stores go to private memory, never to the file.
+        let map = match access {
+            Access::ReadWrite => unsafe { MmapMut::map_mut(&file) },
+            Access::ReadOnly => unsafe { MmapOptions::new().no_reserve_swap().map_copy(&file) },
+        }
+        .map_err(|e| bad(e.to_string()))?;
+        // Random access: no readahead storms when a few state bytes of a sparse image
+        // are touched.
+        let _ = map.advise(Advice::Random);
+        let nblocks = nblocks as usize;
         let store = FileStore {
             map,
-            _file: file,
+            file,
             path: path.to_path_buf(),
-            meta_offset: header.meta_offset as usize,
-            blocks_offset: header.blocks_offset as usize,
+            meta_offset: meta_offset as usize,
+            blocks_offset: blocks_offset as usize,
             layout,
             nblocks,
+            access,
+            reserved: vec![0; nblocks],
         };
-        Ok((Store::File(store), cfg))
+        // The per-block table is metadata the media trusts; check it whole (16 bytes a
+        // block: a few hundred KiB at most).
+        let table = &store.map[store.meta_offset..store.meta_offset + nblocks * 16];
+        for (b, raw) in table.chunks_exact(16).enumerate() {
+            let m: BlockMeta = bytemuck::pod_read_unaligned(raw);
+            if m.next_page > layout.pages as u32 || m.flags & !BLOCK_FACTORY_BAD != 0 {
+                return Err(bad(format!(
+                    "corrupt block table: block {b} has write pointer {} (the block has {} pages) and flags {:#x}",
+                    m.next_page, layout.pages, m.flags
+                )));
+            }
+        }
+        Ok((Store::File(store), cfg, v1.version == 1))
     }
 
     #[inline]
@@ -308,7 +611,7 @@ impl Store {
     #[inline]
     pub fn block(&self, b: usize) -> Option<&[u8]> {
         match self {
-            Store::Mem(m) => m.blocks[b].as_deref(),
+            Store::Mem(m) => m.blocks[b].as_ref().map(|x| x.as_slice()),
             Store::File(f) => {
                 let o = f.blocks_offset + b * f.layout.block_bytes;
                 Some(&f.map[o..o + f.layout.block_bytes])
@@ -316,18 +619,38 @@ impl Store {
         }
     }
 
-    /// The bytes of block `b`, allocating it (zeroed: all pages erased) if needed.
+    /// The bytes of block `b`, allocating it (zeroed: all pages erased) if needed, of
+    /// which the caller will write the first `upto`. On an image file those bytes are
+    /// reserved in the file system first, so a full file system is an
+    /// [`NandError::ImageFull`] error rather than a SIGBUS.
     #[inline]
-    pub fn block_mut(&mut self, b: usize) -> &mut [u8] {
+    pub fn block_mut(&mut self, b: usize, upto: usize) -> Result<&mut [u8], NandError> {
         match self {
             Store::Mem(m) => {
                 let n = m.layout.block_bytes;
-                m.blocks[b].get_or_insert_with(|| vec![0u8; n].into_boxed_slice())
+                if m.blocks[b].is_none() {
+                    m.blocks[b] = Some(AnonBlock::new(n).ok_or_else(|| NandError::Image {
+                        path: PathBuf::from("(memory)"),
+                        reason: format!("cannot allocate {n} bytes for block {b}"),
+                    })?);
+                }
+                Ok(m.blocks[b]
+                    .as_mut()
+                    .map_or(&mut [][..], |x| x.as_mut_slice()))
             }
             Store::File(f) => {
+                f.reserve(b, upto)?;
                 let o = f.blocks_offset + b * f.layout.block_bytes;
-                &mut f.map[o..o + f.layout.block_bytes]
+                Ok(&mut f.map[o..o + f.layout.block_bytes])
             }
+        }
+    }
+
+    /// How the image was opened (read-write for the memory backend).
+    pub fn access(&self) -> Access {
+        match self {
+            Store::Mem(_) => Access::ReadWrite,
+            Store::File(f) => f.access,
         }
     }
 
@@ -341,7 +664,7 @@ impl Store {
     /// Bytes of memory (or mapped file) actually holding block contents.
     pub fn resident_block_bytes(&self) -> u64 {
         match self {
-            Store::Mem(m) => m.blocks.iter().flatten().map(|b| b.len() as u64).sum(),
+            Store::Mem(m) => m.blocks.iter().flatten().map(|b| b.len as u64).sum(),
             Store::File(f) => (f.nblocks * f.layout.block_bytes) as u64,
         }
     }
@@ -357,6 +680,7 @@ impl Store {
     pub fn sync(&mut self) -> Result<(), NandError> {
         match self {
             Store::Mem(_) => Ok(()),
+            Store::File(f) if f.access == Access::ReadOnly => Ok(()),
             Store::File(f) => f.map.flush().map_err(|e| NandError::Image {
                 path: f.path.clone(),
                 reason: e.to_string(),

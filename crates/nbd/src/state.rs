@@ -95,6 +95,9 @@ pub(crate) fn errno(s: &Status) -> u32 {
             proto::EINVAL
         }
         Status::CapacityExceeded(_) => proto::ENOSPC,
+        // A read-only namespace (opened so, or a drive at its end of life): NBD's answer
+        // to a write on a read-only export.
+        Status::WriteProtected(_) => proto::EPERM,
         _ => proto::EIO,
     }
 }

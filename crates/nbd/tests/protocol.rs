@@ -195,6 +195,61 @@ fn read_only_export() {
     assert_eq!(c.simple(CMD_FLUSH, 0, 0, 0), 0);
 }
 
+/// A device that accepts no writes (opened read-only, or at its end of life) keeps
+/// serving reads; writes, trims and write-zeroes get EPERM, as on a read-only export.
+#[test]
+fn a_write_protected_device_serves_reads_and_refuses_writes_with_eperm() {
+    use csd_device::NvmeDevice;
+    use csd_ftl::{Ftl, FtlConfig};
+    use csd_sim::SimTime;
+    let cfg = csd_sim::DeviceConfig::preset("tiny").unwrap();
+    let mut ftl = Ftl::format(
+        csd_nand::Nand::new_in_memory(cfg).unwrap(),
+        FtlConfig::default(),
+    )
+    .unwrap();
+    ftl.write(0, &fill(5, 4096), SimTime::ZERO).unwrap();
+    let nand = ftl.shutdown(SimTime::ZERO).unwrap();
+    let ro = Ftl::open_read_only(nand, FtlConfig::default())
+        .map_err(|e| e.error)
+        .unwrap();
+    let srv = Running::start_with(NvmeDevice::new(ro), ServerConfig::default());
+    let mut c = srv.client();
+    assert_eq!(c.read(0, 4096).unwrap(), fill(5, 4096));
+    assert_eq!(c.write(0, &fill(1, 4096)), EPERM);
+    assert_eq!(c.simple(CMD_TRIM, 0, 0, 4096), EPERM);
+    assert_eq!(c.read(0, 4096).unwrap(), fill(5, 4096));
+}
+
+/// A sector whose bytes no longer match their checksum is a read error (EIO) naming
+/// nothing else: the LBAs around it read fine.
+#[test]
+fn a_damaged_sector_reads_as_eio() {
+    use csd_device::NvmeDevice;
+    use csd_ftl::{Ftl, FtlConfig};
+    use csd_sim::SimTime;
+    let cfg = csd_sim::DeviceConfig::preset("tiny").unwrap();
+    let mut ftl = Ftl::format(
+        csd_nand::Nand::new_in_memory(cfg).unwrap(),
+        FtlConfig::default(),
+    )
+    .unwrap();
+    ftl.write(0, &fill(6, 4 * 4096), SimTime::ZERO).unwrap();
+    let (ppa, s) = ftl.location_of_lba(2).unwrap();
+    ftl.nand_mut().corrupt(ppa, s, 9, 0x40).unwrap();
+    let srv = Running::start_with(NvmeDevice::new(ftl), ServerConfig::default());
+    let mut c = srv.client();
+    assert_eq!(
+        c.read(0, 2 * 4096).unwrap(),
+        fill(6, 4 * 4096)[..2 * 4096].to_vec()
+    );
+    assert_eq!(c.read(2 * 4096, 4096).unwrap_err(), EIO);
+    assert_eq!(
+        c.read(3 * 4096, 4096).unwrap(),
+        fill(6, 4 * 4096)[3 * 4096..].to_vec()
+    );
+}
+
 /// One operation of the model-based test.
 #[derive(Debug, Clone)]
 enum Op {

@@ -36,6 +36,9 @@ pub const DEFAULT_SIZE: (u32, u32) = (900, 600);
 /// Errors from building or writing a chart.
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
+    /// A report file would overwrite something csd did not write.
+    #[error(transparent)]
+    Refused(#[from] OutputRefused),
     /// The chart has nothing to draw (no series, or no categories/groups for a bar chart).
     #[error("chart '{chart}' has no data to plot: {what}")]
     Empty {
@@ -817,6 +820,58 @@ fn ensure_font() -> Result<(), String> {
 }
 
 /// Something that can draw itself on any plotters backend.
+/// csd refuses to write a report file over this path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("refusing to write {path}: {why}")]
+pub struct OutputRefused {
+    /// The path.
+    pub path: PathBuf,
+    /// Why.
+    pub why: String,
+}
+
+/// The first bytes of every csd device image.
+const IMAGE_MAGIC: &[u8; 8] = b"CSDNAND\0";
+
+/// May a report, plot or data file be written at `path`? Not over a csd device image, a
+/// directory or other non-regular file, nor over an existing file whose extension is not
+/// one of `extensions` (the kinds of file csd writes there). A path that does not exist
+/// is fine.
+pub fn guard_output(path: &Path, extensions: &[&str]) -> Result<(), OutputRefused> {
+    let refuse = |why: String| {
+        Err(OutputRefused {
+            path: path.to_path_buf(),
+            why,
+        })
+    };
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.is_file() {
+        return refuse("it exists and is not a regular file".into());
+    }
+    let mut head = [0u8; 8];
+    if let Ok(f) = std::fs::File::open(path) {
+        use std::io::Read;
+        let n = f.take(8).read(&mut head).unwrap_or(0);
+        if n == head.len() && &head == IMAGE_MAGIC {
+            return refuse("it is a csd device image".into());
+        }
+    }
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if !extensions.contains(&ext.as_str()) {
+        return refuse(format!(
+            "it exists and is not a kind of file csd writes here ({})",
+            extensions.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 trait Draw {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>;
 }
@@ -837,6 +892,8 @@ fn write_both<C: Draw>(
     })?;
     let png = dir.join(format!("{stem}.png"));
     let svg = dir.join(format!("{stem}.svg"));
+    guard_output(&png, &["png"])?;
+    guard_output(&svg, &["svg"])?;
     let draw_err = |path: &Path, message: String| PlotError::Draw {
         path: path.to_path_buf(),
         message,

@@ -681,6 +681,9 @@ impl DeviceConfig {
         if f.endurance == 0 {
             p.push("flash.endurance must be at least 1".into());
         }
+        if self.dram.size_mib == 0 {
+            p.push("dram.size_mib must be at least 1 (the controller keeps its MAP cache, write buffers and sessions in DRAM)".into());
+        }
         let positive = [
             ("channel.rate_mt_s", self.channel.rate_mt_s),
             ("dram.rate_mt_s", self.dram.rate_mt_s),

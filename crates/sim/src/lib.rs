@@ -10,6 +10,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod dist;
 pub mod energy;
 pub mod resource;
 pub mod time;

@@ -34,9 +34,14 @@ pub struct Running {
 
 impl Running {
     pub fn start(cfg: ServerConfig) -> Running {
+        Running::start_with(tiny_device(), cfg)
+    }
+
+    /// Serve `device`.
+    pub fn start_with(device: NvmeDevice, cfg: ServerConfig) -> Running {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("nbd.sock");
-        let server = Server::new(tiny_device(), cfg).unwrap();
+        let server = Server::new(device, cfg).unwrap();
         let listener = Listener::unix(&socket).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (server.clone(), stop.clone());

@@ -1,6 +1,19 @@
-//! The block and batch front ends and the commit path (batch-io §3, §4, §8.2.1).
+//! The write path of the block and batch front ends and the commit path (batch-io §3,
+//! §4, §8.2.1).
+//!
+//! Choices made here:
+//! * A commit that fails (no block left to write into, a full image file system, a
+//!   metadata read error) is rolled back before the error returns: every MAP entry that
+//!   points into one of its page buffers gets its durable old location back, the
+//!   buffers are dropped, and a best-effort Abort record tells recovery not to apply
+//!   it. So MAP, MAP cache and write buffers agree after any failure, and a command that
+//!   reported an error is never partly applied.
+//! * Running out of blocks for a write (spare blocks used up by grown bad blocks, or
+//!   nothing left to reclaim) or of room in the image's file system turns the device
+//!   read-only (`FtlError::ReadOnly`), as NVMe drives do at end of life: writes are
+//!   refused, reads keep working, and everything acknowledged stays readable.
 
-use crate::format::{Entry, Kind, LogPage, NONE, Record, pack, unpack};
+use crate::format::{Entry, Kind, LogPage, NONE, Record, pack};
 use crate::ftl::*;
 use crate::{FtlError, WriteCache};
 use csd_nand::{BlockId, NandError, Ppa};
@@ -13,13 +26,80 @@ impl Ftl {
     pub fn write(&mut self, lba: u64, data: &[u8], at: SimTime) -> Result<SimTime, FtlError> {
         let n = self.sectors_of(data.len())?;
         self.check_range(lba, n)?;
+        self.check_writable()?;
         let mut done = at;
         let mdts = self.cfg.mdts_sectors as usize * self.sector_size;
         for (i, cmd) in data.chunks(mdts).enumerate() {
             let l = lba + (i * self.cfg.mdts_sectors as usize) as u64;
-            done = done.max(self.write_command(l, cmd, at)?);
+            let r = self.write_command(l, cmd, at);
+            done = done.max(self.host_result(r)?);
         }
         Ok(done)
+    }
+
+    /// The outcome of a host write-path operation: on failure, buffered sectors are
+    /// rolled back, and an end-of-life failure turns the device read-only and becomes
+    /// [`FtlError::ReadOnly`].
+    pub(crate) fn host_result(
+        &mut self,
+        r: Result<SimTime, FtlError>,
+    ) -> Result<SimTime, FtlError> {
+        let e = match r {
+            Ok(t) => return Ok(t),
+            Err(e) => e,
+        };
+        if matches!(e, FtlError::Nand(NandError::PowerLoss)) {
+            return Err(e);
+        }
+        self.drop_buffers(None);
+        match self.end_of_life(&e) {
+            Some(reason) => {
+                self.enter_read_only(reason);
+                Err(FtlError::ReadOnly { reason })
+            }
+            None => Err(e),
+        }
+    }
+
+    /// Roll back every buffered sector: its MAP entry gets the durable old location
+    /// back (where it still points into the buffer), and the buffers return to the pool.
+    /// With `aborted` set, that commit's Abort record is logged if the log can take it.
+    pub(crate) fn drop_buffers(&mut self, aborted: Option<u64>) {
+        let bufs = std::mem::take(&mut self.page_bufs);
+        self.filling = [None, None];
+        for (i, buf) in bufs.iter().enumerate() {
+            for (k, &lpid) in buf.lpids.iter().enumerate() {
+                if lpid == NONE {
+                    continue;
+                }
+                let here = Loc::Buffered { buf: i, slot: k }.entry();
+                // A MAP page that cannot be read leaves nothing to restore: its entry
+                // is on flash as it was before the commit.
+                if let Ok((cur, _)) = self.map_get(lpid, SimTime::ZERO)
+                    && cur == here
+                {
+                    let _ = self.map_set(lpid, buf.olds[k], SimTime::ZERO);
+                }
+            }
+        }
+        for b in bufs {
+            self.recycle(b);
+        }
+        if let Some(seq) = aborted {
+            self.stats.aborted_commits += 1;
+            if self.may_write_meta() {
+                self.log_append(Record::Abort { seq });
+                let _ = self.force_log(SimTime::ZERO);
+            }
+        }
+    }
+
+    /// A page buffer goes back to the pool, cleared.
+    fn recycle(&mut self, mut b: PageBuf) {
+        b.fill = 0;
+        b.lpids.fill(NONE);
+        b.olds.fill(NONE);
+        self.buf_pool.push(b);
     }
 
     pub(crate) fn write_command(
@@ -57,15 +137,15 @@ impl Ftl {
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
         let (cur, t) = self.map_get(lpid, at)?;
-        let durable_old = if old_hint != NONE {
-            old_hint
-        } else if is_cached(cur) {
-            // Rewritten while still buffered: the earlier slot dies, its durable old carries over.
-            let (b, k) = (((cur >> 8) & 0xFF_FFFF) as usize, (cur & 0xFF) as usize);
-            self.page_bufs[b].lpids[k] = NONE;
-            self.page_bufs[b].olds[k]
-        } else {
-            cur
+        let durable_old = match Loc::of(cur) {
+            _ if old_hint != NONE => old_hint,
+            // Rewritten while still buffered: the earlier slot dies, its durable old
+            // carries over.
+            Loc::Buffered { buf: b, slot: k } => {
+                self.page_bufs[b].lpids[k] = NONE;
+                self.page_bufs[b].olds[k]
+            }
+            _ => cur,
         };
         let bi = match self.filling[s] {
             Some(b) => b,
@@ -91,13 +171,16 @@ impl Ftl {
         if buf.fill == self.sectors_per_page {
             self.filling[s] = None;
         }
-        self.map_set(lpid, CACHED | ((bi as u64) << 8) | k as u64, at)?;
+        self.map_set(lpid, Loc::Buffered { buf: bi, slot: k }.entry(), at)?;
         Ok(t)
     }
 
     /// Commit every buffered page: log RDESC (or GC moves), program, amend failures with
     /// RDESCA, install the MAP updates, queue the done record. GC commits (`gc`) log
     /// GcMove records, whose redo applies only where MAP still points at the old copy.
+    ///
+    /// A commit that fails before its MAP updates are installed is rolled back (see the
+    /// module documentation); power loss leaves everything to recovery.
     pub(crate) fn commit_inner(&mut self, gc: bool, at: SimTime) -> Result<SimTime, FtlError> {
         if self.page_bufs.is_empty() {
             return Ok(at);
@@ -106,6 +189,36 @@ impl Ftl {
         let seq = self.commit_seq;
         self.commit_seq += 1;
         self.stats.commits += 1;
+        let (addrs, done) = match self.write_commit_pages(gc, seq, at) {
+            Ok(x) => x,
+            Err(e) => {
+                if !matches!(e, FtlError::Nand(NandError::PowerLoss)) {
+                    self.drop_buffers(Some(seq));
+                }
+                return Err(e);
+            }
+        };
+        self.install_commit(&addrs, at)?;
+        let mut done = done;
+        // 5. The done record rides with the next log write.
+        self.log_append(Record::Done { seq });
+        if self.log.pending_bytes > LogPage::capacity(self.page_size) / 2 {
+            done = done.max(self.force_log(done)?);
+        }
+        while let Some(b) = self.retired_to_relocate.pop() {
+            self.relocate(b, done)?;
+        }
+        Ok(done)
+    }
+
+    /// Steps 1-3 of a commit: provision, log the redo descriptor, program (re-planning
+    /// failed programs with an RDESCA). Returns the final address of each buffer.
+    fn write_commit_pages(
+        &mut self,
+        gc: bool,
+        seq: u64,
+        at: SimTime,
+    ) -> Result<(Vec<(u32, u32)>, SimTime), FtlError> {
         let stream = if gc { COLD } else { HOT };
         // Pad partial pages.
         for b in &mut self.page_bufs {
@@ -136,6 +249,7 @@ impl Ftl {
             if rounds > 64 {
                 return Err(FtlError::NoSpace);
             }
+            // (A program failure retires the block and re-plans the page elsewhere.)
             let mut failed = Vec::new();
             let mut oob = std::mem::take(&mut self.oob_scratch);
             for &i in &todo {
@@ -212,40 +326,57 @@ impl Ftl {
             done = done.max(self.force_log(done)?);
             todo = failed;
         }
-        // 4. Install the MAP updates.
+        Ok((addrs, done))
+    }
+
+    /// Step 4 of a commit: point MAP at the programmed sectors (where it still points
+    /// into the buffer: a sector rewritten since is someone else's) and move the valid
+    /// bits; the buffers go back to the pool. MAP writes cannot fail here for lack of
+    /// room (the cache then keeps dirty pages and the device turns read-only).
+    fn install_commit(&mut self, addrs: &[(u32, u32)], at: SimTime) -> Result<(), FtlError> {
         let bufs = std::mem::take(&mut self.page_bufs);
+        let mut result = Ok(());
+        // In LPID order, so that each MAP page is loaded and dirtied once per commit
+        // however small the MAP cache is. An entry whose MAP page cannot be read keeps
+        // its old value on flash; the others are still installed, so that no MAP entry is
+        // left pointing into a buffer that goes back to the pool.
+        let mut order: Vec<(u64, usize, usize)> =
+            Vec::with_capacity(bufs.len() * self.sectors_per_page as usize);
         for (i, buf) in bufs.iter().enumerate() {
-            let (b, p) = addrs[i];
-            for k in 0..self.sectors_per_page as usize {
-                let lpid = buf.lpids[k];
-                if lpid == NONE {
-                    continue;
-                }
-                let new = pack(b, p, k as u32);
-                let (cur, _) = self.map_get(lpid, at)?;
-                if cur == CACHED | ((i as u64) << 8) | k as u64 {
-                    self.map_set(lpid, new, at)?;
-                    self.set_valid(new, true);
-                    self.set_valid(buf.olds[k], false);
+            for (k, &lpid) in buf.lpids.iter().enumerate() {
+                if lpid != NONE {
+                    order.push((lpid, i, k));
                 }
             }
         }
-        // Page buffers go back to the pool, cleared.
-        for mut b in bufs {
-            b.fill = 0;
-            b.lpids.fill(NONE);
-            b.olds.fill(NONE);
-            self.buf_pool.push(b);
+        order.sort_unstable();
+        for (lpid, i, k) in order {
+            let (b, p) = addrs[i];
+            let new = pack(b, p, k as u32);
+            let here = Loc::Buffered { buf: i, slot: k }.entry();
+            let old = bufs[i].olds[k];
+            let step = self.map_get(lpid, at).and_then(|(cur, _)| {
+                if cur == here {
+                    self.map_set(lpid, new, at)?;
+                    self.set_valid(new, true);
+                    self.set_valid(old, false);
+                }
+                Ok(())
+            });
+            if let Err(e) = step {
+                let power_lost = matches!(e, FtlError::Nand(NandError::PowerLoss));
+                if result.is_ok() {
+                    result = Err(e);
+                }
+                if power_lost {
+                    break;
+                }
+            }
         }
-        // 5. The done record rides with the next log write.
-        self.log_append(Record::Done { seq });
-        if self.log.pending_bytes > LogPage::capacity(self.page_size) / 2 {
-            done = done.max(self.force_log(done)?);
+        for b in bufs {
+            self.recycle(b);
         }
-        while let Some(b) = self.retired_to_relocate.pop() {
-            self.relocate(b, done)?;
-        }
-        Ok(done)
+        result
     }
 
     /// Top up the free pool before work that needs `extra` more blocks than a normal
@@ -259,18 +390,37 @@ impl Ftl {
         Ok(())
     }
 
+    /// Commit the host's buffered sectors, then run the work a commit triggers: GC and
+    /// checkpoints (by log size, log space or time). The commit is durable once
+    /// `commit_inner` returns, so a GC or checkpoint that finds no room only turns the
+    /// device read-only; the command still succeeds.
     pub(crate) fn commit(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let done = self.commit_inner(false, at)?;
-        if !self.in_gc {
-            self.collect_garbage(done)?;
-            // Checkpoint on the interval, or early when the log takes too much of the device.
-            let log_budget = (self.blocks.len() as u32 / 32).max(3);
-            if self.log.since_ckpt >= self.cfg.checkpoint_log_pages || self.log_blocks > log_budget
-            {
-                self.checkpoint(done)?;
-            }
+        if !self.in_gc
+            && let Err(e) = self.after_commit(done)
+        {
+            let reason = self.end_of_life(&e).ok_or(e)?;
+            self.enter_read_only(reason);
         }
         Ok(done)
+    }
+
+    fn after_commit(&mut self, done: SimTime) -> Result<(), FtlError> {
+        if self.read_only.is_some() {
+            return Ok(());
+        }
+        self.collect_garbage(done)?;
+        // Checkpoint by log size, early when the log takes too much of the device, or on
+        // the time interval.
+        let log_budget = (self.blocks.len() as u32 / 32).max(3);
+        let interval = self.cfg.checkpoint_interval_ms.saturating_mul(1_000_000);
+        if self.log.since_ckpt >= self.cfg.checkpoint_log_pages
+            || self.log_blocks > log_budget
+            || (interval > 0 && done.since(self.last_checkpoint_at) >= interval)
+        {
+            self.checkpoint(done)?;
+        }
+        Ok(())
     }
 
     /// Reserve the next `n` pages of `stream` in provisioning order (channel round robin);
@@ -308,17 +458,26 @@ impl Ftl {
 
     /// Make every buffered write and logged change durable.
     pub fn flush(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
-        let t = self.commit(at)?;
-        self.force_log(t)
+        if self.read_only.is_some() && self.page_bufs.is_empty() {
+            // Nothing buffered and nothing may be written: everything acknowledged is
+            // already durable.
+            return Ok(at);
+        }
+        let r = self.commit(at).and_then(|t| self.force_log(t));
+        self.host_result(r)
     }
 
     /// Unmap LBAs (logged before it completes); reads return zeros afterwards.
     pub fn trim(&mut self, lba: u64, n: u64, at: SimTime) -> Result<SimTime, FtlError> {
         self.check_range(lba, n)?;
+        self.check_writable()?;
         // Buffered writes to these LBAs are committed first so that the order is kept.
-        let t = self.commit(at)?;
-        self.log_append(Record::Trim { lpid: lba, n });
-        let t = self.force_log(t)?;
+        let r = self.commit(at).and_then(|t| {
+            self.log_append(Record::Trim { lpid: lba, n });
+            self.force_log(t)
+        });
+        let t = self.host_result(r)?;
+        // Logged: from here on the trim is durable; MAP writes cannot fail for room.
         for l in lba..lba + n {
             let (cur, _) = self.map_get(l, t)?;
             self.set_valid(cur, false);
@@ -366,6 +525,18 @@ impl Ftl {
                 )));
             }
         }
+        self.check_writable()?;
+        let r = self.batch_commit(&desc, buf, at);
+        self.host_result(r)
+    }
+
+    fn batch_commit(
+        &mut self,
+        desc: &crate::batch::BatchDesc,
+        buf: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let ss = self.sector_size;
         // Earlier buffered writes come first; then room for the whole batch.
         let mut t = self.commit_inner(false, at)?;
         let blocks_needed =
@@ -378,108 +549,5 @@ impl Ftl {
         self.stats.host_write_sectors += desc.entries.len() as u64;
         self.stats.batches += 1;
         self.commit(t)
-    }
-
-    /// Read one logical page (batch interface `readLPID`).
-    pub fn read_lpid(
-        &mut self,
-        lpid: u64,
-        buf: &mut [u8],
-        at: SimTime,
-    ) -> Result<SimTime, FtlError> {
-        if buf.len() != self.sector_size {
-            return Err(FtlError::BadLength {
-                got: buf.len(),
-                lba_size: self.sector_size,
-            });
-        }
-        self.read(lpid, buf, at)
-    }
-
-    /// Read many logical pages at once into consecutive pages of `out`; the reads are
-    /// issued together so they overlap across dies.
-    pub fn read_lpids(
-        &mut self,
-        lpids: &[u64],
-        out: &mut [u8],
-        at: SimTime,
-    ) -> Result<SimTime, FtlError> {
-        if out.len() != lpids.len() * self.sector_size || lpids.is_empty() {
-            return Err(FtlError::BadLength {
-                got: out.len(),
-                lba_size: self.sector_size,
-            });
-        }
-        if let Some(&l) = lpids.iter().find(|&&l| l >= self.lbas) {
-            return Err(FtlError::OutOfRange {
-                lba: l,
-                end: l + 1,
-                capacity: self.lbas,
-            });
-        }
-        let mut done = at;
-        for (i, &l) in lpids.iter().enumerate() {
-            done = done.max(self.read(
-                l,
-                &mut out[i * self.sector_size..(i + 1) * self.sector_size],
-                at,
-            )?);
-        }
-        Ok(done)
-    }
-
-    /// Read LBAs into `buf`, submitted at `at`; returns the completion. Unwritten LBAs
-    /// read as zeros.
-    pub fn read(&mut self, lba: u64, buf: &mut [u8], at: SimTime) -> Result<SimTime, FtlError> {
-        let n = self.sectors_of(buf.len())?;
-        self.check_range(lba, n)?;
-        let ss = self.sector_size;
-        let mut done = at;
-        let mut i = 0u64;
-        while i < n {
-            let l = lba + i;
-            let (e, t) = self.map_get(l, at)?;
-            let out = &mut buf[i as usize * ss..];
-            if e == NONE {
-                out[..ss].fill(0);
-                i += 1;
-                continue;
-            }
-            if is_cached(e) {
-                let b = &self.page_bufs[((e >> 8) & 0xFF_FFFF) as usize];
-                let k = (e & 0xFF) as usize;
-                out[..ss].copy_from_slice(&b.data[k * ss..(k + 1) * ss]);
-                i += 1;
-                continue;
-            }
-            let (b, p, s) = unpack(e);
-            let mut run = 1u64;
-            while i + run < n && s + (run as u32) < self.sectors_per_page {
-                let (next, _) = self.map_get(l + run, at)?;
-                if next != e + run {
-                    break;
-                }
-                run += 1;
-            }
-            match self.nand.read(
-                Ppa::new(BlockId(b), p),
-                s,
-                &mut out[..run as usize * ss],
-                &mut [],
-                t,
-            ) {
-                Ok(r) => done = done.max(r.done),
-                Err(NandError::Uncorrectable { sector, .. }) => {
-                    return Err(FtlError::Uncorrectable {
-                        lba: l + (sector - s) as u64,
-                    });
-                }
-                Err(e) => return Err(e.into()),
-            }
-            self.stats.user_reads += 1;
-            i += run;
-        }
-        self.stats.host_read_sectors += n;
-        Ok(done)
     }
 }

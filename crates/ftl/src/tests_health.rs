@@ -1,0 +1,810 @@
+//! Tests of opening (clean and unclean, read-write and read-only), end-to-end checks,
+//! lost data, end of life, the paper's metrics and the GC and checkpoint knobs.
+
+use super::*;
+use csd_nand::{Nand, PowerCut};
+use csd_sim::{DeviceConfig, SimTime};
+use proptest::prelude::*;
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use std::collections::HashMap;
+
+fn tiny() -> DeviceConfig {
+    DeviceConfig::preset("tiny").unwrap()
+}
+
+fn sector(ss: usize, tag: u64) -> Vec<u8> {
+    (0..ss as u64)
+        .map(|i| (i.wrapping_mul(13) ^ tag.wrapping_mul(0x9E37_79B9_7F4A)) as u8)
+        .collect()
+}
+
+fn small_cfg() -> FtlConfig {
+    FtlConfig {
+        map_cache_share: 0.001,
+        checkpoint_log_pages: 32,
+        ..FtlConfig::default()
+    }
+}
+
+/// Write `n` LBAs with tags `l ^ salt`, in commands of 1..4 LBAs.
+fn fill(f: &mut Ftl, n: u64, salt: u64) {
+    let ss = f.lba_size();
+    let mut l = 0;
+    while l < n {
+        let k = (l % 4 + 1).min(n - l);
+        let data: Vec<u8> = (l..l + k).flat_map(|x| sector(ss, x ^ salt)).collect();
+        f.write(l, &data, SimTime::ZERO).unwrap();
+        l += k;
+    }
+}
+
+fn check(f: &mut Ftl, n: u64, salt: u64) {
+    let ss = f.lba_size();
+    let mut buf = vec![0u8; ss];
+    for l in 0..n {
+        f.read(l, &mut buf, SimTime::ZERO).unwrap();
+        assert_eq!(buf, sector(ss, l ^ salt), "LBA {l}");
+    }
+}
+
+fn media_writes(n: &Nand) -> (u64, u64) {
+    (n.stats().programs, n.stats().erases)
+}
+
+#[test]
+fn a_clean_open_reads_only_metadata_and_writes_nothing() {
+    let mut f = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), small_cfg()).unwrap();
+    fill(&mut f, 900, 1);
+    f.trim(5, 2, SimTime::ZERO).unwrap();
+    let mut nand = f.shutdown(SimTime::ZERO).unwrap();
+    nand.reset_counters();
+    let mut g = Ftl::recover(nand, small_cfg()).unwrap();
+    let r = g.last_recovery().unwrap();
+    assert!(r.clean, "{r:?}");
+    assert_eq!((r.log_pages, r.log_records), (0, 0), "{r:?}");
+    assert_eq!(
+        media_writes(g.nand()),
+        (0, 0),
+        "a clean open programmed or erased"
+    );
+    // No MAP page was read to rebuild GBITV (it is checkpointed).
+    assert_eq!(g.stats().map_misses, 0);
+    g.check_invariants().unwrap();
+    let ss = g.lba_size();
+    let mut buf = vec![0u8; ss];
+    for l in 0..900 {
+        g.read(l, &mut buf, SimTime::ZERO).unwrap();
+        if (5..7).contains(&l) {
+            assert!(buf.iter().all(|&b| b == 0));
+        } else {
+            assert_eq!(buf, sector(ss, l ^ 1), "LBA {l}");
+        }
+    }
+    // The open blocks continue where they stopped: writing after a clean open opens no
+    // new data block.
+    let free = g.free_blocks();
+    g.write(1000, &sector(ss, 7), SimTime::ZERO).unwrap();
+    assert_eq!(g.free_blocks(), free);
+    g.check_invariants().unwrap();
+}
+
+#[test]
+fn an_unclean_open_replays_only_the_log_since_the_checkpoint() {
+    let mut f = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), small_cfg()).unwrap();
+    fill(&mut f, 600, 2);
+    f.checkpoint(SimTime::ZERO).unwrap();
+    fill(&mut f, 40, 3);
+    let nand = f.crash();
+    let mut g = Ftl::recover(nand, small_cfg()).unwrap();
+    let r = g.last_recovery().unwrap();
+    assert!(!r.clean && r.log_pages > 0 && r.log_pages < 60, "{r:?}");
+    check(&mut g, 40, 3);
+    g.check_invariants().unwrap();
+}
+
+#[test]
+fn a_read_only_open_never_writes_and_refuses_writes() {
+    for clean in [true, false] {
+        let mut f = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), small_cfg()).unwrap();
+        fill(&mut f, 500, 4);
+        let mut nand = if clean {
+            f.shutdown(SimTime::ZERO).unwrap()
+        } else {
+            f.crash()
+        };
+        nand.reset_counters();
+        let mut g = Ftl::open_read_only(nand, small_cfg())
+            .map_err(|e| e.error)
+            .unwrap();
+        check(&mut g, 500, 4);
+        assert_eq!(media_writes(g.nand()), (0, 0), "clean={clean}");
+        let ss = g.lba_size();
+        let e = g.write(0, &sector(ss, 9), SimTime::ZERO).unwrap_err();
+        assert_eq!(
+            e,
+            FtlError::ReadOnly {
+                reason: ReadOnlyReason::Opened
+            }
+        );
+        assert!(g.trim(0, 1, SimTime::ZERO).is_err());
+        // Nothing written on the way out either.
+        let mut nand = g.shutdown(SimTime::ZERO).unwrap();
+        assert_eq!(media_writes(&nand), (0, 0), "clean={clean}");
+        // The device opens read-write afterwards, with everything there.
+        nand.reset_counters();
+        let mut h = Ftl::recover(nand, small_cfg()).unwrap();
+        check(&mut h, 500, 4);
+        h.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_power_cut_during_the_clean_shutdown_loses_nothing() {
+    let cfg = FtlConfig {
+        write_cache: WriteCache::WriteBack,
+        ..small_cfg()
+    };
+    for cut in [1u64, 2, 3, 5, 8, 13, 21, 34] {
+        let mut f = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), cfg).unwrap();
+        fill(&mut f, 300, 5);
+        f.flush(SimTime::ZERO).unwrap();
+        f.nand_mut().arm_power_cut(PowerCut::AtOp(cut));
+        let _ = f.close(SimTime::ZERO);
+        let mut nand = f.crash();
+        nand.power_on();
+        let mut g = Ftl::recover(nand, cfg).unwrap();
+        check(&mut g, 300, 5);
+        g.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn checkpoints_are_also_taken_on_a_time_interval() {
+    let cfg = FtlConfig {
+        checkpoint_log_pages: 1_000_000,
+        checkpoint_interval_ms: 5,
+        ..FtlConfig::default()
+    };
+    let mut f = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), cfg).unwrap();
+    let ss = f.lba_size();
+    let mut t = SimTime::ZERO;
+    for i in 0..200u64 {
+        // One write per modeled millisecond.
+        t = SimTime(i * 1_000_000);
+        f.write(i, &sector(ss, i), t).unwrap();
+    }
+    let ck = f.stats().checkpoints;
+    assert!(
+        (20..=50).contains(&ck),
+        "{ck} checkpoints in 200 ms at one per 5 ms"
+    );
+    let _ = t;
+    let mut g = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), FtlConfig::default()).unwrap();
+    for i in 0..200u64 {
+        g.write(i, &sector(ss, i), SimTime(i * 1_000_000)).unwrap();
+    }
+    assert_eq!(g.stats().checkpoints, 0, "no interval: only by log size");
+}
+
+#[test]
+fn a_corrupted_sector_is_an_error_naming_its_lba_and_gc_records_it_lost() {
+    let cfg = FtlConfig {
+        op: 0.3,
+        ..small_cfg()
+    };
+    let mut f = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), cfg).unwrap();
+    let n = f.lbas() / 2;
+    fill(&mut f, n, 6);
+    let victim_lba = 37;
+    let (ppa, s) = f.location_of_lba(victim_lba).unwrap();
+    f.nand_mut().corrupt(ppa, s, 100, 0x10).unwrap();
+    let ss = f.lba_size();
+    let mut buf = vec![0u8; ss];
+    assert_eq!(
+        f.read(victim_lba, &mut buf, SimTime::ZERO),
+        Err(FtlError::Uncorrectable { lba: victim_lba })
+    );
+    assert_eq!(f.stats().integrity_errors, 1);
+    // A multi-LBA read spanning it names it too.
+    assert_eq!(
+        f.read(victim_lba - 2, &mut vec![0u8; 4 * ss], SimTime::ZERO),
+        Err(FtlError::Uncorrectable { lba: victim_lba })
+    );
+    // Overwrite everything else in that block until GC collects it.
+    let bad_before = f.bad_blocks();
+    let mut rng = SmallRng::seed_from_u64(3);
+    let mut round = 0;
+    while f.lifetime_stats().lost_sectors == 0 {
+        round += 1;
+        assert!(round < 40, "GC never collected the damaged block");
+        for l in 0..n {
+            if l != victim_lba && rng.random_bool(0.5) {
+                f.write(l, &sector(ss, l ^ 6), SimTime::ZERO).unwrap();
+            }
+        }
+    }
+    assert_eq!(f.lifetime_stats().lost_sectors, 1);
+    assert_eq!(
+        f.bad_blocks(),
+        bad_before + 1,
+        "the damaged block is retired"
+    );
+    assert_eq!(
+        f.read(victim_lba, &mut buf, SimTime::ZERO),
+        Err(FtlError::Uncorrectable { lba: victim_lba })
+    );
+    f.check_invariants().unwrap();
+    // Lost survives a crash (it was logged before the block was retired) ...
+    let mut g = Ftl::recover(f.crash(), cfg).unwrap();
+    assert_eq!(
+        g.read(victim_lba, &mut buf, SimTime::ZERO),
+        Err(FtlError::Uncorrectable { lba: victim_lba })
+    );
+    for l in (0..n).filter(|&l| l != victim_lba) {
+        g.read(l, &mut buf, SimTime::ZERO).unwrap();
+        assert_eq!(buf, sector(ss, l ^ 6), "LBA {l}");
+    }
+    // ... and a rewrite heals it.
+    g.write(victim_lba, &sector(ss, 99), SimTime::ZERO).unwrap();
+    g.read(victim_lba, &mut buf, SimTime::ZERO).unwrap();
+    assert_eq!(buf, sector(ss, 99));
+    g.check_invariants().unwrap();
+    assert!(g.health().critical_warning & WARN_RELIABILITY != 0);
+}
+
+#[test]
+fn read_amplification_of_random_reads_is_one_and_gc_figures_follow_the_paper() {
+    for preset in ["tiny", "ox-westlake"] {
+        let mut dev = DeviceConfig::preset(preset).unwrap();
+        dev.geometry.blocks_per_plane = dev.geometry.blocks_per_plane.min(64);
+        let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), small_cfg()).unwrap();
+        fill(&mut f, 256, 1);
+        f.reset_stats();
+        let ss = f.lba_size();
+        let mut buf = vec![0u8; ss];
+        let mut rng = SmallRng::seed_from_u64(1);
+        for _ in 0..2000 {
+            f.read(rng.random_range(0..256), &mut buf, SimTime::ZERO)
+                .unwrap();
+        }
+        let b = f.stats().gc_bytes(f.page_size() as u64, ss as u64);
+        assert_eq!(b.read_amplification(), 1.0, "{preset}");
+        assert_eq!(b.user_read, 2000 * ss as u64);
+    }
+    // With GC: the figures are the paper's formulas over the counters.
+    let cfg = FtlConfig {
+        write_cache: WriteCache::WriteBack,
+        op: 0.2,
+        ..small_cfg()
+    };
+    let mut f = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), cfg).unwrap();
+    let n = f.lbas();
+    let ss = f.lba_size();
+    let mut rng = SmallRng::seed_from_u64(2);
+    for i in 0..3 * n {
+        if let Err(e) = f.write(rng.random_range(0..n), &sector(ss, i), SimTime::ZERO) {
+            panic!("write {i}: {e}; {}", f.block_census());
+        }
+    }
+    let s = *f.stats();
+    let page = f.page_size() as u64;
+    let b = s.gc_bytes(page, ss as u64);
+    assert!(s.gc_reads > 0 && s.gc_programs > 0);
+    assert_eq!(b.gc_read, s.gc_reads * page);
+    assert_eq!(b.gc_write, s.gc_programs * page);
+    let wa = (s.host_write_sectors * ss as u64 + s.gc_programs * page) as f64
+        / (s.host_write_sectors * ss as u64) as f64;
+    assert!((b.write_amplification() - wa).abs() < 1e-12);
+    let ovh = (s.gc_reads + s.gc_programs) as f64 * page as f64
+        / (s.gc_reclaimed_sectors * ss as u64) as f64;
+    assert!((b.gc_overhead() - ovh).abs() < 1e-12);
+    assert!(b.write_amplification() > 1.0 && b.gc_overhead() > 0.0);
+}
+
+#[test]
+fn gc_start_used_keeps_the_used_share_near_its_threshold() {
+    let used_share = |start: Option<f64>| {
+        let cfg = FtlConfig {
+            op: 0.6,
+            gc_start_used: start,
+            write_cache: WriteCache::WriteBack,
+            ..small_cfg()
+        };
+        let mut f = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), cfg).unwrap();
+        let n = f.lbas() / 2;
+        let ss = f.lba_size();
+        let mut rng = SmallRng::seed_from_u64(4);
+        for i in 0..4 * n {
+            f.write(rng.random_range(0..n), &sector(ss, i), SimTime::ZERO)
+                .unwrap();
+        }
+        f.flush(SimTime::ZERO).unwrap();
+        f.check_invariants().unwrap();
+        let usable = f
+            .blocks
+            .iter()
+            .filter(|b| b.state != crate::ftl::Use::Bad)
+            .count();
+        1.0 - f.free_blocks() as f64 / usable as f64
+    };
+    let lazy = used_share(None);
+    let eager = used_share(Some(0.5));
+    assert!(
+        eager < lazy - 0.1,
+        "with gc_start_used 0.5: {eager:.2}, without: {lazy:.2}"
+    );
+    assert!(eager < 0.62, "{eager:.2}");
+}
+
+#[test]
+fn a_starved_channel_collects_on_its_own_blocks() {
+    let mut f = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), small_cfg()).unwrap();
+    let n = f.lbas() / 2;
+    fill(&mut f, n, 1);
+    fill(&mut f, n / 2, 2);
+    // Take every free block of channel 0 away (as if its dies had filled up) and let a
+    // commit's GC run: it must reclaim a block on channel 0.
+    let ch0: Vec<u32> = (0..f.blocks.len() as u32)
+        .filter(|&b| {
+            f.blocks[b as usize].state == crate::ftl::Use::Free
+                && f.nand()
+                    .addr()
+                    .channel_of(csd_nand::DieId(b / f.blocks_per_die))
+                    == 0
+        })
+        .collect();
+    for &b in &ch0 {
+        f.blocks[b as usize].state = crate::ftl::Use::Open(u8::MAX);
+        f.count_free(b, false);
+    }
+    let ss = f.lba_size();
+    f.write(0, &sector(ss, 3), SimTime::ZERO).unwrap();
+    let ch0_free = (0..f.dies)
+        .filter(|&d| f.nand().addr().channel_of(csd_nand::DieId(d)) == 0)
+        .map(|d| f.free_per_die[d as usize])
+        .sum::<u32>();
+    assert!(ch0_free > 0, "channel 0 still has no free block");
+    assert!(f.stats().gc_victims > 0);
+}
+
+#[test]
+fn end_of_life_turns_the_device_read_only_and_keeps_every_acknowledged_write() {
+    let mut dev = tiny();
+    dev.geometry.blocks_per_plane = 40;
+    dev.geometry.pages_per_block = 8;
+    dev.faults.seed = 11;
+    dev.faults.program_fail_prob = 0.01;
+    dev.faults.erase_fail_prob = 0.01;
+    let cfg = FtlConfig {
+        op: 0.4,
+        ..small_cfg()
+    };
+    let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
+    let spare0 = f.health().available_spare_pct;
+    assert_eq!(spare0, 100);
+    let n = f.lbas();
+    let ss = f.lba_size();
+    let mut model: HashMap<u64, u64> = HashMap::new();
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut spare_seen = vec![spare0];
+    let mut i = 0u64;
+    let reason = loop {
+        i += 1;
+        assert!(i < 2_000_000, "the device never wore out");
+        let l = rng.random_range(0..n);
+        match f.write(l, &sector(ss, i), SimTime::ZERO) {
+            Ok(_) => {
+                model.insert(l, i);
+            }
+            Err(FtlError::ReadOnly { reason }) => break reason,
+            Err(e) => panic!("write {i}: {e}; {}", f.block_census()),
+        }
+        if i.is_multiple_of(500) {
+            spare_seen.push(f.health().available_spare_pct);
+        }
+    };
+    assert_eq!(reason, ReadOnlyReason::SpareExhausted);
+    assert!(
+        spare_seen.windows(2).all(|w| w[1] <= w[0]),
+        "{spare_seen:?}"
+    );
+    let h = f.health();
+    assert_eq!(h.read_only, Some(ReadOnlyReason::SpareExhausted));
+    assert!(h.critical_warning & WARN_SPARE != 0 && h.critical_warning & WARN_READ_ONLY != 0);
+    assert!(h.percentage_used > 0 || f.erase_counts().1 > 0.0);
+    let verify = |f: &mut Ftl| {
+        let mut buf = vec![0u8; ss];
+        for (&l, &v) in &model {
+            f.read(l, &mut buf, SimTime::ZERO).unwrap();
+            assert_eq!(buf, sector(ss, v), "LBA {l}");
+        }
+    };
+    verify(&mut f);
+    assert!(matches!(
+        f.trim(0, 1, SimTime::ZERO),
+        Err(FtlError::ReadOnly { .. })
+    ));
+    f.flush(SimTime::ZERO).unwrap();
+    // Read-only survives a restart.
+    let mut g = Ftl::recover(f.crash(), cfg).unwrap();
+    assert_eq!(g.read_only(), Some(ReadOnlyReason::SpareExhausted));
+    verify(&mut g);
+    assert!(g.write(0, &sector(ss, 1), SimTime::ZERO).is_err());
+}
+
+#[test]
+fn a_too_small_over_provisioning_is_refused_with_the_minimum_that_works() {
+    for op in [0.0, 0.01, 0.02] {
+        let e = Ftl::format(
+            Nand::new_in_memory(tiny()).unwrap(),
+            FtlConfig {
+                op,
+                ..FtlConfig::default()
+            },
+        )
+        .err()
+        .unwrap();
+        let m = e.to_string();
+        assert!(m.contains("use op >= "), "{m}");
+        let min: f64 = m.rsplit(">= ").next().unwrap().parse().unwrap();
+        let f = Ftl::format(
+            Nand::new_in_memory(tiny()).unwrap(),
+            FtlConfig {
+                op: min,
+                ..FtlConfig::default()
+            },
+        );
+        assert!(f.is_ok(), "the minimum {min} it names must work");
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Write {
+        lba: u64,
+        n: u64,
+    },
+    Trim {
+        lba: u64,
+        n: u64,
+    },
+    Batch {
+        lpids: Vec<u64>,
+    },
+    Read {
+        lba: u64,
+    },
+    Flush,
+    Checkpoint,
+    /// Cut power during the next operations, this many media operations in.
+    Cut {
+        after: u64,
+    },
+}
+
+fn steps(lbas: u64) -> impl Strategy<Value = Vec<Step>> {
+    let s = prop_oneof![
+        8 => (0..lbas, 1u64..6).prop_map(|(lba, n)| Step::Write { lba, n }),
+        1 => (0..lbas, 1u64..4).prop_map(|(lba, n)| Step::Trim { lba, n }),
+        1 => proptest::collection::vec(0..lbas, 1..8).prop_map(|lpids| Step::Batch { lpids }),
+        3 => (0..lbas).prop_map(|lba| Step::Read { lba }),
+        1 => Just(Step::Flush),
+        1 => Just(Step::Checkpoint),
+        1 => (1u64..300).prop_map(|after| Step::Cut { after }),
+    ];
+    proptest::collection::vec(s, 1..600)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+    /// Random operations against a reference model with program and erase failures,
+    /// bit errors beyond a weak ECC (read retries, reads that may fail) and power cuts
+    /// striking anywhere: in writes, flushes, batches, GC, checkpoints and recovery. After
+    /// every step MAP, GBITV and the free counts agree; live reads return the latest
+    /// write; after every recovery every acknowledged write reads back (or the read fails
+    /// as uncorrectable, which the FTL then counts) and a command in flight is all old or
+    /// all new; a device that wears out turns read-only and keeps everything.
+    #[test]
+    fn faults_and_cuts_at_every_step_keep_the_model(
+        plan in steps(600),
+        seed in any::<u64>(),
+        wb in any::<bool>(),
+    ) {
+        let mut dev = tiny();
+        dev.geometry.blocks_per_plane = 32;
+        dev.geometry.pages_per_block = 8;
+        dev.faults.seed = seed;
+        dev.faults.program_fail_prob = 0.003;
+        dev.faults.erase_fail_prob = 0.003;
+        dev.faults.ecc_bits_per_sector = 2;
+        dev.faults.rber_fresh = 2.5e-5;
+        dev.faults.rber_end_of_life = 2.5e-5;
+        let cfg = FtlConfig {
+            op: 0.3,
+            gc_free_blocks: 4,
+            wear_level_spread: 6,
+            mdts_sectors: 3,
+            map_cache_share: 0.0005,
+            checkpoint_log_pages: 24,
+            write_cache: if wb { WriteCache::WriteBack } else { WriteCache::WriteThrough },
+            ..FtlConfig::default()
+        };
+        let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
+        let cap = f.lbas();
+        let ss = f.lba_size();
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut m = Model::default();
+        let mut version = 1u64;
+        let mut read_only = false;
+        for step in plan {
+            if let Step::Cut { after } = step {
+                f.nand_mut().arm_power_cut(PowerCut::AtOp(after));
+                continue;
+            }
+            // (LBA, version; 0 = trimmed) this command changes, and whether it is a write
+            // that write-back only buffers.
+            let mut changes: Vec<(u64, u64)> = Vec::new();
+            let mut buffered = false;
+            let is_read = matches!(step, Step::Read { .. });
+            let r = match step {
+                Step::Write { .. } | Step::Trim { .. } | Step::Batch { .. } if read_only => continue,
+                Step::Write { lba, n } => {
+                    let lba = lba % cap;
+                    let n = n.min(cap - lba);
+                    let mut data = Vec::new();
+                    for l in lba..lba + n {
+                        changes.push((l, version));
+                        data.extend_from_slice(&sector(ss, l ^ version));
+                        version += 1;
+                    }
+                    buffered = wb;
+                    f.write(lba, &data, SimTime::ZERO)
+                }
+                Step::Trim { lba, n } => {
+                    let lba = lba % cap;
+                    let n = n.min(cap - lba);
+                    changes.extend((lba..lba + n).map(|l| (l, 0)));
+                    f.trim(lba, n, SimTime::ZERO)
+                }
+                Step::Batch { lpids } => {
+                    let mut pages = Vec::new();
+                    for l in lpids {
+                        let l = l % cap;
+                        pages.push((l, sector(ss, l ^ version)));
+                        changes.push((l, version));
+                        version += 1;
+                    }
+                    let refs: Vec<(u64, &[u8])> = pages.iter().map(|(l, p)| (*l, p.as_slice())).collect();
+                    let buf = crate::batch::build_batch(&refs, ss).unwrap();
+                    f.flush_batch(&buf, SimTime::ZERO)
+                }
+                Step::Read { lba } => {
+                    let l = lba % cap;
+                    let mut buf = vec![0u8; ss];
+                    match f.read(l, &mut buf, SimTime::ZERO) {
+                        Ok(t) => {
+                            prop_assert!(m.could_read(ss, l, &buf), "live read of LBA {} disagrees", l);
+                            Ok(t)
+                        }
+                        Err(FtlError::Uncorrectable { .. }) => Ok(SimTime::ZERO),
+                        Err(e) => Err(e),
+                    }
+                }
+                Step::Flush => f.flush(SimTime::ZERO),
+                Step::Checkpoint => f.checkpoint(SimTime::ZERO),
+                Step::Cut { .. } => unreachable!(),
+            };
+            match r {
+                Ok(_) if buffered => m.buffer(&changes),
+                Ok(_) => {
+                    // Trims, batches, flushes and checkpoints commit every buffered write
+                    // first; then their own changes are durable.
+                    if !is_read {
+                        m.commit_buffered();
+                    }
+                    m.durable(&changes);
+                }
+                Err(FtlError::Nand(csd_nand::NandError::PowerLoss)) => {
+                    m.uncertain(&changes);
+                    let mut nand = f.crash();
+                    // Recovery itself may be cut once more.
+                    if rng.random_bool(0.3) {
+                        nand.arm_power_cut(PowerCut::AtOp(rng.random_range(1..200)));
+                    }
+                    f = loop {
+                        nand.power_on();
+                        match Ftl::try_recover(nand, cfg) {
+                            Ok(mut g) => {
+                                g.nand_mut().disarm_power_cut();
+                                break g;
+                            }
+                            Err(failed) if matches!(failed.error, FtlError::Nand(csd_nand::NandError::PowerLoss)) => nand = *failed.nand,
+                            Err(failed) => return Err(TestCaseError::fail(format!("recovery: {}", failed.error))),
+                        }
+                    };
+                    read_only = f.read_only().is_some();
+                    m.settle(&mut f)?;
+                }
+                Err(FtlError::ReadOnly { .. }) => {
+                    read_only = true;
+                    m.uncertain(&changes);
+                    m.settle(&mut f)?;
+                }
+                Err(e) => return Err(TestCaseError::fail(format!("{e}; {}", f.block_census()))),
+            }
+            f.check_invariants().map_err(TestCaseError::fail)?;
+        }
+    }
+}
+
+fn expected(ss: usize, l: u64, v: u64) -> Vec<u8> {
+    if v == 0 {
+        vec![0u8; ss]
+    } else {
+        sector(ss, l ^ v)
+    }
+}
+
+/// The reference: durable (acknowledged) versions, write-back writes not yet durable, and
+/// versions that may or may not have survived a cut.
+#[derive(Default)]
+struct Model {
+    durable: HashMap<u64, u64>,
+    buffered: Vec<(u64, u64)>,
+    maybe: HashMap<u64, Vec<u64>>,
+}
+
+impl Model {
+    fn latest(&self, l: u64) -> u64 {
+        self.buffered
+            .iter()
+            .rev()
+            .find(|(x, _)| *x == l)
+            .map_or_else(|| *self.durable.get(&l).unwrap_or(&0), |&(_, v)| v)
+    }
+
+    fn could_read(&self, ss: usize, l: u64, buf: &[u8]) -> bool {
+        buf == expected(ss, l, self.latest(l))
+    }
+
+    fn buffer(&mut self, changes: &[(u64, u64)]) {
+        self.buffered.extend_from_slice(changes);
+    }
+
+    fn commit_buffered(&mut self) {
+        for (l, v) in std::mem::take(&mut self.buffered) {
+            self.durable.insert(l, v);
+        }
+    }
+
+    fn durable(&mut self, changes: &[(u64, u64)]) {
+        for &(l, v) in changes {
+            self.durable.insert(l, v);
+        }
+    }
+
+    /// A cut (or a read-only transition) struck: buffered writes and the command in
+    /// flight may or may not be there.
+    fn uncertain(&mut self, changes: &[(u64, u64)]) {
+        for (l, v) in std::mem::take(&mut self.buffered)
+            .into_iter()
+            .chain(changes.iter().copied())
+        {
+            self.maybe.entry(l).or_default().push(v);
+        }
+    }
+
+    /// Read what is there: each uncertain LBA holds one of its versions or its durable
+    /// one (adopted), and every durable LBA reads back.
+    fn settle(&mut self, f: &mut Ftl) -> Result<(), TestCaseError> {
+        let ss = f.lba_size();
+        let mut buf = vec![0u8; ss];
+        for (l, vs) in std::mem::take(&mut self.maybe) {
+            let acked = *self.durable.get(&l).unwrap_or(&0);
+            match f.read(l, &mut buf, SimTime::ZERO) {
+                Ok(_) => {
+                    let v = vs
+                        .iter()
+                        .copied()
+                        .chain([acked])
+                        .find(|&v| buf == expected(ss, l, v));
+                    prop_assert!(v.is_some(), "LBA {} holds none of its versions", l);
+                    self.durable.insert(l, v.unwrap_or(0));
+                }
+                Err(FtlError::Uncorrectable { .. }) => {
+                    self.durable.remove(&l);
+                }
+                Err(e) => return Err(TestCaseError::fail(e.to_string())),
+            }
+        }
+        self.durable.retain(|_, v| *v != 0);
+        for (&l, &v) in self.durable.iter() {
+            match f.read(l, &mut buf, SimTime::ZERO) {
+                Ok(_) => prop_assert_eq!(&buf, &expected(ss, l, v), "LBA {}", l),
+                Err(FtlError::Uncorrectable { .. }) => {
+                    let s = f.lifetime_stats();
+                    prop_assert!(s.media_errors + s.lost_sectors > 0);
+                }
+                Err(e) => return Err(TestCaseError::fail(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn every_preset_formats_and_reopens_from_its_checkpoint() {
+    for (name, _) in csd_sim::config::PRESETS {
+        let dev = DeviceConfig::preset(name).unwrap();
+        let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), FtlConfig::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let ss = f.lba_size();
+        f.write(3, &sector(ss, 3), SimTime::ZERO).unwrap();
+        let nand = f.shutdown(SimTime::ZERO).unwrap();
+        let mut g =
+            Ftl::recover(nand, FtlConfig::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(g.last_recovery().unwrap().clean, "{name}");
+        let mut buf = vec![0u8; ss];
+        g.read(3, &mut buf, SimTime::ZERO).unwrap();
+        assert_eq!(buf, sector(ss, 3), "{name}");
+    }
+}
+
+/// The three runs that broke the FTL before (issue 18): two panics on a cached MAP entry
+/// whose page buffer had been dropped by a failed GC commit, and an abort at the end of
+/// the spare blocks. Same seeds, same fault rates, as many cuts as the old code took to
+/// fail; now they finish (or end read-only at the end of life) with nothing lost or torn.
+fn old_fault_rates(cuts: u64, seed: u64, write_back: bool) -> crate::torture::TortureConfig {
+    let mut c = crate::torture::TortureConfig::with_faults(cuts, seed);
+    c.device.faults.program_fail_prob = 0.0005;
+    c.device.faults.erase_fail_prob = 0.0005;
+    if write_back {
+        c.ftl.write_cache = WriteCache::WriteBack;
+    }
+    c
+}
+
+fn run_clean(cfg: &crate::torture::TortureConfig) -> crate::torture::TortureReport {
+    let r = crate::torture::torture(cfg, &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((r.lost, r.torn), (0, 0), "{r:?}");
+    assert!(r.cuts >= cfg.cuts || r.read_only_at_cut.is_some(), "{r:?}");
+    r
+}
+
+#[test]
+fn issue_18_seed_3_write_back_with_faults() {
+    run_clean(&old_fault_rates(2028, 3, true));
+}
+
+#[test]
+fn issue_18_seed_777_write_back_with_faults() {
+    // The old code stopped with "no free flash block left" here (with no data lost, but
+    // no way on); now the run goes on, or ends read-only at the end of life with every
+    // acknowledged write verified.
+    let r = run_clean(&old_fault_rates(2018, 777, true));
+    if let Some(why) = r.read_only_reason {
+        assert_eq!(why, ReadOnlyReason::SpareExhausted, "{r:?}");
+    }
+}
+
+#[test]
+fn issue_18_seed_5_write_through_with_faults() {
+    run_clean(&old_fault_rates(2437, 5, false));
+}
+
+/// A shorter version of the long fault torture, across seeds and both cache modes.
+#[test]
+fn fault_torture_across_seeds() {
+    for seed in 21..25 {
+        for wb in [false, true] {
+            let mut c = crate::torture::TortureConfig::with_faults(120, seed);
+            if wb {
+                c.ftl.write_cache = WriteCache::WriteBack;
+            }
+            run_clean(&c);
+        }
+    }
+    let r = run_clean(&crate::torture::TortureConfig::with_weak_ecc(150, 31));
+    assert!(r.writes_checked > 0);
+}

@@ -1,0 +1,309 @@
+//! A damaged image or a careless user never costs data silently at the media layer:
+//! every header byte is checked (a mutation is a clear error, never a panic), a truncated
+//! file or a corrupt block table is refused, a read-only open never changes the file, and
+//! a full file system is an error instead of a SIGBUS.
+
+use csd_nand::{Access, BlockId, Nand, NandError, Ppa};
+use csd_sim::{DeviceConfig, SimTime};
+use std::path::Path;
+
+fn tiny() -> DeviceConfig {
+    DeviceConfig::preset("tiny").expect("tiny preset")
+}
+
+fn page(cfg: &DeviceConfig, seed: u8) -> Vec<u8> {
+    (0..cfg.geometry.page_size as usize)
+        .map(|i| (i as u8).wrapping_mul(7) ^ seed)
+        .collect()
+}
+
+/// A small image with a few programmed pages.
+fn written_image(path: &Path) -> DeviceConfig {
+    let cfg = tiny();
+    let mut n = Nand::create_image(path, cfg.clone()).unwrap();
+    for p in 0..3 {
+        n.program(
+            Ppa::new(BlockId(5), p),
+            &page(&cfg, p as u8),
+            &[],
+            SimTime::ZERO,
+        )
+        .unwrap();
+    }
+    n.sync().unwrap();
+    cfg
+}
+
+fn header_len(path: &Path) -> usize {
+    // The fixed header is 96 bytes; the config text follows. Mutate both (up to the end
+    // of the config text, which is where the zero padding starts).
+    let bytes = read_header(path);
+    bytes[96..65536]
+        .iter()
+        .position(|&b| b == 0)
+        .map_or(65536, |i| 96 + i)
+}
+
+#[test]
+fn every_header_byte_mutation_is_a_clear_error_not_a_panic() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.img");
+    written_image(&path);
+    let n = header_len(&path);
+    assert!(n > 200, "config text present");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut errors = 0;
+    // Every byte of the fixed header, and every 7th byte of the config text.
+    let offsets: Vec<usize> = (0..96).chain((96..n).step_by(7)).collect();
+    for &off in &offsets {
+        let mut orig = [0u8; 1];
+        file.read_exact_at(&mut orig, off as u64).unwrap();
+        for flip in [0x01u8, 0x80, 0xFF] {
+            file.write_all_at(&[orig[0] ^ flip], off as u64).unwrap();
+            match open_retrying(&path) {
+                Err(NandError::Image { reason, .. }) => {
+                    assert!(!reason.is_empty());
+                    errors += 1;
+                }
+                Err(e) => panic!("byte {off} ^ {flip:#x}: unexpected error kind {e}"),
+                Ok(_) => panic!("byte {off} ^ {flip:#x}: a corrupt header was accepted"),
+            }
+        }
+        file.write_all_at(&orig, off as u64).unwrap();
+    }
+    assert_eq!(errors, offsets.len() * 3);
+    // The original still opens and reads back.
+    let mut n = Nand::open_image(&path, None).unwrap();
+    let mut buf = vec![0u8; tiny().geometry.page_size as usize];
+    n.read(Ppa::new(BlockId(5), 2), 0, &mut buf, &mut [], SimTime::ZERO)
+        .unwrap();
+    assert_eq!(buf, page(&tiny(), 2));
+}
+
+/// Open, retrying while another test's child process (between its fork and exec) still
+/// shares our last open file description and so its lock.
+fn open_retrying(path: &Path) -> Result<Nand, NandError> {
+    for _ in 0..100 {
+        match Nand::open_image(path, None) {
+            Err(NandError::Locked { .. }) => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            r => return r,
+        }
+    }
+    Nand::open_image(path, None)
+}
+
+/// Rewrite one u64 field of the fixed header and fix up the CRC, so that the field's own
+/// check (not the checksum) must catch it.
+fn set_field_with_valid_crc(path: &Path, off: usize, value: u64) {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = read_header(path);
+    bytes[off..off + 8].copy_from_slice(&value.to_le_bytes());
+    let clen = u32::from_le_bytes(bytes[52..56].try_into().unwrap()) as usize;
+    bytes[88..92].fill(0);
+    let h = crc32c::crc32c(&bytes[..96]);
+    let crc = crc32c::crc32c_append(h, &bytes[96..96 + clen]);
+    bytes[88..92].copy_from_slice(&crc.to_le_bytes());
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&bytes, 0).unwrap();
+}
+
+fn read_header(path: &Path) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut h = vec![0u8; 65536];
+    std::fs::File::open(path)
+        .unwrap()
+        .read_exact_at(&mut h, 0)
+        .unwrap();
+    h
+}
+
+fn write_header(path: &Path, h: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(h, 0).unwrap();
+}
+
+#[test]
+fn offsets_and_sizes_are_checked_against_the_layout_and_file_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("o.img");
+    written_image(&path);
+    let original = read_header(&path);
+    let len = std::fs::metadata(&path).unwrap().len();
+    // Field offsets in the fixed header: block_bytes 56, meta_offset 64, blocks_offset 72,
+    // blocks 80.
+    for (off, field, value) in [
+        (64, "meta_offset", 0u64),
+        (64, "meta_offset", u64::MAX),
+        (72, "blocks_offset", 0),
+        (72, "blocks_offset", u64::MAX - 5),
+        (56, "block_bytes", 1 << 62),
+        (80, "blocks", u64::MAX),
+    ] {
+        write_header(&path, &original);
+        set_field_with_valid_crc(&path, off, value);
+        let e = Nand::open_image(&path, None).expect_err(field);
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!("corrupt image header: {field} is")),
+            "{field}={value}: {msg}"
+        );
+    }
+    // Truncated file.
+    write_header(&path, &original);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(len / 2).unwrap();
+    drop(f);
+    let e = Nand::open_image(&path, None).expect_err("truncated");
+    assert!(e.to_string().contains("truncated"), "{e}");
+}
+
+#[test]
+fn a_corrupt_block_table_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.img");
+    written_image(&path);
+    // Block 3's write pointer (meta table at 64 KiB, 16 bytes per block, next_page at +4).
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&9999u32.to_le_bytes(), 65536 + 3 * 16 + 4)
+        .unwrap();
+    drop(f);
+    let e = Nand::open_image(&path, None).expect_err("corrupt table");
+    assert!(e.to_string().contains("block 3"), "{e}");
+}
+
+#[test]
+fn read_only_open_never_changes_the_file_and_shares_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ro.img");
+    let cfg = written_image(&path);
+    let digest = |p: &Path| crc32c::crc32c(&std::fs::read(p).unwrap());
+    let before = digest(&path);
+    {
+        let mut a = Nand::open_image_with(&path, None, Access::ReadOnly).unwrap();
+        // A second reader is fine; a writer is not.
+        let _b = Nand::open_image_with(&path, None, Access::ReadOnly).unwrap();
+        assert!(matches!(
+            Nand::open_image(&path, None),
+            Err(NandError::Locked { .. })
+        ));
+        assert_eq!(a.access(), Access::ReadOnly);
+        // Changes stay in this process's memory.
+        a.program(Ppa::new(BlockId(5), 3), &page(&cfg, 9), &[], SimTime::ZERO)
+            .unwrap();
+        a.erase(BlockId(6), SimTime::ZERO).unwrap();
+        let mut buf = vec![0u8; cfg.geometry.page_size as usize];
+        a.read(Ppa::new(BlockId(5), 3), 0, &mut buf, &mut [], SimTime::ZERO)
+            .unwrap();
+        assert_eq!(buf, page(&cfg, 9));
+        a.sync().unwrap();
+    }
+    assert_eq!(digest(&path), before, "read-only open wrote");
+    // A file without write permission opens read-only, and read-write says why not.
+    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    use std::os::unix::fs::PermissionsExt;
+    perms.set_mode(0o444);
+    std::fs::set_permissions(&path, perms).unwrap();
+    if nix_is_root() {
+        // root ignores file permissions; nothing more to check here.
+        return;
+    }
+    assert!(Nand::open_image_with(&path, None, Access::ReadOnly).is_ok());
+    let e = Nand::open_image(&path, None).expect_err("not writable");
+    assert!(e.to_string().contains("not writable"), "{e}");
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn opening_touches_no_block_of_a_fresh_image() {
+    // A fresh image of a large preset opens without reading its blocks: the file stays
+    // sparse (only the header and block table are allocated), before and after opening.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.img");
+    let cfg = DeviceConfig::preset("nvme-tlc").unwrap();
+    drop(Nand::create_image(&path, cfg).unwrap());
+    let allocated = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).unwrap().blocks() * 512
+    };
+    let before = allocated(&path);
+    let n = Nand::open_image(&path, None).unwrap();
+    assert_eq!(n.block_info(BlockId(100)).unwrap().next_page, 0);
+    drop(n);
+    let after = allocated(&path);
+    assert!(after < 4 << 20, "image grew to {after} bytes on disk");
+    assert_eq!(before, after);
+}
+
+/// Mount a small tmpfs (needs root / CAP_SYS_ADMIN); `None` when this machine cannot.
+fn small_tmpfs(dir: &Path, mib: u32) -> Option<()> {
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .ok()?
+        .success();
+    ok.then_some(())
+}
+
+#[test]
+fn a_full_file_system_is_an_error_not_a_sigbus() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    if small_tmpfs(&mnt, 4).is_none() {
+        eprintln!("notice: cannot mount a tmpfs here; full-file-system test skipped");
+        return;
+    }
+    let path = mnt.join("full.img");
+    let cfg = tiny();
+    let result = std::panic::catch_unwind(|| {
+        let mut n = Nand::create_image(&path, cfg.clone()).unwrap();
+        let g = cfg.geometry;
+        let mut written = Vec::new();
+        let mut full = None;
+        'all: for b in 0..g.total_blocks() as u32 {
+            for p in 0..g.pages_per_block {
+                match n.program(
+                    Ppa::new(BlockId(b), p),
+                    &page(&cfg, b as u8),
+                    &[],
+                    SimTime::ZERO,
+                ) {
+                    Ok(_) => written.push((b, p)),
+                    Err(e) => {
+                        full = Some(e);
+                        break 'all;
+                    }
+                }
+            }
+        }
+        let e = full.expect("a 64 MiB device cannot fit in 4 MiB");
+        assert!(matches!(e, NandError::ImageFull { .. }), "{e}");
+        assert!(e.to_string().contains("file system is full"), "{e}");
+        // Everything programmed before still reads back.
+        let mut buf = vec![0u8; g.page_size as usize];
+        for &(b, p) in &written {
+            n.read(Ppa::new(BlockId(b), p), 0, &mut buf, &mut [], SimTime::ZERO)
+                .unwrap();
+            assert_eq!(buf, page(&cfg, b as u8));
+        }
+        assert!(!written.is_empty());
+    });
+    let _ = std::process::Command::new("umount").arg(&mnt).status();
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+}
