@@ -178,6 +178,7 @@ fn torture(interface: Interface, rounds: u64, seed: u64) -> Tally {
                         Err(e) => Err(e),
                     }
                 }
+                98 => s.checkpoint().map(|_| (0, None)),
                 _ => s.sync().map(|_| (0, None)),
             };
             match r {
@@ -275,7 +276,7 @@ fn batch_store_loses_no_acknowledged_change() {
 
 #[test]
 fn block_store_loses_no_acknowledged_change() {
-    let t = torture(Interface::Block, 60, 12);
+    let t = torture(Interface::Block, 120, 12);
     assert_eq!(t.lost, 0, "{t:?}");
     assert!(t.acked_changes > 1000, "{t:?}");
     for a in [Activity::Seal, Activity::Checkpoint] {
