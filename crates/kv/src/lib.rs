@@ -1,6 +1,5 @@
 //! csd-kv: the key-value store of the batch-io paper (§8.1.2), on both storage
-//! interfaces, with the YCSB workloads of its evaluation (§8.1.3) and a Redis-protocol
-//! front end for real clients.
+//! interfaces, with the YCSB workloads of its evaluation (§8.1.3).
 //!
 //! * [`store::Store`]: a B-tree-style index of fixed 4 KiB pages updated in place (the
 //!   paper's BwTree without delta chains), a host page cache bounded in pages, a 1 MiB
@@ -14,7 +13,6 @@
 //! * [`ycsb`]: YCSB load and run phases (the paper's read-heavy / write-heavy mixes and
 //!   the standard workloads A–F; scrambled zipfian or uniform keys), by operation count
 //!   or modeled / wall-clock duration, against any [`ycsb::KvTarget`].
-//! * [`resp`] and [`server`]: RESP2 parsing and a TCP server (`csd kv serve`).
 //!
 //! The store reaches the device only through `csd_host::CommandIssuer` (DESIGN.md's
 //! command-interface rule).
@@ -27,6 +25,7 @@ mod error;
 pub mod io;
 pub mod page;
 pub mod store;
+pub mod ycsb;
 
 pub use block::{BlockOptions, VictimPolicy};
 pub use cost::{CpuSplit, HostCosts};
