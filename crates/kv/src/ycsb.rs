@@ -288,7 +288,7 @@ pub fn load<T: KvTarget + ?Sized>(
         t.put(&record_key(i), &record_value(i, 0))?;
         record(&mut ml, &mut wl, t, w);
         ops.inserts += 1;
-        if i % 4096 == 0 {
+        if i.is_multiple_of(4096) {
             progress(i);
         }
     }
@@ -365,7 +365,7 @@ pub fn run<T: KvTarget + ?Sized>(
         if done >= 1.0 {
             break;
         }
-        if n % 1024 == 0 {
+        if n.is_multiple_of(1024) {
             progress(done);
         }
         let op = choose(cfg.workload, n, &mut rng);
