@@ -10,6 +10,8 @@ mod bench_serve;
 mod check;
 mod fdbench;
 mod image;
+mod kvbench;
+mod kvpeers;
 mod query;
 mod report;
 mod repro;
@@ -342,6 +344,12 @@ enum BenchCmd {
     ///
     /// Example: csd bench serve --runtime 10
     Serve(bench_serve::BenchServeArgs),
+    /// The batch-io paper's key-value store under YCSB on either interface: modeled and
+    /// wall ops/s, latency percentiles, Table 3/4 figures (RA, WA, GC overhead) and the
+    /// host CPU share; optionally beside redb and fjall on a real file.
+    ///
+    /// Example: csd bench ycsb --interface block --workload write-heavy --records 200000 --cache 20%
+    Ycsb(kvbench::BenchYcsbArgs),
 }
 
 #[derive(Args)]
@@ -400,6 +408,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Bench(BenchCmd::Fdtree(a)) => fdbench::bench_fdtree_cmd(&a),
         Cmd::Bench(BenchCmd::Open(a)) => bench_open::run(&a),
         Cmd::Bench(BenchCmd::Serve(a)) => bench_serve::run(&a),
+        Cmd::Bench(BenchCmd::Ycsb(a)) => kvbench::bench_ycsb_cmd(&a),
     }
 }
 
