@@ -178,6 +178,8 @@ pub(crate) struct Outcome {
     pub host: IoStats,
     pub cpu: CpuSplit,
     pub dev: DeviceBytes,
+    /// FTL commits during the run: each appends one "done" record (§4.2.2, Figure 12).
+    pub done_records: u64,
 }
 
 /// Table 3 and Table 4 figures of a run (host GC and device GC together).
@@ -271,6 +273,7 @@ impl Outcome {
             "host_cpu_checkpoint_share": ck,
             "host_checkpoints": self.host.checkpoints,
             "host_gc_victims": self.host.gc_victims,
+            "done_records": self.done_records,
         })
     }
 }
@@ -311,7 +314,8 @@ fn kv(e: csd_kv::KvError) -> CliError {
 
 /// The device of a run: the preset shrunk to about `gib` of raw capacity. Page and
 /// block sizes, timings, the channel count and the host link stay the preset's; the ways
-/// per channel are cut to 2 and the dies per chip to 1, then the blocks per die to fit
+/// per channel are cut to 2 (1 below 2 GiB) and the dies per chip to 1, then the blocks
+/// per die to fit
 /// (the in-memory backend keeps each erase block in its own huge-page-aligned mapping, so
 /// small blocks would cost far more memory than they hold).
 pub(crate) fn device_config(preset: &str, gib: f64) -> Result<DeviceConfig, CliError> {
@@ -322,12 +326,16 @@ pub(crate) fn device_config(preset: &str, gib: f64) -> Result<DeviceConfig, CliE
         )));
     }
     let g = &mut cfg.geometry;
-    g.ways = g.ways.min(2);
     g.dies_per_chip = 1;
-    let dies = g.channels as u64 * g.ways as u64 * g.planes_per_die as u64;
     let block = g.pages_per_block as u64 * g.page_size as u64;
     let want = gib * (1u64 << 30) as f64;
-    let b = (want / (dies * block) as f64).round() as u64;
+    let per_die = |ways: u32| {
+        let dies = g.channels as u64 * ways as u64 * g.planes_per_die as u64;
+        (want / (dies * block) as f64).round() as u64
+    };
+    // Two ways per channel, or one when two would leave fewer than 16 blocks per die.
+    g.ways = if per_die(2) >= 16 { g.ways.min(2) } else { 1 };
+    let b = per_die(g.ways);
     g.blocks_per_plane = (b.max(16) as u32).min(g.blocks_per_plane.max(16));
     Ok(cfg)
 }
@@ -343,6 +351,9 @@ pub(crate) fn run_once(
     let dcfg = device_config(&a.preset, a.device_gib)?;
     let ftl_cfg = FtlConfig {
         op: RUN_OP,
+        // GC on: the device's GC also starts at the used share host GC does (the paper's
+        // aggressive 50%); GC off: it runs only when the device runs out of free blocks.
+        gc_start_used: a.gc.then_some(a.gc_start),
         checkpoint_log_pages: if a.checkpoint {
             FtlConfig::default().checkpoint_log_pages
         } else {
@@ -388,6 +399,7 @@ pub(crate) fn run_once(
     } else {
         Some(s.smart().map_err(kv)?)
     };
+    let commits0 = s.device().device().block().ftl().stats().commits;
     s.reset_stats();
     let limit = match (a.ops, a.duration, a.wall_duration) {
         (Some(n), _, _) => Limit::Ops(n),
@@ -413,6 +425,14 @@ pub(crate) fn run_once(
     let run =
         ycsb::run(&mut s, &cfg, &mut |f| bar.set_position((f * 1000.0) as u64)).map_err(kv)?;
     let st = s.stats();
+    let done_records = s
+        .device()
+        .device()
+        .block()
+        .ftl()
+        .stats()
+        .commits
+        .saturating_sub(commits0);
     let dev = match smart0 {
         Some(s0) => DeviceBytes::of(&s.smart().map_err(kv)?).minus(DeviceBytes::of(&s0)),
         None => DeviceBytes::default(),
@@ -432,6 +452,7 @@ pub(crate) fn run_once(
         host: st.io,
         cpu: st.cpu,
         dev,
+        done_records,
     })
 }
 
@@ -442,12 +463,12 @@ fn gb(b: u64) -> String {
 /// `csd bench ycsb`.
 pub(crate) fn bench_ycsb_cmd(a: &BenchYcsbArgs) -> Result<(), CliError> {
     let bar = progress_bar(Some(a.records), "");
-    if a.json {
+    if a.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let o = run_once(a, &bar)?;
     bar.finish_and_clear();
-    let peers = crate::kvpeers::run_peers(a, &bar)?;
+    let peers = crate::kvpeers::run_peers(a, o.run.ops.total(), &bar)?;
     if a.json {
         let mut j = o.to_json();
         j["peers"] = serde_json::Value::Array(peers.iter().map(|p| p.to_json(&o)).collect());
@@ -479,7 +500,7 @@ pub(crate) fn bench_ycsb_cmd(a: &BenchYcsbArgs) -> Result<(), CliError> {
     }
     println!();
     println!(
-        "seed {}; rerun: csd bench ycsb --interface {} --workload {} --records {} --cache {} --checkpoint {} --gc {} --gc-start {} --preset {} --device-gib {} --seed {}{}",
+        "seed {}; rerun: csd bench ycsb --interface {} --workload {} --records {} --cache {} --checkpoint {} --gc {} --gc-start {} --preset {} --device-gib {} --seed {}{}{}",
         a.seed,
         a.interface.name(),
         a.workload.name(),
@@ -496,6 +517,11 @@ pub(crate) fn bench_ycsb_cmd(a: &BenchYcsbArgs) -> Result<(), CliError> {
             (_, Some(d), _) => format!(" --duration {d}"),
             (_, _, Some(w)) => format!(" --wall-duration {w}"),
             _ => String::new(),
+        },
+        if a.compare.is_empty() {
+            String::new()
+        } else {
+            format!(" --compare {}", a.compare.join(","))
         }
     );
     Ok(())

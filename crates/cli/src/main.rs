@@ -12,6 +12,7 @@ mod fdbench;
 mod image;
 mod kvbench;
 mod kvpeers;
+mod kvrepro;
 mod query;
 mod report;
 mod repro;
