@@ -9,8 +9,9 @@
 //! Every run is one `csd bench ycsb` configuration (crate `kvbench`): a fresh in-memory
 //! device of the `ox-westlake` preset (cut to about `--device-gib`, see
 //! `kvbench::device_config`), the records loaded, the cache set, the workload run for a
-//! modeled duration. The default scale is sized to finish in a few minutes on two cores;
-//! `--scale paper` runs the paper's 10M records for 300 modeled seconds.
+//! fixed number of operations (default) or modeled duration. The default scale is sized
+//! to finish in a few minutes on two cores; `--scale paper` runs the paper's 10M records
+//! for 300 modeled seconds.
 
 use crate::CliError;
 use crate::kvbench::{self, BenchYcsbArgs, CacheSize, Outcome};
@@ -26,7 +27,7 @@ use std::time::Instant;
 /// Scale of `csd repro batch-io`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Scale {
-    /// 200,000 records, 10 modeled seconds per run, a 1 GiB device.
+    /// 200,000 records, 300,000 operations per run, a 1 GiB device.
     Default,
     /// The paper's 10,000,000 records and 300 s per run, a 32 GiB device.
     Paper,
@@ -44,9 +45,12 @@ pub(crate) struct ReproBatchIoArgs {
     /// Records (overrides the scale's).
     #[arg(long)]
     records: Option<u64>,
-    /// Modeled seconds per run (overrides the scale's).
-    #[arg(long)]
+    /// Modeled seconds per run (overrides the scale's run length).
+    #[arg(long, conflicts_with = "ops")]
     duration: Option<f64>,
+    /// Operations per run (overrides the scale's run length).
+    #[arg(long)]
+    ops: Option<u64>,
     /// Device raw capacity, GiB (overrides the scale's).
     #[arg(long)]
     device_gib: Option<f64>,
@@ -126,6 +130,24 @@ const PAPER_T34: [(f64, Interface, [f64; 5], [f64; 3]); 6] = [
     ),
 ];
 
+/// How long each run of the repro is.
+#[derive(Clone, Copy, PartialEq)]
+enum RunLength {
+    /// This many operations.
+    Ops(u64),
+    /// This many modeled seconds.
+    Secs(f64),
+}
+
+impl std::fmt::Display for RunLength {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunLength::Ops(n) => write!(f, "{n} operations"),
+            RunLength::Secs(s) => write!(f, "{s} modeled seconds"),
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Durability {
     None,
@@ -168,12 +190,18 @@ fn mib(b: u64) -> f64 {
 /// `csd repro batch-io`.
 pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
     let started = Instant::now();
-    let (records, duration, gib) = match a.scale {
-        Scale::Default => (200_000, 10.0, 1.0),
-        Scale::Paper => (10_000_000, 300.0, 32.0),
+    // The default runs a fixed number of operations (a run at 100% cache does millions
+    // of operations per modeled second); the paper's scale runs 300 modeled seconds.
+    let (records, length, gib) = match a.scale {
+        Scale::Default => (200_000, RunLength::Ops(300_000), 1.0),
+        Scale::Paper => (10_000_000, RunLength::Secs(300.0), 32.0),
     };
     let records = a.records.unwrap_or(records);
-    let duration = a.duration.unwrap_or(duration);
+    let length = match (a.ops, a.duration) {
+        (Some(n), _) => RunLength::Ops(n),
+        (_, Some(d)) => RunLength::Secs(d),
+        _ => length,
+    };
     let gib = a.device_gib.unwrap_or(gib);
     for &c in &a.caches {
         if !(c > 0.0 && c <= 100.0) {
@@ -193,8 +221,14 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
         gc: true,
         gc_start: 0.5,
         dist: KeyDist::Zipfian(0.99),
-        ops: None,
-        duration: Some(duration),
+        ops: match length {
+            RunLength::Ops(n) => Some(n),
+            RunLength::Secs(_) => None,
+        },
+        duration: match length {
+            RunLength::Secs(d) => Some(d),
+            RunLength::Ops(_) => None,
+        },
         wall_duration: None,
         preset: "ox-westlake".into(),
         device_gib: gib,
@@ -240,7 +274,21 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
             gc,
             ..base.clone()
         };
+        let t0 = Instant::now();
         let out = kvbench::run_once(&args, &inner)?;
+        if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprintln!(
+                "run {}/{}: {} {} {} cache {}: {:.0} modeled ops/s ({:.1} s)",
+                runs.len() + 1,
+                outer.length().unwrap_or(0),
+                w.name(),
+                i.name(),
+                d.label(),
+                c.label(),
+                out.modeled_ops(),
+                t0.elapsed().as_secs_f64()
+            );
+        }
         runs.push(Run {
             workload: w,
             dur: d,
@@ -252,7 +300,7 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
     }
     outer.finish_and_clear();
     let wall = started.elapsed().as_secs_f64();
-    let md = report(a, &runs, records, duration, gib, wall)?;
+    let md = report(a, &runs, records, length, gib, wall)?;
     let path = a.out.join("report.md");
     std::fs::write(&path, md).map_err(|source| CliError::Io {
         path: path.clone(),
@@ -341,7 +389,7 @@ fn report(
     a: &ReproBatchIoArgs,
     runs: &[Run],
     records: u64,
-    duration: f64,
+    length: RunLength,
     gib: f64,
     wall: f64,
 ) -> Result<String, CliError> {
@@ -352,7 +400,7 @@ fn report(
     );
     let _ = writeln!(
         md,
-        "{records} records (8-byte keys, 100-byte values), {duration} modeled seconds per run, scrambled zipfian (theta 0.99), \
+        "{records} records (8-byte keys, 100-byte values), {length} per run, scrambled zipfian (theta 0.99), \
          the ox-westlake preset cut to about {gib} GiB in memory (see Configuration). Figures are modeled ops/s from the \
          store's virtual clock; every number comes from counters the store and the device kept during the run.\n"
     );
@@ -671,9 +719,9 @@ fn report(
         md,
         "* device: ox-westlake, {} channels x {} ways x {} dies, {} blocks of {} pages of {} KiB per die ({:.2} GiB raw), op {}, in memory, virtual clock\n\
          * store: 4 KiB pages, 1 MiB write buffer, queue depth 64, host checkpoint every 3 modeled s (block), host GC from 50% of the host log used, device GC from 50% used when GC is on\n\
-         * YCSB: {records} records, {duration} modeled s per run, zipfian theta 0.99, read-heavy = 19 reads then 1 update, write-heavy = 19 updates then 1 read\n\
+         * YCSB: {records} records, {length} per run, zipfian theta 0.99, read-heavy = 19 reads then 1 update, write-heavy = 19 updates then 1 read\n\
          * seed {}; wall time {wall:.0} s for {} runs\n\n\
-         Reproduce: `csd repro batch-io --out {}{}{}{}{} --caches {} --seed {}`",
+         Reproduce: `csd repro batch-io --out {}{}{}{}{}{} --caches {} --seed {}`",
         g.channels,
         g.ways,
         g.dies_per_chip,
@@ -694,6 +742,7 @@ fn report(
             .map_or(String::new(), |r| format!(" --records {r}")),
         a.duration
             .map_or(String::new(), |d| format!(" --duration {d}")),
+        a.ops.map_or(String::new(), |n| format!(" --ops {n}")),
         a.device_gib
             .map_or(String::new(), |g| format!(" --device-gib {g}")),
         a.caches
