@@ -708,8 +708,13 @@ fn report(
          Parameters: `--records`, `--device-gib`, `--duration`.\n\
          * **Device GC on the block interface.** The block interface's device GC also runs \
          (from 50% used, as host GC does) and copies host log pages the host has not yet \
-         trimmed; the paper's OXBlock numbers count LLAMA's GC only, so block RA / GC \
-         overhead here are higher. Parameter: `--gc-start`."
+         trimmed; its bytes are counted with host GC's here, while the paper's OXBlock \
+         figures are LLAMA's GC. Parameter: `--gc-start`.\n\
+         * **Run length.** A run of a fixed number of operations lasts a modeled second or \
+         less at high cache sizes: shorter than the 3 s host checkpoint interval and too \
+         short for GC to start, so panels b, c, e, f equal a and d there, and Figure 15's \
+         GC share stays small. Longer runs (`--duration 30`, or `--scale paper`) let \
+         checkpoints and GC run at every cache size. Parameters: `--ops`, `--duration`."
     );
     // Configuration.
     let _ = writeln!(md, "\n## Configuration\n");
