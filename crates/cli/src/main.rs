@@ -11,6 +11,9 @@ mod bench_serve;
 mod check;
 mod fdbench;
 mod image;
+mod kvbench;
+mod kvpeers;
+mod kvrepro;
 mod query;
 mod report;
 mod repro;
@@ -350,6 +353,12 @@ enum BenchCmd {
     ///
     /// Example: csd bench flixr --rows 200000 --queries 20 --selectivity 0.01
     Flixr(bench_flixr::BenchFlixrArgs),
+    /// The batch-io paper's key-value store under YCSB on either interface: modeled and
+    /// wall ops/s, latency percentiles, Table 3/4 figures (RA, WA, GC overhead) and the
+    /// host CPU share; optionally beside redb and fjall on a real file.
+    ///
+    /// Example: csd bench ycsb --interface block --workload write-heavy --records 200000 --cache 20%
+    Ycsb(kvbench::BenchYcsbArgs),
 }
 
 #[derive(Args)]
@@ -409,6 +418,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Bench(BenchCmd::Open(a)) => bench_open::run(&a),
         Cmd::Bench(BenchCmd::Serve(a)) => bench_serve::run(&a),
         Cmd::Bench(BenchCmd::Flixr(a)) => bench_flixr::run(&a),
+        Cmd::Bench(BenchCmd::Ycsb(a)) => kvbench::bench_ycsb_cmd(&a),
     }
 }
 

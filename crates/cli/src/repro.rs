@@ -46,6 +46,11 @@ pub(crate) enum ReproCmd {
     ///
     /// Example: csd repro fd-tree --out repro/fd-tree
     FdTree(crate::fdbench::ReproFdArgs),
+    /// Batch-io paper §8: its key-value store on the block and batch interfaces under
+    /// YCSB: Figures 11, 12, 13 and 15 and Tables 3 and 4 against the published figures.
+    ///
+    /// Example: csd repro batch-io --out repro/batch-io
+    BatchIo(crate::kvrepro::ReproBatchIoArgs),
 }
 
 /// Options of `csd repro scan-paper`.
@@ -87,6 +92,7 @@ pub(crate) fn repro_cmd(c: &ReproCmd) -> Result<(), CliError> {
         ReproCmd::ScanPaper(a) => scan_paper(a),
         ReproCmd::SmartSsd(a) => smart_ssd(a),
         ReproCmd::FdTree(a) => crate::fdbench::repro_fd_cmd(a),
+        ReproCmd::BatchIo(a) => crate::kvrepro::repro_batch_io(a),
     }
 }
 

@@ -110,14 +110,18 @@ impl BlockDevice {
         out: &mut [u8],
         at: SimTime,
     ) -> Result<SimTime, CommandError> {
+        // The LPID list travels host to device, the data device to host: the link
+        // is reserved once, at delivery, for both (as a Read's command is), so that
+        // the list of a later command does not queue behind the data of an earlier one
+        // whose flash read is still under way (that serialized every ReadLpids).
         let mark = self.ctrl.mark();
-        let list = self.ctrl.host_link(at, 8 * lpids.len() as u64, true);
-        match self.ftl.read_lpids(lpids, out, list) {
+        let list_bytes = 8 * lpids.len() as u64;
+        match self.ftl.read_lpids(lpids, out, at) {
             Err(error) if is_refusal(&error) => {
                 self.ctrl.rewind(mark);
                 Err(CommandError { error, done: at })
             }
-            r => self.deliver(r, out.len() as u64, list, false),
+            r => self.deliver(r, out.len() as u64 + list_bytes, at, true),
         }
     }
 

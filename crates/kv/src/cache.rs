@@ -1,0 +1,197 @@
+//! The host page cache and the write buffer (batch-io §8.1.2: LLAMA's cache, "a host
+//! DRAM cache ... measured as a percentage of the dataset size", and the 1 MB write
+//! buffer).
+//!
+//! Choices:
+//! * The cache holds whole 4 KiB pages and evicts with CLOCK (one reference bit per
+//!   frame); frames an operation is using are pinned. Each frame remembers when its data
+//!   arrived (`ready_at`), so an operation that finds a page whose read is still in
+//!   flight waits for that read instead of issuing another.
+//! * The write buffer is a list of page ids to write with the next seal. An entry either
+//!   refers to the cached frame (its state is copied when the buffer is sealed, so later
+//!   updates to the page coalesce into the same write) or owns an image: a dirty page
+//!   evicted from the cache, or a page host GC is relocating.
+
+use crate::page::{self, Page};
+use csd_sim::SimTime;
+use std::collections::HashMap;
+
+/// One cached page.
+pub(crate) struct Frame {
+    pub id: u64,
+    pub data: Page,
+    pub refbit: bool,
+    pub pin: u32,
+    pub ready_at: SimTime,
+}
+
+/// The page cache.
+pub(crate) struct Cache {
+    pub frames: Vec<Frame>,
+    pub index: HashMap<u64, usize>,
+    hand: usize,
+    /// Most frames (pinned frames may exceed it briefly).
+    pub capacity: usize,
+    /// Lookups that found the page.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Frames evicted.
+    pub evictions: u64,
+}
+
+impl Cache {
+    pub fn new(capacity: usize) -> Cache {
+        Cache {
+            frames: Vec::new(),
+            index: HashMap::new(),
+            hand: 0,
+            capacity: capacity.max(1),
+            hits: 0,
+            misses: 0,
+            evictions: 0,
+        }
+    }
+
+    pub fn get(&mut self, id: u64) -> Option<usize> {
+        let f = self.index.get(&id).copied();
+        if let Some(i) = f {
+            self.frames[i].refbit = true;
+        }
+        f
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.frames.len() >= self.capacity
+    }
+
+    /// Choose a frame to evict (CLOCK, skipping pinned frames); `None` if all are pinned.
+    pub fn victim(&mut self) -> Option<usize> {
+        let n = self.frames.len();
+        if n == 0 {
+            return None;
+        }
+        for _ in 0..2 * n + 1 {
+            let i = self.hand % n;
+            self.hand = (i + 1) % n;
+            let f = &mut self.frames[i];
+            if f.pin > 0 {
+                continue;
+            }
+            if f.refbit {
+                f.refbit = false;
+                continue;
+            }
+            return Some(i);
+        }
+        None
+    }
+
+    /// Remove frame `i` (swap-remove), returning its id and data.
+    pub fn remove(&mut self, i: usize) -> (u64, Page) {
+        let f = self.frames.swap_remove(i);
+        self.index.remove(&f.id);
+        if i < self.frames.len() {
+            let moved = self.frames[i].id;
+            self.index.insert(moved, i);
+        }
+        self.evictions += 1;
+        (f.id, f.data)
+    }
+
+    /// Insert a page (the caller made room).
+    pub fn insert(&mut self, id: u64, data: Page, ready_at: SimTime) -> usize {
+        let i = self.frames.len();
+        self.frames.push(Frame {
+            id,
+            data,
+            refbit: true,
+            pin: 0,
+            ready_at,
+        });
+        self.index.insert(id, i);
+        i
+    }
+
+    /// Drop everything (a cold start).
+    pub fn clear(&mut self) {
+        self.frames.clear();
+        self.index.clear();
+        self.hand = 0;
+    }
+}
+
+/// The write buffer.
+pub(crate) struct WriteBuffer {
+    pub order: Vec<u64>,
+    /// `None`: take the page from the cache at seal time; `Some`: an owned image.
+    pub slots: HashMap<u64, Option<Page>>,
+    /// Pages host GC put here (relocations), for the user / GC byte split.
+    pub relocated: HashMap<u64, ()>,
+    /// When the data of every owned image is in host memory.
+    pub ready_at: SimTime,
+    /// Pages per seal (the buffer size less the descriptor block).
+    pub cap: usize,
+}
+
+impl WriteBuffer {
+    pub fn new(cap: usize) -> WriteBuffer {
+        WriteBuffer {
+            order: Vec::new(),
+            slots: HashMap::new(),
+            relocated: HashMap::new(),
+            ready_at: SimTime::ZERO,
+            cap: cap.max(1),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.slots.contains_key(&id)
+    }
+
+    /// Add `id` (from the cache when `image` is `None`); an existing entry takes the
+    /// newer source.
+    pub fn add(&mut self, id: u64, image: Option<Page>) {
+        match self.slots.get_mut(&id) {
+            Some(slot) => *slot = image,
+            None => {
+                self.order.push(id);
+                self.slots.insert(id, image);
+            }
+        }
+    }
+
+    /// The owned image of `id`, if the buffer holds one.
+    pub fn image(&self, id: u64) -> Option<&Page> {
+        self.slots.get(&id).and_then(Option::as_ref)
+    }
+
+    /// Take everything.
+    pub fn drain(&mut self) -> Vec<(u64, Option<Page>, bool)> {
+        let order = std::mem::take(&mut self.order);
+        let mut slots = std::mem::take(&mut self.slots);
+        let reloc = std::mem::take(&mut self.relocated);
+        order
+            .into_iter()
+            .map(|id| {
+                let img = slots.remove(&id).flatten();
+                (id, img, reloc.contains_key(&id))
+            })
+            .collect()
+    }
+}
+
+/// A copy of a page.
+pub(crate) fn copy(p: &Page) -> Page {
+    let mut c = page::blank();
+    c.copy_from_slice(&p[..]);
+    c
+}

@@ -1,0 +1,34 @@
+//! csd-kv: the key-value store of the batch-io paper (§8.1.2), on both storage
+//! interfaces, with the YCSB workloads of its evaluation (§8.1.3).
+//!
+//! * [`store::Store`]: a B-tree-style index of fixed 4 KiB pages updated in place (the
+//!   paper's BwTree without delta chains), a host page cache bounded in pages, a 1 MiB
+//!   write buffer, an asynchronous I/O queue of configurable depth and a host CPU cost
+//!   model ([`cost`]). One code base, two back ends ([`store::Interface`]):
+//!   - **Block** ([`block`]): host log structuring on LBAs (LLAMA's mapping table page id
+//!     → LBA, append-only log of chunks, host GC with victim choice, host checkpoints of
+//!     the mapping table, roll-forward recovery) — Figure 9a;
+//!   - **Batch** ([`batch`]): `FlushBatch` with a DESC block and `ReadLpids`; the device
+//!     does placement, GC and checkpoints — Figure 9b.
+//! * [`ycsb`]: YCSB load and run phases (the paper's read-heavy / write-heavy mixes and
+//!   the standard workloads A–F; scrambled zipfian or uniform keys), by operation count
+//!   or modeled / wall-clock duration, against any [`ycsb::KvTarget`].
+//!
+//! The store reaches the device only through `csd_host::CommandIssuer` (DESIGN.md's
+//! command-interface rule).
+
+pub mod batch;
+pub mod block;
+mod cache;
+pub mod cost;
+mod error;
+pub mod io;
+pub mod page;
+pub mod store;
+pub mod ycsb;
+
+pub use block::{BlockOptions, VictimPolicy};
+pub use cost::{CpuSplit, HostCosts};
+pub use error::KvError;
+pub use io::IoStats;
+pub use store::{Activity, Entry, Interface, OpenFailed, Store, StoreConfig, StoreStats};
