@@ -31,6 +31,10 @@ pub(crate) struct BenchOpenArgs {
     /// GiB written before each crash measurement (comma-separated).
     #[arg(long, default_value = "1,16", value_delimiter = ',')]
     crash_gib: Vec<u64>,
+    /// 512 KiB write commands after each crash measurement's GiB (so the crash falls
+    /// inside a checkpoint interval: they are the log recovery replays).
+    #[arg(long, default_value_t = 512)]
+    tail_commands: u64,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -191,10 +195,10 @@ pub(crate) fn run(a: &BenchOpenArgs) -> Result<(), CliError> {
         for &g in &a.crash_gib {
             let (mut dev, _) = stack::open_image(&path, &OpenOptions::read_write())?;
             next = write_gib(&mut dev, next, g, "writing before the crash", show)?;
-            // A few more commands, so the crash does not fall right after a checkpoint.
+            // More commands, so the crash falls inside a checkpoint interval.
             let ss = dev.ftl().lba_size();
             let extra = vec![0x5Au8; 512 * 1024];
-            for i in 0..7u64 {
+            for i in 0..a.tail_commands {
                 let at = dev.now();
                 let l = (next + i * (512 * 1024 / ss as u64)) % dev.ftl().lbas();
                 dev.ftl_mut().write(l, &extra, at).map_err(CliError::Ftl)?;
@@ -209,9 +213,10 @@ pub(crate) fn run(a: &BenchOpenArgs) -> Result<(), CliError> {
     let _ = std::fs::remove_file(&path);
     let probes = result?;
     let cmd = format!(
-        "csd bench open {} --clean-gib {} --crash-gib {}",
+        "csd bench open {} --clean-gib {} --tail-commands {} --crash-gib {}",
         a.src.describe(),
         a.clean_gib,
+        a.tail_commands,
         a.crash_gib
             .iter()
             .map(|g| g.to_string())

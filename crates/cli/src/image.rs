@@ -118,7 +118,7 @@ impl FtlArgs {
             s.push_str(&format!(" --op {op}"));
         }
         if let Some(m) = self.mdts {
-            s.push_str(&format!(" --mdts {m}"));
+            s.push_str(&format!(" --mdts {}", crate::units::format_size(m)));
         }
         if let Some(g) = self.gc_start_used {
             s.push_str(&format!(" --gc-start-used {g}"));

@@ -6,6 +6,7 @@
 //! for real clients). Every command has `--help`.
 
 mod bench_open;
+mod bench_serve;
 mod check;
 mod fdbench;
 mod image;
@@ -336,6 +337,11 @@ enum BenchCmd {
     ///
     /// Example: csd bench open --clean-gib 4 --crash-gib 1,16
     Open(bench_open::BenchOpenArgs),
+    /// `csd serve` against `nbdkit memory` under the same fio jobs (4 KiB random writes
+    /// and reads over NBD, queue depth 32): IOPS side by side.
+    ///
+    /// Example: csd bench serve --runtime 10
+    Serve(bench_serve::BenchServeArgs),
 }
 
 #[derive(Args)]
@@ -393,6 +399,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Bench(BenchCmd::Query(a)) => query::bench_query_cmd(&a),
         Cmd::Bench(BenchCmd::Fdtree(a)) => fdbench::bench_fdtree_cmd(&a),
         Cmd::Bench(BenchCmd::Open(a)) => bench_open::run(&a),
+        Cmd::Bench(BenchCmd::Serve(a)) => bench_serve::run(&a),
     }
 }
 

@@ -641,3 +641,36 @@ fn sigkill_during_writes_then_restart_serves_every_acknowledged_block() {
     }
     srv.terminate();
 }
+
+/// `csd bench serve` runs fio against csd serve and nbdkit memory and reports both.
+#[test]
+fn bench_serve_compares_with_nbdkit() {
+    let have = |t: &str| {
+        Command::new(t)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !(have("fio") && have("nbdkit")) {
+        eprintln!("notice: fio or nbdkit missing; bench serve test skipped");
+        return;
+    }
+    let out = run(Command::new(CSD).args([
+        "bench",
+        "serve",
+        "--preset",
+        "tiny",
+        "--runtime",
+        "1",
+        "--size",
+        "16m",
+        "--json",
+    ]));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2);
+    for j in jobs {
+        assert!(j["csd_iops"].as_f64().unwrap() > 0.0, "{j}");
+        assert!(j["nbdkit_memory_iops"].as_f64().unwrap() > 0.0, "{j}");
+    }
+}

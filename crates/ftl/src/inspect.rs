@@ -1,4 +1,6 @@
-//! Inspection helpers for tests and tools.
+//! Inspection for tests and tools: where an LBA's copy is, block counts per state, and
+//! the invariant check (MAP, GBITV, valid counts, free counts and open blocks agree with
+//! each other and with the media's write pointers).
 
 use crate::format::{NONE, unpack};
 use crate::ftl::*;

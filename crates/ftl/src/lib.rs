@@ -22,12 +22,15 @@
 //! scattered: each log page carries its LSN, a back link and a vector of forward links
 //! (the next candidate pages), and a failed log write retries at the next link. Fuzzy
 //! incremental checkpoints write the dirty MAP pages, dirty MAPS pages (their addresses,
-//! MAPT, go in the record), WEAR, the bad-block table and lifetime counters, then the
-//! checkpoint record at a well-known location, and truncate the log. Recovery reads the
-//! newest valid record, loads MAPS, redoes the log from the RSSP to the end of the log
-//! (a link that leads to an erased page or to a page of another LSN), verifies commits
-//! without a done record by reading their sectors' TAGs and CRCs and applies them all or
-//! not at all, and ends with a fresh checkpoint.
+//! MAPT, go in the record), WEAR, the bad-block table, the dirty pages of GBITV and
+//! lifetime counters, then the checkpoint record (mirrored) at a well-known location,
+//! and truncate the log. Opening reads the newest valid record and what it names; after a
+//! clean shutdown that is all (O(metadata)); otherwise it redoes the log from the RSSP to
+//! its end (a link that leads to an erased page or to a page of another LSN), verifies
+//! commits without a done record by reading their sectors' TAGs and CRCs and applies
+//! them all or not at all, and ends with a fresh checkpoint. The modules (`map`,
+//! `provision`, `log`, `write`, `read`, `gc`, `checkpoint`, `recovery`, `health`) each
+//! say which section they realize and the choices they make.
 //!
 //! Choices made here:
 //! * The mapping unit is one sector (RBLOCK, 4 KiB in every preset), so an LBA of the
@@ -42,14 +45,21 @@
 //!   OX), so that the forward links are exact; the cost — one log page per write-through
 //!   command, serialized on one die — is the block interface's cost the paper measures
 //!   in §8.2.1. Log blocks are never GC victims; a checkpoint frees them (§5.2).
-//! * GBITV is not written to flash: for a page-mapped FTL it equals "sectors the MAP
-//!   points to", so recovery rebuilds it (and the per-block valid counts) from the
-//!   recovered MAP, which it scans anyway. WEAR and the bad-block table are checkpointed;
-//!   erase counts since the last checkpoint are lost with a crash.
+//! * GBITV is checkpointed (its changed pages only), so opening loads it instead of
+//!   reading every MAP page, and a redo keeps it with MAP. WEAR and the bad-block table
+//!   are checkpointed too; erase counts since the last checkpoint are lost with a crash.
 //! * The well-known checkpoint location is a ring of the first 8 good blocks rather than
-//!   a fixed pair, so a checkpoint block that fails to erase is skipped; records go to one
-//!   block at a time and the next is erased only when the current one is full, so the
-//!   newest record always survives (double buffering).
+//!   a fixed pair, in two halves that each get a copy of every record, so a checkpoint
+//!   block that fails to erase is skipped and no single damaged block loses the newest
+//!   record; within a half, records go to one block at a time and the next is erased only
+//!   when the current one is full (double buffering).
+//! * Every sector carries a TAG with a CRC-32C of its data, checked on every read (host
+//!   reads, GC, metadata, recovery): damage is an error naming what it hit, never wrong
+//!   data. Reads of uncorrectable sectors are retried; data GC cannot read is recorded as
+//!   lost (its reads fail naming the LBA) and the block retired.
+//! * A commit that fails is rolled back (MAP, cache and buffers agree afterwards); a
+//!   drive that can no longer allocate blocks for writes turns read-only, as NVMe drives
+//!   do at their end of life.
 //! * The MAP cache is bounded by `map_cache_share` of controller DRAM and evicts with
 //!   CLOCK, writing dirty MAP pages back to the META stream; during recovery it only
 //!   evicts clean pages and may exceed its bound by the pages redone since the checkpoint.

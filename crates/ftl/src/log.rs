@@ -1,4 +1,7 @@
-//! The recovery log (batch-io §4).
+//! The recovery log (batch-io §4): logically sequential, physically scattered. Each log
+//! page carries its LSN, a back link and forward links (the next candidate pages); a log
+//! write that fails retries at the next link. Log pages live in their own block chain
+//! (not in the HOT stream's WBLOCKs as in OX) so that the forward links are exact.
 
 use crate::FtlError;
 use crate::format::{Entry, Kind, LOG_LINKS, LogPage, NONE, Record, page_addr, page_unaddr};

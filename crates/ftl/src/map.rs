@@ -1,4 +1,14 @@
 //! The MAP cache and GBITV (batch-io §3.2.2, §5.1).
+//!
+//! The page-level MAP lives in MAP pages on flash (their addresses are MAPS, whose page
+//! addresses MAPT are in the checkpoint record); a bounded cache of MAP pages in
+//! controller DRAM (`map_cache_share`) evicts with CLOCK and writes dirty pages back to
+//! the META stream. A MAP page is read (and all its sectors' TAGs and CRCs checked)
+//! before a cache slot is taken for it, so a page that cannot be read never leaves a
+//! slot of unmapped entries in its place. When metadata may not be written (during
+//! recovery, or read-only) eviction takes clean pages only and the cache may grow.
+//! GBITV keeps a valid bit per sector with per-block counts and a dirty bit per GBITV
+//! page for incremental checkpoints.
 
 use crate::FtlError;
 use crate::format::{Kind, NONE, Record, TAG_BYTES, Tag, page_addr, page_unaddr, unpack};

@@ -1,4 +1,8 @@
-//! Block provisioning over HOT/COLD/META streams (batch-io §7.2.3) and bad-block retirement.
+//! Block provisioning (batch-io §7.2.3): HOT (user), COLD (GC) and META streams, each
+//! with an open block per die, filled in channel round robin; the least-worn free block
+//! of a die opens next (dynamic wear leveling); a block whose program fails is retired
+//! and its live data moves after the current commit. When free blocks are scarce a
+//! stream fills its open blocks before opening more.
 
 use crate::FtlError;
 use crate::ftl::*;

@@ -150,6 +150,88 @@ pub enum Access {
     ReadOnly,
 }
 
+/// The bytes of one erase block of the memory backend: an anonymous mapping, zero (all
+/// pages erased) until written, backed by transparent huge pages where the kernel offers
+/// them (random reads over a large device then miss the TLB far less often).
+pub(crate) struct AnonBlock {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    mapped: usize,
+}
+
+/// Huge-page size the mappings are rounded to.
+const HUGE: usize = 2 << 20;
+
+impl AnonBlock {
+    fn new(len: usize) -> Option<AnonBlock> {
+        let mapped = len.next_multiple_of(HUGE);
+        // Map one huge page more and trim, so that the block starts on a huge-page
+        // boundary (transparent huge pages need aligned ranges).
+        let over = mapped + HUGE;
+        // SAFETY: an anonymous private mapping with no fixed address; the result is
+        // checked for MAP_FAILED before use.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                over,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return None;
+        }
+        let start = (raw as usize).next_multiple_of(HUGE);
+        let head = start - raw as usize;
+        let tail = over - head - mapped;
+        // SAFETY: unmapping the unaligned slack before and after [start, start + mapped),
+        // both inside the mapping just made; then advice on the aligned range (failure,
+        // e.g. no THP, is harmless).
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + mapped) as *mut libc::c_void, tail);
+            }
+            libc::madvise(start as *mut libc::c_void, mapped, libc::MADV_HUGEPAGE);
+        }
+        Some(AnonBlock {
+            ptr: std::ptr::NonNull::new(start as *mut u8)?,
+            len,
+            mapped,
+        })
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `mapped >= len` readable bytes mapped for the life of
+        // `self` (unmapped only in `drop`); anonymous memory is zero-initialized.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AnonBlock {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the range `new` mapped; no slice outlives `self`.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.mapped);
+        }
+    }
+}
+
+// SAFETY: the mapping is owned memory like a `Box<[u8]>`: nothing else aliases it, so it
+// may move to and be shared with other threads under the usual borrow rules.
+unsafe impl Send for AnonBlock {}
+// SAFETY: see `Send`; `&AnonBlock` gives only shared reads.
+unsafe impl Sync for AnonBlock {}
+
 /// The storage backend behind a [`crate::Nand`].
 pub(crate) enum Store {
     Mem(MemStore),
@@ -158,7 +240,7 @@ pub(crate) enum Store {
 
 pub(crate) struct MemStore {
     meta: Vec<BlockMeta>,
-    blocks: Vec<Option<Box<[u8]>>>,
+    blocks: Vec<Option<AnonBlock>>,
     layout: Layout,
 }
 
@@ -529,7 +611,7 @@ impl Store {
     #[inline]
     pub fn block(&self, b: usize) -> Option<&[u8]> {
         match self {
-            Store::Mem(m) => m.blocks[b].as_deref(),
+            Store::Mem(m) => m.blocks[b].as_ref().map(|x| x.as_slice()),
             Store::File(f) => {
                 let o = f.blocks_offset + b * f.layout.block_bytes;
                 Some(&f.map[o..o + f.layout.block_bytes])
@@ -546,7 +628,15 @@ impl Store {
         match self {
             Store::Mem(m) => {
                 let n = m.layout.block_bytes;
-                Ok(m.blocks[b].get_or_insert_with(|| vec![0u8; n].into_boxed_slice()))
+                if m.blocks[b].is_none() {
+                    m.blocks[b] = Some(AnonBlock::new(n).ok_or_else(|| NandError::Image {
+                        path: PathBuf::from("(memory)"),
+                        reason: format!("cannot allocate {n} bytes for block {b}"),
+                    })?);
+                }
+                Ok(m.blocks[b]
+                    .as_mut()
+                    .map_or(&mut [][..], |x| x.as_mut_slice()))
             }
             Store::File(f) => {
                 f.reserve(b, upto)?;
@@ -574,7 +664,7 @@ impl Store {
     /// Bytes of memory (or mapped file) actually holding block contents.
     pub fn resident_block_bytes(&self) -> u64 {
         match self {
-            Store::Mem(m) => m.blocks.iter().flatten().map(|b| b.len() as u64).sum(),
+            Store::Mem(m) => m.blocks.iter().flatten().map(|b| b.len as u64).sum(),
             Store::File(f) => (f.nblocks * f.layout.block_bytes) as u64,
         }
     }

@@ -1,5 +1,8 @@
-//! One connection: the fixed-newstyle negotiation, then the transmission phase with a
-//! reader (this thread) and a reply writer (a scoped thread).
+//! One connection: the fixed-newstyle negotiation, then the transmission phase. With the
+//! virtual clock one thread reads, executes and answers each request, and flushes the
+//! replies only when no further request is already buffered (pipelined requests then
+//! cost no thread switch each); with the paced clock a scoped writer thread holds each
+//! reply until the wall clock reaches its modeled completion.
 //!
 //! Everything read from the peer goes through [`read_full`] / [`read_payload`] /
 //! [`discard`], which stop at end of stream, and through the parsers of
@@ -56,7 +59,51 @@ pub(crate) fn run<R: Read, W: Write + Send>(shared: &Shared, r: R, w: W) -> Resu
     let Some(q) = negotiate(shared, &mut r, &mut w)? else {
         return Ok(());
     };
+    if shared.pacer.wall_deadline(SimTime::ZERO).is_none() {
+        let mut sink = Direct { w };
+        let read = read_requests(shared, &q, &mut r, &mut sink);
+        let flushed = sink.w.flush();
+        read?;
+        return Ok(flushed?);
+    }
     transmission(shared, &q, r, w)
+}
+
+/// Where the reader puts replies.
+trait Sink {
+    /// Take a reply; `Ok(false)` when the peer no longer takes replies.
+    fn put(&mut self, reply: Reply) -> io::Result<bool>;
+    /// The reader is about to wait for input: send what is pending.
+    fn idle(&mut self) -> io::Result<()>;
+}
+
+/// Virtual clock: replies go straight into the connection's buffered writer.
+struct Direct<W: Write> {
+    w: BufWriter<W>,
+}
+
+impl<W: Write> Sink for Direct<W> {
+    fn put(&mut self, reply: Reply) -> io::Result<bool> {
+        write_reply(&mut self.w, &reply)?;
+        Ok(true)
+    }
+    fn idle(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+}
+
+/// Paced clock: replies go to the writer thread, which holds them for their deadlines.
+struct ToWriter {
+    tx: SyncSender<Reply>,
+}
+
+impl Sink for ToWriter {
+    fn put(&mut self, reply: Reply) -> io::Result<bool> {
+        Ok(self.tx.send(reply).is_ok())
+    }
+    fn idle(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 fn opt_reply(w: &mut impl Write, option: u32, reply: u32, data: &[u8]) -> io::Result<()> {
@@ -218,7 +265,7 @@ pub(crate) struct Reply {
 fn transmission<R: Read, W: Write + Send>(
     shared: &Shared,
     q: &QueuePair<'_>,
-    mut r: R,
+    mut r: BufReader<R>,
     w: W,
 ) -> Result<(), NbdError> {
     // Bounded: a client that sends requests without reading the replies stalls its own
@@ -227,7 +274,7 @@ fn transmission<R: Read, W: Write + Send>(
     let pacer = shared.pacer.clone();
     std::thread::scope(|s| {
         let writer = s.spawn(move || write_replies(w, rx, &pacer));
-        let read = read_requests(shared, q, &mut r, tx);
+        let read = read_requests(shared, q, &mut r, &mut ToWriter { tx });
         let wrote = writer
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the reply writer panicked")));
@@ -281,15 +328,19 @@ fn check(shared: &Shared, req: &Request) -> Result<(), u32> {
     Ok(())
 }
 
-/// The reader: parse requests, execute them, hand the replies to the writer.
+/// The reader: parse requests, execute them, hand the replies to the sink (flushed
+/// whenever no further request is buffered).
 fn read_requests<R: Read>(
     shared: &Shared,
     q: &QueuePair<'_>,
-    r: &mut R,
-    tx: SyncSender<Reply>,
+    r: &mut BufReader<R>,
+    sink: &mut impl Sink,
 ) -> Result<(), NbdError> {
     let mut hdr = [0u8; REQUEST_HEADER_BYTES];
     loop {
+        if r.buffer().is_empty() {
+            sink.idle()?;
+        }
         if !read_full(r, &mut hdr)? {
             return Ok(());
         }
@@ -337,7 +388,7 @@ fn read_requests<R: Read>(
                 }
             }
         };
-        if tx.send(reply).is_err() {
+        if !sink.put(reply)? {
             // The writer is gone (the client stopped reading or closed).
             return Ok(());
         }

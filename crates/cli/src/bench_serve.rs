@@ -1,0 +1,218 @@
+//! `csd bench serve`: `csd serve` against a real peer in the same run. fio's nbd engine
+//! drives `csd serve` (an image of the chosen device, virtual clock) and `nbdkit memory`
+//! (a RAM disk behind the same protocol) with the same jobs — 4 KiB random writes and
+//! random reads, queue depth 32 — and the table gives IOPS side by side and the ratio.
+//! The emulator's own speed is what is measured: the device model runs in virtual time.
+
+use crate::{CliError, ConfigSource, report};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Arguments of `csd bench serve`.
+#[derive(Args)]
+pub(crate) struct BenchServeArgs {
+    #[command(flatten)]
+    src: ConfigSource,
+    /// Write cache of the served device.
+    #[arg(long, value_enum, default_value_t = crate::image::CacheArg::WriteBack)]
+    write_cache: crate::image::CacheArg,
+    /// Seconds per fio job.
+    #[arg(long, default_value_t = 10)]
+    runtime: u64,
+    /// Region the jobs address (e.g. 2g).
+    #[arg(long, default_value = "2g", value_parser = crate::units::parse_size)]
+    size: u64,
+    /// fio queue depth.
+    #[arg(long, default_value_t = 32)]
+    iodepth: u32,
+    /// Directory for the image and sockets (default: the system's temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the pid of a child we spawned.
+        unsafe {
+            libc::kill(self.0.id() as i32, libc::SIGTERM);
+        }
+        let _ = self.0.wait();
+    }
+}
+
+fn need(tool: &str) -> Result<(), CliError> {
+    let ok = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Ok(())
+    } else {
+        Err(CliError::Usage(format!(
+            "`{tool}` is needed for this benchmark (Debian: apt-get install fio nbdkit)"
+        )))
+    }
+}
+
+fn wait_for(path: &Path) -> Result<(), CliError> {
+    let t0 = Instant::now();
+    while !path.exists() {
+        if t0.elapsed() > Duration::from_secs(30) {
+            return Err(CliError::Usage(format!(
+                "{} did not appear: the server did not start",
+                path.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Run one fio job on `uri`; returns its IOPS.
+fn fio(uri: &str, rw: &str, a: &BenchServeArgs, out: &Path) -> Result<f64, CliError> {
+    let status = Command::new("fio")
+        .args([
+            "--name=csd",
+            "--ioengine=nbd",
+            &format!("--uri={uri}"),
+            &format!("--rw={rw}"),
+            "--bs=4k",
+            &format!("--iodepth={}", a.iodepth),
+            &format!("--size={}", a.size),
+            &format!("--runtime={}", a.runtime),
+            "--time_based",
+            "--output-format=json",
+        ])
+        .arg(format!("--output={}", out.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| CliError::Usage(format!("fio: {e}")))?;
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|_| CliError::Usage(format!("fio failed ({status}) on {uri}")))?;
+    let job = &v["jobs"][0];
+    Ok(job["read"]["iops"].as_f64().unwrap_or(0.0) + job["write"]["iops"].as_f64().unwrap_or(0.0))
+}
+
+/// Run `csd bench serve`.
+pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
+    need("fio")?;
+    need("nbdkit")?;
+    let cfg = a.src.load()?;
+    let base = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("csd-bench-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::Io {
+        path: dir.clone(),
+        source: e,
+    })?;
+    let result = (|| -> Result<Vec<(String, f64, f64)>, CliError> {
+        let image = dir.join("dev.img");
+        let csd_sock = dir.join("csd.sock");
+        let peer_sock = dir.join("peer.sock");
+        let exe = std::env::current_exe().map_err(|e| CliError::Io {
+            path: PathBuf::from("csd"),
+            source: e,
+        })?;
+        let mut serve = Command::new(exe);
+        serve
+            .args(["serve", "--image"])
+            .arg(&image)
+            .arg("--socket")
+            .arg(&csd_sock)
+            .args([
+                "--write-cache",
+                &a.write_cache.to_string(),
+                "--stats-interval",
+                "0",
+            ]);
+        for s in a.src.describe().split_whitespace() {
+            serve.arg(s);
+        }
+        let _csd = Killed(
+            serve
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| CliError::Usage(format!("csd serve: {e}")))?,
+        );
+        wait_for(&csd_sock)?;
+        let bytes = cfg.geometry.raw_capacity();
+        let _peer = Killed(
+            Command::new("nbdkit")
+                .args(["--foreground", "-U"])
+                .arg(&peer_sock)
+                .args(["memory", &bytes.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| CliError::Usage(format!("nbdkit: {e}")))?,
+        );
+        wait_for(&peer_sock)?;
+        let uri = |s: &Path| format!("nbd+unix:///?socket={}", s.display());
+        let out = dir.join("fio.json");
+        let mut rows = Vec::new();
+        for rw in ["randwrite", "randread"] {
+            if !a.json {
+                eprintln!(
+                    "fio {rw} on csd serve, then on nbdkit memory ({} s each)",
+                    a.runtime
+                );
+            }
+            let c = fio(&uri(&csd_sock), rw, a, &out)?;
+            let p = fio(&uri(&peer_sock), rw, a, &out)?;
+            rows.push((rw.to_string(), c, p));
+        }
+        Ok(rows)
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    let rows = result?;
+    let cmd = format!(
+        "csd bench serve {} --write-cache {} --runtime {} --size {} --iodepth {}",
+        a.src.describe(),
+        a.write_cache,
+        a.runtime,
+        crate::units::format_size(a.size),
+        a.iodepth
+    );
+    if a.json {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(rw, c, p)| {
+                serde_json::json!({"job": rw, "csd_iops": c, "nbdkit_memory_iops": p, "ratio": c / p.max(1.0)})
+            })
+            .collect();
+        println!("{}", serde_json::json!({"jobs": v, "command": cmd}));
+        return Ok(());
+    }
+    let mut t = report::table(&[
+        "fio job (4 KiB, nbd)",
+        "csd serve IOPS",
+        "nbdkit memory IOPS",
+        "csd / nbdkit",
+    ]);
+    for (rw, c, p) in &rows {
+        t.add_row(vec![
+            rw.clone(),
+            format!("{c:.0}"),
+            format!("{p:.0}"),
+            format!("{:.2}x", c / p.max(1.0)),
+        ]);
+    }
+    println!("{t}");
+    println!(
+        "device: {} (virtual clock, write cache {})",
+        cfg.name, a.write_cache
+    );
+    println!("reproduce: {cmd}");
+    Ok(())
+}
