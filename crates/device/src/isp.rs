@@ -546,7 +546,9 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
     }
     // Parsed again (a header check, no copy): sealing needed the session mutably.
     let Ok(view) = PageView::parse(&s.buf, &s.schema) else {
-        s.failed = Some(format!("table page {page} at LBA {lba} changed while parsed"));
+        s.failed = Some(format!(
+            "table page {page} at LBA {lba} changed while parsed"
+        ));
         return;
     };
     let layout = view.layout();

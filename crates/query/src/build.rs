@@ -362,12 +362,7 @@ pub fn compare(op: CmpOp, l: Expr, r: Expr, whole: &str) -> Result<Expr, QueryEr
 
 /// `x [NOT] IN (items)`: the constants at `x`'s scale (one that cannot be equal at that
 /// scale is dropped), duplicates removed; folded when `x` is a constant.
-pub fn in_list(
-    x: Expr,
-    items: Vec<Expr>,
-    negated: bool,
-    whole: &str,
-) -> Result<Expr, QueryError> {
+pub fn in_list(x: Expr, items: Vec<Expr>, negated: bool, whole: &str) -> Result<Expr, QueryError> {
     let mut list: Vec<Const> = Vec::with_capacity(items.len());
     for item in &items {
         let c = match (x.ty, item.ty) {
@@ -518,4 +513,3 @@ pub fn or(terms: Vec<Expr>) -> Expr {
         _ => Expr::new(ExprKind::Or(out), DataType::Bool),
     }
 }
-

@@ -63,7 +63,10 @@ fn sf_001_row_counts_are_exact() {
         .iter()
         .map(|&t| drain(TpchGenerator::new(t, 0.01).expect("sf")).0)
         .collect();
-    assert_eq!(counts, vec![60_175, 15_000, 2_000, 1_500, 100, 8_000, 25, 5]);
+    assert_eq!(
+        counts,
+        vec![60_175, 15_000, 2_000, 1_500, 100, 8_000, 25, 5]
+    );
     assert_eq!(TpchTable::Orders.row_count(0.01, 1, 1), Some(15_000));
     assert_eq!(TpchTable::LineItem.row_count(0.01, 1, 1), None);
     let g = TpchGenerator::new(TpchTable::Customer, 0.01).expect("sf");
