@@ -8,6 +8,7 @@
 mod bench_flixr;
 mod bench_open;
 mod bench_serve;
+mod bench_tpch;
 mod check;
 mod fdbench;
 mod image;
@@ -331,6 +332,11 @@ enum BenchCmd {
     ///
     /// Example: csd bench query --sf 1 --query q6
     Query(query::BenchQueryArgs),
+    /// The 22 TPC-H queries through DataFusion over an in-memory device: per-query wall
+    /// time and correctness; `--compare duckdb` adds DuckDB's times and the ratio.
+    ///
+    /// Example: csd bench tpch --sf 1 --compare duckdb
+    Tpch(bench_tpch::BenchTpchArgs),
     /// The FD+tree paper's harness (§5) on an emulated SSD in paced mode: one scheme,
     /// one workload; throughput and R_p / R_q per request type, and a latency plot.
     ///
@@ -414,6 +420,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Query(a) => query::query_cmd(&a),
         Cmd::Repro(c) => repro::repro_cmd(&c),
         Cmd::Bench(BenchCmd::Query(a)) => query::bench_query_cmd(&a),
+        Cmd::Bench(BenchCmd::Tpch(a)) => bench_tpch::run(&a),
         Cmd::Bench(BenchCmd::Fdtree(a)) => fdbench::bench_fdtree_cmd(&a),
         Cmd::Bench(BenchCmd::Open(a)) => bench_open::run(&a),
         Cmd::Bench(BenchCmd::Serve(a)) => bench_serve::run(&a),

@@ -9,6 +9,9 @@ use csd_ftl::FtlConfig;
 use csd_host::{Catalog, Client, QueryReport, ScanOptions, Strategy, TableInfo, run_query};
 use csd_query::{QueryResult, plan};
 use csd_sim::DeviceConfig;
+use csd_sql::datafusion::arrow::array::RecordBatch;
+use csd_sql::datafusion::arrow::util::display::array_value_to_string;
+use csd_sql::{Choice, ScanSettings, SqlSession};
 use csd_table::datagen::{TpchGenerator, TpchTable};
 use csd_table::page::Layout;
 use serde_json::{Value, json};
@@ -87,11 +90,30 @@ pub(crate) struct QueryArgs {
     /// Device image holding the tables (see `csd load`).
     #[arg(long)]
     image: PathBuf,
-    /// The query: single-table SELECT with WHERE, projection, aggregates, GROUP BY,
-    /// ORDER BY. `q1` and `q6` stand for TPC-H Q1 and Q6 on `lineitem`.
+    /// The query: any SQL DataFusion accepts over the device's tables (joins, ORDER BY,
+    /// LIMIT, subqueries). `q1` … `q22` stand for the TPC-H queries with their
+    /// validation parameters.
     sql: String,
-    #[command(flatten)]
-    run: RunOpts,
+    /// Where scans run: ihp, cpu-isp, hw-isp, auto (per scan, from the analytic model),
+    /// or all (the three, side by side; results must agree).
+    #[arg(long, default_value = "all")]
+    strategy: String,
+    /// IHP: read commands the host keeps in flight.
+    #[arg(long, default_value_t = 32)]
+    queue_depth: usize,
+    /// ISP: smallest (first) GET poll interval, µs.
+    #[arg(long, default_value_t = 50.0)]
+    poll_min_us: f64,
+    /// ISP: largest GET poll interval, µs.
+    #[arg(long, default_value_t = 10_000.0)]
+    poll_max_us: f64,
+    /// Keep partial aggregations in DataFusion instead of the device.
+    #[arg(long)]
+    no_aggregate_pushdown: bool,
+    /// Print the plan after the run: which operators ran in the device and which in
+    /// the host, with per-operator metrics (EXPLAIN ANALYZE).
+    #[arg(long)]
+    explain: bool,
     /// Result rows to print (all are computed).
     #[arg(long, default_value_t = 20)]
     rows: usize,
@@ -100,6 +122,205 @@ pub(crate) struct QueryArgs {
     json: bool,
 }
 
+/// The SQL of `q1` … `q22`, or the text itself.
+pub(crate) fn expand_tpch(sql: &str) -> &str {
+    let t = sql.trim().to_ascii_lowercase();
+    if let Some(n) = t.strip_prefix('q').and_then(|n| n.parse::<usize>().ok())
+        && (1..=22).contains(&n)
+    {
+        return csd_sql::tpch::QUERIES[n - 1];
+    }
+    sql
+}
+
+fn choices(s: &str) -> Result<Vec<Choice>, CliError> {
+    if s == "all" {
+        return Ok(Strategy::ALL.into_iter().map(Choice::Fixed).collect());
+    }
+    s.split(',')
+        .map(|x| {
+            Choice::parse(x.trim()).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "unknown strategy `{}`: use ihp, cpu-isp, hw-isp, auto or all",
+                    x.trim()
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Result batches as display rows.
+pub(crate) fn batch_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, CliError> {
+    let mut out = Vec::new();
+    for b in batches {
+        for r in 0..b.num_rows() {
+            let mut row = Vec::with_capacity(b.num_columns());
+            for c in b.columns() {
+                row.push(
+                    array_value_to_string(c, r)
+                        .map_err(|e| CliError::Nvme(format!("formatting a result: {e}")))?,
+                );
+            }
+            out.push(row);
+        }
+    }
+    Ok(out)
+}
+
+/// `csd query`: DataFusion plans, the device scans.
+pub(crate) fn query_cmd(a: &QueryArgs) -> Result<(), CliError> {
+    // Read-only: a query never changes the image (running it twice leaves the file
+    // byte-identical), whatever the SQL says.
+    let dev = crate::image::open_ro(&a.image, a.json)?;
+    let cfg = dev.ftl().nand().config().clone();
+    let mut client = Client::new(NvmeDevice::from_block(dev))?;
+    let sql = expand_tpch(&a.sql);
+    let mut runs: Vec<(Choice, csd_sql::Answer)> = Vec::new();
+    let mut first: Option<(Vec<String>, Vec<Vec<String>>)> = None;
+    for choice in choices(&a.strategy)? {
+        let mut settings = ScanSettings::new(choice);
+        settings.options.queue_depth = a.queue_depth.max(1);
+        settings.options.poll_min_us = a.poll_min_us;
+        settings.options.poll_max_us = a.poll_max_us;
+        settings.aggregate_pushdown = !a.no_aggregate_pushdown;
+        let session = SqlSession::new(client, cfg.clone(), settings)
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        let answer = session
+            .run(sql)
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        let names: Vec<String> = answer
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let rows = batch_rows(&answer.batches)?;
+        match &first {
+            None => first = Some((names, rows)),
+            Some((_, r)) if *r != rows => {
+                return Err(CliError::Nvme(format!(
+                    "strategy {} returned a different result than {}: this is a bug",
+                    choice.name(),
+                    runs.first().map_or("the first", |x| x.0.name())
+                )));
+            }
+            Some(_) => {}
+        }
+        runs.push((choice, answer));
+        // The session's tables hold the device: take it back for the next strategy.
+        client = session
+            .into_client()
+            .ok_or_else(|| CliError::Nvme("a plan still holds the device".into()))?;
+    }
+    let (names, rows) = first.ok_or_else(|| CliError::Usage("no strategy given".into()))?;
+    let cmd = format!(
+        "csd query --image {} --strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}{} \"{}\"",
+        a.image.display(),
+        a.strategy,
+        a.queue_depth,
+        a.poll_min_us,
+        a.poll_max_us,
+        if a.no_aggregate_pushdown {
+            " --no-aggregate-pushdown"
+        } else {
+            ""
+        },
+        a.sql
+    );
+    if a.json {
+        let runs_json: Vec<Value> = runs
+            .iter()
+            .map(|(c, ans)| {
+                json!({
+                    "strategy": c.name(),
+                    "scans": ans.scans.iter().map(|s| {
+                        let mut r = report_json(&s.report);
+                        r["device_program"] = json!(s.program);
+                        r["why"] = json!(s.why);
+                        r
+                    }).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({"columns": names, "rows": rows, "device": cfg.name, "runs": runs_json, "command": cmd})
+        );
+        return Ok(());
+    }
+    let mut t = report::table(&names.iter().map(String::as_str).collect::<Vec<_>>());
+    for r in rows.iter().take(a.rows) {
+        t.add_row(r.clone());
+    }
+    println!("{t}");
+    if rows.len() > a.rows {
+        println!("({} rows, {} shown)", rows.len(), a.rows);
+    } else {
+        println!("({} rows)", rows.len());
+    }
+    for (c, ans) in &runs {
+        print_scans(*c, ans, &cfg);
+        if a.explain {
+            println!(
+                "plan ({}; [device] ran in the device, [host] in DataFusion):",
+                c.name()
+            );
+            print!("{}", ans.explained);
+        }
+    }
+    println!("reproduce: {cmd}");
+    Ok(())
+}
+
+/// The device scans of one run: what ran in the device and the modeled report.
+fn print_scans(choice: Choice, ans: &csd_sql::Answer, cfg: &DeviceConfig) {
+    println!(
+        "strategy {}: {} device scan(s), wall {:.3} s",
+        choice.name(),
+        ans.scans.len(),
+        ans.wall_s
+    );
+    let mut t = report::table(&[
+        "table",
+        "strategy",
+        "in the device",
+        "modeled s",
+        "bottleneck",
+        "pages read",
+        "host link MB",
+        "channel MB",
+        "energy J",
+        "rows out",
+    ]);
+    for s in &ans.scans {
+        let r = &s.report;
+        t.add_row(vec![
+            format!("{} ({})", s.table, r.layout),
+            s.strategy.name().to_string(),
+            s.program.clone(),
+            format!("{:.4}", r.modeled_s()),
+            r.bottleneck.to_string(),
+            r.flash_reads.to_string(),
+            mb(r.host_link_bytes),
+            mb(r.channel_bytes),
+            format!("{:.3}", r.energy.total_j()),
+            r.result_rows.to_string(),
+        ]);
+    }
+    println!("{t}");
+    for s in &ans.scans {
+        if s.why != "chosen by the user" {
+            println!("  {}: {}", s.table, s.why);
+        }
+    }
+    let reports: Vec<QueryReport> = ans.scans.iter().map(|s| s.report.clone()).collect();
+    let total: f64 = reports.iter().map(|r| r.modeled_s()).sum();
+    println!("modeled device time, all scans: {total:.4} s (scans run one after the other)");
+    print_reports(&reports, cfg);
+}
+
+/// `q1` / `q6` as the device program's SQL subset spells them (`csd bench query`, the
+/// demo and the golden figures), or the text itself.
 fn expand(sql: &str) -> &str {
     match sql.trim().to_ascii_lowercase().as_str() {
         "q1" => Q1,
@@ -142,33 +363,6 @@ pub(crate) fn run_strategies(
     }
     let result = first.ok_or_else(|| CliError::Usage("no strategy given".into()))?;
     Ok((result, info, reports))
-}
-
-/// `csd query`.
-pub(crate) fn query_cmd(a: &QueryArgs) -> Result<(), CliError> {
-    // Read-only: a query never changes the image (running it twice leaves the file
-    // byte-identical).
-    let dev = crate::image::open_ro(&a.image, a.json)?;
-    let cfg = dev.ftl().nand().config().clone();
-    let mut client = Client::new(NvmeDevice::from_block(dev))?;
-    let sql = expand(&a.sql);
-    let out = run_strategies(&mut client, &cfg, sql, &a.run);
-    drop(client);
-    let (result, info, reports) = out?;
-    let cmd = format!(
-        "csd query --image {} {} \"{}\"",
-        a.image.display(),
-        a.run.flags(),
-        a.sql
-    );
-    if a.json {
-        println!("{}", query_json(&result, &info, &reports, &cfg, &cmd));
-    } else {
-        print_result(&result, a.rows);
-        print_reports(&reports, &cfg);
-        println!("reproduce: {cmd}");
-    }
-    Ok(())
 }
 
 /// Print up to `max` rows of a result.
@@ -321,28 +515,6 @@ pub(crate) fn report_json(r: &QueryReport) -> Value {
         "wall_s": r.wall_s,
         "wall_rows_per_s": r.wall_rows_per_s(),
         "wall_table_bytes_per_s": r.wall_bytes_per_s(),
-    })
-}
-
-fn query_json(
-    result: &QueryResult,
-    info: &TableInfo,
-    reports: &[QueryReport],
-    cfg: &DeviceConfig,
-    cmd: &str,
-) -> Value {
-    let rows: Vec<Vec<String>> = result
-        .rows
-        .iter()
-        .map(|r| r.iter().map(|v| v.to_string()).collect())
-        .collect();
-    json!({
-        "columns": result.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
-        "rows": rows,
-        "table": info.name,
-        "device": cfg.name,
-        "runs": reports.iter().map(report_json).collect::<Vec<_>>(),
-        "command": cmd,
     })
 }
 

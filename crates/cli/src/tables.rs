@@ -43,7 +43,10 @@ pub(crate) struct TpchArgs {
     #[arg(long, default_value_t = 0.1)]
     sf: f64,
     /// Tables to load, comma-separated.
-    #[arg(long, default_value = "lineitem,orders,part,customer")]
+    #[arg(
+        long,
+        default_value = "lineitem,orders,part,customer,supplier,partsupp,nation,region"
+    )]
     tables: String,
     #[command(flatten)]
     target: Target,
@@ -182,19 +185,23 @@ pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
     let mut loads = Vec::new();
     match c {
         LoadCmd::Tpch(a) => {
-            let mut client = open_client(&a.target)?;
+            // Every name is checked before the image is opened: a typo writes nothing.
+            let mut wanted = Vec::new();
             for name in a.tables.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                let table = match name {
-                    "lineitem" => TpchTable::LineItem,
-                    "orders" => TpchTable::Orders,
-                    "part" => TpchTable::Part,
-                    "customer" => TpchTable::Customer,
-                    other => {
-                        return Err(CliError::Usage(format!(
-                            "unknown TPC-H table `{other}`; use lineitem, orders, part, customer"
-                        )));
-                    }
-                };
+                let table = TpchTable::ALL
+                    .into_iter()
+                    .find(|t| t.name().eq_ignore_ascii_case(name))
+                    .ok_or_else(|| {
+                        CliError::Usage(format!(
+                            "unknown TPC-H table `{name}`; use {}",
+                            TpchTable::ALL.map(|t| t.name()).join(", ")
+                        ))
+                    })?;
+                wanted.push(table);
+            }
+            let mut client = open_client(&a.target)?;
+            for table in wanted {
+                let name = table.name();
                 let g =
                     TpchGenerator::new(table, a.sf).map_err(|e| CliError::Usage(e.to_string()))?;
                 let total = table.row_count(a.sf, 1, 1);

@@ -48,7 +48,8 @@ fn load_then_query_three_ways_as_json() {
     assert_eq!(v["rows"][0][0], "500");
     let runs = v["runs"].as_array().expect("runs");
     assert_eq!(runs.len(), 3);
-    for r in runs {
+    // Each run reports its scans (one here: a single-table query).
+    for r in runs.iter().map(|r| &r["scans"][0]) {
         for key in [
             "modeled_time_s",
             "wall_s",
@@ -66,7 +67,11 @@ fn load_then_query_three_ways_as_json() {
         }
         assert!(r["stages"]["flash_array"]["busy_s"].as_f64().expect("busy") > 0.0);
     }
-    let link = |i: usize| runs[i]["host_link_bytes"].as_u64().expect("bytes");
+    let link = |i: usize| {
+        runs[i]["scans"][0]["host_link_bytes"]
+            .as_u64()
+            .expect("bytes")
+    };
     assert!(link(2) < link(0), "hw-isp moves fewer bytes than ihp");
 
     // Bad SQL: a clear error naming the problem, and the image still answers.

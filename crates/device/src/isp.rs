@@ -46,7 +46,10 @@
 //! session whose arena is full of unfetched chunks stops issuing pages until a GET drains
 //! it (so a host that polls too slowly stalls the scan, and an adaptive poll interval
 //! matters, §3.1). An aggregation's state lives in the arena and is returned as one chunk
-//! at the end.
+//! at the end; when a page could add more groups than the arena holds, the groups so far
+//! are sealed as a chunk first (the host merges partial states) and the table restarts
+//! empty, so an aggregation with more groups than the device can hold still completes,
+//! its overflow handed to the host.
 //!
 //! A page that fails to read (uncorrectable) or is not a page of the session's table
 //! ends the session in the `Failed` state with a message naming the LBA; GET reports it.
@@ -185,6 +188,9 @@ struct Session {
     pinned: u32,
     /// Earliest instant the next page may be issued.
     cursor: SimTime,
+    /// Groups the arena holds (aggregations): when a page could add more, the groups so
+    /// far are handed to the host as a chunk (which merges them) and the table restarts.
+    group_limit: usize,
     /// The chunk being filled.
     out: PartialResult,
     out_link_bytes: u64,
@@ -332,10 +338,19 @@ impl Runtime {
                     .sum();
                 let per_group = (key + 24 * a.aggregates.len() + 8).max(1) as u64;
                 let limit = arena_bytes / per_group;
-                if limit == 0 {
+                // A page adds at most its row count of groups, so the group table holds
+                // one page's worth before the session hands its groups to the host.
+                let page_rows = csd_table::page::rows_per_page(
+                    Layout::Pax,
+                    args.plan.schema.row_width(),
+                    self.page_bytes as usize,
+                ) as u64;
+                if limit < page_rows.max(1) {
                     return Err(IspRefusal::Resources(format!(
-                        "one group of this aggregation needs {per_group} bytes, more than the \
-                         session arena of {arena_bytes} bytes (isp.session_arena_kib)"
+                        "the group table of this aggregation needs {per_group} bytes per group \
+                         and room for one page's {page_rows} rows ({} bytes), more than the \
+                         session arena of {arena_bytes} bytes (isp.session_arena_kib)",
+                        per_group * page_rows.max(1)
                     )));
                 }
                 limit as usize
@@ -365,6 +380,7 @@ impl Runtime {
             inflight: BinaryHeap::new(),
             pinned,
             cursor: at,
+            group_limit,
             out,
             out_link_bytes: 0,
             out_rows_selected: 0,
@@ -512,8 +528,8 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
             return;
         }
     };
-    let view = match PageView::parse(&s.buf, &s.schema) {
-        Ok(v) => v,
+    let page_rows = match PageView::parse(&s.buf, &s.schema) {
+        Ok(v) => v.row_count(),
         Err(e) => {
             s.failed = Some(format!(
                 "table page {page} at LBA {lba} is not a page of `{}`: {e}",
@@ -521,6 +537,19 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
             ));
             return;
         }
+    };
+    if s.aggregate && s.out.len().saturating_add(page_rows) > s.group_limit {
+        // The arena could overflow on this page: emit the groups so far (the host merges
+        // partial states) and go on with an empty table.
+        s.out_ready = s.out_ready.max(t_flash);
+        s.seal_chunk();
+    }
+    // Parsed again (a header check, no copy): sealing needed the session mutably.
+    let Ok(view) = PageView::parse(&s.buf, &s.schema) else {
+        s.failed = Some(format!(
+            "table page {page} at LBA {lba} changed while parsed"
+        ));
+        return;
     };
     let layout = view.layout();
     let c = match s.eval.eval_page(&view, &mut s.out) {

@@ -22,5 +22,5 @@ pub mod shared;
 
 pub use catalog::{Catalog, LoadReport, TableInfo, same_name};
 pub use client::{Client, CommandIssuer, HostError};
-pub use scan::{QueryReport, ScanOptions, Strategy, run_query};
+pub use scan::{QueryReport, ScanOptions, Strategy, run_query, run_scan};
 pub use shared::{DeviceHandle, SharedDevice};

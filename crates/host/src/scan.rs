@@ -207,6 +207,8 @@ fn busy(t: &Telemetry, class: ResourceClass) -> (u64, usize) {
 
 /// Run `plan` over `table` with `opts`; returns the result and the report. `cfg` is the
 /// platform (host CPU, ISP costs, energy); the device is reached only through `c`.
+/// The partial results the scan produces are merged and finished with the plan's own
+/// ordering; [`run_scan`] streams them instead.
 pub fn run_query<C: CommandIssuer>(
     c: &mut C,
     table: &TableInfo,
@@ -214,6 +216,34 @@ pub fn run_query<C: CommandIssuer>(
     cfg: &DeviceConfig,
     opts: &ScanOptions,
 ) -> Result<(QueryResult, QueryReport), HostError> {
+    let mut all = PartialResult::new(plan);
+    let mut report = run_scan(c, table, plan, cfg, opts, &mut |chunk| {
+        all.merge(chunk)
+            .map_err(|e| HostError::Invalid(format!("merging a result chunk: {e}")))
+    })?;
+    let result = all
+        .finish(plan)
+        .map_err(|e| HostError::Invalid(format!("finishing the result: {e}")))?;
+    report.result_rows = result.rows.len() as u64;
+    Ok((result, report))
+}
+
+/// Rows a host-side (IHP) projection gathers before handing them to the sink.
+pub const IHP_CHUNK_ROWS: usize = 8192;
+
+/// Run the device program `plan` over `table` with `opts`, handing every partial result
+/// to `sink` as it arrives (projected rows in page order, in chunks; aggregation states,
+/// one per device chunk, which the caller merges), and return the report. The sink
+/// never touches the device, so it cannot change a modeled figure. `result_rows` of the
+/// report counts the rows (or groups) handed to the sink.
+pub fn run_scan<C: CommandIssuer>(
+    c: &mut C,
+    table: &TableInfo,
+    plan: &Plan,
+    cfg: &DeviceConfig,
+    opts: &ScanOptions,
+    sink: &mut dyn FnMut(PartialResult) -> Result<(), HostError>,
+) -> Result<QueryReport, HostError> {
     if plan.schema.fingerprint() != table.schema.fingerprint() {
         return Err(HostError::Invalid(format!(
             "the plan is for table `{}`, not for `{}`",
@@ -233,17 +263,19 @@ pub fn run_query<C: CommandIssuer>(
         opts,
         t0,
     };
-    let (partial, work, commands, end) = match opts.strategy {
-        Strategy::Ihp => run.ihp(c, &mut host)?,
-        Strategy::CpuIsp => run.isp(c, &mut host, IspMode::Cpu)?,
-        Strategy::HwIsp => run.isp(c, &mut host, IspMode::Hw)?,
+    let mut emitted = 0u64;
+    let mut counting = |chunk: PartialResult| {
+        emitted += chunk.len() as u64;
+        sink(chunk)
+    };
+    let (work, commands, end) = match opts.strategy {
+        Strategy::Ihp => run.ihp(c, &mut host, &mut counting)?,
+        Strategy::CpuIsp => run.isp(c, &mut host, IspMode::Cpu, &mut counting)?,
+        Strategy::HwIsp => run.isp(c, &mut host, IspMode::Hw, &mut counting)?,
     };
     let end = end.max(c.now());
     c.wait_until(end);
     let after = telemetry(c)?;
-    let result = partial
-        .finish(plan)
-        .map_err(|e| HostError::Invalid(format!("finishing the result: {e}")))?;
     let modeled_ns = end.since(t0).max(1);
     let mut counters = EnergyCounters {
         page_reads: after.counters.page_reads - before.counters.page_reads,
@@ -297,7 +329,7 @@ pub fn run_query<C: CommandIssuer>(
             _ => Some(s),
         })
         .map_or("none", |s| s.name);
-    let report = QueryReport {
+    Ok(QueryReport {
         strategy: opts.strategy,
         table: table.name.clone(),
         layout: table.layout.to_string(),
@@ -305,7 +337,7 @@ pub fn run_query<C: CommandIssuer>(
         table_bytes: table.bytes(),
         rows: table.rows,
         work,
-        result_rows: result.rows.len() as u64,
+        result_rows: emitted,
         modeled_ns,
         stages,
         bottleneck,
@@ -318,11 +350,14 @@ pub fn run_query<C: CommandIssuer>(
         commands,
         energy,
         wall_s: wall0.elapsed().as_secs_f64(),
-    };
-    Ok((result, report))
+    })
 }
 
-type Outcome = (PartialResult, WorkCounters, u64, SimTime);
+/// The evaluator's work, the commands issued and the instant the host's work ended.
+type Outcome = (WorkCounters, u64, SimTime);
+
+/// Where a scan's partial results go.
+type Sink<'s> = dyn FnMut(PartialResult) -> Result<(), HostError> + 's;
 
 fn host_cycles(cfg: &DeviceConfig, records: u64, results: u64) -> u64 {
     (cfg.isp.host_cycles_per_record * records as f64
@@ -342,7 +377,12 @@ struct Run<'a> {
 
 impl Run<'_> {
     /// In-host processing: reads with `queue_depth` in flight, host CPU evaluation.
-    fn ihp<C: CommandIssuer>(&self, c: &mut C, host: &mut HostCpu) -> Result<Outcome, HostError> {
+    fn ihp<C: CommandIssuer>(
+        &self,
+        c: &mut C,
+        host: &mut HostCpu,
+        sink: &mut Sink<'_>,
+    ) -> Result<Outcome, HostError> {
         let Run {
             table,
             plan,
@@ -391,10 +431,16 @@ impl Run<'_> {
                 let cycles = host_cycles(cfg, w.records_examined, w.rows_selected)
                     + cfg.isp.host_cycles_per_page.round() as u64;
                 end = end.max(host.run(arrived, cycles));
+                if !plan.is_aggregate() && out.len() >= IHP_CHUNK_ROWS {
+                    sink(std::mem::replace(&mut out, PartialResult::new(plan)))?;
+                }
             }
             page += n;
         }
-        Ok((out, eval.totals(), commands, end))
+        if plan.is_aggregate() || !out.is_empty() {
+            sink(out)?;
+        }
+        Ok((eval.totals(), commands, end))
     }
 
     /// In-storage processing: OPEN, adaptive GET polling, CLOSE.
@@ -403,6 +449,7 @@ impl Run<'_> {
         c: &mut C,
         host: &mut HostCpu,
         mode: IspMode,
+        sink: &mut Sink<'_>,
     ) -> Result<Outcome, HostError> {
         let Run {
             table,
@@ -427,7 +474,6 @@ impl Run<'_> {
         };
         let opened = c.now();
         let mut commands = 1u64;
-        let mut out = PartialResult::new(plan);
         let mut interval = opts.poll_min_us.max(1.0);
         let mut end = c.now();
         let result = (|| -> Result<WorkCounters, HostError> {
@@ -439,8 +485,7 @@ impl Run<'_> {
                 };
                 let got = reply.chunk.is_some();
                 if let Some(chunk) = reply.chunk.take() {
-                    out.merge(chunk)
-                        .map_err(|e| HostError::Invalid(format!("merging a result chunk: {e}")))?;
+                    sink(chunk)?;
                     if mode == IspMode::Hw {
                         let cy =
                             host_cycles(cfg, reply.chunk_rows_selected, reply.chunk_rows_selected);
@@ -480,6 +525,6 @@ impl Run<'_> {
         commands += 1;
         let work = result?;
         closed?;
-        Ok((out, work, commands, end))
+        Ok((work, commands, end))
     }
 }

@@ -440,6 +440,36 @@ impl AggState {
         Ok(())
     }
 
+    /// The grouping columns: schema index and stored type, in `GROUP BY` order.
+    pub fn group_columns(&self) -> impl ExactSizeIterator<Item = (usize, ColumnType)> + '_ {
+        self.group_cols.iter().map(|&(c, ty, _)| (c, ty))
+    }
+
+    /// The stored bytes of grouping column `i` of group `g` (`CHAR` keeps its padding).
+    pub fn key_bytes(&self, g: usize, i: usize) -> &[u8] {
+        let Some(&(_, ty, off)) = self.group_cols.get(i) else {
+            return &[];
+        };
+        let start = g * self.key_width + off;
+        self.keys.get(start..start + ty.width()).unwrap_or(&[])
+    }
+
+    /// Rows folded into each group (the count of every `COUNT`, the divisor of `AVG`).
+    pub fn group_rows(&self) -> &[u64] {
+        &self.rows
+    }
+
+    /// Aggregate `a`'s raw accumulator, per group: what a caller that merges states
+    /// itself (a SQL engine's final aggregation) needs.
+    pub fn accumulator(&self, a: usize) -> Option<AccView<'_>> {
+        Some(match self.accs.get(a)? {
+            Acc::Count => AccView::Count(&self.rows),
+            Acc::Sum { sum } => AccView::Sum(sum),
+            Acc::MinMax { val, seen, .. } => AccView::MinMax { val, seen },
+            Acc::MinMaxChar { val, seen, .. } => AccView::MinMaxChar { val, seen },
+        })
+    }
+
     /// The value of grouping column `i` for group `g`.
     fn key_value(&self, g: usize, i: usize) -> Value {
         let Some(&(_, ty, off)) = self.group_cols.get(i) else {
@@ -547,6 +577,31 @@ impl AggState {
         }
         Ok(rows)
     }
+}
+
+/// One aggregate's accumulator over every group of an [`AggState`] (see
+/// [`AggState::accumulator`]).
+#[derive(Debug, Clone, Copy)]
+pub enum AccView<'a> {
+    /// `COUNT`: the rows of each group.
+    Count(&'a [u64]),
+    /// `SUM` / `AVG`: the exact sum of each group, in units of the argument's scale (the
+    /// count of `AVG` is the group's rows).
+    Sum(&'a [i128]),
+    /// `MIN` / `MAX` of a number or date; `seen` is false for a group without values.
+    MinMax {
+        /// The extreme value per group.
+        val: &'a [i64],
+        /// Whether the group saw a value.
+        seen: &'a [bool],
+    },
+    /// `MIN` / `MAX` of a `CHAR` column (stored bytes, padding included).
+    MinMaxChar {
+        /// The extreme value per group.
+        val: &'a [Vec<u8>],
+        /// Whether the group saw a value.
+        seen: &'a [bool],
+    },
 }
 
 /// Reusable buffers for group-id computation.

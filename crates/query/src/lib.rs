@@ -102,6 +102,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agg;
+pub mod build;
 pub mod error;
 pub mod eval;
 mod kernels;
@@ -110,7 +111,7 @@ pub mod planner;
 pub mod result;
 pub mod types;
 
-pub use agg::AggState;
+pub use agg::{AccView, AggState};
 pub use error::{EvalError, QueryError};
 pub use eval::{Evaluator, WorkCounters};
 pub use kernels::cmp_padded;
@@ -119,5 +120,5 @@ pub use plan::{
     OutputColumn, Plan, SortKey,
 };
 pub use planner::{Catalog, plan};
-pub use result::{PartialResult, QueryResult, RowChunk};
+pub use result::{ColumnData, PartialResult, QueryResult, RowChunk};
 pub use types::{DataType, Value};

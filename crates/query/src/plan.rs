@@ -414,16 +414,32 @@ impl Plan {
 }
 
 impl Expr {
-    pub(crate) fn new(kind: ExprKind, ty: DataType) -> Expr {
+    /// A node of `kind` typed `ty` (no checks: see [`crate::build`] for typed
+    /// construction).
+    pub fn new(kind: ExprKind, ty: DataType) -> Expr {
         Expr { kind, ty }
     }
 
-    pub(crate) fn constant(c: Const, ty: DataType) -> Expr {
+    /// A constant of type `ty`.
+    pub fn constant(c: Const, ty: DataType) -> Expr {
         Expr::new(ExprKind::Const(c), ty)
     }
 
-    pub(crate) fn boolean(b: bool) -> Expr {
+    /// A truth value.
+    pub fn boolean(b: bool) -> Expr {
         Expr::constant(Const::Bool(b), DataType::Bool)
+    }
+
+    /// Column `index` of `schema`, typed from its stored type (`None` out of range).
+    pub fn column(schema: &Schema, index: usize) -> Option<Expr> {
+        let col = schema.columns().get(index)?;
+        Some(Expr::new(
+            ExprKind::Column {
+                index,
+                name: col.name.clone(),
+            },
+            DataType::of_column(col.ty),
+        ))
     }
 
     /// The constant, if this node is one.

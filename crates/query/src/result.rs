@@ -68,6 +68,17 @@ impl RowChunk {
         (self.rows * self.types.iter().map(|t| t.wire_width()).sum::<usize>()) as u64
     }
 
+    /// Column `c`'s values (`None` out of range).
+    pub fn column(&self, c: usize) -> Option<ColumnData<'_>> {
+        Some(match self.columns.get(c)? {
+            ChunkColumn::Num(v) => ColumnData::Num(v),
+            ChunkColumn::Char { width, bytes } => ColumnData::Char {
+                width: *width,
+                bytes,
+            },
+        })
+    }
+
     pub(crate) fn columns_mut(&mut self) -> &mut [ChunkColumn] {
         &mut self.columns
     }
@@ -152,6 +163,20 @@ impl RowChunk {
             })
             .collect()
     }
+}
+
+/// One column of a [`RowChunk`], borrowed.
+#[derive(Debug, Clone, Copy)]
+pub enum ColumnData<'a> {
+    /// `INT`, `DECIMAL` (units of the scale) or `DATE` (days) values.
+    Num(&'a [i64]),
+    /// `CHAR(width)` values back to back, padding included.
+    Char {
+        /// Bytes per value.
+        width: usize,
+        /// `len() * width` bytes.
+        bytes: &'a [u8],
+    },
 }
 
 /// What evaluating some pages of a plan has produced so far: projected rows, or an

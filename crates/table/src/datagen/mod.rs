@@ -54,7 +54,9 @@ pub enum GenError {
         rows: u64,
     },
     /// A table name that is not one of the generated TPC-H tables.
-    #[error("'{name}' is not a supported TPC-H table: use lineitem, orders, part or customer")]
+    #[error(
+        "'{name}' is not a supported TPC-H table: use lineitem, orders, part, customer, supplier, partsupp, nation or region"
+    )]
     UnknownTable {
         /// The rejected name.
         name: String,

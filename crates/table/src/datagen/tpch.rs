@@ -1,4 +1,5 @@
-//! TPC-H tables (LINEITEM, ORDERS, PART, CUSTOMER) from the `tpchgen` crate, stored
+//! The eight TPC-H tables (LINEITEM, ORDERS, PART, CUSTOMER, SUPPLIER, PARTSUPP, NATION,
+//! REGION) from the `tpchgen` crate, stored
 //! the way smart-ssd §4.1.1 stores them:
 //!
 //! 1. variable-length strings become fixed-length `CHAR(n)` columns, space padded;
@@ -35,10 +36,11 @@
 //! remaining 47 bytes, which is at least the specification's VARCHAR(44) and above the
 //! longest comment the generator makes (43 bytes), so no comment is cut.
 //!
-//! ORDERS (138 B), PART (164 B) and CUSTOMER (223 B) use the same rules with the
-//! specification's widths (e.g. O_COMMENT CHAR(79), P_NAME CHAR(55), C_COMMENT
-//! CHAR(117)); the generator's strings all fit, and [`TpchGenerator::truncated_values`]
-//! counts any value that would not (tests check it stays 0).
+//! ORDERS (138 B), PART (164 B), CUSTOMER (223 B), SUPPLIER (197 B), PARTSUPP (219 B),
+//! NATION (185 B) and REGION (181 B) use the same rules with the specification's widths
+//! (e.g. O_COMMENT CHAR(79), P_NAME CHAR(55), C_COMMENT CHAR(117), PS_COMMENT CHAR(199));
+//! the generator's strings all fit, and [`TpchGenerator::truncated_values`] counts any
+//! value that would not (tests check it stays 0).
 //!
 //! Row counts and values are those of `tpchgen` 4 (which matches the official `dbgen`):
 //! at SF 0.01 LINEITEM has 60 175 rows, ORDERS 15 000, PART 2 000, CUSTOMER 1 500.
@@ -47,7 +49,9 @@ use std::fmt::{self, Write as _};
 
 use tpchgen::generators::{
     CustomerGenerator, CustomerGeneratorIterator, LineItemGenerator, LineItemGeneratorIterator,
-    OrderGenerator, OrderGeneratorIterator, PartGenerator, PartGeneratorIterator,
+    NationGenerator, NationGeneratorIterator, OrderGenerator, OrderGeneratorIterator,
+    PartGenerator, PartGeneratorIterator, PartSuppGenerator, PartSuppGeneratorIterator,
+    RegionGenerator, RegionGeneratorIterator, SupplierGenerator, SupplierGeneratorIterator,
 };
 
 use super::{GenError, RowSource};
@@ -150,6 +154,37 @@ const CUSTOMER_COLUMNS: &[(&str, ColumnType)] = &[
     ("c_comment", ColumnType::Char(117)),
 ];
 
+const SUPPLIER_COLUMNS: &[(&str, ColumnType)] = &[
+    ("s_suppkey", ColumnType::Int32),
+    ("s_name", ColumnType::Char(25)),
+    ("s_address", ColumnType::Char(40)),
+    ("s_nationkey", ColumnType::Int32),
+    ("s_phone", ColumnType::Char(15)),
+    ("s_acctbal", DEC2),
+    ("s_comment", ColumnType::Char(101)),
+];
+
+const PARTSUPP_COLUMNS: &[(&str, ColumnType)] = &[
+    ("ps_partkey", ColumnType::Int32),
+    ("ps_suppkey", ColumnType::Int32),
+    ("ps_availqty", ColumnType::Int32),
+    ("ps_supplycost", DEC2),
+    ("ps_comment", ColumnType::Char(199)),
+];
+
+const NATION_COLUMNS: &[(&str, ColumnType)] = &[
+    ("n_nationkey", ColumnType::Int32),
+    ("n_name", ColumnType::Char(25)),
+    ("n_regionkey", ColumnType::Int32),
+    ("n_comment", ColumnType::Char(152)),
+];
+
+const REGION_COLUMNS: &[(&str, ColumnType)] = &[
+    ("r_regionkey", ColumnType::Int32),
+    ("r_name", ColumnType::Char(25)),
+    ("r_comment", ColumnType::Char(152)),
+];
+
 /// The TPC-H tables this crate generates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TpchTable {
@@ -161,24 +196,41 @@ pub enum TpchTable {
     Part,
     /// CUSTOMER.
     Customer,
+    /// SUPPLIER.
+    Supplier,
+    /// PARTSUPP.
+    PartSupp,
+    /// NATION (25 rows at every scale factor).
+    Nation,
+    /// REGION (5 rows at every scale factor).
+    Region,
 }
 
 impl TpchTable {
     /// Every supported table.
-    pub const ALL: [TpchTable; 4] = [
+    pub const ALL: [TpchTable; 8] = [
         TpchTable::LineItem,
         TpchTable::Orders,
         TpchTable::Part,
         TpchTable::Customer,
+        TpchTable::Supplier,
+        TpchTable::PartSupp,
+        TpchTable::Nation,
+        TpchTable::Region,
     ];
 
-    /// Lower-case table name (`lineitem`, `orders`, `part`, `customer`).
+    /// Lower-case table name (`lineitem`, `orders`, `part`, `customer`, `supplier`,
+    /// `partsupp`, `nation`, `region`).
     pub const fn name(self) -> &'static str {
         match self {
             TpchTable::LineItem => "lineitem",
             TpchTable::Orders => "orders",
             TpchTable::Part => "part",
             TpchTable::Customer => "customer",
+            TpchTable::Supplier => "supplier",
+            TpchTable::PartSupp => "partsupp",
+            TpchTable::Nation => "nation",
+            TpchTable::Region => "region",
         }
     }
 
@@ -188,6 +240,10 @@ impl TpchTable {
             TpchTable::Orders => ORDERS_COLUMNS,
             TpchTable::Part => PART_COLUMNS,
             TpchTable::Customer => CUSTOMER_COLUMNS,
+            TpchTable::Supplier => SUPPLIER_COLUMNS,
+            TpchTable::PartSupp => PARTSUPP_COLUMNS,
+            TpchTable::Nation => NATION_COLUMNS,
+            TpchTable::Region => REGION_COLUMNS,
         }
     }
 
@@ -213,6 +269,15 @@ impl TpchTable {
             TpchTable::Customer => {
                 CustomerGenerator::calculate_row_count(scale_factor, part, count)
             }
+            TpchTable::Supplier => {
+                SupplierGenerator::calculate_row_count(scale_factor, part, count)
+            }
+            TpchTable::PartSupp => {
+                PartSuppGenerator::calculate_row_count(scale_factor, part, count)
+            }
+            // One partition holds the fixed tables.
+            TpchTable::Nation => i64::from(part == 1) * 25,
+            TpchTable::Region => i64::from(part == 1) * 5,
         };
         u64::try_from(n).ok()
     }
@@ -241,6 +306,11 @@ enum Inner {
     Orders(Box<OrderGeneratorIterator<'static>>),
     Part(Box<PartGeneratorIterator<'static>>),
     Customer(Box<CustomerGeneratorIterator<'static>>),
+    Supplier(Box<SupplierGeneratorIterator<'static>>),
+    PartSupp(Box<PartSuppGeneratorIterator<'static>>),
+    Nation(Box<NationGeneratorIterator<'static>>),
+    Region(Box<RegionGeneratorIterator<'static>>),
+    Empty,
 }
 
 /// Streams the rows of one TPC-H table as row images.
@@ -298,6 +368,20 @@ impl TpchGenerator {
             TpchTable::Customer => Inner::Customer(Box::new(
                 CustomerGenerator::new(scale_factor, part, count).iter(),
             )),
+            TpchTable::Supplier => Inner::Supplier(Box::new(
+                SupplierGenerator::new(scale_factor, part, count).iter(),
+            )),
+            TpchTable::PartSupp => Inner::PartSupp(Box::new(
+                PartSuppGenerator::new(scale_factor, part, count).iter(),
+            )),
+            // NATION and REGION do not scale: the first partition has them all.
+            TpchTable::Nation if part == 1 => Inner::Nation(Box::new(
+                NationGenerator::new(scale_factor, part, count).iter(),
+            )),
+            TpchTable::Region if part == 1 => Inner::Region(Box::new(
+                RegionGenerator::new(scale_factor, part, count).iter(),
+            )),
+            TpchTable::Nation | TpchTable::Region => Inner::Empty,
         };
         Ok(TpchGenerator {
             table,
@@ -457,6 +541,34 @@ impl RowSource for TpchGenerator {
                 w.chars(c.c_mktsegment, 10);
                 w.chars(c.c_comment, 117);
             }),
+            Inner::Supplier(it) => it.next().map(|s| {
+                w.key32(s.s_suppkey);
+                w.display(s.s_name, 25);
+                w.display(&s.s_address, 40);
+                w.key32(s.s_nationkey);
+                w.display(&s.s_phone, 15);
+                w.i64(s.s_acctbal.0);
+                w.chars(&s.s_comment, 101);
+            }),
+            Inner::PartSupp(it) => it.next().map(|p| {
+                w.key32(p.ps_partkey);
+                w.key32(p.ps_suppkey);
+                w.i32(p.ps_availqty);
+                w.i64(p.ps_supplycost.0);
+                w.chars(p.ps_comment, 199);
+            }),
+            Inner::Nation(it) => it.next().map(|n| {
+                w.key32(n.n_nationkey);
+                w.chars(n.n_name, 25);
+                w.key32(n.n_regionkey);
+                w.chars(n.n_comment, 152);
+            }),
+            Inner::Region(it) => it.next().map(|r| {
+                w.key32(r.r_regionkey);
+                w.chars(r.r_name, 25);
+                w.chars(r.r_comment, 152);
+            }),
+            Inner::Empty => None,
         };
         self.truncated += w.truncated;
         if produced.is_some() {

@@ -1,0 +1,360 @@
+//! `csd bench tpch`: the 22 TPC-H queries through DataFusion over an in-memory device
+//! holding the eight tables; per-query wall time and correctness, and with
+//! `--compare duckdb` DuckDB's wall time on the same rows (one thread and all threads)
+//! with the ratio.
+//!
+//! Correctness: at SF 1 against tpchgen's reference answers (dbgen's, printed to two
+//! decimals, so numbers agree within 0.01); at any SF against DuckDB's answers when it
+//! runs (numbers within 1e-6 relative or 0.01: DuckDB reads the CSV decimals as
+//! doubles); otherwise "not checked". DuckDB reads CSV files written from the device's
+//! own tables (`scripts/duckdb_tpch.py`, which installs the `duckdb` wheel into a venv).
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+
+use clap::Args;
+use csd_device::NvmeDevice;
+use csd_ftl::FtlConfig;
+use csd_host::Client;
+use csd_sql::datafusion::arrow::csv::WriterBuilder;
+use csd_sql::tpch::QUERIES;
+use csd_sql::{Choice, ScanSettings, SqlSession};
+use csd_table::datagen::{TpchGenerator, TpchTable};
+use csd_table::page::Layout;
+
+use crate::query::batch_rows;
+use crate::{CliError, ConfigSource, report};
+
+/// `csd bench tpch`.
+#[derive(Args)]
+pub(crate) struct BenchTpchArgs {
+    /// TPC-H scale factor.
+    #[arg(long, default_value_t = 0.1)]
+    sf: f64,
+    /// Page layout: nsm or pax.
+    #[arg(long, default_value = "pax")]
+    layout: String,
+    /// Where scans run: ihp, cpu-isp, hw-isp or auto.
+    #[arg(long, default_value = "auto")]
+    strategy: String,
+    /// Queries to run, e.g. 1,6,14 (default all 22).
+    #[arg(long)]
+    queries: Option<String>,
+    /// Run each query this many times; the best wall time is reported.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Also run DuckDB (Python package, in a venv) on the same rows: `duckdb`.
+    #[arg(long)]
+    compare: Option<String>,
+    #[command(flatten)]
+    src: ConfigSource,
+}
+
+fn same(a: &str, b: &str, abs: f64, rel: f64) -> bool {
+    let (a, b) = (a.trim(), b.trim());
+    match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(x), Ok(y)) => (x - y).abs() <= abs.max(rel * y.abs()),
+        _ => a == b,
+    }
+}
+
+fn rows_match(got: &[Vec<String>], want: &[Vec<String>], abs: f64, rel: f64) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{} rows, expected {}", got.len(), want.len()));
+    }
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        if g.len() != w.len() || g.iter().zip(w).any(|(a, b)| !same(a, b, abs, rel)) {
+            return Err(format!("row {i}: {g:?}, expected {w:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// tpchgen's SF 1 answer of query `n` as rows.
+fn sf1_answer(n: usize) -> Option<Vec<Vec<String>>> {
+    let text = tpchgen::q_and_a::answers_sf1::answer(n as i32)?;
+    Some(
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .skip(1)
+            .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
+            .collect(),
+    )
+}
+
+/// `csd bench tpch`.
+pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
+    let cfg = a.src.load()?;
+    let layout = match a.layout.as_str() {
+        "nsm" => Layout::Nsm,
+        "pax" => Layout::Pax,
+        o => {
+            return Err(CliError::Usage(format!(
+                "unknown layout `{o}`: use nsm or pax"
+            )));
+        }
+    };
+    let choice = Choice::parse(&a.strategy).ok_or_else(|| {
+        CliError::Usage(format!(
+            "unknown strategy `{}`: use ihp, cpu-isp, hw-isp or auto",
+            a.strategy
+        ))
+    })?;
+    let numbers: Vec<usize> = match &a.queries {
+        None => (1..=22).collect(),
+        Some(s) => s
+            .split(',')
+            .map(|x| {
+                x.trim()
+                    .trim_start_matches(['q', 'Q'])
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=22).contains(n))
+                    .ok_or_else(|| CliError::Usage(format!("query `{x}`: use 1 to 22")))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    if let Some(c) = &a.compare
+        && c != "duckdb"
+    {
+        return Err(CliError::Usage(format!(
+            "--compare {c}: only duckdb is supported"
+        )));
+    }
+    let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
+    let ftl = csd_ftl::Ftl::format(nand, FtlConfig::default())?;
+    let mut client = Client::new(NvmeDevice::new(ftl))?;
+    for t in TpchTable::ALL {
+        let g = TpchGenerator::new(t, a.sf).map_err(|e| CliError::Usage(e.to_string()))?;
+        let total = t.row_count(a.sf, 1, 1);
+        crate::tables::load_one(&mut client, t.name(), g, layout, total, false)?;
+    }
+    let session = SqlSession::new(client, cfg.clone(), ScanSettings::new(choice))
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let duck = match &a.compare {
+        Some(_) => Some(run_duckdb(&session, &numbers)?),
+        None => None,
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut headers = vec!["query", "rows", "csd wall s", "modeled device s", "correct"];
+    let tn = format!("duckdb {threads} thr s");
+    let rn = format!("csd / duckdb {threads} thr");
+    if duck.is_some() {
+        headers.extend([
+            "duckdb 1 thr s",
+            tn.as_str(),
+            "csd / duckdb 1 thr",
+            rn.as_str(),
+        ]);
+    }
+    let mut t = report::table(&headers);
+    let (mut total_csd, mut total_d1, mut total_dn) = (0.0, 0.0, 0.0);
+    let mut wrong = 0;
+    for (k, &n) in numbers.iter().enumerate() {
+        let mut best = f64::INFINITY;
+        let mut last = None;
+        for _ in 0..a.repeat.max(1) {
+            let ans = session
+                .run(QUERIES[n - 1])
+                .map_err(|e| CliError::Usage(format!("Q{n}: {e}")))?;
+            best = best.min(ans.wall_s);
+            last = Some(ans);
+        }
+        let ans = last.ok_or_else(|| CliError::Usage("no run".into()))?;
+        let rows = batch_rows(&ans.batches)?;
+        let modeled: f64 = ans.scans.iter().map(|s| s.report.modeled_s()).sum();
+        let check = if (a.sf - 1.0).abs() < 1e-12 {
+            sf1_answer(n).map(|w| rows_match(&rows, &w, 0.011, 1e-9))
+        } else {
+            duck.as_ref()
+                .map(|d| rows_match(&rows, &d.queries[k].rows, 0.01, 1e-6))
+        };
+        let correct = match check {
+            Some(Ok(())) => "yes".to_string(),
+            Some(Err(e)) => {
+                wrong += 1;
+                eprintln!("Q{n} differs: {e}");
+                "NO".to_string()
+            }
+            None => "not checked".to_string(),
+        };
+        total_csd += best;
+        let mut row = vec![
+            format!("Q{n}"),
+            rows.len().to_string(),
+            format!("{best:.4}"),
+            format!("{modeled:.4}"),
+            correct,
+        ];
+        if let Some(d) = &duck {
+            let q = &d.queries[k];
+            total_d1 += q.t1_s;
+            total_dn += q.tn_s;
+            row.extend([
+                format!("{:.4}", q.t1_s),
+                format!("{:.4}", q.tn_s),
+                format!("{:.2}x", best / q.t1_s.max(1e-9)),
+                format!("{:.2}x", best / q.tn_s.max(1e-9)),
+            ]);
+        }
+        t.add_row(row);
+    }
+    let mut row = vec![
+        "total".to_string(),
+        String::new(),
+        format!("{total_csd:.4}"),
+        String::new(),
+        if wrong == 0 {
+            String::new()
+        } else {
+            format!("{wrong} wrong")
+        },
+    ];
+    if duck.is_some() {
+        row.extend([
+            format!("{total_d1:.4}"),
+            format!("{total_dn:.4}"),
+            format!("{:.2}x", total_csd / total_d1.max(1e-9)),
+            format!("{:.2}x", total_csd / total_dn.max(1e-9)),
+        ]);
+    }
+    t.add_row(row);
+    println!("{t}");
+    println!(
+        "csd: DataFusion with {threads} threads, device scans {} ({}), layout {}; wall times are best of {}",
+        a.strategy,
+        cfg.name,
+        a.layout,
+        a.repeat.max(1)
+    );
+    if let Some(d) = &duck {
+        println!(
+            "duckdb {} (best of 3, on CSV files of the same rows)",
+            d.version
+        );
+    }
+    println!(
+        "reproduce: csd bench tpch --sf {} --layout {} --strategy {}{}{}",
+        a.sf,
+        a.layout,
+        a.strategy,
+        a.queries
+            .as_ref()
+            .map_or(String::new(), |q| format!(" --queries {q}")),
+        a.compare
+            .as_ref()
+            .map_or(String::new(), |c| format!(" --compare {c}"))
+    );
+    if wrong > 0 {
+        return Err(CliError::Nvme(format!(
+            "{wrong} queries returned a wrong answer"
+        )));
+    }
+    Ok(())
+}
+
+struct DuckQuery {
+    t1_s: f64,
+    tn_s: f64,
+    rows: Vec<Vec<String>>,
+}
+
+struct Duck {
+    version: String,
+    queries: Vec<DuckQuery>,
+}
+
+fn run_duckdb(session: &SqlSession, numbers: &[usize]) -> Result<Duck, CliError> {
+    let dir = tempfile_dir()?;
+    for t in TpchTable::ALL {
+        let ans = session
+            .run(&format!("select * from {}", t.name()))
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        let path = dir.join(format!("{}.csv", t.name()));
+        let f = std::fs::File::create(&path).map_err(|e| CliError::Io {
+            path: path.clone(),
+            source: e,
+        })?;
+        let mut w = WriterBuilder::new().with_header(true).build(f);
+        for b in &ans.batches {
+            w.write(b)
+                .map_err(|e| CliError::Nvme(format!("writing {}: {e}", path.display())))?;
+        }
+    }
+    let qpath = dir.join("queries.json");
+    let qs: Vec<&str> = numbers.iter().map(|&n| QUERIES[n - 1]).collect();
+    let mut f = std::fs::File::create(&qpath).map_err(|e| CliError::Io {
+        path: qpath.clone(),
+        source: e,
+    })?;
+    f.write_all(serde_json::to_string(&qs).unwrap_or_default().as_bytes())
+        .map_err(|e| CliError::Io {
+            path: qpath.clone(),
+            source: e,
+        })?;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/duckdb_tpch.py");
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(&dir)
+        .arg(&qpath)
+        .arg(threads.to_string())
+        .output()
+        .map_err(|e| CliError::Usage(format!("running {}: {e}", script.display())))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if !out.status.success() {
+        return Err(CliError::Usage(format!(
+            "{} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| CliError::Usage(format!("DuckDB script output: {e}")))?;
+    let queries = v["queries"]
+        .as_array()
+        .map(|qs| {
+            qs.iter()
+                .map(|q| DuckQuery {
+                    t1_s: q["t1_s"].as_f64().unwrap_or(f64::NAN),
+                    tn_s: q["tn_s"].as_f64().unwrap_or(f64::NAN),
+                    rows: q["rows"]
+                        .as_array()
+                        .map(|rs| {
+                            rs.iter()
+                                .map(|r| {
+                                    r.as_array()
+                                        .map(|c| {
+                                            c.iter()
+                                                .map(|x| x.as_str().unwrap_or("").to_string())
+                                                .collect()
+                                        })
+                                        .unwrap_or_default()
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    if queries.len() != numbers.len() {
+        return Err(CliError::Usage(
+            "DuckDB returned fewer answers than queries".into(),
+        ));
+    }
+    Ok(Duck {
+        version: v["version"].as_str().unwrap_or("?").to_string(),
+        queries,
+    })
+}
+
+fn tempfile_dir() -> Result<PathBuf, CliError> {
+    let dir = std::env::temp_dir().join(format!("csd-tpch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::Io {
+        path: dir.clone(),
+        source: e,
+    })?;
+    Ok(dir)
+}

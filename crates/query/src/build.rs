@@ -1,0 +1,515 @@
+//! Typed construction of device-program expressions: the rules that make an
+//! [`Expr`] exact (no float, no rounding) whoever builds it — the SQL front end
+//! (`csd-sql`, from DataFusion's expressions) or a test.
+//!
+//! * `+`/`-` operands are brought to one decimal scale ([`ExprKind::Rescale`]), `*` adds
+//!   scales (at most [`MAX_SCALE`]), `/` truncates integers and rounds decimals half away
+//!   from zero at scale `max(6, s_left, s_right)`;
+//! * a comparison with a constant is rewritten to the other side's scale exactly
+//!   (`x < 0.065` on a scale-2 column is `x < 7`; `x = 0.065` is `FALSE`);
+//! * constant sub-expressions are folded with the evaluator's own operator code;
+//! * `NOT` is pushed into comparisons, `IN` and `LIKE` (exact: no value is NULL).
+//!
+//! Every function takes a `whole` text naming the expression for error messages.
+
+use std::cmp::Ordering;
+
+use csd_table::decimal::pow10;
+
+use crate::error::QueryError;
+use crate::kernels::cmp_padded;
+use crate::plan::{ArithOp, CmpOp, Const, Expr, ExprKind};
+use crate::types::{DataType, MAX_SCALE};
+
+/// Outcome of comparing a scale-`s` expression with a constant of another scale.
+pub(crate) enum Normalized {
+    /// `expr op c` with `c` now at the expression's scale.
+    Cmp(CmpOp, i64),
+    /// The comparison has this value on every row.
+    Always(bool),
+}
+
+/// The value of a numeric constant (`Int` or `Wide`).
+pub(crate) fn num_const(e: &Expr) -> Option<i128> {
+    match e.as_const()? {
+        Const::Int(v) => Some(i128::from(*v)),
+        Const::Wide(v) => Some(*v),
+        _ => None,
+    }
+}
+
+/// Rejects a [`Const::Wide`] left where a value must be computed with.
+pub(crate) fn reject_wide(e: &Expr) -> Result<(), QueryError> {
+    let mut err = Ok(());
+    visit(e, &mut |x| {
+        if let ExprKind::Const(Const::Wide(_)) = x.kind
+            && err.is_ok()
+        {
+            err = Err(QueryError::Literal {
+                text: x.to_string(),
+                reason: "a number this large or this precise can only be compared with, not \
+                         computed with or returned (at most 18 digits after the point and 19 \
+                         significant digits)"
+                    .into(),
+            });
+        }
+    });
+    err
+}
+
+pub(crate) fn visit(e: &Expr, f: &mut dyn FnMut(&Expr)) {
+    f(e);
+    match &e.kind {
+        ExprKind::Column { .. } | ExprKind::Const(_) => {}
+        ExprKind::Neg(x)
+        | ExprKind::Not(x)
+        | ExprKind::Rescale { expr: x, .. }
+        | ExprKind::InList { expr: x, .. }
+        | ExprKind::Like { expr: x, .. } => visit(x, f),
+        ExprKind::Arith { left, right, .. } | ExprKind::Cmp { left, right, .. } => {
+            visit(left, f);
+            visit(right, f);
+        }
+        ExprKind::And(es) | ExprKind::Or(es) => es.iter().for_each(|x| visit(x, f)),
+    }
+}
+
+/// A binary arithmetic operator of the builder ([`arith`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ar {
+    /// `+`.
+    Add,
+    /// `-`.
+    Sub,
+    /// `*`.
+    Mul,
+    /// `/`.
+    Div,
+}
+
+/// Types `l op r` and inserts the rescaling that makes `+`/`-` operands equal in scale.
+pub fn arith(op: Ar, l: Expr, r: Expr, whole: &str) -> Result<Expr, QueryError> {
+    reject_wide(&l)?;
+    reject_wide(&r)?;
+    let sym = match op {
+        Ar::Add => "+",
+        Ar::Sub => "-",
+        Ar::Mul => "*",
+        Ar::Div => "/",
+    };
+    let err = QueryError::Arithmetic {
+        op: sym,
+        left: l.ty,
+        right: r.ty,
+    };
+    let make = |op: ArithOp, l: Expr, r: Expr, ty: DataType| {
+        fold(
+            Expr::new(
+                ExprKind::Arith {
+                    op,
+                    left: Box::new(l),
+                    right: Box::new(r),
+                },
+                ty,
+            ),
+            whole,
+        )
+    };
+    match (l.ty.scale(), r.ty.scale()) {
+        (Some(sl), Some(sr)) => {
+            let both_int = l.ty == DataType::Int && r.ty == DataType::Int;
+            let number = |s: u8| {
+                if both_int {
+                    DataType::Int
+                } else {
+                    DataType::Decimal { scale: s }
+                }
+            };
+            match op {
+                Ar::Add | Ar::Sub => {
+                    let s = sl.max(sr);
+                    let l = rescale(l, s - sl, whole)?;
+                    let r = rescale(r, s - sr, whole)?;
+                    let aop = if matches!(op, Ar::Add) {
+                        ArithOp::Add
+                    } else {
+                        ArithOp::Sub
+                    };
+                    make(aop, l, r, number(s))
+                }
+                Ar::Mul => {
+                    let s = u32::from(sl) + u32::from(sr);
+                    if s > u32::from(MAX_SCALE) {
+                        return Err(QueryError::Scale {
+                            expr: whole.to_string(),
+                            scale: s,
+                        });
+                    }
+                    // s <= 18 was just checked
+                    make(ArithOp::Mul, l, r, number(s as u8))
+                }
+                Ar::Div => {
+                    if both_int {
+                        make(ArithOp::IntDiv, l, r, DataType::Int)
+                    } else {
+                        let s = sl.max(sr).max(6);
+                        let shift = s - sl + sr;
+                        make(
+                            ArithOp::DecDiv { shift },
+                            l,
+                            r,
+                            DataType::Decimal { scale: s },
+                        )
+                    }
+                }
+            }
+        }
+        _ => match (op, l.ty, r.ty) {
+            (Ar::Add, DataType::Date, DataType::Int) | (Ar::Add, DataType::Int, DataType::Date) => {
+                make(ArithOp::Add, l, r, DataType::Date)
+            }
+            (Ar::Sub, DataType::Date, DataType::Int) => make(ArithOp::Sub, l, r, DataType::Date),
+            (Ar::Sub, DataType::Date, DataType::Date) => make(ArithOp::Sub, l, r, DataType::Int),
+            _ => Err(err),
+        },
+    }
+}
+
+/// `e * 10^by`, typed at the larger scale (folded when `e` is a constant).
+pub fn rescale(e: Expr, by: u8, whole: &str) -> Result<Expr, QueryError> {
+    if by == 0 {
+        return Ok(e);
+    }
+    let ty = match e.ty {
+        DataType::Int | DataType::Decimal { .. } => DataType::Decimal {
+            scale: e.ty.scale().unwrap_or(0) + by,
+        },
+        other => other,
+    };
+    fold(
+        Expr::new(
+            ExprKind::Rescale {
+                expr: Box::new(e),
+                by,
+            },
+            ty,
+        ),
+        whole,
+    )
+}
+
+/// Replaces a node whose operands are all constants by its value, computed with the
+/// evaluator's own operator code ([`ArithOp::apply`]).
+pub fn fold(e: Expr, whole: &str) -> Result<Expr, QueryError> {
+    let fail = |zero: bool| QueryError::Constant {
+        expr: whole.to_string(),
+        source: if zero {
+            crate::error::EvalError::DivisionByZero {
+                expr: whole.to_string(),
+            }
+        } else {
+            crate::error::EvalError::Overflow {
+                expr: whole.to_string(),
+            }
+        },
+    };
+    let value = match &e.kind {
+        ExprKind::Arith { op, left, right } => match (left.as_int_const(), right.as_int_const()) {
+            (Some(a), Some(b)) => op.apply(a, b).map_err(fail)?,
+            _ => return Ok(e),
+        },
+        ExprKind::Neg(x) => match x.as_int_const() {
+            Some(a) => a.checked_neg().ok_or_else(|| fail(false))?,
+            None => return Ok(e),
+        },
+        ExprKind::Rescale { expr, by } => match expr.as_int_const() {
+            Some(a) => pow10(*by)
+                .and_then(|p| a.checked_mul(p))
+                .ok_or_else(|| fail(false))?,
+            None => return Ok(e),
+        },
+        _ => return Ok(e),
+    };
+    Ok(Expr::constant(Const::Int(value), e.ty))
+}
+
+/// `expr op c`, `expr` (an `i64`) at scale `s`, `c` at scale `t`, rewritten exactly to
+/// a comparison with an `i64` constant at scale `s`, or to a constant truth value.
+pub(crate) fn normalize_const(op: CmpOp, s: u8, c: i128, t: u8) -> Normalized {
+    // `expr op v` for a v at scale s; beyond the i64 range the outcome is fixed
+    let fit = |op: CmpOp, v: i128| match i64::try_from(v) {
+        Ok(x) => Normalized::Cmp(op, x),
+        Err(_) => Normalized::Always(op.holds(if v > 0 {
+            Ordering::Less
+        } else {
+            Ordering::Greater
+        })),
+    };
+    match t.cmp(&s) {
+        Ordering::Equal => fit(op, c),
+        Ordering::Less => match 10i128
+            .checked_pow(u32::from(s - t))
+            .and_then(|f| c.checked_mul(f))
+        {
+            Some(up) => fit(op, up),
+            // |c * 10^(s-t)| > i128::MAX > every i64: c != 0 here
+            None => Normalized::Always(op.holds(if c > 0 {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            })),
+        },
+        Ordering::Greater => {
+            // expr * f  op  c, with f = 10^(t-s) (t <= 38): compare expr with
+            // floor(c / f) or ceil(c / f)
+            let f = 10i128.checked_pow(u32::from(t - s)).unwrap_or(i128::MAX);
+            let floor = c.div_euclid(f);
+            let exact = c.rem_euclid(f) == 0;
+            let ceil = if exact { floor } else { floor + 1 };
+            match op {
+                CmpOp::Lt => fit(CmpOp::Lt, ceil),
+                CmpOp::Le => fit(CmpOp::Le, floor),
+                CmpOp::Gt => fit(CmpOp::Gt, floor),
+                CmpOp::Ge => fit(CmpOp::Ge, ceil),
+                CmpOp::Eq if exact => fit(CmpOp::Eq, floor),
+                CmpOp::Ne if exact => fit(CmpOp::Ne, floor),
+                CmpOp::Eq => Normalized::Always(false),
+                CmpOp::Ne => Normalized::Always(true),
+            }
+        }
+    }
+}
+
+fn compare_hint(l: &Expr, r: &Expr) -> String {
+    let char_const_vs_date =
+        |a: &Expr, b: &Expr| a.ty == DataType::Date && matches!(b.as_const(), Some(Const::Char(_)));
+    if char_const_vs_date(l, r) || char_const_vs_date(r, l) {
+        ": write a date literal as DATE 'YYYY-MM-DD'".into()
+    } else if (l.ty.is_number() && matches!(r.as_const(), Some(Const::Char(_))))
+        || (r.ty.is_number() && matches!(l.as_const(), Some(Const::Char(_))))
+    {
+        ": write numbers without quotes".into()
+    } else {
+        String::new()
+    }
+}
+
+fn cmp_node(op: CmpOp, l: Expr, r: Expr) -> Expr {
+    Expr::new(
+        ExprKind::Cmp {
+            op,
+            left: Box::new(l),
+            right: Box::new(r),
+        },
+        DataType::Bool,
+    )
+}
+
+/// `l op r`, typed: numbers brought to one scale (a constant side rewritten exactly to
+/// the other side's scale, or to a truth value), dates with dates, strings with strings
+/// (blank-padded); two constants fold to a truth value.
+pub fn compare(op: CmpOp, l: Expr, r: Expr, whole: &str) -> Result<Expr, QueryError> {
+    match (l.ty, r.ty) {
+        (a, b) if a.is_number() && b.is_number() => {
+            let (sl, sr) = (a.scale().unwrap_or(0), b.scale().unwrap_or(0));
+            match (num_const(&l), num_const(&r)) {
+                (Some(x), Some(y)) => {
+                    let ord = crate::types::Value::Decimal {
+                        units: x,
+                        scale: sl,
+                    }
+                    .cmp_sql(&crate::types::Value::Decimal {
+                        units: y,
+                        scale: sr,
+                    });
+                    Ok(Expr::boolean(op.holds(ord)))
+                }
+                (Some(_), None) => compare(op.flip(), r, l, whole),
+                (None, Some(c)) => match normalize_const(op, sl, c, sr) {
+                    Normalized::Always(b) => Ok(Expr::boolean(b)),
+                    Normalized::Cmp(op, c) => {
+                        let ty = l.ty;
+                        Ok(cmp_node(op, l, Expr::constant(Const::Int(c), ty)))
+                    }
+                },
+                (None, None) => {
+                    let s = sl.max(sr);
+                    let l = rescale(l, s - sl, whole)?;
+                    let r = rescale(r, s - sr, whole)?;
+                    Ok(cmp_node(op, l, r))
+                }
+            }
+        }
+        (DataType::Date, DataType::Date) => match (l.as_int_const(), r.as_int_const()) {
+            (Some(x), Some(y)) => Ok(Expr::boolean(op.test(x, y))),
+            (Some(_), None) => Ok(cmp_node(op.flip(), r, l)),
+            _ => Ok(cmp_node(op, l, r)),
+        },
+        (DataType::Char(_), DataType::Char(_)) => match (l.as_const(), r.as_const()) {
+            (Some(Const::Char(x)), Some(Const::Char(y))) => {
+                Ok(Expr::boolean(op.holds(cmp_padded(x, y))))
+            }
+            (Some(_), None) => Ok(cmp_node(op.flip(), r, l)),
+            _ => Ok(cmp_node(op, l, r)),
+        },
+        (a, b) => Err(QueryError::Compare {
+            left: a,
+            right: b,
+            hint: compare_hint(&l, &r),
+        }),
+    }
+}
+
+/// `x [NOT] IN (items)`: the constants at `x`'s scale (one that cannot be equal at that
+/// scale is dropped), duplicates removed; folded when `x` is a constant.
+pub fn in_list(x: Expr, items: Vec<Expr>, negated: bool, whole: &str) -> Result<Expr, QueryError> {
+    let mut list: Vec<Const> = Vec::with_capacity(items.len());
+    for item in &items {
+        let c = match (x.ty, item.ty) {
+            (a, b) if a.is_number() && b.is_number() => {
+                let (s, t) = (a.scale().unwrap_or(0), b.scale().unwrap_or(0));
+                let v = num_const(item).unwrap_or(0);
+                match normalize_const(CmpOp::Eq, s, v, t) {
+                    Normalized::Cmp(_, v) => Some(Const::Int(v)),
+                    // not representable at x's scale: can never be equal
+                    Normalized::Always(_) => None,
+                }
+            }
+            (DataType::Date, DataType::Date) | (DataType::Char(_), DataType::Char(_)) => {
+                item.as_const().cloned()
+            }
+            (a, b) => {
+                return Err(QueryError::Compare {
+                    left: a,
+                    right: b,
+                    hint: compare_hint(&x, item),
+                });
+            }
+        };
+        if let Some(c) = c
+            && !list.contains(&c)
+        {
+            list.push(c);
+        }
+    }
+    if x.as_const().is_some() {
+        // constant tested value: fold, comparing like `=` does
+        let mut hit = false;
+        for item in &items {
+            let eq = compare(CmpOp::Eq, x.clone(), item.clone(), whole)?;
+            hit |= matches!(eq.as_const(), Some(Const::Bool(true)));
+        }
+        return Ok(Expr::boolean(hit != negated));
+    }
+    if list.is_empty() {
+        return Ok(Expr::boolean(negated));
+    }
+    Ok(Expr::new(
+        ExprKind::InList {
+            expr: Box::new(x),
+            list,
+            negated,
+        },
+        DataType::Bool,
+    ))
+}
+
+/// `x [NOT] LIKE 'prefix%'`.
+pub fn like(x: Expr, prefix: Vec<u8>, negated: bool) -> Result<Expr, QueryError> {
+    if let Some(Const::Char(v)) = x.as_const() {
+        return Ok(Expr::boolean(v.starts_with(&prefix) != negated));
+    }
+    if prefix.is_empty() {
+        // 'x LIKE %' holds for every string
+        return Ok(Expr::boolean(!negated));
+    }
+    Ok(Expr::new(
+        ExprKind::Like {
+            expr: Box::new(x),
+            prefix,
+            negated,
+        },
+        DataType::Bool,
+    ))
+}
+
+/// `NOT e`, pushed into comparisons, `IN`, `LIKE` and (De Morgan) `AND`/`OR`; exact
+/// because no value is NULL.
+pub fn negate(e: Expr) -> Expr {
+    let ty = e.ty;
+    match e.kind {
+        ExprKind::Const(Const::Bool(b)) => Expr::boolean(!b),
+        ExprKind::Cmp { op, left, right } => Expr::new(
+            ExprKind::Cmp {
+                op: op.negate(),
+                left,
+                right,
+            },
+            ty,
+        ),
+        ExprKind::InList {
+            expr,
+            list,
+            negated,
+        } => Expr::new(
+            ExprKind::InList {
+                expr,
+                list,
+                negated: !negated,
+            },
+            ty,
+        ),
+        ExprKind::Like {
+            expr,
+            prefix,
+            negated,
+        } => Expr::new(
+            ExprKind::Like {
+                expr,
+                prefix,
+                negated: !negated,
+            },
+            ty,
+        ),
+        ExprKind::Not(inner) => *inner,
+        ExprKind::And(es) => or(es.into_iter().map(negate).collect()),
+        ExprKind::Or(es) => and(es.into_iter().map(negate).collect()),
+        kind => Expr::new(ExprKind::Not(Box::new(Expr::new(kind, ty))), DataType::Bool),
+    }
+}
+
+/// Flattened conjunction without constant terms.
+pub fn and(terms: Vec<Expr>) -> Expr {
+    let mut out = Vec::with_capacity(terms.len());
+    for t in terms {
+        match t.kind {
+            ExprKind::Const(Const::Bool(true)) => {}
+            ExprKind::Const(Const::Bool(false)) => return Expr::boolean(false),
+            ExprKind::And(inner) => out.extend(inner),
+            kind => out.push(Expr::new(kind, t.ty)),
+        }
+    }
+    match out.len() {
+        0 => Expr::boolean(true),
+        1 => out.pop().unwrap_or_else(|| Expr::boolean(true)),
+        _ => Expr::new(ExprKind::And(out), DataType::Bool),
+    }
+}
+
+/// Flattened disjunction without constant terms.
+pub fn or(terms: Vec<Expr>) -> Expr {
+    let mut out = Vec::with_capacity(terms.len());
+    for t in terms {
+        match t.kind {
+            ExprKind::Const(Const::Bool(false)) => {}
+            ExprKind::Const(Const::Bool(true)) => return Expr::boolean(true),
+            ExprKind::Or(inner) => out.extend(inner),
+            kind => out.push(Expr::new(kind, t.ty)),
+        }
+    }
+    match out.len() {
+        0 => Expr::boolean(false),
+        1 => out.pop().unwrap_or_else(|| Expr::boolean(false)),
+        _ => Expr::new(ExprKind::Or(out), DataType::Bool),
+    }
+}

@@ -1,0 +1,483 @@
+//! Aggregate pushdown: [`DeviceAggregatePushdown`], a physical optimizer rule that
+//! replaces a `Partial` `AggregateExec` over a device scan by a device partial
+//! aggregation (smart-ssd-query-processing §3–4: aggregation inside the device; the
+//! scan paper's strategies decide where it runs), whose states DataFusion's `Final`
+//! aggregate merges.
+//!
+//! The rule looks through `RepartitionExec`, `CoalesceBatchesExec` and
+//! `ProjectionExec` (DataFusion's common-subexpression projection, e.g. Q1's
+//! `l_extendedprice * (1 - l_discount)`) down to a [`DeviceScanExec`] that returns rows.
+//! It pushes only when everything translates exactly: grouping keys that are table
+//! columns; `COUNT`, `SUM`, `AVG`, `MIN`, `MAX` without `DISTINCT` or `FILTER`, whose
+//! arguments are column arithmetic the device computes exactly (`+ - *`, exact casts).
+//! Otherwise the plan is left as it was.
+//!
+//! The device's states (exact `i128` sums, row counts, extremes) become DataFusion's
+//! partial-state columns (`sum`, `count` + `sum` for `AVG`, the value for `MIN`/`MAX`)
+//! through Arrow casts from an exact `Decimal128(38, s)`, so the final aggregate computes
+//! what it would have from its own partial aggregate. The pushdown runs with every
+//! strategy: under IHP the host's evaluator aggregates (as `csd query` always did),
+//! under cpu-isp / hw-isp the device does, and only states cross the host link.
+
+use std::sync::Arc;
+
+use csd_query::plan::{
+    AggFunc, AggOutput, Aggregate, Aggregation, Expr as DevExpr, ExprKind, Output, OutputColumn,
+    Plan,
+};
+use csd_query::types::DataType as DevType;
+use csd_query::{AccView, AggState};
+use csd_table::schema::{ColumnType, Schema, decode_numeric};
+use datafusion::arrow::array::{
+    ArrayRef, Decimal128Array, Int64Array, RecordBatch, RecordBatchOptions, StringBuilder,
+    UInt64Array,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{
+    BinaryExpr, CastExpr, Column, Literal, NegativeExpr, TryCastExpr,
+};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+
+use csd_query::build::{self, Ar};
+
+use crate::exec::{DeviceScanExec, ScanOutput};
+use crate::schema::{DECIMAL_PRECISION, column_array};
+use crate::translate::{self, NotPushed};
+
+/// How one aggregate's device state becomes DataFusion state columns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum StateKind {
+    /// `count`: the group's rows.
+    Count,
+    /// `sum` at scale `s`.
+    Sum(u8),
+    /// `avg`: count then sum at scale `s`.
+    Avg(u8),
+    /// `min` / `max` of a value of this device type.
+    Extreme(DevType),
+}
+
+/// The layout of a device partial aggregation's output (see the [module docs](self)).
+#[derive(Debug, Clone)]
+pub struct AggOutputSpec {
+    group_types: Vec<ColumnType>,
+    kinds: Vec<StateKind>,
+    text: String,
+}
+
+impl AggOutputSpec {
+    /// The aggregation in words.
+    pub fn describe(&self) -> &str {
+        &self.text
+    }
+
+    /// The device state as a batch of DataFusion's partial-aggregate `schema`.
+    pub fn to_batch(&self, st: &AggState, schema: &SchemaRef) -> Result<RecordBatch> {
+        let n = st.group_count();
+        let rows = st.group_rows();
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for (i, &ty) in self.group_types.iter().enumerate() {
+            let arr = match ty {
+                ColumnType::Char(w) => {
+                    let w = w as usize;
+                    let mut bytes = Vec::with_capacity(n * w);
+                    for g in 0..n {
+                        bytes.extend_from_slice(st.key_bytes(g, i));
+                    }
+                    column_array(
+                        ty,
+                        csd_query::ColumnData::Char {
+                            width: w,
+                            bytes: &bytes,
+                        },
+                    )?
+                }
+                _ => {
+                    let v: Vec<i64> = (0..n)
+                        .map(|g| decode_numeric(ty, st.key_bytes(g, i)).unwrap_or(0))
+                        .collect();
+                    column_array(ty, csd_query::ColumnData::Num(&v))?
+                }
+            };
+            cols.push(arr);
+        }
+        let sums = |a: usize, s: u8| -> Result<ArrayRef> {
+            let Some(AccView::Sum(v)) = st.accumulator(a) else {
+                return Err(DataFusionError::Internal(format!(
+                    "aggregate {a} is not a sum"
+                )));
+            };
+            let arr =
+                Decimal128Array::from_iter(v.iter().zip(rows).map(|(&x, &r)| (r > 0).then_some(x)))
+                    .with_precision_and_scale(38, s as i8)?;
+            Ok(Arc::new(arr))
+        };
+        for (a, kind) in self.kinds.iter().enumerate() {
+            match *kind {
+                StateKind::Count => cols.push(Arc::new(Int64Array::from_iter_values(
+                    rows.iter().map(|&r| r as i64),
+                ))),
+                StateKind::Sum(s) => cols.push(sums(a, s)?),
+                StateKind::Avg(s) => {
+                    cols.push(Arc::new(UInt64Array::from(rows.to_vec())));
+                    cols.push(sums(a, s)?);
+                }
+                StateKind::Extreme(ty) => cols.push(extremes(st, a, ty, rows)?),
+            }
+        }
+        let fields = schema.fields();
+        if fields.len() != cols.len() {
+            return Err(DataFusionError::Internal(format!(
+                "device partial aggregate has {} columns, DataFusion expects {}",
+                cols.len(),
+                fields.len()
+            )));
+        }
+        let cols = cols
+            .into_iter()
+            .zip(fields.iter())
+            .map(|(c, f)| {
+                if c.data_type() == f.data_type() {
+                    Ok(c)
+                } else {
+                    cast(&c, f.data_type()).map_err(DataFusionError::from)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let opts = RecordBatchOptions::new().with_row_count(Some(n));
+        Ok(RecordBatch::try_new_with_options(
+            schema.clone(),
+            cols,
+            &opts,
+        )?)
+    }
+}
+
+fn extremes(st: &AggState, a: usize, ty: DevType, rows: &[u64]) -> Result<ArrayRef> {
+    Ok(match st.accumulator(a) {
+        Some(AccView::MinMax { val, seen }) => {
+            let ok = |g: usize| seen.get(g).copied().unwrap_or(false) && rows[g] > 0;
+            match ty {
+                DevType::Decimal { scale } => Arc::new(
+                    Decimal128Array::from_iter(
+                        val.iter()
+                            .enumerate()
+                            .map(|(g, &x)| ok(g).then_some(i128::from(x))),
+                    )
+                    .with_precision_and_scale(DECIMAL_PRECISION, scale as i8)?,
+                ),
+                DevType::Date => Arc::new(datafusion::arrow::array::Date32Array::from_iter(
+                    val.iter()
+                        .enumerate()
+                        .map(|(g, &x)| if ok(g) { i32::try_from(x).ok() } else { None }),
+                )),
+                _ => Arc::new(Int64Array::from_iter(
+                    val.iter().enumerate().map(|(g, &x)| ok(g).then_some(x)),
+                )),
+            }
+        }
+        Some(AccView::MinMaxChar { val, seen }) => {
+            let mut b = StringBuilder::new();
+            for (g, v) in val.iter().enumerate() {
+                if seen.get(g).copied().unwrap_or(false) && rows[g] > 0 {
+                    b.append_value(String::from_utf8_lossy(csd_table::schema::trim_char(v)));
+                } else {
+                    b.append_null();
+                }
+            }
+            Arc::new(b.finish())
+        }
+        _ => {
+            return Err(DataFusionError::Internal(format!(
+                "aggregate {a} is not MIN/MAX"
+            )));
+        }
+    })
+}
+
+/// The physical optimizer rule: see the [module docs](self).
+#[derive(Debug, Default)]
+pub struct DeviceAggregatePushdown;
+
+impl PhysicalOptimizerRule for DeviceAggregatePushdown {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        plan.transform_down(|node| {
+            if let Some(agg) = node.downcast_ref::<AggregateExec>()
+                && *agg.mode() == AggregateMode::Partial
+                && let Some(new) = push(agg)
+            {
+                return Ok(Transformed::yes(new));
+            }
+            Ok(Transformed::no(node))
+        })
+        .data()
+    }
+
+    fn name(&self) -> &str {
+        "csd_device_aggregate_pushdown"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// What an input column of a node above the scan is, in device terms (`None`: not
+/// expressible).
+type Columns = Vec<Option<DevExpr>>;
+
+fn push(agg: &AggregateExec) -> Option<Arc<dyn ExecutionPlan>> {
+    if agg.filter_expr().iter().any(Option::is_some)
+        || agg.aggr_expr().iter().any(|a| a.is_distinct())
+        || !agg.group_expr().is_single()
+    {
+        return None;
+    }
+    // Down to the scan, remembering the projections on the way.
+    let mut node = agg.input().clone();
+    let mut projections: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+    let scan_node = loop {
+        if node.downcast_ref::<DeviceScanExec>().is_some() {
+            break node;
+        }
+        let next = if node.downcast_ref::<RepartitionExec>().is_some()
+            || node.name() == "CoalesceBatchesExec"
+        {
+            node.children().first().map(|c| (*c).clone())?
+        } else if let Some(p) = node.downcast_ref::<ProjectionExec>() {
+            projections.push(node.clone());
+            p.input().clone()
+        } else {
+            return None;
+        };
+        node = next;
+    };
+    let scan = scan_node.downcast_ref::<DeviceScanExec>()?;
+    if !scan.settings.aggregate_pushdown || scan.limit.is_some() {
+        return None;
+    }
+    let ScanOutput::Rows(cols) = &scan.output else {
+        return None;
+    };
+    let schema = &scan.table.schema;
+    let mut columns: Columns = cols.iter().map(|&c| DevExpr::column(schema, c)).collect();
+    for p in projections.iter().rev() {
+        let p = p.downcast_ref::<ProjectionExec>()?;
+        columns = p
+            .expr()
+            .iter()
+            .map(|pe| physical(&pe.expr, &columns, schema).ok())
+            .collect();
+    }
+    // Grouping keys: table columns.
+    let mut group_by = Vec::new();
+    let mut group_types = Vec::new();
+    let mut text_groups = Vec::new();
+    for (e, name) in agg.group_expr().expr() {
+        let d = physical(e, &columns, schema).ok()?;
+        let ExprKind::Column { index, .. } = d.kind else {
+            return None;
+        };
+        group_by.push(index);
+        group_types.push(schema.columns().get(index)?.ty);
+        text_groups.push(name.clone());
+    }
+    let input_schema = agg.input_schema();
+    let mut aggregates = Vec::new();
+    let mut kinds = Vec::new();
+    let mut text_aggs = Vec::new();
+    for a in agg.aggr_expr() {
+        let args = a.expressions();
+        let fname = a.fun().name().to_ascii_lowercase();
+        let arg = match args.as_slice() {
+            [] => None,
+            [x] => Some(x),
+            _ => return None,
+        };
+        let dev_arg = match arg {
+            Some(x) if x.downcast_ref::<Literal>().is_some() && fname == "count" => None,
+            Some(x) => Some(physical(x, &columns, schema).ok()?),
+            None => None,
+        };
+        let df_scale = arg
+            .and_then(|x| x.data_type(&input_schema).ok())
+            .and_then(|t| match t {
+                DataType::Decimal128(_, s) => u8::try_from(s).ok(),
+                _ => None,
+            })
+            .unwrap_or(0);
+        let (func, ty, kind) = match (fname.as_str(), &dev_arg) {
+            ("count", None) => (AggFunc::CountStar, DevType::Int, StateKind::Count),
+            ("count", Some(_)) => (AggFunc::Count, DevType::Int, StateKind::Count),
+            ("sum" | "avg", Some(d)) => {
+                let s = match d.ty {
+                    DevType::Int => 0,
+                    DevType::Decimal { scale } => scale,
+                    _ => return None,
+                };
+                // The device's sum must be at DataFusion's argument scale.
+                if s != df_scale {
+                    return None;
+                }
+                if fname == "sum" {
+                    (AggFunc::Sum, d.ty, StateKind::Sum(s))
+                } else {
+                    (
+                        AggFunc::Avg,
+                        DevType::Decimal {
+                            scale: csd_query::plan::avg_scale(s),
+                        },
+                        StateKind::Avg(s),
+                    )
+                }
+            }
+            ("min" | "max", Some(d)) if d.ty != DevType::Bool => (
+                if fname == "min" {
+                    AggFunc::Min
+                } else {
+                    AggFunc::Max
+                },
+                d.ty,
+                StateKind::Extreme(d.ty),
+            ),
+            _ => return None,
+        };
+        // One DataFusion state column per device value, in the expected order.
+        let want = match kind {
+            StateKind::Avg(_) => 2,
+            _ => 1,
+        };
+        if a.state_fields().ok()?.len() != want {
+            return None;
+        }
+        text_aggs.push(a.name().to_string());
+        aggregates.push(Aggregate {
+            func,
+            arg: dev_arg,
+            ty,
+        });
+        kinds.push(kind);
+    }
+    let outputs = (0..group_by.len())
+        .map(AggOutput::Group)
+        .chain((0..aggregates.len()).map(AggOutput::Agg))
+        .collect();
+    let mut columns_out: Vec<OutputColumn> = group_by
+        .iter()
+        .map(|&g| OutputColumn {
+            name: schema.columns()[g].name.clone(),
+            ty: DevType::of_column(schema.columns()[g].ty),
+        })
+        .collect();
+    columns_out.extend(
+        aggregates
+            .iter()
+            .zip(&text_aggs)
+            .map(|(a, n)| OutputColumn {
+                name: n.clone(),
+                ty: a.ty,
+            }),
+    );
+    let program = Plan {
+        table: scan.table.name.clone(),
+        schema: schema.clone(),
+        filter: scan.program.filter.clone(),
+        output: Output::Aggregate(Aggregation {
+            group_by,
+            aggregates,
+            outputs,
+        }),
+        order_by: Vec::new(),
+        columns: columns_out,
+    };
+    let text = if text_groups.is_empty() {
+        format!("[{}]", text_aggs.join(", "))
+    } else {
+        format!(
+            "[{}] group by [{}]",
+            text_aggs.join(", "),
+            text_groups.join(", ")
+        )
+    };
+    let spec = AggOutputSpec {
+        group_types,
+        kinds,
+        text,
+    };
+    Some(Arc::new(DeviceScanExec::new(
+        scan.table.clone(),
+        scan.device.clone(),
+        scan.settings,
+        scan.log.clone(),
+        program,
+        ScanOutput::Partial(Arc::new(spec)),
+        agg.schema(),
+        None,
+        scan.filter_text.clone(),
+    )))
+}
+
+/// A physical value expression over `columns` (the input's columns in device terms).
+fn physical(
+    e: &Arc<dyn PhysicalExpr>,
+    columns: &Columns,
+    schema: &Schema,
+) -> Result<DevExpr, NotPushed> {
+    let whole = e.to_string();
+    let no = || NotPushed::Unsupported(whole.clone());
+    if let Some(c) = e.downcast_ref::<Column>() {
+        return columns.get(c.index()).cloned().flatten().ok_or_else(no);
+    }
+    if let Some(l) = e.downcast_ref::<Literal>() {
+        return translate::literal(l.value()).ok_or_else(no);
+    }
+    if let Some(b) = e.downcast_ref::<BinaryExpr>() {
+        let (l, r) = (
+            physical(b.left(), columns, schema)?,
+            physical(b.right(), columns, schema)?,
+        );
+        let op = match b.op() {
+            Operator::Plus => Ar::Add,
+            Operator::Minus => Ar::Sub,
+            Operator::Multiply => Ar::Mul,
+            _ => return Err(no()),
+        };
+        return Ok(build::arith(op, l, r, &whole)?);
+    }
+    if let Some(c) = e.downcast_ref::<CastExpr>() {
+        return translate::cast(
+            physical(c.expr(), columns, schema)?,
+            c.cast_type(),
+            schema,
+            &whole,
+        );
+    }
+    if let Some(c) = e.downcast_ref::<TryCastExpr>() {
+        return translate::cast(
+            physical(c.expr(), columns, schema)?,
+            c.cast_type(),
+            schema,
+            &whole,
+        );
+    }
+    if let Some(n) = e.downcast_ref::<NegativeExpr>() {
+        let d = physical(n.arg(), columns, schema)?;
+        let zero = DevExpr::constant(csd_query::plan::Const::Int(0), DevType::Int);
+        return Ok(build::arith(Ar::Sub, zero, d, &whole)?);
+    }
+    Err(no())
+}

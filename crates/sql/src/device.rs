@@ -1,0 +1,200 @@
+//! The device a session queries, and how its scans choose a strategy.
+//!
+//! `--strategy auto` answers the smart-ssd paper's "when to push down" question per scan
+//! with the scan paper's analytic model (in-storage-scan-processing §4, equations 6, 8
+//! and 9, [`csd_model::scan::ScanParams`]): the table's records, record width and an
+//! estimated selectivity go into the model for the device's config, and the strategy
+//! with the smallest modeled time runs. The selectivity is estimated without touching
+//! the device (reading a sample would change the modeled figures): System R's classic
+//! defaults per predicate (equality 1/10, range 1/3, `LIKE` 1/4, `IN` 1/10 per item,
+//! conjunctions multiply, disjunctions add); an aggregation returns a few states, so its
+//! output selectivity is that of its groups (taken as 0). The reason is printed.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use csd_host::{Client, ScanOptions, Strategy, TableInfo};
+use csd_model::scan::ScanParams;
+use csd_query::Plan;
+use csd_query::plan::{CmpOp, Expr, ExprKind};
+use csd_sim::DeviceConfig;
+
+/// A device shared by the scans of a session (commands run one at a time).
+pub struct Device {
+    client: Mutex<Client>,
+    /// The device's config (host CPU, ISP costs, energy, geometry).
+    pub config: DeviceConfig,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({})", self.config.name)
+    }
+}
+
+impl Device {
+    /// Wraps a client of a device with config `config`.
+    pub fn new(client: Client, config: DeviceConfig) -> Device {
+        Device {
+            client: Mutex::new(client),
+            config,
+        }
+    }
+
+    /// The client, for one scan.
+    pub fn lock(&self) -> MutexGuard<'_, Client> {
+        self.client.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Gives the client back (`None` while a scan still holds the device).
+    pub fn into_client(self: Arc<Self>) -> Option<Client> {
+        Arc::into_inner(self).map(|d| {
+            d.client
+                .into_inner()
+                .unwrap_or_else(PoisonError::into_inner)
+        })
+    }
+}
+
+/// Which strategy a scan runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Choice {
+    /// Always this one.
+    Fixed(Strategy),
+    /// Per scan, from the analytic model.
+    Auto,
+}
+
+impl Choice {
+    /// Parses `ihp`, `cpu-isp`, `hw-isp` or `auto`.
+    pub fn parse(s: &str) -> Option<Choice> {
+        if s == "auto" {
+            return Some(Choice::Auto);
+        }
+        Strategy::parse(s).map(Choice::Fixed)
+    }
+
+    /// The CLI name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Choice::Fixed(s) => s.name(),
+            Choice::Auto => "auto",
+        }
+    }
+}
+
+/// How a session's scans run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScanSettings {
+    /// Strategy choice.
+    pub choice: Choice,
+    /// Queue depth and poll intervals (the strategy field is set per scan).
+    pub options: ScanOptions,
+    /// Push partial aggregations into the device (cpu-isp / hw-isp scans).
+    pub aggregate_pushdown: bool,
+}
+
+impl ScanSettings {
+    /// `choice` with the default options of `csd-host`, aggregate pushdown on.
+    pub fn new(choice: Choice) -> ScanSettings {
+        ScanSettings {
+            choice,
+            options: ScanOptions::new(Strategy::Ihp),
+            aggregate_pushdown: true,
+        }
+    }
+
+    /// The choice in words.
+    pub fn describe(&self) -> &'static str {
+        self.choice.name()
+    }
+
+    /// The strategy for a scan of `table` running `program`, and why.
+    pub fn choose(&self, table: &TableInfo, program: &Plan, device: &Device) -> (Strategy, String) {
+        match self.choice {
+            Choice::Fixed(s) => (s, "chosen by the user".into()),
+            Choice::Auto => auto(table, program, &device.config),
+        }
+    }
+}
+
+/// Estimated fraction of rows a predicate keeps (System R defaults).
+pub fn selectivity(e: &Expr) -> f64 {
+    match &e.kind {
+        ExprKind::And(es) => es.iter().map(selectivity).product(),
+        ExprKind::Or(es) => es.iter().map(selectivity).sum::<f64>().min(1.0),
+        ExprKind::Not(x) => 1.0 - selectivity(x),
+        ExprKind::Cmp { op, .. } => match op {
+            CmpOp::Eq => 0.1,
+            CmpOp::Ne => 0.9,
+            _ => 1.0 / 3.0,
+        },
+        ExprKind::InList { list, negated, .. } => {
+            let s = (0.1 * list.len() as f64).min(1.0);
+            if *negated { 1.0 - s } else { s }
+        }
+        ExprKind::Like { negated, .. } => {
+            if *negated {
+                0.75
+            } else {
+                0.25
+            }
+        }
+        ExprKind::Const(csd_query::plan::Const::Bool(false)) => 0.0,
+        _ => 1.0,
+    }
+}
+
+/// The model's pick for one scan, with the reason in words.
+pub fn auto(table: &TableInfo, program: &Plan, cfg: &DeviceConfig) -> (Strategy, String) {
+    let sel = program.filter.as_ref().map_or(1.0, selectivity);
+    // Bytes a selected row sends to the host, relative to the record: projected columns
+    // only; an aggregation sends a few states.
+    let width = table.schema.row_width().max(1) as f64;
+    let out = if program.is_aggregate() {
+        0.0
+    } else {
+        let cols = program.referenced_columns();
+        let bytes: usize = cols
+            .iter()
+            .filter_map(|&c| table.schema.columns().get(c).map(|c| c.ty.width()))
+            .sum();
+        (bytes as f64 / width).min(1.0)
+    };
+    let mut p = ScanParams::from_device(cfg);
+    p.records = table.rows.max(1);
+    p.record_bytes = table.schema.row_width().max(1) as u64;
+    p.selectivity = (sel * out).clamp(0.0, 1.0);
+    let mut times = Vec::new();
+    for s in Strategy::ALL {
+        let t = match s {
+            Strategy::Ihp => p.t_scan_ihp(),
+            Strategy::CpuIsp => p.t_scan_baseline_isp(),
+            Strategy::HwIsp => p.t_scan_hw_isp(),
+        };
+        if let Ok(t) = t {
+            times.push((s, t));
+        }
+    }
+    let Some(&(best, _)) = times.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {
+        return (
+            Strategy::Ihp,
+            "auto: the model has no estimate for this table; in-host processing".into(),
+        );
+    };
+    let list: Vec<String> = times
+        .iter()
+        .map(|(s, t)| format!("{} {:.3} ms", s.name(), t * 1e3))
+        .collect();
+    (
+        best,
+        format!(
+            "auto: {} (model eq. 6/8/9 with σ≈{:.3} (estimated selectivity {:.3} × output \
+             share {:.2}): {})",
+            best.name(),
+            p.selectivity,
+            sel,
+            out,
+            list.join(", ")
+        ),
+    )
+}

@@ -1,0 +1,385 @@
+//! [`DeviceScanExec`]: the physical operator that runs one device program (filter,
+//! projection and possibly a partial aggregation) over one device table with one of
+//! the scan paper's strategies, through `csd_host::run_scan`, so the scan keeps its
+//! modeled report (time per stage, bytes per link, pages read, energy).
+//!
+//! Choices: the device is serial (one command at a time, as in `csd-host`), so a scan
+//! is one DataFusion partition and runs under the device's lock; scans of a join run
+//! one after the other, each with its own report in the [`ScanLog`]. The scan starts
+//! when its stream is first polled. Per-scan figures are DataFusion metrics too, so
+//! `EXPLAIN ANALYZE` shows them next to the operator.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use csd_host::{QueryReport, ScanOptions, Strategy, TableInfo, run_scan};
+use csd_query::{PartialResult, Plan};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning,
+    PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream,
+};
+use futures::StreamExt;
+
+use crate::agg::AggOutputSpec;
+use crate::device::{Device, ScanSettings};
+use crate::schema::column_array;
+
+/// What one device scan did: the table, the strategy, what ran in the device, why the
+/// strategy was chosen and the modeled report.
+#[derive(Debug, Clone)]
+pub struct ScanRecord {
+    /// The table scanned.
+    pub table: String,
+    /// The strategy that ran.
+    pub strategy: Strategy,
+    /// Why that strategy (`--strategy auto`) or "chosen by the user".
+    pub why: String,
+    /// The device program in words: filter, columns, aggregation.
+    pub program: String,
+    /// The modeled report of the scan.
+    pub report: QueryReport,
+}
+
+/// Every device scan a session ran, in the order they ran.
+#[derive(Debug, Clone, Default)]
+pub struct ScanLog(Arc<Mutex<Vec<ScanRecord>>>);
+
+impl ScanLog {
+    /// Appends a record.
+    pub fn push(&self, r: ScanRecord) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(r);
+    }
+
+    /// Takes the records so far (the log is left empty).
+    pub fn take(&self) -> Vec<ScanRecord> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// What the scan hands to DataFusion.
+#[derive(Debug, Clone)]
+pub enum ScanOutput {
+    /// Rows of the projected table columns (schema indices), in this order.
+    Rows(Vec<usize>),
+    /// Partial aggregation states in DataFusion's partial-aggregate layout.
+    Partial(Arc<AggOutputSpec>),
+}
+
+/// A device scan: see the [module docs](self).
+#[derive(Debug)]
+pub struct DeviceScanExec {
+    pub(crate) table: TableInfo,
+    pub(crate) device: Arc<Device>,
+    pub(crate) settings: ScanSettings,
+    pub(crate) log: ScanLog,
+    pub(crate) program: Plan,
+    pub(crate) output: ScanOutput,
+    pub(crate) schema: SchemaRef,
+    pub(crate) limit: Option<usize>,
+    /// Text of the pushed filter (for display).
+    pub(crate) filter_text: Option<String>,
+    metrics: ExecutionPlanMetricsSet,
+    cache: Arc<PlanProperties>,
+}
+
+impl DeviceScanExec {
+    /// A scan of `table` running `program`, handing `output` (of `schema`) to DataFusion.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        table: TableInfo,
+        device: Arc<Device>,
+        settings: ScanSettings,
+        log: ScanLog,
+        program: Plan,
+        output: ScanOutput,
+        schema: SchemaRef,
+        limit: Option<usize>,
+        filter_text: Option<String>,
+    ) -> DeviceScanExec {
+        let cache = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        DeviceScanExec {
+            table,
+            device,
+            settings,
+            log,
+            program,
+            output,
+            schema,
+            limit,
+            filter_text,
+            metrics: ExecutionPlanMetricsSet::new(),
+            cache,
+        }
+    }
+
+    /// The device program this scan runs.
+    pub fn program(&self) -> &Plan {
+        &self.program
+    }
+
+    /// The table scanned.
+    pub fn table(&self) -> &TableInfo {
+        &self.table
+    }
+
+    /// True when the scan returns partial aggregation states (aggregate pushdown).
+    pub fn is_partial_aggregate(&self) -> bool {
+        matches!(self.output, ScanOutput::Partial(_))
+    }
+
+    /// The program in words, for `EXPLAIN` and the report.
+    pub fn describe(&self) -> String {
+        let cols = |idx: &[usize]| {
+            idx.iter()
+                .filter_map(|&i| self.table.schema.columns().get(i).map(|c| c.name.clone()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut s = match &self.output {
+            ScanOutput::Rows(idx) => format!("columns [{}]", cols(idx)),
+            ScanOutput::Partial(spec) => format!("partial aggregate {}", spec.describe()),
+        };
+        if let Some(f) = &self.filter_text {
+            s.push_str(&format!(", filter {f}"));
+        }
+        if let Some(l) = self.limit {
+            s.push_str(&format!(", limit {l}"));
+        }
+        s
+    }
+
+    fn run(&self) -> Result<Vec<RecordBatch>> {
+        let (strategy, why) = self
+            .settings
+            .choose(&self.table, &self.program, &self.device);
+        let opts = ScanOptions {
+            strategy,
+            ..self.settings.options
+        };
+        let mut batches = Vec::new();
+        let mut rows_out = 0usize;
+        let mut partial: Option<PartialResult> = None;
+        let report = {
+            let mut client = self.device.lock();
+            run_scan(
+                &mut *client,
+                &self.table,
+                &self.program,
+                &self.device.config,
+                &opts,
+                &mut |chunk| {
+                    match (&self.output, chunk) {
+                        (ScanOutput::Rows(idx), PartialResult::Rows(rows)) => {
+                            if self.limit.is_some_and(|l| rows_out >= l) {
+                                return Ok(());
+                            }
+                            let b = rows_batch(&self.table, idx, &self.schema, &rows)
+                                .map_err(|e| csd_host::HostError::Invalid(e.to_string()))?;
+                            let keep = self.limit.map_or(b.num_rows(), |l| {
+                                b.num_rows().min(l.saturating_sub(rows_out))
+                            });
+                            rows_out += keep;
+                            batches.push(b.slice(0, keep));
+                        }
+                        (ScanOutput::Partial(_), p @ PartialResult::Aggregate(_)) => {
+                            // Device chunks are merged here (groups the device had to hand
+                            // over early meet again), then handed to the final aggregate.
+                            match &mut partial {
+                                None => partial = Some(p),
+                                Some(acc) => acc.merge(p).map_err(|e| {
+                                    csd_host::HostError::Invalid(format!("merging states: {e}"))
+                                })?,
+                            }
+                        }
+                        _ => {
+                            return Err(csd_host::HostError::Invalid(
+                                "the device returned another kind of result than planned".into(),
+                            ));
+                        }
+                    }
+                    Ok(())
+                },
+            )
+            .map_err(|e| DataFusionError::External(Box::new(e)))?
+        };
+        if let (ScanOutput::Partial(spec), Some(PartialResult::Aggregate(state))) =
+            (&self.output, &partial)
+        {
+            batches.push(spec.to_batch(state, &self.schema)?);
+        }
+        self.record_metrics(&report, batches.iter().map(RecordBatch::num_rows).sum());
+        self.log.push(ScanRecord {
+            table: self.table.name.clone(),
+            strategy,
+            why,
+            program: self.describe(),
+            report,
+        });
+        Ok(batches)
+    }
+
+    fn record_metrics(&self, r: &QueryReport, rows: usize) {
+        let m = &self.metrics;
+        MetricBuilder::new(m).output_rows(0).add(rows);
+        let c = |name: &'static str, v: u64| {
+            MetricBuilder::new(m)
+                .global_counter(name)
+                .add(usize::try_from(v).unwrap_or(usize::MAX));
+        };
+        c("pages_read", r.flash_reads);
+        c("host_link_bytes", r.host_link_bytes);
+        c("channel_bytes", r.channel_bytes);
+        c("rows_selected", r.work.rows_selected);
+        c("device_time_ns", r.modeled_ns);
+        c("commands", r.commands);
+    }
+}
+
+/// Projected device rows as a record batch of `schema`.
+fn rows_batch(
+    table: &TableInfo,
+    idx: &[usize],
+    schema: &SchemaRef,
+    rows: &csd_query::RowChunk,
+) -> Result<RecordBatch> {
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(idx.len());
+    for (out, &i) in idx.iter().enumerate() {
+        let ty = table
+            .schema
+            .columns()
+            .get(i)
+            .map(|c| c.ty)
+            .ok_or_else(|| DataFusionError::Internal(format!("column {i} out of range")))?;
+        let data = rows
+            .column(out)
+            .ok_or_else(|| DataFusionError::Internal(format!("device output {out} missing")))?;
+        cols.push(column_array(ty, data)?);
+    }
+    let opts = RecordBatchOptions::new().with_row_count(Some(rows.len()));
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        cols,
+        &opts,
+    )?)
+}
+
+impl DisplayAs for DeviceScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "DeviceScanExec: table={} ({}), in device: {}, strategy={}",
+            self.table.name,
+            self.table.layout,
+            self.describe(),
+            self.settings.describe()
+        )
+    }
+}
+
+impl ExecutionPlan for DeviceScanExec {
+    fn name(&self) -> &'static str {
+        "DeviceScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.cache
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        _: Vec<Arc<dyn ExecutionPlan>>,
+        _: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "DeviceScanExec has one partition, not {partition}"
+            )));
+        }
+        let me = Arc::new(self.clone_for_run());
+        let schema = self.schema.clone();
+        let stream = futures::stream::once(async move { me.run() })
+            .map(|r| match r {
+                Ok(batches) => futures::stream::iter(batches.into_iter().map(Ok)).boxed(),
+                Err(e) => futures::stream::iter(vec![Err(e)]).boxed(),
+            })
+            .flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn supports_limit_pushdown(&self) -> bool {
+        matches!(self.output, ScanOutput::Rows(_))
+    }
+
+    fn fetch(&self) -> Option<usize> {
+        self.limit
+    }
+}
+
+impl DeviceScanExec {
+    /// A copy sharing the device, the log and the metrics (what a stream runs).
+    fn clone_for_run(&self) -> DeviceScanExec {
+        DeviceScanExec {
+            table: self.table.clone(),
+            device: self.device.clone(),
+            settings: self.settings,
+            log: self.log.clone(),
+            program: self.program.clone(),
+            output: self.output.clone(),
+            schema: self.schema.clone(),
+            limit: self.limit,
+            filter_text: self.filter_text.clone(),
+            metrics: self.metrics.clone(),
+            cache: self.cache.clone(),
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! SQL over device tables through DataFusion (issue 12): csd plugs into DataFusion at its
+//! seams instead of growing a planner of its own.
+//!
+//! * [`DeviceTable`] (a `TableProvider`) per table of the device catalog, with filter,
+//!   projection and limit pushdown into the device program ([`translate`], [`provider`]);
+//! * [`DeviceScanExec`] runs a device program with one of the scan paper's strategies
+//!   (in-storage-scan-processing §4: IHP, embedded-CPU ISP, hardware ISP) through
+//!   `csd_host::run_scan`, so every scan keeps its modeled report ([`ScanLog`]) and its
+//!   DataFusion metrics (`EXPLAIN ANALYZE`);
+//! * [`DeviceAggregatePushdown`] turns DataFusion's partial aggregate over a device scan
+//!   into the device's own aggregation (smart-ssd-query-processing §3–4);
+//! * `--strategy auto` asks the scan paper's analytic model per scan ([`device::auto`]).
+//!
+//! Joins, sorts, final aggregates, subqueries and everything the device cannot evaluate
+//! exactly run in DataFusion on the host. The core crates do not depend on this one.
+//!
+//! Choices: decimal literals are parsed as decimals (`parse_float_as_decimal`), so
+//! `l_discount BETWEEN 0.05 AND 0.07` is exact and pushable, as in the device's own SQL
+//! subset; the session uses as many partitions as the host has cores for its own
+//! operators, while each device scan is one partition (the device is serial).
+
+#![warn(missing_docs)]
+
+pub mod agg;
+pub mod device;
+pub mod exec;
+pub mod provider;
+pub mod schema;
+pub mod tpch;
+pub mod translate;
+
+use std::sync::Arc;
+
+use csd_host::{Catalog, Client};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::error::DataFusionError;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+pub use agg::DeviceAggregatePushdown;
+pub use datafusion;
+pub use device::{Choice, Device, ScanSettings};
+pub use exec::{DeviceScanExec, ScanLog, ScanRecord};
+pub use provider::DeviceTable;
+
+/// What can go wrong running SQL over a device.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    /// DataFusion refused or failed the query (syntax, unknown names, types, execution).
+    #[error("{message}")]
+    Query {
+        /// DataFusion's message, with the device's table list where it helps.
+        message: String,
+        /// The error.
+        #[source]
+        source: DataFusionError,
+    },
+    /// The device or its catalog failed.
+    #[error(transparent)]
+    Host(#[from] csd_host::HostError),
+    /// The async runtime could not start.
+    #[error("starting the query runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+/// A SQL session over the tables of one device.
+pub struct SqlSession {
+    ctx: SessionContext,
+    device: Arc<Device>,
+    log: ScanLog,
+    tables: Vec<String>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for SqlSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SqlSession({:?}, tables {:?})", self.device, self.tables)
+    }
+}
+
+/// A query's answer: the batches, the plan that ran with its metrics, the device scans.
+#[derive(Debug)]
+pub struct Answer {
+    /// The result's schema.
+    pub schema: SchemaRef,
+    /// Result batches, in order.
+    pub batches: Vec<RecordBatch>,
+    /// The physical plan after the run, each operator marked `[device]` or `[host]`
+    /// with its metrics (what `EXPLAIN ANALYZE` shows; see [`annotated_plan`]).
+    pub explained: String,
+    /// The device scans that ran, in order.
+    pub scans: Vec<ScanRecord>,
+    /// Wall-clock seconds of planning and running.
+    pub wall_s: f64,
+}
+
+impl SqlSession {
+    /// A session over every table in `client`'s catalog; `config` is the device's.
+    pub fn new(
+        mut client: Client,
+        config: csd_sim::DeviceConfig,
+        settings: ScanSettings,
+    ) -> Result<SqlSession, SqlError> {
+        let catalog = Catalog::read(&mut client)?;
+        let device = Arc::new(Device::new(client, config));
+        let log = ScanLog::default();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut cfg = SessionConfig::new().with_target_partitions(threads);
+        cfg.options_mut().sql_parser.parse_float_as_decimal = true;
+        let state = SessionStateBuilder::new()
+            .with_config(cfg)
+            .with_default_features()
+            .with_physical_optimizer_rule(Arc::new(DeviceAggregatePushdown))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        let mut tables = Vec::new();
+        for t in &catalog.tables {
+            let provider = DeviceTable::new(t.clone(), device.clone(), settings, log.clone());
+            ctx.register_table(t.name.as_str(), Arc::new(provider))
+                .map_err(|e| query_error(e, &[]))?;
+            tables.push(t.name.clone());
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()?;
+        Ok(SqlSession {
+            ctx,
+            device,
+            log,
+            tables,
+            runtime,
+        })
+    }
+
+    /// Ends the session and gives the device's client back (`None` if a plan of this
+    /// session is still alive).
+    pub fn into_client(self) -> Option<Client> {
+        let SqlSession { ctx, device, .. } = self;
+        drop(ctx);
+        device.into_client()
+    }
+
+    /// The tables on the device.
+    pub fn tables(&self) -> &[String] {
+        &self.tables
+    }
+
+    /// The DataFusion context (to register more tables or inspect plans).
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// Plans and runs `sql`; the scans' modeled reports come back with the batches.
+    pub fn run(&self, sql: &str) -> Result<Answer, SqlError> {
+        self.log.take();
+        let wall = std::time::Instant::now();
+        let out = self.runtime.block_on(async {
+            let df = self.ctx.sql(sql).await?;
+            let plan = df.create_physical_plan().await?;
+            let task = self.ctx.task_ctx();
+            let batches = datafusion::physical_plan::collect(plan.clone(), task).await?;
+            Ok::<_, DataFusionError>((batches, plan))
+        });
+        let (batches, plan) = out.map_err(|e| query_error(e, &self.tables))?;
+        let wall_s = wall.elapsed().as_secs_f64();
+        Ok(Answer {
+            schema: plan.schema(),
+            batches,
+            explained: annotated_plan(&plan),
+            scans: self.log.take(),
+            wall_s,
+        })
+    }
+
+    /// The physical plan of `sql` as text, without running it (`EXPLAIN`).
+    pub fn explain(&self, sql: &str) -> Result<String, SqlError> {
+        let plan = self
+            .runtime
+            .block_on(async {
+                let df = self.ctx.sql(sql).await?;
+                df.create_physical_plan().await
+            })
+            .map_err(|e| query_error(e, &self.tables))?;
+        Ok(datafusion::physical_plan::displayable(plan.as_ref())
+            .indent(true)
+            .to_string())
+    }
+}
+
+/// The plan with each operator's metrics (what `EXPLAIN ANALYZE` prints) and where it
+/// ran: `[device]` for device scans, `[host]` for DataFusion's operators.
+pub fn annotated_plan(plan: &Arc<dyn ExecutionPlan>) -> String {
+    fn walk(p: &Arc<dyn ExecutionPlan>, depth: usize, out: &mut String) {
+        let place = if p.downcast_ref::<DeviceScanExec>().is_some() {
+            "[device]"
+        } else {
+            "[host]  "
+        };
+        let line = datafusion::physical_plan::displayable(p.as_ref())
+            .one_line()
+            .to_string();
+        let metrics = p
+            .metrics()
+            .map(|m| {
+                m.aggregate_by_name()
+                    .sorted_for_display()
+                    .timestamps_removed()
+                    .to_string()
+            })
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{place} {}{}{}\n",
+            "  ".repeat(depth),
+            line.trim_end(),
+            if metrics.is_empty() || metrics == "[]" {
+                String::new()
+            } else {
+                format!(", metrics={metrics}")
+            }
+        ));
+        for c in p.children() {
+            walk(c, depth + 1, out);
+        }
+    }
+    let mut s = String::new();
+    walk(plan, 0, &mut s);
+    s
+}
+
+/// DataFusion's error, with the device's tables named when a table was not found.
+fn query_error(e: DataFusionError, tables: &[String]) -> SqlError {
+    let mut message = e.to_string();
+    if message.contains("not found") && message.contains("table")
+        || message.contains("No table named")
+    {
+        message.push_str(&format!("; tables on the device: {}", tables.join(", ")));
+    }
+    SqlError::Query { message, source: e }
+}

@@ -1,0 +1,326 @@
+//! DataFusion expressions → the device program's expressions ([`csd_query::plan::Expr`]).
+//!
+//! A filter is pushed into the device (`Exact`) only when the device computes *exactly*
+//! what DataFusion would; anything else stays in DataFusion (`Unsupported`), so a
+//! pushed-down query can never return a different answer. What translates:
+//!
+//! * columns of the table, literals of integer, decimal, `Date32` and string type;
+//! * `=`, `<>`, `<`, `<=`, `>`, `>=` on numbers and dates; `=` / `<>` on strings (the
+//!   device compares blank-padded `CHAR`, equal to DataFusion's comparison of trimmed
+//!   strings for a literal without trailing blanks); `BETWEEN`, `IN (literals)`;
+//! * `LIKE 'prefix%'` (no `_`, no escape, prefix not ending in a blank);
+//! * `AND`, `OR`, `NOT`; `+`, `-`, `*` on numbers (exact decimal arithmetic on both
+//!   sides: scales add under `*`); casts between integer widths, integer → decimal and
+//!   decimal → larger scale (exact rescaling).
+//!
+//! Not translated: division (DataFusion's decimal quotient scale differs from the
+//! device's), ordering comparisons of strings (padding and bytes below the blank),
+//! floats, functions, `CASE`, NULL tests, other `LIKE` patterns.
+
+use csd_query::QueryError;
+use csd_query::build::{self, Ar};
+use csd_query::plan::{CmpOp, Const, Expr as DevExpr};
+use csd_query::types::DataType as DevType;
+use csd_table::schema::Schema;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::{Expr, Operator};
+
+/// Why an expression is not pushed into the device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotPushed {
+    /// A construct the device program cannot express exactly.
+    #[error("the device does not evaluate {0} exactly")]
+    Unsupported(String),
+    /// The device program's builder refused it.
+    #[error(transparent)]
+    Query(#[from] QueryErrorText),
+}
+
+/// A [`QueryError`] kept as text (it is not `Clone`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct QueryErrorText(pub String);
+
+impl From<QueryError> for NotPushed {
+    fn from(e: QueryError) -> Self {
+        NotPushed::Query(QueryErrorText(e.to_string()))
+    }
+}
+
+fn unsupported<T>(what: impl std::fmt::Display) -> Result<T, NotPushed> {
+    Err(NotPushed::Unsupported(what.to_string()))
+}
+
+/// Translates a predicate over `schema`'s columns into a device predicate.
+pub fn predicate(e: &Expr, schema: &Schema) -> Result<DevExpr, NotPushed> {
+    let t = Translator { schema };
+    let d = t.expr(e)?;
+    if d.ty != DevType::Bool {
+        return unsupported(format!("{e} (not a predicate)"));
+    }
+    Ok(d)
+}
+
+/// Translates a value expression (an aggregate's argument or a grouping key).
+pub fn value(e: &Expr, schema: &Schema) -> Result<DevExpr, NotPushed> {
+    let t = Translator { schema };
+    let d = t.expr(e)?;
+    if d.ty == DevType::Bool {
+        return unsupported(format!("{e} (a predicate, not a value)"));
+    }
+    Ok(d)
+}
+
+struct Translator<'a> {
+    schema: &'a Schema,
+}
+
+/// A literal as a device constant (`None`: a type the device does not hold).
+pub fn literal(v: &ScalarValue) -> Option<DevExpr> {
+    let int = |x: i64| Some(DevExpr::constant(Const::Int(x), DevType::Int));
+    match v {
+        ScalarValue::Int8(Some(x)) => int(i64::from(*x)),
+        ScalarValue::Int16(Some(x)) => int(i64::from(*x)),
+        ScalarValue::Int32(Some(x)) => int(i64::from(*x)),
+        ScalarValue::Int64(Some(x)) => int(*x),
+        ScalarValue::UInt8(Some(x)) => int(i64::from(*x)),
+        ScalarValue::UInt16(Some(x)) => int(i64::from(*x)),
+        ScalarValue::UInt32(Some(x)) => int(i64::from(*x)),
+        ScalarValue::UInt64(Some(x)) => int(i64::try_from(*x).ok()?),
+        ScalarValue::Decimal128(Some(x), _, s) => {
+            let scale = u8::try_from(*s).ok()?;
+            let ty = if scale == 0 {
+                DevType::Int
+            } else {
+                DevType::Decimal { scale }
+            };
+            let c = match i64::try_from(*x) {
+                Ok(v) => Const::Int(v),
+                Err(_) => Const::Wide(*x),
+            };
+            Some(DevExpr::constant(c, ty))
+        }
+        ScalarValue::Date32(Some(d)) => {
+            Some(DevExpr::constant(Const::Int(i64::from(*d)), DevType::Date))
+        }
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::Utf8View(Some(s))
+        | ScalarValue::LargeUtf8(Some(s)) => {
+            let len = u16::try_from(s.len()).ok()?;
+            Some(DevExpr::constant(
+                Const::Char(s.as_bytes().to_vec()),
+                DevType::Char(len),
+            ))
+        }
+        _ => None,
+    }
+}
+
+fn cmp_op(op: Operator) -> Option<CmpOp> {
+    Some(match op {
+        Operator::Eq => CmpOp::Eq,
+        Operator::NotEq => CmpOp::Ne,
+        Operator::Lt => CmpOp::Lt,
+        Operator::LtEq => CmpOp::Le,
+        Operator::Gt => CmpOp::Gt,
+        Operator::GtEq => CmpOp::Ge,
+        _ => return None,
+    })
+}
+
+fn is_char(e: &DevExpr) -> bool {
+    matches!(e.ty, DevType::Char(_))
+}
+
+/// A string constant with trailing blanks compares differently padded and trimmed.
+fn trailing_blank(e: &DevExpr) -> bool {
+    matches!(e.as_const(), Some(Const::Char(b)) if b.last() == Some(&b' '))
+}
+
+impl Translator<'_> {
+    fn expr(&self, e: &Expr) -> Result<DevExpr, NotPushed> {
+        let whole = || e.to_string();
+        match e {
+            Expr::Alias(a) => self.expr(&a.expr),
+            Expr::Column(c) => {
+                let Ok(i) = self.schema.column_index(&c.name) else {
+                    return unsupported(format!(
+                        "column {} (not in table {})",
+                        c.name,
+                        self.schema.name()
+                    ));
+                };
+                DevExpr::column(self.schema, i)
+                    .ok_or_else(|| NotPushed::Unsupported(format!("column {}", c.name)))
+            }
+            Expr::Literal(v, _) => {
+                literal(v).ok_or_else(|| NotPushed::Unsupported(format!("the literal {v}")))
+            }
+            Expr::BinaryExpr(b) => {
+                let (l, r) = (self.expr(&b.left)?, self.expr(&b.right)?);
+                match b.op {
+                    Operator::And => Ok(build::and(vec![l, r])),
+                    Operator::Or => Ok(build::or(vec![l, r])),
+                    Operator::Plus => Ok(build::arith(Ar::Add, l, r, &whole())?),
+                    Operator::Minus => Ok(build::arith(Ar::Sub, l, r, &whole())?),
+                    Operator::Multiply => Ok(build::arith(Ar::Mul, l, r, &whole())?),
+                    op => {
+                        let Some(c) = cmp_op(op) else {
+                            return unsupported(format!("the operator {op} in {e}"));
+                        };
+                        if is_char(&l) || is_char(&r) {
+                            if !matches!(c, CmpOp::Eq | CmpOp::Ne) {
+                                return unsupported(format!("{e} (string ordering)"));
+                            }
+                            if trailing_blank(&l) || trailing_blank(&r) {
+                                return unsupported(format!("{e} (trailing blanks)"));
+                            }
+                        }
+                        Ok(build::compare(c, l, r, &whole())?)
+                    }
+                }
+            }
+            Expr::Not(x) => {
+                let d = self.expr(x)?;
+                if d.ty != DevType::Bool {
+                    return unsupported(whole());
+                }
+                Ok(build::negate(d))
+            }
+            Expr::Between(b) => {
+                let x = self.expr(&b.expr)?;
+                if is_char(&x) {
+                    return unsupported(format!("{e} (string ordering)"));
+                }
+                let lo = self.expr(&b.low)?;
+                let hi = self.expr(&b.high)?;
+                let w = whole();
+                let both = build::and(vec![
+                    build::compare(CmpOp::Ge, x.clone(), lo, &w)?,
+                    build::compare(CmpOp::Le, x, hi, &w)?,
+                ]);
+                Ok(if b.negated { build::negate(both) } else { both })
+            }
+            Expr::InList(l) => {
+                let x = self.expr(&l.expr)?;
+                let mut items = Vec::with_capacity(l.list.len());
+                for i in &l.list {
+                    let Expr::Literal(v, _) = i else {
+                        return unsupported(format!("{e} (IN with a non-literal)"));
+                    };
+                    let d = literal(v)
+                        .ok_or_else(|| NotPushed::Unsupported(format!("the literal {v}")))?;
+                    if trailing_blank(&d) {
+                        return unsupported(format!("{e} (trailing blanks)"));
+                    }
+                    items.push(d);
+                }
+                Ok(build::in_list(x, items, l.negated, &whole())?)
+            }
+            Expr::Like(l) => {
+                if l.case_insensitive || l.escape_char.is_some() {
+                    return unsupported(whole());
+                }
+                let x = self.expr(&l.expr)?;
+                let Expr::Literal(
+                    ScalarValue::Utf8(Some(p))
+                    | ScalarValue::Utf8View(Some(p))
+                    | ScalarValue::LargeUtf8(Some(p)),
+                    _,
+                ) = l.pattern.as_ref()
+                else {
+                    return unsupported(whole());
+                };
+                let Some(prefix) = p.strip_suffix('%') else {
+                    return unsupported(format!("{e} (only LIKE 'prefix%')"));
+                };
+                if prefix.contains(['%', '_', '\\']) || prefix.ends_with(' ') {
+                    return unsupported(format!("{e} (only LIKE 'prefix%')"));
+                }
+                Ok(build::like(x, prefix.as_bytes().to_vec(), l.negated)?)
+            }
+            Expr::Cast(c) => cast(
+                self.expr(&c.expr)?,
+                c.field.data_type(),
+                self.schema,
+                &whole(),
+            ),
+            Expr::TryCast(c) => cast(
+                self.expr(&c.expr)?,
+                c.field.data_type(),
+                self.schema,
+                &whole(),
+            ),
+            Expr::Negative(x) => {
+                let d = self.expr(x)?;
+                let zero = DevExpr::constant(Const::Int(0), DevType::Int);
+                Ok(build::arith(Ar::Sub, zero, d, &whole())?)
+            }
+            _ => unsupported(whole()),
+        }
+    }
+
+    fn column_type(&self, d: &DevExpr) -> Option<csd_table::ColumnType> {
+        match &d.kind {
+            csd_query::plan::ExprKind::Column { index, .. } => {
+                self.schema.columns().get(*index).map(|c| c.ty)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A cast the device evaluates exactly, or `Unsupported`.
+pub(crate) fn cast(
+    d: DevExpr,
+    to: &DataType,
+    schema: &Schema,
+    whole: &str,
+) -> Result<DevExpr, NotPushed> {
+    let t = Translator { schema };
+    match (d.ty, to) {
+        (
+            DevType::Int,
+            DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64,
+        ) => {
+            // Narrowing could wrap or fail in DataFusion: only widening of columns and
+            // constants that fit stay exact; the device holds every integer as i64.
+            if matches!(to, DataType::Int64) || d.as_const().is_some() {
+                Ok(d)
+            } else if let Some(c) = t.column_type(&d) {
+                let fits = matches!(
+                    (c, to),
+                    (
+                        csd_table::ColumnType::Int32,
+                        DataType::Int32 | DataType::Int64
+                    ) | (csd_table::ColumnType::Int64, DataType::Int64)
+                );
+                if fits { Ok(d) } else { unsupported(whole) }
+            } else {
+                unsupported(whole)
+            }
+        }
+        (DevType::Int, DataType::Decimal128(_, s)) => {
+            let s = u8::try_from(*s).or_else(|_| unsupported(whole))?;
+            Ok(build::rescale(d, s, whole)?)
+        }
+        (DevType::Decimal { scale }, DataType::Decimal128(_, s)) => {
+            let s = u8::try_from(*s).or_else(|_| unsupported(whole))?;
+            if s < scale {
+                return unsupported(whole);
+            }
+            Ok(build::rescale(d, s - scale, whole)?)
+        }
+        (DevType::Date, DataType::Date32) => Ok(d),
+        (DevType::Char(_), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8) => Ok(d),
+        _ => unsupported(whole),
+    }
+}
