@@ -188,7 +188,7 @@ fn bad_parameters_are_typed_errors() {
     }
     assert_eq!("LineItem".parse::<TpchTable>(), Ok(TpchTable::LineItem));
     assert!(matches!(
-        "nation".parse::<TpchTable>(),
+        "nations".parse::<TpchTable>(),
         Err(GenError::UnknownTable { .. })
     ));
 }
