@@ -4,7 +4,7 @@
 //! Anything outside the subset documented at the crate root is rejected here with a
 //! [`QueryError`] naming the construct, so the evaluator never meets it.
 
-use std::cmp::Ordering;
+use crate::build::{Normalized, normalize_const};
 
 use csd_table::Schema;
 use csd_table::date::{days_from_ymd, days_in_month, parse_date, ymd_from_days};
@@ -793,14 +793,6 @@ fn describe_expr(e: &sql::Expr) -> String {
 struct Binder<'s> {
     schema: &'s Schema,
     alias: Option<String>,
-}
-
-/// Outcome of comparing a scale-`s` expression with a constant of another scale.
-enum Normalized {
-    /// `expr op c` with `c` now at the expression's scale.
-    Cmp(CmpOp, i64),
-    /// The comparison has this value on every row.
-    Always(bool),
 }
 
 impl<'s> Binder<'s> {
@@ -1675,53 +1667,6 @@ fn fold(e: Expr, whole: &sql::Expr) -> Result<Expr, QueryError> {
         _ => return Ok(e),
     };
     Ok(Expr::constant(Const::Int(value), e.ty))
-}
-
-/// `expr op c`, `expr` (an `i64`) at scale `s`, `c` at scale `t`, rewritten exactly to
-/// a comparison with an `i64` constant at scale `s`, or to a constant truth value.
-fn normalize_const(op: CmpOp, s: u8, c: i128, t: u8) -> Normalized {
-    // `expr op v` for a v at scale s; beyond the i64 range the outcome is fixed
-    let fit = |op: CmpOp, v: i128| match i64::try_from(v) {
-        Ok(x) => Normalized::Cmp(op, x),
-        Err(_) => Normalized::Always(op.holds(if v > 0 {
-            Ordering::Less
-        } else {
-            Ordering::Greater
-        })),
-    };
-    match t.cmp(&s) {
-        Ordering::Equal => fit(op, c),
-        Ordering::Less => match 10i128
-            .checked_pow(u32::from(s - t))
-            .and_then(|f| c.checked_mul(f))
-        {
-            Some(up) => fit(op, up),
-            // |c * 10^(s-t)| > i128::MAX > every i64: c != 0 here
-            None => Normalized::Always(op.holds(if c > 0 {
-                Ordering::Less
-            } else {
-                Ordering::Greater
-            })),
-        },
-        Ordering::Greater => {
-            // expr * f  op  c, with f = 10^(t-s) (t <= 38): compare expr with
-            // floor(c / f) or ceil(c / f)
-            let f = 10i128.checked_pow(u32::from(t - s)).unwrap_or(i128::MAX);
-            let floor = c.div_euclid(f);
-            let exact = c.rem_euclid(f) == 0;
-            let ceil = if exact { floor } else { floor + 1 };
-            match op {
-                CmpOp::Lt => fit(CmpOp::Lt, ceil),
-                CmpOp::Le => fit(CmpOp::Le, floor),
-                CmpOp::Gt => fit(CmpOp::Gt, floor),
-                CmpOp::Ge => fit(CmpOp::Ge, ceil),
-                CmpOp::Eq if exact => fit(CmpOp::Eq, floor),
-                CmpOp::Ne if exact => fit(CmpOp::Ne, floor),
-                CmpOp::Eq => Normalized::Always(false),
-                CmpOp::Ne => Normalized::Always(true),
-            }
-        }
-    }
 }
 
 fn compare_hint(l: &Expr, r: &Expr) -> String {
