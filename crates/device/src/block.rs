@@ -364,6 +364,14 @@ impl IoTarget for BlockDevice {
         self.flush_batch(&buf, at).map_err(|e| ftl_err(e.error))
     }
 
+    fn prefetch_read(&self, offset: u64, stage: crate::workload::PrefetchStage) {
+        let lba = offset / self.lba;
+        match stage {
+            crate::workload::PrefetchStage::Map => self.ftl.prefetch_map(lba),
+            crate::workload::PrefetchStage::Data => self.ftl.prefetch_flash(lba),
+        }
+    }
+
     fn now(&self) -> SimTime {
         self.ftl.nand().now().max(self.ctrl.now())
     }

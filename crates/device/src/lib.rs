@@ -30,7 +30,7 @@ pub use nvme::{
     QueueId, SmartLog, Status, Telemetry,
 };
 pub use raw::RawDevice;
-pub use workload::{IoReport, IoTarget, Rw, WorkloadSpec};
+pub use workload::{IoReport, IoTarget, NoHints, PrefetchStage, Rw, WorkloadSpec};
 
 use thiserror::Error;
 

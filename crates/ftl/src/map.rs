@@ -177,6 +177,45 @@ impl Ftl {
         Ok(t)
     }
 
+    /// First stage of a cache hint for a read of `lpid` the caller will issue soon: bring
+    /// its MAP entry into the CPU caches if its MAP page is cached. No state, counter or
+    /// modeled time changes (see [`Ftl::prefetch_flash`] for the second stage).
+    #[inline]
+    pub fn prefetch_map(&self, lpid: u64) {
+        if let Some(e) = self.cached_entry(lpid) {
+            csd_nand::prefetch_value(e);
+        }
+    }
+
+    /// Second stage of the cache hint, a little before the read itself: if `lpid`'s
+    /// cached MAP entry names a flash address, hint the page's state, data and OOB
+    /// bytes ([`csd_nand::Nand::prefetch`]). Issued one command ahead, the memory misses
+    /// of the next read overlap the current one's work.
+    #[inline]
+    pub fn prefetch_flash(&self, lpid: u64) {
+        let Some(&entry) = self.cached_entry(lpid) else {
+            return;
+        };
+        if let Loc::Flash(a) = Loc::of(entry) {
+            let (b, p, s) = unpack(a);
+            self.nand.prefetch(Ppa::new(BlockId(b), p), s, 1);
+        }
+    }
+
+    /// `lpid`'s MAP entry when its MAP page is cached.
+    #[inline]
+    fn cached_entry(&self, lpid: u64) -> Option<&u64> {
+        if lpid >= self.lbas {
+            return None;
+        }
+        let s = *self
+            .map_slot_of
+            .get((lpid / self.map_entries_per_page) as usize)?;
+        let slot = self.map_slots.get(s as usize)?;
+        slot.entries
+            .get((lpid % self.map_entries_per_page) as usize)
+    }
+
     pub(crate) fn map_get(&mut self, lpid: u64, at: SimTime) -> Result<(u64, SimTime), FtlError> {
         let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
         Ok((

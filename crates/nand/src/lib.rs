@@ -647,6 +647,35 @@ impl Nand {
         self.read_impl(p, first_sector, data, oob, true, at)
     }
 
+    /// Warm the CPU caches for a read of `sectors` sectors of page `p` from
+    /// `first_sector` that the caller will issue soon: the page state, the block's
+    /// metadata, the sectors' data and their OOB bytes. Only a hint to the host CPU: it
+    /// changes no state, no counter and no modeled time, and an address out of range or
+    /// a block never programmed is ignored. The emulator's random reads are bound by
+    /// memory latency (the MAP entry, then the page); hinting the next command's lines
+    /// while the current one runs overlaps those misses.
+    #[inline]
+    pub fn prefetch(&self, p: Ppa, first_sector: u32, sectors: u32) {
+        let b = p.block.0 as usize;
+        if b >= self.store.blocks()
+            || p.page >= self.layout.pages as u32
+            || first_sector.saturating_add(sectors) > self.sectors
+        {
+            return;
+        }
+        let Some(bytes) = self.store.block(b) else {
+            return;
+        };
+        let ss = self.sector_size;
+        let slot = &bytes[self.layout.slot_range(p.page)];
+        let d0 = first_sector as usize * ss;
+        let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
+        prefetch_lines(&bytes[p.page as usize..p.page as usize + 1]);
+        prefetch_lines(&slot[d0..d0 + sectors as usize * ss]);
+        prefetch_lines(&slot[o0..o0 + sectors as usize * self.oob_sector]);
+        self.store.prefetch_meta(b);
+    }
+
     /// [`Nand::read`] with the sectors' OOB bytes delivered alongside, as a controller's
     /// ECC engine sees them with each codeword (`oob` must be `sectors × oob_per_sector`
     /// bytes). Unlike an explicit OOB read, the spare bytes are not charged on the
@@ -1039,9 +1068,25 @@ impl std::fmt::Debug for Nand {
     }
 }
 
-/// Hint the CPU to bring every cache line of `bytes` in (no effect on results).
+/// Hint the CPU to bring the cache line holding `v` into its caches (see
+/// [`prefetch_lines`]).
 #[inline(always)]
-fn prefetch_lines(bytes: &[u8]) {
+pub fn prefetch_value<T>(v: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as in `prefetch_lines`: a hint about the address of a live reference.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (v as *const T).cast(),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = v;
+}
+
+/// Hint the CPU to bring every cache line of `bytes` into its caches (x86-64
+/// `prefetcht0`; nothing elsewhere). Changes no data, never faults, no effect on results.
+#[inline(always)]
+pub fn prefetch_lines(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     for line in bytes.chunks(64) {
         // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has; it only hints the

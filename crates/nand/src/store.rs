@@ -607,6 +607,24 @@ impl Store {
         }
     }
 
+    /// Hint the CPU cache about block `b`'s metadata (see [`crate::Nand::prefetch`]).
+    #[inline]
+    pub fn prefetch_meta(&self, b: usize) {
+        match self {
+            Store::Mem(m) => {
+                if let Some(v) = m.meta.get(b..b + 1) {
+                    crate::prefetch_lines(bytemuck::cast_slice(v));
+                }
+            }
+            Store::File(f) => {
+                let o = f.meta_offset + b * 16;
+                if let Some(v) = f.map.get(o..o + 16) {
+                    crate::prefetch_lines(v);
+                }
+            }
+        }
+    }
+
     /// The bytes of block `b`, or `None` if it was never touched (memory backend).
     #[inline]
     pub fn block(&self, b: usize) -> Option<&[u8]> {

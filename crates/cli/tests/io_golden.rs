@@ -1,0 +1,48 @@
+//! Golden modeled figures of `csd io`: speed work on the emulator (e.g. the workload
+//! engine's cache hints) must not change what the model says. The figures were recorded
+//! with the release binary of main before the cache hints existed; a change here is a
+//! change of the model and must be explained in its commit.
+
+mod common;
+use common::csd;
+
+#[test]
+fn randrw_on_tiny_keeps_its_modeled_figures() {
+    let out = csd(&[
+        "io",
+        "--preset",
+        "tiny",
+        "--rw",
+        "randrw",
+        "--rwmixread",
+        "70",
+        "--bs",
+        "4k",
+        "--iodepth",
+        "8",
+        "--ops",
+        "20000",
+        "--seed",
+        "11",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let num = |k: &str| {
+        v[k].as_f64()
+            .unwrap_or_else(|| panic!("no number `{k}` in {v}"))
+    };
+    assert_eq!(num("reads"), 14116.0);
+    assert_eq!(num("writes"), 5884.0);
+    assert_eq!(num("user_read_bytes"), 57_819_136.0);
+    assert_eq!(num("modeled_time_s"), 2.247971579);
+    assert_eq!(num("latency_p50_us"), 701.951);
+    assert_eq!(num("latency_p99_us"), 6619.135);
+    assert_eq!(num("latency_max_us"), 17121.279);
+    assert!((num("iops") - 8896.909634817051).abs() < 1e-6);
+    assert!((num("energy_j") - 72.35326527184).abs() < 1e-9);
+}
