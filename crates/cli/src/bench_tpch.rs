@@ -59,28 +59,59 @@ fn same(a: &str, b: &str, abs: f64, rel: f64) -> bool {
     }
 }
 
-fn rows_match(got: &[Vec<String>], want: &[Vec<String>], abs: f64, rel: f64) -> Result<(), String> {
-    if got.len() != want.len() {
-        return Err(format!("{} rows, expected {}", got.len(), want.len()));
+/// A reference answer: its rows, the columns whose reference cells are only the first
+/// characters of the true value, and a wider absolute tolerance where the reference was
+/// rounded differently (see [`sf1_answer`]).
+struct Reference {
+    rows: Vec<Vec<String>>,
+    truncated: Vec<usize>,
+    abs: Option<f64>,
+}
+
+fn rows_match(got: &[Vec<String>], want: &Reference, abs: f64, rel: f64) -> Result<(), String> {
+    let want_rows = &want.rows;
+    let abs = want.abs.unwrap_or(abs);
+    if got.len() != want_rows.len() {
+        return Err(format!("{} rows, expected {}", got.len(), want_rows.len()));
     }
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        if g.len() != w.len() || g.iter().zip(w).any(|(a, b)| !same(a, b, abs, rel)) {
+    let cell = |c: usize, a: &str, b: &str| {
+        if want.truncated.contains(&c) {
+            !b.trim().is_empty() && a.trim().starts_with(b.trim())
+        } else {
+            same(a, b, abs, rel)
+        }
+    };
+    for (i, (g, w)) in got.iter().zip(want_rows).enumerate() {
+        if g.len() != w.len()
+            || g.iter()
+                .zip(w)
+                .enumerate()
+                .any(|(c, (a, b))| !cell(c, a, b))
+        {
             return Err(format!("row {i}: {g:?}, expected {w:?}"));
         }
     }
     Ok(())
 }
 
-/// tpchgen's SF 1 answer of query `n` as rows.
-fn sf1_answer(n: usize) -> Option<Vec<Vec<String>>> {
+/// tpchgen's SF 1 answer of query `n` as rows. Two of tpchgen 4.0's answers are off:
+/// Q11's keeps only the first four characters of `ps_partkey` (129760 is written 1297,
+/// as in the fixed-width answer file it was copied from), so that column is compared as
+/// a prefix; Q17's `avg_yearly` is 348406.02 where exact decimal arithmetic gives
+/// 348406.054 (DuckDB on tpchgen-cli's DECIMAL(15,2) Parquet agrees with csd; the TPC-H
+/// specification's answer is 348406.05), so Q17 is compared within 0.05.
+fn sf1_answer(n: usize) -> Option<Reference> {
     let text = tpchgen::q_and_a::answers_sf1::answer(n as i32)?;
-    Some(
-        text.lines()
+    Some(Reference {
+        rows: text
+            .lines()
             .filter(|l| !l.trim().is_empty())
             .skip(1)
             .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
             .collect(),
-    )
+        truncated: if n == 11 { vec![0] } else { Vec::new() },
+        abs: (n == 17).then_some(0.05),
+    })
 }
 
 /// `csd bench tpch`.
@@ -167,8 +198,14 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
         let check = if (a.sf - 1.0).abs() < 1e-12 {
             sf1_answer(n).map(|w| rows_match(&rows, &w, 0.011, 1e-9))
         } else {
-            duck.as_ref()
-                .map(|d| rows_match(&rows, &d.queries[k].rows, 0.01, 1e-6))
+            duck.as_ref().map(|d| {
+                let want = Reference {
+                    rows: d.queries[k].rows.clone(),
+                    truncated: Vec::new(),
+                    abs: None,
+                };
+                rows_match(&rows, &want, 0.01, 1e-6)
+            })
         };
         let correct = match check {
             Some(Ok(())) => "yes".to_string(),

@@ -431,7 +431,13 @@ impl Runtime {
             link += c.link_bytes;
             rows += c.rows_selected;
             match result.as_mut() {
-                None => result = Some(c.result),
+                None => {
+                    // Chunks are only packaged together for the link here: the
+                    // session's group bound was applied when each was sealed.
+                    let mut r = c.result;
+                    r.lift_group_limit();
+                    result = Some(r);
+                }
                 Some(r) => {
                     if let Err(e) = r.merge(c.result) {
                         s.failed = Some(format!("merging result chunks: {e}"));

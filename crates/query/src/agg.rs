@@ -201,6 +201,13 @@ impl AggState {
         g
     }
 
+    /// Lets the state grow without a group limit (where states are only packaged
+    /// together, e.g. several result chunks in one reply, no device memory bound
+    /// applies).
+    pub fn lift_group_limit(&mut self) {
+        self.limit = usize::MAX;
+    }
+
     fn check_limit(&self) -> Result<(), EvalError> {
         if self.groups >= self.limit {
             Err(EvalError::TooManyGroups { limit: self.limit })

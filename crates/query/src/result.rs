@@ -211,6 +211,14 @@ impl PartialResult {
         }
     }
 
+    /// Lifts an aggregation state's group limit (see [`AggState::lift_group_limit`]);
+    /// rows have none.
+    pub fn lift_group_limit(&mut self) {
+        if let PartialResult::Aggregate(a) = self {
+            a.lift_group_limit();
+        }
+    }
+
     /// Merges `other` into `self` (rows are appended after `self`'s).
     pub fn merge(&mut self, other: PartialResult) -> Result<(), EvalError> {
         match (self, other) {

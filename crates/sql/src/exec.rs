@@ -175,7 +175,6 @@ impl DeviceScanExec {
         };
         let mut batches = Vec::new();
         let mut rows_out = 0usize;
-        let mut partial: Option<PartialResult> = None;
         let report = {
             let mut client = self.device.lock();
             run_scan(
@@ -198,15 +197,14 @@ impl DeviceScanExec {
                             rows_out += keep;
                             batches.push(b.slice(0, keep));
                         }
-                        (ScanOutput::Partial(_), p @ PartialResult::Aggregate(_)) => {
-                            // Device chunks are merged here (groups the device had to hand
-                            // over early meet again), then handed to the final aggregate.
-                            match &mut partial {
-                                None => partial = Some(p),
-                                Some(acc) => acc.merge(p).map_err(|e| {
-                                    csd_host::HostError::Invalid(format!("merging states: {e}"))
-                                })?,
-                            }
+                        (ScanOutput::Partial(spec), PartialResult::Aggregate(state)) => {
+                            // Each device chunk goes to DataFusion's final aggregate as it
+                            // is: groups the device handed over early (its session arena
+                            // was full) meet again there, with no limit on their number.
+                            let b = spec
+                                .to_batch(&state, &self.schema)
+                                .map_err(|e| csd_host::HostError::Invalid(e.to_string()))?;
+                            batches.push(b);
                         }
                         _ => {
                             return Err(csd_host::HostError::Invalid(
@@ -219,11 +217,6 @@ impl DeviceScanExec {
             )
             .map_err(|e| DataFusionError::External(Box::new(e)))?
         };
-        if let (ScanOutput::Partial(spec), Some(PartialResult::Aggregate(state))) =
-            (&self.output, &partial)
-        {
-            batches.push(spec.to_batch(state, &self.schema)?);
-        }
         self.record_metrics(&report, batches.iter().map(RecordBatch::num_rows).sum());
         self.log.push(ScanRecord {
             table: self.table.name.clone(),

@@ -24,7 +24,10 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 const SF: f64 = 0.01;
 
 fn device(layout: Layout) -> (Client, DeviceConfig) {
-    let cfg = DeviceConfig::preset("nvme-tlc").expect("preset");
+    device_with(DeviceConfig::preset("nvme-tlc").expect("preset"), layout)
+}
+
+fn device_with(cfg: DeviceConfig, layout: Layout) -> (Client, DeviceConfig) {
     let nand = Nand::new_in_memory(cfg.clone()).expect("nand");
     let ftl = Ftl::format(nand, FtlConfig::default()).expect("format");
     let mut c = Client::new(NvmeDevice::new(ftl)).expect("client");
@@ -241,4 +244,36 @@ fn bad_sql_and_unknown_names_fail_clearly() {
     assert!(e.contains("l_nosuch"), "{e}");
     let e = s.run("selec 1").expect_err("syntax").to_string();
     assert!(e.to_lowercase().contains("selec"), "{e}");
+}
+
+#[test]
+fn groups_beyond_the_device_arena_meet_again_in_the_final_aggregate() {
+    // A 16 KiB session arena holds a few hundred groups; lineitem at SF 0.01 has 15,000
+    // order keys, so the device hands groups over many times and the same key comes
+    // back in several chunks.
+    let text = DeviceConfig::preset_toml("nvme-tlc").expect("preset");
+    let cfg = DeviceConfig::from_toml_with_overrides(text, &["isp.session_arena_kib=16".into()])
+        .expect("config");
+    let sql = "select l_orderkey, count(*) as n, sum(l_quantity) as q from lineitem \
+               group by l_orderkey order by l_orderkey";
+    let want = {
+        let ctx = reference();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async { ctx.sql(sql).await?.collect().await })
+            .expect("reference")
+    };
+    for strategy in [Strategy::CpuIsp, Strategy::HwIsp] {
+        let (client, cfg) = device_with(cfg.clone(), Layout::Pax);
+        let s = SqlSession::new(client, cfg, ScanSettings::new(Choice::Fixed(strategy)))
+            .expect("session");
+        let got = s.run(sql).expect("group by");
+        assert!(
+            got.scans[0].program.contains("partial aggregate"),
+            "{}",
+            got.scans[0].program
+        );
+        assert_eq!(rows(&got.batches), rows(&want), "{strategy:?}");
+    }
 }
