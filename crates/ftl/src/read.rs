@@ -195,12 +195,19 @@ impl Ftl {
                 Err(FtlError::Uncorrectable { lba })
             }
             Ok(r) => {
+                let ppa = Ppa::new(BlockId(b), p);
                 for k in 0..n {
                     let tag = Tag::read(&oob[k * ob..k * ob + TAG_BYTES]);
+                    let sector = s + k as u32;
+                    // The CRC of a sector whose bytes have not changed since it last
+                    // matched is not recomputed (`Nand::sector_checked`).
                     let ok = matches!(tag, Some(t) if t.kind == Kind::Data
                         && t.id == lba + k as u64
-                        && t.crc == crc32c::crc32c(&out[k * ss..(k + 1) * ss]));
-                    if !ok {
+                        && (self.nand.sector_checked(ppa, sector)
+                            || t.crc == crc32c::crc32c(&out[k * ss..(k + 1) * ss])));
+                    if ok {
+                        self.nand.mark_sector_checked(ppa, sector);
+                    } else {
                         self.stats.integrity_errors += 1;
                         self.stats.media_errors += 1;
                         return Err(FtlError::Uncorrectable {

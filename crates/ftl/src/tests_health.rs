@@ -198,9 +198,13 @@ fn a_corrupted_sector_is_an_error_naming_its_lba_and_gc_records_it_lost() {
     fill(&mut f, n, 6);
     let victim_lba = 37;
     let (ppa, s) = f.location_of_lba(victim_lba).unwrap();
-    f.nand_mut().corrupt(ppa, s, 100, 0x10).unwrap();
     let ss = f.lba_size();
     let mut buf = vec![0u8; ss];
+    // Read it once first: a sector whose CRC matched is not hashed again while its
+    // bytes are unchanged, and the corruption below must still be found.
+    f.read(victim_lba, &mut buf, SimTime::ZERO).unwrap();
+    assert!(f.nand().sector_checked(ppa, s));
+    f.nand_mut().corrupt(ppa, s, 100, 0x10).unwrap();
     assert_eq!(
         f.read(victim_lba, &mut buf, SimTime::ZERO),
         Err(FtlError::Uncorrectable { lba: victim_lba })

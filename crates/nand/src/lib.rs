@@ -269,6 +269,61 @@ pub struct Nand {
     op_seq: u64,
     powered: bool,
     cut: Option<PowerCut>,
+    checked: CheckedSectors,
+}
+
+/// A memo of the FTL's end-to-end check (see [`Nand::sector_checked`]): one bit per
+/// sector, set once the sector's bytes matched their CRC, cleared for a whole block
+/// whenever any of its bytes may change (every path that writes a block's bytes goes
+/// through [`Nand::block_bytes_mut`]). Allocated per block when first used.
+struct CheckedSectors {
+    words_per_block: usize,
+    sectors_per_page: usize,
+    bits: Vec<Option<Box<[u64]>>>,
+}
+
+impl CheckedSectors {
+    fn new(blocks: usize, pages: usize, sectors_per_page: usize) -> CheckedSectors {
+        CheckedSectors {
+            words_per_block: (pages * sectors_per_page).div_ceil(64),
+            sectors_per_page,
+            bits: (0..blocks).map(|_| None).collect(),
+        }
+    }
+
+    #[inline]
+    fn index(&self, page: u32, sector: u32) -> (usize, u64) {
+        let i = page as usize * self.sectors_per_page + sector as usize;
+        (i / 64, 1u64 << (i % 64))
+    }
+
+    #[inline]
+    fn get(&self, b: usize, page: u32, sector: u32) -> bool {
+        let (w, m) = self.index(page, sector);
+        self.bits
+            .get(b)
+            .and_then(Option::as_ref)
+            .and_then(|v| v.get(w))
+            .is_some_and(|x| x & m != 0)
+    }
+
+    fn set(&mut self, b: usize, page: u32, sector: u32) {
+        let (w, m) = self.index(page, sector);
+        let n = self.words_per_block;
+        if let Some(slot) = self.bits.get_mut(b) {
+            let v = slot.get_or_insert_with(|| vec![0u64; n].into_boxed_slice());
+            if let Some(x) = v.get_mut(w) {
+                *x |= m;
+            }
+        }
+    }
+
+    #[inline]
+    fn clear_block(&mut self, b: usize) {
+        if let Some(slot) = self.bits.get_mut(b) {
+            *slot = None;
+        }
+    }
 }
 
 impl Nand {
@@ -358,8 +413,40 @@ impl Nand {
             op_seq: 0,
             powered: true,
             cut: None,
+            checked: CheckedSectors::new(
+                store.blocks(),
+                g.pages_per_block as usize,
+                g.sectors_per_page() as usize,
+            ),
             store,
             cfg,
+        }
+    }
+
+    /// The bytes of block `b` for writing (see `Store::block_mut`). Every change to a
+    /// block's bytes comes through here, which forgets the block's checked sectors.
+    #[inline]
+    fn block_bytes_mut(&mut self, b: usize, upto: usize) -> Result<&mut [u8], NandError> {
+        self.checked.clear_block(b);
+        self.store.block_mut(b, upto)
+    }
+
+    /// True if sector `sector` of page `p` was marked by [`Nand::mark_sector_checked`]
+    /// and no byte of its block has changed since. An emulator shortcut for the FTL's
+    /// end-to-end check (TAG CRC of the data): its outcome cannot differ while the bytes
+    /// are the same, so a sector is hashed once per program, not once per read. It has
+    /// no modeled effect (the check costs no modeled time either way) and starts empty
+    /// at every open, so damage done to an image between runs is still found.
+    #[inline]
+    pub fn sector_checked(&self, p: Ppa, sector: u32) -> bool {
+        self.checked.get(p.block.0 as usize, p.page, sector)
+    }
+
+    /// Record that sector `sector` of page `p` matched its CRC (see
+    /// [`Nand::sector_checked`]); out-of-range addresses are ignored.
+    pub fn mark_sector_checked(&mut self, p: Ppa, sector: u32) {
+        if p.page < self.layout.pages as u32 && sector < self.sectors {
+            self.checked.set(p.block.0 as usize, p.page, sector);
         }
     }
 
@@ -480,8 +567,9 @@ impl Nand {
             return Ok(());
         }
         let range = self.layout.slot_range(p.page);
-        let bytes = self.store.block_mut(p.block.0 as usize, range.end)?;
-        bytes[range.start + sector as usize * self.sector_size + byte] ^= mask;
+        let at = range.start + sector as usize * self.sector_size + byte;
+        let bytes = self.block_bytes_mut(p.block.0 as usize, range.end)?;
+        bytes[at] ^= mask;
         Ok(())
     }
 
@@ -943,7 +1031,7 @@ impl Nand {
         // Reserve the block's bytes before anything changes: a full file system is an
         // error and the page stays erased.
         let upto = self.layout.slot_range(p.page).end;
-        self.store.block_mut(b, upto)?;
+        self.block_bytes_mut(b, upto)?;
         self.op_seq += 1;
         let die = self.map.die_of(p.block);
         let ch = self.map.channel_of(die) as usize;
@@ -963,7 +1051,7 @@ impl Nand {
             // The write pointer moves before the commit point (the state byte).
             meta.next_page = p.page + 1;
             self.store.set_meta(b, meta);
-            let bytes = self.store.block_mut(b, upto)?;
+            let bytes = self.block_bytes_mut(b, upto)?;
             let slot = &mut bytes[slot_range];
             slot[..k * ss].copy_from_slice(&data[..k * ss]);
             for (i, x) in slot[k * ss..(k + 1) * ss].iter_mut().enumerate() {
@@ -982,7 +1070,7 @@ impl Nand {
         // behind a committed page.
         meta.next_page = p.page + 1;
         self.store.set_meta(b, meta);
-        let bytes = self.store.block_mut(b, upto)?;
+        let bytes = self.block_bytes_mut(b, upto)?;
         let slot = &mut bytes[slot_range];
         slot[..page_size].copy_from_slice(data);
         if oob.is_empty() {
@@ -1022,7 +1110,7 @@ impl Nand {
         meta.pe_cycles = meta.pe_cycles.saturating_add(1);
         if self.cut_strikes(done) {
             self.store.set_meta(b, meta);
-            if let Ok(bytes) = self.store.block_mut(b, pages) {
+            if let Ok(bytes) = self.block_bytes_mut(b, pages) {
                 bytes[..pages].fill(PAGE_ERASE_TORN);
             }
             meta.next_page = pages as u32;
@@ -1038,7 +1126,7 @@ impl Nand {
         self.store.set_meta(b, meta);
         if failed {
             self.stats.erase_failures += 1;
-            if let Ok(bytes) = self.store.block_mut(b, pages) {
+            if let Ok(bytes) = self.block_bytes_mut(b, pages) {
                 bytes[..pages].fill(PAGE_ERASE_TORN);
             }
             meta.next_page = pages as u32;
@@ -1049,7 +1137,7 @@ impl Nand {
         if let Some(bytes) = self.store.block(b)
             && bytes[..pages].iter().any(|&s| s != PAGE_ERASED)
         {
-            self.store.block_mut(b, pages)?[..pages].fill(PAGE_ERASED);
+            self.block_bytes_mut(b, pages)?[..pages].fill(PAGE_ERASED);
         }
         meta.next_page = 0;
         self.store.set_meta(b, meta);

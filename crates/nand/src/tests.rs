@@ -547,3 +547,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn checked_sectors_are_forgotten_when_their_block_changes() {
+    let cfg = tiny();
+    let mut n = Nand::new_in_memory(cfg.clone()).unwrap();
+    let (p0, p1) = (Ppa::new(BlockId(3), 0), Ppa::new(BlockId(3), 1));
+    let other = Ppa::new(BlockId(4), 0);
+    for p in [p0, other] {
+        n.program(p, &page_of(&cfg, 1), &oob_of(&cfg, 1), SimTime::ZERO)
+            .unwrap();
+    }
+    assert!(!n.sector_checked(p0, 1));
+    n.mark_sector_checked(p0, 1);
+    n.mark_sector_checked(other, 0);
+    assert!(n.sector_checked(p0, 1));
+    assert!(!n.sector_checked(p0, 0) && !n.sector_checked(p1, 1));
+    // Out-of-range marks are ignored.
+    n.mark_sector_checked(Ppa::new(BlockId(3), u32::MAX), 0);
+    n.mark_sector_checked(p0, u32::MAX);
+    // Corruption anywhere in the block forgets it; other blocks keep theirs.
+    n.corrupt(p0, 0, 5, 0x10).unwrap();
+    assert!(!n.sector_checked(p0, 1));
+    assert!(n.sector_checked(other, 0));
+    // So does a program of another page of the block, and an erase.
+    n.mark_sector_checked(p0, 1);
+    n.program(p1, &page_of(&cfg, 2), &oob_of(&cfg, 2), SimTime::ZERO)
+        .unwrap();
+    assert!(!n.sector_checked(p0, 1));
+    n.mark_sector_checked(p0, 1);
+    n.erase(BlockId(3), SimTime::ZERO).unwrap();
+    assert!(!n.sector_checked(p0, 1));
+    assert!(n.sector_checked(other, 0));
+}
