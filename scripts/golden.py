@@ -16,6 +16,9 @@ Usage: scripts/golden.py [path/to/csd]        (default target/release/csd)
        scripts/golden.py --write [path/to/csd] (re-record: only when a model change is
                                                 intended, and say so in the commit)
 Exit status 0 when every figure matches.
+
+`cargo test -p csd --test golden` runs the same comparison on the test (debug) build, so
+`cargo test --workspace` checks these figures without a release build.
 """
 
 import json

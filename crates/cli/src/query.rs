@@ -1,23 +1,23 @@
-//! `csd query` (a SQL query over a table on a device image, three ways) and
+//! `csd query` (a SQL query over the tables on a device image, three ways) and
 //! `csd bench query` (the emulator's scan speed on an in-memory device, per strategy
-//! and layout).
+//! and layout), and the demo's query step. All of them run SQL one way: DataFusion
+//! plans, device scans run the device program with the scan paper's strategies
+//! (in-storage-scan-processing §4), through [`SqlSession::run_strategies`].
 
 use crate::{CliError, ConfigSource, report};
 use clap::Args;
 use csd_device::NvmeDevice;
 use csd_ftl::FtlConfig;
-use csd_host::{Catalog, Client, QueryReport, ScanOptions, Strategy, TableInfo, run_query};
-use csd_query::{QueryResult, plan};
+use csd_host::{Client, QueryReport, Strategy};
 use csd_sim::DeviceConfig;
 use csd_sql::datafusion::arrow::array::RecordBatch;
-use csd_sql::datafusion::arrow::util::display::array_value_to_string;
-use csd_sql::{Choice, ScanSettings, SqlSession};
+use csd_sql::{Answer, Choice, ScanSettings, SqlError, SqlSession};
 use csd_table::datagen::{TpchGenerator, TpchTable};
 use csd_table::page::Layout;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
-/// TPC-H Q6 with the validation parameters (smart-ssd §4.4, scan paper §5.1).
+/// TPC-H Q6 with the validation parameters (smart-ssd §4.2.3, scan paper §5.1).
 pub(crate) const Q6: &str = "SELECT SUM(l_extendedprice * l_discount) AS revenue FROM lineitem \
      WHERE l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' \
      AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24";
@@ -35,7 +35,8 @@ pub(crate) const Q1: &str = "SELECT l_returnflag, l_linestatus, SUM(l_quantity) 
 /// Options shared by the commands that run queries.
 #[derive(Args, Clone)]
 pub(crate) struct RunOpts {
-    /// Where the query runs: ihp, cpu-isp, hw-isp, or all (the three, side by side).
+    /// Where scans run: ihp, cpu-isp, hw-isp, auto (per scan, from the analytic model),
+    /// or all (the three, side by side; results must agree); comma-separated for several.
     #[arg(long, default_value = "all")]
     strategy: String,
     /// IHP: read commands the host keeps in flight.
@@ -50,30 +51,13 @@ pub(crate) struct RunOpts {
 }
 
 impl RunOpts {
-    fn strategies(&self) -> Result<Vec<Strategy>, CliError> {
-        if self.strategy == "all" {
-            return Ok(Strategy::ALL.to_vec());
-        }
-        self.strategy
-            .split(',')
-            .map(|s| {
-                Strategy::parse(s.trim()).ok_or_else(|| {
-                    CliError::Usage(format!(
-                        "unknown strategy `{}`: use ihp, cpu-isp, hw-isp or all",
-                        s.trim()
-                    ))
-                })
-            })
-            .collect()
-    }
-
-    fn options(&self, s: Strategy) -> ScanOptions {
-        ScanOptions {
-            strategy: s,
-            queue_depth: self.queue_depth.max(1),
-            poll_min_us: self.poll_min_us,
-            poll_max_us: self.poll_max_us,
-        }
+    /// The scan settings (the strategy is set per run).
+    fn settings(&self) -> ScanSettings {
+        let mut s = ScanSettings::new(Choice::Fixed(Strategy::Ihp));
+        s.options.queue_depth = self.queue_depth.max(1);
+        s.options.poll_min_us = self.poll_min_us;
+        s.options.poll_max_us = self.poll_max_us;
+        s
     }
 
     fn flags(&self) -> String {
@@ -133,6 +117,7 @@ pub(crate) fn expand_tpch(sql: &str) -> &str {
     sql
 }
 
+/// The strategy choices of a `--strategy` value.
 fn choices(s: &str) -> Result<Vec<Choice>, CliError> {
     if s == "all" {
         return Ok(Strategy::ALL.into_iter().map(Choice::Fixed).collect());
@@ -151,20 +136,31 @@ fn choices(s: &str) -> Result<Vec<Choice>, CliError> {
 
 /// Result batches as display rows.
 pub(crate) fn batch_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, CliError> {
-    let mut out = Vec::new();
-    for b in batches {
-        for r in 0..b.num_rows() {
-            let mut row = Vec::with_capacity(b.num_columns());
-            for c in b.columns() {
-                row.push(
-                    array_value_to_string(c, r)
-                        .map_err(|e| CliError::Nvme(format!("formatting a result: {e}")))?,
-                );
-            }
-            out.push(row);
-        }
+    csd_sql::batch_rows(batches).map_err(sql_error)
+}
+
+/// A SQL error as the CLI reports it: bad SQL is the user's to fix; a device failure or
+/// strategies that disagree are not.
+pub(crate) fn sql_error(e: SqlError) -> CliError {
+    match e {
+        SqlError::Query { .. } => CliError::Usage(e.to_string()),
+        SqlError::Host(h) => CliError::Host(h),
+        SqlError::Runtime(_) | SqlError::Disagree { .. } => CliError::Nvme(e.to_string()),
     }
-    Ok(out)
+}
+
+/// Plans and runs `sql` with each strategy of `strategy` (a `--strategy` value) on
+/// `session`: the results (checked equal) and the per-scan modeled reports.
+pub(crate) fn run_sql(
+    session: &mut SqlSession,
+    sql: &str,
+    strategy: &str,
+) -> Result<Vec<(Choice, Answer)>, CliError> {
+    let choices = choices(strategy)?;
+    if choices.is_empty() {
+        return Err(CliError::Usage("no strategy given".into()));
+    }
+    session.run_strategies(sql, &choices).map_err(sql_error)
 }
 
 /// `csd query`: DataFusion plans, the device scans.
@@ -173,46 +169,19 @@ pub(crate) fn query_cmd(a: &QueryArgs) -> Result<(), CliError> {
     // byte-identical), whatever the SQL says.
     let dev = crate::image::open_ro(&a.image, a.json)?;
     let cfg = dev.ftl().nand().config().clone();
-    let mut client = Client::new(NvmeDevice::from_block(dev))?;
+    let client = Client::new(NvmeDevice::from_block(dev))?;
     let sql = expand_tpch(&a.sql);
-    let mut runs: Vec<(Choice, csd_sql::Answer)> = Vec::new();
-    let mut first: Option<(Vec<String>, Vec<Vec<String>>)> = None;
-    for choice in choices(&a.strategy)? {
-        let mut settings = ScanSettings::new(choice);
-        settings.options.queue_depth = a.queue_depth.max(1);
-        settings.options.poll_min_us = a.poll_min_us;
-        settings.options.poll_max_us = a.poll_max_us;
-        settings.aggregate_pushdown = !a.no_aggregate_pushdown;
-        let session = SqlSession::new(client, cfg.clone(), settings)
-            .map_err(|e| CliError::Usage(e.to_string()))?;
-        let answer = session
-            .run(sql)
-            .map_err(|e| CliError::Usage(e.to_string()))?;
-        let names: Vec<String> = answer
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
-        let rows = batch_rows(&answer.batches)?;
-        match &first {
-            None => first = Some((names, rows)),
-            Some((_, r)) if *r != rows => {
-                return Err(CliError::Nvme(format!(
-                    "strategy {} returned a different result than {}: this is a bug",
-                    choice.name(),
-                    runs.first().map_or("the first", |x| x.0.name())
-                )));
-            }
-            Some(_) => {}
-        }
-        runs.push((choice, answer));
-        // The session's tables hold the device: take it back for the next strategy.
-        client = session
-            .into_client()
-            .ok_or_else(|| CliError::Nvme("a plan still holds the device".into()))?;
-    }
-    let (names, rows) = first.ok_or_else(|| CliError::Usage("no strategy given".into()))?;
+    let mut settings = ScanSettings::new(Choice::Auto);
+    settings.options.queue_depth = a.queue_depth.max(1);
+    settings.options.poll_min_us = a.poll_min_us;
+    settings.options.poll_max_us = a.poll_max_us;
+    settings.aggregate_pushdown = !a.no_aggregate_pushdown;
+    let mut session = SqlSession::new(client, cfg.clone(), settings).map_err(sql_error)?;
+    let runs = run_sql(&mut session, sql, &a.strategy)?;
+    let (names, rows) = match runs.first() {
+        Some((_, ans)) => (ans.column_names(), ans.rows().map_err(sql_error)?),
+        None => return Err(CliError::Usage("no strategy given".into())),
+    };
     let cmd = format!(
         "csd query --image {} --strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}{} \"{}\"",
         a.image.display(),
@@ -248,16 +217,7 @@ pub(crate) fn query_cmd(a: &QueryArgs) -> Result<(), CliError> {
         );
         return Ok(());
     }
-    let mut t = report::table(&names.iter().map(String::as_str).collect::<Vec<_>>());
-    for r in rows.iter().take(a.rows) {
-        t.add_row(r.clone());
-    }
-    println!("{t}");
-    if rows.len() > a.rows {
-        println!("({} rows, {} shown)", rows.len(), a.rows);
-    } else {
-        println!("({} rows)", rows.len());
-    }
+    print_rows(&names, &rows, a.rows);
     for (c, ans) in &runs {
         print_scans(*c, ans, &cfg);
         if a.explain {
@@ -313,14 +273,14 @@ fn print_scans(choice: Choice, ans: &csd_sql::Answer, cfg: &DeviceConfig) {
             println!("  {}: {}", s.table, s.why);
         }
     }
-    let reports: Vec<QueryReport> = ans.scans.iter().map(|s| s.report.clone()).collect();
+    let reports = ans.reports();
     let total: f64 = reports.iter().map(|r| r.modeled_s()).sum();
     println!("modeled device time, all scans: {total:.4} s (scans run one after the other)");
     print_reports(&reports, cfg);
 }
 
-/// `q1` / `q6` as the device program's SQL subset spells them (`csd bench query`, the
-/// demo and the golden figures), or the text itself.
+/// `q1` / `q6` as `csd bench query` and the demo spell them (the forms behind the
+/// golden modeled figures in bench/golden), or the text itself.
 fn expand(sql: &str) -> &str {
     match sql.trim().to_ascii_lowercase().as_str() {
         "q1" => Q1,
@@ -329,54 +289,25 @@ fn expand(sql: &str) -> &str {
     }
 }
 
-/// Run `sql` with each strategy; results must agree.
-pub(crate) fn run_strategies(
-    client: &mut Client,
-    cfg: &DeviceConfig,
-    sql: &str,
-    run: &RunOpts,
-) -> Result<(QueryResult, TableInfo, Vec<QueryReport>), CliError> {
-    let cat = Catalog::read(client)?;
-    let p = plan(sql, &cat).map_err(|e| CliError::Usage(e.to_string()))?;
-    let info = cat
-        .get(&p.table)
-        .cloned()
-        .ok_or_else(|| CliError::Usage(format!("table `{}` is not on the device", p.table)))?;
-    let mut reports = Vec::new();
-    let mut first: Option<QueryResult> = None;
-    for s in run.strategies()? {
-        let (r, rep) = run_query(client, &info, &p, cfg, &run.options(s))?;
-        match &first {
-            None => first = Some(r),
-            Some(f) if *f != r => {
-                return Err(CliError::Nvme(format!(
-                    "strategy {} returned a different result than {}: this is a bug",
-                    s.name(),
-                    reports
-                        .first()
-                        .map_or("the first", |x: &QueryReport| x.strategy.name())
-                )));
-            }
-            Some(_) => {}
-        }
-        reports.push(rep);
-    }
-    let result = first.ok_or_else(|| CliError::Usage("no strategy given".into()))?;
-    Ok((result, info, reports))
+/// Print up to `max` rows of an answer.
+pub(crate) fn print_answer(a: &Answer, max: usize) -> Result<(), CliError> {
+    let names = a.column_names();
+    let rows = a.rows().map_err(sql_error)?;
+    print_rows(&names, &rows, max);
+    Ok(())
 }
 
-/// Print up to `max` rows of a result.
-pub(crate) fn print_result(r: &QueryResult, max: usize) {
-    let names: Vec<&str> = r.columns.iter().map(|c| c.name.as_str()).collect();
-    let mut t = report::table(&names);
-    for row in r.rows.iter().take(max) {
-        t.add_row(row.iter().map(|v| v.to_string()).collect::<Vec<_>>());
+/// Print up to `max` of `rows` under `names`, then the row count.
+fn print_rows(names: &[String], rows: &[Vec<String>], max: usize) {
+    let mut t = report::table(&names.iter().map(String::as_str).collect::<Vec<_>>());
+    for r in rows.iter().take(max) {
+        t.add_row(r.clone());
     }
     println!("{t}");
-    if r.rows.len() > max {
-        println!("({} rows, {} shown)", r.rows.len(), max);
+    if rows.len() > max {
+        println!("({} rows, {} shown)", rows.len(), max);
     } else {
-        println!("({} rows)", r.rows.len());
+        println!("({} rows)", rows.len());
     }
 }
 
@@ -575,8 +506,11 @@ pub(crate) fn bench_query_cmd(a: &BenchQueryArgs) -> Result<(), CliError> {
                 load.wall_s
             );
         }
-        let (_, _, reports) = run_strategies(&mut client, &cfg, sql, &a.run)?;
-        all.extend(reports);
+        let mut session =
+            SqlSession::new(client, cfg.clone(), a.run.settings()).map_err(sql_error)?;
+        for (_, answer) in run_sql(&mut session, sql, &a.run.strategy)? {
+            all.extend(answer.reports());
+        }
     }
     let cmd = format!(
         "csd bench query --sf {} --layouts {} --query {} {} {}",
@@ -642,14 +576,14 @@ pub(crate) fn demo_query(cfg: &DeviceConfig) -> Result<(), CliError> {
         load.wall_s,
         load.modeled_s
     );
-    let run = RunOpts {
-        strategy: "all".into(),
-        queue_depth: 32,
-        poll_min_us: 50.0,
-        poll_max_us: 10_000.0,
-    };
-    let (result, _, reports) = run_strategies(&mut client, cfg, Q6, &run)?;
-    print_result(&result, 5);
+    // csd-host's default scan options: 32 reads in flight, GET polls from 50 µs to 10 ms.
+    let settings = ScanSettings::new(Choice::Fixed(Strategy::Ihp));
+    let mut session = SqlSession::new(client, cfg.clone(), settings).map_err(sql_error)?;
+    let runs = run_sql(&mut session, Q6, "all")?;
+    if let Some((_, first)) = runs.first() {
+        print_answer(first, 5)?;
+    }
+    let reports: Vec<QueryReport> = runs.iter().flat_map(|(_, a)| a.reports()).collect();
     print_reports(&reports, cfg);
     println!(
         "   the three strategies returned the same result; reproduce with: csd load tpch --sf {sf} --tables lineitem --image dev.img && csd query --image dev.img q6"

@@ -12,15 +12,15 @@
 //! on the scale once a table spans many pages per channel; absolute times are also
 //! shown scaled back to the paper's size.
 
-use crate::{CliError, ConfigSource, image, report};
+use crate::{CliError, ConfigSource, image, query, report};
 use clap::{Args, Subcommand};
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
-use csd_host::{Catalog, Client, QueryReport, ScanOptions, Strategy, TableInfo, run_query};
+use csd_host::{Catalog, Client, QueryReport, Strategy, TableInfo};
 use csd_model::scan::ScanParams;
 use csd_plot::{BarChart, LineChart, Series};
-use csd_query::plan;
 use csd_sim::DeviceConfig;
+use csd_sql::{Choice, ScanSettings, SqlSession};
 use csd_table::datagen::{SyntheticGenerator, SyntheticSpec, TpchGenerator, TpchTable};
 use csd_table::page::Layout;
 use std::fmt::Write as _;
@@ -96,20 +96,25 @@ pub(crate) fn repro_cmd(c: &ReproCmd) -> Result<(), CliError> {
     }
 }
 
-/// A device in memory with a host client, on which tables are loaded and queried.
+/// A device in memory with a SQL session over it, on which tables are loaded and
+/// queried (through DataFusion, like `csd query`).
 struct Bed {
-    client: Client,
-    cfg: DeviceConfig,
+    session: SqlSession,
 }
 
 impl Bed {
     fn new(cfg: DeviceConfig) -> Result<Bed, CliError> {
         let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
         let ftl = Ftl::format(nand, FtlConfig::default())?;
-        Ok(Bed {
-            client: Client::new(NvmeDevice::new(ftl))?,
-            cfg,
-        })
+        let client = Client::new(NvmeDevice::new(ftl))?;
+        // Fine polling: the reproductions measure the device, not a lazy host.
+        let mut settings = ScanSettings::new(Choice::Fixed(Strategy::Ihp));
+        settings.options.poll_min_us = 5.0;
+        settings.options.poll_max_us = 200.0;
+        // An empty device: no catalog read yet (each run reads it, as before).
+        let session =
+            SqlSession::with_tables(client, cfg, settings, Vec::new()).map_err(query::sql_error)?;
+        Ok(Bed { session })
     }
 
     fn load_synthetic(
@@ -123,7 +128,13 @@ impl Bed {
         let spec =
             SyntheticSpec::new(columns, rows, seed).map_err(|e| CliError::Usage(e.to_string()))?;
         let g = SyntheticGenerator::new(spec).map_err(|e| CliError::Usage(e.to_string()))?;
-        let r = Catalog::load(&mut self.client, name, g, layout, &mut |_| {})?;
+        let r = Catalog::load(
+            &mut *self.session.device().lock(),
+            name,
+            g,
+            layout,
+            &mut |_| {},
+        )?;
         Ok((r.table, spec))
     }
 
@@ -135,17 +146,32 @@ impl Bed {
     ) -> Result<TableInfo, CliError> {
         let g = TpchGenerator::new(TpchTable::LineItem, sf)
             .map_err(|e| CliError::Usage(e.to_string()))?;
-        Ok(Catalog::load(&mut self.client, name, g, layout, &mut |_| {})?.table)
+        Ok(Catalog::load(
+            &mut *self.session.device().lock(),
+            name,
+            g,
+            layout,
+            &mut |_| {},
+        )?
+        .table)
     }
 
+    /// Runs `sql` (one scan of `table`) with strategy `s`; the scan's modeled report.
+    /// The catalog is read before every run, as a host that just loaded would.
     fn run(&mut self, table: &TableInfo, sql: &str, s: Strategy) -> Result<QueryReport, CliError> {
-        let cat = Catalog::read(&mut self.client)?;
-        let p = plan(sql, &cat).map_err(|e| CliError::Usage(e.to_string()))?;
-        let mut opts = ScanOptions::new(s);
-        // Fine polling: the reproductions measure the device, not a lazy host.
-        opts.poll_min_us = 5.0;
-        opts.poll_max_us = 200.0;
-        Ok(run_query(&mut self.client, table, &p, &self.cfg, &opts)?.1)
+        self.session.reload().map_err(query::sql_error)?;
+        let runs = self
+            .session
+            .run_strategies(sql, &[Choice::Fixed(s)])
+            .map_err(query::sql_error)?;
+        let mut scans = runs.into_iter().flat_map(|(_, a)| a.scans);
+        match (scans.next(), scans.next()) {
+            (Some(scan), None) if csd_host::same_name(&scan.table, &table.name) => Ok(scan.report),
+            _ => Err(CliError::Nvme(format!(
+                "`{sql}` did not run as one scan of {}",
+                table.name
+            ))),
+        }
     }
 }
 

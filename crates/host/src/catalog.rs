@@ -412,13 +412,3 @@ impl Catalog {
 
 #[cfg(test)]
 mod tests;
-
-impl csd_query::Catalog for Catalog {
-    fn table(&self, name: &str) -> Option<&Schema> {
-        self.get(name).map(|t| &t.schema)
-    }
-
-    fn table_names(&self) -> Vec<String> {
-        self.tables.iter().map(|t| t.name.clone()).collect()
-    }
-}

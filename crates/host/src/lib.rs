@@ -6,9 +6,10 @@
 //!   every command it issued.
 //! * [`shared::SharedDevice`]: one device used by many host threads, each through its
 //!   own [`shared::DeviceHandle`] (queue pair + clock), with paced waits outside the lock.
-//! * [`scan`]: a query over a stored table three ways — in-host processing, embedded-CPU
-//!   ISP and hardware ISP through device sessions (OPEN/GET/CLOSE) — with the report of
-//!   where the modeled time, bytes and energy went.
+//! * [`scan`]: a device program over a stored table three ways — in-host processing,
+//!   embedded-CPU ISP and hardware ISP through device sessions (OPEN/GET/CLOSE) — with the
+//!   report of where the modeled time, bytes and energy went. SQL is `csd-sql`'s
+//!   (DataFusion), which plans queries and runs their scans through [`scan::run_scan`].
 //! * [`catalog`]: tables stored on the device (smart-ssd paper §3–§4.1): a catalog of
 //!   tables kept in a reserved LBA region and rewritten with one atomic batch (batch-io
 //!   §3), so that a power cut during a load leaves the old catalog or the new one; and
@@ -22,5 +23,5 @@ pub mod shared;
 
 pub use catalog::{Catalog, LoadReport, TableInfo, same_name};
 pub use client::{Client, CommandIssuer, HostError};
-pub use scan::{QueryReport, ScanOptions, Strategy, run_query, run_scan};
+pub use scan::{QueryReport, ScanOptions, Strategy, run_scan};
 pub use shared::{DeviceHandle, SharedDevice};

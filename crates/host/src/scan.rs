@@ -1,5 +1,7 @@
-//! Running a query on a table stored on the device, three ways (scan paper §4.2–§4.4,
-//! smart-ssd paper §3–§4):
+//! Running a device program (a filter with a projection or a partial aggregation,
+//! [`csd_query::Plan`]) over a table stored on the device, three ways (scan paper
+//! §4.2–§4.4, smart-ssd paper §3–§4). SQL reaches it through `csd-sql` (DataFusion plans,
+//! this module scans):
 //!
 //! * [`Strategy::Ihp`] (in-host processing): the host reads every table page over the
 //!   link, keeping `queue_depth` reads in flight, and its CPU evaluates them; charged
@@ -30,7 +32,7 @@
 use crate::catalog::TableInfo;
 use crate::client::{CommandIssuer, HostError};
 use csd_device::{Command, IspMode, IspOpen, Payload, SessionState, TableExtent, Telemetry};
-use csd_query::{Evaluator, PartialResult, Plan, QueryResult, WorkCounters};
+use csd_query::{Evaluator, PartialResult, Plan, WorkCounters};
 use csd_sim::{DeviceConfig, EnergyCounters, EnergyReport, Resource, ResourceClass, SimTime};
 use csd_table::PageView;
 use std::time::Instant;
@@ -205,33 +207,11 @@ fn busy(t: &Telemetry, class: ResourceClass) -> (u64, usize) {
         .map_or((0, 0), |u| (u.busy_ns, u.members))
 }
 
-/// Run `plan` over `table` with `opts`; returns the result and the report. `cfg` is the
-/// platform (host CPU, ISP costs, energy); the device is reached only through `c`.
-/// The partial results the scan produces are merged and finished with the plan's own
-/// ordering; [`run_scan`] streams them instead.
-pub fn run_query<C: CommandIssuer>(
-    c: &mut C,
-    table: &TableInfo,
-    plan: &Plan,
-    cfg: &DeviceConfig,
-    opts: &ScanOptions,
-) -> Result<(QueryResult, QueryReport), HostError> {
-    let mut all = PartialResult::new(plan);
-    let mut report = run_scan(c, table, plan, cfg, opts, &mut |chunk| {
-        all.merge(chunk)
-            .map_err(|e| HostError::Invalid(format!("merging a result chunk: {e}")))
-    })?;
-    let result = all
-        .finish(plan)
-        .map_err(|e| HostError::Invalid(format!("finishing the result: {e}")))?;
-    report.result_rows = result.rows.len() as u64;
-    Ok((result, report))
-}
-
 /// Rows a host-side (IHP) projection gathers before handing them to the sink.
 pub const IHP_CHUNK_ROWS: usize = 8192;
 
-/// Run the device program `plan` over `table` with `opts`, handing every partial result
+/// Run the device program `plan` over `table` with `opts` (`cfg` is the platform: host
+/// CPU, ISP costs, energy; the device is reached only through `c`), handing every partial result
 /// to `sink` as it arrives (projected rows in page order, in chunks; aggregation states,
 /// one per device chunk, which the caller merges), and return the report. The sink
 /// never touches the device, so it cannot change a modeled figure. `result_rows` of the

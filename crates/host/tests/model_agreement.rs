@@ -9,10 +9,10 @@
 
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
-use csd_host::{Catalog, Client, ScanOptions, Strategy, run_query};
+use csd_host::{Catalog, Client, ScanOptions, Strategy, run_scan};
 use csd_model::scan::ScanParams;
 use csd_nand::Nand;
-use csd_query::plan;
+use csd_query::{CmpOp, Const, DataType, Expr, Plan, build};
 use csd_sim::DeviceConfig;
 use csd_table::Layout;
 use csd_table::datagen::{SyntheticGenerator, SyntheticSpec};
@@ -50,12 +50,16 @@ fn simulation_agrees_with_the_scan_model_on_the_figure5_grid() {
             .expect("load");
             let cat = Catalog::read(&mut c).expect("catalog");
             let info = cat.get("t").expect("t").clone();
-            let p = plan(&format!("SELECT c2 FROM t WHERE c1 < {v}"), &cat).expect("plan");
+            // SELECT c2 FROM t WHERE c1 < v
+            let c1 = Expr::column(&info.schema, 0).expect("c1");
+            let bound = Expr::constant(Const::Int(i64::from(v)), DataType::Int);
+            let filter = build::compare(CmpOp::Lt, c1, bound, "c1 < v").expect("c1 < v");
+            let p = Plan::projection("t", &info.schema, &[1], Some(filter)).expect("plan");
             for s in Strategy::ALL {
                 let mut opts = ScanOptions::new(s);
                 opts.poll_min_us = 5.0;
                 opts.poll_max_us = 50.0;
-                let (_, rep) = run_query(&mut c, &info, &p, &cfg, &opts).expect("query");
+                let rep = run_scan(&mut c, &info, &p, &cfg, &opts, &mut |_| Ok(())).expect("scan");
                 let mut m = ScanParams::from_device(&cfg);
                 m.records = info.rows;
                 m.record_bytes = info.bytes() / info.rows;

@@ -1,9 +1,11 @@
-//! Mergeable aggregation state: per group, one accumulator per aggregate.
+//! Mergeable aggregation state: per group, one accumulator per aggregate: the partial
+//! aggregation a Smart SSD computes next to the data (smart-ssd-query-processing §3–4,
+//! the aggregation experiments of §4.2.2 and TPC-H Q6 of §4.2.3), finished on the host.
 //!
 //! Accumulators are exact: each group keeps its row count (`u64`; no value is ever
 //! NULL, so this is every `COUNT` and the divisor of every `AVG`), `SUM`/`AVG` an
-//! `i128` sum (the rational `sum / rows` is kept until the result is finished, which
-//! rounds `AVG` once), `MIN`/`MAX` the extreme value. Because every accumulator is an
+//! `i128` sum (`AVG` is `sum / rows`, divided once by the host's final aggregate),
+//! `MIN`/`MAX` the extreme value. Because every accumulator is an
 //! exact, associative and commutative fold, the state of any split of the input
 //! (pages, channels, devices) merges into the state of the whole input:
 //! `merge(state(A), state(B)) == state(A ∪ B)`.
@@ -16,12 +18,11 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use csd_table::schema::{decode_numeric, trim_char};
 use csd_table::{ColumnType, ColumnView, PageView};
 
 use crate::error::EvalError;
-use crate::plan::{AggFunc, AggOutput, Aggregation, avg_scale};
-use crate::types::{DataType, Value, div_round_half_away};
+use crate::plan::{AggFunc, Aggregation};
+use crate::types::DataType;
 
 /// Groups found by linear scan up to this many.
 const LINEAR_GROUPS: usize = 16;
@@ -475,114 +476,6 @@ impl AggState {
             Acc::MinMax { val, seen, .. } => AccView::MinMax { val, seen },
             Acc::MinMaxChar { val, seen, .. } => AccView::MinMaxChar { val, seen },
         })
-    }
-
-    /// The value of grouping column `i` for group `g`.
-    fn key_value(&self, g: usize, i: usize) -> Value {
-        let Some(&(_, ty, off)) = self.group_cols.get(i) else {
-            return Value::Null;
-        };
-        let start = g * self.key_width + off;
-        let bytes = self.keys.get(start..start + ty.width()).unwrap_or(&[]);
-        let num = || i128::from(decode_numeric(ty, bytes).unwrap_or(0));
-        match ty {
-            ColumnType::Char(_) => Value::Char(trim_char(bytes).to_vec()),
-            ColumnType::Int32 | ColumnType::Int64 => Value::Int(num()),
-            // read from a 4-byte field, so it fits an i32
-            ColumnType::Date => Value::Date(num() as i32),
-            ColumnType::Decimal { scale } => Value::Decimal {
-                units: num(),
-                scale,
-            },
-        }
-    }
-
-    fn acc_value(&self, a: usize, g: usize) -> Result<Value, EvalError> {
-        let arg = self.arg_types.get(a).copied().flatten();
-        let func = self.funcs.get(a).copied();
-        let acc = self
-            .accs
-            .get(a)
-            .ok_or_else(|| EvalError::PlanMismatch("aggregate index out of range".into()))?;
-        let rows = self.rows.get(g).copied().unwrap_or(0);
-        Ok(match acc {
-            Acc::Count => Value::Int(i128::from(rows)),
-            Acc::Sum { sum } => {
-                if rows == 0 {
-                    return Ok(Value::Null);
-                }
-                let s = arg.and_then(DataType::scale).unwrap_or(0);
-                if func == Some(AggFunc::Avg) {
-                    let out = avg_scale(s);
-                    let overflow = || EvalError::Overflow { expr: "AVG".into() };
-                    let num = 10i128
-                        .checked_pow(u32::from(out - s))
-                        .and_then(|p| sum[g].checked_mul(p))
-                        .ok_or_else(overflow)?;
-                    let units = div_round_half_away(num, i128::from(rows)).ok_or_else(overflow)?;
-                    Value::Decimal { units, scale: out }
-                } else if arg == Some(DataType::Int) {
-                    Value::Int(sum[g])
-                } else {
-                    Value::Decimal {
-                        units: sum[g],
-                        scale: s,
-                    }
-                }
-            }
-            Acc::MinMax { val, seen, .. } => {
-                if !seen[g] {
-                    return Ok(Value::Null);
-                }
-                let v = val[g];
-                match arg {
-                    Some(DataType::Date) => {
-                        Value::Date(i32::try_from(v).map_err(|_| EvalError::Overflow {
-                            expr: "a DATE outside the calendar".into(),
-                        })?)
-                    }
-                    Some(DataType::Decimal { scale }) => Value::Decimal {
-                        units: i128::from(v),
-                        scale,
-                    },
-                    _ => Value::Int(i128::from(v)),
-                }
-            }
-            Acc::MinMaxChar { val, seen, .. } => {
-                if !seen[g] {
-                    return Ok(Value::Null);
-                }
-                Value::Char(trim_char(&val[g]).to_vec())
-            }
-        })
-    }
-
-    /// The result rows: one per group, groups in ascending order of their grouping
-    /// values (so the order never depends on how pages were split or merged).
-    pub(crate) fn finish(&self, agg: &Aggregation) -> Result<Vec<Vec<Value>>, EvalError> {
-        let ngroup_cols = self.group_cols.len();
-        let mut order: Vec<(Vec<Value>, usize)> = (0..self.groups)
-            .map(|g| ((0..ngroup_cols).map(|i| self.key_value(g, i)).collect(), g))
-            .collect();
-        order.sort_by(|a, b| {
-            a.0.iter()
-                .zip(&b.0)
-                .map(|(x, y)| x.cmp_sql(y))
-                .find(|o| o.is_ne())
-                .unwrap_or(Ordering::Equal)
-        });
-        let mut rows = Vec::with_capacity(order.len());
-        for (keys, g) in order {
-            let mut row = Vec::with_capacity(agg.outputs.len());
-            for o in &agg.outputs {
-                row.push(match *o {
-                    AggOutput::Group(i) => keys.get(i).cloned().unwrap_or(Value::Null),
-                    AggOutput::Agg(a) => self.acc_value(a, g)?,
-                });
-            }
-            rows.push(row);
-        }
-        Ok(rows)
     }
 }
 

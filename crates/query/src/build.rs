@@ -16,7 +16,7 @@ use std::cmp::Ordering;
 
 use csd_table::decimal::pow10;
 
-use crate::error::QueryError;
+use crate::error::BuildError;
 use crate::kernels::cmp_padded;
 use crate::plan::{ArithOp, CmpOp, Const, Expr, ExprKind};
 use crate::types::{DataType, MAX_SCALE};
@@ -39,13 +39,13 @@ pub(crate) fn num_const(e: &Expr) -> Option<i128> {
 }
 
 /// Rejects a [`Const::Wide`] left where a value must be computed with.
-pub(crate) fn reject_wide(e: &Expr) -> Result<(), QueryError> {
+pub(crate) fn reject_wide(e: &Expr) -> Result<(), BuildError> {
     let mut err = Ok(());
     visit(e, &mut |x| {
         if let ExprKind::Const(Const::Wide(_)) = x.kind
             && err.is_ok()
         {
-            err = Err(QueryError::Literal {
+            err = Err(BuildError::Literal {
                 text: x.to_string(),
                 reason: "a number this large or this precise can only be compared with, not \
                          computed with or returned (at most 18 digits after the point and 19 \
@@ -88,7 +88,7 @@ pub enum Ar {
 }
 
 /// Types `l op r` and inserts the rescaling that makes `+`/`-` operands equal in scale.
-pub fn arith(op: Ar, l: Expr, r: Expr, whole: &str) -> Result<Expr, QueryError> {
+pub fn arith(op: Ar, l: Expr, r: Expr, whole: &str) -> Result<Expr, BuildError> {
     reject_wide(&l)?;
     reject_wide(&r)?;
     let sym = match op {
@@ -97,7 +97,7 @@ pub fn arith(op: Ar, l: Expr, r: Expr, whole: &str) -> Result<Expr, QueryError> 
         Ar::Mul => "*",
         Ar::Div => "/",
     };
-    let err = QueryError::Arithmetic {
+    let err = BuildError::Arithmetic {
         op: sym,
         left: l.ty,
         right: r.ty,
@@ -140,7 +140,7 @@ pub fn arith(op: Ar, l: Expr, r: Expr, whole: &str) -> Result<Expr, QueryError> 
                 Ar::Mul => {
                     let s = u32::from(sl) + u32::from(sr);
                     if s > u32::from(MAX_SCALE) {
-                        return Err(QueryError::Scale {
+                        return Err(BuildError::Scale {
                             expr: whole.to_string(),
                             scale: s,
                         });
@@ -176,7 +176,7 @@ pub fn arith(op: Ar, l: Expr, r: Expr, whole: &str) -> Result<Expr, QueryError> 
 }
 
 /// `e * 10^by`, typed at the larger scale (folded when `e` is a constant).
-pub fn rescale(e: Expr, by: u8, whole: &str) -> Result<Expr, QueryError> {
+pub fn rescale(e: Expr, by: u8, whole: &str) -> Result<Expr, BuildError> {
     if by == 0 {
         return Ok(e);
     }
@@ -200,8 +200,8 @@ pub fn rescale(e: Expr, by: u8, whole: &str) -> Result<Expr, QueryError> {
 
 /// Replaces a node whose operands are all constants by its value, computed with the
 /// evaluator's own operator code ([`ArithOp::apply`]).
-pub fn fold(e: Expr, whole: &str) -> Result<Expr, QueryError> {
-    let fail = |zero: bool| QueryError::Constant {
+pub fn fold(e: Expr, whole: &str) -> Result<Expr, BuildError> {
+    let fail = |zero: bool| BuildError::Constant {
         expr: whole.to_string(),
         source: if zero {
             crate::error::EvalError::DivisionByZero {
@@ -308,20 +308,13 @@ fn cmp_node(op: CmpOp, l: Expr, r: Expr) -> Expr {
 /// `l op r`, typed: numbers brought to one scale (a constant side rewritten exactly to
 /// the other side's scale, or to a truth value), dates with dates, strings with strings
 /// (blank-padded); two constants fold to a truth value.
-pub fn compare(op: CmpOp, l: Expr, r: Expr, whole: &str) -> Result<Expr, QueryError> {
+pub fn compare(op: CmpOp, l: Expr, r: Expr, whole: &str) -> Result<Expr, BuildError> {
     match (l.ty, r.ty) {
         (a, b) if a.is_number() && b.is_number() => {
             let (sl, sr) = (a.scale().unwrap_or(0), b.scale().unwrap_or(0));
             match (num_const(&l), num_const(&r)) {
                 (Some(x), Some(y)) => {
-                    let ord = crate::types::Value::Decimal {
-                        units: x,
-                        scale: sl,
-                    }
-                    .cmp_sql(&crate::types::Value::Decimal {
-                        units: y,
-                        scale: sr,
-                    });
+                    let ord = crate::types::cmp_scaled(x, sl, y, sr);
                     Ok(Expr::boolean(op.holds(ord)))
                 }
                 (Some(_), None) => compare(op.flip(), r, l, whole),
@@ -352,7 +345,7 @@ pub fn compare(op: CmpOp, l: Expr, r: Expr, whole: &str) -> Result<Expr, QueryEr
             (Some(_), None) => Ok(cmp_node(op.flip(), r, l)),
             _ => Ok(cmp_node(op, l, r)),
         },
-        (a, b) => Err(QueryError::Compare {
+        (a, b) => Err(BuildError::Compare {
             left: a,
             right: b,
             hint: compare_hint(&l, &r),
@@ -362,7 +355,7 @@ pub fn compare(op: CmpOp, l: Expr, r: Expr, whole: &str) -> Result<Expr, QueryEr
 
 /// `x [NOT] IN (items)`: the constants at `x`'s scale (one that cannot be equal at that
 /// scale is dropped), duplicates removed; folded when `x` is a constant.
-pub fn in_list(x: Expr, items: Vec<Expr>, negated: bool, whole: &str) -> Result<Expr, QueryError> {
+pub fn in_list(x: Expr, items: Vec<Expr>, negated: bool, whole: &str) -> Result<Expr, BuildError> {
     let mut list: Vec<Const> = Vec::with_capacity(items.len());
     for item in &items {
         let c = match (x.ty, item.ty) {
@@ -379,7 +372,7 @@ pub fn in_list(x: Expr, items: Vec<Expr>, negated: bool, whole: &str) -> Result<
                 item.as_const().cloned()
             }
             (a, b) => {
-                return Err(QueryError::Compare {
+                return Err(BuildError::Compare {
                     left: a,
                     right: b,
                     hint: compare_hint(&x, item),
@@ -415,7 +408,7 @@ pub fn in_list(x: Expr, items: Vec<Expr>, negated: bool, whole: &str) -> Result<
 }
 
 /// `x [NOT] LIKE 'prefix%'`.
-pub fn like(x: Expr, prefix: Vec<u8>, negated: bool) -> Result<Expr, QueryError> {
+pub fn like(x: Expr, prefix: Vec<u8>, negated: bool) -> Result<Expr, BuildError> {
     if let Some(Const::Char(v)) = x.as_const() {
         return Ok(Expr::boolean(v.starts_with(&prefix) != negated));
     }

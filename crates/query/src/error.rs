@@ -1,47 +1,16 @@
-//! Typed errors: [`QueryError`] for SQL that cannot be planned (syntax, unsupported
-//! constructs, names, types), [`EvalError`] for evaluation (arithmetic overflow,
-//! division by zero, a page of another table, partial results of different plans).
+//! Typed errors: [`BuildError`] for an expression the device program's builder refuses
+//! (types, literals, scales), [`EvalError`] for evaluation (arithmetic overflow,
+//! division by zero, a page of another table, partial results of different programs).
 
 use csd_table::PageError;
 
 use crate::types::DataType;
 
-/// Why a SQL text could not be turned into a [`crate::Plan`]. Every message names the
-/// construct, the name or the types involved, so the user can fix the query.
+/// Why the device program's builder ([`crate::build`]) refused an expression. Every
+/// message names the expression or the types involved; the SQL front end (`csd-sql`)
+/// then leaves that expression to the host instead of pushing it into the device.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QueryError {
-    /// The text is not valid SQL.
-    #[error("SQL syntax error: {message}")]
-    Syntax {
-        /// The parser's message.
-        message: String,
-    },
-    /// Valid SQL outside the supported subset.
-    #[error("{construct} is not supported{hint}")]
-    Unsupported {
-        /// The construct, e.g. `JOIN`, `HAVING`, `function UPPER`.
-        construct: String,
-        /// Empty, or `": ..."` with what to do instead.
-        hint: String,
-    },
-    /// The `FROM` table is not in the catalog.
-    #[error("unknown table {name}; tables: {available}")]
-    UnknownTable {
-        /// The name in the query.
-        name: String,
-        /// The catalog's tables, comma separated.
-        available: String,
-    },
-    /// A column the table does not have.
-    #[error("unknown column {name} in table {table}; columns: {available}")]
-    UnknownColumn {
-        /// The name in the query.
-        name: String,
-        /// The table.
-        table: String,
-        /// The table's columns, comma separated.
-        available: String,
-    },
+pub enum BuildError {
     /// A comparison (or `IN`, `BETWEEN`) between incompatible types.
     #[error("cannot compare {left} with {right}{hint}")]
     Compare {
@@ -62,24 +31,10 @@ pub enum QueryError {
         /// Right operand type.
         right: DataType,
     },
-    /// An expression of the wrong type for its place (e.g. `WHERE l_quantity`,
-    /// `NOT l_tax`, `SUM(l_shipdate)`).
-    #[error("{context} needs {expected}, but {expr} is {found}")]
-    WrongType {
-        /// Where the expression is (`WHERE`, `NOT`, `SUM`, ...).
-        context: String,
-        /// What it needs.
-        expected: &'static str,
-        /// The expression, as written.
-        expr: String,
-        /// Its type.
-        found: DataType,
-    },
-    /// A literal that cannot be represented (bad date, number too large, too many
-    /// fractional digits).
+    /// A literal that cannot be computed with (a number too large or too precise).
     #[error("invalid literal {text}: {reason}")]
     Literal {
-        /// The literal as written.
+        /// The literal.
         text: String,
         /// Why it was rejected.
         reason: String,
@@ -96,27 +51,6 @@ pub enum QueryError {
         /// The scale it would need.
         scale: u32,
     },
-    /// A `LIKE` pattern other than `'prefix%'`.
-    #[error(
-        "LIKE pattern '{pattern}' is not supported: only a literal prefix followed by one \
-         trailing % (e.g. 'PROMO%') is"
-    )]
-    LikePattern {
-        /// The pattern.
-        pattern: String,
-    },
-    /// Misuse of aggregates or `GROUP BY` (a column neither grouped nor aggregated, an
-    /// aggregate in `WHERE`, nested aggregates, ...).
-    #[error("{0}")]
-    Grouping(String),
-    /// A bad `ORDER BY` item.
-    #[error("ORDER BY {item}: {reason}")]
-    OrderBy {
-        /// The item as written.
-        item: String,
-        /// What is wrong.
-        reason: String,
-    },
     /// Folding a constant expression failed (e.g. `1 / 0`, overflow).
     #[error("in constant expression {expr}: {source}")]
     Constant {
@@ -127,23 +61,7 @@ pub enum QueryError {
     },
 }
 
-impl QueryError {
-    pub(crate) fn unsupported(construct: impl Into<String>) -> Self {
-        QueryError::Unsupported {
-            construct: construct.into(),
-            hint: String::new(),
-        }
-    }
-
-    pub(crate) fn unsupported_hint(construct: impl Into<String>, hint: &str) -> Self {
-        QueryError::Unsupported {
-            construct: construct.into(),
-            hint: format!(": {hint}"),
-        }
-    }
-}
-
-/// Why evaluating a plan over a page, or combining partial results, failed.
+/// Why evaluating a device program over a page, or combining partial results, failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EvalError {
     /// An arithmetic result does not fit the 64-bit value (or a 128-bit sum).
@@ -161,7 +79,7 @@ pub enum EvalError {
     /// A page of a table other than the plan's.
     #[error(
         "the page belongs to table '{found}' (schema fingerprint {found_fingerprint:#010x}), \
-         but the query reads '{expected}' ({expected_fingerprint:#010x})"
+         but the program reads '{expected}' ({expected_fingerprint:#010x})"
     )]
     WrongTable {
         /// The plan's table.
@@ -176,13 +94,13 @@ pub enum EvalError {
     /// A page could not be read.
     #[error(transparent)]
     Page(#[from] PageError),
-    /// Two partial results of different plans (or of different kinds) were merged.
-    #[error("cannot merge partial results of different queries: {0}")]
+    /// Two partial results of different programs (or of different kinds) were merged.
+    #[error("cannot merge partial results of different programs: {0}")]
     PlanMismatch(String),
     /// More groups than the configured limit (the device's session memory bound).
     #[error(
-        "the query produced more than {limit} groups; GROUP BY in this engine is meant for \
-         few groups (raise the limit or group on fewer columns)"
+        "the aggregation produced more than {limit} groups; the device aggregates few \
+         groups (raise the limit or group on fewer columns)"
     )]
     TooManyGroups {
         /// The limit.

@@ -257,7 +257,7 @@ impl Evaluator {
     }
 }
 
-/// The `CHAR` column an expression reads (the planner only makes `CHAR` expressions of
+/// The `CHAR` column an expression reads (the builder only makes `CHAR` expressions of
 /// columns and constants; constants are folded away where a column is needed).
 fn char_column<'a>(view: &PageView<'a>, e: &Expr) -> Result<ColumnView<'a>, EvalError> {
     match &e.kind {

@@ -321,7 +321,7 @@ fn zip_map(
 }
 
 /// `out = l op r` elementwise. `Err(true)`: a divisor was zero; `Err(false)`: overflow.
-/// Semantics are exactly [`ArithOp::apply`]'s (the planner folds constants with it).
+/// Semantics are exactly [`ArithOp::apply`]'s (the builder folds constants with it).
 pub(crate) fn arith(
     op: ArithOp,
     l: Operand<'_>,

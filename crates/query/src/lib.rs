@@ -1,6 +1,9 @@
-//! The query layer shared by host and device: a SQL subset parsed with `sqlparser`
-//! into a small typed [`Plan`], and **one** vectorized evaluator ([`Evaluator`]) that
-//! runs that plan over NSM or PAX pages ([`csd_table::PageView`]).
+//! The device program shared by host and device: a small typed IR ([`Plan`]: a filter,
+//! a projection or a partial aggregation over one table), its typed builder
+//! ([`build`]), and **one** vectorized evaluator ([`Evaluator`]) that runs it over NSM
+//! or PAX pages ([`csd_table::PageView`]). SQL is DataFusion's (`csd-sql`): its table
+//! providers and physical optimizer rule translate what the device can run exactly into
+//! this IR; joins, sorts, final aggregates and everything else run in DataFusion.
 //!
 //! # What it realizes
 //!
@@ -18,19 +21,38 @@
 //! The *same* code serves the host-side scan and the device runtime: a strategy
 //! decides where pages are evaluated and whose cycle costs apply, never what a
 //! predicate means, so all strategies and both layouts return identical results.
-//! This crate depends on no device or FTL crate.
+//! This crate depends on no device, FTL or SQL crate.
 //!
 //! ```
-//! use csd_query::{plan, Evaluator, PartialResult};
+//! use csd_query::build::{self, Ar};
+//! use csd_query::{
+//!     AggFunc, Aggregate, Aggregation, CmpOp, Const, DataType, Evaluator, Expr,
+//!     PartialResult, Plan,
+//! };
 //! use csd_table::datagen::{TpchGenerator, TpchTable};
+//! use csd_table::date::parse_date;
 //! use csd_table::{Layout, PageView, Paginator};
 //!
+//! // TPC-H Q6's device program: its filter and SUM(l_extendedprice * l_discount).
 //! let schema = TpchTable::LineItem.schema();
-//! let q6 = plan("SELECT SUM(l_extendedprice * l_discount) AS revenue FROM lineitem \
-//!                WHERE l_shipdate >= DATE '1994-01-01' \
-//!                  AND l_shipdate < DATE '1994-01-01' + INTERVAL '1' YEAR \
-//!                  AND l_discount BETWEEN 0.06 - 0.01 AND 0.06 + 0.01 \
-//!                  AND l_quantity < 24", &schema).unwrap();
+//! let col = |name: &str| Expr::column(&schema, schema.column_index(name).unwrap()).unwrap();
+//! let date = |d: &str| Expr::constant(Const::Int(parse_date(d).unwrap().into()), DataType::Date);
+//! let cents = |v: i64| Expr::constant(Const::Int(v), DataType::Decimal { scale: 2 });
+//! let filter = build::and(vec![
+//!     build::compare(CmpOp::Ge, col("l_shipdate"), date("1994-01-01"), "q6").unwrap(),
+//!     build::compare(CmpOp::Lt, col("l_shipdate"), date("1995-01-01"), "q6").unwrap(),
+//!     build::compare(CmpOp::Ge, col("l_discount"), cents(5), "q6").unwrap(),
+//!     build::compare(CmpOp::Le, col("l_discount"), cents(7), "q6").unwrap(),
+//!     build::compare(CmpOp::Lt, col("l_quantity"), Expr::constant(Const::Int(24), DataType::Int), "q6")
+//!         .unwrap(),
+//! ]);
+//! let revenue = build::arith(Ar::Mul, col("l_extendedprice"), col("l_discount"), "q6").unwrap();
+//! let ty = revenue.ty; // DECIMAL with scale 4: scales add under `*`
+//! let agg = Aggregation {
+//!     group_by: vec![],
+//!     aggregates: vec![Aggregate { func: AggFunc::Sum, arg: Some(revenue), ty }],
+//! };
+//! let q6 = Plan::aggregation("lineitem", &schema, agg, Some(filter));
 //! let mut eval = Evaluator::new(&q6);
 //! let mut partial = PartialResult::new(&q6);
 //! let rows = TpchGenerator::new(TpchTable::LineItem, 0.001).unwrap();
@@ -38,65 +60,34 @@
 //! while let Some(page) = pages.next_page() {
 //!     eval.eval_page(&PageView::parse(page, &schema).unwrap(), &mut partial).unwrap();
 //! }
-//! let result = partial.finish(&q6).unwrap();
-//! println!("{result}");
-//! assert_eq!(result.rows.len(), 1);
+//! assert_eq!(partial.len(), 1); // one group: the global aggregate
+//! assert!(eval.totals().rows_selected > 0);
+//! println!("{q6}");
 //! ```
-//!
-//! # The SQL subset
-//!
-//! ```text
-//! query      := SELECT item {, item} FROM table [[AS] alias]
-//!               [WHERE cond] [GROUP BY column {, column}]
-//!               [ORDER BY key [ASC|DESC] {, key [ASC|DESC]}] [;]
-//! item       := * | expr [[AS] name] | agg [[AS] name]
-//! agg        := COUNT(*) | COUNT(expr) | SUM(expr) | AVG(expr) | MIN(expr) | MAX(expr)
-//! key        := output name or alias | output position (1-based) | select-list text
-//! cond       := cond AND cond | cond OR cond | NOT cond | (cond) | TRUE | FALSE
-//!             | expr cmp expr | expr [NOT] BETWEEN expr AND expr
-//!             | expr [NOT] IN (literal {, literal}) | expr [NOT] LIKE 'prefix%'
-//! cmp        := = | <> | != | < | <= | > | >=
-//! expr       := column | table.column | literal | (expr) | - expr | + expr
-//!             | expr + expr | expr - expr | expr * expr | expr / expr
-//!             | expr ± INTERVAL 'n' DAY|WEEK   (expr a DATE)
-//!             | DATE-literal ± INTERVAL 'n' MONTH|YEAR
-//! literal    := 123 | 0.06 | 'text' | DATE 'YYYY-MM-DD'
-//! ```
-//!
-//! With `GROUP BY` or an aggregate in the select list, every item must be a grouping
-//! column or an aggregate call. Anything else — joins, subqueries, `HAVING`,
-//! `DISTINCT`, `LIMIT`, `CASE`, `CAST`, functions other than the five aggregates,
-//! `NULL`, other `LIKE` patterns, expressions over aggregates — is a [`QueryError`]
-//! naming the construct ("JOIN is not supported: ...", "unknown column l_foo in table
-//! lineitem; columns: ...", "cannot compare DATE with CHAR(1)").
 //!
 //! # Choices
 //!
-//! * **Types.** `INT32`/`INT64` columns and integer literals are `INT`; `DECIMAL(s)`
-//!   columns and literals with `s` fractional digits are scaled integers; `DATE` is
+//! * **Types.** `INT32`/`INT64` columns and integer constants are `INT`; `DECIMAL(s)`
+//!   columns and constants with `s` fractional digits are scaled integers; `DATE` is
 //!   days; `CHAR(n)` compares blank-padded (`'A' = 'A  '`). Every value is an `i64`
 //!   while computing; overflow is an [`EvalError::Overflow`], never a wrapped value.
 //! * **Exact decimals.** `+`/`-` rescale to the larger scale, `*` adds scales (at most
-//!   18, else a [`QueryError::Scale`]), so `SUM(l_extendedprice * (1 - l_discount) *
-//!   (1 + l_tax))` is exact at scale 6. Comparisons against constants are rewritten at
-//!   plan time to the column's scale with floor/ceil (`x < 0.065` on scale 2 is `x < 7`
-//!   in cents), so no literal is ever rounded and no float is ever used.
+//!   18, else a [`BuildError::Scale`]), so `SUM(l_extendedprice * (1 - l_discount) *
+//!   (1 + l_tax))` is exact at scale 6. Comparisons against constants are rewritten
+//!   when the program is built to the column's scale with floor/ceil (`x < 0.065` on
+//!   scale 2 is `x < 7` in cents), so no constant is ever rounded and no float is ever
+//!   used.
 //! * **Division.** `INT / INT` truncates toward zero (PostgreSQL). With a decimal
 //!   operand the result has scale `max(6, s_left, s_right)`, rounded half away from
 //!   zero from the exact `i128` quotient. Division by zero on a selected row is an
-//!   [`EvalError::DivisionByZero`].
-//! * **Aggregates.** `SUM` of `INT` is `INT`, of `DECIMAL(s)` is `DECIMAL(s)`, summed in
-//!   `i128`. `AVG` keeps the exact sum and count and rounds once at the end to scale
-//!   `max(6, s)`, half away from zero ([`plan::avg_scale`]). `COUNT(x)` equals
-//!   `COUNT(*)` (no NULLs). `SUM`/`AVG`/`MIN`/`MAX` over no rows are `NULL`.
-//! * **Dates.** `DATE ± INTERVAL 'n' DAY` works on any date expression; `MONTH`/`YEAR`
-//!   intervals are calendar arithmetic on date literals only, folded at plan time (the
-//!   day is clamped to the month's end, as in PostgreSQL). `DATE - DATE` is `INT` days.
-//! * **Order.** Without `ORDER BY`, groups come out in ascending key order (so the
-//!   result never depends on how pages were split across channels or devices) and
-//!   projected rows in page order. `ORDER BY` is a stable sort on output columns;
-//!   `NULL` sorts last.
-//! * **Names.** Table and column names match ASCII case-insensitively.
+//!   [`EvalError::DivisionByZero`]. (csd-sql does not push division: DataFusion's
+//!   decimal quotient has another scale.)
+//! * **Aggregates** are partial: per group the row count and, per aggregate, an exact
+//!   `i128` sum (`SUM`, `AVG`) or the extreme value (`MIN`, `MAX`); states of any split
+//!   of the pages merge into the state of all of them ([`PartialResult::merge`]), and
+//!   the host's final aggregate finishes them (DataFusion's, fed by csd-sql).
+//! * **Order.** Projected rows come out in page order; groups in the order they were
+//!   first seen.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -107,18 +98,15 @@ pub mod error;
 pub mod eval;
 mod kernels;
 pub mod plan;
-pub mod planner;
 pub mod result;
 pub mod types;
 
 pub use agg::{AccView, AggState};
-pub use error::{EvalError, QueryError};
+pub use error::{BuildError, EvalError};
 pub use eval::{Evaluator, WorkCounters};
 pub use kernels::cmp_padded;
 pub use plan::{
-    AggFunc, AggOutput, Aggregate, Aggregation, ArithOp, CmpOp, Const, Expr, ExprKind, Output,
-    OutputColumn, Plan, SortKey,
+    AggFunc, Aggregate, Aggregation, ArithOp, CmpOp, Const, Expr, ExprKind, Output, Plan,
 };
-pub use planner::{Catalog, plan};
-pub use result::{ColumnData, PartialResult, QueryResult, RowChunk};
-pub use types::{DataType, Value};
+pub use result::{ColumnData, PartialResult, RowChunk};
+pub use types::DataType;

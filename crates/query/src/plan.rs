@@ -1,10 +1,12 @@
-//! The typed plan: what [`crate::plan()`] makes of a SQL text and what
-//! [`crate::Evaluator`] runs, on the host or in the device.
+//! The device program: what the SQL front end (`csd-sql`, from DataFusion's plan) pushes
+//! into a scan and what [`crate::Evaluator`] runs, on the host (IHP) or in the device
+//! (smart-ssd-query-processing §3–4: selection, projection and aggregation next to the
+//! data; in-storage-scan-processing §4: the same work placed on another processor).
 //!
-//! A [`Plan`] is one table, an optional filter, either a projection list or an
-//! aggregation (grouping columns, aggregates, output items), an `ORDER BY` on output
-//! columns, and the typed output columns. Expressions ([`Expr`]) carry their result
-//! type; the planner has already:
+//! A [`Plan`] is one table, an optional filter, and either a projection list or a
+//! partial aggregation (grouping columns and aggregates; the host finishes it).
+//! Expressions ([`Expr`]) carry their result type; the front end and the builder
+//! ([`crate::build`]) have already:
 //!
 //! * resolved names to column indices and checked every type;
 //! * made both operands of `+`, `-` and of every numeric comparison the same decimal
@@ -13,10 +15,10 @@
 //!   side's scale, exactly: `l_discount < 0.065` on a scale-2 column becomes
 //!   `l_discount < 7` in units of 0.01 (`x*10 < 65  <=>  x < ceil(65/10)`), and
 //!   `l_discount = 0.065` becomes `FALSE`. No floating point, no rounding;
-//! * folded constant sub-expressions (`DATE '1998-12-01' - INTERVAL '90' DAY` is one
-//!   `DATE` constant, `1 - 0.05` one decimal) with the evaluator's own arithmetic;
-//! * turned `BETWEEN` into two comparisons and pushed `NOT` into comparisons, `IN` and
-//!   `LIKE` (exact here, as no value is ever NULL).
+//! * folded constant sub-expressions (`1 - 0.05` is one decimal) with the evaluator's
+//!   own arithmetic;
+//! * pushed `NOT` into comparisons, `IN` and `LIKE` (exact here, as no value is ever
+//!   NULL); the front end turns `BETWEEN` into two comparisons.
 
 use std::fmt;
 
@@ -111,10 +113,10 @@ pub enum Const {
     /// A byte string.
     Char(Vec<u8>),
     /// A numeric literal that does not fit an `i64` at its scale, or has more than 18
-    /// digits after the point (up to 38). It exists only while planning: the planner
-    /// turns a comparison or `IN` against it into an exact comparison with an `i64`
-    /// constant (or a truth value), and rejects it anywhere else, so a finished
-    /// [`Plan`] never holds one.
+    /// digits after the point (up to 38). It exists only while building: the builder
+    /// ([`crate::build`]) turns a comparison or `IN` against it into an exact comparison
+    /// with an `i64` constant (or a truth value), and rejects it anywhere else, so a
+    /// finished [`Plan`] never holds one.
     Wide(i128),
 }
 
@@ -150,7 +152,7 @@ impl ArithOp {
 
     /// Applies the operator to one pair of values: `Ok(v)`, or `Err(true)` for
     /// division by zero, `Err(false)` for overflow. The vectorized kernels and the
-    /// planner's constant folding both call this, so they cannot disagree.
+    /// builder's constant folding both call this, so they cannot disagree.
     #[inline(always)]
     pub fn apply(self, a: i64, b: i64) -> Result<i64, bool> {
         match self {
@@ -308,71 +310,75 @@ pub struct Aggregate {
     pub ty: DataType,
 }
 
-/// What an aggregation's output column shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AggOutput {
-    /// The `i`-th grouping column.
-    Group(usize),
-    /// The `i`-th aggregate.
-    Agg(usize),
-}
-
-/// A grouped (or global) aggregation.
+/// A grouped (or global) aggregation: the state per group of the grouping columns'
+/// values, one accumulator per aggregate ([`crate::AggState`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Aggregation {
     /// Grouping columns (indices into the schema), in `GROUP BY` order.
     pub group_by: Vec<usize>,
     /// The aggregates to compute.
     pub aggregates: Vec<Aggregate>,
-    /// The output columns, in select-list order.
-    pub outputs: Vec<AggOutput>,
 }
 
-/// What the query returns.
+/// What the program returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
     /// One output row per selected row: these expressions.
     Project(Vec<Expr>),
-    /// Aggregates, one output row per group (one row in all without `GROUP BY`).
+    /// Aggregation states, one per group (one in all without grouping columns).
     Aggregate(Aggregation),
 }
 
-/// One `ORDER BY` key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SortKey {
-    /// Index of the output column.
-    pub output: usize,
-    /// `DESC`.
-    pub descending: bool,
-}
-
-/// A named, typed output column.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputColumn {
-    /// The alias, the column name, or the expression's SQL text.
-    pub name: String,
-    /// The type of its values.
-    pub ty: DataType,
-}
-
-/// A planned query: see the [module docs](self).
+/// A device program: see the [module docs](self).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     /// The table name (as the catalog spells it).
     pub table: String,
     /// The table's schema; pages must carry its fingerprint.
     pub schema: Schema,
-    /// The `WHERE` predicate (`None`: every row).
+    /// The predicate (`None`: every row).
     pub filter: Option<Expr>,
     /// Projection or aggregation.
     pub output: Output,
-    /// `ORDER BY`, applied when the partial results are finished.
-    pub order_by: Vec<SortKey>,
-    /// The result columns.
-    pub columns: Vec<OutputColumn>,
 }
 
 impl Plan {
+    /// The columns `columns` (schema indices, in this order) of the rows of `table`
+    /// (with `schema`) that pass `filter`; `None` if a column is out of range.
+    pub fn projection(
+        table: &str,
+        schema: &Schema,
+        columns: &[usize],
+        filter: Option<Expr>,
+    ) -> Option<Plan> {
+        let exprs = columns
+            .iter()
+            .map(|&c| Expr::column(schema, c))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Plan {
+            table: table.to_string(),
+            schema: schema.clone(),
+            filter,
+            output: Output::Project(exprs),
+        })
+    }
+
+    /// The partial aggregation `aggregation` of the rows of `table` (with `schema`)
+    /// that pass `filter`.
+    pub fn aggregation(
+        table: &str,
+        schema: &Schema,
+        aggregation: Aggregation,
+        filter: Option<Expr>,
+    ) -> Plan {
+        Plan {
+            table: table.to_string(),
+            schema: schema.clone(),
+            filter,
+            output: Output::Aggregate(aggregation),
+        }
+    }
+
     /// True for aggregations.
     pub fn is_aggregate(&self) -> bool {
         matches!(self.output, Output::Aggregate(_))
@@ -560,8 +566,14 @@ impl fmt::Display for Expr {
 }
 
 impl fmt::Display for Plan {
-    /// A one-line explanation of the plan (`EXPLAIN`-like).
+    /// The program as one line of SQL-like text (`EXPLAIN`-like).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = |c: usize| {
+            self.schema
+                .columns()
+                .get(c)
+                .map_or("?", |c| c.name.as_str())
+        };
         f.write_str("SELECT ")?;
         match &self.output {
             Output::Project(exprs) => {
@@ -573,28 +585,13 @@ impl fmt::Display for Plan {
                 }
             }
             Output::Aggregate(a) => {
-                for (i, o) in a.outputs.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    match *o {
-                        AggOutput::Group(g) => {
-                            let name = a
-                                .group_by
-                                .get(g)
-                                .and_then(|&c| self.schema.columns().get(c))
-                                .map_or("?", |c| c.name.as_str());
-                            f.write_str(name)?;
-                        }
-                        AggOutput::Agg(k) => match a.aggregates.get(k) {
-                            Some(agg) => match &agg.arg {
-                                Some(e) => write!(f, "{}({e})", agg.func.name())?,
-                                None => f.write_str("COUNT(*)")?,
-                            },
-                            None => f.write_str("?")?,
-                        },
-                    }
-                }
+                let groups = a.group_by.iter().map(|&c| name(c).to_string());
+                let aggs = a.aggregates.iter().map(|agg| match &agg.arg {
+                    Some(e) => format!("{}({e})", agg.func.name()),
+                    None => "COUNT(*)".to_string(),
+                });
+                let items: Vec<String> = groups.chain(aggs).collect();
+                f.write_str(&items.join(", "))?;
             }
         }
         write!(f, " FROM {}", self.table)?;
@@ -604,28 +601,8 @@ impl fmt::Display for Plan {
         if let Output::Aggregate(a) = &self.output
             && !a.group_by.is_empty()
         {
-            f.write_str(" GROUP BY ")?;
-            for (i, &c) in a.group_by.iter().enumerate() {
-                if i > 0 {
-                    f.write_str(", ")?;
-                }
-                let name = self
-                    .schema
-                    .columns()
-                    .get(c)
-                    .map_or("?", |c| c.name.as_str());
-                f.write_str(name)?;
-            }
-        }
-        if !self.order_by.is_empty() {
-            f.write_str(" ORDER BY ")?;
-            for (i, k) in self.order_by.iter().enumerate() {
-                if i > 0 {
-                    f.write_str(", ")?;
-                }
-                let name = self.columns.get(k.output).map_or("?", |c| c.name.as_str());
-                write!(f, "{name}{}", if k.descending { " DESC" } else { "" })?;
-            }
+            let groups: Vec<&str> = a.group_by.iter().map(|&c| name(c)).collect();
+            write!(f, " GROUP BY {}", groups.join(", "))?;
         }
         Ok(())
     }

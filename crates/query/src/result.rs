@@ -1,13 +1,12 @@
-//! Partial and final results: [`RowChunk`] (projected rows, columnar), the mergeable
-//! [`PartialResult`] a device session or a host scan accumulates, and the typed
-//! [`QueryResult`] with a text-table formatter.
-
-use std::fmt;
+//! Partial results: [`RowChunk`] (projected rows, columnar) and the mergeable
+//! [`PartialResult`] a device session or a host scan accumulates and hands to the host
+//! (smart-ssd-query-processing §3.1: a session's results come back in chunks through
+//! GET; csd-sql turns them into Arrow batches and DataFusion's partial-aggregate states).
 
 use crate::agg::AggState;
 use crate::error::EvalError;
-use crate::plan::{Output, OutputColumn, Plan};
-use crate::types::{DataType, Value};
+use crate::plan::{Output, Plan};
+use crate::types::DataType;
 
 /// No limit on the number of groups (see [`PartialResult::with_group_limit`]).
 pub const NO_GROUP_LIMIT: usize = usize::MAX;
@@ -121,48 +120,6 @@ impl RowChunk {
         self.rows += other.rows;
         Ok(())
     }
-
-    /// Value of column `c` in row `r` (`None` out of range).
-    pub fn value(&self, r: usize, c: usize) -> Option<Result<Value, EvalError>> {
-        if r >= self.rows {
-            return None;
-        }
-        let ty = *self.types.get(c)?;
-        Some(match self.columns.get(c)? {
-            ChunkColumn::Num(v) => {
-                let x = *v.get(r)?;
-                match ty {
-                    DataType::Date => {
-                        i32::try_from(x)
-                            .map(Value::Date)
-                            .map_err(|_| EvalError::Overflow {
-                                expr: format!("a DATE of day {x}, outside the calendar"),
-                            })
-                    }
-                    DataType::Decimal { scale } => Ok(Value::Decimal {
-                        units: i128::from(x),
-                        scale,
-                    }),
-                    _ => Ok(Value::Int(i128::from(x))),
-                }
-            }
-            ChunkColumn::Char { width, bytes } => {
-                let b = bytes.get(r * width..(r + 1) * width)?;
-                Ok(Value::Char(csd_table::schema::trim_char(b).to_vec()))
-            }
-        })
-    }
-
-    /// Every row as typed values.
-    pub fn to_rows(&self) -> Result<Vec<Vec<Value>>, EvalError> {
-        (0..self.rows)
-            .map(|r| {
-                (0..self.types.len())
-                    .map(|c| self.value(r, c).unwrap_or(Ok(Value::Null)))
-                    .collect()
-            })
-            .collect()
-    }
 }
 
 /// One column of a [`RowChunk`], borrowed.
@@ -249,112 +206,5 @@ impl PartialResult {
             PartialResult::Rows(r) => r.wire_bytes(),
             PartialResult::Aggregate(a) => a.wire_bytes(),
         }
-    }
-
-    /// The final result: typed rows, `AVG` rounded, groups in key order, then sorted by
-    /// the plan's `ORDER BY` (a stable sort).
-    pub fn finish(&self, plan: &Plan) -> Result<QueryResult, EvalError> {
-        let mut rows = match (self, &plan.output) {
-            (PartialResult::Rows(r), Output::Project(_)) => r.to_rows()?,
-            (PartialResult::Aggregate(a), Output::Aggregate(agg)) => a.finish(agg)?,
-            _ => {
-                return Err(EvalError::PlanMismatch(
-                    "the partial result is not of this plan's kind".into(),
-                ));
-            }
-        };
-        if !plan.order_by.is_empty() {
-            rows.sort_by(|x, y| {
-                for k in &plan.order_by {
-                    let (Some(a), Some(b)) = (x.get(k.output), y.get(k.output)) else {
-                        continue;
-                    };
-                    let o = a.cmp_sql(b);
-                    let o = if k.descending { o.reverse() } else { o };
-                    if o.is_ne() {
-                        return o;
-                    }
-                }
-                std::cmp::Ordering::Equal
-            });
-        }
-        Ok(QueryResult {
-            columns: plan.columns.clone(),
-            rows,
-        })
-    }
-}
-
-/// A finished query result: named, typed columns and rows of [`Value`]s.
-///
-/// `Display` prints an aligned text table (numbers right-aligned, decimals with all
-/// their digits, dates as `YYYY-MM-DD`) followed by the row count.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueryResult {
-    /// The output columns.
-    pub columns: Vec<OutputColumn>,
-    /// The rows.
-    pub rows: Vec<Vec<Value>>,
-}
-
-impl fmt::Display for QueryResult {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let cells: Vec<Vec<String>> = self
-            .rows
-            .iter()
-            .map(|r| r.iter().map(|v| v.to_string()).collect())
-            .collect();
-        let widths: Vec<usize> = self
-            .columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                cells
-                    .iter()
-                    .filter_map(|r| r.get(i).map(|s| s.chars().count()))
-                    .chain(std::iter::once(c.name.chars().count()))
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        let right = |i: usize| self.columns.get(i).is_some_and(|c| c.ty.is_number());
-        use std::fmt::Write as _;
-        let mut line = String::new();
-        for (i, c) in self.columns.iter().enumerate() {
-            if i > 0 {
-                line.push_str(" | ");
-            }
-            if right(i) {
-                let _ = write!(line, "{:>w$}", c.name, w = widths[i]);
-            } else {
-                let _ = write!(line, "{:<w$}", c.name, w = widths[i]);
-            }
-        }
-        writeln!(f, "{}", line.trim_end())?;
-        line.clear();
-        for (i, w) in widths.iter().enumerate() {
-            if i > 0 {
-                line.push_str("-+-");
-            }
-            line.push_str(&"-".repeat(*w));
-        }
-        writeln!(f, "{line}")?;
-        for row in &cells {
-            line.clear();
-            for (i, s) in row.iter().enumerate() {
-                if i > 0 {
-                    line.push_str(" | ");
-                }
-                let w = widths.get(i).copied().unwrap_or(0);
-                if right(i) {
-                    let _ = write!(line, "{s:>w$}");
-                } else {
-                    let _ = write!(line, "{s:<w$}");
-                }
-            }
-            writeln!(f, "{}", line.trim_end())?;
-        }
-        let n = self.rows.len();
-        write!(f, "({n} row{})", if n == 1 { "" } else { "s" })
     }
 }

@@ -1,5 +1,5 @@
-//! Value types of the query language: [`DataType`] (what an expression yields) and
-//! [`Value`] (one result cell), with exact decimal and date formatting.
+//! The device program's value type: [`DataType`] (what an expression yields), with exact
+//! decimal formatting and comparison across scales.
 //!
 //! Every numeric value is an integer: `INT` is a plain integer, `DECIMAL(scale s)` is an
 //! integer number of `10^-s` units (as the table stores it, [`csd_table::schema`]),
@@ -10,7 +10,6 @@ use std::cmp::Ordering;
 use std::fmt;
 
 use csd_table::ColumnType;
-use csd_table::date::DisplayDate;
 
 /// Largest decimal scale an expression may have: `10^18` is the largest power of ten in
 /// an `i64`, the width every value is computed in.
@@ -92,67 +91,10 @@ impl fmt::Display for DataType {
     }
 }
 
-/// One cell of a query result.
-///
-/// Equality is structural (a `DECIMAL` `1.0` at scale 1 and `1.00` at scale 2 differ);
-/// use [`Value::cmp_sql`] for SQL ordering across scales.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Value {
-    /// SQL NULL: only `SUM`, `AVG`, `MIN` and `MAX` over no rows produce it (table
-    /// columns are never NULL).
-    Null,
-    /// An integer (sums of integers may exceed `i64`, hence `i128`).
-    Int(i128),
-    /// A decimal: `units * 10^-scale`.
-    Decimal {
-        /// The value in units of `10^-scale`.
-        units: i128,
-        /// Digits after the point.
-        scale: u8,
-    },
-    /// A date: days since 1970-01-01.
-    Date(i32),
-    /// A `CHAR` value with its trailing space padding removed.
-    Char(Vec<u8>),
-}
-
-impl Value {
-    /// The value as an `i128` in units of `10^-scale` for numbers (`INT` is scale 0),
-    /// days for dates; `None` for `NULL` and `CHAR`.
-    pub fn as_units(&self) -> Option<(i128, u8)> {
-        match *self {
-            Value::Int(v) => Some((v, 0)),
-            Value::Decimal { units, scale } => Some((units, scale)),
-            Value::Date(d) => Some((i128::from(d), 0)),
-            Value::Null | Value::Char(_) => None,
-        }
-    }
-
-    /// SQL ordering for `ORDER BY`: numbers compare by value across scales and kinds
-    /// (exactly, in `i128`), dates by day, strings bytewise (their padding was removed,
-    /// which equals blank-padded comparison for bytes above the space), and `NULL`
-    /// sorts after every other value (PostgreSQL's default for ascending order).
-    pub fn cmp_sql(&self, other: &Value) -> Ordering {
-        use Value::*;
-        match (self, other) {
-            (Null, Null) => Ordering::Equal,
-            (Null, _) => Ordering::Greater,
-            (_, Null) => Ordering::Less,
-            (Char(a), Char(b)) => a.cmp(b),
-            (Char(_), _) => Ordering::Greater,
-            (_, Char(_)) => Ordering::Less,
-            (a, b) => match (a.as_units(), b.as_units()) {
-                (Some((x, sx)), Some((y, sy))) => cmp_scaled(x, sx, y, sy),
-                _ => Ordering::Equal,
-            },
-        }
-    }
-}
-
 /// Compares `x * 10^-sx` with `y * 10^-sy` exactly. If rescaling overflows `i128`
 /// the larger-magnitude side decides, which is exact because the rescaled value is
 /// then beyond anything an `i128` holds.
-fn cmp_scaled(x: i128, sx: u8, y: i128, sy: u8) -> Ordering {
+pub(crate) fn cmp_scaled(x: i128, sx: u8, y: i128, sy: u8) -> Ordering {
     let up =
         |v: i128, by: u8| -> Option<i128> { v.checked_mul(10i128.checked_pow(u32::from(by))?) };
     match sx.cmp(&sy) {
@@ -193,20 +135,6 @@ fn write_units(f: &mut dyn fmt::Write, units: i128, scale: u8) -> fmt::Result {
     }
 }
 
-impl fmt::Display for Value {
-    /// `NULL`, integers, decimals with all their scale digits, dates as `YYYY-MM-DD`,
-    /// strings as text (bytes that are not UTF-8 shown as U+FFFD).
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Value::Null => f.pad("NULL"),
-            Value::Int(v) => f.pad(&v.to_string()),
-            Value::Decimal { units, scale } => f.pad(&format_units(*units, *scale)),
-            Value::Date(d) => f.pad(&DisplayDate(*d).to_string()),
-            Value::Char(b) => f.pad(&String::from_utf8_lossy(b)),
-        }
-    }
-}
-
 /// Rounds `n / d` to the nearest integer, halves away from zero. `None` if `d == 0`
 /// or the quotient overflows.
 pub(crate) fn div_round_half_away(n: i128, d: i128) -> Option<i128> {
@@ -243,33 +171,20 @@ mod tests {
             format_units(i128::MIN, 2),
             "-1701411834604692317316873037158841057.28"
         );
-        assert_eq!(
-            Value::Decimal {
-                units: 1_231_410_782_283,
-                scale: 4
-            }
-            .to_string(),
-            "123141078.2283"
-        );
-        assert_eq!(Value::Date(8766).to_string(), "1994-01-01");
-        assert_eq!(Value::Char(b"AB".to_vec()).to_string(), "AB");
-        assert_eq!(format!("{:>6}", Value::Int(42)), "    42");
-        assert_eq!(Value::Null.to_string(), "NULL");
+        assert_eq!(format_units(1_231_410_782_283, 4), "123141078.2283");
     }
 
     #[test]
-    fn orders_across_scales() {
-        let d = |units, scale| Value::Decimal { units, scale };
-        assert_eq!(d(5, 2).cmp_sql(&d(50, 3)), Ordering::Equal);
-        assert_eq!(d(5, 2).cmp_sql(&d(51, 3)), Ordering::Less);
-        assert_eq!(Value::Int(1).cmp_sql(&d(99, 2)), Ordering::Greater);
-        assert_eq!(Value::Null.cmp_sql(&Value::Int(1)), Ordering::Greater);
+    fn compares_across_scales() {
+        assert_eq!(cmp_scaled(5, 2, 50, 3), Ordering::Equal);
+        assert_eq!(cmp_scaled(5, 2, 51, 3), Ordering::Less);
+        assert_eq!(cmp_scaled(1, 0, 99, 2), Ordering::Greater);
         assert_eq!(
-            d(i128::MAX, 0).cmp_sql(&d(1, 30)),
+            cmp_scaled(i128::MAX, 0, 1, 30),
             Ordering::Greater,
             "overflowing rescale still orders"
         );
-        assert_eq!(d(-1, 0).cmp_sql(&d(i128::MAX, 5)), Ordering::Less);
+        assert_eq!(cmp_scaled(-1, 0, i128::MAX, 5), Ordering::Less);
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Evaluator speed (wall clock of the emulator, not modeled time): TPC-H Q6, Q1 and a
-//! selective projection over LINEITEM at SF 0.1 in PAX and NSM pages.
+//! Evaluator speed (wall clock of the emulator, not modeled time): the device programs
+//! of TPC-H Q6, Q1 and a selective projection over LINEITEM at SF 0.1 in PAX and NSM
+//! pages.
 //!
 //! Ignored by default; run in release:
 //!
@@ -14,7 +15,9 @@
 
 use std::time::{Duration, Instant};
 
-use csd_query::{Evaluator, PartialResult, Plan, plan};
+mod common;
+
+use csd_query::{CmpOp, Evaluator, PartialResult, Plan};
 use csd_table::datagen::{TpchGenerator, TpchTable};
 use csd_table::{Layout, PageView, Paginator, Schema};
 
@@ -53,7 +56,7 @@ fn time_parsed(p: &Plan, views: &[PageView<'_>]) -> (Duration, u64) {
         for v in views {
             e.eval_page(v, &mut part).expect("evaluates");
         }
-        std::hint::black_box(part.finish(p).expect("finish"));
+        std::hint::black_box(part.len());
         e.totals().rows_selected
     })
 }
@@ -66,7 +69,7 @@ fn time_with_parse(p: &Plan, schema: &Schema, pages: &[Vec<u8>]) -> (Duration, u
             let v = PageView::parse_unverified(pg, schema).expect("page");
             e.eval_page(&v, &mut part).expect("evaluates");
         }
-        std::hint::black_box(part.finish(p).expect("finish"));
+        std::hint::black_box(part.len());
         e.totals().rows_selected
     })
 }
@@ -75,26 +78,25 @@ fn time_with_parse(p: &Plan, schema: &Schema, pages: &[Vec<u8>]) -> (Duration, u
 #[ignore = "benchmark: run in release with --ignored --nocapture"]
 fn evaluator_rows_per_second_pax_vs_nsm() {
     let schema = TpchTable::LineItem.schema();
+    // sel 1%: l_orderkey, l_extendedprice WHERE l_quantity < 1.5
+    let sel = Plan::projection(
+        "lineitem",
+        &schema,
+        &[
+            schema.column_index("l_orderkey").expect("column"),
+            schema.column_index("l_extendedprice").expect("column"),
+        ],
+        Some(common::cmp(
+            CmpOp::Lt,
+            common::col(&schema, "l_quantity"),
+            common::num(15, 1),
+        )),
+    )
+    .expect("columns");
     let queries = [
-        (
-            "Q6",
-            "SELECT SUM(l_extendedprice * l_discount) FROM lineitem \
-             WHERE l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' \
-               AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24",
-        ),
-        (
-            "Q1",
-            "SELECT l_returnflag, l_linestatus, SUM(l_quantity), SUM(l_extendedprice), \
-                    SUM(l_extendedprice * (1 - l_discount)), \
-                    SUM(l_extendedprice * (1 - l_discount) * (1 + l_tax)), \
-                    AVG(l_quantity), AVG(l_extendedprice), AVG(l_discount), COUNT(*) \
-             FROM lineitem WHERE l_shipdate <= DATE '1998-12-01' - INTERVAL '90' DAY \
-             GROUP BY l_returnflag, l_linestatus ORDER BY l_returnflag, l_linestatus",
-        ),
-        (
-            "sel 1%",
-            "SELECT l_orderkey, l_extendedprice FROM lineitem WHERE l_quantity < 1.5",
-        ),
+        ("Q6", common::q6(&schema)),
+        ("Q1", common::q1(&schema)),
+        ("sel 1%", sel),
     ];
     println!(
         "LINEITEM SF {SF}, 8 KiB pages, best of {RUNS} runs; Mrows/s = rows on the pages per second"
@@ -110,10 +112,9 @@ fn evaluator_rows_per_second_pax_vs_nsm() {
             .map(|p| PageView::parse(p, &schema).expect("page"))
             .collect();
         let rows: u64 = views.iter().map(|v| v.row_count() as u64).sum();
-        for (name, sql) in queries {
-            let p = plan(sql, &schema).expect("plans");
-            let (t, selected) = time_parsed(&p, &views);
-            let (t2, _) = time_with_parse(&p, &schema, &pg);
+        for (name, p) in &queries {
+            let (t, selected) = time_parsed(p, &views);
+            let (t2, _) = time_with_parse(p, &schema, &pg);
             println!(
                 "{:<7} {:<4} {:>7} {:>9} {:>10} {:>12.2} {:>10.1} {:>14.1}",
                 name,

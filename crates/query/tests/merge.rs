@@ -1,32 +1,23 @@
 //! Partial results from any split of the pages (per page, per "device", in any order
-//! or merge tree) merge into exactly the one-pass result.
+//! or merge tree) merge into exactly the one-pass result: what lets a device hand its
+//! aggregation over in chunks, and several channels or devices scan one table.
 
-use csd_query::{EvalError, Evaluator, PartialResult, Plan, QueryResult, plan};
-use csd_table::datagen::{TpchGenerator, TpchTable};
-use csd_table::{Layout, PageView, Paginator, Schema};
+mod common;
 
-fn lineitem_pages(sf: f64, layout: Layout) -> Vec<Vec<u8>> {
-    let mut p = Paginator::new(
-        TpchGenerator::new(TpchTable::LineItem, sf).expect("sf"),
-        layout,
-        8192,
-    )
-    .expect("paginator");
-    let mut out = Vec::new();
-    while let Some(page) = p.next_page() {
-        out.push(page.to_vec());
-    }
-    out
-}
+use common::{agg, aggregation, arith, canon, cmp, col, date, lineitem_pages, num, text};
+use csd_query::build::{self, Ar};
+use csd_query::{AggFunc, CmpOp, EvalError, Evaluator, PartialResult, Plan};
+use csd_table::datagen::TpchTable;
+use csd_table::{Layout, PageView, Schema};
 
-fn one_pass(p: &Plan, schema: &Schema, pages: &[Vec<u8>]) -> QueryResult {
+fn one_pass(p: &Plan, schema: &Schema, pages: &[Vec<u8>]) -> PartialResult {
     let mut e = Evaluator::new(p);
     let mut part = PartialResult::new(p);
     for pg in pages {
         e.eval_page(&PageView::parse(pg, schema).expect("page"), &mut part)
             .expect("evaluates");
     }
-    part.finish(p).expect("finishes")
+    part
 }
 
 fn per_page(p: &Plan, schema: &Schema, pages: &[Vec<u8>]) -> Vec<PartialResult> {
@@ -76,23 +67,93 @@ fn shuffle<T>(v: &mut [T], mut seed: u64) {
     }
 }
 
-const AGG_QUERIES: &[&str] = &[
-    // TPC-H Q1 shape: 2-byte packed keys
-    "SELECT l_returnflag, l_linestatus, SUM(l_quantity), SUM(l_extendedprice * (1 - l_discount) * (1 + l_tax)), \
-            AVG(l_discount), COUNT(*), MIN(l_shipdate), MAX(l_comment), MIN(l_extendedprice) \
-     FROM lineitem WHERE l_shipdate <= DATE '1998-12-01' - INTERVAL '90' DAY \
-     GROUP BY l_returnflag, l_linestatus ORDER BY l_returnflag, l_linestatus",
-    // a 10-byte key, no ORDER BY
-    "SELECT l_shipmode, COUNT(l_orderkey), AVG(l_quantity), MAX(l_receiptdate) FROM lineitem \
-     WHERE l_quantity < 30 GROUP BY l_shipmode",
-    // a 25 + 10 byte key (hash-map path) with many groups
-    "SELECT l_shipinstruct, l_shipmode, SUM(l_tax), MIN(l_linenumber) FROM lineitem GROUP BY l_shipinstruct, l_shipmode",
-    // more than 16 groups with a packed key (hash-map lookup of packed keys)
-    "SELECT l_linenumber, l_returnflag, l_discount, COUNT(*) FROM lineitem GROUP BY l_linenumber, l_returnflag, l_discount",
-    // global aggregate
-    "SELECT SUM(l_extendedprice * l_discount), COUNT(*), AVG(l_extendedprice), MIN(l_shipmode) FROM lineitem \
-     WHERE l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01'",
-];
+/// The aggregations (what csd-sql pushes into the device for these queries).
+fn agg_programs(s: &Schema) -> Vec<Plan> {
+    use AggFunc::*;
+    let c = |n: &str| col(s, n);
+    vec![
+        // TPC-H Q1 shape: 2-byte packed keys
+        aggregation(
+            s,
+            &["l_returnflag", "l_linestatus"],
+            vec![
+                agg(Sum, Some(c("l_quantity"))),
+                agg(
+                    Sum,
+                    Some(arith(
+                        Ar::Mul,
+                        arith(
+                            Ar::Mul,
+                            c("l_extendedprice"),
+                            arith(Ar::Sub, num(1, 0), c("l_discount")),
+                        ),
+                        arith(Ar::Add, num(1, 0), c("l_tax")),
+                    )),
+                ),
+                agg(Avg, Some(c("l_discount"))),
+                agg(CountStar, None),
+                agg(Min, Some(c("l_shipdate"))),
+                agg(Max, Some(c("l_comment"))),
+                agg(Min, Some(c("l_extendedprice"))),
+            ],
+            Some(cmp(CmpOp::Le, c("l_shipdate"), date("1998-09-02"))),
+        ),
+        // a 10-byte key
+        aggregation(
+            s,
+            &["l_shipmode"],
+            vec![
+                agg(Count, Some(c("l_orderkey"))),
+                agg(Avg, Some(c("l_quantity"))),
+                agg(Max, Some(c("l_receiptdate"))),
+            ],
+            Some(cmp(CmpOp::Lt, c("l_quantity"), num(30, 0))),
+        ),
+        // a 25 + 10 byte key (hash-map path) with many groups
+        aggregation(
+            s,
+            &["l_shipinstruct", "l_shipmode"],
+            vec![
+                agg(Sum, Some(c("l_tax"))),
+                agg(Min, Some(c("l_linenumber"))),
+            ],
+            None,
+        ),
+        // more than 16 groups with a packed key (hash-map lookup of packed keys)
+        aggregation(
+            s,
+            &["l_linenumber", "l_returnflag", "l_discount"],
+            vec![agg(CountStar, None)],
+            None,
+        ),
+        // global aggregate
+        aggregation(
+            s,
+            &[],
+            vec![
+                agg(
+                    Sum,
+                    Some(arith(Ar::Mul, c("l_extendedprice"), c("l_discount"))),
+                ),
+                agg(CountStar, None),
+                agg(Avg, Some(c("l_extendedprice"))),
+                agg(Min, Some(c("l_shipmode"))),
+            ],
+            Some(build::and(vec![
+                cmp(CmpOp::Ge, c("l_shipdate"), date("1994-01-01")),
+                cmp(CmpOp::Lt, c("l_shipdate"), date("1995-01-01")),
+            ])),
+        ),
+    ]
+}
+
+/// The canonical groups of an aggregation's partial result.
+fn groups(p: &Plan, r: &PartialResult) -> Vec<common::Group> {
+    let (PartialResult::Aggregate(st), csd_query::Output::Aggregate(a)) = (r, &p.output) else {
+        panic!("not an aggregation")
+    };
+    canon(st, a.aggregates.len())
+}
 
 #[test]
 fn aggregate_partials_merge_into_the_one_pass_result() {
@@ -100,27 +161,19 @@ fn aggregate_partials_merge_into_the_one_pass_result() {
     for layout in [Layout::Nsm, Layout::Pax] {
         let pages = lineitem_pages(0.01, layout);
         assert!(pages.len() > 1000);
-        for sql in AGG_QUERIES {
-            let p = plan(sql, &schema).expect("plans");
-            let want = one_pass(&p, &schema, &pages);
-            assert!(!want.rows.is_empty());
+        for p in agg_programs(&schema) {
+            let sql = p.to_string();
+            let want = groups(&p, &one_pass(&p, &schema, &pages));
+            assert!(!want.is_empty());
             // forward, reverse, shuffled, tree-shaped
             let forward = merge_all(&p, per_page(&p, &schema, &pages));
-            assert_eq!(forward.finish(&p).expect("finish"), want, "{sql}");
+            assert_eq!(groups(&p, &forward), want, "{sql}");
             let mut rev = per_page(&p, &schema, &pages);
             rev.reverse();
-            assert_eq!(
-                merge_all(&p, rev).finish(&p).expect("finish"),
-                want,
-                "{sql}"
-            );
+            assert_eq!(groups(&p, &merge_all(&p, rev)), want, "{sql}");
             let mut shuffled = per_page(&p, &schema, &pages);
             shuffle(&mut shuffled, 0x9E37_79B9_7F4A_7C15);
-            assert_eq!(
-                merge_tree(shuffled).finish(&p).expect("finish"),
-                want,
-                "{sql}"
-            );
+            assert_eq!(groups(&p, &merge_tree(shuffled)), want, "{sql}");
             // two "devices" scanning interleaved halves, merged on the host
             let mut dev: Vec<PartialResult> = (0..2).map(|_| PartialResult::new(&p)).collect();
             let mut evals: Vec<Evaluator> = (0..2).map(|_| Evaluator::new(&p)).collect();
@@ -133,7 +186,7 @@ fn aggregate_partials_merge_into_the_one_pass_result() {
             let b = dev.pop().expect("two");
             let mut a = dev.pop().expect("two");
             a.merge(b).expect("merges");
-            assert_eq!(a.finish(&p).expect("finish"), want, "{sql}");
+            assert_eq!(groups(&p, &a), want, "{sql}");
             let total = evals[0].totals() + evals[1].totals();
             assert_eq!(total.pages, pages.len() as u64);
         }
@@ -144,28 +197,52 @@ fn aggregate_partials_merge_into_the_one_pass_result() {
 fn projection_chunks_concatenate() {
     let schema = TpchTable::LineItem.schema();
     let pages = lineitem_pages(0.01, Layout::Pax);
-    let p = plan(
-        "SELECT l_orderkey, l_linenumber, l_extendedprice * (1 - l_discount) AS net, l_shipdate, l_shipmode \
-         FROM lineitem WHERE l_discount = 0.1 AND l_shipmode IN ('AIR', 'RAIL')",
-        &schema,
-    )
-    .expect("plans");
+    // l_orderkey, l_linenumber, l_extendedprice * (1 - l_discount), l_shipdate,
+    // l_shipmode WHERE l_discount = 0.1 AND l_shipmode IN ('AIR', 'RAIL')
+    let c = |n: &str| col(&schema, n);
+    let filter = build::and(vec![
+        cmp(CmpOp::Eq, c("l_discount"), num(1, 1)),
+        build::in_list(
+            c("l_shipmode"),
+            vec![text("AIR"), text("RAIL")],
+            false,
+            "in",
+        )
+        .expect("in"),
+    ]);
+    let net = arith(
+        Ar::Mul,
+        c("l_extendedprice"),
+        arith(Ar::Sub, num(1, 0), c("l_discount")),
+    );
+    let p = Plan {
+        table: "lineitem".into(),
+        schema: schema.clone(),
+        filter: Some(filter),
+        output: csd_query::Output::Project(vec![
+            c("l_orderkey"),
+            c("l_linenumber"),
+            net,
+            c("l_shipdate"),
+            c("l_shipmode"),
+        ]),
+    };
     let want = one_pass(&p, &schema, &pages);
-    assert!(want.rows.len() > 100);
+    assert!(want.len() > 100);
     let got = merge_all(&p, per_page(&p, &schema, &pages));
-    assert_eq!(got.len(), want.rows.len());
-    assert_eq!(got.finish(&p).expect("finish"), want);
+    assert_eq!(got, want);
 }
 
 #[test]
 fn group_limit_is_enforced() {
     let schema = TpchTable::LineItem.schema();
     let pages = lineitem_pages(0.001, Layout::Pax);
-    let p = plan(
-        "SELECT l_shipmode, COUNT(*) FROM lineitem GROUP BY l_shipmode",
+    let p = aggregation(
         &schema,
-    )
-    .expect("plans");
+        &["l_shipmode"],
+        vec![agg(AggFunc::CountStar, None)],
+        None,
+    );
     let mut e = Evaluator::new(&p);
     let mut part = PartialResult::with_group_limit(&p, 3);
     let mut err = None;

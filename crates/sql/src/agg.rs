@@ -15,22 +15,25 @@
 //! The device's states (exact `i128` sums, row counts, extremes) become DataFusion's
 //! partial-state columns (`sum`, `count` + `sum` for `AVG`, the value for `MIN`/`MAX`)
 //! through Arrow casts from an exact `Decimal128(38, s)`, so the final aggregate computes
-//! what it would have from its own partial aggregate. The pushdown runs with every
+//! what it would have from its own partial aggregate. `AVG` of an integer column, which
+//! DataFusion computes over `CAST(x AS Float64)` (the smart-ssd paper's aggregation
+//! query, `SELECT AVG(c2) FROM SyntheticN WHERE c1 < v`, §4.2.2), is pushed too: the
+//! device sums the integers exactly and hands the sum over as the nearest `Float64`.
+//! That is exactly DataFusion's own sum whenever its running `Float64` sums stay below
+//! 2^53 (any `INT32` column of up to 2^22 rows, and far more in practice); beyond, the
+//! device's is the correctly rounded one, while DataFusion's depends on its batching. The pushdown runs with every
 //! strategy: under IHP the host's evaluator aggregates (as `csd query` always did),
 //! under cpu-isp / hw-isp the device does, and only states cross the host link.
 
 use std::sync::Arc;
 
-use csd_query::plan::{
-    AggFunc, AggOutput, Aggregate, Aggregation, Expr as DevExpr, ExprKind, Output, OutputColumn,
-    Plan,
-};
+use csd_query::plan::{AggFunc, Aggregate, Aggregation, Expr as DevExpr, ExprKind, Plan};
 use csd_query::types::DataType as DevType;
 use csd_query::{AccView, AggState};
 use csd_table::schema::{ColumnType, Schema, decode_numeric};
 use datafusion::arrow::array::{
-    ArrayRef, Decimal128Array, Int64Array, RecordBatch, RecordBatchOptions, StringBuilder,
-    UInt64Array,
+    ArrayRef, Decimal128Array, Float64Array, Int64Array, RecordBatch, RecordBatchOptions,
+    StringBuilder, UInt64Array,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -63,6 +66,9 @@ enum StateKind {
     Sum(u8),
     /// `avg`: count then sum at scale `s`.
     Avg(u8),
+    /// `avg` of an integer, which DataFusion averages as `Float64`: count then the
+    /// device's exact sum as the nearest `Float64`.
+    AvgFloat,
     /// `min` / `max` of a value of this device type.
     Extreme(DevType),
 }
@@ -131,6 +137,19 @@ impl AggOutputSpec {
                 StateKind::Avg(s) => {
                     cols.push(Arc::new(UInt64Array::from(rows.to_vec())));
                     cols.push(sums(a, s)?);
+                }
+                StateKind::AvgFloat => {
+                    let Some(AccView::Sum(v)) = st.accumulator(a) else {
+                        return Err(DataFusionError::Internal(format!(
+                            "aggregate {a} is not a sum"
+                        )));
+                    };
+                    cols.push(Arc::new(UInt64Array::from(rows.to_vec())));
+                    cols.push(Arc::new(Float64Array::from_iter(
+                        v.iter()
+                            .zip(rows)
+                            .map(|(&x, &r)| (r > 0).then_some(x as f64)),
+                    )));
                 }
                 StateKind::Extreme(ty) => cols.push(extremes(st, a, ty, rows)?),
             }
@@ -308,10 +327,26 @@ fn push(agg: &AggregateExec) -> Option<Arc<dyn ExecutionPlan>> {
             [x] => Some(x),
             _ => return None,
         };
-        let dev_arg = match arg {
-            Some(x) if x.downcast_ref::<Literal>().is_some() && fname == "count" => None,
-            Some(x) => Some(physical(x, &columns, schema).ok()?),
-            None => None,
+        // AVG of an integer: DataFusion averages `CAST(x AS Float64)`; the device sums
+        // the integers exactly and hands over the sum as the nearest Float64.
+        let float_avg = match arg {
+            Some(x) if fname == "avg" => x
+                .downcast_ref::<CastExpr>()
+                .filter(|c| *c.cast_type() == DataType::Float64)
+                .map(|c| c.expr().clone()),
+            _ => None,
+        };
+        let dev_arg = match (arg, &float_avg) {
+            (_, Some(inner)) => {
+                let d = physical(inner, &columns, schema).ok()?;
+                if d.ty != DevType::Int {
+                    return None;
+                }
+                Some(d)
+            }
+            (Some(x), None) if x.downcast_ref::<Literal>().is_some() && fname == "count" => None,
+            (Some(x), None) => Some(physical(x, &columns, schema).ok()?),
+            (None, None) => None,
         };
         let df_scale = arg
             .and_then(|x| x.data_type(&input_schema).ok())
@@ -323,6 +358,13 @@ fn push(agg: &AggregateExec) -> Option<Arc<dyn ExecutionPlan>> {
         let (func, ty, kind) = match (fname.as_str(), &dev_arg) {
             ("count", None) => (AggFunc::CountStar, DevType::Int, StateKind::Count),
             ("count", Some(_)) => (AggFunc::Count, DevType::Int, StateKind::Count),
+            ("avg", Some(_)) if float_avg.is_some() => (
+                AggFunc::Avg,
+                DevType::Decimal {
+                    scale: csd_query::plan::avg_scale(0),
+                },
+                StateKind::AvgFloat,
+            ),
             ("sum" | "avg", Some(d)) => {
                 let s = match d.ty {
                     DevType::Int => 0,
@@ -358,7 +400,7 @@ fn push(agg: &AggregateExec) -> Option<Arc<dyn ExecutionPlan>> {
         };
         // One DataFusion state column per device value, in the expected order.
         let want = match kind {
-            StateKind::Avg(_) => 2,
+            StateKind::Avg(_) | StateKind::AvgFloat => 2,
             _ => 1,
         };
         if a.state_fields().ok()?.len() != want {
@@ -372,38 +414,15 @@ fn push(agg: &AggregateExec) -> Option<Arc<dyn ExecutionPlan>> {
         });
         kinds.push(kind);
     }
-    let outputs = (0..group_by.len())
-        .map(AggOutput::Group)
-        .chain((0..aggregates.len()).map(AggOutput::Agg))
-        .collect();
-    let mut columns_out: Vec<OutputColumn> = group_by
-        .iter()
-        .map(|&g| OutputColumn {
-            name: schema.columns()[g].name.clone(),
-            ty: DevType::of_column(schema.columns()[g].ty),
-        })
-        .collect();
-    columns_out.extend(
-        aggregates
-            .iter()
-            .zip(&text_aggs)
-            .map(|(a, n)| OutputColumn {
-                name: n.clone(),
-                ty: a.ty,
-            }),
-    );
-    let program = Plan {
-        table: scan.table.name.clone(),
-        schema: schema.clone(),
-        filter: scan.program.filter.clone(),
-        output: Output::Aggregate(Aggregation {
+    let program = Plan::aggregation(
+        &scan.table.name,
+        schema,
+        Aggregation {
             group_by,
             aggregates,
-            outputs,
-        }),
-        order_by: Vec::new(),
-        columns: columns_out,
-    };
+        },
+        scan.program.filter.clone(),
+    );
     let text = if text_groups.is_empty() {
         format!("[{}]", text_aggs.join(", "))
     } else {

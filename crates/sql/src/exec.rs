@@ -175,7 +175,8 @@ impl DeviceScanExec {
         };
         let mut batches = Vec::new();
         let mut rows_out = 0usize;
-        let report = {
+        let mut partial: Option<PartialResult> = None;
+        let mut report = {
             let mut client = self.device.lock();
             run_scan(
                 &mut *client,
@@ -197,14 +198,20 @@ impl DeviceScanExec {
                             rows_out += keep;
                             batches.push(b.slice(0, keep));
                         }
-                        (ScanOutput::Partial(spec), PartialResult::Aggregate(state)) => {
-                            // Each device chunk goes to DataFusion's final aggregate as it
-                            // is: groups the device handed over early (its session arena
-                            // was full) meet again there, with no limit on their number.
-                            let b = spec
-                                .to_batch(&state, &self.schema)
-                                .map_err(|e| csd_host::HostError::Invalid(e.to_string()))?;
-                            batches.push(b);
+                        (ScanOutput::Partial(_), mut p @ PartialResult::Aggregate(_)) => {
+                            // Device chunks are merged here (groups the device had to hand
+                            // over early meet again), then handed to the final aggregate.
+                            // The host's merge has no group bound: a device session's
+                            // arena bounded each chunk, not their union.
+                            match &mut partial {
+                                None => {
+                                    p.lift_group_limit();
+                                    partial = Some(p);
+                                }
+                                Some(acc) => acc.merge(p).map_err(|e| {
+                                    csd_host::HostError::Invalid(format!("merging states: {e}"))
+                                })?,
+                            }
                         }
                         _ => {
                             return Err(csd_host::HostError::Invalid(
@@ -217,7 +224,17 @@ impl DeviceScanExec {
             )
             .map_err(|e| DataFusionError::External(Box::new(e)))?
         };
-        self.record_metrics(&report, batches.iter().map(RecordBatch::num_rows).sum());
+        if let (ScanOutput::Partial(spec), Some(PartialResult::Aggregate(state))) =
+            (&self.output, &partial)
+        {
+            batches.push(spec.to_batch(state, &self.schema)?);
+        }
+        // The scan's result is what it hands to DataFusion: rows of a projection (up to
+        // its limit), or groups of a partial aggregation once the device's chunks are
+        // merged (a device may hand one group over in several chunks).
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        report.result_rows = rows as u64;
+        self.record_metrics(&report, rows);
         self.log.push(ScanRecord {
             table: self.table.name.clone(),
             strategy,

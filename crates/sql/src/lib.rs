@@ -31,9 +31,10 @@ pub mod translate;
 
 use std::sync::Arc;
 
-use csd_host::{Catalog, Client};
+use csd_host::{Catalog, Client, TableInfo};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::util::display::array_value_to_string;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_plan::ExecutionPlan;
@@ -63,6 +64,15 @@ pub enum SqlError {
     /// The async runtime could not start.
     #[error("starting the query runtime: {0}")]
     Runtime(#[from] std::io::Error),
+    /// Two strategies returned different results for one query (a bug: where a scan
+    /// runs must never change what it returns).
+    #[error("strategy {strategy} returned a different result than {first}: this is a bug")]
+    Disagree {
+        /// The strategy whose result differs.
+        strategy: &'static str,
+        /// The strategy that ran first.
+        first: &'static str,
+    },
 }
 
 /// A SQL session over the tables of one device.
@@ -71,6 +81,9 @@ pub struct SqlSession {
     device: Arc<Device>,
     log: ScanLog,
     tables: Vec<String>,
+    /// The catalog's tables as last read from the device.
+    catalog: Vec<TableInfo>,
+    settings: ScanSettings,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -104,6 +117,18 @@ impl SqlSession {
         settings: ScanSettings,
     ) -> Result<SqlSession, SqlError> {
         let catalog = Catalog::read(&mut client)?;
+        SqlSession::with_tables(client, config, settings, catalog.tables)
+    }
+
+    /// A session over `tables` without reading the catalog (no command reaches the
+    /// device): for a caller that knows the device holds no tables yet, or that loads
+    /// them through [`Device::lock`] and then calls [`SqlSession::reload`].
+    pub fn with_tables(
+        client: Client,
+        config: csd_sim::DeviceConfig,
+        settings: ScanSettings,
+        tables: Vec<TableInfo>,
+    ) -> Result<SqlSession, SqlError> {
         let device = Arc::new(Device::new(client, config));
         let log = ScanLog::default();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -115,24 +140,102 @@ impl SqlSession {
             .with_physical_optimizer_rule(Arc::new(DeviceAggregatePushdown))
             .build();
         let ctx = SessionContext::new_with_state(state);
-        let mut tables = Vec::new();
-        for t in &catalog.tables {
-            let provider = DeviceTable::new(t.clone(), device.clone(), settings, log.clone());
-            ctx.register_table(t.name.as_str(), Arc::new(provider))
-                .map_err(|e| query_error(e, &[]))?;
-            tables.push(t.name.clone());
-        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .enable_all()
             .build()?;
-        Ok(SqlSession {
+        let mut session = SqlSession {
             ctx,
             device,
             log,
-            tables,
+            tables: Vec::new(),
+            catalog: tables,
+            settings,
             runtime,
-        })
+        };
+        session.register()?;
+        Ok(session)
+    }
+
+    /// (Re-)registers every table of the catalog last read, scanned with the current
+    /// settings.
+    fn register(&mut self) -> Result<(), SqlError> {
+        for name in std::mem::take(&mut self.tables) {
+            self.ctx
+                .deregister_table(name.as_str())
+                .map_err(|e| query_error(e, &[]))?;
+        }
+        for t in &self.catalog {
+            let provider = DeviceTable::new(
+                t.clone(),
+                self.device.clone(),
+                self.settings,
+                self.log.clone(),
+            );
+            self.ctx
+                .register_table(t.name.as_str(), Arc::new(provider))
+                .map_err(|e| query_error(e, &[]))?;
+            self.tables.push(t.name.clone());
+        }
+        Ok(())
+    }
+
+    /// How the scans of the queries that follow run (strategy, queue depth, polling,
+    /// aggregate pushdown). The device is not touched: the catalog is not read again.
+    pub fn set_settings(&mut self, settings: ScanSettings) -> Result<(), SqlError> {
+        self.settings = settings;
+        self.register()
+    }
+
+    /// The scan settings in force.
+    pub fn settings(&self) -> ScanSettings {
+        self.settings
+    }
+
+    /// Reads the device's catalog again (one catalog read through the command
+    /// interface) and registers its tables: after tables were loaded through
+    /// [`Device::lock`] while the session was open.
+    pub fn reload(&mut self) -> Result<(), SqlError> {
+        let catalog = Catalog::read(&mut *self.device.lock())?;
+        self.catalog = catalog.tables;
+        self.register()
+    }
+
+    /// Plans and runs `sql` once per strategy choice in `choices`, in order (the
+    /// session's other settings stay), and checks that every choice returned the same
+    /// rows. Each answer carries its device scans' modeled reports. This is the one way
+    /// csd's commands run SQL: `csd query`, `csd bench query`, the demo and the paper
+    /// reproductions. The settings in force afterwards are those of the last choice.
+    pub fn run_strategies(
+        &mut self,
+        sql: &str,
+        choices: &[Choice],
+    ) -> Result<Vec<(Choice, Answer)>, SqlError> {
+        let mut runs: Vec<(Choice, Answer)> = Vec::with_capacity(choices.len());
+        let mut first_rows: Option<Vec<Vec<String>>> = None;
+        for &choice in choices {
+            self.set_settings(ScanSettings {
+                choice,
+                ..self.settings
+            })?;
+            let answer = self.run(sql)?;
+            let mut rows = answer.rows()?;
+            // Without ORDER BY, DataFusion may hand rows over in any order: compare the
+            // rows as a multiset.
+            rows.sort_unstable();
+            match &first_rows {
+                None => first_rows = Some(rows),
+                Some(f) if *f != rows => {
+                    return Err(SqlError::Disagree {
+                        strategy: choice.name(),
+                        first: runs.first().map_or("the first", |r| r.0.name()),
+                    });
+                }
+                Some(_) => {}
+            }
+            runs.push((choice, answer));
+        }
+        Ok(runs)
     }
 
     /// Ends the session and gives the device's client back (`None` if a plan of this
@@ -193,6 +296,49 @@ impl SqlSession {
             .indent(true)
             .to_string())
     }
+}
+
+impl Answer {
+    /// The result's column names.
+    pub fn column_names(&self) -> Vec<String> {
+        self.schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    }
+
+    /// The result rows as display strings (Arrow's formatting: decimals with their
+    /// scale, dates as `YYYY-MM-DD`).
+    pub fn rows(&self) -> Result<Vec<Vec<String>>, SqlError> {
+        batch_rows(&self.batches)
+    }
+
+    /// The modeled reports of the device scans, in the order they ran.
+    pub fn reports(&self) -> Vec<csd_host::QueryReport> {
+        self.scans.iter().map(|s| s.report.clone()).collect()
+    }
+}
+
+/// Result batches as rows of display strings.
+pub fn batch_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, SqlError> {
+    let mut out = Vec::new();
+    for b in batches {
+        for r in 0..b.num_rows() {
+            let mut row = Vec::with_capacity(b.num_columns());
+            for c in b.columns() {
+                row.push(array_value_to_string(c, r).map_err(|e| {
+                    let e = DataFusionError::from(e);
+                    SqlError::Query {
+                        message: format!("formatting a result: {e}"),
+                        source: e,
+                    }
+                })?);
+            }
+            out.push(row);
+        }
+    }
+    Ok(out)
 }
 
 /// The plan with each operator's metrics (what `EXPLAIN ANALYZE` prints) and where it

@@ -14,8 +14,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use csd_host::TableInfo;
 use csd_query::build;
-use csd_query::plan::{Expr as DevExpr, Output, OutputColumn, Plan};
-use csd_query::types::DataType as DevType;
+use csd_query::plan::{Expr as DevExpr, Plan};
 use datafusion::arrow::datatypes::{Schema as ArrowSchema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{DataFusionError, Result};
@@ -63,25 +62,11 @@ pub(crate) fn projection_program(
     columns: &[usize],
     filter: Option<DevExpr>,
 ) -> Result<Plan> {
-    let mut exprs = Vec::with_capacity(columns.len());
-    let mut out = Vec::with_capacity(columns.len());
-    for &c in columns {
-        let e = DevExpr::column(&info.schema, c).ok_or_else(|| {
-            DataFusionError::Plan(format!("column {c} is not in table {}", info.name))
-        })?;
-        out.push(OutputColumn {
-            name: info.schema.columns()[c].name.clone(),
-            ty: DevType::of_column(info.schema.columns()[c].ty),
-        });
-        exprs.push(e);
-    }
-    Ok(Plan {
-        table: info.name.clone(),
-        schema: info.schema.clone(),
-        filter,
-        output: Output::Project(exprs),
-        order_by: Vec::new(),
-        columns: out,
+    Plan::projection(&info.name, &info.schema, columns, filter).ok_or_else(|| {
+        DataFusionError::Plan(format!(
+            "a column of {columns:?} is not in table {}",
+            info.name
+        ))
     })
 }
 

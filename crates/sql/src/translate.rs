@@ -17,7 +17,7 @@
 //! device's), ordering comparisons of strings (padding and bytes below the blank),
 //! floats, functions, `CASE`, NULL tests, other `LIKE` patterns.
 
-use csd_query::QueryError;
+use csd_query::BuildError;
 use csd_query::build::{self, Ar};
 use csd_query::plan::{CmpOp, Const, Expr as DevExpr};
 use csd_query::types::DataType as DevType;
@@ -34,17 +34,17 @@ pub enum NotPushed {
     Unsupported(String),
     /// The device program's builder refused it.
     #[error(transparent)]
-    Query(#[from] QueryErrorText),
+    Query(#[from] BuildErrorText),
 }
 
-/// A [`QueryError`] kept as text (it is not `Clone`).
+/// A [`BuildError`] kept as text (it is not `Clone`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct QueryErrorText(pub String);
+pub struct BuildErrorText(pub String);
 
-impl From<QueryError> for NotPushed {
-    fn from(e: QueryError) -> Self {
-        NotPushed::Query(QueryErrorText(e.to_string()))
+impl From<BuildError> for NotPushed {
+    fn from(e: BuildError) -> Self {
+        NotPushed::Query(BuildErrorText(e.to_string()))
     }
 }
 

@@ -1,10 +1,32 @@
-//! Helpers shared by the integration tests: build pages from typed rows and run SQL
-//! over them page by page.
+//! Helpers shared by the integration tests: device programs over TPC-H lineitem built
+//! with the typed builder (what csd-sql makes of DataFusion's plans), pages, and a
+//! canonical form of aggregation states.
 
 #![allow(dead_code)]
 
-use csd_query::{EvalError, Evaluator, PartialResult, Plan, QueryResult, WorkCounters, plan};
-use csd_table::{Layout, PageBuilder, PageView, Schema, Value as TValue};
+use csd_query::build::{self, Ar};
+use csd_query::plan::avg_scale;
+use csd_query::{
+    AccView, AggFunc, AggState, Aggregate, Aggregation, CmpOp, Const, DataType, Expr, Plan,
+};
+use csd_table::datagen::{TpchGenerator, TpchTable};
+use csd_table::date::parse_date;
+use csd_table::{Layout, PageBuilder, Paginator, Schema, Value as TValue};
+
+/// Lineitem pages of 8 KiB at scale factor `sf`.
+pub fn lineitem_pages(sf: f64, layout: Layout) -> Vec<Vec<u8>> {
+    let mut p = Paginator::new(
+        TpchGenerator::new(TpchTable::LineItem, sf).expect("sf"),
+        layout,
+        8192,
+    )
+    .expect("paginator");
+    let mut out = Vec::new();
+    while let Some(page) = p.next_page() {
+        out.push(page.to_vec());
+    }
+    out
+}
 
 /// Pages (`page_size` bytes, `layout`) holding `rows` in order.
 pub fn pages(
@@ -28,33 +50,162 @@ pub fn pages(
     out
 }
 
-/// Evaluates `plan` over `pages`, one evaluator, one partial result.
-pub fn eval(
-    plan: &Plan,
-    schema: &Schema,
-    pages: &[Vec<u8>],
-) -> Result<(QueryResult, WorkCounters), EvalError> {
-    let mut e = Evaluator::new(plan);
-    let mut part = PartialResult::new(plan);
-    for p in pages {
-        let view = PageView::parse(p, schema).expect("valid page");
-        e.eval_page(&view, &mut part)?;
-    }
-    Ok((part.finish(plan)?, e.totals()))
+/// Column `name` of `schema`.
+pub fn col(schema: &Schema, name: &str) -> Expr {
+    let i = schema.column_index(name).expect("column");
+    Expr::column(schema, i).expect("column")
 }
 
-/// Plans and runs `sql` over `rows` in both layouts (small pages, so several of
-/// them), checks both layouts agree, and returns the result.
-pub fn run(schema: &Schema, rows: &[Vec<TValue>], sql: &str) -> Result<QueryResult, EvalError> {
-    let p = plan(sql, schema).unwrap_or_else(|e| panic!("{sql}: {e}"));
-    let mut results = Vec::new();
-    for (layout, size) in [(Layout::Nsm, 256), (Layout::Pax, 256), (Layout::Pax, 4096)] {
-        let pg = pages(schema, rows, layout, size);
-        results.push(eval(&p, schema, &pg).map(|(r, _)| r));
-    }
-    let first = results.remove(0);
-    for r in results {
-        assert_eq!(r, first, "layouts disagree on {sql}");
-    }
-    first
+/// The number `units * 10^-scale` (an `INT` at scale 0).
+pub fn num(units: i64, scale: u8) -> Expr {
+    let ty = if scale == 0 {
+        DataType::Int
+    } else {
+        DataType::Decimal { scale }
+    };
+    Expr::constant(Const::Int(units), ty)
+}
+
+/// `DATE 'yyyy-mm-dd'`.
+pub fn date(d: &str) -> Expr {
+    Expr::constant(
+        Const::Int(i64::from(parse_date(d).expect("date"))),
+        DataType::Date,
+    )
+}
+
+/// A string constant.
+pub fn text(s: &str) -> Expr {
+    let n = u16::try_from(s.len()).expect("short");
+    Expr::constant(Const::Char(s.as_bytes().to_vec()), DataType::Char(n))
+}
+
+/// `l op r`.
+pub fn cmp(op: CmpOp, l: Expr, r: Expr) -> Expr {
+    build::compare(op, l, r, "test").expect("comparison")
+}
+
+/// `l op r`.
+pub fn arith(op: Ar, l: Expr, r: Expr) -> Expr {
+    build::arith(op, l, r, "test").expect("arithmetic")
+}
+
+/// An aggregate typed as csd-sql types it.
+pub fn agg(func: AggFunc, arg: Option<Expr>) -> Aggregate {
+    let ty = match (&arg, func) {
+        (_, AggFunc::Count | AggFunc::CountStar) | (None, _) => DataType::Int,
+        (Some(a), AggFunc::Avg) => DataType::Decimal {
+            scale: avg_scale(a.ty.scale().unwrap_or(0)),
+        },
+        (Some(a), _) => a.ty,
+    };
+    Aggregate { func, arg, ty }
+}
+
+/// An aggregation over `schema` grouped by the named columns.
+pub fn aggregation(
+    schema: &Schema,
+    group_by: &[&str],
+    aggregates: Vec<Aggregate>,
+    filter: Option<Expr>,
+) -> Plan {
+    let group_by = group_by
+        .iter()
+        .map(|g| schema.column_index(g).expect("group column"))
+        .collect();
+    Plan::aggregation(
+        schema.name(),
+        schema,
+        Aggregation {
+            group_by,
+            aggregates,
+        },
+        filter,
+    )
+}
+
+/// One group of an aggregation state: key bytes, rows, each accumulator as text.
+pub type Group = (Vec<u8>, u64, Vec<String>);
+
+/// The state's groups in key order (the order groups were first seen depends on how
+/// pages were split; the state does not).
+pub fn canon(st: &AggState, aggregates: usize) -> Vec<Group> {
+    let keys = st.group_columns().len();
+    let mut out: Vec<Group> = (0..st.group_count())
+        .map(|g| {
+            let key: Vec<u8> = (0..keys)
+                .flat_map(|i| st.key_bytes(g, i).to_vec())
+                .collect();
+            let accs = (0..aggregates)
+                .map(|a| match st.accumulator(a).expect("aggregate") {
+                    AccView::Count(r) => r[g].to_string(),
+                    AccView::Sum(s) => s[g].to_string(),
+                    AccView::MinMax { val, seen } => format!("{:?}", seen[g].then_some(val[g])),
+                    AccView::MinMaxChar { val, seen } => {
+                        format!("{:?}", seen[g].then_some(&val[g]))
+                    }
+                })
+                .collect();
+            (key, st.group_rows()[g], accs)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// TPC-H Q6's device program (validation parameters): its filter and
+/// `SUM(l_extendedprice * l_discount)`.
+pub fn q6(s: &Schema) -> Plan {
+    let c = |n: &str| col(s, n);
+    aggregation(
+        s,
+        &[],
+        vec![agg(
+            AggFunc::Sum,
+            Some(arith(Ar::Mul, c("l_extendedprice"), c("l_discount"))),
+        )],
+        Some(build::and(vec![
+            cmp(CmpOp::Ge, c("l_shipdate"), date("1994-01-01")),
+            cmp(CmpOp::Lt, c("l_shipdate"), date("1995-01-01")),
+            cmp(CmpOp::Ge, c("l_discount"), num(5, 2)),
+            cmp(CmpOp::Le, c("l_discount"), num(7, 2)),
+            cmp(CmpOp::Lt, c("l_quantity"), num(24, 0)),
+        ])),
+    )
+}
+
+/// TPC-H Q1's device program (validation parameters): the partial aggregation of its
+/// eight aggregates per (l_returnflag, l_linestatus).
+pub fn q1(s: &Schema) -> Plan {
+    use AggFunc::*;
+    let c = |n: &str| col(s, n);
+    let disc_price = || {
+        arith(
+            Ar::Mul,
+            c("l_extendedprice"),
+            arith(Ar::Sub, num(1, 0), c("l_discount")),
+        )
+    };
+    aggregation(
+        s,
+        &["l_returnflag", "l_linestatus"],
+        vec![
+            agg(Sum, Some(c("l_quantity"))),
+            agg(Sum, Some(c("l_extendedprice"))),
+            agg(Sum, Some(disc_price())),
+            agg(
+                Sum,
+                Some(arith(
+                    Ar::Mul,
+                    disc_price(),
+                    arith(Ar::Add, num(1, 0), c("l_tax")),
+                )),
+            ),
+            agg(Avg, Some(c("l_quantity"))),
+            agg(Avg, Some(c("l_extendedprice"))),
+            agg(Avg, Some(c("l_discount"))),
+            agg(CountStar, None),
+        ],
+        Some(cmp(CmpOp::Le, c("l_shipdate"), date("1998-09-02"))),
+    )
 }
