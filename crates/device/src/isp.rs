@@ -204,7 +204,8 @@ struct Session {
     done_at: Option<SimTime>,
     failed: Option<String>,
     work: WorkCounters,
-    buf: Vec<u8>,
+    /// Bytes of one table page.
+    page_bytes: u64,
 }
 
 impl Session {
@@ -393,7 +394,7 @@ impl Runtime {
             done_at: if t.pages == 0 { Some(at) } else { None },
             failed: None,
             work: WorkCounters::default(),
-            buf: vec![0; self.page_bytes as usize],
+            page_bytes: self.page_bytes,
         });
         if t.pages == 0
             && let Some(s) = self.sessions[id].as_mut()
@@ -520,9 +521,10 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
     s.next_page += 1;
     s.cursor = t;
     let lba = s.table.first_lba + page * s.table.lbas_per_page as u64;
-    let page_bytes = s.buf.len() as u64;
-    let t_flash = match dev.ftl_mut().read(lba, &mut s.buf, t) {
-        Ok(done) => done,
+    let page_bytes = s.page_bytes;
+    // The firmware scans the page where the read put it: no copy (`Ftl::read_ref`).
+    let (t_flash, page_buf) = match dev.ftl_mut().read_ref(lba, page_bytes as usize, t) {
+        Ok(r) => r,
         Err(FtlError::Uncorrectable { lba }) => {
             s.failed = Some(format!(
                 "table page {page}: LBA {lba} is unreadable (uncorrectable)"
@@ -536,7 +538,7 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
     };
     // The FTL checked every sector of this page against its end-to-end CRC on the way
     // in, so the page's own checksum is not hashed again (all structural checks stay).
-    let page_rows = match PageView::parse_unverified(&s.buf, &s.schema) {
+    let page_rows = match PageView::parse_unverified(page_buf, &s.schema) {
         Ok(v) => v.row_count(),
         Err(e) => {
             s.failed = Some(format!(
@@ -553,7 +555,7 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
         s.seal_chunk();
     }
     // Parsed again (a header check, no copy): sealing needed the session mutably.
-    let Ok(view) = PageView::parse_unverified(&s.buf, &s.schema) else {
+    let Ok(view) = PageView::parse_unverified(page_buf, &s.schema) else {
         s.failed = Some(format!(
             "table page {page} at LBA {lba} changed while parsed"
         ));

@@ -239,6 +239,8 @@ pub struct Ftl {
     pub(crate) stats: FtlStats,
     /// Scratch OOB buffer of one page.
     pub(crate) oob_scratch: Vec<u8>,
+    /// Where `Ftl::read_ref` gathers a read that is not one run of one flash page.
+    pub(crate) read_scratch: Vec<u8>,
     /// Blocks retired during a commit whose live data must still move.
     pub(crate) retired_to_relocate: Vec<u32>,
     /// Erase count at which static wear leveling last looked.
@@ -382,6 +384,7 @@ impl Ftl {
             program_seq: 0,
             stats: FtlStats::default(),
             oob_scratch: vec![0u8; g.oob_per_page() as usize],
+            read_scratch: Vec::new(),
             retired_to_relocate: Vec::new(),
             wear_checked_at_erases: 0,
             recovery: None,

@@ -104,11 +104,62 @@ impl Ftl {
     /// read as zeros. Sectors of one flash page that hold consecutive LBAs are read with
     /// one array read.
     pub fn read(&mut self, lba: u64, buf: &mut [u8], at: SimTime) -> Result<SimTime, FtlError> {
+        self.read_walk(lba, buf, at, false).map(|(done, _)| done)
+    }
+
+    /// [`Ftl::read`] of `bytes` bytes from `lba` without copying when it can: when the
+    /// LBAs sit in consecutive sectors of one flash page, the returned slice is that
+    /// page's stored bytes (an emulator shortcut for the firmware's own scans, which look
+    /// at a page where it lies); otherwise the bytes are gathered into a buffer the FTL
+    /// keeps for this. Either way the modeled time, the MAP-cache traffic, the checks and
+    /// every counter are exactly those of [`Ftl::read`] of the same LBAs.
+    pub fn read_ref(
+        &mut self,
+        lba: u64,
+        bytes: usize,
+        at: SimTime,
+    ) -> Result<(SimTime, &[u8]), FtlError> {
+        let mut scratch = std::mem::take(&mut self.read_scratch);
+        if scratch.len() < bytes {
+            scratch.resize(bytes, 0);
+        }
+        let r = self.read_walk(lba, &mut scratch[..bytes], at, true);
+        self.read_scratch = scratch;
+        let (done, in_place) = r?;
+        let data = match in_place {
+            Some(addr) => {
+                let (b, p, s) = unpack(addr);
+                let n = (bytes / self.sector_size) as u32;
+                self.nand
+                    .stored_sectors(Ppa::new(BlockId(b), p), s, n)
+                    .map(|(data, _)| data)
+                    .ok_or_else(|| {
+                        FtlError::Corrupt(format!(
+                            "LBA {lba}: flash page read in place holds no bytes"
+                        ))
+                    })?
+            }
+            None => &self.read_scratch[..bytes],
+        };
+        Ok((done, data))
+    }
+
+    /// The walk of [`Ftl::read`]: MAP entries in LBA order, runs of consecutive sectors
+    /// of one flash page read together. With `in_place`, a request that is one such run
+    /// is read without a copy and its flash address returned (`buf` is then untouched).
+    fn read_walk(
+        &mut self,
+        lba: u64,
+        buf: &mut [u8],
+        at: SimTime,
+        in_place: bool,
+    ) -> Result<(SimTime, Option<u64>), FtlError> {
         let n = self.sectors_of(buf.len())?;
         self.check_range(lba, n)?;
         let ss = self.sector_size;
         let mut done = at;
         let mut i = 0u64;
+        let mut place = None;
         while i < n {
             let l = lba + i;
             let (e, t) = self.map_get(l, at)?;
@@ -146,7 +197,12 @@ impl Ftl {
                         }
                         run += 1;
                     }
-                    let r = self.read_verified(l, a, &mut out[..run as usize * ss], t)?;
+                    let r = if in_place && i == 0 && run == n {
+                        place = Some(a);
+                        self.read_verified_in_place(l, a, run as u32, t)?
+                    } else {
+                        self.read_verified(l, a, &mut out[..run as usize * ss], t)?
+                    };
                     done = done.max(r);
                     self.stats.user_reads += 1;
                     i += run;
@@ -154,7 +210,7 @@ impl Ftl {
             }
         }
         self.stats.host_read_sectors += n;
-        Ok(done)
+        Ok((done, place))
     }
 
     /// Read the sectors at flash address `addr` (and the ones after it in the same page)
@@ -167,15 +223,15 @@ impl Ftl {
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
         let (b, p, s) = unpack(addr);
-        let ss = self.sector_size;
-        let n = out.len() / ss;
+        let ppa = Ppa::new(BlockId(b), p);
+        let n = out.len() / self.sector_size;
+        let mut oob = std::mem::take(&mut self.oob_scratch);
         let ob = self.oob_per_sector;
-        let oob = &mut self.oob_scratch[..n * ob];
         let mut attempt = 0;
         let r = loop {
             match self
                 .nand
-                .read_with_tags(Ppa::new(BlockId(b), p), s, out, oob, at)
+                .read_with_tags(ppa, s, out, &mut oob[..n * ob], at)
             {
                 Err(NandError::Uncorrectable { bit_errors, .. })
                     if bit_errors != u32::MAX && attempt < self.cfg.read_retries =>
@@ -186,44 +242,108 @@ impl Ftl {
                 r => break r,
             }
         };
-        match r {
-            Ok(r) if r.erased => {
-                // The MAP names a page the flash says was never programmed (a zeroed or
-                // replaced region of the image): never return 0xFF as data.
-                self.stats.integrity_errors += 1;
-                self.stats.media_errors += 1;
-                Err(FtlError::Uncorrectable { lba })
+        let ss = self.sector_size;
+        let r = check_sectors(&self.nand, &mut self.stats, (lba, ppa, s), r, out, &oob[..n * ob], ss);
+        self.oob_scratch = oob;
+        self.mark_checked(ppa, s, n as u32, r)
+    }
+
+    /// Remember the sectors a successful check covered (`Nand::sector_checked`).
+    fn mark_checked(
+        &mut self,
+        ppa: Ppa,
+        first: u32,
+        n: u32,
+        r: Result<SimTime, FtlError>,
+    ) -> Result<SimTime, FtlError> {
+        if r.is_ok() {
+            for k in first..first + n {
+                self.nand.mark_sector_checked(ppa, k);
             }
-            Ok(r) => {
-                let ppa = Ppa::new(BlockId(b), p);
-                for k in 0..n {
-                    let tag = Tag::read(&oob[k * ob..k * ob + TAG_BYTES]);
-                    let sector = s + k as u32;
-                    // The CRC of a sector whose bytes have not changed since it last
-                    // matched is not recomputed (`Nand::sector_checked`).
-                    let ok = matches!(tag, Some(t) if t.kind == Kind::Data
-                        && t.id == lba + k as u64
-                        && (self.nand.sector_checked(ppa, sector)
-                            || t.crc == crc32c::crc32c(&out[k * ss..(k + 1) * ss])));
-                    if ok {
-                        self.nand.mark_sector_checked(ppa, sector);
-                    } else {
-                        self.stats.integrity_errors += 1;
-                        self.stats.media_errors += 1;
-                        return Err(FtlError::Uncorrectable {
-                            lba: lba + k as u64,
-                        });
-                    }
-                }
-                Ok(r.done)
-            }
-            Err(NandError::Uncorrectable { sector, .. }) => {
-                self.stats.media_errors += 1;
-                Err(FtlError::Uncorrectable {
-                    lba: lba + sector.saturating_sub(s) as u64,
-                })
-            }
-            Err(e) => Err(e.into()),
         }
+        r
+    }
+
+    /// [`Ftl::read_verified`] of `n` sectors without copying them
+    /// ([`csd_nand::Nand::read_in_place`]): the same retries and checks.
+    fn read_verified_in_place(
+        &mut self,
+        lba: u64,
+        addr: u64,
+        n: u32,
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let (b, p, s) = unpack(addr);
+        let ppa = Ppa::new(BlockId(b), p);
+        let mut attempt = 0;
+        let r = loop {
+            match self.nand.read_in_place(ppa, s, n, at) {
+                Err(NandError::Uncorrectable { bit_errors, .. })
+                    if bit_errors != u32::MAX && attempt < self.cfg.read_retries =>
+                {
+                    attempt += 1;
+                    self.stats.read_retries += 1;
+                }
+                r => break r,
+            }
+        };
+        let (data, oob) = match &r {
+            Ok(d) if !d.erased => self.nand.stored_sectors(ppa, s, n).unwrap_or((&[], &[])),
+            _ => (&[][..], &[][..]),
+        };
+        let ss = self.sector_size;
+        let r = check_sectors(&self.nand, &mut self.stats, (lba, ppa, s), r, data, oob, ss);
+        self.mark_checked(ppa, s, n, r)
+    }
+}
+
+/// The end-to-end check of sectors read from flash (`at` = first LBA, page, first
+/// sector): an erased page or a sector whose TAG is not user data of its LBA, or whose
+/// bytes do not match the TAG's CRC, is an uncorrectable error naming the LBA (counted
+/// as a media and integrity error); a sector whose bytes matched before and have not
+/// changed since is not hashed again (`Nand::sector_checked`).
+fn check_sectors(
+    nand: &csd_nand::Nand,
+    stats: &mut crate::FtlStats,
+    (lba, ppa, s): (u64, Ppa, u32),
+    r: Result<csd_nand::ReadDone, NandError>,
+    data: &[u8],
+    oob: &[u8],
+    ss: usize,
+) -> Result<SimTime, FtlError> {
+    match r {
+        Ok(r) if r.erased || data.is_empty() => {
+            // The MAP names a page the flash says was never programmed (a zeroed or
+            // replaced region of the image): never return 0xFF as data.
+            stats.integrity_errors += 1;
+            stats.media_errors += 1;
+            Err(FtlError::Uncorrectable { lba })
+        }
+        Ok(r) => {
+            let n = data.len() / ss;
+            let ob = oob.len() / n.max(1);
+            for k in 0..n {
+                let tag = Tag::read(&oob[k * ob..k * ob + TAG_BYTES]);
+                let ok = matches!(tag, Some(t) if t.kind == Kind::Data
+                    && t.id == lba + k as u64
+                    && (nand.sector_checked(ppa, s + k as u32)
+                        || t.crc == crc32c::crc32c(&data[k * ss..(k + 1) * ss])));
+                if !ok {
+                    stats.integrity_errors += 1;
+                    stats.media_errors += 1;
+                    return Err(FtlError::Uncorrectable {
+                        lba: lba + k as u64,
+                    });
+                }
+            }
+            Ok(r.done)
+        }
+        Err(NandError::Uncorrectable { sector, .. }) => {
+            stats.media_errors += 1;
+            Err(FtlError::Uncorrectable {
+                lba: lba + sector.saturating_sub(s) as u64,
+            })
+        }
+        Err(e) => Err(e.into()),
     }
 }

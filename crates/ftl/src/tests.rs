@@ -780,3 +780,63 @@ fn repeated_cuts_right_after_recovery_do_not_drain_the_free_pool() {
         f.check_invariants().unwrap();
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// `read_ref` (in place when the LBAs are one run of one flash page, gathered
+    /// otherwise) returns the bytes `read` returns, at the same instant, with the same
+    /// FTL and media counters, on a device whose LBAs sit on flash, in page buffers, or
+    /// nowhere (unwritten or trimmed).
+    #[test]
+    fn read_ref_models_exactly_what_read_models(
+        ops in proptest::collection::vec((0u64..96, 1u64..5, 0u8..4), 1..80),
+        reads in proptest::collection::vec((0u64..100, 1u64..5), 1..40),
+    ) {
+        let cfg = FtlConfig { write_cache: WriteCache::WriteBack, ..FtlConfig::default() };
+        let mut a = tiny_ftl(cfg.clone());
+        let mut b = tiny_ftl(cfg);
+        let ss = a.lba_size();
+        for (i, &(lba, n, kind)) in ops.iter().enumerate() {
+            let n = n.min(a.lbas() - lba);
+            for f in [&mut a, &mut b] {
+                if kind == 0 {
+                    f.trim(lba, n, SimTime::ZERO).unwrap();
+                } else {
+                    let data: Vec<u8> = (0..n).flat_map(|k| sector(f, i as u64 * 10 + k)).collect();
+                    f.write(lba, &data, SimTime::ZERO).unwrap();
+                }
+            }
+        }
+        let mut t = SimTime::ZERO;
+        for &(lba, n) in &reads {
+            let n = n.min(a.lbas() - lba);
+            let mut buf = vec![0u8; n as usize * ss];
+            let ta = a.read(lba, &mut buf, t).unwrap();
+            let (tb, got) = b.read_ref(lba, n as usize * ss, t).unwrap();
+            prop_assert_eq!(ta, tb);
+            prop_assert!(got == &buf[..], "bytes of LBAs {lba}+{n} differ");
+            prop_assert_eq!(a.stats(), b.stats());
+            prop_assert_eq!(a.nand().stats(), b.nand().stats());
+            t = ta;
+        }
+    }
+}
+
+#[test]
+fn read_ref_finds_a_corrupted_sector_in_place() {
+    let mut f = tiny_ftl(FtlConfig::default());
+    let ss = f.lba_size();
+    let per_page = f.sectors_per_page() as u64;
+    let data: Vec<u8> = (0..per_page).flat_map(|k| sector(&f, k)).collect();
+    f.write(0, &data, SimTime::ZERO).unwrap();
+    let (_, got) = f.read_ref(0, data.len(), SimTime::ZERO).unwrap();
+    assert_eq!(got, &data[..]);
+    let (ppa, s) = f.location_of_lba(1).unwrap();
+    assert!(f.nand().sector_checked(ppa, s));
+    f.nand_mut().corrupt(ppa, s, 5, 0x01).unwrap();
+    assert_eq!(
+        f.read_ref(0, per_page as usize * ss, SimTime::ZERO).map(|r| r.0),
+        Err(FtlError::Uncorrectable { lba: 1 })
+    );
+}

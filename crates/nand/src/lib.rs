@@ -862,8 +862,6 @@ impl Nand {
         charge_oob: bool,
         at: SimTime,
     ) -> Result<ReadDone, NandError> {
-        self.check_power()?;
-        self.check_ppa(p)?;
         let ss = self.sector_size;
         if data.is_empty() || !data.len().is_multiple_of(ss) {
             return Err(NandError::BufferSize {
@@ -873,6 +871,99 @@ impl Nand {
             });
         }
         let n = (data.len() / ss) as u32;
+        let want_oob = !oob.is_empty();
+        if want_oob && oob.len() != n as usize * self.oob_sector {
+            return Err(NandError::BufferSize {
+                what: "read OOB",
+                expected: n as usize * self.oob_sector,
+                got: oob.len(),
+            });
+        }
+        let (b, done) = self.begin_read(p, first_sector, n, want_oob && charge_oob, at)?;
+        // Copy first and look at the page state after: the copy's memory traffic then
+        // overlaps the state byte's (both are cache misses on a large device). Whatever
+        // the state turns out to be, the caller sees only what it says.
+        if let Some(bytes) = self.store.block(b) {
+            let slot = &bytes[self.layout.slot_range(p.page)];
+            let d0 = first_sector as usize * ss;
+            // Ask for every line of the sectors at once, so that their cache misses
+            // overlap instead of the copy meeting them one after the other.
+            prefetch_lines(&bytes[p.page as usize..p.page as usize + 1]);
+            prefetch_lines(&slot[d0..d0 + data.len()]);
+            data.copy_from_slice(&slot[d0..d0 + data.len()]);
+            if want_oob {
+                let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
+                oob.copy_from_slice(&slot[o0..o0 + oob.len()]);
+            }
+        }
+        let r = self.finish_read(p, first_sector, n, done);
+        if matches!(r, Ok(ReadDone { erased: true, .. })) {
+            data.fill(0xFF);
+            oob.fill(0xFF);
+        }
+        r
+    }
+
+    /// [`Nand::read_with_tags`] without the copy: the same checks, modeled time, bit
+    /// errors and counters, after which [`Nand::stored_sectors`] gives the sectors'
+    /// data and OOB bytes where the medium keeps them. An emulator shortcut for readers
+    /// that only look at the bytes (the device's own firmware scanning a page in place):
+    /// it models exactly what a read with tags models.
+    pub fn read_in_place(
+        &mut self,
+        p: Ppa,
+        first_sector: u32,
+        sectors: u32,
+        at: SimTime,
+    ) -> Result<ReadDone, NandError> {
+        if sectors == 0 {
+            return Err(NandError::BufferSize {
+                what: "read data",
+                expected: self.sector_size,
+                got: 0,
+            });
+        }
+        let (_, done) = self.begin_read(p, first_sector, sectors, false, at)?;
+        self.finish_read(p, first_sector, sectors, done)
+    }
+
+    /// The stored data and OOB bytes of `sectors` sectors of page `p` from
+    /// `first_sector`, as [`Nand::read_in_place`] read them; `None` for an address out
+    /// of range or a block that holds no bytes (never programmed since erase). Only
+    /// meaningful after a successful read of the same sectors: the bytes of an erased,
+    /// torn or failed page are whatever the medium holds.
+    pub fn stored_sectors(&self, p: Ppa, first_sector: u32, sectors: u32) -> Option<(&[u8], &[u8])> {
+        let b = p.block.0 as usize;
+        if b >= self.store.blocks()
+            || p.page >= self.layout.pages as u32
+            || first_sector.checked_add(sectors).is_none_or(|e| e > self.sectors)
+        {
+            return None;
+        }
+        let bytes = self.store.block(b)?;
+        let ss = self.sector_size;
+        let slot = &bytes[self.layout.slot_range(p.page)];
+        let d0 = first_sector as usize * ss;
+        let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
+        Some((
+            &slot[d0..d0 + sectors as usize * ss],
+            &slot[o0..o0 + sectors as usize * self.oob_sector],
+        ))
+    }
+
+    /// The part of a read before its bytes move: power, address and range checks, the
+    /// die's tR and the channel transfer (with the OOB bytes when `charge_oob`), the
+    /// power-cut check and the read counters. Returns the block index and completion.
+    fn begin_read(
+        &mut self,
+        p: Ppa,
+        first_sector: u32,
+        n: u32,
+        charge_oob: bool,
+        at: SimTime,
+    ) -> Result<(usize, SimTime), NandError> {
+        self.check_power()?;
+        self.check_ppa(p)?;
         if first_sector
             .checked_add(n)
             .is_none_or(|end| end > self.sectors)
@@ -883,24 +974,16 @@ impl Nand {
                 limit: self.sectors as u64,
             });
         }
-        let want_oob = !oob.is_empty();
-        if want_oob && oob.len() != n as usize * self.oob_sector {
-            return Err(NandError::BufferSize {
-                what: "read OOB",
-                expected: n as usize * self.oob_sector,
-                got: oob.len(),
-            });
-        }
         let b = p.block.0 as usize;
-        let meta = self.store.meta(b);
-        if meta.flags & BLOCK_FACTORY_BAD != 0 {
+        if self.store.meta(b).flags & BLOCK_FACTORY_BAD != 0 {
             return Err(NandError::BadBlock { block: p.block });
         }
         self.op_seq += 1;
         // Timing: die for tR, then the channel for the transfer out.
         let die = self.map.die_of(p.block);
         let ch = self.map.channel_of(die) as usize;
-        let xfer_bytes = data.len() + if want_oob && charge_oob { oob.len() } else { 0 };
+        let data_bytes = n as usize * self.sector_size;
+        let xfer_bytes = data_bytes + if charge_oob { n as usize * self.oob_sector } else { 0 };
         let kind = p.page as usize % self.t_read.len();
         let t_r = self.t_read[kind];
         let (_, die_end) = self.dies[die.0 as usize].reserve(at, t_r);
@@ -911,33 +994,29 @@ impl Nand {
         }
         self.stats.page_reads += 1;
         self.stats.channel_bytes += xfer_bytes as u64;
+        Ok((b, done))
+    }
 
-        // Copy first and look at the page state after: the copy's memory traffic then
-        // overlaps the state byte's (both are cache misses on a large device). Whatever
-        // the state turns out to be, the caller sees only what it says.
-        let state = match self.store.block(b) {
-            None => PAGE_ERASED,
-            Some(bytes) => {
-                let slot = &bytes[self.layout.slot_range(p.page)];
-                let d0 = first_sector as usize * ss;
-                // Ask for every line of the sectors at once, so that their cache misses
-                // overlap instead of the copy meeting them one after the other.
-                prefetch_lines(&bytes[p.page as usize..p.page as usize + 1]);
-                prefetch_lines(&slot[d0..d0 + data.len()]);
-                data.copy_from_slice(&slot[d0..d0 + data.len()]);
-                if want_oob {
-                    let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
-                    oob.copy_from_slice(&slot[o0..o0 + oob.len()]);
-                }
-                bytes[p.page as usize]
-            }
-        };
+    /// The part of a read after its bytes moved: the page state (erased, torn, failed)
+    /// and the sectors' bit errors against the ECC, with their counters.
+    fn finish_read(
+        &mut self,
+        p: Ppa,
+        first_sector: u32,
+        n: u32,
+        done: SimTime,
+    ) -> Result<ReadDone, NandError> {
+        let b = p.block.0 as usize;
+        let ss = self.sector_size;
+        let bytes_read = n as u64 * ss as u64;
+        let state = self
+            .store
+            .block(b)
+            .map_or(PAGE_ERASED, |bytes| bytes[p.page as usize]);
         if state == PAGE_ERASED {
-            data.fill(0xFF);
-            oob.fill(0xFF);
             self.stats.erased_reads += 1;
             self.stats.sectors_read += n as u64;
-            self.stats.bytes_read += data.len() as u64;
+            self.stats.bytes_read += bytes_read;
             return Ok(ReadDone {
                 done,
                 corrected_bits: 0,
@@ -960,7 +1039,7 @@ impl Nand {
         }
         // Bit errors per sector, drawn from the seed and this operation's number.
         let mut corrected = 0u32;
-        let lambda = self.rber(meta.pe_cycles) * (ss * 8) as f64;
+        let lambda = self.rber(self.store.meta(b).pe_cycles) * (ss * 8) as f64;
         if lambda > 0.0 {
             let seed = self.faults.seed ^ salt::BIT_ERRORS.wrapping_mul(0x9E37_79B9);
             for s in 0..n {
@@ -979,7 +1058,7 @@ impl Nand {
         }
         self.stats.corrected_bits += corrected as u64;
         self.stats.sectors_read += n as u64;
-        self.stats.bytes_read += data.len() as u64;
+        self.stats.bytes_read += bytes_read;
         Ok(ReadDone {
             done,
             corrected_bits: corrected,

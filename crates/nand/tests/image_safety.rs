@@ -78,7 +78,7 @@ fn every_header_byte_mutation_is_a_clear_error_not_a_panic() {
     }
     assert_eq!(errors, offsets.len() * 3);
     // The original still opens and reads back.
-    let mut n = Nand::open_image(&path, None).unwrap();
+    let mut n = open_retrying(&path).unwrap();
     let mut buf = vec![0u8; tiny().geometry.page_size as usize];
     n.read(Ppa::new(BlockId(5), 2), 0, &mut buf, &mut [], SimTime::ZERO)
         .unwrap();
@@ -149,7 +149,7 @@ fn offsets_and_sizes_are_checked_against_the_layout_and_file_length() {
     ] {
         write_header(&path, &original);
         set_field_with_valid_crc(&path, off, value);
-        let e = Nand::open_image(&path, None).expect_err(field);
+        let e = open_retrying(&path).expect_err(field);
         let msg = e.to_string();
         assert!(
             msg.contains(&format!("corrupt image header: {field} is")),
@@ -161,7 +161,7 @@ fn offsets_and_sizes_are_checked_against_the_layout_and_file_length() {
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     f.set_len(len / 2).unwrap();
     drop(f);
-    let e = Nand::open_image(&path, None).expect_err("truncated");
+    let e = open_retrying(&path).expect_err("truncated");
     assert!(e.to_string().contains("truncated"), "{e}");
 }
 
@@ -176,7 +176,7 @@ fn a_corrupt_block_table_is_refused() {
     f.write_all_at(&9999u32.to_le_bytes(), 65536 + 3 * 16 + 4)
         .unwrap();
     drop(f);
-    let e = Nand::open_image(&path, None).expect_err("corrupt table");
+    let e = open_retrying(&path).expect_err("corrupt table");
     assert!(e.to_string().contains("block 3"), "{e}");
 }
 
@@ -217,7 +217,7 @@ fn read_only_open_never_changes_the_file_and_shares_the_lock() {
         return;
     }
     assert!(Nand::open_image_with(&path, None, Access::ReadOnly).is_ok());
-    let e = Nand::open_image(&path, None).expect_err("not writable");
+    let e = open_retrying(&path).expect_err("not writable");
     assert!(e.to_string().contains("not writable"), "{e}");
 }
 
@@ -239,7 +239,7 @@ fn opening_touches_no_block_of_a_fresh_image() {
         std::fs::metadata(p).unwrap().blocks() * 512
     };
     let before = allocated(&path);
-    let n = Nand::open_image(&path, None).unwrap();
+    let n = open_retrying(&path).unwrap();
     assert_eq!(n.block_info(BlockId(100)).unwrap().next_page, 0);
     drop(n);
     let after = allocated(&path);
