@@ -16,8 +16,9 @@ use csd_host::{QueryReport, ScanOptions, Strategy, TableInfo, run_scan};
 use csd_query::{PartialResult, Plan};
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, Statistics};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -25,7 +26,7 @@ use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder,
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning,
-    PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream,
+    PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream, StatisticsArgs,
 };
 use futures::StreamExt;
 
@@ -373,9 +374,50 @@ impl ExecutionPlan for DeviceScanExec {
     fn fetch(&self) -> Option<usize> {
         self.limit
     }
+
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        Ok(Arc::new(self.estimate()))
+    }
 }
 
+/// Share of a table's rows DataFusion assumes a filter keeps when it knows nothing
+/// more (its `default_filter_selectivity`, 20%); used for scans with a pushed filter.
+const FILTER_SELECTIVITY_PERCENT: usize = 20;
+
 impl DeviceScanExec {
+    /// What the optimizer may assume about this scan's output: the catalog's row count
+    /// (exact without a filter, DataFusion's default selectivity with one), capped by a
+    /// pushed limit, and bytes from the projected columns' widths. Join selection uses
+    /// these to build hash tables on the smaller side. Partial aggregates: unknown.
+    fn estimate(&self) -> Statistics {
+        let mut st = Statistics::new_unknown(&self.schema);
+        if !matches!(self.output, ScanOutput::Rows(_)) {
+            return st;
+        }
+        let all = usize::try_from(self.table.rows).unwrap_or(usize::MAX);
+        let mut rows = if self.filter_text.is_some() {
+            Precision::Inexact(all / 100 * FILTER_SELECTIVITY_PERCENT)
+        } else {
+            Precision::Exact(all)
+        };
+        if let Some(limit) = self.limit {
+            rows = rows.min(&Precision::Exact(limit));
+        }
+        let width: usize = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.data_type().primitive_width().unwrap_or(16))
+            .sum();
+        st.total_byte_size = rows.multiply(&Precision::Exact(width)).to_inexact();
+        st.num_rows = rows;
+        st
+    }
+
     /// A copy sharing the device, the log and the metrics (what a stream runs).
     fn clone_for_run(&self) -> DeviceScanExec {
         DeviceScanExec {
