@@ -243,7 +243,15 @@ impl Ftl {
             }
         };
         let ss = self.sector_size;
-        let r = check_sectors(&self.nand, &mut self.stats, (lba, ppa, s), r, out, &oob[..n * ob], ss);
+        let r = check_sectors(
+            &self.nand,
+            &mut self.stats,
+            (lba, ppa, s),
+            r,
+            out,
+            &oob[..n * ob],
+            ss,
+        );
         self.oob_scratch = oob;
         self.mark_checked(ppa, s, n as u32, r)
     }

@@ -836,7 +836,8 @@ fn read_ref_finds_a_corrupted_sector_in_place() {
     assert!(f.nand().sector_checked(ppa, s));
     f.nand_mut().corrupt(ppa, s, 5, 0x01).unwrap();
     assert_eq!(
-        f.read_ref(0, per_page as usize * ss, SimTime::ZERO).map(|r| r.0),
+        f.read_ref(0, per_page as usize * ss, SimTime::ZERO)
+            .map(|r| r.0),
         Err(FtlError::Uncorrectable { lba: 1 })
     );
 }

@@ -932,11 +932,18 @@ impl Nand {
     /// of range or a block that holds no bytes (never programmed since erase). Only
     /// meaningful after a successful read of the same sectors: the bytes of an erased,
     /// torn or failed page are whatever the medium holds.
-    pub fn stored_sectors(&self, p: Ppa, first_sector: u32, sectors: u32) -> Option<(&[u8], &[u8])> {
+    pub fn stored_sectors(
+        &self,
+        p: Ppa,
+        first_sector: u32,
+        sectors: u32,
+    ) -> Option<(&[u8], &[u8])> {
         let b = p.block.0 as usize;
         if b >= self.store.blocks()
             || p.page >= self.layout.pages as u32
-            || first_sector.checked_add(sectors).is_none_or(|e| e > self.sectors)
+            || first_sector
+                .checked_add(sectors)
+                .is_none_or(|e| e > self.sectors)
         {
             return None;
         }
@@ -983,7 +990,12 @@ impl Nand {
         let die = self.map.die_of(p.block);
         let ch = self.map.channel_of(die) as usize;
         let data_bytes = n as usize * self.sector_size;
-        let xfer_bytes = data_bytes + if charge_oob { n as usize * self.oob_sector } else { 0 };
+        let xfer_bytes = data_bytes
+            + if charge_oob {
+                n as usize * self.oob_sector
+            } else {
+                0
+            };
         let kind = p.page as usize % self.t_read.len();
         let t_r = self.t_read[kind];
         let (_, die_end) = self.dies[die.0 as usize].reserve(at, t_r);
