@@ -794,7 +794,7 @@ proptest! {
         reads in proptest::collection::vec((0u64..100, 1u64..5), 1..40),
     ) {
         let cfg = FtlConfig { write_cache: WriteCache::WriteBack, ..FtlConfig::default() };
-        let mut a = tiny_ftl(cfg.clone());
+        let mut a = tiny_ftl(cfg);
         let mut b = tiny_ftl(cfg);
         let ss = a.lba_size();
         for (i, &(lba, n, kind)) in ops.iter().enumerate() {
