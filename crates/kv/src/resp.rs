@@ -160,8 +160,7 @@ fn parse_multibulk(buf: &[u8]) -> Result<Parsed, RespError> {
             Some(b'$') => {}
             Some(&c) => return Err(RespError::ExpectedBulk(c as char)),
         }
-        let Some((len, data)) = header(buf, at, "bulk count string", RespError::BulkLength)?
-        else {
+        let Some((len, data)) = header(buf, at, "bulk count string", RespError::BulkLength)? else {
             return Ok(Parsed::Incomplete);
         };
         if len < 0 || len > MAX_BULK as i64 {
@@ -436,7 +435,10 @@ fn parse_reply_at(
             if &buf[next + n..next + n + 2] != b"\r\n" {
                 return Err(RespError::MissingCrlf(n));
             }
-            Ok(Some((Reply::Bulk(buf[next..next + n].to_vec()), next + n + 2)))
+            Ok(Some((
+                Reply::Bulk(buf[next..next + n].to_vec()),
+                next + n + 2,
+            )))
         }
         b'*' => {
             let n = int()?;
@@ -546,7 +548,10 @@ mod tests {
         assert_eq!(e(b"*1\r\n$99999999999\r\n"), RespError::BulkLength);
         assert_eq!(e(b"*1\r\n:1\r\n"), RespError::ExpectedBulk(':'));
         assert_eq!(e(b"*1\r\n$1\r\nabc\r\n"), RespError::MissingCrlf(1));
-        assert_eq!(e(b"*2\r\n$1\r\na\r\n$2\r\nbcX\r\n"), RespError::MissingCrlf(2));
+        assert_eq!(
+            e(b"*2\r\n$1\r\na\r\n$2\r\nbcX\r\n"),
+            RespError::MissingCrlf(2)
+        );
         let mut long = b"*1".to_vec();
         long.extend(std::iter::repeat_n(b'1', MAX_INLINE + 10));
         assert_eq!(e(&long), RespError::TooLong("mbulk count string"));
@@ -558,10 +563,7 @@ mod tests {
     #[test]
     fn limits_refuse_huge_commands_before_their_bytes_arrive() {
         let head = format!("*1\r\n${}\r\n", MAX_BULK + 1);
-        assert_eq!(
-            parse_command(head.as_bytes()),
-            Err(RespError::BulkLength)
-        );
+        assert_eq!(parse_command(head.as_bytes()), Err(RespError::BulkLength));
         let head = format!("*{}\r\n", MAX_ARGS + 1);
         assert_eq!(
             parse_command(head.as_bytes()),
@@ -588,7 +590,9 @@ mod tests {
             Reply::Array(vec![]),
         ]);
         let w = r.to_bytes();
-        assert!(w.starts_with(b"*7\r\n+OK\r\n-ERR bad  thing\r\n:-42\r\n$4\r\na\r\nb\r\n$-1\r\n*-1\r\n*0\r\n"));
+        assert!(w.starts_with(
+            b"*7\r\n+OK\r\n-ERR bad  thing\r\n:-42\r\n$4\r\na\r\nb\r\n$-1\r\n*-1\r\n*0\r\n"
+        ));
         let (back, n) = parse_reply(&w).unwrap().unwrap();
         assert_eq!(n, w.len());
         match back {

@@ -393,7 +393,10 @@ impl<I: CommandIssuer> Server<I> {
         };
         let name = text(first).to_ascii_lowercase();
         let Some(&(_, arity)) = COMMANDS.iter().find(|(n, _)| *n == name) else {
-            let mut msg = format!("unknown command '{}', with args beginning with:", text(first));
+            let mut msg = format!(
+                "unknown command '{}', with args beginning with:",
+                text(first)
+            );
             for a in args.iter().skip(1).take(8) {
                 msg.push_str(&format!(" '{}'", text(&a[..a.len().min(64)])));
             }
@@ -415,7 +418,7 @@ impl<I: CommandIssuer> Server<I> {
             "exists" => (kv(self.exists(st, a)), false),
             "mget" => (kv(self.mget(st, a)), false),
             "mset" => {
-                if a.len() % 2 != 0 {
+                if !a.len().is_multiple_of(2) {
                     return (wrong_arity("mset"), false);
                 }
                 (kv(self.mset(st, a)), true)
@@ -438,10 +441,7 @@ impl<I: CommandIssuer> Server<I> {
                 _ => (syntax(), false),
             },
             "save" => (
-                kv(st
-                    .sync()
-                    .and_then(|_| st.checkpoint())
-                    .map(|_| Reply::ok())),
+                kv(st.sync().and_then(|_| st.checkpoint()).map(|_| Reply::ok())),
                 false,
             ),
             "select" => match int_arg(&a[0]) {
@@ -557,7 +557,10 @@ impl<I: CommandIssuer> Server<I> {
     }
 
     fn scan(&self, st: &mut Store<I>, a: &[Vec<u8>]) -> Reply {
-        let cursor = match std::str::from_utf8(&a[0]).ok().and_then(|s| s.parse::<u64>().ok()) {
+        let cursor = match std::str::from_utf8(&a[0])
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+        {
             Some(c) => c,
             None => return Reply::err("invalid cursor"),
         };
@@ -682,7 +685,10 @@ impl<I: CommandIssuer> Server<I> {
                 let known = [("save", ""), ("appendonly", "no"), ("databases", "1")];
                 let mut out = Vec::new();
                 for (k, v) in known {
-                    if a[1..].iter().any(|p| glob_match(&p.to_ascii_lowercase(), k.as_bytes())) {
+                    if a[1..]
+                        .iter()
+                        .any(|p| glob_match(&p.to_ascii_lowercase(), k.as_bytes()))
+                    {
                         out.push(Reply::bulk(k));
                         out.push(Reply::bulk(v));
                     }
@@ -701,9 +707,9 @@ impl<I: CommandIssuer> Server<I> {
                 }
                 Reply::ok()
             }
-            "SET" => Reply::err(
-                "CONFIG SET is not supported: restart `csd kv serve` with other options",
-            ),
+            "SET" => {
+                Reply::err("CONFIG SET is not supported: restart `csd kv serve` with other options")
+            }
             _ => Reply::err(format!(
                 "unknown subcommand or wrong number of arguments for 'config|{}'",
                 sub.to_ascii_lowercase()
@@ -732,7 +738,10 @@ impl<I: CommandIssuer> Server<I> {
             line("csd_version", env!("CARGO_PKG_VERSION").into());
             line("redis_mode", "standalone".into());
             line("interface", st.config().interface.name().into());
-            line("uptime_in_seconds", self.started.elapsed().as_secs().to_string());
+            line(
+                "uptime_in_seconds",
+                self.started.elapsed().as_secs().to_string(),
+            );
         }
         if show("clients") {
             line("# Clients", String::new());
@@ -740,7 +749,10 @@ impl<I: CommandIssuer> Server<I> {
         }
         if show("stats") {
             line("# Stats", String::new());
-            line("total_connections_received", sv.connections_total.to_string());
+            line(
+                "total_connections_received",
+                sv.connections_total.to_string(),
+            );
             line("rejected_connections", sv.connections_refused.to_string());
             line("total_commands_processed", sv.commands.to_string());
             line("total_error_replies", sv.errors.to_string());
@@ -793,7 +805,10 @@ impl<I: CommandIssuer> Server<I> {
             line("host_gc_pages_moved", s.io.gc_pages_moved.to_string());
             line("host_gc_read_bytes", s.io.gc_read_bytes.to_string());
             line("host_gc_write_bytes", s.io.gc_write_bytes.to_string());
-            line("host_gc_reclaimed_bytes", s.io.gc_reclaimed_bytes.to_string());
+            line(
+                "host_gc_reclaimed_bytes",
+                s.io.gc_reclaimed_bytes.to_string(),
+            );
             line("host_checkpoints", s.io.checkpoints.to_string());
             line(
                 "host_gc_forced_checkpoints",
@@ -825,7 +840,10 @@ impl<I: CommandIssuer> Server<I> {
                     let z0 = |f: fn(&csd_device::SmartLog) -> u64| z.map_or(0, f);
                     let since = |a: u64, b: u64| a.saturating_sub(b);
                     line("device_host_read_bytes", d.host_read_bytes.to_string());
-                    line("device_host_written_bytes", d.host_written_bytes.to_string());
+                    line(
+                        "device_host_written_bytes",
+                        d.host_written_bytes.to_string(),
+                    );
                     line("device_gc_read_bytes", d.gc_read_bytes.to_string());
                     line("device_gc_written_bytes", d.gc_written_bytes.to_string());
                     line("device_reclaimed_bytes", d.reclaimed_bytes.to_string());
@@ -949,9 +967,8 @@ impl<I: CommandIssuer + Send> Server<I> {
                             let mut s = stream;
                             let _ = s.set_nonblocking(false);
                             let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-                            let _ = s.write_all(
-                                &Reply::err("max number of clients reached").to_bytes(),
-                            );
+                            let _ = s
+                                .write_all(&Reply::err("max number of clients reached").to_bytes());
                             continue;
                         }
                         let Ok(handle) = stream.try_clone() else {
@@ -1030,7 +1047,9 @@ impl<I: CommandIssuer + Send> Server<I> {
                     r.encode(&mut out);
                 }
                 if let Some(e) = &fatal {
-                    self.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .protocol_errors
+                        .fetch_add(1, Ordering::Relaxed);
                     Reply::err(e).encode(&mut out);
                 }
                 stream.write_all(&out)?;
@@ -1077,7 +1096,10 @@ mod tests {
     fn client() -> Client {
         let cfg = DeviceConfig::preset("tiny").unwrap();
         let nand = Nand::new_in_memory(cfg).unwrap();
-        Client::new(NvmeDevice::new(Ftl::format(nand, FtlConfig::default()).unwrap())).unwrap()
+        Client::new(NvmeDevice::new(
+            Ftl::format(nand, FtlConfig::default()).unwrap(),
+        ))
+        .unwrap()
     }
 
     fn cfg(interface: Interface) -> StoreConfig {
@@ -1161,7 +1183,9 @@ mod tests {
         loop {
             rounds += 1;
             let r = run(&srv, s, &["SCAN", &cursor, "COUNT", "20"]);
-            let Reply::Array(v) = r else { panic!("not an array") };
+            let Reply::Array(v) = r else {
+                panic!("not an array")
+            };
             let Reply::Bulk(c) = &v[0] else { panic!() };
             let Reply::Array(keys) = &v[1] else { panic!() };
             for k in keys {
@@ -1177,7 +1201,11 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(rounds, 7);
         // MATCH filters the visited keys.
-        let r = run(&srv, s, &["SCAN", "0", "MATCH", "k00[1-2]?", "COUNT", "1000"]);
+        let r = run(
+            &srv,
+            s,
+            &["SCAN", "0", "MATCH", "k00[1-2]?", "COUNT", "1000"],
+        );
         let Reply::Array(v) = r else { panic!() };
         assert_eq!(v[0], b("0"));
         let Reply::Array(keys) = &v[1] else { panic!() };
@@ -1200,13 +1228,28 @@ mod tests {
             let s = &mut srv.session();
             run(&srv, s, &["SET", "keep", "me"]);
             let before = srv.with_store(|st| st.last_change());
-            err_has(&run(&srv, s, &["NOPE", "a", "b"]), "unknown command 'NOPE', with args beginning with: 'a' 'b'");
-            err_has(&run(&srv, s, &["GET"]), "wrong number of arguments for 'get'");
-            err_has(&run(&srv, s, &["GET", "a", "b"]), "wrong number of arguments");
+            err_has(
+                &run(&srv, s, &["NOPE", "a", "b"]),
+                "unknown command 'NOPE', with args beginning with: 'a' 'b'",
+            );
+            err_has(
+                &run(&srv, s, &["GET"]),
+                "wrong number of arguments for 'get'",
+            );
+            err_has(
+                &run(&srv, s, &["GET", "a", "b"]),
+                "wrong number of arguments",
+            );
             err_has(&run(&srv, s, &["SET", "a"]), "wrong number of arguments");
-            err_has(&run(&srv, s, &["MSET", "a", "1", "b"]), "wrong number of arguments for 'mset'");
+            err_has(
+                &run(&srv, s, &["MSET", "a", "1", "b"]),
+                "wrong number of arguments for 'mset'",
+            );
             err_has(&run(&srv, s, &["PING", "a", "b"]), "wrong number");
-            err_has(&run(&srv, s, &["SET", "a", "1", "EX", "10"]), "do not expire");
+            err_has(
+                &run(&srv, s, &["SET", "a", "1", "EX", "10"]),
+                "do not expire",
+            );
             err_has(&run(&srv, s, &["SET", "a", "1", "NX", "XX"]), "syntax");
             err_has(&run(&srv, s, &["SET", "a", "1", "BOGUS"]), "syntax");
             err_has(&run(&srv, s, &["SELECT", "1"]), "out of range");
@@ -1214,14 +1257,27 @@ mod tests {
             err_has(&run(&srv, s, &["FLUSHALL", "x"]), "syntax");
             let big_key = "k".repeat(MAX_KEY + 1);
             let big_val = "v".repeat(MAX_VALUE + 1);
-            err_has(&run(&srv, s, &["SET", &big_key, "1"]), "keys are 1..=512 bytes");
+            err_has(
+                &run(&srv, s, &["SET", &big_key, "1"]),
+                "keys are 1..=512 bytes",
+            );
             err_has(&run(&srv, s, &["SET", "", "1"]), "key of 0 bytes");
-            err_has(&run(&srv, s, &["SET", "a", &big_val]), "values are at most 1024 bytes");
+            err_has(
+                &run(&srv, s, &["SET", "a", &big_val]),
+                "values are at most 1024 bytes",
+            );
             err_has(&run(&srv, s, &["GET", &big_key]), "keys are");
             err_has(&run(&srv, s, &["MSET", "a", "1", "b", &big_val]), "at most");
             err_has(&run(&srv, s, &["DEL", "keep", &big_key]), "keys are");
-            assert_eq!(run(&srv, s, &["MGET", &big_key, "keep"]), Reply::Array(vec![Reply::Nil, b("me")]));
-            assert_eq!(srv.with_store(|st| st.last_change()), before, "a refused command changed the store");
+            assert_eq!(
+                run(&srv, s, &["MGET", &big_key, "keep"]),
+                Reply::Array(vec![Reply::Nil, b("me")])
+            );
+            assert_eq!(
+                srv.with_store(|st| st.last_change()),
+                before,
+                "a refused command changed the store"
+            );
             assert_eq!(run(&srv, s, &["GET", "a"]), Reply::Nil);
             assert_eq!(run(&srv, s, &["GET", "keep"]), b("me"));
             assert!(srv.stats().errors >= 18);
@@ -1234,7 +1290,10 @@ mod tests {
         let s = &mut srv.session();
         assert_eq!(run(&srv, s, &["COMMAND", "DOCS"]), Reply::Array(vec![]));
         assert_eq!(run(&srv, s, &["COMMAND"]), Reply::Array(vec![]));
-        assert_eq!(run(&srv, s, &["COMMAND", "COUNT"]), Reply::Int(COMMANDS.len() as i64));
+        assert_eq!(
+            run(&srv, s, &["COMMAND", "COUNT"]),
+            Reply::Int(COMMANDS.len() as i64)
+        );
         assert_eq!(
             run(&srv, s, &["CONFIG", "GET", "save"]),
             Reply::Array(vec![b("save"), b("")])
@@ -1243,7 +1302,10 @@ mod tests {
             run(&srv, s, &["CONFIG", "GET", "appendonly"]),
             Reply::Array(vec![b("appendonly"), b("no")])
         );
-        assert_eq!(run(&srv, s, &["CONFIG", "GET", "maxmemory"]), Reply::Array(vec![]));
+        assert_eq!(
+            run(&srv, s, &["CONFIG", "GET", "maxmemory"]),
+            Reply::Array(vec![])
+        );
         err_has(&run(&srv, s, &["CONFIG", "SET", "a", "b"]), "not supported");
         assert_eq!(run(&srv, s, &["CLIENT", "SETNAME", "me"]), Reply::ok());
         assert_eq!(run(&srv, s, &["CLIENT", "GETNAME"]), b("me"));
@@ -1321,8 +1383,17 @@ mod tests {
             let srv = server(iface);
             let s = &mut srv.session();
             let cmds: Vec<Vec<Vec<u8>>> = (0..50)
-                .map(|i| vec![b"SET".to_vec(), format!("k{i}").into_bytes(), vec![b'v'; 200]])
-                .chain([vec![b"QUIT".to_vec()], vec![b"SET".to_vec(), b"after".to_vec(), b"x".to_vec()]])
+                .map(|i| {
+                    vec![
+                        b"SET".to_vec(),
+                        format!("k{i}").into_bytes(),
+                        vec![b'v'; 200],
+                    ]
+                })
+                .chain([
+                    vec![b"QUIT".to_vec()],
+                    vec![b"SET".to_vec(), b"after".to_vec(), b"x".to_vec()],
+                ])
                 .collect();
             let r = srv.execute_batch(&cmds, s);
             assert_eq!(r.len(), 51);
@@ -1330,9 +1401,19 @@ mod tests {
             let mut st = srv.into_store();
             assert_eq!(st.acked(), st.last_change(), "replies left before the sync");
             let dev = st.into_device();
-            let mut st = Store::open(dev, StoreConfig { create: false, ..cfg(iface) }).unwrap();
+            let mut st = Store::open(
+                dev,
+                StoreConfig {
+                    create: false,
+                    ..cfg(iface)
+                },
+            )
+            .unwrap();
             for i in 0..50 {
-                assert_eq!(st.get(format!("k{i}").as_bytes()).unwrap(), Some(vec![b'v'; 200]));
+                assert_eq!(
+                    st.get(format!("k{i}").as_bytes()).unwrap(),
+                    Some(vec![b'v'; 200])
+                );
             }
             assert_eq!(st.get(b"after").unwrap(), None);
         }
@@ -1510,7 +1591,8 @@ mod tests {
         for iface in [Interface::Batch, Interface::Block] {
             let r = Running::start(iface);
             let mut ok = r.connect();
-            ok.write_all(&encode_command(&["SET", "safe", "1"])).unwrap();
+            ok.write_all(&encode_command(&["SET", "safe", "1"]))
+                .unwrap();
             assert_eq!(replies(&mut ok, 1).0, vec![Reply::ok()]);
             for bad in [
                 &b"*1\r\n$abc\r\n"[..],
@@ -1527,8 +1609,15 @@ mod tests {
                 c.write_all(&w).unwrap();
                 let (got, closed) = replies(&mut c, 3);
                 assert_eq!(got[0], Reply::ok());
-                assert!(matches!(&got[1], Reply::Error(m) if m.starts_with("ERR Protocol error")), "{got:?}");
-                assert!(closed, "connection left open after {:?}", String::from_utf8_lossy(bad));
+                assert!(
+                    matches!(&got[1], Reply::Error(m) if m.starts_with("ERR Protocol error")),
+                    "{got:?}"
+                );
+                assert!(
+                    closed,
+                    "connection left open after {:?}",
+                    String::from_utf8_lossy(bad)
+                );
             }
             // Unknown commands and oversize values keep the connection.
             let mut w = encode_command(&["FOO"]);
