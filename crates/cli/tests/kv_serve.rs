@@ -339,10 +339,11 @@ fn redis_cli_runs_the_commands_on_both_interfaces() {
         let log = srv.terminate();
         assert!(log.contains("closed cleanly"), "{log}");
         let srv = KvServe::start(&image, iface);
+        let log = srv.log();
+        assert!(log.contains("recovered the key-value store"), "{log}");
         assert!(
-            srv.log().contains("recovered the key-value store"),
-            "{}",
-            srv.log()
+            !log.contains("unclean"),
+            "a clean stop left an unclean image: {log}"
         );
         assert_eq!(srv.cli(&["GET", "greeting"]).trim(), "hello world");
         assert_eq!(srv.cli(&["DBSIZE"]).trim(), "63");
@@ -469,6 +470,7 @@ fn sigkill_under_redis_benchmark_load_loses_no_acknowledged_write() {
         let srv = KvServe::start(&image, iface);
         let log = srv.log();
         assert!(log.contains("recovered the key-value store"), "{log}");
+        assert!(log.contains("recovering from an unclean shutdown"), "{log}");
         let mut c = srv.connect();
         let mut lost = Vec::new();
         for &i in &acked {
