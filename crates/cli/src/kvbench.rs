@@ -319,7 +319,11 @@ fn kv(e: csd_kv::KvError) -> CliError {
 /// (the in-memory backend keeps each erase block in its own huge-page-aligned mapping, so
 /// small blocks would cost far more memory than they hold).
 pub(crate) fn device_config(preset: &str, gib: f64) -> Result<DeviceConfig, CliError> {
-    let mut cfg = DeviceConfig::preset(preset)?;
+    shrink_config(DeviceConfig::preset(preset)?, gib)
+}
+
+/// [`device_config`] for any config: `cfg` shrunk to about `gib` of raw capacity.
+pub(crate) fn shrink_config(mut cfg: DeviceConfig, gib: f64) -> Result<DeviceConfig, CliError> {
     if !(gib > 0.0 && gib.is_finite()) {
         return Err(CliError::Usage(format!(
             "--device-gib {gib}: use a positive size"

@@ -3,7 +3,7 @@
 //! Commands: `demo` (a short tour on the default device), `config` (show, list and
 //! validate device configs), `device` (create and inspect image files), `io` (fio-style
 //! workloads with modeled and wall-clock figures), `serve` (the device as an NBD server
-//! for real clients). Every command has `--help`.
+//! for real clients), `kv serve` (the key-value store over the Redis protocol). Every command has `--help`.
 
 mod bench_flixr;
 mod bench_open;
@@ -15,6 +15,7 @@ mod image;
 mod kvbench;
 mod kvpeers;
 mod kvrepro;
+mod kvserve;
 mod query;
 mod report;
 mod repro;
@@ -122,6 +123,20 @@ enum Cmd {
     /// table against the published figures.
     #[command(subcommand)]
     Repro(repro::ReproCmd),
+    /// The batch-io paper's key-value store on a device image.
+    #[command(subcommand)]
+    Kv(KvCmd),
+}
+
+#[derive(Subcommand)]
+enum KvCmd {
+    /// Serve the key-value store on an image over the Redis protocol (RESP2) for
+    /// redis-cli, redis-benchmark and Redis client libraries: GET, SET, DEL, EXISTS, MGET,
+    /// MSET, SCAN, KEYS, DBSIZE, PING, INFO (store and device figures), FLUSHALL. A write
+    /// is acknowledged once it is durable. Stops cleanly on Ctrl-C or SIGTERM.
+    ///
+    /// Example: csd kv serve --image kv.img --interface batch --listen 127.0.0.1:6379
+    Serve(kvserve::KvServeArgs),
 }
 
 #[derive(Args)]
@@ -419,6 +434,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Tables(a) => tables::tables_cmd(&a),
         Cmd::Query(a) => query::query_cmd(&a),
         Cmd::Repro(c) => repro::repro_cmd(&c),
+        Cmd::Kv(KvCmd::Serve(a)) => kvserve::kv_serve_cmd(&a),
         Cmd::Bench(BenchCmd::Query(a)) => query::bench_query_cmd(&a),
         Cmd::Bench(BenchCmd::Tpch(a)) => bench_tpch::run(&a),
         Cmd::Bench(BenchCmd::Fdtree(a)) => fdbench::bench_fdtree_cmd(&a),

@@ -14,6 +14,10 @@
 //!   the standard workloads A–F; scrambled zipfian or uniform keys), by operation count
 //!   or modeled / wall-clock duration, against any [`ycsb::KvTarget`].
 //!
+//! * [`resp`] and [`server`]: the Redis protocol (RESP2) in front of one store, for
+//!   `csd kv serve` and real clients (`redis-cli`, `redis-benchmark`); a write is
+//!   acknowledged only once it is durable.
+//!
 //! The store reaches the device only through `csd_host::CommandIssuer` (DESIGN.md's
 //! command-interface rule).
 
@@ -24,6 +28,8 @@ pub mod cost;
 mod error;
 pub mod io;
 pub mod page;
+pub mod resp;
+pub mod server;
 pub mod store;
 pub mod ycsb;
 
@@ -31,4 +37,5 @@ pub use block::{BlockOptions, VictimPolicy};
 pub use cost::{CpuSplit, HostCosts};
 pub use error::KvError;
 pub use io::IoStats;
+pub use server::{Server, ServerConfig, ServerStats, Session};
 pub use store::{Activity, Entry, Interface, OpenFailed, Store, StoreConfig, StoreStats};
