@@ -4,7 +4,11 @@ and `csd demo` must print exactly the modeled figures they printed before the SQ
 moved to DataFusion (issue 12: speed work must not change the model).
 
 The files in bench/golden/ were written by a release build of main before any change
-(commit 442d29b). This script runs the same commands with a csd binary and compares:
+(commit 442d29b) and re-recorded deliberately when a model change was intended: issue 17
+(smart-ssd-sas embedded-CPU costs derived from the paper, equal-row synthetic tables,
+hw-ISP aggregation in the flash controller, GET replies that book only the host link,
+GET polling that backs off by doubling, the scan paper's Table 3 in its report). This
+script runs the same commands with a csd binary and compares:
 
 * JSON (`csd bench query --json`): every key except wall-clock ones (`wall_*`) must be
   equal, numbers exactly.

@@ -1,9 +1,9 @@
 //! Golden modeled figures on the test build: `csd bench query` (Q6 and Q1 at SF 0.2, three
 //! strategies, NSM and PAX), `csd demo`, `csd repro scan-paper` and `csd repro smart-ssd`
 //! must print exactly the modeled figures in `bench/golden/` (recorded on main before SQL
-//! moved to DataFusion; see `scripts/golden.py`, which runs the same comparison on any
-//! binary, e.g. a release build, and re-records with `--write` when a model change is
-//! intended).
+//! moved to DataFusion, re-recorded for the model changes of issue 17; see
+//! `scripts/golden.py`, which runs the same comparison on any binary, e.g. a release
+//! build, and re-records with `--write` when a model change is intended).
 //!
 //! Only wall-clock figures are masked: JSON keys starting with `wall` (and the
 //! `command` line), text lines that say "wall" have their numbers masked, and table

@@ -1,5 +1,5 @@
 //! The in-storage processing runtime: sessions that scan a table inside the device
-//! (smart-ssd paper §3; scan paper §4.3 embedded-CPU ISP and §4.4 hardware ISP).
+//! (smart-ssd paper §3; scan paper §4.2 embedded-CPU ISP and §4.3 hardware ISP).
 //!
 //! # Protocol (smart-ssd §3.1)
 //! * [`Command::IspOpen`](crate::Command::IspOpen) grants a session its fixed resources
@@ -22,7 +22,7 @@
 //! through a pipeline of pinned buffers: page `i` is issued when a buffer is free (the
 //! page `i - P` has been processed and unpinned), read by the FTL (dies and channels in
 //! parallel: consecutive table pages lie on different channels), then:
-//! * `Cpu` (embedded-CPU ISP, scan §4.3): the page is staged in DRAM and an embedded core
+//! * `Cpu` (embedded-CPU ISP, scan §4.2): the page is staged in DRAM and an embedded core
 //!   runs the shared [`Evaluator`] on it. The core is charged, at the bus clock
 //!   (`cpu.clock_mhz / isp.cycle_clock_divisor`), `isp.page_cycles` per page, `t_comp`
 //!   cycles per record examined (per predicate evaluated when there are several),
@@ -31,12 +31,25 @@
 //!   `isp.dram_access_cycles` per DRAM access of the cache-less core: NSM pays one access
 //!   per value read plus one per record for its slot, PAX one per `isp.ldm_bytes` of a
 //!   minipage (the LDM instruction of smart-ssd §4.2.1). That is what makes PAX faster.
-//! * `Hw` (hardware ISP, scan §4.4): per-channel compare logic filters records as they
-//!   leave the flash controller; only matching records are written to DRAM and sent to
-//!   the host, and no embedded-CPU time is spent. The evaluator runs here too (so the
-//!   results are the same), but its work is not charged to the device: the matching
-//!   records cross the link (`rows_selected × row width` bytes, scan eq. 8) and the host
-//!   folds them, which the host side charges at its own costs.
+//! * `Hw` (hardware ISP, scan §4.3 and its Figure 3): per-channel compare logic filters
+//!   records as they leave the flash controller, and no embedded-CPU time is spent. The
+//!   evaluator runs here too (so the results are the same), but its work is charged to
+//!   the FMC's logic, which keeps pace with the inbound stream:
+//!   - a projection writes the matching records to DRAM and they cross the link
+//!     (`rows_selected × row width` bytes, scan eq. 7–8); the host folds them, which the
+//!     host side charges at its own costs;
+//!   - an aggregation is folded by the FMC's aggregation logic as records stream by
+//!     (Figure 3: "it triggers the update of the aggregate value"): the accumulators of
+//!     up to [`HW_AGG_REGISTER_GROUPS`] groups are registers of the logic, so nothing per
+//!     record reaches DRAM (an ungrouped aggregate, TPC-H Q1's four groups); a `GROUP BY`
+//!     with more groups keeps its group table in the session arena in DRAM, and every
+//!     matching record of a page that ends with more groups reads and writes its group's
+//!     entry (key + 24 bytes per aggregate + a row count). Only the aggregation state
+//!     crosses the link.
+//!
+//! An aggregation's state crosses the link as its wire bytes
+//! ([`PartialResult::wire_bytes`]) in either mode; a projection's chunks as their result
+//! rows (`Cpu`) or the matching records (`Hw`).
 //!
 //! Sessions run "in the background": before every command the device advances all open
 //! sessions to the command's submission instant, taking page steps in the order of their
@@ -62,12 +75,19 @@ use csd_table::{Layout, PageView};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+/// Groups whose accumulators the hardware ISP's aggregation logic holds in registers
+/// (scan paper Figure 3 draws registers and aggregation logic in each FMC, without a
+/// size): beyond this, a `GROUP BY`'s group table lives in DRAM. A design choice: 64
+/// entries of key + accumulators is a few KiB of registers per FMC.
+pub const HW_AGG_REGISTER_GROUPS: usize = 64;
+
 /// Where the filter runs inside the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IspMode {
-    /// Embedded cores evaluate pages staged in DRAM (scan paper §4.3).
+    /// Embedded cores evaluate pages staged in DRAM (scan paper §4.2).
     Cpu,
-    /// Per-channel hardware compare logic filters before DRAM (scan paper §4.4).
+    /// Per-channel hardware compare and aggregation logic before DRAM (scan paper §4.3,
+    /// Figure 3).
     Hw,
 }
 
@@ -136,10 +156,11 @@ pub struct IspReply {
     pub pages_total: u64,
     /// A ready result chunk (rows, or the final aggregation state), if any.
     pub chunk: Option<PartialResult>,
-    /// Bytes that chunk stands for on the host link (for `Hw`, the matching records).
+    /// Bytes that chunk stands for on the host link (an aggregation's state; a
+    /// projection's rows, or under `Hw` the matching records).
     pub chunk_link_bytes: u64,
     /// Rows that passed the filter in the pages behind this chunk (the host folds them
-    /// under `Hw`).
+    /// under `Hw` projections; a `Hw` aggregation folded them in the controller).
     pub chunk_rows_selected: u64,
     /// Another chunk is ready now: GET again without waiting.
     pub more: bool,
@@ -191,6 +212,9 @@ struct Session {
     /// Groups the arena holds (aggregations): when a page could add more, the groups so
     /// far are handed to the host as a chunk (which merges them) and the table restarts.
     group_limit: usize,
+    /// Bytes of one group's entry in the arena's group table (aggregations with a
+    /// `GROUP BY`; 0 for an ungrouped aggregate, whose accumulators are registers).
+    group_entry_bytes: u64,
     /// The chunk being filled.
     out: PartialResult,
     out_link_bytes: u64,
@@ -245,10 +269,16 @@ impl Session {
     fn seal_chunk(&mut self) {
         let result = std::mem::replace(&mut self.out, self.empty.clone());
         let arena = result.wire_bytes().max(self.out_link_bytes);
+        // An aggregation's state crosses the link as its wire bytes.
+        let link_bytes = if self.aggregate {
+            result.wire_bytes()
+        } else {
+            self.out_link_bytes
+        };
         self.ready.push_back(Chunk {
             ready_at: self.out_ready,
             result,
-            link_bytes: self.out_link_bytes,
+            link_bytes,
             rows_selected: self.out_rows_selected,
             arena_bytes: arena,
         });
@@ -329,7 +359,7 @@ impl Runtime {
         }
         let arena_bytes = self.cfg.session_arena_kib as u64 * 1024;
         // Group table: key bytes + per aggregate 24 bytes of accumulator + a row count.
-        let group_limit = match &args.plan.output {
+        let (group_limit, group_entry_bytes) = match &args.plan.output {
             csd_query::Output::Aggregate(a) => {
                 let key: usize = a
                     .group_by
@@ -354,9 +384,10 @@ impl Runtime {
                         per_group * page_rows.max(1)
                     )));
                 }
-                limit as usize
+                let entry = if a.group_by.is_empty() { 0 } else { per_group };
+                (limit as usize, entry)
             }
-            _ => usize::MAX,
+            _ => (usize::MAX, 0),
         };
         let id = match self.sessions.iter().position(Option::is_none) {
             Some(i) => i,
@@ -382,6 +413,7 @@ impl Runtime {
             pinned,
             cursor: at,
             group_limit,
+            group_entry_bytes,
             out,
             out_link_bytes: 0,
             out_rows_selected: 0,
@@ -572,6 +604,21 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
     s.work += c;
     let ctrl = dev.controller_mut();
     let unpin = match s.mode {
+        IspMode::Hw if s.aggregate => {
+            // The FMC's aggregation logic folds the matching records in flight; a GROUP
+            // BY with more groups than its registers hold reads and writes each record's
+            // group entry in the arena.
+            let bytes = if s.out.len() > HW_AGG_REGISTER_GROUPS {
+                2 * c.rows_selected * s.group_entry_bytes
+            } else {
+                0
+            };
+            if bytes > 0 {
+                ctrl.dram(t_flash, bytes)
+            } else {
+                t_flash
+            }
+        }
         IspMode::Hw => {
             let bytes = c.rows_selected * s.row_width;
             s.out_link_bytes += bytes;

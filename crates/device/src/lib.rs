@@ -24,7 +24,7 @@ pub use flixr::{
     Flixr, FlixrError, FlixrStats, HostIndexValue, IndexEncoding, IndexRead, IndexRule, IndexSpec,
     JoinIndexSpec, TableFormat,
 };
-pub use isp::{IspMode, IspOpen, IspReply, SessionState, TableExtent};
+pub use isp::{HW_AGG_REGISTER_GROUPS, IspMode, IspOpen, IspReply, SessionState, TableExtent};
 pub use nvme::{
     Accounting, Cid, Command, Completion, FlashSplit, IdentifyInfo, LogPage, NvmeDevice, Payload,
     QueueId, SmartLog, Status, Telemetry,

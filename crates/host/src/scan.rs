@@ -10,9 +10,10 @@
 //!   `isp.host_cycles_per_page` per page, at the host clock, on `host.cores` cores.
 //! * [`Strategy::CpuIsp`] / [`Strategy::HwIsp`]: the host OPENs a device session
 //!   (smart-ssd §3.1), polls GET with an adaptive interval until the session is done,
-//!   merging result chunks as they come, then CLOSEs it. Under `HwIsp` the matching
-//!   records cross the link and the host folds them, charged like IHP's per-record cost
-//!   on those records only.
+//!   merging result chunks as they come, then CLOSEs it. Under `HwIsp` a projection's
+//!   matching records cross the link and the host folds them, charged like IHP's
+//!   per-record cost on those records only; an aggregation is folded by the flash
+//!   controller's logic (scan paper Figure 3) and only its state crosses the link.
 //!
 //! The same [`Evaluator`] runs in every strategy, so results are identical; only where it
 //! runs and how its [`WorkCounters`] are charged differ.
@@ -24,10 +25,13 @@
 //! read to the end of the host's last work; wall-clock time is measured separately.
 //!
 //! Polling (smart-ssd §3.1 used a fixed 10 ms and asked for an adaptive interval): a GET
-//! that brought data or says `more` is followed after `poll_min_us`; otherwise the host
-//! estimates the time left from the progress GET reports (pages done of pages total
-//! since OPEN) and sleeps half of it, within `poll_min_us..=poll_max_us`; before any
-//! progress the interval doubles from `poll_min_us`.
+//! that brought data or says `more` is followed after `poll_min_us`; otherwise the
+//! interval doubles from the last one, up to half the time left the host estimates from
+//! the progress GET reports (pages done of pages total since OPEN) and within
+//! `poll_min_us..=poll_max_us`. Doubling matters for a result stream: a GET that falls
+//! between two chunks used to send the host to sleep for half the time left, and a
+//! session whose arena filled meanwhile stalled (the scan paper's Figure 7 at σ = 1 over
+//! PCIe ran 12% slower than its model).
 
 use crate::catalog::TableInfo;
 use crate::client::{CommandIssuer, HostError};
@@ -469,7 +473,9 @@ impl Run<'_> {
                 let got = reply.chunk.is_some();
                 if let Some(chunk) = reply.chunk.take() {
                     sink(chunk)?;
-                    if mode == IspMode::Hw {
+                    // A hardware projection sends the matching records: the host folds
+                    // them. A hardware aggregation was folded in the controller.
+                    if mode == IspMode::Hw && !plan.is_aggregate() {
                         let cy =
                             host_cycles(cfg, reply.chunk_rows_selected, reply.chunk_rows_selected);
                         end = end.max(host.run(comp.acct.completed, cy));
@@ -490,14 +496,20 @@ impl Run<'_> {
                     opts.poll_min_us.max(1.0),
                     opts.poll_max_us.max(opts.poll_min_us.max(1.0)),
                 );
+                // Back off by doubling from the last interval: an empty GET between two
+                // chunks of a result stream must not send the host to sleep for half
+                // the time left (the session's arena would fill and stall the scan).
+                let backoff = (interval * 2.0).min(hi);
                 interval = if got {
                     lo
                 } else if reply.pages_done > 0 {
                     let elapsed_us = c.now().since(opened) as f64 / 1e3;
                     let left = reply.pages_total.saturating_sub(reply.pages_done) as f64;
-                    (elapsed_us * left / reply.pages_done as f64 / 2.0).clamp(lo, hi)
+                    (elapsed_us * left / reply.pages_done as f64 / 2.0)
+                        .clamp(lo, hi)
+                        .min(backoff)
                 } else {
-                    (interval * 2.0).min(hi)
+                    backoff
                 };
                 let next = c.now().after((interval * 1e3) as u64);
                 c.wait_until(next);

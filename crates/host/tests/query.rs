@@ -231,6 +231,46 @@ fn isp_beats_ihp_where_the_link_is_the_bottleneck_and_pax_beats_nsm_on_cpu() {
     );
 }
 
+#[test]
+fn hardware_isp_aggregates_in_the_flash_controller() {
+    // Scan paper Figure 3: the FMC's aggregation logic folds the matching records as they
+    // stream by; only the aggregate crosses the link, and the host folds nothing.
+    let cfg = config(&[]);
+    let mut c = client(cfg.clone());
+    load_synthetic(&mut c, "pax", Layout::Pax);
+    let info = table(&mut c, "pax");
+    let v = 2_000; // 10% of the rows
+    let opts = ScanOptions::new(Strategy::HwIsp);
+    let (_, proj) = run(&mut c, &info, &selection(&info, v), &cfg, &opts);
+    let (r, agg) = run(&mut c, &info, &count_sum(&info, v), &cfg, &opts);
+    assert_eq!(count_and_sum(&r).0, v as u64);
+    // The projection sends the 2,000 matching 64-byte records; the aggregation its
+    // state (plus the OPEN, GET and CLOSE commands themselves).
+    assert!(
+        proj.host_link_bytes > 2_000 * 64,
+        "{}",
+        proj.host_link_bytes
+    );
+    assert!(
+        agg.host_link_bytes < 8 * 1024,
+        "aggregation sent {} bytes",
+        agg.host_link_bytes
+    );
+    assert_eq!(agg.host_cpu_cycles, 0, "the host folds nothing");
+    assert!(
+        proj.host_cpu_cycles > 0,
+        "the host folds the projection's records"
+    );
+    assert_eq!(agg.device_cpu_cycles, 0, "hardware, not the embedded cores");
+    // An ungrouped aggregate's accumulators are registers: no record reaches DRAM.
+    assert!(
+        agg.dram_bytes + 2_000 * 64 <= proj.dram_bytes,
+        "agg {} proj {}",
+        agg.dram_bytes,
+        proj.dram_bytes
+    );
+}
+
 // ------------------------------------------------------------------ session protocol
 
 /// OPEN of [`selection`]`(bound)` over `name`.
