@@ -328,7 +328,7 @@ pub(crate) fn print_devices(choice: Choice, answer: &Answer, devices: &[Vec<Scan
         "channel MB",
         "energy J",
         "rows out",
-        "scan wall s",
+        "wall s (scans; array: query)",
     ]);
     let sum = |d: &[ScanRecord], f: &dyn Fn(&ScanRecord) -> u64| -> u64 { d.iter().map(f).sum() };
     for (i, d) in devices.iter().enumerate() {
@@ -465,8 +465,14 @@ pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
     let mut base: Option<f64> = None;
     let mut lines = Vec::new();
     for &n in &threads {
-        let s = ArraySession::new(clients, cfg.clone(), settings, n, &[placement.clone()])
-            .map_err(query::sql_error)?;
+        let s = ArraySession::new(
+            clients,
+            cfg.clone(),
+            settings,
+            n,
+            std::slice::from_ref(&placement),
+        )
+        .map_err(query::sql_error)?;
         let mut best = f64::INFINITY;
         let mut scans_wall = 0.0;
         let mut modeled = 0u64;

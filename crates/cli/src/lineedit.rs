@@ -387,8 +387,9 @@ impl Editor {
             }
             redraw(&mut out, prompt, &state).map_err(ReadError::Io)?;
         };
+        // The line as it ended stays on screen; the cursor goes to the next line.
+        let _ = redraw(&mut out, prompt, &state);
         drop(raw);
-        // The line as typed stays on screen; the cursor goes to the next line.
         let _ = out.write_all(if matches!(result, Err(ReadError::Interrupted)) {
             b"^C\r\n"
         } else {

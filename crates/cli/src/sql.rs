@@ -335,10 +335,7 @@ impl Splitter {
         }
         self.buf.push_str(line);
         // Scan the buffer for `;` outside '...' , "..." and -- comments.
-        loop {
-            let Some(end) = statement_end(&self.buf) else {
-                break;
-            };
+        while let Some(end) = statement_end(&self.buf) {
             let stmt = self.buf[..end].trim().to_string();
             self.buf = self.buf[end + 1..].to_string();
             if !stmt.is_empty() && !only_comments(&stmt) {

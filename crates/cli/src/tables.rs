@@ -135,7 +135,7 @@ pub(crate) struct TablesArgs {
 
 /// A device or an array, opened read-write for loading.
 enum Dest {
-    One(Client),
+    One(Box<Client>),
     Array(crate::array::ArrayLoad),
 }
 
@@ -171,7 +171,9 @@ fn open_client(t: &Target) -> Result<Dest, CliError> {
         }
         (Some(img), None) => {
             let dev = image::open_rw(img, &t.src, &image::FtlArgs::default(), true, t.json)?;
-            Ok(Dest::One(Client::new(NvmeDevice::from_block(dev))?))
+            Ok(Dest::One(Box::new(Client::new(NvmeDevice::from_block(
+                dev,
+            ))?)))
         }
         (None, None) => Err(CliError::Usage("give --image PATH or --array DIR".into())),
     }
@@ -180,7 +182,7 @@ fn open_client(t: &Target) -> Result<Dest, CliError> {
 fn close_client(d: Dest) -> Result<(), CliError> {
     match d {
         Dest::One(c) => {
-            let mut b = c.into_device().into_block();
+            let mut b = (*c).into_device().into_block();
             image::close(&mut b)
         }
         Dest::Array(a) => a.close(),
@@ -500,5 +502,5 @@ pub(crate) fn tables_cmd(a: &TablesArgs) -> Result<(), CliError> {
         println!("{t}");
         println!("catalog version {}", cat.seq);
     }
-    close_client(Dest::One(client))
+    close_client(Dest::One(Box::new(client)))
 }

@@ -120,7 +120,7 @@ fn unsupported_types_and_nulls_name_the_column() {
 fn floats_need_a_scale_and_are_rounded_to_it() {
     let (schema, batches) = batch(vec![(
         "f",
-        Arc::new(Float64Array::from(vec![1.005, -2.5, 3.14159])) as ArrayRef,
+        Arc::new(Float64Array::from(vec![1.005, -2.5, 3.14259])) as ArrayRef,
     )]);
     let e = to_rows(
         "t",
@@ -143,7 +143,7 @@ fn floats_need_a_scale_and_are_rounded_to_it() {
         .map(|i| s.value(rows.row(i).expect("row"), 0).expect("value"))
         .collect();
     assert_eq!(v[1], Value::Decimal(-2500));
-    assert_eq!(v[2], Value::Decimal(3142));
+    assert_eq!(v[2], Value::Decimal(3143));
     let nan = batch(vec![(
         "f",
         Arc::new(Float64Array::from(vec![f64::NAN])) as ArrayRef,
