@@ -5,6 +5,7 @@
 //! workloads with modeled and wall-clock figures), `serve` (the device as an NBD server
 //! for real clients), `kv serve` (the key-value store over the Redis protocol). Every command has `--help`.
 
+mod array;
 mod bench_flixr;
 mod bench_open;
 mod bench_serve;
@@ -16,10 +17,12 @@ mod kvbench;
 mod kvpeers;
 mod kvrepro;
 mod kvserve;
+mod lineedit;
 mod query;
 mod report;
 mod repro;
 mod serve;
+mod sql;
 mod tables;
 mod torture;
 mod units;
@@ -119,6 +122,16 @@ enum Cmd {
     ///
     /// Example: csd query --image dev.img --strategy all q6
     Query(query::QueryArgs),
+    /// Arrays of devices (smart-ssd §4.3): a table's pages striped across N device
+    /// images; queries scan every device in parallel.
+    #[command(subcommand)]
+    Array(array::ArrayCmd),
+    /// SQL over the tables of a device image: one query (as `csd query` runs it) or, without
+    /// one, an interactive shell (history, statements over several lines ending at `;`,
+    /// `\d` lists the tables, `\d NAME` describes one, `\q` quits).
+    ///
+    /// Example: csd sql --image dev.img --format csv --output q6.parquet q6
+    Sql(sql::SqlArgs),
     /// Reproduce a paper's experiments: markdown report, PNG + SVG plots, side-by-side
     /// table against the published figures.
     #[command(subcommand)]
@@ -338,6 +351,11 @@ struct IoArgs {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// Scan wall time of a query on an in-memory array of devices (TPC-H lineitem
+    /// striped over them), per number of host threads.
+    ///
+    /// Example: csd bench array --devices 2 --sf 0.1 --threads 1,2 --query q6
+    Array(array::BenchArrayArgs),
     /// FTL recovery time after a power cut at steady state.
     ///
     /// Example: csd bench recovery --logical-gib 4
@@ -433,6 +451,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Load(c) => tables::load_cmd(&c),
         Cmd::Tables(a) => tables::tables_cmd(&a),
         Cmd::Query(a) => query::query_cmd(&a),
+        Cmd::Sql(a) => sql::sql_cmd(&a),
+        Cmd::Array(c) => array::array_cmd(&c),
+        Cmd::Bench(BenchCmd::Array(a)) => array::bench_array_cmd(&a),
         Cmd::Repro(c) => repro::repro_cmd(&c),
         Cmd::Kv(KvCmd::Serve(a)) => kvserve::kv_serve_cmd(&a),
         Cmd::Bench(BenchCmd::Query(a)) => query::bench_query_cmd(&a),

@@ -8,10 +8,12 @@ use crate::{CliError, ConfigSource, report};
 use clap::Args;
 use csd_device::NvmeDevice;
 use csd_ftl::FtlConfig;
-use csd_host::{Client, QueryReport, Strategy};
+use csd_host::{Client, QueryReport, Strategy, TableInfo};
 use csd_sim::DeviceConfig;
 use csd_sql::datafusion::arrow::array::RecordBatch;
-use csd_sql::{Answer, Choice, ScanSettings, SqlError, SqlSession};
+use csd_sql::{
+    Answer, ArrayAnswer, ArraySession, Choice, ScanRecord, ScanSettings, SqlError, SqlSession,
+};
 use csd_table::datagen::{TpchGenerator, TpchTable};
 use csd_table::page::Layout;
 use serde_json::{Value, json};
@@ -68,42 +70,297 @@ impl RunOpts {
     }
 }
 
+/// How the commands that run SQL over a device image (`csd query`, `csd sql`) run and
+/// print their statements.
+#[derive(Args, Clone)]
+pub(crate) struct SqlOpts {
+    /// Where scans run: ihp, cpu-isp, hw-isp, auto (per scan, from the analytic model),
+    /// or all (the three, side by side; results must agree).
+    #[arg(long, default_value = "all")]
+    pub(crate) strategy: String,
+    /// IHP: read commands the host keeps in flight.
+    #[arg(long, default_value_t = 32)]
+    pub(crate) queue_depth: usize,
+    /// ISP: smallest (first) GET poll interval, µs.
+    #[arg(long, default_value_t = 50.0)]
+    pub(crate) poll_min_us: f64,
+    /// ISP: largest GET poll interval, µs.
+    #[arg(long, default_value_t = 10_000.0)]
+    pub(crate) poll_max_us: f64,
+    /// Keep partial aggregations in DataFusion instead of the device.
+    #[arg(long)]
+    pub(crate) no_aggregate_pushdown: bool,
+    /// Print the plan after the run: which operators ran in the device and which in
+    /// the host, with per-operator metrics (EXPLAIN ANALYZE).
+    #[arg(long)]
+    pub(crate) explain: bool,
+    /// Result rows to print (all are computed).
+    #[arg(long, default_value_t = 20)]
+    pub(crate) rows: usize,
+    /// Print one JSON object per statement: rows, and per strategy the scans' modeled
+    /// reports.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+impl SqlOpts {
+    /// The scan settings these options ask for (the strategy is set per run).
+    pub(crate) fn settings(&self) -> ScanSettings {
+        let mut settings = ScanSettings::new(Choice::Auto);
+        settings.options.queue_depth = self.queue_depth.max(1);
+        settings.options.poll_min_us = self.poll_min_us;
+        settings.options.poll_max_us = self.poll_max_us;
+        settings.aggregate_pushdown = !self.no_aggregate_pushdown;
+        settings
+    }
+
+    /// The options as flags, for a `reproduce:` line.
+    pub(crate) fn flags(&self) -> String {
+        format!(
+            "--strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}{}",
+            self.strategy,
+            self.queue_depth,
+            self.poll_min_us,
+            self.poll_max_us,
+            if self.no_aggregate_pushdown {
+                " --no-aggregate-pushdown"
+            } else {
+                ""
+            },
+        )
+    }
+}
+
+/// Where the tables are: one device image or an array of them.
+#[derive(Args, Clone)]
+pub(crate) struct DbArgs {
+    /// Device image holding the tables (see `csd load`).
+    #[arg(long, required_unless_present = "array", conflicts_with = "array")]
+    pub(crate) image: Option<PathBuf>,
+    /// An array of devices (see `csd array create`): each device is one partition,
+    /// scanned in parallel on host threads.
+    #[arg(long)]
+    pub(crate) array: Option<PathBuf>,
+    /// Array: host threads for the device scans and DataFusion (default: the cores).
+    #[arg(long, requires = "array")]
+    pub(crate) threads: Option<usize>,
+}
+
+impl DbArgs {
+    /// `--image PATH` or `--array DIR [--threads N]`, for a `reproduce:` line.
+    pub(crate) fn describe(&self) -> String {
+        match (&self.image, &self.array) {
+            (_, Some(d)) => format!(
+                "--array {}{}",
+                d.display(),
+                self.threads
+                    .map_or(String::new(), |t| format!(" --threads {t}"))
+            ),
+            (Some(i), None) => format!("--image {}", i.display()),
+            (None, None) => String::new(),
+        }
+    }
+}
+
 /// `csd query --image PATH "SELECT ..."`.
 #[derive(Args)]
 pub(crate) struct QueryArgs {
-    /// Device image holding the tables (see `csd load`).
-    #[arg(long)]
-    image: PathBuf,
+    #[command(flatten)]
+    db: DbArgs,
     /// The query: any SQL DataFusion accepts over the device's tables (joins, ORDER BY,
     /// LIMIT, subqueries). `q1` … `q22` stand for the TPC-H queries with their
     /// validation parameters.
     sql: String,
-    /// Where scans run: ihp, cpu-isp, hw-isp, auto (per scan, from the analytic model),
-    /// or all (the three, side by side; results must agree).
-    #[arg(long, default_value = "all")]
-    strategy: String,
-    /// IHP: read commands the host keeps in flight.
-    #[arg(long, default_value_t = 32)]
-    queue_depth: usize,
-    /// ISP: smallest (first) GET poll interval, µs.
-    #[arg(long, default_value_t = 50.0)]
-    poll_min_us: f64,
-    /// ISP: largest GET poll interval, µs.
-    #[arg(long, default_value_t = 10_000.0)]
-    poll_max_us: f64,
-    /// Keep partial aggregations in DataFusion instead of the device.
-    #[arg(long)]
-    no_aggregate_pushdown: bool,
-    /// Print the plan after the run: which operators ran in the device and which in
-    /// the host, with per-operator metrics (EXPLAIN ANALYZE).
-    #[arg(long)]
-    explain: bool,
-    /// Result rows to print (all are computed).
-    #[arg(long, default_value_t = 20)]
-    rows: usize,
-    /// Print one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    opts: SqlOpts,
+}
+
+/// The SQL session of `csd query` / `csd sql`: over one device or an array.
+pub(crate) enum Db {
+    /// One device image.
+    One(SqlSession),
+    /// An array of device images.
+    Array(ArraySession),
+}
+
+/// A SQL session over the tables of a device image or an array, opened read-only, as
+/// `csd query` and `csd sql` use it.
+pub(crate) struct ImageSession {
+    /// The session.
+    pub(crate) db: Db,
+    /// The device's config (every member's, for an array).
+    pub(crate) cfg: DeviceConfig,
+}
+
+impl ImageSession {
+    /// Opens the image or array of `db` read-only (a query never changes an image:
+    /// running it twice leaves the files byte-identical, whatever the SQL says) with
+    /// the settings of `opts`.
+    pub(crate) fn open(db: &DbArgs, opts: &SqlOpts, quiet: bool) -> Result<Self, CliError> {
+        match (&db.image, &db.array) {
+            (_, Some(dir)) => {
+                let (s, cfg) = crate::array::session(dir, opts.settings(), db.threads, quiet)?;
+                Ok(ImageSession {
+                    db: Db::Array(s),
+                    cfg,
+                })
+            }
+            (Some(image), None) => {
+                let dev = crate::image::open_ro(image, quiet)?;
+                let cfg = dev.ftl().nand().config().clone();
+                let client = Client::new(NvmeDevice::from_block(dev))?;
+                let session =
+                    SqlSession::new(client, cfg.clone(), opts.settings()).map_err(sql_error)?;
+                Ok(ImageSession {
+                    db: Db::One(session),
+                    cfg,
+                })
+            }
+            (None, None) => Err(CliError::Usage("give --image PATH or --array DIR".into())),
+        }
+    }
+
+    /// The tables' catalog entries (for an array: each whole table, rows and pages of
+    /// every device).
+    pub(crate) fn catalog(&self) -> Vec<TableInfo> {
+        match &self.db {
+            Db::One(s) => s.catalog().to_vec(),
+            Db::Array(a) => a.tables().iter().filter_map(|t| a.table_info(t)).collect(),
+        }
+    }
+
+    /// The table names.
+    pub(crate) fn tables(&self) -> Vec<String> {
+        match &self.db {
+            Db::One(s) => s.tables().to_vec(),
+            Db::Array(a) => a.tables().to_vec(),
+        }
+    }
+}
+
+/// What one statement returned: per strategy the answer (the rows agree), and the
+/// column names and display rows of the first.
+pub(crate) struct Ran {
+    /// Per strategy, the answer.
+    pub(crate) runs: Vec<(Choice, Answer)>,
+    /// On an array, per strategy (as `runs`), each device's scans.
+    pub(crate) devices: Vec<Vec<Vec<ScanRecord>>>,
+    /// Column names.
+    pub(crate) names: Vec<String>,
+    /// Rows as display strings.
+    pub(crate) rows: Vec<Vec<String>>,
+}
+
+impl Ran {
+    /// The first strategy's answer (all strategies returned the same rows).
+    pub(crate) fn answer(&self) -> Option<&Answer> {
+        self.runs.first().map(|(_, a)| a)
+    }
+}
+
+/// Runs `sql` (`q1` … `q22` expanded) with each strategy of `opts`.
+pub(crate) fn run_statement(
+    session: &mut ImageSession,
+    sql: &str,
+    opts: &SqlOpts,
+) -> Result<Ran, CliError> {
+    let sql = expand_tpch(sql);
+    let (runs, devices) = match &mut session.db {
+        Db::One(s) => (run_sql(s, sql, &opts.strategy)?, Vec::new()),
+        Db::Array(a) => {
+            let cs = choices(&opts.strategy)?;
+            let runs = a.run_strategies(sql, &cs).map_err(sql_error)?;
+            let mut answers = Vec::with_capacity(runs.len());
+            let mut arrays = Vec::with_capacity(runs.len());
+            for (c, ArrayAnswer { answer, devices }) in runs {
+                answers.push((c, answer));
+                arrays.push(devices);
+            }
+            (answers, arrays)
+        }
+    };
+    let (names, rows) = match runs.first() {
+        Some((_, ans)) => (ans.column_names(), ans.rows().map_err(sql_error)?),
+        None => return Err(CliError::Usage("no strategy given".into())),
+    };
+    Ok(Ran {
+        runs,
+        devices,
+        names,
+        rows,
+    })
+}
+
+/// A statement's result and reports as one JSON object (`--json`).
+pub(crate) fn ran_json(ran: &Ran, cfg: &DeviceConfig, cmd: &str) -> Value {
+    let runs_json: Vec<Value> = ran
+        .runs
+        .iter()
+        .enumerate()
+        .map(|(i, (c, ans))| {
+            let mut v = json!({
+                "strategy": c.name(),
+                "scans": ans.scans.iter().map(|s| {
+                    let mut r = report_json(&s.report);
+                    r["device_program"] = json!(s.program);
+                    r["why"] = json!(s.why);
+                    r
+                }).collect::<Vec<_>>(),
+            });
+            if let Some(a) = ran.devices.get(i) {
+                v["array"] = json!({
+                    "modeled_time_s": csd_sql::array::array_ns(a) as f64 / 1e9,
+                    "devices": a.iter().map(|d| json!({
+                        "modeled_time_s": d.iter().map(|s| s.report.modeled_ns).sum::<u64>() as f64 / 1e9,
+                        "flash_reads": d.iter().map(|s| s.report.flash_reads).sum::<u64>(),
+                        "host_link_bytes": d.iter().map(|s| s.report.host_link_bytes).sum::<u64>(),
+                        "scans": d.iter().map(|s| report_json(&s.report)).collect::<Vec<_>>(),
+                    })).collect::<Vec<_>>(),
+                });
+            }
+            v
+        })
+        .collect();
+    json!({"columns": ran.names, "rows": ran.rows, "device": cfg.name, "runs": runs_json, "command": cmd})
+}
+
+/// A statement's result (up to `opts.rows` rows) and, per strategy, its device scans
+/// with their modeled reports (per device and the array total on an array) and, with
+/// `--explain`, the plan.
+pub(crate) fn print_ran(ran: &Ran, cfg: &DeviceConfig, opts: &SqlOpts) {
+    print_rows(&ran.names, &ran.rows, opts.rows);
+    for (i, (c, ans)) in ran.runs.iter().enumerate() {
+        match ran.devices.get(i) {
+            Some(a) => crate::array::print_devices(*c, ans, a),
+            None => print_scans(*c, ans, cfg),
+        }
+        if opts.explain {
+            println!(
+                "plan ({}; [device] ran in the device, [host] in DataFusion):",
+                c.name()
+            );
+            print!("{}", ans.explained);
+        }
+    }
+}
+
+/// `csd query`: DataFusion plans, the device scans.
+pub(crate) fn query_cmd(a: &QueryArgs) -> Result<(), CliError> {
+    let mut s = ImageSession::open(&a.db, &a.opts, a.opts.json)?;
+    let ran = run_statement(&mut s, &a.sql, &a.opts)?;
+    let cmd = format!(
+        "csd query {} {} \"{}\"",
+        a.db.describe(),
+        a.opts.flags(),
+        a.sql
+    );
+    if a.opts.json {
+        println!("{}", ran_json(&ran, &s.cfg, &cmd));
+        return Ok(());
+    }
+    print_ran(&ran, &s.cfg, &a.opts);
+    println!("reproduce: {cmd}");
+    Ok(())
 }
 
 /// The SQL of `q1` … `q22`, or the text itself.
@@ -161,75 +418,6 @@ pub(crate) fn run_sql(
         return Err(CliError::Usage("no strategy given".into()));
     }
     session.run_strategies(sql, &choices).map_err(sql_error)
-}
-
-/// `csd query`: DataFusion plans, the device scans.
-pub(crate) fn query_cmd(a: &QueryArgs) -> Result<(), CliError> {
-    // Read-only: a query never changes the image (running it twice leaves the file
-    // byte-identical), whatever the SQL says.
-    let dev = crate::image::open_ro(&a.image, a.json)?;
-    let cfg = dev.ftl().nand().config().clone();
-    let client = Client::new(NvmeDevice::from_block(dev))?;
-    let sql = expand_tpch(&a.sql);
-    let mut settings = ScanSettings::new(Choice::Auto);
-    settings.options.queue_depth = a.queue_depth.max(1);
-    settings.options.poll_min_us = a.poll_min_us;
-    settings.options.poll_max_us = a.poll_max_us;
-    settings.aggregate_pushdown = !a.no_aggregate_pushdown;
-    let mut session = SqlSession::new(client, cfg.clone(), settings).map_err(sql_error)?;
-    let runs = run_sql(&mut session, sql, &a.strategy)?;
-    let (names, rows) = match runs.first() {
-        Some((_, ans)) => (ans.column_names(), ans.rows().map_err(sql_error)?),
-        None => return Err(CliError::Usage("no strategy given".into())),
-    };
-    let cmd = format!(
-        "csd query --image {} --strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}{} \"{}\"",
-        a.image.display(),
-        a.strategy,
-        a.queue_depth,
-        a.poll_min_us,
-        a.poll_max_us,
-        if a.no_aggregate_pushdown {
-            " --no-aggregate-pushdown"
-        } else {
-            ""
-        },
-        a.sql
-    );
-    if a.json {
-        let runs_json: Vec<Value> = runs
-            .iter()
-            .map(|(c, ans)| {
-                json!({
-                    "strategy": c.name(),
-                    "scans": ans.scans.iter().map(|s| {
-                        let mut r = report_json(&s.report);
-                        r["device_program"] = json!(s.program);
-                        r["why"] = json!(s.why);
-                        r
-                    }).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        println!(
-            "{}",
-            json!({"columns": names, "rows": rows, "device": cfg.name, "runs": runs_json, "command": cmd})
-        );
-        return Ok(());
-    }
-    print_rows(&names, &rows, a.rows);
-    for (c, ans) in &runs {
-        print_scans(*c, ans, &cfg);
-        if a.explain {
-            println!(
-                "plan ({}; [device] ran in the device, [host] in DataFusion):",
-                c.name()
-            );
-            print!("{}", ans.explained);
-        }
-    }
-    println!("reproduce: {cmd}");
-    Ok(())
 }
 
 /// The device scans of one run: what ran in the device and the modeled report.
@@ -298,7 +486,7 @@ pub(crate) fn print_answer(a: &Answer, max: usize) -> Result<(), CliError> {
 }
 
 /// Print up to `max` of `rows` under `names`, then the row count.
-fn print_rows(names: &[String], rows: &[Vec<String>], max: usize) {
+pub(crate) fn print_rows(names: &[String], rows: &[Vec<String>], max: usize) {
     let mut t = report::table(&names.iter().map(String::as_str).collect::<Vec<_>>());
     for r in rows.iter().take(max) {
         t.add_row(r.clone());

@@ -19,14 +19,66 @@ pub(crate) enum LoadCmd {
     ///
     /// Example: csd load synthetic --columns 64 --rows 1000000 --image dev.img
     Synthetic(SyntheticArgs),
+    /// A CSV file: column types inferred (integers, decimals kept exact, dates, strings
+    /// as CHAR of the longest value); an unsupported type or a bad value is an error
+    /// naming the column, and nothing is written.
+    ///
+    /// Example: csd load csv sales.csv --table sales --header --image dev.img
+    Csv(CsvArgs),
+    /// A Parquet file: integers, decimals, dates, strings (floats with --float-scale);
+    /// an unsupported type is an error naming the column, and nothing is written.
+    ///
+    /// Example: csd load parquet lineitem.parquet --table lineitem --layout pax --image dev.img
+    Parquet(ParquetArgs),
+}
+
+/// A file to load as one table.
+#[derive(Args)]
+pub(crate) struct FileArgs {
+    /// The file.
+    file: PathBuf,
+    /// Name of the table (1 to 64 letters, digits or _); replaces a table of that name.
+    #[arg(long)]
+    table: String,
+    /// Store floating-point columns as DECIMAL with this many digits after the point
+    /// (rounded); without it a floating-point column is an error.
+    #[arg(long)]
+    float_scale: Option<u8>,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Args)]
+pub(crate) struct CsvArgs {
+    #[command(flatten)]
+    file: FileArgs,
+    /// The first line names the columns (otherwise column_1, column_2, ...).
+    #[arg(long)]
+    header: bool,
+    /// Field delimiter (one ASCII character; `\t` for a tab).
+    #[arg(long, default_value = ",")]
+    delimiter: String,
+}
+
+#[derive(Args)]
+pub(crate) struct ParquetArgs {
+    #[command(flatten)]
+    file: FileArgs,
 }
 
 /// Where tables go.
 #[derive(Args)]
 pub(crate) struct Target {
     /// Image file (created from --preset/--config if it does not exist).
+    #[arg(long, required_unless_present = "array", conflicts_with = "array")]
+    image: Option<PathBuf>,
+    /// An array of devices (see `csd array create`): the table's pages are striped
+    /// across its images and the array's manifest records where.
     #[arg(long)]
-    image: PathBuf,
+    array: Option<PathBuf>,
+    /// Array: consecutive pages that go to one device (the stripe unit).
+    #[arg(long, default_value_t = 1, requires = "array")]
+    stripe_pages: u64,
     #[command(flatten)]
     src: ConfigSource,
     /// Page layout: nsm or pax.
@@ -81,14 +133,75 @@ pub(crate) struct TablesArgs {
     json: bool,
 }
 
-fn open_client(t: &Target) -> Result<Client, CliError> {
-    let dev = image::open_rw(&t.image, &t.src, &image::FtlArgs::default(), true, t.json)?;
-    Ok(Client::new(NvmeDevice::from_block(dev))?)
+/// A device or an array, opened read-write for loading.
+enum Dest {
+    One(Box<Client>),
+    Array(crate::array::ArrayLoad),
 }
 
-fn close_client(c: Client) -> Result<(), CliError> {
-    let mut b = c.into_device().into_block();
-    image::close(&mut b)
+impl Target {
+    /// `--image PATH` or `--array DIR`, for a `reproduce:` line.
+    fn describe(&self) -> String {
+        match (&self.image, &self.array) {
+            (_, Some(d)) => format!(
+                "--array {} --stripe-pages {}",
+                d.display(),
+                self.stripe_pages
+            ),
+            (Some(i), None) => format!("--image {}", i.display()),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+fn open_client(t: &Target) -> Result<Dest, CliError> {
+    match (&t.image, &t.array) {
+        (_, Some(dir)) => {
+            if t.src.given() {
+                return Err(CliError::Usage(
+                    "--preset/--config/--set apply to `csd array create`, not to a load into an array"
+                        .into(),
+                ));
+            }
+            Ok(Dest::Array(crate::array::ArrayLoad::open(
+                dir,
+                t.stripe_pages,
+                t.json,
+            )?))
+        }
+        (Some(img), None) => {
+            let dev = image::open_rw(img, &t.src, &image::FtlArgs::default(), true, t.json)?;
+            Ok(Dest::One(Box::new(Client::new(NvmeDevice::from_block(
+                dev,
+            ))?)))
+        }
+        (None, None) => Err(CliError::Usage("give --image PATH or --array DIR".into())),
+    }
+}
+
+fn close_client(d: Dest) -> Result<(), CliError> {
+    match d {
+        Dest::One(c) => {
+            let mut b = (*c).into_device().into_block();
+            image::close(&mut b)
+        }
+        Dest::Array(a) => a.close(),
+    }
+}
+
+/// Load one table into a device or an array.
+fn load_into(
+    dest: &mut Dest,
+    name: &str,
+    source: impl csd_table::datagen::RowSource,
+    layout: Layout,
+    total: Option<u64>,
+    json: bool,
+) -> Result<csd_host::LoadReport, CliError> {
+    match dest {
+        Dest::One(c) => load_one(c, name, source, layout, total, json),
+        Dest::Array(a) => a.load(name, source, layout, total, json),
+    }
 }
 
 fn layout_of(s: &str) -> Layout {
@@ -205,7 +318,7 @@ pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
                 let g =
                     TpchGenerator::new(table, a.sf).map_err(|e| CliError::Usage(e.to_string()))?;
                 let total = table.row_count(a.sf, 1, 1);
-                loads.push(load_one(
+                loads.push(load_into(
                     &mut client,
                     name,
                     g,
@@ -216,11 +329,11 @@ pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
             }
             close_client(client)?;
             let cmd = format!(
-                "csd load tpch --sf {} --tables {} --layout {} --image {}",
+                "csd load tpch --sf {} --tables {} --layout {} {}",
                 a.sf,
                 a.tables,
                 a.target.layout,
-                a.target.image.display()
+                a.target.describe()
             );
             report_loads(&loads, &cmd, a.target.json);
         }
@@ -233,7 +346,7 @@ pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
                 .unwrap_or_else(|| format!("synthetic{}", a.columns));
             let mut client = open_client(&a.target)?;
             let g = SyntheticGenerator::new(spec).map_err(|e| CliError::Usage(e.to_string()))?;
-            loads.push(load_one(
+            loads.push(load_into(
                 &mut client,
                 &name,
                 g,
@@ -243,17 +356,104 @@ pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
             )?);
             close_client(client)?;
             let cmd = format!(
-                "csd load synthetic --columns {} --rows {} --seed {} --name {name} --layout {} --image {}",
+                "csd load synthetic --columns {} --rows {} --seed {} --name {name} --layout {} {}",
                 a.columns,
                 a.rows,
                 a.seed,
                 a.target.layout,
-                a.target.image.display()
+                a.target.describe()
             );
             report_loads(&loads, &cmd, a.target.json);
         }
+        LoadCmd::Csv(a) => {
+            loads.push(load_file(&a.file, Some(a))?);
+            let cmd = format!(
+                "csd load csv {} --table {}{} --delimiter '{}'{} --layout {} {}",
+                a.file.file.display(),
+                a.file.table,
+                if a.header { " --header" } else { "" },
+                a.delimiter,
+                a.file
+                    .float_scale
+                    .map_or(String::new(), |s| format!(" --float-scale {s}")),
+                a.file.target.layout,
+                a.file.target.describe()
+            );
+            report_loads(&loads, &cmd, a.file.target.json);
+        }
+        LoadCmd::Parquet(a) => {
+            loads.push(load_file(&a.file, None)?);
+            let cmd = format!(
+                "csd load parquet {} --table {}{} --layout {} {}",
+                a.file.file.display(),
+                a.file.table,
+                a.file
+                    .float_scale
+                    .map_or(String::new(), |s| format!(" --float-scale {s}")),
+                a.file.target.layout,
+                a.file.target.describe()
+            );
+            report_loads(&loads, &cmd, a.file.target.json);
+        }
     }
     Ok(())
+}
+
+/// The delimiter byte of `--delimiter`.
+fn delimiter(s: &str) -> Result<u8, CliError> {
+    match s {
+        "\\t" | "\t" | "tab" => Ok(b'\t'),
+        _ if s.len() == 1 && s.is_ascii() => Ok(s.as_bytes()[0]),
+        _ => Err(CliError::Usage(format!(
+            "--delimiter `{s}`: give one ASCII character (or \\t for a tab)"
+        ))),
+    }
+}
+
+/// `csd load csv|parquet`: the file is read, typed and converted before the image is
+/// opened, so a missing file, a bad type or a bad value leaves the image untouched.
+fn load_file(f: &FileArgs, csv: Option<&CsvArgs>) -> Result<csd_host::LoadReport, CliError> {
+    csd_host::check_table_name(&f.table)?;
+    let mut opts = csd_sql::import::ImportOptions {
+        float_scale: f.float_scale,
+        ..Default::default()
+    };
+    if let Some(c) = csv {
+        opts.header = c.header;
+        opts.delimiter = delimiter(&c.delimiter)?;
+    }
+    let wall = std::time::Instant::now();
+    let pb = bar(None, &f.file.display().to_string(), !f.target.json);
+    if let Some(pb) = &pb {
+        pb.set_message(format!("reading {}", f.file.display()));
+    }
+    let rows = csd_sql::import::import_file(&f.file, &f.table, csv.is_some(), &opts)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    if !f.target.json {
+        eprintln!(
+            "read {} rows of {} columns ({} bytes per row) from {} in {:.2} s",
+            rows.rows(),
+            rows.table_schema().columns().len(),
+            rows.table_schema().row_width(),
+            f.file.display(),
+            wall.elapsed().as_secs_f64()
+        );
+    }
+    let total = Some(rows.rows());
+    let mut client = open_client(&f.target)?;
+    let r = load_into(
+        &mut client,
+        &f.table,
+        rows,
+        layout_of(&f.target.layout),
+        total,
+        f.target.json,
+    );
+    close_client(client)?;
+    r
 }
 
 /// `csd tables --image PATH`.
@@ -302,5 +502,5 @@ pub(crate) fn tables_cmd(a: &TablesArgs) -> Result<(), CliError> {
         println!("{t}");
         println!("catalog version {}", cat.seq);
     }
-    close_client(client)
+    close_client(Dest::One(Box::new(client)))
 }

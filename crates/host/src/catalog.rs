@@ -94,6 +94,19 @@ pub fn same_name(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
 }
 
+/// Checks a table name before anything is written: 1 to 64 ASCII letters, digits or `_`.
+pub fn check_table_name(name: &str) -> Result<(), HostError> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(HostError::Invalid(format!(
+            "table name `{name}`: use 1 to 64 letters, digits or _"
+        )));
+    }
+    Ok(())
+}
+
 fn put_str(v: &mut Vec<u8>, s: &str) {
     v.extend_from_slice(&(s.len() as u16).to_le_bytes());
     v.extend_from_slice(s.as_bytes());
@@ -302,14 +315,7 @@ impl Catalog {
         layout: Layout,
         progress: &mut dyn FnMut(u64),
     ) -> Result<LoadReport, HostError> {
-        if name.is_empty()
-            || name.len() > 64
-            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
-            return Err(HostError::Invalid(format!(
-                "table name `{name}`: use 1 to 64 letters, digits or _"
-            )));
-        }
+        check_table_name(name)?;
         let wall0 = Instant::now();
         let t0 = client.now();
         let mut cat = Catalog::read(client)?;

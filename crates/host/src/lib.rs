@@ -21,7 +21,7 @@ pub mod client;
 pub mod scan;
 pub mod shared;
 
-pub use catalog::{Catalog, LoadReport, TableInfo, same_name};
+pub use catalog::{Catalog, LoadReport, TableInfo, check_table_name, same_name};
 pub use client::{Client, CommandIssuer, HostError};
 pub use scan::{QueryReport, ScanOptions, Strategy, run_scan};
 pub use shared::{DeviceHandle, SharedDevice};

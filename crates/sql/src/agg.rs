@@ -7,7 +7,8 @@
 //! The rule looks through `RepartitionExec`, `CoalesceBatchesExec` and
 //! `ProjectionExec` (DataFusion's common-subexpression projection, e.g. Q1's
 //! `l_extendedprice * (1 - l_discount)`) down to a [`DeviceScanExec`] that returns rows.
-//! It pushes only when everything translates exactly: grouping keys that are table
+//! Over an array ([`ArrayScanExec`], one device scan per partition) every device runs
+//! the same partial aggregation. It pushes only when everything translates exactly: grouping keys that are table
 //! columns; `COUNT`, `SUM`, `AVG`, `MIN`, `MAX` without `DISTINCT` or `FILTER`, whose
 //! arguments are column arithmetic the device computes exactly (`+ - *`, exact casts).
 //! Otherwise the plan is left as it was.
@@ -53,6 +54,7 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 
 use csd_query::build::{self, Ar};
 
+use crate::array::ArrayScanExec;
 use crate::exec::{DeviceScanExec, ScanOutput};
 use crate::schema::{DECIMAL_PRECISION, column_array};
 use crate::translate::{self, NotPushed};
@@ -270,7 +272,9 @@ fn push(agg: &AggregateExec) -> Option<Arc<dyn ExecutionPlan>> {
     let mut node = agg.input().clone();
     let mut projections: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
     let scan_node = loop {
-        if node.downcast_ref::<DeviceScanExec>().is_some() {
+        if node.downcast_ref::<DeviceScanExec>().is_some()
+            || node.downcast_ref::<ArrayScanExec>().is_some()
+        {
             break node;
         }
         let next = if node.downcast_ref::<RepartitionExec>().is_some()
@@ -285,7 +289,29 @@ fn push(agg: &AggregateExec) -> Option<Arc<dyn ExecutionPlan>> {
         };
         node = next;
     };
-    let scan = scan_node.downcast_ref::<DeviceScanExec>()?;
+    if let Some(array) = scan_node.downcast_ref::<ArrayScanExec>() {
+        // An array: the same device aggregation on every device (one partition each).
+        let scans = array
+            .scans()
+            .iter()
+            .map(|s| push_scan(agg, &projections, s.downcast_ref::<DeviceScanExec>()?))
+            .collect::<Option<Vec<_>>>()?;
+        return ArrayScanExec::try_new(scans).ok().map(|a| Arc::new(a) as _);
+    }
+    push_scan(
+        agg,
+        &projections,
+        scan_node.downcast_ref::<DeviceScanExec>()?,
+    )
+}
+
+/// The device partial aggregation replacing `agg` over `scan` (through `projections`,
+/// top first).
+fn push_scan(
+    agg: &AggregateExec,
+    projections: &[Arc<dyn ExecutionPlan>],
+    scan: &DeviceScanExec,
+) -> Option<Arc<dyn ExecutionPlan>> {
     if !scan.settings.aggregate_pushdown || scan.limit.is_some() {
         return None;
     }

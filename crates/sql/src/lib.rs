@@ -22,8 +22,10 @@
 #![warn(missing_docs)]
 
 pub mod agg;
+pub mod array;
 pub mod device;
 pub mod exec;
+pub mod import;
 pub mod provider;
 pub mod schema;
 pub mod tpch;
@@ -41,9 +43,11 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 pub use agg::DeviceAggregatePushdown;
+pub use array::{ArrayAnswer, ArrayScanExec, ArraySession, Manifest, Placement};
 pub use datafusion;
 pub use device::{Choice, Device, ScanSettings};
 pub use exec::{DeviceScanExec, ScanLog, ScanRecord};
+pub use parquet;
 pub use provider::DeviceTable;
 
 /// What can go wrong running SQL over a device.
@@ -132,18 +136,7 @@ impl SqlSession {
         let device = Arc::new(Device::new(client, config));
         let log = ScanLog::default();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut cfg = SessionConfig::new().with_target_partitions(threads);
-        cfg.options_mut().sql_parser.parse_float_as_decimal = true;
-        let state = SessionStateBuilder::new()
-            .with_config(cfg)
-            .with_default_features()
-            .with_physical_optimizer_rule(Arc::new(DeviceAggregatePushdown))
-            .build();
-        let ctx = SessionContext::new_with_state(state);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .enable_all()
-            .build()?;
+        let (ctx, runtime) = new_context(threads)?;
         let mut session = SqlSession {
             ctx,
             device,
@@ -212,27 +205,14 @@ impl SqlSession {
         choices: &[Choice],
     ) -> Result<Vec<(Choice, Answer)>, SqlError> {
         let mut runs: Vec<(Choice, Answer)> = Vec::with_capacity(choices.len());
-        let mut first_rows: Option<Vec<Vec<String>>> = None;
+        let mut check = SameRows::default();
         for &choice in choices {
             self.set_settings(ScanSettings {
                 choice,
                 ..self.settings
             })?;
             let answer = self.run(sql)?;
-            let mut rows = answer.rows()?;
-            // Without ORDER BY, DataFusion may hand rows over in any order: compare the
-            // rows as a multiset.
-            rows.sort_unstable();
-            match &first_rows {
-                None => first_rows = Some(rows),
-                Some(f) if *f != rows => {
-                    return Err(SqlError::Disagree {
-                        strategy: choice.name(),
-                        first: runs.first().map_or("the first", |r| r.0.name()),
-                    });
-                }
-                Some(_) => {}
-            }
+            check.check(choice, &answer)?;
             runs.push((choice, answer));
         }
         Ok(runs)
@@ -244,6 +224,11 @@ impl SqlSession {
         let SqlSession { ctx, device, .. } = self;
         drop(ctx);
         device.into_client()
+    }
+
+    /// The catalog entries of the tables on the device, as last read.
+    pub fn catalog(&self) -> &[TableInfo] {
+        &self.catalog
     }
 
     /// The tables on the device.
@@ -264,23 +249,9 @@ impl SqlSession {
     /// Plans and runs `sql`; the scans' modeled reports come back with the batches.
     pub fn run(&self, sql: &str) -> Result<Answer, SqlError> {
         self.log.take();
-        let wall = std::time::Instant::now();
-        let out = self.runtime.block_on(async {
-            let df = self.ctx.sql(sql).await?;
-            let plan = df.create_physical_plan().await?;
-            let task = self.ctx.task_ctx();
-            let batches = datafusion::physical_plan::collect(plan.clone(), task).await?;
-            Ok::<_, DataFusionError>((batches, plan))
-        });
-        let (batches, plan) = out.map_err(|e| query_error(e, &self.tables))?;
-        let wall_s = wall.elapsed().as_secs_f64();
-        Ok(Answer {
-            schema: plan.schema(),
-            batches,
-            explained: annotated_plan(&plan),
-            scans: self.log.take(),
-            wall_s,
-        })
+        let mut answer = execute(&self.ctx, &self.runtime, sql, &self.tables)?;
+        answer.scans = self.log.take();
+        Ok(answer)
     }
 
     /// The physical plan of `sql` as text, without running it (`EXPLAIN`).
@@ -320,6 +291,80 @@ impl Answer {
     }
 }
 
+/// Checks that every strategy of a `run_strategies` returned the same rows.
+#[derive(Debug, Default)]
+pub(crate) struct SameRows {
+    first: Option<(Choice, Vec<Vec<String>>)>,
+}
+
+impl SameRows {
+    /// Compares `answer` (of `choice`) with the first answer seen.
+    pub(crate) fn check(&mut self, choice: Choice, answer: &Answer) -> Result<(), SqlError> {
+        let mut rows = answer.rows()?;
+        // Without ORDER BY, DataFusion may hand rows over in any order: compare the rows
+        // as a multiset.
+        rows.sort_unstable();
+        match &self.first {
+            None => self.first = Some((choice, rows)),
+            Some((first, f)) if *f != rows => {
+                return Err(SqlError::Disagree {
+                    strategy: choice.name(),
+                    first: first.name(),
+                });
+            }
+            Some(_) => {}
+        }
+        Ok(())
+    }
+}
+
+/// A DataFusion context for device tables (decimal literals, the aggregate pushdown
+/// rule, `threads` partitions) and a runtime of `threads` workers.
+pub(crate) fn new_context(
+    threads: usize,
+) -> Result<(SessionContext, tokio::runtime::Runtime), SqlError> {
+    let threads = threads.max(1);
+    let mut cfg = SessionConfig::new().with_target_partitions(threads);
+    cfg.options_mut().sql_parser.parse_float_as_decimal = true;
+    let state = SessionStateBuilder::new()
+        .with_config(cfg)
+        .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(DeviceAggregatePushdown))
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?;
+    Ok((ctx, runtime))
+}
+
+/// Plans and runs `sql` on `ctx` (the scans are left empty for the caller to fill).
+pub(crate) fn execute(
+    ctx: &SessionContext,
+    runtime: &tokio::runtime::Runtime,
+    sql: &str,
+    tables: &[String],
+) -> Result<Answer, SqlError> {
+    let wall = std::time::Instant::now();
+    let out = runtime.block_on(async {
+        let df = ctx.sql(sql).await?;
+        let plan = df.create_physical_plan().await?;
+        let task = ctx.task_ctx();
+        let batches = datafusion::physical_plan::collect(plan.clone(), task).await?;
+        Ok::<_, DataFusionError>((batches, plan))
+    });
+    let (batches, plan) = out.map_err(|e| query_error(e, tables))?;
+    let wall_s = wall.elapsed().as_secs_f64();
+    Ok(Answer {
+        schema: plan.schema(),
+        batches,
+        explained: annotated_plan(&plan),
+        scans: Vec::new(),
+        wall_s,
+    })
+}
+
 /// Result batches as rows of display strings.
 pub fn batch_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, SqlError> {
     let mut out = Vec::new();
@@ -347,6 +392,8 @@ pub fn annotated_plan(plan: &Arc<dyn ExecutionPlan>) -> String {
     fn walk(p: &Arc<dyn ExecutionPlan>, depth: usize, out: &mut String) {
         let place = if p.downcast_ref::<DeviceScanExec>().is_some() {
             "[device]"
+        } else if p.downcast_ref::<ArrayScanExec>().is_some() {
+            "[array] "
         } else {
             "[host]  "
         };
@@ -382,7 +429,7 @@ pub fn annotated_plan(plan: &Arc<dyn ExecutionPlan>) -> String {
 }
 
 /// DataFusion's error, with the device's tables named when a table was not found.
-fn query_error(e: DataFusionError, tables: &[String]) -> SqlError {
+pub(crate) fn query_error(e: DataFusionError, tables: &[String]) -> SqlError {
     let mut message = e.to_string();
     if message.contains("not found") && message.contains("table")
         || message.contains("No table named")

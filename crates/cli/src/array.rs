@@ -1,0 +1,527 @@
+//! `csd array create|info`, loads into an array (`csd load ... --array DIR`), queries over
+//! one (`csd query|sql --array DIR`) and `csd bench array`: an array of smart SSDs
+//! (smart-ssd-query-processing §4.3) as [`csd_sql::array`] builds it — a table's pages
+//! striped across N device images listed in a versioned manifest, one DataFusion
+//! partition per device, the device scans in parallel on host threads.
+
+use crate::query::{self, SqlOpts};
+use crate::{CliError, ConfigSource, image, report};
+use clap::{Args, Subcommand};
+use csd_device::NvmeDevice;
+use csd_ftl::FtlConfig;
+use csd_host::{Client, LoadReport};
+use csd_sim::DeviceConfig;
+use csd_sql::array::{Manifest, Placement, array_ns, load_striped};
+use csd_sql::{Answer, ArraySession, Choice, ScanRecord, ScanSettings};
+use csd_table::datagen::{RowSource, TpchGenerator, TpchTable};
+use csd_table::page::Layout;
+use std::path::{Path, PathBuf};
+
+/// `csd array ...`.
+#[derive(Subcommand)]
+pub(crate) enum ArrayCmd {
+    /// Create an array: N device images and the manifest (csd-array.toml) in DIR.
+    ///
+    /// Example: csd array create --devices 4 --preset isp-ch8 --dir arr
+    Create(CreateArgs),
+    /// The array's devices and tables (rows and pages per device).
+    ///
+    /// Example: csd array info --dir arr
+    Info(InfoArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct CreateArgs {
+    /// Devices in the array.
+    #[arg(long)]
+    devices: usize,
+    /// Directory of the array (created; must not hold an array already).
+    #[arg(long)]
+    dir: PathBuf,
+    #[command(flatten)]
+    src: ConfigSource,
+}
+
+#[derive(Args)]
+pub(crate) struct InfoArgs {
+    /// Directory of the array.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Print the manifest as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn array_error(e: csd_sql::array::ArrayError) -> CliError {
+    CliError::Usage(e.to_string())
+}
+
+/// `csd array ...`.
+pub(crate) fn array_cmd(c: &ArrayCmd) -> Result<(), CliError> {
+    match c {
+        ArrayCmd::Create(a) => create(a),
+        ArrayCmd::Info(a) => info(a),
+    }
+}
+
+fn create(a: &CreateArgs) -> Result<(), CliError> {
+    if a.devices == 0 || a.devices > 64 {
+        return Err(CliError::Usage(format!(
+            "--devices {}: an array has 1 to 64 devices",
+            a.devices
+        )));
+    }
+    if Manifest::path(&a.dir).exists() {
+        return Err(CliError::Usage(format!(
+            "{} already holds an array (its {}); choose another --dir",
+            a.dir.display(),
+            csd_sql::array::MANIFEST_FILE
+        )));
+    }
+    let m = Manifest::new(a.devices, &a.src.describe());
+    let paths = m.device_paths(&a.dir);
+    if let Some(p) = paths.iter().find(|p| p.exists()) {
+        return Err(CliError::Usage(format!(
+            "{} exists: an array creates its own images",
+            p.display()
+        )));
+    }
+    // The config is checked before anything is created.
+    let cfg = a.src.load()?;
+    std::fs::create_dir_all(&a.dir).map_err(|e| CliError::Io {
+        path: a.dir.clone(),
+        source: e,
+    })?;
+    for p in &paths {
+        let mut dev = image::open_rw(p, &a.src, &image::FtlArgs::default(), true, true)?;
+        image::close(&mut dev)?;
+    }
+    m.write(&a.dir).map_err(array_error)?;
+    println!(
+        "created an array of {} {} devices in {} ({})",
+        a.devices,
+        cfg.name,
+        a.dir.display(),
+        report::geometry_line(&cfg)
+    );
+    println!(
+        "reproduce: csd array create --devices {} {} --dir {}",
+        a.devices,
+        a.src.describe(),
+        a.dir.display()
+    );
+    Ok(())
+}
+
+fn info(a: &InfoArgs) -> Result<(), CliError> {
+    let m = Manifest::read(&a.dir).map_err(array_error)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&m).map_err(|e| CliError::Usage(e.to_string()))?
+        );
+        return Ok(());
+    }
+    println!(
+        "array {} (manifest version {}): {} devices ({}): {}",
+        a.dir.display(),
+        m.version,
+        m.devices.len(),
+        m.device_config,
+        m.devices.join(", ")
+    );
+    let mut t = report::table(&[
+        "table",
+        "layout",
+        "stripe pages",
+        "rows",
+        "pages",
+        "rows per device",
+        "pages per device",
+    ]);
+    for p in &m.tables {
+        t.add_row(vec![
+            p.name.clone(),
+            p.layout.clone(),
+            p.stripe_pages.to_string(),
+            p.rows.to_string(),
+            p.pages.to_string(),
+            join(&p.device_rows),
+            join(&p.device_pages),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+fn join(v: &[u64]) -> String {
+    v.iter().map(u64::to_string).collect::<Vec<_>>().join(" / ")
+}
+
+/// An array opened read-write for loading.
+pub(crate) struct ArrayLoad {
+    dir: PathBuf,
+    manifest: Manifest,
+    clients: Vec<Client>,
+    stripe_pages: u64,
+}
+
+impl ArrayLoad {
+    /// Opens every device of the array in `dir` read-write (the manifest is read and
+    /// checked first: a bad one changes nothing).
+    pub(crate) fn open(dir: &Path, stripe_pages: u64, quiet: bool) -> Result<Self, CliError> {
+        if stripe_pages == 0 {
+            return Err(CliError::Usage(
+                "--stripe-pages 0: a stripe unit is at least one page".into(),
+            ));
+        }
+        let manifest = Manifest::read(dir).map_err(array_error)?;
+        let mut clients = Vec::with_capacity(manifest.devices.len());
+        for p in manifest.device_paths(dir) {
+            let dev = image::open_rw(
+                &p,
+                &ConfigSource::default(),
+                &image::FtlArgs::default(),
+                false,
+                quiet,
+            )?;
+            clients.push(Client::new(NvmeDevice::from_block(dev))?);
+        }
+        Ok(ArrayLoad {
+            dir: dir.to_path_buf(),
+            manifest,
+            clients,
+            stripe_pages,
+        })
+    }
+
+    /// Loads `source` as table `name` striped over the devices, with a progress bar
+    /// (unless `json`), and records it in the manifest. The report is the whole table's
+    /// (rows and pages of every device; modeled time of the slowest device).
+    pub(crate) fn load(
+        &mut self,
+        name: &str,
+        source: impl RowSource,
+        layout: Layout,
+        total: Option<u64>,
+        json: bool,
+    ) -> Result<LoadReport, CliError> {
+        let pb = (!json).then(|| {
+            let pb = report::progress_bar(total, "rows");
+            pb.set_message(format!("loading {name} on {} devices", self.clients.len()));
+            pb
+        });
+        let wall = std::time::Instant::now();
+        let (reports, placement) = load_striped(
+            &mut self.clients,
+            name,
+            source,
+            layout,
+            self.stripe_pages,
+            &|n| {
+                if let Some(pb) = &pb {
+                    pb.set_position(n);
+                }
+            },
+        )?;
+        if let Some(pb) = pb {
+            pb.finish_and_clear();
+        }
+        self.manifest.put(placement.clone());
+        self.manifest.write(&self.dir).map_err(array_error)?;
+        if !json {
+            eprintln!(
+                "{name}: {} rows striped over {} devices ({} pages per unit): pages {}",
+                placement.rows,
+                self.clients.len(),
+                placement.stripe_pages,
+                join(&placement.device_pages)
+            );
+        }
+        let first = reports
+            .first()
+            .ok_or_else(|| CliError::Usage("the array has no devices".into()))?;
+        let mut table = first.table.clone();
+        table.rows = placement.rows;
+        table.pages = placement.pages;
+        Ok(LoadReport {
+            table,
+            replaced: first.replaced.clone(),
+            wall_s: wall.elapsed().as_secs_f64(),
+            modeled_s: reports.iter().map(|r| r.modeled_s).fold(0.0, f64::max),
+        })
+    }
+
+    /// Closes every device cleanly.
+    pub(crate) fn close(self) -> Result<(), CliError> {
+        for c in self.clients {
+            let mut b = c.into_device().into_block();
+            image::close(&mut b)?;
+        }
+        Ok(())
+    }
+}
+
+/// The devices of the array in `dir`, opened read-only (nothing a query runs changes
+/// them), with the manifest and the devices' config.
+pub(crate) fn open_ro(
+    dir: &Path,
+    quiet: bool,
+) -> Result<(Vec<Client>, DeviceConfig, Manifest), CliError> {
+    let manifest = Manifest::read(dir).map_err(array_error)?;
+    let mut clients = Vec::with_capacity(manifest.devices.len());
+    let mut cfg: Option<DeviceConfig> = None;
+    for p in manifest.device_paths(dir) {
+        let dev = image::open_ro(&p, quiet)?;
+        let c = dev.ftl().nand().config().clone();
+        if let Some(first) = &cfg
+            && first.geometry != c.geometry
+        {
+            return Err(CliError::Usage(format!(
+                "{}: its geometry differs from the array's first device",
+                p.display()
+            )));
+        }
+        cfg.get_or_insert(c);
+        clients.push(Client::new(NvmeDevice::from_block(dev))?);
+    }
+    let cfg = cfg.ok_or_else(|| CliError::Usage("the array has no devices".into()))?;
+    Ok((clients, cfg, manifest))
+}
+
+/// A SQL session over the array in `dir` with `threads` host threads (default: the
+/// cores).
+pub(crate) fn session(
+    dir: &Path,
+    settings: ScanSettings,
+    threads: Option<usize>,
+    quiet: bool,
+) -> Result<(ArraySession, DeviceConfig), CliError> {
+    let (clients, cfg, manifest) = open_ro(dir, quiet)?;
+    let threads =
+        threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let s = ArraySession::new(clients, cfg.clone(), settings, threads, &manifest.tables)
+        .map_err(query::sql_error)?;
+    Ok((s, cfg))
+}
+
+fn mb(b: u64) -> String {
+    format!("{:.1}", b as f64 / 1e6)
+}
+
+/// Per device: its scans' modeled time, pages, bytes and energy; then the array total.
+pub(crate) fn print_devices(choice: Choice, answer: &Answer, devices: &[Vec<ScanRecord>]) {
+    let modeled_ns = array_ns(devices);
+    println!(
+        "strategy {}: {} devices, {} device scans, wall {:.3} s",
+        choice.name(),
+        devices.len(),
+        answer.scans.len(),
+        answer.wall_s
+    );
+    let mut t = report::table(&[
+        "device",
+        "scans",
+        "modeled s",
+        "pages read",
+        "host link MB",
+        "channel MB",
+        "energy J",
+        "rows out",
+        "wall s (scans; array: query)",
+    ]);
+    let sum = |d: &[ScanRecord], f: &dyn Fn(&ScanRecord) -> u64| -> u64 { d.iter().map(f).sum() };
+    for (i, d) in devices.iter().enumerate() {
+        t.add_row(vec![
+            format!("dev{i}"),
+            d.len().to_string(),
+            format!("{:.4}", sum(d, &|s| s.report.modeled_ns) as f64 / 1e9),
+            sum(d, &|s| s.report.flash_reads).to_string(),
+            mb(sum(d, &|s| s.report.host_link_bytes)),
+            mb(sum(d, &|s| s.report.channel_bytes)),
+            format!(
+                "{:.3}",
+                d.iter().map(|s| s.report.energy.total_j()).sum::<f64>()
+            ),
+            sum(d, &|s| s.report.result_rows).to_string(),
+            format!("{:.3}", d.iter().map(|s| s.report.wall_s).sum::<f64>()),
+        ]);
+    }
+    let all: Vec<&ScanRecord> = devices.iter().flatten().collect();
+    t.add_row(vec![
+        "array".to_string(),
+        all.len().to_string(),
+        format!("{:.4}", modeled_ns as f64 / 1e9),
+        all.iter()
+            .map(|s| s.report.flash_reads)
+            .sum::<u64>()
+            .to_string(),
+        mb(all.iter().map(|s| s.report.host_link_bytes).sum()),
+        mb(all.iter().map(|s| s.report.channel_bytes).sum()),
+        format!(
+            "{:.3}",
+            all.iter().map(|s| s.report.energy.total_j()).sum::<f64>()
+        ),
+        all.iter()
+            .map(|s| s.report.result_rows)
+            .sum::<u64>()
+            .to_string(),
+        format!("{:.3}", answer.wall_s),
+    ]);
+    println!("{t}");
+    println!(
+        "array modeled time = the slowest device ({:.4} s; devices run in parallel, each \
+         device's time includes the host work on its stream); DataFusion's host operators \
+         above the scans: wall time only",
+        modeled_ns as f64 / 1e9
+    );
+}
+
+/// `csd bench array`: scan wall time of a query on an in-memory array, per host thread
+/// count.
+#[derive(Args)]
+pub(crate) struct BenchArrayArgs {
+    /// Devices in the array.
+    #[arg(long, default_value_t = 2)]
+    devices: usize,
+    /// TPC-H scale factor of lineitem.
+    #[arg(long, default_value_t = 0.1)]
+    sf: f64,
+    /// Host thread counts to compare, comma-separated.
+    #[arg(long, default_value = "1,2")]
+    threads: String,
+    /// The query (`q1` … `q22`, or SQL over lineitem).
+    #[arg(long, default_value = "q6")]
+    query: String,
+    /// Page layout.
+    #[arg(long, default_value = "pax", value_parser = ["nsm", "pax"])]
+    layout: String,
+    /// Runs per thread count (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    #[command(flatten)]
+    opts: SqlOpts,
+    #[command(flatten)]
+    src: ConfigSource,
+}
+
+/// `csd bench array`.
+pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
+    let cfg = a.src.load()?;
+    let threads: Vec<usize> = a
+        .threads
+        .split(',')
+        .map(|t| {
+            t.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| CliError::Usage(format!("--threads: `{t}` is not a count")))
+        })
+        .collect::<Result<_, _>>()?;
+    if a.devices == 0 {
+        return Err(CliError::Usage("--devices must be at least 1".into()));
+    }
+    let choice = match a.opts.strategy.as_str() {
+        "all" => Choice::Fixed(csd_host::Strategy::HwIsp),
+        s => Choice::parse(s).ok_or_else(|| {
+            CliError::Usage(format!(
+                "unknown strategy `{s}`: use ihp, cpu-isp, hw-isp or auto"
+            ))
+        })?,
+    };
+    let layout = if a.layout == "nsm" {
+        Layout::Nsm
+    } else {
+        Layout::Pax
+    };
+    let mut clients = Vec::with_capacity(a.devices);
+    for _ in 0..a.devices {
+        let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
+        let ftl = csd_ftl::Ftl::format(nand, FtlConfig::default())?;
+        clients.push(Client::new(NvmeDevice::new(ftl))?);
+    }
+    let g = TpchGenerator::new(TpchTable::LineItem, a.sf)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let (_, placement): (_, Placement) =
+        load_striped(&mut clients, "lineitem", g, layout, 1, &|_| {})?;
+    eprintln!(
+        "loaded lineitem SF {} ({} rows) striped over {} devices: pages {}",
+        a.sf,
+        placement.rows,
+        a.devices,
+        join(&placement.device_pages)
+    );
+    let sql = query::expand_tpch(&a.query);
+    let mut settings = a.opts.settings();
+    settings.choice = choice;
+    let mut t = report::table(&[
+        "threads",
+        "best wall s (query)",
+        "device scans, wall s summed",
+        "speed-up",
+        "array modeled s",
+    ]);
+    let mut base: Option<f64> = None;
+    let mut lines = Vec::new();
+    for &n in &threads {
+        let s = ArraySession::new(
+            clients,
+            cfg.clone(),
+            settings,
+            n,
+            std::slice::from_ref(&placement),
+        )
+        .map_err(query::sql_error)?;
+        let mut best = f64::INFINITY;
+        let mut scans_wall = 0.0;
+        let mut modeled = 0u64;
+        for _ in 0..a.repeat.max(1) {
+            let r = s.run(sql).map_err(query::sql_error)?;
+            if r.answer.wall_s < best {
+                best = r.answer.wall_s;
+                scans_wall = r.answer.scans.iter().map(|x| x.report.wall_s).sum();
+            }
+            modeled = r.modeled_ns();
+            let mut rows = r.answer.rows().map_err(query::sql_error)?;
+            rows.sort();
+            lines.push(rows);
+        }
+        let speedup = base.map_or(1.0, |b| b / best);
+        base.get_or_insert(best);
+        t.add_row(vec![
+            n.to_string(),
+            format!("{best:.3}"),
+            format!("{scans_wall:.3}"),
+            format!("{speedup:.2}x"),
+            format!("{:.4}", modeled as f64 / 1e9),
+        ]);
+        clients = s
+            .into_clients()
+            .ok_or_else(|| CliError::Usage("a plan still holds the devices".into()))?;
+    }
+    if lines.windows(2).any(|w| w[0] != w[1]) {
+        return Err(CliError::Nvme(
+            "runs with different thread counts returned different rows: a bug".into(),
+        ));
+    }
+    println!("{t}");
+    println!(
+        "device: {} ({}); strategy {}; the modeled time does not depend on host threads",
+        cfg.name,
+        report::geometry_line(&cfg),
+        choice.name()
+    );
+    println!(
+        "reproduce: csd bench array --devices {} --sf {} --threads {} --query {} --layout {} --repeat {} --strategy {} {}",
+        a.devices,
+        a.sf,
+        a.threads,
+        a.query,
+        a.layout,
+        a.repeat,
+        choice.name(),
+        a.src.describe()
+    );
+    Ok(())
+}

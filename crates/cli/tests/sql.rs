@@ -1,0 +1,417 @@
+//! `csd sql` (one query and the shell fed from a pipe), `csd load csv|parquet` (round
+//! trips against DataFusion over the same rows in memory; bad input leaves the image
+//! byte-identical) and arrays (`csd array create`, `csd load --array`, `csd query
+//! --array` equal to one image).
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+
+use common::csd;
+use csd_sql::datafusion::arrow::array::{
+    ArrayRef, BooleanArray, Date32Array, Decimal128Array, Int32Array, RecordBatch, StringArray,
+};
+use csd_sql::datafusion::arrow::datatypes::{DataType, Field, Schema};
+use csd_sql::datafusion::datasource::MemTable;
+use csd_sql::datafusion::prelude::{SessionConfig, SessionContext};
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn load_synthetic(target: &[&str]) {
+    let mut args = vec![
+        "load",
+        "synthetic",
+        "--columns",
+        "4",
+        "--rows",
+        "3000",
+        "--name",
+        "s4",
+        "--json",
+    ];
+    args.extend_from_slice(target);
+    ok(&csd(&args));
+}
+
+/// Runs `csd` with `stdin` piped in.
+fn csd_stdin(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_csd"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn csd");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("wait")
+}
+
+#[test]
+fn shell_reads_statements_from_a_pipe_and_goes_on_after_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("s.img");
+    let img = img.to_str().expect("utf-8");
+    load_synthetic(&["--preset", "tiny", "--layout", "nsm", "--image", img]);
+    let script = "\\d\n\\d s4\nSELECT COUNT(*) AS n\n  FROM s4\n  WHERE c1 < 300;\n\
+                  SELECT nope FROM s4;\n\\f csv\nSELECT 41 + 1 AS answer; -- done\n\\q\nSELECT 7;\n";
+    let out = csd_stdin(&["sql", "--image", img, "--strategy", "hw-isp"], script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // One statement failed: the exit status says so, the others ran.
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("nope"), "{stderr}");
+    assert!(stderr.contains("1 statement(s) failed"), "{stderr}");
+    // \d and \d NAME.
+    assert!(stdout.contains("(1 tables)"), "{stdout}");
+    assert!(stdout.contains("table s4 (nsm): 3000 rows"), "{stdout}");
+    assert!(stdout.contains("INT32"), "{stdout}");
+    // The multi-line statement ran with its report; then CSV after \f csv.
+    assert!(stdout.contains("│ 300 │"), "{stdout}");
+    assert!(stdout.contains("modeled device time"), "{stdout}");
+    assert!(stdout.contains("answer\n42\n"), "{stdout}");
+    // \q stopped before `SELECT 7`.
+    assert!(!stdout.contains("\n7\n"), "{stdout}");
+}
+
+#[test]
+fn one_query_as_csv_and_json_and_into_a_parquet_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("s.img");
+    let img = img.to_str().expect("utf-8");
+    load_synthetic(&["--preset", "tiny", "--image", img]);
+    let q = "SELECT c1, c2 FROM s4 WHERE c1 < 3 ORDER BY c1";
+    let pq = dir.path().join("out.parquet");
+    let csv = ok(&csd(&[
+        "sql",
+        "--image",
+        img,
+        "--strategy",
+        "auto",
+        "--format",
+        "csv",
+        "--output",
+        pq.to_str().expect("utf-8"),
+        q,
+    ]));
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "c1,c2");
+    assert_eq!(lines.len(), 4, "{csv}");
+    // The Parquet file holds the same rows.
+    let (_, batches) = csd_sql::import::read_parquet(&pq).expect("parquet");
+    assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 3);
+    let json = ok(&csd(&["sql", "--image", img, "--format", "json", q]));
+    let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(v.as_array().expect("array").len(), 3);
+    assert_eq!(v[0]["c1"], 0);
+    // An output path that is not .csv/.parquet, or an image, is refused.
+    let bad = csd(&["sql", "--image", img, "--output", img, q]);
+    assert!(!bad.status.success());
+}
+
+/// Generated rows: ints, decimals (2 digits), dates, strings (one with a comma).
+fn generated(rows: usize) -> RecordBatch {
+    let names = ["alpha", "beta", "gamma, inc", "delta"];
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int32, false),
+        Field::new("price", DataType::Decimal128(12, 2), false),
+        Field::new("day", DataType::Date32, false),
+        Field::new("name", DataType::Utf8, false),
+    ]));
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(Int32Array::from_iter_values(0..rows as i32)),
+        Arc::new(
+            Decimal128Array::from_iter_values(
+                (0..rows as i128).map(|i| (i * 7919) % 100_000 - 500),
+            )
+            .with_precision_and_scale(12, 2)
+            .expect("decimal"),
+        ),
+        Arc::new(Date32Array::from_iter_values(
+            (0..rows as i32).map(|i| 9000 + i % 700),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            (0..rows).map(|i| names[i % names.len()]),
+        )),
+    ];
+    RecordBatch::try_new(schema, cols).expect("batch")
+}
+
+fn write_csv(path: &Path, b: &RecordBatch) {
+    let f = std::fs::File::create(path).expect("create");
+    let mut w = csd_sql::datafusion::arrow::csv::WriterBuilder::new()
+        .with_header(true)
+        .build(f);
+    w.write(b).expect("write csv");
+}
+
+fn write_parquet(path: &Path, b: &RecordBatch) {
+    let f = std::fs::File::create(path).expect("create");
+    let mut w = csd_sql::parquet::arrow::ArrowWriter::try_new(f, b.schema(), None).expect("writer");
+    w.write(b).expect("write");
+    w.close().expect("close");
+}
+
+/// DataFusion over `b` in memory: the result as CSV.
+fn reference(b: &RecordBatch, sql: &str) -> String {
+    let mut cfg = SessionConfig::new().with_target_partitions(1);
+    cfg.options_mut().sql_parser.parse_float_as_decimal = true;
+    let ctx = SessionContext::new_with_config(cfg);
+    let t = MemTable::try_new(b.schema(), vec![vec![b.clone()]]).expect("memtable");
+    ctx.register_table("t", Arc::new(t)).expect("register");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let batches = rt
+        .block_on(async { ctx.sql(sql).await?.collect().await })
+        .expect("reference query");
+    let mut out = Vec::new();
+    {
+        let mut w = csd_sql::datafusion::arrow::csv::WriterBuilder::new()
+            .with_header(true)
+            .build(&mut out);
+        for b in &batches {
+            w.write(b).expect("csv");
+        }
+    }
+    String::from_utf8(out).expect("utf-8")
+}
+
+#[test]
+fn csv_and_parquet_round_trip_and_answer_like_datafusion() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("f.img");
+    let img = img.to_str().expect("utf-8");
+    let b = generated(5000);
+    let csv = dir.path().join("data.csv");
+    let pq = dir.path().join("data.parquet");
+    write_csv(&csv, &b);
+    write_parquet(&pq, &b);
+    ok(&csd(&[
+        "load",
+        "csv",
+        csv.to_str().expect("utf-8"),
+        "--table",
+        "c",
+        "--header",
+        "--layout",
+        "nsm",
+        "--preset",
+        "tiny",
+        "--image",
+        img,
+        "--json",
+    ]));
+    ok(&csd(&[
+        "load",
+        "parquet",
+        pq.to_str().expect("utf-8"),
+        "--table",
+        "p",
+        "--layout",
+        "pax",
+        "--image",
+        img,
+        "--json",
+    ]));
+    let q = "SELECT name, COUNT(*) AS n, SUM(price) AS s, MIN(day) AS d, MAX(id) AS m \
+             FROM {} WHERE price > 10.5 GROUP BY name ORDER BY name";
+    let want = reference(&b, &q.replace("{}", "t"));
+    for (table, strategy) in [
+        ("c", "ihp"),
+        ("c", "hw-isp"),
+        ("p", "cpu-isp"),
+        ("p", "auto"),
+    ] {
+        let got = ok(&csd(&[
+            "sql",
+            "--image",
+            img,
+            "--strategy",
+            strategy,
+            "--format",
+            "csv",
+            &q.replace("{}", table),
+        ]));
+        assert_eq!(got, want, "table {table} with {strategy}");
+    }
+    // Whole rows survive (strings with a comma, decimals, dates).
+    let q = "SELECT * FROM {} ORDER BY id";
+    let want = reference(&b, &q.replace("{}", "t"));
+    for table in ["c", "p"] {
+        let got = ok(&csd(&[
+            "sql",
+            "--image",
+            img,
+            "--strategy",
+            "ihp",
+            "--format",
+            "csv",
+            &q.replace("{}", table),
+        ]));
+        assert_eq!(got, want, "table {table}");
+    }
+}
+
+#[test]
+fn bad_types_bad_values_and_missing_files_leave_the_image_unchanged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("u.img");
+    let img_s = img.to_str().expect("utf-8");
+    load_synthetic(&["--preset", "tiny", "--image", img_s]);
+    let before = std::fs::read(&img).expect("image");
+    // A boolean column.
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int32, false),
+        Field::new("flag", DataType::Boolean, false),
+    ]));
+    let b = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int32Array::from(vec![1, 2])) as ArrayRef,
+            Arc::new(BooleanArray::from(vec![true, false])),
+        ],
+    )
+    .expect("batch");
+    let pq = dir.path().join("bool.parquet");
+    write_parquet(&pq, &b);
+    let out = csd(&[
+        "load",
+        "parquet",
+        pq.to_str().expect("utf-8"),
+        "--table",
+        "b",
+        "--image",
+        img_s,
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`flag`") && err.contains("Boolean"), "{err}");
+    // An empty number field (a NULL) in a CSV.
+    let csv = dir.path().join("null.csv");
+    std::fs::write(&csv, "a,b\n1,2\n3,\n").expect("write");
+    let out = csd(&[
+        "load",
+        "csv",
+        csv.to_str().expect("utf-8"),
+        "--header",
+        "--table",
+        "n",
+        "--image",
+        img_s,
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`b`") && err.contains("row 1"), "{err}");
+    // A missing file.
+    let out = csd(&[
+        "load",
+        "csv",
+        dir.path().join("none.csv").to_str().expect("utf-8"),
+        "--table",
+        "m",
+        "--image",
+        img_s,
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("none.csv"));
+    // A bad table name.
+    let out = csd(&[
+        "load",
+        "csv",
+        csv.to_str().expect("utf-8"),
+        "--table",
+        "no-dash",
+        "--image",
+        img_s,
+    ]);
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read(&img).expect("image"), before, "image changed");
+}
+
+#[test]
+fn an_array_answers_like_one_image() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let arr = dir.path().join("arr");
+    let arr = arr.to_str().expect("utf-8");
+    let img = dir.path().join("one.img");
+    let img = img.to_str().expect("utf-8");
+    ok(&csd(&[
+        "array",
+        "create",
+        "--devices",
+        "3",
+        "--preset",
+        "tiny",
+        "--dir",
+        arr,
+    ]));
+    // A second create over it is refused.
+    assert!(
+        !csd(&[
+            "array",
+            "create",
+            "--devices",
+            "2",
+            "--preset",
+            "tiny",
+            "--dir",
+            arr
+        ])
+        .status
+        .success()
+    );
+    load_synthetic(&["--layout", "pax", "--array", arr]);
+    load_synthetic(&["--layout", "pax", "--preset", "tiny", "--image", img]);
+    let info = ok(&csd(&["array", "info", "--dir", arr]));
+    assert!(info.contains("s4") && info.contains("3000"), "{info}");
+    let q = "SELECT COUNT(*), SUM(c2), MAX(c3) FROM s4 WHERE c1 < 1000";
+    let rows = |args: &[&str]| -> serde_json::Value {
+        let out = ok(&csd(args));
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        v["rows"].clone()
+    };
+    let one = rows(&["query", "--image", img, "--json", q]);
+    let all = {
+        let out = ok(&csd(&[
+            "query",
+            "--array",
+            arr,
+            "--threads",
+            "2",
+            "--json",
+            q,
+        ]));
+        serde_json::from_str::<serde_json::Value>(&out).expect("json")
+    };
+    assert_eq!(all["rows"], one);
+    let devices = all["runs"][0]["array"]["devices"]
+        .as_array()
+        .expect("devices");
+    assert_eq!(devices.len(), 3);
+    // The shell over the array lists the whole table.
+    let out = csd_stdin(&["sql", "--array", arr, "--strategy", "hw-isp"], "\\d\n");
+    let s = ok(&out);
+    assert!(s.contains("3000"), "{s}");
+    // The table report per device and the array total.
+    let text = ok(&csd(&["query", "--array", arr, "--strategy", "hw-isp", q]));
+    assert!(
+        text.contains("dev2") && text.contains("array modeled time"),
+        "{text}"
+    );
+}

@@ -1,0 +1,727 @@
+//! An array of smart SSDs (smart-ssd-query-processing §4.3: several devices, each
+//! scanning its share of a table next to the data, the host merging): a table's pages
+//! are striped across N device images, each device is one DataFusion partition, and
+//! the device scans run in parallel on host threads.
+//!
+//! * [`Manifest`] (`csd-array.toml` in the array's directory, versioned): the device
+//!   images, and per table its [`Placement`] (layout, stripe unit in pages, rows and
+//!   pages per device). Each device image is an ordinary csd image whose catalog holds
+//!   its stripe of the table under the table's name, so every single-device tool works
+//!   on one member; the manifest is what makes them one table.
+//! * [`load_striped`]: one row source, page `k` of the table (in units of
+//!   `stripe_pages`) to device `k mod N`. Rows are dealt out in whole pages (rows per
+//!   page are fixed for a fixed-width schema, so each device's loader packs exactly the
+//!   pages it was dealt), the devices load in parallel, one thread each. The manifest is
+//!   written (atomically: a new file renamed over the old) only after every device
+//!   published its stripe.
+//! * [`ArraySession`]: a DataFusion context whose tables are [`ArrayScanExec`]s: one
+//!   [`DeviceScanExec`] per device (its pushed filter, projection, limit and partial
+//!   aggregation: [`crate::agg`] pushes the aggregation into every member), one
+//!   partition each. DataFusion's own operators (final aggregation, joins, sorts) run
+//!   on the host over the union of the partitions.
+//!
+//! Modeled time of an array: each device has its own clock, so the array's modeled time
+//! is the largest per-device time (the sum of that device's scans, each of which
+//! includes the host-side work on its stream in the device's timeline); DataFusion's
+//! host operators above the scans are not modeled (wall time only). The per-device
+//! figures are kept ([`ArrayAnswer::devices`]).
+//!
+//! Choices: striping by pages keeps the device program unchanged (each member scans a
+//! normal table); a stripe unit of one page balances a table within one page per
+//! device. See `docs/array.md` for how the partitions could be scheduled on several
+//! machines.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use csd_host::{Catalog, Client, CommandIssuer, HostError, LoadReport, TableInfo};
+use csd_table::datagen::RowSource;
+use csd_table::page::{Layout, rows_per_page};
+use csd_table::schema::Schema;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::datasource::TableType;
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
+};
+use datafusion::prelude::SessionContext;
+use serde::{Deserialize, Serialize};
+
+use crate::device::{Choice, Device, ScanSettings};
+use crate::exec::{DeviceScanExec, ScanLog, ScanRecord};
+use crate::provider::DeviceTable;
+use crate::{Answer, SameRows, SqlError, execute, new_context};
+
+/// File name of the manifest in an array's directory.
+pub const MANIFEST_FILE: &str = "csd-array.toml";
+/// The manifest format this code writes and reads.
+pub const MANIFEST_VERSION: u32 = 1;
+const MANIFEST_FORMAT: &str = "csd-array";
+
+/// Why an array's manifest cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ArrayError {
+    /// Reading or writing the manifest failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The manifest is not a valid array manifest.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Where one table's pages are on the array.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Table name.
+    pub name: String,
+    /// Page layout (`nsm` or `pax`).
+    pub layout: String,
+    /// Stripe unit: consecutive table pages that go to one device.
+    pub stripe_pages: u64,
+    /// Rows in the table.
+    pub rows: u64,
+    /// Pages in the table.
+    pub pages: u64,
+    /// Rows on each device, in device order.
+    pub device_rows: Vec<u64>,
+    /// Pages on each device, in device order.
+    pub device_pages: Vec<u64>,
+}
+
+/// An array's manifest (`csd-array.toml`): see the [module docs](self).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always `csd-array`.
+    pub format: String,
+    /// [`MANIFEST_VERSION`] when written by this code.
+    pub version: u32,
+    /// How the devices were created (e.g. `--preset tiny`), for people.
+    pub device_config: String,
+    /// Device image files, relative to the array's directory, in partition order.
+    pub devices: Vec<String>,
+    /// Tables, with their placement.
+    #[serde(default)]
+    pub tables: Vec<Placement>,
+}
+
+impl Manifest {
+    /// A manifest of `n` devices named `dev0.img` … and no tables.
+    pub fn new(n: usize, device_config: &str) -> Manifest {
+        Manifest {
+            format: MANIFEST_FORMAT.into(),
+            version: MANIFEST_VERSION,
+            device_config: device_config.into(),
+            devices: (0..n).map(|i| format!("dev{i}.img")).collect(),
+            tables: Vec::new(),
+        }
+    }
+
+    /// The manifest's path in `dir`.
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join(MANIFEST_FILE)
+    }
+
+    /// The device image paths, in partition order.
+    pub fn device_paths(&self, dir: &Path) -> Vec<PathBuf> {
+        self.devices.iter().map(|d| dir.join(d)).collect()
+    }
+
+    /// Reads and checks the manifest of the array in `dir`.
+    pub fn read(dir: &Path) -> Result<Manifest, ArrayError> {
+        let path = Manifest::path(dir);
+        let text = std::fs::read_to_string(&path).map_err(|e| ArrayError::Io {
+            path: path.clone(),
+            source: e,
+        })?;
+        let invalid = |message: String| ArrayError::Invalid {
+            path: path.clone(),
+            message,
+        };
+        let m: Manifest =
+            toml::from_str(&text).map_err(|e| invalid(format!("not an array manifest: {e}")))?;
+        m.check().map_err(invalid)?;
+        Ok(m)
+    }
+
+    /// Checks the manifest's invariants.
+    pub fn check(&self) -> Result<(), String> {
+        if self.format != MANIFEST_FORMAT {
+            return Err(format!(
+                "format is `{}`, not `{MANIFEST_FORMAT}`",
+                self.format
+            ));
+        }
+        if self.version != MANIFEST_VERSION {
+            return Err(format!(
+                "manifest version {} (this csd reads version {MANIFEST_VERSION})",
+                self.version
+            ));
+        }
+        if self.devices.is_empty() {
+            return Err("the array has no devices".into());
+        }
+        for d in &self.devices {
+            let p = Path::new(d);
+            if p.is_absolute() || p.components().count() != 1 {
+                return Err(format!(
+                    "device `{d}`: images are file names inside the array's directory"
+                ));
+            }
+        }
+        for t in &self.tables {
+            let n = self.devices.len();
+            if t.device_rows.len() != n || t.device_pages.len() != n {
+                return Err(format!(
+                    "table {}: placement lists {} / {} devices, the array has {n}",
+                    t.name,
+                    t.device_rows.len(),
+                    t.device_pages.len()
+                ));
+            }
+            if t.device_rows.iter().sum::<u64>() != t.rows
+                || t.device_pages.iter().sum::<u64>() != t.pages
+            {
+                return Err(format!(
+                    "table {}: rows or pages per device do not add up",
+                    t.name
+                ));
+            }
+            if t.stripe_pages == 0 || layout_of(&t.layout).is_none() {
+                return Err(format!("table {}: bad stripe unit or layout", t.name));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the manifest into `dir` atomically (a temporary file renamed over it).
+    pub fn write(&self, dir: &Path) -> Result<(), ArrayError> {
+        let path = Manifest::path(dir);
+        let io = |e: std::io::Error| ArrayError::Io {
+            path: path.clone(),
+            source: e,
+        };
+        let text = toml::to_string_pretty(self).map_err(|e| ArrayError::Invalid {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        let tmp = dir.join(format!("{MANIFEST_FILE}.tmp"));
+        std::fs::write(&tmp, text).map_err(io)?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(io)
+    }
+
+    /// Records (or replaces) a table's placement.
+    pub fn put(&mut self, p: Placement) {
+        self.tables
+            .retain(|t| !csd_host::same_name(&t.name, &p.name));
+        self.tables.push(p);
+    }
+}
+
+fn layout_of(s: &str) -> Option<Layout> {
+    match s {
+        "nsm" => Some(Layout::Nsm),
+        "pax" => Some(Layout::Pax),
+        _ => None,
+    }
+}
+
+/// The rows dealt to one device, arriving over a channel in page-sized chunks.
+struct Dealt {
+    schema: Schema,
+    width: usize,
+    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl RowSource for Dealt {
+    fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    fn next_row(&mut self, row: &mut Vec<u8>) -> bool {
+        while self.pos >= self.chunk.len() {
+            match self.rx.recv() {
+                Ok(c) => {
+                    self.chunk = c;
+                    self.pos = 0;
+                }
+                Err(_) => return false,
+            }
+        }
+        row.clear();
+        row.extend_from_slice(&self.chunk[self.pos..self.pos + self.width]);
+        self.pos += self.width;
+        true
+    }
+}
+
+/// Loads `source` as table `name` striped over `clients` (see the [module
+/// docs](self)): units of `stripe_pages` pages go round robin, the devices load in
+/// parallel. `progress` sees the rows dealt so far. Returns each device's load report
+/// and the table's placement (for the manifest).
+pub fn load_striped(
+    clients: &mut [Client],
+    name: &str,
+    mut source: impl RowSource,
+    layout: Layout,
+    stripe_pages: u64,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<(Vec<LoadReport>, Placement), HostError> {
+    csd_host::check_table_name(name)?;
+    let n = clients.len();
+    if n == 0 || stripe_pages == 0 {
+        return Err(HostError::Invalid(
+            "an array load needs at least one device and a stripe unit of at least one page".into(),
+        ));
+    }
+    let id = clients[0].identify().clone();
+    let page_bytes = id.flash_page_bytes.max(id.lba_size) as usize;
+    let schema = source.schema().clone();
+    let width = schema.row_width();
+    let per_page = rows_per_page(layout, width, page_bytes);
+    if per_page == 0 {
+        return Err(HostError::Invalid(format!(
+            "a {width}-byte row of table {name} does not fit a {page_bytes}-byte {layout} page"
+        )));
+    }
+    let unit_rows = per_page * stripe_pages as usize;
+    let results: Vec<Result<LoadReport, HostError>> = std::thread::scope(|s| {
+        let mut txs = Vec::with_capacity(n);
+        let mut handles = Vec::with_capacity(n);
+        for client in clients.iter_mut() {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+            txs.push(tx);
+            let src = Dealt {
+                schema: schema.clone(),
+                width,
+                rx,
+                chunk: Vec::new(),
+                pos: 0,
+            };
+            handles.push(s.spawn(move || Catalog::load(client, name, src, layout, &mut |_| {})));
+        }
+        let mut row = Vec::with_capacity(width);
+        let mut unit = Vec::with_capacity(unit_rows * width);
+        let mut k = 0usize;
+        let mut rows = 0u64;
+        let mut alive = true;
+        while source.next_row(&mut row) {
+            unit.extend_from_slice(&row);
+            rows += 1;
+            if unit.len() == unit_rows * width {
+                let full = std::mem::replace(&mut unit, Vec::with_capacity(unit_rows * width));
+                // A device whose load failed dropped its receiver: stop dealing.
+                if txs[k % n].send(full).is_err() {
+                    alive = false;
+                    break;
+                }
+                k += 1;
+                progress(rows);
+            }
+        }
+        if alive && !unit.is_empty() {
+            let _ = txs[k % n].send(unit);
+        }
+        drop(txs);
+        progress(rows);
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(HostError::Invalid("a device loader thread panicked".into()))
+                })
+            })
+            .collect()
+    });
+    let reports = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let placement = Placement {
+        name: name.to_string(),
+        layout: layout.to_string(),
+        stripe_pages,
+        rows: reports.iter().map(|r| r.table.rows).sum(),
+        pages: reports.iter().map(|r| r.table.pages).sum(),
+        device_rows: reports.iter().map(|r| r.table.rows).collect(),
+        device_pages: reports.iter().map(|r| r.table.pages).collect(),
+    };
+    Ok((reports, placement))
+}
+
+/// The scan of an array table: one [`DeviceScanExec`] per device, one partition each.
+#[derive(Debug)]
+pub struct ArrayScanExec {
+    scans: Vec<Arc<dyn ExecutionPlan>>,
+    cache: Arc<PlanProperties>,
+}
+
+impl ArrayScanExec {
+    /// An array scan over `scans` (device scans of one schema, one partition each).
+    pub fn try_new(scans: Vec<Arc<dyn ExecutionPlan>>) -> Result<ArrayScanExec> {
+        let Some(first) = scans.first() else {
+            return Err(DataFusionError::Plan("an array scan needs a device".into()));
+        };
+        let schema = first.schema();
+        for s in &scans {
+            if s.downcast_ref::<DeviceScanExec>().is_none()
+                || s.properties().partitioning.partition_count() != 1
+                || s.schema() != schema
+            {
+                return Err(DataFusionError::Plan(
+                    "an array scan is made of device scans of one schema".into(),
+                ));
+            }
+        }
+        let cache = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(scans.len()),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(ArrayScanExec { scans, cache })
+    }
+
+    /// The device scans, in device order.
+    pub fn scans(&self) -> &[Arc<dyn ExecutionPlan>] {
+        &self.scans
+    }
+}
+
+impl DisplayAs for ArrayScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "ArrayScanExec: {} devices, one partition each",
+            self.scans.len()
+        )
+    }
+}
+
+impl ExecutionPlan for ArrayScanExec {
+    fn name(&self) -> &'static str {
+        "ArrayScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.cache
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        self.scans.iter().collect()
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(ArrayScanExec::try_new(children)?))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let scan = self.scans.get(partition).ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "ArrayScanExec has {} partitions, not {}",
+                self.scans.len(),
+                partition + 1
+            ))
+        })?;
+        scan.execute(0, context)
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false; self.scans.len()]
+    }
+}
+
+/// A table of the array: one [`DeviceTable`] per device.
+#[derive(Debug)]
+struct ArrayTable {
+    parts: Vec<DeviceTable>,
+}
+
+#[async_trait]
+impl TableProvider for ArrayTable {
+    fn schema(&self) -> SchemaRef {
+        self.parts[0].schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        self.parts[0].supports_filters_pushdown(filters)
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let mut scans = Vec::with_capacity(self.parts.len());
+        for p in &self.parts {
+            scans.push(p.scan(state, projection, filters, limit).await?);
+        }
+        Ok(Arc::new(ArrayScanExec::try_new(scans)?))
+    }
+}
+
+/// A query's answer on an array: the answer (all scans, in the order they finished)
+/// and each device's scans.
+#[derive(Debug)]
+pub struct ArrayAnswer {
+    /// The answer; its `scans` are every device's.
+    pub answer: Answer,
+    /// Per device (partition order), its scans.
+    pub devices: Vec<Vec<ScanRecord>>,
+}
+
+/// Modeled nanoseconds of each device (the sum of its scans), from each device's scans.
+pub fn device_ns(devices: &[Vec<ScanRecord>]) -> Vec<u64> {
+    devices
+        .iter()
+        .map(|d| d.iter().map(|s| s.report.modeled_ns).sum())
+        .collect()
+}
+
+/// Modeled nanoseconds of an array from each device's scans: the slowest device (see
+/// the [module docs](self)).
+pub fn array_ns(devices: &[Vec<ScanRecord>]) -> u64 {
+    device_ns(devices).into_iter().max().unwrap_or(0)
+}
+
+impl ArrayAnswer {
+    /// Modeled nanoseconds of each device: the sum of its scans.
+    pub fn device_ns(&self) -> Vec<u64> {
+        device_ns(&self.devices)
+    }
+
+    /// Modeled nanoseconds of the array: the slowest device.
+    pub fn modeled_ns(&self) -> u64 {
+        array_ns(&self.devices)
+    }
+}
+
+/// A SQL session over the tables of an array (see the [module docs](self)).
+pub struct ArraySession {
+    ctx: SessionContext,
+    devices: Vec<Arc<Device>>,
+    logs: Vec<ScanLog>,
+    placements: Vec<Placement>,
+    /// Per table (placement order), the catalog entry on each device.
+    infos: Vec<Vec<TableInfo>>,
+    settings: ScanSettings,
+    runtime: tokio::runtime::Runtime,
+    tables: Vec<String>,
+    threads: usize,
+}
+
+impl fmt::Debug for ArraySession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ArraySession({} devices, tables {:?}, {} threads)",
+            self.devices.len(),
+            self.tables,
+            self.threads
+        )
+    }
+}
+
+impl ArraySession {
+    /// A session over the tables of `placements` on `clients` (in partition order,
+    /// devices of config `config`), running DataFusion and the device scans on
+    /// `threads` host threads. Each device's catalog must hold its stripe as the
+    /// placement says (else an error: the array is inconsistent).
+    pub fn new(
+        mut clients: Vec<Client>,
+        config: csd_sim::DeviceConfig,
+        settings: ScanSettings,
+        threads: usize,
+        placements: &[Placement],
+    ) -> Result<ArraySession, SqlError> {
+        let mut infos: Vec<Vec<TableInfo>> = vec![Vec::new(); placements.len()];
+        for (d, client) in clients.iter_mut().enumerate() {
+            let cat = Catalog::read(client)?;
+            for (t, p) in placements.iter().enumerate() {
+                let info = cat
+                    .get(&p.name)
+                    .filter(|i| {
+                        p.device_rows.get(d) == Some(&i.rows)
+                            && p.device_pages.get(d) == Some(&i.pages)
+                            && i.layout.to_string() == p.layout
+                    })
+                    .ok_or_else(|| {
+                        HostError::Catalog(format!(
+                            "device {d} does not hold table {}'s stripe as the array's manifest \
+                             says (was a load interrupted? load the table again)",
+                            p.name
+                        ))
+                    })?;
+                infos[t].push(info.clone());
+            }
+        }
+        let devices: Vec<Arc<Device>> = clients
+            .into_iter()
+            .map(|c| Arc::new(Device::new(c, config.clone())))
+            .collect();
+        let logs = devices.iter().map(|_| ScanLog::default()).collect();
+        let (ctx, runtime) = new_context(threads)?;
+        let mut s = ArraySession {
+            ctx,
+            devices,
+            logs,
+            placements: placements.to_vec(),
+            infos,
+            settings,
+            runtime,
+            tables: Vec::new(),
+            threads: threads.max(1),
+        };
+        s.register()?;
+        Ok(s)
+    }
+
+    fn register(&mut self) -> Result<(), SqlError> {
+        for name in std::mem::take(&mut self.tables) {
+            self.ctx
+                .deregister_table(name.as_str())
+                .map_err(|e| crate::query_error(e, &[]))?;
+        }
+        for (t, p) in self.placements.iter().enumerate() {
+            let parts = self.infos[t]
+                .iter()
+                .zip(&self.devices)
+                .zip(&self.logs)
+                .map(|((info, dev), log)| {
+                    DeviceTable::new(info.clone(), dev.clone(), self.settings, log.clone())
+                })
+                .collect();
+            self.ctx
+                .register_table(p.name.as_str(), Arc::new(ArrayTable { parts }))
+                .map_err(|e| crate::query_error(e, &[]))?;
+            self.tables.push(p.name.clone());
+        }
+        Ok(())
+    }
+
+    /// How the scans of the queries that follow run.
+    pub fn set_settings(&mut self, settings: ScanSettings) -> Result<(), SqlError> {
+        self.settings = settings;
+        self.register()
+    }
+
+    /// The array's tables.
+    pub fn tables(&self) -> &[String] {
+        &self.tables
+    }
+
+    /// The tables' placements.
+    pub fn placements(&self) -> &[Placement] {
+        &self.placements
+    }
+
+    /// The whole table `name` as one catalog entry (rows and pages of every device;
+    /// the first device's extent).
+    pub fn table_info(&self, name: &str) -> Option<TableInfo> {
+        let t = self
+            .placements
+            .iter()
+            .position(|p| csd_host::same_name(&p.name, name))?;
+        let mut info = self.infos[t].first()?.clone();
+        info.rows = self.placements[t].rows;
+        info.pages = self.placements[t].pages;
+        Some(info)
+    }
+
+    /// Devices in the array.
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Host threads of the session.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Plans and runs `sql`; the scans' modeled reports come back per device.
+    pub fn run(&self, sql: &str) -> Result<ArrayAnswer, SqlError> {
+        for l in &self.logs {
+            l.take();
+        }
+        let mut answer = execute(&self.ctx, &self.runtime, sql, &self.tables)?;
+        let devices: Vec<Vec<ScanRecord>> = self.logs.iter().map(ScanLog::take).collect();
+        answer.scans = devices.iter().flatten().cloned().collect();
+        Ok(ArrayAnswer { answer, devices })
+    }
+
+    /// [`crate::SqlSession::run_strategies`] on the array: `sql` once per choice, the
+    /// rows checked equal.
+    pub fn run_strategies(
+        &mut self,
+        sql: &str,
+        choices: &[Choice],
+    ) -> Result<Vec<(Choice, ArrayAnswer)>, SqlError> {
+        let mut runs = Vec::with_capacity(choices.len());
+        let mut check = SameRows::default();
+        for &choice in choices {
+            self.set_settings(ScanSettings {
+                choice,
+                ..self.settings
+            })?;
+            let a = self.run(sql)?;
+            check.check(choice, &a.answer)?;
+            runs.push((choice, a));
+        }
+        Ok(runs)
+    }
+
+    /// Ends the session and gives the devices' clients back (`None` if a plan of this
+    /// session is still alive).
+    pub fn into_clients(self) -> Option<Vec<Client>> {
+        let ArraySession { ctx, devices, .. } = self;
+        drop(ctx);
+        devices.into_iter().map(Device::into_client).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;
