@@ -699,6 +699,18 @@ impl Flixr {
         Ok(id)
     }
 
+    /// Release rule `(table, rule)`.
+    pub fn drop_rule(&mut self, table: u8, rule: u16) -> Result<(), FlixrError> {
+        let t = self
+            .tables
+            .get_mut(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        t.rules
+            .remove(&rule)
+            .map(|_| ())
+            .ok_or(FlixrError::UnknownRule { table, rule })
+    }
+
     /// The table id, encoding and rule of `(table, rule)`.
     fn rule(&self, table: u8, rule: u16) -> Result<(IndexEncoding, IndexRule), FlixrError> {
         let t = self
