@@ -1003,7 +1003,10 @@ impl Flixr {
         }
         let meta0 = dev.ftl().stats().meta_reads;
         let miss0 = self.cache.misses;
-        let t0 = dev.receive(at, 0);
+        // The command carries no data: its per-command cost is charged once, with the
+        // reply (as a Read's is), so a later command does not queue on the host link
+        // behind this one's data.
+        let t0 = at;
         let mut t = t0;
         let mut reply = IndexRead::default();
         let mdts = dev.ftl().config().mdts_sectors as usize;

@@ -88,8 +88,8 @@ pub struct Setup {
     pub seed: u64,
     /// Host DRAM for B+tree nodes, KiB.
     pub host_cache_kib: u64,
-    /// FLIXR index cache in device DRAM, MiB.
-    pub index_cache_mib: u64,
+    /// FLIXR index cache in device DRAM, KiB.
+    pub index_cache_kib: u64,
     /// In-SSD B+tree node cache in device DRAM, MiB.
     pub node_cache_mib: u64,
     /// Share of controller DRAM for the FTL's MAP cache.
@@ -109,7 +109,7 @@ impl Default for Setup {
             tpcc_txns: 100,
             seed: 42,
             host_cache_kib: 256,
-            index_cache_mib: 16,
+            index_cache_kib: 16 << 10,
             node_cache_mib: 16,
             map_cache_share: 0.5,
             qd: 8,
@@ -170,7 +170,7 @@ impl Setup {
             )));
         }
         let mut d = NvmeDevice::new(ftl);
-        d.set_index_cache_bytes(self.index_cache_mib << 20);
+        d.set_index_cache_bytes(self.index_cache_kib << 10);
         d.set_node_cache_bytes(self.node_cache_mib << 20);
         Ok(RowStore::new(
             d,
@@ -313,6 +313,7 @@ pub fn measure(
     store: &mut RowStore,
     body: impl FnOnce(&mut RowStore) -> Result<(u64, u64), EvalError>,
 ) -> Result<Measure, EvalError> {
+    store.quiesce()?;
     let t0 = store.now();
     let tr0 = store.traffic();
     let (ops, answer) = body(store)?;

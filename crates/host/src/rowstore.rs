@@ -39,12 +39,21 @@
 //!   `min <= hi` and sends READ_IDX for the pages whose `max >= lo` (runs of consecutive
 //!   pages together); the device compares the entries again. Its entries are charged as
 //!   host compares, and it never touches the device to be read (§5: all in host DRAM).
-//! * A FLIXR rule is registered per query and released after (`DropIdxIcr`).
+//! * A FLIXR rule is registered per query and released after (`DropIdxIcr`). Filtered
+//!   reads are cut into pieces of [`FILTER_CHUNK_MDTS`] × MDTS LBAs kept `qd` deep, a
+//!   piece stopped by the transfer limit resuming in the next wave.
+//! * The B+tree configurations have an optimizer: a range covering more than
+//!   [`FULL_SCAN_FRACTION`] of the key span seen so far is read by a full scan.
+//! * Changed B+tree nodes are written by a background writer: the host does not wait
+//!   for their completion (the device stays busy with them); the firmware's in-SSD tree
+//!   likewise goes on once a node is handed to the FTL. Data pages are written
+//!   synchronously in every configuration.
 //! * Joins ([`RowStore::join`]): under FLIXR both tables' pages are read with
 //!   READ_IDX_JOIN1 (outer, filtered by the outer key range, building the per-table
 //!   join-key bitmap) and READ_IDX_JOIN2 (inner, whose per-page index must be a bitmap
-//!   over the same split points); under the B+tree kinds an index nested-loop join
-//!   looks each distinct outer join key up in the inner table's index; without an index
+//!   over the same split points); under the B+tree kinds a batched index nested-loop
+//!   join ([`RowStore::lookup_many`]) looks each distinct outer join key up in the inner
+//!   table's index and reads the pages found once; without an index
 //!   both tables are scanned. The host then hash-joins the rows it received.
 
 use crate::client::{Client, CommandIssuer, HostError};
@@ -60,6 +69,15 @@ use thiserror::Error;
 
 /// Bytes of a table page (one LBA).
 pub const PAGE: usize = 4096;
+
+/// Share of a table's key span above which the B+tree configurations scan the table
+/// instead of walking the index (a cost-based optimizer's choice for unselective ranges).
+pub const FULL_SCAN_FRACTION: f64 = 0.25;
+
+/// Filtered reads (READ_IDX and the joins) in flight examine this many MDTS-sized
+/// pieces each (1: a piece never stops at the transfer limit, and as many pieces are in
+/// flight as Reads of a full scan would be).
+pub const FILTER_CHUNK_MDTS: u64 = 1;
 
 /// Errors of the row store.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -270,6 +288,8 @@ struct Table {
     hs: HsTree,
     /// Per-table join-key index ids by column (FLIXR joins).
     tia: HashMap<usize, u16>,
+    /// Smallest and largest key ever stored (the optimizer's statistics).
+    keys: Option<(i64, i64)>,
     /// Join rules against a per-table index: tia -> rule id.
     join_rules: HashMap<u16, u16>,
 }
@@ -336,6 +356,18 @@ impl RowStore {
     /// The host's modeled clock.
     pub fn now(&self) -> SimTime {
         self.client.now()
+    }
+
+    /// Wait until the device is idle (background writes done): the start of a
+    /// measurement.
+    pub fn quiesce(&mut self) -> Result<(), StoreError> {
+        let c = self
+            .client
+            .exec(Command::GetLogPage(csd_device::LogPage::Telemetry))?;
+        if let Payload::Telemetry(t) = c.payload {
+            self.client.wait_until(t.now);
+        }
+        Ok(())
     }
 
     /// Cumulative traffic and costs.
@@ -559,6 +591,7 @@ impl RowStore {
             hs: HsTree::default(),
             tia: HashMap::new(),
             join_rules: HashMap::new(),
+            keys: None,
         });
         Ok(TableId(self.tables.len() - 1))
     }
@@ -651,12 +684,37 @@ impl RowStore {
                 tb.room.insert(p);
             }
         }
+        self.saw_keys(t, keys.iter().copied());
         let pairs: Vec<(i64, u64)> = keys
             .iter()
             .enumerate()
             .map(|(i, &k)| (k, first + (i / cap) as u64))
             .collect();
         self.index_bulk(t, pairs, pages)
+    }
+
+    /// Widen `t`'s key statistics by `keys`.
+    fn saw_keys(&mut self, t: TableId, keys: impl Iterator<Item = i64>) {
+        let tb = &mut self.tables[t.0];
+        for k in keys {
+            tb.keys = Some(match tb.keys {
+                None => (k, k),
+                Some((a, b)) => (a.min(k), b.max(k)),
+            });
+        }
+    }
+
+    /// Would a B+tree configuration's optimizer scan `t` instead of using its index for
+    /// `lo..=hi`? When the key statistics say the range covers more than
+    /// [`FULL_SCAN_FRACTION`] of the key span (uniform keys assumed, as without a
+    /// histogram).
+    fn prefers_scan(&self, t: TableId, lo: i64, hi: i64) -> bool {
+        let Some((a, b)) = self.tables[t.0].keys else {
+            return false;
+        };
+        let span = (b as i128 - a as i128 + 1) as f64;
+        let cover = (hi.min(b) as i128 - lo.max(a) as i128 + 1).max(0) as f64;
+        cover / span > FULL_SCAN_FRACTION
     }
 
     fn index_bulk(
@@ -766,9 +824,13 @@ impl RowStore {
             self.cache.insert(l);
         }
         self.traffic.index_pages_written += lbas.len() as u64;
-        let done = self.pipelined(cmds)?;
-        if let Some(e) = done.iter().map(|c| c.0.acct.completed).max() {
-            self.client.wait_until(e);
+        // A background writer: the host goes on, the device stays busy with them.
+        self.host_cpu(cmds.len() as f64 * self.opts.host_io_cycles);
+        let at = self.client.now();
+        for cmd in cmds {
+            let c = self.client.exec_detached(cmd, at)?;
+            self.traffic.link_bytes += c.acct.host_link_bytes;
+            self.traffic.commands += 1;
         }
         Ok(())
     }
@@ -985,27 +1047,49 @@ impl RowStore {
         Ok(())
     }
 
-    /// Run resumable filtered reads over `runs` (`mk(lba, blocks)` builds each command).
+    /// Run resumable filtered reads over `runs` (`mk(lba, blocks, first)` builds each
+    /// command): the runs are cut into pieces of [`FILTER_CHUNK_MDTS`] × MDTS LBAs
+    /// kept `qd` deep; a piece that hit the transfer limit continues in the next wave.
     fn filtered(
         &mut self,
         runs: Vec<(u64, u64)>,
         mut mk: impl FnMut(u64, u32, bool) -> Command,
     ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
-        let mut out = Vec::new();
-        let mut first = true;
+        let piece = (self.client.identify().mdts_blocks as u64 * FILTER_CHUNK_MDTS)
+            .clamp(1, csd_device::flixr::MAX_INDEX_SCAN);
+        let mut pending: Vec<(u64, u64)> = Vec::new();
         for (start, n) in runs {
-            let end = start + n;
             let mut l = start;
-            while l < end {
-                let m = (end - l).min(csd_device::flixr::MAX_INDEX_SCAN);
-                let (c, meta) = self.sync(mk(l, m as u32, first))?;
-                first = false;
+            while l < start + n {
+                let m = (start + n - l).min(piece);
+                pending.push((l, l + m));
                 l += m;
-                if let Some(next) = self.take_index_read(c, meta, &mut out) {
-                    l = next;
-                }
             }
         }
+        let mut out = Vec::new();
+        let mut first = true;
+        while !pending.is_empty() {
+            let cmds: Vec<Command> = pending
+                .iter()
+                .map(|&(l, e)| {
+                    let c = mk(l, (e - l) as u32, first);
+                    first = false;
+                    c
+                })
+                .collect();
+            let done = self.pipelined(cmds)?;
+            let mut next = Vec::new();
+            let mut end = self.client.now();
+            for ((_, e), (c, meta)) in pending.iter().zip(done) {
+                end = end.max(c.acct.completed);
+                if let Some(r) = self.take_index_read(c, meta, &mut out) {
+                    next.push((r, *e));
+                }
+            }
+            self.client.wait_until(end);
+            pending = next;
+        }
+        out.sort_by_key(|p| p.0);
         Ok(out)
     }
 
@@ -1020,6 +1104,13 @@ impl RowStore {
         self.table(t)?;
         match self.kind {
             IndexKind::NoIndex => {
+                let tb = &self.tables[t.0];
+                let lbas: Vec<u64> = (tb.first..tb.first + tb.used).collect();
+                self.read_pages(&lbas)
+            }
+            IndexKind::HostBtree | IndexKind::HostBtreeIdeal | IndexKind::SsdBtree
+                if self.prefers_scan(t, lo, hi) =>
+            {
                 let tb = &self.tables[t.0];
                 let lbas: Vec<u64> = (tb.first..tb.first + tb.used).collect();
                 self.read_pages(&lbas)
@@ -1138,6 +1229,90 @@ impl RowStore {
         out
     }
 
+    /// Rows of `t` whose key is one of `keys` (sorted, distinct), through the B+tree:
+    /// every key traversed (host) or one SsdIdxRead per key kept `qd` deep (in-SSD), the
+    /// data pages read once; other configurations scan with the smallest covering range.
+    pub fn lookup_many(&mut self, t: TableId, keys: &[i64]) -> Result<Vec<Row>, StoreError> {
+        let (Some(&lo), Some(&hi)) = (keys.first(), keys.last()) else {
+            return Ok(Vec::new());
+        };
+        let want: BTreeSet<i64> = keys.iter().copied().collect();
+        let pages = match self.kind {
+            IndexKind::HostBtree | IndexKind::HostBtreeIdeal if !self.prefers_scan(t, lo, hi) => {
+                let mut touch = Touch::default();
+                let mut pages = Vec::new();
+                let tree = self.tables[t.0]
+                    .tree
+                    .as_ref()
+                    .ok_or_else(|| StoreError::Invalid("no tree".into()))?;
+                for &k in keys {
+                    pages.extend(tree.range(k, k, &mut touch));
+                }
+                self.read_nodes(&touch)?;
+                pages.sort_unstable();
+                pages.dedup();
+                self.read_pages(&pages)?
+            }
+            IndexKind::SsdBtree if !self.prefers_scan(t, lo, hi) => {
+                let id = self.tables[t.0]
+                    .ssd
+                    .ok_or_else(|| StoreError::Invalid("no in-SSD index".into()))?;
+                let cmds = keys
+                    .iter()
+                    .map(|&k| Command::SsdIdxRead {
+                        index: id,
+                        lo: k,
+                        hi: k,
+                        from: 0,
+                    })
+                    .collect();
+                let nodes0 = self.client.device().ssd_btree().stats().node_reads;
+                let done = self.pipelined(cmds)?;
+                let nodes = self.client.device().ssd_btree().stats().node_reads - nodes0;
+                let mut out: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+                let mut end = self.client.now();
+                let mut flash = 0u64;
+                let mut more = Vec::new();
+                for (&k, (c, meta)) in keys.iter().zip(done) {
+                    end = end.max(c.acct.completed);
+                    flash += c.acct.flash_reads.saturating_sub(meta);
+                    self.traffic.map_flash_reads += meta;
+                    if let Payload::IndexRead(r) = c.payload {
+                        self.traffic.data_pages_to_host += r.lbas.len() as u64;
+                        for (l, p) in r.lbas.iter().zip(r.data.chunks(PAGE)) {
+                            out.insert(*l, p.to_vec());
+                        }
+                        if r.resume_at.is_some() {
+                            more.push(k);
+                        }
+                    }
+                }
+                self.client.wait_until(end);
+                self.traffic.index_flash_reads += nodes;
+                self.traffic.data_flash_reads += flash.saturating_sub(nodes);
+                // A key with more than MDTS pages: the rest through a resumed read.
+                for k in more {
+                    for (l, p) in self.candidate_pages(t, k, k)? {
+                        out.insert(l, p);
+                    }
+                }
+                out.into_iter().collect()
+            }
+            _ => self.candidate_pages(t, lo, hi)?,
+        };
+        let rows = self.filter_rows(t, &pages, lo, hi, &|_| true);
+        let key = self.tables[t.0].key;
+        Ok(rows
+            .into_iter()
+            .filter(|r| {
+                r.values
+                    .get(key)
+                    .and_then(value_i64)
+                    .is_some_and(|k| want.contains(&k))
+            })
+            .collect())
+    }
+
     /// Rows of `t` with `lo <= key <= hi`, through the configuration's access path.
     pub fn scan(&mut self, t: TableId, lo: i64, hi: i64) -> Result<Vec<Row>, StoreError> {
         self.scan_where(t, lo, hi, &|_| true)
@@ -1234,6 +1409,7 @@ impl RowStore {
             writes.push((lba, Self::build_page(&schema, &page)?, page.len()));
         }
         self.host_cpu(rows.len() as f64 * self.cycles_per_record);
+        self.saw_keys(t, keys.iter().copied());
         let tb = &mut self.tables[t.0];
         for (lba, _, len) in &writes {
             let p = lba - first;
@@ -1337,6 +1513,7 @@ impl RowStore {
             }
         }
         let ndel = del.len() as u64;
+        self.saw_keys(t, insert.iter().map(|p| p.0));
         let mut writes = Vec::new();
         let tb = &mut self.tables[t.0];
         for lba in pages {
@@ -1489,7 +1666,8 @@ impl RowStore {
                 (orows, irows)
             }
             _ => {
-                // Index nested loop: each distinct outer key looked up in the inner index.
+                // Index nested loop, batched: each distinct outer key looked up in the
+                // inner index, the pages found read once (multi-range read).
                 let orows = self.scan_where(outer, lo, hi, pred)?;
                 let mut keys: Vec<i64> = orows
                     .iter()
@@ -1497,15 +1675,7 @@ impl RowStore {
                     .collect();
                 keys.sort_unstable();
                 keys.dedup();
-                let mut irows = Vec::new();
-                let mut seen: BTreeSet<RowId> = BTreeSet::new();
-                for k in keys {
-                    for r in self.scan(inner, k, k)? {
-                        if seen.insert(r.id) {
-                            irows.push(r);
-                        }
-                    }
-                }
+                let irows = self.lookup_many(inner, &keys)?;
                 (orows, irows)
             }
         };
