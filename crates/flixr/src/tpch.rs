@@ -231,10 +231,13 @@ impl Data {
     }
 }
 
+/// Generated data by scale factor bits.
+type DataCache = Vec<(u64, Arc<Data>)>;
+
 /// The data at `sf`, generated once per process and shared (every configuration of a
 /// run loads the same rows).
 pub fn data(sf: f64) -> Result<Arc<Data>, EvalError> {
-    static CACHE: OnceLock<Mutex<Vec<(u64, Arc<Data>)>>> = OnceLock::new();
+    static CACHE: OnceLock<Mutex<DataCache>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
     let key = sf.to_bits();
     let mut g = cache
