@@ -12,6 +12,7 @@ mod bench_serve;
 mod bench_tpch;
 mod check;
 mod fdbench;
+mod flixrrepro;
 mod image;
 mod kvbench;
 mod kvpeers;

@@ -51,6 +51,12 @@ pub(crate) enum ReproCmd {
     ///
     /// Example: csd repro batch-io --out repro/batch-io
     BatchIo(crate::kvrepro::ReproBatchIoArgs),
+    /// FLIXR paper §6: Figures 9 (microbenchmarks), 10 (TPC-C, TPC-H) and 11 (storage
+    /// traffic) under no index, host-side B+tree (and ideal), in-SSD B+tree, FLIXR-S and
+    /// FLIXR-HS, plus the index-cache sweep, against the published figures.
+    ///
+    /// Example: csd repro flixr --out repro/flixr
+    Flixr(crate::flixrrepro::ReproFlixrArgs),
 }
 
 /// Options of `csd repro scan-paper`.
@@ -360,6 +366,7 @@ pub(crate) fn repro_cmd(c: &ReproCmd) -> Result<(), CliError> {
         ReproCmd::SmartSsd(a) => smart_ssd(a),
         ReproCmd::FdTree(a) => crate::fdbench::repro_fd_cmd(a),
         ReproCmd::BatchIo(a) => crate::kvrepro::repro_batch_io(a),
+        ReproCmd::Flixr(a) => crate::flixrrepro::repro_flixr(a),
     }
 }
 

@@ -252,7 +252,8 @@ impl BlockDevice {
                 .map(|t| t.max(r.clone().unwrap_or(at)));
             i = j;
         }
-        self.deliver(r, out.len() as u64 + extra, at, false)
+        // The command's cost on the link is charged here, once (see `read_lpids`).
+        self.deliver(r, out.len() as u64 + extra, at, true)
     }
 
     /// Host → device path: `bytes` cross the host link and are staged in DRAM, then `op`

@@ -699,6 +699,18 @@ impl Flixr {
         Ok(id)
     }
 
+    /// Release rule `(table, rule)`.
+    pub fn drop_rule(&mut self, table: u8, rule: u16) -> Result<(), FlixrError> {
+        let t = self
+            .tables
+            .get_mut(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        t.rules
+            .remove(&rule)
+            .map(|_| ())
+            .ok_or(FlixrError::UnknownRule { table, rule })
+    }
+
     /// The table id, encoding and rule of `(table, rule)`.
     fn rule(&self, table: u8, rule: u16) -> Result<(IndexEncoding, IndexRule), FlixrError> {
         let t = self
@@ -991,7 +1003,10 @@ impl Flixr {
         }
         let meta0 = dev.ftl().stats().meta_reads;
         let miss0 = self.cache.misses;
-        let t0 = dev.receive(at, 0);
+        // The command carries no data: its per-command cost is charged once, with the
+        // reply (as a Read's is), so a later command does not queue on the host link
+        // behind this one's data.
+        let t0 = at;
         let mut t = t0;
         let mut reply = IndexRead::default();
         let mdts = dev.ftl().config().mdts_sectors as usize;

@@ -10,11 +10,13 @@
 //! code talks to a device only through [`nvme`].
 
 pub mod block;
+pub mod btree;
 pub mod controller;
 pub mod flixr;
 pub mod isp;
 pub mod nvme;
 pub mod raw;
+pub mod ssd_btree;
 pub mod stack;
 pub mod workload;
 
@@ -30,6 +32,7 @@ pub use nvme::{
     QueueId, SmartLog, Status, Telemetry,
 };
 pub use raw::RawDevice;
+pub use ssd_btree::{SsdBtree, SsdBtreeStats};
 pub use workload::{IoReport, IoTarget, NoHints, PrefetchStage, Rw, WorkloadSpec};
 
 use thiserror::Error;

@@ -54,6 +54,7 @@ use crate::flixr::{
     JoinIndexSpec, TableFormat,
 };
 use crate::isp::{IspOpen, IspRefusal, IspReply, Runtime};
+use crate::ssd_btree::SsdBtree;
 use csd_ftl::{Ftl, FtlError};
 use csd_nand::NandError;
 use csd_sim::SimTime;
@@ -235,6 +236,46 @@ pub enum Command {
         /// The page's LBA.
         lba: u64,
     },
+    /// Release FLIXR comparison rule `(table, rule)` (the query that used it ended).
+    DropIdxIcr {
+        /// Table id.
+        table: u8,
+        /// Rule id.
+        rule: u16,
+    },
+    /// In-SSD B+tree (flixr §5 baseline): a per-row index whose nodes the firmware keeps
+    /// in LBAs `first..first + lbas`, bulk-loaded from `(key, page)` pairs; the payload
+    /// is its id.
+    SsdIdxCreate {
+        /// First LBA of the node region.
+        first: u64,
+        /// LBAs of the region.
+        lbas: u64,
+        /// `(key, data page)` pairs.
+        pairs: Vec<(i64, u64)>,
+    },
+    /// In-SSD B+tree: remove `remove`, then insert `insert` (firmware traverses, splits
+    /// and programs the nodes).
+    SsdIdxUpdate {
+        /// Index id.
+        index: u16,
+        /// Pairs to add.
+        insert: Vec<(i64, u64)>,
+        /// Pairs to remove.
+        remove: Vec<(i64, u64)>,
+    },
+    /// In-SSD B+tree: read the data pages `>= from` named by entries with
+    /// `lo <= key <= hi` (at most MDTS; the reply says where to resume).
+    SsdIdxRead {
+        /// Index id.
+        index: u16,
+        /// Lowest key, inclusive.
+        lo: i64,
+        /// Highest key, inclusive.
+        hi: i64,
+        /// Smallest page LBA to return.
+        from: u64,
+    },
 }
 
 impl Command {
@@ -266,6 +307,10 @@ impl Command {
             Command::SendTidxIcr { .. } => 0xD1,
             Command::ReadIdxJoin1 { .. } => 0x92,
             Command::ReadIdxJoin2 { .. } => 0x96,
+            Command::DropIdxIcr { .. } => 0xD5,
+            Command::SsdIdxCreate { .. } => 0xD9,
+            Command::SsdIdxUpdate { .. } => 0x99,
+            Command::SsdIdxRead { .. } => 0x9A,
         }
     }
 
@@ -280,6 +325,8 @@ impl Command {
                 | Command::SendIdxIcr { .. }
                 | Command::SendTidxEnc { .. }
                 | Command::SendTidxIcr { .. }
+                | Command::DropIdxIcr { .. }
+                | Command::SsdIdxCreate { .. }
         )
     }
 
@@ -307,6 +354,10 @@ impl Command {
             Command::SendTidxIcr { .. } => "SendTidxIcr",
             Command::ReadIdxJoin1 { .. } => "ReadIdxJoin1",
             Command::ReadIdxJoin2 { .. } => "ReadIdxJoin2",
+            Command::DropIdxIcr { .. } => "DropIdxIcr",
+            Command::SsdIdxCreate { .. } => "SsdIdxCreate",
+            Command::SsdIdxUpdate { .. } => "SsdIdxUpdate",
+            Command::SsdIdxRead { .. } => "SsdIdxRead",
         }
     }
 }
@@ -656,6 +707,8 @@ pub enum Payload {
     IndexRead(Box<IndexRead>),
     /// What UPDATE_HOST_INDEX reports for the page.
     HostIndex(HostIndexValue),
+    /// The id of an in-SSD B+tree SsdIdxCreate made.
+    SsdIndex(u16),
 }
 
 /// The telemetry log page: cumulative busy time per resource class and the energy
@@ -727,6 +780,7 @@ pub struct NvmeDevice {
     dev: BlockDevice,
     isp: Runtime,
     flixr: Flixr,
+    ssd_btree: SsdBtree,
     /// Slot `i` holds queue pair `i + 1`.
     queues: Vec<Option<QueuePair>>,
     /// The slot the round robin serves next.
@@ -777,6 +831,7 @@ impl NvmeDevice {
             dev,
             isp,
             flixr,
+            ssd_btree: SsdBtree::default(),
             queues: Vec::new(),
             next: 0,
         }
@@ -795,6 +850,16 @@ impl NvmeDevice {
     /// The FLIXR firmware state (registries, index cache, counters).
     pub fn flixr(&self) -> &Flixr {
         &self.flixr
+    }
+
+    /// The in-SSD B+tree firmware state (indexes, node cache, counters).
+    pub fn ssd_btree(&self) -> &SsdBtree {
+        &self.ssd_btree
+    }
+
+    /// Resize the in-SSD B+tree node cache in controller DRAM (it starts empty again).
+    pub fn set_node_cache_bytes(&mut self, bytes: u64) {
+        self.ssd_btree.set_cache_bytes(bytes);
     }
 
     /// Resize the FLIXR index cache in controller DRAM (it starts empty again).
@@ -1230,6 +1295,49 @@ impl NvmeDevice {
                     .host_index(&mut self.dev, table, lba, at)
                     .map_err(failed)?;
                 Ok((Payload::HostIndex(v), t))
+            }
+            Command::DropIdxIcr { table, rule } => {
+                self.flixr
+                    .drop_rule(table, rule)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, 16);
+                Ok((Payload::None, self.dev.respond(t, 16)))
+            }
+            Command::SsdIdxCreate { first, lbas, pairs } => {
+                let (id, t) = self
+                    .ssd_btree
+                    .create(&mut self.dev, first, lbas, pairs, at)
+                    .map_err(failed)?;
+                Ok((Payload::SsdIndex(id), t))
+            }
+            Command::SsdIdxUpdate {
+                index,
+                insert,
+                remove,
+            } => {
+                let t = self
+                    .ssd_btree
+                    .update(&mut self.dev, index, &insert, &remove, at)
+                    .map_err(failed)?;
+                Ok((Payload::None, t))
+            }
+            Command::SsdIdxRead {
+                index,
+                lo,
+                hi,
+                from,
+            } => {
+                if lo > hi {
+                    return Err((
+                        Status::InvalidField(format!("SsdIdxRead of an empty range {lo}..={hi}")),
+                        at,
+                    ));
+                }
+                let (reply, t) = self
+                    .ssd_btree
+                    .read(&mut self.dev, index, lo, hi, from, at)
+                    .map_err(failed)?;
+                Ok((Payload::IndexRead(Box::new(reply)), t))
             }
         }
     }

@@ -109,6 +109,16 @@ impl Client {
     pub fn into_device(self) -> NvmeDevice {
         self.dev
     }
+
+    /// Run `cmd` submitted at `at` without waiting for it (a background writer): the
+    /// host's clock stays where it is, the device's resources stay reserved. Errors on a
+    /// non-success status.
+    pub fn exec_detached(&mut self, cmd: Command, at: SimTime) -> Result<Completion, HostError> {
+        let name = cmd.name();
+        let c = complete(&mut self.dev, self.qid, cmd, at)?;
+        self.totals.add(&c.acct);
+        checked(name, c)
+    }
 }
 
 /// Submit `cmd` on `qid` at `at`, let the device run it, and take its completion. A

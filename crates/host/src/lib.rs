@@ -10,6 +10,8 @@
 //!   embedded-CPU ISP and hardware ISP through device sessions (OPEN/GET/CLOSE) — with the
 //!   report of where the modeled time, bytes and energy went. SQL is `csd-sql`'s
 //!   (DataFusion), which plans queries and runs their scans through [`scan::run_scan`].
+//! * [`rowstore`]: a small row store of NSM pages on the device with INSERT, DELETE,
+//!   UPDATE, scans and joins through FLIXR's access paths and its baselines (flixr §4–§6).
 //! * [`catalog`]: tables stored on the device (smart-ssd paper §3–§4.1): a catalog of
 //!   tables kept in a reserved LBA region and rewritten with one atomic batch (batch-io
 //!   §3), so that a power cut during a load leaves the old catalog or the new one; and
@@ -18,10 +20,12 @@
 
 pub mod catalog;
 pub mod client;
+pub mod rowstore;
 pub mod scan;
 pub mod shared;
 
 pub use catalog::{Catalog, LoadReport, TableInfo, check_table_name, same_name};
 pub use client::{Client, CommandIssuer, HostError};
+pub use rowstore::{IndexKind, KeyEncoding, RowStore, StoreError, StoreOptions, TableDef, TableId};
 pub use scan::{QueryReport, ScanOptions, Strategy, run_scan};
 pub use shared::{DeviceHandle, SharedDevice};

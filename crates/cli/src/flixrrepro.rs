@@ -1,0 +1,166 @@
+//! `csd repro flixr`: FLIXR's evaluation (flixr §6, Figures 9, 10 and 11, the
+//! index-cache sweep) through `csd_flixr::repro`: every workload under the five
+//! configurations and the ideal host index, a markdown report with PNG and SVG plots, a
+//! side-by-side table against the paper, and `--json`.
+
+use crate::CliError;
+use crate::report::progress_bar;
+use clap::Args;
+use csd_flixr::{Setup, Workload};
+use std::path::PathBuf;
+
+/// Options of `csd repro flixr`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct ReproFlixrArgs {
+    /// Report directory (markdown + PNG + SVG).
+    #[arg(long, default_value = "repro/flixr")]
+    out: PathBuf,
+    /// Device preset (the paper's Table 2 platform).
+    #[arg(long, default_value = "cosmos-openssd")]
+    preset: String,
+    /// TPC-H scale factor of the microbenchmark and TPC-H data (paper: 10).
+    #[arg(long, default_value_t = 0.01)]
+    sf: f64,
+    /// Operations per microbenchmark and TPC-H query.
+    #[arg(long, default_value_t = 20)]
+    queries: u32,
+    /// Fraction of LINEITEM one Scan or Join query selects.
+    #[arg(long, default_value_t = 0.01)]
+    selectivity: f64,
+    /// TPC-C warehouses (paper: 100; population reduced, see csd_flixr::tpcc).
+    #[arg(long, default_value_t = 1)]
+    warehouses: u32,
+    /// TPC-C transactions per run.
+    #[arg(long, default_value_t = 100)]
+    tpcc_txns: u32,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Host DRAM for B+tree nodes, KiB.
+    #[arg(long, default_value_t = 256)]
+    host_cache_kib: u64,
+    /// FLIXR index cache in device DRAM, MiB (paper: 16).
+    #[arg(long, default_value_t = 16)]
+    index_cache_mib: u64,
+    /// In-SSD B+tree node cache in device DRAM, MiB.
+    #[arg(long, default_value_t = 16)]
+    node_cache_mib: u64,
+    /// Share of controller DRAM for the FTL's MAP cache.
+    #[arg(long, default_value_t = 0.5)]
+    map_cache_share: f64,
+    /// Commands the host keeps in flight.
+    #[arg(long, default_value_t = 8)]
+    qd: usize,
+    /// Workloads (default all): scan, join, insert, delete, tpcc-neworder,
+    /// tpcc-payment, tpch-q1, tpch-q4, tpch-q6, tpch-q14.
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// Index-cache sizes (KiB) for the sweep of Scan under FLIXR; empty: no sweep.
+    #[arg(long, value_delimiter = ',', default_value = "4,64,16384")]
+    cache_sweep_kib: Vec<u64>,
+    /// Print JSON (snake_case keys) instead of the report's tables.
+    #[arg(long)]
+    json: bool,
+}
+
+fn command(a: &ReproFlixrArgs) -> String {
+    let mut c = format!(
+        "csd repro flixr --out {} --preset {} --sf {} --queries {} --selectivity {} --warehouses {} --tpcc-txns {} --seed {} --host-cache-kib {} --index-cache-mib {} --node-cache-mib {} --map-cache-share {} --qd {}",
+        a.out.display(),
+        a.preset,
+        a.sf,
+        a.queries,
+        a.selectivity,
+        a.warehouses,
+        a.tpcc_txns,
+        a.seed,
+        a.host_cache_kib,
+        a.index_cache_mib,
+        a.node_cache_mib,
+        a.map_cache_share,
+        a.qd
+    );
+    if !a.workloads.is_empty() {
+        c.push_str(&format!(" --workloads {}", a.workloads.join(",")));
+    }
+    c.push_str(&format!(
+        " --cache-sweep-kib {}",
+        a.cache_sweep_kib
+            .iter()
+            .map(|m| m.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    ));
+    if a.json {
+        c.push_str(" --json");
+    }
+    c
+}
+
+/// `csd repro flixr`.
+pub(crate) fn repro_flixr(a: &ReproFlixrArgs) -> Result<(), CliError> {
+    let workloads: Vec<Workload> = if a.workloads.is_empty() {
+        Workload::ALL.to_vec()
+    } else {
+        a.workloads
+            .iter()
+            .map(|n| {
+                Workload::ALL
+                    .into_iter()
+                    .find(|w| w.name() == n.as_str())
+                    .ok_or_else(|| {
+                        CliError::Usage(format!(
+                            "--workloads {n}: one of {}",
+                            Workload::ALL.map(|w| w.name()).join(", ")
+                        ))
+                    })
+            })
+            .collect::<Result<_, _>>()?
+    };
+    if a.cache_sweep_kib.contains(&0) {
+        return Err(CliError::Usage(
+            "--cache-sweep-kib sizes are KiB, at least 1".into(),
+        ));
+    }
+    let setup = Setup {
+        preset: a.preset.clone(),
+        sf: a.sf,
+        queries: a.queries,
+        selectivity: a.selectivity,
+        warehouses: a.warehouses,
+        tpcc_txns: a.tpcc_txns,
+        seed: a.seed,
+        host_cache_kib: a.host_cache_kib,
+        index_cache_kib: a.index_cache_mib << 10,
+        node_cache_mib: a.node_cache_mib,
+        map_cache_share: a.map_cache_share,
+        qd: a.qd,
+    };
+    setup.check().map_err(|e| CliError::Usage(e.to_string()))?;
+    csd_plot::guard_output(&a.out.join("report.md"), &["md"])
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let runs = (workloads.len() * 6 + a.cache_sweep_kib.len() * 2) as u64;
+    let pb = if a.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        progress_bar(Some(runs), "runs")
+    };
+    let r = csd_flixr::repro::run(&setup, &workloads, &a.cache_sweep_kib, command(a), |msg| {
+        pb.inc(1);
+        pb.set_message(msg.to_string());
+    })
+    .map_err(|e| CliError::Usage(e.to_string()))?;
+    pb.finish_and_clear();
+    let md =
+        csd_flixr::repro::write_report(&r, &a.out).map_err(|e| CliError::Usage(e.to_string()))?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&csd_flixr::repro::json(&r)).unwrap_or_default()
+        );
+    } else {
+        println!("{md}");
+        println!("report: {}", a.out.join("report.md").display());
+    }
+    Ok(())
+}

@@ -1,0 +1,38 @@
+//! `csd repro flixr` without the CLI (which links DataFusion): the same report, for a
+//! release build of this crate alone.
+//!
+//! `cargo run --release -p csd-flixr --example repro -- [out-dir] [sf] [queries] [tpcc-txns]`
+
+use csd_flixr::{Setup, Workload};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let out = args
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "repro/flixr".into());
+    let mut s = Setup::default();
+    if let Some(v) = args.get(1).and_then(|v| v.parse().ok()) {
+        s.sf = v;
+    }
+    if let Some(v) = args.get(2).and_then(|v| v.parse().ok()) {
+        s.queries = v;
+    }
+    if let Some(v) = args.get(3).and_then(|v| v.parse().ok()) {
+        s.tpcc_txns = v;
+    }
+    let cmd = format!(
+        "cargo run --release -p csd-flixr --example repro -- {out} {} {} {}",
+        s.sf, s.queries, s.tpcc_txns
+    );
+    let r = csd_flixr::repro::run(&s, &Workload::ALL, &[4, 64, 16 << 10], cmd, |m| {
+        eprintln!("{m}")
+    });
+    match r.and_then(|r| csd_flixr::repro::write_report(&r, std::path::Path::new(&out))) {
+        Ok(md) => println!("{md}"),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    }
+}

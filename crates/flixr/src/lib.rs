@@ -1,0 +1,535 @@
+//! FLIXR's evaluation (flixr §5–§6) as workloads over the row store
+//! ([`csd_host::rowstore`]): the microbenchmarks of §6.1 (Scan with filtering, Join
+//! lineitem ⋈ part, Insert, Delete), TPC-C NewOrder and Payment (§6.2, all nine tables)
+//! and TPC-H Q1, Q4, Q6 and Q14 (§6.2) as access-path workloads, each run under the five
+//! configurations of §6 and the ideal host index, on the same data and the same random
+//! operations, with every configuration's answers checked equal.
+//!
+//! How a run is measured: every (workload, configuration) gets a fresh device (the
+//! preset, its blocks per plane cut to fit about four times the data), its tables are
+//! loaded, then the workload's operations run one after another; the figures are the
+//! modeled time from the first operation's start to the last one's end (the row store's
+//! host clock, which includes host CPU charged by the store) and the traffic counters of
+//! the store ([`csd_host::rowstore::Traffic`]) over that span. Loading is not measured.
+//!
+//! Choices (the paper leaves them open or its scale does not fit here):
+//! * Data: TPC-H rows from `tpchgen` (as `csd load tpch`), LINEITEM/ORDERS/PART at
+//!   `--sf`; TPC-C rows from this crate's generator ([`tpcc`]) at `--warehouses` with
+//!   item/customer/order counts scaled down (documented there).
+//! * Physical design per workload: each table has one index key (the paper's primary
+//!   key per query, §6.4): microbenchmarks key LINEITEM on `l_orderkey` (as generated,
+//!   clustered) and PART on `p_partkey` (a bitmap under FLIXR, the join's second table);
+//!   TPC-H Q1/Q6/Q14 cluster and key LINEITEM on `l_shipdate`, Q4 keys ORDERS on
+//!   `o_orderdate` and LINEITEM on `l_orderkey` (bitmap, the join's second table);
+//!   TPC-C keys every table on its primary key packed into one INT64.
+//! * Queries are computed by hand-written host operators over the store's access paths
+//!   (scan, join, insert, delete, update); SQL is not involved.
+
+pub mod micro;
+pub mod repro;
+pub mod tpcc;
+pub mod tpch;
+
+use csd_device::NvmeDevice;
+use csd_ftl::{Ftl, FtlConfig};
+use csd_host::rowstore::{IndexKind, RowStore, StoreError, StoreOptions, Traffic};
+use csd_nand::Nand;
+use csd_sim::DeviceConfig;
+use std::hash::{Hash, Hasher};
+use thiserror::Error;
+
+/// Errors of a FLIXR evaluation run.
+#[derive(Debug, Error)]
+pub enum EvalError {
+    /// The row store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Bad arguments.
+    #[error("{0}")]
+    Usage(String),
+    /// Configurations disagree on a workload's answer.
+    #[error("{workload}: {config} answered {got:#x}, {base} answered {want:#x}: results differ")]
+    Mismatch {
+        /// Workload.
+        workload: String,
+        /// Configuration that differs.
+        config: String,
+        /// Its answer digest.
+        got: u64,
+        /// The first configuration.
+        base: String,
+        /// Its answer digest.
+        want: u64,
+    },
+    /// A workload's own check failed (TPC-C consistency, reference answers).
+    #[error("{0}")]
+    Check(String),
+    /// Device set-up failed.
+    #[error("device: {0}")]
+    Device(String),
+}
+
+/// Parameters of an evaluation run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Setup {
+    /// Device preset (the paper's platform: `cosmos-openssd`).
+    pub preset: String,
+    /// TPC-H scale factor of the microbenchmark and TPC-H data.
+    pub sf: f64,
+    /// Operations per microbenchmark (queries, inserted rows, deletes).
+    pub queries: u32,
+    /// Fraction of LINEITEM one Scan or Join query selects.
+    pub selectivity: f64,
+    /// TPC-C warehouses.
+    pub warehouses: u32,
+    /// TPC-C transactions per run (NewOrder and Payment each).
+    pub tpcc_txns: u32,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Host DRAM for B+tree nodes, KiB.
+    pub host_cache_kib: u64,
+    /// FLIXR index cache in device DRAM, KiB.
+    pub index_cache_kib: u64,
+    /// In-SSD B+tree node cache in device DRAM, MiB.
+    pub node_cache_mib: u64,
+    /// Share of controller DRAM for the FTL's MAP cache.
+    pub map_cache_share: f64,
+    /// Commands the host keeps in flight.
+    pub qd: usize,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            preset: "cosmos-openssd".into(),
+            sf: 0.01,
+            queries: 20,
+            selectivity: 0.01,
+            warehouses: 1,
+            tpcc_txns: 100,
+            seed: 42,
+            host_cache_kib: 256,
+            index_cache_kib: 16 << 10,
+            node_cache_mib: 16,
+            map_cache_share: 0.5,
+            qd: 8,
+        }
+    }
+}
+
+impl Setup {
+    /// Check the parameters.
+    pub fn check(&self) -> Result<(), EvalError> {
+        if !(self.sf > 0.0 && self.sf <= 10.0) {
+            return Err(EvalError::Usage("--sf must be in (0, 10]".into()));
+        }
+        if !(self.selectivity > 0.0 && self.selectivity <= 1.0) {
+            return Err(EvalError::Usage("--selectivity must be in (0, 1]".into()));
+        }
+        if self.queries == 0 || self.qd == 0 || self.warehouses == 0 || self.tpcc_txns == 0 {
+            return Err(EvalError::Usage(
+                "--queries, --qd, --warehouses and --tpcc-txns must be at least 1".into(),
+            ));
+        }
+        if !(self.map_cache_share > 0.0 && self.map_cache_share <= 1.0) {
+            return Err(EvalError::Usage(
+                "--map-cache-share must be in (0, 1]".into(),
+            ));
+        }
+        DeviceConfig::preset(&self.preset).map_err(|e| EvalError::Device(e.to_string()))?;
+        Ok(())
+    }
+
+    /// A fresh store under `kind` on a device with room for `lbas` LBAs of tables.
+    pub fn store(&self, kind: IndexKind, lbas: u64) -> Result<RowStore, EvalError> {
+        let dev = |e: &dyn std::fmt::Display| EvalError::Device(e.to_string());
+        let base = DeviceConfig::preset(&self.preset).map_err(|e| dev(&e))?;
+        let g = &base.geometry;
+        let block = g.block_bytes() * (g.dies() as u64);
+        let need = 4 * lbas * 4096;
+        let bpp = need.div_ceil(block).clamp(32, g.blocks_per_plane as u64);
+        let toml = DeviceConfig::preset_toml(&self.preset).map_err(|e| dev(&e))?;
+        let cfg = DeviceConfig::from_toml_with_overrides(
+            toml,
+            &[format!("geometry.blocks_per_plane={bpp}")],
+        )
+        .map_err(|e| dev(&e))?;
+        let fcfg = FtlConfig {
+            ext_bytes: 24,
+            op: 0.25,
+            map_cache_share: self.map_cache_share,
+            ..FtlConfig::default()
+        };
+        let nand = Nand::new_in_memory(cfg).map_err(|e| dev(&e))?;
+        let ftl = Ftl::format(nand, fcfg).map_err(|e| dev(&e))?;
+        if ftl.lbas() < lbas + 16 {
+            return Err(EvalError::Usage(format!(
+                "the data needs {lbas} LBAs; the {} preset holds {}: lower --sf or --warehouses",
+                self.preset,
+                ftl.lbas()
+            )));
+        }
+        let mut d = NvmeDevice::new(ftl);
+        d.set_index_cache_bytes(self.index_cache_kib << 10);
+        d.set_node_cache_bytes(self.node_cache_mib << 20);
+        Ok(RowStore::new(
+            d,
+            kind,
+            StoreOptions {
+                qd: self.qd,
+                host_cache_kib: self.host_cache_kib,
+                ..StoreOptions::default()
+            },
+        )?)
+    }
+}
+
+/// What one workload did under one configuration.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Measure {
+    /// Workload name (`scan`, `join`, `insert`, `delete`, `tpcc-neworder`, ..., `tpch-q14`).
+    pub workload: String,
+    /// Configuration name.
+    pub config: String,
+    /// Operations (queries or transactions).
+    pub ops: u64,
+    /// Modeled time of all operations, ns.
+    pub modeled_ns: u64,
+    /// Operations per minute of modeled time.
+    pub ops_per_minute: f64,
+    /// Throughput over the host-side index's on the same workload.
+    pub speedup_over_host_index: f64,
+    /// Traffic and costs over the run.
+    pub traffic: TrafficFigures,
+    /// Digest of the answers (equal across configurations).
+    pub answer: u64,
+}
+
+/// [`Traffic`] as report fields.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct TrafficFigures {
+    /// Index pages sent to the host.
+    pub index_pages_to_host: u64,
+    /// Data pages sent to the host.
+    pub data_pages_to_host: u64,
+    /// Flash reads of index pages (host or device).
+    pub index_flash_reads: u64,
+    /// Flash reads of data pages.
+    pub data_flash_reads: u64,
+    /// Flash reads of MAP pages for data LBAs.
+    pub map_flash_reads: u64,
+    /// Index pages written.
+    pub index_pages_written: u64,
+    /// Data pages written.
+    pub data_pages_written: u64,
+    /// Bytes over the host link.
+    pub link_bytes: u64,
+    /// Host CPU time, ns.
+    pub host_cpu_ns: u64,
+    /// Commands.
+    pub commands: u64,
+    /// Pages FLIXR skipped in the device.
+    pub pages_skipped: u64,
+}
+
+impl TrafficFigures {
+    /// `b - a`.
+    pub fn delta(a: Traffic, b: Traffic) -> TrafficFigures {
+        TrafficFigures {
+            index_pages_to_host: b.index_pages_to_host - a.index_pages_to_host,
+            data_pages_to_host: b.data_pages_to_host - a.data_pages_to_host,
+            index_flash_reads: b.index_flash_reads - a.index_flash_reads,
+            data_flash_reads: b.data_flash_reads - a.data_flash_reads,
+            map_flash_reads: b.map_flash_reads - a.map_flash_reads,
+            index_pages_written: b.index_pages_written - a.index_pages_written,
+            data_pages_written: b.data_pages_written - a.data_pages_written,
+            link_bytes: b.link_bytes - a.link_bytes,
+            host_cpu_ns: b.host_cpu_ns - a.host_cpu_ns,
+            commands: b.commands - a.commands,
+            pages_skipped: b.pages_skipped - a.pages_skipped,
+        }
+    }
+
+    /// Pages fetched from storage to the host in the paper's Figure 11 sense: index
+    /// pages (host B+tree nodes) and data pages.
+    pub fn storage_pages(&self) -> (u64, u64) {
+        (self.index_pages_to_host, self.data_pages_to_host)
+    }
+}
+
+/// A stable digest of an answer.
+pub fn digest<T: Hash>(v: &T) -> u64 {
+    // FNV-1a, so digests do not depend on the standard library's hasher.
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    v.hash(&mut h);
+    h.finish()
+}
+
+struct Fnv(u64);
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= *b as u64;
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// xorshift64*, seeded.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded (0 is mapped to a non-zero state).
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15 | 1)
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        if hi <= lo {
+            return lo;
+        }
+        lo + (self.next_u64() % ((hi - lo) as u64 + 1)) as i64
+    }
+}
+
+/// Measure `body` on `store`: modeled time and traffic between its start and end.
+pub fn measure(
+    workload: &str,
+    store: &mut RowStore,
+    body: impl FnOnce(&mut RowStore) -> Result<(u64, u64), EvalError>,
+) -> Result<Measure, EvalError> {
+    store.quiesce()?;
+    let t0 = store.now();
+    let tr0 = store.traffic();
+    let (ops, answer) = body(store)?;
+    let ns = store.now().since(t0);
+    let traffic = TrafficFigures::delta(tr0, store.traffic());
+    Ok(Measure {
+        workload: workload.into(),
+        config: store.kind().name().into(),
+        ops,
+        modeled_ns: ns,
+        ops_per_minute: ops as f64 * 60e9 / (ns.max(1)) as f64,
+        speedup_over_host_index: 0.0,
+        traffic,
+        answer,
+    })
+}
+
+/// Check that every configuration of `ms` (one workload) answered alike and fill in the
+/// speedups over `host-index`.
+pub fn finish(ms: &mut [Measure]) -> Result<(), EvalError> {
+    if let Some(first) = ms.first().cloned() {
+        for m in ms.iter() {
+            if m.answer != first.answer {
+                return Err(EvalError::Mismatch {
+                    workload: m.workload.clone(),
+                    config: m.config.clone(),
+                    got: m.answer,
+                    base: first.config.clone(),
+                    want: first.answer,
+                });
+            }
+        }
+    }
+    let base = ms
+        .iter()
+        .find(|m| m.config == IndexKind::HostBtree.name())
+        .map_or(1.0, |m| m.ops_per_minute);
+    for m in ms.iter_mut() {
+        m.speedup_over_host_index = m.ops_per_minute / base.max(f64::MIN_POSITIVE);
+    }
+    Ok(())
+}
+
+/// Which workloads a run covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Workload {
+    /// §6.1 Scan with filtering.
+    Scan,
+    /// §6.1 Join lineitem ⋈ part.
+    Join,
+    /// §6.1 Insert.
+    Insert,
+    /// §6.1 Delete.
+    Delete,
+    /// TPC-C NewOrder.
+    NewOrder,
+    /// TPC-C Payment.
+    Payment,
+    /// TPC-H Q1.
+    Q1,
+    /// TPC-H Q4.
+    Q4,
+    /// TPC-H Q6.
+    Q6,
+    /// TPC-H Q14.
+    Q14,
+}
+
+impl Workload {
+    /// Every workload, in report order.
+    pub const ALL: [Workload; 10] = [
+        Workload::Scan,
+        Workload::Join,
+        Workload::Insert,
+        Workload::Delete,
+        Workload::NewOrder,
+        Workload::Payment,
+        Workload::Q1,
+        Workload::Q4,
+        Workload::Q6,
+        Workload::Q14,
+    ];
+
+    /// Report name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Scan => "scan",
+            Workload::Join => "join",
+            Workload::Insert => "insert",
+            Workload::Delete => "delete",
+            Workload::NewOrder => "tpcc-neworder",
+            Workload::Payment => "tpcc-payment",
+            Workload::Q1 => "tpch-q1",
+            Workload::Q4 => "tpch-q4",
+            Workload::Q6 => "tpch-q6",
+            Workload::Q14 => "tpch-q14",
+        }
+    }
+
+    /// A microbenchmark of §6.1 (Figure 9)?
+    pub fn is_micro(self) -> bool {
+        matches!(
+            self,
+            Workload::Scan | Workload::Join | Workload::Insert | Workload::Delete
+        )
+    }
+
+    /// Run it under `kind`.
+    pub fn run(self, s: &Setup, kind: IndexKind) -> Result<Measure, EvalError> {
+        match self {
+            Workload::Scan => micro::scan(s, kind),
+            Workload::Join => micro::join(s, kind),
+            Workload::Insert => micro::insert(s, kind),
+            Workload::Delete => micro::delete(s, kind),
+            Workload::NewOrder => tpcc::run(s, kind, tpcc::Txn::NewOrder),
+            Workload::Payment => tpcc::run(s, kind, tpcc::Txn::Payment),
+            Workload::Q1 => tpch::run(s, kind, tpch::Query::Q1),
+            Workload::Q4 => tpch::run(s, kind, tpch::Query::Q4),
+            Workload::Q6 => tpch::run(s, kind, tpch::Query::Q6),
+            Workload::Q14 => tpch::run(s, kind, tpch::Query::Q14),
+        }
+    }
+}
+
+/// Run `workloads` under every configuration of `kinds`; answers checked equal per
+/// workload. `progress` hears each finished measure.
+pub fn run_all(
+    s: &Setup,
+    workloads: &[Workload],
+    kinds: &[IndexKind],
+    mut progress: impl FnMut(&Measure),
+) -> Result<Vec<Measure>, EvalError> {
+    s.check()?;
+    let mut out = Vec::new();
+    for &w in workloads {
+        let mut ms = Vec::new();
+        for &k in kinds {
+            let m = w.run(s, k)?;
+            progress(&m);
+            ms.push(m);
+        }
+        finish(&mut ms)?;
+        out.extend(ms);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Setup {
+        Setup {
+            preset: "tiny".into(),
+            sf: 0.001,
+            queries: 3,
+            tpcc_txns: 3,
+            host_cache_kib: 8,
+            ..Setup::default()
+        }
+    }
+
+    #[test]
+    fn micro_and_tpch_agree_across_configurations() {
+        let s = tiny();
+        let ws = [
+            Workload::Scan,
+            Workload::Join,
+            Workload::Insert,
+            Workload::Delete,
+            Workload::Q1,
+            Workload::Q4,
+            Workload::Q6,
+            Workload::Q14,
+        ];
+        let ms = run_all(&s, &ws, &IndexKind::ALL, |_| {}).unwrap();
+        assert_eq!(ms.len(), ws.len() * IndexKind::ALL.len());
+        for m in &ms {
+            assert!(m.modeled_ns > 0, "{} {}", m.workload, m.config);
+            if m.config == "host-index" {
+                assert_eq!(m.speedup_over_host_index, 1.0);
+            }
+        }
+        // FLIXR skips pages on a 1% scan; the host index reads index pages.
+        let scan = |c: &str| {
+            ms.iter()
+                .find(|m| m.workload == "scan" && m.config == c)
+                .unwrap()
+        };
+        assert!(scan("flixr-s").traffic.pages_skipped > 0);
+        assert!(scan("host-index").traffic.index_pages_to_host > 0);
+        assert_eq!(scan("host-index-ideal").traffic.index_pages_to_host, 0);
+        assert!(
+            scan("no-index").traffic.data_pages_to_host
+                > scan("flixr-hs").traffic.data_pages_to_host
+        );
+    }
+
+    #[test]
+    fn bad_setups_are_refused() {
+        for s in [
+            Setup { sf: 0.0, ..tiny() },
+            Setup {
+                selectivity: 2.0,
+                ..tiny()
+            },
+            Setup {
+                queries: 0,
+                ..tiny()
+            },
+            Setup {
+                preset: "nope".into(),
+                ..tiny()
+            },
+        ] {
+            assert!(s.check().is_err());
+        }
+    }
+}

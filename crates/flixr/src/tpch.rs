@@ -1,0 +1,469 @@
+//! TPC-H data for the FLIXR workloads and Q1, Q4, Q6, Q14 as access-path workloads
+//! (flixr §6.2, Figure 10).
+//!
+//! Data: `tpchgen` rows (the generator of `csd load tpch`) in csd's fixed-width schemas
+//! (`csd_table::datagen::tpch`). Each query runs on the physical design that suits it
+//! (§6.4: "we can use the items in the l_shipdate column ... as the primary key"):
+//! * Q1, Q6: LINEITEM clustered and keyed on `l_shipdate` (range entries);
+//! * Q14: the same LINEITEM ⋈ PART keyed on `p_partkey` (a bitmap under FLIXR, so that
+//!   READ_IDX_JOIN2 prunes PART with the per-table bitmap JOIN1 builds from the LINEITEM
+//!   rows of the month);
+//! * Q4: ORDERS clustered and keyed on `o_orderdate` (range) ⋈ LINEITEM keyed on
+//!   `l_orderkey` (bitmap; clustered as generated).
+//!
+//! Each query runs `--queries` times with substitution parameters drawn from the seed
+//! within the specification's ranges (Q1 DELTA 60..120; Q4 a month of 1993-01..1997-10;
+//! Q6 a year of 1993..1997, DISCOUNT 0.02..0.09, QUANTITY 24..25; Q14 a month of
+//! 1993..1997). Operators on the host: hash aggregation for Q1, Q6 and Q14's sums, a
+//! semi-join for Q4's EXISTS. Every answer is also computed from the generated rows in
+//! memory and must equal the store's.
+
+use crate::{EvalError, Measure, Rng, Setup, digest, measure};
+use csd_host::rowstore::{IndexKind, KeyEncoding, RowStore, TableDef, TableId};
+use csd_table::datagen::{TpchGenerator, TpchTable};
+use csd_table::{ColumnType, RowSource, Schema, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The four queries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Query {
+    /// Pricing summary report.
+    Q1,
+    /// Order priority checking.
+    Q4,
+    /// Forecasting revenue change.
+    Q6,
+    /// Promotion effect.
+    Q14,
+}
+
+/// Rows of `table` at `sf` as values.
+pub fn rows(table: TpchTable, sf: f64) -> Result<Vec<Vec<Value>>, EvalError> {
+    let mut g = TpchGenerator::new(table, sf).map_err(|e| EvalError::Usage(e.to_string()))?;
+    let schema = table.schema();
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    while g.next_row(&mut buf) {
+        out.push(
+            schema
+                .decode_row(&buf)
+                .map_err(|e| EvalError::Check(e.to_string()))?,
+        );
+    }
+    Ok(out)
+}
+
+/// The columns of `table` for a [`TableDef`].
+pub fn columns(schema: &Schema) -> Vec<(String, ColumnType)> {
+    schema
+        .columns()
+        .iter()
+        .map(|c| (c.name.clone(), c.ty))
+        .collect()
+}
+
+/// `n - 1` split points cutting `lo..=hi` into `n` equal buckets.
+pub fn bounds(lo: i64, hi: i64, n: usize) -> Vec<i64> {
+    let span = (hi - lo + 1).max(n as i64);
+    let mut v: Vec<i64> = (1..n as i64).map(|i| lo + span * i / n as i64).collect();
+    v.dedup();
+    v
+}
+
+/// Buckets of a bitmap entry with 24 extension bytes: 160 bits.
+pub const BITMAP_BUCKETS: usize = 160;
+
+/// A table definition for `t` keyed on `key`.
+pub fn def(t: TpchTable, key: &str, encoding: KeyEncoding, rows: usize) -> TableDef {
+    let schema = t.schema();
+    let cap = csd_table::page::capacity_for(&schema, csd_table::Layout::Nsm, 4096).unwrap_or(1);
+    TableDef {
+        name: t.name().into(),
+        columns: columns(&schema),
+        key: key.into(),
+        encoding,
+        max_pages: (rows.div_ceil(cap.max(1)) as u64) * 2 + 64,
+    }
+}
+
+/// Column `name`'s index in `t`'s schema.
+pub fn col(t: TpchTable, name: &str) -> usize {
+    t.schema().column_index(name).unwrap_or(0)
+}
+
+fn i(v: &[Value], c: usize) -> i64 {
+    v.get(c).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn chars(v: &[Value], c: usize) -> Vec<u8> {
+    match v.get(c) {
+        Some(Value::Char(b)) => b.clone(),
+        _ => Vec::new(),
+    }
+}
+
+fn day(y: i32, m: u32, d: u32) -> i64 {
+    csd_table::date::days_from_ymd(y, m, d).unwrap_or(0) as i64
+}
+
+/// Add `months` to a date given as days.
+fn plus_months(y: i32, m: u32, months: u32) -> (i32, u32) {
+    let t = (m - 1) + months;
+    (y + (t / 12) as i32, t % 12 + 1)
+}
+
+/// Q1's answer: per (returnflag, linestatus): sum qty, sum base price, sum disc price
+/// (×100 ×100), sum charge (×100³), count.
+type Q1Answer = BTreeMap<(Vec<u8>, Vec<u8>), (i128, i128, i128, i128, u64)>;
+
+fn q1_fold(li: &[Vec<Value>], delta_hi: i64) -> Q1Answer {
+    let (sd, rf, ls) = (
+        col(TpchTable::LineItem, "l_shipdate"),
+        col(TpchTable::LineItem, "l_returnflag"),
+        col(TpchTable::LineItem, "l_linestatus"),
+    );
+    let (q, p, d, t) = (
+        col(TpchTable::LineItem, "l_quantity"),
+        col(TpchTable::LineItem, "l_extendedprice"),
+        col(TpchTable::LineItem, "l_discount"),
+        col(TpchTable::LineItem, "l_tax"),
+    );
+    let mut out = Q1Answer::new();
+    for r in li {
+        if i(r, sd) > delta_hi {
+            continue;
+        }
+        let e = out.entry((chars(r, rf), chars(r, ls))).or_default();
+        let (qq, pp, dd, tt) = (
+            i(r, q) as i128,
+            i(r, p) as i128,
+            i(r, d) as i128,
+            i(r, t) as i128,
+        );
+        e.0 += qq;
+        e.1 += pp;
+        e.2 += pp * (100 - dd);
+        e.3 += pp * (100 - dd) * (100 + tt);
+        e.4 += 1;
+    }
+    out
+}
+
+fn q6_sum(li: &[Vec<Value>], lo: i64, hi: i64, disc: i64, qty: i64) -> i128 {
+    let (sd, q, p, d) = (
+        col(TpchTable::LineItem, "l_shipdate"),
+        col(TpchTable::LineItem, "l_quantity"),
+        col(TpchTable::LineItem, "l_extendedprice"),
+        col(TpchTable::LineItem, "l_discount"),
+    );
+    li.iter()
+        .filter(|r| {
+            let s = i(r, sd);
+            lo <= s && s <= hi && (disc - 1..=disc + 1).contains(&i(r, d)) && i(r, q) < qty
+        })
+        .map(|r| i(r, p) as i128 * i(r, d) as i128)
+        .sum()
+}
+
+/// The generated data, shared by every configuration of one run.
+pub struct Data {
+    /// LINEITEM sorted by `l_shipdate`.
+    pub lineitem_by_date: Vec<Vec<Value>>,
+    /// LINEITEM as generated (by `l_orderkey`).
+    pub lineitem: Vec<Vec<Value>>,
+    /// ORDERS sorted by `o_orderdate`.
+    pub orders_by_date: Vec<Vec<Value>>,
+    /// PART as generated (by `p_partkey`).
+    pub part: Vec<Vec<Value>>,
+}
+
+impl Data {
+    /// Generate at `sf`.
+    pub fn new(sf: f64) -> Result<Data, EvalError> {
+        let lineitem = rows(TpchTable::LineItem, sf)?;
+        let sd = col(TpchTable::LineItem, "l_shipdate");
+        let mut lineitem_by_date = lineitem.clone();
+        lineitem_by_date.sort_by_key(|r| i(r, sd));
+        let od = col(TpchTable::Orders, "o_orderdate");
+        let mut orders_by_date = rows(TpchTable::Orders, sf)?;
+        orders_by_date.sort_by_key(|r| i(r, od));
+        let part = rows(TpchTable::Part, sf)?;
+        Ok(Data {
+            lineitem_by_date,
+            lineitem,
+            orders_by_date,
+            part,
+        })
+    }
+
+    fn part_bounds(&self) -> Vec<i64> {
+        let n = self.part.len() as i64;
+        bounds(1, n.max(1), BITMAP_BUCKETS)
+    }
+
+    fn orderkey_bounds(&self) -> Vec<i64> {
+        let k = col(TpchTable::LineItem, "l_orderkey");
+        let max = self.lineitem.iter().map(|r| i(r, k)).max().unwrap_or(1);
+        bounds(1, max, BITMAP_BUCKETS)
+    }
+
+    /// LBAs the tables of `q` need (pages and index regions, generously).
+    fn lbas(&self, q: Query) -> u64 {
+        let pages = |n: usize, w: usize| (n * (w + 2)).div_ceil(4000) as u64;
+        let li = pages(self.lineitem.len(), 148) * 2 + 64;
+        let tree = |n: usize| (n as u64 * 2).div_ceil(170) * 2 + 16;
+        match q {
+            Query::Q1 | Query::Q6 => li + tree(self.lineitem.len()),
+            Query::Q14 => {
+                li + tree(self.lineitem.len())
+                    + pages(self.part.len(), 164) * 2
+                    + 64
+                    + tree(self.part.len())
+            }
+            Query::Q4 => {
+                li + tree(self.lineitem.len())
+                    + pages(self.orders_by_date.len(), 138) * 2
+                    + 64
+                    + tree(self.orders_by_date.len())
+            }
+        }
+    }
+}
+
+/// Generated data by scale factor bits.
+type DataCache = Vec<(u64, Arc<Data>)>;
+
+/// The data at `sf`, generated once per process and shared (every configuration of a
+/// run loads the same rows).
+pub fn data(sf: f64) -> Result<Arc<Data>, EvalError> {
+    static CACHE: OnceLock<Mutex<DataCache>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
+    let key = sf.to_bits();
+    let mut g = cache
+        .lock()
+        .map_err(|_| EvalError::Check("TPC-H data cache poisoned".into()))?;
+    if let Some((_, d)) = g.iter().find(|(k, _)| *k == key) {
+        return Ok(d.clone());
+    }
+    let d = Arc::new(Data::new(sf)?);
+    // Keep the latest scale only: a run uses one.
+    g.clear();
+    g.push((key, d.clone()));
+    Ok(d)
+}
+
+/// Run query `q` `s.queries` times under `kind`.
+pub fn run(s: &Setup, kind: IndexKind, q: Query) -> Result<Measure, EvalError> {
+    let data = data(s.sf)?;
+    run_on(s, kind, q, &data)
+}
+
+/// Run `q` on already generated `data`.
+pub fn run_on(s: &Setup, kind: IndexKind, q: Query, data: &Data) -> Result<Measure, EvalError> {
+    let mut st = s.store(kind, data.lbas(q))?;
+    let name = match q {
+        Query::Q1 => "tpch-q1",
+        Query::Q4 => "tpch-q4",
+        Query::Q6 => "tpch-q6",
+        Query::Q14 => "tpch-q14",
+    };
+    let li_date = |st: &mut RowStore| -> Result<TableId, EvalError> {
+        let t = st.create_table(def(
+            TpchTable::LineItem,
+            "l_shipdate",
+            KeyEncoding::Range,
+            data.lineitem.len(),
+        ))?;
+        st.load(t, &data.lineitem_by_date)?;
+        Ok(t)
+    };
+    let mut rng = Rng::new(s.seed ^ 0x7C4);
+    match q {
+        Query::Q1 => {
+            let li = li_date(&mut st)?;
+            measure(name, &mut st, |st| {
+                let mut answers = Vec::new();
+                for _ in 0..s.queries {
+                    let delta = rng.range(60, 120);
+                    let hi = day(1998, 12, 1) - delta;
+                    let rows = st.scan(li, i64::MIN, hi)?;
+                    let got = q1_fold(&rows.into_iter().map(|r| r.values).collect::<Vec<_>>(), hi);
+                    if got != q1_fold(&data.lineitem, hi) {
+                        return Err(EvalError::Check(format!(
+                            "{name} under {}: answer differs from the in-memory reference",
+                            st.kind().name()
+                        )));
+                    }
+                    answers.push(digest(&format!("{got:?}")));
+                }
+                Ok((s.queries as u64, digest(&answers)))
+            })
+        }
+        Query::Q6 => {
+            let li = li_date(&mut st)?;
+            let (q, d) = (
+                col(TpchTable::LineItem, "l_quantity"),
+                col(TpchTable::LineItem, "l_discount"),
+            );
+            measure(name, &mut st, |st| {
+                let mut answers = Vec::new();
+                for _ in 0..s.queries {
+                    let y = rng.range(1993, 1997) as i32;
+                    let (lo, hi) = (day(y, 1, 1), day(y + 1, 1, 1) - 1);
+                    let disc = rng.range(2, 9);
+                    let qty = rng.range(24, 25) * 100;
+                    let rows = st.scan_where(li, lo, hi, &|r| {
+                        (disc - 1..=disc + 1).contains(&i(r, d)) && i(r, q) < qty
+                    })?;
+                    let got: i128 = rows
+                        .iter()
+                        .map(|r| {
+                            i(&r.values, col(TpchTable::LineItem, "l_extendedprice")) as i128
+                                * i(&r.values, d) as i128
+                        })
+                        .sum();
+                    if got != q6_sum(&data.lineitem, lo, hi, disc, qty) {
+                        return Err(EvalError::Check(format!(
+                            "{name} under {}: revenue {got} differs from the reference",
+                            st.kind().name()
+                        )));
+                    }
+                    answers.push(got);
+                }
+                Ok((s.queries as u64, digest(&answers)))
+            })
+        }
+        Query::Q14 => {
+            let li = li_date(&mut st)?;
+            let pt = st.create_table(def(
+                TpchTable::Part,
+                "p_partkey",
+                KeyEncoding::Bitmap(data.part_bounds()),
+                data.part.len(),
+            ))?;
+            st.load(pt, &data.part)?;
+            let (p, d, sd, lpk) = (
+                col(TpchTable::LineItem, "l_extendedprice"),
+                col(TpchTable::LineItem, "l_discount"),
+                col(TpchTable::LineItem, "l_shipdate"),
+                col(TpchTable::LineItem, "l_partkey"),
+            );
+            let (ptype, ppk) = (
+                col(TpchTable::Part, "p_type"),
+                col(TpchTable::Part, "p_partkey"),
+            );
+            let promo: BTreeSet<i64> = data
+                .part
+                .iter()
+                .filter(|r| chars(r, ptype).starts_with(b"PROMO"))
+                .map(|r| i(r, ppk))
+                .collect();
+            measure(name, &mut st, |st| {
+                let mut answers = Vec::new();
+                for _ in 0..s.queries {
+                    let y = rng.range(1993, 1997) as i32;
+                    let m = rng.range(1, 12) as u32;
+                    let (ny, nm) = plus_months(y, m, 1);
+                    let (lo, hi) = (day(y, m, 1), day(ny, nm, 1) - 1);
+                    let pairs = st.join(li, lo, hi, &|_| true, "l_partkey", pt)?;
+                    let (mut num, mut den) = (0i128, 0i128);
+                    for (l, pr) in &pairs {
+                        let rev = i(&l.values, p) as i128 * (100 - i(&l.values, d)) as i128;
+                        den += rev;
+                        if chars(&pr.values, ptype).starts_with(b"PROMO") {
+                            num += rev;
+                        }
+                    }
+                    let (mut rn, mut rd) = (0i128, 0i128);
+                    for r in &data.lineitem {
+                        let sdv = i(r, sd);
+                        if lo <= sdv && sdv <= hi {
+                            let rev = i(r, p) as i128 * (100 - i(r, d)) as i128;
+                            rd += rev;
+                            if promo.contains(&i(r, lpk)) {
+                                rn += rev;
+                            }
+                        }
+                    }
+                    if (num, den) != (rn, rd) {
+                        return Err(EvalError::Check(format!(
+                            "{name} under {}: ({num}, {den}) differs from the reference ({rn}, {rd})",
+                            st.kind().name()
+                        )));
+                    }
+                    answers.push((num, den));
+                }
+                Ok((s.queries as u64, digest(&answers)))
+            })
+        }
+        Query::Q4 => {
+            let od = st.create_table(def(
+                TpchTable::Orders,
+                "o_orderdate",
+                KeyEncoding::Range,
+                data.orders_by_date.len(),
+            ))?;
+            st.load(od, &data.orders_by_date)?;
+            let li = st.create_table(def(
+                TpchTable::LineItem,
+                "l_orderkey",
+                KeyEncoding::Bitmap(data.orderkey_bounds()),
+                data.lineitem.len(),
+            ))?;
+            st.load(li, &data.lineitem)?;
+            let (cd, rd, lok) = (
+                col(TpchTable::LineItem, "l_commitdate"),
+                col(TpchTable::LineItem, "l_receiptdate"),
+                col(TpchTable::LineItem, "l_orderkey"),
+            );
+            let (ook, odate, oprio) = (
+                col(TpchTable::Orders, "o_orderkey"),
+                col(TpchTable::Orders, "o_orderdate"),
+                col(TpchTable::Orders, "o_orderpriority"),
+            );
+            let late: BTreeSet<i64> = data
+                .lineitem
+                .iter()
+                .filter(|r| i(r, cd) < i(r, rd))
+                .map(|r| i(r, lok))
+                .collect();
+            measure(name, &mut st, |st| {
+                let mut answers = Vec::new();
+                for _ in 0..s.queries {
+                    let y = rng.range(1993, 1997) as i32;
+                    let m = if y == 1997 {
+                        rng.range(1, 10)
+                    } else {
+                        rng.range(1, 12)
+                    } as u32;
+                    let (ny, nm) = plus_months(y, m, 3);
+                    let (lo, hi) = (day(y, m, 1), day(ny, nm, 1) - 1);
+                    let pairs = st.join(od, lo, hi, &|_| true, "o_orderkey", li)?;
+                    let mut seen = BTreeSet::new();
+                    let mut got: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+                    for (o, l) in &pairs {
+                        if i(&l.values, cd) < i(&l.values, rd) && seen.insert(i(&o.values, ook)) {
+                            *got.entry(chars(&o.values, oprio)).or_default() += 1;
+                        }
+                    }
+                    let mut want: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+                    for r in &data.orders_by_date {
+                        let d0 = i(r, odate);
+                        if lo <= d0 && d0 <= hi && late.contains(&i(r, ook)) {
+                            *want.entry(chars(r, oprio)).or_default() += 1;
+                        }
+                    }
+                    if got != want {
+                        return Err(EvalError::Check(format!(
+                            "{name} under {}: answer differs from the reference",
+                            st.kind().name()
+                        )));
+                    }
+                    answers.push(digest(&format!("{got:?}")));
+                }
+                Ok((s.queries as u64, digest(&answers)))
+            })
+        }
+    }
+}

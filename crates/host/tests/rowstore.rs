@@ -1,0 +1,252 @@
+//! Model-based property test of the row store (flixr §4–§6 access paths): random
+//! inserts, deletes, updates, scans and joins under every index configuration against a
+//! Vec reference; results must be equal, FLIXR entries must bound their pages' keys, the
+//! tiny host tree must agree with the device, and the B+trees must hold exactly one
+//! `(key, page)` entry per row.
+
+use csd_device::NvmeDevice;
+use csd_ftl::{Ftl, FtlConfig};
+use csd_host::rowstore::{IndexKind, KeyEncoding, RowStore, StoreOptions, TableDef};
+use csd_nand::Nand;
+use csd_sim::DeviceConfig;
+use csd_table::{ColumnType, Value};
+use proptest::prelude::*;
+
+fn store(kind: IndexKind) -> RowStore {
+    let cfg = DeviceConfig::preset("tiny").unwrap();
+    let fcfg = FtlConfig {
+        ext_bytes: 24,
+        ..FtlConfig::default()
+    };
+    let dev = NvmeDevice::new(Ftl::format(Nand::new_in_memory(cfg).unwrap(), fcfg).unwrap());
+    RowStore::new(
+        dev,
+        kind,
+        StoreOptions {
+            host_cache_kib: 8,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+fn def(name: &str, key: &str, enc: KeyEncoding) -> TableDef {
+    TableDef {
+        name: name.into(),
+        columns: vec![
+            ("k".into(), ColumnType::Int64),
+            ("v".into(), ColumnType::Int32),
+            ("j".into(), ColumnType::Int64),
+            ("pad".into(), ColumnType::Char(200)),
+        ],
+        key: key.into(),
+        encoding: enc,
+        max_pages: 120,
+    }
+}
+
+fn row(k: i64, v: i32, j: i64) -> Vec<Value> {
+    vec![
+        Value::Int64(k),
+        Value::Int32(v),
+        Value::Int64(j),
+        Value::Char(b"x".to_vec()),
+    ]
+}
+
+/// The reference: (k, v, j) triples.
+type Model = Vec<(i64, i32, i64)>;
+
+fn triples(rows: &[csd_host::rowstore::Row]) -> Vec<(i64, i32, i64)> {
+    let mut v: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.values[0].as_i64().unwrap(),
+                r.values[1].as_i64().unwrap() as i32,
+                r.values[2].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Insert(Vec<(i64, i32, i64)>),
+    Delete(i64, i64),
+    Update(i64, i64, i64),
+    Scan(i64, i64),
+    Join(i64, i64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => proptest::collection::vec((0i64..1000, 0i32..100, 0i64..50), 1..40).prop_map(Op::Insert),
+        1 => (0i64..1000, 0i64..80).prop_map(|(l, w)| Op::Delete(l, l + w)),
+        1 => (0i64..1000, 0i64..80, -50i64..50).prop_map(|(l, w, d)| Op::Update(l, l + w, d)),
+        2 => (0i64..1000, 0i64..200).prop_map(|(l, w)| Op::Scan(l, l + w)),
+        1 => (0i64..1000, 0i64..200).prop_map(|(l, w)| Op::Join(l, l + w)),
+    ]
+}
+
+fn check_indexes(s: &mut RowStore, t: csd_host::rowstore::TableId) {
+    s.check_entries(t).unwrap();
+    let mut want: Vec<(i64, u64)> = s
+        .scan_all(t)
+        .unwrap()
+        .iter()
+        .map(|r| (r.values[0].as_i64().unwrap(), r.id.page))
+        .collect();
+    want.sort_unstable();
+    if let Some(e) = s.host_tree_entries(t).unwrap() {
+        assert_eq!(e, want, "host B+tree entries");
+    }
+    if let Some(e) = s.ssd_tree_entries(t).unwrap() {
+        assert_eq!(e, want, "in-SSD B+tree entries");
+    }
+}
+
+fn run(kind: IndexKind, load: Vec<(i64, i32, i64)>, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut s = store(kind);
+    let t = s.create_table(def("t", "k", KeyEncoding::Range)).unwrap();
+    // The inner table of joins: keyed (and bitmap-indexed) on j.
+    let bounds: Vec<i64> = (1..25).map(|b| b * 2).collect();
+    let u = s
+        .create_table(def("u", "k", KeyEncoding::Bitmap(bounds)))
+        .unwrap();
+    let inner: Vec<Vec<Value>> = (0..50).map(|j| row(j, j as i32, 0)).collect();
+    s.load(u, &inner).unwrap();
+    let mut m: Model = load.clone();
+    m.sort_unstable();
+    s.load(
+        t,
+        &load
+            .iter()
+            .map(|&(k, v, j)| row(k, v, j))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    for o in ops {
+        match o {
+            Op::Insert(rs) => {
+                let ids = s
+                    .insert(
+                        t,
+                        &rs.iter().map(|&(k, v, j)| row(k, v, j)).collect::<Vec<_>>(),
+                    )
+                    .unwrap();
+                prop_assert_eq!(ids.len(), rs.len());
+                m.extend(rs);
+            }
+            Op::Delete(lo, hi) => {
+                let n = s
+                    .delete_where(t, lo, hi, &|r| r[1] != Value::Int32(7))
+                    .unwrap();
+                let before = m.len();
+                m.retain(|&(k, v, _)| !(lo <= k && k <= hi && v != 7));
+                prop_assert_eq!(n as usize, before - m.len());
+            }
+            Op::Update(lo, hi, d) => {
+                let n = s
+                    .update_where(t, lo, hi, &|_| true, &|r| {
+                        if let Value::Int64(k) = r[0] {
+                            r[0] = Value::Int64(k + d);
+                        }
+                        if let Value::Int32(v) = r[1] {
+                            r[1] = Value::Int32(v + 1);
+                        }
+                    })
+                    .unwrap();
+                let mut c = 0;
+                for e in m.iter_mut() {
+                    if lo <= e.0 && e.0 <= hi {
+                        e.0 += d;
+                        e.1 += 1;
+                        c += 1;
+                    }
+                }
+                prop_assert_eq!(n, c);
+            }
+            Op::Scan(lo, hi) => {
+                let got = triples(&s.scan(t, lo, hi).unwrap());
+                let mut want: Model = m
+                    .iter()
+                    .copied()
+                    .filter(|e| lo <= e.0 && e.0 <= hi)
+                    .collect();
+                want.sort_unstable();
+                prop_assert_eq!(got, want);
+            }
+            Op::Join(lo, hi) => {
+                let got = s.join(t, lo, hi, &|_| true, "j", u).unwrap();
+                let mut g: Vec<(i64, i32, i64, i64)> = got
+                    .iter()
+                    .map(|(o, i)| {
+                        (
+                            o.values[0].as_i64().unwrap(),
+                            o.values[1].as_i64().unwrap() as i32,
+                            o.values[2].as_i64().unwrap(),
+                            i.values[0].as_i64().unwrap(),
+                        )
+                    })
+                    .collect();
+                g.sort_unstable();
+                let mut want: Vec<(i64, i32, i64, i64)> = m
+                    .iter()
+                    .filter(|e| lo <= e.0 && e.0 <= hi && e.2 < 50)
+                    .map(|e| (e.0, e.1, e.2, e.2))
+                    .collect();
+                want.sort_unstable();
+                prop_assert_eq!(g, want);
+            }
+        }
+        m.sort_unstable();
+        prop_assert_eq!(s.rows(t).unwrap(), m.len() as u64);
+    }
+    prop_assert_eq!(triples(&s.scan_all(t).unwrap()), m.clone());
+    check_indexes(&mut s, t);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_configuration_agrees_with_the_model(
+        load in proptest::collection::vec((0i64..1000, 0i32..100, 0i64..60), 0..300),
+        ops in proptest::collection::vec(op(), 1..25),
+    ) {
+        let mut sorted = load.clone();
+        sorted.sort_unstable();
+        for kind in IndexKind::ALL {
+            run(kind, sorted.clone(), ops.clone())?;
+        }
+    }
+}
+
+#[test]
+fn bad_requests_change_nothing() {
+    let mut s = store(IndexKind::FlixrS);
+    let t = s.create_table(def("t", "k", KeyEncoding::Range)).unwrap();
+    // Unknown key column, non-numeric key, duplicate name.
+    assert!(
+        s.create_table(def("x", "nope", KeyEncoding::Range))
+            .is_err()
+    );
+    assert!(s.create_table(def("y", "pad", KeyEncoding::Range)).is_err());
+    assert!(s.create_table(def("T", "k", KeyEncoding::Range)).is_err());
+    s.insert(t, &[row(1, 1, 1)]).unwrap();
+    // A row of the wrong shape, a stale id, a full table.
+    assert!(s.insert(t, &[vec![Value::Int32(1)]]).is_err());
+    let bad = csd_host::rowstore::RowId { page: 0, slot: 9 };
+    assert!(s.delete(t, &[bad]).is_err());
+    let many: Vec<Vec<Value>> = (0..100_000).map(|k| row(k, 0, 0)).collect();
+    assert!(matches!(
+        s.insert(t, &many),
+        Err(csd_host::StoreError::Full { .. })
+    ));
+    assert_eq!(s.rows(t).unwrap(), 1);
+    assert_eq!(triples(&s.scan(t, 0, 10).unwrap()), vec![(1, 1, 1)]);
+}
