@@ -26,6 +26,7 @@
 
 use crate::CliError;
 use clap::Args;
+use csd_device::btree::LruSet;
 use csd_device::{
     Command, Completion, IndexEncoding, IndexRule, IndexSpec, NvmeDevice, Payload, QueueId, Status,
     TableFormat,
@@ -440,7 +441,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
     let mut out: Vec<ConfigFigures> = Vec::new();
     let mut truth: Option<u64> = None;
     for name in configs {
-        let mut cache = Lru::new(if name == "host-index-ideal" {
+        let mut cache = LruSet::new(if name == "host-index-ideal" {
             usize::MAX
         } else {
             (a.host_cache_kib * 1024 / LBA as u64) as usize
@@ -686,51 +687,6 @@ fn runs(pages: &[u64], max: u64) -> Vec<(u64, u64)> {
     v
 }
 
-/// An LRU set of node LBAs (the host's B+tree node cache).
-struct Lru {
-    cap: usize,
-    tick: u64,
-    at: HashMap<u64, u64>,
-    order: std::collections::BTreeMap<u64, u64>,
-}
-
-impl Lru {
-    fn new(cap: usize) -> Lru {
-        Lru {
-            cap,
-            tick: 0,
-            at: HashMap::new(),
-            order: std::collections::BTreeMap::new(),
-        }
-    }
-
-    fn touch(&mut self, k: u64) -> bool {
-        let Some(t) = self.at.get_mut(&k) else {
-            return false;
-        };
-        self.order.remove(t);
-        self.tick += 1;
-        *t = self.tick;
-        self.order.insert(self.tick, k);
-        true
-    }
-
-    fn insert(&mut self, k: u64) {
-        if self.cap == 0 || self.touch(k) {
-            return;
-        }
-        while self.at.len() >= self.cap {
-            let Some((_, v)) = self.order.pop_first() else {
-                break;
-            };
-            self.at.remove(&v);
-        }
-        self.tick += 1;
-        self.at.insert(k, self.tick);
-        self.order.insert(self.tick, k);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -741,7 +697,7 @@ mod tests {
             runs(&[1, 2, 3, 7, 8, 10], 2),
             vec![(1, 2), (3, 1), (7, 2), (10, 1)]
         );
-        let mut l = Lru::new(2);
+        let mut l = LruSet::new(2);
         l.insert(1);
         l.insert(2);
         assert!(l.touch(1));
