@@ -17,6 +17,12 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+/// The group index's hasher: foldhash with a fixed seed. Group keys come from table
+/// pages, not from an adversary, and SipHash was most of a 200K-group aggregation's
+/// wall time (hashing u128 keys); a fixed seed keeps runs repeatable.
+type GroupHasher = foldhash::fast::FixedState;
 
 use csd_table::{ColumnType, ColumnView, PageView};
 
@@ -26,6 +32,10 @@ use crate::types::DataType;
 
 /// Groups found by linear scan up to this many.
 const LINEAR_GROUPS: usize = 16;
+
+/// A group table bounded to at most this many groups (a device session's arena) gets
+/// its whole index at once when it outgrows [`LINEAR_GROUPS`].
+const RESERVE_GROUPS: usize = 1 << 16;
 
 /// One aggregate's input on the current page, aligned with the selection.
 pub(crate) enum AggInput<'a> {
@@ -82,6 +92,21 @@ impl Acc {
         }
     }
 
+    fn reserve(&mut self, more: usize) {
+        match self {
+            Acc::Count => {}
+            Acc::Sum { sum } => sum.reserve(more),
+            Acc::MinMax { val, seen, .. } => {
+                val.reserve(more);
+                seen.reserve(more);
+            }
+            Acc::MinMaxChar { val, seen, .. } => {
+                val.reserve(more);
+                seen.reserve(more);
+            }
+        }
+    }
+
     fn push_group(&mut self) {
         match self {
             Acc::Count => {}
@@ -126,8 +151,8 @@ pub struct AggState {
     rows: Vec<u64>,
     groups: usize,
     packed: Vec<u128>,
-    packed_index: HashMap<u128, u32>,
-    bytes_index: HashMap<Vec<u8>, u32>,
+    packed_index: HashMap<u128, u32, GroupHasher>,
+    bytes_index: HashMap<Vec<u8>, u32, GroupHasher>,
     accs: Vec<Acc>,
     limit: usize,
 }
@@ -157,8 +182,8 @@ impl AggState {
             rows: Vec::new(),
             groups: 0,
             packed: Vec::new(),
-            packed_index: HashMap::new(),
-            bytes_index: HashMap::new(),
+            packed_index: HashMap::default(),
+            bytes_index: HashMap::default(),
             accs: agg
                 .aggregates
                 .iter()
@@ -186,20 +211,45 @@ impl AggState {
 
     fn push_group(&mut self, key: &[u8]) -> u32 {
         let g = self.groups as u32;
-        self.keys.extend_from_slice(key);
-        self.rows.push(0);
         if self.key_width <= 16 {
             let p = pack(key);
-            self.packed.push(p);
             self.packed_index.insert(p, g);
+            self.append_packed(p);
         } else {
             self.bytes_index.insert(key.to_vec(), g);
+            self.append_group(key);
         }
+        g
+    }
+
+    /// Appends a new group's key, row count and accumulators (its index entry is the
+    /// caller's).
+    fn append_group(&mut self, key: &[u8]) {
+        self.keys.extend_from_slice(key);
+        self.rows.push(0);
         for a in &mut self.accs {
             a.push_group();
         }
         self.groups += 1;
-        g
+    }
+
+    /// [`AggState::append_group`] for a packed key (`key_width <= 16`).
+    fn append_packed(&mut self, p: u128) {
+        if self.groups == LINEAR_GROUPS && self.limit <= RESERVE_GROUPS {
+            // A bounded table past its linear-search size is likely to fill: size its
+            // index once instead of rehashing it on every doubling.
+            let more = self.limit - self.groups;
+            self.packed_index.reserve(more);
+            self.packed.reserve(more);
+            self.keys.reserve(more * self.key_width);
+            self.rows.reserve(more);
+            for a in &mut self.accs {
+                a.reserve(more);
+            }
+        }
+        self.packed.push(p);
+        let bytes = p.to_le_bytes();
+        self.append_group(&bytes[..self.key_width]);
     }
 
     /// Lets the state grow without a group limit (where states are only packaged
@@ -219,17 +269,23 @@ impl AggState {
 
     #[inline]
     fn lookup_packed(&mut self, p: u128) -> Result<u32, EvalError> {
-        let found = if self.groups <= LINEAR_GROUPS {
-            self.packed.iter().position(|&x| x == p).map(|g| g as u32)
-        } else {
-            self.packed_index.get(&p).copied()
-        };
-        match found {
-            Some(g) => Ok(g),
-            None => {
-                self.check_limit()?;
-                let bytes = p.to_le_bytes();
-                Ok(self.push_group(&bytes[..self.key_width]))
+        if self.groups <= LINEAR_GROUPS {
+            if let Some(g) = self.packed.iter().position(|&x| x == p) {
+                return Ok(g as u32);
+            }
+        }
+        let g = self.groups as u32;
+        let full = self.groups >= self.limit;
+        // One probe: a hit returns, a miss inserts where the probe ended.
+        match self.packed_index.entry(p) {
+            Entry::Occupied(e) => Ok(*e.get()),
+            Entry::Vacant(e) => {
+                if full {
+                    return Err(EvalError::TooManyGroups { limit: self.limit });
+                }
+                e.insert(g);
+                self.append_packed(p);
+                Ok(g)
             }
         }
     }

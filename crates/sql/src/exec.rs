@@ -166,7 +166,8 @@ impl DeviceScanExec {
         s
     }
 
-    fn run(&self) -> Result<Vec<RecordBatch>> {
+    /// Runs the scan, handing every batch to `emit` as the device produces it.
+    fn run(&self, emit: &mut dyn FnMut(RecordBatch)) -> Result<()> {
         let (strategy, why) = self
             .settings
             .choose(&self.table, &self.program, &self.device);
@@ -174,9 +175,7 @@ impl DeviceScanExec {
             strategy,
             ..self.settings.options
         };
-        let mut batches = Vec::new();
         let mut rows_out = 0usize;
-        let mut partial: Option<PartialResult> = None;
         let mut report = {
             let mut client = self.device.lock();
             run_scan(
@@ -197,22 +196,19 @@ impl DeviceScanExec {
                                 b.num_rows().min(l.saturating_sub(rows_out))
                             });
                             rows_out += keep;
-                            batches.push(b.slice(0, keep));
+                            emit(b.slice(0, keep));
                         }
-                        (ScanOutput::Partial(_), mut p @ PartialResult::Aggregate(_)) => {
-                            // Device chunks are merged here (groups the device had to hand
-                            // over early meet again), then handed to the final aggregate.
-                            // The host's merge has no group bound: a device session's
-                            // arena bounded each chunk, not their union.
-                            match &mut partial {
-                                None => {
-                                    p.lift_group_limit();
-                                    partial = Some(p);
-                                }
-                                Some(acc) => acc.merge(p).map_err(|e| {
-                                    csd_host::HostError::Invalid(format!("merging states: {e}"))
-                                })?,
-                            }
+                        (ScanOutput::Partial(spec), PartialResult::Aggregate(state)) => {
+                            // Each device chunk goes to DataFusion's final aggregate as
+                            // it is: groups the device had to hand over early (its arena
+                            // bounded each chunk, not their union) meet again there, in
+                            // DataFusion's vectorized, partitioned merge rather than in
+                            // one host hash table.
+                            let b = spec
+                                .to_batch(&state, &self.schema)
+                                .map_err(|e| csd_host::HostError::Invalid(e.to_string()))?;
+                            rows_out += b.num_rows();
+                            emit(b);
                         }
                         _ => {
                             return Err(csd_host::HostError::Invalid(
@@ -225,17 +221,11 @@ impl DeviceScanExec {
             )
             .map_err(|e| DataFusionError::External(Box::new(e)))?
         };
-        if let (ScanOutput::Partial(spec), Some(PartialResult::Aggregate(state))) =
-            (&self.output, &partial)
-        {
-            batches.push(spec.to_batch(state, &self.schema)?);
-        }
         // The scan's result is what it hands to DataFusion: rows of a projection (up to
-        // its limit), or groups of a partial aggregation once the device's chunks are
-        // merged (a device may hand one group over in several chunks).
-        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-        report.result_rows = rows as u64;
-        self.record_metrics(&report, rows);
+        // its limit), or the groups of every partial-aggregation chunk (a device may hand
+        // one group over in several chunks; the final aggregate merges them).
+        report.result_rows = rows_out as u64;
+        self.record_metrics(&report, rows_out);
         self.log.push(ScanRecord {
             table: self.table.name.clone(),
             strategy,
@@ -243,7 +233,7 @@ impl DeviceScanExec {
             program: self.describe(),
             report,
         });
-        Ok(batches)
+        Ok(())
     }
 
     fn record_metrics(&self, r: &QueryReport, rows: usize) {
@@ -352,14 +342,39 @@ impl ExecutionPlan for DeviceScanExec {
                 "DeviceScanExec has one partition, not {partition}"
             )));
         }
-        let me = Arc::new(self.clone_for_run());
+        let me = self.clone_for_run();
         let schema = self.schema.clone();
-        let stream = futures::stream::once(async move { me.run() })
-            .map(|r| match r {
-                Ok(batches) => futures::stream::iter(batches.into_iter().map(Ok)).boxed(),
-                Err(e) => futures::stream::iter(vec![Err(e)]).boxed(),
+        // The scan runs on a blocking thread and hands each batch over as soon as the
+        // device produced it, so DataFusion's operators above work on the other cores
+        // meanwhile. The channel is unbounded: a scan never waits for its consumer, so
+        // a consumer that needs another scan (holding the device's lock after this one)
+        // before it drains this one cannot deadlock; memory is at most what collecting
+        // the whole scan would take. The scan starts when the stream is first polled.
+        let stream = futures::stream::once(async move {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<RecordBatch>>();
+            let task = tokio::task::spawn_blocking(move || {
+                // A closed receiver (the consumer stopped early) does not stop the scan:
+                // its modeled report stays that of the whole scan, as before.
+                let r = me.run(&mut |b| {
+                    let _ = tx.send(Ok(b));
+                });
+                if let Err(e) = r {
+                    let _ = tx.send(Err(e));
+                }
+            });
+            futures::stream::unfold((rx, Some(task)), |(mut rx, task)| async move {
+                if let Some(item) = rx.recv().await {
+                    return Some((item, (rx, task)));
+                }
+                // The channel closed: the scan ended or panicked; a panic is an error,
+                // never a silently short result.
+                match task?.await {
+                    Ok(()) => None,
+                    Err(e) => Some((Err(DataFusionError::External(Box::new(e))), (rx, None))),
+                }
             })
-            .flatten();
+        })
+        .flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
 
