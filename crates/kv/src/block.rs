@@ -376,6 +376,34 @@ impl BlockLog {
         }
     }
 
+    /// Page ids the mapping table maps to an LBA.
+    pub fn mapped_pages(&self) -> u64 {
+        self.map.iter().filter(|&&l| l != NO_PAGE).count() as u64
+    }
+
+    /// Unmap every page id from `first` on (a cleared tree's old pages, or pages of it a
+    /// roll-forward found again): their LBAs become garbage that host GC reclaims, and a
+    /// segment left without live pages is dead. Returns how many pages were unmapped.
+    pub fn forget_from(&mut self, first: u64) -> u64 {
+        let mut n = 0;
+        for i in (first as usize)..self.map.len() {
+            let old = std::mem::replace(&mut self.map[i], NO_PAGE);
+            if old == NO_PAGE {
+                continue;
+            }
+            n += 1;
+            let o = self.seg_of(old);
+            self.live[o as usize] -= 1;
+            if self.live[o as usize] == 0
+                && matches!(self.state[o as usize], Seg::Used | Seg::Victim)
+            {
+                self.dead.push(o);
+            }
+        }
+        self.map.truncate((first as usize).min(self.map.len()));
+        n
+    }
+
     /// Check the log's bookkeeping: live counts match the mapping table, and no page is
     /// mapped into a free or reserved segment. For tests.
     pub fn check(&self) -> Result<(), String> {

@@ -32,6 +32,20 @@ pub enum KvError {
     #[error("corrupt store: {0}")]
     Corrupt(String),
     /// The host log (block interface) or the device is full.
+    #[error(
+        "MSET of {pairs} pairs changes up to {pages} pages, more than one write buffer \
+         ({cap} pages) can make durable at once; send at most {cap} pairs per MSET, \
+         fewer when their keys share pages that may split"
+    )]
+    /// A multi-key put too big to be made crash-atomic (one write buffer).
+    GroupTooLarge {
+        /// Pairs in the command.
+        pairs: usize,
+        /// Pages its changes could need at worst.
+        pages: usize,
+        /// Pages one write buffer holds.
+        cap: usize,
+    },
     #[error("out of space: {0}")]
     NoSpace(String),
     /// A configuration the store cannot run with.

@@ -172,6 +172,8 @@ pub struct Store<I: CommandIssuer> {
     batch_seq: u64,
     log: Option<BlockLog>,
     modifying: bool,
+    /// Pages changed by the crash-atomic group under way ([`Store::put_all`]).
+    group: Option<Vec<u64>>,
     last_ckpt: SimTime,
     lbas: u64,
     counts: StoreStats,
@@ -220,6 +222,7 @@ impl<I: CommandIssuer> Store<I> {
             batch_seq: 0,
             log: None,
             modifying: false,
+            group: None,
             last_ckpt: now,
             lbas: id.lbas,
             counts: StoreStats::default(),
@@ -343,6 +346,11 @@ impl<I: CommandIssuer> Store<I> {
                 }
                 self.sup = s;
                 self.clock.cpu = self.clock.cpu.max(done);
+                // Pages a roll-forward found past the tree's last id belong to a tree
+                // cleared before the cut: garbage.
+                if let Some(log) = &mut self.log {
+                    log.forget_from(s.next_id);
+                }
                 self.checkpoint()?;
                 self.recovered = true;
                 Ok(())
@@ -463,7 +471,7 @@ impl<I: CommandIssuer> Store<I> {
                 }
             } else if self.dirty.contains_key(&id) {
                 self.buf.add(id, Some(data));
-                if !self.modifying && self.buf.len() >= self.buf.cap {
+                if !self.modifying && self.group.is_none() && self.buf.len() >= self.buf.cap {
                     self.seal()?;
                 }
             }
@@ -510,6 +518,9 @@ impl<I: CommandIssuer> Store<I> {
     }
 
     fn mark_dirty(&mut self, id: u64, lsn: u64, t: SimTime) {
+        if let Some(g) = &mut self.group {
+            g.push(id);
+        }
         if let std::collections::hash_map::Entry::Vacant(e) = self.dirty.entry(id) {
             e.insert((lsn, t));
             self.fifo.push_back((lsn, t, id));
@@ -602,6 +613,94 @@ impl<I: CommandIssuer> Store<I> {
         self.modify(key, Some(value)).map(|(lsn, _)| lsn)
     }
 
+    /// Set every key to its value as one change a crash cannot tear (Redis's MSET):
+    /// after a power cut either every pair or none of them reads back. Returns the
+    /// sequence number of the last pair's change (see [`Store::acked`]).
+    ///
+    /// How: the pages the pairs will change are planned first (one more descent per
+    /// key, charged like any): each distinct leaf, or the worst case of a split up to the
+    /// root
+    /// for a leaf the pairs could split. Every page dirty from earlier changes is sealed
+    /// first, so evictions during the group can only move the group's own pages; the
+    /// pairs are applied with sealing and background work held back, and all the pages
+    /// they changed are sealed together as one write buffer, which is all-or-nothing on
+    /// a crash. A command whose pages could exceed one buffer is refused before anything
+    /// changes ([`KvError::GroupTooLarge`]); bad keys or values likewise. A failure of
+    /// the device part-way (out of space, power loss) can leave the pairs applied so far
+    /// in memory only, as for any unacknowledged change.
+    pub fn put_all(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<u64, KvError> {
+        for &(k, v) in pairs {
+            Self::check_key(k)?;
+            if v.len() > MAX_VALUE {
+                return Err(KvError::ValueSize {
+                    len: v.len(),
+                    max: MAX_VALUE,
+                });
+            }
+        }
+        if !self.cfg.persist {
+            let mut lsn = self.lsn;
+            for &(k, v) in pairs {
+                lsn = self.put(k, v)?;
+            }
+            return Ok(lsn);
+        }
+        let pages = self.plan_group(pairs)?;
+        if pages > self.buf.cap {
+            return Err(KvError::GroupTooLarge {
+                pairs: pairs.len(),
+                pages,
+                cap: self.buf.cap,
+            });
+        }
+        let ids: Vec<u64> = self.fifo.iter().map(|&(_, _, id)| id).collect();
+        for id in ids {
+            self.stage_dirty(id)?;
+        }
+        self.seal()?;
+        self.group = Some(Vec::new());
+        let mut r = Ok(self.lsn);
+        for &(k, v) in pairs {
+            r = self.put(k, v);
+            if r.is_err() {
+                break;
+            }
+        }
+        let touched = self.group.take().unwrap_or_default();
+        let lsn = r?;
+        for id in touched {
+            if self.dirty.contains_key(&id)
+                && !self.buf.contains(id)
+                && self.cache.index.contains_key(&id)
+            {
+                self.buf.add(id, None);
+            }
+        }
+        self.seal()?;
+        self.background()?;
+        Ok(lsn)
+    }
+
+    /// Pages a [`Store::put_all`] of `pairs` may change at worst: every distinct leaf,
+    /// or the worst case of a split (up to the root) for each leaf whose free bytes cannot take its pairs'
+    /// entries.
+    fn plan_group(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<usize, KvError> {
+        // leaf -> (its used bytes when planned, bytes of the entries going to it)
+        let mut need: HashMap<u64, (usize, usize)> = HashMap::new();
+        let mut t = self.clock.cpu;
+        for &(k, v) in pairs {
+            let path = self.descend(k, &mut t, false)?;
+            let leaf = *path.last().unwrap_or(&self.sup.root);
+            let used = page::used_bytes(&self.frame(leaf)?[..]);
+            need.entry(leaf).or_insert((used, 0)).1 += page::entry_bytes(k.len(), v.len());
+        }
+        let split = self.reserve();
+        Ok(need
+            .values()
+            .map(|&(used, bytes)| if used + bytes <= PAGE { 1 } else { split })
+            .sum())
+    }
+
     /// Remove `key`; returns whether it existed.
     pub fn delete(&mut self, key: &[u8]) -> Result<bool, KvError> {
         Self::check_key(key)?;
@@ -614,7 +713,10 @@ impl<I: CommandIssuer> Store<I> {
     }
 
     fn modify(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(u64, bool), KvError> {
-        if self.cfg.persist && self.buf.len() + self.reserve() > self.buf.cap {
+        if self.cfg.persist
+            && self.group.is_none()
+            && self.buf.len() + self.reserve() > self.buf.cap
+        {
             self.seal()?;
         }
         let mut t = self.begin_op();
@@ -935,7 +1037,7 @@ impl<I: CommandIssuer> Store<I> {
     /// Work between operations: age-based flushing, sealing a full buffer, host GC and
     /// host checkpoints.
     fn background(&mut self) -> Result<(), KvError> {
-        if !self.cfg.persist {
+        if !self.cfg.persist || self.group.is_some() {
             return Ok(());
         }
         let now = self.clock.cpu;
@@ -1099,6 +1201,11 @@ impl<I: CommandIssuer> Store<I> {
         self.clock.drained()
     }
 
+    /// Page ids the host log maps (block interface; `None` on batch).
+    pub fn host_log_pages(&self) -> Option<u64> {
+        self.log.as_ref().map(BlockLog::mapped_pages)
+    }
+
     /// Pages in the tree (allocated page ids, the superpage included).
     pub fn pages(&self) -> u64 {
         self.sup.next_id
@@ -1164,11 +1271,25 @@ impl<I: CommandIssuer> Store<I> {
         }
     }
 
-    /// Remove every key (a new empty tree; old pages become garbage).
-    pub fn clear(&mut self) -> Result<(), KvError> {
+    /// Remove every key (FLUSHALL): a new empty tree whose pages reuse the ids from 1 on,
+    /// and the old tree's pages given back to the storage.
+    ///
+    /// Order, for crash safety: every earlier change is made durable first; the new root
+    /// and the superpage naming it go out in one sealed buffer (all-or-nothing: after a
+    /// cut the store holds either the old tree or the empty one); only then are the old
+    /// pages released: unmapped from the host log (block; they become garbage for host
+    /// GC, and the log is checkpointed without them) or trimmed on the device (batch; its
+    /// GC reclaims them). A cut between the two leaves old pages allocated until the next
+    /// open (block: a roll-forward drops every id at or past the superpage's next id) or
+    /// the next clear (batch). Returns the number of old pages released.
+    pub fn clear(&mut self) -> Result<u64, KvError> {
+        self.sync()?;
+        self.cache.clear();
+        let old_next = self.sup.next_id;
         let t = self.begin_op();
         self.modifying = true;
         let r: Result<(), KvError> = (|| {
+            self.sup.next_id = 1;
             let id = self.alloc_id()?;
             let mut root = page::blank();
             page::init(&mut root, id, Kind::Leaf, 0);
@@ -1191,7 +1312,41 @@ impl<I: CommandIssuer> Store<I> {
         })();
         self.modifying = false;
         r?;
-        self.end_op(t)
+        self.end_op(t)?;
+        if !self.cfg.persist {
+            return Ok(old_next.saturating_sub(2));
+        }
+        self.sync()?;
+        let first = self.sup.next_id;
+        let released = match &mut self.log {
+            Some(log) => {
+                let n = log.forget_from(first);
+                self.checkpoint()?;
+                n
+            }
+            None => {
+                let n = old_next.saturating_sub(first);
+                if n > 0 {
+                    let mut io = Io {
+                        dev: &mut self.dev,
+                        clock: &mut self.clock,
+                        stats: &mut self.io,
+                    };
+                    let at = io.clock.cpu;
+                    io.submit(
+                        Work::User,
+                        Command::Trim {
+                            lba: first,
+                            blocks: n,
+                        },
+                        at,
+                    )?;
+                    self.clock.cpu = self.clock.drained();
+                }
+                n
+            }
+        };
+        Ok(released)
     }
 
     /// Number of keys (walks every leaf).

@@ -11,7 +11,7 @@ use common::*;
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::Client;
-use csd_kv::{Activity, Interface, Store, StoreConfig};
+use csd_kv::{Activity, Interface, KvError, Store, StoreConfig};
 use csd_nand::{Nand, PowerCut};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -285,4 +285,205 @@ fn block_store_loses_no_acknowledged_change() {
             "no cut during {a:?}: {t:?}"
         );
     }
+}
+
+/// A value naming its version outright (the common `value` repeats every 251 versions).
+fn mset_value(k: u64, version: u64) -> Vec<u8> {
+    let mut v = version.to_le_bytes().to_vec();
+    v.extend(value(k, version, 32 + (k % 90) as usize));
+    v
+}
+
+/// MSET (`Store::put_all`) under power cuts: every group of pairs reads back whole or
+/// not at all, and a group the store acknowledged reads back whole. Each key is changed
+/// by at most one group between two recoveries, so a group's outcome is readable from
+/// its own keys; groups are big enough to span several leaves and to split some, and the
+/// cache is tiny, so group pages are evicted into the write buffer while the group runs.
+fn mset_torture(interface: Interface, rounds: u64, seed: u64) -> (u64, u64, u64) {
+    let ftl_cfg = FtlConfig {
+        gc_free_blocks: 12,
+        checkpoint_log_pages: 64,
+        map_cache_share: 0.002,
+        ..FtlConfig::default()
+    };
+    let cfg = StoreConfig {
+        max_dirty_age_ns: 200_000,
+        ..small(interface)
+    };
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut c = client(ftl_cfg);
+    prefill(&mut c);
+    let mut s = open(c, cfg.clone());
+    let (mut whole, mut none, mut acked_groups) = (0u64, 0u64, 0u64);
+    let mut refused = 0u64;
+    let mut version = 0u64;
+    for round in 0..rounds {
+        arm(s.device(), rng.random_range(50..3000));
+        // (lsn or MAX when the call failed, keys, version) of every group this round.
+        let mut groups: Vec<(u64, Vec<u64>, u64)> = Vec::new();
+        let mut used = std::collections::BTreeSet::new();
+        let mut acked = 0;
+        loop {
+            version += 1;
+            let n = rng.random_range(2..24usize);
+            let mut keys = Vec::with_capacity(n);
+            while keys.len() < n {
+                let k = rng.random_range(0..6000u64);
+                if used.insert(k) {
+                    keys.push(k);
+                }
+            }
+            let vals: Vec<(Vec<u8>, Vec<u8>)> = keys
+                .iter()
+                .map(|&k| (key(k), mset_value(k, version)))
+                .collect();
+            let pairs: Vec<(&[u8], &[u8])> = vals
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .collect();
+            let r = if rng.random_range(0..10) == 0 {
+                s.sync().map(|_| None)
+            } else {
+                s.put_all(&pairs).map(Some)
+            };
+            match r {
+                Ok(Some(lsn)) => groups.push((lsn, keys, version)),
+                Ok(None) => {}
+                Err(KvError::GroupTooLarge { .. }) => {
+                    // Refused before anything changed: none of its pairs may read back.
+                    refused += 1;
+                    groups.push((u64::MAX - 1, keys, version));
+                }
+                Err(e) => {
+                    assert!(e.is_power_loss(), "unexpected error: {e}");
+                    groups.push((u64::MAX, keys, version));
+                    break;
+                }
+            }
+            acked = s.acked();
+            if used.len() > 5000 {
+                s.sync().unwrap();
+                acked = s.acked();
+            }
+        }
+        let c = crash(s, ftl_cfg);
+        s = reopen(c, &cfg, ftl_cfg, &mut rng);
+        for (lsn, keys, v) in &groups {
+            let mut seen = 0;
+            for &k in keys {
+                let want = mset_value(k, *v);
+                if s.get(&key(k)).unwrap().as_deref() == Some(want.as_slice()) {
+                    seen += 1;
+                }
+            }
+            assert!(
+                seen == 0 || seen == keys.len(),
+                "round {round}: group v{v} (lsn {lsn}, acked {acked}) torn: {seen} of {} pairs",
+                keys.len()
+            );
+            if *lsn == u64::MAX - 1 {
+                assert_eq!(seen, 0, "round {round}: refused group v{v} was applied");
+            }
+            if *lsn <= acked {
+                acked_groups += 1;
+                assert_eq!(
+                    seen,
+                    keys.len(),
+                    "round {round}: acknowledged group v{v} lost"
+                );
+            }
+            if seen == 0 { none += 1 } else { whole += 1 }
+        }
+    }
+    eprintln!("{interface:?}: {refused} groups refused as too large for one buffer");
+    (whole, none, acked_groups)
+}
+
+#[test]
+fn mset_is_all_or_nothing_across_power_cuts_batch() {
+    let (whole, none, acked) = mset_torture(Interface::Batch, 25, 21);
+    eprintln!("batch: groups whole {whole}, none {none}, acknowledged {acked}");
+    assert!(whole > 100 && acked > 50, "too few groups: {whole} {acked}");
+}
+
+#[test]
+fn mset_is_all_or_nothing_across_power_cuts_block() {
+    let (whole, none, acked) = mset_torture(Interface::Block, 25, 22);
+    eprintln!("block: groups whole {whole}, none {none}, acknowledged {acked}");
+    assert!(whole > 100 && acked > 50, "too few groups: {whole} {acked}");
+}
+
+/// FLUSHALL (`Store::clear`) gives the old tree's pages back: the host log unmaps them
+/// (block) or the device no longer maps their LPIDs (batch); the empty store works and
+/// survives a reopen. A cut at any point of a clear leaves either every key or none.
+fn clear_case(interface: Interface, seed: u64) {
+    let ftl_cfg = FtlConfig::default();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut s = open(client(ftl_cfg), small(interface));
+    let n = 1500u64;
+    for round in 0..12 {
+        for k in 0..n {
+            s.put(&key(k), &value(k, round, 60)).unwrap();
+        }
+        s.sync().unwrap();
+        let pages = s.pages();
+        assert!(pages > 20, "{pages} pages");
+        if round % 3 == 2 {
+            // A cut somewhere inside the clear (or just after it).
+            arm(s.device(), rng.random_range(1..60));
+            let r = s.clear();
+            let c = crash(s, ftl_cfg);
+            s = reopen(c, &small(interface), ftl_cfg, &mut rng);
+            let got = s.scan(&[0], usize::MAX).unwrap().len() as u64;
+            assert!(
+                got == 0 || got == n,
+                "round {round}: {got} keys after a cut in FLUSHALL ({r:?})"
+            );
+            s.check().unwrap();
+            if got == n {
+                s.clear().unwrap();
+            }
+            assert_eq!(s.len().unwrap(), 0);
+            if let Some(mapped) = s.host_log_pages() {
+                assert_eq!(
+                    mapped, 2,
+                    "round {round}: old pages still mapped after reopen"
+                );
+            }
+            continue;
+        }
+        let released = s.clear().unwrap();
+        assert_eq!(released, pages - 2, "round {round}");
+        assert_eq!(s.len().unwrap(), 0);
+        assert_eq!(s.pages(), 2);
+        s.check().unwrap();
+        match s.host_log_pages() {
+            Some(mapped) => assert_eq!(mapped, 2, "round {round}: superpage and root only"),
+            None => {
+                let ftl = s.device().device().block_mut().ftl_mut();
+                for lpid in 2..pages {
+                    assert!(
+                        ftl.location_of_lba(lpid).is_none(),
+                        "round {round}: LPID {lpid} of the old tree still mapped"
+                    );
+                }
+            }
+        }
+    }
+    // The cleared store reopens empty, and works.
+    let c = crash(s, ftl_cfg);
+    let mut s = reopen(c, &small(interface), ftl_cfg, &mut rng);
+    assert_eq!(s.len().unwrap(), 0);
+    s.put(b"k", b"v").unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+}
+
+#[test]
+fn flushall_releases_the_old_tree_and_is_atomic_batch() {
+    clear_case(Interface::Batch, 31);
+}
+
+#[test]
+fn flushall_releases_the_old_tree_and_is_atomic_block() {
+    clear_case(Interface::Block, 32);
 }

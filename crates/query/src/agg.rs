@@ -269,10 +269,10 @@ impl AggState {
 
     #[inline]
     fn lookup_packed(&mut self, p: u128) -> Result<u32, EvalError> {
-        if self.groups <= LINEAR_GROUPS {
-            if let Some(g) = self.packed.iter().position(|&x| x == p) {
-                return Ok(g as u32);
-            }
+        if self.groups <= LINEAR_GROUPS
+            && let Some(g) = self.packed.iter().position(|&x| x == p)
+        {
+            return Ok(g as u32);
         }
         let g = self.groups as u32;
         let full = self.groups >= self.limit;
