@@ -29,7 +29,7 @@ use csd_table::{ColumnView, Layout, PageView};
 use crate::agg::{AggInput, GroupScratch};
 use crate::error::EvalError;
 use crate::kernels::{self, NumCol, Operand, cmp_padded, filter_by};
-use crate::plan::{AggFunc, Const, Expr, ExprKind, Output, Plan};
+use crate::plan::{AggFunc, CmpOp, Const, Expr, ExprKind, Output, Plan};
 use crate::result::{ChunkColumn, PartialResult};
 use crate::types::DataType;
 
@@ -499,11 +499,20 @@ impl<'r, 'a> Run<'r, 'a> {
                 let mut cur = self.take_sel();
                 cur.extend_from_slice(sel);
                 let mut next = self.take_sel();
-                for t in terms {
-                    if cur.is_empty() {
-                        break;
+                let mut i = 0;
+                while i < terms.len() && !cur.is_empty() {
+                    // Two comparisons bounding one column from both sides run as one
+                    // pass (same rows, same counters as running them in turn).
+                    match terms.get(i + 1).and_then(|t2| RangePair::of(&terms[i], t2)) {
+                        Some(r) => {
+                            self.filter_range(r, &cur, &mut next)?;
+                            i += 2;
+                        }
+                        None => {
+                            self.filter(&terms[i], &cur, &mut next)?;
+                            i += 1;
+                        }
                     }
-                    self.filter(t, &cur, &mut next)?;
                     std::mem::swap(&mut cur, &mut next);
                 }
                 std::mem::swap(out, &mut cur);
@@ -619,6 +628,26 @@ impl<'r, 'a> Run<'r, 'a> {
         Ok(())
     }
 
+    /// `lo <= column <= hi` over `sel` in one pass, with the counters of evaluating the
+    /// pair's two comparisons one after the other: the first on every row of `sel`, the
+    /// second on the rows the first kept (if any).
+    fn filter_range(
+        &mut self,
+        r: RangePair,
+        sel: &[u32],
+        out: &mut Vec<u32>,
+    ) -> Result<(), EvalError> {
+        self.c.predicates_evaluated += sel.len() as u64;
+        let col = self.num_col(r.index, sel.len())?;
+        let first = kernels::filter_col_range(col, sel, r.lo, r.hi, r.first_lower, out);
+        if first > 0 {
+            self.c.predicates_evaluated += first as u64;
+            // The second comparison's column read, as counted when it runs on its own.
+            self.num_col(r.index, first)?;
+        }
+        Ok(())
+    }
+
     /// Appends the projection of the selected rows to `chunk`. Every expression is
     /// evaluated before anything is appended, so an error leaves `chunk` unchanged.
     fn project(
@@ -678,4 +707,69 @@ impl<'r, 'a> Run<'r, 'a> {
         }
         Ok(())
     }
+}
+
+/// Two ANDed comparisons of one numeric column with integer constants that bound it from
+/// both sides (`c >= a AND c < b`, in either order): evaluated in one pass.
+#[derive(Clone, Copy, Debug)]
+struct RangePair {
+    index: usize,
+    lo: i64,
+    hi: i64,
+    /// The first comparison is the lower bound.
+    first_lower: bool,
+}
+
+impl RangePair {
+    fn of(t1: &Expr, t2: &Expr) -> Option<RangePair> {
+        let (i1, b1) = Self::bound(t1)?;
+        let (i2, b2) = Self::bound(t2)?;
+        if i1 != i2 {
+            return None;
+        }
+        match (b1, b2) {
+            (Bound::Lower(lo), Bound::Upper(hi)) => Some(RangePair {
+                index: i1,
+                lo,
+                hi,
+                first_lower: true,
+            }),
+            (Bound::Upper(hi), Bound::Lower(lo)) => Some(RangePair {
+                index: i1,
+                lo,
+                hi,
+                first_lower: false,
+            }),
+            _ => None,
+        }
+    }
+
+    /// `column op constant` on a numeric column as an inclusive bound.
+    fn bound(e: &Expr) -> Option<(usize, Bound)> {
+        let ExprKind::Cmp { op, left, right } = &e.kind else {
+            return None;
+        };
+        if matches!(left.ty, DataType::Char(_)) {
+            return None;
+        }
+        let ExprKind::Column { index, .. } = &left.kind else {
+            return None;
+        };
+        let c = right.as_int_const()?;
+        let b = match op {
+            CmpOp::Ge => Bound::Lower(c),
+            CmpOp::Gt => Bound::Lower(c.checked_add(1)?),
+            CmpOp::Le => Bound::Upper(c),
+            CmpOp::Lt => Bound::Upper(c.checked_sub(1)?),
+            CmpOp::Eq | CmpOp::Ne => return None,
+        };
+        Some((*index, b))
+    }
+}
+
+/// One side of a range.
+#[derive(Clone, Copy, Debug)]
+enum Bound {
+    Lower(i64),
+    Upper(i64),
 }

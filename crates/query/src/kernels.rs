@@ -256,6 +256,95 @@ pub(crate) fn filter_col_const(
     }
 }
 
+/// Keeps the selected rows whose column value lies in `lo..=hi`: two comparisons on
+/// one column ANDed (a range such as `BETWEEN`), in one pass. Returns how many rows the
+/// first of the two comparisons alone keeps (the lower bound `v >= lo` when
+/// `first_lower`, else the upper bound `v <= hi`), so a caller can count the work of
+/// evaluating the two one after the other.
+pub(crate) fn filter_col_range(
+    col: NumCol<'_>,
+    sel: &[u32],
+    lo: i64,
+    hi: i64,
+    first_lower: bool,
+    out: &mut Vec<u32>,
+) -> usize {
+    if first_lower {
+        range_any::<true>(col, sel, lo, hi, out)
+    } else {
+        range_any::<false>(col, sel, lo, hi, out)
+    }
+}
+
+#[inline(always)]
+fn range_any<const L: bool>(
+    col: NumCol<'_>,
+    sel: &[u32],
+    lo: i64,
+    hi: i64,
+    out: &mut Vec<u32>,
+) -> usize {
+    match col {
+        NumCol::Le4(d) if is_all(sel, d.len() / 4) => {
+            k_dense_range::<L, _>(le4(d), sel.len(), lo, hi, out)
+        }
+        NumCol::Le8(d) if is_all(sel, d.len() / 8) => {
+            k_dense_range::<L, _>(le8(d), sel.len(), lo, hi, out)
+        }
+        NumCol::Decoded(d) if is_all(sel, d.len()) => {
+            k_dense_range::<L, _>(d.iter().copied(), sel.len(), lo, hi, out)
+        }
+        _ => with_src!(col, |s| k_col_range::<L, _>(s, sel, lo, hi, out)),
+    }
+}
+
+/// (first comparison holds, both hold) for `lo <= v <= hi`.
+#[inline(always)]
+fn range_test<const L: bool>(v: i64, lo: i64, hi: i64) -> (usize, usize) {
+    let (a, b) = (usize::from(v >= lo), usize::from(v <= hi));
+    (if L { a } else { b }, a & b)
+}
+
+fn k_dense_range<const L: bool, I: Iterator<Item = i64>>(
+    vals: I,
+    n: usize,
+    lo: i64,
+    hi: i64,
+    out: &mut Vec<u32>,
+) -> usize {
+    out.clear();
+    out.resize(n, 0);
+    let (mut k, mut first) = (0usize, 0usize);
+    for (i, v) in vals.enumerate() {
+        let (f, both) = range_test::<L>(v, lo, hi);
+        out[k] = i as u32;
+        k += both;
+        first += f;
+    }
+    out.truncate(k);
+    first
+}
+
+fn k_col_range<const L: bool, S: Src>(
+    s: S,
+    sel: &[u32],
+    lo: i64,
+    hi: i64,
+    out: &mut Vec<u32>,
+) -> usize {
+    out.clear();
+    out.resize(sel.len(), 0);
+    let (mut k, mut first) = (0usize, 0usize);
+    for &i in sel {
+        let (f, both) = range_test::<L>(s.at(i as usize), lo, hi);
+        out[k] = i;
+        k += both;
+        first += f;
+    }
+    out.truncate(k);
+    first
+}
+
 /// Keeps `sel[j]` where `vals[j] op c`.
 pub(crate) fn filter_vec_const(vals: &[i64], sel: &[u32], op: CmpOp, c: i64, out: &mut Vec<u32>) {
     let s = Dec(vals);
