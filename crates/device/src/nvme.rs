@@ -1244,7 +1244,7 @@ impl NvmeDevice {
                 }
                 let n = (data.len() / ls) as u64;
                 let k = self.flixr.page_lbas(table).unwrap_or(1).max(1) as u64;
-                if k > 1 && (lba % k != 0 || n % k != 0) {
+                if k > 1 && (!lba.is_multiple_of(k) || !n.is_multiple_of(k)) {
                     return Err((
                         Status::InvalidField(format!(
                             "WriteIdx of {n} LBAs at {lba}: table {table}'s pages are {k} LBAs, so a transfer is whole pages at a multiple of {k}"

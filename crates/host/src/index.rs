@@ -160,12 +160,13 @@ fn check(cat: &Catalog, req: &CreateIndex) -> Result<(usize, usize), HostError> 
             t.name, ix.name, ix.column, ix.name
         )));
     }
-    if let IndexKindSpec::Bitmap { buckets, share } = &req.kind {
-        if share.is_none() && *buckets < 2 {
-            return Err(invalid(format!(
-                "a bitmap index needs at least 2 buckets, not {buckets}"
-            )));
-        }
+    if let IndexKindSpec::Bitmap { buckets, share } = &req.kind
+        && share.is_none()
+        && *buckets < 2
+    {
+        return Err(invalid(format!(
+            "a bitmap index needs at least 2 buckets, not {buckets}"
+        )));
     }
     Ok((pos, col))
 }
