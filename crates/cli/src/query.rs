@@ -90,6 +90,10 @@ pub(crate) struct SqlOpts {
     /// Keep partial aggregations in DataFusion instead of the device.
     #[arg(long)]
     pub(crate) no_aggregate_pushdown: bool,
+    /// Read every page even where a FLIXR per-page index could skip some (as `SET
+    /// csd.use_index = false`), for comparison.
+    #[arg(long)]
+    pub(crate) no_index: bool,
     /// Print the plan after the run: which operators ran in the device and which in
     /// the host, with per-operator metrics (EXPLAIN ANALYZE).
     #[arg(long)]
@@ -111,13 +115,14 @@ impl SqlOpts {
         settings.options.poll_min_us = self.poll_min_us;
         settings.options.poll_max_us = self.poll_max_us;
         settings.aggregate_pushdown = !self.no_aggregate_pushdown;
+        settings.options.use_index = !self.no_index;
         settings
     }
 
     /// The options as flags, for a `reproduce:` line.
     pub(crate) fn flags(&self) -> String {
         format!(
-            "--strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}{}",
+            "--strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}{}{}",
             self.strategy,
             self.queue_depth,
             self.poll_min_us,
@@ -127,6 +132,7 @@ impl SqlOpts {
             } else {
                 ""
             },
+            if self.no_index { " --no-index" } else { "" },
         )
     }
 }
