@@ -1569,6 +1569,39 @@ fn decode_registry(b: &[u8]) -> Option<BTreeMap<u8, TableEntry>> {
 mod tests {
     use super::*;
 
+    fn entry(name: &str, page_lbas: u32) -> TableEntry {
+        let columns = vec![("k".to_string(), ColumnType::Int64)];
+        TableEntry {
+            schema: Schema::new(name, vec![Column::new("k", ColumnType::Int64)]).expect("schema"),
+            format: TableFormat {
+                name: name.into(),
+                columns,
+                layout: Layout::Pax,
+                page_lbas,
+            },
+            index: Some((0, IndexEncoding::Bitmap { bounds: vec![3, 9] })),
+            rules: BTreeMap::new(),
+            next_rule: 1,
+        }
+    }
+
+    #[test]
+    fn registry_keeps_lbas_per_page_and_old_bytes_for_one_lba_pages() {
+        let one: BTreeMap<u8, TableEntry> = [(1, entry("a", 1))].into();
+        let b = encode_registry(&one);
+        assert_eq!(
+            &b[..4],
+            BLOB_MAGIC,
+            "version 1 bytes when every page is one LBA"
+        );
+        assert_eq!(decode_registry(&b), Some(one));
+        let multi: BTreeMap<u8, TableEntry> = [(1, entry("a", 1)), (2, entry("b", 4))].into();
+        let b = encode_registry(&multi);
+        assert_eq!(&b[..4], BLOB_MAGIC_V2);
+        assert_eq!(decode_registry(&b), Some(multi));
+        assert_eq!(decode_registry(&b[..b.len() - 1]), None, "truncated");
+    }
+
     #[test]
     fn entries_roundtrip_and_rules_are_conservative() {
         for e in [

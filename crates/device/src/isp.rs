@@ -64,6 +64,11 @@
 //! empty, so an aggregation with more groups than the device can hold still completes,
 //! its overflow handed to the host.
 //!
+//! A session opened with a FLIXR rule (`IspOpen::index`, flixr §4.4) scans only the
+//! pages whose per-page index entry may match it: the controller compares the entries at
+//! OPEN (`Flixr::select_pages`, charged like READ_IDX's comparisons) and the session
+//! streams the kept pages in order; its replies count the pages skipped.
+//!
 //! A page that fails to read (uncorrectable) or is not a page of the session's table
 //! ends the session in the `Failed` state with a message naming the LBA; GET reports it.
 

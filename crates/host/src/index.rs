@@ -352,7 +352,9 @@ pub fn drop<C: CommandIssuer>(c: &mut C, name: &str) -> Result<(String, TableInd
 
 /// The rule a device program's filter implies on column `col`: the conjuncts of the
 /// filter that compare the column with a constant (`=`, `<`, `<=`, `>`, `>=`, and
-/// `BETWEEN` as two of them) narrow a range; `IN` lists intersect. `None` when the
+/// `BETWEEN` as two of them) narrow a range; `IN` lists intersect; an `OR` whose every
+/// disjunct constrains the column adds their union (the points of `=` / `IN`, else the
+/// span of the ranges: a superset, which the device's exact filter then narrows). `None` when the
 /// filter does not constrain the column (or contradicts itself: the scan then runs
 /// without the index, and finds nothing anyway).
 pub fn rule_for(filter: Option<&Expr>, col: usize) -> Option<IndexRule> {
@@ -399,6 +401,44 @@ pub fn rule_for(filter: Option<&Expr>, col: usize) -> Option<IndexRule> {
                 };
                 lo = lo.max(l);
                 hi = hi.min(h);
+                any = true;
+            }
+            // `k = 1 OR k = 5` (DataFusion writes short IN lists so) or ranges ORed:
+            // the union of the disjuncts' rules, when every disjunct constrains `k`.
+            ExprKind::Or(ds) => {
+                let rules: Option<Vec<IndexRule>> =
+                    ds.iter().map(|d| rule_for(Some(d), col)).collect();
+                let Some(rules) = rules else { continue };
+                let points: Option<Vec<i64>> = rules
+                    .iter()
+                    .map(|r| match r {
+                        IndexRule::Between { lo, hi } if lo == hi => Some(vec![*lo]),
+                        IndexRule::In(v) => Some(v.clone()),
+                        IndexRule::Between { .. } => None,
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .map(|v| v.concat());
+                match points {
+                    Some(vals) => {
+                        list = Some(match list {
+                            None => vals,
+                            Some(prev) => prev.into_iter().filter(|v| vals.contains(v)).collect(),
+                        });
+                    }
+                    None => {
+                        let span = |r: &IndexRule| match r {
+                            IndexRule::Between { lo, hi } => (*lo, *hi),
+                            IndexRule::In(v) => (
+                                v.iter().copied().min().unwrap_or(i64::MAX),
+                                v.iter().copied().max().unwrap_or(i64::MIN),
+                            ),
+                        };
+                        let l = rules.iter().map(|r| span(r).0).min().unwrap_or(i64::MIN);
+                        let h = rules.iter().map(|r| span(r).1).max().unwrap_or(i64::MAX);
+                        lo = lo.max(l);
+                        hi = hi.min(h);
+                    }
+                }
                 any = true;
             }
             ExprKind::InList {
@@ -470,6 +510,67 @@ pub fn describe_rule(column: &str, r: &IndexRule) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn col() -> Expr {
+        Expr {
+            kind: ExprKind::Column {
+                index: 0,
+                name: "k".into(),
+            },
+            ty: csd_query::types::DataType::Int,
+        }
+    }
+
+    fn cmp(op: CmpOp, v: i64) -> Expr {
+        Expr {
+            kind: ExprKind::Cmp {
+                op,
+                left: Box::new(col()),
+                right: Box::new(Expr {
+                    kind: ExprKind::Const(Const::Int(v)),
+                    ty: csd_query::types::DataType::Int,
+                }),
+            },
+            ty: csd_query::types::DataType::Bool,
+        }
+    }
+
+    fn node(kind: ExprKind) -> Expr {
+        Expr {
+            kind,
+            ty: csd_query::types::DataType::Bool,
+        }
+    }
+
+    #[test]
+    fn rules_follow_the_filter_on_the_indexed_column() {
+        let and = |v: Vec<Expr>| node(ExprKind::And(v));
+        let or = |v: Vec<Expr>| node(ExprKind::Or(v));
+        let f = and(vec![cmp(CmpOp::Ge, 10), cmp(CmpOp::Lt, 20)]);
+        assert_eq!(
+            rule_for(Some(&f), 0),
+            Some(IndexRule::Between { lo: 10, hi: 19 })
+        );
+        assert_eq!(rule_for(Some(&f), 1), None, "another column");
+        let f = or(vec![cmp(CmpOp::Eq, 5), cmp(CmpOp::Eq, 1)]);
+        assert_eq!(rule_for(Some(&f), 0), Some(IndexRule::In(vec![1, 5])));
+        let f = or(vec![cmp(CmpOp::Lt, 5), cmp(CmpOp::Gt, 50)]);
+        assert_eq!(
+            rule_for(Some(&f), 0),
+            Some(IndexRule::Between {
+                lo: i64::MIN,
+                hi: i64::MAX
+            })
+        );
+        let f = and(vec![
+            cmp(CmpOp::Gt, 7),
+            or(vec![cmp(CmpOp::Eq, 5), cmp(CmpOp::Eq, 9)]),
+        ]);
+        assert_eq!(rule_for(Some(&f), 0), Some(IndexRule::In(vec![9])));
+        let f = and(vec![cmp(CmpOp::Gt, 7), cmp(CmpOp::Lt, 3)]);
+        assert_eq!(rule_for(Some(&f), 0), None, "contradiction: no rule");
+        assert_eq!(rule_for(Some(&cmp(CmpOp::Ne, 3)), 0), None);
+    }
 
     #[test]
     fn equi_depth_points_are_strictly_increasing_and_split_the_sample() {

@@ -7,7 +7,9 @@
 //!   page's min and max, `bitmap` one bit per value bucket; `share` reuses another
 //!   bitmap index's split points (what a FLIXR join needs of its two join columns);
 //! * `DROP INDEX [IF EXISTS] name`;
-//! * `SET csd.use_index = true|false`.
+//! * `SET csd.use_index = true|false`;
+//! * `INSERT`, `UPDATE`, `DELETE`: refused with a message saying how tables change
+//!   (catalog tables are bulk-loaded; nothing is written).
 //!
 //! Statements are parsed with DataFusion's own parser (sqlparser, PostgreSQL dialect,
 //! whose `CREATE INDEX` takes `WITH (...)`, then the generic one); anything else is
@@ -178,6 +180,13 @@ pub fn parse(sql: &str) -> Result<Option<Ddl>, String> {
                 _ => Err(format!("SET csd.use_index = {v}: use true or false")),
             }
         }
+        Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => Err(
+            "INSERT, UPDATE and DELETE on device tables are not supported: catalog tables are \
+             bulk-loaded (`csd load tpch|csv|parquet` replaces a table whole, and a table's \
+             FLIXR index must then be created again); row-level changes through WRITE_IDX \
+             live in the FLIXR row store (`csd bench flixr`, `csd repro flixr`)"
+                .into(),
+        ),
         _ => Ok(None),
     }
 }
@@ -242,5 +251,8 @@ mod tests {
             }))
         );
         assert!(parse("CREATE INDEX b ON t (k) WITH (colour = 1)").is_err());
+        assert!(parse("INSERT INTO t VALUES (1, 2)").is_err_and(|e| e.contains("not supported")));
+        assert!(parse("DELETE FROM t WHERE k = 1").is_err());
+        assert!(parse("UPDATE t SET v = 1").is_err());
     }
 }
