@@ -107,6 +107,7 @@ fn format() -> TableFormat {
             ("l_comment".into(), ColumnType::Char(96)),
         ],
         layout: Layout::Nsm,
+        page_lbas: 1,
     }
 }
 

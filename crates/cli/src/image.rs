@@ -78,6 +78,11 @@ pub(crate) struct FtlArgs {
     /// On an image: format the FTL even if the image holds one (destroys its data).
     #[arg(long)]
     pub format: bool,
+    /// Extension bytes per MAP entry (0..=24) for FLIXR per-page indexes, applied when
+    /// the FTL is formatted: a range index needs 20, a bitmap of up to 160 buckets 24.
+    /// Default 0 (no per-page indexes).
+    #[arg(long)]
+    pub ext_bytes: Option<u32>,
 }
 
 impl FtlArgs {
@@ -107,6 +112,7 @@ impl FtlArgs {
             mdts_sectors,
             gc_start_used: self.gc_start_used,
             checkpoint_interval_ms: self.checkpoint_interval_ms.unwrap_or(0),
+            ext_bytes: self.ext_bytes.unwrap_or(d.ext_bytes),
             ..d
         })
     }
@@ -125,6 +131,9 @@ impl FtlArgs {
         }
         if let Some(c) = self.checkpoint_interval_ms {
             s.push_str(&format!(" --checkpoint-interval-ms {c}"));
+        }
+        if let Some(e) = self.ext_bytes {
+            s.push_str(&format!(" --ext-bytes {e}"));
         }
         if self.format {
             s.push_str(" --format");

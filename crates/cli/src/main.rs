@@ -14,6 +14,7 @@ mod check;
 mod fdbench;
 mod flixrrepro;
 mod image;
+mod index;
 mod kvbench;
 mod kvpeers;
 mod kvrepro;
@@ -116,6 +117,12 @@ enum Cmd {
     ///
     /// Example: csd tables --image dev.img
     Tables(tables::TablesArgs),
+    /// FLIXR per-page indexes on a table's column (flixr §4): create, list, drop. Scans
+    /// whose filter constrains the column then read only the pages that may match.
+    ///
+    /// Example: csd index create --image dev.img --table lineitem --column l_shipdate
+    #[command(subcommand)]
+    Index(index::IndexCmd),
     /// Run a SQL query over a table on a device image: in the host (ihp), on the
     /// device's embedded cores (cpu-isp) or in its per-channel filter hardware (hw-isp);
     /// prints the result, modeled time with its breakdown and bottleneck, bytes per
@@ -200,6 +207,10 @@ enum DeviceCmd {
         /// Over-provisioning of the FTL formatted on it, (physical - logical) / logical.
         #[arg(long, default_value_t = 0.07)]
         op: f64,
+        /// Extension bytes per MAP entry for FLIXR per-page indexes (0..=24; a range
+        /// index needs 20, a bitmap of up to 160 buckets 24).
+        #[arg(long, default_value_t = 0)]
+        ext_bytes: u32,
     },
     /// Read the SMART / health log page from an image (through the command interface),
     /// opened read-only: the image is not changed.
@@ -451,6 +462,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Serve(a) => serve::serve_cmd(&a),
         Cmd::Load(c) => tables::load_cmd(&c),
         Cmd::Tables(a) => tables::tables_cmd(&a),
+        Cmd::Index(c) => index::index_cmd(&c),
         Cmd::Query(a) => query::query_cmd(&a),
         Cmd::Sql(a) => sql::sql_cmd(&a),
         Cmd::Array(c) => array::array_cmd(&c),
@@ -511,10 +523,16 @@ fn config_cmd(c: ConfigCmd) -> Result<(), CliError> {
 
 fn device_cmd(d: DeviceCmd) -> Result<(), CliError> {
     match d {
-        DeviceCmd::Create { src, image, op } => {
+        DeviceCmd::Create {
+            src,
+            image,
+            op,
+            ext_bytes,
+        } => {
             let cfg = src.load()?;
             let ftl = FtlConfig {
                 op,
+                ext_bytes,
                 ..FtlConfig::default()
             };
             let dev = csd_device::stack::create_image(&image, cfg, ftl)?;

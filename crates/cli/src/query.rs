@@ -90,6 +90,10 @@ pub(crate) struct SqlOpts {
     /// Keep partial aggregations in DataFusion instead of the device.
     #[arg(long)]
     pub(crate) no_aggregate_pushdown: bool,
+    /// Read every page even where a FLIXR per-page index could skip some (as `SET
+    /// csd.use_index = false`), for comparison.
+    #[arg(long)]
+    pub(crate) no_index: bool,
     /// Print the plan after the run: which operators ran in the device and which in
     /// the host, with per-operator metrics (EXPLAIN ANALYZE).
     #[arg(long)]
@@ -111,13 +115,14 @@ impl SqlOpts {
         settings.options.poll_min_us = self.poll_min_us;
         settings.options.poll_max_us = self.poll_max_us;
         settings.aggregate_pushdown = !self.no_aggregate_pushdown;
+        settings.options.use_index = !self.no_index;
         settings
     }
 
     /// The options as flags, for a `reproduce:` line.
     pub(crate) fn flags(&self) -> String {
         format!(
-            "--strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}{}",
+            "--strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}{}{}",
             self.strategy,
             self.queue_depth,
             self.poll_min_us,
@@ -127,6 +132,7 @@ impl SqlOpts {
             } else {
                 ""
             },
+            if self.no_index { " --no-index" } else { "" },
         )
     }
 }
@@ -181,6 +187,8 @@ pub(crate) enum Db {
     One(SqlSession),
     /// An array of device images.
     Array(ArraySession),
+    /// Closed for a moment (an index statement has the image open read-write).
+    Closed,
 }
 
 /// A SQL session over the tables of a device image or an array, opened read-only, as
@@ -190,6 +198,8 @@ pub(crate) struct ImageSession {
     pub(crate) db: Db,
     /// The device's config (every member's, for an array).
     pub(crate) cfg: DeviceConfig,
+    /// The image file (`None` for an array).
+    pub(crate) image: Option<std::path::PathBuf>,
 }
 
 impl ImageSession {
@@ -203,6 +213,7 @@ impl ImageSession {
                 Ok(ImageSession {
                     db: Db::Array(s),
                     cfg,
+                    image: None,
                 })
             }
             (Some(image), None) => {
@@ -214,6 +225,7 @@ impl ImageSession {
                 Ok(ImageSession {
                     db: Db::One(session),
                     cfg,
+                    image: Some(image.clone()),
                 })
             }
             (None, None) => Err(CliError::Usage("give --image PATH or --array DIR".into())),
@@ -226,6 +238,7 @@ impl ImageSession {
         match &self.db {
             Db::One(s) => s.catalog().to_vec(),
             Db::Array(a) => a.tables().iter().filter_map(|t| a.table_info(t)).collect(),
+            Db::Closed => Vec::new(),
         }
     }
 
@@ -234,7 +247,38 @@ impl ImageSession {
         match &self.db {
             Db::One(s) => s.tables().to_vec(),
             Db::Array(a) => a.tables().to_vec(),
+            Db::Closed => Vec::new(),
         }
+    }
+
+    /// Runs an index statement (`CREATE INDEX`, `DROP INDEX`) on the image: the
+    /// read-only session is closed, the image opened read-write for the change and
+    /// closed cleanly, and the session opened again with the same settings.
+    fn index_statement(&mut self, ddl: csd_sql::ddl::Ddl) -> Result<String, CliError> {
+        let Some(path) = self.image.clone() else {
+            return Err(CliError::Usage(
+                "CREATE INDEX / DROP INDEX apply to one device image (--image), not to an array"
+                    .into(),
+            ));
+        };
+        let settings = match &self.db {
+            Db::One(s) => s.settings(),
+            _ => return Err(CliError::Usage("the session is not open".into())),
+        };
+        self.db = Db::Closed; // drops the read-only device and its lock
+        let r = match ddl {
+            csd_sql::ddl::Ddl::CreateIndex(req) => crate::index::create_on(&path, &req, true),
+            csd_sql::ddl::Ddl::DropIndex { name, if_exists } => {
+                crate::index::drop_on(&path, &name, if_exists)
+            }
+            csd_sql::ddl::Ddl::SetUseIndex(_) => {
+                Err(CliError::Usage("not an index statement".into()))
+            }
+        };
+        let dev = crate::image::open_ro(&path, true)?;
+        let client = Client::new(NvmeDevice::from_block(dev))?;
+        self.db = Db::One(SqlSession::new(client, self.cfg.clone(), settings).map_err(sql_error)?);
+        r
     }
 }
 
@@ -265,8 +309,25 @@ pub(crate) fn run_statement(
     opts: &SqlOpts,
 ) -> Result<Ran, CliError> {
     let sql = expand_tpch(sql);
+    if let Some(ddl) = csd_sql::ddl::parse(sql).map_err(CliError::Usage)?
+        && !matches!(ddl, csd_sql::ddl::Ddl::SetUseIndex(_))
+    {
+        let msg = session.index_statement(ddl)?;
+        let first = choices(&opts.strategy)?
+            .first()
+            .copied()
+            .unwrap_or(Choice::Fixed(Strategy::Ihp));
+        let answer = csd_sql::message_answer(&msg).map_err(sql_error)?;
+        return Ok(Ran {
+            runs: vec![(first, answer)],
+            devices: Vec::new(),
+            names: vec!["result".into()],
+            rows: vec![vec![msg]],
+        });
+    }
     let (runs, devices) = match &mut session.db {
         Db::One(s) => (run_sql(s, sql, &opts.strategy)?, Vec::new()),
+        Db::Closed => return Err(CliError::Usage("the session is not open".into())),
         Db::Array(a) => {
             let cs = choices(&opts.strategy)?;
             let runs = a.run_strategies(sql, &cs).map_err(sql_error)?;
@@ -460,6 +521,12 @@ fn print_scans(choice: Choice, ans: &csd_sql::Answer, cfg: &DeviceConfig) {
         if s.why != "chosen by the user" {
             println!("  {}: {}", s.table, s.why);
         }
+        if let Some(ix) = &s.report.index {
+            println!(
+                "  {}: FLIXR index {ix}: {} of {} pages skipped, {} index-cache misses",
+                s.table, s.report.pages_skipped, s.report.pages, s.report.index_misses
+            );
+        }
     }
     let reports = ans.reports();
     let total: f64 = reports.iter().map(|r| r.modeled_s()).sum();
@@ -607,7 +674,7 @@ pub(crate) fn report_json(r: &QueryReport) -> Value {
         .iter()
         .map(|(k, v)| (k.to_string(), json!(v)))
         .collect();
-    json!({
+    let mut v = json!({
         "strategy": r.strategy.name(),
         "table": r.table,
         "layout": r.layout,
@@ -634,7 +701,13 @@ pub(crate) fn report_json(r: &QueryReport) -> Value {
         "wall_s": r.wall_s,
         "wall_rows_per_s": r.wall_rows_per_s(),
         "wall_table_bytes_per_s": r.wall_bytes_per_s(),
-    })
+    });
+    if let Some(ix) = &r.index {
+        v["index"] = json!(ix);
+        v["pages_skipped"] = json!(r.pages_skipped);
+        v["index_cache_misses"] = json!(r.index_misses);
+    }
+    v
 }
 
 /// `csd bench query`: load TPC-H lineitem into an in-memory device and time a query per

@@ -84,6 +84,10 @@ pub(crate) struct Target {
     /// Page layout: nsm or pax.
     #[arg(long, default_value = "pax", value_parser = ["nsm", "pax"])]
     layout: String,
+    /// A new image: extension bytes per MAP entry for FLIXR per-page indexes (24 lets
+    /// `csd index create` / `CREATE INDEX` add range or bitmap indexes later).
+    #[arg(long)]
+    ext_bytes: Option<u32>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -170,7 +174,11 @@ fn open_client(t: &Target) -> Result<Dest, CliError> {
             )?))
         }
         (Some(img), None) => {
-            let dev = image::open_rw(img, &t.src, &image::FtlArgs::default(), true, t.json)?;
+            let ftl = image::FtlArgs {
+                ext_bytes: t.ext_bytes,
+                ..image::FtlArgs::default()
+            };
+            let dev = image::open_rw(img, &t.src, &ftl, true, t.json)?;
             Ok(Dest::One(Box::new(Client::new(NvmeDevice::from_block(
                 dev,
             ))?)))

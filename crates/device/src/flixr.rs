@@ -31,8 +31,18 @@
 //!   FTL (a MAP-page read when the FTL's MAP cache does not hold it) and stages it in DRAM.
 //!
 //! Choices made here (the paper leaves them open):
-//! * One table page is one LBA (the FTL's mapping unit, 4 KiB in every preset), so each
-//!   MAP entry indexes exactly one table page; the paper's 16 KiB flash page holds four.
+//! * A table page is one LBA (the FTL's mapping unit, 4 KiB in every preset) or, for
+//!   tables whose pages are flash pages (`TableFormat::page_lbas` > 1, the catalog's
+//!   tables), an aligned run of LBAs: WRITE_IDX then computes one entry over the whole
+//!   page and stores it in the MAP entry of each of its LBAs, so READ_IDX keeps or skips
+//!   the page's LBAs together. A plain write of part of such a page makes the LBAs it
+//!   wrote "opaque" (always read); recovery recomputes over the aligned page.
+//! * SEND_TBL_COL can be undone (`DropTblCol`, a vendor command of this realization):
+//!   the table, its encoding and rules leave the TSIA; entries naming it stay in the
+//!   MAP but no rule compares them (a page with such an entry is always read).
+//! * An ISP session may carry a rule (`IspOpen::index`): the firmware compares the
+//!   entries of the session's table pages with it at OPEN and streams only the pages
+//!   that may match (the same comparison as READ_IDX, charged alike).
 //! * Rows are the csd-table NSM or PAX pages (`csd_table::PageView`); a page that does not
 //!   parse as a page of the table gets an "opaque" entry and is always read, and a valid
 //!   page without rows an "empty" entry that every rule skips. Index columns are numeric
@@ -86,6 +96,7 @@ const ST_OPAQUE: u8 = 3;
 const KIND_RANGE: u8 = 1;
 const KIND_BITMAP: u8 = 2;
 const BLOB_MAGIC: &[u8; 4] = b"FXR1";
+const BLOB_MAGIC_V2: &[u8; 4] = b"FXR2";
 
 /// A table's row format, as SEND_TBL_COL carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +107,10 @@ pub struct TableFormat {
     pub columns: Vec<(String, ColumnType)>,
     /// Page layout of the table's pages.
     pub layout: Layout,
+    /// LBAs per table page (1: one page per LBA, as the paper's row store; a catalog
+    /// table's page is one flash page, e.g. 4 LBAs of 4 KiB on a 16 KiB-page device).
+    /// Every LBA of a page carries the entry computed over the whole page.
+    pub page_lbas: u32,
 }
 
 /// How a per-page index summarizes a column.
@@ -570,10 +585,15 @@ impl Flixr {
             .collect();
         let schema =
             Schema::new(f.name.clone(), cols).map_err(|e| FlixrError::BadTable(e.to_string()))?;
-        let page = dev.ftl().lba_size();
-        csd_table::page::capacity_for(&schema, f.layout, page).map_err(|e| {
-            FlixrError::BadTable(format!("{e} (a table page is one {page}-byte LBA)"))
-        })?;
+        if f.page_lbas == 0 || f.page_lbas > 64 {
+            return Err(FlixrError::BadTable(format!(
+                "a table page spans 1..=64 LBAs, not {}",
+                f.page_lbas
+            )));
+        }
+        let page = dev.ftl().lba_size() * f.page_lbas as usize;
+        csd_table::page::capacity_for(&schema, f.layout, page)
+            .map_err(|e| FlixrError::BadTable(format!("{e} (a table page is {page} bytes)")))?;
         if self.tables.values().any(|t| t.format.name == f.name) {
             return Err(FlixrError::BadTable(format!(
                 "a table named {:?} is already registered",
@@ -709,6 +729,69 @@ impl Flixr {
             .remove(&rule)
             .map(|_| ())
             .ok_or(FlixrError::UnknownRule { table, rule })
+    }
+
+    /// DropTblCol: remove `table` (format, encoding, rules, join rules and per-table
+    /// indexes over it) from the registries, durably.
+    pub fn drop_table(&mut self, dev: &mut BlockDevice, table: u8) -> Result<(), FlixrError> {
+        if !self.tables.contains_key(&table) {
+            return Err(FlixrError::UnknownTable(table));
+        }
+        let mut next = self.tables.clone();
+        next.remove(&table);
+        self.persist(dev, &next)?;
+        self.tables = next;
+        self.table_indexes.retain(|_, t| t.table != table);
+        self.join_rules.retain(|(t, _), _| *t != table);
+        Ok(())
+    }
+
+    /// LBAs per page of `table`, if it is registered.
+    pub fn page_lbas(&self, table: u8) -> Option<u32> {
+        self.tables.get(&table).map(|t| t.format.page_lbas)
+    }
+
+    /// The pages of an ISP session's table that rule `(table, rule)` may match: the
+    /// entry of every LBA of `pages` table pages of `lpp` LBAs from `first_lba` is looked
+    /// up through the index cache and compared (a page is kept when any of its LBAs is).
+    /// Returns the kept page numbers, the index-cache misses and when the comparisons
+    /// ended on the embedded cores.
+    pub fn select_pages(
+        &mut self,
+        dev: &mut BlockDevice,
+        (table, rule): (u8, u16),
+        (first_lba, pages, lpp): (u64, u64, u64),
+        at: SimTime,
+    ) -> Result<(Vec<u64>, u64, SimTime), CommandError> {
+        Self::need_ext(dev, 8).map_err(|e| refusal(e, at))?;
+        let (enc, r) = self.rule(table, rule).map_err(|e| refusal(e, at))?;
+        let miss0 = self.cache.misses;
+        let mut t = at;
+        let mut kept = Vec::new();
+        let lpp = lpp.max(1);
+        for p in 0..pages {
+            let mut keep = false;
+            for l in first_lba + p * lpp..first_lba + (p + 1) * lpp {
+                let (bytes, pending, tt) = self
+                    .lookup(dev, l, at)
+                    .map_err(|error| CommandError { error, done: at })?;
+                t = t.max(tt);
+                if pending || may_match(&Entry::decode(&bytes), table, &enc, &r) {
+                    keep = true;
+                }
+            }
+            if keep {
+                kept.push(p);
+            }
+        }
+        let examined = pages * lpp;
+        let isp = dev.ftl().nand().config().isp;
+        let cycles = core_cycles(dev, examined as f64 * isp.comp_cycles_per_record);
+        let t = dev.controller_mut().cpu(t, cycles);
+        self.stats.entries_compared += examined;
+        self.stats.pages_read += kept.len() as u64 * lpp;
+        self.stats.pages_skipped += (pages - kept.len() as u64) * lpp;
+        Ok((kept, self.cache.misses - miss0, t))
     }
 
     /// The table id, encoding and rule of `(table, rule)`.
@@ -855,26 +938,33 @@ impl Flixr {
     ) -> Result<SimTime, CommandError> {
         let ext = dev.ftl().config().ext_bytes as usize;
         let fail = |error: FtlError, done| CommandError { error, done };
-        // Old entries (for a failed write) and new ones (computed from the buffered pages).
+        // Old entries (for a failed write) and new ones (computed from the buffered
+        // pages, one per table page, stored in each of its LBAs).
+        let ls = dev.ftl().lba_size().max(1);
+        let lbas = |l: u64, data: &[u8]| l..l + (data.len() / ls).max(1) as u64;
         let mut t = staged;
         let mut olds = Vec::with_capacity(pages.len());
         let mut news = Vec::with_capacity(pages.len());
         let mut rows = 0;
-        for &(l, table, data) in pages {
-            let (old, _, tt) = self.lookup(dev, l, staged).map_err(|e| fail(e, staged))?;
-            t = t.max(tt);
-            olds.push(old);
+        for &(l0, table, data) in pages {
+            for l in lbas(l0, data) {
+                let (old, _, tt) = self.lookup(dev, l, staged).map_err(|e| fail(e, staged))?;
+                t = t.max(tt);
+                olds.push((l, old));
+            }
             let (e, r) = self.compute(table, data);
             rows += r;
             news.push(e.encode(ext));
         }
         // Redo bit to 0, with a stub naming the table, before the data's redo descriptor.
-        for &(l, table, _) in pages {
-            self.install(dev, l, &Entry::Pending(table).encode(ext), t)
-                .map_err(|e| fail(e, t))?;
-            dev.ftl_mut()
-                .mark_ext_pending(l, 1, t)
-                .map_err(|e| fail(e, t))?;
+        for &(l0, table, data) in pages {
+            for l in lbas(l0, data) {
+                self.install(dev, l, &Entry::Pending(table).encode(ext), t)
+                    .map_err(|e| fail(e, t))?;
+                dev.ftl_mut()
+                    .mark_ext_pending(l, 1, t)
+                    .map_err(|e| fail(e, t))?;
+            }
         }
         let cycles = core_cycles(dev, Self::build_cycles(dev, pages.len(), rows));
         let cpu_done = dev.controller_mut().cpu(t, cycles);
@@ -885,8 +975,8 @@ impl Flixr {
                 // The data is as it was: so are its entries (unless power failed, when
                 // recovery recomputes them).
                 if !matches!(e.error, FtlError::Nand(csd_nand::NandError::PowerLoss)) {
-                    for (&(l, _, _), old) in pages.iter().zip(&olds) {
-                        let _ = self.install(dev, l, old, e.done);
+                    for (l, old) in &olds {
+                        let _ = self.install(dev, *l, old, e.done);
                     }
                 }
                 return Err(e);
@@ -896,8 +986,10 @@ impl Flixr {
         if dev.ftl().config().write_cache == csd_ftl::WriteCache::WriteBack {
             done = dev.ftl_mut().flush(done).map_err(|e| fail(e, done))?;
         }
-        for (&(l, _, _), new) in pages.iter().zip(&news) {
-            done = done.max(self.install(dev, l, new, done).map_err(|e| fail(e, done))?);
+        for (&(l0, _, data), new) in pages.iter().zip(&news) {
+            for l in lbas(l0, data) {
+                done = done.max(self.install(dev, l, new, done).map_err(|e| fail(e, done))?);
+            }
         }
         Ok(done)
     }
@@ -912,10 +1004,11 @@ impl Flixr {
         at: SimTime,
     ) -> Result<SimTime, CommandError> {
         let ls = dev.ftl().lba_size();
+        let k = self.page_lbas(table).unwrap_or(1).max(1) as usize;
         let pages: Vec<(u64, u8, &[u8])> = data
-            .chunks(ls)
+            .chunks(ls * k)
             .enumerate()
-            .map(|(i, p)| (lba + i as u64, table, p))
+            .map(|(i, p)| (lba + (i * k) as u64, table, p))
             .collect();
         dev.staged_with(data.len() as u64, at, |dev, t| {
             self.write_with_entries(dev, &pages, t, |dev, t| {
@@ -1294,16 +1387,27 @@ impl Flixr {
             };
             t = t.max(tt);
             let entry = match Entry::decode(&bytes).table() {
-                Some(table) => match dev.ftl_mut().read(l, &mut page, t) {
-                    Ok(tt) => {
-                        t = t.max(tt);
-                        let (e, rows) = self.compute(table, &page);
-                        let c = core_cycles(dev, Self::build_cycles(dev, 1, rows));
-                        t = dev.controller_mut().cpu(t, c);
-                        e
+                Some(table) => {
+                    let k = self.page_lbas(table).unwrap_or(1).max(1) as u64;
+                    let first = l - l % k;
+                    page.resize(ls * k as usize, 0);
+                    let read = if first + k <= dev.ftl().lbas() {
+                        dev.ftl_mut().read(first, &mut page, t)
+                    } else {
+                        page.truncate(ls);
+                        dev.ftl_mut().read(l, &mut page, t)
+                    };
+                    match read {
+                        Ok(tt) => {
+                            t = t.max(tt);
+                            let (e, rows) = self.compute(table, &page);
+                            let c = core_cycles(dev, Self::build_cycles(dev, 1, rows));
+                            t = dev.controller_mut().cpu(t, c);
+                            e
+                        }
+                        Err(_) => Entry::None,
                     }
-                    Err(_) => Entry::None,
-                },
+                }
                 None => Entry::None,
             };
             if dev.ftl_mut().set_ext(l, &entry.encode(ext), t).is_ok() {
@@ -1327,7 +1431,10 @@ impl Flixr {
 
 // The registry as the controller blob: tables and encodings (rules are not kept).
 fn encode_registry(tables: &BTreeMap<u8, TableEntry>) -> Vec<u8> {
-    let mut v = BLOB_MAGIC.to_vec();
+    // Version 1 when every page is one LBA (the bytes stay those of older images);
+    // version 2 adds each table's LBAs per page after its index.
+    let v2 = tables.values().any(|t| t.format.page_lbas != 1);
+    let mut v = if v2 { BLOB_MAGIC_V2 } else { BLOB_MAGIC }.to_vec();
     let s = |v: &mut Vec<u8>, x: &str| {
         v.extend_from_slice(&(x.len() as u16).to_le_bytes());
         v.extend_from_slice(x.as_bytes());
@@ -1365,6 +1472,9 @@ fn encode_registry(tables: &BTreeMap<u8, TableEntry>) -> Vec<u8> {
                 }
             }
         }
+        if v2 {
+            v.extend_from_slice(&t.format.page_lbas.to_le_bytes());
+        }
     }
     v
 }
@@ -1379,9 +1489,11 @@ fn decode_registry(b: &[u8]) -> Option<BTreeMap<u8, TableEntry>> {
         *p += n;
         Some(s)
     };
-    if take(&mut p, 4)? != BLOB_MAGIC {
-        return None;
-    }
+    let v2 = match take(&mut p, 4)? {
+        m if m == BLOB_MAGIC => false,
+        m if m == BLOB_MAGIC_V2 => true,
+        _ => return None,
+    };
     let u8_ = |p: &mut usize| take(p, 1).map(|s| s[0]);
     let u16_ = |p: &mut usize| take(p, 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
     let str_ = |p: &mut usize| {
@@ -1424,6 +1536,11 @@ fn decode_registry(b: &[u8]) -> Option<BTreeMap<u8, TableEntry>> {
             }
             _ => return None,
         };
+        let page_lbas = if v2 {
+            u32::from_le_bytes(take(&mut p, 4)?.try_into().ok()?)
+        } else {
+            1
+        };
         let cols: Vec<Column> = columns
             .iter()
             .map(|(n, t)| Column::new(n.clone(), *t))
@@ -1436,6 +1553,7 @@ fn decode_registry(b: &[u8]) -> Option<BTreeMap<u8, TableEntry>> {
                     name,
                     columns,
                     layout,
+                    page_lbas,
                 },
                 schema,
                 index,
@@ -1450,6 +1568,39 @@ fn decode_registry(b: &[u8]) -> Option<BTreeMap<u8, TableEntry>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(name: &str, page_lbas: u32) -> TableEntry {
+        let columns = vec![("k".to_string(), ColumnType::Int64)];
+        TableEntry {
+            schema: Schema::new(name, vec![Column::new("k", ColumnType::Int64)]).expect("schema"),
+            format: TableFormat {
+                name: name.into(),
+                columns,
+                layout: Layout::Pax,
+                page_lbas,
+            },
+            index: Some((0, IndexEncoding::Bitmap { bounds: vec![3, 9] })),
+            rules: BTreeMap::new(),
+            next_rule: 1,
+        }
+    }
+
+    #[test]
+    fn registry_keeps_lbas_per_page_and_old_bytes_for_one_lba_pages() {
+        let one: BTreeMap<u8, TableEntry> = [(1, entry("a", 1))].into();
+        let b = encode_registry(&one);
+        assert_eq!(
+            &b[..4],
+            BLOB_MAGIC,
+            "version 1 bytes when every page is one LBA"
+        );
+        assert_eq!(decode_registry(&b), Some(one));
+        let multi: BTreeMap<u8, TableEntry> = [(1, entry("a", 1)), (2, entry("b", 4))].into();
+        let b = encode_registry(&multi);
+        assert_eq!(&b[..4], BLOB_MAGIC_V2);
+        assert_eq!(decode_registry(&b), Some(multi));
+        assert_eq!(decode_registry(&b[..b.len() - 1]), None, "truncated");
+    }
 
     #[test]
     fn entries_roundtrip_and_rules_are_conservative() {

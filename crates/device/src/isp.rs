@@ -64,6 +64,11 @@
 //! empty, so an aggregation with more groups than the device can hold still completes,
 //! its overflow handed to the host.
 //!
+//! A session opened with a FLIXR rule (`IspOpen::index`, flixr §4.4) scans only the
+//! pages whose per-page index entry may match it: the controller compares the entries at
+//! OPEN (`Flixr::select_pages`, charged like READ_IDX's comparisons) and the session
+//! streams the kept pages in order; its replies count the pages skipped.
+//!
 //! A page that fails to read (uncorrectable) or is not a page of the session's table
 //! ends the session in the `Failed` state with a message naming the LBA; GET reports it.
 
@@ -123,6 +128,10 @@ pub struct IspOpen {
     pub mode: IspMode,
     /// The table's pages.
     pub table: TableExtent,
+    /// A FLIXR comparison rule `(table id, rule id)` (flixr §4.4): the firmware compares
+    /// the per-page index entries of the table's pages with it at OPEN and scans only
+    /// the pages that may match. `None`: every page.
+    pub index: Option<(u8, u16)>,
 }
 
 impl IspOpen {
@@ -164,6 +173,10 @@ pub struct IspReply {
     pub chunk_rows_selected: u64,
     /// Another chunk is ready now: GET again without waiting.
     pub more: bool,
+    /// Table pages the session's FLIXR rule ruled out (never read from flash).
+    pub pages_skipped: u64,
+    /// Index-cache misses of that comparison.
+    pub index_misses: u64,
     /// The evaluator's work so far (all pages processed).
     pub work: WorkCounters,
 }
@@ -230,12 +243,24 @@ struct Session {
     work: WorkCounters,
     /// Bytes of one table page.
     page_bytes: u64,
+    /// The pages to scan when a FLIXR rule selected them (page numbers, ascending).
+    page_list: Option<Vec<u64>>,
+    /// Pages the rule ruled out, and the index-cache misses of the comparison.
+    pages_skipped: u64,
+    index_misses: u64,
 }
 
 impl Session {
+    /// Pages the session scans (all of the table's, or those its rule selected).
+    fn total(&self) -> u64 {
+        self.page_list
+            .as_ref()
+            .map_or(self.table.pages, |l| l.len() as u64)
+    }
+
     /// When the next page can be issued, if it can be at all.
     fn next_issue(&self) -> Option<SimTime> {
-        if self.failed.is_some() || self.next_page >= self.table.pages {
+        if self.failed.is_some() || self.next_page >= self.total() {
             return None;
         }
         if self.ready_bytes >= self.arena_bytes {
@@ -311,10 +336,12 @@ impl Runtime {
     }
 
     /// Open a session (after the caller has advanced to `at`).
+    /// `selected`: the pages a FLIXR rule kept and the index-cache misses it had.
     pub(crate) fn open(
         &mut self,
         dev: &BlockDevice,
         args: IspOpen,
+        selected: Option<(Vec<u64>, u64)>,
         at: SimTime,
     ) -> Result<u32, IspRefusal> {
         let ls = dev.ftl().lba_size() as u64;
@@ -397,6 +424,12 @@ impl Runtime {
             }
         };
         let chunk_bytes = (self.cfg.result_chunk_kib as u64 * 1024).min(arena_bytes);
+        let (page_list, index_misses) = match selected {
+            Some((l, m)) => (Some(l), m),
+            None => (None, 0),
+        };
+        let total = page_list.as_ref().map_or(t.pages, |l| l.len() as u64);
+        let pages_skipped = t.pages - total;
         let out = PartialResult::with_group_limit(&args.plan, group_limit);
         let row_width = args.plan.schema.row_width() as u64;
         self.pinned_total += pinned as u64;
@@ -423,12 +456,15 @@ impl Runtime {
             arena_bytes,
             chunk_bytes,
             pages_done: 0,
-            done_at: if t.pages == 0 { Some(at) } else { None },
+            done_at: if total == 0 { Some(at) } else { None },
             failed: None,
             work: WorkCounters::default(),
             page_bytes: self.page_bytes,
+            page_list,
+            pages_skipped,
+            index_misses,
         });
-        if t.pages == 0
+        if total == 0
             && let Some(s) = self.sessions[id].as_mut()
         {
             s.seal_chunk();
@@ -488,12 +524,14 @@ impl Runtime {
             session: id,
             state: s.state(at),
             pages_done: s.pages_done_by(at),
-            pages_total: s.table.pages,
+            pages_total: s.total(),
             chunk: result,
             chunk_link_bytes: link,
             chunk_rows_selected: rows,
             more,
             work: s.work,
+            pages_skipped: s.pages_skipped,
+            index_misses: s.index_misses,
         })
     }
 
@@ -504,12 +542,14 @@ impl Runtime {
             session: id,
             state: s.state(at),
             pages_done: s.pages_done_by(at),
-            pages_total: s.table.pages,
+            pages_total: s.total(),
             chunk: None,
             chunk_link_bytes: 0,
             chunk_rows_selected: 0,
             more: false,
             work: s.work,
+            pages_skipped: s.pages_skipped,
+            index_misses: s.index_misses,
         };
         let pinned = s.pinned as u64;
         self.sessions[id as usize - 1] = None;
@@ -549,7 +589,13 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
     if s.inflight.len() as u32 >= s.pinned {
         s.inflight.pop();
     }
-    let page = s.next_page;
+    let page = match &s.page_list {
+        Some(l) => l
+            .get(s.next_page as usize)
+            .copied()
+            .unwrap_or(s.table.pages),
+        None => s.next_page,
+    };
     s.next_page += 1;
     s.cursor = t;
     let lba = s.table.first_lba + page * s.table.lbas_per_page as u64;
@@ -648,7 +694,7 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
     s.out_ready = s.out_ready.max(unpin);
     s.inflight.push(Reverse(unpin));
     s.pages_done += 1;
-    if s.next_page >= s.table.pages {
+    if s.next_page >= s.total() {
         let done = s.inflight.iter().map(|r| r.0).max().unwrap_or(unpin);
         s.out_ready = s.out_ready.max(done);
         s.done_at = Some(done);

@@ -243,6 +243,12 @@ pub enum Command {
         /// Rule id.
         rule: u16,
     },
+    /// Undo SEND_TBL_COL (admin, vendor command of this realization): remove table
+    /// `table`, its encoding and rules from the FLIXR registries (its index was dropped).
+    DropTblCol {
+        /// Table id.
+        table: u8,
+    },
     /// In-SSD B+tree (flixr §5 baseline): a per-row index whose nodes the firmware keeps
     /// in LBAs `first..first + lbas`, bulk-loaded from `(key, page)` pairs; the payload
     /// is its id.
@@ -308,6 +314,7 @@ impl Command {
             Command::ReadIdxJoin1 { .. } => 0x92,
             Command::ReadIdxJoin2 { .. } => 0x96,
             Command::DropIdxIcr { .. } => 0xD5,
+            Command::DropTblCol { .. } => 0xDD,
             Command::SsdIdxCreate { .. } => 0xD9,
             Command::SsdIdxUpdate { .. } => 0x99,
             Command::SsdIdxRead { .. } => 0x9A,
@@ -326,6 +333,7 @@ impl Command {
                 | Command::SendTidxEnc { .. }
                 | Command::SendTidxIcr { .. }
                 | Command::DropIdxIcr { .. }
+                | Command::DropTblCol { .. }
                 | Command::SsdIdxCreate { .. }
         )
     }
@@ -355,6 +363,7 @@ impl Command {
             Command::ReadIdxJoin1 { .. } => "ReadIdxJoin1",
             Command::ReadIdxJoin2 { .. } => "ReadIdxJoin2",
             Command::DropIdxIcr { .. } => "DropIdxIcr",
+            Command::DropTblCol { .. } => "DropTblCol",
             Command::SsdIdxCreate { .. } => "SsdIdxCreate",
             Command::SsdIdxUpdate { .. } => "SsdIdxUpdate",
             Command::SsdIdxRead { .. } => "SsdIdxRead",
@@ -1120,10 +1129,29 @@ impl NvmeDevice {
                 Ok((Payload::Data(out), t))
             }
             Command::IspOpen(args) => {
-                let t = self.dev.receive(at, IspOpen::WIRE_BYTES);
+                let mut t = self.dev.receive(at, IspOpen::WIRE_BYTES);
+                // A session under a FLIXR rule: compare the entries first (flixr §4.4),
+                // then stream only the pages kept.
+                let selected = match args.index {
+                    Some(rule) => {
+                        let x = &args.table;
+                        let (kept, misses, tt) = self
+                            .flixr
+                            .select_pages(
+                                &mut self.dev,
+                                rule,
+                                (x.first_lba, x.pages, x.lbas_per_page as u64),
+                                t,
+                            )
+                            .map_err(failed)?;
+                        t = tt;
+                        Some((kept, misses))
+                    }
+                    None => None,
+                };
                 let id = self
                     .isp
-                    .open(&self.dev, *args, t)
+                    .open(&self.dev, *args, selected, t)
                     .map_err(|r| (r.into(), at))?;
                 Ok((Payload::IspSession(id), self.dev.respond(t, 16)))
             }
@@ -1215,6 +1243,15 @@ impl NvmeDevice {
                     ));
                 }
                 let n = (data.len() / ls) as u64;
+                let k = self.flixr.page_lbas(table).unwrap_or(1).max(1) as u64;
+                if k > 1 && (!lba.is_multiple_of(k) || !n.is_multiple_of(k)) {
+                    return Err((
+                        Status::InvalidField(format!(
+                            "WriteIdx of {n} LBAs at {lba}: table {table}'s pages are {k} LBAs, so a transfer is whole pages at a multiple of {k}"
+                        )),
+                        at,
+                    ));
+                }
                 let cap = self.dev.ftl().lbas();
                 if lba.checked_add(n).is_none_or(|e| e > cap) {
                     return Err((
@@ -1299,6 +1336,13 @@ impl NvmeDevice {
             Command::DropIdxIcr { table, rule } => {
                 self.flixr
                     .drop_rule(table, rule)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, 16);
+                Ok((Payload::None, self.dev.respond(t, 16)))
+            }
+            Command::DropTblCol { table } => {
+                self.flixr
+                    .drop_table(&mut self.dev, table)
                     .map_err(|e| refused(e, at))?;
                 let t = self.dev.receive(at, 16);
                 Ok((Payload::None, self.dev.respond(t, 16)))

@@ -64,6 +64,7 @@ fn orders_format(name: &str) -> TableFormat {
             ("note".into(), ColumnType::Char(12)),
         ],
         layout: Layout::Nsm,
+        page_lbas: 1,
     }
 }
 

@@ -93,6 +93,16 @@ impl Ftl {
             Ok(x) => x,
             Err(e) => return Err(fail(e, nand)),
         };
+        // Extension bytes are a format-time property: a caller that asks for none (the
+        // default) opens the device with what it was formatted with.
+        let cfg = if cfg.ext_bytes == 0 {
+            FtlConfig {
+                ext_bytes: found.ck.ext_bytes,
+                ..cfg
+            }
+        } else {
+            cfg
+        };
         if found.ck.ext_bytes != cfg.ext_bytes {
             let e = FtlError::Config(format!(
                 "the device was formatted with {} extension bytes per MAP entry, not {}",

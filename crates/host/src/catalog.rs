@@ -14,7 +14,10 @@
 //! Catalog format (little-endian): magic `CCAT`, version u16, table count u16, sequence
 //! u64, body length u32, CRC-32C of the body u32, then the body: per table its name,
 //! layout code, page bytes, first LBA, page count, row count and schema (name, columns
-//! with name, type code and parameter).
+//! with name, type code and parameter). Version 2 (written only when some table has a
+//! FLIXR index, so catalogs without one keep their version-1 bytes) adds per table a
+//! flag and, when set, its per-page index ([`TableIndex`]): name, column, encoding
+//! (range, or bitmap with its split points) and the device's FLIXR table id.
 
 use crate::client::{CommandIssuer, HostError};
 use csd_table::datagen::RowSource;
@@ -26,6 +29,7 @@ use std::time::Instant;
 pub const CATALOG_LBAS: u64 = 64;
 const MAGIC: u32 = 0x5441_4343; // "CCAT"
 const VERSION: u16 = 1;
+const VERSION_INDEXED: u16 = 2;
 const HEADER: usize = 4 + 2 + 2 + 8 + 4 + 4;
 
 /// One table stored on the device.
@@ -45,6 +49,35 @@ pub struct TableInfo {
     pub pages: u64,
     /// Rows in the table.
     pub rows: u64,
+    /// The table's FLIXR per-page index, if it has one (`CREATE INDEX`, `csd index`).
+    pub index: Option<TableIndex>,
+}
+
+/// A FLIXR per-page index on a catalog table (flixr §4.2): the table's row format is
+/// registered with the device (SEND_TBL_COL, id `flixr_table`) with this encoding
+/// (SEND_IDX_ENC), and every page of the table was written through WRITE_IDX.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableIndex {
+    /// Index name (unique over the catalog, case-insensitive).
+    pub name: String,
+    /// The indexed column.
+    pub column: String,
+    /// The encoding: min/max or bucket bitmap.
+    pub encoding: csd_device::IndexEncoding,
+    /// The table id the device's FLIXR registry gave the table.
+    pub flixr_table: u8,
+}
+
+impl TableIndex {
+    /// `range` or `bitmap(N buckets)`.
+    pub fn kind(&self) -> String {
+        match &self.encoding {
+            csd_device::IndexEncoding::Range => "range".into(),
+            csd_device::IndexEncoding::Bitmap { bounds } => {
+                format!("bitmap ({} buckets)", bounds.len() + 1)
+            }
+        }
+    }
 }
 
 impl TableInfo {
@@ -176,6 +209,7 @@ fn type_of(code: u8, param: u16) -> Result<ColumnType, HostError> {
 
 impl Catalog {
     fn encode(&self) -> Vec<u8> {
+        let indexed = self.tables.iter().any(|t| t.index.is_some());
         let mut body = Vec::new();
         for t in &self.tables {
             put_str(&mut body, &t.name);
@@ -192,10 +226,32 @@ impl Catalog {
                 body.push(code);
                 body.extend_from_slice(&param.to_le_bytes());
             }
+            if indexed {
+                match &t.index {
+                    None => body.push(0),
+                    Some(ix) => {
+                        body.push(1);
+                        put_str(&mut body, &ix.name);
+                        put_str(&mut body, &ix.column);
+                        body.push(ix.flixr_table);
+                        match &ix.encoding {
+                            csd_device::IndexEncoding::Range => body.push(1),
+                            csd_device::IndexEncoding::Bitmap { bounds } => {
+                                body.push(2);
+                                body.extend_from_slice(&(bounds.len() as u16).to_le_bytes());
+                                for b in bounds {
+                                    body.extend_from_slice(&b.to_le_bytes());
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         }
+        let version = if indexed { VERSION_INDEXED } else { VERSION };
         let mut v = Vec::with_capacity(HEADER + body.len());
         v.extend_from_slice(&MAGIC.to_le_bytes());
-        v.extend_from_slice(&VERSION.to_le_bytes());
+        v.extend_from_slice(&version.to_le_bytes());
         v.extend_from_slice(&(self.tables.len() as u16).to_le_bytes());
         v.extend_from_slice(&self.seq.to_le_bytes());
         v.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -210,7 +266,8 @@ impl Catalog {
             // A device that never held a catalog reads as zeros.
             return Ok(Catalog::default());
         }
-        if r.u16()? != VERSION {
+        let version = r.u16()?;
+        if version != VERSION && version != VERSION_INDEXED {
             return Err(HostError::Catalog("unsupported catalog version".into()));
         }
         let n = r.u16()? as usize;
@@ -242,6 +299,33 @@ impl Catalog {
             }
             let schema = Schema::new(sname, cols)
                 .map_err(|e| HostError::Catalog(format!("table {name}: {e}")))?;
+            let index = if version == VERSION_INDEXED && r.u8()? == 1 {
+                let iname = r.str()?;
+                let column = r.str()?;
+                let flixr_table = r.u8()?;
+                let encoding = match r.u8()? {
+                    1 => csd_device::IndexEncoding::Range,
+                    2 => {
+                        let n = r.u16()? as usize;
+                        let mut bounds = Vec::with_capacity(n);
+                        for _ in 0..n {
+                            bounds.push(r.u64()? as i64);
+                        }
+                        csd_device::IndexEncoding::Bitmap { bounds }
+                    }
+                    k => {
+                        return Err(HostError::Catalog(format!("unknown index kind {k}")));
+                    }
+                };
+                Some(TableIndex {
+                    name: iname,
+                    column,
+                    encoding,
+                    flixr_table,
+                })
+            } else {
+                None
+            };
             tables.push(TableInfo {
                 name,
                 schema,
@@ -250,6 +334,7 @@ impl Catalog {
                 first_lba,
                 pages,
                 rows,
+                index,
             });
         }
         Ok(Catalog { seq, tables })
@@ -270,7 +355,7 @@ impl Catalog {
     }
 
     /// Write the catalog as one atomic batch.
-    fn write(&self, client: &mut impl CommandIssuer) -> Result<(), HostError> {
+    pub(crate) fn write(&self, client: &mut impl CommandIssuer) -> Result<(), HostError> {
         let lba = client.identify().lba_size as usize;
         let mut bytes = self.encode();
         if bytes.len() > CATALOG_LBAS as usize * lba {
@@ -371,6 +456,7 @@ impl Catalog {
             first_lba: first,
             pages: written_pages,
             rows: pages.rows(),
+            index: None,
         };
         let old = cat
             .tables
@@ -386,6 +472,14 @@ impl Catalog {
                 lba: old.first_lba,
                 blocks: n,
             })?;
+            // The replaced table's index goes with it (its format leaves the registry).
+            // Best effort: the new catalog is already durable, and a registration
+            // left behind only makes a later CREATE INDEX on this table name fail.
+            if let Some(ix) = &old.index {
+                let _ = client.exec(csd_device::Command::DropTblCol {
+                    table: ix.flixr_table,
+                });
+            }
         }
         progress(table.rows);
         Ok(LoadReport {

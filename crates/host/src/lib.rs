@@ -20,11 +20,12 @@
 
 pub mod catalog;
 pub mod client;
+pub mod index;
 pub mod rowstore;
 pub mod scan;
 pub mod shared;
 
-pub use catalog::{Catalog, LoadReport, TableInfo, check_table_name, same_name};
+pub use catalog::{Catalog, LoadReport, TableIndex, TableInfo, check_table_name, same_name};
 pub use client::{Client, CommandIssuer, HostError};
 pub use rowstore::{IndexKind, KeyEncoding, RowStore, StoreError, StoreOptions, TableDef, TableId};
 pub use scan::{QueryReport, ScanOptions, Strategy, run_scan};

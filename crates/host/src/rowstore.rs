@@ -545,6 +545,7 @@ impl RowStore {
                 name: def.name.clone(),
                 columns: def.columns.clone(),
                 layout: Layout::Nsm,
+                page_lbas: 1,
             }))?;
             let id = match c.0.payload {
                 Payload::FlixrTable(id) => id,

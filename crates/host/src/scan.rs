@@ -24,6 +24,15 @@
 //! own reservations. Modeled time is from the first command after the opening telemetry
 //! read to the end of the host's last work; wall-clock time is measured separately.
 //!
+//! FLIXR (flixr §4.4): when the table has a per-page index ([`TableInfo::index`]) and
+//! the program's filter constrains the indexed column ([`crate::index::rule_for`]), the
+//! scan registers the rule (SEND_IDX_ICR) and drops it after (DropIdxIcr). IHP reads the
+//! table with READ_IDX instead of Read (same ranges, same queue depth): the device sends
+//! only the pages whose entry may match. ISP sessions carry the rule in their OPEN and
+//! the firmware streams only those pages. The report counts the pages skipped and the
+//! index-cache misses. [`ScanOptions::use_index`] turns this off for comparison; a table
+//! without an index scans exactly as before.
+//!
 //! Polling (smart-ssd §3.1 used a fixed 10 ms and asked for an adaptive interval): a GET
 //! that brought data or says `more` is followed after `poll_min_us`; otherwise the
 //! interval doubles from the last one, up to half the time left the host estimates from
@@ -56,6 +65,8 @@ pub struct ScanOptions {
     pub poll_min_us: f64,
     /// ISP: largest GET poll interval, µs (smart-ssd §3.1: 10 ms).
     pub poll_max_us: f64,
+    /// Use the table's FLIXR per-page index when the filter constrains its column.
+    pub use_index: bool,
 }
 
 impl ScanOptions {
@@ -66,6 +77,7 @@ impl ScanOptions {
             queue_depth: 32,
             poll_min_us: 50.0,
             poll_max_us: 10_000.0,
+            use_index: true,
         }
     }
 }
@@ -170,6 +182,12 @@ pub struct QueryReport {
     pub energy: EnergyReport,
     /// Wall-clock seconds of the run (the emulator's speed).
     pub wall_s: f64,
+    /// The FLIXR index and rule the scan used (`None`: it read every page).
+    pub index: Option<String>,
+    /// Table pages the per-page index ruled out (never read from flash).
+    pub pages_skipped: u64,
+    /// Index-cache misses of the device while comparing entries.
+    pub index_misses: u64,
 }
 
 impl QueryReport {
@@ -211,6 +229,54 @@ fn busy(t: &Telemetry, class: ResourceClass) -> (u64, usize) {
         .map_or((0, 0), |u| (u.busy_ns, u.members))
 }
 
+/// The whole table pages of a READ_IDX reply, in order: a page's LBAs come back
+/// together (the device stores one entry per page in each of its LBAs); a page of which
+/// only some LBAs came back (a plain write changed part of it) is read again whole with a
+/// Read. Counts the pages skipped; returns the data and the extra commands.
+fn whole_pages<C: CommandIssuer>(
+    c: &mut C,
+    table: &TableInfo,
+    lpp: u64,
+    r: csd_device::IndexRead,
+    at: SimTime,
+    skipped: &mut u64,
+) -> Result<(Vec<u8>, u64), HostError> {
+    let ls = c.identify().lba_size as usize;
+    let page = |l: u64| (l - table.first_lba) / lpp;
+    let mut out = Vec::with_capacity(r.data.len());
+    let mut extra = 0;
+    let mut i = 0;
+    let mut read_pages = 0;
+    while i < r.lbas.len() {
+        let p = page(r.lbas[i]);
+        let mut j = i;
+        while j < r.lbas.len() && page(r.lbas[j]) == p {
+            j += 1;
+        }
+        if (j - i) as u64 == lpp {
+            out.extend_from_slice(&r.data[i * ls..j * ls]);
+        } else {
+            let comp = c.exec_at(
+                Command::Read {
+                    lba: table.first_lba + p * lpp,
+                    blocks: lpp as u32,
+                },
+                at,
+            )?;
+            extra += 1;
+            let Payload::Data(d) = comp.payload else {
+                return Err(HostError::Invalid("Read returned no data".into()));
+            };
+            out.extend_from_slice(&d);
+        }
+        read_pages += 1;
+        i = j;
+    }
+    let examined = (r.lbas.len() + r.skipped.len()) as u64 / lpp.max(1);
+    *skipped += examined.saturating_sub(read_pages);
+    Ok((out, extra))
+}
+
 /// Rows a host-side (IHP) projection gathers before handing them to the sink.
 pub const IHP_CHUNK_ROWS: usize = 8192;
 
@@ -237,6 +303,36 @@ pub fn run_scan<C: CommandIssuer>(
     let wall0 = Instant::now();
     let before = telemetry(c)?;
     let t0 = c.now();
+    // FLIXR: the rule the filter implies on the indexed column, registered for this scan.
+    let mut index = None;
+    if opts.use_index
+        && let Some(ix) = &table.index
+        && let Some(col) = table
+            .schema
+            .columns()
+            .iter()
+            .position(|k| crate::catalog::same_name(&k.name, &ix.column))
+        && let Some(rule) = crate::index::rule_for(plan.filter.as_ref(), col)
+    {
+        let text = format!(
+            "{} ({})",
+            ix.name,
+            crate::index::describe_rule(&ix.column, &rule)
+        );
+        let id = match c
+            .exec(Command::SendIdxIcr {
+                table: ix.flixr_table,
+                rule,
+            })?
+            .payload
+        {
+            Payload::FlixrRule(id) => id,
+            _ => return Err(HostError::Invalid("SendIdxIcr returned no rule id".into())),
+        };
+        index = Some((ix.flixr_table, id, text));
+    }
+    // The scan's commands start after the rule's registration (counted in the run).
+    let t_run = c.now().max(t0);
     // The host scans with all its cores (a DBMS's parallel scan); the scan paper's
     // host has one.
     let mut host = HostCpu::new(cfg, cfg.host.cores);
@@ -245,18 +341,35 @@ pub fn run_scan<C: CommandIssuer>(
         plan,
         cfg,
         opts,
-        t0,
+        t0: t_run,
+        index: index.as_ref().map(|(t, r, _)| (*t, *r)),
     };
+    let mut skipped = (0u64, 0u64);
     let mut emitted = 0u64;
     let mut counting = |chunk: PartialResult| {
         emitted += chunk.len() as u64;
         sink(chunk)
     };
-    let (work, commands, end) = match opts.strategy {
-        Strategy::Ihp => run.ihp(c, &mut host, &mut counting)?,
-        Strategy::CpuIsp => run.isp(c, &mut host, IspMode::Cpu, &mut counting)?,
-        Strategy::HwIsp => run.isp(c, &mut host, IspMode::Hw, &mut counting)?,
+    let ran = match opts.strategy {
+        Strategy::Ihp => run.ihp(c, &mut host, &mut counting, &mut skipped),
+        Strategy::CpuIsp => run.isp(c, &mut host, IspMode::Cpu, &mut counting, &mut skipped),
+        Strategy::HwIsp => run.isp(c, &mut host, IspMode::Hw, &mut counting, &mut skipped),
     };
+    // The rule is query state: released whatever happened.
+    let dropped = match &index {
+        Some((table, rule, _)) => c
+            .exec(Command::DropIdxIcr {
+                table: *table,
+                rule: *rule,
+            })
+            .map(|_| ()),
+        None => Ok(()),
+    };
+    let (work, mut commands, end) = ran?;
+    dropped?;
+    if index.is_some() {
+        commands += 2; // SEND_IDX_ICR and its release
+    }
     let end = end.max(c.now());
     c.wait_until(end);
     let after = telemetry(c)?;
@@ -334,6 +447,9 @@ pub fn run_scan<C: CommandIssuer>(
         commands,
         energy,
         wall_s: wall0.elapsed().as_secs_f64(),
+        index: index.map(|(_, _, text)| text),
+        pages_skipped: skipped.0,
+        index_misses: skipped.1,
     })
 }
 
@@ -357,6 +473,8 @@ struct Run<'a> {
     opts: &'a ScanOptions,
     /// Host instant the run starts.
     t0: SimTime,
+    /// The FLIXR `(table id, rule id)` to read under, if any.
+    index: Option<(u8, u16)>,
 }
 
 impl Run<'_> {
@@ -366,6 +484,7 @@ impl Run<'_> {
         c: &mut C,
         host: &mut HostCpu,
         sink: &mut Sink<'_>,
+        skipped: &mut (u64, u64),
     ) -> Result<Outcome, HostError> {
         let Run {
             table,
@@ -373,6 +492,7 @@ impl Run<'_> {
             cfg,
             opts,
             t0,
+            index,
         } = *self;
         let id = c.identify().clone();
         let lpp = table.lbas_per_page(id.lba_size).max(1);
@@ -392,18 +512,31 @@ impl Run<'_> {
             } else {
                 t0
             };
-            let comp = c.exec_at(
-                Command::Read {
-                    lba: table.first_lba + page * lpp,
-                    blocks: (n * lpp) as u32,
-                },
-                at,
-            )?;
+            let (lba, blocks) = (table.first_lba + page * lpp, (n * lpp) as u32);
+            let comp = match index {
+                None => c.exec_at(Command::Read { lba, blocks }, at)?,
+                Some((t, rule)) => c.exec_at(
+                    Command::ReadIdx {
+                        table: t,
+                        rule,
+                        lba,
+                        blocks,
+                    },
+                    at,
+                )?,
+            };
             commands += 1;
             let arrived = comp.acct.completed;
             done.push_back(arrived);
-            let Payload::Data(data) = comp.payload else {
-                return Err(HostError::Invalid("Read returned no data".into()));
+            let data = match comp.payload {
+                Payload::Data(data) => data,
+                Payload::IndexRead(r) => {
+                    skipped.1 += r.index_misses;
+                    let (data, extra) = whole_pages(c, table, lpp, *r, arrived, &mut skipped.0)?;
+                    commands += extra;
+                    data
+                }
+                _ => return Err(HostError::Invalid("Read returned no data".into())),
             };
             // The pages of one read are evaluated in parallel on the host's cores (each page
             // goes to the core that frees up first).
@@ -437,6 +570,7 @@ impl Run<'_> {
         host: &mut HostCpu,
         mode: IspMode,
         sink: &mut Sink<'_>,
+        skipped: &mut (u64, u64),
     ) -> Result<Outcome, HostError> {
         let Run {
             table,
@@ -444,6 +578,7 @@ impl Run<'_> {
             cfg,
             opts,
             t0,
+            index,
         } = *self;
         let lpp = table.lbas_per_page(c.identify().lba_size);
         let open = IspOpen {
@@ -454,6 +589,7 @@ impl Run<'_> {
                 pages: table.pages,
                 lbas_per_page: lpp as u32,
             },
+            index,
         };
         let session = match c.exec_at(Command::IspOpen(Box::new(open)), t0)?.payload {
             Payload::IspSession(id) => id,
@@ -470,6 +606,7 @@ impl Run<'_> {
                 let Payload::Isp(mut reply) = comp.payload else {
                     return Err(HostError::Invalid("IspGet returned no reply".into()));
                 };
+                *skipped = (reply.pages_skipped, reply.index_misses);
                 let got = reply.chunk.is_some();
                 if let Some(chunk) = reply.chunk.take() {
                     sink(chunk)?;

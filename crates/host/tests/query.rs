@@ -285,6 +285,7 @@ fn open_cmd(c: &mut Client, name: &str, bound: i32, mode: IspMode) -> Command {
             pages: info.pages,
             lbas_per_page: lpp,
         },
+        index: None,
     }))
 }
 

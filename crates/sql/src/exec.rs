@@ -250,6 +250,12 @@ impl DeviceScanExec {
         c("rows_selected", r.work.rows_selected);
         c("device_time_ns", r.modeled_ns);
         c("commands", r.commands);
+        // Only scans that read through a FLIXR index carry these (plans over tables
+        // without one print as before).
+        if r.index.is_some() {
+            c("pages_skipped", r.pages_skipped);
+            c("index_cache_misses", r.index_misses);
+        }
     }
 }
 

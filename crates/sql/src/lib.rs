@@ -23,6 +23,7 @@
 
 pub mod agg;
 pub mod array;
+pub mod ddl;
 pub mod device;
 pub mod exec;
 pub mod import;
@@ -204,6 +205,10 @@ impl SqlSession {
         sql: &str,
         choices: &[Choice],
     ) -> Result<Vec<(Choice, Answer)>, SqlError> {
+        if let Some(message) = self.run_ddl(sql)? {
+            let first = choices.first().copied().unwrap_or(self.settings.choice);
+            return Ok(vec![(first, message_answer(&message)?)]);
+        }
         let mut runs: Vec<(Choice, Answer)> = Vec::with_capacity(choices.len());
         let mut check = SameRows::default();
         for &choice in choices {
@@ -216,6 +221,52 @@ impl SqlSession {
             runs.push((choice, answer));
         }
         Ok(runs)
+    }
+
+    /// Runs `sql` if it is one of the statements csd runs itself ([`ddl`]: `CREATE
+    /// INDEX`, `DROP INDEX`, `SET csd.use_index`) and returns its message; `None` for
+    /// any other SQL. Index statements change the device (its catalog and FLIXR
+    /// registry) and the session's tables are registered again.
+    pub fn run_ddl(&mut self, sql: &str) -> Result<Option<String>, SqlError> {
+        let stmt = ddl::parse(sql).map_err(|m| SqlError::Host(csd_host::HostError::Invalid(m)))?;
+        let Some(stmt) = stmt else {
+            return Ok(None);
+        };
+        let message = match stmt {
+            ddl::Ddl::SetUseIndex(on) => {
+                self.settings.options.use_index = on;
+                self.register()?;
+                format!("csd.use_index = {on}")
+            }
+            ddl::Ddl::CreateIndex(req) => {
+                let r = csd_host::index::create(&mut *self.device.lock(), &req)?;
+                self.reload()?;
+                format!(
+                    "created index {} on {}({}) as {}: {} pages rewritten through WRITE_IDX in {:.3} s modeled",
+                    r.index.name,
+                    r.table.name,
+                    r.index.column,
+                    r.index.kind(),
+                    r.pages_rewritten,
+                    r.modeled_s
+                )
+            }
+            ddl::Ddl::DropIndex { name, if_exists } => {
+                let exists = self.catalog.iter().any(|t| {
+                    t.index
+                        .as_ref()
+                        .is_some_and(|i| csd_host::same_name(&i.name, &name))
+                });
+                if !exists && if_exists {
+                    format!("no index {name}")
+                } else {
+                    let (table, ix) = csd_host::index::drop(&mut *self.device.lock(), &name)?;
+                    self.reload()?;
+                    format!("dropped index {} on {table}({})", ix.name, ix.column)
+                }
+            }
+        };
+        Ok(Some(message))
     }
 
     /// Ends the session and gives the device's client back (`None` if a plan of this
@@ -289,6 +340,36 @@ impl Answer {
     pub fn reports(&self) -> Vec<csd_host::QueryReport> {
         self.scans.iter().map(|s| s.report.clone()).collect()
     }
+}
+
+/// An answer of one row, one `result` column holding `message` (what a statement that
+/// returns no rows, like `CREATE INDEX`, answers).
+pub fn message_answer(message: &str) -> Result<Answer, SqlError> {
+    use datafusion::arrow::array::StringArray;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "result",
+        DataType::Utf8,
+        false,
+    )]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(StringArray::from(vec![message.to_string()]))],
+    )
+    .map_err(|e| {
+        let e = DataFusionError::from(e);
+        SqlError::Query {
+            message: e.to_string(),
+            source: e,
+        }
+    })?;
+    Ok(Answer {
+        schema,
+        batches: vec![batch],
+        explained: String::new(),
+        scans: Vec::new(),
+        wall_s: 0.0,
+    })
 }
 
 /// Checks that every strategy of a `run_strategies` returned the same rows.

@@ -1,0 +1,588 @@
+//! FLIXR per-page indexes on catalog tables (flixr §4.1–§4.4): what `CREATE INDEX` in
+//! `csd sql` and `csd index create` do, and the rule a scan derives from its filter.
+//!
+//! Creating an index on `table (column)`:
+//! 1. checks everything on the host first (the table and column exist, the column is
+//!    numeric, no index has that name, the table has no index yet: the device keeps one
+//!    encoding per table, §4.2), so bad input registers nothing;
+//! 2. SEND_TBL_COL registers the table's row format (its schema, layout and LBAs per
+//!    page: a catalog page is one flash page), then SEND_IDX_ENC the encoding;
+//! 3. rewrites every page of the table in place through WRITE_IDX (MDTS-sized Reads,
+//!    each followed by the WRITE_IDX of the same bytes), so the firmware computes each
+//!    page's entry as it would on any write (§4.3). This is the paper's only path to
+//!    an entry (entries are built on write); its cost — the table read once and
+//!    programmed once, plus the entry computation on the embedded cores — is measured
+//!    and reported as the creation's modeled time;
+//! 4. records the index in the catalog (one atomic catalog batch), so it survives a
+//!    reopen. A failure after step 2 sends DropTblCol, leaving the table as it was
+//!    (its data is unchanged in any case: the rewrite writes the same bytes).
+//!
+//! Bitmap split points come from the column's values: an equi-depth histogram over a
+//! sample of up to [`SAMPLE_PAGES`] pages spread evenly over the table (every row of
+//! those pages), with duplicates removed so the points are strictly increasing (a very
+//! frequent value gets a bucket of its own rather than several). A second bitmap index
+//! may reuse another bitmap index's split points (`share`), which the join commands
+//! (READ_IDX_JOIN1/2, §4.5) require of the two join columns.
+//!
+//! Dropping an index sends DropTblCol (the table leaves the device's registries) and
+//! removes it from the catalog; the entries left in the MAP name a table no rule
+//! compares, so the pages are simply read.
+
+use crate::catalog::{Catalog, TableIndex, TableInfo, same_name};
+use crate::client::{CommandIssuer, HostError};
+use csd_device::{Command, IndexEncoding, IndexRule, IndexSpec, Payload, TableFormat};
+use csd_query::plan::{CmpOp, Const, Expr, ExprKind};
+use csd_table::PageView;
+use std::time::Instant;
+
+/// Pages read to choose bitmap split points.
+pub const SAMPLE_PAGES: u64 = 256;
+/// Buckets of a bitmap index when none are asked for (at most 160 fit 24 extension
+/// bytes: `(24 - 4) * 8`).
+pub const DEFAULT_BUCKETS: usize = 128;
+
+/// How to encode a new index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexKindSpec {
+    /// Min/max per page.
+    Range,
+    /// Bucket bitmap per page.
+    Bitmap {
+        /// Buckets wanted (split points = buckets - 1; fewer when values repeat).
+        buckets: usize,
+        /// Take the split points of this existing bitmap index instead.
+        share: Option<String>,
+    },
+}
+
+/// A `CREATE INDEX` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateIndex {
+    /// Index name.
+    pub name: String,
+    /// Table name (case-insensitive).
+    pub table: String,
+    /// Column name (case-insensitive).
+    pub column: String,
+    /// Encoding.
+    pub kind: IndexKindSpec,
+}
+
+/// What creating an index did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexReport {
+    /// The table, as now in the catalog.
+    pub table: TableInfo,
+    /// The index.
+    pub index: TableIndex,
+    /// Table pages rewritten through WRITE_IDX.
+    pub pages_rewritten: u64,
+    /// Modeled seconds of the creation (sample, registration, rewrite, catalog).
+    pub modeled_s: f64,
+    /// Wall-clock seconds.
+    pub wall_s: f64,
+}
+
+fn invalid(s: String) -> HostError {
+    HostError::Invalid(s)
+}
+
+/// Every index of the catalog: `(table, index)`.
+pub fn list(cat: &Catalog) -> Vec<(&TableInfo, &TableIndex)> {
+    cat.tables
+        .iter()
+        .filter_map(|t| t.index.as_ref().map(|i| (t, i)))
+        .collect()
+}
+
+/// Checks a request against the catalog; returns the table's position and column index.
+fn check(cat: &Catalog, req: &CreateIndex) -> Result<(usize, usize), HostError> {
+    crate::catalog::check_table_name(&req.name).map_err(|_| {
+        invalid(format!(
+            "index name `{}`: use 1 to 64 letters, digits or _",
+            req.name
+        ))
+    })?;
+    if let Some((t, _)) = list(cat)
+        .into_iter()
+        .find(|(_, i)| same_name(&i.name, &req.name))
+    {
+        return Err(invalid(format!(
+            "an index named `{}` already exists (on table {}): choose another name or DROP INDEX it first",
+            req.name, t.name
+        )));
+    }
+    let pos = cat
+        .tables
+        .iter()
+        .position(|t| same_name(&t.name, &req.table))
+        .ok_or_else(|| {
+            invalid(format!(
+                "unknown table `{}`; tables on the device: {}",
+                req.table,
+                cat.tables
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+    let t = &cat.tables[pos];
+    let col = t
+        .schema
+        .columns()
+        .iter()
+        .position(|c| same_name(&c.name, &req.column))
+        .ok_or_else(|| {
+            invalid(format!(
+                "table {} has no column `{}` (columns: {})",
+                t.name,
+                req.column,
+                t.schema
+                    .columns()
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+    let ty = t.schema.columns()[col].ty;
+    if !ty.is_numeric() {
+        return Err(invalid(format!(
+            "column {}.{} is {ty}: FLIXR per-page indexes cover numeric columns (INT32, INT64, DATE, DECIMAL)",
+            t.name,
+            t.schema.columns()[col].name
+        )));
+    }
+    if let Some(ix) = &t.index {
+        return Err(invalid(format!(
+            "table {} already has index `{}` on {}: the device keeps one per-page index encoding per table (flixr §4.2); DROP INDEX {} first",
+            t.name, ix.name, ix.column, ix.name
+        )));
+    }
+    if let IndexKindSpec::Bitmap { buckets, share } = &req.kind
+        && share.is_none()
+        && *buckets < 2
+    {
+        return Err(invalid(format!(
+            "a bitmap index needs at least 2 buckets, not {buckets}"
+        )));
+    }
+    Ok((pos, col))
+}
+
+/// The split points of an equi-depth histogram with `buckets` buckets over `values`
+/// (sorted here), strictly increasing; at least one point.
+pub fn equi_depth(values: &mut [i64], buckets: usize) -> Vec<i64> {
+    values.sort_unstable();
+    let n = values.len();
+    if n == 0 {
+        return vec![0];
+    }
+    let mut out: Vec<i64> = Vec::with_capacity(buckets);
+    for i in 1..buckets.max(2) {
+        let v = values[(i * n / buckets.max(2)).min(n - 1)];
+        // Bucket i holds values >= its point: the smallest value never starts one.
+        if v > values[0] && out.last().is_none_or(|&l| v > l) {
+            out.push(v);
+        }
+    }
+    if out.is_empty() {
+        out.push(values[0].saturating_add(1));
+    }
+    out
+}
+
+/// Values of column `col` on up to [`SAMPLE_PAGES`] pages spread over `t`.
+fn sample<C: CommandIssuer>(c: &mut C, t: &TableInfo, col: usize) -> Result<Vec<i64>, HostError> {
+    let step = t.pages.div_ceil(SAMPLE_PAGES).max(1);
+    let (mut vals, mut one) = (Vec::new(), Vec::new());
+    let mut page = 0;
+    while page < t.pages {
+        let bytes = Catalog::read_page(c, t, page)?;
+        let view = PageView::parse_unverified(&bytes, &t.schema)?;
+        view.column(col)?.decode_i64_into(&mut one)?; // clears `one` first
+        vals.extend_from_slice(&one);
+        page += step;
+    }
+    Ok(vals)
+}
+
+/// `CREATE INDEX`: see the [module docs](self).
+pub fn create<C: CommandIssuer>(c: &mut C, req: &CreateIndex) -> Result<IndexReport, HostError> {
+    let wall = Instant::now();
+    let t0 = c.now();
+    let mut cat = Catalog::read(c)?;
+    let (pos, col) = check(&cat, req)?;
+    let t = cat.tables[pos].clone();
+    let encoding = match &req.kind {
+        IndexKindSpec::Range => IndexEncoding::Range,
+        IndexKindSpec::Bitmap {
+            share: Some(other), ..
+        } => match list(&cat)
+            .into_iter()
+            .find(|(_, i)| same_name(&i.name, other))
+        {
+            Some((
+                _,
+                TableIndex {
+                    encoding: e @ IndexEncoding::Bitmap { .. },
+                    ..
+                },
+            )) => e.clone(),
+            Some(_) => {
+                return Err(invalid(format!(
+                    "index `{other}` is a range index: only a bitmap index's split points can be shared"
+                )));
+            }
+            None => {
+                return Err(invalid(format!(
+                    "no index named `{other}` to share split points with"
+                )));
+            }
+        },
+        IndexKindSpec::Bitmap { buckets, .. } => {
+            let mut vals = sample(c, &t, col)?;
+            IndexEncoding::Bitmap {
+                bounds: equi_depth(&mut vals, *buckets),
+            }
+        }
+    };
+    let lba = c.identify().lba_size;
+    let lpp = t.lbas_per_page(lba).max(1);
+    let format = TableFormat {
+        name: t.schema.name().to_string(),
+        columns: t
+            .schema
+            .columns()
+            .iter()
+            .map(|c| (c.name.clone(), c.ty))
+            .collect(),
+        layout: t.layout,
+        page_lbas: lpp as u32,
+    };
+    let id = match c.exec(Command::SendTblCol(format))?.payload {
+        Payload::FlixrTable(id) => id,
+        _ => return Err(invalid("SendTblCol returned no table id".into())),
+    };
+    let column = t.schema.columns()[col].name.clone();
+    let rest = (|| -> Result<u64, HostError> {
+        c.exec(Command::SendIdxEnc {
+            table: id,
+            spec: IndexSpec {
+                column: column.clone(),
+                encoding: encoding.clone(),
+            },
+        })?;
+        // Rewrite in place, MDTS (whole pages) at a time.
+        let mdts = c.identify().mdts_blocks.max(1) as u64;
+        let per = (mdts / lpp).max(1);
+        let mut page = 0;
+        while page < t.pages {
+            let n = per.min(t.pages - page);
+            let at = t.first_lba + page * lpp;
+            let data = c.read(at, (n * lpp) as u32)?;
+            c.exec(Command::WriteIdx {
+                table: id,
+                lba: at,
+                data,
+            })?;
+            page += n;
+        }
+        c.flush()?;
+        Ok(t.pages)
+    })();
+    let index = TableIndex {
+        name: req.name.clone(),
+        column,
+        encoding,
+        flixr_table: id,
+    };
+    let published = rest.and_then(|n| {
+        cat.tables[pos].index = Some(index.clone());
+        cat.seq += 1;
+        cat.write(c).map(|()| n)
+    });
+    let pages_rewritten = match published {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = c.exec(Command::DropTblCol { table: id });
+            return Err(e);
+        }
+    };
+    Ok(IndexReport {
+        table: cat.tables[pos].clone(),
+        index,
+        pages_rewritten,
+        modeled_s: c.now().since(t0) as f64 / 1e9,
+        wall_s: wall.elapsed().as_secs_f64(),
+    })
+}
+
+/// `DROP INDEX name`: returns the table it was on and the index.
+pub fn drop<C: CommandIssuer>(c: &mut C, name: &str) -> Result<(String, TableIndex), HostError> {
+    let mut cat = Catalog::read(c)?;
+    let pos = cat
+        .tables
+        .iter()
+        .position(|t| t.index.as_ref().is_some_and(|i| same_name(&i.name, name)))
+        .ok_or_else(|| {
+            let names: Vec<String> = list(&cat).iter().map(|(_, i)| i.name.clone()).collect();
+            invalid(format!(
+                "no index named `{name}`; indexes: {}",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ))
+        })?;
+    let Some(ix) = cat.tables[pos].index.take() else {
+        return Err(invalid(format!("no index named `{name}`")));
+    };
+    cat.seq += 1;
+    cat.write(c)?;
+    // After the catalog no longer names it: a failure here leaves a registration
+    // nothing uses (a later CREATE INDEX on the table reports it).
+    c.exec(Command::DropTblCol {
+        table: ix.flixr_table,
+    })?;
+    Ok((cat.tables[pos].name.clone(), ix))
+}
+
+/// The rule a device program's filter implies on column `col`: the conjuncts of the
+/// filter that compare the column with a constant (`=`, `<`, `<=`, `>`, `>=`, and
+/// `BETWEEN` as two of them) narrow a range; `IN` lists intersect; an `OR` whose every
+/// disjunct constrains the column adds their union (the points of `=` / `IN`, else the
+/// span of the ranges: a superset, which the device's exact filter then narrows). `None` when the
+/// filter does not constrain the column (or contradicts itself: the scan then runs
+/// without the index, and finds nothing anyway).
+pub fn rule_for(filter: Option<&Expr>, col: usize) -> Option<IndexRule> {
+    let f = filter?;
+    let mut terms = Vec::new();
+    flatten(f, &mut terms);
+    let (mut lo, mut hi) = (i64::MIN, i64::MAX);
+    let mut list: Option<Vec<i64>> = None;
+    let mut any = false;
+    let is_col = |e: &Expr| matches!(e.kind, ExprKind::Column { index, .. } if index == col);
+    let konst = |e: &Expr| match e.kind {
+        ExprKind::Const(Const::Int(v)) => Some(v),
+        _ => None,
+    };
+    for t in terms {
+        match &t.kind {
+            ExprKind::Cmp { op, left, right } => {
+                let (op, v) = if is_col(left) {
+                    match konst(right) {
+                        Some(v) => (*op, v),
+                        None => continue,
+                    }
+                } else if is_col(right) {
+                    match konst(left) {
+                        Some(v) => (op.flip(), v),
+                        None => continue,
+                    }
+                } else {
+                    continue;
+                };
+                let (l, h) = match op {
+                    CmpOp::Eq => (v, v),
+                    CmpOp::Lt => match v.checked_sub(1) {
+                        Some(h) => (i64::MIN, h),
+                        None => return None,
+                    },
+                    CmpOp::Le => (i64::MIN, v),
+                    CmpOp::Gt => match v.checked_add(1) {
+                        Some(l) => (l, i64::MAX),
+                        None => return None,
+                    },
+                    CmpOp::Ge => (v, i64::MAX),
+                    CmpOp::Ne => continue,
+                };
+                lo = lo.max(l);
+                hi = hi.min(h);
+                any = true;
+            }
+            // `k = 1 OR k = 5` (DataFusion writes short IN lists so) or ranges ORed:
+            // the union of the disjuncts' rules, when every disjunct constrains `k`.
+            ExprKind::Or(ds) => {
+                let rules: Option<Vec<IndexRule>> =
+                    ds.iter().map(|d| rule_for(Some(d), col)).collect();
+                let Some(rules) = rules else { continue };
+                let points: Option<Vec<i64>> = rules
+                    .iter()
+                    .map(|r| match r {
+                        IndexRule::Between { lo, hi } if lo == hi => Some(vec![*lo]),
+                        IndexRule::In(v) => Some(v.clone()),
+                        IndexRule::Between { .. } => None,
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .map(|v| v.concat());
+                match points {
+                    Some(vals) => {
+                        list = Some(match list {
+                            None => vals,
+                            Some(prev) => prev.into_iter().filter(|v| vals.contains(v)).collect(),
+                        });
+                    }
+                    None => {
+                        let span = |r: &IndexRule| match r {
+                            IndexRule::Between { lo, hi } => (*lo, *hi),
+                            IndexRule::In(v) => (
+                                v.iter().copied().min().unwrap_or(i64::MAX),
+                                v.iter().copied().max().unwrap_or(i64::MIN),
+                            ),
+                        };
+                        let l = rules.iter().map(|r| span(r).0).min().unwrap_or(i64::MIN);
+                        let h = rules.iter().map(|r| span(r).1).max().unwrap_or(i64::MAX);
+                        lo = lo.max(l);
+                        hi = hi.min(h);
+                    }
+                }
+                any = true;
+            }
+            ExprKind::InList {
+                expr,
+                list: l,
+                negated: false,
+            } if is_col(expr) => {
+                let vals: Vec<i64> = l
+                    .iter()
+                    .filter_map(|c| match c {
+                        Const::Int(v) => Some(*v),
+                        _ => None,
+                    })
+                    .collect();
+                if vals.len() != l.len() {
+                    continue;
+                }
+                list = Some(match list {
+                    None => vals,
+                    Some(prev) => prev.into_iter().filter(|v| vals.contains(v)).collect(),
+                });
+                any = true;
+            }
+            _ => {}
+        }
+    }
+    if !any || lo > hi {
+        return None;
+    }
+    match list {
+        Some(mut vs) => {
+            vs.retain(|v| lo <= *v && *v <= hi);
+            vs.sort_unstable();
+            vs.dedup();
+            match (vs.first(), vs.last()) {
+                (None, _) | (_, None) => None,
+                (Some(&a), Some(&b)) if vs.len() > csd_device::flixr::MAX_RULE_VALUES => {
+                    Some(IndexRule::Between { lo: a, hi: b })
+                }
+                _ => Some(IndexRule::In(vs)),
+            }
+        }
+        None => Some(IndexRule::Between { lo, hi }),
+    }
+}
+
+fn flatten<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
+    match &e.kind {
+        ExprKind::And(v) => v.iter().for_each(|x| flatten(x, out)),
+        _ => out.push(e),
+    }
+}
+
+/// A rule in words, for reports (`l_shipdate in [8766, 9130]`).
+pub fn describe_rule(column: &str, r: &IndexRule) -> String {
+    match r {
+        IndexRule::Between { lo, hi } => {
+            let b = |v: i64| match v {
+                i64::MIN => "-inf".to_string(),
+                i64::MAX => "+inf".to_string(),
+                v => v.to_string(),
+            };
+            format!("{column} in [{}, {}]", b(*lo), b(*hi))
+        }
+        IndexRule::In(vs) => format!("{column} in {{{} values}}", vs.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col() -> Expr {
+        Expr {
+            kind: ExprKind::Column {
+                index: 0,
+                name: "k".into(),
+            },
+            ty: csd_query::types::DataType::Int,
+        }
+    }
+
+    fn cmp(op: CmpOp, v: i64) -> Expr {
+        Expr {
+            kind: ExprKind::Cmp {
+                op,
+                left: Box::new(col()),
+                right: Box::new(Expr {
+                    kind: ExprKind::Const(Const::Int(v)),
+                    ty: csd_query::types::DataType::Int,
+                }),
+            },
+            ty: csd_query::types::DataType::Bool,
+        }
+    }
+
+    fn node(kind: ExprKind) -> Expr {
+        Expr {
+            kind,
+            ty: csd_query::types::DataType::Bool,
+        }
+    }
+
+    #[test]
+    fn rules_follow_the_filter_on_the_indexed_column() {
+        let and = |v: Vec<Expr>| node(ExprKind::And(v));
+        let or = |v: Vec<Expr>| node(ExprKind::Or(v));
+        let f = and(vec![cmp(CmpOp::Ge, 10), cmp(CmpOp::Lt, 20)]);
+        assert_eq!(
+            rule_for(Some(&f), 0),
+            Some(IndexRule::Between { lo: 10, hi: 19 })
+        );
+        assert_eq!(rule_for(Some(&f), 1), None, "another column");
+        let f = or(vec![cmp(CmpOp::Eq, 5), cmp(CmpOp::Eq, 1)]);
+        assert_eq!(rule_for(Some(&f), 0), Some(IndexRule::In(vec![1, 5])));
+        let f = or(vec![cmp(CmpOp::Lt, 5), cmp(CmpOp::Gt, 50)]);
+        assert_eq!(
+            rule_for(Some(&f), 0),
+            Some(IndexRule::Between {
+                lo: i64::MIN,
+                hi: i64::MAX
+            })
+        );
+        let f = and(vec![
+            cmp(CmpOp::Gt, 7),
+            or(vec![cmp(CmpOp::Eq, 5), cmp(CmpOp::Eq, 9)]),
+        ]);
+        assert_eq!(rule_for(Some(&f), 0), Some(IndexRule::In(vec![9])));
+        let f = and(vec![cmp(CmpOp::Gt, 7), cmp(CmpOp::Lt, 3)]);
+        assert_eq!(rule_for(Some(&f), 0), None, "contradiction: no rule");
+        assert_eq!(rule_for(Some(&cmp(CmpOp::Ne, 3)), 0), None);
+    }
+
+    #[test]
+    fn equi_depth_points_are_strictly_increasing_and_split_the_sample() {
+        let mut v: Vec<i64> = (0..1000).collect();
+        let b = equi_depth(&mut v, 4);
+        assert_eq!(b, vec![250, 500, 750]);
+        let mut same = vec![7; 100];
+        assert_eq!(equi_depth(&mut same, 8), vec![8]);
+        let mut skew: Vec<i64> = std::iter::repeat_n(1, 90).chain(2..12).collect();
+        let b = equi_depth(&mut skew, 10);
+        assert!(b.windows(2).all(|w| w[0] < w[1]), "{b:?}");
+        assert!(b[0] > 1);
+        assert_eq!(equi_depth(&mut [], 4), vec![0]);
+    }
+}

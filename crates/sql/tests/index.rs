@@ -1,0 +1,401 @@
+//! FLIXR per-page indexes through SQL (flixr §4.2–§4.4): `CREATE INDEX` on a catalog
+//! table, filters on the indexed column read through READ_IDX (IHP) or an ISP session
+//! under the rule (cpu-isp, hw-isp), `SET csd.use_index = false` for comparison.
+//!
+//! * Property: for random rows (clustered or unclustered keys), random range / IN /
+//!   equality filters on the indexed column (ANDed with a filter on another column),
+//!   range and bitmap indexes, NSM and PAX, every strategy returns the same rows with
+//!   and without the index; the index never makes the scan read more data pages, and on
+//!   clustered keys a selective range reads strictly fewer.
+//! * TPC-H (SF 0.01): Q4, Q6, Q14 identical with indexes on l_shipdate, o_orderdate and
+//!   the join keys; EXPLAIN ANALYZE names pages_skipped.
+//! * Bad input (unknown table or column, CHAR column, duplicate name, second index on a
+//!   table): a clear error, nothing registered, the table still queryable.
+//! * The index survives a power cut and recovery of the device.
+
+use csd_device::NvmeDevice;
+use csd_ftl::{Ftl, FtlConfig};
+use csd_host::{Catalog, Client, Strategy as Scan};
+use csd_nand::Nand;
+use csd_sim::DeviceConfig;
+use csd_sql::{Answer, Choice, ScanSettings, SqlSession};
+use csd_table::datagen::{RowSource, TpchGenerator, TpchTable};
+use csd_table::{Column, ColumnType, Layout, Schema};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+const ALL: [Choice; 3] = [
+    Choice::Fixed(Scan::Ihp),
+    Choice::Fixed(Scan::CpuIsp),
+    Choice::Fixed(Scan::HwIsp),
+];
+
+/// Rows `(k INT64, v INT32, note CHAR(4))` from a vector.
+struct Rows {
+    schema: Schema,
+    rows: Vec<(i64, i32)>,
+    next: usize,
+}
+
+impl Rows {
+    fn new(rows: Vec<(i64, i32)>) -> Rows {
+        let schema = Schema::new(
+            "t",
+            vec![
+                Column::new("k", ColumnType::Int64),
+                Column::new("v", ColumnType::Int32),
+                Column::new("note", ColumnType::Char(4)),
+            ],
+        )
+        .expect("schema");
+        Rows {
+            schema,
+            rows,
+            next: 0,
+        }
+    }
+}
+
+impl RowSource for Rows {
+    fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    fn next_row(&mut self, row: &mut Vec<u8>) -> bool {
+        let Some(&(k, v)) = self.rows.get(self.next) else {
+            return false;
+        };
+        self.next += 1;
+        row.clear();
+        row.extend_from_slice(&k.to_le_bytes());
+        row.extend_from_slice(&v.to_le_bytes());
+        row.extend_from_slice(b"abcd");
+        true
+    }
+
+    fn remaining_rows(&self) -> Option<u64> {
+        Some((self.rows.len() - self.next) as u64)
+    }
+}
+
+/// An in-memory device with 24 extension bytes per MAP entry.
+fn client(preset: &str) -> (Client, DeviceConfig) {
+    let cfg = DeviceConfig::preset(preset).expect("preset");
+    let nand = Nand::new_in_memory(cfg.clone()).expect("nand");
+    let ftl = Ftl::format(
+        nand,
+        FtlConfig {
+            ext_bytes: 24,
+            ..FtlConfig::default()
+        },
+    )
+    .expect("format");
+    (Client::new(NvmeDevice::new(ftl)).expect("client"), cfg)
+}
+
+fn session(c: Client, cfg: DeviceConfig) -> SqlSession {
+    SqlSession::new(c, cfg, ScanSettings::new(Choice::Fixed(Scan::Ihp))).expect("session")
+}
+
+fn run(s: &mut SqlSession, sql: &str, choices: &[Choice]) -> Vec<(Choice, Answer)> {
+    s.run_strategies(sql, choices)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+fn sorted_rows(a: &Answer) -> Vec<Vec<String>> {
+    let mut r = a.rows().expect("rows");
+    r.sort();
+    r
+}
+
+#[derive(Debug, Clone)]
+enum Filter {
+    Between(i64, i64),
+    Lt(i64),
+    Ge(i64),
+    Eq(i64),
+    In(Vec<i64>),
+}
+
+impl Filter {
+    fn sql(&self) -> String {
+        match self {
+            Filter::Between(a, b) => format!("k BETWEEN {a} AND {b}"),
+            Filter::Lt(a) => format!("k < {a}"),
+            Filter::Ge(a) => format!("{a} <= k"),
+            Filter::Eq(a) => format!("k = {a}"),
+            Filter::In(v) => format!(
+                "k IN ({})",
+                v.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+    fn keep(&self, k: i64) -> bool {
+        match self {
+            Filter::Between(a, b) => *a <= k && k <= *b,
+            Filter::Lt(a) => k < *a,
+            Filter::Ge(a) => k >= *a,
+            Filter::Eq(a) => k == *a,
+            Filter::In(v) => v.contains(&k),
+        }
+    }
+}
+
+fn filter() -> impl Strategy<Value = Filter> {
+    prop_oneof![
+        (0i64..20_000, 0i64..3_000).prop_map(|(a, w)| Filter::Between(a, a + w)),
+        (0i64..20_000).prop_map(Filter::Lt),
+        (0i64..20_000).prop_map(Filter::Ge),
+        (0i64..20_000).prop_map(Filter::Eq),
+        prop::collection::vec(0i64..20_000, 1..6).prop_map(Filter::In),
+    ]
+}
+
+/// One case: load, index, query with and without the index under every strategy.
+fn check_case(
+    clustered: bool,
+    layout: Layout,
+    bitmap: bool,
+    f: &Filter,
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    let n = 12_000usize;
+    let mut rows: Vec<(i64, i32)> = (0..n)
+        .map(|i| {
+            let x = (i as u64)
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(seed)
+                >> 20;
+            ((x % 20_000) as i64, (x % 97) as i32)
+        })
+        .collect();
+    if clustered {
+        rows.sort();
+    }
+    // tiny: 8 KiB flash pages of two 4 KiB LBAs (multi-LBA table pages).
+    let (mut c, cfg) = client("tiny");
+    Catalog::load(&mut c, "t", Rows::new(rows.clone()), layout, &mut |_| {}).expect("load");
+    let mut s = session(c, cfg);
+    let using = if bitmap { "bitmap" } else { "range" };
+    run(
+        &mut s,
+        &format!("CREATE INDEX t_k ON t (k) USING {using}"),
+        &ALL[..1],
+    );
+    let sql = format!("SELECT k, v FROM t WHERE {} AND v < 90", f.sql());
+    let want = {
+        let mut w: Vec<Vec<String>> = rows
+            .iter()
+            .filter(|(k, v)| f.keep(*k) && *v < 90)
+            .map(|(k, v)| vec![k.to_string(), v.to_string()])
+            .collect();
+        w.sort();
+        w
+    };
+    let with = run(&mut s, &sql, &ALL);
+    run(&mut s, "SET csd.use_index = false", &ALL[..1]);
+    let without = run(&mut s, &sql, &ALL);
+    run(&mut s, "SET csd.use_index = true", &ALL[..1]);
+    for ((ch, a), (_, b)) in with.iter().zip(&without) {
+        prop_assert_eq!(sorted_rows(a), want.clone(), "{:?} with the index", ch);
+        prop_assert_eq!(sorted_rows(b), want.clone(), "{:?} without", ch);
+        let (ra, rb) = (&a.scans[0].report, &b.scans[0].report);
+        prop_assert!(ra.index.is_some(), "the scan used the index");
+        prop_assert!(rb.index.is_none() && rb.pages_skipped == 0);
+        prop_assert!(
+            ra.flash_reads <= rb.flash_reads + ra.index_misses,
+            "{:?}: {} flash reads with the index, {} without",
+            ch,
+            ra.flash_reads,
+            rb.flash_reads
+        );
+        let selective = matches!(f, Filter::Between(..) | Filter::Eq(..));
+        if clustered && selective {
+            prop_assert!(ra.pages_skipped > 0, "{:?}: nothing skipped", ch);
+            prop_assert!(ra.flash_reads < rb.flash_reads);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn indexed_filters_return_the_same_rows_and_read_no_more_pages() {
+    let mut runner = TestRunner::new(Config {
+        cases: 8,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strat = (
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        filter(),
+        any::<u64>(),
+    );
+    runner
+        .run(&strat, |(clustered, pax, bitmap, f, seed)| {
+            let layout = if pax { Layout::Pax } else { Layout::Nsm };
+            check_case(clustered, layout, bitmap, &f, seed)
+        })
+        .expect("property");
+}
+
+#[test]
+fn every_combination_once_on_clustered_keys() {
+    for layout in [Layout::Nsm, Layout::Pax] {
+        for bitmap in [false, true] {
+            check_case(true, layout, bitmap, &Filter::Between(5_000, 5_400), 7).expect("case");
+        }
+    }
+}
+
+#[test]
+fn bad_index_statements_fail_clearly_and_change_nothing() {
+    let (mut c, cfg) = client("tiny");
+    let rows: Vec<(i64, i32)> = (0..2000).map(|i| (i, (i % 10) as i32)).collect();
+    Catalog::load(&mut c, "t", Rows::new(rows), Layout::Nsm, &mut |_| {}).expect("load");
+    let mut s = session(c, cfg);
+    let err = |s: &mut SqlSession, sql: &str| {
+        s.run_strategies(sql, &ALL[..1])
+            .err()
+            .unwrap_or_else(|| panic!("{sql} should fail"))
+            .to_string()
+    };
+    assert!(err(&mut s, "CREATE INDEX a ON nope (k)").contains("unknown table `nope`"));
+    assert!(err(&mut s, "CREATE INDEX a ON t (zz)").contains("has no column `zz`"));
+    assert!(err(&mut s, "CREATE INDEX a ON t (note)").contains("numeric columns"));
+    assert!(err(&mut s, "CREATE INDEX a ON t (k) USING hash").contains("range"));
+    assert!(err(&mut s, "DROP INDEX a").contains("no index named `a`"));
+    assert!(
+        s.catalog().iter().all(|t| t.index.is_none()),
+        "nothing registered"
+    );
+    run(&mut s, "CREATE INDEX a ON t (k)", &ALL[..1]);
+    assert!(err(&mut s, "CREATE INDEX a ON t (v)").contains("already exists"));
+    assert!(err(&mut s, "CREATE INDEX b ON t (v)").contains("already has index `a`"));
+    assert!(
+        err(
+            &mut s,
+            "CREATE INDEX c ON t (v) USING bitmap WITH (share = 'zz')"
+        )
+        .contains("already has index")
+    );
+    // Still queryable, still indexed once.
+    let a = run(&mut s, "SELECT count(*) FROM t WHERE k < 100", &ALL);
+    assert_eq!(a[0].1.rows().expect("rows"), vec![vec!["100".to_string()]]);
+    assert_eq!(
+        s.catalog()[0].index.as_ref().map(|i| i.name.as_str()),
+        Some("a")
+    );
+    // Drop, then index another column: the device registry was released.
+    run(&mut s, "DROP INDEX a", &ALL[..1]);
+    run(
+        &mut s,
+        "CREATE INDEX b ON t (v) USING bitmap WITH (buckets = 8)",
+        &ALL[..1],
+    );
+    let a = run(&mut s, "SELECT count(*) FROM t WHERE v = 3", &ALL);
+    assert_eq!(a[0].1.rows().expect("rows"), vec![vec!["200".to_string()]]);
+    assert!(a[0].1.scans[0].report.index.is_some());
+    // A device without extension bytes refuses, and nothing is left behind.
+    let cfg = DeviceConfig::preset("tiny").expect("preset");
+    let nand = Nand::new_in_memory(cfg.clone()).expect("nand");
+    let mut c = Client::new(NvmeDevice::new(
+        Ftl::format(nand, FtlConfig::default()).expect("format"),
+    ))
+    .expect("client");
+    Catalog::load(
+        &mut c,
+        "t",
+        Rows::new(vec![(1, 1)]),
+        Layout::Nsm,
+        &mut |_| {},
+    )
+    .expect("load");
+    let mut s = session(c, cfg);
+    assert!(err(&mut s, "CREATE INDEX a ON t (k)").contains("extension bytes"));
+    assert!(s.catalog()[0].index.is_none());
+}
+
+#[test]
+fn the_index_survives_a_power_cut_and_is_used_after_recovery() {
+    let (mut c, cfg) = client("tiny");
+    let rows: Vec<(i64, i32)> = (0..6000).map(|i| (i, (i % 10) as i32)).collect();
+    Catalog::load(&mut c, "t", Rows::new(rows), Layout::Pax, &mut |_| {}).expect("load");
+    let mut s = session(c, cfg.clone());
+    run(&mut s, "CREATE INDEX t_k ON t (k)", &ALL[..1]);
+    let sql = "SELECT sum(v) FROM t WHERE k BETWEEN 100 AND 300";
+    let before = run(&mut s, sql, &ALL);
+    let c = s.into_client().expect("client");
+    let nand = c.into_device().into_block().into_ftl().crash();
+    let ftl = Ftl::try_recover(
+        nand,
+        FtlConfig {
+            ext_bytes: 24,
+            ..FtlConfig::default()
+        },
+    )
+    .expect("recover");
+    let mut s = session(Client::new(NvmeDevice::new(ftl)).expect("client"), cfg);
+    assert_eq!(
+        s.catalog()[0].index.as_ref().map(|i| i.name.as_str()),
+        Some("t_k")
+    );
+    let after = run(&mut s, sql, &ALL);
+    for ((_, a), (_, b)) in before.iter().zip(&after) {
+        assert_eq!(a.rows().expect("rows"), b.rows().expect("rows"));
+        assert!(b.scans[0].report.pages_skipped > 0);
+        assert_eq!(
+            a.scans[0].report.pages_skipped,
+            b.scans[0].report.pages_skipped
+        );
+    }
+}
+
+#[test]
+fn tpch_q4_q6_q14_identical_with_indexes_and_explain_analyze_shows_pages_skipped() {
+    let (mut c, cfg) = client("nvme-tlc");
+    for t in [TpchTable::LineItem, TpchTable::Orders, TpchTable::Part] {
+        let g = TpchGenerator::new(t, 0.01).expect("generator");
+        Catalog::load(&mut c, t.name(), g, Layout::Pax, &mut |_| {}).expect("load");
+    }
+    let mut s = session(c, cfg);
+    let q = |n: usize| csd_sql::tpch::QUERIES[n - 1].to_string();
+    let queries = [q(4), q(6), q(14)];
+    let before: Vec<_> = queries.iter().map(|x| run(&mut s, x, &ALL)).collect();
+    for ddl in [
+        "CREATE INDEX li_ship ON lineitem (l_shipdate)",
+        "CREATE INDEX o_date ON orders (o_orderdate) USING bitmap",
+        "CREATE INDEX p_key ON part (p_partkey) USING bitmap",
+    ] {
+        run(&mut s, ddl, &ALL[..1]);
+    }
+    for (x, b) in queries.iter().zip(&before) {
+        let a = run(&mut s, x, &ALL);
+        for ((ch, a), (_, b)) in a.iter().zip(b) {
+            assert_eq!(sorted_rows(a), sorted_rows(b), "{ch:?}: {x}");
+        }
+    }
+    // A filter on a clustered column of a TPC-H table skips pages, and EXPLAIN ANALYZE
+    // says how many (the per-scan metric).
+    run(&mut s, "DROP INDEX p_key", &ALL[..1]);
+    run(&mut s, "CREATE INDEX p_key ON part (p_partkey)", &ALL[..1]);
+    let a = run(
+        &mut s,
+        "SELECT count(*) FROM part WHERE p_partkey BETWEEN 100 AND 300",
+        &ALL,
+    );
+    for (_, x) in &a {
+        assert_eq!(x.rows().expect("rows"), vec![vec!["201".to_string()]]);
+        assert!(x.scans[0].report.pages_skipped > 0);
+        let m = x
+            .explained
+            .lines()
+            .find(|l| l.contains("DeviceScanExec"))
+            .expect("scan line");
+        assert!(m.contains("pages_skipped="), "{m}");
+    }
+}
