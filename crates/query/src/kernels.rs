@@ -175,9 +175,12 @@ macro_rules! for_op {
 pub(crate) fn filter_by(sel: &[u32], out: &mut Vec<u32>, keep: impl Fn(usize, usize) -> bool) {
     out.clear();
     out.resize(sel.len(), 0);
+    // Written through a slice: stores through `out` itself make the compiler reload
+    // the vector's pointer on every row (they might alias its header).
+    let o = out.as_mut_slice();
     let mut k = 0usize;
     for (j, &i) in sel.iter().enumerate() {
-        out[k] = i;
+        o[k] = i;
         k += usize::from(keep(j, i as usize));
     }
     out.truncate(k);
@@ -204,9 +207,12 @@ fn is_all(sel: &[u32], n: usize) -> bool {
 fn k_dense_const<P: Pred, I: Iterator<Item = i64>>(vals: I, n: usize, c: i64, out: &mut Vec<u32>) {
     out.clear();
     out.resize(n, 0);
+    // Written through a slice: stores through `out` itself make the compiler reload
+    // the vector's pointer on every row (they might alias its header).
+    let o = out.as_mut_slice();
     let mut k = 0usize;
     for (i, v) in vals.enumerate() {
-        out[k] = i as u32;
+        o[k] = i as u32;
         k += usize::from(P::test(v, c));
     }
     out.truncate(k);
@@ -314,10 +320,13 @@ fn k_dense_range<const L: bool, I: Iterator<Item = i64>>(
 ) -> usize {
     out.clear();
     out.resize(n, 0);
+    // Written through a slice: stores through `out` itself make the compiler reload
+    // the vector's pointer on every row (they might alias its header).
+    let o = out.as_mut_slice();
     let (mut k, mut first) = (0usize, 0usize);
     for (i, v) in vals.enumerate() {
         let (f, both) = range_test::<L>(v, lo, hi);
-        out[k] = i as u32;
+        o[k] = i as u32;
         k += both;
         first += f;
     }
@@ -334,10 +343,13 @@ fn k_col_range<const L: bool, S: Src>(
 ) -> usize {
     out.clear();
     out.resize(sel.len(), 0);
+    // Written through a slice: stores through `out` itself make the compiler reload
+    // the vector's pointer on every row (they might alias its header).
+    let o = out.as_mut_slice();
     let (mut k, mut first) = (0usize, 0usize);
     for &i in sel {
         let (f, both) = range_test::<L>(s.at(i as usize), lo, hi);
-        out[k] = i;
+        o[k] = i;
         k += both;
         first += f;
     }
