@@ -202,6 +202,28 @@ impl Ftl {
         }
     }
 
+    /// The stored bytes of `bytes` bytes from `lpid` on, when they are one run of sectors
+    /// of one flash page and every MAP entry is cached: what [`Ftl::read_ref`] would
+    /// return in place. Nothing is read, checked, counted or charged: a cache hint's view
+    /// (e.g. which lines of the next table page a scan will touch), never data to use.
+    pub fn peek_in_place(&self, lpid: u64, bytes: usize) -> Option<&[u8]> {
+        let n = bytes.div_ceil(self.sector_size.max(1)) as u64;
+        let Loc::Flash(a) = Loc::of(*self.cached_entry(lpid)?) else {
+            return None;
+        };
+        for k in 1..n {
+            match Loc::of(*self.cached_entry(lpid + k)?) {
+                Loc::Flash(b) if b == a + k => {}
+                _ => return None,
+            }
+        }
+        let (b, p, s) = unpack(a);
+        let (data, _) = self
+            .nand
+            .stored_sectors(Ppa::new(BlockId(b), p), s, n as u32)?;
+        data.get(..bytes)
+    }
+
     /// `lpid`'s MAP entry when its MAP page is cached.
     #[inline]
     fn cached_entry(&self, lpid: u64) -> Option<&u64> {
