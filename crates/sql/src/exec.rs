@@ -8,6 +8,11 @@
 //! one after the other, each with its own report in the [`ScanLog`]. The scan starts
 //! when its stream is first polled. Per-scan figures are DataFusion metrics too, so
 //! `EXPLAIN ANALYZE` shows them next to the operator.
+//!
+//! A scan given a side of a FLIXR join ([`crate::join`]) registers what its side needs
+//! (SEND_TIDX_ENC / SEND_TIDX_ICR, once per plan) under the device's lock, then reads
+//! in-host with READ_IDX_JOIN1 or READ_IDX_JOIN2; the probe side checks that its build
+//! side finished in this run and otherwise scans plainly (said in the scan's "why").
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
