@@ -1255,6 +1255,7 @@ impl Flixr {
             return Err(refusal(FlixrError::NoEncoding(table), at));
         };
         let (schema, layout, kcol) = (t.schema.clone(), t.format.layout, ti.column);
+        let k = t.format.page_lbas.max(1) as usize;
         let (reply, done, from) =
             self.filtered_read(dev, lba, blocks, at, |e| may_match(e, table, &enc, &r))?;
         let ls = dev.ftl().lba_size();
@@ -1265,7 +1266,25 @@ impl Flixr {
         }
         let bounds = self.table_indexes[&tia].bounds.clone();
         let (mut fv, mut kv) = (Vec::new(), Vec::new());
-        for p in reply.data.chunks(ls) {
+        // A table page is `k` aligned LBAs: the LBAs returned are grouped by page. A page
+        // only partly returned (the command's range cut it) cannot be parsed: its keys
+        // are unknown, so every bucket is set (JOIN2 then skips nothing, never a match).
+        let mut pages: Vec<&[u8]> = Vec::with_capacity(reply.lbas.len() / k + 1);
+        let mut i = 0;
+        while i < reply.lbas.len() {
+            let first = reply.lbas[i];
+            let whole = first % k as u64 == 0
+                && i + k <= reply.lbas.len()
+                && (0..k).all(|j| reply.lbas[i + j] == first + j as u64);
+            if whole {
+                pages.push(&reply.data[i * ls..(i + k) * ls]);
+                i += k;
+            } else {
+                bits.fill(0xFF);
+                i += 1;
+            }
+        }
+        for p in pages {
             let Ok(view) = PageView::parse(p, &schema) else {
                 continue;
             };

@@ -1267,3 +1267,95 @@ fn power_cut_during_write_idx_leaves_index_agreeing_with_data() {
     }
     assert!(cut_hit >= 3, "cuts landed inside the command: {cut_hit}");
 }
+
+/// JOIN1 over a table whose pages are two LBAs: the keys of each whole page go into the
+/// per-table index (it parsed single LBAs before: no key was found, and JOIN2 skipped
+/// pages holding joining keys); a page the command's range cuts sets every bucket.
+#[test]
+fn join1_reads_keys_of_multi_lba_pages() {
+    let (mut d, q) = device(24, false);
+    let f = TableFormat {
+        page_lbas: 2,
+        ..orders_format("wide")
+    };
+    let t = table_id(&run(&mut d, q, Command::SendTblCol(f.clone())));
+    ok(&run(
+        &mut d,
+        q,
+        Command::SendIdxEnc {
+            table: t,
+            spec: IndexSpec {
+                column: "qty".into(),
+                encoding: IndexEncoding::Range,
+            },
+        },
+    ));
+    // Page i (LBAs 100 + 2i, 101 + 2i): qty i, keys 100i .. 100i + 4.
+    let s = schema(&f);
+    let data: Vec<u8> = (0..4)
+        .flat_map(|i| {
+            let mut b = PageBuilder::new(s.clone(), f.layout, 2 * LBA).unwrap();
+            for j in 0..5 {
+                let row = s
+                    .encode_row_vec(&[
+                        Value::Int64(100 * i + j),
+                        Value::Int32(i as i32),
+                        Value::Char(vec![]),
+                    ])
+                    .unwrap();
+                b.push_row(&row).unwrap();
+            }
+            b.finish().to_vec()
+        })
+        .collect();
+    ok(&run(
+        &mut d,
+        q,
+        Command::WriteIdx {
+            table: t,
+            lba: 100,
+            data,
+        },
+    ));
+    let r = rule_id(&run(
+        &mut d,
+        q,
+        Command::SendIdxIcr {
+            table: t,
+            rule: IndexRule::Between { lo: 1, hi: 2 },
+        },
+    ));
+    // Buckets of 100 keys: page i's keys are in bucket i.
+    let bounds: Vec<i64> = (1..8).map(|i| i * 100).collect();
+    let tia = rule_id(&run(
+        &mut d,
+        q,
+        Command::SendTidxEnc {
+            table: t,
+            spec: JoinIndexSpec {
+                column: "key".into(),
+                bounds,
+            },
+        },
+    ));
+    let join1 = |d: &mut NvmeDevice, lba: u64, blocks: u32| {
+        index_read(run(
+            d,
+            q,
+            Command::ReadIdxJoin1 {
+                table: t,
+                rule: r,
+                tia,
+                reset: true,
+                lba,
+                blocks,
+            },
+        ))
+    };
+    let got = join1(&mut d, 100, 8);
+    assert_eq!(got.lbas, vec![102, 103, 104, 105], "pages 1 and 2");
+    assert_eq!(d.flixr().table_index_bits(tia), Some(&[0b0000_0110u8][..]));
+    // A range starting inside page 1: its second half cannot be parsed alone.
+    join1(&mut d, 103, 3);
+    assert_eq!(d.flixr().table_index_bits(tia), Some(&[0xFFu8][..]));
+}

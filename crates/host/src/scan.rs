@@ -33,6 +33,14 @@
 //! index-cache misses. [`ScanOptions::use_index`] turns this off for comparison; a table
 //! without an index scans exactly as before.
 //!
+//! FLIXR joins (flixr §4.5): [`ScanOptions::join`] makes an in-host scan read the
+//! join's first (build) table with READ_IDX_JOIN1, which ORs the buckets of its rows'
+//! join keys into a per-table index (registered by the caller with SEND_TIDX_ENC; the
+//! rule is the filter's on the indexed column, or one matching every value), and the
+//! second (probe) table with READ_IDX_JOIN2 under a join rule (SEND_TIDX_ICR), which
+//! reads only the pages whose bitmap entry shares a bucket with it. Both return pages
+//! to the host, as READ_IDX does: join reads run in-host ([`Strategy::Ihp`]) only.
+//!
 //! Polling (smart-ssd §3.1 used a fixed 10 ms and asked for an adaptive interval): a GET
 //! that brought data or says `more` is followed after `poll_min_us`; otherwise the
 //! interval doubles from the last one, up to half the time left the host estimates from
@@ -67,6 +75,23 @@ pub struct ScanOptions {
     pub poll_max_us: f64,
     /// Use the table's FLIXR per-page index when the filter constrains its column.
     pub use_index: bool,
+    /// Read the table as one side of a FLIXR join (in-host strategy only).
+    pub join: Option<JoinRead>,
+}
+
+/// How a scan reads its table as one side of a FLIXR join (flixr §4.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinRead {
+    /// The first (build) table: READ_IDX_JOIN1 filling per-table index `tia`.
+    Build {
+        /// The per-table index (of SEND_TIDX_ENC over this table's join key).
+        tia: u16,
+    },
+    /// The second (probe) table: READ_IDX_JOIN2 under join rule `rule`.
+    Probe {
+        /// The join rule (of SEND_TIDX_ICR over this table and the per-table index).
+        rule: u16,
+    },
 }
 
 impl ScanOptions {
@@ -78,6 +103,7 @@ impl ScanOptions {
             poll_min_us: 50.0,
             poll_max_us: 10_000.0,
             use_index: true,
+            join: None,
         }
     }
 }
@@ -303,9 +329,33 @@ pub fn run_scan<C: CommandIssuer>(
     let wall0 = Instant::now();
     let before = telemetry(c)?;
     let t0 = c.now();
-    // FLIXR: the rule the filter implies on the indexed column, registered for this scan.
+    if opts.join.is_some() && opts.strategy != Strategy::Ihp {
+        return Err(HostError::Invalid(format!(
+            "a FLIXR join read (READ_IDX_JOIN1/2) returns pages to the host: scan `{}` with ihp, not {}",
+            table.name,
+            opts.strategy.name()
+        )));
+    }
+    let join_table = match (opts.join, &table.index) {
+        (None, _) => None,
+        (Some(_), Some(ix)) => Some(ix.flixr_table),
+        (Some(_), None) => {
+            return Err(HostError::Invalid(format!(
+                "table `{}` has no FLIXR index: it cannot be read with a join read",
+                table.name
+            )));
+        }
+    };
+    // FLIXR: the rule the filter implies on the indexed column, registered for this scan
+    // (a join's build side always needs one: a rule matching every value by default).
     let mut index = None;
-    if opts.use_index
+    let wants_rule = match opts.join {
+        None => opts.use_index,
+        Some(JoinRead::Build { .. }) => true,
+        // JOIN2 reads under the join rule, not this one.
+        Some(JoinRead::Probe { .. }) => false,
+    };
+    if wants_rule
         && let Some(ix) = &table.index
         && let Some(col) = table
             .schema
@@ -313,6 +363,15 @@ pub fn run_scan<C: CommandIssuer>(
             .iter()
             .position(|k| crate::catalog::same_name(&k.name, &ix.column))
         && let Some(rule) = crate::index::rule_for(plan.filter.as_ref(), col)
+            .filter(|_| opts.use_index)
+            .or_else(|| {
+                matches!(opts.join, Some(JoinRead::Build { .. })).then_some(
+                    csd_device::IndexRule::Between {
+                        lo: i64::MIN,
+                        hi: i64::MAX,
+                    },
+                )
+            })
     {
         let text = format!(
             "{} ({})",
@@ -331,6 +390,18 @@ pub fn run_scan<C: CommandIssuer>(
         };
         index = Some((ix.flixr_table, id, text));
     }
+    let read = match (opts.join, &index, join_table) {
+        (None, Some((t, r, _)), _) => Reads::Rule(*t, *r),
+        (None, None, _) => Reads::Plain,
+        (Some(JoinRead::Build { tia }), Some((t, r, _)), _) => Reads::Join1(*t, *r, tia),
+        (Some(JoinRead::Probe { rule }), _, Some(t)) => Reads::Join2(t, rule),
+        _ => {
+            return Err(HostError::Invalid(format!(
+                "no rule to read the join's table `{}` under",
+                table.name
+            )));
+        }
+    };
     // The scan's commands start after the rule's registration (counted in the run).
     let t_run = c.now().max(t0);
     // The host scans with all its cores (a DBMS's parallel scan); the scan paper's
@@ -343,6 +414,7 @@ pub fn run_scan<C: CommandIssuer>(
         opts,
         t0: t_run,
         index: index.as_ref().map(|(t, r, _)| (*t, *r)),
+        read,
     };
     let mut skipped = (0u64, 0u64);
     let mut emitted = 0u64;
@@ -447,7 +519,15 @@ pub fn run_scan<C: CommandIssuer>(
         commands,
         energy,
         wall_s: wall0.elapsed().as_secs_f64(),
-        index: index.map(|(_, _, text)| text),
+        index: match (opts.join, index) {
+            (Some(JoinRead::Build { tia }), Some((_, _, text))) => Some(format!(
+                "READ_IDX_JOIN1 under {text}, join keys into per-table index {tia}"
+            )),
+            (Some(JoinRead::Probe { rule }), _) => Some(format!(
+                "READ_IDX_JOIN2, join rule {rule} (pages sharing a key bucket with the build side)"
+            )),
+            (_, i) => i.map(|(_, _, text)| text),
+        },
         pages_skipped: skipped.0,
         index_misses: skipped.1,
     })
@@ -475,6 +555,21 @@ struct Run<'a> {
     t0: SimTime,
     /// The FLIXR `(table id, rule id)` to read under, if any.
     index: Option<(u8, u16)>,
+    /// The command an in-host scan reads with.
+    read: Reads,
+}
+
+/// The command an in-host scan reads its pages with.
+#[derive(Debug, Clone, Copy)]
+enum Reads {
+    /// Read.
+    Plain,
+    /// READ_IDX under `(table, rule)`.
+    Rule(u8, u16),
+    /// READ_IDX_JOIN1 under `(table, rule)` into per-table index `tia`.
+    Join1(u8, u16, u16),
+    /// READ_IDX_JOIN2 under join rule `(table, rule)`.
+    Join2(u8, u16),
 }
 
 impl Run<'_> {
@@ -492,7 +587,8 @@ impl Run<'_> {
             cfg,
             opts,
             t0,
-            index,
+            read,
+            ..
         } = *self;
         let id = c.identify().clone();
         let lpp = table.lbas_per_page(id.lba_size).max(1);
@@ -513,18 +609,30 @@ impl Run<'_> {
                 t0
             };
             let (lba, blocks) = (table.first_lba + page * lpp, (n * lpp) as u32);
-            let comp = match index {
-                None => c.exec_at(Command::Read { lba, blocks }, at)?,
-                Some((t, rule)) => c.exec_at(
-                    Command::ReadIdx {
-                        table: t,
-                        rule,
-                        lba,
-                        blocks,
-                    },
-                    at,
-                )?,
+            let cmd = match read {
+                Reads::Plain => Command::Read { lba, blocks },
+                Reads::Rule(t, rule) => Command::ReadIdx {
+                    table: t,
+                    rule,
+                    lba,
+                    blocks,
+                },
+                Reads::Join1(t, rule, tia) => Command::ReadIdxJoin1 {
+                    table: t,
+                    rule,
+                    tia,
+                    reset: page == 0,
+                    lba,
+                    blocks,
+                },
+                Reads::Join2(t, rule) => Command::ReadIdxJoin2 {
+                    table: t,
+                    rule,
+                    lba,
+                    blocks,
+                },
             };
+            let comp = c.exec_at(cmd, at)?;
             commands += 1;
             let arrived = comp.acct.completed;
             done.push_back(arrived);
@@ -579,6 +687,7 @@ impl Run<'_> {
             opts,
             t0,
             index,
+            ..
         } = *self;
         let lpp = table.lbas_per_page(c.identify().lba_size);
         let open = IspOpen {

@@ -8,11 +8,17 @@
 //! one after the other, each with its own report in the [`ScanLog`]. The scan starts
 //! when its stream is first polled. Per-scan figures are DataFusion metrics too, so
 //! `EXPLAIN ANALYZE` shows them next to the operator.
+//!
+//! A scan given a side of a FLIXR join ([`crate::join`]) registers what its side needs
+//! (SEND_TIDX_ENC / SEND_TIDX_ICR, once per plan) under the device's lock, then reads
+//! in-host with READ_IDX_JOIN1 or READ_IDX_JOIN2; the probe side checks that its build
+//! side finished in this run and otherwise scans plainly (said in the scan's "why").
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use csd_host::{QueryReport, ScanOptions, Strategy, TableInfo, run_scan};
+use csd_device::{Command, Payload};
+use csd_host::{CommandIssuer, JoinRead, QueryReport, ScanOptions, Strategy, TableInfo, run_scan};
 use csd_query::{PartialResult, Plan};
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -32,6 +38,7 @@ use futures::StreamExt;
 
 use crate::agg::AggOutputSpec;
 use crate::device::{Device, ScanSettings};
+use crate::join::{JoinRole, JoinSide};
 use crate::schema::column_array;
 
 /// What one device scan did: the table, the strategy, what ran in the device, why the
@@ -91,6 +98,8 @@ pub struct DeviceScanExec {
     pub(crate) limit: Option<usize>,
     /// Text of the pushed filter (for display).
     pub(crate) filter_text: Option<String>,
+    /// The scan's side of a FLIXR join bitmap ([`crate::join`]), if any.
+    pub(crate) join: Option<JoinRole>,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
 }
@@ -125,6 +134,7 @@ impl DeviceScanExec {
             schema,
             limit,
             filter_text,
+            join: None,
             metrics: ExecutionPlanMetricsSet::new(),
             cache,
         }
@@ -163,21 +173,114 @@ impl DeviceScanExec {
         if let Some(l) = self.limit {
             s.push_str(&format!(", limit {l}"));
         }
+        match self.join.as_ref().map(|j| j.side) {
+            Some(JoinSide::Build) => {
+                s.push_str(", FLIXR join build side (READ_IDX_JOIN1, in-host)")
+            }
+            Some(JoinSide::Probe) => {
+                s.push_str(", FLIXR join probe side (READ_IDX_JOIN2, in-host)")
+            }
+            None => {}
+        }
         s
+    }
+
+    /// This scan as `role`'s side of a FLIXR join (fresh metrics).
+    pub(crate) fn with_join(&self, role: JoinRole) -> DeviceScanExec {
+        let mut s = self.clone_for_run();
+        s.join = Some(role);
+        s.metrics = ExecutionPlanMetricsSet::new();
+        s
+    }
+
+    /// Registers what this scan's side of a FLIXR join needs (SEND_TIDX_ENC on the
+    /// build side, SEND_TIDX_ICR on the probe side, once per plan) and returns how it
+    /// reads; `Err` says why it falls back to a plain scan.
+    fn prepare_join(&self, c: &mut csd_host::Client) -> std::result::Result<JoinRead, String> {
+        let Some(role) = &self.join else {
+            return Err(String::new());
+        };
+        let link = &role.link;
+        let ix = self
+            .table
+            .index
+            .as_ref()
+            .ok_or_else(|| format!("table {} has no FLIXR index", self.table.name))?;
+        let id_of = |p: Payload, what: &str| match p {
+            Payload::FlixrRule(id) => Ok(id),
+            _ => Err(format!("{what} returned no id")),
+        };
+        match role.side {
+            JoinSide::Build => {
+                link.set_ready(false);
+                if self.table.pages == 0 {
+                    return Err("the build table is empty".into());
+                }
+                let tia = match link.tia() {
+                    Some(t) => t,
+                    None => {
+                        let comp = c
+                            .exec(Command::SendTidxEnc {
+                                table: ix.flixr_table,
+                                spec: crate::join::spec(link),
+                            })
+                            .map_err(|e| format!("SEND_TIDX_ENC refused: {e}"))?;
+                        let t = id_of(comp.payload, "SEND_TIDX_ENC")?;
+                        link.set_tia(t);
+                        t
+                    }
+                };
+                Ok(JoinRead::Build { tia })
+            }
+            JoinSide::Probe => {
+                if !link.take_ready() {
+                    return Err("the build side's join bitmap is not ready".into());
+                }
+                let tia = link
+                    .tia()
+                    .ok_or_else(|| "the build side registered no per-table index".to_string())?;
+                let rule = match link.rule() {
+                    Some(r) => r,
+                    None => {
+                        let comp = c
+                            .exec(Command::SendTidxIcr {
+                                table: link.probe_table,
+                                tia,
+                            })
+                            .map_err(|e| format!("SEND_TIDX_ICR refused: {e}"))?;
+                        let r = id_of(comp.payload, "SEND_TIDX_ICR")?;
+                        link.set_rule(r);
+                        r
+                    }
+                };
+                Ok(JoinRead::Probe { rule })
+            }
+        }
     }
 
     /// Runs the scan, handing every batch to `emit` as the device produces it.
     fn run(&self, emit: &mut dyn FnMut(RecordBatch)) -> Result<()> {
-        let (strategy, why) = self
-            .settings
-            .choose(&self.table, &self.program, &self.device);
-        let opts = ScanOptions {
+        let (mut strategy, mut why) =
+            self.settings
+                .choose(&self.table, &self.program, &self.device);
+        let mut opts = ScanOptions {
             strategy,
             ..self.settings.options
         };
         let mut rows_out = 0usize;
         let mut report = {
             let mut client = self.device.lock();
+            if self.join.is_some() {
+                match self.prepare_join(&mut client) {
+                    Ok(j) => {
+                        opts.join = Some(j);
+                        opts.strategy = Strategy::Ihp;
+                        strategy = Strategy::Ihp;
+                        why = format!("FLIXR join read (pages go to the host; otherwise: {why})");
+                    }
+                    Err(e) => why = format!("{why}; no FLIXR join read: {e}, plain scan"),
+                }
+            }
             run_scan(
                 &mut *client,
                 &self.table,
@@ -225,6 +328,9 @@ impl DeviceScanExec {
         // its limit), or the groups of every partial-aggregation chunk (a device may hand
         // one group over in several chunks; the final aggregate merges them).
         report.result_rows = rows_out as u64;
+        if let (Some(role), Some(JoinRead::Build { .. })) = (&self.join, opts.join) {
+            role.link.set_ready(true);
+        }
         self.record_metrics(&report, rows_out);
         self.log.push(ScanRecord {
             table: self.table.name.clone(),
@@ -451,6 +557,7 @@ impl DeviceScanExec {
             schema: self.schema.clone(),
             limit: self.limit,
             filter_text: self.filter_text.clone(),
+            join: self.join.clone(),
             metrics: self.metrics.clone(),
             cache: self.cache.clone(),
         }

@@ -27,6 +27,7 @@ pub mod ddl;
 pub mod device;
 pub mod exec;
 pub mod import;
+pub mod join;
 pub mod provider;
 pub mod schema;
 pub mod tpch;
@@ -48,6 +49,7 @@ pub use array::{ArrayAnswer, ArrayScanExec, ArraySession, Manifest, Placement};
 pub use datafusion;
 pub use device::{Choice, Device, ScanSettings};
 pub use exec::{DeviceScanExec, ScanLog, ScanRecord};
+pub use join::DeviceJoinBitmap;
 pub use parquet;
 pub use provider::DeviceTable;
 
@@ -411,6 +413,7 @@ pub(crate) fn new_context(
         .with_config(cfg)
         .with_default_features()
         .with_physical_optimizer_rule(Arc::new(DeviceAggregatePushdown))
+        .with_physical_optimizer_rule(Arc::new(join::DeviceJoinBitmap))
         .build();
     let ctx = SessionContext::new_with_state(state);
     let runtime = tokio::runtime::Builder::new_multi_thread()
