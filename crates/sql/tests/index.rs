@@ -13,14 +13,17 @@
 //!   table): a clear error, nothing registered, the table still queryable.
 //! * The index survives a power cut and recovery of the device.
 
+mod common;
+
+use common::{Rows, client, session};
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::{Catalog, Client, Strategy as Scan};
 use csd_nand::Nand;
 use csd_sim::DeviceConfig;
-use csd_sql::{Answer, Choice, ScanSettings, SqlSession};
-use csd_table::datagen::{RowSource, TpchGenerator, TpchTable};
-use csd_table::{Column, ColumnType, Layout, Schema};
+use csd_sql::{Answer, Choice, SqlSession};
+use csd_table::Layout;
+use csd_table::datagen::{TpchGenerator, TpchTable};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -29,73 +32,6 @@ const ALL: [Choice; 3] = [
     Choice::Fixed(Scan::CpuIsp),
     Choice::Fixed(Scan::HwIsp),
 ];
-
-/// Rows `(k INT64, v INT32, note CHAR(4))` from a vector.
-struct Rows {
-    schema: Schema,
-    rows: Vec<(i64, i32)>,
-    next: usize,
-}
-
-impl Rows {
-    fn new(rows: Vec<(i64, i32)>) -> Rows {
-        let schema = Schema::new(
-            "t",
-            vec![
-                Column::new("k", ColumnType::Int64),
-                Column::new("v", ColumnType::Int32),
-                Column::new("note", ColumnType::Char(4)),
-            ],
-        )
-        .expect("schema");
-        Rows {
-            schema,
-            rows,
-            next: 0,
-        }
-    }
-}
-
-impl RowSource for Rows {
-    fn schema(&self) -> &Schema {
-        &self.schema
-    }
-
-    fn next_row(&mut self, row: &mut Vec<u8>) -> bool {
-        let Some(&(k, v)) = self.rows.get(self.next) else {
-            return false;
-        };
-        self.next += 1;
-        row.clear();
-        row.extend_from_slice(&k.to_le_bytes());
-        row.extend_from_slice(&v.to_le_bytes());
-        row.extend_from_slice(b"abcd");
-        true
-    }
-
-    fn remaining_rows(&self) -> Option<u64> {
-        Some((self.rows.len() - self.next) as u64)
-    }
-}
-
-/// An in-memory device with 24 extension bytes per MAP entry.
-fn client(preset: &str) -> (Client, DeviceConfig) {
-    let cfg = DeviceConfig::preset(preset).expect("preset");
-    let nand = Nand::new_in_memory(cfg.clone()).expect("nand");
-    let ftl = Ftl::format(
-        nand,
-        FtlConfig {
-            ext_bytes: 24,
-            ..FtlConfig::default()
-        },
-    )
-    .expect("format");
-    (Client::new(NvmeDevice::new(ftl)).expect("client"), cfg)
-}
-
-fn session(c: Client, cfg: DeviceConfig) -> SqlSession {
-    SqlSession::new(c, cfg, ScanSettings::new(Choice::Fixed(Scan::Ihp))).expect("session")
-}
 
 fn run(s: &mut SqlSession, sql: &str, choices: &[Choice]) -> Vec<(Choice, Answer)> {
     s.run_strategies(sql, choices)
@@ -177,7 +113,14 @@ fn check_case(
     }
     // tiny: 8 KiB flash pages of two 4 KiB LBAs (multi-LBA table pages).
     let (mut c, cfg) = client("tiny");
-    Catalog::load(&mut c, "t", Rows::new(rows.clone()), layout, &mut |_| {}).expect("load");
+    Catalog::load(
+        &mut c,
+        "t",
+        Rows::with_note("t", rows.clone()),
+        layout,
+        &mut |_| {},
+    )
+    .expect("load");
     let mut s = session(c, cfg);
     let using = if bitmap { "bitmap" } else { "range" };
     run(
@@ -256,7 +199,14 @@ fn every_combination_once_on_clustered_keys() {
 fn bad_index_statements_fail_clearly_and_change_nothing() {
     let (mut c, cfg) = client("tiny");
     let rows: Vec<(i64, i32)> = (0..2000).map(|i| (i, (i % 10) as i32)).collect();
-    Catalog::load(&mut c, "t", Rows::new(rows), Layout::Nsm, &mut |_| {}).expect("load");
+    Catalog::load(
+        &mut c,
+        "t",
+        Rows::with_note("t", rows),
+        Layout::Nsm,
+        &mut |_| {},
+    )
+    .expect("load");
     let mut s = session(c, cfg);
     let err = |s: &mut SqlSession, sql: &str| {
         s.run_strategies(sql, &ALL[..1])
@@ -310,7 +260,7 @@ fn bad_index_statements_fail_clearly_and_change_nothing() {
     Catalog::load(
         &mut c,
         "t",
-        Rows::new(vec![(1, 1)]),
+        Rows::with_note("t", vec![(1, 1)]),
         Layout::Nsm,
         &mut |_| {},
     )
@@ -324,7 +274,14 @@ fn bad_index_statements_fail_clearly_and_change_nothing() {
 fn the_index_survives_a_power_cut_and_is_used_after_recovery() {
     let (mut c, cfg) = client("tiny");
     let rows: Vec<(i64, i32)> = (0..6000).map(|i| (i, (i % 10) as i32)).collect();
-    Catalog::load(&mut c, "t", Rows::new(rows), Layout::Pax, &mut |_| {}).expect("load");
+    Catalog::load(
+        &mut c,
+        "t",
+        Rows::with_note("t", rows),
+        Layout::Pax,
+        &mut |_| {},
+    )
+    .expect("load");
     let mut s = session(c, cfg.clone());
     run(&mut s, "CREATE INDEX t_k ON t (k)", &ALL[..1]);
     let sql = "SELECT sum(v) FROM t WHERE k BETWEEN 100 AND 300";

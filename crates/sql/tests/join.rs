@@ -9,84 +9,18 @@
 //!   table's key, inner and semi joins: the same rows as computed directly and as with
 //!   `csd.use_index = false`; a narrow range skips probe pages.
 
-use csd_device::NvmeDevice;
-use csd_ftl::{Ftl, FtlConfig};
-use csd_host::{Catalog, Client, Strategy as Scan};
-use csd_nand::Nand;
-use csd_sim::DeviceConfig;
-use csd_sql::{Answer, Choice, ScanSettings, SqlSession};
-use csd_table::datagen::{RowSource, TpchGenerator, TpchTable};
-use csd_table::{Column, ColumnType, Layout, Schema};
+mod common;
+
+use common::{Rows, client, session};
+use csd_host::{Catalog, Strategy as Scan};
+use csd_sql::{Answer, Choice, SqlSession};
+use csd_table::Layout;
+use csd_table::datagen::{TpchGenerator, TpchTable};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 const IHP: Choice = Choice::Fixed(Scan::Ihp);
 const CPU: Choice = Choice::Fixed(Scan::CpuIsp);
-
-/// Rows `(k INT64, v INT32)` of table `name` from a vector.
-struct Rows {
-    schema: Schema,
-    rows: Vec<(i64, i32)>,
-    next: usize,
-}
-
-impl Rows {
-    fn new(name: &str, rows: Vec<(i64, i32)>) -> Rows {
-        let schema = Schema::new(
-            name,
-            vec![
-                Column::new("k", ColumnType::Int64),
-                Column::new("v", ColumnType::Int32),
-            ],
-        )
-        .expect("schema");
-        Rows {
-            schema,
-            rows,
-            next: 0,
-        }
-    }
-}
-
-impl RowSource for Rows {
-    fn schema(&self) -> &Schema {
-        &self.schema
-    }
-
-    fn next_row(&mut self, row: &mut Vec<u8>) -> bool {
-        let Some(&(k, v)) = self.rows.get(self.next) else {
-            return false;
-        };
-        self.next += 1;
-        row.clear();
-        row.extend_from_slice(&k.to_le_bytes());
-        row.extend_from_slice(&v.to_le_bytes());
-        true
-    }
-
-    fn remaining_rows(&self) -> Option<u64> {
-        Some((self.rows.len() - self.next) as u64)
-    }
-}
-
-/// An in-memory device with 24 extension bytes per MAP entry.
-fn client(preset: &str) -> (Client, DeviceConfig) {
-    let cfg = DeviceConfig::preset(preset).expect("preset");
-    let nand = Nand::new_in_memory(cfg.clone()).expect("nand");
-    let ftl = Ftl::format(
-        nand,
-        FtlConfig {
-            ext_bytes: 24,
-            ..FtlConfig::default()
-        },
-    )
-    .expect("format");
-    (Client::new(NvmeDevice::new(ftl)).expect("client"), cfg)
-}
-
-fn session(c: Client, cfg: DeviceConfig) -> SqlSession {
-    SqlSession::new(c, cfg, ScanSettings::new(IHP)).expect("session")
-}
 
 fn run(s: &mut SqlSession, sql: &str, choices: &[Choice]) -> Vec<(Choice, Answer)> {
     s.run_strategies(sql, choices)

@@ -1,0 +1,99 @@
+//! Helpers shared by the FLIXR SQL tests (`index.rs`, `join.rs`): a table of `(k, v)`
+//! rows, a device with MAP-entry extension bytes for per-page indexes, and a session.
+
+#![allow(dead_code)]
+
+use csd_device::NvmeDevice;
+use csd_ftl::{Ftl, FtlConfig};
+use csd_host::Client;
+use csd_nand::Nand;
+use csd_sim::DeviceConfig;
+use csd_sql::{Choice, ScanSettings, SqlSession};
+use csd_table::datagen::RowSource;
+use csd_table::{Column, ColumnType, Schema};
+
+/// Rows `(k INT64, v INT32)` of table `name` from a vector, with a constant
+/// `note CHAR(4)` column after them when asked (a column an index must refuse).
+pub struct Rows {
+    schema: Schema,
+    rows: Vec<(i64, i32)>,
+    note: bool,
+    next: usize,
+}
+
+impl Rows {
+    /// `(k, v)` rows.
+    pub fn new(name: &str, rows: Vec<(i64, i32)>) -> Rows {
+        Rows::build(name, rows, false)
+    }
+
+    /// `(k, v, note)` rows, `note` always `abcd`.
+    pub fn with_note(name: &str, rows: Vec<(i64, i32)>) -> Rows {
+        Rows::build(name, rows, true)
+    }
+
+    fn build(name: &str, rows: Vec<(i64, i32)>, note: bool) -> Rows {
+        let mut cols = vec![
+            Column::new("k", ColumnType::Int64),
+            Column::new("v", ColumnType::Int32),
+        ];
+        if note {
+            cols.push(Column::new("note", ColumnType::Char(4)));
+        }
+        Rows {
+            schema: Schema::new(name, cols).expect("schema"),
+            rows,
+            note,
+            next: 0,
+        }
+    }
+}
+
+impl RowSource for Rows {
+    fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    fn next_row(&mut self, row: &mut Vec<u8>) -> bool {
+        let Some(&(k, v)) = self.rows.get(self.next) else {
+            return false;
+        };
+        self.next += 1;
+        row.clear();
+        row.extend_from_slice(&k.to_le_bytes());
+        row.extend_from_slice(&v.to_le_bytes());
+        if self.note {
+            row.extend_from_slice(b"abcd");
+        }
+        true
+    }
+
+    fn remaining_rows(&self) -> Option<u64> {
+        Some((self.rows.len() - self.next) as u64)
+    }
+}
+
+/// An in-memory device of `preset` with 24 extension bytes per MAP entry.
+pub fn client(preset: &str) -> (Client, DeviceConfig) {
+    let cfg = DeviceConfig::preset(preset).expect("preset");
+    let nand = Nand::new_in_memory(cfg.clone()).expect("nand");
+    let ftl = Ftl::format(
+        nand,
+        FtlConfig {
+            ext_bytes: 24,
+            ..FtlConfig::default()
+        },
+    )
+    .expect("format");
+    (Client::new(NvmeDevice::new(ftl)).expect("client"), cfg)
+}
+
+/// A SQL session over the device, scans in-host unless a query says otherwise.
+pub fn session(c: Client, cfg: DeviceConfig) -> SqlSession {
+    SqlSession::new(
+        c,
+        cfg,
+        ScanSettings::new(Choice::Fixed(csd_host::Strategy::Ihp)),
+    )
+    .expect("session")
+}
