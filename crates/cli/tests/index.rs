@@ -6,17 +6,7 @@ mod common;
 
 use std::process::Output;
 
-use common::csd;
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::{csd, ok};
 
 fn fails(out: &Output, needle: &str) {
     let err = String::from_utf8_lossy(&out.stderr);

@@ -10,23 +10,13 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 
-use common::csd;
+use common::{csd, ok};
 use csd_sql::datafusion::arrow::array::{
     ArrayRef, BooleanArray, Date32Array, Decimal128Array, Int32Array, RecordBatch, StringArray,
 };
 use csd_sql::datafusion::arrow::datatypes::{DataType, Field, Schema};
 use csd_sql::datafusion::datasource::MemTable;
 use csd_sql::datafusion::prelude::{SessionConfig, SessionContext};
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn load_synthetic(target: &[&str]) {
     let mut args = vec![

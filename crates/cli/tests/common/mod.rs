@@ -1,5 +1,7 @@
 //! Helpers shared by the CLI's end-to-end tests.
 
+#![allow(dead_code)] // each test crate uses its own share of them
+
 use std::process::{Command, Output};
 
 /// Run the `csd` binary built for these tests with `args`.
@@ -8,4 +10,15 @@ pub fn csd(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run csd")
+}
+
+/// The standard output of a run that must have succeeded (both streams in the failure).
+pub fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
