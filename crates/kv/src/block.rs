@@ -366,13 +366,17 @@ impl BlockLog {
         let s = self.seg_of(lba);
         self.live[s as usize] += 1;
         if old != NO_PAGE {
-            let o = self.seg_of(old);
-            self.live[o as usize] -= 1;
-            if self.live[o as usize] == 0
-                && matches!(self.state[o as usize], Seg::Used | Seg::Victim)
-            {
-                self.dead.push(o);
-            }
+            self.drop_live(old);
+        }
+    }
+
+    /// A page at `lba` is no longer live: its segment loses a live page, and a used
+    /// segment left without any is dead (reusable after the next checkpoint).
+    fn drop_live(&mut self, lba: u64) {
+        let o = self.seg_of(lba);
+        self.live[o as usize] -= 1;
+        if self.live[o as usize] == 0 && matches!(self.state[o as usize], Seg::Used | Seg::Victim) {
+            self.dead.push(o);
         }
     }
 
@@ -392,13 +396,7 @@ impl BlockLog {
                 continue;
             }
             n += 1;
-            let o = self.seg_of(old);
-            self.live[o as usize] -= 1;
-            if self.live[o as usize] == 0
-                && matches!(self.state[o as usize], Seg::Used | Seg::Victim)
-            {
-                self.dead.push(o);
-            }
+            self.drop_live(old);
         }
         self.map.truncate((first as usize).min(self.map.len()));
         n

@@ -602,13 +602,7 @@ impl<I: CommandIssuer> Store<I> {
 
     /// Set `key` to `value`; returns the change's sequence number (see [`Store::acked`]).
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<u64, KvError> {
-        Self::check_key(key)?;
-        if value.len() > MAX_VALUE {
-            return Err(KvError::ValueSize {
-                len: value.len(),
-                max: MAX_VALUE,
-            });
-        }
+        Self::check_pair(key, value)?;
         self.counts.puts += 1;
         self.modify(key, Some(value)).map(|(lsn, _)| lsn)
     }
@@ -630,13 +624,7 @@ impl<I: CommandIssuer> Store<I> {
     /// in memory only, as for any unacknowledged change.
     pub fn put_all(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<u64, KvError> {
         for &(k, v) in pairs {
-            Self::check_key(k)?;
-            if v.len() > MAX_VALUE {
-                return Err(KvError::ValueSize {
-                    len: v.len(),
-                    max: MAX_VALUE,
-                });
-            }
+            Self::check_pair(k, v)?;
         }
         if !self.cfg.persist {
             let mut lsn = self.lsn;
@@ -699,6 +687,18 @@ impl<I: CommandIssuer> Store<I> {
             .values()
             .map(|&(used, bytes)| if used + bytes <= PAGE { 1 } else { split })
             .sum())
+    }
+
+    /// A key and value a put accepts.
+    fn check_pair(key: &[u8], value: &[u8]) -> Result<(), KvError> {
+        Self::check_key(key)?;
+        if value.len() > MAX_VALUE {
+            return Err(KvError::ValueSize {
+                len: value.len(),
+                max: MAX_VALUE,
+            });
+        }
+        Ok(())
     }
 
     /// Remove `key`; returns whether it existed.
