@@ -612,9 +612,9 @@ impl<I: CommandIssuer> Store<I> {
     /// sequence number of the last pair's change (see [`Store::acked`]).
     ///
     /// How: the pages the pairs will change are planned first (one more descent per
-    /// key, charged like any): each distinct leaf, or the worst case of a split up to the
-    /// root
-    /// for a leaf the pairs could split. Every page dirty from earlier changes is sealed
+    /// key, charged like any): each distinct leaf, or for a leaf the pairs could
+    /// overflow, the worst case of a split up to the root for each of its pairs.
+    /// Every page dirty from earlier changes is sealed
     /// first, so evictions during the group can only move the group's own pages; the
     /// pairs are applied with sealing and background work held back, and all the pages
     /// they changed are sealed together as one write buffer, which is all-or-nothing on
@@ -673,19 +673,31 @@ impl<I: CommandIssuer> Store<I> {
     /// or the worst case of a split (up to the root) for each leaf whose free bytes cannot take its pairs'
     /// entries.
     fn plan_group(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<usize, KvError> {
-        // leaf -> (its used bytes when planned, bytes of the entries going to it)
-        let mut need: HashMap<u64, (usize, usize)> = HashMap::new();
+        // leaf -> (its used bytes when planned, bytes of the entries going to it, pairs)
+        let mut need: HashMap<u64, (usize, usize, usize)> = HashMap::new();
         let mut t = self.clock.cpu;
         for &(k, v) in pairs {
             let path = self.descend(k, &mut t, false)?;
             let leaf = *path.last().unwrap_or(&self.sup.root);
             let used = page::used_bytes(&self.frame(leaf)?[..]);
-            need.entry(leaf).or_insert((used, 0)).1 += page::entry_bytes(k.len(), v.len());
+            let e = need.entry(leaf).or_insert((used, 0, 0));
+            e.1 += page::entry_bytes(k.len(), v.len());
+            e.2 += 1;
         }
-        let split = self.reserve();
+        // A leaf its pairs may overflow can split on every one of them, each split
+        // reaching up to the root: two pages per level (the page and its new sibling),
+        // a new root and the superpage; two levels more in case the group grows the
+        // tree (a group within one buffer cannot grow it further).
+        let split = 2 * (self.sup.height as usize + 2) + 2;
         Ok(need
             .values()
-            .map(|&(used, bytes)| if used + bytes <= PAGE { 1 } else { split })
+            .map(|&(used, bytes, n)| {
+                if used + bytes <= PAGE {
+                    1
+                } else {
+                    1 + n * split
+                }
+            })
             .sum())
     }
 
@@ -947,6 +959,13 @@ impl<I: CommandIssuer> Store<I> {
                 self.batch_seq
             }
         };
+        if self.buf.len() > 255 {
+            // Checked before the buffer is drained, so its pages stay staged.
+            return Err(KvError::Corrupt(format!(
+                "write buffer overflow: {} pages in one seal",
+                self.buf.len()
+            )));
+        }
         let ready = self.buf.ready_at;
         let entries = self.buf.drain();
         let c = self.clock.costs;
@@ -967,12 +986,6 @@ impl<I: CommandIssuer> Store<I> {
                 self.clock.charge(Work::User, c.buffer_page, &mut t);
             }
             pages.push((id, p));
-        }
-        if pages.len() > 255 {
-            return Err(KvError::Corrupt(format!(
-                "write buffer overflow: {} pages in one seal",
-                pages.len()
-            )));
         }
         self.io.user_write_bytes += user * PAGE as u64;
         self.io.gc_write_bytes += gc * PAGE as u64;
