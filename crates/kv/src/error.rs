@@ -33,9 +33,9 @@ pub enum KvError {
     Corrupt(String),
     /// The host log (block interface) or the device is full.
     #[error(
-        "MSET of {pairs} pairs changes up to {pages} pages, more than one write buffer \
-         ({cap} pages) can make durable at once; send at most {cap} pairs per MSET, \
-         fewer when their keys share pages that may split"
+        "MSET of {pairs} pairs could change up to {pages} pages (a pair landing in a leaf \
+         that may fill up counts a split up to the root), more than one write buffer \
+         ({cap} pages) makes durable at once: send it as several smaller MSETs"
     )]
     /// A multi-key put too big to be made crash-atomic (one write buffer).
     GroupTooLarge {
