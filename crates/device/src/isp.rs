@@ -72,6 +72,7 @@
 //! A page that fails to read (uncorrectable) or is not a page of the session's table
 //! ends the session in the `Failed` state with a message naming the LBA; GET reports it.
 
+use crate::ahead::{Ahead, Done, peek_pages, scan_threads};
 use crate::block::BlockDevice;
 use csd_ftl::FtlError;
 use csd_query::{Evaluator, PartialResult, Plan, WorkCounters};
@@ -250,6 +251,8 @@ struct Session {
     index_misses: u64,
     /// The columns the program reads (what the cache hints bring in).
     hint_columns: Vec<usize>,
+    /// Pages evaluated ahead on the host's other cores (no modeled effect).
+    ahead: Ahead,
 }
 
 impl Session {
@@ -293,6 +296,38 @@ impl Session {
                 csd_nand::prefetch_lines(d);
             }
         }
+    }
+
+    /// The `i`-th page's evaluation if it was (or now is) done ahead; `None`: the step
+    /// evaluates it. See [`crate::ahead`].
+    fn evaluated_ahead(&mut self, dev: &BlockDevice, i: u64) -> Option<Done> {
+        if !self.ahead.enabled() {
+            return None;
+        }
+        let epoch = dev.ftl().content_epoch();
+        if !self.ahead.has(i, epoch) {
+            let n = self
+                .ahead
+                .batch_pages()
+                .min(self.total().saturating_sub(i) as usize);
+            let (first, per) = (self.table.first_lba, self.table.lbas_per_page as u64);
+            let pages = peek_pages(
+                dev.ftl(),
+                self.page_bytes as usize,
+                n,
+                |k| self.page_at(k).map(|p| first + p * per),
+                i,
+            );
+            self.ahead.fill(
+                self.eval.plan(),
+                i,
+                epoch,
+                &pages,
+                &self.schema,
+                &self.empty,
+            );
+        }
+        self.ahead.take(i, epoch)
     }
 
     /// Pages the session scans (all of the table's, or those its rule selected).
@@ -508,6 +543,7 @@ impl Runtime {
             pages_skipped,
             index_misses,
             hint_columns: args.plan.referenced_columns(),
+            ahead: Ahead::new(scan_threads()),
         });
         if total == 0
             && let Some(s) = self.sessions[id].as_mut()
@@ -634,12 +670,15 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
     if s.inflight.len() as u32 >= s.pinned {
         s.inflight.pop();
     }
+    let ahead = s.evaluated_ahead(dev, s.next_page);
     let page = s.page_at(s.next_page).unwrap_or(s.table.pages);
     s.next_page += 1;
     s.cursor = t;
     let lba = s.table.first_lba + page * s.table.lbas_per_page as u64;
     let page_bytes = s.page_bytes;
-    s.hint_ahead(dev);
+    if ahead.is_none() {
+        s.hint_ahead(dev);
+    }
     // The firmware scans the page where the read put it: no copy (`Ftl::read_ref`).
     let (t_flash, page_buf) = match dev.ftl_mut().read_ref(lba, page_bytes as usize, t) {
         Ok(r) => r,
@@ -654,18 +693,54 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
             return;
         }
     };
+    let (c, layout) = match ahead {
+        Some(d) => match merge_ahead(s, d, t_flash) {
+            Ok(r) => r,
+            Err(e) => {
+                s.failed = Some(format!("table page {page} at LBA {lba}: {e}"));
+                return;
+            }
+        },
+        None => match eval_in_step(s, page_buf, t_flash) {
+            Ok(r) => r,
+            Err(e) => {
+                s.failed = Some(format!("table page {page} at LBA {lba}{e}"));
+                return;
+            }
+        },
+    };
+    charge(s, dev, cfg, c, layout, t_flash, page_bytes);
+}
+
+/// Adds a page evaluated ahead to the chunk being filled, sealing first where the
+/// sequential step would: its result is the step's own.
+fn merge_ahead(
+    s: &mut Session,
+    d: Done,
+    t_flash: SimTime,
+) -> Result<(WorkCounters, Layout), csd_query::EvalError> {
+    let page_rows = d.work.records_examined as usize;
+    if s.aggregate && s.out.len().saturating_add(page_rows) > s.group_limit {
+        s.out_ready = s.out_ready.max(t_flash);
+        s.seal_chunk();
+    }
+    let layout = d.layout;
+    s.out.merge(d.out)?;
+    Ok((d.work, layout))
+}
+
+/// Evaluates the page the step read (`page_buf`) into the chunk being filled; the error
+/// is the end of "table page N at LBA L…".
+fn eval_in_step(
+    s: &mut Session,
+    page_buf: &[u8],
+    t_flash: SimTime,
+) -> Result<(WorkCounters, Layout), String> {
     // The FTL checked every sector of this page against its end-to-end CRC on the way
     // in, so the page's own checksum is not hashed again (all structural checks stay).
-    let page_rows = match PageView::parse_unverified(page_buf, &s.schema) {
-        Ok(v) => v.row_count(),
-        Err(e) => {
-            s.failed = Some(format!(
-                "table page {page} at LBA {lba} is not a page of `{}`: {e}",
-                s.eval.plan().table
-            ));
-            return;
-        }
-    };
+    let page_rows = PageView::parse_unverified(page_buf, &s.schema)
+        .map_err(|e| format!(" is not a page of `{}`: {e}", s.eval.plan().table))?
+        .row_count();
     if s.aggregate && s.out.len().saturating_add(page_rows) > s.group_limit {
         // The arena could overflow on this page: emit the groups so far (the host merges
         // partial states) and go on with an empty table.
@@ -673,20 +748,27 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
         s.seal_chunk();
     }
     // Parsed again (a header check, no copy): sealing needed the session mutably.
-    let Ok(view) = PageView::parse_unverified(page_buf, &s.schema) else {
-        s.failed = Some(format!(
-            "table page {page} at LBA {lba} changed while parsed"
-        ));
-        return;
-    };
-    let layout = view.layout();
-    let c = match s.eval.eval_page(&view, &mut s.out) {
-        Ok(c) => c,
-        Err(e) => {
-            s.failed = Some(format!("table page {page} at LBA {lba}: {e}"));
-            return;
-        }
-    };
+    let view = PageView::parse_unverified(page_buf, &s.schema)
+        .map_err(|_| " changed while parsed".to_string())?;
+    let c = s
+        .eval
+        .eval_page(&view, &mut s.out)
+        .map_err(|e| format!(": {e}"))?;
+    Ok((c, view.layout()))
+}
+
+/// Charges a page's work (`c`, counted on a page of `layout` read at `t_flash`) to the
+/// FMC logic or the embedded cores, and seals the chunk when the page fills it or ends
+/// the scan.
+fn charge(
+    s: &mut Session,
+    dev: &mut BlockDevice,
+    cfg: &IspConfig,
+    c: WorkCounters,
+    layout: Layout,
+    t_flash: SimTime,
+    page_bytes: u64,
+) {
     s.work += c;
     let ctrl = dev.controller_mut();
     let unpin = match s.mode {

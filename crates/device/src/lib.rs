@@ -9,6 +9,7 @@
 //! pairs, commands, completions with status, payload and accounting) in front of it. Host
 //! code talks to a device only through [`nvme`].
 
+mod ahead;
 pub mod block;
 pub mod btree;
 pub mod controller;
@@ -20,6 +21,7 @@ pub mod ssd_btree;
 pub mod stack;
 pub mod workload;
 
+pub use ahead::{scan_threads, set_scan_threads};
 pub use block::{BlockDevice, CommandError};
 pub use controller::Controller;
 pub use flixr::{

@@ -199,6 +199,8 @@ pub struct Ftl {
     pub(crate) map_slot_of: Vec<u32>,
     /// The MAP cache.
     pub(crate) map_slots: Vec<MapSlot>,
+    /// Bumped by every MAP entry change (see [`Ftl::content_epoch`]).
+    pub(crate) map_epoch: u64,
     /// MAP pages the cache holds at most.
     pub(crate) map_cache_capacity: usize,
     /// The CLOCK hand of the MAP cache.
@@ -341,6 +343,7 @@ impl Ftl {
             maps_pages: vec![NONE; n_maps_pages],
             map_slot_of: vec![u32::MAX; n_map_pages],
             map_slots: Vec::with_capacity(slot_cap),
+            map_epoch: 0,
             map_cache_capacity: slot_cap,
             clock_hand: 0,
             blocks: vec![
@@ -621,6 +624,14 @@ impl Ftl {
     /// The flash array.
     pub fn nand(&self) -> &Nand {
         &self.nand
+    }
+    /// A value that stays the same for as long as every LBA maps to the same stored
+    /// bytes: it moves with every MAP entry change (a write, trim, relocation or
+    /// recovery) and with every change of stored bytes ([`Nand::content_epoch`]).
+    /// Reads never move it. Bytes [`Ftl::peek_in_place`] returned for an LBA are what
+    /// [`Ftl::read_ref`] returns for it while the epoch holds.
+    pub fn content_epoch(&self) -> (u64, u64) {
+        (self.map_epoch, self.nand.content_epoch())
     }
     /// The flash array, mutably (fault injection, inspection).
     pub fn nand_mut(&mut self) -> &mut Nand {

@@ -251,6 +251,7 @@ impl Ftl {
         let slot = &mut self.map_slots[s];
         slot.entries[(lpid % self.map_entries_per_page) as usize] = v;
         slot.dirty = true;
+        self.map_epoch += 1;
         Ok(t)
     }
 

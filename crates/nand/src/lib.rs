@@ -267,6 +267,9 @@ pub struct Nand {
     channels: Vec<Resource>,
     stats: NandStats,
     op_seq: u64,
+    /// Operations that may have changed stored bytes (programs, erases, injected
+    /// corruption, power cycles): see [`Nand::content_epoch`].
+    content_epoch: u64,
     powered: bool,
     cut: Option<PowerCut>,
     checked: CheckedSectors,
@@ -411,6 +414,7 @@ impl Nand {
             channels: vec![Resource::new(); g.channels as usize],
             stats: NandStats::default(),
             op_seq: 0,
+            content_epoch: 0,
             powered: true,
             cut: None,
             checked: CheckedSectors::new(
@@ -570,6 +574,7 @@ impl Nand {
         let at = range.start + sector as usize * self.sector_size + byte;
         let bytes = self.block_bytes_mut(p.block.0 as usize, range.end)?;
         bytes[at] ^= mask;
+        self.content_epoch += 1;
         Ok(())
     }
 
@@ -585,6 +590,7 @@ impl Nand {
 
     /// Cut power now (as if the plug were pulled between operations).
     pub fn power_off(&mut self) {
+        self.content_epoch += 1;
         if self.powered {
             self.stats.power_cuts += 1;
         }
@@ -616,6 +622,15 @@ impl Nand {
     /// Media operations performed so far (the counter power cuts are armed against).
     pub fn op_count(&self) -> u64 {
         self.op_seq
+    }
+
+    /// A counter that moves whenever stored bytes may have changed: every program,
+    /// erase, injected corruption and power cut (reads never move it). Bytes seen at
+    /// one value are the stored bytes for as long as it keeps that value, which lets a
+    /// caller reuse work done on them (e.g. pages evaluated ahead of a modeled scan).
+    /// Not a statistic: [`Nand::reset_counters`] leaves it alone.
+    pub fn content_epoch(&self) -> u64 {
+        self.content_epoch
     }
 
     /// Force the image file to stable storage.
@@ -1124,6 +1139,7 @@ impl Nand {
         let upto = self.layout.slot_range(p.page).end;
         self.block_bytes_mut(b, upto)?;
         self.op_seq += 1;
+        self.content_epoch += 1;
         let die = self.map.die_of(p.block);
         let ch = self.map.channel_of(die) as usize;
         let xfer = (page_size + oob_page) as u64;
@@ -1192,6 +1208,7 @@ impl Nand {
             return Err(NandError::BadBlock { block: blk });
         }
         self.op_seq += 1;
+        self.content_epoch += 1;
         let die = self.map.die_of(blk);
         let (_, done) = self.dies[die.0 as usize].reserve(at, self.t_erase);
         self.stats.erases += 1;

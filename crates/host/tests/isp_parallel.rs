@@ -1,0 +1,280 @@
+//! In-storage scans evaluate pages ahead on several host threads (`csd_device::ahead`):
+//! results, work counters and every modeled figure must be exactly those of evaluating
+//! each page in its step on one thread, whatever the program, layout, mode, arena size
+//! and thread count, and also when the table is overwritten while a session runs.
+//!
+//! The thread count is a process-wide setting, so the tests of this file take turns.
+
+use csd_device::{
+    Command, IspMode, IspOpen, NvmeDevice, Payload, SessionState, TableExtent, set_scan_threads,
+};
+use csd_ftl::{Ftl, FtlConfig};
+use csd_host::{
+    Catalog, Client, CommandIssuer, HostError, QueryReport, ScanOptions, Strategy, run_scan,
+};
+use csd_nand::Nand;
+use csd_query::build;
+use csd_query::{
+    AggFunc, Aggregate, Aggregation, CmpOp, Const, DataType, Expr, PartialResult, Plan,
+};
+use csd_sim::DeviceConfig;
+use csd_table::Layout;
+use csd_table::datagen::{SyntheticGenerator, SyntheticSpec};
+use proptest::prelude::*;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+static THREADS: Mutex<()> = Mutex::new(());
+
+/// Holds the thread-count setting for one test; restores the default when dropped.
+struct Threads(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+impl Threads {
+    fn take() -> Threads {
+        Threads(THREADS.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+    fn set(&self, n: usize) {
+        set_scan_threads(n);
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        set_scan_threads(0);
+    }
+}
+
+const ROWS: u64 = 12_000;
+
+fn config(arena_kib: u32, chunk_kib: u32, pinned: u32) -> DeviceConfig {
+    let text = DeviceConfig::preset_toml("tiny").expect("tiny");
+    let o = vec![
+        format!("isp.session_arena_kib={arena_kib}"),
+        format!("isp.result_chunk_kib={chunk_kib}"),
+        format!("isp.max_pinned_pages={pinned}"),
+    ];
+    DeviceConfig::from_toml_with_overrides(text, &o).expect("config")
+}
+
+/// A fresh device holding table `t` (synthetic16, `ROWS` rows) in `layout`.
+fn loaded(cfg: &DeviceConfig, layout: Layout) -> Client {
+    let nand = Nand::new_in_memory(cfg.clone()).expect("nand");
+    let ftl = Ftl::format(nand, FtlConfig::default()).expect("format");
+    let mut c = Client::new(NvmeDevice::new(ftl)).expect("client");
+    let spec = SyntheticSpec::synthetic16(ROWS, 11).expect("spec");
+    Catalog::load(
+        &mut c,
+        "t",
+        SyntheticGenerator::new(spec).expect("gen"),
+        layout,
+        &mut |_| {},
+    )
+    .expect("load");
+    c
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Program {
+    /// `SELECT c2, c3 FROM t WHERE c1 < bound`
+    Select,
+    /// `SELECT COUNT(*), SUM(c2), MAX(c4) FROM t WHERE c1 < bound`
+    Ungrouped,
+    /// `SELECT c1, COUNT(*), SUM(c2), MIN(c3) FROM t WHERE c1 < bound GROUP BY c1`:
+    /// one group per row, so small arenas overflow and hand groups to the host.
+    Grouped,
+}
+
+fn plan(c: &mut Client, p: Program, bound: i32) -> Plan {
+    let info = Catalog::read(c)
+        .expect("catalog")
+        .get("t")
+        .expect("t")
+        .clone();
+    let s = &info.schema;
+    let col = |n: &str| Expr::column(s, s.column_index(n).expect("column")).expect("column");
+    let v = Expr::constant(Const::Int(i64::from(bound)), DataType::Int);
+    let filter = build::compare(CmpOp::Lt, col("c1"), v, "c1 < bound").expect("predicate");
+    let agg = |func, arg: Option<Expr>| Aggregate {
+        func,
+        arg,
+        ty: DataType::Int,
+    };
+    match p {
+        Program::Select => {
+            let cols = [
+                s.column_index("c2").expect("c2"),
+                s.column_index("c3").expect("c3"),
+            ];
+            Plan::projection("t", s, &cols, Some(filter)).expect("plan")
+        }
+        Program::Ungrouped => Plan::aggregation(
+            "t",
+            s,
+            Aggregation {
+                group_by: vec![],
+                aggregates: vec![
+                    agg(AggFunc::CountStar, None),
+                    agg(AggFunc::Sum, Some(col("c2"))),
+                    agg(AggFunc::Max, Some(col("c4"))),
+                ],
+            },
+            Some(filter),
+        ),
+        Program::Grouped => Plan::aggregation(
+            "t",
+            s,
+            Aggregation {
+                group_by: vec![s.column_index("c1").expect("c1")],
+                aggregates: vec![
+                    agg(AggFunc::CountStar, None),
+                    agg(AggFunc::Sum, Some(col("c2"))),
+                    agg(AggFunc::Min, Some(col("c3"))),
+                ],
+            },
+            Some(filter),
+        ),
+    }
+}
+
+/// Runs the program on a fresh device with `threads` scan threads: the merged result
+/// and the report (wall time cleared).
+fn scan(
+    cfg: &DeviceConfig,
+    layout: Layout,
+    strategy: Strategy,
+    p: Program,
+    bound: i32,
+) -> (PartialResult, QueryReport) {
+    let mut c = loaded(cfg, layout);
+    let pl = plan(&mut c, p, bound);
+    let info = Catalog::read(&mut c)
+        .expect("catalog")
+        .get("t")
+        .expect("t")
+        .clone();
+    let mut all = PartialResult::new(&pl);
+    let mut rep = run_scan(
+        &mut c,
+        &info,
+        &pl,
+        cfg,
+        &ScanOptions::new(strategy),
+        &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
+    )
+    .expect("scan");
+    rep.wall_s = 0.0;
+    (all, rep)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pages_evaluated_ahead_change_no_result_counter_or_modeled_figure(
+        pax in any::<bool>(),
+        hw in any::<bool>(),
+        program in prop_oneof![Just(Program::Select), Just(Program::Ungrouped), Just(Program::Grouped)],
+        bound in 0i32..(ROWS as i32 + 100),
+        small_arena in any::<bool>(),
+        threads in 2usize..5,
+    ) {
+        let guard = Threads::take();
+        let layout = if pax { Layout::Pax } else { Layout::Nsm };
+        let strategy = if hw { Strategy::HwIsp } else { Strategy::CpuIsp };
+        let cfg = if small_arena { config(32, 8, 4) } else { config(1024, 64, 32) };
+        guard.set(1);
+        let (want, want_rep) = scan(&cfg, layout, strategy, program, bound);
+        guard.set(threads);
+        let (got, got_rep) = scan(&cfg, layout, strategy, program, bound);
+        prop_assert_eq!(&got, &want, "result, {} threads", threads);
+        prop_assert_eq!(&got_rep, &want_rep, "report, {} threads", threads);
+    }
+}
+
+/// A session's table is overwritten between two GETs: pages evaluated ahead before the
+/// write must not be used after it (the rows are those one thread sees).
+#[test]
+fn a_write_during_a_scan_drops_pages_evaluated_ahead() {
+    let guard = Threads::take();
+    // Few page buffers: the session reads pages one by one, far behind the pages it
+    // evaluated ahead.
+    let cfg = config(1024, 8, 2);
+    let mut results = Vec::new();
+    for threads in [1, 2] {
+        guard.set(threads);
+        let mut c = loaded(&cfg, Layout::Pax);
+        let pl = plan(&mut c, Program::Select, ROWS as i32);
+        let info = Catalog::read(&mut c)
+            .expect("catalog")
+            .get("t")
+            .expect("t")
+            .clone();
+        let lpp = info.lbas_per_page(c.identify().lba_size);
+        let open = Command::IspOpen(Box::new(IspOpen {
+            plan: pl.clone(),
+            mode: IspMode::Hw,
+            table: TableExtent {
+                first_lba: info.first_lba,
+                pages: info.pages,
+                lbas_per_page: lpp as u32,
+            },
+            index: None,
+        }));
+        let Payload::IspSession(id) = c.exec(open).expect("open").payload else {
+            panic!("no session")
+        };
+        let mut out = PartialResult::new(&pl);
+        // Let the session run a little, then overwrite, last first, pages it evaluated
+        // ahead but has not read yet with its first page (a valid page of the table,
+        // other rows).
+        let mut written = false;
+        loop {
+            let Payload::Isp(mut r) = c
+                .exec(Command::IspGet { session: id })
+                .expect("get")
+                .payload
+            else {
+                panic!("no reply")
+            };
+            if let Some(ch) = r.chunk.take() {
+                out.merge(ch).expect("merge");
+            }
+            if !written && r.pages_done >= 4 {
+                written = true;
+                assert!(r.pages_done < 16, "the scan ran too far: {}", r.pages_done);
+                let Payload::Data(page0) = c
+                    .exec(Command::Read {
+                        lba: info.first_lba,
+                        blocks: lpp as u32,
+                    })
+                    .expect("read")
+                    .payload
+                else {
+                    panic!("no data")
+                };
+                for p in (r.pages_done + 4..info.pages).rev() {
+                    let lba = info.first_lba + p * lpp;
+                    c.exec(Command::Write {
+                        lba,
+                        data: page0.clone(),
+                    })
+                    .expect("write");
+                }
+            }
+            match r.state {
+                SessionState::Done if !r.more => break,
+                SessionState::Failed(m) => panic!("{m}"),
+                _ if !r.more => {
+                    let t = c.now().after(2_000);
+                    c.wait_until(t);
+                }
+                _ => {}
+            }
+        }
+        c.exec(Command::IspClose { session: id }).expect("close");
+        results.push(out);
+    }
+    assert_eq!(
+        results[0], results[1],
+        "rows with 2 threads differ from 1 thread's"
+    );
+}
