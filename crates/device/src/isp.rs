@@ -72,7 +72,7 @@
 //! A page that fails to read (uncorrectable) or is not a page of the session's table
 //! ends the session in the `Failed` state with a message naming the LBA; GET reports it.
 
-use crate::ahead::{Ahead, Done, peek_pages, scan_threads};
+use crate::ahead::{Ahead, Done, peek_pages};
 use crate::block::BlockDevice;
 use csd_ftl::FtlError;
 use csd_query::{Evaluator, PartialResult, Plan, WorkCounters};
@@ -318,14 +318,7 @@ impl Session {
                 |k| self.page_at(k).map(|p| first + p * per),
                 i,
             );
-            self.ahead.fill(
-                self.eval.plan(),
-                i,
-                epoch,
-                &pages,
-                &self.schema,
-                &self.empty,
-            );
+            self.ahead.fill(i, epoch, &pages, &self.schema);
         }
         self.ahead.take(i, epoch)
     }
@@ -543,7 +536,7 @@ impl Runtime {
             pages_skipped,
             index_misses,
             hint_columns: args.plan.referenced_columns(),
-            ahead: Ahead::new(scan_threads()),
+            ahead: Ahead::new(&args.plan, csd_query::scan_threads()),
         });
         if total == 0
             && let Some(s) = self.sessions[id].as_mut()

@@ -21,9 +21,9 @@ pub mod ssd_btree;
 pub mod stack;
 pub mod workload;
 
-pub use ahead::{scan_threads, set_scan_threads};
 pub use block::{BlockDevice, CommandError};
 pub use controller::Controller;
+pub use csd_query::{scan_threads, set_scan_threads};
 pub use flixr::{
     Flixr, FlixrError, FlixrStats, HostIndexValue, IndexEncoding, IndexRead, IndexRule, IndexSpec,
     JoinIndexSpec, TableFormat,

@@ -53,7 +53,7 @@
 use crate::catalog::TableInfo;
 use crate::client::{CommandIssuer, HostError};
 use csd_device::{Command, IspMode, IspOpen, Payload, SessionState, TableExtent, Telemetry};
-use csd_query::{Evaluator, PartialResult, Plan, WorkCounters};
+use csd_query::{Evaluator, ParEval, PartialResult, Plan, WorkCounters};
 use csd_sim::{DeviceConfig, EnergyCounters, EnergyReport, Resource, ResourceClass, SimTime};
 use csd_table::PageView;
 use std::time::Instant;
@@ -572,6 +572,100 @@ enum Reads {
     Join2(u8, u16),
 }
 
+/// In-host processing's evaluation: pages of several reads evaluated together on all
+/// host threads ([`ParEval`]), then merged, charged to the host CPU model and handed on
+/// in page order, so results and modeled figures are those of evaluating them one by
+/// one as they arrive.
+struct HostEval<'p> {
+    plan: &'p Plan,
+    page_bytes: usize,
+    /// The stepping thread's evaluator (every page, on one thread; and any page the
+    /// parallel pass leaves, to report its error).
+    eval: Evaluator,
+    par: Option<ParEval>,
+    /// Reads not evaluated yet: arrival, first page, data.
+    reads: Vec<(SimTime, u64, Vec<u8>)>,
+    out: PartialResult,
+    totals: WorkCounters,
+}
+
+impl<'p> HostEval<'p> {
+    fn new(plan: &'p Plan, page_bytes: usize) -> HostEval<'p> {
+        let threads = csd_query::scan_threads();
+        HostEval {
+            plan,
+            page_bytes,
+            eval: Evaluator::new(plan),
+            par: (threads > 1).then(|| ParEval::new(plan, threads)),
+            reads: Vec::new(),
+            out: PartialResult::new(plan),
+            totals: WorkCounters::default(),
+        }
+    }
+
+    /// Whether enough pages wait to be worth a parallel pass (one thread: every read).
+    fn batch_full(&self) -> bool {
+        let threads = self.par.as_ref().map_or(1, ParEval::threads);
+        let pages: usize =
+            self.reads.iter().map(|r| r.2.len()).sum::<usize>() / self.page_bytes.max(1);
+        threads == 1 || pages >= 64 * threads
+    }
+
+    /// Evaluates the waiting reads; the instant the host CPU model finishes them.
+    fn run(
+        &mut self,
+        table: &TableInfo,
+        cfg: &DeviceConfig,
+        host: &mut HostCpu,
+        sink: &mut Sink<'_>,
+    ) -> Result<SimTime, HostError> {
+        let reads = std::mem::take(&mut self.reads);
+        let pb = self.page_bytes;
+        let mut done = match self.par.as_mut() {
+            Some(p) => {
+                // The device's FTL checked every sector of these bytes against its
+                // end-to-end CRC, and the payload is this process's memory: pages'
+                // own checksums are not hashed again (all structural checks stay).
+                let pages: Vec<&[u8]> = reads.iter().flat_map(|r| r.2.chunks_exact(pb)).collect();
+                p.eval(&table.schema, &pages)
+            }
+            None => Vec::new(),
+        }
+        .into_iter();
+        let mut end = SimTime::ZERO;
+        for (arrived, page, data) in &reads {
+            for p in data.chunks_exact(pb) {
+                let w = match done.next().flatten() {
+                    Some(r) => {
+                        self.out.merge(r.out).map_err(|e| {
+                            HostError::Invalid(format!("evaluating page {page}: {e}"))
+                        })?;
+                        r.work
+                    }
+                    None => {
+                        let view = PageView::parse_unverified(p, &table.schema)?;
+                        self.eval.eval_page(&view, &mut self.out).map_err(|e| {
+                            HostError::Invalid(format!("evaluating page {page}: {e}"))
+                        })?
+                    }
+                };
+                self.totals += w;
+                // Each page goes to the modeled host core that frees up first.
+                let cycles = host_cycles(cfg, w.records_examined, w.rows_selected)
+                    + cfg.isp.host_cycles_per_page.round() as u64;
+                end = end.max(host.run(*arrived, cycles));
+                if !self.plan.is_aggregate() && self.out.len() >= IHP_CHUNK_ROWS {
+                    sink(std::mem::replace(
+                        &mut self.out,
+                        PartialResult::new(self.plan),
+                    ))?;
+                }
+            }
+        }
+        Ok(end)
+    }
+}
+
 impl Run<'_> {
     /// In-host processing: reads with `queue_depth` in flight, host CPU evaluation.
     fn ihp<C: CommandIssuer>(
@@ -594,8 +688,7 @@ impl Run<'_> {
         let lpp = table.lbas_per_page(id.lba_size).max(1);
         let per_cmd = (id.mdts_blocks as u64 / lpp).max(1);
         let page_bytes = table.page_bytes as usize;
-        let mut eval = Evaluator::new(plan);
-        let mut out = PartialResult::new(plan);
+        let mut ev = HostEval::new(plan, page_bytes);
         let depth = opts.queue_depth.max(1);
         let mut done: std::collections::VecDeque<SimTime> = std::collections::VecDeque::new();
         let mut end = t0;
@@ -646,29 +739,18 @@ impl Run<'_> {
                 }
                 _ => return Err(HostError::Invalid("Read returned no data".into())),
             };
-            // The pages of one read are evaluated in parallel on the host's cores (each page
-            // goes to the core that frees up first).
-            for p in data.chunks_exact(page_bytes) {
-                // The device's FTL checked every sector of these bytes against its
-                // end-to-end CRC, and the payload is this process's memory: the page's
-                // own checksum is not hashed again (all structural checks stay).
-                let view = PageView::parse_unverified(p, &table.schema)?;
-                let w = eval
-                    .eval_page(&view, &mut out)
-                    .map_err(|e| HostError::Invalid(format!("evaluating page {page}: {e}")))?;
-                let cycles = host_cycles(cfg, w.records_examined, w.rows_selected)
-                    + cfg.isp.host_cycles_per_page.round() as u64;
-                end = end.max(host.run(arrived, cycles));
-                if !plan.is_aggregate() && out.len() >= IHP_CHUNK_ROWS {
-                    sink(std::mem::replace(&mut out, PartialResult::new(plan)))?;
-                }
-            }
+            // The device's commands do not wait for the host's evaluation, so pages are
+            // gathered over several reads and evaluated together on all host threads.
+            ev.reads.push((arrived, page, data));
             page += n;
+            if ev.batch_full() || page >= table.pages {
+                end = end.max(ev.run(table, cfg, host, sink)?);
+            }
         }
-        if plan.is_aggregate() || !out.is_empty() {
-            sink(out)?;
+        if plan.is_aggregate() || !ev.out.is_empty() {
+            sink(ev.out)?;
         }
-        Ok((eval.totals(), commands, end))
+        Ok((ev.totals, commands, end))
     }
 
     /// In-storage processing: OPEN, adaptive GET polling, CLOSE.

@@ -97,6 +97,7 @@ pub mod build;
 pub mod error;
 pub mod eval;
 mod kernels;
+pub mod par;
 pub mod plan;
 pub mod result;
 pub mod types;
@@ -105,6 +106,7 @@ pub use agg::{AccView, AggState};
 pub use error::{BuildError, EvalError};
 pub use eval::{Evaluator, WorkCounters};
 pub use kernels::cmp_padded;
+pub use par::{PageResult, ParEval, scan_threads, set_scan_threads};
 pub use plan::{
     AggFunc, Aggregate, Aggregation, ArithOp, CmpOp, Const, Expr, ExprKind, Output, Plan,
 };

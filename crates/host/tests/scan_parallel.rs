@@ -1,7 +1,9 @@
-//! In-storage scans evaluate pages ahead on several host threads (`csd_device::ahead`):
-//! results, work counters and every modeled figure must be exactly those of evaluating
-//! each page in its step on one thread, whatever the program, layout, mode, arena size
-//! and thread count, and also when the table is overwritten while a session runs.
+//! Scans evaluate pages on several host threads (`csd_query::par`): in-storage sessions
+//! evaluate pages ahead of their modeled steps (`csd_device`'s look-ahead), in-host
+//! processing evaluates the pages of several reads together. Results, work counters and
+//! every modeled figure must be exactly those of evaluating each page on one thread,
+//! whatever the program, layout, strategy, arena size and thread count, and also when
+//! the table is overwritten while a session runs.
 //!
 //! The thread count is a process-wide setting, so the tests of this file take turns.
 
@@ -169,9 +171,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
 
     #[test]
-    fn pages_evaluated_ahead_change_no_result_counter_or_modeled_figure(
+    fn scans_on_several_threads_change_no_result_counter_or_modeled_figure(
         pax in any::<bool>(),
-        hw in any::<bool>(),
+        strategy in prop_oneof![Just(Strategy::Ihp), Just(Strategy::CpuIsp), Just(Strategy::HwIsp)],
         program in prop_oneof![Just(Program::Select), Just(Program::Ungrouped), Just(Program::Grouped)],
         bound in 0i32..(ROWS as i32 + 100),
         small_arena in any::<bool>(),
@@ -179,7 +181,6 @@ proptest! {
     ) {
         let guard = Threads::take();
         let layout = if pax { Layout::Pax } else { Layout::Nsm };
-        let strategy = if hw { Strategy::HwIsp } else { Strategy::CpuIsp };
         let cfg = if small_arena { config(32, 8, 4) } else { config(1024, 64, 32) };
         guard.set(1);
         let (want, want_rep) = scan(&cfg, layout, strategy, program, bound);
