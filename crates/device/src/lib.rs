@@ -24,7 +24,7 @@ pub use block::{BlockDevice, CommandError};
 pub use controller::Controller;
 pub use flixr::{
     Flixr, FlixrError, FlixrStats, HostIndexValue, IndexEncoding, IndexRead, IndexRule, IndexSpec,
-    JoinIndexSpec, TableFormat,
+    JoinIndexSpec, KeyEntry, KeyLayout, RuleTerm, TableFormat,
 };
 pub use isp::{HW_AGG_REGISTER_GROUPS, IspMode, IspOpen, IspReply, SessionState, TableExtent};
 pub use nvme::{

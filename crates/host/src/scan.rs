@@ -214,6 +214,10 @@ pub struct QueryReport {
     pub pages_skipped: u64,
     /// Index-cache misses of the device while comparing entries.
     pub index_misses: u64,
+    /// Modeled nanoseconds of the scan's setup commands issued by its caller (a FLIXR
+    /// join's SEND_TIDX_ENC / SEND_TIDX_ICR and their release), included in
+    /// `modeled_ns`; 0 for a scan without any.
+    pub setup_ns: u64,
 }
 
 impl QueryReport {
@@ -529,6 +533,7 @@ pub fn run_scan<C: CommandIssuer>(
             (_, i) => i.map(|(_, _, text)| text),
         },
         pages_skipped: skipped.0,
+        setup_ns: 0,
         index_misses: skipped.1,
     })
 }
