@@ -307,9 +307,6 @@ fn pair(
         let Some(pix) = &probe.table.index else {
             continue;
         };
-        let IndexEncoding::Bitmap { bounds } = &pix.encoding else {
-            continue;
-        };
         let Some(pname) = probe
             .table
             .schema
@@ -319,9 +316,16 @@ fn pair(
         else {
             continue;
         };
-        if !csd_host::same_name(&pname, &pix.column) {
+        // The probe table's bitmap key on its join column: its first index or a
+        // secondary key.
+        let Some(bounds) = pix.keys().find_map(|k| match &k.encoding {
+            IndexEncoding::Bitmap { bounds } if csd_host::same_name(&pname, &k.column) => {
+                Some(bounds)
+            }
+            _ => None,
+        }) else {
             continue;
-        }
+        };
         let (Some(bt), Some(pt)) = (
             numeric_key(&build.table, bcol),
             numeric_key(&probe.table, pcol),
