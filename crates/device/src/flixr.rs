@@ -2182,6 +2182,60 @@ mod tests {
     }
 
     #[test]
+    fn registry_keeps_several_keys_and_the_generation() {
+        let mut t = entry("m", 2);
+        t.format.columns.push(("d".into(), ColumnType::Date));
+        t.schema = Schema::new(
+            "m",
+            vec![
+                Column::new("k", ColumnType::Int64),
+                Column::new("d", ColumnType::Date),
+            ],
+        )
+        .expect("schema");
+        t.keys.push((1, IndexEncoding::Range));
+        t.generation = 3;
+        let tables: BTreeMap<u8, TableEntry> = [(1, t.clone()), (2, entry("a", 1))].into();
+        let b = encode_registry(&tables);
+        assert_eq!(&b[..4], BLOB_MAGIC_V3);
+        assert_eq!(decode_registry(&b), Some(tables));
+        assert_eq!(decode_registry(&b[..b.len() - 2]), None, "truncated");
+        // The layout: bitmap of 3 buckets (1 byte), then the DATE range as two i32.
+        let l = KeyLayout::of(1, &t);
+        assert_eq!(
+            l.slots
+                .iter()
+                .map(|s| (s.offset, s.width, s.narrow))
+                .collect::<Vec<_>>(),
+            vec![(0, 1, false), (1, 8, true)]
+        );
+        assert_eq!(l.entry_bytes(), 13);
+        let e = l.build(&[vec![0, 5, 12], vec![-3, 40, 7]]);
+        let bytes = e.encode(24);
+        assert_eq!(bytes[0], ENTRY_V2);
+        let back = Entry::decode(&bytes);
+        assert_eq!(
+            l.keys(&back),
+            Some(vec![
+                KeyEntry::Bitmap(vec![0b111]),
+                KeyEntry::Range { min: -3, max: 40 }
+            ])
+        );
+        let between = |lo, hi| IndexRule::Between { lo, hi };
+        assert!(l.may_match(&back, &[(0, between(3, 3)), (1, between(40, 50))]));
+        assert!(!l.may_match(&back, &[(0, between(3, 3)), (1, between(41, 50))]));
+        assert!(
+            l.may_match(&back, &[(7, between(0, 0))]),
+            "no key: no verdict"
+        );
+        // Another generation says nothing.
+        let mut old = t.clone();
+        old.generation = 2;
+        assert_eq!(KeyLayout::of(1, &old).keys(&back), None);
+        assert!(KeyLayout::of(1, &old).may_match(&back, &[(1, between(41, 50))]));
+    }
+
+    #[test]
     fn entries_roundtrip_and_rules_are_conservative() {
         for e in [
             Entry::None,
