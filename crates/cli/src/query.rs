@@ -527,6 +527,13 @@ fn print_scans(choice: Choice, ans: &csd_sql::Answer, cfg: &DeviceConfig) {
                 s.table, s.report.pages_skipped, s.report.pages, s.report.index_misses
             );
         }
+        if s.report.setup_ns > 0 {
+            println!(
+                "  {}: setup (FLIXR join registrations and releases) {:.6} s, in its modeled time",
+                s.table,
+                s.report.setup_ns as f64 / 1e9
+            );
+        }
     }
     let reports = ans.reports();
     let total: f64 = reports.iter().map(|r| r.modeled_s()).sum();
@@ -706,6 +713,9 @@ pub(crate) fn report_json(r: &QueryReport) -> Value {
         v["index"] = json!(ix);
         v["pages_skipped"] = json!(r.pages_skipped);
         v["index_cache_misses"] = json!(r.index_misses);
+    }
+    if r.setup_ns > 0 {
+        v["setup_s"] = json!(r.setup_ns as f64 / 1e9);
     }
     v
 }

@@ -60,11 +60,23 @@ fn repro_flixr_writes_report_plots_and_json() {
             .starts_with("csd repro flixr")
     );
     assert!(!j["comparison"].as_array().unwrap().is_empty());
+    // Figure 12 (§6.4): Q6 with the primary key and with secondary keys, three
+    // configurations each, host-index at 1.0 in both.
+    let f12 = j["figure12"].as_array().expect("figure12");
+    assert_eq!(f12.len(), 6);
+    for r in f12 {
+        assert!(r["modeled_ns"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["table_pages"].as_u64().unwrap() <= r["total_pages"].as_u64().unwrap());
+        if r["config"] == "host-index" {
+            assert_eq!(r["speedup_over_host_index"], 1.0);
+        }
+    }
     let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     for s in [
         "Figure 9",
         "Figure 10",
         "Figure 11",
+        "Figure 12",
         "Side by side",
         "Reproduce",
     ] {

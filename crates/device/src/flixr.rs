@@ -3,8 +3,15 @@
 //! What it realizes:
 //! * The registries of §4.2 and §4.4: the table structure information array (TSIA,
 //!   [`Command::SendTblCol`](crate::Command::SendTblCol)), the index encoding rule array
-//!   (IERA, one encoding per table, `SendIdxEnc`) and the index comparison rules
-//!   (`SendIdxIcr`, several per table, identified by `(tblID, icrID)`).
+//!   (IERA, up to [`MAX_KEYS`] encodings per table, `SendIdxEnc`, released one at a time
+//!   with `DropIdxEnc`) and the index comparison rules (`SendIdxIcr` on the first key,
+//!   `SendIdxIcrKeys` over several keys, identified by `(tblID, icrID)`).
+//! * Multi-key per-page indexes (§3.1, §6.4): a table's encodings are packed into one
+//!   entry (e.g. a range on `l_shipdate` and bitmaps on `l_discount` and `l_quantity`),
+//!   each at its byte offset ([`Flixr::key_layout`]); WRITE_IDX computes all of them,
+//!   trim clears them, GC and recovery keep them as the opaque bytes they are. A rule is
+//!   a conjunction of per-column terms, and READ_IDX skips a page when any term's key
+//!   rules it out (a term on a column without a key rules nothing out).
 //! * The per-page index entry of §4.1 and §4.8 in the FTL's MAP-entry extension bytes
 //!   (`FtlConfig::ext_bytes`, 8 to 24): a range entry (min and max of the indexed column)
 //!   or a bitmap entry (one bit per registered value bucket), computed by firmware from
@@ -50,6 +57,20 @@
 //! * Entry bytes: `[0xF1 (format v1), table id, state, kind, payload...]`; range payload is
 //!   `min, max` as little-endian `i64` (needs 20 extension bytes), bitmap payload is
 //!   `(ext_bytes - 4) * 8` bits at most. All zeros is "no entry": such a page is read.
+//!   Version 1 is kept for a table whose only encoding is its first one (older images
+//!   and their entries stay valid). Once a table's encodings change (a second key, or a
+//!   key dropped) its *generation* goes up and its entries are written in version 2:
+//!   `[0xF2, table id, state, generation, key slots...]`, slots in encoding order, a
+//!   range of a 4-byte column (INT32, DATE) as two `i32` (8 bytes), of an 8-byte column
+//!   as two `i64` (16 bytes), a bitmap as `ceil(buckets / 8)` bytes. An entry of another
+//!   generation (or of version 1 after a change) is not compared: its page is read until
+//!   it is rewritten (the host rewrites the table through WRITE_IDX after a change).
+//!   When the slots do not fit `ext_bytes - 4`, SEND_IDX_ENC is refused naming the sizes.
+//!   The generation is a byte (1..=255, wrapping to 1): an entry 255 changes old could be
+//!   taken for a current one, which a host that rewrites after each change never leaves.
+//! * Join bitmaps are query state a host releases: `DropTidxEnc` frees a per-table index
+//!   (and the join rules over it), `DropTidxIcr` a join rule; ids are reused only once
+//!   free.
 //! * A bitmap encoding is `k` strictly increasing split points making `k + 1` buckets:
 //!   bucket `i` holds the values `v` with `i` split points `<= v`.
 //! * A plain Write or FlushBatch over pages that have entries goes through the same
@@ -87,8 +108,13 @@ pub const MAX_RULES_PER_TABLE: usize = 64;
 pub const MAX_RULE_VALUES: usize = 256;
 /// Extension bytes a range entry needs (4 header bytes, min, max).
 pub const RANGE_ENTRY_BYTES: u32 = 20;
+/// Per-page encodings (keys) one table may have (a primary and secondary keys, §6.4).
+pub const MAX_KEYS: usize = 4;
+/// Terms a multi-key rule may have.
+pub const MAX_RULE_TERMS: usize = 8;
 
 const ENTRY_V1: u8 = 0xF1;
+const ENTRY_V2: u8 = 0xF2;
 const ST_PENDING: u8 = 0;
 const ST_INDEXED: u8 = 1;
 const ST_EMPTY: u8 = 2;
@@ -97,6 +123,7 @@ const KIND_RANGE: u8 = 1;
 const KIND_BITMAP: u8 = 2;
 const BLOB_MAGIC: &[u8; 4] = b"FXR1";
 const BLOB_MAGIC_V2: &[u8; 4] = b"FXR2";
+const BLOB_MAGIC_V3: &[u8; 4] = b"FXR3";
 
 /// A table's row format, as SEND_TBL_COL carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +183,16 @@ impl IndexRule {
             IndexRule::In(vs) => vs.contains(&v),
         }
     }
+}
+
+/// One term of a multi-key rule (SEND_IDX_ICR over several keys): a predicate on one
+/// indexed column. A rule's terms are ANDed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleTerm {
+    /// The indexed column's name.
+    pub column: String,
+    /// The predicate on it.
+    pub rule: IndexRule,
 }
 
 /// What READ_IDX returns.
@@ -221,9 +258,23 @@ pub enum FlixrError {
     /// The table has no index encoding yet.
     #[error("table {0} has no index encoding: send SEND_IDX_ENC first")]
     NoEncoding(u8),
-    /// The table already has an index encoding.
-    #[error("table {0} already has an index encoding (encodings cannot be replaced)")]
+    /// The table already has an index encoding on that column.
+    #[error(
+        "table {0} already has an index encoding on this column (encodings cannot be replaced: drop it with DropIdxEnc first)"
+    )]
     EncodingExists(u8),
+    /// The table's encodings would not fit the MAP entry's extension bytes.
+    #[error(
+        "the per-page index entry would need {need} bytes ({detail}) but this device keeps {have} extension bytes per MAP entry: use fewer buckets or fewer keys (nothing was registered)"
+    )]
+    KeysDoNotFit {
+        /// Bytes the packed entry needs (header included).
+        need: u32,
+        /// Extension bytes the FTL keeps.
+        have: u32,
+        /// The sizes, key by key.
+        detail: String,
+    },
     /// No rule has this id for this table.
     #[error("unknown rule id {rule} for table {table}: register it with SEND_IDX_ICR first")]
     UnknownRule {
@@ -238,16 +289,263 @@ pub enum FlixrError {
     /// No per-table index has this id.
     #[error("unknown per-table index id {0}: register it with SEND_TIDX_ENC first")]
     UnknownTableIndex(u16),
+    /// No join rule has this id for this table.
+    #[error("unknown join rule id {rule} for table {table}: register it with SEND_TIDX_ICR first")]
+    UnknownJoinRule {
+        /// Table id.
+        table: u8,
+        /// Join rule id.
+        rule: u16,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
 struct TableEntry {
     format: TableFormat,
     schema: Schema,
-    /// (column index, encoding).
-    index: Option<(usize, IndexEncoding)>,
-    rules: BTreeMap<u16, IndexRule>,
+    /// The per-page encodings in entry order: (column index, encoding).
+    keys: Vec<(usize, IndexEncoding)>,
+    /// Layout generation: 0 while the table has its first encoding only (version-1
+    /// entries); bumped on every later change (version-2 entries carry it).
+    generation: u8,
+    /// Rules: their terms (column index, predicate), ANDed.
+    rules: BTreeMap<u16, Vec<(usize, IndexRule)>>,
     next_rule: u16,
+}
+
+impl TableEntry {
+    fn new(format: TableFormat, schema: Schema) -> TableEntry {
+        TableEntry {
+            format,
+            schema,
+            keys: Vec::new(),
+            generation: 0,
+            rules: BTreeMap::new(),
+            next_rule: 1,
+        }
+    }
+}
+
+/// Where one key sits in a table's entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySlot {
+    /// The column (schema index).
+    pub column: usize,
+    /// Its encoding.
+    pub encoding: IndexEncoding,
+    /// Byte offset in the entry's payload (after the 4 header bytes).
+    pub offset: usize,
+    /// Bytes of the slot.
+    pub width: usize,
+    /// A range stored as two `i32` (4-byte columns, version 2 only).
+    pub narrow: bool,
+}
+
+/// How a table's keys are laid out in its entries (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyLayout {
+    /// The table id.
+    pub table: u8,
+    /// The generation (0: version-1 entries, one key).
+    pub generation: u8,
+    /// The keys, in entry order.
+    pub slots: Vec<KeySlot>,
+}
+
+/// One key's part of an entry, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyEntry {
+    /// The page's values of the column span `min..=max`.
+    Range {
+        /// Smallest value.
+        min: i64,
+        /// Largest value.
+        max: i64,
+    },
+    /// Bucket bits of the page's values (bit `i % 8` of byte `i / 8`: bucket `i`).
+    Bitmap(Vec<u8>),
+}
+
+fn key_may_match(k: &KeyEntry, enc: &IndexEncoding, rule: &IndexRule) -> bool {
+    match (k, enc) {
+        (KeyEntry::Range { min, max }, _) => match rule {
+            IndexRule::Between { lo, hi } => lo <= max && hi >= min,
+            IndexRule::In(vs) => vs.iter().any(|v| min <= v && v <= max),
+        },
+        (KeyEntry::Bitmap(bits), IndexEncoding::Bitmap { bounds }) => {
+            let set = |i: usize| bits.get(i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0);
+            match rule {
+                IndexRule::Between { lo, hi } => {
+                    lo <= hi && (bucket(bounds, *lo)..=bucket(bounds, *hi)).any(set)
+                }
+                IndexRule::In(vs) => vs.iter().any(|&v| set(bucket(bounds, v))),
+            }
+        }
+        _ => true,
+    }
+}
+
+fn narrow_type(ty: ColumnType) -> bool {
+    matches!(ty, ColumnType::Int32 | ColumnType::Date)
+}
+
+impl KeyLayout {
+    fn of(table: u8, t: &TableEntry) -> KeyLayout {
+        let v1 = t.generation == 0;
+        let mut offset = 0;
+        let slots = t
+            .keys
+            .iter()
+            .map(|(col, enc)| {
+                let narrow = !v1
+                    && matches!(enc, IndexEncoding::Range)
+                    && t.format.columns.get(*col).is_some_and(|c| narrow_type(c.1));
+                let width = match enc {
+                    IndexEncoding::Range if narrow => 8,
+                    IndexEncoding::Range => 16,
+                    IndexEncoding::Bitmap { bounds } => (bounds.len() + 1).div_ceil(8),
+                };
+                let s = KeySlot {
+                    column: *col,
+                    encoding: enc.clone(),
+                    offset,
+                    width,
+                    narrow,
+                };
+                offset += width;
+                s
+            })
+            .collect();
+        KeyLayout {
+            table,
+            generation: t.generation,
+            slots,
+        }
+    }
+
+    /// Bytes the entry needs, header included.
+    pub fn entry_bytes(&self) -> usize {
+        4 + self.slots.iter().map(|s| s.width).sum::<usize>()
+    }
+
+    /// The key parts of `e`, slot by slot, if `e` is an indexed entry of this table and
+    /// generation (otherwise the entry says nothing about the keys).
+    pub fn keys(&self, e: &Entry) -> Option<Vec<KeyEntry>> {
+        match e {
+            Entry::Range { table, min, max }
+                if *table == self.table && self.generation == 0 && self.slots.len() == 1 =>
+            {
+                Some(vec![KeyEntry::Range {
+                    min: *min,
+                    max: *max,
+                }])
+            }
+            Entry::Bitmap { table, bits }
+                if *table == self.table && self.generation == 0 && self.slots.len() == 1 =>
+            {
+                Some(vec![KeyEntry::Bitmap(bits.clone())])
+            }
+            Entry::Packed {
+                table,
+                generation,
+                bytes,
+            } if *table == self.table && *generation == self.generation && self.generation != 0 => {
+                let mut out = Vec::with_capacity(self.slots.len());
+                for s in &self.slots {
+                    let b = bytes.get(s.offset..s.offset + s.width)?;
+                    out.push(match (&s.encoding, s.narrow) {
+                        (IndexEncoding::Range, true) => KeyEntry::Range {
+                            min: i32::from_le_bytes(b[0..4].try_into().ok()?) as i64,
+                            max: i32::from_le_bytes(b[4..8].try_into().ok()?) as i64,
+                        },
+                        (IndexEncoding::Range, false) => KeyEntry::Range {
+                            min: i64::from_le_bytes(b[0..8].try_into().ok()?),
+                            max: i64::from_le_bytes(b[8..16].try_into().ok()?),
+                        },
+                        (IndexEncoding::Bitmap { .. }, _) => KeyEntry::Bitmap(b.to_vec()),
+                    });
+                }
+                Some(out)
+            }
+            _ => None,
+        }
+    }
+
+    /// Can a page with entry `e` hold a row satisfying every term of `terms` (column,
+    /// predicate)? Conservative: `true` unless some term's key proves otherwise.
+    pub fn may_match(&self, e: &Entry, terms: &[(usize, IndexRule)]) -> bool {
+        if e.table() != Some(self.table) {
+            return true;
+        }
+        if matches!(e, Entry::Empty(_)) {
+            return false;
+        }
+        let Some(keys) = self.keys(e) else {
+            return true;
+        };
+        terms.iter().all(
+            |(col, r)| match self.slots.iter().position(|s| s.column == *col) {
+                Some(i) => key_may_match(&keys[i], &self.slots[i].encoding, r),
+                None => true,
+            },
+        )
+    }
+
+    /// The entry of a page with `values[i]` the values of slot `i`'s column (all the
+    /// same length, at least one row).
+    fn build(&self, values: &[Vec<i64>]) -> Entry {
+        let parts: Vec<KeyEntry> = self
+            .slots
+            .iter()
+            .zip(values)
+            .map(|(s, vals)| match &s.encoding {
+                IndexEncoding::Range => KeyEntry::Range {
+                    min: vals.iter().copied().min().unwrap_or(0),
+                    max: vals.iter().copied().max().unwrap_or(0),
+                },
+                IndexEncoding::Bitmap { bounds } => {
+                    let mut bits = vec![0u8; (bounds.len() + 1).div_ceil(8)];
+                    for &v in vals {
+                        let b = bucket(bounds, v);
+                        bits[b / 8] |= 1 << (b % 8);
+                    }
+                    KeyEntry::Bitmap(bits)
+                }
+            })
+            .collect();
+        let table = self.table;
+        if self.generation == 0 {
+            return match parts.into_iter().next() {
+                Some(KeyEntry::Range { min, max }) => Entry::Range { table, min, max },
+                Some(KeyEntry::Bitmap(bits)) => Entry::Bitmap { table, bits },
+                None => Entry::None,
+            };
+        }
+        let mut bytes = vec![0u8; self.entry_bytes() - 4];
+        for (s, k) in self.slots.iter().zip(parts) {
+            let o = s.offset;
+            match k {
+                KeyEntry::Range { min, max } if s.narrow => {
+                    let c = |v: i64| v.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+                    bytes[o..o + 4].copy_from_slice(&c(min).to_le_bytes());
+                    bytes[o + 4..o + 8].copy_from_slice(&c(max).to_le_bytes());
+                }
+                KeyEntry::Range { min, max } => {
+                    bytes[o..o + 8].copy_from_slice(&min.to_le_bytes());
+                    bytes[o + 8..o + 16].copy_from_slice(&max.to_le_bytes());
+                }
+                KeyEntry::Bitmap(bits) => {
+                    let n = bits.len().min(s.width);
+                    bytes[o..o + n].copy_from_slice(&bits[..n]);
+                }
+            }
+        }
+        Entry::Packed {
+            table,
+            generation: self.generation,
+            bytes,
+        }
+    }
 }
 
 /// A per-page index entry, decoded.
@@ -277,15 +575,37 @@ pub enum Entry {
         /// Bit `i` of byte `i / 8`: bucket `i` occurs.
         bits: Vec<u8>,
     },
+    /// Several keys packed (version 2): read with the table's [`KeyLayout`].
+    Packed {
+        /// Table id.
+        table: u8,
+        /// The table's layout generation when the entry was built.
+        generation: u8,
+        /// The key slots (the bytes after the header).
+        bytes: Vec<u8>,
+    },
 }
 
 impl Entry {
     /// Decode extension bytes (anything unrecognized is `None`: read the page).
     pub fn decode(b: &[u8]) -> Entry {
-        if b.len() < 4 || b[0] != ENTRY_V1 {
+        if b.len() < 4 || (b[0] != ENTRY_V1 && b[0] != ENTRY_V2) {
             return Entry::None;
         }
         let t = b[1];
+        if b[0] == ENTRY_V2 {
+            return match b[2] {
+                ST_PENDING => Entry::Pending(t),
+                ST_EMPTY => Entry::Empty(t),
+                ST_OPAQUE => Entry::Opaque(t),
+                ST_INDEXED => Entry::Packed {
+                    table: t,
+                    generation: b[3],
+                    bytes: b[4..].to_vec(),
+                },
+                _ => Entry::None,
+            };
+        }
         match (b[2], b[3]) {
             (ST_PENDING, _) => Entry::Pending(t),
             (ST_EMPTY, _) => Entry::Empty(t),
@@ -327,6 +647,16 @@ impl Entry {
                 let n = bits.len().min(ext - 4);
                 v[4..4 + n].copy_from_slice(&bits[..n]);
             }
+            Entry::Packed {
+                table,
+                generation,
+                bytes,
+            } => {
+                head(&mut v, *table, ST_INDEXED, *generation);
+                v[0] = ENTRY_V2;
+                let n = bytes.len().min(ext - 4);
+                v[4..4 + n].copy_from_slice(&bytes[..n]);
+            }
         }
         v
     }
@@ -336,7 +666,9 @@ impl Entry {
         match self {
             Entry::None => None,
             Entry::Pending(t) | Entry::Empty(t) | Entry::Opaque(t) => Some(*t),
-            Entry::Range { table, .. } | Entry::Bitmap { table, .. } => Some(*table),
+            Entry::Range { table, .. }
+            | Entry::Bitmap { table, .. }
+            | Entry::Packed { table, .. } => Some(*table),
         }
     }
 }
@@ -351,21 +683,17 @@ pub fn may_match(e: &Entry, table: u8, enc: &IndexEncoding, rule: &IndexRule) ->
     if e.table() != Some(table) {
         return true;
     }
-    match (e, enc) {
-        (Entry::Empty(_), _) => false,
-        (Entry::Range { min, max, .. }, _) => match rule {
-            IndexRule::Between { lo, hi } => lo <= max && hi >= min,
-            IndexRule::In(vs) => vs.iter().any(|v| min <= v && v <= max),
-        },
-        (Entry::Bitmap { bits, .. }, IndexEncoding::Bitmap { bounds }) => {
-            let set = |i: usize| bits.get(i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0);
-            match rule {
-                IndexRule::Between { lo, hi } => {
-                    lo <= hi && (bucket(bounds, *lo)..=bucket(bounds, *hi)).any(set)
-                }
-                IndexRule::In(vs) => vs.iter().any(|&v| set(bucket(bounds, v))),
-            }
-        }
+    match e {
+        Entry::Empty(_) => false,
+        Entry::Range { min, max, .. } => key_may_match(
+            &KeyEntry::Range {
+                min: *min,
+                max: *max,
+            },
+            enc,
+            rule,
+        ),
+        Entry::Bitmap { bits, .. } => key_may_match(&KeyEntry::Bitmap(bits.clone()), enc, rule),
         _ => true,
     }
 }
@@ -489,8 +817,9 @@ pub struct Flixr {
     /// TIRA: per-table join-key indexes by tiaID (device DRAM; rebuilt by JOIN1).
     table_indexes: BTreeMap<u16, TableIndex>,
     next_tia: u16,
-    /// Join rules: (table, rule id) → the per-table index they compare with.
-    join_rules: BTreeMap<(u8, u16), u16>,
+    /// Join rules: (table, rule id) → the per-table index they compare with and the
+    /// table's bitmap-indexed column they compare.
+    join_rules: BTreeMap<(u8, u16), (u16, usize)>,
     cache: IndexCache,
     cache_bytes: u64,
     stats: FlixrStats,
@@ -606,22 +935,17 @@ impl Flixr {
             )));
         };
         let mut next = self.tables.clone();
-        next.insert(
-            id,
-            TableEntry {
-                format: f,
-                schema,
-                index: None,
-                rules: BTreeMap::new(),
-                next_rule: 1,
-            },
-        );
+        next.insert(id, TableEntry::new(f, schema));
         self.persist(dev, &next)?;
         self.tables = next;
         Ok(id)
     }
 
-    /// SEND_IDX_ENC: the per-page index of table `table`.
+    /// SEND_IDX_ENC: add a per-page index (key) on a column of table `table`. The first
+    /// key keeps the version-1 entry format; a second or later one packs all keys into
+    /// version-2 entries of a new generation (see the module docs). Refused, with nothing
+    /// registered, when the column already has a key, the table has [`MAX_KEYS`], or the
+    /// packed entry would not fit the device's extension bytes.
     pub fn register_encoding(
         &mut self,
         dev: &mut BlockDevice,
@@ -632,9 +956,6 @@ impl Flixr {
             .tables
             .get(&table)
             .ok_or(FlixrError::UnknownTable(table))?;
-        if t.index.is_some() {
-            return Err(FlixrError::EncodingExists(table));
-        }
         let col = t.schema.column_index(&spec.column).map_err(|_| {
             FlixrError::BadEncoding(format!(
                 "table {:?} has no column {:?} (columns: {})",
@@ -648,6 +969,9 @@ impl Flixr {
                     .join(", ")
             ))
         })?;
+        if t.keys.iter().any(|(c, _)| *c == col) {
+            return Err(FlixrError::EncodingExists(table));
+        }
         let ty = t.format.columns[col].1;
         if !ty.is_numeric() {
             return Err(FlixrError::BadEncoding(format!(
@@ -676,47 +1000,180 @@ impl Flixr {
                 }
             }
         }
-        let mut next = self.tables.clone();
-        if let Some(e) = next.get_mut(&table) {
-            e.index = Some((col, spec.encoding));
+        if t.keys.len() >= MAX_KEYS {
+            return Err(FlixrError::Full(format!(
+                "table {table} already has {MAX_KEYS} per-page index keys"
+            )));
         }
+        let mut e = t.clone();
+        e.generation = if e.keys.is_empty() && e.generation == 0 {
+            0
+        } else {
+            e.generation.wrapping_add(1).max(1)
+        };
+        e.keys.push((col, spec.encoding));
+        let layout = KeyLayout::of(table, &e);
+        let have = dev.ftl().config().ext_bytes;
+        if layout.entry_bytes() > have as usize {
+            let detail = std::iter::once("4 header".to_string())
+                .chain(layout.slots.iter().map(|s| {
+                    let kind = match &s.encoding {
+                        IndexEncoding::Range => "range",
+                        IndexEncoding::Bitmap { .. } => "bitmap",
+                    };
+                    format!("{} {kind} {}", e.format.columns[s.column].0, s.width)
+                }))
+                .collect::<Vec<_>>()
+                .join(" + ");
+            return Err(FlixrError::KeysDoNotFit {
+                need: layout.entry_bytes() as u32,
+                have,
+                detail,
+            });
+        }
+        let mut next = self.tables.clone();
+        next.insert(table, e);
         self.persist(dev, &next)?;
         self.tables = next;
         Ok(())
     }
 
-    /// SEND_IDX_ICR: register a comparison rule for `table`; returns its rule id.
-    pub fn register_rule(&mut self, table: u8, rule: IndexRule) -> Result<u16, FlixrError> {
+    /// DropIdxEnc: remove the key on `column` of `table` (durably). The table's entries
+    /// get a new generation: pages keep being read until they are rewritten. Rule terms
+    /// and join rules on the column then rule nothing out.
+    pub fn drop_encoding(
+        &mut self,
+        dev: &mut BlockDevice,
+        table: u8,
+        column: &str,
+    ) -> Result<(), FlixrError> {
+        let t = self
+            .tables
+            .get(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        let pos = t
+            .schema
+            .column_index(column)
+            .ok()
+            .and_then(|c| t.keys.iter().position(|(k, _)| *k == c))
+            .ok_or_else(|| {
+                FlixrError::BadEncoding(format!(
+                    "table {:?} has no per-page index on column {column:?} (indexed: {})",
+                    t.format.name,
+                    t.keys
+                        .iter()
+                        .map(|(c, _)| t.format.columns[*c].0.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+        let mut e = t.clone();
+        e.keys.remove(pos);
+        e.generation = e.generation.wrapping_add(1).max(1);
+        let mut next = self.tables.clone();
+        next.insert(table, e);
+        self.persist(dev, &next)?;
+        self.tables = next;
+        Ok(())
+    }
+
+    /// The layout of `table`'s entries (which key at which offset), if it is registered.
+    pub fn key_layout(&self, table: u8) -> Option<KeyLayout> {
+        self.tables.get(&table).map(|t| KeyLayout::of(table, t))
+    }
+
+    fn check_rule(rule: &IndexRule) -> Result<(), FlixrError> {
+        match rule {
+            IndexRule::Between { lo, hi } if lo > hi => Err(FlixrError::BadRule(format!(
+                "empty range: lo {lo} > hi {hi}"
+            ))),
+            IndexRule::In(vs) if vs.is_empty() || vs.len() > MAX_RULE_VALUES => {
+                Err(FlixrError::BadRule(format!(
+                    "an IN list has 1..={MAX_RULE_VALUES} values, got {}",
+                    vs.len()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn add_rule(&mut self, table: u8, terms: Vec<(usize, IndexRule)>) -> Result<u16, FlixrError> {
         let t = self
             .tables
             .get_mut(&table)
             .ok_or(FlixrError::UnknownTable(table))?;
-        if t.index.is_none() {
-            return Err(FlixrError::NoEncoding(table));
-        }
-        match &rule {
-            IndexRule::Between { lo, hi } if lo > hi => {
-                return Err(FlixrError::BadRule(format!(
-                    "empty range: lo {lo} > hi {hi}"
-                )));
-            }
-            IndexRule::In(vs) if vs.is_empty() || vs.len() > MAX_RULE_VALUES => {
-                return Err(FlixrError::BadRule(format!(
-                    "an IN list has 1..={MAX_RULE_VALUES} values, got {}",
-                    vs.len()
-                )));
-            }
-            _ => {}
-        }
         if t.rules.len() >= MAX_RULES_PER_TABLE {
             return Err(FlixrError::Full(format!(
                 "table {table} already has {MAX_RULES_PER_TABLE} rules"
             )));
         }
-        let id = t.next_rule;
-        t.next_rule = t.next_rule.wrapping_add(1).max(1);
-        t.rules.insert(id, rule);
+        let mut id = t.next_rule;
+        while t.rules.contains_key(&id) {
+            id = id.wrapping_add(1).max(1);
+        }
+        t.next_rule = id.wrapping_add(1).max(1);
+        t.rules.insert(id, terms);
         Ok(id)
+    }
+
+    /// SEND_IDX_ICR: register a comparison rule on the first key of `table`; returns its
+    /// rule id.
+    pub fn register_rule(&mut self, table: u8, rule: IndexRule) -> Result<u16, FlixrError> {
+        let t = self
+            .tables
+            .get(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        let Some((col, _)) = t.keys.first() else {
+            return Err(FlixrError::NoEncoding(table));
+        };
+        let col = *col;
+        Self::check_rule(&rule)?;
+        self.add_rule(table, vec![(col, rule)])
+    }
+
+    /// SEND_IDX_ICR over several keys: a rule whose terms (one predicate per indexed
+    /// column, ANDed) are compared with the matching keys of each entry; returns its id.
+    pub fn register_rule_terms(
+        &mut self,
+        table: u8,
+        terms: Vec<RuleTerm>,
+    ) -> Result<u16, FlixrError> {
+        let t = self
+            .tables
+            .get(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        if t.keys.is_empty() {
+            return Err(FlixrError::NoEncoding(table));
+        }
+        if terms.is_empty() || terms.len() > MAX_RULE_TERMS {
+            return Err(FlixrError::BadRule(format!(
+                "a rule has 1..={MAX_RULE_TERMS} terms, got {}",
+                terms.len()
+            )));
+        }
+        let mut out = Vec::with_capacity(terms.len());
+        for term in terms {
+            let col = t
+                .schema
+                .column_index(&term.column)
+                .ok()
+                .filter(|c| t.keys.iter().any(|(k, _)| k == c))
+                .ok_or_else(|| {
+                    FlixrError::BadRule(format!(
+                        "column {:?} of table {:?} has no per-page index (indexed: {})",
+                        term.column,
+                        t.format.name,
+                        t.keys
+                            .iter()
+                            .map(|(c, _)| t.format.columns[*c].0.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?;
+            Self::check_rule(&term.rule)?;
+            out.push((col, term.rule));
+        }
+        self.add_rule(table, out)
     }
 
     /// Release rule `(table, rule)`.
@@ -741,9 +1198,48 @@ impl Flixr {
         next.remove(&table);
         self.persist(dev, &next)?;
         self.tables = next;
+        let gone: Vec<u16> = self
+            .table_indexes
+            .iter()
+            .filter(|(_, t)| t.table == table)
+            .map(|(id, _)| *id)
+            .collect();
         self.table_indexes.retain(|_, t| t.table != table);
-        self.join_rules.retain(|(t, _), _| *t != table);
+        self.join_rules
+            .retain(|(t, _), (tia, _)| *t != table && !gone.contains(tia));
         Ok(())
+    }
+
+    /// DropTidxEnc: release per-table index `tia` and the join rules comparing with it.
+    pub fn drop_table_index(&mut self, tia: u16) -> Result<(), FlixrError> {
+        self.table_indexes
+            .remove(&tia)
+            .ok_or(FlixrError::UnknownTableIndex(tia))?;
+        self.join_rules.retain(|_, (t, _)| *t != tia);
+        Ok(())
+    }
+
+    /// DropTidxIcr: release join rule `(table, rule)`.
+    pub fn drop_join_rule(&mut self, table: u8, rule: u16) -> Result<(), FlixrError> {
+        self.join_rules
+            .remove(&(table, rule))
+            .map(|_| ())
+            .ok_or(FlixrError::UnknownJoinRule { table, rule })
+    }
+
+    /// Per-table indexes and join rules held (the TIRA's occupancy).
+    pub fn join_state(&self) -> (usize, usize) {
+        (self.table_indexes.len(), self.join_rules.len())
+    }
+
+    /// A free id for a per-table index or join rule (they share one id space).
+    fn fresh_join_id(&mut self) -> u16 {
+        let mut id = self.next_tia;
+        while self.table_indexes.contains_key(&id) || self.join_rules.keys().any(|k| k.1 == id) {
+            id = id.wrapping_add(1).max(1);
+        }
+        self.next_tia = id.wrapping_add(1).max(1);
+        id
     }
 
     /// LBAs per page of `table`, if it is registered.
@@ -764,7 +1260,7 @@ impl Flixr {
         at: SimTime,
     ) -> Result<(Vec<u64>, u64, SimTime), CommandError> {
         Self::need_ext(dev, 8).map_err(|e| refusal(e, at))?;
-        let (enc, r) = self.rule(table, rule).map_err(|e| refusal(e, at))?;
+        let (layout, terms) = self.rule(table, rule).map_err(|e| refusal(e, at))?;
         let miss0 = self.cache.misses;
         let mut t = at;
         let mut kept = Vec::new();
@@ -776,7 +1272,7 @@ impl Flixr {
                     .lookup(dev, l, at)
                     .map_err(|error| CommandError { error, done: at })?;
                 t = t.max(tt);
-                if pending || may_match(&Entry::decode(&bytes), table, &enc, &r) {
+                if pending || layout.may_match(&Entry::decode(&bytes), &terms) {
                     keep = true;
                 }
             }
@@ -794,18 +1290,24 @@ impl Flixr {
         Ok((kept, self.cache.misses - miss0, t))
     }
 
-    /// The table id, encoding and rule of `(table, rule)`.
-    fn rule(&self, table: u8, rule: u16) -> Result<(IndexEncoding, IndexRule), FlixrError> {
+    /// The key layout and the terms of rule `(table, rule)`.
+    fn rule(
+        &self,
+        table: u8,
+        rule: u16,
+    ) -> Result<(KeyLayout, Vec<(usize, IndexRule)>), FlixrError> {
         let t = self
             .tables
             .get(&table)
             .ok_or(FlixrError::UnknownTable(table))?;
-        let (_, enc) = t.index.as_ref().ok_or(FlixrError::NoEncoding(table))?;
+        if t.keys.is_empty() {
+            return Err(FlixrError::NoEncoding(table));
+        }
         let r = t
             .rules
             .get(&rule)
             .ok_or(FlixrError::UnknownRule { table, rule })?;
-        Ok((enc.clone(), r.clone()))
+        Ok((KeyLayout::of(table, t), r.clone()))
     }
 
     /// Check that WRITE_IDX may write pages of `table`.
@@ -814,54 +1316,44 @@ impl Flixr {
             .tables
             .get(&table)
             .ok_or(FlixrError::UnknownTable(table))?;
-        if t.index.is_none() {
+        if t.keys.is_empty() {
             return Err(FlixrError::NoEncoding(table));
         }
         Self::need_ext(dev, 8)?;
         Ok(())
     }
 
-    /// The entry of one page of `table` (and the rows parsed: the counted work).
+    /// The entry of one page of `table` (and the rows parsed: the counted work): every
+    /// key of the table, packed as its [`KeyLayout`] says.
     pub fn compute(&self, table: u8, page: &[u8]) -> (Entry, usize) {
         let Some(t) = self.tables.get(&table) else {
             return (Entry::None, 0);
         };
-        let Some((col, enc)) = &t.index else {
+        if t.keys.is_empty() {
             return (Entry::None, 0);
-        };
+        }
         let Ok(view) = PageView::parse(page, &t.schema) else {
             return (Entry::Opaque(table), 0);
         };
         if view.layout() != t.format.layout {
             return (Entry::Opaque(table), 0);
         }
-        let Ok(c) = view.column(*col) else {
-            return (Entry::Opaque(table), 0);
-        };
-        let mut vals = Vec::with_capacity(view.row_count());
-        if c.decode_i64_into(&mut vals).is_err() {
-            return (Entry::Opaque(table), 0);
+        let mut values = Vec::with_capacity(t.keys.len());
+        for (col, _) in &t.keys {
+            let Ok(c) = view.column(*col) else {
+                return (Entry::Opaque(table), 0);
+            };
+            let mut vals = Vec::with_capacity(view.row_count());
+            if c.decode_i64_into(&mut vals).is_err() {
+                return (Entry::Opaque(table), 0);
+            }
+            values.push(vals);
         }
-        let rows = vals.len();
+        let rows = values.first().map_or(0, Vec::len);
         if rows == 0 {
             return (Entry::Empty(table), 0);
         }
-        let e = match enc {
-            IndexEncoding::Range => Entry::Range {
-                table,
-                min: vals.iter().copied().min().unwrap_or(0),
-                max: vals.iter().copied().max().unwrap_or(0),
-            },
-            IndexEncoding::Bitmap { bounds } => {
-                let mut bits = vec![0u8; (bounds.len() + 1).div_ceil(8)];
-                for &v in &vals {
-                    let b = bucket(bounds, v);
-                    bits[b / 8] |= 1 << (b % 8);
-                }
-                Entry::Bitmap { table, bits }
-            }
-        };
-        (e, rows)
+        (KeyLayout::of(table, t).build(&values), rows * t.keys.len())
     }
 
     /// Bus cycles of building entries over `rows` rows of `pages` pages.
@@ -1064,9 +1556,9 @@ impl Flixr {
         blocks: u32,
         at: SimTime,
     ) -> Result<(IndexRead, SimTime), CommandError> {
-        let (enc, r) = self.rule(table, rule).map_err(|e| refusal(e, at))?;
+        let (layout, terms) = self.rule(table, rule).map_err(|e| refusal(e, at))?;
         let (reply, t, _) =
-            self.filtered_read(dev, lba, blocks, at, |e| may_match(e, table, &enc, &r))?;
+            self.filtered_read(dev, lba, blocks, at, |e| layout.may_match(e, &terms))?;
         Ok((reply, t))
     }
 
@@ -1173,10 +1665,12 @@ impl Flixr {
             )));
         }
         if self.table_indexes.len() >= MAX_RULES_PER_TABLE * 4 {
-            return Err(FlixrError::Full("the TIRA is full".into()));
+            return Err(FlixrError::Full(format!(
+                "the TIRA is full ({} per-table indexes): release one with DropTidxEnc",
+                MAX_RULES_PER_TABLE * 4
+            )));
         }
-        let id = self.next_tia;
-        self.next_tia = self.next_tia.wrapping_add(1).max(1);
+        let id = self.fresh_join_id();
         let bits = vec![0u8; (spec.bounds.len() + 1).div_ceil(8)];
         self.table_indexes.insert(
             id,
@@ -1201,21 +1695,23 @@ impl Flixr {
             .tables
             .get(&table)
             .ok_or(FlixrError::UnknownTable(table))?;
-        match &t.index {
-            Some((_, IndexEncoding::Bitmap { bounds })) if *bounds == ti.bounds => {}
-            _ => {
-                return Err(FlixrError::BadRule(format!(
-                    "table {table}'s per-page index must be a bitmap with the split points of per-table index {tia}"
-                )));
-            }
-        }
+        let Some(col) = t.keys.iter().find_map(|(c, e)| match e {
+            IndexEncoding::Bitmap { bounds } if *bounds == ti.bounds => Some(*c),
+            _ => None,
+        }) else {
+            return Err(FlixrError::BadRule(format!(
+                "table {table} needs a per-page bitmap index with the split points of per-table index {tia}"
+            )));
+        };
         if self.join_rules.len() >= MAX_RULES_PER_TABLE * 4 {
-            return Err(FlixrError::Full("the join rule table is full".into()));
+            return Err(FlixrError::Full(format!(
+                "the join rule table is full ({} rules): release one with DropTidxIcr",
+                MAX_RULES_PER_TABLE * 4
+            )));
         }
         // Join rules have their own ids (READ_IDX_JOIN2 only).
-        let id = self.next_tia;
-        self.next_tia = self.next_tia.wrapping_add(1).max(1);
-        self.join_rules.insert((table, id), tia);
+        let id = self.fresh_join_id();
+        self.join_rules.insert((table, id), (tia, col));
         Ok(id)
     }
 
@@ -1234,7 +1730,7 @@ impl Flixr {
         blocks: u32,
         at: SimTime,
     ) -> Result<(IndexRead, SimTime), CommandError> {
-        let (enc, r) = self.rule(table, rule).map_err(|e| refusal(e, at))?;
+        let (layout, terms) = self.rule(table, rule).map_err(|e| refusal(e, at))?;
         let ti = self
             .table_indexes
             .get(&tia)
@@ -1248,16 +1744,13 @@ impl Flixr {
                 at,
             ));
         }
-        let (Some(t), Some((fcol, _))) = (
-            self.tables.get(&table),
-            self.tables.get(&table).and_then(|t| t.index.clone()),
-        ) else {
+        let Some(t) = self.tables.get(&table) else {
             return Err(refusal(FlixrError::NoEncoding(table), at));
         };
-        let (schema, layout, kcol) = (t.schema.clone(), t.format.layout, ti.column);
+        let (schema, page_layout, kcol) = (t.schema.clone(), t.format.layout, ti.column);
         let k = t.format.page_lbas.max(1) as usize;
         let (reply, done, from) =
-            self.filtered_read(dev, lba, blocks, at, |e| may_match(e, table, &enc, &r))?;
+            self.filtered_read(dev, lba, blocks, at, |e| layout.may_match(e, &terms))?;
         let ls = dev.ftl().lba_size();
         let mut rows = 0usize;
         let mut bits = std::mem::take(&mut self.table_indexes.get_mut(&tia).expect("checked").bits);
@@ -1265,7 +1758,8 @@ impl Flixr {
             bits.fill(0);
         }
         let bounds = self.table_indexes[&tia].bounds.clone();
-        let (mut fv, mut kv) = (Vec::new(), Vec::new());
+        let mut kv = Vec::new();
+        let mut tv: Vec<Vec<i64>> = vec![Vec::new(); terms.len()];
         // A table page is `k` aligned LBAs: the LBAs returned are grouped by page. A page
         // only partly returned (the command's range cut it) cannot be parsed: its keys
         // are unknown, so every bucket is set (JOIN2 then skips nothing, never a match).
@@ -1288,20 +1782,29 @@ impl Flixr {
             let Ok(view) = PageView::parse(p, &schema) else {
                 continue;
             };
-            if view.layout() != layout {
+            if view.layout() != page_layout {
                 continue;
             }
-            let (Ok(f), Ok(k)) = (view.column(fcol), view.column(kcol)) else {
+            let Ok(k) = view.column(kcol) else {
                 continue;
             };
-            fv.clear();
             kv.clear();
-            if f.decode_i64_into(&mut fv).is_err() || k.decode_i64_into(&mut kv).is_err() {
+            if k.decode_i64_into(&mut kv).is_err() {
                 continue;
             }
-            rows += fv.len();
-            for (x, key) in fv.iter().zip(&kv) {
-                if r.matches(*x) {
+            let mut parsed = true;
+            for ((col, _), v) in terms.iter().zip(tv.iter_mut()) {
+                v.clear();
+                parsed &= view
+                    .column(*col)
+                    .is_ok_and(|c| c.decode_i64_into(v).is_ok() && v.len() == kv.len());
+            }
+            if !parsed {
+                continue;
+            }
+            rows += kv.len() * (1 + terms.len());
+            for (i, key) in kv.iter().enumerate() {
+                if terms.iter().zip(&tv).all(|((_, r), v)| r.matches(v[i])) {
                     let b = bucket(&bounds, *key);
                     bits[b / 8] |= 1 << (b % 8);
                 }
@@ -1311,7 +1814,7 @@ impl Flixr {
             ti.bits = bits;
         }
         // The scan of the pages read runs on the embedded cores as they arrive.
-        let c = core_cycles(dev, Self::build_cycles(dev, reply.lbas.len(), 2 * rows));
+        let c = core_cycles(dev, Self::build_cycles(dev, reply.lbas.len(), rows));
         let cpu = dev.controller_mut().cpu(from, c);
         Ok((reply, done.max(cpu)))
     }
@@ -1327,21 +1830,28 @@ impl Flixr {
         blocks: u32,
         at: SimTime,
     ) -> Result<(IndexRead, SimTime), CommandError> {
-        let tia = *self
+        let (tia, col) = *self
             .join_rules
             .get(&(table, rule))
             .ok_or_else(|| refusal(FlixrError::UnknownRule { table, rule }, at))?;
+        let layout = self
+            .key_layout(table)
+            .ok_or_else(|| refusal(FlixrError::UnknownTable(table), at))?;
+        let slot = layout.slots.iter().position(|s| s.column == col);
         let want = self
             .table_indexes
             .get(&tia)
             .map(|t| t.bits.clone())
             .ok_or_else(|| refusal(FlixrError::UnknownTableIndex(tia), at))?;
         let (reply, done, _) = self.filtered_read(dev, lba, blocks, at, |e| match e {
-            Entry::Bitmap { table: x, bits } if *x == table => {
-                bits.iter().zip(&want).any(|(a, b)| a & b != 0)
-            }
             Entry::Empty(x) if *x == table => false,
-            _ => true,
+            _ => match (slot, layout.keys(e)) {
+                (Some(i), Some(keys)) => match &keys[i] {
+                    KeyEntry::Bitmap(bits) => bits.iter().zip(&want).any(|(a, b)| a & b != 0),
+                    KeyEntry::Range { .. } => true,
+                },
+                _ => true,
+            },
         })?;
         Ok((reply, done))
     }
@@ -1378,10 +1888,16 @@ impl Flixr {
         let (bytes, pending, t) = self
             .lookup(dev, lba, t)
             .map_err(|error| CommandError { error, done: t })?;
-        let v = match Entry::decode(&bytes) {
+        let layout = self.key_layout(table);
+        let e = Entry::decode(&bytes);
+        let first = layout
+            .as_ref()
+            .and_then(|l| l.keys(&e))
+            .and_then(|k| k.into_iter().next());
+        let v = match (e, first) {
             _ if pending => HostIndexValue::Unknown,
-            Entry::Range { table: x, min, max } if x == table => HostIndexValue::Range { min, max },
-            Entry::Empty(x) if x == table => HostIndexValue::Empty,
+            (Entry::Empty(x), _) if x == table => HostIndexValue::Empty,
+            (_, Some(KeyEntry::Range { min, max })) => HostIndexValue::Range { min, max },
             _ => HostIndexValue::Unknown,
         };
         Ok((v, dev.respond(t, 16)))
@@ -1451,9 +1967,35 @@ impl Flixr {
 // The registry as the controller blob: tables and encodings (rules are not kept).
 fn encode_registry(tables: &BTreeMap<u8, TableEntry>) -> Vec<u8> {
     // Version 1 when every page is one LBA (the bytes stay those of older images);
-    // version 2 adds each table's LBAs per page after its index.
-    let v2 = tables.values().any(|t| t.format.page_lbas != 1);
-    let mut v = if v2 { BLOB_MAGIC_V2 } else { BLOB_MAGIC }.to_vec();
+    // version 2 adds each table's LBAs per page after its index; version 3 (a table with
+    // several keys, or whose keys changed) has a key count, the keys and the generation
+    // in place of the one index, then the LBAs per page.
+    let v3 = tables
+        .values()
+        .any(|t| t.generation != 0 || t.keys.len() > 1);
+    let v2 = !v3 && tables.values().any(|t| t.format.page_lbas != 1);
+    let mut v = if v3 {
+        BLOB_MAGIC_V3
+    } else if v2 {
+        BLOB_MAGIC_V2
+    } else {
+        BLOB_MAGIC
+    }
+    .to_vec();
+    let key = |v: &mut Vec<u8>, col: usize, enc: &IndexEncoding| match enc {
+        IndexEncoding::Range => {
+            v.push(1);
+            v.extend_from_slice(&(col as u16).to_le_bytes());
+        }
+        IndexEncoding::Bitmap { bounds } => {
+            v.push(2);
+            v.extend_from_slice(&(col as u16).to_le_bytes());
+            v.extend_from_slice(&(bounds.len() as u16).to_le_bytes());
+            for b in bounds {
+                v.extend_from_slice(&b.to_le_bytes());
+            }
+        }
+    };
     let s = |v: &mut Vec<u8>, x: &str| {
         v.extend_from_slice(&(x.len() as u16).to_le_bytes());
         v.extend_from_slice(x.as_bytes());
@@ -1476,22 +2018,19 @@ fn encode_registry(tables: &BTreeMap<u8, TableEntry>) -> Vec<u8> {
             v.push(tag);
             v.extend_from_slice(&p.to_le_bytes());
         }
-        match &t.index {
-            None => v.push(0),
-            Some((col, IndexEncoding::Range)) => {
-                v.push(1);
-                v.extend_from_slice(&(*col as u16).to_le_bytes());
+        if v3 {
+            v.push(t.keys.len() as u8);
+            for (col, enc) in &t.keys {
+                key(&mut v, *col, enc);
             }
-            Some((col, IndexEncoding::Bitmap { bounds })) => {
-                v.push(2);
-                v.extend_from_slice(&(*col as u16).to_le_bytes());
-                v.extend_from_slice(&(bounds.len() as u16).to_le_bytes());
-                for b in bounds {
-                    v.extend_from_slice(&b.to_le_bytes());
-                }
+            v.push(t.generation);
+        } else {
+            match t.keys.first() {
+                None => v.push(0),
+                Some((col, enc)) => key(&mut v, *col, enc),
             }
         }
-        if v2 {
+        if v2 || v3 {
             v.extend_from_slice(&t.format.page_lbas.to_le_bytes());
         }
     }
@@ -1508,9 +2047,10 @@ fn decode_registry(b: &[u8]) -> Option<BTreeMap<u8, TableEntry>> {
         *p += n;
         Some(s)
     };
-    let v2 = match take(&mut p, 4)? {
-        m if m == BLOB_MAGIC => false,
-        m if m == BLOB_MAGIC_V2 => true,
+    let version = match take(&mut p, 4)? {
+        m if m == BLOB_MAGIC => 1,
+        m if m == BLOB_MAGIC_V2 => 2,
+        m if m == BLOB_MAGIC_V3 => 3,
         _ => return None,
     };
     let u8_ = |p: &mut usize| take(p, 1).map(|s| s[0]);
@@ -1541,21 +2081,39 @@ fn decode_registry(b: &[u8]) -> Option<BTreeMap<u8, TableEntry>> {
             };
             columns.push((cn, ty));
         }
-        let index = match u8_(&mut p)? {
-            0 => None,
-            1 => Some((u16_(&mut p)? as usize, IndexEncoding::Range)),
-            2 => {
-                let col = u16_(&mut p)? as usize;
-                let nb = u16_(&mut p)?;
-                let mut bounds = Vec::new();
-                for _ in 0..nb {
-                    bounds.push(i64::from_le_bytes(take(&mut p, 8)?.try_into().ok()?));
+        let key = |p: &mut usize, kind: u8| -> Option<(usize, IndexEncoding)> {
+            match kind {
+                1 => Some((u16_(p)? as usize, IndexEncoding::Range)),
+                2 => {
+                    let col = u16_(p)? as usize;
+                    let nb = u16_(p)?;
+                    let mut bounds = Vec::new();
+                    for _ in 0..nb {
+                        bounds.push(i64::from_le_bytes(take(p, 8)?.try_into().ok()?));
+                    }
+                    Some((col, IndexEncoding::Bitmap { bounds }))
                 }
-                Some((col, IndexEncoding::Bitmap { bounds }))
+                _ => None,
             }
-            _ => return None,
         };
-        let page_lbas = if v2 {
+        let (keys, generation) = if version == 3 {
+            let n = u8_(&mut p)?;
+            let mut keys = Vec::new();
+            for _ in 0..n {
+                let kind = u8_(&mut p)?;
+                keys.push(key(&mut p, kind)?);
+            }
+            (keys, u8_(&mut p)?)
+        } else {
+            match u8_(&mut p)? {
+                0 => (Vec::new(), 0),
+                kind => (vec![key(&mut p, kind)?], 0),
+            }
+        };
+        if keys.iter().any(|(c, _)| *c >= columns.len()) {
+            return None;
+        }
+        let page_lbas = if version >= 2 {
             u32::from_le_bytes(take(&mut p, 4)?.try_into().ok()?)
         } else {
             1
@@ -1575,7 +2133,8 @@ fn decode_registry(b: &[u8]) -> Option<BTreeMap<u8, TableEntry>> {
                     page_lbas,
                 },
                 schema,
-                index,
+                keys,
+                generation,
                 rules: BTreeMap::new(),
                 next_rule: 1,
             },
@@ -1598,7 +2157,8 @@ mod tests {
                 layout: Layout::Pax,
                 page_lbas,
             },
-            index: Some((0, IndexEncoding::Bitmap { bounds: vec![3, 9] })),
+            keys: vec![(0, IndexEncoding::Bitmap { bounds: vec![3, 9] })],
+            generation: 0,
             rules: BTreeMap::new(),
             next_rule: 1,
         }
@@ -1619,6 +2179,60 @@ mod tests {
         assert_eq!(&b[..4], BLOB_MAGIC_V2);
         assert_eq!(decode_registry(&b), Some(multi));
         assert_eq!(decode_registry(&b[..b.len() - 1]), None, "truncated");
+    }
+
+    #[test]
+    fn registry_keeps_several_keys_and_the_generation() {
+        let mut t = entry("m", 2);
+        t.format.columns.push(("d".into(), ColumnType::Date));
+        t.schema = Schema::new(
+            "m",
+            vec![
+                Column::new("k", ColumnType::Int64),
+                Column::new("d", ColumnType::Date),
+            ],
+        )
+        .expect("schema");
+        t.keys.push((1, IndexEncoding::Range));
+        t.generation = 3;
+        let tables: BTreeMap<u8, TableEntry> = [(1, t.clone()), (2, entry("a", 1))].into();
+        let b = encode_registry(&tables);
+        assert_eq!(&b[..4], BLOB_MAGIC_V3);
+        assert_eq!(decode_registry(&b), Some(tables));
+        assert_eq!(decode_registry(&b[..b.len() - 2]), None, "truncated");
+        // The layout: bitmap of 3 buckets (1 byte), then the DATE range as two i32.
+        let l = KeyLayout::of(1, &t);
+        assert_eq!(
+            l.slots
+                .iter()
+                .map(|s| (s.offset, s.width, s.narrow))
+                .collect::<Vec<_>>(),
+            vec![(0, 1, false), (1, 8, true)]
+        );
+        assert_eq!(l.entry_bytes(), 13);
+        let e = l.build(&[vec![0, 5, 12], vec![-3, 40, 7]]);
+        let bytes = e.encode(24);
+        assert_eq!(bytes[0], ENTRY_V2);
+        let back = Entry::decode(&bytes);
+        assert_eq!(
+            l.keys(&back),
+            Some(vec![
+                KeyEntry::Bitmap(vec![0b111]),
+                KeyEntry::Range { min: -3, max: 40 }
+            ])
+        );
+        let between = |lo, hi| IndexRule::Between { lo, hi };
+        assert!(l.may_match(&back, &[(0, between(3, 3)), (1, between(40, 50))]));
+        assert!(!l.may_match(&back, &[(0, between(3, 3)), (1, between(41, 50))]));
+        assert!(
+            l.may_match(&back, &[(7, between(0, 0))]),
+            "no key: no verdict"
+        );
+        // Another generation says nothing.
+        let mut old = t.clone();
+        old.generation = 2;
+        assert_eq!(KeyLayout::of(1, &old).keys(&back), None);
+        assert!(KeyLayout::of(1, &old).may_match(&back, &[(1, between(41, 50))]));
     }
 
     #[test]

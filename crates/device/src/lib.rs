@@ -26,7 +26,7 @@ pub use controller::Controller;
 pub use csd_query::{scan_threads, set_scan_threads};
 pub use flixr::{
     Flixr, FlixrError, FlixrStats, HostIndexValue, IndexEncoding, IndexRead, IndexRule, IndexSpec,
-    JoinIndexSpec, TableFormat,
+    JoinIndexSpec, KeyEntry, KeyLayout, RuleTerm, TableFormat,
 };
 pub use isp::{HW_AGG_REGISTER_GROUPS, IspMode, IspOpen, IspReply, SessionState, TableExtent};
 pub use nvme::{

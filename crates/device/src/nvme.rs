@@ -51,7 +51,7 @@
 use crate::block::{BlockDevice, CommandError};
 use crate::flixr::{
     DEFAULT_INDEX_CACHE_BYTES, Flixr, FlixrError, HostIndexValue, IndexRead, IndexRule, IndexSpec,
-    JoinIndexSpec, TableFormat,
+    JoinIndexSpec, RuleTerm, TableFormat,
 };
 use crate::isp::{IspOpen, IspRefusal, IspReply, Runtime};
 use crate::ssd_btree::SsdBtree;
@@ -243,6 +243,37 @@ pub enum Command {
         /// Rule id.
         rule: u16,
     },
+    /// FLIXR SEND_IDX_ICR over several keys (admin, §3.1/§6.4): a rule whose terms, one
+    /// predicate per indexed column, are ANDed; READ_IDX skips a page when any term's
+    /// key rules it out. The payload is the rule id.
+    SendIdxIcrKeys {
+        /// Table id.
+        table: u8,
+        /// The terms (1..=`flixr::MAX_RULE_TERMS`).
+        terms: Vec<RuleTerm>,
+    },
+    /// Remove one per-page index key of a table (admin, vendor command of this
+    /// realization): the column's encoding leaves the IERA; the table's other keys stay.
+    DropIdxEnc {
+        /// Table id.
+        table: u8,
+        /// The indexed column.
+        column: String,
+    },
+    /// Release per-table index `tia` (admin, §4.5; vendor command of this realization)
+    /// and the join rules comparing with it (the join that used it ended).
+    DropTidxEnc {
+        /// Per-table index id (of SEND_TIDX_ENC).
+        tia: u16,
+    },
+    /// Release join rule `(table, rule)` (admin, §4.5; vendor command of this
+    /// realization).
+    DropTidxIcr {
+        /// Table id.
+        table: u8,
+        /// Join rule id (of SEND_TIDX_ICR).
+        rule: u16,
+    },
     /// Undo SEND_TBL_COL (admin, vendor command of this realization): remove table
     /// `table`, its encoding and rules from the FLIXR registries (its index was dropped).
     DropTblCol {
@@ -315,6 +346,10 @@ impl Command {
             Command::ReadIdxJoin2 { .. } => 0x96,
             Command::DropIdxIcr { .. } => 0xD5,
             Command::DropTblCol { .. } => 0xDD,
+            Command::SendIdxIcrKeys { .. } => 0xE1,
+            Command::DropIdxEnc { .. } => 0xE5,
+            Command::DropTidxEnc { .. } => 0xE9,
+            Command::DropTidxIcr { .. } => 0xED,
             Command::SsdIdxCreate { .. } => 0xD9,
             Command::SsdIdxUpdate { .. } => 0x99,
             Command::SsdIdxRead { .. } => 0x9A,
@@ -334,6 +369,10 @@ impl Command {
                 | Command::SendTidxIcr { .. }
                 | Command::DropIdxIcr { .. }
                 | Command::DropTblCol { .. }
+                | Command::SendIdxIcrKeys { .. }
+                | Command::DropIdxEnc { .. }
+                | Command::DropTidxEnc { .. }
+                | Command::DropTidxIcr { .. }
                 | Command::SsdIdxCreate { .. }
         )
     }
@@ -364,6 +403,10 @@ impl Command {
             Command::ReadIdxJoin2 { .. } => "ReadIdxJoin2",
             Command::DropIdxIcr { .. } => "DropIdxIcr",
             Command::DropTblCol { .. } => "DropTblCol",
+            Command::SendIdxIcrKeys { .. } => "SendIdxIcrKeys",
+            Command::DropIdxEnc { .. } => "DropIdxEnc",
+            Command::DropTidxEnc { .. } => "DropTidxEnc",
+            Command::DropTidxIcr { .. } => "DropTidxIcr",
             Command::SsdIdxCreate { .. } => "SsdIdxCreate",
             Command::SsdIdxUpdate { .. } => "SsdIdxUpdate",
             Command::SsdIdxRead { .. } => "SsdIdxRead",
@@ -1336,6 +1379,47 @@ impl NvmeDevice {
             Command::DropIdxIcr { table, rule } => {
                 self.flixr
                     .drop_rule(table, rule)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, 16);
+                Ok((Payload::None, self.dev.respond(t, 16)))
+            }
+            Command::SendIdxIcrKeys { table, terms } => {
+                let bytes = 32
+                    + terms
+                        .iter()
+                        .map(|t| {
+                            4 + t.column.len() as u64
+                                + match &t.rule {
+                                    IndexRule::Between { .. } => 16,
+                                    IndexRule::In(v) => 8 * v.len() as u64,
+                                }
+                        })
+                        .sum::<u64>();
+                let id = self
+                    .flixr
+                    .register_rule_terms(table, terms)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, bytes);
+                Ok((Payload::FlixrRule(id), self.dev.respond(t, 16)))
+            }
+            Command::DropIdxEnc { table, column } => {
+                let bytes = 16 + column.len() as u64;
+                self.flixr
+                    .drop_encoding(&mut self.dev, table, &column)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, bytes);
+                Ok((Payload::None, self.dev.respond(t, 16)))
+            }
+            Command::DropTidxEnc { tia } => {
+                self.flixr
+                    .drop_table_index(tia)
+                    .map_err(|e| refused(e, at))?;
+                let t = self.dev.receive(at, 16);
+                Ok((Payload::None, self.dev.respond(t, 16)))
+            }
+            Command::DropTidxIcr { table, rule } => {
+                self.flixr
+                    .drop_join_rule(table, rule)
                     .map_err(|e| refused(e, at))?;
                 let t = self.dev.receive(at, 16);
                 Ok((Payload::None, self.dev.respond(t, 16)))

@@ -4,10 +4,10 @@
 //! bounds its rows (range) or covers their buckets (bitmap), and READ_IDX never skips a
 //! page holding a matching row (checked against a full scan).
 
-use csd_device::flixr::{Entry, JoinIndexSpec};
+use csd_device::flixr::{Entry, JoinIndexSpec, KeyEntry};
 use csd_device::{
     BlockDevice, Command, Completion, HostIndexValue, IndexEncoding, IndexRead, IndexRule,
-    IndexSpec, NvmeDevice, Payload, QueueId, Status, TableFormat,
+    IndexSpec, NvmeDevice, Payload, QueueId, RuleTerm, Status, TableFormat,
 };
 use csd_ftl::{Ftl, FtlConfig, WriteCache};
 use csd_nand::{Nand, PowerCut};
@@ -916,8 +916,9 @@ enum Op {
         seed: u64,
     },
     Checkpoint,
-    /// A power cut during the next WRITE_IDX, then recovery.
+    /// A power cut during the next WRITE_IDX (of table a or b), then recovery.
     CutDuring {
+        b: bool,
         at_op: u64,
         lba: u64,
         vals: Vec<Vec<i32>>,
@@ -937,8 +938,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..REGION, 1..4u64).prop_map(|(lba, n)| Op::Trim { lba, n }),
         2 => (64..512u64, any::<u64>()).prop_map(|(n, seed)| Op::Filler { n, seed }),
         1 => Just(Op::Checkpoint),
-        2 => (1..60u64, 0..REGION, prop::collection::vec(vals(), 1..4))
-            .prop_map(|(at_op, lba, vals)| Op::CutDuring { at_op, lba, vals }),
+        2 => (any::<bool>(), 1..60u64, 0..REGION, prop::collection::vec(vals(), 1..4))
+            .prop_map(|(b, at_op, lba, vals)| Op::CutDuring { b, at_op, lba, vals }),
     ]
 }
 
@@ -950,6 +951,24 @@ struct World {
     wb: bool,
     /// GC victims so far (FTL counters restart at each recovery).
     gc_victims: u64,
+    /// Table b has a second key (a range on `key` after its bitmap on `qty`): its
+    /// entries are multi-key (version 2).
+    multi: bool,
+}
+
+/// The values of column `col` of a page, if it is a page of the table.
+fn col_rows(f: &TableFormat, data: &[u8], col: usize) -> Option<Vec<i64>> {
+    let s = schema(f);
+    let v = PageView::parse(data, &s).ok()?;
+    let mut out = Vec::new();
+    v.column(col).ok()?.decode_i64_into(&mut out).ok()?;
+    Some(out)
+}
+
+/// Give table b its second key (range on `key`).
+fn add_second_key(d: &mut NvmeDevice, q: QueueId, b: u8) {
+    ok(&run(d, q, enc(b, "key", IndexEncoding::Range)));
+    assert_eq!(d.flixr().key_layout(b).unwrap().slots.len(), 2);
 }
 
 impl World {
@@ -1046,8 +1065,14 @@ impl World {
             Op::Checkpoint => {
                 d.block_mut().ftl_mut().checkpoint(T0).unwrap();
             }
-            Op::CutDuring { at_op, lba, vals } => {
-                let data = self.pages(false, *lba, vals);
+            Op::CutDuring {
+                b,
+                at_op,
+                lba,
+                vals,
+            } => {
+                let data = self.pages(*b, *lba, vals);
+                let table = if *b { self.b } else { self.a };
                 self.d
                     .block_mut()
                     .ftl_mut()
@@ -1057,7 +1082,7 @@ impl World {
                     &mut self.d,
                     q,
                     Command::WriteIdx {
-                        table: self.a,
+                        table,
                         lba: *lba,
                         data,
                     },
@@ -1134,8 +1159,67 @@ impl World {
                         l
                     );
                 }
+                Entry::Packed { table, .. } => {
+                    prop_assert_eq!(table, self.b);
+                    prop_assert!(self.multi, "LBA {l}: packed entry of a one-key table");
+                    let layout = self.d.flixr().key_layout(self.b).unwrap();
+                    let keys = layout.keys(&e);
+                    prop_assert!(keys.is_some(), "LBA {l}: entry of another generation");
+                    let (qty, key) = (rows(&fb, data), col_rows(&fb, data, 0));
+                    prop_assert!(qty.is_some() && key.is_some(), "LBA {l}: not a page of b");
+                    for (k, vals) in keys.unwrap().iter().zip([qty.unwrap(), key.unwrap()]) {
+                        match k {
+                            KeyEntry::Bitmap(bits) => {
+                                for x in vals {
+                                    let k = BOUNDS.partition_point(|&b| b <= x);
+                                    prop_assert!(
+                                        bits[k / 8] & (1 << (k % 8)) != 0,
+                                        "LBA {l}: bucket {k}"
+                                    );
+                                }
+                            }
+                            KeyEntry::Range { min, max } => {
+                                for x in vals {
+                                    prop_assert!(
+                                        *min <= x && x <= *max,
+                                        "LBA {l}: key {x} outside [{min}, {max}]"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
                 Entry::Opaque(_) => {}
                 Entry::Pending(_) => prop_assert!(false, "LBA {l}: pending stub left behind"),
+            }
+        }
+        if self.multi {
+            // A rule over both keys of b: never skips a page with a row matching both,
+            // and never reads more than the rule on qty alone.
+            for &(lo, hi) in rules {
+                let (klo, khi) = (lo % 12, lo % 12 + 1);
+                let one = read_under_n(&mut self.d, q, self.b, &[("qty", lo, hi)], REGION as u32);
+                let got = read_under_n(
+                    &mut self.d,
+                    q,
+                    self.b,
+                    &[("qty", lo, hi), ("key", klo, khi)],
+                    REGION as u32,
+                );
+                prop_assert!(got.lbas.len() <= one.lbas.len());
+                let fb = self.fmt(true);
+                for &l in &got.skipped {
+                    let data = &all[l as usize * LBA..(l as usize + 1) * LBA];
+                    if let (Some(q), Some(k)) = (rows(&fb, data), col_rows(&fb, data, 0)) {
+                        prop_assert!(
+                            !q.iter()
+                                .zip(&k)
+                                .any(|(&x, &y)| lo <= x && x <= hi && klo <= y && y <= khi),
+                            "two-key READ_IDX skipped LBA {} holding a matching row",
+                            l
+                        );
+                    }
+                }
             }
         }
         for &(lo, hi) in rules {
@@ -1199,6 +1283,7 @@ proptest! {
         ops in prop::collection::vec(op(), 1..30),
         wb in any::<bool>(),
         rules in prop::collection::vec((0..1000i64, 0..300i64), 1..3),
+        multi in any::<bool>(),
     ) {
         let (mut d, q) = device(24, wb);
         // The whole logical space written once (batches), so that fillers make GC run.
@@ -1210,7 +1295,10 @@ proptest! {
             l += n;
         }
         let (a, b) = setup(&mut d, q);
-        let mut w = World { d, q, a, b, wb, gc_victims: 0 };
+        if multi {
+            add_second_key(&mut d, q, b);
+        }
+        let mut w = World { d, q, a, b, wb, gc_victims: 0, multi };
         let rules: Vec<(i64, i64)> = rules.into_iter().map(|(lo, len)| (lo, lo + len)).collect();
         for op in &ops {
             w.apply(op);
@@ -1231,10 +1319,13 @@ proptest! {
 #[test]
 fn power_cut_during_write_idx_leaves_index_agreeing_with_data() {
     let mut cut_hit = 0;
-    for at_op in 1..12 {
+    for (at_op, multi) in (1..12).flat_map(|i| [(i, false), (i, true)]) {
         let (mut d, q) = device(24, false);
         let (a, b) = setup(&mut d, q);
-        let fa = orders_format("a");
+        if multi {
+            add_second_key(&mut d, q, b);
+        }
+        let fa = orders_format(if multi { "b" } else { "a" });
         let old: Vec<u8> = (0..4)
             .flat_map(|i| page(&fa, &[10 * i, 10 * i + 5]))
             .collect();
@@ -1242,7 +1333,7 @@ fn power_cut_during_write_idx_leaves_index_agreeing_with_data() {
             &mut d,
             q,
             Command::WriteIdx {
-                table: a,
+                table: if multi { b } else { a },
                 lba: 8,
                 data: old,
             },
@@ -1254,9 +1345,11 @@ fn power_cut_during_write_idx_leaves_index_agreeing_with_data() {
             b,
             wb: false,
             gc_victims: 0,
+            multi,
         };
         let new: Vec<Vec<i32>> = (0..4).map(|i| vec![500 + i, 900]).collect();
         if w.apply(&Op::CutDuring {
+            b: multi,
             at_op,
             lba: 8,
             vals: new,
@@ -1265,7 +1358,7 @@ fn power_cut_during_write_idx_leaves_index_agreeing_with_data() {
         }
         w.check(&[(0, 40), (500, 510), (900, 900)]).unwrap();
     }
-    assert!(cut_hit >= 3, "cuts landed inside the command: {cut_hit}");
+    assert!(cut_hit >= 6, "cuts landed inside the command: {cut_hit}");
 }
 
 /// JOIN1 over a table whose pages are two LBAs: the keys of each whole page go into the
@@ -1358,4 +1451,338 @@ fn join1_reads_keys_of_multi_lba_pages() {
     // A range starting inside page 1: its second half cannot be parsed alone.
     join1(&mut d, 103, 3);
     assert_eq!(d.flixr().table_index_bits(tia), Some(&[0xFFu8][..]));
+}
+
+// ---------------------------------------------------------------------------------------
+// Releasing join bitmaps, and multi-key per-page indexes (§6.4).
+
+fn status_has(c: &Completion, want: &str) -> bool {
+    matches!(c.status, Status::InvalidField(ref m) if m.contains(want))
+}
+
+/// A thousand joins' worth of SEND_TIDX_ENC / SEND_TIDX_ICR, each released after: the
+/// device never runs out (without releasing, the 257th registration is refused and says
+/// how to release). Unknown ids are refused and change nothing.
+#[test]
+fn join_registrations_release_and_a_thousand_joins_never_fill_the_tables() {
+    let (mut d, q) = device(24, false);
+    let (a, b) = setup(&mut d, q);
+    let spec = || JoinIndexSpec {
+        column: "qty".into(),
+        bounds: BOUNDS.to_vec(),
+    };
+    for _ in 0..1000 {
+        let tia = rule_id(&run(
+            &mut d,
+            q,
+            Command::SendTidxEnc {
+                table: a,
+                spec: spec(),
+            },
+        ));
+        let rule = rule_id(&run(&mut d, q, Command::SendTidxIcr { table: b, tia }));
+        ok(&run(&mut d, q, Command::DropTidxIcr { table: b, rule }));
+        ok(&run(&mut d, q, Command::DropTidxEnc { tia }));
+    }
+    assert_eq!(d.flixr().join_state(), (0, 0));
+    // Dropping a per-table index takes its join rules with it.
+    let tia = rule_id(&run(
+        &mut d,
+        q,
+        Command::SendTidxEnc {
+            table: a,
+            spec: spec(),
+        },
+    ));
+    let rule = rule_id(&run(&mut d, q, Command::SendTidxIcr { table: b, tia }));
+    assert_eq!(d.flixr().join_state(), (1, 1));
+    // Bad input: unknown ids, the wrong table; nothing changes.
+    for (cmd, want) in [
+        (
+            Command::DropTidxEnc { tia: 9999 },
+            "unknown per-table index",
+        ),
+        (
+            Command::DropTidxIcr {
+                table: b,
+                rule: 9999,
+            },
+            "unknown join rule",
+        ),
+        (Command::DropTidxIcr { table: a, rule }, "unknown join rule"),
+    ] {
+        let c = run(&mut d, q, cmd);
+        assert!(status_has(&c, want), "want {want}: {}", c.status);
+        assert_eq!(d.flixr().join_state(), (1, 1));
+    }
+    ok(&run(&mut d, q, Command::DropTidxEnc { tia }));
+    assert_eq!(d.flixr().join_state(), (0, 0));
+    let c = run(&mut d, q, Command::DropTidxIcr { table: b, rule });
+    assert!(status_has(&c, "unknown join rule"), "{}", c.status);
+    // Without releasing, the table fills and the refusal says what to do.
+    let mut refused = None;
+    for i in 0..300 {
+        let c = run(
+            &mut d,
+            q,
+            Command::SendTidxEnc {
+                table: a,
+                spec: spec(),
+            },
+        );
+        if !c.status.is_success() {
+            refused = Some((i, c.status.to_string()));
+            break;
+        }
+    }
+    let (i, msg) = refused.expect("the TIRA is bounded");
+    assert_eq!(i, 256);
+    assert!(msg.contains("DropTidxEnc"), "{msg}");
+}
+
+/// `(key, qty)` rows as a page of `f`.
+fn kq_page(f: &TableFormat, rows: &[(i64, i32)]) -> Vec<u8> {
+    let s = schema(f);
+    let mut b = PageBuilder::new(s.clone(), f.layout, LBA).unwrap();
+    for &(k, v) in rows {
+        b.push_row(
+            &s.encode_row_vec(&[Value::Int64(k), Value::Int32(v), Value::Char(b"y".to_vec())])
+                .unwrap(),
+        )
+        .unwrap();
+    }
+    b.finish().to_vec()
+}
+
+fn enc(table: u8, column: &str, encoding: IndexEncoding) -> Command {
+    Command::SendIdxEnc {
+        table,
+        spec: IndexSpec {
+            column: column.into(),
+            encoding,
+        },
+    }
+}
+
+fn terms(t: &[(&str, i64, i64)]) -> Vec<RuleTerm> {
+    t.iter()
+        .map(|&(c, lo, hi)| RuleTerm {
+            column: c.into(),
+            rule: IndexRule::Between { lo, hi },
+        })
+        .collect()
+}
+
+fn read_under(d: &mut NvmeDevice, q: QueueId, table: u8, t: &[(&str, i64, i64)]) -> IndexRead {
+    read_under_n(d, q, table, t, 16)
+}
+
+fn read_under_n(
+    d: &mut NvmeDevice,
+    q: QueueId,
+    table: u8,
+    t: &[(&str, i64, i64)],
+    blocks: u32,
+) -> IndexRead {
+    let rule = rule_id(&run(
+        d,
+        q,
+        Command::SendIdxIcrKeys {
+            table,
+            terms: terms(t),
+        },
+    ));
+    let r = index_read(run(
+        d,
+        q,
+        Command::ReadIdx {
+            table,
+            rule,
+            lba: 0,
+            blocks,
+        },
+    ));
+    ok(&run(d, q, Command::DropIdxIcr { table, rule }));
+    r
+}
+
+/// Two keys packed in one entry (a range on `key`, a bitmap on `qty`): a rule over both
+/// skips a page when either key rules it out; a key that does not fit is refused naming
+/// the sizes and registers nothing; dropping a key leaves the pages read until they are
+/// rewritten; the keys survive a power cycle.
+#[test]
+fn multi_key_entries_pack_keys_and_rules_and_them() {
+    let (mut d, q) = device(24, false);
+    let f = orders_format("m");
+    let m = table_id(&run(&mut d, q, Command::SendTblCol(f.clone())));
+    ok(&run(&mut d, q, enc(m, "key", IndexEncoding::Range)));
+    ok(&run(
+        &mut d,
+        q,
+        enc(
+            m,
+            "qty",
+            IndexEncoding::Bitmap {
+                bounds: BOUNDS.to_vec(),
+            },
+        ),
+    ));
+    let layout = d.flixr().key_layout(m).unwrap();
+    assert_eq!(layout.slots.len(), 2);
+    assert_eq!(layout.entry_bytes(), 4 + 16 + 1);
+    assert_ne!(layout.generation, 0);
+    // Page i: keys 10i..10i+9; qty 100*(i % 8) + j.
+    let data: Vec<u8> = (0..16i64)
+        .flat_map(|i| {
+            kq_page(
+                &f,
+                &(0..10)
+                    .map(|j| (10 * i + j, (100 * (i % 8) + j) as i32))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    ok(&run(
+        &mut d,
+        q,
+        Command::WriteIdx {
+            table: m,
+            lba: 0,
+            data: data.clone(),
+        },
+    ));
+    // Key 0..=79 keeps pages 0..8; qty 200..=299 keeps pages 2 and 10; both: page 2.
+    let by_key = read_under(&mut d, q, m, &[("key", 0, 79)]);
+    let by_qty = read_under(&mut d, q, m, &[("qty", 200, 299)]);
+    let both = read_under(&mut d, q, m, &[("key", 0, 79), ("qty", 200, 299)]);
+    assert_eq!(by_key.lbas, (0..8).collect::<Vec<_>>());
+    assert_eq!(by_qty.lbas, vec![2, 10]);
+    assert_eq!(both.lbas, vec![2]);
+    assert_eq!(&both.data[..], &data[2 * LBA..3 * LBA]);
+    // SEND_IDX_ICR (one rule, no column) compares the first key; UPDATE_HOST_INDEX
+    // reports the first key's range.
+    let r = rule_id(&run(
+        &mut d,
+        q,
+        Command::SendIdxIcr {
+            table: m,
+            rule: IndexRule::Between { lo: 150, hi: 155 },
+        },
+    ));
+    let got = index_read(run(
+        &mut d,
+        q,
+        Command::ReadIdx {
+            table: m,
+            rule: r,
+            lba: 0,
+            blocks: 16,
+        },
+    ));
+    assert_eq!(got.lbas, vec![15]);
+    let c = run(&mut d, q, Command::UpdateHostIndex { table: m, lba: 3 });
+    ok(&c);
+    assert_eq!(
+        c.payload,
+        Payload::HostIndex(HostIndexValue::Range { min: 30, max: 39 })
+    );
+    // Bad input: a term on a column without a key, a third key that does not fit, the
+    // same column twice; nothing registered.
+    let c = run(
+        &mut d,
+        q,
+        Command::SendIdxIcrKeys {
+            table: m,
+            terms: terms(&[("note", 0, 1)]),
+        },
+    );
+    assert!(status_has(&c, "no per-page index"), "{}", c.status);
+    let c = run(
+        &mut d,
+        q,
+        Command::SendIdxIcrKeys {
+            table: m,
+            terms: vec![],
+        },
+    );
+    assert!(status_has(&c, "terms"), "{}", c.status);
+    let f2 = orders_format("n");
+    let n = table_id(&run(&mut d, q, Command::SendTblCol(f2)));
+    ok(&run(
+        &mut d,
+        q,
+        enc(
+            n,
+            "qty",
+            IndexEncoding::Bitmap {
+                bounds: (0..120).collect(),
+            },
+        ),
+    ));
+    let before = d.flixr().key_layout(n).unwrap();
+    let c = run(&mut d, q, enc(n, "key", IndexEncoding::Range));
+    assert!(
+        status_has(&c, "would need 36 bytes") && status_has(&c, "keeps 24"),
+        "{}",
+        c.status
+    );
+    assert_eq!(
+        d.flixr().key_layout(n).unwrap(),
+        before,
+        "nothing registered"
+    );
+    let c = run(&mut d, q, enc(m, "qty", IndexEncoding::Range));
+    assert!(status_has(&c, "already"), "{}", c.status);
+    let c = run(
+        &mut d,
+        q,
+        Command::DropIdxEnc {
+            table: m,
+            column: "note".into(),
+        },
+    );
+    assert!(status_has(&c, "no per-page index"), "{}", c.status);
+    assert_eq!(d.flixr().key_layout(m).unwrap(), layout);
+    // Power cycle: both keys and the generation survive, and so do the entries.
+    let nand = d.into_block().into_ftl().crash();
+    let mut d = NvmeDevice::new(Ftl::recover(nand, ftl_cfg(24, false)).unwrap());
+    let q = d.create_queue_pair(16).unwrap();
+    assert_eq!(d.flixr().key_layout(m).unwrap(), layout);
+    let again = read_under(&mut d, q, m, &[("key", 0, 79), ("qty", 200, 299)]);
+    assert_eq!(again.lbas, vec![2]);
+    // Drop the qty key: a new generation, so the old entries are not compared (every
+    // page is read) until the table is rewritten.
+    ok(&run(
+        &mut d,
+        q,
+        Command::DropIdxEnc {
+            table: m,
+            column: "qty".into(),
+        },
+    ));
+    let one = d.flixr().key_layout(m).unwrap();
+    assert_eq!(one.slots.len(), 1);
+    assert_ne!(one.generation, layout.generation);
+    let stale = read_under(&mut d, q, m, &[("key", 0, 9)]);
+    assert_eq!(stale.lbas.len(), 16);
+    ok(&run(
+        &mut d,
+        q,
+        Command::WriteIdx {
+            table: m,
+            lba: 0,
+            data,
+        },
+    ));
+    let fresh = read_under(&mut d, q, m, &[("key", 0, 9)]);
+    assert_eq!(fresh.lbas, vec![0]);
+    let c = run(
+        &mut d,
+        q,
+        Command::SendIdxIcrKeys {
+            table: m,
+            terms: terms(&[("qty", 0, 9)]),
+        },
+    );
+    assert!(status_has(&c, "no per-page index"), "{}", c.status);
 }

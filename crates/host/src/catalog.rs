@@ -17,7 +17,10 @@
 //! with name, type code and parameter). Version 2 (written only when some table has a
 //! FLIXR index, so catalogs without one keep their version-1 bytes) adds per table a
 //! flag and, when set, its per-page index ([`TableIndex`]): name, column, encoding
-//! (range, or bitmap with its split points) and the device's FLIXR table id.
+//! (range, or bitmap with its split points) and the device's FLIXR table id. Version 3
+//! (written only when some table has secondary keys, flixr §6.4) adds after an index its
+//! secondary keys: a u16 count, then name, column and encoding of each. Older catalogs
+//! stay readable.
 
 use crate::client::{CommandIssuer, HostError};
 use csd_table::datagen::RowSource;
@@ -30,6 +33,7 @@ pub const CATALOG_LBAS: u64 = 64;
 const MAGIC: u32 = 0x5441_4343; // "CCAT"
 const VERSION: u16 = 1;
 const VERSION_INDEXED: u16 = 2;
+const VERSION_MULTI_KEY: u16 = 3;
 const HEADER: usize = 4 + 2 + 2 + 8 + 4 + 4;
 
 /// One table stored on the device.
@@ -66,9 +70,18 @@ pub struct TableIndex {
     pub encoding: csd_device::IndexEncoding,
     /// The table id the device's FLIXR registry gave the table.
     pub flixr_table: u8,
+    /// Secondary keys (flixr §3.1, §6.4): indexes on other columns of the same table,
+    /// packed by the device into the same per-page entry, each with its own name (their
+    /// own `secondary` is empty; `flixr_table` is this one's).
+    pub secondary: Vec<TableIndex>,
 }
 
 impl TableIndex {
+    /// This index and its secondary keys, in the device's entry order.
+    pub fn keys(&self) -> impl Iterator<Item = &TableIndex> {
+        std::iter::once(self).chain(self.secondary.iter())
+    }
+
     /// `range` or `bitmap(N buckets)`.
     pub fn kind(&self) -> String {
         match &self.encoding {
@@ -138,6 +151,36 @@ pub fn check_table_name(name: &str) -> Result<(), HostError> {
         )));
     }
     Ok(())
+}
+
+fn put_encoding(v: &mut Vec<u8>, e: &csd_device::IndexEncoding) {
+    match e {
+        csd_device::IndexEncoding::Range => v.push(1),
+        csd_device::IndexEncoding::Bitmap { bounds } => {
+            v.push(2);
+            v.extend_from_slice(&(bounds.len() as u16).to_le_bytes());
+            for b in bounds {
+                v.extend_from_slice(&b.to_le_bytes());
+            }
+        }
+    }
+}
+
+fn get_encoding(r: &mut Reader<'_>) -> Result<csd_device::IndexEncoding, HostError> {
+    Ok(match r.u8()? {
+        1 => csd_device::IndexEncoding::Range,
+        2 => {
+            let n = r.u16()? as usize;
+            let mut bounds = Vec::with_capacity(n);
+            for _ in 0..n {
+                bounds.push(r.u64()? as i64);
+            }
+            csd_device::IndexEncoding::Bitmap { bounds }
+        }
+        k => {
+            return Err(HostError::Catalog(format!("unknown index kind {k}")));
+        }
+    })
 }
 
 fn put_str(v: &mut Vec<u8>, s: &str) {
@@ -210,6 +253,10 @@ fn type_of(code: u8, param: u16) -> Result<ColumnType, HostError> {
 impl Catalog {
     fn encode(&self) -> Vec<u8> {
         let indexed = self.tables.iter().any(|t| t.index.is_some());
+        let multi = self
+            .tables
+            .iter()
+            .any(|t| t.index.as_ref().is_some_and(|i| !i.secondary.is_empty()));
         let mut body = Vec::new();
         for t in &self.tables {
             put_str(&mut body, &t.name);
@@ -234,21 +281,26 @@ impl Catalog {
                         put_str(&mut body, &ix.name);
                         put_str(&mut body, &ix.column);
                         body.push(ix.flixr_table);
-                        match &ix.encoding {
-                            csd_device::IndexEncoding::Range => body.push(1),
-                            csd_device::IndexEncoding::Bitmap { bounds } => {
-                                body.push(2);
-                                body.extend_from_slice(&(bounds.len() as u16).to_le_bytes());
-                                for b in bounds {
-                                    body.extend_from_slice(&b.to_le_bytes());
-                                }
+                        put_encoding(&mut body, &ix.encoding);
+                        if multi {
+                            body.extend_from_slice(&(ix.secondary.len() as u16).to_le_bytes());
+                            for k in &ix.secondary {
+                                put_str(&mut body, &k.name);
+                                put_str(&mut body, &k.column);
+                                put_encoding(&mut body, &k.encoding);
                             }
                         }
                     }
                 }
             }
         }
-        let version = if indexed { VERSION_INDEXED } else { VERSION };
+        let version = if multi {
+            VERSION_MULTI_KEY
+        } else if indexed {
+            VERSION_INDEXED
+        } else {
+            VERSION
+        };
         let mut v = Vec::with_capacity(HEADER + body.len());
         v.extend_from_slice(&MAGIC.to_le_bytes());
         v.extend_from_slice(&version.to_le_bytes());
@@ -267,7 +319,7 @@ impl Catalog {
             return Ok(Catalog::default());
         }
         let version = r.u16()?;
-        if version != VERSION && version != VERSION_INDEXED {
+        if !matches!(version, VERSION | VERSION_INDEXED | VERSION_MULTI_KEY) {
             return Err(HostError::Catalog("unsupported catalog version".into()));
         }
         let n = r.u16()? as usize;
@@ -299,29 +351,32 @@ impl Catalog {
             }
             let schema = Schema::new(sname, cols)
                 .map_err(|e| HostError::Catalog(format!("table {name}: {e}")))?;
-            let index = if version == VERSION_INDEXED && r.u8()? == 1 {
+            let index = if version >= VERSION_INDEXED && r.u8()? == 1 {
                 let iname = r.str()?;
                 let column = r.str()?;
                 let flixr_table = r.u8()?;
-                let encoding = match r.u8()? {
-                    1 => csd_device::IndexEncoding::Range,
-                    2 => {
-                        let n = r.u16()? as usize;
-                        let mut bounds = Vec::with_capacity(n);
-                        for _ in 0..n {
-                            bounds.push(r.u64()? as i64);
-                        }
-                        csd_device::IndexEncoding::Bitmap { bounds }
+                let encoding = get_encoding(&mut r)?;
+                let mut secondary = Vec::new();
+                if version == VERSION_MULTI_KEY {
+                    for _ in 0..r.u16()? {
+                        let name = r.str()?;
+                        let column = r.str()?;
+                        let encoding = get_encoding(&mut r)?;
+                        secondary.push(TableIndex {
+                            name,
+                            column,
+                            encoding,
+                            flixr_table,
+                            secondary: Vec::new(),
+                        });
                     }
-                    k => {
-                        return Err(HostError::Catalog(format!("unknown index kind {k}")));
-                    }
-                };
+                }
                 Some(TableIndex {
                     name: iname,
                     column,
                     encoding,
                     flixr_table,
+                    secondary,
                 })
             } else {
                 None

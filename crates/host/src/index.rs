@@ -3,8 +3,8 @@
 //!
 //! Creating an index on `table (column)`:
 //! 1. checks everything on the host first (the table and column exist, the column is
-//!    numeric, no index has that name, the table has no index yet: the device keeps one
-//!    encoding per table, §4.2), so bad input registers nothing;
+//!    numeric, no index has that name, the column has no index yet, the table has fewer
+//!    than [`csd_device::flixr::MAX_KEYS`] keys), so bad input registers nothing;
 //! 2. SEND_TBL_COL registers the table's row format (its schema, layout and LBAs per
 //!    page: a catalog page is one flash page), then SEND_IDX_ENC the encoding;
 //! 3. rewrites every page of the table in place through WRITE_IDX (MDTS-sized Reads,
@@ -17,6 +17,14 @@
 //!    reopen. A failure after step 2 sends DropTblCol, leaving the table as it was
 //!    (its data is unchanged in any case: the rewrite writes the same bytes).
 //!
+//! A table that already has an index gets the new one as a *secondary key* (flixr §3.1,
+//! §6.4): SEND_IDX_ENC adds it to the table's registration, the device packs every key
+//! into the one per-page entry (refused, naming the sizes, when they do not fit the
+//! extension bytes: nothing changes), and the table is rewritten through WRITE_IDX as
+//! above (a failure sends DropIdxEnc). The catalog records it under the table's first
+//! index ([`TableIndex::secondary`]). A scan's filter on several indexed columns
+//! becomes one rule with a term per column (SEND_IDX_ICR over several keys).
+//!
 //! Bitmap split points come from the column's values: an equi-depth histogram over a
 //! sample of up to [`SAMPLE_PAGES`] pages spread evenly over the table (every row of
 //! those pages), with duplicates removed so the points are strictly increasing (a very
@@ -24,9 +32,12 @@
 //! may reuse another bitmap index's split points (`share`), which the join commands
 //! (READ_IDX_JOIN1/2, §4.5) require of the two join columns.
 //!
-//! Dropping an index sends DropTblCol (the table leaves the device's registries) and
-//! removes it from the catalog; the entries left in the MAP name a table no rule
-//! compares, so the pages are simply read.
+//! Dropping a table's only index sends DropTblCol (the table leaves the device's
+//! registries) and removes it from the catalog; the entries left in the MAP name a table
+//! no rule compares, so the pages are simply read. Dropping one key of several sends
+//! DropIdxEnc (the first remaining key becomes the table's first index) and rewrites the
+//! table through WRITE_IDX, since the device does not compare entries of the layout
+//! before the change.
 
 use crate::catalog::{Catalog, TableIndex, TableInfo, same_name};
 use crate::client::{CommandIssuer, HostError};
@@ -87,11 +98,12 @@ fn invalid(s: String) -> HostError {
     HostError::Invalid(s)
 }
 
-/// Every index of the catalog: `(table, index)`.
+/// Every index of the catalog, secondary keys included: `(table, index)`.
 pub fn list(cat: &Catalog) -> Vec<(&TableInfo, &TableIndex)> {
     cat.tables
         .iter()
         .filter_map(|t| t.index.as_ref().map(|i| (t, i)))
+        .flat_map(|(t, i)| i.keys().map(move |k| (t, k)))
         .collect()
 }
 
@@ -155,10 +167,25 @@ fn check(cat: &Catalog, req: &CreateIndex) -> Result<(usize, usize), HostError> 
         )));
     }
     if let Some(ix) = &t.index {
-        return Err(invalid(format!(
-            "table {} already has index `{}` on {}: the device keeps one per-page index encoding per table (flixr §4.2); DROP INDEX {} first",
-            t.name, ix.name, ix.column, ix.name
-        )));
+        let cname = &t.schema.columns()[col].name;
+        if let Some(k) = ix.keys().find(|k| same_name(&k.column, cname)) {
+            return Err(invalid(format!(
+                "table {} already has index `{}` on {}: one per-page index per column; DROP INDEX {} first",
+                t.name, k.name, k.column, k.name
+            )));
+        }
+        if ix.keys().count() >= csd_device::flixr::MAX_KEYS {
+            return Err(invalid(format!(
+                "table {} already has {} indexes ({}): the device packs at most {} keys per page",
+                t.name,
+                ix.keys().count(),
+                ix.keys()
+                    .map(|k| k.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                csd_device::flixr::MAX_KEYS
+            )));
+        }
     }
     if let IndexKindSpec::Bitmap { buckets, share } = &req.kind
         && share.is_none()
@@ -250,6 +277,46 @@ pub fn create<C: CommandIssuer>(c: &mut C, req: &CreateIndex) -> Result<IndexRep
     };
     let lba = c.identify().lba_size;
     let lpp = t.lbas_per_page(lba).max(1);
+    let column = t.schema.columns()[col].name.clone();
+    // A secondary key: added to the table's registration, packed with the others.
+    if let Some(primary) = t.index.clone() {
+        let id = primary.flixr_table;
+        c.exec(Command::SendIdxEnc {
+            table: id,
+            spec: IndexSpec {
+                column: column.clone(),
+                encoding: encoding.clone(),
+            },
+        })?;
+        let index = TableIndex {
+            name: req.name.clone(),
+            column: column.clone(),
+            encoding,
+            flixr_table: id,
+            secondary: Vec::new(),
+        };
+        let published = rewrite(c, &t, id, lpp).and_then(|n| {
+            if let Some(p) = cat.tables[pos].index.as_mut() {
+                p.secondary.push(index.clone());
+            }
+            cat.seq += 1;
+            cat.write(c).map(|()| n)
+        });
+        let pages_rewritten = match published {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = c.exec(Command::DropIdxEnc { table: id, column });
+                return Err(e);
+            }
+        };
+        return Ok(IndexReport {
+            table: cat.tables[pos].clone(),
+            index,
+            pages_rewritten,
+            modeled_s: c.now().since(t0) as f64 / 1e9,
+            wall_s: wall.elapsed().as_secs_f64(),
+        });
+    }
     let format = TableFormat {
         name: t.schema.name().to_string(),
         columns: t
@@ -265,7 +332,6 @@ pub fn create<C: CommandIssuer>(c: &mut C, req: &CreateIndex) -> Result<IndexRep
         Payload::FlixrTable(id) => id,
         _ => return Err(invalid("SendTblCol returned no table id".into())),
     };
-    let column = t.schema.columns()[col].name.clone();
     let rest = (|| -> Result<u64, HostError> {
         c.exec(Command::SendIdxEnc {
             table: id,
@@ -274,29 +340,14 @@ pub fn create<C: CommandIssuer>(c: &mut C, req: &CreateIndex) -> Result<IndexRep
                 encoding: encoding.clone(),
             },
         })?;
-        // Rewrite in place, MDTS (whole pages) at a time.
-        let mdts = c.identify().mdts_blocks.max(1) as u64;
-        let per = (mdts / lpp).max(1);
-        let mut page = 0;
-        while page < t.pages {
-            let n = per.min(t.pages - page);
-            let at = t.first_lba + page * lpp;
-            let data = c.read(at, (n * lpp) as u32)?;
-            c.exec(Command::WriteIdx {
-                table: id,
-                lba: at,
-                data,
-            })?;
-            page += n;
-        }
-        c.flush()?;
-        Ok(t.pages)
+        rewrite(c, &t, id, lpp)
     })();
     let index = TableIndex {
         name: req.name.clone(),
         column,
         encoding,
         flixr_table: id,
+        secondary: Vec::new(),
     };
     let published = rest.and_then(|n| {
         cat.tables[pos].index = Some(index.clone());
@@ -319,13 +370,38 @@ pub fn create<C: CommandIssuer>(c: &mut C, req: &CreateIndex) -> Result<IndexRep
     })
 }
 
+/// Rewrite every page of `t` in place through WRITE_IDX of FLIXR table `id`, MDTS (whole
+/// pages) at a time, and flush; returns the pages rewritten.
+fn rewrite<C: CommandIssuer>(c: &mut C, t: &TableInfo, id: u8, lpp: u64) -> Result<u64, HostError> {
+    let mdts = c.identify().mdts_blocks.max(1) as u64;
+    let per = (mdts / lpp).max(1);
+    let mut page = 0;
+    while page < t.pages {
+        let n = per.min(t.pages - page);
+        let at = t.first_lba + page * lpp;
+        let data = c.read(at, (n * lpp) as u32)?;
+        c.exec(Command::WriteIdx {
+            table: id,
+            lba: at,
+            data,
+        })?;
+        page += n;
+    }
+    c.flush()?;
+    Ok(t.pages)
+}
+
 /// `DROP INDEX name`: returns the table it was on and the index.
 pub fn drop<C: CommandIssuer>(c: &mut C, name: &str) -> Result<(String, TableIndex), HostError> {
     let mut cat = Catalog::read(c)?;
     let pos = cat
         .tables
         .iter()
-        .position(|t| t.index.as_ref().is_some_and(|i| same_name(&i.name, name)))
+        .position(|t| {
+            t.index
+                .as_ref()
+                .is_some_and(|i| i.keys().any(|k| same_name(&k.name, name)))
+        })
         .ok_or_else(|| {
             let names: Vec<String> = list(&cat).iter().map(|(_, i)| i.name.clone()).collect();
             invalid(format!(
@@ -337,17 +413,46 @@ pub fn drop<C: CommandIssuer>(c: &mut C, name: &str) -> Result<(String, TableInd
                 }
             ))
         })?;
-    let Some(ix) = cat.tables[pos].index.take() else {
+    let Some(mut ix) = cat.tables[pos].index.take() else {
         return Err(invalid(format!("no index named `{name}`")));
     };
+    if ix.secondary.is_empty() {
+        cat.seq += 1;
+        cat.write(c)?;
+        // After the catalog no longer names it: a failure here leaves a registration
+        // nothing uses (a later CREATE INDEX on the table reports it).
+        c.exec(Command::DropTblCol {
+            table: ix.flixr_table,
+        })?;
+        return Ok((cat.tables[pos].name.clone(), ix));
+    }
+    // One key of several: the others stay (the first left becomes the first index).
+    let id = ix.flixr_table;
+    let (gone, rest) = if same_name(&ix.name, name) {
+        let mut rest = ix.secondary.remove(0);
+        rest.secondary = std::mem::take(&mut ix.secondary);
+        (ix, rest)
+    } else {
+        let i = ix
+            .secondary
+            .iter()
+            .position(|k| same_name(&k.name, name))
+            .ok_or_else(|| invalid(format!("no index named `{name}`")))?;
+        let gone = ix.secondary.remove(i);
+        (gone, ix)
+    };
+    c.exec(Command::DropIdxEnc {
+        table: id,
+        column: gone.column.clone(),
+    })?;
+    cat.tables[pos].index = Some(rest);
     cat.seq += 1;
     cat.write(c)?;
-    // After the catalog no longer names it: a failure here leaves a registration
-    // nothing uses (a later CREATE INDEX on the table reports it).
-    c.exec(Command::DropTblCol {
-        table: ix.flixr_table,
-    })?;
-    Ok((cat.tables[pos].name.clone(), ix))
+    // The device compares only entries of its new layout: rewrite them.
+    let t = cat.tables[pos].clone();
+    let lpp = t.lbas_per_page(c.identify().lba_size).max(1);
+    rewrite(c, &t, id, lpp)?;
+    Ok((t.name, gone))
 }
 
 /// The rule a device program's filter implies on column `col`: the conjuncts of the

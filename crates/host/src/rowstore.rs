@@ -55,6 +55,16 @@
 //!   join ([`RowStore::lookup_many`]) looks each distinct outer join key up in the inner
 //!   table's index and reads the pages found once; without an index
 //!   both tables are scanned. The host then hash-joins the rows it received.
+//! * Secondary keys (flixr §3.1, §6.4; [`RowStore::add_secondary`], before the table is
+//!   loaded): under FLIXR a further SEND_IDX_ENC (the device packs every key into the
+//!   one per-page entry, refused when they do not fit) and [`RowStore::scan_keys`] reads
+//!   under one rule with a term per key (FLIXR-HS still narrows by the primary key on the
+//!   host); under the host B+tree kinds a second per-row B+tree over the column, in its
+//!   own node region, bulk-loaded with the table: a scan intersects the pages the trees
+//!   name (both trees' nodes read and counted as index traffic). A table with secondary
+//!   host trees is read-only here (INSERT, DELETE and UPDATE refuse: the trees would
+//!   need their maintenance too); under FLIXR the device keeps every key on every
+//!   WRITE_IDX. The in-SSD B+tree and the no-index store use the primary key only.
 
 use crate::client::{Client, CommandIssuer, HostError};
 use csd_device::btree::{BtreeError, LruSet, NODE_BYTES, PagedBtree, Touch};
@@ -292,6 +302,8 @@ struct Table {
     keys: Option<(i64, i64)>,
     /// Join rules against a per-table index: tia -> rule id.
     join_rules: HashMap<u16, u16>,
+    /// Secondary keys: the column and, under the host B+tree kinds, its tree.
+    secondary: Vec<(usize, Option<PagedBtree>)>,
 }
 
 /// The row store: tables on one device under one index configuration.
@@ -593,6 +605,7 @@ impl RowStore {
             tia: HashMap::new(),
             join_rules: HashMap::new(),
             keys: None,
+            secondary: Vec::new(),
         });
         Ok(TableId(self.tables.len() - 1))
     }
@@ -691,7 +704,203 @@ impl RowStore {
             .enumerate()
             .map(|(i, &k)| (k, first + (i / cap) as u64))
             .collect();
-        self.index_bulk(t, pairs, pages)
+        self.index_bulk(t, pairs, pages)?;
+        // Secondary host trees over their columns.
+        for si in 0..self.tables[t.0].secondary.len() {
+            let col = self.tables[t.0].secondary[si].0;
+            let mut pairs: Vec<(i64, u64)> = rows
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    Some((r.get(col).and_then(value_i64)?, first + (i / cap) as u64))
+                })
+                .collect();
+            pairs.sort_unstable();
+            let mut touch = Touch::default();
+            let Some(tree) = self.tables[t.0].secondary[si].1.as_mut() else {
+                continue;
+            };
+            tree.bulk_load(pairs, 0.7, &mut touch)?;
+            let n = touch.written.len() as f64;
+            self.host_cpu(n * self.opts.host_node_cycles);
+            self.write_nodes_of(t, Some(si), &touch)?;
+        }
+        Ok(())
+    }
+
+    /// Add a secondary key on `column` of the empty table `t` (see the module docs):
+    /// under FLIXR a further per-page encoding of the table (refused, nothing changed,
+    /// when the device cannot pack it), under the host B+tree kinds a second tree.
+    pub fn add_secondary(
+        &mut self,
+        t: TableId,
+        column: &str,
+        encoding: KeyEncoding,
+    ) -> Result<(), StoreError> {
+        let tb = self.table(t)?;
+        if tb.used != 0 {
+            return Err(StoreError::Invalid(format!(
+                "add secondary keys to {:?} before loading it",
+                tb.def.name
+            )));
+        }
+        let col = tb
+            .schema
+            .column_index(column)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        if col == tb.key || tb.secondary.iter().any(|(c, _)| *c == col) {
+            return Err(StoreError::Invalid(format!(
+                "{:?} already has a key on {column:?}",
+                tb.def.name
+            )));
+        }
+        if !tb.def.columns[col].1.is_numeric() {
+            return Err(StoreError::Invalid(format!(
+                "secondary key column {column:?} must be numeric"
+            )));
+        }
+        let (dev_id, max_pages, cap) = (tb.dev_id, tb.def.max_pages, tb.cap as u64);
+        let tree = if self.kind.flixr() {
+            let encoding = match encoding {
+                KeyEncoding::Range => IndexEncoding::Range,
+                KeyEncoding::Bitmap(b) => IndexEncoding::Bitmap { bounds: b },
+            };
+            self.sync(Command::SendIdxEnc {
+                table: dev_id,
+                spec: IndexSpec {
+                    column: column.to_string(),
+                    encoding,
+                },
+            })?;
+            None
+        } else if self.kind.host_tree() {
+            let lbas = (max_pages * cap * 2).div_ceil(csd_device::btree::FANOUT as u64) * 2 + 16;
+            let first = self.next_lba;
+            let end = first + lbas;
+            let have = self.client.identify().lbas;
+            if end > have {
+                return Err(StoreError::Invalid(format!(
+                    "the secondary tree needs LBAs {first}..{end}, the device has {have}"
+                )));
+            }
+            self.next_lba = end;
+            Some(PagedBtree::new(first, lbas)?)
+        } else {
+            None
+        };
+        self.tables[t.0].secondary.push((col, tree));
+        Ok(())
+    }
+
+    /// Refuse row changes on a table whose secondary keys are host trees.
+    fn check_mutable(&self, t: TableId) -> Result<(), StoreError> {
+        let tb = self.table(t)?;
+        if tb.secondary.iter().any(|(_, tr)| tr.is_some()) {
+            return Err(StoreError::Invalid(format!(
+                "{:?} has secondary host B+trees, kept for bulk-loaded tables only: INSERT, DELETE and UPDATE are refused",
+                tb.def.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Rows of `t` with `lo <= key <= hi` and `tlo <= column <= thi` for every
+    /// `(column, tlo, thi)` of `terms` (columns with a secondary key narrow the pages
+    /// read) that satisfy `pred`.
+    pub fn scan_keys(
+        &mut self,
+        t: TableId,
+        (lo, hi): (i64, i64),
+        terms: &[(usize, i64, i64)],
+        pred: &dyn Fn(&[Value]) -> bool,
+    ) -> Result<Vec<Row>, StoreError> {
+        if lo > hi || terms.iter().any(|(_, a, b)| a > b) {
+            return Ok(Vec::new());
+        }
+        let tb = self.table(t)?;
+        let keyed: Vec<(usize, usize, i64, i64)> = terms
+            .iter()
+            .filter_map(|&(c, a, b)| {
+                tb.secondary
+                    .iter()
+                    .position(|(sc, _)| *sc == c)
+                    .map(|si| (si, c, a, b))
+            })
+            .collect();
+        let all = |r: &[Value]| {
+            terms.iter().all(|&(c, a, b)| {
+                r.get(c)
+                    .and_then(value_i64)
+                    .is_some_and(|v| a <= v && v <= b)
+            }) && pred(r)
+        };
+        if keyed.is_empty() {
+            return self.scan_where(t, lo, hi, &all);
+        }
+        let pages = match self.kind {
+            IndexKind::FlixrS | IndexKind::FlixrHS => {
+                let rs = self.flixr_runs(t, lo, hi);
+                if rs.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let tb = &self.tables[t.0];
+                let name = |c: usize| tb.def.columns[c].0.clone();
+                let mut rule_terms = vec![csd_device::RuleTerm {
+                    column: name(tb.key),
+                    rule: IndexRule::Between { lo, hi },
+                }];
+                for &(_, c, a, b) in &keyed {
+                    rule_terms.push(csd_device::RuleTerm {
+                        column: name(c),
+                        rule: IndexRule::Between { lo: a, hi: b },
+                    });
+                }
+                let dev_id = tb.dev_id;
+                let rule = match self
+                    .sync(Command::SendIdxIcrKeys {
+                        table: dev_id,
+                        terms: rule_terms,
+                    })?
+                    .0
+                    .payload
+                {
+                    Payload::FlixrRule(r) => r,
+                    p => {
+                        return Err(StoreError::Invalid(format!(
+                            "SendIdxIcrKeys answered {p:?}"
+                        )));
+                    }
+                };
+                let out = self.filtered(rs, |lba, blocks, _| Command::ReadIdx {
+                    table: dev_id,
+                    rule,
+                    lba,
+                    blocks,
+                });
+                self.drop_rule(t, rule)?;
+                out?
+            }
+            IndexKind::HostBtree | IndexKind::HostBtreeIdeal if !self.prefers_scan(t, lo, hi) => {
+                let mut touch = Touch::default();
+                let tb = &self.tables[t.0];
+                let tree = tb
+                    .tree
+                    .as_ref()
+                    .ok_or_else(|| StoreError::Invalid("no tree".into()))?;
+                let mut pages: BTreeSet<u64> = tree.range(lo, hi, &mut touch).into_iter().collect();
+                for &(si, _, a, b) in &keyed {
+                    if let Some(tr) = tb.secondary[si].1.as_ref() {
+                        let other: BTreeSet<u64> = tr.range(a, b, &mut touch).into_iter().collect();
+                        pages = pages.intersection(&other).copied().collect();
+                    }
+                }
+                self.read_nodes(&touch)?;
+                let pages: Vec<u64> = pages.into_iter().collect();
+                self.read_pages(&pages)?
+            }
+            _ => self.candidate_pages(t, lo, hi)?,
+        };
+        Ok(self.filter_rows(t, &pages, lo, hi, &all))
     }
 
     /// Widen `t`'s key statistics by `keys`.
@@ -803,16 +1012,28 @@ impl RowStore {
 
     /// Write the nodes `touch` changed (host B+tree), pipelined.
     fn write_nodes(&mut self, t: TableId, touch: &Touch) -> Result<(), StoreError> {
+        self.write_nodes_of(t, None, touch)
+    }
+
+    /// [`Self::write_nodes`] of the primary tree (`None`) or secondary tree `Some(i)`.
+    fn write_nodes_of(
+        &mut self,
+        t: TableId,
+        sec: Option<usize>,
+        touch: &Touch,
+    ) -> Result<(), StoreError> {
         for &l in &touch.freed {
             self.cache.remove(l);
         }
         let mut lbas = touch.written.clone();
         lbas.sort_unstable();
         let mdts = self.client.identify().mdts_blocks as u64;
-        let tree = self.tables[t.0]
-            .tree
-            .as_ref()
-            .ok_or_else(|| StoreError::Invalid("no tree".into()))?;
+        let tb = &self.tables[t.0];
+        let tree = match sec {
+            None => tb.tree.as_ref(),
+            Some(i) => tb.secondary.get(i).and_then(|(_, tr)| tr.as_ref()),
+        }
+        .ok_or_else(|| StoreError::Invalid("no tree".into()))?;
         let mut cmds = Vec::new();
         for (first, n) in runs(&lbas, mdts) {
             let mut data = Vec::with_capacity(n as usize * PAGE);
@@ -1346,6 +1567,7 @@ impl RowStore {
 
     /// Insert `rows` into `t`; returns their ids (valid until their pages change).
     pub fn insert(&mut self, t: TableId, rows: &[Vec<Value>]) -> Result<Vec<RowId>, StoreError> {
+        self.check_mutable(t)?;
         let tb = self.table(t)?;
         let mut keys = Vec::with_capacity(rows.len());
         for r in rows {
@@ -1540,6 +1762,7 @@ impl RowStore {
 
     /// Delete the rows `ids` (from a scan after their pages' last change).
     pub fn delete(&mut self, t: TableId, ids: &[RowId]) -> Result<u64, StoreError> {
+        self.check_mutable(t)?;
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
@@ -1548,6 +1771,7 @@ impl RowStore {
 
     /// Replace rows: `(id, new values)`.
     pub fn update(&mut self, t: TableId, rows: &[(RowId, Vec<Value>)]) -> Result<u64, StoreError> {
+        self.check_mutable(t)?;
         self.modify(t, &[], rows)
     }
 

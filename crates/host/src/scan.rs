@@ -214,6 +214,10 @@ pub struct QueryReport {
     pub pages_skipped: u64,
     /// Index-cache misses of the device while comparing entries.
     pub index_misses: u64,
+    /// Modeled nanoseconds of the scan's setup commands issued by its caller (a FLIXR
+    /// join's SEND_TIDX_ENC / SEND_TIDX_ICR and their release), included in
+    /// `modeled_ns`; 0 for a scan without any.
+    pub setup_ns: u64,
 }
 
 impl QueryReport {
@@ -355,40 +359,62 @@ pub fn run_scan<C: CommandIssuer>(
         // JOIN2 reads under the join rule, not this one.
         Some(JoinRead::Probe { .. }) => false,
     };
-    if wants_rule
-        && let Some(ix) = &table.index
-        && let Some(col) = table
-            .schema
-            .columns()
-            .iter()
-            .position(|k| crate::catalog::same_name(&k.name, &ix.column))
-        && let Some(rule) = crate::index::rule_for(plan.filter.as_ref(), col)
-            .filter(|_| opts.use_index)
-            .or_else(|| {
-                matches!(opts.join, Some(JoinRead::Build { .. })).then_some(
-                    csd_device::IndexRule::Between {
-                        lo: i64::MIN,
-                        hi: i64::MAX,
-                    },
-                )
-            })
-    {
-        let text = format!(
-            "{} ({})",
-            ix.name,
-            crate::index::describe_rule(&ix.column, &rule)
-        );
-        let id = match c
-            .exec(Command::SendIdxIcr {
-                table: ix.flixr_table,
-                rule,
-            })?
-            .payload
-        {
-            Payload::FlixrRule(id) => id,
-            _ => return Err(HostError::Invalid("SendIdxIcr returned no rule id".into())),
-        };
-        index = Some((ix.flixr_table, id, text));
+    if wants_rule && let Some(ix) = &table.index {
+        // One term per indexed column the filter constrains (the table's first index and
+        // its secondary keys, flixr §6.4); one term on the first index is the classic
+        // SEND_IDX_ICR, anything else the multi-key form.
+        let mut terms: Vec<(&crate::catalog::TableIndex, csd_device::IndexRule)> = Vec::new();
+        if opts.use_index {
+            for k in ix.keys() {
+                if let Some(col) = table
+                    .schema
+                    .columns()
+                    .iter()
+                    .position(|c| crate::catalog::same_name(&c.name, &k.column))
+                    && let Some(rule) = crate::index::rule_for(plan.filter.as_ref(), col)
+                {
+                    terms.push((k, rule));
+                }
+            }
+        }
+        if terms.is_empty() && matches!(opts.join, Some(JoinRead::Build { .. })) {
+            terms.push((
+                ix,
+                csd_device::IndexRule::Between {
+                    lo: i64::MIN,
+                    hi: i64::MAX,
+                },
+            ));
+        }
+        if !terms.is_empty() {
+            let text = terms
+                .iter()
+                .map(|(k, r)| format!("{} ({})", k.name, crate::index::describe_rule(&k.column, r)))
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            let cmd = if terms.len() == 1 && std::ptr::eq(terms[0].0, ix) {
+                Command::SendIdxIcr {
+                    table: ix.flixr_table,
+                    rule: terms[0].1.clone(),
+                }
+            } else {
+                Command::SendIdxIcrKeys {
+                    table: ix.flixr_table,
+                    terms: terms
+                        .iter()
+                        .map(|(k, r)| csd_device::RuleTerm {
+                            column: k.column.clone(),
+                            rule: r.clone(),
+                        })
+                        .collect(),
+                }
+            };
+            let id = match c.exec(cmd)?.payload {
+                Payload::FlixrRule(id) => id,
+                _ => return Err(HostError::Invalid("SendIdxIcr returned no rule id".into())),
+            };
+            index = Some((ix.flixr_table, id, text));
+        }
     }
     let read = match (opts.join, &index, join_table) {
         (None, Some((t, r, _)), _) => Reads::Rule(*t, *r),
@@ -529,6 +555,7 @@ pub fn run_scan<C: CommandIssuer>(
             (_, i) => i.map(|(_, _, text)| text),
         },
         pages_skipped: skipped.0,
+        setup_ns: 0,
         index_misses: skipped.1,
     })
 }

@@ -12,7 +12,9 @@
 //! A scan given a side of a FLIXR join ([`crate::join`]) registers what its side needs
 //! (SEND_TIDX_ENC / SEND_TIDX_ICR, once per plan) under the device's lock, then reads
 //! in-host with READ_IDX_JOIN1 or READ_IDX_JOIN2; the probe side checks that its build
-//! side finished in this run and otherwise scans plainly (said in the scan's "why").
+//! side finished in this run and otherwise scans plainly (said in the scan's "why"), and
+//! releases both registrations when it is done. Their modeled time is the scan's setup
+//! time (`QueryReport::setup_ns`, in its modeled total).
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -194,13 +196,15 @@ impl DeviceScanExec {
     }
 
     /// Registers what this scan's side of a FLIXR join needs (SEND_TIDX_ENC on the
-    /// build side, SEND_TIDX_ICR on the probe side, once per plan) and returns how it
-    /// reads; `Err` says why it falls back to a plain scan.
+    /// build side, SEND_TIDX_ICR on the probe side, once per run: the probe scan
+    /// releases both) and returns how it reads; `Err` says why it falls back to a plain
+    /// scan.
     fn prepare_join(&self, c: &mut csd_host::Client) -> std::result::Result<JoinRead, String> {
         let Some(role) = &self.join else {
             return Err(String::new());
         };
         let link = &role.link;
+        link.set_device(&self.device);
         let ix = self
             .table
             .index
@@ -270,8 +274,15 @@ impl DeviceScanExec {
         let mut rows_out = 0usize;
         let mut report = {
             let mut client = self.device.lock();
+            // The join's registrations (and the probe side's releases) are this scan's
+            // setup: modeled time and commands.
+            let (mut setup_ns, mut setup_commands) = (0u64, 0u64);
             if self.join.is_some() {
-                match self.prepare_join(&mut client) {
+                let (t0, c0) = (client.now(), client.totals().commands);
+                let prepared = self.prepare_join(&mut client);
+                setup_ns += client.now().since(t0);
+                setup_commands += client.totals().commands - c0;
+                match prepared {
                     Ok(j) => {
                         opts.join = Some(j);
                         opts.strategy = Strategy::Ihp;
@@ -281,7 +292,7 @@ impl DeviceScanExec {
                     Err(e) => why = format!("{why}; no FLIXR join read: {e}, plain scan"),
                 }
             }
-            run_scan(
+            let ran = run_scan(
                 &mut *client,
                 &self.table,
                 &self.program,
@@ -321,8 +332,19 @@ impl DeviceScanExec {
                     }
                     Ok(())
                 },
-            )
-            .map_err(|e| DataFusionError::External(Box::new(e)))?
+            );
+            if let Some(role) = &self.join
+                && role.side == JoinSide::Probe
+            {
+                let (ns, n) = role.link.release(&mut client);
+                setup_ns += ns;
+                setup_commands += n;
+            }
+            let mut r = ran.map_err(|e| DataFusionError::External(Box::new(e)))?;
+            r.setup_ns = setup_ns;
+            r.modeled_ns += setup_ns;
+            r.commands += setup_commands;
+            r
         };
         // The scan's result is what it hands to DataFusion: rows of a projection (up to
         // its limit), or the groups of every partial-aggregation chunk (a device may hand
@@ -361,6 +383,10 @@ impl DeviceScanExec {
         if r.index.is_some() {
             c("pages_skipped", r.pages_skipped);
             c("index_cache_misses", r.index_misses);
+        }
+        // Only join scans have setup (SEND_TIDX_* registrations and their release).
+        if r.setup_ns > 0 {
+            c("setup_ns", r.setup_ns);
         }
     }
 }

@@ -25,15 +25,22 @@
 //! * Join reads return pages to the host: both scans run in-host (ihp), whatever the
 //!   strategy setting; `SET csd.use_index = false` (or `--no-index`) turns the rule off.
 //! * The probe scan checks that the build scan of the same run finished and left the
-//!   bitmap; if not (or if registering the per-table index failed, e.g. the device's
-//!   table of them is full: it has no command to release one), both fall back to plain
-//!   scans, said in the scan's "why". Registrations are kept per plan and reused when it
-//!   runs again (JOIN1's first command clears the bitmap).
+//!   bitmap; if not (or if registering the per-table index failed), both fall back to
+//!   plain scans, said in the scan's "why".
+//! * Releasing: the device's tables of per-table indexes and join rules are small (256
+//!   entries each), so a join gives back what it registered. The probe scan, once it
+//!   finished (or fell back), releases the join rule (DropTidxIcr) and the per-table
+//!   index (DropTidxEnc); when the probe scan never runs (DataFusion does not poll the
+//!   probe side of an empty build side) the link releases them when the plan is dropped.
+//!   Each run registers afresh, so a session may run any number of joins.
+//! * The modeled time of these commands (SEND_TIDX_ENC on the build scan; SEND_TIDX_ICR
+//!   and both releases on the probe scan) is the scan's setup time: in its report
+//!   (`setup_ns`, counted in `modeled_ns` and `commands`), `--json` and EXPLAIN ANALYZE.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use csd_device::{IndexEncoding, JoinIndexSpec};
-use csd_host::TableInfo;
+use csd_device::{Command, IndexEncoding, JoinIndexSpec};
+use csd_host::{Client, CommandIssuer, TableInfo};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::common::{JoinType, Result};
@@ -45,6 +52,7 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 
+use crate::device::Device;
 use crate::exec::{DeviceScanExec, ScanOutput};
 
 /// Which side of a FLIXR join a scan reads.
@@ -65,6 +73,8 @@ struct LinkState {
     rule: Option<u16>,
     /// The build scan of the current run finished: the bitmap is complete.
     ready: bool,
+    /// The device the registrations live on (to release them when the plan is dropped).
+    device: Option<Weak<Device>>,
 }
 
 /// The link between the two scans of one join: the build scan fills the device's
@@ -113,6 +123,51 @@ impl JoinLink {
     /// Takes the "bitmap complete" mark (the probe scan uses it once).
     pub(crate) fn take_ready(&self) -> bool {
         std::mem::take(&mut self.state().ready)
+    }
+
+    /// Remembers the device the registrations are made on.
+    pub(crate) fn set_device(&self, device: &Arc<Device>) {
+        self.state().device = Some(Arc::downgrade(device));
+    }
+
+    /// Releases the join rule and the per-table index this link registered (DropTidxIcr,
+    /// DropTidxEnc); returns the modeled nanoseconds and the commands it took. A refused
+    /// release (the device lost them with power) is nothing left to release.
+    pub(crate) fn release(&self, c: &mut Client) -> (u64, u64) {
+        let (rule, tia) = {
+            let mut st = self.state();
+            (st.rule.take(), st.tia.take())
+        };
+        let t0 = c.now();
+        let mut commands = 0;
+        if let Some(rule) = rule {
+            let _ = c.exec(Command::DropTidxIcr {
+                table: self.probe_table,
+                rule,
+            });
+            commands += 1;
+        }
+        if let Some(tia) = tia {
+            let _ = c.exec(Command::DropTidxEnc { tia });
+            commands += 1;
+        }
+        (c.now().since(t0), commands)
+    }
+}
+
+impl Drop for JoinLink {
+    fn drop(&mut self) {
+        let device = {
+            let st = self.state();
+            if st.rule.is_none() && st.tia.is_none() {
+                return;
+            }
+            st.device.as_ref().and_then(Weak::upgrade)
+        };
+        if let Some(d) = device {
+            let mut c = d.lock();
+            self.release(&mut c);
+        }
     }
 }
 
@@ -252,9 +307,6 @@ fn pair(
         let Some(pix) = &probe.table.index else {
             continue;
         };
-        let IndexEncoding::Bitmap { bounds } = &pix.encoding else {
-            continue;
-        };
         let Some(pname) = probe
             .table
             .schema
@@ -264,9 +316,16 @@ fn pair(
         else {
             continue;
         };
-        if !csd_host::same_name(&pname, &pix.column) {
+        // The probe table's bitmap key on its join column: its first index or a
+        // secondary key.
+        let Some(bounds) = pix.keys().find_map(|k| match &k.encoding {
+            IndexEncoding::Bitmap { bounds } if csd_host::same_name(&pname, &k.column) => {
+                Some(bounds)
+            }
+            _ => None,
+        }) else {
             continue;
-        }
+        };
         let (Some(bt), Some(pt)) = (
             numeric_key(&build.table, bcol),
             numeric_key(&probe.table, pcol),

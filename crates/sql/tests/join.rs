@@ -320,3 +320,86 @@ fn a_probe_scan_without_its_build_side_falls_back_to_a_plain_scan() {
         "a plain scan: {m:?}"
     );
 }
+
+/// A long session: 1,000 joins (some with an empty build side, whose probe scan never
+/// runs) never fall back to plain scans because the device's tables of per-table
+/// indexes and join rules filled (they hold 256 each): every join releases what it
+/// registered. The registrations' modeled time is the scans' setup time, in their
+/// modeled total and in EXPLAIN ANALYZE.
+#[test]
+fn a_thousand_joins_in_one_session_never_fall_back_and_release_everything() {
+    let a: Vec<(i64, i32)> = (0..200).map(|i| (i * 5, i as i32)).collect();
+    let b: Vec<(i64, i32)> = (0..1_000).map(|i| (i, (i % 7) as i32)).collect();
+    let (mut c, cfg) = client("tiny");
+    Catalog::load(&mut c, "a", Rows::new("a", a), Layout::Pax, &mut |_| {}).expect("load a");
+    Catalog::load(&mut c, "b", Rows::new("b", b), Layout::Pax, &mut |_| {}).expect("load b");
+    let mut s = session(c, cfg);
+    run(
+        &mut s,
+        "CREATE INDEX b_k ON b (k) USING bitmap WITH (buckets = 64)",
+        &[IHP],
+    );
+    run(
+        &mut s,
+        "CREATE INDEX a_k ON a (k) USING bitmap WITH (share = 'b_k')",
+        &[IHP],
+    );
+    let join_state = |s: &SqlSession| s.device().lock().device().flixr().join_state();
+    for i in 0..1_000i64 {
+        let lo = (i * 37) % 1_000;
+        let (lo, hi) = if i % 10 == 9 {
+            (-20, -10)
+        } else {
+            (lo, lo + 40)
+        };
+        // An empty build side: DataFusion never polls the probe side.
+        let empty = !(lo..=hi).any(|k| k % 5 == 0 && (0..1_000).contains(&k));
+        let sql =
+            format!("SELECT a.k, b.v FROM a JOIN b ON a.k = b.k WHERE a.k BETWEEN {lo} AND {hi}");
+        let ans = run(&mut s, &sql, &[IHP]).remove(0).1;
+        let want = (lo..=hi)
+            .filter(|k| k % 5 == 0 && (0..1_000).contains(k))
+            .count();
+        assert_eq!(ans.rows().expect("rows").len(), want, "join {i}: {sql}");
+        let tables: Vec<&str> = ans.scans.iter().map(|x| x.table.as_str()).collect();
+        assert!(
+            tables.contains(&"a") && (empty || tables.contains(&"b")),
+            "join {i}: {sql}: {:?}",
+            ans.scans
+        );
+        assert!(
+            join_read(&ans, "a", "READ_IDX_JOIN1"),
+            "join {i}: {:?}",
+            ans.scans
+        );
+        assert!(scan(&ans, "a").report.setup_ns > 0, "join {i}: build setup");
+        if !empty {
+            assert!(
+                join_read(&ans, "b", "READ_IDX_JOIN2"),
+                "join {i}: {:?}",
+                ans.scans
+            );
+            let p = &scan(&ans, "b").report;
+            assert!(
+                p.setup_ns > 0 && p.modeled_ns > p.setup_ns,
+                "join {i}: probe setup"
+            );
+        }
+        drop(ans);
+        assert_eq!(join_state(&s), (0, 0), "join {i} left registrations behind");
+    }
+    let ans = run(
+        &mut s,
+        "EXPLAIN ANALYZE SELECT a.k, b.v FROM a JOIN b ON a.k = b.k WHERE a.k BETWEEN 100 AND 140",
+        &[IHP],
+    )
+    .remove(0)
+    .1;
+    let text = ans.rows().expect("rows").concat().join("\n");
+    let line = text
+        .lines()
+        .find(|l| l.contains("DeviceScanExec") && l.contains("table=b"))
+        .unwrap_or_else(|| panic!("probe scan line in {text}"));
+    assert!(line.contains("setup_ns="), "{line}");
+    assert_eq!(join_state(&s), (0, 0));
+}
