@@ -11,8 +11,10 @@
 //!
 //! Choices made:
 //! * One [`Evaluator`] per thread, kept between batches (its scratch buffers are reused).
-//! * The batch is cut into one contiguous share per thread; the calling thread
-//!   evaluates the first share itself (`rayon::in_place_scope`), the pool the others.
+//! * The batch is cut into four pieces per thread, which the threads take in turn (an
+//!   atomic counter): the calling thread works too (`rayon::in_place_scope`), and on a
+//!   machine whose cores are busy with other work it simply takes more pieces instead
+//!   of waiting for a pool thread the OS has not scheduled.
 //! * A page that does not parse or fails to evaluate gets `None`: the caller evaluates
 //!   it on its own thread and reports the error with its own context.
 //! * Threads: [`scan_threads`], the machine's cores unless [`set_scan_threads`] or the
@@ -96,35 +98,40 @@ impl ParEval {
         while self.workers.len() < threads {
             self.workers.push(Evaluator::new(&self.plan));
         }
-        let share = pages.len().div_ceil(threads);
-        let mut outs: Vec<Vec<Option<PageResult>>> = (0..threads).map(|_| Vec::new()).collect();
+        // Small pieces taken in turn: a thread the OS keeps waiting takes fewer, and the
+        // calling thread never idles while pieces are left.
+        let piece = pages.len().div_ceil(threads * 4).max(1);
+        let pieces = pages.len().div_ceil(piece);
+        let next = AtomicUsize::new(0);
+        let mut outs: Vec<Vec<(usize, Vec<Option<PageResult>>)>> =
+            (0..threads).map(|_| Vec::new()).collect();
         let empty = &self.empty;
-        let mut parts = pages
-            .chunks(share)
-            .zip(self.workers.iter_mut())
-            .zip(outs.iter_mut());
-        if let Some(((mine, my_eval), my_out)) = parts.next() {
+        let work = |ev: &mut Evaluator, out: &mut Vec<(usize, Vec<Option<PageResult>>)>| loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            if k >= pieces {
+                break;
+            }
+            let part = &pages[k * piece..((k + 1) * piece).min(pages.len())];
+            out.push((
+                k,
+                part.iter()
+                    .map(|b| eval_one(ev, schema, empty, b))
+                    .collect(),
+            ));
+        };
+        let mut parts = self.workers.iter_mut().zip(outs.iter_mut());
+        if let Some((my_eval, my_out)) = parts.next() {
+            let work = &work;
             rayon::in_place_scope(|sc| {
-                for ((part, ev), out) in parts {
-                    sc.spawn(move |_| eval_all(ev, schema, empty, part, out));
+                for (ev, out) in parts {
+                    sc.spawn(move |_| work(ev, out));
                 }
-                eval_all(my_eval, schema, empty, mine, my_out);
+                work(my_eval, my_out);
             });
         }
-        outs.into_iter().flatten().collect()
-    }
-}
-
-fn eval_all(
-    ev: &mut Evaluator,
-    schema: &Schema,
-    empty: &PartialResult,
-    pages: &[&[u8]],
-    out: &mut Vec<Option<PageResult>>,
-) {
-    out.reserve(pages.len());
-    for b in pages {
-        out.push(eval_one(ev, schema, empty, b));
+        let mut all: Vec<(usize, Vec<Option<PageResult>>)> = outs.into_iter().flatten().collect();
+        all.sort_unstable_by_key(|p| p.0);
+        all.into_iter().flat_map(|p| p.1).collect()
     }
 }
 
