@@ -63,6 +63,7 @@ impl BenchIndex for FdBench {
         self.tree.wait_for_merges().map_err(ie)
     }
     fn start_run(&self) -> Result<(), IndexError> {
+        self.tree.reset_peaks();
         self.run_clock.start()
     }
     fn extra_stats(&self) -> Vec<(String, f64)> {
@@ -72,6 +73,11 @@ impl BenchIndex for FdBench {
             ("max_merge_ms".into(), s.max_merge_wall.as_secs_f64() * 1e3),
             ("blocks_read".into(), s.blocks_read as f64),
             ("blocks_written".into(), s.blocks_written as f64),
+            ("room_waits".into(), s.room_waits as f64),
+            (
+                "max_room_wait_ms".into(),
+                s.max_room_wait.as_secs_f64() * 1e3,
+            ),
         ]
     }
 }

@@ -7,6 +7,7 @@
 //! | [`cache`] | the main-memory buffer cache of §5 (15 MB default), CLOCK; block allocator |
 //! | [`format`](mod@format) | block layout of levels (§2.1 data and fence entries); manifest; redo log records |
 //! | [`tree`] | §2: L0, levels, invariants I1–I5, lookup with fractional cascading (§2.2), range scan, one-pass multi-level merge (§2.3: merge-prepare, merge-execute, merge-finalize with level skipping and tightening, underflow-triggered merges); §3: FD+XM and FD+DS; §4: FD+FC (wavefront, m-stage/m-insert/m-delete, Remark A.1, memory sharing); crash safety (left open by the paper, §7) |
+//! | [`gate`] | a gate that holds a merge block by block: what each scheme of §3–§4 lets through during a merge, observed in a deterministic state (the ordering tests) |
 //! | [`btree`] | the baseline of §1: a B+tree updated in place through the same cache |
 //! | `sync` (private) | std or `shuttle` synchronization (feature `shuttle`, for randomized schedule tests) |
 //!
@@ -100,10 +101,12 @@
 pub mod btree;
 pub mod cache;
 pub mod format;
+pub mod gate;
 mod sync;
 pub mod tree;
 
 pub use btree::{BTree, BTreeConfig};
+pub use gate::MergeGate;
 pub use tree::{FdStats, FdTree};
 
 use csd_host::HostError;
