@@ -93,7 +93,10 @@
 //!   are serialized by the log mutex (one record, one write, one flush each; no group
 //!   commit), which FD+FC's single L0 mutex serializes anyway.
 //! * **Tests**: `cargo test -p csd-fdtree` runs unit, model (proptest), concurrency,
-//!   paced-device and power-cut tests; the `shuttle` schedule tests need the feature:
+//!   paced-device and power-cut tests, and the directions of the paper's results
+//!   (`tests/orderings.rs`: with a [`MergeGate`] holding a merge, FD+XM lets no lookup or
+//!   modification through, FD+DS lets lookups through and modifications only into the
+//!   slack L0 had, FD+FC lets lookups through and frees L0 as the wavefront moves); the `shuttle` schedule tests need the feature:
 //!   `cargo test -p csd-fdtree --features shuttle --test shuttle`.
 //! * **On-device region**: `[start_lba, start_lba + lba_count)` holds manifest slot A,
 //!   slot B, the log, then the tree blocks.
@@ -222,6 +225,14 @@ pub struct FdConfig {
     /// modifications into the rest of the budget while the merge runs, so an earlier
     /// start trades more, smaller merges for fewer stalls.
     pub merge_at: f64,
+    /// Scheduling niceness of the background merge thread of FD+DS and FD+FC (Linux,
+    /// best effort: ignored where the process may not set it); `None` keeps the nice
+    /// value it inherits. The merge thread holds the emulated device for each command it
+    /// issues; on a host with fewer cores than busy threads it can be descheduled inside
+    /// a command while every lookup waits for the device (a priority inversion measured
+    /// at 116–376 ms on 2 cores), so the benchmarks give it a higher priority (-10), as
+    /// the paper's 8-core host gave it a core of its own.
+    pub merge_nice: Option<i32>,
 }
 
 impl Default for FdConfig {
@@ -238,6 +249,7 @@ impl Default for FdConfig {
             log_bytes: 4 * 1024 * 1024,
             durable: true,
             merge_at: 15.0 / 16.0,
+            merge_nice: None,
         }
     }
 }
@@ -257,6 +269,7 @@ impl FdConfig {
             log_bytes: 64 * 1024,
             durable: true,
             merge_at: 15.0 / 16.0,
+            merge_nice: None,
         }
     }
 

@@ -130,6 +130,7 @@ fn make(p: &ReproParams, scheme: &str) -> Result<Arc<FdBench>, IndexError> {
         cache_bytes: p.cache_mib << 20,
         durable: false,
         merge_at: p.merge_at,
+        merge_nice: repro::MERGE_NICE,
         ..FdConfig::default()
     };
     let tree = FdTree::create(dev.clone(), fd).map_err(ie)?;
