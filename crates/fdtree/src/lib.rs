@@ -231,7 +231,8 @@ pub struct FdConfig {
     /// issues; on a host with fewer cores than busy threads it can be descheduled inside
     /// a command while every lookup waits for the device (a priority inversion measured
     /// at 116–376 ms on 2 cores), so the benchmarks give it a higher priority (-10), as
-    /// the paper's 8-core host gave it a core of its own.
+    /// the paper's 8-core host gave it a core of its own. A mitigation, not a cure: on a
+    /// host loaded by other processes, stalls of 100–400 ms remained with it.
     pub merge_nice: Option<i32>,
 }
 
