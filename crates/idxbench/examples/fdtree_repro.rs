@@ -12,6 +12,11 @@
 //! Options (`key=value`): `schemes` (xm,ds,fc), `fig` (6, 7, 8 or all), `w` (Figure 6
 //! lookup ratios), `preload`, `requests`, `sizes`, `warehouses`, `l0_kib`, `k`,
 //! `cache_mib`, `merge_at`, `clock` (paced, paced:SCALE, virtual), `seed`.
+//!
+//! Diagnosis (environment): `DIAG=MS` lists requests slower than MS ms and the longest
+//! merges of each run; with `GDB=1` as well, the first request in flight for over 40 ms
+//! triggers one `gdb` stack dump of all threads into /tmp/fdtree_stall_bt.txt;
+//! `FTL_CKPT_LOG_PAGES=N` sets the FTL's checkpoint interval (log pages).
 
 use csd_device::NvmeDevice;
 use csd_fdtree::{FdConfig, FdTree, Scheme};
@@ -121,7 +126,12 @@ fn make(p: &ReproParams, scheme: &str) -> Result<Arc<FdBench>, IndexError> {
     };
     let cfg = csd_sim::DeviceConfig::preset("x25e-sata").map_err(ie)?;
     let nand = csd_nand::Nand::new_in_memory(cfg).map_err(ie)?;
-    let ftl = Ftl::format(nand, FtlConfig::default()).map_err(ie)?;
+    let mut fcfg = FtlConfig::default();
+    if let Ok(v) = std::env::var("FTL_CKPT_LOG_PAGES") {
+        // Diagnosis: how often the FTL checkpoints inside a host write.
+        fcfg.checkpoint_log_pages = v.parse().map_err(ie)?;
+    }
+    let ftl = Ftl::format(nand, fcfg).map_err(ie)?;
     let dev = SharedDevice::new(NvmeDevice::new(ftl), ClockMode::Virtual).map_err(ie)?;
     let fd = FdConfig {
         scheme: s,
