@@ -186,7 +186,6 @@ impl TreeOpts {
             cache_bytes: self.cache_mib << 20,
             durable: self.durable,
             merge_at: self.merge_at,
-            merge_nice: repro::MERGE_NICE,
             ..FdConfig::default()
         };
         let (dev, run_clock) = self.device()?;
@@ -300,6 +299,9 @@ fn bench_err(e: csd_idxbench::harness::BenchError) -> CliError {
 
 /// `csd bench fdtree`: one run per scheme of the list, on the same request stream.
 pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
+    // Fresh huge pages of the in-memory flash are zeroed inside device commands and
+    // stalled every request for hundreds of ms (see the function's docs).
+    csd_fdtree::disable_transparent_huge_pages();
     let schemes = scheme_list(&a.scheme, "--scheme")?;
     let mut cfg = match a.tpcc {
         Some(w) => BenchConfig::small_tpcc(w),
@@ -530,6 +532,7 @@ fn run_configs(
 /// and the G_T runs of Figure 8 for each scheme, as markdown reports with plots and the
 /// paper's figures beside ours.
 pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
+    csd_fdtree::disable_transparent_huge_pages();
     let schemes = scheme_list(&a.schemes, "--schemes")?;
     // The workloads of the three figures, as idxbench's repro module defines them (its
     // `fdtree_repro` example runs the same without the CLI).

@@ -112,6 +112,20 @@ pub use btree::{BTree, BTreeConfig};
 pub use gate::MergeGate;
 pub use tree::{FdStats, FdTree};
 
+#[cfg(test)]
+mod thp_tests {
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn huge_pages_can_be_disabled_for_the_process() {
+        assert!(super::disable_transparent_huge_pages());
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        // Kernels that report it say so in THP_enabled.
+        if let Some(l) = status.lines().find(|l| l.starts_with("THP_enabled")) {
+            assert!(l.ends_with('0'), "{l}");
+        }
+    }
+}
+
 use csd_host::HostError;
 use thiserror::Error;
 
@@ -225,15 +239,6 @@ pub struct FdConfig {
     /// modifications into the rest of the budget while the merge runs, so an earlier
     /// start trades more, smaller merges for fewer stalls.
     pub merge_at: f64,
-    /// Scheduling niceness of the background merge thread of FD+DS and FD+FC (Linux,
-    /// best effort: ignored where the process may not set it); `None` keeps the nice
-    /// value it inherits. The merge thread holds the emulated device for each command it
-    /// issues; on a host with fewer cores than busy threads it can be descheduled inside
-    /// a command while every lookup waits for the device (a priority inversion measured
-    /// at 116–376 ms on 2 cores), so the benchmarks give it a higher priority (-10), as
-    /// the paper's 8-core host gave it a core of its own. A mitigation, not a cure: on a
-    /// host loaded by other processes, stalls of 100–400 ms remained with it.
-    pub merge_nice: Option<i32>,
 }
 
 impl Default for FdConfig {
@@ -250,7 +255,6 @@ impl Default for FdConfig {
             log_bytes: 4 * 1024 * 1024,
             durable: true,
             merge_at: 15.0 / 16.0,
-            merge_nice: None,
         }
     }
 }
@@ -270,7 +274,6 @@ impl FdConfig {
             log_bytes: 64 * 1024,
             durable: true,
             merge_at: 15.0 / 16.0,
-            merge_nice: None,
         }
     }
 
@@ -278,6 +281,27 @@ impl FdConfig {
     pub fn with_scheme(mut self, scheme: Scheme) -> FdConfig {
         self.scheme = scheme;
         self
+    }
+}
+
+/// Stop transparent huge pages for this process (Linux `prctl(PR_SET_THP_DISABLE)`;
+/// elsewhere a no-op). For latency measurements on an in-memory device: its flash is
+/// backed by huge pages, and the kernel zeroes a fresh 2 MiB page on the first write to
+/// it — inside the device command, under the shared device's mutex. A merge writing
+/// into fresh flash blocks then stalled every lookup and modification for 250–400 ms on
+/// a loaded 2-core host (FD+FC's worst insertion at `W_l = 0.5`: 385–401 ms with huge
+/// pages, 31 ms without). Returns whether the setting took effect.
+pub fn disable_transparent_huge_pages() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let (on, zero): (libc::c_ulong, libc::c_ulong) = (1, 0);
+        // SAFETY: prctl with PR_SET_THP_DISABLE reads only its integer arguments (passed
+        // as unsigned longs, as the kernel reads them).
+        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, on, zero, zero, zero) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
     }
 }
 

@@ -140,7 +140,6 @@ fn make(p: &ReproParams, scheme: &str) -> Result<Arc<FdBench>, IndexError> {
         cache_bytes: p.cache_mib << 20,
         durable: false,
         merge_at: p.merge_at,
-        merge_nice: repro::MERGE_NICE,
         ..FdConfig::default()
     };
     let tree = FdTree::create(dev.clone(), fd).map_err(ie)?;
@@ -284,6 +283,8 @@ fn run_all(
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // As the CLI does: no huge pages behind the emulated flash (see the function's docs).
+    csd_fdtree::disable_transparent_huge_pages();
     let mut p = ReproParams::default();
     let mut schemes: Vec<String> = vec!["xm".into(), "ds".into(), "fc".into()];
     let mut fig = "all".to_string();

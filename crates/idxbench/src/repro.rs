@@ -65,13 +65,6 @@ pub const CACHE_MIB: usize = 1;
 /// with its 33-second merges makes it.
 pub const MERGE_AT: f64 = 0.98;
 
-/// Nice value of the background merge thread in the benchmarks (see
-/// `csd_fdtree::FdConfig::merge_nice`): on 2 cores shared with 8 workers (and other
-/// processes) a descheduled merge thread held the emulated device for up to 376 ms while
-/// every lookup waited for it. With -10 such stalls became rarer but did not vanish on
-/// a machine loaded by other compilers (see the findings).
-pub const MERGE_NICE: Option<i32> = Some(-10);
-
 impl Default for ReproParams {
     fn default() -> Self {
         Self {

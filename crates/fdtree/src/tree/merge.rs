@@ -24,18 +24,6 @@ pub(super) struct Source {
     pub(super) ra: u64,
 }
 
-/// Set the calling thread's nice value (Linux: `setpriority` with `who = 0` applies to
-/// the calling thread), best effort: a process without the right keeps its priority.
-fn set_nice(nice: Option<i32>) {
-    #[cfg(all(target_os = "linux", not(feature = "shuttle")))]
-    if let Some(n) = nice {
-        // SAFETY: setpriority only reads its integer arguments.
-        let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, n) };
-    }
-    #[cfg(not(all(target_os = "linux", not(feature = "shuttle"))))]
-    let _ = nice;
-}
-
 /// One key's coalesced output of merge-execute.
 pub(super) struct Group {
     pub(super) key: u64,
@@ -308,7 +296,6 @@ impl Inner {
             }
         };
         let me = self.clone();
-        let nice = self.cfg.merge_nice;
         let body: Box<dyn FnOnce() + Send> = match fc {
             Some(fc) => {
                 let entries = l0_entries(&old, &levels, fc.t);
@@ -317,13 +304,11 @@ impl Inner {
                 drop(old);
                 drop(levels);
                 Box::new(move || {
-                    set_nice(nice);
                     join_prev();
                     let _ = me.merge_fc_and_install(fc, entries, underflow, generation, start_lsn);
                 })
             }
             None => Box::new(move || {
-                set_nice(nice);
                 join_prev();
                 let _ = me.merge_and_install(old, levels, underflow, generation, start_lsn);
             }),
