@@ -16,7 +16,7 @@ use csd_ftl::{Ftl, FtlConfig};
 use csd_host::SharedDevice;
 use csd_idxbench::harness::{BenchConfig, Phase, Progress};
 use csd_idxbench::result::BenchResult;
-use csd_idxbench::{BenchIndex, IndexError, paper};
+use csd_idxbench::{BenchIndex, IndexError, paper, repro};
 use csd_sim::ClockMode;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,6 +63,7 @@ impl BenchIndex for FdBench {
         self.tree.wait_for_merges().map_err(ie)
     }
     fn start_run(&self) -> Result<(), IndexError> {
+        self.tree.reset_peaks();
         self.run_clock.start()
     }
     fn extra_stats(&self) -> Vec<(String, f64)> {
@@ -72,6 +73,11 @@ impl BenchIndex for FdBench {
             ("max_merge_ms".into(), s.max_merge_wall.as_secs_f64() * 1e3),
             ("blocks_read".into(), s.blocks_read as f64),
             ("blocks_written".into(), s.blocks_written as f64),
+            ("room_waits".into(), s.room_waits as f64),
+            (
+                "max_room_wait_ms".into(),
+                s.max_room_wait.as_secs_f64() * 1e3,
+            ),
         ]
     }
 }
@@ -114,17 +120,17 @@ pub(crate) struct TreeOpts {
     #[arg(long, default_value = "paced", value_parser = crate::parse_clock)]
     clock: ClockMode,
     /// Top level L0 in KiB (paper: 256).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = repro::L0_KIB)]
     l0_kib: usize,
     /// Size ratio k between levels (paper: 24).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = repro::SIZE_RATIO)]
     size_ratio: u32,
-    /// Fraction of L0 at which a merge starts (paper: "close to full", 15/16).
-    #[arg(long, default_value_t = 15.0 / 16.0)]
+    /// Fraction of L0 at which a merge starts (paper: "close to (but below) full").
+    #[arg(long, default_value_t = repro::MERGE_AT)]
     merge_at: f64,
     /// Buffer cache in MiB (paper: 15; the default keeps the paper's ratio of index to
     /// cache for the default index sizes, so lookups read the device).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = repro::CACHE_MIB)]
     cache_mib: usize,
     /// Log every modification of L0 to the device before acknowledging it (crash
     /// safety; the paper's tree had no redo log, so its figures are without it).
@@ -293,6 +299,9 @@ fn bench_err(e: csd_idxbench::harness::BenchError) -> CliError {
 
 /// `csd bench fdtree`: one run per scheme of the list, on the same request stream.
 pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
+    // Fresh huge pages of the in-memory flash are zeroed inside device commands and
+    // stalled every request for hundreds of ms (see the function's docs).
+    csd_fdtree::disable_transparent_huge_pages();
     let schemes = scheme_list(&a.scheme, "--scheme")?;
     let mut cfg = match a.tpcc {
         Some(w) => BenchConfig::small_tpcc(w),
@@ -472,20 +481,20 @@ pub(crate) struct ReproFdArgs {
     #[arg(long, default_value = "xm,ds,fc")]
     schemes: String,
     /// Keys preloaded for the Figure 6 sweep (paper: 10 M).
-    #[arg(long, default_value_t = 400_000)]
+    #[arg(long, default_value_t = repro::PRELOAD)]
     preload: u64,
     /// Requests per Figure 6 run (paper: 10 M).
-    #[arg(long, default_value_t = 300_000)]
+    #[arg(long, default_value_t = repro::REQUESTS)]
     requests: u64,
-    /// Lookup ratios of the Figure 6 sweep.
-    #[arg(long, value_delimiter = ',', default_values_t = paper::setup::FIG6_LOOKUP_RATIOS.to_vec())]
+    /// Lookup ratios of the Figure 6 sweep (the paper's: 0,0.2,0.4,0.6,0.8,0.9,1).
+    #[arg(long, value_delimiter = ',', default_values_t = repro::LOOKUP_RATIOS.to_vec())]
     lookup_ratios: Vec<f64>,
     /// Initial index sizes (keys) of the Figure 7 scaling runs at W_l = 0.8, each with
     /// as many requests as keys (paper: up to 90 M); empty to skip.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![100_000u64, 200_000, 400_000])]
+    #[arg(long, value_delimiter = ',', default_values_t = repro::SIZES.to_vec())]
     sizes: Vec<u64>,
     /// Warehouses of the Figure 8 (G_T) runs; empty to skip.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![2u32, 4])]
+    #[arg(long, value_delimiter = ',', default_values_t = repro::WAREHOUSES.to_vec())]
     warehouses: Vec<u32>,
     /// Seed of the workloads.
     #[arg(long, default_value_t = csd_idxbench::harness::DEFAULT_SEED)]
@@ -523,15 +532,20 @@ fn run_configs(
 /// and the G_T runs of Figure 8 for each scheme, as markdown reports with plots and the
 /// paper's figures beside ours.
 pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
+    csd_fdtree::disable_transparent_huge_pages();
     let schemes = scheme_list(&a.schemes, "--schemes")?;
-    let base = {
-        let mut c = BenchConfig::small(0.8);
-        c.workload = csd_idxbench::workload::WorkloadSpec::Gr(
-            csd_idxbench::workload::GrSpec::with_lookup_ratio(0.8, a.requests, a.preload),
-        );
-        c.seed = a.seed;
-        c
+    // The workloads of the three figures, as idxbench's repro module defines them (its
+    // `fdtree_repro` example runs the same without the CLI).
+    let params = repro::ReproParams {
+        preload: a.preload,
+        requests: a.requests,
+        lookup_ratios: a.lookup_ratios.clone(),
+        sizes: a.sizes.clone(),
+        warehouses: a.warehouses.clone(),
+        seed: a.seed,
+        ..repro::ReproParams::default()
     };
+    let base = repro::fig6_base(&params);
     let pb = bar(false);
     let mut results = Vec::new();
     for s in &schemes {
@@ -561,20 +575,15 @@ pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
         csd_idxbench::sweep::write_report(&results, &paper::figure6(), &a.out.join("fig6"), &cmd)
             .map_err(bench_err)?;
     println!("Figure 6 report: {}", files.markdown.display());
+    let mut scaled = Vec::new();
     if !a.sizes.is_empty() {
         // Figure 7: W_l = 0.8, the workload as long as the initial index.
         let cfgs: Vec<BenchConfig> = a
             .sizes
             .iter()
-            .map(|&n| {
-                let mut c = base.clone();
-                c.workload = csd_idxbench::workload::WorkloadSpec::Gr(
-                    csd_idxbench::workload::GrSpec::with_lookup_ratio(0.8, n, n),
-                );
-                c
-            })
+            .map(|&n| repro::fig7_config(&params, n))
             .collect();
-        let scaled = run_configs(&schemes, &cfgs, &a.tree, &pb, "size")?;
+        scaled = run_configs(&schemes, &cfgs, &a.tree, &pb, "size")?;
         let files = csd_idxbench::sweep::write_report_on(
             &scaled,
             &paper::figure7(),
@@ -585,17 +594,14 @@ pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
         .map_err(bench_err)?;
         println!("Figure 7 report: {}", files.markdown.display());
     }
+    let mut gt = Vec::new();
     if !a.warehouses.is_empty() {
         let cfgs: Vec<BenchConfig> = a
             .warehouses
             .iter()
-            .map(|&w| {
-                let mut c = BenchConfig::small_tpcc(w);
-                c.seed = a.seed;
-                c
-            })
+            .map(|&w| repro::fig8_config(&params, w))
             .collect();
-        let gt = run_configs(&schemes, &cfgs, &a.tree, &pb, "G_T")?;
+        gt = run_configs(&schemes, &cfgs, &a.tree, &pb, "G_T")?;
         let files =
             csd_idxbench::sweep::write_report(&gt, &paper::figure8(), &a.out.join("fig8"), &cmd)
                 .map_err(bench_err)?;
@@ -612,6 +618,14 @@ pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
     if !at_08.is_empty() {
         print_comparison(&at_08);
     }
+    // The paper's orderings (who stalls, who has the best throughput), each with its
+    // verdict, and the measured reasons why some flip at this scale.
+    let checks = repro::check_orderings(&results, &scaled, &gt);
+    for c in &checks {
+        println!("{c}");
+    }
+    let orderings = repro::write_orderings(&a.out, &checks, &cmd).map_err(bench_err)?;
+    println!("orderings and findings: {}", orderings.display());
     println!("seed {}; reproduce: {cmd}", a.seed);
     Ok(())
 }

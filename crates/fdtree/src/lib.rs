@@ -7,6 +7,7 @@
 //! | [`cache`] | the main-memory buffer cache of §5 (15 MB default), CLOCK; block allocator |
 //! | [`format`](mod@format) | block layout of levels (§2.1 data and fence entries); manifest; redo log records |
 //! | [`tree`] | §2: L0, levels, invariants I1–I5, lookup with fractional cascading (§2.2), range scan, one-pass multi-level merge (§2.3: merge-prepare, merge-execute, merge-finalize with level skipping and tightening, underflow-triggered merges); §3: FD+XM and FD+DS; §4: FD+FC (wavefront, m-stage/m-insert/m-delete, Remark A.1, memory sharing); crash safety (left open by the paper, §7) |
+//! | [`gate`] | a gate that holds a merge block by block: what each scheme of §3–§4 lets through during a merge, observed in a deterministic state (the ordering tests) |
 //! | [`btree`] | the baseline of §1: a B+tree updated in place through the same cache |
 //! | `sync` (private) | std or `shuttle` synchronization (feature `shuttle`, for randomized schedule tests) |
 //!
@@ -92,7 +93,10 @@
 //!   are serialized by the log mutex (one record, one write, one flush each; no group
 //!   commit), which FD+FC's single L0 mutex serializes anyway.
 //! * **Tests**: `cargo test -p csd-fdtree` runs unit, model (proptest), concurrency,
-//!   paced-device and power-cut tests; the `shuttle` schedule tests need the feature:
+//!   paced-device and power-cut tests, and the directions of the paper's results
+//!   (`tests/orderings.rs`: with a [`MergeGate`] holding a merge, FD+XM lets no lookup or
+//!   modification through, FD+DS lets lookups through and modifications only into the
+//!   slack L0 had, FD+FC lets lookups through and frees L0 as the wavefront moves); the `shuttle` schedule tests need the feature:
 //!   `cargo test -p csd-fdtree --features shuttle --test shuttle`.
 //! * **On-device region**: `[start_lba, start_lba + lba_count)` holds manifest slot A,
 //!   slot B, the log, then the tree blocks.
@@ -100,11 +104,27 @@
 pub mod btree;
 pub mod cache;
 pub mod format;
+pub mod gate;
 mod sync;
 pub mod tree;
 
 pub use btree::{BTree, BTreeConfig};
+pub use gate::MergeGate;
 pub use tree::{FdStats, FdTree};
+
+#[cfg(test)]
+mod thp_tests {
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn huge_pages_can_be_disabled_for_the_process() {
+        assert!(super::disable_transparent_huge_pages());
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        // Kernels that report it say so in THP_enabled.
+        if let Some(l) = status.lines().find(|l| l.starts_with("THP_enabled")) {
+            assert!(l.ends_with('0'), "{l}");
+        }
+    }
+}
 
 use csd_host::HostError;
 use thiserror::Error;
@@ -261,6 +281,27 @@ impl FdConfig {
     pub fn with_scheme(mut self, scheme: Scheme) -> FdConfig {
         self.scheme = scheme;
         self
+    }
+}
+
+/// Stop transparent huge pages for this process (Linux `prctl(PR_SET_THP_DISABLE)`;
+/// elsewhere a no-op). For latency measurements on an in-memory device: its flash is
+/// backed by huge pages, and the kernel zeroes a fresh 2 MiB page on the first write to
+/// it — inside the device command, under the shared device's mutex. A merge writing
+/// into fresh flash blocks then stalled every lookup and modification for 250–400 ms on
+/// a loaded 2-core host (FD+FC's worst insertion at `W_l = 0.5`: 385–401 ms with huge
+/// pages, 31 ms without). Returns whether the setting took effect.
+pub fn disable_transparent_huge_pages() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let (on, zero): (libc::c_ulong, libc::c_ulong) = (1, 0);
+        // SAFETY: prctl with PR_SET_THP_DISABLE reads only its integer arguments (passed
+        // as unsigned longs, as the kernel reads them).
+        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, on, zero, zero, zero) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
     }
 }
 

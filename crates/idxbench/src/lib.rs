@@ -12,6 +12,8 @@
 //! * [`mod@sweep`] — lookup-ratio (Figure 6) and configuration (Figure 8) sweeps and the
 //!   markdown + plots report.
 //! * [`paper`] — the paper's Figure 6–9 numbers as stated in its text.
+//! * [`repro`] — the defaults of `csd repro fd-tree` and the checks of the paper's
+//!   orderings (which scheme stalls, which has the best throughput).
 //!
 //! Any index plugs in by implementing [`BenchIndex`]; the FD+tree schemes (FD+XM,
 //! FD+DS, FD+FC) and a B+tree baseline are adapted to it by the CLI.
@@ -47,6 +49,7 @@
 
 pub mod harness;
 pub mod paper;
+pub mod repro;
 pub mod result;
 pub mod stats;
 pub mod sweep;

@@ -476,6 +476,7 @@ impl Inner {
         let t = fc.t;
         let mut input = MergeInput::new(entries, &lv, t);
         let mut w = LevelWriter::new(self.geo.epb, !input.bottom, Some(fc.clone()));
+        w.gated = true;
         // Blocks reclaimed during the merge, with the ticket stamp of their reclamation.
         let mut limbo: Vec<(u64, u64)> = Vec::new();
         loop {
@@ -732,6 +733,7 @@ impl Inner {
         let t = self.prepare(old, lv, underflow);
         let mut input = MergeInput::new(l0_entries(old, lv, t), lv, t);
         let mut w = LevelWriter::new(self.geo.epb, !input.bottom, None);
+        w.gated = true;
         while let Some(g) = input.next_group(self)? {
             w.push(self, h, g.key, g.entries, g.has_fence, input.p_last)?;
         }

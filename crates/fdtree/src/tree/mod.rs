@@ -373,6 +373,11 @@ struct Counters {
     underflow_merges: AtomicU64,
     reads_during_merge: AtomicU64,
     early_reclaimed: AtomicU64,
+    /// Modifications waiting for room in L0 now.
+    waiting: AtomicU64,
+    /// Modifications that waited for room in L0, and the longest such wait (ns).
+    room_waits: AtomicU64,
+    max_room_wait_ns: AtomicU64,
     /// Latest simulated instant a tree command completed at (ns).
     clock: AtomicU64,
 }
@@ -390,6 +395,8 @@ struct Inner {
     manifest_seq: Mutex<(u64, u64)>,
     merge_thread: Mutex<Option<JoinHandle<()>>>,
     counters: Counters,
+    /// Gate that merges pass before each output block ([`FdTree::set_merge_gate`]).
+    gate: Mutex<Option<std::sync::Arc<crate::MergeGate>>>,
 }
 
 /// Counters of a tree.
@@ -439,6 +446,21 @@ pub struct FdStats {
     /// FD+FC: old blocks reclaimed *and reused* during their merge (only without
     /// crash safety; with it, reuse waits for the manifest switch).
     pub early_reclaimed: u64,
+    /// Modifications waiting now for a merge to make room in L0 (FD+DS, FD+FC; an
+    /// FD+XM modification waits for the tree's x-lock instead).
+    pub waiting_modifications: u64,
+    /// Modifications that had to wait for a merge to make room in L0 (FD+DS, FD+FC).
+    pub room_waits: u64,
+    /// The longest such wait, wall clock: how long a merge held a modification up for
+    /// lack of room in L0 (FD+DS: until the merge ends; FD+FC: until the wavefront
+    /// passes enough entries of L0 old).
+    pub max_room_wait: Duration,
+    /// Entries charged to the L0 budget now: L0, L0 old during a merge, the fences kept
+    /// in L0 and two reserved slots. A modification waits while it exceeds
+    /// [`FdStats::l0_capacity`].
+    pub l0_charge: u64,
+    /// The L0 budget in entries (`l0_bytes / 16`).
+    pub l0_capacity: u64,
 }
 
 /// An FD+tree on a shared device. `Send + Sync`: share it with `Arc`.
@@ -462,6 +484,14 @@ impl Inner {
             return Err(FdError::Failed(e.clone()));
         }
         Ok(())
+    }
+
+    /// Pass the merge gate, if one is installed.
+    fn pass_gate(&self) {
+        let g = lock(&self.gate).clone();
+        if let Some(g) = g {
+            g.pass();
+        }
     }
 
     fn wait_merge(&self) {
@@ -504,6 +534,11 @@ impl Inner {
             log_records: c.log_records.load(Ordering::Relaxed),
             reads_during_merge: c.reads_during_merge.load(Ordering::Relaxed),
             early_reclaimed: c.early_reclaimed.load(Ordering::Relaxed),
+            waiting_modifications: c.waiting.load(Ordering::Relaxed),
+            room_waits: c.room_waits.load(Ordering::Relaxed),
+            max_room_wait: Duration::from_nanos(c.max_room_wait_ns.load(Ordering::Relaxed)),
+            l0_charge: self.l0_charge(&top),
+            l0_capacity: self.geo.c0,
         }
     }
 }
@@ -541,6 +576,21 @@ impl FdTree {
     /// this runs it now).
     pub fn wait_for_merges(&self) -> Result<(), FdError> {
         self.inner.settle()
+    }
+
+    /// Install (or with `None` remove) a gate that every later merge passes before each
+    /// block of its output data level: a caller can hold a merge at a block boundary and
+    /// observe what the scheme lets through meanwhile (see [`crate::gate`]).
+    pub fn set_merge_gate(&self, gate: Option<std::sync::Arc<crate::MergeGate>>) {
+        *lock(&self.inner.gate) = gate;
+    }
+
+    /// Reset the peak counters ([`FdStats::max_merge_wall`], [`FdStats::max_room_wait`])
+    /// so that they cover what follows, e.g. a benchmark's timed run after its preload.
+    pub fn reset_peaks(&self) {
+        let c = &self.inner.counters;
+        c.max_merge_wall_ns.store(0, Ordering::Relaxed);
+        c.max_room_wait_ns.store(0, Ordering::Relaxed);
     }
 
     /// Counters.

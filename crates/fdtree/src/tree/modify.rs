@@ -12,6 +12,7 @@ impl Inner {
             .then(|| self.xm.write().unwrap_or_else(|p| p.into_inner()));
         let mut log = lock(&self.log);
         // Wait for room in L0 and the log (a DS merge frees it when it ends).
+        let mut waited: Option<Instant> = None;
         let (cur, generation) = loop {
             let mut top = lock(&self.top);
             Self::check_usable(&top)?;
@@ -19,13 +20,22 @@ impl Inner {
                 break (top.l0.map.get(&key).copied(), top.generation);
             }
             if top.merging {
+                waited.get_or_insert_with(Instant::now);
+                self.counters.waiting.fetch_add(1, Ordering::Relaxed);
                 top = self.cv.wait(top).unwrap_or_else(|p| p.into_inner());
+                self.counters.waiting.fetch_sub(1, Ordering::Relaxed);
                 drop(top);
                 continue;
             }
             drop(top);
             self.start_merge(&log)?;
         };
+        if let Some(w) = waited {
+            let c = &self.counters;
+            c.room_waits.fetch_add(1, Ordering::Relaxed);
+            c.max_room_wait_ns
+                .fetch_max(w.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
         // Whether the key exists below L0 (new). The levels may switch meanwhile (a
         // merge ends) but their content does not change, and no other modification
         // runs (the log mutex serializes them).

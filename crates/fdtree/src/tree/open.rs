@@ -33,6 +33,7 @@ impl FdTree {
             manifest_seq: Mutex::new((0, 0)),
             merge_thread: Mutex::new(None),
             counters: Counters::default(),
+            gate: Mutex::new(None),
             cfg,
             geo: geo.clone(),
             cache,

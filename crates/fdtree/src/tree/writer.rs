@@ -21,6 +21,9 @@ pub(super) struct LevelWriter {
     pub(super) batch: Vec<(u64, Block)>,
     /// FD+FC: entries of `cur` already in the shared tail.
     pub(super) published: usize,
+    /// Pass the merge gate after each completed block but the last (the data level of a
+    /// merge).
+    pub(super) gated: bool,
 }
 
 impl LevelWriter {
@@ -42,6 +45,7 @@ impl LevelWriter {
             shared,
             batch: Vec::new(),
             published: 0,
+            gated: false,
         }
     }
 
@@ -137,6 +141,11 @@ impl LevelWriter {
             }
             self.cur_id = Some(id);
             self.meta.blocks += 1;
+            if self.gated && self.meta.blocks > 1 {
+                // A block is complete and the merge goes on (not its last block, which
+                // `finish` writes): the merge gate's stopping point.
+                t.pass_gate();
+            }
             self.firsts.push((key, id));
             if self.fenced
                 && !has_fence
