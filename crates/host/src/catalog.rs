@@ -18,6 +18,12 @@
 //! FLIXR index, so catalogs without one keep their version-1 bytes) adds per table a
 //! flag and, when set, its per-page index ([`TableIndex`]): name, column, encoding
 //! (range, or bitmap with its split points) and the device's FLIXR table id.
+//! Version 3 (written only once a table was changed by INSERT / UPDATE / DELETE, so
+//! catalogs of loaded tables keep their bytes) is version 2 followed by an extension
+//! section: per table its extent's capacity in pages and its free-space hints (pages
+//! that may have room, at most [`MAX_FREE_HINTS`]), then the LBAs of the statement log at
+//! the top of the device and the redo record of a statement being applied, if any
+//! ([`Redo`], see [`crate::dml`]).
 
 use crate::client::{CommandIssuer, HostError};
 use csd_table::datagen::RowSource;
@@ -30,6 +36,9 @@ pub const CATALOG_LBAS: u64 = 64;
 const MAGIC: u32 = 0x5441_4343; // "CCAT"
 const VERSION: u16 = 1;
 const VERSION_INDEXED: u16 = 2;
+const VERSION_DML: u16 = 3;
+/// Free-space hints a table keeps in the catalog (pages that may have room for a row).
+pub const MAX_FREE_HINTS: usize = 1024;
 const HEADER: usize = 4 + 2 + 2 + 8 + 4 + 4;
 
 /// One table stored on the device.
@@ -51,6 +60,42 @@ pub struct TableInfo {
     pub rows: u64,
     /// The table's FLIXR per-page index, if it has one (`CREATE INDEX`, `csd index`).
     pub index: Option<TableIndex>,
+    /// Pages the extent holds (at least `pages`): room reserved for INSERT to grow the
+    /// table in place.
+    pub capacity: u64,
+    /// Free-space hints: pages (sorted, below `pages`) that may have room for a row,
+    /// left by DELETE; INSERT reads them first. A hint, not the truth: the page's own
+    /// row count decides.
+    pub free_hints: Vec<u64>,
+}
+
+/// The redo record of an INSERT / UPDATE / DELETE being applied ([`crate::dml`]): the
+/// new images of the table's pages `pages` (runs of page numbers, in order) are in the
+/// statement log from its first LBA on, one page after the other. It is part of the
+/// catalog that commits the statement; applying it (again) writes those images in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redo {
+    /// The table changed.
+    pub table: String,
+    /// Runs `(first page, pages)` of the table pages to overwrite, in log order.
+    pub pages: Vec<(u64, u64)>,
+}
+
+impl Redo {
+    /// The table pages to overwrite, in log order.
+    pub fn page_list(&self) -> impl Iterator<Item = u64> + '_ {
+        self.pages.iter().flat_map(|&(p, n)| p..p + n)
+    }
+
+    /// Pages in the record.
+    pub fn len(&self) -> u64 {
+        self.pages.iter().map(|r| r.1).sum()
+    }
+
+    /// No pages.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A FLIXR per-page index on a catalog table (flixr §4.2): the table's row format is
@@ -86,9 +131,9 @@ impl TableInfo {
         (self.page_bytes / lba_size.max(1)) as u64
     }
 
-    /// One past the last LBA of the extent.
+    /// One past the last LBA of the extent (its capacity, reserved room included).
     pub fn end_lba(&self, lba_size: u32) -> u64 {
-        self.first_lba + self.pages * self.lbas_per_page(lba_size)
+        self.first_lba + self.pages.max(self.capacity) * self.lbas_per_page(lba_size)
     }
 
     /// Bytes of table data.
@@ -104,6 +149,12 @@ pub struct Catalog {
     pub seq: u64,
     /// The tables.
     pub tables: Vec<TableInfo>,
+    /// LBAs of the statement log at the top of the device (`lbas - log_lbas..lbas`;
+    /// 0 before the first INSERT / UPDATE / DELETE). Tables never reach into it.
+    pub log_lbas: u64,
+    /// The statement being applied, if a power cut interrupted it (replayed by
+    /// [`Catalog::read`] on a writable device).
+    pub redo: Option<Redo>,
 }
 
 /// What a load did.
@@ -208,8 +259,19 @@ fn type_of(code: u8, param: u16) -> Result<ColumnType, HostError> {
 }
 
 impl Catalog {
-    fn encode(&self) -> Vec<u8> {
-        let indexed = self.tables.iter().any(|t| t.index.is_some());
+    /// Whether the catalog needs the version-3 extension section.
+    fn changed_by_dml(&self) -> bool {
+        self.log_lbas != 0
+            || self.redo.is_some()
+            || self
+                .tables
+                .iter()
+                .any(|t| t.capacity != t.pages || !t.free_hints.is_empty())
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let dml = self.changed_by_dml();
+        let indexed = dml || self.tables.iter().any(|t| t.index.is_some());
         let mut body = Vec::new();
         for t in &self.tables {
             put_str(&mut body, &t.name);
@@ -248,7 +310,36 @@ impl Catalog {
                 }
             }
         }
-        let version = if indexed { VERSION_INDEXED } else { VERSION };
+        if dml {
+            for t in &self.tables {
+                body.extend_from_slice(&t.capacity.to_le_bytes());
+                let hints = &t.free_hints[..t.free_hints.len().min(MAX_FREE_HINTS)];
+                body.extend_from_slice(&(hints.len() as u32).to_le_bytes());
+                for h in hints {
+                    body.extend_from_slice(&h.to_le_bytes());
+                }
+            }
+            body.extend_from_slice(&self.log_lbas.to_le_bytes());
+            match &self.redo {
+                None => body.push(0),
+                Some(r) => {
+                    body.push(1);
+                    put_str(&mut body, &r.table);
+                    body.extend_from_slice(&(r.pages.len() as u32).to_le_bytes());
+                    for &(p, n) in &r.pages {
+                        body.extend_from_slice(&p.to_le_bytes());
+                        body.extend_from_slice(&n.to_le_bytes());
+                    }
+                }
+            }
+        }
+        let version = if dml {
+            VERSION_DML
+        } else if indexed {
+            VERSION_INDEXED
+        } else {
+            VERSION
+        };
         let mut v = Vec::with_capacity(HEADER + body.len());
         v.extend_from_slice(&MAGIC.to_le_bytes());
         v.extend_from_slice(&version.to_le_bytes());
@@ -267,7 +358,7 @@ impl Catalog {
             return Ok(Catalog::default());
         }
         let version = r.u16()?;
-        if version != VERSION && version != VERSION_INDEXED {
+        if version != VERSION && version != VERSION_INDEXED && version != VERSION_DML {
             return Err(HostError::Catalog("unsupported catalog version".into()));
         }
         let n = r.u16()? as usize;
@@ -299,7 +390,7 @@ impl Catalog {
             }
             let schema = Schema::new(sname, cols)
                 .map_err(|e| HostError::Catalog(format!("table {name}: {e}")))?;
-            let index = if version == VERSION_INDEXED && r.u8()? == 1 {
+            let index = if version >= VERSION_INDEXED && r.u8()? == 1 {
                 let iname = r.str()?;
                 let column = r.str()?;
                 let flixr_table = r.u8()?;
@@ -335,13 +426,59 @@ impl Catalog {
                 pages,
                 rows,
                 index,
+                capacity: pages,
+                free_hints: Vec::new(),
             });
         }
-        Ok(Catalog { seq, tables })
+        let mut log_lbas = 0;
+        let mut redo = None;
+        if version == VERSION_DML {
+            for t in &mut tables {
+                t.capacity = r.u64()?.max(t.pages);
+                let n = r.u32()? as usize;
+                if n > MAX_FREE_HINTS {
+                    return Err(HostError::Catalog(format!(
+                        "table {}: {n} free-space hints (at most {MAX_FREE_HINTS})",
+                        t.name
+                    )));
+                }
+                for _ in 0..n {
+                    t.free_hints.push(r.u64()?);
+                }
+            }
+            log_lbas = r.u64()?;
+            if r.u8()? == 1 {
+                let table = r.str()?;
+                let n = r.u32()? as usize;
+                let mut pages = Vec::with_capacity(n.min(1 << 16));
+                for _ in 0..n {
+                    pages.push((r.u64()?, r.u64()?));
+                }
+                redo = Some(Redo { table, pages });
+            }
+        }
+        Ok(Catalog {
+            seq,
+            tables,
+            log_lbas,
+            redo,
+        })
     }
 
-    /// Read the catalog from the device (empty on a device that never held one).
+    /// Read the catalog from the device (empty on a device that never held one). A
+    /// statement committed but not fully applied when power failed (a redo record) is
+    /// finished first ([`crate::dml::finish`]); on a device that refuses writes (opened
+    /// read-only) that is an error saying how to finish it.
     pub fn read(client: &mut impl CommandIssuer) -> Result<Catalog, HostError> {
+        let mut cat = Catalog::read_raw(client)?;
+        if cat.redo.is_some() {
+            crate::dml::finish(client, &mut cat)?;
+        }
+        Ok(cat)
+    }
+
+    /// Read the catalog as it is on the device, a redo record included.
+    pub fn read_raw(client: &mut impl CommandIssuer) -> Result<Catalog, HostError> {
         let lba = client.identify().lba_size as usize;
         let mdts = client.identify().mdts_blocks.max(1) as u64;
         let mut bytes = Vec::with_capacity(CATALOG_LBAS as usize * lba);
@@ -352,6 +489,11 @@ impl Catalog {
             l += n;
         }
         Catalog::decode(&bytes)
+    }
+
+    /// First LBA of the statement log (tables end before it).
+    pub fn log_first_lba(&self, lbas: u64) -> u64 {
+        lbas.saturating_sub(self.log_lbas)
     }
 
     /// Write the catalog as one atomic batch.
@@ -409,6 +551,7 @@ impl Catalog {
         let page_bytes = id.flash_page_bytes.max(lba);
         let lpp = (page_bytes / lba) as u64;
         let first = cat.next_free_lba(lba).div_ceil(lpp) * lpp;
+        let limit = cat.log_first_lba(id.lbas);
         let schema = source.schema().clone();
         let mut pages = Paginator::new(source, layout, page_bytes as usize)?;
         let chunk_pages = ((id.mdts_blocks as u64 / lpp).max(1)) as usize;
@@ -423,10 +566,10 @@ impl Catalog {
                 return Ok(());
             }
             let n = buf.len() as u64 / lba as u64;
-            if *next_lba + n > id.lbas {
+            if *next_lba + n > limit {
                 return Err(HostError::Invalid(format!(
-                    "table {name} does not fit: the device has {} LBAs, the table needs more than {}",
-                    id.lbas,
+                    "table {name} does not fit: the device has {} LBAs for tables, the table needs more than {}",
+                    limit,
                     *next_lba + n - first
                 )));
             }
@@ -457,6 +600,8 @@ impl Catalog {
             pages: written_pages,
             rows: pages.rows(),
             index: None,
+            capacity: written_pages,
+            free_hints: Vec::new(),
         };
         let old = cat
             .tables

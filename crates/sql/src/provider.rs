@@ -17,10 +17,16 @@ use csd_query::build;
 use csd_query::plan::{Expr as DevExpr, Plan};
 use datafusion::arrow::datatypes::{Schema as ArrowSchema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::DFSchema;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::datasource::TableType;
+use datafusion::datasource::sink::DataSinkExec;
+use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
+
+use crate::dml::{DeviceSink, SinkOp};
 
 use crate::device::{Device, ScanSettings};
 use crate::exec::{DeviceScanExec, ScanLog, ScanOutput};
@@ -53,6 +59,37 @@ impl DeviceTable {
     /// The catalog entry.
     pub fn info(&self) -> &TableInfo {
         &self.info
+    }
+
+    fn sink(&self, op: SinkOp) -> DeviceSink {
+        DeviceSink::new(
+            self.info.name.clone(),
+            self.info.schema.clone(),
+            self.device.clone(),
+            op,
+        )
+    }
+
+    /// A plan running the DML sink `op` when executed (its input: no rows).
+    fn dml_exec(&self, op: SinkOp) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(DataSinkExec::new(
+            Arc::new(EmptyExec::new(self.schema.clone())),
+            Arc::new(self.sink(op)),
+            None,
+        )))
+    }
+
+    /// WHERE conjuncts as physical expressions over the table's schema.
+    fn physical(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>> {
+        let df = DFSchema::try_from(self.schema.clone())?;
+        filters
+            .into_iter()
+            .map(|f| state.create_physical_expr(f, &df))
+            .collect()
     }
 }
 
@@ -91,6 +128,64 @@ impl TableProvider for DeviceTable {
                 Err(_) => TableProviderFilterPushDown::Unsupported,
             })
             .collect())
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(DataFusionError::Plan(format!(
+                "INSERT {insert_op} into {}: device tables take plain INSERT INTO (append)",
+                self.info.name
+            )));
+        }
+        Ok(Arc::new(DataSinkExec::new(
+            input,
+            Arc::new(self.sink(SinkOp::Insert)),
+            None,
+        )))
+    }
+
+    async fn delete_from(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let filters = self.physical(state, filters)?;
+        self.dml_exec(SinkOp::Delete { filters })
+    }
+
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let df = DFSchema::try_from(self.schema.clone())?;
+        let mut set = Vec::with_capacity(assignments.len());
+        for (name, e) in assignments {
+            let c = self.schema.index_of(&name).map_err(|_| {
+                DataFusionError::Plan(format!(
+                    "UPDATE {}: no column {name}; columns: {}",
+                    self.info.name,
+                    self.schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+            set.push((c, state.create_physical_expr(e, &df)?));
+        }
+        let filters = self.physical(state, filters)?;
+        self.dml_exec(SinkOp::Update {
+            assignments: set,
+            filters,
+        })
     }
 
     async fn scan(
