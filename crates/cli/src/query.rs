@@ -397,7 +397,30 @@ pub(crate) fn run_statement(
     opts: &SqlOpts,
 ) -> Result<Ran, CliError> {
     let sql = expand_tpch(sql);
-    if csd_sql::ddl::is_dml(sql) {
+    if csd_sql::ddl::is_dml(sql) && !session.writable {
+        // Run it on the read-only image first: bad input (unknown names, a value that
+        // does not fit its column) fails before anything is written, so the image stays
+        // byte-identical; a statement that changes nothing (a DELETE matching no row)
+        // is done. Only a statement that needs to write reopens the image read-write.
+        if let Db::One(s) = &mut session.db {
+            let cs = choices(&opts.strategy)?;
+            match s.run_strategies(sql, &cs[..cs.len().min(1)]) {
+                Err(e) if csd_sql::dml::write_refused(&e) => {}
+                Err(e) => return Err(sql_error(e)),
+                Ok(runs) => {
+                    let (names, rows) = match runs.first() {
+                        Some((_, a)) => (a.column_names(), a.rows().map_err(sql_error)?),
+                        None => (Vec::new(), Vec::new()),
+                    };
+                    return Ok(Ran {
+                        runs,
+                        devices: Vec::new(),
+                        names,
+                        rows,
+                    });
+                }
+            }
+        }
         session.make_writable()?;
     }
     if let Some(ddl) = csd_sql::ddl::parse(sql).map_err(CliError::Usage)?

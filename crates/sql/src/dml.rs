@@ -411,6 +411,13 @@ impl DataSink for DeviceSink {
     }
 }
 
+/// Whether `e` is the device refusing a write because it was opened read-only (so the
+/// statement was valid up to its first write, and nothing was written).
+pub fn write_refused(e: &crate::SqlError) -> bool {
+    let text = format!("{e:?}");
+    text.contains("WriteProtected") || text.contains("ReadOnly")
+}
+
 /// DataFusion's refusal of a NULL in an INSERT's VALUES names the value's position
 /// (`column3`); this names the table column too.
 pub fn explain_null(
