@@ -152,6 +152,9 @@ impl DmlReport {
 /// rows the chunk's edit inserted, updated or deleted.
 pub type PageEdits = (Vec<Option<Vec<Vec<Value>>>>, u64);
 
+/// The edit [`modify`] applies: the rows of each page of a chunk in, [`PageEdits`] out.
+pub type PageEditor<'a> = dyn FnMut(&[Vec<Vec<Value>>]) -> Result<PageEdits, HostError> + 'a;
+
 fn telemetry(c: &mut impl CommandIssuer) -> Result<Telemetry, HostError> {
     match c
         .exec(Command::GetLogPage(csd_device::LogPage::Telemetry))?
@@ -424,7 +427,7 @@ pub fn modify(
     cfg: &DeviceConfig,
     table: &str,
     op: DmlOp,
-    edit: &mut dyn FnMut(&[Vec<Vec<Value>>]) -> Result<PageEdits, HostError>,
+    edit: &mut PageEditor<'_>,
 ) -> Result<DmlReport, HostError> {
     let cat = Catalog::read(c)?;
     let t = cat.tables[find(&cat, table)?].clone();

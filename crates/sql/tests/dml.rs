@@ -415,14 +415,12 @@ fn bad_statements_fail_clearly_and_program_nothing() {
     let p0 = programs(&s);
     let e = s
         .run_strategies("INSERT INTO d VALUES (123456789012345678.25)", &ALL[..1])
-        .err()
-        .expect("out of range")
+        .expect_err("out of range")
         .to_string();
     assert!(e.contains("Decimal128") || e.contains("range"), "{e}");
     let e = s
         .run_strategies("UPDATE d SET x = x * 100000000000000000", &ALL[..1])
-        .err()
-        .expect("out of range")
+        .expect_err("out of range")
         .to_string();
     assert!(
         e.contains("x") && (e.contains("Decimal") || e.contains("range")),
