@@ -459,6 +459,40 @@ pub fn explain_null(
     )))
 }
 
+/// DataFusion's refusal of a SET or VALUES value its column's type cannot hold (a cast
+/// error while planning) names the value, not the column; this names the column too.
+pub fn explain_cast(e: crate::SqlError, sql: &str) -> crate::SqlError {
+    use datafusion::sql::sqlparser::ast::Statement;
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let text = e.to_string();
+    let Some(value) = text
+        .split("Can't cast value ")
+        .nth(1)
+        .and_then(|r| r.split(" to type").next())
+    else {
+        return e;
+    };
+    let Ok(stmts) = Parser::parse_sql(&GenericDialect {}, sql) else {
+        return e;
+    };
+    let column = match stmts.first() {
+        Some(Statement::Update(u)) => u
+            .assignments
+            .iter()
+            .find(|a| a.value.to_string().contains(value))
+            .map(|a| a.target.to_string()),
+        _ => None,
+    };
+    match column {
+        Some(c) => crate::SqlError::Host(HostError::Invalid(format!(
+            "column {c}: the value {value} does not fit the column's type ({})",
+            text.lines().last().unwrap_or_default()
+        ))),
+        None => e,
+    }
+}
+
 /// A one-row `count` batch (what a DML statement returns in DataFusion).
 pub fn count_batch(n: u64) -> Result<RecordBatch> {
     let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![

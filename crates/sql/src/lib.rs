@@ -326,7 +326,7 @@ impl SqlSession {
         let report = self.device.take_dml().pop();
         // Whatever happened, the session's view of the tables follows the device.
         self.reload()?;
-        ran.map_err(|e| dml::explain_null(e, sql, &self.catalog))?;
+        ran.map_err(|e| dml::explain_cast(dml::explain_null(e, sql, &self.catalog), sql))?;
         let Some(report) = report else {
             return Err(SqlError::Host(csd_host::HostError::Invalid(format!(
                 "`{sql}` changed no device table"

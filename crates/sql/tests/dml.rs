@@ -383,7 +383,7 @@ fn bad_statements_fail_clearly_and_program_nothing() {
         ("INSERT INTO t VALUES (NULL, 2, 'a')", "column k"),
         ("INSERT INTO t VALUES (1, 2)", "t"),
         ("UPDATE t SET note = 'abcdefgh' WHERE k = 3", "column note"),
-        ("UPDATE t SET v = 99999999999 WHERE k = 3", "v"),
+        ("UPDATE t SET v = 99999999999 WHERE k = 3", "column v"),
         ("INSERT INTO t VALUES (1, 'x', 'a')", "Int32"),
     ] {
         let e = s
