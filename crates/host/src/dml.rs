@@ -402,6 +402,12 @@ pub fn insert(
         hints.push(p);
     }
     report.rows = rows.len() as u64;
+    let build = |m: BTreeMap<u64, Vec<Vec<Value>>>| -> Result<BTreeMap<u64, Vec<u8>>, HostError> {
+        m.into_iter()
+            .map(|(p, r)| Ok((p, page_image(&t, &r)?)))
+            .collect()
+    };
+    let (edited, appended) = (build(edited)?, build(appended)?);
     apply(
         c,
         cfg,
@@ -434,7 +440,9 @@ pub fn modify(
     let mut m = Meter::start(c)?;
     let g = geo(c, &t)?;
     let mut report = empty_report(op, &t);
-    let mut edited: BTreeMap<u64, Vec<Vec<Value>>> = BTreeMap::new();
+    // Changed pages are kept as page images (not rows) until the statement commits.
+    let mut edited: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut roomy: Vec<u64> = Vec::new();
     let mut affected = 0u64;
     let mut delta = 0i64;
     let mut p = 0;
@@ -481,18 +489,17 @@ pub fn modify(
                     })?;
                 }
                 delta += new.len() as i64 - old.len() as i64;
-                edited.insert(*page, new);
+                if new.len() < g.cap {
+                    roomy.push(*page);
+                }
+                edited.insert(*page, page_image(&t, &new)?);
             }
         }
         p += k;
     }
     report.rows = affected;
     let mut hints = t.free_hints.clone();
-    for (p, r) in &edited {
-        if r.len() < g.cap && !hints.contains(p) {
-            hints.push(*p);
-        }
-    }
+    hints.extend(roomy);
     apply(
         c,
         cfg,
@@ -536,8 +543,18 @@ fn empty_report(op: DmlOp, t: &TableInfo) -> DmlReport {
     }
 }
 
-/// Writes a statement: `edited` pages (new rows of existing pages) and `appended` pages
-/// (new pages after the last), then commits the catalog (see the module doc).
+/// A page of table `t` holding `rows`.
+fn page_image(t: &TableInfo, rows: &[Vec<Value>]) -> Result<Vec<u8>, HostError> {
+    Ok(slotted::build_page(
+        &t.schema,
+        t.layout,
+        t.page_bytes as usize,
+        rows,
+    )?)
+}
+
+/// Writes a statement: `rewrites` (new images of existing pages) and `appends` (new
+/// pages after the last), then commits the catalog (see the module doc).
 #[allow(clippy::too_many_arguments)]
 fn apply(
     c: &mut impl CommandIssuer,
@@ -545,25 +562,15 @@ fn apply(
     mut cat: Catalog,
     t: &TableInfo,
     g: &Geo,
-    edited: BTreeMap<u64, Vec<Vec<Value>>>,
-    appended: BTreeMap<u64, Vec<Vec<Value>>>,
+    rewrites: BTreeMap<u64, Vec<u8>>,
+    appends: BTreeMap<u64, Vec<u8>>,
     mut hints: Vec<u64>,
     delta_rows: i64,
     m: &mut Meter,
     report: &mut DmlReport,
 ) -> Result<(), HostError> {
-    if edited.is_empty() && appended.is_empty() {
+    if rewrites.is_empty() && appends.is_empty() {
         return Ok(());
-    }
-    let pb = t.page_bytes as usize;
-    let build = |rows: &[Vec<Value>]| slotted::build_page(&t.schema, t.layout, pb, rows);
-    let mut rewrites: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-    for (p, rows) in &edited {
-        rewrites.insert(*p, build(rows)?);
-    }
-    let mut appends: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-    for (p, rows) in &appended {
-        appends.insert(*p, build(rows)?);
     }
     m.host(
         c,
