@@ -802,7 +802,11 @@ pub(crate) fn print_dml(d: &csd_host::dml::DmlReport, cfg: &DeviceConfig) {
         format!("{} ({})", d.table, d.layout),
         format!("{} {} ({} in the table)", d.rows, d.op.past(), d.table_rows),
         format!("{:.4}", d.modeled_s()),
-        d.pages_read.to_string(),
+        if d.pages_skipped > 0 {
+            format!("{} ({} skipped by READ_IDX)", d.pages_read, d.pages_skipped)
+        } else {
+            d.pages_read.to_string()
+        },
         format!(
             "{}{}",
             d.pages_rewritten,
@@ -842,6 +846,7 @@ pub(crate) fn dml_json(d: &csd_host::dml::DmlReport) -> Value {
         "table_rows": d.table_rows,
         "modeled_time_s": d.modeled_s(),
         "pages_read": d.pages_read,
+        "pages_skipped": d.pages_skipped,
         "pages_rewritten": d.pages_rewritten,
         "pages_appended": d.pages_appended,
         "pages_relocated": d.pages_relocated,

@@ -22,6 +22,10 @@
 //!   old extent trimmed once the catalog names the new one (a vector's amortized growth:
 //!   a table is copied O(log n) times while it grows to n pages). Tables stay one
 //!   contiguous extent, so every scan path (IHP, ISP sessions, READ_IDX) is unchanged.
+//! * **Which pages are read.** INSERT reads only the pages it fills. DELETE and UPDATE
+//!   read every page, MDTS at a time, or — when the table has a FLIXR index and the
+//!   statement's WHERE constrains its column — read them with READ_IDX under the rule the
+//!   WHERE implies, so pages whose entry rules out a match are never read (flixr §4.4).
 //! * **Index entries.** Pages of a table with a FLIXR index are written with WRITE_IDX
 //!   (the firmware recomputes their entries, §4.3); others with plain writes. Pages
 //!   emptied by DELETE stay in the table as empty pages (their entry is "empty", which
@@ -97,6 +101,8 @@ pub struct DmlReport {
     pub table_rows: u64,
     /// Table pages read by the host.
     pub pages_read: u64,
+    /// Table pages READ_IDX ruled out (the WHERE constrains the indexed column).
+    pub pages_skipped: u64,
     /// Table pages rewritten in place.
     pub pages_rewritten: u64,
     /// Pages appended to the table.
@@ -424,15 +430,18 @@ pub fn insert(
     m.finish(c, cfg, report)
 }
 
-/// Changes rows of `table` page by page: `edit` gets the rows of a chunk of consecutive
-/// pages and returns, per page, its new rows (`None`: unchanged) and how many rows it
-/// updated or deleted. Every page is read (MDTS at a time); the changed ones are written
-/// back as [`insert`] does.
+/// Changes rows of `table` page by page: `edit` gets the rows of a chunk of pages and
+/// returns, per page, its new rows (`None`: unchanged) and how many rows it updated or
+/// deleted. Pages are read MDTS at a time; with `rule` (what the statement's WHERE
+/// implies on the column of the table's FLIXR index, `csd_host::index::rule_for`) they
+/// are read with READ_IDX, and pages whose entry rules out every matching row are not
+/// read at all (flixr §4.4). The changed pages are written back as [`insert`] does.
 pub fn modify(
     c: &mut impl CommandIssuer,
     cfg: &DeviceConfig,
     table: &str,
     op: DmlOp,
+    rule: Option<csd_device::IndexRule>,
     edit: &mut PageEditor<'_>,
 ) -> Result<DmlReport, HostError> {
     let cat = Catalog::read(c)?;
@@ -440,6 +449,63 @@ pub fn modify(
     let mut m = Meter::start(c)?;
     let g = geo(c, &t)?;
     let mut report = empty_report(op, &t);
+    let rule = match (rule, &t.index) {
+        (Some(r), Some(ix)) => match c
+            .exec(Command::SendIdxIcr {
+                table: ix.flixr_table,
+                rule: r,
+            })?
+            .payload
+        {
+            Payload::FlixrRule(id) => Some((ix.flixr_table, id)),
+            _ => return Err(HostError::Invalid("SendIdxIcr returned no rule id".into())),
+        },
+        _ => None,
+    };
+    let r = modify_pages(c, cfg, &t, &g, op, rule, edit, &mut m, &mut report);
+    // The rule is statement state: released whatever happened.
+    let (edited, hints, delta) = match rule {
+        Some((table, rule)) => {
+            let dropped = c.exec(Command::DropIdxIcr { table, rule });
+            let r = r?;
+            dropped?;
+            r
+        }
+        None => r?,
+    };
+    apply(
+        c,
+        cfg,
+        cat,
+        &t,
+        &g,
+        edited,
+        BTreeMap::new(),
+        hints,
+        delta,
+        &mut m,
+        &mut report,
+    )?;
+    m.finish(c, cfg, report)
+}
+
+/// What [`modify_pages`] found: the changed page images, the free-space hints and the
+/// change in rows.
+type Found = (BTreeMap<u64, Vec<u8>>, Vec<u64>, i64);
+
+/// Reads the pages of `t` (under `rule` when given) and edits them.
+#[allow(clippy::too_many_arguments)]
+fn modify_pages(
+    c: &mut impl CommandIssuer,
+    cfg: &DeviceConfig,
+    t: &TableInfo,
+    g: &Geo,
+    op: DmlOp,
+    rule: Option<(u8, u16)>,
+    edit: &mut PageEditor<'_>,
+    m: &mut Meter,
+    report: &mut DmlReport,
+) -> Result<Found, HostError> {
     // Changed pages are kept as page images (not rows) until the statement commits.
     let mut edited: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     let mut roomy: Vec<u64> = Vec::new();
@@ -448,10 +514,49 @@ pub fn modify(
     let mut p = 0;
     while p < t.pages {
         let k = g.mdts_pages.min(t.pages - p);
-        let pages: Vec<u64> = (p..p + k).collect();
-        let read = read_pages(c, &g, t.first_lba, &pages)?;
-        m.commands0 += 1;
-        report.pages_read += k;
+        let read = match rule {
+            None => {
+                let pages: Vec<u64> = (p..p + k).collect();
+                m.commands0 += 1;
+                read_pages(c, g, t.first_lba, &pages)?
+            }
+            Some((table, rule)) => {
+                m.commands0 += 1;
+                let lba = t.first_lba + p * g.lpp;
+                let reply = c.exec(Command::ReadIdx {
+                    table,
+                    rule,
+                    lba,
+                    blocks: (k * g.lpp) as u32,
+                })?;
+                let Payload::IndexRead(r) = reply.payload else {
+                    return Err(HostError::Invalid("ReadIdx returned no pages".into()));
+                };
+                let ls = c.identify().lba_size as usize;
+                // Whole pages: a page of which only some LBAs came back is read again.
+                let mut by_page: BTreeMap<u64, Vec<(u64, &[u8])>> = BTreeMap::new();
+                for (i, &l) in r.lbas.iter().enumerate() {
+                    let d = r.data.get(i * ls..(i + 1) * ls).unwrap_or_default();
+                    by_page
+                        .entry((l - t.first_lba) / g.lpp)
+                        .or_default()
+                        .push((l, d));
+                }
+                let mut out = Vec::with_capacity(by_page.len());
+                for (q, parts) in by_page {
+                    if parts.len() as u64 == g.lpp {
+                        out.push((q, parts.iter().flat_map(|x| x.1.iter().copied()).collect()));
+                    } else {
+                        m.commands0 += 1;
+                        out.extend(read_pages(c, g, t.first_lba, &[q])?);
+                    }
+                }
+                report.pages_skipped += k - out.len() as u64;
+                out
+            }
+        };
+        let pages: Vec<u64> = read.iter().map(|x| x.0).collect();
+        report.pages_read += pages.len() as u64;
         let rows: Vec<Vec<Vec<Value>>> = read
             .iter()
             .map(|(_, b)| slotted::parse_rows(&t.schema, b))
@@ -460,10 +565,17 @@ pub fn modify(
         m.host(
             c,
             cfg,
-            k as f64 * cfg.isp.host_cycles_per_page
+            pages.len() as f64 * cfg.isp.host_cycles_per_page
                 + examined as f64 * cfg.isp.host_cycles_per_record,
         );
         let (new, n) = edit(&rows)?;
+        if new.len() != rows.len() {
+            return Err(HostError::Invalid(format!(
+                "the edit answered for {} pages of {}",
+                new.len(),
+                rows.len()
+            )));
+        }
         affected += n;
         for ((page, old), new) in pages.iter().zip(&rows).zip(new) {
             if let Some(new) = new {
@@ -492,7 +604,7 @@ pub fn modify(
                 if new.len() < g.cap {
                     roomy.push(*page);
                 }
-                edited.insert(*page, page_image(&t, &new)?);
+                edited.insert(*page, page_image(t, &new)?);
             }
         }
         p += k;
@@ -500,20 +612,7 @@ pub fn modify(
     report.rows = affected;
     let mut hints = t.free_hints.clone();
     hints.extend(roomy);
-    apply(
-        c,
-        cfg,
-        cat,
-        &t,
-        &g,
-        edited,
-        BTreeMap::new(),
-        hints,
-        delta,
-        &mut m,
-        &mut report,
-    )?;
-    m.finish(c, cfg, report)
+    Ok((edited, hints, delta))
 }
 
 fn empty_report(op: DmlOp, t: &TableInfo) -> DmlReport {
@@ -524,6 +623,7 @@ fn empty_report(op: DmlOp, t: &TableInfo) -> DmlReport {
         rows: 0,
         table_rows: t.rows,
         pages_read: 0,
+        pages_skipped: 0,
         pages_rewritten: 0,
         pages_appended: 0,
         pages_relocated: 0,

@@ -73,11 +73,20 @@ pub struct DeviceSink {
     arrow: SchemaRef,
     device: Arc<Device>,
     op: SinkOp,
+    rule: Option<csd_device::IndexRule>,
 }
 
 impl DeviceSink {
-    /// A sink changing `table` (stored schema `schema`) on `device`.
-    pub fn new(table: String, schema: Schema, device: Arc<Device>, op: SinkOp) -> DeviceSink {
+    /// A sink changing `table` (stored schema `schema`) on `device`; DELETE and UPDATE
+    /// read the pages under `rule` (READ_IDX) when the table has a FLIXR index and the
+    /// WHERE constrains its column.
+    pub fn new(
+        table: String,
+        schema: Schema,
+        device: Arc<Device>,
+        op: SinkOp,
+        rule: Option<csd_device::IndexRule>,
+    ) -> DeviceSink {
         let arrow = arrow_schema(&schema);
         DeviceSink {
             table,
@@ -85,6 +94,7 @@ impl DeviceSink {
             arrow,
             device,
             op,
+            rule,
         }
     }
 
@@ -108,6 +118,7 @@ impl DeviceSink {
                     &cfg,
                     &self.table,
                     DmlOp::Delete,
+                    self.rule.clone(),
                     &mut edit,
                 )
             }
@@ -124,6 +135,7 @@ impl DeviceSink {
                     &cfg,
                     &self.table,
                     DmlOp::Update,
+                    self.rule.clone(),
                     &mut edit,
                 )
             }

@@ -61,20 +61,45 @@ impl DeviceTable {
         &self.info
     }
 
-    fn sink(&self, op: SinkOp) -> DeviceSink {
+    fn sink(&self, op: SinkOp, rule: Option<csd_device::IndexRule>) -> DeviceSink {
         DeviceSink::new(
             self.info.name.clone(),
             self.info.schema.clone(),
             self.device.clone(),
             op,
+            rule,
         )
     }
 
+    /// The FLIXR rule the WHERE conjuncts `filters` imply on the table's indexed column
+    /// (`None` without an index, with `csd.use_index = false`, or when they do not
+    /// constrain it).
+    fn rule(&self, filters: &[Expr]) -> Option<csd_device::IndexRule> {
+        let ix = self.info.index.as_ref()?;
+        if !self.settings.options.use_index {
+            return None;
+        }
+        let col = self
+            .info
+            .schema
+            .columns()
+            .iter()
+            .position(|c| csd_host::same_name(&c.name, &ix.column))?;
+        let terms: Vec<DevExpr> = filters
+            .iter()
+            .filter_map(|f| translate::predicate(f, &self.info.schema).ok())
+            .collect();
+        if terms.is_empty() {
+            return None;
+        }
+        csd_host::index::rule_for(Some(&build::and(terms)), col)
+    }
+
     /// A plan running the DML sink `op` when executed (its input: no rows).
-    fn dml_exec(&self, op: SinkOp) -> Result<Arc<dyn ExecutionPlan>> {
+    fn dml_exec(&self, op: SinkOp, filters: &[Expr]) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(DataSinkExec::new(
             Arc::new(EmptyExec::new(self.schema.clone())),
-            Arc::new(self.sink(op)),
+            Arc::new(self.sink(op, self.rule(filters))),
             None,
         )))
     }
@@ -144,7 +169,7 @@ impl TableProvider for DeviceTable {
         }
         Ok(Arc::new(DataSinkExec::new(
             input,
-            Arc::new(self.sink(SinkOp::Insert)),
+            Arc::new(self.sink(SinkOp::Insert, None)),
             None,
         )))
     }
@@ -154,8 +179,8 @@ impl TableProvider for DeviceTable {
         state: &dyn Session,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let filters = self.physical(state, filters)?;
-        self.dml_exec(SinkOp::Delete { filters })
+        let physical = self.physical(state, filters.clone())?;
+        self.dml_exec(SinkOp::Delete { filters: physical }, &filters)
     }
 
     async fn update(
@@ -181,11 +206,14 @@ impl TableProvider for DeviceTable {
             })?;
             set.push((c, state.create_physical_expr(e, &df)?));
         }
-        let filters = self.physical(state, filters)?;
-        self.dml_exec(SinkOp::Update {
-            assignments: set,
-            filters,
-        })
+        let physical = self.physical(state, filters.clone())?;
+        self.dml_exec(
+            SinkOp::Update {
+                assignments: set,
+                filters: physical,
+            },
+            &filters,
+        )
     }
 
     async fn scan(
