@@ -9,7 +9,9 @@
 //! publishes the table in the catalog; replacing a table allocates a new extent and trims
 //! the old one after the new catalog is durable. Extents are allocated append-only after
 //! the last table (space of dropped tables is trimmed but not reused: simple and
-//! adequate for a research device that is reloaded rather than managed).
+//! adequate for a research device that is reloaded rather than managed). An extent may
+//! hold more pages than the table uses (`TableInfo::capacity`: room INSERT grows into,
+//! [`crate::dml`]); tables end below the statement log at the top of the LBAs.
 //!
 //! Catalog format (little-endian): magic `CCAT`, version u16, table count u16, sequence
 //! u64, body length u32, CRC-32C of the body u32, then the body: per table its name,

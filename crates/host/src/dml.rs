@@ -870,3 +870,83 @@ pub fn finish(c: &mut impl CommandIssuer, cat: &mut Catalog) -> Result<(), HostE
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::Client;
+    use csd_device::NvmeDevice;
+    use csd_ftl::{Ftl, FtlConfig};
+    use csd_nand::Nand;
+    use csd_table::Layout;
+    use csd_table::datagen::{SyntheticGenerator, SyntheticSpec};
+
+    /// A committed statement whose pages were not yet written in place (the catalog
+    /// names a redo record): a read-only open refuses with `Unfinished` and changes
+    /// nothing; a read-write open finishes it.
+    #[test]
+    fn a_committed_statement_is_finished_by_a_writable_open_only() {
+        let cfg = DeviceConfig::preset("tiny").unwrap();
+        let mut c = Client::new(NvmeDevice::new(
+            Ftl::format(
+                Nand::new_in_memory(cfg.clone()).unwrap(),
+                FtlConfig::default(),
+            )
+            .unwrap(),
+        ))
+        .unwrap();
+        let spec = SyntheticSpec::synthetic4(3_000, 1).unwrap();
+        Catalog::load(
+            &mut c,
+            "s4",
+            SyntheticGenerator::new(spec).unwrap(),
+            Layout::Nsm,
+            &mut |_| {},
+        )
+        .unwrap();
+        let mut cat = Catalog::read(&mut c).unwrap();
+        let t = cat.tables[0].clone();
+        let g = geo(&c, &t).unwrap();
+        let old = Catalog::read_page(&mut c, &t, 1).unwrap();
+        let rows = slotted::parse_rows(&t.schema, &old);
+        let new = page_image(&t, &rows[..10]).unwrap();
+        // Steps 2 and 3 of a DELETE that keeps 10 rows of page 1: the image in the log,
+        // the catalog with the record. Then power fails.
+        cat.log_lbas = 4 * g.lpp;
+        let log = BTreeMap::from([(0u64, new.clone())]);
+        write_pages(&mut c, &g, cat.log_first_lba(g.lbas), None, &log).unwrap();
+        c.flush().unwrap();
+        cat.tables[0].rows -= (rows.len() - 10) as u64;
+        cat.redo = Some(Redo {
+            table: "s4".into(),
+            pages: vec![(1, 1)],
+        });
+        cat.seq += 1;
+        cat.write(&mut c).unwrap();
+        let nand = c.into_device().into_block().into_ftl().crash();
+        let mut nand = nand;
+        nand.power_on();
+        let ro = Ftl::open_read_only(nand, FtlConfig::default())
+            .unwrap_or_else(|e| panic!("{}", e.error));
+        let mut c = Client::new(NvmeDevice::new(ro)).unwrap();
+        match Catalog::read(&mut c) {
+            Err(HostError::Unfinished { table, pages, .. }) => {
+                assert_eq!((table.as_str(), pages), ("s4", 1));
+            }
+            other => panic!("expected Unfinished, got {other:?}"),
+        }
+        assert!(Catalog::read_raw(&mut c).unwrap().redo.is_some());
+        assert_eq!(Catalog::read_page(&mut c, &t, 1).unwrap(), old);
+        let nand = c.into_device().into_block().into_ftl().crash();
+        let mut nand = nand;
+        nand.power_on();
+        let rw =
+            Ftl::try_recover(nand, FtlConfig::default()).unwrap_or_else(|e| panic!("{}", e.error));
+        let mut c = Client::new(NvmeDevice::new(rw)).unwrap();
+        let cat = Catalog::read(&mut c).unwrap();
+        assert!(cat.redo.is_none());
+        assert!(Catalog::read_raw(&mut c).unwrap().redo.is_none());
+        assert_eq!(Catalog::read_page(&mut c, &t, 1).unwrap(), new);
+        assert_eq!(cat.tables[0].rows, t.rows - (rows.len() - 10) as u64);
+    }
+}

@@ -10,6 +10,9 @@
 //! * [`DeviceAggregatePushdown`] turns DataFusion's partial aggregate over a device scan
 //!   into the device's own aggregation (smart-ssd-query-processing §3–4);
 //! * `--strategy auto` asks the scan paper's analytic model per scan ([`device::auto`]).
+//! * INSERT, UPDATE and DELETE go through DataFusion's DML planning into the provider's
+//!   hooks ([`dml`]), which change the pages with `csd_host::dml` (WRITE_IDX under a FLIXR
+//!   index, statement atomicity through a redo record).
 //!
 //! Joins, sorts, final aggregates, subqueries and everything the device cannot evaluate
 //! exactly run in DataFusion on the host. The core crates do not depend on this one.
