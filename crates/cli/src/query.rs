@@ -200,6 +200,16 @@ pub(crate) struct ImageSession {
     pub(crate) cfg: DeviceConfig,
     /// The image file (`None` for an array).
     pub(crate) image: Option<std::path::PathBuf>,
+    /// The image is open read-write (after the first INSERT / UPDATE / DELETE).
+    pub(crate) writable: bool,
+}
+
+impl Drop for ImageSession {
+    fn drop(&mut self) {
+        if let Err(e) = self.close_db() {
+            eprintln!("closing the image: {e}");
+        }
+    }
 }
 
 impl ImageSession {
@@ -214,18 +224,38 @@ impl ImageSession {
                     db: Db::Array(s),
                     cfg,
                     image: None,
+                    writable: false,
                 })
             }
             (Some(image), None) => {
                 let dev = crate::image::open_ro(image, quiet)?;
                 let cfg = dev.ftl().nand().config().clone();
                 let client = Client::new(NvmeDevice::from_block(dev))?;
-                let session =
-                    SqlSession::new(client, cfg.clone(), opts.settings()).map_err(sql_error)?;
+                let session = match SqlSession::new(client, cfg.clone(), opts.settings()) {
+                    Err(SqlError::Host(csd_host::HostError::Unfinished {
+                        table, pages, ..
+                    })) => {
+                        // A statement committed before a power cut: finish it (the one
+                        // write a read-only command makes, as a database finishes its redo
+                        // log at start-up), then open read-only again.
+                        eprintln!(
+                            "finishing an INSERT/UPDATE/DELETE on {table} that a power cut interrupted ({pages} pages)"
+                        );
+                        crate::index::with_rw(image, true, |c| {
+                            csd_host::Catalog::read(c)?;
+                            Ok(())
+                        })?;
+                        let dev = crate::image::open_ro(image, true)?;
+                        let client = Client::new(NvmeDevice::from_block(dev))?;
+                        SqlSession::new(client, cfg.clone(), opts.settings()).map_err(sql_error)?
+                    }
+                    other => other.map_err(sql_error)?,
+                };
                 Ok(ImageSession {
                     db: Db::One(session),
                     cfg,
                     image: Some(image.clone()),
+                    writable: false,
                 })
             }
             (None, None) => Err(CliError::Usage("give --image PATH or --array DIR".into())),
@@ -251,6 +281,64 @@ impl ImageSession {
         }
     }
 
+    /// Closes the session's device; a read-write image is shut down cleanly.
+    fn close_db(&mut self) -> Result<(), CliError> {
+        let db = std::mem::replace(&mut self.db, Db::Closed);
+        if let (Db::One(s), true) = (db, self.writable) {
+            let Some(client) = s.into_client() else {
+                return Err(CliError::Usage(
+                    "the image is still in use by a plan; it was not closed cleanly".into(),
+                ));
+            };
+            let mut dev = client.into_device().into_block();
+            crate::image::close(&mut dev)?;
+        }
+        Ok(())
+    }
+
+    /// Opens the image again, read-write or read-only, with `settings`.
+    fn reopen(&mut self, writable: bool, settings: ScanSettings) -> Result<(), CliError> {
+        let Some(path) = self.image.clone() else {
+            return Err(CliError::Usage("no image".into()));
+        };
+        self.close_db()?;
+        let dev = if writable {
+            crate::image::open_rw(
+                &path,
+                &crate::ConfigSource::default(),
+                &crate::image::FtlArgs::default(),
+                false,
+                true,
+            )?
+        } else {
+            crate::image::open_ro(&path, true)?
+        };
+        let client = Client::new(NvmeDevice::from_block(dev))?;
+        // Marked before the session reads the catalog, so a failure still closes cleanly.
+        self.writable = writable;
+        self.db = Db::One(SqlSession::new(client, self.cfg.clone(), settings).map_err(sql_error)?);
+        Ok(())
+    }
+
+    /// Makes the session read-write (for INSERT / UPDATE / DELETE): the image is
+    /// reopened read-write and stays so until the session ends (then closed cleanly).
+    fn make_writable(&mut self) -> Result<(), CliError> {
+        if self.writable {
+            return Ok(());
+        }
+        let settings = match &self.db {
+            Db::One(s) => s.settings(),
+            Db::Array(_) => {
+                return Err(CliError::Usage(
+                    "INSERT, UPDATE and DELETE apply to one device image (--image), not to an array"
+                        .into(),
+                ));
+            }
+            Db::Closed => return Err(CliError::Usage("the session is not open".into())),
+        };
+        self.reopen(true, settings)
+    }
+
     /// Runs an index statement (`CREATE INDEX`, `DROP INDEX`) on the image: the
     /// read-only session is closed, the image opened read-write for the change and
     /// closed cleanly, and the session opened again with the same settings.
@@ -265,7 +353,9 @@ impl ImageSession {
             Db::One(s) => s.settings(),
             _ => return Err(CliError::Usage("the session is not open".into())),
         };
-        self.db = Db::Closed; // drops the read-only device and its lock
+        let writable = self.writable;
+        self.close_db()?; // drops the device and its lock
+        self.writable = false;
         let r = match ddl {
             csd_sql::ddl::Ddl::CreateIndex(req) => crate::index::create_on(&path, &req, true),
             csd_sql::ddl::Ddl::DropIndex { name, if_exists } => {
@@ -275,9 +365,7 @@ impl ImageSession {
                 Err(CliError::Usage("not an index statement".into()))
             }
         };
-        let dev = crate::image::open_ro(&path, true)?;
-        let client = Client::new(NvmeDevice::from_block(dev))?;
-        self.db = Db::One(SqlSession::new(client, self.cfg.clone(), settings).map_err(sql_error)?);
+        self.reopen(writable, settings)?;
         r
     }
 }
@@ -309,6 +397,32 @@ pub(crate) fn run_statement(
     opts: &SqlOpts,
 ) -> Result<Ran, CliError> {
     let sql = expand_tpch(sql);
+    if csd_sql::ddl::is_dml(sql) && !session.writable {
+        // Run it on the read-only image first: bad input (unknown names, a value that
+        // does not fit its column) fails before anything is written, so the image stays
+        // byte-identical; a statement that changes nothing (a DELETE matching no row)
+        // is done. Only a statement that needs to write reopens the image read-write.
+        if let Db::One(s) = &mut session.db {
+            let cs = choices(&opts.strategy)?;
+            match s.run_strategies(sql, &cs[..cs.len().min(1)]) {
+                Err(e) if csd_sql::dml::write_refused(&e) => {}
+                Err(e) => return Err(sql_error(e)),
+                Ok(runs) => {
+                    let (names, rows) = match runs.first() {
+                        Some((_, a)) => (a.column_names(), a.rows().map_err(sql_error)?),
+                        None => (Vec::new(), Vec::new()),
+                    };
+                    return Ok(Ran {
+                        runs,
+                        devices: Vec::new(),
+                        names,
+                        rows,
+                    });
+                }
+            }
+        }
+        session.make_writable()?;
+    }
     if let Some(ddl) = csd_sql::ddl::parse(sql).map_err(CliError::Usage)?
         && !matches!(ddl, csd_sql::ddl::Ddl::SetUseIndex(_))
     {
@@ -382,7 +496,11 @@ pub(crate) fn ran_json(ran: &Ran, cfg: &DeviceConfig, cmd: &str) -> Value {
             v
         })
         .collect();
-    json!({"columns": ran.names, "rows": ran.rows, "device": cfg.name, "runs": runs_json, "command": cmd})
+    let mut v = json!({"columns": ran.names, "rows": ran.rows, "device": cfg.name, "runs": runs_json, "command": cmd});
+    if let Some(d) = ran.answer().and_then(|a| a.dml.as_ref()) {
+        v["dml"] = dml_json(d);
+    }
+    v
 }
 
 /// A statement's result (up to `opts.rows` rows) and, per strategy, its device scans
@@ -390,6 +508,12 @@ pub(crate) fn ran_json(ran: &Ran, cfg: &DeviceConfig, cmd: &str) -> Value {
 /// `--explain`, the plan.
 pub(crate) fn print_ran(ran: &Ran, cfg: &DeviceConfig, opts: &SqlOpts) {
     print_rows(&ran.names, &ran.rows, opts.rows);
+    if let Some(d) = ran.answer().and_then(|a| a.dml.as_ref()) {
+        print_dml(d, cfg);
+        if ran.answer().is_some_and(|a| a.scans.is_empty()) {
+            return;
+        }
+    }
     for (i, (c, ans)) in ran.runs.iter().enumerate() {
         match ran.devices.get(i) {
             Some(a) => crate::array::print_devices(*c, ans, a),
@@ -661,6 +785,92 @@ pub(crate) fn print_reports(reports: &[QueryReport], cfg: &DeviceConfig) {
         cfg.host.cores,
         cfg.host.clock_mhz
     );
+}
+
+/// The modeled report of an INSERT / UPDATE / DELETE.
+pub(crate) fn print_dml(d: &csd_host::dml::DmlReport, cfg: &DeviceConfig) {
+    let mut t = report::table(&[
+        "table",
+        "rows",
+        "modeled s",
+        "pages read",
+        "pages rewritten",
+        "pages appended",
+        "pages relocated",
+        "redo log pages",
+        "flash reads / programs",
+        "host link MB",
+        "channel MB",
+        "DRAM MB",
+        "energy J (dev / host / total)",
+        "wall s",
+    ]);
+    t.add_row(vec![
+        format!("{} ({})", d.table, d.layout),
+        format!("{} {} ({} in the table)", d.rows, d.op.past(), d.table_rows),
+        format!("{:.4}", d.modeled_s()),
+        if d.pages_skipped > 0 {
+            format!("{} ({} skipped by READ_IDX)", d.pages_read, d.pages_skipped)
+        } else {
+            d.pages_read.to_string()
+        },
+        format!(
+            "{}{}",
+            d.pages_rewritten,
+            if d.write_idx { " (WRITE_IDX)" } else { "" }
+        ),
+        d.pages_appended.to_string(),
+        d.pages_relocated.to_string(),
+        d.log_pages.to_string(),
+        format!("{} / {}", d.flash_reads, d.flash_programs),
+        mb(d.host_link_bytes),
+        mb(d.channel_bytes),
+        mb(d.dram_bytes),
+        format!(
+            "{:.4} / {:.4} / {:.4}",
+            d.energy.device_j(),
+            d.energy.host_total_j(),
+            d.energy.total_j()
+        ),
+        format!("{:.3}", d.wall_s),
+    ]);
+    println!("{t}");
+    println!(
+        "device: {} ({}), host link {} MB/s",
+        cfg.name,
+        report::geometry_line(cfg),
+        cfg.host_link.bandwidth_mb_s
+    );
+}
+
+/// The report of an INSERT / UPDATE / DELETE as JSON.
+pub(crate) fn dml_json(d: &csd_host::dml::DmlReport) -> Value {
+    json!({
+        "op": d.op.past(),
+        "table": d.table,
+        "layout": d.layout,
+        "rows": d.rows,
+        "table_rows": d.table_rows,
+        "modeled_time_s": d.modeled_s(),
+        "pages_read": d.pages_read,
+        "pages_skipped": d.pages_skipped,
+        "pages_rewritten": d.pages_rewritten,
+        "pages_appended": d.pages_appended,
+        "pages_relocated": d.pages_relocated,
+        "redo_log_pages": d.log_pages,
+        "write_idx": d.write_idx,
+        "flash_reads": d.flash_reads,
+        "flash_programs": d.flash_programs,
+        "channel_bytes": d.channel_bytes,
+        "dram_bytes": d.dram_bytes,
+        "host_link_bytes": d.host_link_bytes,
+        "device_cpu_cycles": d.device_cpu_cycles,
+        "host_cpu_cycles": d.host_cpu_cycles,
+        "energy_j": d.energy.total_j(),
+        "device_energy_j": d.energy.device_j(),
+        "host_energy_j": d.energy.host_total_j(),
+        "wall_s": d.wall_s,
+    })
 }
 
 /// One report as JSON (snake_case keys with units).

@@ -78,7 +78,7 @@ fn load_then_query_three_ways_as_json() {
     for (sql, needle) in [
         ("SELECT nope FROM s16", "nope"),
         ("SELECT c1 FROM s16 WHERE", "sql"),
-        ("DELETE FROM s16", "delete"),
+        ("DELETE FROM nope", "nope"),
     ] {
         let out = csd(&["query", "--image", img, sql]);
         assert!(!out.status.success(), "{sql} should fail");

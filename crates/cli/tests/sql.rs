@@ -405,3 +405,91 @@ fn an_array_answers_like_one_image() {
         "{text}"
     );
 }
+
+#[test]
+fn insert_update_delete_from_the_shell_and_bad_statements_leave_the_image_unchanged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("d.img");
+    let img_s = img.to_str().expect("utf-8");
+    ok(&csd(&[
+        "device",
+        "create",
+        "--preset",
+        "tiny",
+        "--ext-bytes",
+        "24",
+        "--image",
+        img_s,
+    ]));
+    load_synthetic(&["--layout", "pax", "--image", img_s]);
+    ok(&csd(&[
+        "sql",
+        "--image",
+        img_s,
+        "CREATE INDEX s4_c1 ON s4 (c1)",
+    ]));
+    // Bad input and a statement that changes nothing: the image keeps every byte.
+    let before = std::fs::read(&img).expect("image");
+    for (sql, needle) in [
+        ("INSERT INTO nope VALUES (1)", "nope"),
+        ("UPDATE s4 SET zz = 1", "zz"),
+        ("INSERT INTO s4 VALUES (1, 2, 3)", "expected 4"),
+        ("INSERT INTO s4 VALUES (NULL, 2, 3, 4)", "column c1"),
+        ("UPDATE s4 SET c2 = 99999999999", "column c2"),
+    ] {
+        let out = csd(&["sql", "--image", img_s, sql]);
+        assert!(!out.status.success(), "{sql} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{sql}: {err}");
+    }
+    let out = ok(&csd(&[
+        "query",
+        "--image",
+        img_s,
+        "DELETE FROM s4 WHERE c1 < -5",
+    ]));
+    assert!(out.contains("0 rows deleted"), "{out}");
+    assert_eq!(
+        std::fs::read(&img).expect("image"),
+        before,
+        "the image changed"
+    );
+    // A session of changes from a pipe; the counts and the modeled report come back.
+    let script = "INSERT INTO s4 VALUES (-1, 1, 2, 3), (-2, 1, 2, 3);\n\
+                  UPDATE s4 SET c2 = c2 + 1 WHERE c1 < 0;\n\
+                  DELETE FROM s4 WHERE c1 = -2;\n\
+                  \\f csv\nSELECT count(*) AS n, sum(c2) AS s FROM s4 WHERE c1 < 0;\n";
+    let out = csd_stdin(&["sql", "--image", img_s, "--strategy", "cpu-isp"], script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "2 rows inserted in s4",
+        "2 rows updated in s4",
+        "1 row deleted in s4",
+    ] {
+        assert!(stdout.contains(want), "{want}: {stdout}");
+    }
+    assert!(
+        stdout.contains("(WRITE_IDX)") && stdout.contains("redo log pages"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("n,s\n1,2\n"), "{stdout}");
+    // The change is durable and the catalog counts it; JSON carries the report.
+    let out = ok(&csd(&["tables", "--image", img_s, "--json"]));
+    assert!(out.contains("3001"), "{out}");
+    let out = ok(&csd(&[
+        "sql",
+        "--image",
+        img_s,
+        "--json",
+        "DELETE FROM s4 WHERE c1 >= 0",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert_eq!(v["dml"]["rows"], 3000);
+    assert_eq!(v["dml"]["table_rows"], 1);
+    assert!(v["dml"]["modeled_time_s"].as_f64().expect("time") > 0.0);
+}

@@ -9,7 +9,9 @@
 //! publishes the table in the catalog; replacing a table allocates a new extent and trims
 //! the old one after the new catalog is durable. Extents are allocated append-only after
 //! the last table (space of dropped tables is trimmed but not reused: simple and
-//! adequate for a research device that is reloaded rather than managed).
+//! adequate for a research device that is reloaded rather than managed). An extent may
+//! hold more pages than the table uses (`TableInfo::capacity`: room INSERT grows into,
+//! [`crate::dml`]); tables end below the statement log at the top of the LBAs.
 //!
 //! Catalog format (little-endian): magic `CCAT`, version u16, table count u16, sequence
 //! u64, body length u32, CRC-32C of the body u32, then the body: per table its name,
@@ -19,8 +21,13 @@
 //! flag and, when set, its per-page index ([`TableIndex`]): name, column, encoding
 //! (range, or bitmap with its split points) and the device's FLIXR table id. Version 3
 //! (written only when some table has secondary keys, flixr §6.4) adds after an index its
-//! secondary keys: a u16 count, then name, column and encoding of each. Older catalogs
-//! stay readable.
+//! secondary keys: a u16 count, then name, column and encoding of each. Version 4
+//! (written only once a table was changed by INSERT / UPDATE / DELETE, so catalogs of
+//! loaded tables keep their bytes) is version 3 followed by an extension section: per
+//! table its extent's capacity in pages and its free-space hints (pages that may have
+//! room, at most [`MAX_FREE_HINTS`]), then the LBAs of the statement log at the top of
+//! the device and the redo record of a statement being applied, if any ([`Redo`], see
+//! [`crate::dml`]). Older catalogs stay readable.
 
 use crate::client::{CommandIssuer, HostError};
 use csd_table::datagen::RowSource;
@@ -34,6 +41,9 @@ const MAGIC: u32 = 0x5441_4343; // "CCAT"
 const VERSION: u16 = 1;
 const VERSION_INDEXED: u16 = 2;
 const VERSION_MULTI_KEY: u16 = 3;
+const VERSION_DML: u16 = 4;
+/// Free-space hints a table keeps in the catalog (pages that may have room for a row).
+pub const MAX_FREE_HINTS: usize = 1024;
 const HEADER: usize = 4 + 2 + 2 + 8 + 4 + 4;
 
 /// One table stored on the device.
@@ -55,6 +65,42 @@ pub struct TableInfo {
     pub rows: u64,
     /// The table's FLIXR per-page index, if it has one (`CREATE INDEX`, `csd index`).
     pub index: Option<TableIndex>,
+    /// Pages the extent holds (at least `pages`): room reserved for INSERT to grow the
+    /// table in place.
+    pub capacity: u64,
+    /// Free-space hints: pages (sorted, below `pages`) that may have room for a row,
+    /// left by DELETE; INSERT reads them first. A hint, not the truth: the page's own
+    /// row count decides.
+    pub free_hints: Vec<u64>,
+}
+
+/// The redo record of an INSERT / UPDATE / DELETE being applied ([`crate::dml`]): the
+/// new images of the table's pages `pages` (runs of page numbers, in order) are in the
+/// statement log from its first LBA on, one page after the other. It is part of the
+/// catalog that commits the statement; applying it (again) writes those images in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redo {
+    /// The table changed.
+    pub table: String,
+    /// Runs `(first page, pages)` of the table pages to overwrite, in log order.
+    pub pages: Vec<(u64, u64)>,
+}
+
+impl Redo {
+    /// The table pages to overwrite, in log order.
+    pub fn page_list(&self) -> impl Iterator<Item = u64> + '_ {
+        self.pages.iter().flat_map(|&(p, n)| p..p + n)
+    }
+
+    /// Pages in the record.
+    pub fn len(&self) -> u64 {
+        self.pages.iter().map(|r| r.1).sum()
+    }
+
+    /// No pages.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A FLIXR per-page index on a catalog table (flixr §4.2): the table's row format is
@@ -99,9 +145,9 @@ impl TableInfo {
         (self.page_bytes / lba_size.max(1)) as u64
     }
 
-    /// One past the last LBA of the extent.
+    /// One past the last LBA of the extent (its capacity, reserved room included).
     pub fn end_lba(&self, lba_size: u32) -> u64 {
-        self.first_lba + self.pages * self.lbas_per_page(lba_size)
+        self.first_lba + self.pages.max(self.capacity) * self.lbas_per_page(lba_size)
     }
 
     /// Bytes of table data.
@@ -117,6 +163,12 @@ pub struct Catalog {
     pub seq: u64,
     /// The tables.
     pub tables: Vec<TableInfo>,
+    /// LBAs of the statement log at the top of the device (`lbas - log_lbas..lbas`;
+    /// 0 before the first INSERT / UPDATE / DELETE). Tables never reach into it.
+    pub log_lbas: u64,
+    /// The statement being applied, if a power cut interrupted it (replayed by
+    /// [`Catalog::read`] on a writable device).
+    pub redo: Option<Redo>,
 }
 
 /// What a load did.
@@ -251,12 +303,24 @@ fn type_of(code: u8, param: u16) -> Result<ColumnType, HostError> {
 }
 
 impl Catalog {
-    fn encode(&self) -> Vec<u8> {
-        let indexed = self.tables.iter().any(|t| t.index.is_some());
-        let multi = self
-            .tables
-            .iter()
-            .any(|t| t.index.as_ref().is_some_and(|i| !i.secondary.is_empty()));
+    /// Whether the catalog needs the version-4 extension section.
+    fn changed_by_dml(&self) -> bool {
+        self.log_lbas != 0
+            || self.redo.is_some()
+            || self
+                .tables
+                .iter()
+                .any(|t| t.capacity != t.pages || !t.free_hints.is_empty())
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let dml = self.changed_by_dml();
+        let indexed = dml || self.tables.iter().any(|t| t.index.is_some());
+        let multi = dml
+            || self
+                .tables
+                .iter()
+                .any(|t| t.index.as_ref().is_some_and(|i| !i.secondary.is_empty()));
         let mut body = Vec::new();
         for t in &self.tables {
             put_str(&mut body, &t.name);
@@ -294,7 +358,32 @@ impl Catalog {
                 }
             }
         }
-        let version = if multi {
+        if dml {
+            for t in &self.tables {
+                body.extend_from_slice(&t.capacity.to_le_bytes());
+                let hints = &t.free_hints[..t.free_hints.len().min(MAX_FREE_HINTS)];
+                body.extend_from_slice(&(hints.len() as u32).to_le_bytes());
+                for h in hints {
+                    body.extend_from_slice(&h.to_le_bytes());
+                }
+            }
+            body.extend_from_slice(&self.log_lbas.to_le_bytes());
+            match &self.redo {
+                None => body.push(0),
+                Some(r) => {
+                    body.push(1);
+                    put_str(&mut body, &r.table);
+                    body.extend_from_slice(&(r.pages.len() as u32).to_le_bytes());
+                    for &(p, n) in &r.pages {
+                        body.extend_from_slice(&p.to_le_bytes());
+                        body.extend_from_slice(&n.to_le_bytes());
+                    }
+                }
+            }
+        }
+        let version = if dml {
+            VERSION_DML
+        } else if multi {
             VERSION_MULTI_KEY
         } else if indexed {
             VERSION_INDEXED
@@ -319,7 +408,10 @@ impl Catalog {
             return Ok(Catalog::default());
         }
         let version = r.u16()?;
-        if !matches!(version, VERSION | VERSION_INDEXED | VERSION_MULTI_KEY) {
+        if !matches!(
+            version,
+            VERSION | VERSION_INDEXED | VERSION_MULTI_KEY | VERSION_DML
+        ) {
             return Err(HostError::Catalog("unsupported catalog version".into()));
         }
         let n = r.u16()? as usize;
@@ -357,7 +449,7 @@ impl Catalog {
                 let flixr_table = r.u8()?;
                 let encoding = get_encoding(&mut r)?;
                 let mut secondary = Vec::new();
-                if version == VERSION_MULTI_KEY {
+                if version >= VERSION_MULTI_KEY {
                     for _ in 0..r.u16()? {
                         let name = r.str()?;
                         let column = r.str()?;
@@ -390,13 +482,59 @@ impl Catalog {
                 pages,
                 rows,
                 index,
+                capacity: pages,
+                free_hints: Vec::new(),
             });
         }
-        Ok(Catalog { seq, tables })
+        let mut log_lbas = 0;
+        let mut redo = None;
+        if version >= VERSION_DML {
+            for t in &mut tables {
+                t.capacity = r.u64()?.max(t.pages);
+                let n = r.u32()? as usize;
+                if n > MAX_FREE_HINTS {
+                    return Err(HostError::Catalog(format!(
+                        "table {}: {n} free-space hints (at most {MAX_FREE_HINTS})",
+                        t.name
+                    )));
+                }
+                for _ in 0..n {
+                    t.free_hints.push(r.u64()?);
+                }
+            }
+            log_lbas = r.u64()?;
+            if r.u8()? == 1 {
+                let table = r.str()?;
+                let n = r.u32()? as usize;
+                let mut pages = Vec::with_capacity(n.min(1 << 16));
+                for _ in 0..n {
+                    pages.push((r.u64()?, r.u64()?));
+                }
+                redo = Some(Redo { table, pages });
+            }
+        }
+        Ok(Catalog {
+            seq,
+            tables,
+            log_lbas,
+            redo,
+        })
     }
 
-    /// Read the catalog from the device (empty on a device that never held one).
+    /// Read the catalog from the device (empty on a device that never held one). A
+    /// statement committed but not fully applied when power failed (a redo record) is
+    /// finished first ([`crate::dml::finish`]); on a device that refuses writes (opened
+    /// read-only) that is an error saying how to finish it.
     pub fn read(client: &mut impl CommandIssuer) -> Result<Catalog, HostError> {
+        let mut cat = Catalog::read_raw(client)?;
+        if cat.redo.is_some() {
+            crate::dml::finish(client, &mut cat)?;
+        }
+        Ok(cat)
+    }
+
+    /// Read the catalog as it is on the device, a redo record included.
+    pub fn read_raw(client: &mut impl CommandIssuer) -> Result<Catalog, HostError> {
         let lba = client.identify().lba_size as usize;
         let mdts = client.identify().mdts_blocks.max(1) as u64;
         let mut bytes = Vec::with_capacity(CATALOG_LBAS as usize * lba);
@@ -407,6 +545,11 @@ impl Catalog {
             l += n;
         }
         Catalog::decode(&bytes)
+    }
+
+    /// First LBA of the statement log (tables end before it).
+    pub fn log_first_lba(&self, lbas: u64) -> u64 {
+        lbas.saturating_sub(self.log_lbas)
     }
 
     /// Write the catalog as one atomic batch.
@@ -464,6 +607,7 @@ impl Catalog {
         let page_bytes = id.flash_page_bytes.max(lba);
         let lpp = (page_bytes / lba) as u64;
         let first = cat.next_free_lba(lba).div_ceil(lpp) * lpp;
+        let limit = cat.log_first_lba(id.lbas);
         let schema = source.schema().clone();
         let mut pages = Paginator::new(source, layout, page_bytes as usize)?;
         let chunk_pages = ((id.mdts_blocks as u64 / lpp).max(1)) as usize;
@@ -478,10 +622,10 @@ impl Catalog {
                 return Ok(());
             }
             let n = buf.len() as u64 / lba as u64;
-            if *next_lba + n > id.lbas {
+            if *next_lba + n > limit {
                 return Err(HostError::Invalid(format!(
-                    "table {name} does not fit: the device has {} LBAs, the table needs more than {}",
-                    id.lbas,
+                    "table {name} does not fit: the device has {} LBAs for tables, the table needs more than {}",
+                    limit,
                     *next_lba + n - first
                 )));
             }
@@ -512,6 +656,8 @@ impl Catalog {
             pages: written_pages,
             rows: pages.rows(),
             index: None,
+            capacity: written_pages,
+            free_hints: Vec::new(),
         };
         let old = cat
             .tables

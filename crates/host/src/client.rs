@@ -26,6 +26,22 @@ pub enum HostError {
     /// Building pages failed.
     #[error(transparent)]
     Page(#[from] csd_table::page::PageError),
+    /// An INSERT / UPDATE / DELETE was committed but not fully applied when power failed,
+    /// and this open of the device cannot write to finish it (`csd_host::dml::finish`).
+    #[error(
+        "an INSERT/UPDATE/DELETE on table {table} was committed but not fully applied when \
+         power failed ({pages} pages to rewrite); open the image read-write once to finish \
+         it (any `csd sql` statement that changes data, `csd load`, `csd index`; `csd sql` \
+         and `csd query` do it themselves): {cause}"
+    )]
+    Unfinished {
+        /// The table.
+        table: String,
+        /// Pages the redo record rewrites.
+        pages: u64,
+        /// Why this open could not finish it.
+        cause: String,
+    },
 }
 
 /// Host-side totals of what the client's commands cost.

@@ -12,6 +12,9 @@
 //!   (DataFusion), which plans queries and runs their scans through [`scan::run_scan`].
 //! * [`rowstore`]: a small row store of NSM pages on the device with INSERT, DELETE,
 //!   UPDATE, scans and joins through FLIXR's access paths and its baselines (flixr §4–§6).
+//! * [`dml`]: INSERT, UPDATE and DELETE on catalog tables (pages rewritten in place
+//!   through WRITE_IDX, a redo record in the catalog for statement atomicity), on the
+//!   page logic of [`slotted`] that the row store shares.
 //! * [`catalog`]: tables stored on the device (smart-ssd paper §3–§4.1): a catalog of
 //!   tables kept in a reserved LBA region and rewritten with one atomic batch (batch-io
 //!   §3), so that a power cut during a load leaves the old catalog or the new one; and
@@ -20,10 +23,12 @@
 
 pub mod catalog;
 pub mod client;
+pub mod dml;
 pub mod index;
 pub mod rowstore;
 pub mod scan;
 pub mod shared;
+pub mod slotted;
 
 pub use catalog::{Catalog, LoadReport, TableIndex, TableInfo, check_table_name, same_name};
 pub use client::{Client, CommandIssuer, HostError};

@@ -73,7 +73,7 @@ use csd_device::{
     NvmeDevice, Payload, TableFormat,
 };
 use csd_sim::SimTime;
-use csd_table::{Column, ColumnType, Layout, PageBuilder, PageView, Schema, Value};
+use csd_table::{Column, ColumnType, Layout, PageView, Schema, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use thiserror::Error;
 
@@ -622,22 +622,12 @@ impl RowStore {
     }
 
     fn build_page(schema: &Schema, rows: &[Vec<Value>]) -> Result<Vec<u8>, StoreError> {
-        let mut b = PageBuilder::new(schema.clone(), Layout::Nsm, PAGE)
-            .map_err(|e| StoreError::Invalid(e.to_string()))?;
-        for r in rows {
-            b.push_values(r)
-                .map_err(|e| StoreError::Invalid(e.to_string()))?;
-        }
-        Ok(b.finish().to_vec())
+        crate::slotted::build_page(schema, Layout::Nsm, PAGE, rows)
+            .map_err(|e| StoreError::Invalid(e.to_string()))
     }
 
     fn parse_rows(schema: &Schema, page: &[u8]) -> Vec<Vec<Value>> {
-        let Ok(v) = PageView::parse(page, schema) else {
-            return Vec::new();
-        };
-        (0..v.row_count())
-            .filter_map(|i| v.row_values(i).ok())
-            .collect()
+        crate::slotted::parse_rows(schema, page)
     }
 
     /// Bulk-load `rows` into an empty table `t`: pages packed in order, written MDTS at a
@@ -1574,33 +1564,25 @@ impl RowStore {
             keys.push(Self::row_key(tb, r)?);
         }
         // Plan: pages with room, lowest first, then new pages; refuse before any I/O.
-        let mut plan: Vec<(u64, usize)> = Vec::new(); // (page offset, rows)
-        let mut left = rows.len();
-        let mut room = tb.room.iter().copied();
-        let mut next_new = tb.used;
-        while left > 0 {
-            let p = match room.next() {
-                Some(p) => p,
-                None => {
-                    if next_new >= tb.def.max_pages {
-                        return Err(StoreError::Full {
-                            table: tb.def.name.clone(),
-                            pages: tb.def.max_pages,
-                        });
-                    }
-                    next_new += 1;
-                    next_new - 1
-                }
-            };
+        let candidates = tb.room.iter().map(|&p| {
             let free = if p < tb.used {
                 tb.free[p as usize] as usize
             } else {
                 tb.cap as usize
             };
-            let n = free.min(left);
-            plan.push((p, n));
-            left -= n;
-        }
+            (p, free)
+        });
+        let plan = crate::slotted::plan_insert(
+            candidates,
+            rows.len(),
+            tb.cap as usize,
+            tb.used,
+            tb.def.max_pages,
+        )
+        .ok_or_else(|| StoreError::Full {
+            table: tb.def.name.clone(),
+            pages: tb.def.max_pages,
+        })?;
         let (first, used, schema) = (tb.first, tb.used, tb.schema.clone());
         let old: Vec<u64> = plan
             .iter()

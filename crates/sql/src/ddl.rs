@@ -8,8 +8,9 @@
 //!   bitmap index's split points (what a FLIXR join needs of its two join columns);
 //! * `DROP INDEX [IF EXISTS] name`;
 //! * `SET csd.use_index = true|false`;
-//! * `INSERT`, `UPDATE`, `DELETE`: refused with a message saying how tables change
-//!   (catalog tables are bulk-loaded; nothing is written).
+//! * `INSERT`, `UPDATE`, `DELETE` are DataFusion's to plan ([`is_dml`] tells them
+//!   apart: the session runs them once, not once per strategy, and reloads its
+//!   catalog after; see [`crate::dml`]).
 //!
 //! Statements are parsed with DataFusion's own parser (sqlparser, PostgreSQL dialect,
 //! whose `CREATE INDEX` takes `WITH (...)`, then the generic one); anything else is
@@ -180,15 +181,22 @@ pub fn parse(sql: &str) -> Result<Option<Ddl>, String> {
                 _ => Err(format!("SET csd.use_index = {v}: use true or false")),
             }
         }
-        Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => Err(
-            "INSERT, UPDATE and DELETE on device tables are not supported: catalog tables are \
-             bulk-loaded (`csd load tpch|csv|parquet` replaces a table whole, and a table's \
-             FLIXR index must then be created again); row-level changes through WRITE_IDX \
-             live in the FLIXR row store (`csd bench flixr`, `csd repro flixr`)"
-                .into(),
-        ),
         _ => Ok(None),
     }
+}
+
+/// Whether `sql` is one INSERT, UPDATE or DELETE statement (which changes a device
+/// table: see [`crate::dml`]).
+pub fn is_dml(sql: &str) -> bool {
+    let Ok(stmts) = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .or_else(|_| Parser::parse_sql(&GenericDialect {}, sql))
+    else {
+        return false;
+    };
+    matches!(
+        stmts.as_slice(),
+        [Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)]
+    )
 }
 
 #[cfg(test)]
@@ -251,8 +259,10 @@ mod tests {
             }))
         );
         assert!(parse("CREATE INDEX b ON t (k) WITH (colour = 1)").is_err());
-        assert!(parse("INSERT INTO t VALUES (1, 2)").is_err_and(|e| e.contains("not supported")));
-        assert!(parse("DELETE FROM t WHERE k = 1").is_err());
-        assert!(parse("UPDATE t SET v = 1").is_err());
+        assert_eq!(parse("INSERT INTO t VALUES (1, 2)").unwrap(), None);
+        assert!(is_dml("INSERT INTO t VALUES (1, 2)"));
+        assert!(is_dml("delete from t where k = 1;"));
+        assert!(is_dml("UPDATE t SET v = v + 1 WHERE k < 3"));
+        assert!(!is_dml("SELECT 1") && !is_dml("CREATE INDEX i ON t (k)"));
     }
 }

@@ -21,6 +21,8 @@ use csd_sim::DeviceConfig;
 /// A device shared by the scans of a session (commands run one at a time).
 pub struct Device {
     client: Mutex<Client>,
+    /// Reports of the INSERT / UPDATE / DELETE statements run since last taken.
+    dml: Mutex<Vec<csd_host::dml::DmlReport>>,
     /// The device's config (host CPU, ISP costs, energy, geometry).
     pub config: DeviceConfig,
 }
@@ -36,8 +38,22 @@ impl Device {
     pub fn new(client: Client, config: DeviceConfig) -> Device {
         Device {
             client: Mutex::new(client),
+            dml: Mutex::new(Vec::new()),
             config,
         }
+    }
+
+    /// Records the report of a DML statement that ran on the device.
+    pub fn push_dml(&self, r: csd_host::dml::DmlReport) {
+        self.dml
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(r);
+    }
+
+    /// The DML reports recorded since the last call.
+    pub fn take_dml(&self) -> Vec<csd_host::dml::DmlReport> {
+        std::mem::take(&mut *self.dml.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The client, for one scan.

@@ -10,6 +10,9 @@
 //! * [`DeviceAggregatePushdown`] turns DataFusion's partial aggregate over a device scan
 //!   into the device's own aggregation (smart-ssd-query-processing §3–4);
 //! * `--strategy auto` asks the scan paper's analytic model per scan ([`device::auto`]).
+//! * INSERT, UPDATE and DELETE go through DataFusion's DML planning into the provider's
+//!   hooks ([`dml`]), which change the pages with `csd_host::dml` (WRITE_IDX under a FLIXR
+//!   index, statement atomicity through a redo record).
 //!
 //! Joins, sorts, final aggregates, subqueries and everything the device cannot evaluate
 //! exactly run in DataFusion on the host. The core crates do not depend on this one.
@@ -25,6 +28,7 @@ pub mod agg;
 pub mod array;
 pub mod ddl;
 pub mod device;
+pub mod dml;
 pub mod exec;
 pub mod import;
 pub mod join;
@@ -114,6 +118,8 @@ pub struct Answer {
     pub scans: Vec<ScanRecord>,
     /// Wall-clock seconds of planning and running.
     pub wall_s: f64,
+    /// For INSERT / UPDATE / DELETE: what the statement changed and cost.
+    pub dml: Option<csd_host::dml::DmlReport>,
 }
 
 impl SqlSession {
@@ -211,6 +217,16 @@ impl SqlSession {
             let first = choices.first().copied().unwrap_or(self.settings.choice);
             return Ok(vec![(first, message_answer(&message)?)]);
         }
+        if ddl::is_dml(sql) {
+            let first = choices.first().copied().unwrap_or(self.settings.choice);
+            if let Some(&choice) = choices.first() {
+                self.set_settings(ScanSettings {
+                    choice,
+                    ..self.settings
+                })?;
+            }
+            return Ok(vec![(first, self.run_dml(sql)?)]);
+        }
         let mut runs: Vec<(Choice, Answer)> = Vec::with_capacity(choices.len());
         let mut check = SameRows::default();
         for &choice in choices {
@@ -299,8 +315,43 @@ impl SqlSession {
         &self.device
     }
 
+    /// Runs one INSERT, UPDATE or DELETE ([`dml`]) through DataFusion, once, and reads
+    /// the catalog again so the statements that follow see the change. The answer is
+    /// one row, `N rows inserted` (or updated / deleted), with the statement's modeled
+    /// report in [`Answer::dml`] and the scans of an `INSERT ... SELECT` in
+    /// [`Answer::scans`]. The device must be writable.
+    pub fn run_dml(&mut self, sql: &str) -> Result<Answer, SqlError> {
+        self.log.take();
+        self.device.take_dml();
+        let wall = std::time::Instant::now();
+        let ran = execute(&self.ctx, &self.runtime, sql, &self.tables);
+        let scans = self.log.take();
+        let report = self.device.take_dml().pop();
+        // Whatever happened, the session's view of the tables follows the device.
+        self.reload()?;
+        ran.map_err(|e| dml::explain_cast(dml::explain_null(e, sql, &self.catalog), sql))?;
+        let Some(report) = report else {
+            return Err(SqlError::Host(csd_host::HostError::Invalid(format!(
+                "`{sql}` changed no device table"
+            ))));
+        };
+        let mut answer = message_answer(&format!("{} in {}", report.summary(), report.table))?;
+        answer.scans = scans;
+        answer.wall_s = wall.elapsed().as_secs_f64();
+        answer.dml = Some(report);
+        Ok(answer)
+    }
+
     /// Plans and runs `sql`; the scans' modeled reports come back with the batches.
+    /// INSERT / UPDATE / DELETE go through [`SqlSession::run_dml`] (or
+    /// [`SqlSession::run_strategies`]) instead, which keep the session's tables current.
     pub fn run(&self, sql: &str) -> Result<Answer, SqlError> {
+        if ddl::is_dml(sql) {
+            return Err(SqlError::Host(csd_host::HostError::Invalid(
+                "INSERT, UPDATE and DELETE run through SqlSession::run_dml or run_strategies"
+                    .into(),
+            )));
+        }
         self.log.take();
         let mut answer = execute(&self.ctx, &self.runtime, sql, &self.tables)?;
         answer.scans = self.log.take();
@@ -371,6 +422,7 @@ pub fn message_answer(message: &str) -> Result<Answer, SqlError> {
         explained: String::new(),
         scans: Vec::new(),
         wall_s: 0.0,
+        dml: None,
     })
 }
 
@@ -446,6 +498,7 @@ pub(crate) fn execute(
         explained: annotated_plan(&plan),
         scans: Vec::new(),
         wall_s,
+        dml: None,
     })
 }
 

@@ -17,10 +17,16 @@ use csd_query::build;
 use csd_query::plan::{Expr as DevExpr, Plan};
 use datafusion::arrow::datatypes::{Schema as ArrowSchema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::DFSchema;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::datasource::TableType;
+use datafusion::datasource::sink::DataSinkExec;
+use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
+
+use crate::dml::{DeviceSink, SinkOp};
 
 use crate::device::{Device, ScanSettings};
 use crate::exec::{DeviceScanExec, ScanLog, ScanOutput};
@@ -53,6 +59,62 @@ impl DeviceTable {
     /// The catalog entry.
     pub fn info(&self) -> &TableInfo {
         &self.info
+    }
+
+    fn sink(&self, op: SinkOp, rule: Option<csd_device::IndexRule>) -> DeviceSink {
+        DeviceSink::new(
+            self.info.name.clone(),
+            self.info.schema.clone(),
+            self.device.clone(),
+            op,
+            rule,
+        )
+    }
+
+    /// The FLIXR rule the WHERE conjuncts `filters` imply on the table's indexed column
+    /// (`None` without an index, with `csd.use_index = false`, or when they do not
+    /// constrain it).
+    fn rule(&self, filters: &[Expr]) -> Option<csd_device::IndexRule> {
+        let ix = self.info.index.as_ref()?;
+        if !self.settings.options.use_index {
+            return None;
+        }
+        let col = self
+            .info
+            .schema
+            .columns()
+            .iter()
+            .position(|c| csd_host::same_name(&c.name, &ix.column))?;
+        let terms: Vec<DevExpr> = filters
+            .iter()
+            .filter_map(|f| translate::predicate(f, &self.info.schema).ok())
+            .collect();
+        if terms.is_empty() {
+            return None;
+        }
+        csd_host::index::rule_for(Some(&build::and(terms)), col)
+    }
+
+    /// A plan running the DML sink `op` when executed (its input: no rows).
+    fn dml_exec(&self, op: SinkOp, filters: &[Expr]) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(DataSinkExec::new(
+            Arc::new(EmptyExec::new(self.schema.clone())),
+            Arc::new(self.sink(op, self.rule(filters))),
+            None,
+        )))
+    }
+
+    /// WHERE conjuncts as physical expressions over the table's schema.
+    fn physical(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>> {
+        let df = DFSchema::try_from(self.schema.clone())?;
+        filters
+            .into_iter()
+            .map(|f| state.create_physical_expr(f, &df))
+            .collect()
     }
 }
 
@@ -91,6 +153,67 @@ impl TableProvider for DeviceTable {
                 Err(_) => TableProviderFilterPushDown::Unsupported,
             })
             .collect())
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(DataFusionError::Plan(format!(
+                "INSERT {insert_op} into {}: device tables take plain INSERT INTO (append)",
+                self.info.name
+            )));
+        }
+        Ok(Arc::new(DataSinkExec::new(
+            input,
+            Arc::new(self.sink(SinkOp::Insert, None)),
+            None,
+        )))
+    }
+
+    async fn delete_from(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let physical = self.physical(state, filters.clone())?;
+        self.dml_exec(SinkOp::Delete { filters: physical }, &filters)
+    }
+
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let df = DFSchema::try_from(self.schema.clone())?;
+        let mut set = Vec::with_capacity(assignments.len());
+        for (name, e) in assignments {
+            let c = self.schema.index_of(&name).map_err(|_| {
+                DataFusionError::Plan(format!(
+                    "UPDATE {}: no column {name}; columns: {}",
+                    self.info.name,
+                    self.schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+            set.push((c, state.create_physical_expr(e, &df)?));
+        }
+        let physical = self.physical(state, filters.clone())?;
+        self.dml_exec(
+            SinkOp::Update {
+                assignments: set,
+                filters: physical,
+            },
+            &filters,
+        )
     }
 
     async fn scan(

@@ -202,3 +202,50 @@ fn table_names_ignore_case_everywhere() {
     }
     assert!(same_name("lineitem", "LINEITEM") && !same_name("s4", "s44"));
 }
+
+#[test]
+fn dml_fields_round_trip_and_catalogs_without_them_keep_their_bytes() {
+    let mut c = client(Nand::new_in_memory(device()).unwrap(), true);
+    let spec = SyntheticSpec::synthetic4(3_000, 2).unwrap();
+    Catalog::load(
+        &mut c,
+        "s4",
+        SyntheticGenerator::new(spec).unwrap(),
+        Layout::Nsm,
+        &mut |_| {},
+    )
+    .unwrap();
+    let cat = Catalog::read(&mut c).unwrap();
+    let plain = cat.encode();
+    assert_eq!(u16::from_le_bytes([plain[4], plain[5]]), VERSION);
+    assert_eq!(Catalog::decode(&plain).unwrap(), cat);
+    let mut grown = cat.clone();
+    grown.tables[0].capacity = grown.tables[0].pages * 2;
+    grown.tables[0].free_hints = vec![0, 3];
+    grown.log_lbas = 512;
+    grown.redo = Some(Redo {
+        table: "s4".into(),
+        pages: vec![(0, 2), (5, 1)],
+    });
+    let bytes = grown.encode();
+    assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), VERSION_DML);
+    let back = Catalog::decode(&bytes).unwrap();
+    assert_eq!(back, grown);
+    assert_eq!(
+        back.redo.as_ref().unwrap().page_list().collect::<Vec<_>>(),
+        vec![0, 1, 5]
+    );
+    // The extent includes the reserved room: a load goes after it.
+    let t = &grown.tables[0];
+    assert_eq!(grown.next_free_lba(4096), t.end_lba(4096));
+    assert!(t.end_lba(4096) > t.first_lba + t.pages * t.lbas_per_page(4096));
+    // Truncated extension bytes are a clear error, not a panic.
+    for cut in [bytes.len() - 1, bytes.len() - 9] {
+        let mut b = bytes[..cut].to_vec();
+        let body = (b.len() - HEADER) as u32;
+        b[16..20].copy_from_slice(&body.to_le_bytes());
+        let crc = crc32c::crc32c(&b[HEADER..]);
+        b[20..24].copy_from_slice(&crc.to_le_bytes());
+        assert!(Catalog::decode(&b).is_err());
+    }
+}
