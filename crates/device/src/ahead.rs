@@ -69,7 +69,7 @@ impl Ahead {
     /// Look-ahead for `plan` on `threads` threads (1: none).
     pub(crate) fn new(plan: &Plan, threads: usize) -> Ahead {
         Ahead {
-            eval: ParEval::new(plan, threads),
+            eval: ParEval::new(plan, threads).with_hint(csd_nand::prefetch_lines),
             epoch: (0, 0),
             first: 0,
             pages: VecDeque::new(),

@@ -285,17 +285,12 @@ impl Session {
         let Some(b) = ftl.peek_in_place(lba_of(p1), bytes) else {
             return;
         };
-        // Only PAX pages lay a column out contiguously; NSM rows are read whole.
-        let Ok(view) = PageView::parse_unverified(b, &self.schema) else {
-            return;
-        };
-        for &c in &self.hint_columns {
-            if let Ok(cv) = view.column(c)
-                && let Some(d) = cv.contiguous()
-            {
-                csd_nand::prefetch_lines(d);
-            }
-        }
+        csd_query::hint_columns(
+            csd_nand::prefetch_lines,
+            b,
+            &self.schema,
+            &self.hint_columns,
+        );
     }
 
     /// The `i`-th page's evaluation if it was (or now is) done ahead; `None`: the step

@@ -623,7 +623,8 @@ impl<'p> HostEval<'p> {
             plan,
             page_bytes,
             eval: Evaluator::new(plan),
-            par: (threads > 1).then(|| ParEval::new(plan, threads)),
+            par: (threads > 1)
+                .then(|| ParEval::new(plan, threads).with_hint(csd_nand::prefetch_lines)),
             reads: Vec::new(),
             out: PartialResult::new(plan),
             totals: WorkCounters::default(),
