@@ -129,13 +129,13 @@ impl Ahead {
 
 /// The stored bytes of `n` table pages from the session's `i`-th on, as far as they are
 /// in place (see [`Ftl::peek_in_place`]): the batch stops at the first that is not.
-pub(crate) fn peek_pages<'a>(
-    ftl: &'a Ftl,
+pub(crate) fn peek_pages(
+    ftl: &Ftl,
     page_bytes: usize,
     n: usize,
     mut lba_of: impl FnMut(u64) -> Option<u64>,
     i: u64,
-) -> Vec<&'a [u8]> {
+) -> Vec<&[u8]> {
     let mut v = Vec::with_capacity(n);
     for k in 0..n as u64 {
         let Some(b) = lba_of(i + k).and_then(|lba| ftl.peek_in_place(lba, page_bytes)) else {
