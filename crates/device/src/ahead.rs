@@ -27,26 +27,23 @@
 //! * Batches grow from 16 pages per thread to 256 as a session keeps stepping, so a
 //!   short scan or an early CLOSE wastes little, and a long scan wakes the workers
 //!   rarely. The calling thread evaluates one share itself.
-//! * A page's aggregation state is merged into the session's by the stepping thread.
-//!   With few groups (TPC-H Q1's four, an ungrouped aggregate's one) that is nearly
-//!   free; with many (a `GROUP BY` on a key, Q17 and Q18) it costs about what
-//!   evaluating the page did, so the first page with more than 64 groups turns the
-//!   look-ahead off for the rest of its session (measured: Q17 at SF 1 took 3x longer
-//!   with it).
+//! * A page's result is merged into the session's chunk by the stepping thread. With
+//!   few groups or rows (TPC-H Q1's four groups, Q6's one, a selective projection) that
+//!   is nearly free; with many groups of few rows (a `GROUP BY` on a key: Q17, Q18, Q20)
+//!   or most of a page's rows (Q13's orders) it costs about what evaluating the page
+//!   did, so the first such page ([`PageResult::merges_like_evaluating`]) turns the
+//!   look-ahead off for the rest of its session (measured at SF 1 with two threads:
+//!   Q17 3x slower without this rule, Q18 1.25x, Q13 1.3x).
 //! * Threads: [`csd_query::scan_threads`] (1 turns the look-ahead off).
 
 use csd_ftl::Ftl;
-use csd_query::{PageResult, ParEval, PartialResult, Plan};
+use csd_query::{PageResult, ParEval, Plan};
 use csd_table::Schema;
 use std::collections::VecDeque;
 
 /// Pages per thread in a session's first batch, and at most.
 const FIRST_BATCH: usize = 16;
 const MAX_BATCH: usize = 256;
-
-/// A page whose aggregation state has more groups than this turns the look-ahead off
-/// for the rest of its session.
-const MAX_GROUPS: usize = 64;
 
 /// One page evaluated ahead.
 pub(crate) type Done = PageResult;
@@ -61,7 +58,7 @@ pub(crate) struct Ahead {
     pages: VecDeque<Option<Done>>,
     /// Pages per thread of the next batch.
     batch: usize,
-    /// Off for the rest of the session (see [`MAX_GROUPS`]).
+    /// Off for the rest of the session (see [`PageResult::merges_like_evaluating`]).
     off: bool,
 }
 
@@ -92,14 +89,9 @@ impl Ahead {
         }
         let d = self.pages.pop_front()?;
         self.first += 1;
-        if let Some(Done {
-            out: PartialResult::Aggregate(a),
-            ..
-        }) = &d
-            && a.group_count() > MAX_GROUPS
-        {
-            // Merging this many groups costs the stepping thread about what evaluating
-            // the page does: the rest of the scan is evaluated in its steps.
+        if d.as_ref().is_some_and(Done::merges_like_evaluating) {
+            // The stepping thread would spend on merging what evaluating costs it: the
+            // rest of the scan is evaluated in its steps.
             self.off = true;
             self.pages.clear();
         }

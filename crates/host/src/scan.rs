@@ -665,6 +665,10 @@ impl<'p> HostEval<'p> {
             for p in data.chunks_exact(pb) {
                 let w = match done.next().flatten() {
                     Some(r) => {
+                        if r.merges_like_evaluating() {
+                            // Evaluating elsewhere gains nothing here (see there).
+                            self.par = None;
+                        }
                         self.out.merge(r.out).map_err(|e| {
                             HostError::Invalid(format!("evaluating page {page}: {e}"))
                         })?;

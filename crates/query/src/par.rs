@@ -60,6 +60,22 @@ pub struct PageResult {
     pub layout: Layout,
 }
 
+impl PageResult {
+    /// Whether merging this page's result into a scan's costs the merging thread about
+    /// what evaluating the page would have: more than 16 groups (past the linear group
+    /// lookup) of fewer than 4 selected rows each, or more than 16 rows making up over a
+    /// quarter of the page (appending them is a copy of what the evaluation wrote). A
+    /// scan whose pages look like this gains nothing from evaluating them elsewhere.
+    pub fn merges_like_evaluating(&self) -> bool {
+        let n = self.out.len() as u64;
+        n > 16
+            && match &self.out {
+                PartialResult::Aggregate(_) => n.saturating_mul(4) > self.work.rows_selected,
+                PartialResult::Rows(_) => n.saturating_mul(4) > self.work.records_examined,
+            }
+    }
+}
+
 /// Evaluates batches of pages of one program on several threads; see the
 /// [module docs](self).
 #[derive(Debug)]
