@@ -203,7 +203,7 @@ fn a_write_during_a_scan_drops_pages_evaluated_ahead() {
     for threads in [1, 2] {
         guard.set(threads);
         let mut c = loaded(&cfg, Layout::Pax);
-        let pl = plan(&mut c, Program::Select, ROWS as i32);
+        let pl = plan(&mut c, Program::Ungrouped, ROWS as i32);
         let info = Catalog::read(&mut c)
             .expect("catalog")
             .get("t")
