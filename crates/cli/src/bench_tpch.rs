@@ -194,7 +194,7 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
         }
         let ans = last.ok_or_else(|| CliError::Usage("no run".into()))?;
         let rows = batch_rows(&ans.batches)?;
-        let modeled: f64 = ans.scans.iter().map(|s| s.report.modeled_s()).sum();
+        let modeled = ans.scans.iter().fold(0.0, |t, s| t + s.report.modeled_s());
         let check = if (a.sf - 1.0).abs() < 1e-12 {
             sf1_answer(n).map(|w| rows_match(&rows, &w, 0.011, 1e-9))
         } else {

@@ -660,7 +660,9 @@ fn print_scans(choice: Choice, ans: &csd_sql::Answer, cfg: &DeviceConfig) {
         }
     }
     let reports = ans.reports();
-    let total: f64 = reports.iter().map(|r| r.modeled_s()).sum();
+    // A fold from +0.0: an empty f64 sum is -0.0, printed "-0.0000" for a query without
+    // device scans.
+    let total = reports.iter().fold(0.0, |t, r| t + r.modeled_s());
     println!("modeled device time, all scans: {total:.4} s (scans run one after the other)");
     print_reports(&reports, cfg);
 }

@@ -357,6 +357,16 @@ impl Session {
         }
     }
 
+    /// Before an aggregation takes a page of `page_rows` rows read at `t_flash`: when the
+    /// arena could overflow on it, emit the groups so far (the host merges partial
+    /// states) and go on with an empty table.
+    fn seal_if_arena_may_overflow(&mut self, page_rows: usize, t_flash: SimTime) {
+        if self.aggregate && self.out.len().saturating_add(page_rows) > self.group_limit {
+            self.out_ready = self.out_ready.max(t_flash);
+            self.seal_chunk();
+        }
+    }
+
     /// Move the chunk being filled to the ready queue.
     fn seal_chunk(&mut self) {
         let result = std::mem::replace(&mut self.out, self.empty.clone());
@@ -707,11 +717,7 @@ fn merge_ahead(
     d: Done,
     t_flash: SimTime,
 ) -> Result<(WorkCounters, Layout), csd_query::EvalError> {
-    let page_rows = d.work.records_examined as usize;
-    if s.aggregate && s.out.len().saturating_add(page_rows) > s.group_limit {
-        s.out_ready = s.out_ready.max(t_flash);
-        s.seal_chunk();
-    }
+    s.seal_if_arena_may_overflow(d.work.records_examined as usize, t_flash);
     let layout = d.layout;
     s.out.merge(d.out)?;
     Ok((d.work, layout))
@@ -729,12 +735,7 @@ fn eval_in_step(
     let page_rows = PageView::parse_unverified(page_buf, &s.schema)
         .map_err(|e| format!(" is not a page of `{}`: {e}", s.eval.plan().table))?
         .row_count();
-    if s.aggregate && s.out.len().saturating_add(page_rows) > s.group_limit {
-        // The arena could overflow on this page: emit the groups so far (the host merges
-        // partial states) and go on with an empty table.
-        s.out_ready = s.out_ready.max(t_flash);
-        s.seal_chunk();
-    }
+    s.seal_if_arena_may_overflow(page_rows, t_flash);
     // Parsed again (a header check, no copy): sealing needed the session mutably.
     let view = PageView::parse_unverified(page_buf, &s.schema)
         .map_err(|_| " changed while parsed".to_string())?;

@@ -221,14 +221,20 @@ pub fn check_orderings(
         .filter(|r| (r.w_lookup - 0.8).abs() < 1e-9)
         .collect();
     insert_checks(&mut out, "6, W_l = 0.8".into(), &at08, true);
+    // Runs come scheme by scheme: every size (warehouse count) appears once per scheme.
     let mut sizes: Vec<u64> = fig7.iter().map(|r| r.preload_keys).collect();
+    sizes.sort_unstable();
     sizes.dedup();
     for n in sizes {
         let rs: Vec<&BenchResult> = fig7.iter().filter(|r| r.preload_keys == n).collect();
         insert_checks(&mut out, format!("7, {n} keys"), &rs, false);
     }
-    let mut whs: Vec<String> = fig8.iter().map(|r| r.workload.clone()).collect();
-    whs.dedup();
+    let mut whs: Vec<String> = Vec::new();
+    for r in fig8 {
+        if !whs.contains(&r.workload) {
+            whs.push(r.workload.clone());
+        }
+    }
     for w in whs {
         let rs: Vec<&BenchResult> = fig8.iter().filter(|r| r.workload == w).collect();
         let fc = by(&rs, "FD+FC");
@@ -460,5 +466,25 @@ mod tests {
         );
         let md = orderings_markdown(&c8, "csd repro fd-tree");
         assert!(md.contains("2 of 3 orderings hold") && md.contains("**flipped**"));
+        // Runs come scheme by scheme over several sizes and warehouse counts: each size
+        // and warehouse count is checked once (they were checked once per scheme).
+        let mut fig7 = Vec::new();
+        for (s, worst) in [("FD+XM", 38_000.0), ("FD+DS", 33_000.0), ("FD+FC", 1_000.0)] {
+            for n in [100, 200] {
+                let mut r = result(&t, s, worst, 100.0);
+                r.preload_keys = n;
+                fig7.push(r);
+            }
+        }
+        let mut g8 = t.clone();
+        g8.workload = "G_T w=8".into();
+        let mut fig8b = Vec::new();
+        for s in ["FD+FC", "FD+DS", "FD+XM"] {
+            for w in [&g, &g8] {
+                fig8b.push(result(w, s, 10.0, 100.0));
+            }
+        }
+        assert_eq!(check_orderings(&[], &fig7, &[]).len(), 2 * 2);
+        assert_eq!(check_orderings(&[], &[], &fig8b).len(), 2 * 3);
     }
 }
