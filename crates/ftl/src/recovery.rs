@@ -183,7 +183,16 @@ impl Ftl {
                 }
             }
             if programmed {
-                damaged.extend(erased_below.into_iter().map(|p| (ci, p, None)));
+                // The write pointer moves before a program's commit point (the page's
+                // state), so a process killed inside a program leaves its page erased
+                // just below the pointer: an interrupted write, never acknowledged, not
+                // damage. An erased page further down is.
+                damaged.extend(
+                    erased_below
+                        .into_iter()
+                        .filter(|&p| p + 1 < written)
+                        .map(|p| (ci, p, None)),
+                );
             }
         }
         // The newest record whose body reads back whole.
