@@ -183,14 +183,10 @@ impl Ftl {
                 }
             }
             if programmed {
-                // The write pointer moves before a program's commit point (the page's
-                // state), so a process killed inside a program leaves its page erased
-                // just below the pointer: an interrupted write, never acknowledged, not
-                // damage. An erased page further down is.
                 damaged.extend(
                     erased_below
                         .into_iter()
-                        .filter(|&p| p + 1 < written)
+                        .filter(|&p| erased_is_damage(p, written))
                         .map(|p| (ci, p, None)),
                 );
             }
@@ -701,9 +697,10 @@ impl Ftl {
                 );
                 match r {
                     Ok(r) if r.erased => {
-                        // The end of the log, unless the block's write pointer says this
-                        // page was programmed (then the log was erased after the fact).
-                        if self.nand.block_info(BlockId(b))?.next_page > p {
+                        // The end of the log, unless the block's write pointer says a
+                        // later page was programmed (then the log was erased after the
+                        // fact).
+                        if erased_is_damage(p, self.nand.block_info(BlockId(b))?.next_page) {
                             return Err(FtlError::Corrupt(format!(
                                 "log page {expect} at block {b} page {p} reads as erased, but the block holds pages after it: \
                                  the log was damaged after it was written"
@@ -953,4 +950,13 @@ fn rssp_links_of(page: &[u8]) -> [u64; LOG_LINKS] {
         );
     }
     links
+}
+
+/// Whether page `p` reading as erased in a block whose write pointer is `next_page` means
+/// the block was damaged after it was written. The pointer moves before a program's
+/// commit point (the page's state byte, `csd_nand`), so a process killed inside a program
+/// leaves that one page erased just below the pointer: an interrupted write that was
+/// never acknowledged, not damage. An erased page further below the pointer is.
+fn erased_is_damage(p: u32, next_page: u32) -> bool {
+    p.saturating_add(1) < next_page
 }

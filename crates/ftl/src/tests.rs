@@ -1,5 +1,5 @@
 use super::*;
-use csd_nand::Nand;
+use csd_nand::{BlockId, Nand, Ppa};
 use csd_sim::{DeviceConfig, SimTime};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
@@ -488,6 +488,61 @@ fn crash_without_checkpoint_replays_the_log() {
     let r = g.last_recovery().unwrap();
     assert!(r.log_pages > 0 && r.commits_redone > 0, "{r:?}");
     g.check_invariants().unwrap();
+}
+
+/// A process killed inside a program of the checkpoint ring leaves the page just below
+/// the block's write pointer erased: recovery goes on (nothing acknowledged was in it).
+/// An erased page further below the pointer is damage and is refused.
+#[test]
+fn a_program_interrupted_by_a_process_kill_is_not_ring_damage() {
+    let cfg = || FtlConfig {
+        map_cache_share: 0.001,
+        ..FtlConfig::default()
+    };
+    // A shut-down device and its checkpoint-ring blocks with written pages and room for
+    // two more (the block holding the newest record among them).
+    let fresh = || {
+        let mut f = tiny_ftl(cfg());
+        for l in 0..200u64 {
+            f.write(l, &sector(&f, l), SimTime::ZERO).unwrap();
+        }
+        let nand = f.shutdown(SimTime::ZERO).unwrap();
+        let ppb = nand.geometry().pages_per_block;
+        let ring: Vec<(u32, u32)> = Ftl::well_known_ckpt_blocks(&nand)
+            .unwrap()
+            .into_iter()
+            .map(|b| (b, nand.block_info(BlockId(b)).unwrap().next_page))
+            .filter(|&(_, n)| n > 0 && n + 2 < ppb)
+            .collect();
+        assert!(!ring.is_empty(), "a ring block with written pages and room");
+        (nand, ring)
+    };
+    // Every such block's next program interrupted (one of them is the active block).
+    let (mut nand, ring) = fresh();
+    for &(b, next) in &ring {
+        nand.interrupt_program(Ppa::new(BlockId(b), next)).unwrap();
+    }
+    let mut g = Ftl::recover(nand, cfg()).expect("an interrupted program is not damage");
+    let mut buf = vec![0u8; g.lba_size()];
+    for l in 0..200u64 {
+        g.read(l, &mut buf, SimTime::ZERO).unwrap();
+        assert_eq!(buf, sector(&g, l), "LBA {l}");
+    }
+    g.check_invariants().unwrap();
+    // Two erased pages below the pointer: the lower one cannot be an interrupted program.
+    let (mut damaged, ring) = fresh();
+    for &(b, next) in &ring {
+        damaged
+            .interrupt_program(Ppa::new(BlockId(b), next))
+            .unwrap();
+        damaged
+            .interrupt_program(Ppa::new(BlockId(b), next + 1))
+            .unwrap();
+    }
+    assert!(
+        matches!(Ftl::recover(damaged, cfg()), Err(FtlError::Corrupt(_))),
+        "an erased page further below the write pointer is damage"
+    );
 }
 
 #[test]

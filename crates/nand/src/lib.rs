@@ -578,6 +578,26 @@ impl Nand {
         Ok(())
     }
 
+    /// Fault injection: as if the process died inside a program of `p` after the
+    /// block's write pointer moved and before the page's commit point (its state byte;
+    /// see [`Nand::program`]): the pointer is past `p` and the page stays erased. `p`
+    /// must be the block's next page to program.
+    pub fn interrupt_program(&mut self, p: Ppa) -> Result<(), NandError> {
+        self.check_ppa(p)?;
+        let b = p.block.0 as usize;
+        let mut meta = self.store.meta(b);
+        if p.page != meta.next_page || self.state_of(p) != PageState::Erased {
+            return Err(NandError::ProgramOutOfOrder {
+                ppa: p,
+                expected: meta.next_page,
+            });
+        }
+        meta.next_page = p.page + 1;
+        self.store.set_meta(b, meta);
+        self.content_epoch += 1;
+        Ok(())
+    }
+
     /// Disarm a pending power cut.
     pub fn disarm_power_cut(&mut self) {
         self.cut = None;
