@@ -67,18 +67,7 @@ impl BenchIndex for FdBench {
         self.run_clock.start()
     }
     fn extra_stats(&self) -> Vec<(String, f64)> {
-        let s = self.tree.stats();
-        vec![
-            ("merges".into(), s.merges as f64),
-            ("max_merge_ms".into(), s.max_merge_wall.as_secs_f64() * 1e3),
-            ("blocks_read".into(), s.blocks_read as f64),
-            ("blocks_written".into(), s.blocks_written as f64),
-            ("room_waits".into(), s.room_waits as f64),
-            (
-                "max_room_wait_ms".into(),
-                s.max_room_wait.as_secs_f64() * 1e3,
-            ),
-        ]
+        self.tree.stats().bench_figures()
     }
 }
 

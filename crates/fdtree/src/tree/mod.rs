@@ -463,6 +463,27 @@ pub struct FdStats {
     pub l0_capacity: u64,
 }
 
+impl FdStats {
+    /// The figures a benchmark report adds per run (name, value): merges, the longest
+    /// merge, blocks read and written, and waits for room in L0.
+    pub fn bench_figures(&self) -> Vec<(String, f64)> {
+        vec![
+            ("merges".into(), self.merges as f64),
+            (
+                "max_merge_ms".into(),
+                self.max_merge_wall.as_secs_f64() * 1e3,
+            ),
+            ("blocks_read".into(), self.blocks_read as f64),
+            ("blocks_written".into(), self.blocks_written as f64),
+            ("room_waits".into(), self.room_waits as f64),
+            (
+                "max_room_wait_ms".into(),
+                self.max_room_wait.as_secs_f64() * 1e3,
+            ),
+        ]
+    }
+}
+
 /// An FD+tree on a shared device. `Send + Sync`: share it with `Arc`.
 pub struct FdTree {
     inner: Arc<Inner>,
