@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::{Rows, client, session};
+use common::{Rows, client, load, session};
 use csd_device::{Command, NvmeDevice, Payload};
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::{Catalog, Client, CommandIssuer, Strategy as Scan};
@@ -143,23 +143,9 @@ fn check_case(
     layout: Layout,
 ) -> Result<(), TestCaseError> {
     let (mut c, cfg) = client("tiny");
-    Catalog::load(
-        &mut c,
-        "t",
-        Rows::with_note("t", initial.clone()),
-        layout,
-        &mut |_| {},
-    )
-    .expect("load t");
+    load(&mut c, Rows::with_note("t", initial.clone()), layout);
     // A table after t: t grows by relocation.
-    Catalog::load(
-        &mut c,
-        "u",
-        Rows::new("u", vec![(1, 1)]),
-        Layout::Nsm,
-        &mut |_| {},
-    )
-    .expect("load u");
+    load(&mut c, Rows::new("u", vec![(1, 1)]), Layout::Nsm);
     let mut s = session(c, cfg);
     match ix {
         Ix::None => {}
@@ -278,22 +264,8 @@ fn random_dml_sequences_match_a_model_on_every_strategy_with_and_without_an_inde
 fn growth_fills_free_space_then_appends_and_relocates_a_table_that_is_not_last() {
     let (mut c, cfg) = client("tiny");
     let rows: Vec<(i64, i32)> = (0..2000).map(|i| (i, (i % 10) as i32)).collect();
-    Catalog::load(
-        &mut c,
-        "t",
-        Rows::with_note("t", rows),
-        Layout::Nsm,
-        &mut |_| {},
-    )
-    .expect("load");
-    Catalog::load(
-        &mut c,
-        "u",
-        Rows::new("u", vec![(1, 1)]),
-        Layout::Nsm,
-        &mut |_| {},
-    )
-    .expect("load");
+    load(&mut c, Rows::with_note("t", rows), Layout::Nsm);
+    load(&mut c, Rows::new("u", vec![(1, 1)]), Layout::Nsm);
     let mut s = session(c, cfg);
     run(&mut s, "CREATE INDEX t_k ON t (k)", &ALL[..1]);
     let t0 = s.catalog()[0].clone();
@@ -379,14 +351,7 @@ fn programs(s: &SqlSession) -> u64 {
 fn bad_statements_fail_clearly_and_program_nothing() {
     let (mut c, cfg) = client("tiny");
     let rows: Vec<(i64, i32)> = (0..500).map(|i| (i, (i % 10) as i32)).collect();
-    Catalog::load(
-        &mut c,
-        "t",
-        Rows::with_note("t", rows.clone()),
-        Layout::Pax,
-        &mut |_| {},
-    )
-    .expect("load");
+    load(&mut c, Rows::with_note("t", rows.clone()), Layout::Pax);
     let mut s = session(c, cfg);
     run(&mut s, "CREATE INDEX t_k ON t (k)", &ALL[..1]);
     let cat = s.catalog().to_vec();
@@ -543,22 +508,8 @@ fn a_power_cut_during_a_statement_leaves_the_old_table_or_the_new_one() {
         .unwrap_or(40);
     let (mut c, cfg) = client("tiny");
     let mut model: Vec<(i64, i32)> = (0..1500).map(|i| (i * 3, (i % 10) as i32)).collect();
-    Catalog::load(
-        &mut c,
-        "t",
-        Rows::with_note("t", model.clone()),
-        Layout::Nsm,
-        &mut |_| {},
-    )
-    .expect("load");
-    Catalog::load(
-        &mut c,
-        "u",
-        Rows::new("u", vec![(1, 1)]),
-        Layout::Nsm,
-        &mut |_| {},
-    )
-    .expect("load");
+    load(&mut c, Rows::with_note("t", model.clone()), Layout::Nsm);
+    load(&mut c, Rows::new("u", vec![(1, 1)]), Layout::Nsm);
     let mut s = session(c, cfg.clone());
     run(&mut s, "CREATE INDEX t_k ON t (k)", &ALL[..1]);
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;

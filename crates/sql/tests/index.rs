@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::{Rows, client, session};
+use common::{Rows, client, load, session};
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::{Catalog, Client, Strategy as Scan};
@@ -117,14 +117,7 @@ fn check_case(
     }
     // tiny: 8 KiB flash pages of two 4 KiB LBAs (multi-LBA table pages).
     let (mut c, cfg) = client("tiny");
-    Catalog::load(
-        &mut c,
-        "t",
-        Rows::with_note("t", rows.clone()),
-        layout,
-        &mut |_| {},
-    )
-    .expect("load");
+    load(&mut c, Rows::with_note("t", rows.clone()), layout);
     let mut s = session(c, cfg);
     let using = if bitmap { "bitmap" } else { "range" };
     run(
@@ -203,14 +196,7 @@ fn every_combination_once_on_clustered_keys() {
 fn bad_index_statements_fail_clearly_and_change_nothing() {
     let (mut c, cfg) = client("tiny");
     let rows: Vec<(i64, i32)> = (0..2000).map(|i| (i, (i % 10) as i32)).collect();
-    Catalog::load(
-        &mut c,
-        "t",
-        Rows::with_note("t", rows),
-        Layout::Nsm,
-        &mut |_| {},
-    )
-    .expect("load");
+    load(&mut c, Rows::with_note("t", rows), Layout::Nsm);
     let mut s = session(c, cfg);
     let err = |s: &mut SqlSession, sql: &str| {
         s.run_strategies(sql, &ALL[..1])
@@ -273,14 +259,7 @@ fn bad_index_statements_fail_clearly_and_change_nothing() {
         Ftl::format(nand, FtlConfig::default()).expect("format"),
     ))
     .expect("client");
-    Catalog::load(
-        &mut c,
-        "t",
-        Rows::with_note("t", vec![(1, 1)]),
-        Layout::Nsm,
-        &mut |_| {},
-    )
-    .expect("load");
+    load(&mut c, Rows::with_note("t", vec![(1, 1)]), Layout::Nsm);
     let mut s = session(c, cfg);
     assert!(err(&mut s, "CREATE INDEX a ON t (k)").contains("extension bytes"));
     assert!(s.catalog()[0].index.is_none());
@@ -290,14 +269,7 @@ fn bad_index_statements_fail_clearly_and_change_nothing() {
 fn the_index_survives_a_power_cut_and_is_used_after_recovery() {
     let (mut c, cfg) = client("tiny");
     let rows: Vec<(i64, i32)> = (0..6000).map(|i| (i, (i % 10) as i32)).collect();
-    Catalog::load(
-        &mut c,
-        "t",
-        Rows::with_note("t", rows),
-        Layout::Pax,
-        &mut |_| {},
-    )
-    .expect("load");
+    load(&mut c, Rows::with_note("t", rows), Layout::Pax);
     let mut s = session(c, cfg.clone());
     run(&mut s, "CREATE INDEX t_k ON t (k)", &ALL[..1]);
     let sql = "SELECT sum(v) FROM t WHERE k BETWEEN 100 AND 300";
@@ -563,7 +535,7 @@ fn multi_key_indexes_return_the_same_rows_and_more_keys_never_read_more() {
 fn secondary_keys_are_in_the_catalog_after_a_reload() {
     let (mut c, cfg) = client("tiny");
     let rows: Vec<(i64, i32)> = (0..3000).map(|i| (i, (i % 50) as i32)).collect();
-    Catalog::load(&mut c, "t", Rows::new("t", rows), Layout::Nsm, &mut |_| {}).expect("load");
+    load(&mut c, Rows::new("t", rows), Layout::Nsm);
     let mut s = session(c, cfg);
     run(&mut s, "CREATE INDEX t_k ON t (k)", &ALL[..1]);
     run(

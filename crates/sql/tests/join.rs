@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{Rows, client, session};
+use common::{Rows, client, load, session};
 use csd_host::{Catalog, Strategy as Scan};
 use csd_sql::{Answer, Choice, SqlSession};
 use csd_table::Layout;
@@ -174,8 +174,8 @@ fn check_case(
     let b = rows_of(8_000, 13, 10_000);
     let layout = if pax { Layout::Pax } else { Layout::Nsm };
     let (mut c, cfg) = client("tiny");
-    Catalog::load(&mut c, "a", Rows::new("a", a.clone()), layout, &mut |_| {}).expect("load a");
-    Catalog::load(&mut c, "b", Rows::new("b", b.clone()), layout, &mut |_| {}).expect("load b");
+    load(&mut c, Rows::new("a", a.clone()), layout);
+    load(&mut c, Rows::new("b", b.clone()), layout);
     let mut s = session(c, cfg);
     // The build table's index may be of either kind (JOIN1 reads under its rule); the
     // per-table bitmap takes the probe index's split points. (Two 128-bucket bitmaps do
@@ -283,8 +283,8 @@ fn a_probe_scan_without_its_build_side_falls_back_to_a_plain_scan() {
     let a: Vec<(i64, i32)> = (0..1_500).map(|i| (i * 6, (i * 6 / 10) as i32)).collect();
     let b: Vec<(i64, i32)> = (0..8_000).map(|i| (i, (i % 97) as i32)).collect();
     let (mut c, cfg) = client("tiny");
-    Catalog::load(&mut c, "a", Rows::new("a", a), Layout::Nsm, &mut |_| {}).expect("load a");
-    Catalog::load(&mut c, "b", Rows::new("b", b), Layout::Nsm, &mut |_| {}).expect("load b");
+    load(&mut c, Rows::new("a", a), Layout::Nsm);
+    load(&mut c, Rows::new("b", b), Layout::Nsm);
     let mut s = session(c, cfg);
     run(
         &mut s,
@@ -331,8 +331,8 @@ fn a_thousand_joins_in_one_session_never_fall_back_and_release_everything() {
     let a: Vec<(i64, i32)> = (0..200).map(|i| (i * 5, i as i32)).collect();
     let b: Vec<(i64, i32)> = (0..1_000).map(|i| (i, (i % 7) as i32)).collect();
     let (mut c, cfg) = client("tiny");
-    Catalog::load(&mut c, "a", Rows::new("a", a), Layout::Pax, &mut |_| {}).expect("load a");
-    Catalog::load(&mut c, "b", Rows::new("b", b), Layout::Pax, &mut |_| {}).expect("load b");
+    load(&mut c, Rows::new("a", a), Layout::Pax);
+    load(&mut c, Rows::new("b", b), Layout::Pax);
     let mut s = session(c, cfg);
     run(
         &mut s,

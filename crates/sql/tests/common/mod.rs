@@ -1,4 +1,4 @@
-//! Helpers shared by the FLIXR SQL tests (`index.rs`, `join.rs`): a table of `(k, v)`
+//! Helpers shared by the FLIXR and DML SQL tests (`index.rs`, `join.rs`, `dml.rs`): a table of `(k, v)`
 //! rows, a device with MAP-entry extension bytes for per-page indexes, and a session.
 
 #![allow(dead_code)]
@@ -10,7 +10,7 @@ use csd_nand::Nand;
 use csd_sim::DeviceConfig;
 use csd_sql::{Choice, ScanSettings, SqlSession};
 use csd_table::datagen::RowSource;
-use csd_table::{Column, ColumnType, Schema};
+use csd_table::{Column, ColumnType, Layout, Schema};
 
 /// Rows `(k INT64, v INT32)` of table `name` from a vector, with a constant
 /// `note CHAR(4)` column after them when asked (a column an index must refuse).
@@ -86,6 +86,13 @@ pub fn client(preset: &str) -> (Client, DeviceConfig) {
     )
     .expect("format");
     (Client::new(NvmeDevice::new(ftl)).expect("client"), cfg)
+}
+
+/// Loads `rows` as its table in `layout`.
+pub fn load(c: &mut Client, rows: Rows, layout: Layout) {
+    let name = rows.schema.name().to_string();
+    csd_host::Catalog::load(c, &name, rows, layout, &mut |_| {})
+        .unwrap_or_else(|e| panic!("load {name}: {e}"));
 }
 
 /// A SQL session over the device, scans in-host unless a query says otherwise.
