@@ -1,5 +1,6 @@
-//! Helpers shared by the FLIXR and DML SQL tests (`index.rs`, `join.rs`, `dml.rs`): a table of `(k, v)`
-//! rows, a device with MAP-entry extension bytes for per-page indexes, and a session.
+//! Helpers shared by the FLIXR and DML SQL tests (`index.rs`, `join.rs`, `dml.rs`): a
+//! table of `(k, v)` rows and its load, a device with MAP-entry extension bytes for
+//! per-page indexes, and a session.
 
 #![allow(dead_code)]
 
