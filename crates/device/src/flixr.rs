@@ -314,6 +314,15 @@ struct TableEntry {
 }
 
 impl TableEntry {
+    /// The indexed columns' names, comma-separated (for error messages).
+    fn indexed_names(&self) -> String {
+        self.keys
+            .iter()
+            .map(|(c, _)| self.format.columns[*c].0.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     fn new(format: TableFormat, schema: Schema) -> TableEntry {
         TableEntry {
             format,
@@ -1060,11 +1069,7 @@ impl Flixr {
                 FlixrError::BadEncoding(format!(
                     "table {:?} has no per-page index on column {column:?} (indexed: {})",
                     t.format.name,
-                    t.keys
-                        .iter()
-                        .map(|(c, _)| t.format.columns[*c].0.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    t.indexed_names()
                 ))
             })?;
         let mut e = t.clone();
@@ -1163,11 +1168,7 @@ impl Flixr {
                         "column {:?} of table {:?} has no per-page index (indexed: {})",
                         term.column,
                         t.format.name,
-                        t.keys
-                            .iter()
-                            .map(|(c, _)| t.format.columns[*c].0.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        t.indexed_names()
                     ))
                 })?;
             Self::check_rule(&term.rule)?;
