@@ -150,6 +150,34 @@ fn q1_fold(li: &[Vec<Value>], delta_hi: i64) -> Q1Answer {
     out
 }
 
+/// Q6's revenue, `SUM(l_extendedprice * l_discount)`, over the rows a configuration
+/// returned.
+fn q6_revenue(rows: &[csd_host::rowstore::Row]) -> i128 {
+    let (p, d) = (
+        col(TpchTable::LineItem, "l_extendedprice"),
+        col(TpchTable::LineItem, "l_discount"),
+    );
+    rows.iter()
+        .map(|r| i(&r.values, p) as i128 * i(&r.values, d) as i128)
+        .sum()
+}
+
+/// Checks a configuration's Q6 revenue against the in-memory reference.
+fn q6_check(
+    name: &str,
+    config: &str,
+    got: i128,
+    li: &[Vec<Value>],
+    (lo, hi, disc, qty): (i64, i64, i64, i64),
+) -> Result<(), EvalError> {
+    if got != q6_sum(li, lo, hi, disc, qty) {
+        return Err(EvalError::Check(format!(
+            "{name} under {config}: revenue {got} differs from the reference"
+        )));
+    }
+    Ok(())
+}
+
 fn q6_sum(li: &[Vec<Value>], lo: i64, hi: i64, disc: i64, qty: i64) -> i128 {
     let (sd, q, p, d) = (
         col(TpchTable::LineItem, "l_shipdate"),
@@ -316,19 +344,14 @@ pub fn run_on(s: &Setup, kind: IndexKind, q: Query, data: &Data) -> Result<Measu
                     let rows = st.scan_where(li, lo, hi, &|r| {
                         (disc - 1..=disc + 1).contains(&i(r, d)) && i(r, q) < qty
                     })?;
-                    let got: i128 = rows
-                        .iter()
-                        .map(|r| {
-                            i(&r.values, col(TpchTable::LineItem, "l_extendedprice")) as i128
-                                * i(&r.values, d) as i128
-                        })
-                        .sum();
-                    if got != q6_sum(&data.lineitem, lo, hi, disc, qty) {
-                        return Err(EvalError::Check(format!(
-                            "{name} under {}: revenue {got} differs from the reference",
-                            st.kind().name()
-                        )));
-                    }
+                    let got = q6_revenue(&rows);
+                    q6_check(
+                        name,
+                        st.kind().name(),
+                        got,
+                        &data.lineitem,
+                        (lo, hi, disc, qty),
+                    )?;
                     answers.push(got);
                 }
                 Ok((s.queries as u64, digest(&answers)))
@@ -507,7 +530,6 @@ pub fn run_q6_keys(
         col(TpchTable::LineItem, "l_quantity"),
         col(TpchTable::LineItem, "l_discount"),
     );
-    let price = col(TpchTable::LineItem, "l_extendedprice");
     let mut rng = Rng::new(s.seed ^ 0x7C4);
     measure(name, &mut st, |st| {
         let mut answers = Vec::new();
@@ -522,16 +544,14 @@ pub fn run_q6_keys(
                 &[(d, disc - 1, disc + 1), (q, i64::MIN, qty - 1)],
                 &|_| true,
             )?;
-            let got: i128 = rows
-                .iter()
-                .map(|r| i(&r.values, price) as i128 * i(&r.values, d) as i128)
-                .sum();
-            if got != q6_sum(&data.lineitem, lo, hi, disc, qty) {
-                return Err(EvalError::Check(format!(
-                    "{name} under {}: revenue {got} differs from the reference",
-                    st.kind().name()
-                )));
-            }
+            let got = q6_revenue(&rows);
+            q6_check(
+                name,
+                st.kind().name(),
+                got,
+                &data.lineitem,
+                (lo, hi, disc, qty),
+            )?;
             answers.push(got);
         }
         Ok((s.queries as u64, digest(&answers)))
