@@ -43,6 +43,7 @@ use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::{
     BinaryExpr, CastExpr, Column, Literal, NegativeExpr, TryCastExpr,
 };
@@ -346,98 +347,9 @@ fn push_scan(
     let mut kinds = Vec::new();
     let mut text_aggs = Vec::new();
     for a in agg.aggr_expr() {
-        let args = a.expressions();
-        let fname = a.fun().name().to_ascii_lowercase();
-        let arg = match args.as_slice() {
-            [] => None,
-            [x] => Some(x),
-            _ => return None,
-        };
-        // AVG of an integer: DataFusion averages `CAST(x AS Float64)`; the device sums
-        // the integers exactly and hands over the sum as the nearest Float64.
-        let float_avg = match arg {
-            Some(x) if fname == "avg" => x
-                .downcast_ref::<CastExpr>()
-                .filter(|c| *c.cast_type() == DataType::Float64)
-                .map(|c| c.expr().clone()),
-            _ => None,
-        };
-        let dev_arg = match (arg, &float_avg) {
-            (_, Some(inner)) => {
-                let d = physical(inner, &columns, schema).ok()?;
-                if d.ty != DevType::Int {
-                    return None;
-                }
-                Some(d)
-            }
-            (Some(x), None) if x.downcast_ref::<Literal>().is_some() && fname == "count" => None,
-            (Some(x), None) => Some(physical(x, &columns, schema).ok()?),
-            (None, None) => None,
-        };
-        let df_scale = arg
-            .and_then(|x| x.data_type(&input_schema).ok())
-            .and_then(|t| match t {
-                DataType::Decimal128(_, s) => u8::try_from(s).ok(),
-                _ => None,
-            })
-            .unwrap_or(0);
-        let (func, ty, kind) = match (fname.as_str(), &dev_arg) {
-            ("count", None) => (AggFunc::CountStar, DevType::Int, StateKind::Count),
-            ("count", Some(_)) => (AggFunc::Count, DevType::Int, StateKind::Count),
-            ("avg", Some(_)) if float_avg.is_some() => (
-                AggFunc::Avg,
-                DevType::Decimal {
-                    scale: csd_query::plan::avg_scale(0),
-                },
-                StateKind::AvgFloat,
-            ),
-            ("sum" | "avg", Some(d)) => {
-                let s = match d.ty {
-                    DevType::Int => 0,
-                    DevType::Decimal { scale } => scale,
-                    _ => return None,
-                };
-                // The device's sum must be at DataFusion's argument scale.
-                if s != df_scale {
-                    return None;
-                }
-                if fname == "sum" {
-                    (AggFunc::Sum, d.ty, StateKind::Sum(s))
-                } else {
-                    (
-                        AggFunc::Avg,
-                        DevType::Decimal {
-                            scale: csd_query::plan::avg_scale(s),
-                        },
-                        StateKind::Avg(s),
-                    )
-                }
-            }
-            ("min" | "max", Some(d)) if d.ty != DevType::Bool => (
-                if fname == "min" {
-                    AggFunc::Min
-                } else {
-                    AggFunc::Max
-                },
-                d.ty,
-                StateKind::Extreme(d.ty),
-            ),
-            _ => return None,
-        };
-        // One DataFusion state column per device value, in the expected order.
-        let want = match kind {
-            StateKind::Avg(_) | StateKind::AvgFloat => 2,
-            _ => 1,
-        };
-        if a.state_fields().ok()?.len() != want {
-            return None;
-        }
+        let (aggregate, kind) = device_aggregate(a, &columns, schema, &input_schema)?;
         text_aggs.push(a.name().to_string());
-        aggregates.push(Aggregate {
-            func,
-            arg: dev_arg,
-            ty,
-        });
+        aggregates.push(aggregate);
         kinds.push(kind);
     }
     let program = Plan::aggregation(
@@ -474,6 +386,124 @@ fn push_scan(
         None,
         scan.filter_text.clone(),
     )))
+}
+
+/// The device aggregate (and how its DataFusion state columns read) for one of
+/// DataFusion's partial aggregates, or `None` where the device cannot compute it exactly.
+fn device_aggregate(
+    a: &AggregateFunctionExpr,
+    columns: &Columns,
+    schema: &Schema,
+    input_schema: &SchemaRef,
+) -> Option<(Aggregate, StateKind)> {
+    let args = a.expressions();
+    let fname = a.fun().name().to_ascii_lowercase();
+    let arg = match args.as_slice() {
+        [] => None,
+        [x] => Some(x),
+        _ => return None,
+    };
+    // AVG of an integer: DataFusion averages `CAST(x AS Float64)`; the device sums
+    // the integers exactly and hands over the sum as the nearest Float64.
+    let float_avg = match arg {
+        Some(x) if fname == "avg" => x
+            .downcast_ref::<CastExpr>()
+            .filter(|c| *c.cast_type() == DataType::Float64)
+            .map(|c| c.expr().clone()),
+        _ => None,
+    };
+    let dev_arg = match (arg, &float_avg) {
+        (_, Some(inner)) => {
+            let d = physical(inner, columns, schema).ok()?;
+            if d.ty != DevType::Int {
+                return None;
+            }
+            Some(d)
+        }
+        (Some(x), None) if x.downcast_ref::<Literal>().is_some() && fname == "count" => None,
+        (Some(x), None) => Some(physical(x, columns, schema).ok()?),
+        (None, None) => None,
+    };
+    let df_scale = arg
+        .and_then(|x| x.data_type(input_schema).ok())
+        .and_then(|t| match t {
+            DataType::Decimal128(_, s) => u8::try_from(s).ok(),
+            _ => None,
+        })
+        .unwrap_or(0);
+    let (func, ty, kind) =
+        device_function(&fname, dev_arg.as_ref(), float_avg.is_some(), df_scale)?;
+    // One DataFusion state column per device value, in the expected order.
+    let want = match kind {
+        StateKind::Avg(_) | StateKind::AvgFloat => 2,
+        _ => 1,
+    };
+    if a.state_fields().ok()?.len() != want {
+        return None;
+    }
+    Some((
+        Aggregate {
+            func,
+            arg: dev_arg,
+            ty,
+        },
+        kind,
+    ))
+}
+
+/// The device function, its result type and its DataFusion state layout for the
+/// aggregate `fname` over `dev_arg` (`float_avg`: AVG of an integer cast to Float64;
+/// `df_scale`: DataFusion's decimal scale of the argument).
+fn device_function(
+    fname: &str,
+    dev_arg: Option<&DevExpr>,
+    float_avg: bool,
+    df_scale: u8,
+) -> Option<(AggFunc, DevType, StateKind)> {
+    let triple = match (fname, dev_arg) {
+        ("count", None) => (AggFunc::CountStar, DevType::Int, StateKind::Count),
+        ("count", Some(_)) => (AggFunc::Count, DevType::Int, StateKind::Count),
+        ("avg", Some(_)) if float_avg => (
+            AggFunc::Avg,
+            DevType::Decimal {
+                scale: csd_query::plan::avg_scale(0),
+            },
+            StateKind::AvgFloat,
+        ),
+        ("sum" | "avg", Some(d)) => {
+            let s = match d.ty {
+                DevType::Int => 0,
+                DevType::Decimal { scale } => scale,
+                _ => return None,
+            };
+            // The device's sum must be at DataFusion's argument scale.
+            if s != df_scale {
+                return None;
+            }
+            if fname == "sum" {
+                (AggFunc::Sum, d.ty, StateKind::Sum(s))
+            } else {
+                (
+                    AggFunc::Avg,
+                    DevType::Decimal {
+                        scale: csd_query::plan::avg_scale(s),
+                    },
+                    StateKind::Avg(s),
+                )
+            }
+        }
+        ("min" | "max", Some(d)) if d.ty != DevType::Bool => (
+            if fname == "min" {
+                AggFunc::Min
+            } else {
+                AggFunc::Max
+            },
+            d.ty,
+            StateKind::Extreme(d.ty),
+        ),
+        _ => return None,
+    };
+    Some(triple)
 }
 
 /// A physical value expression over `columns` (the input's columns in device terms).

@@ -17,7 +17,9 @@
 //! DataFusion's.
 
 use csd_host::index::{CreateIndex, DEFAULT_BUCKETS, IndexKindSpec};
-use datafusion::sql::sqlparser::ast::{IndexOption, ObjectType, Set, Statement};
+use datafusion::sql::sqlparser::ast::{
+    CreateIndex as SqlCreateIndex, IndexOption, ObjectType, Set, Statement,
+};
 use datafusion::sql::sqlparser::dialect::{GenericDialect, PostgreSqlDialect};
 use datafusion::sql::sqlparser::parser::Parser;
 
@@ -78,82 +80,7 @@ pub fn parse(sql: &str) -> Result<Option<Ddl>, String> {
         return Ok(None);
     };
     match stmt {
-        Statement::CreateIndex(ci) => {
-            let name = ci
-                .name
-                .as_ref()
-                .map(|n| unquote(&n.to_string()))
-                .ok_or("CREATE INDEX needs a name: CREATE INDEX name ON table (column)")?;
-            let [col] = ci.columns.as_slice() else {
-                return Err(format!(
-                    "CREATE INDEX {name}: a FLIXR per-page index covers exactly one column, not {}",
-                    ci.columns.len()
-                ));
-            };
-            let column = unquote(&col.column.expr.to_string());
-            let mut buckets = DEFAULT_BUCKETS;
-            let mut share = None;
-            let texts: Vec<String> = ci
-                .with
-                .iter()
-                .map(|w| w.to_string())
-                .chain(
-                    with.iter()
-                        .flat_map(|w| w.split(',').map(|x| x.trim().to_string())),
-                )
-                .filter(|x| !x.is_empty())
-                .collect();
-            for text in texts {
-                let (k, v) = text
-                    .split_once('=')
-                    .ok_or_else(|| format!("WITH option `{text}`: use key = value"))?;
-                match unquote(k).to_ascii_lowercase().as_str() {
-                    "buckets" => {
-                        buckets = unquote(v).parse().map_err(|_| {
-                            format!("WITH buckets = {}: use a whole number", v.trim())
-                        })?;
-                    }
-                    "share" => share = Some(unquote(v)),
-                    other => {
-                        return Err(format!(
-                            "unknown WITH option `{other}`: use buckets = N or share = 'index'"
-                        ));
-                    }
-                }
-            }
-            // `USING x` before the column list (PostgreSQL) or after it (MySQL's index
-            // option).
-            let after = ci.index_options.iter().find_map(|o| match o {
-                IndexOption::Using(t) => Some(t),
-                _ => None,
-            });
-            let using = ci
-                .using
-                .as_ref()
-                .or(after)
-                .map(|u| u.to_string().to_ascii_lowercase())
-                .unwrap_or_else(|| "range".into());
-            let kind = match using.as_str() {
-                "range" | "brin" | "minmax" => {
-                    if share.is_some() {
-                        return Err("share = '...' applies to USING bitmap indexes".into());
-                    }
-                    IndexKindSpec::Range
-                }
-                "bitmap" => IndexKindSpec::Bitmap { buckets, share },
-                other => {
-                    return Err(format!(
-                        "USING {other}: FLIXR per-page indexes are range (min/max) or bitmap"
-                    ));
-                }
-            };
-            Ok(Some(Ddl::CreateIndex(CreateIndex {
-                name,
-                table: unquote(&ci.table_name.to_string()),
-                column,
-                kind,
-            })))
-        }
+        Statement::CreateIndex(ci) => create_index(ci, with.as_deref()).map(Some),
         Statement::Drop {
             object_type: ObjectType::Index,
             if_exists,
@@ -182,6 +109,101 @@ pub fn parse(sql: &str) -> Result<Option<Ddl>, String> {
             }
         }
         _ => Ok(None),
+    }
+}
+
+/// `CREATE INDEX name ON table [USING kind] (column) [WITH (options)]`.
+fn create_index(ci: &SqlCreateIndex, with: Option<&str>) -> Result<Ddl, String> {
+    let name = ci
+        .name
+        .as_ref()
+        .map(|n| unquote(&n.to_string()))
+        .ok_or("CREATE INDEX needs a name: CREATE INDEX name ON table (column)")?;
+    let [col] = ci.columns.as_slice() else {
+        return Err(format!(
+            "CREATE INDEX {name}: a FLIXR per-page index covers exactly one column, not {}",
+            ci.columns.len()
+        ));
+    };
+    let column = unquote(&col.column.expr.to_string());
+    let (buckets, share) = index_options(ci, with)?;
+    let kind = index_kind(ci, buckets, share)?;
+    Ok(Ddl::CreateIndex(CreateIndex {
+        name,
+        table: unquote(&ci.table_name.to_string()),
+        column,
+        kind,
+    }))
+}
+
+/// The `buckets` and `share` options of CREATE INDEX, from sqlparser's WITH list and
+/// from the trailing `WITH (...)` taken apart by [`split_with`].
+fn index_options(
+    ci: &SqlCreateIndex,
+    with: Option<&str>,
+) -> Result<(usize, Option<String>), String> {
+    let mut buckets = DEFAULT_BUCKETS;
+    let mut share = None;
+    let texts: Vec<String> = ci
+        .with
+        .iter()
+        .map(|w| w.to_string())
+        .chain(
+            with.into_iter()
+                .flat_map(|w| w.split(',').map(|x| x.trim().to_string())),
+        )
+        .filter(|x| !x.is_empty())
+        .collect();
+    for text in texts {
+        let (k, v) = text
+            .split_once('=')
+            .ok_or_else(|| format!("WITH option `{text}`: use key = value"))?;
+        match unquote(k).to_ascii_lowercase().as_str() {
+            "buckets" => {
+                buckets = unquote(v)
+                    .parse()
+                    .map_err(|_| format!("WITH buckets = {}: use a whole number", v.trim()))?;
+            }
+            "share" => share = Some(unquote(v)),
+            other => {
+                return Err(format!(
+                    "unknown WITH option `{other}`: use buckets = N or share = 'index'"
+                ));
+            }
+        }
+    }
+    Ok((buckets, share))
+}
+
+/// The index kind CREATE INDEX asks for (`USING range|brin|minmax|bitmap`).
+fn index_kind(
+    ci: &SqlCreateIndex,
+    buckets: usize,
+    share: Option<String>,
+) -> Result<IndexKindSpec, String> {
+    // `USING x` before the column list (PostgreSQL) or after it (MySQL's index
+    // option).
+    let after = ci.index_options.iter().find_map(|o| match o {
+        IndexOption::Using(t) => Some(t),
+        _ => None,
+    });
+    let using = ci
+        .using
+        .as_ref()
+        .or(after)
+        .map(|u| u.to_string().to_ascii_lowercase())
+        .unwrap_or_else(|| "range".into());
+    match using.as_str() {
+        "range" | "brin" | "minmax" => {
+            if share.is_some() {
+                return Err("share = '...' applies to USING bitmap indexes".into());
+            }
+            Ok(IndexKindSpec::Range)
+        }
+        "bitmap" => Ok(IndexKindSpec::Bitmap { buckets, share }),
+        other => Err(format!(
+            "USING {other}: FLIXR per-page indexes are range (min/max) or bitmap"
+        )),
     }
 }
 

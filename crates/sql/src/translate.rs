@@ -24,6 +24,7 @@ use csd_query::types::DataType as DevType;
 use csd_table::schema::Schema;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
+use datafusion::logical_expr::expr::{BinaryExpr, InList, Like};
 use datafusion::logical_expr::{Expr, Operator};
 
 /// Why an expression is not pushed into the device.
@@ -157,30 +158,7 @@ impl Translator<'_> {
             Expr::Literal(v, _) => {
                 literal(v).ok_or_else(|| NotPushed::Unsupported(format!("the literal {v}")))
             }
-            Expr::BinaryExpr(b) => {
-                let (l, r) = (self.expr(&b.left)?, self.expr(&b.right)?);
-                match b.op {
-                    Operator::And => Ok(build::and(vec![l, r])),
-                    Operator::Or => Ok(build::or(vec![l, r])),
-                    Operator::Plus => Ok(build::arith(Ar::Add, l, r, &whole())?),
-                    Operator::Minus => Ok(build::arith(Ar::Sub, l, r, &whole())?),
-                    Operator::Multiply => Ok(build::arith(Ar::Mul, l, r, &whole())?),
-                    op => {
-                        let Some(c) = cmp_op(op) else {
-                            return unsupported(format!("the operator {op} in {e}"));
-                        };
-                        if is_char(&l) || is_char(&r) {
-                            if !matches!(c, CmpOp::Eq | CmpOp::Ne) {
-                                return unsupported(format!("{e} (string ordering)"));
-                            }
-                            if trailing_blank(&l) || trailing_blank(&r) {
-                                return unsupported(format!("{e} (trailing blanks)"));
-                            }
-                        }
-                        Ok(build::compare(c, l, r, &whole())?)
-                    }
-                }
-            }
+            Expr::BinaryExpr(b) => self.binary(e, b),
             Expr::Not(x) => {
                 let d = self.expr(x)?;
                 if d.ty != DevType::Bool {
@@ -202,44 +180,8 @@ impl Translator<'_> {
                 ]);
                 Ok(if b.negated { build::negate(both) } else { both })
             }
-            Expr::InList(l) => {
-                let x = self.expr(&l.expr)?;
-                let mut items = Vec::with_capacity(l.list.len());
-                for i in &l.list {
-                    let Expr::Literal(v, _) = i else {
-                        return unsupported(format!("{e} (IN with a non-literal)"));
-                    };
-                    let d = literal(v)
-                        .ok_or_else(|| NotPushed::Unsupported(format!("the literal {v}")))?;
-                    if trailing_blank(&d) {
-                        return unsupported(format!("{e} (trailing blanks)"));
-                    }
-                    items.push(d);
-                }
-                Ok(build::in_list(x, items, l.negated, &whole())?)
-            }
-            Expr::Like(l) => {
-                if l.case_insensitive || l.escape_char.is_some() {
-                    return unsupported(whole());
-                }
-                let x = self.expr(&l.expr)?;
-                let Expr::Literal(
-                    ScalarValue::Utf8(Some(p))
-                    | ScalarValue::Utf8View(Some(p))
-                    | ScalarValue::LargeUtf8(Some(p)),
-                    _,
-                ) = l.pattern.as_ref()
-                else {
-                    return unsupported(whole());
-                };
-                let Some(prefix) = p.strip_suffix('%') else {
-                    return unsupported(format!("{e} (only LIKE 'prefix%')"));
-                };
-                if prefix.contains(['%', '_', '\\']) || prefix.ends_with(' ') {
-                    return unsupported(format!("{e} (only LIKE 'prefix%')"));
-                }
-                Ok(build::like(x, prefix.as_bytes().to_vec(), l.negated)?)
-            }
+            Expr::InList(l) => self.in_list(e, l),
+            Expr::Like(l) => self.like(e, l),
             Expr::Cast(c) => cast(
                 self.expr(&c.expr)?,
                 c.field.data_type(),
@@ -259,6 +201,77 @@ impl Translator<'_> {
             }
             _ => unsupported(whole()),
         }
+    }
+
+    /// A binary operator: AND, OR, arithmetic or a comparison (string ordering and
+    /// constants with trailing blanks are left to the host).
+    fn binary(&self, e: &Expr, b: &BinaryExpr) -> Result<DevExpr, NotPushed> {
+        let whole = || e.to_string();
+        let (l, r) = (self.expr(&b.left)?, self.expr(&b.right)?);
+        match b.op {
+            Operator::And => Ok(build::and(vec![l, r])),
+            Operator::Or => Ok(build::or(vec![l, r])),
+            Operator::Plus => Ok(build::arith(Ar::Add, l, r, &whole())?),
+            Operator::Minus => Ok(build::arith(Ar::Sub, l, r, &whole())?),
+            Operator::Multiply => Ok(build::arith(Ar::Mul, l, r, &whole())?),
+            op => {
+                let Some(c) = cmp_op(op) else {
+                    return unsupported(format!("the operator {op} in {e}"));
+                };
+                if is_char(&l) || is_char(&r) {
+                    if !matches!(c, CmpOp::Eq | CmpOp::Ne) {
+                        return unsupported(format!("{e} (string ordering)"));
+                    }
+                    if trailing_blank(&l) || trailing_blank(&r) {
+                        return unsupported(format!("{e} (trailing blanks)"));
+                    }
+                }
+                Ok(build::compare(c, l, r, &whole())?)
+            }
+        }
+    }
+
+    /// `x [NOT] IN (literals)`.
+    fn in_list(&self, e: &Expr, l: &InList) -> Result<DevExpr, NotPushed> {
+        let whole = || e.to_string();
+        let x = self.expr(&l.expr)?;
+        let mut items = Vec::with_capacity(l.list.len());
+        for i in &l.list {
+            let Expr::Literal(v, _) = i else {
+                return unsupported(format!("{e} (IN with a non-literal)"));
+            };
+            let d = literal(v).ok_or_else(|| NotPushed::Unsupported(format!("the literal {v}")))?;
+            if trailing_blank(&d) {
+                return unsupported(format!("{e} (trailing blanks)"));
+            }
+            items.push(d);
+        }
+        Ok(build::in_list(x, items, l.negated, &whole())?)
+    }
+
+    /// `x [NOT] LIKE 'prefix%'` (case-sensitive, no escape).
+    fn like(&self, e: &Expr, l: &Like) -> Result<DevExpr, NotPushed> {
+        let whole = || e.to_string();
+        if l.case_insensitive || l.escape_char.is_some() {
+            return unsupported(whole());
+        }
+        let x = self.expr(&l.expr)?;
+        let Expr::Literal(
+            ScalarValue::Utf8(Some(p))
+            | ScalarValue::Utf8View(Some(p))
+            | ScalarValue::LargeUtf8(Some(p)),
+            _,
+        ) = l.pattern.as_ref()
+        else {
+            return unsupported(whole());
+        };
+        let Some(prefix) = p.strip_suffix('%') else {
+            return unsupported(format!("{e} (only LIKE 'prefix%')"));
+        };
+        if prefix.contains(['%', '_', '\\']) || prefix.ends_with(' ') {
+            return unsupported(format!("{e} (only LIKE 'prefix%')"));
+        }
+        Ok(build::like(x, prefix.as_bytes().to_vec(), l.negated)?)
     }
 
     fn column_type(&self, d: &DevExpr) -> Option<csd_table::ColumnType> {
