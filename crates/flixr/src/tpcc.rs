@@ -553,84 +553,13 @@ fn payment(st: &mut RowStore, db: &mut Db, sc: Scale, rng: &mut Rng) -> Result<(
 /// Check the consistency conditions 1–4 (spec §3.3.2.1–4); returns a digest of the
 /// whole database.
 fn consistency(st: &mut RowStore, db: &Db) -> Result<u64, EvalError> {
-    let all = |st: &mut RowStore, t| -> Result<Vec<Vec<Value>>, EvalError> {
-        let mut v: Vec<Vec<Value>> = st.scan_all(t)?.into_iter().map(|r| r.values).collect();
-        v.sort_by_key(|r| get(r, 0));
-        Ok(v)
-    };
-    let w = all(st, db.warehouse)?;
-    let d = all(st, db.district)?;
-    let no = all(st, db.new_order)?;
-    let o = all(st, db.orders)?;
-    let ol = all(st, db.order_line)?;
-    let fail = |n: u32, what: String| EvalError::Check(format!("TPC-C consistency {n}: {what}"));
-    // 1: W_YTD = sum(D_YTD).
-    for wr in &w {
-        let wid = get(wr, 0);
-        let sum: i64 = d
-            .iter()
-            .filter(|r| get(r, 1) == wid)
-            .map(|r| get(r, 3))
-            .sum();
-        if sum != get(wr, 1) {
-            return Err(fail(
-                1,
-                format!("warehouse {wid}: W_YTD {} != sum D_YTD {sum}", get(wr, 1)),
-            ));
-        }
-    }
-    let mut max_o: BTreeMap<i64, i64> = BTreeMap::new();
-    let mut ol_cnt: BTreeMap<i64, i64> = BTreeMap::new();
-    for r in &o {
-        let e = max_o.entry(get(r, 1)).or_insert(0);
-        *e = (*e).max(get(r, 2));
-        *ol_cnt.entry(get(r, 1)).or_insert(0) += get(r, 6);
-    }
-    let mut no_stats: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
-    for r in &no {
-        let e = no_stats.entry(get(r, 1)).or_insert((i64::MAX, 0, 0));
-        e.0 = e.0.min(get(r, 2));
-        e.1 = e.1.max(get(r, 2));
-        e.2 += 1;
-    }
-    let mut lines: BTreeMap<i64, i64> = BTreeMap::new();
-    for r in &ol {
-        *lines.entry(get(r, 1)).or_insert(0) += 1;
-    }
-    for dr in &d {
-        let dk = get(dr, 0);
-        let next = get(dr, 5);
-        let mo = max_o.get(&dk).copied().unwrap_or(0);
-        let (nmin, nmax, ncount) = no_stats.get(&dk).copied().unwrap_or((0, 0, 0));
-        // 2: D_NEXT_O_ID - 1 = max(O_ID) = max(NO_O_ID).
-        if next - 1 != mo || mo != nmax {
-            return Err(fail(
-                2,
-                format!(
-                    "district {dk}: D_NEXT_O_ID-1 {} max O_ID {mo} max NO_O_ID {nmax}",
-                    next - 1
-                ),
-            ));
-        }
-        // 3: max(NO_O_ID) - min(NO_O_ID) + 1 = rows in NEW_ORDER.
-        if nmax - nmin + 1 != ncount {
-            return Err(fail(
-                3,
-                format!("district {dk}: {nmax} - {nmin} + 1 != {ncount} rows"),
-            ));
-        }
-        // 4: sum(O_OL_CNT) = rows in ORDER_LINE.
-        let (s, c) = (
-            ol_cnt.get(&dk).copied().unwrap_or(0),
-            lines.get(&dk).copied().unwrap_or(0),
-        );
-        if s != c {
-            return Err(fail(
-                4,
-                format!("district {dk}: sum O_OL_CNT {s} != {c} order lines"),
-            ));
-        }
-    }
+    let w = sorted_rows(st, db.warehouse)?;
+    let d = sorted_rows(st, db.district)?;
+    let no = sorted_rows(st, db.new_order)?;
+    let o = sorted_rows(st, db.orders)?;
+    let ol = sorted_rows(st, db.order_line)?;
+    check_warehouse_ytd(&w, &d)?;
+    check_districts(&d, &no, &o, &ol)?;
     let mut dig = Vec::new();
     for t in [
         db.warehouse,
@@ -643,10 +572,104 @@ fn consistency(st: &mut RowStore, db: &Db) -> Result<u64, EvalError> {
         db.item,
         db.stock,
     ] {
-        let rows = all(st, t)?;
+        let rows = sorted_rows(st, t)?;
         dig.push(digest(&format!("{rows:?}")));
     }
     Ok(digest(&dig))
+}
+
+/// Every row of table `t`, in key order.
+fn sorted_rows(st: &mut RowStore, t: TableId) -> Result<Vec<Vec<Value>>, EvalError> {
+    let mut v: Vec<Vec<Value>> = st.scan_all(t)?.into_iter().map(|r| r.values).collect();
+    v.sort_by_key(|r| get(r, 0));
+    Ok(v)
+}
+
+/// Consistency condition `n` failed.
+fn inconsistent(n: u32, what: String) -> EvalError {
+    EvalError::Check(format!("TPC-C consistency {n}: {what}"))
+}
+
+/// Condition 1: W_YTD = sum(D_YTD) for every warehouse.
+fn check_warehouse_ytd(w: &[Vec<Value>], d: &[Vec<Value>]) -> Result<(), EvalError> {
+    for wr in w {
+        let wid = get(wr, 0);
+        let sum: i64 = d
+            .iter()
+            .filter(|r| get(r, 1) == wid)
+            .map(|r| get(r, 3))
+            .sum();
+        if sum != get(wr, 1) {
+            return Err(inconsistent(
+                1,
+                format!("warehouse {wid}: W_YTD {} != sum D_YTD {sum}", get(wr, 1)),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Conditions 2–4 for every district, from the DISTRICT, NEW_ORDER, ORDERS and
+/// ORDER_LINE rows.
+fn check_districts(
+    d: &[Vec<Value>],
+    no: &[Vec<Value>],
+    o: &[Vec<Value>],
+    ol: &[Vec<Value>],
+) -> Result<(), EvalError> {
+    let mut max_o: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut ol_cnt: BTreeMap<i64, i64> = BTreeMap::new();
+    for r in o {
+        let e = max_o.entry(get(r, 1)).or_insert(0);
+        *e = (*e).max(get(r, 2));
+        *ol_cnt.entry(get(r, 1)).or_insert(0) += get(r, 6);
+    }
+    let mut no_stats: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
+    for r in no {
+        let e = no_stats.entry(get(r, 1)).or_insert((i64::MAX, 0, 0));
+        e.0 = e.0.min(get(r, 2));
+        e.1 = e.1.max(get(r, 2));
+        e.2 += 1;
+    }
+    let mut lines: BTreeMap<i64, i64> = BTreeMap::new();
+    for r in ol {
+        *lines.entry(get(r, 1)).or_insert(0) += 1;
+    }
+    for dr in d {
+        let dk = get(dr, 0);
+        let next = get(dr, 5);
+        let mo = max_o.get(&dk).copied().unwrap_or(0);
+        let (nmin, nmax, ncount) = no_stats.get(&dk).copied().unwrap_or((0, 0, 0));
+        // 2: D_NEXT_O_ID - 1 = max(O_ID) = max(NO_O_ID).
+        if next - 1 != mo || mo != nmax {
+            return Err(inconsistent(
+                2,
+                format!(
+                    "district {dk}: D_NEXT_O_ID-1 {} max O_ID {mo} max NO_O_ID {nmax}",
+                    next - 1
+                ),
+            ));
+        }
+        // 3: max(NO_O_ID) - min(NO_O_ID) + 1 = rows in NEW_ORDER.
+        if nmax - nmin + 1 != ncount {
+            return Err(inconsistent(
+                3,
+                format!("district {dk}: {nmax} - {nmin} + 1 != {ncount} rows"),
+            ));
+        }
+        // 4: sum(O_OL_CNT) = rows in ORDER_LINE.
+        let (s, c) = (
+            ol_cnt.get(&dk).copied().unwrap_or(0),
+            lines.get(&dk).copied().unwrap_or(0),
+        );
+        if s != c {
+            return Err(inconsistent(
+                4,
+                format!("district {dk}: sum O_OL_CNT {s} != {c} order lines"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Run `s.tpcc_txns` transactions of `txn` under `kind`; consistency checked after.
