@@ -14,6 +14,11 @@
 //! mean over NewOrder and Payment, "Q4/Q14" the mean over those two queries. Where ours
 //! differs from the paper's by more than 20% (relative to the paper's speedup) the table
 //! names the parameter that explains it.
+//!
+//! Layout: [`run`] measures (sweep), [`compare`] sets the paper's numbers beside ours
+//! (one row list per figure, with the explaining parameters as constants), and
+//! [`write_report`] / [`markdown`] render (plots, then one function per markdown
+//! section).
 
 use crate::{EvalError, Measure, Setup, Workload};
 use csd_host::rowstore::IndexKind;
@@ -133,10 +138,6 @@ pub fn figure12_markdown(rows: &[Fig12Row]) -> String {
     if rows.is_empty() {
         return md;
     }
-    let get = |c: IndexKind, sec: bool| {
-        rows.iter()
-            .find(|r| r.config == c.name() && r.secondary == sec)
-    };
     let _ = writeln!(
         md,
         "## Figure 12 (§6.4): secondary keys on TPC-H Q6 (primary `l_shipdate`; secondary `l_discount`, `l_quantity`)
@@ -169,6 +170,25 @@ pub fn figure12_markdown(rows: &[Fig12Row]) -> String {
 | figure | paper | ours |
 |---|---|---|"
     );
+    let lines = figure12_comparison(rows);
+    for (what, paper, ours) in lines {
+        let _ = writeln!(md, "| {what} | {paper:.3} | {ours:.3} |");
+    }
+    let _ = writeln!(
+        md,
+        "
+A secondary key helps as far as the pages the primary key keeps hold no row of the secondary range: tpchgen spreads `l_discount` and `l_quantity` uniformly over the rows, so a page of ~27 rows sorted by `l_shipdate` almost always holds the discounts and quantities Q6 asks for (the explaining parameter: the secondary columns' correlation with the page order). The host-side index uses its pre-made secondary trees, as the paper's conventional system does: Q6's `l_discount` range (3 of 11 values) and `l_quantity` bound (about half the rows) are unselective, so walking those trees reads many leaf nodes (the explaining parameter: the secondary predicates' selectivity).
+"
+    );
+    md
+}
+
+/// Figure 12's numbers: what, the paper's value, ours (NaN when a run is missing).
+fn figure12_comparison(rows: &[Fig12Row]) -> [(&'static str, f64, f64); 5] {
+    let get = |c: IndexKind, sec: bool| {
+        rows.iter()
+            .find(|r| r.config == c.name() && r.secondary == sec)
+    };
     let ratio = |a: Option<&Fig12Row>, b: Option<&Fig12Row>, f: fn(&Fig12Row) -> f64| match (a, b) {
         (Some(a), Some(b)) if f(b) > 0.0 => f(a) / f(b),
         _ => f64::NAN,
@@ -177,7 +197,7 @@ pub fn figure12_markdown(rows: &[Fig12Row]) -> String {
     let table = |r: &Fig12Row| r.table_pages as f64;
     let total = |r: &Fig12Row| r.total_pages as f64;
     let h = IndexKind::HostBtree;
-    let lines = [
+    [
         (
             "FLIXR-HS + secondary over host-index + secondary",
             1.65,
@@ -207,17 +227,7 @@ pub fn figure12_markdown(rows: &[Fig12Row]) -> String {
             1.0 - 0.08,
             ratio(get(h, true), get(h, false), total),
         ),
-    ];
-    for (what, paper, ours) in lines {
-        let _ = writeln!(md, "| {what} | {paper:.3} | {ours:.3} |");
-    }
-    let _ = writeln!(
-        md,
-        "
-A secondary key helps as far as the pages the primary key keeps hold no row of the secondary range: tpchgen spreads `l_discount` and `l_quantity` uniformly over the rows, so a page of ~27 rows sorted by `l_shipdate` almost always holds the discounts and quantities Q6 asks for (the explaining parameter: the secondary columns' correlation with the page order). The host-side index uses its pre-made secondary trees, as the paper's conventional system does: Q6's `l_discount` range (3 of 11 values) and `l_quantity` bound (about half the rows) are unselective, so walking those trees reads many leaf nodes (the explaining parameter: the secondary predicates' selectivity).
-"
-    );
-    md
+    ]
 }
 
 /// Configurations of Figure 9 (the ideal host index appears in Figure 10 only).
@@ -288,142 +298,155 @@ pub fn figure11(ms: &[Measure]) -> Vec<(String, f64, f64)> {
     .collect()
 }
 
+/// Why the Figure 10 means differ (TPC-H Q6 and the host cache).
+const WHY_Q6: &str = "--host-cache-kib (256 KiB = 64 nodes): TPC-H Q6's one-year range walks ~15% of the l_shipdate tree's leaves, each a dependent node read, while FLIXR reads only the data pages; the ideal host index (all nodes in memory) ties with FLIXR-HS, so the mean over Figure 10 is pulled up by Q6";
+/// Why TPC-C differs (the reduced population).
+const WHY_TPCC: &str = "TPC-C population (csd_flixr::tpcc::Scale, --warehouses): 1 warehouse with 10,000 items and 300 customers per district keeps every B+tree 2-3 levels deep with its hot nodes in the host cache, so host-index lookups rarely read nodes; the paper's 100 warehouses do";
+/// Why the in-SSD B+tree differs (the firmware's cycle costs).
+const WHY_CPU: &str = "isp.comp_cycles_per_record and dram_access_cycles of the preset (24 and 20 bus cycles x cycle_clock_divisor 2): the firmware's B+tree costs ~1 us per node, small next to a flash read, so the in-SSD tree wins wherever it saves dependent host reads; the paper's A9 firmware path is slower and not itemized";
+/// Why the read microbenchmarks differ (command overhead and tR against DRAM compares).
+const WHY_SCAN: &str = "host_link.command_overhead_us (10) and flash.t_read_us (60/90): every one of the host index's ~5 node misses per query is a dependent command and tR, while FLIXR compares entries in DRAM (isp.comp_cycles_per_record = 24 per entry, index cache hits); the paper's FLIXR-S iterates FTL entries more slowly than that";
+/// Why the write microbenchmarks differ (node write-backs are flash programs).
+const WHY_WRITE: &str = "flash.t_prog_us (450/1900 MLC): every host B+tree node written back is a flash program that later reads of the same die queue behind, which FLIXR (entries built in firmware during the data page's own program) never causes";
+/// Why Figure 11's traffic split differs (data size and the host cache).
+const WHY_TRAFFIC: &str = "data size and --host-cache-kib: at SF 0.01 the trees hold at most ~600 nodes, mostly cached, and Q1/Q4's outer sides run as full scans (FULL_SCAN_FRACTION), so data pages dominate the host index's traffic; at the paper's SF 10 the trees are 1000x larger";
+
+/// One row of the side-by-side table: what, the paper's value, ours, and the parameter
+/// that explains a difference.
+type Row = (&'static str, f64, f64, &'static str);
+
 /// The paper's numbers and ours, with the explaining parameter where they differ by
 /// more than 20%.
 pub fn compare(ms: &[Measure], fig11: &[(String, f64, f64)]) -> Vec<Comparison> {
-    let mut out = Vec::new();
-    let mut push = |figure: &str, paper: f64, ours: f64, _speedup: bool, why: &str| {
-        if ours.is_nan() {
-            return;
-        }
-        let difference = ours / paper - 1.0;
-        out.push(Comparison {
-            figure: figure.into(),
-            paper,
-            ours,
-            difference,
-            explained_by: if difference.abs() > 0.2 {
-                why.into()
-            } else {
-                String::new()
-            },
-        });
-    };
-    let s = |w: Workload, k| speedup(ms, w.name(), k).unwrap_or(f64::NAN);
-    let why_q6 = "--host-cache-kib (256 KiB = 64 nodes): TPC-H Q6's one-year range walks ~15% of the l_shipdate tree's leaves, each a dependent node read, while FLIXR reads only the data pages; the ideal host index (all nodes in memory) ties with FLIXR-HS, so the mean over Figure 10 is pulled up by Q6";
-    let why_tpcc = "TPC-C population (csd_flixr::tpcc::Scale, --warehouses): 1 warehouse with 10,000 items and 300 customers per district keeps every B+tree 2-3 levels deep with its hot nodes in the host cache, so host-index lookups rarely read nodes; the paper's 100 warehouses do";
-    let why_cpu = "isp.comp_cycles_per_record and dram_access_cycles of the preset (24 and 20 bus cycles x cycle_clock_divisor 2): the firmware's B+tree costs ~1 us per node, small next to a flash read, so the in-SSD tree wins wherever it saves dependent host reads; the paper's A9 firmware path is slower and not itemized";
-    let why_scan = "host_link.command_overhead_us (10) and flash.t_read_us (60/90): every one of the host index's ~5 node misses per query is a dependent command and tR, while FLIXR compares entries in DRAM (isp.comp_cycles_per_record = 24 per entry, index cache hits); the paper's FLIXR-S iterates FTL entries more slowly than that";
-    let why_write = "flash.t_prog_us (450/1900 MLC): every host B+tree node written back is a flash program that later reads of the same die queue behind, which FLIXR (entries built in firmware during the data page's own program) never causes";
-    let why_traffic = "data size and --host-cache-kib: at SF 0.01 the trees hold at most ~600 nodes, mostly cached, and Q1/Q4's outer sides run as full scans (FULL_SCAN_FRACTION), so data pages dominate the host index's traffic; at the paper's SF 10 the trees are 1000x larger";
-    push(
-        "FLIXR-HS overall (Fig. 10 mean)",
-        1.526,
-        mean_over(ms, &DB, IndexKind::FlixrHS),
-        true,
-        why_q6,
-    );
-    push(
-        "FLIXR-S overall (Fig. 10 mean)",
-        1.296,
-        mean_over(ms, &DB, IndexKind::FlixrS),
-        true,
-        why_q6,
-    );
-    push(
-        "FLIXR-S TPC-C",
-        1.59,
-        mean_over(ms, &DB[..2], IndexKind::FlixrS),
-        true,
-        why_tpcc,
-    );
-    push(
-        "FLIXR-HS TPC-C",
-        1.55,
-        mean_over(ms, &DB[..2], IndexKind::FlixrHS),
-        true,
-        why_tpcc,
-    );
-    push(
-        "FLIXR-HS Q4/Q14",
-        1.67,
-        mean_over(ms, &[Workload::Q4, Workload::Q14], IndexKind::FlixrHS),
-        true,
-        "Q4's orders of three months carry order keys spread over the whole key space, so the 160-bucket join bitmap (BITMAP_BUCKETS, bounded by the 24 extension bytes per MAP entry) prunes no LINEITEM page and Q4 runs as the host index's hash join does",
-    );
-    push(
-        "FLIXR-S Q4/Q14",
-        1.39,
-        mean_over(ms, &[Workload::Q4, Workload::Q14], IndexKind::FlixrS),
-        true,
-        "as for FLIXR-HS: Q4's join bitmap (BITMAP_BUCKETS = 160) prunes nothing",
-    );
-    push(
-        "in-SSD B+tree overall (Fig. 10 mean)",
-        1.058,
-        mean_over(ms, &DB, IndexKind::SsdBtree),
-        true,
-        why_cpu,
-    );
-    push(
-        "ideal host index overall (Fig. 10 mean)",
-        1.281,
-        mean_over(ms, &DB, IndexKind::HostBtreeIdeal),
-        true,
-        why_q6,
-    );
-    push(
-        "FLIXR-HS Scan (Fig. 9)",
-        1.75,
-        s(Workload::Scan, IndexKind::FlixrHS),
-        true,
-        why_scan,
-    );
-    push(
-        "FLIXR-HS Join (Fig. 9)",
-        1.40,
-        s(Workload::Join, IndexKind::FlixrHS),
-        true,
-        why_scan,
-    );
-    push(
-        "FLIXR-HS Delete (Fig. 9)",
-        1.30,
-        s(Workload::Delete, IndexKind::FlixrHS),
-        true,
-        why_write,
-    );
-    push(
-        "FLIXR-S Scan (Fig. 9)",
-        0.92,
-        s(Workload::Scan, IndexKind::FlixrS),
-        true,
-        why_scan,
-    );
-    push(
-        "FLIXR-S Insert (Fig. 9)",
-        1.58,
-        s(Workload::Insert, IndexKind::FlixrS),
-        true,
-        why_write,
-    );
-    push(
-        "FLIXR-HS Insert (Fig. 9)",
-        1.39,
-        s(Workload::Insert, IndexKind::FlixrHS),
-        true,
-        why_write,
-    );
+    let mut rows = fig10_rows(ms);
+    rows.extend(fig9_rows(ms));
     if let Some((_, i, d)) = fig11.iter().find(|f| f.0 == IndexKind::HostBtree.name()) {
-        push(
+        rows.push((
             "host index: index share of storage traffic (Fig. 11)",
             0.36,
             i / (i + d).max(f64::MIN_POSITIVE),
-            false,
-            why_traffic,
-        );
+            WHY_TRAFFIC,
+        ));
     }
-    out
+    rows.into_iter()
+        .filter_map(|(figure, paper, ours, why)| comparison(figure, paper, ours, why))
+        .collect()
+}
+
+/// The line of the table, `None` when we have no value (the workload was not run).
+fn comparison(figure: &str, paper: f64, ours: f64, why: &str) -> Option<Comparison> {
+    if ours.is_nan() {
+        return None;
+    }
+    let difference = ours / paper - 1.0;
+    Some(Comparison {
+        figure: figure.into(),
+        paper,
+        ours,
+        difference,
+        explained_by: if difference.abs() > 0.2 {
+            why.into()
+        } else {
+            String::new()
+        },
+    })
+}
+
+/// Figure 10's aggregates (means of speedups over the host-side index).
+fn fig10_rows(ms: &[Measure]) -> Vec<Row> {
+    vec![
+        (
+            "FLIXR-HS overall (Fig. 10 mean)",
+            1.526,
+            mean_over(ms, &DB, IndexKind::FlixrHS),
+            WHY_Q6,
+        ),
+        (
+            "FLIXR-S overall (Fig. 10 mean)",
+            1.296,
+            mean_over(ms, &DB, IndexKind::FlixrS),
+            WHY_Q6,
+        ),
+        (
+            "FLIXR-S TPC-C",
+            1.59,
+            mean_over(ms, &DB[..2], IndexKind::FlixrS),
+            WHY_TPCC,
+        ),
+        (
+            "FLIXR-HS TPC-C",
+            1.55,
+            mean_over(ms, &DB[..2], IndexKind::FlixrHS),
+            WHY_TPCC,
+        ),
+        (
+            "FLIXR-HS Q4/Q14",
+            1.67,
+            mean_over(ms, &[Workload::Q4, Workload::Q14], IndexKind::FlixrHS),
+            "Q4's orders of three months carry order keys spread over the whole key space, so the 160-bucket join bitmap (BITMAP_BUCKETS, bounded by the 24 extension bytes per MAP entry) prunes no LINEITEM page and Q4 runs as the host index's hash join does",
+        ),
+        (
+            "FLIXR-S Q4/Q14",
+            1.39,
+            mean_over(ms, &[Workload::Q4, Workload::Q14], IndexKind::FlixrS),
+            "as for FLIXR-HS: Q4's join bitmap (BITMAP_BUCKETS = 160) prunes nothing",
+        ),
+        (
+            "in-SSD B+tree overall (Fig. 10 mean)",
+            1.058,
+            mean_over(ms, &DB, IndexKind::SsdBtree),
+            WHY_CPU,
+        ),
+        (
+            "ideal host index overall (Fig. 10 mean)",
+            1.281,
+            mean_over(ms, &DB, IndexKind::HostBtreeIdeal),
+            WHY_Q6,
+        ),
+    ]
+}
+
+/// Figure 9's speedups over the host-side index.
+fn fig9_rows(ms: &[Measure]) -> Vec<Row> {
+    let s = |w: Workload, k| speedup(ms, w.name(), k).unwrap_or(f64::NAN);
+    vec![
+        (
+            "FLIXR-HS Scan (Fig. 9)",
+            1.75,
+            s(Workload::Scan, IndexKind::FlixrHS),
+            WHY_SCAN,
+        ),
+        (
+            "FLIXR-HS Join (Fig. 9)",
+            1.40,
+            s(Workload::Join, IndexKind::FlixrHS),
+            WHY_SCAN,
+        ),
+        (
+            "FLIXR-HS Delete (Fig. 9)",
+            1.30,
+            s(Workload::Delete, IndexKind::FlixrHS),
+            WHY_WRITE,
+        ),
+        (
+            "FLIXR-S Scan (Fig. 9)",
+            0.92,
+            s(Workload::Scan, IndexKind::FlixrS),
+            WHY_SCAN,
+        ),
+        (
+            "FLIXR-S Insert (Fig. 9)",
+            1.58,
+            s(Workload::Insert, IndexKind::FlixrS),
+            WHY_WRITE,
+        ),
+        (
+            "FLIXR-HS Insert (Fig. 9)",
+            1.39,
+            s(Workload::Insert, IndexKind::FlixrHS),
+            WHY_WRITE,
+        ),
+    ]
 }
 
 fn plot_err(e: csd_plot::PlotError) -> EvalError {
@@ -532,6 +555,42 @@ pub fn write_report(r: &Repro, dir: &Path) -> Result<String, EvalError> {
 pub fn markdown(r: &Repro) -> String {
     let ms = &r.measures;
     let mut md = String::new();
+    md_setup(&mut md, r);
+    let micro: Vec<Workload> = Workload::ALL.into_iter().filter(|w| w.is_micro()).collect();
+    md_speedups(
+        &mut md,
+        ms,
+        "Figure 9: microbenchmarks, speedup over the host-side index (ops/min)",
+        &micro,
+        &FIG9,
+    );
+    let mut fig10 = FIG9.to_vec();
+    fig10.insert(2, IndexKind::HostBtreeIdeal);
+    md_speedups(
+        &mut md,
+        ms,
+        "Figure 10: TPC-C and TPC-H, speedup over the host-side index (tpmC or QpM)",
+        &DB,
+        &fig10,
+    );
+    let _ = writeln!(md, "![Figure 9](fig9.svg)\n\n![Figure 10](fig10.svg)\n");
+    md_figure11_and_sweep(&mut md, r);
+    md_traffic(&mut md, ms);
+    md_comparison(&mut md, &r.comparison);
+    let _ = writeln!(md, "## Reproduce\n");
+    let _ = writeln!(
+        md,
+        "Config: `{}`\n",
+        serde_json::to_string(&r.setup).unwrap_or_default()
+    );
+    md.push_str(&figure12_markdown(&r.figure12));
+    let _ = writeln!(md, "Seed: {}; wall time {:.1} s\n", r.setup.seed, r.wall_s);
+    let _ = writeln!(md, "```\n{}\n```", r.command);
+    md
+}
+
+/// The title and the set-up paragraph.
+fn md_setup(md: &mut String, r: &Repro) {
     let _ = writeln!(
         md,
         "# FLIXR §6: per-page indexes in the FTL against host and in-SSD B+trees\n"
@@ -548,63 +607,54 @@ pub fn markdown(r: &Repro) -> String {
         r.setup.index_cache_kib,
         r.setup.node_cache_mib
     );
-    let table = |md: &mut String, title: &str, ws: &[Workload], kinds: &[IndexKind]| {
-        let ws: Vec<&Workload> = ws
-            .iter()
-            .filter(|w| ms.iter().any(|m| m.workload == w.name()))
-            .collect();
-        if ws.is_empty() {
-            return;
-        }
-        let _ = writeln!(md, "## {title}\n");
-        let _ = write!(md, "| workload |");
-        for k in kinds {
-            let _ = write!(md, " {} |", k.name());
-        }
-        let _ = write!(md, "\n|---|");
-        for _ in kinds {
-            let _ = write!(md, "---|");
-        }
-        let _ = writeln!(md);
-        for w in ws {
-            let _ = write!(md, "| {} |", w.name());
-            for &k in kinds {
-                match ms
-                    .iter()
-                    .find(|m| m.workload == w.name() && m.config == k.name())
-                {
-                    Some(m) => {
-                        let _ = write!(
-                            md,
-                            " {:.2}x ({:.0}/min) |",
-                            m.speedup_over_host_index, m.ops_per_minute
-                        );
-                    }
-                    None => {
-                        let _ = write!(md, " - |");
-                    }
+}
+
+/// A table of speedups (and operations per minute): a row per workload of `ws` that
+/// was run, a column per configuration of `kinds`. Nothing when none was run.
+fn md_speedups(md: &mut String, ms: &[Measure], title: &str, ws: &[Workload], kinds: &[IndexKind]) {
+    let ws: Vec<&Workload> = ws
+        .iter()
+        .filter(|w| ms.iter().any(|m| m.workload == w.name()))
+        .collect();
+    if ws.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "## {title}\n");
+    let _ = write!(md, "| workload |");
+    for k in kinds {
+        let _ = write!(md, " {} |", k.name());
+    }
+    let _ = write!(md, "\n|---|");
+    for _ in kinds {
+        let _ = write!(md, "---|");
+    }
+    let _ = writeln!(md);
+    for w in ws {
+        let _ = write!(md, "| {} |", w.name());
+        for &k in kinds {
+            match ms
+                .iter()
+                .find(|m| m.workload == w.name() && m.config == k.name())
+            {
+                Some(m) => {
+                    let _ = write!(
+                        md,
+                        " {:.2}x ({:.0}/min) |",
+                        m.speedup_over_host_index, m.ops_per_minute
+                    );
+                }
+                None => {
+                    let _ = write!(md, " - |");
                 }
             }
-            let _ = writeln!(md);
         }
         let _ = writeln!(md);
-    };
-    let micro: Vec<Workload> = Workload::ALL.into_iter().filter(|w| w.is_micro()).collect();
-    table(
-        &mut md,
-        "Figure 9: microbenchmarks, speedup over the host-side index (ops/min)",
-        &micro,
-        &FIG9,
-    );
-    let mut fig10 = FIG9.to_vec();
-    fig10.insert(2, IndexKind::HostBtreeIdeal);
-    table(
-        &mut md,
-        "Figure 10: TPC-C and TPC-H, speedup over the host-side index (tpmC or QpM)",
-        &DB,
-        &fig10,
-    );
-    let _ = writeln!(md, "![Figure 9](fig9.svg)\n\n![Figure 10](fig10.svg)\n");
+    }
+    let _ = writeln!(md);
+}
+
+/// Figure 11's table and the index-cache sweep's, when they were run.
+fn md_figure11_and_sweep(md: &mut String, r: &Repro) {
     if !r.figure11.is_empty() {
         let _ = writeln!(
             md,
@@ -633,6 +683,10 @@ pub fn markdown(r: &Repro) -> String {
         }
         let _ = writeln!(md, "\n![sweep](cache_sweep.svg)\n");
     }
+}
+
+/// Traffic and costs of every run.
+fn md_traffic(md: &mut String, ms: &[Measure]) {
     let _ = writeln!(md, "## Traffic and costs per run\n");
     let _ = writeln!(
         md,
@@ -658,12 +712,16 @@ pub fn markdown(r: &Repro) -> String {
             t.commands
         );
     }
+}
+
+/// The side-by-side table against the paper.
+fn md_comparison(md: &mut String, comparison: &[Comparison]) {
     let _ = writeln!(md, "\n## Side by side with the paper\n");
     let _ = writeln!(
         md,
         "| figure | paper | ours | ours/paper - 1 | explained by (when over 20%) |\n|---|---|---|---|---|"
     );
-    for c in &r.comparison {
+    for c in comparison {
         let _ = writeln!(
             md,
             "| {} | {:.3} | {:.3} | {:+.1}% | {} |",
@@ -678,16 +736,6 @@ pub fn markdown(r: &Repro) -> String {
         md,
         "\nSpeedups are throughput over the host-side index's on the same workload (1.526 = +52.6%); shares are fractions.\n"
     );
-    let _ = writeln!(md, "## Reproduce\n");
-    let _ = writeln!(
-        md,
-        "Config: `{}`\n",
-        serde_json::to_string(&r.setup).unwrap_or_default()
-    );
-    md.push_str(&figure12_markdown(&r.figure12));
-    let _ = writeln!(md, "Seed: {}; wall time {:.1} s\n", r.setup.seed, r.wall_s);
-    let _ = writeln!(md, "```\n{}\n```", r.command);
-    md
 }
 
 /// Run the evaluation: `workloads` under every configuration, then the sweep of

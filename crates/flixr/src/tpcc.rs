@@ -116,129 +116,125 @@ struct Db {
     next_history: i64,
 }
 
+/// The columns of WAREHOUSE (the key first).
+const WAREHOUSE_COLUMNS: &[(&str, ColumnType)] = &[
+    ("w_id", ColumnType::Int64),
+    ("w_ytd", DEC),
+    ("w_tax", DEC),
+    ("w_name", ColumnType::Char(10)),
+    ("w_address", ColumnType::Char(70)),
+];
+
+/// The columns of DISTRICT (the key first).
+const DISTRICT_COLUMNS: &[(&str, ColumnType)] = &[
+    ("d_key", ColumnType::Int64),
+    ("d_w_id", ColumnType::Int32),
+    ("d_id", ColumnType::Int32),
+    ("d_ytd", DEC),
+    ("d_tax", DEC),
+    ("d_next_o_id", ColumnType::Int32),
+    ("d_address", ColumnType::Char(70)),
+];
+
+/// The columns of CUSTOMER (the key first).
+const CUSTOMER_COLUMNS: &[(&str, ColumnType)] = &[
+    ("c_key", ColumnType::Int64),
+    ("c_w_id", ColumnType::Int32),
+    ("c_d_id", ColumnType::Int32),
+    ("c_id", ColumnType::Int32),
+    ("c_balance", DEC),
+    ("c_ytd_payment", DEC),
+    ("c_payment_cnt", ColumnType::Int32),
+    ("c_discount", DEC),
+    ("c_credit", ColumnType::Char(2)),
+    ("c_last", ColumnType::Char(16)),
+    ("c_data", ColumnType::Char(560)),
+];
+
+/// The columns of HISTORY (the key first).
+const HISTORY_COLUMNS: &[(&str, ColumnType)] = &[
+    ("h_key", ColumnType::Int64),
+    ("h_c_key", ColumnType::Int64),
+    ("h_d_key", ColumnType::Int64),
+    ("h_amount", DEC),
+    ("h_date", ColumnType::Date),
+    ("h_data", ColumnType::Char(24)),
+];
+
+/// The columns of NEW_ORDER (the key first).
+const NEW_ORDER_COLUMNS: &[(&str, ColumnType)] = &[
+    ("no_key", ColumnType::Int64),
+    ("no_d_key", ColumnType::Int64),
+    ("no_o_id", ColumnType::Int32),
+];
+
+/// The columns of ORDERS (the key first).
+const ORDERS_COLUMNS: &[(&str, ColumnType)] = &[
+    ("o_key", ColumnType::Int64),
+    ("o_d_key", ColumnType::Int64),
+    ("o_id", ColumnType::Int32),
+    ("o_c_id", ColumnType::Int32),
+    ("o_entry_d", ColumnType::Date),
+    ("o_carrier_id", ColumnType::Int32),
+    ("o_ol_cnt", ColumnType::Int32),
+    ("o_all_local", ColumnType::Int32),
+];
+
+/// The columns of ORDER_LINE (the key first).
+const ORDER_LINE_COLUMNS: &[(&str, ColumnType)] = &[
+    ("ol_key", ColumnType::Int64),
+    ("ol_d_key", ColumnType::Int64),
+    ("ol_o_id", ColumnType::Int32),
+    ("ol_number", ColumnType::Int32),
+    ("ol_i_id", ColumnType::Int32),
+    ("ol_supply_w_id", ColumnType::Int32),
+    ("ol_quantity", ColumnType::Int32),
+    ("ol_amount", DEC),
+    ("ol_delivery_d", ColumnType::Date),
+    ("ol_dist_info", ColumnType::Char(24)),
+];
+
+/// The columns of ITEM (the key first).
+const ITEM_COLUMNS: &[(&str, ColumnType)] = &[
+    ("i_id", ColumnType::Int64),
+    ("i_im_id", ColumnType::Int32),
+    ("i_price", DEC),
+    ("i_name", ColumnType::Char(24)),
+    ("i_data", ColumnType::Char(50)),
+];
+
+/// The columns of STOCK (the key first).
+const STOCK_COLUMNS: &[(&str, ColumnType)] = &[
+    ("s_key", ColumnType::Int64),
+    ("s_w_id", ColumnType::Int32),
+    ("s_i_id", ColumnType::Int32),
+    ("s_quantity", ColumnType::Int32),
+    ("s_ytd", ColumnType::Int64),
+    ("s_order_cnt", ColumnType::Int32),
+    ("s_remote_cnt", ColumnType::Int32),
+    ("s_dist", ColumnType::Char(240)),
+    ("s_data", ColumnType::Char(50)),
+];
+
+/// The nine tables, sized for scale `sc` plus `txns` transactions' growth.
 fn defs(sc: Scale, txns: i64) -> Vec<TableDef> {
     let w = sc.warehouses;
     let d = w * 10;
     let growth = txns + 16;
     vec![
-        def(
-            "warehouse",
-            &[
-                ("w_id", ColumnType::Int64),
-                ("w_ytd", DEC),
-                ("w_tax", DEC),
-                ("w_name", ColumnType::Char(10)),
-                ("w_address", ColumnType::Char(70)),
-            ],
-            w,
-        ),
-        def(
-            "district",
-            &[
-                ("d_key", ColumnType::Int64),
-                ("d_w_id", ColumnType::Int32),
-                ("d_id", ColumnType::Int32),
-                ("d_ytd", DEC),
-                ("d_tax", DEC),
-                ("d_next_o_id", ColumnType::Int32),
-                ("d_address", ColumnType::Char(70)),
-            ],
-            d,
-        ),
-        def(
-            "customer",
-            &[
-                ("c_key", ColumnType::Int64),
-                ("c_w_id", ColumnType::Int32),
-                ("c_d_id", ColumnType::Int32),
-                ("c_id", ColumnType::Int32),
-                ("c_balance", DEC),
-                ("c_ytd_payment", DEC),
-                ("c_payment_cnt", ColumnType::Int32),
-                ("c_discount", DEC),
-                ("c_credit", ColumnType::Char(2)),
-                ("c_last", ColumnType::Char(16)),
-                ("c_data", ColumnType::Char(560)),
-            ],
-            d * sc.customers,
-        ),
-        def(
-            "history",
-            &[
-                ("h_key", ColumnType::Int64),
-                ("h_c_key", ColumnType::Int64),
-                ("h_d_key", ColumnType::Int64),
-                ("h_amount", DEC),
-                ("h_date", ColumnType::Date),
-                ("h_data", ColumnType::Char(24)),
-            ],
-            d * sc.customers + growth,
-        ),
-        def(
-            "new_order",
-            &[
-                ("no_key", ColumnType::Int64),
-                ("no_d_key", ColumnType::Int64),
-                ("no_o_id", ColumnType::Int32),
-            ],
-            d * sc.customers + growth,
-        ),
-        def(
-            "orders",
-            &[
-                ("o_key", ColumnType::Int64),
-                ("o_d_key", ColumnType::Int64),
-                ("o_id", ColumnType::Int32),
-                ("o_c_id", ColumnType::Int32),
-                ("o_entry_d", ColumnType::Date),
-                ("o_carrier_id", ColumnType::Int32),
-                ("o_ol_cnt", ColumnType::Int32),
-                ("o_all_local", ColumnType::Int32),
-            ],
-            d * sc.customers + growth,
-        ),
+        def("warehouse", WAREHOUSE_COLUMNS, w),
+        def("district", DISTRICT_COLUMNS, d),
+        def("customer", CUSTOMER_COLUMNS, d * sc.customers),
+        def("history", HISTORY_COLUMNS, d * sc.customers + growth),
+        def("new_order", NEW_ORDER_COLUMNS, d * sc.customers + growth),
+        def("orders", ORDERS_COLUMNS, d * sc.customers + growth),
         def(
             "order_line",
-            &[
-                ("ol_key", ColumnType::Int64),
-                ("ol_d_key", ColumnType::Int64),
-                ("ol_o_id", ColumnType::Int32),
-                ("ol_number", ColumnType::Int32),
-                ("ol_i_id", ColumnType::Int32),
-                ("ol_supply_w_id", ColumnType::Int32),
-                ("ol_quantity", ColumnType::Int32),
-                ("ol_amount", DEC),
-                ("ol_delivery_d", ColumnType::Date),
-                ("ol_dist_info", ColumnType::Char(24)),
-            ],
+            ORDER_LINE_COLUMNS,
             (d * sc.customers + growth) * 15,
         ),
-        def(
-            "item",
-            &[
-                ("i_id", ColumnType::Int64),
-                ("i_im_id", ColumnType::Int32),
-                ("i_price", DEC),
-                ("i_name", ColumnType::Char(24)),
-                ("i_data", ColumnType::Char(50)),
-            ],
-            sc.items,
-        ),
-        def(
-            "stock",
-            &[
-                ("s_key", ColumnType::Int64),
-                ("s_w_id", ColumnType::Int32),
-                ("s_i_id", ColumnType::Int32),
-                ("s_quantity", ColumnType::Int32),
-                ("s_ytd", ColumnType::Int64),
-                ("s_order_cnt", ColumnType::Int32),
-                ("s_remote_cnt", ColumnType::Int32),
-                ("s_dist", ColumnType::Char(240)),
-                ("s_data", ColumnType::Char(50)),
-            ],
-            w * sc.items,
-        ),
+        def("item", ITEM_COLUMNS, sc.items),
+        def("stock", STOCK_COLUMNS, w * sc.items),
     ]
 }
 
@@ -272,16 +268,29 @@ fn populate(st: &mut RowStore, sc: Scale, txns: i64, seed: u64) -> Result<Db, Ev
         stock: ids[8],
         next_history: 0,
     };
-    let n = sc.customers;
-    let mut w_rows = Vec::new();
-    let mut d_rows = Vec::new();
-    let mut c_rows = Vec::new();
-    let mut h_rows = Vec::new();
-    let mut no_rows = Vec::new();
-    let mut o_rows = Vec::new();
-    let mut ol_rows = Vec::new();
-    let mut s_rows = Vec::new();
-    let i_rows: Vec<Vec<Value>> = (1..=sc.items)
+    let i_rows = item_rows(sc, &mut rng);
+    let mut rows = Rows::default();
+    for w in 1..=sc.warehouses {
+        rows.warehouse(w, sc, &mut rng);
+    }
+    st.load(db.warehouse, &rows.w)?;
+    st.load(db.district, &rows.d)?;
+    st.load(db.customer, &rows.c)?;
+    st.load(db.history, &rows.h)?;
+    st.load(db.new_order, &rows.no)?;
+    st.load(db.orders, &rows.o)?;
+    st.load(db.order_line, &rows.ol)?;
+    st.load(db.item, &i_rows)?;
+    st.load(db.stock, &rows.s)?;
+    Ok(Db {
+        next_history: rows.history_key,
+        ..db
+    })
+}
+
+/// The ITEM rows.
+fn item_rows(sc: Scale, rng: &mut Rng) -> Vec<Vec<Value>> {
+    (1..=sc.items)
         .map(|i| {
             vec![
                 i64v(i),
@@ -291,10 +300,29 @@ fn populate(st: &mut RowStore, sc: Scale, txns: i64, seed: u64) -> Result<Db, Ev
                 chars(50, i as u64 ^ 7),
             ]
         })
-        .collect();
-    let mut h = 0i64;
-    for w in 1..=sc.warehouses {
-        w_rows.push(vec![
+        .collect()
+}
+
+/// The generated rows of every table but ITEM. Generated warehouse by warehouse and
+/// district by district, drawing from one random stream in a fixed order.
+#[derive(Default)]
+struct Rows {
+    w: Vec<Vec<Value>>,
+    d: Vec<Vec<Value>>,
+    c: Vec<Vec<Value>>,
+    h: Vec<Vec<Value>>,
+    no: Vec<Vec<Value>>,
+    o: Vec<Vec<Value>>,
+    ol: Vec<Vec<Value>>,
+    s: Vec<Vec<Value>>,
+    /// The last HISTORY key used.
+    history_key: i64,
+}
+
+impl Rows {
+    /// Warehouse `w`: its row, its STOCK rows, then its ten districts.
+    fn warehouse(&mut self, w: i64, sc: Scale, rng: &mut Rng) {
+        self.w.push(vec![
             i64v(w),
             dec(30_000_000),
             dec(rng.range(0, 2000)),
@@ -302,7 +330,7 @@ fn populate(st: &mut RowStore, sc: Scale, txns: i64, seed: u64) -> Result<Db, Ev
             chars(70, w as u64 ^ 3),
         ]);
         for i in 1..=sc.items {
-            s_rows.push(vec![
+            self.s.push(vec![
                 i64v(w * IMAX + i),
                 i32v(w),
                 i32v(i),
@@ -315,87 +343,89 @@ fn populate(st: &mut RowStore, sc: Scale, txns: i64, seed: u64) -> Result<Db, Ev
             ]);
         }
         for d in 1..=10 {
-            let dk = w * 10 + d;
-            d_rows.push(vec![
-                i64v(dk),
-                i32v(w),
-                i32v(d),
-                dec(3_000_000),
-                dec(rng.range(0, 2000)),
-                i32v(n + 1),
-                chars(70, dk as u64),
-            ]);
-            for c in 1..=n {
-                c_rows.push(vec![
-                    i64v(dk * CMAX + c),
-                    i32v(w),
-                    i32v(d),
-                    i32v(c),
-                    dec(-1000),
-                    dec(1000),
-                    i32v(1),
-                    dec(rng.range(0, 5000)),
-                    Value::Char(if rng.range(0, 9) == 0 { b"BC" } else { b"GC" }.to_vec()),
-                    chars(16, (dk * CMAX + c) as u64),
-                    chars(560, (dk * CMAX + c) as u64 ^ 5),
-                ]);
-                h += 1;
-                h_rows.push(vec![
-                    i64v(h),
-                    i64v(dk * CMAX + c),
-                    i64v(dk),
-                    dec(1000),
-                    Value::Date(9000),
-                    chars(24, h as u64),
-                ]);
-            }
-            for o in 1..=n {
-                let ok = dk * OMAX + o;
-                let cnt = rng.range(5, 15);
-                let delivered = o <= n - n * 3 / 10;
-                o_rows.push(vec![
-                    i64v(ok),
-                    i64v(dk),
-                    i32v(o),
-                    i32v(rng.range(1, n)),
-                    Value::Date(9000),
-                    i32v(if delivered { rng.range(1, 10) } else { 0 }),
-                    i32v(cnt),
-                    i32v(1),
-                ]);
-                if !delivered {
-                    no_rows.push(vec![i64v(ok), i64v(dk), i32v(o)]);
-                }
-                for l in 1..=cnt {
-                    ol_rows.push(vec![
-                        i64v(ok * 16 + l),
-                        i64v(dk),
-                        i32v(o),
-                        i32v(l),
-                        i32v(rng.range(1, sc.items)),
-                        i32v(w),
-                        i32v(5),
-                        dec(if delivered { 0 } else { rng.range(1, 999_999) }),
-                        Value::Date(if delivered { 9000 } else { 0 }),
-                        chars(24, (ok * 16 + l) as u64),
-                    ]);
-                }
-            }
+            self.district(w, d, sc, rng);
         }
     }
-    st.load(db.warehouse, &w_rows)?;
-    st.load(db.district, &d_rows)?;
-    st.load(db.customer, &c_rows)?;
-    st.load(db.history, &h_rows)?;
-    st.load(db.new_order, &no_rows)?;
-    st.load(db.orders, &o_rows)?;
-    st.load(db.order_line, &ol_rows)?;
-    st.load(db.item, &i_rows)?;
-    st.load(db.stock, &s_rows)?;
-    Ok(Db {
-        next_history: h,
-        ..db
-    })
+
+    /// District `d` of warehouse `w`: its row, its customers (each with a HISTORY row)
+    /// and its initial orders.
+    fn district(&mut self, w: i64, d: i64, sc: Scale, rng: &mut Rng) {
+        let n = sc.customers;
+        let dk = w * 10 + d;
+        self.d.push(vec![
+            i64v(dk),
+            i32v(w),
+            i32v(d),
+            dec(3_000_000),
+            dec(rng.range(0, 2000)),
+            i32v(n + 1),
+            chars(70, dk as u64),
+        ]);
+        for c in 1..=n {
+            self.c.push(vec![
+                i64v(dk * CMAX + c),
+                i32v(w),
+                i32v(d),
+                i32v(c),
+                dec(-1000),
+                dec(1000),
+                i32v(1),
+                dec(rng.range(0, 5000)),
+                Value::Char(if rng.range(0, 9) == 0 { b"BC" } else { b"GC" }.to_vec()),
+                chars(16, (dk * CMAX + c) as u64),
+                chars(560, (dk * CMAX + c) as u64 ^ 5),
+            ]);
+            self.history_key += 1;
+            let h = self.history_key;
+            self.h.push(vec![
+                i64v(h),
+                i64v(dk * CMAX + c),
+                i64v(dk),
+                dec(1000),
+                Value::Date(9000),
+                chars(24, h as u64),
+            ]);
+        }
+        for o in 1..=n {
+            self.order(w, dk, o, sc, rng);
+        }
+    }
+
+    /// Initial order `o` of district key `dk`, its lines, and a NEW-ORDER row for the
+    /// last 30 % (the undelivered ones).
+    fn order(&mut self, w: i64, dk: i64, o: i64, sc: Scale, rng: &mut Rng) {
+        let n = sc.customers;
+        let ok = dk * OMAX + o;
+        let cnt = rng.range(5, 15);
+        let delivered = o <= n - n * 3 / 10;
+        self.o.push(vec![
+            i64v(ok),
+            i64v(dk),
+            i32v(o),
+            i32v(rng.range(1, n)),
+            Value::Date(9000),
+            i32v(if delivered { rng.range(1, 10) } else { 0 }),
+            i32v(cnt),
+            i32v(1),
+        ]);
+        if !delivered {
+            self.no.push(vec![i64v(ok), i64v(dk), i32v(o)]);
+        }
+        for l in 1..=cnt {
+            self.ol.push(vec![
+                i64v(ok * 16 + l),
+                i64v(dk),
+                i32v(o),
+                i32v(l),
+                i32v(rng.range(1, sc.items)),
+                i32v(w),
+                i32v(5),
+                dec(if delivered { 0 } else { rng.range(1, 999_999) }),
+                Value::Date(if delivered { 9000 } else { 0 }),
+                chars(24, (ok * 16 + l) as u64),
+            ]);
+        }
+    }
 }
 
 /// One row by primary key (an error if it is missing).
@@ -523,84 +553,13 @@ fn payment(st: &mut RowStore, db: &mut Db, sc: Scale, rng: &mut Rng) -> Result<(
 /// Check the consistency conditions 1–4 (spec §3.3.2.1–4); returns a digest of the
 /// whole database.
 fn consistency(st: &mut RowStore, db: &Db) -> Result<u64, EvalError> {
-    let all = |st: &mut RowStore, t| -> Result<Vec<Vec<Value>>, EvalError> {
-        let mut v: Vec<Vec<Value>> = st.scan_all(t)?.into_iter().map(|r| r.values).collect();
-        v.sort_by_key(|r| get(r, 0));
-        Ok(v)
-    };
-    let w = all(st, db.warehouse)?;
-    let d = all(st, db.district)?;
-    let no = all(st, db.new_order)?;
-    let o = all(st, db.orders)?;
-    let ol = all(st, db.order_line)?;
-    let fail = |n: u32, what: String| EvalError::Check(format!("TPC-C consistency {n}: {what}"));
-    // 1: W_YTD = sum(D_YTD).
-    for wr in &w {
-        let wid = get(wr, 0);
-        let sum: i64 = d
-            .iter()
-            .filter(|r| get(r, 1) == wid)
-            .map(|r| get(r, 3))
-            .sum();
-        if sum != get(wr, 1) {
-            return Err(fail(
-                1,
-                format!("warehouse {wid}: W_YTD {} != sum D_YTD {sum}", get(wr, 1)),
-            ));
-        }
-    }
-    let mut max_o: BTreeMap<i64, i64> = BTreeMap::new();
-    let mut ol_cnt: BTreeMap<i64, i64> = BTreeMap::new();
-    for r in &o {
-        let e = max_o.entry(get(r, 1)).or_insert(0);
-        *e = (*e).max(get(r, 2));
-        *ol_cnt.entry(get(r, 1)).or_insert(0) += get(r, 6);
-    }
-    let mut no_stats: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
-    for r in &no {
-        let e = no_stats.entry(get(r, 1)).or_insert((i64::MAX, 0, 0));
-        e.0 = e.0.min(get(r, 2));
-        e.1 = e.1.max(get(r, 2));
-        e.2 += 1;
-    }
-    let mut lines: BTreeMap<i64, i64> = BTreeMap::new();
-    for r in &ol {
-        *lines.entry(get(r, 1)).or_insert(0) += 1;
-    }
-    for dr in &d {
-        let dk = get(dr, 0);
-        let next = get(dr, 5);
-        let mo = max_o.get(&dk).copied().unwrap_or(0);
-        let (nmin, nmax, ncount) = no_stats.get(&dk).copied().unwrap_or((0, 0, 0));
-        // 2: D_NEXT_O_ID - 1 = max(O_ID) = max(NO_O_ID).
-        if next - 1 != mo || mo != nmax {
-            return Err(fail(
-                2,
-                format!(
-                    "district {dk}: D_NEXT_O_ID-1 {} max O_ID {mo} max NO_O_ID {nmax}",
-                    next - 1
-                ),
-            ));
-        }
-        // 3: max(NO_O_ID) - min(NO_O_ID) + 1 = rows in NEW_ORDER.
-        if nmax - nmin + 1 != ncount {
-            return Err(fail(
-                3,
-                format!("district {dk}: {nmax} - {nmin} + 1 != {ncount} rows"),
-            ));
-        }
-        // 4: sum(O_OL_CNT) = rows in ORDER_LINE.
-        let (s, c) = (
-            ol_cnt.get(&dk).copied().unwrap_or(0),
-            lines.get(&dk).copied().unwrap_or(0),
-        );
-        if s != c {
-            return Err(fail(
-                4,
-                format!("district {dk}: sum O_OL_CNT {s} != {c} order lines"),
-            ));
-        }
-    }
+    let w = sorted_rows(st, db.warehouse)?;
+    let d = sorted_rows(st, db.district)?;
+    let no = sorted_rows(st, db.new_order)?;
+    let o = sorted_rows(st, db.orders)?;
+    let ol = sorted_rows(st, db.order_line)?;
+    check_warehouse_ytd(&w, &d)?;
+    check_districts(&d, &no, &o, &ol)?;
     let mut dig = Vec::new();
     for t in [
         db.warehouse,
@@ -613,10 +572,104 @@ fn consistency(st: &mut RowStore, db: &Db) -> Result<u64, EvalError> {
         db.item,
         db.stock,
     ] {
-        let rows = all(st, t)?;
+        let rows = sorted_rows(st, t)?;
         dig.push(digest(&format!("{rows:?}")));
     }
     Ok(digest(&dig))
+}
+
+/// Every row of table `t`, in key order.
+fn sorted_rows(st: &mut RowStore, t: TableId) -> Result<Vec<Vec<Value>>, EvalError> {
+    let mut v: Vec<Vec<Value>> = st.scan_all(t)?.into_iter().map(|r| r.values).collect();
+    v.sort_by_key(|r| get(r, 0));
+    Ok(v)
+}
+
+/// Consistency condition `n` failed.
+fn inconsistent(n: u32, what: String) -> EvalError {
+    EvalError::Check(format!("TPC-C consistency {n}: {what}"))
+}
+
+/// Condition 1: W_YTD = sum(D_YTD) for every warehouse.
+fn check_warehouse_ytd(w: &[Vec<Value>], d: &[Vec<Value>]) -> Result<(), EvalError> {
+    for wr in w {
+        let wid = get(wr, 0);
+        let sum: i64 = d
+            .iter()
+            .filter(|r| get(r, 1) == wid)
+            .map(|r| get(r, 3))
+            .sum();
+        if sum != get(wr, 1) {
+            return Err(inconsistent(
+                1,
+                format!("warehouse {wid}: W_YTD {} != sum D_YTD {sum}", get(wr, 1)),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Conditions 2–4 for every district, from the DISTRICT, NEW_ORDER, ORDERS and
+/// ORDER_LINE rows.
+fn check_districts(
+    d: &[Vec<Value>],
+    no: &[Vec<Value>],
+    o: &[Vec<Value>],
+    ol: &[Vec<Value>],
+) -> Result<(), EvalError> {
+    let mut max_o: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut ol_cnt: BTreeMap<i64, i64> = BTreeMap::new();
+    for r in o {
+        let e = max_o.entry(get(r, 1)).or_insert(0);
+        *e = (*e).max(get(r, 2));
+        *ol_cnt.entry(get(r, 1)).or_insert(0) += get(r, 6);
+    }
+    let mut no_stats: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
+    for r in no {
+        let e = no_stats.entry(get(r, 1)).or_insert((i64::MAX, 0, 0));
+        e.0 = e.0.min(get(r, 2));
+        e.1 = e.1.max(get(r, 2));
+        e.2 += 1;
+    }
+    let mut lines: BTreeMap<i64, i64> = BTreeMap::new();
+    for r in ol {
+        *lines.entry(get(r, 1)).or_insert(0) += 1;
+    }
+    for dr in d {
+        let dk = get(dr, 0);
+        let next = get(dr, 5);
+        let mo = max_o.get(&dk).copied().unwrap_or(0);
+        let (nmin, nmax, ncount) = no_stats.get(&dk).copied().unwrap_or((0, 0, 0));
+        // 2: D_NEXT_O_ID - 1 = max(O_ID) = max(NO_O_ID).
+        if next - 1 != mo || mo != nmax {
+            return Err(inconsistent(
+                2,
+                format!(
+                    "district {dk}: D_NEXT_O_ID-1 {} max O_ID {mo} max NO_O_ID {nmax}",
+                    next - 1
+                ),
+            ));
+        }
+        // 3: max(NO_O_ID) - min(NO_O_ID) + 1 = rows in NEW_ORDER.
+        if nmax - nmin + 1 != ncount {
+            return Err(inconsistent(
+                3,
+                format!("district {dk}: {nmax} - {nmin} + 1 != {ncount} rows"),
+            ));
+        }
+        // 4: sum(O_OL_CNT) = rows in ORDER_LINE.
+        let (s, c) = (
+            ol_cnt.get(&dk).copied().unwrap_or(0),
+            lines.get(&dk).copied().unwrap_or(0),
+        );
+        if s != c {
+            return Err(inconsistent(
+                4,
+                format!("district {dk}: sum O_OL_CNT {s} != {c} order lines"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Run `s.tpcc_txns` transactions of `txn` under `kind`; consistency checked after.

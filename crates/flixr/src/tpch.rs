@@ -290,205 +290,262 @@ pub fn run(s: &Setup, kind: IndexKind, q: Query) -> Result<Measure, EvalError> {
 /// Run `q` on already generated `data`.
 pub fn run_on(s: &Setup, kind: IndexKind, q: Query, data: &Data) -> Result<Measure, EvalError> {
     let mut st = s.store(kind, data.lbas(q))?;
-    let name = match q {
-        Query::Q1 => "tpch-q1",
-        Query::Q4 => "tpch-q4",
-        Query::Q6 => "tpch-q6",
-        Query::Q14 => "tpch-q14",
-    };
-    let li_date = |st: &mut RowStore| -> Result<TableId, EvalError> {
-        let t = st.create_table(def(
-            TpchTable::LineItem,
-            "l_shipdate",
-            KeyEncoding::Range,
-            data.lineitem.len(),
-        ))?;
-        st.load(t, &data.lineitem_by_date)?;
-        Ok(t)
-    };
     let mut rng = Rng::new(s.seed ^ 0x7C4);
+    let st = &mut st;
     match q {
-        Query::Q1 => {
-            let li = li_date(&mut st)?;
-            measure(name, &mut st, |st| {
-                let mut answers = Vec::new();
-                for _ in 0..s.queries {
-                    let delta = rng.range(60, 120);
-                    let hi = day(1998, 12, 1) - delta;
-                    let rows = st.scan(li, i64::MIN, hi)?;
-                    let got = q1_fold(&rows.into_iter().map(|r| r.values).collect::<Vec<_>>(), hi);
-                    if got != q1_fold(&data.lineitem, hi) {
-                        return Err(EvalError::Check(format!(
-                            "{name} under {}: answer differs from the in-memory reference",
-                            st.kind().name()
-                        )));
-                    }
-                    answers.push(digest(&format!("{got:?}")));
-                }
-                Ok((s.queries as u64, digest(&answers)))
-            })
+        Query::Q1 => run_q1(s, st, data, &mut rng),
+        Query::Q4 => run_q4(s, st, data, &mut rng),
+        Query::Q6 => run_q6(s, st, data, &mut rng),
+        Query::Q14 => run_q14(s, st, data, &mut rng),
+    }
+}
+
+/// LINEITEM keyed by `l_shipdate` (range encoding), loaded in date order.
+fn lineitem_by_date(st: &mut RowStore, data: &Data) -> Result<TableId, EvalError> {
+    let t = st.create_table(def(
+        TpchTable::LineItem,
+        "l_shipdate",
+        KeyEncoding::Range,
+        data.lineitem.len(),
+    ))?;
+    st.load(t, &data.lineitem_by_date)?;
+    Ok(t)
+}
+
+/// "{name} under {kind}: answer differs from the reference" and the like.
+fn differs(name: &str, st: &RowStore, what: String) -> EvalError {
+    EvalError::Check(format!("{name} under {}: {what}", st.kind().name()))
+}
+
+/// Q1: a scan of the shipdates up to a random cut-off, folded into the pricing summary.
+fn run_q1(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Measure, EvalError> {
+    let name = "tpch-q1";
+    let li = lineitem_by_date(st, data)?;
+    measure(name, st, |st| {
+        let mut answers = Vec::new();
+        for _ in 0..s.queries {
+            let delta = rng.range(60, 120);
+            let hi = day(1998, 12, 1) - delta;
+            let rows = st.scan(li, i64::MIN, hi)?;
+            let got = q1_fold(&rows.into_iter().map(|r| r.values).collect::<Vec<_>>(), hi);
+            if got != q1_fold(&data.lineitem, hi) {
+                return Err(differs(
+                    name,
+                    st,
+                    "answer differs from the in-memory reference".into(),
+                ));
+            }
+            answers.push(digest(&format!("{got:?}")));
         }
-        Query::Q6 => {
-            let li = li_date(&mut st)?;
-            let (q, d) = (
-                col(TpchTable::LineItem, "l_quantity"),
-                col(TpchTable::LineItem, "l_discount"),
-            );
-            measure(name, &mut st, |st| {
-                let mut answers = Vec::new();
-                for _ in 0..s.queries {
-                    let y = rng.range(1993, 1997) as i32;
-                    let (lo, hi) = (day(y, 1, 1), day(y + 1, 1, 1) - 1);
-                    let disc = rng.range(2, 9);
-                    let qty = rng.range(24, 25) * 100;
-                    let rows = st.scan_where(li, lo, hi, &|r| {
-                        (disc - 1..=disc + 1).contains(&i(r, d)) && i(r, q) < qty
-                    })?;
-                    let got = q6_revenue(&rows);
-                    q6_check(
-                        name,
-                        st.kind().name(),
-                        got,
-                        &data.lineitem,
-                        (lo, hi, disc, qty),
-                    )?;
-                    answers.push(got);
-                }
-                Ok((s.queries as u64, digest(&answers)))
-            })
+        Ok((s.queries as u64, digest(&answers)))
+    })
+}
+
+/// Q6: a year of shipdates filtered on discount and quantity, summed into revenue.
+fn run_q6(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Measure, EvalError> {
+    let name = "tpch-q6";
+    let li = lineitem_by_date(st, data)?;
+    let (q, d) = (
+        col(TpchTable::LineItem, "l_quantity"),
+        col(TpchTable::LineItem, "l_discount"),
+    );
+    measure(name, st, |st| {
+        let mut answers = Vec::new();
+        for _ in 0..s.queries {
+            let y = rng.range(1993, 1997) as i32;
+            let (lo, hi) = (day(y, 1, 1), day(y + 1, 1, 1) - 1);
+            let disc = rng.range(2, 9);
+            let qty = rng.range(24, 25) * 100;
+            let rows = st.scan_where(li, lo, hi, &|r| {
+                (disc - 1..=disc + 1).contains(&i(r, d)) && i(r, q) < qty
+            })?;
+            let got = q6_revenue(&rows);
+            q6_check(
+                name,
+                st.kind().name(),
+                got,
+                &data.lineitem,
+                (lo, hi, disc, qty),
+            )?;
+            answers.push(got);
         }
-        Query::Q14 => {
-            let li = li_date(&mut st)?;
-            let pt = st.create_table(def(
-                TpchTable::Part,
-                "p_partkey",
-                KeyEncoding::Bitmap(data.part_bounds()),
-                data.part.len(),
-            ))?;
-            st.load(pt, &data.part)?;
-            let (p, d, sd, lpk) = (
-                col(TpchTable::LineItem, "l_extendedprice"),
-                col(TpchTable::LineItem, "l_discount"),
-                col(TpchTable::LineItem, "l_shipdate"),
-                col(TpchTable::LineItem, "l_partkey"),
-            );
-            let (ptype, ppk) = (
-                col(TpchTable::Part, "p_type"),
-                col(TpchTable::Part, "p_partkey"),
-            );
-            let promo: BTreeSet<i64> = data
-                .part
-                .iter()
-                .filter(|r| chars(r, ptype).starts_with(b"PROMO"))
-                .map(|r| i(r, ppk))
-                .collect();
-            measure(name, &mut st, |st| {
-                let mut answers = Vec::new();
-                for _ in 0..s.queries {
-                    let y = rng.range(1993, 1997) as i32;
-                    let m = rng.range(1, 12) as u32;
-                    let (ny, nm) = plus_months(y, m, 1);
-                    let (lo, hi) = (day(y, m, 1), day(ny, nm, 1) - 1);
-                    let pairs = st.join(li, lo, hi, &|_| true, "l_partkey", pt)?;
-                    let (mut num, mut den) = (0i128, 0i128);
-                    for (l, pr) in &pairs {
-                        let rev = i(&l.values, p) as i128 * (100 - i(&l.values, d)) as i128;
-                        den += rev;
-                        if chars(&pr.values, ptype).starts_with(b"PROMO") {
-                            num += rev;
-                        }
-                    }
-                    let (mut rn, mut rd) = (0i128, 0i128);
-                    for r in &data.lineitem {
-                        let sdv = i(r, sd);
-                        if lo <= sdv && sdv <= hi {
-                            let rev = i(r, p) as i128 * (100 - i(r, d)) as i128;
-                            rd += rev;
-                            if promo.contains(&i(r, lpk)) {
-                                rn += rev;
-                            }
-                        }
-                    }
-                    if (num, den) != (rn, rd) {
-                        return Err(EvalError::Check(format!(
-                            "{name} under {}: ({num}, {den}) differs from the reference ({rn}, {rd})",
-                            st.kind().name()
-                        )));
-                    }
-                    answers.push((num, den));
+        Ok((s.queries as u64, digest(&answers)))
+    })
+}
+
+/// Q14: a month of LINEITEM joined with PART on `l_partkey`; promotion revenue over
+/// all revenue.
+fn run_q14(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Measure, EvalError> {
+    let name = "tpch-q14";
+    let li = lineitem_by_date(st, data)?;
+    let pt = st.create_table(def(
+        TpchTable::Part,
+        "p_partkey",
+        KeyEncoding::Bitmap(data.part_bounds()),
+        data.part.len(),
+    ))?;
+    st.load(pt, &data.part)?;
+    let (p, d) = (
+        col(TpchTable::LineItem, "l_extendedprice"),
+        col(TpchTable::LineItem, "l_discount"),
+    );
+    let ptype = col(TpchTable::Part, "p_type");
+    let promo = q14_promo(data);
+    measure(name, st, |st| {
+        let mut answers = Vec::new();
+        for _ in 0..s.queries {
+            let y = rng.range(1993, 1997) as i32;
+            let m = rng.range(1, 12) as u32;
+            let (ny, nm) = plus_months(y, m, 1);
+            let (lo, hi) = (day(y, m, 1), day(ny, nm, 1) - 1);
+            let pairs = st.join(li, lo, hi, &|_| true, "l_partkey", pt)?;
+            let (mut num, mut den) = (0i128, 0i128);
+            for (l, pr) in &pairs {
+                let rev = i(&l.values, p) as i128 * (100 - i(&l.values, d)) as i128;
+                den += rev;
+                if chars(&pr.values, ptype).starts_with(b"PROMO") {
+                    num += rev;
                 }
-                Ok((s.queries as u64, digest(&answers)))
-            })
+            }
+            let (rn, rd) = q14_reference(data, &promo, lo, hi);
+            if (num, den) != (rn, rd) {
+                return Err(differs(
+                    name,
+                    st,
+                    format!("({num}, {den}) differs from the reference ({rn}, {rd})"),
+                ));
+            }
+            answers.push((num, den));
         }
-        Query::Q4 => {
-            let od = st.create_table(def(
-                TpchTable::Orders,
-                "o_orderdate",
-                KeyEncoding::Range,
-                data.orders_by_date.len(),
-            ))?;
-            st.load(od, &data.orders_by_date)?;
-            let li = st.create_table(def(
-                TpchTable::LineItem,
-                "l_orderkey",
-                KeyEncoding::Bitmap(data.orderkey_bounds()),
-                data.lineitem.len(),
-            ))?;
-            st.load(li, &data.lineitem)?;
-            let (cd, rd, lok) = (
-                col(TpchTable::LineItem, "l_commitdate"),
-                col(TpchTable::LineItem, "l_receiptdate"),
-                col(TpchTable::LineItem, "l_orderkey"),
-            );
-            let (ook, odate, oprio) = (
-                col(TpchTable::Orders, "o_orderkey"),
-                col(TpchTable::Orders, "o_orderdate"),
-                col(TpchTable::Orders, "o_orderpriority"),
-            );
-            let late: BTreeSet<i64> = data
-                .lineitem
-                .iter()
-                .filter(|r| i(r, cd) < i(r, rd))
-                .map(|r| i(r, lok))
-                .collect();
-            measure(name, &mut st, |st| {
-                let mut answers = Vec::new();
-                for _ in 0..s.queries {
-                    let y = rng.range(1993, 1997) as i32;
-                    let m = if y == 1997 {
-                        rng.range(1, 10)
-                    } else {
-                        rng.range(1, 12)
-                    } as u32;
-                    let (ny, nm) = plus_months(y, m, 3);
-                    let (lo, hi) = (day(y, m, 1), day(ny, nm, 1) - 1);
-                    let pairs = st.join(od, lo, hi, &|_| true, "o_orderkey", li)?;
-                    let mut seen = BTreeSet::new();
-                    let mut got: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-                    for (o, l) in &pairs {
-                        if i(&l.values, cd) < i(&l.values, rd) && seen.insert(i(&o.values, ook)) {
-                            *got.entry(chars(&o.values, oprio)).or_default() += 1;
-                        }
-                    }
-                    let mut want: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-                    for r in &data.orders_by_date {
-                        let d0 = i(r, odate);
-                        if lo <= d0 && d0 <= hi && late.contains(&i(r, ook)) {
-                            *want.entry(chars(r, oprio)).or_default() += 1;
-                        }
-                    }
-                    if got != want {
-                        return Err(EvalError::Check(format!(
-                            "{name} under {}: answer differs from the reference",
-                            st.kind().name()
-                        )));
-                    }
-                    answers.push(digest(&format!("{got:?}")));
-                }
-                Ok((s.queries as u64, digest(&answers)))
-            })
+        Ok((s.queries as u64, digest(&answers)))
+    })
+}
+
+/// The part keys of promotion parts.
+fn q14_promo(data: &Data) -> BTreeSet<i64> {
+    let (ptype, ppk) = (
+        col(TpchTable::Part, "p_type"),
+        col(TpchTable::Part, "p_partkey"),
+    );
+    data.part
+        .iter()
+        .filter(|r| chars(r, ptype).starts_with(b"PROMO"))
+        .map(|r| i(r, ppk))
+        .collect()
+}
+
+/// Q14's (promotion revenue, revenue) of shipdates `lo..=hi`, from the generated rows
+/// (`promo`: [`q14_promo`]).
+fn q14_reference(data: &Data, promo: &BTreeSet<i64>, lo: i64, hi: i64) -> (i128, i128) {
+    let (p, d, sd, lpk) = (
+        col(TpchTable::LineItem, "l_extendedprice"),
+        col(TpchTable::LineItem, "l_discount"),
+        col(TpchTable::LineItem, "l_shipdate"),
+        col(TpchTable::LineItem, "l_partkey"),
+    );
+    let (mut rn, mut rd) = (0i128, 0i128);
+    for r in &data.lineitem {
+        let sdv = i(r, sd);
+        if lo <= sdv && sdv <= hi {
+            let rev = i(r, p) as i128 * (100 - i(r, d)) as i128;
+            rd += rev;
+            if promo.contains(&i(r, lpk)) {
+                rn += rev;
+            }
         }
     }
+    (rn, rd)
+}
+
+/// Q4: a quarter of ORDERS joined with LINEITEM on the order key; orders with a late
+/// line, counted by priority.
+fn run_q4(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Measure, EvalError> {
+    let name = "tpch-q4";
+    let od = st.create_table(def(
+        TpchTable::Orders,
+        "o_orderdate",
+        KeyEncoding::Range,
+        data.orders_by_date.len(),
+    ))?;
+    st.load(od, &data.orders_by_date)?;
+    let li = st.create_table(def(
+        TpchTable::LineItem,
+        "l_orderkey",
+        KeyEncoding::Bitmap(data.orderkey_bounds()),
+        data.lineitem.len(),
+    ))?;
+    st.load(li, &data.lineitem)?;
+    let (cd, rd) = (
+        col(TpchTable::LineItem, "l_commitdate"),
+        col(TpchTable::LineItem, "l_receiptdate"),
+    );
+    let (ook, oprio) = (
+        col(TpchTable::Orders, "o_orderkey"),
+        col(TpchTable::Orders, "o_orderpriority"),
+    );
+    let late = q4_late(data);
+    measure(name, st, |st| {
+        let mut answers = Vec::new();
+        for _ in 0..s.queries {
+            let y = rng.range(1993, 1997) as i32;
+            let m = if y == 1997 {
+                rng.range(1, 10)
+            } else {
+                rng.range(1, 12)
+            } as u32;
+            let (ny, nm) = plus_months(y, m, 3);
+            let (lo, hi) = (day(y, m, 1), day(ny, nm, 1) - 1);
+            let pairs = st.join(od, lo, hi, &|_| true, "o_orderkey", li)?;
+            let mut seen = BTreeSet::new();
+            let mut got: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+            for (o, l) in &pairs {
+                if i(&l.values, cd) < i(&l.values, rd) && seen.insert(i(&o.values, ook)) {
+                    *got.entry(chars(&o.values, oprio)).or_default() += 1;
+                }
+            }
+            if got != q4_reference(data, &late, lo, hi) {
+                return Err(differs(
+                    name,
+                    st,
+                    "answer differs from the reference".into(),
+                ));
+            }
+            answers.push(digest(&format!("{got:?}")));
+        }
+        Ok((s.queries as u64, digest(&answers)))
+    })
+}
+
+/// The order keys with a line received after its commit date.
+fn q4_late(data: &Data) -> BTreeSet<i64> {
+    let (cd, rd, lok) = (
+        col(TpchTable::LineItem, "l_commitdate"),
+        col(TpchTable::LineItem, "l_receiptdate"),
+        col(TpchTable::LineItem, "l_orderkey"),
+    );
+    data.lineitem
+        .iter()
+        .filter(|r| i(r, cd) < i(r, rd))
+        .map(|r| i(r, lok))
+        .collect()
+}
+
+/// Q4's orders with a late line by priority, for order dates `lo..=hi`, from the
+/// generated rows (`late`: [`q4_late`]).
+fn q4_reference(data: &Data, late: &BTreeSet<i64>, lo: i64, hi: i64) -> BTreeMap<Vec<u8>, u64> {
+    let (ook, odate, oprio) = (
+        col(TpchTable::Orders, "o_orderkey"),
+        col(TpchTable::Orders, "o_orderdate"),
+        col(TpchTable::Orders, "o_orderpriority"),
+    );
+    let mut want: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    for r in &data.orders_by_date {
+        let d0 = i(r, odate);
+        if lo <= d0 && d0 <= hi && late.contains(&i(r, ook)) {
+            *want.entry(chars(r, oprio)).or_default() += 1;
+        }
+    }
+    want
 }
 
 /// Split points of the §6.4 secondary keys: `l_discount` (DECIMAL x100, 0.00..=0.10: a

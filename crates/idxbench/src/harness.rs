@@ -539,6 +539,9 @@ fn queue_sizes(slots: usize, lookups: u64, writes: u64) -> (usize, usize) {
     (qr, slots - qr)
 }
 
+/// Run `workload` on `index`: the injector and the worker threads (see the module
+/// doc), then the merged measurements; the first index error, or a panicked thread,
+/// fails the run.
 fn execute(
     index: &dyn BenchIndex,
     workload: &Workload,
@@ -567,8 +570,52 @@ fn execute(
         qw: Queue::new(q_w_slots),
     };
     let t0 = Instant::now();
-    let (outs, panicked) = std::thread::scope(|s| {
-        let sh = &sh;
+    let (outs, panicked) = run_threads(&sh, cfg, progress);
+    let total = t0.elapsed();
+    if let Some(kind) = panicked {
+        return Err(BenchError::WorkerPanicked(kind));
+    }
+    if let Some(e) = sh
+        .first_error
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+    {
+        return Err(e);
+    }
+    progress(Progress {
+        phase: Phase::Run,
+        done: n as u64,
+        total: n as u64,
+    });
+    let merged = merge_outputs(&outs);
+    let not_once = sh
+        .executed
+        .iter()
+        .filter(|e| e.load(Ordering::Relaxed) != 1)
+        .count() as u64;
+    Ok(RunOutput {
+        rec: merged.rec,
+        total,
+        q_r_slots,
+        q_w_slots,
+        lookup_hits: merged.lookup_hits,
+        delete_misses: merged.delete_misses,
+        ordering_waits: merged.ordering_waits,
+        not_executed_once: not_once,
+    })
+}
+
+/// The injector, the readers and the writers on scoped threads, with progress reports
+/// every 200 ms until every worker has stopped. Returns the workers' outputs and the
+/// kind of a thread that panicked.
+fn run_threads(
+    sh: &Shared<'_>,
+    cfg: &BenchConfig,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> (Vec<WorkerOut>, Option<&'static str>) {
+    let n = sh.workload.requests.len();
+    std::thread::scope(|s| {
         let injector = s.spawn(move || {
             for (i, r) in sh.workload.requests.iter().enumerate() {
                 let q = if r.op.is_write() { &sh.qw } else { &sh.qr };
@@ -610,51 +657,23 @@ fn execute(
             }
         }
         (outs, panicked)
-    });
-    let total = t0.elapsed();
-    if let Some(kind) = panicked {
-        return Err(BenchError::WorkerPanicked(kind));
-    }
-    if let Some(e) = sh
-        .first_error
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take()
-    {
-        return Err(e);
-    }
-    progress(Progress {
-        phase: Phase::Run,
-        done: n as u64,
-        total: n as u64,
-    });
-    let mut rec: Recorders = Default::default();
-    let (mut hits, mut dmiss, mut waits) = (0, 0, 0);
-    for o in &outs {
-        for (k, pair) in rec.iter_mut().enumerate() {
+    })
+}
+
+/// The workers' recorders merged and their counts summed.
+fn merge_outputs(outs: &[WorkerOut]) -> WorkerOut {
+    let mut all = WorkerOut::default();
+    for o in outs {
+        for (k, pair) in all.rec.iter_mut().enumerate() {
             for (mine, theirs) in pair.iter_mut().zip(&o.rec[k]) {
                 mine.merge(theirs);
             }
         }
-        hits += o.lookup_hits;
-        dmiss += o.delete_misses;
-        waits += o.ordering_waits;
+        all.lookup_hits += o.lookup_hits;
+        all.delete_misses += o.delete_misses;
+        all.ordering_waits += o.ordering_waits;
     }
-    let not_once = sh
-        .executed
-        .iter()
-        .filter(|e| e.load(Ordering::Relaxed) != 1)
-        .count() as u64;
-    Ok(RunOutput {
-        rec,
-        total,
-        q_r_slots,
-        q_w_slots,
-        lookup_hits: hits,
-        delete_misses: dmiss,
-        ordering_waits: waits,
-        not_executed_once: not_once,
-    })
+    all
 }
 
 impl OpResult {

@@ -204,7 +204,23 @@ const IRQ: Latency = Latency::Rq;
 
 /// Figure 6: G_R, lookup ratio varied from 0 to 1 (10 M keys, X25-E).
 pub fn figure6() -> Vec<PaperRef> {
-    let r = |figure, scheme, metric, w_lookup, value, quote| PaperRef {
+    let mut v = figure6_throughput();
+    v.extend(figure6_average());
+    v.extend(figure6_worst());
+    v.extend(figure6_queue());
+    v
+}
+
+/// A statement of Figure 6 (G_R, no condition).
+fn r6(
+    figure: &'static str,
+    scheme: &'static str,
+    metric: Option<Metric>,
+    w_lookup: Option<(f64, f64)>,
+    value: PaperValue,
+    quote: &'static str,
+) -> PaperRef {
+    PaperRef {
         figure,
         generator: "G_R",
         scheme,
@@ -213,10 +229,13 @@ pub fn figure6() -> Vec<PaperRef> {
         condition: "",
         value,
         quote,
-    };
-    let m = Metric::lat;
+    }
+}
+
+/// Figure 6(a): throughput.
+fn figure6_throughput() -> Vec<PaperRef> {
     vec![
-        r(
+        r6(
             "6(a)",
             "FD+FC",
             Some(Metric::Throughput),
@@ -224,7 +243,7 @@ pub fn figure6() -> Vec<PaperRef> {
             ratio("FD+DS", 1.15, 1.15),
             "For a very update intensive workload (W_l <= 0.2), FD+FC's throughput is larger than FD+DS by around 15%. [the comparison symbol is lost in the text extraction; <= is read from 'very update intensive']",
         ),
-        r(
+        r6(
             "6(a)",
             "FD+FC",
             Some(Metric::Throughput),
@@ -232,7 +251,7 @@ pub fn figure6() -> Vec<PaperRef> {
             ratio("FD+DS", 1.08, 1.09),
             "For other workloads, it is larger by 8-9%.",
         ),
-        r(
+        r6(
             "6(a)",
             "FD+FC",
             Some(Metric::Throughput),
@@ -240,7 +259,7 @@ pub fn figure6() -> Vec<PaperRef> {
             ratio("FD+XM", 1.27, 1.27),
             "Over FD+XM, FD+FC's advantage is around 27% and 20% when W_l = 0.6 and 0.8, respectively.",
         ),
-        r(
+        r6(
             "6(a)",
             "FD+FC",
             Some(Metric::Throughput),
@@ -248,7 +267,14 @@ pub fn figure6() -> Vec<PaperRef> {
             ratio("FD+XM", 1.20, 1.20),
             "Over FD+XM, FD+FC's advantage is around 27% and 20% when W_l = 0.6 and 0.8, respectively.",
         ),
-        r(
+    ]
+}
+
+/// Figure 6(b), (c): average insertion and lookup R_p.
+fn figure6_average() -> Vec<PaperRef> {
+    let m = Metric::lat;
+    vec![
+        r6(
             "6(b)",
             "FD+FC",
             Some(m(OpKind::Insert, IRP, Stat::Avg)),
@@ -256,7 +282,7 @@ pub fn figure6() -> Vec<PaperRef> {
             ratio("FD+DS", 0.75, 0.80),
             "When W_l reaches 0.9, FD+FC processes insertions faster than FD+DS by 25% on average. [read as 25% less time (0.75) or 1.25x the rate (0.80)]",
         ),
-        r(
+        r6(
             "6(b)",
             "FD+FC",
             Some(m(OpKind::Insert, IRP, Stat::Avg)),
@@ -264,7 +290,7 @@ pub fn figure6() -> Vec<PaperRef> {
             ratio("FD+XM", 1.0 / 3.8, 1.0 / 3.8),
             "It is faster by 3.8 times than FD+XM.",
         ),
-        r(
+        r6(
             "6(c)",
             "FD+FC",
             Some(m(OpKind::Lookup, IRP, Stat::Avg)),
@@ -272,7 +298,7 @@ pub fn figure6() -> Vec<PaperRef> {
             ratio("FD+DS", 1.0, 1.0),
             "When we consider average lookup R_p, all three approaches perform equally well when tested with a read-only workload.",
         ),
-        r(
+        r6(
             "6(c)",
             "FD+XM",
             Some(m(OpKind::Lookup, IRP, Stat::Avg)),
@@ -280,7 +306,14 @@ pub fn figure6() -> Vec<PaperRef> {
             PaperValue::Text,
             "FD+XM's lookup performance is much worse, because lookups are blocked whenever there is an ongoing merge.",
         ),
-        r(
+    ]
+}
+
+/// Figure 6(d)–(g): worst R_p, its distribution and its spread.
+fn figure6_worst() -> Vec<PaperRef> {
+    let m = Metric::lat;
+    vec![
+        r6(
             "6(d)",
             "FD+FC",
             Some(m(OpKind::Insert, IRP, Stat::Max)),
@@ -288,7 +321,7 @@ pub fn figure6() -> Vec<PaperRef> {
             abs(1000.0, 1000.0),
             "While FD+FC's worst R_p over insertions is around a second, for FD+DS and FD+XM it is around 33 to 38 seconds.",
         ),
-        r(
+        r6(
             "6(d)",
             "FD+DS",
             Some(m(OpKind::Insert, IRP, Stat::Max)),
@@ -296,7 +329,7 @@ pub fn figure6() -> Vec<PaperRef> {
             abs(33_000.0, 38_000.0),
             "While FD+FC's worst R_p over insertions is around a second, for FD+DS and FD+XM it is around 33 to 38 seconds.",
         ),
-        r(
+        r6(
             "6(d)",
             "FD+XM",
             Some(m(OpKind::Insert, IRP, Stat::Max)),
@@ -304,7 +337,7 @@ pub fn figure6() -> Vec<PaperRef> {
             abs(33_000.0, 38_000.0),
             "While FD+FC's worst R_p over insertions is around a second, for FD+DS and FD+XM it is around 33 to 38 seconds.",
         ),
-        r(
+        r6(
             "6(e)",
             "FD+FC",
             Some(m(OpKind::Lookup, IRP, Stat::Max)),
@@ -312,7 +345,7 @@ pub fn figure6() -> Vec<PaperRef> {
             abs(500.0, 500.0),
             "For lookups, FD+FC and FD+DS show similar worst R_p's (around 500 milliseconds), well below FD+XM.",
         ),
-        r(
+        r6(
             "6(e)",
             "FD+DS",
             Some(m(OpKind::Lookup, IRP, Stat::Max)),
@@ -320,7 +353,7 @@ pub fn figure6() -> Vec<PaperRef> {
             abs(500.0, 500.0),
             "For lookups, FD+FC and FD+DS show similar worst R_p's (around 500 milliseconds), well below FD+XM.",
         ),
-        r(
+        r6(
             "6(f)",
             "FD+XM",
             None,
@@ -328,7 +361,7 @@ pub fn figure6() -> Vec<PaperRef> {
             PaperValue::Text,
             "Equi-width histograms with a bucket length of 2.5 milliseconds for lookup R_p's ... requests with R_p > 1 second are added to the last bucket - hence the (red) blip at the end of FD+XM's histogram.",
         ),
-        r(
+        r6(
             "6(g)",
             "FD+FC",
             Some(m(OpKind::Insert, IRP, Stat::Std)),
@@ -336,7 +369,14 @@ pub fn figure6() -> Vec<PaperRef> {
             PaperValue::Text,
             "The standard deviation of R_p values for insertions is much lower for FD+FC than FD+DS.",
         ),
-        r(
+    ]
+}
+
+/// Figure 6(h)–(l): R_q.
+fn figure6_queue() -> Vec<PaperRef> {
+    let m = Metric::lat;
+    vec![
+        r6(
             "6(h-l)",
             "FD+FC",
             Some(m(OpKind::Insert, IRQ, Stat::Avg)),
@@ -344,7 +384,7 @@ pub fn figure6() -> Vec<PaperRef> {
             PaperValue::Text,
             "Average insertion R_q is large when W_l is small. Average lookup R_q shows an opposite trend.",
         ),
-        r(
+        r6(
             "6(h-l)",
             "FD+FC",
             Some(m(OpKind::Insert, IRQ, Stat::Max)),
@@ -352,7 +392,7 @@ pub fn figure6() -> Vec<PaperRef> {
             abs(2500.0, 2500.0),
             "FD+FC's starts higher, because the workload is too skewed ...; but as W_l increases, it falls to 2.5 seconds [the value reached at high W_l; the text names no W_l]",
         ),
-        r(
+        r6(
             "6(h-l)",
             "FD+DS",
             Some(m(OpKind::Insert, IRQ, Stat::Max)),
@@ -360,7 +400,7 @@ pub fn figure6() -> Vec<PaperRef> {
             abs(33_000.0, 33_000.0),
             "... where as FD+DS and FD+XM still remain close to 33 seconds.",
         ),
-        r(
+        r6(
             "6(h-l)",
             "FD+XM",
             Some(m(OpKind::Insert, IRQ, Stat::Max)),
@@ -368,7 +408,7 @@ pub fn figure6() -> Vec<PaperRef> {
             abs(33_000.0, 33_000.0),
             "... where as FD+DS and FD+XM still remain close to 33 seconds.",
         ),
-        r(
+        r6(
             "6(k)",
             "FD+XM",
             Some(m(OpKind::Lookup, IRQ, Stat::Max)),
@@ -376,7 +416,7 @@ pub fn figure6() -> Vec<PaperRef> {
             PaperValue::Text,
             "Figure 6(k) shows FD+XM suffers high worst-case lookup R_q.",
         ),
-        r(
+        r6(
             "6(l)",
             "FD+DS",
             Some(m(OpKind::Insert, IRQ, Stat::Std)),

@@ -11,6 +11,12 @@
 //! a dashed horizontal line across the sweep; latency plots use a log y axis when all
 //! values are positive (worst cases span seconds to microseconds) and a linear one
 //! otherwise.
+//!
+//! Layout: [`sweep`] / [`sweep_configs`] run; [`write_report_on`] renders, through a
+//! `Report` (the results, the paper's statements, the swept values) with one function
+//! per plot family (per-metric lines with the paper's dashed values, percentile
+//! distributions) and per markdown section (intro, result tables, paper vs measured,
+//! runs, plots, reproduce), then writes the files.
 
 use crate::harness::{BenchConfig, BenchError, Progress, run_with_progress};
 use crate::paper::{Metric, PaperRef, PaperValue, Stat};
@@ -192,185 +198,290 @@ pub fn write_report_on(
     if results.is_empty() {
         return Err(BenchError::Config("no results to report".into()));
     }
-    let x_of = |r: &BenchResult| axis.x(r);
     std::fs::create_dir_all(dir).map_err(|source| BenchError::Io {
         path: dir.to_path_buf(),
         source,
     })?;
-    let gen_name = results[0].generator.clone();
-    let fig = axis.figure();
-    let x_label = axis.label();
-    let by_ratio = axis == Axis::LookupRatio;
-    let schemes = schemes(results);
-    let xs: Vec<f64> = {
-        let mut v: Vec<f64> = results.iter().map(x_of).collect();
-        v.sort_by(f64::total_cmp);
-        v.dedup();
-        v
-    };
-    let (x_lo, x_hi) = (xs[0], xs[xs.len() - 1]);
-    let mut plots = Vec::new();
+    let rep = Report::new(results, paper, axis);
+    let mut plots = rep.metric_plots(dir)?;
+    plots.extend(rep.percentile_plots(dir)?);
     let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "# FD+tree paper §5 benchmark ({gen_name}, Figure {fig} style)\n"
-    );
-    let _ = writeln!(
-        md,
-        "Schemes: {}. Every number below was measured by the csd-idxbench harness \
-         (per-request timestamps; R_p = dequeue→done, R_q = placed in queue→done, R_o = arrival→done, which adds the wait for a slot in a full queue). \
-         Dashed lines in the plots are the paper's numbers as stated in its text.\n",
-        schemes.join(", ")
-    );
-    for (metric, panel) in plotted_metrics() {
-        let mut chart = LineChart::new(
-            format!("{} vs {x_label}{}", metric.label(), cf(fig, panel)),
-            x_label,
-            metric.label(),
-        );
-        for (si, s) in schemes.iter().enumerate() {
-            let mut pts: Vec<(f64, f64)> = results
-                .iter()
-                .filter(|r| &r.scheme == s)
-                .filter_map(|r| metric.value(r).map(|v| (x_of(r), v)))
-                .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            if !pts.is_empty() {
-                chart
-                    .series
-                    .push(Series::solid(s.clone(), pts).with_color(si));
-            }
+    rep.md_intro(&mut md);
+    rep.md_tables(&mut md);
+    rep.md_paper(&mut md);
+    rep.md_runs(&mut md);
+    md_plots(&mut md, &plots);
+    rep.md_reproduce(&mut md, reproduce);
+    let (markdown, json) = write_files(dir, &md, results)?;
+    Ok(ReportFiles {
+        markdown,
+        json,
+        plots,
+    })
+}
+
+/// What every part of a sweep report needs: the results, the paper's statements, the
+/// swept parameter and the values it takes.
+struct Report<'a> {
+    results: &'a [BenchResult],
+    paper: &'a [PaperRef],
+    axis: Axis,
+    gen_name: String,
+    fig: &'static str,
+    x_label: &'static str,
+    by_ratio: bool,
+    schemes: Vec<String>,
+    /// The swept values, sorted, each once.
+    xs: Vec<f64>,
+    x_lo: f64,
+    x_hi: f64,
+}
+
+impl<'a> Report<'a> {
+    /// `results` must not be empty.
+    fn new(results: &'a [BenchResult], paper: &'a [PaperRef], axis: Axis) -> Report<'a> {
+        let mut xs: Vec<f64> = results.iter().map(|r| axis.x(r)).collect();
+        xs.sort_by(f64::total_cmp);
+        xs.dedup();
+        let (x_lo, x_hi) = (xs[0], xs[xs.len() - 1]);
+        Report {
+            results,
+            paper,
+            axis,
+            gen_name: results[0].generator.clone(),
+            fig: axis.figure(),
+            x_label: axis.label(),
+            by_ratio: axis == Axis::LookupRatio,
+            schemes: schemes(results),
+            xs,
+            x_lo,
+            x_hi,
         }
-        if chart.series.is_empty() {
-            continue;
-        }
-        for p in paper
-            .iter()
-            .filter(|p| p.generator == gen_name && p.metric == Some(metric))
-        {
-            if let PaperValue::Absolute { low, high } = p.value {
-                let (a, b) = p.w_lookup.filter(|_| by_ratio).unwrap_or((x_lo, x_hi));
-                let (a, b) = (a.max(x_lo), b.min(x_hi));
-                if a > b {
-                    continue; // the statement is about a range this sweep does not cover
-                }
-                let color = schemes
-                    .iter()
-                    .position(|s| s == p.scheme)
-                    .unwrap_or(schemes.len() + 1);
-                let label = if low == high {
-                    format!(
-                        "paper {} ({}): {}",
-                        p.scheme,
-                        p.figure,
-                        fmt_value(low, &metric)
-                    )
-                } else {
-                    format!(
-                        "paper {} ({}): {}-{}",
-                        p.scheme,
-                        p.figure,
-                        fmt_value(low, &metric),
-                        fmt_value(high, &metric)
-                    )
-                };
-                let mid = (low + high) / 2.0;
-                if mid > 0.0 || !matches!(metric, Metric::Latency { .. }) {
-                    chart
-                        .series
-                        .push(Series::dashed(label, vec![(a, mid), (b, mid)]).with_color(color));
-                }
-            }
-        }
-        let latency = matches!(metric, Metric::Latency { .. });
-        chart.log_y = latency
-            && chart
-                .series
-                .iter()
-                .all(|s| s.points.iter().all(|p| p.1 > 0.0));
-        let stem = format!("fig{fig}_{}", metric.key());
-        plots.push(chart.write(dir, &stem)?);
-    }
-    // Percentile distributions (cf. Figure 6(f)) at the write-bearing run with the
-    // largest swept value (G_R: largest W_l below 1).
-    let pick = xs
-        .iter()
-        .rev()
-        .copied()
-        .find(|&x| !by_ratio || x < 1.0)
-        .unwrap_or(x_hi);
-    let at: Vec<BenchResult> = results
-        .iter()
-        .filter(|r| x_of(r) == pick)
-        .cloned()
-        .collect();
-    for (op, which) in [
-        (OpKind::Lookup, Latency::Rp),
-        (OpKind::Lookup, Latency::Rq),
-        (OpKind::Insert, Latency::Rp),
-        (OpKind::Insert, Latency::Rq),
-        (OpKind::Lookup, Latency::Ro),
-        (OpKind::Insert, Latency::Ro),
-    ] {
-        let mut c = latency_chart(&at, op, which);
-        if c.series.is_empty() {
-            continue;
-        }
-        c.title = format!("{} ({x_label} = {pick})", c.title);
-        let stem = format!("fig{fig}_{}_{}_percentiles", op.name(), which.key());
-        plots.push(c.write(dir, &stem)?);
     }
 
-    // Side-by-side tables: one per metric, rows = swept value, columns = schemes.
-    let _ = writeln!(md, "## Results\n");
-    for (metric, panel) in plotted_metrics() {
-        let _ = writeln!(md, "### {}{}\n", metric.label(), cf(fig, panel));
-        let _ = writeln!(md, "| {x_label} | {} |", schemes.join(" | "));
-        let _ = writeln!(md, "|---|{}", "---|".repeat(schemes.len()));
-        for &x in &xs {
-            let cells: Vec<String> = schemes
+    fn x_of(&self, r: &BenchResult) -> f64 {
+        self.axis.x(r)
+    }
+
+    /// One plot per metric: a solid series per scheme, the paper's values dashed.
+    fn metric_plots(&self, dir: &Path) -> Result<Vec<PlotFiles>, BenchError> {
+        let (fig, x_label) = (self.fig, self.x_label);
+        let mut plots = Vec::new();
+        for (metric, panel) in plotted_metrics() {
+            let mut chart = LineChart::new(
+                format!("{} vs {x_label}{}", metric.label(), cf(fig, panel)),
+                x_label,
+                metric.label(),
+            );
+            for (si, s) in self.schemes.iter().enumerate() {
+                let mut pts: Vec<(f64, f64)> = self
+                    .results
+                    .iter()
+                    .filter(|r| &r.scheme == s)
+                    .filter_map(|r| metric.value(r).map(|v| (self.x_of(r), v)))
+                    .collect();
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                if !pts.is_empty() {
+                    chart
+                        .series
+                        .push(Series::solid(s.clone(), pts).with_color(si));
+                }
+            }
+            if chart.series.is_empty() {
+                continue;
+            }
+            self.paper_lines(&mut chart, metric);
+            let latency = matches!(metric, Metric::Latency { .. });
+            chart.log_y = latency
+                && chart
+                    .series
+                    .iter()
+                    .all(|s| s.points.iter().all(|p| p.1 > 0.0));
+            let stem = format!("fig{fig}_{}", metric.key());
+            plots.push(chart.write(dir, &stem)?);
+        }
+        Ok(plots)
+    }
+
+    /// The paper's absolute values of `metric` as dashed horizontal lines over the part
+    /// of the sweep each statement covers.
+    fn paper_lines(&self, chart: &mut LineChart, metric: Metric) {
+        let (x_lo, x_hi) = (self.x_lo, self.x_hi);
+        for p in self
+            .paper
+            .iter()
+            .filter(|p| p.generator == self.gen_name && p.metric == Some(metric))
+        {
+            let PaperValue::Absolute { low, high } = p.value else {
+                continue;
+            };
+            let (a, b) = p.w_lookup.filter(|_| self.by_ratio).unwrap_or((x_lo, x_hi));
+            let (a, b) = (a.max(x_lo), b.min(x_hi));
+            if a > b {
+                continue; // the statement is about a range this sweep does not cover
+            }
+            let color = self
+                .schemes
                 .iter()
-                .map(|s| {
-                    results
-                        .iter()
-                        .find(|r| &r.scheme == s && x_of(r) == x)
-                        .and_then(|r| metric.value(r))
-                        .map(|v| fmt_value(v, &metric))
-                        .unwrap_or_else(|| "–".into())
-                })
-                .collect();
-            let _ = writeln!(md, "| {x} | {} |", cells.join(" | "));
+                .position(|s| s == p.scheme)
+                .unwrap_or(self.schemes.len() + 1);
+            let label = if low == high {
+                format!(
+                    "paper {} ({}): {}",
+                    p.scheme,
+                    p.figure,
+                    fmt_value(low, &metric)
+                )
+            } else {
+                format!(
+                    "paper {} ({}): {}-{}",
+                    p.scheme,
+                    p.figure,
+                    fmt_value(low, &metric),
+                    fmt_value(high, &metric)
+                )
+            };
+            let mid = (low + high) / 2.0;
+            if mid > 0.0 || !matches!(metric, Metric::Latency { .. }) {
+                chart
+                    .series
+                    .push(Series::dashed(label, vec![(a, mid), (b, mid)]).with_color(color));
+            }
+        }
+    }
+
+    /// Percentile distributions (cf. Figure 6(f)) at the write-bearing run with the
+    /// largest swept value (G_R: largest W_l below 1).
+    fn percentile_plots(&self, dir: &Path) -> Result<Vec<PlotFiles>, BenchError> {
+        let pick = self
+            .xs
+            .iter()
+            .rev()
+            .copied()
+            .find(|&x| !self.by_ratio || x < 1.0)
+            .unwrap_or(self.x_hi);
+        let at: Vec<BenchResult> = self
+            .results
+            .iter()
+            .filter(|r| self.x_of(r) == pick)
+            .cloned()
+            .collect();
+        let mut plots = Vec::new();
+        for (op, which) in [
+            (OpKind::Lookup, Latency::Rp),
+            (OpKind::Lookup, Latency::Rq),
+            (OpKind::Insert, Latency::Rp),
+            (OpKind::Insert, Latency::Rq),
+            (OpKind::Lookup, Latency::Ro),
+            (OpKind::Insert, Latency::Ro),
+        ] {
+            let mut c = latency_chart(&at, op, which);
+            if c.series.is_empty() {
+                continue;
+            }
+            c.title = format!("{} ({} = {pick})", c.title, self.x_label);
+            let stem = format!("fig{}_{}_{}_percentiles", self.fig, op.name(), which.key());
+            plots.push(c.write(dir, &stem)?);
+        }
+        Ok(plots)
+    }
+
+    fn md_intro(&self, md: &mut String) {
+        let _ = writeln!(
+            md,
+            "# FD+tree paper §5 benchmark ({}, Figure {} style)\n",
+            self.gen_name, self.fig
+        );
+        let _ = writeln!(
+            md,
+            "Schemes: {}. Every number below was measured by the csd-idxbench harness \
+             (per-request timestamps; R_p = dequeue→done, R_q = placed in queue→done, R_o = arrival→done, which adds the wait for a slot in a full queue). \
+             Dashed lines in the plots are the paper's numbers as stated in its text.\n",
+            self.schemes.join(", ")
+        );
+    }
+
+    /// Side-by-side tables: one per metric, rows = swept value, columns = schemes.
+    fn md_tables(&self, md: &mut String) {
+        let _ = writeln!(md, "## Results\n");
+        for (metric, panel) in plotted_metrics() {
+            let _ = writeln!(md, "### {}{}\n", metric.label(), cf(self.fig, panel));
+            let _ = writeln!(md, "| {} | {} |", self.x_label, self.schemes.join(" | "));
+            let _ = writeln!(md, "|---|{}", "---|".repeat(self.schemes.len()));
+            for &x in &self.xs {
+                let cells: Vec<String> = self
+                    .schemes
+                    .iter()
+                    .map(|s| {
+                        self.results
+                            .iter()
+                            .find(|r| &r.scheme == s && self.x_of(r) == x)
+                            .and_then(|r| metric.value(r))
+                            .map(|v| fmt_value(v, &metric))
+                            .unwrap_or_else(|| "–".into())
+                    })
+                    .collect();
+                let _ = writeln!(md, "| {x} | {} |", cells.join(" | "));
+            }
+            let _ = writeln!(md);
+        }
+    }
+
+    /// The paper-vs-measured table: one row per statement of the paper.
+    fn md_paper(&self, md: &mut String) {
+        let _ = writeln!(md, "## Paper vs measured\n");
+        let _ = writeln!(
+            md,
+            "The paper ran on an Intel X25-E SSD with 10 M-key indexes; absolute values are context, \
+             ratios between schemes are the comparable part. \"–\" means the runs here do not cover it.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| figure | scheme | metric | where | paper | measured here | paper says |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+        for p in self.paper.iter().filter(|p| p.generator == self.gen_name) {
+            let metric_s = p.metric.map(|m| m.label()).unwrap_or_else(|| "–".into());
+            let mut wher = match p.w_lookup {
+                Some((a, b)) if a == b => format!("W_l = {a}"),
+                Some((a, b)) => format!("W_l in [{a}, {b}]"),
+                None => "all".into(),
+            };
+            if !p.condition.is_empty() {
+                let _ = write!(wher, "; {}", p.condition);
+            }
+            let (paper_s, measured) = self.paper_vs_measured(p);
+            let measured = if measured.is_empty() {
+                "–".to_string()
+            } else {
+                measured.join("; ")
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                p.figure,
+                p.scheme,
+                metric_s,
+                wher,
+                paper_s,
+                measured,
+                p.quote.replace('|', "/")
+            );
         }
         let _ = writeln!(md);
     }
 
-    // Paper vs measured.
-    let _ = writeln!(md, "## Paper vs measured\n");
-    let _ = writeln!(
-        md,
-        "The paper ran on an Intel X25-E SSD with 10 M-key indexes; absolute values are context, \
-         ratios between schemes are the comparable part. \"–\" means the runs here do not cover it.\n"
-    );
-    let _ = writeln!(
-        md,
-        "| figure | scheme | metric | where | paper | measured here | paper says |"
-    );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
-    for p in paper.iter().filter(|p| p.generator == gen_name) {
-        let metric_s = p.metric.map(|m| m.label()).unwrap_or_else(|| "–".into());
-        let mut wher = match p.w_lookup {
-            Some((a, b)) if a == b => format!("W_l = {a}"),
-            Some((a, b)) => format!("W_l in [{a}, {b}]"),
-            None => "all".into(),
-        };
-        if !p.condition.is_empty() {
-            let _ = write!(wher, "; {}", p.condition);
-        }
+    /// The paper's value of statement `p` as text, and the measured values it applies
+    /// to (`x: value`, or `x: ratio×` against the statement's baseline scheme).
+    fn paper_vs_measured(&self, p: &PaperRef) -> (String, Vec<String>) {
         let applies = |r: &BenchResult| match p.w_lookup {
-            Some((a, b)) if gen_name == "G_R" => r.w_lookup >= a - 1e-9 && r.w_lookup <= b + 1e-9,
+            Some((a, b)) if self.gen_name == "G_R" => {
+                r.w_lookup >= a - 1e-9 && r.w_lookup <= b + 1e-9
+            }
             _ => true,
         };
-        let (paper_s, measured) = match (p.value, p.metric) {
+        let results = self.results;
+        match (p.value, p.metric) {
             (PaperValue::Absolute { low, high }, Some(m)) => {
                 let ps = if low == high {
                     fmt_value(low, &m)
@@ -382,7 +493,7 @@ pub fn write_report_on(
                     .filter(|r| r.scheme == p.scheme && applies(r))
                     .filter_map(|r| {
                         m.value(r)
-                            .map(|v| format!("{}: {}", x_of(r), fmt_value(v, &m)))
+                            .map(|v| format!("{}: {}", self.x_of(r), fmt_value(v, &m)))
                     })
                     .collect();
                 (ps, vals)
@@ -406,63 +517,64 @@ pub fn write_report_on(
                     .filter_map(|r| {
                         let base = results
                             .iter()
-                            .find(|b| b.scheme == baseline && x_of(b) == x_of(r))?;
+                            .find(|b| b.scheme == baseline && self.x_of(b) == self.x_of(r))?;
                         let (v, bv) = (m.value(r)?, m.value(base)?);
-                        (bv > 0.0).then(|| format!("{}: {:.2}×", x_of(r), v / bv))
+                        (bv > 0.0).then(|| format!("{}: {:.2}×", self.x_of(r), v / bv))
                     })
                     .collect();
                 (ps, vals)
             }
             _ => ("(qualitative)".into(), Vec::new()),
-        };
-        let measured = if measured.is_empty() {
-            "–".to_string()
-        } else {
-            measured.join("; ")
-        };
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            p.figure,
-            p.scheme,
-            metric_s,
-            wher,
-            paper_s,
-            measured,
-            p.quote.replace('|', "/")
-        );
+        }
     }
-    let _ = writeln!(md);
 
-    // Run details.
-    let _ = writeln!(md, "## Runs\n");
-    let _ = writeln!(
-        md,
-        "| scheme | {x_label} | requests | l/i/d % | Q_r/Q_w | preload s | total s | throughput/s | order waits | not exactly once |"
-    );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
-    for r in results {
+    /// One row per run.
+    fn md_runs(&self, md: &mut String) {
+        let _ = writeln!(md, "## Runs\n");
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {:.1}/{:.1}/{:.1} | {}/{} | {:.2} | {:.3} | {:.0} | {} | {} |",
-            r.scheme,
-            x_of(r),
-            r.requests,
-            r.fractions[0] * 100.0,
-            r.fractions[1] * 100.0,
-            r.fractions[2] * 100.0,
-            r.q_r_slots,
-            r.q_w_slots,
-            r.preload_s,
-            r.total_s,
-            r.throughput_rps,
-            r.ordering_waits,
-            r.not_executed_once
+            "| scheme | {} | requests | l/i/d % | Q_r/Q_w | preload s | total s | throughput/s | order waits | not exactly once |",
+            self.x_label
         );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+        for r in self.results {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.1}/{:.1}/{:.1} | {}/{} | {:.2} | {:.3} | {:.0} | {} | {} |",
+                r.scheme,
+                self.x_of(r),
+                r.requests,
+                r.fractions[0] * 100.0,
+                r.fractions[1] * 100.0,
+                r.fractions[2] * 100.0,
+                r.q_r_slots,
+                r.q_w_slots,
+                r.preload_s,
+                r.total_s,
+                r.throughput_rps,
+                r.ordering_waits,
+                r.not_executed_once
+            );
+        }
+        let _ = writeln!(md);
     }
-    let _ = writeln!(md);
+
+    fn md_reproduce(&self, md: &mut String, reproduce: &str) {
+        let cfg_json = serde_json::to_string(&self.results[0].config).unwrap_or_default();
+        let _ = writeln!(md, "## Reproduce\n");
+        let _ = writeln!(
+            md,
+            "config (first run; the swept parameter varies): `{cfg_json}`\n"
+        );
+        let _ = writeln!(md, "seed: {}\n", self.results[0].seed);
+        let _ = writeln!(md, "reproduce: `{reproduce}`");
+    }
+}
+
+/// The plots section: every plot's PNG, inline.
+fn md_plots(md: &mut String, plots: &[PlotFiles]) {
     let _ = writeln!(md, "## Plots\n");
-    for p in &plots {
+    for p in plots {
         let name = p
             .png
             .file_name()
@@ -471,15 +583,15 @@ pub fn write_report_on(
         let _ = writeln!(md, "![{name}]({name})");
     }
     let _ = writeln!(md);
-    let cfg_json = serde_json::to_string(&results[0].config).unwrap_or_default();
-    let _ = writeln!(md, "## Reproduce\n");
-    let _ = writeln!(
-        md,
-        "config (first run; the swept parameter varies): `{cfg_json}`\n"
-    );
-    let _ = writeln!(md, "seed: {}\n", results[0].seed);
-    let _ = writeln!(md, "reproduce: `{reproduce}`");
+}
 
+/// Write `report.md` and `results.json` into `dir` (refusing to overwrite anything
+/// that is not such a file).
+fn write_files(
+    dir: &Path,
+    md: &str,
+    results: &[BenchResult],
+) -> Result<(PathBuf, PathBuf), BenchError> {
     let markdown = dir.join("report.md");
     let json = dir.join("results.json");
     for (p, ext) in [(&markdown, "md"), (&json, "json")] {
@@ -494,11 +606,7 @@ pub fn write_report_on(
         path: json.clone(),
         source,
     })?;
-    Ok(ReportFiles {
-        markdown,
-        json,
-        plots,
-    })
+    Ok((markdown, json))
 }
 
 fn fmt_value(v: f64, m: &Metric) -> String {

@@ -505,59 +505,23 @@ impl LastWrite {
 pub fn generate_gr(spec: &GrSpec, seed: u64) -> Result<Workload, WorkloadError> {
     spec.validate()?;
     let mut rng = SmallRng::seed_from_u64(seed);
-    let total = spec.w_lookup + spec.w_insert + spec.w_delete;
-    let (p_l, p_i) = (spec.w_lookup / total, spec.w_insert / total);
     // Step 1: the type of every request, which fixes N_i.
-    let types: Vec<OpKind> = (0..spec.requests)
-        .map(|_| {
-            let u: f64 = rng.random();
-            if u < p_l {
-                OpKind::Lookup
-            } else if u < p_l + p_i {
-                OpKind::Insert
-            } else {
-                OpKind::Delete
-            }
-        })
-        .collect();
+    let types = gr_types(spec, &mut rng);
     let n_i = types.iter().filter(|t| **t == OpKind::Insert).count() as u64;
     let s = spec.preload;
-    let k_l = s + 1;
-    let mut k_u = s + n_i;
     let vseed = rng.random::<u64>();
-    // K: (key, value, request index at insertion; preloaded keys count as very old).
-    let mut keys: Vec<(u64, i64)> = (1..=s).map(|k| (k, i64::MIN / 2)).collect();
-    // Position of each key in `keys`, u32::MAX if absent; keys are dense in 1..=k_u.
-    let mut pos: Vec<u32> = Vec::with_capacity((k_u + 2) as usize);
-    pos.push(u32::MAX);
-    pos.extend(0..s as u32);
-    let mut next_fresh = k_l;
-    // Keys in [k_l, ..) deleted by the workload: (reusable from request, key).
-    let mut freed_pending: VecDeque<(i64, u64)> = VecDeque::new();
-    let mut freed: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
-    let min_age = spec.delete_min_age as i64;
+    let mut ks = GrKeys::new(s, n_i, spec.delete_min_age as i64);
     let mut reqs = Vec::with_capacity(spec.requests as usize);
-    let mut last = LastWrite::Dense(vec![NO_PREDECESSOR; (k_u + 1) as usize]);
+    let mut last = LastWrite::Dense(vec![NO_PREDECESSOR; (ks.k_u + 1) as usize]);
     let mut converted = 0u64;
     for (i, ty) in types.into_iter().enumerate() {
         let i = i as i64;
-        while freed_pending.front().is_some_and(|(t, _)| *t <= i) {
-            if let Some((_, k)) = freed_pending.pop_front() {
-                freed.push(Reverse(k));
-            }
-        }
+        ks.release_due(i);
         let mut ty = ty;
         if ty == OpKind::Delete {
-            match pick_old_key(&mut rng, &keys, i, min_age) {
+            match pick_old_key(&mut rng, &ks.keys, i, ks.min_age) {
                 Some(slot) => {
-                    let (k, _) = keys.swap_remove(slot);
-                    pos[k as usize] = u32::MAX;
-                    if let Some(&(moved, _)) = keys.get(slot) {
-                        pos[moved as usize] = slot as u32;
-                    }
-                    if k >= k_l {
-                        freed_pending.push_back((i + min_age, k));
-                    }
+                    let k = ks.delete(slot, i);
                     last.push(&mut reqs, OpKind::Delete, k, 0);
                     continue;
                 }
@@ -569,31 +533,15 @@ pub fn generate_gr(spec: &GrSpec, seed: u64) -> Result<Workload, WorkloadError> 
         }
         match ty {
             OpKind::Lookup => {
-                let k = if keys.is_empty() {
-                    k_l
+                let k = if ks.keys.is_empty() {
+                    ks.k_l
                 } else {
-                    keys[rng.random_range(0..keys.len())].0
+                    ks.keys[rng.random_range(0..ks.keys.len())].0
                 };
                 last.push(&mut reqs, OpKind::Lookup, k, 0);
             }
             _ => {
-                let k = match freed.peek() {
-                    Some(&Reverse(f)) if f < next_fresh => {
-                        freed.pop();
-                        f
-                    }
-                    _ => {
-                        let k = next_fresh;
-                        next_fresh += 1;
-                        k
-                    }
-                };
-                k_u = k_u.max(k);
-                while pos.len() <= k as usize {
-                    pos.push(u32::MAX);
-                }
-                pos[k as usize] = keys.len() as u32;
-                keys.push((k, i));
+                let k = ks.insert(i);
                 let v = splitmix64(vseed ^ (i as u64).wrapping_mul(0x2545_F491_4F6C_DD1D));
                 last.push(&mut reqs, OpKind::Insert, k, v);
             }
@@ -613,10 +561,118 @@ pub fn generate_gr(spec: &GrSpec, seed: u64) -> Result<Workload, WorkloadError> 
         seed,
         preload: Preload::Dense { count: s, seed },
         requests: reqs,
-        k_l,
-        k_u,
+        k_l: ks.k_l,
+        k_u: ks.k_u,
         converted_deletes: converted,
     })
+}
+
+/// G_R's step 1: the type of every request, drawn by the weights.
+fn gr_types(spec: &GrSpec, rng: &mut SmallRng) -> Vec<OpKind> {
+    let total = spec.w_lookup + spec.w_insert + spec.w_delete;
+    let (p_l, p_i) = (spec.w_lookup / total, spec.w_insert / total);
+    (0..spec.requests)
+        .map(|_| {
+            let u: f64 = rng.random();
+            if u < p_l {
+                OpKind::Lookup
+            } else if u < p_l + p_i {
+                OpKind::Insert
+            } else {
+                OpKind::Delete
+            }
+        })
+        .collect()
+}
+
+/// G_R's key set K as requests are generated: the keys present, where each is, and the
+/// keys deleted by the workload that insertions may reuse.
+struct GrKeys {
+    /// (key, request index at insertion; preloaded keys count as very old).
+    keys: Vec<(u64, i64)>,
+    /// Position of each key in `keys`, u32::MAX if absent; keys are dense in 1..=k_u.
+    pos: Vec<u32>,
+    /// The smallest key the workload inserts (the first after the preload).
+    k_l: u64,
+    /// The largest key inserted so far (at least the preload plus N_i).
+    k_u: u64,
+    next_fresh: u64,
+    /// Keys in [k_l, ..) deleted by the workload: (reusable from request, key).
+    freed_pending: VecDeque<(i64, u64)>,
+    /// Keys reusable now, smallest first.
+    freed: BinaryHeap<Reverse<u64>>,
+    /// Requests between a key's insertion and its deletion, and between its deletion
+    /// and its reuse.
+    min_age: i64,
+}
+
+impl GrKeys {
+    /// Keys 1..=`preload` present; `n_i` insertions to come.
+    fn new(preload: u64, n_i: u64, min_age: i64) -> GrKeys {
+        let s = preload;
+        let k_u = s + n_i;
+        let mut pos: Vec<u32> = Vec::with_capacity((k_u + 2) as usize);
+        pos.push(u32::MAX);
+        pos.extend(0..s as u32);
+        GrKeys {
+            keys: (1..=s).map(|k| (k, i64::MIN / 2)).collect(),
+            pos,
+            k_l: s + 1,
+            k_u,
+            next_fresh: s + 1,
+            freed_pending: VecDeque::new(),
+            freed: BinaryHeap::new(),
+            min_age,
+        }
+    }
+
+    /// Make the keys deleted long enough before request `i` reusable.
+    #[inline]
+    fn release_due(&mut self, i: i64) {
+        while self.freed_pending.front().is_some_and(|(t, _)| *t <= i) {
+            if let Some((_, k)) = self.freed_pending.pop_front() {
+                self.freed.push(Reverse(k));
+            }
+        }
+    }
+
+    /// Delete the key in `slot` at request `i`; returns it.
+    #[inline]
+    fn delete(&mut self, slot: usize, i: i64) -> u64 {
+        let (k, _) = self.keys.swap_remove(slot);
+        self.pos[k as usize] = u32::MAX;
+        if let Some(&(moved, _)) = self.keys.get(slot) {
+            self.pos[moved as usize] = slot as u32;
+        }
+        if k >= self.k_l {
+            self.freed_pending.push_back((i + self.min_age, k));
+        }
+        k
+    }
+
+    /// Insert at request `i` the smallest reusable key below the next fresh one, or the
+    /// next fresh one; returns it.
+    #[inline]
+    fn insert(&mut self, i: i64) -> u64 {
+        let k = match self.freed.peek() {
+            Some(&Reverse(f)) if f < self.next_fresh => {
+                self.freed.pop();
+                f
+            }
+            _ => {
+                let k = self.next_fresh;
+                self.next_fresh += 1;
+                k
+            }
+        };
+        self.k_u = self.k_u.max(k);
+        while self.pos.len() <= k as usize {
+            self.pos.push(u32::MAX);
+        }
+        self.pos[k as usize] = self.keys.len() as u32;
+        self.keys.push((k, i));
+        k
+    }
 }
 
 /// Picks a slot of `keys` whose key was inserted at least `min_age` requests before `i`.

@@ -587,24 +587,51 @@ impl BlockLog {
         at: SimTime,
     ) -> Result<Option<(BlockLog, SimTime)>, KvError> {
         let mut log = BlockLog::new(lbas, opts)?;
-        let mut best: Option<Vec<u8>> = None;
         let mut t = at;
+        let (best, seen_header) = log.newest_checkpoint(io, &mut t)?;
+        let Some(b) = best else {
+            return if seen_header {
+                Err(KvError::Corrupt(
+                    "both host checkpoints of the block store are unreadable".into(),
+                ))
+            } else {
+                Ok(None)
+            };
+        };
+        log.load_checkpoint(&b)?;
+        log.roll_forward(io, &mut t)?;
+        log.rebuild_segments()?;
+        // Never reuse the sequence of a chunk a cut may have left partly written: a new
+        // chunk at the same place, cut again, could otherwise pass its pages off as its own.
+        log.seq += 1;
+        log.covered_seq = log.seq;
+        Ok(Some((log, t)))
+    }
+
+    /// Read both checkpoint slots: the newest checkpoint whose length and CRC are good,
+    /// and whether either slot held a checkpoint header at all.
+    fn newest_checkpoint<I: CommandIssuer>(
+        &self,
+        io: &mut Io<'_, I>,
+        t: &mut SimTime,
+    ) -> Result<(Option<Vec<u8>>, bool), KvError> {
+        let mut best: Option<Vec<u8>> = None;
         let mut seen_header = false;
-        for slot in [0, log.ckpt_lbas] {
-            let (head, d) = io.read_lbas(Work::Checkpoint, slot, 1, t)?;
-            t = t.max(d);
+        for slot in [0, self.ckpt_lbas] {
+            let (head, d) = io.read_lbas(Work::Checkpoint, slot, 1, *t)?;
+            *t = (*t).max(d);
             io.stats.recovery_read_bytes += PAGE as u64;
             if !is_checkpoint(&head) {
                 continue;
             }
             seen_header = true;
             let len = u64_at(&head, 16) as usize;
-            let max = log.ckpt_lbas as usize * PAGE;
+            let max = self.ckpt_lbas as usize * PAGE;
             if !(CKPT_HEADER..=max).contains(&len) {
                 continue;
             }
-            let (body, d) = io.read_lbas(Work::Checkpoint, slot, len.div_ceil(PAGE) as u64, t)?;
-            t = t.max(d);
+            let (body, d) = io.read_lbas(Work::Checkpoint, slot, len.div_ceil(PAGE) as u64, *t)?;
+            *t = (*t).max(d);
             io.stats.recovery_read_bytes += body.len() as u64;
             let mut c = body[..len].to_vec();
             c[4..8].fill(0);
@@ -618,95 +645,102 @@ impl BlockLog {
                 best = Some(body);
             }
         }
-        let Some(b) = best else {
-            return if seen_header {
-                Err(KvError::Corrupt(
-                    "both host checkpoints of the block store are unreadable".into(),
-                ))
-            } else {
-                Ok(None)
-            };
-        };
-        if u32_at(&b, 44) != log.nseg {
+        Ok((best, seen_header))
+    }
+
+    /// Take the log's position, mapping table and per-segment figures from checkpoint `b`.
+    fn load_checkpoint(&mut self, b: &[u8]) -> Result<(), KvError> {
+        if u32_at(b, 44) != self.nseg {
             return Err(KvError::WrongFormat(format!(
                 "the host log on this device has {} segments, expected {} for its capacity",
-                u32_at(&b, 44),
-                log.nseg
+                u32_at(b, 44),
+                self.nseg
             )));
         }
-        log.ckpt_seq = u64_at(&b, 8);
-        log.seq = u64_at(&b, 24);
-        log.open = u32_at(&b, 32);
-        log.off = u32_at(&b, 36);
-        log.next = u32_at(&b, 40);
-        let npages = u64_at(&b, 48) as usize;
-        if log.open >= log.nseg || log.next >= log.nseg || npages > log.page_capacity() as usize {
+        self.ckpt_seq = u64_at(b, 8);
+        self.seq = u64_at(b, 24);
+        self.open = u32_at(b, 32);
+        self.off = u32_at(b, 36);
+        self.next = u32_at(b, 40);
+        let npages = u64_at(b, 48) as usize;
+        if self.open >= self.nseg
+            || self.next >= self.nseg
+            || npages > self.page_capacity() as usize
+        {
             return Err(KvError::Corrupt(
                 "host checkpoint fields out of range".into(),
             ));
         }
         let mut o = CKPT_HEADER;
-        log.map = (0..npages).map(|i| u64_at(&b, o + 8 * i)).collect();
+        self.map = (0..npages).map(|i| u64_at(b, o + 8 * i)).collect();
         o += 8 * npages;
-        for s in 0..log.nseg as usize {
-            log.last_seq[s] = u64_at(&b, o);
-            log.fill[s] = u32_at(&b, o + 8);
+        for s in 0..self.nseg as usize {
+            self.last_seq[s] = u64_at(b, o);
+            self.fill[s] = u32_at(b, o + 8);
             o += 12;
         }
-        // Roll forward.
+        Ok(())
+    }
+
+    /// Apply every chunk written after the checkpoint: on in the open segment, then on
+    /// into the next one, until a chunk does not verify.
+    fn roll_forward<I: CommandIssuer>(
+        &mut self,
+        io: &mut Io<'_, I>,
+        t: &mut SimTime,
+    ) -> Result<(), KvError> {
         loop {
-            let here = (log.off as u64 + 2 <= SEG_LBAS)
-                .then(|| log.try_chunk(io, log.open, log.off, &mut t))
+            let here = (self.off as u64 + 2 <= SEG_LBAS)
+                .then(|| self.try_chunk(io, self.open, self.off, t))
                 .transpose()?
                 .flatten();
             if let Some(s) = here {
-                log.apply(&s);
+                self.apply(&s);
                 continue;
             }
-            match log.try_chunk(io, log.next, 0, &mut t)? {
+            match self.try_chunk(io, self.next, 0, t)? {
                 Some(s) => {
-                    log.fill[log.open as usize] = log.off;
-                    log.open = log.next;
-                    log.off = 0;
-                    log.apply(&s);
+                    self.fill[self.open as usize] = self.off;
+                    self.open = self.next;
+                    self.off = 0;
+                    self.apply(&s);
                 }
-                None => break,
+                None => return Ok(()),
             }
         }
-        // Live counts and segment states from the recovered map.
-        log.live = vec![0; log.nseg as usize];
-        for &l in &log.map {
+    }
+
+    /// Live counts and segment states from the recovered map.
+    fn rebuild_segments(&mut self) -> Result<(), KvError> {
+        self.live = vec![0; self.nseg as usize];
+        for &l in &self.map {
             if l != NO_PAGE {
-                if l < log.base || log.seg_of(l) >= log.nseg {
+                if l < self.base || self.seg_of(l) >= self.nseg {
                     return Err(KvError::Corrupt(format!(
                         "mapping entry {l} outside the log"
                     )));
                 }
-                let s = log.seg_of(l) as usize;
-                log.live[s] += 1;
+                let s = self.seg_of(l) as usize;
+                self.live[s] += 1;
             }
         }
-        log.free.clear();
-        for s in 0..log.nseg {
+        self.free.clear();
+        for s in 0..self.nseg {
             let i = s as usize;
-            log.state[i] = if s == log.open {
+            self.state[i] = if s == self.open {
                 Seg::Open
-            } else if s == log.next {
+            } else if s == self.next {
                 Seg::Next
-            } else if log.live[i] > 0 {
+            } else if self.live[i] > 0 {
                 Seg::Used
             } else {
-                log.fill[i] = 0;
-                log.free.push_back(s);
+                self.fill[i] = 0;
+                self.free.push_back(s);
                 Seg::Free
             };
         }
-        log.dead.clear();
-        // Never reuse the sequence of a chunk a cut may have left partly written: a new
-        // chunk at the same place, cut again, could otherwise pass its pages off as its own.
-        log.seq += 1;
-        log.covered_seq = log.seq;
-        Ok(Some((log, t)))
+        self.dead.clear();
+        Ok(())
     }
 
     /// Read and verify the chunk at (`seg`, `off`) with the next expected sequence.

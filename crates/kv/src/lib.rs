@@ -18,6 +18,17 @@
 //!   `csd kv serve` and real clients (`redis-cli`, `redis-benchmark`); a write is
 //!   acknowledged only once it is durable.
 //!
+//! Where things are: [`store`] is a directory: its `mod.rs` holds the types and
+//! accessors, `open` the format detection, formatting and block-log recovery, `pages`
+//! page access through the host cache and the descent, `ops` the operations (get, put,
+//! put_all, delete, scan, clear, len) and splits, `durability` sealing, sync, background
+//! work and host checkpoints, `figures` the counters, knobs and self-checks. [`server`]
+//! is one too: `mod.rs` the configuration, sessions and the dispatcher with its group
+//! commit, `keys` the commands on keys and SCAN cursors, `admin` the start-up commands
+//! of Redis clients and INFO, `conn` the TCP accept and connection loops. [`block`] is
+//! the host log (segments, chunks, host GC, checkpoints, recovery), [`batch`] the batch
+//! interface back end, [`page`] the page format, [`cost`] the host CPU model.
+//!
 //! The store reaches the device only through `csd_host::CommandIssuer` (DESIGN.md's
 //! command-interface rule).
 

@@ -340,19 +340,22 @@ pub fn run<T: KvTarget + ?Sized>(
             t.label()
         )));
     }
-    let mut rng = SmallRng::seed_from_u64(cfg.seed);
     let dist = match cfg.dist {
         KeyDist::Zipfian(theta) => Dist::Zipf { theta },
         KeyDist::Uniform => Dist::Uniform,
     };
-    let sampler: Sampler = dist.sampler(cfg.records);
+    let mut r = Runner {
+        workload: cfg.workload,
+        sampler: dist.sampler(cfg.records),
+        rng: SmallRng::seed_from_u64(cfg.seed),
+        inserted: cfg.records,
+        version: 1,
+        ops: OpCounts::default(),
+    };
     let wall = Instant::now();
     let m0 = t.modeled_now().unwrap_or(0);
-    let mut ops = OpCounts::default();
     let mut ml = histogram();
     let mut wl = histogram();
-    let mut inserted = cfg.records;
-    let mut version = 1u64;
     let mut n = 0u64;
     loop {
         let done = match cfg.limit {
@@ -368,65 +371,89 @@ pub fn run<T: KvTarget + ?Sized>(
         if n.is_multiple_of(1024) {
             progress(done);
         }
-        let op = choose(cfg.workload, n, &mut rng);
-        let existing = |rng: &mut SmallRng, inserted: u64| -> u64 {
-            if cfg.workload == Workload::D {
-                let back = sampler.sample(rng) % inserted;
-                inserted - 1 - back
-            } else {
-                sampler.sample(rng).min(inserted - 1)
-            }
-        };
+        let op = choose(cfg.workload, n, &mut r.rng);
         let w = Instant::now();
-        match op {
-            Op::Read => {
-                let i = existing(&mut rng, inserted);
-                if t.get(&record_key(i))?.is_none() {
-                    ops.read_misses += 1;
-                }
-                ops.reads += 1;
-            }
-            Op::Update => {
-                let i = existing(&mut rng, inserted);
-                version += 1;
-                t.put(&record_key(i), &record_value(i, version))?;
-                ops.updates += 1;
-            }
-            Op::Insert => {
-                let i = inserted;
-                inserted += 1;
-                t.put(&record_key(i), &record_value(i, 0))?;
-                ops.inserts += 1;
-            }
-            Op::Scan => {
-                let i = existing(&mut rng, inserted);
-                let len = rng.random_range(1..=100usize);
-                t.scan(&record_key(i), len)?;
-                ops.scans += 1;
-            }
-            Op::Rmw => {
-                let i = existing(&mut rng, inserted);
-                let k = record_key(i);
-                if t.get(&k)?.is_none() {
-                    ops.read_misses += 1;
-                }
-                version += 1;
-                t.put(&k, &record_value(i, version))?;
-                ops.rmws += 1;
-            }
-        }
+        r.one(t, op)?;
         record(&mut ml, &mut wl, t, w);
         n += 1;
     }
     progress(1.0);
     let wall_s = wall.elapsed().as_secs_f64();
     Ok(PhaseResult {
-        ops,
+        ops: r.ops,
         wall_s,
         modeled_s: t.modeled_now().map(|b| b.saturating_sub(m0) as f64 / 1e9),
         modeled_latency: ml,
         wall_latency: wl,
     })
+}
+
+/// The run phase's state between operations: the key chooser, the records inserted so
+/// far, the version the next update writes, and the counts.
+struct Runner {
+    workload: Workload,
+    sampler: Sampler,
+    rng: SmallRng,
+    inserted: u64,
+    version: u64,
+    ops: OpCounts,
+}
+
+impl Runner {
+    /// A record that exists: by the key distribution, or for workload D counted back
+    /// from the newest insert.
+    #[inline]
+    fn existing(&mut self) -> u64 {
+        if self.workload == Workload::D {
+            let back = self.sampler.sample(&mut self.rng) % self.inserted;
+            self.inserted - 1 - back
+        } else {
+            self.sampler.sample(&mut self.rng).min(self.inserted - 1)
+        }
+    }
+
+    /// Run one operation against `t` and count it.
+    #[inline]
+    fn one<T: KvTarget + ?Sized>(&mut self, t: &mut T, op: Op) -> Result<(), KvError> {
+        match op {
+            Op::Read => {
+                let i = self.existing();
+                if t.get(&record_key(i))?.is_none() {
+                    self.ops.read_misses += 1;
+                }
+                self.ops.reads += 1;
+            }
+            Op::Update => {
+                let i = self.existing();
+                self.version += 1;
+                t.put(&record_key(i), &record_value(i, self.version))?;
+                self.ops.updates += 1;
+            }
+            Op::Insert => {
+                let i = self.inserted;
+                self.inserted += 1;
+                t.put(&record_key(i), &record_value(i, 0))?;
+                self.ops.inserts += 1;
+            }
+            Op::Scan => {
+                let i = self.existing();
+                let len = self.rng.random_range(1..=100usize);
+                t.scan(&record_key(i), len)?;
+                self.ops.scans += 1;
+            }
+            Op::Rmw => {
+                let i = self.existing();
+                let k = record_key(i);
+                if t.get(&k)?.is_none() {
+                    self.ops.read_misses += 1;
+                }
+                self.version += 1;
+                t.put(&k, &record_value(i, self.version))?;
+                self.ops.rmws += 1;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn choose(w: Workload, n: u64, rng: &mut SmallRng) -> Op {

@@ -126,7 +126,6 @@ fn negotiate<'s, R: Read, W: Write>(
     let cflags = proto::parse_client_flags(&b4)?;
     let fixed = cflags & FLAG_C_FIXED_NEWSTYLE != 0;
     let no_zeroes = cflags & FLAG_C_NO_ZEROES != 0;
-    let ex = &shared.export;
     let mut data = Vec::new();
     loop {
         let mut hb = [0u8; OPTION_HEADER_BYTES];
@@ -160,91 +159,127 @@ fn negotiate<'s, R: Read, W: Write>(
             w.flush()?;
             continue;
         }
-        match opt {
-            OPT_EXPORT_NAME => {
-                if !ex.answers_to(&data) {
-                    return Ok(None);
-                }
-                let Ok(q) = shared.open_queue() else {
-                    return Ok(None);
-                };
-                w.write_all(&proto::export_name_reply(ex.size, ex.flags, no_zeroes))?;
-                w.flush()?;
-                return Ok(Some(q));
+        match answer_option(shared, w, opt, &data, no_zeroes)? {
+            Next::Continue => w.flush()?,
+            Next::End => return Ok(None),
+            Next::Transmit(q) => return Ok(Some(q)),
+        }
+    }
+}
+
+/// What answering one option did to the negotiation.
+enum Next<'s> {
+    /// Wait for the next option.
+    Continue,
+    /// The session ends here.
+    End,
+    /// The client enters transmission on this queue pair.
+    Transmit(QueuePair<'s>),
+}
+
+/// Answer option `opt` with its data (the server is not stopping, the data is read).
+fn answer_option<'s, W: Write>(
+    shared: &'s Shared,
+    w: &mut W,
+    opt: u32,
+    data: &[u8],
+    no_zeroes: bool,
+) -> Result<Next<'s>, NbdError> {
+    let ex = &shared.export;
+    match opt {
+        OPT_EXPORT_NAME => {
+            if !ex.answers_to(data) {
+                return Ok(Next::End);
             }
-            OPT_ABORT => {
-                // The client may already have closed; the reply is a courtesy.
-                let _ = opt_reply(w, opt, REP_ACK, &[]).and_then(|_| w.flush());
-                return Ok(None);
-            }
-            OPT_LIST if !data.is_empty() => {
-                opt_reply(w, opt, REP_ERR_INVALID, b"NBD_OPT_LIST takes no data")?;
-            }
-            OPT_LIST => {
-                let mut d = (ex.name.len() as u32).to_be_bytes().to_vec();
-                d.extend_from_slice(ex.name.as_bytes());
-                d.extend_from_slice(ex.description.as_bytes());
-                opt_reply(w, opt, REP_SERVER, &d)?;
-                opt_reply(w, opt, REP_ACK, &[])?;
-            }
-            OPT_INFO | OPT_GO => match InfoRequest::parse(&data) {
-                None => {
-                    let msg = b"malformed NBD_OPT_INFO/NBD_OPT_GO data";
-                    opt_reply(w, opt, REP_ERR_INVALID, msg)?;
-                }
-                Some(i) if !ex.answers_to(&i.name) => {
-                    let msg = format!(
-                        "no export named {:?}; this server has {:?} (or use the default, empty name)",
-                        String::from_utf8_lossy(&i.name),
-                        ex.name
-                    );
-                    opt_reply(w, opt, REP_ERR_UNKNOWN, msg.as_bytes())?;
-                }
-                Some(i) => {
-                    let q = if opt == OPT_GO {
-                        match shared.open_queue() {
-                            Ok(q) => Some(q),
-                            Err(msg) => {
-                                opt_reply(w, opt, REP_ERR_POLICY, msg.as_bytes())?;
-                                w.flush()?;
-                                continue;
-                            }
-                        }
-                    } else {
-                        None
-                    };
-                    let info = |d: Vec<u8>| proto::option_reply(opt, REP_INFO, &d);
-                    w.write_all(&info(proto::info_export(ex.size, ex.flags)))?;
-                    if i.requests.contains(&INFO_NAME) {
-                        w.write_all(&info(proto::info_string(INFO_NAME, ex.name.as_bytes())))?;
-                    }
-                    if i.requests.contains(&INFO_DESCRIPTION) {
-                        let d = proto::info_string(INFO_DESCRIPTION, ex.description.as_bytes());
-                        w.write_all(&info(d))?;
-                    }
-                    w.write_all(&info(proto::info_block_size(
-                        1,
-                        ex.preferred_block,
-                        MAX_PAYLOAD_BYTES,
-                    )))?;
-                    opt_reply(w, opt, REP_ACK, &[])?;
-                    w.flush()?;
-                    if q.is_some() {
-                        return Ok(q);
-                    }
-                }
-            },
-            OPT_STRUCTURED_REPLY => {
-                let msg = b"structured replies are not supported: this server sends simple replies";
-                opt_reply(w, opt, REP_ERR_UNSUP, msg)?;
-            }
-            _ => {
-                let msg = format!("option {opt} is not supported");
-                opt_reply(w, opt, REP_ERR_UNSUP, msg.as_bytes())?;
+            let Ok(q) = shared.open_queue() else {
+                return Ok(Next::End);
+            };
+            w.write_all(&proto::export_name_reply(ex.size, ex.flags, no_zeroes))?;
+            w.flush()?;
+            return Ok(Next::Transmit(q));
+        }
+        OPT_ABORT => {
+            // The client may already have closed; the reply is a courtesy.
+            let _ = opt_reply(w, opt, REP_ACK, &[]).and_then(|_| w.flush());
+            return Ok(Next::End);
+        }
+        OPT_LIST if !data.is_empty() => {
+            opt_reply(w, opt, REP_ERR_INVALID, b"NBD_OPT_LIST takes no data")?;
+        }
+        OPT_LIST => {
+            let mut d = (ex.name.len() as u32).to_be_bytes().to_vec();
+            d.extend_from_slice(ex.name.as_bytes());
+            d.extend_from_slice(ex.description.as_bytes());
+            opt_reply(w, opt, REP_SERVER, &d)?;
+            opt_reply(w, opt, REP_ACK, &[])?;
+        }
+        OPT_INFO | OPT_GO => return answer_info(shared, w, opt, data),
+        OPT_STRUCTURED_REPLY => {
+            let msg = b"structured replies are not supported: this server sends simple replies";
+            opt_reply(w, opt, REP_ERR_UNSUP, msg)?;
+        }
+        _ => {
+            let msg = format!("option {opt} is not supported");
+            opt_reply(w, opt, REP_ERR_UNSUP, msg.as_bytes())?;
+        }
+    }
+    Ok(Next::Continue)
+}
+
+/// NBD_OPT_INFO and NBD_OPT_GO: the export's size, flags, the name and description if
+/// asked for, and the block sizes; GO then enters transmission.
+fn answer_info<'s, W: Write>(
+    shared: &'s Shared,
+    w: &mut W,
+    opt: u32,
+    data: &[u8],
+) -> Result<Next<'s>, NbdError> {
+    let ex = &shared.export;
+    let i = match InfoRequest::parse(data) {
+        None => {
+            let msg = b"malformed NBD_OPT_INFO/NBD_OPT_GO data";
+            opt_reply(w, opt, REP_ERR_INVALID, msg)?;
+            return Ok(Next::Continue);
+        }
+        Some(i) if !ex.answers_to(&i.name) => {
+            let msg = format!(
+                "no export named {:?}; this server has {:?} (or use the default, empty name)",
+                String::from_utf8_lossy(&i.name),
+                ex.name
+            );
+            opt_reply(w, opt, REP_ERR_UNKNOWN, msg.as_bytes())?;
+            return Ok(Next::Continue);
+        }
+        Some(i) => i,
+    };
+    let q = if opt == OPT_GO {
+        match shared.open_queue() {
+            Ok(q) => Some(q),
+            Err(msg) => {
+                opt_reply(w, opt, REP_ERR_POLICY, msg.as_bytes())?;
+                return Ok(Next::Continue);
             }
         }
-        w.flush()?;
+    } else {
+        None
+    };
+    let info = |d: Vec<u8>| proto::option_reply(opt, REP_INFO, &d);
+    w.write_all(&info(proto::info_export(ex.size, ex.flags)))?;
+    if i.requests.contains(&INFO_NAME) {
+        w.write_all(&info(proto::info_string(INFO_NAME, ex.name.as_bytes())))?;
     }
+    if i.requests.contains(&INFO_DESCRIPTION) {
+        let d = proto::info_string(INFO_DESCRIPTION, ex.description.as_bytes());
+        w.write_all(&info(d))?;
+    }
+    w.write_all(&info(proto::info_block_size(
+        1,
+        ex.preferred_block,
+        MAX_PAYLOAD_BYTES,
+    )))?;
+    opt_reply(w, opt, REP_ACK, &[])?;
+    w.flush()?;
+    Ok(q.map_or(Next::Continue, Next::Transmit))
 }
 
 /// Replies handed to a connection's writer and not yet taken by it.

@@ -66,6 +66,53 @@ impl Geo {
         let id = dev.identify();
         let lba_size = id.lba_size as u64;
         let bad = |s: String| Err(FdError::Config(s));
+        let epb = Self::check_shape(cfg, lba_size)?;
+        let k = cfg.size_ratio as u64;
+        let c0 = (cfg.l0_bytes / 16) as u64;
+        let l0_blocks = (cfg.l0_bytes / cfg.block_bytes) as u64;
+        let max_top_fences = (c0 / 8) as usize;
+        if l0_blocks * k > max_top_fences as u64 {
+            return bad(format!(
+                "size_ratio {k} x L0 blocks {l0_blocks} exceeds the fences L0 can hold ({max_top_fences}); lower size_ratio or raise l0_bytes relative to block_bytes"
+            ));
+        }
+        if cfg.cache_bytes < 4 * cfg.block_bytes {
+            return bad(format!("cache_bytes {} is below 4 blocks", cfg.cache_bytes));
+        }
+        let (rpl, log_lbas) = Self::log_size(cfg, lba_size, c0)?;
+        let manifest_bytes = Manifest::encoded_len(MAX_LEVELS, max_top_fences) as u64;
+        let manifest_lbas = manifest_bytes.div_ceil(lba_size);
+        let lbas_per_block = cfg.block_bytes as u64 / lba_size;
+        let min_tree_blocks = 16 * l0_blocks.max(1);
+        let need = 2 * manifest_lbas + log_lbas + min_tree_blocks * lbas_per_block;
+        let have = Self::region(cfg, id.lbas, need)?;
+        let log_lba = cfg.start_lba + 2 * manifest_lbas;
+        let tree_lba = log_lba + log_lbas;
+        let tree_blocks = (cfg.start_lba + have - tree_lba) / lbas_per_block;
+        Ok(Geo {
+            lba_size,
+            lbas_per_block,
+            block_bytes: cfg.block_bytes,
+            epb,
+            c0,
+            l0_blocks: l0_blocks.max(1),
+            k,
+            max_top_fences,
+            manifest_lbas,
+            log_lbas,
+            rpl,
+            start_lba: cfg.start_lba,
+            region_lbas: have,
+            log_lba,
+            tree_lba,
+            tree_blocks,
+        })
+    }
+
+    /// The block size against the LBA size, the merge trigger, L0 and the size ratio;
+    /// the entries per block.
+    fn check_shape(cfg: &FdConfig, lba_size: u64) -> Result<usize, FdError> {
+        let bad = |s: String| Err(FdError::Config(s));
         if lba_size == 0 {
             return bad("device reports an LBA size of 0".into());
         }
@@ -107,47 +154,42 @@ impl Geo {
                 epb - 4
             ));
         }
-        let c0 = (cfg.l0_bytes / 16) as u64;
-        let l0_blocks = (cfg.l0_bytes / cfg.block_bytes) as u64;
-        let max_top_fences = (c0 / 8) as usize;
-        if l0_blocks * k > max_top_fences as u64 {
-            return bad(format!(
-                "size_ratio {k} x L0 blocks {l0_blocks} exceeds the fences L0 can hold ({max_top_fences}); lower size_ratio or raise l0_bytes relative to block_bytes"
-            ));
-        }
-        if cfg.cache_bytes < 4 * cfg.block_bytes {
-            return bad(format!("cache_bytes {} is below 4 blocks", cfg.cache_bytes));
-        }
+        Ok(epb)
+    }
+
+    /// Log records per LBA and the log's LBAs; the log must hold two generations of L0
+    /// (DS) plus slack.
+    fn log_size(cfg: &FdConfig, lba_size: u64, c0: u64) -> Result<(u64, u64), FdError> {
         let rpl = lba_size / LOG_RECORD_BYTES as u64;
         let log_lbas = cfg.log_bytes as u64 / lba_size;
-        // The log must hold two generations of L0 (DS) plus slack.
         let need_records = 4 * c0 + 2 * rpl;
         if rpl == 0 || log_lbas * rpl < need_records {
-            return bad(format!(
+            return Err(FdError::Config(format!(
                 "log_bytes {} holds {} records; at least {} are needed (4 x the L0 entries); raise log_bytes",
                 cfg.log_bytes,
                 log_lbas * rpl,
                 need_records
-            ));
+            )));
         }
-        let manifest_bytes = Manifest::encoded_len(MAX_LEVELS, max_top_fences) as u64;
-        let manifest_lbas = manifest_bytes.div_ceil(lba_size);
-        let lbas_per_block = cfg.block_bytes as u64 / lba_size;
-        let min_tree_blocks = 16 * l0_blocks.max(1);
-        let need = 2 * manifest_lbas + log_lbas + min_tree_blocks * lbas_per_block;
+        Ok((rpl, log_lbas))
+    }
+
+    /// The LBAs of the tree's region (the configured count, or the rest of the device),
+    /// at least `need` and within the device's `device_lbas`.
+    fn region(cfg: &FdConfig, device_lbas: u64, need: u64) -> Result<u64, FdError> {
         let have = match cfg.lba_count {
             Some(n) => n,
-            None => id.lbas.saturating_sub(cfg.start_lba),
+            None => device_lbas.saturating_sub(cfg.start_lba),
         };
         if cfg
             .start_lba
             .checked_add(have)
-            .is_none_or(|end| end > id.lbas)
+            .is_none_or(|end| end > device_lbas)
         {
-            return bad(format!(
+            return Err(FdError::Config(format!(
                 "LBA range {}+{have} is beyond the device's {} LBAs",
-                cfg.start_lba, id.lbas
-            ));
+                cfg.start_lba, device_lbas
+            )));
         }
         if have < need {
             return Err(FdError::DeviceTooSmall {
@@ -155,27 +197,7 @@ impl Geo {
                 have_lbas: have,
             });
         }
-        let log_lba = cfg.start_lba + 2 * manifest_lbas;
-        let tree_lba = log_lba + log_lbas;
-        let tree_blocks = (cfg.start_lba + have - tree_lba) / lbas_per_block;
-        Ok(Geo {
-            lba_size,
-            lbas_per_block,
-            block_bytes: cfg.block_bytes,
-            epb,
-            c0,
-            l0_blocks: l0_blocks.max(1),
-            k,
-            max_top_fences,
-            manifest_lbas,
-            log_lbas,
-            rpl,
-            start_lba: cfg.start_lba,
-            region_lbas: have,
-            log_lba,
-            tree_lba,
-            tree_blocks,
-        })
+        Ok(have)
     }
 
     /// Maximum blocks of level class `i` (I3).
