@@ -11,7 +11,8 @@
 //!
 //! Options (`key=value`): `schemes` (xm,ds,fc), `fig` (6, 7, 8 or all), `w` (Figure 6
 //! lookup ratios), `preload`, `requests`, `sizes`, `warehouses`, `l0_kib`, `k`,
-//! `cache_mib`, `merge_at`, `clock` (paced, paced:SCALE, virtual), `seed`.
+//! `cache_mib`, `merge_at`, `clock` (paced, paced:SCALE, virtual), `seed`, `threads`
+//! (`T_r/T_w`; default from [`csd_idxbench::repro::scaled_threads`]).
 //!
 //! Diagnosis (environment): `DIAG=MS` lists requests slower than MS ms and the longest
 //! merges of each run; with `GDB=1` as well, the first request in flight for over 40 ms

@@ -34,6 +34,10 @@ pub struct ReproParams {
     pub clock: String,
     /// Seed of the workloads.
     pub seed: u64,
+    /// Reader threads `T_r` of every run (paper: 6 on an 8-core machine).
+    pub readers: usize,
+    /// Writer threads `T_w` of every run (paper: 2).
+    pub writers: usize,
 }
 
 /// Keys preloaded for Figure 6 (paper: 10 M): a bottom level of ~1,700 blocks in level
@@ -65,6 +69,28 @@ pub const CACHE_MIB: usize = 1;
 /// with its 33-second merges makes it.
 pub const MERGE_AT: f64 = 0.98;
 
+/// Worker threads `(T_r, T_w)` for a machine of `cores` cores: the paper's six readers,
+/// and `T_w = cores / 4` writers, at least one and at most the paper's two — exactly the
+/// paper's 6 and 2 on its 8-core i7 (§5: "T_r + T_w = 8"), 6 and 1 on 2 to 7 cores.
+///
+/// Why fewer writers on a small machine: readers mostly sleep on paced device reads,
+/// but writers and the merge thread are CPU work. On 2 cores the paper's eight workers,
+/// the injector and the merge thread made FD+FC's worst insertion `R_p` the scheduler's
+/// latency (9–30 ms at `W_l = 0.8`, so FD+XM's 0.25–0.3 s merge stall was 7–22x of it),
+/// not anything the index does. Measured at `W_l = 0.8` (FD+XM / FD+FC worst
+/// insertion): 6 and 2: 17.5x; 4 and 2: 21.5x; 6 and 1: 31x and 410x in two runs; 3 and
+/// 1: 62x and 748x, but 3 readers cap G_T's throughput at 8 warehouses, where FD+FC's lead
+/// then flipped. See `repro_findings.md`, item 8.
+pub fn scaled_threads(cores: usize) -> (usize, usize) {
+    (6, (cores / 4).clamp(1, 2))
+}
+
+/// [`scaled_threads`] for this machine (`std::thread::available_parallelism`, 1 if
+/// unknown).
+pub fn machine_threads() -> (usize, usize) {
+    scaled_threads(std::thread::available_parallelism().map_or(1, usize::from))
+}
+
 impl Default for ReproParams {
     fn default() -> Self {
         Self {
@@ -79,6 +105,8 @@ impl Default for ReproParams {
             merge_at: MERGE_AT,
             clock: "paced".into(),
             seed: crate::harness::DEFAULT_SEED,
+            readers: machine_threads().0,
+            writers: machine_threads().1,
         }
     }
 }
@@ -109,9 +137,21 @@ impl ReproParams {
             "merge_at" => self.merge_at = num(key, v)?,
             "clock" => self.clock = v.to_string(),
             "seed" => self.seed = num(key, v)?,
+            "threads" => {
+                let (r, w) = v.split_once('/').ok_or_else(|| {
+                    BenchError::Config(format!("threads: `{v}` is not READERS/WRITERS (e.g. 6/2)"))
+                })?;
+                let (r, w): (usize, usize) = (num(key, r)?, num(key, w)?);
+                if r == 0 || w == 0 {
+                    return Err(BenchError::Config(format!(
+                        "threads: `{v}` needs at least one reader and one writer"
+                    )));
+                }
+                (self.readers, self.writers) = (r, w);
+            }
             _ => {
                 return Err(BenchError::Config(format!(
-                    "unknown parameter `{key}`: use preload, requests, w, sizes, warehouses, l0_kib, k, cache_mib, merge_at, clock or seed"
+                    "unknown parameter `{key}`: use preload, requests, w, sizes, warehouses, l0_kib, k, cache_mib, merge_at, clock, seed or threads"
                 )));
             }
         }
@@ -122,7 +162,7 @@ impl ReproParams {
     pub fn describe(&self) -> String {
         let csv = |v: Vec<String>| v.join(",");
         format!(
-            "preload={} requests={} w={} sizes={} warehouses={} l0_kib={} k={} cache_mib={} merge_at={} clock={} seed={}",
+            "preload={} requests={} w={} sizes={} warehouses={} l0_kib={} k={} cache_mib={} merge_at={} clock={} seed={} threads={}/{}",
             self.preload,
             self.requests,
             csv(self.lookup_ratios.iter().map(f64::to_string).collect()),
@@ -133,7 +173,9 @@ impl ReproParams {
             self.cache_mib,
             self.merge_at,
             self.clock,
-            self.seed
+            self.seed,
+            self.readers,
+            self.writers
         )
     }
 }
@@ -144,11 +186,12 @@ pub fn fig6_config(p: &ReproParams, w_l: f64) -> Result<BenchConfig, BenchError>
 }
 
 /// The Figure 6 base configuration (G_R at `W_l = 0.8`, the repro's preload and
-/// request count, threads and queues as in the paper); the sweep varies `W_l`.
+/// request count, the machine-scaled worker threads ([`scaled_threads`]), queues as in the paper); the sweep varies `W_l`.
 pub fn fig6_base(p: &ReproParams) -> BenchConfig {
     let mut c = BenchConfig::small(0.8);
     c.workload = WorkloadSpec::Gr(GrSpec::with_lookup_ratio(0.8, p.requests, p.preload));
     c.seed = p.seed;
+    (c.readers, c.writers) = (p.readers, p.writers);
     c
 }
 
@@ -168,6 +211,7 @@ pub fn fig8_config(p: &ReproParams, warehouses: u32) -> BenchConfig {
         g.requests = GT_REQUESTS;
     }
     c.seed = p.seed;
+    (c.readers, c.writers) = (p.readers, p.writers);
     c
 }
 
@@ -398,6 +442,25 @@ mod tests {
     }
 
     #[test]
+    fn threads_are_the_papers_on_its_machine_and_fewer_writers_on_smaller_ones() {
+        assert_eq!(
+            scaled_threads(8),
+            (6, 2),
+            "the paper's i7: T_r = 6, T_w = 2"
+        );
+        assert_eq!(scaled_threads(2), (6, 1));
+        assert_eq!(scaled_threads(1), (6, 1));
+        assert_eq!(scaled_threads(4), (6, 1));
+        assert_eq!(
+            scaled_threads(64),
+            (6, 2),
+            "never more writers than the paper's"
+        );
+        let d = ReproParams::default();
+        assert_eq!((d.readers, d.writers), machine_threads());
+    }
+
+    #[test]
     fn parameters_parse_and_reject_bad_input() {
         let mut p = ReproParams::default();
         p.set("w", "0.5,0.8").unwrap();
@@ -407,7 +470,19 @@ mod tests {
         let before = p.clone();
         assert!(p.set("preload", "many").is_err());
         assert!(p.set("nonsense", "1").is_err());
+        for bad in ["6", "6/x", "0/2", "6/0", "/"] {
+            assert!(p.set("threads", bad).is_err(), "threads={bad}");
+        }
         assert_eq!(p, before, "a rejected parameter changes nothing");
+        p.set("threads", "6/2").unwrap();
+        assert_eq!((p.readers, p.writers), (6, 2));
+        assert!(p.describe().contains("threads=6/2"));
+        let c = fig6_config(&p, 0.5).unwrap();
+        assert_eq!((c.readers, c.writers), (6, 2));
+        assert_eq!(
+            (fig8_config(&p, 4).readers, fig7_config(&p, 10).writers),
+            (6, 2)
+        );
         assert!(p.describe().contains("preload=1000"));
         let c = fig8_config(&p, 4);
         assert!(
