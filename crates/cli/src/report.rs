@@ -3,7 +3,7 @@
 
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use csd_device::IoReport;
-use csd_nand::Nand;
+use csd_nand::{BlockId, Nand};
 use csd_sim::DeviceConfig;
 use serde_json::{Map, Value, json};
 use std::path::Path;
@@ -49,7 +49,7 @@ pub fn geometry_line(c: &DeviceConfig) -> String {
 pub fn device_info(path: &Path, nand: &Nand, json_out: bool) {
     let c = nand.config();
     let g = c.geometry;
-    let (pe_min, pe_max, pe_avg, bad, pages) = crate::wear_summary(nand);
+    let (pe_min, pe_max, pe_avg, bad, pages) = wear_summary(nand);
     let disk = std::fs::metadata(path).ok();
     if json_out {
         let v = json!({
@@ -558,4 +558,26 @@ pub fn progress_bar(len: Option<u64>, unit: &str) -> indicatif::ProgressBar {
 /// the DRAM and the host link), MB/s: csd's one analytic bandwidth formula.
 pub(crate) fn model_seq_read_mb_s(c: &csd_sim::DeviceConfig) -> f64 {
     csd_model::scan::ScanParams::from_device(c).seq_read_bytes_per_s() / 1e6
+}
+
+/// Used by `device info`: wear and bad-block summary over every block.
+fn wear_summary(nand: &Nand) -> (u32, u32, f64, u32, u64) {
+    let blocks = nand.addr().blocks();
+    let (mut min, mut max, mut sum, mut bad, mut pages) = (u32::MAX, 0u32, 0u64, 0u32, 0u64);
+    for b in 0..blocks {
+        if let Ok(i) = nand.block_info(BlockId(b)) {
+            min = min.min(i.pe_cycles);
+            max = max.max(i.pe_cycles);
+            sum += i.pe_cycles as u64;
+            bad += i.factory_bad as u32;
+            pages += i.next_page as u64;
+        }
+    }
+    (
+        min.min(max),
+        max,
+        sum as f64 / blocks.max(1) as f64,
+        bad,
+        pages,
+    )
 }

@@ -472,7 +472,7 @@ pub(crate) fn bench_ycsb_cmd(a: &BenchYcsbArgs) -> Result<(), CliError> {
     }
     let o = run_once(a, &bar)?;
     bar.finish_and_clear();
-    let peers = crate::kvpeers::run_peers(a, o.run.ops.total(), &bar)?;
+    let peers = crate::cmd::kvpeers::run_peers(a, o.run.ops.total(), &bar)?;
     if a.json {
         let mut j = o.to_json();
         j["peers"] = serde_json::Value::Array(peers.iter().map(|p| p.to_json(&o)).collect());

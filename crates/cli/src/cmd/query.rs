@@ -4,6 +4,7 @@
 //! plans, device scans run the device program with the scan paper's strategies
 //! (in-storage-scan-processing §4), through [`SqlSession::run_strategies`].
 
+use crate::args::{LayoutArg, comma_list};
 use crate::{CliError, ConfigSource, report};
 use clap::Args;
 use csd_device::NvmeDevice;
@@ -219,7 +220,7 @@ impl ImageSession {
     pub(crate) fn open(db: &DbArgs, opts: &SqlOpts, quiet: bool) -> Result<Self, CliError> {
         match (&db.image, &db.array) {
             (_, Some(dir)) => {
-                let (s, cfg) = crate::array::session(dir, opts.settings(), db.threads, quiet)?;
+                let (s, cfg) = crate::cmd::array::session(dir, opts.settings(), db.threads, quiet)?;
                 Ok(ImageSession {
                     db: Db::Array(s),
                     cfg,
@@ -241,7 +242,7 @@ impl ImageSession {
                         eprintln!(
                             "finishing an INSERT/UPDATE/DELETE on {table} that a power cut interrupted ({pages} pages)"
                         );
-                        crate::index::with_rw(image, true, |c| {
+                        crate::cmd::index::with_rw(image, true, |c| {
                             csd_host::Catalog::read(c)?;
                             Ok(())
                         })?;
@@ -357,9 +358,9 @@ impl ImageSession {
         self.close_db()?; // drops the device and its lock
         self.writable = false;
         let r = match ddl {
-            csd_sql::ddl::Ddl::CreateIndex(req) => crate::index::create_on(&path, &req, true),
+            csd_sql::ddl::Ddl::CreateIndex(req) => crate::cmd::index::create_on(&path, &req, true),
             csd_sql::ddl::Ddl::DropIndex { name, if_exists } => {
-                crate::index::drop_on(&path, &name, if_exists)
+                crate::cmd::index::drop_on(&path, &name, if_exists)
             }
             csd_sql::ddl::Ddl::SetUseIndex(_) => {
                 Err(CliError::Usage("not an index statement".into()))
@@ -516,7 +517,7 @@ pub(crate) fn print_ran(ran: &Ran, cfg: &DeviceConfig, opts: &SqlOpts) {
     }
     for (i, (c, ans)) in ran.runs.iter().enumerate() {
         match ran.devices.get(i) {
-            Some(a) => crate::array::print_devices(*c, ans, a),
+            Some(a) => crate::cmd::array::print_devices(*c, ans, a),
             None => print_scans(*c, ans, cfg),
         }
         if opts.explain {
@@ -940,8 +941,8 @@ pub(crate) struct BenchQueryArgs {
     #[arg(long, default_value_t = 1.0)]
     sf: f64,
     /// Layouts, comma-separated.
-    #[arg(long, default_value = "nsm,pax")]
-    layouts: String,
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [LayoutArg::Nsm, LayoutArg::Pax])]
+    layouts: Vec<LayoutArg>,
     /// The query (`q1`, `q6` or SQL over `lineitem`).
     #[arg(long, default_value = "q6")]
     query: String,
@@ -959,28 +960,14 @@ pub(crate) fn bench_query_cmd(a: &BenchQueryArgs) -> Result<(), CliError> {
     let cfg = a.src.load()?;
     let sql = expand(&a.query);
     let mut all = Vec::new();
-    for layout in a
-        .layouts
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
-        let layout = match layout {
-            "nsm" => Layout::Nsm,
-            "pax" => Layout::Pax,
-            o => {
-                return Err(CliError::Usage(format!(
-                    "unknown layout `{o}`: use nsm or pax"
-                )));
-            }
-        };
+    for layout in a.layouts.iter().map(|l| l.layout()) {
         let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
         let ftl = csd_ftl::Ftl::format(nand, FtlConfig::default())?;
         let mut client = Client::new(NvmeDevice::new(ftl))?;
         let g = TpchGenerator::new(TpchTable::LineItem, a.sf)
             .map_err(|e| CliError::Usage(e.to_string()))?;
         let total = TpchTable::LineItem.row_count(a.sf, 1, 1);
-        let load = crate::tables::load_one(&mut client, "lineitem", g, layout, total, a.json)?;
+        let load = crate::cmd::tables::load_one(&mut client, "lineitem", g, layout, total, a.json)?;
         if !a.json {
             eprintln!(
                 "loaded lineitem {layout}: {} rows, {} in {:.1} s wall",
@@ -998,7 +985,7 @@ pub(crate) fn bench_query_cmd(a: &BenchQueryArgs) -> Result<(), CliError> {
     let cmd = format!(
         "csd bench query --sf {} --layouts {} --query {} {} {}",
         a.sf,
-        a.layouts,
+        comma_list(&a.layouts),
         a.query,
         a.run.flags(),
         a.src.describe()
@@ -1051,7 +1038,7 @@ pub(crate) fn demo_query(cfg: &DeviceConfig) -> Result<(), CliError> {
     let g =
         TpchGenerator::new(TpchTable::LineItem, sf).map_err(|e| CliError::Usage(e.to_string()))?;
     let total = TpchTable::LineItem.row_count(sf, 1, 1);
-    let load = crate::tables::load_one(&mut client, "lineitem", g, Layout::Pax, total, false)?;
+    let load = crate::cmd::tables::load_one(&mut client, "lineitem", g, Layout::Pax, total, false)?;
     println!(
         "   loaded {} rows ({}) in {:.2} s wall, {:.3} s modeled",
         load.table.rows,

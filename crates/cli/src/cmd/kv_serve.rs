@@ -16,7 +16,7 @@
 //! * The listening address goes to stdout as `listening on ADDR` (port 0 picks a free
 //!   port), for scripts and tests; everything else goes to stderr.
 
-use crate::{CliError, ConfigSource, image, kvbench, report};
+use crate::{CliError, ConfigSource, cmd::bench_ycsb, image, report};
 use clap::Args;
 use csd_device::NvmeDevice;
 use csd_device::stack::{self, OpenOptions};
@@ -79,11 +79,11 @@ fn new_image_config(a: &KvServeArgs) -> Result<DeviceConfig, CliError> {
     if a.src.given() {
         let cfg = a.src.load()?;
         match a.device_gib {
-            Some(g) => kvbench::shrink_config(cfg, g),
+            Some(g) => bench_ycsb::shrink_config(cfg, g),
             None => Ok(cfg),
         }
     } else {
-        kvbench::device_config("ox-westlake", a.device_gib.unwrap_or(2.0))
+        bench_ycsb::device_config("ox-westlake", a.device_gib.unwrap_or(2.0))
     }
 }
 
@@ -105,7 +105,7 @@ fn open_device(a: &KvServeArgs) -> Result<csd_device::BlockDevice, CliError> {
     );
     let mut ftl = a.ftl.clone();
     if ftl.op.is_none() {
-        ftl.op = Some(kvbench::RUN_OP);
+        ftl.op = Some(bench_ycsb::RUN_OP);
     }
     let opts = OpenOptions {
         access: Access::ReadWrite,

@@ -8,13 +8,14 @@
 //!
 //! Every run is one `csd bench ycsb` configuration (crate `kvbench`): a fresh in-memory
 //! device of the `ox-westlake` preset (cut to about `--device-gib`, see
-//! `kvbench::device_config`), the records loaded, the cache set, the workload run for a
+//! `bench_ycsb::device_config`), the records loaded, the cache set, the workload run for a
 //! fixed number of operations (default) or modeled duration. The default scale is sized
 //! to finish in a few minutes on two cores; `--scale paper` runs the paper's 10M records
 //! for 300 modeled seconds.
 
+use super::plot_err;
 use crate::CliError;
-use crate::kvbench::{self, BenchYcsbArgs, CacheSize, Outcome};
+use crate::cmd::bench_ycsb::{self, BenchYcsbArgs, CacheSize, Outcome};
 use crate::report::progress_bar;
 use clap::{Args, ValueEnum};
 use csd_kv::Interface;
@@ -278,7 +279,7 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
             ..base.clone()
         };
         let t0 = Instant::now();
-        let out = kvbench::run_once(&args, &inner)?;
+        let out = bench_ycsb::run_once(&args, &inner)?;
         if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             eprintln!(
                 "run {}/{}: {} {} {} cache {}: {:.0} modeled ops/s ({:.1} s)",
@@ -382,10 +383,6 @@ fn summary(runs: &[Run]) -> String {
         }
     }
     s
-}
-
-fn plot_err(e: csd_plot::PlotError) -> CliError {
-    CliError::Usage(format!("plot: {e}"))
 }
 
 fn report(
@@ -731,7 +728,7 @@ fn report(
     );
     // Configuration.
     let _ = writeln!(md, "\n## Configuration\n");
-    let dcfg = kvbench::device_config("ox-westlake", gib)?;
+    let dcfg = bench_ycsb::device_config("ox-westlake", gib)?;
     let g = &dcfg.geometry;
     let _ = writeln!(
         md,
@@ -747,7 +744,7 @@ fn report(
         g.pages_per_block,
         g.page_size / 1024,
         g.raw_capacity() as f64 / (1u64 << 30) as f64,
-        kvbench::RUN_OP,
+        bench_ycsb::RUN_OP,
         a.seed,
         runs.len(),
         a.out.display(),

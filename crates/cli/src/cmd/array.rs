@@ -4,7 +4,8 @@
 //! striped across N device images listed in a versioned manifest, one DataFusion
 //! partition per device, the device scans in parallel on host threads.
 
-use crate::query::{self, SqlOpts};
+use crate::args::LayoutArg;
+use crate::cmd::query::{self, SqlOpts};
 use crate::{CliError, ConfigSource, image, report};
 use clap::{Args, Subcommand};
 use csd_device::NvmeDevice;
@@ -394,8 +395,8 @@ pub(crate) struct BenchArrayArgs {
     #[arg(long, default_value = "q6")]
     query: String,
     /// Page layout.
-    #[arg(long, default_value = "pax", value_parser = ["nsm", "pax"])]
-    layout: String,
+    #[arg(long, value_enum, default_value_t)]
+    layout: LayoutArg,
     /// Runs per thread count (the best is reported).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -430,11 +431,7 @@ pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
             ))
         })?,
     };
-    let layout = if a.layout == "nsm" {
-        Layout::Nsm
-    } else {
-        Layout::Pax
-    };
+    let layout = a.layout.layout();
     let mut clients = Vec::with_capacity(a.devices);
     for _ in 0..a.devices {
         let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;

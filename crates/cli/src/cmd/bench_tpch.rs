@@ -19,11 +19,11 @@ use csd_ftl::FtlConfig;
 use csd_host::Client;
 use csd_sql::datafusion::arrow::csv::WriterBuilder;
 use csd_sql::tpch::QUERIES;
-use csd_sql::{Choice, ScanSettings, SqlSession};
+use csd_sql::{ScanSettings, SqlSession};
 use csd_table::datagen::{TpchGenerator, TpchTable};
-use csd_table::page::Layout;
 
-use crate::query::batch_rows;
+use crate::args::{ChoiceArg, LayoutArg};
+use crate::cmd::query::batch_rows;
 use crate::{CliError, ConfigSource, report};
 
 /// `csd bench tpch`.
@@ -32,12 +32,12 @@ pub(crate) struct BenchTpchArgs {
     /// TPC-H scale factor.
     #[arg(long, default_value_t = 0.1)]
     sf: f64,
-    /// Page layout: nsm or pax.
-    #[arg(long, default_value = "pax")]
-    layout: String,
-    /// Where scans run: ihp, cpu-isp, hw-isp or auto.
-    #[arg(long, default_value = "auto")]
-    strategy: String,
+    /// Page layout.
+    #[arg(long, value_enum, default_value_t)]
+    layout: LayoutArg,
+    /// Where scans run.
+    #[arg(long, value_enum, default_value_t)]
+    strategy: ChoiceArg,
     /// Queries to run, e.g. 1,6,14 (default all 22).
     #[arg(long)]
     queries: Option<String>,
@@ -117,21 +117,8 @@ fn sf1_answer(n: usize) -> Option<Reference> {
 /// `csd bench tpch`.
 pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
     let cfg = a.src.load()?;
-    let layout = match a.layout.as_str() {
-        "nsm" => Layout::Nsm,
-        "pax" => Layout::Pax,
-        o => {
-            return Err(CliError::Usage(format!(
-                "unknown layout `{o}`: use nsm or pax"
-            )));
-        }
-    };
-    let choice = Choice::parse(&a.strategy).ok_or_else(|| {
-        CliError::Usage(format!(
-            "unknown strategy `{}`: use ihp, cpu-isp, hw-isp or auto",
-            a.strategy
-        ))
-    })?;
+    let layout = a.layout.layout();
+    let choice = a.strategy.choice();
     let numbers: Vec<usize> = match &a.queries {
         None => (1..=22).collect(),
         Some(s) => s
@@ -159,7 +146,7 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
     for t in TpchTable::ALL {
         let g = TpchGenerator::new(t, a.sf).map_err(|e| CliError::Usage(e.to_string()))?;
         let total = t.row_count(a.sf, 1, 1);
-        crate::tables::load_one(&mut client, t.name(), g, layout, total, false)?;
+        crate::cmd::tables::load_one(&mut client, t.name(), g, layout, total, false)?;
     }
     let session = SqlSession::new(client, cfg.clone(), ScanSettings::new(choice))
         .map_err(|e| CliError::Usage(e.to_string()))?;

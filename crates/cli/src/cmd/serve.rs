@@ -42,7 +42,7 @@ pub(crate) struct ServeArgs {
     read_only: bool,
     /// Clock: virtual (reply as soon as a request ran) or paced[:SCALE] (reply when the
     /// wall clock reaches the modeled completion, times SCALE).
-    #[arg(long, default_value = "virtual", value_parser = crate::parse_clock)]
+    #[arg(long, default_value = "virtual", value_parser = crate::args::parse_clock)]
     clock: ClockMode,
     /// Write the SMART log and server counters to the stats file every SECS seconds
     /// (0: only at shutdown).

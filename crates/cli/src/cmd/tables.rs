@@ -1,5 +1,6 @@
 //! `csd load` and `csd tables`: tables on the device (smart-ssd §4.1.1 data sets).
 
+use crate::args::LayoutArg;
 use crate::{CliError, ConfigSource, image, report};
 use clap::{Args, Subcommand};
 use csd_device::NvmeDevice;
@@ -81,9 +82,9 @@ pub(crate) struct Target {
     stripe_pages: u64,
     #[command(flatten)]
     src: ConfigSource,
-    /// Page layout: nsm or pax.
-    #[arg(long, default_value = "pax", value_parser = ["nsm", "pax"])]
-    layout: String,
+    /// Page layout.
+    #[arg(long, value_enum, default_value_t)]
+    layout: LayoutArg,
     /// A new image: extension bytes per MAP entry for FLIXR per-page indexes (24 lets
     /// `csd index create` / `CREATE INDEX` add range or bitmap indexes later).
     #[arg(long)]
@@ -140,7 +141,7 @@ pub(crate) struct TablesArgs {
 /// A device or an array, opened read-write for loading.
 enum Dest {
     One(Box<Client>),
-    Array(crate::array::ArrayLoad),
+    Array(crate::cmd::array::ArrayLoad),
 }
 
 impl Target {
@@ -167,7 +168,7 @@ fn open_client(t: &Target) -> Result<Dest, CliError> {
                         .into(),
                 ));
             }
-            Ok(Dest::Array(crate::array::ArrayLoad::open(
+            Ok(Dest::Array(crate::cmd::array::ArrayLoad::open(
                 dir,
                 t.stripe_pages,
                 t.json,
@@ -210,10 +211,6 @@ fn load_into(
         Dest::One(c) => load_one(c, name, source, layout, total, json),
         Dest::Array(a) => a.load(name, source, layout, total, json),
     }
-}
-
-fn layout_of(s: &str) -> Layout {
-    if s == "nsm" { Layout::Nsm } else { Layout::Pax }
 }
 
 fn bar(total: Option<u64>, what: &str, show: bool) -> Option<indicatif::ProgressBar> {
@@ -330,7 +327,7 @@ pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
                     &mut client,
                     name,
                     g,
-                    layout_of(&a.target.layout),
+                    a.target.layout.layout(),
                     total,
                     a.target.json,
                 )?);
@@ -358,7 +355,7 @@ pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
                 &mut client,
                 &name,
                 g,
-                layout_of(&a.target.layout),
+                a.target.layout.layout(),
                 Some(a.rows),
                 a.target.json,
             )?);
@@ -456,7 +453,7 @@ fn load_file(f: &FileArgs, csv: Option<&CsvArgs>) -> Result<csd_host::LoadReport
         &mut client,
         &f.table,
         rows,
-        layout_of(&f.target.layout),
+        f.target.layout.layout(),
         total,
         f.target.json,
     );
