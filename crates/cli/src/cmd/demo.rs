@@ -74,7 +74,7 @@ fn tour_workloads(page: u64, seed: u64) -> Vec<(&'static str, WorkloadSpec)> {
                 bs: 128 << 10,
                 iodepth: 64,
                 ops: Some(50_000),
-                seed: seed,
+                seed,
                 ..Default::default()
             },
         ),
@@ -85,7 +85,7 @@ fn tour_workloads(page: u64, seed: u64) -> Vec<(&'static str, WorkloadSpec)> {
                 bs: 4096,
                 iodepth: 32,
                 ops: Some(300_000),
-                seed: seed,
+                seed,
                 ..Default::default()
             },
         ),
@@ -96,7 +96,7 @@ fn tour_workloads(page: u64, seed: u64) -> Vec<(&'static str, WorkloadSpec)> {
                 bs: 4096,
                 iodepth: 1,
                 ops: Some(50_000),
-                seed: seed,
+                seed,
                 ..Default::default()
             },
         ),
@@ -107,7 +107,7 @@ fn tour_workloads(page: u64, seed: u64) -> Vec<(&'static str, WorkloadSpec)> {
                 bs: page,
                 iodepth: 64,
                 ops: Some(50_000),
-                seed: seed,
+                seed,
                 ..Default::default()
             },
         ),
@@ -118,7 +118,7 @@ fn tour_workloads(page: u64, seed: u64) -> Vec<(&'static str, WorkloadSpec)> {
                 bs: page,
                 iodepth: 32,
                 ops: Some(50_000),
-                seed: seed,
+                seed,
                 ..Default::default()
             },
         ),

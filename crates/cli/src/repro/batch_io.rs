@@ -404,8 +404,40 @@ fn report(
          the ox-westlake preset cut to about {gib} GiB in memory (see Configuration). Figures are modeled ops/s from the \
          store's virtual clock; every number comes from counters the store and the device kept during the run.\n"
     );
+    let c = Ctx {
+        a,
+        runs,
+        records,
+        length,
+        gib,
+        wall,
+    };
+    figure11(&mut md, &c)?;
+    figure12(&mut md, &c)?;
+    figure13(&mut md, &c)?;
+    figure15(&mut md, &c)?;
+    tables34(&mut md, &c)?;
+    differences(&mut md, &c)?;
+    configuration(&mut md, &c)?;
+    Ok(md)
+}
+
+/// What every section of the report reads: the options and the runs.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    a: &'a ReproBatchIoArgs,
+    runs: &'a [Run],
+    records: u64,
+    length: RunLength,
+    gib: f64,
+    wall: f64,
+}
+
+/// Figure 11: throughput by host cache size, per panel (a-f), block against batch,
+/// with the in-memory store for reference.
+fn figure11(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx { a, runs, .. } = *c;
     let pcts: Vec<f64> = a.caches.clone();
-    // Figure 11.
     let _ = writeln!(md, "## Figure 11: throughput by host cache size\n");
     let panels = [
         ("a", Workload::ReadHeavy, Durability::None),
@@ -474,7 +506,14 @@ fn report(
         let _ = writeln!(md, "![Figure 11{p}](fig11{p}.png)");
     }
     let _ = writeln!(md);
-    // Figure 12.
+    Ok(())
+}
+
+/// Figure 12: done log records (one per FTL commit) and bytes written, write-heavy
+/// without checkpoint or GC.
+fn figure12(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx { a, runs, .. } = *c;
+    let pcts: Vec<f64> = a.caches.clone();
     let _ = writeln!(
         md,
         "## Figure 12: done log records (one per FTL commit, §4.2.2)\n\n\
@@ -532,7 +571,13 @@ fn report(
     }
     bars.write(&a.out, "fig12").map_err(plot_err)?;
     let _ = writeln!(md, "\n![Figure 12](fig12.png)\n");
-    // Figure 13.
+    Ok(())
+}
+
+/// Figure 13: end to end (checkpoints and GC on) against the paper's curves, then the summary table.
+fn figure13(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx { a, runs, .. } = *c;
+    let pcts: Vec<f64> = a.caches.clone();
     let _ = writeln!(
         md,
         "## Figure 13: end to end (checkpoints and GC on)\n\nPaper (§8.2.4): read-heavy block 92K–366K vs batch 240K–497K ops/s; write-heavy 35K–119K vs 95K–201K (20% and 80% cache).\n"
@@ -578,7 +623,14 @@ fn report(
         md,
         "\n![Figure 13a](fig13a.png) ![Figure 13b](fig13b.png)\n"
     );
-    // Figure 15.
+    Ok(())
+}
+
+/// Figure 15: the host CPU's share spent in GC and checkpoints, write-heavy at the cache
+/// size closest to 50%.
+fn figure15(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx { a, runs, .. } = *c;
+    let pcts: Vec<f64> = a.caches.clone();
     let _ = writeln!(
         md,
         "## Figure 15: host CPU spent in GC\n\nWrite-heavy, 50% cache (or the closest measured). Paper: durable throughput about 2/3 of the non-durable one on the block interface, and about 10% of the host CPU in GC, work the batch interface moves into the device.\n"
@@ -637,7 +689,12 @@ fn report(
         .map_err(plot_err)?;
         let _ = writeln!(md, "\n![Figure 15](fig15.png)\n");
     }
-    // Tables 3 and 4.
+    Ok(())
+}
+
+/// Tables 3 and 4: data moved, RA, WA and GC overhead beside the paper's.
+fn tables34(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx { runs, .. } = *c;
     let _ = writeln!(
         md,
         "## Tables 3 and 4: data moved, RA, WA and GC overhead\n\nWrite-heavy, checkpoint + GC (aggressive: 50%). GC = host GC + device GC. \
@@ -692,7 +749,12 @@ fn report(
             t3[4]
         );
     }
-    // Differences.
+    Ok(())
+}
+
+/// Where the figures differ from the paper, and which parameters move them.
+fn differences(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx { records, gib, .. } = *c;
     let _ = writeln!(md, "\n## Where the figures differ from the paper\n");
     let _ = writeln!(
         md,
@@ -726,7 +788,20 @@ fn report(
          device is cut to about {gib} GiB but the store's live data is a small share of \
          it. Parameters: `--records`, `--device-gib`."
     );
-    // Configuration.
+    Ok(())
+}
+
+/// The device, store and workload configuration, and the command that reproduces the
+/// run.
+fn configuration(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx {
+        a,
+        runs,
+        records,
+        length,
+        gib,
+        wall,
+    } = *c;
     let _ = writeln!(md, "\n## Configuration\n");
     let dcfg = bench_ycsb::device_config("ox-westlake", gib)?;
     let g = &dcfg.geometry;
@@ -767,5 +842,5 @@ fn report(
             .join(","),
         a.seed
     );
-    Ok(md)
+    Ok(())
 }

@@ -503,7 +503,7 @@ fn report_md(
     let _ = writeln!(
         md,
         "## Side by side with the paper\n\n{}",
-        checks_md(&checks)
+        checks_md(checks)
     );
     let _ = writeln!(
         md,
@@ -539,7 +539,7 @@ fn report_md(
     let _ = writeln!(
         md,
         "## Table 3: the analytic model against the simulation\n\n{}",
-        table3_md(&t3)
+        table3_md(t3)
     );
     let _ = writeln!(
         md,

@@ -540,7 +540,7 @@ fn report_md(
          pages. Times are modeled seconds at this scale (\"scaled\" figures multiply by \
          {to_paper:.0}); wall-clock time of all runs: {wall:.1} s.\n",
         cfg.name,
-        report::geometry_line(&cfg),
+        report::geometry_line(cfg),
         a.scale,
         a.sf
     );
@@ -583,7 +583,7 @@ fn report_md(
     let _ = writeln!(
         md,
         "## Side by side with the paper\n\n{}",
-        checks_md(&checks)
+        checks_md(checks)
     );
     let _ = writeln!(
         md,
