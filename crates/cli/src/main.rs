@@ -31,9 +31,9 @@ mod units;
 use args::ConfigSource;
 use clap::{Parser, Subcommand};
 use cmd::{
-    array, bench_fdtree, bench_flixr, bench_open, bench_recovery, bench_serve, bench_tpch,
-    bench_ycsb, config, demo, device, index, io, kv_serve, model, query, serve, sql, tables,
-    torture,
+    array, bench_fdtree, bench_flixr, bench_open, bench_query, bench_recovery, bench_serve,
+    bench_tpch, bench_ycsb, config, demo, device, index, io, kv_serve, model, query, serve, sql,
+    tables, torture,
 };
 use error::CliError;
 use std::process::ExitCode;
@@ -142,7 +142,7 @@ enum BenchCmd {
     /// strategy and layout (load excluded from the times).
     ///
     /// Example: csd bench query --sf 1 --query q6
-    Query(query::BenchQueryArgs),
+    Query(bench_query::BenchQueryArgs),
     /// The 22 TPC-H queries through DataFusion over an in-memory device: per-query wall
     /// time and correctness; `--compare duckdb` adds DuckDB's times and the ratio.
     ///
@@ -214,7 +214,7 @@ fn bench(b: BenchCmd) -> Result<(), CliError> {
     match b {
         BenchCmd::Array(a) => array::bench_array_cmd(&a),
         BenchCmd::Recovery(a) => bench_recovery::run(&a),
-        BenchCmd::Query(a) => query::bench_query_cmd(&a),
+        BenchCmd::Query(a) => bench_query::bench_query_cmd(&a),
         BenchCmd::Tpch(a) => bench_tpch::run(&a),
         BenchCmd::Fdtree(a) => bench_fdtree::bench_fdtree_cmd(&a),
         BenchCmd::Open(a) => bench_open::run(&a),

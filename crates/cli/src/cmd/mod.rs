@@ -13,7 +13,8 @@
 //! | `csd kv serve` | [`kv_serve`] |
 //! | `csd load ...`, `csd tables` | [`tables`] |
 //! | `csd index create / list / drop` | [`index`] |
-//! | `csd query`, `csd bench query` (and the demo's query step) | [`query`] |
+//! | `csd query` (and the demo's query step; SQL helpers the others share) | [`query`] |
+//! | `csd bench query` | [`bench_query`] |
 //! | `csd sql` | [`sql`] |
 //! | `csd array ...`, `csd bench array` | [`array`] |
 //! | `csd bench recovery` | [`bench_recovery`] |
@@ -34,6 +35,7 @@ pub(crate) mod array;
 pub(crate) mod bench_fdtree;
 pub(crate) mod bench_flixr;
 pub(crate) mod bench_open;
+pub(crate) mod bench_query;
 pub(crate) mod bench_recovery;
 pub(crate) mod bench_serve;
 pub(crate) mod bench_tpch;

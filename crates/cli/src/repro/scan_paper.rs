@@ -254,19 +254,35 @@ fn table3_rows(sw: &Sweep) -> Result<Vec<T3Row>, CliError> {
 /// The side-by-side lines: Figure 5's headline speedups, §5.2.2's rates, Table 4's
 /// stage rates and §5.2.4's convergence at σ = 1.
 fn paper_checks(sw: &Sweep) -> Vec<Check> {
-    let find5 = |ch: u32, mts: f64, s: Strategy| {
-        sw.fig5
+    let mut checks = Vec::new();
+    fig5_checks(&mut checks, sw);
+    table4_checks(&mut checks, sw);
+    convergence_checks(&mut checks, sw);
+    checks
+}
+
+impl Sweep {
+    /// Figure 5's run on `ch` channels at `mts` with strategy `s`.
+    fn fig5_run(&self, ch: u32, mts: f64, s: Strategy) -> Option<&QueryReport> {
+        self.fig5
             .iter()
             .find(|(c, m, r, _)| *c == ch && *m == mts && r.strategy == s)
             .map(|x| &x.2)
-    };
-    let find7 = |l: &str, sg: f64, s: Strategy| {
-        sw.fig7
+    }
+
+    /// Figure 7's run on link `l` at selectivity `sg` with strategy `s`.
+    fn fig7_run(&self, l: &str, sg: f64, s: Strategy) -> Option<&QueryReport> {
+        self.fig7
             .iter()
             .find(|(n, g, r, _)| *n == l && *g == sg && r.strategy == s)
             .map(|x| &x.2)
-    };
-    let mut checks = Vec::new();
+    }
+}
+
+/// Figure 5: hw-ISP's best speedups over IHP and cpu-ISP, and §5.2.2's embedded-CPU and
+/// flash-stream rates.
+fn fig5_checks(checks: &mut Vec<Check>, sw: &Sweep) {
+    let find5 = |ch: u32, mts: f64, s: Strategy| sw.fig5_run(ch, mts, s);
     let configs: Vec<(u32, f64)> = [8u32, 16]
         .iter()
         .flat_map(|&ch| [100.0, 200.0, 400.0].map(|m| (ch, m)))
@@ -314,6 +330,13 @@ fn paper_checks(sw: &Sweep) -> Vec<Check> {
             why: String::new(),
         });
     }
+}
+
+/// Table 4: the rate of each stage (host CPU, embedded CPU, hardware ISP, each link) in
+/// records per second.
+fn table4_checks(checks: &mut Vec<Check>, sw: &Sweep) {
+    let find5 = |ch: u32, mts: f64, s: Strategy| sw.fig5_run(ch, mts, s);
+    let find7 = |l: &str, sg: f64, s: Strategy| sw.fig7_run(l, sg, s);
     let t4 = [
         (
             "Table 4: host CPU (records/s)",
@@ -359,6 +382,11 @@ fn paper_checks(sw: &Sweep) -> Vec<Check> {
             });
         }
     }
+}
+
+/// §5.2.4: hw-ISP converges to IHP as σ → 1, on every link.
+fn convergence_checks(checks: &mut Vec<Check>, sw: &Sweep) {
+    let find7 = |l: &str, sg: f64, s: Strategy| sw.fig7_run(l, sg, s);
     // §5.2.4: hw-ISP converges to IHP as σ → 1.
     for (name, _) in LINKS {
         if let (Some(hw), Some(ihp)) = (
@@ -377,7 +405,6 @@ fn paper_checks(sw: &Sweep) -> Vec<Check> {
             });
         }
     }
-    checks
 }
 
 /// Figure 5 and the three Figure 7 plots (csd solid, model dashed).
@@ -450,17 +477,29 @@ fn write_plots(out: &Path, sw: &Sweep) -> Result<(), CliError> {
     Ok(())
 }
 
-/// `report.md`: the side-by-side table, Figures 5 and 7 as tables, Table 3, notes and
-/// the command that reproduces the run.
-fn report_md(
-    a: &ScanPaperArgs,
-    rows: u64,
-    wall: f64,
-    sw: &Sweep,
-    checks: &[Check],
-    t3: &[T3Row],
-    cmd: &str,
-) -> String {
+/// The report's notes: where the simulation departs from the paper and why.
+const NOTES: &str = "## Notes\n\n* The paper's Figure 5 data are not printed; its text gives \"up to 13.9 times\". \
+         Its own equations with its Table 1–2 parameters give at most 13.07 (see csd-model's \
+         module notes), which is what a faithful simulation can reach.\n\
+         * The isp presets model the paper's flash controller, which sequences way-interleaved \
+         reads (equation 1, `channel.serial_read_sequencing = true`).\n\
+         * Polling: the host polls GET every 5–200 µs here (adaptive, doubling after an \
+         empty GET), so the last chunk's lag is at most 0.2 ms of modeled time.\n\
+         * Figure 7's sweep (Table 3 above): two modeling choices of the simulation departed \
+         from the paper's pipelined DRAM→host DMA (equation 3) and made hw-ISP up to 10.7% \
+         (SATA 2, σ = 0.05) and 13.4% (PCIe, σ = 1) slower than the model. (1) A GET's reply \
+         header was staged through the DRAM bus, whose bookings a running session has made for \
+         pages completing up to a few hundred µs ahead: every GET waited behind them (a GET \
+         for nothing took 0.48 ms at 16 channels), so results crossed the link in slow bursts. \
+         GET replies now book only the host link (the results were staged in DRAM when the \
+         program wrote them). (2) After a GET that fell between two chunks the host slept half \
+         the estimated time left (200 µs here), the 1 MiB session arena filled in ~0.2 ms at \
+         4.7 GB/s of matching records, and the session stalled until the next GET. The poll \
+         interval now doubles from the last one instead. With both, hw-ISP on Figure 7 is \
+         within 2.5% of the model.\n";
+
+/// Figures 5 and 7 as table rows: csd's and the model's rates and their difference.
+fn figure_rows(sw: &Sweep) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
     let fig5_rows: Vec<Vec<String>> = sw
         .fig5
         .iter()
@@ -490,6 +529,21 @@ fn report_md(
             ]
         })
         .collect();
+    (fig5_rows, fig7_rows)
+}
+
+/// `report.md`: the side-by-side table, Figures 5 and 7 as tables, Table 3, notes and
+/// the command that reproduces the run.
+fn report_md(
+    a: &ScanPaperArgs,
+    rows: u64,
+    wall: f64,
+    sw: &Sweep,
+    checks: &[Check],
+    t3: &[T3Row],
+    cmd: &str,
+) -> String {
+    let (fig5_rows, fig7_rows) = figure_rows(sw);
     let mut md = String::new();
     let _ = writeln!(md, "# In-storage scan paper, reproduced\n");
     let _ = writeln!(
@@ -541,28 +595,7 @@ fn report_md(
         "## Table 3: the analytic model against the simulation\n\n{}",
         table3_md(t3)
     );
-    let _ = writeln!(
-        md,
-        "## Notes\n\n* The paper's Figure 5 data are not printed; its text gives \"up to 13.9 times\". \
-         Its own equations with its Table 1–2 parameters give at most 13.07 (see csd-model's \
-         module notes), which is what a faithful simulation can reach.\n\
-         * The isp presets model the paper's flash controller, which sequences way-interleaved \
-         reads (equation 1, `channel.serial_read_sequencing = true`).\n\
-         * Polling: the host polls GET every 5–200 µs here (adaptive, doubling after an \
-         empty GET), so the last chunk's lag is at most 0.2 ms of modeled time.\n\
-         * Figure 7's sweep (Table 3 above): two modeling choices of the simulation departed \
-         from the paper's pipelined DRAM→host DMA (equation 3) and made hw-ISP up to 10.7% \
-         (SATA 2, σ = 0.05) and 13.4% (PCIe, σ = 1) slower than the model. (1) A GET's reply \
-         header was staged through the DRAM bus, whose bookings a running session has made for \
-         pages completing up to a few hundred µs ahead: every GET waited behind them (a GET \
-         for nothing took 0.48 ms at 16 channels), so results crossed the link in slow bursts. \
-         GET replies now book only the host link (the results were staged in DRAM when the \
-         program wrote them). (2) After a GET that fell between two chunks the host slept half \
-         the estimated time left (200 µs here), the 1 MiB session arena filled in ~0.2 ms at \
-         4.7 GB/s of matching records, and the session stalled until the next GET. The poll \
-         interval now doubles from the last one instead. With both, hw-ISP on Figure 7 is \
-         within 2.5% of the model.\n"
-    );
+    let _ = writeln!(md, "{NOTES}");
     let _ = writeln!(
         md,
         "## Reproduce\n\nPresets isp-ch8 / isp-ch16 (see `csd config show --preset isp-ch16`), seed {}.\n\n```\n{cmd}\n```",

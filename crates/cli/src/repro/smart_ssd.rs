@@ -314,9 +314,16 @@ fn write_plots(out: &Path, sw: &Sweep) -> Result<(), CliError> {
 
 /// The side-by-side lines, each with what explains a difference.
 fn paper_checks(sw: &Sweep, to_paper: f64) -> Vec<Check> {
-    let Sweep { fig4, fig56, fig7 } = sw;
-    let sel = |agg: bool, sg: f64| fig56.iter().find(|x| x.0 == agg && x.1 == sg).map(|x| &x.2);
     let mut checks = Vec::new();
+    fig4_checks(&mut checks, &sw.fig4, to_paper);
+    fig56_checks(&mut checks, &sw.fig56);
+    fig7_checks(&mut checks, &sw.fig7);
+    checks
+}
+
+/// Figure 4 (and Figure 5's 0.1% point on the same Synthetic64 run): speedups, the
+/// NSM / PAX ratio, times scaled to the paper's 400M rows, and Synthetic4's slowdown.
+fn fig4_checks(checks: &mut Vec<Check>, fig4: &[SmartRun], to_paper: f64) {
     if let Some(s64) = fig4.iter().find(|r| r.label == "Synthetic64") {
         let (here, paper) = density("Synthetic64", &s64.pax);
         checks.push(Check {
@@ -395,6 +402,12 @@ fn paper_checks(sw: &Sweep, to_paper: f64) -> Vec<Check> {
             ),
         });
     }
+}
+
+/// Figures 5 and 6: energy ratios at 0.1%, selection at 100%, aggregation's speedup and
+/// the claim that the Smart SSD stays faster at 100%.
+fn fig56_checks(checks: &mut Vec<Check>, fig56: &[(bool, f64, SmartRun)]) {
+    let sel = |agg: bool, sg: f64| fig56.iter().find(|x| x.0 == agg && x.1 == sg).map(|x| &x.2);
     if let Some(r) = sel(false, 0.001) {
         checks.push(Check {
             what: "Fig. 5(b): entire-system energy SSD / Smart PAX, 0.1% (x)".into(),
@@ -456,6 +469,10 @@ fn paper_checks(sw: &Sweep, to_paper: f64) -> Vec<Check> {
              below 190 cycles (preset notes)",
         ));
     }
+}
+
+/// Figure 7: TPC-H Q6's speedup and energy ratio.
+fn fig7_checks(checks: &mut Vec<Check>, fig7: &SmartRun) {
     let (q6_here, q6_paper) = density("lineitem", &fig7.pax);
     checks.push(Check {
         what: "Fig. 7: TPC-H Q6, SSD / Smart PAX (x)".into(),
@@ -475,7 +492,6 @@ fn paper_checks(sw: &Sweep, to_paper: f64) -> Vec<Check> {
         unit: "",
         why: ENERGY_WHY.into(),
     });
-    checks
 }
 
 /// One run as a row of the figures' tables.
