@@ -137,6 +137,15 @@ impl std::fmt::Display for ChoiceArg {
     }
 }
 
+/// Parses a count of at least 1 (threads, devices).
+pub(crate) fn parse_count(s: &str) -> Result<usize, String> {
+    s.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("`{s}` is not a count (1 or more)"))
+}
+
 /// A list of values as the command line gives it: `a,b,c`.
 pub(crate) fn comma_list<T: std::fmt::Display>(v: &[T]) -> String {
     v.iter().map(T::to_string).collect::<Vec<_>>().join(",")
@@ -170,6 +179,8 @@ mod tests {
         let e = parse_rw("sideways").expect_err("not a pattern");
         assert!(e.contains("randrw"), "{e}");
         assert_eq!(parse_rw("randread"), Ok(Rw::RandRead));
+        assert_eq!(parse_count(" 4"), Ok(4));
+        assert!(parse_count("0").is_err() && parse_count("two").is_err());
     }
 
     #[test]

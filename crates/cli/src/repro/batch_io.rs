@@ -191,11 +191,35 @@ fn mib(b: u64) -> f64 {
 /// `csd repro batch-io`.
 pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
     let started = Instant::now();
-    // The default runs a fixed number of operations (a run at 100% cache does millions
-    // of operations per modeled second); the paper's scale runs 300 modeled seconds.
-    // A million operations let the write-heavy runs fill the host log so that host GC
-    // runs (300,000 left it idle: write-heavy batch/block 1.22x at 20% cache, where a
-    // million gives 2.46x, the paper 2.71x); the default run stays near 3 minutes here.
+    let (records, length, gib) = sizes(a)?;
+    csd_plot::guard_output(&a.out.join("report.md"), &["md"])
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let base = base_args(a, records, length, gib);
+    let runs = sweep(&base, plan(&a.caches))?;
+    let wall = started.elapsed().as_secs_f64();
+    let md = report(a, &runs, records, length, gib, wall)?;
+    let path = a.out.join("report.md");
+    std::fs::write(&path, md).map_err(|source| CliError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    println!("{}", summary(&runs));
+    println!(
+        "report: {} ({} runs, {:.0} s wall)",
+        path.display(),
+        runs.len(),
+        wall
+    );
+    Ok(())
+}
+
+/// Records, run length and device size: the scale's defaults unless given. The default
+/// runs a fixed number of operations (a run at 100% cache does millions of operations
+/// per modeled second); the paper's scale runs 300 modeled seconds. A million operations
+/// let the write-heavy runs fill the host log so that host GC runs (300,000 left it
+/// idle: write-heavy batch/block 1.22x at 20% cache, where a million gives 2.46x, the
+/// paper 2.71x); the default run stays near 3 minutes here.
+fn sizes(a: &ReproBatchIoArgs) -> Result<(u64, RunLength, f64), CliError> {
     let (records, length, gib) = match a.scale {
         Scale::Default => (200_000, RunLength::Ops(1_000_000), 1.0),
         Scale::Paper => (10_000_000, RunLength::Secs(300.0), 32.0),
@@ -214,9 +238,13 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
             )));
         }
     }
-    csd_plot::guard_output(&a.out.join("report.md"), &["md"])
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    let base = BenchYcsbArgs {
+    Ok((records, length, gib))
+}
+
+/// The YCSB options every run starts from (each run sets interface, workload, cache and
+/// durability).
+fn base_args(a: &ReproBatchIoArgs, records: u64, length: RunLength, gib: f64) -> BenchYcsbArgs {
+    BenchYcsbArgs {
         interface: Interface::Batch,
         workload: Workload::ReadHeavy,
         records,
@@ -240,8 +268,12 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
         seed: a.seed,
         compare: Vec::new(),
         json: false,
-    };
-    // The plan: Figure 11 (three durability settings), Figure 13 (both), In-Mem.
+    }
+}
+
+/// The runs: Figure 11 (three durability settings) and Figure 13 (both) per workload,
+/// interface and cache size, and the in-memory store per workload.
+fn plan(caches: &[f64]) -> Vec<(Workload, Durability, Interface, CacheSize)> {
     let mut plan: Vec<(Workload, Durability, Interface, CacheSize)> = Vec::new();
     for w in [Workload::ReadHeavy, Workload::WriteHeavy] {
         for d in [
@@ -251,13 +283,21 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
             Durability::Both,
         ] {
             for i in [Interface::Block, Interface::Batch] {
-                for &c in &a.caches {
+                for &c in caches {
                     plan.push((w, d, i, CacheSize::Percent(c)));
                 }
             }
         }
         plan.push((w, Durability::None, Interface::Batch, CacheSize::InMemory));
     }
+    plan
+}
+
+/// Every planned run, each on a fresh device.
+fn sweep(
+    base: &BenchYcsbArgs,
+    plan: Vec<(Workload, Durability, Interface, CacheSize)>,
+) -> Result<Vec<Run>, CliError> {
     let outer = progress_bar(Some(plan.len() as u64), "runs");
     let inner = indicatif::ProgressBar::hidden();
     let mut runs = Vec::new();
@@ -303,21 +343,7 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
         outer.inc(1);
     }
     outer.finish_and_clear();
-    let wall = started.elapsed().as_secs_f64();
-    let md = report(a, &runs, records, length, gib, wall)?;
-    let path = a.out.join("report.md");
-    std::fs::write(&path, md).map_err(|source| CliError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    println!("{}", summary(&runs));
-    println!(
-        "report: {} ({} runs, {:.0} s wall)",
-        path.display(),
-        runs.len(),
-        wall
-    );
-    Ok(())
+    Ok(runs)
 }
 
 fn find(runs: &[Run], w: Workload, d: Durability, i: Interface, c: CacheSize) -> Option<&Outcome> {
