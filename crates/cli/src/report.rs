@@ -1,5 +1,6 @@
-//! Tables and JSON for the CLI's reports. Every number printed here comes from an
-//! `IoReport` or the device's own counters.
+//! Tables and JSON for the CLI's reports, and its progress bars. Every number printed
+//! here comes from an `IoReport` or the device's own counters. Commands call into this
+//! module; it calls no command.
 
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use csd_device::IoReport;
@@ -423,6 +424,25 @@ pub fn smart_from_json(v: &Value) -> Option<csd_device::SmartLog> {
     serde_json::from_value(v.clone()).ok()
 }
 
+/// SMART's critical-warning byte in words.
+fn critical_warning(w: u8) -> String {
+    let mut v = Vec::new();
+    for (bit, name) in [
+        (csd_ftl::WARN_SPARE, "spare below threshold"),
+        (csd_ftl::WARN_RELIABILITY, "reliability degraded"),
+        (csd_ftl::WARN_READ_ONLY, "read-only"),
+    ] {
+        if w & bit != 0 {
+            v.push(name);
+        }
+    }
+    if v.is_empty() {
+        "none".to_string()
+    } else {
+        format!("{w:#04x} ({})", v.join(", "))
+    }
+}
+
 /// `csd device smart`.
 pub fn print_smart(path: &Path, l: &csd_device::SmartLog, json_out: bool) {
     if json_out {
@@ -433,26 +453,9 @@ pub fn print_smart(path: &Path, l: &csd_device::SmartLog, json_out: bool) {
     let mut t = table(&["SMART", "value"]);
     let split = |s: &csd_device::FlashSplit| format!("{} / {} / {}", s.user, s.gc, s.meta);
     let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.3} ms", v * 1e3));
-    let warn = |w: u8| {
-        let mut v = Vec::new();
-        for (bit, name) in [
-            (csd_ftl::WARN_SPARE, "spare below threshold"),
-            (csd_ftl::WARN_RELIABILITY, "reliability degraded"),
-            (csd_ftl::WARN_READ_ONLY, "read-only"),
-        ] {
-            if w & bit != 0 {
-                v.push(name);
-            }
-        }
-        if v.is_empty() {
-            "none".to_string()
-        } else {
-            format!("{w:#04x} ({})", v.join(", "))
-        }
-    };
     for (k, v) in [
         ("image", path.display().to_string()),
-        ("critical warning", warn(l.critical_warning)),
+        ("critical warning", critical_warning(l.critical_warning)),
         (
             "available spare / threshold",
             format!("{}% / {}%", l.available_spare_pct, l.spare_threshold_pct),

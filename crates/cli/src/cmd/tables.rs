@@ -300,107 +300,123 @@ pub(crate) fn load_one(
 
 /// `csd load ...`.
 pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
-    let mut loads = Vec::new();
     match c {
-        LoadCmd::Tpch(a) => {
-            // Every name is checked before the image is opened: a typo writes nothing.
-            let mut wanted = Vec::new();
-            for name in a.tables.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                let table = TpchTable::ALL
-                    .into_iter()
-                    .find(|t| t.name().eq_ignore_ascii_case(name))
-                    .ok_or_else(|| {
-                        CliError::Usage(format!(
-                            "unknown TPC-H table `{name}`; use {}",
-                            TpchTable::ALL.map(|t| t.name()).join(", ")
-                        ))
-                    })?;
-                wanted.push(table);
-            }
-            let mut client = open_client(&a.target)?;
-            for table in wanted {
-                let name = table.name();
-                let g =
-                    TpchGenerator::new(table, a.sf).map_err(|e| CliError::Usage(e.to_string()))?;
-                let total = table.row_count(a.sf, 1, 1);
-                loads.push(load_into(
-                    &mut client,
-                    name,
-                    g,
-                    a.target.layout.layout(),
-                    total,
-                    a.target.json,
-                )?);
-            }
-            close_client(client)?;
-            let cmd = format!(
-                "csd load tpch --sf {} --tables {} --layout {} {}",
-                a.sf,
-                a.tables,
-                a.target.layout,
-                a.target.describe()
-            );
-            report_loads(&loads, &cmd, a.target.json);
-        }
-        LoadCmd::Synthetic(a) => {
-            let spec = SyntheticSpec::new(a.columns, a.rows, a.seed)
-                .map_err(|e| CliError::Usage(e.to_string()))?;
-            let name = a
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("synthetic{}", a.columns));
-            let mut client = open_client(&a.target)?;
-            let g = SyntheticGenerator::new(spec).map_err(|e| CliError::Usage(e.to_string()))?;
-            loads.push(load_into(
-                &mut client,
-                &name,
-                g,
-                a.target.layout.layout(),
-                Some(a.rows),
-                a.target.json,
-            )?);
-            close_client(client)?;
-            let cmd = format!(
-                "csd load synthetic --columns {} --rows {} --seed {} --name {name} --layout {} {}",
-                a.columns,
-                a.rows,
-                a.seed,
-                a.target.layout,
-                a.target.describe()
-            );
-            report_loads(&loads, &cmd, a.target.json);
-        }
-        LoadCmd::Csv(a) => {
-            loads.push(load_file(&a.file, Some(a))?);
-            let cmd = format!(
-                "csd load csv {} --table {}{} --delimiter '{}'{} --layout {} {}",
-                a.file.file.display(),
-                a.file.table,
-                if a.header { " --header" } else { "" },
-                a.delimiter,
-                a.file
-                    .float_scale
-                    .map_or(String::new(), |s| format!(" --float-scale {s}")),
-                a.file.target.layout,
-                a.file.target.describe()
-            );
-            report_loads(&loads, &cmd, a.file.target.json);
-        }
-        LoadCmd::Parquet(a) => {
-            loads.push(load_file(&a.file, None)?);
-            let cmd = format!(
-                "csd load parquet {} --table {}{} --layout {} {}",
-                a.file.file.display(),
-                a.file.table,
-                a.file
-                    .float_scale
-                    .map_or(String::new(), |s| format!(" --float-scale {s}")),
-                a.file.target.layout,
-                a.file.target.describe()
-            );
-            report_loads(&loads, &cmd, a.file.target.json);
-        }
+        LoadCmd::Tpch(a) => load_tpch(a),
+        LoadCmd::Synthetic(a) => load_synthetic(a),
+        LoadCmd::Csv(a) => load_csv(a),
+        LoadCmd::Parquet(a) => load_parquet(a),
     }
+}
+
+/// `csd load tpch`: the named TPC-H tables (every name checked before the image is
+/// opened: a typo writes nothing).
+fn load_tpch(a: &TpchArgs) -> Result<(), CliError> {
+    let mut loads = Vec::new();
+    // Every name is checked before the image is opened: a typo writes nothing.
+    let mut wanted = Vec::new();
+    for name in a.tables.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let table = TpchTable::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                CliError::Usage(format!(
+                    "unknown TPC-H table `{name}`; use {}",
+                    TpchTable::ALL.map(|t| t.name()).join(", ")
+                ))
+            })?;
+        wanted.push(table);
+    }
+    let mut client = open_client(&a.target)?;
+    for table in wanted {
+        let name = table.name();
+        let g = TpchGenerator::new(table, a.sf).map_err(|e| CliError::Usage(e.to_string()))?;
+        let total = table.row_count(a.sf, 1, 1);
+        loads.push(load_into(
+            &mut client,
+            name,
+            g,
+            a.target.layout.layout(),
+            total,
+            a.target.json,
+        )?);
+    }
+    close_client(client)?;
+    let cmd = format!(
+        "csd load tpch --sf {} --tables {} --layout {} {}",
+        a.sf,
+        a.tables,
+        a.target.layout,
+        a.target.describe()
+    );
+    report_loads(&loads, &cmd, a.target.json);
+    Ok(())
+}
+
+/// `csd load synthetic`: one SyntheticN table (smart-ssd §4.1.1).
+fn load_synthetic(a: &SyntheticArgs) -> Result<(), CliError> {
+    let mut loads = Vec::new();
+    let spec = SyntheticSpec::new(a.columns, a.rows, a.seed)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let name = a
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("synthetic{}", a.columns));
+    let mut client = open_client(&a.target)?;
+    let g = SyntheticGenerator::new(spec).map_err(|e| CliError::Usage(e.to_string()))?;
+    loads.push(load_into(
+        &mut client,
+        &name,
+        g,
+        a.target.layout.layout(),
+        Some(a.rows),
+        a.target.json,
+    )?);
+    close_client(client)?;
+    let cmd = format!(
+        "csd load synthetic --columns {} --rows {} --seed {} --name {name} --layout {} {}",
+        a.columns,
+        a.rows,
+        a.seed,
+        a.target.layout,
+        a.target.describe()
+    );
+    report_loads(&loads, &cmd, a.target.json);
+    Ok(())
+}
+
+/// `csd load csv`: a CSV file as a table.
+fn load_csv(a: &CsvArgs) -> Result<(), CliError> {
+    let loads = vec![load_file(&a.file, Some(a))?];
+    let cmd = format!(
+        "csd load csv {} --table {}{} --delimiter '{}'{} --layout {} {}",
+        a.file.file.display(),
+        a.file.table,
+        if a.header { " --header" } else { "" },
+        a.delimiter,
+        a.file
+            .float_scale
+            .map_or(String::new(), |s| format!(" --float-scale {s}")),
+        a.file.target.layout,
+        a.file.target.describe()
+    );
+    report_loads(&loads, &cmd, a.file.target.json);
+    Ok(())
+}
+
+/// `csd load parquet`: a Parquet file as a table.
+fn load_parquet(a: &ParquetArgs) -> Result<(), CliError> {
+    let loads = vec![load_file(&a.file, None)?];
+    let cmd = format!(
+        "csd load parquet {} --table {}{} --layout {} {}",
+        a.file.file.display(),
+        a.file.table,
+        a.file
+            .float_scale
+            .map_or(String::new(), |s| format!(" --float-scale {s}")),
+        a.file.target.layout,
+        a.file.target.describe()
+    );
+    report_loads(&loads, &cmd, a.file.target.json);
     Ok(())
 }
 
