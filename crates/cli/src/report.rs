@@ -1,9 +1,10 @@
-//! Tables and JSON for the CLI's reports. Every number printed here comes from an
-//! `IoReport` or the device's own counters.
+//! Tables and JSON for the CLI's reports, and its progress bars. Every number printed
+//! here comes from an `IoReport` or the device's own counters. Commands call into this
+//! module; it calls no command.
 
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use csd_device::IoReport;
-use csd_nand::Nand;
+use csd_nand::{BlockId, Nand};
 use csd_sim::DeviceConfig;
 use serde_json::{Map, Value, json};
 use std::path::Path;
@@ -49,7 +50,7 @@ pub fn geometry_line(c: &DeviceConfig) -> String {
 pub fn device_info(path: &Path, nand: &Nand, json_out: bool) {
     let c = nand.config();
     let g = c.geometry;
-    let (pe_min, pe_max, pe_avg, bad, pages) = crate::wear_summary(nand);
+    let (pe_min, pe_max, pe_avg, bad, pages) = wear_summary(nand);
     let disk = std::fs::metadata(path).ok();
     if json_out {
         let v = json!({
@@ -423,6 +424,25 @@ pub fn smart_from_json(v: &Value) -> Option<csd_device::SmartLog> {
     serde_json::from_value(v.clone()).ok()
 }
 
+/// SMART's critical-warning byte in words.
+fn critical_warning(w: u8) -> String {
+    let mut v = Vec::new();
+    for (bit, name) in [
+        (csd_ftl::WARN_SPARE, "spare below threshold"),
+        (csd_ftl::WARN_RELIABILITY, "reliability degraded"),
+        (csd_ftl::WARN_READ_ONLY, "read-only"),
+    ] {
+        if w & bit != 0 {
+            v.push(name);
+        }
+    }
+    if v.is_empty() {
+        "none".to_string()
+    } else {
+        format!("{w:#04x} ({})", v.join(", "))
+    }
+}
+
 /// `csd device smart`.
 pub fn print_smart(path: &Path, l: &csd_device::SmartLog, json_out: bool) {
     if json_out {
@@ -433,26 +453,9 @@ pub fn print_smart(path: &Path, l: &csd_device::SmartLog, json_out: bool) {
     let mut t = table(&["SMART", "value"]);
     let split = |s: &csd_device::FlashSplit| format!("{} / {} / {}", s.user, s.gc, s.meta);
     let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.3} ms", v * 1e3));
-    let warn = |w: u8| {
-        let mut v = Vec::new();
-        for (bit, name) in [
-            (csd_ftl::WARN_SPARE, "spare below threshold"),
-            (csd_ftl::WARN_RELIABILITY, "reliability degraded"),
-            (csd_ftl::WARN_READ_ONLY, "read-only"),
-        ] {
-            if w & bit != 0 {
-                v.push(name);
-            }
-        }
-        if v.is_empty() {
-            "none".to_string()
-        } else {
-            format!("{w:#04x} ({})", v.join(", "))
-        }
-    };
     for (k, v) in [
         ("image", path.display().to_string()),
-        ("critical warning", warn(l.critical_warning)),
+        ("critical warning", critical_warning(l.critical_warning)),
         (
             "available spare / threshold",
             format!("{}% / {}%", l.available_spare_pct, l.spare_threshold_pct),
@@ -558,4 +561,26 @@ pub fn progress_bar(len: Option<u64>, unit: &str) -> indicatif::ProgressBar {
 /// the DRAM and the host link), MB/s: csd's one analytic bandwidth formula.
 pub(crate) fn model_seq_read_mb_s(c: &csd_sim::DeviceConfig) -> f64 {
     csd_model::scan::ScanParams::from_device(c).seq_read_bytes_per_s() / 1e6
+}
+
+/// Used by `device info`: wear and bad-block summary over every block.
+fn wear_summary(nand: &Nand) -> (u32, u32, f64, u32, u64) {
+    let blocks = nand.addr().blocks();
+    let (mut min, mut max, mut sum, mut bad, mut pages) = (u32::MAX, 0u32, 0u64, 0u32, 0u64);
+    for b in 0..blocks {
+        if let Ok(i) = nand.block_info(BlockId(b)) {
+            min = min.min(i.pe_cycles);
+            max = max.max(i.pe_cycles);
+            sum += i.pe_cycles as u64;
+            bad += i.factory_bad as u32;
+            pages += i.next_page as u64;
+        }
+    }
+    (
+        min.min(max),
+        max,
+        sum as f64 / blocks.max(1) as f64,
+        bad,
+        pages,
+    )
 }

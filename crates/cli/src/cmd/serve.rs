@@ -5,7 +5,7 @@
 
 use crate::{CliError, ConfigSource, image, report};
 use clap::Args;
-use csd_device::NvmeDevice;
+use csd_device::{BlockDevice, NvmeDevice};
 use csd_nbd::{Listener, OpStats, Server, ServerConfig, ServerStats};
 use csd_sim::ClockMode;
 use serde_json::{Value, json};
@@ -42,7 +42,7 @@ pub(crate) struct ServeArgs {
     read_only: bool,
     /// Clock: virtual (reply as soon as a request ran) or paced[:SCALE] (reply when the
     /// wall clock reaches the modeled completion, times SCALE).
-    #[arg(long, default_value = "virtual", value_parser = crate::parse_clock)]
+    #[arg(long, default_value = "virtual", value_parser = crate::args::parse_clock)]
     clock: ClockMode,
     /// Write the SMART log and server counters to the stats file every SECS seconds
     /// (0: only at shutdown).
@@ -167,6 +167,68 @@ fn stats_line(v: &Value) -> String {
 
 /// `csd serve`.
 pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
+    let stats_path = check_options(a)?;
+    let dev = open_device(a)?;
+    let device = dev.ftl().nand().config().name.clone();
+    let server = Server::new(
+        NvmeDevice::from_block(dev),
+        ServerConfig {
+            export_name: a.export.clone(),
+            read_only: a.read_only,
+            clock: a.clock,
+            verbose: a.verbose,
+            ..ServerConfig::default()
+        },
+    )?;
+    let listener = listener(a)?;
+    let stop = stop_on_signals()?;
+    let uri = listener.uri(&a.export);
+    let snap = Snapshot {
+        image: &a.image,
+        uri: &uri,
+        clock: a.clock,
+        started: Instant::now(),
+    };
+    snap.write(&server, &stats_path, true)?;
+    eprintln!(
+        "serving {} ({} bytes, device {device}, clock {}) at {uri}",
+        a.image.display(),
+        server.export_size(),
+        match a.clock {
+            ClockMode::Virtual => "virtual".to_string(),
+            ClockMode::Paced { scale } => format!("paced:{scale}"),
+        }
+    );
+    eprintln!(
+        "stats: {} (csd device smart --image {}); stop with Ctrl-C or SIGTERM",
+        stats_path.display(),
+        a.image.display()
+    );
+    // The URI alone on stdout, for scripts.
+    println!("{uri}");
+
+    let served = std::thread::scope(|s| {
+        let ticker = s.spawn(|| tick_stats(a, &snap, &server, &stats_path, &stop));
+        let r = server.serve(&listener, &stop);
+        // `serve` also returns on a listener failure: stop the ticker then too.
+        stop.store(true, Ordering::Relaxed);
+        let _ = ticker.join();
+        r
+    });
+    drop(listener);
+    eprintln!("shutting down: flush, checkpoint, sync");
+    // Every connection has ended; make the device durable before the final stats.
+    server.with_device(|d| image::close(d.block_mut()))?;
+    let v = snap.write(&server, &stats_path, false)?;
+    eprintln!("{}", stats_line(&v));
+    served?;
+    eprintln!("image {} synced", a.image.display());
+    Ok(())
+}
+
+/// Refuses options that cannot work, before anything touches the image; the stats
+/// file's path.
+fn check_options(a: &ServeArgs) -> Result<PathBuf, CliError> {
     if let ClockMode::Paced { scale } = a.clock
         && scale > 1e6
     {
@@ -194,7 +256,12 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
             "--stats-file is the image itself: pick another path".into(),
         ));
     }
-    let dev = if a.read_only {
+    Ok(stats_path)
+}
+
+/// The image's block device: read-only, or read-write (created if it does not exist).
+fn open_device(a: &ServeArgs) -> Result<BlockDevice, CliError> {
+    Ok(if a.read_only {
         if a.ftl.format || a.ftl.op.is_some() {
             return Err(CliError::Usage(
                 "--read-only cannot be combined with --format or --op".into(),
@@ -211,19 +278,12 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
             );
         }
         image::open_rw(&a.image, &a.src, &a.ftl, true, false)?
-    };
-    let device = dev.ftl().nand().config().name.clone();
-    let server = Server::new(
-        NvmeDevice::from_block(dev),
-        ServerConfig {
-            export_name: a.export.clone(),
-            read_only: a.read_only,
-            clock: a.clock,
-            verbose: a.verbose,
-            ..ServerConfig::default()
-        },
-    )?;
-    let listener = match (&a.socket, a.listen) {
+    })
+}
+
+/// The Unix socket or TCP address to listen on.
+fn listener(a: &ServeArgs) -> Result<Listener, CliError> {
+    Ok(match (&a.socket, a.listen) {
         (Some(p), _) => Listener::unix(p)?,
         (None, Some(addr)) => Listener::tcp(addr, a.allow_remote)?,
         (None, None) => {
@@ -231,7 +291,13 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
                 "give --socket PATH or --listen ADDR:PORT".into(),
             )));
         }
-    };
+    })
+}
+
+/// A flag SIGINT and SIGTERM set (for `csd serve` and `csd kv serve`); a second signal
+/// during the shutdown ends the process at once (the next start recovers, as after any
+/// crash).
+pub(crate) fn stop_on_signals() -> Result<Arc<AtomicBool>, CliError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         // A second signal during the shutdown ends the process at once (the next start
@@ -243,66 +309,35 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
                 source: e,
             })?;
     }
-    let uri = listener.uri(&a.export);
-    let snap = Snapshot {
-        image: &a.image,
-        uri: &uri,
-        clock: a.clock,
-        started: Instant::now(),
-    };
-    snap.write(&server, &stats_path, true)?;
-    eprintln!(
-        "serving {} ({} bytes, device {device}, clock {}) at {uri}",
-        a.image.display(),
-        server.export_size(),
-        match a.clock {
-            ClockMode::Virtual => "virtual".to_string(),
-            ClockMode::Paced { scale } => format!("paced:{scale}"),
-        }
-    );
-    eprintln!(
-        "stats: {} (csd device smart --image {}); stop with Ctrl-C or SIGTERM",
-        stats_path.display(),
-        a.image.display()
-    );
-    // The URI alone on stdout, for scripts.
-    println!("{uri}");
+    Ok(stop)
+}
 
-    let served = std::thread::scope(|s| {
-        let ticker = s.spawn(|| {
-            if !(a.stats_interval > 0.0 && a.stats_interval.is_finite()) {
-                return;
-            }
-            let every = Duration::from_secs_f64(a.stats_interval.max(0.05));
-            let mut next = Instant::now() + every;
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(50));
-                if Instant::now() < next {
-                    continue;
-                }
-                next += every;
-                match snap.write(&server, &stats_path, true) {
-                    Ok(v) if a.print_stats => eprintln!("{}", stats_line(&v)),
-                    Ok(_) => {}
-                    Err(e) => eprintln!("stats: {e}"),
-                }
-            }
-        });
-        let r = server.serve(&listener, &stop);
-        // `serve` also returns on a listener failure: stop the ticker then too.
-        stop.store(true, Ordering::Relaxed);
-        let _ = ticker.join();
-        r
-    });
-    drop(listener);
-    eprintln!("shutting down: flush, checkpoint, sync");
-    // Every connection has ended; make the device durable before the final stats.
-    server.with_device(|d| image::close(d.block_mut()))?;
-    let v = snap.write(&server, &stats_path, false)?;
-    eprintln!("{}", stats_line(&v));
-    served?;
-    eprintln!("image {} synced", a.image.display());
-    Ok(())
+/// Rewrites the stats file every `--stats-interval` seconds until `stop` (printing a
+/// line each time with `--print-stats`).
+fn tick_stats(
+    a: &ServeArgs,
+    snap: &Snapshot,
+    server: &Server,
+    stats_path: &Path,
+    stop: &AtomicBool,
+) {
+    if !(a.stats_interval > 0.0 && a.stats_interval.is_finite()) {
+        return;
+    }
+    let every = Duration::from_secs_f64(a.stats_interval.max(0.05));
+    let mut next = Instant::now() + every;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+        if Instant::now() < next {
+            continue;
+        }
+        next += every;
+        match snap.write(server, stats_path, true) {
+            Ok(v) if a.print_stats => eprintln!("{}", stats_line(&v)),
+            Ok(_) => {}
+            Err(e) => eprintln!("stats: {e}"),
+        }
+    }
 }
 
 /// `csd device smart` on an image a live server holds: print the server's stats file.

@@ -1,10 +1,11 @@
-//! `csd query` (a SQL query over the tables on a device image, three ways) and
-//! `csd bench query` (the emulator's scan speed on an in-memory device, per strategy
-//! and layout), and the demo's query step. All of them run SQL one way: DataFusion
+//! `csd query` (a SQL query over the tables on a device image, three ways), the demo's
+//! query step, and the SQL helpers `csd sql`, `csd array`, `csd bench query` and the
+//! reproductions share (options, expanding `q1` / `q6`, printing answers and reports).
+//! All of them run SQL one way: DataFusion
 //! plans, device scans run the device program with the scan paper's strategies
 //! (in-storage-scan-processing §4), through [`SqlSession::run_strategies`].
 
-use crate::{CliError, ConfigSource, report};
+use crate::{CliError, report};
 use clap::Args;
 use csd_device::NvmeDevice;
 use csd_ftl::FtlConfig;
@@ -40,7 +41,7 @@ pub(crate) struct RunOpts {
     /// Where scans run: ihp, cpu-isp, hw-isp, auto (per scan, from the analytic model),
     /// or all (the three, side by side; results must agree); comma-separated for several.
     #[arg(long, default_value = "all")]
-    strategy: String,
+    pub(crate) strategy: String,
     /// IHP: read commands the host keeps in flight.
     #[arg(long, default_value_t = 32)]
     queue_depth: usize,
@@ -54,7 +55,7 @@ pub(crate) struct RunOpts {
 
 impl RunOpts {
     /// The scan settings (the strategy is set per run).
-    fn settings(&self) -> ScanSettings {
+    pub(crate) fn settings(&self) -> ScanSettings {
         let mut s = ScanSettings::new(Choice::Fixed(Strategy::Ihp));
         s.options.queue_depth = self.queue_depth.max(1);
         s.options.poll_min_us = self.poll_min_us;
@@ -62,7 +63,8 @@ impl RunOpts {
         s
     }
 
-    fn flags(&self) -> String {
+    /// The options as a command line gives them.
+    pub(crate) fn flags(&self) -> String {
         format!(
             "--strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}",
             self.strategy, self.queue_depth, self.poll_min_us, self.poll_max_us
@@ -219,7 +221,7 @@ impl ImageSession {
     pub(crate) fn open(db: &DbArgs, opts: &SqlOpts, quiet: bool) -> Result<Self, CliError> {
         match (&db.image, &db.array) {
             (_, Some(dir)) => {
-                let (s, cfg) = crate::array::session(dir, opts.settings(), db.threads, quiet)?;
+                let (s, cfg) = crate::cmd::array::session(dir, opts.settings(), db.threads, quiet)?;
                 Ok(ImageSession {
                     db: Db::Array(s),
                     cfg,
@@ -241,7 +243,7 @@ impl ImageSession {
                         eprintln!(
                             "finishing an INSERT/UPDATE/DELETE on {table} that a power cut interrupted ({pages} pages)"
                         );
-                        crate::index::with_rw(image, true, |c| {
+                        crate::cmd::index::with_rw(image, true, |c| {
                             csd_host::Catalog::read(c)?;
                             Ok(())
                         })?;
@@ -357,9 +359,9 @@ impl ImageSession {
         self.close_db()?; // drops the device and its lock
         self.writable = false;
         let r = match ddl {
-            csd_sql::ddl::Ddl::CreateIndex(req) => crate::index::create_on(&path, &req, true),
+            csd_sql::ddl::Ddl::CreateIndex(req) => crate::cmd::index::create_on(&path, &req, true),
             csd_sql::ddl::Ddl::DropIndex { name, if_exists } => {
-                crate::index::drop_on(&path, &name, if_exists)
+                crate::cmd::index::drop_on(&path, &name, if_exists)
             }
             csd_sql::ddl::Ddl::SetUseIndex(_) => {
                 Err(CliError::Usage("not an index statement".into()))
@@ -516,7 +518,7 @@ pub(crate) fn print_ran(ran: &Ran, cfg: &DeviceConfig, opts: &SqlOpts) {
     }
     for (i, (c, ans)) in ran.runs.iter().enumerate() {
         match ran.devices.get(i) {
-            Some(a) => crate::array::print_devices(*c, ans, a),
+            Some(a) => crate::cmd::array::print_devices(*c, ans, a),
             None => print_scans(*c, ans, cfg),
         }
         if opts.explain {
@@ -669,7 +671,7 @@ fn print_scans(choice: Choice, ans: &csd_sql::Answer, cfg: &DeviceConfig) {
 
 /// `q1` / `q6` as `csd bench query` and the demo spell them (the forms behind the
 /// golden modeled figures in bench/golden), or the text itself.
-fn expand(sql: &str) -> &str {
+pub(crate) fn expand(sql: &str) -> &str {
     match sql.trim().to_ascii_lowercase().as_str() {
         "q1" => Q1,
         "q6" => Q6,
@@ -932,110 +934,6 @@ pub(crate) fn report_json(r: &QueryReport) -> Value {
     v
 }
 
-/// `csd bench query`: load TPC-H lineitem into an in-memory device and time a query per
-/// strategy and layout.
-#[derive(Args)]
-pub(crate) struct BenchQueryArgs {
-    /// TPC-H scale factor of lineitem.
-    #[arg(long, default_value_t = 1.0)]
-    sf: f64,
-    /// Layouts, comma-separated.
-    #[arg(long, default_value = "nsm,pax")]
-    layouts: String,
-    /// The query (`q1`, `q6` or SQL over `lineitem`).
-    #[arg(long, default_value = "q6")]
-    query: String,
-    #[command(flatten)]
-    run: RunOpts,
-    #[command(flatten)]
-    src: ConfigSource,
-    /// Print one JSON object.
-    #[arg(long)]
-    json: bool,
-}
-
-/// `csd bench query`.
-pub(crate) fn bench_query_cmd(a: &BenchQueryArgs) -> Result<(), CliError> {
-    let cfg = a.src.load()?;
-    let sql = expand(&a.query);
-    let mut all = Vec::new();
-    for layout in a
-        .layouts
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
-        let layout = match layout {
-            "nsm" => Layout::Nsm,
-            "pax" => Layout::Pax,
-            o => {
-                return Err(CliError::Usage(format!(
-                    "unknown layout `{o}`: use nsm or pax"
-                )));
-            }
-        };
-        let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
-        let ftl = csd_ftl::Ftl::format(nand, FtlConfig::default())?;
-        let mut client = Client::new(NvmeDevice::new(ftl))?;
-        let g = TpchGenerator::new(TpchTable::LineItem, a.sf)
-            .map_err(|e| CliError::Usage(e.to_string()))?;
-        let total = TpchTable::LineItem.row_count(a.sf, 1, 1);
-        let load = crate::tables::load_one(&mut client, "lineitem", g, layout, total, a.json)?;
-        if !a.json {
-            eprintln!(
-                "loaded lineitem {layout}: {} rows, {} in {:.1} s wall",
-                load.table.rows,
-                report::bytes(load.table.bytes()),
-                load.wall_s
-            );
-        }
-        let mut session =
-            SqlSession::new(client, cfg.clone(), a.run.settings()).map_err(sql_error)?;
-        for (_, answer) in run_sql(&mut session, sql, &a.run.strategy)? {
-            all.extend(answer.reports());
-        }
-    }
-    let cmd = format!(
-        "csd bench query --sf {} --layouts {} --query {} {} {}",
-        a.sf,
-        a.layouts,
-        a.query,
-        a.run.flags(),
-        a.src.describe()
-    );
-    if a.json {
-        println!(
-            "{}",
-            json!({"device": cfg.name, "sf": a.sf, "runs": all.iter().map(report_json).collect::<Vec<_>>(), "command": cmd})
-        );
-        return Ok(());
-    }
-    let mut t = report::table(&[
-        "strategy",
-        "layout",
-        "wall s",
-        "table MB/s (wall)",
-        "rows/s (wall)",
-        "modeled s",
-        "bottleneck",
-    ]);
-    for r in &all {
-        t.add_row(vec![
-            r.strategy.name().to_string(),
-            r.layout.clone(),
-            format!("{:.3}", r.wall_s),
-            format!("{:.0}", r.wall_bytes_per_s() / 1e6),
-            format!("{:.3e}", r.wall_rows_per_s()),
-            format!("{:.4}", r.modeled_s()),
-            r.bottleneck.to_string(),
-        ]);
-    }
-    println!("{t}");
-    println!("device: {} ({})", cfg.name, report::geometry_line(&cfg));
-    println!("reproduce: {cmd}");
-    Ok(())
-}
-
 /// The demo's query step: TPC-H lineitem (SF 0.05, PAX) on the demo device, Q6 three ways.
 pub(crate) fn demo_query(cfg: &DeviceConfig) -> Result<(), CliError> {
     println!(
@@ -1051,7 +949,7 @@ pub(crate) fn demo_query(cfg: &DeviceConfig) -> Result<(), CliError> {
     let g =
         TpchGenerator::new(TpchTable::LineItem, sf).map_err(|e| CliError::Usage(e.to_string()))?;
     let total = TpchTable::LineItem.row_count(sf, 1, 1);
-    let load = crate::tables::load_one(&mut client, "lineitem", g, Layout::Pax, total, false)?;
+    let load = crate::cmd::tables::load_one(&mut client, "lineitem", g, Layout::Pax, total, false)?;
     println!(
         "   loaded {} rows ({}) in {:.2} s wall, {:.3} s modeled",
         load.table.rows,

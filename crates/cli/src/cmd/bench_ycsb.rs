@@ -352,39 +352,8 @@ pub(crate) fn run_once(
     a: &BenchYcsbArgs,
     bar: &indicatif::ProgressBar,
 ) -> Result<Outcome, CliError> {
-    let dcfg = device_config(&a.preset, a.device_gib)?;
-    let ftl_cfg = FtlConfig {
-        op: RUN_OP,
-        // GC on: the device's GC also starts at the used share host GC does (the paper's
-        // aggressive 50%); GC off: it runs only when the device runs out of free blocks.
-        gc_start_used: a.gc.then_some(a.gc_start),
-        checkpoint_log_pages: if a.checkpoint {
-            FtlConfig::default().checkpoint_log_pages
-        } else {
-            1 << 30
-        },
-        ..FtlConfig::default()
-    };
-    let nand = Nand::new_in_memory(dcfg)?;
-    let client = Client::new(NvmeDevice::new(Ftl::format(nand, ftl_cfg)?))?;
     let in_mem = a.cache == CacheSize::InMemory;
-    let scfg = StoreConfig {
-        interface: a.interface,
-        cache_pages: None,
-        queue_depth: a.queue_depth,
-        persist: !in_mem,
-        block: BlockOptions {
-            gc: a.gc,
-            gc_start_used: a.gc_start,
-            ..BlockOptions::default()
-        },
-        checkpoint_interval_ns: a
-            .checkpoint
-            .then_some(StoreConfig::default().checkpoint_interval_ns)
-            .flatten(),
-        ..StoreConfig::default()
-    };
-    let mut s = Store::open(client, scfg).map_err(|f| kv(f.error))?;
+    let mut s = open_store(a)?;
     bar.set_length(a.records);
     bar.set_position(0);
     bar.set_message(format!("{} load", a.interface.name()));
@@ -405,19 +374,7 @@ pub(crate) fn run_once(
     };
     let commits0 = s.device().device().block().ftl().stats().commits;
     s.reset_stats();
-    let limit = match (a.ops, a.duration, a.wall_duration) {
-        (Some(n), _, _) => Limit::Ops(n),
-        (_, Some(d), _) => Limit::ModeledSecs(d),
-        (_, _, Some(w)) => Limit::WallSecs(w),
-        _ => Limit::Ops(200_000),
-    };
-    let cfg = YcsbConfig {
-        records: a.records,
-        workload: a.workload,
-        dist: a.dist,
-        limit,
-        seed: a.seed,
-    };
+    let cfg = ycsb_config(a);
     bar.set_length(1000);
     bar.set_position(0);
     bar.set_message(format!(
@@ -460,6 +417,62 @@ pub(crate) fn run_once(
     })
 }
 
+/// A fresh in-memory device (shrunk to `--device-gib`, GC and checkpoints as asked)
+/// with the store formatted on it; the in-memory store does not persist.
+fn open_store(a: &BenchYcsbArgs) -> Result<Store<Client>, CliError> {
+    let dcfg = device_config(&a.preset, a.device_gib)?;
+    let ftl_cfg = FtlConfig {
+        op: RUN_OP,
+        // GC on: the device's GC also starts at the used share host GC does (the paper's
+        // aggressive 50%); GC off: it runs only when the device runs out of free blocks.
+        gc_start_used: a.gc.then_some(a.gc_start),
+        checkpoint_log_pages: if a.checkpoint {
+            FtlConfig::default().checkpoint_log_pages
+        } else {
+            1 << 30
+        },
+        ..FtlConfig::default()
+    };
+    let nand = Nand::new_in_memory(dcfg)?;
+    let client = Client::new(NvmeDevice::new(Ftl::format(nand, ftl_cfg)?))?;
+    let in_mem = a.cache == CacheSize::InMemory;
+    let scfg = StoreConfig {
+        interface: a.interface,
+        cache_pages: None,
+        queue_depth: a.queue_depth,
+        persist: !in_mem,
+        block: BlockOptions {
+            gc: a.gc,
+            gc_start_used: a.gc_start,
+            ..BlockOptions::default()
+        },
+        checkpoint_interval_ns: a
+            .checkpoint
+            .then_some(StoreConfig::default().checkpoint_interval_ns)
+            .flatten(),
+        ..StoreConfig::default()
+    };
+    Store::open(client, scfg).map_err(|f| kv(f.error))
+}
+
+/// The YCSB run: `--ops`, else `--duration` (modeled), else `--wall-duration`, else
+/// 200,000 operations.
+fn ycsb_config(a: &BenchYcsbArgs) -> YcsbConfig {
+    let limit = match (a.ops, a.duration, a.wall_duration) {
+        (Some(n), _, _) => Limit::Ops(n),
+        (_, Some(d), _) => Limit::ModeledSecs(d),
+        (_, _, Some(w)) => Limit::WallSecs(w),
+        _ => Limit::Ops(200_000),
+    };
+    YcsbConfig {
+        records: a.records,
+        workload: a.workload,
+        dist: a.dist,
+        limit,
+        seed: a.seed,
+    }
+}
+
 fn gb(b: u64) -> String {
     format!("{:.3} GB", b as f64 / 1e9)
 }
@@ -472,7 +485,7 @@ pub(crate) fn bench_ycsb_cmd(a: &BenchYcsbArgs) -> Result<(), CliError> {
     }
     let o = run_once(a, &bar)?;
     bar.finish_and_clear();
-    let peers = crate::kvpeers::run_peers(a, o.run.ops.total(), &bar)?;
+    let peers = crate::cmd::kvpeers::run_peers(a, o.run.ops.total(), &bar)?;
     if a.json {
         let mut j = o.to_json();
         j["peers"] = serde_json::Value::Array(peers.iter().map(|p| p.to_json(&o)).collect());

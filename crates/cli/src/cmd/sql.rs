@@ -1,6 +1,6 @@
 //! `csd sql`: SQL over the tables of a device image, one query or an interactive shell
 //! (issue 12). A query given on the command line runs exactly as `csd query` runs it
-//! ([`crate::query::run_statement`]: DataFusion plans, device scans run the device program
+//! ([`crate::cmd::query::run_statement`]: DataFusion plans, device scans run the device program
 //! with the scan paper's strategies, in-storage-scan-processing §4). Without a query,
 //! `csd sql` is a shell: line editing and history ([`crate::lineedit`]; history
 //! in `~/.csd_sql_history`), statements over several lines ending at `;`, `\d` (tables),
@@ -16,7 +16,7 @@
 //! never overwrites a device image or a file of another kind. The image is opened
 //! read-only: nothing a session runs changes it.
 
-use crate::query::{self, DbArgs, ImageSession, Ran, SqlOpts};
+use crate::cmd::query::{self, DbArgs, ImageSession, Ran, SqlOpts};
 use crate::{CliError, report};
 use clap::{Args, ValueEnum};
 use csd_host::TableInfo;

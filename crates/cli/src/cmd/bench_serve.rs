@@ -6,6 +6,7 @@
 
 use crate::{CliError, ConfigSource, report};
 use clap::Args;
+use csd_sim::DeviceConfig;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -115,65 +116,7 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
         path: dir.clone(),
         source: e,
     })?;
-    let result = (|| -> Result<Vec<(String, f64, f64)>, CliError> {
-        let image = dir.join("dev.img");
-        let csd_sock = dir.join("csd.sock");
-        let peer_sock = dir.join("peer.sock");
-        let exe = std::env::current_exe().map_err(|e| CliError::Io {
-            path: PathBuf::from("csd"),
-            source: e,
-        })?;
-        let mut serve = Command::new(exe);
-        serve
-            .args(["serve", "--image"])
-            .arg(&image)
-            .arg("--socket")
-            .arg(&csd_sock)
-            .args([
-                "--write-cache",
-                &a.write_cache.to_string(),
-                "--stats-interval",
-                "0",
-            ]);
-        for s in a.src.describe().split_whitespace() {
-            serve.arg(s);
-        }
-        let _csd = Killed(
-            serve
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| CliError::Usage(format!("csd serve: {e}")))?,
-        );
-        wait_for(&csd_sock)?;
-        let bytes = cfg.geometry.raw_capacity();
-        let _peer = Killed(
-            Command::new("nbdkit")
-                .args(["--foreground", "-U"])
-                .arg(&peer_sock)
-                .args(["memory", &bytes.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| CliError::Usage(format!("nbdkit: {e}")))?,
-        );
-        wait_for(&peer_sock)?;
-        let uri = |s: &Path| format!("nbd+unix:///?socket={}", s.display());
-        let out = dir.join("fio.json");
-        let mut rows = Vec::new();
-        for rw in ["randwrite", "randread"] {
-            if !a.json {
-                eprintln!(
-                    "fio {rw} on csd serve, then on nbdkit memory ({} s each)",
-                    a.runtime
-                );
-            }
-            let c = fio(&uri(&csd_sock), rw, a, &out)?;
-            let p = fio(&uri(&peer_sock), rw, a, &out)?;
-            rows.push((rw.to_string(), c, p));
-        }
-        Ok(rows)
-    })();
+    let result = measure(a, &cfg, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     let rows = result?;
     let cmd = format!(
@@ -215,4 +158,70 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
     );
     println!("reproduce: {cmd}");
     Ok(())
+}
+
+/// `csd serve` on a fresh image and `nbdkit memory` side by side in `dir`, each job of
+/// fio on both: (job, csd IOPS, nbdkit IOPS) per job.
+fn measure(
+    a: &BenchServeArgs,
+    cfg: &DeviceConfig,
+    dir: &Path,
+) -> Result<Vec<(String, f64, f64)>, CliError> {
+    let image = dir.join("dev.img");
+    let csd_sock = dir.join("csd.sock");
+    let peer_sock = dir.join("peer.sock");
+    let exe = std::env::current_exe().map_err(|e| CliError::Io {
+        path: PathBuf::from("csd"),
+        source: e,
+    })?;
+    let mut serve = Command::new(exe);
+    serve
+        .args(["serve", "--image"])
+        .arg(&image)
+        .arg("--socket")
+        .arg(&csd_sock)
+        .args([
+            "--write-cache",
+            &a.write_cache.to_string(),
+            "--stats-interval",
+            "0",
+        ]);
+    for s in a.src.describe().split_whitespace() {
+        serve.arg(s);
+    }
+    let _csd = Killed(
+        serve
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| CliError::Usage(format!("csd serve: {e}")))?,
+    );
+    wait_for(&csd_sock)?;
+    let bytes = cfg.geometry.raw_capacity();
+    let _peer = Killed(
+        Command::new("nbdkit")
+            .args(["--foreground", "-U"])
+            .arg(&peer_sock)
+            .args(["memory", &bytes.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| CliError::Usage(format!("nbdkit: {e}")))?,
+    );
+    wait_for(&peer_sock)?;
+    let uri = |s: &Path| format!("nbd+unix:///?socket={}", s.display());
+    let out = dir.join("fio.json");
+    let mut rows = Vec::new();
+    for rw in ["randwrite", "randread"] {
+        if !a.json {
+            eprintln!(
+                "fio {rw} on csd serve, then on nbdkit memory ({} s each)",
+                a.runtime
+            );
+        }
+        let c = fio(&uri(&csd_sock), rw, a, &out)?;
+        let p = fio(&uri(&peer_sock), rw, a, &out)?;
+        rows.push((rw.to_string(), c, p));
+    }
+    Ok(rows)
 }

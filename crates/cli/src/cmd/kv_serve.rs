@@ -16,19 +16,17 @@
 //! * The listening address goes to stdout as `listening on ADDR` (port 0 picks a free
 //!   port), for scripts and tests; everything else goes to stderr.
 
-use crate::{CliError, ConfigSource, image, kvbench, report};
+use crate::{CliError, ConfigSource, cmd::bench_ycsb, image, report};
 use clap::Args;
 use csd_device::NvmeDevice;
 use csd_device::stack::{self, OpenOptions};
 use csd_host::Client;
-use csd_kv::{Interface, Server, ServerConfig, Store, StoreConfig};
+use csd_kv::{Interface, IoStats, Server, ServerConfig, ServerStats, Store, StoreConfig};
 use csd_nand::Access;
 use csd_sim::DeviceConfig;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 /// Options of `csd kv serve`.
@@ -79,11 +77,11 @@ fn new_image_config(a: &KvServeArgs) -> Result<DeviceConfig, CliError> {
     if a.src.given() {
         let cfg = a.src.load()?;
         match a.device_gib {
-            Some(g) => kvbench::shrink_config(cfg, g),
+            Some(g) => bench_ycsb::shrink_config(cfg, g),
             None => Ok(cfg),
         }
     } else {
-        kvbench::device_config("ox-westlake", a.device_gib.unwrap_or(2.0))
+        bench_ycsb::device_config("ox-westlake", a.device_gib.unwrap_or(2.0))
     }
 }
 
@@ -105,7 +103,7 @@ fn open_device(a: &KvServeArgs) -> Result<csd_device::BlockDevice, CliError> {
     );
     let mut ftl = a.ftl.clone();
     if ftl.op.is_none() {
-        ftl.op = Some(kvbench::RUN_OP);
+        ftl.op = Some(bench_ycsb::RUN_OP);
     }
     let opts = OpenOptions {
         access: Access::ReadWrite,
@@ -140,6 +138,50 @@ pub(crate) fn kv_serve_cmd(a: &KvServeArgs) -> Result<(), CliError> {
     if a.queue_depth == 0 {
         return Err(CliError::Usage("--queue-depth must be at least 1".into()));
     }
+    let store = open_store(a)?;
+    let (listener, store) = bind(a, store)?;
+    let addr = listener.local_addr().map_err(|e| CliError::Io {
+        path: PathBuf::from(a.listen.to_string()),
+        source: e,
+    })?;
+    let stop = super::serve::stop_on_signals()?;
+    let server = Server::new(
+        store,
+        ServerConfig {
+            max_connections: a.max_connections.max(1),
+            verbose: a.verbose,
+            ..ServerConfig::default()
+        },
+    );
+    eprintln!(
+        "try: redis-cli -h {} -p {} ; stop with Ctrl-C or SIGTERM",
+        addr.ip(),
+        addr.port()
+    );
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on {addr}");
+        let _ = out.flush();
+    }
+    let served = server.serve(&listener, &stop);
+    drop(listener);
+    eprintln!("shutting down: sync, checkpoint, close");
+    let st = server.stats();
+    let mut store = server.into_store();
+    let synced = store.sync().and_then(|_| store.checkpoint()).map_err(kv);
+    let io = store.stats().io;
+    close(store.into_device())?;
+    synced?;
+    served.map_err(|e| CliError::Io {
+        path: PathBuf::from(addr.to_string()),
+        source: e,
+    })?;
+    print_served(a, &st, &io);
+    Ok(())
+}
+
+/// Opens (or formats) the store on the image and says which.
+fn open_store(a: &KvServeArgs) -> Result<Store<Client>, CliError> {
     let t0 = Instant::now();
     let dev = open_device(a)?;
     let device = dev.ftl().nand().config().name.clone();
@@ -172,6 +214,14 @@ pub(crate) fn kv_serve_cmd(a: &KvServeArgs) -> Result<(), CliError> {
         store.pages(),
         t0.elapsed().as_secs_f64()
     );
+    Ok(store)
+}
+
+/// The listening socket; on failure the store is synced and the image closed.
+fn bind(
+    a: &KvServeArgs,
+    mut store: Store<Client>,
+) -> Result<(TcpListener, Store<Client>), CliError> {
     let listener = match TcpListener::bind(a.listen) {
         Ok(l) => l,
         Err(e) => {
@@ -183,50 +233,11 @@ pub(crate) fn kv_serve_cmd(a: &KvServeArgs) -> Result<(), CliError> {
             });
         }
     };
-    let addr = listener.local_addr().map_err(|e| CliError::Io {
-        path: PathBuf::from(a.listen.to_string()),
-        source: e,
-    })?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
-            .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
-            .map_err(|e| CliError::Io {
-                path: PathBuf::from("signal handler"),
-                source: e,
-            })?;
-    }
-    let server = Server::new(
-        store,
-        ServerConfig {
-            max_connections: a.max_connections.max(1),
-            verbose: a.verbose,
-            ..ServerConfig::default()
-        },
-    );
-    eprintln!(
-        "try: redis-cli -h {} -p {} ; stop with Ctrl-C or SIGTERM",
-        addr.ip(),
-        addr.port()
-    );
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on {addr}");
-        let _ = out.flush();
-    }
-    let served = server.serve(&listener, &stop);
-    drop(listener);
-    eprintln!("shutting down: sync, checkpoint, close");
-    let st = server.stats();
-    let mut store = server.into_store();
-    let synced = store.sync().and_then(|_| store.checkpoint()).map_err(kv);
-    let io = store.stats().io;
-    close(store.into_device())?;
-    synced?;
-    served.map_err(|e| CliError::Io {
-        path: PathBuf::from(addr.to_string()),
-        source: e,
-    })?;
+    Ok((listener, store))
+}
+
+/// The totals of the run, after the image is closed.
+fn print_served(a: &KvServeArgs, st: &ServerStats, io: &IoStats) {
     eprintln!(
         "served {} connections, {} commands ({} errors, {} protocol errors), {} durability syncs; \
          store wrote {} pages in {} seals; image {} closed cleanly",
@@ -239,5 +250,4 @@ pub(crate) fn kv_serve_cmd(a: &KvServeArgs) -> Result<(), CliError> {
         io.seals,
         a.image.display()
     );
-    Ok(())
 }

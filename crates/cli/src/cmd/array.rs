@@ -4,7 +4,8 @@
 //! striped across N device images listed in a versioned manifest, one DataFusion
 //! partition per device, the device scans in parallel on host threads.
 
-use crate::query::{self, SqlOpts};
+use crate::args::{LayoutArg, comma_list, parse_count};
+use crate::cmd::query::{self, SqlOpts};
 use crate::{CliError, ConfigSource, image, report};
 use clap::{Args, Subcommand};
 use csd_device::NvmeDevice;
@@ -388,14 +389,14 @@ pub(crate) struct BenchArrayArgs {
     #[arg(long, default_value_t = 0.1)]
     sf: f64,
     /// Host thread counts to compare, comma-separated.
-    #[arg(long, default_value = "1,2")]
-    threads: String,
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2], value_parser = parse_count)]
+    threads: Vec<usize>,
     /// The query (`q1` … `q22`, or SQL over lineitem).
     #[arg(long, default_value = "q6")]
     query: String,
     /// Page layout.
-    #[arg(long, default_value = "pax", value_parser = ["nsm", "pax"])]
-    layout: String,
+    #[arg(long, value_enum, default_value_t)]
+    layout: LayoutArg,
     /// Runs per thread count (the best is reported).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -408,17 +409,6 @@ pub(crate) struct BenchArrayArgs {
 /// `csd bench array`.
 pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
     let cfg = a.src.load()?;
-    let threads: Vec<usize> = a
-        .threads
-        .split(',')
-        .map(|t| {
-            t.trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| CliError::Usage(format!("--threads: `{t}` is not a count")))
-        })
-        .collect::<Result<_, _>>()?;
     if a.devices == 0 {
         return Err(CliError::Usage("--devices must be at least 1".into()));
     }
@@ -430,28 +420,7 @@ pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
             ))
         })?,
     };
-    let layout = if a.layout == "nsm" {
-        Layout::Nsm
-    } else {
-        Layout::Pax
-    };
-    let mut clients = Vec::with_capacity(a.devices);
-    for _ in 0..a.devices {
-        let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
-        let ftl = csd_ftl::Ftl::format(nand, FtlConfig::default())?;
-        clients.push(Client::new(NvmeDevice::new(ftl))?);
-    }
-    let g = TpchGenerator::new(TpchTable::LineItem, a.sf)
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    let (_, placement): (_, Placement) =
-        load_striped(&mut clients, "lineitem", g, layout, 1, &|_| {})?;
-    eprintln!(
-        "loaded lineitem SF {} ({} rows) striped over {} devices: pages {}",
-        a.sf,
-        placement.rows,
-        a.devices,
-        join(&placement.device_pages)
-    );
+    let (mut clients, placement) = load_lineitem(a, &cfg)?;
     let sql = query::expand_tpch(&a.query);
     let mut settings = a.opts.settings();
     settings.choice = choice;
@@ -464,7 +433,7 @@ pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
     ]);
     let mut base: Option<f64> = None;
     let mut lines = Vec::new();
-    for &n in &threads {
+    for &n in &a.threads {
         let s = ArraySession::new(
             clients,
             cfg.clone(),
@@ -473,20 +442,7 @@ pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
             std::slice::from_ref(&placement),
         )
         .map_err(query::sql_error)?;
-        let mut best = f64::INFINITY;
-        let mut scans_wall = 0.0;
-        let mut modeled = 0u64;
-        for _ in 0..a.repeat.max(1) {
-            let r = s.run(sql).map_err(query::sql_error)?;
-            if r.answer.wall_s < best {
-                best = r.answer.wall_s;
-                scans_wall = r.answer.scans.iter().map(|x| x.report.wall_s).sum();
-            }
-            modeled = r.modeled_ns();
-            let mut rows = r.answer.rows().map_err(query::sql_error)?;
-            rows.sort();
-            lines.push(rows);
-        }
+        let (best, scans_wall, modeled) = best_of(&s, sql, a.repeat, &mut lines)?;
         let speedup = base.map_or(1.0, |b| b / best);
         base.get_or_insert(best);
         t.add_row(vec![
@@ -516,7 +472,7 @@ pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
         "reproduce: csd bench array --devices {} --sf {} --threads {} --query {} --layout {} --repeat {} --strategy {} {}",
         a.devices,
         a.sf,
-        a.threads,
+        comma_list(&a.threads),
         a.query,
         a.layout,
         a.repeat,
@@ -524,4 +480,54 @@ pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
         a.src.describe()
     );
     Ok(())
+}
+
+/// TPC-H lineitem striped over `--devices` fresh in-memory devices.
+fn load_lineitem(
+    a: &BenchArrayArgs,
+    cfg: &DeviceConfig,
+) -> Result<(Vec<Client>, Placement), CliError> {
+    let mut clients = Vec::with_capacity(a.devices);
+    for _ in 0..a.devices {
+        let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
+        let ftl = csd_ftl::Ftl::format(nand, FtlConfig::default())?;
+        clients.push(Client::new(NvmeDevice::new(ftl))?);
+    }
+    let g = TpchGenerator::new(TpchTable::LineItem, a.sf)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let (_, placement): (_, Placement) =
+        load_striped(&mut clients, "lineitem", g, a.layout.layout(), 1, &|_| {})?;
+    eprintln!(
+        "loaded lineitem SF {} ({} rows) striped over {} devices: pages {}",
+        a.sf,
+        placement.rows,
+        a.devices,
+        join(&placement.device_pages)
+    );
+    Ok((clients, placement))
+}
+
+/// `sql` run `repeat` times on one session: the best wall time, the device scans' wall
+/// time summed in that run, and the modeled time; each run's sorted rows go to `lines`.
+fn best_of(
+    s: &ArraySession,
+    sql: &str,
+    repeat: usize,
+    lines: &mut Vec<Vec<Vec<String>>>,
+) -> Result<(f64, f64, u64), CliError> {
+    let mut best = f64::INFINITY;
+    let mut scans_wall = 0.0;
+    let mut modeled = 0u64;
+    for _ in 0..repeat.max(1) {
+        let r = s.run(sql).map_err(query::sql_error)?;
+        if r.answer.wall_s < best {
+            best = r.answer.wall_s;
+            scans_wall = r.answer.scans.iter().map(|x| x.report.wall_s).sum();
+        }
+        modeled = r.modeled_ns();
+        let mut rows = r.answer.rows().map_err(query::sql_error)?;
+        rows.sort();
+        lines.push(rows);
+    }
+    Ok((best, scans_wall, modeled))
 }

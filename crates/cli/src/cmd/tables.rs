@@ -1,5 +1,6 @@
 //! `csd load` and `csd tables`: tables on the device (smart-ssd §4.1.1 data sets).
 
+use crate::args::LayoutArg;
 use crate::{CliError, ConfigSource, image, report};
 use clap::{Args, Subcommand};
 use csd_device::NvmeDevice;
@@ -81,9 +82,9 @@ pub(crate) struct Target {
     stripe_pages: u64,
     #[command(flatten)]
     src: ConfigSource,
-    /// Page layout: nsm or pax.
-    #[arg(long, default_value = "pax", value_parser = ["nsm", "pax"])]
-    layout: String,
+    /// Page layout.
+    #[arg(long, value_enum, default_value_t)]
+    layout: LayoutArg,
     /// A new image: extension bytes per MAP entry for FLIXR per-page indexes (24 lets
     /// `csd index create` / `CREATE INDEX` add range or bitmap indexes later).
     #[arg(long)]
@@ -140,7 +141,7 @@ pub(crate) struct TablesArgs {
 /// A device or an array, opened read-write for loading.
 enum Dest {
     One(Box<Client>),
-    Array(crate::array::ArrayLoad),
+    Array(crate::cmd::array::ArrayLoad),
 }
 
 impl Target {
@@ -167,7 +168,7 @@ fn open_client(t: &Target) -> Result<Dest, CliError> {
                         .into(),
                 ));
             }
-            Ok(Dest::Array(crate::array::ArrayLoad::open(
+            Ok(Dest::Array(crate::cmd::array::ArrayLoad::open(
                 dir,
                 t.stripe_pages,
                 t.json,
@@ -210,10 +211,6 @@ fn load_into(
         Dest::One(c) => load_one(c, name, source, layout, total, json),
         Dest::Array(a) => a.load(name, source, layout, total, json),
     }
-}
-
-fn layout_of(s: &str) -> Layout {
-    if s == "nsm" { Layout::Nsm } else { Layout::Pax }
 }
 
 fn bar(total: Option<u64>, what: &str, show: bool) -> Option<indicatif::ProgressBar> {
@@ -303,107 +300,123 @@ pub(crate) fn load_one(
 
 /// `csd load ...`.
 pub(crate) fn load_cmd(c: &LoadCmd) -> Result<(), CliError> {
-    let mut loads = Vec::new();
     match c {
-        LoadCmd::Tpch(a) => {
-            // Every name is checked before the image is opened: a typo writes nothing.
-            let mut wanted = Vec::new();
-            for name in a.tables.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                let table = TpchTable::ALL
-                    .into_iter()
-                    .find(|t| t.name().eq_ignore_ascii_case(name))
-                    .ok_or_else(|| {
-                        CliError::Usage(format!(
-                            "unknown TPC-H table `{name}`; use {}",
-                            TpchTable::ALL.map(|t| t.name()).join(", ")
-                        ))
-                    })?;
-                wanted.push(table);
-            }
-            let mut client = open_client(&a.target)?;
-            for table in wanted {
-                let name = table.name();
-                let g =
-                    TpchGenerator::new(table, a.sf).map_err(|e| CliError::Usage(e.to_string()))?;
-                let total = table.row_count(a.sf, 1, 1);
-                loads.push(load_into(
-                    &mut client,
-                    name,
-                    g,
-                    layout_of(&a.target.layout),
-                    total,
-                    a.target.json,
-                )?);
-            }
-            close_client(client)?;
-            let cmd = format!(
-                "csd load tpch --sf {} --tables {} --layout {} {}",
-                a.sf,
-                a.tables,
-                a.target.layout,
-                a.target.describe()
-            );
-            report_loads(&loads, &cmd, a.target.json);
-        }
-        LoadCmd::Synthetic(a) => {
-            let spec = SyntheticSpec::new(a.columns, a.rows, a.seed)
-                .map_err(|e| CliError::Usage(e.to_string()))?;
-            let name = a
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("synthetic{}", a.columns));
-            let mut client = open_client(&a.target)?;
-            let g = SyntheticGenerator::new(spec).map_err(|e| CliError::Usage(e.to_string()))?;
-            loads.push(load_into(
-                &mut client,
-                &name,
-                g,
-                layout_of(&a.target.layout),
-                Some(a.rows),
-                a.target.json,
-            )?);
-            close_client(client)?;
-            let cmd = format!(
-                "csd load synthetic --columns {} --rows {} --seed {} --name {name} --layout {} {}",
-                a.columns,
-                a.rows,
-                a.seed,
-                a.target.layout,
-                a.target.describe()
-            );
-            report_loads(&loads, &cmd, a.target.json);
-        }
-        LoadCmd::Csv(a) => {
-            loads.push(load_file(&a.file, Some(a))?);
-            let cmd = format!(
-                "csd load csv {} --table {}{} --delimiter '{}'{} --layout {} {}",
-                a.file.file.display(),
-                a.file.table,
-                if a.header { " --header" } else { "" },
-                a.delimiter,
-                a.file
-                    .float_scale
-                    .map_or(String::new(), |s| format!(" --float-scale {s}")),
-                a.file.target.layout,
-                a.file.target.describe()
-            );
-            report_loads(&loads, &cmd, a.file.target.json);
-        }
-        LoadCmd::Parquet(a) => {
-            loads.push(load_file(&a.file, None)?);
-            let cmd = format!(
-                "csd load parquet {} --table {}{} --layout {} {}",
-                a.file.file.display(),
-                a.file.table,
-                a.file
-                    .float_scale
-                    .map_or(String::new(), |s| format!(" --float-scale {s}")),
-                a.file.target.layout,
-                a.file.target.describe()
-            );
-            report_loads(&loads, &cmd, a.file.target.json);
-        }
+        LoadCmd::Tpch(a) => load_tpch(a),
+        LoadCmd::Synthetic(a) => load_synthetic(a),
+        LoadCmd::Csv(a) => load_csv(a),
+        LoadCmd::Parquet(a) => load_parquet(a),
     }
+}
+
+/// `csd load tpch`: the named TPC-H tables (every name checked before the image is
+/// opened: a typo writes nothing).
+fn load_tpch(a: &TpchArgs) -> Result<(), CliError> {
+    let mut loads = Vec::new();
+    // Every name is checked before the image is opened: a typo writes nothing.
+    let mut wanted = Vec::new();
+    for name in a.tables.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let table = TpchTable::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                CliError::Usage(format!(
+                    "unknown TPC-H table `{name}`; use {}",
+                    TpchTable::ALL.map(|t| t.name()).join(", ")
+                ))
+            })?;
+        wanted.push(table);
+    }
+    let mut client = open_client(&a.target)?;
+    for table in wanted {
+        let name = table.name();
+        let g = TpchGenerator::new(table, a.sf).map_err(|e| CliError::Usage(e.to_string()))?;
+        let total = table.row_count(a.sf, 1, 1);
+        loads.push(load_into(
+            &mut client,
+            name,
+            g,
+            a.target.layout.layout(),
+            total,
+            a.target.json,
+        )?);
+    }
+    close_client(client)?;
+    let cmd = format!(
+        "csd load tpch --sf {} --tables {} --layout {} {}",
+        a.sf,
+        a.tables,
+        a.target.layout,
+        a.target.describe()
+    );
+    report_loads(&loads, &cmd, a.target.json);
+    Ok(())
+}
+
+/// `csd load synthetic`: one SyntheticN table (smart-ssd §4.1.1).
+fn load_synthetic(a: &SyntheticArgs) -> Result<(), CliError> {
+    let mut loads = Vec::new();
+    let spec = SyntheticSpec::new(a.columns, a.rows, a.seed)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let name = a
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("synthetic{}", a.columns));
+    let mut client = open_client(&a.target)?;
+    let g = SyntheticGenerator::new(spec).map_err(|e| CliError::Usage(e.to_string()))?;
+    loads.push(load_into(
+        &mut client,
+        &name,
+        g,
+        a.target.layout.layout(),
+        Some(a.rows),
+        a.target.json,
+    )?);
+    close_client(client)?;
+    let cmd = format!(
+        "csd load synthetic --columns {} --rows {} --seed {} --name {name} --layout {} {}",
+        a.columns,
+        a.rows,
+        a.seed,
+        a.target.layout,
+        a.target.describe()
+    );
+    report_loads(&loads, &cmd, a.target.json);
+    Ok(())
+}
+
+/// `csd load csv`: a CSV file as a table.
+fn load_csv(a: &CsvArgs) -> Result<(), CliError> {
+    let loads = vec![load_file(&a.file, Some(a))?];
+    let cmd = format!(
+        "csd load csv {} --table {}{} --delimiter '{}'{} --layout {} {}",
+        a.file.file.display(),
+        a.file.table,
+        if a.header { " --header" } else { "" },
+        a.delimiter,
+        a.file
+            .float_scale
+            .map_or(String::new(), |s| format!(" --float-scale {s}")),
+        a.file.target.layout,
+        a.file.target.describe()
+    );
+    report_loads(&loads, &cmd, a.file.target.json);
+    Ok(())
+}
+
+/// `csd load parquet`: a Parquet file as a table.
+fn load_parquet(a: &ParquetArgs) -> Result<(), CliError> {
+    let loads = vec![load_file(&a.file, None)?];
+    let cmd = format!(
+        "csd load parquet {} --table {}{} --layout {} {}",
+        a.file.file.display(),
+        a.file.table,
+        a.file
+            .float_scale
+            .map_or(String::new(), |s| format!(" --float-scale {s}")),
+        a.file.target.layout,
+        a.file.target.describe()
+    );
+    report_loads(&loads, &cmd, a.file.target.json);
     Ok(())
 }
 
@@ -456,7 +469,7 @@ fn load_file(f: &FileArgs, csv: Option<&CsvArgs>) -> Result<csd_host::LoadReport
         &mut client,
         &f.table,
         rows,
-        layout_of(&f.target.layout),
+        f.target.layout.layout(),
         total,
         f.target.json,
     );

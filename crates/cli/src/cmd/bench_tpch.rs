@@ -13,17 +13,18 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use csd_device::NvmeDevice;
 use csd_ftl::FtlConfig;
 use csd_host::Client;
+use csd_sim::DeviceConfig;
 use csd_sql::datafusion::arrow::csv::WriterBuilder;
 use csd_sql::tpch::QUERIES;
-use csd_sql::{Choice, ScanSettings, SqlSession};
+use csd_sql::{ScanSettings, SqlSession};
 use csd_table::datagen::{TpchGenerator, TpchTable};
-use csd_table::page::Layout;
 
-use crate::query::batch_rows;
+use crate::args::{ChoiceArg, LayoutArg};
+use crate::cmd::query::batch_rows;
 use crate::{CliError, ConfigSource, report};
 
 /// `csd bench tpch`.
@@ -32,21 +33,21 @@ pub(crate) struct BenchTpchArgs {
     /// TPC-H scale factor.
     #[arg(long, default_value_t = 0.1)]
     sf: f64,
-    /// Page layout: nsm or pax.
-    #[arg(long, default_value = "pax")]
-    layout: String,
-    /// Where scans run: ihp, cpu-isp, hw-isp or auto.
-    #[arg(long, default_value = "auto")]
-    strategy: String,
+    /// Page layout.
+    #[arg(long, value_enum, default_value_t)]
+    layout: LayoutArg,
+    /// Where scans run.
+    #[arg(long, value_enum, default_value_t)]
+    strategy: ChoiceArg,
     /// Queries to run, e.g. 1,6,14 (default all 22).
     #[arg(long)]
     queries: Option<String>,
     /// Run each query this many times; the best wall time is reported.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
-    /// Also run DuckDB (Python package, in a venv) on the same rows: `duckdb`.
-    #[arg(long)]
-    compare: Option<String>,
+    /// Also run another engine on the same rows.
+    #[arg(long, value_enum)]
+    compare: Option<CompareArg>,
     #[command(flatten)]
     src: ConfigSource,
 }
@@ -117,54 +118,10 @@ fn sf1_answer(n: usize) -> Option<Reference> {
 /// `csd bench tpch`.
 pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
     let cfg = a.src.load()?;
-    let layout = match a.layout.as_str() {
-        "nsm" => Layout::Nsm,
-        "pax" => Layout::Pax,
-        o => {
-            return Err(CliError::Usage(format!(
-                "unknown layout `{o}`: use nsm or pax"
-            )));
-        }
-    };
-    let choice = Choice::parse(&a.strategy).ok_or_else(|| {
-        CliError::Usage(format!(
-            "unknown strategy `{}`: use ihp, cpu-isp, hw-isp or auto",
-            a.strategy
-        ))
-    })?;
-    let numbers: Vec<usize> = match &a.queries {
-        None => (1..=22).collect(),
-        Some(s) => s
-            .split(',')
-            .map(|x| {
-                x.trim()
-                    .trim_start_matches(['q', 'Q'])
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=22).contains(n))
-                    .ok_or_else(|| CliError::Usage(format!("query `{x}`: use 1 to 22")))
-            })
-            .collect::<Result<_, _>>()?,
-    };
-    if let Some(c) = &a.compare
-        && c != "duckdb"
-    {
-        return Err(CliError::Usage(format!(
-            "--compare {c}: only duckdb is supported"
-        )));
-    }
-    let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
-    let ftl = csd_ftl::Ftl::format(nand, FtlConfig::default())?;
-    let mut client = Client::new(NvmeDevice::new(ftl))?;
-    for t in TpchTable::ALL {
-        let g = TpchGenerator::new(t, a.sf).map_err(|e| CliError::Usage(e.to_string()))?;
-        let total = t.row_count(a.sf, 1, 1);
-        crate::tables::load_one(&mut client, t.name(), g, layout, total, false)?;
-    }
-    let session = SqlSession::new(client, cfg.clone(), ScanSettings::new(choice))
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    let duck = match &a.compare {
-        Some(_) => Some(run_duckdb(&session, &numbers)?),
+    let numbers = query_numbers(a.queries.as_deref())?;
+    let session = load_tpch(a, &cfg)?;
+    let duck = match a.compare {
+        Some(CompareArg::Duckdb) => Some(run_duckdb(&session, &numbers)?),
         None => None,
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -183,47 +140,10 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
     let (mut total_csd, mut total_d1, mut total_dn) = (0.0, 0.0, 0.0);
     let mut wrong = 0;
     for (k, &n) in numbers.iter().enumerate() {
-        let mut best = f64::INFINITY;
-        let mut last = None;
-        for _ in 0..a.repeat.max(1) {
-            let ans = session
-                .run(QUERIES[n - 1])
-                .map_err(|e| CliError::Usage(format!("Q{n}: {e}")))?;
-            best = best.min(ans.wall_s);
-            last = Some(ans);
-        }
-        let ans = last.ok_or_else(|| CliError::Usage("no run".into()))?;
-        let rows = batch_rows(&ans.batches)?;
-        let modeled = ans.scans.iter().fold(0.0, |t, s| t + s.report.modeled_s());
-        let check = if (a.sf - 1.0).abs() < 1e-12 {
-            sf1_answer(n).map(|w| rows_match(&rows, &w, 0.011, 1e-9))
-        } else {
-            duck.as_ref().map(|d| {
-                let want = Reference {
-                    rows: d.queries[k].rows.clone(),
-                    truncated: Vec::new(),
-                    abs: None,
-                };
-                rows_match(&rows, &want, 0.01, 1e-6)
-            })
-        };
-        let correct = match check {
-            Some(Ok(())) => "yes".to_string(),
-            Some(Err(e)) => {
-                wrong += 1;
-                eprintln!("Q{n} differs: {e}");
-                "NO".to_string()
-            }
-            None => "not checked".to_string(),
-        };
+        let (best, mut row, correct) =
+            run_query(&session, a, n, duck.as_ref().map(|d| &d.queries[k]))?;
+        wrong += usize::from(!correct);
         total_csd += best;
-        let mut row = vec![
-            format!("Q{n}"),
-            rows.len().to_string(),
-            format!("{best:.4}"),
-            format!("{modeled:.4}"),
-            correct,
-        ];
         if let Some(d) = &duck {
             let q = &d.queries[k];
             total_d1 += q.t1_s;
@@ -258,6 +178,100 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
     }
     t.add_row(row);
     println!("{t}");
+    print_footer(a, &cfg, threads, duck.as_ref());
+    if wrong > 0 {
+        return Err(CliError::Nvme(format!(
+            "{wrong} queries returned a wrong answer"
+        )));
+    }
+    Ok(())
+}
+
+/// `--queries 1,6,14` (or `q1,q6`) as query numbers; all 22 without the option.
+fn query_numbers(list: Option<&str>) -> Result<Vec<usize>, CliError> {
+    match list {
+        None => Ok((1..=22).collect()),
+        Some(s) => s
+            .split(',')
+            .map(|x| {
+                x.trim()
+                    .trim_start_matches(['q', 'Q'])
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=22).contains(n))
+                    .ok_or_else(|| CliError::Usage(format!("query `{x}`: use 1 to 22")))
+            })
+            .collect(),
+    }
+}
+
+/// The eight tables loaded into a fresh in-memory device, and a SQL session over it.
+fn load_tpch(a: &BenchTpchArgs, cfg: &DeviceConfig) -> Result<SqlSession, CliError> {
+    let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
+    let ftl = csd_ftl::Ftl::format(nand, FtlConfig::default())?;
+    let mut client = Client::new(NvmeDevice::new(ftl))?;
+    for t in TpchTable::ALL {
+        let g = TpchGenerator::new(t, a.sf).map_err(|e| CliError::Usage(e.to_string()))?;
+        let total = t.row_count(a.sf, 1, 1);
+        crate::cmd::tables::load_one(&mut client, t.name(), g, a.layout.layout(), total, false)?;
+    }
+    SqlSession::new(client, cfg.clone(), ScanSettings::new(a.strategy.choice()))
+        .map_err(|e| CliError::Usage(e.to_string()))
+}
+
+/// Query `n`, best of `--repeat` runs, checked against the SF 1 answer or DuckDB's
+/// rows: the best wall time, the table row so far, and whether the answer is right
+/// (an unchecked answer counts as right).
+fn run_query(
+    session: &SqlSession,
+    a: &BenchTpchArgs,
+    n: usize,
+    duck: Option<&DuckQuery>,
+) -> Result<(f64, Vec<String>, bool), CliError> {
+    let mut best = f64::INFINITY;
+    let mut last = None;
+    for _ in 0..a.repeat.max(1) {
+        let ans = session
+            .run(QUERIES[n - 1])
+            .map_err(|e| CliError::Usage(format!("Q{n}: {e}")))?;
+        best = best.min(ans.wall_s);
+        last = Some(ans);
+    }
+    let ans = last.ok_or_else(|| CliError::Usage("no run".into()))?;
+    let rows = batch_rows(&ans.batches)?;
+    let modeled = ans.scans.iter().fold(0.0, |t, s| t + s.report.modeled_s());
+    let check = if (a.sf - 1.0).abs() < 1e-12 {
+        sf1_answer(n).map(|w| rows_match(&rows, &w, 0.011, 1e-9))
+    } else {
+        duck.map(|d| {
+            let want = Reference {
+                rows: d.rows.clone(),
+                truncated: Vec::new(),
+                abs: None,
+            };
+            rows_match(&rows, &want, 0.01, 1e-6)
+        })
+    };
+    let (correct, ok) = match check {
+        Some(Ok(())) => ("yes".to_string(), true),
+        Some(Err(e)) => {
+            eprintln!("Q{n} differs: {e}");
+            ("NO".to_string(), false)
+        }
+        None => ("not checked".to_string(), true),
+    };
+    let row = vec![
+        format!("Q{n}"),
+        rows.len().to_string(),
+        format!("{best:.4}"),
+        format!("{modeled:.4}"),
+        correct,
+    ];
+    Ok((best, row, ok))
+}
+
+/// What ran where, and the command that reproduces the run.
+fn print_footer(a: &BenchTpchArgs, cfg: &DeviceConfig, threads: usize, duck: Option<&Duck>) {
     println!(
         "csd: DataFusion with {threads} threads, device scans {} ({}), layout {}; wall times are best of {}",
         a.strategy,
@@ -265,7 +279,7 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
         a.layout,
         a.repeat.max(1)
     );
-    if let Some(d) = &duck {
+    if let Some(d) = duck {
         println!(
             "duckdb {} (best of 3, on CSV files of the same rows)",
             d.version
@@ -283,12 +297,21 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
             .as_ref()
             .map_or(String::new(), |c| format!(" --compare {c}"))
     );
-    if wrong > 0 {
-        return Err(CliError::Nvme(format!(
-            "{wrong} queries returned a wrong answer"
-        )));
+}
+
+/// `--compare`: the other engine run on the same rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CompareArg {
+    /// DuckDB (the Python package, in a venv), one thread and all threads.
+    Duckdb,
+}
+
+impl std::fmt::Display for CompareArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CompareArg::Duckdb => "duckdb",
+        })
     }
-    Ok(())
 }
 
 struct DuckQuery {

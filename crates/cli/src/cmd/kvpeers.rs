@@ -2,7 +2,7 @@
 //! driver on a real file, timed on the wall clock.
 
 use crate::CliError;
-use crate::kvbench::{BenchYcsbArgs, Outcome};
+use crate::cmd::bench_ycsb::{BenchYcsbArgs, Outcome};
 use csd_kv::ycsb::{self, KvTarget, Limit, PhaseResult, YcsbConfig};
 use serde_json::json;
 
@@ -16,7 +16,7 @@ impl PeerOutcome {
     pub(crate) fn to_json(&self, csd: &Outcome) -> serde_json::Value {
         json!({
             "name": self.name,
-            "run": crate::kvbench::phase_json(&self.run),
+            "run": crate::cmd::bench_ycsb::phase_json(&self.run),
             "csd_wall_ops_over_peer": csd.run.wall_ops_per_s() / self.run.wall_ops_per_s().max(1e-9),
         })
     }

@@ -1,4 +1,4 @@
-//! `csd bench fdtree` and `csd repro fd-tree`: the FD+tree paper's §5 experiments on an
+//! `csd bench fdtree`: the FD+tree paper's §5 harness (one scheme, one workload) on an
 //! emulated SSD in paced mode (merges take real time, so threads feel them), through the
 //! csd-idxbench harness.
 //!
@@ -16,7 +16,7 @@ use csd_ftl::{Ftl, FtlConfig};
 use csd_host::SharedDevice;
 use csd_idxbench::harness::{BenchConfig, Phase, Progress};
 use csd_idxbench::result::BenchResult;
-use csd_idxbench::{BenchIndex, IndexError, paper, repro};
+use csd_idxbench::{BenchIndex, IndexError, repro};
 use csd_sim::ClockMode;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,7 +42,7 @@ impl RunClock {
     }
 }
 
-fn ie(e: impl std::fmt::Display) -> IndexError {
+pub(crate) fn ie(e: impl std::fmt::Display) -> IndexError {
     IndexError::new(e.to_string())
 }
 
@@ -106,7 +106,7 @@ pub(crate) struct TreeOpts {
     /// Clock of the timed run: paced (real time, the paper's set-up), paced:SCALE (wall =
     /// modeled x SCALE) or virtual (no waiting; merges cost no wall time). The preload
     /// always runs in virtual time.
-    #[arg(long, default_value = "paced", value_parser = crate::parse_clock)]
+    #[arg(long, default_value = "paced", value_parser = crate::args::parse_clock)]
     clock: ClockMode,
     /// Top level L0 in KiB (paper: 256).
     #[arg(long, default_value_t = repro::L0_KIB)]
@@ -148,7 +148,7 @@ impl TreeOpts {
         Ok((dev, run_clock))
     }
 
-    fn make(&self, scheme: &str) -> Result<Arc<dyn BenchIndex>, CliError> {
+    pub(crate) fn make(&self, scheme: &str) -> Result<Arc<dyn BenchIndex>, CliError> {
         if scheme == "btree" {
             let cfg = BTreeConfig {
                 cache_bytes: self.cache_mib << 20,
@@ -186,7 +186,7 @@ impl TreeOpts {
         }))
     }
 
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let clock = match self.clock {
             ClockMode::Virtual => "virtual".to_string(),
             ClockMode::Paced { scale: 1.0 } => "paced".to_string(),
@@ -249,11 +249,11 @@ pub(crate) struct BenchFdtreeArgs {
     json: bool,
 }
 
-fn bar(json: bool) -> Option<indicatif::ProgressBar> {
+pub(crate) fn bar(json: bool) -> Option<indicatif::ProgressBar> {
     (!json).then(|| crate::report::progress_bar(Some(0), "requests"))
 }
 
-fn on_progress(pb: &Option<indicatif::ProgressBar>, label: &str, p: Progress) {
+pub(crate) fn on_progress(pb: &Option<indicatif::ProgressBar>, label: &str, p: Progress) {
     if let Some(pb) = pb {
         pb.set_length(p.total);
         pb.set_position(p.done);
@@ -268,7 +268,7 @@ fn on_progress(pb: &Option<indicatif::ProgressBar>, label: &str, p: Progress) {
 }
 
 /// The schemes of a comma-separated `option` value; at least one.
-fn scheme_list<'a>(list: &'a str, option: &str) -> Result<Vec<&'a str>, CliError> {
+pub(crate) fn scheme_list<'a>(list: &'a str, option: &str) -> Result<Vec<&'a str>, CliError> {
     let v: Vec<&str> = list
         .split(',')
         .map(str::trim)
@@ -282,7 +282,7 @@ fn scheme_list<'a>(list: &'a str, option: &str) -> Result<Vec<&'a str>, CliError
     Ok(v)
 }
 
-fn bench_err(e: csd_idxbench::harness::BenchError) -> CliError {
+pub(crate) fn bench_err(e: csd_idxbench::harness::BenchError) -> CliError {
     CliError::Usage(e.to_string())
 }
 
@@ -422,7 +422,7 @@ fn headline_ratios(results: &[&BenchResult]) -> Vec<(&'static str, &'static str,
 }
 
 /// A table of the schemes side by side, then the headline ratios against the paper's.
-fn print_comparison(results: &[&BenchResult]) {
+pub(crate) fn print_comparison(results: &[&BenchResult]) {
     let mut t = crate::report::table(&[
         "scheme",
         "W_l",
@@ -457,164 +457,4 @@ fn print_comparison(results: &[&BenchResult]) {
     for (_, label, v) in headline_ratios(results) {
         println!("{label}: {v:.2}");
     }
-}
-
-/// `csd repro fd-tree`.
-#[derive(Args)]
-pub(crate) struct ReproFdArgs {
-    /// Report directory.
-    #[arg(long, default_value = "repro/fd-tree")]
-    out: PathBuf,
-    /// Schemes to compare (xm, ds, fc, btree; the in-place B+tree baseline takes
-    /// minutes per run on update-heavy points, so it is not in the default list).
-    #[arg(long, default_value = "xm,ds,fc")]
-    schemes: String,
-    /// Keys preloaded for the Figure 6 sweep (paper: 10 M).
-    #[arg(long, default_value_t = repro::PRELOAD)]
-    preload: u64,
-    /// Requests per Figure 6 run (paper: 10 M).
-    #[arg(long, default_value_t = repro::REQUESTS)]
-    requests: u64,
-    /// Lookup ratios of the Figure 6 sweep (the paper's: 0,0.2,0.4,0.6,0.8,0.9,1).
-    #[arg(long, value_delimiter = ',', default_values_t = repro::LOOKUP_RATIOS.to_vec())]
-    lookup_ratios: Vec<f64>,
-    /// Initial index sizes (keys) of the Figure 7 scaling runs at W_l = 0.8, each with
-    /// as many requests as keys (paper: up to 90 M); empty to skip.
-    #[arg(long, value_delimiter = ',', default_values_t = repro::SIZES.to_vec())]
-    sizes: Vec<u64>,
-    /// Warehouses of the Figure 8 (G_T) runs; empty to skip.
-    #[arg(long, value_delimiter = ',', default_values_t = repro::WAREHOUSES.to_vec())]
-    warehouses: Vec<u32>,
-    /// Seed of the workloads.
-    #[arg(long, default_value_t = csd_idxbench::harness::DEFAULT_SEED)]
-    seed: u64,
-    #[command(flatten)]
-    tree: TreeOpts,
-}
-
-/// Comma-separated, as the options take lists.
-fn csv<T: std::fmt::Display>(v: &[T]) -> String {
-    v.iter().map(T::to_string).collect::<Vec<_>>().join(",")
-}
-
-/// Every configuration for every scheme, each on a fresh index.
-fn run_configs(
-    schemes: &[&str],
-    cfgs: &[BenchConfig],
-    tree: &TreeOpts,
-    pb: &Option<indicatif::ProgressBar>,
-    what: &str,
-) -> Result<Vec<BenchResult>, CliError> {
-    let mut out = Vec::new();
-    for s in schemes {
-        out.extend(
-            csd_idxbench::sweep::sweep_configs(cfgs, |_| tree.make(s).map_err(ie), &|i, p| {
-                on_progress(pb, &format!("{s} {what} run {i}"), p)
-            })
-            .map_err(bench_err)?,
-        );
-    }
-    Ok(out)
-}
-
-/// `csd repro fd-tree`: the W_l sweep of Figure 6, the index-size scaling of Figure 7
-/// and the G_T runs of Figure 8 for each scheme, as markdown reports with plots and the
-/// paper's figures beside ours.
-pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
-    csd_fdtree::disable_transparent_huge_pages();
-    let schemes = scheme_list(&a.schemes, "--schemes")?;
-    // The workloads of the three figures, as idxbench's repro module defines them (its
-    // `fdtree_repro` example runs the same without the CLI).
-    let params = repro::ReproParams {
-        preload: a.preload,
-        requests: a.requests,
-        lookup_ratios: a.lookup_ratios.clone(),
-        sizes: a.sizes.clone(),
-        warehouses: a.warehouses.clone(),
-        seed: a.seed,
-        ..repro::ReproParams::default()
-    };
-    let base = repro::fig6_base(&params);
-    let pb = bar(false);
-    let mut results = Vec::new();
-    for s in &schemes {
-        let label = s.to_string();
-        let r = csd_idxbench::sweep::sweep(
-            &a.lookup_ratios,
-            |_| a.tree.make(s).map_err(ie),
-            &base,
-            &|w, p| on_progress(&pb, &format!("{label} W_l={w}"), p),
-        )
-        .map_err(bench_err)?;
-        results.extend(r);
-    }
-    let cmd = format!(
-        "csd repro fd-tree --out {} --schemes {} --preload {} --requests {} --lookup-ratios {} --sizes {} --warehouses {} --seed {} {}",
-        a.out.display(),
-        a.schemes,
-        a.preload,
-        a.requests,
-        csv(&a.lookup_ratios),
-        csv(&a.sizes),
-        csv(&a.warehouses),
-        a.seed,
-        a.tree.describe()
-    );
-    let files =
-        csd_idxbench::sweep::write_report(&results, &paper::figure6(), &a.out.join("fig6"), &cmd)
-            .map_err(bench_err)?;
-    println!("Figure 6 report: {}", files.markdown.display());
-    let mut scaled = Vec::new();
-    if !a.sizes.is_empty() {
-        // Figure 7: W_l = 0.8, the workload as long as the initial index.
-        let cfgs: Vec<BenchConfig> = a
-            .sizes
-            .iter()
-            .map(|&n| repro::fig7_config(&params, n))
-            .collect();
-        scaled = run_configs(&schemes, &cfgs, &a.tree, &pb, "size")?;
-        let files = csd_idxbench::sweep::write_report_on(
-            &scaled,
-            &paper::figure7(),
-            &a.out.join("fig7"),
-            &cmd,
-            csd_idxbench::sweep::Axis::IndexSize,
-        )
-        .map_err(bench_err)?;
-        println!("Figure 7 report: {}", files.markdown.display());
-    }
-    let mut gt = Vec::new();
-    if !a.warehouses.is_empty() {
-        let cfgs: Vec<BenchConfig> = a
-            .warehouses
-            .iter()
-            .map(|&w| repro::fig8_config(&params, w))
-            .collect();
-        gt = run_configs(&schemes, &cfgs, &a.tree, &pb, "G_T")?;
-        let files =
-            csd_idxbench::sweep::write_report(&gt, &paper::figure8(), &a.out.join("fig8"), &cmd)
-                .map_err(bench_err)?;
-        println!("Figure 8 report: {}", files.markdown.display());
-    }
-    if let Some(pb) = pb {
-        pb.finish_and_clear();
-    }
-    // The headline of §5 / Figure 6 at W_l = 0.8.
-    let at_08: Vec<&BenchResult> = results
-        .iter()
-        .filter(|r| (r.w_lookup - 0.8).abs() < 1e-9)
-        .collect();
-    if !at_08.is_empty() {
-        print_comparison(&at_08);
-    }
-    // The paper's orderings (who stalls, who has the best throughput), each with its
-    // verdict, and the measured reasons why some flip at this scale.
-    let checks = repro::check_orderings(&results, &scaled, &gt);
-    for c in &checks {
-        println!("{c}");
-    }
-    let orderings = repro::write_orderings(&a.out, &checks, &cmd).map_err(bench_err)?;
-    println!("orderings and findings: {}", orderings.display());
-    println!("seed {}; reproduce: {cmd}", a.seed);
-    Ok(())
 }

@@ -8,13 +8,14 @@
 //!
 //! Every run is one `csd bench ycsb` configuration (crate `kvbench`): a fresh in-memory
 //! device of the `ox-westlake` preset (cut to about `--device-gib`, see
-//! `kvbench::device_config`), the records loaded, the cache set, the workload run for a
+//! `bench_ycsb::device_config`), the records loaded, the cache set, the workload run for a
 //! fixed number of operations (default) or modeled duration. The default scale is sized
 //! to finish in a few minutes on two cores; `--scale paper` runs the paper's 10M records
 //! for 300 modeled seconds.
 
+use super::plot_err;
 use crate::CliError;
-use crate::kvbench::{self, BenchYcsbArgs, CacheSize, Outcome};
+use crate::cmd::bench_ycsb::{self, BenchYcsbArgs, CacheSize, Outcome};
 use crate::report::progress_bar;
 use clap::{Args, ValueEnum};
 use csd_kv::Interface;
@@ -190,11 +191,35 @@ fn mib(b: u64) -> f64 {
 /// `csd repro batch-io`.
 pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
     let started = Instant::now();
-    // The default runs a fixed number of operations (a run at 100% cache does millions
-    // of operations per modeled second); the paper's scale runs 300 modeled seconds.
-    // A million operations let the write-heavy runs fill the host log so that host GC
-    // runs (300,000 left it idle: write-heavy batch/block 1.22x at 20% cache, where a
-    // million gives 2.46x, the paper 2.71x); the default run stays near 3 minutes here.
+    let (records, length, gib) = sizes(a)?;
+    csd_plot::guard_output(&a.out.join("report.md"), &["md"])
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let base = base_args(a, records, length, gib);
+    let runs = sweep(&base, plan(&a.caches))?;
+    let wall = started.elapsed().as_secs_f64();
+    let md = report(a, &runs, records, length, gib, wall)?;
+    let path = a.out.join("report.md");
+    std::fs::write(&path, md).map_err(|source| CliError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    println!("{}", summary(&runs));
+    println!(
+        "report: {} ({} runs, {:.0} s wall)",
+        path.display(),
+        runs.len(),
+        wall
+    );
+    Ok(())
+}
+
+/// Records, run length and device size: the scale's defaults unless given. The default
+/// runs a fixed number of operations (a run at 100% cache does millions of operations
+/// per modeled second); the paper's scale runs 300 modeled seconds. A million operations
+/// let the write-heavy runs fill the host log so that host GC runs (300,000 left it
+/// idle: write-heavy batch/block 1.22x at 20% cache, where a million gives 2.46x, the
+/// paper 2.71x); the default run stays near 3 minutes here.
+fn sizes(a: &ReproBatchIoArgs) -> Result<(u64, RunLength, f64), CliError> {
     let (records, length, gib) = match a.scale {
         Scale::Default => (200_000, RunLength::Ops(1_000_000), 1.0),
         Scale::Paper => (10_000_000, RunLength::Secs(300.0), 32.0),
@@ -213,9 +238,13 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
             )));
         }
     }
-    csd_plot::guard_output(&a.out.join("report.md"), &["md"])
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    let base = BenchYcsbArgs {
+    Ok((records, length, gib))
+}
+
+/// The YCSB options every run starts from (each run sets interface, workload, cache and
+/// durability).
+fn base_args(a: &ReproBatchIoArgs, records: u64, length: RunLength, gib: f64) -> BenchYcsbArgs {
+    BenchYcsbArgs {
         interface: Interface::Batch,
         workload: Workload::ReadHeavy,
         records,
@@ -239,8 +268,12 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
         seed: a.seed,
         compare: Vec::new(),
         json: false,
-    };
-    // The plan: Figure 11 (three durability settings), Figure 13 (both), In-Mem.
+    }
+}
+
+/// The runs: Figure 11 (three durability settings) and Figure 13 (both) per workload,
+/// interface and cache size, and the in-memory store per workload.
+fn plan(caches: &[f64]) -> Vec<(Workload, Durability, Interface, CacheSize)> {
     let mut plan: Vec<(Workload, Durability, Interface, CacheSize)> = Vec::new();
     for w in [Workload::ReadHeavy, Workload::WriteHeavy] {
         for d in [
@@ -250,13 +283,21 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
             Durability::Both,
         ] {
             for i in [Interface::Block, Interface::Batch] {
-                for &c in &a.caches {
+                for &c in caches {
                     plan.push((w, d, i, CacheSize::Percent(c)));
                 }
             }
         }
         plan.push((w, Durability::None, Interface::Batch, CacheSize::InMemory));
     }
+    plan
+}
+
+/// Every planned run, each on a fresh device.
+fn sweep(
+    base: &BenchYcsbArgs,
+    plan: Vec<(Workload, Durability, Interface, CacheSize)>,
+) -> Result<Vec<Run>, CliError> {
     let outer = progress_bar(Some(plan.len() as u64), "runs");
     let inner = indicatif::ProgressBar::hidden();
     let mut runs = Vec::new();
@@ -278,7 +319,7 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
             ..base.clone()
         };
         let t0 = Instant::now();
-        let out = kvbench::run_once(&args, &inner)?;
+        let out = bench_ycsb::run_once(&args, &inner)?;
         if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             eprintln!(
                 "run {}/{}: {} {} {} cache {}: {:.0} modeled ops/s ({:.1} s)",
@@ -302,21 +343,7 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
         outer.inc(1);
     }
     outer.finish_and_clear();
-    let wall = started.elapsed().as_secs_f64();
-    let md = report(a, &runs, records, length, gib, wall)?;
-    let path = a.out.join("report.md");
-    std::fs::write(&path, md).map_err(|source| CliError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    println!("{}", summary(&runs));
-    println!(
-        "report: {} ({} runs, {:.0} s wall)",
-        path.display(),
-        runs.len(),
-        wall
-    );
-    Ok(())
+    Ok(runs)
 }
 
 fn find(runs: &[Run], w: Workload, d: Durability, i: Interface, c: CacheSize) -> Option<&Outcome> {
@@ -384,10 +411,6 @@ fn summary(runs: &[Run]) -> String {
     s
 }
 
-fn plot_err(e: csd_plot::PlotError) -> CliError {
-    CliError::Usage(format!("plot: {e}"))
-}
-
 fn report(
     a: &ReproBatchIoArgs,
     runs: &[Run],
@@ -407,8 +430,40 @@ fn report(
          the ox-westlake preset cut to about {gib} GiB in memory (see Configuration). Figures are modeled ops/s from the \
          store's virtual clock; every number comes from counters the store and the device kept during the run.\n"
     );
+    let c = Ctx {
+        a,
+        runs,
+        records,
+        length,
+        gib,
+        wall,
+    };
+    figure11(&mut md, &c)?;
+    figure12(&mut md, &c)?;
+    figure13(&mut md, &c)?;
+    figure15(&mut md, &c)?;
+    tables34(&mut md, &c)?;
+    differences(&mut md, &c)?;
+    configuration(&mut md, &c)?;
+    Ok(md)
+}
+
+/// What every section of the report reads: the options and the runs.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    a: &'a ReproBatchIoArgs,
+    runs: &'a [Run],
+    records: u64,
+    length: RunLength,
+    gib: f64,
+    wall: f64,
+}
+
+/// Figure 11: throughput by host cache size, per panel (a-f), block against batch,
+/// with the in-memory store for reference.
+fn figure11(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx { a, runs, .. } = *c;
     let pcts: Vec<f64> = a.caches.clone();
-    // Figure 11.
     let _ = writeln!(md, "## Figure 11: throughput by host cache size\n");
     let panels = [
         ("a", Workload::ReadHeavy, Durability::None),
@@ -477,7 +532,14 @@ fn report(
         let _ = writeln!(md, "![Figure 11{p}](fig11{p}.png)");
     }
     let _ = writeln!(md);
-    // Figure 12.
+    Ok(())
+}
+
+/// Figure 12: done log records (one per FTL commit) and bytes written, write-heavy
+/// without checkpoint or GC.
+fn figure12(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx { a, runs, .. } = *c;
+    let pcts: Vec<f64> = a.caches.clone();
     let _ = writeln!(
         md,
         "## Figure 12: done log records (one per FTL commit, §4.2.2)\n\n\
@@ -535,7 +597,13 @@ fn report(
     }
     bars.write(&a.out, "fig12").map_err(plot_err)?;
     let _ = writeln!(md, "\n![Figure 12](fig12.png)\n");
-    // Figure 13.
+    Ok(())
+}
+
+/// Figure 13: end to end (checkpoints and GC on) against the paper's curves, then the summary table.
+fn figure13(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx { a, runs, .. } = *c;
+    let pcts: Vec<f64> = a.caches.clone();
     let _ = writeln!(
         md,
         "## Figure 13: end to end (checkpoints and GC on)\n\nPaper (§8.2.4): read-heavy block 92K–366K vs batch 240K–497K ops/s; write-heavy 35K–119K vs 95K–201K (20% and 80% cache).\n"
@@ -581,7 +649,14 @@ fn report(
         md,
         "\n![Figure 13a](fig13a.png) ![Figure 13b](fig13b.png)\n"
     );
-    // Figure 15.
+    Ok(())
+}
+
+/// Figure 15: the host CPU's share spent in GC and checkpoints, write-heavy at the cache
+/// size closest to 50%.
+fn figure15(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx { a, runs, .. } = *c;
+    let pcts: Vec<f64> = a.caches.clone();
     let _ = writeln!(
         md,
         "## Figure 15: host CPU spent in GC\n\nWrite-heavy, 50% cache (or the closest measured). Paper: durable throughput about 2/3 of the non-durable one on the block interface, and about 10% of the host CPU in GC, work the batch interface moves into the device.\n"
@@ -640,7 +715,12 @@ fn report(
         .map_err(plot_err)?;
         let _ = writeln!(md, "\n![Figure 15](fig15.png)\n");
     }
-    // Tables 3 and 4.
+    Ok(())
+}
+
+/// Tables 3 and 4: data moved, RA, WA and GC overhead beside the paper's.
+fn tables34(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx { runs, .. } = *c;
     let _ = writeln!(
         md,
         "## Tables 3 and 4: data moved, RA, WA and GC overhead\n\nWrite-heavy, checkpoint + GC (aggressive: 50%). GC = host GC + device GC. \
@@ -695,7 +775,12 @@ fn report(
             t3[4]
         );
     }
-    // Differences.
+    Ok(())
+}
+
+/// Where the figures differ from the paper, and which parameters move them.
+fn differences(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx { records, gib, .. } = *c;
     let _ = writeln!(md, "\n## Where the figures differ from the paper\n");
     let _ = writeln!(
         md,
@@ -729,9 +814,22 @@ fn report(
          device is cut to about {gib} GiB but the store's live data is a small share of \
          it. Parameters: `--records`, `--device-gib`."
     );
-    // Configuration.
+    Ok(())
+}
+
+/// The device, store and workload configuration, and the command that reproduces the
+/// run.
+fn configuration(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+    let Ctx {
+        a,
+        runs,
+        records,
+        length,
+        gib,
+        wall,
+    } = *c;
     let _ = writeln!(md, "\n## Configuration\n");
-    let dcfg = kvbench::device_config("ox-westlake", gib)?;
+    let dcfg = bench_ycsb::device_config("ox-westlake", gib)?;
     let g = &dcfg.geometry;
     let _ = writeln!(
         md,
@@ -747,7 +845,7 @@ fn report(
         g.pages_per_block,
         g.page_size / 1024,
         g.raw_capacity() as f64 / (1u64 << 30) as f64,
-        kvbench::RUN_OP,
+        bench_ycsb::RUN_OP,
         a.seed,
         runs.len(),
         a.out.display(),
@@ -770,5 +868,5 @@ fn report(
             .join(","),
         a.seed
     );
-    Ok(md)
+    Ok(())
 }

@@ -1,0 +1,201 @@
+//! Options shared by several commands, each parsed once by clap into a typed value:
+//! where a device config comes from (`--preset`, `--config`, `--set`), the page layout,
+//! the access pattern and the clock mode. Fixed sets of names are `ValueEnum`s with a
+//! `Display` that prints the name back (for `reproduce:` lines); options that carry a
+//! payload (`paced:SCALE`) have a value parser.
+
+use crate::CliError;
+use clap::{Args, ValueEnum};
+use csd_device::workload::Rw;
+use csd_host::Strategy;
+use csd_sim::config::DEFAULT_PRESET;
+use csd_sim::{ClockMode, DeviceConfig};
+use csd_sql::Choice;
+use csd_table::page::Layout;
+use std::path::PathBuf;
+
+/// Where a device config comes from.
+#[derive(Args, Clone, Default)]
+pub(crate) struct ConfigSource {
+    /// Built-in preset (default: nvme-tlc).
+    #[arg(long, conflicts_with = "config")]
+    pub(crate) preset: Option<String>,
+    /// Device config TOML file.
+    #[arg(long)]
+    pub(crate) config: Option<PathBuf>,
+    /// Override a config field, e.g. --set channel.rate_mt_s=400 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) set: Vec<String>,
+}
+
+impl ConfigSource {
+    /// Whether any of --preset, --config or --set was given.
+    pub(crate) fn given(&self) -> bool {
+        self.preset.is_some() || self.config.is_some() || !self.set.is_empty()
+    }
+
+    /// The config: the file, or the preset (default nvme-tlc), with the overrides applied.
+    pub(crate) fn load(&self) -> Result<DeviceConfig, CliError> {
+        let text = match (&self.preset, &self.config) {
+            (_, Some(path)) => std::fs::read_to_string(path).map_err(|e| CliError::Io {
+                path: path.clone(),
+                source: e,
+            })?,
+            (Some(p), None) => DeviceConfig::preset_toml(p)?.to_string(),
+            (None, None) => DeviceConfig::preset_toml(DEFAULT_PRESET)?.to_string(),
+        };
+        Ok(DeviceConfig::from_toml_with_overrides(&text, &self.set)?)
+    }
+
+    /// The options as a command line would give them (for `reproduce:` lines).
+    pub(crate) fn describe(&self) -> String {
+        let mut s = match (&self.preset, &self.config) {
+            (_, Some(p)) => format!("--config {}", p.display()),
+            (Some(p), None) => format!("--preset {p}"),
+            (None, None) => format!("--preset {DEFAULT_PRESET}"),
+        };
+        for o in &self.set {
+            s.push_str(&format!(" --set {o}"));
+        }
+        s
+    }
+}
+
+/// Parses `--rw` (clap value parser; the pattern carries no payload but its names
+/// come from the device crate, so it is not a `ValueEnum` here).
+pub(crate) fn parse_rw(s: &str) -> Result<Rw, String> {
+    Rw::parse(s).ok_or_else(|| {
+        format!("`{s}` is not a pattern; use read, write, randread, randwrite or randrw")
+    })
+}
+
+/// Parses `--clock`: `virtual`, `paced` or `paced:SCALE` (a mode with a payload, so a
+/// value parser rather than a `ValueEnum`).
+pub(crate) fn parse_clock(s: &str) -> Result<ClockMode, String> {
+    ClockMode::parse(s)
+        .ok_or_else(|| format!("`{s}` is not a clock; use virtual, paced or paced:SCALE"))
+}
+
+/// `--layout`: how a table's rows are laid out in its pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub(crate) enum LayoutArg {
+    /// N-ary storage model: whole rows in a slotted page.
+    Nsm,
+    /// Partition attributes across: one minipage per column.
+    #[default]
+    Pax,
+}
+
+impl LayoutArg {
+    /// The table crate's layout.
+    pub(crate) fn layout(self) -> Layout {
+        match self {
+            LayoutArg::Nsm => Layout::Nsm,
+            LayoutArg::Pax => Layout::Pax,
+        }
+    }
+}
+
+impl std::fmt::Display for LayoutArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LayoutArg::Nsm => "nsm",
+            LayoutArg::Pax => "pax",
+        })
+    }
+}
+
+/// `--strategy` of commands that run one fixed strategy or the model's choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub(crate) enum ChoiceArg {
+    /// In-host processing: the device returns pages, the host filters.
+    Ihp,
+    /// The device's embedded cores run the scan.
+    CpuIsp,
+    /// The device's per-channel filter hardware runs the scan.
+    HwIsp,
+    /// Per scan, the strategy the analytic model says is fastest.
+    #[default]
+    Auto,
+}
+
+impl ChoiceArg {
+    /// The SQL layer's choice.
+    pub(crate) fn choice(self) -> Choice {
+        match self {
+            ChoiceArg::Ihp => Choice::Fixed(Strategy::Ihp),
+            ChoiceArg::CpuIsp => Choice::Fixed(Strategy::CpuIsp),
+            ChoiceArg::HwIsp => Choice::Fixed(Strategy::HwIsp),
+            ChoiceArg::Auto => Choice::Auto,
+        }
+    }
+}
+
+impl std::fmt::Display for ChoiceArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.choice().name())
+    }
+}
+
+/// Parses a count of at least 1 (threads, devices).
+pub(crate) fn parse_count(s: &str) -> Result<usize, String> {
+    s.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("`{s}` is not a count (1 or more)"))
+}
+
+/// A list of values as the command line gives it: `a,b,c`.
+pub(crate) fn comma_list<T: std::fmt::Display>(v: &[T]) -> String {
+    v.iter().map(T::to_string).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_names_round_trip_through_display() {
+        for l in LayoutArg::value_variants() {
+            let back = LayoutArg::from_str(&l.to_string(), false).expect("own name parses");
+            assert_eq!(back, *l);
+        }
+        assert_eq!(LayoutArg::Nsm.layout(), Layout::Nsm);
+        assert_eq!(LayoutArg::Pax.layout(), Layout::Pax);
+    }
+
+    #[test]
+    fn strategy_choices_are_the_sql_layers_names() {
+        for c in ChoiceArg::value_variants() {
+            assert_eq!(Choice::parse(&c.to_string()), Some(c.choice()));
+        }
+    }
+
+    #[test]
+    fn bad_clock_and_pattern_get_a_message_naming_the_choices() {
+        let e = parse_clock("fast").expect_err("not a clock");
+        assert!(e.contains("virtual, paced or paced:SCALE"), "{e}");
+        let e = parse_rw("sideways").expect_err("not a pattern");
+        assert!(e.contains("randrw"), "{e}");
+        assert_eq!(parse_rw("randread"), Ok(Rw::RandRead));
+        assert_eq!(parse_count(" 4"), Ok(4));
+        assert!(parse_count("0").is_err() && parse_count("two").is_err());
+    }
+
+    #[test]
+    fn config_source_describes_itself_as_options() {
+        let s = ConfigSource {
+            preset: Some("tiny".into()),
+            config: None,
+            set: vec!["channel.rate_mt_s=400".into()],
+        };
+        assert!(s.given());
+        assert_eq!(s.describe(), "--preset tiny --set channel.rate_mt_s=400");
+        assert_eq!(
+            ConfigSource::default().describe(),
+            format!("--preset {DEFAULT_PRESET}")
+        );
+        assert_eq!(comma_list(&[LayoutArg::Nsm, LayoutArg::Pax]), "nsm,pax");
+    }
+}

@@ -1,0 +1,302 @@
+//! `csd io`: fio-style workloads on the raw flash array or the FTL's block device, with
+//! the modeled figures (IOPS, bandwidth, latency percentiles, utilization, energy) next
+//! to the emulator's wall-clock speed (DESIGN.md's time model: modeled time is the
+//! simulation's, wall time only says how fast the emulator ran). The workload engine is
+//! `csd_device::workload`; this module only opens the device and prints.
+
+use crate::args::{parse_clock, parse_rw};
+use crate::{CliError, ConfigSource, image, report, units};
+use clap::Args;
+use csd_device::workload::{self, IoReport, Rw, WorkloadSpec};
+use csd_device::{BlockDevice, IoTarget, RawDevice};
+use csd_nand::Nand;
+use csd_sim::ClockMode;
+use std::path::{Path, PathBuf};
+
+/// Which interface `csd io` drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum ModeArg {
+    /// The FTL's block device (4 KiB LBAs).
+    #[default]
+    Block,
+    /// The raw flash array, page by page (open-channel style).
+    Raw,
+}
+
+impl std::fmt::Display for ModeArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ModeArg::Block => "block",
+            ModeArg::Raw => "raw",
+        })
+    }
+}
+
+/// Options of `csd io`.
+#[derive(Args)]
+pub(crate) struct IoArgs {
+    /// Run on this image file (otherwise a fresh in-memory device).
+    #[arg(long)]
+    image: Option<PathBuf>,
+    #[command(flatten)]
+    src: ConfigSource,
+    /// Device interface: `block` (the FTL's LBA interface) or `raw` (the flash array page
+    /// by page, open-channel style).
+    #[arg(long, value_enum, default_value_t)]
+    mode: ModeArg,
+    #[command(flatten)]
+    ftl: image::FtlArgs,
+    /// Offsets of random I/O: uniform, zipf[:THETA] (scrambled zipfian, theta 0.99 by
+    /// default, as YCSB), or hotcold:H/C (H% of the I/O to C% of the region).
+    #[arg(long, default_value = "uniform", value_parser = csd_sim::dist::Dist::parse)]
+    dist: csd_sim::dist::Dist,
+    /// Access pattern: read, write, randread, randwrite, randrw.
+    #[arg(long, default_value = "randread", value_parser = parse_rw)]
+    rw: Rw,
+    /// Percent reads in randrw.
+    #[arg(long, default_value_t = 70)]
+    rwmixread: u32,
+    /// Bytes per I/O (4k, 16k, 128k ...). Raw writes need whole pages.
+    #[arg(long, default_value = "4k", value_parser = units::parse_size)]
+    bs: u64,
+    /// Region addressed, from offset 0 (default: the whole device).
+    #[arg(long, value_parser = units::parse_size)]
+    size: Option<u64>,
+    /// Commands kept in flight.
+    #[arg(long, default_value_t = 32)]
+    iodepth: u32,
+    /// Operations to run (default 200000 unless --runtime is given).
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Stop after this much modeled time (e.g. 500ms, 2s).
+    #[arg(long, value_parser = units::parse_duration_ns)]
+    runtime: Option<u64>,
+    /// Seed of offsets and read/write choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Clock: virtual (default, as fast as possible) or paced[:SCALE] (wall time follows modeled time).
+    #[arg(long, default_value = "virtual", value_parser = parse_clock)]
+    clock: ClockMode,
+    /// Block mode: issue writes as batches of N pages (batch-io §3 `flush_batch`).
+    #[arg(long, default_value_t = 0)]
+    batch: u32,
+    /// Before measuring, write the whole region once (sequential page writes, queue
+    /// depth 64) so that reads hit programmed pages.
+    #[arg(long)]
+    precondition: bool,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Open the raw flash array an `io`-like command runs on.
+fn open_media(image: Option<&Path>, src: &ConfigSource) -> Result<Nand, CliError> {
+    match image {
+        Some(path) => {
+            let opts = csd_device::stack::OpenOptions {
+                expect: if src.given() {
+                    Some(src.load()?.geometry)
+                } else {
+                    None
+                },
+                ..csd_device::stack::OpenOptions::read_write()
+            };
+            Ok(csd_device::stack::open_media(path, &opts)?)
+        }
+        None => Ok(Nand::new_in_memory(src.load()?)?),
+    }
+}
+
+/// `csd io`: precondition if asked, run the workload, print the report, sync the image.
+pub(crate) fn run(a: &IoArgs) -> Result<(), CliError> {
+    let mut holder = open(a)?;
+    let dev: &mut dyn IoTarget = match &mut holder {
+        Dev::Raw(d) => d,
+        Dev::Block(d) => d,
+    };
+    if a.precondition {
+        precondition(dev, a)?;
+    }
+    let r = run_with_progress(dev, &spec(a), !a.json)?;
+    print_report(&holder, &r, a);
+    if let Some(path) = &a.image {
+        match &mut holder {
+            Dev::Block(b) => image::close(b)?,
+            Dev::Raw(d) => d.nand_mut().sync()?,
+        }
+        if !a.json {
+            println!("image {} synced", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// The device the run drives: the raw array, or the FTL's block device (on an image,
+/// the FTL that is there, recovered, unless asked to format).
+fn open(a: &IoArgs) -> Result<Dev, CliError> {
+    Ok(match (a.mode, &a.image) {
+        (ModeArg::Raw, image) => Dev::Raw(RawDevice::new(open_media(image.as_deref(), &a.src)?)),
+        (ModeArg::Block, Some(path)) => {
+            Dev::Block(image::open_rw(path, &a.src, &a.ftl, false, a.json)?)
+        }
+        (ModeArg::Block, None) => {
+            let cfg = a.src.load()?;
+            let ftl = a.ftl.config(cfg.geometry.sector_size)?;
+            Dev::Block(csd_device::stack::in_memory(cfg, ftl)?)
+        }
+    })
+}
+
+/// The measured workload (200,000 operations unless --ops or --runtime says otherwise).
+fn spec(a: &IoArgs) -> WorkloadSpec {
+    WorkloadSpec {
+        rw: a.rw,
+        rwmixread: a.rwmixread,
+        bs: a.bs,
+        size: a.size,
+        iodepth: a.iodepth,
+        ops: if a.ops.is_none() && a.runtime.is_none() {
+            Some(200_000)
+        } else {
+            a.ops
+        },
+        runtime_ns: a.runtime,
+        seed: a.seed,
+        clock: a.clock,
+        batch: a.batch,
+        dist: a.dist,
+    }
+}
+
+/// `--precondition`: write the region once sequentially; on the block device, then
+/// overwrite it once at random so that GC reaches steady state.
+fn precondition(dev: &mut dyn IoTarget, a: &IoArgs) -> Result<(), CliError> {
+    let unit = dev.io_unit(true);
+    let bs = (a.bs.clamp(unit, 1 << 20) / unit) * unit;
+    let region = a.size.unwrap_or_else(|| dev.capacity_bytes()) / bs * bs;
+    let fill = WorkloadSpec {
+        rw: Rw::Write,
+        bs,
+        size: Some(region),
+        iodepth: 64,
+        ops: Some(region / bs),
+        seed: a.seed,
+        ..Default::default()
+    };
+    if !a.json {
+        eprintln!(
+            "preconditioning: writing {} sequentially",
+            report::bytes(region)
+        );
+    }
+    run_with_progress(dev, &fill, !a.json)?;
+    if a.mode == ModeArg::Block {
+        let steady = WorkloadSpec {
+            rw: Rw::RandWrite,
+            bs: unit,
+            size: Some(region),
+            iodepth: 64,
+            ops: Some(region / unit),
+            seed: a.seed ^ 0x5EED,
+            ..Default::default()
+        };
+        if !a.json {
+            eprintln!(
+                "preconditioning: overwriting {} at random to reach steady state",
+                report::bytes(region)
+            );
+        }
+        run_with_progress(dev, &steady, !a.json)?;
+    }
+    Ok(())
+}
+
+/// The run's report (and the FTL's counters on the block device), as tables or JSON.
+fn print_report(holder: &Dev, r: &IoReport, a: &IoArgs) {
+    let cmd = reproduce_cmd(a);
+    if a.json {
+        let mut v = report::io_json(r, &cmd);
+        if let (Dev::Block(b), Some(m)) = (holder, v.as_object_mut()) {
+            report::ftl_json(b.ftl(), m);
+        }
+        println!("{v}");
+    } else {
+        report::print_io(r, &cmd);
+        if let Dev::Block(b) = holder {
+            report::print_ftl(b.ftl());
+        }
+    }
+}
+
+/// The device an `io` run drives.
+#[allow(clippy::large_enum_variant)] // one per run, never moved around
+enum Dev {
+    Raw(RawDevice),
+    Block(BlockDevice),
+}
+
+/// Runs a workload with a progress bar on stderr (when `show`).
+pub(crate) fn run_with_progress(
+    dev: &mut dyn IoTarget,
+    spec: &WorkloadSpec,
+    show: bool,
+) -> Result<IoReport, CliError> {
+    let bar = if show {
+        let pb = report::progress_bar(spec.ops, "ops");
+        pb.set_message(format!("{} bs={} qd={}", spec.rw, spec.bs, spec.iodepth));
+        Some(pb)
+    } else {
+        None
+    };
+    let mut cb = |n: u64| {
+        if let Some(pb) = &bar {
+            pb.set_position(n);
+        }
+    };
+    let r = workload::run(dev, spec, &mut cb);
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    Ok(r?)
+}
+
+/// The `csd io` command line that reproduces this run.
+fn reproduce_cmd(a: &IoArgs) -> String {
+    let mut s = String::from("csd io");
+    if let Some(p) = &a.image {
+        s.push_str(&format!(" --image {}", p.display()));
+    }
+    if a.src.given() || a.image.is_none() {
+        s.push(' ');
+        s.push_str(&a.src.describe());
+    }
+    s.push_str(&format!(
+        " --mode {} --rw {} --bs {} --iodepth {} --dist {}",
+        a.mode, a.rw, a.bs, a.iodepth, a.dist
+    ));
+    if a.mode == ModeArg::Block {
+        s.push_str(&a.ftl.describe());
+    }
+    if a.rw == Rw::RandRw {
+        s.push_str(&format!(" --rwmixread {}", a.rwmixread));
+    }
+    if let Some(z) = a.size {
+        s.push_str(&format!(" --size {z}"));
+    }
+    match (a.ops, a.runtime) {
+        (Some(o), _) => s.push_str(&format!(" --ops {o}")),
+        (None, Some(r)) => s.push_str(&format!(" --runtime {r}ns")),
+        (None, None) => s.push_str(" --ops 200000"),
+    }
+    s.push_str(&format!(" --seed {}", a.seed));
+    if a.precondition {
+        s.push_str(" --precondition");
+    }
+    if a.batch > 1 {
+        s.push_str(&format!(" --batch {}", a.batch));
+    }
+    if let ClockMode::Paced { scale } = a.clock {
+        s.push_str(&format!(" --clock paced:{scale}"));
+    }
+    s
+}

@@ -1,0 +1,212 @@
+//! `csd repro fd-tree`: the FD+tree paper's §5 experiments — the W_l sweep of Figure 6,
+//! the index-size scaling of Figure 7 and the G_T runs of Figure 8 — for each
+//! concurrency scheme on the x25e-sata preset in paced mode, through the csd-idxbench
+//! harness (which also holds the paper's figures and the ordering checks). Shaped sweep
+//! → checks → render: each figure's runs write their report as they finish, then the
+//! paper's orderings are checked and written.
+
+use crate::CliError;
+use crate::args::comma_list;
+use crate::cmd::bench_fdtree::{
+    TreeOpts, bar, bench_err, ie, on_progress, print_comparison, scheme_list,
+};
+use clap::Args;
+use csd_idxbench::harness::BenchConfig;
+use csd_idxbench::result::BenchResult;
+use csd_idxbench::{paper, repro};
+use std::path::PathBuf;
+
+/// `csd repro fd-tree`.
+#[derive(Args)]
+pub(crate) struct ReproFdArgs {
+    /// Report directory.
+    #[arg(long, default_value = "repro/fd-tree")]
+    out: PathBuf,
+    /// Schemes to compare (xm, ds, fc, btree; the in-place B+tree baseline takes
+    /// minutes per run on update-heavy points, so it is not in the default list).
+    #[arg(long, default_value = "xm,ds,fc")]
+    schemes: String,
+    /// Keys preloaded for the Figure 6 sweep (paper: 10 M).
+    #[arg(long, default_value_t = repro::PRELOAD)]
+    preload: u64,
+    /// Requests per Figure 6 run (paper: 10 M).
+    #[arg(long, default_value_t = repro::REQUESTS)]
+    requests: u64,
+    /// Lookup ratios of the Figure 6 sweep (the paper's: 0,0.2,0.4,0.6,0.8,0.9,1).
+    #[arg(long, value_delimiter = ',', default_values_t = repro::LOOKUP_RATIOS.to_vec())]
+    lookup_ratios: Vec<f64>,
+    /// Initial index sizes (keys) of the Figure 7 scaling runs at W_l = 0.8, each with
+    /// as many requests as keys (paper: up to 90 M); empty to skip.
+    #[arg(long, value_delimiter = ',', default_values_t = repro::SIZES.to_vec())]
+    sizes: Vec<u64>,
+    /// Warehouses of the Figure 8 (G_T) runs; empty to skip.
+    #[arg(long, value_delimiter = ',', default_values_t = repro::WAREHOUSES.to_vec())]
+    warehouses: Vec<u32>,
+    /// Seed of the workloads.
+    #[arg(long, default_value_t = csd_idxbench::harness::DEFAULT_SEED)]
+    seed: u64,
+    #[command(flatten)]
+    tree: TreeOpts,
+}
+
+/// Every configuration for every scheme, each on a fresh index.
+fn run_configs(
+    schemes: &[&str],
+    cfgs: &[BenchConfig],
+    tree: &TreeOpts,
+    pb: &Option<indicatif::ProgressBar>,
+    what: &str,
+) -> Result<Vec<BenchResult>, CliError> {
+    let mut out = Vec::new();
+    for s in schemes {
+        out.extend(
+            csd_idxbench::sweep::sweep_configs(cfgs, |_| tree.make(s).map_err(ie), &|i, p| {
+                on_progress(pb, &format!("{s} {what} run {i}"), p)
+            })
+            .map_err(bench_err)?,
+        );
+    }
+    Ok(out)
+}
+
+/// `csd repro fd-tree`: the W_l sweep of Figure 6, the index-size scaling of Figure 7
+/// and the G_T runs of Figure 8 for each scheme, as markdown reports with plots and the
+/// paper's figures beside ours; then the paper's orderings checked.
+pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
+    csd_fdtree::disable_transparent_huge_pages();
+    let schemes = scheme_list(&a.schemes, "--schemes")?;
+    // The workloads of the three figures, as idxbench's repro module defines them (its
+    // `fdtree_repro` example runs the same without the CLI).
+    let params = repro::ReproParams {
+        preload: a.preload,
+        requests: a.requests,
+        lookup_ratios: a.lookup_ratios.clone(),
+        sizes: a.sizes.clone(),
+        warehouses: a.warehouses.clone(),
+        seed: a.seed,
+        ..repro::ReproParams::default()
+    };
+    let pb = bar(false);
+    let cmd = command(a);
+    let results = figure6(a, &schemes, &params, &pb, &cmd)?;
+    let scaled = figure7(a, &schemes, &params, &pb, &cmd)?;
+    let gt = figure8(a, &schemes, &params, &pb, &cmd)?;
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    // The headline of §5 / Figure 6 at W_l = 0.8.
+    let at_08: Vec<&BenchResult> = results
+        .iter()
+        .filter(|r| (r.w_lookup - 0.8).abs() < 1e-9)
+        .collect();
+    if !at_08.is_empty() {
+        print_comparison(&at_08);
+    }
+    // The paper's orderings (who stalls, who has the best throughput), each with its
+    // verdict, and the measured reasons why some flip at this scale.
+    let checks = repro::check_orderings(&results, &scaled, &gt);
+    for c in &checks {
+        println!("{c}");
+    }
+    let orderings = repro::write_orderings(&a.out, &checks, &cmd).map_err(bench_err)?;
+    println!("orderings and findings: {}", orderings.display());
+    println!("seed {}; reproduce: {cmd}", a.seed);
+    Ok(())
+}
+
+/// The command line that reproduces this run.
+fn command(a: &ReproFdArgs) -> String {
+    format!(
+        "csd repro fd-tree --out {} --schemes {} --preload {} --requests {} --lookup-ratios {} --sizes {} --warehouses {} --seed {} {}",
+        a.out.display(),
+        a.schemes,
+        a.preload,
+        a.requests,
+        comma_list(&a.lookup_ratios),
+        comma_list(&a.sizes),
+        comma_list(&a.warehouses),
+        a.seed,
+        a.tree.describe()
+    )
+}
+
+/// Figure 6: the W_l sweep for every scheme, and its report.
+fn figure6(
+    a: &ReproFdArgs,
+    schemes: &[&str],
+    params: &repro::ReproParams,
+    pb: &Option<indicatif::ProgressBar>,
+    cmd: &str,
+) -> Result<Vec<BenchResult>, CliError> {
+    let base = repro::fig6_base(params);
+    let mut results = Vec::new();
+    for s in schemes {
+        let label = s.to_string();
+        let r = csd_idxbench::sweep::sweep(
+            &a.lookup_ratios,
+            |_| a.tree.make(s).map_err(ie),
+            &base,
+            &|w, p| on_progress(pb, &format!("{label} W_l={w}"), p),
+        )
+        .map_err(bench_err)?;
+        results.extend(r);
+    }
+    let files =
+        csd_idxbench::sweep::write_report(&results, &paper::figure6(), &a.out.join("fig6"), cmd)
+            .map_err(bench_err)?;
+    println!("Figure 6 report: {}", files.markdown.display());
+    Ok(results)
+}
+
+/// Figure 7: W_l = 0.8, the workload as long as the initial index, per index size
+/// (none when `--sizes` is empty).
+fn figure7(
+    a: &ReproFdArgs,
+    schemes: &[&str],
+    params: &repro::ReproParams,
+    pb: &Option<indicatif::ProgressBar>,
+    cmd: &str,
+) -> Result<Vec<BenchResult>, CliError> {
+    if a.sizes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cfgs: Vec<BenchConfig> = a
+        .sizes
+        .iter()
+        .map(|&n| repro::fig7_config(params, n))
+        .collect();
+    let scaled = run_configs(schemes, &cfgs, &a.tree, pb, "size")?;
+    let files = csd_idxbench::sweep::write_report_on(
+        &scaled,
+        &paper::figure7(),
+        &a.out.join("fig7"),
+        cmd,
+        csd_idxbench::sweep::Axis::IndexSize,
+    )
+    .map_err(bench_err)?;
+    println!("Figure 7 report: {}", files.markdown.display());
+    Ok(scaled)
+}
+
+/// Figure 8: the G_T runs per warehouse count (none when `--warehouses` is empty).
+fn figure8(
+    a: &ReproFdArgs,
+    schemes: &[&str],
+    params: &repro::ReproParams,
+    pb: &Option<indicatif::ProgressBar>,
+    cmd: &str,
+) -> Result<Vec<BenchResult>, CliError> {
+    if a.warehouses.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cfgs: Vec<BenchConfig> = a
+        .warehouses
+        .iter()
+        .map(|&w| repro::fig8_config(params, w))
+        .collect();
+    let gt = run_configs(schemes, &cfgs, &a.tree, pb, "G_T")?;
+    let files = csd_idxbench::sweep::write_report(&gt, &paper::figure8(), &a.out.join("fig8"), cmd)
+        .map_err(bench_err)?;
+    println!("Figure 8 report: {}", files.markdown.display());
+    Ok(gt)
+}

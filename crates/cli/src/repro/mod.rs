@@ -1,0 +1,340 @@
+//! `csd repro ...`: the papers' experiments run on the emulator, each written as a
+//! markdown report with PNG + SVG plots and a side-by-side table against the paper's
+//! published figures. One module per reproduction, each shaped sweep → checks → render:
+//!
+//! | command | module | paper |
+//! |---|---|---|
+//! | `csd repro scan-paper` | [`scan_paper`] | in-storage scan paper: Figures 5, 7, Tables 1, 3, 4 |
+//! | `csd repro smart-ssd` | [`smart_ssd`] | smart-ssd: Figures 4–7 |
+//! | `csd repro fd-tree` | [`fd_tree`] | FD+tree §5: Figures 6, 7, 8 |
+//! | `csd repro batch-io` | [`batch_io`] | batch-io §8: Figures 11–15, Tables 3, 4 |
+//! | `csd repro flixr` | [`flixr`] | FLIXR §6: Figures 9–11 |
+//!
+//! This module holds the parts they share: the in-memory test bed with a SQL session
+//! ([`Bed`]), one line of comparison with the paper ([`Check`], [`claim`]) and its
+//! markdown and terminal tables, markdown tables, report files that never overwrite a
+//! file csd did not write, and the memory check that refuses a scale that would not fit.
+//!
+//! Every measured number comes from a run's report (counters the device and the host
+//! kept while working); analytic models are shown beside the runs, never in their place.
+
+pub(crate) mod batch_io;
+pub(crate) mod fd_tree;
+pub(crate) mod flixr;
+pub(crate) mod scan_paper;
+pub(crate) mod smart_ssd;
+
+use crate::cmd::query;
+use crate::{CliError, image, report};
+use clap::Subcommand;
+use csd_device::NvmeDevice;
+use csd_ftl::{Ftl, FtlConfig};
+use csd_host::{Catalog, Client, QueryReport, Strategy, TableInfo};
+use csd_sim::DeviceConfig;
+use csd_sql::{Choice, ScanSettings, SqlSession};
+use csd_table::datagen::{SyntheticGenerator, SyntheticSpec, TpchGenerator, TpchTable};
+use csd_table::page::Layout;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Which paper to reproduce.
+#[derive(Subcommand)]
+pub(crate) enum ReproCmd {
+    /// In-storage scan paper: Figure 5 (throughput vs NAND speed, 8/16 channels, IHP /
+    /// cpu / hw), Figure 7 (selectivity x host link) and Table 4, against its analytic
+    /// model and published figures.
+    ///
+    /// Example: csd repro scan-paper --out repro/scan-paper
+    ScanPaper(scan_paper::ScanPaperArgs),
+    /// Smart SSD paper: Figure 4 (tuple size), Figures 5 and 6 (selection and
+    /// aggregation vs selectivity: time and energy) and Figure 7 (TPC-H Q6), regular SSD
+    /// vs Smart SSD with NSM and PAX.
+    ///
+    /// Example: csd repro smart-ssd --out repro/smart-ssd
+    SmartSsd(smart_ssd::SmartSsdArgs),
+    /// FD+tree paper: the W_l sweep of Figure 6 and the G_T runs of Figure 8 for the
+    /// concurrency schemes, on the x25e-sata preset in paced mode.
+    ///
+    /// Example: csd repro fd-tree --out repro/fd-tree
+    FdTree(fd_tree::ReproFdArgs),
+    /// Batch-io paper §8: its key-value store on the block and batch interfaces under
+    /// YCSB: Figures 11, 12, 13 and 15 and Tables 3 and 4 against the published figures.
+    ///
+    /// Example: csd repro batch-io --out repro/batch-io
+    BatchIo(batch_io::ReproBatchIoArgs),
+    /// FLIXR paper §6: Figures 9 (microbenchmarks), 10 (TPC-C, TPC-H) and 11 (storage
+    /// traffic) under no index, host-side B+tree (and ideal), in-SSD B+tree, FLIXR-S and
+    /// FLIXR-HS, plus the index-cache sweep, against the published figures.
+    ///
+    /// Example: csd repro flixr --out repro/flixr
+    Flixr(flixr::ReproFlixrArgs),
+}
+
+/// `csd repro ...`.
+pub(crate) fn repro_cmd(c: &ReproCmd) -> Result<(), CliError> {
+    match c {
+        ReproCmd::ScanPaper(a) => scan_paper::run(a),
+        ReproCmd::SmartSsd(a) => smart_ssd::run(a),
+        ReproCmd::FdTree(a) => fd_tree::repro_fd_cmd(a),
+        ReproCmd::BatchIo(a) => batch_io::repro_batch_io(a),
+        ReproCmd::Flixr(a) => flixr::repro_flixr(a),
+    }
+}
+
+/// A device in memory with a SQL session over it, on which tables are loaded and
+/// queried (through DataFusion, like `csd query`).
+pub(super) struct Bed {
+    session: SqlSession,
+}
+
+impl Bed {
+    pub(super) fn new(cfg: DeviceConfig) -> Result<Bed, CliError> {
+        let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
+        let ftl = Ftl::format(nand, FtlConfig::default())?;
+        let client = Client::new(NvmeDevice::new(ftl))?;
+        // Fine polling: the reproductions measure the device, not a lazy host.
+        let mut settings = ScanSettings::new(Choice::Fixed(Strategy::Ihp));
+        settings.options.poll_min_us = 5.0;
+        settings.options.poll_max_us = 200.0;
+        // An empty device: no catalog read yet (each run reads it, as before).
+        let session =
+            SqlSession::with_tables(client, cfg, settings, Vec::new()).map_err(query::sql_error)?;
+        Ok(Bed { session })
+    }
+
+    pub(super) fn load_synthetic(
+        &mut self,
+        name: &str,
+        columns: usize,
+        rows: u64,
+        seed: u64,
+        layout: Layout,
+    ) -> Result<(TableInfo, SyntheticSpec), CliError> {
+        let spec =
+            SyntheticSpec::new(columns, rows, seed).map_err(|e| CliError::Usage(e.to_string()))?;
+        let g = SyntheticGenerator::new(spec).map_err(|e| CliError::Usage(e.to_string()))?;
+        let r = Catalog::load(
+            &mut *self.session.device().lock(),
+            name,
+            g,
+            layout,
+            &mut |_| {},
+        )?;
+        Ok((r.table, spec))
+    }
+
+    pub(super) fn load_lineitem(
+        &mut self,
+        name: &str,
+        sf: f64,
+        layout: Layout,
+    ) -> Result<TableInfo, CliError> {
+        let g = TpchGenerator::new(TpchTable::LineItem, sf)
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        Ok(Catalog::load(
+            &mut *self.session.device().lock(),
+            name,
+            g,
+            layout,
+            &mut |_| {},
+        )?
+        .table)
+    }
+
+    /// Runs `sql` (one scan of `table`) with strategy `s`; the scan's modeled report.
+    /// The catalog is read before every run, as a host that just loaded would.
+    pub(super) fn run(
+        &mut self,
+        table: &TableInfo,
+        sql: &str,
+        s: Strategy,
+    ) -> Result<QueryReport, CliError> {
+        self.session.reload().map_err(query::sql_error)?;
+        let runs = self
+            .session
+            .run_strategies(sql, &[Choice::Fixed(s)])
+            .map_err(query::sql_error)?;
+        let mut scans = runs.into_iter().flat_map(|(_, a)| a.scans);
+        match (scans.next(), scans.next()) {
+            (Some(scan), None) if csd_host::same_name(&scan.table, &table.name) => Ok(scan.report),
+            _ => Err(CliError::Nvme(format!(
+                "`{sql}` did not run as one scan of {}",
+                table.name
+            ))),
+        }
+    }
+}
+
+/// A progress bar over `total` runs.
+pub(super) fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
+    let pb = report::progress_bar(Some(total), "runs");
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// A preset with `--set`-style overrides.
+pub(super) fn preset(name: &str, set: &[String]) -> Result<DeviceConfig, CliError> {
+    Ok(DeviceConfig::from_toml_with_overrides(
+        DeviceConfig::preset_toml(name)?,
+        set,
+    )?)
+}
+
+/// A plot that could not be written, as the CLI's error.
+pub(super) fn plot_err(e: csd_plot::PlotError) -> CliError {
+    CliError::Usage(format!("writing a plot: {e}"))
+}
+
+/// A markdown table.
+pub(super) fn md_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut s = format!(
+        "| {} |\n|{}\n",
+        header.join(" | "),
+        "---|".repeat(header.len())
+    );
+    for r in rows {
+        let _ = writeln!(s, "| {} |", r.join(" | "));
+    }
+    s
+}
+
+/// One line of a side-by-side comparison with the paper.
+pub(super) struct Check {
+    pub(super) what: String,
+    pub(super) paper: f64,
+    pub(super) ours: f64,
+    pub(super) unit: &'static str,
+    /// Why the two may differ (printed when they differ by more than 10%, or a claim
+    /// does not hold).
+    pub(super) why: String,
+}
+
+/// A claim the paper states without a number ("slower", "still faster"): the measured
+/// ratio must lie on the stated side of 1.
+pub(super) fn claim(what: &str, above_one: bool, ours: f64, why: impl Into<String>) -> Check {
+    Check {
+        what: what.to_string(),
+        paper: if above_one {
+            f64::INFINITY
+        } else {
+            f64::NEG_INFINITY
+        },
+        ours,
+        unit: "",
+        why: why.into(),
+    }
+}
+
+impl Check {
+    pub(super) fn row(&self) -> Vec<String> {
+        if self.paper.is_infinite() {
+            let above = self.paper > 0.0;
+            let holds = if above {
+                self.ours > 1.0
+            } else {
+                self.ours < 1.0
+            };
+            return vec![
+                self.what.clone(),
+                if above { "> 1" } else { "< 1" }.to_string(),
+                format!("{:.3}", self.ours),
+                if holds { "holds" } else { "does not hold" }.to_string(),
+                if holds { "" } else { self.why.as_str() }.to_string(),
+            ];
+        }
+        let diff = (self.ours - self.paper) / self.paper.abs().max(1e-12);
+        let note = if diff.abs() > 0.10 {
+            self.why.as_str()
+        } else {
+            ""
+        };
+        vec![
+            self.what.clone(),
+            format!("{:.3}{}", self.paper, self.unit),
+            format!("{:.3}{}", self.ours, self.unit),
+            format!("{:+.0}%", diff * 100.0),
+            note.to_string(),
+        ]
+    }
+}
+
+impl Check {
+    /// The check as JSON (a claim's paper value is `null`, with `claim` saying the side).
+    pub(super) fn json(&self) -> serde_json::Value {
+        let paper = if self.paper.is_finite() {
+            serde_json::json!(self.paper)
+        } else {
+            serde_json::Value::Null
+        };
+        serde_json::json!({
+            "figure": self.what,
+            "paper": paper,
+            "claim": if self.paper.is_infinite() {
+                if self.paper > 0.0 { "> 1" } else { "< 1" }
+            } else {
+                ""
+            },
+            "csd": self.ours,
+        })
+    }
+}
+
+/// The side-by-side table as markdown, with what explains each difference.
+pub(super) fn checks_md(checks: &[Check]) -> String {
+    md_table(
+        &[
+            "figure",
+            "paper",
+            "csd",
+            "difference",
+            "what explains a difference over 10%",
+        ],
+        &checks.iter().map(Check::row).collect::<Vec<_>>(),
+    )
+}
+
+/// The side-by-side table on the terminal.
+pub(super) fn print_checks(checks: &[Check]) {
+    let mut t = report::table(&["figure", "paper", "csd", "difference"]);
+    for c in checks {
+        let r = c.row();
+        t.add_row(r[..4].to_vec());
+    }
+    println!("{t}");
+}
+
+/// Writes one report file into the report directory (never over a file csd did not
+/// write); its path.
+pub(super) fn write_report(dir: &Path, name: &str, text: &str) -> Result<PathBuf, CliError> {
+    std::fs::create_dir_all(dir).map_err(|e| CliError::Io {
+        path: dir.to_path_buf(),
+        source: e,
+    })?;
+    let path = dir.join(name);
+    image::guard_output(&path, &["md", "json", "csv", "txt"], false)?;
+    std::fs::write(&path, text).map_err(|e| CliError::Io {
+        path: path.clone(),
+        source: e,
+    })?;
+    Ok(path)
+}
+
+/// Refuse a run whose in-memory devices would not fit in the memory available now.
+pub(super) fn check_memory(need_bytes: f64, flag: &str, value: f64) -> Result<(), CliError> {
+    let avail_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find(|l| l.starts_with("MemAvailable:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+    });
+    match avail_kib {
+        Some(kib) if need_bytes > kib * 1024.0 => Err(CliError::Usage(format!(
+            "{flag} {value} needs about {:.1} GB of memory for its in-memory devices; {:.1} GB \
+             are available: use {flag} {:.4} or less",
+            need_bytes / 1e9,
+            kib * 1024.0 / 1e9,
+            value * kib * 1024.0 / need_bytes
+        ))),
+        _ => Ok(()),
+    }
+}
