@@ -45,8 +45,24 @@ pub(crate) struct ReproFdArgs {
     /// Seed of the workloads.
     #[arg(long, default_value_t = csd_idxbench::harness::DEFAULT_SEED)]
     seed: u64,
+    /// Worker threads READERS/WRITERS of every run (default: the paper's 6 readers and
+    /// cores/4 writers, 1 to 2: 6/2 on the paper's 8 cores, 6/1 on 2 cores).
+    #[arg(long, value_parser = parse_threads)]
+    threads: Option<(usize, usize)>,
     #[command(flatten)]
     tree: TreeOpts,
+}
+
+/// `--threads R/W`, by the rule of the repro's own parameters.
+fn parse_threads(s: &str) -> Result<(usize, usize), String> {
+    let mut p = repro::ReproParams::default();
+    p.set("threads", s).map_err(|e| e.to_string())?;
+    Ok((p.readers, p.writers))
+}
+
+/// The worker threads of the run: `--threads` or the machine-scaled default.
+fn threads(a: &ReproFdArgs) -> (usize, usize) {
+    a.threads.unwrap_or_else(repro::machine_threads)
 }
 
 /// Every configuration for every scheme, each on a fresh index.
@@ -84,6 +100,8 @@ pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
         sizes: a.sizes.clone(),
         warehouses: a.warehouses.clone(),
         seed: a.seed,
+        readers: threads(a).0,
+        writers: threads(a).1,
         ..repro::ReproParams::default()
     };
     let pb = bar(false);
@@ -117,7 +135,7 @@ pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
 /// The command line that reproduces this run.
 fn command(a: &ReproFdArgs) -> String {
     format!(
-        "csd repro fd-tree --out {} --schemes {} --preload {} --requests {} --lookup-ratios {} --sizes {} --warehouses {} --seed {} {}",
+        "csd repro fd-tree --out {} --schemes {} --preload {} --requests {} --lookup-ratios {} --sizes {} --warehouses {} --seed {} --threads {}/{} {}",
         a.out.display(),
         a.schemes,
         a.preload,
@@ -126,6 +144,8 @@ fn command(a: &ReproFdArgs) -> String {
         comma_list(&a.sizes),
         comma_list(&a.warehouses),
         a.seed,
+        threads(a).0,
+        threads(a).1,
         a.tree.describe()
     )
 }
