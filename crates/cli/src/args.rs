@@ -137,6 +137,46 @@ impl std::fmt::Display for ChoiceArg {
     }
 }
 
+/// One value of a `--strategy` list: a scan strategy, `auto`, or `all` (the three
+/// strategies side by side).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StrategySel {
+    /// In-host processing: the device returns pages, the host filters.
+    Ihp,
+    /// The device's embedded cores run the scan.
+    CpuIsp,
+    /// The device's per-channel filter hardware runs the scan.
+    HwIsp,
+    /// Per scan, the strategy the analytic model says is fastest.
+    Auto,
+    /// ihp, cpu-isp and hw-isp, one after the other (results must agree).
+    All,
+}
+
+impl StrategySel {
+    /// The SQL layer's choices a list of values asks for, in order (`all` expanded).
+    pub(crate) fn choices(list: &[StrategySel]) -> Vec<Choice> {
+        list.iter()
+            .flat_map(|s| match s {
+                StrategySel::Ihp => vec![Choice::Fixed(Strategy::Ihp)],
+                StrategySel::CpuIsp => vec![Choice::Fixed(Strategy::CpuIsp)],
+                StrategySel::HwIsp => vec![Choice::Fixed(Strategy::HwIsp)],
+                StrategySel::Auto => vec![Choice::Auto],
+                StrategySel::All => Strategy::ALL.into_iter().map(Choice::Fixed).collect(),
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Display for StrategySel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.to_possible_value() {
+            Some(v) => f.write_str(v.get_name()),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Parses a count of at least 1 (threads, devices).
 pub(crate) fn parse_count(s: &str) -> Result<usize, String> {
     s.trim()
@@ -170,6 +210,16 @@ mod tests {
         for c in ChoiceArg::value_variants() {
             assert_eq!(Choice::parse(&c.to_string()), Some(c.choice()));
         }
+        for c in StrategySel::value_variants() {
+            let back = StrategySel::from_str(&c.to_string(), false).expect("own name parses");
+            assert_eq!(back, *c);
+        }
+        use StrategySel::*;
+        assert_eq!(StrategySel::choices(&[All]).len(), 3);
+        assert_eq!(
+            StrategySel::choices(&[HwIsp, Auto]),
+            vec![Choice::Fixed(Strategy::HwIsp), Choice::Auto]
+        );
     }
 
     #[test]

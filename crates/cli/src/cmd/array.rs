@@ -4,7 +4,7 @@
 //! striped across N device images listed in a versioned manifest, one DataFusion
 //! partition per device, the device scans in parallel on host threads.
 
-use crate::args::{LayoutArg, comma_list, parse_count};
+use crate::args::{LayoutArg, StrategySel, comma_list, parse_count};
 use crate::cmd::query::{self, SqlOpts};
 use crate::{CliError, ConfigSource, image, report};
 use clap::{Args, Subcommand};
@@ -412,13 +412,10 @@ pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
     if a.devices == 0 {
         return Err(CliError::Usage("--devices must be at least 1".into()));
     }
-    let choice = match a.opts.strategy.as_str() {
-        "all" => Choice::Fixed(csd_host::Strategy::HwIsp),
-        s => Choice::parse(s).ok_or_else(|| {
-            CliError::Usage(format!(
-                "unknown strategy `{s}`: use ihp, cpu-isp, hw-isp or auto"
-            ))
-        })?,
+    // One strategy: the first asked for (`all`, the default, runs hw-isp).
+    let choice = match a.opts.strategy.first() {
+        None | Some(StrategySel::All) => Choice::Fixed(csd_host::Strategy::HwIsp),
+        Some(s) => StrategySel::choices(&[*s])[0],
     };
     let (mut clients, placement) = load_lineitem(a, &cfg)?;
     let sql = query::expand_tpch(&a.query);

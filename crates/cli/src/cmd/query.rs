@@ -5,6 +5,7 @@
 //! plans, device scans run the device program with the scan paper's strategies
 //! (in-storage-scan-processing §4), through [`SqlSession::run_strategies`].
 
+use crate::args::{StrategySel, comma_list};
 use crate::{CliError, report};
 use clap::Args;
 use csd_device::NvmeDevice;
@@ -40,8 +41,8 @@ pub(crate) const Q1: &str = "SELECT l_returnflag, l_linestatus, SUM(l_quantity) 
 pub(crate) struct RunOpts {
     /// Where scans run: ihp, cpu-isp, hw-isp, auto (per scan, from the analytic model),
     /// or all (the three, side by side; results must agree); comma-separated for several.
-    #[arg(long, default_value = "all")]
-    pub(crate) strategy: String,
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    pub(crate) strategy: Vec<StrategySel>,
     /// IHP: read commands the host keeps in flight.
     #[arg(long, default_value_t = 32)]
     queue_depth: usize,
@@ -67,7 +68,10 @@ impl RunOpts {
     pub(crate) fn flags(&self) -> String {
         format!(
             "--strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}",
-            self.strategy, self.queue_depth, self.poll_min_us, self.poll_max_us
+            comma_list(&self.strategy),
+            self.queue_depth,
+            self.poll_min_us,
+            self.poll_max_us
         )
     }
 }
@@ -77,9 +81,9 @@ impl RunOpts {
 #[derive(Args, Clone)]
 pub(crate) struct SqlOpts {
     /// Where scans run: ihp, cpu-isp, hw-isp, auto (per scan, from the analytic model),
-    /// or all (the three, side by side; results must agree).
-    #[arg(long, default_value = "all")]
-    pub(crate) strategy: String,
+    /// or all (the three, side by side; results must agree); comma-separated for several.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    pub(crate) strategy: Vec<StrategySel>,
     /// IHP: read commands the host keeps in flight.
     #[arg(long, default_value_t = 32)]
     pub(crate) queue_depth: usize,
@@ -125,7 +129,7 @@ impl SqlOpts {
     pub(crate) fn flags(&self) -> String {
         format!(
             "--strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}{}{}",
-            self.strategy,
+            comma_list(&self.strategy),
             self.queue_depth,
             self.poll_min_us,
             self.poll_max_us,
@@ -405,7 +409,7 @@ pub(crate) fn run_statement(
         // byte-identical; a statement that changes nothing (a DELETE matching no row)
         // is done. Only a statement that needs to write reopens the image read-write.
         if let Db::One(s) = &mut session.db {
-            let cs = choices(&opts.strategy)?;
+            let cs = StrategySel::choices(&opts.strategy);
             match s.run_strategies(sql, &cs[..cs.len().min(1)]) {
                 Err(e) if csd_sql::dml::write_refused(&e) => {}
                 Err(e) => return Err(sql_error(e)),
@@ -429,7 +433,7 @@ pub(crate) fn run_statement(
         && !matches!(ddl, csd_sql::ddl::Ddl::SetUseIndex(_))
     {
         let msg = session.index_statement(ddl)?;
-        let first = choices(&opts.strategy)?
+        let first = StrategySel::choices(&opts.strategy)
             .first()
             .copied()
             .unwrap_or(Choice::Fixed(Strategy::Ihp));
@@ -445,7 +449,7 @@ pub(crate) fn run_statement(
         Db::One(s) => (run_sql(s, sql, &opts.strategy)?, Vec::new()),
         Db::Closed => return Err(CliError::Usage("the session is not open".into())),
         Db::Array(a) => {
-            let cs = choices(&opts.strategy)?;
+            let cs = StrategySel::choices(&opts.strategy);
             let runs = a.run_strategies(sql, &cs).map_err(sql_error)?;
             let mut answers = Vec::with_capacity(runs.len());
             let mut arrays = Vec::with_capacity(runs.len());
@@ -561,23 +565,6 @@ pub(crate) fn expand_tpch(sql: &str) -> &str {
     sql
 }
 
-/// The strategy choices of a `--strategy` value.
-fn choices(s: &str) -> Result<Vec<Choice>, CliError> {
-    if s == "all" {
-        return Ok(Strategy::ALL.into_iter().map(Choice::Fixed).collect());
-    }
-    s.split(',')
-        .map(|x| {
-            Choice::parse(x.trim()).ok_or_else(|| {
-                CliError::Usage(format!(
-                    "unknown strategy `{}`: use ihp, cpu-isp, hw-isp, auto or all",
-                    x.trim()
-                ))
-            })
-        })
-        .collect()
-}
-
 /// Result batches as display rows.
 pub(crate) fn batch_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, CliError> {
     csd_sql::batch_rows(batches).map_err(sql_error)
@@ -593,14 +580,14 @@ pub(crate) fn sql_error(e: SqlError) -> CliError {
     }
 }
 
-/// Plans and runs `sql` with each strategy of `strategy` (a `--strategy` value) on
+/// Plans and runs `sql` with each strategy of `strategy` (a `--strategy` list) on
 /// `session`: the results (checked equal) and the per-scan modeled reports.
 pub(crate) fn run_sql(
     session: &mut SqlSession,
     sql: &str,
-    strategy: &str,
+    strategy: &[StrategySel],
 ) -> Result<Vec<(Choice, Answer)>, CliError> {
-    let choices = choices(strategy)?;
+    let choices = StrategySel::choices(strategy);
     if choices.is_empty() {
         return Err(CliError::Usage("no strategy given".into()));
     }
@@ -960,7 +947,7 @@ pub(crate) fn demo_query(cfg: &DeviceConfig) -> Result<(), CliError> {
     // csd-host's default scan options: 32 reads in flight, GET polls from 50 µs to 10 ms.
     let settings = ScanSettings::new(Choice::Fixed(Strategy::Ihp));
     let mut session = SqlSession::new(client, cfg.clone(), settings).map_err(sql_error)?;
-    let runs = run_sql(&mut session, Q6, "all")?;
+    let runs = run_sql(&mut session, Q6, &[StrategySel::All])?;
     if let Some((_, first)) = runs.first() {
         print_answer(first, 5)?;
     }
