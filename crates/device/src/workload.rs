@@ -431,6 +431,24 @@ impl Tally {
     }
 }
 
+/// The data of the run's commands, patterned from the seed: one block (also a read's
+/// buffer) and, for batches of `batch` pages, one batch.
+fn data_buffers(spec: &WorkloadSpec, batch: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut batch_buf = if batch > 1 {
+        vec![0u8; batch * spec.bs as usize]
+    } else {
+        Vec::new()
+    };
+    for (i, b) in batch_buf.iter_mut().enumerate() {
+        *b = (i as u64 ^ spec.seed.rotate_left(7)) as u8;
+    }
+    let mut buf = vec![0u8; spec.bs as usize];
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i as u64 ^ spec.seed) as u8;
+    }
+    (buf, batch_buf)
+}
+
 /// Run `spec` against `target`. `progress` is called now and then with the number of
 /// operations done (for a progress bar).
 pub fn run(
@@ -442,14 +460,7 @@ pub fn run(
     let slots_in_region = size / spec.bs;
     let batch = spec.batch.max(1) as usize;
     let mut batch_offsets: Vec<u64> = Vec::with_capacity(batch);
-    let mut batch_buf = if batch > 1 {
-        vec![0u8; batch * spec.bs as usize]
-    } else {
-        Vec::new()
-    };
-    for (i, b) in batch_buf.iter_mut().enumerate() {
-        *b = (i as u64 ^ spec.seed.rotate_left(7)) as u8;
-    }
+    let (mut buf, batch_buf) = data_buffers(spec, batch);
     let max_ops = spec.ops.unwrap_or(u64::MAX);
     let mut draw = Draw {
         spec,
@@ -458,10 +469,6 @@ pub fn run(
         rng: SmallRng::seed_from_u64(spec.seed),
         seq: 0,
     };
-    let mut buf = vec![0u8; spec.bs as usize];
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = (i as u64 ^ spec.seed) as u8;
-    }
 
     target.reset_counters();
     let errors0 = target.error_count();
@@ -534,32 +541,49 @@ pub fn run(
     let wall_s = wall0.elapsed().as_secs_f64();
     let cpu_s = csd_sim::clock::thread_cpu_s() - cpu0;
     progress(tally.ops);
-    let modeled_ns = tally.end.since(t0);
-    let utilization = target.utilization(modeled_ns);
-    let energy = EnergyReport::compute(
-        &target.config().energy,
-        &target.energy_counters(),
-        modeled_ns,
-    );
-    Ok(IoReport {
-        spec: spec.clone(),
-        device: target.config().name.clone(),
-        ops: tally.ops,
-        reads: tally.reads,
-        writes: tally.writes,
-        read_bytes: tally.reads * spec.bs,
-        write_bytes: tally.writes * spec.bs * batch as u64,
-        errors: target.error_count() - errors0,
-        modeled_ns,
-        latency: Latency::of(&tally.all),
-        read_latency: Latency::of(&tally.read),
-        write_latency: Latency::of(&tally.write),
-        bottleneck: bottleneck(&utilization),
-        utilization,
-        energy,
-        wall_s,
-        cpu_s,
-    })
+    let errors = target.error_count() - errors0;
+    Ok(tally.report(target, spec, t0, errors, (wall_s, cpu_s)))
+}
+
+impl Tally {
+    /// The report of a run of `spec` on `target` that started at `t0`: the modeled
+    /// figures (from the target's counters and utilization) beside the emulator's speed.
+    fn report(
+        self,
+        target: &dyn IoTarget,
+        spec: &WorkloadSpec,
+        t0: SimTime,
+        errors: u64,
+        (wall_s, cpu_s): (f64, f64),
+    ) -> IoReport {
+        let batch = spec.batch.max(1) as u64;
+        let modeled_ns = self.end.since(t0);
+        let utilization = target.utilization(modeled_ns);
+        let energy = EnergyReport::compute(
+            &target.config().energy,
+            &target.energy_counters(),
+            modeled_ns,
+        );
+        IoReport {
+            spec: spec.clone(),
+            device: target.config().name.clone(),
+            ops: self.ops,
+            reads: self.reads,
+            writes: self.writes,
+            read_bytes: self.reads * spec.bs,
+            write_bytes: self.writes * spec.bs * batch,
+            errors,
+            modeled_ns,
+            latency: Latency::of(&self.all),
+            read_latency: Latency::of(&self.read),
+            write_latency: Latency::of(&self.write),
+            bottleneck: bottleneck(&utilization),
+            utilization,
+            energy,
+            wall_s,
+            cpu_s,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -337,18 +337,7 @@ pub fn run_scan<C: CommandIssuer>(
     // FLIXR: the rule the filter implies on the indexed column, registered for this scan
     // (a join's build side always needs one: a rule matching every value by default).
     let index = register_rule(c, table, plan, opts)?;
-    let read = match (opts.join, &index, join_table) {
-        (None, Some((t, r, _)), _) => Reads::Rule(*t, *r),
-        (None, None, _) => Reads::Plain,
-        (Some(JoinRead::Build { tia }), Some((t, r, _)), _) => Reads::Join1(*t, *r, tia),
-        (Some(JoinRead::Probe { rule }), _, Some(t)) => Reads::Join2(t, rule),
-        _ => {
-            return Err(HostError::Invalid(format!(
-                "no rule to read the join's table `{}` under",
-                table.name
-            )));
-        }
-    };
+    let read = reads_for(table, opts.join, &index, join_table)?;
     // The scan's commands start after the rule's registration (counted in the run).
     let t_run = c.now().max(t0);
     // The host scans with all its cores (a DBMS's parallel scan); the scan paper's
@@ -396,13 +385,7 @@ pub fn run_scan<C: CommandIssuer>(
     let counters = run_counters(&before, &after, &host);
     let energy = EnergyReport::compute(&cfg.energy, &counters, modeled_ns);
     let stages = stages(&before, &after, &host, modeled_ns);
-    let bottleneck = stages
-        .iter()
-        .fold(None::<&Stage>, |b, s| match b {
-            Some(b) if b.utilization >= s.utilization => Some(b),
-            _ => Some(s),
-        })
-        .map_or("none", |s| s.name);
+    let bottleneck = bottleneck_of(&stages);
     Ok(QueryReport {
         strategy: opts.strategy,
         table: table.name.clone(),
@@ -429,6 +412,39 @@ pub fn run_scan<C: CommandIssuer>(
         setup_ns: 0,
         index_misses: skipped.1,
     })
+}
+
+/// The command an in-host scan reads with: Read, READ_IDX under the scan's rule, or a
+/// join read (JOIN1 under the rule, JOIN2 under the join rule of FLIXR table `join_table`).
+fn reads_for(
+    table: &TableInfo,
+    join: Option<JoinRead>,
+    index: &Option<(u8, u16, String)>,
+    join_table: Option<u8>,
+) -> Result<Reads, HostError> {
+    Ok(match (join, index, join_table) {
+        (None, Some((t, r, _)), _) => Reads::Rule(*t, *r),
+        (None, None, _) => Reads::Plain,
+        (Some(JoinRead::Build { tia }), Some((t, r, _)), _) => Reads::Join1(*t, *r, tia),
+        (Some(JoinRead::Probe { rule }), _, Some(t)) => Reads::Join2(t, rule),
+        _ => {
+            return Err(HostError::Invalid(format!(
+                "no rule to read the join's table `{}` under",
+                table.name
+            )));
+        }
+    })
+}
+
+/// The stage with the highest utilization (the first of equals), `none` without stages.
+fn bottleneck_of(stages: &[Stage]) -> &'static str {
+    stages
+        .iter()
+        .fold(None::<&Stage>, |b, s| match b {
+            Some(b) if b.utilization >= s.utilization => Some(b),
+            _ => Some(s),
+        })
+        .map_or("none", |s| s.name)
 }
 
 /// The FLIXR table a join read reads (`None` without a join); refused for a strategy

@@ -99,6 +99,21 @@ impl NvmeDevice {
         Ok((Payload::FlixrRule(id), t))
     }
 
+    /// SEND_TIDX_ICR: pair `table` (bitmap-indexed) with per-table index `tia`.
+    pub(super) fn send_tidx_icr(&mut self, table: u8, tia: u16, at: SimTime) -> Ran {
+        let (id, t) = self.registry(32, at, |f, _| f.register_join_rule(table, tia))?;
+        Ok((Payload::FlixrRule(id), t))
+    }
+
+    /// UPDATE_HOST_INDEX: the range entry of the page at `lba`, for the host's tree.
+    pub(super) fn update_host_index(&mut self, table: u8, lba: u64, at: SimTime) -> Ran {
+        let (v, t) = self
+            .flixr
+            .host_index(&mut self.dev, table, lba, at)
+            .map_err(failed)?;
+        Ok((Payload::HostIndex(v), t))
+    }
+
     /// WRITE_IDX: write whole table pages and compute their per-page index entries.
     pub(super) fn write_idx(&mut self, table: u8, lba: u64, data: Vec<u8>, at: SimTime) -> Ran {
         self.flixr
@@ -160,6 +175,36 @@ impl NvmeDevice {
         check_scan(what, blocks, at)?;
         let (reply, t) = op(&mut self.flixr, &mut self.dev).map_err(failed)?;
         Ok((Payload::IndexRead(Box::new(reply)), t))
+    }
+
+    /// SsdIdxCreate: an in-SSD B+tree over `lbas` LBAs from `first`, bulk-loaded with
+    /// `pairs`.
+    pub(super) fn ssd_idx_create(
+        &mut self,
+        (first, lbas): (u64, u64),
+        pairs: Vec<(i64, u64)>,
+        at: SimTime,
+    ) -> Ran {
+        let (id, t) = self
+            .ssd_btree
+            .create(&mut self.dev, first, lbas, pairs, at)
+            .map_err(failed)?;
+        Ok((Payload::SsdIndex(id), t))
+    }
+
+    /// SsdIdxUpdate: insert and remove `(key, value)` entries of an in-SSD B+tree.
+    pub(super) fn ssd_idx_update(
+        &mut self,
+        index: u16,
+        insert: &[(i64, u64)],
+        remove: &[(i64, u64)],
+        at: SimTime,
+    ) -> Ran {
+        let t = self
+            .ssd_btree
+            .update(&mut self.dev, index, insert, remove, at)
+            .map_err(failed)?;
+        Ok((Payload::None, t))
     }
 
     /// SsdIdxRead: the in-SSD B+tree's entries with keys in `lo..=hi`, from `from` on.

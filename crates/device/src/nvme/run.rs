@@ -78,10 +78,7 @@ impl NvmeDevice {
             Command::SendIdxIcr { table, rule } => self.send_idx_icr(table, rule, at),
             Command::SendIdxIcrKeys { table, terms } => self.send_idx_icr_keys(table, terms, at),
             Command::SendTidxEnc { table, spec } => self.send_tidx_enc(table, spec, at),
-            Command::SendTidxIcr { table, tia } => {
-                let (id, t) = self.registry(32, at, |f, _| f.register_join_rule(table, tia))?;
-                Ok((Payload::FlixrRule(id), t))
-            }
+            Command::SendTidxIcr { table, tia } => self.send_tidx_icr(table, tia, at),
             Command::DropIdxIcr { table, rule } => {
                 self.unregister(16, at, |f, _| f.drop_rule(table, rule))
             }
@@ -121,31 +118,15 @@ impl NvmeDevice {
             } => self.index_read("ReadIdxJoin2", blocks, at, |f, d| {
                 f.read_idx_join2(d, table, rule, lba, blocks, at)
             }),
-            Command::UpdateHostIndex { table, lba } => {
-                let (v, t) = self
-                    .flixr
-                    .host_index(&mut self.dev, table, lba, at)
-                    .map_err(failed)?;
-                Ok((Payload::HostIndex(v), t))
-            }
+            Command::UpdateHostIndex { table, lba } => self.update_host_index(table, lba, at),
             Command::SsdIdxCreate { first, lbas, pairs } => {
-                let (id, t) = self
-                    .ssd_btree
-                    .create(&mut self.dev, first, lbas, pairs, at)
-                    .map_err(failed)?;
-                Ok((Payload::SsdIndex(id), t))
+                self.ssd_idx_create((first, lbas), pairs, at)
             }
             Command::SsdIdxUpdate {
                 index,
                 insert,
                 remove,
-            } => {
-                let t = self
-                    .ssd_btree
-                    .update(&mut self.dev, index, &insert, &remove, at)
-                    .map_err(failed)?;
-                Ok((Payload::None, t))
-            }
+            } => self.ssd_idx_update(index, &insert, &remove, at),
             Command::SsdIdxRead {
                 index,
                 lo,
