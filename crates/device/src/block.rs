@@ -2,7 +2,7 @@
 //!
 //! This file is the one place where the controller path of an FTL command is modeled;
 //! the workload engine (through [`IoTarget`]) and the NVMe command interface
-//! (`nvme.rs`) both run their commands through the methods below. Per command, in order:
+//! (`nvme/`) both run their commands through the methods below. Per command, in order:
 //! * read ([`BlockDevice::read_lbas`]): the FTL's flash reads, then the data is staged
 //!   through DRAM and sent over the host link (with the per-command overhead);
 //! * readLPID ([`BlockDevice::read_lpids`]): the LPID list (8 bytes each) crosses the
@@ -163,15 +163,6 @@ impl BlockDevice {
             self.ctrl.dram(t, bytes)
         } else {
             t
-        }
-    }
-
-    /// The telemetry log page: busy time per resource class and energy counters.
-    pub(crate) fn telemetry(&self) -> crate::nvme::Telemetry {
-        crate::nvme::Telemetry {
-            busy: IoTarget::utilization(self, 1),
-            counters: IoTarget::energy_counters(self),
-            now: IoTarget::now(self),
         }
     }
 

@@ -421,78 +421,11 @@ impl Runtime {
         selected: Option<(Vec<u64>, u64)>,
         at: SimTime,
     ) -> Result<u32, IspRefusal> {
-        let ls = dev.ftl().lba_size() as u64;
         let t = args.table;
-        if t.lbas_per_page == 0 || t.lbas_per_page as u64 * ls != self.page_bytes {
-            return Err(IspRefusal::Invalid(format!(
-                "a table page must be one flash page ({} bytes = {} LBAs), not {} LBAs",
-                self.page_bytes,
-                self.page_bytes / ls.max(1),
-                t.lbas_per_page
-            )));
-        }
-        let end = t
-            .pages
-            .checked_mul(t.lbas_per_page as u64)
-            .and_then(|n| n.checked_add(t.first_lba));
-        match end {
-            Some(e) if e <= dev.ftl().lbas() => {}
-            _ => {
-                return Err(IspRefusal::Invalid(format!(
-                    "table of {} pages at LBA {} runs past the device's {} LBAs",
-                    t.pages,
-                    t.first_lba,
-                    dev.ftl().lbas()
-                )));
-            }
-        }
-        let open = self.sessions.iter().filter(|s| s.is_some()).count() as u32;
-        if open >= self.cfg.max_sessions {
-            return Err(IspRefusal::Resources(format!(
-                "all {} sessions are open: CLOSE one (or raise isp.max_sessions)",
-                self.cfg.max_sessions
-            )));
-        }
-        let free = self.budget_pages().saturating_sub(self.pinned_total);
-        let pinned = (self.cfg.max_pinned_pages as u64).min(free) as u32;
-        if pinned == 0 {
-            return Err(IspRefusal::Resources(format!(
-                "no page buffers left: the runtime's {} MiB are pinned by open sessions",
-                self.cfg.runtime_dram_mib
-            )));
-        }
+        Self::check_extent(dev, &t, self.page_bytes)?;
+        let pinned = self.grant_pages()?;
         let arena_bytes = self.cfg.session_arena_kib as u64 * 1024;
-        // Group table: key bytes + per aggregate 24 bytes of accumulator + a row count.
-        let (group_limit, group_entry_bytes) = match &args.plan.output {
-            csd_query::Output::Aggregate(a) => {
-                let key: usize = a
-                    .group_by
-                    .iter()
-                    .filter_map(|&g| args.plan.schema.columns().get(g))
-                    .map(|c| c.ty.width())
-                    .sum();
-                let per_group = (key + 24 * a.aggregates.len() + 8).max(1) as u64;
-                let limit = arena_bytes / per_group;
-                // A page adds at most its row count of groups, so the group table holds
-                // one page's worth before the session hands its groups to the host.
-                let page_rows = csd_table::page::rows_per_page(
-                    Layout::Pax,
-                    args.plan.schema.row_width(),
-                    self.page_bytes as usize,
-                ) as u64;
-                if limit < page_rows.max(1) {
-                    return Err(IspRefusal::Resources(format!(
-                        "the group table of this aggregation needs {per_group} bytes per group \
-                         and room for one page's {page_rows} rows ({} bytes), more than the \
-                         session arena of {arena_bytes} bytes (isp.session_arena_kib)",
-                        per_group * page_rows.max(1)
-                    )));
-                }
-                let entry = if a.group_by.is_empty() { 0 } else { per_group };
-                (limit as usize, entry)
-            }
-            _ => (usize::MAX, 0),
-        };
+        let (group_limit, group_entry_bytes) = self.group_table(&args, arena_bytes)?;
         let id = match self.sessions.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -549,6 +482,87 @@ impl Runtime {
             s.seal_chunk();
         }
         Ok(id as u32 + 1)
+    }
+
+    /// A session's table: pages of one flash page each, inside the device.
+    fn check_extent(dev: &BlockDevice, t: &TableExtent, page_bytes: u64) -> Result<(), IspRefusal> {
+        let ls = dev.ftl().lba_size() as u64;
+        if t.lbas_per_page == 0 || t.lbas_per_page as u64 * ls != page_bytes {
+            return Err(IspRefusal::Invalid(format!(
+                "a table page must be one flash page ({} bytes = {} LBAs), not {} LBAs",
+                page_bytes,
+                page_bytes / ls.max(1),
+                t.lbas_per_page
+            )));
+        }
+        let end = t
+            .pages
+            .checked_mul(t.lbas_per_page as u64)
+            .and_then(|n| n.checked_add(t.first_lba));
+        match end {
+            Some(e) if e <= dev.ftl().lbas() => Ok(()),
+            _ => Err(IspRefusal::Invalid(format!(
+                "table of {} pages at LBA {} runs past the device's {} LBAs",
+                t.pages,
+                t.first_lba,
+                dev.ftl().lbas()
+            ))),
+        }
+    }
+
+    /// A new session's fixed resources: a session slot and its pinned page buffers
+    /// (returned), refused when either is exhausted.
+    fn grant_pages(&self) -> Result<u32, IspRefusal> {
+        let open = self.sessions.iter().filter(|s| s.is_some()).count() as u32;
+        if open >= self.cfg.max_sessions {
+            return Err(IspRefusal::Resources(format!(
+                "all {} sessions are open: CLOSE one (or raise isp.max_sessions)",
+                self.cfg.max_sessions
+            )));
+        }
+        let free = self.budget_pages().saturating_sub(self.pinned_total);
+        let pinned = (self.cfg.max_pinned_pages as u64).min(free) as u32;
+        if pinned == 0 {
+            return Err(IspRefusal::Resources(format!(
+                "no page buffers left: the runtime's {} MiB are pinned by open sessions",
+                self.cfg.runtime_dram_mib
+            )));
+        }
+        Ok(pinned)
+    }
+
+    /// The group table of an aggregation in the session arena: how many groups it holds
+    /// and the bytes of one entry (key bytes, 24 bytes of accumulator per aggregate and
+    /// a row count; 0 without GROUP BY). Refused when it cannot hold one page's rows.
+    fn group_table(&self, args: &IspOpen, arena_bytes: u64) -> Result<(usize, u64), IspRefusal> {
+        let csd_query::Output::Aggregate(a) = &args.plan.output else {
+            return Ok((usize::MAX, 0));
+        };
+        let key: usize = a
+            .group_by
+            .iter()
+            .filter_map(|&g| args.plan.schema.columns().get(g))
+            .map(|c| c.ty.width())
+            .sum();
+        let per_group = (key + 24 * a.aggregates.len() + 8).max(1) as u64;
+        let limit = arena_bytes / per_group;
+        // A page adds at most its row count of groups, so the group table holds one
+        // page's worth before the session hands its groups to the host.
+        let page_rows = csd_table::page::rows_per_page(
+            Layout::Pax,
+            args.plan.schema.row_width(),
+            self.page_bytes as usize,
+        ) as u64;
+        if limit < page_rows.max(1) {
+            return Err(IspRefusal::Resources(format!(
+                "the group table of this aggregation needs {per_group} bytes per group \
+                 and room for one page's {page_rows} rows ({} bytes), more than the \
+                 session arena of {arena_bytes} bytes (isp.session_arena_kib)",
+                per_group * page_rows.max(1)
+            )));
+        }
+        let entry = if a.group_by.is_empty() { 0 } else { per_group };
+        Ok((limit as usize, entry))
     }
 
     fn session(&mut self, id: u32) -> Result<&mut Session, IspRefusal> {

@@ -5,13 +5,44 @@
 //! next to the emulator's wall-clock speed.
 //!
 //! The FTL's block and batch front ends sit behind the controller in [`block`], which
-//! models each command's path once; [`nvme`] puts the typed command interface (queue
-//! pairs, commands, completions with status, payload and accounting) in front of it. Host
-//! code talks to a device only through [`nvme`].
+//! models each command's path once; [`command`] is the typed vocabulary of the command
+//! interface (commands, completions with status, payload and accounting) and [`nvme`]
+//! the queue pairs and the executor in front of the block device. Host code talks to a
+//! device only through [`nvme`].
+//!
+//! Where things are:
+//! * [`controller`]: DRAM bus, host link, embedded cores, host CPU;
+//! * [`raw`]: the open-channel device; [`workload`]: the fio-style engine and
+//!   [`IoTarget`]; [`stack`]: create / open / recover / close a device for every tool;
+//! * [`block`]: the FTL block device, each command's controller path;
+//! * [`isp`] (with the private `ahead`, its read-ahead): in-storage scan sessions;
+//! * [`flixr`]: per-page indexes in the FTL's mapping entries (one module per concern
+//!   under `flixr/`); [`btree`] and [`ssd_btree`]: the paged B+tree and the firmware's
+//!   in-SSD B+tree;
+//! * [`command`]: the command vocabulary; [`nvme`]: queues and the executor
+//!   (`nvme/run.rs` dispatches, `io.rs` block I/O and batches, `index.rs` FLIXR and the
+//!   in-SSD B+tree).
+//!
+//! Module dependency order, in layers: a module uses only modules of lower layers (and
+//! the crate root's [`DeviceError`]); no import runs back up.
+//!
+//! ```text
+//! 0  controller   workload   btree   ahead
+//! 1  raw          block                          (controller, workload)
+//! 2  isp          flixr      stack               (block; isp also ahead)
+//! 3  ssd_btree                                   (block, btree, flixr)
+//! 4  command                                     (flixr, isp: argument types only)
+//! 5  nvme                                        (everything above)
+//! ```
+//!
+//! `command` names the argument and reply types of the FLIXR, B+tree and ISP commands,
+//! which live beside the firmware that interprets them; none of those modules, nor
+//! `block`, uses `command` or `nvme`.
 
 mod ahead;
 pub mod block;
 pub mod btree;
+pub mod command;
 pub mod controller;
 pub mod flixr;
 pub mod isp;
@@ -22,6 +53,10 @@ pub mod stack;
 pub mod workload;
 
 pub use block::{BlockDevice, CommandError};
+pub use command::{
+    Accounting, Cid, Command, Completion, FlashSplit, IdentifyInfo, LogPage, Payload, QueueId,
+    SmartLog, Status, Telemetry,
+};
 pub use controller::Controller;
 pub use csd_query::{scan_threads, set_scan_threads};
 pub use flixr::{
@@ -29,10 +64,7 @@ pub use flixr::{
     JoinIndexSpec, KeyEntry, KeyLayout, RuleTerm, TableFormat,
 };
 pub use isp::{HW_AGG_REGISTER_GROUPS, IspMode, IspOpen, IspReply, SessionState, TableExtent};
-pub use nvme::{
-    Accounting, Cid, Command, Completion, FlashSplit, IdentifyInfo, LogPage, NvmeDevice, Payload,
-    QueueId, SmartLog, Status, Telemetry,
-};
+pub use nvme::NvmeDevice;
 pub use raw::RawDevice;
 pub use ssd_btree::{SsdBtree, SsdBtreeStats};
 pub use workload::{IoReport, IoTarget, NoHints, PrefetchStage, Rw, WorkloadSpec};

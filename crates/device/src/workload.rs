@@ -14,6 +14,7 @@
 //! allocate either (the raw device's does not).
 
 use crate::DeviceError;
+use csd_sim::dist::Sampler;
 use csd_sim::resource::bottleneck;
 use csd_sim::{
     ClockMode, DeviceConfig, EnergyCounters, EnergyReport, Pacer, ResourceClass, SimTime,
@@ -309,13 +310,8 @@ impl IoReport {
     }
 }
 
-/// Run `spec` against `target`. `progress` is called now and then with the number of
-/// operations done (for a progress bar).
-pub fn run(
-    target: &mut dyn IoTarget,
-    spec: &WorkloadSpec,
-    progress: &mut dyn FnMut(u64),
-) -> Result<IoReport, DeviceError> {
+/// Check `spec` against `target`; returns the size of the region it covers.
+fn check_spec(target: &dyn IoTarget, spec: &WorkloadSpec) -> Result<u64, DeviceError> {
     let cap = target.capacity_bytes();
     let size = spec.size.unwrap_or(cap);
     let unit = target
@@ -355,10 +351,89 @@ pub fn run(
             target.io_unit(true)
         ));
     }
-    let slots_in_region = size / spec.bs;
-    let offsets = spec.dist.sampler(slots_in_region);
-    let batch = spec.batch.max(1) as usize;
-    let mut batch_offsets: Vec<u64> = Vec::with_capacity(batch);
+    Ok(size)
+}
+
+/// The workload's random stream: each command's direction and offset, in draw order.
+struct Draw<'a> {
+    spec: &'a WorkloadSpec,
+    offsets: Sampler,
+    slots_in_region: u64,
+    rng: SmallRng,
+    /// The next slot of a sequential pattern.
+    seq: u64,
+}
+
+impl Draw<'_> {
+    /// The next slot: sampled for a random pattern, the next one for a sequential one.
+    #[inline]
+    fn slot(&mut self) -> u64 {
+        if self.spec.rw.random() {
+            self.offsets.sample(&mut self.rng)
+        } else {
+            let s = self.seq % self.slots_in_region;
+            self.seq += 1;
+            s
+        }
+    }
+
+    /// The next command: is it a read, and its byte offset.
+    #[inline]
+    fn next(&mut self) -> (bool, u64) {
+        let is_read = match self.spec.rw {
+            Rw::Read | Rw::RandRead => true,
+            Rw::Write | Rw::RandWrite => false,
+            Rw::RandRw => self.rng.random_range(0..100u32) < self.spec.rwmixread,
+        };
+        (is_read, self.slot() * self.spec.bs)
+    }
+}
+
+/// Latency histograms and counts of a run.
+struct Tally {
+    ops: u64,
+    reads: u64,
+    writes: u64,
+    /// The latest completion.
+    end: SimTime,
+    all: Histogram<u64>,
+    read: Histogram<u64>,
+    write: Histogram<u64>,
+}
+
+impl Tally {
+    fn new(t0: SimTime) -> Tally {
+        let new_hist =
+            || Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
+        Tally {
+            ops: 0,
+            reads: 0,
+            writes: 0,
+            end: t0,
+            all: new_hist(),
+            read: new_hist(),
+            write: new_hist(),
+        }
+    }
+
+    /// A command submitted at `submit` completed at `done`.
+    #[inline]
+    fn record(&mut self, is_read: bool, submit: SimTime, done: SimTime) {
+        let lat = done.since(submit).max(1);
+        let _ = self.all.record(lat);
+        let _ = if is_read {
+            self.read.record(lat)
+        } else {
+            self.write.record(lat)
+        };
+        self.end = self.end.max(done);
+        self.ops += 1;
+    }
+}
+
+/// The data of the run's commands, patterned from the seed: one block (also a read's
+/// buffer) and, for batches of `batch` pages, one batch.
+fn data_buffers(spec: &WorkloadSpec, batch: usize) -> (Vec<u8>, Vec<u8>) {
     let mut batch_buf = if batch > 1 {
         vec![0u8; batch * spec.bs as usize]
     } else {
@@ -367,15 +442,33 @@ pub fn run(
     for (i, b) in batch_buf.iter_mut().enumerate() {
         *b = (i as u64 ^ spec.seed.rotate_left(7)) as u8;
     }
-    let max_ops = spec.ops.unwrap_or(u64::MAX);
-    let mut rng = SmallRng::seed_from_u64(spec.seed);
     let mut buf = vec![0u8; spec.bs as usize];
     for (i, b) in buf.iter_mut().enumerate() {
         *b = (i as u64 ^ spec.seed) as u8;
     }
-    let new_hist =
-        || Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
-    let (mut h_all, mut h_r, mut h_w) = (new_hist(), new_hist(), new_hist());
+    (buf, batch_buf)
+}
+
+/// Run `spec` against `target`. `progress` is called now and then with the number of
+/// operations done (for a progress bar).
+pub fn run(
+    target: &mut dyn IoTarget,
+    spec: &WorkloadSpec,
+    progress: &mut dyn FnMut(u64),
+) -> Result<IoReport, DeviceError> {
+    let size = check_spec(target, spec)?;
+    let slots_in_region = size / spec.bs;
+    let batch = spec.batch.max(1) as usize;
+    let mut batch_offsets: Vec<u64> = Vec::with_capacity(batch);
+    let (mut buf, batch_buf) = data_buffers(spec, batch);
+    let max_ops = spec.ops.unwrap_or(u64::MAX);
+    let mut draw = Draw {
+        spec,
+        offsets: spec.dist.sampler(slots_in_region),
+        slots_in_region,
+        rng: SmallRng::seed_from_u64(spec.seed),
+        seq: 0,
+    };
 
     target.reset_counters();
     let errors0 = target.error_count();
@@ -385,9 +478,7 @@ pub fn run(
     let deadline = spec.runtime_ns.map(|r| t0.after(r));
     let mut inflight: BinaryHeap<Reverse<SimTime>> =
         BinaryHeap::with_capacity(spec.iodepth as usize + 1);
-    let mut seq = 0u64;
-    let (mut ops, mut reads, mut writes) = (0u64, 0u64, 0u64);
-    let mut end = t0;
+    let mut tally = Tally::new(t0);
     let wall0 = Instant::now();
     let cpu0 = csd_sim::clock::thread_cpu_s();
     // Commands are drawn from the random stream a few ahead of their execution (in the
@@ -396,25 +487,10 @@ pub fn run(
     // hints overlap the next command's cache misses with this one's work. Batched writes
     // draw further offsets inside the command, so they run without lookahead.
     let lookahead = if batch > 1 { 0 } else { LOOKAHEAD };
-    let next = |rng: &mut SmallRng, seq: &mut u64| {
-        let is_read = match spec.rw {
-            Rw::Read | Rw::RandRead => true,
-            Rw::Write | Rw::RandWrite => false,
-            Rw::RandRw => rng.random_range(0..100u32) < spec.rwmixread,
-        };
-        let slot = if spec.rw.random() {
-            offsets.sample(rng)
-        } else {
-            let s = *seq % slots_in_region;
-            *seq += 1;
-            s
-        };
-        (is_read, slot * spec.bs)
-    };
     let mut ahead: VecDeque<(bool, u64)> = VecDeque::with_capacity(LOOKAHEAD + 1);
-    while ops < max_ops {
+    while tally.ops < max_ops {
         while ahead.len() <= lookahead {
-            ahead.push_back(next(&mut rng, &mut seq));
+            ahead.push_back(draw.next());
         }
         if lookahead > 0 {
             if let Some(&(true, o)) = ahead.get(LOOKAHEAD) {
@@ -439,73 +515,75 @@ pub fn run(
             pacer.wait_until(submit);
         }
         let done = if is_read {
-            reads += 1;
+            tally.reads += 1;
             target.read(offset, &mut buf, submit)?
         } else if batch > 1 {
-            writes += 1;
+            tally.writes += 1;
             batch_offsets.clear();
             batch_offsets.push(offset);
             for _ in 1..batch {
-                let slot = if spec.rw.random() {
-                    offsets.sample(&mut rng)
-                } else {
-                    let s = seq % slots_in_region;
-                    seq += 1;
-                    s
-                };
-                batch_offsets.push(slot * spec.bs);
+                batch_offsets.push(draw.slot() * spec.bs);
             }
             target.write_batch(&batch_offsets, &batch_buf, submit)?
         } else {
-            writes += 1;
+            tally.writes += 1;
             target.write(offset, &buf, submit)?
         };
-        let lat = done.since(submit).max(1);
-        let _ = h_all.record(lat);
-        let _ = if is_read {
-            h_r.record(lat)
-        } else {
-            h_w.record(lat)
-        };
-        end = end.max(done);
+        tally.record(is_read, submit, done);
         inflight.push(Reverse(done));
-        ops += 1;
-        if ops & 0xFFFF == 0 {
-            progress(ops);
+        if tally.ops & 0xFFFF == 0 {
+            progress(tally.ops);
         }
     }
     if paced {
-        pacer.wait_until(end);
+        pacer.wait_until(tally.end);
     }
     let wall_s = wall0.elapsed().as_secs_f64();
     let cpu_s = csd_sim::clock::thread_cpu_s() - cpu0;
-    progress(ops);
-    let modeled_ns = end.since(t0);
-    let utilization = target.utilization(modeled_ns);
-    let energy = EnergyReport::compute(
-        &target.config().energy,
-        &target.energy_counters(),
-        modeled_ns,
-    );
-    Ok(IoReport {
-        spec: spec.clone(),
-        device: target.config().name.clone(),
-        ops,
-        reads,
-        writes,
-        read_bytes: reads * spec.bs,
-        write_bytes: writes * spec.bs * batch as u64,
-        errors: target.error_count() - errors0,
-        modeled_ns,
-        latency: Latency::of(&h_all),
-        read_latency: Latency::of(&h_r),
-        write_latency: Latency::of(&h_w),
-        bottleneck: bottleneck(&utilization),
-        utilization,
-        energy,
-        wall_s,
-        cpu_s,
-    })
+    progress(tally.ops);
+    let errors = target.error_count() - errors0;
+    Ok(tally.report(target, spec, t0, errors, (wall_s, cpu_s)))
+}
+
+impl Tally {
+    /// The report of a run of `spec` on `target` that started at `t0`: the modeled
+    /// figures (from the target's counters and utilization) beside the emulator's speed.
+    fn report(
+        self,
+        target: &dyn IoTarget,
+        spec: &WorkloadSpec,
+        t0: SimTime,
+        errors: u64,
+        (wall_s, cpu_s): (f64, f64),
+    ) -> IoReport {
+        let batch = spec.batch.max(1) as u64;
+        let modeled_ns = self.end.since(t0);
+        let utilization = target.utilization(modeled_ns);
+        let energy = EnergyReport::compute(
+            &target.config().energy,
+            &target.energy_counters(),
+            modeled_ns,
+        );
+        IoReport {
+            spec: spec.clone(),
+            device: target.config().name.clone(),
+            ops: self.ops,
+            reads: self.reads,
+            writes: self.writes,
+            read_bytes: self.reads * spec.bs,
+            write_bytes: self.writes * spec.bs * batch,
+            errors,
+            modeled_ns,
+            latency: Latency::of(&self.all),
+            read_latency: Latency::of(&self.read),
+            write_latency: Latency::of(&self.write),
+            bottleneck: bottleneck(&utilization),
+            utilization,
+            energy,
+            wall_s,
+            cpu_s,
+        }
+    }
 }
 
 #[cfg(test)]

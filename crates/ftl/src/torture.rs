@@ -243,312 +243,430 @@ fn recover_with_cuts(
     Err("recovery kept failing".into())
 }
 
+/// A write, batch or trim that may be cut: `(lba, old version, new version)` per LBA
+/// (new 0 for a trim).
+type Change = Vec<(u64, u64, u64)>;
+
+/// The state of one torture run: the workload's random stream, the model of what every
+/// LBA must read back (its version, absent for zeros), and the report so far.
+struct Run<'a> {
+    cfg: &'a TortureConfig,
+    rng: SmallRng,
+    /// Sector size.
+    ss: usize,
+    model: HashMap<u64, u64>,
+    next_version: u64,
+    rep: TortureReport,
+    write_back: bool,
+    /// In write-back mode, writes since the last flush are "in flight" as a group.
+    unflushed: Change,
+}
+
+/// How a stretch of commands between two cuts ended.
+struct Stretch {
+    /// The device turned read-only (end of life) rather than losing power.
+    end_of_life: bool,
+    /// The command that was running when it ended.
+    inflight: Option<InFlight>,
+}
+
 /// Run the torture; `progress` is called after each cut with the cuts done.
 pub fn torture(
     cfg: &TortureConfig,
     progress: &mut dyn FnMut(u64),
 ) -> Result<TortureReport, String> {
-    let mut rng = SmallRng::seed_from_u64(cfg.seed);
+    let mut run = Run {
+        cfg,
+        rng: SmallRng::seed_from_u64(cfg.seed),
+        ss: cfg.device.geometry.sector_size as usize,
+        model: HashMap::new(),
+        next_version: 1,
+        rep: TortureReport::default(),
+        write_back: cfg.ftl.write_cache == WriteCache::WriteBack,
+        unflushed: Vec::new(),
+    };
     let nand = Nand::new_in_memory(cfg.device.clone()).map_err(|e| e.to_string())?;
-    let mut ftl = Some(Ftl::format(nand, cfg.ftl).map_err(|e| e.to_string())?);
-    let ss = cfg.device.geometry.sector_size as usize;
-    let mut model: HashMap<u64, u64> = HashMap::new();
-    let mut next_version = 1u64;
-    let mut rep = TortureReport::default();
-    let write_back = cfg.ftl.write_cache == WriteCache::WriteBack;
-    // In write-back mode, writes since the last flush are "in flight" as a group.
-    let mut unflushed: Vec<(u64, u64, u64)> = Vec::new();
-    let mut end_of_life = false;
-    while rep.cuts < cfg.cuts && !end_of_life {
-        let mut f = ftl.take().ok_or("no FTL")?;
+    let mut ftl = Ftl::format(nand, cfg.ftl).map_err(|e| e.to_string())?;
+    while run.rep.cuts < cfg.cuts {
+        let stretch = run.until_cut(&mut ftl)?;
+        let mut f = if stretch.end_of_life {
+            run.note_read_only(&mut ftl);
+            ftl
+        } else {
+            run.rep.cuts += 1;
+            // Crash, recover (maybe cut again during recovery), verify.
+            let nand = ftl.crash();
+            recover_with_cuts(nand, cfg, &mut run.rng, &mut run.rep)?
+        };
+        if run.write_back {
+            run.verify_unflushed(&mut f, stretch.inflight)?;
+        } else if let Some(inf) = stretch.inflight {
+            run.verify_inflight(&mut f, &inf)?;
+        }
+        check_all(&mut f, &run.model, cfg, &mut run.rep)?;
+        f.check_invariants()
+            .map_err(|e| format!("after cut {}: {e}", run.rep.cuts))?;
+        if stretch.end_of_life {
+            return run.finish_read_only(f, progress);
+        }
+        run.rep.lost_sectors = f.lifetime_stats().lost_sectors;
+        run.rep.bad_blocks = f.bad_blocks();
+        ftl = f;
+        progress(run.rep.cuts);
+    }
+    Ok(run.rep)
+}
+
+impl Run<'_> {
+    /// Arm a cut and run random commands until power is lost or the device turns
+    /// read-only.
+    fn until_cut(&mut self, f: &mut Ftl) -> Result<Stretch, String> {
         let lbas = f.lbas();
         let hot = (lbas / 3).max(1);
         f.nand_mut().arm_power_cut(PowerCut::AtOp(
-            rng.random_range(1..=cfg.max_ops_between_cuts),
+            self.rng.random_range(1..=self.cfg.max_ops_between_cuts),
         ));
-        let mut inflight: Option<InFlight> = None;
         let mut t = SimTime::ZERO;
         loop {
-            let op = rng.random_range(0..100u32);
+            let op = self.rng.random_range(0..100u32);
+            let mut inflight = None;
             let result = if op < 70 {
-                let n = if rng.random_range(0..4) == 0 {
-                    rng.random_range(2..10u64)
-                } else {
-                    1
-                };
-                let lba = if rng.random_bool(0.7) {
-                    rng.random_range(0..hot)
-                } else {
-                    rng.random_range(0..lbas)
-                };
-                let n = n.min(lbas - lba);
-                let mut data = Vec::with_capacity(n as usize * ss);
-                let mut change = Vec::new();
-                for i in 0..n {
-                    let v = next_version;
-                    next_version += 1;
-                    data.extend_from_slice(&pattern(lba + i, v, ss));
-                    change.push((lba + i, *model.get(&(lba + i)).unwrap_or(&0), v));
-                }
-                inflight = Some(InFlight {
-                    lbas: change.clone(),
-                    unit: cfg.ftl.mdts_sectors as usize,
-                });
-                let r = f.write(lba, &data, t);
-                if r.is_ok() {
-                    if write_back {
-                        unflushed.extend(change.iter().copied());
-                    } else {
-                        for (l, _, v) in change {
-                            model.insert(l, v);
-                        }
-                    }
-                }
-                r
+                self.write(f, (lbas, hot), t, &mut inflight)
             } else if op < 76 {
-                // A batch of 2..24 pages; LPIDs may repeat (the later entry wins).
-                let n = rng.random_range(2..24usize);
-                let mut pages: Vec<(u64, Vec<u8>)> = Vec::with_capacity(n);
-                let mut last: BTreeMap<u64, u64> = BTreeMap::new();
-                for _ in 0..n {
-                    let l = if rng.random_bool(0.7) {
-                        rng.random_range(0..hot)
-                    } else {
-                        rng.random_range(0..lbas)
-                    };
-                    let v = next_version;
-                    next_version += 1;
-                    pages.push((l, pattern(l, v, ss)));
-                    last.insert(l, v);
-                }
-                let refs: Vec<(u64, &[u8])> =
-                    pages.iter().map(|(l, p)| (*l, p.as_slice())).collect();
-                let buf = csd_sim::wire::build_batch(&refs, ss).map_err(|e| e.to_string())?;
-                let mut change: Vec<(u64, u64, u64)> = last
-                    .iter()
-                    .map(|(&l, &v)| (l, *model.get(&l).unwrap_or(&0), v))
-                    .collect();
-                // The order in which the checks after a cut read these LBAs changes the
-                // MAP cache's evictions; vary it, but from the seed.
-                change.shuffle(&mut rng);
-                inflight = Some(InFlight {
-                    lbas: change.clone(),
-                    unit: change.len(),
-                });
-                let r = f.flush_batch(&buf, t);
-                if r.is_ok() {
-                    // A batch is durable when it completes, in either cache mode.
-                    unflushed.retain(|(l, _, _)| !last.contains_key(l));
-                    for (l, _, v) in change {
-                        model.insert(l, v);
-                    }
-                }
-                r
+                self.batch(f, (lbas, hot), t, &mut inflight)?
             } else if op < 80 {
-                let lba = rng.random_range(0..lbas);
-                let n = rng.random_range(1..6u64).min(lbas - lba);
-                let change: Vec<(u64, u64, u64)> = (lba..lba + n)
-                    .map(|l| (l, *model.get(&l).unwrap_or(&0), 0))
-                    .collect();
-                inflight = Some(InFlight {
-                    lbas: change.clone(),
-                    unit: 1,
-                });
-                let r = f.trim(lba, n, t);
-                if r.is_ok() {
-                    for (l, _, _) in change {
-                        model.remove(&l);
-                    }
-                    // The trim comes after any buffered write to these LBAs.
-                    unflushed.retain(|(l, _, _)| !(lba..lba + n).contains(l));
-                }
-                r
+                self.trim(f, lbas, t, &mut inflight)
             } else if op < 90 {
-                let r = f.flush(t);
-                if r.is_ok() {
-                    for (l, _, v) in unflushed.drain(..) {
-                        model.insert(l, v);
-                    }
-                }
-                r
+                self.flush(f, t)
             } else if op < 93 {
                 f.checkpoint(t)
             } else {
-                // A read of a random LBA: must be the model's value at any time.
-                let lba = rng.random_range(0..lbas);
-                let mut buf = vec![0u8; ss];
-                let r = f.read(lba, &mut buf, t);
-                if r.is_ok()
-                    && !write_back
-                    && buf != pattern(lba, *model.get(&lba).unwrap_or(&0), ss)
-                {
-                    return Err(format!(
-                        "live read of LBA {lba} disagrees with the model before any crash"
-                    ));
-                }
-                r
+                self.read(f, lbas, t)?
             };
             match result {
                 Ok(done) => {
                     t = done;
-                    rep.acked_commands += 1;
-                    inflight = None;
+                    self.rep.acked_commands += 1;
                 }
-                Err(e) if is_power_loss(&e) => break,
+                Err(e) if is_power_loss(&e) => {
+                    return Ok(Stretch {
+                        end_of_life: false,
+                        inflight,
+                    });
+                }
                 Err(FtlError::ReadOnly { .. }) => {
-                    end_of_life = true;
-                    break;
+                    return Ok(Stretch {
+                        end_of_life: true,
+                        inflight,
+                    });
                 }
                 // A read of an LBA GC could not move.
-                Err(FtlError::Uncorrectable { .. }) if op >= 93 && cfg.bit_errors() => {
-                    rep.unreadable += 1;
-                    inflight = None;
+                Err(FtlError::Uncorrectable { .. }) if op >= 93 && self.cfg.bit_errors() => {
+                    self.rep.unreadable += 1;
                 }
                 Err(e) => {
                     return Err(format!(
                         "unexpected error before the cut {}: {e}; {}",
-                        rep.cuts,
+                        self.rep.cuts,
                         f.block_census()
                     ));
                 }
             }
         }
-        let mut f = if end_of_life {
-            // The device turned read-only: no crash; the command that found it so (and
-            // unflushed writes) are all old or all new, everything acknowledged reads
-            // back, and it stays so across a power cycle.
-            f.nand_mut().disarm_power_cut();
-            rep.read_only_at_cut = Some(rep.cuts);
-            rep.read_only_reason = f.read_only();
-            if std::env::var_os("CSD_TORTURE_DEBUG").is_some() {
-                eprintln!(
-                    "read-only: {:?}; {}; spare {}",
-                    f.read_only(),
-                    f.block_census(),
-                    f.spare_blocks()
-                );
-            }
-            f
-        } else {
-            rep.cuts += 1;
-            // Crash, recover (maybe cut again during recovery), verify.
-            let nand = f.crash();
-            recover_with_cuts(nand, cfg, &mut rng, &mut rep)?
-        };
-        if write_back {
-            // Unflushed writes may or may not be there; treat them all as in flight.
-            let mut group = std::mem::take(&mut unflushed);
-            if let Some(inf) = inflight.take() {
-                group.extend(inf.lbas);
-            }
-            for (l, _, _) in &group {
-                let mut buf = vec![0u8; ss];
-                if !read_checked(&mut f, *l, &mut buf, cfg, &mut rep)? {
-                    continue;
-                }
-                // Accept any version this LBA ever had in the group, or the model's.
-                let ok = group
-                    .iter()
-                    .filter(|(x, _, _)| x == l)
-                    .any(|(_, o, n)| buf == pattern(*l, *o, ss) || buf == pattern(*l, *n, ss))
-                    || buf == pattern(*l, *model.get(l).unwrap_or(&0), ss);
-                if !ok {
-                    rep.lost += 1;
-                }
-                // Adopt what is there as the new reference.
-                let v = group
-                    .iter()
-                    .filter(|(x, _, _)| x == l)
-                    .flat_map(|(_, o, n)| [*o, *n])
-                    .find(|v| buf == pattern(*l, *v, ss));
-                match v {
-                    Some(0) | None => {
-                        model.remove(l);
-                    }
-                    Some(v) => {
-                        model.insert(*l, v);
-                    }
-                }
-            }
-        } else if let Some(inf) = inflight.take() {
-            // The command in flight: all old or all new.
-            let mut olds = 0;
-            let mut news = 0;
-            for &(l, old, new) in &inf.lbas {
-                let mut buf = vec![0u8; ss];
-                if !read_checked(&mut f, l, &mut buf, cfg, &mut rep)? {
-                    continue;
-                }
-                if buf == pattern(l, new, ss) {
-                    news += 1;
-                } else if buf == pattern(l, old, ss) {
-                    olds += 1;
-                }
-            }
-            // An MDTS-split host write is several commands; each is atomic, so check by
-            // command; a batch is one atomic unit.
-            for chunk in inf.lbas.chunks(inf.unit.max(1)) {
-                let mut n_new = 0;
-                for &(l, old, new) in chunk {
-                    let mut buf = vec![0u8; ss];
-                    if !read_checked(&mut f, l, &mut buf, cfg, &mut rep)? {
-                        continue;
-                    }
-                    if buf == pattern(l, new, ss) && new != old {
-                        n_new += 1;
-                    } else if buf != pattern(l, old, ss) {
-                        rep.lost += 1;
-                    }
-                }
-                if n_new != 0 && n_new != chunk.iter().filter(|(_, o, n)| o != n).count() {
-                    rep.torn += 1;
-                }
-            }
-            if news > 0 && olds == 0 {
-                rep.inflight_applied += 1;
-            }
-            for &(l, old, new) in &inf.lbas {
-                let mut buf = vec![0u8; ss];
-                if !read_checked(&mut f, l, &mut buf, cfg, &mut rep)? {
-                    continue;
-                }
-                let v = if buf == pattern(l, new, ss) { new } else { old };
-                if v == 0 {
-                    model.remove(&l);
-                } else {
-                    model.insert(l, v);
-                }
-            }
-        }
-        check_all(&mut f, &model, cfg, &mut rep)?;
-        f.check_invariants()
-            .map_err(|e| format!("after cut {}: {e}", rep.cuts))?;
-        if end_of_life {
-            let reason = f.read_only();
-            let nand = f.crash();
-            let mut again = recover_with_cuts(
-                nand,
-                &TortureConfig {
-                    recovery_cut_prob: 0.0,
-                    ..cfg.clone()
-                },
-                &mut rng,
-                &mut rep,
-            )?;
-            if reason == Some(crate::ReadOnlyReason::SpareExhausted) && again.read_only().is_none()
-            {
-                return Err("a device whose spare was exhausted came back writable".into());
-            }
-            check_all(&mut again, &model, cfg, &mut rep)?;
-            rep.lost_sectors = again.lifetime_stats().lost_sectors;
-            rep.bad_blocks = again.bad_blocks();
-            progress(rep.cuts);
-            return Ok(rep);
-        }
-        rep.lost_sectors = f.lifetime_stats().lost_sectors;
-        rep.bad_blocks = f.bad_blocks();
-        ftl = Some(f);
-        progress(rep.cuts);
     }
-    Ok(rep)
+
+    /// A random LBA, in the hot third of `lbas` 70% of the time.
+    fn pick_lba(&mut self, (lbas, hot): (u64, u64)) -> u64 {
+        if self.rng.random_bool(0.7) {
+            self.rng.random_range(0..hot)
+        } else {
+            self.rng.random_range(0..lbas)
+        }
+    }
+
+    /// The next version number.
+    fn version(&mut self) -> u64 {
+        let v = self.next_version;
+        self.next_version += 1;
+        v
+    }
+
+    /// The model's version of `lba` (0: zeros).
+    fn old(&self, lba: u64) -> u64 {
+        *self.model.get(&lba).unwrap_or(&0)
+    }
+
+    /// A write of 1 LBA (or 2..10, one time in four), split by MDTS into commands.
+    fn write(
+        &mut self,
+        f: &mut Ftl,
+        span: (u64, u64),
+        t: SimTime,
+        inflight: &mut Option<InFlight>,
+    ) -> Result<SimTime, FtlError> {
+        let n = if self.rng.random_range(0..4) == 0 {
+            self.rng.random_range(2..10u64)
+        } else {
+            1
+        };
+        let lba = self.pick_lba(span);
+        let n = n.min(span.0 - lba);
+        let mut data = Vec::with_capacity(n as usize * self.ss);
+        let mut change = Vec::new();
+        for i in 0..n {
+            let v = self.version();
+            data.extend_from_slice(&pattern(lba + i, v, self.ss));
+            change.push((lba + i, self.old(lba + i), v));
+        }
+        *inflight = Some(InFlight {
+            lbas: change.clone(),
+            unit: self.cfg.ftl.mdts_sectors as usize,
+        });
+        let r = f.write(lba, &data, t);
+        if r.is_ok() {
+            if self.write_back {
+                self.unflushed.extend(change.iter().copied());
+            } else {
+                for (l, _, v) in change {
+                    self.model.insert(l, v);
+                }
+            }
+        }
+        r
+    }
+
+    /// A batch of 2..24 pages; LPIDs may repeat (the later entry wins).
+    fn batch(
+        &mut self,
+        f: &mut Ftl,
+        span: (u64, u64),
+        t: SimTime,
+        inflight: &mut Option<InFlight>,
+    ) -> Result<Result<SimTime, FtlError>, String> {
+        let n = self.rng.random_range(2..24usize);
+        let mut pages: Vec<(u64, Vec<u8>)> = Vec::with_capacity(n);
+        let mut last: BTreeMap<u64, u64> = BTreeMap::new();
+        for _ in 0..n {
+            let l = self.pick_lba(span);
+            let v = self.version();
+            pages.push((l, pattern(l, v, self.ss)));
+            last.insert(l, v);
+        }
+        let refs: Vec<(u64, &[u8])> = pages.iter().map(|(l, p)| (*l, p.as_slice())).collect();
+        let buf = csd_sim::wire::build_batch(&refs, self.ss).map_err(|e| e.to_string())?;
+        let mut change: Change = last.iter().map(|(&l, &v)| (l, self.old(l), v)).collect();
+        // The order in which the checks after a cut read these LBAs changes the MAP
+        // cache's evictions; vary it, but from the seed.
+        change.shuffle(&mut self.rng);
+        *inflight = Some(InFlight {
+            lbas: change.clone(),
+            unit: change.len(),
+        });
+        let r = f.flush_batch(&buf, t);
+        if r.is_ok() {
+            // A batch is durable when it completes, in either cache mode.
+            self.unflushed.retain(|(l, _, _)| !last.contains_key(l));
+            for (l, _, v) in change {
+                self.model.insert(l, v);
+            }
+        }
+        Ok(r)
+    }
+
+    /// A trim of 1..6 LBAs.
+    fn trim(
+        &mut self,
+        f: &mut Ftl,
+        lbas: u64,
+        t: SimTime,
+        inflight: &mut Option<InFlight>,
+    ) -> Result<SimTime, FtlError> {
+        let lba = self.rng.random_range(0..lbas);
+        let n = self.rng.random_range(1..6u64).min(lbas - lba);
+        let change: Change = (lba..lba + n).map(|l| (l, self.old(l), 0)).collect();
+        *inflight = Some(InFlight {
+            lbas: change.clone(),
+            unit: 1,
+        });
+        let r = f.trim(lba, n, t);
+        if r.is_ok() {
+            for (l, _, _) in change {
+                self.model.remove(&l);
+            }
+            // The trim comes after any buffered write to these LBAs.
+            self.unflushed
+                .retain(|(l, _, _)| !(lba..lba + n).contains(l));
+        }
+        r
+    }
+
+    /// A flush: the buffered writes become the model's.
+    fn flush(&mut self, f: &mut Ftl, t: SimTime) -> Result<SimTime, FtlError> {
+        let r = f.flush(t);
+        if r.is_ok() {
+            for (l, _, v) in self.unflushed.drain(..) {
+                self.model.insert(l, v);
+            }
+        }
+        r
+    }
+
+    /// A read of a random LBA: must be the model's value at any time.
+    fn read(
+        &mut self,
+        f: &mut Ftl,
+        lbas: u64,
+        t: SimTime,
+    ) -> Result<Result<SimTime, FtlError>, String> {
+        let lba = self.rng.random_range(0..lbas);
+        let mut buf = vec![0u8; self.ss];
+        let r = f.read(lba, &mut buf, t);
+        if r.is_ok() && !self.write_back && buf != pattern(lba, self.old(lba), self.ss) {
+            return Err(format!(
+                "live read of LBA {lba} disagrees with the model before any crash"
+            ));
+        }
+        Ok(r)
+    }
+
+    /// The device turned read-only: no crash; the command that found it so (and
+    /// unflushed writes) are all old or all new, everything acknowledged reads back, and
+    /// it stays so across a power cycle.
+    fn note_read_only(&mut self, f: &mut Ftl) {
+        f.nand_mut().disarm_power_cut();
+        self.rep.read_only_at_cut = Some(self.rep.cuts);
+        self.rep.read_only_reason = f.read_only();
+        if std::env::var_os("CSD_TORTURE_DEBUG").is_some() {
+            eprintln!(
+                "read-only: {:?}; {}; spare {}",
+                f.read_only(),
+                f.block_census(),
+                f.spare_blocks()
+            );
+        }
+    }
+
+    /// Write-back mode: unflushed writes may or may not be there; treat them all (and
+    /// the command in flight) as in flight, accept any version each LBA had in the group
+    /// or the model's, and adopt what is there as the new reference.
+    fn verify_unflushed(&mut self, f: &mut Ftl, inflight: Option<InFlight>) -> Result<(), String> {
+        let ss = self.ss;
+        let mut group = std::mem::take(&mut self.unflushed);
+        if let Some(inf) = inflight {
+            group.extend(inf.lbas);
+        }
+        for (l, _, _) in &group {
+            let mut buf = vec![0u8; ss];
+            if !read_checked(f, *l, &mut buf, self.cfg, &mut self.rep)? {
+                continue;
+            }
+            let ok = group
+                .iter()
+                .filter(|(x, _, _)| x == l)
+                .any(|(_, o, n)| buf == pattern(*l, *o, ss) || buf == pattern(*l, *n, ss))
+                || buf == pattern(*l, self.old(*l), ss);
+            if !ok {
+                self.rep.lost += 1;
+            }
+            let v = group
+                .iter()
+                .filter(|(x, _, _)| x == l)
+                .flat_map(|(_, o, n)| [*o, *n])
+                .find(|v| buf == pattern(*l, *v, ss));
+            match v {
+                Some(0) | None => {
+                    self.model.remove(l);
+                }
+                Some(v) => {
+                    self.model.insert(*l, v);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Write-through mode: the command in flight is all old or all new, by atomic unit
+    /// (an MDTS-split host write is several commands, each atomic; a batch is one); the
+    /// model then adopts what is there.
+    fn verify_inflight(&mut self, f: &mut Ftl, inf: &InFlight) -> Result<(), String> {
+        let ss = self.ss;
+        let mut olds = 0;
+        let mut news = 0;
+        for &(l, old, new) in &inf.lbas {
+            let mut buf = vec![0u8; ss];
+            if !read_checked(f, l, &mut buf, self.cfg, &mut self.rep)? {
+                continue;
+            }
+            if buf == pattern(l, new, ss) {
+                news += 1;
+            } else if buf == pattern(l, old, ss) {
+                olds += 1;
+            }
+        }
+        for chunk in inf.lbas.chunks(inf.unit.max(1)) {
+            self.verify_unit(f, chunk)?;
+        }
+        if news > 0 && olds == 0 {
+            self.rep.inflight_applied += 1;
+        }
+        for &(l, old, new) in &inf.lbas {
+            let mut buf = vec![0u8; ss];
+            if !read_checked(f, l, &mut buf, self.cfg, &mut self.rep)? {
+                continue;
+            }
+            let v = if buf == pattern(l, new, ss) { new } else { old };
+            if v == 0 {
+                self.model.remove(&l);
+            } else {
+                self.model.insert(l, v);
+            }
+        }
+        Ok(())
+    }
+
+    /// One atomic unit of the command in flight: every changed LBA old, or every one
+    /// new (else torn); an LBA that is neither is lost.
+    fn verify_unit(&mut self, f: &mut Ftl, chunk: &[(u64, u64, u64)]) -> Result<(), String> {
+        let mut n_new = 0;
+        for &(l, old, new) in chunk {
+            let mut buf = vec![0u8; self.ss];
+            if !read_checked(f, l, &mut buf, self.cfg, &mut self.rep)? {
+                continue;
+            }
+            if buf == pattern(l, new, self.ss) && new != old {
+                n_new += 1;
+            } else if buf != pattern(l, old, self.ss) {
+                self.rep.lost += 1;
+            }
+        }
+        if n_new != 0 && n_new != chunk.iter().filter(|(_, o, n)| o != n).count() {
+            self.rep.torn += 1;
+        }
+        Ok(())
+    }
+
+    /// End of life: power-cycle once more (no cut during recovery), check that a device
+    /// whose spare was exhausted comes back read-only and that everything acknowledged
+    /// still reads back, and report.
+    fn finish_read_only(
+        mut self,
+        f: Ftl,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<TortureReport, String> {
+        let reason = f.read_only();
+        let nand = f.crash();
+        let calm = TortureConfig {
+            recovery_cut_prob: 0.0,
+            ..self.cfg.clone()
+        };
+        let mut again = recover_with_cuts(nand, &calm, &mut self.rng, &mut self.rep)?;
+        if reason == Some(crate::ReadOnlyReason::SpareExhausted) && again.read_only().is_none() {
+            return Err("a device whose spare was exhausted came back writable".into());
+        }
+        check_all(&mut again, &self.model, self.cfg, &mut self.rep)?;
+        self.rep.lost_sectors = again.lifetime_stats().lost_sectors;
+        self.rep.bad_blocks = again.bad_blocks();
+        progress(self.rep.cuts);
+        Ok(self.rep)
+    }
 }

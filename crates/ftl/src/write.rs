@@ -220,13 +220,7 @@ impl Ftl {
         at: SimTime,
     ) -> Result<(Vec<(u32, u32)>, SimTime), FtlError> {
         let stream = if gc { COLD } else { HOT };
-        // Pad partial pages.
-        for b in &mut self.page_bufs {
-            if b.fill < self.sectors_per_page {
-                self.stats.padding_sectors += (self.sectors_per_page - b.fill) as u64;
-                b.data[b.fill as usize * self.sector_size..].fill(0);
-            }
-        }
+        self.pad_page_bufs();
         // 1. Provision addresses (as the program order will use them).
         let mut addrs: Vec<(u32, u32)> = Vec::with_capacity(self.page_bufs.len());
         let plan = self.plan_addresses(stream, self.page_bufs.len())?;
@@ -249,54 +243,7 @@ impl Ftl {
             if rounds > 64 {
                 return Err(FtlError::NoSpace);
             }
-            // (A program failure retires the block and re-plans the page elsewhere.)
-            let mut failed = Vec::new();
-            let mut oob = std::mem::take(&mut self.oob_scratch);
-            for &i in &todo {
-                let (b, p) = addrs[i];
-                if self.blocks[b as usize].state == Use::Bad {
-                    // Planned into a block retired during this commit: re-plan it.
-                    failed.push(i);
-                    continue;
-                }
-                tags_for(
-                    &mut oob,
-                    self.oob_per_sector,
-                    self.sector_size,
-                    &self.page_bufs[i].data,
-                    Kind::Data,
-                    &self.page_bufs[i].lpids,
-                    seq,
-                );
-                let r = self.nand.program(
-                    Ppa::new(BlockId(b), p),
-                    &self.page_bufs[i].data,
-                    &oob,
-                    t_log,
-                );
-                self.program_seq += 1;
-                match r {
-                    Ok(d) => {
-                        done = done.max(d);
-                        if gc {
-                            self.stats.gc_programs += 1;
-                        } else {
-                            self.stats.user_programs += 1;
-                        }
-                    }
-                    Err(NandError::ProgramFailed { .. }) => {
-                        self.stats.program_failures += 1;
-                        self.open_blocks[stream][(b / self.blocks_per_die) as usize] = None;
-                        self.retire(b);
-                        failed.push(i);
-                    }
-                    Err(e) => {
-                        self.oob_scratch = oob;
-                        return Err(e.into());
-                    }
-                }
-            }
-            self.oob_scratch = oob;
+            let failed = self.program_round(&todo, &addrs, (gc, seq), t_log, &mut done)?;
             if failed.is_empty() {
                 break;
             }
@@ -304,29 +251,107 @@ impl Ftl {
             for (&i, a) in failed.iter().zip(replan) {
                 addrs[i] = a;
             }
-            let amended: Vec<(u32, u32)> = failed.iter().map(|&i| addrs[i]).collect();
-            let mut am = Vec::new();
-            for (&i, &(b, p)) in failed.iter().zip(&amended) {
-                for (k, &lpid) in self.page_bufs[i].lpids.iter().enumerate() {
-                    if lpid != NONE {
-                        am.push(Entry {
-                            lpid,
-                            new: pack(b, p, k as u32),
-                            old: self.page_bufs[i].olds[k],
-                        });
-                    }
-                }
-            }
-            let make: fn(u64, Vec<Entry>) -> Record = if gc {
-                |seq, entries| Record::GcMove { seq, entries }
-            } else {
-                |seq, entries| Record::Rdesca { seq, entries }
-            };
-            self.log_entries(make, seq, am);
+            self.log_amendment(&failed, &addrs, gc, seq);
             done = done.max(self.force_log(done)?);
             todo = failed;
         }
         Ok((addrs, done))
+    }
+
+    /// Pad the partial pages of the buffers with zeros.
+    fn pad_page_bufs(&mut self) {
+        for b in &mut self.page_bufs {
+            if b.fill < self.sectors_per_page {
+                self.stats.padding_sectors += (self.sectors_per_page - b.fill) as u64;
+                b.data[b.fill as usize * self.sector_size..].fill(0);
+            }
+        }
+    }
+
+    /// Program buffers `todo` at their planned addresses from `t_log` (`done` moves to
+    /// the last program's end). Returns the buffers to re-plan: a program failure
+    /// retires the block, and a page planned into a block retired during this commit
+    /// is not programmed.
+    fn program_round(
+        &mut self,
+        todo: &[usize],
+        addrs: &[(u32, u32)],
+        (gc, seq): (bool, u64),
+        t_log: SimTime,
+        done: &mut SimTime,
+    ) -> Result<Vec<usize>, FtlError> {
+        let stream = if gc { COLD } else { HOT };
+        let mut failed = Vec::new();
+        let mut oob = std::mem::take(&mut self.oob_scratch);
+        for &i in todo {
+            let (b, p) = addrs[i];
+            if self.blocks[b as usize].state == Use::Bad {
+                failed.push(i);
+                continue;
+            }
+            tags_for(
+                &mut oob,
+                self.oob_per_sector,
+                self.sector_size,
+                &self.page_bufs[i].data,
+                Kind::Data,
+                &self.page_bufs[i].lpids,
+                seq,
+            );
+            let r = self.nand.program(
+                Ppa::new(BlockId(b), p),
+                &self.page_bufs[i].data,
+                &oob,
+                t_log,
+            );
+            self.program_seq += 1;
+            match r {
+                Ok(d) => {
+                    *done = (*done).max(d);
+                    if gc {
+                        self.stats.gc_programs += 1;
+                    } else {
+                        self.stats.user_programs += 1;
+                    }
+                }
+                Err(NandError::ProgramFailed { .. }) => {
+                    self.stats.program_failures += 1;
+                    self.open_blocks[stream][(b / self.blocks_per_die) as usize] = None;
+                    self.retire(b);
+                    failed.push(i);
+                }
+                Err(e) => {
+                    self.oob_scratch = oob;
+                    return Err(e.into());
+                }
+            }
+        }
+        self.oob_scratch = oob;
+        Ok(failed)
+    }
+
+    /// Log the new addresses of the re-planned buffers `failed` (an RDESCA, or a GC
+    /// move for a GC commit).
+    fn log_amendment(&mut self, failed: &[usize], addrs: &[(u32, u32)], gc: bool, seq: u64) {
+        let mut am = Vec::new();
+        for &i in failed {
+            let (b, p) = addrs[i];
+            for (k, &lpid) in self.page_bufs[i].lpids.iter().enumerate() {
+                if lpid != NONE {
+                    am.push(Entry {
+                        lpid,
+                        new: pack(b, p, k as u32),
+                        old: self.page_bufs[i].olds[k],
+                    });
+                }
+            }
+        }
+        let make: fn(u64, Vec<Entry>) -> Record = if gc {
+            |seq, entries| Record::GcMove { seq, entries }
+        } else {
+            |seq, entries| Record::Rdesca { seq, entries }
+        };
+        self.log_entries(make, seq, am);
     }
 
     /// Step 4 of a commit: point MAP at the programmed sectors (where it still points

@@ -425,100 +425,122 @@ impl Catalog {
         let mut r = Reader { b: body, p: 0 };
         let mut tables = Vec::with_capacity(n);
         for _ in 0..n {
-            let name = r.str()?;
-            let layout = Layout::from_code(r.u8()?)
-                .ok_or_else(|| HostError::Catalog("unknown layout".into()))?;
-            let page_bytes = r.u32()?;
-            let first_lba = r.u64()?;
-            let pages = r.u64()?;
-            let rows = r.u64()?;
-            let sname = r.str()?;
-            let ncols = r.u16()? as usize;
-            let mut cols = Vec::with_capacity(ncols);
-            for _ in 0..ncols {
-                let cname = r.str()?;
-                let code = r.u8()?;
-                let param = r.u16()?;
-                cols.push(Column::new(cname, type_of(code, param)?));
-            }
-            let schema = Schema::new(sname, cols)
-                .map_err(|e| HostError::Catalog(format!("table {name}: {e}")))?;
-            let index = if version >= VERSION_INDEXED && r.u8()? == 1 {
-                let iname = r.str()?;
-                let column = r.str()?;
-                let flixr_table = r.u8()?;
-                let encoding = get_encoding(&mut r)?;
-                let mut secondary = Vec::new();
-                if version >= VERSION_MULTI_KEY {
-                    for _ in 0..r.u16()? {
-                        let name = r.str()?;
-                        let column = r.str()?;
-                        let encoding = get_encoding(&mut r)?;
-                        secondary.push(TableIndex {
-                            name,
-                            column,
-                            encoding,
-                            flixr_table,
-                            secondary: Vec::new(),
-                        });
-                    }
-                }
-                Some(TableIndex {
-                    name: iname,
-                    column,
-                    encoding,
-                    flixr_table,
-                    secondary,
-                })
-            } else {
-                None
-            };
-            tables.push(TableInfo {
-                name,
-                schema,
-                layout,
-                page_bytes,
-                first_lba,
-                pages,
-                rows,
-                index,
-                capacity: pages,
-                free_hints: Vec::new(),
-            });
+            tables.push(Self::decode_table(&mut r, version)?);
         }
-        let mut log_lbas = 0;
-        let mut redo = None;
-        if version >= VERSION_DML {
-            for t in &mut tables {
-                t.capacity = r.u64()?.max(t.pages);
-                let n = r.u32()? as usize;
-                if n > MAX_FREE_HINTS {
-                    return Err(HostError::Catalog(format!(
-                        "table {}: {n} free-space hints (at most {MAX_FREE_HINTS})",
-                        t.name
-                    )));
-                }
-                for _ in 0..n {
-                    t.free_hints.push(r.u64()?);
-                }
-            }
-            log_lbas = r.u64()?;
-            if r.u8()? == 1 {
-                let table = r.str()?;
-                let n = r.u32()? as usize;
-                let mut pages = Vec::with_capacity(n.min(1 << 16));
-                for _ in 0..n {
-                    pages.push((r.u64()?, r.u64()?));
-                }
-                redo = Some(Redo { table, pages });
-            }
-        }
+        let (log_lbas, redo) = if version >= VERSION_DML {
+            Self::decode_dml(&mut r, &mut tables)?
+        } else {
+            (0, None)
+        };
         Ok(Catalog {
             seq,
             tables,
             log_lbas,
             redo,
         })
+    }
+
+    /// One table's entry: name, layout, extent, schema and (from `VERSION_INDEXED`) its
+    /// FLIXR index.
+    fn decode_table(r: &mut Reader<'_>, version: u16) -> Result<TableInfo, HostError> {
+        let name = r.str()?;
+        let layout = Layout::from_code(r.u8()?)
+            .ok_or_else(|| HostError::Catalog("unknown layout".into()))?;
+        let page_bytes = r.u32()?;
+        let first_lba = r.u64()?;
+        let pages = r.u64()?;
+        let rows = r.u64()?;
+        let sname = r.str()?;
+        let ncols = r.u16()? as usize;
+        let mut cols = Vec::with_capacity(ncols);
+        for _ in 0..ncols {
+            let cname = r.str()?;
+            let code = r.u8()?;
+            let param = r.u16()?;
+            cols.push(Column::new(cname, type_of(code, param)?));
+        }
+        let schema = Schema::new(sname, cols)
+            .map_err(|e| HostError::Catalog(format!("table {name}: {e}")))?;
+        let index = if version >= VERSION_INDEXED && r.u8()? == 1 {
+            Some(Self::decode_index(r, version)?)
+        } else {
+            None
+        };
+        Ok(TableInfo {
+            name,
+            schema,
+            layout,
+            page_bytes,
+            first_lba,
+            pages,
+            rows,
+            index,
+            capacity: pages,
+            free_hints: Vec::new(),
+        })
+    }
+
+    /// A table's FLIXR index and (from `VERSION_MULTI_KEY`) its secondary keys.
+    fn decode_index(r: &mut Reader<'_>, version: u16) -> Result<TableIndex, HostError> {
+        let iname = r.str()?;
+        let column = r.str()?;
+        let flixr_table = r.u8()?;
+        let encoding = get_encoding(r)?;
+        let mut secondary = Vec::new();
+        if version >= VERSION_MULTI_KEY {
+            for _ in 0..r.u16()? {
+                let name = r.str()?;
+                let column = r.str()?;
+                let encoding = get_encoding(r)?;
+                secondary.push(TableIndex {
+                    name,
+                    column,
+                    encoding,
+                    flixr_table,
+                    secondary: Vec::new(),
+                });
+            }
+        }
+        Ok(TableIndex {
+            name: iname,
+            column,
+            encoding,
+            flixr_table,
+            secondary,
+        })
+    }
+
+    /// The DML state (`VERSION_DML`): each table's capacity and free-space hints, the
+    /// statement log's size and the redo record, if any.
+    fn decode_dml(
+        r: &mut Reader<'_>,
+        tables: &mut [TableInfo],
+    ) -> Result<(u64, Option<Redo>), HostError> {
+        for t in tables.iter_mut() {
+            t.capacity = r.u64()?.max(t.pages);
+            let n = r.u32()? as usize;
+            if n > MAX_FREE_HINTS {
+                return Err(HostError::Catalog(format!(
+                    "table {}: {n} free-space hints (at most {MAX_FREE_HINTS})",
+                    t.name
+                )));
+            }
+            for _ in 0..n {
+                t.free_hints.push(r.u64()?);
+            }
+        }
+        let log_lbas = r.u64()?;
+        let mut redo = None;
+        if r.u8()? == 1 {
+            let table = r.str()?;
+            let n = r.u32()? as usize;
+            let mut pages = Vec::with_capacity(n.min(1 << 16));
+            for _ in 0..n {
+                pages.push((r.u64()?, r.u64()?));
+            }
+            redo = Some(Redo { table, pages });
+        }
+        Ok((log_lbas, redo))
     }
 
     /// Read the catalog from the device (empty on a device that never held one). A

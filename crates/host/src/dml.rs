@@ -217,9 +217,9 @@ impl Meter {
             block_erases: a.block_erases - b.block_erases,
             channel_bytes: a.channel_bytes - b.channel_bytes,
             dram_bytes: (a.dram_bytes - b.dram_bytes)
-                .saturating_sub(csd_device::nvme::TELEMETRY_BYTES),
+                .saturating_sub(csd_device::command::TELEMETRY_BYTES),
             host_link_bytes: (a.host_link_bytes - b.host_link_bytes)
-                .saturating_sub(csd_device::nvme::TELEMETRY_BYTES),
+                .saturating_sub(csd_device::command::TELEMETRY_BYTES),
             cpu_cycles: a.cpu_cycles - b.cpu_cycles,
             host_cpu_cycles: self.host_cycles.round() as u64,
         };
@@ -346,47 +346,9 @@ pub fn insert(
     if rows.is_empty() {
         return m.finish(c, cfg, report);
     }
-    // Candidates: the free-space hints, then the last page; each read for its rows.
-    let mut candidates: Vec<u64> = t
-        .free_hints
-        .iter()
-        .copied()
-        .filter(|&p| p < t.pages)
-        .collect();
-    if t.pages > 0 && !candidates.contains(&(t.pages - 1)) {
-        candidates.push(t.pages - 1);
-    }
-    let mut left = rows.len();
-    let mut edited: BTreeMap<u64, Vec<Vec<Value>>> = BTreeMap::new();
-    let mut next = 0;
-    let mut used_hints = Vec::new();
-    for &p in &candidates {
-        if left == 0 {
-            break;
-        }
-        let page = read_pages(c, &g, t.first_lba, &[p])?;
-        m.commands0 += 1;
-        report.pages_read += 1;
-        used_hints.push(p);
-        let Some((_, bytes)) = page.into_iter().next() else {
-            continue;
-        };
-        let mut have = slotted::parse_rows(&t.schema, &bytes);
-        m.host(
-            c,
-            cfg,
-            cfg.isp.host_cycles_per_page + have.len() as f64 * cfg.isp.host_cycles_per_record,
-        );
-        let free = g.cap.saturating_sub(have.len());
-        if free == 0 {
-            continue;
-        }
-        let k = free.min(left);
-        have.extend_from_slice(&rows[next..next + k]);
-        next += k;
-        left -= k;
-        edited.insert(p, have);
-    }
+    let (edited, used_hints, mut next) =
+        fill_free_pages(c, cfg, (&t, &g), rows, &mut m, &mut report)?;
+    let left = rows.len() - next;
     let plan = slotted::plan_insert([], left, g.cap, t.pages, u64::MAX)
         .ok_or_else(|| HostError::Invalid("a row does not fit a page".into()))?;
     let mut appended: BTreeMap<u64, Vec<Vec<Value>>> = BTreeMap::new();
@@ -428,6 +390,63 @@ pub fn insert(
         &mut report,
     )?;
     m.finish(c, cfg, report)
+}
+
+/// Rows by page number.
+type RowsByPage = BTreeMap<u64, Vec<Vec<Value>>>;
+
+/// INSERT's first step: the rows that fit the pages with room. Candidates are the
+/// free-space hints, then the last page; each is read for its rows and filled. Returns
+/// the filled pages' rows, the candidates read and how many of `rows` went in.
+fn fill_free_pages(
+    c: &mut impl CommandIssuer,
+    cfg: &DeviceConfig,
+    (t, g): (&TableInfo, &Geo),
+    rows: &[Vec<Value>],
+    m: &mut Meter,
+    report: &mut DmlReport,
+) -> Result<(RowsByPage, Vec<u64>, usize), HostError> {
+    let mut candidates: Vec<u64> = t
+        .free_hints
+        .iter()
+        .copied()
+        .filter(|&p| p < t.pages)
+        .collect();
+    if t.pages > 0 && !candidates.contains(&(t.pages - 1)) {
+        candidates.push(t.pages - 1);
+    }
+    let mut left = rows.len();
+    let mut edited: BTreeMap<u64, Vec<Vec<Value>>> = BTreeMap::new();
+    let mut next = 0;
+    let mut used_hints = Vec::new();
+    for &p in &candidates {
+        if left == 0 {
+            break;
+        }
+        let page = read_pages(c, g, t.first_lba, &[p])?;
+        m.commands0 += 1;
+        report.pages_read += 1;
+        used_hints.push(p);
+        let Some((_, bytes)) = page.into_iter().next() else {
+            continue;
+        };
+        let mut have = slotted::parse_rows(&t.schema, &bytes);
+        m.host(
+            c,
+            cfg,
+            cfg.isp.host_cycles_per_page + have.len() as f64 * cfg.isp.host_cycles_per_record,
+        );
+        let free = g.cap.saturating_sub(have.len());
+        if free == 0 {
+            continue;
+        }
+        let k = free.min(left);
+        have.extend_from_slice(&rows[next..next + k]);
+        next += k;
+        left -= k;
+        edited.insert(p, have);
+    }
+    Ok((edited, used_hints, next))
 }
 
 /// Changes rows of `table` page by page: `edit` gets the rows of a chunk of pages and
@@ -520,40 +539,7 @@ fn modify_pages(
                 m.commands0 += 1;
                 read_pages(c, g, t.first_lba, &pages)?
             }
-            Some((table, rule)) => {
-                m.commands0 += 1;
-                let lba = t.first_lba + p * g.lpp;
-                let reply = c.exec(Command::ReadIdx {
-                    table,
-                    rule,
-                    lba,
-                    blocks: (k * g.lpp) as u32,
-                })?;
-                let Payload::IndexRead(r) = reply.payload else {
-                    return Err(HostError::Invalid("ReadIdx returned no pages".into()));
-                };
-                let ls = c.identify().lba_size as usize;
-                // Whole pages: a page of which only some LBAs came back is read again.
-                let mut by_page: BTreeMap<u64, Vec<(u64, &[u8])>> = BTreeMap::new();
-                for (i, &l) in r.lbas.iter().enumerate() {
-                    let d = r.data.get(i * ls..(i + 1) * ls).unwrap_or_default();
-                    by_page
-                        .entry((l - t.first_lba) / g.lpp)
-                        .or_default()
-                        .push((l, d));
-                }
-                let mut out = Vec::with_capacity(by_page.len());
-                for (q, parts) in by_page {
-                    if parts.len() as u64 == g.lpp {
-                        out.push((q, parts.iter().flat_map(|x| x.1.iter().copied()).collect()));
-                    } else {
-                        m.commands0 += 1;
-                        out.extend(read_pages(c, g, t.first_lba, &[q])?);
-                    }
-                }
-                report.pages_skipped += k - out.len() as u64;
-                out
-            }
+            Some(rule) => read_under_rule(c, t, g, rule, (p, k), m, report)?,
         };
         let pages: Vec<u64> = read.iter().map(|x| x.0).collect();
         report.pages_read += pages.len() as u64;
@@ -579,27 +565,7 @@ fn modify_pages(
         affected += n;
         for ((page, old), new) in pages.iter().zip(&rows).zip(new) {
             if let Some(new) = new {
-                if new.len() > g.cap {
-                    return Err(HostError::Invalid(format!(
-                        "page {page} of {} would hold {} rows, at most {}",
-                        t.name,
-                        new.len(),
-                        g.cap
-                    )));
-                }
-                for r in &new {
-                    t.schema.encode_row_vec(r).map_err(|e| {
-                        HostError::Invalid(format!(
-                            "{} {}: {e}",
-                            if op == DmlOp::Update {
-                                "UPDATE"
-                            } else {
-                                "DELETE FROM"
-                            },
-                            t.name
-                        ))
-                    })?;
-                }
+                check_page_rows(t, g, op, *page, &new)?;
                 delta += new.len() as i64 - old.len() as i64;
                 if new.len() < g.cap {
                     roomy.push(*page);
@@ -613,6 +579,84 @@ fn modify_pages(
     let mut hints = t.free_hints.clone();
     hints.extend(roomy);
     Ok((edited, hints, delta))
+}
+
+/// Pages `p..p + k` of `t` read with READ_IDX under FLIXR `(table, rule)`: whole pages
+/// only (a page of which only some LBAs came back is read again); the pages skipped are
+/// counted in `report`.
+fn read_under_rule(
+    c: &mut impl CommandIssuer,
+    t: &TableInfo,
+    g: &Geo,
+    (table, rule): (u8, u16),
+    (p, k): (u64, u64),
+    m: &mut Meter,
+    report: &mut DmlReport,
+) -> Result<Vec<(u64, Vec<u8>)>, HostError> {
+    m.commands0 += 1;
+    let lba = t.first_lba + p * g.lpp;
+    let reply = c.exec(Command::ReadIdx {
+        table,
+        rule,
+        lba,
+        blocks: (k * g.lpp) as u32,
+    })?;
+    let Payload::IndexRead(r) = reply.payload else {
+        return Err(HostError::Invalid("ReadIdx returned no pages".into()));
+    };
+    let ls = c.identify().lba_size as usize;
+    let mut by_page: BTreeMap<u64, Vec<(u64, &[u8])>> = BTreeMap::new();
+    for (i, &l) in r.lbas.iter().enumerate() {
+        let d = r.data.get(i * ls..(i + 1) * ls).unwrap_or_default();
+        by_page
+            .entry((l - t.first_lba) / g.lpp)
+            .or_default()
+            .push((l, d));
+    }
+    let mut out = Vec::with_capacity(by_page.len());
+    for (q, parts) in by_page {
+        if parts.len() as u64 == g.lpp {
+            out.push((q, parts.iter().flat_map(|x| x.1.iter().copied()).collect()));
+        } else {
+            m.commands0 += 1;
+            out.extend(read_pages(c, g, t.first_lba, &[q])?);
+        }
+    }
+    report.pages_skipped += k - out.len() as u64;
+    Ok(out)
+}
+
+/// The rows an edit gave page `page` of `t`: at most a page's worth, each of the
+/// table's schema.
+fn check_page_rows(
+    t: &TableInfo,
+    g: &Geo,
+    op: DmlOp,
+    page: u64,
+    new: &[Vec<Value>],
+) -> Result<(), HostError> {
+    if new.len() > g.cap {
+        return Err(HostError::Invalid(format!(
+            "page {page} of {} would hold {} rows, at most {}",
+            t.name,
+            new.len(),
+            g.cap
+        )));
+    }
+    for r in new {
+        t.schema.encode_row_vec(r).map_err(|e| {
+            HostError::Invalid(format!(
+                "{} {}: {e}",
+                if op == DmlOp::Update {
+                    "UPDATE"
+                } else {
+                    "DELETE FROM"
+                },
+                t.name
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 fn empty_report(op: DmlOp, t: &TableInfo) -> DmlReport {
@@ -659,7 +703,7 @@ fn page_image(t: &TableInfo, rows: &[Vec<Value>]) -> Result<Vec<u8>, HostError> 
 fn apply(
     c: &mut impl CommandIssuer,
     cfg: &DeviceConfig,
-    mut cat: Catalog,
+    cat: Catalog,
     t: &TableInfo,
     g: &Geo,
     rewrites: BTreeMap<u64, Vec<u8>>,
@@ -697,69 +741,146 @@ fn apply(
     report.table_rows = info.rows;
     report.pages_appended = appends.len() as u64;
     let relocate = new_pages > t.capacity.max(t.pages) && !is_last;
-    if !relocate {
-        if t.first_lba + new_pages * g.lpp > limit {
-            return Err(HostError::Invalid(format!(
-                "table {} cannot grow to {new_pages} pages: the device has {limit} LBAs for tables",
-                t.name
-            )));
-        }
-        info.capacity = t.capacity.max(new_pages);
-        // 1. Appended pages go where no catalog looks yet.
-        m.commands0 += write_pages(c, g, t.first_lba, flixr, &appends)?;
-        if rewrites.is_empty() {
-            c.flush()?;
-            cat.tables[pos] = info;
-            cat.seq += 1;
-            cat.write(c)?;
-            m.commands0 += 2;
-            return Ok(());
-        }
-        // 2. The redo images into the statement log.
-        let need = rewrites.len() as u64 * g.lpp;
-        if cat.log_lbas < need {
-            let want = need.max(cat.log_lbas * 2).max(256 * g.lpp);
-            let floor = cat
-                .next_free_lba(lba_size)
-                .max(t.first_lba + new_pages * g.lpp);
-            let room = g.lbas.saturating_sub(floor);
-            if need > room {
-                return Err(HostError::Invalid(format!(
-                    "the statement rewrites {} pages of {}: its redo log needs {need} LBAs, the device has {room} free",
-                    rewrites.len(),
-                    t.name
-                )));
-            }
-            cat.log_lbas = want.min(room);
-        }
-        let log_first = cat.log_first_lba(g.lbas);
-        let log_images: BTreeMap<u64, Vec<u8>> = rewrites
-            .values()
-            .enumerate()
-            .map(|(i, img)| (i as u64, img.clone()))
-            .collect();
-        m.commands0 += write_pages(c, g, log_first, None, &log_images)?;
+    let ch = Change {
+        t,
+        g,
+        pos,
+        flixr,
+        limit,
+        lba_size,
+        rewrites,
+        appends,
+    };
+    if relocate {
+        relocate_table(c, cat, ch, info, m, report)
+    } else {
+        in_place(c, cat, ch, info, m, report)
+    }
+}
+
+/// A statement's page images, ready to be written: what [`apply`] hands its two ways
+/// of writing them.
+struct Change<'a> {
+    t: &'a TableInfo,
+    g: &'a Geo,
+    /// The table's position in the catalog.
+    pos: usize,
+    /// The table's FLIXR id, if it has a per-page index.
+    flixr: Option<u8>,
+    /// The first LBA tables may not use (the statement log's).
+    limit: u64,
+    lba_size: u32,
+    rewrites: BTreeMap<u64, Vec<u8>>,
+    appends: BTreeMap<u64, Vec<u8>>,
+}
+
+/// The table stays in its extent: appended pages go where no catalog looks yet; changed
+/// pages go through the statement log (redo images, the catalog's redo record, in place,
+/// the record removed).
+fn in_place(
+    c: &mut impl CommandIssuer,
+    mut cat: Catalog,
+    ch: Change,
+    mut info: TableInfo,
+    m: &mut Meter,
+    report: &mut DmlReport,
+) -> Result<(), HostError> {
+    let (t, g) = (ch.t, ch.g);
+    let new_pages = info.pages;
+    if t.first_lba + new_pages * g.lpp > ch.limit {
+        return Err(HostError::Invalid(format!(
+            "table {} cannot grow to {new_pages} pages: the device has {} LBAs for tables",
+            t.name, ch.limit
+        )));
+    }
+    info.capacity = t.capacity.max(new_pages);
+    // 1. Appended pages go where no catalog looks yet.
+    m.commands0 += write_pages(c, g, t.first_lba, ch.flixr, &ch.appends)?;
+    if ch.rewrites.is_empty() {
         c.flush()?;
-        report.log_pages = rewrites.len() as u64;
-        // 3. Commit: the new catalog with the redo record.
-        let keys: Vec<u64> = rewrites.keys().copied().collect();
-        cat.tables[pos] = info;
+        cat.tables[ch.pos] = info;
         cat.seq += 1;
-        cat.redo = Some(Redo {
-            table: t.name.clone(),
-            pages: crate::rowstore::runs(&keys, u64::MAX),
-        });
         cat.write(c)?;
         m.commands0 += 2;
-        // 4 and 5: in place, then the record goes.
-        report.pages_rewritten = rewrites.len() as u64;
-        m.commands0 += apply_redo(c, &mut cat, Some(&rewrites))?;
         return Ok(());
     }
-    // Relocation: the table with its changes into a new extent after the last table.
+    // 2. The redo images into the statement log.
+    let rewrites = &ch.rewrites;
+    grow_log(
+        &mut cat,
+        t,
+        g,
+        (rewrites.len() as u64, new_pages),
+        ch.lba_size,
+    )?;
+    let log_first = cat.log_first_lba(g.lbas);
+    let log_images: BTreeMap<u64, Vec<u8>> = rewrites
+        .values()
+        .enumerate()
+        .map(|(i, img)| (i as u64, img.clone()))
+        .collect();
+    m.commands0 += write_pages(c, g, log_first, None, &log_images)?;
+    c.flush()?;
+    report.log_pages = rewrites.len() as u64;
+    // 3. Commit: the new catalog with the redo record.
+    let keys: Vec<u64> = rewrites.keys().copied().collect();
+    cat.tables[ch.pos] = info;
+    cat.seq += 1;
+    cat.redo = Some(Redo {
+        table: t.name.clone(),
+        pages: crate::rowstore::runs(&keys, u64::MAX),
+    });
+    cat.write(c)?;
+    m.commands0 += 2;
+    // 4 and 5: in place, then the record goes.
+    report.pages_rewritten = rewrites.len() as u64;
+    m.commands0 += apply_redo(c, &mut cat, Some(rewrites))?;
+    Ok(())
+}
+
+/// Make the statement log hold `pages` redo images of table `t` (growing to `new_pages`
+/// pages): at least double it (and 256 pages), within the free LBAs after the tables.
+fn grow_log(
+    cat: &mut Catalog,
+    t: &TableInfo,
+    g: &Geo,
+    (pages, new_pages): (u64, u64),
+    lba_size: u32,
+) -> Result<(), HostError> {
+    let need = pages * g.lpp;
+    if cat.log_lbas >= need {
+        return Ok(());
+    }
+    let want = need.max(cat.log_lbas * 2).max(256 * g.lpp);
+    let floor = cat
+        .next_free_lba(lba_size)
+        .max(t.first_lba + new_pages * g.lpp);
+    let room = g.lbas.saturating_sub(floor);
+    if need > room {
+        return Err(HostError::Invalid(format!(
+            "the statement rewrites {pages} pages of {}: its redo log needs {need} LBAs, the device has {room} free",
+            t.name
+        )));
+    }
+    cat.log_lbas = want.min(room);
+    Ok(())
+}
+
+/// Relocation: the table with its changes into a new extent after the last table, the
+/// catalog switched to it, the old extent trimmed.
+fn relocate_table(
+    c: &mut impl CommandIssuer,
+    mut cat: Catalog,
+    ch: Change,
+    mut info: TableInfo,
+    m: &mut Meter,
+    report: &mut DmlReport,
+) -> Result<(), HostError> {
+    let (t, g) = (ch.t, ch.g);
+    let new_pages = info.pages;
     let lpp = g.lpp;
-    let first = cat.next_free_lba(lba_size).div_ceil(lpp) * lpp;
-    let room = limit.saturating_sub(first) / lpp;
+    let first = cat.next_free_lba(ch.lba_size).div_ceil(lpp) * lpp;
+    let room = ch.limit.saturating_sub(first) / lpp;
     if room < new_pages {
         return Err(HostError::Invalid(format!(
             "table {} cannot grow to {new_pages} pages: {room} pages are free after the last table",
@@ -775,21 +896,21 @@ fn apply(
         let mut chunk: BTreeMap<u64, Vec<u8>> =
             read_pages(c, g, t.first_lba, &list)?.into_iter().collect();
         for (q, img) in chunk.iter_mut() {
-            if let Some(new) = rewrites.get(q) {
+            if let Some(new) = ch.rewrites.get(q) {
                 img.clone_from(new);
             }
         }
-        m.commands0 += 1 + write_pages(c, g, first, flixr, &chunk)?;
+        m.commands0 += 1 + write_pages(c, g, first, ch.flixr, &chunk)?;
         p += k;
     }
-    m.commands0 += write_pages(c, g, first, flixr, &appends)?;
+    m.commands0 += write_pages(c, g, first, ch.flixr, &ch.appends)?;
     c.flush()?;
     report.pages_relocated = t.pages;
-    report.pages_rewritten = rewrites.len() as u64;
-    cat.tables[pos] = info;
+    report.pages_rewritten = ch.rewrites.len() as u64;
+    cat.tables[ch.pos] = info;
     cat.seq += 1;
     cat.write(c)?;
-    let n = t.end_lba(lba_size) - t.first_lba;
+    let n = t.end_lba(ch.lba_size) - t.first_lba;
     if n > 0 {
         c.exec(Command::Trim {
             lba: t.first_lba,
@@ -800,9 +921,6 @@ fn apply(
     Ok(())
 }
 
-/// Steps 4 and 5: the redo images written in place (from `images`, or read back from
-/// the log), flushed, the catalog written without the record, the log trimmed. Returns
-/// the commands issued.
 fn apply_redo(
     c: &mut impl CommandIssuer,
     cat: &mut Catalog,

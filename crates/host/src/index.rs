@@ -242,11 +242,48 @@ pub fn create<C: CommandIssuer>(c: &mut C, req: &CreateIndex) -> Result<IndexRep
     let mut cat = Catalog::read(c)?;
     let (pos, col) = check(&cat, req)?;
     let t = cat.tables[pos].clone();
-    let encoding = match &req.kind {
-        IndexKindSpec::Range => IndexEncoding::Range,
+    let encoding = encoding_for(c, &cat, &t, col, req)?;
+    let lba = c.identify().lba_size;
+    let lpp = t.lbas_per_page(lba).max(1);
+    let column = t.schema.columns()[col].name.clone();
+    let (index, pages_rewritten) = match t.index.clone() {
+        // A secondary key: added to the table's registration, packed with the others.
+        Some(primary) => {
+            let ix = TableIndex {
+                name: req.name.clone(),
+                column,
+                encoding,
+                flixr_table: primary.flixr_table,
+                secondary: Vec::new(),
+            };
+            create_secondary(c, &mut cat, pos, ix, lpp)?
+        }
+        None => create_first(c, &mut cat, pos, (req, column, encoding), lpp)?,
+    };
+    Ok(IndexReport {
+        table: cat.tables[pos].clone(),
+        index,
+        pages_rewritten,
+        modeled_s: c.now().since(t0) as f64 / 1e9,
+        wall_s: wall.elapsed().as_secs_f64(),
+    })
+}
+
+/// The encoding `req` asks for on column `col` of `t`: a range, a bitmap over split
+/// points shared with another bitmap index, or a bitmap over equi-depth split points of
+/// a sample of the column.
+fn encoding_for<C: CommandIssuer>(
+    c: &mut C,
+    cat: &Catalog,
+    t: &TableInfo,
+    col: usize,
+    req: &CreateIndex,
+) -> Result<IndexEncoding, HostError> {
+    match &req.kind {
+        IndexKindSpec::Range => Ok(IndexEncoding::Range),
         IndexKindSpec::Bitmap {
             share: Some(other), ..
-        } => match list(&cat)
+        } => match list(cat)
             .into_iter()
             .find(|(_, i)| same_name(&i.name, other))
         {
@@ -256,67 +293,70 @@ pub fn create<C: CommandIssuer>(c: &mut C, req: &CreateIndex) -> Result<IndexRep
                     encoding: e @ IndexEncoding::Bitmap { .. },
                     ..
                 },
-            )) => e.clone(),
-            Some(_) => {
-                return Err(invalid(format!(
-                    "index `{other}` is a range index: only a bitmap index's split points can be shared"
-                )));
-            }
-            None => {
-                return Err(invalid(format!(
-                    "no index named `{other}` to share split points with"
-                )));
-            }
+            )) => Ok(e.clone()),
+            Some(_) => Err(invalid(format!(
+                "index `{other}` is a range index: only a bitmap index's split points can be shared"
+            ))),
+            None => Err(invalid(format!(
+                "no index named `{other}` to share split points with"
+            ))),
         },
         IndexKindSpec::Bitmap { buckets, .. } => {
-            let mut vals = sample(c, &t, col)?;
-            IndexEncoding::Bitmap {
+            let mut vals = sample(c, t, col)?;
+            Ok(IndexEncoding::Bitmap {
                 bounds: equi_depth(&mut vals, *buckets),
-            }
+            })
         }
-    };
-    let lba = c.identify().lba_size;
-    let lpp = t.lbas_per_page(lba).max(1);
-    let column = t.schema.columns()[col].name.clone();
-    // A secondary key: added to the table's registration, packed with the others.
-    if let Some(primary) = t.index.clone() {
-        let id = primary.flixr_table;
-        c.exec(Command::SendIdxEnc {
-            table: id,
-            spec: IndexSpec {
-                column: column.clone(),
-                encoding: encoding.clone(),
-            },
-        })?;
-        let index = TableIndex {
-            name: req.name.clone(),
-            column: column.clone(),
-            encoding,
-            flixr_table: id,
-            secondary: Vec::new(),
-        };
-        let published = rewrite(c, &t, id, lpp).and_then(|n| {
-            if let Some(p) = cat.tables[pos].index.as_mut() {
-                p.secondary.push(index.clone());
-            }
-            cat.seq += 1;
-            cat.write(c).map(|()| n)
-        });
-        let pages_rewritten = match published {
-            Ok(n) => n,
-            Err(e) => {
-                let _ = c.exec(Command::DropIdxEnc { table: id, column });
-                return Err(e);
-            }
-        };
-        return Ok(IndexReport {
-            table: cat.tables[pos].clone(),
-            index,
-            pages_rewritten,
-            modeled_s: c.now().since(t0) as f64 / 1e9,
-            wall_s: wall.elapsed().as_secs_f64(),
-        });
     }
+}
+
+/// A secondary key on a table that has a FLIXR index: SEND_IDX_ENC, the pages rewritten,
+/// the catalog published; on failure the encoding is dropped again. Returns the index
+/// and the pages rewritten.
+fn create_secondary<C: CommandIssuer>(
+    c: &mut C,
+    cat: &mut Catalog,
+    pos: usize,
+    index: TableIndex,
+    lpp: u64,
+) -> Result<(TableIndex, u64), HostError> {
+    let t = cat.tables[pos].clone();
+    let id = index.flixr_table;
+    c.exec(Command::SendIdxEnc {
+        table: id,
+        spec: IndexSpec {
+            column: index.column.clone(),
+            encoding: index.encoding.clone(),
+        },
+    })?;
+    let published = rewrite(c, &t, id, lpp).and_then(|n| {
+        if let Some(p) = cat.tables[pos].index.as_mut() {
+            p.secondary.push(index.clone());
+        }
+        cat.seq += 1;
+        cat.write(c).map(|()| n)
+    });
+    match published {
+        Ok(n) => Ok((index, n)),
+        Err(e) => {
+            let column = index.column;
+            let _ = c.exec(Command::DropIdxEnc { table: id, column });
+            Err(e)
+        }
+    }
+}
+
+/// A table's first FLIXR index: SEND_TBL_COL, SEND_IDX_ENC, the pages rewritten, the
+/// catalog published; on failure the table's registration is dropped again. Returns the
+/// index and the pages rewritten.
+fn create_first<C: CommandIssuer>(
+    c: &mut C,
+    cat: &mut Catalog,
+    pos: usize,
+    (req, column, encoding): (&CreateIndex, String, IndexEncoding),
+    lpp: u64,
+) -> Result<(TableIndex, u64), HostError> {
+    let t = cat.tables[pos].clone();
     let format = TableFormat {
         name: t.schema.name().to_string(),
         columns: t
@@ -354,20 +394,13 @@ pub fn create<C: CommandIssuer>(c: &mut C, req: &CreateIndex) -> Result<IndexRep
         cat.seq += 1;
         cat.write(c).map(|()| n)
     });
-    let pages_rewritten = match published {
-        Ok(n) => n,
+    match published {
+        Ok(n) => Ok((index, n)),
         Err(e) => {
             let _ = c.exec(Command::DropTblCol { table: id });
-            return Err(e);
+            Err(e)
         }
-    };
-    Ok(IndexReport {
-        table: cat.tables[pos].clone(),
-        index,
-        pages_rewritten,
-        modeled_s: c.now().since(t0) as f64 / 1e9,
-        wall_s: wall.elapsed().as_secs_f64(),
-    })
+    }
 }
 
 /// Rewrite every page of `t` in place through WRITE_IDX of FLIXR table `id`, MDTS (whole
@@ -466,47 +499,25 @@ pub fn rule_for(filter: Option<&Expr>, col: usize) -> Option<IndexRule> {
     let f = filter?;
     let mut terms = Vec::new();
     flatten(f, &mut terms);
-    let (mut lo, mut hi) = (i64::MIN, i64::MAX);
-    let mut list: Option<Vec<i64>> = None;
-    let mut any = false;
-    let is_col = |e: &Expr| matches!(e.kind, ExprKind::Column { index, .. } if index == col);
-    let konst = |e: &Expr| match e.kind {
-        ExprKind::Const(Const::Int(v)) => Some(v),
-        _ => None,
+    let mut b = Bounds {
+        lo: i64::MIN,
+        hi: i64::MAX,
+        list: None,
+        any: false,
     };
+    let is_col = |e: &Expr| matches!(e.kind, ExprKind::Column { index, .. } if index == col);
     for t in terms {
         match &t.kind {
             ExprKind::Cmp { op, left, right } => {
-                let (op, v) = if is_col(left) {
-                    match konst(right) {
-                        Some(v) => (*op, v),
-                        None => continue,
-                    }
-                } else if is_col(right) {
-                    match konst(left) {
-                        Some(v) => (op.flip(), v),
-                        None => continue,
-                    }
-                } else {
+                let Some((op, v)) = column_vs_const(*op, left, right, col) else {
                     continue;
                 };
-                let (l, h) = match op {
-                    CmpOp::Eq => (v, v),
-                    CmpOp::Lt => match v.checked_sub(1) {
-                        Some(h) => (i64::MIN, h),
-                        None => return None,
-                    },
-                    CmpOp::Le => (i64::MIN, v),
-                    CmpOp::Gt => match v.checked_add(1) {
-                        Some(l) => (l, i64::MAX),
-                        None => return None,
-                    },
-                    CmpOp::Ge => (v, i64::MAX),
-                    CmpOp::Ne => continue,
-                };
-                lo = lo.max(l);
-                hi = hi.min(h);
-                any = true;
+                match cmp_range(op, v) {
+                    // A comparison no value satisfies (past the ends of i64).
+                    None => return None,
+                    Some(None) => continue,
+                    Some(Some((l, h))) => b.narrow(l, h),
+                }
             }
             // `k = 1 OR k = 5` (DataFusion writes short IN lists so) or ranges ORed:
             // the union of the disjuncts' rules, when every disjunct constrains `k`.
@@ -514,37 +525,7 @@ pub fn rule_for(filter: Option<&Expr>, col: usize) -> Option<IndexRule> {
                 let rules: Option<Vec<IndexRule>> =
                     ds.iter().map(|d| rule_for(Some(d), col)).collect();
                 let Some(rules) = rules else { continue };
-                let points: Option<Vec<i64>> = rules
-                    .iter()
-                    .map(|r| match r {
-                        IndexRule::Between { lo, hi } if lo == hi => Some(vec![*lo]),
-                        IndexRule::In(v) => Some(v.clone()),
-                        IndexRule::Between { .. } => None,
-                    })
-                    .collect::<Option<Vec<_>>>()
-                    .map(|v| v.concat());
-                match points {
-                    Some(vals) => {
-                        list = Some(match list {
-                            None => vals,
-                            Some(prev) => prev.into_iter().filter(|v| vals.contains(v)).collect(),
-                        });
-                    }
-                    None => {
-                        let span = |r: &IndexRule| match r {
-                            IndexRule::Between { lo, hi } => (*lo, *hi),
-                            IndexRule::In(v) => (
-                                v.iter().copied().min().unwrap_or(i64::MAX),
-                                v.iter().copied().max().unwrap_or(i64::MIN),
-                            ),
-                        };
-                        let l = rules.iter().map(|r| span(r).0).min().unwrap_or(i64::MIN);
-                        let h = rules.iter().map(|r| span(r).1).max().unwrap_or(i64::MAX);
-                        lo = lo.max(l);
-                        hi = hi.min(h);
-                    }
-                }
-                any = true;
+                b.union_of(&rules);
             }
             ExprKind::InList {
                 expr,
@@ -561,32 +542,122 @@ pub fn rule_for(filter: Option<&Expr>, col: usize) -> Option<IndexRule> {
                 if vals.len() != l.len() {
                     continue;
                 }
-                list = Some(match list {
-                    None => vals,
-                    Some(prev) => prev.into_iter().filter(|v| vals.contains(v)).collect(),
-                });
-                any = true;
+                b.values(vals);
             }
             _ => {}
         }
     }
-    if !any || lo > hi {
-        return None;
+    b.rule()
+}
+
+/// A comparison of column `col` with an integer constant, as `(op, constant)` with the
+/// column on the left (`None` for any other comparison).
+fn column_vs_const(op: CmpOp, left: &Expr, right: &Expr, col: usize) -> Option<(CmpOp, i64)> {
+    let is_col = |e: &Expr| matches!(e.kind, ExprKind::Column { index, .. } if index == col);
+    let konst = |e: &Expr| match e.kind {
+        ExprKind::Const(Const::Int(v)) => Some(v),
+        _ => None,
+    };
+    if is_col(left) {
+        konst(right).map(|v| (op, v))
+    } else if is_col(right) {
+        konst(left).map(|v| (op.flip(), v))
+    } else {
+        None
     }
-    match list {
-        Some(mut vs) => {
-            vs.retain(|v| lo <= *v && *v <= hi);
-            vs.sort_unstable();
-            vs.dedup();
-            match (vs.first(), vs.last()) {
-                (None, _) | (_, None) => None,
-                (Some(&a), Some(&b)) if vs.len() > csd_device::flixr::MAX_RULE_VALUES => {
-                    Some(IndexRule::Between { lo: a, hi: b })
-                }
-                _ => Some(IndexRule::In(vs)),
+}
+
+/// The values `column op v` admits as a range: `Some(None)` for no constraint (`<>`),
+/// `None` when no value does (`< i64::MIN`, `> i64::MAX`).
+fn cmp_range(op: CmpOp, v: i64) -> Option<Option<(i64, i64)>> {
+    Some(Some(match op {
+        CmpOp::Eq => (v, v),
+        CmpOp::Lt => (i64::MIN, v.checked_sub(1)?),
+        CmpOp::Le => (i64::MIN, v),
+        CmpOp::Gt => (v.checked_add(1)?, i64::MAX),
+        CmpOp::Ge => (v, i64::MAX),
+        CmpOp::Ne => return Some(None),
+    }))
+}
+
+/// What the conjuncts of a filter say about one column so far: a range, a list of
+/// values (when some conjunct names them), and whether any conjunct spoke at all.
+struct Bounds {
+    lo: i64,
+    hi: i64,
+    list: Option<Vec<i64>>,
+    any: bool,
+}
+
+impl Bounds {
+    /// A conjunct admits `l..=h`.
+    fn narrow(&mut self, l: i64, h: i64) {
+        self.lo = self.lo.max(l);
+        self.hi = self.hi.min(h);
+        self.any = true;
+    }
+
+    /// A conjunct admits the values `vals`.
+    fn values(&mut self, vals: Vec<i64>) {
+        self.list = Some(match self.list.take() {
+            None => vals,
+            Some(prev) => prev.into_iter().filter(|v| vals.contains(v)).collect(),
+        });
+        self.any = true;
+    }
+
+    /// A disjunction of `rules` on the column: their points when every one is a list of
+    /// points, else the span of all of them.
+    fn union_of(&mut self, rules: &[IndexRule]) {
+        let points: Option<Vec<i64>> = rules
+            .iter()
+            .map(|r| match r {
+                IndexRule::Between { lo, hi } if lo == hi => Some(vec![*lo]),
+                IndexRule::In(v) => Some(v.clone()),
+                IndexRule::Between { .. } => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat());
+        match points {
+            Some(vals) => self.values(vals),
+            None => {
+                let span = |r: &IndexRule| match r {
+                    IndexRule::Between { lo, hi } => (*lo, *hi),
+                    IndexRule::In(v) => (
+                        v.iter().copied().min().unwrap_or(i64::MAX),
+                        v.iter().copied().max().unwrap_or(i64::MIN),
+                    ),
+                };
+                let l = rules.iter().map(|r| span(r).0).min().unwrap_or(i64::MIN);
+                let h = rules.iter().map(|r| span(r).1).max().unwrap_or(i64::MAX);
+                self.narrow(l, h);
             }
         }
-        None => Some(IndexRule::Between { lo, hi }),
+    }
+
+    /// The rule: the listed values inside the range (a range over them when there are
+    /// more than a rule may hold), else the range; `None` when nothing spoke or the
+    /// conjuncts contradict each other.
+    fn rule(self) -> Option<IndexRule> {
+        let (lo, hi) = (self.lo, self.hi);
+        if !self.any || lo > hi {
+            return None;
+        }
+        match self.list {
+            Some(mut vs) => {
+                vs.retain(|v| lo <= *v && *v <= hi);
+                vs.sort_unstable();
+                vs.dedup();
+                match (vs.first(), vs.last()) {
+                    (None, _) | (_, None) => None,
+                    (Some(&a), Some(&b)) if vs.len() > csd_device::flixr::MAX_RULE_VALUES => {
+                        Some(IndexRule::Between { lo: a, hi: b })
+                    }
+                    _ => Some(IndexRule::In(vs)),
+                }
+            }
+            None => Some(IndexRule::Between { lo, hi }),
+        }
     }
 }
 

@@ -11,7 +11,12 @@
 //!   report of where the modeled time, bytes and energy went. SQL is `csd-sql`'s
 //!   (DataFusion), which plans queries and runs their scans through [`scan::run_scan`].
 //! * [`rowstore`]: a small row store of NSM pages on the device with INSERT, DELETE,
-//!   UPDATE, scans and joins through FLIXR's access paths and its baselines (flixr §4–§6).
+//!   UPDATE, scans and joins through FLIXR's access paths and its baselines (flixr §4–§6);
+//!   one module per concern under `rowstore/` (`load`, `index`, `pages`, `scan`, `dml`,
+//!   `join`; the public types in `mod.rs`).
+//! * [`index`]: CREATE / DROP INDEX on catalog tables (FLIXR registration, pages
+//!   rewritten through WRITE_IDX) and [`index::rule_for`], the FLIXR rule a filter
+//!   implies on a column.
 //! * [`dml`]: INSERT, UPDATE and DELETE on catalog tables (pages rewritten in place
 //!   through WRITE_IDX, a redo record in the catalog for statement atomicity), on the
 //!   page logic of [`slotted`] that the row store shares.

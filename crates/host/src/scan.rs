@@ -333,101 +333,11 @@ pub fn run_scan<C: CommandIssuer>(
     let wall0 = Instant::now();
     let before = telemetry(c)?;
     let t0 = c.now();
-    if opts.join.is_some() && opts.strategy != Strategy::Ihp {
-        return Err(HostError::Invalid(format!(
-            "a FLIXR join read (READ_IDX_JOIN1/2) returns pages to the host: scan `{}` with ihp, not {}",
-            table.name,
-            opts.strategy.name()
-        )));
-    }
-    let join_table = match (opts.join, &table.index) {
-        (None, _) => None,
-        (Some(_), Some(ix)) => Some(ix.flixr_table),
-        (Some(_), None) => {
-            return Err(HostError::Invalid(format!(
-                "table `{}` has no FLIXR index: it cannot be read with a join read",
-                table.name
-            )));
-        }
-    };
+    let join_table = join_table(table, opts)?;
     // FLIXR: the rule the filter implies on the indexed column, registered for this scan
     // (a join's build side always needs one: a rule matching every value by default).
-    let mut index = None;
-    let wants_rule = match opts.join {
-        None => opts.use_index,
-        Some(JoinRead::Build { .. }) => true,
-        // JOIN2 reads under the join rule, not this one.
-        Some(JoinRead::Probe { .. }) => false,
-    };
-    if wants_rule && let Some(ix) = &table.index {
-        // One term per indexed column the filter constrains (the table's first index and
-        // its secondary keys, flixr §6.4); one term on the first index is the classic
-        // SEND_IDX_ICR, anything else the multi-key form.
-        let mut terms: Vec<(&crate::catalog::TableIndex, csd_device::IndexRule)> = Vec::new();
-        if opts.use_index {
-            for k in ix.keys() {
-                if let Some(col) = table
-                    .schema
-                    .columns()
-                    .iter()
-                    .position(|c| crate::catalog::same_name(&c.name, &k.column))
-                    && let Some(rule) = crate::index::rule_for(plan.filter.as_ref(), col)
-                {
-                    terms.push((k, rule));
-                }
-            }
-        }
-        if terms.is_empty() && matches!(opts.join, Some(JoinRead::Build { .. })) {
-            terms.push((
-                ix,
-                csd_device::IndexRule::Between {
-                    lo: i64::MIN,
-                    hi: i64::MAX,
-                },
-            ));
-        }
-        if !terms.is_empty() {
-            let text = terms
-                .iter()
-                .map(|(k, r)| format!("{} ({})", k.name, crate::index::describe_rule(&k.column, r)))
-                .collect::<Vec<_>>()
-                .join(" AND ");
-            let cmd = if terms.len() == 1 && std::ptr::eq(terms[0].0, ix) {
-                Command::SendIdxIcr {
-                    table: ix.flixr_table,
-                    rule: terms[0].1.clone(),
-                }
-            } else {
-                Command::SendIdxIcrKeys {
-                    table: ix.flixr_table,
-                    terms: terms
-                        .iter()
-                        .map(|(k, r)| csd_device::RuleTerm {
-                            column: k.column.clone(),
-                            rule: r.clone(),
-                        })
-                        .collect(),
-                }
-            };
-            let id = match c.exec(cmd)?.payload {
-                Payload::FlixrRule(id) => id,
-                _ => return Err(HostError::Invalid("SendIdxIcr returned no rule id".into())),
-            };
-            index = Some((ix.flixr_table, id, text));
-        }
-    }
-    let read = match (opts.join, &index, join_table) {
-        (None, Some((t, r, _)), _) => Reads::Rule(*t, *r),
-        (None, None, _) => Reads::Plain,
-        (Some(JoinRead::Build { tia }), Some((t, r, _)), _) => Reads::Join1(*t, *r, tia),
-        (Some(JoinRead::Probe { rule }), _, Some(t)) => Reads::Join2(t, rule),
-        _ => {
-            return Err(HostError::Invalid(format!(
-                "no rule to read the join's table `{}` under",
-                table.name
-            )));
-        }
-    };
+    let index = register_rule(c, table, plan, opts)?;
+    let read = reads_for(table, opts.join, &index, join_table)?;
     // The scan's commands start after the rule's registration (counted in the run).
     let t_run = c.now().max(t0);
     // The host scans with all its cores (a DBMS's parallel scan); the scan paper's
@@ -472,58 +382,10 @@ pub fn run_scan<C: CommandIssuer>(
     c.wait_until(end);
     let after = telemetry(c)?;
     let modeled_ns = end.since(t0).max(1);
-    let mut counters = EnergyCounters {
-        page_reads: after.counters.page_reads - before.counters.page_reads,
-        page_programs: after.counters.page_programs - before.counters.page_programs,
-        block_erases: after.counters.block_erases - before.counters.block_erases,
-        channel_bytes: after.counters.channel_bytes - before.counters.channel_bytes,
-        dram_bytes: after.counters.dram_bytes - before.counters.dram_bytes,
-        host_link_bytes: after.counters.host_link_bytes - before.counters.host_link_bytes,
-        cpu_cycles: after.counters.cpu_cycles - before.counters.cpu_cycles,
-        host_cpu_cycles: 0,
-    };
-    // The closing telemetry read itself is not part of the query.
-    counters.host_link_bytes = counters
-        .host_link_bytes
-        .saturating_sub(csd_device::nvme::TELEMETRY_BYTES);
-    counters.dram_bytes = counters
-        .dram_bytes
-        .saturating_sub(csd_device::nvme::TELEMETRY_BYTES);
-    counters.host_cpu_cycles = host.cycles();
+    let counters = run_counters(&before, &after, &host);
     let energy = EnergyReport::compute(&cfg.energy, &counters, modeled_ns);
-    let mut stages = Vec::new();
-    for (name, class) in [
-        ("flash_array", ResourceClass::Die),
-        ("flash_to_dram", ResourceClass::Channel),
-        ("dram", ResourceClass::Dram),
-        ("embedded_cpu", ResourceClass::EmbeddedCpu),
-        ("dram_to_host", ResourceClass::HostLink),
-    ] {
-        let (b1, m) = busy(&after, class);
-        let (b0, _) = busy(&before, class);
-        let per = b1.saturating_sub(b0) / m.max(1) as u64;
-        stages.push(Stage {
-            name,
-            members: m,
-            busy_ns: per,
-            utilization: per as f64 / modeled_ns as f64,
-        });
-    }
-    let (hb, hm) = host.busy();
-    let per = hb / hm.max(1) as u64;
-    stages.push(Stage {
-        name: "host_cpu",
-        members: hm,
-        busy_ns: per,
-        utilization: per as f64 / modeled_ns as f64,
-    });
-    let bottleneck = stages
-        .iter()
-        .fold(None::<&Stage>, |b, s| match b {
-            Some(b) if b.utilization >= s.utilization => Some(b),
-            _ => Some(s),
-        })
-        .map_or("none", |s| s.name);
+    let stages = stages(&before, &after, &host, modeled_ns);
+    let bottleneck = bottleneck_of(&stages);
     Ok(QueryReport {
         strategy: opts.strategy,
         table: table.name.clone(),
@@ -545,19 +407,207 @@ pub fn run_scan<C: CommandIssuer>(
         commands,
         energy,
         wall_s: wall0.elapsed().as_secs_f64(),
-        index: match (opts.join, index) {
-            (Some(JoinRead::Build { tia }), Some((_, _, text))) => Some(format!(
-                "READ_IDX_JOIN1 under {text}, join keys into per-table index {tia}"
-            )),
-            (Some(JoinRead::Probe { rule }), _) => Some(format!(
-                "READ_IDX_JOIN2, join rule {rule} (pages sharing a key bucket with the build side)"
-            )),
-            (_, i) => i.map(|(_, _, text)| text),
-        },
+        index: index_text(opts.join, index),
         pages_skipped: skipped.0,
         setup_ns: 0,
         index_misses: skipped.1,
     })
+}
+
+/// The command an in-host scan reads with: Read, READ_IDX under the scan's rule, or a
+/// join read (JOIN1 under the rule, JOIN2 under the join rule of FLIXR table `join_table`).
+fn reads_for(
+    table: &TableInfo,
+    join: Option<JoinRead>,
+    index: &Option<(u8, u16, String)>,
+    join_table: Option<u8>,
+) -> Result<Reads, HostError> {
+    Ok(match (join, index, join_table) {
+        (None, Some((t, r, _)), _) => Reads::Rule(*t, *r),
+        (None, None, _) => Reads::Plain,
+        (Some(JoinRead::Build { tia }), Some((t, r, _)), _) => Reads::Join1(*t, *r, tia),
+        (Some(JoinRead::Probe { rule }), _, Some(t)) => Reads::Join2(t, rule),
+        _ => {
+            return Err(HostError::Invalid(format!(
+                "no rule to read the join's table `{}` under",
+                table.name
+            )));
+        }
+    })
+}
+
+/// The stage with the highest utilization (the first of equals), `none` without stages.
+fn bottleneck_of(stages: &[Stage]) -> &'static str {
+    stages
+        .iter()
+        .fold(None::<&Stage>, |b, s| match b {
+            Some(b) if b.utilization >= s.utilization => Some(b),
+            _ => Some(s),
+        })
+        .map_or("none", |s| s.name)
+}
+
+/// The FLIXR table a join read reads (`None` without a join); refused for a strategy
+/// other than in-host processing or a table without a FLIXR index.
+fn join_table(table: &TableInfo, opts: &ScanOptions) -> Result<Option<u8>, HostError> {
+    if opts.join.is_some() && opts.strategy != Strategy::Ihp {
+        return Err(HostError::Invalid(format!(
+            "a FLIXR join read (READ_IDX_JOIN1/2) returns pages to the host: scan `{}` with ihp, not {}",
+            table.name,
+            opts.strategy.name()
+        )));
+    }
+    match (opts.join, &table.index) {
+        (None, _) => Ok(None),
+        (Some(_), Some(ix)) => Ok(Some(ix.flixr_table)),
+        (Some(_), None) => Err(HostError::Invalid(format!(
+            "table `{}` has no FLIXR index: it cannot be read with a join read",
+            table.name
+        ))),
+    }
+}
+
+/// Register the FLIXR rule this scan reads under, if it wants one: one term per indexed
+/// column the filter constrains (the table's first index and its secondary keys, flixr
+/// §6.4), or for a join's build side with no such term a rule matching every value.
+/// One term on the first index is the classic SEND_IDX_ICR, anything else the multi-key
+/// form. Returns `(FLIXR table, rule id, description)`.
+fn register_rule<C: CommandIssuer>(
+    c: &mut C,
+    table: &TableInfo,
+    plan: &Plan,
+    opts: &ScanOptions,
+) -> Result<Option<(u8, u16, String)>, HostError> {
+    let wants_rule = match opts.join {
+        None => opts.use_index,
+        Some(JoinRead::Build { .. }) => true,
+        // JOIN2 reads under the join rule, not this one.
+        Some(JoinRead::Probe { .. }) => false,
+    };
+    let Some(ix) = table.index.as_ref().filter(|_| wants_rule) else {
+        return Ok(None);
+    };
+    let mut terms: Vec<(&crate::catalog::TableIndex, csd_device::IndexRule)> = Vec::new();
+    if opts.use_index {
+        for k in ix.keys() {
+            if let Some(col) = table
+                .schema
+                .columns()
+                .iter()
+                .position(|c| crate::catalog::same_name(&c.name, &k.column))
+                && let Some(rule) = crate::index::rule_for(plan.filter.as_ref(), col)
+            {
+                terms.push((k, rule));
+            }
+        }
+    }
+    if terms.is_empty() && matches!(opts.join, Some(JoinRead::Build { .. })) {
+        terms.push((
+            ix,
+            csd_device::IndexRule::Between {
+                lo: i64::MIN,
+                hi: i64::MAX,
+            },
+        ));
+    }
+    if terms.is_empty() {
+        return Ok(None);
+    }
+    let text = terms
+        .iter()
+        .map(|(k, r)| format!("{} ({})", k.name, crate::index::describe_rule(&k.column, r)))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    let cmd = if terms.len() == 1 && std::ptr::eq(terms[0].0, ix) {
+        Command::SendIdxIcr {
+            table: ix.flixr_table,
+            rule: terms[0].1.clone(),
+        }
+    } else {
+        Command::SendIdxIcrKeys {
+            table: ix.flixr_table,
+            terms: terms
+                .iter()
+                .map(|(k, r)| csd_device::RuleTerm {
+                    column: k.column.clone(),
+                    rule: r.clone(),
+                })
+                .collect(),
+        }
+    };
+    let id = match c.exec(cmd)?.payload {
+        Payload::FlixrRule(id) => id,
+        _ => return Err(HostError::Invalid("SendIdxIcr returned no rule id".into())),
+    };
+    Ok(Some((ix.flixr_table, id, text)))
+}
+
+/// The run's energy counters: the device's between the two telemetry pages (less the
+/// closing telemetry read itself, which is not part of the query) and the host's cycles.
+fn run_counters(before: &Telemetry, after: &Telemetry, host: &HostCpu) -> EnergyCounters {
+    let mut counters = EnergyCounters {
+        page_reads: after.counters.page_reads - before.counters.page_reads,
+        page_programs: after.counters.page_programs - before.counters.page_programs,
+        block_erases: after.counters.block_erases - before.counters.block_erases,
+        channel_bytes: after.counters.channel_bytes - before.counters.channel_bytes,
+        dram_bytes: after.counters.dram_bytes - before.counters.dram_bytes,
+        host_link_bytes: after.counters.host_link_bytes - before.counters.host_link_bytes,
+        cpu_cycles: after.counters.cpu_cycles - before.counters.cpu_cycles,
+        host_cpu_cycles: 0,
+    };
+    counters.host_link_bytes = counters
+        .host_link_bytes
+        .saturating_sub(csd_device::command::TELEMETRY_BYTES);
+    counters.dram_bytes = counters
+        .dram_bytes
+        .saturating_sub(csd_device::command::TELEMETRY_BYTES);
+    counters.host_cpu_cycles = host.cycles();
+    counters
+}
+
+/// The modeled time breakdown: each device stage's busy time per member between the two
+/// telemetry pages, and the host CPU's.
+fn stages(before: &Telemetry, after: &Telemetry, host: &HostCpu, modeled_ns: u64) -> Vec<Stage> {
+    let mut stages = Vec::new();
+    for (name, class) in [
+        ("flash_array", ResourceClass::Die),
+        ("flash_to_dram", ResourceClass::Channel),
+        ("dram", ResourceClass::Dram),
+        ("embedded_cpu", ResourceClass::EmbeddedCpu),
+        ("dram_to_host", ResourceClass::HostLink),
+    ] {
+        let (b1, m) = busy(after, class);
+        let (b0, _) = busy(before, class);
+        let per = b1.saturating_sub(b0) / m.max(1) as u64;
+        stages.push(Stage {
+            name,
+            members: m,
+            busy_ns: per,
+            utilization: per as f64 / modeled_ns as f64,
+        });
+    }
+    let (hb, hm) = host.busy();
+    let per = hb / hm.max(1) as u64;
+    stages.push(Stage {
+        name: "host_cpu",
+        members: hm,
+        busy_ns: per,
+        utilization: per as f64 / modeled_ns as f64,
+    });
+    stages
+}
+
+/// The report's description of the index a scan read under.
+fn index_text(join: Option<JoinRead>, index: Option<(u8, u16, String)>) -> Option<String> {
+    match (join, index) {
+        (Some(JoinRead::Build { tia }), Some((_, _, text))) => Some(format!(
+            "READ_IDX_JOIN1 under {text}, join keys into per-table index {tia}"
+        )),
+        (Some(JoinRead::Probe { rule }), _) => Some(format!(
+            "READ_IDX_JOIN2, join rule {rule} (pages sharing a key bucket with the build side)"
+        )),
+        (_, i) => i.map(|(_, _, text)| text),
+    }
 }
 
 /// The evaluator's work, the commands issued and the instant the host's work ended.

@@ -259,6 +259,27 @@ pub(crate) struct FileStore {
 }
 
 impl FileStore {
+    /// Check the per-block table whole: it is metadata the media trusts (16 bytes a
+    /// block: a few hundred KiB at most).
+    fn check_block_table(&self) -> Result<(), NandError> {
+        let nblocks = self.nblocks;
+        let layout = &self.layout;
+        let table = &self.map[self.meta_offset..self.meta_offset + nblocks * 16];
+        for (b, raw) in table.chunks_exact(16).enumerate() {
+            let m: BlockMeta = bytemuck::pod_read_unaligned(raw);
+            if m.next_page > layout.pages as u32 || m.flags & !BLOCK_FACTORY_BAD != 0 {
+                return Err(image_error(
+                    &self.path,
+                    format!(
+                        "corrupt block table: block {b} has write pointer {} (the block has {} pages) and flags {:#x}",
+                        m.next_page, layout.pages, m.flags
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Make sure the file system holds the bytes of block `b` before the mapping writes
     /// to them: a write through a shared mapping into a hole of a full file system is a
     /// SIGBUS, which no error path can catch; `fallocate` turns it into `ENOSPC`.
@@ -313,6 +334,163 @@ fn corrupt(path: &Path, field: &str, found: impl std::fmt::Display, expected: St
         path: path.to_path_buf(),
         reason: format!("corrupt image header: {field} is {found}, expected {expected}"),
     }
+}
+
+/// An image that cannot be used, and why.
+fn image_error(path: &Path, reason: String) -> NandError {
+    NandError::Image {
+        path: path.to_path_buf(),
+        reason,
+    }
+}
+
+/// Open the image file for `access` and take its lock (exclusive to write, shared to
+/// read); returns the file and its length, refused when shorter than a header.
+fn open_locked(path: &Path, access: Access) -> Result<(File, u64), NandError> {
+    let bad = |reason: String| image_error(path, reason);
+    let file = match access {
+        Access::ReadWrite => OpenOptions::new().read(true).write(true).open(path),
+        Access::ReadOnly => OpenOptions::new().read(true).open(path),
+    }
+    .map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied && access == Access::ReadWrite {
+            bad(format!(
+                "{e}: the file is not writable; commands that only read open it read-only, \
+                 others need write permission"
+            ))
+        } else {
+            bad(e.to_string())
+        }
+    })?;
+    let locked = match access {
+        Access::ReadWrite => file.try_lock(),
+        Access::ReadOnly => file.try_lock_shared(),
+    };
+    locked.map_err(|_| NandError::Locked {
+        path: path.to_path_buf(),
+    })?;
+    let len = file.metadata().map_err(|e| bad(e.to_string()))?.len();
+    if len < HEADER_BYTES as u64 {
+        return Err(bad(format!(
+            "file is {len} bytes, too short to be a csd image"
+        )));
+    }
+    Ok((file, len))
+}
+
+/// Read and check the header through the file before mapping anything: magic, version,
+/// sizes, checksum (version 2) and the recorded device config.
+fn read_header(path: &Path, file: &File) -> Result<(HeaderV1, DeviceConfig), NandError> {
+    let bad = |reason: String| image_error(path, reason);
+    let mut head = vec![0u8; HEADER_BYTES];
+    {
+        use std::os::unix::fs::FileExt;
+        file.read_exact_at(&mut head, 0)
+            .map_err(|e| bad(format!("cannot read the header: {e}")))?;
+    }
+    let v1: HeaderV1 = bytemuck::pod_read_unaligned(&head[..std::mem::size_of::<HeaderV1>()]);
+    if v1.magic != MAGIC {
+        return Err(bad("not a csd image (bad magic)".into()));
+    }
+    let hdr_fixed = match v1.version {
+        1 => std::mem::size_of::<HeaderV1>(),
+        VERSION => std::mem::size_of::<Header>(),
+        v => {
+            return Err(bad(format!(
+                "image version {v} is not supported (this csd reads versions 1 and {VERSION})"
+            )));
+        }
+    };
+    if v1.header_bytes as usize != HEADER_BYTES {
+        return Err(corrupt(
+            path,
+            "header_bytes",
+            v1.header_bytes,
+            HEADER_BYTES.to_string(),
+        ));
+    }
+    let clen = v1.config_len as usize;
+    if clen > HEADER_BYTES - hdr_fixed {
+        return Err(corrupt(
+            path,
+            "config_len",
+            clen,
+            format!("at most {}", HEADER_BYTES - hdr_fixed),
+        ));
+    }
+    let config = &head[hdr_fixed..hdr_fixed + clen];
+    if v1.version == VERSION {
+        let h: Header = bytemuck::pod_read_unaligned(&head[..hdr_fixed]);
+        let want = h.crc_of(config);
+        if h.crc != want {
+            return Err(bad(format!(
+                "corrupt image header: checksum is {:#010x}, expected {want:#010x} (the header or the recorded device config was changed)",
+                h.crc
+            )));
+        }
+    }
+    let text = std::str::from_utf8(config)
+        .map_err(|_| bad("corrupt image header: the recorded config is not UTF-8".into()))?;
+    let cfg = DeviceConfig::from_toml(text)
+        .map_err(|e| bad(format!("corrupt image header: recorded config: {e}")))?;
+    Ok((v1, cfg))
+}
+
+/// Check the header's geometry, sizes and offsets against the recorded config and the
+/// file's length `len`; returns the offsets of the block table and of the blocks.
+fn check_geometry(
+    path: &Path,
+    v1: &HeaderV1,
+    cfg: &DeviceConfig,
+    layout: &Layout,
+    len: u64,
+) -> Result<(u64, u64), NandError> {
+    let nblocks = cfg.geometry.total_blocks();
+    let geo = geo_words(&cfg.geometry);
+    if v1.geo != geo {
+        return Err(corrupt(
+            path,
+            "geometry",
+            format!("{:?}", v1.geo),
+            format!("{geo:?} (from the recorded config)"),
+        ));
+    }
+    if v1.block_bytes != layout.block_bytes as u64 {
+        return Err(corrupt(
+            path,
+            "block_bytes",
+            v1.block_bytes,
+            layout.block_bytes.to_string(),
+        ));
+    }
+    if v1.blocks != nblocks {
+        return Err(corrupt(path, "blocks", v1.blocks, nblocks.to_string()));
+    }
+    let (meta_offset, blocks_offset, need) = image_offsets(nblocks, layout)
+        .ok_or_else(|| image_error(path, "corrupt image header: the geometry overflows".into()))?;
+    if v1.meta_offset != meta_offset {
+        return Err(corrupt(
+            path,
+            "meta_offset",
+            v1.meta_offset,
+            meta_offset.to_string(),
+        ));
+    }
+    if v1.blocks_offset != blocks_offset {
+        return Err(corrupt(
+            path,
+            "blocks_offset",
+            v1.blocks_offset,
+            blocks_offset.to_string(),
+        ));
+    }
+    if len < need {
+        return Err(image_error(
+            path,
+            format!("image is truncated: the file is {len} bytes but the geometry needs {need}"),
+        ));
+    }
+    Ok((meta_offset, blocks_offset))
 }
 
 impl Store {
@@ -410,134 +588,10 @@ impl Store {
         path: &Path,
         access: Access,
     ) -> Result<(Store, DeviceConfig, bool), NandError> {
-        let bad = |reason: String| NandError::Image {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let file = match access {
-            Access::ReadWrite => OpenOptions::new().read(true).write(true).open(path),
-            Access::ReadOnly => OpenOptions::new().read(true).open(path),
-        }
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::PermissionDenied && access == Access::ReadWrite {
-                bad(format!(
-                    "{e}: the file is not writable; commands that only read open it read-only, \
-                     others need write permission"
-                ))
-            } else {
-                bad(e.to_string())
-            }
-        })?;
-        let locked = match access {
-            Access::ReadWrite => file.try_lock(),
-            Access::ReadOnly => file.try_lock_shared(),
-        };
-        locked.map_err(|_| NandError::Locked {
-            path: path.to_path_buf(),
-        })?;
-        let len = file.metadata().map_err(|e| bad(e.to_string()))?.len();
-        if len < HEADER_BYTES as u64 {
-            return Err(bad(format!(
-                "file is {len} bytes, too short to be a csd image"
-            )));
-        }
-        // Read and check the header through the file before mapping anything.
-        let mut head = vec![0u8; HEADER_BYTES];
-        {
-            use std::os::unix::fs::FileExt;
-            file.read_exact_at(&mut head, 0)
-                .map_err(|e| bad(format!("cannot read the header: {e}")))?;
-        }
-        let v1: HeaderV1 = bytemuck::pod_read_unaligned(&head[..std::mem::size_of::<HeaderV1>()]);
-        if v1.magic != MAGIC {
-            return Err(bad("not a csd image (bad magic)".into()));
-        }
-        let hdr_fixed = match v1.version {
-            1 => std::mem::size_of::<HeaderV1>(),
-            VERSION => std::mem::size_of::<Header>(),
-            v => {
-                return Err(bad(format!(
-                    "image version {v} is not supported (this csd reads versions 1 and {VERSION})"
-                )));
-            }
-        };
-        if v1.header_bytes as usize != HEADER_BYTES {
-            return Err(corrupt(
-                path,
-                "header_bytes",
-                v1.header_bytes,
-                HEADER_BYTES.to_string(),
-            ));
-        }
-        let clen = v1.config_len as usize;
-        if clen > HEADER_BYTES - hdr_fixed {
-            return Err(corrupt(
-                path,
-                "config_len",
-                clen,
-                format!("at most {}", HEADER_BYTES - hdr_fixed),
-            ));
-        }
-        let config = &head[hdr_fixed..hdr_fixed + clen];
-        if v1.version == VERSION {
-            let h: Header = bytemuck::pod_read_unaligned(&head[..hdr_fixed]);
-            let want = h.crc_of(config);
-            if h.crc != want {
-                return Err(bad(format!(
-                    "corrupt image header: checksum is {:#010x}, expected {want:#010x} (the header or the recorded device config was changed)",
-                    h.crc
-                )));
-            }
-        }
-        let text = std::str::from_utf8(config)
-            .map_err(|_| bad("corrupt image header: the recorded config is not UTF-8".into()))?;
-        let cfg = DeviceConfig::from_toml(text)
-            .map_err(|e| bad(format!("corrupt image header: recorded config: {e}")))?;
+        let (file, len) = open_locked(path, access)?;
+        let (v1, cfg) = read_header(path, &file)?;
         let layout = Layout::new(&cfg.geometry);
-        let nblocks = cfg.geometry.total_blocks();
-        let geo = geo_words(&cfg.geometry);
-        if v1.geo != geo {
-            return Err(corrupt(
-                path,
-                "geometry",
-                format!("{:?}", v1.geo),
-                format!("{geo:?} (from the recorded config)"),
-            ));
-        }
-        if v1.block_bytes != layout.block_bytes as u64 {
-            return Err(corrupt(
-                path,
-                "block_bytes",
-                v1.block_bytes,
-                layout.block_bytes.to_string(),
-            ));
-        }
-        if v1.blocks != nblocks {
-            return Err(corrupt(path, "blocks", v1.blocks, nblocks.to_string()));
-        }
-        let (meta_offset, blocks_offset, need) = image_offsets(nblocks, &layout)
-            .ok_or_else(|| bad("corrupt image header: the geometry overflows".into()))?;
-        if v1.meta_offset != meta_offset {
-            return Err(corrupt(
-                path,
-                "meta_offset",
-                v1.meta_offset,
-                meta_offset.to_string(),
-            ));
-        }
-        if v1.blocks_offset != blocks_offset {
-            return Err(corrupt(
-                path,
-                "blocks_offset",
-                v1.blocks_offset,
-                blocks_offset.to_string(),
-            ));
-        }
-        if len < need {
-            return Err(bad(format!(
-                "image is truncated: the file is {len} bytes but the geometry needs {need}"
-            )));
-        }
+        let (meta_offset, blocks_offset) = check_geometry(path, &v1, &cfg, &layout, len)?;
         // SAFETY: as in `create_file`: we hold the lock (exclusive for read-write, shared
         // for read-only, so no csd process writes the file while it is mapped) and never
         // truncate the file while it is mapped. A read-only open maps copy-on-write
@@ -546,11 +600,11 @@ impl Store {
             Access::ReadWrite => unsafe { MmapMut::map_mut(&file) },
             Access::ReadOnly => unsafe { MmapOptions::new().no_reserve_swap().map_copy(&file) },
         }
-        .map_err(|e| bad(e.to_string()))?;
+        .map_err(|e| image_error(path, e.to_string()))?;
         // Random access: no readahead storms when a few state bytes of a sparse image
         // are touched.
         let _ = map.advise(Advice::Random);
-        let nblocks = nblocks as usize;
+        let nblocks = cfg.geometry.total_blocks() as usize;
         let store = FileStore {
             map,
             file,
@@ -562,18 +616,7 @@ impl Store {
             access,
             reserved: vec![0; nblocks],
         };
-        // The per-block table is metadata the media trusts; check it whole (16 bytes a
-        // block: a few hundred KiB at most).
-        let table = &store.map[store.meta_offset..store.meta_offset + nblocks * 16];
-        for (b, raw) in table.chunks_exact(16).enumerate() {
-            let m: BlockMeta = bytemuck::pod_read_unaligned(raw);
-            if m.next_page > layout.pages as u32 || m.flags & !BLOCK_FACTORY_BAD != 0 {
-                return Err(bad(format!(
-                    "corrupt block table: block {b} has write pointer {} (the block has {} pages) and flags {:#x}",
-                    m.next_page, layout.pages, m.flags
-                )));
-            }
-        }
+        store.check_block_table()?;
         Ok((Store::File(store), cfg, v1.version == 1))
     }
 

@@ -495,118 +495,20 @@ impl<'r, 'a> Run<'r, 'a> {
                     out.extend_from_slice(sel);
                 }
             }
-            ExprKind::And(terms) => {
-                let mut cur = self.take_sel();
-                cur.extend_from_slice(sel);
-                let mut next = self.take_sel();
-                let mut i = 0;
-                while i < terms.len() && !cur.is_empty() {
-                    // Two comparisons bounding one column from both sides run as one
-                    // pass (same rows, same counters as running them in turn).
-                    match terms.get(i + 1).and_then(|t2| RangePair::of(&terms[i], t2)) {
-                        Some(r) => {
-                            self.filter_range(r, &cur, &mut next)?;
-                            i += 2;
-                        }
-                        None => {
-                            self.filter(&terms[i], &cur, &mut next)?;
-                            i += 1;
-                        }
-                    }
-                    std::mem::swap(&mut cur, &mut next);
-                }
-                std::mem::swap(out, &mut cur);
-                self.s.sels.push(cur);
-                self.s.sels.push(next);
-            }
-            ExprKind::Or(terms) => {
-                let mut remaining = self.take_sel();
-                remaining.extend_from_slice(sel);
-                let mut matched = self.take_sel();
-                let mut tmp = self.take_sel();
-                for t in terms {
-                    if remaining.is_empty() {
-                        break;
-                    }
-                    self.filter(t, &remaining, &mut matched)?;
-                    if matched.is_empty() {
-                        continue;
-                    }
-                    kernels::union_into(out, &matched, &mut tmp);
-                    std::mem::swap(out, &mut tmp);
-                    kernels::difference_into(&remaining, &matched, &mut tmp);
-                    std::mem::swap(&mut remaining, &mut tmp);
-                }
-                self.s.sels.push(remaining);
-                self.s.sels.push(matched);
-                self.s.sels.push(tmp);
-            }
+            ExprKind::And(terms) => self.filter_and(terms, sel, out)?,
+            ExprKind::Or(terms) => self.filter_or(terms, sel, out)?,
             ExprKind::Not(inner) => {
                 let mut m = self.take_sel();
                 self.filter(inner, sel, &mut m)?;
                 kernels::difference_into(sel, &m, out);
                 self.s.sels.push(m);
             }
-            ExprKind::Cmp { op, left, right } => {
-                self.c.predicates_evaluated += sel.len() as u64;
-                if let DataType::Char(_) = left.ty {
-                    let (l, r) = (CharOp::of(self.view, left)?, CharOp::of(self.view, right)?);
-                    self.c.touch(sel.len(), l.width());
-                    self.c.touch(sel.len(), r.width());
-                    let op = *op;
-                    filter_by(sel, out, |_, i| op.holds(cmp_padded(l.at(i), r.at(i))));
-                } else if let (ExprKind::Column { index, .. }, Some(c)) =
-                    (&left.kind, right.as_int_const())
-                {
-                    let col = self.num_col(*index, sel.len())?;
-                    kernels::filter_col_const(col, sel, *op, c, out);
-                } else if let Some(c) = right.as_int_const() {
-                    let mut a = self.take_num();
-                    self.eval_num(left, sel, &mut a)?;
-                    kernels::filter_vec_const(&a, sel, *op, c, out);
-                    self.s.nums.push(a);
-                } else {
-                    let mut a = self.take_num();
-                    self.eval_num(left, sel, &mut a)?;
-                    let mut b = self.take_num();
-                    self.eval_num(right, sel, &mut b)?;
-                    kernels::filter_vec_vec(&a, &b, sel, *op, out);
-                    self.s.nums.push(a);
-                    self.s.nums.push(b);
-                }
-            }
+            ExprKind::Cmp { op, left, right } => self.filter_cmp(*op, left, right, sel, out)?,
             ExprKind::InList {
                 expr,
                 list,
                 negated,
-            } => {
-                self.c.predicates_evaluated += sel.len() as u64;
-                let neg = *negated;
-                if let DataType::Char(_) = expr.ty {
-                    let x = CharOp::of(self.view, expr)?;
-                    self.c.touch(sel.len(), x.width());
-                    filter_by(sel, out, |_, i| {
-                        let v = x.at(i);
-                        let hit = list.iter().any(|c| match c {
-                            Const::Char(b) => cmp_padded(v, b).is_eq(),
-                            _ => false,
-                        });
-                        hit != neg
-                    });
-                } else {
-                    let ints: Vec<i64> = list
-                        .iter()
-                        .filter_map(|c| match c {
-                            Const::Int(v) => Some(*v),
-                            _ => None,
-                        })
-                        .collect();
-                    let mut a = self.take_num();
-                    self.eval_num(expr, sel, &mut a)?;
-                    filter_by(sel, out, |j, _| ints.contains(&a[j]) != neg);
-                    self.s.nums.push(a);
-                }
-            }
+            } => self.filter_in_list(expr, list, *negated, sel, out)?,
             ExprKind::Like {
                 expr,
                 prefix,
@@ -624,6 +526,148 @@ impl<'r, 'a> Run<'r, 'a> {
                     e.ty
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// A conjunction: each term on the rows the previous ones kept, stopping when none
+    /// are left.
+    #[inline]
+    fn filter_and(
+        &mut self,
+        terms: &[Expr],
+        sel: &[u32],
+        out: &mut Vec<u32>,
+    ) -> Result<(), EvalError> {
+        let mut cur = self.take_sel();
+        cur.extend_from_slice(sel);
+        let mut next = self.take_sel();
+        let mut i = 0;
+        while i < terms.len() && !cur.is_empty() {
+            // Two comparisons bounding one column from both sides run as one pass (same
+            // rows, same counters as running them in turn).
+            match terms.get(i + 1).and_then(|t2| RangePair::of(&terms[i], t2)) {
+                Some(r) => {
+                    self.filter_range(r, &cur, &mut next)?;
+                    i += 2;
+                }
+                None => {
+                    self.filter(&terms[i], &cur, &mut next)?;
+                    i += 1;
+                }
+            }
+            std::mem::swap(&mut cur, &mut next);
+        }
+        std::mem::swap(out, &mut cur);
+        self.s.sels.push(cur);
+        self.s.sels.push(next);
+        Ok(())
+    }
+
+    /// A disjunction: each term on the rows not yet selected, stopping when none are
+    /// left.
+    #[inline]
+    fn filter_or(
+        &mut self,
+        terms: &[Expr],
+        sel: &[u32],
+        out: &mut Vec<u32>,
+    ) -> Result<(), EvalError> {
+        let mut remaining = self.take_sel();
+        remaining.extend_from_slice(sel);
+        let mut matched = self.take_sel();
+        let mut tmp = self.take_sel();
+        for t in terms {
+            if remaining.is_empty() {
+                break;
+            }
+            self.filter(t, &remaining, &mut matched)?;
+            if matched.is_empty() {
+                continue;
+            }
+            kernels::union_into(out, &matched, &mut tmp);
+            std::mem::swap(out, &mut tmp);
+            kernels::difference_into(&remaining, &matched, &mut tmp);
+            std::mem::swap(&mut remaining, &mut tmp);
+        }
+        self.s.sels.push(remaining);
+        self.s.sels.push(matched);
+        self.s.sels.push(tmp);
+        Ok(())
+    }
+
+    /// A comparison: of strings (padded), of a column with a constant (the column
+    /// kernel), of an expression with a constant, or of two expressions.
+    #[inline]
+    fn filter_cmp(
+        &mut self,
+        op: CmpOp,
+        left: &Expr,
+        right: &Expr,
+        sel: &[u32],
+        out: &mut Vec<u32>,
+    ) -> Result<(), EvalError> {
+        self.c.predicates_evaluated += sel.len() as u64;
+        if let DataType::Char(_) = left.ty {
+            let (l, r) = (CharOp::of(self.view, left)?, CharOp::of(self.view, right)?);
+            self.c.touch(sel.len(), l.width());
+            self.c.touch(sel.len(), r.width());
+            filter_by(sel, out, |_, i| op.holds(cmp_padded(l.at(i), r.at(i))));
+        } else if let (ExprKind::Column { index, .. }, Some(c)) = (&left.kind, right.as_int_const())
+        {
+            let col = self.num_col(*index, sel.len())?;
+            kernels::filter_col_const(col, sel, op, c, out);
+        } else if let Some(c) = right.as_int_const() {
+            let mut a = self.take_num();
+            self.eval_num(left, sel, &mut a)?;
+            kernels::filter_vec_const(&a, sel, op, c, out);
+            self.s.nums.push(a);
+        } else {
+            let mut a = self.take_num();
+            self.eval_num(left, sel, &mut a)?;
+            let mut b = self.take_num();
+            self.eval_num(right, sel, &mut b)?;
+            kernels::filter_vec_vec(&a, &b, sel, op, out);
+            self.s.nums.push(a);
+            self.s.nums.push(b);
+        }
+        Ok(())
+    }
+
+    /// `expr [NOT] IN (list)`: of strings (padded) or of numbers.
+    #[inline]
+    fn filter_in_list(
+        &mut self,
+        expr: &Expr,
+        list: &[Const],
+        neg: bool,
+        sel: &[u32],
+        out: &mut Vec<u32>,
+    ) -> Result<(), EvalError> {
+        self.c.predicates_evaluated += sel.len() as u64;
+        if let DataType::Char(_) = expr.ty {
+            let x = CharOp::of(self.view, expr)?;
+            self.c.touch(sel.len(), x.width());
+            filter_by(sel, out, |_, i| {
+                let v = x.at(i);
+                let hit = list.iter().any(|c| match c {
+                    Const::Char(b) => cmp_padded(v, b).is_eq(),
+                    _ => false,
+                });
+                hit != neg
+            });
+        } else {
+            let ints: Vec<i64> = list
+                .iter()
+                .filter_map(|c| match c {
+                    Const::Int(v) => Some(*v),
+                    _ => None,
+                })
+                .collect();
+            let mut a = self.take_num();
+            self.eval_num(expr, sel, &mut a)?;
+            filter_by(sel, out, |j, _| ints.contains(&a[j]) != neg);
+            self.s.nums.push(a);
         }
         Ok(())
     }

@@ -18,10 +18,15 @@
 //! A read-only recovery ([`Ftl::open_read_only`], or an image opened read-only) never
 //! writes: an unclean log is replayed into memory only (the MAP cache may exceed its
 //! bound), and the FTL refuses writes.
+//!
+//! `ring.rs` finds the checkpoint record to start from (and refuses a damaged ring);
+//! this file rebuilds the state from it and redoes the log.
+
+mod ring;
 
 use crate::format::{
     CKPT_CLEAN, CKPT_SPARE_EXHAUSTED, Checkpoint, Entry, Kind, LOG_LINKS, LogPage, NONE, Record,
-    TAG_BYTES, Tag, page_unaddr, unpack, unpack_open,
+    RecordHead, TAG_BYTES, Tag, page_unaddr, unpack, unpack_open,
 };
 use crate::ftl::*;
 use crate::read::read_with_retries;
@@ -115,151 +120,6 @@ impl Ftl {
             Ok(()) => Ok(f),
             Err(e) => Err(fail(e, f.nand)),
         }
-    }
-
-    fn find_checkpoint(nand: &mut Nand, cfg: &FtlConfig) -> Result<Found, FtlError> {
-        Self::check_config(nand, cfg)?;
-        let ckpt_blocks = Self::well_known_ckpt_blocks(nand)?;
-        let page_size = nand.geometry().page_size as usize;
-        let ppb = nand.geometry().pages_per_block;
-        let t0 = nand.now();
-        let mut heads: Vec<(crate::format::RecordHead, [u64; LOG_LINKS], usize, u32)> = Vec::new();
-        let mut older = false;
-        let mut page = vec![0u8; page_size];
-        let mut t = t0;
-        let retries = cfg.read_retries * crate::read::META_RETRY_FACTOR;
-        let mut retried = 0;
-        // Pages of the ring that were programmed completely but are no longer what was
-        // written (a crash never does that: a torn program reads as uncorrectable, an
-        // interrupted erase leaves the whole block erased), with the newest record
-        // sequence they could have held: (ring index, page, sequence if known).
-        let mut damaged: Vec<(usize, u32, Option<u64>)> = Vec::new();
-        // The newest sequence any page of each ring block names (heads and bodies).
-        let mut newest_in: Vec<Option<u64>> = vec![None; ckpt_blocks.len()];
-        let mut oob = vec![0u8; nand.geometry().oob_per_page() as usize];
-        for (ci, &b) in ckpt_blocks.iter().enumerate() {
-            let written = nand.block_info(BlockId(b))?.next_page.min(ppb);
-            let mut erased_below = Vec::new();
-            let mut programmed = false;
-            for p in 0..written {
-                let ppa = Ppa::new(BlockId(b), p);
-                let r =
-                    read_with_retries(nand, ppa, 0, &mut page, &mut oob, t0, retries, &mut retried);
-                match r {
-                    Ok(r) if r.erased => erased_below.push(p),
-                    Ok(r) => {
-                        programmed = true;
-                        t = t.max(r.done);
-                        older |= Checkpoint::is_older_version(&page);
-                        let tag = Tag::read(&oob[..TAG_BYTES]);
-                        if let Some(tag) = tag
-                            && matches!(tag.kind, Kind::Ckpt | Kind::CkptBody)
-                        {
-                            newest_in[ci] = newest_in[ci].max(Some(tag.id));
-                        }
-                        match Checkpoint::decode_head(&page) {
-                            Some(h) => heads.push((h, rssp_links_of(&page), ci, p)),
-                            None => {
-                                if let Some(tag) = tag
-                                    && tag.kind == Kind::Ckpt
-                                {
-                                    damaged.push((ci, p, Some(tag.id)));
-                                }
-                            }
-                        }
-                    }
-                    // A torn or failed program (a crash during a checkpoint).
-                    Err(NandError::Uncorrectable {
-                        bit_errors: u32::MAX,
-                        ..
-                    }) => {
-                        programmed = true;
-                    }
-                    Err(NandError::Uncorrectable { .. }) => {
-                        programmed = true;
-                        damaged.push((ci, p, None));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if programmed {
-                damaged.extend(
-                    erased_below
-                        .into_iter()
-                        .filter(|&p| erased_is_damage(p, written))
-                        .map(|p| (ci, p, None)),
-                );
-            }
-        }
-        // The newest record whose body reads back whole.
-        heads.sort_by_key(|h| std::cmp::Reverse(h.0.ckpt.seq));
-        for (head, rssp_links, active, at_page) in heads {
-            let mut body = Vec::with_capacity(head.body_pages.len() * page_size);
-            let mut whole = true;
-            for &a in &head.body_pages {
-                let (b, p) = page_unaddr(a);
-                if b >= nand.addr().blocks() || p >= ppb {
-                    whole = false;
-                    break;
-                }
-                let ppa = Ppa::new(BlockId(b), p);
-                match read_with_retries(nand, ppa, 0, &mut page, &mut [], t0, retries, &mut retried)
-                {
-                    Ok(r) if !r.erased => {
-                        t = t.max(r.done);
-                        body.extend_from_slice(&page);
-                    }
-                    Ok(_) | Err(NandError::Uncorrectable { .. }) => {
-                        whole = false;
-                        break;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            let ck = whole.then(|| Checkpoint::with_body(&head, &body)).flatten();
-            // A head is written after its body: a whole head with a damaged body, or a
-            // damaged head newer than the record we would use, means the checkpoint
-            // area was changed after the fact; going on from an older record would serve
-            // stale data silently.
-            let seq = head.ckpt.seq;
-            let newer_damaged = damaged.iter().find(|&&(ci, p, known)| match known {
-                Some(s) => s > seq,
-                None if ci == active => p > at_page,
-                None => newest_in[ci].is_none_or(|n| n > seq),
-            });
-            if ck.is_none() || newer_damaged.is_some() {
-                let what = match newer_damaged {
-                    Some(&(ci, p, _)) => format!(
-                        "the checkpoint ring is damaged at block {} page {p}, after record {seq}",
-                        ckpt_blocks[ci]
-                    ),
-                    None => format!("checkpoint record {seq} is damaged"),
-                };
-                return Err(FtlError::Corrupt(format!(
-                    "{what} (its pages were changed after they were written); an older record \
-                     would lose the writes made since: check the image with `csd device check`"
-                )));
-            }
-            if let Some(ck) = ck {
-                return Ok(Found {
-                    ck,
-                    rssp_links,
-                    active,
-                    newest_in,
-                    ckpt_blocks,
-                    t0,
-                    t,
-                });
-            }
-        }
-        if older {
-            return Err(FtlError::Corrupt(
-                "the FTL on this device was written by an older csd (checkpoint format 1); \
-                 re-create the image, or format it (its data is lost)"
-                    .into(),
-            ));
-        }
-        Err(FtlError::NotFormatted)
     }
 
     fn recover_from(&mut self, found: Found, read_only: bool) -> Result<(), FtlError> {
@@ -936,20 +796,6 @@ impl Ftl {
         }
         Ok((true, t))
     }
-}
-
-/// The RSSP's candidate links, kept in the last bytes of the record's page.
-fn rssp_links_of(page: &[u8]) -> [u64; LOG_LINKS] {
-    let tail = page.len() - 8 * LOG_LINKS;
-    let mut links = [NONE; LOG_LINKS];
-    for (i, l) in links.iter_mut().enumerate() {
-        *l = u64::from_le_bytes(
-            page[tail + 8 * i..tail + 8 * i + 8]
-                .try_into()
-                .unwrap_or([0xFF; 8]),
-        );
-    }
-    links
 }
 
 /// Whether page `p` reading as erased in a block whose write pointer is `next_page` means

@@ -1,0 +1,278 @@
+//! Keeping entries honest on writes (flixr §4.3, §4.6): WRITE_IDX (compute a page's
+//! entry from the buffered page, concurrently with the program), plain writes and
+//! batches over indexed pages, trims, and recovery of the entries a crash left pending.
+//!
+//! Choices made here: before the page write the entry is replaced by a stub naming the
+//! table and the FTL's redo bit is cleared; once the data is durable the new entry is
+//! installed (with a write-back cache, after a flush). A page that does not parse as a
+//! page of the table gets an "opaque" entry (always read); a page without rows an
+//! "empty" one (always skipped). After a crash every pending entry is recomputed from
+//! the data that survived when the device is assembled.
+
+use super::*;
+
+impl Flixr {
+    /// Check that WRITE_IDX may write pages of `table`.
+    pub fn check_writable(&self, dev: &BlockDevice, table: u8) -> Result<(), FlixrError> {
+        let t = self
+            .tables
+            .get(&table)
+            .ok_or(FlixrError::UnknownTable(table))?;
+        if t.keys.is_empty() {
+            return Err(FlixrError::NoEncoding(table));
+        }
+        Self::need_ext(dev, 8)?;
+        Ok(())
+    }
+
+    /// The entry of one page of `table` (and the rows parsed: the counted work): every
+    /// key of the table, packed as its [`KeyLayout`] says.
+    pub fn compute(&self, table: u8, page: &[u8]) -> (Entry, usize) {
+        let Some(t) = self.tables.get(&table) else {
+            return (Entry::None, 0);
+        };
+        if t.keys.is_empty() {
+            return (Entry::None, 0);
+        }
+        let Ok(view) = PageView::parse(page, &t.schema) else {
+            return (Entry::Opaque(table), 0);
+        };
+        if view.layout() != t.format.layout {
+            return (Entry::Opaque(table), 0);
+        }
+        let mut values = Vec::with_capacity(t.keys.len());
+        for (col, _) in &t.keys {
+            let Ok(c) = view.column(*col) else {
+                return (Entry::Opaque(table), 0);
+            };
+            let mut vals = Vec::with_capacity(view.row_count());
+            if c.decode_i64_into(&mut vals).is_err() {
+                return (Entry::Opaque(table), 0);
+            }
+            values.push(vals);
+        }
+        let rows = values.first().map_or(0, Vec::len);
+        if rows == 0 {
+            return (Entry::Empty(table), 0);
+        }
+        (KeyLayout::of(table, t).build(&values), rows * t.keys.len())
+    }
+
+    /// Bus cycles of building entries over `rows` rows of `pages` pages.
+    pub(super) fn build_cycles(dev: &BlockDevice, pages: usize, rows: usize) -> f64 {
+        let isp = dev.ftl().nand().config().isp;
+        pages as f64 * isp.page_cycles
+            + rows as f64 * (isp.comp_cycles_per_record + isp.dram_access_cycles)
+    }
+
+    pub(super) fn install(
+        &mut self,
+        dev: &mut BlockDevice,
+        lba: u64,
+        bytes: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let t = dev.ftl_mut().set_ext(lba, bytes, at)?;
+        let epp = dev.ftl().map_entries_per_page();
+        self.cache
+            .update(lba / epp, (lba % epp) as usize * bytes.len(), bytes);
+        Ok(t)
+    }
+
+    /// Forget cached entries of `lba..lba+n` (after a trim, the FTL zeroed them).
+    pub fn trimmed(&mut self, dev: &BlockDevice, lba: u64, n: u64) {
+        let ext = dev.ftl().config().ext_bytes as usize;
+        if ext == 0 {
+            return;
+        }
+        let zero = vec![0u8; ext];
+        let epp = dev.ftl().map_entries_per_page();
+        if n > 4 * epp * self.cache.len() as u64 {
+            self.cache.clear();
+            return;
+        }
+        for l in lba..lba.saturating_add(n) {
+            self.cache.update(l / epp, (l % epp) as usize * ext, &zero);
+        }
+    }
+
+    /// Write `data` at `lba` through `op` (the FTL write of a Write, WRITE_IDX or batch),
+    /// maintaining the entries of `pages` (LBA, table, page data): stubs and redo bits
+    /// first, the write, then the new entries once the data is durable. Entry creation is
+    /// charged on the embedded cores from `staged` on, concurrently with the write.
+    pub(super) fn write_with_entries(
+        &mut self,
+        dev: &mut BlockDevice,
+        pages: &[(u64, u8, &[u8])],
+        staged: SimTime,
+        op: impl FnOnce(&mut BlockDevice, SimTime) -> Result<SimTime, CommandError>,
+    ) -> Result<SimTime, CommandError> {
+        let ext = dev.ftl().config().ext_bytes as usize;
+        let fail = |error: FtlError, done| CommandError { error, done };
+        // Old entries (for a failed write) and new ones (computed from the buffered
+        // pages, one per table page, stored in each of its LBAs).
+        let ls = dev.ftl().lba_size().max(1);
+        let lbas = |l: u64, data: &[u8]| l..l + (data.len() / ls).max(1) as u64;
+        let mut t = staged;
+        let mut olds = Vec::with_capacity(pages.len());
+        let mut news = Vec::with_capacity(pages.len());
+        let mut rows = 0;
+        for &(l0, table, data) in pages {
+            for l in lbas(l0, data) {
+                let (old, _, tt) = self.lookup(dev, l, staged).map_err(|e| fail(e, staged))?;
+                t = t.max(tt);
+                olds.push((l, old));
+            }
+            let (e, r) = self.compute(table, data);
+            rows += r;
+            news.push(e.encode(ext));
+        }
+        // Redo bit to 0, with a stub naming the table, before the data's redo descriptor.
+        for &(l0, table, data) in pages {
+            for l in lbas(l0, data) {
+                self.install(dev, l, &Entry::Pending(table).encode(ext), t)
+                    .map_err(|e| fail(e, t))?;
+                dev.ftl_mut()
+                    .mark_ext_pending(l, 1, t)
+                    .map_err(|e| fail(e, t))?;
+            }
+        }
+        let cycles = core_cycles(dev, Self::build_cycles(dev, pages.len(), rows));
+        let cpu_done = dev.controller_mut().cpu(t, cycles);
+        self.stats.entries_built += pages.len() as u64;
+        let done = match op(dev, t) {
+            Ok(d) => d,
+            Err(e) => {
+                // The data is as it was: so are its entries (unless power failed, when
+                // recovery recomputes them).
+                if !matches!(e.error, FtlError::Nand(csd_nand::NandError::PowerLoss)) {
+                    for (l, old) in &olds {
+                        let _ = self.install(dev, *l, old, e.done);
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let mut done = done.max(cpu_done);
+        if dev.ftl().config().write_cache == csd_ftl::WriteCache::WriteBack {
+            done = dev.ftl_mut().flush(done).map_err(|e| fail(e, done))?;
+        }
+        for (&(l0, _, data), new) in pages.iter().zip(&news) {
+            for l in lbas(l0, data) {
+                done = done.max(self.install(dev, l, new, done).map_err(|e| fail(e, done))?);
+            }
+        }
+        Ok(done)
+    }
+
+    /// WRITE_IDX: write pages of `table` at `lba` and build their entries.
+    pub fn write_idx(
+        &mut self,
+        dev: &mut BlockDevice,
+        table: u8,
+        lba: u64,
+        data: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, CommandError> {
+        let ls = dev.ftl().lba_size();
+        let k = self.page_lbas(table).unwrap_or(1).max(1) as usize;
+        let pages: Vec<(u64, u8, &[u8])> = data
+            .chunks(ls * k)
+            .enumerate()
+            .map(|(i, p)| (lba + (i * k) as u64, table, p))
+            .collect();
+        dev.staged_with(data.len() as u64, at, |dev, t| {
+            self.write_with_entries(dev, &pages, t, |dev, t| {
+                dev.ftl_mut()
+                    .write(lba, data, t)
+                    .map_err(|error| CommandError { error, done: t })
+            })
+        })
+    }
+
+    /// A plain Write or batch of `(lba, page)` pairs: pages that had an entry get it
+    /// recomputed for the table it named (the others stay without one).
+    pub fn plain_write(
+        &mut self,
+        dev: &mut BlockDevice,
+        pages: &[(u64, &[u8])],
+        bytes: u64,
+        at: SimTime,
+        op: impl FnOnce(&mut BlockDevice, SimTime) -> Result<SimTime, CommandError>,
+    ) -> Result<SimTime, CommandError> {
+        dev.staged_with(bytes, at, |dev, t| {
+            let mut indexed = Vec::new();
+            let mut tt = t;
+            let mut seen = std::collections::HashSet::new();
+            for &(l, p) in pages.iter().rev() {
+                if !seen.insert(l) {
+                    continue; // a later page for the same LBA wins (batches)
+                }
+                let (old, _, x) = self
+                    .lookup(dev, l, t)
+                    .map_err(|error| CommandError { error, done: t })?;
+                tt = tt.max(x);
+                if let Some(table) = Entry::decode(&old).table() {
+                    indexed.push((l, table, p));
+                }
+            }
+            if indexed.is_empty() {
+                return op(dev, tt);
+            }
+            indexed.reverse();
+            self.write_with_entries(dev, &indexed, tt, op)
+        })
+    }
+
+    /// After a crash: recompute every entry the FTL still holds pending (§4.6) from the
+    /// data that survived; an entry that cannot be recomputed is cleared (its page is then
+    /// always read). Returns how many were recomputed.
+    pub fn recover(&mut self, dev: &mut BlockDevice) -> u64 {
+        let pending = dev.ftl().ext_pending();
+        if pending.is_empty() || dev.ftl().read_only().is_some() {
+            return 0;
+        }
+        let ext = dev.ftl().config().ext_bytes as usize;
+        let ls = dev.ftl().lba_size();
+        let mut t = dev.ftl().nand().now();
+        let mut page = vec![0u8; ls];
+        let mut n = 0;
+        for l in pending {
+            let Ok((bytes, tt)) = dev.ftl_mut().ext(l, t) else {
+                continue;
+            };
+            t = t.max(tt);
+            let entry = match Entry::decode(&bytes).table() {
+                Some(table) => {
+                    let k = self.page_lbas(table).unwrap_or(1).max(1) as u64;
+                    let first = l - l % k;
+                    page.resize(ls * k as usize, 0);
+                    let read = if first + k <= dev.ftl().lbas() {
+                        dev.ftl_mut().read(first, &mut page, t)
+                    } else {
+                        page.truncate(ls);
+                        dev.ftl_mut().read(l, &mut page, t)
+                    };
+                    match read {
+                        Ok(tt) => {
+                            t = t.max(tt);
+                            let (e, rows) = self.compute(table, &page);
+                            let c = core_cycles(dev, Self::build_cycles(dev, 1, rows));
+                            t = dev.controller_mut().cpu(t, c);
+                            e
+                        }
+                        Err(_) => Entry::None,
+                    }
+                }
+                None => Entry::None,
+            };
+            if dev.ftl_mut().set_ext(l, &entry.encode(ext), t).is_ok() {
+                n += 1;
+            }
+        }
+        let _ = dev.ftl_mut().flush(t);
+        self.cache.clear();
+        self.stats.recovered_entries += n;
+        n
+    }
+}

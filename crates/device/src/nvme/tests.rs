@@ -1,0 +1,407 @@
+//! Tests of the command interface: every command, bad input, queue errors, accounting,
+//! arbitration and batch visibility.
+
+use super::*;
+use crate::command::*;
+use csd_ftl::{FtlConfig, FtlError};
+use csd_nand::Nand;
+use csd_nand::NandError;
+use csd_sim::DeviceConfig;
+use csd_sim::wire::build_batch;
+
+const LBA: usize = 4096;
+const T0: SimTime = SimTime::ZERO;
+
+fn dev() -> NvmeDevice {
+    let cfg = DeviceConfig::preset("tiny").unwrap();
+    let nand = Nand::new_in_memory(cfg).unwrap();
+    NvmeDevice::new(Ftl::format(nand, FtlConfig::default()).unwrap())
+}
+
+fn wr(lba: u64, data: Vec<u8>) -> Command {
+    Command::Write { lba, data }
+}
+
+fn rd(lba: u64, blocks: u32) -> Command {
+    Command::Read { lba, blocks }
+}
+
+fn fill(v: u8, blocks: usize) -> Vec<u8> {
+    vec![v; blocks * LBA]
+}
+
+/// Submit, run and reap one command.
+fn run1(d: &mut NvmeDevice, q: QueueId, cmd: Command, at: SimTime) -> Completion {
+    let cid = d.submit(q, cmd, at).unwrap();
+    assert_eq!(d.process(), 1);
+    let c = d.poll(q).unwrap();
+    assert_eq!(c.cid, cid);
+    c
+}
+
+fn data(c: Completion) -> Vec<u8> {
+    assert_eq!(c.status, Status::Success, "{}", c.status);
+    match c.payload {
+        Payload::Data(d) => d,
+        p => panic!("expected data, got {p:?}"),
+    }
+}
+
+fn read(d: &mut NvmeDevice, q: QueueId, lba: u64, blocks: u32) -> Vec<u8> {
+    data(run1(d, q, rd(lba, blocks), T0))
+}
+
+#[test]
+fn every_command_works() {
+    let mut d = dev();
+    let q = d.create_queue_pair(8).unwrap();
+
+    let c = run1(&mut d, q, Command::Identify, T0);
+    assert_eq!(c.acct.host_link_bytes, IDENTIFY_BYTES);
+    let Payload::Identify(id) = c.payload else {
+        panic!("{c:?}")
+    };
+    assert_eq!((id.lbas, id.lba_size), (d.block().ftl().lbas(), LBA as u32));
+    assert_eq!((id.mdts_blocks, id.max_batch_pages), (128, 340));
+    assert_eq!((id.name.as_str(), id.max_queue_pairs), ("tiny", 64));
+
+    let mut w = fill(1, 3);
+    w[LBA..2 * LBA].fill(2);
+    let c = run1(&mut d, q, wr(10, w.clone()), T0);
+    assert_eq!((c.status, c.payload), (Status::Success, Payload::None));
+    assert_eq!(read(&mut d, q, 10, 3), w);
+
+    let c = run1(&mut d, q, Command::Trim { lba: 11, blocks: 1 }, T0);
+    assert!(c.status.is_success());
+    let r = read(&mut d, q, 10, 3);
+    assert_eq!(&r[..LBA], &w[..LBA]);
+    assert!(r[LBA..2 * LBA].iter().all(|&b| b == 0));
+
+    assert!(run1(&mut d, q, Command::Flush, T0).status.is_success());
+
+    // A batch; within it the later entry for LPID 20 wins.
+    let (a, b) = (fill(0xA, 1), fill(0xB, 1));
+    let buffer = build_batch(&[(20, &a), (21, &b), (20, &b)], LBA).unwrap();
+    let c = run1(&mut d, q, Command::FlushBatch { buffer }, T0);
+    assert!(c.status.is_success(), "{}", c.status);
+    let lpids = vec![21, 20, 10];
+    let c = run1(&mut d, q, Command::ReadLpids { lpids }, T0);
+    assert_eq!(data(c), [b.clone(), b, w[..LBA].to_vec()].concat());
+
+    let c = run1(&mut d, q, Command::GetLogPage(LogPage::Smart), T0);
+    assert_eq!(c.acct.host_link_bytes, SMART_LOG_BYTES);
+    let Payload::Smart(s) = c.payload else {
+        panic!("{c:?}")
+    };
+    assert_eq!(s.host_written_bytes, 6 * LBA as u64);
+    assert!(d.poll(q).is_none());
+}
+
+/// Everything a refused command could disturb.
+fn state(d: &NvmeDevice) -> impl PartialEq + std::fmt::Debug + use<> {
+    let b = d.block();
+    let f = b.ftl();
+    (*f.stats(), *f.nand().stats(), b.controller().counters())
+}
+
+#[test]
+fn bad_input_gets_a_clear_status_and_changes_nothing() {
+    let mut d = dev();
+    let q = d.create_queue_pair(4).unwrap();
+    let old = fill(7, 4);
+    run1(&mut d, q, wr(0, old.clone()), T0);
+    let lbas = d.block().ftl().lbas();
+    let page = fill(9, 1);
+    let good = build_batch(&[(0, &page), (1, &page)], LBA).unwrap();
+    let mut corrupt = good.clone();
+    corrupt[20] ^= 1; // inside the DESC block: its CRC no longer matches
+    let mut bad_magic = good.clone();
+    bad_magic[0] ^= 1;
+    let batch = |buffer: Vec<u8>| Command::FlushBatch { buffer };
+    let lpids = |lpids: Vec<u64>| Command::ReadLpids { lpids };
+    let trim = |lba, blocks| Command::Trim { lba, blocks };
+    let (range, field) = (0x80, 0x02);
+    let cases = [
+        (rd(lbas - 1, 2), range, "outside"),
+        (rd(u64::MAX, 1), range, "outside"),
+        (rd(0, 0), field, "MDTS"),
+        (rd(0, 129), field, "MDTS"),
+        (wr(lbas, fill(1, 1)), range, "outside"),
+        (wr(0, vec![]), field, "multiple"),
+        (wr(0, vec![1; 100]), field, "multiple"),
+        (wr(0, vec![1; LBA + 1]), field, "multiple"),
+        (wr(0, fill(1, 129)), field, "MDTS"),
+        (trim(lbas - 1, 2), range, "outside"),
+        (trim(0, 0), field, "0 blocks"),
+        (batch(corrupt), field, "checksum"),
+        (batch(bad_magic), field, "magic"),
+        (
+            batch(build_batch(&[(0, &page), (lbas, &page)], LBA).unwrap()),
+            field,
+            "outside",
+        ),
+        (batch(good[..LBA].to_vec()), field, "DESC"),
+        (batch(good[..LBA + 7].to_vec()), field, "DESC"),
+        (lpids(vec![]), field, "MDTS"),
+        (lpids(vec![0; 129]), field, "MDTS"),
+        (lpids(vec![0, lbas]), range, "outside"),
+    ];
+    let before = state(&d);
+    let t = SimTime(1_000);
+    for (cmd, code, words) in cases {
+        let name = cmd.name();
+        let c = run1(&mut d, q, cmd, t);
+        let s = &c.status;
+        assert_eq!((s.sct(), s.code()), (0, code), "{name}: {s}");
+        assert!(s.message().contains(words), "{name}: {s}");
+        assert_eq!(c.payload, Payload::None);
+        let nothing = Accounting {
+            submitted: t,
+            completed: t,
+            ..Default::default()
+        };
+        assert_eq!(c.acct, nothing, "{name}: a refused command costs nothing");
+        assert_eq!(state(&d), before, "{name} changed the device");
+    }
+    assert_eq!(read(&mut d, q, 0, 4), old);
+    d.block_mut().ftl_mut().check_invariants().unwrap();
+}
+
+#[test]
+fn device_errors_map_to_statuses() {
+    let m = |e: FtlError| {
+        let s = Status::from(e);
+        (s.sct(), s.code())
+    };
+    let (lba, end, capacity) = (5, 9, 6);
+    assert_eq!(m(FtlError::OutOfRange { lba, end, capacity }), (0, 0x80));
+    let (got, lba_size) = (3, 4096);
+    assert_eq!(m(FtlError::BadLength { got, lba_size }), (0, 0x02));
+    assert_eq!(m(FtlError::BadBatch("x".into())), (0, 0x02));
+    assert_eq!(m(FtlError::Config("x".into())), (0, 0x02));
+    assert_eq!(m(FtlError::NoSpace), (0, 0x81));
+    assert_eq!(m(FtlError::NotFormatted), (0, 0x82));
+    assert_eq!(m(FtlError::Corrupt("x".into())), (0, 0x06));
+    assert_eq!(m(FtlError::Nand(NandError::PowerLoss)), (0, 0x82));
+    let ppa = csd_nand::Ppa::new(csd_nand::BlockId(3), 1);
+    let failed = NandError::ProgramFailed { ppa, done: T0 };
+    assert_eq!(m(FtlError::Nand(failed)), (2, 0x80));
+    let unc = Status::from(FtlError::Uncorrectable { lba: 42 });
+    assert_eq!(unc, Status::UnrecoveredReadError { lba: 42 });
+    assert_eq!((unc.sct(), unc.code()), (2, 0x81));
+    assert!(unc.message().contains("LBA 42"));
+
+    // A power cut reaches the host as Namespace Not Ready, not as a panic.
+    let mut d = dev();
+    let q = d.create_queue_pair(4).unwrap();
+    run1(&mut d, q, wr(3, fill(3, 1)), T0);
+    d.block_mut().ftl_mut().nand_mut().power_off();
+    let c = run1(&mut d, q, rd(3, 1), T0);
+    assert_eq!((c.status.sct(), c.status.code()), (0, 0x82), "{}", c.status);
+    assert_eq!(c.payload, Payload::None);
+}
+
+#[test]
+fn queue_errors() {
+    let mut d = dev();
+    for depth in [0, MAX_QUEUE_DEPTH + 1] {
+        let e = d.create_queue_pair(depth).unwrap_err();
+        assert_eq!((e.sct(), e.code()), (1, 0x02), "{e}");
+    }
+    for qid in [QueueId(7), QueueId(0)] {
+        let e = d.submit(qid, Command::Flush, T0).unwrap_err();
+        assert_eq!((e.sct(), e.code()), (1, 0x01), "{e}");
+        assert!(e.message().contains("does not exist"));
+        assert!(d.poll(qid).is_none());
+        assert!(d.delete_queue_pair(qid).is_err());
+    }
+
+    // A full pair refuses more until a completion is reaped.
+    let q = d.create_queue_pair(2).unwrap();
+    assert_eq!(q, QueueId(1));
+    assert_eq!(d.submit(q, wr(5, fill(1, 1)), T0), Ok(Cid(0)));
+    assert_eq!(d.submit(q, wr(5, fill(2, 1)), T0), Ok(Cid(1)));
+    let e = d.submit(q, wr(5, fill(3, 1)), T0).unwrap_err();
+    assert_eq!(e, Status::QueueFull { qid: 1, depth: 2 });
+    assert_eq!((e.sct(), e.code()), (0, 0x21));
+    assert_eq!(d.process(), 2);
+    let e = d.submit(q, wr(5, fill(3, 1)), T0).unwrap_err();
+    assert!(
+        matches!(e, Status::QueueFull { .. }),
+        "unreaped completions count"
+    );
+    assert_eq!(d.poll(q).unwrap().cid, Cid(0));
+    assert_eq!(d.submit(q, wr(5, fill(3, 1)), T0), Ok(Cid(2)));
+
+    // Deleting a pair aborts its pending commands: the third write never happens.
+    assert_eq!(d.delete_queue_pair(q), Ok(1));
+    let e = d.submit(q, Command::Flush, T0).unwrap_err();
+    assert_eq!((e.sct(), e.code()), (1, 0x01));
+    assert!(d.poll(q).is_none());
+    assert_eq!(d.delete_queue_pair(q).unwrap_err().code(), 0x01);
+    let q = d.create_queue_pair(1).unwrap();
+    assert_eq!(q, QueueId(1), "freed ids are reused");
+    assert_eq!(read(&mut d, q, 5, 1), fill(2, 1));
+
+    // The pair limit.
+    for i in 2..=MAX_QUEUE_PAIRS {
+        assert_eq!(d.create_queue_pair(1), Ok(QueueId(i)));
+    }
+    let e = d.create_queue_pair(1).unwrap_err();
+    assert_eq!((e.sct(), e.code()), (1, 0x01), "{e}");
+    d.delete_queue_pair(QueueId(30)).unwrap();
+    assert_eq!(d.create_queue_pair(1), Ok(QueueId(30)));
+}
+
+#[test]
+fn accounting_of_a_write_and_a_read() {
+    let mut d = dev();
+    let q = d.create_queue_pair(4).unwrap();
+    let bytes = 2 * LBA as u64;
+    let at = SimTime(5_000);
+    let a = run1(&mut d, q, wr(8, fill(4, 2)), at).acct;
+    assert_eq!(a.submitted, at);
+    assert!(a.completed > at);
+    assert_eq!(a.latency_ns, a.completed.since(at));
+    assert!(a.flash_programs >= 1, "{a:?}");
+    assert_eq!((a.host_link_bytes, a.dram_bytes), (bytes, bytes));
+
+    let c = run1(&mut d, q, rd(8, 2), a.completed);
+    let a = c.acct;
+    assert!(a.flash_reads >= 1, "{a:?}");
+    assert_eq!((a.flash_programs, a.flash_erases), (0, 0));
+    assert_eq!((a.host_link_bytes, a.dram_bytes), (bytes, bytes));
+    // On an idle device the latency is the read path (plus any MAP page read).
+    let cfg = d.block().ftl().nand().config().clone();
+    let path = cfg.flash.t_read_ns(0)
+        + cfg.channel.rate().transfer_ns(bytes)
+        + cfg.dram.rate().transfer_ns(bytes)
+        + cfg.host_link.rate().transfer_ns(bytes)
+        + cfg.host_link.command_overhead_ns();
+    assert!(
+        a.latency_ns >= path && a.latency_ns < 2 * path,
+        "{a:?} vs {path}"
+    );
+    assert_eq!(data(c), fill(4, 2));
+}
+
+#[test]
+fn round_robin_across_queue_pairs() {
+    let mut d = dev();
+    let qw = d.create_queue_pair(8).unwrap();
+    let qr = d.create_queue_pair(8).unwrap();
+    for v in 1..=3u8 {
+        d.submit(qw, wr(9, fill(v, 1)), T0).unwrap();
+    }
+    for _ in 0..3 {
+        d.submit(qr, rd(9, 1), T0).unwrap();
+    }
+    assert_eq!(d.process(), 6);
+    // W1 R W2 R W3 R: each read sees the write just before it.
+    for (i, v) in (1..=3u8).enumerate() {
+        let w = d.poll(qw).unwrap();
+        assert_eq!((w.cid, w.status), (Cid(i as u16), Status::Success));
+        let r = d.poll(qr).unwrap();
+        assert_eq!(r.cid, Cid(i as u16));
+        assert_eq!(data(r), fill(v, 1));
+    }
+    assert!(d.poll(qw).is_none() && d.poll(qr).is_none());
+}
+
+/// batch-io §3.1: a read acknowledged before a batch was issued sees none of it (a);
+/// a read issued after the batch was acknowledged sees all of it (b); reads
+/// concurrent with batches, on another queue pair, see a time-ordered prefix of each,
+/// here none or all (c); a later read sees at least what an earlier one saw (d).
+#[test]
+fn a_read_sees_all_or_none_of_a_batch() {
+    let mut d = dev();
+    let qr = d.create_queue_pair(64).unwrap();
+    let qb = d.create_queue_pair(64).unwrap();
+    let lpids: Vec<u64> = (100..108).collect();
+    let n = lpids.len();
+    run1(&mut d, qb, wr(100, fill(0xAA, n)), T0);
+    let batch = |v: u8| {
+        let page = fill(v, 1);
+        let pages: Vec<(u64, &[u8])> = lpids.iter().map(|&l| (l, &page[..])).collect();
+        let buffer = build_batch(&pages, LBA).unwrap();
+        Command::FlushBatch { buffer }
+    };
+    // How many of the two batches a read's data shows.
+    let seen = |buf: &[u8]| -> usize {
+        let firsts: Vec<u8> = buf.chunks(LBA).map(|p| p[0]).collect();
+        assert!(
+            buf.iter().all(|&b| b == buf[0]),
+            "part of a batch: {firsts:?}"
+        );
+        match buf[0] {
+            0xAA => 0,
+            0xBB => 1,
+            0xCC => 2,
+            v => panic!("unexpected data {v:#x}"),
+        }
+    };
+    // (a). Done on `qb`, so that the round robin serves `qr` first below.
+    assert_eq!(seen(&read(&mut d, qb, 100, n as u32)), 0);
+
+    // Two batches on one pair, reads of both kinds on the other, in flight together.
+    let mut now = d.block().controller().now();
+    let mut reads = Vec::new();
+    for i in 0..12 {
+        let cmd = if i % 2 == 0 {
+            rd(100, n as u32)
+        } else {
+            let lpids = lpids.iter().rev().copied().collect();
+            Command::ReadLpids { lpids }
+        };
+        reads.push(d.submit(qr, cmd, now).unwrap());
+        match i {
+            1 => drop(d.submit(qb, batch(0xBB), now).unwrap()),
+            3 => drop(d.submit(qb, batch(0xCC), now).unwrap()),
+            _ => {}
+        }
+        now = now.after(10_000);
+    }
+    assert_eq!(d.process(), 14);
+    let mut outcomes = Vec::new();
+    for cid in reads {
+        let c = d.poll(qr).unwrap();
+        assert_eq!(c.cid, cid);
+        outcomes.push(seen(&data(c)));
+    }
+    assert!(outcomes.is_sorted(), "(d) violated: {outcomes:?}");
+    // Round robin from `qr`: R B1 R B2 R ..., so reads before, between and after.
+    assert_eq!(&outcomes[..3], &[0, 1, 2], "{outcomes:?}");
+    let mut acked = T0;
+    for _ in 0..2 {
+        let c = d.poll(qb).unwrap();
+        assert!(c.status.is_success(), "{}", c.status);
+        acked = acked.max(c.acct.completed);
+    }
+    // (b)
+    assert_eq!(seen(&data(run1(&mut d, qr, rd(100, n as u32), acked))), 2);
+}
+
+#[test]
+fn smart_log_after_writes() {
+    let mut d = dev();
+    let q = d.create_queue_pair(4).unwrap();
+    for i in 0..50u64 {
+        let c = run1(&mut d, q, wr(i * 3, fill(i as u8, 1)), T0);
+        assert!(c.status.is_success());
+    }
+    read(&mut d, q, 0, 4);
+    let c = run1(&mut d, q, Command::GetLogPage(LogPage::Smart), T0);
+    let Payload::Smart(s) = c.payload else {
+        panic!("{c:?}")
+    };
+    assert_eq!(s.host_written_bytes, 50 * LBA as u64);
+    assert_eq!(s.host_read_bytes, 4 * LBA as u64);
+    assert!(s.write_amplification >= 1.0, "{s:?}");
+    assert!(
+        s.flash_programs.user >= 25 && s.flash_programs.meta >= 1,
+        "{s:?}"
+    );
+    assert!(s.free_blocks > 0 && s.erase_count_max >= s.erase_count_min);
+    assert_eq!(s.last_recovery_modeled_s, None);
+    assert_eq!(s, SmartLog::from_ftl(d.block().ftl()));
+}

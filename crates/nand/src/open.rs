@@ -1,0 +1,181 @@
+//! Making a flash array: in memory, or over an image file created or opened (with its
+//! checks and the repair of write pointers after an unclean stop), the factory metadata
+//! of a fresh array (its bad blocks drawn from the seed), and the media-level helpers
+//! the image keeps (raw block bytes, the per-sector "ECC already checked" marks).
+//!
+//! Choices made here: an image names its geometry and is refused when opened with
+//! another; factory bad blocks are a counter-based hash of the seed, so a fresh image
+//! and an in-memory array of the same seed have the same bad blocks.
+
+use super::*;
+
+impl Nand {
+    /// A fresh in-memory device (all blocks erased, factory bad blocks drawn from the
+    /// fault seed). Memory is spent only on blocks that get programmed.
+    pub fn new_in_memory(cfg: DeviceConfig) -> Result<Nand, NandError> {
+        cfg.validate()?;
+        let meta = factory_meta(&cfg);
+        let store = Store::new_mem(&cfg.geometry, meta);
+        Ok(Nand::with_store(cfg, store))
+    }
+
+    /// Create a new image file at `path` (it must not exist) holding a fresh device.
+    pub fn create_image(path: &Path, cfg: DeviceConfig) -> Result<Nand, NandError> {
+        cfg.validate()?;
+        let meta = factory_meta(&cfg);
+        let store = Store::create_file(path, &cfg, meta)?;
+        Ok(Nand::with_store(cfg, store))
+    }
+
+    /// Open an image file. When `expect` is given, the image's geometry must equal it.
+    ///
+    /// The image is locked for exclusive use while open. Pages whose program had not
+    /// committed when a previous process died read as erased; every completed program
+    /// reads back intact.
+    pub fn open_image(path: &Path, expect: Option<&Geometry>) -> Result<Nand, NandError> {
+        Self::open_image_with(path, expect, Access::ReadWrite)
+    }
+
+    /// Open an image file for `access`. Opening costs O(metadata): the header and the
+    /// per-block table are read and checked, no block is touched (a version-1 image gets
+    /// one scan of its page states, whose write pointers could lag a committed page).
+    /// With [`Access::ReadOnly`] the file is never written: changes stay in memory.
+    pub fn open_image_with(
+        path: &Path,
+        expect: Option<&Geometry>,
+        access: Access,
+    ) -> Result<Nand, NandError> {
+        let (store, cfg, legacy) = Store::open_file(path, access)?;
+        if let Some(g) = expect
+            && *g != cfg.geometry
+        {
+            return Err(NandError::GeometryMismatch {
+                path: path.to_path_buf(),
+                image: geo_string(&cfg.geometry),
+                requested: geo_string(g),
+            });
+        }
+        let mut n = Nand::with_store(cfg, store);
+        if legacy {
+            n.repair_write_pointers();
+        }
+        Ok(n)
+    }
+
+    pub(super) fn with_store(cfg: DeviceConfig, store: Store) -> Nand {
+        let g = cfg.geometry;
+        let map = AddrMap::new(g);
+        let layout = *store.layout();
+        Nand {
+            map,
+            layout,
+            sector_size: g.sector_size as usize,
+            sectors: g.sectors_per_page(),
+            oob_sector: g.oob_per_sector as usize,
+            ch_rate: cfg.channel.rate(),
+            read_seq_ns: (0..cfg.flash.t_read_us.len() as u32)
+                .map(|i| {
+                    if cfg.channel.serial_read_sequencing {
+                        cfg.flash.t_read_ns(i) / (g.ways * g.dies_per_chip).max(1) as u64
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
+            t_read: (0..cfg.flash.t_read_us.len() as u32)
+                .map(|i| cfg.flash.t_read_ns(i))
+                .collect(),
+            t_prog: (0..cfg.flash.t_prog_us.len() as u32)
+                .map(|i| cfg.flash.t_prog_ns(i))
+                .collect(),
+            t_erase: cfg.flash.t_erase_ns(),
+            faults: cfg.faults,
+            dies: vec![Resource::new(); g.dies() as usize],
+            channels: vec![Resource::new(); g.channels as usize],
+            stats: NandStats::default(),
+            op_seq: 0,
+            content_epoch: 0,
+            powered: true,
+            cut: None,
+            checked: CheckedSectors::new(
+                store.blocks(),
+                g.pages_per_block as usize,
+                g.sectors_per_page() as usize,
+            ),
+            store,
+            cfg,
+        }
+    }
+
+    /// The bytes of block `b` for writing (see `Store::block_mut`). Every change to a
+    /// block's bytes comes through here, which forgets the block's checked sectors.
+    #[inline]
+    pub(super) fn block_bytes_mut(
+        &mut self,
+        b: usize,
+        upto: usize,
+    ) -> Result<&mut [u8], NandError> {
+        self.checked.clear_block(b);
+        self.store.block_mut(b, upto)
+    }
+
+    /// True if sector `sector` of page `p` was marked by [`Nand::mark_sector_checked`]
+    /// and no byte of its block has changed since. An emulator shortcut for the FTL's
+    /// end-to-end check (TAG CRC of the data): its outcome cannot differ while the bytes
+    /// are the same, so a sector is hashed once per program, not once per read. It has
+    /// no modeled effect (the check costs no modeled time either way) and starts empty
+    /// at every open, so damage done to an image between runs is still found.
+    #[inline]
+    pub fn sector_checked(&self, p: Ppa, sector: u32) -> bool {
+        self.checked.get(p.block.0 as usize, p.page, sector)
+    }
+
+    /// Record that sector `sector` of page `p` matched its CRC (see
+    /// [`Nand::sector_checked`]); out-of-range addresses are ignored.
+    pub fn mark_sector_checked(&mut self, p: Ppa, sector: u32) {
+        if p.page < self.layout.pages as u32 && sector < self.sectors {
+            self.checked.set(p.block.0 as usize, p.page, sector);
+        }
+    }
+
+    /// Version-1 images moved a block's write pointer after the page's commit point, so
+    /// after a crash of the process it may lag the last committed page; recompute it from
+    /// the page states. (Version 2 moves the pointer first: it never lags.)
+    pub(super) fn repair_write_pointers(&mut self) {
+        for b in 0..self.store.blocks() {
+            let Some(bytes) = self.store.block(b) else {
+                continue;
+            };
+            let states = &bytes[..self.layout.pages];
+            let next = states
+                .iter()
+                .rposition(|&s| s != PAGE_ERASED)
+                .map_or(0, |i| i + 1) as u32;
+            let mut m = self.store.meta(b);
+            if m.next_page != next {
+                m.next_page = next;
+                self.store.set_meta(b, m);
+            }
+        }
+    }
+}
+
+pub(super) fn factory_meta(cfg: &DeviceConfig) -> Vec<BlockMeta> {
+    let n = cfg.geometry.total_blocks() as usize;
+    let ratio = cfg.faults.factory_bad_block_ratio;
+    (0..n)
+        .map(|b| {
+            let bad = ratio > 0.0 && uniform(cfg.faults.seed, b as u64, salt::FACTORY_BAD) < ratio;
+            BlockMeta {
+                pe_cycles: 0,
+                next_page: 0,
+                flags: if bad { BLOCK_FACTORY_BAD } else { 0 },
+                reserved: 0,
+            }
+        })
+        .collect()
+}
+
+pub(super) fn geo_string(g: &Geometry) -> String {
+    g.to_string()
+}
