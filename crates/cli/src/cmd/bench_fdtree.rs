@@ -8,8 +8,9 @@
 //! `--clock` mode (paced by default) for the timed run, whose latencies and throughput
 //! are measured on the wall clock.
 
+use crate::args::comma_list;
 use crate::{CliError, ConfigSource};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use csd_device::NvmeDevice;
 use csd_fdtree::{BTree, BTreeConfig, FdConfig, FdTree, Scheme};
 use csd_ftl::{Ftl, FtlConfig};
@@ -148,24 +149,19 @@ impl TreeOpts {
         Ok((dev, run_clock))
     }
 
-    pub(crate) fn make(&self, scheme: &str) -> Result<Arc<dyn BenchIndex>, CliError> {
-        if scheme == "btree" {
-            let cfg = BTreeConfig {
-                cache_bytes: self.cache_mib << 20,
-                ..BTreeConfig::default()
-            };
-            let (dev, run_clock) = self.device()?;
-            let t = BTree::create(dev, cfg).map_err(|e| CliError::Usage(e.to_string()))?;
-            return Ok(Arc::new(BTreeBench(t, run_clock)));
-        }
+    pub(crate) fn make(&self, scheme: SchemeArg) -> Result<Arc<dyn BenchIndex>, CliError> {
         let (s, name) = match scheme {
-            "xm" => (Scheme::Xm, "FD+XM"),
-            "ds" => (Scheme::Ds, "FD+DS"),
-            "fc" => (Scheme::Fc, "FD+FC"),
-            o => {
-                return Err(CliError::Usage(format!(
-                    "unknown scheme `{o}`: use xm, ds, fc or btree"
-                )));
+            SchemeArg::Xm => (Scheme::Xm, "FD+XM"),
+            SchemeArg::Ds => (Scheme::Ds, "FD+DS"),
+            SchemeArg::Fc => (Scheme::Fc, "FD+FC"),
+            SchemeArg::Btree => {
+                let cfg = BTreeConfig {
+                    cache_bytes: self.cache_mib << 20,
+                    ..BTreeConfig::default()
+                };
+                let (dev, run_clock) = self.device()?;
+                let t = BTree::create(dev, cfg).map_err(|e| CliError::Usage(e.to_string()))?;
+                return Ok(Arc::new(BTreeBench(t, run_clock)));
             }
         };
         let cfg = FdConfig {
@@ -213,8 +209,8 @@ impl TreeOpts {
 pub(crate) struct BenchFdtreeArgs {
     /// Concurrency scheme: xm, ds or fc, or btree (the in-place B+tree baseline); a
     /// comma-separated list runs each on the same requests and compares them.
-    #[arg(long, default_value = "fc")]
-    scheme: String,
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_value = "fc")]
+    scheme: Vec<SchemeArg>,
     /// W_l: fraction of lookups (G_R); insertions and deletions share the rest.
     #[arg(long, default_value_t = 0.8)]
     lookup_ratio: f64,
@@ -267,19 +263,26 @@ pub(crate) fn on_progress(pb: &Option<indicatif::ProgressBar>, label: &str, p: P
     }
 }
 
-/// The schemes of a comma-separated `option` value; at least one.
-pub(crate) fn scheme_list<'a>(list: &'a str, option: &str) -> Result<Vec<&'a str>, CliError> {
-    let v: Vec<&str> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
-    if v.is_empty() {
-        return Err(CliError::Usage(format!(
-            "{option} needs at least one of xm, ds, fc, btree"
-        )));
+/// An index of the FD+tree benchmarks: an FD+tree concurrency scheme or the baseline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SchemeArg {
+    /// FD+XM: a merge x-locks the tree (§3).
+    Xm,
+    /// FD+DS: space-doubling merges beside lookups (§3).
+    Ds,
+    /// FD+FC: full concurrency with a wavefront (§4).
+    Fc,
+    /// The B+tree updated in place (the baseline).
+    Btree,
+}
+
+impl std::fmt::Display for SchemeArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.to_possible_value() {
+            Some(v) => f.write_str(v.get_name()),
+            None => Ok(()),
+        }
     }
-    Ok(v)
 }
 
 pub(crate) fn bench_err(e: csd_idxbench::harness::BenchError) -> CliError {
@@ -291,7 +294,7 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
     // Fresh huge pages of the in-memory flash are zeroed inside device commands and
     // stalled every request for hundreds of ms (see the function's docs).
     csd_fdtree::disable_transparent_huge_pages();
-    let schemes = scheme_list(&a.scheme, "--scheme")?;
+    let schemes = &a.scheme;
     let mut cfg = match a.tpcc {
         Some(w) => BenchConfig::small_tpcc(w),
         None => {
@@ -314,13 +317,15 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
     // option fails at once rather than after minutes of runs.
     let indexes = schemes
         .iter()
-        .map(|s| a.tree.make(s))
+        .map(|&s| a.tree.make(s))
         .collect::<Result<Vec<_>, _>>()?;
     let pb = bar(a.json);
     let mut runs = Vec::new();
     for (s, idx) in schemes.iter().zip(indexes) {
-        let r = csd_idxbench::harness::run_with_progress(&*idx, &cfg, &|p| on_progress(&pb, s, p))
-            .map_err(bench_err)?;
+        let r = csd_idxbench::harness::run_with_progress(&*idx, &cfg, &|p| {
+            on_progress(&pb, &s.to_string(), p)
+        })
+        .map_err(bench_err)?;
         drop(idx);
         let plot = r
             .histogram_chart()
@@ -333,7 +338,7 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
     }
     let cmd = format!(
         "csd bench fdtree --scheme {} --lookup-ratio {} --preload {} --requests {}{} --readers {} --writers {} --slots {} --seed {} {}",
-        schemes.join(","),
+        comma_list(schemes),
         a.lookup_ratio,
         a.preload,
         a.requests,
@@ -456,5 +461,22 @@ pub(crate) fn print_comparison(results: &[&BenchResult]) {
     println!("{t}");
     for (_, label, v) in headline_ratios(results) {
         println!("{label}: {v:.2}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scheme_names_round_trip_and_a_list_parses_once() {
+        for s in SchemeArg::value_variants() {
+            assert_eq!(SchemeArg::from_str(&s.to_string(), false), Ok(*s));
+        }
+        assert!(SchemeArg::from_str("fd+fc", false).is_err());
+        assert_eq!(
+            comma_list(&[SchemeArg::Xm, SchemeArg::Ds, SchemeArg::Fc]),
+            "xm,ds,fc"
+        );
     }
 }

@@ -8,7 +8,7 @@
 use crate::CliError;
 use crate::args::comma_list;
 use crate::cmd::bench_fdtree::{
-    TreeOpts, bar, bench_err, ie, on_progress, print_comparison, scheme_list,
+    SchemeArg, TreeOpts, bar, bench_err, ie, on_progress, print_comparison,
 };
 use clap::Args;
 use csd_idxbench::harness::BenchConfig;
@@ -24,8 +24,8 @@ pub(crate) struct ReproFdArgs {
     out: PathBuf,
     /// Schemes to compare (xm, ds, fc, btree; the in-place B+tree baseline takes
     /// minutes per run on update-heavy points, so it is not in the default list).
-    #[arg(long, default_value = "xm,ds,fc")]
-    schemes: String,
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_value = "xm,ds,fc")]
+    schemes: Vec<SchemeArg>,
     /// Keys preloaded for the Figure 6 sweep (paper: 10 M).
     #[arg(long, default_value_t = repro::PRELOAD)]
     preload: u64,
@@ -67,7 +67,7 @@ fn threads(a: &ReproFdArgs) -> (usize, usize) {
 
 /// Every configuration for every scheme, each on a fresh index.
 fn run_configs(
-    schemes: &[&str],
+    schemes: &[SchemeArg],
     cfgs: &[BenchConfig],
     tree: &TreeOpts,
     pb: &Option<indicatif::ProgressBar>,
@@ -76,7 +76,7 @@ fn run_configs(
     let mut out = Vec::new();
     for s in schemes {
         out.extend(
-            csd_idxbench::sweep::sweep_configs(cfgs, |_| tree.make(s).map_err(ie), &|i, p| {
+            csd_idxbench::sweep::sweep_configs(cfgs, |_| tree.make(*s).map_err(ie), &|i, p| {
                 on_progress(pb, &format!("{s} {what} run {i}"), p)
             })
             .map_err(bench_err)?,
@@ -90,7 +90,7 @@ fn run_configs(
 /// paper's figures beside ours; then the paper's orderings checked.
 pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
     csd_fdtree::disable_transparent_huge_pages();
-    let schemes = scheme_list(&a.schemes, "--schemes")?;
+    let schemes = &a.schemes;
     // The workloads of the three figures, as idxbench's repro module defines them (its
     // `fdtree_repro` example runs the same without the CLI).
     let params = repro::ReproParams {
@@ -106,9 +106,9 @@ pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
     };
     let pb = bar(false);
     let cmd = command(a);
-    let results = figure6(a, &schemes, &params, &pb, &cmd)?;
-    let scaled = figure7(a, &schemes, &params, &pb, &cmd)?;
-    let gt = figure8(a, &schemes, &params, &pb, &cmd)?;
+    let results = figure6(a, schemes, &params, &pb, &cmd)?;
+    let scaled = figure7(a, schemes, &params, &pb, &cmd)?;
+    let gt = figure8(a, schemes, &params, &pb, &cmd)?;
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
@@ -137,7 +137,7 @@ fn command(a: &ReproFdArgs) -> String {
     format!(
         "csd repro fd-tree --out {} --schemes {} --preload {} --requests {} --lookup-ratios {} --sizes {} --warehouses {} --seed {} --threads {}/{} {}",
         a.out.display(),
-        a.schemes,
+        comma_list(&a.schemes),
         a.preload,
         a.requests,
         comma_list(&a.lookup_ratios),
@@ -153,7 +153,7 @@ fn command(a: &ReproFdArgs) -> String {
 /// Figure 6: the W_l sweep for every scheme, and its report.
 fn figure6(
     a: &ReproFdArgs,
-    schemes: &[&str],
+    schemes: &[SchemeArg],
     params: &repro::ReproParams,
     pb: &Option<indicatif::ProgressBar>,
     cmd: &str,
@@ -164,7 +164,7 @@ fn figure6(
         let label = s.to_string();
         let r = csd_idxbench::sweep::sweep(
             &a.lookup_ratios,
-            |_| a.tree.make(s).map_err(ie),
+            |_| a.tree.make(*s).map_err(ie),
             &base,
             &|w, p| on_progress(pb, &format!("{label} W_l={w}"), p),
         )
@@ -182,7 +182,7 @@ fn figure6(
 /// (none when `--sizes` is empty).
 fn figure7(
     a: &ReproFdArgs,
-    schemes: &[&str],
+    schemes: &[SchemeArg],
     params: &repro::ReproParams,
     pb: &Option<indicatif::ProgressBar>,
     cmd: &str,
@@ -211,7 +211,7 @@ fn figure7(
 /// Figure 8: the G_T runs per warehouse count (none when `--warehouses` is empty).
 fn figure8(
     a: &ReproFdArgs,
-    schemes: &[&str],
+    schemes: &[SchemeArg],
     params: &repro::ReproParams,
     pb: &Option<indicatif::ProgressBar>,
     cmd: &str,
