@@ -200,61 +200,9 @@ pub struct Measure {
     /// Throughput over the host-side index's on the same workload.
     pub speedup_over_host_index: f64,
     /// Traffic and costs over the run.
-    pub traffic: TrafficFigures,
+    pub traffic: Traffic,
     /// Digest of the answers (equal across configurations).
     pub answer: u64,
-}
-
-/// [`Traffic`] as report fields.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct TrafficFigures {
-    /// Index pages sent to the host.
-    pub index_pages_to_host: u64,
-    /// Data pages sent to the host.
-    pub data_pages_to_host: u64,
-    /// Flash reads of index pages (host or device).
-    pub index_flash_reads: u64,
-    /// Flash reads of data pages.
-    pub data_flash_reads: u64,
-    /// Flash reads of MAP pages for data LBAs.
-    pub map_flash_reads: u64,
-    /// Index pages written.
-    pub index_pages_written: u64,
-    /// Data pages written.
-    pub data_pages_written: u64,
-    /// Bytes over the host link.
-    pub link_bytes: u64,
-    /// Host CPU time, ns.
-    pub host_cpu_ns: u64,
-    /// Commands.
-    pub commands: u64,
-    /// Pages FLIXR skipped in the device.
-    pub pages_skipped: u64,
-}
-
-impl TrafficFigures {
-    /// `b - a`.
-    pub fn delta(a: Traffic, b: Traffic) -> TrafficFigures {
-        TrafficFigures {
-            index_pages_to_host: b.index_pages_to_host - a.index_pages_to_host,
-            data_pages_to_host: b.data_pages_to_host - a.data_pages_to_host,
-            index_flash_reads: b.index_flash_reads - a.index_flash_reads,
-            data_flash_reads: b.data_flash_reads - a.data_flash_reads,
-            map_flash_reads: b.map_flash_reads - a.map_flash_reads,
-            index_pages_written: b.index_pages_written - a.index_pages_written,
-            data_pages_written: b.data_pages_written - a.data_pages_written,
-            link_bytes: b.link_bytes - a.link_bytes,
-            host_cpu_ns: b.host_cpu_ns - a.host_cpu_ns,
-            commands: b.commands - a.commands,
-            pages_skipped: b.pages_skipped - a.pages_skipped,
-        }
-    }
-
-    /// Pages fetched from storage to the host in the paper's Figure 11 sense: index
-    /// pages (host B+tree nodes) and data pages.
-    pub fn storage_pages(&self) -> (u64, u64) {
-        (self.index_pages_to_host, self.data_pages_to_host)
-    }
 }
 
 /// A stable digest of an answer.
@@ -318,7 +266,7 @@ pub fn measure(
     let tr0 = store.traffic();
     let (ops, answer) = body(store)?;
     let ns = store.now().since(t0);
-    let traffic = TrafficFigures::delta(tr0, store.traffic());
+    let traffic = store.traffic().since(tr0);
     Ok(Measure {
         workload: workload.into(),
         config: store.kind().name().into(),

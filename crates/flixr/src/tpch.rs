@@ -162,20 +162,22 @@ fn q6_revenue(rows: &[csd_host::rowstore::Row]) -> i128 {
         .sum()
 }
 
-/// Checks a configuration's Q6 revenue against the in-memory reference.
-fn q6_check(
+/// The Q6 revenue of the rows a configuration selected, checked against the in-memory
+/// reference.
+fn q6_checked(
     name: &str,
     config: &str,
-    got: i128,
+    rows: &[csd_host::rowstore::Row],
     li: &[Vec<Value>],
     (lo, hi, disc, qty): (i64, i64, i64, i64),
-) -> Result<(), EvalError> {
+) -> Result<i128, EvalError> {
+    let got = q6_revenue(rows);
     if got != q6_sum(li, lo, hi, disc, qty) {
         return Err(EvalError::Check(format!(
             "{name} under {config}: revenue {got} differs from the reference"
         )));
     }
-    Ok(())
+    Ok(got)
 }
 
 fn q6_sum(li: &[Vec<Value>], lo: i64, hi: i64, disc: i64, qty: i64) -> i128 {
@@ -359,15 +361,13 @@ fn run_q6(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Me
             let rows = st.scan_where(li, lo, hi, &|r| {
                 (disc - 1..=disc + 1).contains(&i(r, d)) && i(r, q) < qty
             })?;
-            let got = q6_revenue(&rows);
-            q6_check(
+            answers.push(q6_checked(
                 name,
                 st.kind().name(),
-                got,
+                &rows,
                 &data.lineitem,
                 (lo, hi, disc, qty),
-            )?;
-            answers.push(got);
+            )?);
         }
         Ok((s.queries as u64, digest(&answers)))
     })
@@ -601,15 +601,13 @@ pub fn run_q6_keys(
                 &[(d, disc - 1, disc + 1), (q, i64::MIN, qty - 1)],
                 &|_| true,
             )?;
-            let got = q6_revenue(&rows);
-            q6_check(
+            answers.push(q6_checked(
                 name,
                 st.kind().name(),
-                got,
+                &rows,
                 &data.lineitem,
                 (lo, hi, disc, qty),
-            )?;
-            answers.push(got);
+            )?);
         }
         Ok((s.queries as u64, digest(&answers)))
     })

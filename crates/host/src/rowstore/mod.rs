@@ -258,8 +258,9 @@ pub struct Row {
     pub values: Vec<Value>,
 }
 
-/// What the store's commands moved and cost, cumulative.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What the store's commands moved and cost, cumulative (or over a span: see
+/// [`Traffic::since`]); serialized with these field names in reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Traffic {
     /// Index pages sent to the host (host B+tree nodes read).
     pub index_pages_to_host: u64,
@@ -284,6 +285,31 @@ pub struct Traffic {
     pub commands: u64,
     /// Pages the device skipped (FLIXR).
     pub pages_skipped: u64,
+}
+
+impl Traffic {
+    /// What moved between `earlier` (a snapshot of the same store) and `self`.
+    pub fn since(self, earlier: Traffic) -> Traffic {
+        Traffic {
+            index_pages_to_host: self.index_pages_to_host - earlier.index_pages_to_host,
+            data_pages_to_host: self.data_pages_to_host - earlier.data_pages_to_host,
+            index_flash_reads: self.index_flash_reads - earlier.index_flash_reads,
+            data_flash_reads: self.data_flash_reads - earlier.data_flash_reads,
+            map_flash_reads: self.map_flash_reads - earlier.map_flash_reads,
+            index_pages_written: self.index_pages_written - earlier.index_pages_written,
+            data_pages_written: self.data_pages_written - earlier.data_pages_written,
+            link_bytes: self.link_bytes - earlier.link_bytes,
+            host_cpu_ns: self.host_cpu_ns - earlier.host_cpu_ns,
+            commands: self.commands - earlier.commands,
+            pages_skipped: self.pages_skipped - earlier.pages_skipped,
+        }
+    }
+
+    /// Pages fetched from storage to the host in FLIXR's Figure 11 sense: index pages
+    /// (host B+tree nodes) and data pages.
+    pub fn storage_pages(&self) -> (u64, u64) {
+        (self.index_pages_to_host, self.data_pages_to_host)
+    }
 }
 
 #[derive(Debug, Clone, Default)]
