@@ -71,3 +71,57 @@ fn bad_scheme_lists_are_refused_before_any_run() {
         assert!(out.stdout.is_empty(), "{list:?} ran something");
     }
 }
+
+#[test]
+fn repro_runs_the_figures_asked_for_with_the_threads_given() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().join("fd");
+    let out_s = out_dir.to_str().expect("utf-8 path");
+    let small = [
+        "repro",
+        "fd-tree",
+        "--schemes",
+        "fc,xm",
+        "--preload",
+        "2000",
+        "--requests",
+        "2000",
+        "--lookup-ratios",
+        "0.8",
+        "--sizes",
+        "1000",
+        "--warehouses",
+        "--clock",
+        "virtual",
+        "--out",
+        out_s,
+    ];
+    // Bad threads: refused by the argument parser, nothing written.
+    let bad: Vec<&str> = small.iter().copied().chain(["--threads", "0/1"]).collect();
+    let out = csd(&bad);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("at least one reader and one writer"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out_dir.exists(), "a refused run writes nothing");
+
+    let good: Vec<&str> = small.iter().copied().chain(["--threads", "2/1"]).collect();
+    let out = csd(&good);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out_dir.join("fig6/report.md").exists());
+    assert!(out_dir.join("fig7/report.md").exists());
+    assert!(
+        !out_dir.join("fig8").exists(),
+        "--warehouses without a value skips Figure 8"
+    );
+    assert!(out_dir.join("orderings.md").exists());
+    assert!(stdout.contains("--threads 2/1"), "{stdout}");
+    assert!(stdout.contains("Figure 6, W_l = 0.8"), "{stdout}");
+}

@@ -36,11 +36,11 @@ pub(crate) struct ReproFdArgs {
     #[arg(long, value_delimiter = ',', default_values_t = repro::LOOKUP_RATIOS.to_vec())]
     lookup_ratios: Vec<f64>,
     /// Initial index sizes (keys) of the Figure 7 scaling runs at W_l = 0.8, each with
-    /// as many requests as keys (paper: up to 90 M); empty to skip.
-    #[arg(long, value_delimiter = ',', default_values_t = repro::SIZES.to_vec())]
+    /// as many requests as keys (paper: up to 90 M); `--sizes` with no value skips them.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = repro::SIZES.to_vec())]
     sizes: Vec<u64>,
-    /// Warehouses of the Figure 8 (G_T) runs; empty to skip.
-    #[arg(long, value_delimiter = ',', default_values_t = repro::WAREHOUSES.to_vec())]
+    /// Warehouses of the Figure 8 (G_T) runs; `--warehouses` with no value skips them.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = repro::WAREHOUSES.to_vec())]
     warehouses: Vec<u32>,
     /// Seed of the workloads.
     #[arg(long, default_value_t = csd_idxbench::harness::DEFAULT_SEED)]
@@ -187,25 +187,18 @@ fn figure7(
     pb: &Option<indicatif::ProgressBar>,
     cmd: &str,
 ) -> Result<Vec<BenchResult>, CliError> {
-    if a.sizes.is_empty() {
-        return Ok(Vec::new());
-    }
     let cfgs: Vec<BenchConfig> = a
         .sizes
         .iter()
         .map(|&n| repro::fig7_config(params, n))
         .collect();
-    let scaled = run_configs(schemes, &cfgs, &a.tree, pb, "size")?;
-    let files = csd_idxbench::sweep::write_report_on(
-        &scaled,
-        &paper::figure7(),
-        &a.out.join("fig7"),
-        cmd,
-        csd_idxbench::sweep::Axis::IndexSize,
-    )
-    .map_err(bench_err)?;
-    println!("Figure 7 report: {}", files.markdown.display());
-    Ok(scaled)
+    let fig = Figure {
+        number: 7,
+        what: "size",
+        paper: paper::figure7(),
+        axis: csd_idxbench::sweep::Axis::IndexSize,
+    };
+    run_figure(a, schemes, &cfgs, fig, pb, cmd)
 }
 
 /// Figure 8: the G_T runs per warehouse count (none when `--warehouses` is empty).
@@ -216,17 +209,46 @@ fn figure8(
     pb: &Option<indicatif::ProgressBar>,
     cmd: &str,
 ) -> Result<Vec<BenchResult>, CliError> {
-    if a.warehouses.is_empty() {
-        return Ok(Vec::new());
-    }
     let cfgs: Vec<BenchConfig> = a
         .warehouses
         .iter()
         .map(|&w| repro::fig8_config(params, w))
         .collect();
-    let gt = run_configs(schemes, &cfgs, &a.tree, pb, "G_T")?;
-    let files = csd_idxbench::sweep::write_report(&gt, &paper::figure8(), &a.out.join("fig8"), cmd)
+    let fig = Figure {
+        number: 8,
+        what: "G_T",
+        paper: paper::figure8(),
+        axis: csd_idxbench::sweep::Axis::Warehouses,
+    };
+    run_figure(a, schemes, &cfgs, fig, pb, cmd)
+}
+
+/// A figure of the repro run over a list of configurations.
+struct Figure {
+    number: u32,
+    /// Progress label of a run.
+    what: &'static str,
+    paper: Vec<paper::PaperRef>,
+    axis: csd_idxbench::sweep::Axis,
+}
+
+/// Runs `cfgs` for every scheme and writes the figure's report to `fig<N>/` (nothing
+/// when `cfgs` is empty).
+fn run_figure(
+    a: &ReproFdArgs,
+    schemes: &[SchemeArg],
+    cfgs: &[BenchConfig],
+    fig: Figure,
+    pb: &Option<indicatif::ProgressBar>,
+    cmd: &str,
+) -> Result<Vec<BenchResult>, CliError> {
+    if cfgs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let results = run_configs(schemes, cfgs, &a.tree, pb, fig.what)?;
+    let dir = a.out.join(format!("fig{}", fig.number));
+    let files = csd_idxbench::sweep::write_report_on(&results, &fig.paper, &dir, cmd, fig.axis)
         .map_err(bench_err)?;
-    println!("Figure 8 report: {}", files.markdown.display());
-    Ok(gt)
+    println!("Figure {} report: {}", fig.number, files.markdown.display());
+    Ok(results)
 }
