@@ -304,14 +304,27 @@ pub fn run_on(s: &Setup, kind: IndexKind, q: Query, data: &Data) -> Result<Measu
 
 /// LINEITEM keyed by `l_shipdate` (range encoding), loaded in date order.
 fn lineitem_by_date(st: &mut RowStore, data: &Data) -> Result<TableId, EvalError> {
-    let t = st.create_table(def(
+    let t = loaded(
+        st,
         TpchTable::LineItem,
         "l_shipdate",
         KeyEncoding::Range,
-        data.lineitem.len(),
-    ))?;
-    st.load(t, &data.lineitem_by_date)?;
+        &data.lineitem_by_date,
+    )?;
     Ok(t)
+}
+
+/// Table `t` keyed on `key`, created with room for `rows` and loaded with them.
+fn loaded(
+    st: &mut RowStore,
+    t: TpchTable,
+    key: &str,
+    encoding: KeyEncoding,
+    rows: &[Vec<Value>],
+) -> Result<TableId, EvalError> {
+    let id = st.create_table(def(t, key, encoding, rows.len()))?;
+    st.load(id, rows)?;
+    Ok(id)
 }
 
 /// "{name} under {kind}: answer differs from the reference" and the like.
@@ -378,13 +391,13 @@ fn run_q6(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Me
 fn run_q14(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Measure, EvalError> {
     let name = "tpch-q14";
     let li = lineitem_by_date(st, data)?;
-    let pt = st.create_table(def(
+    let pt = loaded(
+        st,
         TpchTable::Part,
         "p_partkey",
         KeyEncoding::Bitmap(data.part_bounds()),
-        data.part.len(),
-    ))?;
-    st.load(pt, &data.part)?;
+        &data.part,
+    )?;
     let (p, d) = (
         col(TpchTable::LineItem, "l_extendedprice"),
         col(TpchTable::LineItem, "l_discount"),
@@ -461,20 +474,20 @@ fn q14_reference(data: &Data, promo: &BTreeSet<i64>, lo: i64, hi: i64) -> (i128,
 /// line, counted by priority.
 fn run_q4(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Measure, EvalError> {
     let name = "tpch-q4";
-    let od = st.create_table(def(
+    let od = loaded(
+        st,
         TpchTable::Orders,
         "o_orderdate",
         KeyEncoding::Range,
-        data.orders_by_date.len(),
-    ))?;
-    st.load(od, &data.orders_by_date)?;
-    let li = st.create_table(def(
+        &data.orders_by_date,
+    )?;
+    let li = loaded(
+        st,
         TpchTable::LineItem,
         "l_orderkey",
         KeyEncoding::Bitmap(data.orderkey_bounds()),
-        data.lineitem.len(),
-    ))?;
-    st.load(li, &data.lineitem)?;
+        &data.lineitem,
+    )?;
     let (cd, rd) = (
         col(TpchTable::LineItem, "l_commitdate"),
         col(TpchTable::LineItem, "l_receiptdate"),
