@@ -493,3 +493,66 @@ fn insert_update_delete_from_the_shell_and_bad_statements_leave_the_image_unchan
     assert_eq!(v["dml"]["table_rows"], 1);
     assert!(v["dml"]["modeled_time_s"].as_f64().expect("time") > 0.0);
 }
+
+#[test]
+fn bench_tpch_checks_every_query_against_datafusion_in_memory() {
+    let out = csd(&[
+        "bench",
+        "tpch",
+        "--sf",
+        "0.01",
+        "--queries",
+        "1,6,17",
+        "--compare",
+        "datafusion",
+    ]);
+    let text = ok(&out);
+    assert!(text.contains("datafusion mem s"), "{text}");
+    for q in ["Q1", "Q6", "Q17"] {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!(" {q} ")))
+            .unwrap_or_else(|| panic!("{q} missing:\n{text}"));
+        assert!(line.contains("yes"), "{q} not checked or wrong: {line}");
+    }
+    assert!(
+        text.contains("reproduce: csd bench tpch --sf 0.01 --layout pax --strategy auto --queries 1,6,17 --compare datafusion"),
+        "{text}"
+    );
+    let bad = csd(&["bench", "tpch", "--sf", "0.01", "--queries", "23"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("use 1 to 22"));
+}
+
+#[test]
+fn explain_analyze_runs_under_every_strategy_and_shows_the_device_scan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("dev.img");
+    let img = img.to_str().expect("path");
+    ok(&csd(&[
+        "device", "create", "--preset", "tiny", "--image", img,
+    ]));
+    ok(&csd(&[
+        "load", "tpch", "--sf", "0.01", "--tables", "lineitem", "--image", img,
+    ]));
+    // The plans differ between strategies (each shows its own metrics): that is no
+    // disagreement between their results.
+    let text = ok(&csd(&[
+        "sql",
+        "--image",
+        img,
+        "--strategy",
+        "all",
+        "EXPLAIN ANALYZE SELECT sum(l_quantity) FROM lineitem WHERE l_discount < 0.03",
+    ]));
+    for s in ["ihp", "cpu-isp", "hw-isp"] {
+        assert!(
+            text.contains(&format!("strategy {s}")),
+            "{s} missing:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("DeviceScanExec") && text.contains("pages_read"),
+        "{text}"
+    );
+}

@@ -54,8 +54,8 @@ mod read;
 mod store;
 
 pub use addr::{AddrMap, BlockId, DieId, PhysAddr, Ppa};
+pub use csd_sim::prefetch::{lines as prefetch_lines, value as prefetch_value};
 pub use error::NandError;
-pub use read::{prefetch_lines, prefetch_value};
 pub use store::{Access, BlockMeta};
 
 use csd_sim::config::FaultConfig;

@@ -369,36 +369,3 @@ impl Nand {
         })
     }
 }
-
-/// Hint the CPU to bring the cache line holding `v` into its caches (see
-/// [`prefetch_lines`]).
-#[inline(always)]
-pub fn prefetch_value<T>(v: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: as in `prefetch_lines`: a hint about the address of a live reference.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            (v as *const T).cast(),
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = v;
-}
-
-/// Hint the CPU to bring every cache line of `bytes` into its caches (x86-64
-/// `prefetcht0`; nothing elsewhere). Changes no data, never faults, no effect on results.
-#[inline(always)]
-pub fn prefetch_lines(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has; it only hints the
-        // cache about an address inside `bytes` and never faults or changes data.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                line.as_ptr().cast(),
-            );
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
-}

@@ -294,6 +294,14 @@ impl<'x> CharOp<'x> {
             CharOp::Const(_) => 0,
         }
     }
+
+    /// A column's values back to back (a PAX minipage) and their width.
+    fn minipage(&self) -> Option<(&'x [u8], usize)> {
+        match self {
+            CharOp::Col(c) => c.contiguous().map(|d| (d, c.width())),
+            CharOp::Const(_) => None,
+        }
+    }
 }
 
 enum Opnd {
@@ -612,7 +620,21 @@ impl<'r, 'a> Run<'r, 'a> {
             let (l, r) = (CharOp::of(self.view, left)?, CharOp::of(self.view, right)?);
             self.c.touch(sel.len(), l.width());
             self.c.touch(sel.len(), r.width());
-            filter_by(sel, out, |_, i| op.holds(cmp_padded(l.at(i), r.at(i))));
+            // `column = 'x'` / `column <> 'x'` on a minipage: one fixed-width equality.
+            let eq = match (op, &l, &r) {
+                (CmpOp::Eq | CmpOp::Ne, CharOp::Col(_), CharOp::Const(c))
+                | (CmpOp::Eq | CmpOp::Ne, CharOp::Const(c), CharOp::Col(_)) => {
+                    let col = if matches!(l, CharOp::Col(_)) { &l } else { &r };
+                    col.minipage().map(|(data, w)| (data, w, *c))
+                }
+                _ => None,
+            };
+            if let Some((data, w, c)) = eq {
+                let consts: Vec<Vec<u8>> = kernels::pad_char_const(c, w).into_iter().collect();
+                kernels::filter_char_in(data, w, &consts, op == CmpOp::Ne, sel, out);
+            } else {
+                filter_by(sel, out, |_, i| op.holds(cmp_padded(l.at(i), r.at(i))));
+            }
         } else if let (ExprKind::Column { index, .. }, Some(c)) = (&left.kind, right.as_int_const())
         {
             let col = self.num_col(*index, sel.len())?;
@@ -648,6 +670,17 @@ impl<'r, 'a> Run<'r, 'a> {
         if let DataType::Char(_) = expr.ty {
             let x = CharOp::of(self.view, expr)?;
             self.c.touch(sel.len(), x.width());
+            if let Some((data, w)) = x.minipage() {
+                let consts: Vec<Vec<u8>> = list
+                    .iter()
+                    .filter_map(|c| match c {
+                        Const::Char(b) => kernels::pad_char_const(b, w),
+                        _ => None,
+                    })
+                    .collect();
+                kernels::filter_char_in(data, w, &consts, neg, sel, out);
+                return Ok(());
+            }
             filter_by(sel, out, |_, i| {
                 let v = x.at(i);
                 let hit = list.iter().any(|c| match c {

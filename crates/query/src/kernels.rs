@@ -186,6 +186,66 @@ pub(crate) fn filter_by(sel: &[u32], out: &mut Vec<u32>, keep: impl Fn(usize, us
     out.truncate(k);
 }
 
+/// A `CHAR` constant as the `width` stored bytes it equals under padded comparison
+/// ([`cmp_padded`]): padded with spaces to `width`; `None` if it is longer than `width`
+/// with anything but spaces beyond (no stored value equals it).
+pub(crate) fn pad_char_const(c: &[u8], width: usize) -> Option<Vec<u8>> {
+    if c.len() > width {
+        c[width..]
+            .iter()
+            .all(|&b| b == b' ')
+            .then(|| c[..width].to_vec())
+    } else {
+        let mut v = c.to_vec();
+        v.resize(width, b' ');
+        Some(v)
+    }
+}
+
+/// Rows of `sel` whose `CHAR(width)` value equals one of `consts` (each already padded
+/// to `width` by [`pad_char_const`]), or none of them when `negated`. `data` holds the
+/// values back to back (a PAX minipage). Padded comparison of a stored value with a
+/// padded constant is byte equality, so a row is one fixed-width equality: for widths
+/// up to 16 bytes one masked 16-byte load compared with each constant as an integer.
+pub(crate) fn filter_char_in(
+    data: &[u8],
+    width: usize,
+    consts: &[Vec<u8>],
+    negated: bool,
+    sel: &[u32],
+    out: &mut Vec<u32>,
+) {
+    if width == 0 || width > 16 {
+        filter_by(sel, out, |_, i| {
+            let v = data.get(i * width..(i + 1) * width).unwrap_or(&[]);
+            consts.iter().any(|c| c.as_slice() == v) != negated
+        });
+        return;
+    }
+    let mask = if width == 16 {
+        u128::MAX
+    } else {
+        (1u128 << (8 * width)) - 1
+    };
+    let load = |bytes: &[u8]| {
+        let mut b = [0u8; 16];
+        b[..bytes.len()].copy_from_slice(bytes);
+        u128::from_le_bytes(b)
+    };
+    let keys: Vec<u128> = consts
+        .iter()
+        .map(|c| load(&c[..width.min(c.len())]))
+        .collect();
+    filter_by(sel, out, |_, i| {
+        let o = i * width;
+        let v = match data.get(o..o + 16) {
+            Some(b) => u128::from_le_bytes(b.try_into().unwrap_or([0; 16])) & mask,
+            None => load(data.get(o..o + width).unwrap_or(&[])),
+        };
+        keys.contains(&v) != negated
+    });
+}
+
 fn k_col_const<P: Pred, S: Src>(s: S, sel: &[u32], c: i64, out: &mut Vec<u32>) {
     filter_by(sel, out, |_, i| P::test(s.at(i), c));
 }
@@ -522,6 +582,36 @@ pub(crate) fn difference_into(a: &[u32], b: &[u32], out: &mut Vec<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The fixed-width `CHAR` IN-list kernel keeps exactly the rows the padded
+        /// comparison keeps, for any width (the 16-byte load path and the slice path),
+        /// constants shorter or longer than the width, and rows at the minipage's end.
+        #[test]
+        fn char_in_matches_padded_comparison(
+            width in 1usize..24,
+            rows in proptest::collection::vec(proptest::collection::vec(prop_oneof![Just(b' '), Just(b'A'), Just(b'B')], 24), 1..40),
+            consts in proptest::collection::vec(proptest::collection::vec(prop_oneof![Just(b' '), Just(b'A'), Just(b'B')], 0..27), 0..4),
+            negated: bool,
+        ) {
+            let data: Vec<u8> = rows.iter().flat_map(|r| r[..width].iter().copied()).collect();
+            let sel: Vec<u32> = (0..rows.len() as u32).collect();
+            let padded: Vec<Vec<u8>> =
+                consts.iter().filter_map(|c| pad_char_const(c, width)).collect();
+            let mut got = Vec::new();
+            filter_char_in(&data, width, &padded, negated, &sel, &mut got);
+            let want: Vec<u32> = sel
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let v = &data[i as usize * width..(i as usize + 1) * width];
+                    consts.iter().any(|c| cmp_padded(v, c).is_eq()) != negated
+                })
+                .collect();
+            prop_assert_eq!(got, want);
+        }
+    }
 
     #[test]
     fn padded_comparison() {

@@ -221,9 +221,29 @@ pub fn is_dml(sql: &str) -> bool {
     )
 }
 
+/// Whether `sql` is one `EXPLAIN [ANALYZE]` statement: its answer is a plan, which
+/// differs between strategies by design (each shows its own device program and
+/// metrics), so [`crate::SqlSession::run_strategies`] does not compare them.
+pub fn is_explain(sql: &str) -> bool {
+    let Ok(stmts) = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .or_else(|_| Parser::parse_sql(&GenericDialect {}, sql))
+    else {
+        return false;
+    };
+    matches!(stmts.as_slice(), [Statement::Explain { .. }])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn explain_is_told_from_queries() {
+        assert!(is_explain("EXPLAIN ANALYZE SELECT 1"));
+        assert!(is_explain("explain select * from t"));
+        assert!(!is_explain("SELECT 'explain'"));
+        assert!(!is_explain("EXPLAIN nonsense ((("));
+    }
 
     #[test]
     fn parses_the_csd_statements_and_leaves_the_rest() {

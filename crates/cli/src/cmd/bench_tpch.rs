@@ -6,7 +6,8 @@
 //! Correctness: at SF 1 against tpchgen's reference answers (dbgen's, printed to two
 //! decimals, so numbers agree within 0.01); at any SF against DuckDB's answers when it
 //! runs (numbers within 1e-6 relative or 0.01: DuckDB reads the CSV decimals as
-//! doubles); otherwise "not checked". DuckDB reads CSV files written from the device's
+//! doubles), else against DataFusion's over in-memory copies of the tables
+//! (`--compare datafusion`); otherwise "not checked". DuckDB reads CSV files written from the device's
 //! own tables (`scripts/duckdb_tpch.py`, which installs the `duckdb` wheel into a venv).
 
 use std::io::Write as _;
@@ -45,9 +46,9 @@ pub(crate) struct BenchTpchArgs {
     /// Run each query this many times; the best wall time is reported.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
-    /// Also run another engine on the same rows.
-    #[arg(long, value_enum)]
-    compare: Option<CompareArg>,
+    /// Also run other engines on the same rows, e.g. `duckdb,datafusion`.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    compare: Vec<CompareArg>,
     #[command(flatten)]
     src: ConfigSource,
 }
@@ -120,12 +121,22 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
     let cfg = a.src.load()?;
     let numbers = query_numbers(a.queries.as_deref())?;
     let session = load_tpch(a, &cfg)?;
-    let duck = match a.compare {
-        Some(CompareArg::Duckdb) => Some(run_duckdb(&session, &numbers)?),
-        None => None,
+    let duck = match a.compare.contains(&CompareArg::Duckdb) {
+        true => Some(run_duckdb(&session, &numbers)?),
+        false => None,
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let memory = match a.compare.contains(&CompareArg::Datafusion) {
+        true => Some(
+            csd_sql::MemorySession::snapshot(&session, threads)
+                .map_err(|e| CliError::Usage(e.to_string()))?,
+        ),
+        false => None,
+    };
     let mut headers = vec!["query", "rows", "csd wall s", "modeled device s", "correct"];
+    if memory.is_some() {
+        headers.extend(["datafusion mem s", "csd / mem"]);
+    }
     let tn = format!("duckdb {threads} thr s");
     let rn = format!("csd / duckdb {threads} thr");
     if duck.is_some() {
@@ -137,13 +148,22 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
         ]);
     }
     let mut t = report::table(&headers);
-    let (mut total_csd, mut total_d1, mut total_dn) = (0.0, 0.0, 0.0);
+    let (mut total_csd, mut total_d1, mut total_dn, mut total_mem) = (0.0, 0.0, 0.0, 0.0);
     let mut wrong = 0;
     for (k, &n) in numbers.iter().enumerate() {
-        let (best, mut row, correct) =
-            run_query(&session, a, n, duck.as_ref().map(|d| &d.queries[k]))?;
+        let mem = memory.as_ref().map(|m| memory_run(m, a, n)).transpose()?;
+        let peer = match (&duck, &mem) {
+            (Some(d), _) => Some((d.queries[k].rows.clone(), 1e-6)),
+            (None, Some((_, rows))) => Some((rows.clone(), 1e-9)),
+            (None, None) => None,
+        };
+        let (best, mut row, correct) = run_query(&session, a, n, peer)?;
         wrong += usize::from(!correct);
         total_csd += best;
+        if let Some((t, _)) = mem {
+            total_mem += t;
+            row.extend([format!("{t:.4}"), format!("{:.2}x", best / t.max(1e-9))]);
+        }
         if let Some(d) = &duck {
             let q = &d.queries[k];
             total_d1 += q.t1_s;
@@ -168,6 +188,12 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
             format!("{wrong} wrong")
         },
     ];
+    if memory.is_some() {
+        row.extend([
+            format!("{total_mem:.4}"),
+            format!("{:.2}x", total_csd / total_mem.max(1e-9)),
+        ]);
+    }
     if duck.is_some() {
         row.extend([
             format!("{total_d1:.4}"),
@@ -219,14 +245,15 @@ fn load_tpch(a: &BenchTpchArgs, cfg: &DeviceConfig) -> Result<SqlSession, CliErr
         .map_err(|e| CliError::Usage(e.to_string()))
 }
 
-/// Query `n`, best of `--repeat` runs, checked against the SF 1 answer or DuckDB's
-/// rows: the best wall time, the table row so far, and whether the answer is right
-/// (an unchecked answer counts as right).
+/// Query `n`, best of `--repeat` runs, checked against the SF 1 answer or else a
+/// peer's rows (DuckDB's, or DataFusion's over the in-memory tables) within a relative
+/// tolerance: the best wall time, the table row so far, and whether the answer is
+/// right (an unchecked answer counts as right).
 fn run_query(
     session: &SqlSession,
     a: &BenchTpchArgs,
     n: usize,
-    duck: Option<&DuckQuery>,
+    peer: Option<(Vec<Vec<String>>, f64)>,
 ) -> Result<(f64, Vec<String>, bool), CliError> {
     let mut best = f64::INFINITY;
     let mut last = None;
@@ -243,13 +270,13 @@ fn run_query(
     let check = if (a.sf - 1.0).abs() < 1e-12 {
         sf1_answer(n).map(|w| rows_match(&rows, &w, 0.011, 1e-9))
     } else {
-        duck.map(|d| {
+        peer.map(|(rows_want, rel)| {
             let want = Reference {
-                rows: d.rows.clone(),
+                rows: rows_want,
                 truncated: Vec::new(),
                 abs: None,
             };
-            rows_match(&rows, &want, 0.01, 1e-6)
+            rows_match(&rows, &want, 0.01, rel)
         })
     };
     let (correct, ok) = match check {
@@ -270,6 +297,25 @@ fn run_query(
     Ok((best, row, ok))
 }
 
+/// Query `n` over the in-memory tables: the best wall time of `--repeat` runs and the
+/// rows of the last.
+fn memory_run(
+    m: &csd_sql::MemorySession,
+    a: &BenchTpchArgs,
+    n: usize,
+) -> Result<(f64, Vec<Vec<String>>), CliError> {
+    let mut best = f64::INFINITY;
+    let mut rows = Vec::new();
+    for _ in 0..a.repeat.max(1) {
+        let ans = m
+            .run(QUERIES[n - 1])
+            .map_err(|e| CliError::Usage(format!("Q{n} in memory: {e}")))?;
+        best = best.min(ans.wall_s);
+        rows = batch_rows(&ans.batches)?;
+    }
+    Ok((best, rows))
+}
+
 /// What ran where, and the command that reproduces the run.
 fn print_footer(a: &BenchTpchArgs, cfg: &DeviceConfig, threads: usize, duck: Option<&Duck>) {
     println!(
@@ -279,6 +325,12 @@ fn print_footer(a: &BenchTpchArgs, cfg: &DeviceConfig, threads: usize, duck: Opt
         a.layout,
         a.repeat.max(1)
     );
+    if a.compare.contains(&CompareArg::Datafusion) {
+        println!(
+            "datafusion mem: the same DataFusion session over in-memory Arrow copies of the device's tables (best of {}): csd / mem is what the storage emulation costs",
+            a.repeat.max(1)
+        );
+    }
     if let Some(d) = duck {
         println!(
             "duckdb {} (best of 3, on CSV files of the same rows)",
@@ -293,9 +345,12 @@ fn print_footer(a: &BenchTpchArgs, cfg: &DeviceConfig, threads: usize, duck: Opt
         a.queries
             .as_ref()
             .map_or(String::new(), |q| format!(" --queries {q}")),
-        a.compare
-            .as_ref()
-            .map_or(String::new(), |c| format!(" --compare {c}"))
+        if a.compare.is_empty() {
+            String::new()
+        } else {
+            let list: Vec<String> = a.compare.iter().map(|c| c.to_string()).collect();
+            format!(" --compare {}", list.join(","))
+        }
     );
 }
 
@@ -304,12 +359,16 @@ fn print_footer(a: &BenchTpchArgs, cfg: &DeviceConfig, threads: usize, duck: Opt
 pub(crate) enum CompareArg {
     /// DuckDB (the Python package, in a venv), one thread and all threads.
     Duckdb,
+    /// DataFusion over in-memory copies of the same tables (the engine without a
+    /// device), with csd's thread count.
+    Datafusion,
 }
 
 impl std::fmt::Display for CompareArg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             CompareArg::Duckdb => "duckdb",
+            CompareArg::Datafusion => "datafusion",
         })
     }
 }
