@@ -267,17 +267,22 @@ impl Session {
     /// Host-CPU cache hints for the pages after the one being scanned (an emulator
     /// speed-up with no modeled effect: nothing is read, counted or charged). The
     /// scan's time goes to the first touch of each page's minipages, pages far apart in
-    /// memory that no hardware prefetcher predicts. Two stages: the header of the page
-    /// two ahead, and the minipages the program reads of the page one ahead (whose
-    /// header the previous step brought in).
-    fn hint_ahead(&self, dev: &BlockDevice) {
+    /// memory that no hardware prefetcher predicts. Two stages: the header and the OOB
+    /// bytes (the TAGs the read checks) of the page two ahead, and, unless the page was
+    /// evaluated ahead (`minipages` false), the minipages the program reads of the page
+    /// one ahead (whose header the previous step brought in).
+    fn hint_ahead(&self, dev: &BlockDevice, minipages: bool) {
         let bytes = self.page_bytes as usize;
         let lba_of = |p: u64| self.table.first_lba + p * self.table.lbas_per_page as u64;
         let ftl = dev.ftl();
         if let Some(p2) = self.page_at(self.next_page + 1)
-            && let Some(b) = ftl.peek_in_place(lba_of(p2), bytes)
+            && let Some((b, oob)) = ftl.peek_page_in_place(lba_of(p2), bytes)
         {
             csd_nand::prefetch_lines(&b[..b.len().min(128)]);
+            csd_nand::prefetch_lines(oob);
+        }
+        if !minipages {
+            return;
         }
         let Some(p1) = self.page_at(self.next_page) else {
             return;
@@ -688,9 +693,7 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
     s.cursor = t;
     let lba = s.table.first_lba + page * s.table.lbas_per_page as u64;
     let page_bytes = s.page_bytes;
-    if ahead.is_none() {
-        s.hint_ahead(dev);
-    }
+    s.hint_ahead(dev, ahead.is_none());
     // The firmware scans the page where the read put it: no copy (`Ftl::read_ref`).
     let (t_flash, page_buf) = match dev.ftl_mut().read_ref(lba, page_bytes as usize, t) {
         Ok(r) => r,

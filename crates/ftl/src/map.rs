@@ -207,6 +207,12 @@ impl Ftl {
     /// return in place. Nothing is read, checked, counted or charged: a cache hint's view
     /// (e.g. which lines of the next table page a scan will touch), never data to use.
     pub fn peek_in_place(&self, lpid: u64, bytes: usize) -> Option<&[u8]> {
+        self.peek_page_in_place(lpid, bytes).map(|(data, _)| data)
+    }
+
+    /// [`Ftl::peek_in_place`] with the sectors' OOB bytes (their TAGs, which a read
+    /// checks): the same cache hint's view, never data to use.
+    pub fn peek_page_in_place(&self, lpid: u64, bytes: usize) -> Option<(&[u8], &[u8])> {
         let n = bytes.div_ceil(self.sector_size.max(1)) as u64;
         let Loc::Flash(a) = Loc::of(*self.cached_entry(lpid)?) else {
             return None;
@@ -218,10 +224,10 @@ impl Ftl {
             }
         }
         let (b, p, s) = unpack(a);
-        let (data, _) = self
+        let (data, oob) = self
             .nand
             .stored_sectors(Ppa::new(BlockId(b), p), s, n as u32)?;
-        data.get(..bytes)
+        Some((data.get(..bytes)?, oob))
     }
 
     /// `lpid`'s MAP entry when its MAP page is cached.
