@@ -447,13 +447,42 @@ impl AggState {
             packed.resize(sel.len(), 0);
             for &(c, _, off) in &cols {
                 let cv = view.column(c)?;
-                for (k, &i) in sel.iter().enumerate() {
-                    let bytes = cv.raw(i as usize).unwrap_or(&[]);
-                    let mut v = 0u128;
-                    for (b, &byte) in bytes.iter().enumerate() {
-                        v |= u128::from(byte) << (8 * (off + b));
+                let w = cv.width();
+                match cv.contiguous() {
+                    // A minipage of values of at most 8 bytes: one 8-byte load per row
+                    // (masked to the value), the bytes little-endian as below.
+                    Some(data) if w <= 8 && w > 0 => {
+                        let mask = if w == 8 {
+                            u64::MAX
+                        } else {
+                            (1u64 << (8 * w)) - 1
+                        };
+                        for (k, &i) in sel.iter().enumerate() {
+                            let o = i as usize * w;
+                            let x = match data.get(o..o + 8) {
+                                Some(b) => {
+                                    u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) & mask
+                                }
+                                None => {
+                                    let mut b = [0u8; 8];
+                                    let v = data.get(o..o + w).unwrap_or(&[]);
+                                    b[..v.len()].copy_from_slice(v);
+                                    u64::from_le_bytes(b)
+                                }
+                            };
+                            packed[k] |= u128::from(x) << (8 * off);
+                        }
                     }
-                    packed[k] |= v;
+                    _ => {
+                        for (k, &i) in sel.iter().enumerate() {
+                            let bytes = cv.raw(i as usize).unwrap_or(&[]);
+                            let mut v = 0u128;
+                            for (b, &byte) in bytes.iter().enumerate() {
+                                v |= u128::from(byte) << (8 * (off + b));
+                            }
+                            packed[k] |= v;
+                        }
+                    }
                 }
             }
             let mut last: Option<(u128, u32)> = None;

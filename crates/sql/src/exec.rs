@@ -41,7 +41,7 @@ use futures::StreamExt;
 use crate::agg::AggOutputSpec;
 use crate::device::{Device, ScanSettings};
 use crate::join::{JoinRole, JoinSide};
-use crate::schema::column_array;
+use crate::schema::column_array_of;
 
 /// What one device scan did: the table, the strategy, what ran in the device, why the
 /// strategy was chosen and the modeled report.
@@ -272,6 +272,26 @@ impl DeviceScanExec {
             ..self.settings.options
         };
         let mut rows_out = 0usize;
+        // Projected rows wait here until a batch of DataFusion's size is full: device
+        // chunks are small (one result chunk of the device's buffer), and every batch
+        // costs each operator above its own overhead.
+        let mut pending: Vec<csd_query::RowChunk> = Vec::new();
+        let mut pending_rows = 0usize;
+        let flush = |pending: &mut Vec<csd_query::RowChunk>,
+                     pending_rows: &mut usize,
+                     emit: &mut dyn FnMut(RecordBatch)|
+         -> Result<()> {
+            if !pending.is_empty() {
+                let ScanOutput::Rows(idx) = &self.output else {
+                    return Ok(());
+                };
+                let b = rows_batch(&self.table, idx, &self.schema, pending)?;
+                emit(b.slice(0, (*pending_rows).min(b.num_rows())));
+            }
+            pending.clear();
+            *pending_rows = 0;
+            Ok(())
+        };
         let mut report = {
             let mut client = self.device.lock();
             // The join's registrations (and the probe side's releases) are this scan's
@@ -300,17 +320,20 @@ impl DeviceScanExec {
                 &opts,
                 &mut |chunk| {
                     match (&self.output, chunk) {
-                        (ScanOutput::Rows(idx), PartialResult::Rows(rows)) => {
+                        (ScanOutput::Rows(_), PartialResult::Rows(rows)) => {
                             if self.limit.is_some_and(|l| rows_out >= l) {
                                 return Ok(());
                             }
-                            let b = rows_batch(&self.table, idx, &self.schema, &rows)
-                                .map_err(|e| csd_host::HostError::Invalid(e.to_string()))?;
-                            let keep = self.limit.map_or(b.num_rows(), |l| {
-                                b.num_rows().min(l.saturating_sub(rows_out))
-                            });
+                            let keep = self
+                                .limit
+                                .map_or(rows.len(), |l| rows.len().min(l.saturating_sub(rows_out)));
                             rows_out += keep;
-                            emit(b.slice(0, keep));
+                            pending_rows += keep;
+                            pending.push(rows);
+                            if pending_rows >= BATCH_ROWS {
+                                flush(&mut pending, &mut pending_rows, emit)
+                                    .map_err(|e| csd_host::HostError::Invalid(e.to_string()))?;
+                            }
                         }
                         (ScanOutput::Partial(spec), PartialResult::Aggregate(state)) => {
                             // Each device chunk goes to DataFusion's final aggregate as
@@ -333,6 +356,11 @@ impl DeviceScanExec {
                     Ok(())
                 },
             );
+            let ran = ran.and_then(|r| {
+                flush(&mut pending, &mut pending_rows, emit)
+                    .map(|()| r)
+                    .map_err(|e| csd_host::HostError::Invalid(e.to_string()))
+            });
             if let Some(role) = &self.join
                 && role.side == JoinSide::Probe
             {
@@ -391,12 +419,16 @@ impl DeviceScanExec {
     }
 }
 
-/// Projected device rows as a record batch of `schema`.
+/// Rows projected by the device before they go to DataFusion in one batch: chunks up
+/// to this many (DataFusion's default batch size).
+const BATCH_ROWS: usize = 8192;
+
+/// Projected device rows (several chunks, in order) as one record batch of `schema`.
 fn rows_batch(
     table: &TableInfo,
     idx: &[usize],
     schema: &SchemaRef,
-    rows: &csd_query::RowChunk,
+    chunks: &[csd_query::RowChunk],
 ) -> Result<RecordBatch> {
     let mut cols: Vec<ArrayRef> = Vec::with_capacity(idx.len());
     for (out, &i) in idx.iter().enumerate() {
@@ -406,12 +438,15 @@ fn rows_batch(
             .get(i)
             .map(|c| c.ty)
             .ok_or_else(|| DataFusionError::Internal(format!("column {i} out of range")))?;
-        let data = rows
-            .column(out)
+        let parts = chunks
+            .iter()
+            .map(|c| c.column(out))
+            .collect::<Option<Vec<_>>>()
             .ok_or_else(|| DataFusionError::Internal(format!("device output {out} missing")))?;
-        cols.push(column_array(ty, data)?);
+        cols.push(column_array_of(ty, &parts)?);
     }
-    let opts = RecordBatchOptions::new().with_row_count(Some(rows.len()));
+    let rows = chunks.iter().map(csd_query::RowChunk::len).sum();
+    let opts = RecordBatchOptions::new().with_row_count(Some(rows));
     Ok(RecordBatch::try_new_with_options(
         schema.clone(),
         cols,

@@ -14,6 +14,7 @@ use csd_table::schema::{ColumnType, Schema, trim_char};
 use datafusion::arrow::array::{
     ArrayRef, Date32Array, Decimal128Array, Int32Array, Int64Array, StringBuilder,
 };
+use datafusion::arrow::buffer::ScalarBuffer;
 use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 
@@ -44,37 +45,74 @@ pub fn arrow_schema(schema: &Schema) -> SchemaRef {
 
 /// One column of device output as an Arrow array of the stored column type `ty`.
 pub fn column_array(ty: ColumnType, data: ColumnData<'_>) -> Result<ArrayRef, ArrowError> {
-    Ok(match (ty, data) {
-        (ColumnType::Int32, ColumnData::Num(v)) => Arc::new(Int32Array::from(
-            v.iter()
-                .map(|&x| i32::try_from(x))
-                .collect::<Result<Vec<i32>, _>>()
-                .map_err(|e| ArrowError::ComputeError(format!("INT32 value out of range: {e}")))?,
-        )),
-        (ColumnType::Int64, ColumnData::Num(v)) => Arc::new(Int64Array::from(v.to_vec())),
-        (ColumnType::Date, ColumnData::Num(v)) => Arc::new(Date32Array::from(
-            v.iter()
-                .map(|&x| i32::try_from(x))
-                .collect::<Result<Vec<i32>, _>>()
-                .map_err(|e| ArrowError::ComputeError(format!("DATE value out of range: {e}")))?,
-        )),
-        (ColumnType::Decimal { scale }, ColumnData::Num(v)) => Arc::new(
-            Decimal128Array::from_iter_values(v.iter().map(|&x| i128::from(x)))
-                .with_precision_and_scale(DECIMAL_PRECISION, scale as i8)?,
-        ),
-        (ColumnType::Char(_), ColumnData::Char { width, bytes }) => {
-            let n = bytes.len().checked_div(width).unwrap_or(0);
-            let mut b = StringBuilder::with_capacity(n, bytes.len());
-            for i in 0..n {
-                let s = trim_char(&bytes[i * width..(i + 1) * width]);
-                b.append_value(String::from_utf8_lossy(s));
+    column_array_of(ty, &[data])
+}
+
+/// One column of several device result chunks, in order, as one Arrow array of the
+/// stored column type `ty`: one pass writing the array's buffer, with a range check
+/// where the type narrows (`INT32` and `DATE` values travel as `i64`).
+pub fn column_array_of(ty: ColumnType, parts: &[ColumnData<'_>]) -> Result<ArrayRef, ArrowError> {
+    let nums = || {
+        parts
+            .iter()
+            .map(|p| match p {
+                ColumnData::Num(v) => Ok(*v),
+                ColumnData::Char { .. } => Err(wrong_representation(ty)),
+            })
+            .collect::<Result<Vec<&[i64]>, ArrowError>>()
+    };
+    let narrow = |what: &str| -> Result<Vec<i32>, ArrowError> {
+        let parts = nums()?;
+        let mut out = Vec::with_capacity(parts.iter().map(|v| v.len()).sum());
+        for v in parts {
+            if let Some(x) = v.iter().find(|&&x| i32::try_from(x).is_err()) {
+                return Err(ArrowError::ComputeError(format!(
+                    "{what} value {x} out of range"
+                )));
+            }
+            out.extend(v.iter().map(|&x| x as i32));
+        }
+        Ok(out)
+    };
+    Ok(match ty {
+        ColumnType::Int32 => Arc::new(Int32Array::from(narrow("INT32")?)),
+        ColumnType::Date => Arc::new(Date32Array::from(narrow("DATE")?)),
+        ColumnType::Int64 => Arc::new(Int64Array::from(nums()?.concat())),
+        ColumnType::Decimal { scale } => {
+            let parts = nums()?;
+            let mut out: Vec<i128> = Vec::with_capacity(parts.iter().map(|v| v.len()).sum());
+            for v in parts {
+                out.extend(v.iter().map(|&x| i128::from(x)));
+            }
+            Arc::new(
+                Decimal128Array::new(ScalarBuffer::from(out), None)
+                    .with_precision_and_scale(DECIMAL_PRECISION, scale as i8)?,
+            )
+        }
+        ColumnType::Char(_) => {
+            let (mut n, mut bytes_total) = (0, 0);
+            for p in parts {
+                if let ColumnData::Char { width, bytes } = p {
+                    n += bytes.len().checked_div(*width).unwrap_or(0);
+                    bytes_total += bytes.len();
+                }
+            }
+            let mut b = StringBuilder::with_capacity(n, bytes_total);
+            for p in parts {
+                let ColumnData::Char { width, bytes } = p else {
+                    return Err(wrong_representation(ty));
+                };
+                for v in bytes.chunks_exact((*width).max(1)) {
+                    b.append_value(String::from_utf8_lossy(trim_char(v)));
+                }
             }
             Arc::new(b.finish())
         }
-        (ty, _) => {
-            return Err(ArrowError::ComputeError(format!(
-                "device column of type {ty:?} came back in the wrong representation"
-            )));
-        }
     })
+}
+
+fn wrong_representation(ty: ColumnType) -> ArrowError {
+    ArrowError::ComputeError(format!(
+        "device column of type {ty:?} came back in the wrong representation"
+    ))
 }
