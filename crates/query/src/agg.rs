@@ -26,6 +26,7 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The group index's hasher: foldhash with a fixed seed. Group keys come from table
 /// pages, not from an adversary, and SipHash was most of a 200K-group aggregation's
@@ -254,10 +255,12 @@ fn better(max: bool, new: i64, old: i64) -> bool {
 /// The partial (or final) state of an aggregation; see the [module docs](self).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AggState {
-    funcs: Vec<AggFunc>,
-    arg_types: Vec<Option<DataType>>,
+    /// The aggregation's shape, shared by every state of it (a state is cloned per
+    /// page evaluated ahead: these are not copied).
+    funcs: Arc<[AggFunc]>,
+    arg_types: Arc<[Option<DataType>]>,
     /// (schema index, stored type, offset in the key) per grouping column.
-    group_cols: Vec<(usize, ColumnType, usize)>,
+    group_cols: Arc<[(usize, ColumnType, usize)]>,
     key_width: usize,
     keys: Vec<u8>,
     /// Rows folded into each group (every `COUNT`, and the divisor of `AVG`).
@@ -289,7 +292,7 @@ impl AggState {
                 .iter()
                 .map(|a| a.arg.as_ref().map(|e| e.ty))
                 .collect(),
-            group_cols,
+            group_cols: group_cols.into(),
             key_width: off,
             keys: Vec::new(),
             rows: Vec::new(),
@@ -305,8 +308,9 @@ impl AggState {
             limit: limit.max(1),
         };
         if state.group_cols.is_empty() {
-            // the one global group exists even when no row is selected
-            state.push_group(&[]);
+            // The one global group exists even when no row is selected; it is always
+            // group 0 and never looked up.
+            state.append_group(&[]);
         }
         state
     }
@@ -445,7 +449,7 @@ impl AggState {
         if self.key_width <= 16 {
             packed.clear();
             packed.resize(sel.len(), 0);
-            for &(c, _, off) in &cols {
+            for &(c, _, off) in cols.iter() {
                 let cv = view.column(c)?;
                 let w = cv.width();
                 match cv.contiguous() {
@@ -505,7 +509,7 @@ impl AggState {
             let w = self.key_width;
             keybuf.clear();
             keybuf.resize(sel.len() * w, 0);
-            for &(c, _, off) in &cols {
+            for &(c, _, off) in cols.iter() {
                 let cv = view.column(c)?;
                 for (k, &i) in sel.iter().enumerate() {
                     let bytes = cv.raw(i as usize).unwrap_or(&[]);
@@ -638,9 +642,14 @@ impl AggState {
         let overflow = || EvalError::Overflow {
             expr: "merging partial sums".into(),
         };
+        let grouped = !self.group_cols.is_empty();
         for g in 0..other.groups {
             let key = &other.keys[g * w..(g + 1) * w];
-            let mine = self.lookup_bytes(key)? as usize;
+            let mine = if grouped {
+                self.lookup_bytes(key)? as usize
+            } else {
+                0
+            };
             self.rows[mine] = self.rows[mine]
                 .checked_add(other.rows[g])
                 .ok_or_else(overflow)?;
