@@ -271,26 +271,11 @@ impl DeviceScanExec {
             strategy,
             ..self.settings.options
         };
-        let mut rows_out = 0usize;
-        // Projected rows wait here until a batch of DataFusion's size is full: device
-        // chunks are small (one result chunk of the device's buffer), and every batch
-        // costs each operator above its own overhead.
-        let mut pending: Vec<csd_query::RowChunk> = Vec::new();
-        let mut pending_rows = 0usize;
-        let flush = |pending: &mut Vec<csd_query::RowChunk>,
-                     pending_rows: &mut usize,
-                     emit: &mut dyn FnMut(RecordBatch)|
-         -> Result<()> {
-            if !pending.is_empty() {
-                let ScanOutput::Rows(idx) = &self.output else {
-                    return Ok(());
-                };
-                let b = rows_batch(&self.table, idx, &self.schema, pending)?;
-                emit(b.slice(0, (*pending_rows).min(b.num_rows())));
-            }
-            pending.clear();
-            *pending_rows = 0;
-            Ok(())
+        let mut out = ScanSink {
+            exec: self,
+            rows_out: 0,
+            pending: Vec::new(),
+            pending_rows: 0,
         };
         let mut report = {
             let mut client = self.device.lock();
@@ -318,49 +303,9 @@ impl DeviceScanExec {
                 &self.program,
                 &self.device.config,
                 &opts,
-                &mut |chunk| {
-                    match (&self.output, chunk) {
-                        (ScanOutput::Rows(_), PartialResult::Rows(rows)) => {
-                            if self.limit.is_some_and(|l| rows_out >= l) {
-                                return Ok(());
-                            }
-                            let keep = self
-                                .limit
-                                .map_or(rows.len(), |l| rows.len().min(l.saturating_sub(rows_out)));
-                            rows_out += keep;
-                            pending_rows += keep;
-                            pending.push(rows);
-                            if pending_rows >= BATCH_ROWS {
-                                flush(&mut pending, &mut pending_rows, emit)
-                                    .map_err(|e| csd_host::HostError::Invalid(e.to_string()))?;
-                            }
-                        }
-                        (ScanOutput::Partial(spec), PartialResult::Aggregate(state)) => {
-                            // Each device chunk goes to DataFusion's final aggregate as
-                            // it is: groups the device had to hand over early (its arena
-                            // bounded each chunk, not their union) meet again there, in
-                            // DataFusion's vectorized, partitioned merge rather than in
-                            // one host hash table.
-                            let b = spec
-                                .to_batch(&state, &self.schema)
-                                .map_err(|e| csd_host::HostError::Invalid(e.to_string()))?;
-                            rows_out += b.num_rows();
-                            emit(b);
-                        }
-                        _ => {
-                            return Err(csd_host::HostError::Invalid(
-                                "the device returned another kind of result than planned".into(),
-                            ));
-                        }
-                    }
-                    Ok(())
-                },
+                &mut |chunk| out.take(chunk, emit).map_err(host_error),
             );
-            let ran = ran.and_then(|r| {
-                flush(&mut pending, &mut pending_rows, emit)
-                    .map(|()| r)
-                    .map_err(|e| csd_host::HostError::Invalid(e.to_string()))
-            });
+            let ran = ran.and_then(|r| out.flush(emit).map(|()| r).map_err(host_error));
             if let Some(role) = &self.join
                 && role.side == JoinSide::Probe
             {
@@ -377,6 +322,7 @@ impl DeviceScanExec {
         // The scan's result is what it hands to DataFusion: rows of a projection (up to
         // its limit), or the groups of every partial-aggregation chunk (a device may hand
         // one group over in several chunks; the final aggregate merges them).
+        let rows_out = out.rows_out;
         report.result_rows = rows_out as u64;
         if let (Some(role), Some(JoinRead::Build { .. })) = (&self.join, opts.join) {
             role.link.set_ready(true);
@@ -422,6 +368,74 @@ impl DeviceScanExec {
 /// Rows projected by the device before they go to DataFusion in one batch: chunks up
 /// to this many (DataFusion's default batch size).
 const BATCH_ROWS: usize = 8192;
+
+/// Where a scan's device chunks go: projected rows wait until a batch of DataFusion's
+/// size is full (device chunks are small, one result chunk of the device's buffer, and
+/// every batch costs each operator above its own overhead), up to the scan's limit;
+/// each partial-aggregation chunk goes on at once.
+struct ScanSink<'a> {
+    exec: &'a DeviceScanExec,
+    /// Rows (or partial groups) handed to DataFusion so far, the limit applied.
+    rows_out: usize,
+    pending: Vec<csd_query::RowChunk>,
+    /// Rows of `pending` to hand over (the last chunk may be cut by the limit).
+    pending_rows: usize,
+}
+
+impl ScanSink<'_> {
+    /// Takes one device chunk.
+    fn take(&mut self, chunk: PartialResult, emit: &mut dyn FnMut(RecordBatch)) -> Result<()> {
+        let x = self.exec;
+        match (&x.output, chunk) {
+            (ScanOutput::Rows(_), PartialResult::Rows(rows)) => {
+                if x.limit.is_some_and(|l| self.rows_out >= l) {
+                    return Ok(());
+                }
+                let keep = x.limit.map_or(rows.len(), |l| {
+                    rows.len().min(l.saturating_sub(self.rows_out))
+                });
+                self.rows_out += keep;
+                self.pending_rows += keep;
+                self.pending.push(rows);
+                if self.pending_rows >= BATCH_ROWS {
+                    self.flush(emit)?;
+                }
+            }
+            (ScanOutput::Partial(spec), PartialResult::Aggregate(state)) => {
+                // Each device chunk goes to DataFusion's final aggregate as it is: groups
+                // the device had to hand over early (its arena bounded each chunk, not
+                // their union) meet again there, in DataFusion's vectorized, partitioned
+                // merge rather than in one host hash table.
+                let b = spec.to_batch(&state, &x.schema)?;
+                self.rows_out += b.num_rows();
+                emit(b);
+            }
+            _ => {
+                return Err(DataFusionError::Execution(
+                    "the device returned another kind of result than planned".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the waiting rows over as one batch.
+    fn flush(&mut self, emit: &mut dyn FnMut(RecordBatch)) -> Result<()> {
+        if let (false, ScanOutput::Rows(idx)) = (self.pending.is_empty(), &self.exec.output) {
+            let x = self.exec;
+            let b = rows_batch(&x.table, idx, &x.schema, &self.pending)?;
+            emit(b.slice(0, self.pending_rows.min(b.num_rows())));
+        }
+        self.pending.clear();
+        self.pending_rows = 0;
+        Ok(())
+    }
+}
+
+/// A DataFusion error inside the device scan's sink, as the host's error type.
+fn host_error(e: DataFusionError) -> csd_host::HostError {
+    csd_host::HostError::Invalid(e.to_string())
+}
 
 /// Projected device rows (several chunks, in order) as one record batch of `schema`.
 fn rows_batch(
