@@ -222,6 +222,21 @@ fn filters_projections_and_aggregates_run_in_the_device() {
         a.batches.iter().map(RecordBatch::num_rows).sum::<usize>(),
         7
     );
+    // A limit across several device chunks and batches: exactly that many rows, the
+    // first ones of the table in scan order, and the scan's report counts them.
+    let all = s.run("select l_orderkey from lineitem").expect("all");
+    let a = s
+        .run("select l_orderkey from lineitem limit 10000")
+        .expect("limit 10000");
+    assert_eq!(
+        a.batches.iter().map(RecordBatch::num_rows).sum::<usize>(),
+        10_000
+    );
+    assert_eq!(
+        rows_of(&a.batches),
+        rows_of(&all.batches)[..10_000].to_vec()
+    );
+    assert_eq!(a.scans.first().map(|r| r.report.result_rows), Some(10_000));
 }
 
 fn rows_of(b: &[RecordBatch]) -> Vec<Vec<String>> {
