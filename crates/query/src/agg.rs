@@ -79,35 +79,38 @@ impl PackedIndex {
         (x.wrapping_mul(K) >> self.shift) as usize
     }
 
-    /// The group of `p`, or the empty slot where it would go (`usize::MAX`: no table
-    /// yet).
+    /// The group of `p`, if the table holds it.
     #[inline(always)]
-    fn find(&self, p: u128, keys: &[u128]) -> Result<u32, usize> {
+    fn find(&self, p: u128, keys: &[u128]) -> Option<u32> {
         if self.slots.is_empty() {
-            return Err(usize::MAX);
+            return None;
         }
         let mask = self.slots.len() - 1;
         let mut i = self.home(p);
         loop {
             match self.slots[i] {
-                0 => return Err(i),
-                s if keys[(s - 1) as usize] == p => return Ok(s - 1),
+                0 => return None,
+                s if keys[(s - 1) as usize] == p => return Some(s - 1),
                 _ => i = (i + 1) & mask,
             }
         }
     }
 
-    /// Records the newest group (`keys.len() - 1`, whose key is already last in `keys`)
-    /// at `slot`, which [`PackedIndex::find`] returned for it; past half full the table
-    /// doubles.
+    /// Records the newest group (`keys.len() - 1`, whose key is last in `keys` and not
+    /// in the table yet); past half full the table doubles.
     #[inline]
-    fn insert(&mut self, slot: usize, keys: &[u128]) {
+    fn insert(&mut self, keys: &[u128]) {
         let n = keys.len();
-        if slot == usize::MAX || n * 2 > self.slots.len() {
+        if n * 2 > self.slots.len() {
             self.rebuild((n * 2).next_power_of_two(), keys);
-        } else {
-            self.slots[slot] = n as u32;
+            return;
         }
+        let mask = self.slots.len() - 1;
+        let mut i = keys.last().map_or(0, |&p| self.home(p));
+        while self.slots[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.slots[i] = n as u32;
     }
 
     /// Makes room for `groups` groups without growing again.
@@ -136,17 +139,8 @@ impl PackedIndex {
     /// Hints the cache line of `p`'s home slot (no effect on anything else).
     #[inline(always)]
     fn prefetch(&self, p: u128) {
-        if let Some(s) = self.slots.get(self.home_or_zero(p)) {
-            csd_sim::prefetch::value(s);
-        }
-    }
-
-    #[inline(always)]
-    fn home_or_zero(&self, p: u128) -> usize {
-        if self.slots.is_empty() {
-            0
-        } else {
-            self.home(p)
+        if !self.slots.is_empty() {
+            csd_sim::prefetch::value(&self.slots[self.home(p)]);
         }
     }
 }
@@ -330,8 +324,7 @@ impl AggState {
         let g = self.groups as u32;
         if self.key_width <= 16 {
             let p = pack(key);
-            let slot = self.packed_index.find(p, &self.packed).err();
-            self.insert_packed(p, slot.unwrap_or(usize::MAX));
+            self.insert_packed(p);
         } else {
             self.bytes_index.insert(key.to_vec(), g);
             self.append_group(key);
@@ -369,23 +362,12 @@ impl AggState {
         self.append_group(&bytes[..self.key_width]);
     }
 
-    /// Appends a new group of key `p`, which the index does not hold; `slot` is where
-    /// [`PackedIndex::find`] said it goes.
-    fn insert_packed(&mut self, p: u128, slot: usize) -> u32 {
-        let g = self.groups;
-        let before = self.packed_index.slots.len();
+    /// Appends a new group of key `p`, which the index does not hold.
+    fn insert_packed(&mut self, p: u128) -> u32 {
+        let g = self.groups as u32;
         self.append_packed(p);
-        // `append_packed` may have sized the table anew: the slot found is then stale.
-        let slot = if self.packed_index.slots.len() == before {
-            slot
-        } else {
-            self.packed_index
-                .find(p, &self.packed[..g])
-                .err()
-                .unwrap_or(usize::MAX)
-        };
-        self.packed_index.insert(slot, &self.packed);
-        g as u32
+        self.packed_index.insert(&self.packed);
+        g
     }
 
     /// Lets the state grow without a group limit (where states are only packaged
@@ -410,15 +392,12 @@ impl AggState {
         {
             return Ok(g as u32);
         }
-        // One probe: a hit returns, a miss inserts where the probe ended.
         match self.packed_index.find(p, &self.packed) {
-            Ok(g) => Ok(g),
-            Err(slot) => {
-                if self.groups >= self.limit {
-                    return Err(EvalError::TooManyGroups { limit: self.limit });
-                }
-                Ok(self.insert_packed(p, slot))
+            Some(g) => Ok(g),
+            None if self.groups >= self.limit => {
+                Err(EvalError::TooManyGroups { limit: self.limit })
             }
+            None => Ok(self.insert_packed(p)),
         }
     }
 
@@ -453,28 +432,12 @@ impl AggState {
                 let cv = view.column(c)?;
                 let w = cv.width();
                 match cv.contiguous() {
-                    // A minipage of values of at most 8 bytes: one 8-byte load per row
-                    // (masked to the value), the bytes little-endian as below.
-                    Some(data) if w <= 8 && w > 0 => {
-                        let mask = if w == 8 {
-                            u64::MAX
-                        } else {
-                            (1u64 << (8 * w)) - 1
-                        };
+                    // A minipage: one masked load per row (the bytes little-endian, as
+                    // below).
+                    Some(data) if (1..=16).contains(&w) => {
                         for (k, &i) in sel.iter().enumerate() {
-                            let o = i as usize * w;
-                            let x = match data.get(o..o + 8) {
-                                Some(b) => {
-                                    u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) & mask
-                                }
-                                None => {
-                                    let mut b = [0u8; 8];
-                                    let v = data.get(o..o + w).unwrap_or(&[]);
-                                    b[..v.len()].copy_from_slice(v);
-                                    u64::from_le_bytes(b)
-                                }
-                            };
-                            packed[k] |= u128::from(x) << (8 * off);
+                            packed[k] |=
+                                crate::kernels::value_bits(data, i as usize, w) << (8 * off);
                         }
                     }
                     _ => {
@@ -827,7 +790,7 @@ mod tests {
                 prop_assert_eq!(st.group_count(), model.len());
             }
             for (&p, &g) in &model {
-                prop_assert_eq!(st.packed_index.find(p, &st.packed), Ok(g));
+                prop_assert_eq!(st.packed_index.find(p, &st.packed), Some(g));
                 prop_assert_eq!(st.packed[g as usize], p);
             }
         }

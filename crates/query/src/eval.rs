@@ -630,8 +630,7 @@ impl<'r, 'a> Run<'r, 'a> {
                 _ => None,
             };
             if let Some((data, w, c)) = eq {
-                let consts: Vec<Vec<u8>> = kernels::pad_char_const(c, w).into_iter().collect();
-                kernels::filter_char_in(data, w, &consts, op == CmpOp::Ne, sel, out);
+                kernels::filter_char_in(data, w, &[c], op == CmpOp::Ne, sel, out);
             } else {
                 filter_by(sel, out, |_, i| op.holds(cmp_padded(l.at(i), r.at(i))));
             }
@@ -671,10 +670,10 @@ impl<'r, 'a> Run<'r, 'a> {
             let x = CharOp::of(self.view, expr)?;
             self.c.touch(sel.len(), x.width());
             if let Some((data, w)) = x.minipage() {
-                let consts: Vec<Vec<u8>> = list
+                let consts: Vec<&[u8]> = list
                     .iter()
                     .filter_map(|c| match c {
-                        Const::Char(b) => kernels::pad_char_const(b, w),
+                        Const::Char(b) => Some(b.as_slice()),
                         _ => None,
                     })
                     .collect();

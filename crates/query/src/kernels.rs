@@ -186,63 +186,70 @@ pub(crate) fn filter_by(sel: &[u32], out: &mut Vec<u32>, keep: impl Fn(usize, us
     out.truncate(k);
 }
 
-/// A `CHAR` constant as the `width` stored bytes it equals under padded comparison
-/// ([`cmp_padded`]): padded with spaces to `width`; `None` if it is longer than `width`
-/// with anything but spaces beyond (no stored value equals it).
-pub(crate) fn pad_char_const(c: &[u8], width: usize) -> Option<Vec<u8>> {
-    if c.len() > width {
-        c[width..]
-            .iter()
-            .all(|&b| b == b' ')
-            .then(|| c[..width].to_vec())
-    } else {
-        let mut v = c.to_vec();
-        v.resize(width, b' ');
-        Some(v)
+/// The `width`-byte value `i` of `data` (values back to back, e.g. a PAX minipage)
+/// as a little-endian integer, zero-extended: one masked 16-byte load where the
+/// minipage has room after the value. `width` is 1 to 16; a value past the end reads
+/// as the bytes there are.
+#[inline(always)]
+pub(crate) fn value_bits(data: &[u8], i: usize, width: usize) -> u128 {
+    let o = i * width;
+    match data.get(o..o + 16) {
+        Some(b) => {
+            let v = u128::from_le_bytes(b.try_into().unwrap_or([0; 16]));
+            if width >= 16 {
+                v
+            } else {
+                v & ((1u128 << (8 * width)) - 1)
+            }
+        }
+        None => {
+            let mut b = [0u8; 16];
+            let v = data.get(o..(o + width).min(data.len())).unwrap_or(&[]);
+            b[..v.len().min(16)].copy_from_slice(&v[..v.len().min(16)]);
+            u128::from_le_bytes(b)
+        }
     }
 }
 
-/// Rows of `sel` whose `CHAR(width)` value equals one of `consts` (each already padded
-/// to `width` by [`pad_char_const`]), or none of them when `negated`. `data` holds the
-/// values back to back (a PAX minipage). Padded comparison of a stored value with a
-/// padded constant is byte equality, so a row is one fixed-width equality: for widths
-/// up to 16 bytes one masked 16-byte load compared with each constant as an integer.
+/// Rows of `sel` whose `CHAR(width)` value equals one of `consts` under padded
+/// comparison ([`cmp_padded`]), or none of them when `negated`. `data` holds the values
+/// back to back (a PAX minipage). Each constant is padded with spaces to `width` once
+/// (one longer than `width` with anything but spaces beyond equals no value), so a row
+/// is one fixed-width equality: for widths up to 16 bytes one masked load compared with
+/// each constant as an integer.
 pub(crate) fn filter_char_in(
     data: &[u8],
     width: usize,
-    consts: &[Vec<u8>],
+    consts: &[&[u8]],
     negated: bool,
     sel: &[u32],
     out: &mut Vec<u32>,
 ) {
+    let padded: Vec<Vec<u8>> = consts
+        .iter()
+        .filter_map(|c| {
+            if c.len() > width {
+                c[width..]
+                    .iter()
+                    .all(|&b| b == b' ')
+                    .then(|| c[..width].to_vec())
+            } else {
+                let mut v = c.to_vec();
+                v.resize(width, b' ');
+                Some(v)
+            }
+        })
+        .collect();
     if width == 0 || width > 16 {
         filter_by(sel, out, |_, i| {
             let v = data.get(i * width..(i + 1) * width).unwrap_or(&[]);
-            consts.iter().any(|c| c.as_slice() == v) != negated
+            padded.iter().any(|c| c.as_slice() == v) != negated
         });
         return;
     }
-    let mask = if width == 16 {
-        u128::MAX
-    } else {
-        (1u128 << (8 * width)) - 1
-    };
-    let load = |bytes: &[u8]| {
-        let mut b = [0u8; 16];
-        b[..bytes.len()].copy_from_slice(bytes);
-        u128::from_le_bytes(b)
-    };
-    let keys: Vec<u128> = consts
-        .iter()
-        .map(|c| load(&c[..width.min(c.len())]))
-        .collect();
+    let keys: Vec<u128> = padded.iter().map(|c| value_bits(c, 0, width)).collect();
     filter_by(sel, out, |_, i| {
-        let o = i * width;
-        let v = match data.get(o..o + 16) {
-            Some(b) => u128::from_le_bytes(b.try_into().unwrap_or([0; 16])) & mask,
-            None => load(data.get(o..o + width).unwrap_or(&[])),
-        };
-        keys.contains(&v) != negated
+        keys.contains(&value_bits(data, i, width)) != negated
     });
 }
 
@@ -597,10 +604,9 @@ mod tests {
         ) {
             let data: Vec<u8> = rows.iter().flat_map(|r| r[..width].iter().copied()).collect();
             let sel: Vec<u32> = (0..rows.len() as u32).collect();
-            let padded: Vec<Vec<u8>> =
-                consts.iter().filter_map(|c| pad_char_const(c, width)).collect();
+            let refs: Vec<&[u8]> = consts.iter().map(Vec::as_slice).collect();
             let mut got = Vec::new();
-            filter_char_in(&data, width, &padded, negated, &sel, &mut got);
+            filter_char_in(&data, width, &refs, negated, &sel, &mut got);
             let want: Vec<u32> = sel
                 .iter()
                 .copied()
