@@ -71,6 +71,7 @@ fn shell_reads_statements_from_a_pipe_and_goes_on_after_an_error() {
     assert!(stdout.contains("(1 tables)"), "{stdout}");
     assert!(stdout.contains("table s4 (nsm): 3000 rows"), "{stdout}");
     assert!(stdout.contains("INT32"), "{stdout}");
+    assert!(stdout.contains("distinct (est.)"), "{stdout}");
     // The multi-line statement ran with its report; then CSV after \f csv.
     assert!(stdout.contains("│ 300 │"), "{stdout}");
     assert!(stdout.contains("modeled device time"), "{stdout}");

@@ -34,6 +34,7 @@ pub mod rowstore;
 pub mod scan;
 pub mod shared;
 pub mod slotted;
+mod stats;
 
 pub use catalog::{Catalog, LoadReport, TableIndex, TableInfo, check_table_name, same_name};
 pub use client::{Client, CommandIssuer, HostError};

@@ -660,15 +660,26 @@ impl ArraySession {
     }
 
     /// The whole table `name` as one catalog entry (rows and pages of every device;
-    /// the first device's extent).
+    /// the first device's extent). A column's distinct values are the sum of the
+    /// devices' (exact for a key striped across them, an overestimate for a column
+    /// whose values repeat on every device), at most the rows.
     pub fn table_info(&self, name: &str) -> Option<TableInfo> {
         let t = self
             .placements
             .iter()
             .position(|p| csd_host::same_name(&p.name, name))?;
-        let mut info = self.infos[t].first()?.clone();
+        let members = &self.infos[t];
+        let mut info = members.first()?.clone();
         info.rows = self.placements[t].rows;
         info.pages = self.placements[t].pages;
+        info.distinct = members
+            .iter()
+            .try_fold(vec![0u64; info.schema.len()], |mut sum, m| {
+                for (s, d) in sum.iter_mut().zip(m.distinct.as_ref()?) {
+                    *s = s.saturating_add(*d).min(info.rows);
+                }
+                Some(sum)
+            });
         Some(info)
     }
 

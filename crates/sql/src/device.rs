@@ -133,19 +133,51 @@ impl ScanSettings {
     }
 }
 
-/// Estimated fraction of rows a predicate keeps (System R defaults).
+/// Estimated fraction of rows a predicate keeps (System R defaults). The strategy
+/// choice ([`auto`]) uses these fixed defaults, so its picks do not depend on what a
+/// load measured.
 pub fn selectivity(e: &Expr) -> f64 {
+    selectivity_with(e, &|_| None)
+}
+
+/// [`selectivity`] knowing some columns' distinct values (`ndv`, by schema index):
+/// `column = constant` keeps `1 / ndv`, `column <> constant` all but that, and
+/// `column IN (k constants)` keeps `k / ndv` (values assumed equally frequent). The
+/// planner's row estimates use it ([`crate::exec`]).
+pub fn selectivity_with(e: &Expr, ndv: &dyn Fn(usize) -> Option<u64>) -> f64 {
+    // `1 / ndv` of the column `e` is, if known.
+    let one_in = |e: &Expr| match &e.kind {
+        ExprKind::Column { index, .. } => ndv(*index).filter(|&n| n > 0).map(|n| 1.0 / n as f64),
+        _ => None,
+    };
+    let is_const = |e: &Expr| matches!(e.kind, ExprKind::Const(_));
     match &e.kind {
-        ExprKind::And(es) => es.iter().map(selectivity).product(),
-        ExprKind::Or(es) => es.iter().map(selectivity).sum::<f64>().min(1.0),
-        ExprKind::Not(x) => 1.0 - selectivity(x),
-        ExprKind::Cmp { op, .. } => match op {
-            CmpOp::Eq => 0.1,
-            CmpOp::Ne => 0.9,
-            _ => 1.0 / 3.0,
-        },
-        ExprKind::InList { list, negated, .. } => {
-            let s = (0.1 * list.len() as f64).min(1.0);
+        ExprKind::And(es) => es.iter().map(|x| selectivity_with(x, ndv)).product(),
+        ExprKind::Or(es) => es
+            .iter()
+            .map(|x| selectivity_with(x, ndv))
+            .sum::<f64>()
+            .min(1.0),
+        ExprKind::Not(x) => 1.0 - selectivity_with(x, ndv),
+        ExprKind::Cmp { op, left, right } => {
+            let eq = match (is_const(left), is_const(right)) {
+                (false, true) => one_in(left),
+                (true, false) => one_in(right),
+                _ => None,
+            };
+            match op {
+                CmpOp::Eq => eq.unwrap_or(0.1),
+                CmpOp::Ne => eq.map_or(0.9, |s| 1.0 - s),
+                _ => 1.0 / 3.0,
+            }
+        }
+        ExprKind::InList {
+            expr,
+            list,
+            negated,
+        } => {
+            let per = one_in(expr).unwrap_or(0.1);
+            let s = (per * list.len() as f64).min(1.0);
             if *negated { 1.0 - s } else { s }
         }
         ExprKind::Like { negated, .. } => {

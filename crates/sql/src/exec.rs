@@ -15,6 +15,16 @@
 //! side finished in this run and otherwise scans plainly (said in the scan's "why"), and
 //! releases both registrations when it is done. Their modeled time is the scan's setup
 //! time (`QueryReport::setup_ns`, in its modeled total).
+//!
+//! Runtime filters: DataFusion's hash joins and top-K sorts push *dynamic* filters
+//! down to the scans below them (the build side's keys once it is built, the K-th best
+//! value so far) in its post-optimization filter pushdown. A device scan takes them
+//! ([`ExecutionPlan::handle_child_pushdown_result`]) and applies them in the host to
+//! every batch the device hands over, before any operator above sees it: the device
+//! program, and so every modeled figure, stays what was planned; only the host's work
+//! above the scan shrinks (TPC-H Q17's final aggregate merges the few groups the join
+//! needs instead of every partial group, Q18's joins see the orders of 57 keys). A
+//! filter not yet complete (the join still building) is `true` and keeps every row.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,14 +32,20 @@ use std::sync::{Arc, Mutex, PoisonError};
 use csd_device::{Command, Payload};
 use csd_host::{CommandIssuer, JoinRead, QueryReport, ScanOptions, Strategy, TableInfo, run_scan};
 use csd_query::{PartialResult, Plan};
-use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result, Statistics};
 use datafusion::execution::TaskContext;
+use datafusion::physical_expr::DynamicFilterTracking;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
+};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -102,6 +118,9 @@ pub struct DeviceScanExec {
     pub(crate) filter_text: Option<String>,
     /// The scan's side of a FLIXR join bitmap ([`crate::join`]), if any.
     pub(crate) join: Option<JoinRole>,
+    /// Dynamic filters from operators above, applied in the host to the device's
+    /// output (see the [module docs](self)).
+    runtime_filters: Vec<Arc<dyn PhysicalExpr>>,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
 }
@@ -137,6 +156,7 @@ impl DeviceScanExec {
             limit,
             filter_text,
             join: None,
+            runtime_filters: Vec::new(),
             metrics: ExecutionPlanMetricsSet::new(),
             cache,
         }
@@ -432,6 +452,37 @@ impl ScanSink<'_> {
     }
 }
 
+/// A scan's runtime filters and the count of rows they removed.
+#[derive(Clone)]
+struct RuntimeFilters {
+    exprs: Vec<Arc<dyn PhysicalExpr>>,
+    /// Rows removed (`None`: no filters).
+    pruned: Option<datafusion::physical_plan::metrics::Count>,
+}
+
+impl RuntimeFilters {
+    /// The rows of `batch` every filter keeps (a null verdict drops the row).
+    fn apply(&self, mut batch: RecordBatch) -> Result<RecordBatch> {
+        for f in &self.exprs {
+            let rows = batch.num_rows();
+            let verdict = f.evaluate(&batch)?.into_array(rows)?;
+            let Some(mask) = verdict.as_any().downcast_ref::<BooleanArray>() else {
+                return Err(DataFusionError::Internal(format!(
+                    "runtime filter {f} is not a predicate"
+                )));
+            };
+            if mask.null_count() == 0 && mask.true_count() == rows {
+                continue;
+            }
+            batch = filter_record_batch(&batch, mask)?;
+            if let Some(p) = &self.pruned {
+                p.add(rows - batch.num_rows());
+            }
+        }
+        Ok(batch)
+    }
+}
+
 /// A DataFusion error inside the device scan's sink, as the host's error type.
 fn host_error(e: DataFusionError) -> csd_host::HostError {
     csd_host::HostError::Invalid(e.to_string())
@@ -477,7 +528,11 @@ impl DisplayAs for DeviceScanExec {
             self.table.layout,
             self.describe(),
             self.settings.describe()
-        )
+        )?;
+        for rf in &self.runtime_filters {
+            write!(f, ", runtime filter {rf}")?;
+        }
+        Ok(())
     }
 }
 
@@ -496,9 +551,46 @@ impl ExecutionPlan for DeviceScanExec {
 
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
+        for rf in &self.runtime_filters {
+            if f(rf)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
         Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        // Static filters reached the device program through the table provider; only
+        // the dynamic ones of the post-optimization phase are taken here.
+        let mut taken = Vec::new();
+        let verdicts = child_pushdown_result
+            .parent_filters
+            .into_iter()
+            .map(|p| {
+                if phase == FilterPushdownPhase::Post
+                    && DynamicFilterTracking::classify(&p.filter).contains_dynamic_filter()
+                {
+                    taken.push(p.filter);
+                    PushedDown::Yes
+                } else {
+                    PushedDown::No
+                }
+            })
+            .collect();
+        let prop = FilterPushdownPropagation::with_parent_pushdown_result(verdicts);
+        if taken.is_empty() {
+            return Ok(prop);
+        }
+        let mut new = self.clone_for_run();
+        new.runtime_filters.extend(taken);
+        Ok(prop.with_updated_node(Arc::new(new)))
     }
 
     fn replace_children(
@@ -531,6 +623,11 @@ impl ExecutionPlan for DeviceScanExec {
         }
         let me = self.clone_for_run();
         let schema = self.schema.clone();
+        let filters = RuntimeFilters {
+            exprs: self.runtime_filters.clone(),
+            pruned: (!self.runtime_filters.is_empty())
+                .then(|| MetricBuilder::new(&self.metrics).global_counter("runtime_filtered_rows")),
+        };
         // The scan runs on a blocking thread and hands each batch over as soon as the
         // device produced it, so DataFusion's operators above work on the other cores
         // meanwhile. The channel is unbounded: a scan never waits for its consumer, so
@@ -549,15 +646,21 @@ impl ExecutionPlan for DeviceScanExec {
                     let _ = tx.send(Err(e));
                 }
             });
-            futures::stream::unfold((rx, Some(task)), |(mut rx, task)| async move {
-                if let Some(item) = rx.recv().await {
-                    return Some((item, (rx, task)));
-                }
-                // The channel closed: the scan ended or panicked; a panic is an error,
-                // never a silently short result.
-                match task?.await {
-                    Ok(()) => None,
-                    Err(e) => Some((Err(DataFusionError::External(Box::new(e))), (rx, None))),
+            futures::stream::unfold((rx, Some(task)), move |(mut rx, task)| {
+                let filters = filters.clone();
+                async move {
+                    while let Some(item) = rx.recv().await {
+                        match item.and_then(|b| filters.apply(b)) {
+                            Ok(b) if b.num_rows() == 0 => continue,
+                            item => return Some((item, (rx, task))),
+                        }
+                    }
+                    // The channel closed: the scan ended or panicked; a panic is an error,
+                    // never a silently short result.
+                    match task?.await {
+                        Ok(()) => None,
+                        Err(e) => Some((Err(DataFusionError::External(Box::new(e))), (rx, None))),
+                    }
                 }
             })
         })
@@ -592,30 +695,61 @@ const FILTER_SELECTIVITY_PERCENT: usize = 20;
 
 impl DeviceScanExec {
     /// What the optimizer may assume about this scan's output: the catalog's row count
-    /// (exact without a filter, DataFusion's default selectivity with one), capped by a
-    /// pushed limit, and bytes from the projected columns' widths. Join selection uses
-    /// these to build hash tables on the smaller side. Partial aggregates: unknown.
+    /// (exact without a filter; with one, its estimated selectivity given the columns'
+    /// distinct values ([`crate::device::selectivity_with`]), or DataFusion's default
+    /// selectivity for a table without statistics), capped by a
+    /// pushed limit, bytes from the projected columns' widths, and each column's
+    /// distinct values as the load measured them (at most the rows). A partial
+    /// aggregate's groups are estimated as the product of its grouping columns'
+    /// distinct values, at most the rows. Join selection uses these to build hash
+    /// tables on the smaller side; nothing here is exact except an unfiltered row count.
     fn estimate(&self) -> Statistics {
         let mut st = Statistics::new_unknown(&self.schema);
-        if !matches!(self.output, ScanOutput::Rows(_)) {
-            return st;
-        }
         let all = usize::try_from(self.table.rows).unwrap_or(usize::MAX);
-        let mut rows = if self.filter_text.is_some() {
-            Precision::Inexact(all / 100 * FILTER_SELECTIVITY_PERCENT)
-        } else {
-            Precision::Exact(all)
+        let distinct = |c: usize| self.table.distinct.as_ref()?.get(c).copied();
+        let mut rows = match (&self.program.filter, &self.filter_text) {
+            (Some(f), _) if self.table.distinct.is_some() => {
+                let kept = all as f64 * crate::device::selectivity_with(f, &distinct);
+                Precision::Inexact((kept.ceil() as usize).min(all))
+            }
+            (None, None) => Precision::Exact(all),
+            _ => Precision::Inexact(all / 100 * FILTER_SELECTIVITY_PERCENT),
         };
+        let cap = *rows.get_value().unwrap_or(&all);
+        // Distinct values of table column `c` among `cap` rows (unknown: `None`).
+        let ndv = |c: usize| {
+            let d = distinct(c)?;
+            (d > 0).then(|| usize::try_from(d).unwrap_or(usize::MAX).min(cap))
+        };
+        let columns: Vec<usize> = match (&self.output, &self.program.output) {
+            (ScanOutput::Rows(cols), _) => cols.clone(),
+            (ScanOutput::Partial(_), csd_query::Output::Aggregate(a)) => {
+                let groups = a
+                    .group_by
+                    .iter()
+                    .try_fold(1usize, |n, &c| Some(n.saturating_mul(ndv(c)?)));
+                rows = Precision::Inexact(groups.unwrap_or(cap).min(cap));
+                a.group_by.clone()
+            }
+            (ScanOutput::Partial(_), _) => return st,
+        };
+        for (cs, &c) in st.column_statistics.iter_mut().zip(&columns) {
+            if let Some(d) = ndv(c) {
+                cs.distinct_count = Precision::Inexact(d);
+            }
+        }
         if let Some(limit) = self.limit {
             rows = rows.min(&Precision::Exact(limit));
         }
-        let width: usize = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.data_type().primitive_width().unwrap_or(16))
-            .sum();
-        st.total_byte_size = rows.multiply(&Precision::Exact(width)).to_inexact();
+        if matches!(self.output, ScanOutput::Rows(_)) {
+            let width: usize = self
+                .schema
+                .fields()
+                .iter()
+                .map(|f| f.data_type().primitive_width().unwrap_or(16))
+                .sum();
+            st.total_byte_size = rows.multiply(&Precision::Exact(width)).to_inexact();
+        }
         st.num_rows = rows;
         st
     }
@@ -633,6 +767,7 @@ impl DeviceScanExec {
             limit: self.limit,
             filter_text: self.filter_text.clone(),
             join: self.join.clone(),
+            runtime_filters: self.runtime_filters.clone(),
             metrics: self.metrics.clone(),
             cache: self.cache.clone(),
         }

@@ -46,6 +46,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::util::display::array_value_to_string;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -466,11 +468,24 @@ pub(crate) fn new_context(
     let threads = threads.max(1);
     let mut cfg = SessionConfig::new().with_target_partitions(threads);
     cfg.options_mut().sql_parser.parse_float_as_decimal = true;
+    // The device rules run just before DataFusion's last filter pushdown, which links
+    // hash joins and top-K sorts to the scans below them by dynamic filters: those
+    // must find the scans the device rules made (a partial aggregate's scan takes the
+    // join's filter on its grouping columns), see `exec`'s runtime filters.
+    let mut rules = PhysicalOptimizer::new().rules;
+    let ours: [Arc<dyn PhysicalOptimizerRule + Send + Sync>; 2] = [
+        Arc::new(DeviceAggregatePushdown),
+        Arc::new(join::DeviceJoinBitmap),
+    ];
+    let at = rules
+        .iter()
+        .position(|r| r.name() == "FilterPushdown(Post)")
+        .unwrap_or(rules.len());
+    rules.splice(at..at, ours);
     let state = SessionStateBuilder::new()
         .with_config(cfg)
         .with_default_features()
-        .with_physical_optimizer_rule(Arc::new(DeviceAggregatePushdown))
-        .with_physical_optimizer_rule(Arc::new(join::DeviceJoinBitmap))
+        .with_physical_optimizer_rules(rules)
         .build();
     let ctx = SessionContext::new_with_state(state);
     let runtime = tokio::runtime::Builder::new_multi_thread()

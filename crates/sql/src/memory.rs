@@ -7,12 +7,28 @@
 //! Choices: every table is read once through the device with `SELECT *` (so the rows
 //! are exactly the device's); its batches are dealt round-robin into as many
 //! partitions as the session has threads, so DataFusion scans them in parallel as it
-//! does a device table.
+//! does a device table. Each table's scans report the row count and the distinct
+//! values the device catalog holds ([`csd_host::TableInfo::distinct`]), as a device
+//! scan does, so both sessions plan alike (the same join sides): the difference is the
+//! emulation, not a plan.
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
-use datafusion::datasource::MemTable;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::Result;
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::{MemTable, TableType};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::{
+    ChildStats, ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan,
+    PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream, Statistics, StatisticsArgs,
+};
 use datafusion::prelude::SessionContext;
 
 use crate::{Answer, SqlError, SqlSession, execute, new_context, query_error};
@@ -43,7 +59,13 @@ impl MemorySession {
             for (i, b) in ans.batches.into_iter().enumerate() {
                 parts[i % threads].push(b);
             }
-            let table = MemTable::try_new(ans.schema, parts).map_err(|e| query_error(e, &[]))?;
+            let inner = MemTable::try_new(ans.schema, parts).map_err(|e| query_error(e, &[]))?;
+            let distinct = session
+                .catalog()
+                .iter()
+                .find(|t| csd_host::same_name(&t.name, name))
+                .and_then(|t| t.distinct.clone());
+            let table = StatsTable { inner, distinct };
             ctx.register_table(name.as_str(), Arc::new(table))
                 .map_err(|e| query_error(e, &[]))?;
         }
@@ -57,6 +79,135 @@ impl MemorySession {
     /// Plans and runs `sql` over the in-memory tables (no device scans).
     pub fn run(&self, sql: &str) -> Result<Answer, SqlError> {
         execute(&self.ctx, &self.runtime, sql, &self.tables)
+    }
+}
+
+/// A memory table whose scans also report its columns' distinct values.
+#[derive(Debug)]
+struct StatsTable {
+    inner: MemTable,
+    /// Distinct values per column (schema order), as the device catalog has them.
+    distinct: Option<Vec<u64>>,
+}
+
+#[async_trait]
+impl TableProvider for StatsTable {
+    fn schema(&self) -> SchemaRef {
+        self.inner.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = self.inner.scan(state, projection, filters, limit).await?;
+        let Some(d) = &self.distinct else {
+            return Ok(input);
+        };
+        let distinct = match projection {
+            Some(p) => p.iter().map(|&c| d.get(c).copied()).collect(),
+            None => d.iter().copied().map(Some).collect(),
+        };
+        Ok(Arc::new(WithDistinct { input, distinct }))
+    }
+}
+
+/// A memory scan with its columns' distinct values added to its statistics.
+#[derive(Debug)]
+struct WithDistinct {
+    input: Arc<dyn ExecutionPlan>,
+    /// Distinct values per output column, where known.
+    distinct: Vec<Option<u64>>,
+}
+
+impl DisplayAs for WithDistinct {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "WithDistinct")
+    }
+}
+
+impl ExecutionPlan for WithDistinct {
+    fn name(&self) -> &'static str {
+        "WithDistinct"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        match children.pop() {
+            Some(input) if children.is_empty() => Ok(Arc::new(WithDistinct {
+                input,
+                distinct: self.distinct.clone(),
+            })),
+            _ => Err(datafusion::common::DataFusionError::Internal(
+                "WithDistinct takes one child".into(),
+            )),
+        }
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        self.input.execute(partition, context)
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        vec![ChildStats::At(partition)]
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        let Some(st) = input_stats.first() else {
+            return Ok(Arc::new(Statistics::new_unknown(&self.input.schema())));
+        };
+        let mut st = Statistics::clone(st);
+        let rows = st.num_rows.get_value().copied();
+        for (cs, d) in st.column_statistics.iter_mut().zip(&self.distinct) {
+            if let (Some(d), Some(rows)) = (d, rows) {
+                let d = usize::try_from(*d).unwrap_or(usize::MAX).min(rows);
+                cs.distinct_count = Precision::Inexact(d);
+            }
+        }
+        Ok(Arc::new(st))
     }
 }
 
@@ -91,6 +242,14 @@ mod tests {
         assert!(mem.scans.is_empty(), "no device scan in the memory session");
         assert_eq!(mem.rows().expect("rows"), dev);
         assert_eq!(dev.len(), 5);
+        // The memory scans report the distinct values the device's load measured.
+        m.run("SET datafusion.explain.show_statistics = true")
+            .expect("set");
+        let plan = m
+            .run("EXPLAIN SELECT n_nationkey FROM nation")
+            .expect("explain");
+        let text = format!("{:?}", plan.rows().expect("rows"));
+        assert!(text.contains("Distinct=Inexact(25)"), "{text}");
         let err = m.run("SELECT * FROM nope").expect_err("unknown table");
         assert!(err.to_string().contains("nation"), "{err}");
     }

@@ -58,11 +58,12 @@ fn tpch_q4_q14_identical_with_join_bitmaps_and_clustered_keys_skip_probe_pages()
     }
     let mut s = session(c, cfg);
     let q = |n: usize| csd_sql::tpch::QUERIES[n - 1].to_string();
+    // (Every lineitem of the orders, not only late ones: so lineitem's side stays the
+    // larger in DataFusion's estimates and orders builds.)
     let q4_clustered = "select o_orderpriority, count(*) as order_count
          from orders
          where o_orderkey < 3000
-           and exists (select * from lineitem
-                       where l_orderkey = o_orderkey and l_commitdate < l_receiptdate)
+           and exists (select * from lineitem where l_orderkey = o_orderkey)
          group by o_orderpriority
          order by o_orderpriority";
     let plain: Vec<_> = [q(4), q(14), q4_clustered.to_string()]

@@ -288,12 +288,19 @@ fn describe_table(session: &ImageSession, name: &str) -> Result<(), CliError> {
         report::bytes(info.page_bytes as u64),
         info.schema.row_width()
     );
-    let mut t = report::table(&["column", "stored as", "SQL type"]);
-    for c in info.schema.columns() {
+    // The distinct values the load measured (the planner's estimates), if it did.
+    let mut t = report::table(&["column", "stored as", "SQL type", "distinct (est.)"]);
+    for (i, c) in info.schema.columns().iter().enumerate() {
+        let distinct = info
+            .distinct
+            .as_ref()
+            .and_then(|d| d.get(i))
+            .map_or_else(|| "-".to_string(), u64::to_string);
         t.add_row(vec![
             c.name.clone(),
             c.ty.to_string(),
             arrow_type(c.ty).to_string(),
+            distinct,
         ]);
     }
     println!("{t}");

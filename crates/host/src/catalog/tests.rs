@@ -215,7 +215,21 @@ fn dml_fields_round_trip_and_catalogs_without_them_keep_their_bytes() {
         &mut |_| {},
     )
     .unwrap();
-    let cat = Catalog::read(&mut c).unwrap();
+    let loaded = Catalog::read(&mut c).unwrap();
+    // The load measured each column's distinct values (synthetic4: a key column and
+    // three uniform ones), and a catalog with them is version 5.
+    let d = loaded.tables[0]
+        .distinct
+        .clone()
+        .expect("the load measured statistics");
+    assert_eq!(d.len(), 4);
+    assert!(d.iter().all(|&n| n > 0 && n <= 3_000), "{d:?}");
+    let stats = loaded.encode();
+    assert_eq!(u16::from_le_bytes([stats[4], stats[5]]), VERSION_STATS);
+    assert_eq!(Catalog::decode(&stats).unwrap(), loaded);
+    // Without them (a table loaded before they were measured) it keeps version 1.
+    let mut cat = loaded.clone();
+    cat.tables[0].distinct = None;
     let plain = cat.encode();
     assert_eq!(u16::from_le_bytes([plain[4], plain[5]]), VERSION);
     assert_eq!(Catalog::decode(&plain).unwrap(), cat);
@@ -248,4 +262,13 @@ fn dml_fields_round_trip_and_catalogs_without_them_keep_their_bytes() {
         b[20..24].copy_from_slice(&crc.to_le_bytes());
         assert!(Catalog::decode(&b).is_err());
     }
+    // DML state and statistics together round-trip; statistics for another number of
+    // columns than the schema's are refused.
+    grown.tables[0].distinct = Some(vec![3_000, 7, 1, 2]);
+    let both = grown.encode();
+    assert_eq!(u16::from_le_bytes([both[4], both[5]]), VERSION_STATS);
+    assert_eq!(Catalog::decode(&both).unwrap(), grown);
+    grown.tables[0].distinct = Some(vec![1, 2, 3]);
+    let err = Catalog::decode(&grown.encode()).unwrap_err().to_string();
+    assert!(err.contains("statistics for 3 columns"), "{err}");
 }
