@@ -568,15 +568,16 @@ impl ExecutionPlan for DeviceScanExec {
         _config: &ConfigOptions,
     ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
         // Static filters reached the device program through the table provider; only
-        // the dynamic ones of the post-optimization phase are taken here.
+        // the dynamic ones of the post-optimization phase are taken here, and not by a
+        // scan with a pushed limit (its limit counts the rows it hands over, which a
+        // later filter could leave short).
+        let takes = phase == FilterPushdownPhase::Post && self.limit.is_none();
         let mut taken = Vec::new();
         let verdicts = child_pushdown_result
             .parent_filters
             .into_iter()
             .map(|p| {
-                if phase == FilterPushdownPhase::Post
-                    && DynamicFilterTracking::classify(&p.filter).contains_dynamic_filter()
-                {
+                if takes && DynamicFilterTracking::classify(&p.filter).contains_dynamic_filter() {
                     taken.push(p.filter);
                     PushedDown::Yes
                 } else {
