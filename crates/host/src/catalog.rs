@@ -393,18 +393,7 @@ impl Catalog {
             }
         }
         if stats {
-            for t in &self.tables {
-                match &t.distinct {
-                    None => body.push(0),
-                    Some(d) => {
-                        body.push(1);
-                        body.extend_from_slice(&(d.len() as u16).to_le_bytes());
-                        for n in d {
-                            body.extend_from_slice(&n.to_le_bytes());
-                        }
-                    }
-                }
-            }
+            self.encode_stats(&mut body);
         }
         let version = if stats {
             VERSION_STATS
@@ -509,6 +498,22 @@ impl Catalog {
             free_hints: Vec::new(),
             distinct: None,
         })
+    }
+
+    /// Appends the column statistics section (`VERSION_STATS`) to `body`.
+    fn encode_stats(&self, body: &mut Vec<u8>) {
+        for t in &self.tables {
+            match &t.distinct {
+                None => body.push(0),
+                Some(d) => {
+                    body.push(1);
+                    body.extend_from_slice(&(d.len() as u16).to_le_bytes());
+                    for n in d {
+                        body.extend_from_slice(&n.to_le_bytes());
+                    }
+                }
+            }
+        }
     }
 
     /// The column statistics (`VERSION_STATS`): per table a flag and, when set, each
@@ -749,19 +754,7 @@ impl Catalog {
         cat.seq += 1;
         cat.write(client)?;
         if let Some(old) = &old {
-            let n = old.end_lba(lba) - old.first_lba;
-            client.exec(csd_device::Command::Trim {
-                lba: old.first_lba,
-                blocks: n,
-            })?;
-            // The replaced table's index goes with it (its format leaves the registry).
-            // Best effort: the new catalog is already durable, and a registration
-            // left behind only makes a later CREATE INDEX on this table name fail.
-            if let Some(ix) = &old.index {
-                let _ = client.exec(csd_device::Command::DropTblCol {
-                    table: ix.flixr_table,
-                });
-            }
+            Self::retire(client, old, lba)?;
         }
         progress(table.rows);
         Ok(LoadReport {
@@ -770,6 +763,25 @@ impl Catalog {
             wall_s: wall0.elapsed().as_secs_f64(),
             modeled_s: client.now().since(t0) as f64 / 1e9,
         })
+    }
+
+    /// Frees the extent of `old`, a table a load replaced (the new catalog is durable):
+    /// trims its LBAs and drops its FLIXR registration.
+    fn retire(client: &mut impl CommandIssuer, old: &TableInfo, lba: u32) -> Result<(), HostError> {
+        let n = old.end_lba(lba) - old.first_lba;
+        client.exec(csd_device::Command::Trim {
+            lba: old.first_lba,
+            blocks: n,
+        })?;
+        // The replaced table's index goes with it (its format leaves the registry).
+        // Best effort: the new catalog is already durable, and a registration left
+        // behind only makes a later CREATE INDEX on this table name fail.
+        if let Some(ix) = &old.index {
+            let _ = client.exec(csd_device::Command::DropTblCol {
+                table: ix.flixr_table,
+            });
+        }
+        Ok(())
     }
 
     /// Read page `i` of `table`.
