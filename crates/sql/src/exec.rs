@@ -452,17 +452,76 @@ impl ScanSink<'_> {
     }
 }
 
+/// The dynamic filters among those parents offer (when `takes`), each answered
+/// `Yes`, the others `No`: what a leaf that applies runtime filters itself returns from
+/// [`ExecutionPlan::handle_child_pushdown_result`].
+pub(crate) fn take_dynamic_filters(
+    offered: ChildPushdownResult,
+    takes: bool,
+) -> (
+    FilterPushdownPropagation<Arc<dyn ExecutionPlan>>,
+    Vec<Arc<dyn PhysicalExpr>>,
+) {
+    let mut taken = Vec::new();
+    let verdicts = offered
+        .parent_filters
+        .into_iter()
+        .map(|p| {
+            if takes && DynamicFilterTracking::classify(&p.filter).contains_dynamic_filter() {
+                taken.push(p.filter);
+                PushedDown::Yes
+            } else {
+                PushedDown::No
+            }
+        })
+        .collect();
+    (
+        FilterPushdownPropagation::with_parent_pushdown_result(verdicts),
+        taken,
+    )
+}
+
 /// A scan's runtime filters and the count of rows they removed.
 #[derive(Clone)]
-struct RuntimeFilters {
+pub(crate) struct RuntimeFilters {
     exprs: Vec<Arc<dyn PhysicalExpr>>,
-    /// Rows removed (`None`: no filters).
+    /// Rows removed (`None`: not counted).
     pruned: Option<datafusion::physical_plan::metrics::Count>,
 }
 
 impl RuntimeFilters {
+    /// `exprs`, counting the rows they remove as `runtime_filtered_rows` in `metrics`
+    /// (when there are filters and metrics).
+    pub(crate) fn new(
+        exprs: Vec<Arc<dyn PhysicalExpr>>,
+        metrics: Option<&ExecutionPlanMetricsSet>,
+    ) -> RuntimeFilters {
+        let pruned = metrics
+            .filter(|_| !exprs.is_empty())
+            .map(|m| MetricBuilder::new(m).global_counter("runtime_filtered_rows"));
+        RuntimeFilters { exprs, pruned }
+    }
+
+    /// `stream`'s batches with the rows the filters keep; batches left empty are
+    /// dropped.
+    pub(crate) fn wrap(&self, stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
+        if self.exprs.is_empty() {
+            return stream;
+        }
+        let schema = stream.schema();
+        let me = self.clone();
+        let filtered = stream.filter_map(move |item| {
+            let r = item.and_then(|b| me.apply(b));
+            std::future::ready(match r {
+                Ok(b) if b.num_rows() == 0 => None,
+                r => Some(r),
+            })
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, filtered))
+    }
+
     /// The rows of `batch` every filter keeps (a null verdict drops the row).
-    fn apply(&self, mut batch: RecordBatch) -> Result<RecordBatch> {
+    pub(crate) fn apply(&self, mut batch: RecordBatch) -> Result<RecordBatch> {
         for f in &self.exprs {
             let rows = batch.num_rows();
             let verdict = f.evaluate(&batch)?.into_array(rows)?;
@@ -572,20 +631,7 @@ impl ExecutionPlan for DeviceScanExec {
         // scan with a pushed limit (its limit counts the rows it hands over, which a
         // later filter could leave short).
         let takes = phase == FilterPushdownPhase::Post && self.limit.is_none();
-        let mut taken = Vec::new();
-        let verdicts = child_pushdown_result
-            .parent_filters
-            .into_iter()
-            .map(|p| {
-                if takes && DynamicFilterTracking::classify(&p.filter).contains_dynamic_filter() {
-                    taken.push(p.filter);
-                    PushedDown::Yes
-                } else {
-                    PushedDown::No
-                }
-            })
-            .collect();
-        let prop = FilterPushdownPropagation::with_parent_pushdown_result(verdicts);
+        let (prop, taken) = take_dynamic_filters(child_pushdown_result, takes);
         if taken.is_empty() {
             return Ok(prop);
         }
@@ -624,11 +670,7 @@ impl ExecutionPlan for DeviceScanExec {
         }
         let me = self.clone_for_run();
         let schema = self.schema.clone();
-        let filters = RuntimeFilters {
-            exprs: self.runtime_filters.clone(),
-            pruned: (!self.runtime_filters.is_empty())
-                .then(|| MetricBuilder::new(&self.metrics).global_counter("runtime_filtered_rows")),
-        };
+        let filters = RuntimeFilters::new(self.runtime_filters.clone(), Some(&self.metrics));
         // The scan runs on a blocking thread and hands each batch over as soon as the
         // device produced it, so DataFusion's operators above work on the other cores
         // meanwhile. The channel is unbounded: a scan never waits for its consumer, so
@@ -647,26 +689,20 @@ impl ExecutionPlan for DeviceScanExec {
                     let _ = tx.send(Err(e));
                 }
             });
-            futures::stream::unfold((rx, Some(task)), move |(mut rx, task)| {
-                let filters = filters.clone();
-                async move {
-                    while let Some(item) = rx.recv().await {
-                        match item.and_then(|b| filters.apply(b)) {
-                            Ok(b) if b.num_rows() == 0 => continue,
-                            item => return Some((item, (rx, task))),
-                        }
-                    }
-                    // The channel closed: the scan ended or panicked; a panic is an error,
-                    // never a silently short result.
-                    match task?.await {
-                        Ok(()) => None,
-                        Err(e) => Some((Err(DataFusionError::External(Box::new(e))), (rx, None))),
-                    }
+            futures::stream::unfold((rx, Some(task)), |(mut rx, task)| async move {
+                if let Some(item) = rx.recv().await {
+                    return Some((item, (rx, task)));
+                }
+                // The channel closed: the scan ended or panicked; a panic is an error,
+                // never a silently short result.
+                match task?.await {
+                    Ok(()) => None,
+                    Err(e) => Some((Err(DataFusionError::External(Box::new(e))), (rx, None))),
                 }
             })
         })
         .flatten();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+        Ok(filters.wrap(Box::pin(RecordBatchStreamAdapter::new(schema, stream))))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

@@ -19,18 +19,23 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::Result;
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::datasource::{MemTable, TableType};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation,
+};
 use datafusion::physical_plan::{
     ChildStats, ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan,
     PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream, Statistics, StatisticsArgs,
 };
 use datafusion::prelude::SessionContext;
 
+use crate::exec::{RuntimeFilters, take_dynamic_filters};
 use crate::{Answer, SqlError, SqlSession, execute, new_context, query_error};
 
 /// A DataFusion session over in-memory copies of a device session's tables.
@@ -115,21 +120,32 @@ impl TableProvider for StatsTable {
             Some(p) => p.iter().map(|&c| d.get(c).copied()).collect(),
             None => d.iter().copied().map(Some).collect(),
         };
-        Ok(Arc::new(WithDistinct { input, distinct }))
+        Ok(Arc::new(WithDistinct {
+            input,
+            distinct,
+            runtime_filters: Vec::new(),
+        }))
     }
 }
 
-/// A memory scan with its columns' distinct values added to its statistics.
+/// A memory scan with its columns' distinct values added to its statistics, which
+/// applies the dynamic filters of the joins and top-K sorts above it as a device scan
+/// does ([`crate::exec`]'s runtime filters), so both sessions run the same plans.
 #[derive(Debug)]
 struct WithDistinct {
     input: Arc<dyn ExecutionPlan>,
     /// Distinct values per output column, where known.
     distinct: Vec<Option<u64>>,
+    runtime_filters: Vec<Arc<dyn PhysicalExpr>>,
 }
 
 impl DisplayAs for WithDistinct {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "WithDistinct")
+        write!(f, "WithDistinct")?;
+        for rf in &self.runtime_filters {
+            write!(f, ", runtime filter {rf}")?;
+        }
+        Ok(())
     }
 }
 
@@ -148,9 +164,34 @@ impl ExecutionPlan for WithDistinct {
 
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
+        for rf in &self.runtime_filters {
+            if f(rf)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
         Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let takes = phase == FilterPushdownPhase::Post;
+        let (prop, taken) = take_dynamic_filters(child_pushdown_result, takes);
+        if taken.is_empty() {
+            return Ok(prop);
+        }
+        let mut runtime_filters = self.runtime_filters.clone();
+        runtime_filters.extend(taken);
+        Ok(prop.with_updated_node(Arc::new(WithDistinct {
+            input: self.input.clone(),
+            distinct: self.distinct.clone(),
+            runtime_filters,
+        })))
     }
 
     fn replace_children(
@@ -162,6 +203,7 @@ impl ExecutionPlan for WithDistinct {
             Some(input) if children.is_empty() => Ok(Arc::new(WithDistinct {
                 input,
                 distinct: self.distinct.clone(),
+                runtime_filters: self.runtime_filters.clone(),
             })),
             _ => Err(datafusion::common::DataFusionError::Internal(
                 "WithDistinct takes one child".into(),
@@ -184,7 +226,8 @@ impl ExecutionPlan for WithDistinct {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        self.input.execute(partition, context)
+        let filters = RuntimeFilters::new(self.runtime_filters.clone(), None);
+        Ok(filters.wrap(self.input.execute(partition, context)?))
     }
 
     fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
@@ -250,6 +293,10 @@ mod tests {
             .expect("explain");
         let text = format!("{:?}", plan.rows().expect("rows"));
         assert!(text.contains("Distinct=Inexact(25)"), "{text}");
+        // A join's dynamic filter reaches the memory scan of its probe side.
+        let plan = m.run(&format!("EXPLAIN {q}")).expect("explain");
+        let text = format!("{:?}", plan.rows().expect("rows"));
+        assert!(text.contains("runtime filter DynamicFilter"), "{text}");
         let err = m.run("SELECT * FROM nope").expect_err("unknown table");
         assert!(err.to_string().contains("nation"), "{err}");
     }
