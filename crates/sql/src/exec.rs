@@ -452,16 +452,16 @@ impl ScanSink<'_> {
     }
 }
 
+/// What a node answers its parents' filters, and the dynamic filters it took.
+pub(crate) type Taken = (
+    FilterPushdownPropagation<Arc<dyn ExecutionPlan>>,
+    Vec<Arc<dyn PhysicalExpr>>,
+);
+
 /// The dynamic filters among those parents offer (when `takes`), each answered
 /// `Yes`, the others `No`: what a leaf that applies runtime filters itself returns from
 /// [`ExecutionPlan::handle_child_pushdown_result`].
-pub(crate) fn take_dynamic_filters(
-    offered: ChildPushdownResult,
-    takes: bool,
-) -> (
-    FilterPushdownPropagation<Arc<dyn ExecutionPlan>>,
-    Vec<Arc<dyn PhysicalExpr>>,
-) {
+pub(crate) fn take_dynamic_filters(offered: ChildPushdownResult, takes: bool) -> Taken {
     let mut taken = Vec::new();
     let verdicts = offered
         .parent_filters
