@@ -16,15 +16,8 @@
 //! releases both registrations when it is done. Their modeled time is the scan's setup
 //! time (`QueryReport::setup_ns`, in its modeled total).
 //!
-//! Runtime filters: DataFusion's hash joins and top-K sorts push *dynamic* filters
-//! down to the scans below them (the build side's keys once it is built, the K-th best
-//! value so far) in its post-optimization filter pushdown. A device scan takes them
-//! ([`ExecutionPlan::handle_child_pushdown_result`]) and applies them in the host to
-//! every batch the device hands over, before any operator above sees it: the device
-//! program, and so every modeled figure, stays what was planned; only the host's work
-//! above the scan shrinks (TPC-H Q17's final aggregate merges the few groups the join
-//! needs instead of every partial group, Q18's joins see the orders of 57 keys). A
-//! filter not yet complete (the join still building) is `true` and keeps every row.
+//! A scan applies the runtime (dynamic) filters of the joins and top-K sorts above it
+//! to what the device hands over ([`crate::runtime`]).
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -32,19 +25,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 use csd_device::{Command, Payload};
 use csd_host::{CommandIssuer, JoinRead, QueryReport, ScanOptions, Strategy, TableInfo, run_scan};
 use csd_query::{PartialResult, Plan};
-use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
-use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result, Statistics};
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::DynamicFilterTracking;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter_pushdown::{
-    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation,
 };
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -57,6 +48,7 @@ use futures::StreamExt;
 use crate::agg::AggOutputSpec;
 use crate::device::{Device, ScanSettings};
 use crate::join::{JoinRole, JoinSide};
+use crate::runtime::{RuntimeFilters, take_dynamic_filters};
 use crate::schema::column_array_of;
 
 /// What one device scan did: the table, the strategy, what ran in the device, why the
@@ -452,96 +444,6 @@ impl ScanSink<'_> {
     }
 }
 
-/// What a node answers its parents' filters, and the dynamic filters it took.
-pub(crate) type Taken = (
-    FilterPushdownPropagation<Arc<dyn ExecutionPlan>>,
-    Vec<Arc<dyn PhysicalExpr>>,
-);
-
-/// The dynamic filters among those parents offer (when `takes`), each answered
-/// `Yes`, the others `No`: what a leaf that applies runtime filters itself returns from
-/// [`ExecutionPlan::handle_child_pushdown_result`].
-pub(crate) fn take_dynamic_filters(offered: ChildPushdownResult, takes: bool) -> Taken {
-    let mut taken = Vec::new();
-    let verdicts = offered
-        .parent_filters
-        .into_iter()
-        .map(|p| {
-            if takes && DynamicFilterTracking::classify(&p.filter).contains_dynamic_filter() {
-                taken.push(p.filter);
-                PushedDown::Yes
-            } else {
-                PushedDown::No
-            }
-        })
-        .collect();
-    (
-        FilterPushdownPropagation::with_parent_pushdown_result(verdicts),
-        taken,
-    )
-}
-
-/// A scan's runtime filters and the count of rows they removed.
-#[derive(Clone)]
-pub(crate) struct RuntimeFilters {
-    exprs: Vec<Arc<dyn PhysicalExpr>>,
-    /// Rows removed (`None`: not counted).
-    pruned: Option<datafusion::physical_plan::metrics::Count>,
-}
-
-impl RuntimeFilters {
-    /// `exprs`, counting the rows they remove as `runtime_filtered_rows` in `metrics`
-    /// (when there are filters and metrics).
-    pub(crate) fn new(
-        exprs: Vec<Arc<dyn PhysicalExpr>>,
-        metrics: Option<&ExecutionPlanMetricsSet>,
-    ) -> RuntimeFilters {
-        let pruned = metrics
-            .filter(|_| !exprs.is_empty())
-            .map(|m| MetricBuilder::new(m).global_counter("runtime_filtered_rows"));
-        RuntimeFilters { exprs, pruned }
-    }
-
-    /// `stream`'s batches with the rows the filters keep; batches left empty are
-    /// dropped.
-    pub(crate) fn wrap(&self, stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
-        if self.exprs.is_empty() {
-            return stream;
-        }
-        let schema = stream.schema();
-        let me = self.clone();
-        let filtered = stream.filter_map(move |item| {
-            let r = item.and_then(|b| me.apply(b));
-            std::future::ready(match r {
-                Ok(b) if b.num_rows() == 0 => None,
-                r => Some(r),
-            })
-        });
-        Box::pin(RecordBatchStreamAdapter::new(schema, filtered))
-    }
-
-    /// The rows of `batch` every filter keeps (a null verdict drops the row).
-    pub(crate) fn apply(&self, mut batch: RecordBatch) -> Result<RecordBatch> {
-        for f in &self.exprs {
-            let rows = batch.num_rows();
-            let verdict = f.evaluate(&batch)?.into_array(rows)?;
-            let Some(mask) = verdict.as_any().downcast_ref::<BooleanArray>() else {
-                return Err(DataFusionError::Internal(format!(
-                    "runtime filter {f} is not a predicate"
-                )));
-            };
-            if mask.null_count() == 0 && mask.true_count() == rows {
-                continue;
-            }
-            batch = filter_record_batch(&batch, mask)?;
-            if let Some(p) = &self.pruned {
-                p.add(rows - batch.num_rows());
-            }
-        }
-        Ok(batch)
-    }
-}
-
 /// A DataFusion error inside the device scan's sink, as the host's error type.
 fn host_error(e: DataFusionError) -> csd_host::HostError {
     csd_host::HostError::Invalid(e.to_string())
@@ -792,7 +694,7 @@ impl DeviceScanExec {
     }
 
     /// A copy sharing the device, the log and the metrics (what a stream runs).
-    fn clone_for_run(&self) -> DeviceScanExec {
+    pub(crate) fn clone_for_run(&self) -> DeviceScanExec {
         DeviceScanExec {
             table: self.table.clone(),
             device: self.device.clone(),
@@ -808,5 +710,14 @@ impl DeviceScanExec {
             metrics: self.metrics.clone(),
             cache: self.cache.clone(),
         }
+    }
+}
+
+impl crate::runtime::FilteringScan for DeviceScanExec {
+    fn without_runtime_filters(&self, ids: &[u64]) -> Option<Arc<dyn ExecutionPlan>> {
+        let kept = crate::runtime::filters_without(&self.runtime_filters, ids)?;
+        let mut s = self.clone_for_run();
+        s.runtime_filters = kept;
+        Some(Arc::new(s))
     }
 }

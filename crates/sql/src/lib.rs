@@ -34,6 +34,7 @@ pub mod import;
 pub mod join;
 pub mod memory;
 pub mod provider;
+pub mod runtime;
 pub mod schema;
 pub mod tpch;
 pub mod translate;
@@ -482,6 +483,9 @@ pub(crate) fn new_context(
         .position(|r| r.name() == "FilterPushdown(Post)")
         .unwrap_or(rules.len());
     rules.splice(at..at, ours);
+    // After that pushdown: the runtime filters not worth applying come off again.
+    let after = (at + 3).min(rules.len());
+    rules.insert(after, Arc::new(runtime::RedundantRuntimeFilters));
     let state = SessionStateBuilder::new()
         .with_config(cfg)
         .with_default_features()

@@ -35,7 +35,7 @@ use datafusion::physical_plan::{
 };
 use datafusion::prelude::SessionContext;
 
-use crate::exec::{RuntimeFilters, take_dynamic_filters};
+use crate::runtime::{FilteringScan, RuntimeFilters, filters_without, take_dynamic_filters};
 use crate::{Answer, SqlError, SqlSession, execute, new_context, query_error};
 
 /// A DataFusion session over in-memory copies of a device session's tables.
@@ -252,6 +252,22 @@ impl ExecutionPlan for WithDistinct {
         }
         Ok(Arc::new(st))
     }
+}
+
+impl FilteringScan for WithDistinct {
+    fn without_runtime_filters(&self, ids: &[u64]) -> Option<Arc<dyn ExecutionPlan>> {
+        Some(Arc::new(WithDistinct {
+            input: self.input.clone(),
+            distinct: self.distinct.clone(),
+            runtime_filters: filters_without(&self.runtime_filters, ids)?,
+        }))
+    }
+}
+
+/// `node` as a memory scan that applies runtime filters, if it is one.
+pub(crate) fn as_filtering_scan(node: &Arc<dyn ExecutionPlan>) -> Option<&dyn FilteringScan> {
+    node.downcast_ref::<WithDistinct>()
+        .map(|s| s as &dyn FilteringScan)
 }
 
 #[cfg(test)]
