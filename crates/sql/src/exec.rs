@@ -514,12 +514,7 @@ impl ExecutionPlan for DeviceScanExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        for rf in &self.runtime_filters {
-            if f(rf)? == TreeNodeRecursion::Stop {
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+        datafusion::physical_plan::apply_expression_roots(&self.runtime_filters, f)
     }
 
     fn handle_child_pushdown_result(
