@@ -48,7 +48,7 @@ use futures::StreamExt;
 use crate::agg::AggOutputSpec;
 use crate::device::{Device, ScanSettings};
 use crate::join::{JoinRole, JoinSide};
-use crate::runtime::{RuntimeFilters, take_dynamic_filters};
+use crate::runtime::{FilteringScan, RuntimeFilters};
 use crate::schema::column_array_of;
 
 /// What one device scan did: the table, the strategy, what ran in the device, why the
@@ -528,13 +528,7 @@ impl ExecutionPlan for DeviceScanExec {
         // scan with a pushed limit (its limit counts the rows it hands over, which a
         // later filter could leave short).
         let takes = phase == FilterPushdownPhase::Post && self.limit.is_none();
-        let (prop, taken) = take_dynamic_filters(child_pushdown_result, takes);
-        if taken.is_empty() {
-            return Ok(prop);
-        }
-        let mut new = self.clone_for_run();
-        new.runtime_filters.extend(taken);
-        Ok(prop.with_updated_node(Arc::new(new)))
+        Ok(self.take_dynamic_filters(child_pushdown_result, takes))
     }
 
     fn replace_children(
@@ -708,11 +702,14 @@ impl DeviceScanExec {
     }
 }
 
-impl crate::runtime::FilteringScan for DeviceScanExec {
-    fn without_runtime_filters(&self, ids: &[u64]) -> Option<Arc<dyn ExecutionPlan>> {
-        let kept = crate::runtime::filters_without(&self.runtime_filters, ids)?;
+impl FilteringScan for DeviceScanExec {
+    fn runtime_filters(&self) -> &[Arc<dyn PhysicalExpr>] {
+        &self.runtime_filters
+    }
+
+    fn with_runtime_filters(&self, filters: Vec<Arc<dyn PhysicalExpr>>) -> Arc<dyn ExecutionPlan> {
         let mut s = self.clone_for_run();
-        s.runtime_filters = kept;
-        Some(Arc::new(s))
+        s.runtime_filters = filters;
+        Arc::new(s)
     }
 }

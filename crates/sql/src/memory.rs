@@ -35,7 +35,7 @@ use datafusion::physical_plan::{
 };
 use datafusion::prelude::SessionContext;
 
-use crate::runtime::{FilteringScan, RuntimeFilters, filters_without, take_dynamic_filters};
+use crate::runtime::{FilteringScan, RuntimeFilters};
 use crate::{Answer, SqlError, SqlSession, execute, new_context, query_error};
 
 /// A DataFusion session over in-memory copies of a device session's tables.
@@ -176,17 +176,7 @@ impl ExecutionPlan for WithDistinct {
         _config: &ConfigOptions,
     ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
         let takes = phase == FilterPushdownPhase::Post;
-        let (prop, taken) = take_dynamic_filters(child_pushdown_result, takes);
-        if taken.is_empty() {
-            return Ok(prop);
-        }
-        let mut runtime_filters = self.runtime_filters.clone();
-        runtime_filters.extend(taken);
-        Ok(prop.with_updated_node(Arc::new(WithDistinct {
-            input: self.input.clone(),
-            distinct: self.distinct.clone(),
-            runtime_filters,
-        })))
+        Ok(self.take_dynamic_filters(child_pushdown_result, takes))
     }
 
     fn replace_children(
@@ -250,12 +240,16 @@ impl ExecutionPlan for WithDistinct {
 }
 
 impl FilteringScan for WithDistinct {
-    fn without_runtime_filters(&self, ids: &[u64]) -> Option<Arc<dyn ExecutionPlan>> {
-        Some(Arc::new(WithDistinct {
+    fn runtime_filters(&self) -> &[Arc<dyn PhysicalExpr>] {
+        &self.runtime_filters
+    }
+
+    fn with_runtime_filters(&self, filters: Vec<Arc<dyn PhysicalExpr>>) -> Arc<dyn ExecutionPlan> {
+        Arc::new(WithDistinct {
             input: self.input.clone(),
             distinct: self.distinct.clone(),
-            runtime_filters: filters_without(&self.runtime_filters, ids)?,
-        }))
+            runtime_filters: filters,
+        })
     }
 }
 

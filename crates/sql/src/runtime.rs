@@ -42,35 +42,6 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
-/// What a node answers its parents' filters, and the dynamic filters it took.
-pub(crate) type Taken = (
-    FilterPushdownPropagation<Arc<dyn ExecutionPlan>>,
-    Vec<Arc<dyn PhysicalExpr>>,
-);
-
-/// The dynamic filters among those parents offer (when `takes`), each answered
-/// `Yes`, the others `No`: what a leaf that applies runtime filters itself returns from
-/// [`ExecutionPlan::handle_child_pushdown_result`].
-pub(crate) fn take_dynamic_filters(offered: ChildPushdownResult, takes: bool) -> Taken {
-    let mut taken = Vec::new();
-    let verdicts = offered
-        .parent_filters
-        .into_iter()
-        .map(|p| {
-            if takes && DynamicFilterTracking::classify(&p.filter).contains_dynamic_filter() {
-                taken.push(p.filter);
-                PushedDown::Yes
-            } else {
-                PushedDown::No
-            }
-        })
-        .collect();
-    (
-        FilterPushdownPropagation::with_parent_pushdown_result(verdicts),
-        taken,
-    )
-}
-
 /// A scan's runtime filters and the count of rows they removed.
 #[derive(Clone)]
 pub(crate) struct RuntimeFilters {
@@ -174,24 +145,55 @@ impl RuntimeFilters {
     }
 }
 
-/// A scan that applies runtime filters: it can give some up.
+/// A scan that applies runtime filters (device and memory scans): it takes the dynamic
+/// ones its parents offer and can give some up again.
 pub(crate) trait FilteringScan {
+    /// The runtime filters the scan applies.
+    fn runtime_filters(&self) -> &[Arc<dyn PhysicalExpr>];
+
+    /// The same scan applying `filters` instead.
+    fn with_runtime_filters(&self, filters: Vec<Arc<dyn PhysicalExpr>>) -> Arc<dyn ExecutionPlan>;
+
+    /// [`ExecutionPlan::handle_child_pushdown_result`] of such a scan: when `takes`,
+    /// the dynamic filters among those its parents offer are answered `Yes` and taken
+    /// (an updated scan), the others `No`.
+    fn take_dynamic_filters(
+        &self,
+        offered: ChildPushdownResult,
+        takes: bool,
+    ) -> FilterPushdownPropagation<Arc<dyn ExecutionPlan>> {
+        let mut filters = self.runtime_filters().to_vec();
+        let before = filters.len();
+        let verdicts = offered
+            .parent_filters
+            .into_iter()
+            .map(|p| {
+                if takes && DynamicFilterTracking::classify(&p.filter).contains_dynamic_filter() {
+                    filters.push(p.filter);
+                    PushedDown::Yes
+                } else {
+                    PushedDown::No
+                }
+            })
+            .collect();
+        let prop = FilterPushdownPropagation::with_parent_pushdown_result(verdicts);
+        if filters.len() == before {
+            return prop;
+        }
+        prop.with_updated_node(self.with_runtime_filters(filters))
+    }
+
     /// This scan without the runtime filters whose expression ids are in `ids`, if it
     /// had any of them.
-    fn without_runtime_filters(&self, ids: &[u64]) -> Option<Arc<dyn ExecutionPlan>>;
-}
-
-/// Keeps `exprs` but those whose expression id is in `ids`; `None` if none was.
-pub(crate) fn filters_without(
-    exprs: &[Arc<dyn PhysicalExpr>],
-    ids: &[u64],
-) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
-    let kept: Vec<_> = exprs
-        .iter()
-        .filter(|e| !e.expression_id().is_some_and(|id| ids.contains(&id)))
-        .cloned()
-        .collect();
-    (kept.len() < exprs.len()).then_some(kept)
+    fn without_runtime_filters(&self, ids: &[u64]) -> Option<Arc<dyn ExecutionPlan>> {
+        let all = self.runtime_filters();
+        let kept: Vec<_> = all
+            .iter()
+            .filter(|e| !e.expression_id().is_some_and(|id| ids.contains(&id)))
+            .cloned()
+            .collect();
+        (kept.len() < all.len()).then(|| self.with_runtime_filters(kept))
+    }
 }
 
 /// Takes a hash join's dynamic filter off the scan of its probe side when only
