@@ -8,8 +8,11 @@
 //! evaluation of a page depends on nothing but its stored bytes and the program. So
 //! when a session is about to step a page that has not been evaluated yet, the next
 //! pages' stored bytes are looked up without a modeled read ([`Ftl::peek_in_place`],
-//! nothing counted or charged) and evaluated in parallel ([`ParEval`]: one evaluator
-//! per thread, one partial result per page). The step then takes the page's work
+//! nothing counted or charged), pinned against change ([`csd_nand::PinnedPages`]) and
+//! handed to the host's thread pool ([`ParEval::submit`]: one partial result per page).
+//! The batch after the one being taken is always submitted too, so the pool evaluates
+//! it while the session steps its modeled reads: the sequential part of a scan and
+//! the evaluation overlap. The step then takes the page's work
 //! counters and rows or group states from here instead of evaluating it, and does
 //! everything else exactly as before: the same read, the same seal decisions between
 //! pages, the same charges. Because a page's partial result merged into the session's
@@ -26,7 +29,12 @@
 //!   evaluate is left to the sequential step, which then reports what it finds.
 //! * Batches grow from 16 pages per thread to 256 as a session keeps stepping, so a
 //!   short scan or an early CLOSE wastes little, and a long scan wakes the workers
-//!   rarely. The calling thread evaluates one share itself.
+//!   rarely. The stepping thread evaluates a piece itself when it gets to one no pool
+//!   thread has started (so a busy machine slows a scan, never stalls it).
+//! * Pinned pages are read by the pool only while no stored byte of the array changed
+//!   since they were pinned: a program, erase or injected fault first waits for the
+//!   pieces under way and makes every later piece of the batch give its pages back to
+//!   the step (see `csd_nand`'s `pins` module).
 //! * A page's result is merged into the session's chunk by the stepping thread. With
 //!   few groups or rows (TPC-H Q1's four groups, Q6's one, a selective projection) that
 //!   is nearly free; with many groups of few rows (a `GROUP BY` on a key: Q17, Q18, Q20)
@@ -37,9 +45,11 @@
 //! * Threads: [`csd_query::scan_threads`] (1 turns the look-ahead off).
 
 use csd_ftl::Ftl;
-use csd_query::{PageResult, ParEval, Plan};
+use csd_nand::PinnedPages;
+use csd_query::{Batch, PageResult, ParEval, Plan, SharedPages};
 use csd_table::Schema;
 use std::collections::VecDeque;
+use std::ops::Range;
 
 /// Pages per thread in a session's first batch, and at most.
 const FIRST_BATCH: usize = 16;
@@ -51,15 +61,47 @@ pub(crate) type Done = PageResult;
 /// A session's pages evaluated ahead; see the [module docs](self).
 pub(crate) struct Ahead {
     eval: ParEval,
-    /// The content epoch the pages were evaluated under.
-    epoch: (u64, u64),
-    /// Session order index of `pages[0]`.
-    first: u64,
-    pages: VecDeque<Option<Done>>,
+    /// Batches submitted, in page order (the one being taken first), all under one
+    /// content epoch and following each other without a gap.
+    windows: VecDeque<Window>,
+    /// The rest of the piece being taken.
+    piece: VecDeque<Option<Done>>,
+    /// Session order index of the page `take` expects next.
+    expect: u64,
     /// Pages per thread of the next batch.
     batch: usize,
     /// Off for the rest of the session (see [`PageResult::merges_like_evaluating`]).
     off: bool,
+}
+
+/// One batch of consecutive session pages.
+struct Window {
+    /// The content epoch the pages were pinned under.
+    epoch: (u64, u64),
+    /// Session order index of the batch's first page.
+    first: u64,
+    batch: Batch,
+    /// Pieces taken so far.
+    taken: usize,
+}
+
+impl Window {
+    fn end(&self) -> u64 {
+        self.first + self.batch.len() as u64
+    }
+}
+
+/// Pinned stored pages as the evaluator's source.
+struct Pinned(PinnedPages);
+
+impl SharedPages for Pinned {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[&[u8]])) -> bool {
+        self.0.read(range, |p| f(p)).is_some()
+    }
 }
 
 impl Ahead {
@@ -67,9 +109,9 @@ impl Ahead {
     pub(crate) fn new(plan: &Plan, threads: usize) -> Ahead {
         Ahead {
             eval: ParEval::new(plan, threads).with_hint(csd_nand::prefetch_lines),
-            epoch: (0, 0),
-            first: 0,
-            pages: VecDeque::new(),
+            windows: VecDeque::new(),
+            piece: VecDeque::new(),
+            expect: 0,
             batch: FIRST_BATCH,
             off: threads <= 1,
         }
@@ -80,54 +122,78 @@ impl Ahead {
         !self.off
     }
 
-    /// The evaluation of the session's `i`-th page if it was evaluated ahead under
-    /// `epoch`; `None` means: evaluate it in the step.
-    pub(crate) fn take(&mut self, i: u64, epoch: (u64, u64)) -> Option<Done> {
-        if epoch != self.epoch || self.first != i {
-            self.pages.clear();
+    fn clear(&mut self) {
+        self.windows.clear();
+        self.piece.clear();
+    }
+
+    /// The evaluation of the session's `i`-th page (of `total`) if it was evaluated
+    /// ahead under `epoch`; `None` means: evaluate it in the step. Keeps the batch after
+    /// the one being taken submitted, so the pool evaluates it while the caller steps;
+    /// `pin(j, n)` pins up to `n` stored pages from the session's `j`-th on.
+    pub(crate) fn take(
+        &mut self,
+        i: u64,
+        epoch: (u64, u64),
+        total: u64,
+        schema: &Schema,
+        mut pin: impl FnMut(u64, usize) -> PinnedPages,
+    ) -> Option<Done> {
+        if self.off {
             return None;
         }
-        let d = self.pages.pop_front()?;
-        self.first += 1;
+        if i != self.expect || self.windows.iter().any(|w| w.epoch != epoch) {
+            self.clear();
+        }
+        self.expect = i + 1;
+        while self.windows.len() < 2 {
+            let from = self.windows.back().map_or(i, Window::end);
+            let n = (self.batch * self.eval.threads()).min(total.saturating_sub(from) as usize);
+            if n == 0 {
+                break;
+            }
+            let pages = pin(from, n);
+            if pages.is_empty() {
+                break;
+            }
+            self.batch = (self.batch * 2).min(MAX_BATCH);
+            self.windows.push_back(Window {
+                epoch,
+                first: from,
+                batch: self.eval.submit(schema, Box::new(Pinned(pages))),
+                taken: 0,
+            });
+        }
+        let w = self.windows.front_mut()?;
+        if self.piece.is_empty() && w.taken < w.batch.pieces() {
+            self.piece.extend(w.batch.take_piece(w.taken));
+            w.taken += 1;
+        }
+        let d = self.piece.pop_front().flatten();
+        if self.piece.is_empty() && w.taken >= w.batch.pieces() {
+            let done = self.windows.pop_front();
+            debug_assert!(done.is_some_and(|w| w.end() == i + 1));
+        }
         if d.as_ref().is_some_and(Done::merges_like_evaluating) {
             // The stepping thread would spend on merging what evaluating costs it: the
             // rest of the scan is evaluated in its steps.
             self.off = true;
-            self.pages.clear();
+            self.clear();
         }
         d
-    }
-
-    /// Whether the `i`-th page's slot is known (evaluated, or known to need the step).
-    pub(crate) fn has(&self, i: u64, epoch: (u64, u64)) -> bool {
-        epoch == self.epoch && self.first == i && !self.pages.is_empty()
-    }
-
-    /// Pages to look up for the next batch.
-    pub(crate) fn batch_pages(&self) -> usize {
-        self.batch * self.eval.threads()
-    }
-
-    /// Evaluates `pages` (the stored bytes of the session's pages `i`, `i + 1`, …) in
-    /// parallel under `epoch`.
-    pub(crate) fn fill(&mut self, i: u64, epoch: (u64, u64), pages: &[&[u8]], schema: &Schema) {
-        self.epoch = epoch;
-        self.first = i;
-        self.batch = (self.batch * 2).min(MAX_BATCH);
-        self.pages.clear();
-        self.pages.extend(self.eval.eval(schema, pages));
     }
 }
 
 /// The stored bytes of `n` table pages from the session's `i`-th on, as far as they are
-/// in place (see [`Ftl::peek_in_place`]): the batch stops at the first that is not.
-pub(crate) fn peek_pages(
+/// in place (see [`Ftl::peek_in_place`]), pinned for other threads to read: the batch
+/// stops at the first that is not.
+pub(crate) fn pin_pages(
     ftl: &Ftl,
     page_bytes: usize,
     n: usize,
     mut lba_of: impl FnMut(u64) -> Option<u64>,
     i: u64,
-) -> Vec<&[u8]> {
+) -> PinnedPages {
     let mut v = Vec::with_capacity(n);
     for k in 0..n as u64 {
         let Some(b) = lba_of(i + k).and_then(|lba| ftl.peek_in_place(lba, page_bytes)) else {
@@ -135,5 +201,7 @@ pub(crate) fn peek_pages(
         };
         v.push(b);
     }
-    v
+    // SAFETY: `peek_in_place` returns the array's stored sectors (`Nand::stored_sectors`)
+    // under this same borrow of the FTL, and so of its array.
+    unsafe { ftl.nand().pin_pages(&v) }
 }

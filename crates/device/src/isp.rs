@@ -72,7 +72,7 @@
 //! A page that fails to read (uncorrectable) or is not a page of the session's table
 //! ends the session in the `Failed` state with a message naming the LBA; GET reports it.
 
-use crate::ahead::{Ahead, Done, peek_pages};
+use crate::ahead::{Ahead, Done, pin_pages};
 use crate::block::BlockDevice;
 use csd_ftl::FtlError;
 use csd_query::{Evaluator, PartialResult, Plan, WorkCounters};
@@ -258,10 +258,7 @@ struct Session {
 impl Session {
     /// The `i`-th page this session scans (in the rule's page list, if any).
     fn page_at(&self, i: u64) -> Option<u64> {
-        match &self.page_list {
-            Some(l) => l.get(i as usize).copied(),
-            None => (i < self.table.pages).then_some(i),
-        }
+        page_in(self.page_list.as_deref(), self.table.pages, i)
     }
 
     /// Host-CPU cache hints for the pages after the one being scanned (an emulator
@@ -304,23 +301,17 @@ impl Session {
         if !self.ahead.enabled() {
             return None;
         }
-        let epoch = dev.ftl().content_epoch();
-        if !self.ahead.has(i, epoch) {
-            let n = self
-                .ahead
-                .batch_pages()
-                .min(self.total().saturating_sub(i) as usize);
-            let (first, per) = (self.table.first_lba, self.table.lbas_per_page as u64);
-            let pages = peek_pages(
-                dev.ftl(),
-                self.page_bytes as usize,
-                n,
-                |k| self.page_at(k).map(|p| first + p * per),
-                i,
-            );
-            self.ahead.fill(i, epoch, &pages, &self.schema);
-        }
-        self.ahead.take(i, epoch)
+        let ftl = dev.ftl();
+        let total = self.total();
+        let (first, per) = (self.table.first_lba, self.table.lbas_per_page as u64);
+        let page_bytes = self.page_bytes as usize;
+        let page_list = self.page_list.as_deref();
+        let table_pages = self.table.pages;
+        let lba_of = |k: u64| page_in(page_list, table_pages, k).map(|p| first + p * per);
+        self.ahead
+            .take(i, ftl.content_epoch(), total, &self.schema, |j, n| {
+                pin_pages(ftl, page_bytes, n, lba_of, j)
+            })
     }
 
     /// Pages the session scans (all of the table's, or those its rule selected).
@@ -679,6 +670,15 @@ impl Runtime {
                 _ => return,
             }
         }
+    }
+}
+
+/// The table page a session of `pages` table pages scans `i`-th: of `list` if its rule
+/// selected pages, else the `i`-th.
+fn page_in(list: Option<&[u64]>, pages: u64, i: u64) -> Option<u64> {
+    match list {
+        Some(l) => l.get(i as usize).copied(),
+        None => (i < pages).then_some(i),
     }
 }
 

@@ -48,6 +48,7 @@ pub mod addr;
 mod error;
 mod fault;
 mod open;
+mod pins;
 mod power;
 mod program;
 mod read;
@@ -56,6 +57,7 @@ mod store;
 pub use addr::{AddrMap, BlockId, DieId, PhysAddr, Ppa};
 pub use csd_sim::prefetch::{lines as prefetch_lines, value as prefetch_value};
 pub use error::NandError;
+pub use pins::PinnedPages;
 pub use store::{Access, BlockMeta};
 
 use csd_sim::config::FaultConfig;
@@ -165,6 +167,10 @@ pub struct Nand {
     t_prog: Vec<u64>,
     t_erase: u64,
     faults: FaultConfig,
+    /// Readers of stored bytes on other threads ([`Nand::pin_pages`]). Declared before
+    /// `store` on purpose: fields drop in declaration order, and dropping this waits
+    /// for every reader before the store's memory is unmapped.
+    pins: pins::PinsHolder,
     store: Store,
     dies: Vec<Resource>,
     channels: Vec<Resource>,
@@ -326,6 +332,19 @@ impl Nand {
     /// Not a statistic: [`Nand::reset_counters`] leaves it alone.
     pub fn content_epoch(&self) -> u64 {
         self.content_epoch
+    }
+
+    /// Stored page bytes (slices [`Nand::stored_sectors`] returned) that other threads
+    /// may read, through [`PinnedPages::read`], while this array goes on working: a
+    /// reader finds them unchanged, or finds them gone if any stored byte changed since.
+    ///
+    /// # Safety
+    /// Every slice of `pages` must come from [`Nand::stored_sectors`] of this array
+    /// (directly or through a layer above, e.g. the FTL's `peek_in_place`), under the
+    /// same borrow of the array as this call.
+    pub unsafe fn pin_pages(&self, pages: &[&[u8]]) -> PinnedPages {
+        // SAFETY: the caller's contract is `PinnedPages::new`'s.
+        unsafe { PinnedPages::new(self.pins.0.clone(), pages) }
     }
 
     /// Force the image file to stable storage.

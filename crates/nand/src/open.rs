@@ -102,6 +102,7 @@ impl Nand {
                 g.pages_per_block as usize,
                 g.sectors_per_page() as usize,
             ),
+            pins: Default::default(),
             store,
             cfg,
         }
@@ -115,6 +116,8 @@ impl Nand {
         b: usize,
         upto: usize,
     ) -> Result<&mut [u8], NandError> {
+        // Readers on other threads leave (and no reader of older bytes enters) first.
+        self.pins.0.exclude();
         self.checked.clear_block(b);
         self.store.block_mut(b, upto)
     }

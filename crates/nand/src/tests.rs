@@ -580,3 +580,47 @@ fn checked_sectors_are_forgotten_when_their_block_changes() {
     assert!(!n.sector_checked(p0, 1));
     assert!(n.sector_checked(other, 0));
 }
+
+/// Pinned stored pages read on another thread while the owner erases and reprograms
+/// their block: every read that succeeds sees exactly the bytes pinned (never a page
+/// half erased or rewritten), and once the block changed no read succeeds.
+#[test]
+fn pinned_pages_are_never_seen_changing() {
+    let cfg = tiny();
+    let mut n = Nand::new_in_memory(cfg.clone()).unwrap();
+    let b = BlockId(2);
+    let ss = cfg.geometry.sectors_per_page();
+    let (d, o) = (page_of(&cfg, 7), oob_of(&cfg, 7));
+    n.program(Ppa::new(b, 0), &d, &o, SimTime::ZERO).unwrap();
+    let stored = n.stored_sectors(Ppa::new(b, 0), 0, ss).unwrap().0;
+    // SAFETY (test): the slice comes from `stored_sectors` of `n` under this borrow.
+    let pinned = unsafe { n.pin_pages(&[stored]) };
+    let (seen, gone) = (
+        std::sync::atomic::AtomicU64::new(0),
+        std::sync::atomic::AtomicBool::new(false),
+    );
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !gone.load(std::sync::atomic::Ordering::SeqCst) {
+                match pinned.read(0..1, |p| p[0] == &d[..]) {
+                    Some(same) => {
+                        assert!(same, "a pinned page was read while it changed");
+                        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    None => gone.store(true, std::sync::atomic::Ordering::SeqCst),
+                }
+            }
+        });
+        while seen.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        for round in 0..20u64 {
+            n.erase(b, SimTime::ZERO).unwrap();
+            let (d2, o2) = (page_of(&cfg, 100 + round), oob_of(&cfg, 100 + round));
+            n.program(Ppa::new(b, 0), &d2, &o2, SimTime::ZERO).unwrap();
+        }
+        // The reader stops on its own: the first change moved the generation on.
+    });
+    assert!(gone.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(pinned.read(0..1, |_| ()), None);
+}

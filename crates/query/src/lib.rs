@@ -106,7 +106,9 @@ pub use agg::{AccView, AggState};
 pub use error::{BuildError, EvalError};
 pub use eval::{Evaluator, WorkCounters};
 pub use kernels::cmp_padded;
-pub use par::{Hint, PageResult, ParEval, hint_columns, scan_threads, set_scan_threads};
+pub use par::{
+    Batch, Hint, PageResult, ParEval, SharedPages, hint_columns, scan_threads, set_scan_threads,
+};
 pub use plan::{
     AggFunc, Aggregate, Aggregation, ArithOp, CmpOp, Const, Expr, ExprKind, Output, Plan,
 };

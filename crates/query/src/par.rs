@@ -10,11 +10,18 @@
 //! the same rows, states, counters and modeled figures.
 //!
 //! Choices made:
-//! * One [`Evaluator`] per thread, kept between batches (its scratch buffers are reused).
-//! * The batch is cut into four pieces per thread, which the threads take in turn (an
-//!   atomic counter): the calling thread works too (`rayon::in_place_scope`), and on a
-//!   machine whose cores are busy with other work it simply takes more pieces instead
-//!   of waiting for a pool thread the OS has not scheduled.
+//! * Evaluators (and their scratch buffers) are kept between batches in a pool, one
+//!   taken per piece.
+//! * A batch is cut into four pieces per thread, which the threads take in turn (an
+//!   atomic counter): the calling thread works too, and on a machine whose cores are
+//!   busy with other work it simply takes more pieces instead of waiting for a pool
+//!   thread the OS has not scheduled.
+//! * Two ways to run a batch: [`ParEval::eval`] returns when every page is evaluated
+//!   (the caller works meanwhile); [`ParEval::submit`] returns at once, so a caller with
+//!   sequential work of its own (a device stepping its modeled reads) overlaps it with
+//!   the evaluation of the next pages, and evaluates pieces itself only when it gets to
+//!   one no thread has started. Such a batch reads its pages through [`SharedPages`],
+//!   which tells a reader when the bytes changed since they were handed over.
 //! * A page that does not parse or fails to evaluate gets `None`: the caller evaluates
 //!   it on its own thread and reports the error with its own context.
 //! * Threads: [`scan_threads`], the machine's cores unless [`set_scan_threads`] or the
@@ -25,7 +32,9 @@ use crate::eval::{Evaluator, WorkCounters};
 use crate::plan::Plan;
 use crate::result::PartialResult;
 use csd_table::{Layout, PageView, Schema};
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Threads set by [`set_scan_threads`] (0: not set).
 static SCAN_THREADS: AtomicUsize = AtomicUsize::new(0);
@@ -80,14 +89,43 @@ impl PageResult {
 /// [module docs](self).
 #[derive(Debug)]
 pub struct ParEval {
+    common: Arc<Common>,
+    threads: usize,
+}
+
+/// What every thread evaluating a program's pages shares.
+#[derive(Debug)]
+struct Common {
     plan: Plan,
     empty: PartialResult,
-    threads: usize,
-    workers: Vec<Evaluator>,
     /// The columns the program reads.
     columns: Vec<usize>,
     /// A CPU cache hint over bytes about to be read (none: no hints).
     hint: Option<Hint>,
+    /// Evaluators not in use (their scratch buffers are reused from batch to batch).
+    idle: Mutex<Vec<Evaluator>>,
+}
+
+impl Common {
+    /// Evaluates `pages` on an idle evaluator (or a new one), hinting ahead.
+    fn eval_pages(&self, schema: &Schema, pages: &[&[u8]]) -> Vec<Option<PageResult>> {
+        let popped = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut ev = popped.unwrap_or_else(|| Evaluator::new(&self.plan));
+        let mut res = Vec::with_capacity(pages.len());
+        for (j, b) in pages.iter().enumerate() {
+            if let Some(h) = self.hint {
+                if let Some(b2) = pages.get(j + 2) {
+                    h(&b2[..b2.len().min(128)]);
+                }
+                if let Some(b1) = pages.get(j + 1) {
+                    hint_columns(h, b1, schema, &self.columns);
+                }
+            }
+            res.push(eval_one(&mut ev, schema, &self.empty, b));
+        }
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(ev);
+        res
+    }
 }
 
 /// A CPU cache hint: brings the lines of some bytes towards the core; no other effect.
@@ -108,18 +146,36 @@ pub fn hint_columns(hint: Hint, page: &[u8], schema: &Schema, columns: &[usize])
     }
 }
 
+/// Pages that other threads may read while their owner goes on working (a device's
+/// stored pages pinned against change): the source of a [`Batch`].
+pub trait SharedPages: Send + Sync {
+    /// Number of pages.
+    fn len(&self) -> usize;
+
+    /// Whether there are no pages.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f` with pages `range` if they are still the bytes they were; `false`
+    /// (and `f` not called) if they changed since.
+    fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[&[u8]])) -> bool;
+}
+
 impl ParEval {
     /// Evaluation of `plan` on `threads` threads (at least 1).
     pub fn new(plan: &Plan, threads: usize) -> ParEval {
         let mut empty = PartialResult::new(plan);
         empty.lift_group_limit();
         ParEval {
-            plan: plan.clone(),
-            empty,
+            common: Arc::new(Common {
+                plan: plan.clone(),
+                empty,
+                columns: plan.referenced_columns(),
+                hint: None,
+                idle: Mutex::new(Vec::new()),
+            }),
             threads: threads.max(1),
-            workers: Vec::new(),
-            columns: plan.referenced_columns(),
-            hint: None,
         }
     }
 
@@ -127,13 +183,21 @@ impl ParEval {
     /// ahead with `hint` (pages far apart in memory, which no hardware prefetcher
     /// predicts, cost a scan most of its time on their first touch).
     pub fn with_hint(mut self, hint: Hint) -> ParEval {
-        self.hint = Some(hint);
+        if let Some(c) = Arc::get_mut(&mut self.common) {
+            c.hint = Some(hint);
+        }
         self
     }
 
     /// Threads a batch is spread over.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Pages per piece of a batch of `n` pages: four pieces per thread, which the
+    /// threads take in turn (a thread the OS keeps waiting takes fewer).
+    fn piece(&self, n: usize) -> usize {
+        n.div_ceil(self.threads * 4).max(1)
     }
 
     /// Evaluates `pages` (stored page bytes of a table of `schema`) in parallel; the
@@ -143,50 +207,184 @@ impl ParEval {
             return Vec::new();
         }
         let threads = self.threads.min(pages.len());
-        while self.workers.len() < threads {
-            self.workers.push(Evaluator::new(&self.plan));
-        }
-        // Small pieces taken in turn: a thread the OS keeps waiting takes fewer, and the
-        // calling thread never idles while pieces are left.
-        let piece = pages.len().div_ceil(threads * 4).max(1);
+        let piece = self.piece(pages.len());
         let pieces = pages.len().div_ceil(piece);
         let next = AtomicUsize::new(0);
         let mut outs: Vec<Vec<(usize, Vec<Option<PageResult>>)>> =
             (0..threads).map(|_| Vec::new()).collect();
-        let (empty, cols, hint) = (&self.empty, &self.columns[..], self.hint);
-        let work = |ev: &mut Evaluator, out: &mut Vec<(usize, Vec<Option<PageResult>>)>| loop {
+        let common = &*self.common;
+        let work = |out: &mut Vec<(usize, Vec<Option<PageResult>>)>| loop {
             let k = next.fetch_add(1, Ordering::Relaxed);
             if k >= pieces {
                 break;
             }
             let part = &pages[k * piece..((k + 1) * piece).min(pages.len())];
-            let mut res = Vec::with_capacity(part.len());
-            for (j, b) in part.iter().enumerate() {
-                if let Some(h) = hint {
-                    if let Some(b2) = part.get(j + 2) {
-                        h(&b2[..b2.len().min(128)]);
-                    }
-                    if let Some(b1) = part.get(j + 1) {
-                        hint_columns(h, b1, schema, cols);
-                    }
-                }
-                res.push(eval_one(ev, schema, empty, b));
-            }
-            out.push((k, res));
+            out.push((k, common.eval_pages(schema, part)));
         };
-        let mut parts = self.workers.iter_mut().zip(outs.iter_mut());
-        if let Some((my_eval, my_out)) = parts.next() {
+        let mut parts = outs.iter_mut();
+        if let Some(my_out) = parts.next() {
             let work = &work;
+            // The calling thread works too: on a machine whose cores are busy it simply
+            // takes more pieces instead of waiting for a pool thread.
             rayon::in_place_scope(|sc| {
-                for (ev, out) in parts {
-                    sc.spawn(move |_| work(ev, out));
+                for out in parts {
+                    sc.spawn(move |_| work(out));
                 }
-                work(my_eval, my_out);
+                work(my_out);
             });
         }
         let mut all: Vec<(usize, Vec<Option<PageResult>>)> = outs.into_iter().flatten().collect();
         all.sort_unstable_by_key(|p| p.0);
         all.into_iter().flat_map(|p| p.1).collect()
+    }
+
+    /// Starts evaluating `pages` on the pool's threads and returns at once: the caller
+    /// goes on with its own work and takes the results piece by piece
+    /// ([`Batch::take_piece`]), evaluating pieces no thread has started yet itself.
+    /// With one thread nothing runs in the background.
+    pub fn submit(&self, schema: &Schema, pages: Box<dyn SharedPages>) -> Batch {
+        let n = pages.len();
+        let piece = self.piece(n);
+        let pieces = n.div_ceil(piece);
+        let shared = Arc::new(BatchShared {
+            common: self.common.clone(),
+            schema: schema.clone(),
+            pages,
+            piece,
+            pieces,
+            next: AtomicUsize::new(0),
+            results: Mutex::new((0..pieces).map(|_| None).collect()),
+            filled: Condvar::new(),
+        });
+        for _ in 1..self.threads.min(pieces) {
+            let sh = shared.clone();
+            rayon::spawn(move || while sh.eval_next() {});
+        }
+        Batch { shared }
+    }
+}
+
+/// A batch of pages being evaluated in the background ([`ParEval::submit`]). Dropping it
+/// stops the pieces not started yet.
+#[derive(Debug)]
+pub struct Batch {
+    shared: Arc<BatchShared>,
+}
+
+struct BatchShared {
+    common: Arc<Common>,
+    schema: Schema,
+    pages: Box<dyn SharedPages>,
+    piece: usize,
+    pieces: usize,
+    /// The next piece no thread has taken.
+    next: AtomicUsize,
+    /// Each piece's results once evaluated.
+    results: Mutex<Vec<Option<Vec<Option<PageResult>>>>>,
+    filled: Condvar,
+}
+
+impl std::fmt::Debug for BatchShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchShared")
+            .field("pages", &self.pages.len())
+            .field("pieces", &self.pieces)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BatchShared {
+    /// Evaluates the next piece no thread has taken; `false` when none is left.
+    fn eval_next(&self) -> bool {
+        let k = self.next.fetch_add(1, Ordering::Relaxed);
+        if k >= self.pieces {
+            return false;
+        }
+        let range = k * self.piece..((k + 1) * self.piece).min(self.pages.len());
+        let len = range.len();
+        // Filled even if the evaluation panics, so no taker waits forever.
+        let mut slot = Fill {
+            batch: self,
+            k,
+            out: None,
+        };
+        let mut out = None;
+        self.pages.read(range, &mut |pages| {
+            out = Some(self.common.eval_pages(&self.schema, pages));
+        });
+        // Bytes that changed since they were pinned: the takers evaluate in their steps.
+        slot.out = Some(out.unwrap_or_else(|| (0..len).map(|_| None).collect()));
+        true
+    }
+}
+
+/// Puts a piece's results in place when dropped (normally or while unwinding).
+struct Fill<'a> {
+    batch: &'a BatchShared,
+    k: usize,
+    out: Option<Vec<Option<PageResult>>>,
+}
+
+impl Drop for Fill<'_> {
+    fn drop(&mut self) {
+        let out = self.out.take().unwrap_or_default();
+        let mut r = self.batch.results.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = r.get_mut(self.k) {
+            *slot = Some(out);
+        }
+        self.batch.filled.notify_all();
+    }
+}
+
+impl Batch {
+    /// Pages in the batch.
+    pub fn len(&self) -> usize {
+        self.shared.pages.len()
+    }
+
+    /// Whether the batch has no pages.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of pieces ([`Batch::take_piece`]).
+    pub fn pieces(&self) -> usize {
+        self.shared.pieces
+    }
+
+    /// Piece `k`'s page results, in page order (fewer than its pages only if an
+    /// evaluation panicked: the missing pages are left to the caller). Evaluates pieces
+    /// no thread has started yet while piece `k` is not done, then waits for it.
+    pub fn take_piece(&self, k: usize) -> Vec<Option<PageResult>> {
+        let sh = &*self.shared;
+        loop {
+            {
+                let mut r = sh.results.lock().unwrap_or_else(|e| e.into_inner());
+                match r.get_mut(k) {
+                    None => return Vec::new(),
+                    Some(slot) if slot.is_some() => return slot.take().unwrap_or_default(),
+                    Some(_) => {}
+                }
+            }
+            if sh.eval_next() {
+                continue;
+            }
+            // Every piece is taken: piece `k` is under way on another thread, which
+            // never waits for anything.
+            let mut r = sh.results.lock().unwrap_or_else(|e| e.into_inner());
+            while r.get(k).is_some_and(Option::is_none) {
+                r = sh.filled.wait(r).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        // Pieces not started are not started any more.
+        self.shared
+            .next
+            .store(self.shared.pieces, Ordering::Relaxed);
     }
 }
 
