@@ -32,6 +32,7 @@ use crate::eval::{Evaluator, WorkCounters};
 use crate::plan::Plan;
 use crate::result::PartialResult;
 use csd_table::{Layout, PageView, Schema};
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -91,6 +92,8 @@ impl PageResult {
 pub struct ParEval {
     common: Arc<Common>,
     threads: usize,
+    /// Batches submitted for the pool ([`ParEval::submit`]).
+    queue: Arc<Mutex<Queue>>,
 }
 
 /// What every thread evaluating a program's pages shares.
@@ -176,6 +179,7 @@ impl ParEval {
                 idle: Mutex::new(Vec::new()),
             }),
             threads: threads.max(1),
+            queue: Arc::default(),
         }
     }
 
@@ -256,11 +260,47 @@ impl ParEval {
             results: Mutex::new((0..pieces).map(|_| None).collect()),
             filled: Condvar::new(),
         });
-        for _ in 1..self.threads.min(pieces) {
-            let sh = shared.clone();
-            rayon::spawn(move || while sh.eval_next() {});
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.batches.push_back(shared.clone());
+        // At most `threads - 1` pool threads work for this evaluation (the caller is
+        // the other one): more would only take cores from the caller's own work.
+        if q.workers + 1 < self.threads {
+            q.workers += 1;
+            let queue = self.queue.clone();
+            rayon::spawn(move || work_queue(&queue));
         }
         Batch { shared }
+    }
+}
+
+/// Batches submitted and not yet fully taken by a thread, and the pool threads working
+/// on them.
+#[derive(Debug, Default)]
+struct Queue {
+    batches: VecDeque<Arc<BatchShared>>,
+    workers: usize,
+}
+
+/// A pool thread's work: the pieces of the queued batches, oldest first, until none is
+/// left.
+fn work_queue(queue: &Mutex<Queue>) {
+    loop {
+        let batch = {
+            let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                match q.batches.front() {
+                    Some(b) if b.next.load(Ordering::Relaxed) < b.pieces => break b.clone(),
+                    Some(_) => {
+                        q.batches.pop_front();
+                    }
+                    None => {
+                        q.workers -= 1;
+                        return;
+                    }
+                }
+            }
+        };
+        while batch.eval_next() {}
     }
 }
 
