@@ -147,20 +147,29 @@ impl PinnedPages {
         if !self.pins.enter(self.generation) {
             return None;
         }
+        // Leaves when dropped, also if `f` panics: a writer never waits for a reader
+        // that is gone.
+        let _inside = Inside(&self.pins);
         let end = range.end.min(self.pages.len());
         let start = range.start.min(end);
         let slices: Vec<&[u8]> = self.pages[start..end]
             .iter()
             // SAFETY: `enter` succeeded at the generation the pointers were taken
             // under, so (module docs) the bytes are stored, mapped and unchanged until
-            // `leave` below; the slices do not outlive this call (`f` cannot keep them:
-            // their lifetime is local to this function).
+            // `_inside` leaves, after the slices are dropped; `f` cannot keep them (its
+            // signature gives them a lifetime local to this call).
             .map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) })
             .collect();
-        let r = f(&slices);
-        drop(slices);
-        self.pins.leave();
-        Some(r)
+        Some(f(&slices))
+    }
+}
+
+/// A reader inside [`PinnedPages::read`]; leaves when dropped.
+struct Inside<'a>(&'a ReadPins);
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.leave();
     }
 }
 
