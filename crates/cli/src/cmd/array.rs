@@ -388,7 +388,8 @@ pub(crate) struct BenchArrayArgs {
     /// TPC-H scale factor of lineitem.
     #[arg(long, default_value_t = 0.1)]
     sf: f64,
-    /// Host thread counts to compare, comma-separated.
+    /// Host thread counts to compare, comma-separated: DataFusion's partitions and each
+    /// scan's own evaluation threads (`CSD_SCAN_THREADS`) alike.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2], value_parser = parse_count)]
     threads: Vec<usize>,
     /// The query (`q1` … `q22`, or SQL over lineitem).
@@ -431,6 +432,9 @@ pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
     let mut base: Option<f64> = None;
     let mut lines = Vec::new();
     for &n in &a.threads {
+        // The whole query on `n` host threads: a device scan's look-ahead (or in-host
+        // evaluation) would otherwise use every core even when `n` is 1.
+        csd_device::set_scan_threads(n);
         let s = ArraySession::new(
             clients,
             cfg.clone(),
@@ -453,6 +457,7 @@ pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
             .into_clients()
             .ok_or_else(|| CliError::Usage("a plan still holds the devices".into()))?;
     }
+    csd_device::set_scan_threads(0);
     if lines.windows(2).any(|w| w[0] != w[1]) {
         return Err(CliError::Nvme(
             "runs with different thread counts returned different rows: a bug".into(),
