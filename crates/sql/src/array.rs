@@ -599,9 +599,11 @@ impl ArraySession {
                 infos[t].push(info.clone());
             }
         }
+        // At most `threads` member scans at once: the array's host threads.
+        let slots = crate::device::ScanSlots::new(threads);
         let devices: Vec<Arc<Device>> = clients
             .into_iter()
-            .map(|c| Arc::new(Device::new(c, config.clone())))
+            .map(|c| Arc::new(Device::with_slots(c, config.clone(), slots.clone())))
             .collect();
         let logs = devices.iter().map(|_| ScanLog::default()).collect();
         let (ctx, runtime) = new_context(threads)?;

@@ -10,7 +10,7 @@
 //! conjunctions multiply, disjunctions add); an aggregation returns a few states, so its
 //! output selectivity is that of its groups (taken as 0). The reason is printed.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use csd_host::{Client, ScanOptions, Strategy, TableInfo};
 use csd_model::scan::ScanParams;
@@ -25,6 +25,53 @@ pub struct Device {
     dml: Mutex<Vec<csd_host::dml::DmlReport>>,
     /// The device's config (host CPU, ISP costs, energy, geometry).
     pub config: DeviceConfig,
+    /// The host threads the scans of this device (and the devices it shares them with)
+    /// may run on at once.
+    slots: Arc<ScanSlots>,
+}
+
+/// How many device scans run at once on the host: an array session's `threads` (each
+/// device's scan runs on its own blocking thread, so without this an array with one
+/// thread would still scan all its devices at once). A scan takes a slot before its
+/// device and keeps it until it ends; it never waits for its consumer (its channel is
+/// unbounded), so a slot holder always finishes and no scan can wait forever.
+#[derive(Debug)]
+pub struct ScanSlots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl ScanSlots {
+    /// `n` scans at once (at least one).
+    pub fn new(n: usize) -> Arc<ScanSlots> {
+        Arc::new(ScanSlots {
+            free: Mutex::new(n.max(1)),
+            freed: Condvar::new(),
+        })
+    }
+
+    /// Waits for a free slot; it is given back when the guard drops.
+    pub(crate) fn take(&self) -> ScanSlot<'_> {
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        while *free == 0 {
+            free = self
+                .freed
+                .wait(free)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *free -= 1;
+        ScanSlot(self)
+    }
+}
+
+/// A slot taken from [`ScanSlots`]; given back when dropped.
+pub(crate) struct ScanSlot<'a>(&'a ScanSlots);
+
+impl Drop for ScanSlot<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.0.freed.notify_one();
+    }
 }
 
 impl std::fmt::Debug for Device {
@@ -36,11 +83,23 @@ impl std::fmt::Debug for Device {
 impl Device {
     /// Wraps a client of a device with config `config`.
     pub fn new(client: Client, config: DeviceConfig) -> Device {
+        Device::with_slots(client, config, ScanSlots::new(usize::MAX))
+    }
+
+    /// [`Device::new`] whose scans take their host threads from `slots`, shared with
+    /// other devices (an array's members).
+    pub fn with_slots(client: Client, config: DeviceConfig, slots: Arc<ScanSlots>) -> Device {
         Device {
             client: Mutex::new(client),
             dml: Mutex::new(Vec::new()),
             config,
+            slots,
         }
+    }
+
+    /// A host thread slot for one scan (see [`ScanSlots`]).
+    pub(crate) fn scan_slot(&self) -> ScanSlot<'_> {
+        self.slots.take()
     }
 
     /// Records the report of a DML statement that ran on the device.
@@ -245,4 +304,40 @@ pub fn auto(table: &TableInfo, program: &Plan, cfg: &DeviceConfig) -> (Strategy,
             list.join(", ")
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ScanSlots;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// However many scans want to run, at most `n` hold a slot at once, and every one
+    /// gets to run.
+    #[test]
+    fn scan_slots_bound_the_scans_running_at_once() {
+        for n in [1, 2, 3] {
+            let slots = ScanSlots::new(n);
+            let (inside, most, done) = (
+                AtomicUsize::new(0),
+                AtomicUsize::new(0),
+                AtomicUsize::new(0),
+            );
+            std::thread::scope(|s| {
+                for _ in 0..6 {
+                    s.spawn(|| {
+                        for _ in 0..20 {
+                            let _slot = slots.take();
+                            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                            most.fetch_max(now, Ordering::SeqCst);
+                            std::thread::yield_now();
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                            done.fetch_add(1, Ordering::SeqCst);
+                        }
+                    });
+                }
+            });
+            assert!(most.load(Ordering::SeqCst) <= n, "{n} slots");
+            assert_eq!(done.load(Ordering::SeqCst), 120);
+        }
+    }
 }

@@ -290,6 +290,8 @@ impl DeviceScanExec {
             pending_rows: 0,
         };
         let mut report = {
+            // A host thread slot first, then the device (always in this order).
+            let _slot = self.device.scan_slot();
             let mut client = self.device.lock();
             // The join's registrations (and the probe side's releases) are this scan's
             // setup: modeled time and commands.

@@ -388,8 +388,9 @@ pub(crate) struct BenchArrayArgs {
     /// TPC-H scale factor of lineitem.
     #[arg(long, default_value_t = 0.1)]
     sf: f64,
-    /// Host thread counts to compare, comma-separated: DataFusion's partitions and each
-    /// scan's own evaluation threads (`CSD_SCAN_THREADS`) alike.
+    /// Host thread counts to compare, comma-separated: DataFusion's partitions, the
+    /// member scans running at once, and their evaluation threads (`CSD_SCAN_THREADS`)
+    /// shared among them.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2], value_parser = parse_count)]
     threads: Vec<usize>,
     /// The query (`q1` … `q22`, or SQL over lineitem).
@@ -432,9 +433,10 @@ pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
     let mut base: Option<f64> = None;
     let mut lines = Vec::new();
     for &n in &a.threads {
-        // The whole query on `n` host threads: a device scan's look-ahead (or in-host
-        // evaluation) would otherwise use every core even when `n` is 1.
-        csd_device::set_scan_threads(n);
+        // The whole query on `n` host threads: at most `n` member scans at once (the
+        // session's scan slots), each evaluating its pages on its share of the `n`
+        // threads (a scan's look-ahead would otherwise use every core even when `n` is 1).
+        csd_device::set_scan_threads(n / a.devices.min(n).max(1));
         let s = ArraySession::new(
             clients,
             cfg.clone(),
