@@ -75,7 +75,7 @@
 use crate::ahead::{Ahead, Done, pin_pages};
 use crate::block::BlockDevice;
 use csd_ftl::FtlError;
-use csd_query::{Evaluator, PartialResult, Plan, WorkCounters};
+use csd_query::{Evaluator, MinipageHints, PartialResult, Plan, WorkCounters};
 use csd_sim::{IspConfig, SimTime};
 use csd_table::{Layout, PageView};
 use std::cmp::Reverse;
@@ -251,6 +251,9 @@ struct Session {
     index_misses: u64,
     /// The columns the program reads (what the cache hints bring in).
     hint_columns: Vec<usize>,
+    /// Where those columns' minipages lie on the table's pages, once a page was seen
+    /// (`Some(None)`: NSM, nothing to hint).
+    minipages: Option<Option<MinipageHints>>,
     /// Pages evaluated ahead on the host's other cores (no modeled effect).
     ahead: Ahead,
 }
@@ -268,7 +271,7 @@ impl Session {
     /// bytes (the TAGs the read checks) of the page two ahead, and, unless the page was
     /// evaluated ahead (`minipages` false), the minipages the program reads of the page
     /// one ahead (whose header the previous step brought in).
-    fn hint_ahead(&self, dev: &BlockDevice, minipages: bool) {
+    fn hint_ahead(&mut self, dev: &BlockDevice, minipages: bool) {
         let bytes = self.page_bytes as usize;
         let lba_of = |p: u64| self.table.first_lba + p * self.table.lbas_per_page as u64;
         let ftl = dev.ftl();
@@ -281,18 +284,20 @@ impl Session {
         if !minipages {
             return;
         }
-        let Some(p1) = self.page_at(self.next_page) else {
+        let Some(b) = self
+            .page_at(self.next_page)
+            .and_then(|p1| ftl.peek_in_place(lba_of(p1), bytes))
+        else {
             return;
         };
-        let Some(b) = ftl.peek_in_place(lba_of(p1), bytes) else {
-            return;
-        };
-        csd_query::hint_columns(
-            csd_nand::prefetch_lines,
-            b,
-            &self.schema,
-            &self.hint_columns,
-        );
+        if self.minipages.is_none()
+            && let Ok(v) = PageView::parse_unverified(b, &self.schema)
+        {
+            self.minipages = Some(MinipageHints::of(&v, &self.hint_columns));
+        }
+        if let Some(Some(m)) = &self.minipages {
+            m.hint(csd_nand::prefetch_lines, b);
+        }
     }
 
     /// The `i`-th page's evaluation if it was (or now is) done ahead; `None`: the step
@@ -470,6 +475,7 @@ impl Runtime {
             pages_skipped,
             index_misses,
             hint_columns: args.plan.referenced_columns(),
+            minipages: None,
             ahead: Ahead::new(&args.plan, csd_query::scan_threads()),
         });
         if total == 0

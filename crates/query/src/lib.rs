@@ -107,7 +107,7 @@ pub use error::{BuildError, EvalError};
 pub use eval::{Evaluator, WorkCounters};
 pub use kernels::cmp_padded;
 pub use par::{
-    Batch, Hint, PageResult, ParEval, SharedPages, hint_columns, scan_threads, set_scan_threads,
+    Batch, Hint, MinipageHints, PageResult, ParEval, SharedPages, scan_threads, set_scan_threads,
 };
 pub use plan::{
     AggFunc, Aggregate, Aggregation, ArithOp, CmpOp, Const, Expr, ExprKind, Output, Plan,

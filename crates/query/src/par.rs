@@ -115,13 +115,20 @@ impl Common {
         let popped = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut ev = popped.unwrap_or_else(|| Evaluator::new(&self.plan));
         let mut res = Vec::with_capacity(pages.len());
+        // The minipages' places, from the first page that parses (none for NSM).
+        let mut minipages: Option<Option<MinipageHints>> = None;
         for (j, b) in pages.iter().enumerate() {
             if let Some(h) = self.hint {
                 if let Some(b2) = pages.get(j + 2) {
                     h(&b2[..b2.len().min(128)]);
                 }
-                if let Some(b1) = pages.get(j + 1) {
-                    hint_columns(h, b1, schema, &self.columns);
+                if minipages.is_none()
+                    && let Ok(v) = PageView::parse_unverified(b, schema)
+                {
+                    minipages = Some(MinipageHints::of(&v, &self.columns));
+                }
+                if let (Some(Some(m)), Some(b1)) = (&minipages, pages.get(j + 1)) {
+                    m.hint(h, b1);
                 }
             }
             res.push(eval_one(&mut ev, schema, &self.empty, b));
@@ -134,17 +141,39 @@ impl Common {
 /// A CPU cache hint: brings the lines of some bytes towards the core; no other effect.
 pub type Hint = fn(&[u8]);
 
-/// Hints the minipages of `columns` on the page `page` (PAX: each column is one
-/// contiguous run; NSM rows are read whole, so nothing is hinted). No effect on results.
-pub fn hint_columns(hint: Hint, page: &[u8], schema: &Schema, columns: &[usize]) {
-    let Ok(view) = PageView::parse_unverified(page, schema) else {
-        return;
-    };
-    for &c in columns {
-        if let Ok(cv) = view.column(c)
-            && let Some(d) = cv.contiguous()
-        {
-            hint(d);
+/// Where a program's minipages lie on every PAX page of a table, so the next page's can
+/// be hinted without parsing it (parsing touches the page's header, which is the very
+/// first-touch stall the hint is meant to hide).
+#[derive(Debug, Clone)]
+pub struct MinipageHints {
+    ranges: Vec<Range<usize>>,
+    page_len: usize,
+}
+
+impl MinipageHints {
+    /// The extents of `columns` on pages like `view` (`None` for NSM, whose rows are
+    /// read whole).
+    pub fn of(view: &PageView<'_>, columns: &[usize]) -> Option<MinipageHints> {
+        let ranges = columns
+            .iter()
+            .map(|&c| view.column_extent(c))
+            .collect::<Option<Vec<_>>>()?;
+        Some(MinipageHints {
+            ranges,
+            page_len: view.bytes().len(),
+        })
+    }
+
+    /// Hints the minipages on `page` (a page of the same table; a page of another size
+    /// is left alone). No effect on results.
+    pub fn hint(&self, hint: Hint, page: &[u8]) {
+        if page.len() != self.page_len {
+            return;
+        }
+        for r in &self.ranges {
+            if let Some(b) = page.get(r.clone()) {
+                hint(b);
+            }
         }
     }
 }

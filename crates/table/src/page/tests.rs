@@ -612,3 +612,34 @@ fn exercise(v: &PageView<'_>) -> Result<(), TestCaseError> {
     }
     Ok(())
 }
+
+/// A PAX column's extent is the same on every page of a table and holds the column's
+/// values whatever the page's row count; NSM pages have none.
+#[test]
+fn column_extents_hold_the_values_on_every_pax_page() {
+    let s = small_schema();
+    let cap = capacity_for(&s, Layout::Pax, 4096).expect("capacity");
+    let full = build(&s, Layout::Pax, 4096, cap);
+    let full_view = PageView::parse(&full, &s).expect("page");
+    for rows in [0, 1, 7, cap] {
+        let page = build(&s, Layout::Pax, 4096, rows);
+        let v = PageView::parse(&page, &s).expect("page");
+        for c in 0..s.len() {
+            let ext = v.column_extent(c).expect("PAX");
+            assert_eq!(
+                Some(ext.clone()),
+                full_view.column_extent(c),
+                "same on every page"
+            );
+            let data = v.column(c).expect("column").contiguous().expect("PAX");
+            let start = data.as_ptr() as usize - page.as_ptr() as usize;
+            assert!(
+                ext.start <= start && start + data.len() <= ext.end,
+                "{rows} rows, column {c}"
+            );
+        }
+    }
+    let nsm = build(&s, Layout::Nsm, 4096, 3);
+    let v = PageView::parse(&nsm, &s).expect("page");
+    assert_eq!(v.column_extent(0), None);
+}

@@ -137,6 +137,18 @@ impl<'a> PageView<'a> {
         })
     }
 
+    /// PAX only: the bytes column `index`'s minipage occupies on a full page of this
+    /// table (the same range on every page of the table's schema, layout and page size:
+    /// minipages start at fixed offsets for the page's capacity); `None` for NSM.
+    pub fn column_extent(&self, index: usize) -> Option<std::ops::Range<usize>> {
+        if self.header.layout != Layout::Pax {
+            return None;
+        }
+        let width = self.schema.column(index).ok()?.ty.width();
+        let start = column_start(Layout::Pax, self.capacity, self.schema.offsets()[index]);
+        Some(start..(start + self.capacity * width).min(self.page.len()))
+    }
+
     /// A view of the column called `name`.
     pub fn column_by_name(&self, name: &str) -> Result<ColumnView<'a>, PageError> {
         self.column(self.schema.column_index(name)?)
