@@ -368,9 +368,28 @@ impl Session {
         }
     }
 
+    /// An empty chunk; a projection's with room for the rows that fill one (a chunk is
+    /// sealed once its rows' wire bytes, or the DRAM bytes the FMC stages for them,
+    /// `link_row_bytes` per row, reach `chunk_bytes`), plus some: the page that fills it
+    /// is added whole.
+    fn fresh_chunk(empty: &PartialResult, chunk_bytes: u64, link_row_bytes: u64) -> PartialResult {
+        let mut c = empty.clone();
+        if let PartialResult::Rows(r) = &mut c {
+            let row = (r.row_wire_bytes() as u64).max(link_row_bytes).max(1);
+            r.reserve((chunk_bytes / row).min(1 << 20) as usize + 256);
+        }
+        c
+    }
+
+    /// What each selected row adds to the chunk's link bytes besides its wire bytes.
+    fn link_row_bytes(&self) -> u64 {
+        link_row_bytes(self.mode, self.row_width)
+    }
+
     /// Move the chunk being filled to the ready queue.
     fn seal_chunk(&mut self) {
-        let result = std::mem::replace(&mut self.out, self.empty.clone());
+        let fresh = Session::fresh_chunk(&self.empty, self.chunk_bytes, self.link_row_bytes());
+        let result = std::mem::replace(&mut self.out, fresh);
         let arena = result.wire_bytes().max(self.out_link_bytes);
         // An aggregation's state crosses the link as its wire bytes.
         let link_bytes = if self.aggregate {
@@ -444,10 +463,13 @@ impl Runtime {
         let out = PartialResult::with_group_limit(&args.plan, group_limit);
         let row_width = args.plan.schema.row_width() as u64;
         self.pinned_total += pinned as u64;
+        let empty = out.clone();
+        let link_row = link_row_bytes(args.mode, row_width);
+        let out = Session::fresh_chunk(&empty, chunk_bytes, link_row);
         self.sessions[id] = Some(Session {
             mode: args.mode,
             schema: args.plan.schema.clone(),
-            empty: out.clone(),
+            empty,
             aggregate: args.plan.is_aggregate(),
             table: t,
             eval: Evaluator::new(&args.plan),
@@ -586,6 +608,17 @@ impl Runtime {
         let s = self.session(id)?;
         let stalled = s.ready_bytes >= s.arena_bytes;
         let (mut result, mut link, mut rows) = (None::<PartialResult>, 0u64, 0u64);
+        // The rows of the chunks this reply packages (what the loop below takes), so
+        // the first chunk makes room for them once instead of growing chunk by chunk.
+        let mut package_rows = 0usize;
+        let mut package_link = 0u64;
+        for (k, c) in s.ready.iter().enumerate() {
+            if c.ready_at > at || (k > 0 && package_link + c.link_bytes > max) {
+                break;
+            }
+            package_link += c.link_bytes;
+            package_rows += c.result.len();
+        }
         while let Some(c) = s.ready.front() {
             if c.ready_at > at || (result.is_some() && link + c.link_bytes > max) {
                 break;
@@ -600,6 +633,7 @@ impl Runtime {
                     // session's group bound was applied when each was sealed.
                     let mut r = c.result;
                     r.lift_group_limit();
+                    r.reserve_rows(package_rows.saturating_sub(r.len()));
                     result = Some(r);
                 }
                 Some(r) => {
@@ -676,6 +710,15 @@ impl Runtime {
                 _ => return,
             }
         }
+    }
+}
+
+/// What each selected row of a projection adds to its chunk's link bytes besides its
+/// wire bytes: hw-isp stages whole records of `row_width` bytes.
+fn link_row_bytes(mode: IspMode, row_width: u64) -> u64 {
+    match mode {
+        IspMode::Hw => row_width,
+        IspMode::Cpu => 0,
     }
 }
 

@@ -64,7 +64,7 @@ impl RowChunk {
     /// Bytes the rows take on the wire to the host (fixed-width encoding:
     /// [`DataType::wire_width`] per value).
     pub fn wire_bytes(&self) -> u64 {
-        (self.rows * self.types.iter().map(|t| t.wire_width()).sum::<usize>()) as u64
+        (self.rows * self.row_wire_bytes()) as u64
     }
 
     /// Column `c`'s values (`None` out of range).
@@ -95,6 +95,22 @@ impl RowChunk {
             }
         }
         self.rows = 0;
+    }
+
+    /// Bytes one row takes on the wire ([`RowChunk::wire_bytes`] per row).
+    pub fn row_wire_bytes(&self) -> usize {
+        self.types.iter().map(|t| t.wire_width()).sum()
+    }
+
+    /// Makes room for `rows` more rows without reallocating (a chunk that fills row
+    /// batch by row batch would otherwise be copied over as it grows).
+    pub fn reserve(&mut self, rows: usize) {
+        for c in &mut self.columns {
+            match c {
+                ChunkColumn::Num(v) => v.reserve(rows),
+                ChunkColumn::Char { width, bytes } => bytes.reserve(rows.saturating_mul(*width)),
+            }
+        }
     }
 
     /// Appends another chunk of the same column types.
@@ -198,6 +214,13 @@ impl PartialResult {
     /// True if [`PartialResult::len`] is 0.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Makes room for `rows` more rows (a projection's; nothing for an aggregation).
+    pub fn reserve_rows(&mut self, rows: usize) {
+        if let PartialResult::Rows(r) = self {
+            r.reserve(rows);
+        }
     }
 
     /// Bytes this partial result takes on the wire to the host.
