@@ -434,6 +434,13 @@ impl AggState {
                 match cv.contiguous() {
                     // A minipage: one masked load per row (the bytes little-endian, as
                     // below).
+                    // One byte (a flag such as TPC-H's l_returnflag): a byte load.
+                    Some(data) if w == 1 => {
+                        for (p, &i) in packed.iter_mut().zip(sel) {
+                            *p |=
+                                u128::from(data.get(i as usize).copied().unwrap_or(0)) << (8 * off);
+                        }
+                    }
                     Some(data) if (1..=16).contains(&w) => {
                         for (k, &i) in sel.iter().enumerate() {
                             packed[k] |=
