@@ -375,6 +375,7 @@ impl BatchShared {
         let mut slot = Fill {
             batch: self,
             k,
+            len,
             out: None,
         };
         let mut out = None;
@@ -387,16 +388,22 @@ impl BatchShared {
     }
 }
 
-/// Puts a piece's results in place when dropped (normally or while unwinding).
+/// Puts a piece's results in place when dropped (normally or while unwinding: then
+/// every page of the piece is left to the taker, which stays aligned with its pages).
 struct Fill<'a> {
     batch: &'a BatchShared,
     k: usize,
+    len: usize,
     out: Option<Vec<Option<PageResult>>>,
 }
 
 impl Drop for Fill<'_> {
     fn drop(&mut self) {
-        let out = self.out.take().unwrap_or_default();
+        let len = self.len;
+        let out = self
+            .out
+            .take()
+            .unwrap_or_else(|| (0..len).map(|_| None).collect());
         let mut r = self.batch.results.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = r.get_mut(self.k) {
             *slot = Some(out);
@@ -421,8 +428,8 @@ impl Batch {
         self.shared.pieces
     }
 
-    /// Piece `k`'s page results, in page order (fewer than its pages only if an
-    /// evaluation panicked: the missing pages are left to the caller). Evaluates pieces
+    /// Piece `k`'s page results, in page order (`None` for a page left to the caller:
+    /// its bytes changed, it did not evaluate, or its evaluation panicked). Evaluates pieces
     /// no thread has started yet while piece `k` is not done, then waits for it.
     pub fn take_piece(&self, k: usize) -> Vec<Option<PageResult>> {
         let sh = &*self.shared;
@@ -503,32 +510,108 @@ mod tests {
         (schema, out)
     }
 
+    /// `SUM(c1), MAX(c2) GROUP BY c3` over `schema`.
+    fn agg_plan(schema: &Schema) -> Plan {
+        let c1 = crate::plan::Expr::column(schema, 0).expect("c1");
+        let c2 = crate::plan::Expr::column(schema, 1).expect("c2");
+        Plan::aggregation(
+            "t",
+            schema,
+            Aggregation {
+                group_by: vec![2],
+                aggregates: vec![
+                    Aggregate {
+                        func: AggFunc::Sum,
+                        arg: Some(c1),
+                        ty: DataType::Int,
+                    },
+                    Aggregate {
+                        func: AggFunc::Max,
+                        arg: Some(c2),
+                        ty: DataType::Int,
+                    },
+                ],
+            },
+            None,
+        )
+    }
+
+    /// Pages in memory as a batch's source; `changed` makes every read find them gone.
+    struct Held {
+        pages: Vec<Vec<u8>>,
+        changed: bool,
+    }
+
+    impl SharedPages for Held {
+        fn len(&self) -> usize {
+            self.pages.len()
+        }
+
+        fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[&[u8]])) -> bool {
+            if self.changed {
+                return false;
+            }
+            let refs: Vec<&[u8]> = self.pages[range].iter().map(Vec::as_slice).collect();
+            f(&refs);
+            true
+        }
+    }
+
+    /// A batch evaluated in the background gives, piece by piece, exactly what the
+    /// synchronous evaluation gives; pages whose bytes changed come back as `None`, one
+    /// per page; a batch dropped half taken leaves nothing waiting.
+    #[test]
+    fn submitted_batches_give_the_synchronous_results() {
+        let (schema, pages) = pages(Layout::Pax);
+        let plan = agg_plan(&schema);
+        let refs: Vec<&[u8]> = pages.iter().map(Vec::as_slice).collect();
+        let want = ParEval::new(&plan, 1).eval(&schema, &refs);
+        for threads in [1, 2, 3] {
+            let par = ParEval::new(&plan, threads);
+            let held = Held {
+                pages: pages.clone(),
+                changed: false,
+            };
+            let b = par.submit(&schema, Box::new(held));
+            let got: Vec<Option<PageResult>> =
+                (0..b.pieces()).flat_map(|k| b.take_piece(k)).collect();
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                let (g, w) = (
+                    g.as_ref().expect("evaluated"),
+                    w.as_ref().expect("evaluated"),
+                );
+                assert_eq!((g.work, &g.out), (w.work, &w.out), "{threads} threads");
+            }
+            let gone = par.submit(
+                &schema,
+                Box::new(Held {
+                    pages: pages.clone(),
+                    changed: true,
+                }),
+            );
+            let left: Vec<Option<PageResult>> = (0..gone.pieces())
+                .flat_map(|k| gone.take_piece(k))
+                .collect();
+            assert_eq!(left.len(), pages.len());
+            assert!(left.iter().all(Option::is_none));
+            let half = par.submit(
+                &schema,
+                Box::new(Held {
+                    pages: pages.clone(),
+                    changed: false,
+                }),
+            );
+            let _ = half.take_piece(0);
+            drop(half);
+        }
+    }
+
     #[test]
     fn parallel_pages_merge_into_the_sequential_result() {
         for layout in [Layout::Nsm, Layout::Pax] {
             let (schema, pages) = pages(layout);
-            let c1 = crate::plan::Expr::column(&schema, 0).expect("c1");
-            let c2 = crate::plan::Expr::column(&schema, 1).expect("c2");
-            let plan = Plan::aggregation(
-                "t",
-                &schema,
-                Aggregation {
-                    group_by: vec![2],
-                    aggregates: vec![
-                        Aggregate {
-                            func: AggFunc::Sum,
-                            arg: Some(c1),
-                            ty: DataType::Int,
-                        },
-                        Aggregate {
-                            func: AggFunc::Max,
-                            arg: Some(c2),
-                            ty: DataType::Int,
-                        },
-                    ],
-                },
-                None,
-            );
+            let plan = agg_plan(&schema);
             let mut seq = Evaluator::new(&plan);
             let mut want = PartialResult::new(&plan);
             let mut want_work = WorkCounters::default();
