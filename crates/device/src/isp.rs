@@ -608,21 +608,18 @@ impl Runtime {
         let s = self.session(id)?;
         let stalled = s.ready_bytes >= s.arena_bytes;
         let (mut result, mut link, mut rows) = (None::<PartialResult>, 0u64, 0u64);
-        // The rows of the chunks this reply packages (what the loop below takes), so
-        // the first chunk makes room for them once instead of growing chunk by chunk.
-        let mut package_rows = 0usize;
-        let mut package_link = 0u64;
-        for (k, c) in s.ready.iter().enumerate() {
-            if c.ready_at > at || (k > 0 && package_link + c.link_bytes > max) {
+        // The chunks ready by `at`, as many as fit `max` bytes of link (at least one);
+        // the first makes room for all their rows at once, not growing chunk by chunk.
+        let (mut package, mut package_link) = (0usize, 0u64);
+        for c in &s.ready {
+            if c.ready_at > at || (package > 0 && package_link + c.link_bytes > max) {
                 break;
             }
             package_link += c.link_bytes;
-            package_rows += c.result.len();
+            package += 1;
         }
-        while let Some(c) = s.ready.front() {
-            if c.ready_at > at || (result.is_some() && link + c.link_bytes > max) {
-                break;
-            }
+        let package_rows: usize = s.ready.iter().take(package).map(|c| c.result.len()).sum();
+        for _ in 0..package {
             let Some(c) = s.ready.pop_front() else { break };
             s.ready_bytes -= c.arena_bytes;
             link += c.link_bytes;
