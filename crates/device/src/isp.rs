@@ -381,14 +381,10 @@ impl Session {
         c
     }
 
-    /// What each selected row adds to the chunk's link bytes besides its wire bytes.
-    fn link_row_bytes(&self) -> u64 {
-        link_row_bytes(self.mode, self.row_width)
-    }
-
     /// Move the chunk being filled to the ready queue.
     fn seal_chunk(&mut self) {
-        let fresh = Session::fresh_chunk(&self.empty, self.chunk_bytes, self.link_row_bytes());
+        let link_row = link_row_bytes(self.mode, self.row_width);
+        let fresh = Session::fresh_chunk(&self.empty, self.chunk_bytes, link_row);
         let result = std::mem::replace(&mut self.out, fresh);
         let arena = result.wire_bytes().max(self.out_link_bytes);
         // An aggregation's state crosses the link as its wire bytes.

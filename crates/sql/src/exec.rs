@@ -525,12 +525,10 @@ impl ExecutionPlan for DeviceScanExec {
         child_pushdown_result: ChildPushdownResult,
         _config: &ConfigOptions,
     ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
-        // Static filters reached the device program through the table provider; only
-        // the dynamic ones of the post-optimization phase are taken here, and not by a
-        // scan with a pushed limit (its limit counts the rows it hands over, which a
-        // later filter could leave short).
-        let takes = phase == FilterPushdownPhase::Post && self.limit.is_none();
-        Ok(self.take_dynamic_filters(child_pushdown_result, takes))
+        // Static filters reached the device program through the table provider. A scan
+        // with a pushed limit takes no runtime filter: its limit counts the rows it
+        // hands over, which a later filter could leave short.
+        Ok(self.take_dynamic_filters(phase, child_pushdown_result, self.limit.is_none()))
     }
 
     fn replace_children(

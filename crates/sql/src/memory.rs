@@ -175,8 +175,7 @@ impl ExecutionPlan for WithDistinct {
         child_pushdown_result: ChildPushdownResult,
         _config: &ConfigOptions,
     ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
-        let takes = phase == FilterPushdownPhase::Post;
-        Ok(self.take_dynamic_filters(child_pushdown_result, takes))
+        Ok(self.take_dynamic_filters(phase, child_pushdown_result, true))
     }
 
     fn replace_children(

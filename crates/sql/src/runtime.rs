@@ -30,7 +30,7 @@ use datafusion::physical_expr::{DynamicFilterTracking, PhysicalExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::filter_pushdown::{
-    ChildPushdownResult, FilterPushdownPropagation, PushedDown,
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
 };
 use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder};
@@ -154,14 +154,17 @@ pub(crate) trait FilteringScan {
     /// The same scan applying `filters` instead.
     fn with_runtime_filters(&self, filters: Vec<Arc<dyn PhysicalExpr>>) -> Arc<dyn ExecutionPlan>;
 
-    /// [`ExecutionPlan::handle_child_pushdown_result`] of such a scan: when `takes`,
-    /// the dynamic filters among those its parents offer are answered `Yes` and taken
-    /// (an updated scan), the others `No`.
+    /// [`ExecutionPlan::handle_child_pushdown_result`] of such a scan: in the
+    /// post-optimization phase, if the scan `accepts` filters at all, the dynamic filters
+    /// among those its parents offer are answered `Yes` and taken (an updated scan), the
+    /// others `No` (static filters reached the scan through its table provider).
     fn take_dynamic_filters(
         &self,
+        phase: FilterPushdownPhase,
         offered: ChildPushdownResult,
-        takes: bool,
+        accepts: bool,
     ) -> FilterPushdownPropagation<Arc<dyn ExecutionPlan>> {
+        let takes = accepts && phase == FilterPushdownPhase::Post;
         let mut filters = self.runtime_filters().to_vec();
         let before = filters.len();
         let verdicts = offered
