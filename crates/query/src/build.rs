@@ -18,7 +18,7 @@ use csd_table::decimal::pow10;
 
 use crate::error::BuildError;
 use crate::kernels::cmp_padded;
-use crate::plan::{ArithOp, CmpOp, Const, Expr, ExprKind};
+use crate::plan::{ArithOp, CmpOp, Const, ConstSet, Expr, ExprKind};
 use crate::types::{DataType, MAX_SCALE};
 
 /// Outcome of comparing a scale-`s` expression with a constant of another scale.
@@ -357,6 +357,7 @@ pub fn compare(op: CmpOp, l: Expr, r: Expr, whole: &str) -> Result<Expr, BuildEr
 /// scale is dropped), duplicates removed; folded when `x` is a constant.
 pub fn in_list(x: Expr, items: Vec<Expr>, negated: bool, whole: &str) -> Result<Expr, BuildError> {
     let mut list: Vec<Const> = Vec::with_capacity(items.len());
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
     for item in &items {
         let c = match (x.ty, item.ty) {
             (a, b) if a.is_number() && b.is_number() => {
@@ -380,7 +381,7 @@ pub fn in_list(x: Expr, items: Vec<Expr>, negated: bool, whole: &str) -> Result<
             }
         };
         if let Some(c) = c
-            && !list.contains(&c)
+            && seen.insert(c.clone())
         {
             list.push(c);
         }
@@ -400,7 +401,7 @@ pub fn in_list(x: Expr, items: Vec<Expr>, negated: bool, whole: &str) -> Result<
     Ok(Expr::new(
         ExprKind::InList {
             expr: Box::new(x),
-            list,
+            list: ConstSet::new(list),
             negated,
         },
         DataType::Bool,

@@ -29,7 +29,7 @@ use csd_table::{ColumnView, Layout, PageView};
 use crate::agg::{AggInput, GroupScratch};
 use crate::error::EvalError;
 use crate::kernels::{self, NumCol, Operand, cmp_padded, filter_by};
-use crate::plan::{AggFunc, CmpOp, Const, Expr, ExprKind, Output, Plan};
+use crate::plan::{AggFunc, CmpOp, Const, ConstSet, Expr, ExprKind, Output, Plan};
 use crate::result::{ChunkColumn, PartialResult};
 use crate::types::DataType;
 
@@ -660,7 +660,7 @@ impl<'r, 'a> Run<'r, 'a> {
     fn filter_in_list(
         &mut self,
         expr: &Expr,
-        list: &[Const],
+        list: &ConstSet,
         neg: bool,
         sel: &[u32],
         out: &mut Vec<u32>,
@@ -689,16 +689,9 @@ impl<'r, 'a> Run<'r, 'a> {
                 hit != neg
             });
         } else {
-            let ints: Vec<i64> = list
-                .iter()
-                .filter_map(|c| match c {
-                    Const::Int(v) => Some(*v),
-                    _ => None,
-                })
-                .collect();
             let mut a = self.take_num();
             self.eval_num(expr, sel, &mut a)?;
-            filter_by(sel, out, |j, _| ints.contains(&a[j]) != neg);
+            filter_by(sel, out, |j, _| list.contains_int(a[j]) != neg);
             self.s.nums.push(a);
         }
         Ok(())

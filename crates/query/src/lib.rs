@@ -110,7 +110,7 @@ pub use par::{
     Batch, Hint, MinipageHints, PageResult, ParEval, SharedPages, scan_threads, set_scan_threads,
 };
 pub use plan::{
-    AggFunc, Aggregate, Aggregation, ArithOp, CmpOp, Const, Expr, ExprKind, Output, Plan,
+    AggFunc, Aggregate, Aggregation, ArithOp, CmpOp, Const, ConstSet, Expr, ExprKind, Output, Plan,
 };
 pub use result::{ColumnData, PartialResult, RowChunk};
 pub use types::DataType;

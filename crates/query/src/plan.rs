@@ -80,8 +80,8 @@ pub enum ExprKind {
     InList {
         /// The tested expression.
         expr: Box<Expr>,
-        /// The distinct constants.
-        list: Vec<Const>,
+        /// The distinct constants (integer lists indexed for lookups, see [`ConstSet`]).
+        list: ConstSet,
         /// `NOT IN`.
         negated: bool,
     },
@@ -103,7 +103,7 @@ pub enum ExprKind {
 }
 
 /// A constant value.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Const {
     /// A truth value.
     Bool(bool),
@@ -119,6 +119,105 @@ pub enum Const {
     /// finished [`Plan`] never holds one.
     Wide(i128),
 }
+
+/// The distinct constants of an `IN` list, in the order written, with integer lists
+/// also kept sorted for lookups: a join's runtime filter pushed into the device
+/// (`csd_sql`'s runtime filters) is an `IN` of up to thousands of keys, tested on every
+/// row of a scan, where a scan of the list per row would cost more than the whole
+/// scan. A list whose values span few enough integers gets a bitmap (one bit per
+/// integer from the least to the greatest, at most [`ConstSet::BITMAP_BITS`]); any
+/// other integer list is searched by bisection.
+#[derive(Debug, Clone, Default)]
+pub struct ConstSet {
+    items: Vec<Const>,
+    /// The integer items sorted (empty unless every item is an integer).
+    sorted: Vec<i64>,
+    /// Bit `v - least` of the items' bitmap, when there is one.
+    bits: Vec<u64>,
+}
+
+impl ConstSet {
+    /// The largest bitmap kept (32 KiB).
+    pub const BITMAP_BITS: u64 = 1 << 18;
+
+    /// The set of `items` (distinct, as written).
+    pub fn new(items: Vec<Const>) -> ConstSet {
+        let ints: Option<Vec<i64>> = items
+            .iter()
+            .map(|c| match c {
+                Const::Int(v) => Some(*v),
+                _ => None,
+            })
+            .collect();
+        let mut sorted = ints.unwrap_or_default();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut bits = Vec::new();
+        if let (Some(&lo), Some(&hi)) = (sorted.first(), sorted.last()) {
+            let span = (hi as i128 - lo as i128) as u128 + 1;
+            if sorted.len() > 4 && span <= u128::from(Self::BITMAP_BITS) {
+                bits = vec![0u64; (span as usize).div_ceil(64)];
+                for &v in &sorted {
+                    let o = (v - lo) as usize;
+                    bits[o / 64] |= 1 << (o % 64);
+                }
+            }
+        }
+        ConstSet {
+            items,
+            sorted,
+            bits,
+        }
+    }
+
+    /// The constants, as written.
+    pub fn items(&self) -> &[Const] {
+        &self.items
+    }
+
+    /// The same set with its constants in ascending order (a list whose order is an
+    /// accident, such as a join's keys, reads the same every time).
+    pub fn into_sorted(self) -> ConstSet {
+        let mut items = self.items;
+        items.sort_unstable();
+        ConstSet::new(items)
+    }
+
+    /// Whether the set holds the integer `v` (only integer sets hold any).
+    #[inline]
+    pub fn contains_int(&self, v: i64) -> bool {
+        let (Some(&lo), Some(&hi)) = (self.sorted.first(), self.sorted.last()) else {
+            return false;
+        };
+        if v < lo || v > hi {
+            return false;
+        }
+        if !self.bits.is_empty() {
+            let o = (v - lo) as usize;
+            return self.bits[o / 64] >> (o % 64) & 1 == 1;
+        }
+        if self.sorted.len() <= 8 {
+            return self.sorted.contains(&v);
+        }
+        self.sorted.binary_search(&v).is_ok()
+    }
+}
+
+impl std::ops::Deref for ConstSet {
+    type Target = [Const];
+    fn deref(&self) -> &[Const] {
+        &self.items
+    }
+}
+
+/// Sets are equal when their constants are, in order (the index follows from them).
+impl PartialEq for ConstSet {
+    fn eq(&self, o: &ConstSet) -> bool {
+        self.items == o.items
+    }
+}
+
+impl Eq for ConstSet {}
 
 /// Arithmetic operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -527,11 +626,16 @@ impl fmt::Display for Expr {
                 negated,
             } => {
                 write!(f, "{expr} {}IN (", if *negated { "NOT " } else { "" })?;
-                for (i, c) in list.iter().enumerate() {
+                // A long list (a join's keys) shows its first items and its length.
+                const SHOWN: usize = 16;
+                for (i, c) in list.iter().take(SHOWN).enumerate() {
                     if i > 0 {
                         f.write_str(", ")?;
                     }
                     fmt_const(f, c, expr.ty)?;
+                }
+                if list.len() > SHOWN {
+                    write!(f, ", … {} values", list.len())?;
                 }
                 f.write_str(")")
             }
@@ -605,5 +709,68 @@ impl fmt::Display for Plan {
             write!(f, " GROUP BY {}", groups.join(", "))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Lookups in an integer set (bitmap, bisection or a short scan, by its size and
+        /// span) answer what a scan of its items does, for values in and around it.
+        #[test]
+        fn const_set_lookups_match_the_list(
+            items in prop::collection::hash_set(
+                prop_oneof![-300i64..300, any::<i64>(), Just(i64::MIN), Just(i64::MAX)],
+                0..60,
+            ),
+            probes in prop::collection::vec(any::<i64>(), 0..40),
+        ) {
+            let items: Vec<i64> = items.into_iter().collect();
+            let set = ConstSet::new(items.iter().map(|&v| Const::Int(v)).collect());
+            prop_assert_eq!(set.len(), items.len());
+            let near = items.iter().flat_map(|&v| [v.saturating_sub(1), v, v.saturating_add(1)]);
+            for v in near.chain(probes).chain(-310..310) {
+                prop_assert_eq!(set.contains_int(v), items.contains(&v), "value {}", v);
+            }
+        }
+    }
+
+    #[test]
+    fn dense_sets_get_a_bitmap_and_sparse_ones_do_not() {
+        let dense = ConstSet::new((0..100).map(|v| Const::Int(v * 7)).collect());
+        assert!(!dense.bits.is_empty());
+        assert!(dense.contains_int(693) && !dense.contains_int(694));
+        let sparse = ConstSet::new((0..100).map(|v| Const::Int(v << 40)).collect());
+        assert!(sparse.bits.is_empty());
+        assert!(sparse.contains_int(99 << 40) && !sparse.contains_int((99 << 40) + 1));
+        // Strings hold no integer.
+        let chars = ConstSet::new(vec![Const::Char(b"a".to_vec())]);
+        assert!(!chars.contains_int(0));
+    }
+
+    #[test]
+    fn a_long_list_shows_its_first_items_and_its_length() {
+        let col = Expr::new(
+            ExprKind::Column {
+                index: 0,
+                name: "k".into(),
+            },
+            DataType::Int,
+        );
+        let e = crate::build::in_list(
+            col,
+            (0..40)
+                .map(|v| Expr::constant(Const::Int(v), DataType::Int))
+                .collect(),
+            false,
+            "k IN (...)",
+        )
+        .expect("an IN list of integers");
+        let text = e.to_string();
+        assert!(text.starts_with("k IN (0, 1, 2"), "{text}");
+        assert!(text.ends_with(", 15, … 40 values)"), "{text}");
     }
 }

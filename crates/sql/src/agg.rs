@@ -41,24 +41,18 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::common::{DataFusionError, Result};
-use datafusion::logical_expr::Operator;
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
-use datafusion::physical_expr::expressions::{
-    BinaryExpr, CastExpr, Column, Literal, NegativeExpr, TryCastExpr,
-};
+use datafusion::physical_expr::expressions::{CastExpr, Literal};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 
-use csd_query::build::{self, Ar};
-
 use crate::array::ArrayScanExec;
 use crate::exec::{DeviceScanExec, ScanOutput};
 use crate::schema::{DECIMAL_PRECISION, column_array};
-use crate::translate::{self, NotPushed};
+use crate::translate::{Columns, physical};
 
 /// How one aggregate's device state becomes DataFusion state columns.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -257,10 +251,6 @@ impl PhysicalOptimizerRule for DeviceAggregatePushdown {
         true
     }
 }
-
-/// What an input column of a node above the scan is, in device terms (`None`: not
-/// expressible).
-type Columns = Vec<Option<DevExpr>>;
 
 fn push(agg: &AggregateExec) -> Option<Arc<dyn ExecutionPlan>> {
     if agg.filter_expr().iter().any(Option::is_some)
@@ -504,55 +494,4 @@ fn device_function(
         _ => return None,
     };
     Some(triple)
-}
-
-/// A physical value expression over `columns` (the input's columns in device terms).
-fn physical(
-    e: &Arc<dyn PhysicalExpr>,
-    columns: &Columns,
-    schema: &Schema,
-) -> Result<DevExpr, NotPushed> {
-    let whole = e.to_string();
-    let no = || NotPushed::Unsupported(whole.clone());
-    if let Some(c) = e.downcast_ref::<Column>() {
-        return columns.get(c.index()).cloned().flatten().ok_or_else(no);
-    }
-    if let Some(l) = e.downcast_ref::<Literal>() {
-        return translate::literal(l.value()).ok_or_else(no);
-    }
-    if let Some(b) = e.downcast_ref::<BinaryExpr>() {
-        let (l, r) = (
-            physical(b.left(), columns, schema)?,
-            physical(b.right(), columns, schema)?,
-        );
-        let op = match b.op() {
-            Operator::Plus => Ar::Add,
-            Operator::Minus => Ar::Sub,
-            Operator::Multiply => Ar::Mul,
-            _ => return Err(no()),
-        };
-        return Ok(build::arith(op, l, r, &whole)?);
-    }
-    if let Some(c) = e.downcast_ref::<CastExpr>() {
-        return translate::cast(
-            physical(c.expr(), columns, schema)?,
-            c.cast_type(),
-            schema,
-            &whole,
-        );
-    }
-    if let Some(c) = e.downcast_ref::<TryCastExpr>() {
-        return translate::cast(
-            physical(c.expr(), columns, schema)?,
-            c.cast_type(),
-            schema,
-            &whole,
-        );
-    }
-    if let Some(n) = e.downcast_ref::<NegativeExpr>() {
-        let d = physical(n.arg(), columns, schema)?;
-        let zero = DevExpr::constant(csd_query::plan::Const::Int(0), DevType::Int);
-        return Ok(build::arith(Ar::Sub, zero, d, &whole)?);
-    }
-    Err(no())
 }

@@ -16,15 +16,17 @@
 //! releases both registrations when it is done. Their modeled time is the scan's setup
 //! time (`QueryReport::setup_ns`, in its modeled total).
 //!
-//! A scan applies the runtime (dynamic) filters of the joins and top-K sorts above it
-//! to what the device hands over ([`crate::runtime`]).
+//! A scan takes the runtime (dynamic) filters of the joins above it into its device
+//! program where the device evaluates them exactly, and applies the rest (and top-K
+//! sorts' bounds) to what the device hands over ([`crate::runtime`]).
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use csd_device::{Command, Payload};
 use csd_host::{CommandIssuer, JoinRead, QueryReport, ScanOptions, Strategy, TableInfo, run_scan};
-use csd_query::{PartialResult, Plan};
+use csd_query::plan::Expr as DevExpr;
+use csd_query::{Output, PartialResult, Plan};
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::config::ConfigOptions;
@@ -48,8 +50,9 @@ use futures::StreamExt;
 use crate::agg::AggOutputSpec;
 use crate::device::{Device, ScanSettings};
 use crate::join::{JoinRole, JoinSide};
-use crate::runtime::{FilteringScan, RuntimeFilters};
+use crate::runtime::{self, FilteringScan, RuntimeFilters};
 use crate::schema::column_array_of;
+use crate::translate::Columns;
 
 /// What one device scan did: the table, the strategy, what ran in the device, why the
 /// strategy was chosen and the modeled report.
@@ -111,8 +114,15 @@ pub struct DeviceScanExec {
     /// The scan's side of a FLIXR join bitmap ([`crate::join`]), if any.
     pub(crate) join: Option<JoinRole>,
     /// Dynamic filters from operators above, applied in the host to the device's
-    /// output (see the [module docs](self)).
+    /// output unless the device's program takes them (see the [module docs](self)).
     runtime_filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// Dynamic filters the device's program may take, not worth applying in the host
+    /// (the join that made them probes the scan's rows next; see
+    /// [`crate::runtime::RedundantRuntimeFilters`]).
+    device_filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// Expression ids of those filters that hash joins make: the scan waits for them to
+    /// be complete before it starts (see [`runtime::for_device`]).
+    join_filters: Vec<u64>,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
 }
@@ -149,6 +159,8 @@ impl DeviceScanExec {
             filter_text,
             join: None,
             runtime_filters: Vec::new(),
+            device_filters: Vec::new(),
+            join_filters: Vec::new(),
             metrics: ExecutionPlanMetricsSet::new(),
             cache,
         }
@@ -274,11 +286,111 @@ impl DeviceScanExec {
         }
     }
 
+    /// The same scan knowing which of its runtime filters hash joins make (`ids`), if
+    /// that changes anything.
+    pub(crate) fn with_join_filters(&self, ids: &[u64]) -> Option<DeviceScanExec> {
+        let mine: Vec<u64> = self
+            .runtime_filters
+            .iter()
+            .chain(&self.device_filters)
+            .filter_map(|e| e.expression_id())
+            .filter(|id| ids.contains(id))
+            .collect();
+        if mine == self.join_filters {
+            return None;
+        }
+        let mut s = self.clone_for_run();
+        s.join_filters = mine;
+        Some(s)
+    }
+
+    /// The runtime filters hash joins make.
+    fn join_filter_exprs(&self) -> Vec<Arc<dyn PhysicalExpr>> {
+        self.runtime_filters
+            .iter()
+            .chain(&self.device_filters)
+            .filter(|e| {
+                e.expression_id()
+                    .is_some_and(|id| self.join_filters.contains(&id))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The scan's output columns in device terms: a projection's columns, a partial
+    /// aggregation's grouping columns (its states are not columns of the table).
+    fn output_columns(&self) -> Columns {
+        let schema = &self.table.schema;
+        match (&self.output, &self.program.output) {
+            (ScanOutput::Rows(idx), _) => idx.iter().map(|&c| DevExpr::column(schema, c)).collect(),
+            (ScanOutput::Partial(_), Output::Aggregate(a)) => a
+                .group_by
+                .iter()
+                .map(|&c| DevExpr::column(schema, c))
+                .collect(),
+            (ScanOutput::Partial(_), _) => Vec::new(),
+        }
+    }
+
+    /// The program this run executes: the planned one, with the conjuncts of the
+    /// runtime filters that are complete now and that the device evaluates exactly put
+    /// first (a join's key bounds and key list: the device hands over only rows, or
+    /// aggregates only groups, that the join can match). Filters taken whole are not
+    /// applied again in the host (`host`). Returns the taken terms' text too.
+    fn program_for_run(&self, host: &RuntimeFilters) -> (Plan, Option<String>) {
+        if self.limit.is_some() {
+            return (self.program.clone(), None);
+        }
+        let filters: Vec<_> = self
+            .runtime_filters
+            .iter()
+            .chain(&self.device_filters)
+            .cloned()
+            .collect();
+        let taken = runtime::for_device(&filters, &self.output_columns(), &self.table.schema);
+        for (i, whole) in taken
+            .whole
+            .iter()
+            .enumerate()
+            .take(self.runtime_filters.len())
+        {
+            if *whole {
+                host.taken_by_device(i);
+            }
+        }
+        if taken.terms.is_empty() {
+            return (self.program.clone(), None);
+        }
+        let text = taken
+            .terms
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        let mut program = self.program.clone();
+        program.filter = Some(csd_query::build::and(
+            taken
+                .terms
+                .into_iter()
+                .chain(program.filter.take())
+                .collect(),
+        ));
+        (program, Some(text))
+    }
+
     /// Runs the scan, handing every batch to `emit` as the device produces it.
-    fn run(&self, emit: &mut dyn FnMut(RecordBatch)) -> Result<()> {
-        let (mut strategy, mut why) =
-            self.settings
-                .choose(&self.table, &self.program, &self.device);
+    /// `in_time`: the joins' runtime filters were complete when it started.
+    fn run(
+        &self,
+        host: &RuntimeFilters,
+        in_time: bool,
+        emit: &mut dyn FnMut(RecordBatch),
+    ) -> Result<()> {
+        let (program, runtime_text) = self.program_for_run(host);
+        let (mut strategy, mut why) = self.settings.choose(&self.table, &program, &self.device);
+        if !in_time {
+            why.push_str("; a join's runtime filter was not complete in time: started without it");
+        }
         let mut opts = ScanOptions {
             strategy,
             ..self.settings.options
@@ -314,7 +426,7 @@ impl DeviceScanExec {
             let ran = run_scan(
                 &mut *client,
                 &self.table,
-                &self.program,
+                &program,
                 &self.device.config,
                 &opts,
                 &mut |chunk| out.take(chunk, emit).map_err(host_error),
@@ -342,11 +454,15 @@ impl DeviceScanExec {
             role.link.set_ready(true);
         }
         self.record_metrics(&report, rows_out);
+        let mut text = self.describe();
+        if let Some(t) = runtime_text {
+            text.push_str(&format!(", runtime filter {t}"));
+        }
         self.log.push(ScanRecord {
             table: self.table.name.clone(),
             strategy,
             why,
-            program: self.describe(),
+            program: text,
             report,
         });
         Ok(())
@@ -495,6 +611,9 @@ impl DisplayAs for DeviceScanExec {
         for rf in &self.runtime_filters {
             write!(f, ", runtime filter {rf}")?;
         }
+        for rf in &self.device_filters {
+            write!(f, ", runtime filter (device only) {rf}")?;
+        }
         Ok(())
     }
 }
@@ -516,7 +635,13 @@ impl ExecutionPlan for DeviceScanExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        datafusion::physical_plan::apply_expression_roots(&self.runtime_filters, f)
+        let all: Vec<_> = self
+            .runtime_filters
+            .iter()
+            .chain(&self.device_filters)
+            .cloned()
+            .collect();
+        datafusion::physical_plan::apply_expression_roots(&all, f)
     }
 
     fn handle_child_pushdown_result(
@@ -562,18 +687,21 @@ impl ExecutionPlan for DeviceScanExec {
         let me = self.clone_for_run();
         let schema = self.schema.clone();
         let filters = RuntimeFilters::new(self.runtime_filters.clone(), Some(&self.metrics));
+        let host = filters.clone();
         // The scan runs on a blocking thread and hands each batch over as soon as the
         // device produced it, so DataFusion's operators above work on the other cores
         // meanwhile. The channel is unbounded: a scan never waits for its consumer, so
         // a consumer that needs another scan (holding the device's lock after this one)
         // before it drains this one cannot deadlock; memory is at most what collecting
         // the whole scan would take. The scan starts when the stream is first polled.
+        let waits = self.join_filter_exprs();
         let stream = futures::stream::once(async move {
+            let in_time = runtime::wait_complete(&waits).await;
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<RecordBatch>>();
             let task = tokio::task::spawn_blocking(move || {
                 // A closed receiver (the consumer stopped early) does not stop the scan:
                 // its modeled report stays that of the whole scan, as before.
-                let r = me.run(&mut |b| {
+                let r = me.run(&host, in_time, &mut |b| {
                     let _ = tx.send(Ok(b));
                 });
                 if let Err(e) = r {
@@ -696,6 +824,8 @@ impl DeviceScanExec {
             filter_text: self.filter_text.clone(),
             join: self.join.clone(),
             runtime_filters: self.runtime_filters.clone(),
+            device_filters: self.device_filters.clone(),
+            join_filters: self.join_filters.clone(),
             metrics: self.metrics.clone(),
             cache: self.cache.clone(),
         }
@@ -711,5 +841,22 @@ impl FilteringScan for DeviceScanExec {
         let mut s = self.clone_for_run();
         s.runtime_filters = filters;
         Arc::new(s)
+    }
+
+    /// The filters `ids` are not applied in the host, but the device's program may still
+    /// take them: evaluated next to the data they shrink what crosses the link.
+    fn without_runtime_filters(&self, ids: &[u64]) -> Option<Arc<dyn ExecutionPlan>> {
+        let (moved, kept): (Vec<_>, Vec<_>) = self
+            .runtime_filters
+            .iter()
+            .cloned()
+            .partition(|e| e.expression_id().is_some_and(|id| ids.contains(&id)));
+        if moved.is_empty() {
+            return None;
+        }
+        let mut s = self.clone_for_run();
+        s.runtime_filters = kept;
+        s.device_filters.extend(moved);
+        Some(Arc::new(s))
     }
 }

@@ -1,32 +1,54 @@
 //! Runtime filters: DataFusion's hash joins and top-K sorts push *dynamic* filters down
 //! to the scans below them (the build side's keys once it is built, the K-th best value
-//! so far) in its post-optimization filter pushdown. A device scan
-//! ([`crate::exec::DeviceScanExec`]) takes them and applies them in the host to every
-//! batch the device hands over, before any operator above sees it: the device program,
-//! and so every modeled figure, stays what was planned; only the host's work above the
-//! scan shrinks (TPC-H Q18's joins see the orders of the 57 keys its subquery found, not
-//! 1.5 million). A filter not yet complete (the join still building) is `true` and keeps
-//! every row. The memory session's scans ([`crate::memory`]) do the same, so both
-//! sessions run the same plans.
+//! so far) in its post-optimization filter pushdown.
 //!
-//! Choice: a filter is worth applying only where it prunes rows before work that would
-//! otherwise see them. A scan whose rows go straight to the join that made the filter
-//! (through repartitions, projections, coalescing) would have the join probe each row
-//! twice, once in the filter and once in its hash table: [`RedundantRuntimeFilters`]
-//! takes such filters off again (measured on an SF 1 image: Q4 0.092 s without the
-//! filter, 0.13 s with it; Q22 0.035 s against 0.068 s), and the join then does not
-//! build them at all. And a filter that keeps most rows (Q9's suppliers: all of them)
-//! is given up after a sample ([`RuntimeFilters::apply`]).
+//! **In the device.** When a device scan ([`crate::exec::DeviceScanExec`]) starts, the
+//! conjuncts of its complete filters that the device evaluates exactly go into its
+//! program, first (`for_device`): a join's key bounds, and its keys as an `IN` list
+//! when the build side has at most `DEVICE_KEYS` distinct keys (DataFusion is asked for
+//! lists that long). This is the semi-join reduction storage systems do with a join's
+//! keys (a Bloom-join): the device hands over only rows, or aggregates only groups, the
+//! join can match. TPC-H Q17's lineitem aggregate keeps 204 of 200,000 parts' groups,
+//! Q21's lineitem scan the 400 suppliers of one nation. The modeled figures are those
+//! of the program that ran (the report prints the terms taken): a filter taken changes
+//! them, as it changes what the device does. A join's filter is complete before the
+//! join probes, but a scan under a `CoalescePartitionsExec` starts as soon as the plan
+//! runs, so a scan first waits for the joins' filters it holds (`wait_complete`):
+//! what the device takes never depends on thread timing, and every run of a query
+//! models the same work (`csd bench tpch` checks this on every repeat). `IN` lists are
+//! sorted, so even their order is the same in every run.
+//!
+//! **In the host.** The rest (a join's hash-table lookup beyond `DEVICE_KEYS` keys, a
+//! top-K bound, which moves until the sort ends) is applied in the host to every batch
+//! the device hands over, before any operator above sees it: TPC-H Q18's joins see the
+//! orders of the 57 keys its subquery found, not 1.5 million. A filter not yet complete
+//! is `true` and keeps every row. The memory session's scans ([`crate::memory`]) do the
+//! same in the host.
+//!
+//! Choice: a filter is worth applying in the host only where it prunes rows before work
+//! that would otherwise see them. A scan whose rows go straight to the join that made
+//! the filter (through repartitions, projections, coalescing) would have the join probe
+//! each row twice, once in the filter and once in its hash table:
+//! [`RedundantRuntimeFilters`] takes such filters off the host's side again (measured on
+//! an SF 1 image: Q4 0.092 s without the filter, 0.13 s with it; Q22 0.035 s against
+//! 0.068 s); a device scan keeps them for its program. And a filter that keeps most rows
+//! (Q9's suppliers: all of them) is given up after a sample (`RuntimeFilters::apply`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use csd_query::plan::{Expr as DevExpr, ExprKind};
+use csd_query::types::DataType as DevType;
 use datafusion::arrow::array::{Array, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::common::{DataFusionError, Result};
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
+use datafusion::physical_expr::utils::split_conjunction;
 use datafusion::physical_expr::{DynamicFilterTracking, PhysicalExpr};
+use datafusion::physical_expr_common::physical_expr::snapshot_physical_expr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::filter_pushdown::{
@@ -41,6 +63,9 @@ use datafusion::physical_plan::{
     ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions, SendableRecordBatchStream,
 };
 use futures::StreamExt;
+use std::time::Duration;
+
+use crate::translate::{self, Columns};
 
 /// A scan's runtime filters and the count of rows they removed.
 #[derive(Clone)]
@@ -143,6 +168,130 @@ impl RuntimeFilters {
         }
         Ok(batch)
     }
+
+    /// The `i`-th filter is in the device's program whole: the host does not apply it.
+    pub(crate) fn taken_by_device(&self, i: usize) {
+        if let Some(t) = self.tally.get(i) {
+            t.off.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The most keys of a join's runtime filter a device program takes as one `IN` list
+/// (32 KiB of keys; DataFusion is asked for lists up to this size, see
+/// `crate::new_context`).
+pub(crate) const DEVICE_KEYS: usize = 4096;
+
+/// What of a device scan's runtime filters its program takes (see the [module docs](self)).
+#[derive(Debug, Default)]
+pub(crate) struct InDevice {
+    /// The device predicates taken, one per conjunct, in the filters' order.
+    pub(crate) terms: Vec<DevExpr>,
+    /// Per filter: whether every conjunct of it was taken.
+    pub(crate) whole: Vec<bool>,
+}
+
+/// The conjuncts of `filters` complete when a device scan starts that the device
+/// evaluates exactly over the scan's output `columns` (of `schema`'s table): bounds and
+/// `IN` lists of at most [`DEVICE_KEYS`] keys; a join's hash-table lookup and a top-K
+/// bound still moving stay in the host. A filter is complete before the scan's stream
+/// is first polled when its join built before probing, so what is taken (and every
+/// modeled figure) is the same in every run.
+pub(crate) fn for_device(
+    filters: &[Arc<dyn PhysicalExpr>],
+    columns: &Columns,
+    schema: &csd_table::Schema,
+) -> InDevice {
+    let mut out = InDevice::default();
+    for f in filters {
+        let complete = matches!(
+            DynamicFilterTracking::classify(f),
+            DynamicFilterTracking::AllComplete
+        );
+        let snap = complete
+            .then(|| snapshot_physical_expr(f.clone()).ok())
+            .flatten();
+        let Some(snap) = snap else {
+            out.whole.push(false);
+            continue;
+        };
+        let mut whole = true;
+        for term in split_conjunction(&snap) {
+            match translate::physical(term, columns, schema) {
+                Ok(d) if d.ty == DevType::Bool && longest_list(&d) <= DEVICE_KEYS => {
+                    out.terms.push(sorted_lists(d))
+                }
+                _ => whole = false,
+            }
+        }
+        out.whole.push(whole);
+    }
+    out
+}
+
+/// How long a device scan waits at most for a join's runtime filter: a join finishes
+/// its filter once it built and all its partitions reported, which does not depend on
+/// the scans below its probe side; the bound only keeps an unforeseen plan from hanging
+/// (the scan then starts with what is complete, as its report says).
+const JOIN_FILTER_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits until the hash joins' runtime filters `filters` are complete (see
+/// [`JOIN_FILTER_WAIT`]); false if one was not in time. A scan the plan starts early
+/// (under a `CoalescePartitionsExec`, which runs its inputs as soon as it is executed)
+/// would otherwise take a join's keys into the device in one run and not in the next:
+/// the modeled figures must not depend on thread timing.
+pub(crate) async fn wait_complete(filters: &[Arc<dyn PhysicalExpr>]) -> bool {
+    let mut in_time = true;
+    for f in filters {
+        let mut dynamic = Vec::new();
+        let _ = f.apply(|e| {
+            if e.downcast_ref::<DynamicFilterPhysicalExpr>().is_some() {
+                dynamic.push(e.clone());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        for d in dynamic {
+            if let Some(d) = d.downcast_ref::<DynamicFilterPhysicalExpr>() {
+                in_time &= tokio::time::timeout(JOIN_FILTER_WAIT, d.wait_complete())
+                    .await
+                    .is_ok();
+            }
+        }
+    }
+    in_time
+}
+
+/// `e` with its `IN` lists in ascending order: a join's keys come in the order its
+/// build side's partitions finished, and the program (and its text in the report) must
+/// not depend on thread timing.
+fn sorted_lists(e: DevExpr) -> DevExpr {
+    let ty = e.ty;
+    let kind = match e.kind {
+        ExprKind::InList {
+            expr,
+            list,
+            negated,
+        } => ExprKind::InList {
+            expr,
+            list: list.into_sorted(),
+            negated,
+        },
+        ExprKind::And(es) => ExprKind::And(es.into_iter().map(sorted_lists).collect()),
+        ExprKind::Or(es) => ExprKind::Or(es.into_iter().map(sorted_lists).collect()),
+        ExprKind::Not(x) => ExprKind::Not(Box::new(sorted_lists(*x))),
+        k => k,
+    };
+    DevExpr::new(kind, ty)
+}
+
+/// The length of the longest `IN` list in `e`.
+fn longest_list(e: &DevExpr) -> usize {
+    match &e.kind {
+        ExprKind::InList { list, .. } => list.len(),
+        ExprKind::And(es) | ExprKind::Or(es) => es.iter().map(longest_list).max().unwrap_or(0),
+        ExprKind::Not(x) => longest_list(x),
+        _ => 0,
+    }
 }
 
 /// A scan that applies runtime filters (device and memory scans): it takes the dynamic
@@ -211,26 +360,40 @@ impl PhysicalOptimizerRule for RedundantRuntimeFilters {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_down(|node| {
-            let Some(join) = node.downcast_ref::<HashJoinExec>() else {
-                return Ok(Transformed::no(node));
-            };
-            let ids: Vec<u64> = join
-                .dynamic_expressions_produced()
-                .iter()
-                .filter_map(|e| e.expression_id())
-                .collect();
-            if ids.is_empty() {
-                return Ok(Transformed::no(node));
-            }
-            match strip(join.right(), &ids)? {
-                Some(right) => {
-                    let left = join.left().clone();
-                    Ok(Transformed::yes(
-                        node.clone()
-                            .replace_children(vec![left, right], recompute())?,
-                    ))
+        let mut joins = Vec::new();
+        let plan = plan
+            .transform_down(|node| {
+                let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+                    return Ok(Transformed::no(node));
+                };
+                let ids: Vec<u64> = join
+                    .dynamic_expressions_produced()
+                    .iter()
+                    .filter_map(|e| e.expression_id())
+                    .collect();
+                if ids.is_empty() {
+                    return Ok(Transformed::no(node));
                 }
+                joins.extend(ids.iter().copied());
+                match strip(join.right(), &ids)? {
+                    Some(right) => {
+                        let left = join.left().clone();
+                        Ok(Transformed::yes(
+                            node.clone()
+                                .replace_children(vec![left, right], recompute())?,
+                        ))
+                    }
+                    None => Ok(Transformed::no(node)),
+                }
+            })
+            .data()?;
+        // Device scans learn which of their filters joins make (they wait for those).
+        plan.transform_up(|node| {
+            match node
+                .downcast_ref::<crate::exec::DeviceScanExec>()
+                .and_then(|s| s.with_join_filters(&joins))
+            {
+                Some(s) => Ok(Transformed::yes(Arc::new(s) as Arc<dyn ExecutionPlan>)),
                 None => Ok(Transformed::no(node)),
             }
         })

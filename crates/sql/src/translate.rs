@@ -26,6 +26,9 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::expr::{BinaryExpr, InList, Like};
 use datafusion::logical_expr::{Expr, Operator};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions as pe;
+use std::sync::Arc;
 
 /// Why an expression is not pushed into the device.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -139,6 +142,112 @@ fn trailing_blank(e: &DevExpr) -> bool {
     matches!(e.as_const(), Some(Const::Char(b)) if b.last() == Some(&b' '))
 }
 
+/// `l op r` for an operator the device has: AND, OR, arithmetic or a comparison
+/// (string ordering and constants with trailing blanks are left to the host).
+fn binary_op(op: Operator, l: DevExpr, r: DevExpr, whole: &str) -> Result<DevExpr, NotPushed> {
+    match op {
+        Operator::And => Ok(build::and(vec![l, r])),
+        Operator::Or => Ok(build::or(vec![l, r])),
+        Operator::Plus => Ok(build::arith(Ar::Add, l, r, whole)?),
+        Operator::Minus => Ok(build::arith(Ar::Sub, l, r, whole)?),
+        Operator::Multiply => Ok(build::arith(Ar::Mul, l, r, whole)?),
+        op => {
+            let Some(c) = cmp_op(op) else {
+                return unsupported(format!("the operator {op} in {whole}"));
+            };
+            if is_char(&l) || is_char(&r) {
+                if !matches!(c, CmpOp::Eq | CmpOp::Ne) {
+                    return unsupported(format!("{whole} (string ordering)"));
+                }
+                if trailing_blank(&l) || trailing_blank(&r) {
+                    return unsupported(format!("{whole} (trailing blanks)"));
+                }
+            }
+            Ok(build::compare(c, l, r, whole)?)
+        }
+    }
+}
+
+/// `x [NOT] IN (values)`, each a literal (`None`: not one).
+fn in_list_of<'v>(
+    x: DevExpr,
+    values: impl ExactSizeIterator<Item = Option<&'v ScalarValue>>,
+    negated: bool,
+    whole: &str,
+) -> Result<DevExpr, NotPushed> {
+    let mut items = Vec::with_capacity(values.len());
+    for v in values {
+        let Some(v) = v else {
+            return unsupported(format!("{whole} (IN with a non-literal)"));
+        };
+        let d = literal(v).ok_or_else(|| NotPushed::Unsupported(format!("the literal {v}")))?;
+        if trailing_blank(&d) {
+            return unsupported(format!("{whole} (trailing blanks)"));
+        }
+        items.push(d);
+    }
+    Ok(build::in_list(x, items, negated, whole)?)
+}
+
+/// A DataFusion physical expression's input columns in device terms (`None`: a column
+/// the device does not hold, such as another aggregate's state).
+pub(crate) type Columns = Vec<Option<DevExpr>>;
+
+/// Translates a physical expression over `columns` (an operator's input, read from
+/// `schema`'s table) into a device expression: the values an aggregate pushed into the
+/// device reads, and the runtime filters (a join's key bounds and key list) a device scan
+/// takes into its program. What translates is what [`predicate`] translates, with
+/// dynamic filters read at their current value.
+pub(crate) fn physical(
+    e: &Arc<dyn PhysicalExpr>,
+    columns: &Columns,
+    schema: &Schema,
+) -> Result<DevExpr, NotPushed> {
+    let whole = e.to_string();
+    let no = || NotPushed::Unsupported(whole.clone());
+    let rec = |x: &Arc<dyn PhysicalExpr>| physical(x, columns, schema);
+    if let Some(c) = e.downcast_ref::<pe::Column>() {
+        return columns.get(c.index()).cloned().flatten().ok_or_else(no);
+    }
+    if let Some(l) = e.downcast_ref::<pe::Literal>() {
+        if let ScalarValue::Boolean(Some(b)) = l.value() {
+            return Ok(DevExpr::boolean(*b));
+        }
+        return literal(l.value()).ok_or_else(no);
+    }
+    if let Some(b) = e.downcast_ref::<pe::BinaryExpr>() {
+        return binary_op(*b.op(), rec(b.left())?, rec(b.right())?, &whole);
+    }
+    if let Some(c) = e.downcast_ref::<pe::CastExpr>() {
+        return cast(rec(c.expr())?, c.cast_type(), schema, &whole);
+    }
+    if let Some(c) = e.downcast_ref::<pe::TryCastExpr>() {
+        return cast(rec(c.expr())?, c.cast_type(), schema, &whole);
+    }
+    if let Some(n) = e.downcast_ref::<pe::NegativeExpr>() {
+        let zero = DevExpr::constant(Const::Int(0), DevType::Int);
+        return Ok(build::arith(Ar::Sub, zero, rec(n.arg())?, &whole)?);
+    }
+    if let Some(n) = e.downcast_ref::<pe::NotExpr>() {
+        let d = rec(n.arg())?;
+        if d.ty != DevType::Bool {
+            return Err(no());
+        }
+        return Ok(build::negate(d));
+    }
+    if let Some(l) = e.downcast_ref::<pe::InListExpr>() {
+        let values = l
+            .list()
+            .iter()
+            .map(|i| i.downcast_ref::<pe::Literal>().map(pe::Literal::value));
+        return in_list_of(rec(l.expr())?, values, l.negated(), &whole);
+    }
+    if let Some(d) = e.downcast_ref::<pe::DynamicFilterPhysicalExpr>() {
+        return rec(&d.current().map_err(|_| no())?);
+    }
+    Err(no())
+}
+
 impl Translator<'_> {
     fn expr(&self, e: &Expr) -> Result<DevExpr, NotPushed> {
         let whole = || e.to_string();
@@ -203,50 +312,23 @@ impl Translator<'_> {
         }
     }
 
-    /// A binary operator: AND, OR, arithmetic or a comparison (string ordering and
-    /// constants with trailing blanks are left to the host).
+    /// A binary operator (see [`binary_op`]).
     fn binary(&self, e: &Expr, b: &BinaryExpr) -> Result<DevExpr, NotPushed> {
-        let whole = || e.to_string();
-        let (l, r) = (self.expr(&b.left)?, self.expr(&b.right)?);
-        match b.op {
-            Operator::And => Ok(build::and(vec![l, r])),
-            Operator::Or => Ok(build::or(vec![l, r])),
-            Operator::Plus => Ok(build::arith(Ar::Add, l, r, &whole())?),
-            Operator::Minus => Ok(build::arith(Ar::Sub, l, r, &whole())?),
-            Operator::Multiply => Ok(build::arith(Ar::Mul, l, r, &whole())?),
-            op => {
-                let Some(c) = cmp_op(op) else {
-                    return unsupported(format!("the operator {op} in {e}"));
-                };
-                if is_char(&l) || is_char(&r) {
-                    if !matches!(c, CmpOp::Eq | CmpOp::Ne) {
-                        return unsupported(format!("{e} (string ordering)"));
-                    }
-                    if trailing_blank(&l) || trailing_blank(&r) {
-                        return unsupported(format!("{e} (trailing blanks)"));
-                    }
-                }
-                Ok(build::compare(c, l, r, &whole())?)
-            }
-        }
+        binary_op(
+            b.op,
+            self.expr(&b.left)?,
+            self.expr(&b.right)?,
+            &e.to_string(),
+        )
     }
 
     /// `x [NOT] IN (literals)`.
     fn in_list(&self, e: &Expr, l: &InList) -> Result<DevExpr, NotPushed> {
-        let whole = || e.to_string();
-        let x = self.expr(&l.expr)?;
-        let mut items = Vec::with_capacity(l.list.len());
-        for i in &l.list {
-            let Expr::Literal(v, _) = i else {
-                return unsupported(format!("{e} (IN with a non-literal)"));
-            };
-            let d = literal(v).ok_or_else(|| NotPushed::Unsupported(format!("the literal {v}")))?;
-            if trailing_blank(&d) {
-                return unsupported(format!("{e} (trailing blanks)"));
-            }
-            items.push(d);
-        }
-        Ok(build::in_list(x, items, l.negated, &whole())?)
+        let values = l.list.iter().map(|i| match i {
+            Expr::Literal(v, _) => Some(v),
+            _ => None,
+        });
+        in_list_of(self.expr(&l.expr)?, values, l.negated, &e.to_string())
     }
 
     /// `x [NOT] LIKE 'prefix%'` (case-sensitive, no escape).
