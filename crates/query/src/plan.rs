@@ -125,8 +125,10 @@ pub enum Const {
 /// (`csd_sql`'s runtime filters) is an `IN` of up to thousands of keys, tested on every
 /// row of a scan, where a scan of the list per row would cost more than the whole
 /// scan. A list whose values span few enough integers gets a bitmap (one bit per
-/// integer from the least to the greatest, at most [`ConstSet::BITMAP_BITS`]); any
-/// other integer list is searched by bisection.
+/// integer from the least to the greatest: up to [`ConstSet::DENSE_BITS`] bits, or up to
+/// [`ConstSet::BITMAP_BITS`] where at least one in [`ConstSet::SPARSEST`] integers of
+/// the span is in the set, such as a join's 75,000 order keys among 6 million); any other
+/// integer list is searched by bisection.
 #[derive(Debug, Clone, Default)]
 pub struct ConstSet {
     items: Vec<Const>,
@@ -137,8 +139,12 @@ pub struct ConstSet {
 }
 
 impl ConstSet {
-    /// The largest bitmap kept (32 KiB).
-    pub const BITMAP_BITS: u64 = 1 << 18;
+    /// A bitmap of up to this many bits (32 KiB) is kept whatever the density.
+    pub const DENSE_BITS: u64 = 1 << 18;
+    /// The largest bitmap kept (1 MiB).
+    pub const BITMAP_BITS: u64 = 1 << 23;
+    /// A bitmap beyond [`ConstSet::DENSE_BITS`] needs a key in this many integers.
+    pub const SPARSEST: u64 = 128;
 
     /// The set of `items` (distinct, as written).
     pub fn new(items: Vec<Const>) -> ConstSet {
@@ -155,7 +161,11 @@ impl ConstSet {
         let mut bits = Vec::new();
         if let (Some(&lo), Some(&hi)) = (sorted.first(), sorted.last()) {
             let span = (hi as i128 - lo as i128) as u128 + 1;
-            if sorted.len() > 4 && span <= u128::from(Self::BITMAP_BITS) {
+            let n = sorted.len() as u128;
+            let dense = span <= u128::from(Self::DENSE_BITS)
+                || (span <= u128::from(Self::BITMAP_BITS)
+                    && span <= n * u128::from(Self::SPARSEST));
+            if sorted.len() > 4 && dense {
                 bits = vec![0u64; (span as usize).div_ceil(64)];
                 for &v in &sorted {
                     let o = (v - lo) as usize;
@@ -745,6 +755,13 @@ mod tests {
         assert!(dense.contains_int(693) && !dense.contains_int(694));
         let sparse = ConstSet::new((0..100).map(|v| Const::Int(v << 40)).collect());
         assert!(sparse.bits.is_empty());
+        // Past 2^18 integers a bitmap needs one key in 128 of them.
+        let wide = ConstSet::new((0..10_000).map(|v| Const::Int(v * 120)).collect());
+        assert!(!wide.bits.is_empty());
+        assert!(wide.contains_int(119_880) && !wide.contains_int(119_881));
+        let thin = ConstSet::new((0..10_000).map(|v| Const::Int(v * 200)).collect());
+        assert!(thin.bits.is_empty());
+        assert!(thin.contains_int(199_800) && !thin.contains_int(199_801));
         assert!(sparse.contains_int(99 << 40) && !sparse.contains_int((99 << 40) + 1));
         // Strings hold no integer.
         let chars = ConstSet::new(vec![Const::Char(b"a".to_vec())]);

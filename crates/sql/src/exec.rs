@@ -347,7 +347,12 @@ impl DeviceScanExec {
             .chain(&self.device_filters)
             .cloned()
             .collect();
-        let taken = runtime::for_device(&filters, &self.output_columns(), &self.table.schema);
+        let taken = runtime::for_device(
+            &filters,
+            &self.output_columns(),
+            &self.table.schema,
+            runtime::arena_keys(self.device.config.isp.session_arena_kib),
+        );
         for (i, whole) in taken
             .whole
             .iter()

@@ -470,13 +470,13 @@ pub(crate) fn new_context(
     let mut cfg = SessionConfig::new().with_target_partitions(threads);
     cfg.options_mut().sql_parser.parse_float_as_decimal = true;
     // A join's runtime filter names its build side's keys as an `IN` list up to the
-    // number a device program takes (`runtime::DEVICE_KEYS`), a hash-table lookup
-    // beyond: a list the device evaluates next to the data.
+    // number worth listing (`runtime::DEVICE_KEYS`), a hash-table lookup beyond: a
+    // list the device evaluates next to the data.
     let optimizer = &mut cfg.options_mut().optimizer;
     optimizer.hash_join_inlist_pushdown_max_distinct_values = runtime::DEVICE_KEYS;
     optimizer.hash_join_inlist_pushdown_max_size = optimizer
         .hash_join_inlist_pushdown_max_size
-        .max(runtime::DEVICE_KEYS * 16);
+        .max(runtime::DEVICE_KEYS * 8);
     // The device rules run just before DataFusion's last filter pushdown, which links
     // hash joins and top-K sorts to the scans below them by dynamic filters: those
     // must find the scans the device rules made (a partial aggregate's scan takes the

@@ -177,10 +177,20 @@ impl RuntimeFilters {
     }
 }
 
-/// The most keys of a join's runtime filter a device program takes as one `IN` list
-/// (32 KiB of keys; DataFusion is asked for lists up to this size, see
-/// `crate::new_context`).
+/// The most keys of a join's runtime filter DataFusion is asked to list (an `IN` list,
+/// a hash-table lookup beyond; see `crate::new_context`). DataFusion makes a list of
+/// literal expressions, one per key, for every probe partition: measured at SF 1,
+/// a limit of 131,072 keys (1 MiB, the default session arena) made the 22 queries 1.4x
+/// slower in total than 4,096 (Q18 0.23 → 0.48 s, Q5 0.16 → 0.28 s), although Q21's
+/// scans then handed over 20 times fewer rows. A device takes a list only if its
+/// session arena holds the keys too (`for_device`'s `max_keys`).
 pub(crate) const DEVICE_KEYS: usize = 4096;
+
+/// The most keys a device whose session arena is `arena_kib` KiB takes into a program
+/// (8 bytes per key, smart-ssd §3.2's fixed arena).
+pub(crate) fn arena_keys(arena_kib: u32) -> usize {
+    arena_kib as usize * 1024 / 8
+}
 
 /// What of a device scan's runtime filters its program takes (see the [module docs](self)).
 #[derive(Debug, Default)]
@@ -193,7 +203,7 @@ pub(crate) struct InDevice {
 
 /// The conjuncts of `filters` complete when a device scan starts that the device
 /// evaluates exactly over the scan's output `columns` (of `schema`'s table): bounds and
-/// `IN` lists of at most [`DEVICE_KEYS`] keys; a join's hash-table lookup and a top-K
+/// `IN` lists of at most `max_keys` keys; a join's hash-table lookup and a top-K
 /// bound still moving stay in the host. A filter is complete before the scan's stream
 /// is first polled when its join built before probing, so what is taken (and every
 /// modeled figure) is the same in every run.
@@ -201,6 +211,7 @@ pub(crate) fn for_device(
     filters: &[Arc<dyn PhysicalExpr>],
     columns: &Columns,
     schema: &csd_table::Schema,
+    max_keys: usize,
 ) -> InDevice {
     let mut out = InDevice::default();
     for f in filters {
@@ -218,7 +229,7 @@ pub(crate) fn for_device(
         let mut whole = true;
         for term in split_conjunction(&snap) {
             match translate::physical(term, columns, schema) {
-                Ok(d) if d.ty == DevType::Bool && longest_list(&d) <= DEVICE_KEYS => {
+                Ok(d) if d.ty == DevType::Bool && longest_list(&d) <= max_keys => {
                     out.terms.push(sorted_lists(d))
                 }
                 _ => whole = false,
