@@ -39,14 +39,16 @@
 //!   few groups or rows (TPC-H Q1's four groups, Q6's one, a selective projection) that
 //!   is nearly free; with many groups of few rows (a `GROUP BY` on a key: Q17, Q18, Q20)
 //!   or most of a page's rows (Q13's orders) it costs about what evaluating the page
-//!   did, so the first such page ([`PageResult::merges_like_evaluating`]) turns the
-//!   look-ahead off for the rest of its session (measured at SF 1 with two threads:
-//!   Q17 3x slower without this rule, Q18 1.25x, Q13 1.3x).
+//!   did, so once the pages merged so far look like this on average
+//!   ([`MergeTally`]: at least 32 pages) the look-ahead is off for the rest of its
+//!   session (measured at SF 1 with two threads: Q17 3x slower without this rule, Q18
+//!   1.25x, Q13 1.3x). Judging one page alone turned Q15's look-ahead off at its first
+//!   page of 17 matching rows, among pages of about 4.
 //! * Threads: [`csd_query::scan_threads`] (1 turns the look-ahead off).
 
 use csd_ftl::Ftl;
 use csd_nand::PinnedPages;
-use csd_query::{Batch, PageResult, ParEval, Plan, SharedPages};
+use csd_query::{Batch, MergeTally, PageResult, ParEval, Plan, SharedPages};
 use csd_table::Schema;
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -70,8 +72,12 @@ pub(crate) struct Ahead {
     expect: u64,
     /// Pages per thread of the next batch.
     batch: usize,
-    /// Off for the rest of the session (see [`PageResult::merges_like_evaluating`]).
+    /// Off for the rest of the session (see [`MergeTally`]).
     off: bool,
+    /// The pages taken so far.
+    tally: MergeTally,
+    /// The program aggregates.
+    aggregate: bool,
 }
 
 /// One batch of consecutive session pages.
@@ -114,6 +120,8 @@ impl Ahead {
             expect: 0,
             batch: FIRST_BATCH,
             off: threads <= 1,
+            tally: MergeTally::default(),
+            aggregate: plan.is_aggregate(),
         }
     }
 
@@ -174,7 +182,10 @@ impl Ahead {
             let done = self.windows.pop_front();
             debug_assert!(done.is_some_and(|w| w.end() == i + 1));
         }
-        if d.as_ref().is_some_and(Done::merges_like_evaluating) {
+        if let Some(d) = &d {
+            self.tally.add(d);
+        }
+        if self.tally.merges_like_evaluating(self.aggregate) {
             // The stepping thread would spend on merging what evaluating costs it: the
             // rest of the scan is evaluated in its steps.
             self.off = true;

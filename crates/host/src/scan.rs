@@ -53,7 +53,7 @@
 use crate::catalog::TableInfo;
 use crate::client::{CommandIssuer, HostError};
 use csd_device::{Command, IspMode, IspOpen, Payload, SessionState, TableExtent, Telemetry};
-use csd_query::{Evaluator, ParEval, PartialResult, Plan, WorkCounters};
+use csd_query::{Evaluator, MergeTally, ParEval, PartialResult, Plan, WorkCounters};
 use csd_sim::{DeviceConfig, EnergyCounters, EnergyReport, Resource, ResourceClass, SimTime};
 use csd_table::PageView;
 use std::time::Instant;
@@ -660,6 +660,9 @@ struct HostEval<'p> {
     /// parallel pass leaves, to report its error).
     eval: Evaluator,
     par: Option<ParEval>,
+    /// The pages the parallel pass evaluated so far (it stops where merging them costs
+    /// what evaluating does).
+    tally: MergeTally,
     /// Reads not evaluated yet: arrival, first page, data.
     reads: Vec<(SimTime, u64, Vec<u8>)>,
     out: PartialResult,
@@ -675,6 +678,7 @@ impl<'p> HostEval<'p> {
             eval: Evaluator::new(plan),
             par: (threads > 1)
                 .then(|| ParEval::new(plan, threads).with_hint(csd_nand::prefetch_lines)),
+            tally: MergeTally::default(),
             reads: Vec::new(),
             out: PartialResult::new(plan),
             totals: WorkCounters::default(),
@@ -715,7 +719,8 @@ impl<'p> HostEval<'p> {
             for p in data.chunks_exact(pb) {
                 let w = match done.next().flatten() {
                     Some(r) => {
-                        if r.merges_like_evaluating() {
+                        self.tally.add(&r);
+                        if self.tally.merges_like_evaluating(self.plan.is_aggregate()) {
                             // Evaluating elsewhere gains nothing here (see there).
                             self.par = None;
                         }

@@ -107,7 +107,8 @@ pub use error::{BuildError, EvalError};
 pub use eval::{Evaluator, WorkCounters};
 pub use kernels::cmp_padded;
 pub use par::{
-    Batch, Hint, MinipageHints, PageResult, ParEval, SharedPages, scan_threads, set_scan_threads,
+    Batch, Hint, MergeTally, MinipageHints, PageResult, ParEval, SharedPages, scan_threads,
+    set_scan_threads,
 };
 pub use plan::{
     AggFunc, Aggregate, Aggregation, ArithOp, CmpOp, Const, ConstSet, Expr, ExprKind, Output, Plan,

@@ -70,19 +70,54 @@ pub struct PageResult {
     pub layout: Layout,
 }
 
-impl PageResult {
-    /// Whether merging this page's result into a scan's costs the merging thread about
-    /// what evaluating the page would have: more than 16 groups (past the linear group
-    /// lookup) of fewer than 4 selected rows each, or more than 16 rows making up over a
-    /// quarter of the page (appending them is a copy of what the evaluation wrote). A
-    /// scan whose pages look like this gains nothing from evaluating them elsewhere.
-    pub fn merges_like_evaluating(&self) -> bool {
-        let n = self.out.len() as u64;
-        n > 16
-            && match &self.out {
-                PartialResult::Aggregate(_) => n.saturating_mul(4) > self.work.rows_selected,
-                PartialResult::Rows(_) => n.saturating_mul(4) > self.work.records_examined,
-            }
+/// Whether merging pages evaluated elsewhere costs the merging thread about what
+/// evaluating them would have, judged on the pages merged so far: on average more than 16
+/// groups (past the linear group lookup) of fewer than 4 selected rows each, or more than
+/// 16 rows making up over a quarter of the rows examined (appending them is a copy of what
+/// the evaluation wrote). A scan whose pages look like this gains nothing from evaluating
+/// them elsewhere. Averaged over at least [`MergeTally::PAGES`] pages, so one page of many
+/// groups (TPC-H Q15's 17 matching rows on one page among pages of about 4) does not turn
+/// the look-ahead off for the whole scan.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MergeTally {
+    pages: u64,
+    out: u64,
+    selected: u64,
+    examined: u64,
+}
+
+impl MergeTally {
+    /// Pages seen before the tally judges.
+    pub const PAGES: u64 = 32;
+
+    /// Counts a page's result.
+    pub fn add(&mut self, r: &PageResult) {
+        self.count(
+            r.out.len() as u64,
+            r.work.rows_selected,
+            r.work.records_examined,
+        );
+    }
+
+    /// Counts a page of `out` groups or rows, `selected` of `examined` rows.
+    fn count(&mut self, out: u64, selected: u64, examined: u64) {
+        self.pages += 1;
+        self.out += out;
+        self.selected += selected;
+        self.examined += examined;
+    }
+
+    /// Whether the pages so far merge like evaluating (see the type's docs); `aggregate`:
+    /// they are aggregation states, else rows.
+    pub fn merges_like_evaluating(&self, aggregate: bool) -> bool {
+        let basis = if aggregate {
+            self.selected
+        } else {
+            self.examined
+        };
+        self.pages >= Self::PAGES
+            && self.out > 16 * self.pages
+            && self.out.saturating_mul(4) > basis
     }
 }
 
@@ -487,6 +522,41 @@ fn eval_one(
 mod tests {
     use super::*;
     use crate::plan::{AggFunc, Aggregate, Aggregation};
+
+    #[test]
+    fn merge_tally_judges_the_average_page_not_one() {
+        // Q15-like: pages of about 4 groups, one of 17; never off.
+        let mut t = MergeTally::default();
+        for i in 0..200 {
+            t.count(if i == 20 { 17 } else { 4 }, 4, 110);
+            assert!(!t.merges_like_evaluating(true), "page {i}");
+        }
+        // Q17-like: 100 groups of one row a page; off once 32 pages are in.
+        let mut t = MergeTally::default();
+        for i in 1..=40 {
+            t.count(100, 100, 110);
+            assert_eq!(
+                t.merges_like_evaluating(true),
+                i >= MergeTally::PAGES,
+                "page {i}"
+            );
+        }
+        // Q1-like: 4 groups of many rows; and rows making up most of a page.
+        let mut few = MergeTally::default();
+        let mut rows = MergeTally::default();
+        for _ in 0..64 {
+            few.count(4, 108, 110);
+            rows.count(110, 110, 110);
+        }
+        assert!(!few.merges_like_evaluating(true));
+        assert!(rows.merges_like_evaluating(false));
+        // Many groups of many rows each merge cheaply.
+        let mut big = MergeTally::default();
+        for _ in 0..64 {
+            big.count(20, 110, 110);
+        }
+        assert!(!big.merges_like_evaluating(true));
+    }
     use crate::types::DataType;
     use csd_table::PageBuilder;
     use csd_table::datagen::{RowSource, SyntheticGenerator, SyntheticSpec};
