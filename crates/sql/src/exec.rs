@@ -121,7 +121,7 @@ pub struct DeviceScanExec {
     /// [`crate::runtime::RedundantRuntimeFilters`]).
     device_filters: Vec<Arc<dyn PhysicalExpr>>,
     /// Expression ids of those filters that hash joins make: the scan waits for them to
-    /// be complete before it starts (see [`runtime::for_device`]).
+    /// be complete before it starts (see [`runtime::wait_complete`]).
     join_filters: Vec<u64>,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
@@ -290,9 +290,7 @@ impl DeviceScanExec {
     /// that changes anything.
     pub(crate) fn with_join_filters(&self, ids: &[u64]) -> Option<DeviceScanExec> {
         let mine: Vec<u64> = self
-            .runtime_filters
-            .iter()
-            .chain(&self.device_filters)
+            .all_filters()
             .filter_map(|e| e.expression_id())
             .filter(|id| ids.contains(id))
             .collect();
@@ -304,11 +302,15 @@ impl DeviceScanExec {
         Some(s)
     }
 
+    /// Every runtime filter the scan holds: those the host applies, then the device-only
+    /// ones.
+    fn all_filters(&self) -> impl Iterator<Item = &Arc<dyn PhysicalExpr>> {
+        self.runtime_filters.iter().chain(&self.device_filters)
+    }
+
     /// The runtime filters hash joins make.
     fn join_filter_exprs(&self) -> Vec<Arc<dyn PhysicalExpr>> {
-        self.runtime_filters
-            .iter()
-            .chain(&self.device_filters)
+        self.all_filters()
             .filter(|e| {
                 e.expression_id()
                     .is_some_and(|id| self.join_filters.contains(&id))
@@ -341,12 +343,7 @@ impl DeviceScanExec {
         if self.limit.is_some() {
             return (self.program.clone(), None);
         }
-        let filters: Vec<_> = self
-            .runtime_filters
-            .iter()
-            .chain(&self.device_filters)
-            .cloned()
-            .collect();
+        let filters: Vec<_> = self.all_filters().cloned().collect();
         let taken = runtime::for_device(
             &filters,
             &self.output_columns(),
@@ -640,12 +637,7 @@ impl ExecutionPlan for DeviceScanExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        let all: Vec<_> = self
-            .runtime_filters
-            .iter()
-            .chain(&self.device_filters)
-            .cloned()
-            .collect();
+        let all: Vec<_> = self.all_filters().cloned().collect();
         datafusion::physical_plan::apply_expression_roots(&all, f)
     }
 

@@ -204,9 +204,9 @@ pub(crate) struct InDevice {
 /// The conjuncts of `filters` complete when a device scan starts that the device
 /// evaluates exactly over the scan's output `columns` (of `schema`'s table): bounds and
 /// `IN` lists of at most `max_keys` keys; a join's hash-table lookup and a top-K
-/// bound still moving stay in the host. A filter is complete before the scan's stream
-/// is first polled when its join built before probing, so what is taken (and every
-/// modeled figure) is the same in every run.
+/// bound still moving stay in the host. The scan waited for its joins' filters first
+/// ([`wait_complete`]), so what is taken (and every modeled figure) is the same in every
+/// run.
 pub(crate) fn for_device(
     filters: &[Arc<dyn PhysicalExpr>],
     columns: &Columns,
@@ -519,5 +519,83 @@ mod tests {
             .sum_by_name("runtime_filtered_rows")
             .map(|v| v.as_usize());
         assert_eq!(removed, Some(20 * (8192 - 10)));
+    }
+
+    /// A dynamic filter on column 0 whose current expression is `e` (built on the
+    /// column), complete when `complete`.
+    fn dynamic(
+        e: impl Fn(Arc<dyn PhysicalExpr>) -> Arc<dyn PhysicalExpr>,
+        complete: bool,
+    ) -> Arc<dyn PhysicalExpr> {
+        let k: Arc<dyn PhysicalExpr> = Arc::new(Column::new("k", 0));
+        let f = DynamicFilterPhysicalExpr::new(vec![k.clone()], lit(true));
+        f.update(e(k)).expect("update");
+        if complete {
+            f.mark_complete();
+        }
+        Arc::new(f)
+    }
+
+    #[test]
+    fn the_device_takes_complete_bounds_and_key_lists_and_leaves_the_rest() {
+        use csd_table::schema::{Column as TableColumn, ColumnType};
+        let table = csd_table::Schema::new("t", vec![TableColumn::new("k", ColumnType::Int64)])
+            .expect("schema");
+        let columns: Columns = vec![DevExpr::column(&table, 0)];
+        let and = |a, b| Arc::new(BinaryExpr::new(a, Operator::And, b)) as Arc<dyn PhysicalExpr>;
+        let cmp = |k: &Arc<dyn PhysicalExpr>, op, v: i64| {
+            Arc::new(BinaryExpr::new(k.clone(), op, lit(v))) as Arc<dyn PhysicalExpr>
+        };
+        let keys = |k: &Arc<dyn PhysicalExpr>, vals: &[i64]| {
+            let list = vals.iter().map(|&v| lit(v)).collect();
+            let schema = Schema::new(vec![Field::new("k", DataType::Int64, false)]);
+            Arc::new(
+                datafusion::physical_expr::expressions::InListExpr::try_new(
+                    k.clone(),
+                    list,
+                    false,
+                    &schema,
+                )
+                .expect("in list"),
+            ) as Arc<dyn PhysicalExpr>
+        };
+        // A join's filter: bounds and keys (in the order its partitions finished).
+        let join = |complete| {
+            dynamic(
+                |k| {
+                    and(
+                        and(cmp(&k, Operator::GtEq, 3), cmp(&k, Operator::LtEq, 9)),
+                        keys(&k, &[9, 3, 5]),
+                    )
+                },
+                complete,
+            )
+        };
+        let taken = for_device(&[join(true)], &columns, &table, 8);
+        assert_eq!(taken.whole, vec![true]);
+        let text: Vec<String> = taken.terms.iter().map(ToString::to_string).collect();
+        assert_eq!(text, ["k >= 3", "k <= 9", "k IN (3, 5, 9)"]);
+        // Not complete: nothing taken, the host applies it.
+        let early = for_device(&[join(false)], &columns, &table, 8);
+        assert!(early.terms.is_empty());
+        assert_eq!(early.whole, vec![false]);
+        // More keys than the device holds: the bounds only.
+        let small = for_device(&[join(true)], &columns, &table, 2);
+        assert_eq!(small.terms.len(), 2);
+        assert_eq!(small.whole, vec![false]);
+        // A term the device cannot evaluate exactly (a modulo) stays in the host.
+        let odd = dynamic(
+            |k| {
+                let m = Arc::new(BinaryExpr::new(k.clone(), Operator::Modulo, lit(2i64)));
+                and(
+                    cmp(&k, Operator::GtEq, 1),
+                    Arc::new(BinaryExpr::new(m, Operator::Eq, lit(1i64))),
+                )
+            },
+            true,
+        );
+        let part = for_device(&[odd, join(true)], &columns, &table, 8);
+        assert_eq!(part.whole, vec![false, true]);
+        assert_eq!(part.terms.len(), 4);
     }
 }
