@@ -21,6 +21,7 @@
 //!   NULL); the front end turns `BETWEEN` into two comparisons.
 
 use std::fmt;
+use std::sync::Arc;
 
 use csd_table::Schema;
 use csd_table::date::DisplayDate;
@@ -131,11 +132,13 @@ pub enum Const {
 /// integer list is searched by bisection.
 #[derive(Debug, Clone, Default)]
 pub struct ConstSet {
-    items: Vec<Const>,
+    /// Shared: a plan is cloned into every evaluator of a scan, and a join's key list
+    /// may hold thousands of keys.
+    items: Arc<[Const]>,
     /// The integer items sorted (empty unless every item is an integer).
-    sorted: Vec<i64>,
+    sorted: Arc<[i64]>,
     /// Bit `v - least` of the items' bitmap, when there is one.
-    bits: Vec<u64>,
+    bits: Arc<[u64]>,
 }
 
 impl ConstSet {
@@ -174,9 +177,9 @@ impl ConstSet {
             }
         }
         ConstSet {
-            items,
-            sorted,
-            bits,
+            items: items.into(),
+            sorted: sorted.into(),
+            bits: bits.into(),
         }
     }
 
@@ -188,7 +191,7 @@ impl ConstSet {
     /// The same set with its constants in ascending order (a list whose order is an
     /// accident, such as a join's keys, reads the same every time).
     pub fn into_sorted(self) -> ConstSet {
-        let mut items = self.items;
+        let mut items = self.items.to_vec();
         items.sort_unstable();
         ConstSet::new(items)
     }

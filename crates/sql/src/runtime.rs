@@ -179,11 +179,13 @@ impl RuntimeFilters {
 
 /// The most keys of a join's runtime filter DataFusion is asked to list (an `IN` list,
 /// a hash-table lookup beyond; see `crate::new_context`). DataFusion makes a list of
-/// literal expressions, one per key, for every probe partition: measured at SF 1,
-/// a limit of 131,072 keys (1 MiB, the default session arena) made the 22 queries 1.4x
-/// slower in total than 4,096 (Q18 0.23 → 0.48 s, Q5 0.16 → 0.28 s), although Q21's
-/// scans then handed over 20 times fewer rows. A device takes a list only if its
-/// session arena holds the keys too (`for_device`'s `max_keys`).
+/// literal expressions, one per key, for every probe partition, and evaluates it where
+/// the device does not take it. Measured at SF 1 (22 queries, `--repeat 3`): 4,096 keys
+/// 2.77–2.79 s in total; 65,536 keys 2.76 s (Q12's and Q9's lists taken, Q7 and Q8
+/// slower: within noise); 131,072 keys (1 MiB, the default session arena) 3.12 s
+/// (Q5 0.17 → 0.28 s, Q18 0.25 → 0.30 s), although Q21's scans then hand over 20 times
+/// fewer rows. A device takes a list only if its session arena holds the keys too
+/// (`for_device`'s `max_keys`).
 pub(crate) const DEVICE_KEYS: usize = 4096;
 
 /// The most keys a device whose session arena is `arena_kib` KiB takes into a program
