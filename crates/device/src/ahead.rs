@@ -76,8 +76,6 @@ pub(crate) struct Ahead {
     off: bool,
     /// The pages taken so far.
     tally: MergeTally,
-    /// The program aggregates.
-    aggregate: bool,
 }
 
 /// One batch of consecutive session pages.
@@ -121,7 +119,6 @@ impl Ahead {
             batch: FIRST_BATCH,
             off: threads <= 1,
             tally: MergeTally::default(),
-            aggregate: plan.is_aggregate(),
         }
     }
 
@@ -185,7 +182,7 @@ impl Ahead {
         if let Some(d) = &d {
             self.tally.add(d);
         }
-        if self.tally.merges_like_evaluating(self.aggregate) {
+        if self.tally.merges_like_evaluating() {
             // The stepping thread would spend on merging what evaluating costs it: the
             // rest of the scan is evaluated in its steps.
             self.off = true;

@@ -720,7 +720,7 @@ impl<'p> HostEval<'p> {
                 let w = match done.next().flatten() {
                     Some(r) => {
                         self.tally.add(&r);
-                        if self.tally.merges_like_evaluating(self.plan.is_aggregate()) {
+                        if self.tally.merges_like_evaluating() {
                             // Evaluating elsewhere gains nothing here (see there).
                             self.par = None;
                         }

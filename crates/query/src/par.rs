@@ -82,8 +82,9 @@ pub struct PageResult {
 pub struct MergeTally {
     pages: u64,
     out: u64,
-    selected: u64,
-    examined: u64,
+    /// Rows the results stand for: selected rows of aggregation states, rows examined
+    /// of projected rows.
+    basis: u64,
 }
 
 impl MergeTally {
@@ -92,32 +93,25 @@ impl MergeTally {
 
     /// Counts a page's result.
     pub fn add(&mut self, r: &PageResult) {
-        self.count(
-            r.out.len() as u64,
-            r.work.rows_selected,
-            r.work.records_examined,
-        );
+        let basis = match r.out {
+            PartialResult::Aggregate(_) => r.work.rows_selected,
+            PartialResult::Rows(_) => r.work.records_examined,
+        };
+        self.count(r.out.len() as u64, basis);
     }
 
-    /// Counts a page of `out` groups or rows, `selected` of `examined` rows.
-    fn count(&mut self, out: u64, selected: u64, examined: u64) {
+    /// Counts a page of `out` groups or rows standing for `basis` rows.
+    fn count(&mut self, out: u64, basis: u64) {
         self.pages += 1;
         self.out += out;
-        self.selected += selected;
-        self.examined += examined;
+        self.basis += basis;
     }
 
-    /// Whether the pages so far merge like evaluating (see the type's docs); `aggregate`:
-    /// they are aggregation states, else rows.
-    pub fn merges_like_evaluating(&self, aggregate: bool) -> bool {
-        let basis = if aggregate {
-            self.selected
-        } else {
-            self.examined
-        };
+    /// Whether the pages so far merge like evaluating (see the type's docs).
+    pub fn merges_like_evaluating(&self) -> bool {
         self.pages >= Self::PAGES
             && self.out > 16 * self.pages
-            && self.out.saturating_mul(4) > basis
+            && self.out.saturating_mul(4) > self.basis
     }
 }
 
@@ -547,15 +541,15 @@ mod tests {
         // Q15-like: pages of about 4 groups, one of 17; never off.
         let mut t = MergeTally::default();
         for i in 0..200 {
-            t.count(if i == 20 { 17 } else { 4 }, 4, 110);
-            assert!(!t.merges_like_evaluating(true), "page {i}");
+            t.count(if i == 20 { 17 } else { 4 }, 4);
+            assert!(!t.merges_like_evaluating(), "page {i}");
         }
         // Q17-like: 100 groups of one row a page; off once 32 pages are in.
         let mut t = MergeTally::default();
         for i in 1..=40 {
-            t.count(100, 100, 110);
+            t.count(100, 100);
             assert_eq!(
-                t.merges_like_evaluating(true),
+                t.merges_like_evaluating(),
                 i >= MergeTally::PAGES,
                 "page {i}"
             );
@@ -564,17 +558,17 @@ mod tests {
         let mut few = MergeTally::default();
         let mut rows = MergeTally::default();
         for _ in 0..64 {
-            few.count(4, 108, 110);
-            rows.count(110, 110, 110);
+            few.count(4, 108);
+            rows.count(110, 110);
         }
-        assert!(!few.merges_like_evaluating(true));
-        assert!(rows.merges_like_evaluating(false));
+        assert!(!few.merges_like_evaluating());
+        assert!(rows.merges_like_evaluating());
         // Many groups of many rows each merge cheaply.
         let mut big = MergeTally::default();
         for _ in 0..64 {
-            big.count(20, 110, 110);
+            big.count(20, 110);
         }
-        assert!(!big.merges_like_evaluating(true));
+        assert!(!big.merges_like_evaluating());
     }
     use crate::types::DataType;
     use csd_table::PageBuilder;

@@ -183,11 +183,6 @@ impl ConstSet {
         }
     }
 
-    /// The constants, as written.
-    pub fn items(&self) -> &[Const] {
-        &self.items
-    }
-
     /// The same set with its constants in ascending order (a list whose order is an
     /// accident, such as a join's keys, reads the same every time).
     pub fn into_sorted(self) -> ConstSet {
@@ -216,6 +211,7 @@ impl ConstSet {
     }
 }
 
+/// The constants, as written.
 impl std::ops::Deref for ConstSet {
     type Target = [Const];
     fn deref(&self) -> &[Const] {
