@@ -112,7 +112,7 @@ impl Ahead {
     /// Look-ahead for `plan` on `threads` threads (1: none).
     pub(crate) fn new(plan: &Plan, threads: usize) -> Ahead {
         Ahead {
-            eval: ParEval::new(plan, threads).with_hint(csd_nand::prefetch_lines),
+            eval: ParEval::new(plan, threads).with_hint(csd_nand::prefetch_lines_l2),
             windows: VecDeque::new(),
             piece: VecDeque::new(),
             expect: 0,

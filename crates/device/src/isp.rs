@@ -778,7 +778,7 @@ fn merge_ahead(
 ) -> Result<(WorkCounters, Layout), csd_query::EvalError> {
     s.seal_if_arena_may_overflow(d.work.records_examined as usize, t_flash);
     let layout = d.layout;
-    s.out.merge(d.out)?;
+    d.out.merge_into(&mut s.out)?;
     Ok((d.work, layout))
 }
 

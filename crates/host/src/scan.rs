@@ -677,7 +677,7 @@ impl<'p> HostEval<'p> {
             page_bytes,
             eval: Evaluator::new(plan),
             par: (threads > 1)
-                .then(|| ParEval::new(plan, threads).with_hint(csd_nand::prefetch_lines)),
+                .then(|| ParEval::new(plan, threads).with_hint(csd_nand::prefetch_lines_l2)),
             tally: MergeTally::default(),
             reads: Vec::new(),
             out: PartialResult::new(plan),
@@ -724,7 +724,7 @@ impl<'p> HostEval<'p> {
                             // Evaluating elsewhere gains nothing here (see there).
                             self.par = None;
                         }
-                        self.out.merge(r.out).map_err(|e| {
+                        r.out.merge_into(&mut self.out).map_err(|e| {
                             HostError::Invalid(format!("evaluating page {page}: {e}"))
                         })?;
                         r.work

@@ -55,7 +55,9 @@ mod read;
 mod store;
 
 pub use addr::{AddrMap, BlockId, DieId, PhysAddr, Ppa};
-pub use csd_sim::prefetch::{lines as prefetch_lines, value as prefetch_value};
+pub use csd_sim::prefetch::{
+    lines as prefetch_lines, lines_l2 as prefetch_lines_l2, value as prefetch_value,
+};
 pub use error::NandError;
 pub use pins::PinnedPages;
 pub use store::{Access, BlockMeta};

@@ -116,6 +116,25 @@ struct Scratch {
     nums: Vec<Vec<i64>>,
     sels: Vec<Vec<u32>>,
     group: GroupScratch,
+    /// Per schema column: values read over every page so far
+    /// ([`Evaluator::column_reads`]).
+    reads: Vec<u64>,
+}
+
+impl Scratch {
+    /// Notes `rows` values read of the column `e` is, if it is one.
+    fn note(&mut self, e: &Expr, rows: usize) {
+        if let ExprKind::Column { index, .. } = e.kind {
+            self.note_col(index, rows);
+        }
+    }
+
+    /// Notes `rows` values read of column `index`.
+    fn note_col(&mut self, index: usize, rows: usize) {
+        if let Some(r) = self.reads.get_mut(index) {
+            *r += rows as u64;
+        }
+    }
 }
 
 impl Evaluator {
@@ -142,6 +161,13 @@ impl Evaluator {
     /// The sum of the counters of every page evaluated so far.
     pub fn totals(&self) -> WorkCounters {
         self.totals
+    }
+
+    /// Values read per schema column over every page evaluated so far: how densely the
+    /// program reads each column's minipage (a cache hint ahead of the next page is
+    /// judged on it: [`crate::MinipageHints::dense_columns`]).
+    pub fn column_reads(&self) -> &[u64] {
+        &self.scratch.reads
     }
 
     fn check_page(&self, page: &PageView<'_>) -> Result<(), EvalError> {
@@ -224,6 +250,7 @@ impl Evaluator {
                             if !matches!(a.func, AggFunc::CountStar | AggFunc::Count) =>
                         {
                             let cv = char_column(run.view, e)?;
+                            run.s.note(e, sel.len());
                             run.c.touch(sel.len(), cv.width());
                             AggInput::Char(cv)
                         }
@@ -236,6 +263,9 @@ impl Evaluator {
                     .filter_map(|&g| plan.schema.columns().get(g))
                     .map(|col| col.ty.width())
                     .sum();
+                for &g in &agg.group_by {
+                    run.s.note_col(g, sel.len());
+                }
                 run.c.values_touched += (sel.len() * agg.group_by.len()) as u64;
                 run.c.bytes_touched += (sel.len() * key_bytes) as u64;
                 let page = run.view;
@@ -333,6 +363,9 @@ impl<'r, 'a> Run<'r, 'a> {
             s.decoded.resize(view.schema().len(), Vec::new());
             s.decoded_at.resize(view.schema().len(), 0);
         }
+        if s.reads.len() < view.schema().len() {
+            s.reads.resize(view.schema().len(), 0);
+        }
         Run {
             n: view.row_count(),
             view,
@@ -374,6 +407,7 @@ impl<'r, 'a> Run<'r, 'a> {
     /// A numeric column's values on this page, for `demand` selected rows.
     fn num_col(&mut self, index: usize, demand: usize) -> Result<NumCol<'_>, EvalError> {
         let cv = self.view.column(index)?;
+        self.s.note_col(index, demand);
         let w = cv.width();
         if !cv.column_type().is_numeric() {
             return Err(EvalError::PlanMismatch(format!(
@@ -524,6 +558,7 @@ impl<'r, 'a> Run<'r, 'a> {
             } => {
                 self.c.predicates_evaluated += sel.len() as u64;
                 let x = CharOp::of(self.view, expr)?;
+                self.s.note(expr, sel.len());
                 self.c.touch(sel.len(), x.width().min(prefix.len()));
                 let neg = *negated;
                 filter_by(sel, out, |_, i| x.at(i).starts_with(prefix) != neg);
@@ -618,6 +653,8 @@ impl<'r, 'a> Run<'r, 'a> {
         self.c.predicates_evaluated += sel.len() as u64;
         if let DataType::Char(_) = left.ty {
             let (l, r) = (CharOp::of(self.view, left)?, CharOp::of(self.view, right)?);
+            self.s.note(left, sel.len());
+            self.s.note(right, sel.len());
             self.c.touch(sel.len(), l.width());
             self.c.touch(sel.len(), r.width());
             // `column = 'x'` / `column <> 'x'` on a minipage: one fixed-width equality.
@@ -668,6 +705,7 @@ impl<'r, 'a> Run<'r, 'a> {
         self.c.predicates_evaluated += sel.len() as u64;
         if let DataType::Char(_) = expr.ty {
             let x = CharOp::of(self.view, expr)?;
+            self.s.note(expr, sel.len());
             self.c.touch(sel.len(), x.width());
             if let Some((data, w)) = x.minipage() {
                 let consts: Vec<&[u8]> = list
@@ -738,6 +776,7 @@ impl<'r, 'a> Run<'r, 'a> {
         for e in exprs {
             if let DataType::Char(_) = e.ty {
                 let op = CharOp::of(view, e)?;
+                self.s.note(e, sel.len());
                 self.c.touch(sel.len(), op.width());
                 chars.push(Some(op));
                 bufs.push(None);

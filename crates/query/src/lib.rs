@@ -102,13 +102,13 @@ pub mod plan;
 pub mod result;
 pub mod types;
 
-pub use agg::{AccView, AggState};
+pub use agg::{AccView, AggState, SCALAR_ACCS, ScalarState};
 pub use error::{BuildError, EvalError};
 pub use eval::{Evaluator, WorkCounters};
 pub use kernels::cmp_padded;
 pub use par::{
-    Batch, Hint, MergeTally, MinipageHints, PageResult, ParEval, SharedPages, scan_threads,
-    set_scan_threads,
+    Batch, Hint, MergeTally, MinipageHints, PageOut, PageResult, ParEval, SharedPages,
+    scan_threads, set_scan_threads,
 };
 pub use plan::{
     AggFunc, Aggregate, Aggregation, ArithOp, CmpOp, Const, ConstSet, Expr, ExprKind, Output, Plan,

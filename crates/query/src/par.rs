@@ -28,6 +28,8 @@
 //!   `CSD_SCAN_THREADS` environment variable say otherwise. An emulator setting: it
 //!   never changes a result or a modeled figure.
 
+use crate::agg::ScalarState;
+use crate::error::EvalError;
 use crate::eval::{Evaluator, WorkCounters};
 use crate::plan::Plan;
 use crate::result::PartialResult;
@@ -65,9 +67,54 @@ pub struct PageResult {
     /// The page's work counters.
     pub work: WorkCounters,
     /// The page's rows or aggregation state (without a group bound).
-    pub out: PartialResult,
+    pub out: PageOut,
     /// The page's layout.
     pub layout: Layout,
+}
+
+/// A page's rows or aggregation state, as evaluated on another thread.
+// The scalar variant is inline on purpose: boxing it would bring back the per-page
+// allocation it exists to avoid; a page result is moved twice on its way.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum PageOut {
+    /// Rows, or the groups of an aggregation.
+    Partial(PartialResult),
+    /// The one group of an aggregation without `GROUP BY`, inline (no allocation: see
+    /// [`ScalarState`]).
+    Scalar(ScalarState),
+}
+
+impl PageOut {
+    /// Rows (projection) or groups (aggregation) held.
+    pub fn len(&self) -> usize {
+        match self {
+            PageOut::Partial(p) => p.len(),
+            PageOut::Scalar(_) => 1,
+        }
+    }
+
+    /// True if [`PageOut::len`] is 0.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether this is an aggregation's state (else rows).
+    pub fn is_aggregate(&self) -> bool {
+        !matches!(self, PageOut::Partial(PartialResult::Rows(_)))
+    }
+
+    /// Merges this page's rows or state into `into`, a result of the same program
+    /// (rows go after its own).
+    pub fn merge_into(self, into: &mut PartialResult) -> Result<(), EvalError> {
+        match (self, into) {
+            (PageOut::Partial(p), into) => into.merge(p),
+            (PageOut::Scalar(s), PartialResult::Aggregate(a)) => a.merge_scalar(&s),
+            (PageOut::Scalar(_), PartialResult::Rows(_)) => Err(EvalError::PlanMismatch(
+                "a projection's rows and an aggregation's state".into(),
+            )),
+        }
+    }
 }
 
 /// Whether merging pages evaluated elsewhere costs the merging thread about what
@@ -93,9 +140,10 @@ impl MergeTally {
 
     /// Counts a page's result.
     pub fn add(&mut self, r: &PageResult) {
-        let basis = match r.out {
-            PartialResult::Aggregate(_) => r.work.rows_selected,
-            PartialResult::Rows(_) => r.work.records_examined,
+        let basis = if r.out.is_aggregate() {
+            r.work.rows_selected
+        } else {
+            r.work.records_examined
         };
         self.count(r.out.len() as u64, basis);
     }
@@ -130,20 +178,28 @@ pub struct ParEval {
 struct Common {
     plan: Plan,
     empty: PartialResult,
-    /// The columns whose minipages are hinted one page ahead
-    /// ([`MinipageHints::columns`]).
+    /// The columns whose minipages are hinted one page ahead until an evaluator has
+    /// measured which the program reads densely ([`MinipageHints::columns`],
+    /// [`MinipageHints::dense_columns`]).
     columns: Vec<usize>,
     /// A CPU cache hint over bytes about to be read (none: no hints).
     hint: Option<Hint>,
-    /// Evaluators not in use (their scratch buffers are reused from batch to batch).
-    idle: Mutex<Vec<Evaluator>>,
+    /// Whether pages' states are [`PageOut::Scalar`]: an aggregation without `GROUP BY`
+    /// whose state [`ScalarState`] holds.
+    scalar: bool,
+    /// Evaluators not in use (their scratch buffers are reused from batch to batch), each
+    /// with the state its pages are evaluated into when they are scalar.
+    idle: Mutex<Vec<(Evaluator, Option<PartialResult>)>>,
 }
 
 impl Common {
     /// Evaluates `pages` on an idle evaluator (or a new one), hinting ahead.
     fn eval_pages(&self, schema: &Schema, pages: &[&[u8]]) -> Vec<Option<PageResult>> {
         let popped = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut ev = popped.unwrap_or_else(|| Evaluator::new(&self.plan));
+        let (mut ev, mut scratch) = popped.unwrap_or_else(|| {
+            let scratch = self.scalar.then(|| self.empty.clone());
+            (Evaluator::new(&self.plan), scratch)
+        });
         let mut res = Vec::with_capacity(pages.len());
         // The minipages' places, from the first page that parses (none for NSM).
         let mut minipages: Option<Option<MinipageHints>> = None;
@@ -155,15 +211,21 @@ impl Common {
                 if minipages.is_none()
                     && let Ok(v) = PageView::parse_unverified(b, schema)
                 {
-                    minipages = Some(MinipageHints::of(&v, &self.columns));
+                    let measured = MinipageHints::dense_columns(&ev, &v);
+                    let columns = measured.as_deref().unwrap_or(&self.columns);
+                    minipages = Some(MinipageHints::of(&v, columns));
                 }
                 if let (Some(Some(m)), Some(b1)) = (&minipages, pages.get(j + 1)) {
                     m.hint(h, b1);
                 }
             }
-            res.push(eval_one(&mut ev, schema, &self.empty, b));
+            res.push(eval_one(&mut ev, scratch.as_mut(), schema, &self.empty, b));
         }
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(ev);
+        let idle = (ev, scratch);
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(idle);
         res
     }
 }
@@ -181,7 +243,8 @@ pub struct MinipageHints {
 }
 
 impl MinipageHints {
-    /// The columns of `plan` whose minipages are worth hinting ahead: the filter's (its
+    /// The columns of `plan` whose minipages are worth hinting ahead before any page
+    /// was measured ([`MinipageHints::dense_columns`]): the filter's (its
     /// first term reads every row), or every column the program reads when it has no
     /// filter. The columns read after the filter are left to the core: hinting them as
     /// well kept the core's line-fill buffers full of lines mostly never read (TPC-H Q6
@@ -197,6 +260,44 @@ impl MinipageHints {
         } else {
             filter
         }
+    }
+
+    /// Pages an evaluator must have seen before [`MinipageHints::dense_columns`] judges.
+    pub const MEASURED_PAGES: u64 = 8;
+
+    /// The columns whose minipages the program would wait on, judged on the pages `ev`
+    /// evaluated so far (`None` before [`MinipageHints::MEASURED_PAGES`] pages): those
+    /// of which it reads, on average, at least one cache line a page and at least an
+    /// eighth of the lines, were the rows it read spread evenly (a column read on a
+    /// fraction `p` of the rows, `k` values a line, touches `1 - (1 - p)^k` of its lines).
+    /// Hinting every line of a column read on a few rows only keeps the memory system
+    /// busy: TPC-H Q19 reads its ship instructions (43 lines a page) on 0.25% of the
+    /// rows, 0.3 lines a page; Q6 reads its quantity (14 lines) on 4% of the rows, 3.9
+    /// lines a page, and waited on them when they were not hinted.
+    pub fn dense_columns(ev: &Evaluator, view: &PageView<'_>) -> Option<Vec<usize>> {
+        let t = ev.totals();
+        if t.pages < Self::MEASURED_PAGES || t.records_examined == 0 {
+            return None;
+        }
+        let rows = t.records_examined as f64;
+        let page_rows = rows / t.pages as f64;
+        let waits_on = |c: usize, reads: u64| {
+            let Ok(cv) = view.column(c) else {
+                return false;
+            };
+            let w = cv.width().max(1) as f64;
+            let per_line = (64.0 / w).max(1.0);
+            let lines = (page_rows * w / 64.0).ceil();
+            let p = (reads as f64 / rows).min(1.0);
+            let touched = 1.0 - (1.0 - p).powf(per_line);
+            touched >= 0.125 && touched * lines >= 1.0
+        };
+        let cols = ev.column_reads().iter().enumerate();
+        Some(
+            cols.filter(|&(c, &r)| r > 0 && waits_on(c, r))
+                .map(|(c, _)| c)
+                .collect(),
+        )
     }
 
     /// The extents of `columns` on pages like `view` (`None` for NSM, whose rows are
@@ -247,12 +348,14 @@ impl ParEval {
     pub fn new(plan: &Plan, threads: usize) -> ParEval {
         let mut empty = PartialResult::new(plan);
         empty.lift_group_limit();
+        let scalar = matches!(&empty, PartialResult::Aggregate(a) if a.scalar().is_some());
         ParEval {
             common: Arc::new(Common {
                 plan: plan.clone(),
                 empty,
                 columns: MinipageHints::columns(plan),
                 hint: None,
+                scalar,
                 idle: Mutex::new(Vec::new()),
             }),
             threads: threads.max(1),
@@ -260,8 +363,9 @@ impl ParEval {
         }
     }
 
-    /// Hint each page's header two pages ahead and its program's filter minipages one
-    /// page ahead with `hint` (pages far apart in memory, which no hardware prefetcher
+    /// Hint each page's header two pages ahead and, one page ahead, the minipages the
+    /// program would wait on ([`MinipageHints::dense_columns`]; its filter's until that
+    /// is measured) with `hint` (pages far apart in memory, which no hardware prefetcher
     /// predicts, cost a scan most of its time on their first touch).
     pub fn with_hint(mut self, hint: Hint) -> ParEval {
         if let Some(c) = Arc::get_mut(&mut self.common) {
@@ -512,18 +616,35 @@ impl Drop for Batch {
     }
 }
 
-/// One page into its own partial result. The page's checksum is not verified here:
-/// callers hand over bytes the FTL checks against their end-to-end CRC before any
+/// One page into its own partial result: into `scalar` (emptied first) when the pages'
+/// states are scalar, else into a copy of `empty`. The page's checksum is not verified
+/// here: callers hand over bytes the FTL checks against their end-to-end CRC before any
 /// result is used.
 fn eval_one(
     ev: &mut Evaluator,
+    scalar: Option<&mut PartialResult>,
     schema: &Schema,
     empty: &PartialResult,
     b: &[u8],
 ) -> Option<PageResult> {
     let view = PageView::parse_unverified(b, schema).ok()?;
-    let mut out = empty.clone();
-    let work = ev.eval_page(&view, &mut out).ok()?;
+    let (work, out) = match scalar {
+        Some(st) => {
+            if let PartialResult::Aggregate(a) = st {
+                a.reset_scalar();
+            }
+            let work = ev.eval_page(&view, st).ok()?;
+            let PartialResult::Aggregate(a) = st else {
+                return None;
+            };
+            (work, PageOut::Scalar(a.scalar()?))
+        }
+        None => {
+            let mut out = empty.clone();
+            let work = ev.eval_page(&view, &mut out).ok()?;
+            (work, PageOut::Partial(out))
+        }
+    };
     Some(PageResult {
         work,
         out,
@@ -690,11 +811,52 @@ mod tests {
         }
     }
 
+    /// `SUM(c2), MAX(c3), MIN(c4), COUNT(*) WHERE c1 < below` over `schema`: an
+    /// aggregation without `GROUP BY`.
+    fn scalar_plan(schema: &Schema, below: i64) -> Plan {
+        use crate::build;
+        let col = |i| crate::plan::Expr::column(schema, i).expect("column");
+        let arg = |func, i| Aggregate {
+            func,
+            arg: Some(col(i)),
+            ty: DataType::Int,
+        };
+        let lit = crate::plan::Expr::constant(crate::plan::Const::Int(below), DataType::Int);
+        let filter = build::compare(crate::plan::CmpOp::Lt, col(0), lit, "t").expect("filter");
+        let aggregates = vec![
+            arg(AggFunc::Sum, 1),
+            arg(AggFunc::Max, 2),
+            arg(AggFunc::Min, 3),
+            Aggregate {
+                func: AggFunc::CountStar,
+                arg: None,
+                ty: DataType::Int,
+            },
+        ];
+        let agg = Aggregation {
+            group_by: Vec::new(),
+            aggregates,
+        };
+        Plan::aggregation("t", schema, agg, Some(filter))
+    }
+
+    /// Pages evaluated on any number of threads merge, in page order, into what one
+    /// evaluator gives page by page: grouped states, and states without `GROUP BY`
+    /// (handed over inline, reset between the pages one evaluator takes).
     #[test]
     fn parallel_pages_merge_into_the_sequential_result() {
-        for layout in [Layout::Nsm, Layout::Pax] {
+        for (layout, scalar) in [
+            (Layout::Nsm, false),
+            (Layout::Pax, false),
+            (Layout::Nsm, true),
+            (Layout::Pax, true),
+        ] {
             let (schema, pages) = pages(layout);
-            let plan = agg_plan(&schema);
+            let plan = if scalar {
+                scalar_plan(&schema, 1_500)
+            } else {
+                agg_plan(&schema)
+            };
             let mut seq = Evaluator::new(&plan);
             let mut want = PartialResult::new(&plan);
             let mut want_work = WorkCounters::default();
@@ -709,8 +871,9 @@ mod tests {
                 let mut work = WorkCounters::default();
                 for r in par.eval(&schema, &refs) {
                     let r = r.expect("evaluated");
+                    assert_eq!(matches!(r.out, PageOut::Scalar(_)), scalar);
                     work += r.work;
-                    got.merge(r.out).expect("merge");
+                    r.out.merge_into(&mut got).expect("merge");
                 }
                 assert_eq!(got, want, "{layout:?} {threads} threads");
                 assert_eq!(work, want_work);
@@ -720,6 +883,33 @@ mod tests {
             let junk = vec![0u8; 4096];
             let r = par.eval(&schema, &[&pages[0], &junk]);
             assert!(r[0].is_some() && r[1].is_none());
+        }
+    }
+
+    /// A column is hinted when the program reads at least an eighth of its lines and
+    /// one line a page, judged after enough pages: the filter's column always, the
+    /// summed column when half the rows pass, not when one in a hundred does.
+    #[test]
+    fn dense_columns_are_the_ones_the_program_waits_on() {
+        let (schema, pages) = pages(Layout::Pax);
+        let views: Vec<PageView<'_>> = pages
+            .iter()
+            .map(|p| PageView::parse(p, &schema).expect("page"))
+            .collect();
+        for (below, want) in [(1_500, vec![0, 1, 2, 3]), (30, vec![0])] {
+            let plan = scalar_plan(&schema, below);
+            let mut ev = Evaluator::new(&plan);
+            let mut out = PartialResult::new(&plan);
+            for (i, v) in views.iter().enumerate().take(12) {
+                let judged = MinipageHints::dense_columns(&ev, v);
+                assert_eq!(judged.is_some(), i as u64 >= MinipageHints::MEASURED_PAGES);
+                ev.eval_page(v, &mut out).expect("eval");
+            }
+            assert_eq!(
+                MinipageHints::dense_columns(&ev, &views[0]),
+                Some(want),
+                "c1 < {below}"
+            );
         }
     }
 }
