@@ -66,8 +66,8 @@ pub(crate) struct Ahead {
     /// Batches submitted, in page order (the one being taken first), all under one
     /// content epoch and following each other without a gap.
     windows: VecDeque<Window>,
-    /// The rest of the piece being taken.
-    piece: VecDeque<Option<Done>>,
+    /// The rest of the piece being taken (each page's result moved out once).
+    piece: std::vec::IntoIter<Option<Done>>,
     /// Session order index of the page `take` expects next.
     expect: u64,
     /// Pages per thread of the next batch.
@@ -114,7 +114,7 @@ impl Ahead {
         Ahead {
             eval: ParEval::new(plan, threads).with_hint(csd_nand::prefetch_lines_l2),
             windows: VecDeque::new(),
-            piece: VecDeque::new(),
+            piece: Vec::new().into_iter(),
             expect: 0,
             batch: FIRST_BATCH,
             off: threads <= 1,
@@ -129,7 +129,7 @@ impl Ahead {
 
     fn clear(&mut self) {
         self.windows.clear();
-        self.piece.clear();
+        self.piece = Vec::new().into_iter();
     }
 
     /// The evaluation of the session's `i`-th page (of `total`) if it was evaluated
@@ -170,12 +170,12 @@ impl Ahead {
             });
         }
         let w = self.windows.front_mut()?;
-        if self.piece.is_empty() && w.taken < w.batch.pieces() {
-            self.piece.extend(w.batch.take_piece(w.taken));
+        if self.piece.len() == 0 && w.taken < w.batch.pieces() {
+            self.piece = w.batch.take_piece(w.taken).into_iter();
             w.taken += 1;
         }
-        let d = self.piece.pop_front().flatten();
-        if self.piece.is_empty() && w.taken >= w.batch.pieces() {
+        let d = self.piece.next().flatten();
+        if self.piece.len() == 0 && w.taken >= w.batch.pieces() {
             let done = self.windows.pop_front();
             debug_assert!(done.is_some_and(|w| w.end() == i + 1));
         }

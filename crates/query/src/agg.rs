@@ -710,20 +710,22 @@ impl AggState {
         if !self.group_cols.is_empty() || self.groups != 1 || self.accs.len() > SCALAR_ACCS {
             return None;
         }
-        let mut accs = [ScalarAcc::Count; SCALAR_ACCS];
-        for (slot, a) in accs.iter_mut().zip(&self.accs) {
-            *slot = match a.value(0) {
-                AccValue::Count => ScalarAcc::Count,
-                AccValue::Sum(s) => ScalarAcc::Sum(s),
-                AccValue::MinMax(v) => ScalarAcc::MinMax(v),
+        let mut st = ScalarState {
+            rows: self.rows[0],
+            n: self.accs.len() as u8,
+            kinds: [ScalarKind::Count; SCALAR_ACCS],
+            vals: [0; SCALAR_ACCS],
+        };
+        for (a, acc) in self.accs.iter().enumerate() {
+            (st.kinds[a], st.vals[a]) = match acc.value(0) {
+                AccValue::Count => (ScalarKind::Count, 0),
+                AccValue::Sum(s) => (ScalarKind::Sum, s),
+                AccValue::MinMax(Some(v)) => (ScalarKind::Extreme, i128::from(v)),
+                AccValue::MinMax(None) => (ScalarKind::NoExtreme, 0),
                 AccValue::MinMaxChar(_) => return None,
             };
         }
-        Some(ScalarState {
-            rows: self.rows[0],
-            n: self.accs.len() as u8,
-            accs,
-        })
+        Some(st)
     }
 
     /// Empties the one group of a state without `GROUP BY` (its rows and accumulators
@@ -756,11 +758,7 @@ impl AggState {
                 "a grouped state and the state of an aggregation without GROUP BY".into(),
             ));
         }
-        let values = s.accs[..usize::from(s.n)].iter().map(|a| match *a {
-            ScalarAcc::Count => AccValue::Count,
-            ScalarAcc::Sum(v) => AccValue::Sum(v),
-            ScalarAcc::MinMax(v) => AccValue::MinMax(v),
-        });
+        let values = (0..usize::from(s.n)).map(|a| s.value(a));
         self.fold_group(0, s.rows, values)
     }
 
@@ -827,21 +825,44 @@ pub const SCALAR_ACCS: usize = 8;
 /// (`COUNT`, `SUM`, `AVG`, `MIN`/`MAX` of numbers and dates), held inline: a page
 /// evaluated on one thread reaches the thread that merges it without an allocation or
 /// a shared reference count (each page's cloned [`AggState`] cost TPC-H Q6 about 15% of
-/// its CPU in allocating, freeing across threads and merging). Made by
-/// [`AggState::scalar`], merged by [`AggState::merge_scalar`].
+/// its CPU in allocating, freeing across threads and merging). 160 bytes, moved a few
+/// times per page. Made by [`AggState::scalar`], merged by [`AggState::merge_scalar`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ScalarState {
     rows: u64,
+    /// Aggregates held.
     n: u8,
-    accs: [ScalarAcc; SCALAR_ACCS],
+    /// Per aggregate: what its value is ([`ScalarState::value`]).
+    kinds: [ScalarKind; SCALAR_ACCS],
+    /// Per aggregate: a sum, or a `MIN`/`MAX` value.
+    vals: [i128; SCALAR_ACCS],
 }
 
-/// One aggregate's value in a [`ScalarState`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum ScalarAcc {
+// Kept small: every page's state is moved a few times on its way to the merge.
+const _: () = assert!(std::mem::size_of::<ScalarState>() <= 160);
+
+/// What one aggregate's value in a [`ScalarState`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ScalarKind {
     Count,
-    Sum(i128),
-    MinMax(Option<i64>),
+    Sum,
+    /// A `MIN`/`MAX` that saw a value.
+    Extreme,
+    /// A `MIN`/`MAX` that saw none.
+    NoExtreme,
+}
+
+impl ScalarState {
+    /// Aggregate `a`'s value.
+    fn value(&self, a: usize) -> AccValue<'static> {
+        match self.kinds[a] {
+            ScalarKind::Count => AccValue::Count,
+            ScalarKind::Sum => AccValue::Sum(self.vals[a]),
+            // Stored from an `i64` by `AggState::scalar`.
+            ScalarKind::Extreme => AccValue::MinMax(Some(self.vals[a] as i64)),
+            ScalarKind::NoExtreme => AccValue::MinMax(None),
+        }
+    }
 }
 
 /// Reusable buffers for group-id computation.

@@ -404,7 +404,9 @@ impl<'r, 'a> Run<'r, 'a> {
         Ok(())
     }
 
-    /// A numeric column's values on this page, for `demand` selected rows.
+    /// A numeric column's values on this page, for `demand` selected rows. Inlined for
+    /// the reason [`PageView::column`] is.
+    #[inline(always)]
     fn num_col(&mut self, index: usize, demand: usize) -> Result<NumCol<'_>, EvalError> {
         let cv = self.view.column(index)?;
         self.s.note_col(index, demand);

@@ -218,6 +218,12 @@ impl Common {
                 if let (Some(Some(m)), Some(b1)) = (&minipages, pages.get(j + 1)) {
                     m.hint(h, b1);
                 }
+                // Second stage: this page's lines, hinted towards the outer caches one
+                // page ago, into the first level now (quick fills that keep few miss
+                // buffers busy): Q6 0.030-0.034 -> 0.029-0.030 s.
+                if let Some(Some(m)) = &minipages {
+                    m.hint(csd_sim::prefetch::lines, b);
+                }
             }
             res.push(eval_one(&mut ev, scratch.as_mut(), schema, &self.empty, b));
         }

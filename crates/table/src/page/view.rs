@@ -112,6 +112,9 @@ impl<'a> PageView<'a> {
     }
 
     /// A view of column `index`.
+    // Inlined: returned through memory, the view was reloaded with wider loads than it
+    // was stored with (a store-forwarding stall on every column a program reads).
+    #[inline]
     pub fn column(&self, index: usize) -> Result<ColumnView<'a>, PageError> {
         let col = self.schema.column(index)?;
         let off = self.schema.offsets()[index];
