@@ -11,15 +11,7 @@
 #[inline(always)]
 pub fn lines(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has; it only hints the
-        // cache about an address inside `bytes` and never faults or changes data.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                line.as_ptr().cast(),
-            );
-        }
-    }
+    each_line::<{ std::arch::x86_64::_MM_HINT_T0 }>(bytes);
     #[cfg(not(target_arch = "x86_64"))]
     let _ = bytes;
 }
@@ -33,23 +25,42 @@ pub fn lines(bytes: &[u8]) {
 #[inline(always)]
 pub fn lines_l2(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        // SAFETY: as in `lines`: a hint about an address inside `bytes`.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T2 }>(
-                line.as_ptr().cast(),
-            );
-        }
-    }
+    each_line::<{ std::arch::x86_64::_MM_HINT_T2 }>(bytes);
     #[cfg(not(target_arch = "x86_64"))]
     let _ = bytes;
+}
+
+/// One `prefetch` of kind `HINT` per cache line `bytes` touches, the first and last
+/// included when `bytes` does not start or end on a line boundary (64-byte chunks of
+/// the slice missed the last line of an unaligned minipage).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn each_line<const HINT: i32>(bytes: &[u8]) {
+    for line in line_starts(bytes) {
+        // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has; it only hints
+        // the cache about an address (here in a line `bytes` touches) and never faults
+        // or changes data.
+        unsafe { std::arch::x86_64::_mm_prefetch::<HINT>(line as *const i8) };
+    }
+}
+
+/// The addresses of the 64-byte cache lines `bytes` touches.
+#[inline(always)]
+fn line_starts(bytes: &[u8]) -> std::iter::StepBy<std::ops::Range<usize>> {
+    let end = bytes.as_ptr() as usize + bytes.len();
+    let first = if bytes.is_empty() {
+        end
+    } else {
+        bytes.as_ptr() as usize & !63
+    };
+    (first..end).step_by(64)
 }
 
 /// Hint the CPU to bring the cache line holding `v` into its caches (see [`lines`]).
 #[inline(always)]
 pub fn value<T>(v: &T) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: as in `lines`: a hint about the address of a live reference.
+    // SAFETY: as in `each_line`: a hint about the address of a live reference.
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
             (v as *const T).cast(),
@@ -57,4 +68,26 @@ pub fn value<T>(v: &T) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = v;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every line a slice touches is hinted once: the partial first and last lines of
+    /// an unaligned slice too, nothing for an empty one.
+    #[test]
+    fn hints_cover_every_line_a_slice_touches() {
+        let buf = vec![0u8; 1024];
+        let base = buf.as_ptr() as usize;
+        let aligned = base.next_multiple_of(64) - base;
+        let s = &buf[aligned + 28..aligned + 28 + 440];
+        assert_eq!(line_starts(s).count(), 8);
+        assert_eq!(line_starts(s).next(), Some(base + aligned));
+        assert_eq!(line_starts(&buf[aligned..aligned + 448]).count(), 7);
+        assert_eq!(line_starts(&buf[aligned + 5..aligned + 5]).count(), 0);
+        lines(s);
+        lines_l2(s);
+        value(&buf[0]);
+    }
 }
