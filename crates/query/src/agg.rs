@@ -250,24 +250,13 @@ impl Acc {
                 sum[g] = sum[g].checked_add(s2).ok_or_else(merge_overflow)?;
             }
             (Acc::MinMax { max, val, seen }, AccValue::MinMax(v2)) => {
-                if let Some(v2) = v2
-                    && (!seen[g] || better(*max, v2, val[g]))
-                {
-                    val[g] = v2;
-                    seen[g] = true;
+                if let Some(v2) = v2 {
+                    fold_extreme(*max, &mut val[g], &mut seen[g], v2);
                 }
             }
             (Acc::MinMaxChar { max, val, seen }, AccValue::MinMaxChar(v2)) => {
-                let want = if *max {
-                    Ordering::Greater
-                } else {
-                    Ordering::Less
-                };
-                if let Some(v2) = v2
-                    && (!seen[g] || v2.cmp(val[g].as_slice()) == want)
-                {
-                    val[g] = v2.to_vec();
-                    seen[g] = true;
+                if let Some(v2) = v2 {
+                    fold_extreme_char(*max, &mut val[g], &mut seen[g], v2);
                 }
             }
             _ => {
@@ -300,6 +289,30 @@ enum AccValue<'a> {
 fn merge_overflow() -> EvalError {
     EvalError::Overflow {
         expr: "merging partial sums".into(),
+    }
+}
+
+/// Folds `x` into a `MIN`/`MAX` accumulator (`val`, valid once `seen`).
+#[inline(always)]
+fn fold_extreme(max: bool, val: &mut i64, seen: &mut bool, x: i64) {
+    if !*seen || better(max, x, *val) {
+        *val = x;
+        *seen = true;
+    }
+}
+
+/// [`fold_extreme`] of stored `CHAR` bytes (compared bytewise, padding included).
+#[inline]
+fn fold_extreme_char(max: bool, val: &mut Vec<u8>, seen: &mut bool, x: &[u8]) {
+    let want = if max {
+        Ordering::Greater
+    } else {
+        Ordering::Less
+    };
+    if !*seen || x.cmp(val.as_slice()) == want {
+        val.clear();
+        val.extend_from_slice(x);
+        *seen = true;
     }
 }
 
@@ -628,26 +641,14 @@ impl AggState {
                     let max = *max;
                     for (k, &x) in v.iter().enumerate() {
                         let g = if grouped { gids[k] as usize } else { 0 };
-                        if !seen[g] || better(max, x, val[g]) {
-                            val[g] = x;
-                            seen[g] = true;
-                        }
+                        fold_extreme(max, &mut val[g], &mut seen[g], x);
                     }
                 }
                 (Acc::MinMaxChar { max, val, seen }, AggInput::Char(cv)) => {
-                    let want = if *max {
-                        Ordering::Greater
-                    } else {
-                        Ordering::Less
-                    };
                     for (k, &i) in sel.iter().enumerate() {
                         let g = if grouped { gids[k] as usize } else { 0 };
                         let b = cv.raw(i as usize).unwrap_or(&[]);
-                        if !seen[g] || b.cmp(val[g].as_slice()) == want {
-                            val[g].clear();
-                            val[g].extend_from_slice(b);
-                            seen[g] = true;
-                        }
+                        fold_extreme_char(*max, &mut val[g], &mut seen[g], b);
                     }
                 }
                 _ => {
@@ -887,16 +888,18 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::HashMap as Reference;
 
+    /// Two `INT64` columns.
+    fn two_ints() -> Schema {
+        let cols = vec![
+            Column::new("a", ColumnType::Int64),
+            Column::new("b", ColumnType::Int64),
+        ];
+        Schema::new("t", cols).expect("schema")
+    }
+
     /// A state grouping on two `INT64` columns (a 16-byte packed key), `COUNT(*)` only.
     fn state(limit: usize) -> AggState {
-        let schema = Schema::new(
-            "t",
-            vec![
-                Column::new("a", ColumnType::Int64),
-                Column::new("b", ColumnType::Int64),
-            ],
-        )
-        .expect("schema");
+        let schema = two_ints();
         let agg = Aggregation {
             group_by: vec![0, 1],
             aggregates: Vec::new(),
@@ -949,14 +952,7 @@ mod tests {
 
     /// `SUM(c1), MIN(c2), MAX(c2), COUNT(*)` without `GROUP BY` over two `INT64` columns.
     fn scalar_state() -> AggState {
-        let schema = Schema::new(
-            "t",
-            vec![
-                Column::new("a", ColumnType::Int64),
-                Column::new("b", ColumnType::Int64),
-            ],
-        )
-        .expect("schema");
+        let schema = two_ints();
         let col = |i| crate::plan::Expr::column(&schema, i).expect("column");
         let agg = |func, arg| crate::plan::Aggregate {
             func,
