@@ -14,7 +14,8 @@
 //! 16 bytes (TPC-H Q1's two `CHAR(1)` flags take 2) are packed into a `u128` and, while
 //! there are at most 16 groups, looked up by a linear scan that beats hashing; larger
 //! key sets use [`PackedIndex`] (longer keys a hash map). Without `GROUP BY` there is
-//! exactly one group.
+//! exactly one group; when its aggregates are numbers, its value also exists inline as a
+//! [`ScalarState`], which pages evaluated on other threads hand over without allocating.
 //!
 //! [`PackedIndex`] is an open-addressing table of four-byte group numbers whose keys
 //! live in the state's key array: a device arena's table (26K groups in the default
