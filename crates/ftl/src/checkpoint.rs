@@ -98,7 +98,12 @@ impl Ftl {
             ext_pending: self.ext_pending.iter().copied().collect(),
             blob: self.ctrl_blob.clone(),
         };
+        // The body reaches the host's disk before the record that names it, and the
+        // record before anything relies on it (a host crash never finds a record whose
+        // pages are missing).
+        self.nand.persist()?;
         t = t.max(self.write_ring(&record, rssp_links, t)?);
+        self.nand.persist()?;
         // The new tables are durable: the old WEAR and bad-block pages are dead.
         for a in std::mem::replace(&mut self.wear_pages, new_wear) {
             self.release_meta_page(a);

@@ -34,7 +34,17 @@ impl Ftl {
             let r = self.write_command(l, cmd, at);
             done = done.max(self.host_result(r)?);
         }
+        if self.cfg.write_cache == WriteCache::WriteThrough {
+            self.persist_acknowledged()?;
+        }
         Ok(done)
+    }
+
+    /// Before a command that promises durability completes (a write-through write, a
+    /// flush, a trim, a batch): what it made durable on the flash is on the host's disk
+    /// too (`csd_nand::Nand::persist`; nothing for an in-memory device). No modeled time.
+    pub(crate) fn persist_acknowledged(&mut self) -> Result<(), FtlError> {
+        Ok(self.nand.persist()?)
     }
 
     /// The outcome of a host write-path operation: on failure, buffered sectors are
@@ -489,7 +499,9 @@ impl Ftl {
             return Ok(at);
         }
         let r = self.commit(at).and_then(|t| self.force_log(t));
-        self.host_result(r)
+        let t = self.host_result(r)?;
+        self.persist_acknowledged()?;
+        Ok(t)
     }
 
     /// Unmap LBAs (logged before it completes); reads return zeros afterwards.
@@ -514,6 +526,7 @@ impl Ftl {
             }
         }
         self.stats.host_trim_sectors += n;
+        self.persist_acknowledged()?;
         Ok(t)
     }
 
@@ -557,7 +570,9 @@ impl Ftl {
         }
         self.check_writable()?;
         let r = self.batch_commit(&desc, buf, at);
-        self.host_result(r)
+        let t = self.host_result(r)?;
+        self.persist_acknowledged()?;
+        Ok(t)
     }
 
     fn batch_commit(

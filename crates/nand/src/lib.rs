@@ -47,6 +47,7 @@
 pub mod addr;
 mod error;
 mod fault;
+pub mod hostcrash;
 mod open;
 mod pins;
 mod power;
@@ -59,6 +60,7 @@ pub use csd_sim::prefetch::{
     lines as prefetch_lines, lines_l2 as prefetch_lines_l2, value as prefetch_value,
 };
 pub use error::NandError;
+pub use hostcrash::host_crash_image;
 pub use pins::PinnedPages;
 pub use store::{Access, BlockMeta};
 
@@ -184,6 +186,9 @@ pub struct Nand {
     powered: bool,
     cut: Option<PowerCut>,
     checked: CheckedSectors,
+    /// The image was opened after its last writer stopped without a clean close (a
+    /// killed process or a host crash): unsynced changes may be missing or partial.
+    opened_unclean: bool,
 }
 
 /// A memo of the FTL's end-to-end check (see [`Nand::sector_checked`]): one bit per
@@ -349,9 +354,31 @@ impl Nand {
         unsafe { PinnedPages::new(self.pins.0.clone(), pages) }
     }
 
-    /// Force the image file to stable storage.
+    /// A clean close of the image file: everything on the host's disk, then the header
+    /// marked closed (the next open skips the repair scan). No-op in memory.
     pub fn sync(&mut self) -> Result<(), NandError> {
         self.store.sync()
+    }
+
+    /// Make every change so far durable on the host's disk before the caller
+    /// acknowledges it (`fdatasync` of the image file; nothing when nothing changed,
+    /// in memory, or read-only). Costs no modeled time: the host's disk is not part of
+    /// the emulated device.
+    pub fn persist(&mut self) -> Result<(), NandError> {
+        self.store.persist()
+    }
+
+    /// Whether the image was opened after its last writer stopped without a clean close
+    /// (killed, or the host lost power): changes it had not synced may be missing, or
+    /// present in part, so the layer above should verify what it did not sync.
+    pub fn opened_unclean(&self) -> bool {
+        self.opened_unclean
+    }
+
+    /// Keep a copy of what is known to be on the host's disk at `path`, for host-crash
+    /// tests (see [`hostcrash`]). Image files opened read-write only.
+    pub fn track_durable_copy(&mut self, path: &Path) -> Result<(), NandError> {
+        self.store.track_durable_copy(path)
     }
 
     /// Facts about one block.

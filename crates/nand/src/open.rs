@@ -57,7 +57,8 @@ impl Nand {
         }
         let mut n = Nand::with_store(cfg, store);
         if legacy {
-            n.repair_write_pointers();
+            n.opened_unclean = true;
+            n.repair_write_pointers()?;
         }
         Ok(n)
     }
@@ -105,6 +106,7 @@ impl Nand {
             pins: Default::default(),
             store,
             cfg,
+            opened_unclean: false,
         }
     }
 
@@ -141,10 +143,14 @@ impl Nand {
         }
     }
 
-    /// Version-1 images moved a block's write pointer after the page's commit point, so
-    /// after a crash of the process it may lag the last committed page; recompute it from
-    /// the page states. (Version 2 moves the pointer first: it never lags.)
-    pub(super) fn repair_write_pointers(&mut self) {
+    /// Recompute every block's write pointer from its page states: one past the last
+    /// page that is not erased. Version-1 images moved the pointer after the page's
+    /// commit point, so after a killed process it may lag the last committed page; after
+    /// a host crash, the block table and the page states reach the disk independently,
+    /// so the pointer may lag or lead. (Version 2 and later move the pointer first: after
+    /// a killed process it never lags; it may lead by the page whose program was cut.)
+    pub(super) fn repair_write_pointers(&mut self) -> Result<(), NandError> {
+        self.store.begin_change()?;
         for b in 0..self.store.blocks() {
             let Some(bytes) = self.store.block(b) else {
                 continue;
@@ -160,6 +166,7 @@ impl Nand {
                 self.store.set_meta(b, m);
             }
         }
+        Ok(())
     }
 }
 

@@ -56,6 +56,7 @@ impl Nand {
             });
         }
         meta.next_page = p.page + 1;
+        self.store.begin_change()?;
         self.store.set_meta(b, meta);
         self.content_epoch += 1;
         Ok(())

@@ -140,6 +140,12 @@ impl Nand {
         if meta.flags & BLOCK_FACTORY_BAD != 0 {
             return Err(NandError::BadBlock { block: blk });
         }
+        // An erase destroys what the block holds: whatever superseded it (the moved
+        // copies, the log records, the checkpoint naming the block free) reaches the
+        // host's disk first, so a host crash never finds the old contents gone and the
+        // new ones missing.
+        self.store.persist()?;
+        self.store.begin_change()?;
         self.op_seq += 1;
         self.content_epoch += 1;
         let die = self.map.die_of(blk);

@@ -8,7 +8,19 @@
 //! image file adds a header (magic, version, geometry, the device config as TOML) and a
 //! table of per-block metadata (P/E count, write pointer, flags) before the blocks.
 //! Because the image is a shared memory mapping, every completed store survives the
-//! process being killed (the kernel's page cache holds it); `sync` forces it to disk.
+//! process being killed (the kernel's page cache holds it).
+//!
+//! Surviving the *host* losing power is a separate promise: the kernel writes dirty pages
+//! of the mapping back in any order and at any time, so only what was synced is known to
+//! be on disk. [`Store::persist`] (`fdatasync` of the file, which writes back the pages
+//! dirtied through the mapping) is called by the layers above before they acknowledge
+//! anything as durable; the media itself syncs before every erase (an erase destroys
+//! durable contents, so everything that superseded them must be on disk first). The
+//! header records whether a writer has the image open (cleared by a clean close): an
+//! image opened after a host crash or a killed process gets its write pointers
+//! recomputed from the page states, whichever of the two reached the disk. Version 3
+//! gives every block-table entry a CRC-32C (bound to its block number), so a zeroed or
+//! overwritten table is refused instead of read as a fresh device.
 
 use crate::NandError;
 use bytemuck::{Pod, Zeroable};
@@ -43,8 +55,16 @@ pub struct BlockMeta {
     pub next_page: u32,
     /// `BLOCK_*` flags.
     pub flags: u32,
-    /// Reserved, zero.
+    /// In an image file (version 3): CRC-32C of the other fields and the block number
+    /// (see `entry_crc`); zero in memory.
     pub reserved: u32,
+}
+
+/// The checksum a version-3 block-table entry carries in `reserved`: CRC-32C of the
+/// block number and the entry's first 12 bytes, never zero (so a zeroed entry fails).
+fn entry_crc(b: usize, m: &BlockMeta) -> u32 {
+    let head = crc32c::crc32c(&(b as u64).to_le_bytes());
+    crc32c::crc32c_append(head, &bytemuck::bytes_of(m)[..12]).max(1)
 }
 
 /// Byte layout of one erase block.
@@ -78,8 +98,13 @@ impl Layout {
 const MAGIC: [u8; 8] = *b"CSDNAND\0";
 /// Version 2 adds a CRC-32C over the header and the recorded config, and the rule that a
 /// program moves the block's write pointer before its commit point (so no repair scan is
-/// needed at open). Version 1 images are still opened (with a one-time repair scan).
-const VERSION: u32 = 2;
+/// needed at open). Version 3 adds a CRC-32C to every block-table entry and the header's
+/// open flag. Version 1 and 2 images are still opened (version 1 with a one-time repair
+/// scan); a read-write open upgrades them to version 3.
+const VERSION: u32 = 3;
+/// Header state bit: a writer has the image open (set, synced, before the first change
+/// after an open or a clean close; cleared by a clean close).
+const STATE_OPEN: u32 = 1;
 const HEADER_BYTES: usize = 64 * 1024;
 
 #[repr(C)]
@@ -102,7 +127,8 @@ struct Header {
     v1: HeaderV1,
     /// CRC-32C of this header (with `crc` zero) followed by the config text.
     crc: u32,
-    reserved: u32,
+    /// `STATE_*` bits (version 3; zero before).
+    state: u32,
 }
 
 impl Header {
@@ -256,9 +282,84 @@ pub(crate) struct FileStore {
     access: Access,
     /// Bytes at the start of each block known to be allocated in the file.
     reserved: Vec<u32>,
+    /// Format version of the file (3 after any read-write open).
+    version: u32,
+    /// Something changed since the last [`Store::persist`].
+    dirty: bool,
+    /// The header's open flag is set and on disk (changes may go ahead).
+    marked_open: bool,
+    /// A copy of what is known to be on disk, kept for host-crash tests.
+    shadow: Option<crate::hostcrash::Shadow>,
 }
 
 impl FileStore {
+    fn io_error(&self, what: &str, e: std::io::Error) -> NandError {
+        image_error(&self.path, format!("{what}: {e}"))
+    }
+
+    /// Set or clear the header's open flag and make it durable (with every change
+    /// before it). Opening for writing sets it before the first change; a clean close
+    /// clears it after everything else is on disk.
+    fn set_open_flag(&mut self, open: bool) -> Result<(), NandError> {
+        debug_assert_eq!(self.access, Access::ReadWrite);
+        if self.version == 1 {
+            // No room for the flag before the config text: version 1 always repairs.
+            return self.persist();
+        }
+        let fixed = std::mem::size_of::<Header>();
+        let mut h: Header = bytemuck::pod_read_unaligned(&self.map[..fixed]);
+        h.v1.version = VERSION;
+        h.state = if open {
+            h.state | STATE_OPEN
+        } else {
+            h.state & !STATE_OPEN
+        };
+        let clen = h.v1.config_len as usize;
+        h.crc = h.crc_of(&self.map[fixed..fixed + clen]);
+        self.map[..fixed].copy_from_slice(bytemuck::bytes_of(&h));
+        self.version = VERSION;
+        if let Some(s) = &mut self.shadow {
+            s.header = true;
+        }
+        self.dirty = true;
+        self.persist()?;
+        self.marked_open = open;
+        Ok(())
+    }
+
+    /// Before the first change after an open or a clean close: the header says a writer
+    /// has the image open, on disk, so a crash from here on is seen at the next open.
+    #[inline]
+    fn begin_change(&mut self) -> Result<(), NandError> {
+        if self.marked_open || self.access == Access::ReadOnly {
+            return Ok(());
+        }
+        self.set_open_flag(true)
+    }
+
+    /// `fdatasync` the file when anything changed since the last call: every page
+    /// dirtied through the mapping (and the allocation metadata needed to read them) is
+    /// on disk when this returns.
+    fn persist(&mut self) -> Result<(), NandError> {
+        if !self.dirty || self.access == Access::ReadOnly {
+            return Ok(());
+        }
+        self.file
+            .sync_data()
+            .map_err(|e| self.io_error("cannot sync the image to disk", e))?;
+        self.dirty = false;
+        if let Some(s) = &mut self.shadow {
+            let (meta, blocks, bb) = (
+                self.meta_offset,
+                self.blocks_offset,
+                self.layout.block_bytes,
+            );
+            s.absorb(&self.map, meta..meta + self.nblocks * 16, blocks, bb)
+                .map_err(|e| image_error(&self.path, format!("durable copy: {e}")))?;
+        }
+        Ok(())
+    }
+
     /// Check the per-block table whole: it is metadata the media trusts (16 bytes a
     /// block: a few hundred KiB at most).
     fn check_block_table(&self) -> Result<(), NandError> {
@@ -267,6 +368,16 @@ impl FileStore {
         let table = &self.map[self.meta_offset..self.meta_offset + nblocks * 16];
         for (b, raw) in table.chunks_exact(16).enumerate() {
             let m: BlockMeta = bytemuck::pod_read_unaligned(raw);
+            if self.version >= 3 && m.reserved != entry_crc(b, &m) {
+                return Err(image_error(
+                    &self.path,
+                    format!(
+                        "corrupt block table: the entry of block {b} fails its checksum (the table \
+                         was overwritten or zeroed); the image cannot be trusted: restore it \
+                         from a copy, or recreate it with `csd device create`"
+                    ),
+                ));
+            }
             if m.next_page > layout.pages as u32 || m.flags & !BLOCK_FACTORY_BAD != 0 {
                 return Err(image_error(
                     &self.path,
@@ -282,7 +393,10 @@ impl FileStore {
 
     /// Make sure the file system holds the bytes of block `b` before the mapping writes
     /// to them: a write through a shared mapping into a hole of a full file system is a
-    /// SIGBUS, which no error path can catch; `fallocate` turns it into `ENOSPC`.
+    /// SIGBUS, which no error path can catch; `fallocate` turns it into `ENOSPC`. On a
+    /// file system without `fallocate` (ext2, some network file systems) the range is
+    /// rewritten with `pwrite` (its current bytes, read through the mapping: a hole reads
+    /// as zeros), which allocates it or fails with `ENOSPC` just the same.
     ///
     /// Space is reserved as the block fills, a [`RESERVE_GRANULE`] at a time, so an
     /// image stays as sparse as what was written (open blocks do not pin whole erase
@@ -295,34 +409,56 @@ impl FileStore {
         let end = upto
             .next_multiple_of(RESERVE_GRANULE)
             .min(self.layout.block_bytes);
-        let off = (self.blocks_offset + b * self.layout.block_bytes + have) as libc::off_t;
-        let len = (end - have) as libc::off_t;
-        // SAFETY: `fallocate` on a file descriptor we own, over a range inside the file's
-        // length (checked when the image was opened or created); mode 0 only allocates.
-        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, len) };
-        if r != 0 {
-            let err = std::io::Error::last_os_error();
-            return Err(match err.raw_os_error() {
-                Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG) => {
-                    NandError::ImageFull {
-                        path: self.path.clone(),
-                        block: b as u32,
-                    }
-                }
-                // File systems without fallocate: fall back to the mapping's own behavior.
-                Some(libc::EOPNOTSUPP) => {
-                    self.reserved[b] = self.layout.block_bytes as u32;
-                    return Ok(());
-                }
-                _ => NandError::Image {
-                    path: self.path.clone(),
-                    reason: format!("cannot reserve the bytes of block {b}: {err}"),
-                },
-            });
-        }
+        let start = self.blocks_offset + b * self.layout.block_bytes;
+        allocate(
+            &self.file,
+            &self.map[start + have..start + end],
+            (start + have) as u64,
+        )
+        .map_err(|err| self.space_error(b, err))?;
         self.reserved[b] = end as u32;
         Ok(())
     }
+
+    /// The error for space that could not be allocated for block `b`.
+    fn space_error(&self, b: usize, err: std::io::Error) -> NandError {
+        match err.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG) => NandError::ImageFull {
+                path: self.path.clone(),
+                block: b as u32,
+            },
+            _ => NandError::Image {
+                path: self.path.clone(),
+                reason: format!("cannot reserve the bytes of block {b}: {err}"),
+            },
+        }
+    }
+}
+
+/// Allocate the file's bytes at `offset` whose current contents are `current` (as the
+/// mapping shows them): `fallocate`, or where the file system has none, a `pwrite` of
+/// those same bytes. Either fails with `ENOSPC` instead of leaving a hole that a store
+/// through the mapping would turn into a SIGBUS.
+fn allocate(file: &File, current: &[u8], offset: u64) -> std::io::Result<()> {
+    // SAFETY: `fallocate` on a file descriptor we own, over a range inside the file's
+    // length (checked when the image was opened or created); mode 0 only allocates.
+    let r = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            0,
+            offset as libc::off_t,
+            current.len() as libc::off_t,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EOPNOTSUPP) {
+        return Err(err);
+    }
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(current, offset)
 }
 
 /// Bytes of an image file reserved at a time as a block fills.
@@ -380,7 +516,7 @@ fn open_locked(path: &Path, access: Access) -> Result<(File, u64), NandError> {
 
 /// Read and check the header through the file before mapping anything: magic, version,
 /// sizes, checksum (version 2) and the recorded device config.
-fn read_header(path: &Path, file: &File) -> Result<(HeaderV1, DeviceConfig), NandError> {
+fn read_header(path: &Path, file: &File) -> Result<(HeaderV1, DeviceConfig, u32), NandError> {
     let bad = |reason: String| image_error(path, reason);
     let mut head = vec![0u8; HEADER_BYTES];
     {
@@ -394,10 +530,10 @@ fn read_header(path: &Path, file: &File) -> Result<(HeaderV1, DeviceConfig), Nan
     }
     let hdr_fixed = match v1.version {
         1 => std::mem::size_of::<HeaderV1>(),
-        VERSION => std::mem::size_of::<Header>(),
+        2 | VERSION => std::mem::size_of::<Header>(),
         v => {
             return Err(bad(format!(
-                "image version {v} is not supported (this csd reads versions 1 and {VERSION})"
+                "image version {v} is not supported (this csd reads versions 1 to {VERSION})"
             )));
         }
     };
@@ -419,8 +555,10 @@ fn read_header(path: &Path, file: &File) -> Result<(HeaderV1, DeviceConfig), Nan
         ));
     }
     let config = &head[hdr_fixed..hdr_fixed + clen];
-    if v1.version == VERSION {
+    let mut state = 0;
+    if v1.version >= 2 {
         let h: Header = bytemuck::pod_read_unaligned(&head[..hdr_fixed]);
+        state = h.state;
         let want = h.crc_of(config);
         if h.crc != want {
             return Err(bad(format!(
@@ -433,7 +571,7 @@ fn read_header(path: &Path, file: &File) -> Result<(HeaderV1, DeviceConfig), Nan
         .map_err(|_| bad("corrupt image header: the recorded config is not UTF-8".into()))?;
     let cfg = DeviceConfig::from_toml(text)
         .map_err(|e| bad(format!("corrupt image header: recorded config: {e}")))?;
-    Ok((v1, cfg))
+    Ok((v1, cfg, state))
 }
 
 /// Check the header's geometry, sizes and offsets against the recorded config and the
@@ -534,48 +672,80 @@ impl Store {
             .create_new(true)
             .open(path)
             .map_err(io)?;
-        file.try_lock().map_err(|_| NandError::Locked {
-            path: path.to_path_buf(),
-        })?;
-        file.set_len(total).map_err(io)?;
-        // SAFETY: the file was just created by us with `create_new` and is held under an
-        // exclusive advisory lock for the life of the mapping; csd never truncates it while
-        // mapped. Modification by an unrelated process that ignores the lock is outside
-        // the contract of an image file (documented in `Nand::open_image`).
-        let mut map = unsafe { MmapMut::map_mut(&file) }.map_err(io)?;
-        let _ = map.advise(Advice::Random);
-        let mut header = Header {
-            v1: HeaderV1 {
-                magic: MAGIC,
-                version: VERSION,
-                header_bytes: HEADER_BYTES as u32,
-                geo: geo_words(&cfg.geometry),
-                config_len: toml.len() as u32,
-                block_bytes: layout.block_bytes as u64,
-                meta_offset,
-                blocks_offset,
-                blocks: nblocks as u64,
-            },
-            crc: 0,
-            reserved: 0,
+        // From here on the file is ours: any failure removes it, so a retry does not
+        // meet "File exists" and a full file system keeps no half-made image.
+        let made = (|| {
+            file.try_lock().map_err(|_| NandError::Locked {
+                path: path.to_path_buf(),
+            })?;
+            file.set_len(total).map_err(io)?;
+            let mut header = Header {
+                v1: HeaderV1 {
+                    magic: MAGIC,
+                    version: VERSION,
+                    header_bytes: HEADER_BYTES as u32,
+                    geo: geo_words(&cfg.geometry),
+                    config_len: toml.len() as u32,
+                    block_bytes: layout.block_bytes as u64,
+                    meta_offset,
+                    blocks_offset,
+                    blocks: nblocks as u64,
+                },
+                crc: 0,
+                state: 0,
+            };
+            header.crc = header.crc_of(toml.as_bytes());
+            // Header and block table are written with `pwrite` (not through a mapping):
+            // a full file system is then ENOSPC, not a SIGBUS.
+            let mut head = vec![0u8; blocks_offset as usize];
+            head[..hdr_fixed].copy_from_slice(bytemuck::bytes_of(&header));
+            head[hdr_fixed..hdr_fixed + toml.len()].copy_from_slice(toml.as_bytes());
+            for (b, m) in meta.iter().enumerate() {
+                let m = BlockMeta {
+                    reserved: entry_crc(b, m),
+                    ..*m
+                };
+                let o = meta_offset as usize + b * 16;
+                head[o..o + 16].copy_from_slice(bytemuck::bytes_of(&m));
+            }
+            {
+                use std::os::unix::fs::FileExt;
+                file.write_all_at(&head, 0).map_err(io)?;
+            }
+            file.sync_all().map_err(io)?;
+            // SAFETY: the file was just created by us with `create_new` and is held under
+            // an exclusive advisory lock for the life of the mapping; csd never truncates
+            // it while mapped. Modification by an unrelated process that ignores the lock
+            // is outside the contract of an image file (documented in `Nand::open_image`).
+            let map = unsafe { MmapMut::map_mut(&file) }.map_err(io)?;
+            let _ = map.advise(Advice::Random);
+            Ok(map)
+        })();
+        let map = match made {
+            Ok(map) => map,
+            Err(e) => {
+                drop(file);
+                let _ = std::fs::remove_file(path);
+                return Err(e);
+            }
         };
-        header.crc = header.crc_of(toml.as_bytes());
-        let (meta_offset, blocks_offset) = (meta_offset as usize, blocks_offset as usize);
-        map[..hdr_fixed].copy_from_slice(bytemuck::bytes_of(&header));
-        map[hdr_fixed..hdr_fixed + toml.len()].copy_from_slice(toml.as_bytes());
-        map[meta_offset..meta_offset + nblocks * 16].copy_from_slice(bytemuck::cast_slice(&meta));
-        map.flush().map_err(io)?;
-        Ok(Store::File(FileStore {
+        let mut store = FileStore {
             map,
             file,
             path: path.to_path_buf(),
-            meta_offset,
-            blocks_offset,
+            meta_offset: meta_offset as usize,
+            blocks_offset: blocks_offset as usize,
             layout,
             nblocks,
             access: Access::ReadWrite,
             reserved: vec![0; nblocks],
-        }))
+            version: VERSION,
+            dirty: false,
+            marked_open: false,
+            shadow: None,
+        };
+        store.shadow_from_env()?;
+        Ok(Store::File(store))
     }
 
     /// Open an existing image; returns the store, the config recorded in it and whether
@@ -589,7 +759,7 @@ impl Store {
         access: Access,
     ) -> Result<(Store, DeviceConfig, bool), NandError> {
         let (file, len) = open_locked(path, access)?;
-        let (v1, cfg) = read_header(path, &file)?;
+        let (v1, cfg, state) = read_header(path, &file)?;
         let layout = Layout::new(&cfg.geometry);
         let (meta_offset, blocks_offset) = check_geometry(path, &v1, &cfg, &layout, len)?;
         // SAFETY: as in `create_file`: we hold the lock (exclusive for read-write, shared
@@ -605,7 +775,8 @@ impl Store {
         // are touched.
         let _ = map.advise(Advice::Random);
         let nblocks = cfg.geometry.total_blocks() as usize;
-        let store = FileStore {
+        let unclean = state & STATE_OPEN != 0;
+        let mut store = FileStore {
             map,
             file,
             path: path.to_path_buf(),
@@ -615,9 +786,20 @@ impl Store {
             nblocks,
             access,
             reserved: vec![0; nblocks],
+            version: v1.version,
+            dirty: false,
+            // Version 1 has no open flag: every open repairs.
+            marked_open: unclean || v1.version == 1,
+            shadow: None,
         };
         store.check_block_table()?;
-        Ok((Store::File(store), cfg, v1.version == 1))
+        if access == Access::ReadWrite && store.version == 2 {
+            store.upgrade()?;
+        }
+        if access == Access::ReadWrite {
+            store.shadow_from_env()?;
+        }
+        Ok((Store::File(store), cfg, v1.version == 1 || unclean))
     }
 
     #[inline]
@@ -644,8 +826,17 @@ impl Store {
         match self {
             Store::Mem(m) => m.meta[b] = v,
             Store::File(f) => {
+                debug_assert!(f.marked_open || f.access == Access::ReadOnly);
+                let v = BlockMeta {
+                    reserved: entry_crc(b, &v),
+                    ..v
+                };
                 let o = f.meta_offset + b * 16;
                 f.map[o..o + 16].copy_from_slice(bytemuck::bytes_of(&v));
+                f.dirty = true;
+                if let Some(s) = &mut f.shadow {
+                    s.meta = true;
+                }
             }
         }
     }
@@ -700,7 +891,12 @@ impl Store {
                     .map_or(&mut [][..], |x| x.as_mut_slice()))
             }
             Store::File(f) => {
+                f.begin_change()?;
                 f.reserve(b, upto)?;
+                f.dirty = true;
+                if let Some(s) = &mut f.shadow {
+                    s.mark_block(b);
+                }
                 let o = f.blocks_offset + b * f.layout.block_bytes;
                 Ok(&mut f.map[o..o + f.layout.block_bytes])
             }
@@ -737,15 +933,96 @@ impl Store {
         }
     }
 
-    /// Force everything to stable storage (image file); no-op in memory.
+    /// Before a change that does not go through [`Store::block_mut`] (a block-table
+    /// entry alone): on an image, the header's open flag is on disk first.
+    pub fn begin_change(&mut self) -> Result<(), NandError> {
+        match self {
+            Store::Mem(_) => Ok(()),
+            Store::File(f) => f.begin_change(),
+        }
+    }
+
+    /// Make every change so far durable on the host's disk (image file; no-op in memory
+    /// and for a read-only open). Cheap when nothing changed since the last call.
+    pub fn persist(&mut self) -> Result<(), NandError> {
+        match self {
+            Store::Mem(_) => Ok(()),
+            Store::File(f) => f.persist(),
+        }
+    }
+
+    /// A clean close: everything durable, then the header's open flag cleared (and
+    /// durable), so the next open needs no repair scan. No-op in memory and read-only.
     pub fn sync(&mut self) -> Result<(), NandError> {
         match self {
             Store::Mem(_) => Ok(()),
             Store::File(f) if f.access == Access::ReadOnly => Ok(()),
-            Store::File(f) => f.map.flush().map_err(|e| NandError::Image {
-                path: f.path.clone(),
-                reason: e.to_string(),
+            Store::File(f) => {
+                f.persist()?;
+                if f.marked_open {
+                    f.set_open_flag(false)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Keep a copy of what is known to be on disk at `path` (see [`crate::hostcrash`]):
+    /// the image as it is now (made durable first), then, at every persist, the blocks
+    /// and tables changed since. Image files opened read-write only.
+    pub fn track_durable_copy(&mut self, path: &Path) -> Result<(), NandError> {
+        match self {
+            Store::File(f) if f.access == Access::ReadWrite => {
+                f.dirty = true;
+                f.persist()?;
+                f.shadow = Some(
+                    crate::hostcrash::Shadow::create(path, &f.map, f.nblocks)
+                        .map_err(|e| image_error(path, format!("durable copy: {e}")))?,
+                );
+                Ok(())
+            }
+            _ => Err(NandError::Image {
+                path: path.to_path_buf(),
+                reason: "a durable copy is kept only for an image opened read-write".into(),
             }),
         }
+    }
+}
+
+impl FileStore {
+    /// Version 2 images opened read-write become version 3: the block-table
+    /// entries get their checksums first (durable), then the header says version 3.
+    fn upgrade(&mut self) -> Result<(), NandError> {
+        for b in 0..self.nblocks {
+            let o = self.meta_offset + b * 16;
+            let m: BlockMeta = bytemuck::pod_read_unaligned(&self.map[o..o + 16]);
+            let m = BlockMeta {
+                reserved: entry_crc(b, &m),
+                ..m
+            };
+            self.map[o..o + 16].copy_from_slice(bytemuck::bytes_of(&m));
+        }
+        self.dirty = true;
+        self.persist()?;
+        // Sets the version with the open flag (a repair may follow).
+        self.set_open_flag(true)
+    }
+
+    /// `CSD_DURABLE_COPY` set (to anything): keep the durable copy at `IMAGE.durable`,
+    /// for host-crash tests of processes (`csd serve`, `csd kv serve`) run by a test.
+    fn shadow_from_env(&mut self) -> Result<(), NandError> {
+        if std::env::var_os("CSD_DURABLE_COPY").is_none() {
+            return Ok(());
+        }
+        let mut p = self.path.clone().into_os_string();
+        p.push(".durable");
+        let p = PathBuf::from(p);
+        self.dirty = true;
+        self.persist()?;
+        self.shadow = Some(
+            crate::hostcrash::Shadow::create(&p, &self.map, self.nblocks)
+                .map_err(|e| image_error(&p, format!("durable copy: {e}")))?,
+        );
+        Ok(())
     }
 }

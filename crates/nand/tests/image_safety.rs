@@ -307,3 +307,127 @@ fn a_full_file_system_is_an_error_not_a_sigbus() {
         std::panic::resume_unwind(p);
     }
 }
+
+/// Offset of the block table in an image (after the 64 KiB header).
+const TABLE: u64 = 64 * 1024;
+
+#[test]
+fn a_zeroed_block_table_is_refused_not_read_as_a_fresh_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dev.img");
+    written_image(&path);
+    // `dd if=/dev/zero of=IMG bs=4096 seek=16 count=1 conv=notrunc`
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[0u8; 4096], TABLE).unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    for access in [Access::ReadWrite, Access::ReadOnly] {
+        let e = Nand::open_image_with(&path, None, access)
+            .err()
+            .expect("refused");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("block table") && msg.contains("checksum"),
+            "{msg}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "a refused open writes nothing"
+    );
+}
+
+#[test]
+fn a_version_2_image_opens_and_is_upgraded_with_table_checksums() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dev.img");
+    let cfg = written_image(&path);
+    // Make it what csd wrote before version 3: version 2, no entry checksums.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let blocks = cfg.geometry.total_blocks();
+        let mut table = vec![0u8; blocks as usize * 16];
+        f.read_exact_at(&mut table, TABLE).unwrap();
+        for e in table.chunks_exact_mut(16) {
+            e[12..16].fill(0);
+        }
+        f.write_all_at(&table, TABLE).unwrap();
+        let mut head = vec![0u8; 64 * 1024];
+        f.read_exact_at(&mut head, 0).unwrap();
+        head[8..12].copy_from_slice(&2u32.to_le_bytes());
+        head[88..96].fill(0);
+        let clen = u32::from_le_bytes(head[52..56].try_into().unwrap()) as usize;
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&head[..96]), &head[96..96 + clen]);
+        head[88..92].copy_from_slice(&crc.to_le_bytes());
+        f.write_all_at(&head, 0).unwrap();
+    }
+    // Read-only: opens as it is, and the file keeps every byte.
+    let before = std::fs::read(&path).unwrap();
+    drop(Nand::open_image_with(&path, None, Access::ReadOnly).unwrap());
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // Read-write: upgraded; the data reads back, and a zeroed table is now caught.
+    let mut n = Nand::open_image(&path, None).unwrap();
+    let mut buf = vec![0u8; cfg.geometry.page_size as usize];
+    n.read(Ppa::new(BlockId(5), 2), 0, &mut buf, &mut [], SimTime::ZERO)
+        .unwrap();
+    assert_eq!(buf, page(&cfg, 2));
+    n.sync().unwrap();
+    drop(n);
+    let head = std::fs::read(&path).unwrap();
+    assert_eq!(u32::from_le_bytes(head[8..12].try_into().unwrap()), 3);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[0u8; 16], TABLE + 5 * 16).unwrap();
+    }
+    assert!(Nand::open_image(&path, None).is_err());
+}
+
+#[test]
+fn a_create_on_a_full_file_system_fails_cleanly_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    if small_tmpfs(&mnt, 1).is_none() {
+        eprintln!("notice: cannot mount a tmpfs here; full-file-system test skipped");
+        return;
+    }
+    let result = std::panic::catch_unwind(|| {
+        // Fill the file system.
+        let filler = mnt.join("filler");
+        let _ = std::fs::write(&filler, vec![1u8; 2 << 20]);
+        let path = mnt.join("new.img");
+        let e = Nand::create_image(&path, tiny()).err().expect("no room");
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        assert!(!path.exists(), "a failed create leaves nothing behind");
+    });
+    let _ = std::process::Command::new("umount").arg(&mnt).status();
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+}
+
+#[test]
+fn an_unclean_close_is_seen_at_the_next_open_and_a_clean_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dev.img");
+    let cfg = written_image(&path);
+    assert!(!Nand::open_image(&path, None).unwrap().opened_unclean());
+    let mut n = Nand::open_image(&path, None).unwrap();
+    n.program(Ppa::new(BlockId(5), 3), &page(&cfg, 3), &[], SimTime::ZERO)
+        .unwrap();
+    drop(n); // no sync: as if the process died
+    let mut n = Nand::open_image(&path, None).unwrap();
+    assert!(n.opened_unclean());
+    n.sync().unwrap();
+    drop(n);
+    assert!(!Nand::open_image(&path, None).unwrap().opened_unclean());
+}

@@ -580,9 +580,13 @@ impl Ftl {
                             None => {
                                 // Programmed completely as the log page we expect, but its
                                 // bytes no longer check: damaged, not the end of the log.
+                                // After an unclean stop of the image's host process
+                                // (or a host crash), a page not yet synced may have
+                                // reached the disk in part: the end of the log.
                                 if let Some(tag) = Tag::read(&oob[..TAG_BYTES])
                                     && tag.kind == Kind::Log
                                     && tag.id == expect
+                                    && !self.nand.opened_unclean()
                                 {
                                     return Err(FtlError::Corrupt(format!(
                                         "log page {expect} at block {b} page {p} is damaged (its checksum fails)"
@@ -634,6 +638,18 @@ impl Ftl {
             }
             Record::Done { seq } => {
                 if let Some((gc, entries)) = redo.pending.remove(&seq) {
+                    // After a host crash the done record may have reached the disk
+                    // without the data it covers (the host writes pages back in any
+                    // order): such a commit was never acknowledged (acknowledging syncs
+                    // first), so it is verified like one without a done record.
+                    if self.nand.opened_unclean() {
+                        let (ok, tt) = self.verify(seq, &entries, t)?;
+                        t = t.max(tt);
+                        if !ok {
+                            rep.commits_discarded += 1;
+                            return Ok(t);
+                        }
+                    }
                     t = t.max(self.redo(gc, &entries, t)?);
                     rep.commits_redone += 1;
                 }

@@ -1,0 +1,175 @@
+//! Host power loss on an image file: the host's page cache keeps, of each 4 KiB page
+//! changed since the last sync, the synced version or a later one, in any combination
+//! (`csd_nand::hostcrash`). Random writes and flushes against a reference model, a host
+//! crash at a random point, recovery: nothing acknowledged durable is lost (write-through
+//! writes, flushes, batches), nothing returns that was never written, and the image opens
+//! every time.
+
+use csd_ftl::{Ftl, FtlConfig, WriteCache};
+use csd_nand::{Nand, host_crash_image};
+use csd_sim::{DeviceConfig, SimTime};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+
+fn device(seed: u64) -> DeviceConfig {
+    let mut d = DeviceConfig::preset("tiny").expect("tiny preset");
+    d.geometry.blocks_per_plane = 32;
+    d.geometry.pages_per_block = 16;
+    d.faults.seed = seed;
+    d
+}
+
+fn ftl_config(cache: WriteCache) -> FtlConfig {
+    FtlConfig {
+        op: 0.3,
+        gc_free_blocks: 4,
+        mdts_sectors: 4,
+        map_cache_share: 0.0005,
+        checkpoint_log_pages: 48,
+        write_cache: cache,
+        ..FtlConfig::default()
+    }
+}
+
+/// The bytes of version `v` of `lba` (version 0: never written, zeros).
+fn pattern(lba: u64, v: u64, size: usize) -> Vec<u8> {
+    if v == 0 {
+        return vec![0; size];
+    }
+    (0..size)
+        .map(|i| (lba.wrapping_mul(31) ^ v.wrapping_mul(131) ^ (i as u64 * 7)) as u8)
+        .collect()
+}
+
+/// Per LBA: the version known durable and the versions written since (any of which a
+/// host crash may leave).
+struct Model {
+    durable: Vec<u64>,
+    since: Vec<Vec<u64>>,
+    next: u64,
+}
+
+impl Model {
+    fn write(&mut self, lba: u64, durable_now: bool) -> u64 {
+        self.next += 1;
+        let v = self.next;
+        if durable_now {
+            self.durable[lba as usize] = v;
+            self.since[lba as usize].clear();
+        } else {
+            self.since[lba as usize].push(v);
+        }
+        v
+    }
+
+    fn flushed(&mut self) {
+        for (d, s) in self.durable.iter_mut().zip(&mut self.since) {
+            if let Some(&v) = s.last() {
+                *d = v;
+            }
+            s.clear();
+        }
+    }
+}
+
+/// Rounds of a run: `default`, or `CSD_HOST_CRASH_ROUNDS` for longer runs by hand.
+fn rounds(default: u64) -> u64 {
+    std::env::var("CSD_HOST_CRASH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn run(cache: WriteCache, rounds: u64, seed: u64) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let img = dir.path().join("dev.img");
+    let durable = dir.path().join("dev.img.durable");
+    let crashed = dir.path().join("crashed.img");
+    let cfg = ftl_config(cache);
+    let mut ftl =
+        Ftl::format(Nand::create_image(&img, device(seed)).expect("create"), cfg).expect("format");
+    ftl.nand_mut()
+        .track_durable_copy(&durable)
+        .expect("durable copy");
+    let lbas = ftl.lbas().min(512);
+    let ls = ftl.lba_size();
+    let mut model = Model {
+        durable: vec![0; lbas as usize],
+        since: vec![Vec::new(); lbas as usize],
+        next: 0,
+    };
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut t = SimTime::ZERO;
+    let write_through = cache == WriteCache::WriteThrough;
+    for round in 0..rounds {
+        let ops = rng.random_range(20..300);
+        for _ in 0..ops {
+            if rng.random_bool(0.08) {
+                t = ftl.flush(t).expect("flush");
+                model.flushed();
+                continue;
+            }
+            let n = rng.random_range(1..=4u64);
+            let lba = rng.random_range(0..lbas - n);
+            let mut data = Vec::with_capacity((n as usize) * ls);
+            let versions: Vec<u64> = (0..n)
+                .map(|i| model.write(lba + i, write_through))
+                .collect();
+            for (i, &v) in versions.iter().enumerate() {
+                data.extend(pattern(lba + i as u64, v, ls));
+            }
+            t = ftl.write(lba, &data, t).expect("write");
+        }
+        // The host loses power: the process's changes not synced may or may not be on disk.
+        drop(ftl);
+        let keep = [0.0, 0.5, 1.0, 0.1, 0.9][(round % 5) as usize];
+        host_crash_image(&img, &durable, &crashed, seed ^ round, keep).expect("crash image");
+        std::fs::rename(&crashed, &img).expect("replace image");
+        let nand = Nand::open_image(&img, None)
+            .unwrap_or_else(|e| panic!("round {round}: the image must open: {e}"));
+        assert!(
+            nand.opened_unclean(),
+            "the header must say the writer did not close"
+        );
+        ftl = match Ftl::try_recover(nand, cfg) {
+            Ok(f) => f,
+            Err(f) => panic!("round {round} (keep {keep}): recovery failed: {}", f.error),
+        };
+        let mut buf = vec![0u8; ls];
+        for lba in 0..lbas {
+            t = ftl
+                .read(lba, &mut buf, t)
+                .unwrap_or_else(|e| panic!("round {round}: LBA {lba} unreadable: {e}"));
+            let i = lba as usize;
+            let ok = std::iter::once(model.durable[i])
+                .chain(model.since[i].iter().copied())
+                .find(|&v| buf == pattern(lba, v, ls));
+            let Some(v) = ok else {
+                panic!(
+                    "round {round} (keep {keep}, {cache:?}): LBA {lba} holds neither its durable version {} nor a later one {:?}",
+                    model.durable[i], model.since[i]
+                );
+            };
+            model.durable[i] = v;
+            model.since[i].clear();
+        }
+        ftl.nand_mut()
+            .track_durable_copy(&durable)
+            .expect("durable copy");
+    }
+    ftl.close(t).expect("close");
+    ftl.nand_mut().sync().expect("sync");
+    drop(ftl);
+    let nand = Nand::open_image(&img, None).expect("clean open");
+    assert!(!nand.opened_unclean(), "a clean close clears the open flag");
+}
+
+#[test]
+fn host_crash_write_through_loses_nothing_acknowledged() {
+    run(WriteCache::WriteThrough, rounds(30), 1);
+}
+
+#[test]
+fn host_crash_write_back_loses_nothing_flushed() {
+    run(WriteCache::WriteBack, rounds(30), 2);
+}
