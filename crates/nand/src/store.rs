@@ -290,6 +290,17 @@ pub(crate) struct FileStore {
     marked_open: bool,
     /// A copy of what is known to be on disk, kept for host-crash tests.
     shadow: Option<crate::hostcrash::Shadow>,
+    /// Sync before acknowledging (`CSD_HOST_SYNC=off` turns it off: see [`host_sync`]).
+    host_sync: bool,
+}
+
+/// Whether image files sync to the host's disk before anything is acknowledged durable:
+/// yes, unless the environment says `CSD_HOST_SYNC=off` — the equivalent of QEMU's
+/// `cache=unsafe`, for throwaway experiments and for measuring what syncing costs. With
+/// it off, a host crash may lose acknowledged writes (a killed process still loses
+/// nothing: the page cache keeps every store) and a clean close still syncs.
+pub(crate) fn host_sync() -> bool {
+    std::env::var("CSD_HOST_SYNC").map_or(true, |v| v != "off")
 }
 
 impl FileStore {
@@ -341,7 +352,7 @@ impl FileStore {
     /// dirtied through the mapping (and the allocation metadata needed to read them) is
     /// on disk when this returns.
     fn persist(&mut self) -> Result<(), NandError> {
-        if !self.dirty || self.access == Access::ReadOnly {
+        if !self.dirty || self.access == Access::ReadOnly || !self.host_sync {
             return Ok(());
         }
         self.file
@@ -743,6 +754,7 @@ impl Store {
             dirty: false,
             marked_open: false,
             shadow: None,
+            host_sync: host_sync(),
         };
         store.shadow_from_env()?;
         Ok(Store::File(store))
@@ -791,6 +803,7 @@ impl Store {
             // Version 1 has no open flag: every open repairs.
             marked_open: unclean || v1.version == 1,
             shadow: None,
+            host_sync: host_sync(),
         };
         store.check_block_table()?;
         if access == Access::ReadWrite && store.version == 2 {
@@ -958,11 +971,16 @@ impl Store {
             Store::Mem(_) => Ok(()),
             Store::File(f) if f.access == Access::ReadOnly => Ok(()),
             Store::File(f) => {
-                f.persist()?;
-                if f.marked_open {
-                    f.set_open_flag(false)?;
-                }
-                Ok(())
+                let host_sync = std::mem::replace(&mut f.host_sync, true);
+                let r = f.persist().and_then(|()| {
+                    if f.marked_open {
+                        f.set_open_flag(false)
+                    } else {
+                        Ok(())
+                    }
+                });
+                f.host_sync = host_sync;
+                r
             }
         }
     }
