@@ -515,7 +515,7 @@ impl From<FtlError> for Status {
             FtlError::ReadOnly { .. } => Status::WriteProtected(m),
             FtlError::NoSpace => Status::CapacityExceeded(m),
             FtlError::NotFormatted => Status::NamespaceNotReady(m),
-            FtlError::Corrupt(_) => Status::InternalError(m),
+            FtlError::Corrupt(_) | FtlError::NotCheckpointed { .. } => Status::InternalError(m),
             FtlError::Nand(n) => match n {
                 NandError::PowerLoss => Status::NamespaceNotReady(m),
                 NandError::ProgramFailed { .. } | NandError::EraseFailed { .. } => {
@@ -566,17 +566,22 @@ impl FlashSplit {
 /// among them the batch-io paper's Table 3 columns and Table 4 figures (§8.2.3).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SmartLog {
-    /// NVMe critical-warning bits: 0 spare below threshold, 2 reliability degraded,
-    /// 3 read-only (`csd_ftl::WARN_*`).
+    /// NVMe critical-warning bits: 0 spare below threshold, 2 reliability degraded
+    /// (media errors, or the rated endurance consumed), 3 read-only (`csd_ftl::WARN_*`).
     pub critical_warning: u8,
     /// Available spare, percent of the spare blocks at format.
     pub available_spare_pct: u32,
     /// Available-spare threshold, percent.
     pub spare_threshold_pct: u32,
-    /// Life used: mean erase count over the rated endurance, percent (may pass 100).
+    /// Life used: mean erase count over the rated endurance, percent (floor; may pass
+    /// 100, capped at 255 as NVMe does). At 100 the device turns read-only (worn out).
     pub percentage_used: u32,
+    /// The rated endurance, P/E cycles per block (the preset's `flash.endurance`).
+    #[serde(default)]
+    pub rated_endurance: u32,
     /// Host reads that failed (uncorrectable after read retries, checksum mismatch, data
-    /// lost earlier).
+    /// lost earlier), over the device's life: like every counter here it is kept in the
+    /// FTL's checkpoints and survives a clean close, also of a read-only device.
     pub media_errors: u64,
     /// Sectors whose data did not match the CRC or TAG kept with it.
     pub integrity_errors: u64,
@@ -647,6 +652,7 @@ impl SmartLog {
             available_spare_pct: health.available_spare_pct,
             spare_threshold_pct: health.spare_threshold_pct,
             percentage_used: health.percentage_used,
+            rated_endurance: health.rated_endurance,
             media_errors: s.media_errors,
             integrity_errors: s.integrity_errors,
             lost_sectors: s.lost_sectors,

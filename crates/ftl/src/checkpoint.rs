@@ -1,8 +1,8 @@
 //! Fuzzy incremental checkpoints (batch-io §6, §7.2.7).
 //!
 //! A checkpoint notes the redo scan start point (RSSP), writes the dirty MAP pages, the
-//! dirty MAPS pages, WEAR, the bad-block table and the dirty pages of the valid-sector
-//! bitmap GBITV to the META stream, then the record (its body pages, then its head) to
+//! dirty MAPS pages, the dirty pages of the valid-sector bitmap GBITV, WEAR and the
+//! bad-block table to the META stream, then the record (its body pages, then its head) to
 //! the well-known location, and finally reclaims log blocks before the RSSP and metadata
 //! blocks with nothing live.
 //!
@@ -22,9 +22,18 @@
 //!   block at a time (the next block is erased only when the current one is full), so the
 //!   newest record always survives the erase (double buffering over a ring of 8 good
 //!   blocks).
+//! * A device read-only at the end of its life still checkpoints: it moves no data (no
+//!   GC first), and its metadata pages and log pages go to the free blocks the data
+//!   streams leave for them (the checkpoint reserve, [`crate::provision`]). Its clean
+//!   close is therefore clean, and its lifetime counters (SMART) are kept. The record
+//!   says why it is read-only (spare exhausted, worn out), so it reopens read-only.
+//! * A close that cannot write its checkpoint fails with
+//!   [`FtlError::NotCheckpointed`]; it never reports success. An image opened read-only
+//!   is closed without writing anything.
 
 use crate::format::{
-    CKPT_CLEAN, CKPT_SPARE_EXHAUSTED, Checkpoint, Kind, LOG_LINKS, NONE, pack_open, page_addr,
+    CKPT_CLEAN, CKPT_SPARE_EXHAUSTED, CKPT_WORN_OUT, Checkpoint, Kind, LOG_LINKS, NONE, pack_open,
+    page_addr, page_unaddr,
 };
 use crate::ftl::*;
 use crate::{FtlError, FtlStats, ReadOnlyReason};
@@ -45,9 +54,25 @@ impl Ftl {
 
     /// A checkpoint whose record carries `flags` (`CKPT_CLEAN` for a clean shutdown).
     pub(crate) fn checkpoint_with(&mut self, at: SimTime, flags: u32) -> Result<SimTime, FtlError> {
+        self.checkpoint_tables(at, flags).map(|(t, _)| t)
+    }
+
+    /// [`Ftl::checkpoint_with`], also saying whether a block went bad after the
+    /// bad-block table was written (a failed erase in the ring or the reclaim): the
+    /// table on flash then misses it until the next checkpoint.
+    fn checkpoint_tables(&mut self, at: SimTime, flags: u32) -> Result<(SimTime, bool), FtlError> {
+        if self.opened_read_only {
+            return Err(FtlError::ReadOnly {
+                reason: ReadOnlyReason::Opened,
+            });
+        }
+        if let Some(why) = &self.ckpt_blocked {
+            return Err(FtlError::NotCheckpointed { why: why.clone() });
+        }
         // Top up the free pool first (only possible while nothing is buffered; otherwise
-        // the low-water mark already covers one commit plus the metadata pages).
-        if !self.recovering {
+        // the low-water mark already covers one commit plus the metadata pages). A
+        // read-only device moves no data: its checkpoint goes to the checkpoint reserve.
+        if !self.recovering && self.read_only.is_none() {
             self.ensure_free(0, at)?;
         }
         let mut t = self.commit_inner(false, at)?;
@@ -56,17 +81,24 @@ impl Ftl {
         let rssp_links = self.log_candidates()?;
         t = t.max(self.write_dirty_map_pages(t)?);
         t = t.max(self.write_dirty_maps_pages(t)?);
-        let (new_wear, tt) = self.write_wear(t)?;
+        t = t.max(self.write_dirty_gbitv(t)?);
+        // WEAR and the bad-block table come last: what the reclaim after the record will
+        // erase is known now, and WEAR counts those erases, so that the erase counts a
+        // clean open finds are the ones at the close (Percentage Used does not step back).
+        let reclaimed = self.to_reclaim(rssp_lsn);
+        let (new_wear, tt) = self.write_wear(&reclaimed, t)?;
         t = t.max(tt);
         let (new_bbt, tt) = self.write_bbt(t)?;
         t = t.max(tt);
-        t = t.max(self.write_dirty_gbitv(t)?);
+        let bad_in_table = self.stats.grown_bad_blocks;
         // Every other metadata page of this checkpoint is on flash: the open blocks are
         // now those the record will find.
         let open = self.open_list();
         let mut flags = flags;
-        if self.read_only == Some(ReadOnlyReason::SpareExhausted) {
-            flags |= CKPT_SPARE_EXHAUSTED;
+        match self.read_only {
+            Some(ReadOnlyReason::SpareExhausted) => flags |= CKPT_SPARE_EXHAUSTED,
+            Some(ReadOnlyReason::WornOut) => flags |= CKPT_WORN_OUT,
+            _ => {}
         }
         let record = Checkpoint {
             seq: self.ckpt_seq + 1,
@@ -127,7 +159,7 @@ impl Ftl {
                 self.erase_block(b, t)?;
             }
         }
-        Ok(t)
+        Ok((t, self.stats.grown_bad_blocks != bad_in_table))
     }
 
     fn write_dirty_map_pages(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
@@ -160,12 +192,43 @@ impl Ftl {
         Ok(t)
     }
 
-    /// WEAR, whole (it is small: 4 bytes a block).
-    fn write_wear(&mut self, at: SimTime) -> Result<(Vec<u64>, SimTime), FtlError> {
+    /// The blocks the reclaim at the end of a checkpoint with redo start `rssp_lsn` will
+    /// erase, once the WEAR and bad-block pages of the last checkpoint are released: log
+    /// blocks wholly before the RSSP, and metadata blocks whose only live pages are those.
+    fn to_reclaim(&self, rssp_lsn: u64) -> Vec<bool> {
+        let mut old_tables = vec![0u32; self.blocks.len()];
+        for &a in self.wear_pages.iter().chain(&self.bbt_pages) {
+            if a != NONE
+                && let Some(n) = old_tables.get_mut(page_unaddr(a).0 as usize)
+            {
+                *n += 1;
+            }
+        }
+        let cur_log = [Some(self.log.block), self.log.next_block];
+        self.blocks
+            .iter()
+            .enumerate()
+            .map(|(b, blk)| {
+                let dead_log = blk.state == Use::Log
+                    && blk.max_lsn < rssp_lsn
+                    && !cur_log.contains(&Some(b as u32));
+                dead_log || (blk.state == Use::Meta && blk.meta_live <= old_tables[b])
+            })
+            .collect()
+    }
+
+    /// WEAR, whole (it is small: 4 bytes a block), counting the erase of each block
+    /// `reclaimed` marks.
+    fn write_wear(
+        &mut self,
+        reclaimed: &[bool],
+        at: SimTime,
+    ) -> Result<(Vec<u64>, SimTime), FtlError> {
+        debug_assert_eq!(reclaimed.len(), self.blocks.len());
         let mut t = at;
         let mut wear_bytes = Vec::with_capacity(self.blocks.len() * 4);
-        for blk in &self.blocks {
-            wear_bytes.extend_from_slice(&blk.pe.to_le_bytes());
+        for (blk, &r) in self.blocks.iter().zip(reclaimed) {
+            wear_bytes.extend_from_slice(&(blk.pe + u32::from(r)).to_le_bytes());
         }
         let mut pages = Vec::new();
         for (i, chunk) in wear_bytes.chunks(self.page_size).enumerate() {
@@ -419,18 +482,41 @@ impl Ftl {
     }
 
     /// Clean shutdown: commit buffered writes, write a checkpoint marked clean (the next
-    /// open replays nothing), return the flash array. A read-only device writes nothing.
+    /// open replays nothing), return the flash array. See [`Ftl::close`].
     pub fn shutdown(mut self, at: SimTime) -> Result<csd_nand::Nand, FtlError> {
         self.close(at)?;
         Ok(self.nand)
     }
 
-    /// Clean shutdown in place (see [`Ftl::shutdown`]).
+    /// Clean shutdown in place: commit buffered writes and write a checkpoint marked
+    /// clean, so the next open replays nothing and finds every counter.
+    ///
+    /// A device that turned read-only at the end of its life still writes it (into the
+    /// checkpoint reserve, see [`crate::provision`]); when even that cannot be written
+    /// the error says so ([`FtlError::NotCheckpointed`]) and the device is not clean:
+    /// the next open replays the log. Only a device whose image was opened read-only
+    /// writes nothing (nothing it holds changed).
     pub fn close(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
-        if self.read_only.is_some() {
+        if self.opened_read_only {
             return Ok(at);
         }
-        let t = self.flush(at)?;
-        self.checkpoint_with(t, CKPT_CLEAN)
+        let not_checkpointed = |e: FtlError| match e {
+            FtlError::Nand(NandError::PowerLoss) | FtlError::NotCheckpointed { .. } => e,
+            e => FtlError::NotCheckpointed { why: e.to_string() },
+        };
+        let mut t = self.flush(at).map_err(not_checkpointed)?;
+        // A block that failed its erase after the bad-block table was written is recorded
+        // by one more checkpoint, so that the next open knows it (and reports the same
+        // spare).
+        for _ in 0..4 {
+            let (done, stale) = self
+                .checkpoint_tables(t, CKPT_CLEAN)
+                .map_err(not_checkpointed)?;
+            t = done;
+            if !stale {
+                break;
+            }
+        }
+        Ok(t)
     }
 }

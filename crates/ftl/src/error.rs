@@ -54,6 +54,15 @@ pub enum FtlError {
     /// Recovery met metadata it cannot read.
     #[error("recovery failed: {0}")]
     Corrupt(String),
+    /// A clean close could not write its checkpoint: the device is not clean (the next
+    /// open replays the log) and the counters since the last checkpoint are not kept.
+    #[error(
+        "the closing checkpoint could not be written ({why}): the device is not synced; its next open replays the log"
+    )]
+    NotCheckpointed {
+        /// What failed.
+        why: String,
+    },
     /// The flash failed in a way the FTL does not handle (e.g. power loss).
     #[error(transparent)]
     Nand(#[from] NandError),

@@ -423,6 +423,8 @@ const CKPT_FIXED: usize = 4 + 4 + 5 * 8 + 4 + 3 * 4 + 3 * 4 + 4 + 4;
 pub const CKPT_CLEAN: u32 = 1;
 /// Checkpoint flag: the device was read-only because its spare blocks were exhausted.
 pub const CKPT_SPARE_EXHAUSTED: u32 = 2;
+/// Checkpoint flag: the device was read-only because its rated endurance was consumed.
+pub const CKPT_WORN_OUT: u32 = 4;
 
 /// An open block of a stream: `stream << 48 | block << 16 | next page`.
 #[inline]

@@ -92,6 +92,9 @@ pub enum ReadOnlyReason {
     ImageFull,
     /// No free block could be found or reclaimed (every block holds live data).
     OutOfSpace,
+    /// The mean erase count of the blocks reached the rated endurance (NVMe "Percentage
+    /// Used" 100): see [`crate::health`].
+    WornOut,
 }
 
 impl std::fmt::Display for ReadOnlyReason {
@@ -101,6 +104,7 @@ impl std::fmt::Display for ReadOnlyReason {
             ReadOnlyReason::SpareExhausted => "spare blocks exhausted",
             ReadOnlyReason::ImageFull => "image file system is full",
             ReadOnlyReason::OutOfSpace => "no free block could be reclaimed",
+            ReadOnlyReason::WornOut => "rated endurance reached (worn out)",
         })
     }
 }
@@ -271,6 +275,17 @@ pub struct Ftl {
     pub(crate) recovering: bool,
     /// Set when the device accepts no more writes; reads keep working.
     pub(crate) read_only: Option<ReadOnlyReason>,
+    /// The image was opened read-only: nothing may be written to it, not even at close.
+    pub(crate) opened_read_only: bool,
+    /// Free blocks only the log and the META stream may take (see [`crate::provision`]):
+    /// room for one whole checkpoint after the data streams can no longer write.
+    pub(crate) meta_reserve: u32,
+    /// Lifetime erase count at which the wear-out rule is next evaluated (see
+    /// [`crate::health`]).
+    pub(crate) next_wear_check: u64,
+    /// Why no checkpoint can be written (the closing checkpoint of a recovery found no
+    /// room): [`Ftl::close`] reports it instead of trying.
+    pub(crate) ckpt_blocked: Option<String>,
     /// GBITV pages (page addresses) of the last checkpoint; `NONE` for an all-zero page.
     pub(crate) gbitv_pages: Vec<u64>,
     /// GBITV pages changed since the last checkpoint.
@@ -328,7 +343,7 @@ impl Ftl {
         let slot_cap =
             ((dram * cfg.map_cache_share) as usize / page_size).clamp(2, n_map_pages.max(2));
         let n_gbitv_pages = (nblocks as u64 * spb).div_ceil(8 * page_size as u64) as usize;
-        Ftl {
+        let mut f = Ftl {
             sectors_per_page: spp,
             sector_size: g.sector_size as usize,
             pages_per_block: g.pages_per_block,
@@ -400,6 +415,10 @@ impl Ftl {
             buf_pool: Vec::new(),
             page_scratch: vec![0u8; page_size],
             read_only: None,
+            opened_read_only: false,
+            meta_reserve: 0,
+            next_wear_check: 0,
+            ckpt_blocked: None,
             gbitv_pages: vec![NONE; n_gbitv_pages],
             gbitv_dirty: vec![false; n_gbitv_pages],
             reserve_blocks: 0,
@@ -407,7 +426,9 @@ impl Ftl {
             last_checkpoint_at: SimTime::ZERO,
             nand,
             cfg,
-        }
+        };
+        f.meta_reserve = f.checkpoint_reserve();
+        f
     }
 
     pub(crate) fn check_config(nand: &Nand, cfg: &FtlConfig) -> Result<(), FtlError> {

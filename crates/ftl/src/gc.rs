@@ -235,7 +235,8 @@ impl Ftl {
     /// between two GC runs (a HOT block per die for one commit, a META block per die for
     /// a checkpoint, two log blocks).
     pub(crate) fn gc_low_water(&self) -> u32 {
-        self.cfg.gc_free_blocks + 2 * self.dies + 2
+        // Above the checkpoint reserve by a commit's worth of blocks (`crate::provision`).
+        (self.cfg.gc_free_blocks + 2 * self.dies + 2).max(self.meta_reserve + self.dies + 2)
     }
 
     pub(crate) fn pick_victim(&self) -> Option<u32> {
@@ -540,6 +541,8 @@ impl Ftl {
                 b.meta_live = 0;
                 b.max_lsn = 0;
                 self.count_free(block, true);
+                // The erase that brings the mean to the rated endurance ends the life.
+                self.check_wear();
                 Ok(())
             }
             Err(NandError::EraseFailed { .. }) => {

@@ -3,6 +3,17 @@
 //! of a die opens next (dynamic wear leveling); a block whose program fails is retired
 //! and its live data moves after the current commit. When free blocks are scarce a
 //! stream fills its open blocks before opening more.
+//!
+//! The checkpoint reserve: the last [`Ftl::checkpoint_reserve`] free blocks are for the
+//! log and the META stream only. The data streams (HOT, COLD, so host writes, GC and
+//! wear leveling) cannot open a block that would leave fewer free, and fail with
+//! `NoSpace` instead (the device then turns read-only). So a device at the end of its
+//! life can always write one more whole checkpoint (every MAP page the cache can hold
+//! dirty, MAPS, WEAR, the bad-block table, GBITV, and the log pages before it) and close
+//! cleanly. The reserve is part of the metadata blocks set aside at format, which count
+//! two copies of all metadata, so it costs no capacity, and the GC low-water mark stays
+//! a commit's worth of blocks (one per die, and two) above it, so GC does not have to dip
+//! into it in normal work.
 
 use crate::FtlError;
 use crate::ftl::*;
@@ -62,10 +73,18 @@ impl Ftl {
     /// blocks it already has open and opens at most one new block at a time, trading
     /// channel parallelism for the headroom GC needs to make progress.
     pub(crate) fn provision(&mut self, s: usize) -> Result<(u32, u32), FtlError> {
-        let scarce = self.free_count <= self.dies;
+        // Free blocks this stream may open: the data streams leave the checkpoint reserve.
+        let free = if s == META {
+            self.free_count
+        } else {
+            self.free_count.saturating_sub(self.meta_reserve)
+        };
+        // A read-only device writes only checkpoints: its META stream fills the blocks it
+        // has open before it opens another, so the reserve need not cover a block per die.
+        let scarce = free <= self.dies || (s == META && self.read_only.is_some());
         // Pass 1: the next die in turn with an open block (or, unless scarce, a free one);
         // pass 2 (scarce only): the next die in turn with a free block.
-        for open_new in [!scarce, true] {
+        for open_new in [!scarce, free > 0] {
             for _ in 0..self.dies {
                 let die = self.next_die[s];
                 self.next_die[s] = (die + 1) % self.dies;
@@ -73,11 +92,27 @@ impl Ftl {
                     return Ok((die * self.blocks_per_die + b, p));
                 }
                 if open_new && let Some(b) = self.open_block(s, die) {
+                    debug_assert!(s == META || self.free_count >= self.meta_reserve);
                     return Ok((b, 0));
                 }
             }
         }
         Err(FtlError::NoSpace)
+    }
+
+    /// Free blocks kept for the log and the META stream (see the module documentation):
+    /// the blocks one checkpoint writes when every MAP page the cache holds is dirty and
+    /// every other table is written whole (a read-only device's META stream opens one
+    /// block at a time), plus a log block, a block for a failed program and one to spare.
+    pub(crate) fn checkpoint_reserve(&self) -> u32 {
+        let page = self.page_size as u64;
+        let nblocks = self.blocks.len() as u64;
+        let pages = (self.map_cache_capacity as u64).min(self.map_pages.len() as u64)
+            + self.maps_pages.len() as u64
+            + (nblocks * 4).div_ceil(page)
+            + nblocks.div_ceil(8).div_ceil(page)
+            + self.gbitv_pages.len() as u64;
+        (pages.div_ceil(self.pages_per_block as u64) + 3) as u32
     }
 
     /// Open the least-worn free block of `die` for stream `s`; its global index.

@@ -812,3 +812,487 @@ fn fault_torture_across_seeds() {
     let r = run_clean(&crate::torture::TortureConfig::with_weak_ecc(150, 31));
     assert!(r.writes_checked > 0);
 }
+
+// ---- End of life: wear, the closing checkpoint of a read-only device, SMART counters ----
+
+/// A small array (128 blocks of 8 pages) rated for `endurance` P/E cycles.
+fn worn_dev(endurance: u32) -> DeviceConfig {
+    let mut dev = tiny();
+    dev.geometry.blocks_per_plane = 32;
+    dev.geometry.pages_per_block = 8;
+    dev.flash.endurance = endurance;
+    dev
+}
+
+fn eol_cfg() -> FtlConfig {
+    FtlConfig {
+        op: 0.3,
+        ..small_cfg()
+    }
+}
+
+/// The SMART counters that must survive a close and an open.
+fn smart_counters(s: &FtlStats) -> [u64; 9] {
+    [
+        s.media_errors,
+        s.integrity_errors,
+        s.lost_sectors,
+        s.read_retries,
+        s.host_write_sectors,
+        s.host_read_sectors,
+        s.host_trim_sectors,
+        s.grown_bad_blocks,
+        s.user_programs + s.gc_programs,
+    ]
+}
+
+/// Random single-LBA writes (noted in `model`) until one is refused; returns the error.
+/// Every accepted write must find the device within its life.
+fn write_until_refused(f: &mut Ftl, model: &mut HashMap<u64, u64>, seed: u64) -> FtlError {
+    let n = f.lbas();
+    let ss = f.lba_size();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for i in 1..1_000_000u64 {
+        let l = rng.random_range(0..n);
+        match f.write(l, &sector(ss, l ^ i), SimTime::ZERO) {
+            Ok(_) => {
+                model.insert(l, i);
+            }
+            Err(e) => return e,
+        }
+    }
+    panic!("the device never reached its end of life");
+}
+
+fn verify_model(f: &mut Ftl, model: &HashMap<u64, u64>, skip: &[u64]) {
+    let ss = f.lba_size();
+    let mut buf = vec![0u8; ss];
+    for (&l, &v) in model {
+        if skip.contains(&l) {
+            continue;
+        }
+        f.read(l, &mut buf, SimTime::ZERO).unwrap();
+        assert_eq!(buf, sector(ss, l ^ v), "LBA {l}");
+    }
+}
+
+/// Corrupt the stored copy of `lba` beyond the ECC.
+fn corrupt_lba(f: &mut Ftl, lba: u64) {
+    let (ppa, s) = f.location_of_lba(lba).unwrap();
+    f.nand_mut().corrupt(ppa, s, 100, 0x10).unwrap();
+}
+
+/// Read a corrupted `lba` `times` times: each read is a media error.
+fn make_media_errors(f: &mut Ftl, lba: u64, times: u32) {
+    let mut buf = vec![0u8; f.lba_size()];
+    for _ in 0..times {
+        assert_eq!(
+            f.read(lba, &mut buf, SimTime::ZERO),
+            Err(FtlError::Uncorrectable { lba })
+        );
+    }
+}
+
+/// Open after a clean close: nothing replayed, nothing written.
+fn reopen_clean(nand: Nand, cfg: FtlConfig) -> Ftl {
+    let mut nand = nand;
+    nand.reset_counters();
+    let g = Ftl::recover(nand, cfg).unwrap();
+    let r = g.last_recovery().unwrap();
+    assert!(r.clean, "the close was not clean: {r:?}");
+    assert_eq!((r.log_pages, r.log_records), (0, 0), "{r:?}");
+    assert_eq!(media_writes(g.nand()), (0, 0), "a clean open wrote");
+    g
+}
+
+#[test]
+fn wear_alone_ends_life_at_the_rated_endurance() {
+    let cfg = eol_cfg();
+    let mut f = Ftl::format(Nand::new_in_memory(worn_dev(3)).unwrap(), cfg).unwrap();
+    let n = f.lbas();
+    let ss = f.lba_size();
+    let mut model = HashMap::new();
+    let mut rng = SmallRng::seed_from_u64(8);
+    let mut last = f.health();
+    let mut writes = 0u64;
+    loop {
+        let l = rng.random_range(0..n);
+        let v = rng.random::<u64>() | 1;
+        f.write(l, &sector(ss, l ^ v), SimTime::ZERO)
+            .unwrap_or_else(|e| panic!("write {writes} within the life: {e}"));
+        model.insert(l, v);
+        writes += 1;
+        let h = f.health();
+        assert!(h.percentage_used >= last.percentage_used);
+        last = h;
+        if h.percentage_used >= 100 {
+            break;
+        }
+        // While within its life the device writes and says it is healthy.
+        assert_eq!(
+            (h.critical_warning, h.read_only, h.worn_out),
+            (0, None, false),
+            "{h:?}"
+        );
+    }
+    // The erase that brought the mean P/E count to the endurance ended the life: the
+    // command it happened in completed, the next one is refused.
+    let e = f
+        .write(0, &sector(ss, 5), SimTime::ZERO)
+        .expect_err("a worn-out device accepted a write");
+    assert_eq!(
+        e,
+        FtlError::ReadOnly {
+            reason: ReadOnlyReason::WornOut
+        }
+    );
+    assert!(e.to_string().contains("rated endurance"), "{e}");
+    let (_, mean, _) = f.erase_counts();
+    assert!(
+        (3.0..3.25).contains(&mean),
+        "life ends at the endurance (mean P/E {mean})"
+    );
+    let h = f.health();
+    assert!((100..=108).contains(&h.percentage_used), "{h:?}");
+    assert!(h.worn_out);
+    assert_eq!(h.read_only, Some(ReadOnlyReason::WornOut));
+    assert_ne!(h.critical_warning & WARN_RELIABILITY, 0, "{h:?}");
+    assert_ne!(h.critical_warning & WARN_READ_ONLY, 0, "{h:?}");
+    assert_eq!(
+        h.critical_warning & WARN_SPARE,
+        0,
+        "wear is not spare: {h:?}"
+    );
+    assert_eq!(h.available_spare_pct, 100);
+    // Every write path refuses; reads keep working.
+    assert!(matches!(
+        f.trim(0, 1, SimTime::ZERO),
+        Err(FtlError::ReadOnly {
+            reason: ReadOnlyReason::WornOut
+        })
+    ));
+    let batch = csd_sim::wire::build_batch(&[(1, &sector(ss, 1)[..])], ss).unwrap();
+    assert!(matches!(
+        f.flush_batch(&batch, SimTime::ZERO),
+        Err(FtlError::ReadOnly { .. })
+    ));
+    verify_model(&mut f, &model, &[]);
+    f.check_invariants().unwrap();
+}
+
+#[test]
+fn a_worn_out_device_closes_cleanly_and_reopens_with_its_smart_counters() {
+    let cfg = eol_cfg();
+    let mut f = Ftl::format(Nand::new_in_memory(worn_dev(3)).unwrap(), cfg).unwrap();
+    let mut model = HashMap::new();
+    let e = write_until_refused(&mut f, &mut model, 9);
+    assert_eq!(
+        e,
+        FtlError::ReadOnly {
+            reason: ReadOnlyReason::WornOut
+        }
+    );
+    // Media errors after the device turned read-only.
+    let victim = *model.keys().min().unwrap();
+    corrupt_lba(&mut f, victim);
+    make_media_errors(&mut f, victim, 20);
+    assert_eq!(f.lifetime_stats().media_errors, 20);
+    f.close(SimTime::ZERO).unwrap();
+    let (h, life, wear) = (f.health(), f.lifetime_stats(), f.erase_counts());
+    // Power goes off after the close: the close alone made everything durable.
+    let nand = f.crash();
+    // The next open replays nothing and finds the same health and counters.
+    let mut g = reopen_clean(nand, cfg);
+    assert_eq!(g.read_only(), Some(ReadOnlyReason::WornOut));
+    assert_eq!(g.health(), h);
+    assert_eq!(g.erase_counts(), wear);
+    assert_eq!(
+        smart_counters(&g.lifetime_stats()),
+        smart_counters(&life),
+        "{:?}\n{life:?}",
+        g.lifetime_stats()
+    );
+    assert_eq!(g.lifetime_stats().media_errors, 20);
+    verify_model(&mut g, &model, &[victim]);
+    let ss = g.lba_size();
+    assert!(g.write(0, &sector(ss, 1), SimTime::ZERO).is_err());
+    // A second session's errors are kept as well.
+    make_media_errors(&mut g, victim, 3);
+    g.check_invariants().unwrap();
+    let nand = g.shutdown(SimTime::ZERO).unwrap();
+    let g = reopen_clean(nand, cfg);
+    assert_eq!(g.lifetime_stats().media_errors, 20 + 3);
+    assert_eq!(g.read_only(), Some(ReadOnlyReason::WornOut));
+    assert_ne!(g.health().critical_warning & WARN_RELIABILITY, 0);
+}
+
+/// Failing programs and erases eat the spare until no block can be allocated for data.
+/// The data streams stop at the checkpoint reserve (at the higher failure rates the free
+/// pool is down to it when the device turns read-only: without the reserve it would be
+/// empty and the close could not checkpoint), so the close still writes a clean
+/// checkpoint and the next open finds everything.
+#[test]
+fn a_device_out_of_spare_closes_cleanly_and_reopens_with_its_smart_counters() {
+    for (p, seed) in [0.01, 0.03, 0.1]
+        .into_iter()
+        .flat_map(|p| (0..6u64).map(move |s| (p, s)))
+    {
+        let mut dev = tiny();
+        dev.geometry.blocks_per_plane = 40;
+        dev.geometry.pages_per_block = 8;
+        dev.faults.seed = seed;
+        dev.faults.program_fail_prob = p;
+        dev.faults.erase_fail_prob = p;
+        let cfg = FtlConfig {
+            op: 0.4,
+            ..small_cfg()
+        };
+        let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
+        let mut model = HashMap::new();
+        let e = write_until_refused(&mut f, &mut model, seed);
+        assert_eq!(
+            e,
+            FtlError::ReadOnly {
+                reason: ReadOnlyReason::SpareExhausted
+            },
+            "p {p} seed {seed}"
+        );
+        let victim = *model.keys().max().unwrap();
+        corrupt_lba(&mut f, victim);
+        make_media_errors(&mut f, victim, 7);
+        if let Err(e) = f.close(SimTime::ZERO) {
+            panic!(
+                "p {p} seed {seed}: a read-only device must still write its closing checkpoint: {e}; {}",
+                f.block_census()
+            );
+        }
+        let (h, life) = (f.health(), f.lifetime_stats());
+        assert_ne!(h.critical_warning & WARN_SPARE, 0, "{h:?}");
+        assert_ne!(h.critical_warning & WARN_READ_ONLY, 0, "{h:?}");
+        assert_ne!(h.critical_warning & WARN_RELIABILITY, 0, "{h:?}");
+        let mut g = reopen_clean(f.crash(), cfg);
+        assert_eq!(g.read_only(), Some(ReadOnlyReason::SpareExhausted));
+        assert_eq!(g.health(), h, "p {p} seed {seed}");
+        assert_eq!(smart_counters(&g.lifetime_stats()), smart_counters(&life));
+        assert_eq!(g.lifetime_stats().media_errors, 7);
+        verify_model(&mut g, &model, &[victim]);
+        g.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_close_that_cannot_checkpoint_says_so_and_the_next_open_replays() {
+    let cfg = eol_cfg();
+    let mut f = Ftl::format(Nand::new_in_memory(worn_dev(3)).unwrap(), cfg).unwrap();
+    let mut model = HashMap::new();
+    write_until_refused(&mut f, &mut model, 10);
+    // Take every block the checkpoint could write into away (as if the reserve had been
+    // used up): no free block, no open META block.
+    for b in 0..f.blocks.len() as u32 {
+        if f.blocks[b as usize].state == crate::ftl::Use::Free {
+            f.blocks[b as usize].state = crate::ftl::Use::Open(u8::MAX);
+            f.count_free(b, false);
+        }
+    }
+    f.open_blocks[crate::ftl::META].fill(None);
+    let e = f.close(SimTime::ZERO).unwrap_err();
+    assert!(matches!(e, FtlError::NotCheckpointed { .. }), "{e:?}");
+    assert!(e.to_string().contains("not synced"), "{e}");
+    // Asking again does not pretend either.
+    assert!(f.close(SimTime::ZERO).is_err());
+    let mut g = Ftl::recover(f.crash(), cfg).unwrap();
+    assert!(!g.last_recovery().unwrap().clean);
+    assert_eq!(g.read_only(), Some(ReadOnlyReason::WornOut));
+    verify_model(&mut g, &model, &[]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    /// Random writes, trims, batches, flushes, reads and corrupted sectors (media errors)
+    /// against a reference model, on a small array rated for 2 to 5 P/E cycles, with or
+    /// without program and erase failures, until the device turns read-only (worn out,
+    /// spare exhausted or out of space). While it writes, its health is consistent (under
+    /// 100% used, no wear-out); at the end the critical-warning bits say why; the close
+    /// succeeds; and the next open replays nothing and finds the same health, SMART
+    /// counters and data.
+    #[test]
+    fn end_of_life_closes_cleanly_and_keeps_health_counters_and_data(
+        seed in any::<u64>(),
+        endurance in 2u32..6,
+        faults in prop_oneof![Just(0.0), Just(0.004), Just(0.03)],
+        wb in any::<bool>(),
+    ) {
+        let mut dev = worn_dev(endurance);
+        dev.faults.seed = seed;
+        dev.faults.program_fail_prob = faults;
+        dev.faults.erase_fail_prob = faults;
+        let cfg = FtlConfig {
+            write_cache: if wb { WriteCache::WriteBack } else { WriteCache::WriteThrough },
+            ..eol_cfg()
+        };
+        let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
+        let (n, ss) = (f.lbas(), f.lba_size());
+        let mut rng = SmallRng::seed_from_u64(seed);
+        // Durable versions (0: trimmed), write-back versions not yet flushed, and LBAs
+        // whose stored copy was corrupted (they may read as uncorrectable).
+        let mut durable: HashMap<u64, u64> = HashMap::new();
+        let mut buffered: Vec<(u64, u64)> = Vec::new();
+        let mut corrupted: Vec<u64> = Vec::new();
+        let mut media_errors = 0u64;
+        let mut version = 1u64;
+        let mut steps = 0u64;
+        let reason = loop {
+            steps += 1;
+            prop_assert!(steps < 200_000, "the device never reached its end of life");
+            let k = rng.random_range(0..100u32);
+            let l = rng.random_range(0..n);
+            let r = if k < 70 {
+                version += 1;
+                let r = f.write(l, &sector(ss, l ^ version), SimTime::ZERO);
+                if r.is_ok() {
+                    corrupted.retain(|&c| c != l);
+                    if wb { buffered.push((l, version)) } else { durable.insert(l, version); }
+                }
+                r.map(|_| ())
+            } else if k < 75 {
+                let r = f.trim(l, 1, SimTime::ZERO);
+                if r.is_ok() {
+                    durable.extend(buffered.drain(..));
+                    corrupted.retain(|&c| c != l);
+                    durable.insert(l, 0);
+                }
+                r.map(|_| ())
+            } else if k < 80 {
+                version += 1;
+                let l2 = (l + 1) % n;
+                let pages = [(l, sector(ss, l ^ version)), (l2, sector(ss, l2 ^ version))];
+                let refs: Vec<(u64, &[u8])> = pages.iter().map(|(x, p)| (*x, p.as_slice())).collect();
+                let buf = csd_sim::wire::build_batch(&refs, ss).unwrap();
+                let r = f.flush_batch(&buf, SimTime::ZERO);
+                if r.is_ok() {
+                    durable.extend(buffered.drain(..));
+                    corrupted.retain(|&c| c != l && c != l2);
+                    durable.insert(l, version);
+                    durable.insert(l2, version);
+                }
+                r.map(|_| ())
+            } else if k < 85 {
+                let r = f.flush(SimTime::ZERO);
+                if r.is_ok() {
+                    durable.extend(buffered.drain(..));
+                }
+                r.map(|_| ())
+            } else if k < 87 && durable.get(&l).is_some_and(|&v| v != 0)
+                && !buffered.iter().any(|&(x, _)| x == l)
+                && !corrupted.contains(&l)
+            {
+                // Damage the stored copy; reads of it are media errors from now on.
+                if let Some((ppa, s)) = f.location_of_lba(l) {
+                    f.nand_mut().corrupt(ppa, s, 100, 0x10).unwrap();
+                    corrupted.push(l);
+                }
+                Ok(())
+            } else {
+                let mut buf = vec![0u8; ss];
+                match f.read(l, &mut buf, SimTime::ZERO) {
+                    Ok(_) => {
+                        let v = buffered.iter().rev().find(|&&(x, _)| x == l).map(|&(_, v)| v)
+                            .unwrap_or_else(|| *durable.get(&l).unwrap_or(&0));
+                        let want = if v == 0 { vec![0u8; ss] } else { sector(ss, l ^ v) };
+                        prop_assert!(buf == want, "LBA {} reads wrong", l);
+                    }
+                    Err(FtlError::Uncorrectable { lba }) => {
+                        prop_assert!(corrupted.contains(&lba), "LBA {} uncorrectable", lba);
+                        media_errors += 1;
+                    }
+                    Err(e) => return Err(TestCaseError::fail(e.to_string())),
+                }
+                Ok(())
+            };
+            match r {
+                Ok(()) => {}
+                Err(FtlError::ReadOnly { reason }) => break reason,
+                Err(e) => return Err(TestCaseError::fail(format!("{e}; {}", f.block_census()))),
+            }
+            let h = f.health();
+            if f.read_only().is_none() {
+                prop_assert!(h.percentage_used < 100 && !h.worn_out, "{:?}", h);
+                prop_assert_eq!(h.critical_warning & WARN_READ_ONLY, 0);
+            } else {
+                prop_assert_ne!(h.critical_warning & WARN_READ_ONLY, 0);
+            }
+            // Lost sectors retire their blocks: the spare may fall before the end.
+            prop_assert_eq!(
+                h.critical_warning & WARN_SPARE != 0,
+                h.available_spare_pct < h.spare_threshold_pct
+            );
+            prop_assert_eq!(f.lifetime_stats().media_errors, media_errors);
+        };
+        // Why it ended shows in the critical warning.
+        let h = f.health();
+        prop_assert_eq!(h.read_only, Some(reason));
+        prop_assert_ne!(h.critical_warning & WARN_READ_ONLY, 0);
+        match reason {
+            ReadOnlyReason::WornOut => {
+                prop_assert!(h.worn_out && h.percentage_used >= 100, "{:?}", h);
+                prop_assert_ne!(h.critical_warning & WARN_RELIABILITY, 0);
+            }
+            ReadOnlyReason::SpareExhausted => {
+                prop_assert_ne!(h.critical_warning & WARN_SPARE, 0);
+            }
+            ReadOnlyReason::OutOfSpace => {}
+            other => return Err(TestCaseError::fail(format!("ended {other}"))),
+        }
+        // Write-back sectors not yet flushed may or may not have survived the end: adopt
+        // what the device holds (one of their versions or the durable one).
+        let mut buf = vec![0u8; ss];
+        for (l, v) in std::mem::take(&mut buffered) {
+            match f.read(l, &mut buf, SimTime::ZERO) {
+                Ok(_) if buf == sector(ss, l ^ v) => {
+                    durable.insert(l, v);
+                }
+                Ok(_) => {}
+                // Rolled back onto a copy that was damaged before the write.
+                Err(FtlError::Uncorrectable { .. }) => {
+                    media_errors += 1;
+                    corrupted.push(l);
+                }
+                Err(e) => return Err(TestCaseError::fail(e.to_string())),
+            }
+        }
+        // Media errors after the end of life count too.
+        for &c in &corrupted {
+            if f.read(c, &mut buf, SimTime::ZERO).is_err() {
+                media_errors += 1;
+            }
+        }
+        prop_assert_eq!(f.lifetime_stats().media_errors, media_errors);
+        f.close(SimTime::ZERO).map_err(|e| TestCaseError::fail(format!("close: {e}")))?;
+        let (h, life, wear) = (f.health(), f.lifetime_stats(), f.erase_counts());
+        let persisted = reason != ReadOnlyReason::OutOfSpace;
+        let mut g = if persisted {
+            reopen_clean(f.crash(), cfg)
+        } else {
+            Ftl::recover(f.crash(), cfg).unwrap()
+        };
+        let r = g.last_recovery().unwrap();
+        prop_assert!(r.clean && r.log_pages == 0, "{:?}", r);
+        if persisted {
+            prop_assert_eq!(g.read_only(), Some(reason));
+            prop_assert_eq!(g.health(), h);
+            prop_assert_eq!(g.erase_counts(), wear);
+        }
+        prop_assert_eq!(smart_counters(&g.lifetime_stats()), smart_counters(&life));
+        for (&l, &v) in &durable {
+            match g.read(l, &mut buf, SimTime::ZERO) {
+                Ok(_) => {
+                    let want = if v == 0 { vec![0u8; ss] } else { sector(ss, l ^ v) };
+                    prop_assert!(buf == want, "LBA {} after reopening", l);
+                }
+                Err(FtlError::Uncorrectable { .. }) if corrupted.contains(&l) => {}
+                Err(e) => return Err(TestCaseError::fail(format!("LBA {l}: {e}"))),
+            }
+        }
+        g.check_invariants().map_err(TestCaseError::fail)?;
+    }
+}

@@ -25,8 +25,8 @@
 mod ring;
 
 use crate::format::{
-    CKPT_CLEAN, CKPT_SPARE_EXHAUSTED, Checkpoint, Entry, Kind, LOG_LINKS, LogPage, NONE, Record,
-    RecordHead, TAG_BYTES, Tag, page_unaddr, unpack, unpack_open,
+    CKPT_CLEAN, CKPT_SPARE_EXHAUSTED, CKPT_WORN_OUT, Checkpoint, Entry, Kind, LOG_LINKS, LogPage,
+    NONE, Record, RecordHead, TAG_BYTES, Tag, page_unaddr, unpack, unpack_open,
 };
 use crate::ftl::*;
 use crate::read::read_with_retries;
@@ -176,14 +176,34 @@ impl Ftl {
         } else {
             t = t.max(self.replay(&table, &written, &rssp_links, &ck, &mut rep, t)?);
         }
+        // The end of life the record names comes first (the first reason sticks), then
+        // what the tables show.
+        if ck.flags & CKPT_WORN_OUT != 0 {
+            self.enter_read_only(crate::ReadOnlyReason::WornOut);
+        }
         if ck.flags & CKPT_SPARE_EXHAUSTED != 0 || self.spare_blocks() <= 0 {
             self.enter_read_only(crate::ReadOnlyReason::SpareExhausted);
         }
+        self.check_wear();
         if read_only {
+            self.opened_read_only = true;
             self.enter_read_only(crate::ReadOnlyReason::Opened);
         }
-        if !log_empty && self.read_only.is_none() {
-            t = t.max(self.close_recovery(t)?);
+        // A device read-only at the end of its life still closes its recovery (into the
+        // checkpoint reserve), so that its next open is clean. If even that fails for
+        // room, it stays open read-only on the replayed state and its close says that it
+        // could not checkpoint.
+        if !log_empty && !read_only {
+            match self.close_recovery(t) {
+                Ok(tt) => t = t.max(tt),
+                Err(e) => match self.end_of_life(&e) {
+                    Some(reason) => {
+                        self.enter_read_only(reason);
+                        self.ckpt_blocked = Some(e.to_string());
+                    }
+                    None => return Err(e),
+                },
+            }
         }
         self.recovering = false;
         self.shrink_cache();
@@ -334,8 +354,11 @@ impl Ftl {
                 table[b as usize] = BT_OPEN + s;
             }
         }
+        // A ring block that went bad stays bad (the ring skips it).
         for &b in &self.ckpt_blocks {
-            table[b as usize] = BT_CKPT;
+            if table[b as usize] != BT_BAD {
+                table[b as usize] = BT_CKPT;
+            }
         }
         Ok((table, t))
     }
