@@ -436,6 +436,7 @@ impl Ftl {
             kind,
             &ids,
             seq,
+            None,
         );
         let r = self.nand.program(Ppa::new(BlockId(b), p), page, &oob, at);
         self.oob_scratch = oob;

@@ -82,14 +82,43 @@ pub struct Tag {
     pub id: u64,
     /// Low 32 bits of the commit sequence that wrote it.
     pub seq: u32,
-    /// CRC-32C of the sector's data.
+    /// CRC-32C of the sector's data; when `bound`, XOR the sector's [`place_key`].
     pub crc: u32,
+    /// The CRC is bound to where the sector was programmed (every data sector written
+    /// since image format 3; older sectors keep the plain CRC): a copy of a sector moved
+    /// to another place, or an older generation of the same place (written before the
+    /// block's last erase), no longer checks, so a stale sector is never served as
+    /// current. The flag is the top bit of the kind byte.
+    pub bound: bool,
+}
+
+/// Kind-byte bit of a bound TAG.
+const TAG_BOUND: u64 = 0x80;
+
+/// What binds a data sector's CRC to its place: a CRC-32C of its block, page, sector and
+/// the block's P/E count when it was programmed (the same until the block's next erase).
+pub fn place_key(block: u32, page: u32, sector: u32, pe_cycles: u32) -> u32 {
+    let mut b = [0u8; 16];
+    b[0..4].copy_from_slice(&block.to_le_bytes());
+    b[4..8].copy_from_slice(&page.to_le_bytes());
+    b[8..12].copy_from_slice(&sector.to_le_bytes());
+    b[12..16].copy_from_slice(&pe_cycles.to_le_bytes());
+    crc32c::crc32c(&b)
 }
 
 impl Tag {
+    /// Whether `data` is what this TAG describes; `place` gives the [`place_key`] of
+    /// where it was read (asked only for a bound TAG).
+    #[inline]
+    pub fn matches(&self, data: &[u8], place: impl FnOnce() -> u32) -> bool {
+        let key = if self.bound { place() } else { 0 };
+        self.crc == crc32c::crc32c(data) ^ key
+    }
+
     /// Encode into 16 bytes.
     pub fn write(&self, out: &mut [u8]) {
-        let word = (self.id & 0x00FF_FFFF_FFFF_FFFF) | ((self.kind as u64) << 56);
+        let kind = self.kind as u64 | if self.bound { TAG_BOUND } else { 0 };
+        let word = (self.id & 0x00FF_FFFF_FFFF_FFFF) | (kind << 56);
         out[0..8].copy_from_slice(&word.to_le_bytes());
         out[8..12].copy_from_slice(&self.seq.to_le_bytes());
         out[12..16].copy_from_slice(&self.crc.to_le_bytes());
@@ -98,9 +127,10 @@ impl Tag {
     /// Decode from 16 bytes; `None` for an unknown kind (erased OOB reads as 0xFF).
     pub fn read(b: &[u8]) -> Option<Tag> {
         let word = u64::from_le_bytes(b[0..8].try_into().ok()?);
-        let kind = Kind::from_u8((word >> 56) as u8)?;
+        let kind = Kind::from_u8(((word >> 56) & !TAG_BOUND) as u8)?;
         Some(Tag {
             kind,
+            bound: (word >> 56) & TAG_BOUND != 0,
             id: word & 0x00FF_FFFF_FFFF_FFFF,
             seq: u32::from_le_bytes(b[8..12].try_into().ok()?),
             crc: u32::from_le_bytes(b[12..16].try_into().ok()?),
@@ -737,6 +767,7 @@ mod tests {
     #[test]
     fn tag_roundtrip_and_erased() {
         let t = Tag {
+            bound: true,
             kind: Kind::Data,
             id: 0x12_3456_789A,
             seq: 7,

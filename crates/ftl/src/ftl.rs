@@ -298,7 +298,9 @@ pub struct Ftl {
     pub(crate) last_checkpoint_at: SimTime,
 }
 
-/// CRC of an LPID's data and the TAG bytes for a page of sectors.
+/// CRC of an LPID's data and the TAG bytes for a page of sectors. `place` (block, page,
+/// the block's P/E count) binds the CRCs of data sectors to where they are programmed
+/// (see [`Tag::bound`]).
 pub(crate) fn tags_for(
     oob: &mut [u8],
     oob_sector: usize,
@@ -307,6 +309,7 @@ pub(crate) fn tags_for(
     kind: Kind,
     ids: &[u64],
     seq: u64,
+    place: Option<(u32, u32, u32)>,
 ) {
     oob.fill(0xFF);
     for (k, id) in ids.iter().enumerate() {
@@ -315,12 +318,17 @@ pub(crate) fn tags_for(
         } else {
             (kind, *id)
         };
-        let crc = crc32c::crc32c(&data[k * ss..(k + 1) * ss]);
+        let key = match place {
+            Some((b, p, pe)) => crate::format::place_key(b, p, k as u32, pe),
+            None => 0,
+        };
+        let crc = crc32c::crc32c(&data[k * ss..(k + 1) * ss]) ^ key;
         Tag {
             kind,
             id,
             seq: seq as u32,
             crc,
+            bound: place.is_some(),
         }
         .write(&mut oob[k * oob_sector..k * oob_sector + TAG_BYTES]);
     }

@@ -315,7 +315,10 @@ impl Ftl {
                 let tag = Tag::read(&oob[o..o + TAG_BYTES])
                     .filter(|t| t.kind == Kind::Data && t.id < self.lbas);
                 let read_failed = unreadable.contains(&s);
-                let readable = !read_failed && tag.is_some_and(|t| t.crc == crc32c::crc32c(sector));
+                let readable = !read_failed
+                    && tag.is_some_and(|t| {
+                        t.matches(sector, || crate::read::place_of(&self.nand, block, page, s))
+                    });
                 let lpid = match tag {
                     Some(t) => Some(t.id),
                     None if readable => None,

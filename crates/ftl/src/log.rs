@@ -127,6 +127,7 @@ impl Ftl {
                     Kind::Log,
                     &ids,
                     self.commit_seq,
+                    None,
                 );
                 let r = self.nand.program(Ppa::new(BlockId(b), p), &page, &oob, at);
                 self.stats.meta_programs += 1;

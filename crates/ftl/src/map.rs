@@ -449,6 +449,7 @@ impl Ftl {
             kind,
             &ids,
             self.commit_seq,
+            None,
         );
         let r = self.program_stream(META, data, &oob, at);
         self.oob_scratch = oob;

@@ -332,10 +332,13 @@ fn check_sectors(
             let ob = oob.len() / n.max(1);
             for k in 0..n {
                 let tag = Tag::read(&oob[k * ob..k * ob + TAG_BYTES]);
+                let sector = s + k as u32;
                 let ok = matches!(tag, Some(t) if t.kind == Kind::Data
-                    && t.id == lba + k as u64
-                    && (nand.sector_checked(ppa, s + k as u32)
-                        || t.crc == crc32c::crc32c(&data[k * ss..(k + 1) * ss])));
+                && t.id == lba + k as u64
+                && (nand.sector_checked(ppa, sector)
+                    || t.matches(&data[k * ss..(k + 1) * ss], || {
+                        place_of(nand, ppa.block.0, ppa.page, sector)
+                    })));
                 if !ok {
                     stats.integrity_errors += 1;
                     stats.media_errors += 1;
@@ -354,4 +357,13 @@ fn check_sectors(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// The [`crate::format::place_key`] of a sector as the media stands now (its block's
+/// P/E count is the one it was programmed under until the block's next erase).
+pub(crate) fn place_of(nand: &csd_nand::Nand, block: u32, page: u32, sector: u32) -> u32 {
+    let pe = nand
+        .block_info(csd_nand::BlockId(block))
+        .map_or(u32::MAX, |i| i.pe_cycles);
+    crate::format::place_key(block, page, sector, pe)
 }

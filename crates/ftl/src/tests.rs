@@ -896,3 +896,68 @@ fn read_ref_finds_a_corrupted_sector_in_place() {
         Err(FtlError::Uncorrectable { lba: 1 })
     );
 }
+
+/// Byte offset in an image file of sector `s` of page (`b`, `p`) and of its OOB bytes
+/// (the layout of `csd_nand`'s image: 64 KiB header, block table, then the blocks, each
+/// its page states padded to 64 bytes and its page slots of data + OOB).
+fn image_sector_offsets(g: &csd_sim::Geometry, (b, p, s): (u32, u32, u32)) -> (u64, u64) {
+    let pages = g.pages_per_block as u64;
+    let slot = (g.page_size + g.oob_per_page()) as u64;
+    let block_bytes = pages.next_multiple_of(64) + pages * slot;
+    let blocks = (64 * 1024 + g.total_blocks() * 16).next_multiple_of(4096);
+    let slot_at = blocks + b as u64 * block_bytes + pages.next_multiple_of(64) + p as u64 * slot;
+    (
+        slot_at + s as u64 * g.sector_size as u64,
+        slot_at + g.page_size as u64 + s as u64 * g.oob_per_sector as u64,
+    )
+}
+
+/// An older copy of an LBA's sector (its data and TAG, from where the LBA lived before
+/// it was overwritten) copied over the current one is detected: the read fails as
+/// uncorrectable instead of serving the stale data as current.
+#[test]
+fn a_stale_sector_copied_over_the_current_one_is_not_served() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("dev.img");
+    let dev = DeviceConfig::preset("tiny").unwrap();
+    let g = dev.geometry;
+    let mut f = Ftl::format(Nand::create_image(&img, dev).unwrap(), FtlConfig::default()).unwrap();
+    let ss = f.lba_size();
+    let v1 = sector(&f, 1);
+    let t = f.write(5, &v1, SimTime::ZERO).unwrap();
+    let t = f.flush(t).unwrap();
+    let (old, _) = f.map_get(5, t).unwrap();
+    let t = f.write(5, &sector(&f, 2), t).unwrap();
+    let t = f.flush(t).unwrap();
+    let (new, _) = f.map_get(5, t).unwrap();
+    assert_ne!(old, new);
+    let nand = f.shutdown(t).unwrap();
+    drop(nand);
+    let ((od, oo), (nd, no)) = (
+        image_sector_offsets(&g, crate::format::unpack(old)),
+        image_sector_offsets(&g, crate::format::unpack(new)),
+    );
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&img)
+        .unwrap();
+    let mut data = vec![0u8; ss];
+    let mut tag = vec![0u8; g.oob_per_sector as usize];
+    file.read_exact_at(&mut data, od).unwrap();
+    file.read_exact_at(&mut tag, oo).unwrap();
+    assert_eq!(data, v1, "found the old version");
+    file.write_all_at(&data, nd).unwrap();
+    file.write_all_at(&tag, no).unwrap();
+    drop(file);
+    let mut g2 = Ftl::recover(Nand::open_image(&img, None).unwrap(), FtlConfig::default()).unwrap();
+    let mut buf = vec![0u8; ss];
+    match g2.read(5, &mut buf, SimTime::ZERO) {
+        Err(FtlError::Uncorrectable { lba: 5 }) => {}
+        other => panic!(
+            "a stale sector must not be served: {other:?}, data {}",
+            buf == data
+        ),
+    }
+}

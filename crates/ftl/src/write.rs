@@ -299,6 +299,7 @@ impl Ftl {
                 failed.push(i);
                 continue;
             }
+            let pe = self.nand.block_info(BlockId(b))?.pe_cycles;
             tags_for(
                 &mut oob,
                 self.oob_per_sector,
@@ -307,6 +308,7 @@ impl Ftl {
                 Kind::Data,
                 &self.page_bufs[i].lpids,
                 seq,
+                Some((b, p, pe)),
             );
             let r = self.nand.program(
                 Ppa::new(BlockId(b), p),

@@ -825,7 +825,9 @@ impl Ftl {
                             if tag.kind == Kind::Data
                                 && tag.id == lpid
                                 && tag.seq == seq as u32
-                                && tag.crc == crc32c::crc32c(&data) => {}
+                                && tag.matches(&data, || {
+                                    crate::read::place_of(&self.nand, b, p, s)
+                                }) => {}
                         _ => return Ok((false, t)),
                     }
                 }
