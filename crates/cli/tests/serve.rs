@@ -11,8 +11,10 @@
 
 use csd_nbd::proto::{self, *};
 use serde_json::Value;
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -50,6 +52,7 @@ macro_rules! require {
 struct Serve {
     child: Child,
     dir: PathBuf,
+    image: PathBuf,
     uri: String,
     log: PathBuf,
 }
@@ -58,18 +61,42 @@ impl Serve {
     /// Start `csd serve` on `dir/dev.img` (tiny preset) at `dir/nbd.sock`, plus `extra`
     /// arguments; returns once it listens.
     fn start(dir: &Path, extra: &[&str]) -> Serve {
+        let sock = dir.join("nbd.sock");
+        let listen = [OsStr::new("--socket"), sock.as_os_str()];
+        Serve::launch(dir, &dir.join("dev.img"), &listen, extra)
+    }
+
+    /// Start `csd serve` on `dir/dev.img` at 127.0.0.1 (any free port).
+    fn start_tcp(dir: &Path, extra: &[&str]) -> Serve {
+        let listen = [OsStr::new("--listen"), OsStr::new("127.0.0.1:0")];
+        Serve::launch(dir, &dir.join("dev.img"), &listen, extra)
+    }
+
+    /// Start `csd serve` on `image` (tiny preset) listening as `listen` says, with its
+    /// log in `dir`.
+    fn launch(dir: &Path, image: &Path, listen: &[&OsStr], extra: &[&str]) -> Serve {
+        Serve::launch_env(dir, image, listen, extra, &[])
+    }
+
+    /// [`Serve::launch`] with environment variables `env` for the server.
+    fn launch_env(
+        dir: &Path,
+        image: &Path,
+        listen: &[&OsStr],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Serve {
         static STARTS: AtomicUsize = AtomicUsize::new(0);
         let n = STARTS.fetch_add(1, Ordering::Relaxed);
         let log = dir.join(format!("serve-{n}.log"));
         let err = File::create(&log).unwrap();
-        let image = dir.join("dev.img");
-        let sock = dir.join("nbd.sock");
         let mut child = Command::new(CSD)
             .args(["serve", "--image"])
-            .arg(&image)
-            .args(["--preset", "tiny", "--stats-interval", "0.2", "--socket"])
-            .arg(&sock)
+            .arg(image)
+            .args(["--preset", "tiny", "--stats-interval", "0.2"])
+            .args(listen)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(err))
             .spawn()
@@ -87,13 +114,27 @@ impl Serve {
         Serve {
             child,
             dir: dir.to_path_buf(),
+            image: image.to_path_buf(),
             uri,
             log,
         }
     }
 
     fn image(&self) -> PathBuf {
-        self.dir.join("dev.img")
+        self.image.clone()
+    }
+
+    /// The TCP address of a server started with [`Serve::start_tcp`].
+    fn addr(&self) -> SocketAddr {
+        let rest = self.uri.strip_prefix("nbd://").unwrap();
+        rest.split('/').next().unwrap().parse().unwrap()
+    }
+
+    /// The server's stats file (the default one).
+    fn stats(&self) -> Value {
+        let mut p = self.image.clone().into_os_string();
+        p.push(".smart.json");
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
     }
 
     fn socket(&self) -> PathBuf {
@@ -453,15 +494,30 @@ fn paced_clock_makes_fio_latency_follow_the_model() {
     srv.terminate();
 }
 
-/// A minimal NBD client for the crash test.
-struct Client {
-    s: UnixStream,
+/// A minimal NBD client for the crash test (over a Unix socket unless said otherwise).
+struct Client<S = UnixStream> {
+    s: S,
 }
 
 impl Client {
     fn connect(sock: &Path) -> Client {
-        let mut s = UnixStream::connect(sock).unwrap();
+        let s = UnixStream::connect(sock).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Client::go(s)
+    }
+}
+
+impl Client<TcpStream> {
+    fn connect_tcp(addr: SocketAddr) -> Client<TcpStream> {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Client::go(s)
+    }
+}
+
+impl<S: Read + Write> Client<S> {
+    /// Read the greeting and enter transmission with NBD_OPT_GO.
+    fn go(mut s: S) -> Client<S> {
         let mut g = [0u8; 18];
         s.read_exact(&mut g).unwrap();
         assert_eq!(g, proto::greeting());
@@ -499,8 +555,20 @@ impl Client {
         data: &[u8],
         len: u32,
     ) -> std::io::Result<()> {
+        self.send_flags(0, kind, cookie, offset, data, len)
+    }
+
+    fn send_flags(
+        &mut self,
+        flags: u16,
+        kind: u16,
+        cookie: u64,
+        offset: u64,
+        data: &[u8],
+        len: u32,
+    ) -> std::io::Result<()> {
         let r = Request {
-            flags: 0,
+            flags,
             kind,
             cookie,
             offset,
@@ -679,4 +747,167 @@ fn bench_serve_compares_with_nbdkit() {
         assert!(j["csd_iops"].as_f64().unwrap() > 0.0, "{j}");
         assert!(j["nbdkit_memory_iops"].as_f64().unwrap() > 0.0, "{j}");
     }
+}
+
+/// Read until the server closes `s`; `false` if it is still open after its read timeout.
+fn closed_by_server(s: &mut impl Read) -> bool {
+    let mut b = [0u8; 256];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Poll `f` until it holds or `limit` passes.
+fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+#[test]
+fn silent_tcp_connections_do_not_lock_clients_out() {
+    // 70 TCP connections that never answer the greeting (63 used to lock every other
+    // client out for good), then a real client, during the flood and after it.
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Serve::start_tcp(dir.path(), &["--handshake-timeout", "1"]);
+    let addr = srv.addr();
+    let t0 = Instant::now();
+    let mut flood: Vec<TcpStream> = (0..70)
+        .map(|_| {
+            let s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut c = Client::connect_tcp(addr);
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    let data = pseudo_random(7, LBA as usize);
+    c.send(CMD_WRITE, 2, 3 * LBA, &data, LBA as u32).unwrap();
+    assert_eq!(c.reply().unwrap(), (0, 2));
+    assert_eq!(c.read(3 * LBA, LBA as u32), data);
+    if have("nbdinfo") {
+        let uri = format!("nbd://{addr}/");
+        run(Command::new("nbdinfo").arg(&uri));
+    } else {
+        eprintln!("nbdinfo is not installed: only the test's own client connects");
+    }
+    // The server drops every silent connection within the handshake timeout.
+    for s in &mut flood {
+        assert!(closed_by_server(s), "a silent connection is still open");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    assert!(
+        eventually(Duration::from_secs(3), || {
+            let s = &srv.stats()["server"];
+            let dropped = s["handshake_timeouts"].as_u64().unwrap_or(0)
+                + s["handshakes_evicted"].as_u64().unwrap_or(0);
+            dropped == 70 && s["handshakes_pending"].as_u64() == Some(0)
+        }),
+        "{}",
+        srv.stats()
+    );
+    // The client that got in is still served; a new one gets in too.
+    assert_eq!(c.read(3 * LBA, LBA as u32), data);
+    let mut d = Client::connect_tcp(addr);
+    assert_eq!(d.read(3 * LBA, LBA as u32), data);
+    srv.terminate();
+}
+
+#[test]
+fn idle_timeout_closes_an_idle_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Serve::start(dir.path(), &["--idle-timeout", "0.5"]);
+    let mut c = Client::connect(&srv.socket());
+    c.read(0, 4096);
+    let t0 = Instant::now();
+    c.s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert!(
+        closed_by_server(&mut c.s),
+        "the idle connection stayed open"
+    );
+    let after = t0.elapsed();
+    assert!(
+        after >= Duration::from_millis(450) && after < Duration::from_secs(3),
+        "{after:?}"
+    );
+    assert!(eventually(Duration::from_secs(3), || srv.stats()["server"]
+        ["idle_closed"]
+        .as_u64()
+        == Some(1)));
+    // Without the flag connections stay open (the default is no idle timeout).
+    srv.terminate();
+    let srv = Serve::start(dir.path(), &[]);
+    let mut c = Client::connect(&srv.socket());
+    c.s.set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    assert!(!closed_by_server(&mut c.s), "closed without --idle-timeout");
+    c.read(0, 4096);
+    srv.terminate();
+}
+
+#[test]
+fn read_only_serve_goes_on_without_a_stats_file_it_cannot_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let image = ro.join("dev.img");
+    let sock = dir.path().join("nbd.sock");
+    let listen = [OsStr::new("--socket"), sock.as_os_str()];
+    // Write a block, shut down cleanly; no stats file is left behind.
+    let srv = Serve::launch(dir.path(), &image, &listen, &[]);
+    let data = pseudo_random(11, LBA as usize);
+    let mut c = Client::connect(&sock);
+    c.send(CMD_WRITE, 2, 5 * LBA, &data, LBA as u32).unwrap();
+    assert_eq!(c.reply().unwrap(), (0, 2));
+    drop(c);
+    srv.terminate();
+    let stats = ro.join("dev.img.smart.json");
+    std::fs::remove_file(&stats).unwrap();
+
+    // The directory becomes read-only. Root writes there anyway, so for root the
+    // stats file's temporary path is made a directory: the write fails either way.
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let probe = ro.join("probe");
+    if std::fs::write(&probe, b"x").is_ok() {
+        std::fs::remove_file(&probe).unwrap();
+        std::fs::create_dir(ro.join("dev.img.smart.json.tmp")).unwrap();
+    }
+    let srv = Serve::launch(dir.path(), &image, &listen, &["--read-only"]);
+    let mut c = Client::connect(&sock);
+    assert_eq!(c.read(5 * LBA, LBA as u32), data);
+    c.send(CMD_WRITE, 3, 5 * LBA, &data, LBA as u32).unwrap();
+    assert_eq!(c.reply().unwrap(), (EPERM, 3));
+    drop(c);
+    let log = srv.terminate();
+    assert_eq!(
+        log.matches("without a stats file").count(),
+        1,
+        "warned once: {log}"
+    );
+    assert!(!stats.exists());
+
+    // An explicit --stats-file that cannot be written is still an error.
+    let out = Command::new(CSD)
+        .args(["serve", "--read-only", "--image"])
+        .arg(&image)
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--stats-file")
+        .arg(&stats)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
 }

@@ -53,6 +53,44 @@
 //!   was before that request. Each request runs under the device lock from its first to
 //!   its last device command, so every connection sees the device in a consistent state.
 //!
+//! # Misbehaving clients
+//!
+//! * **Handshake timeout** ([`ServerConfig::handshake_timeout`], default
+//!   [`DEFAULT_HANDSHAKE_TIMEOUT`] = 10 s, qemu-nbd's default handshake limit): a
+//!   connection that has not entered transmission that long after it was accepted is
+//!   dropped (both directions shut down), however busily it sends options, and counted
+//!   in [`ServerStats::handshake_timeouts`]. The clock runs from the accept, so a client
+//!   cannot extend it by trickling bytes. Entering transmission and timing out are
+//!   decided by one compare-and-swap, so a client that got its `NBD_OPT_GO` ACK is
+//!   never dropped for the handshake.
+//! * **Handshake limit** ([`ServerConfig::max_handshakes`], default
+//!   [`DEFAULT_MAX_HANDSHAKES`] = 64): connections in the handshake hold no queue pair
+//!   and no transmission slot. A connection accepted while that many are in the
+//!   handshake drops the oldest of them ([`ServerStats::handshakes_evicted`]): a flood
+//!   of connections that never speak then costs a well-behaved client nothing unless
+//!   the flood opens 64 connections during that client's own few round trips, whereas
+//!   refusing the newcomer would lock every client out until the flood times out.
+//! * **Transmission slots** ([`ServerConfig::max_connections`], default 63: the
+//!   device's 64 queue pairs minus the server's own): a slot and a queue pair are taken
+//!   only when a client enters transmission. When all are taken, `NBD_OPT_GO` is
+//!   answered with `NBD_REP_ERR_POLICY` and a message saying the server is busy (the
+//!   protocol has no "busy" error; the client may retry or abort), and
+//!   `NBD_OPT_EXPORT_NAME`, which has no error reply, is hung up on; both count in
+//!   [`ServerStats::refused_busy`].
+//! * **Idle timeout** ([`ServerConfig::idle_timeout`], default none): a connection in
+//!   transmission with no request in flight (from its header to its reply being handed
+//!   to the socket) for that long is closed ([`ServerStats::idle_closed`]): the server
+//!   shuts down its reading side, answers a request that may have arrived meanwhile,
+//!   and closes. Off by default because NBD clients legitimately sit idle for hours
+//!   (the kernel's nbd driver under an unused mounted filesystem does, and it does not
+//!   reconnect by itself), as qemu-nbd and nbdkit have no idle limit either; a
+//!   transmission slot is held only by a client that finished the handshake.
+//! * **Replies not read**: a reply waits at most 30 s for a client that does not read
+//!   (then the connection is dropped).
+//!
+//! These limits are kept by [`Server::serve`]'s accept loop; a connection served
+//! directly with [`Server::serve_connection`] (in-memory streams) has none of them.
+//!
 //! # Concurrency
 //!
 //! One device instance behind a mutex; per connection a reader thread (parses requests,
@@ -82,7 +120,9 @@ mod server;
 mod session;
 mod state;
 
-pub use server::{Listener, Server, ServerConfig};
+pub use server::{
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES, Listener, Server, ServerConfig,
+};
 pub use state::{OpStats, ServerStats};
 
 use thiserror::Error;

@@ -10,10 +10,10 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How the export is offered.
 #[derive(Debug, Clone)]
@@ -28,12 +28,33 @@ pub struct ServerConfig {
     pub clock: ClockMode,
     /// Commands submitted on a connection's queue pair at once (1..=65535).
     pub queue_depth: u32,
-    /// Most connections open at once (the device offers 64 queue pairs; one is the
-    /// server's own, for SMART and Identify).
+    /// Most connections in transmission at once: each holds one of the device's queue
+    /// pairs (64; one is the server's own, for SMART and Identify). A client that asks
+    /// to enter transmission while all are taken gets `NBD_REP_ERR_POLICY` with a
+    /// message (and may ask again); connections still in the handshake hold no slot.
     pub max_connections: usize,
+    /// Most connections in the handshake at once. A connection accepted beyond it
+    /// drops the oldest connection still in the handshake, so that clients that never
+    /// finish it cannot lock others out (a real client needs a few round trips).
+    pub max_handshakes: usize,
+    /// Time from accepting a connection to its entering transmission; a connection
+    /// that takes longer is dropped (counted in [`ServerStats::handshake_timeouts`]).
+    /// Must be above zero.
+    ///
+    /// [`ServerStats::handshake_timeouts`]: crate::ServerStats::handshake_timeouts
+    pub handshake_timeout: Duration,
+    /// Close a connection in transmission that has had no request in flight for this
+    /// long (`None`: never). The server shuts down its reading side, so a request that
+    /// already arrived is still answered; the client sees the connection end.
+    pub idle_timeout: Option<Duration>,
     /// Print connection events and protocol violations to stderr.
     pub verbose: bool,
 }
+
+/// The default [`ServerConfig::handshake_timeout`]: qemu-nbd's default handshake limit.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default [`ServerConfig::max_handshakes`].
+pub const DEFAULT_MAX_HANDSHAKES: usize = 64;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -44,6 +65,9 @@ impl Default for ServerConfig {
             clock: ClockMode::Virtual,
             queue_depth: 64,
             max_connections: 63,
+            max_handshakes: DEFAULT_MAX_HANDSHAKES,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            idle_timeout: None,
             verbose: false,
         }
     }
@@ -74,15 +98,112 @@ pub(crate) struct Shared {
     admin: QueueId,
     queue_depth: u32,
     max_connections: usize,
+    max_handshakes: usize,
+    handshake_timeout: Duration,
+    idle_timeout: Option<Duration>,
     verbose: bool,
     stopping: AtomicBool,
     open: AtomicU64,
     total: AtomicU64,
     protocol_errors: AtomicU64,
     refused: AtomicU64,
+    /// Connections in transmission (each holds a queue pair).
+    transmitting: AtomicUsize,
+    /// Connections in the handshake, as the accept loop last counted them.
+    handshakes: AtomicU64,
+    handshake_timeouts: AtomicU64,
+    handshakes_evicted: AtomicU64,
+    refused_busy: AtomicU64,
+    idle_closed: AtomicU64,
 }
 
-/// A connection's queue pair, deleted when the connection ends.
+/// Phases of a connection ([`Conn::phase`]).
+const HANDSHAKE: u8 = 0;
+const TRANSMISSION: u8 = 1;
+/// The accept loop closed the connection (handshake timeout, eviction, idle timeout).
+const CLOSED: u8 = 2;
+
+/// What the accept loop knows of a connection, and what its session tells it: the
+/// phase (which the session and the accept loop change only by compare-and-swap, so that
+/// a connection times out in the handshake or enters transmission, never both), and in
+/// transmission the requests in flight and the last activity.
+pub(crate) struct Conn {
+    phase: AtomicU8,
+    opened: Instant,
+    in_flight: AtomicU64,
+    /// Milliseconds from `opened` to the last request received or reply sent.
+    last_ms: AtomicU64,
+}
+
+impl Conn {
+    fn new() -> Conn {
+        Conn {
+            phase: AtomicU8::new(HANDSHAKE),
+            opened: Instant::now(),
+            in_flight: AtomicU64::new(0),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn phase(&self) -> u8 {
+        self.phase.load(Ordering::Acquire)
+    }
+
+    fn touch(&self) {
+        let ms = self.opened.elapsed().as_millis().min(u64::MAX as u128) as u64;
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// Leave the handshake; `false` if the accept loop has closed the connection first.
+    fn enter_transmission(&self) -> bool {
+        self.touch();
+        self.phase
+            .compare_exchange(HANDSHAKE, TRANSMISSION, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// A request header has arrived.
+    pub fn request_started(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.touch();
+    }
+
+    /// A request's reply has been handed to the connection's writer.
+    pub fn request_done(&self) {
+        self.touch();
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// How long the connection has had nothing in flight (`None` while it has).
+    fn idle_for(&self, now: Instant) -> Option<Duration> {
+        if self.in_flight.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let last = self.opened + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        Some(now.saturating_duration_since(last))
+    }
+
+    /// Take the connection from phase `from` to closed; `false` if it is no longer there.
+    fn close_from(&self, from: u8) -> bool {
+        self.phase
+            .compare_exchange(from, CLOSED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// Why a connection cannot enter transmission.
+pub(crate) enum Refusal {
+    /// Every transmission slot is taken (the message says so); the client may retry.
+    Busy(String),
+    /// The device gave no queue pair (the message says why).
+    Device(String),
+    /// The accept loop closed the connection (handshake timeout or eviction).
+    Closed,
+}
+
+/// A connection's transmission slot and queue pair, released when the connection ends.
 pub(crate) struct QueuePair<'a> {
     shared: &'a Shared,
     pub qid: QueueId,
@@ -92,6 +213,7 @@ impl Drop for QueuePair<'_> {
     fn drop(&mut self) {
         // Every command of the pair has been reaped; nothing is aborted.
         let _ = self.shared.lock().nvme.delete_queue_pair(self.qid);
+        self.shared.transmitting.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -115,14 +237,35 @@ impl Shared {
         self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A queue pair for a connection entering transmission.
-    pub fn open_queue(&self) -> Result<QueuePair<'_>, String> {
-        let qid = self
-            .lock()
-            .nvme
-            .create_queue_pair(self.queue_depth)
-            .map_err(|s| format!("no queue pair for this connection: {s}"))?;
-        Ok(QueuePair { shared: self, qid })
+    /// A transmission slot and a queue pair for connection `conn`, which then leaves
+    /// the handshake.
+    pub fn open_queue(&self, conn: &Conn) -> Result<QueuePair<'_>, Refusal> {
+        let max = self.max_connections;
+        let slot = self
+            .transmitting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            });
+        if slot.is_err() {
+            self.refused_busy.fetch_add(1, Ordering::Relaxed);
+            return Err(Refusal::Busy(format!(
+                "server busy: all {max} connection slots are in use; try again later"
+            )));
+        }
+        let qid = match self.lock().nvme.create_queue_pair(self.queue_depth) {
+            Ok(qid) => qid,
+            Err(s) => {
+                self.transmitting.fetch_sub(1, Ordering::AcqRel);
+                return Err(Refusal::Device(format!(
+                    "no queue pair for this connection: {s}"
+                )));
+            }
+        };
+        let q = QueuePair { shared: self, qid };
+        if !conn.enter_transmission() {
+            return Err(Refusal::Closed); // `q` goes back
+        }
+        Ok(q)
     }
 
     /// Run one admin command on the server's own queue pair.
@@ -310,6 +453,15 @@ impl Write for Stream {
     }
 }
 
+/// A connection the accept loop watches.
+struct Live {
+    id: u64,
+    handle: JoinHandle<()>,
+    /// A handle on the socket, to shut it down.
+    stream: Stream,
+    conn: Arc<Conn>,
+}
+
 /// How long a reply may wait for a client that does not read (then the connection is
 /// dropped), and the same while the server shuts down.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -356,6 +508,16 @@ impl Server {
         if cfg.read_only {
             flags |= proto::TFLAG_READ_ONLY;
         }
+        if cfg.handshake_timeout.is_zero() {
+            return Err(NbdError::Config(
+                "the handshake timeout must be above zero".into(),
+            ));
+        }
+        if cfg.idle_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(NbdError::Config(
+                "the idle timeout must be above zero (or none)".into(),
+            ));
+        }
         if cfg.export_name.len() > proto::MAX_NAME_BYTES {
             return Err(NbdError::Config(format!(
                 "export name of {} bytes is longer than NBD's {}",
@@ -394,12 +556,21 @@ impl Server {
                 admin,
                 queue_depth: depth,
                 max_connections: cfg.max_connections.max(1),
+                max_handshakes: cfg.max_handshakes.max(1),
+                handshake_timeout: cfg.handshake_timeout,
+                idle_timeout: cfg.idle_timeout,
                 verbose: cfg.verbose,
                 stopping: AtomicBool::new(false),
                 open: AtomicU64::new(0),
                 total: AtomicU64::new(0),
                 protocol_errors: AtomicU64::new(0),
                 refused: AtomicU64::new(0),
+                transmitting: AtomicUsize::new(0),
+                handshakes: AtomicU64::new(0),
+                handshake_timeouts: AtomicU64::new(0),
+                handshakes_evicted: AtomicU64::new(0),
+                refused_busy: AtomicU64::new(0),
+                idle_closed: AtomicU64::new(0),
             }),
         })
     }
@@ -416,12 +587,23 @@ impl Server {
 
     /// Serve one connection over `r` (requests) and `w` (replies) until the client
     /// disconnects, aborts or breaks the protocol. The listener's threads call this; it
-    /// also serves in-memory streams (tests, fuzzing).
+    /// also serves in-memory streams (tests, fuzzing). The handshake and idle timeouts
+    /// and the handshake limit are kept by [`Server::serve`]'s accept loop, so they do
+    /// not apply to a connection served here directly.
     pub fn serve_connection<R: Read, W: Write + Send>(&self, r: R, w: W) -> Result<(), NbdError> {
+        self.serve_conn(&Conn::new(), r, w)
+    }
+
+    fn serve_conn<R: Read, W: Write + Send>(
+        &self,
+        conn: &Conn,
+        r: R,
+        w: W,
+    ) -> Result<(), NbdError> {
         let sh = &*self.shared;
         sh.total.fetch_add(1, Ordering::Relaxed);
         sh.open.fetch_add(1, Ordering::Relaxed);
-        let r = session::run(sh, r, w);
+        let r = session::run(sh, conn, r, w);
         sh.open.fetch_sub(1, Ordering::Relaxed);
         r
     }
@@ -429,23 +611,24 @@ impl Server {
     /// Accept and serve connections until `stop` is set; then stop reading requests,
     /// let each connection send the replies it owes, and return once all have ended.
     /// The device is left as the last request left it (see [`Server::into_device`]).
+    ///
+    /// Between accepts (at least every 10 ms) the loop enforces the handshake timeout
+    /// and the idle timeout; a connection accepted while [`ServerConfig::max_handshakes`]
+    /// are in the handshake drops the oldest of them.
     pub fn serve(&self, listener: &Listener, stop: &AtomicBool) -> Result<(), NbdError> {
         listener.set_nonblocking(true)?;
-        let mut conns: Vec<(JoinHandle<()>, Stream)> = Vec::new();
+        let mut conns: Vec<Live> = Vec::new();
         let mut next_id = 0u64;
         let result = loop {
             if stop.load(Ordering::Relaxed) {
                 break Ok(());
             }
-            conns.retain(|(h, _)| !h.is_finished());
+            let handshaking = self.watch(&mut conns);
             match listener.accept() {
                 Ok(s) => {
                     next_id += 1;
-                    if conns.len() >= self.shared.max_connections {
-                        if self.shared.verbose {
-                            eprintln!("connection {next_id}: refused, too many connections");
-                        }
-                        continue; // dropping `s` closes it
+                    if handshaking >= self.shared.max_handshakes {
+                        self.evict_oldest_handshake(&conns, next_id);
                     }
                     match self.spawn_connection(next_id, s) {
                         Ok(c) => conns.push(c),
@@ -466,30 +649,104 @@ impl Server {
             }
         };
         self.shared.stopping.store(true, Ordering::Relaxed);
-        for (_, s) in &conns {
-            let _ = s.set_write_timeout(Some(SHUTDOWN_WRITE_TIMEOUT));
-            let _ = s.shutdown(Shutdown::Read);
+        for c in &conns {
+            let _ = c.stream.set_write_timeout(Some(SHUTDOWN_WRITE_TIMEOUT));
+            let _ = c.stream.shutdown(Shutdown::Read);
         }
-        for (h, _) in conns {
-            let _ = h.join();
+        for c in conns {
+            let _ = c.handle.join();
         }
+        self.shared.handshakes.store(0, Ordering::Relaxed);
         result
     }
 
-    fn spawn_connection(&self, id: u64, s: Stream) -> io::Result<(JoinHandle<()>, Stream)> {
+    /// Forget connections that have ended, close those past the handshake or idle
+    /// timeout; the number still in the handshake.
+    fn watch(&self, conns: &mut Vec<Live>) -> usize {
+        let sh = &*self.shared;
+        let now = Instant::now();
+        conns.retain(|c| !c.handle.is_finished());
+        let mut handshaking = 0;
+        for c in conns.iter() {
+            match c.conn.phase() {
+                HANDSHAKE => {
+                    let late = now.saturating_duration_since(c.conn.opened) >= sh.handshake_timeout;
+                    if !late {
+                        handshaking += 1;
+                    } else if c.conn.close_from(HANDSHAKE) {
+                        // Both ways: the session's next read ends, and so does a write
+                        // to a client that does not read.
+                        let _ = c.stream.shutdown(Shutdown::Both);
+                        sh.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+                        if sh.verbose {
+                            eprintln!(
+                                "connection {}: dropped, no handshake within {:?}",
+                                c.id, sh.handshake_timeout
+                            );
+                        }
+                    }
+                }
+                TRANSMISSION => {
+                    let idle = sh
+                        .idle_timeout
+                        .zip(c.conn.idle_for(now))
+                        .is_some_and(|(limit, idle)| idle >= limit);
+                    if idle && c.conn.close_from(TRANSMISSION) {
+                        // Nothing is in flight: end the session's reading side; it
+                        // answers what may have arrived meanwhile, then closes.
+                        let _ = c.stream.shutdown(Shutdown::Read);
+                        sh.idle_closed.fetch_add(1, Ordering::Relaxed);
+                        if sh.verbose {
+                            eprintln!("connection {}: closed, idle", c.id);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        sh.handshakes.store(handshaking as u64, Ordering::Relaxed);
+        handshaking
+    }
+
+    /// Drop the connection that has been in the handshake longest (for connection
+    /// `new_id`, accepted beyond the handshake limit).
+    fn evict_oldest_handshake(&self, conns: &[Live], new_id: u64) {
+        let sh = &*self.shared;
+        let oldest = conns
+            .iter()
+            .filter(|c| c.conn.phase() == HANDSHAKE)
+            .min_by_key(|c| c.conn.opened);
+        if let Some(c) = oldest
+            && c.conn.close_from(HANDSHAKE)
+        {
+            let _ = c.stream.shutdown(Shutdown::Both);
+            sh.handshakes_evicted.fetch_add(1, Ordering::Relaxed);
+            if sh.verbose {
+                eprintln!(
+                    "connection {}: dropped in the handshake, {} handshakes pending \
+                     (for connection {new_id})",
+                    c.id, sh.max_handshakes
+                );
+            }
+        }
+    }
+
+    fn spawn_connection(&self, id: u64, s: Stream) -> io::Result<Live> {
         s.set_nonblocking(false)?;
         s.set_write_timeout(Some(WRITE_TIMEOUT))?;
-        let handle = s.try_clone()?;
+        let stream = s.try_clone()?;
         let w = s.try_clone()?;
         let server = self.clone();
+        let conn = Arc::new(Conn::new());
+        let c = conn.clone();
         let verbose = self.shared.verbose;
-        let h = std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
             .spawn(move || {
                 if verbose {
                     eprintln!("connection {id}: open");
                 }
-                match server.serve_connection(s, w) {
+                match server.serve_conn(&c, s, w) {
                     Ok(()) if verbose => eprintln!("connection {id}: closed"),
                     Ok(()) => {}
                     Err(e) => {
@@ -499,7 +756,12 @@ impl Server {
                     }
                 }
             })?;
-        Ok((h, handle))
+        Ok(Live {
+            id,
+            handle,
+            stream,
+            conn,
+        })
     }
 
     /// The device's SMART / health log, read through the server's own queue pair.
@@ -529,6 +791,11 @@ impl Server {
         s.connections_total = sh.total.load(Ordering::Relaxed);
         s.protocol_errors = sh.protocol_errors.load(Ordering::Relaxed);
         s.refused = sh.refused.load(Ordering::Relaxed);
+        s.handshakes_pending = sh.handshakes.load(Ordering::Relaxed);
+        s.handshake_timeouts = sh.handshake_timeouts.load(Ordering::Relaxed);
+        s.handshakes_evicted = sh.handshakes_evicted.load(Ordering::Relaxed);
+        s.refused_busy = sh.refused_busy.load(Ordering::Relaxed);
+        s.idle_closed = sh.idle_closed.load(Ordering::Relaxed);
         s
     }
 

@@ -12,7 +12,7 @@
 
 use crate::NbdError;
 use crate::proto::{self, *};
-use crate::server::{QueuePair, Shared};
+use crate::server::{Conn, QueuePair, Refusal, Shared};
 use csd_sim::{Pacer, SimTime};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -53,20 +53,25 @@ pub(crate) fn discard(r: &mut impl Read, len: u64) -> io::Result<bool> {
 }
 
 /// Serve one connection until the peer disconnects, aborts, or breaks the protocol.
-pub(crate) fn run<R: Read, W: Write + Send>(shared: &Shared, r: R, w: W) -> Result<(), NbdError> {
+pub(crate) fn run<R: Read, W: Write + Send>(
+    shared: &Shared,
+    conn: &Conn,
+    r: R,
+    w: W,
+) -> Result<(), NbdError> {
     let mut r = BufReader::with_capacity(256 << 10, r);
     let mut w = BufWriter::with_capacity(256 << 10, w);
-    let Some(q) = negotiate(shared, &mut r, &mut w)? else {
+    let Some(q) = negotiate(shared, conn, &mut r, &mut w)? else {
         return Ok(());
     };
     if shared.pacer.wall_deadline(SimTime::ZERO).is_none() {
-        let mut sink = Direct { w };
-        let read = read_requests(shared, &q, &mut r, &mut sink);
+        let mut sink = Direct { w, conn };
+        let read = read_requests(shared, conn, &q, &mut r, &mut sink);
         let flushed = sink.w.flush();
         read?;
         return Ok(flushed?);
     }
-    transmission(shared, &q, r, w)
+    transmission(shared, conn, &q, r, w)
 }
 
 /// Where the reader puts replies.
@@ -78,13 +83,15 @@ trait Sink {
 }
 
 /// Virtual clock: replies go straight into the connection's buffered writer.
-struct Direct<W: Write> {
+struct Direct<'c, W: Write> {
     w: BufWriter<W>,
+    conn: &'c Conn,
 }
 
-impl<W: Write> Sink for Direct<W> {
+impl<W: Write> Sink for Direct<'_, W> {
     fn put(&mut self, reply: Reply) -> io::Result<bool> {
         write_reply(&mut self.w, &reply)?;
+        self.conn.request_done();
         Ok(true)
     }
     fn idle(&mut self) -> io::Result<()> {
@@ -114,6 +121,7 @@ fn opt_reply(w: &mut impl Write, option: u32, reply: u32, data: &[u8]) -> io::Re
 /// client enters transmission, `None` when the session ends here.
 fn negotiate<'s, R: Read, W: Write>(
     shared: &'s Shared,
+    conn: &Conn,
     r: &mut R,
     w: &mut W,
 ) -> Result<Option<QueuePair<'s>>, NbdError> {
@@ -159,7 +167,7 @@ fn negotiate<'s, R: Read, W: Write>(
             w.flush()?;
             continue;
         }
-        match answer_option(shared, w, opt, &data, no_zeroes)? {
+        match answer_option(shared, conn, w, opt, &data, no_zeroes)? {
             Next::Continue => w.flush()?,
             Next::End => return Ok(None),
             Next::Transmit(q) => return Ok(Some(q)),
@@ -180,6 +188,7 @@ enum Next<'s> {
 /// Answer option `opt` with its data (the server is not stopping, the data is read).
 fn answer_option<'s, W: Write>(
     shared: &'s Shared,
+    conn: &Conn,
     w: &mut W,
     opt: u32,
     data: &[u8],
@@ -191,7 +200,8 @@ fn answer_option<'s, W: Write>(
             if !ex.answers_to(data) {
                 return Ok(Next::End);
             }
-            let Ok(q) = shared.open_queue() else {
+            // No error reply is possible here: a refused client is hung up on.
+            let Ok(q) = shared.open_queue(conn) else {
                 return Ok(Next::End);
             };
             w.write_all(&proto::export_name_reply(ex.size, ex.flags, no_zeroes))?;
@@ -213,7 +223,7 @@ fn answer_option<'s, W: Write>(
             opt_reply(w, opt, REP_SERVER, &d)?;
             opt_reply(w, opt, REP_ACK, &[])?;
         }
-        OPT_INFO | OPT_GO => return answer_info(shared, w, opt, data),
+        OPT_INFO | OPT_GO => return answer_info(shared, conn, w, opt, data),
         OPT_STRUCTURED_REPLY => {
             let msg = b"structured replies are not supported: this server sends simple replies";
             opt_reply(w, opt, REP_ERR_UNSUP, msg)?;
@@ -230,6 +240,7 @@ fn answer_option<'s, W: Write>(
 /// asked for, and the block sizes; GO then enters transmission.
 fn answer_info<'s, W: Write>(
     shared: &'s Shared,
+    conn: &Conn,
     w: &mut W,
     opt: u32,
     data: &[u8],
@@ -253,12 +264,14 @@ fn answer_info<'s, W: Write>(
         Some(i) => i,
     };
     let q = if opt == OPT_GO {
-        match shared.open_queue() {
+        match shared.open_queue(conn) {
             Ok(q) => Some(q),
-            Err(msg) => {
+            Err(Refusal::Busy(msg) | Refusal::Device(msg)) => {
+                // The client may ask again (or go away); the handshake timeout still runs.
                 opt_reply(w, opt, REP_ERR_POLICY, msg.as_bytes())?;
                 return Ok(Next::Continue);
             }
+            Err(Refusal::Closed) => return Ok(Next::End),
         }
     } else {
         None
@@ -299,6 +312,7 @@ pub(crate) struct Reply {
 
 fn transmission<R: Read, W: Write + Send>(
     shared: &Shared,
+    conn: &Conn,
     q: &QueuePair<'_>,
     mut r: BufReader<R>,
     w: W,
@@ -308,8 +322,8 @@ fn transmission<R: Read, W: Write + Send>(
     let (tx, rx) = mpsc::sync_channel::<Reply>(REPLIES_QUEUED);
     let pacer = shared.pacer.clone();
     std::thread::scope(|s| {
-        let writer = s.spawn(move || write_replies(w, rx, &pacer));
-        let read = read_requests(shared, q, &mut r, &mut ToWriter { tx });
+        let writer = s.spawn(move || write_replies(w, rx, &pacer, conn));
+        let read = read_requests(shared, conn, q, &mut r, &mut ToWriter { tx });
         let wrote = writer
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the reply writer panicked")));
@@ -367,6 +381,7 @@ fn check(shared: &Shared, req: &Request) -> Result<(), u32> {
 /// whenever no further request is buffered).
 fn read_requests<R: Read>(
     shared: &Shared,
+    conn: &Conn,
     q: &QueuePair<'_>,
     r: &mut BufReader<R>,
     sink: &mut impl Sink,
@@ -391,6 +406,8 @@ fn read_requests<R: Read>(
             // Replies to everything before it are sent by the writer as it drains.
             return Ok(());
         }
+        // In flight (for the idle timeout) from its header to its reply.
+        conn.request_started();
         let mut payload = Vec::new();
         if req.has_payload() {
             let complete = if req.length > MAX_PAYLOAD_BYTES {
@@ -464,7 +481,12 @@ impl Ord for Due {
 
 /// The writer: in virtual mode send replies as they come; in paced mode hold each until
 /// the wall clock reaches its modeled completion, sending them in that order.
-fn write_replies<W: Write>(w: W, rx: Receiver<Reply>, pacer: &Pacer) -> io::Result<()> {
+fn write_replies<W: Write>(
+    w: W,
+    rx: Receiver<Reply>,
+    pacer: &Pacer,
+    conn: &Conn,
+) -> io::Result<()> {
     let mut w = w;
     if pacer.wall_deadline(SimTime::ZERO).is_none() {
         loop {
@@ -480,6 +502,7 @@ fn write_replies<W: Write>(w: W, rx: Receiver<Reply>, pacer: &Pacer) -> io::Resu
                 Err(TryRecvError::Disconnected) => break,
             };
             write_reply(&mut w, &reply)?;
+            conn.request_done();
         }
         return w.flush();
     }
@@ -505,6 +528,7 @@ fn write_replies<W: Write>(w: W, rx: Receiver<Reply>, pacer: &Pacer) -> io::Resu
         while heap.peek().is_some_and(|d| d.0.at <= now) {
             if let Some(Reverse(d)) = heap.pop() {
                 write_reply(&mut w, &d.reply)?;
+                conn.request_done();
                 sent = true;
             }
         }

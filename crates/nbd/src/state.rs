@@ -47,6 +47,19 @@ pub struct ServerStats {
     pub connections_open: u64,
     /// Connections dropped for a protocol violation.
     pub protocol_errors: u64,
+    /// Connections in the handshake now (they hold no queue pair), as the accept loop
+    /// last counted them.
+    pub handshakes_pending: u64,
+    /// Connections dropped for not finishing the handshake within the handshake timeout.
+    pub handshake_timeouts: u64,
+    /// Connections dropped in the handshake because a new one arrived while the
+    /// handshake limit was reached (the oldest goes).
+    pub handshakes_evicted: u64,
+    /// Requests to enter transmission refused because every transmission slot was
+    /// taken (`NBD_REP_ERR_POLICY`, or a hang-up after `NBD_OPT_EXPORT_NAME`).
+    pub refused_busy: u64,
+    /// Connections closed after the idle timeout.
+    pub idle_closed: u64,
     /// READ requests.
     pub reads: OpStats,
     /// WRITE requests.

@@ -2,6 +2,13 @@
 //! SMART stats file for `csd device smart` while it runs, and a clean shutdown on
 //! SIGINT / SIGTERM (flush, checkpoint, sync). After a SIGKILL the next `csd serve`
 //! recovers the FTL from its checkpoint and log like any other start.
+//!
+//! The stats file is a convenience, not part of the device: with `--read-only` and the
+//! default stats file (`IMAGE.smart.json`), a stats file that cannot be written (an
+//! image in a read-only directory or file system) is warned about once on stderr and
+//! the server goes on without one. It is not moved elsewhere, because `csd device smart`
+//! looks for it only beside the image. An explicit `--stats-file`, or a read-write
+//! server (which writes the image beside it anyway), still fails on it.
 
 use crate::{CliError, ConfigSource, image, report};
 use clap::Args;
@@ -55,11 +62,30 @@ pub(crate) struct ServeArgs {
     /// Also print a line of stats to stderr every --stats-interval.
     #[arg(long)]
     print_stats: bool,
+    /// Drop a connection that has not finished the NBD handshake (entered
+    /// transmission) this many seconds after it was accepted.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS", value_parser = parse_secs)]
+    handshake_timeout: f64,
+    /// Close a connection that has had no request in flight for this many seconds
+    /// (0: never, the default; NBD clients such as the kernel's may sit idle for hours).
+    #[arg(long, default_value_t = 0.0, value_name = "SECS", value_parser = parse_secs)]
+    idle_timeout: f64,
     /// Print connection events to stderr.
     #[arg(long)]
     verbose: bool,
     #[command(flatten)]
     ftl: image::FtlArgs,
+}
+
+/// A number of seconds: finite, not negative, at most a day.
+fn parse_secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !v.is_finite() || !(0.0..=86_400.0).contains(&v) {
+        return Err(format!("{s}: give 0 to 86400 seconds"));
+    }
+    Ok(v)
 }
 
 /// The stats file `csd serve` writes by default for `image`: `IMAGE.smart.json`.
@@ -87,6 +113,11 @@ fn server_json(s: &ServerStats, clock: ClockMode, started: Instant) -> Value {
         "connections_open": s.connections_open,
         "connections_total": s.connections_total,
         "protocol_errors": s.protocol_errors,
+        "handshakes_pending": s.handshakes_pending,
+        "handshake_timeouts": s.handshake_timeouts,
+        "handshakes_evicted": s.handshakes_evicted,
+        "connections_refused_busy": s.refused_busy,
+        "idle_closed": s.idle_closed,
         "requests_refused": s.refused,
         "read": op_json(&s.reads),
         "write": op_json(&s.writes),
@@ -177,6 +208,8 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
             read_only: a.read_only,
             clock: a.clock,
             verbose: a.verbose,
+            handshake_timeout: Duration::from_secs_f64(a.handshake_timeout),
+            idle_timeout: (a.idle_timeout > 0.0).then(|| Duration::from_secs_f64(a.idle_timeout)),
             ..ServerConfig::default()
         },
     )?;
@@ -189,7 +222,18 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
         clock: a.clock,
         started: Instant::now(),
     };
-    snap.write(&server, &stats_path, true)?;
+    let stats_path = match snap.write(&server, &stats_path, true) {
+        Ok(_) => Some(stats_path),
+        // Read-only with the default stats file: go on without it (module docs).
+        Err(e) if a.read_only && a.stats_file.is_none() => {
+            eprintln!(
+                "warning: {e}; serving read-only without a stats file (`csd device smart` \
+                 cannot show this server's figures; --stats-file PATH puts them elsewhere)"
+            );
+            None
+        }
+        Err(e) => return Err(e),
+    };
     eprintln!(
         "serving {} ({} bytes, device {device}, clock {}) at {uri}",
         a.image.display(),
@@ -199,16 +243,23 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
             ClockMode::Paced { scale } => format!("paced:{scale}"),
         }
     );
-    eprintln!(
-        "stats: {} (csd device smart --image {}); stop with Ctrl-C or SIGTERM",
-        stats_path.display(),
-        a.image.display()
-    );
+    match &stats_path {
+        Some(p) => eprintln!(
+            "stats: {} (csd device smart --image {}); stop with Ctrl-C or SIGTERM",
+            p.display(),
+            a.image.display()
+        ),
+        None => eprintln!("stop with Ctrl-C or SIGTERM"),
+    }
     // The URI alone on stdout, for scripts.
     println!("{uri}");
 
     let served = std::thread::scope(|s| {
-        let ticker = s.spawn(|| tick_stats(a, &snap, &server, &stats_path, &stop));
+        let ticker = s.spawn(|| {
+            if let Some(p) = &stats_path {
+                tick_stats(a, &snap, &server, p, &stop);
+            }
+        });
         let r = server.serve(&listener, &stop);
         // `serve` also returns on a listener failure: stop the ticker then too.
         stop.store(true, Ordering::Relaxed);
@@ -219,7 +270,10 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
     eprintln!("shutting down: flush, checkpoint, sync");
     // Every connection has ended; make the device durable before the final stats.
     server.with_device(|d| image::close(d.block_mut()))?;
-    let v = snap.write(&server, &stats_path, false)?;
+    let v = match &stats_path {
+        Some(p) => snap.write(&server, p, false)?,
+        None => snap.json(&server, false)?,
+    };
     eprintln!("{}", stats_line(&v));
     served?;
     eprintln!("image {} synced", a.image.display());

@@ -9,6 +9,7 @@ use csd_nbd::proto::{self, *};
 use csd_nbd::{Listener, Server, ServerConfig};
 use csd_sim::DeviceConfig;
 use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,10 +24,13 @@ pub fn tiny_device() -> NvmeDevice {
     NvmeDevice::new(Ftl::format(nand, FtlConfig::default()).unwrap())
 }
 
-/// A server listening on a Unix socket in a temporary directory, served by a thread.
+/// A server listening on a Unix socket in a temporary directory (or on 127.0.0.1),
+/// served by a thread.
 pub struct Running {
     pub server: Server,
     pub socket: PathBuf,
+    /// The TCP address, for a server started with [`Running::start_tcp`].
+    pub addr: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     _dir: tempfile::TempDir,
@@ -41,14 +45,34 @@ impl Running {
     pub fn start_with(device: NvmeDevice, cfg: ServerConfig) -> Running {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("nbd.sock");
-        let server = Server::new(device, cfg).unwrap();
         let listener = Listener::unix(&socket).unwrap();
+        Running::serve(device, cfg, listener, socket, dir)
+    }
+
+    /// A tiny device served on 127.0.0.1 (any free port).
+    pub fn start_tcp(cfg: ServerConfig) -> Running {
+        let dir = tempfile::tempdir().unwrap();
+        let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let listener = Listener::tcp(lo, false).unwrap();
+        Running::serve(tiny_device(), cfg, listener, PathBuf::new(), dir)
+    }
+
+    fn serve(
+        device: NvmeDevice,
+        cfg: ServerConfig,
+        listener: Listener,
+        socket: PathBuf,
+        dir: tempfile::TempDir,
+    ) -> Running {
+        let server = Server::new(device, cfg).unwrap();
+        let addr = listener.local_addr();
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (server.clone(), stop.clone());
         let thread = std::thread::spawn(move || s.serve(&listener, &st).unwrap());
         Running {
             server,
             socket,
+            addr,
             stop,
             thread: Some(thread),
             _dir: dir,
@@ -77,9 +101,9 @@ impl Drop for Running {
 /// An option reply: (option, reply type, data).
 pub type OptReply = (u32, u32, Vec<u8>);
 
-/// A connected client.
-pub struct Client {
-    pub s: UnixStream,
+/// A connected client (over a Unix socket unless said otherwise).
+pub struct Client<S = UnixStream> {
+    pub s: S,
     pub size: u64,
     pub flags: u16,
     next: u64,
@@ -91,19 +115,58 @@ pub fn read_u64(s: &mut impl Read) -> io::Result<u64> {
     Ok(u64::from_be_bytes(b))
 }
 
-impl Client {
+impl Client<UnixStream> {
     /// Connect and read the greeting; send client flags. Returns the raw stream.
     pub fn handshake(path: &Path) -> io::Result<UnixStream> {
         let mut s = UnixStream::connect(path)?;
         s.set_read_timeout(Some(Duration::from_secs(20)))?;
-        let mut g = [0u8; 18];
-        s.read_exact(&mut g)?;
-        assert_eq!(g, proto::greeting());
-        s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes())?;
+        Self::greet(&mut s)?;
         Ok(s)
     }
 
-    pub fn send_option(s: &mut UnixStream, option: u32, data: &[u8]) -> io::Result<()> {
+    /// Connect and enter transmission with NBD_OPT_GO.
+    pub fn go(path: &Path, name: &str) -> io::Result<Client> {
+        let s = Self::handshake(path)?;
+        Client::go_on(s, name)
+    }
+}
+
+impl Client<TcpStream> {
+    /// Connect over TCP and read the greeting; send client flags.
+    pub fn handshake_tcp(addr: SocketAddr) -> io::Result<TcpStream> {
+        let mut s = TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(20)))?;
+        Self::greet(&mut s)?;
+        Ok(s)
+    }
+
+    /// Connect over TCP and enter transmission with NBD_OPT_GO.
+    pub fn go_tcp(addr: SocketAddr, name: &str) -> io::Result<Client<TcpStream>> {
+        let s = Self::handshake_tcp(addr)?;
+        Client::go_on(s, name)
+    }
+}
+
+impl<S: Read + Write> Client<S> {
+    /// A client on a stream that has entered transmission.
+    pub fn new(s: S, size: u64, flags: u16) -> Client<S> {
+        Client {
+            s,
+            size,
+            flags,
+            next: 1,
+        }
+    }
+
+    /// Read the greeting and send the client flags.
+    pub fn greet(s: &mut S) -> io::Result<()> {
+        let mut g = [0u8; 18];
+        s.read_exact(&mut g)?;
+        assert_eq!(g, proto::greeting());
+        s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes())
+    }
+
+    pub fn send_option(s: &mut S, option: u32, data: &[u8]) -> io::Result<()> {
         let h = OptionHeader {
             option,
             length: data.len() as u32,
@@ -112,7 +175,7 @@ impl Client {
         s.write_all(data)
     }
 
-    pub fn read_opt_reply(s: &mut UnixStream) -> io::Result<OptReply> {
+    pub fn read_opt_reply(s: &mut S) -> io::Result<OptReply> {
         assert_eq!(read_u64(s)?, OPT_REPLY_MAGIC);
         let mut b = [0u8; 12];
         s.read_exact(&mut b)?;
@@ -125,7 +188,7 @@ impl Client {
     }
 
     /// Replies up to and including the final one (ACK or an error).
-    pub fn option(s: &mut UnixStream, option: u32, data: &[u8]) -> io::Result<Vec<OptReply>> {
+    pub fn option(s: &mut S, option: u32, data: &[u8]) -> io::Result<Vec<OptReply>> {
         Self::send_option(s, option, data)?;
         let mut v = Vec::new();
         loop {
@@ -138,9 +201,8 @@ impl Client {
         }
     }
 
-    /// Connect and enter transmission with NBD_OPT_GO.
-    pub fn go(path: &Path, name: &str) -> io::Result<Client> {
-        let mut s = Self::handshake(path)?;
+    /// Enter transmission with NBD_OPT_GO on a stream past the greeting.
+    pub fn go_on(mut s: S, name: &str) -> io::Result<Client<S>> {
         let req = InfoRequest {
             name: name.as_bytes().to_vec(),
             requests: vec![INFO_BLOCK_SIZE],
