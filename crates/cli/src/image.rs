@@ -3,6 +3,18 @@
 //! `csd io` and `csd serve`, format-time options refused on an image that already holds an
 //! FTL, notices on stderr when an open was not routine, and output paths that never
 //! overwrite an image or a file csd did not write.
+//!
+//! **A device config given for an existing image** (`--preset`, `--config`, `--set`):
+//! the image keeps the config it was created with (it is recorded in its header, and
+//! the media, the controller and the energy model all read it from there), so a setting
+//! cannot be changed by opening it with another. The geometry must match (the media
+//! layer's check shows both). A `--set KEY=VALUE` that differs from the image's value
+//! is an error naming each such key with both values: the user asked for that value
+//! explicitly, and running with another one would report figures of a device they did
+//! not ask for. `--set` alone is taken relative to the image's own config (restating a
+//! value is fine). Non-geometry fields in which a whole `--preset`/`--config` differs from
+//! the image's config get a warning naming them (a preset's numbers may have been revised
+//! since the image was made; that is no reason to refuse the image).
 
 use crate::{CliError, ConfigSource};
 use clap::{Args, ValueEnum};
@@ -10,6 +22,7 @@ use csd_device::BlockDevice;
 use csd_device::stack::{self, OpenOptions, OpenReport};
 use csd_ftl::{FtlConfig, GcPolicy, WriteCache};
 use csd_nand::Access;
+use csd_sim::DeviceConfig;
 use std::path::Path;
 
 /// GC victim choice.
@@ -143,9 +156,10 @@ impl FtlArgs {
 }
 
 /// Open the block device on `path` read-write: created from `src` if `create` and the
-/// file does not exist, formatted only if fresh or on request. Format-time options on an
-/// image that holds an FTL are an error. A non-routine open is reported on stderr unless
-/// `quiet`.
+/// file does not exist, formatted only then or on request (`--format`); an image without
+/// an FTL is an error naming `--format`. Format-time options on an existing image without
+/// `--format` are an error, and so is a `--set` the image's config does not have (see the
+/// module documentation). A non-routine open is reported on stderr unless `quiet`.
 pub(crate) fn open_rw(
     path: &Path,
     src: &ConfigSource,
@@ -154,43 +168,163 @@ pub(crate) fn open_rw(
     quiet: bool,
 ) -> Result<BlockDevice, CliError> {
     let exists = path.exists();
-    let cfg = if create && !exists || src.given() {
-        Some(src.load()?)
-    } else {
-        None
-    };
-    let sector = match &cfg {
-        Some(c) => c.geometry.sector_size,
-        None => {
-            stack::open_media(path, &OpenOptions::read_only())?
-                .geometry()
-                .sector_size
-        }
-    };
     if exists && ftl.op.is_some() && !ftl.format {
-        let nand = stack::open_media(path, &OpenOptions::read_only())?;
-        if stack::written_blocks(&nand) > 0 {
-            return Err(CliError::Usage(format!(
-                "--op applies when the FTL is formatted, and {} already holds one: drop --op, \
-                 or add --format to re-format it (destroys its data)",
-                path.display()
-            )));
-        }
+        return Err(CliError::Usage(format!(
+            "--op applies when the FTL is formatted (a new image, or --format), and {} \
+             exists: drop --op, or add --format to format it anew (destroys its data)",
+            path.display()
+        )));
     }
+    let (sector, expect, create_cfg) = if exists {
+        let requested = requested_config(src)?;
+        let nand = stack::open_media(
+            path,
+            &OpenOptions {
+                expect: requested.as_ref().map(|c| c.geometry),
+                ..OpenOptions::read_only()
+            },
+        )?;
+        check_config_source(path, src, requested.as_ref(), nand.config())?;
+        (
+            nand.geometry().sector_size,
+            requested.map(|c| c.geometry),
+            None,
+        )
+    } else if create {
+        let cfg = src.load()?;
+        (cfg.geometry.sector_size, None, Some(cfg))
+    } else {
+        // Missing and not to be created: the media layer says so.
+        let nand = stack::open_media(path, &OpenOptions::read_only())?;
+        (nand.geometry().sector_size, None, None)
+    };
     let opts = OpenOptions {
         access: Access::ReadWrite,
         ftl: ftl.config(sector)?,
-        expect: if exists {
-            cfg.as_ref().map(|c| c.geometry)
-        } else {
-            None
-        },
-        create: if create { cfg } else { None },
+        expect,
+        create: create_cfg,
         format: ftl.format,
     };
     let (dev, rep) = stack::open_image(path, &opts)?;
     notice(path, &rep, quiet);
     Ok(dev)
+}
+
+/// The config `--preset` / `--config` name (with the `--set` overrides), when one of them
+/// is given; `None` for `--set` alone, which an existing image takes relative to its own
+/// config ([`check_config_source`]).
+pub(crate) fn requested_config(src: &ConfigSource) -> Result<Option<DeviceConfig>, CliError> {
+    if src.preset.is_some() || src.config.is_some() {
+        Ok(Some(src.load()?))
+    } else {
+        Ok(None)
+    }
+}
+
+/// The rule for a device config given for an existing image (see the module
+/// documentation): every `--set` must restate the image's value (an error naming the
+/// keys that differ otherwise); fields in which a `--preset`/`--config` (`requested`)
+/// differs from the image's config `stored` get a warning on stderr. The geometry is the
+/// media layer's check.
+pub(crate) fn check_config_source(
+    path: &Path,
+    src: &ConfigSource,
+    requested: Option<&DeviceConfig>,
+    stored: &DeviceConfig,
+) -> Result<(), CliError> {
+    let mut set_keys = Vec::new();
+    if !src.set.is_empty() {
+        let with_set = DeviceConfig::from_toml_with_overrides(&stored.to_toml(), &src.set)?;
+        let changed = config_diff(stored, &with_set);
+        if !changed.is_empty() {
+            let keys: Vec<String> = changed
+                .iter()
+                .map(|(k, was, asked)| format!("{k} is {was} there (--set asks for {asked})"))
+                .collect();
+            return Err(CliError::Usage(format!(
+                "{} keeps the device config it was created with, and --set cannot change it \
+                 on an existing image: {}. Nothing was opened for writing. Drop the --set (or \
+                 restate the image's value), or create a new image with it (`csd device \
+                 create ... --set KEY=VALUE --image NEW.img`); `csd device info --image {}` \
+                 shows the image's config",
+                path.display(),
+                keys.join("; "),
+                path.display()
+            )));
+        }
+        set_keys = src
+            .set
+            .iter()
+            .filter_map(|s| s.split_once('=').map(|(k, _)| k.trim().to_string()))
+            .collect();
+    }
+    if let Some(req) = requested {
+        let ignored: Vec<String> = config_diff(stored, req)
+            .into_iter()
+            .map(|(k, _, _)| k)
+            .filter(|k| {
+                !matches!(k.as_str(), "name" | "description" | "source")
+                    && !k.starts_with("geometry.")
+                    && !set_keys.contains(k)
+            })
+            .collect();
+        if !ignored.is_empty() {
+            eprintln!(
+                "warning: {} keeps the device config it was created with ({}); the {} given \
+                 differs in {} and is not applied to those fields (`csd device info --image {}` \
+                 shows the image's config)",
+                path.display(),
+                stored.name,
+                match (&src.preset, &src.config) {
+                    (_, Some(c)) => format!("--config {}", c.display()),
+                    (Some(p), None) => format!("--preset {p}"),
+                    (None, None) => "config".into(),
+                },
+                ignored.join(", "),
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The fields (dotted keys, as `--set` names them) in which two configs differ, with the
+/// value in `a` and in `b`.
+fn config_diff(a: &DeviceConfig, b: &DeviceConfig) -> Vec<(String, String, String)> {
+    fn walk(
+        prefix: &str,
+        a: Option<&toml::Value>,
+        b: Option<&toml::Value>,
+        out: &mut Vec<(String, String, String)>,
+    ) {
+        let show =
+            |v: Option<&toml::Value>| v.map_or_else(|| "unset".to_string(), |v| v.to_string());
+        match (a, b) {
+            (Some(toml::Value::Table(x)), Some(toml::Value::Table(y))) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                for k in keys {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&key, x.get(k), y.get(k), out);
+                }
+            }
+            (x, y) if x != y => out.push((prefix.to_string(), show(x), show(y))),
+            _ => {}
+        }
+    }
+    let (Ok(x), Ok(y)) = (toml::Value::try_from(a), toml::Value::try_from(b)) else {
+        // Plain structs of numbers and strings always serialize; if not, no difference
+        // can be named.
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    walk("", Some(&x), Some(&y), &mut out);
+    out
 }
 
 /// Open the block device on `path` read-only: nothing is written to the image, even when

@@ -6,10 +6,20 @@
 //!   lock with a copy-on-write mapping and recovers without writing (an unclean log is
 //!   replayed in memory only): the file keeps every byte. Commands that only read use it,
 //!   so running the same query twice leaves the image byte-identical.
-//! * **Never format implicitly.** A fresh image (no block ever programmed or erased) is
-//!   formatted when opened read-write; an image whose flash holds data but no FTL the
-//!   recovery can find is an error that says so and names the way out (`csd device
-//!   check`, or formatting on request, which destroys the data).
+//! * **Never format implicitly.** The FTL is formatted only when the image is created
+//!   ([`create_image`], or [`open_image`] with [`OpenOptions::create`] on a missing file)
+//!   or on request ([`OpenOptions::format`]). An image with no FTL is an error on every
+//!   open, read-only or read-write: one whose flash holds data names the way out (`csd
+//!   device check`, or formatting on request, which destroys the data); one with no block
+//!   ever written (a creation that did not finish, a zeroed block table) names
+//!   `--format`. (Before, a read-write open formatted such an image unasked, and a zeroed
+//!   block table over real data then let the format write into the old blocks.)
+//! * **Only regular files are images.** A FIFO, socket, directory or device node given
+//!   as the image is refused before anything opens it (opening a FIFO would block until
+//!   a writer appears).
+//! * **A failed creation leaves nothing behind.** When formatting or syncing a newly
+//!   created image fails (an FTL config refused, a full file system), the file is removed,
+//!   so a retry does not meet "File exists".
 //! * **Opening costs O(metadata)** (see `csd_ftl` recovery): after a clean shutdown
 //!   nothing is replayed and nothing written.
 //! * **Closing is a clean shutdown**: buffered writes committed, a checkpoint marked clean,
@@ -44,13 +54,28 @@ pub enum OpenError {
         /// Blocks the media says were programmed or erased.
         written: u64,
     },
-    /// The image has no FTL yet and was opened read-only, so it cannot be formatted.
+    /// The image has no FTL: no block was ever written (a creation that did not finish,
+    /// or a zeroed block table). Opens never format implicitly.
     #[error(
-        "{path} holds no FTL yet (a fresh image): write something first (e.g. `csd io --image {path}` or `csd load ... --image {path}`)"
+        "{path} holds no FTL: it was never formatted (a `csd device create` that did not \
+         finish, or a zeroed block table). Nothing was written. Format it on request with \
+         `--format` (`csd io`, `csd serve`, `csd kv serve`), or delete it and run `csd device \
+         create --image {path}`"
     )]
     Unformatted {
         /// The image.
         path: PathBuf,
+    },
+    /// The path is not a regular file (a FIFO, socket, directory or device node).
+    #[error(
+        "{path} is a {kind}, not a regular file: a csd image is a regular file (make one \
+         with `csd device create --image PATH`); nothing was opened"
+    )]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
     },
 }
 
@@ -98,7 +123,7 @@ impl OpenOptions {
 pub struct OpenReport {
     /// The image file was created.
     pub created: bool,
-    /// The FTL was formatted (a fresh image, or on request).
+    /// The FTL was formatted (a created image, or on request).
     pub formatted: bool,
     /// The recovery, when an existing FTL was opened.
     pub recovery: Option<RecoveryReport>,
@@ -137,20 +162,66 @@ pub fn in_memory(cfg: DeviceConfig, ftl: FtlConfig) -> Result<BlockDevice, OpenE
     Ok(BlockDevice::new(Ftl::format(nand, ftl)?))
 }
 
-/// Create a new image file (it must not exist) and format its FTL.
+/// Create a new image file (it must not exist) and format its FTL. On any failure after
+/// the file was made (the FTL config refused, a full file system while formatting or
+/// syncing) the file is removed: nothing is left behind.
 pub fn create_image(
     path: &Path,
     cfg: DeviceConfig,
     ftl: FtlConfig,
 ) -> Result<BlockDevice, OpenError> {
+    // The media layer removes the file itself when making it fails.
     let nand = Nand::create_image(path, cfg)?;
-    let mut ftl = Ftl::format(nand, ftl)?;
-    ftl.nand_mut().sync()?;
-    Ok(BlockDevice::new(ftl))
+    let formatted = Ftl::format(nand, ftl)
+        .map_err(OpenError::from)
+        .and_then(|mut ftl| {
+            ftl.nand_mut().sync()?;
+            Ok(ftl)
+        });
+    match formatted {
+        Ok(ftl) => Ok(BlockDevice::new(ftl)),
+        Err(e) => {
+            // The media (and its lock and mapping) went with the failed format; the file
+            // is ours, made by `create_image` above with `create_new`.
+            let _ = std::fs::remove_file(path);
+            Err(e)
+        }
+    }
+}
+
+/// Refuses a path that is not a regular file (following symlinks), before anything
+/// opens it: opening a FIFO blocks until a writer appears, and a directory, socket or
+/// device node is no image. A missing path passes (the open reports it).
+pub fn check_image_path(path: &Path) -> Result<(), OpenError> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    let t = meta.file_type();
+    let kind = if t.is_file() {
+        return Ok(());
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
+        "FIFO (named pipe)"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_block_device() {
+        "block device (not supported as an image)"
+    } else if t.is_char_device() {
+        "character device"
+    } else {
+        "special file"
+    };
+    Err(OpenError::NotAFile {
+        path: path.to_path_buf(),
+        kind,
+    })
 }
 
 /// Open the media of an image (no FTL), for raw access and inspection.
 pub fn open_media(path: &Path, opts: &OpenOptions) -> Result<Nand, OpenError> {
+    check_image_path(path)?;
     Ok(Nand::open_image_with(
         path,
         opts.expect.as_ref(),
@@ -201,13 +272,10 @@ pub fn open_image(path: &Path, opts: &OpenOptions) -> Result<(BlockDevice, OpenR
                     written,
                 });
             }
-            if opts.access == Access::ReadOnly {
-                return Err(OpenError::Unformatted {
-                    path: path.to_path_buf(),
-                });
-            }
-            rep.formatted = true;
-            Ok((BlockDevice::new(Ftl::format(*failed.nand, opts.ftl)?), rep))
+            // Never formatted implicitly (see the module documentation).
+            Err(OpenError::Unformatted {
+                path: path.to_path_buf(),
+            })
         }
         Err(failed) => Err(failed.error.into()),
     }

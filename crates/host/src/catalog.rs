@@ -33,6 +33,15 @@
 //! loader's HyperLogLog sketches ([`cardinality_estimator`], about 1.6% error) saw, for
 //! the SQL planner's join and aggregate estimates. INSERT / UPDATE / DELETE keep them
 //! (estimates, never used for a result). Older catalogs stay readable.
+//!
+//! **The catalog area is only ever written over a csd catalog or zeros.** A device whose
+//! first [`CATALOG_LBAS`] LBAs read as zeros never held a catalog (or anything else
+//! there) and starts with an empty one. Anything else without the catalog's magic (data
+//! a client wrote through `csd serve` / NBD, `csd io` or `csd kv serve`) is not a
+//! catalog: [`Catalog::read`] refuses it, and since every catalog update (a load, DDL,
+//! INSERT / UPDATE / DELETE, an index) reads the catalog first, nothing is written over
+//! it. Giving such a device over to tables takes consent: [`Catalog::take_over`]
+//! (`csd load ... --force`) writes an empty catalog over the area and trims the rest.
 
 use crate::client::{CommandIssuer, HostError};
 use csd_table::datagen::RowSource;
@@ -287,6 +296,27 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// What a catalog area without the catalog's magic holds, in a few words.
+fn foreign_summary(b: &[u8]) -> String {
+    let nonzero = b.iter().filter(|&&x| x != 0).count();
+    let head: String = b.iter().take(8).map(|x| format!("{x:02x}")).collect();
+    format!("data that is not a csd catalog ({nonzero} non-zero bytes, starting {head})")
+}
+
+/// Why a catalog area that is neither zeros nor a csd catalog is refused, and the ways on.
+fn foreign_area(b: &[u8]) -> String {
+    format!(
+        "LBAs 0 to {} (the catalog area) hold {}: the device holds something else, such \
+         as data a client wrote through `csd serve` (NBD), `csd io` or `csd kv serve`. No \
+         table is read from it and nothing is written over it. To keep that data, use \
+         another image for tables; to make this device a table store anyway (overwrites \
+         the catalog area and the LBAs tables are loaded to), load with `csd load ... \
+         --force`",
+        CATALOG_LBAS - 1,
+        foreign_summary(b)
+    )
+}
+
 fn type_code(t: ColumnType) -> (u8, u16) {
     match t {
         ColumnType::Int32 => (1, 0),
@@ -420,8 +450,12 @@ impl Catalog {
     fn decode(b: &[u8]) -> Result<Catalog, HostError> {
         let mut r = Reader { b, p: 0 };
         if r.u32()? != MAGIC {
-            // A device that never held a catalog reads as zeros.
-            return Ok(Catalog::default());
+            // A device that never held a catalog reads as zeros; anything else there is
+            // someone's data, never to be taken for an empty catalog and overwritten.
+            if b.iter().all(|&x| x == 0) {
+                return Ok(Catalog::default());
+            }
+            return Err(HostError::Catalog(foreign_area(b)));
         }
         let version = r.u16()?;
         if !matches!(
@@ -617,6 +651,11 @@ impl Catalog {
 
     /// Read the catalog as it is on the device, a redo record included.
     pub fn read_raw(client: &mut impl CommandIssuer) -> Result<Catalog, HostError> {
+        Catalog::decode(&Catalog::read_area(client)?)
+    }
+
+    /// The bytes of the catalog area.
+    fn read_area(client: &mut impl CommandIssuer) -> Result<Vec<u8>, HostError> {
         let lba = client.identify().lba_size as usize;
         let mdts = client.identify().mdts_blocks.max(1) as u64;
         let mut bytes = Vec::with_capacity(CATALOG_LBAS as usize * lba);
@@ -626,7 +665,32 @@ impl Catalog {
             bytes.extend_from_slice(&client.read(l, n as u32)?);
             l += n;
         }
-        Catalog::decode(&bytes)
+        Ok(bytes)
+    }
+
+    /// Give the catalog area to tables when it holds no readable catalog: data that is
+    /// not a csd catalog (a client's, through NBD), or a damaged catalog. Writes a new,
+    /// empty catalog (one atomic batch, as every catalog write) and trims the rest of the
+    /// area. Destroys what was there: the consent path (`csd load --force`). Returns what
+    /// the area held, or `None` when it held a readable catalog or zeros (nothing is
+    /// written then).
+    pub fn take_over(client: &mut impl CommandIssuer) -> Result<Option<String>, HostError> {
+        let bytes = Catalog::read_area(client)?;
+        let held = match Catalog::decode(&bytes) {
+            Ok(_) => return Ok(None),
+            Err(_) if !bytes.starts_with(&MAGIC.to_le_bytes()) => foreign_summary(&bytes),
+            Err(e) => format!("a damaged csd catalog ({e}); its tables are forgotten"),
+        };
+        let fresh = Catalog::default();
+        fresh.write(client)?;
+        let lba = client.identify().lba_size as usize;
+        let used = fresh.encode().len().div_ceil(lba) as u64;
+        client.exec(csd_device::Command::Trim {
+            lba: used,
+            blocks: CATALOG_LBAS - used,
+        })?;
+        client.flush()?;
+        Ok(Some(held))
     }
 
     /// First LBA of the statement log (tables end before it).

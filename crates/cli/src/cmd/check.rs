@@ -1,12 +1,15 @@
 //! `csd device check`: what an image holds and what of it is readable, without changing
 //! it. The image is opened read-only (a damaged or unclean image is replayed in memory
 //! only), so this is the safe first step after a crash or a suspected corruption, and
-//! before deciding to format.
+//! before deciding to format. An image another process holds (its lock taken by a
+//! `csd serve`, say) is reported as in use, with no advice to format it; an image that
+//! was never formatted is a problem (no command can use it without `--format`).
 
 use crate::{CliError, report};
 use clap::Args;
 use csd_device::stack::{self, OpenError, OpenOptions};
 use csd_ftl::FtlError;
+use csd_nand::NandError;
 use csd_sim::SimTime;
 use std::path::PathBuf;
 
@@ -38,6 +41,8 @@ struct Findings {
     lbas_read: u64,
     lbas_unreadable: u64,
     first_unreadable: Vec<u64>,
+    /// Another process holds the image (its lock): nothing was checked.
+    in_use: bool,
     ok: bool,
 }
 
@@ -49,6 +54,7 @@ pub(crate) fn run(a: &CheckArgs) -> Result<(), CliError> {
     };
     let nand = match stack::open_media(&a.image, &OpenOptions::read_only()) {
         Ok(n) => n,
+        Err(OpenError::Nand(NandError::Locked { .. })) => return in_use(a, f),
         Err(e) => {
             f.header = format!("unusable: {e}");
             return finish(a, f);
@@ -65,9 +71,11 @@ pub(crate) fn run(a: &CheckArgs) -> Result<(), CliError> {
                 .or(Some("clean shutdown: nothing to replay".into()));
             dev
         }
+        Err(OpenError::Nand(NandError::Locked { .. })) => return in_use(a, f),
         Err(OpenError::Unformatted { .. }) => {
-            f.ftl = "none (a fresh image)".into();
-            f.ok = true;
+            f.ftl = "none: never formatted (a creation that did not finish, or a zeroed \
+                     block table); opens refuse it until it is formatted with --format"
+                .into();
             return finish(a, f);
         }
         Err(e @ OpenError::NoFtl { .. }) | Err(e @ OpenError::Ftl(FtlError::Corrupt(_))) => {
@@ -136,6 +144,13 @@ pub(crate) fn run(a: &CheckArgs) -> Result<(), CliError> {
     finish(a, f)
 }
 
+/// Another process holds the image's lock: say so (there is nothing to format).
+fn in_use(a: &CheckArgs, mut f: Findings) -> Result<(), CliError> {
+    f.header = "in use: another process holds the image (its lock); not checked".into();
+    f.in_use = true;
+    finish(a, f)
+}
+
 fn finish(a: &CheckArgs, f: Findings) -> Result<(), CliError> {
     if a.json {
         println!("{}", serde_json::to_value(&f).unwrap_or_default());
@@ -177,16 +192,34 @@ fn finish(a: &CheckArgs, f: Findings) -> Result<(), CliError> {
             t.add_row(vec![k.to_string(), v]);
         }
         println!("{t}");
-        println!(
-            "the image was opened read-only: nothing was written{}",
-            if f.ok {
-                ""
-            } else {
-                "; to start over, format it on request (e.g. `csd io --image IMAGE --format`), which destroys its data"
-            }
-        );
+        if f.in_use {
+            println!(
+                "{} is in use by another process (a `csd serve`, `csd kv serve` or another \
+                 command that writes holds its lock): nothing was checked or written. Stop \
+                 that process or let it finish, then check again; `csd device smart --image \
+                 {}` shows a live `csd serve`'s counters",
+                a.image.display(),
+                a.image.display()
+            );
+        } else if f.device.is_none() {
+            println!("the file is not a usable csd image: nothing was written");
+        } else {
+            println!(
+                "the image was opened read-only: nothing was written{}",
+                if f.ok {
+                    ""
+                } else {
+                    "; to start over, format it on request (e.g. `csd io --image IMAGE --format`), which destroys its data"
+                }
+            );
+        }
     }
-    if f.ok {
+    if f.in_use {
+        Err(CliError::Usage(format!(
+            "{}: in use by another process (locked); not checked",
+            a.image.display()
+        )))
+    } else if f.ok {
         Ok(())
     } else {
         Err(CliError::Usage(format!(

@@ -7,11 +7,12 @@
 use crate::args::{parse_clock, parse_rw};
 use crate::{CliError, ConfigSource, image, report, units};
 use clap::Args;
+use csd_device::stack::{self, OpenOptions};
 use csd_device::workload::{self, IoReport, Rw, WorkloadSpec};
 use csd_device::{BlockDevice, IoTarget, RawDevice};
 use csd_nand::Nand;
 use csd_sim::ClockMode;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Which interface `csd io` drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -87,24 +88,50 @@ pub(crate) struct IoArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
+    /// Raw mode on an image: write even though its flash holds data (an FTL and what was
+    /// stored through it), which the raw writes destroy.
+    #[arg(long)]
+    force: bool,
 }
 
-/// Open the raw flash array an `io`-like command runs on.
-fn open_media(image: Option<&Path>, src: &ConfigSource) -> Result<Nand, CliError> {
-    match image {
-        Some(path) => {
-            let opts = csd_device::stack::OpenOptions {
-                expect: if src.given() {
-                    Some(src.load()?.geometry)
-                } else {
-                    None
-                },
-                ..csd_device::stack::OpenOptions::read_write()
-            };
-            Ok(csd_device::stack::open_media(path, &opts)?)
-        }
-        None => Ok(Nand::new_in_memory(src.load()?)?),
+impl IoArgs {
+    /// Whether the run (or its preconditioning) writes.
+    fn writes(&self) -> bool {
+        self.precondition || !matches!(self.rw, Rw::Read | Rw::RandRead)
     }
+}
+
+/// Open the raw flash array an `io` run drives: in memory, or an image's media —
+/// read-only when the run only reads, and for writes only when no block of the image
+/// holds data (an FTL included) unless `--force`: raw programs and erases would destroy
+/// it.
+fn open_media(a: &IoArgs) -> Result<Nand, CliError> {
+    let Some(path) = &a.image else {
+        return Ok(Nand::new_in_memory(a.src.load()?)?);
+    };
+    let requested = image::requested_config(&a.src)?;
+    let opts = OpenOptions {
+        expect: requested.as_ref().map(|c| c.geometry),
+        ..if a.writes() {
+            OpenOptions::read_write()
+        } else {
+            OpenOptions::read_only()
+        }
+    };
+    let nand = stack::open_media(path, &opts)?;
+    image::check_config_source(path, &a.src, requested.as_ref(), nand.config())?;
+    let written = stack::written_blocks(&nand);
+    if a.writes() && written > 0 && !a.force {
+        return Err(CliError::Usage(format!(
+            "refusing raw-mode writes on {}: {written} of its blocks hold data (its FTL's \
+             metadata and the data stored through it), which raw page writes and block \
+             erases would destroy; nothing was written. Measure raw writes on a new image \
+             (`csd device create ... --image NEW.img`) or in memory (no --image), read it \
+             with `--rw read|randread`, or add --force to overwrite it anyway",
+            path.display()
+        )));
+    }
+    Ok(nand)
 }
 
 /// `csd io`: precondition if asked, run the workload, print the report, sync the image.
@@ -125,7 +152,12 @@ pub(crate) fn run(a: &IoArgs) -> Result<(), CliError> {
             Dev::Raw(d) => d.nand_mut().sync()?,
         }
         if !a.json {
-            println!("image {} synced", path.display());
+            let how = if matches!(holder, Dev::Raw(_)) && !a.writes() {
+                "opened read-only: unchanged"
+            } else {
+                "synced"
+            };
+            println!("image {} {how}", path.display());
         }
     }
     Ok(())
@@ -134,8 +166,15 @@ pub(crate) fn run(a: &IoArgs) -> Result<(), CliError> {
 /// The device the run drives: the raw array, or the FTL's block device (on an image,
 /// the FTL that is there, recovered, unless asked to format).
 fn open(a: &IoArgs) -> Result<Dev, CliError> {
+    if a.force && (a.mode != ModeArg::Raw || a.image.is_none()) {
+        return Err(CliError::Usage(
+            "--force applies to raw-mode writes on an image (`--mode raw --image PATH`); \
+             block mode formats its FTL anew only with --format"
+                .into(),
+        ));
+    }
     Ok(match (a.mode, &a.image) {
-        (ModeArg::Raw, image) => Dev::Raw(RawDevice::new(open_media(image.as_deref(), &a.src)?)),
+        (ModeArg::Raw, _) => Dev::Raw(RawDevice::new(open_media(a)?)),
         (ModeArg::Block, Some(path)) => {
             Dev::Block(image::open_rw(path, &a.src, &a.ftl, false, a.json)?)
         }
@@ -291,6 +330,9 @@ fn reproduce_cmd(a: &IoArgs) -> String {
     s.push_str(&format!(" --seed {}", a.seed));
     if a.precondition {
         s.push_str(" --precondition");
+    }
+    if a.force {
+        s.push_str(" --force");
     }
     if a.batch > 1 {
         s.push_str(&format!(" --batch {}", a.batch));

@@ -92,6 +92,12 @@ pub(crate) struct Target {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// The image's catalog area (its first 64 LBAs) holds data that is not a csd catalog
+    /// (e.g. written through `csd serve`) or a damaged catalog: write a new, empty
+    /// catalog over it and load anyway, which destroys that data and whatever lies where
+    /// the tables go. Without it such a load is refused and nothing is written.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Args)]
@@ -153,7 +159,11 @@ impl Target {
                 d.display(),
                 self.stripe_pages
             ),
-            (Some(i), None) => format!("--image {}", i.display()),
+            (Some(i), None) => format!(
+                "--image {}{}",
+                i.display(),
+                if self.force { " --force" } else { "" }
+            ),
             (None, None) => String::new(),
         }
     }
@@ -162,6 +172,11 @@ impl Target {
 fn open_client(t: &Target) -> Result<Dest, CliError> {
     match (&t.image, &t.array) {
         (_, Some(dir)) => {
+            if t.force {
+                return Err(CliError::Usage(
+                    "--force applies to a load into one image (--image), not into an array".into(),
+                ));
+            }
             if t.src.given() {
                 return Err(CliError::Usage(
                     "--preset/--config/--set apply to `csd array create`, not to a load into an array"
@@ -180,9 +195,23 @@ fn open_client(t: &Target) -> Result<Dest, CliError> {
                 ..image::FtlArgs::default()
             };
             let dev = image::open_rw(img, &t.src, &ftl, true, t.json)?;
-            Ok(Dest::One(Box::new(Client::new(NvmeDevice::from_block(
-                dev,
-            ))?)))
+            let mut client = Box::new(Client::new(NvmeDevice::from_block(dev))?);
+            if t.force {
+                // Consent given: the catalog area goes to tables whatever it held.
+                let taken = Catalog::take_over(client.as_mut());
+                match taken {
+                    Ok(Some(why)) => eprintln!(
+                        "--force: wrote a new, empty catalog over the catalog area of {} (it held {why})",
+                        img.display()
+                    ),
+                    Ok(None) => {}
+                    Err(e) => {
+                        close_client(Dest::One(client))?;
+                        return Err(e.into());
+                    }
+                }
+            }
+            Ok(Dest::One(client))
         }
         (None, None) => Err(CliError::Usage("give --image PATH or --array DIR".into())),
     }

@@ -272,3 +272,54 @@ fn dml_fields_round_trip_and_catalogs_without_them_keep_their_bytes() {
     let err = Catalog::decode(&grown.encode()).unwrap_err().to_string();
     assert!(err.contains("statistics for 3 columns"), "{err}");
 }
+
+/// Data that is not a catalog in the catalog area (a client's, written through NBD) is
+/// never taken for an empty catalog: reads and loads refuse it and write nothing; only
+/// `take_over` (the consent path) gives the area to tables.
+#[test]
+fn foreign_data_in_the_catalog_area_is_refused_until_taken_over() {
+    let mut c = client(Nand::new_in_memory(device()).unwrap(), true);
+    let lba = c.identify().lba_size as usize;
+    let data: Vec<u8> = (0..lba * 3).map(|i| (i % 251) as u8 + 1).collect();
+    c.write(2, &data).unwrap();
+    let e = Catalog::read(&mut c).expect_err("client data is no catalog");
+    let m = e.to_string();
+    assert!(
+        m.contains("not a csd catalog") && m.contains("--force"),
+        "{m}"
+    );
+    let spec = SyntheticSpec::synthetic4(100, 1).unwrap();
+    let e = Catalog::load(
+        &mut c,
+        "s4",
+        SyntheticGenerator::new(spec).unwrap(),
+        Layout::Pax,
+        &mut |_| {},
+    )
+    .expect_err("a load over client data");
+    assert!(e.to_string().contains("not a csd catalog"), "{e}");
+    assert_eq!(
+        c.read(2, 3).unwrap(),
+        data,
+        "the client's data is untouched"
+    );
+
+    let why = Catalog::take_over(&mut c).unwrap();
+    assert!(
+        why.as_deref()
+            .is_some_and(|w| w.contains("not a csd catalog")),
+        "{why:?}"
+    );
+    assert_eq!(Catalog::read(&mut c).unwrap().tables, Vec::new());
+    assert!(c.read(2, 3).unwrap().iter().all(|&b| b == 0), "trimmed");
+    assert_eq!(Catalog::take_over(&mut c).unwrap(), None, "a catalog now");
+    Catalog::load(
+        &mut c,
+        "s4",
+        SyntheticGenerator::new(spec).unwrap(),
+        Layout::Pax,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(Catalog::read(&mut c).unwrap().tables.len(), 1);
+}
