@@ -742,10 +742,11 @@ fn bench_serve_compares_with_nbdkit() {
     ]));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let jobs = v["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs.len(), 3, "randwrite, randwrite with flushes, randread");
     for j in jobs {
         assert!(j["csd_iops"].as_f64().unwrap() > 0.0, "{j}");
         assert!(j["nbdkit_memory_iops"].as_f64().unwrap() > 0.0, "{j}");
+        assert!(j["nbdkit_file_iops"].as_f64().unwrap() > 0.0, "{j}");
     }
 }
 
@@ -910,4 +911,209 @@ fn read_only_serve_goes_on_without_a_stats_file_it_cannot_write() {
         .unwrap();
     assert!(!out.status.success());
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// LBAs the host-crash test writes.
+const CRASH_REGION: u64 = 1024;
+
+/// What the host-crash test knows of each LBA: the version known durable (a FLUSH, a
+/// FUA write or a write-through write acknowledged it) and the versions sent since.
+#[derive(Clone, Default)]
+struct Durability {
+    durable: Vec<u64>,
+    sent: Vec<Vec<u64>>,
+}
+
+impl Durability {
+    fn new() -> Durability {
+        Durability {
+            durable: vec![0; CRASH_REGION as usize],
+            sent: vec![Vec::new(); CRASH_REGION as usize],
+        }
+    }
+
+    fn made_durable(&mut self, lba: u64, seq: u64) {
+        let i = lba as usize;
+        if seq > self.durable[i] {
+            self.durable[i] = seq;
+            self.sent[i].retain(|&s| s > seq);
+        }
+    }
+}
+
+/// Write random LBAs of the crash region (8 in flight; FUA on one write in 8; a FLUSH
+/// after every 16 writes) until the server dies; `write_through` says every
+/// acknowledged write is durable.
+fn write_and_flush_until_the_server_dies(
+    sock: &Path,
+    d: &mut Durability,
+    seq: &mut u64,
+    write_through: bool,
+) {
+    let mut c = Client::connect(sock);
+    // Writes in flight: cookie -> (lba, FUA); flushes in flight: cookie -> the writes
+    // acknowledged before the flush was sent (durable once it is acknowledged).
+    let mut writes: std::collections::HashMap<u64, (u64, bool)> = Default::default();
+    let mut flushes: std::collections::HashMap<u64, Vec<(u64, u64)>> = Default::default();
+    let mut acked_not_durable: Vec<(u64, u64)> = Vec::new();
+    let mut busy = vec![false; CRASH_REGION as usize];
+    let mut rng = *seq ^ 0xC0FF_EE11;
+    let mut since_flush = 0;
+    loop {
+        while writes.len() + flushes.len() < 8 {
+            *seq += 1;
+            let cookie = *seq;
+            if since_flush >= 16 {
+                since_flush = 0;
+                flushes.insert(cookie, std::mem::take(&mut acked_not_durable));
+                if c.send(CMD_FLUSH, cookie, 0, &[], 0).is_err() {
+                    return;
+                }
+                continue;
+            }
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let lba = rng % CRASH_REGION;
+            if busy[lba as usize] {
+                continue;
+            }
+            busy[lba as usize] = true;
+            let fua = rng.is_multiple_of(8);
+            writes.insert(cookie, (lba, fua));
+            d.sent[lba as usize].push(cookie);
+            since_flush += 1;
+            let flags = if fua { CMD_FLAG_FUA } else { 0 };
+            let data = block(lba, cookie);
+            if c.send_flags(flags, CMD_WRITE, cookie, lba * LBA, &data, LBA as u32)
+                .is_err()
+            {
+                return;
+            }
+        }
+        match c.reply() {
+            Ok((0, cookie)) => {
+                if let Some(done) = flushes.remove(&cookie) {
+                    for (lba, s) in done {
+                        d.made_durable(lba, s);
+                    }
+                } else if let Some((lba, fua)) = writes.remove(&cookie) {
+                    busy[lba as usize] = false;
+                    if fua || write_through {
+                        d.made_durable(lba, cookie);
+                    } else {
+                        acked_not_durable.push((lba, cookie));
+                    }
+                } else {
+                    panic!("a reply to a request we did not send: {cookie}");
+                }
+            }
+            Ok((e, _)) => panic!("request failed with error {e}"),
+            Err(_) => return,
+        }
+    }
+}
+
+/// Every LBA of the crash region holds its durable version or one sent after it; the
+/// version found becomes the durable one. Returns how many LBAs held a version newer
+/// than the durable one.
+fn check_durable(sock: &Path, d: &mut Durability, round: u64) -> u64 {
+    let mut c = Client::connect(sock);
+    let data = c.read(0, (CRASH_REGION * LBA) as u32);
+    let mut newer = 0;
+    for lba in 0..CRASH_REGION {
+        let i = lba as usize;
+        let got = &data[(lba * LBA) as usize..((lba + 1) * LBA) as usize];
+        let version = |s: u64| {
+            if s == 0 {
+                vec![0u8; LBA as usize]
+            } else {
+                block(lba, s)
+            }
+        };
+        let found = if got == version(d.durable[i]) {
+            Some(d.durable[i])
+        } else {
+            d.sent[i].iter().copied().find(|&s| got == version(s))
+        };
+        let Some(s) = found else {
+            panic!(
+                "cut {round}: LBA {lba} lost its durable version {} (sent since: {:?})",
+                d.durable[i], d.sent[i]
+            );
+        };
+        if s != d.durable[i] {
+            newer += 1;
+        }
+        d.durable[i] = s;
+        d.sent[i].clear();
+    }
+    newer
+}
+
+/// Host power cuts under a client that writes with FLUSH and FUA: `csd serve` keeps a
+/// copy of what it synced (`CSD_DURABLE_COPY`), is killed at a random instant, and the
+/// image is replaced by what a host power loss may leave (`csd_nand::host_crash_image`:
+/// per 4 KiB page changed since the last sync, the synced or the later version). Every
+/// flushed block must read back and the image must open, every time.
+fn host_power_cuts(cache: &str, cuts: u64, seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("dev.img");
+    let mut durable_copy = image.clone().into_os_string();
+    durable_copy.push(".durable");
+    let durable_copy = PathBuf::from(durable_copy);
+    let crashed = dir.path().join("crashed.img");
+    let sock = dir.path().join("nbd.sock");
+    let listen = [OsStr::new("--socket"), sock.as_os_str()];
+    let extra = ["--write-cache", cache];
+    let env = [("CSD_DURABLE_COPY", "1")];
+    let start = || Serve::launch_env(dir.path(), &image, &listen, &extra, &env);
+    let mut d = Durability::new();
+    let mut seq = 0;
+    let mut srv = start();
+    let mut rng = seed;
+    let (mut newer, mut writes) = (0, 0);
+    for cut in 0..cuts {
+        let s = srv.socket();
+        let (mut dd, mut sq) = (d.clone(), seq);
+        let wt = cache == "write-through";
+        let writer = std::thread::spawn(move || {
+            write_and_flush_until_the_server_dies(&s, &mut dd, &mut sq, wt);
+            (dd, sq)
+        });
+        rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        std::thread::sleep(Duration::from_millis(60 + (rng >> 33) % 240));
+        srv.kill();
+        let before = seq;
+        (d, seq) = writer.join().unwrap();
+        writes += seq - before;
+        let keep = [0.0, 0.5, 1.0, 0.25][(cut % 4) as usize];
+        csd_nand::host_crash_image(&image, &durable_copy, &crashed, seed ^ cut, keep).unwrap();
+        std::fs::rename(&crashed, &image).unwrap();
+        srv = start();
+        newer += check_durable(&srv.socket(), &mut d, cut);
+    }
+    srv.terminate();
+    eprintln!(
+        "{cache}: {cuts} host power cuts, {writes} requests, {newer} LBAs kept a version newer than the flushed one"
+    );
+    assert!(writes > cuts * 20, "too few writes between cuts");
+}
+
+/// Cuts per write-cache mode (`CSD_HOST_CUTS` for longer runs by hand).
+fn host_cuts(default: u64) -> u64 {
+    std::env::var("CSD_HOST_CUTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn host_power_cuts_lose_no_flushed_block_write_back() {
+    host_power_cuts("write-back", host_cuts(25), 11);
+}
+
+#[test]
+fn host_power_cuts_lose_no_flushed_block_write_through() {
+    host_power_cuts("write-through", host_cuts(25), 12);
 }

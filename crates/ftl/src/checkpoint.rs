@@ -430,8 +430,7 @@ impl Ftl {
         let mut oob = std::mem::take(&mut self.oob_scratch);
         tags_for(
             &mut oob,
-            self.oob_per_sector,
-            self.sector_size,
+            (self.oob_per_sector, self.sector_size),
             page,
             kind,
             &ids,

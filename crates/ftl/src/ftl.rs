@@ -303,8 +303,7 @@ pub struct Ftl {
 /// (see [`Tag::bound`]).
 pub(crate) fn tags_for(
     oob: &mut [u8],
-    oob_sector: usize,
-    ss: usize,
+    (oob_sector, ss): (usize, usize),
     data: &[u8],
     kind: Kind,
     ids: &[u64],

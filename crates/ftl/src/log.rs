@@ -121,8 +121,7 @@ impl Ftl {
                 let ids = vec![self.log.next_lsn; self.sectors_per_page as usize];
                 tags_for(
                     &mut oob,
-                    self.oob_per_sector,
-                    self.sector_size,
+                    (self.oob_per_sector, self.sector_size),
                     &page,
                     Kind::Log,
                     &ids,

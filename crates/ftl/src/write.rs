@@ -302,8 +302,7 @@ impl Ftl {
             let pe = self.nand.block_info(BlockId(b))?.pe_cycles;
             tags_for(
                 &mut oob,
-                self.oob_per_sector,
-                self.sector_size,
+                (self.oob_per_sector, self.sector_size),
                 &self.page_bufs[i].data,
                 Kind::Data,
                 &self.page_bufs[i].lpids,

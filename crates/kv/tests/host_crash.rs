@@ -10,7 +10,7 @@ use common::*;
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::Client;
-use csd_kv::{Interface, Store};
+use csd_kv::Interface;
 use csd_nand::{Nand, host_crash_image};
 use csd_sim::DeviceConfig;
 use rand::rngs::SmallRng;

@@ -324,9 +324,9 @@ fn a_zeroed_block_table_is_refused_not_read_as_a_fresh_device() {
     }
     let before = std::fs::read(&path).unwrap();
     for access in [Access::ReadWrite, Access::ReadOnly] {
-        let e = Nand::open_image_with(&path, None, access)
-            .err()
-            .expect("refused");
+        let Err(e) = Nand::open_image_with(&path, None, access) else {
+            panic!("a zeroed block table must be refused");
+        };
         let msg = e.to_string();
         assert!(
             msg.contains("block table") && msg.contains("checksum"),
@@ -405,7 +405,9 @@ fn a_create_on_a_full_file_system_fails_cleanly_and_leaves_no_file() {
         let filler = mnt.join("filler");
         let _ = std::fs::write(&filler, vec![1u8; 2 << 20]);
         let path = mnt.join("new.img");
-        let e = Nand::create_image(&path, tiny()).err().expect("no room");
+        let Err(e) = Nand::create_image(&path, tiny()) else {
+            panic!("no room for a new image");
+        };
         assert!(e.to_string().contains(&path.display().to_string()), "{e}");
         assert!(!path.exists(), "a failed create leaves nothing behind");
     });

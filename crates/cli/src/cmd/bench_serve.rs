@@ -1,8 +1,11 @@
-//! `csd bench serve`: `csd serve` against a real peer in the same run. fio's nbd engine
-//! drives `csd serve` (an image of the chosen device, virtual clock) and `nbdkit memory`
-//! (a RAM disk behind the same protocol) with the same jobs — 4 KiB random writes and
-//! random reads, queue depth 32 — and the table gives IOPS side by side and the ratio.
-//! The emulator's own speed is what is measured: the device model runs in virtual time.
+//! `csd bench serve`: `csd serve` against real peers in the same run. fio's nbd engine
+//! drives `csd serve` (an image of the chosen device, virtual clock), `nbdkit memory` (a
+//! RAM disk behind the same protocol) and `nbdkit file` (a file on the same file system
+//! as the image: the fair peer for durability, since both sync to disk on FLUSH) with the
+//! same jobs — 4 KiB random writes, random writes with a FLUSH after every 32 (fio
+//! `--fsync=32`), and random reads, queue depth 32 — and the table gives IOPS side by
+//! side and the ratios. The emulator's own speed is what is measured: the device model
+//! runs in virtual time.
 
 use crate::{CliError, ConfigSource, report};
 use clap::Args;
@@ -78,8 +81,20 @@ fn wait_for(path: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The fio jobs: (name, fio `--rw`, flush after every N writes).
+const JOBS: [(&str, &str, u32); 3] = [
+    ("randwrite", "randwrite", 0),
+    ("randwrite+flush/32", "randwrite", 32),
+    ("randread", "randread", 0),
+];
+
 /// Run one fio job on `uri`; returns its IOPS.
-fn fio(uri: &str, rw: &str, a: &BenchServeArgs, out: &Path) -> Result<f64, CliError> {
+fn fio(
+    uri: &str,
+    (rw, fsync): (&str, u32),
+    a: &BenchServeArgs,
+    out: &Path,
+) -> Result<f64, CliError> {
     let status = Command::new("fio")
         .args([
             "--name=csd",
@@ -93,6 +108,7 @@ fn fio(uri: &str, rw: &str, a: &BenchServeArgs, out: &Path) -> Result<f64, CliEr
             "--time_based",
             "--output-format=json",
         ])
+        .args((fsync > 0).then(|| format!("--fsync={fsync}")))
         .arg(format!("--output={}", out.display()))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -130,8 +146,15 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
     if a.json {
         let v: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(rw, c, p)| {
-                serde_json::json!({"job": rw, "csd_iops": c, "nbdkit_memory_iops": p, "ratio": c / p.max(1.0)})
+            .map(|r| {
+                serde_json::json!({
+                    "job": r.job,
+                    "csd_iops": r.csd,
+                    "nbdkit_memory_iops": r.memory,
+                    "nbdkit_file_iops": r.file,
+                    "ratio_memory": r.csd / r.memory.max(1.0),
+                    "ratio_file": r.csd / r.file.max(1.0),
+                })
             })
             .collect();
         println!("{}", serde_json::json!({"jobs": v, "command": cmd}));
@@ -141,32 +164,46 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
         "fio job (4 KiB, nbd)",
         "csd serve IOPS",
         "nbdkit memory IOPS",
-        "csd / nbdkit",
+        "nbdkit file IOPS",
+        "csd / memory",
+        "csd / file",
     ]);
-    for (rw, c, p) in &rows {
+    for r in &rows {
         t.add_row(vec![
-            rw.clone(),
-            format!("{c:.0}"),
-            format!("{p:.0}"),
-            format!("{:.2}x", c / p.max(1.0)),
+            r.job.to_string(),
+            format!("{:.0}", r.csd),
+            format!("{:.0}", r.memory),
+            format!("{:.0}", r.file),
+            format!("{:.2}x", r.csd / r.memory.max(1.0)),
+            format!("{:.2}x", r.csd / r.file.max(1.0)),
         ]);
     }
     println!("{t}");
     println!(
-        "device: {} (virtual clock, write cache {})",
-        cfg.name, a.write_cache
+        "device: {} (virtual clock, write cache {}, host sync {})",
+        cfg.name,
+        a.write_cache,
+        if std::env::var("CSD_HOST_SYNC").is_ok_and(|v| v == "off") {
+            "off (CSD_HOST_SYNC=off)"
+        } else {
+            "on"
+        }
     );
     println!("reproduce: {cmd}");
     Ok(())
 }
 
-/// `csd serve` on a fresh image and `nbdkit memory` side by side in `dir`, each job of
-/// fio on both: (job, csd IOPS, nbdkit IOPS) per job.
-fn measure(
-    a: &BenchServeArgs,
-    cfg: &DeviceConfig,
-    dir: &Path,
-) -> Result<Vec<(String, f64, f64)>, CliError> {
+/// One job's IOPS on each server.
+struct Row {
+    job: &'static str,
+    csd: f64,
+    memory: f64,
+    file: f64,
+}
+
+/// `csd serve` on a fresh image, `nbdkit memory` and `nbdkit file` side by side in
+/// `dir`, each job of fio on all three.
+fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row>, CliError> {
     let image = dir.join("dev.img");
     let csd_sock = dir.join("csd.sock");
     let peer_sock = dir.join("peer.sock");
@@ -209,19 +246,42 @@ fn measure(
             .map_err(|e| CliError::Usage(format!("nbdkit: {e}")))?,
     );
     wait_for(&peer_sock)?;
+    let file_sock = dir.join("file.sock");
+    let file = dir.join("peer.raw");
+    std::fs::File::create(&file)
+        .and_then(|f| f.set_len(bytes))
+        .map_err(|e| CliError::Io {
+            path: file.clone(),
+            source: e,
+        })?;
+    let _file_peer = Killed(
+        Command::new("nbdkit")
+            .args(["--foreground", "-U"])
+            .arg(&file_sock)
+            .arg("file")
+            .arg(&file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| CliError::Usage(format!("nbdkit: {e}")))?,
+    );
+    wait_for(&file_sock)?;
     let uri = |s: &Path| format!("nbd+unix:///?socket={}", s.display());
     let out = dir.join("fio.json");
     let mut rows = Vec::new();
-    for rw in ["randwrite", "randread"] {
+    for (job, rw, fsync) in JOBS {
         if !a.json {
             eprintln!(
-                "fio {rw} on csd serve, then on nbdkit memory ({} s each)",
+                "fio {job} on csd serve, nbdkit memory and nbdkit file ({} s each)",
                 a.runtime
             );
         }
-        let c = fio(&uri(&csd_sock), rw, a, &out)?;
-        let p = fio(&uri(&peer_sock), rw, a, &out)?;
-        rows.push((rw.to_string(), c, p));
+        rows.push(Row {
+            job,
+            csd: fio(&uri(&csd_sock), (rw, fsync), a, &out)?,
+            memory: fio(&uri(&peer_sock), (rw, fsync), a, &out)?,
+            file: fio(&uri(&file_sock), (rw, fsync), a, &out)?,
+        });
     }
     Ok(rows)
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 #[derive(Args)]
 pub(crate) struct ServeArgs {
     /// Image file to serve. If it does not exist it is created from --preset / --config /
-    /// --set (default preset nvme-tlc); an image without an FTL is formatted.
+    /// --set (default preset nvme-tlc); an image without an FTL needs --format.
     #[arg(long)]
     image: PathBuf,
     #[command(flatten)]
