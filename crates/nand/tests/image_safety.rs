@@ -433,3 +433,74 @@ fn an_unclean_close_is_seen_at_the_next_open_and_a_clean_one_is_not() {
     drop(n);
     assert!(!Nand::open_image(&path, None).unwrap().opened_unclean());
 }
+
+/// A small ext2 file system on a loop device (ext2 has no `fallocate`), or `None` where
+/// this machine cannot make one (no root, no loop devices, no mkfs.ext2).
+fn small_ext2(dir: &Path, mib: u32) -> Option<()> {
+    let fs = dir.join("ext2.img");
+    std::fs::File::create(&fs)
+        .ok()?
+        .set_len(mib as u64 * 1024 * 1024)
+        .ok()?;
+    let mkfs = std::process::Command::new("mkfs.ext2")
+        .args(["-q", "-F"])
+        .arg(&fs)
+        .status()
+        .ok()?;
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).ok()?;
+    let mount = std::process::Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&fs)
+        .arg(&mnt)
+        .status()
+        .ok()?;
+    (mkfs.success() && mount.success()).then_some(())
+}
+
+#[test]
+fn a_full_file_system_without_fallocate_is_an_error_not_a_sigbus() {
+    let dir = tempfile::tempdir().unwrap();
+    if small_ext2(dir.path(), 8).is_none() {
+        eprintln!("notice: cannot mount a loop ext2 here; no-fallocate test skipped");
+        return;
+    }
+    let mnt = dir.path().join("mnt");
+    let result = std::panic::catch_unwind(|| {
+        let path = mnt.join("full.img");
+        let cfg = tiny();
+        let mut n = Nand::create_image(&path, cfg.clone()).unwrap();
+        let g = cfg.geometry;
+        let mut written = Vec::new();
+        let mut full = None;
+        'all: for b in 0..g.total_blocks() as u32 {
+            for p in 0..g.pages_per_block {
+                match n.program(
+                    Ppa::new(BlockId(b), p),
+                    &page(&cfg, b as u8),
+                    &[],
+                    SimTime::ZERO,
+                ) {
+                    Ok(_) => written.push((b, p)),
+                    Err(e) => {
+                        full = Some(e);
+                        break 'all;
+                    }
+                }
+            }
+        }
+        let e = full.expect("a 64 MiB device cannot fit in 8 MiB");
+        assert!(matches!(e, NandError::ImageFull { .. }), "{e}");
+        let mut buf = vec![0u8; g.page_size as usize];
+        for &(b, p) in &written {
+            n.read(Ppa::new(BlockId(b), p), 0, &mut buf, &mut [], SimTime::ZERO)
+                .unwrap();
+            assert_eq!(buf, page(&cfg, b as u8));
+        }
+        assert!(!written.is_empty());
+    });
+    let _ = std::process::Command::new("umount").arg(&mnt).status();
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+}
