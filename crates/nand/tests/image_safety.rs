@@ -267,41 +267,7 @@ fn a_full_file_system_is_an_error_not_a_sigbus() {
         eprintln!("notice: cannot mount a tmpfs here; full-file-system test skipped");
         return;
     }
-    let path = mnt.join("full.img");
-    let cfg = tiny();
-    let result = std::panic::catch_unwind(|| {
-        let mut n = Nand::create_image(&path, cfg.clone()).unwrap();
-        let g = cfg.geometry;
-        let mut written = Vec::new();
-        let mut full = None;
-        'all: for b in 0..g.total_blocks() as u32 {
-            for p in 0..g.pages_per_block {
-                match n.program(
-                    Ppa::new(BlockId(b), p),
-                    &page(&cfg, b as u8),
-                    &[],
-                    SimTime::ZERO,
-                ) {
-                    Ok(_) => written.push((b, p)),
-                    Err(e) => {
-                        full = Some(e);
-                        break 'all;
-                    }
-                }
-            }
-        }
-        let e = full.expect("a 64 MiB device cannot fit in 4 MiB");
-        assert!(matches!(e, NandError::ImageFull { .. }), "{e}");
-        assert!(e.to_string().contains("file system is full"), "{e}");
-        // Everything programmed before still reads back.
-        let mut buf = vec![0u8; g.page_size as usize];
-        for &(b, p) in &written {
-            n.read(Ppa::new(BlockId(b), p), 0, &mut buf, &mut [], SimTime::ZERO)
-                .unwrap();
-            assert_eq!(buf, page(&cfg, b as u8));
-        }
-        assert!(!written.is_empty());
-    });
+    let result = std::panic::catch_unwind(|| program_until_full(&mnt.join("full.img")));
     let _ = std::process::Command::new("umount").arg(&mnt).status();
     if let Err(p) = result {
         std::panic::resume_unwind(p);
@@ -466,41 +432,45 @@ fn a_full_file_system_without_fallocate_is_an_error_not_a_sigbus() {
         return;
     }
     let mnt = dir.path().join("mnt");
-    let result = std::panic::catch_unwind(|| {
-        let path = mnt.join("full.img");
-        let cfg = tiny();
-        let mut n = Nand::create_image(&path, cfg.clone()).unwrap();
-        let g = cfg.geometry;
-        let mut written = Vec::new();
-        let mut full = None;
-        'all: for b in 0..g.total_blocks() as u32 {
-            for p in 0..g.pages_per_block {
-                match n.program(
-                    Ppa::new(BlockId(b), p),
-                    &page(&cfg, b as u8),
-                    &[],
-                    SimTime::ZERO,
-                ) {
-                    Ok(_) => written.push((b, p)),
-                    Err(e) => {
-                        full = Some(e);
-                        break 'all;
-                    }
-                }
-            }
-        }
-        let e = full.expect("a 64 MiB device cannot fit in 8 MiB");
-        assert!(matches!(e, NandError::ImageFull { .. }), "{e}");
-        let mut buf = vec![0u8; g.page_size as usize];
-        for &(b, p) in &written {
-            n.read(Ppa::new(BlockId(b), p), 0, &mut buf, &mut [], SimTime::ZERO)
-                .unwrap();
-            assert_eq!(buf, page(&cfg, b as u8));
-        }
-        assert!(!written.is_empty());
-    });
+    let result = std::panic::catch_unwind(|| program_until_full(&mnt.join("full.img")));
     let _ = std::process::Command::new("umount").arg(&mnt).status();
     if let Err(p) = result {
         std::panic::resume_unwind(p);
     }
+}
+
+/// Program a tiny device's pages at `path` until its file system is full: the failure is
+/// [`NandError::ImageFull`] (not a SIGBUS), and every page programmed before reads back.
+fn program_until_full(path: &Path) {
+    let cfg = tiny();
+    let mut n = Nand::create_image(path, cfg.clone()).unwrap();
+    let g = cfg.geometry;
+    let mut written = Vec::new();
+    let mut full = None;
+    'all: for b in 0..g.total_blocks() as u32 {
+        for p in 0..g.pages_per_block {
+            match n.program(
+                Ppa::new(BlockId(b), p),
+                &page(&cfg, b as u8),
+                &[],
+                SimTime::ZERO,
+            ) {
+                Ok(_) => written.push((b, p)),
+                Err(e) => {
+                    full = Some(e);
+                    break 'all;
+                }
+            }
+        }
+    }
+    let e = full.expect("a 64 MiB device does not fit");
+    assert!(matches!(e, NandError::ImageFull { .. }), "{e}");
+    assert!(e.to_string().contains("file system is full"), "{e}");
+    let mut buf = vec![0u8; g.page_size as usize];
+    for &(b, p) in &written {
+        n.read(Ppa::new(BlockId(b), p), 0, &mut buf, &mut [], SimTime::ZERO)
+            .unwrap();
+        assert_eq!(buf, page(&cfg, b as u8));
+    }
+    assert!(!written.is_empty());
 }
