@@ -226,56 +226,11 @@ pub fn print_io(r: &IoReport, cmd: &str) {
 
 /// `csd io --json`: one object, snake_case keys with units.
 pub fn io_json(r: &IoReport, cmd: &str) -> Value {
-    let mut m = Map::new();
-    let s = &r.spec;
-    let mut put = |k: &str, v: Value| {
-        m.insert(k.to_string(), v);
-    };
-    put("device", json!(r.device));
-    put("rw", json!(s.rw.to_string()));
-    put("bs_bytes", json!(s.bs));
-    put("iodepth", json!(s.iodepth));
-    put("seed", json!(s.seed));
-    put("ops", json!(r.ops));
-    put("reads", json!(r.reads));
-    put("writes", json!(r.writes));
-    put("read_bytes", json!(r.read_bytes));
-    put("write_bytes", json!(r.write_bytes));
-    put("errors", json!(r.errors));
-    put("modeled_time_s", json!(r.modeled_ns as f64 / 1e9));
-    put("iops", json!(r.iops()));
-    put("bandwidth_mb_s", json!(r.bandwidth_mb_s()));
-    for (prefix, l) in [
-        ("latency", &r.latency),
-        ("read_latency", &r.read_latency),
-        ("write_latency", &r.write_latency),
-    ] {
-        put(&format!("{prefix}_mean_us"), json!(l.mean_us));
-        put(&format!("{prefix}_p50_us"), json!(l.p50_us));
-        put(&format!("{prefix}_p99_us"), json!(l.p99_us));
-        put(&format!("{prefix}_p999_us"), json!(l.p999_us));
-        put(&format!("{prefix}_max_us"), json!(l.max_us));
+    let mut v = r.to_json();
+    if let Some(m) = v.as_object_mut() {
+        m.insert("command".into(), json!(cmd));
     }
-    for u in &r.utilization {
-        put(
-            &format!("utilization_{}_mean", u.class.key()),
-            json!(u.mean),
-        );
-        put(&format!("utilization_{}_max", u.class.key()), json!(u.max));
-    }
-    put("bottleneck", json!(r.bottleneck.map(|b| b.key())));
-    for (k, v) in r.energy.components() {
-        put(&format!("energy_{k}"), json!(v));
-    }
-    put("energy_device_j", json!(r.energy.device_j()));
-    put("energy_host_j", json!(r.energy.host_total_j()));
-    put("energy_j", json!(r.energy.total_j()));
-    put("wall_s", json!(r.wall_s));
-    put("wall_ops_per_s", json!(r.wall_ops_per_s()));
-    put("cpu_s", json!(r.cpu_s));
-    put("cpu_ops_per_s", json!(r.cpu_ops_per_s()));
-    put("command", json!(cmd));
-    Value::Object(m)
+    v
 }
 
 /// The demo's comparison table.

@@ -308,6 +308,63 @@ impl IoReport {
     pub fn cpu_ops_per_s(&self) -> f64 {
         self.ops as f64 / self.cpu_s.max(1e-9)
     }
+
+    /// The report as one flat JSON object (what `csd io --json` prints, less its
+    /// `command`; the Python package's `io()` report): workload, counts, modeled time,
+    /// IOPS, bandwidth, latency percentiles, utilization per resource class, energy per
+    /// component, and the emulator's wall-clock and CPU speed.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        let mut m = serde_json::Map::new();
+        let s = &self.spec;
+        let mut put = |k: &str, v: serde_json::Value| {
+            m.insert(k.to_string(), v);
+        };
+        put("device", json!(self.device));
+        put("rw", json!(s.rw.to_string()));
+        put("bs_bytes", json!(s.bs));
+        put("iodepth", json!(s.iodepth));
+        put("seed", json!(s.seed));
+        put("ops", json!(self.ops));
+        put("reads", json!(self.reads));
+        put("writes", json!(self.writes));
+        put("read_bytes", json!(self.read_bytes));
+        put("write_bytes", json!(self.write_bytes));
+        put("errors", json!(self.errors));
+        put("modeled_time_s", json!(self.modeled_ns as f64 / 1e9));
+        put("iops", json!(self.iops()));
+        put("bandwidth_mb_s", json!(self.bandwidth_mb_s()));
+        for (prefix, l) in [
+            ("latency", &self.latency),
+            ("read_latency", &self.read_latency),
+            ("write_latency", &self.write_latency),
+        ] {
+            put(&format!("{prefix}_mean_us"), json!(l.mean_us));
+            put(&format!("{prefix}_p50_us"), json!(l.p50_us));
+            put(&format!("{prefix}_p99_us"), json!(l.p99_us));
+            put(&format!("{prefix}_p999_us"), json!(l.p999_us));
+            put(&format!("{prefix}_max_us"), json!(l.max_us));
+        }
+        for u in &self.utilization {
+            put(
+                &format!("utilization_{}_mean", u.class.key()),
+                json!(u.mean),
+            );
+            put(&format!("utilization_{}_max", u.class.key()), json!(u.max));
+        }
+        put("bottleneck", json!(self.bottleneck.map(|b| b.key())));
+        for (k, v) in self.energy.components() {
+            put(&format!("energy_{k}"), json!(v));
+        }
+        put("energy_device_j", json!(self.energy.device_j()));
+        put("energy_host_j", json!(self.energy.host_total_j()));
+        put("energy_j", json!(self.energy.total_j()));
+        put("wall_s", json!(self.wall_s));
+        put("wall_ops_per_s", json!(self.wall_ops_per_s()));
+        put("cpu_s", json!(self.cpu_s));
+        put("cpu_ops_per_s", json!(self.cpu_ops_per_s()));
+        serde_json::Value::Object(m)
+    }
 }
 
 /// Check `spec` against `target`; returns the size of the region it covers.
