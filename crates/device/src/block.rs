@@ -121,7 +121,10 @@ impl BlockDevice {
                 self.ctrl.rewind(mark);
                 Err(CommandError { error, done: at })
             }
-            r => self.deliver(r, out.len() as u64 + list_bytes, at, true),
+            r => {
+                self.ctrl.settle();
+                self.deliver(r, out.len() as u64 + list_bytes, at, true)
+            }
         }
     }
 
@@ -167,20 +170,31 @@ impl BlockDevice {
     }
 
     /// Send a `header`-byte status record followed by `payload` bytes already staged in
-    /// DRAM (in-storage results), for a command submitted at `at`: only the host link is
-    /// booked. The payload crossed the DRAM bus when the program wrote it, and its DMA to
+    /// DRAM (in-storage results), for a command that arrived through
+    /// [`BlockDevice::receive`] (which carried its per-command costs): only the host link
+    /// is booked. The payload crossed the DRAM bus when the program wrote it, and its DMA to
     /// the host streams concurrently with the link (scan paper eq. 3); the status record
     /// is written by the controller with the completion. Booking the DRAM bus here would
     /// make a GET wait behind the DRAM bookings that a running session has already made
     /// for pages completing in the future (its pinned pages are in flight up to a few
     /// hundred µs ahead): a GET for nothing took 0.48 ms at 16 channels.
     pub(crate) fn respond_with(&mut self, at: SimTime, header: u64, payload: u64) -> SimTime {
-        self.ctrl.host_link(at, header + payload, true)
+        self.ctrl.host_link(at, header + payload, false)
     }
 
     /// Send a `bytes`-long response built in controller DRAM (an admin data structure)
-    /// to the host, for a command submitted at `at`; returns the completion.
+    /// to the host, for a command that arrived through [`BlockDevice::receive`] (which
+    /// carried its per-command costs: one command, one set of them); returns the
+    /// completion.
     pub(crate) fn respond(&mut self, at: SimTime, bytes: u64) -> SimTime {
+        let staged = self.ctrl.dram(at, bytes);
+        self.ctrl.host_link(staged, bytes, false)
+    }
+
+    /// Send a `bytes`-long reply built in controller DRAM for a command that carried no
+    /// parameters and whose only link booking is this reply (its per-command costs are
+    /// charged here, as a Read's are at delivery); returns the completion.
+    pub(crate) fn reply(&mut self, at: SimTime, bytes: u64) -> SimTime {
         let staged = self.ctrl.dram(at, bytes);
         self.ctrl.host_link(staged, bytes, true)
     }
@@ -200,7 +214,10 @@ impl BlockDevice {
             t = self.ctrl.dram(t, bytes);
         }
         match op(self, t) {
-            Ok(done) => Ok(done),
+            Ok(done) => {
+                self.ctrl.settle();
+                Ok(done)
+            }
             Err(e) if is_refusal(&e.error) => {
                 self.ctrl.rewind(mark);
                 Err(CommandError {
@@ -208,7 +225,10 @@ impl BlockDevice {
                     done: at,
                 })
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                self.ctrl.settle();
+                Err(e)
+            }
         }
     }
 
@@ -261,12 +281,18 @@ impl BlockDevice {
             t = self.ctrl.dram(t, bytes);
         }
         match op(&mut self.ftl, t) {
-            Ok(done) => Ok(done),
+            Ok(done) => {
+                self.ctrl.settle();
+                Ok(done)
+            }
             Err(error) if is_refusal(&error) => {
                 self.ctrl.rewind(mark);
                 Err(CommandError { error, done: at })
             }
-            Err(error) => Err(CommandError { error, done: t }),
+            Err(error) => {
+                self.ctrl.settle();
+                Err(CommandError { error, done: t })
+            }
         }
     }
 

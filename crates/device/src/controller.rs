@@ -11,14 +11,22 @@
 
 use csd_sim::{DeviceConfig, EnergyCounters, Rate, Resource, ResourceClass, SimTime, Utilization};
 
-/// The state a command's host-link and DRAM staging changes, saved so that the staging
-/// of a command the FTL then refuses can be undone (a refused command costs nothing).
+/// The counters a command's staging changes, saved so that the staging of a command the
+/// FTL then refuses can be undone (a refused command costs nothing). The bookings made
+/// since the mark are kept in the controller's journal.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Mark {
-    dram: Resource,
-    host_link: Resource,
     counters: EnergyCounters,
     commands: u64,
+}
+
+/// Which controller resource a journaled booking was made on.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Dram,
+    Link,
+    Core(usize),
+    HostCpu(usize),
 }
 
 /// The controller's resources and counters.
@@ -27,6 +35,8 @@ pub struct Controller {
     dram_rate: Rate,
     link_rate: Rate,
     link_overhead_ns: u64,
+    latency_ns: u64,
+    firmware_ns: u64,
     cpu_hz: f64,
     host_hz: f64,
     dram: Resource,
@@ -35,6 +45,9 @@ pub struct Controller {
     host_cpu: Vec<Resource>,
     counters: EnergyCounters,
     commands: u64,
+    /// Bookings made since [`Controller::mark`], while a command's staging may still be
+    /// refused.
+    journal: Option<Vec<(Slot, SimTime, SimTime)>>,
 }
 
 impl Controller {
@@ -44,6 +57,8 @@ impl Controller {
             dram_rate: cfg.dram.rate(),
             link_rate: cfg.host_link.rate(),
             link_overhead_ns: cfg.host_link.command_overhead_ns(),
+            latency_ns: cfg.host_link.command_latency_ns(),
+            firmware_ns: cfg.cpu.command_ns(),
             cpu_hz: cfg.cpu.clock_mhz * 1e6,
             host_hz: cfg.host.clock_mhz * 1e6,
             dram: Resource::new(),
@@ -52,67 +67,117 @@ impl Controller {
             host_cpu: vec![Resource::new(); cfg.host.cores as usize],
             counters: EnergyCounters::default(),
             commands: 0,
+            journal: None,
         }
+    }
+
+    fn book(&mut self, slot: Slot, at: SimTime, ns: u64) -> SimTime {
+        let r = match slot {
+            Slot::Dram => &mut self.dram,
+            Slot::Link => &mut self.host_link,
+            Slot::Core(i) => &mut self.cores[i],
+            Slot::HostCpu(i) => &mut self.host_cpu[i],
+        };
+        let (start, end) = r.reserve(at, ns);
+        if let Some(j) = self.journal.as_mut() {
+            j.push((slot, start, end));
+        }
+        end
     }
 
     /// Stage `bytes` through DRAM, starting no earlier than `at`; returns the end.
     #[inline]
     pub fn dram(&mut self, at: SimTime, bytes: u64) -> SimTime {
         self.counters.dram_bytes += bytes;
-        self.dram.reserve(at, self.dram_rate.transfer_ns(bytes)).1
+        self.book(Slot::Dram, at, self.dram_rate.transfer_ns(bytes))
     }
 
     /// Move `bytes` over the host link, starting no earlier than `at`. `new_command`
-    /// adds the per-command overhead (once per host command). Returns the end.
+    /// marks the booking that carries a host command itself (once per command): the
+    /// firmware first spends `cpu.command_us` on an embedded core handling it (occupancy
+    /// of that core), the link then also carries the command's protocol frames
+    /// (`host_link.command_overhead_us`, occupancy of the link), and the command's fixed
+    /// latency (`host_link.command_latency_us`: transport round trip, doorbell,
+    /// interrupt) is added to the returned instant without occupying anything, so it
+    /// overlaps with every other command in flight. Returns the end.
     #[inline]
     pub fn host_link(&mut self, at: SimTime, bytes: u64, new_command: bool) -> SimTime {
         self.counters.host_link_bytes += bytes;
         let mut ns = self.link_rate.transfer_ns(bytes);
+        let mut t = at;
         if new_command {
+            if self.firmware_ns > 0 {
+                t = self.firmware(t);
+            }
             ns += self.link_overhead_ns;
             self.commands += 1;
         }
-        self.host_link.reserve(at, ns).1
+        let end = self.book(Slot::Link, t, ns);
+        if new_command {
+            end.after(self.latency_ns)
+        } else {
+            end
+        }
     }
 
-    /// Run `cycles` embedded-CPU cycles on the core that frees up first; returns the end.
+    /// Run `cycles` embedded-CPU cycles on the core that can start them first; returns
+    /// the end.
     pub fn cpu(&mut self, at: SimTime, cycles: u64) -> SimTime {
         self.counters.cpu_cycles += cycles;
         let ns = (cycles as f64 / self.cpu_hz * 1e9).ceil() as u64;
-        let core = self
-            .cores
-            .iter_mut()
-            .min_by_key(|c| c.free_at())
-            .expect("at least one core");
-        core.reserve(at, ns).1
+        self.core(at, ns)
     }
 
-    /// Run `cycles` host-CPU cycles on the host core that frees up first; returns the end.
+    /// The firmware's handling of one command on an embedded core (counted as the
+    /// cycles it takes at the core clock).
+    fn firmware(&mut self, at: SimTime) -> SimTime {
+        self.counters.cpu_cycles += (self.firmware_ns as f64 * self.cpu_hz / 1e9).round() as u64;
+        self.core(at, self.firmware_ns)
+    }
+
+    /// `ns` on the embedded core that can start it first.
+    fn core(&mut self, at: SimTime, ns: u64) -> SimTime {
+        let core = first_start(&self.cores, at, ns);
+        self.book(Slot::Core(core), at, ns)
+    }
+
+    /// Run `cycles` host-CPU cycles on the host core that can start them first; returns
+    /// the end.
     pub fn host_cpu(&mut self, at: SimTime, cycles: u64) -> SimTime {
         self.counters.host_cpu_cycles += cycles;
         let ns = (cycles as f64 / self.host_hz * 1e9).ceil() as u64;
-        let core = self
-            .host_cpu
-            .iter_mut()
-            .min_by_key(|c| c.free_at())
-            .expect("at least one host core");
-        core.reserve(at, ns).1
+        let core = first_start(&self.host_cpu, at, ns);
+        self.book(Slot::HostCpu(core), at, ns)
     }
 
-    /// Save the host-link and DRAM state (see [`Mark`]).
-    pub(crate) fn mark(&self) -> Mark {
+    /// Start journaling bookings so that they can be undone (see [`Mark`]).
+    pub(crate) fn mark(&mut self) -> Mark {
+        match self.journal.as_mut() {
+            Some(j) => j.clear(),
+            None => self.journal = Some(Vec::new()),
+        }
         Mark {
-            dram: self.dram,
-            host_link: self.host_link,
             counters: self.counters,
             commands: self.commands,
         }
     }
 
-    /// Undo everything done to the host link and DRAM since `m` was taken.
+    /// Keep everything booked since the mark (the command was accepted).
+    pub(crate) fn settle(&mut self) {
+        self.journal = None;
+    }
+
+    /// Undo everything booked on the controller since `m` was taken.
     pub(crate) fn rewind(&mut self, m: Mark) {
-        self.dram = m.dram;
-        self.host_link = m.host_link;
+        for (slot, start, end) in self.journal.take().unwrap_or_default().into_iter().rev() {
+            let r = match slot {
+                Slot::Dram => &mut self.dram,
+                Slot::Link => &mut self.host_link,
+                Slot::Core(i) => &mut self.cores[i],
+                Slot::HostCpu(i) => &mut self.host_cpu[i],
+            };
+            r.unbook(start, end);
+        }
         self.counters = m.counters;
         self.commands = m.commands;
     }
@@ -163,6 +228,7 @@ impl Controller {
 
     /// After a power cycle every queue is empty; resources are free from `now`.
     pub fn power_cycle(&mut self, now: SimTime) {
+        self.journal = None;
         for r in [&mut self.dram, &mut self.host_link]
             .into_iter()
             .chain(self.cores.iter_mut())
@@ -171,6 +237,23 @@ impl Controller {
             r.power_cycle(now);
         }
     }
+}
+
+/// The member of a pool (cores) that can start `ns` of work at `at` first; ties go to
+/// the lowest index.
+fn first_start(pool: &[Resource], at: SimTime, ns: u64) -> usize {
+    let mut best = (SimTime(u64::MAX), 0);
+    for (i, r) in pool.iter().enumerate() {
+        let s = r.earliest_start(at, ns);
+        if s < best.0 {
+            best = (s, i);
+            if s == at {
+                break;
+            }
+        }
+    }
+    debug_assert!(!pool.is_empty(), "a pool has at least one member");
+    best.1
 }
 
 #[cfg(test)]

@@ -64,7 +64,7 @@ pub use flixr::{
     JoinIndexSpec, KeyEntry, KeyLayout, RuleTerm, TableFormat,
 };
 pub use isp::{HW_AGG_REGISTER_GROUPS, IspMode, IspOpen, IspReply, SessionState, TableExtent};
-pub use nvme::NvmeDevice;
+pub use nvme::{Arbitration, NvmeDevice, QueuePriority};
 pub use raw::RawDevice;
 pub use ssd_btree::{SsdBtree, SsdBtreeStats};
 pub use workload::{IoReport, IoTarget, NoHints, PrefetchStage, Rw, WorkloadSpec};

@@ -329,7 +329,7 @@ impl SsdBtree {
         }
         self.stats.pages_read += pages.len() as u64;
         let done = if pages.is_empty() {
-            dev.respond(t, 16)
+            dev.reply(t, 16)
         } else {
             reply.data = vec![0u8; pages.len() * dev.ftl().lba_size()];
             dev.read_for_host(&pages, &mut reply.data, 16, t)?

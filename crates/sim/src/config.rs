@@ -270,8 +270,15 @@ pub struct HostLinkConfig {
     pub kind: String,
     /// Effective payload bandwidth in MB/s (10^6 B/s).
     pub bandwidth_mb_s: f64,
-    /// Fixed cost per command on the link (protocol, doorbell, completion), in µs.
+    /// Link time per command, in µs: the protocol frames a command puts on the link
+    /// besides its data (SQE/CQE and doorbell TLPs on PCIe, the FIS exchange of SATA).
+    /// *Occupancy*: it serializes on the link with every other command's bytes.
     pub command_overhead_us: f64,
+    /// Fixed delay per command, in µs: transport round trip, doorbell and interrupt
+    /// (DESIGN.md "Time": latency is not occupancy). *Latency*: it delays the command
+    /// and overlaps with every other command in flight; it occupies nothing.
+    #[serde(default)]
+    pub command_latency_us: f64,
 }
 
 impl HostLinkConfig {
@@ -279,9 +286,13 @@ impl HostLinkConfig {
     pub fn rate(&self) -> Rate {
         Rate::from_mb_s(self.bandwidth_mb_s)
     }
-    /// Per-command overhead in ns.
+    /// Per-command link occupancy in ns.
     pub fn command_overhead_ns(&self) -> u64 {
         us_to_ns(self.command_overhead_us)
+    }
+    /// Per-command latency in ns.
+    pub fn command_latency_ns(&self) -> u64 {
+        us_to_ns(self.command_latency_us)
     }
 }
 
@@ -293,6 +304,19 @@ pub struct CpuConfig {
     pub cores: u32,
     /// Core clock in MHz.
     pub clock_mhz: f64,
+    /// Firmware time per host command on one embedded core, in µs (parsing the command,
+    /// setting up its context and completion). *Occupancy* of a core: with `cores` cores
+    /// the controller handles at most `cores / command_us` commands per µs, the
+    /// controller's IOPS ceiling. 0 where the preset's source gives none.
+    #[serde(default)]
+    pub command_us: f64,
+}
+
+impl CpuConfig {
+    /// Firmware time per command in ns.
+    pub fn command_ns(&self) -> u64 {
+        us_to_ns(self.command_us)
+    }
 }
 
 /// The host machine's CPU (for in-host processing and energy).
@@ -706,10 +730,20 @@ impl DeviceConfig {
                 p.push(format!("{k} must be at least 1"));
             }
         }
-        if !self.host_link.command_overhead_us.is_finite()
-            || self.host_link.command_overhead_us < 0.0
-        {
-            p.push("host_link.command_overhead_us must be finite and non-negative".into());
+        for (k, v) in [
+            (
+                "host_link.command_overhead_us",
+                self.host_link.command_overhead_us,
+            ),
+            (
+                "host_link.command_latency_us",
+                self.host_link.command_latency_us,
+            ),
+            ("cpu.command_us", self.cpu.command_us),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                p.push(format!("{k} must be finite and non-negative (got {v})"));
+            }
         }
         let e = &self.energy;
         let energies = [
@@ -800,6 +834,48 @@ fn apply_override(table: &mut toml::Table, spec: &str) -> Result<(), ConfigError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_command_costs_are_latency_or_occupancy_by_source() {
+        // A network round trip is latency; firmware handling is a core's occupancy;
+        // frames calibrated in series with the link stay link occupancy.
+        let ox = DeviceConfig::preset("ox-westlake").unwrap();
+        assert_eq!(
+            (
+                ox.host_link.command_latency_ns(),
+                ox.host_link.command_overhead_ns()
+            ),
+            (25_000, 0)
+        );
+        let cosmos = DeviceConfig::preset("cosmos-openssd").unwrap();
+        assert_eq!(
+            (
+                cosmos.cpu.command_ns(),
+                cosmos.host_link.command_overhead_ns()
+            ),
+            (10_000, 0)
+        );
+        for name in ["x25e-sata", "smart-ssd-sas", "tiny", "nvme-tlc"] {
+            let c = DeviceConfig::preset(name).unwrap();
+            assert!(c.host_link.command_overhead_ns() > 0, "{name}");
+            assert_eq!(
+                (c.host_link.command_latency_ns(), c.cpu.command_ns()),
+                (0, 0),
+                "{name}"
+            );
+        }
+        // A config written before the split (no latency, no firmware time) still parses.
+        let old = DeviceConfig::preset_toml("tiny").unwrap();
+        assert!(!old.contains("command_latency_us") && !old.contains("command_us"));
+        // Negative or non-finite costs are refused, naming the key.
+        for bad in ["host_link.command_latency_us=-1", "cpu.command_us=-0.5"] {
+            let e = DeviceConfig::from_toml_with_overrides(old, &[bad.to_string()]).unwrap_err();
+            assert!(
+                e.to_string().contains(bad.split('=').next().unwrap()),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn every_preset_parses_and_validates() {

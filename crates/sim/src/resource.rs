@@ -2,20 +2,46 @@
 //!
 //! A [`Resource`] is anything that serves one operation at a time: a flash die, a
 //! channel bus, the controller's DRAM bus, the host link, an embedded core, the host
-//! CPU. It keeps the instant it becomes free; [`Resource::reserve`] books it for a
-//! duration starting no earlier than a given instant and returns when the booking ends.
-//! There is no back-filling of idle gaps: bookings on one resource are served in the
-//! order they are made, which is the FIFO behaviour of a real bus or die queue and keeps
-//! every reservation O(1). Busy time and operation counts are kept so that reports can
-//! show utilization and name the bottleneck.
+//! CPU. [`Resource::reserve`] books it for a duration starting no earlier than a given
+//! instant (the operation's modeled arrival there) and returns when the booking ends.
+//!
+//! Choice (issue 30; the first version kept one "free at" instant per resource, served
+//! bookings in the order code made them and so made an operation that arrived early but
+//! was booked late wait behind everything booked before it): a resource keeps a
+//! **calendar** of its busy intervals and places each operation in the earliest idle
+//! interval, at or after its arrival, that holds it whole. So
+//! * an operation is never delayed by one booked after it (bookings already made never
+//!   move: their completions have been handed out);
+//! * when code books operations in their order of arrival at the resource (one actor
+//!   submitting in time order, or the NVMe executor running a queue's commands in
+//!   arrival order), the calendar serves them exactly first-come first-served;
+//! * an operation booked out of arrival order takes the earliest gap that fits it (as a
+//!   die or bus scheduler that reorders by readiness would), instead of queueing behind
+//!   later arrivals that happened to be booked first.
+//!
+//! Memory is bounded: a calendar keeps at most [`CALENDAR_INTERVALS`] busy intervals
+//! (adjacent ones are merged, so a saturated resource keeps one); when it would keep
+//! more, the oldest is forgotten and the resource counts as busy up to that interval's
+//! end (its *floor*): an operation arriving before the floor starts at the floor. With
+//! bookings made in arrival order the floor is never reached from below.
+//!
+//! Busy time and operation counts are kept so that reports can show utilization and
+//! name the bottleneck.
 
 use crate::time::SimTime;
+use std::collections::VecDeque;
 use std::fmt;
 
+/// Busy intervals a calendar keeps before it forgets the oldest.
+pub const CALENDAR_INTERVALS: usize = 512;
+
 /// One resource that serves one operation at a time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Resource {
-    free_at: u64,
+    /// Busy intervals `[start, end)`, sorted, disjoint and not adjacent.
+    busy: VecDeque<(u64, u64)>,
+    /// Nothing may be booked before this instant (forgotten history, power cycle).
+    floor: u64,
     busy_ns: u64,
     ops: u64,
 }
@@ -24,28 +50,78 @@ impl Resource {
     /// A resource that is free from time zero.
     pub const fn new() -> Resource {
         Resource {
-            free_at: 0,
+            busy: VecDeque::new(),
+            floor: 0,
             busy_ns: 0,
             ops: 0,
         }
     }
 
-    /// Book the resource for `dur_ns`, starting at `earliest` or when it becomes free,
-    /// whichever is later. Returns the (start, end) of the booking.
+    /// Book the resource for `dur_ns` in the earliest idle interval that starts at or
+    /// after `earliest` and holds the whole operation. Returns the (start, end) of the
+    /// booking.
     #[inline]
     pub fn reserve(&mut self, earliest: SimTime, dur_ns: u64) -> (SimTime, SimTime) {
-        let start = self.free_at.max(earliest.0);
+        let (start, slot) = self.fit(earliest.0, dur_ns);
         let end = start.saturating_add(dur_ns);
-        self.free_at = end;
+        if dur_ns > 0 {
+            self.insert(slot, start, end);
+        }
         self.busy_ns = self.busy_ns.saturating_add(dur_ns);
         self.ops += 1;
         (SimTime(start), SimTime(end))
     }
 
-    /// The instant at which the resource becomes free.
+    /// Where [`Resource::reserve`] would start an operation of `dur_ns` arriving at
+    /// `earliest`, without booking it.
+    #[inline]
+    pub fn earliest_start(&self, earliest: SimTime, dur_ns: u64) -> SimTime {
+        SimTime(self.fit(earliest.0, dur_ns).0)
+    }
+
+    /// Undo a booking `(start, end)` that [`Resource::reserve`] returned (a refused
+    /// command costs nothing). The span must still be booked.
+    pub fn unbook(&mut self, start: SimTime, end: SimTime) {
+        let (s, e) = (start.0, end.0);
+        self.ops = self.ops.saturating_sub(1);
+        if e <= s {
+            return;
+        }
+        let i = self.busy.partition_point(|&(_, be)| be <= s);
+        let Some(&(bs, be)) = self.busy.get(i) else {
+            debug_assert!(false, "unbook of [{s}, {e}) that is not booked");
+            return;
+        };
+        debug_assert!(
+            bs <= s && e <= be,
+            "unbook of [{s}, {e}) inside [{bs}, {be})"
+        );
+        if !(bs <= s && e <= be) {
+            return;
+        }
+        self.busy_ns = self.busy_ns.saturating_sub(e - s);
+        match (bs < s, e < be) {
+            (false, false) => {
+                self.busy.remove(i);
+            }
+            (true, false) => self.busy[i].1 = s,
+            (false, true) => self.busy[i].0 = e,
+            (true, true) => {
+                self.busy[i].1 = s;
+                self.busy.insert(i + 1, (e, be));
+            }
+        }
+    }
+
+    /// The instant from which the resource is free for good (the end of its last
+    /// booking).
     #[inline]
     pub fn free_at(&self) -> SimTime {
-        SimTime(self.free_at)
+        SimTime(
+            self.busy
+                .back()
+                .map_or(self.floor, |&(_, e)| e.max(self.floor)),
+        )
     }
 
     /// Total booked time, in nanoseconds.
@@ -60,15 +136,74 @@ impl Resource {
         self.ops
     }
 
-    /// Forget busy time and operation counts (keeps `free_at`), for a measurement window.
+    /// Busy intervals the calendar holds now (for tests and inspection).
+    pub fn intervals(&self) -> impl Iterator<Item = (SimTime, SimTime)> + '_ {
+        self.busy.iter().map(|&(s, e)| (SimTime(s), SimTime(e)))
+    }
+
+    /// Forget busy time and operation counts (keeps the calendar), for a measurement
+    /// window.
     pub fn reset_counters(&mut self) {
         self.busy_ns = 0;
         self.ops = 0;
     }
 
-    /// Forget everything, as after a power cycle: the resource is free at `now`.
+    /// Forget everything, as after a power cycle: the resource is free from `now`.
     pub fn power_cycle(&mut self, now: SimTime) {
-        self.free_at = now.0;
+        self.busy.clear();
+        self.floor = now.0;
+    }
+
+    /// The earliest start at or after `earliest` (and the floor) where `dur` fits, and
+    /// the index of the first interval after it.
+    #[inline]
+    fn fit(&self, earliest: u64, dur: u64) -> (u64, usize) {
+        let mut t = earliest.max(self.floor);
+        // Fast path: after everything booked (the common case of in-order arrivals).
+        match self.busy.back() {
+            None => return (t, 0),
+            Some(&(_, e)) if e <= t => return (t, self.busy.len()),
+            _ => {}
+        }
+        // The first interval that ends after `t`; walk the gaps from there.
+        let mut i = self.busy.partition_point(|&(_, e)| e <= t);
+        while let Some(&(s, e)) = self.busy.get(i) {
+            // A zero-length operation needs a free instant, not a free span.
+            if t.saturating_add(dur) <= s && (dur > 0 || t < s) {
+                return (t, i);
+            }
+            t = t.max(e);
+            i += 1;
+        }
+        (t, i)
+    }
+
+    /// Insert `[start, end)` before interval `i` (it fits there), merging neighbours.
+    fn insert(&mut self, i: usize, start: u64, end: u64) {
+        let joins_prev = i > 0 && self.busy[i - 1].1 == start;
+        let joins_next = self.busy.get(i).is_some_and(|&(s, _)| s == end);
+        match (joins_prev, joins_next) {
+            (true, true) => {
+                self.busy[i - 1].1 = self.busy[i].1;
+                self.busy.remove(i);
+            }
+            (true, false) => self.busy[i - 1].1 = end,
+            (false, true) => self.busy[i].0 = start,
+            (false, false) => {
+                self.busy.insert(i, (start, end));
+                if self.busy.len() > CALENDAR_INTERVALS
+                    && let Some((_, e)) = self.busy.pop_front()
+                {
+                    self.floor = self.floor.max(e);
+                }
+            }
+        }
+        debug_assert!(
+            self.busy
+                .iter()
+                .zip(self.busy.iter().skip(1))
+                .all(|(a, b)| a.1 < b.0)
+        );
     }
 }
 
@@ -183,15 +318,104 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reservations_queue_in_order() {
+    fn bookings_fill_the_earliest_gap_that_holds_them() {
         let mut r = Resource::new();
         assert_eq!(r.reserve(SimTime(10), 5), (SimTime(10), SimTime(15)));
-        // Asked earlier than free: waits.
-        assert_eq!(r.reserve(SimTime(0), 5), (SimTime(15), SimTime(20)));
+        // Arrived earlier than a booking made before it, and fits before it: served then.
+        assert_eq!(r.reserve(SimTime(0), 5), (SimTime(0), SimTime(5)));
+        // Does not fit in [5, 10): waits for the end of [10, 15).
+        assert_eq!(r.reserve(SimTime(4), 6), (SimTime(15), SimTime(21)));
         // Asked later: idles until then.
         assert_eq!(r.reserve(SimTime(100), 1), (SimTime(100), SimTime(101)));
-        assert_eq!(r.busy_ns(), 11);
-        assert_eq!(r.ops(), 3);
+        // Fits exactly in [5, 10): the calendar merges it with both neighbours.
+        assert_eq!(r.reserve(SimTime(5), 5), (SimTime(5), SimTime(10)));
+        let iv: Vec<_> = r.intervals().map(|(s, e)| (s.0, e.0)).collect();
+        assert_eq!(iv, vec![(0, 21), (100, 101)]);
+        assert_eq!(r.busy_ns(), 22);
+        assert_eq!(r.ops(), 5);
+        assert_eq!(r.free_at(), SimTime(101));
+    }
+
+    #[test]
+    fn zero_length_operations_wait_only_for_a_free_instant() {
+        let mut r = Resource::new();
+        r.reserve(SimTime(10), 10);
+        assert_eq!(r.reserve(SimTime(5), 0), (SimTime(5), SimTime(5)));
+        assert_eq!(r.reserve(SimTime(12), 0), (SimTime(20), SimTime(20)));
+        assert_eq!(r.intervals().count(), 1);
+    }
+
+    #[test]
+    fn unbook_restores_the_calendar() {
+        let mut r = Resource::new();
+        r.reserve(SimTime(0), 10);
+        let before = r.clone();
+        let (s, e) = r.reserve(SimTime(3), 4);
+        assert_eq!((s, e), (SimTime(10), SimTime(14)));
+        r.unbook(s, e);
+        assert_eq!(r, before);
+        // A booking in the middle of a merged interval splits it when undone.
+        let mut r = Resource::new();
+        r.reserve(SimTime(0), 10);
+        let (s, e) = r.reserve(SimTime(10), 10);
+        r.reserve(SimTime(20), 10);
+        r.unbook(s, e);
+        let iv: Vec<_> = r.intervals().map(|(s, e)| (s.0, e.0)).collect();
+        assert_eq!(iv, vec![(0, 10), (20, 30)]);
+        assert_eq!(r.busy_ns(), 20);
+    }
+
+    #[test]
+    fn a_full_calendar_forgets_its_oldest_gap() {
+        let mut r = Resource::new();
+        for k in 0..(CALENDAR_INTERVALS as u64 + 10) {
+            r.reserve(SimTime(k * 10), 5);
+        }
+        assert_eq!(r.intervals().count(), CALENDAR_INTERVALS);
+        // The first ten intervals are forgotten: an early arrival starts at the floor.
+        let (s, _) = r.reserve(SimTime(0), 1);
+        assert_eq!(s, SimTime(95), "the tenth interval [90, 95) is the floor");
+        // In-order arrivals never notice.
+        let t = r.free_at();
+        assert_eq!(r.reserve(t, 3).0, t);
+    }
+
+    /// The simple reference: a set of busy nanoseconds.
+    fn reference_fit(busy: &std::collections::BTreeSet<u64>, earliest: u64, dur: u64) -> u64 {
+        let mut t = earliest;
+        loop {
+            let free = if dur == 0 {
+                !busy.contains(&t)
+            } else {
+                (t..t + dur).all(|x| !busy.contains(&x))
+            };
+            if free {
+                return t;
+            }
+            t += 1;
+        }
+    }
+
+    proptest::proptest! {
+        /// Against a set of busy nanoseconds: every booking starts at the first instant
+        /// at or after its arrival where it fits whole, and never overlaps another.
+        #[test]
+        fn calendar_matches_the_reference(ops in proptest::collection::vec((0u64..400, 0u64..40), 1..60)) {
+            let mut r = Resource::new();
+            let mut busy = std::collections::BTreeSet::new();
+            let mut total = 0;
+            for (at, dur) in ops {
+                let want = reference_fit(&busy, at, dur);
+                proptest::prop_assert_eq!(r.earliest_start(SimTime(at), dur), SimTime(want));
+                let (s, e) = r.reserve(SimTime(at), dur);
+                proptest::prop_assert_eq!((s.0, e.0), (want, want + dur));
+                busy.extend(want..want + dur);
+                total += dur;
+            }
+            let held: u64 = r.intervals().map(|(s, e)| e.0 - s.0).sum();
+            proptest::prop_assert_eq!(held, total);
+            proptest::prop_assert_eq!(r.busy_ns(), total);
+        }
     }
 
     #[test]

@@ -172,7 +172,7 @@ impl Flixr {
         self.stats.pages_skipped += reply.skipped.len() as u64;
         let extra = 8 * reply.skipped.len() as u64 + 16;
         let done = if reply.lbas.is_empty() {
-            dev.respond(t, extra)
+            dev.reply(t, extra)
         } else {
             reply.data = vec![0u8; reply.lbas.len() * dev.ftl().lba_size()];
             dev.read_for_host(&reply.lbas, &mut reply.data, extra, t)?

@@ -29,11 +29,22 @@
 //!   unique among outstanding commands. A full pair refuses a submission with
 //!   [`Status::QueueFull`]; NVMe has no such status, because a host driver tracks the
 //!   queue head itself, so it is reported as "Command Interrupted" (0x21: retry later).
-//! * Arbitration: [`NvmeDevice::process`] executes pending commands one at a time, round
-//!   robin across pairs (one command per pair per turn, NVMe's default arbitration), in
-//!   submission order within a pair. The execution order decides what a command sees;
-//!   its modeled times come from the resources it reserves from its own submission
-//!   instant, so commands still overlap in simulated time.
+//! * Arbitration (issue 30: commands served in modeled-arrival order):
+//!   [`NvmeDevice::process`] executes pending commands one at a time in the order of
+//!   their modeled arrival (submission instant), whatever order the host code submitted
+//!   them in; a pair's commands stay in submission order (a submission queue is FIFO:
+//!   only its head can be fetched). Among heads that arrived at the same instant, NVMe's
+//!   arbitration picks: round robin across pairs (the default, one command per pair per
+//!   turn), or weighted round robin with an urgent class ([`Arbitration`],
+//!   [`QueuePriority`]; NVMe 2.0 §3.4.4): urgent pairs first, then high, medium and low
+//!   in proportion to their weights. The model's front end fetches every command on
+//!   arrival (the firmware's per-command time, `cpu.command_us`, is a core resource
+//!   booked in arrival order), so arbitration decides only among simultaneous
+//!   arrivals. The execution order decides what a command sees; its modeled times come
+//!   from the resources it reserves from its own arrival, and every resource places it
+//!   in the earliest idle interval that holds it (csd-sim's calendar), so commands
+//!   overlap in simulated time and an early arrival executed later is not queued
+//!   behind later arrivals.
 //! * Batch visibility: a command runs to its end before the next starts, so a read
 //!   concurrent with a batch sees none or all of it, the empty or the full time-ordered
 //!   prefix. This meets the rules (a)-(d) of batch-io §3.1.
@@ -76,8 +87,42 @@ struct Submission {
     at: SimTime,
 }
 
+/// Arbitration among submission queues (NVMe 2.0 §3.4.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Arbitration {
+    /// Round robin: one command per pair per turn (NVMe's default).
+    #[default]
+    RoundRobin,
+    /// Weighted round robin with an urgent class: urgent pairs strictly first, then
+    /// high, medium and low pairs, each class taking up to its weight in commands per
+    /// round (weights of at least 1).
+    Weighted {
+        /// Commands a high-priority class takes per round.
+        high: u8,
+        /// Commands a medium-priority class takes per round.
+        medium: u8,
+        /// Commands a low-priority class takes per round.
+        low: u8,
+    },
+}
+
+/// The priority class of a queue pair under weighted round robin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum QueuePriority {
+    /// Served before every other class.
+    Urgent,
+    /// Weighted: high.
+    High,
+    /// Weighted: medium (the class of a pair created without one).
+    #[default]
+    Medium,
+    /// Weighted: low.
+    Low,
+}
+
 struct QueuePair {
     depth: u32,
+    priority: QueuePriority,
     next_cid: u16,
     sq: VecDeque<Submission>,
     cq: VecDeque<Completion>,
@@ -94,6 +139,10 @@ pub struct NvmeDevice {
     queues: Vec<Option<QueuePair>>,
     /// The slot the round robin serves next.
     next: usize,
+    /// How simultaneous arrivals are ordered.
+    arbitration: Arbitration,
+    /// Commands each weighted class (high, medium, low) may still take this round.
+    credits: [u8; 3],
 }
 
 impl NvmeDevice {
@@ -117,6 +166,8 @@ impl NvmeDevice {
             ssd_btree: SsdBtree::default(),
             queues: Vec::new(),
             next: 0,
+            arbitration: Arbitration::RoundRobin,
+            credits: [0; 3],
         }
     }
 
@@ -155,8 +206,32 @@ impl NvmeDevice {
         self.dev
     }
 
+    /// Choose the arbitration among submission queues (round robin by default).
+    pub fn set_arbitration(&mut self, arbitration: Arbitration) -> Result<(), Status> {
+        if let Arbitration::Weighted { high, medium, low } = arbitration
+            && [high, medium, low].contains(&0)
+        {
+            return Err(Status::InvalidField(format!(
+                "weighted round robin weights must be at least 1 (got high {high}, medium {medium}, low {low})"
+            )));
+        }
+        self.arbitration = arbitration;
+        self.credits = [0; 3];
+        Ok(())
+    }
+
     /// Create a queue pair of `depth` (1..=[`MAX_QUEUE_DEPTH`]) outstanding commands.
     pub fn create_queue_pair(&mut self, depth: u32) -> Result<QueueId, Status> {
+        self.create_queue_pair_with(depth, QueuePriority::default())
+    }
+
+    /// Create a queue pair of `depth` outstanding commands in priority class `priority`
+    /// (it matters under [`Arbitration::Weighted`]).
+    pub fn create_queue_pair_with(
+        &mut self,
+        depth: u32,
+        priority: QueuePriority,
+    ) -> Result<QueueId, Status> {
         if depth == 0 || depth > MAX_QUEUE_DEPTH {
             return Err(Status::InvalidQueueSize(format!(
                 "depth {depth} is outside 1..={MAX_QUEUE_DEPTH}"
@@ -176,6 +251,7 @@ impl NvmeDevice {
         };
         self.queues[slot] = Some(QueuePair {
             depth,
+            priority,
             next_cid: 0,
             sq: VecDeque::new(),
             cq: VecDeque::new(),
@@ -212,22 +288,14 @@ impl NvmeDevice {
         Ok(cid)
     }
 
-    /// Execute every pending command, one at a time, round robin across queue pairs;
-    /// returns how many ran. Their completions wait in the pairs' completion queues.
+    /// Execute every pending command, one at a time, in modeled-arrival order (ties by
+    /// the arbitration); returns how many ran. Their completions wait in the pairs'
+    /// completion queues.
     pub fn process(&mut self) -> usize {
         let mut ran = 0;
-        let n = self.queues.len();
-        loop {
-            let start = self.next;
-            let Some(slot) = (0..n)
-                .map(|k| (start + k) % n)
-                .find(|&i| self.queues[i].as_ref().is_some_and(|q| !q.sq.is_empty()))
-            else {
-                return ran;
-            };
-            self.next = (slot + 1) % n;
+        while let Some(slot) = self.arbitrate() {
             let Some(sub) = self.queues[slot].as_mut().and_then(|q| q.sq.pop_front()) else {
-                return ran;
+                break;
             };
             let c = self.execute(sub);
             if let Some(q) = self.queues[slot].as_mut() {
@@ -235,6 +303,46 @@ impl NvmeDevice {
             }
             ran += 1;
         }
+        ran
+    }
+
+    /// The slot whose head command is served next: the earliest arrival; among heads
+    /// that arrived at the same instant, the arbitration's choice.
+    fn arbitrate(&mut self) -> Option<usize> {
+        let n = self.queues.len();
+        let head = |q: &Option<QueuePair>| q.as_ref().and_then(|q| q.sq.front()).map(|s| s.at);
+        let first = self.queues.iter().filter_map(head).min()?;
+        // Candidates in round-robin order from `next`.
+        let tied = (0..n)
+            .map(|k| (self.next + k) % n)
+            .filter(|&i| head(&self.queues[i]) == Some(first));
+        let pick = match self.arbitration {
+            Arbitration::RoundRobin => tied.take(1).next(),
+            Arbitration::Weighted { high, medium, low } => {
+                let tied: Vec<usize> = tied.collect();
+                let class = |i: usize| {
+                    self.queues[i]
+                        .as_ref()
+                        .map_or(QueuePriority::Low, |q| q.priority)
+                };
+                if let Some(&i) = tied.iter().find(|&&i| class(i) == QueuePriority::Urgent) {
+                    Some(i)
+                } else {
+                    let weights = [high, medium, low];
+                    let present = |c: usize| tied.iter().any(|&i| class(i) as usize == c + 1);
+                    if !(0..3).any(|c| present(c) && self.credits[c] > 0) {
+                        self.credits = weights;
+                    }
+                    let c = (0..3).find(|&c| present(c) && self.credits[c] > 0)?;
+                    self.credits[c] -= 1;
+                    tied.into_iter().find(|&i| class(i) as usize == c + 1)
+                }
+            }
+        };
+        if let Some(i) = pick {
+            self.next = (i + 1) % n;
+        }
+        pick
     }
 
     /// Take the oldest completion of queue pair `qid` (`None` if there is none, or no

@@ -67,10 +67,8 @@ impl NvmeDevice {
             Command::GetLogPage(page) => Ok(self.log_page(page, at)),
             Command::Identify => {
                 let info = self.identify();
-                Ok((
-                    Payload::Identify(info),
-                    self.dev.respond(at, IDENTIFY_BYTES),
-                ))
+                let t = self.dev.receive(at, 0);
+                Ok((Payload::Identify(info), self.dev.respond(t, IDENTIFY_BYTES)))
             }
             // FLIXR and the in-SSD B+tree (index.rs).
             Command::SendTblCol(format) => self.send_tbl_col(format, at),
@@ -211,6 +209,7 @@ impl NvmeDevice {
     /// Get Log Page: telemetry (busy time per resource class and energy counters) or the
     /// SMART / health log, built in DRAM and sent to the host.
     fn log_page(&mut self, page: LogPage, at: SimTime) -> (Payload, SimTime) {
+        let at = self.dev.receive(at, 0);
         match page {
             LogPage::Telemetry => {
                 let log = Telemetry {

@@ -266,7 +266,9 @@ fn accounting_of_a_write_and_a_read() {
     assert!(a.flash_programs >= 1, "{a:?}");
     assert_eq!((a.host_link_bytes, a.dram_bytes), (bytes, bytes));
 
-    let c = run1(&mut d, q, rd(8, 2), a.completed);
+    // Once the write's background programs (log and metadata pages) are done.
+    let idle = crate::IoTarget::now(d.block()).max(a.completed);
+    let c = run1(&mut d, q, rd(8, 2), idle);
     let a = c.acct;
     assert!(a.flash_reads >= 1, "{a:?}");
     assert_eq!((a.flash_programs, a.flash_erases), (0, 0));
@@ -369,8 +371,10 @@ fn a_read_sees_all_or_none_of_a_batch() {
         outcomes.push(seen(&data(c)));
     }
     assert!(outcomes.is_sorted(), "(d) violated: {outcomes:?}");
-    // Round robin from `qr`: R B1 R B2 R ..., so reads before, between and after.
-    assert_eq!(&outcomes[..3], &[0, 1, 2], "{outcomes:?}");
+    // Arrival order: R0, then B1 and R1 together (the round robin, having served `qr`
+    // last, takes `qb` first), R2, then B2 and R3 together (`qb` first again): so reads
+    // before, between and after the batches.
+    assert_eq!(&outcomes[..4], &[0, 1, 1, 2], "{outcomes:?}");
     let mut acked = T0;
     for _ in 0..2 {
         let c = d.poll(qb).unwrap();
@@ -404,4 +408,269 @@ fn smart_log_after_writes() {
     assert!(s.free_blocks > 0 && s.erase_count_max >= s.erase_count_min);
     assert_eq!(s.last_recovery_modeled_s, None);
     assert_eq!(s, SmartLog::from_ftl(d.block().ftl()));
+}
+
+/// A tiny device with the per-command costs and parallelism a test chooses.
+fn dev_with(sets: &[String]) -> NvmeDevice {
+    let cfg =
+        DeviceConfig::from_toml_with_overrides(DeviceConfig::preset_toml("tiny").unwrap(), sets)
+            .unwrap();
+    let nand = Nand::new_in_memory(cfg).unwrap();
+    NvmeDevice::new(Ftl::format(nand, FtlConfig::default()).unwrap())
+}
+
+/// What a run leaves behind that the order of submission must not change.
+fn totals(d: &NvmeDevice) -> impl PartialEq + std::fmt::Debug + use<> {
+    let b = d.block();
+    let busy: Vec<u64> = crate::IoTarget::utilization(b, 1)
+        .iter()
+        .map(|u| u.busy_ns)
+        .collect();
+    (
+        *b.ftl().stats(),
+        *b.ftl().nand().stats(),
+        b.controller().counters(),
+        b.controller().commands(),
+        busy,
+    )
+}
+
+/// A workload of independent commands: reads of LBAs written beforehand and writes of
+/// other LBAs, each with its queue pair and its submission instant.
+#[derive(Debug, Clone)]
+struct Job {
+    queue: usize,
+    at: u64,
+    write: bool,
+    lba: u64,
+    blocks: u32,
+}
+
+const PREWRITTEN: u64 = 64;
+
+fn run_jobs(sets: &[String], jobs: &[Job], order: &[usize]) -> (Vec<Completion>, String) {
+    let mut d = dev_with(sets);
+    let q0 = d.create_queue_pair(PREWRITTEN as u32).unwrap();
+    d.submit(q0, wr(0, fill(7, PREWRITTEN as usize)), T0)
+        .unwrap();
+    d.process();
+    let w = d.poll(q0).unwrap();
+    assert_eq!(w.status, Status::Success);
+    let start = w.acct.completed.ns();
+    let queues: Vec<QueueId> = (0..4).map(|_| d.create_queue_pair(64).unwrap()).collect();
+    let mut ids = Vec::new();
+    for &i in order {
+        let j = &jobs[i];
+        let cmd = if j.write {
+            wr(j.lba, fill(j.lba as u8, j.blocks as usize))
+        } else {
+            rd(j.lba, j.blocks)
+        };
+        let cid = d
+            .submit(queues[j.queue], cmd, SimTime(start + j.at))
+            .unwrap();
+        ids.push((i, cid));
+    }
+    assert_eq!(d.process(), jobs.len());
+    let mut out: Vec<Option<Completion>> = vec![None; jobs.len()];
+    for &q in &queues {
+        while let Some(c) = d.poll(q) {
+            let i = ids
+                .iter()
+                .find(|&&(i, cid)| cid == c.cid && queues[jobs[i].queue] == q)
+                .unwrap()
+                .0;
+            out[i] = Some(c);
+        }
+    }
+    (
+        out.into_iter().map(Option::unwrap).collect(),
+        format!("{:?}", totals(&d)),
+    )
+}
+
+fn jobs_strategy() -> impl proptest::strategy::Strategy<Value = Vec<Job>> {
+    use proptest::prelude::*;
+    proptest::collection::vec((0usize..4, 0u64..400_000, any::<bool>(), 1u32..5), 1..40).prop_map(
+        |v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (queue, at, write, blocks))| Job {
+                    queue,
+                    // Instants on a 50 µs grid, so that some arrive together.
+                    at: at / 50_000 * 50_000,
+                    write,
+                    // Reads of the prewritten LBAs, writes past them: independent.
+                    lba: if write {
+                        PREWRITTEN + 8 * i as u64
+                    } else {
+                        (i as u64 * 13) % (PREWRITTEN - 4)
+                    },
+                    blocks,
+                })
+                .collect()
+        },
+    )
+}
+
+fn device_strategy() -> impl proptest::strategy::Strategy<Value = Vec<String>> {
+    use proptest::prelude::*;
+    (2u32..5, 1u32..3, 0u32..30, 0u32..30, 0u32..15, 1u32..3).prop_map(
+        |(ch, ways, overhead, latency, fw, cores)| {
+            vec![
+                format!("geometry.channels={ch}"),
+                format!("geometry.ways={ways}"),
+                format!("host_link.command_overhead_us={overhead}"),
+                format!("host_link.command_latency_us={latency}"),
+                format!("cpu.command_us={fw}"),
+                format!("cpu.cores={cores}"),
+            ]
+        },
+    )
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Issue 30, property 1: for independent commands with fixed submission instants,
+    /// completion times, payloads and every counter are the same whatever order the
+    /// host code submits them in (each pair's own commands in their order of arrival:
+    /// a submission queue is FIFO).
+    #[test]
+    fn completions_do_not_depend_on_submission_order(
+        sets in device_strategy(),
+        jobs in jobs_strategy(),
+        seed in 0u64..u64::MAX,
+    ) {
+        use rand::{SeedableRng, seq::SliceRandom};
+        let mut canonical: Vec<usize> = (0..jobs.len()).collect();
+        canonical.sort_by_key(|&i| (jobs[i].at, i));
+        // A random interleaving of the pairs' sequences.
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        let mut tags: Vec<usize> = canonical.iter().map(|&i| jobs[i].queue).collect();
+        tags.shuffle(&mut rng);
+        let mut per_queue: Vec<std::collections::VecDeque<usize>> = vec![Default::default(); 4];
+        for &i in &canonical {
+            per_queue[jobs[i].queue].push_back(i);
+        }
+        let shuffled: Vec<usize> = tags.iter().map(|&q| per_queue[q].pop_front().unwrap()).collect();
+        let (a, ta) = run_jobs(&sets, &jobs, &canonical);
+        let (b, tb) = run_jobs(&sets, &jobs, &shuffled);
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            proptest::prop_assert_eq!(&x.status, &y.status, "job {}", i);
+            proptest::prop_assert_eq!(x.acct, y.acct, "job {}", i);
+            proptest::prop_assert_eq!(&x.payload, &y.payload, "job {}", i);
+        }
+        proptest::prop_assert_eq!(ta, tb);
+    }
+}
+
+/// Issue 30, property 3: with many commands in flight and no data, throughput is
+/// bounded by the command-processing resource (firmware time on the embedded cores),
+/// and the fixed latency overlaps across commands instead of serializing them.
+#[test]
+fn throughput_of_empty_commands_is_bounded_by_command_processing() {
+    const N: u64 = 2_000;
+    let run = |latency: u32, fw: u32, cores: u32| {
+        let mut d = dev_with(&[
+            "host_link.command_overhead_us=0".into(),
+            format!("host_link.command_latency_us={latency}"),
+            format!("cpu.command_us={fw}"),
+            format!("cpu.cores={cores}"),
+        ]);
+        let qs: Vec<QueueId> = (0..8).map(|_| d.create_queue_pair(1024).unwrap()).collect();
+        for i in 0..N {
+            d.submit(qs[(i % 8) as usize], Command::Flush, T0).unwrap();
+        }
+        assert_eq!(d.process(), N as usize);
+        let mut last = SimTime::ZERO;
+        for &q in &qs {
+            while let Some(c) = d.poll(q) {
+                assert_eq!(c.status, Status::Success, "{}", c.status);
+                last = last.max(c.acct.completed);
+            }
+        }
+        last.ns()
+    };
+    // 25 µs of latency and no processing cost: every command overlaps (one latency).
+    assert_eq!(run(25, 0, 1), 25_000);
+    // 2 µs of firmware on one core: N x 2 µs, plus one latency; not N x 25 µs.
+    let t = run(25, 2, 1);
+    assert_eq!(t, N * 2_000 + 25_000);
+    let ops_per_s = N as f64 / (t as f64 / 1e9);
+    assert!(ops_per_s > 1e6 / 25.0 * 10.0, "{ops_per_s}");
+    // Two cores handle twice the commands per second.
+    assert_eq!(run(25, 2, 2), N * 1_000 + 25_000);
+}
+
+#[test]
+fn weighted_round_robin_serves_urgent_then_by_weight() {
+    let mut d = dev();
+    assert!(matches!(
+        d.set_arbitration(Arbitration::Weighted {
+            high: 0,
+            medium: 1,
+            low: 1
+        }),
+        Err(Status::InvalidField(_))
+    ));
+    d.set_arbitration(Arbitration::Weighted {
+        high: 3,
+        medium: 2,
+        low: 1,
+    })
+    .unwrap();
+    let low = d.create_queue_pair_with(16, QueuePriority::Low).unwrap();
+    let med = d.create_queue_pair_with(16, QueuePriority::Medium).unwrap();
+    let high = d.create_queue_pair_with(16, QueuePriority::High).unwrap();
+    let urgent = d.create_queue_pair_with(16, QueuePriority::Urgent).unwrap();
+    let qs = [low, med, high, urgent];
+    for &q in &qs {
+        for _ in 0..6 {
+            d.submit(q, Command::Flush, T0).unwrap();
+        }
+    }
+    // A later arrival never goes before an earlier one, whatever its class.
+    d.submit(urgent, Command::Flush, SimTime(1)).unwrap();
+    // Record the execution order through the commands counter of each completion.
+    d.process();
+    let mut order: Vec<(u64, usize)> = Vec::new();
+    for (k, &q) in qs.iter().enumerate() {
+        while let Some(c) = d.poll(q) {
+            order.push((c.acct.completed.ns(), k));
+        }
+    }
+    // Flushes of nothing all complete at their arrival plus fixed costs, so completion
+    // instants cannot show the order; the arbitration order is checked directly below.
+    assert_eq!(order.len(), 25);
+    let mut d = dev();
+    d.set_arbitration(Arbitration::Weighted {
+        high: 3,
+        medium: 2,
+        low: 1,
+    })
+    .unwrap();
+    let low = d.create_queue_pair_with(16, QueuePriority::Low).unwrap();
+    let med = d.create_queue_pair_with(16, QueuePriority::Medium).unwrap();
+    let high = d.create_queue_pair_with(16, QueuePriority::High).unwrap();
+    let urgent = d.create_queue_pair_with(16, QueuePriority::Urgent).unwrap();
+    for &q in &[low, med, high, urgent] {
+        for _ in 0..6 {
+            d.submit(q, Command::Flush, T0).unwrap();
+        }
+    }
+    let mut picked = Vec::new();
+    while let Some(slot) = d.arbitrate() {
+        let q = d.queues[slot].as_mut().unwrap();
+        q.sq.pop_front();
+        picked.push(QueueId(slot as u16 + 1));
+    }
+    let name = |q: QueueId| match q {
+        q if q == urgent => 'U',
+        q if q == high => 'H',
+        q if q == med => 'M',
+        _ => 'L',
+    };
+    let s: String = picked.into_iter().map(name).collect();
+    assert_eq!(s, "UUUUUUHHHMMLHHHMMLMMLLLL");
 }
