@@ -177,7 +177,13 @@ pub fn print_io(r: &IoReport, cmd: &str) {
         }
     }
     println!("{t}");
-    let mut t = table(&["resource", "count", "mean util.", "max util."]);
+    let mut t = table(&[
+        "resource",
+        "count",
+        "mean util.",
+        "max util.",
+        "waits behind later arrivals",
+    ]);
     for u in &r.utilization {
         let mark = if Some(u.class) == r.bottleneck {
             " <- bottleneck"
@@ -189,6 +195,7 @@ pub fn print_io(r: &IoReport, cmd: &str) {
             u.members.to_string(),
             format!("{:.1}%", u.mean * 100.0),
             format!("{:.1}%", u.max * 100.0),
+            u.inversions.to_string(),
         ]);
     }
     println!("{t}");

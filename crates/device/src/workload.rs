@@ -351,6 +351,10 @@ impl IoReport {
                 json!(u.mean),
             );
             put(&format!("utilization_{}_max", u.class.key()), json!(u.max));
+            put(
+                &format!("order_inversions_{}", u.class.key()),
+                json!(u.inversions),
+            );
         }
         put("bottleneck", json!(self.bottleneck.map(|b| b.key())));
         for (k, v) in self.energy.components() {

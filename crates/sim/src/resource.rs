@@ -33,17 +33,19 @@ use std::collections::VecDeque;
 use std::fmt;
 
 /// Busy intervals a calendar keeps before it forgets the oldest.
-pub const CALENDAR_INTERVALS: usize = 512;
+pub const CALENDAR_INTERVALS: usize = 64;
 
 /// One resource that serves one operation at a time.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Resource {
-    /// Busy intervals `[start, end)`, sorted, disjoint and not adjacent.
-    busy: VecDeque<(u64, u64)>,
+    /// Busy intervals `[start, end, latest arrival booked in it)`, sorted, disjoint and
+    /// not adjacent.
+    busy: VecDeque<(u64, u64, u64)>,
     /// Nothing may be booked before this instant (forgotten history, power cycle).
     floor: u64,
     busy_ns: u64,
     ops: u64,
+    inversions: u64,
 }
 
 impl Resource {
@@ -54,6 +56,7 @@ impl Resource {
             floor: 0,
             busy_ns: 0,
             ops: 0,
+            inversions: 0,
         }
     }
 
@@ -62,11 +65,12 @@ impl Resource {
     /// booking.
     #[inline]
     pub fn reserve(&mut self, earliest: SimTime, dur_ns: u64) -> (SimTime, SimTime) {
-        let (start, slot) = self.fit(earliest.0, dur_ns);
+        let (start, slot, inverted) = self.fit(earliest.0, dur_ns);
         let end = start.saturating_add(dur_ns);
         if dur_ns > 0 {
-            self.insert(slot, start, end);
+            self.insert(slot, start, end, earliest.0);
         }
+        self.inversions += u64::from(inverted);
         self.busy_ns = self.busy_ns.saturating_add(dur_ns);
         self.ops += 1;
         (SimTime(start), SimTime(end))
@@ -87,8 +91,8 @@ impl Resource {
         if e <= s {
             return;
         }
-        let i = self.busy.partition_point(|&(_, be)| be <= s);
-        let Some(&(bs, be)) = self.busy.get(i) else {
+        let i = self.busy.partition_point(|&(_, be, _)| be <= s);
+        let Some(&(bs, be, arrival)) = self.busy.get(i) else {
             debug_assert!(false, "unbook of [{s}, {e}) that is not booked");
             return;
         };
@@ -108,7 +112,7 @@ impl Resource {
             (false, true) => self.busy[i].0 = e,
             (true, true) => {
                 self.busy[i].1 = s;
-                self.busy.insert(i + 1, (e, be));
+                self.busy.insert(i + 1, (e, be, arrival));
             }
         }
     }
@@ -120,7 +124,7 @@ impl Resource {
         SimTime(
             self.busy
                 .back()
-                .map_or(self.floor, |&(_, e)| e.max(self.floor)),
+                .map_or(self.floor, |&(_, e, _)| e.max(self.floor)),
         )
     }
 
@@ -136,9 +140,17 @@ impl Resource {
         self.ops
     }
 
+    /// Bookings that had to wait behind an operation that arrived later than they did
+    /// but was booked first (the one case in which a calendar is not first-come
+    /// first-served; see the module doc).
+    #[inline]
+    pub fn inversions(&self) -> u64 {
+        self.inversions
+    }
+
     /// Busy intervals the calendar holds now (for tests and inspection).
     pub fn intervals(&self) -> impl Iterator<Item = (SimTime, SimTime)> + '_ {
-        self.busy.iter().map(|&(s, e)| (SimTime(s), SimTime(e)))
+        self.busy.iter().map(|&(s, e, _)| (SimTime(s), SimTime(e)))
     }
 
     /// Forget busy time and operation counts (keeps the calendar), for a measurement
@@ -146,6 +158,7 @@ impl Resource {
     pub fn reset_counters(&mut self) {
         self.busy_ns = 0;
         self.ops = 0;
+        self.inversions = 0;
     }
 
     /// Forget everything, as after a power cycle: the resource is free from `now`.
@@ -154,45 +167,59 @@ impl Resource {
         self.floor = now.0;
     }
 
-    /// The earliest start at or after `earliest` (and the floor) where `dur` fits, and
-    /// the index of the first interval after it.
+    /// The earliest start at or after `earliest` (and the floor) where `dur` fits, the
+    /// index of the first interval after it, and whether it waits behind a booking of a
+    /// later arrival.
     #[inline]
-    fn fit(&self, earliest: u64, dur: u64) -> (u64, usize) {
+    fn fit(&self, earliest: u64, dur: u64) -> (u64, usize, bool) {
         let mut t = earliest.max(self.floor);
         // Fast path: after everything booked (the common case of in-order arrivals).
         match self.busy.back() {
-            None => return (t, 0),
-            Some(&(_, e)) if e <= t => return (t, self.busy.len()),
+            None => return (t, 0, false),
+            Some(&(_, e, _)) if e <= t => return (t, self.busy.len(), false),
             _ => {}
         }
         // The first interval that ends after `t`; walk the gaps from there.
-        let mut i = self.busy.partition_point(|&(_, e)| e <= t);
-        while let Some(&(s, e)) = self.busy.get(i) {
+        let mut i = self.busy.partition_point(|&(_, e, _)| e <= t);
+        let mut inverted = false;
+        while let Some(&(s, e, arrival)) = self.busy.get(i) {
             // A zero-length operation needs a free instant, not a free span.
             if t.saturating_add(dur) <= s && (dur > 0 || t < s) {
-                return (t, i);
+                return (t, i, inverted);
             }
+            inverted |= arrival > earliest;
             t = t.max(e);
             i += 1;
         }
-        (t, i)
+        (t, i, inverted)
     }
 
     /// Insert `[start, end)` before interval `i` (it fits there), merging neighbours.
-    fn insert(&mut self, i: usize, start: u64, end: u64) {
+    fn insert(&mut self, i: usize, start: u64, end: u64, arrival: u64) {
         let joins_prev = i > 0 && self.busy[i - 1].1 == start;
-        let joins_next = self.busy.get(i).is_some_and(|&(s, _)| s == end);
+        let joins_next = self.busy.get(i).is_some_and(|&(s, _, _)| s == end);
         match (joins_prev, joins_next) {
             (true, true) => {
-                self.busy[i - 1].1 = self.busy[i].1;
+                let (_, e, a) = self.busy[i];
+                let prev = &mut self.busy[i - 1];
+                prev.1 = e;
+                prev.2 = prev.2.max(a).max(arrival);
                 self.busy.remove(i);
             }
-            (true, false) => self.busy[i - 1].1 = end,
-            (false, true) => self.busy[i].0 = start,
+            (true, false) => {
+                let prev = &mut self.busy[i - 1];
+                prev.1 = end;
+                prev.2 = prev.2.max(arrival);
+            }
+            (false, true) => {
+                let next = &mut self.busy[i];
+                next.0 = start;
+                next.2 = next.2.max(arrival);
+            }
             (false, false) => {
-                self.busy.insert(i, (start, end));
+                self.busy.insert(i, (start, end, arrival));
                 if self.busy.len() > CALENDAR_INTERVALS
-                    && let Some((_, e)) = self.busy.pop_front()
+                    && let Some((_, e, _)) = self.busy.pop_front()
                 {
                     self.floor = self.floor.max(e);
                 }
@@ -268,6 +295,9 @@ pub struct Utilization {
     pub max: f64,
     /// Total busy nanoseconds, summed over members.
     pub busy_ns: u64,
+    /// Bookings that waited behind a later arrival booked first, summed over members
+    /// ([`Resource::inversions`]).
+    pub inversions: u64,
 }
 
 impl Utilization {
@@ -280,8 +310,10 @@ impl Utilization {
         let mut members = 0usize;
         let mut total = 0u64;
         let mut max = 0u64;
+        let mut inversions = 0u64;
         for r in resources {
             members += 1;
+            inversions += r.inversions();
             total += r.busy_ns();
             max = max.max(r.busy_ns());
         }
@@ -296,6 +328,7 @@ impl Utilization {
             },
             max: max as f64 / w,
             busy_ns: total,
+            inversions,
         }
     }
 }
@@ -334,6 +367,22 @@ mod tests {
         assert_eq!(r.busy_ns(), 22);
         assert_eq!(r.ops(), 5);
         assert_eq!(r.free_at(), SimTime(101));
+    }
+
+    #[test]
+    fn waiting_behind_a_later_arrival_is_counted() {
+        let mut r = Resource::new();
+        r.reserve(SimTime(100), 10); // arrived at 100, booked first
+        r.reserve(SimTime(95), 10); // arrived earlier, [95, 100) too short: after it
+        assert_eq!(r.inversions(), 1);
+        r.reserve(SimTime(0), 10); // fits before everything
+        r.reserve(SimTime(120), 10); // in order
+        assert_eq!(r.inversions(), 1);
+        r.reserve(SimTime(105), 30); // waits behind arrivals at 100 and 120
+        assert_eq!(r.inversions(), 2);
+        r.reserve(SimTime(200), 1);
+        r.reserve(SimTime(199), 5); // waits behind the arrival at 200
+        assert_eq!(r.inversions(), 3);
     }
 
     #[test]
