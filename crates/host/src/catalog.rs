@@ -32,7 +32,14 @@
 //! a u16 column count and each column's estimated distinct values (u64): what the
 //! loader's HyperLogLog sketches ([`cardinality_estimator`], about 1.6% error) saw, for
 //! the SQL planner's join and aggregate estimates. INSERT / UPDATE / DELETE keep them
-//! (estimates, never used for a result). Older catalogs stay readable.
+//! (estimates, never used for a result). Version 6 (written only once some table has a
+//! column the original format cannot describe: a type beyond INT32, INT64, DATE,
+//! DECIMAL and CHAR, a nullable column or a time zone; its pages are format 2 when it
+//! has NULLs or strings, [`csd_table::page`]) is version 5 with, after each column's
+//! type code and parameter, a flags byte (bit 0 nullable, bit 1 a time zone follows)
+//! and the time zone's name. A build that predates version 6 refuses such a catalog
+//! ("unsupported catalog version") rather than misreading its tables. Older catalogs
+//! stay readable.
 //!
 //! **The catalog area is only ever written over a csd catalog or zeros.** A device whose
 //! first [`CATALOG_LBAS`] LBAs read as zeros never held a catalog (or anything else
@@ -57,6 +64,7 @@ const VERSION_INDEXED: u16 = 2;
 const VERSION_MULTI_KEY: u16 = 3;
 const VERSION_DML: u16 = 4;
 const VERSION_STATS: u16 = 5;
+const VERSION_TYPES: u16 = 6;
 /// Free-space hints a table keeps in the catalog (pages that may have room for a row).
 pub const MAX_FREE_HINTS: usize = 1024;
 const HEADER: usize = 4 + 2 + 2 + 8 + 4 + 4;
@@ -317,29 +325,24 @@ fn foreign_area(b: &[u8]) -> String {
     )
 }
 
-fn type_code(t: ColumnType) -> (u8, u16) {
-    match t {
-        ColumnType::Int32 => (1, 0),
-        ColumnType::Int64 => (2, 0),
-        ColumnType::Date => (3, 0),
-        ColumnType::Decimal { scale } => (4, scale as u16),
-        ColumnType::Char(n) => (5, n),
+fn type_of(code: u8, param: u16, version: u16) -> Result<ColumnType, HostError> {
+    match ColumnType::from_tag(code, param) {
+        // Catalogs before VERSION_TYPES hold only the five original types.
+        Some(t) if version >= VERSION_TYPES || t.is_classic() => Ok(t),
+        _ => Err(HostError::Catalog(format!(
+            "unknown column type code {code} in a version-{version} catalog: the catalog is \
+             damaged or was written by a newer csd"
+        ))),
     }
 }
 
-fn type_of(code: u8, param: u16) -> Result<ColumnType, HostError> {
-    Ok(match code {
-        1 => ColumnType::Int32,
-        2 => ColumnType::Int64,
-        3 => ColumnType::Date,
-        4 => ColumnType::Decimal { scale: param as u8 },
-        5 => ColumnType::Char(param),
-        _ => {
-            return Err(HostError::Catalog(format!(
-                "unknown column type code {code}"
-            )));
-        }
-    })
+/// Whether a table needs `VERSION_TYPES`: a column type, NULL or time zone the original
+/// format cannot say.
+fn needs_types(schema: &Schema) -> bool {
+    schema
+        .columns()
+        .iter()
+        .any(|c| !c.ty.is_classic() || c.nullable || c.tz.is_some())
 }
 
 impl Catalog {
@@ -354,7 +357,8 @@ impl Catalog {
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let stats = self.tables.iter().any(|t| t.distinct.is_some());
+        let types = self.tables.iter().any(|t| needs_types(&t.schema));
+        let stats = types || self.tables.iter().any(|t| t.distinct.is_some());
         let dml = stats || self.changed_by_dml();
         let indexed = dml || self.tables.iter().any(|t| t.index.is_some());
         let multi = dml
@@ -374,9 +378,14 @@ impl Catalog {
             body.extend_from_slice(&(t.schema.columns().len() as u16).to_le_bytes());
             for c in t.schema.columns() {
                 put_str(&mut body, &c.name);
-                let (code, param) = type_code(c.ty);
-                body.push(code);
-                body.extend_from_slice(&param.to_le_bytes());
+                body.push(c.ty.tag());
+                body.extend_from_slice(&c.ty.param().to_le_bytes());
+                if types {
+                    body.push(u8::from(c.nullable) | u8::from(c.tz.is_some()) << 1);
+                    if let Some(tz) = &c.tz {
+                        put_str(&mut body, tz);
+                    }
+                }
             }
             if indexed {
                 match &t.index {
@@ -425,7 +434,9 @@ impl Catalog {
         if stats {
             self.encode_stats(&mut body);
         }
-        let version = if stats {
+        let version = if types {
+            VERSION_TYPES
+        } else if stats {
             VERSION_STATS
         } else if dml {
             VERSION_DML
@@ -458,11 +469,11 @@ impl Catalog {
             return Err(HostError::Catalog(foreign_area(b)));
         }
         let version = r.u16()?;
-        if !matches!(
-            version,
-            VERSION | VERSION_INDEXED | VERSION_MULTI_KEY | VERSION_DML | VERSION_STATS
-        ) {
-            return Err(HostError::Catalog("unsupported catalog version".into()));
+        if !(VERSION..=VERSION_TYPES).contains(&version) {
+            return Err(HostError::Catalog(format!(
+                "unsupported catalog version {version} (this build reads versions \
+                 {VERSION} ..= {VERSION_TYPES}): the image was written by a newer csd"
+            )));
         }
         let n = r.u16()? as usize;
         let seq = r.u64()?;
@@ -510,7 +521,15 @@ impl Catalog {
             let cname = r.str()?;
             let code = r.u8()?;
             let param = r.u16()?;
-            cols.push(Column::new(cname, type_of(code, param)?));
+            let mut col = Column::new(cname, type_of(code, param, version)?);
+            if version >= VERSION_TYPES {
+                let flags = r.u8()?;
+                col.nullable = flags & 1 != 0;
+                if flags & 2 != 0 {
+                    col.tz = Some(r.str()?);
+                }
+            }
+            cols.push(col);
         }
         let schema = Schema::new(sname, cols)
             .map_err(|e| HostError::Catalog(format!("table {name}: {e}")))?;

@@ -159,6 +159,13 @@ fn check(cat: &Catalog, req: &CreateIndex) -> Result<(usize, usize), HostError> 
             ))
         })?;
     let ty = t.schema.columns()[col].ty;
+    if t.schema.is_extended() {
+        return Err(invalid(format!(
+            "table {} has nullable or variable-length columns (page format 2): FLIXR per-page \
+             indexes cover only tables of NOT NULL fixed-width columns so far",
+            t.name
+        )));
+    }
     if !ty.is_numeric() {
         return Err(invalid(format!(
             "column {}.{} is {ty}: FLIXR per-page indexes cover numeric columns (INT32, INT64, DATE, DECIMAL)",

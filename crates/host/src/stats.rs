@@ -57,6 +57,17 @@ impl<S: RowSource> RowSource for Sketched<S> {
             return false;
         }
         self.rows += 1;
+        let schema = self.src.schema();
+        if schema.is_extended() {
+            // NULLs are not values (SQL's COUNT(DISTINCT) skips them); a string's value
+            // is its bytes, not its slot.
+            for (c, s) in self.sketches.iter_mut().enumerate() {
+                if let Some(v) = schema.value_bytes(row, c) {
+                    s.insert_hash(hash_value(v));
+                }
+            }
+            return true;
+        }
         for (s, &(o, w)) in self.sketches.iter_mut().zip(&self.spans) {
             // The source wrote a whole row image; a short one is the paginator's error
             // to report, not a value to count.

@@ -544,15 +544,22 @@ impl Expr {
         Expr::constant(Const::Bool(b), DataType::Bool)
     }
 
-    /// Column `index` of `schema`, typed from its stored type (`None` out of range).
+    /// Column `index` of `schema`, typed from its stored type; `None` out of range, and
+    /// for a column the evaluator does not read: a nullable one (the evaluator has no
+    /// NULLs: three-valued logic is not implemented in the device program) or one of a
+    /// type [`DataType::of_column`] does not know. The SQL front end then leaves what
+    /// needs the column to the host, so push-down stays exact.
     pub fn column(schema: &Schema, index: usize) -> Option<Expr> {
         let col = schema.columns().get(index)?;
+        if col.nullable {
+            return None;
+        }
         Some(Expr::new(
             ExprKind::Column {
                 index,
                 name: col.name.clone(),
             },
-            DataType::of_column(col.ty),
+            DataType::of_column(col.ty)?,
         ))
     }
 

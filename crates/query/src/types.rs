@@ -35,14 +35,18 @@ pub enum DataType {
 }
 
 impl DataType {
-    /// The query type of a stored column type.
-    pub fn of_column(ty: ColumnType) -> DataType {
-        match ty {
+    /// The query type of a stored column type, or `None` for a type the evaluator does
+    /// not read (the types added for users' own tables: BOOLEAN, INT8/16, floats,
+    /// TIMESTAMP, DECIMAL128, VARCHAR, VARBINARY). A program never reads such a column,
+    /// so a filter on one is left to the host's SQL engine, which stays exact.
+    pub fn of_column(ty: ColumnType) -> Option<DataType> {
+        Some(match ty {
             ColumnType::Int32 | ColumnType::Int64 => DataType::Int,
             ColumnType::Date => DataType::Date,
             ColumnType::Decimal { scale } => DataType::Decimal { scale },
             ColumnType::Char(n) => DataType::Char(n),
-        }
+            _ => return None,
+        })
     }
 
     /// The decimal scale of a number type (`INT` is scale 0); `None` for the others.

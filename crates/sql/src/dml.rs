@@ -293,6 +293,12 @@ pub fn rows_batch(schema: &Schema, arrow: &SchemaRef, rows: &[&[Value]]) -> Resu
                 }
                 Arc::new(b.finish())
             }
+            other => {
+                return Err(DataFusionError::NotImplemented(format!(
+                    "changing rows of a table with a {other} column (column {})",
+                    col.name
+                )));
+            }
         };
         cols.push(a);
     }
@@ -382,6 +388,12 @@ pub fn batch_rows(schema: &Schema, batch: &RecordBatch, what: &str) -> Result<Ve
                     }
                     r.push(Value::Char(s.as_bytes().to_vec()));
                 }
+            }
+            other => {
+                return Err(DataFusionError::NotImplemented(format!(
+                    "INSERT / UPDATE of a {other} column (column {})",
+                    col.name
+                )));
             }
         }
     }

@@ -427,6 +427,13 @@ fn column_arrays(
         ColumnType::Decimal { scale } => DataType::Decimal128(38, scale as i8),
         ColumnType::Date => DataType::Date32,
         ColumnType::Char(_) => DataType::Utf8,
+        other => {
+            return Err(ImportError::UnsupportedType {
+                column: plan.column.clone(),
+                ty: DataType::Null,
+                hint: format!("the importer does not write {other} columns"),
+            });
+        }
     };
     let mut out = Vec::with_capacity(batches.len());
     let mut base = 0u64;
@@ -606,6 +613,8 @@ fn encode(
             dst[..v.len()].copy_from_slice(v);
             dst[v.len()..].fill(b' ');
         }
+        // `column_plan` maps every Arrow type to one of the five above.
+        other => return Err(bad(format!("the importer does not write {other} columns"))),
     }
     Ok(())
 }

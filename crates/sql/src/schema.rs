@@ -5,23 +5,26 @@
 //! fit in as a decimal of that precision when the loader checked the value; TPC-H money
 //! fits with room to spare); a `DATE` (days since 1970-01-01) is `Date32`; `CHAR(n)` is
 //! a `Utf8` string without its blank padding (what a user of `VARCHAR` expects);
-//! `INT32`/`INT64` keep their width. Columns are never NULL.
+//! `INT32`/`INT64` keep their width. The types of users' own tables map one to one
+//! (BOOLEAN, INT8/16, FLOAT32/64, TIMESTAMP(µs) with its time zone, DECIMAL128(p, s),
+//! VARCHAR as Utf8, VARBINARY as Binary), nullable where the column is.
 
 use std::sync::Arc;
 
 use csd_query::ColumnData;
-use csd_table::schema::{ColumnType, Schema, trim_char};
+use csd_table::schema::{Column, ColumnType, Schema, trim_char};
 use datafusion::arrow::array::{
     ArrayRef, Date32Array, Decimal128Array, Int32Array, Int64Array, StringBuilder,
 };
 use datafusion::arrow::buffer::ScalarBuffer;
-use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
 use datafusion::arrow::error::ArrowError;
 
 /// Decimal precision of a stored scaled decimal (an `i64`).
 pub const DECIMAL_PRECISION: u8 = 18;
 
-/// The Arrow type of a stored column type.
+/// The Arrow type of a stored column type (a TIMESTAMP without its column's time zone:
+/// see [`arrow_field`]).
 pub fn arrow_type(ty: ColumnType) -> DataType {
     match ty {
         ColumnType::Int32 => DataType::Int32,
@@ -29,17 +32,34 @@ pub fn arrow_type(ty: ColumnType) -> DataType {
         ColumnType::Date => DataType::Date32,
         ColumnType::Decimal { scale } => DataType::Decimal128(DECIMAL_PRECISION, scale as i8),
         ColumnType::Char(_) => DataType::Utf8,
+        ColumnType::Bool => DataType::Boolean,
+        ColumnType::Int8 => DataType::Int8,
+        ColumnType::Int16 => DataType::Int16,
+        ColumnType::Float32 => DataType::Float32,
+        ColumnType::Float64 => DataType::Float64,
+        ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+        ColumnType::Decimal128 { precision, scale } => DataType::Decimal128(precision, scale as i8),
+        ColumnType::Varchar => DataType::Utf8,
+        ColumnType::Varbinary => DataType::Binary,
     }
 }
 
-/// The Arrow schema of a device table (column names as stored, never NULL).
+/// The Arrow field of a stored column: its type (a TIMESTAMP with its time zone) and
+/// whether it is nullable.
+pub fn arrow_field(col: &Column) -> Field {
+    let ty = match (col.ty, &col.tz) {
+        (ColumnType::Timestamp, Some(tz)) => {
+            DataType::Timestamp(TimeUnit::Microsecond, Some(tz.as_str().into()))
+        }
+        (ty, _) => arrow_type(ty),
+    };
+    Field::new(col.name.clone(), ty, col.nullable)
+}
+
+/// The Arrow schema of a device table (column names as stored).
 pub fn arrow_schema(schema: &Schema) -> SchemaRef {
     Arc::new(ArrowSchema::new(
-        schema
-            .columns()
-            .iter()
-            .map(|c| Field::new(c.name.clone(), arrow_type(c.ty), false))
-            .collect::<Vec<_>>(),
+        schema.columns().iter().map(arrow_field).collect::<Vec<_>>(),
     ))
 }
 
@@ -107,6 +127,12 @@ pub fn column_array_of(ty: ColumnType, parts: &[ColumnData<'_>]) -> Result<Array
                 }
             }
             Arc::new(b.finish())
+        }
+        // A device program never outputs these (csd_query::DataType::of_column).
+        other => {
+            return Err(ArrowError::ComputeError(format!(
+                "a device program does not output {other} columns"
+            )));
         }
     })
 }

@@ -5,8 +5,11 @@
 //! layouts its §4.2 experiments compare:
 //!
 //! * [`schema`]: column types (`INT32`, `INT64`, `DATE` as days since 1970-01-01,
-//!   `DECIMAL` as a scaled `i64`, space-padded `CHAR(n)`), named columns with fixed
-//!   offsets, and little-endian row images. [`date`] and [`decimal`] convert text
+//!   `DECIMAL` as a scaled `i64`, space-padded `CHAR(n)`; and for users' own tables
+//!   `BOOLEAN`, `INT8/16`, IEEE `FLOAT32/64`, `TIMESTAMP` in µs, `DECIMAL(p ≤ 38, s)`,
+//!   `VARCHAR` and `VARBINARY`, each nullable), named columns with fixed offsets, and
+//!   little-endian row images (with a null bitmap and the strings' bytes for extended
+//!   schemas). [`date`] and [`decimal`] convert text
 //!   exactly (predicate constants such as `1994-01-01` or `0.05`).
 //! * [`page`]: NSM slotted pages and PAX pages of `P` bytes (the flash page size), built
 //!   by [`PageBuilder`] and read in place by [`PageView`] / [`ColumnView`], with a
@@ -48,5 +51,7 @@ pub mod page;
 pub mod schema;
 
 pub use datagen::{GenError, RowSource};
-pub use page::{ColumnView, Layout, PageBuilder, PageError, PageHeader, PageView, Paginator};
+pub use page::{
+    ColumnView, Layout, PageBuilder, PageError, PageHeader, PageView, Paginator, Validity,
+};
 pub use schema::{Column, ColumnType, Schema, SchemaError, Value};

@@ -406,15 +406,8 @@ pub(super) fn encode_registry(tables: &BTreeMap<u8, TableEntry>) -> Vec<u8> {
         v.extend_from_slice(&(t.format.columns.len() as u16).to_le_bytes());
         for (name, ty) in &t.format.columns {
             s(&mut v, name);
-            let (tag, p) = match ty {
-                ColumnType::Int32 => (1u8, 0u16),
-                ColumnType::Int64 => (2, 0),
-                ColumnType::Date => (3, 0),
-                ColumnType::Decimal { scale } => (4, *scale as u16),
-                ColumnType::Char(n) => (5, *n),
-            };
-            v.push(tag);
-            v.extend_from_slice(&p.to_le_bytes());
+            v.push(ty.tag());
+            v.extend_from_slice(&ty.param().to_le_bytes());
         }
         if v3 {
             v.push(t.keys.len() as u8);
@@ -486,15 +479,7 @@ impl Blob<'_> {
         let cn = self.string()?;
         let tag = self.u8()?;
         let par = self.u16()?;
-        let ty = match tag {
-            1 => ColumnType::Int32,
-            2 => ColumnType::Int64,
-            3 => ColumnType::Date,
-            4 => ColumnType::Decimal { scale: par as u8 },
-            5 => ColumnType::Char(par),
-            _ => return None,
-        };
-        Some((cn, ty))
+        Some((cn, ColumnType::from_tag(tag, par)?))
     }
 
     /// A key of `kind` (1 range, 2 bitmap): its column and encoding.

@@ -1,12 +1,17 @@
 //! [`PageBuilder`]: appends row images to a page until it is full, then serializes it to
 //! exactly `P` bytes; [`Paginator`]: cuts a [`RowSource`] into pages.
+//!
+//! A fixed schema's rows are written in place as they arrive. An extended schema's rows
+//! (format version 2) are kept as row images until [`PageBuilder::finish`] lays the page
+//! out, because PAX minipages are sized for the page's own row count and a row's fit
+//! depends on its variable-length values.
 
 use super::{
-    HEADER_LEN, Layout, PAGE_VERSION, PageError, PageHeader, capacity_for, column_start,
-    page_checksum, slot_offset,
+    HEADER_LEN, Layout, PAGE_VERSION, PAGE_VERSION_EXTENDED, PageError, PageHeader, capacity_for,
+    column_start, extended_fixed_bytes, page_checksum, slot_offset,
 };
 use crate::datagen::RowSource;
-use crate::schema::{Schema, Value};
+use crate::schema::{Schema, Value, row_is_null, var_slot};
 
 /// Builds one page at a time. Values are written in place into a `P`-byte buffer as
 /// rows arrive (row images for NSM, minipage slots for PAX); [`PageBuilder::finish`]
@@ -19,6 +24,11 @@ pub struct PageBuilder {
     rows: usize,
     buf: Vec<u8>,
     scratch: Vec<u8>,
+    /// Extended schemas: the rows' images back to back, and where each starts.
+    images: Vec<u8>,
+    starts: Vec<usize>,
+    /// Extended schemas: heap bytes of the rows kept so far.
+    heap: usize,
 }
 
 impl PageBuilder {
@@ -33,6 +43,9 @@ impl PageBuilder {
             capacity,
             rows: 0,
             buf: vec![0; page_size],
+            images: Vec::new(),
+            starts: Vec::new(),
+            heap: 0,
         })
     }
 
@@ -66,15 +79,51 @@ impl PageBuilder {
         self.rows == 0
     }
 
-    /// True if the page holds `capacity()` rows.
+    /// True if the page holds `capacity()` rows (for an extended schema: if not even a
+    /// row with empty variable-length values would fit any more).
     pub fn is_full(&self) -> bool {
-        self.rows == self.capacity
+        if self.schema.is_extended() {
+            !self.fits(self.rows + 1, self.heap)
+        } else {
+            self.rows == self.capacity
+        }
     }
 
-    /// Appends one row image (`schema().row_width()` bytes). Errors, leaving the page
-    /// unchanged, if the row has the wrong width or the page is full.
+    /// Whether `rows` rows with `heap` bytes of variable-length values fit the page.
+    fn fits(&self, rows: usize, heap: usize) -> bool {
+        rows <= self.capacity
+            && HEADER_LEN + extended_fixed_bytes(&self.schema, self.layout, rows) + heap
+                <= self.buf.len()
+    }
+
+    /// Appends one row image (checked by [`Schema::check_row`]). Errors, leaving the
+    /// page unchanged, if the row is malformed or does not fit: [`PageError::PageFull`]
+    /// when the page holds rows (start the next page with it),
+    /// [`PageError::RowTooLarge`] when it would not fit even an empty page.
     pub fn push_row(&mut self, row: &[u8]) -> Result<(), PageError> {
         self.schema.check_row(row)?;
+        if self.schema.is_extended() {
+            let heap = row.len() - self.schema.row_width();
+            if !self.fits(self.rows + 1, self.heap + heap) {
+                if self.rows == 0 {
+                    return Err(PageError::RowTooLarge {
+                        table: self.schema.name().to_string(),
+                        row_bytes: HEADER_LEN
+                            + extended_fixed_bytes(&self.schema, self.layout, 1)
+                            + heap,
+                        page_size: self.buf.len(),
+                    });
+                }
+                return Err(PageError::PageFull {
+                    capacity: self.rows,
+                });
+            }
+            self.starts.push(self.images.len());
+            self.images.extend_from_slice(row);
+            self.heap += heap;
+            self.rows += 1;
+            return Ok(());
+        }
         if self.is_full() {
             return Err(PageError::PageFull {
                 capacity: self.capacity,
@@ -84,23 +133,26 @@ impl PageBuilder {
         Ok(())
     }
 
-    /// Encodes typed values and appends them as one row (see [`Schema::encode_row`]).
+    /// Encodes typed values and appends them as one row (see
+    /// [`Schema::encode_row_into`] and [`PageBuilder::push_row`]).
     pub fn push_values(&mut self, values: &[Value]) -> Result<(), PageError> {
         if self.is_full() {
             return Err(PageError::PageFull {
-                capacity: self.capacity,
+                capacity: self.rows,
             });
         }
         let mut scratch = std::mem::take(&mut self.scratch);
-        let result = self.schema.encode_row(values, &mut scratch);
-        if result.is_ok() {
-            self.write_row(&scratch);
-        }
+        let result = self.schema.encode_row_into(values, &mut scratch);
+        let result = match result {
+            Ok(()) => self.push_row(&scratch),
+            Err(e) => Err(e.into()),
+        };
         self.scratch = scratch;
-        Ok(result?)
+        result
     }
 
-    /// Writes a row known to be `row_width` bytes into a page known not to be full.
+    /// Writes a row known to be `row_width` bytes into a page known not to be full
+    /// (fixed schemas).
     pub(crate) fn write_row(&mut self, row: &[u8]) {
         let i = self.rows;
         let width = self.schema.row_width();
@@ -123,13 +175,88 @@ impl PageBuilder {
         self.rows += 1;
     }
 
+    /// Lays out the kept rows of an extended schema (format version 2, see the module
+    /// docs of [`crate::page`]) into `buf`, which is zero.
+    fn lay_out_extended(&mut self) {
+        let schema = &self.schema;
+        let n = self.rows;
+        let nb = schema.null_bytes();
+        let w = schema.row_width();
+        let page = &mut self.buf;
+        let row = |i: usize| {
+            let end = self.starts.get(i + 1).copied().unwrap_or(self.images.len());
+            &self.images[self.starts[i]..end]
+        };
+        match self.layout {
+            Layout::Nsm => {
+                let mut heap_end = page.len();
+                for i in 0..n {
+                    let img = row(i);
+                    let rec = HEADER_LEN + i * w;
+                    page[rec..rec + w].copy_from_slice(&img[..w]);
+                    for &c in schema.variable_columns() {
+                        if row_is_null(img, c) {
+                            continue;
+                        }
+                        let (o, l) = var_slot(img, schema.offsets()[c]);
+                        heap_end -= l;
+                        page[heap_end..heap_end + l].copy_from_slice(&img[o..o + l]);
+                        write_slot(page, rec + schema.offsets()[c], heap_end, l);
+                    }
+                }
+            }
+            Layout::Pax => {
+                let mut bitmap = HEADER_LEN + n * (w - nb);
+                let mut nulls = Vec::new();
+                for (c, col) in schema.columns().iter().enumerate() {
+                    if col.nullable {
+                        nulls.push((c, bitmap));
+                        bitmap += n.div_ceil(8);
+                    }
+                }
+                let mut heap = bitmap;
+                for (c, col) in schema.columns().iter().enumerate() {
+                    let off = schema.offsets()[c];
+                    let width = col.ty.width();
+                    let mini = HEADER_LEN + n * (off - nb);
+                    let bits = nulls.iter().find(|&&(k, _)| k == c).map(|&(_, at)| at);
+                    for i in 0..n {
+                        let img = row(i);
+                        let dst = mini + i * width;
+                        if row_is_null(img, c) {
+                            if let Some(at) = bits {
+                                page[at + i / 8] |= 1 << (i % 8);
+                            }
+                            continue;
+                        }
+                        if col.ty.is_variable() {
+                            let (o, l) = var_slot(img, off);
+                            page[heap..heap + l].copy_from_slice(&img[o..o + l]);
+                            write_slot(page, dst, heap, l);
+                            heap += l;
+                        } else {
+                            page[dst..dst + width].copy_from_slice(&img[off..off + width]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Writes the header and checksum and returns the finished page: exactly
     /// `page_size()` bytes. The builder keeps its rows; call [`PageBuilder::reset`] to
     /// start the next page.
     pub fn finish(&mut self) -> &[u8] {
+        let version = if self.schema.is_extended() {
+            self.buf.fill(0);
+            self.lay_out_extended();
+            PAGE_VERSION_EXTENDED
+        } else {
+            PAGE_VERSION
+        };
         let mut header = PageHeader {
             layout: self.layout,
-            version: PAGE_VERSION,
+            version,
             page_size: self.buf.len() as u32,
             schema_fingerprint: self.schema.fingerprint(),
             // rows <= capacity <= 65536
@@ -146,7 +273,19 @@ impl PageBuilder {
     pub fn reset(&mut self) {
         self.buf.fill(0);
         self.rows = 0;
+        self.images.clear();
+        self.starts.clear();
+        self.heap = 0;
     }
+}
+
+/// Writes a variable-length slot: `u16` offset and `u16` length (both fit: they are
+/// within a page of at most 64 KiB, and a value's offset is past the header).
+/// An empty value is written as offset 0 (its place is immaterial).
+fn write_slot(page: &mut [u8], at: usize, offset: usize, len: usize) {
+    let offset = if len == 0 { 0 } else { offset };
+    page[at..at + 2].copy_from_slice(&(offset as u16).to_le_bytes());
+    page[at + 2..at + 4].copy_from_slice(&(len as u16).to_le_bytes());
 }
 
 /// Cuts the rows of a [`RowSource`] into finished pages, reusing one page buffer and
@@ -155,6 +294,8 @@ pub struct Paginator<S> {
     source: S,
     builder: PageBuilder,
     row: Vec<u8>,
+    /// `row` holds a row that did not fit the previous page.
+    pending: bool,
     done: bool,
     error: Option<PageError>,
     pages: u64,
@@ -169,6 +310,7 @@ impl<S: RowSource> Paginator<S> {
             source,
             builder,
             row: Vec::new(),
+            pending: false,
             done: false,
             error: None,
             pages: 0,
@@ -185,16 +327,25 @@ impl<S: RowSource> Paginator<S> {
         }
         self.builder.reset();
         while !self.builder.is_full() {
-            if !self.source.next_row(&mut self.row) {
+            if !self.pending && !self.source.next_row(&mut self.row) {
                 self.done = true;
                 break;
             }
-            if let Err(e) = self.builder.push_row(&self.row) {
-                // A source whose rows do not match its own schema: stop rather than
-                // write a wrong page, and keep the error for `error()`.
-                self.error = Some(e);
-                self.done = true;
-                break;
+            self.pending = false;
+            match self.builder.push_row(&self.row) {
+                Ok(()) => {}
+                // A row of an extended schema that does not fit: it opens the next page.
+                Err(PageError::PageFull { .. }) if !self.builder.is_empty() => {
+                    self.pending = true;
+                    break;
+                }
+                Err(e) => {
+                    // A malformed row, or one too large for any page: stop rather than
+                    // write a wrong page, and keep the error for `error()`.
+                    self.error = Some(e);
+                    self.done = true;
+                    break;
+                }
             }
         }
         if self.builder.is_empty() {

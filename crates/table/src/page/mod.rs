@@ -46,6 +46,34 @@
 //! error ([`PageError::SchemaMismatch`]); every offset is bounds-checked, so no byte
 //! string, however malformed, makes the parser panic.
 //!
+//! # Format version 2: NULLs and variable-length values
+//!
+//! A page of an *extended* schema ([`crate::Schema::is_extended`]: a nullable or a
+//! VARCHAR/VARBINARY column) has version 2 in its header; pages of every other schema
+//! keep version 1 and the layout above byte for byte (so a table written before
+//! version 2 existed reads as it always did, and TPC-H pages are unchanged). A reader
+//! refuses a version-1 page for an extended schema and a version-2 page for a fixed one
+//! ([`PageError::VersionForSchema`]), never misreading either. A variable-length
+//! value's slot holds the `u16` page offset and `u16` length of its bytes, which lie in
+//! the page's *heap*; a NULL's slot is zero. With `W` the schema's row width (null
+//! bitmap plus slots), `Wf` the slots alone and `n` the row count:
+//!
+//! **NSM v2**: row `i`'s fixed record (its row image's null bitmap and slots, `W` bytes)
+//! at `H + i*W`; the heap grows downward from the end of the page (the first row's
+//! values last). No slot array: the records have a fixed stride, so a slot would only
+//! repeat `H + i*W`. A row fits while `H + n*W + heap <= P`.
+//!
+//! **PAX v2**: minipages are sized for the page's own `n` rows (the builder keeps a
+//! page's rows until it is finished): column `c`'s minipage at `H + n*off_c'` (`off_c'`
+//! its slot's offset among the slots), then one validity bitmap of `ceil(n/8)` bytes per
+//! nullable column in column order (bit `i % 8` of byte `i / 8` set when row `i` is
+//! NULL), then the heap, values in row order. A row fits while
+//! `H + n*Wf + nullable*ceil(n/8) + heap <= P`.
+//!
+//! A row (its fixed part and its values) must fit one page: there are no overflow
+//! pages, so a VARCHAR value is at most a page less its header and slots
+//! ([`PageError::RowTooLarge`]).
+//!
 //! Tuples per 8 KiB page here are: lineitem (148 B) NSM 54 / PAX 55, Synthetic4 NSM 453
 //! / PAX 510, Synthetic16 123 / 127, Synthetic64 31 / 31. The paper's SQL Server pages
 //! hold fewer (51, 323, 109, 29) because of its 96-byte page header and per-row headers,
@@ -55,7 +83,7 @@ mod builder;
 mod view;
 
 pub use builder::{PageBuilder, Paginator};
-pub use view::{ColumnView, PageView};
+pub use view::{ColumnView, PageView, Validity};
 
 use crate::schema::SchemaError;
 use std::fmt;
@@ -63,8 +91,10 @@ use std::str::FromStr;
 
 /// Page magic, bytes 0..4 of every page.
 pub const PAGE_MAGIC: [u8; 4] = *b"CSDP";
-/// Current page format version.
+/// Page format version of fixed schemas (the original format).
 pub const PAGE_VERSION: u8 = 1;
+/// Page format version of extended schemas (NULLs, variable-length values).
+pub const PAGE_VERSION_EXTENDED: u8 = 2;
 /// Header length in bytes.
 pub const HEADER_LEN: usize = 24;
 /// Bytes per NSM slot.
@@ -201,7 +231,9 @@ pub enum PageError {
         found: [u8; 4],
     },
     /// A page format version this code does not read.
-    #[error("page format version {found} is not supported (this build reads version {supported})")]
+    #[error(
+        "page format version {found} is not supported (this build reads versions 1 ..= {supported})"
+    )]
     UnsupportedVersion {
         /// Version found.
         found: u8,
@@ -284,6 +316,47 @@ pub enum PageError {
         /// The number of rows.
         rows: usize,
     },
+    /// A page whose format version does not go with the schema it is read with.
+    #[error(
+        "page has format version {found} but table '{table}' is stored in version {expected} \
+         pages: the page belongs to another version of the table"
+    )]
+    VersionForSchema {
+        /// The table.
+        table: String,
+        /// The version the schema's pages have.
+        expected: u8,
+        /// The version found.
+        found: u8,
+    },
+    /// A row too large for an empty page.
+    #[error(
+        "a row of {row_bytes} bytes (slots and values) cannot fit a {page_size}-byte page of \
+         table '{table}': values longer than a page are not supported; use a larger page"
+    )]
+    RowTooLarge {
+        /// The table.
+        table: String,
+        /// The row's bytes in the page.
+        row_bytes: usize,
+        /// The page size.
+        page_size: usize,
+    },
+    /// A variable-length value whose offset and length leave the page or its heap.
+    #[error(
+        "row {row} of column {column} points at bytes {start}..{end} outside the page's heap: \
+         the page is corrupt"
+    )]
+    BadValueSlot {
+        /// The row.
+        row: usize,
+        /// The column index.
+        column: usize,
+        /// The start offset.
+        start: usize,
+        /// The end offset.
+        end: usize,
+    },
     /// A 4-byte decode asked of an 8-byte (or CHAR) column.
     #[error(
         "column '{column}' is {ty}: it cannot be decoded as 32-bit integers (use decode_i64_into)"
@@ -316,14 +389,43 @@ pub const fn rows_per_page(layout: Layout, row_width: usize, page_size: usize) -
     (page_size - HEADER_LEN) / layout.bytes_per_row(row_width)
 }
 
-/// Capacity of a page for `schema`, or [`PageError::RowTooWide`] / [`PageError::PageSize`].
+/// Bytes `n` rows of an extended schema take in a page of `layout`, their heap aside
+/// (see the module docs: fixed records for NSM; minipages and validity bitmaps for PAX).
+pub fn extended_fixed_bytes(schema: &crate::Schema, layout: Layout, n: usize) -> usize {
+    match layout {
+        Layout::Nsm => n * schema.row_width(),
+        Layout::Pax => {
+            let slots = schema.row_width() - schema.null_bytes();
+            let nullable = schema.columns().iter().filter(|c| c.nullable).count();
+            n * slots + nullable * n.div_ceil(8)
+        }
+    }
+}
+
+/// Capacity of a page for `schema` (for an extended schema: rows whose
+/// variable-length values are all empty), or [`PageError::RowTooWide`] /
+/// [`PageError::PageSize`].
 pub fn capacity_for(
     schema: &crate::Schema,
     layout: Layout,
     page_size: usize,
 ) -> Result<usize, PageError> {
     check_page_size(page_size)?;
-    match rows_per_page(layout, schema.row_width(), page_size) {
+    let rows = if schema.is_extended() {
+        let room = page_size - HEADER_LEN;
+        // An upper bound without the bitmaps, then down to what fits with them.
+        let mut n = match layout {
+            Layout::Nsm => room / schema.row_width(),
+            Layout::Pax => room / (schema.row_width() - schema.null_bytes()),
+        };
+        while n > 0 && extended_fixed_bytes(schema, layout, n) > room {
+            n -= 1;
+        }
+        n
+    } else {
+        rows_per_page(layout, schema.row_width(), page_size)
+    };
+    match rows {
         0 => Err(PageError::RowTooWide {
             table: schema.name().to_string(),
             layout,
@@ -368,10 +470,10 @@ impl PageHeader {
             return Err(PageError::BadMagic { found: magic });
         }
         let version = page[OFF_VERSION];
-        if version != PAGE_VERSION {
+        if version != PAGE_VERSION && version != PAGE_VERSION_EXTENDED {
             return Err(PageError::UnsupportedVersion {
                 found: version,
-                supported: PAGE_VERSION,
+                supported: PAGE_VERSION_EXTENDED,
             });
         }
         let code = page[OFF_LAYOUT];
@@ -455,3 +557,5 @@ fn read_u32(b: &[u8], off: usize) -> u32 {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_extended;

@@ -1,11 +1,12 @@
 //! [`PageView`]: a validated, zero-copy view of a page; [`ColumnView`]: one column of it
-//! as a strided slice of the page bytes (contiguous for PAX).
+//! as a strided slice of the page bytes (contiguous for PAX), with its NULLs
+//! ([`Validity`]) and, for VARCHAR / VARBINARY, the page's heap.
 
 use super::{
-    HEADER_LEN, Layout, PageError, PageHeader, capacity_for, column_start, column_stride,
-    page_checksum, read_u16, slot_offset,
+    HEADER_LEN, Layout, PAGE_VERSION, PAGE_VERSION_EXTENDED, PageError, PageHeader, capacity_for,
+    column_start, column_stride, extended_fixed_bytes, page_checksum, read_u16, slot_offset,
 };
-use crate::schema::{ColumnType, Schema, Value, decode_numeric, value_from_bytes};
+use crate::schema::{ColumnType, Schema, Value, decode_numeric, value_from_bytes, var_slot};
 
 /// A parsed page borrowed from its bytes. Construction validates everything that the
 /// accessors rely on, so accessors never panic and never copy unless asked to.
@@ -59,6 +60,29 @@ impl<'a> PageView<'a> {
             });
         }
         let rows = header.row_count as usize;
+        let expected = if schema.is_extended() {
+            PAGE_VERSION_EXTENDED
+        } else {
+            PAGE_VERSION
+        };
+        if header.version != expected {
+            return Err(PageError::VersionForSchema {
+                table: schema.name().to_string(),
+                expected,
+                found: header.version,
+            });
+        }
+        let view = PageView {
+            page,
+            schema,
+            header,
+            capacity,
+            rows,
+        };
+        if schema.is_extended() {
+            view.check_var_slots()?;
+            return Ok(view);
+        }
         if header.layout == Layout::Nsm {
             for i in 0..rows {
                 let found = read_u16(page, slot_offset(page.len(), i));
@@ -79,6 +103,32 @@ impl<'a> PageView<'a> {
             capacity,
             rows,
         })
+    }
+
+    /// Version-2 pages: every variable-length value lies in the page, past the fixed
+    /// part (so a damaged slot is an error, never a read of the header or the slots).
+    fn check_var_slots(&self) -> Result<(), PageError> {
+        let fixed_end = HEADER_LEN + extended_fixed_bytes(self.schema, self.layout(), self.rows);
+        for &c in self.schema.variable_columns() {
+            let col = self.column(c)?;
+            for i in 0..self.rows {
+                let Some(slot) = col.raw(i) else { continue };
+                let (start, len) = var_slot(slot, 0);
+                if len == 0 {
+                    continue;
+                }
+                let end = start + len;
+                if start < fixed_end || end > self.page.len() {
+                    return Err(PageError::BadValueSlot {
+                        row: i,
+                        column: c,
+                        start,
+                        end,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The page's header.
@@ -119,8 +169,14 @@ impl<'a> PageView<'a> {
         let col = self.schema.column(index)?;
         let off = self.schema.offsets()[index];
         let width = col.ty.width();
-        let stride = column_stride(self.header.layout, self.schema.row_width(), width);
-        let start = column_start(self.header.layout, self.capacity, off);
+        let layout = self.header.layout;
+        let stride = column_stride(layout, self.schema.row_width(), width);
+        let extended = self.schema.is_extended();
+        let start = if extended && layout == Layout::Pax {
+            HEADER_LEN + self.rows * (off - self.schema.null_bytes())
+        } else {
+            column_start(layout, self.capacity, off)
+        };
         let len = if self.rows == 0 {
             0
         } else {
@@ -129,6 +185,11 @@ impl<'a> PageView<'a> {
         // In range by construction (capacity math); `get` keeps it panic-free anyway.
         let data = self.page.get(start..start + len).unwrap_or(&[]);
         let rows = if data.len() == len { self.rows } else { 0 };
+        let validity = if extended && col.nullable {
+            self.validity(index)
+        } else {
+            Validity::AllValid
+        };
         Ok(ColumnView {
             data,
             stride,
@@ -137,14 +198,43 @@ impl<'a> PageView<'a> {
             ty: col.ty,
             index,
             schema: self.schema,
+            validity,
+            page: self.page,
         })
+    }
+
+    /// Where the NULL flags of nullable column `index` of a version-2 page lie.
+    fn validity(&self, index: usize) -> Validity<'a> {
+        let n = self.rows;
+        match self.header.layout {
+            Layout::Nsm => {
+                let w = self.schema.row_width();
+                let data = self.page.get(HEADER_LEN..HEADER_LEN + n * w).unwrap_or(&[]);
+                Validity::Rows {
+                    data,
+                    stride: w,
+                    byte: index / 8,
+                    mask: 1 << (index % 8),
+                }
+            }
+            Layout::Pax => {
+                let slots = self.schema.row_width() - self.schema.null_bytes();
+                let k = self.schema.columns()[..index]
+                    .iter()
+                    .filter(|c| c.nullable)
+                    .count();
+                let start = HEADER_LEN + n * slots + k * n.div_ceil(8);
+                Validity::Bitmap(self.page.get(start..start + n.div_ceil(8)).unwrap_or(&[]))
+            }
+        }
     }
 
     /// PAX only: the bytes column `index`'s minipage occupies on a full page of this
     /// table (the same range on every page of the table's schema, layout and page size:
     /// minipages start at fixed offsets for the page's capacity); `None` for NSM.
+    /// Version-2 pages (whose minipages move with the row count) give `None` as well.
     pub fn column_extent(&self, index: usize) -> Option<std::ops::Range<usize>> {
-        if self.header.layout != Layout::Pax {
+        if self.header.layout != Layout::Pax || self.schema.is_extended() {
             return None;
         }
         let width = self.schema.column(index).ok()?.ty.width();
@@ -159,8 +249,10 @@ impl<'a> PageView<'a> {
 
     /// NSM only: row `i`'s row image, borrowed from the page (`None` for PAX or an
     /// out-of-range row).
+    /// Version-2 pages give `None` (their rows' values lie in the heap: use
+    /// [`PageView::copy_row`]).
     pub fn row_bytes(&self, i: usize) -> Option<&'a [u8]> {
-        if self.header.layout != Layout::Nsm || i >= self.rows {
+        if self.header.layout != Layout::Nsm || self.schema.is_extended() || i >= self.rows {
             return None;
         }
         let w = self.schema.row_width();
@@ -179,6 +271,23 @@ impl<'a> PageView<'a> {
         }
         out.clear();
         out.resize(self.schema.row_width(), 0);
+        if self.schema.is_extended() {
+            for (c, &off) in self.schema.offsets().iter().enumerate() {
+                let col = self.column(c)?;
+                match col.bytes(i) {
+                    None => out[c / 8] |= 1 << (c % 8),
+                    Some(v) if col.ty.is_variable() => {
+                        let start = out.len();
+                        out.extend_from_slice(v);
+                        // A row fits a page, so both fit a u16.
+                        out[off..off + 2].copy_from_slice(&(start as u16).to_le_bytes());
+                        out[off + 2..off + 4].copy_from_slice(&(v.len() as u16).to_le_bytes());
+                    }
+                    Some(v) => out[off..off + v.len()].copy_from_slice(v),
+                }
+            }
+            return Ok(());
+        }
         if let Some(row) = self.row_bytes(i) {
             out.copy_from_slice(row);
             return Ok(());
@@ -212,6 +321,45 @@ pub struct ColumnView<'a> {
     ty: ColumnType,
     index: usize,
     schema: &'a Schema,
+    validity: Validity<'a>,
+    page: &'a [u8],
+}
+
+/// Where a column's NULL flags lie on a page (a set flag is a NULL).
+#[derive(Debug, Clone, Copy)]
+pub enum Validity<'a> {
+    /// No value is NULL (a `NOT NULL` column, or a version-1 page).
+    AllValid,
+    /// PAX version 2: one bit per row, bit `i % 8` of byte `i / 8`.
+    Bitmap(&'a [u8]),
+    /// NSM version 2: in each row's null bitmap.
+    Rows {
+        /// The rows' fixed records, from the first row's start.
+        data: &'a [u8],
+        /// Bytes from one record to the next.
+        stride: usize,
+        /// Byte of the flag within a record.
+        byte: usize,
+        /// Bit of the flag within that byte.
+        mask: u8,
+    },
+}
+
+impl Validity<'_> {
+    /// True if row `i` is NULL (rows out of range read as not NULL).
+    #[inline]
+    pub fn is_null(&self, i: usize) -> bool {
+        match *self {
+            Validity::AllValid => false,
+            Validity::Bitmap(b) => b.get(i / 8).is_some_and(|x| x & (1 << (i % 8)) != 0),
+            Validity::Rows {
+                data,
+                stride,
+                byte,
+                mask,
+            } => data.get(i * stride + byte).is_some_and(|x| x & mask != 0),
+        }
+    }
 }
 
 impl<'a> ColumnView<'a> {
@@ -251,7 +399,51 @@ impl<'a> ColumnView<'a> {
         (self.stride == self.width || self.rows <= 1).then_some(self.data)
     }
 
-    /// The stored bytes of value `i` (`width()` bytes; `CHAR` keeps its padding).
+    /// Where this column's NULL flags lie.
+    pub fn validity(&self) -> Validity<'a> {
+        self.validity
+    }
+
+    /// True if the column may hold NULLs on this page (it is nullable).
+    pub fn may_have_nulls(&self) -> bool {
+        !matches!(self.validity, Validity::AllValid)
+    }
+
+    /// True if value `i` is NULL.
+    #[inline]
+    pub fn is_null(&self, i: usize) -> bool {
+        self.validity.is_null(i)
+    }
+
+    /// NULLs among the column's values on this page.
+    pub fn null_count(&self) -> usize {
+        if self.may_have_nulls() {
+            (0..self.rows).filter(|&i| self.is_null(i)).count()
+        } else {
+            0
+        }
+    }
+
+    /// Value `i`'s bytes: a variable-length value's own bytes (from the heap), any
+    /// other value's stored bytes; `None` if the value is NULL or out of range.
+    #[inline]
+    pub fn bytes(&self, i: usize) -> Option<&'a [u8]> {
+        if self.is_null(i) {
+            return None;
+        }
+        let raw = self.raw(i)?;
+        if self.ty.is_variable() {
+            let (start, len) = var_slot(raw, 0);
+            // Checked when the page was parsed; `get` keeps it panic-free anyway.
+            Some(self.page.get(start..start + len).unwrap_or(&[]))
+        } else {
+            Some(raw)
+        }
+    }
+
+    /// The stored bytes of value `i`'s slot (`width()` bytes; `CHAR` keeps its padding;
+    /// a NULL's slot is zero; a variable-length value's slot is its offset and length:
+    /// see [`ColumnView::bytes`]).
     #[inline]
     pub fn raw(&self, i: usize) -> Option<&'a [u8]> {
         if i >= self.rows {
@@ -267,9 +459,15 @@ impl<'a> ColumnView<'a> {
         decode_numeric(self.ty, self.raw(i)?)
     }
 
-    /// Value `i` as a typed value (allocates for `CHAR`).
+    /// Value `i` as a typed value (allocates for strings); [`Value::Null`] for a NULL.
     pub fn value(&self, i: usize) -> Option<Value> {
-        Some(value_from_bytes(self.ty, self.raw(i)?))
+        if i >= self.rows {
+            return None;
+        }
+        Some(match self.bytes(i) {
+            None => Value::Null,
+            Some(b) => value_from_bytes(self.ty, b),
+        })
     }
 
     /// Iterates over the stored bytes of every value, in row order.
@@ -311,7 +509,7 @@ impl<'a> ColumnView<'a> {
                     );
                 }
             }
-            ColumnType::Int64 | ColumnType::Decimal { .. } => {
+            ColumnType::Int64 | ColumnType::Decimal { .. } | ColumnType::Timestamp => {
                 let conv =
                     |c: &[u8]| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
                 if self.stride == 8 {
@@ -320,7 +518,13 @@ impl<'a> ColumnView<'a> {
                     out.extend(self.iter_raw().map(conv));
                 }
             }
-            ColumnType::Char(_) => return Err(self.not_numeric()),
+            ColumnType::Int8 | ColumnType::Int16 => {
+                out.extend(
+                    self.iter_raw()
+                        .map(|c| decode_numeric(self.ty, c).unwrap_or(0)),
+                );
+            }
+            _ => return Err(self.not_numeric()),
         }
         Ok(())
     }
