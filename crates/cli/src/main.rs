@@ -33,7 +33,7 @@ use clap::{Parser, Subcommand};
 use cmd::{
     array, bench_fdtree, bench_flixr, bench_open, bench_query, bench_recovery, bench_serve,
     bench_tpch, bench_ycsb, config, demo, device, index, io, kv_serve, model, query, serve, sql,
-    tables, torture,
+    tables, torture, worker,
 };
 use error::CliError;
 use std::process::ExitCode;
@@ -101,6 +101,12 @@ enum Cmd {
     /// images; queries scan every device in parallel.
     #[command(subcommand)]
     Array(array::ArrayCmd),
+    /// Serve this machine's devices of an array to a distributed coordinator (Arrow
+    /// Flight over gRPC, datafusion-distributed): `csd query --array DIR` on a manifest
+    /// that lists `workers` runs each device's scan on its worker.
+    ///
+    /// Example: csd worker --array arr --devices dev0.img,dev1.img --listen 127.0.0.1:50051
+    Worker(worker::WorkerArgs),
     /// SQL over the tables of a device image: one query (as `csd query` runs it) or, without
     /// one, an interactive shell (history, statements over several lines ending at `;`,
     /// `\d` lists the tables, `\d NAME` describes one, `\q` quits).
@@ -211,6 +217,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Query(a) => query::query_cmd(&a),
         Cmd::Sql(a) => sql::sql_cmd(&a),
         Cmd::Array(c) => array::array_cmd(&c),
+        Cmd::Worker(a) => worker::worker_cmd(&a),
         Cmd::Repro(c) => repro::repro_cmd(&c),
         Cmd::Kv(KvCmd::Serve(a)) => kv_serve::kv_serve_cmd(&a),
         Cmd::Bench(b) => bench(b),

@@ -236,7 +236,7 @@ impl PhysicalOptimizerRule for DeviceAggregatePushdown {
                 && *agg.mode() == AggregateMode::Partial
                 && let Some(new) = push(agg)
             {
-                return Ok(Transformed::yes(new));
+                return Ok(Transformed::yes(ArrayScanExec::record_pushdown(new, &node)));
             }
             Ok(Transformed::no(node))
         })

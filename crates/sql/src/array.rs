@@ -42,10 +42,10 @@ use csd_table::page::{Layout, rows_per_page};
 use csd_table::schema::Schema;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::datasource::TableType;
-use datafusion::execution::TaskContext;
+use datafusion::execution::{SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -119,6 +119,10 @@ pub struct Manifest {
     pub device_config: String,
     /// Device image files, relative to the array's directory, in partition order.
     pub devices: Vec<String>,
+    /// The worker serving each device (`http://HOST:PORT` of a `csd worker`), in
+    /// device order; empty: every image is local and the array runs in process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<String>,
     /// Tables, with their placement.
     #[serde(default)]
     pub tables: Vec<Placement>,
@@ -132,6 +136,7 @@ impl Manifest {
             version: MANIFEST_VERSION,
             device_config: device_config.into(),
             devices: (0..n).map(|i| format!("dev{i}.img")).collect(),
+            workers: Vec::new(),
             tables: Vec::new(),
         }
     }
@@ -188,6 +193,7 @@ impl Manifest {
                 ));
             }
         }
+        self.check_workers()?;
         for t in &self.tables {
             let n = self.devices.len();
             if t.device_rows.len() != n || t.device_pages.len() != n {
@@ -209,6 +215,39 @@ impl Manifest {
             if t.stripe_pages == 0 || layout_of(&t.layout).is_none() {
                 return Err(format!("table {}: bad stripe unit or layout", t.name));
             }
+        }
+        Ok(())
+    }
+
+    /// Checks the `workers` list: empty, or one `http://HOST:PORT` per device.
+    fn check_workers(&self) -> Result<(), String> {
+        if self.workers.is_empty() {
+            return Ok(());
+        }
+        if self.workers.len() != self.devices.len() {
+            return Err(format!(
+                "workers: {} listed, the array has {} devices (one worker address per device)",
+                self.workers.len(),
+                self.devices.len()
+            ));
+        }
+        for (i, w) in self.workers.iter().enumerate() {
+            let rest = w.strip_prefix("http://").ok_or_else(|| {
+                format!("workers[{i}] = `{w}`: a worker address is http://HOST:PORT")
+            })?;
+            let port = rest.trim_end_matches('/').rsplit_once(':').map(|(_, p)| p);
+            if port.is_none_or(|p| p.parse::<u16>().is_err()) {
+                return Err(format!(
+                    "workers[{i}] = `{w}`: a worker address is http://HOST:PORT"
+                ));
+            }
+        }
+        if self.devices.len() < 2 {
+            return Err(
+                "workers: an array served by workers needs at least two devices (one device is \
+                 one task, which the engine runs in the coordinator)"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -370,10 +409,33 @@ pub fn load_striped(
     Ok((reports, placement))
 }
 
+/// What an array table's provider was asked for: with it, the same device scans can be
+/// built again next to the devices (a worker of a distributed array, `csd-dist`).
+#[derive(Debug, Clone)]
+pub struct ScanRequest {
+    /// The table.
+    pub table: String,
+    /// Columns asked for (`None`: all).
+    pub projection: Option<Vec<usize>>,
+    /// The filters pushed into the device program.
+    pub filters: Vec<Expr>,
+    /// The limit pushed into each scan.
+    pub limit: Option<usize>,
+    /// How the scans run.
+    pub settings: ScanSettings,
+}
+
 /// The scan of an array table: one [`DeviceScanExec`] per device, one partition each.
 #[derive(Debug)]
 pub struct ArrayScanExec {
     scans: Vec<Arc<dyn ExecutionPlan>>,
+    /// The array's device index of each scan.
+    devices: Vec<usize>,
+    /// What the table provider was asked for (`None`: built by hand).
+    request: Option<Arc<ScanRequest>>,
+    /// For scans that compute a pushed partial aggregation: the plan they replaced
+    /// (the partial `AggregateExec` over the row scan), see [`ArrayScanExec::pushed_from`].
+    pushed_from: Option<Arc<dyn ExecutionPlan>>,
     cache: Arc<PlanProperties>,
 }
 
@@ -400,12 +462,85 @@ impl ArrayScanExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        Ok(ArrayScanExec { scans, cache })
+        Ok(ArrayScanExec {
+            devices: (0..scans.len()).collect(),
+            scans,
+            request: None,
+            pushed_from: None,
+            cache,
+        })
     }
 
     /// The device scans, in device order.
     pub fn scans(&self) -> &[Arc<dyn ExecutionPlan>] {
         &self.scans
+    }
+
+    /// The array's device index of each scan.
+    pub fn devices(&self) -> &[usize] {
+        &self.devices
+    }
+
+    /// What the table provider was asked for, if this scan came from one.
+    pub fn request(&self) -> Option<&Arc<ScanRequest>> {
+        self.request.as_ref()
+    }
+
+    /// For scans computing a pushed partial aggregation: the partial `AggregateExec`
+    /// plan (over an array row scan) they replaced. A worker rebuilds the row scan from
+    /// its [`ScanRequest`] and pushes the aggregation again with the same rule, so the
+    /// device program is the one the coordinator planned.
+    pub fn pushed_from(&self) -> Option<&Arc<dyn ExecutionPlan>> {
+        self.pushed_from.as_ref()
+    }
+
+    /// `self` with its provenance: the array devices of its scans, the request, the
+    /// plan it replaced.
+    pub fn with_origin(
+        mut self,
+        devices: Vec<usize>,
+        request: Option<Arc<ScanRequest>>,
+        pushed_from: Option<Arc<dyn ExecutionPlan>>,
+    ) -> Result<ArrayScanExec> {
+        if devices.len() != self.scans.len() {
+            return Err(DataFusionError::Plan(format!(
+                "an array scan of {} devices given {} device indices",
+                self.scans.len(),
+                devices.len()
+            )));
+        }
+        self.devices = devices;
+        self.request = request;
+        self.pushed_from = pushed_from;
+        Ok(self)
+    }
+
+    /// Records in `new` (the aggregate pushdown's replacement of `old`) the plan it
+    /// replaced, when both are array scans.
+    pub(crate) fn record_pushdown(
+        new: Arc<dyn ExecutionPlan>,
+        old: &Arc<dyn ExecutionPlan>,
+    ) -> Arc<dyn ExecutionPlan> {
+        let Some(a) = new.downcast_ref::<ArrayScanExec>() else {
+            return new;
+        };
+        let mut rows = None;
+        let _ = old.apply(|n| {
+            if let Some(r) = n.downcast_ref::<ArrayScanExec>() {
+                rows = Some((r.devices.clone(), r.request.clone()));
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        let Some((devices, request)) = rows else {
+            return new;
+        };
+        match ArrayScanExec::try_new(a.scans.clone())
+            .and_then(|x| x.with_origin(devices, request, Some(old.clone())))
+        {
+            Ok(x) => Arc::new(x),
+            Err(_) => new,
+        }
     }
 }
 
@@ -443,7 +578,11 @@ impl ExecutionPlan for ArrayScanExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(ArrayScanExec::try_new(children)?))
+        Ok(Arc::new(ArrayScanExec::try_new(children)?.with_origin(
+            self.devices.clone(),
+            self.request.clone(),
+            self.pushed_from.clone(),
+        )?))
     }
 
     fn execute(
@@ -469,7 +608,9 @@ impl ExecutionPlan for ArrayScanExec {
 /// A table of the array: one [`DeviceTable`] per device.
 #[derive(Debug)]
 struct ArrayTable {
+    name: String,
     parts: Vec<DeviceTable>,
+    settings: ScanSettings,
 }
 
 #[async_trait]
@@ -500,7 +641,19 @@ impl TableProvider for ArrayTable {
         for p in &self.parts {
             scans.push(p.scan(state, projection, filters, limit).await?);
         }
-        Ok(Arc::new(ArrayScanExec::try_new(scans)?))
+        let request = ScanRequest {
+            table: self.name.clone(),
+            projection: projection.cloned(),
+            filters: filters.to_vec(),
+            limit,
+            settings: self.settings,
+        };
+        let n = scans.len();
+        Ok(Arc::new(ArrayScanExec::try_new(scans)?.with_origin(
+            (0..n).collect(),
+            Some(Arc::new(request)),
+            None,
+        )?))
     }
 }
 
@@ -540,6 +693,22 @@ impl ArrayAnswer {
     }
 }
 
+/// Runs an array session's queries somewhere else than in this process: the hook of a
+/// distributed runner (`csd-dist`), which configured the session's DataFusion context
+/// ([`ArraySession::distribute`]) and brings each device's scan records back.
+pub trait ArrayRunner: Send + Sync {
+    /// Plans and runs `sql` on `ctx`; the answer and each device's scans (array device
+    /// order, `devices` of them).
+    fn run(
+        &self,
+        ctx: &SessionContext,
+        runtime: &tokio::runtime::Runtime,
+        sql: &str,
+        tables: &[String],
+        devices: usize,
+    ) -> Result<ArrayAnswer, SqlError>;
+}
+
 /// A SQL session over the tables of an array (see the [module docs](self)).
 pub struct ArraySession {
     ctx: SessionContext,
@@ -552,6 +721,7 @@ pub struct ArraySession {
     runtime: tokio::runtime::Runtime,
     tables: Vec<String>,
     threads: usize,
+    runner: Option<Arc<dyn ArrayRunner>>,
 }
 
 impl fmt::Debug for ArraySession {
@@ -617,9 +787,31 @@ impl ArraySession {
             runtime,
             tables: Vec::new(),
             threads: threads.max(1),
+            runner: None,
         };
         s.register()?;
         Ok(s)
+    }
+
+    /// Hands the session's queries to `runner`: the DataFusion context is built again
+    /// with `configure` applied to its state (a distributed planner, its codec and
+    /// handlers) and the tables registered in it; planning is as before.
+    pub fn distribute(
+        &mut self,
+        configure: impl FnOnce(SessionStateBuilder) -> SessionStateBuilder,
+        runner: Arc<dyn ArrayRunner>,
+    ) -> Result<(), SqlError> {
+        let (ctx, runtime) = crate::new_context_with(self.threads, configure)?;
+        self.ctx = ctx;
+        self.runtime = runtime;
+        self.tables.clear();
+        self.runner = Some(runner);
+        self.register()
+    }
+
+    /// The session's DataFusion runtime (a distributed runner's transport runs on it).
+    pub fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.runtime
     }
 
     fn register(&mut self) -> Result<(), SqlError> {
@@ -638,7 +830,14 @@ impl ArraySession {
                 })
                 .collect();
             self.ctx
-                .register_table(p.name.as_str(), Arc::new(ArrayTable { parts }))
+                .register_table(
+                    p.name.as_str(),
+                    Arc::new(ArrayTable {
+                        name: p.name.clone(),
+                        parts,
+                        settings: self.settings,
+                    }),
+                )
                 .map_err(|e| crate::query_error(e, &[]))?;
             self.tables.push(p.name.clone());
         }
@@ -699,6 +898,15 @@ impl ArraySession {
     pub fn run(&self, sql: &str) -> Result<ArrayAnswer, SqlError> {
         for l in &self.logs {
             l.take();
+        }
+        if let Some(r) = &self.runner {
+            return r.run(
+                &self.ctx,
+                &self.runtime,
+                sql,
+                &self.tables,
+                self.devices.len(),
+            );
         }
         let mut answer = execute(&self.ctx, &self.runtime, sql, &self.tables)?;
         let devices: Vec<Vec<ScanRecord>> = self.logs.iter().map(ScanLog::take).collect();

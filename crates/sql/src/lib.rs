@@ -53,7 +53,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 pub use agg::DeviceAggregatePushdown;
-pub use array::{ArrayAnswer, ArrayScanExec, ArraySession, Manifest, Placement};
+pub use array::{
+    ArrayAnswer, ArrayRunner, ArrayScanExec, ArraySession, Manifest, Placement, ScanRequest,
+};
 pub use datafusion;
 pub use device::{Choice, Device, ScanSettings};
 pub use exec::{DeviceScanExec, ScanLog, ScanRecord};
@@ -466,6 +468,15 @@ impl SameRows {
 pub(crate) fn new_context(
     threads: usize,
 ) -> Result<(SessionContext, tokio::runtime::Runtime), SqlError> {
+    new_context_with(threads, |b| b)
+}
+
+/// [`new_context`] with `configure` applied to the session state (a distributed array's
+/// planner and codec, `csd-dist`).
+pub(crate) fn new_context_with(
+    threads: usize,
+    configure: impl FnOnce(SessionStateBuilder) -> SessionStateBuilder,
+) -> Result<(SessionContext, tokio::runtime::Runtime), SqlError> {
     let threads = threads.max(1);
     let mut cfg = SessionConfig::new().with_target_partitions(threads);
     cfg.options_mut().sql_parser.parse_float_as_decimal = true;
@@ -494,11 +505,13 @@ pub(crate) fn new_context(
     // After that pushdown: the runtime filters not worth applying come off again.
     let after = (at + 3).min(rules.len());
     rules.insert(after, Arc::new(runtime::RedundantRuntimeFilters));
-    let state = SessionStateBuilder::new()
-        .with_config(cfg)
-        .with_default_features()
-        .with_physical_optimizer_rules(rules)
-        .build();
+    let state = configure(
+        SessionStateBuilder::new()
+            .with_config(cfg)
+            .with_default_features()
+            .with_physical_optimizer_rules(rules),
+    )
+    .build();
     let ctx = SessionContext::new_with_state(state);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)

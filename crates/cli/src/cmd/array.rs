@@ -291,18 +291,31 @@ pub(crate) fn open_ro(
 }
 
 /// A SQL session over the array in `dir` with `threads` host threads (default: the
-/// cores).
+/// cores). An array whose manifest lists workers runs its scans on them (`csd worker`)
+/// unless `in_process`.
 pub(crate) fn session(
     dir: &Path,
     settings: ScanSettings,
     threads: Option<usize>,
     quiet: bool,
+    in_process: bool,
 ) -> Result<(ArraySession, DeviceConfig), CliError> {
     let (clients, cfg, manifest) = open_ro(dir, quiet)?;
     let threads =
         threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let s = ArraySession::new(clients, cfg.clone(), settings, threads, &manifest.tables)
+    let mut s = ArraySession::new(clients, cfg.clone(), settings, threads, &manifest.tables)
         .map_err(query::sql_error)?;
+    if !manifest.workers.is_empty() && !in_process {
+        let token = std::env::var(csd_dist::TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.is_empty());
+        let name = dir.file_name().map_or_else(
+            || dir.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        csd_dist::distribute(&mut s, &manifest, &name, token.as_deref())
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+    }
     Ok((s, cfg))
 }
 

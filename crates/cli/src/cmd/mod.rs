@@ -24,6 +24,7 @@
 //! | `csd bench serve` | [`bench_serve`] |
 //! | `csd bench flixr` | [`bench_flixr`] |
 //! | `csd bench ycsb` | [`bench_ycsb`]; its `--compare` peers: [`kvpeers`] |
+//! | `csd worker` | [`worker`] |
 //!
 //! The paper reproductions (`csd repro ...`) are in [`crate::repro`]; they call into
 //! [`query`], [`bench_fdtree`], [`bench_flixr`] and [`bench_ycsb`] for the runs those
@@ -54,3 +55,4 @@ pub(crate) mod serve;
 pub(crate) mod sql;
 pub(crate) mod tables;
 pub(crate) mod torture;
+pub(crate) mod worker;

@@ -156,6 +156,10 @@ pub(crate) struct DbArgs {
     /// Array: host threads for the device scans and DataFusion (default: the cores).
     #[arg(long, requires = "array")]
     pub(crate) threads: Option<usize>,
+    /// Array: scan the devices in this process even when the manifest lists workers
+    /// (`csd worker`).
+    #[arg(long, requires = "array")]
+    pub(crate) in_process: bool,
 }
 
 impl DbArgs {
@@ -163,10 +167,11 @@ impl DbArgs {
     pub(crate) fn describe(&self) -> String {
         match (&self.image, &self.array) {
             (_, Some(d)) => format!(
-                "--array {}{}",
+                "--array {}{}{}",
                 d.display(),
                 self.threads
-                    .map_or(String::new(), |t| format!(" --threads {t}"))
+                    .map_or(String::new(), |t| format!(" --threads {t}")),
+                if self.in_process { " --in-process" } else { "" }
             ),
             (Some(i), None) => format!("--image {}", i.display()),
             (None, None) => String::new(),
@@ -225,7 +230,13 @@ impl ImageSession {
     pub(crate) fn open(db: &DbArgs, opts: &SqlOpts, quiet: bool) -> Result<Self, CliError> {
         match (&db.image, &db.array) {
             (_, Some(dir)) => {
-                let (s, cfg) = crate::cmd::array::session(dir, opts.settings(), db.threads, quiet)?;
+                let (s, cfg) = crate::cmd::array::session(
+                    dir,
+                    opts.settings(),
+                    db.threads,
+                    quiet,
+                    db.in_process,
+                )?;
                 Ok(ImageSession {
                     db: Db::Array(s),
                     cfg,

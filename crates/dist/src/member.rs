@@ -1,0 +1,520 @@
+//! [`MemberScanExec`]: one device's share of an array scan, the leaf a task of a
+//! distributed plan runs, and [`MemberCodec`], the `PhysicalExtensionCodec` that carries
+//! it between coordinator and worker as plain data ([`WireMember`]).
+//!
+//! The coordinator plans as a local array does; its [`ArrayScanExec`] (one partition per
+//! device) becomes one task per device ([`crate::coordinator`]), each task's leaf a
+//! `MemberScanExec` of that device. What travels is the table provider's request
+//! (projection, filters as DataFusion's protobuf expressions, limit), the scan settings
+//! and, for a pushed partial aggregation, the partial aggregate it replaced. The worker
+//! builds the device scan again from them with the same code (`DeviceTable::scan`, then
+//! `DeviceAggregatePushdown`), next to its device: the device program is the one the
+//! coordinator planned, made from its catalog entry, which the worker checks against
+//! the manifest's (rows, pages, layout). The scan's records (modeled reports) go back as
+//! a labelled metric of the task, which the engine streams to the coordinator.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use csd_host::TableInfo;
+use csd_sql::datafusion::catalog::TableProvider;
+use csd_sql::datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use csd_sql::datafusion::common::{DataFusionError, Result};
+use csd_sql::datafusion::execution::{SessionStateBuilder, TaskContext};
+use csd_sql::datafusion::logical_expr::Expr;
+use csd_sql::datafusion::physical_expr::PhysicalExpr;
+use csd_sql::datafusion::physical_optimizer::PhysicalOptimizerRule;
+use csd_sql::datafusion::physical_plan::metrics::{
+    ExecutionPlanMetricsSet, Label, MetricBuilder, MetricsSet,
+};
+use csd_sql::datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use csd_sql::datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+use csd_sql::{ArrayScanExec, Device, DeviceAggregatePushdown, DeviceTable, ScanLog, ScanRequest};
+use datafusion_proto::bytes::{
+    physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
+};
+use datafusion_proto::logical_plan::DefaultLogicalExtensionCodec;
+use datafusion_proto::logical_plan::from_proto::parse_exprs;
+use datafusion_proto::logical_plan::to_proto::serialize_exprs;
+use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use datafusion_proto::protobuf::LogicalExprList;
+use futures::{FutureExt, StreamExt};
+use prost::Message;
+
+use crate::wire::{WIRE_VERSION, WireMember, WireRecord, WireSettings};
+
+/// Name of the metric that carries a task's scan records back to the coordinator.
+pub const RECORDS_METRIC: &str = "csd_scans";
+/// Its label holding the records, JSON of `Vec<WireRecord>`.
+pub const RECORDS_LABEL: &str = "csd_records";
+
+/// Who a member scan is: the array device and where it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberDesc {
+    /// The array's id, for messages.
+    pub array: String,
+    /// The device's image file name.
+    pub device: String,
+    /// The device's index in the array.
+    pub index: usize,
+    /// The worker serving the device.
+    pub worker: String,
+    /// The table.
+    pub table: String,
+    /// Rows of the table on the device (manifest).
+    pub rows: u64,
+    /// Pages of the table on the device (manifest).
+    pub pages: u64,
+    /// Layout (manifest).
+    pub layout: String,
+}
+
+/// One device's scan of an array table: see the [module docs](self).
+pub struct MemberScanExec {
+    desc: MemberDesc,
+    request: Arc<ScanRequest>,
+    /// Coordinator: the partial aggregate this scan computes, over a row member scan of
+    /// the same device (encoded with the member).
+    partial: Option<Arc<dyn ExecutionPlan>>,
+    /// The single-device [`ArrayScanExec`] that runs the scan.
+    inner: Arc<dyn ExecutionPlan>,
+    /// Worker: where the rebuilt scan logs its records (`None` on the coordinator, which
+    /// never runs a member scan itself).
+    log: Option<ScanLog>,
+    /// Worker: the records of the scans that finished, for the task's metrics.
+    records: Arc<Mutex<Vec<WireRecord>>>,
+}
+
+impl fmt::Debug for MemberScanExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "MemberScanExec({} on {} at {})",
+            self.desc.table, self.desc.device, self.desc.worker
+        )
+    }
+}
+
+impl MemberScanExec {
+    /// The member scan of `array`'s `i`-th scan (coordinator side). `desc` names the
+    /// device and its worker.
+    pub fn of_array(array: &ArrayScanExec, i: usize, desc: MemberDesc) -> Result<MemberScanExec> {
+        let request = array.request().cloned().ok_or_else(|| {
+            DataFusionError::Plan(
+                "an array scan built without a table request cannot be distributed".into(),
+            )
+        })?;
+        let scan =
+            array.scans().get(i).cloned().ok_or_else(|| {
+                DataFusionError::Internal(format!("array scan has no member {i}"))
+            })?;
+        let inner = ArrayScanExec::try_new(vec![scan])?.with_origin(
+            vec![desc.index],
+            Some(request.clone()),
+            None,
+        )?;
+        let partial = match array.pushed_from() {
+            None => None,
+            Some(sub) => {
+                // The partial aggregate over a row scan of this member only.
+                let d = desc.clone();
+                let sub = sub
+                    .clone()
+                    .transform_up(|n| {
+                        let Some(rows) = n.downcast_ref::<ArrayScanExec>() else {
+                            return Ok(Transformed::no(n));
+                        };
+                        let m = MemberScanExec::of_array(rows, i, d.clone())?;
+                        Ok(Transformed::yes(Arc::new(m) as Arc<dyn ExecutionPlan>))
+                    })?
+                    .data;
+                Some(sub)
+            }
+        };
+        Ok(MemberScanExec {
+            desc,
+            request,
+            partial,
+            inner: Arc::new(inner),
+            log: None,
+            records: Arc::default(),
+        })
+    }
+
+    /// The device and worker of this scan.
+    pub fn desc(&self) -> &MemberDesc {
+        &self.desc
+    }
+
+    /// The plain-data description of this scan (what the codec ships).
+    fn wire(&self, codec: &MemberCodec) -> Result<WireMember> {
+        let filters = serialize_exprs(&self.request.filters, &DefaultLogicalExtensionCodec {})
+            .map_err(|e| DataFusionError::Plan(format!("filters of {}: {e}", self.desc.table)))?;
+        let filters = LogicalExprList { expr: filters }.encode_to_vec();
+        let partial = match &self.partial {
+            None => None,
+            Some(p) => {
+                Some(physical_plan_to_bytes_with_extension_codec(p.clone(), codec)?.to_vec())
+            }
+        };
+        let d = &self.desc;
+        Ok(WireMember {
+            version: WIRE_VERSION.to_string(),
+            array: d.array.clone(),
+            device: d.device.clone(),
+            index: d.index,
+            worker: d.worker.clone(),
+            table: d.table.clone(),
+            rows: d.rows,
+            pages: d.pages,
+            layout: d.layout.clone(),
+            projection: self.request.projection.clone(),
+            filters,
+            limit: self.request.limit,
+            settings: WireSettings::of(&self.request.settings),
+            partial,
+            schema: schema_text(&self.inner),
+        })
+    }
+
+    /// The device scan's metrics (the inner device scan's).
+    fn scan_metrics(&self) -> Option<MetricsSet> {
+        let mut out: Option<MetricsSet> = None;
+        let _ = self.inner.apply(|n| {
+            if n.name() == "DeviceScanExec"
+                && let Some(m) = n.metrics()
+            {
+                let set = out.get_or_insert_with(MetricsSet::new);
+                for x in m.iter() {
+                    set.push(x.clone());
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        out
+    }
+}
+
+fn schema_text(p: &Arc<dyn ExecutionPlan>) -> Vec<String> {
+    p.schema()
+        .fields()
+        .iter()
+        .map(|f| format!("{}: {}", f.name(), f.data_type()))
+        .collect()
+}
+
+impl DisplayAs for MemberScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "MemberScanExec: table={} device={} (array device {}) worker={}{}",
+            self.desc.table,
+            self.desc.device,
+            self.desc.index,
+            self.desc.worker,
+            if self.partial.is_some() || self.inner_is_partial() {
+                ", partial aggregate in the device"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+impl MemberScanExec {
+    fn inner_is_partial(&self) -> bool {
+        self.inner
+            .downcast_ref::<ArrayScanExec>()
+            .is_some_and(|a| a.pushed_from().is_some())
+    }
+}
+
+impl ExecutionPlan for MemberScanExec {
+    fn name(&self) -> &'static str {
+        "MemberScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.inner.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if !children.is_empty() {
+            return Err(DataFusionError::Internal("MemberScanExec is a leaf".into()));
+        }
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let Some(log) = self.log.clone() else {
+            return Err(DataFusionError::Execution(format!(
+                "the scan of {} on device {} must run on its worker {}, not in the \
+                 coordinator",
+                self.desc.table, self.desc.device, self.desc.worker
+            )));
+        };
+        let stream = self.inner.execute(partition, context)?;
+        let schema = stream.schema();
+        let records = self.records.clone();
+        let (index, worker) = (self.desc.index, self.desc.worker.clone());
+        // When the scan's stream ends, its records move to the task's metrics.
+        let tail = futures::stream::once(async move {
+            let mut r = records.lock().unwrap_or_else(PoisonError::into_inner);
+            r.extend(log.take().iter().map(|s| WireRecord::of(index, &worker, s)));
+            None
+        })
+        .filter_map(|x: Option<Result<_>>| async move { x });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            stream.chain(tail),
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        let mut set = self.scan_metrics().unwrap_or_default();
+        let records = self
+            .records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if !records.is_empty()
+            && let Ok(json) = serde_json::to_string(&records)
+        {
+            let m = ExecutionPlanMetricsSet::new();
+            MetricBuilder::new(&m)
+                .with_label(Label::new(RECORDS_LABEL, json))
+                .global_counter(RECORDS_METRIC)
+                .add(records.len());
+            for x in m.clone_inner().iter() {
+                set.push(x.clone());
+            }
+        }
+        Some(set)
+    }
+}
+
+/// A worker's devices, in its session config: what [`MemberCodec`] builds scans on.
+#[derive(Debug)]
+pub struct WorkerDevices {
+    /// The worker's name (its address), for records and messages.
+    pub name: String,
+    /// Image file name, device and its catalog.
+    pub devices: Vec<(String, Arc<Device>, Vec<TableInfo>)>,
+}
+
+impl WorkerDevices {
+    fn names(&self) -> String {
+        self.devices
+            .iter()
+            .map(|(n, _, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The codec of [`MemberScanExec`]: see the [module docs](self).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MemberCodec;
+
+impl MemberCodec {
+    fn decode_member(&self, m: WireMember, ctx: &TaskContext) -> Result<MemberScanExec> {
+        if m.version != WIRE_VERSION {
+            return Err(DataFusionError::Plan(format!(
+                "version mismatch: the coordinator is {}, this worker is {WIRE_VERSION}; run \
+                 the same csd on both",
+                m.version
+            )));
+        }
+        let Some(served) = ctx.session_config().get_extension::<WorkerDevices>() else {
+            return Err(DataFusionError::Plan(format!(
+                "the scan of device {} reached a process that serves no devices",
+                m.device
+            )));
+        };
+        let Some((_, device, catalog)) = served.devices.iter().find(|(n, _, _)| *n == m.device)
+        else {
+            return Err(DataFusionError::Plan(format!(
+                "manifest mismatch: device {} (array {} device {}) is not served by worker {} \
+                 (it serves {}); fix `workers` in the array's manifest",
+                m.device,
+                m.array,
+                m.index,
+                served.name,
+                served.names()
+            )));
+        };
+        let info = catalog
+            .iter()
+            .find(|t| csd_host::same_name(&t.name, &m.table))
+            .ok_or_else(|| {
+                DataFusionError::Plan(format!(
+                    "manifest mismatch: device {} on worker {} holds no table {}",
+                    m.device, served.name, m.table
+                ))
+            })?;
+        if info.rows != m.rows || info.pages != m.pages || info.layout.to_string() != m.layout {
+            return Err(DataFusionError::Plan(format!(
+                "manifest mismatch: device {} on worker {} holds table {} with {} rows, {} \
+                 pages ({}); the manifest says {} rows, {} pages ({}). Restart the worker \
+                 after a load",
+                m.device,
+                served.name,
+                m.table,
+                info.rows,
+                info.pages,
+                info.layout,
+                m.rows,
+                m.pages,
+                m.layout
+            )));
+        }
+        let settings = m
+            .settings
+            .settings()
+            .map_err(|e| DataFusionError::Plan(e.to_string()))?;
+        let desc = MemberDesc {
+            array: m.array.clone(),
+            device: m.device.clone(),
+            index: m.index,
+            worker: served.name.clone(),
+            table: m.table.clone(),
+            rows: m.rows,
+            pages: m.pages,
+            layout: m.layout.clone(),
+        };
+        let filters = LogicalExprList::decode(m.filters.as_slice())
+            .map_err(|e| DataFusionError::Plan(format!("filters: {e}")))?;
+        let filters: Vec<Expr> = parse_exprs(&filters.expr, ctx, &DefaultLogicalExtensionCodec {})
+            .map_err(|e| DataFusionError::Plan(format!("filters: {e}")))?;
+        let request = Arc::new(ScanRequest {
+            table: m.table.clone(),
+            projection: m.projection.clone(),
+            filters,
+            limit: m.limit,
+            settings,
+        });
+        let (inner, log): (Arc<dyn ExecutionPlan>, ScanLog) = match &m.partial {
+            None => {
+                let log = ScanLog::default();
+                let table = DeviceTable::new(info.clone(), device.clone(), settings, log.clone());
+                let state = SessionStateBuilder::new().build();
+                let scan = table
+                    .scan(
+                        &state,
+                        request.projection.as_ref(),
+                        &request.filters,
+                        request.limit,
+                    )
+                    .now_or_never()
+                    .ok_or_else(|| {
+                        DataFusionError::Internal("a device table scan waited".into())
+                    })??;
+                let a = ArrayScanExec::try_new(vec![scan])?.with_origin(
+                    vec![m.index],
+                    Some(request.clone()),
+                    None,
+                )?;
+                (Arc::new(a), log)
+            }
+            Some(bytes) => {
+                // The partial aggregate over this device's row scan, then the same
+                // pushdown rule as in the coordinator.
+                let sub = physical_plan_from_bytes_with_extension_codec(bytes, ctx, self)?;
+                let mut log = None;
+                let sub = sub
+                    .transform_up(|n| match n.downcast_ref::<MemberScanExec>() {
+                        Some(rows) => {
+                            log = rows.log.clone();
+                            Ok(Transformed::yes(rows.inner.clone()))
+                        }
+                        None => Ok(Transformed::no(n)),
+                    })?
+                    .data;
+                let pushed =
+                    DeviceAggregatePushdown.optimize(sub, ctx.session_config().options())?;
+                let (Some(_), Some(log)) = (pushed.downcast_ref::<ArrayScanExec>(), log) else {
+                    return Err(DataFusionError::Plan(format!(
+                        "device {} on worker {}: the partial aggregation did not go into the \
+                         device as the coordinator planned",
+                        m.device, served.name
+                    )));
+                };
+                (pushed, log)
+            }
+        };
+        let got = schema_text(&inner);
+        if got != m.schema {
+            return Err(DataFusionError::Plan(format!(
+                "device {} on worker {}: the scan's output is [{}], the coordinator planned [{}]",
+                m.device,
+                served.name,
+                got.join(", "),
+                m.schema.join(", ")
+            )));
+        }
+        Ok(MemberScanExec {
+            desc,
+            request,
+            partial: None,
+            inner,
+            log: Some(log),
+            records: Arc::default(),
+        })
+    }
+}
+
+impl PhysicalExtensionCodec for MemberCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if !inputs.is_empty() {
+            return Err(DataFusionError::Internal(
+                "a member scan has no inputs".into(),
+            ));
+        }
+        let m: WireMember = serde_json::from_slice(buf)
+            .map_err(|e| DataFusionError::Plan(format!("not a csd member scan: {e}")))?;
+        Ok(Arc::new(self.decode_member(m, ctx)?))
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        let Some(m) = node.downcast_ref::<MemberScanExec>() else {
+            return Err(DataFusionError::Internal(format!(
+                "MemberCodec encodes member scans, not {}",
+                node.name()
+            )));
+        };
+        let wire = m.wire(self)?;
+        serde_json::to_writer(buf, &wire)
+            .map_err(|e| DataFusionError::Internal(format!("encoding a member scan: {e}")))
+    }
+}

@@ -1,0 +1,335 @@
+//! What crosses the network as plain data, besides what DataFusion's own protobuf codec
+//! carries: a device scan's description ([`WireMember`]) inside the plan, and its scan
+//! records ([`WireRecord`]) back in the task's metrics. JSON through serde: small (a few
+//! hundred bytes per scan), versioned by [`WIRE_VERSION`], readable in a packet capture.
+
+use csd_host::{QueryReport, Strategy};
+use csd_sim::EnergyReport;
+use csd_sql::{Choice, ScanRecord, ScanSettings};
+use serde::{Deserialize, Serialize};
+
+use crate::DistError;
+
+/// Version of the wire format and of the scan semantics: a worker refuses a plan made
+/// by a coordinator of another version (and says which).
+pub const WIRE_VERSION: &str = concat!("csd-", env!("CARGO_PKG_VERSION"), "/wire-1");
+
+/// How a scan runs ([`ScanSettings`] as plain data).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireSettings {
+    /// `ihp`, `cpu-isp`, `hw-isp` or `auto`.
+    pub choice: String,
+    /// IHP read commands in flight.
+    pub queue_depth: usize,
+    /// ISP first poll interval, µs.
+    pub poll_min_us: f64,
+    /// ISP largest poll interval, µs.
+    pub poll_max_us: f64,
+    /// Use a FLIXR index when the filter constrains its column.
+    pub use_index: bool,
+    /// Push partial aggregations into the device.
+    pub aggregate_pushdown: bool,
+}
+
+impl WireSettings {
+    /// The settings as plain data (a FLIXR join read is never shipped: each side of such
+    /// a join must be on one device, which a distributed plan does not promise).
+    pub fn of(s: &ScanSettings) -> WireSettings {
+        WireSettings {
+            choice: s.choice.name().to_string(),
+            queue_depth: s.options.queue_depth,
+            poll_min_us: s.options.poll_min_us,
+            poll_max_us: s.options.poll_max_us,
+            use_index: s.options.use_index,
+            aggregate_pushdown: s.aggregate_pushdown,
+        }
+    }
+
+    /// The settings again.
+    pub fn settings(&self) -> Result<ScanSettings, DistError> {
+        let choice = Choice::parse(&self.choice)
+            .ok_or_else(|| DistError::Wire(format!("unknown strategy `{}`", self.choice)))?;
+        let mut s = ScanSettings::new(choice);
+        s.options.queue_depth = self.queue_depth;
+        s.options.poll_min_us = self.poll_min_us;
+        s.options.poll_max_us = self.poll_max_us;
+        s.options.use_index = self.use_index;
+        s.aggregate_pushdown = self.aggregate_pushdown;
+        Ok(s)
+    }
+}
+
+/// One device's scan in a plan: which device, what the coordinator believes it holds,
+/// and what the table provider was asked for (the same device program is built from it
+/// next to the device).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireMember {
+    /// [`WIRE_VERSION`] of the coordinator.
+    pub version: String,
+    /// The array's id (its directory name and manifest generation), for messages.
+    pub array: String,
+    /// The device's image file name (the array's `devices[index]`).
+    pub device: String,
+    /// The device's index in the array.
+    pub index: usize,
+    /// The worker the coordinator routed the scan to.
+    pub worker: String,
+    /// The table.
+    pub table: String,
+    /// Rows of the table on this device, as the manifest says.
+    pub rows: u64,
+    /// Pages of the table on this device, as the manifest says.
+    pub pages: u64,
+    /// Layout, as the manifest says.
+    pub layout: String,
+    /// Columns asked for (`None`: all).
+    pub projection: Option<Vec<usize>>,
+    /// The filters, DataFusion's protobuf `LogicalExprList`.
+    pub filters: Vec<u8>,
+    /// The limit.
+    pub limit: Option<usize>,
+    /// How the scan runs.
+    pub settings: WireSettings,
+    /// For a pushed partial aggregation: the partial aggregate plan it replaced (over a
+    /// row scan of this member), DataFusion's protobuf physical plan.
+    pub partial: Option<Vec<u8>>,
+    /// The output schema, `name: type` per field, checked after the rebuild.
+    pub schema: Vec<String>,
+}
+
+/// A scan record as plain data (what [`ScanRecord`] holds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireRecord {
+    /// The array's device index.
+    pub device: usize,
+    /// The worker that ran it.
+    pub worker: String,
+    /// The table.
+    pub table: String,
+    /// The strategy that ran.
+    pub strategy: String,
+    /// Why.
+    pub why: String,
+    /// The device program in words.
+    pub program: String,
+    /// The modeled report.
+    pub report: WireReport,
+}
+
+/// One stage of a report's breakdown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireStage {
+    /// Stage name.
+    pub name: String,
+    /// Resources of the stage.
+    pub members: usize,
+    /// Busy time per member, ns.
+    pub busy_ns: u64,
+    /// Utilization.
+    pub utilization: f64,
+}
+
+/// [`QueryReport`] as plain data, every field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct WireReport {
+    pub strategy: String,
+    pub table: String,
+    pub layout: String,
+    pub pages: u64,
+    pub table_bytes: u64,
+    pub rows: u64,
+    pub work: [u64; 10],
+    pub result_rows: u64,
+    pub modeled_ns: u64,
+    pub stages: Vec<WireStage>,
+    pub bottleneck: String,
+    pub flash_reads: u64,
+    pub channel_bytes: u64,
+    pub dram_bytes: u64,
+    pub host_link_bytes: u64,
+    pub device_cpu_cycles: u64,
+    pub host_cpu_cycles: u64,
+    pub commands: u64,
+    pub energy: [f64; 7],
+    pub wall_s: f64,
+    pub index: Option<String>,
+    pub pages_skipped: u64,
+    pub index_misses: u64,
+    pub setup_ns: u64,
+}
+
+/// The stage names a report has (`&'static str` in [`QueryReport`]).
+const STAGES: [&str; 7] = [
+    "flash_array",
+    "flash_to_dram",
+    "dram",
+    "embedded_cpu",
+    "dram_to_host",
+    "host_cpu",
+    "none",
+];
+
+fn stage_name(s: &str) -> Result<&'static str, DistError> {
+    STAGES
+        .iter()
+        .find(|n| **n == s)
+        .copied()
+        .ok_or_else(|| DistError::Wire(format!("unknown report stage `{s}`")))
+}
+
+fn strategy(s: &str) -> Result<Strategy, DistError> {
+    Strategy::parse(s).ok_or_else(|| DistError::Wire(format!("unknown strategy `{s}`")))
+}
+
+impl WireReport {
+    /// The report as plain data.
+    pub fn of(r: &QueryReport) -> WireReport {
+        let w = &r.work;
+        let e = &r.energy;
+        WireReport {
+            strategy: r.strategy.name().to_string(),
+            table: r.table.clone(),
+            layout: r.layout.clone(),
+            pages: r.pages,
+            table_bytes: r.table_bytes,
+            rows: r.rows,
+            work: [
+                w.pages,
+                w.records_examined,
+                w.predicates_evaluated,
+                w.bytes_touched,
+                w.values_touched,
+                w.values_computed,
+                w.rows_selected,
+                w.results_written,
+                w.result_bytes,
+                w.agg_updates,
+            ],
+            result_rows: r.result_rows,
+            modeled_ns: r.modeled_ns,
+            stages: r
+                .stages
+                .iter()
+                .map(|s| WireStage {
+                    name: s.name.to_string(),
+                    members: s.members,
+                    busy_ns: s.busy_ns,
+                    utilization: s.utilization,
+                })
+                .collect(),
+            bottleneck: r.bottleneck.to_string(),
+            flash_reads: r.flash_reads,
+            channel_bytes: r.channel_bytes,
+            dram_bytes: r.dram_bytes,
+            host_link_bytes: r.host_link_bytes,
+            device_cpu_cycles: r.device_cpu_cycles,
+            host_cpu_cycles: r.host_cpu_cycles,
+            commands: r.commands,
+            energy: [
+                e.nand_j,
+                e.channel_j,
+                e.dram_j,
+                e.embedded_cpu_j,
+                e.controller_idle_j,
+                e.host_link_j,
+                e.host_j,
+            ],
+            wall_s: r.wall_s,
+            index: r.index.clone(),
+            pages_skipped: r.pages_skipped,
+            index_misses: r.index_misses,
+            setup_ns: r.setup_ns,
+        }
+    }
+
+    /// The report again.
+    pub fn report(&self) -> Result<QueryReport, DistError> {
+        let w = &self.work;
+        let e = &self.energy;
+        let work = csd_query::WorkCounters {
+            pages: w[0],
+            records_examined: w[1],
+            predicates_evaluated: w[2],
+            bytes_touched: w[3],
+            values_touched: w[4],
+            values_computed: w[5],
+            rows_selected: w[6],
+            results_written: w[7],
+            result_bytes: w[8],
+            agg_updates: w[9],
+        };
+        let stages = self
+            .stages
+            .iter()
+            .map(|s| {
+                Ok(csd_host::scan::Stage {
+                    name: stage_name(&s.name)?,
+                    members: s.members,
+                    busy_ns: s.busy_ns,
+                    utilization: s.utilization,
+                })
+            })
+            .collect::<Result<Vec<_>, DistError>>()?;
+        Ok(QueryReport {
+            strategy: strategy(&self.strategy)?,
+            table: self.table.clone(),
+            layout: self.layout.clone(),
+            pages: self.pages,
+            table_bytes: self.table_bytes,
+            rows: self.rows,
+            work,
+            result_rows: self.result_rows,
+            modeled_ns: self.modeled_ns,
+            stages,
+            bottleneck: stage_name(&self.bottleneck)?,
+            flash_reads: self.flash_reads,
+            channel_bytes: self.channel_bytes,
+            dram_bytes: self.dram_bytes,
+            host_link_bytes: self.host_link_bytes,
+            device_cpu_cycles: self.device_cpu_cycles,
+            host_cpu_cycles: self.host_cpu_cycles,
+            commands: self.commands,
+            energy: EnergyReport {
+                nand_j: e[0],
+                channel_j: e[1],
+                dram_j: e[2],
+                embedded_cpu_j: e[3],
+                controller_idle_j: e[4],
+                host_link_j: e[5],
+                host_j: e[6],
+            },
+            wall_s: self.wall_s,
+            index: self.index.clone(),
+            pages_skipped: self.pages_skipped,
+            index_misses: self.index_misses,
+            setup_ns: self.setup_ns,
+        })
+    }
+}
+
+impl WireRecord {
+    /// `r`, run on device `device` by `worker`, as plain data.
+    pub fn of(device: usize, worker: &str, r: &ScanRecord) -> WireRecord {
+        WireRecord {
+            device,
+            worker: worker.to_string(),
+            table: r.table.clone(),
+            strategy: r.strategy.name().to_string(),
+            why: r.why.clone(),
+            program: r.program.clone(),
+            report: WireReport::of(&r.report),
+        }
+    }
+
+    /// The scan record again.
+    pub fn record(&self) -> Result<ScanRecord, DistError> {
+        Ok(ScanRecord {
+            table: self.table.clone(),
+            strategy: strategy(&self.strategy)?,
+            why: self.why.clone(),
+            program: self.program.clone(),
+            report: self.report.report()?,
+        })
+    }
+}
