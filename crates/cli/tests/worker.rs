@@ -287,10 +287,12 @@ fn bad_placements_are_refused_with_the_field_named() {
         "--array",
         d,
     ]));
+    // The manifest as loaded; each case writes it with another `workers` list
+    // (`Manifest::write` does not check, `Manifest::read` does).
+    let base = Manifest::read(&dir).expect("manifest");
     let set = |workers: Vec<String>| {
-        let mut m = Manifest::read(&dir).expect("manifest");
+        let mut m = base.clone();
         m.workers = workers;
-        // Written as text: `Manifest::write` does not check.
         m.write(&dir).expect("write");
     };
     let err = |w: Vec<String>| {
