@@ -340,13 +340,13 @@ impl RowSource for ExtRows {
         self.1 += 1;
         let values = [
             Value::Int64(i as i64),
-            if i % 3 == 0 {
+            if i.is_multiple_of(3) {
                 Value::Null
             } else {
                 Value::Varchar(format!("row {i} ").repeat((i % 7) as usize))
             },
             Value::Float64((i as f64 * 0.5).to_bits()),
-            if i % 5 == 0 {
+            if i.is_multiple_of(5) {
                 Value::Null
             } else {
                 Value::Timestamp(i as i64 * 1_000)
