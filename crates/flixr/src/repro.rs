@@ -305,7 +305,7 @@ const WHY_TPCC: &str = "TPC-C population (csd_flixr::tpcc::Scale, --warehouses):
 /// Why the in-SSD B+tree differs (the firmware's cycle costs).
 const WHY_CPU: &str = "isp.comp_cycles_per_record and dram_access_cycles of the preset (24 and 20 bus cycles x cycle_clock_divisor 2): the firmware's B+tree costs ~1 us per node, small next to a flash read, so the in-SSD tree wins wherever it saves dependent host reads; the paper's A9 firmware path is slower and not itemized";
 /// Why the read microbenchmarks differ (command overhead and tR against DRAM compares).
-const WHY_SCAN: &str = "host_link.command_overhead_us (10) and flash.t_read_us (60/90): every one of the host index's ~5 node misses per query is a dependent command and tR, while FLIXR compares entries in DRAM (isp.comp_cycles_per_record = 24 per entry, index cache hits); the paper's FLIXR-S iterates FTL entries more slowly than that";
+const WHY_SCAN: &str = "cpu.command_us (10 µs of firmware per command) and flash.t_read_us (60/90): every one of the host index's ~5 node misses per query is a dependent command and tR, while FLIXR compares entries in DRAM (isp.comp_cycles_per_record = 24 per entry, index cache hits); the paper's FLIXR-S iterates FTL entries more slowly than that";
 /// Why the write microbenchmarks differ (node write-backs are flash programs).
 const WHY_WRITE: &str = "flash.t_prog_us (450/1900 MLC): every host B+tree node written back is a flash program that later reads of the same die queue behind, which FLIXR (entries built in firmware during the data page's own program) never causes";
 /// Why Figure 11's traffic split differs (data size and the host cache).
