@@ -34,6 +34,7 @@ pub mod import;
 pub mod join;
 pub mod memory;
 pub mod provider;
+pub mod report;
 pub mod runtime;
 pub mod schema;
 pub mod tpch;
@@ -63,6 +64,7 @@ pub use join::DeviceJoinBitmap;
 pub use memory::MemorySession;
 pub use parquet;
 pub use provider::DeviceTable;
+pub use report::{ScanRecordReport, ScanReport, StageFigures};
 
 /// What can go wrong running SQL over a device.
 #[derive(Debug, thiserror::Error)]
