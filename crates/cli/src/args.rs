@@ -4,62 +4,14 @@
 //! `Display` that prints the name back (for `reproduce:` lines); options that carry a
 //! payload (`paced:SCALE`) have a value parser.
 
-use crate::CliError;
-use clap::{Args, ValueEnum};
+use clap::ValueEnum;
 use csd_device::workload::Rw;
 use csd_host::Strategy;
-use csd_sim::config::DEFAULT_PRESET;
-use csd_sim::{ClockMode, DeviceConfig};
 use csd_sql::Choice;
 use csd_table::page::Layout;
-use std::path::PathBuf;
 
-/// Where a device config comes from.
-#[derive(Args, Clone, Default)]
-pub(crate) struct ConfigSource {
-    /// Built-in preset (default: nvme-tlc).
-    #[arg(long, conflicts_with = "config")]
-    pub(crate) preset: Option<String>,
-    /// Device config TOML file.
-    #[arg(long)]
-    pub(crate) config: Option<PathBuf>,
-    /// Override a config field, e.g. --set channel.rate_mt_s=400 (repeatable).
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub(crate) set: Vec<String>,
-}
-
-impl ConfigSource {
-    /// Whether any of --preset, --config or --set was given.
-    pub(crate) fn given(&self) -> bool {
-        self.preset.is_some() || self.config.is_some() || !self.set.is_empty()
-    }
-
-    /// The config: the file, or the preset (default nvme-tlc), with the overrides applied.
-    pub(crate) fn load(&self) -> Result<DeviceConfig, CliError> {
-        let text = match (&self.preset, &self.config) {
-            (_, Some(path)) => std::fs::read_to_string(path).map_err(|e| CliError::Io {
-                path: path.clone(),
-                source: e,
-            })?,
-            (Some(p), None) => DeviceConfig::preset_toml(p)?.to_string(),
-            (None, None) => DeviceConfig::preset_toml(DEFAULT_PRESET)?.to_string(),
-        };
-        Ok(DeviceConfig::from_toml_with_overrides(&text, &self.set)?)
-    }
-
-    /// The options as a command line would give them (for `reproduce:` lines).
-    pub(crate) fn describe(&self) -> String {
-        let mut s = match (&self.preset, &self.config) {
-            (_, Some(p)) => format!("--config {}", p.display()),
-            (Some(p), None) => format!("--preset {p}"),
-            (None, None) => format!("--preset {DEFAULT_PRESET}"),
-        };
-        for o in &self.set {
-            s.push_str(&format!(" --set {o}"));
-        }
-        s
-    }
-}
+/// Where a device config comes from (shared with the reproduction library).
+pub(crate) use csd_repro::util::ConfigSource;
 
 /// Parses `--rw` (clap value parser; the pattern carries no payload but its names
 /// come from the device crate, so it is not a `ValueEnum` here).
@@ -69,12 +21,8 @@ pub(crate) fn parse_rw(s: &str) -> Result<Rw, String> {
     })
 }
 
-/// Parses `--clock`: `virtual`, `paced` or `paced:SCALE` (a mode with a payload, so a
-/// value parser rather than a `ValueEnum`).
-pub(crate) fn parse_clock(s: &str) -> Result<ClockMode, String> {
-    ClockMode::parse(s)
-        .ok_or_else(|| format!("`{s}` is not a clock; use virtual, paced or paced:SCALE"))
-}
+/// Parses `--clock` (shared with the reproduction library).
+pub(crate) use csd_repro::util::parse_clock;
 
 /// `--layout`: how a table's rows are laid out in its pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -186,14 +134,14 @@ pub(crate) fn parse_count(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("`{s}` is not a count (1 or more)"))
 }
 
-/// A list of values as the command line gives it: `a,b,c`.
-pub(crate) fn comma_list<T: std::fmt::Display>(v: &[T]) -> String {
-    v.iter().map(T::to_string).collect::<Vec<_>>().join(",")
-}
+/// A list of values as the command line gives it: `a,b,c` (shared with the
+/// reproduction library).
+pub(crate) use csd_repro::util::comma_list;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use csd_sim::config::DEFAULT_PRESET;
 
     #[test]
     fn layout_names_round_trip_through_display() {

@@ -45,6 +45,9 @@ pub(crate) enum CliError {
     /// The NBD server.
     #[error("serve: {0}")]
     Serve(#[from] csd_nbd::NbdError),
+    /// A paper reproduction (or the benchmark runs it shares with the CLI).
+    #[error(transparent)]
+    Repro(#[from] csd_repro::ReproError),
     /// A file the command reads or writes.
     #[error("{path}: {source}")]
     Io {

@@ -11,9 +11,9 @@
 //! Where things are:
 //! * this file: the command tree (clap) and the dispatch, nothing else;
 //! * [`cmd`]: one module per command (or command family) with its options and body;
-//! * [`repro`]: one module per paper reproduction, each shaped sweep → checks → render,
-//!   with the shared parts (comparison with the paper, markdown, report files) in
-//!   `repro/mod.rs`;
+//! * [`repro`]: the reproduction library (crate `csd-repro`, `crates/repro`): one module
+//!   per paper reproduction, each shaped sweep → checks → render, with the shared parts
+//!   (comparison with the paper, markdown, report files) in its `lib.rs`;
 //! * [`args`]: options shared by several commands, parsed once into typed values;
 //! * [`image`]: opening devices and images with the CLI's rules; [`report`]: terminal
 //!   tables, JSON objects and progress bars; [`units`]: sizes and durations;
@@ -25,7 +25,6 @@ mod error;
 mod image;
 mod lineedit;
 mod report;
-mod repro;
 mod units;
 
 use args::ConfigSource;
@@ -35,6 +34,7 @@ use cmd::{
     bench_tpch, bench_ycsb, config, demo, device, index, io, kv_serve, model, query, serve, sql,
     tables, torture, worker,
 };
+use csd_repro as repro;
 use error::CliError;
 use std::process::ExitCode;
 
@@ -218,7 +218,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Sql(a) => sql::sql_cmd(&a),
         Cmd::Array(c) => array::array_cmd(&c),
         Cmd::Worker(a) => worker::worker_cmd(&a),
-        Cmd::Repro(c) => repro::repro_cmd(&c),
+        Cmd::Repro(c) => Ok(repro::repro_cmd(&c)?),
         Cmd::Kv(KvCmd::Serve(a)) => kv_serve::kv_serve_cmd(&a),
         Cmd::Bench(b) => bench(b),
     }

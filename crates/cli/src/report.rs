@@ -5,7 +5,6 @@
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use csd_device::IoReport;
 use csd_nand::{BlockId, Nand};
-use csd_sim::DeviceConfig;
 use serde_json::{Map, Value, json};
 use std::path::Path;
 
@@ -18,33 +17,9 @@ pub fn table(header: &[&str]) -> Table {
     t
 }
 
-/// Human byte count.
-pub fn bytes(n: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", units[u])
-    }
-}
-
-/// One line describing the array and links.
-pub fn geometry_line(c: &DeviceConfig) -> String {
-    format!(
-        "{} ({} raw); {} MT/s channels; {} {:.0} MB/s",
-        c.geometry,
-        bytes(c.geometry.raw_capacity()),
-        c.channel.rate_mt_s,
-        c.host_link.kind,
-        c.host_link.bandwidth_mb_s
-    )
-}
+/// Human byte count, and a device's geometry in one line (shared with the reproduction
+/// library).
+pub use csd_repro::util::{bytes, geometry_line};
 
 /// `csd device info`.
 pub fn device_info(path: &Path, nand: &Nand, json_out: bool) {

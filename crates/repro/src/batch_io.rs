@@ -8,15 +8,15 @@
 //!
 //! Every run is one `csd bench ycsb` configuration (crate `kvbench`): a fresh in-memory
 //! device of the `ox-westlake` preset (cut to about `--device-gib`, see
-//! `bench_ycsb::device_config`), the records loaded, the cache set, the workload run for a
+//! `ycsb::device_config`), the records loaded, the cache set, the workload run for a
 //! fixed number of operations (default) or modeled duration. The default scale is sized
 //! to finish in a few minutes on two cores; `--scale paper` runs the paper's 10M records
 //! for 300 modeled seconds.
 
 use super::plot_err;
-use crate::CliError;
-use crate::cmd::bench_ycsb::{self, BenchYcsbArgs, CacheSize, Outcome};
-use crate::report::progress_bar;
+use crate::ReproError;
+use crate::util::progress_bar;
+use crate::ycsb::{self, BenchYcsbArgs, CacheSize, Outcome};
 use clap::{Args, ValueEnum};
 use csd_kv::Interface;
 use csd_kv::ycsb::{KeyDist, Workload};
@@ -27,7 +27,7 @@ use std::time::Instant;
 
 /// Scale of `csd repro batch-io`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Scale {
+pub enum Scale {
     /// 200,000 records, 1,000,000 operations per run, a 1 GiB device.
     Default,
     /// The paper's 10,000,000 records and 300 s per run, a 32 GiB device.
@@ -36,7 +36,7 @@ pub(crate) enum Scale {
 
 /// Options of `csd repro batch-io`.
 #[derive(Args)]
-pub(crate) struct ReproBatchIoArgs {
+pub struct ReproBatchIoArgs {
     /// Report directory (markdown + PNG + SVG).
     #[arg(long, default_value = "repro/batch-io")]
     out: PathBuf,
@@ -189,17 +189,17 @@ fn mib(b: u64) -> f64 {
 }
 
 /// `csd repro batch-io`.
-pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
+pub fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), ReproError> {
     let started = Instant::now();
     let (records, length, gib) = sizes(a)?;
     csd_plot::guard_output(&a.out.join("report.md"), &["md"])
-        .map_err(|e| CliError::Usage(e.to_string()))?;
+        .map_err(|e| ReproError::Usage(e.to_string()))?;
     let base = base_args(a, records, length, gib);
     let runs = sweep(&base, plan(&a.caches))?;
     let wall = started.elapsed().as_secs_f64();
     let md = report(a, &runs, records, length, gib, wall)?;
     let path = a.out.join("report.md");
-    std::fs::write(&path, md).map_err(|source| CliError::Io {
+    std::fs::write(&path, md).map_err(|source| ReproError::Io {
         path: path.clone(),
         source,
     })?;
@@ -219,7 +219,7 @@ pub(crate) fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), CliError> {
 /// let the write-heavy runs fill the host log so that host GC runs (300,000 left it
 /// idle: write-heavy batch/block 1.22x at 20% cache, where a million gives 2.46x, the
 /// paper 2.71x); the default run stays near 3 minutes here.
-fn sizes(a: &ReproBatchIoArgs) -> Result<(u64, RunLength, f64), CliError> {
+fn sizes(a: &ReproBatchIoArgs) -> Result<(u64, RunLength, f64), ReproError> {
     let (records, length, gib) = match a.scale {
         Scale::Default => (200_000, RunLength::Ops(1_000_000), 1.0),
         Scale::Paper => (10_000_000, RunLength::Secs(300.0), 32.0),
@@ -233,7 +233,7 @@ fn sizes(a: &ReproBatchIoArgs) -> Result<(u64, RunLength, f64), CliError> {
     let gib = a.device_gib.unwrap_or(gib);
     for &c in &a.caches {
         if !(c > 0.0 && c <= 100.0) {
-            return Err(CliError::Usage(format!(
+            return Err(ReproError::Usage(format!(
                 "--caches {c}: each cache size is a percentage in (0, 100]"
             )));
         }
@@ -297,7 +297,7 @@ fn plan(caches: &[f64]) -> Vec<(Workload, Durability, Interface, CacheSize)> {
 fn sweep(
     base: &BenchYcsbArgs,
     plan: Vec<(Workload, Durability, Interface, CacheSize)>,
-) -> Result<Vec<Run>, CliError> {
+) -> Result<Vec<Run>, ReproError> {
     let outer = progress_bar(Some(plan.len() as u64), "runs");
     let inner = indicatif::ProgressBar::hidden();
     let mut runs = Vec::new();
@@ -319,7 +319,7 @@ fn sweep(
             ..base.clone()
         };
         let t0 = Instant::now();
-        let out = bench_ycsb::run_once(&args, &inner)?;
+        let out = ycsb::run_once(&args, &inner)?;
         if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             eprintln!(
                 "run {}/{}: {} {} {} cache {}: {:.0} modeled ops/s ({:.1} s)",
@@ -418,7 +418,7 @@ fn report(
     length: RunLength,
     gib: f64,
     wall: f64,
-) -> Result<String, CliError> {
+) -> Result<String, ReproError> {
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -461,7 +461,7 @@ struct Ctx<'a> {
 
 /// Figure 11: throughput by host cache size, per panel (a-f), block against batch,
 /// with the in-memory store for reference.
-fn figure11(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+fn figure11(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
     let Ctx { a, runs, .. } = *c;
     let pcts: Vec<f64> = a.caches.clone();
     let _ = writeln!(md, "## Figure 11: throughput by host cache size\n");
@@ -537,7 +537,7 @@ fn figure11(md: &mut String, c: &Ctx) -> Result<(), CliError> {
 
 /// Figure 12: done log records (one per FTL commit) and bytes written, write-heavy
 /// without checkpoint or GC.
-fn figure12(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+fn figure12(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
     let Ctx { a, runs, .. } = *c;
     let pcts: Vec<f64> = a.caches.clone();
     let _ = writeln!(
@@ -601,7 +601,7 @@ fn figure12(md: &mut String, c: &Ctx) -> Result<(), CliError> {
 }
 
 /// Figure 13: end to end (checkpoints and GC on) against the paper's curves, then the summary table.
-fn figure13(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+fn figure13(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
     let Ctx { a, runs, .. } = *c;
     let pcts: Vec<f64> = a.caches.clone();
     let _ = writeln!(
@@ -654,7 +654,7 @@ fn figure13(md: &mut String, c: &Ctx) -> Result<(), CliError> {
 
 /// Figure 15: the host CPU's share spent in GC and checkpoints, write-heavy at the cache
 /// size closest to 50%.
-fn figure15(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+fn figure15(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
     let Ctx { a, runs, .. } = *c;
     let pcts: Vec<f64> = a.caches.clone();
     let _ = writeln!(
@@ -719,7 +719,7 @@ fn figure15(md: &mut String, c: &Ctx) -> Result<(), CliError> {
 }
 
 /// Tables 3 and 4: data moved, RA, WA and GC overhead beside the paper's.
-fn tables34(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+fn tables34(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
     let Ctx { runs, .. } = *c;
     let _ = writeln!(
         md,
@@ -779,7 +779,7 @@ fn tables34(md: &mut String, c: &Ctx) -> Result<(), CliError> {
 }
 
 /// Where the figures differ from the paper, and which parameters move them.
-fn differences(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+fn differences(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
     let Ctx { records, gib, .. } = *c;
     let _ = writeln!(md, "\n## Where the figures differ from the paper\n");
     let _ = writeln!(
@@ -819,7 +819,7 @@ fn differences(md: &mut String, c: &Ctx) -> Result<(), CliError> {
 
 /// The device, store and workload configuration, and the command that reproduces the
 /// run.
-fn configuration(md: &mut String, c: &Ctx) -> Result<(), CliError> {
+fn configuration(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
     let Ctx {
         a,
         runs,
@@ -829,7 +829,7 @@ fn configuration(md: &mut String, c: &Ctx) -> Result<(), CliError> {
         wall,
     } = *c;
     let _ = writeln!(md, "\n## Configuration\n");
-    let dcfg = bench_ycsb::device_config("ox-westlake", gib)?;
+    let dcfg = ycsb::device_config("ox-westlake", gib)?;
     let g = &dcfg.geometry;
     let _ = writeln!(
         md,
@@ -845,7 +845,7 @@ fn configuration(md: &mut String, c: &Ctx) -> Result<(), CliError> {
         g.pages_per_block,
         g.page_size / 1024,
         g.raw_capacity() as f64 / (1u64 << 30) as f64,
-        bench_ycsb::RUN_OP,
+        ycsb::RUN_OP,
         a.seed,
         runs.len(),
         a.out.display(),

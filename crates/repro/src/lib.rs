@@ -1,4 +1,4 @@
-//! `csd repro ...`: the papers' experiments run on the emulator, each written as a
+//! The papers' reproductions (`csd repro ...`): their experiments run on the emulator, each written as a
 //! markdown report with PNG + SVG plots and a side-by-side table against the paper's
 //! published figures. One module per reproduction, each shaped sweep → checks → render:
 //!
@@ -18,14 +18,16 @@
 //! Every measured number comes from a run's report (counters the device and the host
 //! kept while working); analytic models are shown beside the runs, never in their place.
 
-pub(crate) mod batch_io;
-pub(crate) mod fd_tree;
-pub(crate) mod flixr;
-pub(crate) mod scan_paper;
-pub(crate) mod smart_ssd;
+pub mod batch_io;
+mod error;
+pub mod fd_tree;
+pub mod fdbench;
+pub mod flixr;
+pub mod scan_paper;
+pub mod smart_ssd;
+pub mod util;
+pub mod ycsb;
 
-use crate::cmd::query;
-use crate::{CliError, image, report};
 use clap::Subcommand;
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
@@ -34,12 +36,14 @@ use csd_sim::DeviceConfig;
 use csd_sql::{Choice, ScanSettings, SqlSession};
 use csd_table::datagen::{SyntheticGenerator, SyntheticSpec, TpchGenerator, TpchTable};
 use csd_table::page::Layout;
+pub use error::{ReproError, sql_error};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use util as report;
 
 /// Which paper to reproduce.
 #[derive(Subcommand)]
-pub(crate) enum ReproCmd {
+pub enum ReproCmd {
     /// In-storage scan paper: Figure 5 (throughput vs NAND speed, 8/16 channels, IHP /
     /// cpu / hw), Figure 7 (selectivity x host link) and Table 4, against its analytic
     /// model and published figures.
@@ -70,8 +74,8 @@ pub(crate) enum ReproCmd {
     Flixr(flixr::ReproFlixrArgs),
 }
 
-/// `csd repro ...`.
-pub(crate) fn repro_cmd(c: &ReproCmd) -> Result<(), CliError> {
+/// Runs the reproduction `c` asks for (`csd repro ...`).
+pub fn repro_cmd(c: &ReproCmd) -> Result<(), ReproError> {
     match c {
         ReproCmd::ScanPaper(a) => scan_paper::run(a),
         ReproCmd::SmartSsd(a) => smart_ssd::run(a),
@@ -83,12 +87,12 @@ pub(crate) fn repro_cmd(c: &ReproCmd) -> Result<(), CliError> {
 
 /// A device in memory with a SQL session over it, on which tables are loaded and
 /// queried (through DataFusion, like `csd query`).
-pub(super) struct Bed {
+pub struct Bed {
     session: SqlSession,
 }
 
 impl Bed {
-    pub(super) fn new(cfg: DeviceConfig) -> Result<Bed, CliError> {
+    pub fn new(cfg: DeviceConfig) -> Result<Bed, ReproError> {
         let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
         let ftl = Ftl::format(nand, FtlConfig::default())?;
         let client = Client::new(NvmeDevice::new(ftl))?;
@@ -98,21 +102,21 @@ impl Bed {
         settings.options.poll_max_us = 200.0;
         // An empty device: no catalog read yet (each run reads it, as before).
         let session =
-            SqlSession::with_tables(client, cfg, settings, Vec::new()).map_err(query::sql_error)?;
+            SqlSession::with_tables(client, cfg, settings, Vec::new()).map_err(sql_error)?;
         Ok(Bed { session })
     }
 
-    pub(super) fn load_synthetic(
+    pub fn load_synthetic(
         &mut self,
         name: &str,
         columns: usize,
         rows: u64,
         seed: u64,
         layout: Layout,
-    ) -> Result<(TableInfo, SyntheticSpec), CliError> {
-        let spec =
-            SyntheticSpec::new(columns, rows, seed).map_err(|e| CliError::Usage(e.to_string()))?;
-        let g = SyntheticGenerator::new(spec).map_err(|e| CliError::Usage(e.to_string()))?;
+    ) -> Result<(TableInfo, SyntheticSpec), ReproError> {
+        let spec = SyntheticSpec::new(columns, rows, seed)
+            .map_err(|e| ReproError::Usage(e.to_string()))?;
+        let g = SyntheticGenerator::new(spec).map_err(|e| ReproError::Usage(e.to_string()))?;
         let r = Catalog::load(
             &mut *self.session.device().lock(),
             name,
@@ -123,14 +127,14 @@ impl Bed {
         Ok((r.table, spec))
     }
 
-    pub(super) fn load_lineitem(
+    pub fn load_lineitem(
         &mut self,
         name: &str,
         sf: f64,
         layout: Layout,
-    ) -> Result<TableInfo, CliError> {
+    ) -> Result<TableInfo, ReproError> {
         let g = TpchGenerator::new(TpchTable::LineItem, sf)
-            .map_err(|e| CliError::Usage(e.to_string()))?;
+            .map_err(|e| ReproError::Usage(e.to_string()))?;
         Ok(Catalog::load(
             &mut *self.session.device().lock(),
             name,
@@ -143,21 +147,21 @@ impl Bed {
 
     /// Runs `sql` (one scan of `table`) with strategy `s`; the scan's modeled report.
     /// The catalog is read before every run, as a host that just loaded would.
-    pub(super) fn run(
+    pub fn run(
         &mut self,
         table: &TableInfo,
         sql: &str,
         s: Strategy,
-    ) -> Result<QueryReport, CliError> {
-        self.session.reload().map_err(query::sql_error)?;
+    ) -> Result<QueryReport, ReproError> {
+        self.session.reload().map_err(sql_error)?;
         let runs = self
             .session
             .run_strategies(sql, &[Choice::Fixed(s)])
-            .map_err(query::sql_error)?;
+            .map_err(sql_error)?;
         let mut scans = runs.into_iter().flat_map(|(_, a)| a.scans);
         match (scans.next(), scans.next()) {
             (Some(scan), None) if csd_host::same_name(&scan.table, &table.name) => Ok(scan.report),
-            _ => Err(CliError::Nvme(format!(
+            _ => Err(ReproError::Nvme(format!(
                 "`{sql}` did not run as one scan of {}",
                 table.name
             ))),
@@ -166,14 +170,14 @@ impl Bed {
 }
 
 /// A progress bar over `total` runs.
-pub(super) fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
+pub fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
     let pb = report::progress_bar(Some(total), "runs");
     pb.set_message(what.to_string());
     pb
 }
 
 /// A preset with `--set`-style overrides.
-pub(super) fn preset(name: &str, set: &[String]) -> Result<DeviceConfig, CliError> {
+pub fn preset(name: &str, set: &[String]) -> Result<DeviceConfig, ReproError> {
     Ok(DeviceConfig::from_toml_with_overrides(
         DeviceConfig::preset_toml(name)?,
         set,
@@ -181,12 +185,12 @@ pub(super) fn preset(name: &str, set: &[String]) -> Result<DeviceConfig, CliErro
 }
 
 /// A plot that could not be written, as the CLI's error.
-pub(super) fn plot_err(e: csd_plot::PlotError) -> CliError {
-    CliError::Usage(format!("writing a plot: {e}"))
+pub fn plot_err(e: csd_plot::PlotError) -> ReproError {
+    ReproError::Usage(format!("writing a plot: {e}"))
 }
 
 /// A markdown table.
-pub(super) fn md_table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub fn md_table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut s = format!(
         "| {} |\n|{}\n",
         header.join(" | "),
@@ -199,19 +203,19 @@ pub(super) fn md_table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// One line of a side-by-side comparison with the paper.
-pub(super) struct Check {
-    pub(super) what: String,
-    pub(super) paper: f64,
-    pub(super) ours: f64,
-    pub(super) unit: &'static str,
+pub struct Check {
+    pub what: String,
+    pub paper: f64,
+    pub ours: f64,
+    pub unit: &'static str,
     /// Why the two may differ (printed when they differ by more than 10%, or a claim
     /// does not hold).
-    pub(super) why: String,
+    pub why: String,
 }
 
 /// A claim the paper states without a number ("slower", "still faster"): the measured
 /// ratio must lie on the stated side of 1.
-pub(super) fn claim(what: &str, above_one: bool, ours: f64, why: impl Into<String>) -> Check {
+pub fn claim(what: &str, above_one: bool, ours: f64, why: impl Into<String>) -> Check {
     Check {
         what: what.to_string(),
         paper: if above_one {
@@ -226,7 +230,7 @@ pub(super) fn claim(what: &str, above_one: bool, ours: f64, why: impl Into<Strin
 }
 
 impl Check {
-    pub(super) fn row(&self) -> Vec<String> {
+    pub fn row(&self) -> Vec<String> {
         if self.paper.is_infinite() {
             let above = self.paper > 0.0;
             let holds = if above {
@@ -260,7 +264,7 @@ impl Check {
 
 impl Check {
     /// The check as JSON (a claim's paper value is `null`, with `claim` saying the side).
-    pub(super) fn json(&self) -> serde_json::Value {
+    pub fn json(&self) -> serde_json::Value {
         let paper = if self.paper.is_finite() {
             serde_json::json!(self.paper)
         } else {
@@ -280,7 +284,7 @@ impl Check {
 }
 
 /// The side-by-side table as markdown, with what explains each difference.
-pub(super) fn checks_md(checks: &[Check]) -> String {
+pub fn checks_md(checks: &[Check]) -> String {
     md_table(
         &[
             "figure",
@@ -294,7 +298,7 @@ pub(super) fn checks_md(checks: &[Check]) -> String {
 }
 
 /// The side-by-side table on the terminal.
-pub(super) fn print_checks(checks: &[Check]) {
+pub fn print_checks(checks: &[Check]) {
     let mut t = report::table(&["figure", "paper", "csd", "difference"]);
     for c in checks {
         let r = c.row();
@@ -305,14 +309,14 @@ pub(super) fn print_checks(checks: &[Check]) {
 
 /// Writes one report file into the report directory (never over a file csd did not
 /// write); its path.
-pub(super) fn write_report(dir: &Path, name: &str, text: &str) -> Result<PathBuf, CliError> {
-    std::fs::create_dir_all(dir).map_err(|e| CliError::Io {
+pub fn write_report(dir: &Path, name: &str, text: &str) -> Result<PathBuf, ReproError> {
+    std::fs::create_dir_all(dir).map_err(|e| ReproError::Io {
         path: dir.to_path_buf(),
         source: e,
     })?;
     let path = dir.join(name);
-    image::guard_output(&path, &["md", "json", "csv", "txt"], false)?;
-    std::fs::write(&path, text).map_err(|e| CliError::Io {
+    util::guard_output(&path, &["md", "json", "csv", "txt"])?;
+    std::fs::write(&path, text).map_err(|e| ReproError::Io {
         path: path.clone(),
         source: e,
     })?;
@@ -320,7 +324,7 @@ pub(super) fn write_report(dir: &Path, name: &str, text: &str) -> Result<PathBuf
 }
 
 /// Refuse a run whose in-memory devices would not fit in the memory available now.
-pub(super) fn check_memory(need_bytes: f64, flag: &str, value: f64) -> Result<(), CliError> {
+pub fn check_memory(need_bytes: f64, flag: &str, value: f64) -> Result<(), ReproError> {
     let avail_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         m.lines()
             .find(|l| l.starts_with("MemAvailable:"))
@@ -328,7 +332,7 @@ pub(super) fn check_memory(need_bytes: f64, flag: &str, value: f64) -> Result<()
             .and_then(|v| v.parse::<f64>().ok())
     });
     match avail_kib {
-        Some(kib) if need_bytes > kib * 1024.0 => Err(CliError::Usage(format!(
+        Some(kib) if need_bytes > kib * 1024.0 => Err(ReproError::Usage(format!(
             "{flag} {value} needs about {:.1} GB of memory for its in-memory devices; {:.1} GB \
              are available: use {flag} {:.4} or less",
             need_bytes / 1e9,

@@ -18,7 +18,8 @@ use super::{
     Bed, Check, check_memory, checks_md, md_table, plot_err, preset, print_checks, progress,
     write_report,
 };
-use crate::{CliError, report};
+use crate::ReproError;
+use crate::util as report;
 use clap::{Args, ValueEnum};
 use csd_host::{QueryReport, Strategy};
 use csd_model::scan::ScanParams;
@@ -53,9 +54,9 @@ struct Sweep {
 }
 
 /// `csd repro scan-paper`: sweep, checks, render.
-pub(crate) fn run(a: &ScanPaperArgs) -> Result<(), CliError> {
+pub fn run(a: &ScanPaperArgs) -> Result<(), ReproError> {
     if !(a.scale > 0.0 && a.scale <= 10.0) {
-        return Err(CliError::Usage(format!(
+        return Err(ReproError::Usage(format!(
             "--scale {} is outside (0, 10]",
             a.scale
         )));
@@ -94,7 +95,7 @@ pub(crate) fn run(a: &ScanPaperArgs) -> Result<(), CliError> {
     write_report(
         &a.out,
         "report.json",
-        &serde_json::to_string_pretty(&json).map_err(|e| CliError::Usage(e.to_string()))?,
+        &serde_json::to_string_pretty(&json).map_err(|e| ReproError::Usage(e.to_string()))?,
     )?;
     print_checks(&checks);
     print_table3(&t3);
@@ -108,7 +109,7 @@ pub(crate) fn run(a: &ScanPaperArgs) -> Result<(), CliError> {
 
 /// Runs every configuration: Figure 5's grid, Figure 7's sweep and (`--configs all`)
 /// Table 1's 36 configurations.
-fn sweep(a: &ScanPaperArgs, rows: u64) -> Result<Sweep, CliError> {
+fn sweep(a: &ScanPaperArgs, rows: u64) -> Result<Sweep, ReproError> {
     let all = a.configs == Configs::All;
     let pb = progress(
         (6 * 3 + LINKS.len() * SIGMAS.len() * 3 + if all { 36 * 3 } else { 0 }) as u64,
@@ -186,14 +187,14 @@ fn scan_runs(
     seed: u64,
     sigmas: &[f64],
     pb: &indicatif::ProgressBar,
-) -> Result<Vec<(f64, QueryReport, f64)>, CliError> {
+) -> Result<Vec<(f64, QueryReport, f64)>, ReproError> {
     let mut bed = Bed::new(cfg.clone())?;
     let (t, spec) = bed.load_synthetic("t", 32, rows, seed, Layout::Nsm)?;
     let mut out = Vec::new();
     for &sigma in sigmas {
         let v = spec
             .threshold(sigma)
-            .map_err(|e| CliError::Usage(e.to_string()))?;
+            .map_err(|e| ReproError::Usage(e.to_string()))?;
         for s in Strategy::ALL {
             let r = bed.run(&t, &format!("SELECT c2 FROM t WHERE c1 < {v}"), s)?;
             let m = model_time(cfg, &r)?;
@@ -205,7 +206,7 @@ fn scan_runs(
 }
 
 /// Table 3: every run against the model, in the paper's cycles and error.
-fn table3_rows(sw: &Sweep) -> Result<Vec<T3Row>, CliError> {
+fn table3_rows(sw: &Sweep) -> Result<Vec<T3Row>, ReproError> {
     let cycle_hz = {
         let c = preset("isp-ch8", &[])?;
         c.cpu.clock_mhz * 1e6 / c.isp.cycle_clock_divisor
@@ -408,7 +409,7 @@ fn convergence_checks(checks: &mut Vec<Check>, sw: &Sweep) {
 }
 
 /// Figure 5 and the three Figure 7 plots (csd solid, model dashed).
-fn write_plots(out: &Path, sw: &Sweep) -> Result<(), CliError> {
+fn write_plots(out: &Path, sw: &Sweep) -> Result<(), ReproError> {
     let mut chart = LineChart::new(
         "Figure 5: scan throughput vs NAND interface speed (σ = 0.013, SATA 3 Gb/s)",
         "NAND interface speed (MT/s)",
@@ -606,7 +607,7 @@ fn report_md(
 
 /// Options of `csd repro scan-paper`.
 #[derive(Args)]
-pub(crate) struct ScanPaperArgs {
+pub struct ScanPaperArgs {
     /// Report directory (markdown + PNG + SVG).
     #[arg(long, default_value = "repro/scan-paper")]
     out: PathBuf,
@@ -624,7 +625,7 @@ pub(crate) struct ScanPaperArgs {
 
 /// Which of the scan paper's configurations `csd repro scan-paper` runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Configs {
+pub enum Configs {
     /// Figure 5's grid (6 configurations) and Figure 7's sweep (3 host links x 7 σ).
     Figures,
     /// The figures and all 36 configurations of Table 1 (2 channel counts x 3 NAND
@@ -643,7 +644,7 @@ struct ScanConfig {
 }
 
 impl ScanConfig {
-    fn device(&self) -> Result<DeviceConfig, CliError> {
+    fn device(&self) -> Result<DeviceConfig, ReproError> {
         preset(
             &format!("isp-ch{}", self.channels),
             &[
@@ -883,7 +884,7 @@ fn table3_json(t3: &[T3Row]) -> serde_json::Value {
 }
 
 /// The model's time for the table a run scanned.
-fn model_time(cfg: &DeviceConfig, r: &QueryReport) -> Result<f64, CliError> {
+fn model_time(cfg: &DeviceConfig, r: &QueryReport) -> Result<f64, ReproError> {
     let mut m = ScanParams::from_device(cfg);
     m.records = r.rows;
     m.record_bytes = (r.table_bytes / r.rows.max(1)).max(1);
@@ -893,7 +894,7 @@ fn model_time(cfg: &DeviceConfig, r: &QueryReport) -> Result<f64, CliError> {
         Strategy::CpuIsp => m.t_scan_baseline_isp(),
         Strategy::HwIsp => m.t_scan_hw_isp(),
     };
-    t.map_err(CliError::from)
+    t.map_err(ReproError::from)
 }
 
 fn rate(r: &QueryReport) -> f64 {

@@ -5,11 +5,9 @@
 //! → checks → render: each figure's runs write their report as they finish, then the
 //! paper's orderings are checked and written.
 
-use crate::CliError;
-use crate::args::comma_list;
-use crate::cmd::bench_fdtree::{
-    SchemeArg, TreeOpts, bar, bench_err, ie, on_progress, print_comparison,
-};
+use crate::ReproError;
+use crate::fdbench::{SchemeArg, TreeOpts, bar, bench_err, ie, on_progress, print_comparison};
+use crate::util::comma_list;
 use clap::Args;
 use csd_idxbench::harness::BenchConfig;
 use csd_idxbench::result::BenchResult;
@@ -18,7 +16,7 @@ use std::path::PathBuf;
 
 /// `csd repro fd-tree`.
 #[derive(Args)]
-pub(crate) struct ReproFdArgs {
+pub struct ReproFdArgs {
     /// Report directory.
     #[arg(long, default_value = "repro/fd-tree")]
     out: PathBuf,
@@ -72,7 +70,7 @@ fn run_configs(
     tree: &TreeOpts,
     pb: &Option<indicatif::ProgressBar>,
     what: &str,
-) -> Result<Vec<BenchResult>, CliError> {
+) -> Result<Vec<BenchResult>, ReproError> {
     let mut out = Vec::new();
     for s in schemes {
         out.extend(
@@ -88,7 +86,7 @@ fn run_configs(
 /// `csd repro fd-tree`: the W_l sweep of Figure 6, the index-size scaling of Figure 7
 /// and the G_T runs of Figure 8 for each scheme, as markdown reports with plots and the
 /// paper's figures beside ours; then the paper's orderings checked.
-pub(crate) fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), CliError> {
+pub fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), ReproError> {
     csd_fdtree::disable_transparent_huge_pages();
     let schemes = &a.schemes;
     // The workloads of the three figures, as idxbench's repro module defines them (its
@@ -157,7 +155,7 @@ fn figure6(
     params: &repro::ReproParams,
     pb: &Option<indicatif::ProgressBar>,
     cmd: &str,
-) -> Result<Vec<BenchResult>, CliError> {
+) -> Result<Vec<BenchResult>, ReproError> {
     let base = repro::fig6_base(params);
     let mut results = Vec::new();
     for s in schemes {
@@ -186,7 +184,7 @@ fn figure7(
     params: &repro::ReproParams,
     pb: &Option<indicatif::ProgressBar>,
     cmd: &str,
-) -> Result<Vec<BenchResult>, CliError> {
+) -> Result<Vec<BenchResult>, ReproError> {
     let cfgs: Vec<BenchConfig> = a
         .sizes
         .iter()
@@ -208,7 +206,7 @@ fn figure8(
     params: &repro::ReproParams,
     pb: &Option<indicatif::ProgressBar>,
     cmd: &str,
-) -> Result<Vec<BenchResult>, CliError> {
+) -> Result<Vec<BenchResult>, ReproError> {
     let cfgs: Vec<BenchConfig> = a
         .warehouses
         .iter()
@@ -241,7 +239,7 @@ fn run_figure(
     fig: Figure,
     pb: &Option<indicatif::ProgressBar>,
     cmd: &str,
-) -> Result<Vec<BenchResult>, CliError> {
+) -> Result<Vec<BenchResult>, ReproError> {
     if cfgs.is_empty() {
         return Ok(Vec::new());
     }

@@ -3,15 +3,15 @@
 //! configurations and the ideal host index, a markdown report with PNG and SVG plots, a
 //! side-by-side table against the paper, and `--json`.
 
-use crate::CliError;
-use crate::report::progress_bar;
+use crate::ReproError;
+use crate::util::progress_bar;
 use clap::Args;
 use csd_flixr::{Setup, Workload};
 use std::path::PathBuf;
 
 /// Options of `csd repro flixr`.
 #[derive(Args, Debug, Clone)]
-pub(crate) struct ReproFlixrArgs {
+pub struct ReproFlixrArgs {
     /// Report directory (markdown + PNG + SVG).
     #[arg(long, default_value = "repro/flixr")]
     out: PathBuf,
@@ -98,7 +98,7 @@ fn command(a: &ReproFlixrArgs) -> String {
 }
 
 /// `csd repro flixr`.
-pub(crate) fn repro_flixr(a: &ReproFlixrArgs) -> Result<(), CliError> {
+pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<(), ReproError> {
     let workloads: Vec<Workload> = if a.workloads.is_empty() {
         Workload::ALL.to_vec()
     } else {
@@ -109,7 +109,7 @@ pub(crate) fn repro_flixr(a: &ReproFlixrArgs) -> Result<(), CliError> {
                     .into_iter()
                     .find(|w| w.name() == n.as_str())
                     .ok_or_else(|| {
-                        CliError::Usage(format!(
+                        ReproError::Usage(format!(
                             "--workloads {n}: one of {}",
                             Workload::ALL.map(|w| w.name()).join(", ")
                         ))
@@ -118,7 +118,7 @@ pub(crate) fn repro_flixr(a: &ReproFlixrArgs) -> Result<(), CliError> {
             .collect::<Result<_, _>>()?
     };
     if a.cache_sweep_kib.contains(&0) {
-        return Err(CliError::Usage(
+        return Err(ReproError::Usage(
             "--cache-sweep-kib sizes are KiB, at least 1".into(),
         ));
     }
@@ -136,9 +136,11 @@ pub(crate) fn repro_flixr(a: &ReproFlixrArgs) -> Result<(), CliError> {
         map_cache_share: a.map_cache_share,
         qd: a.qd,
     };
-    setup.check().map_err(|e| CliError::Usage(e.to_string()))?;
+    setup
+        .check()
+        .map_err(|e| ReproError::Usage(e.to_string()))?;
     csd_plot::guard_output(&a.out.join("report.md"), &["md"])
-        .map_err(|e| CliError::Usage(e.to_string()))?;
+        .map_err(|e| ReproError::Usage(e.to_string()))?;
     let runs = (workloads.len() * 6 + a.cache_sweep_kib.len() * 2) as u64;
     let pb = if a.json {
         indicatif::ProgressBar::hidden()
@@ -149,10 +151,10 @@ pub(crate) fn repro_flixr(a: &ReproFlixrArgs) -> Result<(), CliError> {
         pb.inc(1);
         pb.set_message(msg.to_string());
     })
-    .map_err(|e| CliError::Usage(e.to_string()))?;
+    .map_err(|e| ReproError::Usage(e.to_string()))?;
     pb.finish_and_clear();
     let md =
-        csd_flixr::repro::write_report(&r, &a.out).map_err(|e| CliError::Usage(e.to_string()))?;
+        csd_flixr::repro::write_report(&r, &a.out).map_err(|e| ReproError::Usage(e.to_string()))?;
     if a.json {
         println!(
             "{}",

@@ -17,7 +17,8 @@ use super::{
     Bed, Check, check_memory, checks_md, claim, md_table, plot_err, preset, print_checks, progress,
     write_report,
 };
-use crate::{CliError, ConfigSource, report};
+use crate::ReproError;
+use crate::util::{self as report, ConfigSource};
 use clap::Args;
 use csd_host::{QueryReport, Strategy, TableInfo};
 use csd_plot::{BarChart, LineChart, Series};
@@ -28,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 /// Options of `csd repro smart-ssd`.
 #[derive(Args)]
-pub(crate) struct SmartSsdArgs {
+pub struct SmartSsdArgs {
     /// Report directory (markdown + PNG + SVG).
     #[arg(long, default_value = "repro/smart-ssd")]
     out: PathBuf,
@@ -103,9 +104,9 @@ struct Sweep {
 }
 
 /// `csd repro smart-ssd`: sweep, checks, render.
-pub(crate) fn run(a: &SmartSsdArgs) -> Result<(), CliError> {
+pub fn run(a: &SmartSsdArgs) -> Result<(), ReproError> {
     if !(a.scale > 0.0 && a.scale <= 1.0) {
-        return Err(CliError::Usage(format!(
+        return Err(ReproError::Usage(format!(
             "--scale {} is outside (0, 1]",
             a.scale
         )));
@@ -160,7 +161,7 @@ fn three(
     pax: &TableInfo,
     sql_of: &dyn Fn(&str) -> String,
     label: String,
-) -> Result<SmartRun, CliError> {
+) -> Result<SmartRun, ReproError> {
     let ssd = bed.run(nsm, &sql_of(&nsm.name), Strategy::Ihp)?;
     pb.inc(1);
     let n = bed.run(nsm, &sql_of(&nsm.name), Strategy::CpuIsp)?;
@@ -177,7 +178,7 @@ fn three(
 
 /// Figure 4's three tables (Figures 5 and 6 on the Synthetic64 pair), then Figure 7's
 /// lineitem pair.
-fn sweep(a: &SmartSsdArgs, cfg: &DeviceConfig, rows: u64) -> Result<Sweep, CliError> {
+fn sweep(a: &SmartSsdArgs, cfg: &DeviceConfig, rows: u64) -> Result<Sweep, ReproError> {
     let pb = progress((3 * 3 + 2 * SIGMAS.len() * 3 + 3) as u64, "smart ssd");
     // Figure 4: tuple size at 0.1%.
     let mut fig4 = Vec::new();
@@ -188,7 +189,7 @@ fn sweep(a: &SmartSsdArgs, cfg: &DeviceConfig, rows: u64) -> Result<Sweep, CliEr
         let (pax, _) = bed.load_synthetic("s_pax", cols, rows, a.seed, Layout::Pax)?;
         let v = spec
             .threshold(0.001)
-            .map_err(|e| CliError::Usage(e.to_string()))?;
+            .map_err(|e| ReproError::Usage(e.to_string()))?;
         let sel = move |t: &str| format!("SELECT c2 FROM {t} WHERE c1 < {v}");
         fig4.push(three(
             &pb,
@@ -204,7 +205,7 @@ fn sweep(a: &SmartSsdArgs, cfg: &DeviceConfig, rows: u64) -> Result<Sweep, CliEr
                 for &sg in &SIGMAS {
                     let v = spec
                         .threshold(sg)
-                        .map_err(|e| CliError::Usage(e.to_string()))?;
+                        .map_err(|e| ReproError::Usage(e.to_string()))?;
                     let q = move |t: &str| {
                         if agg {
                             format!("SELECT AVG(c2) FROM {t} WHERE c1 < {v}")
@@ -247,7 +248,7 @@ fn density(label: &str, r: &QueryReport) -> (f64, f64) {
 }
 
 /// Figures 4, 5, 6 (time and both energies) and 7.
-fn write_plots(out: &Path, sw: &Sweep) -> Result<(), CliError> {
+fn write_plots(out: &Path, sw: &Sweep) -> Result<(), ReproError> {
     let Sweep { fig4, fig56, fig7 } = sw;
     let cats: Vec<String> = fig4.iter().map(|r| r.label.clone()).collect();
     let col = |f: &dyn Fn(&SmartRun) -> f64, runs: &[&SmartRun]| {

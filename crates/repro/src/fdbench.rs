@@ -1,0 +1,340 @@
+//! The FD+tree paper's indexes under the csd-idxbench harness (the core of `csd bench
+//! fdtree` and of `csd repro fd-tree`): each index on a fresh in-memory device whose
+//! preload runs in virtual time and whose timed run uses the `--clock` mode.
+
+use crate::ReproError;
+use crate::util::ConfigSource;
+use clap::{Args, ValueEnum};
+use csd_device::NvmeDevice;
+use csd_fdtree::{BTree, BTreeConfig, FdConfig, FdTree, Scheme};
+use csd_ftl::{Ftl, FtlConfig};
+use csd_host::SharedDevice;
+use csd_idxbench::harness::{Phase, Progress};
+use csd_idxbench::result::BenchResult;
+use csd_idxbench::{BenchIndex, IndexError, repro};
+use csd_sim::ClockMode;
+use std::sync::Arc;
+
+/// An index under test, as the harness sees it, with its device and the clock the
+/// timed run uses (the preload runs in virtual time).
+struct FdBench {
+    tree: FdTree,
+    name: &'static str,
+    run_clock: RunClock,
+}
+
+/// The device of an index under test and the clock mode of its timed run.
+struct RunClock {
+    dev: SharedDevice,
+    mode: ClockMode,
+}
+
+impl RunClock {
+    fn start(&self) -> Result<(), IndexError> {
+        self.dev.set_clock(self.mode);
+        Ok(())
+    }
+}
+
+pub fn ie(e: impl std::fmt::Display) -> IndexError {
+    IndexError::new(e.to_string())
+}
+
+impl BenchIndex for FdBench {
+    fn insert(&self, k: u64, v: u64) -> Result<(), IndexError> {
+        self.tree.insert(k, v).map_err(ie)
+    }
+    fn delete(&self, k: u64) -> Result<bool, IndexError> {
+        self.tree.delete(k).map_err(ie)
+    }
+    fn lookup(&self, k: u64) -> Result<Option<u64>, IndexError> {
+        self.tree.lookup(k).map_err(ie)
+    }
+    fn name(&self) -> String {
+        self.name.into()
+    }
+    fn quiesce(&self) -> Result<(), IndexError> {
+        self.tree.wait_for_merges().map_err(ie)
+    }
+    fn start_run(&self) -> Result<(), IndexError> {
+        self.tree.reset_peaks();
+        self.run_clock.start()
+    }
+    fn extra_stats(&self) -> Vec<(String, f64)> {
+        self.tree.stats().bench_figures()
+    }
+}
+
+/// The baseline the paper argues against: a B+tree updated in place on the same device.
+struct BTreeBench(BTree, RunClock);
+
+impl BenchIndex for BTreeBench {
+    fn insert(&self, k: u64, v: u64) -> Result<(), IndexError> {
+        self.0.insert(k, v).map_err(ie)
+    }
+    fn delete(&self, k: u64) -> Result<bool, IndexError> {
+        self.0.delete(k).map_err(ie)
+    }
+    fn lookup(&self, k: u64) -> Result<Option<u64>, IndexError> {
+        self.0.lookup(k).map_err(ie)
+    }
+    fn name(&self) -> String {
+        "B+tree".into()
+    }
+    fn start_run(&self) -> Result<(), IndexError> {
+        self.1.start()
+    }
+    fn extra_stats(&self) -> Vec<(String, f64)> {
+        let (r, w) = self.0.io_counts();
+        vec![
+            ("height".into(), f64::from(self.0.height())),
+            ("blocks_read".into(), r as f64),
+            ("blocks_written".into(), w as f64),
+        ]
+    }
+}
+
+/// Options shared by the bench and the repro: the device and the tree.
+#[derive(Args, Clone)]
+pub struct TreeOpts {
+    /// Clock of the timed run: paced (real time, the paper's set-up), paced:SCALE (wall =
+    /// modeled x SCALE) or virtual (no waiting; merges cost no wall time). The preload
+    /// always runs in virtual time.
+    #[arg(long, default_value = "paced", value_parser = crate::util::parse_clock)]
+    clock: ClockMode,
+    /// Top level L0 in KiB (paper: 256).
+    #[arg(long, default_value_t = repro::L0_KIB)]
+    l0_kib: usize,
+    /// Size ratio k between levels (paper: 24).
+    #[arg(long, default_value_t = repro::SIZE_RATIO)]
+    size_ratio: u32,
+    /// Fraction of L0 at which a merge starts (paper: "close to (but below) full").
+    #[arg(long, default_value_t = repro::MERGE_AT)]
+    merge_at: f64,
+    /// Buffer cache in MiB (paper: 15; the default keeps the paper's ratio of index to
+    /// cache for the default index sizes, so lookups read the device).
+    #[arg(long, default_value_t = repro::CACHE_MIB)]
+    cache_mib: usize,
+    /// Log every modification of L0 to the device before acknowledging it (crash
+    /// safety; the paper's tree had no redo log, so its figures are without it).
+    #[arg(long)]
+    durable: bool,
+    #[command(flatten)]
+    src: ConfigSource,
+}
+
+impl TreeOpts {
+    /// A fresh in-memory device in virtual time (the preload); the timed run switches
+    /// it to `--clock` (see [`RunClock`]).
+    fn device(&self) -> Result<(SharedDevice, RunClock), ReproError> {
+        let cfg = if self.src.given() {
+            self.src.load()?
+        } else {
+            csd_sim::DeviceConfig::preset("x25e-sata")?
+        };
+        let nand = csd_nand::Nand::new_in_memory(cfg)?;
+        let ftl = Ftl::format(nand, FtlConfig::default())?;
+        let dev = SharedDevice::new(NvmeDevice::new(ftl), ClockMode::Virtual)?;
+        let run_clock = RunClock {
+            dev: dev.clone(),
+            mode: self.clock,
+        };
+        Ok((dev, run_clock))
+    }
+
+    pub fn make(&self, scheme: SchemeArg) -> Result<Arc<dyn BenchIndex>, ReproError> {
+        let (s, name) = match scheme {
+            SchemeArg::Xm => (Scheme::Xm, "FD+XM"),
+            SchemeArg::Ds => (Scheme::Ds, "FD+DS"),
+            SchemeArg::Fc => (Scheme::Fc, "FD+FC"),
+            SchemeArg::Btree => {
+                let cfg = BTreeConfig {
+                    cache_bytes: self.cache_mib << 20,
+                    ..BTreeConfig::default()
+                };
+                let (dev, run_clock) = self.device()?;
+                let t = BTree::create(dev, cfg).map_err(|e| ReproError::Usage(e.to_string()))?;
+                return Ok(Arc::new(BTreeBench(t, run_clock)));
+            }
+        };
+        let cfg = FdConfig {
+            scheme: s,
+            l0_bytes: self.l0_kib * 1024,
+            size_ratio: self.size_ratio,
+            cache_bytes: self.cache_mib << 20,
+            durable: self.durable,
+            merge_at: self.merge_at,
+            ..FdConfig::default()
+        };
+        let (dev, run_clock) = self.device()?;
+        let tree = FdTree::create(dev, cfg).map_err(|e| ReproError::Usage(e.to_string()))?;
+        Ok(Arc::new(FdBench {
+            tree,
+            name,
+            run_clock,
+        }))
+    }
+
+    pub fn describe(&self) -> String {
+        let clock = match self.clock {
+            ClockMode::Virtual => "virtual".to_string(),
+            ClockMode::Paced { scale: 1.0 } => "paced".to_string(),
+            ClockMode::Paced { scale } => format!("paced:{scale}"),
+        };
+        format!(
+            "--clock {clock} --l0-kib {} --size-ratio {} --merge-at {} --cache-mib {}{} {}",
+            self.l0_kib,
+            self.size_ratio,
+            self.merge_at,
+            self.cache_mib,
+            if self.durable { " --durable" } else { "" },
+            if self.src.given() {
+                self.src.describe()
+            } else {
+                "--preset x25e-sata".into()
+            }
+        )
+    }
+}
+
+pub fn bar(json: bool) -> Option<indicatif::ProgressBar> {
+    (!json).then(|| crate::util::progress_bar(Some(0), "requests"))
+}
+
+pub fn on_progress(pb: &Option<indicatif::ProgressBar>, label: &str, p: Progress) {
+    if let Some(pb) = pb {
+        pb.set_length(p.total);
+        pb.set_position(p.done);
+        pb.set_message(format!(
+            "{label} {}",
+            match p.phase {
+                Phase::Preload => "preload",
+                Phase::Run => "run",
+            }
+        ));
+    }
+}
+
+/// An index of the FD+tree benchmarks: an FD+tree concurrency scheme or the baseline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SchemeArg {
+    /// FD+XM: a merge x-locks the tree (§3).
+    Xm,
+    /// FD+DS: space-doubling merges beside lookups (§3).
+    Ds,
+    /// FD+FC: full concurrency with a wavefront (§4).
+    Fc,
+    /// The B+tree updated in place (the baseline).
+    Btree,
+}
+
+impl std::fmt::Display for SchemeArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.to_possible_value() {
+            Some(v) => f.write_str(v.get_name()),
+            None => Ok(()),
+        }
+    }
+}
+
+pub fn bench_err(e: csd_idxbench::harness::BenchError) -> ReproError {
+    ReproError::Usage(e.to_string())
+}
+
+/// Worst `R_p` over modifications (insertions and deletions: both insert an entry into
+/// an FD+tree, and an FD+XM merge stalls whichever of them triggered it or waits
+/// behind it), ms.
+pub fn update_rp_max_ms(r: &BenchResult) -> f64 {
+    r.insert.rp.max_ms.max(r.delete.rp.max_ms)
+}
+
+/// The paper's headline comparison (§5, Figure 6 at one lookup ratio): FD+FC's worst
+/// insertion (and modification) `R_p` against FD+XM's and FD+DS's, and its throughput
+/// against FD+DS's, where those runs are present: (JSON key, label with the paper's
+/// value, ratio).
+pub fn headline_ratios(results: &[&BenchResult]) -> Vec<(&'static str, &'static str, f64)> {
+    let at = |name: &str| results.iter().find(|r| r.scheme == name);
+    let ratio = |a: f64, b: f64| a / b.max(1e-9);
+    let mut v = Vec::new();
+    if let (Some(fc), Some(xm)) = (at("FD+FC"), at("FD+XM")) {
+        v.push((
+            "xm_over_fc_insert_rp_max",
+            "FD+XM / FD+FC worst insertion R_p (paper: >= 20x)",
+            ratio(xm.insert.rp.max_ms, fc.insert.rp.max_ms),
+        ));
+        v.push((
+            "xm_over_fc_update_rp_max",
+            "FD+XM / FD+FC worst insertion-or-deletion R_p (paper: >= 20x)",
+            ratio(update_rp_max_ms(xm), update_rp_max_ms(fc)),
+        ));
+    }
+    if let (Some(fc), Some(ds)) = (at("FD+FC"), at("FD+DS")) {
+        v.push((
+            "fc_over_ds_throughput",
+            "FD+FC / FD+DS throughput (paper: 1.08-1.15)",
+            ratio(fc.throughput_rps, ds.throughput_rps),
+        ));
+        v.push((
+            "ds_over_fc_insert_rp_max",
+            "FD+DS / FD+FC worst insertion R_p (paper: DS as bad as XM)",
+            ratio(ds.insert.rp.max_ms, fc.insert.rp.max_ms),
+        ));
+    }
+    v
+}
+
+/// A table of the schemes side by side, then the headline ratios against the paper's.
+pub fn print_comparison(results: &[&BenchResult]) {
+    let mut t = crate::util::table(&[
+        "scheme",
+        "W_l",
+        "throughput req/s",
+        "insert R_p max ms",
+        "update R_p max ms",
+        "insert R_p avg ms",
+        "insert R_p std ms",
+        "lookup R_p max ms",
+        "lookup R_q avg ms",
+        "lookup R_q max ms",
+        "insert R_o max ms",
+        "lookup R_o max ms",
+    ]);
+    for r in results {
+        t.add_row(vec![
+            r.scheme.clone(),
+            format!("{:.2}", r.w_lookup),
+            format!("{:.0}", r.throughput_rps),
+            format!("{:.2}", r.insert.rp.max_ms),
+            format!("{:.2}", update_rp_max_ms(r)),
+            format!("{:.3}", r.insert.rp.avg_ms),
+            format!("{:.3}", r.insert.rp.std_ms),
+            format!("{:.2}", r.lookup.rp.max_ms),
+            format!("{:.3}", r.lookup.rq.avg_ms),
+            format!("{:.2}", r.lookup.rq.max_ms),
+            format!("{:.2}", r.insert.ro.max_ms),
+            format!("{:.2}", r.lookup.ro.max_ms),
+        ]);
+    }
+    println!("{t}");
+    for (_, label, v) in headline_ratios(results) {
+        println!("{label}: {v:.2}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::comma_list;
+
+    #[test]
+    fn scheme_names_round_trip_and_a_list_parses_once() {
+        for s in SchemeArg::value_variants() {
+            assert_eq!(SchemeArg::from_str(&s.to_string(), false), Ok(*s));
+        }
+        assert!(SchemeArg::from_str("fd+fc", false).is_err());
+        assert_eq!(
+            comma_list(&[SchemeArg::Xm, SchemeArg::Ds, SchemeArg::Fc]),
+            "xm,ds,fc"
+        );
+    }
+}

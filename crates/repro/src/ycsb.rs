@@ -1,0 +1,473 @@
+//! The YCSB run of the batch-io paper's key-value store (the core of `csd bench ycsb`
+//! and of `csd repro batch-io`).
+//!
+//! The store (§8.1.2, crate csd-kv) under YCSB (§8.1.3) on an in-memory device in virtual time, through either interface.
+//!
+//! One run: format a fresh device (the `ox-westlake` preset by default, shrunk to
+//! `--device-gib`), load the records with an unbounded cache, sync, shrink the cache to
+//! `--cache` percent of the tree's pages (or keep everything in memory with `--cache
+//! in-mem`: nothing is written during the run, the paper's In-Mem line), reset the
+//! counters and run the workload. Every figure printed comes from counters the store and
+//! the device keep (the device's through its SMART log page, read before and after the
+//! run):
+//! * modeled ops/s: operations over the store's modeled clock; wall ops/s: over the
+//!   emulator's wall time;
+//! * latency percentiles from HDR histograms (modeled and wall);
+//! * Table 3: user and GC bytes read and written, space GC reclaimed (host GC on the block
+//!   interface plus the device's GC on either), and Table 4's read / write amplification
+//!   `(user + GC) / user` and GC overhead `(GC read + GC write) / reclaimed`;
+//! * host CPU: the modeled busy share of the host thread and the part of it spent in host
+//!   GC and checkpoints (Figure 15).
+//!
+//! `--checkpoint off` turns off host checkpoints (block) and makes device checkpoints
+//! rare (every 2^30 log pages); `--gc off` turns off host GC (block). The device's own GC
+//! cannot be turned off (it runs only when the device runs short of free blocks): its
+//! bytes are printed apart so a reader sees whether it ran.
+
+use crate::ReproError;
+
+use clap::Args;
+use csd_device::NvmeDevice;
+use csd_ftl::{Ftl, FtlConfig};
+use csd_host::Client;
+use csd_kv::ycsb::{self, KeyDist, Limit, PhaseResult, Workload, YcsbConfig};
+use csd_kv::{BlockOptions, CpuSplit, Interface, IoStats, Store, StoreConfig};
+use csd_nand::Nand;
+use csd_sim::DeviceConfig;
+use serde_json::json;
+
+/// Options of `csd bench ycsb`.
+#[derive(Args, Clone)]
+pub struct BenchYcsbArgs {
+    /// Storage interface: block (host log structuring) or batch (in the device).
+    #[arg(long, default_value = "batch", value_parser = parse_interface)]
+    pub interface: Interface,
+    /// Workload: read-heavy, write-heavy (the paper's) or a..f (YCSB's).
+    #[arg(long, default_value = "read-heavy", value_parser = parse_workload)]
+    pub workload: Workload,
+    /// Records loaded (8-byte keys, 100-byte values).
+    #[arg(long, default_value_t = 200_000)]
+    pub records: u64,
+    /// Host cache: a percentage of the tree's pages (`20%`) or `in-mem` (no I/O at all).
+    #[arg(long, default_value = "20%", value_parser = parse_cache)]
+    pub cache: CacheSize,
+    /// Checkpoints: host (block) and device.
+    #[arg(long, default_value = "on", value_parser = parse_on_off)]
+    pub checkpoint: bool,
+    /// Host GC (block interface).
+    #[arg(long, default_value = "on", value_parser = parse_on_off)]
+    pub gc: bool,
+    /// Host GC starts at this used share of the host log (paper: 0.5 aggressive, 0.7).
+    #[arg(long, default_value_t = 0.5)]
+    pub gc_start: f64,
+    /// Key distribution: zipfian (theta 0.99), zipf:THETA or uniform.
+    #[arg(long, default_value = "zipfian", value_parser = parse_dist)]
+    pub dist: KeyDist,
+    /// Run this many operations (default 200000 when no duration is given).
+    #[arg(long, conflicts_with_all = ["duration", "wall_duration"])]
+    pub ops: Option<u64>,
+    /// Run this many modeled seconds.
+    #[arg(long, conflicts_with = "wall_duration")]
+    pub duration: Option<f64>,
+    /// Run this many wall-clock seconds.
+    #[arg(long)]
+    pub wall_duration: Option<f64>,
+    /// Device preset.
+    #[arg(long, default_value = "ox-westlake")]
+    pub preset: String,
+    /// Shrink the preset to about this raw capacity, GiB (in-memory: only written pages
+    /// take memory).
+    #[arg(long, default_value_t = 2.0)]
+    pub device_gib: f64,
+    /// Host I/O queue depth.
+    #[arg(long, default_value_t = 64)]
+    pub queue_depth: usize,
+    /// Seed of the workload.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Peers to run the same workload against on a real file (wall ops/s): redb, fjall.
+    #[arg(long, value_delimiter = ',')]
+    pub compare: Vec<String>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The host cache of a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CacheSize {
+    /// This percentage of the tree's pages.
+    Percent(f64),
+    /// Everything in memory, nothing written (the paper's In-Mem).
+    InMemory,
+}
+
+impl CacheSize {
+    pub fn label(self) -> String {
+        match self {
+            CacheSize::Percent(p) => format!("{p}%"),
+            CacheSize::InMemory => "in-mem".into(),
+        }
+    }
+}
+
+fn parse_interface(s: &str) -> Result<Interface, String> {
+    s.parse()
+}
+fn parse_workload(s: &str) -> Result<Workload, String> {
+    s.parse()
+}
+fn parse_dist(s: &str) -> Result<KeyDist, String> {
+    s.parse()
+}
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("`{s}`: use on or off")),
+    }
+}
+pub fn parse_cache(s: &str) -> Result<CacheSize, String> {
+    if s == "in-mem" || s == "inmem" {
+        return Ok(CacheSize::InMemory);
+    }
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(CacheSize::Percent(p)),
+        _ => Err(format!(
+            "cache `{s}`: use a percentage of the dataset in (0, 100] (e.g. 20%) or in-mem"
+        )),
+    }
+}
+
+/// Device-side counters from the SMART log (bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DeviceBytes {
+    pub host_read: u64,
+    pub host_written: u64,
+    pub gc_read: u64,
+    pub gc_written: u64,
+    pub reclaimed: u64,
+}
+
+impl DeviceBytes {
+    fn of(s: &csd_device::SmartLog) -> DeviceBytes {
+        DeviceBytes {
+            host_read: s.host_read_bytes,
+            host_written: s.host_written_bytes,
+            gc_read: s.gc_read_bytes,
+            gc_written: s.gc_written_bytes,
+            reclaimed: s.reclaimed_bytes,
+        }
+    }
+    fn minus(self, o: DeviceBytes) -> DeviceBytes {
+        DeviceBytes {
+            host_read: self.host_read.saturating_sub(o.host_read),
+            host_written: self.host_written.saturating_sub(o.host_written),
+            gc_read: self.gc_read.saturating_sub(o.gc_read),
+            gc_written: self.gc_written.saturating_sub(o.gc_written),
+            reclaimed: self.reclaimed.saturating_sub(o.reclaimed),
+        }
+    }
+}
+
+/// Everything one run measured.
+pub struct Outcome {
+    pub args: BenchYcsbArgs,
+    pub load: PhaseResult,
+    pub run: PhaseResult,
+    pub dataset_pages: u64,
+    pub cache_pages: Option<usize>,
+    pub host: IoStats,
+    pub cpu: CpuSplit,
+    pub dev: DeviceBytes,
+    /// FTL commits during the run: each appends one "done" record (§4.2.2, Figure 12).
+    pub done_records: u64,
+}
+
+/// Table 3 and Table 4 figures of a run (host GC and device GC together).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PaperFigures {
+    pub user_read: u64,
+    pub user_write: u64,
+    pub gc_read: u64,
+    pub gc_write: u64,
+    pub reclaimed: u64,
+    pub ra: f64,
+    pub wa: f64,
+    pub gc_overhead: f64,
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+impl Outcome {
+    /// Table 3 / Table 4 with the paper's formulas.
+    pub fn paper(&self) -> PaperFigures {
+        let h = &self.host;
+        let user_read = h.user_read_bytes;
+        let user_write = h.user_write_bytes;
+        let gc_read = h.gc_read_bytes + self.dev.gc_read;
+        let gc_write = h.gc_write_bytes + self.dev.gc_written;
+        let reclaimed = h.gc_reclaimed_bytes + self.dev.reclaimed;
+        PaperFigures {
+            user_read,
+            user_write,
+            gc_read,
+            gc_write,
+            reclaimed,
+            ra: ratio(user_read + gc_read, user_read),
+            wa: ratio(user_write + gc_write, user_write),
+            gc_overhead: ratio(gc_read + gc_write, reclaimed),
+        }
+    }
+
+    /// Modeled ops/s of the run.
+    pub fn modeled_ops(&self) -> f64 {
+        self.run.modeled_ops_per_s().unwrap_or(0.0)
+    }
+
+    /// Share of the modeled run the host thread was busy, and the shares of that spent
+    /// in host GC and in host checkpoints.
+    pub fn cpu_shares(&self) -> (f64, f64, f64) {
+        let run_ns = self.run.modeled_s.unwrap_or(0.0) * 1e9;
+        let total = self.cpu.total_ns() as f64;
+        let busy = if run_ns > 0.0 { total / run_ns } else { 0.0 };
+        let part = |x: u64| if total > 0.0 { x as f64 / total } else { 0.0 };
+        (busy, part(self.cpu.gc_ns), part(self.cpu.checkpoint_ns))
+    }
+
+    /// The JSON of the run.
+    pub fn to_json(&self) -> serde_json::Value {
+        let p = self.paper();
+        let (busy, gc, ck) = self.cpu_shares();
+        let a = &self.args;
+        json!({
+            "interface": a.interface.name(),
+            "workload": a.workload.name(),
+            "records": a.records,
+            "cache": a.cache.label(),
+            "cache_pages": self.cache_pages,
+            "dataset_pages": self.dataset_pages,
+            "checkpoint": a.checkpoint,
+            "gc": a.gc,
+            "gc_start": a.gc_start,
+            "dist": format!("{:?}", a.dist),
+            "preset": a.preset,
+            "device_gib": a.device_gib,
+            "seed": a.seed,
+            "load": phase_json(&self.load),
+            "run": phase_json(&self.run),
+            "user_read_bytes": p.user_read,
+            "user_write_bytes": p.user_write,
+            "gc_read_bytes": p.gc_read,
+            "gc_write_bytes": p.gc_write,
+            "reclaimed_bytes": p.reclaimed,
+            "host_gc_read_bytes": self.host.gc_read_bytes,
+            "host_gc_write_bytes": self.host.gc_write_bytes,
+            "device_gc_read_bytes": self.dev.gc_read,
+            "device_gc_write_bytes": self.dev.gc_written,
+            "read_amplification": p.ra,
+            "write_amplification": p.wa,
+            "gc_overhead": p.gc_overhead,
+            "host_cpu_busy_share": busy,
+            "host_cpu_gc_share": gc,
+            "host_cpu_checkpoint_share": ck,
+            "host_checkpoints": self.host.checkpoints,
+            "host_gc_victims": self.host.gc_victims,
+            "done_records": self.done_records,
+        })
+    }
+}
+
+pub fn pct(h: &hdrhistogram::Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1e3
+}
+
+pub fn phase_json(r: &PhaseResult) -> serde_json::Value {
+    let lat = |h: &hdrhistogram::Histogram<u64>| {
+        if h.is_empty() {
+            serde_json::Value::Null
+        } else {
+            json!({"p50_us": pct(h, 0.5), "p95_us": pct(h, 0.95), "p99_us": pct(h, 0.99),
+                   "p999_us": pct(h, 0.999), "max_us": h.max() as f64 / 1e3})
+        }
+    };
+    json!({
+        "ops": r.ops.total(),
+        "reads": r.ops.reads,
+        "updates": r.ops.updates,
+        "inserts": r.ops.inserts,
+        "scans": r.ops.scans,
+        "rmws": r.ops.rmws,
+        "read_misses": r.ops.read_misses,
+        "wall_s": r.wall_s,
+        "modeled_s": r.modeled_s,
+        "modeled_ops_per_s": r.modeled_ops_per_s(),
+        "wall_ops_per_s": r.wall_ops_per_s(),
+        "modeled_latency": lat(&r.modeled_latency),
+        "wall_latency": lat(&r.wall_latency),
+    })
+}
+
+fn kv(e: csd_kv::KvError) -> ReproError {
+    ReproError::Usage(format!("key-value store: {e}"))
+}
+
+/// The device of a run: the preset shrunk to about `gib` of raw capacity. Page and
+/// block sizes, timings, the channel count and the host link stay the preset's; the ways
+/// per channel are cut to 2 (1 below 2 GiB) and the dies per chip to 1, then the blocks
+/// per die to fit
+/// (the in-memory backend keeps each erase block in its own huge-page-aligned mapping, so
+/// small blocks would cost far more memory than they hold).
+pub fn device_config(preset: &str, gib: f64) -> Result<DeviceConfig, ReproError> {
+    shrink_config(DeviceConfig::preset(preset)?, gib)
+}
+
+/// [`device_config`] for any config: `cfg` shrunk to about `gib` of raw capacity.
+pub fn shrink_config(mut cfg: DeviceConfig, gib: f64) -> Result<DeviceConfig, ReproError> {
+    if !(gib > 0.0 && gib.is_finite()) {
+        return Err(ReproError::Usage(format!(
+            "--device-gib {gib}: use a positive size"
+        )));
+    }
+    let g = &mut cfg.geometry;
+    g.dies_per_chip = 1;
+    let block = g.pages_per_block as u64 * g.page_size as u64;
+    let want = gib * (1u64 << 30) as f64;
+    let per_die = |ways: u32| {
+        let dies = g.channels as u64 * ways as u64 * g.planes_per_die as u64;
+        (want / (dies * block) as f64).round() as u64
+    };
+    // Two ways per channel, or one when two would leave fewer than 16 blocks per die.
+    g.ways = if per_die(2) >= 16 { g.ways.min(2) } else { 1 };
+    let b = per_die(g.ways);
+    g.blocks_per_plane = (b.max(16) as u32).min(g.blocks_per_plane.max(16));
+    Ok(cfg)
+}
+
+/// Over-provisioning of a run's device: enough spare blocks for GC on a small device.
+pub const RUN_OP: f64 = 0.25;
+
+/// Run one configuration; `bar` shows progress.
+pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outcome, ReproError> {
+    let in_mem = a.cache == CacheSize::InMemory;
+    let mut s = open_store(a)?;
+    bar.set_length(a.records);
+    bar.set_position(0);
+    bar.set_message(format!("{} load", a.interface.name()));
+    let load = ycsb::load(&mut s, a.records, &mut |n| bar.set_position(n)).map_err(kv)?;
+    let dataset_pages = s.pages();
+    let cache_pages = match a.cache {
+        CacheSize::Percent(p) => Some(((dataset_pages as f64 * p / 100.0).ceil() as usize).max(1)),
+        CacheSize::InMemory => None,
+    };
+    if !in_mem {
+        s.set_cache_pages(cache_pages).map_err(kv)?;
+        s.sync().map_err(kv)?;
+    }
+    let smart0 = if in_mem {
+        None
+    } else {
+        Some(s.smart().map_err(kv)?)
+    };
+    let commits0 = s.device().device().block().ftl().stats().commits;
+    s.reset_stats();
+    let cfg = ycsb_config(a);
+    bar.set_length(1000);
+    bar.set_position(0);
+    bar.set_message(format!(
+        "{} {} cache {}",
+        a.interface.name(),
+        a.workload.name(),
+        a.cache.label()
+    ));
+    let run =
+        ycsb::run(&mut s, &cfg, &mut |f| bar.set_position((f * 1000.0) as u64)).map_err(kv)?;
+    let st = s.stats();
+    let done_records = s
+        .device()
+        .device()
+        .block()
+        .ftl()
+        .stats()
+        .commits
+        .saturating_sub(commits0);
+    let dev = match smart0 {
+        Some(s0) => DeviceBytes::of(&s.smart().map_err(kv)?).minus(DeviceBytes::of(&s0)),
+        None => DeviceBytes::default(),
+    };
+    if run.ops.read_misses > 0 {
+        return Err(ReproError::Usage(format!(
+            "{} reads found no record: the store lost data",
+            run.ops.read_misses
+        )));
+    }
+    Ok(Outcome {
+        args: a.clone(),
+        load,
+        run,
+        dataset_pages,
+        cache_pages,
+        host: st.io,
+        cpu: st.cpu,
+        dev,
+        done_records,
+    })
+}
+
+/// A fresh in-memory device (shrunk to `--device-gib`, GC and checkpoints as asked)
+/// with the store formatted on it; the in-memory store does not persist.
+fn open_store(a: &BenchYcsbArgs) -> Result<Store<Client>, ReproError> {
+    let dcfg = device_config(&a.preset, a.device_gib)?;
+    let ftl_cfg = FtlConfig {
+        op: RUN_OP,
+        // GC on: the device's GC also starts at the used share host GC does (the paper's
+        // aggressive 50%); GC off: it runs only when the device runs out of free blocks.
+        gc_start_used: a.gc.then_some(a.gc_start),
+        checkpoint_log_pages: if a.checkpoint {
+            FtlConfig::default().checkpoint_log_pages
+        } else {
+            1 << 30
+        },
+        ..FtlConfig::default()
+    };
+    let nand = Nand::new_in_memory(dcfg)?;
+    let client = Client::new(NvmeDevice::new(Ftl::format(nand, ftl_cfg)?))?;
+    let in_mem = a.cache == CacheSize::InMemory;
+    let scfg = StoreConfig {
+        interface: a.interface,
+        cache_pages: None,
+        queue_depth: a.queue_depth,
+        persist: !in_mem,
+        block: BlockOptions {
+            gc: a.gc,
+            gc_start_used: a.gc_start,
+            ..BlockOptions::default()
+        },
+        checkpoint_interval_ns: a
+            .checkpoint
+            .then_some(StoreConfig::default().checkpoint_interval_ns)
+            .flatten(),
+        ..StoreConfig::default()
+    };
+    Store::open(client, scfg).map_err(|f| kv(f.error))
+}
+
+/// The YCSB run: `--ops`, else `--duration` (modeled), else `--wall-duration`, else
+/// 200,000 operations.
+fn ycsb_config(a: &BenchYcsbArgs) -> YcsbConfig {
+    let limit = match (a.ops, a.duration, a.wall_duration) {
+        (Some(n), _, _) => Limit::Ops(n),
+        (_, Some(d), _) => Limit::ModeledSecs(d),
+        (_, _, Some(w)) => Limit::WallSecs(w),
+        _ => Limit::Ops(200_000),
+    };
+    YcsbConfig {
+        records: a.records,
+        workload: a.workload,
+        dist: a.dist,
+        limit,
+        seed: a.seed,
+    }
+}
