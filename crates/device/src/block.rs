@@ -128,14 +128,38 @@ impl BlockDevice {
         }
     }
 
-    /// Write whole LBAs `data` at `lba`, submitted at `at`; returns the completion.
+    /// Write whole LBAs `data` at `lba`, submitted at `at`; returns the completion. Over a
+    /// packet-switched link (`host_link.packet_bytes`) a write larger than a packet makes
+    /// one write context per packet ([`Ftl::write_packets`]).
     pub fn write_lbas(
         &mut self,
         lba: u64,
         data: &[u8],
         at: SimTime,
     ) -> Result<SimTime, CommandError> {
-        self.staged(data.len() as u64, at, |ftl, t| ftl.write(lba, data, t))
+        let pb = self.ctrl.packet_bytes();
+        if pb == 0 || data.len() as u64 <= pb {
+            return self.staged(data.len() as u64, at, |ftl, t| ftl.write(lba, data, t));
+        }
+        // A packet-switched transport (batch-io §8.2.1): the data arrives packet by
+        // packet and each packet becomes its own write context.
+        let mark = self.ctrl.mark();
+        let arrivals = self.ctrl.packets_in(at, data.len() as u64);
+        match self.ftl.write_packets(lba, data, pb as usize, &arrivals) {
+            Ok(done) => {
+                self.ctrl.settle();
+                Ok(done)
+            }
+            Err(error) if is_refusal(&error) => {
+                self.ctrl.rewind(mark);
+                Err(CommandError { error, done: at })
+            }
+            Err(error) => {
+                self.ctrl.settle();
+                let done = arrivals.last().copied().unwrap_or(at);
+                Err(CommandError { error, done })
+            }
+        }
     }
 
     /// Write a batch buffer (a DESC block and its pages, batch-io §3), submitted at `at`.
@@ -479,6 +503,97 @@ mod tests {
         assert!(d.read(100, &mut buf, SimTime::ZERO).is_err());
         assert!(d.write(100, &buf, SimTime::ZERO).is_err());
         assert!(d.write(0, &buf[..100], SimTime::ZERO).is_err());
+        assert_eq!(d.ftl().stats().host_write_sectors, 0);
+    }
+
+    fn packet_dev(packet_bytes: u32) -> BlockDevice {
+        let cfg = DeviceConfig::preset_toml("tiny").unwrap();
+        let cfg = DeviceConfig::from_toml_with_overrides(
+            cfg,
+            &[format!("host_link.packet_bytes={packet_bytes}")],
+        )
+        .unwrap();
+        let ftl_cfg = FtlConfig {
+            mdts_sectors: 256,
+            ..FtlConfig::default()
+        };
+        BlockDevice::new(Ftl::format(Nand::new_in_memory(cfg).unwrap(), ftl_cfg).unwrap())
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect()
+    }
+
+    #[test]
+    fn a_packetized_write_makes_one_context_per_packet_and_reads_back() {
+        // batch-io §8.2.1: 1 MiB over NVMe-oF/TCP is 17 packets, 17 contexts on the
+        // block interface; without packets the same write is one context (MDTS 1 MiB).
+        let data = pattern(1 << 20, 7);
+        let mut commits = Vec::new();
+        for pb in [0u32, 65_512] {
+            let mut d = packet_dev(pb);
+            let c0 = d.ftl().stats().commits;
+            let done = d.write_lbas(8, &data, SimTime::ZERO).unwrap();
+            assert!(done > SimTime::ZERO);
+            commits.push(d.ftl().stats().commits - c0);
+            let mut back = vec![0u8; data.len()];
+            d.read_lbas(8, &mut back, done).unwrap();
+            assert!(back == data, "packets {pb}: data read back differs");
+            d.ftl_mut().check_invariants().unwrap();
+        }
+        assert_eq!(commits, vec![1, 17]);
+        // A batch buffer of the same pages stays one context whatever the packets.
+        let mut d = packet_dev(65_512);
+        let pages: Vec<(u64, &[u8])> = data
+            .chunks(4096)
+            .enumerate()
+            .map(|(i, p)| (i as u64, p))
+            .collect();
+        let buf = csd_sim::wire::build_batch(&pages, 4096).unwrap();
+        let c0 = d.ftl().stats().commits;
+        d.flush_batch(&buf, SimTime::ZERO).unwrap();
+        assert_eq!(d.ftl().stats().commits - c0, 1);
+    }
+
+    #[test]
+    fn packets_stream_behind_the_first_and_contexts_start_on_arrival() {
+        let mut d = packet_dev(65_512);
+        let t = d.ctrl.packets_in(SimTime::ZERO, 1 << 20);
+        assert_eq!(t.len(), 17);
+        assert!(t.windows(2).all(|w| w[0] <= w[1]), "{t:?}");
+        // One command: the per-command costs once, the bytes once.
+        assert_eq!(d.controller().commands(), 1);
+        assert_eq!(d.controller().counters().host_link_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn a_refused_packetized_write_books_nothing() {
+        let mut d = packet_dev(65_512);
+        let cap = d.ftl().lbas();
+        let data = pattern(1 << 20, 1);
+        let before = (d.controller().counters(), d.controller().commands());
+        let link0: Vec<_> = d
+            .controller()
+            .utilization(1)
+            .iter()
+            .map(|u| u.busy_ns)
+            .collect();
+        let e = d.write_lbas(cap - 10, &data, SimTime::ZERO).unwrap_err();
+        assert!(matches!(e.error, FtlError::OutOfRange { .. }), "{e:?}");
+        assert_eq!(e.done, SimTime::ZERO);
+        assert_eq!(
+            (d.controller().counters(), d.controller().commands()),
+            before
+        );
+        let link1: Vec<_> = d
+            .controller()
+            .utilization(1)
+            .iter()
+            .map(|u| u.busy_ns)
+            .collect();
+        assert_eq!(link0, link1);
         assert_eq!(d.ftl().stats().host_write_sectors, 0);
     }
 }

@@ -36,6 +36,7 @@ pub struct Controller {
     link_rate: Rate,
     link_overhead_ns: u64,
     latency_ns: u64,
+    packet_bytes: u64,
     firmware_ns: u64,
     cpu_hz: f64,
     host_hz: f64,
@@ -58,6 +59,7 @@ impl Controller {
             link_rate: cfg.host_link.rate(),
             link_overhead_ns: cfg.host_link.command_overhead_ns(),
             latency_ns: cfg.host_link.command_latency_ns(),
+            packet_bytes: u64::from(cfg.host_link.packet_bytes),
             firmware_ns: cfg.cpu.command_ns(),
             cpu_hz: cfg.cpu.clock_mhz * 1e6,
             host_hz: cfg.host.clock_mhz * 1e6,
@@ -118,6 +120,34 @@ impl Controller {
         } else {
             end
         }
+    }
+
+    /// Move a write's `data_bytes` from the host as the transport's packets
+    /// (`host_link.packet_bytes`), starting no earlier than `at`; returns each packet's
+    /// arrival in controller DRAM. The first packet carries the command (and its
+    /// per-command costs, as [`Controller::host_link`] books them); the others stream
+    /// behind it on the link and reach the device one transport latency after they left.
+    /// Call only when [`Controller::packet_bytes`] is not 0.
+    pub fn packets_in(&mut self, at: SimTime, data_bytes: u64) -> Vec<SimTime> {
+        let pb = self.packet_bytes.max(1);
+        let mut arrivals = Vec::with_capacity(data_bytes.div_ceil(pb) as usize);
+        let mut sent = 0;
+        while sent < data_bytes {
+            let len = pb.min(data_bytes - sent);
+            let on_wire = if sent == 0 {
+                self.host_link(at, len, true)
+            } else {
+                self.host_link(at, len, false).after(self.latency_ns)
+            };
+            arrivals.push(self.dram(on_wire, len));
+            sent += len;
+        }
+        arrivals
+    }
+
+    /// Payload bytes per transport packet (`host_link.packet_bytes`; 0: no packets).
+    pub fn packet_bytes(&self) -> u64 {
+        self.packet_bytes
     }
 
     /// Run `cycles` embedded-CPU cycles on the core that can start them first; returns

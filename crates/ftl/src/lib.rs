@@ -104,6 +104,7 @@ pub use error::{FtlError, RecoveryFailed, RecoveryReport};
 pub use ftl::{Ftl, ReadOnlyReason};
 pub use health::{Health, WARN_READ_ONLY, WARN_RELIABILITY, WARN_SPARE};
 pub use stats::{FtlStats, GcBytes};
+pub use write::packet_contexts;
 
 #[cfg(test)]
 mod tests;

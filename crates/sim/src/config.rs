@@ -279,6 +279,15 @@ pub struct HostLinkConfig {
     /// and overlaps with every other command in flight; it occupies nothing.
     #[serde(default)]
     pub command_latency_us: f64,
+    /// Payload bytes per transport packet of a packet-switched transport (NVMe-oF/TCP
+    /// carries a write's data in IP datagrams of at most 65,532 bytes, batch-io §8.2.1),
+    /// 0 for a link that moves a command's data as one transfer. A block-interface write
+    /// larger than a packet reaches the FTL packet by packet: the device, which knows no
+    /// logical relationship among the packets, makes one write context (with its log and
+    /// done records) per packet, as the paper's OXBlock does; a batch buffer stays one
+    /// context. Per-packet framing is inside `bandwidth_mb_s` (payload rate).
+    #[serde(default)]
+    pub packet_bytes: u32,
 }
 
 impl HostLinkConfig {
@@ -730,6 +739,13 @@ impl DeviceConfig {
                 p.push(format!("{k} must be at least 1"));
             }
         }
+        let pb = self.host_link.packet_bytes;
+        if pb != 0 && (pb as u64) < self.geometry.sector_size as u64 {
+            p.push(format!(
+                "host_link.packet_bytes must be 0 (no packets) or at least one sector ({} bytes), got {pb}",
+                self.geometry.sector_size
+            ));
+        }
         for (k, v) in [
             (
                 "host_link.command_overhead_us",
@@ -834,6 +850,26 @@ fn apply_override(table: &mut toml::Table, spec: &str) -> Result<(), ConfigError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packets_are_the_papers_on_nvmeof_tcp_only_and_at_least_a_sector() {
+        let ox = DeviceConfig::preset("ox-westlake").unwrap();
+        assert_eq!(ox.host_link.packet_bytes, 65_512);
+        assert_eq!((1u64 << 20).div_ceil(65_512), 17);
+        for (name, _) in PRESETS.iter().filter(|(n, _)| *n != "ox-westlake") {
+            assert_eq!(
+                DeviceConfig::preset(name).unwrap().host_link.packet_bytes,
+                0,
+                "{name}"
+            );
+        }
+        let tiny = DeviceConfig::preset_toml("tiny").unwrap();
+        let e =
+            DeviceConfig::from_toml_with_overrides(tiny, &["host_link.packet_bytes=100".into()])
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("host_link.packet_bytes"), "{e}");
+    }
 
     #[test]
     fn per_command_costs_are_latency_or_occupancy_by_source() {
