@@ -510,6 +510,45 @@ fn data_buffers(spec: &WorkloadSpec, batch: usize) -> (Vec<u8>, Vec<u8>) {
     (buf, batch_buf)
 }
 
+/// The runs that precondition a region before a measurement (`csd io --precondition`):
+/// the region (`size` bytes from offset 0, the whole device by default; whole I/Os of
+/// `bs` bytes, clamped to one write unit .. 1 MiB) written once sequentially at queue
+/// depth 64, so that reads hit programmed pages; with `steady_state` (the FTL's block
+/// device) then overwritten once at random in write units so that garbage collection
+/// runs as it does in steady state. Run them in order with [`run`].
+pub fn precondition_plan(
+    target: &dyn IoTarget,
+    bs: u64,
+    size: Option<u64>,
+    seed: u64,
+    steady_state: bool,
+) -> Vec<WorkloadSpec> {
+    let unit = target.io_unit(true).max(1);
+    let bs = (bs.clamp(unit, (1 << 20).max(unit)) / unit) * unit;
+    let region = size.unwrap_or_else(|| target.capacity_bytes()) / bs * bs;
+    let mut plan = vec![WorkloadSpec {
+        rw: Rw::Write,
+        bs,
+        size: Some(region),
+        iodepth: 64,
+        ops: Some(region / bs),
+        seed,
+        ..Default::default()
+    }];
+    if steady_state {
+        plan.push(WorkloadSpec {
+            rw: Rw::RandWrite,
+            bs: unit,
+            size: Some(region),
+            iodepth: 64,
+            ops: Some(region / unit),
+            seed: seed ^ 0x5EED,
+            ..Default::default()
+        });
+    }
+    plan
+}
+
 /// Run `spec` against `target`. `progress` is called now and then with the number of
 /// operations done (for a progress bar).
 pub fn run(
@@ -658,6 +697,35 @@ mod tests {
         let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
         let cfg = DeviceConfig::from_toml_with_overrides(t, &o).unwrap();
         RawDevice::new(Nand::new_in_memory(cfg).unwrap())
+    }
+
+    #[test]
+    fn precondition_plan_covers_the_region_in_whole_units() {
+        let d = raw("tiny", &[]);
+        let page = d.io_unit(true);
+        // Raw: one sequential pass; bs rounded down to whole pages, at least one page.
+        let plan = precondition_plan(&d, page + 1, Some(10 * page + 7), 3, false);
+        assert_eq!(plan.len(), 1);
+        assert_eq!((plan[0].rw, plan[0].bs), (Rw::Write, page));
+        assert_eq!((plan[0].size, plan[0].ops), (Some(10 * page), Some(10)));
+        assert_eq!(precondition_plan(&d, 1, None, 3, false)[0].bs, page);
+        // Block: then a random overwrite in write units, another seed.
+        let cfg = DeviceConfig::preset("tiny").unwrap();
+        let b = crate::stack::in_memory(cfg, csd_ftl::FtlConfig::default()).unwrap();
+        let plan = precondition_plan(&b, 1 << 30, None, 3, true);
+        let region = b.capacity_bytes() / (1 << 20) * (1 << 20);
+        assert_eq!(plan.len(), 2);
+        assert_eq!((plan[0].bs, plan[0].size), (1 << 20, Some(region)));
+        assert_eq!(plan[1].rw, Rw::RandWrite);
+        assert_eq!(plan[1].ops, Some(region / b.io_unit(true)));
+        assert_ne!(plan[1].seed, plan[0].seed);
+        // The plan runs: every region byte written once, then overwritten.
+        let mut b = b;
+        let mut written = 0;
+        for spec in &plan {
+            written += run(&mut b, spec, &mut |_| {}).unwrap().writes;
+        }
+        assert_eq!(written, region / (1 << 20) + region / b.io_unit(true));
     }
 
     #[test]

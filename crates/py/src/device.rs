@@ -26,7 +26,7 @@ use crate::sql::SqlResult;
 use crate::{json_to_py, py_to_json};
 use csd_device::stack::{self, OpenOptions};
 use csd_device::workload::{self, Rw, WorkloadSpec};
-use csd_device::{BlockDevice, Command, LogPage, NvmeDevice, Payload};
+use csd_device::{BlockDevice, Command, IoTarget, LogPage, NvmeDevice, Payload, RawDevice};
 use csd_ftl::FtlConfig;
 use csd_host::{Catalog, Client};
 use csd_kv::{Interface, Store, StoreConfig};
@@ -187,16 +187,25 @@ pub(crate) fn interruptible<T: Send + 'static>(
     f: impl FnOnce(&mut Inner) -> Result<T> + Send + 'static,
 ) -> PyResult<T> {
     let inner = inner.clone();
+    on_worker(py, move || match inner.lock() {
+        Ok(mut g) => f(&mut g),
+        Err(_) => Err(Error::Panicked("an earlier call failed".into())),
+    })
+}
+
+/// Runs `f` on a worker thread while this thread waits without the GIL, checking for
+/// signals every 50 ms: Ctrl-C raises `KeyboardInterrupt` at once and the worker's
+/// result, when it comes, is dropped.
+pub(crate) fn on_worker<T: Send + 'static>(
+    py: Python<'_>,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> PyResult<T> {
     let (tx, rx) = channel();
     std::thread::Builder::new()
         .name("csd-call".into())
         .spawn(move || {
-            let r = match inner.lock() {
-                Ok(mut g) => f(&mut g),
-                Err(_) => Err(Error::Panicked("an earlier call failed".into())),
-            };
             // The caller may have gone (Ctrl-C): the result is dropped.
-            let _ = tx.send(r);
+            let _ = tx.send(f());
         })
         .map_err(|e| Error::Invalid(format!("starting a worker thread: {e}")))?;
     let mut rx = rx;
@@ -259,7 +268,7 @@ pub(crate) fn load_config(
     Ok(DeviceConfig::from_toml_with_overrides(&text, &sets).map_err(Error::from)?)
 }
 
-fn layout(s: &str) -> Result<Layout> {
+pub(crate) fn layout(s: &str) -> Result<Layout> {
     match s.to_ascii_lowercase().as_str() {
         "nsm" => Ok(Layout::Nsm),
         "pax" => Ok(Layout::Pax),
@@ -377,9 +386,12 @@ impl Device {
 
     /// Runs an fio-style workload on the FTL's block device (`csd io --mode block`) and
     /// returns its report: IOPS, bandwidth, latency percentiles, utilization per
-    /// resource, energy, wall-clock speed.
+    /// resource, energy, wall-clock speed. `precondition=True` first writes the region
+    /// once sequentially and overwrites it once at random (`csd io --precondition`), so
+    /// that reads hit programmed pages and garbage collection is in steady state; only
+    /// the measured run is reported.
     #[pyo3(signature = (rw="randread", *, bs=4096, iodepth=32, ops=None, runtime_s=None,
-        size=None, rwmixread=70, seed=1, dist="uniform", batch=0))]
+        size=None, rwmixread=70, seed=1, dist="uniform", batch=0, precondition=false))]
     #[allow(clippy::too_many_arguments)]
     fn io(
         &self,
@@ -394,39 +406,21 @@ impl Device {
         seed: u64,
         dist: &str,
         batch: u32,
+        precondition: bool,
     ) -> PyResult<Report> {
-        let rw = Rw::parse(rw).ok_or_else(|| {
-            Error::Invalid(format!(
-                "rw `{rw}`: use read, write, randread, randwrite or randrw"
-            ))
-        })?;
-        let dist = csd_sim::dist::Dist::parse(dist).map_err(Error::Invalid)?;
-        let spec = WorkloadSpec {
-            rw,
-            rwmixread,
-            bs,
-            size,
-            iodepth,
-            ops: if ops.is_none() && runtime_s.is_none() {
-                Some(200_000)
-            } else {
-                ops
-            },
-            runtime_ns: runtime_s.map(|s| (s * 1e9) as u64),
-            seed,
-            dist,
-            batch,
-            ..WorkloadSpec::default()
-        };
+        let spec = io_spec(
+            rw, bs, iodepth, ops, runtime_s, size, rwmixread, seed, dist, batch,
+        )?;
         interruptible(py, &self.inner, move |i| {
-            if i.read_only && rw != Rw::Read && rw != Rw::RandRead {
+            if i.read_only && (precondition || writes(&spec)) {
                 return Err(Error::Invalid(
-                    "the device is open read-only: only read and randread run on it".into(),
+                    "the device is open read-only: only read and randread run on it, \
+                     without precondition"
+                        .into(),
                 ));
             }
             let b = i.block()?;
-            let r = workload::run(b, &spec, &mut |_| {})?;
-            Ok(Report::new("io", r.to_json()))
+            run_io(b, &spec, precondition, true)
         })
     }
 
@@ -441,19 +435,7 @@ impl Device {
         layout: &str,
     ) -> PyResult<Vec<Report>> {
         let layout = self::layout(layout)?;
-        let mut wanted = Vec::new();
-        for name in tables.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let t = TpchTable::ALL
-                .into_iter()
-                .find(|t| t.name().eq_ignore_ascii_case(name))
-                .ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "unknown TPC-H table `{name}`; use {}",
-                        TpchTable::ALL.map(|t| t.name()).join(", ")
-                    ))
-                })?;
-            wanted.push(t);
-        }
+        let wanted = tpch_tables(tables)?;
         interruptible(py, &self.inner, move |i| {
             let mut out = Vec::new();
             for t in wanted {
@@ -504,50 +486,7 @@ impl Device {
         delimiter: &str,
     ) -> PyResult<Report> {
         let layout = self::layout(layout)?;
-        csd_host::check_table_name(&table).map_err(Error::from)?;
-        let delimiter = match delimiter {
-            "\\t" | "\t" | "tab" => b'\t',
-            d if d.len() == 1 && d.is_ascii() => d.as_bytes()[0],
-            d => {
-                return Err(Error::Invalid(format!(
-                    "delimiter `{d}`: give one ASCII character (or \\t for a tab)"
-                ))
-                .into());
-            }
-        };
-        let opts = csd_sql::import::ImportOptions {
-            float_scale,
-            header,
-            delimiter,
-        };
-        let path: Option<PathBuf> = data.extract().ok();
-        let rows = match path {
-            Some(p) => {
-                let csv = matches!(
-                    p.extension()
-                        .and_then(|e| e.to_str())
-                        .map(str::to_ascii_lowercase)
-                        .as_deref(),
-                    Some("csv" | "tsv" | "txt")
-                );
-                py.detach(|| csd_sql::import::import_file(&p, &table, csv, &opts))
-                    .map_err(Error::from)?
-            }
-            None => {
-                let (schema, batches) = from_pyarrow(data)?;
-                py.detach(|| {
-                    csd_sql::import::to_rows(
-                        &table,
-                        &schema,
-                        &batches,
-                        &opts,
-                        false,
-                        Path::new("<arrow data>"),
-                    )
-                })
-                .map_err(Error::from)?
-            }
-        };
+        let rows = rows_from(py, &table, data, float_scale, header, delimiter)?;
         interruptible(py, &self.inner, move |i| load_rows(i, &table, rows, layout))
     }
 
@@ -590,18 +529,7 @@ impl Device {
         use_index: bool,
         queue_depth: usize,
     ) -> PyResult<SqlResult> {
-        let choices: Vec<Choice> = if strategy == "all" {
-            ["ihp", "cpu-isp", "hw-isp"]
-                .iter()
-                .filter_map(|s| Choice::parse(s))
-                .collect()
-        } else {
-            vec![Choice::parse(strategy).ok_or_else(|| {
-                Error::Invalid(format!(
-                    "strategy `{strategy}`: use auto, ihp, cpu-isp, hw-isp or all"
-                ))
-            })?]
-        };
+        let choices = parse_choices(strategy)?;
         let sql = expand_tpch(&query).to_string();
         interruptible(py, &self.inner, move |i| {
             let s = i.session()?;
@@ -694,6 +622,254 @@ fn load_rows(
     };
     s.reload()?;
     Ok(Report::new("load", load_json(&r?)))
+}
+
+/// The TPC-H tables a comma-separated list names.
+pub(crate) fn tpch_tables(list: &str) -> Result<Vec<TpchTable>> {
+    let mut wanted = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let t = TpchTable::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "unknown TPC-H table `{name}`; use {}",
+                    TpchTable::ALL.map(|t| t.name()).join(", ")
+                ))
+            })?;
+        wanted.push(t);
+    }
+    Ok(wanted)
+}
+
+/// The strategy choices `strategy` names (`all`: ihp, cpu-isp and hw-isp in turn).
+pub(crate) fn parse_choices(strategy: &str) -> Result<Vec<Choice>> {
+    if strategy == "all" {
+        return Ok(["ihp", "cpu-isp", "hw-isp"]
+            .iter()
+            .filter_map(|s| Choice::parse(s))
+            .collect());
+    }
+    Ok(vec![Choice::parse(strategy).ok_or_else(|| {
+        Error::Invalid(format!(
+            "strategy `{strategy}`: use auto, ihp, cpu-isp, hw-isp or all"
+        ))
+    })?])
+}
+
+/// `data` (a pyarrow table, batch or reader, or a Parquet / CSV path) converted into
+/// table `table`'s device rows, completely, before any device is touched.
+pub(crate) fn rows_from(
+    py: Python<'_>,
+    table: &str,
+    data: &Bound<'_, PyAny>,
+    float_scale: Option<u8>,
+    header: bool,
+    delimiter: &str,
+) -> PyResult<csd_sql::import::RowImages> {
+    csd_host::check_table_name(table).map_err(Error::from)?;
+    let delimiter = match delimiter {
+        "\\t" | "\t" | "tab" => b'\t',
+        d if d.len() == 1 && d.is_ascii() => d.as_bytes()[0],
+        d => {
+            return Err(Error::Invalid(format!(
+                "delimiter `{d}`: give one ASCII character (or \\t for a tab)"
+            ))
+            .into());
+        }
+    };
+    let opts = csd_sql::import::ImportOptions {
+        float_scale,
+        header: Some(header),
+        delimiter,
+    };
+    let path: Option<PathBuf> = data.extract().ok();
+    let rows = match path {
+        Some(p) => {
+            let csv = matches!(
+                p.extension()
+                    .and_then(|e| e.to_str())
+                    .map(str::to_ascii_lowercase)
+                    .as_deref(),
+                Some("csv" | "tsv" | "txt")
+            );
+            py.detach(|| csd_sql::import::import_file(&p, table, csv, &opts))
+                .map_err(Error::from)?
+        }
+        None => {
+            let (schema, batches) = from_pyarrow(data)?;
+            py.detach(|| {
+                csd_sql::import::to_rows(
+                    table,
+                    &schema,
+                    &batches,
+                    &opts,
+                    false,
+                    Path::new("<arrow data>"),
+                )
+            })
+            .map_err(Error::from)?
+        }
+    };
+    Ok(rows)
+}
+
+/// Whether a workload writes.
+fn writes(spec: &WorkloadSpec) -> bool {
+    !matches!(spec.rw, Rw::Read | Rw::RandRead)
+}
+
+/// A workload from `io()`'s arguments (200,000 operations unless `ops` or `runtime_s`
+/// says otherwise, as `csd io`).
+#[allow(clippy::too_many_arguments)]
+fn io_spec(
+    rw: &str,
+    bs: u64,
+    iodepth: u32,
+    ops: Option<u64>,
+    runtime_s: Option<f64>,
+    size: Option<u64>,
+    rwmixread: u32,
+    seed: u64,
+    dist: &str,
+    batch: u32,
+) -> Result<WorkloadSpec> {
+    let rw = Rw::parse(rw).ok_or_else(|| {
+        Error::Invalid(format!(
+            "rw `{rw}`: use read, write, randread, randwrite or randrw"
+        ))
+    })?;
+    let dist = csd_sim::dist::Dist::parse(dist).map_err(Error::Invalid)?;
+    if let Some(t) = runtime_s
+        && !(t.is_finite() && t > 0.0)
+    {
+        return Err(Error::Invalid(format!(
+            "runtime_s {t}: give a positive number of modeled seconds"
+        )));
+    }
+    Ok(WorkloadSpec {
+        rw,
+        rwmixread,
+        bs,
+        size,
+        iodepth,
+        ops: if ops.is_none() && runtime_s.is_none() {
+            Some(200_000)
+        } else {
+            ops
+        },
+        runtime_ns: runtime_s.map(|s| (s * 1e9) as u64),
+        seed,
+        dist,
+        batch,
+        ..WorkloadSpec::default()
+    })
+}
+
+/// Preconditions (if asked: `steady_state` on the block device) and runs `spec`.
+fn run_io(
+    dev: &mut dyn IoTarget,
+    spec: &WorkloadSpec,
+    precondition: bool,
+    steady_state: bool,
+) -> Result<Report> {
+    if precondition {
+        for p in workload::precondition_plan(dev, spec.bs, spec.size, spec.seed, steady_state) {
+            workload::run(dev, &p, &mut |_| {})?;
+        }
+    }
+    let r = workload::run(dev, spec, &mut |_| {})?;
+    Ok(Report::new("io", r.to_json()))
+}
+
+/// `csd.raw_io(path=None, preset=None, rw="randread", ...)`: an fio-style workload on
+/// the raw flash array, page by page with no FTL (`csd io --mode raw`), in memory (a
+/// fresh device of `preset` / `config`, `tiny` by default) or on an image's media.
+///
+/// An image is opened read-only when the run only reads. Raw page writes and block
+/// erases destroy what an image holds (its FTL and the data stored through it), so a
+/// writing run (or `precondition=True`) on an image whose blocks hold data is refused
+/// with nothing written, unless `force=True`. An image carries its own config:
+/// `preset`, `config` and `overrides` go with in-memory runs only.
+#[pyfunction]
+#[pyo3(signature = (path=None, preset=None, *, config=None, overrides=None, rw="randread",
+    bs=4096, iodepth=32, ops=None, runtime_s=None, size=None, rwmixread=70, seed=1,
+    dist="uniform", precondition=false, force=false))]
+#[allow(clippy::too_many_arguments)]
+pub fn raw_io(
+    py: Python<'_>,
+    path: Option<PathBuf>,
+    preset: Option<&str>,
+    config: Option<&Bound<'_, PyDict>>,
+    overrides: Option<&Bound<'_, PyDict>>,
+    rw: &str,
+    bs: u64,
+    iodepth: u32,
+    ops: Option<u64>,
+    runtime_s: Option<f64>,
+    size: Option<u64>,
+    rwmixread: u32,
+    seed: u64,
+    dist: &str,
+    precondition: bool,
+    force: bool,
+) -> PyResult<Report> {
+    let spec = io_spec(
+        rw, bs, iodepth, ops, runtime_s, size, rwmixread, seed, dist, 0,
+    )?;
+    let write = precondition || writes(&spec);
+    let nand = match &path {
+        None => {
+            if force {
+                return Err(Error::Invalid(
+                    "force applies to raw writes on an image (give a path)".into(),
+                )
+                .into());
+            }
+            let cfg = load_config(preset.or(Some("tiny")), config, overrides)?;
+            py.detach(move || csd_nand::Nand::new_in_memory(cfg))
+                .map_err(Error::from)?
+        }
+        Some(p) => {
+            if preset.is_some() || config.is_some() || overrides.is_some() {
+                return Err(Error::Invalid(format!(
+                    "{}: an image carries its own config; preset, config and overrides \
+                     go with in-memory runs (no path)",
+                    p.display()
+                ))
+                .into());
+            }
+            let opts = if write {
+                OpenOptions::read_write()
+            } else {
+                OpenOptions::read_only()
+            };
+            let p = p.clone();
+            py.detach(move || -> Result<csd_nand::Nand> {
+                let nand = stack::open_media(&p, &opts)?;
+                let written = stack::written_blocks(&nand);
+                if write && written > 0 && !force {
+                    return Err(Error::Invalid(format!(
+                        "refusing raw-mode writes on {}: {written} of its blocks hold data \
+                         (its FTL's metadata and the data stored through it), which raw page \
+                         writes and block erases would destroy; nothing was written. Run raw \
+                         writes in memory (no path) or on a new image, read it with \
+                         rw=\"read\" or \"randread\", or pass force=True to overwrite it",
+                        p.display()
+                    )));
+                }
+                Ok(nand)
+            })?
+        }
+    };
+    on_worker(py, move || {
+        let mut dev = RawDevice::new(nand);
+        let r = run_io(&mut dev, &spec, precondition, false)?;
+        if path.is_some() && write {
+            dev.nand_mut().sync()?;
+        }
+        Ok(r)
+    })
 }
 
 /// The SMART log page through GET LOG PAGE.

@@ -60,6 +60,15 @@ pub enum Error {
     /// The device failed a workload.
     #[error(transparent)]
     Device(#[from] csd_device::DeviceError),
+    /// An array's manifest could not be read or written.
+    #[error(transparent)]
+    Array(#[from] csd_sql::array::ArrayError),
+    /// A reproduction failed (or its options were refused).
+    #[error(transparent)]
+    Repro(#[from] csd_repro::ReproError),
+    /// The flash media (raw mode) failed.
+    #[error(transparent)]
+    Nand(#[from] csd_nand::NandError),
     /// The key-value store failed.
     #[error(transparent)]
     Kv(#[from] csd_kv::KvError),
@@ -87,12 +96,14 @@ impl From<Error> for PyErr {
         let msg = e.to_string();
         match e {
             Error::Config(_) => ConfigError::new_err(msg),
-            Error::Open(_) => ImageError::new_err(msg),
+            Error::Open(_) | Error::Array(_) => ImageError::new_err(msg),
             Error::Sql(_) | Error::Import(_) => SqlError::new_err(msg),
             Error::Host(_) => SqlError::new_err(msg),
             Error::Kv(_) => KvError::new_err(msg),
             Error::Invalid(_) => PyValueError::new_err(msg),
             Error::Device(_)
+            | Error::Nand(_)
+            | Error::Repro(_)
             | Error::Arrow(_)
             | Error::Plot(_)
             | Error::Closed

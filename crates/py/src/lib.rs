@@ -20,6 +20,7 @@
 //!   in the workspace's dev profile with the workspace's features, so it reuses the
 //!   DataFusion the test build compiled (Cargo.toml, `check_features.py`).
 
+pub mod array;
 pub mod arrow;
 pub mod device;
 pub mod error;
@@ -113,6 +114,25 @@ fn plot_lines(
     })
 }
 
+/// `csd repro`'s command line, parsed by the reproductions' own options.
+#[derive(clap::Parser)]
+#[command(name = "csd repro")]
+struct ReproLine {
+    #[command(subcommand)]
+    cmd: csd_repro::ReproCmd,
+}
+
+/// Runs one reproduction from its `csd repro` arguments (`["scan-paper", "--out",
+/// DIR, "--scale", "0.001"]`) on a worker thread (Ctrl-C raises KeyboardInterrupt);
+/// it writes its report and plots into its `--out` directory. `csd.repro` wraps it.
+#[pyfunction]
+fn run_repro(py: Python<'_>, args: Vec<String>) -> PyResult<()> {
+    use clap::Parser;
+    let line = ReproLine::try_parse_from(std::iter::once("csd repro".to_string()).chain(args))
+        .map_err(|e| Error::Invalid(e.render().to_string()))?;
+    device::on_worker(py, move || Ok(csd_repro::repro_cmd(&line.cmd)?))
+}
+
 /// The extension module `csd._csd`.
 #[pymodule]
 fn _csd(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -124,6 +144,7 @@ fn _csd(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("KvError", py.get_type::<error::KvError>())?;
     m.add("DeviceError", py.get_type::<error::DeviceError>())?;
     m.add_class::<device::Device>()?;
+    m.add_class::<array::Array>()?;
     m.add_class::<sql::SqlResult>()?;
     m.add_class::<kv::KeyValue>()?;
     m.add_class::<report::Report>()?;
@@ -131,9 +152,13 @@ fn _csd(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::create, m)?)?;
     m.add_function(wrap_pyfunction!(device::open, m)?)?;
     m.add_function(wrap_pyfunction!(device::memory, m)?)?;
+    m.add_function(wrap_pyfunction!(device::raw_io, m)?)?;
+    m.add_function(wrap_pyfunction!(array::create_array, m)?)?;
+    m.add_function(wrap_pyfunction!(array::open_array, m)?)?;
     m.add_function(wrap_pyfunction!(device::presets, m)?)?;
     m.add_function(wrap_pyfunction!(device::device_config, m)?)?;
     m.add_function(wrap_pyfunction!(plot_lines, m)?)?;
+    m.add_function(wrap_pyfunction!(run_repro, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

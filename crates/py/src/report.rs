@@ -5,7 +5,7 @@
 
 use crate::json_to_py;
 use csd_host::LoadReport;
-use csd_sql::ScanRecord;
+use csd_sql::{ScanRecord, ScanRecordReport};
 use pyo3::exceptions::PyKeyError;
 use pyo3::prelude::*;
 use serde_json::{Value, json};
@@ -119,45 +119,12 @@ pub fn load_json(r: &LoadReport) -> Value {
     })
 }
 
-/// One device scan's modeled report (the keys of `csd query --json`'s scans).
+/// One device scan's modeled report: csd-sql's [`ScanRecordReport`] (the keys of
+/// `csd query --json`'s scans) plus `run`, the strategy run it belongs to.
 pub fn scan_json(strategy: &str, s: &ScanRecord) -> Value {
-    let r = &s.report;
-    let energy: serde_json::Map<String, Value> = r
-        .energy
-        .components()
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    json!({
-        "run": strategy,
-        "table": s.table,
-        "strategy": r.strategy.name(),
-        "why": s.why,
-        "device_program": s.program,
-        "layout": r.layout,
-        "pages": r.pages,
-        "pages_skipped": r.pages_skipped,
-        "index": r.index,
-        "table_bytes": r.table_bytes,
-        "rows": r.rows,
-        "rows_selected": r.work.rows_selected,
-        "result_rows": r.result_rows,
-        "modeled_time_s": r.modeled_s(),
-        "modeled_bytes_per_s": r.modeled_bytes_per_s(),
-        "bottleneck": r.bottleneck,
-        "flash_reads": r.flash_reads,
-        "channel_bytes": r.channel_bytes,
-        "dram_bytes": r.dram_bytes,
-        "host_link_bytes": r.host_link_bytes,
-        "device_cpu_cycles": r.device_cpu_cycles,
-        "host_cpu_cycles": r.host_cpu_cycles,
-        "commands": r.commands,
-        "energy_j": r.energy.total_j(),
-        "device_energy_j": r.energy.device_j(),
-        "host_energy_j": r.energy.host_total_j(),
-        "energy_components_j": energy,
-        "wall_s": r.wall_s,
-    })
+    let mut v = json!(ScanRecordReport::from(s));
+    v["run"] = json!(strategy);
+    v
 }
 
 #[cfg(test)]

@@ -9,10 +9,10 @@ use crate::json_to_py;
 use crate::report::{html_escape, scan_json};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use csd_sql::{Answer, Choice};
+use csd_sql::{Answer, ArrayAnswer, Choice};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A statement's result.
 #[pyclass(module = "csd._csd", name = "SqlResult", frozen)]
@@ -25,6 +25,7 @@ pub struct SqlResult {
     scans: Vec<Value>,
     wall_s: f64,
     dml: Option<String>,
+    array: Option<Value>,
 }
 
 impl SqlResult {
@@ -35,6 +36,49 @@ impl SqlResult {
             .iter()
             .flat_map(|(c, a)| a.scans.iter().map(|s| scan_json(c.name(), s)))
             .collect();
+        SqlResult::with_scans(query, runs, scans, None)
+    }
+
+    /// The result of `runs` over an array: each scan's report names its `device`, and
+    /// `array` holds the first run's array figures (modeled time: the slowest device).
+    pub fn from_array(query: String, runs: Vec<(Choice, ArrayAnswer)>) -> SqlResult {
+        let mut scans = Vec::new();
+        let mut array = None;
+        let mut answers = Vec::with_capacity(runs.len());
+        for (
+            c,
+            ArrayAnswer {
+                answer, devices, ..
+            },
+        ) in runs
+        {
+            for (d, list) in devices.iter().enumerate() {
+                for s in list {
+                    let mut v = scan_json(c.name(), s);
+                    v["device"] = json!(d);
+                    scans.push(v);
+                }
+            }
+            if array.is_none() {
+                let device_ns = csd_sql::array::device_ns(&devices);
+                array = Some(json!({
+                    "strategy": c.name(),
+                    "devices": devices.len(),
+                    "modeled_time_s": csd_sql::array::array_ns(&devices) as f64 / 1e9,
+                    "device_modeled_time_s": device_ns.iter().map(|n| *n as f64 / 1e9).collect::<Vec<_>>(),
+                }));
+            }
+            answers.push((c, answer));
+        }
+        SqlResult::with_scans(query, answers, scans, array)
+    }
+
+    fn with_scans(
+        query: String,
+        runs: Vec<(Choice, Answer)>,
+        scans: Vec<Value>,
+        array: Option<Value>,
+    ) -> SqlResult {
         let strategy = runs
             .iter()
             .map(|(c, _)| c.name())
@@ -65,6 +109,7 @@ impl SqlResult {
             scans,
             wall_s,
             dml,
+            array,
         }
     }
 }
@@ -108,6 +153,14 @@ impl SqlResult {
     fn reports_frame<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let r = self.reports(py)?;
         py.import("pandas")?.getattr("DataFrame")?.call1((r,))
+    }
+
+    /// Over an array (`Array.sql`): the first strategy run's array figures as a dict
+    /// (`modeled_time_s` of the array, the slowest device; `device_modeled_time_s` per
+    /// device); `None` on one device.
+    #[getter]
+    fn array<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.array.as_ref().map(|v| json_to_py(py, v)).transpose()
     }
 
     /// The plan after the run, with per-operator metrics (EXPLAIN ANALYZE).

@@ -1,9 +1,11 @@
 """csd from Python: an emulated computational-storage SSD.
 
-Devices (``create``, ``open``, ``memory``), fio-style workloads (``Device.io``),
+Devices (``create``, ``open``, ``memory``), fio-style workloads (``Device.io``,
+``raw_io`` on the raw flash array), arrays of devices (``create_array``, ``open_array``),
 tables and SQL through DataFusion with scans that run in the device
 (``Device.load*``, ``Device.sql`` returning Arrow / pandas), the batch-io paper's
-key-value store (``Device.kv``) with YCSB, and csd's plots (``plot_lines``).
+key-value store (``Device.kv``) with YCSB, the papers' reproductions (``repro``,
+``repro_all``) and csd's plots (``plot_lines``).
 
 A thin binding over the library calls the ``csd`` command makes (the crate
 ``crates/py``); see the README's "Python" section.
@@ -20,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ._csd import (
+    Array,
     ConfigError,
     CsdError,
     Device,
@@ -33,14 +36,20 @@ from ._csd import (
     SqlResult,
     __version__,
     create,
+    create_array,
     device_config,
     memory,
     open,
+    open_array,
     plot_lines,
     presets,
+    raw_io,
 )
+from .repro import REPRODUCTIONS, ReproResult, repro, repro_all
 
 __all__ = [
+    "REPRODUCTIONS",
+    "Array",
     "ConfigError",
     "CsdError",
     "Device",
@@ -50,16 +59,22 @@ __all__ = [
     "KvError",
     "Plot",
     "Report",
+    "ReproResult",
     "SqlError",
     "SqlResult",
     "__version__",
     "create",
+    "create_array",
     "device_config",
     "frame",
     "memory",
     "open",
+    "open_array",
     "plot_lines",
     "presets",
+    "raw_io",
+    "repro",
+    "repro_all",
 ]
 
 

@@ -62,6 +62,8 @@ class SqlResult:
     def wall_s(self) -> float: ...
     @property
     def dml(self) -> str | None: ...
+    @property
+    def array(self) -> dict[str, Any] | None: ...
     def __len__(self) -> int: ...
     def _repr_html_(self) -> str: ...
 
@@ -126,6 +128,7 @@ class Device:
         seed: int = 1,
         dist: str = "uniform",
         batch: int = 0,
+        precondition: bool = False,
     ) -> Report: ...
     def load_tpch(self, sf: float = 0.01, tables: str = "lineitem", *, layout: str = "pax") -> list[Report]: ...
     def load_synthetic(
@@ -198,3 +201,80 @@ def plot_lines(
     log_x: bool = False,
     log_y: bool = False,
 ) -> Plot: ...
+def raw_io(
+    path: _Path | None = None,
+    preset: str | None = None,
+    *,
+    config: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    rw: str = "randread",
+    bs: int = 4096,
+    iodepth: int = 32,
+    ops: int | None = None,
+    runtime_s: float | None = None,
+    size: int | None = None,
+    rwmixread: int = 70,
+    seed: int = 1,
+    dist: str = "uniform",
+    precondition: bool = False,
+    force: bool = False,
+) -> Report: ...
+
+class Array:
+    """An array of devices in a directory (``csd array``): tables striped over them."""
+
+    @property
+    def dir(self) -> str: ...
+    @property
+    def devices(self) -> int: ...
+    def manifest(self) -> dict[str, Any]: ...
+    def tables(self) -> list[dict[str, Any]]: ...
+    def load_tpch(
+        self, sf: float = 0.01, tables: str = "lineitem", *, layout: str = "pax", stripe_pages: int = 1
+    ) -> list[Report]: ...
+    def load_synthetic(
+        self,
+        columns: int = 16,
+        rows: int = 100_000,
+        *,
+        seed: int = 1,
+        name: str | None = None,
+        layout: str = "pax",
+        stripe_pages: int = 1,
+    ) -> Report: ...
+    def load(
+        self,
+        table: str,
+        data: Any,
+        *,
+        layout: str = "pax",
+        stripe_pages: int = 1,
+        float_scale: int | None = None,
+        header: bool = True,
+        delimiter: str = ",",
+    ) -> Report: ...
+    def sql(
+        self,
+        query: str,
+        *,
+        strategy: str = "auto",
+        threads: int | None = None,
+        aggregate_pushdown: bool = True,
+        use_index: bool = True,
+        queue_depth: int = 32,
+    ) -> SqlResult: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Array: ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+def create_array(
+    dir: _Path,
+    devices: int,
+    preset: str | None = None,
+    *,
+    config: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    op: float = 0.07,
+) -> Array: ...
+def open_array(dir: _Path) -> Array: ...
+def run_repro(args: list[str]) -> None: ...
