@@ -210,42 +210,17 @@ fn spec(a: &IoArgs) -> WorkloadSpec {
 /// `--precondition`: write the region once sequentially; on the block device, then
 /// overwrite it once at random so that GC reaches steady state.
 fn precondition(dev: &mut dyn IoTarget, a: &IoArgs) -> Result<(), CliError> {
-    let unit = dev.io_unit(true);
-    let bs = (a.bs.clamp(unit, 1 << 20) / unit) * unit;
-    let region = a.size.unwrap_or_else(|| dev.capacity_bytes()) / bs * bs;
-    let fill = WorkloadSpec {
-        rw: Rw::Write,
-        bs,
-        size: Some(region),
-        iodepth: 64,
-        ops: Some(region / bs),
-        seed: a.seed,
-        ..Default::default()
-    };
-    if !a.json {
-        eprintln!(
-            "preconditioning: writing {} sequentially",
-            report::bytes(region)
-        );
-    }
-    run_with_progress(dev, &fill, !a.json)?;
-    if a.mode == ModeArg::Block {
-        let steady = WorkloadSpec {
-            rw: Rw::RandWrite,
-            bs: unit,
-            size: Some(region),
-            iodepth: 64,
-            ops: Some(region / unit),
-            seed: a.seed ^ 0x5EED,
-            ..Default::default()
-        };
+    let plan = workload::precondition_plan(dev, a.bs, a.size, a.seed, a.mode == ModeArg::Block);
+    for (i, spec) in plan.iter().enumerate() {
         if !a.json {
-            eprintln!(
-                "preconditioning: overwriting {} at random to reach steady state",
-                report::bytes(region)
-            );
+            let region = report::bytes(spec.size.unwrap_or(0));
+            if i == 0 {
+                eprintln!("preconditioning: writing {region} sequentially");
+            } else {
+                eprintln!("preconditioning: overwriting {region} at random to reach steady state");
+            }
         }
-        run_with_progress(dev, &steady, !a.json)?;
+        run_with_progress(dev, spec, !a.json)?;
     }
     Ok(())
 }

@@ -492,12 +492,7 @@ pub(crate) fn ran_json(ran: &Ran, cfg: &DeviceConfig, cmd: &str) -> Value {
         .map(|(i, (c, ans))| {
             let mut v = json!({
                 "strategy": c.name(),
-                "scans": ans.scans.iter().map(|s| {
-                    let mut r = report_json(&s.report);
-                    r["device_program"] = json!(s.program);
-                    r["why"] = json!(s.why);
-                    r
-                }).collect::<Vec<_>>(),
+                "scans": ans.scans.iter().map(csd_sql::ScanRecordReport::from).collect::<Vec<_>>(),
             });
             if let Some(a) = ran.devices.get(i) {
                 v["array"] = json!({
@@ -875,61 +870,9 @@ pub(crate) fn dml_json(d: &csd_host::dml::DmlReport) -> Value {
     })
 }
 
-/// One report as JSON (snake_case keys with units).
+/// One report as JSON (snake_case keys with units): csd-sql's [`csd_sql::ScanReport`].
 pub(crate) fn report_json(r: &QueryReport) -> Value {
-    let stages: serde_json::Map<String, Value> = r
-        .stages
-        .iter()
-        .map(|s| {
-            (
-                s.name.to_string(),
-                json!({"busy_s": s.busy_ns as f64 / 1e9, "utilization": s.utilization, "members": s.members}),
-            )
-        })
-        .collect();
-    let energy: serde_json::Map<String, Value> = r
-        .energy
-        .components()
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    let mut v = json!({
-        "strategy": r.strategy.name(),
-        "table": r.table,
-        "layout": r.layout,
-        "pages": r.pages,
-        "table_bytes": r.table_bytes,
-        "rows": r.rows,
-        "rows_selected": r.work.rows_selected,
-        "result_rows": r.result_rows,
-        "modeled_time_s": r.modeled_s(),
-        "modeled_bytes_per_s": r.modeled_bytes_per_s(),
-        "bottleneck": r.bottleneck,
-        "stages": stages,
-        "flash_reads": r.flash_reads,
-        "channel_bytes": r.channel_bytes,
-        "dram_bytes": r.dram_bytes,
-        "host_link_bytes": r.host_link_bytes,
-        "device_cpu_cycles": r.device_cpu_cycles,
-        "host_cpu_cycles": r.host_cpu_cycles,
-        "commands": r.commands,
-        "energy_j": r.energy.total_j(),
-        "device_energy_j": r.energy.device_j(),
-        "host_energy_j": r.energy.host_total_j(),
-        "energy_components_j": energy,
-        "wall_s": r.wall_s,
-        "wall_rows_per_s": r.wall_rows_per_s(),
-        "wall_table_bytes_per_s": r.wall_bytes_per_s(),
-    });
-    if let Some(ix) = &r.index {
-        v["index"] = json!(ix);
-        v["pages_skipped"] = json!(r.pages_skipped);
-        v["index_cache_misses"] = json!(r.index_misses);
-    }
-    if r.setup_ns > 0 {
-        v["setup_s"] = json!(r.setup_ns as f64 / 1e9);
-    }
-    v
+    json!(csd_sql::ScanReport::from(r))
 }
 
 /// The demo's query step: TPC-H lineitem (SF 0.05, PAX) on the demo device, Q6 three ways.
