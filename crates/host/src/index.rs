@@ -699,6 +699,7 @@ mod tests {
             kind: ExprKind::Column {
                 index: 0,
                 name: "k".into(),
+                nullable: false,
             },
             ty: csd_query::types::DataType::Int,
         }

@@ -65,7 +65,11 @@ pub(crate) fn visit(e: &Expr, f: &mut dyn FnMut(&Expr)) {
         | ExprKind::Not(x)
         | ExprKind::Rescale { expr: x, .. }
         | ExprKind::InList { expr: x, .. }
-        | ExprKind::Like { expr: x, .. } => visit(x, f),
+        | ExprKind::Like { expr: x, .. }
+        | ExprKind::LikeAny { expr: x, .. }
+        | ExprKind::IsNull { expr: x, .. }
+        | ExprKind::Known { expr: x, .. }
+        | ExprKind::Truth { expr: x, .. } => visit(x, f),
         ExprKind::Arith { left, right, .. } | ExprKind::Cmp { left, right, .. } => {
             visit(left, f);
             visit(right, f);
@@ -319,7 +323,7 @@ pub fn compare(op: CmpOp, l: Expr, r: Expr, whole: &str) -> Result<Expr, BuildEr
                 }
                 (Some(_), None) => compare(op.flip(), r, l, whole),
                 (None, Some(c)) => match normalize_const(op, sl, c, sr) {
-                    Normalized::Always(b) => Ok(Expr::boolean(b)),
+                    Normalized::Always(b) => Ok(known(l, b)),
                     Normalized::Cmp(op, c) => {
                         let ty = l.ty;
                         Ok(cmp_node(op, l, Expr::constant(Const::Int(c), ty)))
@@ -331,6 +335,37 @@ pub fn compare(op: CmpOp, l: Expr, r: Expr, whole: &str) -> Result<Expr, BuildEr
                     let r = rescale(r, s - sr, whole)?;
                     Ok(cmp_node(op, l, r))
                 }
+            }
+        }
+        (DataType::Timestamp, DataType::Timestamp) => match (l.as_int_const(), r.as_int_const()) {
+            (Some(x), Some(y)) => Ok(Expr::boolean(op.test(x, y))),
+            (Some(_), None) => Ok(cmp_node(op.flip(), r, l)),
+            _ => Ok(cmp_node(op, l, r)),
+        },
+        (a, b) if is_bytes(a) && is_bytes(b) && (a.is_variable() || b.is_variable()) => {
+            // Variable-length strings compare byte for byte, neither padded nor trimmed.
+            match (l.as_const(), r.as_const()) {
+                (Some(Const::Char(x)), Some(Const::Char(y))) => {
+                    Ok(Expr::boolean(op.holds(x.as_slice().cmp(y.as_slice()))))
+                }
+                (Some(_), None) => Ok(cmp_node(op.flip(), r, l)),
+                _ => Ok(cmp_node(op, l, r)),
+            }
+        }
+        (DataType::Bool, DataType::Bool) => {
+            let value = |c: &Const| matches!(c, Const::Bool(true));
+            match (l.as_const(), r.as_const()) {
+                (Some(x), Some(y)) => Ok(Expr::boolean(op.holds(value(x).cmp(&value(y))))),
+                (Some(_), None) => compare(op.flip(), r, l, whole),
+                (None, Some(c)) if matches!(op, CmpOp::Eq | CmpOp::Ne) => {
+                    let v = value(c) == (op == CmpOp::Eq);
+                    Ok(truth(l, v))
+                }
+                _ => Err(BuildError::Compare {
+                    left: l.ty,
+                    right: r.ty,
+                    hint: ": only = and <> with a constant".into(),
+                }),
             }
         }
         (DataType::Date, DataType::Date) => match (l.as_int_const(), r.as_int_const()) {
@@ -369,9 +404,10 @@ pub fn in_list(x: Expr, items: Vec<Expr>, negated: bool, whole: &str) -> Result<
                     Normalized::Always(_) => None,
                 }
             }
-            (DataType::Date, DataType::Date) | (DataType::Char(_), DataType::Char(_)) => {
-                item.as_const().cloned()
-            }
+            (DataType::Date, DataType::Date)
+            | (DataType::Timestamp, DataType::Timestamp)
+            | (DataType::Char(_), DataType::Char(_)) => item.as_const().cloned(),
+            (a, b) if is_bytes(a) && is_bytes(b) && a.is_variable() => item.as_const().cloned(),
             (a, b) => {
                 return Err(BuildError::Compare {
                     left: a,
@@ -396,7 +432,7 @@ pub fn in_list(x: Expr, items: Vec<Expr>, negated: bool, whole: &str) -> Result<
         return Ok(Expr::boolean(hit != negated));
     }
     if list.is_empty() {
-        return Ok(Expr::boolean(negated));
+        return Ok(known(x, negated));
     }
     Ok(Expr::new(
         ExprKind::InList {
@@ -414,8 +450,8 @@ pub fn like(x: Expr, prefix: Vec<u8>, negated: bool) -> Result<Expr, BuildError>
         return Ok(Expr::boolean(v.starts_with(&prefix) != negated));
     }
     if prefix.is_empty() {
-        // 'x LIKE %' holds for every string
-        return Ok(Expr::boolean(!negated));
+        // 'x LIKE %' holds for every string (UNKNOWN for a NULL)
+        return Ok(known(x, !negated));
     }
     Ok(Expr::new(
         ExprKind::Like {
@@ -465,11 +501,154 @@ pub fn negate(e: Expr) -> Expr {
             },
             ty,
         ),
+        ExprKind::LikeAny {
+            expr,
+            needle,
+            suffix,
+            negated,
+        } => Expr::new(
+            ExprKind::LikeAny {
+                expr,
+                needle,
+                suffix,
+                negated: !negated,
+            },
+            ty,
+        ),
+        ExprKind::IsNull { expr, negated } => Expr::new(
+            ExprKind::IsNull {
+                expr,
+                negated: !negated,
+            },
+            ty,
+        ),
+        ExprKind::Known { expr, value } => Expr::new(
+            ExprKind::Known {
+                expr,
+                value: !value,
+            },
+            ty,
+        ),
+        ExprKind::Truth { expr, value } => Expr::new(
+            ExprKind::Truth {
+                expr,
+                value: !value,
+            },
+            ty,
+        ),
+        kind @ ExprKind::Column { .. } if ty == DataType::Bool => truth(Expr::new(kind, ty), false),
         ExprKind::Not(inner) => *inner,
         ExprKind::And(es) => or(es.into_iter().map(negate).collect()),
         ExprKind::Or(es) => and(es.into_iter().map(negate).collect()),
         kind => Expr::new(ExprKind::Not(Box::new(Expr::new(kind, ty))), DataType::Bool),
     }
+}
+
+/// A predicate decided from constants alone about `x`: `value`, or UNKNOWN where `x`
+/// is NULL (a plain constant when `x` cannot be NULL).
+pub fn known(x: Expr, value: bool) -> Expr {
+    if x.as_const().is_some() || !x.may_be_null() {
+        return Expr::boolean(value);
+    }
+    Expr::new(
+        ExprKind::Known {
+            expr: Box::new(x),
+            value,
+        },
+        DataType::Bool,
+    )
+}
+
+/// `x IS [NOT] NULL` (a constant where `x` cannot be NULL).
+pub fn is_null(x: Expr, negated: bool) -> Expr {
+    if x.as_const().is_some() || !x.may_be_null() {
+        return Expr::boolean(negated);
+    }
+    Expr::new(
+        ExprKind::IsNull {
+            expr: Box::new(x),
+            negated,
+        },
+        DataType::Bool,
+    )
+}
+
+/// A `BOOLEAN` expression as a predicate: TRUE where it is `value` (UNKNOWN where NULL).
+pub fn truth(x: Expr, value: bool) -> Expr {
+    if let Some(Const::Bool(b)) = x.as_const() {
+        return Expr::boolean(*b == value);
+    }
+    Expr::new(
+        ExprKind::Truth {
+            expr: Box::new(x),
+            value,
+        },
+        DataType::Bool,
+    )
+}
+
+/// `x [NOT] LIKE '%needle'` (`suffix`) or `'%needle%'` on a string: bytes as stored.
+pub fn like_any(x: Expr, needle: Vec<u8>, suffix: bool, negated: bool) -> Result<Expr, BuildError> {
+    if !is_bytes(x.ty) {
+        return Err(BuildError::Compare {
+            left: x.ty,
+            right: DataType::Varchar,
+            hint: ": LIKE needs a string".into(),
+        });
+    }
+    if let Some(Const::Char(v)) = x.as_const() {
+        let hit = if suffix {
+            v.ends_with(&needle)
+        } else {
+            contains(v, &needle)
+        };
+        return Ok(Expr::boolean(hit != negated));
+    }
+    if needle.is_empty() {
+        return Ok(known(x, !negated));
+    }
+    Ok(Expr::new(
+        ExprKind::LikeAny {
+            expr: Box::new(x),
+            needle,
+            suffix,
+            negated,
+        },
+        DataType::Bool,
+    ))
+}
+
+/// Whether `hay` contains `needle` (an empty needle is everywhere).
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    let Some((&first, rest)) = needle.split_first() else {
+        return true;
+    };
+    if hay.len() < needle.len() {
+        return false;
+    }
+    let last_start = hay.len() - needle.len();
+    let mut i = 0;
+    while i <= last_start {
+        match hay[i..=last_start].iter().position(|&b| b == first) {
+            None => return false,
+            Some(p) => {
+                let at = i + p;
+                if &hay[at + 1..at + needle.len()] == rest {
+                    return true;
+                }
+                i = at + 1;
+            }
+        }
+    }
+    false
+}
+
+/// The byte-string types: `CHAR(n)` (constants), `VARCHAR`, `VARBINARY`.
+fn is_bytes(t: DataType) -> bool {
+    matches!(
+        t,
+        DataType::Char(_) | DataType::Varchar | DataType::Varbinary
+    )
 }
 
 /// Flattened conjunction without constant terms.

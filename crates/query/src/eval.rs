@@ -230,6 +230,25 @@ impl Evaluator {
                 run.project(exprs, &sel, chunk)?;
             }
             (Output::Aggregate(agg), PartialResult::Aggregate(state)) => {
+                let nullable_key = agg.group_by.iter().any(|&g| {
+                    plan.schema
+                        .columns()
+                        .get(g)
+                        .is_some_and(|c| c.nullable || !c.ty.is_classic())
+                });
+                let nullable_arg = agg.aggregates.iter().any(|a| {
+                    a.arg.as_ref().is_some_and(|e| {
+                        e.may_be_null()
+                            || !(e.ty.is_integer_backed() || matches!(e.ty, DataType::Char(_)))
+                    })
+                });
+                if nullable_key || nullable_arg {
+                    return Err(EvalError::PlanMismatch(
+                        "the device aggregates NOT NULL columns of the fixed types (INT, \
+                         DECIMAL, DATE, CHAR) only: leave this aggregate to the host"
+                            .into(),
+                    ));
+                }
                 let mut bufs: Vec<Option<Vec<i64>>> = Vec::with_capacity(agg.aggregates.len());
                 for a in &agg.aggregates {
                     let needs_values = !matches!(a.func, AggFunc::CountStar | AggFunc::Count);
@@ -287,8 +306,9 @@ impl Evaluator {
     }
 }
 
-/// The `CHAR` column an expression reads (the builder only makes `CHAR` expressions of
-/// columns and constants; constants are folded away where a column is needed).
+/// The string column (`CHAR`, `VARCHAR`, `VARBINARY`) an expression reads (the builder
+/// only makes string expressions of columns and constants; constants are folded away
+/// where a column is needed).
 fn char_column<'a>(view: &PageView<'a>, e: &Expr) -> Result<ColumnView<'a>, EvalError> {
     match &e.kind {
         ExprKind::Column { index, .. } => Ok(view.column(*index)?),
@@ -310,12 +330,20 @@ impl<'x> CharOp<'x> {
         }
     }
 
+    /// Value `i`: a `CHAR` column's stored bytes (padding included), a variable-length
+    /// column's own bytes (empty for a NULL: callers skip NULL rows), or the constant.
     #[inline]
     fn at(&self, i: usize) -> &'x [u8] {
         match self {
+            CharOp::Col(c) if c.column_type().is_variable() => c.bytes(i).unwrap_or(&[]),
             CharOp::Col(c) => c.raw(i).unwrap_or(&[]),
             CharOp::Const(b) => b,
         }
+    }
+
+    /// True for a VARCHAR / VARBINARY column.
+    fn is_variable(&self) -> bool {
+        matches!(self, CharOp::Col(c) if c.column_type().is_variable())
     }
 
     fn width(&self) -> usize {
@@ -328,6 +356,7 @@ impl<'x> CharOp<'x> {
     /// A column's values back to back (a PAX minipage) and their width.
     fn minipage(&self) -> Option<(&'x [u8], usize)> {
         match self {
+            CharOp::Col(c) if c.column_type().is_variable() => None,
             CharOp::Col(c) => c.contiguous().map(|d| (d, c.width())),
             CharOp::Const(_) => None,
         }
@@ -419,6 +448,7 @@ impl<'r, 'a> Run<'r, 'a> {
         }
         if self.view.layout() == Layout::Pax
             && cv.stride() == w
+            && (w == 4 || w == 8)
             && let Some(d) = cv.contiguous()
         {
             self.c.touch(demand, w);
@@ -527,13 +557,120 @@ impl<'r, 'a> Run<'r, 'a> {
         Ok(())
     }
 
-    /// The rows of `sel` for which the predicate `e` holds, into `out`.
+    /// The rows of `sel` where `e` is not NULL (none of its columns is), into `out`.
+    fn non_null(&mut self, e: &Expr, sel: &[u32], out: &mut Vec<u32>) -> Result<(), EvalError> {
+        out.clear();
+        out.extend_from_slice(sel);
+        let mut cols = Vec::new();
+        e.collect_columns(&mut cols);
+        cols.sort_unstable();
+        cols.dedup();
+        for c in cols {
+            let cv = self.view.column(c)?;
+            if cv.may_have_nulls() {
+                out.retain(|&i| !cv.is_null(i as usize));
+            }
+        }
+        Ok(())
+    }
+
+    /// The rows of `sel` for which the predicate `e` is TRUE (not FALSE, not UNKNOWN),
+    /// into `out`. A leaf that reads a nullable column runs on the rows where it is not
+    /// NULL only (it is UNKNOWN on the others).
     fn filter(&mut self, e: &Expr, sel: &[u32], out: &mut Vec<u32>) -> Result<(), EvalError> {
         out.clear();
         if sel.is_empty() {
             return Ok(());
         }
+        let leaf = matches!(
+            e.kind,
+            ExprKind::Cmp { .. }
+                | ExprKind::InList { .. }
+                | ExprKind::Like { .. }
+                | ExprKind::LikeAny { .. }
+                | ExprKind::Truth { .. }
+                | ExprKind::Known { .. }
+                | ExprKind::Column { .. }
+        );
+        if leaf && e.may_be_null() {
+            let mut nn = self.take_sel();
+            self.non_null(e, sel, &mut nn)?;
+            let r = self.filter_known(e, &nn, out);
+            self.s.sels.push(nn);
+            return r;
+        }
+        self.filter_known(e, sel, out)
+    }
+
+    /// [`Run::filter`] on rows where the leaf `e` reads no NULL.
+    fn filter_known(&mut self, e: &Expr, sel: &[u32], out: &mut Vec<u32>) -> Result<(), EvalError> {
+        out.clear();
+        if sel.is_empty() {
+            return Ok(());
+        }
         match &e.kind {
+            ExprKind::IsNull { expr, negated } => {
+                self.c.predicates_evaluated += sel.len() as u64;
+                let mut nn = self.take_sel();
+                self.non_null(expr, sel, &mut nn)?;
+                if *negated {
+                    out.extend_from_slice(&nn);
+                } else {
+                    kernels::difference_into(sel, &nn, out);
+                }
+                self.s.sels.push(nn);
+            }
+            ExprKind::Known { value, .. } => {
+                if *value {
+                    out.extend_from_slice(sel);
+                }
+            }
+            ExprKind::Column { index, .. } if e.ty == DataType::Bool => {
+                self.filter_truth(*index, true, sel, out)?;
+            }
+            ExprKind::Truth { expr, value } => match &expr.kind {
+                ExprKind::Column { index, .. } if expr.ty == DataType::Bool => {
+                    self.filter_truth(*index, *value, sel, out)?;
+                }
+                _ => {
+                    return Err(EvalError::PlanMismatch(format!(
+                        "{e}: a truth test reads a BOOLEAN column"
+                    )));
+                }
+            },
+            ExprKind::LikeAny {
+                expr,
+                needle,
+                suffix,
+                negated,
+            } => {
+                self.c.predicates_evaluated += sel.len() as u64;
+                let x = CharOp::of(self.view, expr)?;
+                self.s.note(expr, sel.len());
+                let neg = *negated;
+                let mut compared = 0u64;
+                {
+                    let compared = &mut compared;
+                    filter_by(sel, out, |_, i| {
+                        let v = x.at(i);
+                        // Bytes the compare logic reads: the value (a search) or its
+                        // tail (a suffix).
+                        *compared += if *suffix {
+                            v.len().min(needle.len()) as u64
+                        } else {
+                            v.len() as u64
+                        };
+                        let hit = if *suffix {
+                            v.ends_with(needle)
+                        } else {
+                            crate::build::contains(v, needle)
+                        };
+                        hit != neg
+                    });
+                }
+                self.c.values_touched += sel.len() as u64;
+                self.c.bytes_touched += compared;
+            }
             ExprKind::Const(Const::Bool(b)) => {
                 if *b {
                     out.extend_from_slice(sel);
@@ -561,9 +698,24 @@ impl<'r, 'a> Run<'r, 'a> {
                 self.c.predicates_evaluated += sel.len() as u64;
                 let x = CharOp::of(self.view, expr)?;
                 self.s.note(expr, sel.len());
-                self.c.touch(sel.len(), x.width().min(prefix.len()));
                 let neg = *negated;
-                filter_by(sel, out, |_, i| x.at(i).starts_with(prefix) != neg);
+                if x.is_variable() {
+                    // Bytes actually compared: the prefix, or the whole of a shorter value.
+                    let mut compared = 0u64;
+                    {
+                        let compared = &mut compared;
+                        filter_by(sel, out, |_, i| {
+                            let v = x.at(i);
+                            *compared += v.len().min(prefix.len()) as u64;
+                            v.starts_with(prefix) != neg
+                        });
+                    }
+                    self.c.values_touched += sel.len() as u64;
+                    self.c.bytes_touched += compared;
+                } else {
+                    self.c.touch(sel.len(), x.width().min(prefix.len()));
+                    filter_by(sel, out, |_, i| x.at(i).starts_with(prefix) != neg);
+                }
             }
             _ => {
                 return Err(EvalError::PlanMismatch(format!(
@@ -653,7 +805,25 @@ impl<'r, 'a> Run<'r, 'a> {
         out: &mut Vec<u32>,
     ) -> Result<(), EvalError> {
         self.c.predicates_evaluated += sel.len() as u64;
-        if let DataType::Char(_) = left.ty {
+        if left.ty.is_variable() || right.ty.is_variable() {
+            let (l, r) = (CharOp::of(self.view, left)?, CharOp::of(self.view, right)?);
+            self.s.note(left, sel.len());
+            self.s.note(right, sel.len());
+            let mut compared = 0u64;
+            {
+                let compared = &mut compared;
+                filter_by(sel, out, |_, i| {
+                    let (a, b) = (l.at(i), r.at(i));
+                    let ord = a.cmp(b);
+                    // Bytes the compare logic reads: up to the first difference.
+                    let same = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+                    *compared += (same + 1).min(a.len().max(b.len())) as u64;
+                    op.holds(ord)
+                });
+            }
+            self.c.values_touched += sel.len() as u64;
+            self.c.bytes_touched += compared;
+        } else if let DataType::Char(_) = left.ty {
             let (l, r) = (CharOp::of(self.view, left)?, CharOp::of(self.view, right)?);
             self.s.note(left, sel.len());
             self.s.note(right, sel.len());
@@ -705,7 +875,25 @@ impl<'r, 'a> Run<'r, 'a> {
         out: &mut Vec<u32>,
     ) -> Result<(), EvalError> {
         self.c.predicates_evaluated += sel.len() as u64;
-        if let DataType::Char(_) = expr.ty {
+        if expr.ty.is_variable() {
+            let x = CharOp::of(self.view, expr)?;
+            self.s.note(expr, sel.len());
+            let mut compared = 0u64;
+            {
+                let compared = &mut compared;
+                filter_by(sel, out, |_, i| {
+                    let v = x.at(i);
+                    *compared += v.len() as u64;
+                    let hit = list.iter().any(|c| match c {
+                        Const::Char(b) => v == b.as_slice(),
+                        _ => false,
+                    });
+                    hit != neg
+                });
+            }
+            self.c.values_touched += sel.len() as u64;
+            self.c.bytes_touched += compared;
+        } else if let DataType::Char(_) = expr.ty {
             let x = CharOp::of(self.view, expr)?;
             self.s.note(expr, sel.len());
             self.c.touch(sel.len(), x.width());
@@ -734,6 +922,27 @@ impl<'r, 'a> Run<'r, 'a> {
             filter_by(sel, out, |j, _| list.contains_int(a[j]) != neg);
             self.s.nums.push(a);
         }
+        Ok(())
+    }
+
+    /// The rows of `sel` whose `BOOLEAN` column `index` is `value` (NULL rows were
+    /// taken out by the caller).
+    fn filter_truth(
+        &mut self,
+        index: usize,
+        value: bool,
+        sel: &[u32],
+        out: &mut Vec<u32>,
+    ) -> Result<(), EvalError> {
+        self.c.predicates_evaluated += sel.len() as u64;
+        let cv = self.view.column(index)?;
+        self.s.note_col(index, sel.len());
+        self.c.touch(sel.len(), 1);
+        filter_by(sel, out, |_, i| {
+            cv.raw(i)
+                .is_some_and(|b| b.first().is_some_and(|&x| x != 0))
+                == value
+        });
         Ok(())
     }
 
@@ -775,7 +984,30 @@ impl<'r, 'a> Run<'r, 'a> {
         let view = self.view;
         let mut bufs: Vec<Option<Vec<i64>>> = Vec::with_capacity(exprs.len());
         let mut chars: Vec<Option<CharOp<'_>>> = Vec::with_capacity(exprs.len());
-        for e in exprs {
+        let mut stored: Vec<Option<ColumnView<'_>>> = Vec::with_capacity(exprs.len());
+        for (k, e) in exprs.iter().enumerate() {
+            let is_stored = matches!(chunk.columns_mut().get(k), Some(ChunkColumn::Stored { .. }));
+            if is_stored {
+                let ExprKind::Column { index, .. } = &e.kind else {
+                    bufs.into_iter().flatten().for_each(|b| self.s.nums.push(b));
+                    return Err(EvalError::PlanMismatch(format!(
+                        "{e}: a table with NULLs or new types returns columns, not expressions"
+                    )));
+                };
+                let cv = view.column(*index)?;
+                self.s.note(e, sel.len());
+                stored.push(Some(cv));
+                bufs.push(None);
+                chars.push(None);
+                continue;
+            }
+            stored.push(None);
+            if e.may_be_null() {
+                bufs.into_iter().flatten().for_each(|b| self.s.nums.push(b));
+                return Err(EvalError::PlanMismatch(format!(
+                    "{e} may be NULL: only plain columns of such a table are returned"
+                )));
+            }
             if let DataType::Char(_) = e.ty {
                 let op = CharOp::of(view, e)?;
                 self.s.note(e, sel.len());
@@ -792,7 +1024,15 @@ impl<'r, 'a> Run<'r, 'a> {
                 chars.push(None);
             }
         }
+        let mut var_bytes = 0usize;
         for (k, col) in chunk.columns_mut().iter_mut().enumerate() {
+            if let (ChunkColumn::Stored(st), Some(Some(cv))) = (&mut *col, stored.get(k)) {
+                let (touched, heap) = st.push_rows(cv, sel);
+                self.c.values_touched += sel.len() as u64;
+                self.c.bytes_touched += touched as u64;
+                var_bytes += heap;
+                continue;
+            }
             match (col, bufs.get(k), chars.get(k)) {
                 (ChunkColumn::Num(v), Some(Some(b)), _) => v.extend_from_slice(b),
                 (ChunkColumn::Char { width, bytes }, _, Some(Some(op))) => {
@@ -811,7 +1051,7 @@ impl<'r, 'a> Run<'r, 'a> {
         chunk.add_rows(sel.len());
         self.c.results_written += sel.len() as u64;
         let row_bytes: usize = exprs.iter().map(|e| e.ty.wire_width()).sum();
-        self.c.result_bytes += (sel.len() * row_bytes) as u64;
+        self.c.result_bytes += (sel.len() * row_bytes + var_bytes) as u64;
         for b in bufs.into_iter().flatten() {
             self.s.nums.push(b);
         }
@@ -859,7 +1099,7 @@ impl RangePair {
         let ExprKind::Cmp { op, left, right } = &e.kind else {
             return None;
         };
-        if matches!(left.ty, DataType::Char(_)) {
+        if !left.ty.is_integer_backed() || left.may_be_null() {
             return None;
         }
         let ExprKind::Column { index, .. } = &left.kind else {

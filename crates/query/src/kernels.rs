@@ -172,7 +172,11 @@ macro_rules! for_op {
 
 /// Writes `sel[j]` for every `j` with `keep(j, sel[j])` into `out`, branch-free.
 #[inline(always)]
-pub(crate) fn filter_by(sel: &[u32], out: &mut Vec<u32>, keep: impl Fn(usize, usize) -> bool) {
+pub(crate) fn filter_by(
+    sel: &[u32],
+    out: &mut Vec<u32>,
+    mut keep: impl FnMut(usize, usize) -> bool,
+) {
     out.clear();
     out.resize(sel.len(), 0);
     // Written through a slice: stores through `out` itself make the compiler reload

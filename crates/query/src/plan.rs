@@ -17,8 +17,22 @@
 //!   `l_discount = 0.065` becomes `FALSE`. No floating point, no rounding;
 //! * folded constant sub-expressions (`1 - 0.05` is one decimal) with the evaluator's
 //!   own arithmetic;
-//! * pushed `NOT` into comparisons, `IN` and `LIKE` (exact here, as no value is ever
-//!   NULL); the front end turns `BETWEEN` into two comparisons.
+//! * pushed `NOT` into comparisons, `IN`, `LIKE`, `IS NULL` and boolean columns, and
+//!   through `AND` / `OR` (De Morgan), which is exact under SQL's three-valued logic
+//!   too; the front end turns `BETWEEN` into two comparisons.
+//!
+//! # NULLs (three-valued logic)
+//!
+//! A nullable column's NULL makes every comparison, `IN`, `LIKE` and arithmetic that
+//! reads it UNKNOWN; `AND` / `OR` / `NOT` follow Kleene's logic; a filter keeps the rows
+//! where it is TRUE. The evaluator computes only the TRUE set of every node: a leaf
+//! (comparison, `IN`, `LIKE`) runs on the selected rows whose columns are not NULL, `AND`
+//! and `OR` combine TRUE sets (exact in Kleene logic), and `NOT` never reaches a node
+//! that may be UNKNOWN because [`crate::build::negate`] pushes it down to leaves that
+//! have exact negations (`NOT a < b` is `a >= b`, both UNKNOWN on a NULL). A comparison
+//! the builder decides from the constant alone (`x = 0.065` on a scale-2 column) is not
+//! folded to `FALSE` when `x` may be NULL but becomes [`ExprKind::Known`] (FALSE, or
+//! UNKNOWN on a NULL), whose negation is UNKNOWN on a NULL too.
 
 use std::fmt;
 use std::sync::Arc;
@@ -46,6 +60,8 @@ pub enum ExprKind {
         index: usize,
         /// The column's name (for messages).
         name: String,
+        /// The column may hold NULLs (it is declared nullable).
+        nullable: bool,
     },
     /// A constant of the node's type.
     Const(Const),
@@ -94,6 +110,43 @@ pub enum ExprKind {
         prefix: Vec<u8>,
         /// `NOT LIKE`.
         negated: bool,
+    },
+    /// `e [NOT] LIKE pattern` on a variable-length string for the patterns `'%s'`
+    /// (suffix) and `'%s%'` (contains), without `_` or escapes; bytes compared as
+    /// stored (prefix patterns are [`ExprKind::Like`]).
+    LikeAny {
+        /// The tested string.
+        expr: Box<Expr>,
+        /// The literal part of the pattern.
+        needle: Vec<u8>,
+        /// `'%s'` (true) or `'%s%'` (false).
+        suffix: bool,
+        /// `NOT LIKE`.
+        negated: bool,
+    },
+    /// `e IS [NOT] NULL`: TRUE or FALSE, never UNKNOWN.
+    IsNull {
+        /// The tested expression.
+        expr: Box<Expr>,
+        /// `IS NOT NULL`.
+        negated: bool,
+    },
+    /// A predicate the builder decided from its constants alone on an expression that
+    /// may be NULL: `value` where `expr` is not NULL, UNKNOWN where it is.
+    Known {
+        /// The expression whose NULLs make it UNKNOWN.
+        expr: Box<Expr>,
+        /// The predicate's value on the other rows.
+        value: bool,
+    },
+    /// A `BOOLEAN` expression used as a predicate: TRUE where `expr` is `value`, FALSE
+    /// where it is not, UNKNOWN where it is NULL (`WHERE flag` is `value = true`,
+    /// `WHERE NOT flag` is `value = false`).
+    Truth {
+        /// The boolean expression (a `BOOLEAN` column).
+        expr: Box<Expr>,
+        /// The value that makes the predicate TRUE.
+        value: bool,
     },
     /// Conjunction (evaluated left to right, each term on the rows still selected).
     And(Vec<Expr>),
@@ -544,23 +597,27 @@ impl Expr {
         Expr::constant(Const::Bool(b), DataType::Bool)
     }
 
-    /// Column `index` of `schema`, typed from its stored type; `None` out of range, and
-    /// for a column the evaluator does not read: a nullable one (the evaluator has no
-    /// NULLs: three-valued logic is not implemented in the device program) or one of a
-    /// type [`DataType::of_column`] does not know. The SQL front end then leaves what
-    /// needs the column to the host, so push-down stays exact.
+    /// Column `index` of `schema`, typed from its stored type ([`DataType::of_column`]),
+    /// nullable as the column is; `None` out of range.
     pub fn column(schema: &Schema, index: usize) -> Option<Expr> {
         let col = schema.columns().get(index)?;
-        if col.nullable {
-            return None;
-        }
         Some(Expr::new(
             ExprKind::Column {
                 index,
                 name: col.name.clone(),
+                nullable: col.nullable,
             },
             DataType::of_column(col.ty)?,
         ))
+    }
+
+    /// True if the expression may be NULL: it reads a nullable column.
+    pub fn may_be_null(&self) -> bool {
+        let mut any = false;
+        crate::build::visit(self, &mut |e| {
+            any |= matches!(e.kind, ExprKind::Column { nullable: true, .. });
+        });
+        any
     }
 
     /// The constant, if this node is one.
@@ -588,7 +645,11 @@ impl Expr {
             | ExprKind::Not(e)
             | ExprKind::Rescale { expr: e, .. }
             | ExprKind::InList { expr: e, .. }
-            | ExprKind::Like { expr: e, .. } => e.collect_columns(out),
+            | ExprKind::Like { expr: e, .. }
+            | ExprKind::LikeAny { expr: e, .. }
+            | ExprKind::IsNull { expr: e, .. }
+            | ExprKind::Known { expr: e, .. }
+            | ExprKind::Truth { expr: e, .. } => e.collect_columns(out),
             ExprKind::Arith { left, right, .. } | ExprKind::Cmp { left, right, .. } => {
                 left.collect_columns(out);
                 right.collect_columns(out);
@@ -600,7 +661,12 @@ impl Expr {
     /// Number of predicate leaves (comparisons, `IN`, `LIKE`) in the expression.
     pub fn predicate_count(&self) -> usize {
         match &self.kind {
-            ExprKind::Cmp { .. } | ExprKind::InList { .. } | ExprKind::Like { .. } => 1,
+            ExprKind::Cmp { .. }
+            | ExprKind::InList { .. }
+            | ExprKind::Like { .. }
+            | ExprKind::LikeAny { .. }
+            | ExprKind::IsNull { .. }
+            | ExprKind::Truth { .. } => 1,
             ExprKind::Not(e) => e.predicate_count(),
             ExprKind::And(es) | ExprKind::Or(es) => es.iter().map(Expr::predicate_count).sum(),
             _ => 0,
@@ -681,6 +747,33 @@ impl fmt::Display for Expr {
                 f.write_str(")")
             }
             ExprKind::Not(e) => write!(f, "NOT ({e})"),
+            ExprKind::LikeAny {
+                expr,
+                needle,
+                suffix,
+                negated,
+            } => write!(
+                f,
+                "{expr} {}LIKE '%{}{}'",
+                if *negated { "NOT " } else { "" },
+                String::from_utf8_lossy(needle).replace('\'', "''"),
+                if *suffix { "" } else { "%" }
+            ),
+            ExprKind::IsNull { expr, negated } => {
+                write!(f, "{expr} IS {}NULL", if *negated { "NOT " } else { "" })
+            }
+            ExprKind::Known { expr, value } => write!(
+                f,
+                "{} (UNKNOWN if {expr} IS NULL)",
+                if *value { "TRUE" } else { "FALSE" }
+            ),
+            ExprKind::Truth { expr, value } => {
+                if *value {
+                    write!(f, "{expr}")
+                } else {
+                    write!(f, "NOT {expr}")
+                }
+            }
         }
     }
 }
@@ -780,6 +873,7 @@ mod tests {
             ExprKind::Column {
                 index: 0,
                 name: "k".into(),
+                nullable: false,
             },
             DataType::Int,
         );

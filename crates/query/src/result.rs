@@ -3,6 +3,8 @@
 //! (smart-ssd-query-processing §3.1: a session's results come back in chunks through
 //! GET; csd-sql turns them into Arrow batches and DataFusion's partial-aggregate states).
 
+use csd_table::{ColumnType, ColumnView};
+
 use crate::agg::AggState;
 use crate::error::EvalError;
 use crate::plan::{Output, Plan};
@@ -25,9 +27,95 @@ pub(crate) enum ChunkColumn {
     Num(Vec<i64>),
     /// `CHAR(width)` values back to back, padding included.
     Char { width: usize, bytes: Vec<u8> },
+    /// A column of a table with NULLs or the newer types, returned as stored.
+    Stored(StoredColumn),
 }
 
+/// A column returned as stored (a table with a nullable or new-type column): validity,
+/// fixed-width values as stored (a NULL's are zero), and variable-length values' bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoredColumn {
+    ty: ColumnType,
+    valid: Vec<bool>,
+    /// Fixed-width types: `width` bytes per row.
+    fixed: Vec<u8>,
+    /// Variable-length types: where each row's bytes start in `heap`.
+    starts: Vec<usize>,
+    heap: Vec<u8>,
+}
+
+impl StoredColumn {
+    fn new(ty: ColumnType) -> StoredColumn {
+        StoredColumn {
+            ty,
+            valid: Vec::new(),
+            fixed: Vec::new(),
+            starts: Vec::new(),
+            heap: Vec::new(),
+        }
+    }
+
+    /// Appends the rows `sel` of `cv`; returns the bytes read from the page and the
+    /// variable-length bytes appended.
+    pub(crate) fn push_rows(&mut self, cv: &ColumnView<'_>, sel: &[u32]) -> (usize, usize) {
+        let nulls = cv.may_have_nulls();
+        let mut touched = 0;
+        let heap0 = self.heap.len();
+        for &i in sel {
+            let i = i as usize;
+            let null = nulls && cv.is_null(i);
+            self.valid.push(!null);
+            if self.ty.is_variable() {
+                self.starts.push(self.heap.len());
+                if let Some(b) = cv.bytes(i) {
+                    self.heap.extend_from_slice(b);
+                    touched += b.len();
+                }
+            } else {
+                let w = self.ty.width();
+                match cv.raw(i) {
+                    Some(b) if !null => self.fixed.extend_from_slice(b),
+                    _ => self.fixed.resize(self.fixed.len() + w, 0),
+                }
+                touched += w;
+            }
+        }
+        (touched, self.heap.len() - heap0)
+    }
+
+    fn clear(&mut self) {
+        self.valid.clear();
+        self.fixed.clear();
+        self.starts.clear();
+        self.heap.clear();
+    }
+
+    fn append(&mut self, o: &StoredColumn) {
+        let base = self.heap.len();
+        self.valid.extend_from_slice(&o.valid);
+        self.fixed.extend_from_slice(&o.fixed);
+        self.starts.extend(o.starts.iter().map(|s| s + base));
+        self.heap.extend_from_slice(&o.heap);
+    }
+}
 impl RowChunk {
+    /// An empty chunk for the outputs `exprs` of a plan over `schema`: a table with a
+    /// nullable or new-type column returns its columns as stored ([`ColumnData::Stored`]).
+    pub fn for_outputs(exprs: &[crate::plan::Expr], schema: &csd_table::Schema) -> RowChunk {
+        let types: Vec<DataType> = exprs.iter().map(|e| e.ty).collect();
+        let mut chunk = RowChunk::new(&types);
+        if schema.is_extended() {
+            for (col, e) in chunk.columns.iter_mut().zip(exprs) {
+                if let crate::plan::ExprKind::Column { index, .. } = e.kind
+                    && let Some(c) = schema.columns().get(index)
+                {
+                    *col = ChunkColumn::Stored(StoredColumn::new(c.ty));
+                }
+            }
+        }
+        chunk
+    }
+
     /// An empty chunk for outputs of these types.
     pub fn new(types: &[DataType]) -> RowChunk {
         RowChunk {
@@ -64,7 +152,15 @@ impl RowChunk {
     /// Bytes the rows take on the wire to the host (fixed-width encoding:
     /// [`DataType::wire_width`] per value).
     pub fn wire_bytes(&self) -> u64 {
-        (self.rows * self.row_wire_bytes()) as u64
+        let heaps: usize = self
+            .columns
+            .iter()
+            .map(|c| match c {
+                ChunkColumn::Stored(s) => s.heap.len(),
+                _ => 0,
+            })
+            .sum();
+        (self.rows * self.row_wire_bytes() + heaps) as u64
     }
 
     /// Column `c`'s values (`None` out of range).
@@ -74,6 +170,13 @@ impl RowChunk {
             ChunkColumn::Char { width, bytes } => ColumnData::Char {
                 width: *width,
                 bytes,
+            },
+            ChunkColumn::Stored(s) => ColumnData::Stored {
+                ty: s.ty,
+                valid: &s.valid,
+                fixed: &s.fixed,
+                starts: &s.starts,
+                heap: &s.heap,
             },
         })
     }
@@ -92,6 +195,7 @@ impl RowChunk {
             match c {
                 ChunkColumn::Num(v) => v.clear(),
                 ChunkColumn::Char { bytes, .. } => bytes.clear(),
+                ChunkColumn::Stored(s) => s.clear(),
             }
         }
         self.rows = 0;
@@ -109,6 +213,7 @@ impl RowChunk {
             match c {
                 ChunkColumn::Num(v) => v.reserve(rows),
                 ChunkColumn::Char { width, bytes } => bytes.reserve(rows.saturating_mul(*width)),
+                ChunkColumn::Stored(s) => s.valid.reserve(rows),
             }
         }
     }
@@ -126,6 +231,7 @@ impl RowChunk {
                 (ChunkColumn::Char { bytes: x, .. }, ChunkColumn::Char { bytes: y, .. }) => {
                     x.extend_from_slice(y)
                 }
+                (ChunkColumn::Stored(x), ChunkColumn::Stored(y)) if x.ty == y.ty => x.append(y),
                 _ => {
                     return Err(EvalError::PlanMismatch(
                         "row chunks with different column kinds".into(),
@@ -149,6 +255,22 @@ pub enum ColumnData<'a> {
         width: usize,
         /// `len() * width` bytes.
         bytes: &'a [u8],
+    },
+    /// A column of a table with NULLs or the newer types, as stored: `valid[i]` is false
+    /// for a NULL; a fixed-width type's value `i` is `fixed[i*w..(i+1)*w]` (its stored
+    /// little-endian bytes, zero for a NULL); a variable-length value `i` is
+    /// `heap[starts[i]..starts[i+1]]` (the last one ends at `heap.len()`).
+    Stored {
+        /// The stored column type.
+        ty: ColumnType,
+        /// Per row: not NULL.
+        valid: &'a [bool],
+        /// Fixed-width values.
+        fixed: &'a [u8],
+        /// Variable-length values' starts in `heap`.
+        starts: &'a [usize],
+        /// Variable-length values' bytes.
+        heap: &'a [u8],
     },
 }
 
@@ -175,8 +297,7 @@ impl PartialResult {
     pub fn with_group_limit(plan: &Plan, limit: usize) -> PartialResult {
         match &plan.output {
             Output::Project(exprs) => {
-                let types: Vec<DataType> = exprs.iter().map(|e| e.ty).collect();
-                PartialResult::Rows(RowChunk::new(&types))
+                PartialResult::Rows(RowChunk::for_outputs(exprs, &plan.schema))
             }
             Output::Aggregate(a) => {
                 PartialResult::Aggregate(Box::new(AggState::new(a, &plan.schema, limit)))

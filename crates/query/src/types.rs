@@ -32,21 +32,53 @@ pub enum DataType {
     Date,
     /// A fixed-length byte string of `n` bytes (`CHAR(n)` columns, string literals).
     Char(u16),
+    /// An instant: `i64` microseconds since 1970-01-01 00:00 UTC (`TIMESTAMP` columns).
+    Timestamp,
+    /// IEEE 754 single precision (`FLOAT32` columns: read and returned, not computed).
+    Float32,
+    /// IEEE 754 double precision (`FLOAT64` columns: read and returned, not computed).
+    Float64,
+    /// A 128-bit decimal (`DECIMAL(p, s)` columns with `p` up to 38: read and returned).
+    Decimal128 {
+        /// Total digits.
+        precision: u8,
+        /// Digits after the point.
+        scale: u8,
+    },
+    /// Variable-length UTF-8 text (`VARCHAR` columns): compared byte for byte (UTF-8
+    /// byte order is code point order), never padded or trimmed.
+    Varchar,
+    /// Variable-length bytes (`VARBINARY` columns): compared byte for byte.
+    Varbinary,
 }
 
 impl DataType {
-    /// The query type of a stored column type, or `None` for a type the evaluator does
-    /// not read (the types added for users' own tables: BOOLEAN, INT8/16, floats,
-    /// TIMESTAMP, DECIMAL128, VARCHAR, VARBINARY). A program never reads such a column,
-    /// so a filter on one is left to the host's SQL engine, which stays exact.
+    /// The query type of a stored column type: `INT8/16/32/64` are `INT`, `BOOLEAN` is
+    /// [`DataType::Bool`] (a column that is itself a predicate), every other type its
+    /// own. (`Option` for callers written when some types had no query type.)
     pub fn of_column(ty: ColumnType) -> Option<DataType> {
         Some(match ty {
-            ColumnType::Int32 | ColumnType::Int64 => DataType::Int,
+            ColumnType::Int8 | ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64 => {
+                DataType::Int
+            }
             ColumnType::Date => DataType::Date,
             ColumnType::Decimal { scale } => DataType::Decimal { scale },
             ColumnType::Char(n) => DataType::Char(n),
-            _ => return None,
+            ColumnType::Bool => DataType::Bool,
+            ColumnType::Float32 => DataType::Float32,
+            ColumnType::Float64 => DataType::Float64,
+            ColumnType::Timestamp => DataType::Timestamp,
+            ColumnType::Decimal128 { precision, scale } => {
+                DataType::Decimal128 { precision, scale }
+            }
+            ColumnType::Varchar => DataType::Varchar,
+            ColumnType::Varbinary => DataType::Varbinary,
         })
+    }
+
+    /// True for the variable-length string types (`VARCHAR`, `VARBINARY`).
+    pub fn is_variable(self) -> bool {
+        matches!(self, DataType::Varchar | DataType::Varbinary)
     }
 
     /// The decimal scale of a number type (`INT` is scale 0); `None` for the others.
@@ -63,22 +95,28 @@ impl DataType {
         self.scale().is_some()
     }
 
-    /// True for the types held as one `i64` per row (`INT`, `DECIMAL`, `DATE`).
+    /// True for the types held as one `i64` per row (`INT`, `DECIMAL`, `DATE`,
+    /// `TIMESTAMP`).
     pub fn is_integer_backed(self) -> bool {
         matches!(
             self,
-            DataType::Int | DataType::Decimal { .. } | DataType::Date
+            DataType::Int | DataType::Decimal { .. } | DataType::Date | DataType::Timestamp
         )
     }
 
     /// Bytes one value of this type takes in a result chunk sent to the host
-    /// (`INT`/`DECIMAL` 8, `DATE` 4, `CHAR(n)` n, `BOOLEAN` 1).
+    /// (`INT`/`DECIMAL` 8, `DATE` 4, `CHAR(n)` n, `BOOLEAN` 1, `TIMESTAMP` and
+    /// `FLOAT64` 8, `FLOAT32` 4, `DECIMAL128` 16; a variable-length value 4 for its
+    /// length, its bytes counted apart).
     pub fn wire_width(self) -> usize {
         match self {
             DataType::Bool => 1,
-            DataType::Int | DataType::Decimal { .. } => 8,
-            DataType::Date => 4,
+            DataType::Int | DataType::Decimal { .. } | DataType::Timestamp => 8,
+            DataType::Date | DataType::Float32 => 4,
+            DataType::Float64 => 8,
+            DataType::Decimal128 { .. } => 16,
             DataType::Char(n) => usize::from(n),
+            DataType::Varchar | DataType::Varbinary => 4,
         }
     }
 }
@@ -91,6 +129,14 @@ impl fmt::Display for DataType {
             DataType::Decimal { scale } => write!(f, "DECIMAL(scale {scale})"),
             DataType::Date => f.write_str("DATE"),
             DataType::Char(n) => write!(f, "CHAR({n})"),
+            DataType::Timestamp => f.write_str("TIMESTAMP"),
+            DataType::Float32 => f.write_str("FLOAT32"),
+            DataType::Float64 => f.write_str("FLOAT64"),
+            DataType::Decimal128 { precision, scale } => {
+                write!(f, "DECIMAL({precision}, {scale})")
+            }
+            DataType::Varchar => f.write_str("VARCHAR"),
+            DataType::Varbinary => f.write_str("VARBINARY"),
         }
     }
 }

@@ -342,6 +342,27 @@ fn push_scan(
         aggregates.push(aggregate);
         kinds.push(kind);
     }
+    // The device aggregates NOT NULL values of the fixed types (INT, DECIMAL, DATE,
+    // CHAR) and groups by NOT NULL columns of the original types: a nullable or
+    // newer-type argument or key (SUM skipping NULLs, COUNT(col)) is DataFusion's.
+    let key_ok = |&g: &usize| {
+        schema
+            .columns()
+            .get(g)
+            .is_some_and(|c| !c.nullable && c.ty.is_classic())
+    };
+    let arg_ok = |a: &Aggregate| {
+        a.arg.as_ref().is_none_or(|e| {
+            !e.may_be_null()
+                && matches!(
+                    e.ty,
+                    DevType::Int | DevType::Decimal { .. } | DevType::Date | DevType::Char(_)
+                )
+        })
+    };
+    if !group_by.iter().all(key_ok) || !aggregates.iter().all(arg_ok) {
+        return None;
+    }
     let program = Plan::aggregation(
         &scan.table.name,
         schema,

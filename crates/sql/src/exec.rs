@@ -28,7 +28,7 @@ use csd_host::{CommandIssuer, JoinRead, QueryReport, ScanOptions, Strategy, Tabl
 use csd_query::plan::Expr as DevExpr;
 use csd_query::{Output, PartialResult, Plan};
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -589,7 +589,16 @@ fn rows_batch(
             .map(|c| c.column(out))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| DataFusionError::Internal(format!("device output {out} missing")))?;
-        cols.push(column_array_of(ty, &parts)?);
+        let mut arr = column_array_of(ty, &parts)?;
+        // A TIMESTAMP carries its column's time zone (the field's).
+        if let DataType::Timestamp(_, tz @ Some(_)) = schema.field(out).data_type() {
+            use datafusion::arrow::array::AsArray;
+            use datafusion::arrow::datatypes::TimestampMicrosecondType;
+            if let Some(a) = arr.as_primitive_opt::<TimestampMicrosecondType>() {
+                arr = Arc::new(a.clone().with_timezone_opt(tz.clone()));
+            }
+        }
+        cols.push(arr);
     }
     let rows = chunks.iter().map(csd_query::RowChunk::len).sum();
     let opts = RecordBatchOptions::new().with_row_count(Some(rows));

@@ -1,42 +1,47 @@
-//! A user's own data onto the device (`csd load csv|parquet`, issue 12): Arrow record
-//! batches, read with Arrow's CSV reader or the Parquet crate's Arrow reader, become
-//! row images of a device table ([`csd_table::schema`], the tuple format of smart-ssd
-//! §4.1.1: fixed-width values, decimals as scaled integers, dates as days).
+//! A user's own data onto the device (`csd load csv|parquet`, issues 12 and 34): Arrow
+//! record batches, read with Arrow's CSV reader or the Parquet crate's Arrow reader,
+//! become row images of a device table ([`csd_table::schema`]).
 //!
-//! Type mapping (the device stores no NULLs and no floating point):
+//! Type mapping (one to one; a column holding a NULL becomes a nullable column):
 //!
 //! | Arrow | device column |
 //! |---|---|
-//! | Int8, Int16, Int32, UInt8, UInt16 | `INT32` |
-//! | Int64, UInt32, UInt64 (values up to `i64::MAX`) | `INT64` |
-//! | Decimal128/256 (p, s), 0 ≤ s ≤ 18, values within `i64` | `DECIMAL(scale s)` (negative scales become 0) |
-//! | Float16/32/64 | `DECIMAL(scale S)` with `--float-scale S` (rounded), else an error |
+//! | Boolean | `BOOLEAN` |
+//! | Int8, Int16, Int32, Int64 | `INT8`, `INT16`, `INT32`, `INT64` |
+//! | UInt8, UInt16, UInt32, UInt64 (values up to `i64::MAX`) | `INT16`, `INT32`, `INT64`, `INT64` |
+//! | Float16/32, Float64 | `FLOAT32`, `FLOAT64` (IEEE, unscaled); with `--float-scale S`: `DECIMAL(scale S)`, rounded |
+//! | Decimal (p <= 18, 0 <= s <= 18) | `DECIMAL(scale s)` (an exact `i64`, which the device computes with) |
+//! | Decimal (p <= 38) | `DECIMAL(p, s)` (Decimal128) |
 //! | Date32, Date64 | `DATE` |
-//! | Utf8, LargeUtf8, Utf8View, dictionaries of them | `CHAR(n)`, n the longest value in bytes (at least 1) |
+//! | Timestamp (s, ms, us, ns; time zone kept) | `TIMESTAMP` (microseconds; a nanosecond value must be whole microseconds) |
+//! | Utf8, LargeUtf8, Utf8View, dictionaries of them | `VARCHAR` (no padding, no trimming) |
+//! | Binary, LargeBinary, BinaryView, FixedSizeBinary | `VARBINARY` |
 //!
-//! Anything else (booleans, timestamps, binary, lists, ...) is an [`ImportError`] naming
-//! the column and its type; so is a NULL (naming the row), a value out of range, or a
-//! string that does not fit. CSV has no NULL: an empty string field is an empty string;
-//! a CSV column Arrow infers as Float64 is read as text and stored as an exact decimal
-//! with as many digits after the point as its longest fraction (so `12.34` stays
-//! `12.34`, never `12.339999`); written in exponent form it falls back to the float
-//! rule. `CHAR` keeps no trailing blanks (the device pads with them).
+//! Anything else (times of day, lists, ...) is an [`ImportError`] naming the column and
+//! its type; so is a value that does not fit its column (naming the row and the column).
 //!
-//! Choices: a file is read and converted completely, in memory, before the device is
-//! touched, so a bad type or value (or a missing file) writes nothing; the converted
-//! rows are [`RowImages`], a [`RowSource`] for `Catalog::load`.
+//! CSV: the header line is sniffed as DuckDB does unless `header` says: the first line
+//! is a header when one of its fields does not parse as the type the other lines give
+//! that column (a quoted `"id","name"` line over integers), or when every column is
+//! text; `--header` / `--no-header` override. An empty field is NULL (Arrow's CSV
+//! reader), so an empty string and a NULL read the same from CSV.
+//!
+//! Choices: a file is read twice, streaming record batch by record batch both times:
+//! the first pass types the columns and checks every value (so a bad type or value, or a
+//! missing file, writes nothing), the second converts batches into row images as the
+//! device takes them ([`RowImages`], a [`RowSource`] for `Catalog::load`). Memory stays
+//! at a batch and its rows whatever the file's size.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use csd_table::datagen::RowSource;
-use csd_table::schema::{Column, ColumnType, MAX_DECIMAL_SCALE, Schema, SchemaError};
-use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Date32Array, Decimal128Array, Int32Array, Int64Array, RecordBatch,
-    StringArray,
+use csd_table::schema::{
+    Column, ColumnType, MAX_DECIMAL_SCALE, MAX_DECIMAL128_PRECISION, Schema, SchemaError, Value,
 };
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
 
 /// Why a file could not become a device table (nothing was written).
 #[derive(Debug, thiserror::Error)]
@@ -68,11 +73,8 @@ pub enum ImportError {
         /// What to do about it.
         hint: String,
     },
-    /// A NULL (device tables have none).
-    #[error(
-        "column `{column}` is NULL in row {row}: device tables store no NULLs; \
-         fill or drop those rows first"
-    )]
+    /// A NULL where the column takes none.
+    #[error("column `{column}` is NULL in row {row}: the column is NOT NULL")]
     Null {
         /// The column.
         column: String,
@@ -101,10 +103,11 @@ pub enum ImportError {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ImportOptions {
     /// Store floating-point columns as `DECIMAL` with this many digits after the point
-    /// (rounded); `None`: a floating-point column is an error.
+    /// (rounded); `None`: they are `FLOAT32` / `FLOAT64`.
     pub float_scale: Option<u8>,
-    /// CSV: the first line names the columns (otherwise `column_1`, `column_2`, ...).
-    pub header: bool,
+    /// CSV: the first line names the columns (`Some(true)`), is data (`Some(false)`:
+    /// columns `column_1`, `column_2`, ...), or is sniffed (`None`, see the module docs).
+    pub header: Option<bool>,
     /// CSV: the field delimiter.
     pub delimiter: u8,
 }
@@ -113,19 +116,445 @@ impl Default for ImportOptions {
     fn default() -> Self {
         ImportOptions {
             float_scale: None,
-            header: true,
+            header: None,
             delimiter: b',',
         }
     }
 }
 
-/// Rows ready for the device: the table schema and the row images back to back.
+/// Record batches per read.
+const BATCH_ROWS: usize = 8192;
+
+/// Where the batches come from (read once to check, once to convert).
 #[derive(Debug, Clone)]
+enum Source {
+    Memory(Arc<Vec<RecordBatch>>),
+    Parquet(PathBuf),
+    Csv {
+        path: PathBuf,
+        schema: SchemaRef,
+        header: bool,
+        delimiter: u8,
+    },
+}
+
+type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ImportError>> + Send>;
+
+impl Source {
+    fn path(&self) -> PathBuf {
+        match self {
+            Source::Memory(_) => PathBuf::from("<arrow data>"),
+            Source::Parquet(p) | Source::Csv { path: p, .. } => p.clone(),
+        }
+    }
+
+    fn batches(&self) -> Result<Batches, ImportError> {
+        let path = self.path();
+        let io = {
+            let path = path.clone();
+            move |e: std::io::Error| ImportError::Io {
+                path: path.clone(),
+                source: e,
+            }
+        };
+        let fmt = move |e: String| ImportError::Format {
+            path: path.clone(),
+            message: e,
+        };
+        match self {
+            Source::Memory(b) => {
+                let b = b.clone();
+                Ok(Box::new((0..b.len()).map(move |i| Ok(b[i].clone()))))
+            }
+            Source::Parquet(p) => {
+                use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+                let file = std::fs::File::open(p).map_err(io)?;
+                let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+                    .map_err(|e| fmt(format!("not a readable Parquet file: {e}")))?
+                    .with_batch_size(BATCH_ROWS)
+                    .build()
+                    .map_err(|e| fmt(e.to_string()))?;
+                Ok(Box::new(
+                    reader.map(move |r| r.map_err(|e| fmt(e.to_string()))),
+                ))
+            }
+            Source::Csv {
+                path,
+                schema,
+                header,
+                delimiter,
+            } => {
+                use datafusion::arrow::csv::ReaderBuilder;
+                use datafusion::arrow::csv::reader::Format;
+                let format = Format::default()
+                    .with_header(*header)
+                    .with_delimiter(*delimiter);
+                let file = std::fs::File::open(path).map_err(io)?;
+                let reader = ReaderBuilder::new(schema.clone())
+                    .with_format(format)
+                    .with_batch_size(BATCH_ROWS)
+                    .build(file)
+                    .map_err(|e| fmt(e.to_string()))?;
+                Ok(Box::new(
+                    reader.map(move |r| r.map_err(|e| fmt(e.to_string()))),
+                ))
+            }
+        }
+    }
+}
+
+/// Reads a Parquet file completely (Arrow batches): for tests and tools; loading
+/// streams ([`import_file`]).
+pub fn read_parquet(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), ImportError> {
+    let src = Source::Parquet(path.to_path_buf());
+    let batches = src.batches()?.collect::<Result<Vec<_>, _>>()?;
+    let schema = parquet_schema(path)?;
+    Ok((schema, batches))
+}
+
+fn parquet_schema(path: &Path) -> Result<SchemaRef, ImportError> {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let file = std::fs::File::open(path).map_err(|e| ImportError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    let b = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| ImportError::Format {
+        path: path.to_path_buf(),
+        message: format!("not a readable Parquet file: {e}"),
+    })?;
+    Ok(b.schema().clone())
+}
+
+/// Splits one CSV line into fields (quotes `"` with `""` inside), for header sniffing.
+fn csv_fields(line: &str, delimiter: u8) -> Vec<String> {
+    let d = delimiter as char;
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            c if c == d && !quoted => out.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
+}
+
+/// Whether `text` reads as a value of the inferred CSV type `ty`.
+fn parses_as(text: &str, ty: &DataType) -> bool {
+    let t = text.trim();
+    if t.is_empty() {
+        return true;
+    }
+    match ty {
+        DataType::Int64 | DataType::Int32 => t.parse::<i64>().is_ok(),
+        DataType::Float64 => t.parse::<f64>().is_ok(),
+        DataType::Boolean => t.eq_ignore_ascii_case("true") || t.eq_ignore_ascii_case("false"),
+        DataType::Date32 | DataType::Date64 | DataType::Timestamp(..) => {
+            let a = datafusion::arrow::array::StringArray::from(vec![t]);
+            cast(&a, ty).is_ok_and(|r| !r.is_null(0))
+        }
+        _ => true,
+    }
+}
+
+/// The CSV file's schema and whether its first line is a header (sniffed unless given).
+fn csv_schema(path: &Path, opts: &ImportOptions) -> Result<(SchemaRef, bool), ImportError> {
+    use datafusion::arrow::csv::reader::Format;
+    use std::io::BufRead;
+    let io = |e: std::io::Error| ImportError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    let fmt = |e: String| ImportError::Format {
+        path: path.to_path_buf(),
+        message: e,
+    };
+    let infer = |header: bool| -> Result<ArrowSchema, ImportError> {
+        let file = std::fs::File::open(path).map_err(io)?;
+        let format = Format::default()
+            .with_header(header)
+            .with_delimiter(opts.delimiter);
+        let (schema, _) = format
+            .infer_schema(std::io::BufReader::new(file), None)
+            .map_err(|e| fmt(format!("not readable as CSV: {e}")))?;
+        Ok(schema)
+    };
+    let header = match opts.header {
+        Some(h) => h,
+        None => {
+            let file = std::fs::File::open(path).map_err(io)?;
+            let mut first = String::new();
+            std::io::BufReader::new(file)
+                .read_line(&mut first)
+                .map_err(io)?;
+            let first = first.trim_end_matches(['\n', '\r']);
+            let fields = csv_fields(first, opts.delimiter);
+            // The types of the lines after the first.
+            let rest = infer(true)?;
+            let all_text = rest
+                .fields()
+                .iter()
+                .all(|f| matches!(f.data_type(), DataType::Utf8 | DataType::Null));
+            all_text
+                || fields
+                    .iter()
+                    .zip(rest.fields())
+                    .any(|(v, f)| !parses_as(v, f.data_type()))
+        }
+    };
+    let inferred = infer(header)?;
+    // An all-empty column (inferred Null) is text.
+    let fields: Vec<Field> = inferred
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Null => Field::new(f.name(), DataType::Utf8, true),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Ok((Arc::new(ArrowSchema::new(fields)), header))
+}
+
+/// What a column of the file becomes.
+#[derive(Debug, Clone)]
+struct Plan {
+    column: String,
+    ty: ColumnType,
+    tz: Option<String>,
+    /// The Arrow type the column is cast to before encoding.
+    target: DataType,
+    /// Nanosecond timestamps: each must be whole microseconds.
+    nanos: bool,
+    nullable: bool,
+}
+
+fn unsupported(column: &str, ty: &DataType, hint: &str) -> ImportError {
+    ImportError::UnsupportedType {
+        column: column.to_string(),
+        ty: ty.clone(),
+        hint: hint.to_string(),
+    }
+}
+
+/// The device column of one Arrow column.
+fn column_plan(field: &Field, opts: &ImportOptions) -> Result<Plan, ImportError> {
+    let name = field.name();
+    let ty = field.data_type();
+    let value_ty = match ty {
+        DataType::Dictionary(_, v) => v.as_ref(),
+        t => t,
+    };
+    let mut tz = None;
+    let mut nanos = false;
+    let col = match value_ty {
+        DataType::Boolean => ColumnType::Bool,
+        DataType::Int8 => ColumnType::Int8,
+        DataType::Int16 | DataType::UInt8 => ColumnType::Int16,
+        DataType::Int32 | DataType::UInt16 => ColumnType::Int32,
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => ColumnType::Int64,
+        DataType::Decimal32(p, s)
+        | DataType::Decimal64(p, s)
+        | DataType::Decimal128(p, s)
+        | DataType::Decimal256(p, s) => {
+            let s = u8::try_from(*s).map_err(|_| {
+                unsupported(
+                    name,
+                    ty,
+                    "a negative decimal scale: cast it to a scale of 0 or more",
+                )
+            })?;
+            if *p <= 18 && s <= MAX_DECIMAL_SCALE {
+                ColumnType::Decimal { scale: s }
+            } else if *p <= MAX_DECIMAL128_PRECISION {
+                ColumnType::Decimal128 {
+                    precision: *p,
+                    scale: s,
+                }
+            } else {
+                return Err(unsupported(
+                    name,
+                    ty,
+                    &format!("a device DECIMAL has at most {MAX_DECIMAL128_PRECISION} digits"),
+                ));
+            }
+        }
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => match opts.float_scale {
+            Some(s) if s <= MAX_DECIMAL_SCALE => ColumnType::Decimal { scale: s },
+            Some(s) => {
+                return Err(unsupported(
+                    name,
+                    ty,
+                    &format!("--float-scale {s} is more than {MAX_DECIMAL_SCALE}"),
+                ));
+            }
+            None if matches!(value_ty, DataType::Float64) => ColumnType::Float64,
+            None => ColumnType::Float32,
+        },
+        DataType::Date32 | DataType::Date64 => ColumnType::Date,
+        DataType::Timestamp(unit, z) => {
+            tz = z.as_ref().map(|z| z.to_string());
+            nanos = *unit == TimeUnit::Nanosecond;
+            ColumnType::Timestamp
+        }
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => ColumnType::Varchar,
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => ColumnType::Varbinary,
+        _ => {
+            return Err(unsupported(
+                name,
+                ty,
+                "supported: booleans, integers, floats, decimals, dates, timestamps, strings \
+                 and binary",
+            ));
+        }
+    };
+    let target = match col {
+        ColumnType::Bool => DataType::Boolean,
+        ColumnType::Int8 => DataType::Int8,
+        ColumnType::Int16 => DataType::Int16,
+        ColumnType::Int32 => DataType::Int32,
+        ColumnType::Int64 => DataType::Int64,
+        ColumnType::Float32 => DataType::Float32,
+        ColumnType::Float64 => DataType::Float64,
+        ColumnType::Date => DataType::Date32,
+        ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+        ColumnType::Decimal { scale } => DataType::Decimal128(38, scale as i8),
+        ColumnType::Decimal128 { precision, scale } => DataType::Decimal128(precision, scale as i8),
+        ColumnType::Varchar | ColumnType::Char(_) => DataType::Utf8,
+        ColumnType::Varbinary => DataType::Binary,
+    };
+    Ok(Plan {
+        column: name.clone(),
+        ty: col,
+        tz,
+        target,
+        nanos,
+        nullable: false,
+    })
+}
+
+/// Column `c` of a batch as the plan's Arrow type; a value that does not fit is an error
+/// naming its row (`base` is the batch's first row in the file).
+fn cast_column(b: &RecordBatch, c: usize, plan: &Plan, base: u64) -> Result<ArrayRef, ImportError> {
+    let col = b.column(c);
+    let bad = |row: usize, message: String| ImportError::Value {
+        column: plan.column.clone(),
+        row: base + row as u64,
+        message,
+    };
+    let col = match col.data_type() {
+        DataType::Timestamp(u, Some(_)) => cast(col, &DataType::Timestamp(*u, None))
+            .map_err(|e| bad(0, format!("cannot be read as a timestamp: {e}")))?,
+        _ => col.clone(),
+    };
+    if plan.nanos {
+        let ns = col.as_primitive::<datafusion::arrow::datatypes::TimestampNanosecondType>();
+        if let Some(i) = (0..ns.len()).find(|&i| ns.is_valid(i) && ns.value(i) % 1000 != 0) {
+            return Err(bad(
+                i,
+                format!(
+                    "the timestamp {} ns has a fraction of a microsecond: a device TIMESTAMP \
+                     holds microseconds",
+                    ns.value(i)
+                ),
+            ));
+        }
+    }
+    let arr = if col.data_type() == &plan.target {
+        col.clone()
+    } else {
+        cast(&col, &plan.target)
+            .map_err(|e| bad(0, format!("cannot be converted to {}: {e}", plan.ty)))?
+    };
+    // A value that did not fit (too large, NaN or infinity for a decimal) is NULL now.
+    if arr.null_count() > col.null_count() {
+        let row = (0..arr.len())
+            .find(|&i| arr.is_null(i) && !col.is_null(i))
+            .unwrap_or(0);
+        return Err(bad(row, format!("the value does not fit {}", plan.ty)));
+    }
+    Ok(arr)
+}
+
+/// Value `i` of `a` (the plan's Arrow type) for the device.
+fn value_of(plan: &Plan, a: &ArrayRef, i: usize, row: u64) -> Result<Value, ImportError> {
+    use datafusion::arrow::datatypes as t;
+    if a.is_null(i) {
+        return Ok(Value::Null);
+    }
+    let bad = |message: String| ImportError::Value {
+        column: plan.column.clone(),
+        row,
+        message,
+    };
+    Ok(match plan.ty {
+        ColumnType::Bool => Value::Bool(a.as_boolean().value(i)),
+        ColumnType::Int8 => Value::Int8(a.as_primitive::<t::Int8Type>().value(i)),
+        ColumnType::Int16 => Value::Int16(a.as_primitive::<t::Int16Type>().value(i)),
+        ColumnType::Int32 => Value::Int32(a.as_primitive::<t::Int32Type>().value(i)),
+        ColumnType::Int64 => Value::Int64(a.as_primitive::<t::Int64Type>().value(i)),
+        ColumnType::Float32 => {
+            Value::Float32(a.as_primitive::<t::Float32Type>().value(i).to_bits())
+        }
+        ColumnType::Float64 => {
+            Value::Float64(a.as_primitive::<t::Float64Type>().value(i).to_bits())
+        }
+        ColumnType::Date => Value::Date(a.as_primitive::<t::Date32Type>().value(i)),
+        ColumnType::Timestamp => {
+            Value::Timestamp(a.as_primitive::<t::TimestampMicrosecondType>().value(i))
+        }
+        ColumnType::Decimal { scale } => {
+            let v = a.as_primitive::<t::Decimal128Type>().value(i);
+            Value::Decimal(i64::try_from(v).map_err(|_| {
+                bad(format!(
+                    "{v} (units of 10^-{scale}) does not fit a device DECIMAL (a 64-bit \
+                     scaled integer)"
+                ))
+            })?)
+        }
+        ColumnType::Decimal128 { .. } => {
+            Value::Decimal128(a.as_primitive::<t::Decimal128Type>().value(i))
+        }
+        ColumnType::Varchar | ColumnType::Char(_) => {
+            Value::Varchar(a.as_string::<i32>().value(i).to_string())
+        }
+        ColumnType::Varbinary => Value::Varbinary(a.as_binary::<i32>().value(i).to_vec()),
+    })
+}
+
+/// Rows ready for the device: the table schema and a stream of row images converted
+/// batch by batch from a source already checked (see the [module docs](self)).
 pub struct RowImages {
     schema: Schema,
-    data: Vec<u8>,
+    plans: Vec<Plan>,
+    source: Source,
     rows: u64,
     next: u64,
+    batches: Option<Batches>,
+    /// Row images of the current batch, back to back, and where each ends.
+    buf: Vec<u8>,
+    ends: Vec<usize>,
+    pos: usize,
+}
+
+impl std::fmt::Debug for RowImages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowImages")
+            .field("schema", &self.schema)
+            .field("rows", &self.rows)
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RowImages {
@@ -139,11 +568,52 @@ impl RowImages {
         &self.schema
     }
 
-    /// Row `i`'s image.
-    pub fn row(&self, i: u64) -> Option<&[u8]> {
-        let w = self.schema.row_width();
-        let s = usize::try_from(i).ok()?.checked_mul(w)?;
-        self.data.get(s..s + w)
+    /// Every row image, in order (reads the source again; for tests and small inputs).
+    pub fn all_rows(&self) -> Result<Vec<Vec<u8>>, ImportError> {
+        let mut out = Vec::new();
+        let mut base = 0u64;
+        for b in self.source.batches()? {
+            let b = b?;
+            let (buf, ends) = encode_batch(&self.schema, &self.plans, &b, base)?;
+            let mut s = 0;
+            for e in ends {
+                out.push(buf[s..e].to_vec());
+                s = e;
+            }
+            base += b.num_rows() as u64;
+        }
+        Ok(out)
+    }
+
+    /// Converts the next batch into `buf`; false at the end (or on a read error, which
+    /// the first pass would have reported: the file changed in between).
+    fn fill(&mut self) -> bool {
+        if self.batches.is_none() {
+            match self.source.batches() {
+                Ok(b) => self.batches = Some(b),
+                Err(_) => return false,
+            }
+        }
+        let Some(it) = self.batches.as_mut() else {
+            return false;
+        };
+        loop {
+            let Some(Ok(b)) = it.next() else {
+                return false;
+            };
+            if b.num_rows() == 0 {
+                continue;
+            }
+            match encode_batch(&self.schema, &self.plans, &b, self.next) {
+                Ok((buf, ends)) => {
+                    self.buf = buf;
+                    self.ends = ends;
+                    self.pos = 0;
+                    return true;
+                }
+                Err(_) => return false,
+            }
+        }
     }
 }
 
@@ -153,15 +623,21 @@ impl RowSource for RowImages {
     }
 
     fn next_row(&mut self, row: &mut Vec<u8>) -> bool {
-        let w = self.schema.row_width();
-        let Some(img) = usize::try_from(self.next)
-            .ok()
-            .and_then(|i| self.data.get(i * w..(i + 1) * w))
-        else {
+        if self.next >= self.rows {
             return false;
+        }
+        if self.pos >= self.ends.len() && !self.fill() {
+            return false;
+        }
+        let start = if self.pos == 0 {
+            0
+        } else {
+            self.ends[self.pos - 1]
         };
+        let end = self.ends[self.pos];
         row.clear();
-        row.extend_from_slice(img);
+        row.extend_from_slice(&self.buf[start..end]);
+        self.pos += 1;
         self.next += 1;
         true
     }
@@ -171,468 +647,168 @@ impl RowSource for RowImages {
     }
 }
 
-/// Reads a Parquet file completely (Arrow batches).
-pub fn read_parquet(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), ImportError> {
-    use datafusion::arrow::array::RecordBatchReader;
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let file = std::fs::File::open(path).map_err(|e| ImportError::Io {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
-    let fmt = |e: String| ImportError::Format {
-        path: path.to_path_buf(),
-        message: e,
-    };
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| fmt(format!("not a readable Parquet file: {e}")))?
-        .build()
-        .map_err(|e| fmt(e.to_string()))?;
-    let schema = reader.schema();
-    let batches = reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| fmt(e.to_string()))?;
-    Ok((schema, batches))
-}
-
-/// Reads a CSV file completely: types inferred over every row by Arrow, Float64
-/// columns read as text (see the [module docs](self)).
-pub fn read_csv(
-    path: &Path,
-    opts: &ImportOptions,
-) -> Result<(SchemaRef, Vec<RecordBatch>), ImportError> {
-    use datafusion::arrow::csv::ReaderBuilder;
-    use datafusion::arrow::csv::reader::Format;
-    let io = |e: std::io::Error| ImportError::Io {
-        path: path.to_path_buf(),
-        source: e,
-    };
-    let fmt = |e: String| ImportError::Format {
-        path: path.to_path_buf(),
-        message: e,
-    };
-    let format = Format::default()
-        .with_header(opts.header)
-        .with_delimiter(opts.delimiter);
-    let file = std::fs::File::open(path).map_err(io)?;
-    let (inferred, _) = format
-        .infer_schema(std::io::BufReader::new(file), None)
-        .map_err(|e| fmt(format!("not readable as CSV: {e}")))?;
-    // Floats as text (exact decimals later); strings stay strings, empty ones included.
-    let fields: Vec<Field> = inferred
-        .fields()
-        .iter()
-        .map(|f| match f.data_type() {
-            DataType::Float64 | DataType::Float32 | DataType::Float16 | DataType::Null => {
-                Field::new(f.name(), DataType::Utf8, true)
-            }
-            _ => f.as_ref().clone(),
-        })
-        .collect();
-    let schema = Arc::new(ArrowSchema::new(fields));
-    let file = std::fs::File::open(path).map_err(io)?;
-    let reader = ReaderBuilder::new(schema.clone())
-        .with_format(format)
-        .with_batch_size(8192)
-        .build(file)
-        .map_err(|e| fmt(e.to_string()))?;
-    let mut batches = reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| fmt(e.to_string()))?;
-    // Text columns that were floats become exact decimals.
-    let float_cols: Vec<usize> = inferred
-        .fields()
+/// The rows of one batch as row images of `schema`, back to back, with their ends.
+fn encode_batch(
+    schema: &Schema,
+    plans: &[Plan],
+    b: &RecordBatch,
+    base: u64,
+) -> Result<(Vec<u8>, Vec<usize>), ImportError> {
+    let arrays = plans
         .iter()
         .enumerate()
-        .filter(|(_, f)| {
-            matches!(
-                f.data_type(),
-                DataType::Float64 | DataType::Float32 | DataType::Float16
-            )
-        })
-        .map(|(i, _)| i)
-        .collect();
-    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-    for &c in &float_cols {
-        let name = fields[c].name().clone();
-        let target = match (decimal_text_scale(&batches, c), opts.float_scale) {
-            (Some(s), _) if s <= MAX_DECIMAL_SCALE => DataType::Decimal128(38, s as i8),
-            // Read as Float64: the float rule (`--float-scale`) applies in `to_rows`.
-            (_, Some(_)) => DataType::Float64,
-            (_, None) => {
-                return Err(ImportError::UnsupportedType {
-                    column: name,
-                    ty: DataType::Float64,
-                    hint: "its values are floating-point numbers (exponents, or more than 18 \
-                           digits after the point); pass --float-scale N to store them as \
-                           DECIMAL with N digits (rounded)"
-                        .into(),
-                });
-            }
-        };
-        fields[c] = Field::new(&name, target.clone(), true);
-        let s = Arc::new(ArrowSchema::new(fields.clone()));
-        let mut base = 0u64;
-        for b in &mut batches {
-            let col = b.column(c);
-            let arr = cast(col, &target).map_err(|e| ImportError::Value {
-                column: name.clone(),
-                row: base,
-                message: format!("not a number: {e}"),
-            })?;
-            if let Some(i) = (0..arr.len()).find(|&i| arr.is_null(i) && !col.is_null(i)) {
-                return Err(ImportError::Value {
-                    column: name.clone(),
-                    row: base + i as u64,
-                    message: format!("`{}` is not a number", col.as_string::<i32>().value(i)),
-                });
-            }
-            let mut cols = b.columns().to_vec();
-            cols[c] = arr;
-            base += b.num_rows() as u64;
-            *b = RecordBatch::try_new(s.clone(), cols).map_err(|e| fmt(e.to_string()))?;
+        .map(|(c, p)| cast_column(b, c, p, base))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut buf = Vec::with_capacity(b.num_rows() * schema.row_width());
+    let mut ends = Vec::with_capacity(b.num_rows());
+    let mut values = Vec::with_capacity(plans.len());
+    let mut img = Vec::new();
+    for i in 0..b.num_rows() {
+        let row = base + i as u64;
+        values.clear();
+        for (p, a) in plans.iter().zip(&arrays) {
+            values.push(value_of(p, a, i, row)?);
         }
+        schema
+            .encode_row_into(&values, &mut img)
+            .map_err(|e| row_error(schema, &values, row, e))?;
+        buf.extend_from_slice(&img);
+        ends.push(buf.len());
     }
-    let schema = Arc::new(ArrowSchema::new(fields));
-    Ok((schema, batches))
+    Ok((buf, ends))
 }
 
-/// The largest number of digits after the point among the text values of column `c`;
-/// `None` if one is not a plain decimal (exponent, inf, nan).
-fn decimal_text_scale(batches: &[RecordBatch], c: usize) -> Option<u8> {
-    let mut scale = 0usize;
-    for b in batches {
-        let col = b.column(c);
-        let s = col.as_string_opt::<i32>()?;
-        for v in s.iter().flatten() {
-            let v = v.trim();
-            if v.is_empty() {
-                continue;
-            }
-            let body = v.strip_prefix(['-', '+']).unwrap_or(v);
-            if !body.chars().all(|ch| ch.is_ascii_digit() || ch == '.') {
-                return None;
-            }
-            if let Some(p) = body.find('.') {
-                scale = scale.max(body.len() - p - 1);
-            }
-        }
-    }
-    u8::try_from(scale).ok()
-}
-
-/// What a column of the file becomes.
-struct Plan {
-    column: String,
-    ty: ColumnType,
-    /// Nulls in a string column are empty strings (CSV).
-    null_is_empty: bool,
-}
-
-fn unsupported(column: &str, ty: &DataType, hint: &str) -> ImportError {
-    ImportError::UnsupportedType {
-        column: column.to_string(),
-        ty: ty.clone(),
-        hint: hint.to_string(),
-    }
-}
-
-/// The device type of one Arrow column (strings get their width later).
-fn device_type(field: &Field, opts: &ImportOptions) -> Result<ColumnType, ImportError> {
-    let name = field.name();
-    let ty = field.data_type();
-    Ok(match ty {
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::UInt8 | DataType::UInt16 => {
-            ColumnType::Int32
-        }
-        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => ColumnType::Int64,
-        DataType::Decimal32(_, s)
-        | DataType::Decimal64(_, s)
-        | DataType::Decimal128(_, s)
-        | DataType::Decimal256(_, s) => {
-            if *s > MAX_DECIMAL_SCALE as i8 {
-                return Err(unsupported(
-                    name,
-                    ty,
-                    &format!(
-                        "a device DECIMAL has at most {MAX_DECIMAL_SCALE} digits after the point"
-                    ),
-                ));
-            }
-            ColumnType::Decimal {
-                scale: (*s).max(0) as u8,
-            }
-        }
-        DataType::Float16 | DataType::Float32 | DataType::Float64 => match opts.float_scale {
-            Some(s) if s <= MAX_DECIMAL_SCALE => ColumnType::Decimal { scale: s },
-            Some(s) => {
-                return Err(unsupported(
-                    name,
-                    ty,
-                    &format!("--float-scale {s} is more than {MAX_DECIMAL_SCALE}"),
-                ));
-            }
-            None => {
-                return Err(unsupported(
-                    name,
-                    ty,
-                    "the device stores no floating point; pass --float-scale N to store it as \
-                     DECIMAL with N digits after the point (rounded)",
-                ));
-            }
-        },
-        DataType::Date32 | DataType::Date64 => ColumnType::Date,
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => ColumnType::Char(1),
-        DataType::Dictionary(_, v)
-            if matches!(
-                v.as_ref(),
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-            ) =>
-        {
-            ColumnType::Char(1)
-        }
-        DataType::Boolean => {
-            return Err(unsupported(
-                name,
-                ty,
-                "store it as an integer (0/1) or a string",
-            ));
-        }
-        DataType::Timestamp(..) | DataType::Time32(_) | DataType::Time64(_) => {
-            return Err(unsupported(
-                name,
-                ty,
-                "the device has DATE (days) only; convert it to a date or to an integer",
-            ));
-        }
+/// A row the schema refused, as an error naming the row (and the column, if one).
+fn row_error(schema: &Schema, values: &[Value], row: u64, e: SchemaError) -> ImportError {
+    let column = match &e {
+        SchemaError::CharTooLong { column, .. }
+        | SchemaError::NullNotAllowed { column }
+        | SchemaError::TypeMismatch { column, .. }
+        | SchemaError::InvalidUtf8 { column } => column.clone(),
         _ => {
-            return Err(unsupported(
-                name,
-                ty,
-                "supported: integers, decimals, floats (with --float-scale), dates and strings",
-            ));
-        }
-    })
-}
-
-/// One column of every batch as arrays of the device type's Arrow form (`Int32`,
-/// `Int64`, `Decimal128(38, s)`, `Date32`, `Utf8`), checked for NULLs and range.
-fn column_arrays(
-    batches: &[RecordBatch],
-    c: usize,
-    plan: &Plan,
-) -> Result<Vec<ArrayRef>, ImportError> {
-    let target = match plan.ty {
-        ColumnType::Int32 => DataType::Int32,
-        ColumnType::Int64 => DataType::Int64,
-        ColumnType::Decimal { scale } => DataType::Decimal128(38, scale as i8),
-        ColumnType::Date => DataType::Date32,
-        ColumnType::Char(_) => DataType::Utf8,
-        other => {
-            return Err(ImportError::UnsupportedType {
-                column: plan.column.clone(),
-                ty: DataType::Null,
-                hint: format!("the importer does not write {other} columns"),
-            });
+            // A row too long: name its longest value's column.
+            let longest = values
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, v)| match v {
+                    Value::Varchar(s) => s.len(),
+                    Value::Varbinary(b) => b.len(),
+                    _ => 0,
+                })
+                .map_or(0, |(c, _)| c);
+            schema
+                .columns()
+                .get(longest)
+                .map(|c| c.name.clone())
+                .unwrap_or_default()
         }
     };
-    let mut out = Vec::with_capacity(batches.len());
-    let mut base = 0u64;
-    for b in batches {
-        let col = b.column(c);
-        let is_string = matches!(plan.ty, ColumnType::Char(_));
-        if col.null_count() > 0 && !(is_string && plan.null_is_empty) {
-            let row = (0..col.len()).find(|&i| col.is_null(i)).unwrap_or(0) as u64;
-            return Err(ImportError::Null {
-                column: plan.column.clone(),
-                row: base + row,
-            });
-        }
-        // A value that does not fit becomes NULL under a safe cast: found below.
-        let arr = if col.data_type() == &target {
-            col.clone()
-        } else {
-            cast(col, &target).map_err(|e| ImportError::Value {
-                column: plan.column.clone(),
-                row: base,
-                message: format!("cannot be converted to {}: {e}", plan.ty),
-            })?
-        };
-        // A value that did not fit (too large, NaN, infinity) is NULL now.
-        if arr.null_count() > col.null_count() {
-            let row = (0..arr.len())
-                .find(|&i| arr.is_null(i) && !col.is_null(i))
-                .unwrap_or(0) as u64;
-            return Err(ImportError::Value {
-                column: plan.column.clone(),
-                row: base + row,
-                message: format!("the value does not fit {}", plan.ty),
-            });
-        }
-        out.push(arr);
-        base += b.num_rows() as u64;
+    ImportError::Value {
+        column,
+        row,
+        message: e.to_string(),
     }
-    Ok(out)
 }
 
-/// Converts Arrow batches of `schema` into the rows of a device table named `table`.
-/// `null_strings_empty`: NULL strings become empty ones (CSV, which has no NULL).
-pub fn to_rows(
+/// Types the columns of `source` (with `schema`) and checks every value (first pass).
+fn plan_source(
     table: &str,
     schema: &SchemaRef,
-    batches: &[RecordBatch],
+    source: Source,
     opts: &ImportOptions,
-    null_strings_empty: bool,
-    path: &Path,
 ) -> Result<RowImages, ImportError> {
     if schema.fields().is_empty() {
-        return Err(ImportError::NoColumns(path.to_path_buf()));
+        return Err(ImportError::NoColumns(source.path()));
     }
-    let mut plans = Vec::with_capacity(schema.fields().len());
-    for f in schema.fields() {
-        plans.push(Plan {
-            column: f.name().clone(),
-            ty: device_type(f, opts)?,
-            null_is_empty: null_strings_empty,
-        });
-    }
-    let mut columns: Vec<Vec<ArrayRef>> = Vec::with_capacity(plans.len());
-    for (c, plan) in plans.iter_mut().enumerate() {
-        let arrays = column_arrays(batches, c, plan)?;
-        if let ColumnType::Char(_) = plan.ty {
-            let mut width = 1usize;
-            for a in &arrays {
-                let s: &StringArray = a.as_string::<i32>();
-                for v in s.iter().flatten() {
-                    width = width.max(v.trim_end_matches(' ').len());
-                }
-            }
-            let w = u16::try_from(width).map_err(|_| ImportError::Value {
-                column: plan.column.clone(),
-                row: 0,
-                message: format!(
-                    "a value is {width} bytes; a device CHAR column holds at most {} bytes",
-                    u16::MAX
-                ),
-            })?;
-            plan.ty = ColumnType::Char(w);
+    let mut plans = schema
+        .fields()
+        .iter()
+        .map(|f| column_plan(f, opts))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Pass 1a: which columns hold NULLs (and that every value converts).
+    let mut rows = 0u64;
+    for b in source.batches()? {
+        let b = b?;
+        for (c, p) in plans.iter_mut().enumerate() {
+            let a = cast_column(&b, c, p, rows)?;
+            p.nullable |= a.null_count() > 0;
         }
-        columns.push(arrays);
+        rows += b.num_rows() as u64;
     }
     let table_schema = Schema::new(
         table,
         plans
             .iter()
-            .map(|p| Column::new(p.column.clone(), p.ty))
+            .map(|p| {
+                Column::new(p.column.clone(), p.ty)
+                    .with_nullable(p.nullable)
+                    .with_tz(p.tz.clone())
+            })
             .collect(),
     )?;
-    let width = table_schema.row_width();
-    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let mut data = vec![0u8; rows * width];
-    let offsets = table_schema.offsets().to_vec();
-    for (c, plan) in plans.iter().enumerate() {
-        let off = offsets[c];
-        let mut r = 0usize;
-        for a in &columns[c] {
-            for i in 0..a.len() {
-                let dst = &mut data[r * width + off..r * width + off + plan.ty.width()];
-                encode(plan, a, i, dst, r as u64)?;
-                r += 1;
-            }
-        }
+    // Pass 1b: every row encodes (row size limits).
+    let mut base = 0u64;
+    for b in source.batches()? {
+        let b = b?;
+        encode_batch(&table_schema, &plans, &b, base)?;
+        base += b.num_rows() as u64;
     }
     Ok(RowImages {
         schema: table_schema,
-        data,
-        rows: rows as u64,
+        plans,
+        source,
+        rows,
         next: 0,
+        batches: None,
+        buf: Vec::new(),
+        ends: Vec::new(),
+        pos: 0,
     })
 }
 
-/// Writes value `i` of `a` (the device type's Arrow form) into `dst`.
-fn encode(
-    plan: &Plan,
-    a: &ArrayRef,
-    i: usize,
-    dst: &mut [u8],
-    row: u64,
-) -> Result<(), ImportError> {
-    let bad = |message: String| ImportError::Value {
-        column: plan.column.clone(),
-        row,
-        message,
-    };
-    match plan.ty {
-        ColumnType::Int32 => {
-            let v = a
-                .as_any()
-                .downcast_ref::<Int32Array>()
-                .ok_or_else(|| bad("not an INT32 array".into()))?
-                .value(i);
-            dst.copy_from_slice(&v.to_le_bytes());
-        }
-        ColumnType::Date => {
-            let v = a
-                .as_any()
-                .downcast_ref::<Date32Array>()
-                .ok_or_else(|| bad("not a DATE array".into()))?
-                .value(i);
-            dst.copy_from_slice(&v.to_le_bytes());
-        }
-        ColumnType::Int64 => {
-            let v = a
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .ok_or_else(|| bad("not an INT64 array".into()))?
-                .value(i);
-            dst.copy_from_slice(&v.to_le_bytes());
-        }
-        ColumnType::Decimal { scale } => {
-            let v = a
-                .as_any()
-                .downcast_ref::<Decimal128Array>()
-                .ok_or_else(|| bad("not a DECIMAL array".into()))?
-                .value(i);
-            let v = i64::try_from(v).map_err(|_| {
-                bad(format!(
-                    "{} does not fit a device DECIMAL (a 64-bit scaled integer at scale {scale})",
-                    Decimal128Array::from(vec![v])
-                        .with_precision_and_scale(38, scale as i8)
-                        .map(|d| d.value_as_string(0))
-                        .unwrap_or_else(|_| v.to_string())
-                ))
-            })?;
-            dst.copy_from_slice(&v.to_le_bytes());
-        }
-        ColumnType::Char(_) => {
-            let s = a.as_string::<i32>();
-            let v = if s.is_null(i) { "" } else { s.value(i) };
-            let v = v.trim_end_matches(' ').as_bytes();
-            if v.len() > dst.len() {
-                return Err(bad(format!("a {}-byte string in {}", v.len(), plan.ty)));
-            }
-            dst[..v.len()].copy_from_slice(v);
-            dst[v.len()..].fill(b' ');
-        }
-        // `column_plan` maps every Arrow type to one of the five above.
-        other => return Err(bad(format!("the importer does not write {other} columns"))),
+/// Converts Arrow batches of `schema` (in memory) into the rows of a device table named
+/// `table`; every value is checked before this returns. `_null_strings_empty` is kept
+/// for callers of the first version (device tables hold NULLs now).
+pub fn to_rows(
+    table: &str,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    opts: &ImportOptions,
+    _null_strings_empty: bool,
+    path: &Path,
+) -> Result<RowImages, ImportError> {
+    if schema.fields().is_empty() {
+        return Err(ImportError::NoColumns(path.to_path_buf()));
     }
-    Ok(())
+    plan_source(
+        table,
+        schema,
+        Source::Memory(Arc::new(batches.to_vec())),
+        opts,
+    )
 }
 
-/// Reads `path` (CSV or Parquet, by `csv`) and converts it into the rows of table
-/// `table`: everything is checked before anything is returned.
+/// Reads `path` (CSV or Parquet, by `csv`) and types and checks it for table `table`
+/// (first pass); the rows stream from the file as the device takes them.
 pub fn import_file(
     path: &Path,
     table: &str,
     csv: bool,
     opts: &ImportOptions,
 ) -> Result<RowImages, ImportError> {
-    let (schema, batches) = if csv {
-        read_csv(path, opts)?
+    if csv {
+        let (schema, header) = csv_schema(path, opts)?;
+        let src = Source::Csv {
+            path: path.to_path_buf(),
+            schema: schema.clone(),
+            header,
+            delimiter: opts.delimiter,
+        };
+        plan_source(table, &schema, src, opts)
     } else {
-        read_parquet(path)?
-    };
-    to_rows(table, &schema, &batches, opts, csv, path)
+        let schema = parquet_schema(path)?;
+        plan_source(table, &schema, Source::Parquet(path.to_path_buf()), opts)
+    }
 }
 
 #[cfg(test)]

@@ -14,10 +14,15 @@ use std::sync::Arc;
 use csd_query::ColumnData;
 use csd_table::schema::{Column, ColumnType, Schema, trim_char};
 use datafusion::arrow::array::{
-    ArrayRef, Date32Array, Decimal128Array, Int32Array, Int64Array, StringBuilder,
+    ArrayRef, ArrowPrimitiveType, BinaryBuilder, BooleanArray, Date32Array, Decimal128Array,
+    Int32Array, Int64Array, PrimitiveArray, StringBuilder,
 };
-use datafusion::arrow::buffer::ScalarBuffer;
+use datafusion::arrow::buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{
+    Date32Type, Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
+    Int64Type, TimestampMicrosecondType,
+};
 use datafusion::arrow::error::ArrowError;
 
 /// Decimal precision of a stored scaled decimal (an `i64`).
@@ -72,12 +77,15 @@ pub fn column_array(ty: ColumnType, data: ColumnData<'_>) -> Result<ArrayRef, Ar
 /// stored column type `ty`: one pass writing the array's buffer, with a range check
 /// where the type narrows (`INT32` and `DATE` values travel as `i64`).
 pub fn column_array_of(ty: ColumnType, parts: &[ColumnData<'_>]) -> Result<ArrayRef, ArrowError> {
+    if parts.iter().any(|p| matches!(p, ColumnData::Stored { .. })) {
+        return stored_array(ty, parts);
+    }
     let nums = || {
         parts
             .iter()
             .map(|p| match p {
                 ColumnData::Num(v) => Ok(*v),
-                ColumnData::Char { .. } => Err(wrong_representation(ty)),
+                _ => Err(wrong_representation(ty)),
             })
             .collect::<Result<Vec<&[i64]>, ArrowError>>()
     };
@@ -128,11 +136,135 @@ pub fn column_array_of(ty: ColumnType, parts: &[ColumnData<'_>]) -> Result<Array
             }
             Arc::new(b.finish())
         }
-        // A device program never outputs these (csd_query::DataType::of_column).
+        // The newer types come back as stored columns (`stored_array`).
         other => {
             return Err(ArrowError::ComputeError(format!(
-                "a device program does not output {other} columns"
+                "a {other} column came back without its stored representation"
             )));
+        }
+    })
+}
+
+/// Columns returned as stored (tables with NULLs or the newer types) as one Arrow array
+/// of `ty` (a TIMESTAMP without its time zone: the caller sets it from the field).
+fn stored_array(ty: ColumnType, parts: &[ColumnData<'_>]) -> Result<ArrayRef, ArrowError> {
+    let mut valid: Vec<bool> = Vec::new();
+    let mut fixed: Vec<u8> = Vec::new();
+    let mut values: Vec<&[u8]> = Vec::new();
+    for p in parts {
+        let ColumnData::Stored {
+            ty: t,
+            valid: v,
+            fixed: f,
+            starts,
+            heap,
+        } = p
+        else {
+            return Err(wrong_representation(ty));
+        };
+        if *t != ty {
+            return Err(wrong_representation(ty));
+        }
+        valid.extend_from_slice(v);
+        fixed.extend_from_slice(f);
+        if ty.is_variable() {
+            for (i, &start) in starts.iter().enumerate() {
+                let end = starts.get(i + 1).copied().unwrap_or(heap.len());
+                values.push(
+                    heap.get(start..end)
+                        .ok_or_else(|| wrong_representation(ty))?,
+                );
+            }
+        }
+    }
+    let n = valid.len();
+    let nulls = valid
+        .iter()
+        .any(|v| !v)
+        .then(|| NullBuffer::from(valid.clone()));
+    let w = ty.width();
+    if !ty.is_variable() && fixed.len() != n * w {
+        return Err(wrong_representation(ty));
+    }
+    fn prim<T: ArrowPrimitiveType, const W: usize>(
+        fixed: &[u8],
+        nulls: Option<NullBuffer>,
+        conv: impl Fn([u8; W]) -> T::Native,
+    ) -> PrimitiveArray<T> {
+        let vals: Vec<T::Native> = fixed
+            .chunks_exact(W)
+            .map(|c| {
+                let mut a = [0u8; W];
+                a.copy_from_slice(c);
+                conv(a)
+            })
+            .collect();
+        PrimitiveArray::<T>::new(ScalarBuffer::from(vals), nulls)
+    }
+    Ok(match ty {
+        ColumnType::Bool => Arc::new(BooleanArray::new(
+            BooleanBuffer::from_iter(fixed.iter().map(|&b| b != 0)),
+            nulls,
+        )),
+        ColumnType::Int8 => Arc::new(prim::<Int8Type, 1>(&fixed, nulls, i8::from_le_bytes)),
+        ColumnType::Int16 => Arc::new(prim::<Int16Type, 2>(&fixed, nulls, i16::from_le_bytes)),
+        ColumnType::Int32 => Arc::new(prim::<Int32Type, 4>(&fixed, nulls, i32::from_le_bytes)),
+        ColumnType::Int64 => Arc::new(prim::<Int64Type, 8>(&fixed, nulls, i64::from_le_bytes)),
+        ColumnType::Date => Arc::new(prim::<Date32Type, 4>(&fixed, nulls, i32::from_le_bytes)),
+        ColumnType::Float32 => Arc::new(prim::<Float32Type, 4>(&fixed, nulls, f32::from_le_bytes)),
+        ColumnType::Float64 => Arc::new(prim::<Float64Type, 8>(&fixed, nulls, f64::from_le_bytes)),
+        ColumnType::Timestamp => Arc::new(prim::<TimestampMicrosecondType, 8>(
+            &fixed,
+            nulls,
+            i64::from_le_bytes,
+        )),
+        ColumnType::Decimal { scale } => Arc::new(
+            prim::<Decimal128Type, 8>(&fixed, nulls, |b| i128::from(i64::from_le_bytes(b)))
+                .with_precision_and_scale(DECIMAL_PRECISION, scale as i8)?,
+        ),
+        ColumnType::Decimal128 { precision, scale } => Arc::new(
+            prim::<Decimal128Type, 16>(&fixed, nulls, i128::from_le_bytes)
+                .with_precision_and_scale(precision, scale as i8)?,
+        ),
+        ColumnType::Char(_) => {
+            let mut b = StringBuilder::with_capacity(n, fixed.len());
+            for (i, v) in fixed.chunks_exact(w.max(1)).enumerate() {
+                if valid[i] {
+                    b.append_value(String::from_utf8_lossy(trim_char(v)));
+                } else {
+                    b.append_null();
+                }
+            }
+            Arc::new(b.finish())
+        }
+        ColumnType::Varchar => {
+            let total = values.iter().map(|v| v.len()).sum();
+            let mut b = StringBuilder::with_capacity(n, total);
+            for (v, ok) in values.iter().zip(&valid) {
+                if *ok {
+                    let s = std::str::from_utf8(v).map_err(|e| {
+                        ArrowError::ComputeError(format!(
+                            "a VARCHAR value read from the device is not UTF-8: {e}"
+                        ))
+                    })?;
+                    b.append_value(s);
+                } else {
+                    b.append_null();
+                }
+            }
+            Arc::new(b.finish())
+        }
+        ColumnType::Varbinary => {
+            let total = values.iter().map(|v| v.len()).sum();
+            let mut b = BinaryBuilder::with_capacity(n, total);
+            for (v, ok) in values.iter().zip(&valid) {
+                if *ok {
+                    b.append_value(v);
+                } else {
+                    b.append_null();
+                }
+            }
+            Arc::new(b.finish())
         }
     })
 }

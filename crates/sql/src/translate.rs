@@ -13,16 +13,24 @@
 //!   sides: scales add under `*`); casts between integer widths, integer → decimal and
 //!   decimal → larger scale (exact rescaling).
 //!
+//! * on the types of users' tables (nullable columns included: the device evaluates
+//!   SQL's three-valued logic, see [`csd_query::plan`]): `IS [NOT] NULL`; a `BOOLEAN`
+//!   column as a predicate, `NOT` of it, `= TRUE / FALSE`; `INT8`/`INT16` as integers;
+//!   `TIMESTAMP` against timestamp literals; every comparison, `BETWEEN`, `IN` and
+//!   `LIKE 'p%'` / `'%s'` / `'%s%'` on `VARCHAR` / `VARBINARY` (byte for byte, as Arrow
+//!   compares strings: no padding, no trimming).
+//!
 //! Not translated: division (DataFusion's decimal quotient scale differs from the
-//! device's), ordering comparisons of strings (padding and bytes below the blank),
-//! floats, functions, `CASE`, NULL tests, other `LIKE` patterns.
+//! device's), ordering comparisons of `CHAR` strings (padding and bytes below the
+//! blank), comparisons of floats and of `DECIMAL(p > 18)` values (the device reads and
+//! returns them; DataFusion filters them), functions, `CASE`, other `LIKE` patterns.
 
 use csd_query::BuildError;
 use csd_query::build::{self, Ar};
 use csd_query::plan::{CmpOp, Const, Expr as DevExpr};
 use csd_query::types::DataType as DevType;
 use csd_table::schema::Schema;
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::expr::{BinaryExpr, InList, Like};
 use datafusion::logical_expr::{Expr, Operator};
@@ -108,6 +116,19 @@ pub fn literal(v: &ScalarValue) -> Option<DevExpr> {
         ScalarValue::Date32(Some(d)) => {
             Some(DevExpr::constant(Const::Int(i64::from(*d)), DevType::Date))
         }
+        ScalarValue::TimestampMicrosecond(Some(t), _) => {
+            Some(DevExpr::constant(Const::Int(*t), DevType::Timestamp))
+        }
+        ScalarValue::Boolean(Some(b)) => Some(DevExpr::boolean(*b)),
+        ScalarValue::Binary(Some(b))
+        | ScalarValue::BinaryView(Some(b))
+        | ScalarValue::LargeBinary(Some(b)) => {
+            u16::try_from(b.len()).ok()?;
+            Some(DevExpr::constant(
+                Const::Char(b.clone()),
+                DevType::Varbinary,
+            ))
+        }
         ScalarValue::Utf8(Some(s))
         | ScalarValue::Utf8View(Some(s))
         | ScalarValue::LargeUtf8(Some(s)) => {
@@ -155,7 +176,8 @@ fn binary_op(op: Operator, l: DevExpr, r: DevExpr, whole: &str) -> Result<DevExp
             let Some(c) = cmp_op(op) else {
                 return unsupported(format!("the operator {op} in {whole}"));
             };
-            if is_char(&l) || is_char(&r) {
+            let variable = l.ty.is_variable() || r.ty.is_variable();
+            if !variable && (is_char(&l) || is_char(&r)) {
                 if !matches!(c, CmpOp::Eq | CmpOp::Ne) {
                     return unsupported(format!("{whole} (string ordering)"));
                 }
@@ -181,7 +203,7 @@ fn in_list_of<'v>(
             return unsupported(format!("{whole} (IN with a non-literal)"));
         };
         let d = literal(v).ok_or_else(|| NotPushed::Unsupported(format!("the literal {v}")))?;
-        if trailing_blank(&d) {
+        if !x.ty.is_variable() && trailing_blank(&d) {
             return unsupported(format!("{whole} (trailing blanks)"));
         }
         items.push(d);
@@ -242,6 +264,12 @@ pub(crate) fn physical(
             .map(|i| i.downcast_ref::<pe::Literal>().map(pe::Literal::value));
         return in_list_of(rec(l.expr())?, values, l.negated(), &whole);
     }
+    if let Some(n) = e.downcast_ref::<pe::IsNullExpr>() {
+        return Ok(build::is_null(rec(n.arg())?, false));
+    }
+    if let Some(n) = e.downcast_ref::<pe::IsNotNullExpr>() {
+        return Ok(build::is_null(rec(n.arg())?, true));
+    }
     if let Some(d) = e.downcast_ref::<pe::DynamicFilterPhysicalExpr>() {
         return rec(&d.current().map_err(|_| no())?);
     }
@@ -290,6 +318,8 @@ impl Translator<'_> {
                 Ok(if b.negated { build::negate(both) } else { both })
             }
             Expr::InList(l) => self.in_list(e, l),
+            Expr::IsNull(x) => Ok(build::is_null(self.expr(x)?, false)),
+            Expr::IsNotNull(x) => Ok(build::is_null(self.expr(x)?, true)),
             Expr::Like(l) => self.like(e, l),
             Expr::Cast(c) => cast(
                 self.expr(&c.expr)?,
@@ -347,6 +377,9 @@ impl Translator<'_> {
         else {
             return unsupported(whole());
         };
+        if x.ty.is_variable() {
+            return like_variable(x, p, l.negated, e);
+        }
         let Some(prefix) = p.strip_suffix('%') else {
             return unsupported(format!("{e} (only LIKE 'prefix%')"));
         };
@@ -363,6 +396,32 @@ impl Translator<'_> {
             }
             _ => None,
         }
+    }
+}
+
+/// `x [NOT] LIKE p` on a VARCHAR / VARBINARY: `'p%'`, `'%s'` and `'%s%'` whose literal
+/// part has no `%`, `_` or `\\`.
+fn like_variable(x: DevExpr, p: &str, negated: bool, e: &Expr) -> Result<DevExpr, NotPushed> {
+    let plain = |t: &str| !t.contains(['%', '_', '\\']);
+    let no = || unsupported(format!("{e} (only LIKE 'p%', '%s' and '%s%')"));
+    if let Some(inner) = p.strip_prefix('%') {
+        if let Some(mid) = inner.strip_suffix('%') {
+            if plain(mid) {
+                return Ok(build::like_any(x, mid.as_bytes().to_vec(), false, negated)?);
+            }
+        } else if plain(inner) {
+            return Ok(build::like_any(
+                x,
+                inner.as_bytes().to_vec(),
+                true,
+                negated,
+            )?);
+        }
+        return no();
+    }
+    match p.strip_suffix('%') {
+        Some(prefix) if plain(prefix) => Ok(build::like(x, prefix.as_bytes().to_vec(), negated)?),
+        _ => no(),
     }
 }
 
@@ -391,12 +450,17 @@ pub(crate) fn cast(
             if matches!(to, DataType::Int64) || d.as_const().is_some() {
                 Ok(d)
             } else if let Some(c) = t.column_type(&d) {
+                use csd_table::ColumnType as C;
                 let fits = matches!(
                     (c, to),
                     (
-                        csd_table::ColumnType::Int32,
-                        DataType::Int32 | DataType::Int64
-                    ) | (csd_table::ColumnType::Int64, DataType::Int64)
+                        C::Int8,
+                        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+                    ) | (
+                        C::Int16,
+                        DataType::Int16 | DataType::Int32 | DataType::Int64
+                    ) | (C::Int32, DataType::Int32 | DataType::Int64)
+                        | (C::Int64, DataType::Int64)
                 );
                 if fits { Ok(d) } else { unsupported(whole) }
             } else {
@@ -416,6 +480,12 @@ pub(crate) fn cast(
         }
         (DevType::Date, DataType::Date32) => Ok(d),
         (DevType::Char(_), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8) => Ok(d),
+        (DevType::Varchar, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8) => Ok(d),
+        (DevType::Varbinary, DataType::Binary | DataType::BinaryView | DataType::LargeBinary) => {
+            Ok(d)
+        }
+        // A time zone is a label: the instant (UTC microseconds) is the same.
+        (DevType::Timestamp, DataType::Timestamp(TimeUnit::Microsecond, _)) => Ok(d),
         _ => unsupported(whole),
     }
 }

@@ -42,7 +42,7 @@ pub(crate) struct FileArgs {
     #[arg(long)]
     table: String,
     /// Store floating-point columns as DECIMAL with this many digits after the point
-    /// (rounded); without it a floating-point column is an error.
+    /// (rounded); without it they are FLOAT32 / FLOAT64, as in the file.
     #[arg(long)]
     float_scale: Option<u8>,
     #[command(flatten)]
@@ -53,9 +53,13 @@ pub(crate) struct FileArgs {
 pub(crate) struct CsvArgs {
     #[command(flatten)]
     file: FileArgs,
-    /// The first line names the columns (otherwise column_1, column_2, ...).
-    #[arg(long)]
+    /// The first line names the columns (without --header or --no-header it is sniffed:
+    /// a header when a field of it does not read as its column's type, as DuckDB does).
+    #[arg(long, conflicts_with = "no_header")]
     header: bool,
+    /// The first line is data (columns are named column_1, column_2, ...).
+    #[arg(long)]
+    no_header: bool,
     /// Field delimiter (one ASCII character; `\t` for a tab).
     #[arg(long, default_value = ",")]
     delimiter: String,
@@ -469,7 +473,11 @@ fn load_file(f: &FileArgs, csv: Option<&CsvArgs>) -> Result<csd_host::LoadReport
         ..Default::default()
     };
     if let Some(c) = csv {
-        opts.header = c.header;
+        opts.header = match (c.header, c.no_header) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        };
         opts.delimiter = delimiter(&c.delimiter)?;
     }
     let wall = std::time::Instant::now();

@@ -1,6 +1,10 @@
 use super::*;
-use csd_table::schema::Value;
-use datafusion::arrow::array::{BooleanArray, Float64Array, Int16Array, UInt64Array};
+use csd_table::datagen::RowSource;
+use datafusion::arrow::array::{
+    BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float32Array, Float64Array,
+    Int16Array, Int32Array, Int64Array, StringArray, TimestampMicrosecondArray,
+    TimestampNanosecondArray, UInt64Array,
+};
 
 fn batch(cols: Vec<(&str, ArrayRef)>) -> (SchemaRef, Vec<RecordBatch>) {
     let schema = Arc::new(ArrowSchema::new(
@@ -17,8 +21,17 @@ fn path() -> PathBuf {
     PathBuf::from("t.parquet")
 }
 
+fn rows_of(r: &RowImages) -> Vec<Vec<Value>> {
+    let s = r.table_schema().clone();
+    r.all_rows()
+        .expect("rows")
+        .iter()
+        .map(|img| s.decode_row(img).expect("decode"))
+        .collect()
+}
+
 #[test]
-fn types_map_to_device_columns_and_values_round_trip() {
+fn types_map_one_to_one_and_values_round_trip() {
     let (schema, batches) = batch(vec![
         ("a", Arc::new(Int16Array::from(vec![1, -2])) as ArrayRef),
         ("b", Arc::new(Int64Array::from(vec![1 << 40, 7]))),
@@ -31,7 +44,28 @@ fn types_map_to_device_columns_and_values_round_trip() {
             ),
         ),
         ("d", Arc::new(Date32Array::from(vec![0, 9000]))),
-        ("e", Arc::new(StringArray::from(vec!["x", "hello  "]))),
+        (
+            "e",
+            Arc::new(StringArray::from(vec![Some("x"), Some("hello  ")])),
+        ),
+        ("f", Arc::new(BooleanArray::from(vec![Some(true), None]))),
+        ("g", Arc::new(Float32Array::from(vec![1.5, f32::NAN]))),
+        (
+            "h",
+            Arc::new(TimestampMicrosecondArray::from(vec![1, -1]).with_timezone("UTC")),
+        ),
+        (
+            "i",
+            Arc::new(
+                Decimal128Array::from(vec![i128::MAX / 10, -1])
+                    .with_precision_and_scale(38, 4)
+                    .expect("decimal"),
+            ),
+        ),
+        (
+            "j",
+            Arc::new(BinaryArray::from(vec![&b"\0\xff"[..], &b""[..]])),
+        ),
     ]);
     let rows = to_rows(
         "t",
@@ -47,40 +81,57 @@ fn types_map_to_device_columns_and_values_round_trip() {
     assert_eq!(
         types,
         vec![
-            ColumnType::Int32,
+            ColumnType::Int16,
             ColumnType::Int64,
             ColumnType::Decimal { scale: 2 },
             ColumnType::Date,
-            ColumnType::Char(5),
+            ColumnType::Varchar,
+            ColumnType::Bool,
+            ColumnType::Float32,
+            ColumnType::Timestamp,
+            ColumnType::Decimal128 {
+                precision: 38,
+                scale: 4
+            },
+            ColumnType::Varbinary,
         ]
     );
+    // Only the column holding a NULL is nullable; the time zone is kept.
+    assert!(s.columns()[5].nullable && !s.columns()[4].nullable);
+    assert_eq!(s.columns()[7].tz.as_deref(), Some("UTC"));
     assert_eq!(rows.rows(), 2);
-    let r1 = s.decode_row(rows.row(1).expect("row 1")).expect("decode");
+    let all = rows_of(&rows);
     assert_eq!(
-        r1,
+        all[1],
         vec![
-            Value::Int32(-2),
+            Value::Int16(-2),
             Value::Int64(7),
             Value::Decimal(-5),
             Value::Date(9000),
-            Value::Char(b"hello".to_vec()),
+            Value::Varchar("hello  ".into()),
+            Value::Null,
+            Value::Float32(f32::NAN.to_bits()),
+            Value::Timestamp(-1),
+            Value::Decimal128(-1),
+            Value::Varbinary(Vec::new()),
         ]
     );
-    // As a RowSource.
-    let mut src = rows.clone();
+    // As a RowSource (streamed from the source again).
+    let mut src = rows;
     let mut buf = Vec::new();
     assert_eq!(src.remaining_rows(), Some(2));
     assert!(src.next_row(&mut buf));
     assert!(src.next_row(&mut buf));
-    assert_eq!(buf, rows.row(1).expect("row").to_vec());
+    assert_eq!(s.decode_row(&buf).expect("decode"), all[1]);
     assert!(!src.next_row(&mut buf));
 }
 
 #[test]
-fn unsupported_types_and_nulls_name_the_column() {
+fn unsupported_types_name_the_column() {
+    use datafusion::arrow::array::Time32SecondArray;
     let (schema, batches) = batch(vec![
         ("ok", Arc::new(Int32Array::from(vec![1, 2])) as ArrayRef),
-        ("flag", Arc::new(BooleanArray::from(vec![true, false]))),
+        ("t", Arc::new(Time32SecondArray::from(vec![1, 2]))),
     ]);
     let e = to_rows(
         "t",
@@ -90,39 +141,20 @@ fn unsupported_types_and_nulls_name_the_column() {
         false,
         &path(),
     )
-    .expect_err("boolean");
+    .expect_err("time of day");
     assert!(
-        matches!(&e, ImportError::UnsupportedType { column, .. } if column == "flag"),
-        "{e}"
-    );
-    assert!(e.to_string().contains("`flag`"), "{e}");
-
-    let (schema, batches) = batch(vec![(
-        "n",
-        Arc::new(Int32Array::from(vec![Some(1), None])) as ArrayRef,
-    )]);
-    let e = to_rows(
-        "t",
-        &schema,
-        &batches,
-        &ImportOptions::default(),
-        false,
-        &path(),
-    )
-    .expect_err("null");
-    assert!(
-        matches!(&e, ImportError::Null { column, row: 1 } if column == "n"),
+        matches!(&e, ImportError::UnsupportedType { column, .. } if column == "t"),
         "{e}"
     );
 }
 
 #[test]
-fn floats_need_a_scale_and_are_rounded_to_it() {
+fn floats_are_ieee_or_rounded_to_a_scale() {
     let (schema, batches) = batch(vec![(
         "f",
         Arc::new(Float64Array::from(vec![1.005, -2.5, 3.14259])) as ArrayRef,
     )]);
-    let e = to_rows(
+    let rows = to_rows(
         "t",
         &schema,
         &batches,
@@ -130,20 +162,21 @@ fn floats_need_a_scale_and_are_rounded_to_it() {
         false,
         &path(),
     )
-    .expect_err("float");
-    assert!(e.to_string().contains("--float-scale"), "{e}");
+    .expect("floats");
+    assert_eq!(rows.table_schema().columns()[0].ty, ColumnType::Float64);
+    assert_eq!(rows_of(&rows)[2][0], Value::Float64(3.14259f64.to_bits()));
     let opts = ImportOptions {
         float_scale: Some(3),
         ..ImportOptions::default()
     };
     let rows = to_rows("t", &schema, &batches, &opts, false, &path()).expect("rows");
-    let s = rows.table_schema();
-    assert_eq!(s.columns()[0].ty, ColumnType::Decimal { scale: 3 });
-    let v: Vec<Value> = (0..3)
-        .map(|i| s.value(rows.row(i).expect("row"), 0).expect("value"))
-        .collect();
-    assert_eq!(v[1], Value::Decimal(-2500));
-    assert_eq!(v[2], Value::Decimal(3143));
+    assert_eq!(
+        rows.table_schema().columns()[0].ty,
+        ColumnType::Decimal { scale: 3 }
+    );
+    let v = rows_of(&rows);
+    assert_eq!(v[1][0], Value::Decimal(-2500));
+    assert_eq!(v[2][0], Value::Decimal(3143));
     let nan = batch(vec![(
         "f",
         Arc::new(Float64Array::from(vec![f64::NAN])) as ArrayRef,
@@ -153,7 +186,7 @@ fn floats_need_a_scale_and_are_rounded_to_it() {
 }
 
 #[test]
-fn values_out_of_range_are_errors_with_the_row() {
+fn values_that_do_not_fit_are_errors_with_row_and_column() {
     let (schema, batches) = batch(vec![(
         "u",
         Arc::new(UInt64Array::from(vec![1, u64::MAX])) as ArrayRef,
@@ -167,14 +200,14 @@ fn values_out_of_range_are_errors_with_the_row() {
         &path(),
     )
     .expect_err("u64");
-    assert!(matches!(&e, ImportError::Value { row: 1, .. }), "{e}");
+    assert!(
+        matches!(&e, ImportError::Value { row: 1, column, .. } if column == "u"),
+        "{e}"
+    );
+    // A nanosecond timestamp that is not whole microseconds.
     let (schema, batches) = batch(vec![(
-        "d",
-        Arc::new(
-            Decimal128Array::from(vec![1, i128::from(i64::MAX) * 10])
-                .with_precision_and_scale(38, 0)
-                .expect("decimal"),
-        ) as ArrayRef,
+        "ts",
+        Arc::new(TimestampNanosecondArray::from(vec![1000, 1001])) as ArrayRef,
     )]);
     let e = to_rows(
         "t",
@@ -184,41 +217,105 @@ fn values_out_of_range_are_errors_with_the_row() {
         false,
         &path(),
     )
-    .expect_err("i64");
-    assert!(matches!(&e, ImportError::Value { row: 1, .. }), "{e}");
+    .expect_err("ns");
+    assert!(
+        matches!(&e, ImportError::Value { row: 1, column, .. } if column == "ts"),
+        "{e}"
+    );
+    // A string too long for a row.
+    let long = "x".repeat(70_000);
+    let (schema, batches) = batch(vec![
+        ("id", Arc::new(Int32Array::from(vec![1, 2])) as ArrayRef),
+        ("s", Arc::new(StringArray::from(vec!["ok", long.as_str()]))),
+    ]);
+    let e = to_rows(
+        "t",
+        &schema,
+        &batches,
+        &ImportOptions::default(),
+        false,
+        &path(),
+    )
+    .expect_err("long");
+    assert!(
+        matches!(&e, ImportError::Value { row: 1, column, .. } if column == "s"),
+        "{e}"
+    );
 }
 
 #[test]
-fn csv_floats_become_exact_decimals_and_empty_strings_stay() {
+fn csv_header_is_sniffed_quoted_or_not_and_flags_override() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = dir.path().join("x.csv");
     std::fs::write(
         &p,
-        "id;price;name;day\n1;12.5;ab;2020-01-02\n2;0.125;;1970-01-01\n",
+        "\"id\",\"price\",\"name\",\"day\"\n1,12.5,ab ,2020-01-02\n2,0.125,\"a,b\",1970-01-01\n",
     )
     .expect("write");
-    let opts = ImportOptions {
-        delimiter: b';',
-        ..ImportOptions::default()
-    };
-    let rows = import_file(&p, "x", true, &opts).expect("import");
+    let rows = import_file(&p, "x", true, &ImportOptions::default()).expect("import");
     let s = rows.table_schema();
+    let names: Vec<&str> = s.columns().iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["id", "price", "name", "day"]);
     let types: Vec<ColumnType> = s.columns().iter().map(|c| c.ty).collect();
     assert_eq!(
         types,
         vec![
             ColumnType::Int64,
-            ColumnType::Decimal { scale: 3 },
-            ColumnType::Char(2),
+            ColumnType::Float64,
+            ColumnType::Varchar,
             ColumnType::Date
         ]
     );
-    let r0 = s.decode_row(rows.row(0).expect("row")).expect("decode");
-    assert_eq!(r0[1], Value::Decimal(12500));
-    assert_eq!(r0[3], Value::Date(18263));
-    let r1 = s.decode_row(rows.row(1).expect("row")).expect("decode");
-    assert_eq!(r1[2], Value::Char(b"  ".to_vec()));
+    assert_eq!(rows.rows(), 2);
+    let v = rows_of(&rows);
+    assert_eq!(v[0][2], Value::Varchar("ab ".into()), "trailing blank kept");
+    assert_eq!(v[1][2], Value::Varchar("a,b".into()));
+    assert_eq!(v[0][3], Value::Date(18263));
+
+    // Without a header line: the first line is data.
+    let q = dir.path().join("y.csv");
+    std::fs::write(&q, "1,2020-01-02\n2,1970-01-01\n").expect("write");
+    let rows = import_file(&q, "y", true, &ImportOptions::default()).expect("import");
+    assert_eq!(rows.rows(), 2);
+    assert_eq!(rows.table_schema().columns()[0].name, "column_1");
+    // --header forces it.
+    let forced = ImportOptions {
+        header: Some(true),
+        ..ImportOptions::default()
+    };
+    let rows = import_file(&q, "y", true, &forced).expect("import");
+    assert_eq!(rows.rows(), 1);
+    assert_eq!(rows.table_schema().columns()[0].name, "1");
+    // --no-header on the quoted file: the header line is a data row of text columns.
+    let data = ImportOptions {
+        header: Some(false),
+        ..ImportOptions::default()
+    };
+    let rows = import_file(&p, "x", true, &data).expect("import");
+    assert_eq!(rows.rows(), 3);
+    assert_eq!(rows.table_schema().columns()[0].ty, ColumnType::Varchar);
+
     // A missing file is an I/O error naming it.
-    let e = import_file(&dir.path().join("none.csv"), "x", true, &opts).expect_err("missing");
+    let e = import_file(
+        &dir.path().join("none.csv"),
+        "x",
+        true,
+        &ImportOptions::default(),
+    )
+    .expect_err("missing");
     assert!(e.to_string().contains("none.csv"), "{e}");
+}
+
+#[test]
+fn a_bad_csv_field_is_an_error_naming_row_and_column() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("bad.csv");
+    // Forced types: a column read as dates whose 3rd value is not one.
+    std::fs::write(&p, "id,n\n1,5\n2,6\n3,7\n").expect("write");
+    let rows = import_file(&p, "x", true, &ImportOptions::default()).expect("good");
+    assert_eq!(rows.rows(), 3);
+    let q = dir.path().join("ragged.csv");
+    std::fs::write(&q, "id,n\n1,5\n2\n").expect("write");
+    let e = import_file(&q, "x", true, &ImportOptions::default()).expect_err("ragged");
+    assert!(e.to_string().contains("ragged.csv"), "{e}");
 }
