@@ -192,7 +192,7 @@ impl Status {
 }
 
 /// One headline of a paper set beside csd's figure.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
     /// The paper (reproduction) it belongs to, e.g. `flixr`.
     pub paper_name: String,

@@ -11,7 +11,7 @@
 //! | `csd repro flixr` | [`flixr`] | FLIXR §6: Figures 9–11 |
 //!
 //! This module holds the parts they share: the in-memory test bed with a SQL session
-//! ([`Bed`]), one line of comparison with the paper ([`Check`], [`claim`]) and its
+//! ([`Bed`]), the comparison with the paper ([`Comparison`], crate csd-paper) and its
 //! markdown and terminal tables, markdown tables, report files that never overwrite a
 //! file csd did not write, and the memory check that refuses a scale that would not fit.
 //!
@@ -32,6 +32,7 @@ use clap::Subcommand;
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::{Catalog, Client, QueryReport, Strategy, TableInfo};
+pub use csd_paper::{Comparison, PaperValue, Status};
 use csd_sim::DeviceConfig;
 use csd_sql::{Choice, ScanSettings, SqlSession};
 use csd_table::datagen::{SyntheticGenerator, SyntheticSpec, TpchGenerator, TpchTable};
@@ -202,107 +203,17 @@ pub fn md_table(header: &[&str], rows: &[Vec<String>]) -> String {
     s
 }
 
-/// One line of a side-by-side comparison with the paper.
-pub struct Check {
-    pub what: String,
-    pub paper: f64,
-    pub ours: f64,
-    pub unit: &'static str,
-    /// Why the two may differ (printed when they differ by more than 10%, or a claim
-    /// does not hold).
-    pub why: String,
-}
-
-/// A claim the paper states without a number ("slower", "still faster"): the measured
-/// ratio must lie on the stated side of 1.
-pub fn claim(what: &str, above_one: bool, ours: f64, why: impl Into<String>) -> Check {
-    Check {
-        what: what.to_string(),
-        paper: if above_one {
-            f64::INFINITY
-        } else {
-            f64::NEG_INFINITY
-        },
-        ours,
-        unit: "",
-        why: why.into(),
-    }
-}
-
-impl Check {
-    pub fn row(&self) -> Vec<String> {
-        if self.paper.is_infinite() {
-            let above = self.paper > 0.0;
-            let holds = if above {
-                self.ours > 1.0
-            } else {
-                self.ours < 1.0
-            };
-            return vec![
-                self.what.clone(),
-                if above { "> 1" } else { "< 1" }.to_string(),
-                format!("{:.3}", self.ours),
-                if holds { "holds" } else { "does not hold" }.to_string(),
-                if holds { "" } else { self.why.as_str() }.to_string(),
-            ];
-        }
-        let diff = (self.ours - self.paper) / self.paper.abs().max(1e-12);
-        let note = if diff.abs() > 0.10 {
-            self.why.as_str()
-        } else {
-            ""
-        };
-        vec![
-            self.what.clone(),
-            format!("{:.3}{}", self.paper, self.unit),
-            format!("{:.3}{}", self.ours, self.unit),
-            format!("{:+.0}%", diff * 100.0),
-            note.to_string(),
-        ]
-    }
-}
-
-impl Check {
-    /// The check as JSON (a claim's paper value is `null`, with `claim` saying the side).
-    pub fn json(&self) -> serde_json::Value {
-        let paper = if self.paper.is_finite() {
-            serde_json::json!(self.paper)
-        } else {
-            serde_json::Value::Null
-        };
-        serde_json::json!({
-            "figure": self.what,
-            "paper": paper,
-            "claim": if self.paper.is_infinite() {
-                if self.paper > 0.0 { "> 1" } else { "< 1" }
-            } else {
-                ""
-            },
-            "csd": self.ours,
-        })
-    }
-}
-
-/// The side-by-side table as markdown, with what explains each difference.
-pub fn checks_md(checks: &[Check]) -> String {
-    md_table(
-        &[
-            "figure",
-            "paper",
-            "csd",
-            "difference",
-            "what explains a difference over 10%",
-        ],
-        &checks.iter().map(Check::row).collect::<Vec<_>>(),
-    )
+/// The side-by-side table as markdown ([`csd_paper::markdown`]).
+pub fn checks_md(checks: &[Comparison]) -> String {
+    csd_paper::markdown(checks)
 }
 
 /// The side-by-side table on the terminal.
-pub fn print_checks(checks: &[Check]) {
-    let mut t = report::table(&["figure", "paper", "csd", "difference"]);
+pub fn print_checks(checks: &[Comparison]) {
+    let mut t = report::table(&csd_paper::HEADER[..5]);
     for c in checks {
         let r = c.row();
-        t.add_row(r[..4].to_vec());
+        t.add_row(r[..5].to_vec());
     }
     println!("{t}");
 }

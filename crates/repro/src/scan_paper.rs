@@ -15,10 +15,13 @@
 //! depend on the scale once a table spans many pages per channel.
 
 use super::{
-    Bed, Check, check_memory, checks_md, md_table, plot_err, preset, print_checks, progress,
-    write_report,
+    Bed, Comparison, PaperValue, check_memory, checks_md, md_table, plot_err, preset, print_checks,
+    progress, write_report,
 };
 use crate::ReproError;
+
+/// The paper's name in comparisons and the scoreboard.
+pub const PAPER: &str = "scan-paper";
 use crate::util as report;
 use clap::{Args, ValueEnum};
 use csd_host::{QueryReport, Strategy};
@@ -89,7 +92,7 @@ pub fn run(a: &ScanPaperArgs) -> Result<(), ReproError> {
         "seed": a.seed,
         "records": rows,
         "wall_s": wall,
-        "checks": checks.iter().map(Check::json).collect::<Vec<_>>(),
+        "checks": csd_paper::json(&checks),
         "table3": table3_json(&t3),
     });
     write_report(
@@ -254,7 +257,7 @@ fn table3_rows(sw: &Sweep) -> Result<Vec<T3Row>, ReproError> {
 
 /// The side-by-side lines: Figure 5's headline speedups, §5.2.2's rates, Table 4's
 /// stage rates and §5.2.4's convergence at σ = 1.
-fn paper_checks(sw: &Sweep) -> Vec<Check> {
+fn paper_checks(sw: &Sweep) -> Vec<Comparison> {
     let mut checks = Vec::new();
     fig5_checks(&mut checks, sw);
     table4_checks(&mut checks, sw);
@@ -282,7 +285,7 @@ impl Sweep {
 
 /// Figure 5: hw-ISP's best speedups over IHP and cpu-ISP, and §5.2.2's embedded-CPU and
 /// flash-stream rates.
-fn fig5_checks(checks: &mut Vec<Check>, sw: &Sweep) {
+fn fig5_checks(checks: &mut Vec<Comparison>, sw: &Sweep) {
     let find5 = |ch: u32, mts: f64, s: Strategy| sw.fig5_run(ch, mts, s);
     let configs: Vec<(u32, f64)> = [8u32, 16]
         .iter()
@@ -296,46 +299,39 @@ fn fig5_checks(checks: &mut Vec<Check>, sw: &Sweep) {
             })
             .fold(0.0f64, f64::max)
     };
-    let why_139 = "the paper's own equations with its Table 1-2 parameters give at most 13.07 \
-                   over IHP and 11.2 over cpu-ISP (csd-model notes): 13.9 is not derivable; \
-                   records here also carry ~3% page overhead";
-    checks.push(Check {
-        what: "Fig. 5: hw-ISP over IHP, best configuration (x, \"up to 13.9\")".into(),
-        paper: 13.9,
-        ours: best(Strategy::Ihp),
-        unit: "",
-        why: why_139.into(),
-    });
-    checks.push(Check {
-        what: "Fig. 5: hw-ISP over cpu-ISP, best configuration (x, \"up to 13.9\")".into(),
-        paper: 13.9,
-        ours: best(Strategy::CpuIsp),
-        unit: "",
-        why: why_139.into(),
-    });
+    checks.push(Comparison::new(
+        PAPER,
+        "Fig. 5: hw-ISP over IHP, best configuration (x, \"up to 13.9\")",
+        PaperValue::value(13.9),
+        best(Strategy::Ihp),
+    ));
+    checks.push(Comparison::new(
+        PAPER,
+        "Fig. 5: hw-ISP over cpu-ISP, best configuration (x, \"up to 13.9\")",
+        PaperValue::value(13.9),
+        best(Strategy::CpuIsp),
+    ));
     if let Some(r) = find5(8, 100.0, Strategy::CpuIsp) {
-        checks.push(Check {
-            what: "§5.2.2: embedded-CPU scan rate, 128-B records (MB/s)".into(),
-            paper: 441.0,
-            ours: stage_rate(r, "embedded_cpu") * 128.0 / 1e6,
-            unit: "",
-            why: String::new(),
-        });
+        checks.push(Comparison::new(
+            PAPER,
+            "§5.2.2: embedded-CPU scan rate, 128-B records (MB/s)",
+            PaperValue::value(441.0),
+            stage_rate(r, "embedded_cpu") * 128.0 / 1e6,
+        ));
     }
     if let Some(r) = find5(8, 100.0, Strategy::HwIsp) {
-        checks.push(Check {
-            what: "§5.2.2: flash stream, 8 ch x 100 Mbps (MB/s)".into(),
-            paper: 743.0,
-            ours: r.table_bytes as f64 / (r.stages[1].busy_ns as f64 / 1e9).max(1e-12) / 1e6,
-            unit: "",
-            why: String::new(),
-        });
+        checks.push(Comparison::new(
+            PAPER,
+            "§5.2.2: flash stream, 8 ch x 100 Mbps (MB/s)",
+            PaperValue::value(743.0),
+            r.table_bytes as f64 / (r.stages[1].busy_ns as f64 / 1e9).max(1e-12) / 1e6,
+        ));
     }
 }
 
 /// Table 4: the rate of each stage (host CPU, embedded CPU, hardware ISP, each link) in
 /// records per second.
-fn table4_checks(checks: &mut Vec<Check>, sw: &Sweep) {
+fn table4_checks(checks: &mut Vec<Comparison>, sw: &Sweep) {
     let find5 = |ch: u32, mts: f64, s: Strategy| sw.fig5_run(ch, mts, s);
     let find7 = |l: &str, sg: f64, s: Strategy| sw.fig7_run(l, sg, s);
     let t4 = [
@@ -372,21 +368,13 @@ fn table4_checks(checks: &mut Vec<Check>, sw: &Sweep) {
     ];
     for (what, paper, ours) in t4 {
         if let Some(ours) = ours {
-            checks.push(Check {
-                what: what.into(),
-                paper,
-                ours,
-                unit: "",
-                why: "records here are 128 B of row data plus the page's slot and header \
-                      overhead, so a link or flash rate in records/s is a few % lower"
-                    .into(),
-            });
+            checks.push(Comparison::new(PAPER, what, PaperValue::value(paper), ours));
         }
     }
 }
 
 /// §5.2.4: hw-ISP converges to IHP as σ → 1, on every link.
-fn convergence_checks(checks: &mut Vec<Check>, sw: &Sweep) {
+fn convergence_checks(checks: &mut Vec<Comparison>, sw: &Sweep) {
     let find7 = |l: &str, sg: f64, s: Strategy| sw.fig7_run(l, sg, s);
     // §5.2.4: hw-ISP converges to IHP as σ → 1.
     for (name, _) in LINKS {
@@ -394,16 +382,12 @@ fn convergence_checks(checks: &mut Vec<Check>, sw: &Sweep) {
             find7(name, 1.0, Strategy::HwIsp),
             find7(name, 1.0, Strategy::Ihp),
         ) {
-            checks.push(Check {
-                what: format!("§5.2.4: hw-ISP / IHP at σ = 1, {name} (x, \"converges\")"),
-                paper: 1.0,
-                ours: rate(hw) / rate(ihp),
-                unit: "",
-                why: "at σ = 1 both are bound by the flash array (PCIe) or the link (SATA); the \
-                      simulation's flash stream is 2–3% below equation 1 at 16 ch × 400 MT/s, \
-                      more so for IHP's read commands than for the session's page stream"
-                    .into(),
-            });
+            checks.push(Comparison::new(
+                PAPER,
+                format!("§5.2.4: hw-ISP / IHP at σ = 1, {name} (x, \"converges\")"),
+                PaperValue::value(1.0),
+                rate(hw) / rate(ihp),
+            ));
         }
     }
 }
@@ -540,7 +524,7 @@ fn report_md(
     rows: u64,
     wall: f64,
     sw: &Sweep,
-    checks: &[Check],
+    checks: &[Comparison],
     t3: &[T3Row],
     cmd: &str,
 ) -> String {

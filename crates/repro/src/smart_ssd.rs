@@ -14,10 +14,13 @@
 //! to the paper's size.
 
 use super::{
-    Bed, Check, check_memory, checks_md, claim, md_table, plot_err, preset, print_checks, progress,
-    write_report,
+    Bed, Comparison, PaperValue, check_memory, checks_md, md_table, plot_err, preset, print_checks,
+    progress, write_report,
 };
 use crate::ReproError;
+
+/// The paper's name in comparisons and the scoreboard.
+pub const PAPER: &str = "smart-ssd";
 use crate::util::{self as report, ConfigSource};
 use clap::Args;
 use csd_host::{QueryReport, Strategy, TableInfo};
@@ -74,12 +77,6 @@ impl SmartRun {
 
 /// Figures 5 and 6's selectivities.
 const SIGMAS: [f64; 6] = [0.001, 0.01, 0.1, 0.25, 0.5, 1.0];
-
-/// Why the energy ratios differ from the paper's.
-const ENERGY_WHY: &str = "the host's idle power (231 W) dominates, so energy follows time; the \
-                      paper's energy ratios exceed its time ratios by ~15%, which needs ~38 W \
-                      more host power during regular-SSD scans than its own figures give (20% \
-                      of a 65 W CPU = 13 W, modeled here)";
 
 /// The header of the figures' tables.
 const HEADER: [&str; 8] = [
@@ -238,15 +235,6 @@ fn sweep(a: &SmartSsdArgs, cfg: &DeviceConfig, rows: u64) -> Result<Sweep, Repro
     Ok(Sweep { fig4, fig56, fig7 })
 }
 
-/// Rows per page measured on a table csd built, beside the paper's.
-fn density(label: &str, r: &QueryReport) -> (f64, f64) {
-    let paper = PAPER_ROWS_PER_PAGE
-        .iter()
-        .find(|(n, _)| *n == label)
-        .map_or(0.0, |x| x.1);
-    (r.rows as f64 / r.pages.max(1) as f64, paper)
-}
-
 /// Figures 4, 5, 6 (time and both energies) and 7.
 fn write_plots(out: &Path, sw: &Sweep) -> Result<(), ReproError> {
     let Sweep { fig4, fig56, fig7 } = sw;
@@ -314,7 +302,7 @@ fn write_plots(out: &Path, sw: &Sweep) -> Result<(), ReproError> {
 }
 
 /// The side-by-side lines, each with what explains a difference.
-fn paper_checks(sw: &Sweep, to_paper: f64) -> Vec<Check> {
+fn paper_checks(sw: &Sweep, to_paper: f64) -> Vec<Comparison> {
     let mut checks = Vec::new();
     fig4_checks(&mut checks, &sw.fig4, to_paper);
     fig56_checks(&mut checks, &sw.fig56);
@@ -324,175 +312,125 @@ fn paper_checks(sw: &Sweep, to_paper: f64) -> Vec<Check> {
 
 /// Figure 4 (and Figure 5's 0.1% point on the same Synthetic64 run): speedups, the
 /// NSM / PAX ratio, times scaled to the paper's 400M rows, and Synthetic4's slowdown.
-fn fig4_checks(checks: &mut Vec<Check>, fig4: &[SmartRun], to_paper: f64) {
+fn fig4_checks(checks: &mut Vec<Comparison>, fig4: &[SmartRun], to_paper: f64) {
     if let Some(s64) = fig4.iter().find(|r| r.label == "Synthetic64") {
-        let (here, paper) = density("Synthetic64", &s64.pax);
-        checks.push(Check {
-            what: "Fig. 4/5: selection 0.1%, Synthetic64, SSD / Smart PAX (x)".into(),
-            paper: 2.6,
-            ours: s64.speedup(),
-            unit: "",
-            why: format!(
-                "Synthetic64 pages hold {here:.1} rows here vs the paper's {paper}: a page \
-                 costs the Smart SSD more CPU but the regular SSD the same link time"
-            ),
-        });
-        checks.push(Check {
-            what: "Fig. 5: NSM / PAX time on the Smart SSD, 0.1% (115 s / 78 s)".into(),
-            paper: 115.0 / 78.0,
-            ours: s64.nsm.modeled_s() / s64.pax.modeled_s(),
-            unit: "",
-            why: "the DRAM-access charge (29.6 cycles) and the LDM width (32 B) are derived \
-                  from this pair and Synthetic4 PAX (preset notes)"
-                .into(),
-        });
-        checks.push(Check {
-            what: "Fig. 5: Smart PAX time scaled to the paper's 400M rows (s)".into(),
-            paper: 78.0,
-            ours: s64.pax.modeled_s() * to_paper,
-            unit: "",
-            why: format!(
-                "csd's Synthetic64 table is {:.1} GB at 400M rows ({here:.1} rows per page) \
-                 where the paper's is 113 GB ({paper})",
-                s64.pax.table_bytes as f64 * to_paper / 1e9
-            ),
-        });
-        checks.push(Check {
-            what: "Fig. 5: regular SSD time scaled to the paper's 400M rows (s)".into(),
-            paper: 207.0,
-            ours: s64.ssd.modeled_s() * to_paper,
-            unit: "",
-            why: format!(
-                "the link moves csd's {:.1} GB (NSM, {:.1} rows per page) where the paper's \
-                 table is 113 GB ({paper} rows per page)",
-                s64.ssd.table_bytes as f64 * to_paper / 1e9,
-                density("Synthetic64", &s64.ssd).0
-            ),
-        });
+        checks.push(Comparison::new(
+            PAPER,
+            "Fig. 4/5: selection 0.1%, Synthetic64, SSD / Smart PAX (x)",
+            PaperValue::value(2.6),
+            s64.speedup(),
+        ));
+        checks.push(Comparison::new(
+            PAPER,
+            "Fig. 5: NSM / PAX time on the Smart SSD, 0.1% (115 s / 78 s)",
+            PaperValue::value(115.0 / 78.0),
+            s64.nsm.modeled_s() / s64.pax.modeled_s(),
+        ));
+        checks.push(Comparison::new(
+            PAPER,
+            "Fig. 5: Smart PAX time scaled to the paper's 400M rows (s)",
+            PaperValue::value(78.0),
+            s64.pax.modeled_s() * to_paper,
+        ));
+        checks.push(Comparison::new(
+            PAPER,
+            "Fig. 5: regular SSD time scaled to the paper's 400M rows (s)",
+            PaperValue::value(207.0),
+            s64.ssd.modeled_s() * to_paper,
+        ));
     }
     if let Some(s4) = fig4.iter().find(|r| r.label == "Synthetic4") {
-        let (nsm_here, paper) = density("Synthetic4", &s4.nsm);
-        let (pax_here, _) = density("Synthetic4", &s4.pax);
-        let dense = format!(
-            "csd's Synthetic4 pages hold {nsm_here:.0} (NSM) / {pax_here:.0} (PAX) rows where \
-             the paper's held {paper}: the Smart SSD examines that many more records per page \
-             the regular SSD moves"
-        );
-        checks.push(claim(
+        checks.push(Comparison::new(
+            PAPER,
             "Fig. 4: Synthetic4 at 0.1%: SSD / Smart PAX < 1 (Smart SSD slower)",
-            false,
+            PaperValue::below(1.0),
             s4.speedup(),
-            dense.clone(),
         ));
-        checks.push(Check {
-            what: "Fig. 4: Synthetic4, SSD / Smart PAX (x, \"22% slower\")".into(),
-            paper: 1.0 / 1.22,
-            ours: s4.speedup(),
-            unit: "",
-            why: dense.clone(),
-        });
-        checks.push(Check {
-            what: "Fig. 4: Synthetic4, SSD / Smart NSM (x, \"2.6x slower\")".into(),
-            paper: 1.0 / 2.6,
-            ours: s4.ssd.modeled_s() / s4.nsm.modeled_s(),
-            unit: "",
-            why: format!(
-                "{dense}; and the paper's four tuple-size points fit one per-page cost only \
-                 if an NSM page costs ~540 cycles more than a PAX page: at the paper's 323 \
-                 rows per page the derived costs give 3.2x slower (preset notes)"
-            ),
-        });
+        checks.push(Comparison::new(
+            PAPER,
+            "Fig. 4: Synthetic4, SSD / Smart PAX (x, \"22% slower\")",
+            PaperValue::value(1.0 / 1.22),
+            s4.speedup(),
+        ));
+        checks.push(Comparison::new(
+            PAPER,
+            "Fig. 4: Synthetic4, SSD / Smart NSM (x, \"2.6x slower\")",
+            PaperValue::value(1.0 / 2.6),
+            s4.ssd.modeled_s() / s4.nsm.modeled_s(),
+        ));
     }
 }
 
 /// Figures 5 and 6: energy ratios at 0.1%, selection at 100%, aggregation's speedup and
 /// the claim that the Smart SSD stays faster at 100%.
-fn fig56_checks(checks: &mut Vec<Check>, fig56: &[(bool, f64, SmartRun)]) {
+fn fig56_checks(checks: &mut Vec<Comparison>, fig56: &[(bool, f64, SmartRun)]) {
     let sel = |agg: bool, sg: f64| fig56.iter().find(|x| x.0 == agg && x.1 == sg).map(|x| &x.2);
     if let Some(r) = sel(false, 0.001) {
-        checks.push(Check {
-            what: "Fig. 5(b): entire-system energy SSD / Smart PAX, 0.1% (x)".into(),
-            paper: 3.0,
-            ours: r.ssd.energy.total_j() / r.pax.energy.total_j(),
-            unit: "",
-            why: ENERGY_WHY.into(),
-        });
-        checks.push(Check {
-            what: "Fig. 5(c): I/O-subsystem energy SSD / Smart PAX, 0.1% (x)".into(),
-            paper: 2.0,
-            ours: r.ssd.energy.device_j() / r.pax.energy.device_j(),
-            unit: "",
-            why: "device power levels are calibrated to the paper's 5.0 W / 6.7 W".into(),
-        });
+        checks.push(Comparison::new(
+            PAPER,
+            "Fig. 5(b): entire-system energy SSD / Smart PAX, 0.1% (x)",
+            PaperValue::value(3.0),
+            r.ssd.energy.total_j() / r.pax.energy.total_j(),
+        ));
+        checks.push(Comparison::new(
+            PAPER,
+            "Fig. 5(c): I/O-subsystem energy SSD / Smart PAX, 0.1% (x)",
+            PaperValue::value(2.0),
+            r.ssd.energy.device_j() / r.pax.energy.device_j(),
+        ));
     }
     if let Some(r) = sel(false, 1.0) {
-        checks.push(Check {
-            what: "Fig. 5: selection 100%, Smart PAX / SSD time (x = 1.43: 43% slower)".into(),
-            paper: 1.43,
-            ours: r.pax.modeled_s() / r.ssd.modeled_s(),
-            unit: "",
-            why: format!(
-                "the result-write cost (323 cycles) is derived from this point at the \
-                 paper's 29 rows per page; csd's pages hold {:.1}",
-                density("Synthetic64", &r.pax).0
-            ),
-        });
+        checks.push(Comparison::new(
+            PAPER,
+            "Fig. 5: selection 100%, Smart PAX / SSD time (x = 1.43: 43% slower)",
+            PaperValue::value(1.43),
+            r.pax.modeled_s() / r.ssd.modeled_s(),
+        ));
     }
     if let Some(r) = sel(true, 0.001) {
-        checks.push(Check {
-            what: "Fig. 6: aggregation 0.1%, SSD / Smart PAX (x)".into(),
-            paper: 2.7,
-            ours: r.speedup(),
-            unit: "",
-            why: "as Figure 5".into(),
-        });
-        checks.push(Check {
-            what: "Fig. 6(b): entire-system energy, 0.1% (x)".into(),
-            paper: 2.9,
-            ours: r.ssd.energy.total_j() / r.pax.energy.total_j(),
-            unit: "",
-            why: ENERGY_WHY.into(),
-        });
-        checks.push(Check {
-            what: "Fig. 6(c): I/O-subsystem energy, 0.1% (x)".into(),
-            paper: 1.9,
-            ours: r.ssd.energy.device_j() / r.pax.energy.device_j(),
-            unit: "",
-            why: "as Figure 5(c)".into(),
-        });
+        checks.push(Comparison::new(
+            PAPER,
+            "Fig. 6: aggregation 0.1%, SSD / Smart PAX (x)",
+            PaperValue::value(2.7),
+            r.speedup(),
+        ));
+        checks.push(Comparison::new(
+            PAPER,
+            "Fig. 6(b): entire-system energy, 0.1% (x)",
+            PaperValue::value(2.9),
+            r.ssd.energy.total_j() / r.pax.energy.total_j(),
+        ));
+        checks.push(Comparison::new(
+            PAPER,
+            "Fig. 6(c): I/O-subsystem energy, 0.1% (x)",
+            PaperValue::value(1.9),
+            r.ssd.energy.device_j() / r.pax.energy.device_j(),
+        ));
     }
     if let Some(r) = sel(true, 1.0) {
-        checks.push(claim(
+        checks.push(Comparison::new(
+            PAPER,
             "Fig. 6: aggregation at 100%: SSD / Smart PAX > 1 (Smart SSD still faster)",
-            true,
+            PaperValue::above(1.0),
             r.speedup(),
-            "aggregate updates are charged isp.agg_cycles_per_update; the paper bounds it \
-             below 190 cycles (preset notes)",
         ));
     }
 }
 
 /// Figure 7: TPC-H Q6's speedup and energy ratio.
-fn fig7_checks(checks: &mut Vec<Check>, fig7: &SmartRun) {
-    let (q6_here, q6_paper) = density("lineitem", &fig7.pax);
-    checks.push(Check {
-        what: "Fig. 7: TPC-H Q6, SSD / Smart PAX (x)".into(),
-        paper: 1.7,
-        ours: fig7.speedup(),
-        unit: "",
-        why: format!(
-            "lineitem pages hold {q6_here:.1} rows here vs the paper's {q6_paper}; the \
-             device evaluated {:.2} predicates per row (short-circuit AND)",
-            fig7.pax.work.predicates_evaluated as f64 / fig7.pax.rows.max(1) as f64
-        ),
-    });
-    checks.push(Check {
-        what: "Fig. 7: TPC-H Q6 entire-system energy (x)".into(),
-        paper: 2.0,
-        ours: fig7.ssd.energy.total_j() / fig7.pax.energy.total_j(),
-        unit: "",
-        why: ENERGY_WHY.into(),
-    });
+fn fig7_checks(checks: &mut Vec<Comparison>, fig7: &SmartRun) {
+    checks.push(Comparison::new(
+        PAPER,
+        "Fig. 7: TPC-H Q6, SSD / Smart PAX (x)",
+        PaperValue::value(1.7),
+        fig7.speedup(),
+    ));
+    checks.push(Comparison::new(
+        PAPER,
+        "Fig. 7: TPC-H Q6 entire-system energy (x)",
+        PaperValue::value(2.0),
+        fig7.ssd.energy.total_j() / fig7.pax.energy.total_j(),
+    ));
 }
 
 /// One run as a row of the figures' tables.
@@ -532,7 +470,7 @@ fn report_md(
     to_paper: f64,
     wall: f64,
     sw: &Sweep,
-    checks: &[Check],
+    checks: &[Comparison],
     cmd: &str,
 ) -> String {
     let Sweep { fig4, fig56, fig7 } = sw;
