@@ -8,6 +8,7 @@
 use crate::harness::{BenchConfig, BenchError};
 use crate::result::BenchResult;
 use crate::workload::{GrSpec, WorkloadSpec};
+use csd_paper::{Comparison, PaperValue};
 
 /// Parameters of the reproduction: the workloads (Figures 6, 7, 8) and the tree.
 #[derive(Debug, Clone, PartialEq)]
@@ -215,30 +216,13 @@ pub fn fig8_config(p: &ReproParams, warehouses: u32) -> BenchConfig {
     c
 }
 
-/// One ordering the paper reports, and whether runs show it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OrderingCheck {
-    /// Figure and condition, e.g. `6, W_l = 0.8`.
-    pub figure: String,
-    /// The paper's statement.
-    pub paper: &'static str,
-    /// What the runs measured.
-    pub measured: String,
-    /// Whether the ordering holds in the runs.
-    pub holds: bool,
-}
+/// The paper's name in comparisons and the scoreboard.
+pub const PAPER: &str = "fd-tree";
 
-impl std::fmt::Display for OrderingCheck {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "[{}] Figure {}: {} — measured {}",
-            if self.holds { "holds" } else { "FLIPPED" },
-            self.figure,
-            self.paper,
-            self.measured
-        )
-    }
+/// Whether an ordering holds in the runs (the comparison's csd value is on the paper's
+/// side of its bound).
+pub fn holds(c: &Comparison) -> bool {
+    c.direction_holds()
 }
 
 /// How much larger FD+DS's and FD+XM's worst insertion `R_p` must be than FD+FC's for
@@ -258,20 +242,20 @@ pub fn check_orderings(
     fig6: &[BenchResult],
     fig7: &[BenchResult],
     fig8: &[BenchResult],
-) -> Vec<OrderingCheck> {
+) -> Vec<Comparison> {
     let mut out = Vec::new();
     let at08: Vec<&BenchResult> = fig6
         .iter()
         .filter(|r| (r.w_lookup - 0.8).abs() < 1e-9)
         .collect();
-    insert_checks(&mut out, "6, W_l = 0.8".into(), &at08, true);
+    insert_checks(&mut out, "6, W_l = 0.8", &at08, true);
     // Runs come scheme by scheme: every size (warehouse count) appears once per scheme.
     let mut sizes: Vec<u64> = fig7.iter().map(|r| r.preload_keys).collect();
     sizes.sort_unstable();
     sizes.dedup();
     for n in sizes {
         let rs: Vec<&BenchResult> = fig7.iter().filter(|r| r.preload_keys == n).collect();
-        insert_checks(&mut out, format!("7, {n} keys"), &rs, false);
+        insert_checks(&mut out, &format!("7, {n} keys"), &rs, false);
     }
     let mut whs: Vec<String> = Vec::new();
     for r in fig8 {
@@ -284,65 +268,47 @@ pub fn check_orderings(
         let fc = by(&rs, "FD+FC");
         for other in ["FD+DS", "FD+XM"] {
             if let (Some(fc), Some(o)) = (fc, by(&rs, other)) {
-                out.push(OrderingCheck {
-                    figure: format!("8(a), {w}"),
-                    paper: "FD+FC's throughput is higher than both FD+XM as well as FD+DS",
-                    measured: format!(
-                        "FD+FC {:.0} req/s, {other} {:.0} req/s ({:.2}x)",
-                        fc.throughput_rps,
-                        o.throughput_rps,
-                        fc.throughput_rps / o.throughput_rps.max(1e-9)
-                    ),
-                    holds: fc.throughput_rps > o.throughput_rps,
-                });
+                out.push(Comparison::new(
+                    PAPER,
+                    format!("Fig. 8(a), {w}: FD+FC / {other} throughput (FD+FC higher)"),
+                    PaperValue::above(1.0),
+                    fc.throughput_rps / o.throughput_rps.max(1e-9),
+                ));
             }
         }
         if let (Some(fc), Some(ds)) = (fc, by(&rs, "FD+DS")) {
-            out.push(OrderingCheck {
-                figure: format!("8(c), {w}"),
-                paper: "FD+FC has lower worst-case insertion R_p [than FD+DS]",
-                measured: format!(
-                    "FD+FC {:.1} ms, FD+DS {:.1} ms",
-                    fc.insert.rp.max_ms, ds.insert.rp.max_ms
-                ),
-                holds: fc.insert.rp.max_ms < ds.insert.rp.max_ms,
-            });
+            out.push(Comparison::new(
+                PAPER,
+                format!("Fig. 8(c), {w}: FD+DS / FD+FC worst insertion R_p (FD+FC lower)"),
+                PaperValue::above(1.0),
+                ds.insert.rp.max_ms / fc.insert.rp.max_ms.max(1e-9),
+            ));
         }
     }
     out
 }
 
-fn insert_checks(
-    out: &mut Vec<OrderingCheck>,
-    figure: String,
-    rs: &[&BenchResult],
-    headline: bool,
-) {
+fn insert_checks(out: &mut Vec<Comparison>, figure: &str, rs: &[&BenchResult], headline: bool) {
     let Some(fc) = by(rs, "FD+FC") else { return };
     let f = fc.insert.rp.max_ms;
     for other in ["FD+DS", "FD+XM"] {
         let Some(o) = by(rs, other) else { continue };
         let x = o.insert.rp.max_ms / f.max(1e-9);
-        out.push(OrderingCheck {
-            figure: figure.clone(),
-            paper: if other == "FD+DS" {
-                "FD+DS stalls during a merge: worst insertion R_p >> FD+FC's (33-38 s vs ~1 s)"
-            } else {
-                "FD+XM stalls during a merge: worst insertion R_p >> FD+FC's (33-38 s vs ~1 s)"
-            },
-            measured: format!(
-                "{other} {:.1} ms, FD+FC {f:.1} ms ({x:.1}x)",
-                o.insert.rp.max_ms
+        out.push(Comparison::new(
+            PAPER,
+            format!(
+                "Fig. {figure}: {other} / FD+FC worst insertion R_p ({other} stalls during a merge: 33-38 s vs ~1 s)"
             ),
-            holds: x >= STALL_FACTOR,
-        });
+            PaperValue::above(STALL_FACTOR),
+            x,
+        ));
         if headline && other == "FD+XM" {
-            out.push(OrderingCheck {
-                figure: figure.clone(),
-                paper: "FD+XM / FD+FC worst insertion R_p >= 20x (33-38 s vs ~1 s)",
-                measured: format!("{x:.1}x"),
-                holds: x >= XM_OVER_FC_MIN,
-            });
+            out.push(Comparison::new(
+                PAPER,
+                format!("Fig. {figure}: FD+XM / FD+FC worst insertion R_p (>= 20x)"),
+                PaperValue::above(XM_OVER_FC_MIN),
+                x,
+            ));
         }
     }
 }
@@ -352,23 +318,14 @@ fn insert_checks(
 /// orderings report.
 pub const FINDINGS: &str = include_str!("repro_findings.md");
 
-/// The orderings report: [`FINDINGS`], then one line per check with its verdict.
-pub fn orderings_markdown(checks: &[OrderingCheck], reproduce: &str) -> String {
+/// The orderings report: the comparisons' table ([`csd_paper::markdown`]), then
+/// [`FINDINGS`].
+pub fn orderings_markdown(checks: &[Comparison], reproduce: &str) -> String {
     use std::fmt::Write as _;
     let mut md = String::from("# FD+tree: the paper's orderings in this run\n\n");
-    let held = checks.iter().filter(|c| c.holds).count();
+    let held = checks.iter().filter(|c| holds(c)).count();
     let _ = writeln!(md, "{held} of {} orderings hold.\n", checks.len());
-    md.push_str("| figure | the paper | measured | verdict |\n|---|---|---|---|\n");
-    for c in checks {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} |",
-            c.figure,
-            c.paper,
-            c.measured,
-            if c.holds { "holds" } else { "**flipped**" }
-        );
-    }
+    md.push_str(&csd_paper::markdown(checks));
     let _ = writeln!(md, "\nreproduce: `{reproduce}`\n");
     md.push_str(FINDINGS);
     md
@@ -377,7 +334,7 @@ pub fn orderings_markdown(checks: &[OrderingCheck], reproduce: &str) -> String {
 /// Write [`orderings_markdown`] to `dir/orderings.md`; returns its path.
 pub fn write_orderings(
     dir: &std::path::Path,
-    checks: &[OrderingCheck],
+    checks: &[Comparison],
     reproduce: &str,
 ) -> Result<std::path::PathBuf, BenchError> {
     std::fs::create_dir_all(dir).map_err(|source| BenchError::Io {
@@ -516,14 +473,14 @@ mod tests {
         ];
         let checks = check_orderings(&good, &[], &[]);
         assert_eq!(checks.len(), 3);
-        assert!(checks.iter().all(|c| c.holds), "{checks:?}");
+        assert!(checks.iter().all(holds), "{checks:?}");
         // FC stalling like the others flips every check.
         let bad = [
             result(&t, "FD+FC", 30_000.0, 110.0),
             result(&t, "FD+DS", 33_000.0, 100.0),
             result(&t, "FD+XM", 38_000.0, 90.0),
         ];
-        assert!(check_orderings(&bad, &[], &[]).iter().all(|c| !c.holds));
+        assert!(check_orderings(&bad, &[], &[]).iter().all(|c| !holds(c)));
         // Figure 8: throughput and worst insertion, per warehouse count.
         let mut g = t.clone();
         g.workload = "G_T w=4".into();
@@ -535,12 +492,12 @@ mod tests {
         let c8 = check_orderings(&[], &[], &fig8);
         assert_eq!(c8.len(), 3);
         assert_eq!(
-            c8.iter().filter(|c| !c.holds).count(),
+            c8.iter().filter(|c| !holds(c)).count(),
             1,
             "XM's throughput is higher: {c8:?}"
         );
         let md = orderings_markdown(&c8, "csd repro fd-tree");
-        assert!(md.contains("2 of 3 orderings hold") && md.contains("**flipped**"));
+        assert!(md.contains("2 of 3 orderings hold") && md.contains("| miss |"));
         // Runs come scheme by scheme over several sizes and warehouse counts: each size
         // and warehouse count is checked once (they were checked once per scheme).
         let mut fig7 = Vec::new();

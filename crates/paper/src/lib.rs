@@ -336,6 +336,22 @@ impl Comparison {
     }
 }
 
+impl std::fmt::Display for Comparison {
+    /// `[status] headline: paper P, csd C (deviation)`, then the measured re-runs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self.row();
+        write!(
+            f,
+            "[{}] {}: paper {}, csd {} ({})",
+            r[4], r[0], r[1], r[2], r[3]
+        )?;
+        if !self.measured.is_empty() {
+            write!(f, "; measured: {}", r[5])?;
+        }
+        Ok(())
+    }
+}
+
 /// Which side of 1 a ratio is on (1 itself counts as its own side).
 fn side(v: f64) -> std::cmp::Ordering {
     v.partial_cmp(&1.0).unwrap_or(std::cmp::Ordering::Equal)
@@ -461,6 +477,10 @@ mod tests {
         assert_eq!(j[2]["status"], "miss");
         assert!(j[2]["csd"].is_null());
         assert_eq!(tally(&cs), (1, 1, 1));
+        assert_eq!(
+            cs[1].to_string(),
+            "[explained] c: paper 1.000, csd 2.000 (+100%); measured: k = v: 1.100 (+10%)"
+        );
     }
 
     proptest! {

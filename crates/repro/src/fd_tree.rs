@@ -121,9 +121,7 @@ pub fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), ReproError> {
     // The paper's orderings (who stalls, who has the best throughput), each with its
     // verdict, and the measured reasons why some flip at this scale.
     let checks = repro::check_orderings(&results, &scaled, &gt);
-    for c in &checks {
-        println!("{c}");
-    }
+    crate::print_checks(&checks);
     let orderings = repro::write_orderings(&a.out, &checks, &cmd).map_err(bench_err)?;
     println!("orderings and findings: {}", orderings.display());
     println!("seed {}; reproduce: {cmd}", a.seed);
