@@ -86,7 +86,8 @@ fn run_configs(
 /// `csd repro fd-tree`: the W_l sweep of Figure 6, the index-size scaling of Figure 7
 /// and the G_T runs of Figure 8 for each scheme, as markdown reports with plots and the
 /// paper's figures beside ours; then the paper's orderings checked.
-pub fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), ReproError> {
+/// Returns the comparisons with the paper (its orderings).
+pub fn repro_fd_cmd(a: &ReproFdArgs) -> Result<Vec<csd_paper::Comparison>, ReproError> {
     csd_fdtree::disable_transparent_huge_pages();
     let schemes = &a.schemes;
     // The workloads of the three figures, as idxbench's repro module defines them (its
@@ -125,7 +126,7 @@ pub fn repro_fd_cmd(a: &ReproFdArgs) -> Result<(), ReproError> {
     let orderings = repro::write_orderings(&a.out, &checks, &cmd).map_err(bench_err)?;
     println!("orderings and findings: {}", orderings.display());
     println!("seed {}; reproduce: {cmd}", a.seed);
-    Ok(())
+    Ok(checks)
 }
 
 /// The command line that reproduces this run.

@@ -98,7 +98,8 @@ fn command(a: &ReproFlixrArgs) -> String {
 }
 
 /// `csd repro flixr`.
-pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<(), ReproError> {
+/// Returns the comparisons with the paper.
+pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, ReproError> {
     let workloads: Vec<Workload> = if a.workloads.is_empty() {
         Workload::ALL.to_vec()
     } else {
@@ -164,5 +165,5 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<(), ReproError> {
         println!("{md}");
         println!("report: {}", a.out.join("report.md").display());
     }
-    Ok(())
+    Ok(r.comparison)
 }

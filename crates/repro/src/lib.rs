@@ -18,6 +18,7 @@
 //! Every measured number comes from a run's report (counters the device and the host
 //! kept while working); analytic models are shown beside the runs, never in their place.
 
+pub mod all;
 pub mod batch_io;
 mod error;
 pub mod fd_tree;
@@ -73,16 +74,23 @@ pub enum ReproCmd {
     ///
     /// Example: csd repro flixr --out repro/flixr
     Flixr(flixr::ReproFlixrArgs),
+    /// All five reproductions at their default scale, then one scoreboard (markdown,
+    /// JSON and a plot): per headline the paper's value, csd's, the deviation and whether
+    /// it is within 20%, explained by a measured parameter, or a miss.
+    ///
+    /// Example: csd repro all --out repro/all
+    All(all::ReproAllArgs),
 }
 
 /// Runs the reproduction `c` asks for (`csd repro ...`).
 pub fn repro_cmd(c: &ReproCmd) -> Result<(), ReproError> {
     match c {
-        ReproCmd::ScanPaper(a) => scan_paper::run(a),
-        ReproCmd::SmartSsd(a) => smart_ssd::run(a),
-        ReproCmd::FdTree(a) => fd_tree::repro_fd_cmd(a),
+        ReproCmd::ScanPaper(a) => scan_paper::run(a).map(drop),
+        ReproCmd::SmartSsd(a) => smart_ssd::run(a).map(drop),
+        ReproCmd::FdTree(a) => fd_tree::repro_fd_cmd(a).map(drop),
         ReproCmd::BatchIo(a) => batch_io::repro_batch_io(a),
-        ReproCmd::Flixr(a) => flixr::repro_flixr(a),
+        ReproCmd::Flixr(a) => flixr::repro_flixr(a).map(drop),
+        ReproCmd::All(a) => all::run(a).map(drop),
     }
 }
 

@@ -57,7 +57,8 @@ struct Sweep {
 }
 
 /// `csd repro scan-paper`: sweep, checks, render.
-pub fn run(a: &ScanPaperArgs) -> Result<(), ReproError> {
+/// Returns the comparisons with the paper.
+pub fn run(a: &ScanPaperArgs) -> Result<Vec<Comparison>, ReproError> {
     if !(a.scale > 0.0 && a.scale <= 10.0) {
         return Err(ReproError::Usage(format!(
             "--scale {} is outside (0, 10]",
@@ -107,7 +108,7 @@ pub fn run(a: &ScanPaperArgs) -> Result<(), ReproError> {
         path.display()
     );
     println!("seed {}; reproduce: {cmd}", a.seed);
-    Ok(())
+    Ok(checks)
 }
 
 /// Runs every configuration: Figure 5's grid, Figure 7's sweep and (`--configs all`)

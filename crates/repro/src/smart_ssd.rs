@@ -101,7 +101,8 @@ struct Sweep {
 }
 
 /// `csd repro smart-ssd`: sweep, checks, render.
-pub fn run(a: &SmartSsdArgs) -> Result<(), ReproError> {
+/// Returns the comparisons with the paper.
+pub fn run(a: &SmartSsdArgs) -> Result<Vec<Comparison>, ReproError> {
     if !(a.scale > 0.0 && a.scale <= 1.0) {
         return Err(ReproError::Usage(format!(
             "--scale {} is outside (0, 1]",
@@ -146,7 +147,7 @@ pub fn run(a: &SmartSsdArgs) -> Result<(), ReproError> {
         path.display()
     );
     println!("seed {}; reproduce: {cmd}", a.seed);
-    Ok(())
+    Ok(checks)
 }
 
 /// The three runs of one experiment on one device: the regular SSD (IHP over the NSM
