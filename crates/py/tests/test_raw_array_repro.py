@@ -154,3 +154,31 @@ def test_repro_scan_paper_tiny(tmp_path: Path) -> None:
         csd.repro("nope", tmp_path / "y")
     with pytest.raises(ValueError, match="no reproduction named"):
         csd.repro_all(tmp_path / "z", nope={})
+
+
+def test_scan_reports_have_csd_query_json_keys_and_figures(image: Path) -> None:
+    """One report shape for both front ends: `csd query --json`'s scans and
+    `SqlResult.reports` (plus `run`) come from csd_sql::ScanRecordReport."""
+    import json
+    import subprocess
+
+    binary = Path(__file__).resolve().parents[3] / "target" / "debug" / "csd"
+    if not binary.is_file():
+        pytest.skip(f"{binary} not built (cargo build -p csd)")
+    with csd.open(image) as dev:
+        dev.load_synthetic(columns=4, rows=5000, name="s")
+    query = "SELECT COUNT(*) AS n FROM s WHERE c1 < 1000"
+    out = subprocess.run(
+        [str(binary), "query", "--image", str(image), "--strategy", "ihp", "--json", query],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    (cli,) = json.loads(out)["runs"][0]["scans"]
+    with csd.open(image, read_only=True) as dev:
+        (py,) = dev.sql(query, strategy="ihp").reports
+    assert py["run"] == "ihp"
+    assert set(py) - {"run"} == set(cli)
+    for k in ("table", "strategy", "pages", "rows", "rows_selected", "result_rows", "flash_reads",
+              "host_link_bytes", "commands", "device_program", "why", "stages"):
+        assert py[k] == cli[k], k
