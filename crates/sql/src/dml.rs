@@ -267,6 +267,14 @@ fn cast_strict(v: &ArrayRef, ty: &DataType, column: &str) -> Result<ArrayRef> {
 /// Rows of stored values as an Arrow batch of the table's schema.
 pub fn rows_batch(schema: &Schema, arrow: &SchemaRef, rows: &[&[Value]]) -> Result<RecordBatch> {
     let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.len());
+    if schema.is_extended() {
+        // Tables with NULLs or the newer types: every value as it is, NULLs included.
+        for (c, col) in schema.columns().iter().enumerate() {
+            let vals: Vec<Option<&Value>> = rows.iter().map(|r| r.get(c)).collect();
+            cols.push(crate::schema::values_array(col, &vals)?);
+        }
+        return Ok(RecordBatch::try_new(arrow.clone(), cols)?);
+    }
     for (c, col) in schema.columns().iter().enumerate() {
         let num = |r: &&[Value]| r.get(c).and_then(Value::as_i64).unwrap_or(0);
         let a: ArrayRef = match col.ty {
@@ -318,6 +326,40 @@ pub fn batch_rows(schema: &Schema, batch: &RecordBatch, what: &str) -> Result<Ve
         )));
     }
     let mut rows: Vec<Vec<Value>> = (0..n).map(|_| Vec::with_capacity(schema.len())).collect();
+    if schema.is_extended() {
+        // Tables with NULLs or the newer types: NULL where the column allows it; the
+        // schema checks widths and UTF-8 when the rows are encoded.
+        for (c, col) in schema.columns().iter().enumerate() {
+            let bad = |m: String| {
+                DataFusionError::Plan(format!(
+                    "{what} {}: column {}: {m}",
+                    schema.name(),
+                    col.name
+                ))
+            };
+            let a = cast_strict(batch.column(c), &arrow_type(col.ty), &col.name)?;
+            if !col.nullable && a.null_count() > 0 {
+                return Err(bad(format!(
+                    "NULL is not allowed (the column is NOT NULL); give a {} value",
+                    col.ty
+                )));
+            }
+            for (i, r) in rows.iter_mut().enumerate() {
+                let v = crate::schema::array_value(col, &a, i)
+                    .ok_or_else(|| bad(format!("a value does not fit {}", col.ty)))?;
+                if let (ColumnType::Char(w), Value::Char(b)) = (col.ty, &v)
+                    && b.len() > usize::from(w)
+                {
+                    return Err(bad(format!(
+                        "a {}-byte value; CHAR({w}) holds at most {w}",
+                        b.len()
+                    )));
+                }
+                r.push(v);
+            }
+        }
+        return Ok(rows);
+    }
     for (c, col) in schema.columns().iter().enumerate() {
         let bad = |m: String| {
             DataFusionError::Plan(format!(

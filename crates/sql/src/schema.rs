@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use csd_query::ColumnData;
-use csd_table::schema::{Column, ColumnType, Schema, trim_char};
+use csd_table::schema::{Column, ColumnType, Schema, Value, trim_char};
 use datafusion::arrow::array::{
     ArrayRef, ArrowPrimitiveType, BinaryBuilder, BooleanArray, Date32Array, Decimal128Array,
     Int32Array, Int64Array, PrimitiveArray, StringBuilder,
@@ -273,4 +273,110 @@ fn wrong_representation(ty: ColumnType) -> ArrowError {
     ArrowError::ComputeError(format!(
         "device column of type {ty:?} came back in the wrong representation"
     ))
+}
+
+/// Values of `col` (one per row, `None` or [`Value::Null`] for a NULL) as an Arrow
+/// array of the column's field type: the DML path of tables with NULLs or the newer
+/// types. A value of another kind than the column's is an error.
+pub fn values_array(col: &Column, vals: &[Option<&Value>]) -> Result<ArrayRef, ArrowError> {
+    use datafusion::arrow::array::{
+        BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder,
+        Float64Builder, Int8Builder, Int16Builder, Int32Builder, Int64Builder,
+        TimestampMicrosecondBuilder,
+    };
+    let wrong = |v: &Value| {
+        ArrowError::ComputeError(format!(
+            "column {} is {} but holds a {} value",
+            col.name,
+            col.ty,
+            v.kind()
+        ))
+    };
+    macro_rules! build {
+        ($b:expr, $pat:pat => $x:expr) => {{
+            let mut b = $b;
+            for v in vals {
+                match v {
+                    None | Some(Value::Null) => b.append_null(),
+                    Some($pat) => b.append_value($x),
+                    Some(other) => return Err(wrong(other)),
+                }
+            }
+            Arc::new(b.finish()) as ArrayRef
+        }};
+    }
+    let a: ArrayRef = match col.ty {
+        ColumnType::Bool => build!(BooleanBuilder::new(), Value::Bool(x) => *x),
+        ColumnType::Int8 => build!(Int8Builder::new(), Value::Int8(x) => *x),
+        ColumnType::Int16 => build!(Int16Builder::new(), Value::Int16(x) => *x),
+        ColumnType::Int32 => build!(Int32Builder::new(), Value::Int32(x) => *x),
+        ColumnType::Int64 => build!(Int64Builder::new(), Value::Int64(x) => *x),
+        ColumnType::Date => build!(Date32Builder::new(), Value::Date(x) => *x),
+        ColumnType::Float32 => {
+            build!(Float32Builder::new(), Value::Float32(x) => f32::from_bits(*x))
+        }
+        ColumnType::Float64 => {
+            build!(Float64Builder::new(), Value::Float64(x) => f64::from_bits(*x))
+        }
+        ColumnType::Timestamp => {
+            build!(TimestampMicrosecondBuilder::new(), Value::Timestamp(x) => *x)
+        }
+        ColumnType::Decimal { scale } => build!(
+            Decimal128Builder::new().with_precision_and_scale(DECIMAL_PRECISION, scale as i8)?,
+            Value::Decimal(x) => i128::from(*x)
+        ),
+        ColumnType::Decimal128 { precision, scale } => build!(
+            Decimal128Builder::new().with_precision_and_scale(precision, scale as i8)?,
+            Value::Decimal128(x) => *x
+        ),
+        ColumnType::Char(_) => build!(
+            StringBuilder::new(),
+            Value::Char(x) => String::from_utf8_lossy(trim_char(x))
+        ),
+        ColumnType::Varchar => build!(StringBuilder::new(), Value::Varchar(x) => x.as_str()),
+        ColumnType::Varbinary => build!(BinaryBuilder::new(), Value::Varbinary(x) => x.as_slice()),
+    };
+    let field = arrow_field(col);
+    if a.data_type() == field.data_type() {
+        Ok(a)
+    } else {
+        datafusion::arrow::compute::cast(&a, field.data_type())
+    }
+}
+
+/// Value `i` of `a`, an array of `col`'s Arrow type ([`arrow_type`]), as a stored value
+/// ([`Value::Null`] for a NULL); `None` if the array is not of that type.
+pub fn array_value(col: &Column, a: &ArrayRef, i: usize) -> Option<Value> {
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes as t;
+    if a.is_null(i) {
+        return Some(Value::Null);
+    }
+    Some(match col.ty {
+        ColumnType::Bool => Value::Bool(a.as_boolean_opt()?.value(i)),
+        ColumnType::Int8 => Value::Int8(a.as_primitive_opt::<t::Int8Type>()?.value(i)),
+        ColumnType::Int16 => Value::Int16(a.as_primitive_opt::<t::Int16Type>()?.value(i)),
+        ColumnType::Int32 => Value::Int32(a.as_primitive_opt::<t::Int32Type>()?.value(i)),
+        ColumnType::Int64 => Value::Int64(a.as_primitive_opt::<t::Int64Type>()?.value(i)),
+        ColumnType::Date => Value::Date(a.as_primitive_opt::<t::Date32Type>()?.value(i)),
+        ColumnType::Float32 => {
+            Value::Float32(a.as_primitive_opt::<t::Float32Type>()?.value(i).to_bits())
+        }
+        ColumnType::Float64 => {
+            Value::Float64(a.as_primitive_opt::<t::Float64Type>()?.value(i).to_bits())
+        }
+        ColumnType::Timestamp => Value::Timestamp(
+            a.as_primitive_opt::<t::TimestampMicrosecondType>()?
+                .value(i),
+        ),
+        ColumnType::Decimal { .. } => {
+            Value::Decimal(i64::try_from(a.as_primitive_opt::<t::Decimal128Type>()?.value(i)).ok()?)
+        }
+        ColumnType::Decimal128 { .. } => {
+            Value::Decimal128(a.as_primitive_opt::<t::Decimal128Type>()?.value(i))
+        }
+        ColumnType::Char(_) => Value::Char(a.as_string_opt::<i32>()?.value(i).as_bytes().to_vec()),
+        ColumnType::Varchar => Value::Varchar(a.as_string_opt::<i32>()?.value(i).to_string()),
+        ColumnType::Varbinary => Value::Varbinary(a.as_binary_opt::<i32>()?.value(i).to_vec()),
+    })
 }

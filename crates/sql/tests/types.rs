@@ -459,3 +459,84 @@ fn parquet_and_csv_files_load_without_options_and_read_back_exactly() {
         );
     }
 }
+
+/// INSERT and UPDATE take NULLs and the newer types; a value that does not fit is an
+/// error that changes nothing.
+#[test]
+fn insert_and_update_take_nulls_and_new_types() {
+    let t = Table {
+        rows: 20,
+        null_pct: vec![30; 12],
+        seed: 7,
+        strings: vec!["a".into(), "b  ".into(), String::new()],
+    };
+    let (schema, batch) = arrow_table(&t);
+    let cfg = DeviceConfig::preset("tiny").expect("preset");
+    let nand = Nand::new_in_memory(cfg.clone()).expect("nand");
+    let ftl = Ftl::format(nand, FtlConfig::default()).expect("format");
+    let mut c = Client::new(NvmeDevice::new(ftl)).expect("client");
+    for (name, layout) in [("n", Layout::Nsm), ("p", Layout::Pax)] {
+        let rows = to_rows(
+            name,
+            &schema,
+            std::slice::from_ref(&batch),
+            &ImportOptions::default(),
+            false,
+            std::path::Path::new("<test>"),
+        )
+        .expect("import");
+        Catalog::load(&mut c, name, rows, layout, &mut |_| {}).expect("load");
+    }
+    let mut s =
+        SqlSession::new(c, cfg, ScanSettings::new(Choice::Fixed(Scan::CpuIsp))).expect("session");
+    for t in ["n", "p"] {
+        s.run_dml(&format!(
+            "INSERT INTO {t} VALUES (100, NULL, -5, NULL, 7, 1.5, NULL, \
+             TIMESTAMP '2020-01-01T00:00:00Z', NULL, 12.34, NULL, 'new  ', NULL)"
+        ))
+        .unwrap_or_else(|e| panic!("insert into {t}: {e}"));
+        s.run_dml(&format!("UPDATE {t} SET s = NULL, b = true WHERE id = 100"))
+            .unwrap_or_else(|e| panic!("update {t}: {e}"));
+        s.run_dml(&format!("UPDATE {t} SET s = 'x y ' WHERE id = 3"))
+            .unwrap_or_else(|e| panic!("update {t}: {e}"));
+        let a = s
+            .run(&format!(
+                "SELECT id, b, i8, s, ts, dec FROM {t} WHERE id IN (3, 100) ORDER BY id"
+            ))
+            .expect("select");
+        let rows = a.rows().expect("rows");
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows[0][3], "x y ", "{rows:?}");
+        assert_eq!(rows[1][..4], ["100", "true", "-5", ""], "{rows:?}");
+        assert!(rows[1][4].starts_with("2020-01-01"), "{rows:?}");
+        assert_eq!(rows[1][5], "12.34", "{rows:?}");
+        let nulls = s
+            .run(&format!(
+                "SELECT count(*) FROM {t} WHERE s IS NULL AND id = 100"
+            ))
+            .expect("count");
+        assert_eq!(nulls.rows().expect("rows")[0][0], "1");
+        // A NULL for the NOT NULL id, and a row too long for a page: errors, nothing
+        // changed.
+        let before = s
+            .run(&format!("SELECT count(*) FROM {t}"))
+            .expect("count")
+            .rows()
+            .expect("rows");
+        let e = s
+            .run_dml(&format!("INSERT INTO {t} (id, s) VALUES (NULL, 'z')"))
+            .expect_err("NULL id");
+        assert!(e.to_string().contains("id"), "{e}");
+        let long = "x".repeat(70_000);
+        let e = s
+            .run_dml(&format!("INSERT INTO {t} (id, s) VALUES (5, '{long}')"))
+            .expect_err("too long");
+        assert!(e.to_string().contains("bytes"), "{e}");
+        let after = s
+            .run(&format!("SELECT count(*) FROM {t}"))
+            .expect("count")
+            .rows()
+            .expect("rows");
+        assert_eq!(before, after);
+    }
+}
