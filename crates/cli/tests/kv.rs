@@ -125,6 +125,8 @@ fn repro_batch_io_writes_its_report_and_plots() {
         "Figure 13",
         "Figure 15",
         "Tables 3 and 4",
+        "done records per MiB",
+        "Scale and mechanisms measured in this run",
         "Reproduce:",
     ] {
         assert!(md.contains(s), "{s} missing");

@@ -52,10 +52,12 @@ pub struct BenchYcsbArgs {
     #[arg(long, default_value = "20%", value_parser = parse_cache)]
     pub cache: CacheSize,
     /// Checkpoints: host (block) and device.
-    #[arg(long, default_value = "on", value_parser = parse_on_off)]
+    // `action = Set`: a `bool` field is otherwise a bare flag, which refused
+    // `--checkpoint off` (and `on`).
+    #[arg(long, default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     pub checkpoint: bool,
     /// Host GC (block interface).
-    #[arg(long, default_value = "on", value_parser = parse_on_off)]
+    #[arg(long, default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     pub gc: bool,
     /// Host GC starts at this used share of the host log (paper: 0.5 aggressive, 0.7).
     #[arg(long, default_value_t = 0.5)]
@@ -79,6 +81,9 @@ pub struct BenchYcsbArgs {
     /// take memory).
     #[arg(long, default_value_t = 2.0)]
     pub device_gib: f64,
+    /// Over-provisioning of the device, (physical - logical) / logical.
+    #[arg(long, default_value_t = RUN_OP)]
+    pub op: f64,
     /// Host I/O queue depth.
     #[arg(long, default_value_t = 64)]
     pub queue_depth: usize,
@@ -255,6 +260,7 @@ impl Outcome {
             "dist": format!("{:?}", a.dist),
             "preset": a.preset,
             "device_gib": a.device_gib,
+            "op": a.op,
             "seed": a.seed,
             "load": phase_json(&self.load),
             "run": phase_json(&self.run),
@@ -324,6 +330,22 @@ pub fn device_config(preset: &str, gib: f64) -> Result<DeviceConfig, ReproError>
     shrink_config(DeviceConfig::preset(preset)?, gib)
 }
 
+/// Erase blocks per die below which [`shrink_config`] does not cut a device (the FTL's
+/// open blocks per stream, GC's free-block reserve and the metadata ring need room on
+/// every die).
+pub const MIN_BLOCKS_PER_DIE: u32 = 16;
+
+/// The smallest raw capacity, in bytes, that [`shrink_config`] gives `cfg`: one die per
+/// channel, [`MIN_BLOCKS_PER_DIE`] blocks each.
+pub fn smallest_device_bytes(cfg: &DeviceConfig) -> u64 {
+    let g = &cfg.geometry;
+    g.channels as u64
+        * g.planes_per_die as u64
+        * MIN_BLOCKS_PER_DIE as u64
+        * g.pages_per_block as u64
+        * g.page_size as u64
+}
+
 /// [`device_config`] for any config: `cfg` shrunk to about `gib` of raw capacity.
 pub fn shrink_config(mut cfg: DeviceConfig, gib: f64) -> Result<DeviceConfig, ReproError> {
     if !(gib > 0.0 && gib.is_finite()) {
@@ -339,10 +361,15 @@ pub fn shrink_config(mut cfg: DeviceConfig, gib: f64) -> Result<DeviceConfig, Re
         let dies = g.channels as u64 * ways as u64 * g.planes_per_die as u64;
         (want / (dies * block) as f64).round() as u64
     };
-    // Two ways per channel, or one when two would leave fewer than 16 blocks per die.
-    g.ways = if per_die(2) >= 16 { g.ways.min(2) } else { 1 };
+    // Two ways per channel, or one when two would leave fewer than the floor per die.
+    let floor = MIN_BLOCKS_PER_DIE as u64;
+    g.ways = if per_die(2) >= floor {
+        g.ways.min(2)
+    } else {
+        1
+    };
     let b = per_die(g.ways);
-    g.blocks_per_plane = (b.max(16) as u32).min(g.blocks_per_plane.max(16));
+    g.blocks_per_plane = (b.max(floor) as u32).min(g.blocks_per_plane.max(MIN_BLOCKS_PER_DIE));
     Ok(cfg)
 }
 
@@ -420,8 +447,19 @@ pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outco
 /// with the store formatted on it; the in-memory store does not persist.
 fn open_store(a: &BenchYcsbArgs) -> Result<Store<Client>, ReproError> {
     let dcfg = device_config(&a.preset, a.device_gib)?;
+    if !(a.op > 0.0 && a.op.is_finite()) {
+        return Err(ReproError::Usage(format!(
+            "--op {}: over-provisioning is a positive share, e.g. 0.3",
+            a.op
+        )));
+    }
     let ftl_cfg = FtlConfig {
-        op: RUN_OP,
+        op: a.op,
+        // The store's write buffer (1 MiB) is one host command, as in the paper (§8.2.1: one
+        // 1 MB NVMe-oF/TCP request, split into packets by the transport, not by the host).
+        mdts_sectors: (StoreConfig::default().write_buffer_bytes
+            / dcfg.geometry.sector_size as usize)
+            .max(1) as u32,
         // GC on: the device's GC also starts at the used share host GC does (the paper's
         // aggressive 50%); GC off: it runs only when the device runs out of free blocks.
         gc_start_used: a.gc.then_some(a.gc_start),
@@ -469,5 +507,40 @@ fn ycsb_config(a: &BenchYcsbArgs) -> YcsbConfig {
         dist: a.dist,
         limit,
         seed: a.seed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: BenchYcsbArgs,
+    }
+
+    #[test]
+    fn checkpoint_and_gc_take_on_and_off() {
+        let c = Cli::try_parse_from(["ycsb", "--checkpoint", "off", "--gc", "off"]).unwrap();
+        assert!(!c.a.checkpoint && !c.a.gc);
+        let c = Cli::try_parse_from(["ycsb", "--checkpoint=on"]).unwrap();
+        assert!(c.a.checkpoint && c.a.gc, "both default to on");
+        assert!(Cli::try_parse_from(["ycsb", "--gc", "maybe"]).is_err());
+    }
+
+    #[test]
+    fn the_smallest_shrunk_device_has_the_floor_on_every_die() {
+        let cfg = DeviceConfig::preset("ox-westlake").unwrap();
+        let small = smallest_device_bytes(&cfg);
+        let g = shrink_config(cfg, small as f64 / (1u64 << 30) as f64)
+            .unwrap()
+            .geometry;
+        assert_eq!(
+            (g.ways, g.dies_per_chip, g.blocks_per_plane),
+            (1, 1, MIN_BLOCKS_PER_DIE)
+        );
+        assert_eq!(g.raw_capacity(), small);
     }
 }
