@@ -77,6 +77,16 @@
 //!   when the program is built to the column's scale with floor/ceil (`x < 0.065` on
 //!   scale 2 is `x < 7` in cents), so no constant is ever rounded and no float is ever
 //!   used.
+//! * **Users' types and NULLs** (tables in page format 2): `INT8`/`INT16` read as `INT`,
+//!   `TIMESTAMP` as microseconds, `BOOLEAN` columns are predicates; `VARCHAR` /
+//!   `VARBINARY` compare byte for byte (no padding), with `LIKE 'p%'`, `'%s'`, `'%s%'`
+//!   ([`ExprKind::LikeAny`]); `FLOAT32/64` and `DECIMAL(p, s)` (128-bit) are read and
+//!   returned, not computed. NULLs follow SQL's three-valued logic (see
+//!   [`plan`]): a leaf runs on the rows where its columns are not NULL, `NOT`
+//!   is pushed to leaves with exact negations. A projection of such a table returns its
+//!   columns as stored ([`ColumnData::Stored`]: validity, values, strings' bytes). The
+//!   device aggregates only NOT NULL fixed-type values (an aggregate reading a nullable
+//!   or newer-type column is refused: the host's SQL engine computes it).
 //! * **Division.** `INT / INT` truncates toward zero (PostgreSQL). With a decimal
 //!   operand the result has scale `max(6, s_left, s_right)`, rounded half away from
 //!   zero from the exact `i128` quotient. Division by zero on a selected row is an
