@@ -269,7 +269,8 @@ impl Comparison {
     }
 
     /// Whether the headline's direction holds: csd's value is on the same side of 1 as
-    /// the paper's (for ratios: "faster", "more"), or on the paper's side of a direction.
+    /// the paper's (for ratios: "faster", "more"), or on the paper's side of a direction;
+    /// a paper value of exactly 1 ("converges", "ties") holds within 20%.
     /// The direction tests assert this.
     pub fn direction_holds(&self) -> bool {
         if !self.csd.is_finite() {
@@ -277,6 +278,8 @@ impl Comparison {
         }
         match self.paper {
             PaperValue::Above { .. } | PaperValue::Below { .. } => self.paper.matches(self.csd),
+            // "Converges", "ties": no side to keep, the value itself must match.
+            PaperValue::Value { value } if value == 1.0 => self.paper.matches(self.csd),
             PaperValue::Value { value } => side(value) == side(self.csd),
             PaperValue::Range { low, high } => {
                 side(low) == side(high) && side(low) == side(self.csd)
@@ -459,6 +462,8 @@ mod tests {
         assert!(c(PaperValue::range(1.11, 1.91), 3.0));
         assert!(!c(PaperValue::above(20.0), 19.0));
         assert!(!c(PaperValue::value(2.0), f64::NAN));
+        assert!(c(PaperValue::value(1.0), 1.1));
+        assert!(!c(PaperValue::value(1.0), 1.4));
     }
 
     #[test]

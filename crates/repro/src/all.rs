@@ -61,11 +61,19 @@ pub struct ReproAllArgs {
 
 /// The arguments of one reproduction at its defaults, with its report in `out`.
 fn defaults<A: Args + FromArgMatches>(name: &str, out: &Path) -> Result<A, ReproError> {
+    let out = out.display().to_string();
+    parse_args(name, &["--out", &out])
+}
+
+/// The arguments of one reproduction (`name`, e.g. `flixr`) from command-line options,
+/// as `csd repro <name> ARGS...` would parse them (for callers without a command line:
+/// the Python package, tests).
+pub fn parse_args<A: Args + FromArgMatches>(name: &str, args: &[&str]) -> Result<A, ReproError> {
     let cmd = A::augment_args(clap::Command::new("csd-repro"));
     let m = cmd
-        .try_get_matches_from([name.to_string(), "--out".into(), out.display().to_string()])
-        .map_err(|e| ReproError::Usage(format!("{name} defaults: {e}")))?;
-    A::from_arg_matches(&m).map_err(|e| ReproError::Usage(format!("{name} defaults: {e}")))
+        .try_get_matches_from(std::iter::once(name).chain(args.iter().copied()))
+        .map_err(|e| ReproError::Usage(format!("csd repro {name}: {e}")))?;
+    A::from_arg_matches(&m).map_err(|e| ReproError::Usage(format!("csd repro {name}: {e}")))
 }
 
 /// One reproduction's part of the scoreboard.
