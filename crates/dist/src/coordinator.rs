@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use csd_sql::array::{Network, NetworkFigures};
 use csd_sql::datafusion::common::config::ConfigOptions;
 use csd_sql::datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use csd_sql::datafusion::common::{DataFusionError, Result};
@@ -42,7 +43,7 @@ use datafusion_distributed::{
 use url::Url;
 
 use crate::member::{MemberDesc, MemberScanExec, RECORDS_LABEL, RECORDS_METRIC};
-use crate::wire::WireRecord;
+use crate::wire::WireScan;
 use crate::{DistError, TOKEN_HEADER};
 
 /// An [`ArrayScanExec`] as one leaf for the distributed planner, which splits only leaf
@@ -144,6 +145,8 @@ struct Cluster {
     urls: Vec<Url>,
     /// Per table, rows / pages per device and layout.
     tables: Vec<csd_sql::Placement>,
+    /// The modeled network between the workers and the coordinator.
+    network: Network,
 }
 
 /// The engine's worker list: one URL per device (see the [module docs](self)).
@@ -188,27 +191,37 @@ impl Cluster {
     }
 
     /// Appends to an error's message which worker serves which devices, for every
-    /// worker the message names.
+    /// worker the message names or, when it names none (a connection that broke
+    /// mid-query says no address), for every worker that no longer accepts connections.
     fn name_workers(&self, message: &str) -> String {
-        let mut by_worker: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        let mut by_worker: BTreeMap<&Url, Vec<&str>> = BTreeMap::new();
         for (u, d) in self.urls.iter().zip(&self.devices) {
-            by_worker.entry(u.to_string()).or_default().push(d);
+            by_worker.entry(u).or_default().push(d);
         }
-        let named: Vec<String> = by_worker
+        let describe = |u: &Url, d: &[&str], why: &str| {
+            format!(
+                "worker {} (devices {}{why})",
+                u.as_str().trim_end_matches('/'),
+                d.join(", ")
+            )
+        };
+        let mut named: Vec<String> = by_worker
             .iter()
             .filter(|(u, _)| {
-                let bare = u.trim_end_matches('/');
+                let bare = u.as_str().trim_end_matches('/');
                 let host_port = bare.trim_start_matches("http://");
                 message.contains(bare) || message.contains(host_port)
             })
-            .map(|(u, d)| {
-                format!(
-                    "worker {} (devices {})",
-                    u.trim_end_matches('/'),
-                    d.join(", ")
-                )
-            })
+            .map(|(u, d)| describe(u, d, ""))
             .collect();
+        if named.is_empty() {
+            named = by_worker
+                .iter()
+                .filter_map(|(u, d)| {
+                    unreachable(u).map(|e| describe(u, d, &format!("; unreachable: {e}")))
+                })
+                .collect();
+        }
         if named.is_empty() {
             message.to_string()
         } else {
@@ -222,6 +235,34 @@ impl Cluster {
     }
 }
 
+/// Whether an engine error is a broken or refused connection between processes.
+fn is_transport(message: &str) -> bool {
+    [
+        "tcp connect error",
+        "h2 protocol error",
+        "transport error",
+        "broken pipe",
+    ]
+    .iter()
+    .any(|m| message.contains(m))
+}
+
+/// Why `url`'s worker does not accept a connection now (`None`: it does).
+fn unreachable(url: &Url) -> Option<String> {
+    let addrs = match url.socket_addrs(|| None) {
+        Ok(a) => a,
+        Err(e) => return Some(e.to_string()),
+    };
+    let mut last = None;
+    for a in addrs {
+        match std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(1)) {
+            Ok(_) => return None,
+            Err(e) => last = Some(e.to_string()),
+        }
+    }
+    Some(last.unwrap_or_else(|| "the address resolves to nothing".into()))
+}
+
 /// Turns `session` (over the array described by `manifest`, whose directory name is
 /// `array`) into the coordinator of a distributed array: its queries run on the
 /// manifest's workers, each request carrying `token` when given.
@@ -232,6 +273,7 @@ pub fn distribute(
     token: Option<&str>,
 ) -> Result<(), DistError> {
     manifest.check().map_err(DistError::Manifest)?;
+    quiet_cancelled_task_panics();
     if manifest.workers.is_empty() {
         return Err(DistError::Manifest(
             "workers: the manifest lists no worker (one `http://HOST:PORT` per device)".into(),
@@ -250,6 +292,7 @@ pub fn distribute(
         devices: manifest.devices.clone(),
         urls,
         tables: manifest.tables.clone(),
+        network: manifest.network.unwrap_or_default(),
     });
     let mut headers = http::HeaderMap::new();
     if let Some(t) = token {
@@ -358,8 +401,56 @@ fn check_distributed(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
     walk(plan)
 }
 
-/// Every scan record the plan's (rewritten) metrics carry.
-fn records(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<WireRecord>> {
+/// A worker's refusal of the token (gRPC `UNAUTHENTICATED`) in plain words; other
+/// messages unchanged.
+fn refusal(message: &str) -> String {
+    const GRPC: &str = "The request does not have valid authentication credentials";
+    if !message.contains(GRPC) {
+        return message.to_string();
+    }
+    let why = if message.contains("a wrong token") {
+        "the token this coordinator sent is not the worker's"
+    } else {
+        "this coordinator sent no token"
+    };
+    format!(
+        "a worker refused the query: {why}; set {} to the workers' token (the refusal is \
+         logged on the worker)",
+        crate::TOKEN_ENV
+    )
+}
+
+/// Keeps the engine's "task N was cancelled" panic quiet: after a query fails (a
+/// worker refused it, or died), datafusion-distributed 4.0's coordinator drains its
+/// background tasks with `JoinSet::join_all`, which panics on a task the failure
+/// cancelled. The query's error is reported as usual; the panic of that background task
+/// becomes one debug log line instead of a backtrace on stderr. Every other panic goes to
+/// the hook that was installed before.
+fn quiet_cancelled_task_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let text = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| info.payload().downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            let from_join_set = info
+                .location()
+                .is_some_and(|l| l.file().contains("join_set.rs"));
+            if from_join_set && text.starts_with("task ") && text.ends_with(" was cancelled") {
+                tracing::debug!("after a failed query, a background task of the engine: {text}");
+                return;
+            }
+            previous(info);
+        }));
+    });
+}
+
+/// Every member scan's output and records the plan's (rewritten) metrics carry.
+fn records(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<WireScan>> {
     let mut out = Vec::new();
     let mut bad = None;
     let _ = plan.apply(|node| {
@@ -371,7 +462,7 @@ fn records(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<WireRecord>> {
                 }
                 for l in metric.labels() {
                     if l.name() == RECORDS_LABEL {
-                        match serde_json::from_str::<Vec<WireRecord>>(l.value()) {
+                        match serde_json::from_str::<Vec<WireScan>>(l.value()) {
                             Ok(v) => out.extend(v),
                             Err(e) => bad = Some(e.to_string()),
                         }
@@ -399,39 +490,66 @@ impl ArrayRunner for Runner {
         devices: usize,
     ) -> Result<ArrayAnswer, SqlError> {
         let wall = std::time::Instant::now();
-        let out = runtime.block_on(async {
-            let df = ctx.sql(sql).await?;
-            let plan = df.create_physical_plan().await?;
-            check_distributed(&plan)?;
-            let batches =
-                csd_sql::datafusion::physical_plan::collect(plan.clone(), ctx.task_ctx()).await?;
-            let plan =
-                rewrite_distributed_plan_with_metrics(plan, DistributedMetricsFormat::PerTask)
-                    .await?;
-            Ok::<_, DataFusionError>((batches, plan))
-        });
+        let attempt = || {
+            runtime.block_on(async {
+                let df = ctx.sql(sql).await?;
+                let plan = df.create_physical_plan().await?;
+                check_distributed(&plan)?;
+                let batches =
+                    csd_sql::datafusion::physical_plan::collect(plan.clone(), ctx.task_ctx())
+                        .await?;
+                let plan =
+                    rewrite_distributed_plan_with_metrics(plan, DistributedMetricsFormat::PerTask)
+                        .await?;
+                Ok::<_, DataFusionError>((batches, plan))
+            })
+        };
+        let mut out = attempt();
+        // A worker restarted on its address: the other workers' connections to its
+        // previous process fail the first query that uses them ("tcp connect error"
+        // relayed from a worker). A query writes nothing, so when every worker accepts
+        // connections again it runs once more.
+        if let Err(e) = &out
+            && is_transport(&e.to_string())
+            && self.cluster.urls.iter().all(|u| unreachable(u).is_none())
+        {
+            tracing::info!("a worker connection failed ({e}); every worker is up: running again");
+            out = attempt();
+        }
         let wall_s = wall.elapsed().as_secs_f64();
         let (batches, plan) = out.map_err(|e| {
-            let mut message = self.cluster.name_workers(&e.to_string());
+            let mut message = self.cluster.name_workers(&refusal(&e.to_string()));
             if message.contains("not found") && message.contains("table") {
                 message.push_str(&format!("; tables of the array: {}", tables.join(", ")));
             }
             SqlError::Query { message, source: e }
         })?;
         let mut per_device: Vec<Vec<ScanRecord>> = vec![Vec::new(); devices];
-        for r in records(&plan).map_err(|e| SqlError::Query {
+        let mut network = NetworkFigures {
+            network: self.cluster.network,
+            workers: self.cluster.urls.iter().map(Url::to_string).collect(),
+            bytes: vec![0; devices],
+            rows: vec![0; devices],
+        };
+        let query_error = |e: DataFusionError| SqlError::Query {
             message: e.to_string(),
             source: e,
-        })? {
-            let rec = r.record().map_err(|e| {
-                let e = DataFusionError::Execution(e.to_string());
-                SqlError::Query {
-                    message: e.to_string(),
-                    source: e,
-                }
-            })?;
-            if let Some(d) = per_device.get_mut(r.device) {
-                d.push(rec);
+        };
+        for scan in records(&plan).map_err(query_error)? {
+            let d = scan.device;
+            if d >= devices {
+                return Err(query_error(DataFusionError::Execution(format!(
+                    "worker {} reported a scan of device {d}; the array has {devices}",
+                    scan.worker
+                ))));
+            }
+            network.bytes[d] += scan.output_bytes;
+            network.rows[d] += scan.output_rows;
+            for r in &scan.records {
+                let rec = r
+                    .record()
+                    .map_err(|e| query_error(DataFusionError::Execution(e.to_string())))?;
+                per_device[d].push(rec);
             }
         }
         let answer = Answer {
@@ -445,6 +563,7 @@ impl ArrayRunner for Runner {
         Ok(ArrayAnswer {
             answer,
             devices: per_device,
+            network: Some(network),
         })
     }
 }

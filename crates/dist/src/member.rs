@@ -17,6 +17,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use csd_host::TableInfo;
+use csd_sql::datafusion::arrow::array::{Array, RecordBatch};
 use csd_sql::datafusion::catalog::TableProvider;
 use csd_sql::datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use csd_sql::datafusion::common::{DataFusionError, Result};
@@ -43,11 +44,11 @@ use datafusion_proto::protobuf::LogicalExprList;
 use futures::{FutureExt, StreamExt};
 use prost::Message;
 
-use crate::wire::{WIRE_VERSION, WireMember, WireRecord, WireSettings};
+use crate::wire::{WIRE_VERSION, WireMember, WireRecord, WireScan, WireSettings};
 
 /// Name of the metric that carries a task's scan records back to the coordinator.
 pub const RECORDS_METRIC: &str = "csd_scans";
-/// Its label holding the records, JSON of `Vec<WireRecord>`.
+/// Its label holding the member scans' output and records, JSON of `Vec<WireScan>`.
 pub const RECORDS_LABEL: &str = "csd_records";
 
 /// Who a member scan is: the array device and where it runs.
@@ -83,8 +84,9 @@ pub struct MemberScanExec {
     /// Worker: where the rebuilt scan logs its records (`None` on the coordinator, which
     /// never runs a member scan itself).
     log: Option<ScanLog>,
-    /// Worker: the records of the scans that finished, for the task's metrics.
-    records: Arc<Mutex<Vec<WireRecord>>>,
+    /// Worker: the output and records of the scans that finished, for the task's
+    /// metrics.
+    records: Arc<Mutex<Vec<WireScan>>>,
 }
 
 impl fmt::Debug for MemberScanExec {
@@ -276,11 +278,32 @@ impl ExecutionPlan for MemberScanExec {
         let stream = self.inner.execute(partition, context)?;
         let schema = stream.schema();
         let records = self.records.clone();
-        let (index, worker) = (self.desc.index, self.desc.worker.clone());
-        // When the scan's stream ends, its records move to the task's metrics.
+        let (device, worker) = (self.desc.index, self.desc.worker.clone());
+        // What the scan sends to the coordinator, counted as it goes.
+        let sent = Arc::new(Mutex::new((0u64, 0u64)));
+        let count = sent.clone();
+        let stream = stream.inspect(move |b| {
+            if let Ok(b) = b {
+                let mut c = count.lock().unwrap_or_else(PoisonError::into_inner);
+                c.0 += batch_bytes(b);
+                c.1 += b.num_rows() as u64;
+            }
+        });
+        // When the scan's stream ends, its output and records move to the task's
+        // metrics.
         let tail = futures::stream::once(async move {
-            let mut r = records.lock().unwrap_or_else(PoisonError::into_inner);
-            r.extend(log.take().iter().map(|s| WireRecord::of(index, &worker, s)));
+            let (output_bytes, output_rows) = *sent.lock().unwrap_or_else(PoisonError::into_inner);
+            let scan = WireScan {
+                device,
+                worker,
+                output_bytes,
+                output_rows,
+                records: log.take().iter().map(WireRecord::of).collect(),
+            };
+            records
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(scan);
             None
         })
         .filter_map(|x: Option<Result<_>>| async move { x });
@@ -311,6 +334,19 @@ impl ExecutionPlan for MemberScanExec {
         }
         Some(set)
     }
+}
+
+/// Bytes of `b`'s Arrow buffers (the sliced part of each column): what its Flight
+/// message carries, less framing.
+fn batch_bytes(b: &RecordBatch) -> u64 {
+    b.columns()
+        .iter()
+        .map(|c| {
+            let d = c.to_data();
+            d.get_slice_memory_size()
+                .unwrap_or_else(|_| c.get_array_memory_size()) as u64
+        })
+        .sum()
 }
 
 /// A worker's devices, in its session config: what [`MemberCodec`] builds scans on.
@@ -516,5 +552,78 @@ impl PhysicalExtensionCodec for MemberCodec {
         let wire = m.wire(self)?;
         serde_json::to_writer(buf, &wire)
             .map_err(|e| DataFusionError::Internal(format!("encoding a member scan: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion_proto::physical_plan::DefaultPhysicalProtoConverter;
+
+    fn member(version: &str) -> WireMember {
+        WireMember {
+            version: version.to_string(),
+            array: "arr".into(),
+            device: "dev1.img".into(),
+            index: 1,
+            worker: "http://127.0.0.1:1".into(),
+            table: "lineitem".into(),
+            rows: 10,
+            pages: 1,
+            layout: "pax".into(),
+            projection: None,
+            filters: Vec::new(),
+            limit: None,
+            settings: WireSettings::of(&csd_sql::ScanSettings::new(csd_sql::Choice::Fixed(
+                csd_host::Strategy::HwIsp,
+            ))),
+            partial: None,
+            schema: Vec::new(),
+        }
+    }
+
+    fn decode(buf: &[u8]) -> String {
+        MemberCodec
+            .try_decode(
+                buf,
+                &[],
+                &TaskContext::default(),
+                &DefaultPhysicalProtoConverter {},
+            )
+            .map(|p| p.name().to_string())
+            .unwrap_or_else(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_plan_of_another_version_is_refused_naming_both_versions() {
+        let buf = serde_json::to_vec(&member("csd-0.0.1/wire-1")).expect("json");
+        let e = decode(&buf);
+        assert!(
+            e.contains("version mismatch")
+                && e.contains("csd-0.0.1/wire-1")
+                && e.contains(WIRE_VERSION),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_scan_reaching_a_process_without_devices_or_garbage_is_refused() {
+        let buf = serde_json::to_vec(&member(WIRE_VERSION)).expect("json");
+        let e = decode(&buf);
+        assert!(
+            e.contains("serves no devices") && e.contains("dev1.img"),
+            "{e}"
+        );
+        let e = decode(b"{\"not\": \"a member\"}");
+        assert!(e.contains("not a csd member scan"), "{e}");
+    }
+
+    #[test]
+    fn batch_bytes_counts_the_slice_a_batch_holds() {
+        use csd_sql::datafusion::arrow::array::Int64Array;
+        let a: Arc<dyn Array> = Arc::new(Int64Array::from((0..1000).collect::<Vec<i64>>()));
+        let b = RecordBatch::try_from_iter([("a", a)]).expect("batch");
+        assert_eq!(batch_bytes(&b), 8000);
+        assert_eq!(batch_bytes(&b.slice(0, 10)), 80);
     }
 }

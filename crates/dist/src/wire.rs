@@ -12,7 +12,7 @@ use crate::DistError;
 
 /// Version of the wire format and of the scan semantics: a worker refuses a plan made
 /// by a coordinator of another version (and says which).
-pub const WIRE_VERSION: &str = concat!("csd-", env!("CARGO_PKG_VERSION"), "/wire-1");
+pub const WIRE_VERSION: &str = concat!("csd-", env!("CARGO_PKG_VERSION"), "/wire-2");
 
 /// How a scan runs ([`ScanSettings`] as plain data).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,13 +97,25 @@ pub struct WireMember {
     pub schema: Vec<String>,
 }
 
-/// A scan record as plain data (what [`ScanRecord`] holds).
+/// What one member scan (one device's task) sends back in its task's metrics: the
+/// device, the worker, the output that crossed the network and the scans' records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WireRecord {
+pub struct WireScan {
     /// The array's device index.
     pub device: usize,
     /// The worker that ran it.
     pub worker: String,
+    /// Bytes of the output batches sent to the coordinator (Arrow buffers).
+    pub output_bytes: u64,
+    /// Rows of the output batches.
+    pub output_rows: u64,
+    /// The device scans' records.
+    pub records: Vec<WireRecord>,
+}
+
+/// A scan record as plain data (what [`ScanRecord`] holds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireRecord {
     /// The table.
     pub table: String,
     /// The strategy that ran.
@@ -309,11 +321,9 @@ impl WireReport {
 }
 
 impl WireRecord {
-    /// `r`, run on device `device` by `worker`, as plain data.
-    pub fn of(device: usize, worker: &str, r: &ScanRecord) -> WireRecord {
+    /// `r` as plain data.
+    pub fn of(r: &ScanRecord) -> WireRecord {
         WireRecord {
-            device,
-            worker: worker.to_string(),
             table: r.table.clone(),
             strategy: r.strategy.name().to_string(),
             why: r.why.clone(),

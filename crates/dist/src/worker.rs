@@ -99,6 +99,15 @@ pub async fn serve(
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<(), DistError> {
     opts.check()?;
+    let listener = tokio::net::TcpListener::bind(opts.addr)
+        .await
+        .map_err(|e| DistError::Io(format!("listening on {}: {e}", opts.addr)))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| DistError::Io(e.to_string()))?;
+    // Messages name the worker by the address it listens on (port 0 chose one).
+    let mut devices = devices;
+    devices.name = format!("http://{local}");
     let devices = Arc::new(devices);
     let token = opts.token.clone();
     let forward = token.clone();
@@ -121,12 +130,6 @@ pub async fn serve(
         }
     })
     .with_version(WIRE_VERSION);
-    let listener = tokio::net::TcpListener::bind(opts.addr)
-        .await
-        .map_err(|e| DistError::Io(format!("listening on {}: {e}", opts.addr)))?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| DistError::Io(e.to_string()))?;
     on_ready(local);
     let auth = move |req: tonic::Request<()>| -> Result<tonic::Request<()>, tonic::Status> {
         let Some(expected) = &token else {

@@ -108,8 +108,56 @@ pub struct Placement {
     pub device_pages: Vec<u64>,
 }
 
+/// The modeled network between a distributed array's workers and its coordinator
+/// (the manifest's `[network]` section): each worker has one link to the coordinator.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Network {
+    /// Bandwidth of a worker's link to the coordinator, GB/s (10^9 bytes per second).
+    pub bandwidth_gb_s: f64,
+    /// Latency of a transfer, µs (paid once per worker and query).
+    pub latency_us: f64,
+}
+
+impl Default for Network {
+    /// 10 Gbit/s Ethernet (1.25 GB/s) with 50 µs of latency.
+    fn default() -> Network {
+        Network {
+            bandwidth_gb_s: 1.25,
+            latency_us: 50.0,
+        }
+    }
+}
+
+impl Network {
+    /// Modeled nanoseconds to send `bytes` over one link: latency plus bytes over the
+    /// bandwidth (nothing to send costs nothing).
+    pub fn transfer_ns(&self, bytes: u64) -> u64 {
+        if bytes == 0 {
+            return 0;
+        }
+        (self.latency_us * 1e3 + bytes as f64 / self.bandwidth_gb_s).round() as u64
+    }
+
+    /// Checks the figures (the field is named).
+    pub fn check(&self) -> Result<(), String> {
+        if !(self.bandwidth_gb_s.is_finite() && self.bandwidth_gb_s > 0.0) {
+            return Err(format!(
+                "network.bandwidth_gb_s = {}: a positive number of GB/s",
+                self.bandwidth_gb_s
+            ));
+        }
+        if !(self.latency_us.is_finite() && self.latency_us >= 0.0) {
+            return Err(format!(
+                "network.latency_us = {}: zero or a positive number of µs",
+                self.latency_us
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// An array's manifest (`csd-array.toml`): see the [module docs](self).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     /// Always `csd-array`.
     pub format: String,
@@ -123,6 +171,10 @@ pub struct Manifest {
     /// device order; empty: every image is local and the array runs in process.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<String>,
+    /// The modeled network between the workers and the coordinator (`None`: the
+    /// [`Network::default`]); used only when `workers` is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
     /// Tables, with their placement.
     #[serde(default)]
     pub tables: Vec<Placement>,
@@ -137,6 +189,7 @@ impl Manifest {
             device_config: device_config.into(),
             devices: (0..n).map(|i| format!("dev{i}.img")).collect(),
             workers: Vec::new(),
+            network: None,
             tables: Vec::new(),
         }
     }
@@ -194,6 +247,9 @@ impl Manifest {
             }
         }
         self.check_workers()?;
+        if let Some(n) = &self.network {
+            n.check()?;
+        }
         for t in &self.tables {
             let n = self.devices.len();
             if t.device_rows.len() != n || t.device_pages.len() != n {
@@ -657,14 +713,87 @@ impl TableProvider for ArrayTable {
     }
 }
 
-/// A query's answer on an array: the answer (all scans, in the order they finished)
-/// and each device's scans.
+/// A query's answer on an array: the answer (all scans, in the order they finished),
+/// each device's scans and, on a distributed array, what crossed the network.
 #[derive(Debug)]
 pub struct ArrayAnswer {
     /// The answer; its `scans` are every device's.
     pub answer: Answer,
     /// Per device (partition order), its scans.
     pub devices: Vec<Vec<ScanRecord>>,
+    /// On a distributed array, each device's scan outputs sent to the coordinator.
+    pub network: Option<NetworkFigures>,
+}
+
+/// What a distributed array's scans sent to the coordinator, per device, and the
+/// network that carried it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkFigures {
+    /// The modeled network.
+    pub network: Network,
+    /// Per device (array order): the worker that serves it.
+    pub workers: Vec<String>,
+    /// Per device: bytes of its scans' output batches (Arrow buffers).
+    pub bytes: Vec<u64>,
+    /// Per device: rows of its scans' output batches.
+    pub rows: Vec<u64>,
+}
+
+/// One worker's figures in a distributed array's query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerFigures {
+    /// The worker's address.
+    pub worker: String,
+    /// Its devices (array indices).
+    pub devices: Vec<usize>,
+    /// Bytes its devices' scans sent to the coordinator.
+    pub bytes: u64,
+    /// Rows its devices' scans sent.
+    pub rows: u64,
+    /// Modeled nanoseconds of the transfer over its link (latency + bytes / bandwidth).
+    pub transfer_ns: u64,
+    /// Modeled nanoseconds of the worker: its slowest device, then the transfer of all
+    /// its devices' outputs over its one link.
+    pub modeled_ns: u64,
+}
+
+impl NetworkFigures {
+    /// Modeled nanoseconds of device `d`'s output alone over its worker's link.
+    pub fn device_transfer_ns(&self, d: usize) -> u64 {
+        self.network
+            .transfer_ns(self.bytes.get(d).copied().unwrap_or(0))
+    }
+
+    /// Per worker (in order of first device), given each device's modeled nanoseconds.
+    pub fn per_worker(&self, device_ns: &[u64]) -> Vec<WorkerFigures> {
+        let mut out: Vec<WorkerFigures> = Vec::new();
+        for (d, w) in self.workers.iter().enumerate() {
+            let i = match out.iter().position(|f| f.worker == *w) {
+                Some(i) => i,
+                None => {
+                    out.push(WorkerFigures {
+                        worker: w.clone(),
+                        devices: Vec::new(),
+                        bytes: 0,
+                        rows: 0,
+                        transfer_ns: 0,
+                        modeled_ns: 0,
+                    });
+                    out.len() - 1
+                }
+            };
+            let f = &mut out[i];
+            f.devices.push(d);
+            f.bytes += self.bytes.get(d).copied().unwrap_or(0);
+            f.rows += self.rows.get(d).copied().unwrap_or(0);
+            f.modeled_ns = f.modeled_ns.max(device_ns.get(d).copied().unwrap_or(0));
+        }
+        for f in &mut out {
+            f.transfer_ns = self.network.transfer_ns(f.bytes);
+            f.modeled_ns += f.transfer_ns;
+        }
+        out
+    }
 }
 
 /// Modeled nanoseconds of each device (the sum of its scans), from each device's scans.
@@ -681,15 +810,72 @@ pub fn array_ns(devices: &[Vec<ScanRecord>]) -> u64 {
     device_ns(devices).into_iter().max().unwrap_or(0)
 }
 
+/// Modeled nanoseconds of an array: the slowest device or, distributed
+/// (`network` given), the slowest worker: its slowest device, then its devices' outputs
+/// over its link.
+pub fn modeled_ns(devices: &[Vec<ScanRecord>], network: Option<&NetworkFigures>) -> u64 {
+    match network {
+        None => array_ns(devices),
+        Some(n) => n
+            .per_worker(&device_ns(devices))
+            .iter()
+            .map(|w| w.modeled_ns)
+            .max()
+            .unwrap_or(0),
+    }
+}
+
+/// Each device's scans of one query and, distributed, its network figures: what the
+/// array's report is made of.
+#[derive(Debug, Clone, Default)]
+pub struct ArrayFigures {
+    /// Per device (partition order), its scans.
+    pub devices: Vec<Vec<ScanRecord>>,
+    /// On a distributed array, what crossed the network.
+    pub network: Option<NetworkFigures>,
+}
+
+impl ArrayFigures {
+    /// Modeled nanoseconds of each device: the sum of its scans.
+    pub fn device_ns(&self) -> Vec<u64> {
+        device_ns(&self.devices)
+    }
+
+    /// Per worker, on a distributed array (empty otherwise).
+    pub fn workers(&self) -> Vec<WorkerFigures> {
+        match &self.network {
+            Some(n) => n.per_worker(&self.device_ns()),
+            None => Vec::new(),
+        }
+    }
+
+    /// Modeled nanoseconds of the array: the slowest device or, distributed, the
+    /// slowest worker (its slowest device, then its devices' outputs over its link).
+    pub fn modeled_ns(&self) -> u64 {
+        modeled_ns(&self.devices, self.network.as_ref())
+    }
+}
+
 impl ArrayAnswer {
     /// Modeled nanoseconds of each device: the sum of its scans.
     pub fn device_ns(&self) -> Vec<u64> {
         device_ns(&self.devices)
     }
 
-    /// Modeled nanoseconds of the array: the slowest device.
+    /// Modeled nanoseconds of the array (see [`ArrayFigures::modeled_ns`]).
     pub fn modeled_ns(&self) -> u64 {
-        array_ns(&self.devices)
+        modeled_ns(&self.devices, self.network.as_ref())
+    }
+
+    /// The answer and the figures of the array's report.
+    pub fn split(self) -> (Answer, ArrayFigures) {
+        (
+            self.answer,
+            ArrayFigures {
+                devices: self.devices,
+                network: self.network,
+            },
+        )
     }
 }
 
@@ -911,7 +1097,11 @@ impl ArraySession {
         let mut answer = execute(&self.ctx, &self.runtime, sql, &self.tables)?;
         let devices: Vec<Vec<ScanRecord>> = self.logs.iter().map(ScanLog::take).collect();
         answer.scans = devices.iter().flatten().cloned().collect();
-        Ok(ArrayAnswer { answer, devices })
+        Ok(ArrayAnswer {
+            answer,
+            devices,
+            network: None,
+        })
     }
 
     /// [`crate::SqlSession::run_strategies`] on the array: `sql` once per choice, the

@@ -12,7 +12,7 @@ use csd_device::NvmeDevice;
 use csd_ftl::FtlConfig;
 use csd_host::{Client, LoadReport};
 use csd_sim::DeviceConfig;
-use csd_sql::array::{Manifest, Placement, array_ns, load_striped};
+use csd_sql::array::{ArrayFigures, Manifest, Placement, load_striped};
 use csd_sql::{Answer, ArraySession, Choice, ScanRecord, ScanSettings};
 use csd_table::datagen::{RowSource, TpchGenerator, TpchTable};
 use csd_table::page::Layout;
@@ -323,9 +323,11 @@ fn mb(b: u64) -> String {
     format!("{:.1}", b as f64 / 1e6)
 }
 
-/// Per device: its scans' modeled time, pages, bytes and energy; then the array total.
-pub(crate) fn print_devices(choice: Choice, answer: &Answer, devices: &[Vec<ScanRecord>]) {
-    let modeled_ns = array_ns(devices);
+/// Per device: its scans' modeled time, pages, bytes and energy; then the array total;
+/// on a distributed array, per worker: what its devices sent over its link.
+pub(crate) fn print_devices(choice: Choice, answer: &Answer, figures: &ArrayFigures) {
+    let devices = &figures.devices;
+    let modeled_ns = figures.modeled_ns();
     println!(
         "strategy {}: {} devices, {} device scans, wall {:.3} s",
         choice.name(),
@@ -383,12 +385,118 @@ pub(crate) fn print_devices(choice: Choice, answer: &Answer, devices: &[Vec<Scan
         format!("{:.3}", answer.wall_s),
     ]);
     println!("{t}");
+    let Some(net) = &figures.network else {
+        println!(
+            "array modeled time = the slowest device ({:.4} s; devices run in parallel, \
+             each device's time includes the host work on its stream); DataFusion's host \
+             operators above the scans: wall time only",
+            modeled_ns as f64 / 1e9
+        );
+        return;
+    };
+    let device_ns = figures.device_ns();
+    let mut w = report::table(&[
+        "worker",
+        "devices",
+        "slowest device s",
+        "sent MB",
+        "rows sent",
+        "transfer s",
+        "modeled s",
+    ]);
+    for f in figures.workers() {
+        let slowest = f
+            .devices
+            .iter()
+            .map(|&d| device_ns.get(d).copied().unwrap_or(0))
+            .max()
+            .unwrap_or(0);
+        w.add_row(vec![
+            f.worker.trim_end_matches('/').to_string(),
+            f.devices
+                .iter()
+                .map(|d| format!("dev{d}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            format!("{:.4}", slowest as f64 / 1e9),
+            mb(f.bytes),
+            f.rows.to_string(),
+            format!("{:.4}", f.transfer_ns as f64 / 1e9),
+            format!("{:.4}", f.modeled_ns as f64 / 1e9),
+        ]);
+    }
+    println!("{w}");
     println!(
-        "array modeled time = the slowest device ({:.4} s; devices run in parallel, each \
-         device's time includes the host work on its stream); DataFusion's host operators \
-         above the scans: wall time only",
-        modeled_ns as f64 / 1e9
+        "array modeled time = the slowest worker ({:.4} s): its slowest device, then its \
+         devices' scan outputs over its link to the coordinator ({} GB/s, {} µs latency; \
+         the manifest's [network]); DataFusion's host operators above the scans: wall \
+         time only",
+        modeled_ns as f64 / 1e9,
+        net.network.bandwidth_gb_s,
+        net.network.latency_us
     );
+}
+
+/// An array query's figures as JSON (`runs[i].array` of `csd query --json`): the
+/// array's modeled time, per device its scans and, distributed, what it sent; per
+/// worker its link's figures and the network.
+pub(crate) fn figures_json(f: &ArrayFigures) -> serde_json::Value {
+    use serde_json::json;
+    let sent = |d: usize| -> (u64, u64, f64) {
+        match &f.network {
+            Some(n) => (
+                n.bytes.get(d).copied().unwrap_or(0),
+                n.rows.get(d).copied().unwrap_or(0),
+                n.device_transfer_ns(d) as f64 / 1e9,
+            ),
+            None => (0, 0, 0.0),
+        }
+    };
+    let devices: Vec<serde_json::Value> = f
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let mut v = json!({
+                "modeled_time_s": d.iter().map(|s| s.report.modeled_ns).sum::<u64>() as f64 / 1e9,
+                "flash_reads": d.iter().map(|s| s.report.flash_reads).sum::<u64>(),
+                "host_link_bytes": d.iter().map(|s| s.report.host_link_bytes).sum::<u64>(),
+                "scans": d.iter().map(|s| query::report_json(&s.report)).collect::<Vec<_>>(),
+            });
+            if let Some(n) = &f.network {
+                let (bytes, rows, s) = sent(i);
+                v["worker"] = json!(n.workers.get(i));
+                v["sent_bytes"] = json!(bytes);
+                v["sent_rows"] = json!(rows);
+                v["transfer_s"] = json!(s);
+            }
+            v
+        })
+        .collect();
+    let mut v = json!({
+        "modeled_time_s": f.modeled_ns() as f64 / 1e9,
+        "devices": devices,
+    });
+    if let Some(n) = &f.network {
+        v["network"] = json!({
+            "bandwidth_gb_s": n.network.bandwidth_gb_s,
+            "latency_us": n.network.latency_us,
+        });
+        v["workers"] = json!(
+            f.workers()
+                .iter()
+                .map(|w| json!({
+                    "worker": w.worker,
+                    "devices": w.devices,
+                    "sent_bytes": w.bytes,
+                    "sent_rows": w.rows,
+                    "transfer_s": w.transfer_ns as f64 / 1e9,
+                    "modeled_time_s": w.modeled_ns as f64 / 1e9,
+                }))
+                .collect::<Vec<_>>()
+        );
+    }
+    v
 }
 
 /// `csd bench array`: scan wall time of a query on an in-memory array, per host thread

@@ -13,9 +13,7 @@ use csd_ftl::FtlConfig;
 use csd_host::{Client, QueryReport, Strategy, TableInfo};
 use csd_sim::DeviceConfig;
 use csd_sql::datafusion::arrow::array::RecordBatch;
-use csd_sql::{
-    Answer, ArrayAnswer, ArraySession, Choice, ScanRecord, ScanSettings, SqlError, SqlSession,
-};
+use csd_sql::{Answer, ArraySession, Choice, ScanSettings, SqlError, SqlSession};
 use csd_table::datagen::{TpchGenerator, TpchTable};
 use csd_table::page::Layout;
 use serde_json::{Value, json};
@@ -392,8 +390,9 @@ impl ImageSession {
 pub(crate) struct Ran {
     /// Per strategy, the answer.
     pub(crate) runs: Vec<(Choice, Answer)>,
-    /// On an array, per strategy (as `runs`), each device's scans.
-    pub(crate) devices: Vec<Vec<Vec<ScanRecord>>>,
+    /// On an array, per strategy (as `runs`), each device's scans (and, distributed,
+    /// the network figures).
+    pub(crate) devices: Vec<csd_sql::array::ArrayFigures>,
     /// Column names.
     pub(crate) names: Vec<String>,
     /// Rows as display strings.
@@ -464,9 +463,10 @@ pub(crate) fn run_statement(
             let runs = a.run_strategies(sql, &cs).map_err(sql_error)?;
             let mut answers = Vec::with_capacity(runs.len());
             let mut arrays = Vec::with_capacity(runs.len());
-            for (c, ArrayAnswer { answer, devices }) in runs {
+            for (c, a) in runs {
+                let (answer, figures) = a.split();
                 answers.push((c, answer));
-                arrays.push(devices);
+                arrays.push(figures);
             }
             (answers, arrays)
         }
@@ -495,15 +495,7 @@ pub(crate) fn ran_json(ran: &Ran, cfg: &DeviceConfig, cmd: &str) -> Value {
                 "scans": ans.scans.iter().map(csd_sql::ScanRecordReport::from).collect::<Vec<_>>(),
             });
             if let Some(a) = ran.devices.get(i) {
-                v["array"] = json!({
-                    "modeled_time_s": csd_sql::array::array_ns(a) as f64 / 1e9,
-                    "devices": a.iter().map(|d| json!({
-                        "modeled_time_s": d.iter().map(|s| s.report.modeled_ns).sum::<u64>() as f64 / 1e9,
-                        "flash_reads": d.iter().map(|s| s.report.flash_reads).sum::<u64>(),
-                        "host_link_bytes": d.iter().map(|s| s.report.host_link_bytes).sum::<u64>(),
-                        "scans": d.iter().map(|s| report_json(&s.report)).collect::<Vec<_>>(),
-                    })).collect::<Vec<_>>(),
-                });
+                v["array"] = crate::cmd::array::figures_json(a);
             }
             v
         })

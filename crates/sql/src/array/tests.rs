@@ -161,3 +161,140 @@ proptest! {
         prop_assert_eq!(p.rows, rows);
     }
 }
+
+#[test]
+fn the_network_section_round_trips_and_bad_figures_are_refused_with_the_field_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut m = Manifest::new(2, "--preset tiny");
+    m.workers = vec!["http://127.0.0.1:1".into(), "http://127.0.0.1:2".into()];
+    m.network = Some(Network {
+        bandwidth_gb_s: 0.5,
+        latency_us: 20.0,
+    });
+    m.write(dir.path()).expect("write");
+    assert_eq!(Manifest::read(dir.path()).expect("read"), m);
+    let text = std::fs::read_to_string(Manifest::path(dir.path())).expect("text");
+    assert!(text.contains("[network]"), "{text}");
+    for (bw, lat, field) in [
+        (0.0, 1.0, "network.bandwidth_gb_s"),
+        (-1.0, 1.0, "network.bandwidth_gb_s"),
+        (f64::NAN, 1.0, "network.bandwidth_gb_s"),
+        (1.0, -1.0, "network.latency_us"),
+        (1.0, f64::INFINITY, "network.latency_us"),
+    ] {
+        let mut bad = m.clone();
+        bad.network = Some(Network {
+            bandwidth_gb_s: bw,
+            latency_us: lat,
+        });
+        let e = bad.check().expect_err("bad network");
+        assert!(e.contains(field), "{e}");
+        // Written anyway (write does not check), a reader refuses it and names it.
+        bad.write(dir.path()).expect("write");
+        let e = Manifest::read(dir.path()).expect_err("read refuses");
+        assert!(e.to_string().contains(field), "{e}");
+    }
+}
+
+/// A scan record of `ns` modeled nanoseconds.
+fn record(ns: u64) -> ScanRecord {
+    let report = csd_host::QueryReport {
+        strategy: Strategy::HwIsp,
+        table: "t".into(),
+        layout: "pax".into(),
+        pages: 0,
+        table_bytes: 0,
+        rows: 0,
+        work: csd_query::WorkCounters::default(),
+        result_rows: 0,
+        modeled_ns: ns,
+        stages: Vec::new(),
+        bottleneck: "none",
+        flash_reads: 0,
+        channel_bytes: 0,
+        dram_bytes: 0,
+        host_link_bytes: 0,
+        device_cpu_cycles: 0,
+        host_cpu_cycles: 0,
+        commands: 0,
+        energy: csd_sim::EnergyReport::default(),
+        wall_s: 0.0,
+        index: None,
+        pages_skipped: 0,
+        index_misses: 0,
+        setup_ns: 0,
+    };
+    ScanRecord {
+        table: "t".into(),
+        strategy: Strategy::HwIsp,
+        why: String::new(),
+        program: String::new(),
+        report,
+    }
+}
+
+/// The model of the [module docs](super): per worker, its slowest device then all its
+/// devices' bytes over one link (latency once); the array, its slowest worker.
+fn model(device_ns: &[u64], workers: &[usize], bytes: &[u64], net: &Network) -> u64 {
+    let w_count = workers.iter().max().map_or(0, |m| m + 1);
+    (0..w_count)
+        .map(|w| {
+            let mine: Vec<usize> = (0..workers.len()).filter(|&d| workers[d] == w).collect();
+            if mine.is_empty() {
+                return 0;
+            }
+            let slowest = mine.iter().map(|&d| device_ns[d]).max().unwrap_or(0);
+            let sent: u64 = mine.iter().map(|&d| bytes[d]).sum();
+            let transfer = if sent == 0 {
+                0.0
+            } else {
+                net.latency_us * 1e3 + sent as f64 / net.bandwidth_gb_s
+            };
+            slowest + transfer.round() as u64
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+proptest! {
+    #[test]
+    fn a_distributed_array_adds_each_workers_transfer_to_its_slowest_device(
+        devices in proptest::collection::vec((0u64..1_000_000_000, 0u64..1u64 << 32, 0usize..3), 1..8),
+        bw in 0.01f64..100.0,
+        lat in 0.0f64..1000.0,
+    ) {
+        let net = Network { bandwidth_gb_s: bw, latency_us: lat };
+        let device_ns: Vec<u64> = devices.iter().map(|d| d.0).collect();
+        let bytes: Vec<u64> = devices.iter().map(|d| d.1).collect();
+        let owner: Vec<usize> = devices.iter().map(|d| d.2).collect();
+        let figures = ArrayFigures {
+            // Two scans per device, adding up to its time.
+            devices: device_ns.iter().map(|&ns| vec![record(ns / 2), record(ns - ns / 2)]).collect(),
+            network: Some(NetworkFigures {
+                network: net,
+                workers: owner.iter().map(|w| format!("http://w{w}:1")).collect(),
+                bytes: bytes.clone(),
+                rows: bytes.iter().map(|b| b / 8).collect(),
+            }),
+        };
+        prop_assert_eq!(figures.device_ns(), device_ns.clone());
+        prop_assert_eq!(figures.modeled_ns(), model(&device_ns, &owner, &bytes, &net));
+        // Never below the slowest device; every worker's bytes once.
+        prop_assert!(figures.modeled_ns() >= array_ns(&figures.devices));
+        let workers = figures.workers();
+        prop_assert_eq!(workers.iter().map(|w| w.bytes).sum::<u64>(), bytes.iter().sum::<u64>());
+        prop_assert_eq!(workers.iter().map(|w| w.devices.len()).sum::<usize>(), device_ns.len());
+        // Without a network (in process) the array is its slowest device.
+        let local = ArrayFigures { devices: figures.devices.clone(), network: None };
+        prop_assert_eq!(local.modeled_ns(), array_ns(&local.devices));
+        prop_assert!(local.workers().is_empty());
+    }
+}
+
+#[test]
+fn nothing_sent_costs_no_latency() {
+    let net = Network::default();
+    assert_eq!(net.transfer_ns(0), 0);
+    // 1.25 GB/s: 1.25 MB in 1 ms, plus 50 µs.
+    assert_eq!(net.transfer_ns(1_250_000), 1_050_000);
+}
