@@ -279,7 +279,7 @@ impl Comparison {
         match self.paper {
             PaperValue::Above { .. } | PaperValue::Below { .. } => self.paper.matches(self.csd),
             // "Converges", "ties": no side to keep, the value itself must match.
-            PaperValue::Value { value } if value == 1.0 => self.paper.matches(self.csd),
+            PaperValue::Value { value: 1.0 } => self.paper.matches(self.csd),
             PaperValue::Value { value } => side(value) == side(self.csd),
             PaperValue::Range { low, high } => {
                 side(low) == side(high) && side(low) == side(self.csd)
