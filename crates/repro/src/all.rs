@@ -1,7 +1,9 @@
 //! `csd repro all`: the five reproductions at their default scale, one after the other,
 //! each writing its own report under `--out/<paper>`, then one scoreboard of every
 //! headline ([`csd_paper::Comparison`]): `scoreboard.md`, `scoreboard.json` and
-//! `scoreboard.png`/`.svg` (headlines per paper by status).
+//! `scoreboard.png`/`.svg` (headlines per paper by status). A reproduction that fails is
+//! marked in the scoreboard with its error; the others still run, and the command then
+//! fails naming it.
 
 use crate::util::progress_bar;
 use crate::{Comparison, ReproError, Status, batch_io, fd_tree, flixr, scan_paper, smart_ssd};
@@ -87,6 +89,8 @@ pub struct PaperRun {
     pub wall_s: f64,
     /// Its report directory.
     pub dir: PathBuf,
+    /// The error that stopped it, if it failed (the others still run).
+    pub error: Option<String>,
 }
 
 /// Runs one reproduction at its defaults; its comparisons with the paper.
@@ -122,12 +126,19 @@ pub fn run(a: &ReproAllArgs) -> Result<Vec<PaperRun>, ReproError> {
         let dir = a.out.join(p.name());
         let t = Instant::now();
         // The reproduction draws its own progress bars; this one waits meanwhile.
-        let comparisons = pb.suspend(|| run_one(p, &dir))?;
+        let (comparisons, error) = match pb.suspend(|| run_one(p, &dir)) {
+            Ok(c) => (c, None),
+            Err(e) => {
+                pb.suspend(|| eprintln!("csd repro {} failed: {e}", p.name()));
+                (Vec::new(), Some(e.to_string()))
+            }
+        };
         runs.push(PaperRun {
             paper: p,
             comparisons,
             wall_s: t.elapsed().as_secs_f64(),
             dir,
+            error,
         });
         pb.inc(1);
     }
@@ -145,6 +156,17 @@ pub fn run(a: &ReproAllArgs) -> Result<Vec<PaperRun>, ReproError> {
     plot(&runs, &a.out)?;
     println!("{md}");
     println!("scoreboard: {}", a.out.join("scoreboard.md").display());
+    let failed: Vec<&str> = runs
+        .iter()
+        .filter(|r| r.error.is_some())
+        .map(|r| r.paper.name())
+        .collect();
+    if !failed.is_empty() {
+        return Err(ReproError::Usage(format!(
+            "reproductions failed: {} (see the scoreboard)",
+            failed.join(", ")
+        )));
+    }
     Ok(runs)
 }
 
@@ -190,7 +212,9 @@ pub fn scoreboard_md(runs: &[PaperRun], wall_s: f64, cmd: &str) -> String {
     let _ = writeln!(md, "\n## Every headline\n");
     for r in runs {
         let _ = writeln!(md, "### {}\n", r.paper.name());
-        if r.comparisons.is_empty() {
+        if let Some(e) = &r.error {
+            let _ = writeln!(md, "**Failed**: {e}\n");
+        } else if r.comparisons.is_empty() {
             let _ = writeln!(md, "No comparisons handed back; see {}.\n", r.dir.display());
         } else {
             md.push_str(&csd_paper::markdown(&r.comparisons));
@@ -224,6 +248,7 @@ pub fn scoreboard_json(runs: &[PaperRun], wall_s: f64, cmd: &str) -> serde_json:
                 "wall_s": r.wall_s,
                 "report": r.dir.join("report.md").display().to_string(),
                 "headlines": csd_paper::json(&r.comparisons),
+                "error": r.error,
             })
         }).collect::<Vec<_>>(),
         "within": w,
@@ -277,6 +302,7 @@ mod tests {
             ],
             wall_s: 1.0,
             dir: PathBuf::from("x/flixr"),
+            error: None,
         }];
         let md = scoreboard_md(&runs, 1.0, "csd repro all");
         assert!(md.contains("| flixr | 2 | 1 | 0 | 1 |"), "{md}");
