@@ -253,7 +253,7 @@ fn cluster_answers_like_in_process(sf: &str, queries: &[String]) {
     let w1 = Worker::start(&dir, "dev2.img,dev3.img", "127.0.0.1:0");
     place(&dir, &w0.url, &w1.url);
 
-    for q in queries {
+    for (i, q) in queries.iter().enumerate() {
         let local = query(&dir, q, "all", &["--in-process"]).expect("in process");
         let dist = query(&dir, q, "all", &[]).unwrap_or_else(|e| {
             panic!(
@@ -285,8 +285,12 @@ fn cluster_answers_like_in_process(sf: &str, queries: &[String]) {
         };
         assert_eq!(counts(&dist), counts(&local), "{q}: scans per device");
         assert!(counts(&dist).iter().all(|r| r.len() == 4), "{q}");
-        // Scans without joins run the same device programs: the same modeled figures.
-        if ["q1", "q6"].contains(&q.as_str()) {
+        // Scans without joins run the same device programs: the same modeled figures,
+        // as long as the workers' FTL mapping caches start as cold as the in-process
+        // run's (the whole mapping of a `tiny` device fits its cache at SF 0.01; at
+        // larger SFs a worker's cache stays warm from its previous queries, see
+        // docs/array.md, so only its first query is compared).
+        if ["q1", "q6"].contains(&q.as_str()) && (sf == "0.01" || i == 0) {
             assert_eq!(device_figures(&dist), device_figures(&local), "{q}");
         }
         for run in dist["runs"].as_array().expect("runs") {
