@@ -99,12 +99,7 @@ fn run_one(p: Paper, dir: &Path) -> Result<Vec<Comparison>, ReproError> {
         Paper::ScanPaper => scan_paper::run(&defaults(p.name(), dir)?)?,
         Paper::SmartSsd => smart_ssd::run(&defaults(p.name(), dir)?)?,
         Paper::FdTree => fd_tree::repro_fd_cmd(&defaults(p.name(), dir)?)?,
-        Paper::BatchIo => {
-            // The batch-io reproduction writes its side-by-side tables into its own
-            // report; it does not yet hand them back as comparisons.
-            batch_io::repro_batch_io(&defaults(p.name(), dir)?)?;
-            Vec::new()
-        }
+        Paper::BatchIo => batch_io::repro_batch_io(&defaults(p.name(), dir)?)?,
         Paper::Flixr => flixr::repro_flixr(&defaults(p.name(), dir)?)?,
     })
 }

@@ -11,17 +11,17 @@
 //! 30% over-provisioning; see `ycsb::device_config`), the records loaded, the cache set,
 //! the workload run for a modeled duration: the paper's 300 s at `--scale paper` (10M
 //! records), and at the default scale the smallest dataset that sizing allows on the
-//! preset, run for 300 s times its share of the paper's dataset (the paper's operations
-//! per record). The store's 1 MiB write buffer is one NVMe-oF/TCP command that crosses as
+//! preset, run for one host checkpoint interval (3 s). The store's 1 MiB write buffer is one NVMe-oF/TCP command that crosses as
 //! 17 packets; the block interface makes a write context per packet (§8.2.1).
 
 use super::plot_err;
-use crate::ReproError;
 use crate::util::progress_bar;
 use crate::ycsb::{self, BenchYcsbArgs, CacheSize, Outcome};
+use crate::{Comparison, ReproError};
 use clap::{Args, ValueEnum};
 use csd_kv::Interface;
 use csd_kv::ycsb::{KeyDist, Workload};
+use csd_paper::PaperValue;
 use csd_plot::{BarChart, LineChart, Series};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -31,7 +31,7 @@ use std::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scale {
     /// The smallest dataset the paper's device sizing allows on ox-westlake (about 1M
-    /// records), run for 300 s times its share of the paper's dataset.
+    /// records), each run one host checkpoint interval (3 modeled s).
     Default,
     /// The paper's 10,000,000 records and 300 s per run, a device 10x the dataset.
     Paper,
@@ -59,7 +59,9 @@ pub struct ReproBatchIoArgs {
     #[arg(long)]
     device_gib: Option<f64>,
     /// Host cache sizes, percent of the dataset.
-    #[arg(long, value_delimiter = ',', default_value = "20,50,80,100")]
+    /// Default: the paper's Table 3/4 and Figure 13 points (add 100 for Figure 11's
+    /// right end).
+    #[arg(long, value_delimiter = ',', default_value = "20,50,80")]
     caches: Vec<f64>,
     /// Seed of every workload.
     #[arg(long, default_value_t = 1)]
@@ -192,15 +194,25 @@ fn mib(b: u64) -> f64 {
 }
 
 /// `csd repro batch-io`.
-pub fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), ReproError> {
+pub fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<Vec<Comparison>, ReproError> {
     let started = Instant::now();
     let (records, length, gib) = sizes(a)?;
     csd_plot::guard_output(&a.out.join("report.md"), &["md"])
         .map_err(|e| ReproError::Usage(e.to_string()))?;
+    let gib = match gib {
+        Some(g) => g,
+        None => paper_device_gib(dataset_bytes(a, records)?),
+    };
     let base = base_args(a, records, length, gib);
-    let runs = sweep(&base, plan(&a.caches))?;
+    let (runs, failed) = sweep(&base, plan(&a.caches))?;
     let wall = started.elapsed().as_secs_f64();
-    let md = report(a, &runs, records, length, gib, wall)?;
+    let cs = comparisons(&runs, &a.caches);
+    let mut md = report(a, &runs, &failed, records, length, gib, wall)?;
+    let _ = writeln!(
+        md,
+        "\n## Headlines against the paper\n\n{}",
+        csd_paper::markdown(&cs)
+    );
     let path = a.out.join("report.md");
     std::fs::write(&path, md).map_err(|source| ReproError::Io {
         path: path.clone(),
@@ -213,7 +225,110 @@ pub fn repro_batch_io(a: &ReproBatchIoArgs) -> Result<(), ReproError> {
         runs.len(),
         wall
     );
-    Ok(())
+    Ok(cs)
+}
+
+/// The headlines of §8.2 as comparisons, from this run's counters: Figure 11a/11d's
+/// batch-over-block ranges at each cache size, Figure 13's end points (ratios of the
+/// paper's curves), Table 4's order (block's RA and GC overhead above batch's) and
+/// §8.2.1's done records per MiB (about 17x on block).
+fn comparisons(runs: &[Run], caches: &[f64]) -> Vec<Comparison> {
+    const P: &str = "batch-io";
+    let ratio = |w, d, c: f64| {
+        let b = find(runs, w, d, Interface::Block, CacheSize::Percent(c))?.modeled_ops();
+        let t = find(runs, w, d, Interface::Batch, CacheSize::Percent(c))?.modeled_ops();
+        Some(t / b.max(1e-9))
+    };
+    let mut cs = Vec::new();
+    for &c in caches {
+        for (w, fig, lo, hi) in [
+            (Workload::ReadHeavy, "11a", 1.11, 1.91),
+            (Workload::WriteHeavy, "11d", 1.14, 1.68),
+        ] {
+            if let Some(r) = ratio(w, Durability::None, c) {
+                cs.push(Comparison::new(
+                    P,
+                    format!(
+                        "{} batch/block, no ckpt/GC, cache {c}% (Fig. {fig})",
+                        w.name()
+                    ),
+                    PaperValue::range(lo, hi),
+                    r,
+                ));
+            }
+        }
+    }
+    for (name, _, points) in PAPER_FIG13
+        .iter()
+        .filter(|(_, i, _)| *i == Interface::Block)
+    {
+        let batch = PAPER_FIG13
+            .iter()
+            .find(|(n, i, _)| n == name && *i == Interface::Batch)
+            .map(|(_, _, p)| *p);
+        let w = if *name == "read-heavy" {
+            Workload::ReadHeavy
+        } else {
+            Workload::WriteHeavy
+        };
+        for (k, &(c, block_ops)) in points.iter().enumerate() {
+            let (Some(r), Some(b)) = (ratio(w, Durability::Both, c), batch) else {
+                continue;
+            };
+            cs.push(Comparison::new(
+                P,
+                format!("{name} batch/block, ckpt+GC, cache {c}% (Fig. 13)"),
+                PaperValue::value(b[k].1 / block_ops),
+                r,
+            ));
+        }
+    }
+    for &c in caches {
+        let f = |i| {
+            find(
+                runs,
+                Workload::WriteHeavy,
+                Durability::Both,
+                i,
+                CacheSize::Percent(c),
+            )
+            .map(Outcome::paper)
+        };
+        if let (Some(b), Some(t)) = (f(Interface::Block), f(Interface::Batch)) {
+            cs.push(Comparison::new(
+                P,
+                format!("RA block/batch, write-heavy, cache {c}% (Table 4)"),
+                PaperValue::above(1.0),
+                b.ra / t.ra.max(1e-9),
+            ));
+            cs.push(Comparison::new(
+                P,
+                format!("GC overhead block/batch, write-heavy, cache {c}% (Table 4)"),
+                PaperValue::above(1.0),
+                b.gc_overhead / t.gc_overhead.max(1e-9),
+            ));
+        }
+    }
+    let per_mib = |i| {
+        let (done, bytes) = runs
+            .iter()
+            .filter(|r| {
+                r.interface == i && r.workload == Workload::WriteHeavy && r.dur == Durability::None
+            })
+            .fold((0u64, 0u64), |(d, b), r| {
+                (d + r.out.done_records, b + r.out.dev.host_written)
+            });
+        (bytes > 0).then(|| done as f64 / mib(bytes))
+    };
+    if let (Some(b), Some(t)) = (per_mib(Interface::Block), per_mib(Interface::Batch)) {
+        cs.push(Comparison::new(
+            P,
+            "done records per MiB, block/batch (§8.2.1)",
+            PaperValue::value(17.0),
+            b / t.max(1e-9),
+        ));
+    }
+    cs
 }
 
 /// Bytes of one record of the paper's dataset: an 8-byte key and a 100-byte value (§8.1.2).
@@ -222,19 +337,38 @@ const RECORD_BYTES: u64 = 8 + csd_kv::ycsb::VALUE_LEN as u64;
 const PAPER_RECORDS: u64 = 10_000_000;
 const PAPER_SECS: f64 = 300.0;
 /// §8.2.3: "the SSD capacity was limited to 10 times larger than the dataset size with an
-/// over-provisioning of 30%". Read here as raw capacity = 10x the dataset's bytes, of
-/// which the FTL keeps 30% over the logical capacity (`op` 0.30).
+/// over-provisioning of 30%". Read here as raw capacity = 10x the dataset as the store
+/// keeps it on the device (its pages after the load), of which the FTL keeps 30% over
+/// the logical capacity (`op` 0.30).
 const DEVICE_PER_DATASET: u64 = 10;
 /// The paper's over-provisioning (§8.2.3).
 pub const PAPER_OP: f64 = 0.30;
 
-/// Raw device GiB for `records` by §8.2.3.
-fn paper_device_gib(records: u64) -> f64 {
-    (records * RECORD_BYTES * DEVICE_PER_DATASET) as f64 / (1u64 << 30) as f64
+/// Raw device GiB for a dataset of `bytes` by §8.2.3.
+fn paper_device_gib(bytes: u64) -> f64 {
+    (bytes * DEVICE_PER_DATASET) as f64 / (1u64 << 30) as f64
+}
+
+/// The dataset's size as the store keeps it on the device: its tree pages after loading
+/// `records` (measured by a load on a large device before the sweep; 4 KiB pages hold
+/// about 24 records, so this is about 1.5x the records' bytes).
+fn dataset_bytes(a: &ReproBatchIoArgs, records: u64) -> Result<u64, ReproError> {
+    let probe = BenchYcsbArgs {
+        interface: Interface::Block,
+        checkpoint: false,
+        gc: false,
+        ops: Some(0),
+        duration: None,
+        device_gib: 16.0,
+        ..base_args(a, records, RunLength::Ops(0), 16.0)
+    };
+    let out = ycsb::run_once(&probe, &indicatif::ProgressBar::hidden())?;
+    Ok(out.dataset_pages * csd_kv::page::PAGE as u64)
 }
 
 /// The default scale's records, by a stated rule: the smallest dataset for which the
-/// paper's device sizing (10x the dataset, §8.2.3) gives the ox-westlake preset at least
+/// paper's device sizing (10x the dataset, §8.2.3; here the records' own bytes, a lower
+/// bound of what the store keeps) gives the ox-westlake preset at least
 /// [`ycsb::MIN_BLOCKS_PER_DIE`] erase blocks on every die (the smallest device the
 /// shrunk preset can have: one die per channel). Smaller datasets would need a device
 /// larger than 10x, i.e. another ratio of live data to free space than the paper's.
@@ -244,13 +378,22 @@ fn default_records() -> Result<u64, ReproError> {
     Ok(smallest.div_ceil(RECORD_BYTES * DEVICE_PER_DATASET))
 }
 
+/// The default scale's run length, by a stated rule: one host checkpoint interval (the
+/// paper's most aggressive, 3 s, §8.2.2), the shortest run in which every durability
+/// mechanism Figure 11 compares acts at least once. (Scaling the paper's 300 s by the
+/// dataset's share, i.e. the paper's operations per record, gives 29.8 s: 1-2 minutes
+/// of wall time per run here, hours for the sweep; `--duration 29.8` runs it.)
+fn host_checkpoint_secs() -> f64 {
+    csd_kv::StoreConfig::default()
+        .checkpoint_interval_ns
+        .map_or(3.0, |ns| ns as f64 / 1e9)
+}
+
 /// Records, run length and device size: the scale's defaults unless given. Both scales
 /// size the device as §8.2.3 does (10x the dataset, 30% over-provisioning) and run each
-/// configuration for a modeled duration: the paper's 300 s at `--scale paper`; at the
-/// default scale 300 s times the dataset's share of the paper's 10M records, so that a
-/// run does the paper's operations per record (the amount of overwriting, hence of GC,
-/// relative to the data) whatever the scale.
-fn sizes(a: &ReproBatchIoArgs) -> Result<(u64, RunLength, f64), ReproError> {
+/// configuration for a modeled duration: the paper's 300 s at `--scale paper`, one host
+/// checkpoint interval at the default scale ([`host_checkpoint_secs`]).
+fn sizes(a: &ReproBatchIoArgs) -> Result<(u64, RunLength, Option<f64>), ReproError> {
     let records = match (a.records, a.scale) {
         (Some(r), _) => r,
         (None, Scale::Paper) => PAPER_RECORDS,
@@ -261,13 +404,16 @@ fn sizes(a: &ReproBatchIoArgs) -> Result<(u64, RunLength, f64), ReproError> {
             "--records 0: load at least one record".into(),
         ));
     }
-    let scaled = PAPER_SECS * records as f64 / PAPER_RECORDS as f64;
+    let default_secs = match a.scale {
+        Scale::Paper => PAPER_SECS,
+        Scale::Default => host_checkpoint_secs(),
+    };
     let length = match (a.ops, a.duration) {
         (Some(n), _) => RunLength::Ops(n),
         (_, Some(d)) => RunLength::Secs(d),
-        _ => RunLength::Secs(scaled),
+        _ => RunLength::Secs(default_secs),
     };
-    let gib = a.device_gib.unwrap_or_else(|| paper_device_gib(records));
+    let gib = a.device_gib;
     for &c in &a.caches {
         if !(c > 0.0 && c <= 100.0) {
             return Err(ReproError::Usage(format!(
@@ -301,6 +447,7 @@ fn base_args(a: &ReproBatchIoArgs, records: u64, length: RunLength, gib: f64) ->
         wall_duration: None,
         preset: "ox-westlake".into(),
         device_gib: gib,
+        ways: None,
         op: PAPER_OP,
         queue_depth: 64,
         seed: a.seed,
@@ -331,11 +478,28 @@ fn plan(caches: &[f64]) -> Vec<(Workload, Durability, Interface, CacheSize)> {
     plan
 }
 
+/// The device of the runs without GC, as (GiB, ways): §8.2.3 limits the capacity to 10x
+/// the dataset only to make GC run; without GC the paper's drive was its full 2 TB, and
+/// a host log that may not be reclaimed must hold every write of the run. So those runs
+/// get the largest device the shrunk preset has at the same ways per channel as the GC
+/// runs' (the same parallelism; in memory only written pages take room).
+fn no_gc_device(gc_gib: f64) -> Result<(f64, u32), ReproError> {
+    let cfg = csd_sim::DeviceConfig::preset("ox-westlake")?;
+    let ways = ycsb::shrink_config(cfg.clone(), gc_gib)?.geometry.ways;
+    let full = ycsb::shrink_config_ways(cfg, 1e6, Some(ways))?;
+    Ok((
+        full.geometry.raw_capacity() as f64 / (1u64 << 30) as f64,
+        ways,
+    ))
+}
+
 /// Every planned run, each on a fresh device.
 fn sweep(
     base: &BenchYcsbArgs,
     plan: Vec<(Workload, Durability, Interface, CacheSize)>,
-) -> Result<Vec<Run>, ReproError> {
+) -> Result<(Vec<Run>, Vec<String>), ReproError> {
+    let mut failed = Vec::new();
+    let no_gc = no_gc_device(base.device_gib)?;
     let outer = progress_bar(Some(plan.len() as u64), "runs");
     let inner = indicatif::ProgressBar::hidden();
     let mut runs = Vec::new();
@@ -354,10 +518,30 @@ fn sweep(
             cache: c,
             checkpoint,
             gc,
+            device_gib: if gc { base.device_gib } else { no_gc.0 },
+            ways: Some(no_gc.1),
             ..base.clone()
         };
         let t0 = Instant::now();
-        let out = ycsb::run_once(&args, &inner)?;
+        let out = match ycsb::run_once(&args, &inner) {
+            Ok(out) => out,
+            // A configuration the store cannot sustain on its device is a result of the
+            // run (reported), not a reason to lose the others.
+            Err(ReproError::OutOfSpace(why)) => {
+                let what = format!(
+                    "{} {} {} cache {}: out of space ({why})",
+                    w.name(),
+                    i.name(),
+                    d.label(),
+                    c.label()
+                );
+                eprintln!("run failed: {what}");
+                failed.push(what);
+                outer.inc(1);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             eprintln!(
                 "run {}/{}: {} {} {} cache {}: {:.0} modeled ops/s ({:.1} s)",
@@ -381,7 +565,10 @@ fn sweep(
         outer.inc(1);
     }
     outer.finish_and_clear();
-    Ok(runs)
+    if runs.is_empty() && !failed.is_empty() {
+        return Err(ReproError::OutOfSpace(failed.join("; ")));
+    }
+    Ok((runs, failed))
 }
 
 fn find(runs: &[Run], w: Workload, d: Durability, i: Interface, c: CacheSize) -> Option<&Outcome> {
@@ -452,6 +639,7 @@ fn summary(runs: &[Run]) -> String {
 fn report(
     a: &ReproBatchIoArgs,
     runs: &[Run],
+    failed: &[String],
     records: u64,
     length: RunLength,
     gib: f64,
@@ -471,6 +659,7 @@ fn report(
     let c = Ctx {
         a,
         runs,
+        failed,
         records,
         length,
         gib,
@@ -491,6 +680,8 @@ fn report(
 struct Ctx<'a> {
     a: &'a ReproBatchIoArgs,
     runs: &'a [Run],
+    /// Configurations that ran out of space, with the store's message.
+    failed: &'a [String],
     records: u64,
     length: RunLength,
     gib: f64,
@@ -832,18 +1023,27 @@ fn differences(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
     let raw = ycsb::device_config("ox-westlake", gib)?
         .geometry
         .raw_capacity();
+    let pages = runs
+        .iter()
+        .map(|r| r.out.dataset_pages * csd_kv::page::PAGE as u64)
+        .max()
+        .unwrap_or(0);
     let _ = writeln!(
         md,
-        "* **Scale.** {records} records ({:.1}% of the paper's 10M, {:.0} MiB) on a {:.2} GiB \
-         device, {:.1}x the dataset (§8.2.3: 10x, over-provisioning {PAPER_OP}; asked {gib:.2} \
-         GiB, the preset cut to whole blocks and at least {} per die); {length} per run (the \
-         paper: 300 s). Parameters: `--records`, `--device-gib`, `--duration` (`--scale \
+        "* **Scale.** {records} records ({:.1}% of the paper's 10M; {:.0} MiB of records, \
+         {:.0} MiB of store pages after the load) on a {:.2} GiB device, {:.1}x the store's \
+         pages (§8.2.3: 10x, over-provisioning {PAPER_OP}; asked {gib:.2} \
+         GiB, the preset cut to whole blocks and at least {} per die); runs without GC on \
+         {:.0} GiB at the same ways (the 10x limit is for GC runs; a host log that is never \
+         reclaimed must hold the run); {length} per run (the paper: 300 s). Parameters: `--records`, `--device-gib`, `--duration` (`--scale \
          paper` sets the paper's values).",
         records as f64 * 100.0 / PAPER_RECORDS as f64,
         mib(records * RECORD_BYTES),
+        mib(pages),
         raw as f64 / (1u64 << 30) as f64,
-        raw as f64 / (records * RECORD_BYTES).max(1) as f64,
+        raw as f64 / pages.max(1) as f64,
         ycsb::MIN_BLOCKS_PER_DIE,
+        no_gc_device(gib)?.0,
     );
     // Mechanisms, summed over the runs of each interface (counters of this run).
     for i in [Interface::Block, Interface::Batch] {
@@ -869,6 +1069,16 @@ fn differences(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
             of(&|o| o.host.checkpoints),
         );
     }
+    if !c.failed.is_empty() {
+        let _ = writeln!(
+            md,
+            "* **Runs that ran out of space** ({}; their figures are missing above):",
+            c.failed.len()
+        );
+        for f in c.failed {
+            let _ = writeln!(md, "  * {f}");
+        }
+    }
     let _ = writeln!(
         md,
         "\nA figure more than 20% from the paper is explained only by a re-run with the named \
@@ -888,6 +1098,7 @@ fn configuration(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
         length,
         gib,
         wall,
+        ..
     } = *c;
     let _ = writeln!(md, "\n## Configuration\n");
     let dcfg = ycsb::device_config("ox-westlake", gib)?;

@@ -26,6 +26,9 @@ pub enum ReproError {
     /// The FTL.
     #[error(transparent)]
     Ftl(#[from] csd_ftl::FtlError),
+    /// The key-value store ran out of room (its host log or the device) during a run.
+    #[error("key-value store: {0}")]
+    OutOfSpace(String),
     /// The command interface answered with an error status or not at all.
     #[error("command interface: {0}")]
     Nvme(String),

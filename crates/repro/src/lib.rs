@@ -88,7 +88,7 @@ pub fn repro_cmd(c: &ReproCmd) -> Result<(), ReproError> {
         ReproCmd::ScanPaper(a) => scan_paper::run(a).map(drop),
         ReproCmd::SmartSsd(a) => smart_ssd::run(a).map(drop),
         ReproCmd::FdTree(a) => fd_tree::repro_fd_cmd(a).map(drop),
-        ReproCmd::BatchIo(a) => batch_io::repro_batch_io(a),
+        ReproCmd::BatchIo(a) => batch_io::repro_batch_io(a).map(drop),
         ReproCmd::Flixr(a) => flixr::repro_flixr(a).map(drop),
         ReproCmd::All(a) => all::run(a).map(drop),
     }

@@ -81,6 +81,10 @@ pub struct BenchYcsbArgs {
     /// take memory).
     #[arg(long, default_value_t = 2.0)]
     pub device_gib: f64,
+    /// Ways per channel of the shrunk device (default: 2, or 1 when 2 would leave fewer
+    /// than 16 blocks per die).
+    #[arg(long)]
+    pub ways: Option<u32>,
     /// Over-provisioning of the device, (physical - logical) / logical.
     #[arg(long, default_value_t = RUN_OP)]
     pub op: f64,
@@ -261,6 +265,7 @@ impl Outcome {
             "preset": a.preset,
             "device_gib": a.device_gib,
             "op": a.op,
+            "ways": a.ways,
             "seed": a.seed,
             "load": phase_json(&self.load),
             "run": phase_json(&self.run),
@@ -317,7 +322,10 @@ pub fn phase_json(r: &PhaseResult) -> serde_json::Value {
 }
 
 fn kv(e: csd_kv::KvError) -> ReproError {
-    ReproError::Usage(format!("key-value store: {e}"))
+    match e {
+        csd_kv::KvError::NoSpace(why) => ReproError::OutOfSpace(why),
+        e => ReproError::Usage(format!("key-value store: {e}")),
+    }
 }
 
 /// The device of a run: the preset shrunk to about `gib` of raw capacity. Page and
@@ -347,7 +355,22 @@ pub fn smallest_device_bytes(cfg: &DeviceConfig) -> u64 {
 }
 
 /// [`device_config`] for any config: `cfg` shrunk to about `gib` of raw capacity.
-pub fn shrink_config(mut cfg: DeviceConfig, gib: f64) -> Result<DeviceConfig, ReproError> {
+pub fn shrink_config(cfg: DeviceConfig, gib: f64) -> Result<DeviceConfig, ReproError> {
+    shrink_config_ways(cfg, gib, None)
+}
+
+/// [`shrink_config`] with the ways per channel given (at most the preset's), so that
+/// devices of different sizes keep the same parallelism.
+pub fn shrink_config_ways(
+    mut cfg: DeviceConfig,
+    gib: f64,
+    ways: Option<u32>,
+) -> Result<DeviceConfig, ReproError> {
+    if ways == Some(0) {
+        return Err(ReproError::Usage(
+            "--ways 0: a channel has at least one way".into(),
+        ));
+    }
     if !(gib > 0.0 && gib.is_finite()) {
         return Err(ReproError::Usage(format!(
             "--device-gib {gib}: use a positive size"
@@ -363,10 +386,10 @@ pub fn shrink_config(mut cfg: DeviceConfig, gib: f64) -> Result<DeviceConfig, Re
     };
     // Two ways per channel, or one when two would leave fewer than the floor per die.
     let floor = MIN_BLOCKS_PER_DIE as u64;
-    g.ways = if per_die(2) >= floor {
-        g.ways.min(2)
-    } else {
-        1
+    g.ways = match ways {
+        Some(w) => w.min(g.ways),
+        None if per_die(2) >= floor => g.ways.min(2),
+        None => 1,
     };
     let b = per_die(g.ways);
     g.blocks_per_plane = (b.max(floor) as u32).min(g.blocks_per_plane.max(MIN_BLOCKS_PER_DIE));
@@ -446,7 +469,7 @@ pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outco
 /// A fresh in-memory device (shrunk to `--device-gib`, GC and checkpoints as asked)
 /// with the store formatted on it; the in-memory store does not persist.
 fn open_store(a: &BenchYcsbArgs) -> Result<Store<Client>, ReproError> {
-    let dcfg = device_config(&a.preset, a.device_gib)?;
+    let dcfg = shrink_config_ways(DeviceConfig::preset(&a.preset)?, a.device_gib, a.ways)?;
     if !(a.op > 0.0 && a.op.is_finite()) {
         return Err(ReproError::Usage(format!(
             "--op {}: over-provisioning is a positive share, e.g. 0.3",
