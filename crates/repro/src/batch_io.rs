@@ -720,8 +720,11 @@ fn figure11(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
                     find(runs, w, d, i, CacheSize::Percent(c)).map(|o| (c, o.modeled_ops()))
                 })
                 .collect();
-            chart =
-                chart.with_series(Series::solid(format!("BwTree {}", i.name()), pts).with_color(k));
+            // A configuration whose runs all failed (reported below) has no curve.
+            if !pts.is_empty() {
+                chart = chart
+                    .with_series(Series::solid(format!("BwTree {}", i.name()), pts).with_color(k));
+            }
         }
         if let Some(m) = in_mem(runs, w) {
             let lo = pcts.iter().cloned().fold(f64::INFINITY, f64::min);
@@ -861,8 +864,10 @@ fn figure13(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
                         .map(|o| (c, o.modeled_ops()))
                 })
                 .collect();
-            chart =
-                chart.with_series(Series::solid(format!("csd {}", i.name()), pts).with_color(ci));
+            if !pts.is_empty() {
+                chart = chart
+                    .with_series(Series::solid(format!("csd {}", i.name()), pts).with_color(ci));
+            }
             if let Some((_, _, p)) = PAPER_FIG13
                 .iter()
                 .find(|(n, pi, _)| *n == w.name() && *pi == i)
