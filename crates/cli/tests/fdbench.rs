@@ -123,5 +123,5 @@ fn repro_runs_the_figures_asked_for_with_the_threads_given() {
     );
     assert!(out_dir.join("orderings.md").exists());
     assert!(stdout.contains("--threads 2/1"), "{stdout}");
-    assert!(stdout.contains("Figure 6, W_l = 0.8"), "{stdout}");
+    assert!(stdout.contains("Fig. 6, W_l = 0.8"), "{stdout}");
 }
