@@ -20,7 +20,6 @@ use csd_device::NvmeDevice;
 use csd_device::stack::{self, OpenOptions};
 use csd_ftl::FtlConfig;
 use csd_host::{Client, LoadReport};
-use csd_sim::DeviceConfig;
 use csd_sql::array::{Manifest, load_striped};
 use csd_sql::{ArraySession, Choice, ScanSettings};
 use csd_table::datagen::{RowSource, SyntheticGenerator, SyntheticSpec, TpchGenerator};
@@ -102,23 +101,9 @@ fn load_into(
 /// The array in `dir` opened read-only for queries, on `threads` host threads.
 fn open_session(dir: &Path, threads: usize) -> Result<Open> {
     let manifest = Manifest::read(dir)?;
-    let mut clients = Vec::with_capacity(manifest.devices.len());
-    let mut cfg: Option<DeviceConfig> = None;
-    for p in manifest.device_paths(dir) {
-        let (dev, _) = stack::open_image(&p, &OpenOptions::read_only())?;
-        let c = dev.ftl().nand().config().clone();
-        if let Some(first) = &cfg
-            && first.geometry != c.geometry
-        {
-            return Err(Error::Invalid(format!(
-                "{}: its geometry differs from the array's first device",
-                p.display()
-            )));
-        }
-        cfg.get_or_insert(c);
-        clients.push(Client::new(NvmeDevice::from_block(dev))?);
-    }
-    let cfg = cfg.ok_or_else(|| Error::Invalid("the array has no devices".into()))?;
+    let (clients, cfg) = csd_sql::array::open_clients(&manifest, dir, |p| {
+        Ok::<_, Error>(stack::open_image(p, &OpenOptions::read_only())?.0)
+    })?;
     let session = ArraySession::new(
         clients,
         cfg,

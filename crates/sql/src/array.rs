@@ -89,6 +89,41 @@ pub enum ArrayError {
     },
 }
 
+/// The devices of the array in `dir` (its `manifest`), each opened by `open` (read-only
+/// for queries), as command clients, with the config they share. Every device must have
+/// the first one's geometry, and an array has at least one device.
+pub fn open_clients<E>(
+    manifest: &Manifest,
+    dir: &Path,
+    mut open: impl FnMut(&Path) -> Result<csd_device::BlockDevice, E>,
+) -> Result<(Vec<Client>, csd_sim::DeviceConfig), E>
+where
+    E: From<ArrayError> + From<HostError>,
+{
+    let mut clients = Vec::with_capacity(manifest.devices.len());
+    let mut cfg: Option<csd_sim::DeviceConfig> = None;
+    for p in manifest.device_paths(dir) {
+        let dev = open(&p)?;
+        let c = dev.ftl().nand().config().clone();
+        if let Some(first) = &cfg
+            && first.geometry != c.geometry
+        {
+            return Err(ArrayError::Invalid {
+                path: p,
+                message: "its geometry differs from the array's first device".into(),
+            }
+            .into());
+        }
+        cfg.get_or_insert(c);
+        clients.push(Client::new(csd_device::NvmeDevice::from_block(dev))?);
+    }
+    let cfg = cfg.ok_or_else(|| ArrayError::Invalid {
+        path: Manifest::path(dir),
+        message: "the array has no devices".into(),
+    })?;
+    Ok((clients, cfg))
+}
+
 /// Where one table's pages are on the array.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Placement {

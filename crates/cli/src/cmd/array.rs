@@ -270,23 +270,10 @@ pub(crate) fn open_ro(
     quiet: bool,
 ) -> Result<(Vec<Client>, DeviceConfig, Manifest), CliError> {
     let manifest = Manifest::read(dir).map_err(array_error)?;
-    let mut clients = Vec::with_capacity(manifest.devices.len());
-    let mut cfg: Option<DeviceConfig> = None;
-    for p in manifest.device_paths(dir) {
-        let dev = image::open_ro(&p, quiet)?;
-        let c = dev.ftl().nand().config().clone();
-        if let Some(first) = &cfg
-            && first.geometry != c.geometry
-        {
-            return Err(CliError::Usage(format!(
-                "{}: its geometry differs from the array's first device",
-                p.display()
-            )));
-        }
-        cfg.get_or_insert(c);
-        clients.push(Client::new(NvmeDevice::from_block(dev))?);
-    }
-    let cfg = cfg.ok_or_else(|| CliError::Usage("the array has no devices".into()))?;
+    let (clients, cfg) = csd_sql::array::open_clients(&manifest, dir, |p| {
+        image::open_ro(p, quiet).map_err(OpenFailed::Cli)
+    })
+    .map_err(OpenFailed::into_cli)?;
     Ok((clients, cfg, manifest))
 }
 
@@ -655,4 +642,34 @@ fn best_of(
         lines.push(rows);
     }
     Ok((best, scans_wall, modeled))
+}
+
+/// The error type [`csd_sql::array::open_clients`] needs on the CLI side: an image that
+/// does not open, a manifest that does not fit, or a device the host cannot drive.
+enum OpenFailed {
+    Cli(CliError),
+    Array(csd_sql::array::ArrayError),
+    Host(csd_host::HostError),
+}
+
+impl From<csd_sql::array::ArrayError> for OpenFailed {
+    fn from(e: csd_sql::array::ArrayError) -> Self {
+        OpenFailed::Array(e)
+    }
+}
+
+impl From<csd_host::HostError> for OpenFailed {
+    fn from(e: csd_host::HostError) -> Self {
+        OpenFailed::Host(e)
+    }
+}
+
+impl OpenFailed {
+    fn into_cli(self) -> CliError {
+        match self {
+            OpenFailed::Cli(e) => e,
+            OpenFailed::Array(e) => array_error(e),
+            OpenFailed::Host(e) => e.into(),
+        }
+    }
 }

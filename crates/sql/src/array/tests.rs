@@ -298,3 +298,64 @@ fn nothing_sent_costs_no_latency() {
     // 1.25 GB/s: 1.25 MB in 1 ms, plus 50 µs.
     assert_eq!(net.transfer_ns(1_250_000), 1_050_000);
 }
+
+#[derive(Debug)]
+enum OpenErr {
+    Array(ArrayError),
+    Host(#[allow(dead_code)] HostError),
+}
+
+impl From<ArrayError> for OpenErr {
+    fn from(e: ArrayError) -> Self {
+        OpenErr::Array(e)
+    }
+}
+
+impl From<HostError> for OpenErr {
+    fn from(e: HostError) -> Self {
+        OpenErr::Host(e)
+    }
+}
+
+fn block(preset: &str) -> csd_device::BlockDevice {
+    let nand = Nand::new_in_memory(DeviceConfig::preset(preset).expect("preset")).expect("nand");
+    csd_device::BlockDevice::new(Ftl::format(nand, FtlConfig::default()).expect("format"))
+}
+
+#[test]
+fn open_clients_wants_devices_of_one_geometry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = Manifest::new(2, "--preset tiny");
+    let (clients, cfg) =
+        open_clients::<OpenErr>(&m, dir.path(), |_| Ok(block("tiny"))).expect("same geometry");
+    assert_eq!(clients.len(), 2);
+    assert_eq!(
+        cfg.geometry,
+        DeviceConfig::preset("tiny").expect("preset").geometry
+    );
+
+    let mut first = true;
+    let e = open_clients::<OpenErr>(&m, dir.path(), |_| {
+        let p = if first { "tiny" } else { "isp-ch8" };
+        first = false;
+        Ok(block(p))
+    })
+    .map(|_| ())
+    .expect_err("two geometries");
+    match e {
+        OpenErr::Array(ArrayError::Invalid { path, message }) => {
+            assert!(path.ends_with("dev1.img"), "{}", path.display());
+            assert!(message.contains("geometry"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let empty = Manifest::new(0, "--preset tiny");
+    let e = open_clients::<OpenErr>(&empty, dir.path(), |_| Ok(block("tiny")))
+        .map(|_| ())
+        .expect_err("no devices");
+    assert!(
+        matches!(e, OpenErr::Array(ArrayError::Invalid { .. })),
+        "{e:?}"
+    );
+}
