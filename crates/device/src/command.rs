@@ -1,4 +1,4 @@
-//! The command vocabulary of the NVMe boundary (DESIGN.md, "command interface (the NVMe
+//! The command vocabulary of the NVMe boundary (docs/architecture.md, "command interface (the NVMe
 //! boundary)"): the typed [`Command`]s a host submits, the [`Completion`] each comes
 //! back as (a [`Status`], a [`Payload`] and the [`Accounting`] of the work it caused),
 //! and the admin data structures (Identify, the SMART and telemetry log pages). The

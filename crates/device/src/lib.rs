@@ -1,4 +1,4 @@
-//! The csd controller layer (DESIGN.md "device"): the controller's own resources (DRAM
+//! The csd controller layer (docs/architecture.md "device"): the controller's own resources (DRAM
 //! bus, host link, embedded cores, and the host CPU that drives them), the raw
 //! open-channel device that exposes the flash array page by page, and the fio-style
 //! workload engine that drives any [`workload::IoTarget`] and reports modeled figures

@@ -1,5 +1,5 @@
-//! The FD+tree of *"Concurrency control for an SSD index"* (papers/
-//! fd-plus-tree-concurrency-control.txt) on the emulated SSD, reached only through the
+//! The FD+tree of *"A Practical Concurrent Index for Solid-State Drives"* (FD+tree in
+//! docs/papers.md) on the emulated SSD, reached only through the
 //! command interface ([`csd_host::SharedDevice`] / [`csd_host::DeviceHandle`]).
 //!
 //! | module | paper |

@@ -1,4 +1,4 @@
-//! The host side of csd (DESIGN.md "host side"): code that uses the emulated SSD only
+//! The host side of csd (docs/architecture.md "host side"): code that uses the emulated SSD only
 //! through its command interface.
 //!
 //! * [`client::Client`]: a synchronous host client over one queue pair of an

@@ -1,4 +1,4 @@
-//! The host side of the time model (DESIGN.md "Time"; batch-io §8.1.2 and §8.3.1): one
+//! The host side of the time model (docs/architecture.md "Time"; batch-io §8.1.2 and §8.3.1): one
 //! host thread whose CPU work is charged as cycles of a cost table, and an asynchronous
 //! I/O queue of bounded depth in front of the device.
 //!

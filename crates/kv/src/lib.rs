@@ -29,7 +29,7 @@
 //! the host log (segments, chunks, host GC, checkpoints, recovery), [`batch`] the batch
 //! interface back end, [`page`] the page format, [`cost`] the host CPU model.
 //!
-//! The store reaches the device only through `csd_host::CommandIssuer` (DESIGN.md's
+//! The store reaches the device only through `csd_host::CommandIssuer` (docs/architecture.md's
 //! command-interface rule).
 
 pub mod batch;

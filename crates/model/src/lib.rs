@@ -1,6 +1,6 @@
 //! Analytic models of the papers behind csd.
 //!
-//! DESIGN.md: "The analytic model of the scan paper is its own module and is *checked
+//! docs/architecture.md: "The analytic model of the scan paper is its own module and is *checked
 //! against* the simulation, not used in its place." Nothing in the device or host layers
 //! may call into this crate to compute a figure it reports; tests and the `csd model`
 //! command use it to say what the paper's equations predict for a device config.

@@ -1,5 +1,5 @@
 //! The analytic performance model of a table scan inside and outside an SSD:
-//! in-storage-scan-processing.txt §4 (equations 1–9), with the device parameters of its
+//! the scan paper §4 (equations 1–9; docs/papers.md), with the device parameters of its
 //! Table 1 taken from a [`DeviceConfig`] and the measured per-record costs of its Table 2.
 //!
 //! This is the paper's model, not the simulator's: it is kept apart so that the

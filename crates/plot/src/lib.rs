@@ -1,7 +1,7 @@
 //! Small, reusable charts for csd reports, each written as both a PNG and an SVG file.
 //!
 //! Every `csd bench` / `csd repro` report writes its figures through this crate so that
-//! all plots look alike (see DESIGN.md, "Conventions": reports print a table and write
+//! all plots look alike (see docs/architecture.md, "Conventions": reports print a table and write
 //! plots). Three chart kinds cover the papers' figures:
 //!
 //! * [`LineChart`] — one or more series of `(x, y)` points, optional log axes. A series

@@ -1,4 +1,4 @@
-//! The two clock modes of DESIGN.md: **virtual** (the simulated clock jumps; runs are as
+//! The two clock modes of docs/architecture.md: **virtual** (the simulated clock jumps; runs are as
 //! fast as the host allows and bit-for-bit reproducible) and **paced** (a caller waits
 //! until the wall clock reaches the modeled completion, times a scale factor, so real
 //! threads feel real device latency).

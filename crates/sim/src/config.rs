@@ -275,7 +275,7 @@ pub struct HostLinkConfig {
     /// *Occupancy*: it serializes on the link with every other command's bytes.
     pub command_overhead_us: f64,
     /// Fixed delay per command, in µs: transport round trip, doorbell and interrupt
-    /// (DESIGN.md "Time": latency is not occupancy). *Latency*: it delays the command
+    /// (docs/architecture.md "Time": latency is not occupancy). *Latency*: it delays the command
     /// and overlaps with every other command in flight; it occupies nothing.
     #[serde(default)]
     pub command_latency_us: f64,

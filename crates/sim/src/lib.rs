@@ -1,7 +1,7 @@
 //! Shared vocabulary of every csd layer: simulated time, busy resources, the clock
 //! (virtual or paced), energy accounting, and the device configuration with its presets.
 //!
-//! This crate realizes the "Time" section of `DESIGN.md` and the resource-reservation
+//! This crate realizes the "Time" section of `docs/architecture.md` and the resource-reservation
 //! reading of the in-storage-scan paper's equations 1–4: every resource (die, channel
 //! bus, controller DRAM bus, host link, embedded core, host CPU) keeps the simulated
 //! instant at which it becomes free, an operation reserves the resources on its path in

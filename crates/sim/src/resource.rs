@@ -1,4 +1,4 @@
-//! Busy resources of the timing model (DESIGN.md "Time").
+//! Busy resources of the timing model (docs/architecture.md "Time", docs/time-model.md).
 //!
 //! A [`Resource`] is anything that serves one operation at a time: a flash die, a
 //! channel bus, the controller's DRAM bus, the host link, an embedded core, the host

@@ -1,5 +1,5 @@
-//! `csd config show | list | validate`: the device configurations (DESIGN.md's config
-//! layer: presets named after the papers' devices, TOML files, `--set` overrides).
+//! `csd config show | list | validate`: the device configurations (docs/architecture.md,
+//! "Device configs": presets named after the papers' devices, TOML files, `--set` overrides).
 
 use crate::{CliError, report};
 use clap::Subcommand;

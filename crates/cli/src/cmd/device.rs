@@ -1,5 +1,5 @@
-//! `csd device create | smart | check | info`: device image files (DESIGN.md's media
-//! layer: a sparse file holding the flash array, its block table and the FTL). `smart`
+//! `csd device create | smart | check | info`: device image files (docs/architecture.md's
+//! nand layer: a sparse file holding the flash array, its block table and the FTL). `smart`
 //! goes through the NVMe-style command interface as a host tool would; `check` lives in
 //! [`super::check`].
 

@@ -1,6 +1,6 @@
 //! `csd io`: fio-style workloads on the raw flash array or the FTL's block device, with
 //! the modeled figures (IOPS, bandwidth, latency percentiles, utilization, energy) next
-//! to the emulator's wall-clock speed (DESIGN.md's time model: modeled time is the
+//! to the emulator's wall-clock speed (docs/architecture.md's time model: modeled time is the
 //! simulation's, wall time only says how fast the emulator ran). The workload engine is
 //! `csd_device::workload`; this module only opens the device and prints.
 

@@ -1,4 +1,4 @@
-//! The queue machinery of the command interface (DESIGN.md, "command interface (the NVMe
+//! The queue machinery of the command interface (docs/architecture.md, "command interface (the NVMe
 //! boundary)"): the host submits typed [`Command`]s on queue pairs, the controller
 //! executes them over the FTL block device, and each comes back as a typed
 //! [`Completion`]. The vocabulary (commands, statuses, payloads, accounting) is in

@@ -1,4 +1,4 @@
-//! The executor's dispatch (DESIGN.md, "command interface"): one arm per [`Command`]
+//! The executor's dispatch (docs/architecture.md, "command interface"): one arm per [`Command`]
 //! variant, each naming the method that does the work, grouped by family: block I/O and
 //! the batch interface (batch-io §3, `io.rs`), in-storage sessions (scan paper §4) and
 //! admin commands (here), FLIXR's registry and index reads (flixr Table 1) and the
