@@ -30,8 +30,10 @@
 //! * A segment whose pages are all superseded is reused (and trimmed, so the device's GC
 //!   does not copy dead host data) only once a checkpoint taller than its last chunk is
 //!   durable: roll-forward walks every chunk after the checkpoint, so none of them may be
-//!   overwritten before the next checkpoint. With periodic checkpoints off, host GC forces
-//!   one when free segments run short (counted apart).
+//!   overwritten before the next checkpoint. Host GC forces one (counted apart) when free
+//!   segments run short, or when the log is at its GC threshold and a sixteenth of it is
+//!   dead; it collects victims only while the segments holding live pages are at the
+//!   threshold, so dead segments are freed by a checkpoint, not by moving live pages.
 //! * A partly filled buffer (an explicit sync) makes a short chunk; the next chunk follows
 //!   it in the same segment.
 
@@ -425,15 +427,40 @@ impl BlockLog {
         Ok(())
     }
 
-    /// Should host GC run (used share at or over the threshold)?
-    pub fn gc_wanted(&self) -> bool {
-        self.opts.gc && self.used_share() >= self.opts.gc_start_used
+    /// Share of segments whose pages the log still needs: neither free nor dead (a dead
+    /// segment is free again at the next checkpoint).
+    pub fn needed_share(&self) -> f64 {
+        let n = self.nseg.max(1) as usize;
+        1.0 - (self.free.len() + self.dead.len()).min(n) as f64 / n as f64
     }
 
-    /// Free segments below which host GC forces a checkpoint to reuse dead segments.
-    pub fn low_free(&self) -> bool {
-        let reserve = (self.nseg as usize / 16).clamp(2, 64);
-        self.free.len() < reserve && !self.dead.is_empty()
+    /// Should host GC collect a victim? Only when the segments holding live data reach the
+    /// threshold: dead segments are reclaimed by a checkpoint ([`Self::checkpoint_frees_space`]),
+    /// not by moving live pages.
+    pub fn gc_wanted(&self) -> bool {
+        self.opts.gc && self.needed_share() >= self.opts.gc_start_used
+    }
+
+    /// Dead segments that make a host checkpoint worth forcing for space: a sixteenth of
+    /// the log (2 to 64 segments).
+    fn dead_reserve(&self) -> usize {
+        (self.nseg as usize / 16).clamp(2, 64)
+    }
+
+    /// Should host GC force a checkpoint to reuse dead segments? When free segments run
+    /// short, or when the log is at the GC threshold and a [`Self::dead_reserve`] of it is
+    /// dead: freeing dead segments costs one checkpoint (the mapping table), far less than
+    /// relocating a victim's live pages, and with periodic checkpoints off nothing else
+    /// frees them before the log is full.
+    pub fn checkpoint_frees_space(&self) -> bool {
+        if self.dead.is_empty() {
+            return false;
+        }
+        let reserve = self.dead_reserve();
+        self.free.len() < reserve
+            || (self.opts.gc
+                && self.used_share() >= self.opts.gc_start_used
+                && self.dead.len() >= reserve)
     }
 
     /// Choose a victim and read it whole; returns its live pages (those the mapping still

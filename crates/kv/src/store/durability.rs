@@ -175,7 +175,7 @@ impl<I: CommandIssuer> Store<I> {
         let Some(log) = &self.log else {
             return Ok(());
         };
-        if log.low_free() {
+        if log.checkpoint_frees_space() {
             self.io.gc_forced_checkpoints += 1;
             self.checkpoint()?;
         }
