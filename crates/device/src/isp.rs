@@ -38,6 +38,16 @@
 //!   - a projection writes the matching records to DRAM and they cross the link
 //!     (`rows_selected × row width` bytes, scan eq. 7–8); the host folds them, which the
 //!     host side charges at its own costs;
+//!   - the compare logic compares a fixed-width attribute (CHAR, numbers, dates) in the
+//!     beat it streams by, so such predicates add no time to the page. A
+//!     variable-length value (VARCHAR / VARBINARY) lies in the page's heap at the offset
+//!     its slot names, not in the record stream, so the logic compares it from the
+//!     FMC's page buffer once the page has arrived, one byte per channel beat: the page
+//!     leaves the FMC `var_bytes_compared / channel rate` after its transfer, where
+//!     `var_bytes_compared` counts the bytes the evaluator actually compared (up to
+//!     the first difference, the prefix of a `LIKE 'p%'`, the whole value of a
+//!     search). The delay holds the page's buffer (it is charged as the page's latency
+//!     in the FMC; the page's channel transfer is booked by the read);
 //!   - an aggregation is folded by the FMC's aggregation logic as records stream by
 //!     (Figure 3: "it triggers the update of the aggregate value"): the accumulators of
 //!     up to [`HW_AGG_REGISTER_GROUPS`] groups are registers of the logic, so nothing per
@@ -76,7 +86,7 @@ use crate::ahead::{Ahead, Done, pin_pages};
 use crate::block::BlockDevice;
 use csd_ftl::FtlError;
 use csd_query::{Evaluator, MinipageHints, PartialResult, Plan, WorkCounters};
-use csd_sim::{IspConfig, SimTime};
+use csd_sim::{IspConfig, Rate, SimTime};
 use csd_table::{Layout, PageView};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -216,6 +226,9 @@ struct Session {
     table: TableExtent,
     eval: Evaluator,
     row_width: u64,
+    /// The rate at which the hardware compare logic reads variable-length values from
+    /// the FMC's page buffer: the channel's (one byte per beat).
+    compare_rate: Rate,
     /// Next page to issue.
     next_page: u64,
     /// Completion (unpin) instants of pages in flight, earliest first.
@@ -477,6 +490,7 @@ impl Runtime {
             table: t,
             eval: Evaluator::new(&args.plan),
             row_width,
+            compare_rate: dev.ftl().nand().config().channel.rate(),
             next_page: 0,
             inflight: BinaryHeap::new(),
             pinned,
@@ -722,6 +736,14 @@ fn link_row_bytes(mode: IspMode, row_width: u64) -> u64 {
     }
 }
 
+/// When the hardware compare logic is done with a page that left the channel at
+/// `t_flash` and whose evaluation did the work `c`: fixed-width attributes are compared
+/// as they stream by (no delay), variable-length values from the FMC's page buffer at
+/// `rate` per byte actually compared (see the module docs).
+fn hw_compared(rate: Rate, c: WorkCounters, t_flash: SimTime) -> SimTime {
+    t_flash.after(rate.transfer_ns(c.var_bytes_compared))
+}
+
 /// The table page a session of `pages` table pages scans `i`-th: of `list` if its rule
 /// selected pages, else the `i`-th.
 fn page_in(list: Option<&[u64]>, pages: u64, i: u64) -> Option<u64> {
@@ -828,6 +850,7 @@ fn charge(
     let ctrl = dev.controller_mut();
     let unpin = match s.mode {
         IspMode::Hw if s.aggregate => {
+            let t_flash = hw_compared(s.compare_rate, c, t_flash);
             // The FMC's aggregation logic folds the matching records in flight; a GROUP
             // BY with more groups than its registers hold reads and writes each record's
             // group entry in the arena.
@@ -843,6 +866,7 @@ fn charge(
             }
         }
         IspMode::Hw => {
+            let t_flash = hw_compared(s.compare_rate, c, t_flash);
             let bytes = c.rows_selected * s.row_width;
             s.out_link_bytes += bytes;
             ctrl.dram(t_flash, bytes)

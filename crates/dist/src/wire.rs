@@ -151,7 +151,7 @@ pub struct WireReport {
     pub pages: u64,
     pub table_bytes: u64,
     pub rows: u64,
-    pub work: [u64; 10],
+    pub work: [u64; 11],
     pub result_rows: u64,
     pub modeled_ns: u64,
     pub stages: Vec<WireStage>,
@@ -217,6 +217,7 @@ impl WireReport {
                 w.results_written,
                 w.result_bytes,
                 w.agg_updates,
+                w.var_bytes_compared,
             ],
             result_rows: r.result_rows,
             modeled_ns: r.modeled_ns,
@@ -270,6 +271,7 @@ impl WireReport {
             results_written: w[7],
             result_bytes: w[8],
             agg_updates: w[9],
+            var_bytes_compared: w[10],
         };
         let stages = self
             .stages

@@ -63,6 +63,12 @@ pub struct WorkCounters {
     pub result_bytes: u64,
     /// Aggregate accumulator updates (selected rows × aggregates).
     pub agg_updates: u64,
+    /// Bytes of variable-length (VARCHAR / VARBINARY) values that comparisons, `IN` and
+    /// `LIKE` actually compared (a comparison stops at the first differing byte, a
+    /// prefix test at the prefix); already part of `bytes_touched`. A hardware compare
+    /// logic reads these from the page's heap, apart from the fixed-width stream; 0 for
+    /// fixed-width columns (CHAR, numbers, dates).
+    pub var_bytes_compared: u64,
 }
 
 impl WorkCounters {
@@ -86,6 +92,7 @@ impl AddAssign for WorkCounters {
         self.results_written += o.results_written;
         self.result_bytes += o.result_bytes;
         self.agg_updates += o.agg_updates;
+        self.var_bytes_compared += o.var_bytes_compared;
     }
 }
 
@@ -670,6 +677,7 @@ impl<'r, 'a> Run<'r, 'a> {
                 }
                 self.c.values_touched += sel.len() as u64;
                 self.c.bytes_touched += compared;
+                self.c.var_bytes_compared += compared;
             }
             ExprKind::Const(Const::Bool(b)) => {
                 if *b {
@@ -712,6 +720,7 @@ impl<'r, 'a> Run<'r, 'a> {
                     }
                     self.c.values_touched += sel.len() as u64;
                     self.c.bytes_touched += compared;
+                    self.c.var_bytes_compared += compared;
                 } else {
                     self.c.touch(sel.len(), x.width().min(prefix.len()));
                     filter_by(sel, out, |_, i| x.at(i).starts_with(prefix) != neg);
@@ -823,6 +832,7 @@ impl<'r, 'a> Run<'r, 'a> {
             }
             self.c.values_touched += sel.len() as u64;
             self.c.bytes_touched += compared;
+            self.c.var_bytes_compared += compared;
         } else if let DataType::Char(_) = left.ty {
             let (l, r) = (CharOp::of(self.view, left)?, CharOp::of(self.view, right)?);
             self.s.note(left, sel.len());
@@ -893,6 +903,7 @@ impl<'r, 'a> Run<'r, 'a> {
             }
             self.c.values_touched += sel.len() as u64;
             self.c.bytes_touched += compared;
+            self.c.var_bytes_compared += compared;
         } else if let DataType::Char(_) = expr.ty {
             let x = CharOp::of(self.view, expr)?;
             self.s.note(expr, sel.len());
