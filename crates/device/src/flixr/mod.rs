@@ -88,7 +88,8 @@
 //!   never describes data that is not yet durable.
 //! * CPU cost (bus cycles × `isp.cycle_clock_divisor`, like the ISP runtime): creating an
 //!   entry costs `isp.page_cycles` plus `comp_cycles_per_record + dram_access_cycles` per
-//!   row; comparing an entry with a rule costs `comp_cycles_per_record`. Creation runs
+//!   row; comparing an entry with a rule costs `comp_cycles_per_record +
+//!   dram_access_cycles` (the entry is loaded from DRAM, then compared). Creation runs
 //!   concurrently with the flash program (§4.3) on the embedded cores.
 //!
 //! Where things are:

@@ -5,8 +5,10 @@
 //!
 //! Choices made here: entries come through the index cache (a miss loads the MAP page
 //! through the FTL); a read examines up to `MAX_INDEX_SCAN` LBAs but returns at most
-//! MDTS pages, naming the LBA to resume at when that limit stops it; comparisons are
-//! charged `comp_cycles_per_record` each on the embedded cores.
+//! MDTS pages, naming the LBA to resume at when that limit stops it; every entry
+//! compared is charged `comp_cycles_per_record + dram_access_cycles` on the embedded
+//! cores (the entry is loaded from controller DRAM, then compared: the same charge as a
+//! key comparison of the in-SSD B+tree).
 
 use super::*;
 
@@ -46,7 +48,10 @@ impl Flixr {
         }
         let examined = pages * lpp;
         let isp = dev.ftl().nand().config().isp;
-        let cycles = core_cycles(dev, examined as f64 * isp.comp_cycles_per_record);
+        let cycles = core_cycles(
+            dev,
+            examined as f64 * (isp.comp_cycles_per_record + isp.dram_access_cycles),
+        );
         let t = dev.controller_mut().cpu(t, cycles);
         self.stats.entries_compared += examined;
         self.stats.pages_read += kept.len() as u64 * lpp;
@@ -165,7 +170,10 @@ impl Flixr {
             }
         }
         let isp = dev.ftl().nand().config().isp;
-        let cycles = core_cycles(dev, examined as f64 * isp.comp_cycles_per_record);
+        let cycles = core_cycles(
+            dev,
+            examined as f64 * (isp.comp_cycles_per_record + isp.dram_access_cycles),
+        );
         let t = dev.controller_mut().cpu(t, cycles);
         self.stats.entries_compared += examined;
         self.stats.pages_read += reply.lbas.len() as u64;
