@@ -164,6 +164,19 @@ impl PagedBtree {
         v
     }
 
+    /// LBAs of the nodes above the leaves (the levels a host keeps in DRAM, flixr §3
+    /// Figure 1), sorted.
+    pub fn inner_node_lbas(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| !n.leaf)
+            .map(|(l, _)| *l)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Levels from the root to the leaves.
     pub fn height(&self) -> usize {
         let mut h = 1;

@@ -34,11 +34,13 @@
 //!   [`StoreOptions::host_io_cycles`] (the OS path of direct I/O), all at the host clock
 //!   and not overlapped with I/O. Independent commands (data page runs, node writes) are
 //!   kept [`StoreOptions::qd`] deep; dependent ones (node reads, resumed READ_IDX) wait.
-//! * FLIXR-HS's tiny tree keeps `(min, page) -> max` for every page (learnt from
-//!   UPDATE_HOST_INDEX, which returns both): a range `lo..=hi` visits the entries with
-//!   `min <= hi` and sends READ_IDX for the pages whose `max >= lo` (runs of consecutive
-//!   pages together); the device compares the entries again. Its entries are charged as
-//!   host compares, and it never touches the device to be read (§5: all in host DRAM).
+//! * FLIXR-HS's tiny tree is keyed by every page's min (learnt from UPDATE_HOST_INDEX;
+//!   the max it also returns is kept only to check the tree against the device): as
+//!   flixr §4.1 splits the work, a range `lo..=hi` visits the entries with `min <= hi`
+//!   and sends READ_IDX for all of those pages (runs of consecutive pages together); the
+//!   device compares each page's max with `lo` (the rule's comparison). Its entries are
+//!   charged as host compares, and it never touches the device to be read (§5: all in
+//!   host DRAM).
 //! * A FLIXR rule is registered per query and released after (`DropIdxIcr`). Filtered
 //!   reads are cut into pieces of [`FILTER_CHUNK_MDTS`] × MDTS LBAs kept `qd` deep, a
 //!   piece stopped by the transfer limit resuming in the next wave.
@@ -470,6 +472,37 @@ impl RowStore {
                 .map_or(0, |t| t.nodes()));
         }
         Ok(0)
+    }
+
+    /// LBAs of the inner nodes (every level above the leaves) of every host B+tree of
+    /// the store, primary and secondary; empty unless the kind keeps host trees.
+    pub fn host_inner_nodes(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .tables
+            .iter()
+            .flat_map(|tb| {
+                tb.tree
+                    .iter()
+                    .chain(tb.secondary.iter().filter_map(|(_, t)| t.as_ref()))
+            })
+            .flat_map(|tr| tr.inner_node_lbas())
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Resize the host B+tree node cache (`HostBtree`; the ideal kind keeps every node)
+    /// to `nodes` nodes, warm with `warm` (the first `nodes` of them; most recently used
+    /// last). Earlier contents are dropped. `nodes` is at least 1.
+    pub fn set_host_cache(&mut self, nodes: usize, warm: &[u64]) {
+        if self.kind == IndexKind::HostBtreeIdeal {
+            return;
+        }
+        let nodes = nodes.max(1);
+        self.cache = LruSet::new(nodes);
+        for &l in warm.iter().take(nodes) {
+            self.cache.insert(l);
+        }
     }
 
     /// The table named `name`.

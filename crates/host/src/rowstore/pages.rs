@@ -97,18 +97,20 @@ impl RowStore {
         }
     }
 
-    /// The page runs a FLIXR read covers for `lo..=hi` of `t`: the whole extent
-    /// (FLIXR-S) or the tiny host tree's candidates (FLIXR-HS).
-    pub(super) fn flixr_runs(&mut self, t: TableId, lo: i64, hi: i64) -> Vec<(u64, u64)> {
+    /// The page runs a FLIXR read covers for a range ending at `hi` of `t`: the whole extent
+    /// (FLIXR-S) or the tiny host tree's candidates (FLIXR-HS: every page whose min is
+    /// at most `hi`, as flixr §4.1 splits the work: the host traverses its tree by the
+    /// min values, the device compares each requested page's max).
+    pub(super) fn flixr_runs(&mut self, t: TableId, hi: i64) -> Vec<(u64, u64)> {
         let tb = &self.tables[t.0];
         if self.kind == IndexKind::FlixrHS {
             let mut pages: Vec<u64> = Vec::new();
             let mut seen = 0u64;
-            for (&(_, p), &mx) in tb.hs.by_min.range(..=(hi, u64::MAX)) {
+            // §4.1: the host tree is keyed by the pages' min values; it names every page
+            // whose min is at most `hi`, and the device compares the max (READ_IDX).
+            for &(_, p) in tb.hs.by_min.keys().take_while(|&&(mn, _)| mn <= hi) {
                 seen += 1;
-                if mx >= lo {
-                    pages.push(p);
-                }
+                pages.push(p);
             }
             pages.sort_unstable();
             let depth = (tb.hs.by_min.len().max(2) as f64).log2();
