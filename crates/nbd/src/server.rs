@@ -4,6 +4,7 @@
 use crate::state::{DeviceState, ServerStats};
 use crate::{NbdError, proto, session};
 use csd_device::{Command, Completion, IoTarget, LogPage, NvmeDevice, Payload, QueueId, SmartLog};
+use csd_sim::net::{Event, Listen, accept_until};
 use csd_sim::{ClockMode, Pacer, SimTime};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -364,16 +365,24 @@ impl Listener {
             Listener::Unix { .. } => None,
         }
     }
+}
+
+/// The listener as the shared accept loop polls it (a private view, since the streams it
+/// yields are private).
+struct Accepting<'a>(&'a Listener);
+
+impl Listen for Accepting<'_> {
+    type Stream = Stream;
 
     fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        match self {
+        match self.0 {
             Listener::Unix { listener, .. } => listener.set_nonblocking(on),
             Listener::Tcp(l) => l.set_nonblocking(on),
         }
     }
 
-    fn accept(&self) -> io::Result<Stream> {
-        Ok(match self {
+    fn accept_stream(&self) -> io::Result<Stream> {
+        Ok(match self.0 {
             Listener::Unix { listener, .. } => Stream::Unix(listener.accept()?.0),
             Listener::Tcp(l) => {
                 let s = l.accept()?.0;
@@ -616,38 +625,23 @@ impl Server {
     /// and the idle timeout; a connection accepted while [`ServerConfig::max_handshakes`]
     /// are in the handshake drops the oldest of them.
     pub fn serve(&self, listener: &Listener, stop: &AtomicBool) -> Result<(), NbdError> {
-        listener.set_nonblocking(true)?;
         let mut conns: Vec<Live> = Vec::new();
         let mut next_id = 0u64;
-        let result = loop {
-            if stop.load(Ordering::Relaxed) {
-                break Ok(());
-            }
-            let handshaking = self.watch(&mut conns);
-            match listener.accept() {
-                Ok(s) => {
-                    next_id += 1;
-                    if handshaking >= self.shared.max_handshakes {
-                        self.evict_oldest_handshake(&conns, next_id);
-                    }
-                    match self.spawn_connection(next_id, s) {
-                        Ok(c) => conns.push(c),
-                        Err(e) => eprintln!("connection {next_id}: {e}"),
-                    }
+        let mut handshaking = 0;
+        let result = accept_until(&Accepting(listener), stop, |event| match event {
+            Event::Poll => handshaking = self.watch(&mut conns),
+            Event::Accepted(s) => {
+                next_id += 1;
+                if handshaking >= self.shared.max_handshakes {
+                    self.evict_oldest_handshake(&conns, next_id);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(10));
+                match self.spawn_connection(next_id, s) {
+                    Ok(c) => conns.push(c),
+                    Err(e) => eprintln!("connection {next_id}: {e}"),
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted
-                            | io::ErrorKind::ConnectionAborted
-                            | io::ErrorKind::ConnectionReset
-                    ) => {}
-                Err(e) => break Err(NbdError::Io(e)),
             }
-        };
+        })
+        .map_err(NbdError::Io);
         self.shared.stopping.store(true, Ordering::Relaxed);
         for c in &conns {
             let _ = c.stream.set_write_timeout(Some(SHUTDOWN_WRITE_TIMEOUT));

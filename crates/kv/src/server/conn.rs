@@ -1,6 +1,6 @@
 //! The TCP side of the Redis-protocol server in front of the batch-io paper's store
-//! (§8.1.2): the accept loop ([`Server::serve`]) and the connection loop
-//! ([`Server::serve_connection`]).
+//! (§8.1.2): the server's side of the shared accept loop ([`Server::serve`] over
+//! [`csd_sim::net::accept_until`]) and the connection loop ([`Server::serve_connection`]).
 //!
 //! Choices: a thread per connection (scoped, so the server outlives none of them); a
 //! connection takes every complete command it has buffered (up to
@@ -12,6 +12,7 @@
 use super::Server;
 use crate::resp::{Parsed, Reply, parse_command};
 use csd_host::CommandIssuer;
+use csd_sim::net::{Event, accept_until};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,59 +24,42 @@ impl<I: CommandIssuer + Send> Server<I> {
     /// Returns on a listener failure too. The store stays in the server: take it back
     /// with [`Server::into_store`] and sync it.
     pub fn serve(&self, listener: &TcpListener, stop: &AtomicBool) -> io::Result<()> {
-        listener.set_nonblocking(true)?;
         std::thread::scope(|scope| {
             let mut conns: Vec<(std::thread::ScopedJoinHandle<'_, ()>, TcpStream)> = Vec::new();
-            let result = loop {
-                if stop.load(Ordering::Relaxed) {
-                    break Ok(());
-                }
-                conns.retain(|(h, _)| !h.is_finished());
-                match listener.accept() {
-                    Ok((stream, peer)) => {
-                        let id = self.counters.total.fetch_add(1, Ordering::Relaxed) + 1;
-                        if conns.len() >= self.cfg.max_connections {
-                            self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                            let mut s = stream;
-                            let _ = s.set_nonblocking(false);
-                            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-                            let _ = s
-                                .write_all(&Reply::err("max number of clients reached").to_bytes());
-                            continue;
+            let result = accept_until(listener, stop, |event| match event {
+                Event::Poll => conns.retain(|(h, _)| !h.is_finished()),
+                Event::Accepted((stream, peer)) => {
+                    let id = self.counters.total.fetch_add(1, Ordering::Relaxed) + 1;
+                    if conns.len() >= self.cfg.max_connections {
+                        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                        let mut s = stream;
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                        let _ =
+                            s.write_all(&Reply::err("max number of clients reached").to_bytes());
+                        return;
+                    }
+                    let Ok(handle) = stream.try_clone() else {
+                        return;
+                    };
+                    let verbose = self.cfg.verbose;
+                    let h = scope.spawn(move || {
+                        self.counters.open.fetch_add(1, Ordering::Relaxed);
+                        if verbose {
+                            eprintln!("connection {id} from {peer}: open");
                         }
-                        let Ok(handle) = stream.try_clone() else {
-                            continue;
-                        };
-                        let verbose = self.cfg.verbose;
-                        let h = scope.spawn(move || {
-                            self.counters.open.fetch_add(1, Ordering::Relaxed);
-                            if verbose {
-                                eprintln!("connection {id} from {peer}: open");
+                        let r = self.serve_connection(stream, stop);
+                        self.counters.open.fetch_sub(1, Ordering::Relaxed);
+                        if verbose {
+                            match r {
+                                Ok(()) => eprintln!("connection {id}: closed"),
+                                Err(e) => eprintln!("connection {id}: {e}"),
                             }
-                            let r = self.serve_connection(stream, stop);
-                            self.counters.open.fetch_sub(1, Ordering::Relaxed);
-                            if verbose {
-                                match r {
-                                    Ok(()) => eprintln!("connection {id}: closed"),
-                                    Err(e) => eprintln!("connection {id}: {e}"),
-                                }
-                            }
-                        });
-                        conns.push((h, handle));
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::Interrupted
-                                | io::ErrorKind::ConnectionAborted
-                                | io::ErrorKind::ConnectionReset
-                        ) => {}
-                    Err(e) => break Err(e),
+                        }
+                    });
+                    conns.push((h, handle));
                 }
-            };
+            });
             for (_, s) in &conns {
                 let _ = s.shutdown(Shutdown::Read);
             }
