@@ -844,6 +844,71 @@ mod tests {
         assert!(layout(512).is_err());
     }
 
+    /// A log whose first `used` segments were written and sealed, `dead` of them with no
+    /// live page left (waiting for a checkpoint), the others holding one live page each.
+    fn log_with(nseg_lbas: u64, used: u32, dead: u32, gc_start: f64) -> BlockLog {
+        let mut l = BlockLog::new(
+            nseg_lbas,
+            BlockOptions {
+                gc_start_used: gc_start,
+                ..BlockOptions::default()
+            },
+        )
+        .unwrap();
+        l.free.clear();
+        for s in 0..l.nseg {
+            l.state[s as usize] = if s < used {
+                Seg::Used
+            } else if s == used {
+                Seg::Open
+            } else if s == used + 1 {
+                Seg::Next
+            } else {
+                l.free.push_back(s);
+                Seg::Free
+            };
+            if s < used {
+                if s < dead {
+                    l.dead.push(s);
+                } else {
+                    l.live[s as usize] = 1;
+                }
+            }
+        }
+        l.open = used;
+        l.next = used + 1;
+        l
+    }
+
+    #[test]
+    fn dead_segments_are_freed_by_a_checkpoint_not_by_collecting_victims() {
+        let lbas = 2 + 100 * SEG_LBAS + 64;
+        let nseg = layout(lbas).unwrap().2;
+        assert!(nseg >= 90, "{nseg}");
+        // 60% of the log written, 50 points of it dead: live data fills 10%.
+        let used = nseg * 6 / 10;
+        let l = log_with(lbas, used, nseg / 2, 0.5);
+        assert!(l.used_share() >= 0.5);
+        assert!(l.needed_share() < 0.2, "{}", l.needed_share());
+        assert!(!l.gc_wanted(), "no victim while dead segments can be freed");
+        assert!(
+            l.checkpoint_frees_space(),
+            "a checkpoint frees the dead half"
+        );
+        // Live data at the threshold: GC collects; too few dead to force a checkpoint.
+        let l = log_with(lbas, used, 1, 0.5);
+        assert!(l.gc_wanted());
+        assert!(!l.checkpoint_frees_space());
+        // Below the threshold nothing is forced, however many segments are dead.
+        let l = log_with(lbas, nseg / 3, nseg / 3, 0.5);
+        assert!(!l.gc_wanted() && !l.checkpoint_frees_space());
+        // GC off: never a victim; a checkpoint only when free segments run short.
+        let mut l = log_with(lbas, nseg - 3, nseg / 2, 0.5);
+        l.opts.gc = false;
+        assert!(!l.gc_wanted());
+        assert!(l.checkpoint_frees_space(), "free segments are short");
+    }
+
     #[test]
     fn summary_roundtrip_and_crc() {
         let s = Summary {
