@@ -174,7 +174,7 @@ enum BenchCmd {
     /// same table and queries; modeled time per query and storage traffic split into
     /// index and data pages.
     ///
-    /// Example: csd bench flixr --rows 200000 --queries 20 --selectivity 0.01
+    /// Example: csd bench flixr --sf 0.03 --queries 20 --selectivity 0.01
     Flixr(bench_flixr::BenchFlixrArgs),
     /// The batch-io paper's key-value store under YCSB on either interface: modeled and
     /// wall ops/s, latency percentiles, Table 3/4 figures (RA, WA, GC overhead) and the

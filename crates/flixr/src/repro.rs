@@ -44,6 +44,10 @@ pub struct Repro {
     pub comparison: Vec<Comparison>,
     /// Figure 12 (§6.4): TPC-H Q6 with the primary key only and with secondary keys.
     pub figure12: Vec<Fig12Row>,
+    /// The scale trend: every headline re-measured at further TPC-H scale factors (the
+    /// microbenchmarks and TPC-H re-run; TPC-C as run), smallest first, the run's own
+    /// scale included.
+    pub trend: Vec<TrendPoint>,
     /// Wall time, s.
     pub wall_s: f64,
     /// The command that reruns it.
@@ -66,6 +70,35 @@ pub struct Fig12Row {
     pub table_pages: u64,
     /// Table and index pages fetched to the host.
     pub total_pages: u64,
+}
+
+/// The headlines at one TPC-H scale factor.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TrendPoint {
+    /// TPC-H scale factor of the microbenchmarks and TPC-H.
+    pub sf: f64,
+    /// Every headline's figure at that scale: (headline, value).
+    pub headlines: Vec<(String, f64)>,
+    /// Wall time of the re-run, s (0 for the run's own scale).
+    pub wall_s: f64,
+}
+
+/// Attach the scale trend to `cs`: each headline gets the figure measured at every other
+/// scale of `trend` as a measured re-run of `--sf` (the paper's SF 10 is the direction
+/// the trend points to; a re-run within 20% makes the headline "explained").
+pub fn explain_by_trend(cs: Vec<Comparison>, own_sf: f64, trend: &[TrendPoint]) -> Vec<Comparison> {
+    cs.into_iter()
+        .map(|mut c| {
+            for p in trend.iter().filter(|p| p.sf != own_sf) {
+                if let Some((_, v)) = p.headlines.iter().find(|(h, _)| *h == c.headline)
+                    && v.is_finite()
+                {
+                    c = c.explain("--sf", format!("SF {} (paper 10)", p.sf), *v);
+                }
+            }
+            c
+        })
+        .collect()
 }
 
 /// Configurations of Figure 12.
@@ -160,12 +193,25 @@ pub fn figure12_markdown(rows: &[Fig12Row]) -> String {
     for (what, paper, ours) in lines {
         let _ = writeln!(md, "| {what} | {paper:.3} | {ours:.3} |");
     }
-    let _ = writeln!(
-        md,
-        "
-A secondary key helps as far as the pages the primary key keeps hold no row of the secondary range: tpchgen spreads `l_discount` and `l_quantity` uniformly over the rows, so a page of ~27 rows sorted by `l_shipdate` almost always holds the discounts and quantities Q6 asks for (the explaining parameter: the secondary columns' correlation with the page order). The host-side index uses its pre-made secondary trees, as the paper's conventional system does: Q6's `l_discount` range (3 of 11 values) and `l_quantity` bound (about half the rows) are unselective, so walking those trees reads many leaf nodes (the explaining parameter: the secondary predicates' selectivity).
-"
-    );
+    let pages = |c: IndexKind, sec: bool| {
+        rows.iter()
+            .find(|r| r.config == c.name() && r.secondary == sec)
+            .map(|r| (r.table_pages, r.total_pages))
+    };
+    for c in FIG12 {
+        if let (Some(p), Some(q)) = (pages(c, false), pages(c, true)) {
+            let _ = writeln!(
+                md,
+                "- {}: table pages {} with the primary key, {} with the secondary keys too; all pages fetched {} and {}.",
+                c.name(),
+                p.0,
+                q.0,
+                p.1,
+                q.1
+            );
+        }
+    }
+    let _ = writeln!(md);
     md
 }
 
@@ -284,6 +330,9 @@ pub fn figure11(ms: &[Measure]) -> Vec<(String, f64, f64)> {
     .collect()
 }
 
+/// The headline of the host index's index-page share (Figure 11).
+pub const INDEX_SHARE: &str = "host index: index share of storage traffic (Fig. 11)";
+
 /// The paper's name in comparisons and the scoreboard.
 pub const PAPER: &str = "flixr";
 
@@ -305,7 +354,7 @@ pub fn compare(ms: &[Measure], fig11: &[(String, f64, f64)]) -> Vec<Comparison> 
     rows.extend(fig9_rows(ms));
     if let Some((_, i, d)) = fig11.iter().find(|f| f.0 == IndexKind::HostBtree.name()) {
         rows.push(Row {
-            figure: "host index: index share of storage traffic (Fig. 11)",
+            figure: INDEX_SHARE,
             paper: 0.36,
             ours: i / (i + d).max(f64::MIN_POSITIVE),
             over_ideal: None,
@@ -557,6 +606,7 @@ pub fn markdown(r: &Repro) -> String {
     md_figure11_and_sweep(&mut md, r);
     md_traffic(&mut md, ms);
     md_comparison(&mut md, &r.comparison);
+    md_trend(&mut md, &r.trend);
     let _ = writeln!(md, "## Reproduce\n");
     let _ = writeln!(
         md,
@@ -577,13 +627,14 @@ fn md_setup(md: &mut String, r: &Repro) {
     );
     let _ = writeln!(
         md,
-        "Device preset `{}`; TPC-H SF {} (microbenchmarks and TPC-H), TPC-C {} warehouse(s) (reduced population, see `csd_flixr::tpcc`); {} operations per microbenchmark and TPC-H query, {} transactions per TPC-C run; host B+tree cache {} KiB, FLIXR index cache {} KiB, in-SSD node cache {} MiB. Modeled time; every configuration's answers were checked equal (and TPC-H answers against an in-memory reference, TPC-C consistency conditions 1-4 after every run).\n",
+        "Device preset `{}`; TPC-H SF {} (microbenchmarks and TPC-H), TPC-C {} warehouse(s) ({:?} population, see `csd_flixr::tpcc`); {} operations per microbenchmark and TPC-H query, {} transactions per TPC-C run; host B+tree cache {}, FLIXR index cache {} KiB, in-SSD node cache {} MiB. Modeled time; every configuration's answers were checked equal (and TPC-H answers against an in-memory reference, TPC-C consistency conditions 1-4 after every run).\n",
         r.setup.preset,
         r.setup.sf,
         r.setup.warehouses,
+        r.setup.tpcc_population,
         r.setup.queries,
         r.setup.tpcc_txns,
-        r.setup.host_cache_kib,
+        r.setup.host_cache,
         r.setup.index_cache_kib,
         r.setup.node_cache_mib
     );
@@ -704,12 +755,72 @@ fn md_comparison(md: &mut String, comparison: &[Comparison]) {
     );
 }
 
+/// The scale trend: a row per headline, a column per TPC-H scale factor run.
+fn md_trend(md: &mut String, trend: &[TrendPoint]) {
+    if trend.len() < 2 {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Scale trend (TPC-H SF; paper: SF 10, 100 warehouses)\n\nThe microbenchmarks and TPC-H re-run at each scale in this run (TPC-C as run); the paper's value last.\n"
+    );
+    let _ = write!(md, "| headline |");
+    for p in trend {
+        let _ = write!(md, " SF {} |", p.sf);
+    }
+    let _ = write!(md, " paper |\n|---|");
+    for _ in trend {
+        let _ = write!(md, "---|");
+    }
+    let _ = writeln!(md, "---|");
+    let paper: Vec<(String, f64)> = trend[0]
+        .headlines
+        .iter()
+        .map(|(h, _)| (h.clone(), f64::NAN))
+        .collect();
+    for (h, _) in &paper {
+        let _ = write!(md, "| {h} |");
+        for p in trend {
+            match p.headlines.iter().find(|(x, _)| x == h) {
+                Some((_, v)) if v.is_finite() => {
+                    let _ = write!(md, " {v:.3} |");
+                }
+                _ => {
+                    let _ = write!(md, " - |");
+                }
+            }
+        }
+        let _ = writeln!(
+            md,
+            " {} |",
+            paper_value(h).map_or("-".into(), |v| format!("{v:.3}"))
+        );
+    }
+    let _ = write!(md, "| wall s of the re-run |");
+    for p in trend {
+        let _ = write!(md, " {:.1} |", p.wall_s);
+    }
+    let _ = writeln!(md, " |\n");
+}
+
+/// The paper's value of headline `h`.
+fn paper_value(h: &str) -> Option<f64> {
+    let mut rows = fig10_rows(&[]);
+    rows.extend(fig9_rows(&[]));
+    rows.into_iter()
+        .find(|r| r.figure == h)
+        .map(|r| r.paper)
+        .or_else(|| (h == INDEX_SHARE).then_some(0.36))
+}
+
 /// Run the evaluation: `workloads` under every configuration, then the sweep of
-/// `sweep_kib` index-cache sizes (empty: none).
+/// `sweep_kib` index-cache sizes (empty: none), then the scale trend at the TPC-H scale
+/// factors of `trend_sf` (the run's own scale is always a point).
 pub fn run(
     s: &Setup,
     workloads: &[Workload],
     sweep_kib: &[u64],
+    trend_sf: &[f64],
     command: String,
     mut progress: impl FnMut(&str),
 ) -> Result<Repro, EvalError> {
@@ -750,6 +861,45 @@ pub fn run(
     }
     let fig11 = figure11(&measures);
     let comparison = compare(&measures, &fig11);
+    let headlines = |cs: &[Comparison]| -> Vec<(String, f64)> {
+        cs.iter().map(|c| (c.headline.clone(), c.csd)).collect()
+    };
+    let mut trend = vec![TrendPoint {
+        sf: s.sf,
+        headlines: headlines(&comparison),
+        wall_s: 0.0,
+    }];
+    // The scale trend: the workloads whose data grows with the TPC-H scale factor re-run
+    // at each further scale; TPC-C's measures (warehouses, not SF) are taken as run.
+    let scaled: Vec<Workload> = workloads
+        .iter()
+        .copied()
+        .filter(|w| !matches!(w, Workload::NewOrder | Workload::Payment))
+        .collect();
+    for &sf in trend_sf.iter().filter(|&&sf| sf != s.sf) {
+        let t1 = std::time::Instant::now();
+        let at = Setup { sf, ..s.clone() };
+        let mut ms = crate::run_all(&at, &scaled, &IndexKind::ALL, |m| {
+            progress(&format!(
+                "trend SF {sf} {} {}: {:.0} ops/min",
+                m.workload, m.config, m.ops_per_minute
+            ))
+        })?;
+        ms.extend(
+            measures
+                .iter()
+                .filter(|m| !scaled.iter().any(|w| w.name() == m.workload))
+                .cloned(),
+        );
+        let cs = compare(&ms, &figure11(&ms));
+        trend.push(TrendPoint {
+            sf,
+            headlines: headlines(&cs),
+            wall_s: t1.elapsed().as_secs_f64(),
+        });
+    }
+    trend.sort_by(|a, b| a.sf.total_cmp(&b.sf));
+    let comparison = explain_by_trend(comparison, s.sf, &trend);
     let figure12 = if workloads.contains(&Workload::Q6) {
         figure12(s, &mut progress)?
     } else {
@@ -762,6 +912,7 @@ pub fn run(
         cache_sweep,
         comparison,
         figure12,
+        trend,
         wall_s: t0.elapsed().as_secs_f64(),
         command,
     })
@@ -790,6 +941,7 @@ pub fn json(r: &Repro) -> serde_json::Value {
         "cache_sweep": r.cache_sweep.iter().map(|(m, k, v)| serde_json::json!({"index_cache_kib": m, "config": k, "relative_throughput": v})).collect::<Vec<_>>(),
         "comparison": csd_paper::json(&r.comparison),
         "figure12": r.figure12,
+        "trend": r.trend,
         "wall_s": r.wall_s,
         "seed": r.setup.seed,
         "command": r.command,

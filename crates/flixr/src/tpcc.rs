@@ -10,11 +10,17 @@
 //! conditions touch, plus CHAR fillers that bring rows near the specification's widths
 //! (CUSTOMER ~ 650 B, STOCK ~ 320 B), so pages hold as many rows as in a real database.
 //!
-//! Population follows the specification's rules at a reduced size (the paper runs 100
-//! warehouses; a debug build here would take hours): per warehouse `items` ITEM/STOCK
-//! rows (spec 100,000; default 10,000), per district `customers` CUSTOMER rows and as
-//! many initial ORDERS (spec 3,000; default 300), the last 30% of them in NEW_ORDER (spec
-//! 900 of 3,000), 5..15 ORDER_LINEs per order, W_YTD 300,000.00 and D_YTD 30,000.00.
+//! Population follows the specification (§4.3.3.1) per warehouse: 100,000 ITEM and
+//! STOCK rows, 3,000 CUSTOMER rows per district and as many initial ORDERS, the last 900
+//! of them in NEW_ORDER, 5..15 ORDER_LINEs per order, W_YTD 300,000.00 and D_YTD
+//! 30,000.00 ([`Scale::spec`], `Population::Spec`, the default). [`Scale::reduced`]
+//! (`Population::Reduced`: 10,000 items, 300 customers per district, the last 30% of the
+//! orders new) keeps the same rules at a tenth of the rows for quick runs and tests.
+//!
+//! Keys are drawn as the specification draws them (§2.1.6): the customer of NewOrder
+//! and Payment by `NURand(1023, 1, customers)`, NewOrder's items by
+//! `NURand(8191, 1, items)`, with run-time constants `C` chosen once per run from the
+//! seed (§2.1.6.1); warehouses, districts and counts uniformly.
 //!
 //! Transactions (spec §2.4 and §2.5, without the 1% NewOrder rollbacks and with Payment
 //! selecting the customer by id, not by last name): NewOrder reads WAREHOUSE, DISTRICT
@@ -59,13 +65,74 @@ pub struct Scale {
 }
 
 impl Scale {
-    /// The default reduced scale for `warehouses`.
+    /// The specification's population for `warehouses` (§4.3.3.1).
+    pub fn spec(warehouses: u32) -> Scale {
+        Scale {
+            warehouses: warehouses as i64,
+            items: 100_000,
+            customers: 3_000,
+        }
+    }
+
+    /// A tenth of the specification's rows for `warehouses` (quick runs and tests).
     pub fn reduced(warehouses: u32) -> Scale {
         Scale {
             warehouses: warehouses as i64,
             items: 10_000,
             customers: 300,
         }
+    }
+
+    /// The scale `p` gives for `warehouses`.
+    pub fn of(p: Population, warehouses: u32) -> Scale {
+        match p {
+            Population::Spec => Scale::spec(warehouses),
+            Population::Reduced => Scale::reduced(warehouses),
+        }
+    }
+}
+
+/// Which population a run loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Population {
+    /// The specification's rows per warehouse ([`Scale::spec`]).
+    Spec,
+    /// A tenth of them ([`Scale::reduced`]).
+    Reduced,
+}
+
+/// The run-time constants `C` of NURand (spec §2.1.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NuRand {
+    /// `C` for customer ids (`A` = 1023).
+    pub c_id: i64,
+    /// `C` for item ids (`A` = 8191).
+    pub ol_i_id: i64,
+}
+
+impl NuRand {
+    /// Constants drawn once from `rng` (§2.1.6.1: `C` uniform in `0..=A`).
+    pub fn new(rng: &mut Rng) -> NuRand {
+        NuRand {
+            c_id: rng.range(0, 1023),
+            ol_i_id: rng.range(0, 8191),
+        }
+    }
+
+    /// `NURand(A, x, y) = (((random(0, A) | random(x, y)) + C) % (y - x + 1)) + x`.
+    pub fn draw(rng: &mut Rng, a: i64, c: i64, x: i64, y: i64) -> i64 {
+        (((rng.range(0, a) | rng.range(x, y)) + c) % (y - x + 1)) + x
+    }
+
+    /// A customer id in `1..=customers`.
+    pub fn customer(&self, rng: &mut Rng, customers: i64) -> i64 {
+        Self::draw(rng, 1023, self.c_id, 1, customers)
+    }
+
+    /// An item id in `1..=items`.
+    pub fn item(&self, rng: &mut Rng, items: i64) -> i64 {
+        Self::draw(rng, 8191, self.ol_i_id, 1, items)
     }
 }
 
@@ -437,11 +504,17 @@ fn lookup(st: &mut RowStore, t: TableId, k: i64) -> Result<Vec<Value>, EvalError
         .ok_or_else(|| EvalError::Check(format!("TPC-C: no row with key {k}")))
 }
 
-fn new_order(st: &mut RowStore, db: &Db, sc: Scale, rng: &mut Rng) -> Result<(), EvalError> {
+fn new_order(
+    st: &mut RowStore,
+    db: &Db,
+    sc: Scale,
+    nu: NuRand,
+    rng: &mut Rng,
+) -> Result<(), EvalError> {
     let w = rng.range(1, sc.warehouses);
     let d = rng.range(1, 10);
     let dk = w * 10 + d;
-    let c = rng.range(1, sc.customers);
+    let c = nu.customer(rng, sc.customers);
     let ol_cnt = rng.range(5, 15);
     lookup(st, db.warehouse, w)?;
     // SELECT D_NEXT_O_ID, then UPDATE it (two lookups, as a DBMS without a cursor
@@ -456,7 +529,7 @@ fn new_order(st: &mut RowStore, db: &Db, sc: Scale, rng: &mut Rng) -> Result<(),
     let mut lines = Vec::new();
     let mut all_local = 1;
     for l in 1..=ol_cnt {
-        let i = rng.range(1, sc.items);
+        let i = nu.item(rng, sc.items);
         let supply = if sc.warehouses > 1 && rng.range(1, 100) == 1 {
             all_local = 0;
             let mut o = rng.range(1, sc.warehouses - 1);
@@ -509,7 +582,13 @@ fn new_order(st: &mut RowStore, db: &Db, sc: Scale, rng: &mut Rng) -> Result<(),
     Ok(())
 }
 
-fn payment(st: &mut RowStore, db: &mut Db, sc: Scale, rng: &mut Rng) -> Result<(), EvalError> {
+fn payment(
+    st: &mut RowStore,
+    db: &mut Db,
+    sc: Scale,
+    nu: NuRand,
+    rng: &mut Rng,
+) -> Result<(), EvalError> {
     let w = rng.range(1, sc.warehouses);
     let d = rng.range(1, 10);
     let dk = w * 10 + d;
@@ -522,7 +601,7 @@ fn payment(st: &mut RowStore, db: &mut Db, sc: Scale, rng: &mut Rng) -> Result<(
     } else {
         (w, d)
     };
-    let ck = (cw * 10 + cd) * CMAX + rng.range(1, sc.customers);
+    let ck = (cw * 10 + cd) * CMAX + nu.customer(rng, sc.customers);
     let amount = rng.range(100, 500_000);
     st.update_where(db.warehouse, w, w, &|_| true, &|r| {
         r[1] = dec(get(r, 1) + amount);
@@ -674,7 +753,7 @@ fn check_districts(
 
 /// Run `s.tpcc_txns` transactions of `txn` under `kind`; consistency checked after.
 pub fn run(s: &Setup, kind: IndexKind, txn: Txn) -> Result<Measure, EvalError> {
-    run_scaled(s, kind, txn, Scale::reduced(s.warehouses))
+    run_scaled(s, kind, txn, Scale::of(s.tpcc_population, s.warehouses))
 }
 
 /// [`run`] at an explicit population size.
@@ -684,15 +763,16 @@ pub fn run_scaled(s: &Setup, kind: IndexKind, txn: Txn, sc: Scale) -> Result<Mea
     let mut db = populate(&mut st, sc, txns, s.seed)?;
     consistency(&mut st, &db)?;
     let mut rng = Rng::new(s.seed ^ 0x7C);
+    let nu = NuRand::new(&mut rng);
     let name = match txn {
         Txn::NewOrder => "tpcc-neworder",
         Txn::Payment => "tpcc-payment",
     };
-    let mut m = measure(name, &mut st, |st| {
+    let mut m = measure(s, name, &mut st, |st| {
         for _ in 0..txns {
             match txn {
-                Txn::NewOrder => new_order(st, &db, sc, &mut rng)?,
-                Txn::Payment => payment(st, &mut db, sc, &mut rng)?,
+                Txn::NewOrder => new_order(st, &db, sc, nu, &mut rng)?,
+                Txn::Payment => payment(st, &mut db, sc, nu, &mut rng)?,
             }
         }
         Ok((txns as u64, 0))
@@ -729,5 +809,43 @@ mod tests {
             let first = answers.iter().find(|b| b.0 == a.0).unwrap();
             assert_eq!(a.1, first.1);
         }
+    }
+
+    #[test]
+    fn nurand_stays_in_range_and_is_skewed() {
+        let mut rng = Rng::new(7);
+        let nu = NuRand::new(&mut rng);
+        let mut hits = vec![0u32; 3001];
+        for _ in 0..300_000 {
+            let c = nu.customer(&mut rng, 3000);
+            assert!((1..=3000).contains(&c));
+            hits[c as usize] += 1;
+        }
+        // Uniform would give 100 per id; NURand's OR makes some ids several times as
+        // likely as others (the spec's non-uniform access).
+        let max = *hits.iter().max().unwrap();
+        let min = *hits[1..].iter().min().unwrap();
+        assert!(max > 3 * min.max(1), "max {max}, min {min}");
+        for _ in 0..10_000 {
+            let i = nu.item(&mut rng, 100_000);
+            assert!((1..=100_000).contains(&i));
+        }
+        // Small populations (reduced scale, tests) stay in range too.
+        for _ in 0..1000 {
+            assert!((1..=20).contains(&nu.customer(&mut rng, 20)));
+        }
+    }
+
+    #[test]
+    fn spec_population_is_the_specification() {
+        assert_eq!(
+            Scale::spec(3),
+            Scale {
+                warehouses: 3,
+                items: 100_000,
+                customers: 3_000
+            }
+        );
+        assert_eq!(Scale::of(Population::Reduced, 1).items, 10_000);
     }
 }

@@ -336,7 +336,7 @@ fn differs(name: &str, st: &RowStore, what: String) -> EvalError {
 fn run_q1(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Measure, EvalError> {
     let name = "tpch-q1";
     let li = lineitem_by_date(st, data)?;
-    measure(name, st, |st| {
+    measure(s, name, st, |st| {
         let mut answers = Vec::new();
         for _ in 0..s.queries {
             let delta = rng.range(60, 120);
@@ -364,7 +364,7 @@ fn run_q6(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Me
         col(TpchTable::LineItem, "l_quantity"),
         col(TpchTable::LineItem, "l_discount"),
     );
-    measure(name, st, |st| {
+    measure(s, name, st, |st| {
         let mut answers = Vec::new();
         for _ in 0..s.queries {
             let y = rng.range(1993, 1997) as i32;
@@ -404,7 +404,7 @@ fn run_q14(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<M
     );
     let ptype = col(TpchTable::Part, "p_type");
     let promo = q14_promo(data);
-    measure(name, st, |st| {
+    measure(s, name, st, |st| {
         let mut answers = Vec::new();
         for _ in 0..s.queries {
             let y = rng.range(1993, 1997) as i32;
@@ -497,7 +497,7 @@ fn run_q4(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Me
         col(TpchTable::Orders, "o_orderpriority"),
     );
     let late = q4_late(data);
-    measure(name, st, |st| {
+    measure(s, name, st, |st| {
         let mut answers = Vec::new();
         for _ in 0..s.queries {
             let y = rng.range(1993, 1997) as i32;
@@ -601,7 +601,7 @@ pub fn run_q6_keys(
         col(TpchTable::LineItem, "l_discount"),
     );
     let mut rng = Rng::new(s.seed ^ 0x7C4);
-    measure(name, &mut st, |st| {
+    measure(s, name, &mut st, |st| {
         let mut answers = Vec::new();
         for _ in 0..s.queries {
             let y = rng.range(1993, 1997) as i32;

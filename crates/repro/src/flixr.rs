@@ -27,18 +27,22 @@ pub struct ReproFlixrArgs {
     /// Fraction of LINEITEM one Scan or Join query selects.
     #[arg(long, default_value_t = 0.01)]
     selectivity: f64,
-    /// TPC-C warehouses (paper: 100; population reduced, see csd_flixr::tpcc).
+    /// TPC-C warehouses (paper: 100).
     #[arg(long, default_value_t = 1)]
     warehouses: u32,
+    /// TPC-C rows per warehouse: the specification's (spec) or a tenth (reduced).
+    #[arg(long, value_enum, default_value = "spec")]
+    tpcc_population: Population,
     /// TPC-C transactions per run.
     #[arg(long, default_value_t = 100)]
     tpcc_txns: u32,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Host DRAM for B+tree nodes, KiB.
-    #[arg(long, default_value_t = 256)]
-    host_cache_kib: u64,
+    /// Host DRAM for the host B+tree's nodes, KiB (default: the paper's setting, the
+    /// trees' inner levels; see csd_flixr::HostCache).
+    #[arg(long)]
+    host_cache_kib: Option<u64>,
     /// FLIXR index cache in device DRAM, MiB (paper: 16).
     #[arg(long, default_value_t = 16)]
     index_cache_mib: u64,
@@ -58,23 +62,43 @@ pub struct ReproFlixrArgs {
     /// Index-cache sizes (KiB) for the sweep of Scan under FLIXR; empty: no sweep.
     #[arg(long, value_delimiter = ',', default_value = "4,64,16384")]
     cache_sweep_kib: Vec<u64>,
+    /// Further TPC-H scale factors for the scale trend (the microbenchmarks and TPC-H
+    /// re-run at each; every headline's figure at each scale is a measured re-run in the
+    /// side-by-side table); empty: no trend.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "0.03")]
+    trend_sf: Vec<f64>,
     /// Print JSON (snake_case keys) instead of the report's tables.
     #[arg(long)]
     json: bool,
 }
 
+/// TPC-C population (csd_flixr::tpcc::Population).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Population {
+    /// The specification's rows per warehouse.
+    Spec,
+    /// A tenth of them.
+    Reduced,
+}
+
 fn command(a: &ReproFlixrArgs) -> String {
     let mut c = format!(
-        "csd repro flixr --out {} --preset {} --sf {} --queries {} --selectivity {} --warehouses {} --tpcc-txns {} --seed {} --host-cache-kib {} --index-cache-mib {} --node-cache-mib {} --map-cache-share {} --qd {}",
+        "csd repro flixr --out {} --preset {} --sf {} --queries {} --selectivity {} --warehouses {} --tpcc-population {} --tpcc-txns {} --seed {}{} --index-cache-mib {} --node-cache-mib {} --map-cache-share {} --qd {}",
         a.out.display(),
         a.preset,
         a.sf,
         a.queries,
         a.selectivity,
         a.warehouses,
+        match a.tpcc_population {
+            Population::Spec => "spec",
+            Population::Reduced => "reduced",
+        },
         a.tpcc_txns,
         a.seed,
-        a.host_cache_kib,
+        a.host_cache_kib
+            .map(|k| format!(" --host-cache-kib {k}"))
+            .unwrap_or_default(),
         a.index_cache_mib,
         a.node_cache_mib,
         a.map_cache_share,
@@ -86,6 +110,14 @@ fn command(a: &ReproFlixrArgs) -> String {
     c.push_str(&format!(
         " --cache-sweep-kib {}",
         a.cache_sweep_kib
+            .iter()
+            .map(|m| m.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    ));
+    c.push_str(&format!(
+        " --trend-sf {}",
+        a.trend_sf
             .iter()
             .map(|m| m.to_string())
             .collect::<Vec<_>>()
@@ -130,8 +162,14 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         selectivity: a.selectivity,
         warehouses: a.warehouses,
         tpcc_txns: a.tpcc_txns,
+        tpcc_population: match a.tpcc_population {
+            Population::Spec => csd_flixr::tpcc::Population::Spec,
+            Population::Reduced => csd_flixr::tpcc::Population::Reduced,
+        },
         seed: a.seed,
-        host_cache_kib: a.host_cache_kib,
+        host_cache: a
+            .host_cache_kib
+            .map_or(csd_flixr::HostCache::InnerLevels, csd_flixr::HostCache::Kib),
         index_cache_kib: a.index_cache_mib << 10,
         node_cache_mib: a.node_cache_mib,
         map_cache_share: a.map_cache_share,
@@ -142,16 +180,36 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         .map_err(|e| ReproError::Usage(e.to_string()))?;
     csd_plot::guard_output(&a.out.join("report.md"), &["md"])
         .map_err(|e| ReproError::Usage(e.to_string()))?;
-    let runs = (workloads.len() * 6 + a.cache_sweep_kib.len() * 2) as u64;
+    let scaled = workloads
+        .iter()
+        .filter(|w| !matches!(w, Workload::NewOrder | Workload::Payment))
+        .count();
+    let trend = a.trend_sf.iter().filter(|&&sf| sf != a.sf).count();
+    let runs = (workloads.len() * 6 + a.cache_sweep_kib.len() * 2 + trend * scaled * 6) as u64;
     let pb = if a.json {
         indicatif::ProgressBar::hidden()
     } else {
         progress_bar(Some(runs), "runs")
     };
-    let r = csd_flixr::repro::run(&setup, &workloads, &a.cache_sweep_kib, command(a), |msg| {
-        pb.inc(1);
-        pb.set_message(msg.to_string());
-    })
+    for &sf in &a.trend_sf {
+        Setup {
+            sf,
+            ..setup.clone()
+        }
+        .check()
+        .map_err(|e| ReproError::Usage(format!("--trend-sf {sf}: {e}")))?;
+    }
+    let r = csd_flixr::repro::run(
+        &setup,
+        &workloads,
+        &a.cache_sweep_kib,
+        &a.trend_sf,
+        command(a),
+        |msg| {
+            pb.inc(1);
+            pb.set_message(msg.to_string());
+        },
+    )
     .map_err(|e| ReproError::Usage(e.to_string()))?;
     pb.finish_and_clear();
     let md =

@@ -75,6 +75,9 @@ fn flixr_headlines_keep_their_direction() {
             "40",
             "--cache-sweep-kib",
             "64",
+            "--tpcc-population",
+            "reduced",
+            "--trend-sf",
         ],
     )
     .expect("args");
