@@ -23,8 +23,10 @@
 //! CSV: the header line is sniffed as DuckDB does unless `header` says: the first line
 //! is a header when one of its fields does not parse as the type the other lines give
 //! that column (a quoted `"id","name"` line over integers), or when every column is
-//! text; `--header` / `--no-header` override. An empty field is NULL (Arrow's CSV
-//! reader), so an empty string and a NULL read the same from CSV.
+//! text; `--header` / `--no-header` override. An empty field is NULL, a quoted empty
+//! field (`""`) of a text column an empty string (as DuckDB reads them; see
+//! `csv_empty`), so a CSV written with quoted strings keeps empty strings and NULLs
+//! apart.
 //!
 //! Choices: a file is read twice, streaming record batch by record batch both times:
 //! the first pass types the columns and checks every value (so a bad type or value, or a
@@ -189,15 +191,54 @@ impl Source {
                 let format = Format::default()
                     .with_header(*header)
                     .with_delimiter(*delimiter);
+                use crate::csv_empty::{QuotedEmpty, restore};
+                use std::sync::atomic::{AtomicU64, Ordering};
                 let file = std::fs::File::open(path).map_err(io)?;
-                let reader = ReaderBuilder::new(schema.clone())
+                // A quoted empty text field is an empty string, not a NULL.
+                let text = schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.data_type() == &DataType::Utf8)
+                    .collect();
+                let replaced = Arc::new(AtomicU64::new(0));
+                let filtered = QuotedEmpty::new(
+                    std::io::BufReader::with_capacity(1 << 16, file),
+                    *delimiter,
+                    text,
+                    *header,
+                    replaced.clone(),
+                );
+                let mut reader = ReaderBuilder::new(schema.clone())
                     .with_format(format)
                     .with_batch_size(BATCH_ROWS)
-                    .build(file)
+                    .build(filtered)
                     .map_err(|e| fmt(e.to_string()))?;
-                Ok(Box::new(
-                    reader.map(move |r| r.map_err(|e| fmt(e.to_string()))),
-                ))
+                let mut found = 0u64;
+                let mut ended = false;
+                Ok(Box::new(std::iter::from_fn(move || {
+                    if ended {
+                        return None;
+                    }
+                    match reader.next() {
+                        Some(Ok(b)) => Some(restore(b).map_err(&fmt).map(|(b, n)| {
+                            found += n;
+                            b
+                        })),
+                        Some(Err(e)) => Some(Err(fmt(e.to_string()))),
+                        None => {
+                            ended = true;
+                            let made = replaced.load(Ordering::Relaxed);
+                            (found != made).then(|| {
+                                Err(fmt(format!(
+                                    "the text holds csd's marker of a quoted empty field \
+                                     ({} times; a NUL byte, then `csd:quoted-empty`): \
+                                     remove it from the file",
+                                    found - made.min(found)
+                                )))
+                            })
+                        }
+                    }
+                })))
             }
         }
     }

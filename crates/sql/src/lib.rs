@@ -26,6 +26,7 @@
 
 pub mod agg;
 pub mod array;
+mod csv_empty;
 pub mod ddl;
 pub mod device;
 pub mod dml;
@@ -58,6 +59,7 @@ pub use array::{
     ArrayAnswer, ArrayRunner, ArrayScanExec, ArraySession, Manifest, Placement, ScanRequest,
 };
 pub use datafusion;
+pub use ddl::{Statement, StatementKind};
 pub use device::{Choice, Device, ScanSettings};
 pub use exec::{DeviceScanExec, ScanLog, ScanRecord};
 pub use join::DeviceJoinBitmap;
@@ -222,29 +224,43 @@ impl SqlSession {
         sql: &str,
         choices: &[Choice],
     ) -> Result<Vec<(Choice, Answer)>, SqlError> {
-        if let Some(message) = self.run_ddl(sql)? {
-            let first = choices.first().copied().unwrap_or(self.settings.choice);
-            return Ok(vec![(first, message_answer(&message)?)]);
-        }
-        if ddl::is_dml(sql) {
-            let first = choices.first().copied().unwrap_or(self.settings.choice);
-            if let Some(&choice) = choices.first() {
-                self.set_settings(ScanSettings {
-                    choice,
-                    ..self.settings
-                })?;
+        let stmt = Statement::parse(sql).map_err(invalid)?;
+        self.run_statement(&stmt, choices)
+    }
+
+    /// [`SqlSession::run_strategies`] for a statement already parsed (the CLI parses
+    /// once to decide whether the image must be writable, then runs what it parsed).
+    pub fn run_statement(
+        &mut self,
+        stmt: &Statement,
+        choices: &[Choice],
+    ) -> Result<Vec<(Choice, Answer)>, SqlError> {
+        let first = choices.first().copied().unwrap_or(self.settings.choice);
+        let explain = match stmt.kind() {
+            StatementKind::Csd(ddl) => {
+                let message = self.run_csd(ddl)?;
+                return Ok(vec![(first, message_answer(&message)?)]);
             }
-            return Ok(vec![(first, self.run_dml(sql)?)]);
-        }
+            StatementKind::Dml(dml) => {
+                if let Some(&choice) = choices.first() {
+                    self.set_settings(ScanSettings {
+                        choice,
+                        ..self.settings
+                    })?;
+                }
+                return Ok(vec![(first, self.run_dml_parsed(stmt.sql(), dml)?)]);
+            }
+            StatementKind::Explain => true,
+            StatementKind::Query => false,
+        };
         let mut runs: Vec<(Choice, Answer)> = Vec::with_capacity(choices.len());
-        let explain = ddl::is_explain(sql);
         let mut check = SameRows::default();
         for &choice in choices {
             self.set_settings(ScanSettings {
                 choice,
                 ..self.settings
             })?;
-            let answer = self.run(sql)?;
+            let answer = self.run_query(stmt.sql())?;
             if !explain {
                 check.check(choice, &answer)?;
             }
@@ -253,23 +269,19 @@ impl SqlSession {
         Ok(runs)
     }
 
-    /// Runs `sql` if it is one of the statements csd runs itself ([`ddl`]: `CREATE
-    /// INDEX`, `DROP INDEX`, `SET csd.use_index`) and returns its message; `None` for
-    /// any other SQL. Index statements change the device (its catalog and FLIXR
-    /// registry) and the session's tables are registered again.
-    pub fn run_ddl(&mut self, sql: &str) -> Result<Option<String>, SqlError> {
-        let stmt = ddl::parse(sql).map_err(|m| SqlError::Host(csd_host::HostError::Invalid(m)))?;
-        let Some(stmt) = stmt else {
-            return Ok(None);
-        };
-        let message = match stmt {
+    /// Runs one of the statements csd runs itself ([`ddl::Ddl`]: `CREATE INDEX`, `DROP
+    /// INDEX`, `SET csd.use_index`) and returns its message. Index statements change the
+    /// device (its catalog and FLIXR registry) and the session's tables are registered
+    /// again.
+    pub fn run_csd(&mut self, stmt: &ddl::Ddl) -> Result<String, SqlError> {
+        Ok(match stmt {
             ddl::Ddl::SetUseIndex(on) => {
-                self.settings.options.use_index = on;
+                self.settings.options.use_index = *on;
                 self.register()?;
                 format!("csd.use_index = {on}")
             }
             ddl::Ddl::CreateIndex(req) => {
-                let r = csd_host::index::create(&mut *self.device.lock(), &req)?;
+                let r = csd_host::index::create(&mut *self.device.lock(), req)?;
                 self.reload()?;
                 format!(
                     "created index {} on {}({}) as {}: {} pages rewritten through WRITE_IDX in {:.3} s modeled",
@@ -285,18 +297,17 @@ impl SqlSession {
                 let exists = self.catalog.iter().any(|t| {
                     t.index
                         .as_ref()
-                        .is_some_and(|i| csd_host::same_name(&i.name, &name))
+                        .is_some_and(|i| csd_host::same_name(&i.name, name))
                 });
-                if !exists && if_exists {
+                if !exists && *if_exists {
                     format!("no index {name}")
                 } else {
-                    let (table, ix) = csd_host::index::drop(&mut *self.device.lock(), &name)?;
+                    let (table, ix) = csd_host::index::drop(&mut *self.device.lock(), name)?;
                     self.reload()?;
                     format!("dropped index {} on {table}({})", ix.name, ix.column)
                 }
             }
-        };
-        Ok(Some(message))
+        })
     }
 
     /// Ends the session and gives the device's client back (`None` if a plan of this
@@ -333,6 +344,20 @@ impl SqlSession {
     /// report in [`Answer::dml`] and the scans of an `INSERT ... SELECT` in
     /// [`Answer::scans`]. The device must be writable.
     pub fn run_dml(&mut self, sql: &str) -> Result<Answer, SqlError> {
+        let stmt = Statement::parse(sql).map_err(invalid)?;
+        let dml = match stmt.kind() {
+            StatementKind::Dml(dml) => dml.clone(),
+            // Not a DML statement: DataFusion runs it and the session reports that it
+            // changed no device table.
+            _ => ddl::Dml {
+                op: ddl::DmlOp::Insert,
+                assignments: Vec::new(),
+            },
+        };
+        self.run_dml_parsed(sql, &dml)
+    }
+
+    fn run_dml_parsed(&mut self, sql: &str, dml: &ddl::Dml) -> Result<Answer, SqlError> {
         self.log.take();
         self.device.take_dml();
         let wall = std::time::Instant::now();
@@ -341,11 +366,11 @@ impl SqlSession {
         let report = self.device.take_dml().pop();
         // Whatever happened, the session's view of the tables follows the device.
         self.reload()?;
-        ran.map_err(|e| dml::explain_cast(dml::explain_null(e, sql, &self.catalog), sql))?;
+        ran.map_err(|e| {
+            dml::explain_cast(dml::explain_null(e, sql, &self.catalog), &dml.assignments)
+        })?;
         let Some(report) = report else {
-            return Err(SqlError::Host(csd_host::HostError::Invalid(format!(
-                "`{sql}` changed no device table"
-            ))));
+            return Err(invalid(format!("`{sql}` changed no device table")));
         };
         let mut answer = message_answer(&format!("{} in {}", report.summary(), report.table))?;
         answer.scans = scans;
@@ -358,12 +383,16 @@ impl SqlSession {
     /// INSERT / UPDATE / DELETE go through [`SqlSession::run_dml`] (or
     /// [`SqlSession::run_strategies`]) instead, which keep the session's tables current.
     pub fn run(&self, sql: &str) -> Result<Answer, SqlError> {
-        if ddl::is_dml(sql) {
-            return Err(SqlError::Host(csd_host::HostError::Invalid(
-                "INSERT, UPDATE and DELETE run through SqlSession::run_dml or run_strategies"
-                    .into(),
-            )));
+        if Statement::parse(sql).is_ok_and(|s| s.is_dml()) {
+            return Err(invalid(
+                "INSERT, UPDATE and DELETE run through SqlSession::run_dml or run_strategies",
+            ));
         }
+        self.run_query(sql)
+    }
+
+    /// Plans and runs a query (not DML) with the settings in force.
+    fn run_query(&self, sql: &str) -> Result<Answer, SqlError> {
         self.log.take();
         let mut answer = execute(&self.ctx, &self.runtime, sql, &self.tables)?;
         answer.scans = self.log.take();
@@ -383,6 +412,11 @@ impl SqlSession {
             .indent(true)
             .to_string())
     }
+}
+
+/// A statement the session refuses, with its actionable message.
+fn invalid(message: impl Into<String>) -> SqlError {
+    SqlError::Host(csd_host::HostError::Invalid(message.into()))
 }
 
 impl Answer {

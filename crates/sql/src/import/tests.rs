@@ -319,3 +319,40 @@ fn a_bad_csv_field_is_an_error_naming_row_and_column() {
     let e = import_file(&q, "x", true, &ImportOptions::default()).expect_err("ragged");
     assert!(e.to_string().contains("ragged.csv"), "{e}");
 }
+
+#[test]
+fn a_quoted_empty_csv_string_is_empty_and_an_empty_field_null() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("e.csv");
+    // Text column `s`: "" (empty string), nothing (NULL), "x", a quoted quote, and an
+    // empty string as the file's last field; a quoted empty number stays NULL.
+    std::fs::write(
+        &p,
+        "\"id\",\"s\",\"n\"\n1,\"\",5\n2,,\"\"\n3,\"x\",7\n4,\"\"\"\",8\n5,a\"b,9\n6,7,\"\"",
+    )
+    .expect("write");
+    let rows = import_file(&p, "e", true, &ImportOptions::default()).expect("import");
+    let s = rows.table_schema();
+    assert_eq!(s.columns()[1].ty, ColumnType::Varchar);
+    assert_eq!(s.columns()[2].ty, ColumnType::Int64);
+    let v = rows_of(&rows);
+    let col: Vec<Value> = v.iter().map(|r| r[1].clone()).collect();
+    assert_eq!(
+        col,
+        [
+            Value::Varchar(String::new()),
+            Value::Null,
+            Value::Varchar("x".into()),
+            Value::Varchar("\"".into()),
+            Value::Varchar("a\"b".into()),
+            Value::Varchar("7".into()),
+        ]
+    );
+    assert_eq!(v[1][2], Value::Null, "a quoted empty number is NULL");
+    assert_eq!(v[5][2], Value::Null);
+    // Text holding the filter's marker is refused, not misread.
+    let q = dir.path().join("m.csv");
+    std::fs::write(&q, format!("s,n\n\"{}\",1\n", crate::csv_empty::MARKER)).expect("write");
+    let e = import_file(&q, "m", true, &ImportOptions::default()).expect_err("marker");
+    assert!(e.to_string().contains("quoted empty"), "{e}");
+}
