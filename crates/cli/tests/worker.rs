@@ -564,3 +564,171 @@ fn bad_placements_are_refused_with_the_field_named() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("--allow-remote"), "{e}");
 }
+
+/// `csd load tpch ... --array DIR` with the token (or without it), as a child process.
+fn load_tpch(dir: &Path, sf: &str, tables: &str, token: Option<&str>) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_csd"));
+    cmd.args([
+        "load",
+        "tpch",
+        "--sf",
+        sf,
+        "--tables",
+        tables,
+        "--layout",
+        "pax",
+        "--array",
+        dir.to_str().expect("utf-8"),
+    ]);
+    match token {
+        Some(t) => cmd.env("CSD_WORKER_TOKEN", t),
+        None => cmd.env_remove("CSD_WORKER_TOKEN"),
+    };
+    cmd
+}
+
+/// Loads through 2 workers: the array then answers like one loaded in process with the
+/// same rows (same placement); a load without the token is refused and changes nothing.
+#[test]
+fn a_load_through_two_workers_answers_like_a_local_load_and_needs_the_token() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("arr");
+    let reference = tmp.path().join("ref");
+    tpch_array(&dir, "0.01");
+    tpch_array(&reference, "0.01");
+    ok(&load_tpch(&reference, "0.02", "lineitem,orders", None)
+        .output()
+        .expect("reference load"));
+    let w0 = Worker::start(&dir, "dev0.img,dev1.img", "127.0.0.1:0");
+    let w1 = Worker::start(&dir, "dev2.img,dev3.img", "127.0.0.1:0");
+    place(&dir, &w0.url, &w1.url);
+    let manifest = std::fs::read(Manifest::path(&dir)).expect("manifest");
+
+    // Without the token: refused, naming the variable; the manifest is unchanged.
+    let out = load_tpch(&dir, "0.02", "lineitem", None)
+        .output()
+        .expect("load");
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("CSD_WORKER_TOKEN") && e.contains("refused"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read(Manifest::path(&dir)).expect("manifest"),
+        manifest
+    );
+
+    let out = load_tpch(&dir, "0.02", "lineitem,orders", Some(TOKEN))
+        .output()
+        .expect("load");
+    assert!(
+        out.status.success(),
+        "{}\nworkers:\n{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        w0.stderr(),
+        w1.stderr()
+    );
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("through their workers"), "{e}");
+    let m = Manifest::read(&dir).expect("manifest");
+    let r = Manifest::read(&reference).expect("reference manifest");
+    for t in ["lineitem", "orders"] {
+        let get = |m: &Manifest| m.tables.iter().find(|p| p.name == t).cloned();
+        assert_eq!(get(&m), get(&r), "{t}: placement");
+    }
+    assert_eq!(
+        m.workers,
+        vec![
+            w0.url.clone(),
+            w0.url.clone(),
+            w1.url.clone(),
+            w1.url.clone()
+        ]
+    );
+    // The workers serve the new tables without a restart.
+    for q in ["q1", "q3", "q6", "q12"] {
+        let want = query(&reference, q, "hw-isp", &["--in-process"]).expect("reference");
+        let dist = query(&dir, q, "all", &[])
+            .unwrap_or_else(|e| panic!("{q}: {e}\nworkers:\n{}{}", w0.stderr(), w1.stderr()));
+        assert_eq!(dist["rows"], want["rows"], "{q}");
+    }
+    // And the images, read in process, hold the same.
+    let local = query(&dir, "q6", "hw-isp", &["--in-process"]).expect("in process");
+    let want = query(&reference, "q6", "hw-isp", &["--in-process"]).expect("reference");
+    assert_eq!(local["rows"], want["rows"]);
+    let logs = format!("{}{}", w0.stderr(), w1.stderr());
+    assert!(logs.contains("published lineitem on dev3.img"), "{logs}");
+}
+
+/// A worker killed (SIGKILL) while a load streams rows to it: the load fails naming it,
+/// the manifest is byte for byte as before, and after a restart the old tables answer.
+#[test]
+fn a_worker_killed_mid_load_leaves_the_old_manifest_and_tables() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("arr");
+    tpch_array(&dir, "0.01");
+    let w0 = Worker::start(&dir, "dev0.img,dev1.img", "127.0.0.1:0");
+    let w1 = Worker::start(&dir, "dev2.img,dev3.img", "127.0.0.1:0");
+    place(&dir, &w0.url, &w1.url);
+    let manifest = std::fs::read(Manifest::path(&dir)).expect("manifest");
+    let before: Vec<Value> = ["q1", "q6"]
+        .iter()
+        .map(|q| query(&dir, q, "hw-isp", &[]).expect("before")["rows"].clone())
+        .collect();
+
+    let load = load_tpch(&dir, "0.1", "lineitem", Some(TOKEN))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("load");
+    // Kill worker 1 once it streams rows into its devices.
+    let t0 = std::time::Instant::now();
+    while !w1.stderr().contains("loading lineitem into") {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "the load never reached worker 1: {}",
+            w1.stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (url1, devs1) = (w1.url.clone(), w1.devices.clone());
+    drop(w1); // SIGKILL
+    let out = load.wait_with_output().expect("load");
+    assert!(!out.status.success(), "the load succeeded without worker 1");
+    let e = String::from_utf8_lossy(&out.stderr);
+    let bare = url1.trim_start_matches("http://");
+    assert!(
+        e.contains(bare) && e.contains("nothing was published"),
+        "{e}"
+    );
+    assert!(!e.contains("panicked"), "{e}");
+    assert_eq!(
+        std::fs::read(Manifest::path(&dir)).expect("manifest"),
+        manifest,
+        "the manifest changed"
+    );
+    // Worker 0 abandoned its part and serves the old table; worker 1, restarted, too.
+    let t0 = std::time::Instant::now();
+    while !w0.stderr().contains("did not complete") {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "worker 0 did not abandon its part: {}",
+            w0.stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let w1 = Worker::start(&dir, &devs1, bare);
+    for (q, rows) in ["q1", "q6"].iter().zip(&before) {
+        let dist = query(&dir, q, "hw-isp", &[]).unwrap_or_else(|e| {
+            panic!(
+                "{q} after the failed load: {e}\nworkers:\n{}{}",
+                w0.stderr(),
+                w1.stderr()
+            )
+        });
+        assert_eq!(&dist["rows"], rows, "{q}");
+        let local = query(&dir, q, "hw-isp", &["--in-process"]).expect("in process");
+        assert_eq!(&local["rows"], rows, "{q} in process");
+    }
+}

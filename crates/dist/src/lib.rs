@@ -7,6 +7,8 @@
 //!   local array; [`coordinator::distribute`] hands the session's queries to the
 //!   engine, which routes each device's scan to the worker the manifest names and
 //!   places the operators above (joins, final aggregates) itself.
+//! * [`load`]: `csd load ... --array DIR` through the workers: an Arrow Flight `DoPut`
+//!   per device (staging table, then a commit once every device holds its stripe).
 //! * [`member`]: the leaf a task runs ([`member::MemberScanExec`]) and its
 //!   `PhysicalExtensionCodec`; [`wire`]: what it carries as plain data.
 //!
@@ -34,11 +36,13 @@
 #![warn(missing_docs)]
 
 pub mod coordinator;
+pub mod load;
 pub mod member;
 pub mod wire;
 pub mod worker;
 
 pub use coordinator::distribute;
+pub use load::load_through_workers;
 pub use worker::{WorkerOptions, serve};
 
 /// The request header carrying the shared token.

@@ -349,22 +349,78 @@ fn batch_bytes(b: &RecordBatch) -> u64 {
         .sum()
 }
 
+/// One device a worker serves: its image file name (as the array's manifest names it),
+/// the device, and the catalog its scans are checked against (updated when a load
+/// through this worker publishes a table, [`crate::load`]).
+#[derive(Debug)]
+pub struct ServedDevice {
+    /// Image file name.
+    pub file: String,
+    /// The device (read-only, or read-write while a load runs).
+    pub device: Arc<Device>,
+    /// Its catalog's tables.
+    pub catalog: Mutex<Vec<TableInfo>>,
+    /// Why the device cannot serve (its image could not be reopened after a load).
+    pub broken: Mutex<Option<String>>,
+}
+
+impl ServedDevice {
+    /// A served device whose catalog holds `tables`.
+    pub fn new(file: String, device: Arc<Device>, tables: Vec<TableInfo>) -> ServedDevice {
+        ServedDevice {
+            file,
+            device,
+            catalog: Mutex::new(tables),
+            broken: Mutex::new(None),
+        }
+    }
+
+    /// The catalog's entry of `table`.
+    pub fn table(&self, table: &str) -> Option<TableInfo> {
+        self.catalog
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|t| csd_host::same_name(&t.name, table))
+            .cloned()
+    }
+
+    /// Records the catalog entry `t` (replacing the table of its name).
+    pub fn publish(&self, t: TableInfo) {
+        let mut c = self.catalog.lock().unwrap_or_else(PoisonError::into_inner);
+        c.retain(|x| !csd_host::same_name(&x.name, &t.name));
+        c.push(t);
+    }
+}
+
 /// A worker's devices, in its session config: what [`MemberCodec`] builds scans on.
 #[derive(Debug)]
 pub struct WorkerDevices {
     /// The worker's name (its address), for records and messages.
     pub name: String,
-    /// Image file name, device and its catalog.
-    pub devices: Vec<(String, Arc<Device>, Vec<TableInfo>)>,
+    /// The devices.
+    pub devices: Vec<ServedDevice>,
 }
 
 impl WorkerDevices {
     fn names(&self) -> String {
         self.devices
             .iter()
-            .map(|(n, _, _)| n.as_str())
+            .map(|d| d.file.as_str())
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    /// The device whose image is `file`, or an error naming what this worker serves.
+    pub fn find(&self, file: &str, array: &str, index: usize) -> Result<&ServedDevice, String> {
+        self.devices.iter().find(|d| d.file == file).ok_or_else(|| {
+            format!(
+                "manifest mismatch: device {file} (array {array} device {index}) is not served \
+                 by worker {} (it serves {}); fix `workers` in the array's manifest",
+                self.name,
+                self.names()
+            )
+        })
     }
 }
 
@@ -387,32 +443,32 @@ impl MemberCodec {
                 m.device
             )));
         };
-        let Some((_, device, catalog)) = served.devices.iter().find(|(n, _, _)| *n == m.device)
-        else {
+        let served_device = served
+            .find(&m.device, &m.array, m.index)
+            .map_err(DataFusionError::Plan)?;
+        if let Some(why) = served_device
+            .broken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
             return Err(DataFusionError::Plan(format!(
-                "manifest mismatch: device {} (array {} device {}) is not served by worker {} \
-                 (it serves {}); fix `workers` in the array's manifest",
-                m.device,
-                m.array,
-                m.index,
-                served.name,
-                served.names()
+                "device {} on worker {} cannot serve: {why}; restart the worker",
+                m.device, served.name
             )));
-        };
-        let info = catalog
-            .iter()
-            .find(|t| csd_host::same_name(&t.name, &m.table))
-            .ok_or_else(|| {
-                DataFusionError::Plan(format!(
-                    "manifest mismatch: device {} on worker {} holds no table {}",
-                    m.device, served.name, m.table
-                ))
-            })?;
+        }
+        let device = &served_device.device;
+        let info = served_device.table(&m.table).ok_or_else(|| {
+            DataFusionError::Plan(format!(
+                "manifest mismatch: device {} on worker {} holds no table {}",
+                m.device, served.name, m.table
+            ))
+        })?;
         if info.rows != m.rows || info.pages != m.pages || info.layout.to_string() != m.layout {
             return Err(DataFusionError::Plan(format!(
                 "manifest mismatch: device {} on worker {} holds table {} with {} rows, {} \
-                 pages ({}); the manifest says {} rows, {} pages ({}). Restart the worker \
-                 after a load",
+                 pages ({}); the manifest says {} rows, {} pages ({}). Was the table loaded \
+                 without this worker? Restart the worker after such a load",
                 m.device,
                 served.name,
                 m.table,

@@ -345,3 +345,134 @@ impl WireRecord {
         })
     }
 }
+
+/// One column of a table being loaded ([`csd_table::schema::Column`] as plain data: its
+/// type by the catalog's tag and parameter).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireColumn {
+    /// Column name.
+    pub name: String,
+    /// [`csd_table::schema::ColumnType::tag`].
+    pub tag: u8,
+    /// [`csd_table::schema::ColumnType::param`].
+    pub param: u16,
+    /// May hold NULL.
+    pub nullable: bool,
+    /// A TIMESTAMP column's time zone.
+    pub tz: Option<String>,
+}
+
+/// A load of one device's stripe (the `FlightDescriptor` command of a `DoPut`): which
+/// device, which table, its layout and schema. The rows follow as Arrow batches of one
+/// binary column (each value one row image).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireLoad {
+    /// [`WIRE_VERSION`] of the coordinator.
+    pub version: String,
+    /// The array's id, for messages.
+    pub array: String,
+    /// The device's image file name.
+    pub device: String,
+    /// The device's index in the array.
+    pub index: usize,
+    /// The table.
+    pub table: String,
+    /// `nsm` or `pax`.
+    pub layout: String,
+    /// The schema's name.
+    pub schema_name: String,
+    /// The columns.
+    pub columns: Vec<WireColumn>,
+    /// The schema's fingerprint, checked after the rebuild.
+    pub fingerprint: u32,
+}
+
+impl WireLoad {
+    /// The columns of `schema` as plain data.
+    pub fn columns_of(schema: &csd_table::schema::Schema) -> Vec<WireColumn> {
+        schema
+            .columns()
+            .iter()
+            .map(|c| WireColumn {
+                name: c.name.clone(),
+                tag: c.ty.tag(),
+                param: c.ty.param(),
+                nullable: c.nullable,
+                tz: c.tz.clone(),
+            })
+            .collect()
+    }
+
+    /// The schema again (refused when a type is unknown or the fingerprint differs).
+    pub fn schema(&self) -> Result<csd_table::schema::Schema, DistError> {
+        use csd_table::schema::{Column, ColumnType, Schema};
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| {
+                let ty = ColumnType::from_tag(c.tag, c.param).ok_or_else(|| {
+                    DistError::Wire(format!(
+                        "column {}: unknown type tag {} (param {})",
+                        c.name, c.tag, c.param
+                    ))
+                })?;
+                Ok(Column::new(c.name.clone(), ty)
+                    .with_nullable(c.nullable)
+                    .with_tz(c.tz.clone()))
+            })
+            .collect::<Result<Vec<_>, DistError>>()?;
+        let s = Schema::new(self.schema_name.clone(), columns)
+            .map_err(|e| DistError::Wire(format!("schema of {}: {e}", self.table)))?;
+        if s.fingerprint() != self.fingerprint {
+            return Err(DistError::Wire(format!(
+                "schema of {}: fingerprint {:#x} after decoding, {:#x} sent",
+                self.table,
+                s.fingerprint(),
+                self.fingerprint
+            )));
+        }
+        Ok(s)
+    }
+}
+
+/// The coordinator's word in a load stream, after the descriptor (`app_metadata` of a
+/// `FlightData` without a body).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadControl {
+    /// Every row was sent: write the stripe (under its staging name) and say prepared.
+    End,
+    /// Every device prepared: publish the stripe under the table's name.
+    Commit,
+    /// Another device failed: drop the staging table.
+    Abort,
+}
+
+/// The worker's word in a load stream (`app_metadata` of a `PutResult`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadReply {
+    /// The device is open read-write for the load; its page size deals the rows.
+    Ready {
+        /// Bytes of a table page on the device.
+        page_bytes: u32,
+    },
+    /// The stripe is durable under the staging name; the old table is untouched.
+    Prepared {
+        /// Rows of the stripe.
+        rows: u64,
+        /// Pages of the stripe.
+        pages: u64,
+        /// First LBA of the stripe's extent.
+        first_lba: u64,
+        /// Modeled seconds of the device's load.
+        modeled_s: f64,
+        /// Wall seconds of the device's load.
+        wall_s: f64,
+    },
+    /// The stripe is published under the table's name.
+    Committed {
+        /// Rows and pages of the table it replaced, if any.
+        replaced: Option<(u64, u64)>,
+    },
+}

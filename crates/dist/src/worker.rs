@@ -7,6 +7,8 @@
 //! * Every session the engine builds for a task gets the devices ([`WorkerDevices`])
 //!   and the [`MemberCodec`]; the token of the request is passed on to the requests
 //!   this worker makes to other workers (stages reading stages).
+//! * Loads (`csd load ... --array DIR` on a manifest that lists workers) arrive as a
+//!   Flight `DoPut` on the same server ([`crate::load`]).
 //! * Access: a loopback address by default. Any other address needs `allow_remote`
 //!   and a token; with a token, every request must carry it (`x-csd-token`) or is
 //!   refused with `UNAUTHENTICATED`, and the refusal is logged with the peer's address.
@@ -22,7 +24,8 @@ use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
 use tonic::service::InterceptorLayer;
 use tonic::transport::Server;
 
-use crate::member::{MemberCodec, WorkerDevices};
+use crate::load::{LoadService, Opener};
+use crate::member::{MemberCodec, ServedDevice, WorkerDevices};
 use crate::wire::WIRE_VERSION;
 use crate::{DistError, TOKEN_HEADER};
 
@@ -82,7 +85,7 @@ pub fn devices(
         let catalog = Catalog::read(&mut client)
             .map_err(|e| DistError::Device(format!("{file}: reading its catalog: {e}")))?;
         let dev = Arc::new(Device::with_slots(client, config.clone(), slots.clone()));
-        devices.push((file, dev, catalog.tables));
+        devices.push(ServedDevice::new(file, dev, catalog.tables));
     }
     Ok(WorkerDevices {
         name: name.to_string(),
@@ -91,9 +94,12 @@ pub fn devices(
 }
 
 /// Serves `devices` on `opts.addr` until `shutdown` completes: see the [module
-/// docs](self). `on_ready` is called with the bound address once it listens.
+/// docs](self). `on_ready` is called with the bound address once it listens. With
+/// `open` (how to open a device's image, by file name, read-write or not), loads
+/// through this worker are served too ([`crate::load`]).
 pub async fn serve(
     devices: WorkerDevices,
+    open: Option<Opener>,
     opts: WorkerOptions,
     shutdown: impl std::future::Future<Output = ()> + Send,
     on_ready: impl FnOnce(SocketAddr),
@@ -109,6 +115,7 @@ pub async fn serve(
     let mut devices = devices;
     devices.name = format!("http://{local}");
     let devices = Arc::new(devices);
+    let loads = open.map(|o| LoadService::new(devices.clone(), o).into_server());
     let token = opts.token.clone();
     let forward = token.clone();
     let worker = Worker::from_session_builder(move |ctx: WorkerQueryContext| {
@@ -160,6 +167,7 @@ pub async fn serve(
     Server::builder()
         .layer(InterceptorLayer::new(auth))
         .add_service(worker.into_worker_server())
+        .add_optional_service(loads)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .map_err(|e| DistError::Io(format!("serving on {local}: {e}")))
@@ -189,6 +197,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// [`serve`] on a runtime of `threads` threads until SIGINT or SIGTERM.
 pub fn run(
     devices: WorkerDevices,
+    open: Option<Opener>,
     opts: WorkerOptions,
     threads: usize,
     on_ready: impl FnOnce(SocketAddr),
@@ -207,6 +216,6 @@ pub fn run(
                 _ = term.recv() => {}
             }
         };
-        serve(devices, opts, shutdown, on_ready).await
+        serve(devices, open, opts, shutdown, on_ready).await
     })
 }

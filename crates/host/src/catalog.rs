@@ -848,6 +848,56 @@ impl Catalog {
         })
     }
 
+    /// Publishes table `from` (a table loaded under a staging name) as `to`, replacing a
+    /// table named `to` in one catalog write, then frees the replaced table's extent.
+    /// Returns the published entry and the replaced one. Nothing changes when `from` is
+    /// not in the catalog or `to` is not a valid name.
+    pub fn rename(
+        client: &mut impl CommandIssuer,
+        from: &str,
+        to: &str,
+    ) -> Result<(TableInfo, Option<TableInfo>), HostError> {
+        check_table_name(to)?;
+        let mut cat = Catalog::read(client)?;
+        let i = cat
+            .tables
+            .iter()
+            .position(|t| same_name(&t.name, from))
+            .ok_or_else(|| HostError::Catalog(format!("no table {from} to publish as {to}")))?;
+        let mut table = cat.tables.remove(i);
+        let old = cat
+            .tables
+            .iter()
+            .position(|t| same_name(&t.name, to))
+            .map(|i| cat.tables.remove(i));
+        table.name = to.to_string();
+        cat.tables.push(table.clone());
+        cat.seq += 1;
+        cat.write(client)?;
+        if let Some(old) = &old {
+            Self::retire(client, old, client.identify().lba_size)?;
+        }
+        Ok((table, old))
+    }
+
+    /// Removes table `name` from the catalog and frees its extent (a staging table of a
+    /// load that was abandoned). Returns the removed entry (`None`: no such table, nothing
+    /// written).
+    pub fn drop_table(
+        client: &mut impl CommandIssuer,
+        name: &str,
+    ) -> Result<Option<TableInfo>, HostError> {
+        let mut cat = Catalog::read(client)?;
+        let Some(i) = cat.tables.iter().position(|t| same_name(&t.name, name)) else {
+            return Ok(None);
+        };
+        let old = cat.tables.remove(i);
+        cat.seq += 1;
+        cat.write(client)?;
+        Self::retire(client, &old, client.identify().lba_size)?;
+        Ok(Some(old))
+    }
+
     /// Frees the extent of `old`, a table a load replaced (the new catalog is durable):
     /// trims its LBAs and drops its FLIXR registration.
     fn retire(client: &mut impl CommandIssuer, old: &TableInfo, lba: u32) -> Result<(), HostError> {

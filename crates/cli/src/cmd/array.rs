@@ -159,17 +159,21 @@ fn join(v: &[u64]) -> String {
     v.iter().map(u64::to_string).collect::<Vec<_>>().join(" / ")
 }
 
-/// An array opened read-write for loading.
+/// An array opened for loading: its devices read-write in this process or, when the
+/// manifest lists workers, through them (`csd_dist::load`: each device's worker writes
+/// its stripe; nothing is opened here).
 pub(crate) struct ArrayLoad {
     dir: PathBuf,
     manifest: Manifest,
     clients: Vec<Client>,
     stripe_pages: u64,
+    through_workers: bool,
 }
 
 impl ArrayLoad {
-    /// Opens every device of the array in `dir` read-write (the manifest is read and
-    /// checked first: a bad one changes nothing).
+    /// Opens every device of the array in `dir` read-write, or none when its manifest
+    /// lists workers (the manifest is read and checked first: a bad one changes
+    /// nothing).
     pub(crate) fn open(dir: &Path, stripe_pages: u64, quiet: bool) -> Result<Self, CliError> {
         if stripe_pages == 0 {
             return Err(CliError::Usage(
@@ -177,6 +181,15 @@ impl ArrayLoad {
             ));
         }
         let manifest = Manifest::read(dir).map_err(array_error)?;
+        if !manifest.workers.is_empty() {
+            return Ok(ArrayLoad {
+                dir: dir.to_path_buf(),
+                manifest,
+                clients: Vec::new(),
+                stripe_pages,
+                through_workers: true,
+            });
+        }
         let mut clients = Vec::with_capacity(manifest.devices.len());
         for p in manifest.device_paths(dir) {
             let dev = image::open_rw(
@@ -193,7 +206,74 @@ impl ArrayLoad {
             manifest,
             clients,
             stripe_pages,
+            through_workers: false,
         })
+    }
+
+    /// [`ArrayLoad::load`] through the array's workers.
+    fn load_remote(
+        &mut self,
+        name: &str,
+        source: impl RowSource,
+        layout: Layout,
+        pb: Option<&indicatif::ProgressBar>,
+    ) -> Result<(LoadReport, Placement), CliError> {
+        let schema = source.schema().clone();
+        let token = std::env::var(csd_dist::TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.is_empty());
+        let done = csd_dist::load_through_workers(
+            &self.manifest,
+            &array_name(&self.dir),
+            token.as_deref(),
+            name,
+            source,
+            layout,
+            self.stripe_pages,
+            &|n| {
+                if let Some(pb) = pb {
+                    pb.set_position(n);
+                }
+            },
+        )
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+        let p = &done.placement;
+        let table = csd_host::TableInfo {
+            name: name.to_string(),
+            schema,
+            layout,
+            page_bytes: done.page_bytes,
+            first_lba: done.devices.first().map_or(0, |d| d.first_lba),
+            pages: p.pages,
+            rows: p.rows,
+            index: None,
+            capacity: p.pages,
+            free_hints: Vec::new(),
+            distinct: None,
+        };
+        let replaced = done.devices.iter().any(|d| d.replaced.is_some()).then(|| {
+            let mut old = table.clone();
+            old.rows = done
+                .devices
+                .iter()
+                .filter_map(|d| d.replaced)
+                .map(|r| r.0)
+                .sum();
+            old.pages = done
+                .devices
+                .iter()
+                .filter_map(|d| d.replaced)
+                .map(|r| r.1)
+                .sum();
+            old
+        });
+        let report = LoadReport {
+            table,
+            replaced,
+            wall_s: 0.0,
+            modeled_s: done.devices.iter().map(|d| d.modeled_s).fold(0.0, f64::max),
+        };
+        Ok((report, done.placement))
     }
 
     /// Loads `source` as table `name` striped over the devices, with a progress bar
@@ -207,49 +287,73 @@ impl ArrayLoad {
         total: Option<u64>,
         json: bool,
     ) -> Result<LoadReport, CliError> {
+        let n = self.manifest.devices.len();
         let pb = (!json).then(|| {
             let pb = report::progress_bar(total, "rows");
-            pb.set_message(format!("loading {name} on {} devices", self.clients.len()));
+            pb.set_message(if self.through_workers {
+                format!("loading {name} on {n} devices through their workers")
+            } else {
+                format!("loading {name} on {n} devices")
+            });
             pb
         });
         let wall = std::time::Instant::now();
-        let (reports, placement) = load_striped(
-            &mut self.clients,
-            name,
-            source,
-            layout,
-            self.stripe_pages,
-            &|n| {
-                if let Some(pb) = &pb {
-                    pb.set_position(n);
-                }
-            },
-        )?;
-        if let Some(pb) = pb {
-            pb.finish_and_clear();
-        }
+        let (report, placement) = if self.through_workers {
+            let r = self.load_remote(name, source, layout, pb.as_ref());
+            if let Some(pb) = pb {
+                pb.finish_and_clear();
+            }
+            r?
+        } else {
+            let r = load_striped(
+                &mut self.clients,
+                name,
+                source,
+                layout,
+                self.stripe_pages,
+                &|n| {
+                    if let Some(pb) = &pb {
+                        pb.set_position(n);
+                    }
+                },
+            );
+            if let Some(pb) = pb {
+                pb.finish_and_clear();
+            }
+            let (reports, placement) = r?;
+            let first = reports
+                .first()
+                .ok_or_else(|| CliError::Usage("the array has no devices".into()))?;
+            let mut table = first.table.clone();
+            table.rows = placement.rows;
+            table.pages = placement.pages;
+            let report = LoadReport {
+                table,
+                replaced: first.replaced.clone(),
+                wall_s: 0.0,
+                modeled_s: reports.iter().map(|r| r.modeled_s).fold(0.0, f64::max),
+            };
+            (report, placement)
+        };
+        // Every device holds its stripe (through workers: every worker committed).
         self.manifest.put(placement.clone());
         self.manifest.write(&self.dir).map_err(array_error)?;
         if !json {
             eprintln!(
-                "{name}: {} rows striped over {} devices ({} pages per unit): pages {}",
+                "{name}: {} rows striped over {n} devices ({} pages per unit{}): pages {}",
                 placement.rows,
-                self.clients.len(),
                 placement.stripe_pages,
+                if self.through_workers {
+                    ", through their workers"
+                } else {
+                    ""
+                },
                 join(&placement.device_pages)
             );
         }
-        let first = reports
-            .first()
-            .ok_or_else(|| CliError::Usage("the array has no devices".into()))?;
-        let mut table = first.table.clone();
-        table.rows = placement.rows;
-        table.pages = placement.pages;
         Ok(LoadReport {
-            table,
-            replaced: first.replaced.clone(),
             wall_s: wall.elapsed().as_secs_f64(),
-            modeled_s: reports.iter().map(|r| r.modeled_s).fold(0.0, f64::max),
+            ..report
         })
     }
 
@@ -296,14 +400,18 @@ pub(crate) fn session(
         let token = std::env::var(csd_dist::TOKEN_ENV)
             .ok()
             .filter(|t| !t.is_empty());
-        let name = dir.file_name().map_or_else(
-            || dir.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
-        csd_dist::distribute(&mut s, &manifest, &name, token.as_deref())
+        csd_dist::distribute(&mut s, &manifest, &array_name(dir), token.as_deref())
             .map_err(|e| CliError::Usage(e.to_string()))?;
     }
     Ok((s, cfg))
+}
+
+/// An array's name in messages: its directory's name.
+fn array_name(dir: &Path) -> String {
+    dir.file_name().map_or_else(
+        || dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 fn mb(b: u64) -> String {

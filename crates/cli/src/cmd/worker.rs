@@ -2,7 +2,9 @@
 //! coordinator (`csd query --array DIR` on a manifest that lists workers). The images
 //! are opened read-only, as `csd query` opens them; the engine is datafusion-distributed
 //! (see `csd_dist`). Loopback by default; another address needs `--allow-remote` and a
-//! shared token in `CSD_WORKER_TOKEN`, which every request must carry.
+//! shared token in `CSD_WORKER_TOKEN`, which every request must carry. Loads into the
+//! array (`csd load ... --array DIR`) come through the worker too (`csd_dist::load`):
+//! it reopens the image read-write for the load only.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -65,7 +67,24 @@ pub(crate) fn worker_cmd(a: &WorkerArgs) -> Result<(), CliError> {
     let cfg = cfg.ok_or_else(|| CliError::Usage("the worker serves no device".into()))?;
     let devices = csd_dist::worker::devices(served, &cfg, threads, &format!("http://{}", a.listen))
         .map_err(dist_error)?;
-    csd_dist::worker::run(devices, opts, threads, |addr| {
+    // Loads through this worker reopen an image read-write for their duration.
+    let dir = a.array.clone();
+    let open: csd_dist::load::Opener = std::sync::Arc::new(move |file: &str, write: bool| {
+        let path = dir.join(file);
+        let dev = if write {
+            image::open_rw(
+                &path,
+                &crate::ConfigSource::default(),
+                &image::FtlArgs::default(),
+                false,
+                true,
+            )
+        } else {
+            image::open_ro(&path, true)
+        };
+        dev.map_err(|e| e.to_string())
+    });
+    csd_dist::worker::run(devices, Some(open), opts, threads, |addr| {
         // The line scripts and tests wait for.
         println!(
             "csd worker listening on http://{addr}, devices {}",
