@@ -85,6 +85,10 @@ pub struct BenchYcsbArgs {
     /// than 16 blocks per die).
     #[arg(long)]
     pub ways: Option<u32>,
+    /// Dies per way of the shrunk device (default 1; the preset's own count, e.g. 2 on
+    /// ox-westlake, gives the paper's parallelism with `--ways 8`).
+    #[arg(long)]
+    pub dies: Option<u32>,
     /// Over-provisioning of the device, (physical - logical) / logical.
     #[arg(long, default_value_t = RUN_OP)]
     pub op: f64,
@@ -362,13 +366,28 @@ pub fn shrink_config(cfg: DeviceConfig, gib: f64) -> Result<DeviceConfig, ReproE
 /// [`shrink_config`] with the ways per channel given (at most the preset's), so that
 /// devices of different sizes keep the same parallelism.
 pub fn shrink_config_ways(
+    cfg: DeviceConfig,
+    gib: f64,
+    ways: Option<u32>,
+) -> Result<DeviceConfig, ReproError> {
+    shrink_config_parallel(cfg, gib, ways, None)
+}
+
+/// [`shrink_config_ways`] with `dies` dies per way (default 1, at most the preset's).
+pub fn shrink_config_parallel(
     mut cfg: DeviceConfig,
     gib: f64,
     ways: Option<u32>,
+    dies: Option<u32>,
 ) -> Result<DeviceConfig, ReproError> {
     if ways == Some(0) {
         return Err(ReproError::Usage(
             "--ways 0: a channel has at least one way".into(),
+        ));
+    }
+    if dies == Some(0) {
+        return Err(ReproError::Usage(
+            "--dies 0: a way has at least one die".into(),
         ));
     }
     if !(gib > 0.0 && gib.is_finite()) {
@@ -377,11 +396,12 @@ pub fn shrink_config_ways(
         )));
     }
     let g = &mut cfg.geometry;
-    g.dies_per_chip = 1;
+    g.dies_per_chip = dies.map_or(1, |d| d.min(g.dies_per_chip));
     let block = g.pages_per_block as u64 * g.page_size as u64;
     let want = gib * (1u64 << 30) as f64;
     let per_die = |ways: u32| {
-        let dies = g.channels as u64 * ways as u64 * g.planes_per_die as u64;
+        let dies =
+            g.channels as u64 * ways as u64 * g.dies_per_chip as u64 * g.planes_per_die as u64;
         (want / (dies * block) as f64).round() as u64
     };
     // Two ways per channel, or one when two would leave fewer than the floor per die.
@@ -469,7 +489,12 @@ pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outco
 /// A fresh in-memory device (shrunk to `--device-gib`, GC and checkpoints as asked)
 /// with the store formatted on it; the in-memory store does not persist.
 fn open_store(a: &BenchYcsbArgs) -> Result<Store<Client>, ReproError> {
-    let dcfg = shrink_config_ways(DeviceConfig::preset(&a.preset)?, a.device_gib, a.ways)?;
+    let dcfg = shrink_config_parallel(
+        DeviceConfig::preset(&a.preset)?,
+        a.device_gib,
+        a.ways,
+        a.dies,
+    )?;
     if !(a.op > 0.0 && a.op.is_finite()) {
         return Err(ReproError::Usage(format!(
             "--op {}: over-provisioning is a positive share, e.g. 0.3",
