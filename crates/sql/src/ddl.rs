@@ -8,17 +8,18 @@
 //!   bitmap index's split points (what a FLIXR join needs of its two join columns);
 //! * `DROP INDEX [IF EXISTS] name`;
 //! * `SET csd.use_index = true|false`;
-//! * `INSERT`, `UPDATE`, `DELETE` are DataFusion's to plan ([`is_dml`] tells them
-//!   apart: the session runs them once, not once per strategy, and reloads its
-//!   catalog after; see [`crate::dml`]).
+//! * `INSERT`, `UPDATE`, `DELETE` are DataFusion's to plan, but the session runs them
+//!   once, not once per strategy, and reloads its catalog after (see [`crate::dml`]);
+//! * `EXPLAIN` answers a plan, which differs between strategies by design.
 //!
-//! Statements are parsed with DataFusion's own parser (sqlparser, PostgreSQL dialect,
-//! whose `CREATE INDEX` takes `WITH (...)`, then the generic one); anything else is
-//! DataFusion's.
+//! [`Statement::parse`] parses a statement once with DataFusion's own parser (sqlparser,
+//! PostgreSQL dialect, whose `CREATE INDEX` takes `WITH (...)`, then the generic one) and
+//! classifies it ([`StatementKind`]); the session and the CLI dispatch on that kind.
+//! Anything that is not csd's own is DataFusion's to plan from the text.
 
 use csd_host::index::{CreateIndex, DEFAULT_BUCKETS, IndexKindSpec};
 use datafusion::sql::sqlparser::ast::{
-    CreateIndex as SqlCreateIndex, IndexOption, ObjectType, Set, Statement,
+    CreateIndex as SqlCreateIndex, IndexOption, ObjectType, Set, Statement as SqlStatement,
 };
 use datafusion::sql::sqlparser::dialect::{GenericDialect, PostgreSqlDialect};
 use datafusion::sql::sqlparser::parser::Parser;
@@ -65,23 +66,89 @@ fn split_with(sql: &str) -> (String, Option<String>) {
     }
 }
 
-/// The csd statement `sql` is, if it is one; `Err` with an actionable message when it
-/// is one of them but malformed. SQL that does not parse is left to DataFusion.
-pub fn parse(sql: &str) -> Result<Option<Ddl>, String> {
-    // A trailing `WITH (...)` of CREATE INDEX is taken apart here: sqlparser accepts it
-    // only before a MySQL-style `USING` after the column list.
-    let (sql, with) = split_with(sql);
-    let Ok(stmts) = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
-        .or_else(|_| Parser::parse_sql(&GenericDialect {}, &sql))
-    else {
-        return Ok(None);
-    };
-    let [stmt] = stmts.as_slice() else {
-        return Ok(None);
-    };
-    match stmt {
-        Statement::CreateIndex(ci) => create_index(ci, with.as_deref()).map(Some),
-        Statement::Drop {
+/// One SQL statement, parsed once and classified by what runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement {
+    sql: String,
+    kind: StatementKind,
+}
+
+/// What runs a [`Statement`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatementKind {
+    /// A statement csd runs itself ([`Ddl`]).
+    Csd(Ddl),
+    /// One INSERT, UPDATE or DELETE: DataFusion plans it, the session runs it once.
+    Dml(Dml),
+    /// One `EXPLAIN [ANALYZE]`: its answer is a plan, which differs between strategies.
+    Explain,
+    /// Anything else, including SQL that does not parse or holds several statements:
+    /// DataFusion's to plan (and to refuse with its own message).
+    Query,
+}
+
+/// An INSERT, UPDATE or DELETE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dml {
+    /// Which of the three.
+    pub op: DmlOp,
+    /// UPDATE's `SET` list as text, `(column, value)` in order (empty for the others):
+    /// what names the column of a value that does not fit it.
+    pub assignments: Vec<(String, String)>,
+}
+
+/// The kind of a [`Dml`] statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DmlOp {
+    /// `INSERT`.
+    Insert,
+    /// `UPDATE`.
+    Update,
+    /// `DELETE`.
+    Delete,
+}
+
+impl Statement {
+    /// Parses `sql` once and classifies it. `Err` with an actionable message when it is
+    /// one of csd's own statements but malformed; SQL that does not parse is a
+    /// [`StatementKind::Query`], left to DataFusion.
+    pub fn parse(sql: &str) -> Result<Statement, String> {
+        // A trailing `WITH (...)` of CREATE INDEX is taken apart here: sqlparser accepts
+        // it only before a MySQL-style `USING` after the column list.
+        let (text, with) = split_with(sql);
+        let parsed = Parser::parse_sql(&PostgreSqlDialect {}, &text)
+            .or_else(|_| Parser::parse_sql(&GenericDialect {}, &text));
+        let kind = match parsed.as_deref() {
+            Ok([stmt]) => classify(stmt, with.as_deref())?,
+            _ => StatementKind::Query,
+        };
+        Ok(Statement {
+            sql: sql.to_string(),
+            kind,
+        })
+    }
+
+    /// The statement's text, as given.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    /// What runs it.
+    pub fn kind(&self) -> &StatementKind {
+        &self.kind
+    }
+
+    /// Whether it is one INSERT, UPDATE or DELETE.
+    pub fn is_dml(&self) -> bool {
+        matches!(self.kind, StatementKind::Dml(_))
+    }
+}
+
+/// The kind of one parsed statement.
+fn classify(stmt: &SqlStatement, with: Option<&str>) -> Result<StatementKind, String> {
+    let ddl = match stmt {
+        SqlStatement::CreateIndex(ci) => create_index(ci, with)?,
+        SqlStatement::Drop {
             object_type: ObjectType::Index,
             if_exists,
             names,
@@ -90,12 +157,12 @@ pub fn parse(sql: &str) -> Result<Option<Ddl>, String> {
             let [n] = names.as_slice() else {
                 return Err("DROP INDEX drops one index at a time".into());
             };
-            Ok(Some(Ddl::DropIndex {
+            Ddl::DropIndex {
                 name: unquote(&n.to_string()),
                 if_exists: *if_exists,
-            }))
+            }
         }
-        Statement::Set(Set::SingleAssignment {
+        SqlStatement::Set(Set::SingleAssignment {
             variable, values, ..
         }) if variable.to_string().eq_ignore_ascii_case("csd.use_index") => {
             let v = values
@@ -103,13 +170,29 @@ pub fn parse(sql: &str) -> Result<Option<Ddl>, String> {
                 .map(|v| unquote(&v.to_string()).to_ascii_lowercase())
                 .unwrap_or_default();
             match v.as_str() {
-                "true" | "on" | "1" => Ok(Some(Ddl::SetUseIndex(true))),
-                "false" | "off" | "0" => Ok(Some(Ddl::SetUseIndex(false))),
-                _ => Err(format!("SET csd.use_index = {v}: use true or false")),
+                "true" | "on" | "1" => Ddl::SetUseIndex(true),
+                "false" | "off" | "0" => Ddl::SetUseIndex(false),
+                _ => return Err(format!("SET csd.use_index = {v}: use true or false")),
             }
         }
-        _ => Ok(None),
-    }
+        SqlStatement::Insert(_) => return Ok(dml(DmlOp::Insert, Vec::new())),
+        SqlStatement::Delete(_) => return Ok(dml(DmlOp::Delete, Vec::new())),
+        SqlStatement::Update(u) => {
+            let set = u
+                .assignments
+                .iter()
+                .map(|a| (a.target.to_string(), a.value.to_string()))
+                .collect();
+            return Ok(dml(DmlOp::Update, set));
+        }
+        SqlStatement::Explain { .. } => return Ok(StatementKind::Explain),
+        _ => return Ok(StatementKind::Query),
+    };
+    Ok(StatementKind::Csd(ddl))
+}
+
+fn dml(op: DmlOp, assignments: Vec<(String, String)>) -> StatementKind {
+    StatementKind::Dml(Dml { op, assignments })
 }
 
 /// `CREATE INDEX name ON table [USING kind] (column) [WITH (options)]`.
@@ -207,42 +290,58 @@ fn index_kind(
     }
 }
 
-/// Whether `sql` is one INSERT, UPDATE or DELETE statement (which changes a device
-/// table: see [`crate::dml`]).
-pub fn is_dml(sql: &str) -> bool {
-    let Ok(stmts) = Parser::parse_sql(&PostgreSqlDialect {}, sql)
-        .or_else(|_| Parser::parse_sql(&GenericDialect {}, sql))
-    else {
-        return false;
-    };
-    matches!(
-        stmts.as_slice(),
-        [Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)]
-    )
-}
-
-/// Whether `sql` is one `EXPLAIN [ANALYZE]` statement: its answer is a plan, which
-/// differs between strategies by design (each shows its own device program and
-/// metrics), so [`crate::SqlSession::run_strategies`] does not compare them.
-pub fn is_explain(sql: &str) -> bool {
-    let Ok(stmts) = Parser::parse_sql(&PostgreSqlDialect {}, sql)
-        .or_else(|_| Parser::parse_sql(&GenericDialect {}, sql))
-    else {
-        return false;
-    };
-    matches!(stmts.as_slice(), [Statement::Explain { .. }])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn kind(sql: &str) -> StatementKind {
+        Statement::parse(sql).expect("parses").kind
+    }
+
+    /// The csd statement `sql` is, if it is one.
+    fn parse(sql: &str) -> Result<Option<Ddl>, String> {
+        Ok(match Statement::parse(sql)?.kind {
+            StatementKind::Csd(d) => Some(d),
+            _ => None,
+        })
+    }
+
     #[test]
     fn explain_is_told_from_queries() {
-        assert!(is_explain("EXPLAIN ANALYZE SELECT 1"));
-        assert!(is_explain("explain select * from t"));
-        assert!(!is_explain("SELECT 'explain'"));
-        assert!(!is_explain("EXPLAIN nonsense ((("));
+        assert_eq!(kind("EXPLAIN ANALYZE SELECT 1"), StatementKind::Explain);
+        assert_eq!(kind("explain select * from t"), StatementKind::Explain);
+        assert_eq!(kind("SELECT 'explain'"), StatementKind::Query);
+        assert_eq!(kind("EXPLAIN nonsense ((("), StatementKind::Query);
+    }
+
+    #[test]
+    fn dml_is_told_apart_with_the_set_list_of_an_update() {
+        let insert = Statement::parse("INSERT INTO t VALUES (1, 2)").expect("parses");
+        assert!(insert.is_dml());
+        assert_eq!(insert.sql(), "INSERT INTO t VALUES (1, 2)");
+        assert_eq!(
+            kind("delete from t where k = 1;"),
+            dml(DmlOp::Delete, Vec::new())
+        );
+        assert_eq!(
+            kind("UPDATE t SET v = v + 1, s = 'x' WHERE k < 3"),
+            dml(
+                DmlOp::Update,
+                vec![("v".into(), "v + 1".into()), ("s".into(), "'x'".into())]
+            )
+        );
+        assert!(!Statement::parse("SELECT 1").expect("parses").is_dml());
+        assert!(
+            !Statement::parse("CREATE INDEX i ON t (k)")
+                .expect("parses")
+                .is_dml()
+        );
+        assert_eq!(
+            kind("INSERT INTO t VALUES (1); DELETE FROM t"),
+            StatementKind::Query,
+            "several statements are DataFusion's to refuse"
+        );
+        assert_eq!(kind("INSERT INTO"), StatementKind::Query);
     }
 
     #[test]
@@ -302,9 +401,5 @@ mod tests {
         );
         assert!(parse("CREATE INDEX b ON t (k) WITH (colour = 1)").is_err());
         assert_eq!(parse("INSERT INTO t VALUES (1, 2)").unwrap(), None);
-        assert!(is_dml("INSERT INTO t VALUES (1, 2)"));
-        assert!(is_dml("delete from t where k = 1;"));
-        assert!(is_dml("UPDATE t SET v = v + 1 WHERE k < 3"));
-        assert!(!is_dml("SELECT 1") && !is_dml("CREATE INDEX i ON t (k)"));
     }
 }

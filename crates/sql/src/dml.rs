@@ -526,11 +526,9 @@ pub fn explain_null(
 }
 
 /// DataFusion's refusal of a SET or VALUES value its column's type cannot hold (a cast
-/// error while planning) names the value, not the column; this names the column too.
-pub fn explain_cast(e: crate::SqlError, sql: &str) -> crate::SqlError {
-    use datafusion::sql::sqlparser::ast::Statement;
-    use datafusion::sql::sqlparser::dialect::GenericDialect;
-    use datafusion::sql::sqlparser::parser::Parser;
+/// error while planning) names the value, not the column; this names the column too,
+/// from the statement's `SET` list (`(column, value)` as parsed, [`crate::ddl::Dml`]).
+pub fn explain_cast(e: crate::SqlError, assignments: &[(String, String)]) -> crate::SqlError {
     let text = e.to_string();
     let Some(value) = text
         .split("Can't cast value ")
@@ -539,17 +537,10 @@ pub fn explain_cast(e: crate::SqlError, sql: &str) -> crate::SqlError {
     else {
         return e;
     };
-    let Ok(stmts) = Parser::parse_sql(&GenericDialect {}, sql) else {
-        return e;
-    };
-    let column = match stmts.first() {
-        Some(Statement::Update(u)) => u
-            .assignments
-            .iter()
-            .find(|a| a.value.to_string().contains(value))
-            .map(|a| a.target.to_string()),
-        _ => None,
-    };
+    let column = assignments
+        .iter()
+        .find(|(_, v)| v.contains(value))
+        .map(|(c, _)| c);
     match column {
         Some(c) => crate::SqlError::Host(HostError::Invalid(format!(
             "column {c}: the value {value} does not fit the column's type ({})",

@@ -260,3 +260,29 @@ pub const QUERIES: [&str; 22] = [
      group by cntrycode
      order by cntrycode",
 ];
+
+/// The text of TPC-H query `q1` … `q22` (any case, surrounding blanks ignored), or `sql`
+/// itself when it names none: how every command and the Python package spell the
+/// queries by name.
+pub fn expand(sql: &str) -> &str {
+    let name = sql.trim().to_ascii_lowercase();
+    match name.strip_prefix('q').and_then(|n| n.parse::<usize>().ok()) {
+        Some(n @ 1..=22) => QUERIES[n - 1],
+        _ => sql,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_names_expand_to_their_text_and_other_sql_is_kept() {
+        assert_eq!(expand("q1"), QUERIES[0]);
+        assert_eq!(expand(" Q6 "), QUERIES[5]);
+        assert_eq!(expand("q22"), QUERIES[21]);
+        for kept in ["q0", "q23", "q", "SELECT 1", "q6x"] {
+            assert_eq!(expand(kept), kept);
+        }
+    }
+}
