@@ -25,9 +25,14 @@ fn main() {
         "cargo run --release -p csd-flixr --example repro -- {out} {} {} {}",
         s.sf, s.queries, s.tpcc_txns
     );
-    let r = csd_flixr::repro::run(&s, &Workload::ALL, &[4, 64, 16 << 10], &[], cmd, |m| {
-        eprintln!("{m}")
-    });
+    let r = csd_flixr::repro::run(
+        &s,
+        &Workload::ALL,
+        &[4, 64, 16 << 10],
+        &Default::default(),
+        cmd,
+        |m| eprintln!("{m}"),
+    );
     match r.and_then(|r| csd_flixr::repro::write_report(&r, std::path::Path::new(&out))) {
         Ok(md) => println!("{md}"),
         Err(e) => {

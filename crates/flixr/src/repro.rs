@@ -45,8 +45,8 @@ pub struct Repro {
     /// Figure 12 (§6.4): TPC-H Q6 with the primary key only and with secondary keys.
     pub figure12: Vec<Fig12Row>,
     /// The scale trend: every headline re-measured at further TPC-H scale factors (the
-    /// microbenchmarks and TPC-H re-run; TPC-C as run), smallest first, the run's own
-    /// scale included.
+    /// microbenchmarks and TPC-H re-run; TPC-C as run) and TPC-C warehouse counts (TPC-C
+    /// re-run; the rest as run), the run's own scale first.
     pub trend: Vec<TrendPoint>,
     /// Wall time, s.
     pub wall_s: f64,
@@ -72,28 +72,54 @@ pub struct Fig12Row {
     pub total_pages: u64,
 }
 
-/// The headlines at one TPC-H scale factor.
+/// The headlines at one scale.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TrendPoint {
     /// TPC-H scale factor of the microbenchmarks and TPC-H.
     pub sf: f64,
+    /// TPC-C warehouses.
+    pub warehouses: u32,
     /// Every headline's figure at that scale: (headline, value).
     pub headlines: Vec<(String, f64)>,
     /// Wall time of the re-run, s (0 for the run's own scale).
     pub wall_s: f64,
 }
 
+impl TrendPoint {
+    /// The option this point changed and its setting beside the paper's, against the
+    /// run's own scale `own`.
+    fn parameter(&self, own: &TrendPoint) -> (&'static str, String) {
+        if self.warehouses != own.warehouses {
+            ("--warehouses", format!("{} (paper 100)", self.warehouses))
+        } else {
+            ("--sf", format!("SF {} (paper 10)", self.sf))
+        }
+    }
+
+    /// Its column heading.
+    fn label(&self) -> String {
+        format!("SF {}, {} W", self.sf, self.warehouses)
+    }
+}
+
 /// Attach the scale trend to `cs`: each headline gets the figure measured at every other
-/// scale of `trend` as a measured re-run of `--sf` (the paper's SF 10 is the direction
-/// the trend points to; a re-run within 20% makes the headline "explained").
-pub fn explain_by_trend(cs: Vec<Comparison>, own_sf: f64, trend: &[TrendPoint]) -> Vec<Comparison> {
+/// point of `trend` (`trend[0]` is the run's own scale) as a measured re-run of `--sf` or
+/// `--warehouses` (the paper's SF 10 and 100 warehouses are where the trend points; a
+/// re-run within 20% makes the headline "explained"). A point that did not change a
+/// headline's figure (its workloads were not re-run there) adds nothing to it.
+pub fn explain_by_trend(cs: Vec<Comparison>, trend: &[TrendPoint]) -> Vec<Comparison> {
+    let Some(own) = trend.first() else {
+        return cs;
+    };
     cs.into_iter()
         .map(|mut c| {
-            for p in trend.iter().filter(|p| p.sf != own_sf) {
+            for p in &trend[1..] {
                 if let Some((_, v)) = p.headlines.iter().find(|(h, _)| *h == c.headline)
                     && v.is_finite()
+                    && v.to_bits() != c.csd.to_bits()
                 {
-                    c = c.explain("--sf", format!("SF {} (paper 10)", p.sf), *v);
+                    let (param, setting) = p.parameter(own);
+                    c = c.explain(param, setting, *v);
                 }
             }
             c
@@ -762,11 +788,11 @@ fn md_trend(md: &mut String, trend: &[TrendPoint]) {
     }
     let _ = writeln!(
         md,
-        "## Scale trend (TPC-H SF; paper: SF 10, 100 warehouses)\n\nThe microbenchmarks and TPC-H re-run at each scale in this run (TPC-C as run); the paper's value last.\n"
+        "## Scale trend (paper: SF 10, 100 warehouses)\n\nRe-run in this run: the microbenchmarks and TPC-H at each further TPC-H scale factor (TPC-C as run), TPC-C at each further warehouse count (the rest as run); the run's own scale first, the paper's value last.\n"
     );
     let _ = write!(md, "| headline |");
     for p in trend {
-        let _ = write!(md, " SF {} |", p.sf);
+        let _ = write!(md, " {} |", p.label());
     }
     let _ = write!(md, " paper |\n|---|");
     for _ in trend {
@@ -813,14 +839,23 @@ fn paper_value(h: &str) -> Option<f64> {
         .or_else(|| (h == INDEX_SHARE).then_some(0.36))
 }
 
+/// Further scales of the trend.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trend {
+    /// TPC-H scale factors (the microbenchmarks and TPC-H re-run at each).
+    pub sf: Vec<f64>,
+    /// TPC-C warehouse counts (NewOrder and Payment re-run at each).
+    pub warehouses: Vec<u32>,
+}
+
 /// Run the evaluation: `workloads` under every configuration, then the sweep of
-/// `sweep_kib` index-cache sizes (empty: none), then the scale trend at the TPC-H scale
-/// factors of `trend_sf` (the run's own scale is always a point).
+/// `sweep_kib` index-cache sizes (empty: none), then the scale trend at the further
+/// scales of `trend` (the run's own scale is always its first point).
 pub fn run(
     s: &Setup,
     workloads: &[Workload],
     sweep_kib: &[u64],
-    trend_sf: &[f64],
+    trend_at: &Trend,
     command: String,
     mut progress: impl FnMut(&str),
 ) -> Result<Repro, EvalError> {
@@ -866,23 +901,42 @@ pub fn run(
     };
     let mut trend = vec![TrendPoint {
         sf: s.sf,
+        warehouses: s.warehouses,
         headlines: headlines(&comparison),
         wall_s: 0.0,
     }];
     // The scale trend: the workloads whose data grows with the TPC-H scale factor re-run
-    // at each further scale; TPC-C's measures (warehouses, not SF) are taken as run.
-    let scaled: Vec<Workload> = workloads
+    // at each further SF, TPC-C at each further warehouse count; the others as run.
+    let tpcc = |w: &Workload| matches!(w, Workload::NewOrder | Workload::Payment);
+    let by_sf: Vec<Workload> = workloads.iter().copied().filter(|w| !tpcc(w)).collect();
+    let by_w: Vec<Workload> = workloads.iter().copied().filter(tpcc).collect();
+    let points = trend_at
+        .sf
         .iter()
-        .copied()
-        .filter(|w| !matches!(w, Workload::NewOrder | Workload::Payment))
-        .collect();
-    for &sf in trend_sf.iter().filter(|&&sf| sf != s.sf) {
+        .filter(|&&sf| sf != s.sf && !by_sf.is_empty())
+        .map(|&sf| (Setup { sf, ..s.clone() }, &by_sf))
+        .chain(
+            trend_at
+                .warehouses
+                .iter()
+                .filter(|&&w| w != s.warehouses && !by_w.is_empty())
+                .map(|&warehouses| {
+                    (
+                        Setup {
+                            warehouses,
+                            ..s.clone()
+                        },
+                        &by_w,
+                    )
+                }),
+        )
+        .collect::<Vec<_>>();
+    for (at, scaled) in points {
         let t1 = std::time::Instant::now();
-        let at = Setup { sf, ..s.clone() };
-        let mut ms = crate::run_all(&at, &scaled, &IndexKind::ALL, |m| {
+        let mut ms = crate::run_all(&at, scaled, &IndexKind::ALL, |m| {
             progress(&format!(
-                "trend SF {sf} {} {}: {:.0} ops/min",
-                m.workload, m.config, m.ops_per_minute
+                "trend SF {} {} W {} {}: {:.0} ops/min",
+                at.sf, at.warehouses, m.workload, m.config, m.ops_per_minute
             ))
         })?;
         ms.extend(
@@ -893,13 +947,13 @@ pub fn run(
         );
         let cs = compare(&ms, &figure11(&ms));
         trend.push(TrendPoint {
-            sf,
+            sf: at.sf,
+            warehouses: at.warehouses,
             headlines: headlines(&cs),
             wall_s: t1.elapsed().as_secs_f64(),
         });
     }
-    trend.sort_by(|a, b| a.sf.total_cmp(&b.sf));
-    let comparison = explain_by_trend(comparison, s.sf, &trend);
+    let comparison = explain_by_trend(comparison, &trend);
     let figure12 = if workloads.contains(&Workload::Q6) {
         figure12(s, &mut progress)?
     } else {

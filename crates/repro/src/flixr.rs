@@ -67,6 +67,10 @@ pub struct ReproFlixrArgs {
     /// side-by-side table); empty: no trend.
     #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "0.03")]
     trend_sf: Vec<f64>,
+    /// Further TPC-C warehouse counts for the scale trend (NewOrder and Payment re-run at
+    /// each, a measured re-run of `--warehouses` per headline); empty (default): none.
+    #[arg(long, value_delimiter = ',', num_args = 0..)]
+    trend_warehouses: Vec<u32>,
     /// Print JSON (snake_case keys) instead of the report's tables.
     #[arg(long)]
     json: bool,
@@ -123,6 +127,16 @@ fn command(a: &ReproFlixrArgs) -> String {
             .collect::<Vec<_>>()
             .join(",")
     ));
+    if !a.trend_warehouses.is_empty() {
+        c.push_str(&format!(
+            " --trend-warehouses {}",
+            a.trend_warehouses
+                .iter()
+                .map(|m| m.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+    }
     if a.json {
         c.push_str(" --json");
     }
@@ -184,8 +198,16 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         .iter()
         .filter(|w| !matches!(w, Workload::NewOrder | Workload::Payment))
         .count();
-    let trend = a.trend_sf.iter().filter(|&&sf| sf != a.sf).count();
-    let runs = (workloads.len() * 6 + a.cache_sweep_kib.len() * 2 + trend * scaled * 6) as u64;
+    let by_sf = a.trend_sf.iter().filter(|&&sf| sf != a.sf).count();
+    let by_w = a
+        .trend_warehouses
+        .iter()
+        .filter(|&&w| w != a.warehouses)
+        .count();
+    let runs = (workloads.len() * 6
+        + a.cache_sweep_kib.len() * 2
+        + by_sf * scaled * 6
+        + by_w * (workloads.len() - scaled) * 6) as u64;
     let pb = if a.json {
         indicatif::ProgressBar::hidden()
     } else {
@@ -199,11 +221,23 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         .check()
         .map_err(|e| ReproError::Usage(format!("--trend-sf {sf}: {e}")))?;
     }
+    for &warehouses in &a.trend_warehouses {
+        Setup {
+            warehouses,
+            ..setup.clone()
+        }
+        .check()
+        .map_err(|e| ReproError::Usage(format!("--trend-warehouses {warehouses}: {e}")))?;
+    }
+    let trend = csd_flixr::repro::Trend {
+        sf: a.trend_sf.clone(),
+        warehouses: a.trend_warehouses.clone(),
+    };
     let r = csd_flixr::repro::run(
         &setup,
         &workloads,
         &a.cache_sweep_kib,
-        &a.trend_sf,
+        &trend,
         command(a),
         |msg| {
             pb.inc(1);
