@@ -39,6 +39,11 @@ pub(crate) enum CliError {
     /// The command interface answered with an error status or not at all.
     #[error("command interface: {0}")]
     Nvme(String),
+    /// A query failed while it ran (a device scan failed, or strategies returned
+    /// different rows); bad SQL is [`CliError::Usage`]. The message keeps the prefix
+    /// these errors always had.
+    #[error("command interface: {0}")]
+    Sql(csd_sql::SqlError),
     /// The analytic models refused their parameters.
     #[error(transparent)]
     Model(#[from] csd_model::ModelError),

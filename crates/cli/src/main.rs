@@ -25,10 +25,11 @@ mod error;
 mod image;
 mod lineedit;
 mod report;
+mod reproduce;
 mod units;
 
 use args::ConfigSource;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use cmd::{
     array, bench_fdtree, bench_flixr, bench_open, bench_query, bench_recovery, bench_serve,
     bench_tpch, bench_ycsb, config, demo, device, index, io, kv_serve, model, query, serve, sql,
@@ -192,7 +193,10 @@ enum BenchCmd {
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut command = Cli::command();
+    let matches = command.get_matches_mut();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command).exit());
+    reproduce::record(&command, &matches);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -5,7 +5,7 @@
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use csd_device::IoReport;
 use csd_nand::{BlockId, Nand};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::path::Path;
 
 /// A table with a header row.
@@ -21,6 +21,32 @@ pub fn table(header: &[&str]) -> Table {
 /// library).
 pub use csd_repro::util::{bytes, geometry_line};
 
+/// `csd device info --json`: the image's device, geometry and wear.
+#[derive(serde::Serialize)]
+struct DeviceInfo<'a> {
+    image: String,
+    device: &'a str,
+    description: &'a str,
+    channels: u32,
+    ways: u32,
+    dies_per_chip: u32,
+    planes_per_die: u32,
+    blocks_per_plane: u32,
+    pages_per_block: u32,
+    page_size_bytes: u32,
+    sector_size_bytes: u32,
+    oob_per_sector_bytes: u32,
+    raw_capacity_bytes: u64,
+    blocks: u64,
+    factory_bad_blocks: u32,
+    programmed_pages: u64,
+    erase_count_min: u32,
+    erase_count_avg: f64,
+    erase_count_max: u32,
+    image_apparent_bytes: Option<u64>,
+    model_seq_read_mb_s: f64,
+}
+
 /// `csd device info`.
 pub fn device_info(path: &Path, nand: &Nand, json_out: bool) {
     let c = nand.config();
@@ -28,23 +54,33 @@ pub fn device_info(path: &Path, nand: &Nand, json_out: bool) {
     let (pe_min, pe_max, pe_avg, bad, pages) = wear_summary(nand);
     let disk = std::fs::metadata(path).ok();
     if json_out {
-        let v = json!({
-            "image": path.display().to_string(),
-            "device": c.name,
-            "description": c.description,
-            "channels": g.channels, "ways": g.ways, "dies_per_chip": g.dies_per_chip,
-            "planes_per_die": g.planes_per_die, "blocks_per_plane": g.blocks_per_plane,
-            "pages_per_block": g.pages_per_block, "page_size_bytes": g.page_size,
-            "sector_size_bytes": g.sector_size, "oob_per_sector_bytes": g.oob_per_sector,
-            "raw_capacity_bytes": g.raw_capacity(),
-            "blocks": g.total_blocks(),
-            "factory_bad_blocks": bad,
-            "programmed_pages": pages,
-            "erase_count_min": pe_min, "erase_count_avg": pe_avg, "erase_count_max": pe_max,
-            "image_apparent_bytes": disk.as_ref().map(|m| m.len()),
-            "model_seq_read_mb_s": model_seq_read_mb_s(c),
-        });
-        println!("{v:#}");
+        let v = DeviceInfo {
+            image: path.display().to_string(),
+            device: &c.name,
+            description: &c.description,
+            channels: g.channels,
+            ways: g.ways,
+            dies_per_chip: g.dies_per_chip,
+            planes_per_die: g.planes_per_die,
+            blocks_per_plane: g.blocks_per_plane,
+            pages_per_block: g.pages_per_block,
+            page_size_bytes: g.page_size,
+            sector_size_bytes: g.sector_size,
+            oob_per_sector_bytes: g.oob_per_sector,
+            raw_capacity_bytes: g.raw_capacity(),
+            blocks: g.total_blocks(),
+            factory_bad_blocks: bad,
+            programmed_pages: pages,
+            erase_count_min: pe_min,
+            erase_count_avg: pe_avg,
+            erase_count_max: pe_max,
+            image_apparent_bytes: disk.as_ref().map(|m| m.len()),
+            model_seq_read_mb_s: model_seq_read_mb_s(c),
+        };
+        match serde_json::to_value(&v) {
+            Ok(v) => println!("{v:#}"),
+            Err(e) => eprintln!("error: the report could not be written as JSON: {e}"),
+        }
         return;
     }
     let mut t = table(&["field", "value"]);
@@ -206,13 +242,25 @@ pub fn print_io(r: &IoReport, cmd: &str) {
     println!("reproduce: {cmd}");
 }
 
+/// A report's JSON object with the keys a command adds to it (`command`, `image`).
+#[derive(serde::Serialize)]
+struct Extended<'a, T: serde::Serialize> {
+    #[serde(flatten)]
+    report: T,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    image: Option<String>,
+}
+
 /// `csd io --json`: one object, snake_case keys with units.
 pub fn io_json(r: &IoReport, cmd: &str) -> Value {
-    let mut v = r.to_json();
-    if let Some(m) = v.as_object_mut() {
-        m.insert("command".into(), json!(cmd));
-    }
-    v
+    let v = Extended {
+        report: r.to_json(),
+        command: Some(cmd),
+        image: None,
+    };
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 /// The demo's comparison table.
@@ -307,53 +355,110 @@ pub fn print_ftl(f: &csd_ftl::Ftl) {
     println!("{t}");
 }
 
-/// FTL figures as JSON keys.
+/// Prints `v` as one line of JSON (what the commands' `--json` prints): typed reports
+/// are turned into JSON here, at the edge.
+/// Keys come out sorted, as in every JSON object csd prints.
+pub fn print_json(v: &impl serde::Serialize) {
+    match serde_json::to_value(v) {
+        Ok(v) => println!("{v}"),
+        Err(e) => eprintln!("error: the report could not be written as JSON: {e}"),
+    }
+}
+
+/// The FTL's figures of a run, as `csd io --json` and `csd device info --json` print
+/// them (the key names are the field names).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FtlFigures {
+    /// `(user write + GC write) / user write` (batch-io §8.2.3).
+    pub write_amplification: f64,
+    /// Flash sectors programmed (padding, metadata and log included) per host sector
+    /// written.
+    pub physical_write_amplification: f64,
+    /// `(user read + GC read) / user read` (batch-io §8.2.3).
+    pub read_amplification: f64,
+    /// `(host + GC-moved sectors) / host sectors`.
+    pub gc_write_amplification: f64,
+    /// `(GC read + GC write) / reclaimed space` (batch-io §8.2.3).
+    pub gc_overhead: f64,
+    /// User bytes read.
+    pub user_read_bytes: u64,
+    /// User bytes written.
+    pub user_write_bytes: u64,
+    /// Bytes GC read.
+    pub gc_read_bytes: u64,
+    /// Bytes GC wrote.
+    pub gc_write_bytes: u64,
+    /// Bytes GC reclaimed.
+    pub reclaimed_bytes: u64,
+    /// Blocks GC chose as victims.
+    pub gc_victims: u64,
+    /// Block erases.
+    pub erases: u64,
+    /// Hit rate of the MAP page cache.
+    pub map_cache_hit_rate: f64,
+    /// Checkpoints written.
+    pub checkpoints: u64,
+    /// Free blocks now.
+    pub free_blocks: u32,
+    /// Retired blocks.
+    pub bad_blocks: u32,
+    /// Lowest erase count of a block.
+    pub erase_count_min: u32,
+    /// Mean erase count.
+    pub erase_count_avg: f64,
+    /// Highest erase count of a block.
+    pub erase_count_max: u32,
+    /// Logical capacity in bytes.
+    pub logical_capacity_bytes: u64,
+}
+
+impl FtlFigures {
+    /// The figures `f` has counted so far.
+    pub fn of(f: &csd_ftl::Ftl) -> FtlFigures {
+        let st = f.stats();
+        let gb = st.gc_bytes(f.page_size() as u64, f.lba_size() as u64);
+        let (erase_count_min, erase_count_avg, erase_count_max) = f.erase_counts();
+        FtlFigures {
+            write_amplification: gb.write_amplification(),
+            physical_write_amplification: st.physical_write_amplification(f.sectors_per_page()),
+            read_amplification: gb.read_amplification(),
+            gc_write_amplification: st.gc_write_amplification(),
+            gc_overhead: gb.gc_overhead(),
+            user_read_bytes: gb.user_read,
+            user_write_bytes: gb.user_write,
+            gc_read_bytes: gb.gc_read,
+            gc_write_bytes: gb.gc_write,
+            reclaimed_bytes: gb.reclaimed,
+            gc_victims: st.gc_victims,
+            erases: st.erases,
+            map_cache_hit_rate: st.map_hit_rate(),
+            checkpoints: st.checkpoints,
+            free_blocks: f.free_blocks(),
+            bad_blocks: f.bad_blocks(),
+            erase_count_min,
+            erase_count_avg,
+            erase_count_max,
+            logical_capacity_bytes: f.lbas() * f.lba_size() as u64,
+        }
+    }
+}
+
+/// FTL figures ([`FtlFigures`]) as JSON keys of `m`.
 pub fn ftl_json(f: &csd_ftl::Ftl, m: &mut Map<String, Value>) {
-    let st = f.stats();
-    let gb = st.gc_bytes(f.page_size() as u64, f.lba_size() as u64);
-    let (mn, avg, mx) = f.erase_counts();
-    m.insert(
-        "write_amplification".into(),
-        json!(gb.write_amplification()),
-    );
-    m.insert(
-        "physical_write_amplification".into(),
-        json!(st.physical_write_amplification(f.sectors_per_page())),
-    );
-    m.insert("read_amplification".into(), json!(gb.read_amplification()));
-    m.insert(
-        "gc_write_amplification".into(),
-        json!(st.gc_write_amplification()),
-    );
-    m.insert("gc_overhead".into(), json!(gb.gc_overhead()));
-    m.insert("user_read_bytes".into(), json!(gb.user_read));
-    m.insert("user_write_bytes".into(), json!(gb.user_write));
-    m.insert("gc_read_bytes".into(), json!(gb.gc_read));
-    m.insert("gc_write_bytes".into(), json!(gb.gc_write));
-    m.insert("reclaimed_bytes".into(), json!(gb.reclaimed));
-    m.insert("gc_victims".into(), json!(st.gc_victims));
-    m.insert("erases".into(), json!(st.erases));
-    m.insert("map_cache_hit_rate".into(), json!(st.map_hit_rate()));
-    m.insert("checkpoints".into(), json!(st.checkpoints));
-    m.insert("free_blocks".into(), json!(f.free_blocks()));
-    m.insert("bad_blocks".into(), json!(f.bad_blocks()));
-    m.insert("erase_count_min".into(), json!(mn));
-    m.insert("erase_count_avg".into(), json!(avg));
-    m.insert("erase_count_max".into(), json!(mx));
-    m.insert(
-        "logical_capacity_bytes".into(),
-        json!(f.lbas() * f.lba_size() as u64),
-    );
+    if let Ok(Value::Object(figures)) = serde_json::to_value(FtlFigures::of(f)) {
+        m.extend(figures);
+    }
 }
 
 /// The SMART log as a JSON object (what `csd device smart --json` prints and what
 /// `csd serve` writes to its stats file): the log's fields plus the image path.
 pub fn smart_json(path: &Path, l: &csd_device::SmartLog) -> Value {
-    let mut v = serde_json::to_value(l).unwrap_or(Value::Null);
-    if let Value::Object(m) = &mut v {
-        m.insert("image".into(), json!(path.display().to_string()));
-    }
-    v
+    let v = Extended {
+        report: l,
+        command: None,
+        image: Some(path.display().to_string()),
+    };
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 /// The SMART log back from [`smart_json`]'s object (`None` if a field is missing).

@@ -13,7 +13,6 @@
 //! ([`csd_repro::fdbench`]), which `csd repro fd-tree` shares.
 
 use crate::CliError;
-use crate::args::comma_list;
 use clap::Args;
 use csd_idxbench::harness::BenchConfig;
 use csd_idxbench::result::BenchResult;
@@ -110,19 +109,7 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
-    let cmd = format!(
-        "csd bench fdtree --scheme {} --lookup-ratio {} --preload {} --requests {}{} --readers {} --writers {} --slots {} --seed {} {}",
-        comma_list(schemes),
-        a.lookup_ratio,
-        a.preload,
-        a.requests,
-        a.tpcc.map_or(String::new(), |w| format!(" --tpcc {w}")),
-        a.readers,
-        a.writers,
-        a.slots,
-        a.seed,
-        a.tree.describe()
-    );
+    let cmd = crate::reproduce::line();
     let results: Vec<&BenchResult> = runs.iter().map(|(r, _)| r).collect();
     if a.json {
         let mut objs = Vec::new();

@@ -212,17 +212,7 @@ pub(crate) fn run(a: &BenchOpenArgs) -> Result<(), CliError> {
     })();
     let _ = std::fs::remove_file(&path);
     let probes = result?;
-    let cmd = format!(
-        "csd bench open {} --clean-gib {} --tail-commands {} --crash-gib {}",
-        a.src.describe(),
-        a.clean_gib,
-        a.tail_commands,
-        a.crash_gib
-            .iter()
-            .map(|g| g.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+    let cmd = crate::reproduce::line();
     if a.json {
         let v = serde_json::json!({ "device": cfg.name, "opens": probes, "command": cmd });
         println!("{v}");

@@ -3,8 +3,8 @@
 //! (DataFusion plans, device scans run the scan paper's strategies, §4). Load time is
 //! excluded from the figures. Its modeled figures are golden (`bench/golden/bench-q*.json`).
 
-use super::query::{RunOpts, expand, report_json, run_sql, sql_error};
-use crate::args::{LayoutArg, comma_list};
+use super::query::{RunOpts, expand_tpch, report_json, run_sql, sql_error};
+use crate::args::LayoutArg;
 use crate::{CliError, ConfigSource, report};
 use clap::Args;
 use csd_device::NvmeDevice;
@@ -39,7 +39,7 @@ pub(crate) struct BenchQueryArgs {
 /// `csd bench query`.
 pub(crate) fn bench_query_cmd(a: &BenchQueryArgs) -> Result<(), CliError> {
     let cfg = a.src.load()?;
-    let sql = expand(&a.query);
+    let sql = expand_tpch(&a.query);
     let mut all = Vec::new();
     for layout in a.layouts.iter().map(|l| l.layout()) {
         let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
@@ -63,14 +63,7 @@ pub(crate) fn bench_query_cmd(a: &BenchQueryArgs) -> Result<(), CliError> {
             all.extend(answer.reports());
         }
     }
-    let cmd = format!(
-        "csd bench query --sf {} --layouts {} --query {} {} {}",
-        a.sf,
-        comma_list(&a.layouts),
-        a.query,
-        a.run.flags(),
-        a.src.describe()
-    );
+    let cmd = crate::reproduce::line();
     if a.json {
         println!(
             "{}",

@@ -45,10 +45,7 @@ pub(crate) fn run(a: &RecoveryArgs) -> Result<(), CliError> {
     // Spot-check that the data is there.
     let mut buf = vec![0u8; ss];
     g.read(0, &mut buf, t)?;
-    let cmd = format!(
-        "csd bench recovery --logical-gib {} --overwrite {} --seed {}",
-        a.logical_gib, a.overwrite, a.seed
-    );
+    let cmd = crate::reproduce::line();
     let logical = lbas * ss as u64;
     if a.json {
         let v = serde_json::json!({

@@ -135,14 +135,7 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
     let result = measure(a, &cfg, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     let rows = result?;
-    let cmd = format!(
-        "csd bench serve {} --write-cache {} --runtime {} --size {} --iodepth {}",
-        a.src.describe(),
-        a.write_cache,
-        a.runtime,
-        crate::units::format_size(a.size),
-        a.iodepth
-    );
+    let cmd = crate::reproduce::line();
     if a.json {
         let v: Vec<serde_json::Value> = rows
             .iter()

@@ -11,6 +11,30 @@ use csd_host::index::{self, CreateIndex, DEFAULT_BUCKETS, IndexKindSpec};
 use csd_host::{Catalog, Client};
 
 use crate::{CliError, ConfigSource, image, report};
+use serde::Serialize;
+
+/// `csd index create --json`: the statement's message.
+#[derive(Serialize)]
+struct ResultFigure<'a> {
+    result: &'a str,
+}
+
+/// One index of `csd index list --json`.
+#[derive(Serialize)]
+struct IndexFigures<'a> {
+    index: &'a str,
+    table: &'a str,
+    column: &'a str,
+    kind: String,
+    pages: u64,
+    flixr_table: u8,
+}
+
+/// `csd index list --json`.
+#[derive(Serialize)]
+struct IndexList<'a> {
+    indexes: Vec<IndexFigures<'a>>,
+}
 
 /// `csd index ...`.
 #[derive(Subcommand)]
@@ -177,7 +201,7 @@ pub(crate) fn index_cmd(cmd: &IndexCmd) -> Result<(), CliError> {
             };
             let msg = create_on(&a.image, &req, a.json)?;
             if a.json {
-                println!("{}", serde_json::json!({ "result": msg }));
+                report::print_json(&ResultFigure { result: &msg });
             } else {
                 println!("{msg}");
             }
@@ -189,14 +213,18 @@ pub(crate) fn index_cmd(cmd: &IndexCmd) -> Result<(), CliError> {
             let cat = Catalog::read(&mut client)?;
             let all = index::list(&cat);
             if a.json {
-                let v: Vec<_> = all
+                let indexes = all
                     .iter()
-                    .map(|(t, i)| {
-                        serde_json::json!({"index": i.name, "table": t.name, "column": i.column,
-                            "kind": i.kind(), "pages": t.pages, "flixr_table": i.flixr_table})
+                    .map(|(t, i)| IndexFigures {
+                        index: &i.name,
+                        table: &t.name,
+                        column: &i.column,
+                        kind: i.kind(),
+                        pages: t.pages,
+                        flixr_table: i.flixr_table,
                     })
                     .collect();
-                println!("{}", serde_json::json!({ "indexes": v }));
+                report::print_json(&IndexList { indexes });
             } else if all.is_empty() {
                 println!(
                     "no indexes (create one with `csd index create` or CREATE INDEX in `csd sql`)"

@@ -8,7 +8,9 @@ use crate::{CliError, ConfigSource, report};
 use clap::{Args, Subcommand, ValueEnum};
 use csd_model::{Composition, ScanModel, ScanParams, Strategy};
 use csd_sim::DeviceConfig;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// `csd model` subcommands.
 #[derive(Subcommand)]
@@ -52,14 +54,7 @@ pub(crate) fn scan(a: &ModelScanArgs) -> Result<(), CliError> {
     p.record_bytes = a.record_bytes;
     p.composition = a.composition.into();
     let m = ScanModel::evaluate(&p)?;
-    let cmd = format!(
-        "csd model scan {} --records {} --record-bytes {} --selectivity {} --composition {}",
-        a.src.describe(),
-        p.records,
-        p.record_bytes,
-        p.selectivity,
-        p.composition
-    );
+    let cmd = crate::reproduce::line();
     if a.json {
         println!("{:#}", scan_json(&cfg, a, &m, &cmd));
     } else {
@@ -68,34 +63,49 @@ pub(crate) fn scan(a: &ModelScanArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The model's figures as one JSON object: parameters, and per strategy time, rates,
-/// per-term breakdown and bottleneck.
+/// `csd model scan --json`: the parameters, and per strategy (keys prefixed with the
+/// strategy's key, `ihp_time_s` …) time, rates, per-term breakdown and bottleneck.
+#[derive(Serialize)]
+struct ModelFigures<'a> {
+    device: &'a str,
+    overrides: &'a [String],
+    table_bytes: u64,
+    #[serde(flatten)]
+    params: &'a ScanParams,
+    #[serde(flatten)]
+    per_strategy: BTreeMap<String, Value>,
+    command: &'a str,
+}
+
+/// The model's figures as one JSON object ([`ModelFigures`]).
 fn scan_json(cfg: &DeviceConfig, a: &ModelScanArgs, m: &ScanModel, cmd: &str) -> Value {
-    let mut o = serde_json::Map::new();
-    o.insert("device".into(), json!(cfg.name));
-    o.insert("overrides".into(), json!(a.src.set));
-    o.insert("table_bytes".into(), json!(m.table_bytes));
-    if let Ok(Value::Object(params)) = serde_json::to_value(&m.params) {
-        o.extend(params);
-    }
+    let mut per_strategy = BTreeMap::new();
     for r in m.results() {
         let k = r.strategy.key();
-        o.insert(format!("{k}_time_s"), json!(r.time_s));
-        o.insert(format!("{k}_records_per_s"), json!(r.records_per_s));
-        o.insert(format!("{k}_table_mb_per_s"), json!(r.table_mb_per_s));
+        let mut put = |name: &str, v: Value| per_strategy.insert(format!("{k}_{name}"), v);
+        put("time_s", r.time_s.into());
+        put("records_per_s", r.records_per_s.into());
+        put("table_mb_per_s", r.table_mb_per_s.into());
         for (term, v) in r.breakdown.terms() {
-            o.insert(format!("{k}_{term}"), json!(v));
+            put(term, v.into());
         }
-        o.insert(format!("{k}_bottleneck"), json!(r.bottleneck.key()));
+        put("bottleneck", r.bottleneck.key().into());
     }
     for over in [Strategy::Ihp, Strategy::CpuIsp] {
-        o.insert(
+        per_strategy.insert(
             format!("hw_isp_speedup_over_{}", over.key()),
-            json!(m.speedup(Strategy::HwIsp, over)),
+            m.speedup(Strategy::HwIsp, over).into(),
         );
     }
-    o.insert("command".into(), json!(cmd));
-    Value::Object(o)
+    let figures = ModelFigures {
+        device: &cfg.name,
+        overrides: &a.src.set,
+        table_bytes: m.table_bytes,
+        params: &m.params,
+        per_strategy,
+        command: cmd,
+    };
+    serde_json::to_value(figures).unwrap_or(Value::Null)
 }
 
 /// A modeled time in the unit that suits it (`-` for a term that does not apply).

@@ -13,26 +13,14 @@ use csd_ftl::FtlConfig;
 use csd_host::{Client, QueryReport, Strategy, TableInfo};
 use csd_sim::DeviceConfig;
 use csd_sql::datafusion::arrow::array::RecordBatch;
-use csd_sql::{Answer, ArraySession, Choice, ScanSettings, SqlError, SqlSession};
+use csd_sql::ddl::Ddl;
+use csd_sql::{
+    Answer, ArraySession, Choice, ScanSettings, SqlError, SqlSession, Statement, StatementKind,
+};
 use csd_table::datagen::{TpchGenerator, TpchTable};
 use csd_table::page::Layout;
 use serde_json::{Value, json};
 use std::path::PathBuf;
-
-/// TPC-H Q6 with the validation parameters (smart-ssd §4.2.3, scan paper §5.1).
-pub(crate) const Q6: &str = "SELECT SUM(l_extendedprice * l_discount) AS revenue FROM lineitem \
-     WHERE l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' \
-     AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24";
-
-/// TPC-H Q1 with the validation parameters.
-pub(crate) const Q1: &str = "SELECT l_returnflag, l_linestatus, SUM(l_quantity) AS sum_qty, \
-     SUM(l_extendedprice) AS sum_base_price, \
-     SUM(l_extendedprice * (1 - l_discount)) AS sum_disc_price, \
-     SUM(l_extendedprice * (1 - l_discount) * (1 + l_tax)) AS sum_charge, \
-     AVG(l_quantity) AS avg_qty, AVG(l_extendedprice) AS avg_price, \
-     AVG(l_discount) AS avg_disc, COUNT(*) AS count_order FROM lineitem \
-     WHERE l_shipdate <= DATE '1998-09-02' GROUP BY l_returnflag, l_linestatus \
-     ORDER BY l_returnflag, l_linestatus";
 
 /// Options shared by the commands that run queries.
 #[derive(Args, Clone)]
@@ -60,17 +48,6 @@ impl RunOpts {
         s.options.poll_min_us = self.poll_min_us;
         s.options.poll_max_us = self.poll_max_us;
         s
-    }
-
-    /// The options as a command line gives them.
-    pub(crate) fn flags(&self) -> String {
-        format!(
-            "--strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}",
-            comma_list(&self.strategy),
-            self.queue_depth,
-            self.poll_min_us,
-            self.poll_max_us
-        )
     }
 }
 
@@ -357,7 +334,7 @@ impl ImageSession {
     /// Runs an index statement (`CREATE INDEX`, `DROP INDEX`) on the image: the
     /// read-only session is closed, the image opened read-write for the change and
     /// closed cleanly, and the session opened again with the same settings.
-    fn index_statement(&mut self, ddl: csd_sql::ddl::Ddl) -> Result<String, CliError> {
+    fn index_statement(&mut self, ddl: Ddl) -> Result<String, CliError> {
         let Some(path) = self.image.clone() else {
             return Err(CliError::Usage(
                 "CREATE INDEX / DROP INDEX apply to one device image (--image), not to an array"
@@ -372,13 +349,11 @@ impl ImageSession {
         self.close_db()?; // drops the device and its lock
         self.writable = false;
         let r = match ddl {
-            csd_sql::ddl::Ddl::CreateIndex(req) => crate::cmd::index::create_on(&path, &req, true),
-            csd_sql::ddl::Ddl::DropIndex { name, if_exists } => {
+            Ddl::CreateIndex(req) => crate::cmd::index::create_on(&path, &req, true),
+            Ddl::DropIndex { name, if_exists } => {
                 crate::cmd::index::drop_on(&path, &name, if_exists)
             }
-            csd_sql::ddl::Ddl::SetUseIndex(_) => {
-                Err(CliError::Usage("not an index statement".into()))
-            }
+            Ddl::SetUseIndex(_) => Err(CliError::Usage("not an index statement".into())),
         };
         self.reopen(writable, settings)?;
         r
@@ -413,14 +388,15 @@ pub(crate) fn run_statement(
     opts: &SqlOpts,
 ) -> Result<Ran, CliError> {
     let sql = expand_tpch(sql);
-    if csd_sql::ddl::is_dml(sql) && !session.writable {
+    let stmt = csd_sql::Statement::parse(sql).map_err(CliError::Usage)?;
+    if stmt.is_dml() && !session.writable {
         // Run it on the read-only image first: bad input (unknown names, a value that
         // does not fit its column) fails before anything is written, so the image stays
         // byte-identical; a statement that changes nothing (a DELETE matching no row)
         // is done. Only a statement that needs to write reopens the image read-write.
         if let Db::One(s) = &mut session.db {
             let cs = StrategySel::choices(&opts.strategy);
-            match s.run_strategies(sql, &cs[..cs.len().min(1)]) {
+            match s.run_statement(&stmt, &cs[..cs.len().min(1)]) {
                 Err(e) if csd_sql::dml::write_refused(&e) => {}
                 Err(e) => return Err(sql_error(e)),
                 Ok(runs) => {
@@ -439,10 +415,10 @@ pub(crate) fn run_statement(
         }
         session.make_writable()?;
     }
-    if let Some(ddl) = csd_sql::ddl::parse(sql).map_err(CliError::Usage)?
-        && !matches!(ddl, csd_sql::ddl::Ddl::SetUseIndex(_))
+    if let StatementKind::Csd(ddl) = stmt.kind()
+        && !matches!(ddl, Ddl::SetUseIndex(_))
     {
-        let msg = session.index_statement(ddl)?;
+        let msg = session.index_statement(ddl.clone())?;
         let first = StrategySel::choices(&opts.strategy)
             .first()
             .copied()
@@ -456,7 +432,7 @@ pub(crate) fn run_statement(
         });
     }
     let (runs, devices) = match &mut session.db {
-        Db::One(s) => (run_sql(s, sql, &opts.strategy)?, Vec::new()),
+        Db::One(s) => (run_parsed(s, &stmt, &opts.strategy)?, Vec::new()),
         Db::Closed => return Err(CliError::Usage("the session is not open".into())),
         Db::Array(a) => {
             let cs = StrategySel::choices(&opts.strategy);
@@ -537,12 +513,7 @@ pub(crate) fn print_ran(ran: &Ran, cfg: &DeviceConfig, opts: &SqlOpts) {
 pub(crate) fn query_cmd(a: &QueryArgs) -> Result<(), CliError> {
     let mut s = ImageSession::open(&a.db, &a.opts, a.opts.json)?;
     let ran = run_statement(&mut s, &a.sql, &a.opts)?;
-    let cmd = format!(
-        "csd query {} {} \"{}\"",
-        a.db.describe(),
-        a.opts.flags(),
-        a.sql
-    );
+    let cmd = crate::reproduce::line();
     if a.opts.json {
         println!("{}", ran_json(&ran, &s.cfg, &cmd));
         return Ok(());
@@ -552,16 +523,9 @@ pub(crate) fn query_cmd(a: &QueryArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The SQL of `q1` … `q22`, or the text itself.
-pub(crate) fn expand_tpch(sql: &str) -> &str {
-    let t = sql.trim().to_ascii_lowercase();
-    if let Some(n) = t.strip_prefix('q').and_then(|n| n.parse::<usize>().ok())
-        && (1..=22).contains(&n)
-    {
-        return csd_sql::tpch::QUERIES[n - 1];
-    }
-    sql
-}
+/// The SQL of `q1` … `q22`, or the text itself (the one TPC-H query text of
+/// [`csd_sql::tpch`]).
+pub(crate) use csd_sql::tpch::expand as expand_tpch;
 
 /// Result batches as display rows.
 pub(crate) fn batch_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, CliError> {
@@ -574,7 +538,7 @@ pub(crate) fn sql_error(e: SqlError) -> CliError {
     match e {
         SqlError::Query { .. } => CliError::Usage(e.to_string()),
         SqlError::Host(h) => CliError::Host(h),
-        SqlError::Runtime(_) | SqlError::Disagree { .. } => CliError::Nvme(e.to_string()),
+        SqlError::Runtime(_) | SqlError::Disagree { .. } => CliError::Sql(e),
     }
 }
 
@@ -585,11 +549,27 @@ pub(crate) fn run_sql(
     sql: &str,
     strategy: &[StrategySel],
 ) -> Result<Vec<(Choice, Answer)>, CliError> {
+    let choices = choices(strategy)?;
+    session.run_strategies(sql, &choices).map_err(sql_error)
+}
+
+/// [`run_sql`] for a statement already parsed.
+fn run_parsed(
+    session: &mut SqlSession,
+    stmt: &Statement,
+    strategy: &[StrategySel],
+) -> Result<Vec<(Choice, Answer)>, CliError> {
+    let choices = choices(strategy)?;
+    session.run_statement(stmt, &choices).map_err(sql_error)
+}
+
+/// The strategies a `--strategy` list stands for (at least one).
+fn choices(strategy: &[StrategySel]) -> Result<Vec<Choice>, CliError> {
     let choices = StrategySel::choices(strategy);
     if choices.is_empty() {
         return Err(CliError::Usage("no strategy given".into()));
     }
-    session.run_strategies(sql, &choices).map_err(sql_error)
+    Ok(choices)
 }
 
 /// The device scans of one run: what ran in the device and the modeled report.
@@ -652,16 +632,6 @@ fn print_scans(choice: Choice, ans: &csd_sql::Answer, cfg: &DeviceConfig) {
     let total = reports.iter().fold(0.0, |t, r| t + r.modeled_s());
     println!("modeled device time, all scans: {total:.4} s (scans run one after the other)");
     print_reports(&reports, cfg);
-}
-
-/// `q1` / `q6` as `csd bench query` and the demo spell them (the forms behind the
-/// golden modeled figures in bench/golden), or the text itself.
-pub(crate) fn expand(sql: &str) -> &str {
-    match sql.trim().to_ascii_lowercase().as_str() {
-        "q1" => Q1,
-        "q6" => Q6,
-        _ => sql,
-    }
 }
 
 /// Print up to `max` rows of an answer.
@@ -893,7 +863,7 @@ pub(crate) fn demo_query(cfg: &DeviceConfig) -> Result<(), CliError> {
     // csd-host's default scan options: 32 reads in flight, GET polls from 50 µs to 10 ms.
     let settings = ScanSettings::new(Choice::Fixed(Strategy::Ihp));
     let mut session = SqlSession::new(client, cfg.clone(), settings).map_err(sql_error)?;
-    let runs = run_sql(&mut session, Q6, &[StrategySel::All])?;
+    let runs = run_sql(&mut session, expand_tpch("q6"), &[StrategySel::All])?;
     if let Some((_, first)) = runs.first() {
         print_answer(first, 5)?;
     }

@@ -15,7 +15,8 @@ use clap::Args;
 use csd_device::{BlockDevice, NvmeDevice};
 use csd_nbd::{Listener, OpStats, Server, ServerConfig, ServerStats};
 use csd_sim::ClockMode;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -95,38 +96,85 @@ pub(crate) fn default_stats_file(image: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-fn op_json(o: &OpStats) -> Value {
-    json!({
-        "count": o.count,
-        "bytes": o.bytes,
-        "errors": o.errors,
-        "mean_modeled_latency_us": o.mean_modeled_us(),
-    })
+/// One kind of NBD request in the stats file.
+#[derive(Serialize)]
+struct OpFigures {
+    count: u64,
+    bytes: u64,
+    errors: u64,
+    mean_modeled_latency_us: f64,
 }
 
-fn server_json(s: &ServerStats, clock: ClockMode, started: Instant) -> Value {
-    json!({
-        "clock": match clock {
-            ClockMode::Virtual => "virtual".to_string(),
-            ClockMode::Paced { scale } => format!("paced:{scale}"),
-        },
-        "connections_open": s.connections_open,
-        "connections_total": s.connections_total,
-        "protocol_errors": s.protocol_errors,
-        "handshakes_pending": s.handshakes_pending,
-        "handshake_timeouts": s.handshake_timeouts,
-        "handshakes_evicted": s.handshakes_evicted,
-        "connections_refused_busy": s.refused_busy,
-        "idle_closed": s.idle_closed,
-        "requests_refused": s.refused,
-        "read": op_json(&s.reads),
-        "write": op_json(&s.writes),
-        "flush": op_json(&s.flushes),
-        "trim": op_json(&s.trims),
-        "write_zeroes": op_json(&s.zeroes),
-        "modeled_now_s": s.modeled_now.0 as f64 / 1e9,
-        "wall_s": started.elapsed().as_secs_f64(),
-    })
+impl From<&OpStats> for OpFigures {
+    fn from(o: &OpStats) -> OpFigures {
+        OpFigures {
+            count: o.count,
+            bytes: o.bytes,
+            errors: o.errors,
+            mean_modeled_latency_us: o.mean_modeled_us(),
+        }
+    }
+}
+
+/// The server's counters in the stats file.
+#[derive(Serialize)]
+struct ServerFigures {
+    /// `virtual` or `paced:SCALE`.
+    clock: String,
+    connections_open: u64,
+    connections_total: u64,
+    protocol_errors: u64,
+    handshakes_pending: u64,
+    handshake_timeouts: u64,
+    handshakes_evicted: u64,
+    connections_refused_busy: u64,
+    idle_closed: u64,
+    requests_refused: u64,
+    read: OpFigures,
+    write: OpFigures,
+    flush: OpFigures,
+    trim: OpFigures,
+    write_zeroes: OpFigures,
+    modeled_now_s: f64,
+    wall_s: f64,
+}
+
+impl ServerFigures {
+    fn new(s: &ServerStats, clock: ClockMode, started: Instant) -> ServerFigures {
+        ServerFigures {
+            clock: match clock {
+                ClockMode::Virtual => "virtual".to_string(),
+                ClockMode::Paced { scale } => format!("paced:{scale}"),
+            },
+            connections_open: s.connections_open,
+            connections_total: s.connections_total,
+            protocol_errors: s.protocol_errors,
+            handshakes_pending: s.handshakes_pending,
+            handshake_timeouts: s.handshake_timeouts,
+            handshakes_evicted: s.handshakes_evicted,
+            connections_refused_busy: s.refused_busy,
+            idle_closed: s.idle_closed,
+            requests_refused: s.refused,
+            read: (&s.reads).into(),
+            write: (&s.writes).into(),
+            flush: (&s.flushes).into(),
+            trim: (&s.trims).into(),
+            write_zeroes: (&s.zeroes).into(),
+            modeled_now_s: s.modeled_now.0 as f64 / 1e9,
+            wall_s: started.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+/// What `csd serve` adds to the SMART log's keys in its stats file.
+#[derive(Serialize)]
+struct ServeFigures<'a> {
+    written_by: &'static str,
+    live: bool,
+    pid: u32,
+    uri: &'a str,
+    updated_unix_s: f64,
+    server: ServerFigures,
 }
 
 /// Everything the stats file holds.
@@ -145,13 +193,18 @@ impl Snapshot<'_> {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64());
-            m.insert("written_by".into(), json!("csd serve"));
-            m.insert("live".into(), json!(live));
-            m.insert("pid".into(), json!(std::process::id()));
-            m.insert("uri".into(), json!(self.uri));
-            m.insert("updated_unix_s".into(), json!(now));
             let s = server.stats();
-            m.insert("server".into(), server_json(&s, self.clock, self.started));
+            let figures = ServeFigures {
+                written_by: "csd serve",
+                live,
+                pid: std::process::id(),
+                uri: self.uri,
+                updated_unix_s: now,
+                server: ServerFigures::new(&s, self.clock, self.started),
+            };
+            if let Ok(Value::Object(o)) = serde_json::to_value(figures) {
+                m.extend(o);
+            }
         }
         Ok(v)
     }

@@ -414,12 +414,7 @@ pub(crate) fn sql_cmd(a: &SqlArgs) -> Result<(), CliError> {
     if let Some(q) = &a.query {
         shell.statement(q)?;
         if a.format == Format::Table && !a.opts.json {
-            println!(
-                "reproduce: csd sql {} {} \"{}\"",
-                shell.source,
-                a.opts.flags(),
-                q
-            );
+            println!("reproduce: {}", crate::reproduce::line());
         }
         return Ok(());
     }

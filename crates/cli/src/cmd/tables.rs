@@ -4,9 +4,10 @@ use crate::args::LayoutArg;
 use crate::{CliError, ConfigSource, image, report};
 use clap::{Args, Subcommand};
 use csd_device::NvmeDevice;
-use csd_host::{Catalog, Client};
+use csd_host::{Catalog, Client, TableInfo};
 use csd_table::datagen::{SyntheticGenerator, SyntheticSpec, TpchGenerator, TpchTable};
 use csd_table::page::Layout;
+use serde::Serialize;
 use std::path::PathBuf;
 
 /// What to load.
@@ -154,25 +155,6 @@ enum Dest {
     Array(crate::cmd::array::ArrayLoad),
 }
 
-impl Target {
-    /// `--image PATH` or `--array DIR`, for a `reproduce:` line.
-    fn describe(&self) -> String {
-        match (&self.image, &self.array) {
-            (_, Some(d)) => format!(
-                "--array {} --stripe-pages {}",
-                d.display(),
-                self.stripe_pages
-            ),
-            (Some(i), None) => format!(
-                "--image {}{}",
-                i.display(),
-                if self.force { " --force" } else { "" }
-            ),
-            (None, None) => String::new(),
-        }
-    }
-}
-
 fn open_client(t: &Target) -> Result<Dest, CliError> {
     match (&t.image, &t.array) {
         (_, Some(dir)) => {
@@ -254,21 +236,93 @@ fn bar(total: Option<u64>, what: &str, show: bool) -> Option<indicatif::Progress
     })
 }
 
+/// One table load of `csd load --json`.
+#[derive(Serialize)]
+struct LoadFigures<'a> {
+    table: &'a str,
+    layout: String,
+    rows: u64,
+    pages: u64,
+    bytes: u64,
+    row_bytes: usize,
+    wall_s: f64,
+    modeled_s: f64,
+    rows_per_wall_s: f64,
+    load_mb_per_modeled_s: f64,
+}
+
+impl LoadFigures<'_> {
+    fn of(r: &csd_host::LoadReport) -> LoadFigures<'_> {
+        LoadFigures {
+            table: &r.table.name,
+            layout: r.table.layout.to_string(),
+            rows: r.table.rows,
+            pages: r.table.pages,
+            bytes: r.table.bytes(),
+            row_bytes: r.table.schema.row_width(),
+            wall_s: r.wall_s,
+            modeled_s: r.modeled_s,
+            rows_per_wall_s: r.table.rows as f64 / r.wall_s.max(1e-9),
+            load_mb_per_modeled_s: r.table.bytes() as f64 / r.modeled_s.max(1e-12) / 1e6,
+        }
+    }
+}
+
+/// `csd load --json`: the loads and the command that reruns them.
+#[derive(Serialize)]
+struct Loads<'a> {
+    loads: Vec<LoadFigures<'a>>,
+    command: &'a str,
+}
+
+/// One table of `csd tables --json`.
+#[derive(Serialize)]
+struct TableFigures<'a> {
+    table: &'a str,
+    layout: String,
+    rows: u64,
+    pages: u64,
+    page_bytes: u32,
+    first_lba: u64,
+    bytes: u64,
+    /// `name type` per column.
+    columns: Vec<String>,
+}
+
+impl TableFigures<'_> {
+    fn of(t: &TableInfo) -> TableFigures<'_> {
+        TableFigures {
+            table: &t.name,
+            layout: t.layout.to_string(),
+            rows: t.rows,
+            pages: t.pages,
+            page_bytes: t.page_bytes,
+            first_lba: t.first_lba,
+            bytes: t.bytes(),
+            columns: t
+                .schema
+                .columns()
+                .iter()
+                .map(|c| format!("{} {}", c.name, c.ty))
+                .collect(),
+        }
+    }
+}
+
+/// `csd tables --json`.
+#[derive(Serialize)]
+struct CatalogFigures<'a> {
+    catalog_seq: u64,
+    tables: Vec<TableFigures<'a>>,
+}
+
 fn report_loads(loads: &[csd_host::LoadReport], cmd: &str, json: bool) {
     if json {
-        let v: Vec<_> = loads
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "table": r.table.name, "layout": r.table.layout.to_string(), "rows": r.table.rows,
-                    "pages": r.table.pages, "bytes": r.table.bytes(), "row_bytes": r.table.schema.row_width(),
-                    "wall_s": r.wall_s, "modeled_s": r.modeled_s,
-                    "rows_per_wall_s": r.table.rows as f64 / r.wall_s.max(1e-9),
-                    "load_mb_per_modeled_s": r.table.bytes() as f64 / r.modeled_s.max(1e-12) / 1e6,
-                })
-            })
-            .collect();
-        println!("{}", serde_json::json!({ "loads": v, "command": cmd }));
+        let loads = loads.iter().map(LoadFigures::of).collect();
+        report::print_json(&Loads {
+            loads,
+            command: cmd,
+        });
         return;
     }
     let mut t = report::table(&[
@@ -374,13 +428,7 @@ fn load_tpch(a: &TpchArgs) -> Result<(), CliError> {
         )?);
     }
     close_client(client)?;
-    let cmd = format!(
-        "csd load tpch --sf {} --tables {} --layout {} {}",
-        a.sf,
-        a.tables,
-        a.target.layout,
-        a.target.describe()
-    );
+    let cmd = crate::reproduce::line();
     report_loads(&loads, &cmd, a.target.json);
     Ok(())
 }
@@ -405,14 +453,7 @@ fn load_synthetic(a: &SyntheticArgs) -> Result<(), CliError> {
         a.target.json,
     )?);
     close_client(client)?;
-    let cmd = format!(
-        "csd load synthetic --columns {} --rows {} --seed {} --name {name} --layout {} {}",
-        a.columns,
-        a.rows,
-        a.seed,
-        a.target.layout,
-        a.target.describe()
-    );
+    let cmd = crate::reproduce::line();
     report_loads(&loads, &cmd, a.target.json);
     Ok(())
 }
@@ -420,18 +461,7 @@ fn load_synthetic(a: &SyntheticArgs) -> Result<(), CliError> {
 /// `csd load csv`: a CSV file as a table.
 fn load_csv(a: &CsvArgs) -> Result<(), CliError> {
     let loads = vec![load_file(&a.file, Some(a))?];
-    let cmd = format!(
-        "csd load csv {} --table {}{} --delimiter '{}'{} --layout {} {}",
-        a.file.file.display(),
-        a.file.table,
-        if a.header { " --header" } else { "" },
-        a.delimiter,
-        a.file
-            .float_scale
-            .map_or(String::new(), |s| format!(" --float-scale {s}")),
-        a.file.target.layout,
-        a.file.target.describe()
-    );
+    let cmd = crate::reproduce::line();
     report_loads(&loads, &cmd, a.file.target.json);
     Ok(())
 }
@@ -439,16 +469,7 @@ fn load_csv(a: &CsvArgs) -> Result<(), CliError> {
 /// `csd load parquet`: a Parquet file as a table.
 fn load_parquet(a: &ParquetArgs) -> Result<(), CliError> {
     let loads = vec![load_file(&a.file, None)?];
-    let cmd = format!(
-        "csd load parquet {} --table {}{} --layout {} {}",
-        a.file.file.display(),
-        a.file.table,
-        a.file
-            .float_scale
-            .map_or(String::new(), |s| format!(" --float-scale {s}")),
-        a.file.target.layout,
-        a.file.target.describe()
-    );
+    let cmd = crate::reproduce::line();
     report_loads(&loads, &cmd, a.file.target.json);
     Ok(())
 }
@@ -521,19 +542,11 @@ pub(crate) fn tables_cmd(a: &TablesArgs) -> Result<(), CliError> {
     let mut client = Client::new(NvmeDevice::from_block(dev))?;
     let cat = Catalog::read(&mut client)?;
     if a.json {
-        let v: Vec<_> = cat
-            .tables
-            .iter()
-            .map(|t| {
-                let cols: Vec<_> = t.schema.columns().iter().map(|c| format!("{} {}", c.name, c.ty)).collect();
-                serde_json::json!({"table": t.name, "layout": t.layout.to_string(), "rows": t.rows, "pages": t.pages,
-                    "page_bytes": t.page_bytes, "first_lba": t.first_lba, "bytes": t.bytes(), "columns": cols})
-            })
-            .collect();
-        println!(
-            "{}",
-            serde_json::json!({ "catalog_seq": cat.seq, "tables": v })
-        );
+        let tables = cat.tables.iter().map(TableFigures::of).collect();
+        report::print_json(&CatalogFigures {
+            catalog_seq: cat.seq,
+            tables,
+        });
     } else {
         let mut t = report::table(&[
             "table",

@@ -6,6 +6,7 @@ use crate::{CliError, report};
 use clap::Args;
 use csd_ftl::WriteCache;
 use csd_ftl::torture::{TortureConfig, TortureReport, torture};
+use serde::Serialize;
 use std::ops::RangeInclusive;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,24 +62,6 @@ impl TortureArgs {
             cfg.ftl.write_cache = WriteCache::WriteBack;
         }
         cfg
-    }
-
-    fn command(&self) -> String {
-        let mut cmd = format!("csd torture --cuts {}", self.cuts);
-        match &self.seeds {
-            Some(r) => cmd.push_str(&format!(" --seeds {}..{}", r.start(), r.end())),
-            None => cmd.push_str(&format!(" --seed {}", self.seed)),
-        }
-        for (on, flag) in [
-            (self.write_back, " --write-back"),
-            (self.faults, " --faults"),
-            (self.weak_ecc, " --weak-ecc"),
-        ] {
-            if on {
-                cmd.push_str(flag);
-            }
-        }
-        cmd
     }
 }
 
@@ -159,49 +142,102 @@ pub(crate) fn run(a: &TortureArgs) -> Result<(), CliError> {
     }
 }
 
+/// `csd torture --json`: the runs of every seed and their sums.
+#[derive(Serialize)]
+struct TortureFigures {
+    seeds: Vec<SeedFigures>,
+    cuts: u64,
+    lost: u64,
+    torn: u64,
+    writes_checked: u64,
+    errors: usize,
+    wall_s: f64,
+    write_back: bool,
+    faults: bool,
+    weak_ecc: bool,
+    command: String,
+}
+
+/// One seed's outcome in `csd torture --json`.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum SeedFigures {
+    Ran {
+        seed: u64,
+        cuts: u64,
+        recovery_cuts: u64,
+        acked_commands: u64,
+        writes_checked: u64,
+        lost: u64,
+        torn: u64,
+        inflight_applied: u64,
+        recovery_discarded_commits: u64,
+        recovery_modeled_s_total: f64,
+        recovery_wall_max_s: f64,
+        read_only_at_cut: Option<u64>,
+        read_only_reason: Option<String>,
+        bad_blocks: u32,
+        unreadable_reads: u64,
+        lost_sectors: u64,
+        wall_s: f64,
+    },
+    Failed {
+        seed: u64,
+        error: String,
+        wall_s: f64,
+    },
+}
+
+impl SeedFigures {
+    fn of(r: &SeedRun) -> SeedFigures {
+        match &r.result {
+            Ok(rep) => SeedFigures::Ran {
+                seed: r.seed,
+                cuts: rep.cuts,
+                recovery_cuts: rep.recovery_cuts,
+                acked_commands: rep.acked_commands,
+                writes_checked: rep.writes_checked,
+                lost: rep.lost,
+                torn: rep.torn,
+                inflight_applied: rep.inflight_applied,
+                recovery_discarded_commits: rep.recovery_discarded,
+                recovery_modeled_s_total: rep.recovery_modeled_s,
+                recovery_wall_max_s: rep.recovery_wall_max_s,
+                read_only_at_cut: rep.read_only_at_cut,
+                read_only_reason: rep.read_only_reason.map(|r| r.to_string()),
+                bad_blocks: rep.bad_blocks,
+                unreadable_reads: rep.unreadable,
+                lost_sectors: rep.lost_sectors,
+                wall_s: r.wall_s,
+            },
+            Err(e) => SeedFigures::Failed {
+                seed: r.seed,
+                error: e.clone(),
+                wall_s: r.wall_s,
+            },
+        }
+    }
+}
+
 fn print_runs(a: &TortureArgs, runs: &[SeedRun], wall: f64) {
     let cfg = a.config(runs.first().map_or(a.seed, |r| r.seed));
     if a.json {
-        let per_seed: Vec<serde_json::Value> = runs
-            .iter()
-            .map(|r| match &r.result {
-                Ok(rep) => serde_json::json!({
-                    "seed": r.seed,
-                    "cuts": rep.cuts,
-                    "recovery_cuts": rep.recovery_cuts,
-                    "acked_commands": rep.acked_commands,
-                    "writes_checked": rep.writes_checked,
-                    "lost": rep.lost,
-                    "torn": rep.torn,
-                    "inflight_applied": rep.inflight_applied,
-                    "recovery_discarded_commits": rep.recovery_discarded,
-                    "recovery_modeled_s_total": rep.recovery_modeled_s,
-                    "recovery_wall_max_s": rep.recovery_wall_max_s,
-                    "read_only_at_cut": rep.read_only_at_cut,
-                    "read_only_reason": rep.read_only_reason.map(|r| r.to_string()),
-                    "bad_blocks": rep.bad_blocks,
-                    "unreadable_reads": rep.unreadable,
-                    "lost_sectors": rep.lost_sectors,
-                    "wall_s": r.wall_s,
-                }),
-                Err(e) => serde_json::json!({ "seed": r.seed, "error": e, "wall_s": r.wall_s }),
-            })
-            .collect();
+        let seeds: Vec<SeedFigures> = runs.iter().map(SeedFigures::of).collect();
         let ok: Vec<&TortureReport> = runs.iter().filter_map(|r| r.result.as_ref().ok()).collect();
-        let v = serde_json::json!({
-            "seeds": per_seed,
-            "cuts": ok.iter().map(|r| r.cuts).sum::<u64>(),
-            "lost": ok.iter().map(|r| r.lost).sum::<u64>(),
-            "torn": ok.iter().map(|r| r.torn).sum::<u64>(),
-            "writes_checked": ok.iter().map(|r| r.writes_checked).sum::<u64>(),
-            "errors": runs.len() - ok.len(),
-            "wall_s": wall,
-            "write_back": a.write_back,
-            "faults": a.faults,
-            "weak_ecc": a.weak_ecc,
-            "command": a.command(),
-        });
-        println!("{v}");
+        let v = TortureFigures {
+            seeds,
+            cuts: ok.iter().map(|r| r.cuts).sum(),
+            lost: ok.iter().map(|r| r.lost).sum(),
+            torn: ok.iter().map(|r| r.torn).sum(),
+            writes_checked: ok.iter().map(|r| r.writes_checked).sum(),
+            errors: runs.len() - ok.len(),
+            wall_s: wall,
+            write_back: a.write_back,
+            faults: a.faults,
+            weak_ecc: a.weak_ecc,
+            command: crate::reproduce::line(),
+        };
+        report::print_json(&v);
         return;
     }
     let mut t = report::table(&[
@@ -246,5 +282,5 @@ fn print_runs(a: &TortureArgs, runs: &[SeedRun], wall: f64) {
         "device: {} (shrunk: {} blocks/plane, {} pages/block)  run time {wall:.1} s",
         cfg.device.name, cfg.device.geometry.blocks_per_plane, cfg.device.geometry.pages_per_block,
     );
-    println!("reproduce: {}", a.command());
+    println!("reproduce: {}", crate::reproduce::line());
 }
