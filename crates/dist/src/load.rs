@@ -1139,8 +1139,10 @@ mod tests {
     fn a_control_message_is_told_from_rows() {
         let c = control(LoadControl::Commit);
         assert!(matches!(control_of(&c), Some(Ok(LoadControl::Commit))));
-        let mut rows = FlightData::default();
-        rows.data_header = vec![1, 2, 3].into();
+        let rows = FlightData {
+            data_header: vec![1, 2, 3].into(),
+            ..Default::default()
+        };
         assert!(control_of(&rows).is_none());
         let bad = FlightData {
             app_metadata: b"nonsense".to_vec().into(),
