@@ -32,7 +32,18 @@
 //! the first pass types the columns and checks every value (so a bad type or value, or a
 //! missing file, writes nothing), the second converts batches into row images as the
 //! device takes them ([`RowImages`], a [`RowSource`] for `Catalog::load`). Memory stays
-//! at a batch and its rows whatever the file's size.
+//! at a batch and its rows whatever the file's size. The rule for bad input: the whole
+//! file is checked before the first row is written, so nothing needs rolling back; the
+//! price is reading the file twice (measured, 70M rows / 5.1 GB of Parquet in a
+//! release build: the check pass 50 s of 194 s).
+//!
+//! Measured peak memory of `csd load parquet` (release, that file, 4.8 GiB of table):
+//! anonymous memory (`RssAnon`: batches, row images, the FTL) peaks at 77 MB (54 MB for
+//! 4M rows); the process's RSS (`VmHWM`, what `/usr/bin/time` reports) reached 4.1 GB,
+//! all of it `RssFile`: the image file's pages the device wrote through its memory
+//! mapping, which count as resident until the kernel reclaims them (page cache, not
+//! heap). Bounding that needs the image store to drop written pages from the mapping
+//! (`madvise(MADV_DONTNEED)` after they are persisted), in crates/nand.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
