@@ -105,7 +105,7 @@ impl Ftl {
             rssp_lsn,
             rssp_addr: rssp_links[0],
             next_commit: self.commit_seq,
-            lbas: self.lbas,
+            lbas: self.geo.lbas(),
             ext_bytes: self.cfg.ext_bytes,
             rr: [self.next_die[0], self.next_die[1], self.next_die[2]],
             mapt: self.maps_pages.clone(),
@@ -174,12 +174,12 @@ impl Ftl {
 
     fn write_dirty_maps_pages(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let mut t = at;
-        let per = self.page_size / 8;
+        let per = self.geo.page_size() / 8;
         for mi in 0..self.maps_page_dirty.len() {
             if !self.maps_page_dirty[mi] && self.maps_pages[mi] != NONE {
                 continue;
             }
-            let mut page = vec![0xFFu8; self.page_size];
+            let mut page = vec![0xFFu8; self.geo.page_size()];
             for (k, a) in self.map_pages.iter().skip(mi * per).take(per).enumerate() {
                 page[k * 8..k * 8 + 8].copy_from_slice(&a.to_le_bytes());
             }
@@ -231,8 +231,8 @@ impl Ftl {
             wear_bytes.extend_from_slice(&(blk.pe + u32::from(r)).to_le_bytes());
         }
         let mut pages = Vec::new();
-        for (i, chunk) in wear_bytes.chunks(self.page_size).enumerate() {
-            let mut page = vec![0u8; self.page_size];
+        for (i, chunk) in wear_bytes.chunks(self.geo.page_size()).enumerate() {
+            let mut page = vec![0u8; self.geo.page_size()];
             page[..chunk.len()].copy_from_slice(chunk);
             let (addr, tt) = self.write_meta_page(Kind::Wear, i as u64, &page, at)?;
             t = t.max(tt);
@@ -245,7 +245,7 @@ impl Ftl {
     /// `NONE` and not written).
     fn write_dirty_gbitv(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let mut t = at;
-        let words = self.page_size / 8;
+        let words = self.geo.page_size() / 8;
         for i in 0..self.gbitv_pages.len() {
             if !self.gbitv_dirty[i] {
                 continue;
@@ -256,7 +256,7 @@ impl Ftl {
             let new = if chunk.iter().all(|&w| w == 0) {
                 NONE
             } else {
-                let mut page = vec![0u8; self.page_size];
+                let mut page = vec![0u8; self.geo.page_size()];
                 for (k, w) in chunk.iter().enumerate() {
                     page[k * 8..k * 8 + 8].copy_from_slice(&w.to_le_bytes());
                 }
@@ -281,8 +281,8 @@ impl Ftl {
             }
         }
         let mut pages = Vec::new();
-        for (i, chunk) in bits.chunks(self.page_size).enumerate() {
-            let mut page = vec![0u8; self.page_size];
+        for (i, chunk) in bits.chunks(self.geo.page_size()).enumerate() {
+            let mut page = vec![0u8; self.geo.page_size()];
             page[..chunk.len()].copy_from_slice(chunk);
             let (addr, tt) = self.write_meta_page(Kind::Bbt, i as u64, &page, at)?;
             t = t.max(tt);
@@ -299,7 +299,7 @@ impl Ftl {
                 if let Some((bi, page)) = *open {
                     v.push(pack_open(
                         s as u8,
-                        die as u32 * self.blocks_per_die + bi,
+                        die as u32 * self.geo.blocks_per_die() + bi,
                         page,
                     ));
                 }
@@ -348,9 +348,9 @@ impl Ftl {
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
         let body = record.body();
-        let body_pages = body.len().div_ceil(self.page_size).max(1);
+        let body_pages = body.len().div_ceil(self.geo.page_size()).max(1);
         let need = body_pages as u32 + 1;
-        if need > self.pages_per_block {
+        if need > self.geo.pages_per_block() {
             return Err(FtlError::Config(format!(
                 "a checkpoint body of {} bytes does not fit one block of the checkpoint ring",
                 body.len()
@@ -359,18 +359,19 @@ impl Ftl {
         'attempt: for _ in 0..4 * CKPT_RING {
             let b = self.ckpt_blocks[self.ckpt_active[half]];
             let next_page = self.nand.block_info(BlockId(b))?.next_page;
-            if next_page + need > self.pages_per_block || self.blocks[b as usize].state == Use::Bad
+            if next_page + need > self.geo.pages_per_block()
+                || self.blocks[b as usize].state == Use::Bad
             {
                 self.next_ring_block(half, at)?;
                 continue;
             }
             let mut t = at;
             let mut addrs = Vec::with_capacity(body_pages);
-            let mut page = vec![0u8; self.page_size];
+            let mut page = vec![0u8; self.geo.page_size()];
             for i in 0..body_pages {
                 page.fill(0);
-                let chunk = &body[(i * self.page_size).min(body.len())
-                    ..((i + 1) * self.page_size).min(body.len())];
+                let chunk = &body[(i * self.geo.page_size()).min(body.len())
+                    ..((i + 1) * self.geo.page_size()).min(body.len())];
                 page[..chunk.len()].copy_from_slice(chunk);
                 let p = next_page + i as u32;
                 match self.program_ring_page(
@@ -426,11 +427,11 @@ impl Ftl {
         seq: u64,
         at: SimTime,
     ) -> Result<SimTime, NandError> {
-        let ids = vec![id; self.sectors_per_page as usize];
+        let ids = vec![id; self.geo.sectors_per_page() as usize];
         let mut oob = std::mem::take(&mut self.oob_scratch);
         tags_for(
             &mut oob,
-            (self.oob_per_sector, self.sector_size),
+            (self.geo.oob_per_sector(), self.geo.sector_size()),
             page,
             kind,
             &ids,

@@ -7,6 +7,7 @@
 
 use crate::format::Record;
 use crate::format::{Kind, LOG_LINKS, NONE, TAG_BYTES, Tag};
+use crate::geo::Geo;
 use crate::{FtlConfig, FtlError, FtlStats, RecoveryReport};
 use csd_nand::{BlockId, Nand, NandError};
 use csd_sim::SimTime;
@@ -175,24 +176,8 @@ pub struct Ftl {
     pub(crate) nand: Nand,
     /// Parameters.
     pub(crate) cfg: FtlConfig,
-    /// Sectors (RBLOCKs, = LBAs) per flash page.
-    pub(crate) sectors_per_page: u32,
-    /// Bytes per sector (the LBA size).
-    pub(crate) sector_size: usize,
-    /// Pages per erase block.
-    pub(crate) pages_per_block: u32,
-    /// Erase blocks per die.
-    pub(crate) blocks_per_die: u32,
-    /// Dies of the array.
-    pub(crate) dies: u32,
-    /// Bytes per flash page.
-    pub(crate) page_size: usize,
-    /// OOB bytes per sector (the TAG lives in the first [`TAG_BYTES`]).
-    pub(crate) oob_per_sector: usize,
-    /// Logical capacity in LPIDs.
-    pub(crate) lbas: u64,
-    /// MAP entries per MAP page (8 bytes + the extension bytes each).
-    pub(crate) map_entries_per_page: u64,
+    /// Fixed dimensions: geometry and logical capacity.
+    pub(crate) geo: Geo,
     /// MAPS: flash page address of each MAP page (`NONE` if never written).
     pub(crate) map_pages: Vec<u64>,
     /// Which MAPS pages changed since the last checkpoint.
@@ -351,15 +336,7 @@ impl Ftl {
             ((dram * cfg.map_cache_share) as usize / page_size).clamp(2, n_map_pages.max(2));
         let n_gbitv_pages = (nblocks as u64 * spb).div_ceil(8 * page_size as u64) as usize;
         let mut f = Ftl {
-            sectors_per_page: spp,
-            sector_size: g.sector_size as usize,
-            pages_per_block: g.pages_per_block,
-            blocks_per_die: bpd,
-            dies,
-            page_size,
-            oob_per_sector: g.oob_per_sector as usize,
-            lbas,
-            map_entries_per_page: epp,
+            geo: Geo::new(&g, lbas, cfg.ext_bytes),
             map_pages: vec![NONE; n_map_pages],
             maps_page_dirty: vec![false; n_maps_pages],
             maps_pages: vec![NONE; n_maps_pages],
@@ -600,7 +577,7 @@ impl Ftl {
         self.free_per_die.fill(0);
         for (b, blk) in self.blocks.iter().enumerate() {
             if blk.state == Use::Free {
-                self.free_per_die[b / self.blocks_per_die as usize] += 1;
+                self.free_per_die[b / self.geo.blocks_per_die() as usize] += 1;
             }
         }
         self.free_count = self.free_per_die.iter().sum();
@@ -609,7 +586,7 @@ impl Ftl {
     /// Block `b` leaves (`-1`) or joins (`+1`) the free pool.
     #[inline]
     pub(crate) fn count_free(&mut self, b: u32, joins: bool) {
-        let die = (b / self.blocks_per_die) as usize;
+        let die = (b / self.geo.blocks_per_die()) as usize;
         if joins {
             self.free_count += 1;
             self.free_per_die[die] += 1;
@@ -621,11 +598,11 @@ impl Ftl {
 
     /// Logical capacity in LBAs.
     pub fn lbas(&self) -> u64 {
-        self.lbas
+        self.geo.lbas()
     }
     /// LBA size in bytes.
     pub fn lba_size(&self) -> usize {
-        self.sector_size
+        self.geo.sector_size()
     }
     /// Counters.
     pub fn stats(&self) -> &FtlStats {
@@ -639,11 +616,11 @@ impl Ftl {
     }
     /// Bytes per flash page.
     pub fn page_size(&self) -> usize {
-        self.page_size
+        self.geo.page_size()
     }
     /// Sectors per flash page.
     pub fn sectors_per_page(&self) -> u32 {
-        self.sectors_per_page
+        self.geo.sectors_per_page()
     }
     /// The configuration.
     pub fn config(&self) -> &FtlConfig {
@@ -717,23 +694,23 @@ impl Ftl {
     }
 
     pub(crate) fn check_range(&self, lba: u64, n: u64) -> Result<(), FtlError> {
-        if n == 0 || lba.checked_add(n).is_none_or(|e| e > self.lbas) {
+        if n == 0 || lba.checked_add(n).is_none_or(|e| e > self.geo.lbas()) {
             return Err(FtlError::OutOfRange {
                 lba,
                 end: lba.saturating_add(n),
-                capacity: self.lbas,
+                capacity: self.geo.lbas(),
             });
         }
         Ok(())
     }
 
     pub(crate) fn sectors_of(&self, len: usize) -> Result<u64, FtlError> {
-        if len == 0 || !len.is_multiple_of(self.sector_size) {
+        if len == 0 || !len.is_multiple_of(self.geo.sector_size()) {
             return Err(FtlError::BadLength {
                 got: len,
-                lba_size: self.sector_size,
+                lba_size: self.geo.sector_size(),
             });
         }
-        Ok((len / self.sector_size) as u64)
+        Ok((len / self.geo.sector_size()) as u64)
     }
 }

@@ -58,8 +58,8 @@ impl Ftl {
         let channels = self.nand.geometry().channels;
         let channel_of = |f: &Ftl, die: u32| f.nand.addr().channel_of(csd_nand::DieId(die));
         for ch in 0..channels {
-            for _ in 0..self.dies {
-                let free: u32 = (0..self.dies)
+            for _ in 0..self.geo.dies() {
+                let free: u32 = (0..self.geo.dies())
                     .filter(|&d| channel_of(self, d) == ch)
                     .map(|d| self.free_per_die[d as usize])
                     .sum();
@@ -67,7 +67,7 @@ impl Ftl {
                     break;
                 }
                 let Some(victim) =
-                    self.pick_victim_where(|f, b| channel_of(f, b / f.blocks_per_die) == ch)
+                    self.pick_victim_where(|f, b| channel_of(f, b / f.geo.blocks_per_die()) == ch)
                 else {
                     break;
                 };
@@ -80,9 +80,9 @@ impl Ftl {
     /// While at least `share` of the usable blocks are in use, collect the victims with
     /// at least a page of garbage, at most one per die per trigger.
     fn collect_used_above(&mut self, share: f64, at: SimTime) -> Result<(), FtlError> {
-        let min_garbage = self.sectors_per_page;
-        let spb = self.sectors_per_page * self.pages_per_block;
-        for _ in 0..self.dies {
+        let min_garbage = self.geo.sectors_per_page();
+        let spb = self.geo.sectors_per_page() * self.geo.pages_per_block();
+        for _ in 0..self.geo.dies() {
             let usable = self
                 .blocks
                 .iter()
@@ -104,7 +104,7 @@ impl Ftl {
 
     /// Move a victim's live data and reclaim it (erase, or retire if it lost data).
     fn collect_victim(&mut self, victim: u32, at: SimTime) -> Result<(), FtlError> {
-        let spb = self.sectors_per_page * self.pages_per_block;
+        let spb = self.geo.sectors_per_page() * self.geo.pages_per_block();
         self.stats.gc_reclaimed_sectors += (spb - self.blocks[victim as usize].valid) as u64;
         self.stats.gc_victims += 1;
         let damaged = self.relocate(victim, at)?;
@@ -228,7 +228,7 @@ impl Ftl {
             + self.wear_pages.len() as u64
             + self.bbt_pages.len() as u64
             + 2;
-        dead * u64::from(self.pages_per_block) >= cost + u64::from(self.pages_per_block)
+        dead * u64::from(self.geo.pages_per_block()) >= cost + u64::from(self.geo.pages_per_block())
     }
 
     /// GC keeps this many blocks free: the configured threshold plus what may be taken
@@ -236,7 +236,8 @@ impl Ftl {
     /// a checkpoint, two log blocks).
     pub(crate) fn gc_low_water(&self) -> u32 {
         // Above the checkpoint reserve by a commit's worth of blocks (`crate::provision`).
-        (self.cfg.gc_free_blocks + 2 * self.dies + 2).max(self.meta_reserve + self.dies + 2)
+        (self.cfg.gc_free_blocks + 2 * self.geo.dies() + 2)
+            .max(self.meta_reserve + self.geo.dies() + 2)
     }
 
     pub(crate) fn pick_victim(&self) -> Option<u32> {
@@ -245,7 +246,7 @@ impl Ftl {
 
     /// The best victim among full blocks with some garbage that `accept` takes.
     pub(crate) fn pick_victim_where(&self, accept: impl Fn(&Ftl, u32) -> bool) -> Option<u32> {
-        let spb = (self.sectors_per_page * self.pages_per_block) as f64;
+        let spb = (self.geo.sectors_per_page() * self.geo.pages_per_block()) as f64;
         let full = (0..self.blocks.len() as u32).filter(|&b| {
             self.blocks[b as usize].state == Use::Full
                 && (self.blocks[b as usize].valid as f64) < spb
@@ -289,9 +290,9 @@ impl Ftl {
     }
 
     fn relocate_inner(&mut self, block: u32, at: SimTime) -> Result<bool, FtlError> {
-        let spp = self.sectors_per_page as usize;
-        let ss = self.sector_size;
-        let ob = self.oob_per_sector;
+        let spp = self.geo.sectors_per_page() as usize;
+        let ss = self.geo.sector_size();
+        let ob = self.geo.oob_per_sector();
         let mut data = vec![0u8; spp * ss];
         let mut oob = vec![0u8; ob * spp];
         // 1. Read every page with valid sectors; note each sector's LPID (from its TAG,
@@ -300,8 +301,8 @@ impl Ftl {
         let mut moving: Vec<Moving> = Vec::new();
         let mut kept: Vec<u8> = Vec::new();
         let mut reverse: Option<HashMap<u64, u64>> = None;
-        for page in 0..self.pages_per_block {
-            let valid: Vec<u32> = (0..self.sectors_per_page)
+        for page in 0..self.geo.pages_per_block() {
+            let valid: Vec<u32> = (0..self.geo.sectors_per_page())
                 .filter(|&s| self.is_valid(block, page, s))
                 .collect();
             if valid.is_empty() {
@@ -313,7 +314,7 @@ impl Ftl {
                 let o = s as usize * ob;
                 let sector = &data[s as usize * ss..(s as usize + 1) * ss];
                 let tag = Tag::read(&oob[o..o + TAG_BYTES])
-                    .filter(|t| t.kind == Kind::Data && t.id < self.lbas);
+                    .filter(|t| t.kind == Kind::Data && t.id < self.geo.lbas());
                 let read_failed = unreadable.contains(&s);
                 let readable = !read_failed
                     && tag.is_some_and(|t| {
@@ -397,8 +398,8 @@ impl Ftl {
         at: SimTime,
     ) -> Result<Vec<u32>, FtlError> {
         let ppa = Ppa::new(BlockId(block), page);
-        let ss = self.sector_size;
-        let ob = self.oob_per_sector;
+        let ss = self.geo.sector_size();
+        let ob = self.geo.oob_per_sector();
         let retries = self.cfg.read_retries;
         self.stats.gc_reads += 1;
         let whole = read_with_retries(
@@ -470,7 +471,7 @@ impl Ftl {
         at: SimTime,
     ) -> Result<HashMap<u64, u64>, FtlError> {
         let mut out = HashMap::new();
-        let epp = self.map_entries_per_page;
+        let epp = self.geo.map_entries_per_page();
         for mp in 0..self.map_pages.len() as u32 {
             if self.map_pages[mp as usize] == crate::format::NONE
                 && self.map_slot_of[mp as usize] == u32::MAX
@@ -511,8 +512,8 @@ impl Ftl {
     }
 
     pub(crate) fn erase_block(&mut self, block: u32, at: SimTime) -> Result<(), FtlError> {
-        let die = (block / self.blocks_per_die) as usize;
-        let bi = block % self.blocks_per_die;
+        let die = (block / self.geo.blocks_per_die()) as usize;
+        let bi = block % self.geo.blocks_per_die();
         if self
             .open_blocks
             .iter()

@@ -96,8 +96,8 @@ impl Ftl {
     /// checkpoint ring counts as good blocks, as when the capacity was set at format).
     pub fn spare_blocks(&self) -> i64 {
         let usable = self.blocks.iter().filter(|b| b.state != Use::Bad).count() as i64;
-        let spb = self.sectors_per_page as u64 * self.pages_per_block as u64;
-        usable - self.reserve_blocks as i64 - self.lbas.div_ceil(spb) as i64
+        let spb = self.geo.sectors_per_page() as u64 * self.geo.pages_per_block() as u64;
+        usable - self.reserve_blocks as i64 - self.geo.lbas().div_ceil(spb) as i64
     }
 
     /// The rated endurance of the media, P/E cycles per block (at least 1).

@@ -56,7 +56,7 @@ impl Ftl {
             c[4],
             c[5],
             c[6],
-            self.lbas,
+            self.geo.lbas(),
             self.map_pages.len(),
             self.map_slots.len(),
             self.map_cache_capacity
@@ -85,7 +85,7 @@ impl Ftl {
                 if !self.is_valid(b, p, sec) {
                     return Err(format!(
                         "LBA {} maps to a sector not marked valid",
-                        mp as u64 * self.map_entries_per_page + i as u64
+                        mp as u64 * self.geo.map_entries_per_page() + i as u64
                     ));
                 }
                 counts[b as usize] += 1;
@@ -105,7 +105,7 @@ impl Ftl {
         for (s, per_die) in self.open_blocks.iter().enumerate() {
             for (die, open) in per_die.iter().enumerate() {
                 let Some((bi, page)) = *open else { continue };
-                let b = die as u32 * self.blocks_per_die + bi;
+                let b = die as u32 * self.geo.blocks_per_die() + bi;
                 let media = self
                     .nand
                     .block_info(BlockId(b))
@@ -119,10 +119,10 @@ impl Ftl {
                 }
             }
         }
-        let mut per_die = vec![0u32; self.dies as usize];
+        let mut per_die = vec![0u32; self.geo.dies() as usize];
         for (b, blk) in self.blocks.iter().enumerate() {
             if blk.state == Use::Free {
-                per_die[b / self.blocks_per_die as usize] += 1;
+                per_die[b / self.geo.blocks_per_die() as usize] += 1;
             }
         }
         if per_die != self.free_per_die {

@@ -88,6 +88,7 @@ mod error;
 pub mod format;
 mod ftl;
 mod gc;
+mod geo;
 mod health;
 mod inspect;
 mod log;

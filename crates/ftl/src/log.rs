@@ -25,7 +25,8 @@ impl Ftl {
     pub(crate) fn log_candidates(&mut self) -> Result<[u64; LOG_LINKS], FtlError> {
         // A page written at the cursor links to the LOG_LINKS pages after it, which reach
         // into the next block once this many pages or fewer are left.
-        if self.pages_per_block - self.log.page <= LOG_LINKS as u32 && self.log.next_block.is_none()
+        if self.geo.pages_per_block() - self.log.page <= LOG_LINKS as u32
+            && self.log.next_block.is_none()
         {
             let b = self.take_any_free_block()?;
             self.blocks[b as usize].state = Use::Log;
@@ -35,7 +36,7 @@ impl Ftl {
         let mut c = [NONE; LOG_LINKS];
         let (mut b, mut p) = (self.log.block, self.log.page);
         for slot in c.iter_mut() {
-            if p == self.pages_per_block {
+            if p == self.geo.pages_per_block() {
                 b = self.log.next_block.unwrap_or(b);
                 p = 0;
             }
@@ -57,7 +58,7 @@ impl Ftl {
         seq: u64,
         entries: Vec<Entry>,
     ) {
-        let per = (LogPage::capacity(self.page_size) - 32) / 24;
+        let per = (LogPage::capacity(self.geo.page_size()) - 32) / 24;
         for chunk in entries.chunks(per.max(1)) {
             self.log_append(make(seq, chunk.to_vec()));
         }
@@ -66,7 +67,7 @@ impl Ftl {
     /// Write every pending record to the log (the WAL force). Returns when durable.
     pub(crate) fn force_log(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let mut t = at;
-        let cap = LogPage::capacity(self.page_size);
+        let cap = LogPage::capacity(self.geo.page_size());
         while !self.log.pending.is_empty() {
             let mut used = 0;
             let mut n = 0;
@@ -92,10 +93,10 @@ impl Ftl {
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
         let mut page = std::mem::take(&mut self.page_scratch);
-        page.resize(self.page_size, 0);
+        page.resize(self.geo.page_size(), 0);
         let mut oob = std::mem::take(&mut self.oob_scratch);
         let result = (|| {
-            for _attempt in 0..(4 * self.pages_per_block) {
+            for _attempt in 0..(4 * self.geo.pages_per_block()) {
                 let cands = self.log_candidates()?;
                 let (b, p) = page_unaddr(cands[0]);
                 // Links of this page: the candidates after it.
@@ -103,7 +104,7 @@ impl Ftl {
                 {
                     let (mut lb, mut lp) = (b, p + 1);
                     for l in links.iter_mut() {
-                        if lp == self.pages_per_block {
+                        if lp == self.geo.pages_per_block() {
                             lb = self.log.next_block.unwrap_or(lb);
                             lp = 0;
                         }
@@ -118,10 +119,10 @@ impl Ftl {
                     records: records.clone(),
                 };
                 lp.encode(&mut page);
-                let ids = vec![self.log.next_lsn; self.sectors_per_page as usize];
+                let ids = vec![self.log.next_lsn; self.geo.sectors_per_page() as usize];
                 tags_for(
                     &mut oob,
-                    (self.oob_per_sector, self.sector_size),
+                    (self.geo.oob_per_sector(), self.geo.sector_size()),
                     &page,
                     Kind::Log,
                     &ids,
@@ -136,7 +137,7 @@ impl Ftl {
                     self.log.block = b;
                     self.log.next_block = None;
                 }
-                if self.log.page == self.pages_per_block
+                if self.log.page == self.geo.pages_per_block()
                     && let Some(nb) = self.log.next_block.take()
                 {
                     self.log.block = nb;

@@ -19,8 +19,8 @@ use csd_sim::SimTime;
 impl Ftl {
     #[inline]
     pub(crate) fn gidx(&self, block: u32, page: u32, sector: u32) -> usize {
-        ((block as usize * self.pages_per_block as usize + page as usize)
-            * self.sectors_per_page as usize)
+        ((block as usize * self.geo.pages_per_block() as usize + page as usize)
+            * self.geo.sectors_per_page() as usize)
             + sector as usize
     }
 
@@ -46,7 +46,7 @@ impl Ftl {
             *w &= !bit;
             self.blocks[b as usize].valid -= 1;
         }
-        self.gbitv_dirty[i / (8 * self.page_size)] = true;
+        self.gbitv_dirty[i / (8 * self.geo.page_size())] = true;
     }
 
     /// May the FTL write metadata now? Not while recovering (block classes unknown) nor
@@ -72,14 +72,14 @@ impl Ftl {
         }
         self.stats.map_misses += 1;
         let mut t = at;
-        let epp = self.map_entries_per_page as usize;
+        let epp = self.geo.map_entries_per_page() as usize;
         let ext = self.cfg.ext_bytes as usize;
         // Read the page before taking a slot for it: a page that cannot be read leaves
         // the cache as it was (never a slot of unmapped entries standing in for it).
         let addr = self.map_pages[mp as usize];
         let mut page = Vec::new();
         if addr != NONE {
-            page = vec![0u8; self.page_size];
+            page = vec![0u8; self.geo.page_size()];
             t = t.max(self.read_meta_page(addr, Kind::Map, mp as u64, &mut page, at)?);
         }
         let no_writes = !self.may_write_meta();
@@ -161,8 +161,8 @@ impl Ftl {
     }
 
     pub(crate) fn write_map_page(&mut self, slot: usize, at: SimTime) -> Result<SimTime, FtlError> {
-        let mut page = vec![0u8; self.page_size];
-        let epp = self.map_entries_per_page as usize;
+        let mut page = vec![0u8; self.geo.page_size()];
+        let epp = self.geo.map_entries_per_page() as usize;
         let s = &self.map_slots[slot];
         for (i, e) in s.entries.iter().enumerate() {
             page[i * 8..i * 8 + 8].copy_from_slice(&e.to_le_bytes());
@@ -172,7 +172,7 @@ impl Ftl {
         let (addr, t) = self.write_meta_page(Kind::Map, mp as u64, &page, at)?;
         let old = std::mem::replace(&mut self.map_pages[mp as usize], addr);
         self.release_meta_page(old);
-        self.maps_page_dirty[mp as usize / (self.page_size / 8)] = true;
+        self.maps_page_dirty[mp as usize / (self.geo.page_size() / 8)] = true;
         self.map_slots[slot].dirty = false;
         Ok(t)
     }
@@ -213,7 +213,7 @@ impl Ftl {
     /// [`Ftl::peek_in_place`] with the sectors' OOB bytes (their TAGs, which a read
     /// checks): the same cache hint's view, never data to use.
     pub fn peek_page_in_place(&self, lpid: u64, bytes: usize) -> Option<(&[u8], &[u8])> {
-        let n = bytes.div_ceil(self.sector_size.max(1)) as u64;
+        let n = bytes.div_ceil(self.geo.sector_size().max(1)) as u64;
         let Loc::Flash(a) = Loc::of(*self.cached_entry(lpid)?) else {
             return None;
         };
@@ -233,29 +233,29 @@ impl Ftl {
     /// `lpid`'s MAP entry when its MAP page is cached.
     #[inline]
     fn cached_entry(&self, lpid: u64) -> Option<&u64> {
-        if lpid >= self.lbas {
+        if lpid >= self.geo.lbas() {
             return None;
         }
         let s = *self
             .map_slot_of
-            .get((lpid / self.map_entries_per_page) as usize)?;
+            .get((lpid / self.geo.map_entries_per_page()) as usize)?;
         let slot = self.map_slots.get(s as usize)?;
         slot.entries
-            .get((lpid % self.map_entries_per_page) as usize)
+            .get((lpid % self.geo.map_entries_per_page()) as usize)
     }
 
     pub(crate) fn map_get(&mut self, lpid: u64, at: SimTime) -> Result<(u64, SimTime), FtlError> {
-        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
+        let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
         Ok((
-            self.map_slots[s].entries[(lpid % self.map_entries_per_page) as usize],
+            self.map_slots[s].entries[(lpid % self.geo.map_entries_per_page()) as usize],
             t,
         ))
     }
 
     pub(crate) fn map_set(&mut self, lpid: u64, v: u64, at: SimTime) -> Result<SimTime, FtlError> {
-        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
+        let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
         let slot = &mut self.map_slots[s];
-        slot.entries[(lpid % self.map_entries_per_page) as usize] = v;
+        slot.entries[(lpid % self.geo.map_entries_per_page()) as usize] = v;
         slot.dirty = true;
         self.map_epoch += 1;
         Ok(t)
@@ -265,8 +265,8 @@ impl Ftl {
     pub fn ext(&mut self, lpid: u64, at: SimTime) -> Result<(Vec<u8>, SimTime), FtlError> {
         self.check_range(lpid, 1)?;
         let ext = self.cfg.ext_bytes as usize;
-        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
-        let o = (lpid % self.map_entries_per_page) as usize * ext;
+        let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
+        let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
         Ok((self.map_slots[s].ext[o..o + ext].to_vec(), t))
     }
 
@@ -281,8 +281,8 @@ impl Ftl {
             )));
         }
         self.check_writable()?;
-        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
-        let o = (lpid % self.map_entries_per_page) as usize * ext;
+        let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
+        let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
         self.map_slots[s].ext[o..o + ext].copy_from_slice(bytes);
         self.map_slots[s].dirty = true;
         self.ext_pending.remove(&lpid);
@@ -297,8 +297,8 @@ impl Ftl {
     /// caller's own record — Trim — says it).
     pub(crate) fn clear_ext(&mut self, lpid: u64, at: SimTime) -> Result<SimTime, FtlError> {
         let ext = self.cfg.ext_bytes as usize;
-        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
-        let o = (lpid % self.map_entries_per_page) as usize * ext;
+        let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
+        let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
         self.map_slots[s].ext[o..o + ext].fill(0);
         self.map_slots[s].dirty = true;
         self.ext_pending.remove(&lpid);
@@ -341,20 +341,20 @@ impl Ftl {
 
     /// MAP entries per MAP page (the unit in which extensions are loaded and cached).
     pub fn map_entries_per_page(&self) -> u64 {
-        self.map_entries_per_page
+        self.geo.map_entries_per_page()
     }
 
     /// The extension bytes of every LPID of MAP page `mp` (LPIDs `mp * epp ..`), loading
     /// the MAP page into the MAP cache if needed (a MAP-page read on a miss); returns the
     /// bytes, `map_entries_per_page() * ext_bytes` of them, and when they are in DRAM.
     pub fn ext_page(&mut self, mp: u64, at: SimTime) -> Result<(Vec<u8>, SimTime), FtlError> {
-        let pages = self.lbas.div_ceil(self.map_entries_per_page);
+        let pages = self.geo.lbas().div_ceil(self.geo.map_entries_per_page());
         if mp >= pages {
-            let lba = mp.saturating_mul(self.map_entries_per_page);
+            let lba = mp.saturating_mul(self.geo.map_entries_per_page());
             return Err(FtlError::OutOfRange {
                 lba,
                 end: lba.saturating_add(1),
-                capacity: self.lbas,
+                capacity: self.geo.lbas(),
             });
         }
         let (s, t) = self.map_slot(mp as u32, at)?;
@@ -369,7 +369,7 @@ impl Ftl {
     /// Replace the controller's persistent metadata blob (logged; durable at the next
     /// log write, kept by checkpoints). At most a quarter of a flash page.
     pub fn set_blob(&mut self, bytes: &[u8]) -> Result<(), FtlError> {
-        let max = self.page_size / 4;
+        let max = self.geo.page_size() / 4;
         if bytes.len() > max {
             return Err(FtlError::Config(format!(
                 "controller metadata of {} bytes exceeds the {max}-byte limit",
@@ -415,9 +415,9 @@ impl Ftl {
             }
         };
         // Every sector's TAG: the kind and id asked for, and the CRC of that sector.
-        let ss = self.sector_size;
-        let ob = self.oob_per_sector;
-        let ok = (0..self.sectors_per_page as usize).all(|s| {
+        let ss = self.geo.sector_size();
+        let ob = self.geo.oob_per_sector();
+        let ok = (0..self.geo.sectors_per_page() as usize).all(|s| {
             matches!(Tag::read(&oob[s * ob..s * ob + TAG_BYTES]), Some(t) if t.kind == kind
                 && t.id == id
                 && t.crc == crc32c::crc32c(&out[s * ss..(s + 1) * ss]))
@@ -439,11 +439,11 @@ impl Ftl {
         data: &[u8],
         at: SimTime,
     ) -> Result<(u64, SimTime), FtlError> {
-        let ids = vec![id; self.sectors_per_page as usize];
+        let ids = vec![id; self.geo.sectors_per_page() as usize];
         let mut oob = std::mem::take(&mut self.oob_scratch);
         tags_for(
             &mut oob,
-            (self.oob_per_sector, self.sector_size),
+            (self.geo.oob_per_sector(), self.geo.sector_size()),
             data,
             kind,
             &ids,

@@ -43,7 +43,7 @@ impl Ftl {
                 }
                 Err(NandError::ProgramFailed { done, .. }) => {
                     self.stats.program_failures += 1;
-                    let die = block / self.blocks_per_die;
+                    let die = block / self.geo.blocks_per_die();
                     self.open_blocks[s][die as usize] = None;
                     self.retire(block);
                     let _ = done;
@@ -55,12 +55,12 @@ impl Ftl {
     }
 
     pub(crate) fn advance(&mut self, s: usize, block: u32, page: u32) {
-        let die = block / self.blocks_per_die;
-        if page + 1 == self.pages_per_block {
+        let die = block / self.geo.blocks_per_die();
+        if page + 1 == self.geo.pages_per_block() {
             self.open_blocks[s][die as usize] = None;
             self.blocks[block as usize].state = if s == META { Use::Meta } else { Use::Full };
         } else {
-            self.open_blocks[s][die as usize] = Some((block % self.blocks_per_die, page + 1));
+            self.open_blocks[s][die as usize] = Some((block % self.geo.blocks_per_die(), page + 1));
         }
         self.blocks[block as usize].stamp = self.program_seq;
     }
@@ -81,15 +81,15 @@ impl Ftl {
         };
         // A read-only device writes only checkpoints: its META stream fills the blocks it
         // has open before it opens another, so the reserve need not cover a block per die.
-        let scarce = free <= self.dies || (s == META && self.read_only.is_some());
+        let scarce = free <= self.geo.dies() || (s == META && self.read_only.is_some());
         // Pass 1: the next die in turn with an open block (or, unless scarce, a free one);
         // pass 2 (scarce only): the next die in turn with a free block.
         for open_new in [!scarce, free > 0] {
-            for _ in 0..self.dies {
+            for _ in 0..self.geo.dies() {
                 let die = self.next_die[s];
-                self.next_die[s] = (die + 1) % self.dies;
+                self.next_die[s] = (die + 1) % self.geo.dies();
                 if let Some((b, p)) = self.open_blocks[s][die as usize] {
-                    return Ok((die * self.blocks_per_die + b, p));
+                    return Ok((die * self.geo.blocks_per_die() + b, p));
                 }
                 if open_new && let Some(b) = self.open_block(s, die) {
                     debug_assert!(s == META || self.free_count >= self.meta_reserve);
@@ -105,27 +105,27 @@ impl Ftl {
     /// every other table is written whole (a read-only device's META stream opens one
     /// block at a time), plus a log block, a block for a failed program and one to spare.
     pub(crate) fn checkpoint_reserve(&self) -> u32 {
-        let page = self.page_size as u64;
+        let page = self.geo.page_size() as u64;
         let nblocks = self.blocks.len() as u64;
         let pages = (self.map_cache_capacity as u64).min(self.map_pages.len() as u64)
             + self.maps_pages.len() as u64
             + (nblocks * 4).div_ceil(page)
             + nblocks.div_ceil(8).div_ceil(page)
             + self.gbitv_pages.len() as u64;
-        (pages.div_ceil(self.pages_per_block as u64) + 3) as u32
+        (pages.div_ceil(self.geo.pages_per_block() as u64) + 3) as u32
     }
 
     /// Open the least-worn free block of `die` for stream `s`; its global index.
     pub(crate) fn open_block(&mut self, s: usize, die: u32) -> Option<u32> {
         let b = self.take_free_block(die)?;
-        self.blocks[(die * self.blocks_per_die + b) as usize].state = Use::Open(s as u8);
+        self.blocks[(die * self.geo.blocks_per_die() + b) as usize].state = Use::Open(s as u8);
         self.open_blocks[s][die as usize] = Some((b, 0));
-        Some(die * self.blocks_per_die + b)
+        Some(die * self.geo.blocks_per_die() + b)
     }
 
     pub(crate) fn take_free_block(&mut self, die: u32) -> Option<u32> {
-        let base = (die * self.blocks_per_die) as usize;
-        let best = (0..self.blocks_per_die)
+        let base = (die * self.geo.blocks_per_die()) as usize;
+        let best = (0..self.geo.blocks_per_die())
             .filter(|&i| self.blocks[base + i as usize].state == Use::Free)
             .min_by_key(|&i| self.blocks[base + i as usize].pe)?;
         self.blocks[base + best as usize].state = Use::Open(u8::MAX);
@@ -134,10 +134,10 @@ impl Ftl {
     }
 
     pub(crate) fn take_any_free_block(&mut self) -> Result<u32, FtlError> {
-        for k in 0..self.dies {
-            let die = (self.next_die[META] + k) % self.dies;
+        for k in 0..self.geo.dies() {
+            let die = (self.next_die[META] + k) % self.geo.dies();
             if let Some(b) = self.take_free_block(die) {
-                return Ok(die * self.blocks_per_die + b);
+                return Ok(die * self.geo.blocks_per_die() + b);
             }
         }
         Err(FtlError::NoSpace)

@@ -62,10 +62,10 @@ impl Ftl {
         buf: &mut [u8],
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
-        if buf.len() != self.sector_size {
+        if buf.len() != self.geo.sector_size() {
             return Err(FtlError::BadLength {
                 got: buf.len(),
-                lba_size: self.sector_size,
+                lba_size: self.geo.sector_size(),
             });
         }
         self.read(lpid, buf, at)
@@ -79,20 +79,20 @@ impl Ftl {
         out: &mut [u8],
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
-        if out.len() != lpids.len() * self.sector_size || lpids.is_empty() {
+        if out.len() != lpids.len() * self.geo.sector_size() || lpids.is_empty() {
             return Err(FtlError::BadLength {
                 got: out.len(),
-                lba_size: self.sector_size,
+                lba_size: self.geo.sector_size(),
             });
         }
-        if let Some(&l) = lpids.iter().find(|&&l| l >= self.lbas) {
+        if let Some(&l) = lpids.iter().find(|&&l| l >= self.geo.lbas()) {
             return Err(FtlError::OutOfRange {
                 lba: l,
                 end: l + 1,
-                capacity: self.lbas,
+                capacity: self.geo.lbas(),
             });
         }
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         let mut done = at;
         for (i, &l) in lpids.iter().enumerate() {
             done = done.max(self.read(l, &mut out[i * ss..(i + 1) * ss], at)?);
@@ -129,7 +129,7 @@ impl Ftl {
         let data = match in_place {
             Some(addr) => {
                 let (b, p, s) = unpack(addr);
-                let n = (bytes / self.sector_size) as u32;
+                let n = (bytes / self.geo.sector_size()) as u32;
                 self.nand
                     .stored_sectors(Ppa::new(BlockId(b), p), s, n)
                     .map(|(data, _)| data)
@@ -156,7 +156,7 @@ impl Ftl {
     ) -> Result<(SimTime, Option<u64>), FtlError> {
         let n = self.sectors_of(buf.len())?;
         self.check_range(lba, n)?;
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         let mut done = at;
         let mut i = 0u64;
         let mut place = None;
@@ -190,7 +190,7 @@ impl Ftl {
                 Loc::Flash(a) => {
                     let s = unpack(a).2;
                     let mut run = 1u64;
-                    while i + run < n && s + (run as u32) < self.sectors_per_page {
+                    while i + run < n && s + (run as u32) < self.geo.sectors_per_page() {
                         let (next, _) = self.map_get(l + run, at)?;
                         if next != a + run {
                             break;
@@ -224,9 +224,9 @@ impl Ftl {
     ) -> Result<SimTime, FtlError> {
         let (b, p, s) = unpack(addr);
         let ppa = Ppa::new(BlockId(b), p);
-        let n = out.len() / self.sector_size;
+        let n = out.len() / self.geo.sector_size();
         let mut oob = std::mem::take(&mut self.oob_scratch);
-        let ob = self.oob_per_sector;
+        let ob = self.geo.oob_per_sector();
         let mut attempt = 0;
         let r = loop {
             match self
@@ -242,7 +242,7 @@ impl Ftl {
                 r => break r,
             }
         };
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         let r = check_sectors(
             &self.nand,
             &mut self.stats,
@@ -299,7 +299,7 @@ impl Ftl {
             Ok(d) if !d.erased => self.nand.stored_sectors(ppa, s, n).unwrap_or((&[], &[])),
             _ => (&[][..], &[][..]),
         };
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         let r = check_sectors(&self.nand, &mut self.stats, (lba, ppa, s), r, data, oob, ss);
         self.mark_checked(ppa, s, n, r)
     }

@@ -354,7 +354,7 @@ fn a_starved_channel_collects_on_its_own_blocks() {
             f.blocks[b as usize].state == crate::ftl::Use::Free
                 && f.nand()
                     .addr()
-                    .channel_of(csd_nand::DieId(b / f.blocks_per_die))
+                    .channel_of(csd_nand::DieId(b / f.geo.blocks_per_die()))
                     == 0
         })
         .collect();
@@ -364,7 +364,7 @@ fn a_starved_channel_collects_on_its_own_blocks() {
     }
     let ss = f.lba_size();
     f.write(0, &sector(ss, 3), SimTime::ZERO).unwrap();
-    let ch0_free = (0..f.dies)
+    let ch0_free = (0..f.geo.dies())
         .filter(|&d| f.nand().addr().channel_of(csd_nand::DieId(d)) == 0)
         .map(|d| f.free_per_die[d as usize])
         .sum::<u32>();

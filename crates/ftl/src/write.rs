@@ -44,15 +44,15 @@ impl Ftl {
     ) -> Result<SimTime, FtlError> {
         self.sectors_of(data.len())?;
         let packets = data.len().div_ceil(packet_bytes.max(1));
-        if packet_bytes < self.sector_size || arrivals.len() != packets {
+        if packet_bytes < self.geo.sector_size() || arrivals.len() != packets {
             return Err(FtlError::Config(format!(
                 "a write of {} bytes in packets of {packet_bytes} bytes needs {packets} arrival instants (got {}) and packets of at least one {}-byte LBA",
                 data.len(),
                 arrivals.len(),
-                self.sector_size
+                self.geo.sector_size()
             )));
         }
-        let contexts = packet_contexts(data.len(), self.sector_size, packet_bytes);
+        let contexts = packet_contexts(data.len(), self.geo.sector_size(), packet_bytes);
         debug_assert_eq!(contexts.len(), packets);
         self.write_contexts(
             lba,
@@ -74,7 +74,7 @@ impl Ftl {
         self.check_range(lba, n)?;
         self.check_writable()?;
         let mdts = u64::from(self.cfg.mdts_sectors);
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         let mut done = SimTime::ZERO;
         let mut first = 0u64;
         for (sectors, at) in contexts {
@@ -177,16 +177,16 @@ impl Ftl {
     ) -> Result<SimTime, FtlError> {
         let mut t = at;
         let mut done = at;
-        for (i, sector) in data.chunks(self.sector_size).enumerate() {
+        for (i, sector) in data.chunks(self.geo.sector_size()).enumerate() {
             t = t.max(self.buffer_sector(HOT, lba + i as u64, sector, NONE, at)?);
             if self.cfg.write_cache == WriteCache::WriteBack
                 && self.filling[HOT].is_none()
-                && self.page_bufs.len() >= self.dies as usize
+                && self.page_bufs.len() >= self.geo.dies() as usize
             {
                 done = done.max(self.commit(t)?);
             }
         }
-        self.stats.host_write_sectors += data.len() as u64 / self.sector_size as u64;
+        self.stats.host_write_sectors += data.len() as u64 / self.geo.sector_size() as u64;
         if self.cfg.write_cache == WriteCache::WriteThrough {
             done = done.max(self.commit(t)?);
         }
@@ -218,9 +218,9 @@ impl Ftl {
             Some(b) => b,
             None => {
                 let buf = self.buf_pool.pop().unwrap_or_else(|| PageBuf {
-                    data: vec![0u8; self.page_size],
-                    lpids: vec![NONE; self.sectors_per_page as usize],
-                    olds: vec![NONE; self.sectors_per_page as usize],
+                    data: vec![0u8; self.geo.page_size()],
+                    lpids: vec![NONE; self.geo.sectors_per_page() as usize],
+                    olds: vec![NONE; self.geo.sectors_per_page() as usize],
                     fill: 0,
                 });
                 self.page_bufs.push(buf);
@@ -231,11 +231,12 @@ impl Ftl {
         };
         let buf = &mut self.page_bufs[bi];
         let k = buf.fill as usize;
-        buf.data[k * self.sector_size..(k + 1) * self.sector_size].copy_from_slice(sector);
+        buf.data[k * self.geo.sector_size()..(k + 1) * self.geo.sector_size()]
+            .copy_from_slice(sector);
         buf.lpids[k] = lpid;
         buf.olds[k] = durable_old;
         buf.fill += 1;
-        if buf.fill == self.sectors_per_page {
+        if buf.fill == self.geo.sectors_per_page() {
             self.filling[s] = None;
         }
         self.map_set(lpid, Loc::Buffered { buf: bi, slot: k }.entry(), at)?;
@@ -269,7 +270,7 @@ impl Ftl {
         let mut done = done;
         // 5. The done record rides with the next log write.
         self.log_append(Record::Done { seq });
-        if self.log.pending_bytes > LogPage::capacity(self.page_size) / 2 {
+        if self.log.pending_bytes > LogPage::capacity(self.geo.page_size()) / 2 {
             done = done.max(self.force_log(done)?);
         }
         while let Some(b) = self.retired_to_relocate.pop() {
@@ -328,9 +329,9 @@ impl Ftl {
     /// Pad the partial pages of the buffers with zeros.
     fn pad_page_bufs(&mut self) {
         for b in &mut self.page_bufs {
-            if b.fill < self.sectors_per_page {
-                self.stats.padding_sectors += (self.sectors_per_page - b.fill) as u64;
-                b.data[b.fill as usize * self.sector_size..].fill(0);
+            if b.fill < self.geo.sectors_per_page() {
+                self.stats.padding_sectors += (self.geo.sectors_per_page() - b.fill) as u64;
+                b.data[b.fill as usize * self.geo.sector_size()..].fill(0);
             }
         }
     }
@@ -359,7 +360,7 @@ impl Ftl {
             let pe = self.nand.block_info(BlockId(b))?.pe_cycles;
             tags_for(
                 &mut oob,
-                (self.oob_per_sector, self.sector_size),
+                (self.geo.oob_per_sector(), self.geo.sector_size()),
                 &self.page_bufs[i].data,
                 Kind::Data,
                 &self.page_bufs[i].lpids,
@@ -384,7 +385,7 @@ impl Ftl {
                 }
                 Err(NandError::ProgramFailed { .. }) => {
                     self.stats.program_failures += 1;
-                    self.open_blocks[stream][(b / self.blocks_per_die) as usize] = None;
+                    self.open_blocks[stream][(b / self.geo.blocks_per_die()) as usize] = None;
                     self.retire(b);
                     failed.push(i);
                 }
@@ -434,7 +435,7 @@ impl Ftl {
         // its old value on flash; the others are still installed, so that no MAP entry is
         // left pointing into a buffer that goes back to the pool.
         let mut order: Vec<(u64, usize, usize)> =
-            Vec::with_capacity(bufs.len() * self.sectors_per_page as usize);
+            Vec::with_capacity(bufs.len() * self.geo.sectors_per_page() as usize);
         for (i, buf) in bufs.iter().enumerate() {
             for (k, &lpid) in buf.lpids.iter().enumerate() {
                 if lpid != NONE {
@@ -597,7 +598,7 @@ impl Ftl {
     /// batch sees none or all of it: an (empty or full) time-ordered prefix, which meets
     /// the visibility rules (a)-(d) of §3.1.
     pub fn flush_batch(&mut self, buf: &[u8], at: SimTime) -> Result<SimTime, FtlError> {
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         if buf.len() < 2 * ss || !buf.len().is_multiple_of(ss) {
             return Err(FtlError::BadBatch(format!(
                 "a batch buffer is a DESC block and at least one {ss}-byte page; got {} bytes",
@@ -619,10 +620,10 @@ impl Ftl {
                     "DESC offset {off} is outside the buffer's pages 1..={pages}"
                 )));
             }
-            if lpid >= self.lbas {
+            if lpid >= self.geo.lbas() {
                 return Err(FtlError::BadBatch(format!(
                     "LPID {lpid} is outside the device ({} LPIDs)",
-                    self.lbas
+                    self.geo.lbas()
                 )));
             }
         }
@@ -639,11 +640,12 @@ impl Ftl {
         buf: &[u8],
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         // Earlier buffered writes come first; then room for the whole batch.
         let mut t = self.commit_inner(false, at)?;
-        let blocks_needed =
-            (desc.entries.len() as u32).div_ceil(self.sectors_per_page * self.pages_per_block) + 1;
+        let blocks_needed = (desc.entries.len() as u32)
+            .div_ceil(self.geo.sectors_per_page() * self.geo.pages_per_block())
+            + 1;
         self.ensure_free(blocks_needed, t)?;
         for &(lpid, off) in &desc.entries {
             let page = &buf[off as usize * ss..(off as usize + 1) * ss];

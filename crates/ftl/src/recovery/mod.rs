@@ -235,7 +235,7 @@ impl Ftl {
 
     /// WEAR, MAPS and GBITV of the checkpoint; the valid counts follow from GBITV.
     fn load_tables(&mut self, ck: &Checkpoint, t0: SimTime) -> Result<SimTime, FtlError> {
-        let page_size = self.page_size;
+        let page_size = self.geo.page_size();
         let mut page = vec![0u8; page_size];
         let mut t = t0;
         for (i, &a) in ck.wear.iter().enumerate() {
@@ -283,7 +283,7 @@ impl Ftl {
             }
         }
         // Valid counts per block, from the bitmap.
-        let spb = (self.sectors_per_page * self.pages_per_block) as usize;
+        let spb = (self.geo.sectors_per_page() * self.geo.pages_per_block()) as usize;
         for b in 0..self.blocks.len() {
             let (lo, hi) = (b * spb, (b + 1) * spb);
             let mut n = 0u32;
@@ -334,13 +334,13 @@ impl Ftl {
             .iter()
             .map(|&w| if w { BT_USED } else { BT_FREE })
             .collect();
-        let mut page = vec![0u8; self.page_size];
+        let mut page = vec![0u8; self.geo.page_size()];
         let mut t = t0;
         for (i, &a) in ck.bbt.iter().enumerate() {
             t = t.max(self.read_meta_page(a, Kind::Bbt, i as u64, &mut page, t0)?);
             for (k, byte) in page.iter().enumerate() {
                 for bit in 0..8 {
-                    let b = (i * self.page_size + k) * 8 + bit;
+                    let b = (i * self.geo.page_size() + k) * 8 + bit;
                     if byte & (1 << bit) != 0 && b < table.len() {
                         table[b] = BT_BAD;
                     }
@@ -376,7 +376,7 @@ impl Ftl {
         let Some((b, p)) = self.page_in_device(links[0]) else {
             return Ok((false, at));
         };
-        let mut page = vec![0u8; self.page_size];
+        let mut page = vec![0u8; self.geo.page_size()];
         let r = read_with_retries(
             &mut self.nand,
             Ppa::new(BlockId(b), p),
@@ -400,7 +400,7 @@ impl Ftl {
             return None;
         }
         let (b, p) = page_unaddr(addr);
-        ((b as usize) < self.blocks.len() && p < self.pages_per_block).then_some((b, p))
+        ((b as usize) < self.blocks.len() && p < self.geo.pages_per_block()).then_some((b, p))
     }
 
     /// The state is the checkpoint's: block states from the table, open blocks where
@@ -423,10 +423,10 @@ impl Ftl {
                     let next = self
                         .nand
                         .block_info(BlockId(b as u32))
-                        .map_or(self.pages_per_block, |i| i.next_page);
-                    if next < self.pages_per_block {
-                        let die = b / self.blocks_per_die as usize;
-                        let bi = (b % self.blocks_per_die as usize) as u32;
+                        .map_or(self.geo.pages_per_block(), |i| i.next_page);
+                    if next < self.geo.pages_per_block() {
+                        let die = b / self.geo.blocks_per_die() as usize;
+                        let bi = (b % self.geo.blocks_per_die() as usize) as u32;
                         self.open_blocks[s][die] = Some((bi, next));
                         Use::Open(s as u8)
                     } else {
@@ -536,9 +536,9 @@ impl Ftl {
         }
         // Metadata written during this recovery (MAP evictions) sits in open META blocks.
         for s in 0..3 {
-            for die in 0..self.dies as usize {
+            for die in 0..self.geo.dies() as usize {
                 if let Some((bi, _)) = self.open_blocks[s][die].take() {
-                    let b = die * self.blocks_per_die as usize + bi as usize;
+                    let b = die * self.geo.blocks_per_die() as usize + bi as usize;
                     self.blocks[b].state = if s == META { Use::Meta } else { Use::Full };
                 }
             }
@@ -557,7 +557,7 @@ impl Ftl {
         rep: &mut RecoveryReport,
         mut t: SimTime,
     ) -> Result<SimTime, FtlError> {
-        let mut page = vec![0u8; self.page_size];
+        let mut page = vec![0u8; self.geo.page_size()];
         let mut oob = vec![0u8; self.oob_scratch.len()];
         let mut links = *rssp_links;
         let mut expect = rssp_lsn;
@@ -683,7 +683,7 @@ impl Ftl {
                 }
             }
             Record::Trim { lpid, n } => {
-                for l in lpid..lpid.saturating_add(n).min(self.lbas) {
+                for l in lpid..lpid.saturating_add(n).min(self.geo.lbas()) {
                     let (cur, tt) = self.map_get(l, t)?;
                     self.set_valid(cur, false);
                     t = t.max(tt).max(self.map_set(l, NONE, t)?);
@@ -693,17 +693,18 @@ impl Ftl {
                 }
             }
             Record::ExtPending { lpid, n } => {
-                for l in lpid..lpid.saturating_add(n).min(self.lbas) {
+                for l in lpid..lpid.saturating_add(n).min(self.geo.lbas()) {
                     self.ext_pending.insert(l);
                 }
             }
             Record::Blob { bytes } => self.ctrl_blob = bytes,
             Record::Ext { lpid, bytes } => {
-                if lpid < self.lbas && bytes.len() == self.cfg.ext_bytes as usize {
+                if lpid < self.geo.lbas() && bytes.len() == self.cfg.ext_bytes as usize {
                     self.ext_pending.remove(&lpid);
                     let ext = bytes.len();
-                    let (s, tt) = self.map_slot((lpid / self.map_entries_per_page) as u32, t)?;
-                    let o = (lpid % self.map_entries_per_page) as usize * ext;
+                    let (s, tt) =
+                        self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, t)?;
+                    let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
                     self.map_slots[s].ext[o..o + ext].copy_from_slice(&bytes);
                     self.map_slots[s].dirty = true;
                     t = t.max(tt);
@@ -752,7 +753,7 @@ impl Ftl {
         }
         let mut t = at;
         for e in &order {
-            if e.lpid >= self.lbas || !self.entry_in_device(e.new) {
+            if e.lpid >= self.geo.lbas() || !self.entry_in_device(e.new) {
                 continue;
             }
             let (cur, tt) = self.map_get(e.lpid, t)?;
@@ -774,8 +775,8 @@ impl Ftl {
             Loc::Flash(a) => {
                 let (b, p, s) = unpack(a);
                 (b as usize) < self.blocks.len()
-                    && p < self.pages_per_block
-                    && s < self.sectors_per_page
+                    && p < self.geo.pages_per_block()
+                    && s < self.geo.sectors_per_page()
             }
             Loc::Buffered { .. } => false,
         }
@@ -796,8 +797,8 @@ impl Ftl {
             last.insert(e.lpid, e.new);
         }
         let mut t = at;
-        let mut data = vec![0u8; self.sector_size];
-        let mut oob = vec![0u8; self.oob_per_sector];
+        let mut data = vec![0u8; self.geo.sector_size()];
+        let mut oob = vec![0u8; self.geo.oob_per_sector()];
         for (&lpid, &new) in &last {
             if Loc::of(new) == Loc::Lost {
                 continue;
