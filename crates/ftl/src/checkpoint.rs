@@ -36,6 +36,7 @@ use crate::format::{
     page_addr, page_unaddr,
 };
 use crate::ftl::*;
+use crate::stats::Count;
 use crate::{FtlError, FtlStats, ReadOnlyReason};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
@@ -90,7 +91,7 @@ impl Ftl {
         t = t.max(tt);
         let (new_bbt, tt) = self.write_bbt(t)?;
         t = t.max(tt);
-        let bad_in_table = self.stats.grown_bad_blocks;
+        let bad_in_table = self.counters.window().grown_bad_blocks;
         // Every other metadata page of this checkpoint is on flash: the open blocks are
         // now those the record will find.
         let open = self.open_list();
@@ -146,7 +147,7 @@ impl Ftl {
         self.ckpt_seq = record.seq;
         self.log.since_ckpt = 0;
         self.last_checkpoint_at = t;
-        self.stats.checkpoints += 1;
+        self.counters.add(Count::Checkpoints, 1);
         // Reclaim: log blocks wholly before the RSSP, metadata blocks with nothing live.
         let cur_log = [Some(self.log.block), self.log.next_block];
         for b in 0..self.blocks.len() as u32 {
@@ -159,7 +160,7 @@ impl Ftl {
                 self.erase_block(b, t)?;
             }
         }
-        Ok((t, self.stats.grown_bad_blocks != bad_in_table))
+        Ok((t, self.counters.window().grown_bad_blocks != bad_in_table))
     }
 
     fn write_dirty_map_pages(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
@@ -440,9 +441,9 @@ impl Ftl {
         );
         let r = self.nand.program(Ppa::new(BlockId(b), p), page, &oob, at);
         self.oob_scratch = oob;
-        self.stats.meta_programs += 1;
+        self.counters.add(Count::MetaPrograms, 1);
         if matches!(r, Err(NandError::ProgramFailed { .. })) {
-            self.stats.program_failures += 1;
+            self.counters.add(Count::ProgramFailures, 1);
         }
         r
     }
@@ -465,7 +466,7 @@ impl Ftl {
                 ));
             };
             let nb = self.ckpt_blocks[next];
-            self.stats.meta_erases += 1;
+            self.counters.add(Count::MetaErases, 1);
             match self.nand.erase(BlockId(nb), at) {
                 Ok(_) => {
                     self.blocks[nb as usize].pe += 1;
@@ -473,8 +474,8 @@ impl Ftl {
                     return Ok(());
                 }
                 Err(NandError::EraseFailed { .. }) => {
-                    self.stats.erase_failures += 1;
-                    self.stats.grown_bad_blocks += 1;
+                    self.counters.add(Count::EraseFailures, 1);
+                    self.counters.add(Count::GrownBadBlocks, 1);
                     self.blocks[nb as usize].state = Use::Bad;
                 }
                 Err(e) => return Err(e.into()),

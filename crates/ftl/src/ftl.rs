@@ -8,6 +8,7 @@
 use crate::format::Record;
 use crate::format::{Kind, LOG_LINKS, NONE, TAG_BYTES, Tag};
 use crate::geo::Geo;
+use crate::stats::Counters;
 use crate::{FtlConfig, FtlError, FtlStats, RecoveryReport};
 use csd_nand::{BlockId, Nand, NandError};
 use csd_sim::SimTime;
@@ -226,8 +227,8 @@ pub struct Ftl {
     pub(crate) bbt_pages: Vec<u64>,
     /// Programs so far (the age clock of cost-benefit GC).
     pub(crate) program_seq: u64,
-    /// Counters of the current measurement window.
-    pub(crate) stats: FtlStats,
+    /// Counters of the current measurement window and of the device's life.
+    pub(crate) counters: Counters,
     /// Scratch OOB buffer of one page.
     pub(crate) oob_scratch: Vec<u8>,
     /// Where `Ftl::read_ref` gathers a read that is not one run of one flash page.
@@ -253,8 +254,6 @@ pub struct Ftl {
     pub(crate) buf_pool: Vec<PageBuf>,
     /// Scratch page for log pages and metadata pages.
     pub(crate) page_scratch: Vec<u8>,
-    /// Lifetime counters up to the start of the current `stats` window.
-    pub(crate) life_base: FtlStats,
     /// During recovery the MAP cache evicts clean pages only (no flash writes before the
     /// block classes are known); it may exceed its bound until the closing checkpoint.
     pub(crate) recovering: bool,
@@ -384,7 +383,7 @@ impl Ftl {
             wear_pages: Vec::new(),
             bbt_pages: Vec::new(),
             program_seq: 0,
-            stats: FtlStats::default(),
+            counters: Counters::default(),
             oob_scratch: vec![0u8; g.oob_per_page() as usize],
             read_scratch: Vec::new(),
             retired_to_relocate: Vec::new(),
@@ -395,7 +394,6 @@ impl Ftl {
             in_gc: false,
             log_blocks: 0,
             recovering: false,
-            life_base: FtlStats::default(),
             buf_pool: Vec::new(),
             page_scratch: vec![0u8; page_size],
             read_only: None,
@@ -567,8 +565,7 @@ impl Ftl {
         }
         f.start_log()?;
         f.checkpoint_with(SimTime::ZERO, crate::format::CKPT_CLEAN)?;
-        f.stats = FtlStats::default();
-        f.life_base = FtlStats::default();
+        f.counters.clear();
         Ok(f)
     }
 
@@ -606,12 +603,11 @@ impl Ftl {
     }
     /// Counters.
     pub fn stats(&self) -> &FtlStats {
-        &self.stats
+        self.counters.window()
     }
     /// Forget counters (a new measurement window).
     pub fn reset_stats(&mut self) {
-        self.life_base = self.life_base.plus(&self.stats);
-        self.stats = FtlStats::default();
+        self.counters.new_window();
         self.wear_checked_at_erases = 0;
     }
     /// Bytes per flash page.
@@ -653,7 +649,7 @@ impl Ftl {
     /// Counters over the device's life (persisted with each checkpoint; counts since the
     /// last checkpoint before a crash are lost with the crash).
     pub fn lifetime_stats(&self) -> FtlStats {
-        self.life_base.plus(&self.stats)
+        self.counters.lifetime()
     }
 
     /// The last recovery, if this FTL was recovered.

@@ -16,6 +16,7 @@
 use crate::format::{Entry, Kind, Record, TAG_BYTES, Tag, pack};
 use crate::ftl::*;
 use crate::read::read_with_retries;
+use crate::stats::Count;
 use crate::{FtlError, GcPolicy};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
@@ -105,8 +106,11 @@ impl Ftl {
     /// Move a victim's live data and reclaim it (erase, or retire if it lost data).
     fn collect_victim(&mut self, victim: u32, at: SimTime) -> Result<(), FtlError> {
         let spb = self.geo.sectors_per_page() * self.geo.pages_per_block();
-        self.stats.gc_reclaimed_sectors += (spb - self.blocks[victim as usize].valid) as u64;
-        self.stats.gc_victims += 1;
+        self.counters.add(
+            Count::GcReclaimedSectors,
+            (spb - self.blocks[victim as usize].valid) as u64,
+        );
+        self.counters.add(Count::GcVictims, 1);
         let damaged = self.relocate(victim, at)?;
         if damaged {
             self.retire_emptied(victim);
@@ -122,7 +126,7 @@ impl Ftl {
             return;
         }
         self.blocks[block as usize].state = Use::Bad;
-        self.stats.grown_bad_blocks += 1;
+        self.counters.add(Count::GrownBadBlocks, 1);
     }
 
     pub(crate) fn collect_garbage_to(&mut self, target: u32, at: SimTime) -> Result<(), FtlError> {
@@ -180,10 +184,10 @@ impl Ftl {
     /// Static wear leveling: move the data of the least-worn full blocks (cold data pins
     /// them) so that they rejoin the free pool. Returns whether it moved anything.
     fn wear_level(&mut self, at: SimTime) -> Result<bool, FtlError> {
-        if self.stats.erases == self.wear_checked_at_erases {
+        if self.counters.window().erases == self.wear_checked_at_erases {
             return Ok(false);
         }
-        self.wear_checked_at_erases = self.stats.erases;
+        self.wear_checked_at_erases = self.counters.window().erases;
         let mut moved = false;
         for _ in 0..4 {
             let (_, _, mx) = self.erase_counts();
@@ -192,7 +196,7 @@ impl Ftl {
                 .min_by_key(|&b| self.blocks[b as usize].pe);
             match coldest {
                 Some(b) if mx - self.blocks[b as usize].pe > self.cfg.wear_level_spread => {
-                    self.stats.wear_level_moves += 1;
+                    self.counters.add(Count::WearLevelMoves, 1);
                     moved = true;
                     if self.relocate(b, at)? {
                         self.retire_emptied(b);
@@ -203,7 +207,7 @@ impl Ftl {
                 _ => break,
             }
         }
-        self.wear_checked_at_erases = self.stats.erases;
+        self.wear_checked_at_erases = self.counters.window().erases;
         Ok(moved)
     }
 
@@ -363,11 +367,11 @@ impl Ftl {
             match m.at_byte {
                 Some(o) => {
                     self.buffer_sector(COLD, m.lpid, &kept[o..o + ss], m.old, at)?;
-                    self.stats.gc_moved_sectors += 1;
+                    self.counters.add(Count::GcMovedSectors, 1);
                 }
                 None => {
                     if m.checksum_failed {
-                        self.stats.integrity_errors += 1;
+                        self.counters.add(Count::IntegrityErrors, 1);
                     }
                     lost.push(Entry {
                         lpid: m.lpid,
@@ -401,7 +405,7 @@ impl Ftl {
         let ss = self.geo.sector_size();
         let ob = self.geo.oob_per_sector();
         let retries = self.cfg.read_retries;
-        self.stats.gc_reads += 1;
+        self.counters.add(Count::GcReads, 1);
         let whole = read_with_retries(
             &mut self.nand,
             ppa,
@@ -410,7 +414,7 @@ impl Ftl {
             oob,
             at,
             retries,
-            &mut self.stats.read_retries,
+            &mut self.counters,
         );
         match whole {
             Ok(r) if !r.erased => return Ok(Vec::new()),
@@ -425,7 +429,7 @@ impl Ftl {
                 &mut data[s as usize * ss..(s as usize + 1) * ss],
                 &mut oob[s as usize * ob..(s as usize + 1) * ob],
             );
-            self.stats.gc_reads += 1;
+            self.counters.add(Count::GcReads, 1);
             let r = read_with_retries(
                 &mut self.nand,
                 ppa,
@@ -434,7 +438,7 @@ impl Ftl {
                 o,
                 at,
                 retries,
-                &mut self.stats.read_retries,
+                &mut self.counters,
             );
             match r {
                 Ok(r) if !r.erased => {}
@@ -458,7 +462,7 @@ impl Ftl {
                 }
                 Err(e) => return Err(e.into()),
             }
-            self.stats.gc_reads += 1;
+            self.counters.add(Count::GcReads, 1);
         }
         Ok(unreadable)
     }
@@ -506,7 +510,7 @@ impl Ftl {
         for e in lost {
             self.map_set(e.lpid, e.new, at)?;
             self.set_valid(e.old, false);
-            self.stats.lost_sectors += 1;
+            self.counters.add(Count::LostSectors, 1);
         }
         Ok(())
     }
@@ -530,12 +534,12 @@ impl Ftl {
             )));
         }
         match self.blocks[block as usize].state {
-            Use::Meta => self.stats.meta_erases += 1,
+            Use::Meta => self.counters.add(Count::MetaErases, 1),
             Use::Log => {
-                self.stats.meta_erases += 1;
+                self.counters.add(Count::MetaErases, 1);
                 self.log_blocks = self.log_blocks.saturating_sub(1);
             }
-            _ => self.stats.erases += 1,
+            _ => self.counters.add(Count::Erases, 1),
         }
         match self.nand.erase(BlockId(block), at) {
             Ok(_) => {
@@ -550,9 +554,9 @@ impl Ftl {
                 Ok(())
             }
             Err(NandError::EraseFailed { .. }) => {
-                self.stats.erase_failures += 1;
+                self.counters.add(Count::EraseFailures, 1);
                 self.blocks[block as usize].state = Use::Bad;
-                self.stats.grown_bad_blocks += 1;
+                self.counters.add(Count::GrownBadBlocks, 1);
                 Ok(())
             }
             Err(e) => Err(e.into()),

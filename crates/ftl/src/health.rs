@@ -59,6 +59,7 @@
 
 use crate::FtlError;
 use crate::ftl::*;
+use crate::stats::Count;
 use csd_nand::NandError;
 
 /// NVMe critical-warning bit 0: available spare is below the threshold.
@@ -185,12 +186,10 @@ impl Ftl {
         }
         let endurance = self.rated_endurance();
         // Lifetime counts, summed field by field (this runs before every host write).
-        let (b, s) = (&self.life_base, &self.stats);
-        let clock = b.erases
-            + s.erases
-            + b.meta_erases
-            + s.meta_erases
-            + endurance * (b.grown_bad_blocks + s.grown_bad_blocks);
+        let c = &self.counters;
+        let clock = c.lifetime_of(Count::Erases)
+            + c.lifetime_of(Count::MetaErases)
+            + endurance * c.lifetime_of(Count::GrownBadBlocks);
         if clock < self.next_wear_check {
             return;
         }

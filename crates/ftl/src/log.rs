@@ -6,6 +6,7 @@
 use crate::FtlError;
 use crate::format::{Entry, Kind, LOG_LINKS, LogPage, NONE, Record, page_addr, page_unaddr};
 use crate::ftl::*;
+use crate::stats::Count;
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
 
@@ -130,7 +131,7 @@ impl Ftl {
                     None,
                 );
                 let r = self.nand.program(Ppa::new(BlockId(b), p), &page, &oob, at);
-                self.stats.meta_programs += 1;
+                self.counters.add(Count::MetaPrograms, 1);
                 // The cursor moves past this candidate whatever happened.
                 self.log.page = p + 1;
                 if b != self.log.block {
@@ -150,12 +151,12 @@ impl Ftl {
                         self.log.prev = page_addr(b, p);
                         self.log.next_lsn += 1;
                         self.log.since_ckpt += 1;
-                        self.stats.log_pages += 1;
+                        self.counters.add(Count::LogPages, 1);
                         return Ok(done);
                     }
                     Err(NandError::ProgramFailed { .. }) => {
                         // Retry at the next link (batch-io §4.3); the block stays a log block.
-                        self.stats.program_failures += 1;
+                        self.counters.add(Count::ProgramFailures, 1);
                     }
                     Err(e) => return Err(e.into()),
                 }

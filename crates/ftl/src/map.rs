@@ -13,6 +13,7 @@
 use crate::FtlError;
 use crate::format::{Kind, NONE, Record, TAG_BYTES, Tag, page_addr, page_unaddr, unpack};
 use crate::ftl::*;
+use crate::stats::Count;
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
 
@@ -66,11 +67,11 @@ impl Ftl {
     pub(crate) fn map_slot(&mut self, mp: u32, at: SimTime) -> Result<(usize, SimTime), FtlError> {
         let s = self.map_slot_of[mp as usize];
         if s != u32::MAX {
-            self.stats.map_hits += 1;
+            self.counters.add(Count::MapHits, 1);
             self.map_slots[s as usize].referenced = true;
             return Ok((s as usize, at));
         }
-        self.stats.map_misses += 1;
+        self.counters.add(Count::MapMisses, 1);
         let mut t = at;
         let epp = self.geo.map_entries_per_page() as usize;
         let ext = self.cfg.ext_bytes as usize;
@@ -114,7 +115,7 @@ impl Ftl {
                         let reason = self.end_of_life(&e).ok_or(e)?;
                         self.enter_read_only(reason);
                         self.map_slot_of[mp as usize] = u32::MAX;
-                        self.stats.map_misses -= 1;
+                        self.counters.undo(Count::MapMisses);
                         return self.map_slot(mp, at);
                     }
                 }
@@ -402,9 +403,9 @@ impl Ftl {
             &mut oob,
             at,
             self.cfg.read_retries * crate::read::META_RETRY_FACTOR,
-            &mut self.stats.read_retries,
+            &mut self.counters,
         );
-        self.stats.meta_reads += 1;
+        self.counters.add(Count::MetaReads, 1);
         let r = match r {
             Ok(r) => r,
             Err(NandError::PowerLoss) => return Err(NandError::PowerLoss.into()),
@@ -453,7 +454,7 @@ impl Ftl {
         let r = self.program_stream(META, data, &oob, at);
         self.oob_scratch = oob;
         let (b, p, t) = r?;
-        self.stats.meta_programs += 1;
+        self.counters.add(Count::MetaPrograms, 1);
         self.blocks[b as usize].meta_live += 1;
         Ok((page_addr(b, p), t))
     }

@@ -17,6 +17,7 @@
 
 use crate::FtlError;
 use crate::ftl::*;
+use crate::stats::Count;
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
 
@@ -42,7 +43,7 @@ impl Ftl {
                     return Ok((block, page, done));
                 }
                 Err(NandError::ProgramFailed { done, .. }) => {
-                    self.stats.program_failures += 1;
+                    self.counters.add(Count::ProgramFailures, 1);
                     let die = block / self.geo.blocks_per_die();
                     self.open_blocks[s][die as usize] = None;
                     self.retire(block);
@@ -150,7 +151,7 @@ impl Ftl {
         }
         let b = &mut self.blocks[block as usize];
         b.state = Use::Bad;
-        self.stats.grown_bad_blocks += 1;
+        self.counters.add(Count::GrownBadBlocks, 1);
         if b.valid > 0 {
             self.retired_to_relocate.push(block);
         }

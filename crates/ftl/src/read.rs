@@ -18,6 +18,7 @@
 use crate::FtlError;
 use crate::format::{Kind, TAG_BYTES, Tag, unpack};
 use crate::ftl::*;
+use crate::stats::{Count, Counters};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
 
@@ -28,7 +29,7 @@ pub(crate) const META_RETRY_FACTOR: u32 = 4;
 
 /// Read with read retries: an uncorrectable read caused by bit errors is tried again up
 /// to `retries` more times (each a new array read with its own bit errors); a torn or
-/// failed page fails at once. `retried` counts the retries.
+/// failed page fails at once. Each retry is counted in `counters`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_with_retries(
     nand: &mut csd_nand::Nand,
@@ -38,7 +39,7 @@ pub(crate) fn read_with_retries(
     oob: &mut [u8],
     at: SimTime,
     retries: u32,
-    retried: &mut u64,
+    counters: &mut Counters,
 ) -> Result<csd_nand::ReadDone, NandError> {
     let mut attempt = 0;
     loop {
@@ -47,7 +48,7 @@ pub(crate) fn read_with_retries(
                 if bit_errors != u32::MAX && attempt < retries =>
             {
                 attempt += 1;
-                *retried += 1;
+                counters.add(Count::ReadRetries, 1);
             }
             r => return r,
         }
@@ -170,7 +171,7 @@ impl Ftl {
                     i += 1;
                 }
                 Loc::Lost => {
-                    self.stats.media_errors += 1;
+                    self.counters.add(Count::MediaErrors, 1);
                     return Err(FtlError::Uncorrectable { lba: l });
                 }
                 Loc::Buffered { buf: b, slot: k } => {
@@ -204,12 +205,12 @@ impl Ftl {
                         self.read_verified(l, a, &mut out[..run as usize * ss], t)?
                     };
                     done = done.max(r);
-                    self.stats.user_reads += 1;
+                    self.counters.add(Count::UserReads, 1);
                     i += run;
                 }
             }
         }
-        self.stats.host_read_sectors += n;
+        self.counters.add(Count::HostReadSectors, n);
         Ok((done, place))
     }
 
@@ -237,7 +238,7 @@ impl Ftl {
                     if bit_errors != u32::MAX && attempt < self.cfg.read_retries =>
                 {
                     attempt += 1;
-                    self.stats.read_retries += 1;
+                    self.counters.add(Count::ReadRetries, 1);
                 }
                 r => break r,
             }
@@ -245,7 +246,7 @@ impl Ftl {
         let ss = self.geo.sector_size();
         let r = check_sectors(
             &self.nand,
-            &mut self.stats,
+            &mut self.counters,
             (lba, ppa, s),
             r,
             out,
@@ -290,7 +291,7 @@ impl Ftl {
                     if bit_errors != u32::MAX && attempt < self.cfg.read_retries =>
                 {
                     attempt += 1;
-                    self.stats.read_retries += 1;
+                    self.counters.add(Count::ReadRetries, 1);
                 }
                 r => break r,
             }
@@ -300,7 +301,15 @@ impl Ftl {
             _ => (&[][..], &[][..]),
         };
         let ss = self.geo.sector_size();
-        let r = check_sectors(&self.nand, &mut self.stats, (lba, ppa, s), r, data, oob, ss);
+        let r = check_sectors(
+            &self.nand,
+            &mut self.counters,
+            (lba, ppa, s),
+            r,
+            data,
+            oob,
+            ss,
+        );
         self.mark_checked(ppa, s, n, r)
     }
 }
@@ -312,7 +321,7 @@ impl Ftl {
 /// changed since is not hashed again (`Nand::sector_checked`).
 fn check_sectors(
     nand: &csd_nand::Nand,
-    stats: &mut crate::FtlStats,
+    counters: &mut Counters,
     (lba, ppa, s): (u64, Ppa, u32),
     r: Result<csd_nand::ReadDone, NandError>,
     data: &[u8],
@@ -323,8 +332,8 @@ fn check_sectors(
         Ok(r) if r.erased || data.is_empty() => {
             // The MAP names a page the flash says was never programmed (a zeroed or
             // replaced region of the image): never return 0xFF as data.
-            stats.integrity_errors += 1;
-            stats.media_errors += 1;
+            counters.add(Count::IntegrityErrors, 1);
+            counters.add(Count::MediaErrors, 1);
             Err(FtlError::Uncorrectable { lba })
         }
         Ok(r) => {
@@ -340,8 +349,8 @@ fn check_sectors(
                         place_of(nand, ppa.block.0, ppa.page, sector)
                     })));
                 if !ok {
-                    stats.integrity_errors += 1;
-                    stats.media_errors += 1;
+                    counters.add(Count::IntegrityErrors, 1);
+                    counters.add(Count::MediaErrors, 1);
                     return Err(FtlError::Uncorrectable {
                         lba: lba + k as u64,
                     });
@@ -350,7 +359,7 @@ fn check_sectors(
             Ok(r.done)
         }
         Err(NandError::Uncorrectable { sector, .. }) => {
-            stats.media_errors += 1;
+            counters.add(Count::MediaErrors, 1);
             Err(FtlError::Uncorrectable {
                 lba: lba + sector.saturating_sub(s) as u64,
             })

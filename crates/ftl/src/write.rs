@@ -15,6 +15,7 @@
 
 use crate::format::{Entry, Kind, LogPage, NONE, Record, pack};
 use crate::ftl::*;
+use crate::stats::Count;
 use crate::{FtlError, WriteCache};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
@@ -153,7 +154,7 @@ impl Ftl {
             self.recycle(b);
         }
         if let Some(seq) = aborted {
-            self.stats.aborted_commits += 1;
+            self.counters.add(Count::AbortedCommits, 1);
             if self.may_write_meta() {
                 self.log_append(Record::Abort { seq });
                 let _ = self.force_log(SimTime::ZERO);
@@ -186,7 +187,10 @@ impl Ftl {
                 done = done.max(self.commit(t)?);
             }
         }
-        self.stats.host_write_sectors += data.len() as u64 / self.geo.sector_size() as u64;
+        self.counters.add(
+            Count::HostWriteSectors,
+            data.len() as u64 / self.geo.sector_size() as u64,
+        );
         if self.cfg.write_cache == WriteCache::WriteThrough {
             done = done.max(self.commit(t)?);
         }
@@ -256,7 +260,7 @@ impl Ftl {
         self.filling = [None, None];
         let seq = self.commit_seq;
         self.commit_seq += 1;
-        self.stats.commits += 1;
+        self.counters.add(Count::Commits, 1);
         let (addrs, done) = match self.write_commit_pages(gc, seq, at) {
             Ok(x) => x,
             Err(e) => {
@@ -330,7 +334,10 @@ impl Ftl {
     fn pad_page_bufs(&mut self) {
         for b in &mut self.page_bufs {
             if b.fill < self.geo.sectors_per_page() {
-                self.stats.padding_sectors += (self.geo.sectors_per_page() - b.fill) as u64;
+                self.counters.add(
+                    Count::PaddingSectors,
+                    (self.geo.sectors_per_page() - b.fill) as u64,
+                );
                 b.data[b.fill as usize * self.geo.sector_size()..].fill(0);
             }
         }
@@ -378,13 +385,13 @@ impl Ftl {
                 Ok(d) => {
                     *done = (*done).max(d);
                     if gc {
-                        self.stats.gc_programs += 1;
+                        self.counters.add(Count::GcPrograms, 1);
                     } else {
-                        self.stats.user_programs += 1;
+                        self.counters.add(Count::UserPrograms, 1);
                     }
                 }
                 Err(NandError::ProgramFailed { .. }) => {
-                    self.stats.program_failures += 1;
+                    self.counters.add(Count::ProgramFailures, 1);
                     self.open_blocks[stream][(b / self.geo.blocks_per_die()) as usize] = None;
                     self.retire(b);
                     failed.push(i);
@@ -584,7 +591,7 @@ impl Ftl {
                 self.clear_ext(l, t)?;
             }
         }
-        self.stats.host_trim_sectors += n;
+        self.counters.add(Count::HostTrimSectors, n);
         self.persist_acknowledged()?;
         Ok(t)
     }
@@ -651,8 +658,9 @@ impl Ftl {
             let page = &buf[off as usize * ss..(off as usize + 1) * ss];
             t = t.max(self.buffer_sector(HOT, lpid, page, NONE, t)?);
         }
-        self.stats.host_write_sectors += desc.entries.len() as u64;
-        self.stats.batches += 1;
+        self.counters
+            .add(Count::HostWriteSectors, desc.entries.len() as u64);
+        self.counters.add(Count::Batches, 1);
         self.commit(t)
     }
 }

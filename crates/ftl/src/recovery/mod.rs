@@ -22,6 +22,8 @@
 //! `ring.rs` finds the checkpoint record to start from (and refuses a damaged ring);
 //! this file rebuilds the state from it and redoes the log.
 
+use crate::stats::Count;
+
 mod ring;
 
 use crate::format::{
@@ -150,7 +152,8 @@ impl Ftl {
         self.ckpt_blocks = ckpt_blocks;
         self.ckpt_seq = ck.seq;
         self.commit_seq = ck.next_commit;
-        self.life_base = FtlStats::from_words(&ck.lifetime);
+        self.counters
+            .restore_lifetime(FtlStats::from_words(&ck.lifetime));
         self.next_die = ck.rr;
         self.reserve_blocks = ck.reserve_blocks;
         self.initial_spare = ck.initial_spare;
@@ -385,7 +388,7 @@ impl Ftl {
             &mut [],
             at,
             self.cfg.read_retries * crate::read::META_RETRY_FACTOR,
-            &mut self.stats.read_retries,
+            &mut self.counters,
         );
         let pointer_there = self.nand.block_info(BlockId(b))?.next_page == p;
         match r {
@@ -576,7 +579,7 @@ impl Ftl {
                     &mut oob,
                     t,
                     self.cfg.read_retries * crate::read::META_RETRY_FACTOR,
-                    &mut self.stats.read_retries,
+                    &mut self.counters,
                 );
                 match r {
                     Ok(r) if r.erased => {
@@ -593,7 +596,7 @@ impl Ftl {
                     }
                     Ok(r) => {
                         t = t.max(r.done);
-                        self.stats.meta_reads += 1;
+                        self.counters.add(Count::MetaReads, 1);
                         match LogPage::decode(&page) {
                             Some(lp) if lp.lsn == expect => {
                                 found = Some((lp, b));
@@ -815,12 +818,12 @@ impl Ftl {
                 &mut oob,
                 at,
                 self.cfg.read_retries * crate::read::META_RETRY_FACTOR,
-                &mut self.stats.read_retries,
+                &mut self.counters,
             );
             match r {
                 Ok(r) if !r.erased => {
                     t = t.max(r.done);
-                    self.stats.meta_reads += 1;
+                    self.counters.add(Count::MetaReads, 1);
                     match Tag::read(&oob[..TAG_BYTES]) {
                         Some(tag)
                             if tag.kind == Kind::Data
