@@ -62,7 +62,7 @@ impl Ftl {
     /// bad-block table was written (a failed erase in the ring or the reclaim): the
     /// table on flash then misses it until the next checkpoint.
     fn checkpoint_tables(&mut self, at: SimTime, flags: u32) -> Result<(SimTime, bool), FtlError> {
-        if self.opened_read_only {
+        if self.health.opened_read_only() {
             return Err(FtlError::ReadOnly {
                 reason: ReadOnlyReason::Opened,
             });
@@ -73,7 +73,7 @@ impl Ftl {
         // Top up the free pool first (only possible while nothing is buffered; otherwise
         // the low-water mark already covers one commit plus the metadata pages). A
         // read-only device moves no data: its checkpoint goes to the checkpoint reserve.
-        if !self.recovering && self.read_only.is_none() {
+        if !self.recovering && self.health.read_only().is_none() {
             self.ensure_free(0, at)?;
         }
         let mut t = self.commit_inner(false, at)?;
@@ -96,7 +96,7 @@ impl Ftl {
         // now those the record will find.
         let open = self.open_list();
         let mut flags = flags;
-        match self.read_only {
+        match self.health.read_only() {
             Some(ReadOnlyReason::SpareExhausted) => flags |= CKPT_SPARE_EXHAUSTED,
             Some(ReadOnlyReason::WornOut) => flags |= CKPT_WORN_OUT,
             _ => {}
@@ -499,7 +499,7 @@ impl Ftl {
     /// the next open replays the log. Only a device whose image was opened read-only
     /// writes nothing (nothing it holds changed).
     pub fn close(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
-        if self.opened_read_only {
+        if self.health.opened_read_only() {
             return Ok(at);
         }
         let not_checkpointed = |e: FtlError| match e {

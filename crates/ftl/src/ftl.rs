@@ -8,6 +8,7 @@
 use crate::format::Record;
 use crate::format::{Kind, LOG_LINKS, NONE, TAG_BYTES, Tag};
 use crate::geo::Geo;
+use crate::health::HealthState;
 use crate::stats::Counters;
 use crate::{FtlConfig, FtlError, FtlStats, RecoveryReport};
 use csd_nand::{BlockId, Nand, NandError};
@@ -227,6 +228,8 @@ pub struct Ftl {
     pub(crate) bbt_pages: Vec<u64>,
     /// Programs so far (the age clock of cost-benefit GC).
     pub(crate) program_seq: u64,
+    /// Read-only state and the wear-out clock.
+    pub(crate) health: HealthState,
     /// Counters of the current measurement window and of the device's life.
     pub(crate) counters: Counters,
     /// Scratch OOB buffer of one page.
@@ -257,16 +260,9 @@ pub struct Ftl {
     /// During recovery the MAP cache evicts clean pages only (no flash writes before the
     /// block classes are known); it may exceed its bound until the closing checkpoint.
     pub(crate) recovering: bool,
-    /// Set when the device accepts no more writes; reads keep working.
-    pub(crate) read_only: Option<ReadOnlyReason>,
-    /// The image was opened read-only: nothing may be written to it, not even at close.
-    pub(crate) opened_read_only: bool,
     /// Free blocks only the log and the META stream may take (see [`crate::provision`]):
     /// room for one whole checkpoint after the data streams can no longer write.
     pub(crate) meta_reserve: u32,
-    /// Lifetime erase count at which the wear-out rule is next evaluated (see
-    /// [`crate::health`]).
-    pub(crate) next_wear_check: u64,
     /// Why no checkpoint can be written (the closing checkpoint of a recovery found no
     /// room): [`Ftl::close`] reports it instead of trying.
     pub(crate) ckpt_blocked: Option<String>,
@@ -384,6 +380,7 @@ impl Ftl {
             bbt_pages: Vec::new(),
             program_seq: 0,
             counters: Counters::default(),
+            health: HealthState::default(),
             oob_scratch: vec![0u8; g.oob_per_page() as usize],
             read_scratch: Vec::new(),
             retired_to_relocate: Vec::new(),
@@ -396,10 +393,7 @@ impl Ftl {
             recovering: false,
             buf_pool: Vec::new(),
             page_scratch: vec![0u8; page_size],
-            read_only: None,
-            opened_read_only: false,
             meta_reserve: 0,
-            next_wear_check: 0,
             ckpt_blocked: None,
             gbitv_pages: vec![NONE; n_gbitv_pages],
             gbitv_dirty: vec![false; n_gbitv_pages],

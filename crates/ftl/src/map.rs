@@ -54,7 +54,7 @@ impl Ftl {
     /// when read-only; the MAP cache then evicts clean pages only and may grow.
     #[inline]
     pub(crate) fn may_write_meta(&self) -> bool {
-        !self.recovering && self.read_only.is_none()
+        !self.recovering && self.health.read_only().is_none()
     }
 
     #[inline]

@@ -82,7 +82,7 @@ impl Ftl {
         };
         // A read-only device writes only checkpoints: its META stream fills the blocks it
         // has open before it opens another, so the reserve need not cover a block per die.
-        let scarce = free <= self.geo.dies() || (s == META && self.read_only.is_some());
+        let scarce = free <= self.geo.dies() || (s == META && self.health.read_only().is_some());
         // Pass 1: the next die in turn with an open block (or, unless scarce, a free one);
         // pass 2 (scarce only): the next die in turn with a free block.
         for open_new in [!scarce, free > 0] {

@@ -507,7 +507,7 @@ impl Ftl {
     }
 
     fn after_commit(&mut self, done: SimTime) -> Result<(), FtlError> {
-        if self.read_only.is_some() {
+        if self.health.read_only().is_some() {
             return Ok(());
         }
         self.collect_garbage(done)?;
@@ -559,7 +559,7 @@ impl Ftl {
 
     /// Make every buffered write and logged change durable.
     pub fn flush(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
-        if self.read_only.is_some() && self.page_bufs.is_empty() {
+        if self.health.read_only().is_some() && self.page_bufs.is_empty() {
             // Nothing buffered and nothing may be written: everything acknowledged is
             // already durable.
             return Ok(at);

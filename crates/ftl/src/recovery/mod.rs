@@ -189,8 +189,7 @@ impl Ftl {
         }
         self.check_wear();
         if read_only {
-            self.opened_read_only = true;
-            self.enter_read_only(crate::ReadOnlyReason::Opened);
+            self.health.open_read_only();
         }
         // A device read-only at the end of its life still closes its recovery (into the
         // checkpoint reserve), so that its next open is clean. If even that fails for
@@ -216,7 +215,7 @@ impl Ftl {
         self.recovery = Some(rep);
         self.last_checkpoint_at = t;
         self.reset_stats();
-        if self.read_only.is_some() {
+        if self.health.read_only().is_some() {
             return Ok(());
         }
         // Refill the free pool before the first command. Every crash leaves the blocks
