@@ -7,6 +7,7 @@
 
 use crate::format::Record;
 use crate::format::{Kind, LOG_LINKS, NONE, TAG_BYTES, Tag};
+use crate::gc::GcState;
 use crate::geo::Geo;
 use crate::health::HealthState;
 use crate::stats::Counters;
@@ -230,6 +231,8 @@ pub struct Ftl {
     pub(crate) program_seq: u64,
     /// Read-only state and the wear-out clock.
     pub(crate) health: HealthState,
+    /// GC and wear-leveling state.
+    pub(crate) gc: GcState,
     /// Counters of the current measurement window and of the device's life.
     pub(crate) counters: Counters,
     /// Scratch OOB buffer of one page.
@@ -238,8 +241,6 @@ pub struct Ftl {
     pub(crate) read_scratch: Vec<u8>,
     /// Blocks retired during a commit whose live data must still move.
     pub(crate) retired_to_relocate: Vec<u32>,
-    /// Erase count at which static wear leveling last looked.
-    pub(crate) wear_checked_at_erases: u64,
     /// The last recovery, if this FTL was recovered.
     pub(crate) recovery: Option<RecoveryReport>,
     /// LPIDs whose extension is being recomputed: FLIXR §4.6's redo-log bit at 0 (see
@@ -249,8 +250,6 @@ pub struct Ftl {
     /// The controller's own persistent metadata (FLIXR's registered tables, encodings
     /// and rules): opaque to the FTL, logged and checkpointed.
     pub(crate) ctrl_blob: Vec<u8>,
-    /// GC is running (no nested GC).
-    pub(crate) in_gc: bool,
     /// Blocks currently holding (or reserved for) log pages.
     pub(crate) log_blocks: u32,
     /// Page buffers kept for reuse (no allocation per commit on the data path).
@@ -380,15 +379,14 @@ impl Ftl {
             bbt_pages: Vec::new(),
             program_seq: 0,
             counters: Counters::default(),
+            gc: GcState::default(),
             health: HealthState::default(),
             oob_scratch: vec![0u8; g.oob_per_page() as usize],
             read_scratch: Vec::new(),
             retired_to_relocate: Vec::new(),
-            wear_checked_at_erases: 0,
             recovery: None,
             ext_pending: std::collections::BTreeSet::new(),
             ctrl_blob: Vec::new(),
-            in_gc: false,
             log_blocks: 0,
             recovering: false,
             buf_pool: Vec::new(),
@@ -602,7 +600,7 @@ impl Ftl {
     /// Forget counters (a new measurement window).
     pub fn reset_stats(&mut self) {
         self.counters.new_window();
-        self.wear_checked_at_erases = 0;
+        self.gc.new_window();
     }
     /// Bytes per flash page.
     pub fn page_size(&self) -> usize {

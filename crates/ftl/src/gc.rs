@@ -33,21 +33,45 @@ struct Moving {
     checksum_failed: bool,
 }
 
+/// Whether GC runs (no nested GC), and the erase count at which static wear leveling
+/// last looked. Only this module changes it.
+#[derive(Debug, Default)]
+pub(crate) struct GcState {
+    /// GC or a relocation is running.
+    in_gc: bool,
+    /// Erase count of the current counter window at which static wear leveling last
+    /// looked (it looks again only after an erase).
+    wear_checked_at_erases: u64,
+}
+
+impl GcState {
+    /// Is GC (or a relocation) running?
+    #[inline]
+    pub(crate) fn running(&self) -> bool {
+        self.in_gc
+    }
+
+    /// The counters start a new window (their erase count restarts at 0).
+    pub(crate) fn new_window(&mut self) {
+        self.wear_checked_at_erases = 0;
+    }
+}
+
 impl Ftl {
     /// The GC a commit triggers: the free-pool low-water mark, then per-channel and
     /// used-share triggers.
     pub(crate) fn collect_garbage(&mut self, at: SimTime) -> Result<(), FtlError> {
         self.collect_garbage_to(self.gc_low_water(), at)?;
         if self.cfg.per_channel_gc {
-            self.in_gc = true;
+            self.gc.in_gc = true;
             let r = self.collect_starved_channels(at);
-            self.in_gc = false;
+            self.gc.in_gc = false;
             r?;
         }
         if let Some(share) = self.cfg.gc_start_used {
-            self.in_gc = true;
+            self.gc.in_gc = true;
             let r = self.collect_used_above(share, at);
-            self.in_gc = false;
+            self.gc.in_gc = false;
             r?;
         }
         Ok(())
@@ -130,9 +154,9 @@ impl Ftl {
     }
 
     pub(crate) fn collect_garbage_to(&mut self, target: u32, at: SimTime) -> Result<(), FtlError> {
-        self.in_gc = true;
+        self.gc.in_gc = true;
         let r = self.collect_garbage_inner(target, at);
-        self.in_gc = false;
+        self.gc.in_gc = false;
         r
     }
 
@@ -184,10 +208,10 @@ impl Ftl {
     /// Static wear leveling: move the data of the least-worn full blocks (cold data pins
     /// them) so that they rejoin the free pool. Returns whether it moved anything.
     fn wear_level(&mut self, at: SimTime) -> Result<bool, FtlError> {
-        if self.counters.window().erases == self.wear_checked_at_erases {
+        if self.counters.window().erases == self.gc.wear_checked_at_erases {
             return Ok(false);
         }
-        self.wear_checked_at_erases = self.counters.window().erases;
+        self.gc.wear_checked_at_erases = self.counters.window().erases;
         let mut moved = false;
         for _ in 0..4 {
             let (_, _, mx) = self.erase_counts();
@@ -207,7 +231,7 @@ impl Ftl {
                 _ => break,
             }
         }
-        self.wear_checked_at_erases = self.counters.window().erases;
+        self.gc.wear_checked_at_erases = self.counters.window().erases;
         Ok(moved)
     }
 
@@ -282,14 +306,14 @@ impl Ftl {
         if self.blocks[block as usize].valid == 0 {
             return Ok(false);
         }
-        let was_in_gc = self.in_gc;
-        self.in_gc = true;
+        let was_in_gc = self.gc.in_gc;
+        self.gc.in_gc = true;
         let saved = std::mem::take(&mut self.page_bufs);
         let saved_filling = std::mem::take(&mut self.filling);
         let r = self.relocate_inner(block, at);
         self.page_bufs = saved;
         self.filling = saved_filling;
-        self.in_gc = was_in_gc;
+        self.gc.in_gc = was_in_gc;
         r
     }
 

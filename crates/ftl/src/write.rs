@@ -484,7 +484,9 @@ impl Ftl {
     /// commit. GC only runs when no host sector is buffered (a buffered sector's old copy
     /// must stay where the durable MAP says it is).
     pub(crate) fn ensure_free(&mut self, extra: u32, at: SimTime) -> Result<(), FtlError> {
-        if !self.in_gc && self.page_bufs.is_empty() && self.free_count < self.gc_low_water() + extra
+        if !self.gc.running()
+            && self.page_bufs.is_empty()
+            && self.free_count < self.gc_low_water() + extra
         {
             self.collect_garbage_to(self.gc_low_water() + extra, at)?;
         }
@@ -497,7 +499,7 @@ impl Ftl {
     /// device read-only; the command still succeeds.
     pub(crate) fn commit(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let done = self.commit_inner(false, at)?;
-        if !self.in_gc
+        if !self.gc.running()
             && let Err(e) = self.after_commit(done)
         {
             let reason = self.end_of_life(&e).ok_or(e)?;
