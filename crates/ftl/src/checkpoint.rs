@@ -128,8 +128,8 @@ impl Ftl {
             last_recovery_ns: self.recovery.as_ref().map_or([0, 0], |r| {
                 [(r.modeled_s * 1e9) as u64, (r.wall_s * 1e9) as u64]
             }),
-            ext_pending: self.ext_pending.iter().copied().collect(),
-            blob: self.ctrl_blob.clone(),
+            ext_pending: self.ctrl.pending().collect(),
+            blob: self.ctrl.blob().to_vec(),
         };
         // The body reaches the host's disk before the record that names it, and the
         // record before anything relies on it (a host crash never finds a record whose

@@ -5,6 +5,7 @@
 //! (front ends and the commit path), [`crate::gc`] (GC and wear leveling),
 //! [`crate::checkpoint`], [`crate::recovery`] and [`crate::inspect`].
 
+use crate::ctrl::CtrlMeta;
 use crate::format::Record;
 use crate::format::{Kind, LOG_LINKS, NONE, TAG_BYTES, Tag};
 use crate::gc::GcState;
@@ -233,6 +234,9 @@ pub struct Ftl {
     pub(crate) health: HealthState,
     /// GC and wear-leveling state.
     pub(crate) gc: GcState,
+    /// The controller's persistent state: FLIXR §4.6's pending extension marks (see
+    /// [`Ftl::mark_ext_pending`]) and its metadata blob; logged and checkpointed.
+    pub(crate) ctrl: CtrlMeta,
     /// Counters of the current measurement window and of the device's life.
     pub(crate) counters: Counters,
     /// Scratch OOB buffer of one page.
@@ -243,13 +247,6 @@ pub struct Ftl {
     pub(crate) retired_to_relocate: Vec<u32>,
     /// The last recovery, if this FTL was recovered.
     pub(crate) recovery: Option<RecoveryReport>,
-    /// LPIDs whose extension is being recomputed: FLIXR §4.6's redo-log bit at 0 (see
-    /// [`Ftl::mark_ext_pending`]). Sparse, because only the LPIDs of commands in flight
-    /// are ever pending; persisted through the log and the checkpoint body.
-    pub(crate) ext_pending: std::collections::BTreeSet<u64>,
-    /// The controller's own persistent metadata (FLIXR's registered tables, encodings
-    /// and rules): opaque to the FTL, logged and checkpointed.
-    pub(crate) ctrl_blob: Vec<u8>,
     /// Blocks currently holding (or reserved for) log pages.
     pub(crate) log_blocks: u32,
     /// Page buffers kept for reuse (no allocation per commit on the data path).
@@ -379,14 +376,13 @@ impl Ftl {
             bbt_pages: Vec::new(),
             program_seq: 0,
             counters: Counters::default(),
+            ctrl: CtrlMeta::default(),
             gc: GcState::default(),
             health: HealthState::default(),
             oob_scratch: vec![0u8; g.oob_per_page() as usize],
             read_scratch: Vec::new(),
             retired_to_relocate: Vec::new(),
             recovery: None,
-            ext_pending: std::collections::BTreeSet::new(),
-            ctrl_blob: Vec::new(),
             log_blocks: 0,
             recovering: false,
             buf_pool: Vec::new(),

@@ -84,6 +84,7 @@
 
 mod checkpoint;
 mod config;
+mod ctrl;
 mod error;
 pub mod format;
 mod ftl;

@@ -286,7 +286,7 @@ impl Ftl {
         let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
         self.map_slots[s].ext[o..o + ext].copy_from_slice(bytes);
         self.map_slots[s].dirty = true;
-        self.ext_pending.remove(&lpid);
+        self.ctrl.settle(lpid);
         self.log_append(Record::Ext {
             lpid,
             bytes: bytes.to_vec(),
@@ -302,7 +302,7 @@ impl Ftl {
         let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
         self.map_slots[s].ext[o..o + ext].fill(0);
         self.map_slots[s].dirty = true;
-        self.ext_pending.remove(&lpid);
+        self.ctrl.settle(lpid);
         Ok(t)
     }
 
@@ -325,19 +325,19 @@ impl Ftl {
             ));
         }
         self.check_writable()?;
-        self.ext_pending.extend(lpid..lpid + n);
+        self.ctrl.mark_pending(lpid..lpid + n);
         self.log_append(Record::ExtPending { lpid, n });
         Ok(at)
     }
 
     /// Is the extension of `lpid` pending (redo-log bit 0: not to be trusted)?
     pub fn is_ext_pending(&self, lpid: u64) -> bool {
-        self.ext_pending.contains(&lpid)
+        self.ctrl.is_pending(lpid)
     }
 
     /// Every LPID whose extension is pending, in order.
     pub fn ext_pending(&self) -> Vec<u64> {
-        self.ext_pending.iter().copied().collect()
+        self.ctrl.pending().collect()
     }
 
     /// MAP entries per MAP page (the unit in which extensions are loaded and cached).
@@ -364,7 +364,7 @@ impl Ftl {
 
     /// The controller's persistent metadata (empty until [`Ftl::set_blob`]).
     pub fn blob(&self) -> &[u8] {
-        &self.ctrl_blob
+        self.ctrl.blob()
     }
 
     /// Replace the controller's persistent metadata blob (logged; durable at the next
@@ -378,7 +378,7 @@ impl Ftl {
             )));
         }
         self.check_writable()?;
-        self.ctrl_blob = bytes.to_vec();
+        self.ctrl.set_blob(bytes.to_vec());
         self.log_append(Record::Blob {
             bytes: bytes.to_vec(),
         });

@@ -158,8 +158,7 @@ impl Ftl {
         self.reserve_blocks = ck.reserve_blocks;
         self.initial_spare = ck.initial_spare;
         t = t.max(self.load_tables(&ck, t0)?);
-        self.ext_pending = ck.ext_pending.iter().copied().collect();
-        self.ctrl_blob = ck.blob.clone();
+        self.ctrl.restore(&ck.ext_pending, &ck.blob);
         let mut rep = RecoveryReport {
             checkpoint_seq: ck.seq,
             ..RecoveryReport::default()
@@ -209,7 +208,7 @@ impl Ftl {
         }
         self.recovering = false;
         self.shrink_cache();
-        rep.ext_pending = self.ext_pending.len() as u64;
+        rep.ext_pending = self.ctrl.pending_count() as u64;
         rep.modeled_s = t.since(t0) as f64 / 1e9;
         rep.wall_s = wall0.elapsed().as_secs_f64();
         self.recovery = Some(rep);
@@ -695,14 +694,13 @@ impl Ftl {
                 }
             }
             Record::ExtPending { lpid, n } => {
-                for l in lpid..lpid.saturating_add(n).min(self.geo.lbas()) {
-                    self.ext_pending.insert(l);
-                }
+                self.ctrl
+                    .mark_pending(lpid..lpid.saturating_add(n).min(self.geo.lbas()));
             }
-            Record::Blob { bytes } => self.ctrl_blob = bytes,
+            Record::Blob { bytes } => self.ctrl.set_blob(bytes),
             Record::Ext { lpid, bytes } => {
                 if lpid < self.geo.lbas() && bytes.len() == self.cfg.ext_bytes as usize {
-                    self.ext_pending.remove(&lpid);
+                    self.ctrl.settle(lpid);
                     let ext = bytes.len();
                     let (s, tt) =
                         self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, t)?;
