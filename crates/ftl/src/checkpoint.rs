@@ -47,6 +47,138 @@ pub(crate) fn ring_half(blocks: usize, half: usize) -> std::ops::Range<usize> {
     if half == 0 { 0..mid } else { mid..blocks }
 }
 
+/// The well-known checkpoint location and what the last checkpoint wrote: the ring of
+/// candidate blocks, the block each half writes to, the record's sequence number, the
+/// table pages it names (MAPT, WEAR, bad-block table, GBITV), when it was taken, and why
+/// no checkpoint can be written, if none can. Only this module changes it (recovery
+/// restores it through [`CkptState::resume`] and [`CkptState::restore_tables`]).
+#[derive(Debug)]
+pub(crate) struct CkptState {
+    /// The ring of candidate blocks (see [`Ftl::well_known_ckpt_blocks`]).
+    ring: Vec<u32>,
+    /// Index in `ring` of the block each half of the ring writes to now.
+    active: [usize; 2],
+    /// Sequence number of the last checkpoint record.
+    seq: u64,
+    /// MAPT: page addresses of the MAPS pages as of the last checkpoint.
+    maps_pages: Vec<u64>,
+    /// Page addresses of the WEAR pages of the last checkpoint.
+    wear_pages: Vec<u64>,
+    /// Page addresses of the bad-block-table pages of the last checkpoint.
+    bbt_pages: Vec<u64>,
+    /// GBITV pages (page addresses) of the last checkpoint; `NONE` for an all-zero page.
+    gbitv_pages: Vec<u64>,
+    /// Why no checkpoint can be written (the closing checkpoint of a recovery found no
+    /// room): [`Ftl::close`] reports it instead of trying.
+    blocked: Option<String>,
+    /// Modeled instant of the last checkpoint (for interval checkpoints).
+    last_at: SimTime,
+}
+
+impl CkptState {
+    /// No checkpoint yet, for `maps_pages` MAPS pages and `gbitv_pages` GBITV pages.
+    pub(crate) fn new(maps_pages: usize, gbitv_pages: usize) -> CkptState {
+        CkptState {
+            ring: Vec::new(),
+            active: [0, CKPT_RING / 2],
+            seq: 0,
+            maps_pages: vec![NONE; maps_pages],
+            wear_pages: Vec::new(),
+            bbt_pages: Vec::new(),
+            gbitv_pages: vec![NONE; gbitv_pages],
+            blocked: None,
+            last_at: SimTime::ZERO,
+        }
+    }
+
+    /// A fresh device's ring (format).
+    pub(crate) fn use_ring(&mut self, ring: Vec<u32>) {
+        self.ring = ring;
+        self.check();
+    }
+
+    /// Continue the ring of an opened device: each half writes to block `active[half]`
+    /// next; the newest record found has sequence number `seq`.
+    pub(crate) fn resume(&mut self, ring: Vec<u32>, active: [usize; 2], seq: u64) {
+        self.ring = ring;
+        self.active = active;
+        self.seq = seq;
+        self.check();
+    }
+
+    /// The table pages the checkpoint `ck` names. Fails (changing nothing) when its
+    /// GBITV does not fit this geometry.
+    pub(crate) fn restore_tables(&mut self, ck: &Checkpoint) -> Result<(), FtlError> {
+        if ck.gbitv.len() != self.gbitv_pages.len() {
+            return Err(FtlError::Corrupt(format!(
+                "the checkpoint lists {} GBITV pages; this geometry has {}",
+                ck.gbitv.len(),
+                self.gbitv_pages.len()
+            )));
+        }
+        self.gbitv_pages.copy_from_slice(&ck.gbitv);
+        for (mine, &a) in self.maps_pages.iter_mut().zip(&ck.mapt) {
+            *mine = a;
+        }
+        self.wear_pages = ck.wear.clone();
+        self.bbt_pages = ck.bbt.clone();
+        Ok(())
+    }
+
+    /// No checkpoint can be written, for `why`: [`Ftl::close`] reports it.
+    pub(crate) fn block(&mut self, why: String) {
+        self.blocked = Some(why);
+    }
+
+    /// The device's state as of `t` is what the last checkpoint holds (the closing
+    /// checkpoint of a recovery, or a clean open).
+    pub(crate) fn taken_at(&mut self, t: SimTime) {
+        self.last_at = t;
+    }
+
+    /// The blocks of the ring.
+    pub(crate) fn ring(&self) -> &[u32] {
+        &self.ring
+    }
+
+    /// Modeled instant of the last checkpoint.
+    pub(crate) fn last_at(&self) -> SimTime {
+        self.last_at
+    }
+
+    /// MAPT of the last checkpoint.
+    pub(crate) fn maps_pages(&self) -> &[u64] {
+        &self.maps_pages
+    }
+
+    /// WEAR pages of the last checkpoint.
+    pub(crate) fn wear_pages(&self) -> &[u64] {
+        &self.wear_pages
+    }
+
+    /// Bad-block-table pages of the last checkpoint.
+    pub(crate) fn bbt_pages(&self) -> &[u64] {
+        &self.bbt_pages
+    }
+
+    /// GBITV pages of the last checkpoint.
+    pub(crate) fn gbitv_pages(&self) -> &[u64] {
+        &self.gbitv_pages
+    }
+
+    /// The ring's invariant: each half writes to a block of its own half.
+    #[inline]
+    fn check(&self) {
+        debug_assert!(
+            self.ring.is_empty()
+                || (0..2).all(|h| ring_half(self.ring.len(), h).contains(&self.active[h])),
+            "checkpoint ring: active blocks {:?} outside their halves of {} blocks",
+            self.active,
+            self.ring.len()
+        );
+    }
+}
+
 impl Ftl {
     /// Take a fuzzy incremental checkpoint (batch-io §6); see the module documentation.
     pub fn checkpoint(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
@@ -67,7 +199,7 @@ impl Ftl {
                 reason: ReadOnlyReason::Opened,
             });
         }
-        if let Some(why) = &self.ckpt_blocked {
+        if let Some(why) = &self.ckpt.blocked {
             return Err(FtlError::NotCheckpointed { why: why.clone() });
         }
         // Top up the free pool first (only possible while nothing is buffered; otherwise
@@ -102,17 +234,17 @@ impl Ftl {
             _ => {}
         }
         let record = Checkpoint {
-            seq: self.ckpt_seq + 1,
+            seq: self.ckpt.seq + 1,
             rssp_lsn,
             rssp_addr: rssp_links[0],
             next_commit: self.commit_seq,
             lbas: self.geo.lbas(),
             ext_bytes: self.cfg.ext_bytes,
             rr: [self.next_die[0], self.next_die[1], self.next_die[2]],
-            mapt: self.maps_pages.clone(),
+            mapt: self.ckpt.maps_pages.clone(),
             wear: new_wear.clone(),
             bbt: new_bbt.clone(),
-            gbitv: self.gbitv_pages.clone(),
+            gbitv: self.ckpt.gbitv_pages.clone(),
             open,
             flags,
             reserve_blocks: self.reserve_blocks,
@@ -138,15 +270,15 @@ impl Ftl {
         t = t.max(self.write_ring(&record, rssp_links, t)?);
         self.nand.persist()?;
         // The new tables are durable: the old WEAR and bad-block pages are dead.
-        for a in std::mem::replace(&mut self.wear_pages, new_wear) {
+        for a in std::mem::replace(&mut self.ckpt.wear_pages, new_wear) {
             self.release_meta_page(a);
         }
-        for a in std::mem::replace(&mut self.bbt_pages, new_bbt) {
+        for a in std::mem::replace(&mut self.ckpt.bbt_pages, new_bbt) {
             self.release_meta_page(a);
         }
-        self.ckpt_seq = record.seq;
+        self.ckpt.seq = record.seq;
         self.log.since_ckpt = 0;
-        self.last_checkpoint_at = t;
+        self.ckpt.last_at = t;
         self.counters.add(Count::Checkpoints, 1);
         // Reclaim: log blocks wholly before the RSSP, metadata blocks with nothing live.
         let cur_log = [Some(self.log.block), self.log.next_block];
@@ -177,7 +309,7 @@ impl Ftl {
         let mut t = at;
         let per = self.geo.page_size() / 8;
         for mi in 0..self.maps_page_dirty.len() {
-            if !self.maps_page_dirty[mi] && self.maps_pages[mi] != NONE {
+            if !self.maps_page_dirty[mi] && self.ckpt.maps_pages[mi] != NONE {
                 continue;
             }
             let mut page = vec![0xFFu8; self.geo.page_size()];
@@ -186,7 +318,7 @@ impl Ftl {
             }
             let (addr, tt) = self.write_meta_page(Kind::Maps, mi as u64, &page, at)?;
             t = t.max(tt);
-            let old = std::mem::replace(&mut self.maps_pages[mi], addr);
+            let old = std::mem::replace(&mut self.ckpt.maps_pages[mi], addr);
             self.release_meta_page(old);
             self.maps_page_dirty[mi] = false;
         }
@@ -198,7 +330,7 @@ impl Ftl {
     /// blocks wholly before the RSSP, and metadata blocks whose only live pages are those.
     fn to_reclaim(&self, rssp_lsn: u64) -> Vec<bool> {
         let mut old_tables = vec![0u32; self.blocks.len()];
-        for &a in self.wear_pages.iter().chain(&self.bbt_pages) {
+        for &a in self.ckpt.wear_pages.iter().chain(&self.ckpt.bbt_pages) {
             if a != NONE
                 && let Some(n) = old_tables.get_mut(page_unaddr(a).0 as usize)
             {
@@ -247,7 +379,7 @@ impl Ftl {
     fn write_dirty_gbitv(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let mut t = at;
         let words = self.geo.page_size() / 8;
-        for i in 0..self.gbitv_pages.len() {
+        for i in 0..self.ckpt.gbitv_pages.len() {
             if !self.gbitv_dirty[i] {
                 continue;
             }
@@ -265,7 +397,7 @@ impl Ftl {
                 t = t.max(tt);
                 addr
             };
-            let old = std::mem::replace(&mut self.gbitv_pages[i], new);
+            let old = std::mem::replace(&mut self.ckpt.gbitv_pages[i], new);
             self.release_meta_page(old);
             self.gbitv_dirty[i] = false;
         }
@@ -358,7 +490,7 @@ impl Ftl {
             )));
         }
         'attempt: for _ in 0..4 * CKPT_RING {
-            let b = self.ckpt_blocks[self.ckpt_active[half]];
+            let b = self.ckpt.ring[self.ckpt.active[half]];
             let next_page = self.nand.block_info(BlockId(b))?.next_page;
             if next_page + need > self.geo.pages_per_block()
                 || self.blocks[b as usize].state == Use::Bad
@@ -452,25 +584,26 @@ impl Ftl {
     /// stays where it is until a newer one is written); a block whose erase fails is
     /// skipped for good.
     fn next_ring_block(&mut self, half: usize, at: SimTime) -> Result<(), FtlError> {
-        let range = ring_half(self.ckpt_blocks.len(), half);
+        let range = ring_half(self.ckpt.ring.len(), half);
         let n = range.len();
         loop {
-            let cur = self.ckpt_active[half] - range.start;
+            let cur = self.ckpt.active[half] - range.start;
             let next = (1..n)
                 .map(|k| range.start + (cur + k) % n)
-                .find(|&i| self.blocks[self.ckpt_blocks[i] as usize].state != Use::Bad);
+                .find(|&i| self.blocks[self.ckpt.ring[i] as usize].state != Use::Bad);
             let Some(next) = next else {
                 return Err(FtlError::Corrupt(
                     "cannot write the checkpoint record: no good block left in the checkpoint ring"
                         .into(),
                 ));
             };
-            let nb = self.ckpt_blocks[next];
+            let nb = self.ckpt.ring[next];
             self.counters.add(Count::MetaErases, 1);
             match self.nand.erase(BlockId(nb), at) {
                 Ok(_) => {
                     self.blocks[nb as usize].pe += 1;
-                    self.ckpt_active[half] = next;
+                    self.ckpt.active[half] = next;
+                    self.ckpt.check();
                     return Ok(());
                 }
                 Err(NandError::EraseFailed { .. }) => {

@@ -5,6 +5,7 @@
 //! (front ends and the commit path), [`crate::gc`] (GC and wear leveling),
 //! [`crate::checkpoint`], [`crate::recovery`] and [`crate::inspect`].
 
+use crate::checkpoint::CkptState;
 use crate::ctrl::CtrlMeta;
 use crate::format::Record;
 use crate::format::{Kind, LOG_LINKS, NONE, TAG_BYTES, Tag};
@@ -186,8 +187,6 @@ pub struct Ftl {
     pub(crate) map_pages: Vec<u64>,
     /// Which MAPS pages changed since the last checkpoint.
     pub(crate) maps_page_dirty: Vec<bool>,
-    /// MAPT: page addresses of the MAPS pages as of the last checkpoint.
-    pub(crate) maps_pages: Vec<u64>,
     /// Cache slot of each MAP page (`u32::MAX` when not cached).
     pub(crate) map_slot_of: Vec<u32>,
     /// The MAP cache.
@@ -218,16 +217,6 @@ pub struct Ftl {
     pub(crate) log: LogState,
     /// Sequence number of the next commit.
     pub(crate) commit_seq: u64,
-    /// The well-known checkpoint location: a ring of candidate blocks.
-    pub(crate) ckpt_blocks: Vec<u32>,
-    /// Index in `ckpt_blocks` of the block each half of the ring writes to now.
-    pub(crate) ckpt_active: [usize; 2],
-    /// Sequence number of the last checkpoint record.
-    pub(crate) ckpt_seq: u64,
-    /// Page addresses of the WEAR pages of the last checkpoint.
-    pub(crate) wear_pages: Vec<u64>,
-    /// Page addresses of the bad-block-table pages of the last checkpoint.
-    pub(crate) bbt_pages: Vec<u64>,
     /// Programs so far (the age clock of cost-benefit GC).
     pub(crate) program_seq: u64,
     /// Read-only state and the wear-out clock.
@@ -237,6 +226,8 @@ pub struct Ftl {
     /// The controller's persistent state: FLIXR §4.6's pending extension marks (see
     /// [`Ftl::mark_ext_pending`]) and its metadata blob; logged and checkpointed.
     pub(crate) ctrl: CtrlMeta,
+    /// The checkpoint ring and the table pages of the last checkpoint.
+    pub(crate) ckpt: CkptState,
     /// Counters of the current measurement window and of the device's life.
     pub(crate) counters: Counters,
     /// Scratch OOB buffer of one page.
@@ -259,19 +250,12 @@ pub struct Ftl {
     /// Free blocks only the log and the META stream may take (see [`crate::provision`]):
     /// room for one whole checkpoint after the data streams can no longer write.
     pub(crate) meta_reserve: u32,
-    /// Why no checkpoint can be written (the closing checkpoint of a recovery found no
-    /// room): [`Ftl::close`] reports it instead of trying.
-    pub(crate) ckpt_blocked: Option<String>,
-    /// GBITV pages (page addresses) of the last checkpoint; `NONE` for an all-zero page.
-    pub(crate) gbitv_pages: Vec<u64>,
     /// GBITV pages changed since the last checkpoint.
     pub(crate) gbitv_dirty: Vec<bool>,
     /// Blocks set aside at format for provisioning, GC headroom and metadata.
     pub(crate) reserve_blocks: u32,
     /// Spare blocks at format: usable blocks beyond the reserve and the logical capacity.
     pub(crate) initial_spare: u32,
-    /// Modeled instant of the last checkpoint (for interval checkpoints).
-    pub(crate) last_checkpoint_at: SimTime,
 }
 
 /// CRC of an LPID's data and the TAG bytes for a page of sectors. `place` (block, page,
@@ -330,7 +314,6 @@ impl Ftl {
             geo: Geo::new(&g, lbas, cfg.ext_bytes),
             map_pages: vec![NONE; n_map_pages],
             maps_page_dirty: vec![false; n_maps_pages],
-            maps_pages: vec![NONE; n_maps_pages],
             map_slot_of: vec![u32::MAX; n_map_pages],
             map_slots: Vec::with_capacity(slot_cap),
             map_epoch: 0,
@@ -369,13 +352,9 @@ impl Ftl {
                 since_ckpt: 0,
             },
             commit_seq: 1,
-            ckpt_blocks: Vec::new(),
-            ckpt_active: [0, CKPT_RING / 2],
-            ckpt_seq: 0,
-            wear_pages: Vec::new(),
-            bbt_pages: Vec::new(),
             program_seq: 0,
             counters: Counters::default(),
+            ckpt: CkptState::new(n_maps_pages, n_gbitv_pages),
             ctrl: CtrlMeta::default(),
             gc: GcState::default(),
             health: HealthState::default(),
@@ -388,12 +367,9 @@ impl Ftl {
             buf_pool: Vec::new(),
             page_scratch: vec![0u8; page_size],
             meta_reserve: 0,
-            ckpt_blocked: None,
-            gbitv_pages: vec![NONE; n_gbitv_pages],
             gbitv_dirty: vec![false; n_gbitv_pages],
             reserve_blocks: 0,
             initial_spare: 0,
-            last_checkpoint_at: SimTime::ZERO,
             nand,
             cfg,
         };
@@ -525,14 +501,14 @@ impl Ftl {
         }
         let lbas = (((usable - fixed - meta_blocks) * spb) as f64 / (1.0 + cfg.op)).floor() as u64;
         let mut f = Ftl::skeleton(nand, cfg, lbas);
-        f.ckpt_blocks = Self::well_known_ckpt_blocks(&f.nand)?;
+        f.ckpt.use_ring(Self::well_known_ckpt_blocks(&f.nand)?);
         for (b, blk) in f.blocks.iter_mut().enumerate() {
             if bad[b] {
                 blk.state = Use::Bad;
             }
             blk.pe = f.nand.block_info(BlockId(b as u32))?.pe_cycles;
         }
-        for &c in &f.ckpt_blocks {
+        for &c in f.ckpt.ring() {
             f.blocks[c as usize].state = Use::Ckpt;
         }
         f.recount_free();

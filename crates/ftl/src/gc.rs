@@ -253,8 +253,8 @@ impl Ftl {
         let cost = self.map_slots.iter().filter(|s| s.dirty).count() as u64
             + self.maps_page_dirty.iter().filter(|&&d| d).count() as u64
             + self.gbitv_dirty.iter().filter(|&&d| d).count() as u64
-            + self.wear_pages.len() as u64
-            + self.bbt_pages.len() as u64
+            + self.ckpt.wear_pages().len() as u64
+            + self.ckpt.bbt_pages().len() as u64
             + 2;
         dead * u64::from(self.geo.pages_per_block()) >= cost + u64::from(self.geo.pages_per_block())
     }

@@ -109,10 +109,10 @@ impl Ftl {
         let page = self.geo.page_size() as u64;
         let nblocks = self.blocks.len() as u64;
         let pages = (self.map_cache_capacity as u64).min(self.map_pages.len() as u64)
-            + self.maps_pages.len() as u64
+            + self.ckpt.maps_pages().len() as u64
             + (nblocks * 4).div_ceil(page)
             + nblocks.div_ceil(8).div_ceil(page)
-            + self.gbitv_pages.len() as u64;
+            + self.ckpt.gbitv_pages().len() as u64;
         (pages.div_ceil(self.geo.pages_per_block() as u64) + 3) as u32
     }
 

@@ -519,7 +519,7 @@ impl Ftl {
         let interval = self.cfg.checkpoint_interval_ms.saturating_mul(1_000_000);
         if self.log.since_ckpt >= self.cfg.checkpoint_log_pages
             || self.log_blocks > log_budget
-            || (interval > 0 && done.since(self.last_checkpoint_at) >= interval)
+            || (interval > 0 && done.since(self.ckpt.last_at()) >= interval)
         {
             self.checkpoint(done)?;
         }

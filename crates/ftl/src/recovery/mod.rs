@@ -138,9 +138,10 @@ impl Ftl {
         self.recovering = true;
         // Each half of the ring continues in its block with the newest record (the
         // record's own block for its half).
-        for half in 0..2 {
+        let mut ring_active = [0; 2];
+        for (half, a) in ring_active.iter_mut().enumerate() {
             let range = crate::checkpoint::ring_half(ckpt_blocks.len(), half);
-            self.ckpt_active[half] = if range.contains(&active) {
+            *a = if range.contains(&active) {
                 active
             } else {
                 range
@@ -149,8 +150,7 @@ impl Ftl {
                     .unwrap_or(range.start)
             };
         }
-        self.ckpt_blocks = ckpt_blocks;
-        self.ckpt_seq = ck.seq;
+        self.ckpt.resume(ckpt_blocks, ring_active, ck.seq);
         self.commit_seq = ck.next_commit;
         self.counters
             .restore_lifetime(FtlStats::from_words(&ck.lifetime));
@@ -200,7 +200,7 @@ impl Ftl {
                 Err(e) => match self.end_of_life(&e) {
                     Some(reason) => {
                         self.enter_read_only(reason);
-                        self.ckpt_blocked = Some(e.to_string());
+                        self.ckpt.block(e.to_string());
                     }
                     None => return Err(e),
                 },
@@ -212,7 +212,7 @@ impl Ftl {
         rep.modeled_s = t.since(t0) as f64 / 1e9;
         rep.wall_s = wall0.elapsed().as_secs_f64();
         self.recovery = Some(rep);
-        self.last_checkpoint_at = t;
+        self.ckpt.taken_at(t);
         self.reset_stats();
         if self.health.read_only().is_some() {
             return Ok(());
@@ -247,13 +247,11 @@ impl Ftl {
                 }
             }
         }
-        self.wear_pages = ck.wear.clone();
         let per = page_size / 8;
         for (mi, &a) in ck.mapt.iter().enumerate() {
-            if mi >= self.maps_pages.len() {
+            if mi >= self.ckpt.maps_pages().len() {
                 break;
             }
-            self.maps_pages[mi] = a;
             if a == NONE {
                 continue;
             }
@@ -264,15 +262,8 @@ impl Ftl {
                 }
             }
         }
-        if ck.gbitv.len() != self.gbitv_pages.len() {
-            return Err(FtlError::Corrupt(format!(
-                "the checkpoint lists {} GBITV pages; this geometry has {}",
-                ck.gbitv.len(),
-                self.gbitv_pages.len()
-            )));
-        }
+        self.ckpt.restore_tables(ck)?;
         for (i, &a) in ck.gbitv.iter().enumerate() {
-            self.gbitv_pages[i] = a;
             if a == NONE {
                 continue;
             }
@@ -306,10 +297,10 @@ impl Ftl {
         let live: Vec<u64> = self
             .map_pages
             .iter()
-            .chain(&self.maps_pages)
-            .chain(&self.wear_pages)
+            .chain(self.ckpt.maps_pages())
+            .chain(self.ckpt.wear_pages())
             .chain(&ck.bbt)
-            .chain(&self.gbitv_pages)
+            .chain(self.ckpt.gbitv_pages())
             .copied()
             .filter(|&a| a != NONE)
             .collect();
@@ -348,7 +339,6 @@ impl Ftl {
                 }
             }
         }
-        self.bbt_pages = ck.bbt.clone();
         for &x in &ck.open {
             let (s, b, _) = unpack_open(x);
             if s < 3 && (b as usize) < table.len() && table[b as usize] != BT_BAD {
@@ -356,7 +346,7 @@ impl Ftl {
             }
         }
         // A ring block that went bad stays bad (the ring skips it).
-        for &b in &self.ckpt_blocks {
+        for &b in self.ckpt.ring() {
             if table[b as usize] != BT_BAD {
                 table[b as usize] = BT_CKPT;
             }
@@ -418,7 +408,7 @@ impl Ftl {
             let state = match code {
                 BT_BAD => Use::Bad,
                 BT_CKPT => Use::Ckpt,
-                _ if self.ckpt_blocks.contains(&(b as u32)) => Use::Ckpt,
+                _ if self.ckpt.ring().contains(&(b as u32)) => Use::Ckpt,
                 c if (BT_OPEN..BT_OPEN + 3).contains(&c) && written[b] => {
                     let s = (c - BT_OPEN) as usize;
                     let next = self
@@ -492,7 +482,7 @@ impl Ftl {
             self.blocks[b].state = match table[b] {
                 BT_BAD => Use::Bad,
                 BT_CKPT => Use::Ckpt,
-                _ if self.ckpt_blocks.contains(&(b as u32)) => Use::Ckpt,
+                _ if self.ckpt.ring().contains(&(b as u32)) => Use::Ckpt,
                 BT_FREE if !written[b] => Use::Free,
                 _ if !written[b] && self.blocks[b].valid == 0 && self.blocks[b].meta_live == 0 => {
                     Use::Free
