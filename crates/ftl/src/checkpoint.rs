@@ -210,7 +210,7 @@ impl Ftl {
         }
         let mut t = self.commit_inner(false, at)?;
         t = t.max(self.force_log(t)?);
-        let rssp_lsn = self.log.next_lsn;
+        let rssp_lsn = self.log.next_lsn();
         let rssp_links = self.log_candidates()?;
         t = t.max(self.write_dirty_map_pages(t)?);
         t = t.max(self.write_dirty_maps_pages(t)?);
@@ -277,11 +277,11 @@ impl Ftl {
             self.release_meta_page(a);
         }
         self.ckpt.seq = record.seq;
-        self.log.since_ckpt = 0;
+        self.log.checkpointed();
         self.ckpt.last_at = t;
         self.counters.add(Count::Checkpoints, 1);
         // Reclaim: log blocks wholly before the RSSP, metadata blocks with nothing live.
-        let cur_log = [Some(self.log.block), self.log.next_block];
+        let cur_log = self.log.current_blocks();
         for b in 0..self.blocks.len() as u32 {
             let blk = self.blocks[b as usize];
             let dead_log =
@@ -337,7 +337,7 @@ impl Ftl {
                 *n += 1;
             }
         }
-        let cur_log = [Some(self.log.block), self.log.next_block];
+        let cur_log = self.log.current_blocks();
         self.blocks
             .iter()
             .enumerate()

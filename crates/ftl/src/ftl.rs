@@ -7,11 +7,11 @@
 
 use crate::checkpoint::CkptState;
 use crate::ctrl::CtrlMeta;
-use crate::format::Record;
 use crate::format::{Kind, LOG_LINKS, NONE, TAG_BYTES, Tag};
 use crate::gc::GcState;
 use crate::geo::Geo;
 use crate::health::HealthState;
+use crate::log::Log;
 use crate::stats::Counters;
 use crate::{FtlConfig, FtlError, FtlStats, RecoveryReport};
 use csd_nand::{BlockId, Nand, NandError};
@@ -164,17 +164,6 @@ pub(crate) struct MapSlot {
     pub(crate) referenced: bool,
 }
 
-pub(crate) struct LogState {
-    pub(crate) next_lsn: u64,
-    pub(crate) prev: u64,
-    pub(crate) block: u32,
-    pub(crate) page: u32,
-    pub(crate) next_block: Option<u32>,
-    pub(crate) pending: Vec<Record>,
-    pub(crate) pending_bytes: usize,
-    pub(crate) since_ckpt: u32,
-}
-
 /// The FTL over one flash array.
 pub struct Ftl {
     /// The flash array.
@@ -214,7 +203,7 @@ pub struct Ftl {
     /// Index in `page_bufs` of the page being filled per data stream.
     pub(crate) filling: [Option<usize>; 2],
     /// The recovery log's cursor and pending records.
-    pub(crate) log: LogState,
+    pub(crate) log: Log,
     /// Sequence number of the next commit.
     pub(crate) commit_seq: u64,
     /// Programs so far (the age clock of cost-benefit GC).
@@ -238,12 +227,8 @@ pub struct Ftl {
     pub(crate) retired_to_relocate: Vec<u32>,
     /// The last recovery, if this FTL was recovered.
     pub(crate) recovery: Option<RecoveryReport>,
-    /// Blocks currently holding (or reserved for) log pages.
-    pub(crate) log_blocks: u32,
     /// Page buffers kept for reuse (no allocation per commit on the data path).
     pub(crate) buf_pool: Vec<PageBuf>,
-    /// Scratch page for log pages and metadata pages.
-    pub(crate) page_scratch: Vec<u8>,
     /// During recovery the MAP cache evicts clean pages only (no flash writes before the
     /// block classes are known); it may exceed its bound until the closing checkpoint.
     pub(crate) recovering: bool,
@@ -341,16 +326,7 @@ impl Ftl {
             next_die: [0; 3],
             page_bufs: Vec::new(),
             filling: [None, None],
-            log: LogState {
-                next_lsn: 1,
-                prev: NONE,
-                block: 0,
-                page: 0,
-                next_block: None,
-                pending: Vec::new(),
-                pending_bytes: 0,
-                since_ckpt: 0,
-            },
+            log: Log::new(page_size),
             commit_seq: 1,
             program_seq: 0,
             counters: Counters::default(),
@@ -362,10 +338,8 @@ impl Ftl {
             read_scratch: Vec::new(),
             retired_to_relocate: Vec::new(),
             recovery: None,
-            log_blocks: 0,
             recovering: false,
             buf_pool: Vec::new(),
-            page_scratch: vec![0u8; page_size],
             meta_reserve: 0,
             gbitv_dirty: vec![false; n_gbitv_pages],
             reserve_blocks: 0,

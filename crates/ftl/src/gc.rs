@@ -246,7 +246,7 @@ impl Ftl {
             .iter()
             .filter(|b| b.state == Use::Meta && b.meta_live == 0)
             .count() as u64
-            + u64::from(self.log_blocks.saturating_sub(1));
+            + u64::from(self.log.blocks().saturating_sub(1));
         if dead == 0 {
             return false;
         }
@@ -561,7 +561,7 @@ impl Ftl {
             Use::Meta => self.counters.add(Count::MetaErases, 1),
             Use::Log => {
                 self.counters.add(Count::MetaErases, 1);
-                self.log_blocks = self.log_blocks.saturating_sub(1);
+                self.log.block_erased();
             }
             _ => self.counters.add(Count::Erases, 1),
         }

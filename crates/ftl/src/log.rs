@@ -10,11 +10,134 @@ use crate::stats::Count;
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
 
+/// The log's cursor, the records waiting for the next log page and the count of log
+/// blocks. Only this module changes it (recovery places the cursor through
+/// [`Log::resume`] and [`Log::replayed_to`]).
+#[derive(Debug)]
+pub(crate) struct Log {
+    /// LSN of the next log page.
+    next_lsn: u64,
+    /// Address of the last log page written (the next page's back link).
+    prev: u64,
+    /// Block of the cursor.
+    block: u32,
+    /// Page of the cursor in `block`.
+    page: u32,
+    /// The block the log continues in once `block` is full (taken when the forward links
+    /// reach past `block`).
+    next_block: Option<u32>,
+    /// Records waiting for the next log page.
+    pending: Vec<Record>,
+    /// Encoded size of `pending`.
+    pending_bytes: usize,
+    /// Log pages written since the last checkpoint.
+    since_ckpt: u32,
+    /// Blocks currently holding (or reserved for) log pages.
+    blocks: u32,
+    /// Scratch page for log pages.
+    page_scratch: Vec<u8>,
+}
+
+impl Log {
+    /// An empty log (its first block is taken by [`Ftl::start_log`]).
+    pub(crate) fn new(page_size: usize) -> Log {
+        Log {
+            next_lsn: 1,
+            prev: NONE,
+            block: 0,
+            page: 0,
+            next_block: None,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            since_ckpt: 0,
+            blocks: 0,
+            page_scratch: vec![0u8; page_size],
+        }
+    }
+
+    /// LSN of the next log page (the redo start of a checkpoint taken now).
+    #[inline]
+    pub(crate) fn next_lsn(&self) -> u64 {
+        self.next_lsn
+    }
+
+    /// Encoded bytes of the records waiting for a log page.
+    #[inline]
+    pub(crate) fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// Log pages written since the last checkpoint.
+    #[inline]
+    pub(crate) fn since_checkpoint(&self) -> u32 {
+        self.since_ckpt
+    }
+
+    /// Blocks holding (or reserved for) log pages.
+    #[inline]
+    pub(crate) fn blocks(&self) -> u32 {
+        self.blocks
+    }
+
+    /// The blocks the log writes to now: the cursor's and the one it continues in.
+    #[inline]
+    pub(crate) fn current_blocks(&self) -> [Option<u32>; 2] {
+        [Some(self.block), self.next_block]
+    }
+
+    /// A checkpoint was written: the log restarts its count of pages since one.
+    pub(crate) fn checkpointed(&mut self) {
+        self.since_ckpt = 0;
+    }
+
+    /// A block of the log was erased (its pages are all before the redo start).
+    pub(crate) fn block_erased(&mut self) {
+        self.blocks = self.blocks.saturating_sub(1);
+    }
+
+    /// One more block holds log pages (recovery found the cursor in it).
+    pub(crate) fn block_added(&mut self) {
+        self.blocks += 1;
+    }
+
+    /// `n` blocks hold log pages (recovery counted them).
+    pub(crate) fn set_block_count(&mut self, n: u32) {
+        self.blocks = n;
+    }
+
+    /// Continue the log at page `page` of `block` (then `next_block`) with LSN `lsn`;
+    /// nothing is pending and no page was written since the checkpoint.
+    pub(crate) fn resume(&mut self, (block, page): (u32, u32), next_block: Option<u32>, lsn: u64) {
+        debug_assert!(self.pending.is_empty(), "log resumed with records pending");
+        self.block = block;
+        self.page = page;
+        self.next_block = next_block;
+        self.next_lsn = lsn;
+        self.since_ckpt = 0;
+    }
+
+    /// The redo reached LSN `lsn` (the next page it expects).
+    pub(crate) fn replayed_to(&mut self, lsn: u64) {
+        self.next_lsn = lsn;
+    }
+
+    /// The pending records' size agrees with the records.
+    #[inline]
+    fn check(&self) {
+        debug_assert_eq!(
+            self.pending_bytes,
+            self.pending.iter().map(Record::size).sum::<usize>(),
+            "log: pending byte count disagrees with the {} pending records",
+            self.pending.len()
+        );
+    }
+}
+
 impl Ftl {
     pub(crate) fn start_log(&mut self) -> Result<(), FtlError> {
         let b = self.take_any_free_block()?;
         self.blocks[b as usize].state = Use::Log;
-        self.log_blocks += 1;
+        self.log.blocks += 1;
         self.log.block = b;
         self.log.page = 0;
         self.log.next_block = None;
@@ -31,7 +154,7 @@ impl Ftl {
         {
             let b = self.take_any_free_block()?;
             self.blocks[b as usize].state = Use::Log;
-            self.log_blocks += 1;
+            self.log.blocks += 1;
             self.log.next_block = Some(b);
         }
         let mut c = [NONE; LOG_LINKS];
@@ -82,6 +205,7 @@ impl Ftl {
             let n = n.max(1);
             let records: Vec<Record> = self.log.pending.drain(..n).collect();
             self.log.pending_bytes -= used;
+            self.log.check();
             t = t.max(self.write_log_page(records, at)?);
         }
         self.log.pending_bytes = 0;
@@ -93,7 +217,7 @@ impl Ftl {
         records: Vec<Record>,
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
-        let mut page = std::mem::take(&mut self.page_scratch);
+        let mut page = std::mem::take(&mut self.log.page_scratch);
         page.resize(self.geo.page_size(), 0);
         let mut oob = std::mem::take(&mut self.oob_scratch);
         let result = (|| {
@@ -164,7 +288,7 @@ impl Ftl {
             Err(FtlError::NoSpace)
         })();
         self.oob_scratch = oob;
-        self.page_scratch = page;
+        self.log.page_scratch = page;
         result
     }
 }

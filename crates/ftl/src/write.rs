@@ -274,7 +274,7 @@ impl Ftl {
         let mut done = done;
         // 5. The done record rides with the next log write.
         self.log_append(Record::Done { seq });
-        if self.log.pending_bytes > LogPage::capacity(self.geo.page_size()) / 2 {
+        if self.log.pending_bytes() > LogPage::capacity(self.geo.page_size()) / 2 {
             done = done.max(self.force_log(done)?);
         }
         while let Some(b) = self.retired_to_relocate.pop() {
@@ -517,8 +517,8 @@ impl Ftl {
         // the time interval.
         let log_budget = (self.blocks.len() as u32 / 32).max(3);
         let interval = self.cfg.checkpoint_interval_ms.saturating_mul(1_000_000);
-        if self.log.since_ckpt >= self.cfg.checkpoint_log_pages
-            || self.log_blocks > log_budget
+        if self.log.since_checkpoint() >= self.cfg.checkpoint_log_pages
+            || self.log.blocks() > log_budget
             || (interval > 0 && done.since(self.ckpt.last_at()) >= interval)
         {
             self.checkpoint(done)?;

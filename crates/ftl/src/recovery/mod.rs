@@ -430,22 +430,20 @@ impl Ftl {
             self.blocks[b].state = state;
         }
         self.recount_free();
-        self.log_blocks = self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32;
+        self.log
+            .set_block_count(self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32);
         // The log continues at the RSSP's first candidate.
         let (b, p) = self.page_in_device(rssp_links[0]).unwrap_or((0, 0));
-        self.log.block = b;
-        self.log.page = p;
-        self.log.next_block = rssp_links
+        let next_block = rssp_links
             .iter()
             .filter_map(|&a| self.page_in_device(a))
             .map(|(lb, _)| lb)
             .find(|&lb| lb != b);
-        self.log.next_lsn = rssp_lsn;
-        self.log.since_ckpt = 0;
-        for lb in [Some(b), self.log.next_block].into_iter().flatten() {
+        self.log.resume((b, p), next_block, rssp_lsn);
+        for lb in self.log.current_blocks().into_iter().flatten() {
             if self.blocks[lb as usize].state != Use::Log {
                 self.blocks[lb as usize].state = Use::Log;
-                self.log_blocks += 1;
+                self.log.block_added();
             }
         }
         self.recount_free();
@@ -535,7 +533,8 @@ impl Ftl {
             }
         }
         self.recount_free();
-        self.log_blocks = self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32;
+        self.log
+            .set_block_count(self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32);
         Ok(t)
     }
 
@@ -552,7 +551,7 @@ impl Ftl {
         let mut oob = vec![0u8; self.oob_scratch.len()];
         let mut links = *rssp_links;
         let mut expect = rssp_lsn;
-        self.log.next_lsn = rssp_lsn;
+        self.log.replayed_to(rssp_lsn);
         loop {
             let mut found = None;
             for &cand in links.iter() {
@@ -622,7 +621,7 @@ impl Ftl {
             }
             links = lp.links;
             expect += 1;
-            self.log.next_lsn = expect;
+            self.log.replayed_to(expect);
         }
         Ok(t)
     }
@@ -716,7 +715,7 @@ impl Ftl {
             }
         }
         self.start_log()?;
-        self.log.since_ckpt = 0;
+        self.log.checkpointed();
         self.checkpoint(at)
     }
 
