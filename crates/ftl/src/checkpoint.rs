@@ -237,7 +237,7 @@ impl Ftl {
             seq: self.ckpt.seq + 1,
             rssp_lsn,
             rssp_addr: rssp_links[0],
-            next_commit: self.commit_seq,
+            next_commit: self.commit.next_seq(),
             lbas: self.geo.lbas(),
             ext_bytes: self.cfg.ext_bytes,
             rr: [self.next_die[0], self.next_die[1], self.next_die[2]],

@@ -13,6 +13,7 @@ use crate::geo::Geo;
 use crate::health::HealthState;
 use crate::log::Log;
 use crate::stats::Counters;
+use crate::write::CommitState;
 use crate::{FtlConfig, FtlError, FtlStats, RecoveryReport};
 use csd_nand::{BlockId, Nand, NandError};
 use csd_sim::SimTime;
@@ -41,7 +42,7 @@ pub(crate) enum Loc {
     Flash(u64),
     /// In page buffer `buf`, sector `slot`.
     Buffered {
-        /// Index in `page_bufs`.
+        /// Index in the commit's page buffers.
         buf: usize,
         /// Sector within the page.
         slot: usize,
@@ -147,15 +148,6 @@ pub(crate) const HOT: usize = 0;
 pub(crate) const COLD: usize = 1;
 pub(crate) const META: usize = 2;
 
-/// A page being assembled in DRAM.
-pub(crate) struct PageBuf {
-    pub(crate) data: Vec<u8>,
-    pub(crate) lpids: Vec<u64>,
-    /// The durable location each LPID had before this write (invalidated at commit).
-    pub(crate) olds: Vec<u64>,
-    pub(crate) fill: u32,
-}
-
 pub(crate) struct MapSlot {
     pub(crate) page: u32,
     pub(crate) entries: Vec<u64>,
@@ -198,14 +190,8 @@ pub struct Ftl {
     pub(crate) open_blocks: [Vec<Option<(u32, u32)>>; 3],
     /// Next die in channel round robin, per stream.
     pub(crate) next_die: [u32; 3],
-    /// Page buffers of the commit being assembled.
-    pub(crate) page_bufs: Vec<PageBuf>,
-    /// Index in `page_bufs` of the page being filled per data stream.
-    pub(crate) filling: [Option<usize>; 2],
     /// The recovery log's cursor and pending records.
     pub(crate) log: Log,
-    /// Sequence number of the next commit.
-    pub(crate) commit_seq: u64,
     /// Programs so far (the age clock of cost-benefit GC).
     pub(crate) program_seq: u64,
     /// Read-only state and the wear-out clock.
@@ -217,6 +203,8 @@ pub struct Ftl {
     pub(crate) ctrl: CtrlMeta,
     /// The checkpoint ring and the table pages of the last checkpoint.
     pub(crate) ckpt: CkptState,
+    /// Page buffers of the commit being assembled, and the commit sequence.
+    pub(crate) commit: CommitState,
     /// Counters of the current measurement window and of the device's life.
     pub(crate) counters: Counters,
     /// Scratch OOB buffer of one page.
@@ -227,8 +215,6 @@ pub struct Ftl {
     pub(crate) retired_to_relocate: Vec<u32>,
     /// The last recovery, if this FTL was recovered.
     pub(crate) recovery: Option<RecoveryReport>,
-    /// Page buffers kept for reuse (no allocation per commit on the data path).
-    pub(crate) buf_pool: Vec<PageBuf>,
     /// During recovery the MAP cache evicts clean pages only (no flash writes before the
     /// block classes are known); it may exceed its bound until the closing checkpoint.
     pub(crate) recovering: bool,
@@ -324,12 +310,10 @@ impl Ftl {
                 vec![None; dies as usize],
             ],
             next_die: [0; 3],
-            page_bufs: Vec::new(),
-            filling: [None, None],
             log: Log::new(page_size),
-            commit_seq: 1,
             program_seq: 0,
             counters: Counters::default(),
+            commit: CommitState::new(),
             ckpt: CkptState::new(n_maps_pages, n_gbitv_pages),
             ctrl: CtrlMeta::default(),
             gc: GcState::default(),
@@ -339,7 +323,6 @@ impl Ftl {
             retired_to_relocate: Vec::new(),
             recovery: None,
             recovering: false,
-            buf_pool: Vec::new(),
             meta_reserve: 0,
             gbitv_dirty: vec![false; n_gbitv_pages],
             reserve_blocks: 0,

@@ -308,11 +308,9 @@ impl Ftl {
         }
         let was_in_gc = self.gc.in_gc;
         self.gc.in_gc = true;
-        let saved = std::mem::take(&mut self.page_bufs);
-        let saved_filling = std::mem::take(&mut self.filling);
+        let saved = self.commit.set_aside();
         let r = self.relocate_inner(block, at);
-        self.page_bufs = saved;
-        self.filling = saved_filling;
+        self.commit.put_back(saved);
         self.gc.in_gc = was_in_gc;
         r
     }
@@ -522,8 +520,7 @@ impl Ftl {
     /// (applied at recovery only where MAP still names the old sector) before the block
     /// is reclaimed, then applied.
     fn record_lost(&mut self, lost: Vec<Entry>, at: SimTime) -> Result<(), FtlError> {
-        let seq = self.commit_seq;
-        self.commit_seq += 1;
+        let seq = self.commit.take_seq();
         self.log_entries(
             |seq, entries| Record::GcMove { seq, entries },
             seq,

@@ -74,7 +74,7 @@ impl Ftl {
                 // A buffered (write-back) sector keeps its durable old copy live until commit.
                 let e = match Loc::of(e) {
                     Loc::Buffered { buf, slot } => {
-                        self.page_bufs.get(buf).map_or(NONE, |pb| pb.olds[slot])
+                        self.commit.buf(buf).map_or(NONE, |pb| pb.olds[slot])
                     }
                     _ => e,
                 };

@@ -251,7 +251,7 @@ impl Ftl {
                     &page,
                     Kind::Log,
                     &ids,
-                    self.commit_seq,
+                    self.commit.next_seq(),
                     None,
                 );
                 let r = self.nand.program(Ppa::new(BlockId(b), p), &page, &oob, at);

@@ -448,7 +448,7 @@ impl Ftl {
             data,
             kind,
             &ids,
-            self.commit_seq,
+            self.commit.next_seq(),
             None,
         );
         let r = self.program_stream(META, data, &oob, at);

@@ -176,8 +176,8 @@ impl Ftl {
                 }
                 Loc::Buffered { buf: b, slot: k } => {
                     let data = self
-                        .page_bufs
-                        .get(b)
+                        .commit
+                        .buf(b)
                         .filter(|pb| pb.lpids[k] == l)
                         .map(|pb| &pb.data[k * ss..(k + 1) * ss])
                         .ok_or_else(|| {

@@ -20,6 +20,93 @@ use crate::{FtlError, WriteCache};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
 
+/// A page being assembled in DRAM.
+pub(crate) struct PageBuf {
+    /// The page's bytes.
+    pub(crate) data: Vec<u8>,
+    /// The LPID of each sector (`NONE` for padding or a sector written again since).
+    pub(crate) lpids: Vec<u64>,
+    /// The durable location each LPID had before this write (invalidated at commit).
+    pub(crate) olds: Vec<u64>,
+    /// Sectors filled.
+    pub(crate) fill: u32,
+}
+
+/// The commit being assembled: its page buffers (MAP entries of buffered sectors point
+/// into them), the buffer each data stream fills, buffers kept for reuse, and the
+/// sequence number of the next commit. Only this module changes it.
+#[derive(Default)]
+pub(crate) struct CommitState {
+    /// Page buffers of the commit being assembled.
+    bufs: Vec<PageBuf>,
+    /// Index in `bufs` of the page being filled per data stream.
+    filling: [Option<usize>; 2],
+    /// Page buffers kept for reuse (no allocation per commit on the data path).
+    pool: Vec<PageBuf>,
+    /// Sequence number of the next commit.
+    next_seq: u64,
+}
+
+/// Page buffers set aside while GC relocates a block (see [`CommitState::set_aside`]).
+pub(crate) struct SetAside {
+    bufs: Vec<PageBuf>,
+    filling: [Option<usize>; 2],
+}
+
+impl CommitState {
+    /// No buffers; the first commit gets sequence number 1.
+    pub(crate) fn new() -> CommitState {
+        CommitState {
+            next_seq: 1,
+            ..CommitState::default()
+        }
+    }
+
+    /// Sequence number of the next commit.
+    #[inline]
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Take the next commit sequence number.
+    pub(crate) fn take_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
+    /// Continue numbering at `seq` (the checkpoint's next commit).
+    pub(crate) fn restore_seq(&mut self, seq: u64) {
+        self.next_seq = seq;
+    }
+
+    /// Number commits after `seq` (recovery found a commit with that number).
+    pub(crate) fn seq_after(&mut self, seq: u64) {
+        self.next_seq = self.next_seq.max(seq + 1);
+    }
+
+    /// Page buffer `i`, if there is one.
+    #[inline]
+    pub(crate) fn buf(&self, i: usize) -> Option<&PageBuf> {
+        self.bufs.get(i)
+    }
+
+    /// Set the buffered commit aside (GC commits its moves on its own), to be put back
+    /// with [`CommitState::put_back`].
+    pub(crate) fn set_aside(&mut self) -> SetAside {
+        SetAside {
+            bufs: std::mem::take(&mut self.bufs),
+            filling: std::mem::take(&mut self.filling),
+        }
+    }
+
+    /// Put back what [`CommitState::set_aside`] took.
+    pub(crate) fn put_back(&mut self, saved: SetAside) {
+        self.bufs = saved.bufs;
+        self.filling = saved.filling;
+    }
+}
+
 impl Ftl {
     /// Write `data` (whole LBAs) at `lba`, submitted at `at`; returns the completion.
     /// Host writes larger than MDTS are split into MDTS-sized commands, each with its own
@@ -133,8 +220,8 @@ impl Ftl {
     /// back (where it still points into the buffer), and the buffers return to the pool.
     /// With `aborted` set, that commit's Abort record is logged if the log can take it.
     pub(crate) fn drop_buffers(&mut self, aborted: Option<u64>) {
-        let bufs = std::mem::take(&mut self.page_bufs);
-        self.filling = [None, None];
+        let bufs = std::mem::take(&mut self.commit.bufs);
+        self.commit.filling = [None, None];
         for (i, buf) in bufs.iter().enumerate() {
             for (k, &lpid) in buf.lpids.iter().enumerate() {
                 if lpid == NONE {
@@ -167,7 +254,7 @@ impl Ftl {
         b.fill = 0;
         b.lpids.fill(NONE);
         b.olds.fill(NONE);
-        self.buf_pool.push(b);
+        self.commit.pool.push(b);
     }
 
     pub(crate) fn write_command(
@@ -181,8 +268,8 @@ impl Ftl {
         for (i, sector) in data.chunks(self.geo.sector_size()).enumerate() {
             t = t.max(self.buffer_sector(HOT, lba + i as u64, sector, NONE, at)?);
             if self.cfg.write_cache == WriteCache::WriteBack
-                && self.filling[HOT].is_none()
-                && self.page_bufs.len() >= self.geo.dies() as usize
+                && self.commit.filling[HOT].is_none()
+                && self.commit.bufs.len() >= self.geo.dies() as usize
             {
                 done = done.max(self.commit(t)?);
             }
@@ -213,27 +300,27 @@ impl Ftl {
             // Rewritten while still buffered: the earlier slot dies, its durable old
             // carries over.
             Loc::Buffered { buf: b, slot: k } => {
-                self.page_bufs[b].lpids[k] = NONE;
-                self.page_bufs[b].olds[k]
+                self.commit.bufs[b].lpids[k] = NONE;
+                self.commit.bufs[b].olds[k]
             }
             _ => cur,
         };
-        let bi = match self.filling[s] {
+        let bi = match self.commit.filling[s] {
             Some(b) => b,
             None => {
-                let buf = self.buf_pool.pop().unwrap_or_else(|| PageBuf {
+                let buf = self.commit.pool.pop().unwrap_or_else(|| PageBuf {
                     data: vec![0u8; self.geo.page_size()],
                     lpids: vec![NONE; self.geo.sectors_per_page() as usize],
                     olds: vec![NONE; self.geo.sectors_per_page() as usize],
                     fill: 0,
                 });
-                self.page_bufs.push(buf);
-                let b = self.page_bufs.len() - 1;
-                self.filling[s] = Some(b);
+                self.commit.bufs.push(buf);
+                let b = self.commit.bufs.len() - 1;
+                self.commit.filling[s] = Some(b);
                 b
             }
         };
-        let buf = &mut self.page_bufs[bi];
+        let buf = &mut self.commit.bufs[bi];
         let k = buf.fill as usize;
         buf.data[k * self.geo.sector_size()..(k + 1) * self.geo.sector_size()]
             .copy_from_slice(sector);
@@ -241,7 +328,7 @@ impl Ftl {
         buf.olds[k] = durable_old;
         buf.fill += 1;
         if buf.fill == self.geo.sectors_per_page() {
-            self.filling[s] = None;
+            self.commit.filling[s] = None;
         }
         self.map_set(lpid, Loc::Buffered { buf: bi, slot: k }.entry(), at)?;
         Ok(t)
@@ -254,12 +341,11 @@ impl Ftl {
     /// A commit that fails before its MAP updates are installed is rolled back (see the
     /// module documentation); power loss leaves everything to recovery.
     pub(crate) fn commit_inner(&mut self, gc: bool, at: SimTime) -> Result<SimTime, FtlError> {
-        if self.page_bufs.is_empty() {
+        if self.commit.bufs.is_empty() {
             return Ok(at);
         }
-        self.filling = [None, None];
-        let seq = self.commit_seq;
-        self.commit_seq += 1;
+        self.commit.filling = [None, None];
+        let seq = self.commit.take_seq();
         self.counters.add(Count::Commits, 1);
         let (addrs, done) = match self.write_commit_pages(gc, seq, at) {
             Ok(x) => x,
@@ -294,8 +380,8 @@ impl Ftl {
         let stream = if gc { COLD } else { HOT };
         self.pad_page_bufs();
         // 1. Provision addresses (as the program order will use them).
-        let mut addrs: Vec<(u32, u32)> = Vec::with_capacity(self.page_bufs.len());
-        let plan = self.plan_addresses(stream, self.page_bufs.len())?;
+        let mut addrs: Vec<(u32, u32)> = Vec::with_capacity(self.commit.bufs.len());
+        let plan = self.plan_addresses(stream, self.commit.bufs.len())?;
         addrs.extend(plan);
         // 2. Log the redo descriptor before any data is written.
         let entries = self.entries_for(&addrs);
@@ -308,7 +394,7 @@ impl Ftl {
         let t_log = self.force_log(at)?;
         // 3. Program the data pages; failures get new addresses and an RDESCA.
         let mut done = t_log;
-        let mut todo: Vec<usize> = (0..self.page_bufs.len()).collect();
+        let mut todo: Vec<usize> = (0..self.commit.bufs.len()).collect();
         let mut rounds = 0;
         while !todo.is_empty() {
             rounds += 1;
@@ -332,7 +418,7 @@ impl Ftl {
 
     /// Pad the partial pages of the buffers with zeros.
     fn pad_page_bufs(&mut self) {
-        for b in &mut self.page_bufs {
+        for b in &mut self.commit.bufs {
             if b.fill < self.geo.sectors_per_page() {
                 self.counters.add(
                     Count::PaddingSectors,
@@ -368,15 +454,15 @@ impl Ftl {
             tags_for(
                 &mut oob,
                 (self.geo.oob_per_sector(), self.geo.sector_size()),
-                &self.page_bufs[i].data,
+                &self.commit.bufs[i].data,
                 Kind::Data,
-                &self.page_bufs[i].lpids,
+                &self.commit.bufs[i].lpids,
                 seq,
                 Some((b, p, pe)),
             );
             let r = self.nand.program(
                 Ppa::new(BlockId(b), p),
-                &self.page_bufs[i].data,
+                &self.commit.bufs[i].data,
                 &oob,
                 t_log,
             );
@@ -412,12 +498,12 @@ impl Ftl {
         let mut am = Vec::new();
         for &i in failed {
             let (b, p) = addrs[i];
-            for (k, &lpid) in self.page_bufs[i].lpids.iter().enumerate() {
+            for (k, &lpid) in self.commit.bufs[i].lpids.iter().enumerate() {
                 if lpid != NONE {
                     am.push(Entry {
                         lpid,
                         new: pack(b, p, k as u32),
-                        old: self.page_bufs[i].olds[k],
+                        old: self.commit.bufs[i].olds[k],
                     });
                 }
             }
@@ -435,7 +521,7 @@ impl Ftl {
     /// bits; the buffers go back to the pool. MAP writes cannot fail here for lack of
     /// room (the cache then keeps dirty pages and the device turns read-only).
     fn install_commit(&mut self, addrs: &[(u32, u32)], at: SimTime) -> Result<(), FtlError> {
-        let bufs = std::mem::take(&mut self.page_bufs);
+        let bufs = std::mem::take(&mut self.commit.bufs);
         let mut result = Ok(());
         // In LPID order, so that each MAP page is loaded and dirtied once per commit
         // however small the MAP cache is. An entry whose MAP page cannot be read keeps
@@ -485,7 +571,7 @@ impl Ftl {
     /// must stay where the durable MAP says it is).
     pub(crate) fn ensure_free(&mut self, extra: u32, at: SimTime) -> Result<(), FtlError> {
         if !self.gc.running()
-            && self.page_bufs.is_empty()
+            && self.commit.bufs.is_empty()
             && self.free_count < self.gc_low_water() + extra
         {
             self.collect_garbage_to(self.gc_low_water() + extra, at)?;
@@ -544,7 +630,7 @@ impl Ftl {
 
     pub(crate) fn entries_for(&self, addrs: &[(u32, u32)]) -> Vec<Entry> {
         let mut v = Vec::new();
-        for (i, buf) in self.page_bufs.iter().enumerate() {
+        for (i, buf) in self.commit.bufs.iter().enumerate() {
             let (b, p) = addrs[i];
             for (k, &lpid) in buf.lpids.iter().enumerate() {
                 if lpid != NONE {
@@ -561,7 +647,7 @@ impl Ftl {
 
     /// Make every buffered write and logged change durable.
     pub fn flush(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
-        if self.health.read_only().is_some() && self.page_bufs.is_empty() {
+        if self.health.read_only().is_some() && self.commit.bufs.is_empty() {
             // Nothing buffered and nothing may be written: everything acknowledged is
             // already durable.
             return Ok(at);

@@ -151,7 +151,7 @@ impl Ftl {
             };
         }
         self.ckpt.resume(ckpt_blocks, ring_active, ck.seq);
-        self.commit_seq = ck.next_commit;
+        self.commit.restore_seq(ck.next_commit);
         self.counters
             .restore_lifetime(FtlStats::from_words(&ck.lifetime));
         self.next_die = ck.rr;
@@ -506,9 +506,9 @@ impl Ftl {
             } else {
                 rep.commits_discarded += 1;
             }
-            self.commit_seq = self.commit_seq.max(seq + 1);
+            self.commit.seq_after(seq);
         }
-        self.commit_seq = self.commit_seq.max(redo.max_seq + 1);
+        self.commit.seq_after(redo.max_seq);
         // Settle the blocks: live log, live data, live metadata, free or garbage.
         for (b, &w) in written.iter().enumerate() {
             if matches!(self.blocks[b].state, Use::Bad | Use::Ckpt) {
