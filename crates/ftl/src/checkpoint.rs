@@ -36,6 +36,7 @@ use crate::format::{
     page_addr, page_unaddr,
 };
 use crate::ftl::*;
+use crate::provision::Stream;
 use crate::stats::Count;
 use crate::{FtlError, FtlStats, ReadOnlyReason};
 use csd_nand::{BlockId, NandError, Ppa};
@@ -240,15 +241,15 @@ impl Ftl {
             next_commit: self.commit.next_seq(),
             lbas: self.geo.lbas(),
             ext_bytes: self.cfg.ext_bytes,
-            rr: [self.next_die[0], self.next_die[1], self.next_die[2]],
+            rr: self.prov.round_robin(),
             mapt: self.ckpt.maps_pages.clone(),
             wear: new_wear.clone(),
             bbt: new_bbt.clone(),
             gbitv: self.ckpt.gbitv_pages.clone(),
             open,
             flags,
-            reserve_blocks: self.reserve_blocks,
-            initial_spare: self.initial_spare,
+            reserve_blocks: self.prov.reserve_blocks(),
+            initial_spare: self.prov.initial_spare(),
             // This checkpoint's own record program and reclaim erases count after it.
             lifetime: self
                 .lifetime_stats()
@@ -427,11 +428,11 @@ impl Ftl {
     /// The open blocks of the three streams.
     fn open_list(&self) -> Vec<u64> {
         let mut v = Vec::new();
-        for (s, per_die) in self.open_blocks.iter().enumerate() {
-            for (die, open) in per_die.iter().enumerate() {
+        for s in Stream::ALL {
+            for (die, open) in self.prov.open(s).iter().enumerate() {
                 if let Some((bi, page)) = *open {
                     v.push(pack_open(
-                        s as u8,
+                        s.index() as u8,
                         die as u32 * self.geo.blocks_per_die() + bi,
                         page,
                     ));

@@ -12,6 +12,7 @@ use crate::gc::GcState;
 use crate::geo::Geo;
 use crate::health::HealthState;
 use crate::log::Log;
+use crate::provision::{Provision, Stream};
 use crate::stats::Counters;
 use crate::write::CommitState;
 use crate::{FtlConfig, FtlError, FtlStats, RecoveryReport};
@@ -119,8 +120,9 @@ impl std::fmt::Display for ReadOnlyReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Use {
     Free,
-    /// Open for a data stream (0 HOT, 1 COLD) or META (2).
-    Open(u8),
+    /// Open for a stream; `None` while taken from the free pool and not yet given to one
+    /// (a log block, or a block being opened).
+    Open(Option<Stream>),
     /// Full of user/GC data.
     Full,
     /// Full metadata block (MAP/MAPS/WEAR/BBT pages).
@@ -143,10 +145,6 @@ pub(crate) struct Blk {
     /// Highest LSN of a log page in the block (log blocks).
     pub(crate) max_lsn: u64,
 }
-
-pub(crate) const HOT: usize = 0;
-pub(crate) const COLD: usize = 1;
-pub(crate) const META: usize = 2;
 
 pub(crate) struct MapSlot {
     pub(crate) page: u32,
@@ -186,14 +184,8 @@ pub struct Ftl {
     pub(crate) free_count: u32,
     /// Blocks in state `Free`, per die.
     pub(crate) free_per_die: Vec<u32>,
-    /// Open block (block index within the die, next page) per stream and die.
-    pub(crate) open_blocks: [Vec<Option<(u32, u32)>>; 3],
-    /// Next die in channel round robin, per stream.
-    pub(crate) next_die: [u32; 3],
     /// The recovery log's cursor and pending records.
     pub(crate) log: Log,
-    /// Programs so far (the age clock of cost-benefit GC).
-    pub(crate) program_seq: u64,
     /// Read-only state and the wear-out clock.
     pub(crate) health: HealthState,
     /// GC and wear-leveling state.
@@ -205,28 +197,21 @@ pub struct Ftl {
     pub(crate) ckpt: CkptState,
     /// Page buffers of the commit being assembled, and the commit sequence.
     pub(crate) commit: CommitState,
+    /// Provisioning: open blocks per stream and die, round robin, reserves.
+    pub(crate) prov: Provision,
     /// Counters of the current measurement window and of the device's life.
     pub(crate) counters: Counters,
     /// Scratch OOB buffer of one page.
     pub(crate) oob_scratch: Vec<u8>,
     /// Where `Ftl::read_ref` gathers a read that is not one run of one flash page.
     pub(crate) read_scratch: Vec<u8>,
-    /// Blocks retired during a commit whose live data must still move.
-    pub(crate) retired_to_relocate: Vec<u32>,
     /// The last recovery, if this FTL was recovered.
     pub(crate) recovery: Option<RecoveryReport>,
     /// During recovery the MAP cache evicts clean pages only (no flash writes before the
     /// block classes are known); it may exceed its bound until the closing checkpoint.
     pub(crate) recovering: bool,
-    /// Free blocks only the log and the META stream may take (see [`crate::provision`]):
-    /// room for one whole checkpoint after the data streams can no longer write.
-    pub(crate) meta_reserve: u32,
     /// GBITV pages changed since the last checkpoint.
     pub(crate) gbitv_dirty: Vec<bool>,
-    /// Blocks set aside at format for provisioning, GC headroom and metadata.
-    pub(crate) reserve_blocks: u32,
-    /// Spare blocks at format: usable blocks beyond the reserve and the logical capacity.
-    pub(crate) initial_spare: u32,
 }
 
 /// CRC of an LPID's data and the TAG bytes for a page of sectors. `place` (block, page,
@@ -304,15 +289,9 @@ impl Ftl {
             gbitv: vec![0u64; (nblocks as u64 * spb).div_ceil(64) as usize],
             free_count: 0,
             free_per_die: vec![0; dies as usize],
-            open_blocks: [
-                vec![None; dies as usize],
-                vec![None; dies as usize],
-                vec![None; dies as usize],
-            ],
-            next_die: [0; 3],
             log: Log::new(page_size),
-            program_seq: 0,
             counters: Counters::default(),
+            prov: Provision::new(dies as usize),
             commit: CommitState::new(),
             ckpt: CkptState::new(n_maps_pages, n_gbitv_pages),
             ctrl: CtrlMeta::default(),
@@ -320,17 +299,14 @@ impl Ftl {
             health: HealthState::default(),
             oob_scratch: vec![0u8; g.oob_per_page() as usize],
             read_scratch: Vec::new(),
-            retired_to_relocate: Vec::new(),
             recovery: None,
             recovering: false,
-            meta_reserve: 0,
             gbitv_dirty: vec![false; n_gbitv_pages],
-            reserve_blocks: 0,
-            initial_spare: 0,
             nand,
             cfg,
         };
-        f.meta_reserve = f.checkpoint_reserve();
+        let reserve = f.checkpoint_reserve();
+        f.prov.set_meta_reserve(reserve);
         f
     }
 
@@ -469,18 +445,19 @@ impl Ftl {
             f.blocks[c as usize].state = Use::Ckpt;
         }
         f.recount_free();
-        f.reserve_blocks = (fixed + meta_blocks) as u32;
-        f.initial_spare = f.spare_blocks().max(0) as u32;
+        f.prov.set_reserve_blocks((fixed + meta_blocks) as u32);
+        let initial_spare = f.spare_blocks().max(0) as u32;
+        f.prov.set_initial_spare(initial_spare);
         // GC must be able to make progress at full logical occupancy: the spare blocks
         // (the garbage it can reclaim) must cover an open COLD block per die plus two.
         let need = dies + 2;
-        if (f.initial_spare as u64) < need {
+        if (f.prov.initial_spare() as u64) < need {
             let avail = (usable - fixed - meta_blocks) as f64;
             let min_op = need as f64 / (avail - need as f64).max(1.0);
             return Err(FtlError::Config(format!(
                 "over-provisioning {} leaves {} spare blocks; GC needs at least {need} on a device with {dies} dies to make progress: use op >= {:.3}",
                 cfg.op,
-                f.initial_spare,
+                f.prov.initial_spare(),
                 (min_op * 1000.0).ceil() / 1000.0
             )));
         }

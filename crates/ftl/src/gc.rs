@@ -15,6 +15,7 @@
 
 use crate::format::{Entry, Kind, Record, TAG_BYTES, Tag, pack};
 use crate::ftl::*;
+use crate::provision::Stream;
 use crate::read::read_with_retries;
 use crate::stats::Count;
 use crate::{FtlError, GcPolicy};
@@ -265,7 +266,7 @@ impl Ftl {
     pub(crate) fn gc_low_water(&self) -> u32 {
         // Above the checkpoint reserve by a commit's worth of blocks (`crate::provision`).
         (self.cfg.gc_free_blocks + 2 * self.geo.dies() + 2)
-            .max(self.meta_reserve + self.geo.dies() + 2)
+            .max(self.prov.meta_reserve() + self.geo.dies() + 2)
     }
 
     pub(crate) fn pick_victim(&self) -> Option<u32> {
@@ -286,7 +287,7 @@ impl Ftl {
                 .map(|b| {
                     let blk = &self.blocks[b as usize];
                     let u = blk.valid as f64 / spb;
-                    let age = (self.program_seq - blk.stamp) as f64 + 1.0;
+                    let age = (self.prov.program_seq() - blk.stamp) as f64 + 1.0;
                     let score = if u == 0.0 {
                         f64::INFINITY
                     } else {
@@ -388,7 +389,7 @@ impl Ftl {
             }
             match m.at_byte {
                 Some(o) => {
-                    self.buffer_sector(COLD, m.lpid, &kept[o..o + ss], m.old, at)?;
+                    self.buffer_sector(Stream::Cold, m.lpid, &kept[o..o + ss], m.old, at)?;
                     self.counters.add(Count::GcMovedSectors, 1);
                 }
                 None => {
@@ -539,10 +540,9 @@ impl Ftl {
     pub(crate) fn erase_block(&mut self, block: u32, at: SimTime) -> Result<(), FtlError> {
         let die = (block / self.geo.blocks_per_die()) as usize;
         let bi = block % self.geo.blocks_per_die();
-        if self
-            .open_blocks
+        if Stream::ALL
             .iter()
-            .any(|per_die| matches!(per_die[die], Some((b, _)) if b == bi))
+            .any(|&s| matches!(self.prov.open(s)[die], Some((b, _)) if b == bi))
         {
             return Err(FtlError::Corrupt(format!(
                 "block {block} ({:?}) is open for writing and cannot be erased",

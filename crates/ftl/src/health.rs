@@ -98,7 +98,7 @@ impl Ftl {
     pub fn spare_blocks(&self) -> i64 {
         let usable = self.blocks.iter().filter(|b| b.state != Use::Bad).count() as i64;
         let spb = self.geo.sectors_per_page() as u64 * self.geo.pages_per_block() as u64;
-        usable - self.reserve_blocks as i64 - self.geo.lbas().div_ceil(spb) as i64
+        usable - self.prov.reserve_blocks() as i64 - self.geo.lbas().div_ceil(spb) as i64
     }
 
     /// The rated endurance of the media, P/E cycles per block (at least 1).
@@ -127,10 +127,10 @@ impl Ftl {
     /// The device's health (SMART figures the FTL keeps).
     pub fn health(&self) -> Health {
         let spare = self.spare_blocks();
-        let available_spare_pct = if self.initial_spare == 0 {
+        let available_spare_pct = if self.prov.initial_spare() == 0 {
             0
         } else {
-            (spare.max(0) * 100 / self.initial_spare as i64).min(100) as u32
+            (spare.max(0) * 100 / self.prov.initial_spare() as i64).min(100) as u32
         };
         let (percentage_used, worn_out) = self.life_used();
         debug_assert!(percentage_used <= 255 && (!worn_out || percentage_used >= 100));

@@ -4,6 +4,7 @@
 
 use crate::format::{NONE, unpack};
 use crate::ftl::*;
+use crate::provision::Stream;
 use csd_nand::{BlockId, DieId};
 use csd_sim::SimTime;
 
@@ -102,8 +103,8 @@ impl Ftl {
                 return Err(format!("free block {b} holds valid data"));
             }
         }
-        for (s, per_die) in self.open_blocks.iter().enumerate() {
-            for (die, open) in per_die.iter().enumerate() {
+        for s in Stream::ALL {
+            for (die, open) in self.prov.open(s).iter().enumerate() {
                 let Some((bi, page)) = *open else { continue };
                 let b = die as u32 * self.geo.blocks_per_die() + bi;
                 let media = self
@@ -111,9 +112,9 @@ impl Ftl {
                     .block_info(BlockId(b))
                     .map_err(|e| e.to_string())?
                     .next_page;
-                if self.blocks[b as usize].state != Use::Open(s as u8) || media != page {
+                if self.blocks[b as usize].state != Use::Open(Some(s)) || media != page {
                     return Err(format!(
-                        "open block {b} of stream {s}: state {:?}, FTL writes page {page}, media's write pointer {media}",
+                        "open block {b} of stream {s:?}: state {:?}, FTL writes page {page}, media's write pointer {media}",
                         self.blocks[b as usize].state
                     ));
                 }

@@ -13,6 +13,7 @@
 use crate::FtlError;
 use crate::format::{Kind, NONE, Record, TAG_BYTES, Tag, page_addr, page_unaddr, unpack};
 use crate::ftl::*;
+use crate::provision::Stream;
 use crate::stats::Count;
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
@@ -451,7 +452,7 @@ impl Ftl {
             self.commit.next_seq(),
             None,
         );
-        let r = self.program_stream(META, data, &oob, at);
+        let r = self.program_stream(Stream::Meta, data, &oob, at);
         self.oob_scratch = oob;
         let (b, p, t) = r?;
         self.counters.add(Count::MetaPrograms, 1);

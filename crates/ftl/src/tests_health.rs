@@ -359,7 +359,7 @@ fn a_starved_channel_collects_on_its_own_blocks() {
         })
         .collect();
     for &b in &ch0 {
-        f.blocks[b as usize].state = crate::ftl::Use::Open(u8::MAX);
+        f.blocks[b as usize].state = crate::ftl::Use::Open(None);
         f.count_free(b, false);
     }
     let ss = f.lba_size();
@@ -1090,11 +1090,13 @@ fn a_close_that_cannot_checkpoint_says_so_and_the_next_open_replays() {
     // used up): no free block, no open META block.
     for b in 0..f.blocks.len() as u32 {
         if f.blocks[b as usize].state == crate::ftl::Use::Free {
-            f.blocks[b as usize].state = crate::ftl::Use::Open(u8::MAX);
+            f.blocks[b as usize].state = crate::ftl::Use::Open(None);
             f.count_free(b, false);
         }
     }
-    f.open_blocks[crate::ftl::META].fill(None);
+    for die in 0..f.geo.dies() as usize {
+        f.prov.close(crate::provision::Stream::Meta, die);
+    }
     let e = f.close(SimTime::ZERO).unwrap_err();
     assert!(matches!(e, FtlError::NotCheckpointed { .. }), "{e:?}");
     assert!(e.to_string().contains("not synced"), "{e}");

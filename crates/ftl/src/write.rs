@@ -15,6 +15,7 @@
 
 use crate::format::{Entry, Kind, LogPage, NONE, Record, pack};
 use crate::ftl::*;
+use crate::provision::Stream;
 use crate::stats::Count;
 use crate::{FtlError, WriteCache};
 use csd_nand::{BlockId, NandError, Ppa};
@@ -266,9 +267,9 @@ impl Ftl {
         let mut t = at;
         let mut done = at;
         for (i, sector) in data.chunks(self.geo.sector_size()).enumerate() {
-            t = t.max(self.buffer_sector(HOT, lba + i as u64, sector, NONE, at)?);
+            t = t.max(self.buffer_sector(Stream::Hot, lba + i as u64, sector, NONE, at)?);
             if self.cfg.write_cache == WriteCache::WriteBack
-                && self.commit.filling[HOT].is_none()
+                && self.commit.filling[Stream::Hot.index()].is_none()
                 && self.commit.bufs.len() >= self.geo.dies() as usize
             {
                 done = done.max(self.commit(t)?);
@@ -288,7 +289,7 @@ impl Ftl {
     /// `old_hint` is the durable location for GC moves (NONE for host writes: read MAP).
     pub(crate) fn buffer_sector(
         &mut self,
-        s: usize,
+        s: Stream,
         lpid: u64,
         sector: &[u8],
         old_hint: u64,
@@ -305,7 +306,7 @@ impl Ftl {
             }
             _ => cur,
         };
-        let bi = match self.commit.filling[s] {
+        let bi = match self.commit.filling[s.index()] {
             Some(b) => b,
             None => {
                 let buf = self.commit.pool.pop().unwrap_or_else(|| PageBuf {
@@ -316,7 +317,7 @@ impl Ftl {
                 });
                 self.commit.bufs.push(buf);
                 let b = self.commit.bufs.len() - 1;
-                self.commit.filling[s] = Some(b);
+                self.commit.filling[s.index()] = Some(b);
                 b
             }
         };
@@ -328,7 +329,7 @@ impl Ftl {
         buf.olds[k] = durable_old;
         buf.fill += 1;
         if buf.fill == self.geo.sectors_per_page() {
-            self.commit.filling[s] = None;
+            self.commit.filling[s.index()] = None;
         }
         self.map_set(lpid, Loc::Buffered { buf: bi, slot: k }.entry(), at)?;
         Ok(t)
@@ -363,7 +364,7 @@ impl Ftl {
         if self.log.pending_bytes() > LogPage::capacity(self.geo.page_size()) / 2 {
             done = done.max(self.force_log(done)?);
         }
-        while let Some(b) = self.retired_to_relocate.pop() {
+        while let Some(b) = self.prov.next_retired() {
             self.relocate(b, done)?;
         }
         Ok(done)
@@ -377,7 +378,7 @@ impl Ftl {
         seq: u64,
         at: SimTime,
     ) -> Result<(Vec<(u32, u32)>, SimTime), FtlError> {
-        let stream = if gc { COLD } else { HOT };
+        let stream = if gc { Stream::Cold } else { Stream::Hot };
         self.pad_page_bufs();
         // 1. Provision addresses (as the program order will use them).
         let mut addrs: Vec<(u32, u32)> = Vec::with_capacity(self.commit.bufs.len());
@@ -441,7 +442,7 @@ impl Ftl {
         t_log: SimTime,
         done: &mut SimTime,
     ) -> Result<Vec<usize>, FtlError> {
-        let stream = if gc { COLD } else { HOT };
+        let stream = if gc { Stream::Cold } else { Stream::Hot };
         let mut failed = Vec::new();
         let mut oob = std::mem::take(&mut self.oob_scratch);
         for &i in todo {
@@ -466,7 +467,7 @@ impl Ftl {
                 &oob,
                 t_log,
             );
-            self.program_seq += 1;
+            self.prov.programmed();
             match r {
                 Ok(d) => {
                     *done = (*done).max(d);
@@ -478,7 +479,8 @@ impl Ftl {
                 }
                 Err(NandError::ProgramFailed { .. }) => {
                     self.counters.add(Count::ProgramFailures, 1);
-                    self.open_blocks[stream][(b / self.geo.blocks_per_die()) as usize] = None;
+                    self.prov
+                        .close(stream, (b / self.geo.blocks_per_die()) as usize);
                     self.retire(b);
                     failed.push(i);
                 }
@@ -616,7 +618,7 @@ impl Ftl {
     /// the programs of a commit then follow this plan in order.
     pub(crate) fn plan_addresses(
         &mut self,
-        stream: usize,
+        stream: Stream,
         n: usize,
     ) -> Result<Vec<(u32, u32)>, FtlError> {
         let mut out = Vec::with_capacity(n);
@@ -744,7 +746,7 @@ impl Ftl {
         self.ensure_free(blocks_needed, t)?;
         for &(lpid, off) in &desc.entries {
             let page = &buf[off as usize * ss..(off as usize + 1) * ss];
-            t = t.max(self.buffer_sector(HOT, lpid, page, NONE, t)?);
+            t = t.max(self.buffer_sector(Stream::Hot, lpid, page, NONE, t)?);
         }
         self.counters
             .add(Count::HostWriteSectors, desc.entries.len() as u64);

@@ -22,6 +22,7 @@
 //! `ring.rs` finds the checkpoint record to start from (and refuses a damaged ring);
 //! this file rebuilds the state from it and redoes the log.
 
+use crate::provision::Stream;
 use crate::stats::Count;
 
 mod ring;
@@ -154,9 +155,9 @@ impl Ftl {
         self.commit.restore_seq(ck.next_commit);
         self.counters
             .restore_lifetime(FtlStats::from_words(&ck.lifetime));
-        self.next_die = ck.rr;
-        self.reserve_blocks = ck.reserve_blocks;
-        self.initial_spare = ck.initial_spare;
+        self.prov.restore_round_robin(ck.rr);
+        self.prov.set_reserve_blocks(ck.reserve_blocks);
+        self.prov.set_initial_spare(ck.initial_spare);
         t = t.max(self.load_tables(&ck, t0)?);
         self.ctrl.restore(&ck.ext_pending, &ck.blob);
         let mut rep = RecoveryReport {
@@ -410,7 +411,8 @@ impl Ftl {
                 BT_CKPT => Use::Ckpt,
                 _ if self.ckpt.ring().contains(&(b as u32)) => Use::Ckpt,
                 c if (BT_OPEN..BT_OPEN + 3).contains(&c) && written[b] => {
-                    let s = (c - BT_OPEN) as usize;
+                    let s = Stream::from_index((c - BT_OPEN) as usize)
+                        .unwrap_or_else(|| unreachable!("code {c} is in the open range"));
                     let next = self
                         .nand
                         .block_info(BlockId(b as u32))
@@ -418,8 +420,8 @@ impl Ftl {
                     if next < self.geo.pages_per_block() {
                         let die = b / self.geo.blocks_per_die() as usize;
                         let bi = (b % self.geo.blocks_per_die() as usize) as u32;
-                        self.open_blocks[s][die] = Some((bi, next));
-                        Use::Open(s as u8)
+                        self.prov.reopen(s, die, (bi, next));
+                        Use::Open(Some(s))
                     } else {
                         self.settled_state(b, written[b])
                     }
@@ -524,11 +526,15 @@ impl Ftl {
             }
         }
         // Metadata written during this recovery (MAP evictions) sits in open META blocks.
-        for s in 0..3 {
+        for s in Stream::ALL {
             for die in 0..self.geo.dies() as usize {
-                if let Some((bi, _)) = self.open_blocks[s][die].take() {
+                if let Some((bi, _)) = self.prov.close(s, die) {
                     let b = die * self.geo.blocks_per_die() as usize + bi as usize;
-                    self.blocks[b].state = if s == META { Use::Meta } else { Use::Full };
+                    self.blocks[b].state = if s == Stream::Meta {
+                        Use::Meta
+                    } else {
+                        Use::Full
+                    };
                 }
             }
         }
