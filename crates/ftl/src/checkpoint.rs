@@ -206,7 +206,7 @@ impl Ftl {
         // Top up the free pool first (only possible while nothing is buffered; otherwise
         // the low-water mark already covers one commit plus the metadata pages). A
         // read-only device moves no data: its checkpoint goes to the checkpoint reserve.
-        if !self.recovering && self.health.read_only().is_none() {
+        if !self.map.recovering() && self.health.read_only().is_none() {
             self.ensure_free(0, at)?;
         }
         let mut t = self.commit_inner(false, at)?;
@@ -298,8 +298,8 @@ impl Ftl {
 
     fn write_dirty_map_pages(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let mut t = at;
-        for s in 0..self.map_slots.len() {
-            if self.map_slots[s].dirty {
+        for s in 0..self.map.slots().len() {
+            if self.map.slots()[s].dirty {
                 t = t.max(self.write_map_page(s, at)?);
             }
         }
@@ -309,19 +309,26 @@ impl Ftl {
     fn write_dirty_maps_pages(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let mut t = at;
         let per = self.geo.page_size() / 8;
-        for mi in 0..self.maps_page_dirty.len() {
-            if !self.maps_page_dirty[mi] && self.ckpt.maps_pages[mi] != NONE {
+        for mi in 0..self.map.maps_page_count() {
+            if !self.map.maps_page_dirty(mi) && self.ckpt.maps_pages[mi] != NONE {
                 continue;
             }
             let mut page = vec![0xFFu8; self.geo.page_size()];
-            for (k, a) in self.map_pages.iter().skip(mi * per).take(per).enumerate() {
+            for (k, a) in self
+                .map
+                .page_addrs()
+                .iter()
+                .skip(mi * per)
+                .take(per)
+                .enumerate()
+            {
                 page[k * 8..k * 8 + 8].copy_from_slice(&a.to_le_bytes());
             }
             let (addr, tt) = self.write_meta_page(Kind::Maps, mi as u64, &page, at)?;
             t = t.max(tt);
             let old = std::mem::replace(&mut self.ckpt.maps_pages[mi], addr);
             self.release_meta_page(old);
-            self.maps_page_dirty[mi] = false;
+            self.map.maps_page_written(mi);
         }
         Ok(t)
     }

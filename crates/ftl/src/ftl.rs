@@ -12,6 +12,7 @@ use crate::gc::GcState;
 use crate::geo::Geo;
 use crate::health::HealthState;
 use crate::log::Log;
+use crate::map::MapCache;
 use crate::provision::{Provision, Stream};
 use crate::stats::Counters;
 use crate::write::CommitState;
@@ -146,14 +147,6 @@ pub(crate) struct Blk {
     pub(crate) max_lsn: u64,
 }
 
-pub(crate) struct MapSlot {
-    pub(crate) page: u32,
-    pub(crate) entries: Vec<u64>,
-    pub(crate) ext: Vec<u8>,
-    pub(crate) dirty: bool,
-    pub(crate) referenced: bool,
-}
-
 /// The FTL over one flash array.
 pub struct Ftl {
     /// The flash array.
@@ -162,20 +155,6 @@ pub struct Ftl {
     pub(crate) cfg: FtlConfig,
     /// Fixed dimensions: geometry and logical capacity.
     pub(crate) geo: Geo,
-    /// MAPS: flash page address of each MAP page (`NONE` if never written).
-    pub(crate) map_pages: Vec<u64>,
-    /// Which MAPS pages changed since the last checkpoint.
-    pub(crate) maps_page_dirty: Vec<bool>,
-    /// Cache slot of each MAP page (`u32::MAX` when not cached).
-    pub(crate) map_slot_of: Vec<u32>,
-    /// The MAP cache.
-    pub(crate) map_slots: Vec<MapSlot>,
-    /// Bumped by every MAP entry change (see [`Ftl::content_epoch`]).
-    pub(crate) map_epoch: u64,
-    /// MAP pages the cache holds at most.
-    pub(crate) map_cache_capacity: usize,
-    /// The CLOCK hand of the MAP cache.
-    pub(crate) clock_hand: usize,
     /// Per-block state.
     pub(crate) blocks: Vec<Blk>,
     /// GBITV: one valid bit per physical sector.
@@ -199,6 +178,8 @@ pub struct Ftl {
     pub(crate) commit: CommitState,
     /// Provisioning: open blocks per stream and die, round robin, reserves.
     pub(crate) prov: Provision,
+    /// The MAP: MAP page addresses (MAPS), the MAP cache and its CLOCK.
+    pub(crate) map: MapCache,
     /// Counters of the current measurement window and of the device's life.
     pub(crate) counters: Counters,
     /// Scratch OOB buffer of one page.
@@ -207,9 +188,6 @@ pub struct Ftl {
     pub(crate) read_scratch: Vec<u8>,
     /// The last recovery, if this FTL was recovered.
     pub(crate) recovery: Option<RecoveryReport>,
-    /// During recovery the MAP cache evicts clean pages only (no flash writes before the
-    /// block classes are known); it may exceed its bound until the closing checkpoint.
-    pub(crate) recovering: bool,
     /// GBITV pages changed since the last checkpoint.
     pub(crate) gbitv_dirty: Vec<bool>,
 }
@@ -268,13 +246,6 @@ impl Ftl {
         let n_gbitv_pages = (nblocks as u64 * spb).div_ceil(8 * page_size as u64) as usize;
         let mut f = Ftl {
             geo: Geo::new(&g, lbas, cfg.ext_bytes),
-            map_pages: vec![NONE; n_map_pages],
-            maps_page_dirty: vec![false; n_maps_pages],
-            map_slot_of: vec![u32::MAX; n_map_pages],
-            map_slots: Vec::with_capacity(slot_cap),
-            map_epoch: 0,
-            map_cache_capacity: slot_cap,
-            clock_hand: 0,
             blocks: vec![
                 Blk {
                     state: Use::Free,
@@ -291,6 +262,7 @@ impl Ftl {
             free_per_die: vec![0; dies as usize],
             log: Log::new(page_size),
             counters: Counters::default(),
+            map: MapCache::new(n_map_pages, n_maps_pages, slot_cap),
             prov: Provision::new(dies as usize),
             commit: CommitState::new(),
             ckpt: CkptState::new(n_maps_pages, n_gbitv_pages),
@@ -300,7 +272,6 @@ impl Ftl {
             oob_scratch: vec![0u8; g.oob_per_page() as usize],
             read_scratch: Vec::new(),
             recovery: None,
-            recovering: false,
             gbitv_dirty: vec![false; n_gbitv_pages],
             nand,
             cfg,
@@ -530,7 +501,7 @@ impl Ftl {
     /// Reads never move it. Bytes [`Ftl::peek_in_place`] returned for an LBA are what
     /// [`Ftl::read_ref`] returns for it while the epoch holds.
     pub fn content_epoch(&self) -> (u64, u64) {
-        (self.map_epoch, self.nand.content_epoch())
+        (self.map.epoch(), self.nand.content_epoch())
     }
     /// The flash array, mutably (fault injection, inspection).
     pub fn nand_mut(&mut self) -> &mut Nand {
@@ -556,7 +527,7 @@ impl Ftl {
     }
     /// MAP pages the cache holds at most.
     pub fn map_cache_pages(&self) -> usize {
-        self.map_cache_capacity
+        self.map.capacity()
     }
 
     /// (min, mean, max) erase count over usable blocks, not counting the two checkpoint

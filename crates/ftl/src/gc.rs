@@ -251,8 +251,8 @@ impl Ftl {
         if dead == 0 {
             return false;
         }
-        let cost = self.map_slots.iter().filter(|s| s.dirty).count() as u64
-            + self.maps_page_dirty.iter().filter(|&&d| d).count() as u64
+        let cost = self.map.slots().iter().filter(|s| s.dirty).count() as u64
+            + self.map.dirty_maps_pages() as u64
             + self.gbitv_dirty.iter().filter(|&&d| d).count() as u64
             + self.ckpt.wear_pages().len() as u64
             + self.ckpt.bbt_pages().len() as u64
@@ -499,14 +499,13 @@ impl Ftl {
     ) -> Result<HashMap<u64, u64>, FtlError> {
         let mut out = HashMap::new();
         let epp = self.geo.map_entries_per_page();
-        for mp in 0..self.map_pages.len() as u32 {
-            if self.map_pages[mp as usize] == crate::format::NONE
-                && self.map_slot_of[mp as usize] == u32::MAX
+        for mp in 0..self.map.page_addrs().len() as u32 {
+            if self.map.page_addrs()[mp as usize] == crate::format::NONE && !self.map.is_cached(mp)
             {
                 continue;
             }
             let (s, _) = self.map_slot(mp, at)?;
-            for (i, &e) in self.map_slots[s].entries.iter().enumerate() {
+            for (i, &e) in self.map.slots()[s].entries.iter().enumerate() {
                 if let Some(a) = flash_of(e)
                     && crate::format::unpack(a).0 == block
                 {

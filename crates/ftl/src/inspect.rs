@@ -58,20 +58,20 @@ impl Ftl {
             c[5],
             c[6],
             self.geo.lbas(),
-            self.map_pages.len(),
-            self.map_slots.len(),
-            self.map_cache_capacity
+            self.map.page_addrs().len(),
+            self.map.slots().len(),
+            self.map.capacity()
         )
     }
 
     /// Check internal invariants (valid counts agree with the bitmap and MAP); for tests.
     pub fn check_invariants(&mut self) -> Result<(), String> {
         let mut counts = vec![0u32; self.blocks.len()];
-        for mp in 0..self.map_pages.len() as u32 {
+        for mp in 0..self.map.page_addrs().len() as u32 {
             let (s, _) = self
                 .map_slot(mp, SimTime::ZERO)
                 .map_err(|e| e.to_string())?;
-            for (i, &e) in self.map_slots[s].entries.iter().enumerate() {
+            for (i, &e) in self.map.slots()[s].entries.iter().enumerate() {
                 // A buffered (write-back) sector keeps its durable old copy live until commit.
                 let e = match Loc::of(e) {
                     Loc::Buffered { buf, slot } => {

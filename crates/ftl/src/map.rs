@@ -18,6 +18,139 @@ use crate::stats::Count;
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
 
+/// One cached MAP page.
+pub(crate) struct MapSlot {
+    /// The MAP page it holds.
+    pub(crate) page: u32,
+    /// Its MAP entries (see [`Loc`]).
+    pub(crate) entries: Vec<u64>,
+    /// The entries' extension bytes.
+    pub(crate) ext: Vec<u8>,
+    /// Changed since it was last written to flash.
+    pub(crate) dirty: bool,
+    /// CLOCK's reference bit.
+    pub(crate) referenced: bool,
+}
+
+/// The MAP: where each MAP page is on flash (MAPS), which MAPS pages changed since the
+/// last checkpoint, and the bounded cache of MAP pages with its CLOCK hand. Only this
+/// module changes it.
+pub(crate) struct MapCache {
+    /// MAPS: flash page address of each MAP page (`NONE` if never written).
+    pages: Vec<u64>,
+    /// Which MAPS pages changed since the last checkpoint.
+    maps_dirty: Vec<bool>,
+    /// Cache slot of each MAP page (`u32::MAX` when not cached).
+    slot_of: Vec<u32>,
+    /// The cached MAP pages.
+    slots: Vec<MapSlot>,
+    /// Bumped by every MAP entry change (see [`Ftl::content_epoch`]).
+    epoch: u64,
+    /// MAP pages the cache holds at most (outside recovery and read-only operation).
+    capacity: usize,
+    /// The CLOCK hand.
+    hand: usize,
+    /// During recovery the cache evicts clean pages only (no flash writes before the
+    /// block classes are known); it may exceed its bound until the closing checkpoint.
+    recovering: bool,
+}
+
+impl MapCache {
+    /// `map_pages` MAP pages in `maps_pages` MAPS pages, none written, a cache of
+    /// `capacity` pages.
+    pub(crate) fn new(map_pages: usize, maps_pages: usize, capacity: usize) -> MapCache {
+        MapCache {
+            pages: vec![NONE; map_pages],
+            maps_dirty: vec![false; maps_pages],
+            slot_of: vec![u32::MAX; map_pages],
+            slots: Vec::with_capacity(capacity),
+            epoch: 0,
+            capacity,
+            hand: 0,
+            recovering: false,
+        }
+    }
+
+    /// Bumped by every MAP entry change.
+    #[inline]
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// MAP pages the cache holds at most.
+    #[inline]
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// MAPS: the flash address of each MAP page.
+    #[inline]
+    pub(crate) fn page_addrs(&self) -> &[u64] {
+        &self.pages
+    }
+
+    /// Is MAP page `mp` in the cache?
+    #[inline]
+    pub(crate) fn is_cached(&self, mp: u32) -> bool {
+        self.slot_of[mp as usize] != u32::MAX
+    }
+
+    /// The cached MAP pages.
+    #[inline]
+    pub(crate) fn slots(&self) -> &[MapSlot] {
+        &self.slots
+    }
+
+    /// MAPS pages (each holding the addresses of `page_size / 8` MAP pages).
+    pub(crate) fn maps_page_count(&self) -> usize {
+        self.maps_dirty.len()
+    }
+
+    /// Did MAPS page `mi` change since the last checkpoint?
+    pub(crate) fn maps_page_dirty(&self, mi: usize) -> bool {
+        self.maps_dirty[mi]
+    }
+
+    /// MAPS pages changed since the last checkpoint.
+    pub(crate) fn dirty_maps_pages(&self) -> usize {
+        self.maps_dirty.iter().filter(|&&d| d).count()
+    }
+
+    /// MAPS page `mi` was written by a checkpoint.
+    pub(crate) fn maps_page_written(&mut self, mi: usize) {
+        self.maps_dirty[mi] = false;
+    }
+
+    /// The checkpoint's MAPS page says MAP page `mp` is at `addr` (recovery); ignored
+    /// beyond the MAP.
+    pub(crate) fn restore_page_addr(&mut self, mp: usize, addr: u64) {
+        if let Some(e) = self.pages.get_mut(mp) {
+            *e = addr;
+        }
+    }
+
+    /// Is recovery running (the cache evicts clean pages only)?
+    #[inline]
+    pub(crate) fn recovering(&self) -> bool {
+        self.recovering
+    }
+
+    /// Recovery starts or ends.
+    pub(crate) fn set_recovering(&mut self, on: bool) {
+        self.recovering = on;
+    }
+
+    /// The cache's invariant for slot `s`: the page it holds names it back.
+    #[inline]
+    fn check_slot(&self, s: usize) {
+        debug_assert_eq!(
+            self.slot_of[self.slots[s].page as usize], s as u32,
+            "MAP cache: slot {s} holds MAP page {} whose slot is recorded as {}",
+            self.slots[s].page, self.slot_of[self.slots[s].page as usize]
+        );
+    }
+}
+
 impl Ftl {
     #[inline]
     pub(crate) fn gidx(&self, block: u32, page: u32, sector: u32) -> usize {
@@ -55,7 +188,7 @@ impl Ftl {
     /// when read-only; the MAP cache then evicts clean pages only and may grow.
     #[inline]
     pub(crate) fn may_write_meta(&self) -> bool {
-        !self.recovering && self.health.read_only().is_none()
+        !self.map.recovering && self.health.read_only().is_none()
     }
 
     #[inline]
@@ -66,10 +199,10 @@ impl Ftl {
 
     /// The cache slot holding MAP page `mp`, loading it (and evicting) as needed.
     pub(crate) fn map_slot(&mut self, mp: u32, at: SimTime) -> Result<(usize, SimTime), FtlError> {
-        let s = self.map_slot_of[mp as usize];
+        let s = self.map.slot_of[mp as usize];
         if s != u32::MAX {
             self.counters.add(Count::MapHits, 1);
-            self.map_slots[s as usize].referenced = true;
+            self.map.slots[s as usize].referenced = true;
             return Ok((s as usize, at));
         }
         self.counters.add(Count::MapMisses, 1);
@@ -78,36 +211,36 @@ impl Ftl {
         let ext = self.cfg.ext_bytes as usize;
         // Read the page before taking a slot for it: a page that cannot be read leaves
         // the cache as it was (never a slot of unmapped entries standing in for it).
-        let addr = self.map_pages[mp as usize];
+        let addr = self.map.pages[mp as usize];
         let mut page = Vec::new();
         if addr != NONE {
             page = vec![0u8; self.geo.page_size()];
             t = t.max(self.read_meta_page(addr, Kind::Map, mp as u64, &mut page, at)?);
         }
         let no_writes = !self.may_write_meta();
-        let all_dirty = no_writes && self.map_slots.iter().all(|s| s.dirty);
-        let idx = if self.map_slots.len() < self.map_cache_capacity || all_dirty {
-            self.map_slots.push(MapSlot {
+        let all_dirty = no_writes && self.map.slots.iter().all(|s| s.dirty);
+        let idx = if self.map.slots.len() < self.map.capacity || all_dirty {
+            self.map.slots.push(MapSlot {
                 page: mp,
                 entries: vec![NONE; epp],
                 ext: vec![0u8; epp * ext],
                 dirty: false,
                 referenced: true,
             });
-            self.map_slots.len() - 1
+            self.map.slots.len() - 1
         } else {
             // CLOCK: skip referenced slots once.
             loop {
-                let h = self.clock_hand;
-                self.clock_hand = (self.clock_hand + 1) % self.map_slots.len();
-                if self.map_slots[h].referenced {
-                    self.map_slots[h].referenced = false;
-                } else if !(no_writes && self.map_slots[h].dirty) {
+                let h = self.map.hand;
+                self.map.hand = (self.map.hand + 1) % self.map.slots.len();
+                if self.map.slots[h].referenced {
+                    self.map.slots[h].referenced = false;
+                } else if !(no_writes && self.map.slots[h].dirty) {
                     break;
                 }
             }
-            let victim = (self.clock_hand + self.map_slots.len() - 1) % self.map_slots.len();
-            if self.map_slots[victim].dirty {
+            let victim = (self.map.hand + self.map.slots.len() - 1) % self.map.slots.len();
+            if self.map.slots[victim].dirty {
                 match self.write_map_page(victim, at) {
                     Ok(done) => t = t.max(done),
                     Err(e) => {
@@ -115,25 +248,26 @@ impl Ftl {
                         // cache keeps its dirty pages (they are redone from the log).
                         let reason = self.end_of_life(&e).ok_or(e)?;
                         self.enter_read_only(reason);
-                        self.map_slot_of[mp as usize] = u32::MAX;
+                        self.map.slot_of[mp as usize] = u32::MAX;
                         self.counters.undo(Count::MapMisses);
                         return self.map_slot(mp, at);
                     }
                 }
             }
-            let old = self.map_slots[victim].page;
-            self.map_slot_of[old as usize] = u32::MAX;
-            self.map_slots[victim].page = mp;
-            self.map_slots[victim].dirty = false;
-            self.map_slots[victim].referenced = true;
+            let old = self.map.slots[victim].page;
+            self.map.slot_of[old as usize] = u32::MAX;
+            self.map.slots[victim].page = mp;
+            self.map.slots[victim].dirty = false;
+            self.map.slots[victim].referenced = true;
             victim
         };
-        self.map_slot_of[mp as usize] = idx as u32;
+        self.map.slot_of[mp as usize] = idx as u32;
+        self.map.check_slot(idx);
         if addr == NONE {
-            self.map_slots[idx].entries.fill(NONE);
-            self.map_slots[idx].ext.fill(0);
+            self.map.slots[idx].entries.fill(NONE);
+            self.map.slots[idx].ext.fill(0);
         } else {
-            let slot = &mut self.map_slots[idx];
+            let slot = &mut self.map.slots[idx];
             for (i, e) in slot.entries.iter_mut().enumerate() {
                 *e = u64::from_le_bytes(page[i * 8..i * 8 + 8].try_into().unwrap_or([0xFF; 8]));
             }
@@ -146,36 +280,36 @@ impl Ftl {
     /// Drop clean slots until the cache is within its bound again (after recovery).
     pub(crate) fn shrink_cache(&mut self) {
         let mut i = 0;
-        while self.map_slots.len() > self.map_cache_capacity && i < self.map_slots.len() {
-            if self.map_slots[i].dirty {
+        while self.map.slots.len() > self.map.capacity && i < self.map.slots.len() {
+            if self.map.slots[i].dirty {
                 i += 1;
                 continue;
             }
-            let page = self.map_slots[i].page;
-            self.map_slot_of[page as usize] = u32::MAX;
-            self.map_slots.swap_remove(i);
-            if i < self.map_slots.len() {
-                let moved = self.map_slots[i].page;
-                self.map_slot_of[moved as usize] = i as u32;
+            let page = self.map.slots[i].page;
+            self.map.slot_of[page as usize] = u32::MAX;
+            self.map.slots.swap_remove(i);
+            if i < self.map.slots.len() {
+                let moved = self.map.slots[i].page;
+                self.map.slot_of[moved as usize] = i as u32;
             }
         }
-        self.clock_hand = 0;
+        self.map.hand = 0;
     }
 
     pub(crate) fn write_map_page(&mut self, slot: usize, at: SimTime) -> Result<SimTime, FtlError> {
         let mut page = vec![0u8; self.geo.page_size()];
         let epp = self.geo.map_entries_per_page() as usize;
-        let s = &self.map_slots[slot];
+        let s = &self.map.slots[slot];
         for (i, e) in s.entries.iter().enumerate() {
             page[i * 8..i * 8 + 8].copy_from_slice(&e.to_le_bytes());
         }
         page[epp * 8..epp * 8 + s.ext.len()].copy_from_slice(&s.ext);
         let mp = s.page;
         let (addr, t) = self.write_meta_page(Kind::Map, mp as u64, &page, at)?;
-        let old = std::mem::replace(&mut self.map_pages[mp as usize], addr);
+        let old = std::mem::replace(&mut self.map.pages[mp as usize], addr);
         self.release_meta_page(old);
-        self.maps_page_dirty[mp as usize / (self.geo.page_size() / 8)] = true;
-        self.map_slots[slot].dirty = false;
+        self.map.maps_dirty[mp as usize / (self.geo.page_size() / 8)] = true;
+        self.map.slots[slot].dirty = false;
         Ok(t)
     }
 
@@ -239,9 +373,10 @@ impl Ftl {
             return None;
         }
         let s = *self
-            .map_slot_of
+            .map
+            .slot_of
             .get((lpid / self.geo.map_entries_per_page()) as usize)?;
-        let slot = self.map_slots.get(s as usize)?;
+        let slot = self.map.slots.get(s as usize)?;
         slot.entries
             .get((lpid % self.geo.map_entries_per_page()) as usize)
     }
@@ -249,17 +384,17 @@ impl Ftl {
     pub(crate) fn map_get(&mut self, lpid: u64, at: SimTime) -> Result<(u64, SimTime), FtlError> {
         let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
         Ok((
-            self.map_slots[s].entries[(lpid % self.geo.map_entries_per_page()) as usize],
+            self.map.slots[s].entries[(lpid % self.geo.map_entries_per_page()) as usize],
             t,
         ))
     }
 
     pub(crate) fn map_set(&mut self, lpid: u64, v: u64, at: SimTime) -> Result<SimTime, FtlError> {
         let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
-        let slot = &mut self.map_slots[s];
+        let slot = &mut self.map.slots[s];
         slot.entries[(lpid % self.geo.map_entries_per_page()) as usize] = v;
         slot.dirty = true;
-        self.map_epoch += 1;
+        self.map.epoch += 1;
         Ok(t)
     }
 
@@ -269,7 +404,7 @@ impl Ftl {
         let ext = self.cfg.ext_bytes as usize;
         let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
         let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
-        Ok((self.map_slots[s].ext[o..o + ext].to_vec(), t))
+        Ok((self.map.slots[s].ext[o..o + ext].to_vec(), t))
     }
 
     /// Set the metadata extension bytes of `lpid` (logged; durable at the next flush).
@@ -283,15 +418,28 @@ impl Ftl {
             )));
         }
         self.check_writable()?;
-        let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
-        let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
-        self.map_slots[s].ext[o..o + ext].copy_from_slice(bytes);
-        self.map_slots[s].dirty = true;
+        let t = self.store_ext(lpid, bytes, at)?;
         self.ctrl.settle(lpid);
         self.log_append(Record::Ext {
             lpid,
             bytes: bytes.to_vec(),
         });
+        Ok(t)
+    }
+
+    /// Put `bytes` into the MAP entry extension of `lpid` (not logged: the caller logs
+    /// it, or redoes a logged record). Returns when the MAP page is in the cache.
+    pub(crate) fn store_ext(
+        &mut self,
+        lpid: u64,
+        bytes: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let ext = bytes.len();
+        let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
+        let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
+        self.map.slots[s].ext[o..o + ext].copy_from_slice(bytes);
+        self.map.slots[s].dirty = true;
         Ok(t)
     }
 
@@ -301,8 +449,8 @@ impl Ftl {
         let ext = self.cfg.ext_bytes as usize;
         let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
         let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
-        self.map_slots[s].ext[o..o + ext].fill(0);
-        self.map_slots[s].dirty = true;
+        self.map.slots[s].ext[o..o + ext].fill(0);
+        self.map.slots[s].dirty = true;
         self.ctrl.settle(lpid);
         Ok(t)
     }
@@ -360,7 +508,7 @@ impl Ftl {
             });
         }
         let (s, t) = self.map_slot(mp as u32, at)?;
-        Ok((self.map_slots[s].ext.clone(), t))
+        Ok((self.map.slots[s].ext.clone(), t))
     }
 
     /// The controller's persistent metadata (empty until [`Ftl::set_blob`]).

@@ -256,7 +256,7 @@ impl Ftl {
     pub(crate) fn checkpoint_reserve(&self) -> u32 {
         let page = self.geo.page_size() as u64;
         let nblocks = self.blocks.len() as u64;
-        let pages = (self.map_cache_capacity as u64).min(self.map_pages.len() as u64)
+        let pages = (self.map.capacity() as u64).min(self.map.page_addrs().len() as u64)
             + self.ckpt.maps_pages().len() as u64
             + (nblocks * 4).div_ceil(page)
             + nblocks.div_ceil(8).div_ceil(page)

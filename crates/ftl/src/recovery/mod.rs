@@ -136,7 +136,7 @@ impl Ftl {
             t0,
             mut t,
         } = found;
-        self.recovering = true;
+        self.map.set_recovering(true);
         // Each half of the ring continues in its block with the newest record (the
         // record's own block for its half).
         let mut ring_active = [0; 2];
@@ -207,7 +207,7 @@ impl Ftl {
                 },
             }
         }
-        self.recovering = false;
+        self.map.set_recovering(false);
         self.shrink_cache();
         rep.ext_pending = self.ctrl.pending_count() as u64;
         rep.modeled_s = t.since(t0) as f64 / 1e9;
@@ -258,9 +258,10 @@ impl Ftl {
             }
             t = t.max(self.read_meta_page(a, Kind::Maps, mi as u64, &mut page, t0)?);
             for (k, w) in page.chunks_exact(8).enumerate() {
-                if let Some(e) = self.map_pages.get_mut(mi * per + k) {
-                    *e = u64::from_le_bytes(w.try_into().unwrap_or([0xFF; 8]));
-                }
+                self.map.restore_page_addr(
+                    mi * per + k,
+                    u64::from_le_bytes(w.try_into().unwrap_or([0xFF; 8])),
+                );
             }
         }
         self.ckpt.restore_tables(ck)?;
@@ -296,7 +297,8 @@ impl Ftl {
         }
         // Live metadata pages per block.
         let live: Vec<u64> = self
-            .map_pages
+            .map
+            .page_addrs()
             .iter()
             .chain(self.ckpt.maps_pages())
             .chain(self.ckpt.wear_pages())
@@ -696,12 +698,7 @@ impl Ftl {
             Record::Ext { lpid, bytes } => {
                 if lpid < self.geo.lbas() && bytes.len() == self.cfg.ext_bytes as usize {
                     self.ctrl.settle(lpid);
-                    let ext = bytes.len();
-                    let (s, tt) =
-                        self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, t)?;
-                    let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
-                    self.map_slots[s].ext[o..o + ext].copy_from_slice(&bytes);
-                    self.map_slots[s].dirty = true;
+                    let tt = self.store_ext(lpid, &bytes, t)?;
                     t = t.max(tt);
                 }
             }
