@@ -289,7 +289,7 @@ impl Ftl {
                 blk.state == Use::Log && blk.max_lsn < rssp_lsn && !cur_log.contains(&Some(b));
             let dead_meta = blk.state == Use::Meta && blk.meta_live == 0;
             if dead_log || dead_meta {
-                self.blocks[b as usize].valid = 0;
+                self.blocks.clear_valid_count(b);
                 self.erase_block(b, t)?;
             }
         }
@@ -388,12 +388,13 @@ impl Ftl {
         let mut t = at;
         let words = self.geo.page_size() / 8;
         for i in 0..self.ckpt.gbitv_pages.len() {
-            if !self.gbitv_dirty[i] {
+            if !self.blocks.gbitv_page_dirty(i) {
                 continue;
             }
-            let lo = (i * words).min(self.gbitv.len());
-            let hi = ((i + 1) * words).min(self.gbitv.len());
-            let chunk = &self.gbitv[lo..hi];
+            let gbitv = self.blocks.gbitv();
+            let lo = (i * words).min(gbitv.len());
+            let hi = ((i + 1) * words).min(gbitv.len());
+            let chunk = &gbitv[lo..hi];
             let new = if chunk.iter().all(|&w| w == 0) {
                 NONE
             } else {
@@ -407,7 +408,7 @@ impl Ftl {
             };
             let old = std::mem::replace(&mut self.ckpt.gbitv_pages[i], new);
             self.release_meta_page(old);
-            self.gbitv_dirty[i] = false;
+            self.blocks.gbitv_page_written(i);
         }
         Ok(t)
     }
@@ -609,7 +610,7 @@ impl Ftl {
             self.counters.add(Count::MetaErases, 1);
             match self.nand.erase(BlockId(nb), at) {
                 Ok(_) => {
-                    self.blocks[nb as usize].pe += 1;
+                    self.blocks.ring_block_erased(nb);
                     self.ckpt.active[half] = next;
                     self.ckpt.check();
                     return Ok(());
@@ -617,7 +618,7 @@ impl Ftl {
                 Err(NandError::EraseFailed { .. }) => {
                     self.counters.add(Count::EraseFailures, 1);
                     self.counters.add(Count::GrownBadBlocks, 1);
-                    self.blocks[nb as usize].state = Use::Bad;
+                    self.blocks.set_state(nb, Use::Bad);
                 }
                 Err(e) => return Err(e.into()),
             }

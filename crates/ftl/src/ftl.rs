@@ -5,6 +5,8 @@
 //! (front ends and the commit path), [`crate::gc`] (GC and wear leveling),
 //! [`crate::checkpoint`], [`crate::recovery`] and [`crate::inspect`].
 
+use crate::blocks::BlockTable;
+pub(crate) use crate::blocks::Use;
 use crate::checkpoint::CkptState;
 use crate::ctrl::CtrlMeta;
 use crate::format::{Kind, LOG_LINKS, NONE, TAG_BYTES, Tag};
@@ -13,7 +15,7 @@ use crate::geo::Geo;
 use crate::health::HealthState;
 use crate::log::Log;
 use crate::map::MapCache;
-use crate::provision::{Provision, Stream};
+use crate::provision::Provision;
 use crate::stats::Counters;
 use crate::write::CommitState;
 use crate::{FtlConfig, FtlError, FtlStats, RecoveryReport};
@@ -118,35 +120,6 @@ impl std::fmt::Display for ReadOnlyReason {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Use {
-    Free,
-    /// Open for a stream; `None` while taken from the free pool and not yet given to one
-    /// (a log block, or a block being opened).
-    Open(Option<Stream>),
-    /// Full of user/GC data.
-    Full,
-    /// Full metadata block (MAP/MAPS/WEAR/BBT pages).
-    Meta,
-    /// Holds log pages.
-    Log,
-    /// One of the two checkpoint blocks.
-    Ckpt,
-    Bad,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Blk {
-    pub(crate) state: Use,
-    pub(crate) valid: u32,
-    pub(crate) pe: u32,
-    pub(crate) stamp: u64,
-    /// Live metadata pages (META blocks).
-    pub(crate) meta_live: u32,
-    /// Highest LSN of a log page in the block (log blocks).
-    pub(crate) max_lsn: u64,
-}
-
 /// The FTL over one flash array.
 pub struct Ftl {
     /// The flash array.
@@ -155,14 +128,8 @@ pub struct Ftl {
     pub(crate) cfg: FtlConfig,
     /// Fixed dimensions: geometry and logical capacity.
     pub(crate) geo: Geo,
-    /// Per-block state.
-    pub(crate) blocks: Vec<Blk>,
-    /// GBITV: one valid bit per physical sector.
-    pub(crate) gbitv: Vec<u64>,
-    /// Blocks in state `Free`.
-    pub(crate) free_count: u32,
-    /// Blocks in state `Free`, per die.
-    pub(crate) free_per_die: Vec<u32>,
+    /// The block table: block states, GBITV and the free pool.
+    pub(crate) blocks: BlockTable,
     /// The recovery log's cursor and pending records.
     pub(crate) log: Log,
     /// Read-only state and the wear-out clock.
@@ -188,8 +155,6 @@ pub struct Ftl {
     pub(crate) read_scratch: Vec<u8>,
     /// The last recovery, if this FTL was recovered.
     pub(crate) recovery: Option<RecoveryReport>,
-    /// GBITV pages changed since the last checkpoint.
-    pub(crate) gbitv_dirty: Vec<bool>,
 }
 
 /// CRC of an LPID's data and the TAG bytes for a page of sectors. `place` (block, page,
@@ -246,20 +211,7 @@ impl Ftl {
         let n_gbitv_pages = (nblocks as u64 * spb).div_ceil(8 * page_size as u64) as usize;
         let mut f = Ftl {
             geo: Geo::new(&g, lbas, cfg.ext_bytes),
-            blocks: vec![
-                Blk {
-                    state: Use::Free,
-                    valid: 0,
-                    pe: 0,
-                    stamp: 0,
-                    meta_live: 0,
-                    max_lsn: 0
-                };
-                nblocks
-            ],
-            gbitv: vec![0u64; (nblocks as u64 * spb).div_ceil(64) as usize],
-            free_count: 0,
-            free_per_die: vec![0; dies as usize],
+            blocks: BlockTable::new(dies, bpd, spb as usize, page_size),
             log: Log::new(page_size),
             counters: Counters::default(),
             map: MapCache::new(n_map_pages, n_maps_pages, slot_cap),
@@ -272,7 +224,6 @@ impl Ftl {
             oob_scratch: vec![0u8; g.oob_per_page() as usize],
             read_scratch: Vec::new(),
             recovery: None,
-            gbitv_dirty: vec![false; n_gbitv_pages],
             nand,
             cfg,
         };
@@ -406,16 +357,17 @@ impl Ftl {
         let lbas = (((usable - fixed - meta_blocks) * spb) as f64 / (1.0 + cfg.op)).floor() as u64;
         let mut f = Ftl::skeleton(nand, cfg, lbas);
         f.ckpt.use_ring(Self::well_known_ckpt_blocks(&f.nand)?);
-        for (b, blk) in f.blocks.iter_mut().enumerate() {
-            if bad[b] {
-                blk.state = Use::Bad;
+        for (b, &is_bad) in bad.iter().enumerate() {
+            if is_bad {
+                f.blocks.set_state(b as u32, Use::Bad);
             }
-            blk.pe = f.nand.block_info(BlockId(b as u32))?.pe_cycles;
+            let pe = f.nand.block_info(BlockId(b as u32))?.pe_cycles;
+            f.blocks.set_pe(b, pe);
         }
         for &c in f.ckpt.ring() {
-            f.blocks[c as usize].state = Use::Ckpt;
+            f.blocks.set_state(c, Use::Ckpt);
         }
-        f.recount_free();
+        f.blocks.check_free_counts();
         f.prov.set_reserve_blocks((fixed + meta_blocks) as u32);
         let initial_spare = f.spare_blocks().max(0) as u32;
         f.prov.set_initial_spare(initial_spare);
@@ -436,30 +388,6 @@ impl Ftl {
         f.checkpoint_with(SimTime::ZERO, crate::format::CKPT_CLEAN)?;
         f.counters.clear();
         Ok(f)
-    }
-
-    /// Recompute the free-block counts from the block states.
-    pub(crate) fn recount_free(&mut self) {
-        self.free_per_die.fill(0);
-        for (b, blk) in self.blocks.iter().enumerate() {
-            if blk.state == Use::Free {
-                self.free_per_die[b / self.geo.blocks_per_die() as usize] += 1;
-            }
-        }
-        self.free_count = self.free_per_die.iter().sum();
-    }
-
-    /// Block `b` leaves (`-1`) or joins (`+1`) the free pool.
-    #[inline]
-    pub(crate) fn count_free(&mut self, b: u32, joins: bool) {
-        let die = (b / self.geo.blocks_per_die()) as usize;
-        if joins {
-            self.free_count += 1;
-            self.free_per_die[die] += 1;
-        } else {
-            self.free_count -= 1;
-            self.free_per_die[die] -= 1;
-        }
     }
 
     /// Logical capacity in LBAs.
@@ -509,7 +437,7 @@ impl Ftl {
     }
     /// Free blocks.
     pub fn free_blocks(&self) -> u32 {
-        self.free_count
+        self.blocks.free_count()
     }
     /// Blocks retired (factory and grown bad).
     pub fn bad_blocks(&self) -> u32 {

@@ -87,7 +87,7 @@ impl Ftl {
             for _ in 0..self.geo.dies() {
                 let free: u32 = (0..self.geo.dies())
                     .filter(|&d| channel_of(self, d) == ch)
-                    .map(|d| self.free_per_die[d as usize])
+                    .map(|d| self.blocks.free_per_die()[d as usize])
                     .sum();
                 if free > 0 {
                     break;
@@ -114,7 +114,7 @@ impl Ftl {
                 .iter()
                 .filter(|b| b.state != Use::Bad && b.state != Use::Ckpt)
                 .count() as f64;
-            let used = usable - self.free_count as f64;
+            let used = usable - self.blocks.free_count() as f64;
             if usable == 0.0 || used / usable < share {
                 break;
             }
@@ -150,7 +150,7 @@ impl Ftl {
         if self.blocks[block as usize].state == Use::Bad {
             return;
         }
-        self.blocks[block as usize].state = Use::Bad;
+        self.blocks.set_state(block, Use::Bad);
         self.counters.add(Count::GrownBadBlocks, 1);
     }
 
@@ -179,7 +179,7 @@ impl Ftl {
     fn reclaim_to(&mut self, target: u32, at: SimTime) -> Result<(), FtlError> {
         let mut guard = 0;
         let mut just_checkpointed = false;
-        while self.free_count < target {
+        while self.blocks.free_count() < target {
             guard += 1;
             if guard > self.blocks.len() {
                 return Err(FtlError::NoSpace);
@@ -196,7 +196,7 @@ impl Ftl {
             let Some(victim) = self.pick_victim() else {
                 // Only metadata is left to reclaim: a checkpoint truncates log and old MAP pages.
                 self.checkpoint(at)?;
-                if self.free_count < target && self.pick_victim().is_none() {
+                if self.blocks.free_count() < target && self.pick_victim().is_none() {
                     return Err(FtlError::NoSpace);
                 }
                 continue;
@@ -253,7 +253,7 @@ impl Ftl {
         }
         let cost = self.map.slots().iter().filter(|s| s.dirty).count() as u64
             + self.map.dirty_maps_pages() as u64
-            + self.gbitv_dirty.iter().filter(|&&d| d).count() as u64
+            + self.blocks.dirty_gbitv_pages() as u64
             + self.ckpt.wear_pages().len() as u64
             + self.ckpt.bbt_pages().len() as u64
             + 2;
@@ -563,19 +563,14 @@ impl Ftl {
         }
         match self.nand.erase(BlockId(block), at) {
             Ok(_) => {
-                let b = &mut self.blocks[block as usize];
-                b.pe += 1;
-                b.state = Use::Free;
-                b.meta_live = 0;
-                b.max_lsn = 0;
-                self.count_free(block, true);
+                self.blocks.erased(block);
                 // The erase that brings the mean to the rated endurance ends the life.
                 self.check_wear();
                 Ok(())
             }
             Err(NandError::EraseFailed { .. }) => {
                 self.counters.add(Count::EraseFailures, 1);
-                self.blocks[block as usize].state = Use::Bad;
+                self.blocks.set_state(block, Use::Bad);
                 self.counters.add(Count::GrownBadBlocks, 1);
                 Ok(())
             }

@@ -30,7 +30,7 @@ impl Ftl {
         let mut c = [0u32; 7];
         let mut valid_full = 0u64;
         let mut meta_live = 0u64;
-        for b in &self.blocks {
+        for b in self.blocks.iter() {
             let i = match b.state {
                 Use::Free => 0,
                 Use::Open(_) => 1,
@@ -126,17 +126,18 @@ impl Ftl {
                 per_die[b / self.geo.blocks_per_die() as usize] += 1;
             }
         }
-        if per_die != self.free_per_die {
+        if per_die != self.blocks.free_per_die() {
             return Err(format!(
                 "free blocks per die {:?} but the counts say {:?}",
-                per_die, self.free_per_die
+                per_die,
+                self.blocks.free_per_die()
             ));
         }
         let free = per_die.iter().sum::<u32>();
-        if free != self.free_count {
+        if free != self.blocks.free_count() {
             return Err(format!(
                 "free count {} but {free} free blocks",
-                self.free_count
+                self.blocks.free_count()
             ));
         }
         Ok(())

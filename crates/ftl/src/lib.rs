@@ -82,6 +82,7 @@
 //!   programs and erases reserve dies and channels like any other operation, so they
 //!   delay later commands in simulated time exactly as much as they occupy the array.
 
+mod blocks;
 mod checkpoint;
 mod config;
 mod ctrl;

@@ -136,7 +136,7 @@ impl Log {
 impl Ftl {
     pub(crate) fn start_log(&mut self) -> Result<(), FtlError> {
         let b = self.take_any_free_block()?;
-        self.blocks[b as usize].state = Use::Log;
+        self.blocks.set_state(b, Use::Log);
         self.log.blocks += 1;
         self.log.block = b;
         self.log.page = 0;
@@ -153,7 +153,7 @@ impl Ftl {
             && self.log.next_block.is_none()
         {
             let b = self.take_any_free_block()?;
-            self.blocks[b as usize].state = Use::Log;
+            self.blocks.set_state(b, Use::Log);
             self.log.blocks += 1;
             self.log.next_block = Some(b);
         }
@@ -270,8 +270,7 @@ impl Ftl {
                 }
                 match r {
                     Ok(done) => {
-                        let blk = &mut self.blocks[b as usize];
-                        blk.max_lsn = blk.max_lsn.max(self.log.next_lsn);
+                        self.blocks.log_page_written(b, self.log.next_lsn);
                         self.log.prev = page_addr(b, p);
                         self.log.next_lsn += 1;
                         self.log.since_ckpt += 1;

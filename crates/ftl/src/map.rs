@@ -168,20 +168,7 @@ impl Ftl {
         };
         let (b, p, s) = unpack(a);
         let i = self.gidx(b, p, s);
-        let bit = 1u64 << (i % 64);
-        let w = &mut self.gbitv[i / 64];
-        let was = *w & bit != 0;
-        if on == was {
-            return;
-        }
-        if on {
-            *w |= bit;
-            self.blocks[b as usize].valid += 1;
-        } else {
-            *w &= !bit;
-            self.blocks[b as usize].valid -= 1;
-        }
-        self.gbitv_dirty[i / (8 * self.geo.page_size())] = true;
+        self.blocks.set_valid_bit(b, i, on);
     }
 
     /// May the FTL write metadata now? Not while recovering (block classes unknown) nor
@@ -194,7 +181,7 @@ impl Ftl {
     #[inline]
     pub(crate) fn is_valid(&self, block: u32, page: u32, sector: u32) -> bool {
         let i = self.gidx(block, page, sector);
-        self.gbitv[i / 64] & (1u64 << (i % 64)) != 0
+        self.blocks.valid_bit(i)
     }
 
     /// The cache slot holding MAP page `mp`, loading it (and evicting) as needed.
@@ -604,7 +591,7 @@ impl Ftl {
         self.oob_scratch = oob;
         let (b, p, t) = r?;
         self.counters.add(Count::MetaPrograms, 1);
-        self.blocks[b as usize].meta_live += 1;
+        self.blocks.meta_page_added(b);
         Ok((page_addr(b, p), t))
     }
 
@@ -614,7 +601,6 @@ impl Ftl {
             return;
         }
         let (b, _) = page_unaddr(addr);
-        let blk = &mut self.blocks[b as usize];
-        blk.meta_live = blk.meta_live.saturating_sub(1);
+        self.blocks.meta_page_released(b);
     }
 }

@@ -201,16 +201,17 @@ impl Ftl {
         let die = block / self.geo.blocks_per_die();
         if page + 1 == self.geo.pages_per_block() {
             self.prov.open[s.index()][die as usize] = None;
-            self.blocks[block as usize].state = if s == Stream::Meta {
+            let full = if s == Stream::Meta {
                 Use::Meta
             } else {
                 Use::Full
             };
+            self.blocks.set_state(block, full);
         } else {
             self.prov.open[s.index()][die as usize] =
                 Some((block % self.geo.blocks_per_die(), page + 1));
         }
-        self.blocks[block as usize].stamp = self.prov.program_seq;
+        self.blocks.stamp(block, self.prov.program_seq);
     }
 
     /// The next (block, page) for stream `s`: channel round robin over dies, opening the
@@ -223,9 +224,11 @@ impl Ftl {
     pub(crate) fn provision(&mut self, s: Stream) -> Result<(u32, u32), FtlError> {
         // Free blocks this stream may open: the data streams leave the checkpoint reserve.
         let free = if s == Stream::Meta {
-            self.free_count
+            self.blocks.free_count()
         } else {
-            self.free_count.saturating_sub(self.prov.meta_reserve)
+            self.blocks
+                .free_count()
+                .saturating_sub(self.prov.meta_reserve)
         };
         // A read-only device writes only checkpoints: its META stream fills the blocks it
         // has open before it opens another, so the reserve need not cover a block per die.
@@ -241,7 +244,9 @@ impl Ftl {
                     return Ok((die * self.geo.blocks_per_die() + b, p));
                 }
                 if open_new && let Some(b) = self.open_block(s, die) {
-                    debug_assert!(s == Stream::Meta || self.free_count >= self.prov.meta_reserve);
+                    debug_assert!(
+                        s == Stream::Meta || self.blocks.free_count() >= self.prov.meta_reserve
+                    );
                     return Ok((b, 0));
                 }
             }
@@ -267,7 +272,8 @@ impl Ftl {
     /// Open the least-worn free block of `die` for stream `s`; its global index.
     pub(crate) fn open_block(&mut self, s: Stream, die: u32) -> Option<u32> {
         let b = self.take_free_block(die)?;
-        self.blocks[(die * self.geo.blocks_per_die() + b) as usize].state = Use::Open(Some(s));
+        self.blocks
+            .set_state(die * self.geo.blocks_per_die() + b, Use::Open(Some(s)));
         self.prov.open[s.index()][die as usize] = Some((b, 0));
         Some(die * self.geo.blocks_per_die() + b)
     }
@@ -277,8 +283,7 @@ impl Ftl {
         let best = (0..self.geo.blocks_per_die())
             .filter(|&i| self.blocks[base + i as usize].state == Use::Free)
             .min_by_key(|&i| self.blocks[base + i as usize].pe)?;
-        self.blocks[base + best as usize].state = Use::Open(None);
-        self.count_free(base as u32 + best, false);
+        self.blocks.set_state(base as u32 + best, Use::Open(None));
         Some(best)
     }
 
@@ -294,13 +299,9 @@ impl Ftl {
 
     /// Retire a block after a failure; its live data moves after the current commit.
     pub(crate) fn retire(&mut self, block: u32) {
-        if self.blocks[block as usize].state == Use::Free {
-            self.count_free(block, false);
-        }
-        let b = &mut self.blocks[block as usize];
-        b.state = Use::Bad;
+        self.blocks.set_state(block, Use::Bad);
         self.counters.add(Count::GrownBadBlocks, 1);
-        if b.valid > 0 {
+        if self.blocks[block as usize].valid > 0 {
             self.prov.retired.push(block);
         }
     }

@@ -574,7 +574,7 @@ impl Ftl {
     pub(crate) fn ensure_free(&mut self, extra: u32, at: SimTime) -> Result<(), FtlError> {
         if !self.gc.running()
             && self.commit.bufs.is_empty()
-            && self.free_count < self.gc_low_water() + extra
+            && self.blocks.free_count() < self.gc_low_water() + extra
         {
             self.collect_garbage_to(self.gc_low_water() + extra, at)?;
         }

@@ -243,9 +243,10 @@ impl Ftl {
         for (i, &a) in ck.wear.iter().enumerate() {
             t = t.max(self.read_meta_page(a, Kind::Wear, i as u64, &mut page, t0)?);
             for (k, pe) in page.chunks_exact(4).enumerate() {
-                if let Some(blk) = self.blocks.get_mut(i * page_size / 4 + k) {
-                    blk.pe = u32::from_le_bytes([pe[0], pe[1], pe[2], pe[3]]);
-                }
+                self.blocks.set_pe(
+                    i * page_size / 4 + k,
+                    u32::from_le_bytes([pe[0], pe[1], pe[2], pe[3]]),
+                );
             }
         }
         let per = page_size / 8;
@@ -271,30 +272,14 @@ impl Ftl {
             }
             t = t.max(self.read_meta_page(a, Kind::Gbitv, i as u64, &mut page, t0)?);
             for (k, w) in page.chunks_exact(8).enumerate() {
-                if let Some(word) = self.gbitv.get_mut(i * per + k) {
-                    *word = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-                }
+                self.blocks.restore_gbitv_word(
+                    i * per + k,
+                    u64::from_le_bytes(w.try_into().unwrap_or([0; 8])),
+                );
             }
         }
         // Valid counts per block, from the bitmap.
-        let spb = (self.geo.sectors_per_page() * self.geo.pages_per_block()) as usize;
-        for b in 0..self.blocks.len() {
-            let (lo, hi) = (b * spb, (b + 1) * spb);
-            let mut n = 0u32;
-            let mut i = lo;
-            while i < hi {
-                let w = self.gbitv[i / 64];
-                let take = (64 - i % 64).min(hi - i);
-                let mask = if take == 64 {
-                    u64::MAX
-                } else {
-                    ((1u64 << take) - 1) << (i % 64)
-                };
-                n += (w & mask).count_ones();
-                i += take;
-            }
-            self.blocks[b].valid = n;
-        }
+        self.blocks.recount_valid();
         // Live metadata pages per block.
         let live: Vec<u64> = self
             .map
@@ -309,9 +294,7 @@ impl Ftl {
             .collect();
         for a in live {
             let (b, _) = page_unaddr(a);
-            if let Some(blk) = self.blocks.get_mut(b as usize) {
-                blk.meta_live += 1;
-            }
+            self.blocks.meta_page_added(b);
         }
         Ok(t)
     }
@@ -431,9 +414,9 @@ impl Ftl {
                 BT_LOG if written[b] => Use::Log,
                 _ => self.settled_state(b, written[b]),
             };
-            self.blocks[b].state = state;
+            self.blocks.set_state(b as u32, state);
         }
-        self.recount_free();
+        self.blocks.check_free_counts();
         self.log
             .set_block_count(self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32);
         // The log continues at the RSSP's first candidate.
@@ -446,11 +429,11 @@ impl Ftl {
         self.log.resume((b, p), next_block, rssp_lsn);
         for lb in self.log.current_blocks().into_iter().flatten() {
             if self.blocks[lb as usize].state != Use::Log {
-                self.blocks[lb as usize].state = Use::Log;
+                self.blocks.set_state(lb, Use::Log);
                 self.log.block_added();
             }
         }
-        self.recount_free();
+        self.blocks.check_free_counts();
     }
 
     /// The state of a closed block from what it holds: valid data (Full), live metadata
@@ -481,7 +464,7 @@ impl Ftl {
         // Blocks for allocation during redo: erased blocks are free, anything written is
         // provisionally full (settled after the redo); open blocks are closed.
         for b in 0..self.blocks.len() {
-            self.blocks[b].state = match table[b] {
+            let state = match table[b] {
                 BT_BAD => Use::Bad,
                 BT_CKPT => Use::Ckpt,
                 _ if self.ckpt.ring().contains(&(b as u32)) => Use::Ckpt,
@@ -491,8 +474,9 @@ impl Ftl {
                 }
                 _ => Use::Full,
             };
+            self.blocks.set_state(b as u32, state);
         }
-        self.recount_free();
+        self.blocks.check_free_counts();
         let mut redo = Redo::default();
         t = t.max(self.redo_log(rssp_links, ck.rssp_lsn, &mut redo, rep, t)?);
         // Commits without a done record: one that an Abort or a later commit shows
@@ -518,13 +502,14 @@ impl Ftl {
             if matches!(self.blocks[b].state, Use::Bad | Use::Ckpt) {
                 continue;
             }
-            self.blocks[b].state = self.settled_state(b, w);
+            let settled = self.settled_state(b, w);
+            self.blocks.set_state(b as u32, settled);
         }
         for &(b, lsn) in &redo.live_log {
-            let blk = &mut self.blocks[b as usize];
+            let blk = self.blocks[b as usize];
             if blk.valid == 0 && blk.meta_live == 0 {
-                blk.state = Use::Log;
-                blk.max_lsn = blk.max_lsn.max(lsn);
+                self.blocks.set_state(b, Use::Log);
+                self.blocks.log_page_written(b, lsn);
             }
         }
         // Metadata written during this recovery (MAP evictions) sits in open META blocks.
@@ -532,15 +517,16 @@ impl Ftl {
             for die in 0..self.geo.dies() as usize {
                 if let Some((bi, _)) = self.prov.close(s, die) {
                     let b = die * self.geo.blocks_per_die() as usize + bi as usize;
-                    self.blocks[b].state = if s == Stream::Meta {
+                    let full = if s == Stream::Meta {
                         Use::Meta
                     } else {
                         Use::Full
                     };
+                    self.blocks.set_state(b as u32, full);
                 }
             }
         }
-        self.recount_free();
+        self.blocks.check_free_counts();
         self.log
             .set_block_count(self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32);
         Ok(t)
