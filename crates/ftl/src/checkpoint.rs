@@ -570,7 +570,7 @@ impl Ftl {
         at: SimTime,
     ) -> Result<SimTime, NandError> {
         let ids = vec![id; self.geo.sectors_per_page() as usize];
-        let mut oob = std::mem::take(&mut self.oob_scratch);
+        let mut oob = self.scratch.take_oob();
         tags_for(
             &mut oob,
             (self.geo.oob_per_sector(), self.geo.sector_size()),
@@ -581,7 +581,7 @@ impl Ftl {
             None,
         );
         let r = self.nand.program(Ppa::new(BlockId(b), p), page, &oob, at);
-        self.oob_scratch = oob;
+        self.scratch.put_oob(oob);
         self.counters.add(Count::MetaPrograms, 1);
         if matches!(r, Err(NandError::ProgramFailed { .. })) {
             self.counters.add(Count::ProgramFailures, 1);

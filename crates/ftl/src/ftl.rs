@@ -16,6 +16,7 @@ use crate::health::HealthState;
 use crate::log::Log;
 use crate::map::MapCache;
 use crate::provision::Provision;
+use crate::scratch::Scratch;
 use crate::stats::Counters;
 use crate::write::CommitState;
 use crate::{FtlConfig, FtlError, FtlStats, RecoveryReport};
@@ -147,12 +148,10 @@ pub struct Ftl {
     pub(crate) prov: Provision,
     /// The MAP: MAP page addresses (MAPS), the MAP cache and its CLOCK.
     pub(crate) map: MapCache,
+    /// Reusable buffers.
+    pub(crate) scratch: Scratch,
     /// Counters of the current measurement window and of the device's life.
     pub(crate) counters: Counters,
-    /// Scratch OOB buffer of one page.
-    pub(crate) oob_scratch: Vec<u8>,
-    /// Where `Ftl::read_ref` gathers a read that is not one run of one flash page.
-    pub(crate) read_scratch: Vec<u8>,
     /// The last recovery, if this FTL was recovered.
     pub(crate) recovery: Option<RecoveryReport>,
 }
@@ -214,6 +213,7 @@ impl Ftl {
             blocks: BlockTable::new(dies, bpd, spb as usize, page_size),
             log: Log::new(page_size),
             counters: Counters::default(),
+            scratch: Scratch::new(g.oob_per_page() as usize),
             map: MapCache::new(n_map_pages, n_maps_pages, slot_cap),
             prov: Provision::new(dies as usize),
             commit: CommitState::new(),
@@ -221,8 +221,6 @@ impl Ftl {
             ctrl: CtrlMeta::default(),
             gc: GcState::default(),
             health: HealthState::default(),
-            oob_scratch: vec![0u8; g.oob_per_page() as usize],
-            read_scratch: Vec::new(),
             recovery: None,
             nand,
             cfg,

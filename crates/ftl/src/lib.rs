@@ -98,6 +98,7 @@ mod map;
 mod provision;
 mod read;
 mod recovery;
+mod scratch;
 mod stats;
 pub mod torture;
 mod write;

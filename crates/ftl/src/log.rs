@@ -219,7 +219,7 @@ impl Ftl {
     ) -> Result<SimTime, FtlError> {
         let mut page = std::mem::take(&mut self.log.page_scratch);
         page.resize(self.geo.page_size(), 0);
-        let mut oob = std::mem::take(&mut self.oob_scratch);
+        let mut oob = self.scratch.take_oob();
         let result = (|| {
             for _attempt in 0..(4 * self.geo.pages_per_block()) {
                 let cands = self.log_candidates()?;
@@ -286,7 +286,7 @@ impl Ftl {
             }
             Err(FtlError::NoSpace)
         })();
-        self.oob_scratch = oob;
+        self.scratch.put_oob(oob);
         self.log.page_scratch = page;
         result
     }

@@ -530,7 +530,7 @@ impl Ftl {
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
         let (b, p) = page_unaddr(addr);
-        let mut oob = vec![0u8; self.oob_scratch.len()];
+        let mut oob = vec![0u8; self.scratch.oob_len()];
         let r = crate::read::read_with_retries(
             &mut self.nand,
             Ppa::new(BlockId(b), p),
@@ -577,7 +577,7 @@ impl Ftl {
         at: SimTime,
     ) -> Result<(u64, SimTime), FtlError> {
         let ids = vec![id; self.geo.sectors_per_page() as usize];
-        let mut oob = std::mem::take(&mut self.oob_scratch);
+        let mut oob = self.scratch.take_oob();
         tags_for(
             &mut oob,
             (self.geo.oob_per_sector(), self.geo.sector_size()),
@@ -588,7 +588,7 @@ impl Ftl {
             None,
         );
         let r = self.program_stream(Stream::Meta, data, &oob, at);
-        self.oob_scratch = oob;
+        self.scratch.put_oob(oob);
         let (b, p, t) = r?;
         self.counters.add(Count::MetaPrograms, 1);
         self.blocks.meta_page_added(b);

@@ -120,12 +120,12 @@ impl Ftl {
         bytes: usize,
         at: SimTime,
     ) -> Result<(SimTime, &[u8]), FtlError> {
-        let mut scratch = std::mem::take(&mut self.read_scratch);
+        let mut scratch = self.scratch.take_read();
         if scratch.len() < bytes {
             scratch.resize(bytes, 0);
         }
         let r = self.read_walk(lba, &mut scratch[..bytes], at, true);
-        self.read_scratch = scratch;
+        self.scratch.put_read(scratch);
         let (done, in_place) = r?;
         let data = match in_place {
             Some(addr) => {
@@ -140,7 +140,7 @@ impl Ftl {
                         ))
                     })?
             }
-            None => &self.read_scratch[..bytes],
+            None => &self.scratch.read()[..bytes],
         };
         Ok((done, data))
     }
@@ -226,7 +226,7 @@ impl Ftl {
         let (b, p, s) = unpack(addr);
         let ppa = Ppa::new(BlockId(b), p);
         let n = out.len() / self.geo.sector_size();
-        let mut oob = std::mem::take(&mut self.oob_scratch);
+        let mut oob = self.scratch.take_oob();
         let ob = self.geo.oob_per_sector();
         let mut attempt = 0;
         let r = loop {
@@ -253,7 +253,7 @@ impl Ftl {
             &oob[..n * ob],
             ss,
         );
-        self.oob_scratch = oob;
+        self.scratch.put_oob(oob);
         self.mark_checked(ppa, s, n as u32, r)
     }
 

@@ -444,7 +444,7 @@ impl Ftl {
     ) -> Result<Vec<usize>, FtlError> {
         let stream = if gc { Stream::Cold } else { Stream::Hot };
         let mut failed = Vec::new();
-        let mut oob = std::mem::take(&mut self.oob_scratch);
+        let mut oob = self.scratch.take_oob();
         for &i in todo {
             let (b, p) = addrs[i];
             if self.blocks[b as usize].state == Use::Bad {
@@ -485,12 +485,12 @@ impl Ftl {
                     failed.push(i);
                 }
                 Err(e) => {
-                    self.oob_scratch = oob;
+                    self.scratch.put_oob(oob);
                     return Err(e.into());
                 }
             }
         }
-        self.oob_scratch = oob;
+        self.scratch.put_oob(oob);
         Ok(failed)
     }
 

@@ -542,7 +542,7 @@ impl Ftl {
         mut t: SimTime,
     ) -> Result<SimTime, FtlError> {
         let mut page = vec![0u8; self.geo.page_size()];
-        let mut oob = vec![0u8; self.oob_scratch.len()];
+        let mut oob = vec![0u8; self.scratch.oob_len()];
         let mut links = *rssp_links;
         let mut expect = rssp_lsn;
         self.log.replayed_to(rssp_lsn);
