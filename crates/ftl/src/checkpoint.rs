@@ -258,7 +258,7 @@ impl Ftl {
                     ..FtlStats::default()
                 })
                 .to_words(),
-            last_recovery_ns: self.recovery.as_ref().map_or([0, 0], |r| {
+            last_recovery_ns: self.recovery.get().map_or([0, 0], |r| {
                 [(r.modeled_s * 1e9) as u64, (r.wall_s * 1e9) as u64]
             }),
             ext_pending: self.ctrl.pending().collect(),

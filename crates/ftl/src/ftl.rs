@@ -16,6 +16,7 @@ use crate::health::HealthState;
 use crate::log::Log;
 use crate::map::MapCache;
 use crate::provision::Provision;
+use crate::recovery::LastRecovery;
 use crate::scratch::Scratch;
 use crate::stats::Counters;
 use crate::write::CommitState;
@@ -153,7 +154,7 @@ pub struct Ftl {
     /// Counters of the current measurement window and of the device's life.
     pub(crate) counters: Counters,
     /// The last recovery, if this FTL was recovered.
-    pub(crate) recovery: Option<RecoveryReport>,
+    pub(crate) recovery: LastRecovery,
 }
 
 /// CRC of an LPID's data and the TAG bytes for a page of sectors. `place` (block, page,
@@ -221,7 +222,7 @@ impl Ftl {
             ctrl: CtrlMeta::default(),
             gc: GcState::default(),
             health: HealthState::default(),
-            recovery: None,
+            recovery: LastRecovery::default(),
             nand,
             cfg,
         };
@@ -384,7 +385,7 @@ impl Ftl {
         }
         f.start_log()?;
         f.checkpoint_with(SimTime::ZERO, crate::format::CKPT_CLEAN)?;
-        f.counters.clear();
+        f.counters.reset();
         Ok(f)
     }
 
@@ -449,7 +450,7 @@ impl Ftl {
 
     /// The last recovery, if this FTL was recovered.
     pub fn last_recovery(&self) -> Option<RecoveryReport> {
-        self.recovery
+        self.recovery.get()
     }
     /// MAP pages the cache holds at most.
     pub fn map_cache_pages(&self) -> usize {

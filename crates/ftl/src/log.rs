@@ -33,7 +33,7 @@ pub(crate) struct Log {
     /// Log pages written since the last checkpoint.
     since_ckpt: u32,
     /// Blocks currently holding (or reserved for) log pages.
-    blocks: u32,
+    block_count: u32,
     /// Scratch page for log pages.
     page_scratch: Vec<u8>,
 }
@@ -50,7 +50,7 @@ impl Log {
             pending: Vec::new(),
             pending_bytes: 0,
             since_ckpt: 0,
-            blocks: 0,
+            block_count: 0,
             page_scratch: vec![0u8; page_size],
         }
     }
@@ -76,7 +76,7 @@ impl Log {
     /// Blocks holding (or reserved for) log pages.
     #[inline]
     pub(crate) fn blocks(&self) -> u32 {
-        self.blocks
+        self.block_count
     }
 
     /// The blocks the log writes to now: the cursor's and the one it continues in.
@@ -92,17 +92,17 @@ impl Log {
 
     /// A block of the log was erased (its pages are all before the redo start).
     pub(crate) fn block_erased(&mut self) {
-        self.blocks = self.blocks.saturating_sub(1);
+        self.block_count = self.block_count.saturating_sub(1);
     }
 
     /// One more block holds log pages (recovery found the cursor in it).
     pub(crate) fn block_added(&mut self) {
-        self.blocks += 1;
+        self.block_count += 1;
     }
 
     /// `n` blocks hold log pages (recovery counted them).
     pub(crate) fn set_block_count(&mut self, n: u32) {
-        self.blocks = n;
+        self.block_count = n;
     }
 
     /// Continue the log at page `page` of `block` (then `next_block`) with LSN `lsn`;
@@ -137,7 +137,7 @@ impl Ftl {
     pub(crate) fn start_log(&mut self) -> Result<(), FtlError> {
         let b = self.take_any_free_block()?;
         self.blocks.set_state(b, Use::Log);
-        self.log.blocks += 1;
+        self.log.block_count += 1;
         self.log.block = b;
         self.log.page = 0;
         self.log.next_block = None;
@@ -154,7 +154,7 @@ impl Ftl {
         {
             let b = self.take_any_free_block()?;
             self.blocks.set_state(b, Use::Log);
-            self.log.blocks += 1;
+            self.log.block_count += 1;
             self.log.next_block = Some(b);
         }
         let mut c = [NONE; LOG_LINKS];

@@ -320,7 +320,7 @@ impl Counters {
     }
 
     /// Forget every count (a freshly formatted device).
-    pub(crate) fn clear(&mut self) {
+    pub(crate) fn reset(&mut self) {
         *self = Counters::default();
     }
 

@@ -71,6 +71,18 @@ struct Redo {
     max_seq: u64,
 }
 
+/// The report of the recovery that opened this FTL (`None` after format). Set only by
+/// this module, when a recovery completes.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct LastRecovery(Option<RecoveryReport>);
+
+impl LastRecovery {
+    /// The report, if this FTL was recovered.
+    pub(crate) fn get(&self) -> Option<RecoveryReport> {
+        self.0
+    }
+}
+
 impl Ftl {
     /// Rebuild the FTL from flash after a crash or a clean shutdown; see the module
     /// documentation. Read-write unless the flash array's image was opened read-only.
@@ -212,7 +224,7 @@ impl Ftl {
         rep.ext_pending = self.ctrl.pending_count() as u64;
         rep.modeled_s = t.since(t0) as f64 / 1e9;
         rep.wall_s = wall0.elapsed().as_secs_f64();
-        self.recovery = Some(rep);
+        self.recovery = LastRecovery(Some(rep));
         self.ckpt.taken_at(t);
         self.reset_stats();
         if self.health.read_only().is_some() {
