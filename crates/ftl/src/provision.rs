@@ -241,7 +241,13 @@ impl Ftl {
                 let die = self.prov.next_die[s.index()];
                 self.prov.next_die[s.index()] = (die + 1) % self.geo.dies();
                 if let Some((b, p)) = self.prov.open[s.index()][die as usize] {
-                    return Ok((die * self.geo.blocks_per_die() + b, p));
+                    let block = die * self.geo.blocks_per_die() + b;
+                    debug_assert_eq!(
+                        self.blocks[block as usize].state,
+                        Use::Open(Some(s)),
+                        "provisioning: the open block {block} of stream {s:?} on die {die} is not open for it"
+                    );
+                    return Ok((block, p));
                 }
                 if open_new && let Some(b) = self.open_block(s, die) {
                     debug_assert!(
