@@ -1,9 +1,16 @@
-//! The FTL's state: the [`Ftl`] struct, its in-DRAM structures, construction (format)
-//! and accessors. The work is split by concern over sibling modules, each with its own
-//! `impl Ftl`: [`crate::map`] (MAP cache, GBITV, metadata pages), [`crate::provision`]
-//! (streams, open blocks, retirement), [`crate::log`] (the recovery log), [`crate::io`]
-//! (front ends and the commit path), [`crate::gc`] (GC and wear leveling),
-//! [`crate::checkpoint`], [`crate::recovery`] and [`crate::inspect`].
+//! The FTL's state: the [`Ftl`] struct, construction (format) and accessors.
+//!
+//! `Ftl` wires parts that each own their state, with private fields changed only by
+//! the module that defines them, through narrow methods that keep the part's invariants
+//! (checked with `debug_assert!` where a change could break them):
+//! [`crate::geo`] (fixed dimensions), [`crate::blocks`] (block states, GBITV, free
+//! pool), [`crate::map`] (MAPS, MAP cache), [`crate::provision`] (streams, open blocks,
+//! reserves), [`crate::write`] (the commit being assembled), [`crate::log`] (the
+//! recovery log), [`crate::checkpoint`] (the checkpoint ring), [`crate::gc`],
+//! [`crate::health`] (read-only state), [`crate::ctrl`] (the controller's persistent
+//! state), [`crate::stats`] (counters), [`crate::scratch`] (buffers) and
+//! [`crate::recovery`] (the last recovery's report). The work that spans parts is split
+//! by concern over the same modules, each with its own `impl Ftl`.
 
 use crate::blocks::BlockTable;
 pub(crate) use crate::blocks::Use;

@@ -7,8 +7,8 @@
 //! before a cache slot is taken for it, so a page that cannot be read never leaves a
 //! slot of unmapped entries in its place. When metadata may not be written (during
 //! recovery, or read-only) eviction takes clean pages only and the cache may grow.
-//! GBITV keeps a valid bit per sector with per-block counts and a dirty bit per GBITV
-//! page for incremental checkpoints.
+//! GBITV itself (a valid bit per sector with per-block counts and a dirty bit per GBITV
+//! page) is kept by [`crate::blocks`]; this module marks the sectors MAP entries name.
 
 use crate::FtlError;
 use crate::format::{Kind, NONE, Record, TAG_BYTES, Tag, page_addr, page_unaddr, unpack};
