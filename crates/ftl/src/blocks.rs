@@ -329,3 +329,105 @@ impl Index<usize> for BlockTable {
         &self.blks[b]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const DIES: u32 = 3;
+    const BPD: u32 = 4;
+    const SPB: usize = 70; // not a multiple of 64: blocks share GBITV words
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        State(u32, u8),
+        Valid(u32, usize, bool),
+        EraseIfEmpty(u32),
+    }
+
+    fn state(k: u8) -> Use {
+        match k % 6 {
+            0 => Use::Free,
+            1 => Use::Open(None),
+            2 => Use::Open(Some(Stream::Hot)),
+            3 => Use::Full,
+            4 => Use::Meta,
+            _ => Use::Bad,
+        }
+    }
+
+    fn ops() -> impl Strategy<Value = Vec<Op>> {
+        let n = DIES * BPD;
+        let op = prop_oneof![
+            1 => (0..n, any::<u8>()).prop_map(|(b, k)| Op::State(b, k)),
+            3 => (0..n, 0..SPB, any::<bool>()).prop_map(|(b, s, on)| Op::Valid(b, s, on)),
+            1 => (0..n).prop_map(Op::EraseIfEmpty),
+        ];
+        proptest::collection::vec(op, 1..400)
+    }
+
+    proptest! {
+        /// Against a plain model (a state and a set of valid sectors per block): the free
+        /// counts, per die and in total, and each block's valid count always agree with
+        /// the states and the bits, whatever the order of changes.
+        #[test]
+        fn counts_follow_states_and_bits(ops in ops()) {
+            let mut t = BlockTable::new(DIES, BPD, SPB, 16);
+            let n = (DIES * BPD) as usize;
+            let mut states = vec![Use::Free; n];
+            let mut bits = vec![vec![false; SPB]; n];
+            let mut pe = vec![0u32; n];
+            for op in ops {
+                match op {
+                    Op::State(b, k) => {
+                        t.set_state(b, state(k));
+                        states[b as usize] = state(k);
+                    }
+                    Op::Valid(b, s, on) => {
+                        t.set_valid_bit(b, b as usize * SPB + s, on);
+                        bits[b as usize][s] = on;
+                    }
+                    Op::EraseIfEmpty(b) => {
+                        if bits[b as usize].iter().all(|&v| !v) {
+                            t.erased(b);
+                            states[b as usize] = Use::Free;
+                            pe[b as usize] += 1;
+                        }
+                    }
+                }
+                for die in 0..DIES as usize {
+                    let free = (0..BPD as usize)
+                        .filter(|&i| states[die * BPD as usize + i] == Use::Free)
+                        .count() as u32;
+                    prop_assert_eq!(t.free_per_die()[die], free);
+                }
+                prop_assert_eq!(
+                    t.free_count(),
+                    states.iter().filter(|&&s| s == Use::Free).count() as u32
+                );
+                for b in 0..n {
+                    prop_assert_eq!(t[b].state, states[b]);
+                    prop_assert_eq!(t[b].pe, pe[b]);
+                    prop_assert_eq!(
+                        t[b].valid,
+                        bits[b].iter().filter(|&&v| v).count() as u32
+                    );
+                    for s in 0..SPB {
+                        prop_assert_eq!(t.valid_bit(b * SPB + s), bits[b][s]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The assertion at the erase (debug builds only).
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "erased with valid sectors")]
+    fn erasing_a_block_with_valid_sectors_is_caught() {
+        let mut t = BlockTable::new(1, 2, SPB, 16);
+        t.set_valid_bit(1, SPB + 3, true);
+        t.erased(1);
+    }
+}
