@@ -413,8 +413,8 @@ mod tests {
                         t[b].valid,
                         bits[b].iter().filter(|&&v| v).count() as u32
                     );
-                    for s in 0..SPB {
-                        prop_assert_eq!(t.valid_bit(b * SPB + s), bits[b][s]);
+                    for (s, &on) in bits[b].iter().enumerate() {
+                        prop_assert_eq!(t.valid_bit(b * SPB + s), on);
                     }
                 }
             }
