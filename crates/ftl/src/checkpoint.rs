@@ -36,6 +36,8 @@ use crate::format::{
     page_addr, page_unaddr,
 };
 use crate::ftl::*;
+use crate::provision::Stream;
+use crate::stats::Count;
 use crate::{FtlError, FtlStats, ReadOnlyReason};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
@@ -44,6 +46,138 @@ use csd_sim::SimTime;
 pub(crate) fn ring_half(blocks: usize, half: usize) -> std::ops::Range<usize> {
     let mid = blocks / 2;
     if half == 0 { 0..mid } else { mid..blocks }
+}
+
+/// The well-known checkpoint location and what the last checkpoint wrote: the ring of
+/// candidate blocks, the block each half writes to, the record's sequence number, the
+/// table pages it names (MAPT, WEAR, bad-block table, GBITV), when it was taken, and why
+/// no checkpoint can be written, if none can. Only this module changes it (recovery
+/// restores it through [`CkptState::resume`] and [`CkptState::restore_tables`]).
+#[derive(Debug)]
+pub(crate) struct CkptState {
+    /// The ring of candidate blocks (see [`Ftl::well_known_ckpt_blocks`]).
+    ring: Vec<u32>,
+    /// Index in `ring` of the block each half of the ring writes to now.
+    active: [usize; 2],
+    /// Sequence number of the last checkpoint record.
+    seq: u64,
+    /// MAPT: page addresses of the MAPS pages as of the last checkpoint.
+    maps_pages: Vec<u64>,
+    /// Page addresses of the WEAR pages of the last checkpoint.
+    wear_pages: Vec<u64>,
+    /// Page addresses of the bad-block-table pages of the last checkpoint.
+    bbt_pages: Vec<u64>,
+    /// GBITV pages (page addresses) of the last checkpoint; `NONE` for an all-zero page.
+    gbitv_pages: Vec<u64>,
+    /// Why no checkpoint can be written (the closing checkpoint of a recovery found no
+    /// room): [`Ftl::close`] reports it instead of trying.
+    blocked: Option<String>,
+    /// Modeled instant of the last checkpoint (for interval checkpoints).
+    last_at: SimTime,
+}
+
+impl CkptState {
+    /// No checkpoint yet, for `maps_pages` MAPS pages and `gbitv_pages` GBITV pages.
+    pub(crate) fn new(maps_pages: usize, gbitv_pages: usize) -> CkptState {
+        CkptState {
+            ring: Vec::new(),
+            active: [0, CKPT_RING / 2],
+            seq: 0,
+            maps_pages: vec![NONE; maps_pages],
+            wear_pages: Vec::new(),
+            bbt_pages: Vec::new(),
+            gbitv_pages: vec![NONE; gbitv_pages],
+            blocked: None,
+            last_at: SimTime::ZERO,
+        }
+    }
+
+    /// A fresh device's ring (format).
+    pub(crate) fn use_ring(&mut self, ring: Vec<u32>) {
+        self.ring = ring;
+        self.check();
+    }
+
+    /// Continue the ring of an opened device: each half writes to block `active[half]`
+    /// next; the newest record found has sequence number `seq`.
+    pub(crate) fn resume(&mut self, ring: Vec<u32>, active: [usize; 2], seq: u64) {
+        self.ring = ring;
+        self.active = active;
+        self.seq = seq;
+        self.check();
+    }
+
+    /// The table pages the checkpoint `ck` names. Fails (changing nothing) when its
+    /// GBITV does not fit this geometry.
+    pub(crate) fn restore_tables(&mut self, ck: &Checkpoint) -> Result<(), FtlError> {
+        if ck.gbitv.len() != self.gbitv_pages.len() {
+            return Err(FtlError::Corrupt(format!(
+                "the checkpoint lists {} GBITV pages; this geometry has {}",
+                ck.gbitv.len(),
+                self.gbitv_pages.len()
+            )));
+        }
+        self.gbitv_pages.copy_from_slice(&ck.gbitv);
+        for (mine, &a) in self.maps_pages.iter_mut().zip(&ck.mapt) {
+            *mine = a;
+        }
+        self.wear_pages = ck.wear.clone();
+        self.bbt_pages = ck.bbt.clone();
+        Ok(())
+    }
+
+    /// No checkpoint can be written, for `why`: [`Ftl::close`] reports it.
+    pub(crate) fn block(&mut self, why: String) {
+        self.blocked = Some(why);
+    }
+
+    /// The device's state as of `t` is what the last checkpoint holds (the closing
+    /// checkpoint of a recovery, or a clean open).
+    pub(crate) fn taken_at(&mut self, t: SimTime) {
+        self.last_at = t;
+    }
+
+    /// The blocks of the ring.
+    pub(crate) fn ring(&self) -> &[u32] {
+        &self.ring
+    }
+
+    /// Modeled instant of the last checkpoint.
+    pub(crate) fn last_at(&self) -> SimTime {
+        self.last_at
+    }
+
+    /// MAPT of the last checkpoint.
+    pub(crate) fn maps_pages(&self) -> &[u64] {
+        &self.maps_pages
+    }
+
+    /// WEAR pages of the last checkpoint.
+    pub(crate) fn wear_pages(&self) -> &[u64] {
+        &self.wear_pages
+    }
+
+    /// Bad-block-table pages of the last checkpoint.
+    pub(crate) fn bbt_pages(&self) -> &[u64] {
+        &self.bbt_pages
+    }
+
+    /// GBITV pages of the last checkpoint.
+    pub(crate) fn gbitv_pages(&self) -> &[u64] {
+        &self.gbitv_pages
+    }
+
+    /// The ring's invariant: each half writes to a block of its own half.
+    #[inline]
+    fn check(&self) {
+        debug_assert!(
+            self.ring.is_empty()
+                || (0..2).all(|h| ring_half(self.ring.len(), h).contains(&self.active[h])),
+            "checkpoint ring: active blocks {:?} outside their halves of {} blocks",
+            self.active,
+            self.ring.len()
+        );
+    }
 }
 
 impl Ftl {
@@ -61,23 +195,23 @@ impl Ftl {
     /// bad-block table was written (a failed erase in the ring or the reclaim): the
     /// table on flash then misses it until the next checkpoint.
     fn checkpoint_tables(&mut self, at: SimTime, flags: u32) -> Result<(SimTime, bool), FtlError> {
-        if self.opened_read_only {
+        if self.health.opened_read_only() {
             return Err(FtlError::ReadOnly {
                 reason: ReadOnlyReason::Opened,
             });
         }
-        if let Some(why) = &self.ckpt_blocked {
+        if let Some(why) = &self.ckpt.blocked {
             return Err(FtlError::NotCheckpointed { why: why.clone() });
         }
         // Top up the free pool first (only possible while nothing is buffered; otherwise
         // the low-water mark already covers one commit plus the metadata pages). A
         // read-only device moves no data: its checkpoint goes to the checkpoint reserve.
-        if !self.recovering && self.read_only.is_none() {
+        if !self.map.recovering() && self.health.read_only().is_none() {
             self.ensure_free(0, at)?;
         }
         let mut t = self.commit_inner(false, at)?;
         t = t.max(self.force_log(t)?);
-        let rssp_lsn = self.log.next_lsn;
+        let rssp_lsn = self.log.next_lsn();
         let rssp_links = self.log_candidates()?;
         t = t.max(self.write_dirty_map_pages(t)?);
         t = t.max(self.write_dirty_maps_pages(t)?);
@@ -90,32 +224,32 @@ impl Ftl {
         t = t.max(tt);
         let (new_bbt, tt) = self.write_bbt(t)?;
         t = t.max(tt);
-        let bad_in_table = self.stats.grown_bad_blocks;
+        let bad_in_table = self.counters.window().grown_bad_blocks;
         // Every other metadata page of this checkpoint is on flash: the open blocks are
         // now those the record will find.
         let open = self.open_list();
         let mut flags = flags;
-        match self.read_only {
+        match self.health.read_only() {
             Some(ReadOnlyReason::SpareExhausted) => flags |= CKPT_SPARE_EXHAUSTED,
             Some(ReadOnlyReason::WornOut) => flags |= CKPT_WORN_OUT,
             _ => {}
         }
         let record = Checkpoint {
-            seq: self.ckpt_seq + 1,
+            seq: self.ckpt.seq + 1,
             rssp_lsn,
             rssp_addr: rssp_links[0],
-            next_commit: self.commit_seq,
-            lbas: self.lbas,
+            next_commit: self.commit.next_seq(),
+            lbas: self.geo.lbas(),
             ext_bytes: self.cfg.ext_bytes,
-            rr: [self.next_die[0], self.next_die[1], self.next_die[2]],
-            mapt: self.maps_pages.clone(),
+            rr: self.prov.round_robin(),
+            mapt: self.ckpt.maps_pages.clone(),
             wear: new_wear.clone(),
             bbt: new_bbt.clone(),
-            gbitv: self.gbitv_pages.clone(),
+            gbitv: self.ckpt.gbitv_pages.clone(),
             open,
             flags,
-            reserve_blocks: self.reserve_blocks,
-            initial_spare: self.initial_spare,
+            reserve_blocks: self.prov.reserve_blocks(),
+            initial_spare: self.prov.initial_spare(),
             // This checkpoint's own record program and reclaim erases count after it.
             lifetime: self
                 .lifetime_stats()
@@ -124,11 +258,11 @@ impl Ftl {
                     ..FtlStats::default()
                 })
                 .to_words(),
-            last_recovery_ns: self.recovery.as_ref().map_or([0, 0], |r| {
+            last_recovery_ns: self.recovery.get().map_or([0, 0], |r| {
                 [(r.modeled_s * 1e9) as u64, (r.wall_s * 1e9) as u64]
             }),
-            ext_pending: self.ext_pending.iter().copied().collect(),
-            blob: self.ctrl_blob.clone(),
+            ext_pending: self.ctrl.pending().collect(),
+            blob: self.ctrl.blob().to_vec(),
         };
         // The body reaches the host's disk before the record that names it, and the
         // record before anything relies on it (a host crash never finds a record whose
@@ -137,35 +271,35 @@ impl Ftl {
         t = t.max(self.write_ring(&record, rssp_links, t)?);
         self.nand.persist()?;
         // The new tables are durable: the old WEAR and bad-block pages are dead.
-        for a in std::mem::replace(&mut self.wear_pages, new_wear) {
+        for a in std::mem::replace(&mut self.ckpt.wear_pages, new_wear) {
             self.release_meta_page(a);
         }
-        for a in std::mem::replace(&mut self.bbt_pages, new_bbt) {
+        for a in std::mem::replace(&mut self.ckpt.bbt_pages, new_bbt) {
             self.release_meta_page(a);
         }
-        self.ckpt_seq = record.seq;
-        self.log.since_ckpt = 0;
-        self.last_checkpoint_at = t;
-        self.stats.checkpoints += 1;
+        self.ckpt.seq = record.seq;
+        self.log.checkpointed();
+        self.ckpt.last_at = t;
+        self.counters.add(Count::Checkpoints, 1);
         // Reclaim: log blocks wholly before the RSSP, metadata blocks with nothing live.
-        let cur_log = [Some(self.log.block), self.log.next_block];
+        let cur_log = self.log.current_blocks();
         for b in 0..self.blocks.len() as u32 {
             let blk = self.blocks[b as usize];
             let dead_log =
                 blk.state == Use::Log && blk.max_lsn < rssp_lsn && !cur_log.contains(&Some(b));
             let dead_meta = blk.state == Use::Meta && blk.meta_live == 0;
             if dead_log || dead_meta {
-                self.blocks[b as usize].valid = 0;
+                self.blocks.clear_valid_count(b);
                 self.erase_block(b, t)?;
             }
         }
-        Ok((t, self.stats.grown_bad_blocks != bad_in_table))
+        Ok((t, self.counters.window().grown_bad_blocks != bad_in_table))
     }
 
     fn write_dirty_map_pages(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let mut t = at;
-        for s in 0..self.map_slots.len() {
-            if self.map_slots[s].dirty {
+        for s in 0..self.map.slots().len() {
+            if self.map.slots()[s].dirty {
                 t = t.max(self.write_map_page(s, at)?);
             }
         }
@@ -174,20 +308,27 @@ impl Ftl {
 
     fn write_dirty_maps_pages(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let mut t = at;
-        let per = self.page_size / 8;
-        for mi in 0..self.maps_page_dirty.len() {
-            if !self.maps_page_dirty[mi] && self.maps_pages[mi] != NONE {
+        let per = self.geo.page_size() / 8;
+        for mi in 0..self.map.maps_page_count() {
+            if !self.map.maps_page_dirty(mi) && self.ckpt.maps_pages[mi] != NONE {
                 continue;
             }
-            let mut page = vec![0xFFu8; self.page_size];
-            for (k, a) in self.map_pages.iter().skip(mi * per).take(per).enumerate() {
+            let mut page = vec![0xFFu8; self.geo.page_size()];
+            for (k, a) in self
+                .map
+                .page_addrs()
+                .iter()
+                .skip(mi * per)
+                .take(per)
+                .enumerate()
+            {
                 page[k * 8..k * 8 + 8].copy_from_slice(&a.to_le_bytes());
             }
             let (addr, tt) = self.write_meta_page(Kind::Maps, mi as u64, &page, at)?;
             t = t.max(tt);
-            let old = std::mem::replace(&mut self.maps_pages[mi], addr);
+            let old = std::mem::replace(&mut self.ckpt.maps_pages[mi], addr);
             self.release_meta_page(old);
-            self.maps_page_dirty[mi] = false;
+            self.map.maps_page_written(mi);
         }
         Ok(t)
     }
@@ -197,14 +338,14 @@ impl Ftl {
     /// blocks wholly before the RSSP, and metadata blocks whose only live pages are those.
     fn to_reclaim(&self, rssp_lsn: u64) -> Vec<bool> {
         let mut old_tables = vec![0u32; self.blocks.len()];
-        for &a in self.wear_pages.iter().chain(&self.bbt_pages) {
+        for &a in self.ckpt.wear_pages.iter().chain(&self.ckpt.bbt_pages) {
             if a != NONE
                 && let Some(n) = old_tables.get_mut(page_unaddr(a).0 as usize)
             {
                 *n += 1;
             }
         }
-        let cur_log = [Some(self.log.block), self.log.next_block];
+        let cur_log = self.log.current_blocks();
         self.blocks
             .iter()
             .enumerate()
@@ -231,8 +372,8 @@ impl Ftl {
             wear_bytes.extend_from_slice(&(blk.pe + u32::from(r)).to_le_bytes());
         }
         let mut pages = Vec::new();
-        for (i, chunk) in wear_bytes.chunks(self.page_size).enumerate() {
-            let mut page = vec![0u8; self.page_size];
+        for (i, chunk) in wear_bytes.chunks(self.geo.page_size()).enumerate() {
+            let mut page = vec![0u8; self.geo.page_size()];
             page[..chunk.len()].copy_from_slice(chunk);
             let (addr, tt) = self.write_meta_page(Kind::Wear, i as u64, &page, at)?;
             t = t.max(tt);
@@ -245,18 +386,19 @@ impl Ftl {
     /// `NONE` and not written).
     fn write_dirty_gbitv(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let mut t = at;
-        let words = self.page_size / 8;
-        for i in 0..self.gbitv_pages.len() {
-            if !self.gbitv_dirty[i] {
+        let words = self.geo.page_size() / 8;
+        for i in 0..self.ckpt.gbitv_pages.len() {
+            if !self.blocks.gbitv_page_dirty(i) {
                 continue;
             }
-            let lo = (i * words).min(self.gbitv.len());
-            let hi = ((i + 1) * words).min(self.gbitv.len());
-            let chunk = &self.gbitv[lo..hi];
+            let gbitv = self.blocks.gbitv();
+            let lo = (i * words).min(gbitv.len());
+            let hi = ((i + 1) * words).min(gbitv.len());
+            let chunk = &gbitv[lo..hi];
             let new = if chunk.iter().all(|&w| w == 0) {
                 NONE
             } else {
-                let mut page = vec![0u8; self.page_size];
+                let mut page = vec![0u8; self.geo.page_size()];
                 for (k, w) in chunk.iter().enumerate() {
                     page[k * 8..k * 8 + 8].copy_from_slice(&w.to_le_bytes());
                 }
@@ -264,9 +406,9 @@ impl Ftl {
                 t = t.max(tt);
                 addr
             };
-            let old = std::mem::replace(&mut self.gbitv_pages[i], new);
+            let old = std::mem::replace(&mut self.ckpt.gbitv_pages[i], new);
             self.release_meta_page(old);
-            self.gbitv_dirty[i] = false;
+            self.blocks.gbitv_page_written(i);
         }
         Ok(t)
     }
@@ -281,8 +423,8 @@ impl Ftl {
             }
         }
         let mut pages = Vec::new();
-        for (i, chunk) in bits.chunks(self.page_size).enumerate() {
-            let mut page = vec![0u8; self.page_size];
+        for (i, chunk) in bits.chunks(self.geo.page_size()).enumerate() {
+            let mut page = vec![0u8; self.geo.page_size()];
             page[..chunk.len()].copy_from_slice(chunk);
             let (addr, tt) = self.write_meta_page(Kind::Bbt, i as u64, &page, at)?;
             t = t.max(tt);
@@ -294,12 +436,12 @@ impl Ftl {
     /// The open blocks of the three streams.
     fn open_list(&self) -> Vec<u64> {
         let mut v = Vec::new();
-        for (s, per_die) in self.open_blocks.iter().enumerate() {
-            for (die, open) in per_die.iter().enumerate() {
+        for s in Stream::ALL {
+            for (die, open) in self.prov.open(s).iter().enumerate() {
                 if let Some((bi, page)) = *open {
                     v.push(pack_open(
-                        s as u8,
-                        die as u32 * self.blocks_per_die + bi,
+                        s.index() as u8,
+                        die as u32 * self.geo.blocks_per_die() + bi,
                         page,
                     ));
                 }
@@ -348,29 +490,30 @@ impl Ftl {
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
         let body = record.body();
-        let body_pages = body.len().div_ceil(self.page_size).max(1);
+        let body_pages = body.len().div_ceil(self.geo.page_size()).max(1);
         let need = body_pages as u32 + 1;
-        if need > self.pages_per_block {
+        if need > self.geo.pages_per_block() {
             return Err(FtlError::Config(format!(
                 "a checkpoint body of {} bytes does not fit one block of the checkpoint ring",
                 body.len()
             )));
         }
         'attempt: for _ in 0..4 * CKPT_RING {
-            let b = self.ckpt_blocks[self.ckpt_active[half]];
+            let b = self.ckpt.ring[self.ckpt.active[half]];
             let next_page = self.nand.block_info(BlockId(b))?.next_page;
-            if next_page + need > self.pages_per_block || self.blocks[b as usize].state == Use::Bad
+            if next_page + need > self.geo.pages_per_block()
+                || self.blocks[b as usize].state == Use::Bad
             {
                 self.next_ring_block(half, at)?;
                 continue;
             }
             let mut t = at;
             let mut addrs = Vec::with_capacity(body_pages);
-            let mut page = vec![0u8; self.page_size];
+            let mut page = vec![0u8; self.geo.page_size()];
             for i in 0..body_pages {
                 page.fill(0);
-                let chunk = &body[(i * self.page_size).min(body.len())
-                    ..((i + 1) * self.page_size).min(body.len())];
+                let chunk = &body[(i * self.geo.page_size()).min(body.len())
+                    ..((i + 1) * self.geo.page_size()).min(body.len())];
                 page[..chunk.len()].copy_from_slice(chunk);
                 let p = next_page + i as u32;
                 match self.program_ring_page(
@@ -426,11 +569,11 @@ impl Ftl {
         seq: u64,
         at: SimTime,
     ) -> Result<SimTime, NandError> {
-        let ids = vec![id; self.sectors_per_page as usize];
-        let mut oob = std::mem::take(&mut self.oob_scratch);
+        let ids = vec![id; self.geo.sectors_per_page() as usize];
+        let mut oob = self.scratch.take_oob();
         tags_for(
             &mut oob,
-            (self.oob_per_sector, self.sector_size),
+            (self.geo.oob_per_sector(), self.geo.sector_size()),
             page,
             kind,
             &ids,
@@ -438,10 +581,10 @@ impl Ftl {
             None,
         );
         let r = self.nand.program(Ppa::new(BlockId(b), p), page, &oob, at);
-        self.oob_scratch = oob;
-        self.stats.meta_programs += 1;
+        self.scratch.put_oob(oob);
+        self.counters.add(Count::MetaPrograms, 1);
         if matches!(r, Err(NandError::ProgramFailed { .. })) {
-            self.stats.program_failures += 1;
+            self.counters.add(Count::ProgramFailures, 1);
         }
         r
     }
@@ -450,31 +593,32 @@ impl Ftl {
     /// stays where it is until a newer one is written); a block whose erase fails is
     /// skipped for good.
     fn next_ring_block(&mut self, half: usize, at: SimTime) -> Result<(), FtlError> {
-        let range = ring_half(self.ckpt_blocks.len(), half);
+        let range = ring_half(self.ckpt.ring.len(), half);
         let n = range.len();
         loop {
-            let cur = self.ckpt_active[half] - range.start;
+            let cur = self.ckpt.active[half] - range.start;
             let next = (1..n)
                 .map(|k| range.start + (cur + k) % n)
-                .find(|&i| self.blocks[self.ckpt_blocks[i] as usize].state != Use::Bad);
+                .find(|&i| self.blocks[self.ckpt.ring[i] as usize].state != Use::Bad);
             let Some(next) = next else {
                 return Err(FtlError::Corrupt(
                     "cannot write the checkpoint record: no good block left in the checkpoint ring"
                         .into(),
                 ));
             };
-            let nb = self.ckpt_blocks[next];
-            self.stats.meta_erases += 1;
+            let nb = self.ckpt.ring[next];
+            self.counters.add(Count::MetaErases, 1);
             match self.nand.erase(BlockId(nb), at) {
                 Ok(_) => {
-                    self.blocks[nb as usize].pe += 1;
-                    self.ckpt_active[half] = next;
+                    self.blocks.ring_block_erased(nb);
+                    self.ckpt.active[half] = next;
+                    self.ckpt.check();
                     return Ok(());
                 }
                 Err(NandError::EraseFailed { .. }) => {
-                    self.stats.erase_failures += 1;
-                    self.stats.grown_bad_blocks += 1;
-                    self.blocks[nb as usize].state = Use::Bad;
+                    self.counters.add(Count::EraseFailures, 1);
+                    self.counters.add(Count::GrownBadBlocks, 1);
+                    self.blocks.set_state(nb, Use::Bad);
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -497,7 +641,7 @@ impl Ftl {
     /// the next open replays the log. Only a device whose image was opened read-only
     /// writes nothing (nothing it holds changed).
     pub fn close(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
-        if self.opened_read_only {
+        if self.health.opened_read_only() {
             return Ok(at);
         }
         let not_checkpointed = |e: FtlError| match e {

@@ -1,12 +1,32 @@
-//! The FTL's state: the [`Ftl`] struct, its in-DRAM structures, construction (format)
-//! and accessors. The work is split by concern over sibling modules, each with its own
-//! `impl Ftl`: [`crate::map`] (MAP cache, GBITV, metadata pages), [`crate::provision`]
-//! (streams, open blocks, retirement), [`crate::log`] (the recovery log), [`crate::io`]
-//! (front ends and the commit path), [`crate::gc`] (GC and wear leveling),
-//! [`crate::checkpoint`], [`crate::recovery`] and [`crate::inspect`].
+//! The FTL's state: the [`Ftl`] struct, construction (format) and accessors.
+//!
+//! `Ftl` wires parts that each own their state, with private fields changed only by
+//! the module that defines them, through narrow methods that keep the part's invariants
+//! (checked with `debug_assert!` where a change could break them):
+//! [`crate::geo`] (fixed dimensions), [`crate::blocks`] (block states, GBITV, free
+//! pool), [`crate::map`] (MAPS, MAP cache), [`crate::provision`] (streams, open blocks,
+//! reserves), [`crate::write`] (the commit being assembled), [`crate::log`] (the
+//! recovery log), [`crate::checkpoint`] (the checkpoint ring), [`crate::gc`],
+//! [`crate::health`] (read-only state), [`crate::ctrl`] (the controller's persistent
+//! state), [`crate::stats`] (counters), [`crate::scratch`] (buffers) and
+//! [`crate::recovery`] (the last recovery's report). The work that spans parts is split
+//! by concern over the same modules, each with its own `impl Ftl`.
 
-use crate::format::Record;
+use crate::blocks::BlockTable;
+pub(crate) use crate::blocks::Use;
+use crate::checkpoint::CkptState;
+use crate::ctrl::CtrlMeta;
 use crate::format::{Kind, LOG_LINKS, NONE, TAG_BYTES, Tag};
+use crate::gc::GcState;
+use crate::geo::Geo;
+use crate::health::HealthState;
+use crate::log::Log;
+use crate::map::MapCache;
+use crate::provision::Provision;
+use crate::recovery::LastRecovery;
+use crate::scratch::Scratch;
+use crate::stats::Counters;
+use crate::write::CommitState;
 use crate::{FtlConfig, FtlError, FtlStats, RecoveryReport};
 use csd_nand::{BlockId, Nand, NandError};
 use csd_sim::SimTime;
@@ -35,7 +55,7 @@ pub(crate) enum Loc {
     Flash(u64),
     /// In page buffer `buf`, sector `slot`.
     Buffered {
-        /// Index in `page_bufs`.
+        /// Index in the commit's page buffers.
         buf: usize,
         /// Sector within the page.
         slot: usize,
@@ -109,193 +129,39 @@ impl std::fmt::Display for ReadOnlyReason {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Use {
-    Free,
-    /// Open for a data stream (0 HOT, 1 COLD) or META (2).
-    Open(u8),
-    /// Full of user/GC data.
-    Full,
-    /// Full metadata block (MAP/MAPS/WEAR/BBT pages).
-    Meta,
-    /// Holds log pages.
-    Log,
-    /// One of the two checkpoint blocks.
-    Ckpt,
-    Bad,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Blk {
-    pub(crate) state: Use,
-    pub(crate) valid: u32,
-    pub(crate) pe: u32,
-    pub(crate) stamp: u64,
-    /// Live metadata pages (META blocks).
-    pub(crate) meta_live: u32,
-    /// Highest LSN of a log page in the block (log blocks).
-    pub(crate) max_lsn: u64,
-}
-
-pub(crate) const HOT: usize = 0;
-pub(crate) const COLD: usize = 1;
-pub(crate) const META: usize = 2;
-
-/// A page being assembled in DRAM.
-pub(crate) struct PageBuf {
-    pub(crate) data: Vec<u8>,
-    pub(crate) lpids: Vec<u64>,
-    /// The durable location each LPID had before this write (invalidated at commit).
-    pub(crate) olds: Vec<u64>,
-    pub(crate) fill: u32,
-}
-
-pub(crate) struct MapSlot {
-    pub(crate) page: u32,
-    pub(crate) entries: Vec<u64>,
-    pub(crate) ext: Vec<u8>,
-    pub(crate) dirty: bool,
-    pub(crate) referenced: bool,
-}
-
-pub(crate) struct LogState {
-    pub(crate) next_lsn: u64,
-    pub(crate) prev: u64,
-    pub(crate) block: u32,
-    pub(crate) page: u32,
-    pub(crate) next_block: Option<u32>,
-    pub(crate) pending: Vec<Record>,
-    pub(crate) pending_bytes: usize,
-    pub(crate) since_ckpt: u32,
-}
-
 /// The FTL over one flash array.
 pub struct Ftl {
     /// The flash array.
     pub(crate) nand: Nand,
     /// Parameters.
     pub(crate) cfg: FtlConfig,
-    /// Sectors (RBLOCKs, = LBAs) per flash page.
-    pub(crate) sectors_per_page: u32,
-    /// Bytes per sector (the LBA size).
-    pub(crate) sector_size: usize,
-    /// Pages per erase block.
-    pub(crate) pages_per_block: u32,
-    /// Erase blocks per die.
-    pub(crate) blocks_per_die: u32,
-    /// Dies of the array.
-    pub(crate) dies: u32,
-    /// Bytes per flash page.
-    pub(crate) page_size: usize,
-    /// OOB bytes per sector (the TAG lives in the first [`TAG_BYTES`]).
-    pub(crate) oob_per_sector: usize,
-    /// Logical capacity in LPIDs.
-    pub(crate) lbas: u64,
-    /// MAP entries per MAP page (8 bytes + the extension bytes each).
-    pub(crate) map_entries_per_page: u64,
-    /// MAPS: flash page address of each MAP page (`NONE` if never written).
-    pub(crate) map_pages: Vec<u64>,
-    /// Which MAPS pages changed since the last checkpoint.
-    pub(crate) maps_page_dirty: Vec<bool>,
-    /// MAPT: page addresses of the MAPS pages as of the last checkpoint.
-    pub(crate) maps_pages: Vec<u64>,
-    /// Cache slot of each MAP page (`u32::MAX` when not cached).
-    pub(crate) map_slot_of: Vec<u32>,
-    /// The MAP cache.
-    pub(crate) map_slots: Vec<MapSlot>,
-    /// Bumped by every MAP entry change (see [`Ftl::content_epoch`]).
-    pub(crate) map_epoch: u64,
-    /// MAP pages the cache holds at most.
-    pub(crate) map_cache_capacity: usize,
-    /// The CLOCK hand of the MAP cache.
-    pub(crate) clock_hand: usize,
-    /// Per-block state.
-    pub(crate) blocks: Vec<Blk>,
-    /// GBITV: one valid bit per physical sector.
-    pub(crate) gbitv: Vec<u64>,
-    /// Blocks in state `Free`.
-    pub(crate) free_count: u32,
-    /// Blocks in state `Free`, per die.
-    pub(crate) free_per_die: Vec<u32>,
-    /// Open block (block index within the die, next page) per stream and die.
-    pub(crate) open_blocks: [Vec<Option<(u32, u32)>>; 3],
-    /// Next die in channel round robin, per stream.
-    pub(crate) next_die: [u32; 3],
-    /// Page buffers of the commit being assembled.
-    pub(crate) page_bufs: Vec<PageBuf>,
-    /// Index in `page_bufs` of the page being filled per data stream.
-    pub(crate) filling: [Option<usize>; 2],
+    /// Fixed dimensions: geometry and logical capacity.
+    pub(crate) geo: Geo,
+    /// The block table: block states, GBITV and the free pool.
+    pub(crate) blocks: BlockTable,
     /// The recovery log's cursor and pending records.
-    pub(crate) log: LogState,
-    /// Sequence number of the next commit.
-    pub(crate) commit_seq: u64,
-    /// The well-known checkpoint location: a ring of candidate blocks.
-    pub(crate) ckpt_blocks: Vec<u32>,
-    /// Index in `ckpt_blocks` of the block each half of the ring writes to now.
-    pub(crate) ckpt_active: [usize; 2],
-    /// Sequence number of the last checkpoint record.
-    pub(crate) ckpt_seq: u64,
-    /// Page addresses of the WEAR pages of the last checkpoint.
-    pub(crate) wear_pages: Vec<u64>,
-    /// Page addresses of the bad-block-table pages of the last checkpoint.
-    pub(crate) bbt_pages: Vec<u64>,
-    /// Programs so far (the age clock of cost-benefit GC).
-    pub(crate) program_seq: u64,
-    /// Counters of the current measurement window.
-    pub(crate) stats: FtlStats,
-    /// Scratch OOB buffer of one page.
-    pub(crate) oob_scratch: Vec<u8>,
-    /// Where `Ftl::read_ref` gathers a read that is not one run of one flash page.
-    pub(crate) read_scratch: Vec<u8>,
-    /// Blocks retired during a commit whose live data must still move.
-    pub(crate) retired_to_relocate: Vec<u32>,
-    /// Erase count at which static wear leveling last looked.
-    pub(crate) wear_checked_at_erases: u64,
+    pub(crate) log: Log,
+    /// Read-only state and the wear-out clock.
+    pub(crate) health: HealthState,
+    /// GC and wear-leveling state.
+    pub(crate) gc: GcState,
+    /// The controller's persistent state: FLIXR §4.6's pending extension marks (see
+    /// [`Ftl::mark_ext_pending`]) and its metadata blob; logged and checkpointed.
+    pub(crate) ctrl: CtrlMeta,
+    /// The checkpoint ring and the table pages of the last checkpoint.
+    pub(crate) ckpt: CkptState,
+    /// Page buffers of the commit being assembled, and the commit sequence.
+    pub(crate) commit: CommitState,
+    /// Provisioning: open blocks per stream and die, round robin, reserves.
+    pub(crate) prov: Provision,
+    /// The MAP: MAP page addresses (MAPS), the MAP cache and its CLOCK.
+    pub(crate) map: MapCache,
+    /// Reusable buffers.
+    pub(crate) scratch: Scratch,
+    /// Counters of the current measurement window and of the device's life.
+    pub(crate) counters: Counters,
     /// The last recovery, if this FTL was recovered.
-    pub(crate) recovery: Option<RecoveryReport>,
-    /// LPIDs whose extension is being recomputed: FLIXR §4.6's redo-log bit at 0 (see
-    /// [`Ftl::mark_ext_pending`]). Sparse, because only the LPIDs of commands in flight
-    /// are ever pending; persisted through the log and the checkpoint body.
-    pub(crate) ext_pending: std::collections::BTreeSet<u64>,
-    /// The controller's own persistent metadata (FLIXR's registered tables, encodings
-    /// and rules): opaque to the FTL, logged and checkpointed.
-    pub(crate) ctrl_blob: Vec<u8>,
-    /// GC is running (no nested GC).
-    pub(crate) in_gc: bool,
-    /// Blocks currently holding (or reserved for) log pages.
-    pub(crate) log_blocks: u32,
-    /// Page buffers kept for reuse (no allocation per commit on the data path).
-    pub(crate) buf_pool: Vec<PageBuf>,
-    /// Scratch page for log pages and metadata pages.
-    pub(crate) page_scratch: Vec<u8>,
-    /// Lifetime counters up to the start of the current `stats` window.
-    pub(crate) life_base: FtlStats,
-    /// During recovery the MAP cache evicts clean pages only (no flash writes before the
-    /// block classes are known); it may exceed its bound until the closing checkpoint.
-    pub(crate) recovering: bool,
-    /// Set when the device accepts no more writes; reads keep working.
-    pub(crate) read_only: Option<ReadOnlyReason>,
-    /// The image was opened read-only: nothing may be written to it, not even at close.
-    pub(crate) opened_read_only: bool,
-    /// Free blocks only the log and the META stream may take (see [`crate::provision`]):
-    /// room for one whole checkpoint after the data streams can no longer write.
-    pub(crate) meta_reserve: u32,
-    /// Lifetime erase count at which the wear-out rule is next evaluated (see
-    /// [`crate::health`]).
-    pub(crate) next_wear_check: u64,
-    /// Why no checkpoint can be written (the closing checkpoint of a recovery found no
-    /// room): [`Ftl::close`] reports it instead of trying.
-    pub(crate) ckpt_blocked: Option<String>,
-    /// GBITV pages (page addresses) of the last checkpoint; `NONE` for an all-zero page.
-    pub(crate) gbitv_pages: Vec<u64>,
-    /// GBITV pages changed since the last checkpoint.
-    pub(crate) gbitv_dirty: Vec<bool>,
-    /// Blocks set aside at format for provisioning, GC headroom and metadata.
-    pub(crate) reserve_blocks: u32,
-    /// Spare blocks at format: usable blocks beyond the reserve and the logical capacity.
-    pub(crate) initial_spare: u32,
-    /// Modeled instant of the last checkpoint (for interval checkpoints).
-    pub(crate) last_checkpoint_at: SimTime,
+    pub(crate) recovery: LastRecovery,
 }
 
 /// CRC of an LPID's data and the TAG bytes for a page of sectors. `place` (block, page,
@@ -351,90 +217,24 @@ impl Ftl {
             ((dram * cfg.map_cache_share) as usize / page_size).clamp(2, n_map_pages.max(2));
         let n_gbitv_pages = (nblocks as u64 * spb).div_ceil(8 * page_size as u64) as usize;
         let mut f = Ftl {
-            sectors_per_page: spp,
-            sector_size: g.sector_size as usize,
-            pages_per_block: g.pages_per_block,
-            blocks_per_die: bpd,
-            dies,
-            page_size,
-            oob_per_sector: g.oob_per_sector as usize,
-            lbas,
-            map_entries_per_page: epp,
-            map_pages: vec![NONE; n_map_pages],
-            maps_page_dirty: vec![false; n_maps_pages],
-            maps_pages: vec![NONE; n_maps_pages],
-            map_slot_of: vec![u32::MAX; n_map_pages],
-            map_slots: Vec::with_capacity(slot_cap),
-            map_epoch: 0,
-            map_cache_capacity: slot_cap,
-            clock_hand: 0,
-            blocks: vec![
-                Blk {
-                    state: Use::Free,
-                    valid: 0,
-                    pe: 0,
-                    stamp: 0,
-                    meta_live: 0,
-                    max_lsn: 0
-                };
-                nblocks
-            ],
-            gbitv: vec![0u64; (nblocks as u64 * spb).div_ceil(64) as usize],
-            free_count: 0,
-            free_per_die: vec![0; dies as usize],
-            open_blocks: [
-                vec![None; dies as usize],
-                vec![None; dies as usize],
-                vec![None; dies as usize],
-            ],
-            next_die: [0; 3],
-            page_bufs: Vec::new(),
-            filling: [None, None],
-            log: LogState {
-                next_lsn: 1,
-                prev: NONE,
-                block: 0,
-                page: 0,
-                next_block: None,
-                pending: Vec::new(),
-                pending_bytes: 0,
-                since_ckpt: 0,
-            },
-            commit_seq: 1,
-            ckpt_blocks: Vec::new(),
-            ckpt_active: [0, CKPT_RING / 2],
-            ckpt_seq: 0,
-            wear_pages: Vec::new(),
-            bbt_pages: Vec::new(),
-            program_seq: 0,
-            stats: FtlStats::default(),
-            oob_scratch: vec![0u8; g.oob_per_page() as usize],
-            read_scratch: Vec::new(),
-            retired_to_relocate: Vec::new(),
-            wear_checked_at_erases: 0,
-            recovery: None,
-            ext_pending: std::collections::BTreeSet::new(),
-            ctrl_blob: Vec::new(),
-            in_gc: false,
-            log_blocks: 0,
-            recovering: false,
-            life_base: FtlStats::default(),
-            buf_pool: Vec::new(),
-            page_scratch: vec![0u8; page_size],
-            read_only: None,
-            opened_read_only: false,
-            meta_reserve: 0,
-            next_wear_check: 0,
-            ckpt_blocked: None,
-            gbitv_pages: vec![NONE; n_gbitv_pages],
-            gbitv_dirty: vec![false; n_gbitv_pages],
-            reserve_blocks: 0,
-            initial_spare: 0,
-            last_checkpoint_at: SimTime::ZERO,
+            geo: Geo::new(&g, lbas, cfg.ext_bytes),
+            blocks: BlockTable::new(dies, bpd, spb as usize, page_size),
+            log: Log::new(page_size),
+            counters: Counters::default(),
+            scratch: Scratch::new(g.oob_per_page() as usize),
+            map: MapCache::new(n_map_pages, n_maps_pages, slot_cap),
+            prov: Provision::new(dies as usize),
+            commit: CommitState::new(),
+            ckpt: CkptState::new(n_maps_pages, n_gbitv_pages),
+            ctrl: CtrlMeta::default(),
+            gc: GcState::default(),
+            health: HealthState::default(),
+            recovery: LastRecovery::default(),
             nand,
             cfg,
         };
-        f.meta_reserve = f.checkpoint_reserve();
+        let reserve = f.checkpoint_reserve();
+        f.prov.set_meta_reserve(reserve);
         f
     }
 
@@ -562,88 +362,64 @@ impl Ftl {
         }
         let lbas = (((usable - fixed - meta_blocks) * spb) as f64 / (1.0 + cfg.op)).floor() as u64;
         let mut f = Ftl::skeleton(nand, cfg, lbas);
-        f.ckpt_blocks = Self::well_known_ckpt_blocks(&f.nand)?;
-        for (b, blk) in f.blocks.iter_mut().enumerate() {
-            if bad[b] {
-                blk.state = Use::Bad;
+        f.ckpt.use_ring(Self::well_known_ckpt_blocks(&f.nand)?);
+        for (b, &is_bad) in bad.iter().enumerate() {
+            if is_bad {
+                f.blocks.set_state(b as u32, Use::Bad);
             }
-            blk.pe = f.nand.block_info(BlockId(b as u32))?.pe_cycles;
+            let pe = f.nand.block_info(BlockId(b as u32))?.pe_cycles;
+            f.blocks.set_pe(b, pe);
         }
-        for &c in &f.ckpt_blocks {
-            f.blocks[c as usize].state = Use::Ckpt;
+        for &c in f.ckpt.ring() {
+            f.blocks.set_state(c, Use::Ckpt);
         }
-        f.recount_free();
-        f.reserve_blocks = (fixed + meta_blocks) as u32;
-        f.initial_spare = f.spare_blocks().max(0) as u32;
+        f.blocks.check_free_counts();
+        f.prov.set_reserve_blocks((fixed + meta_blocks) as u32);
+        let initial_spare = f.spare_blocks().max(0) as u32;
+        f.prov.set_initial_spare(initial_spare);
         // GC must be able to make progress at full logical occupancy: the spare blocks
         // (the garbage it can reclaim) must cover an open COLD block per die plus two.
         let need = dies + 2;
-        if (f.initial_spare as u64) < need {
+        if (f.prov.initial_spare() as u64) < need {
             let avail = (usable - fixed - meta_blocks) as f64;
             let min_op = need as f64 / (avail - need as f64).max(1.0);
             return Err(FtlError::Config(format!(
                 "over-provisioning {} leaves {} spare blocks; GC needs at least {need} on a device with {dies} dies to make progress: use op >= {:.3}",
                 cfg.op,
-                f.initial_spare,
+                f.prov.initial_spare(),
                 (min_op * 1000.0).ceil() / 1000.0
             )));
         }
         f.start_log()?;
         f.checkpoint_with(SimTime::ZERO, crate::format::CKPT_CLEAN)?;
-        f.stats = FtlStats::default();
-        f.life_base = FtlStats::default();
+        f.counters.reset();
         Ok(f)
-    }
-
-    /// Recompute the free-block counts from the block states.
-    pub(crate) fn recount_free(&mut self) {
-        self.free_per_die.fill(0);
-        for (b, blk) in self.blocks.iter().enumerate() {
-            if blk.state == Use::Free {
-                self.free_per_die[b / self.blocks_per_die as usize] += 1;
-            }
-        }
-        self.free_count = self.free_per_die.iter().sum();
-    }
-
-    /// Block `b` leaves (`-1`) or joins (`+1`) the free pool.
-    #[inline]
-    pub(crate) fn count_free(&mut self, b: u32, joins: bool) {
-        let die = (b / self.blocks_per_die) as usize;
-        if joins {
-            self.free_count += 1;
-            self.free_per_die[die] += 1;
-        } else {
-            self.free_count -= 1;
-            self.free_per_die[die] -= 1;
-        }
     }
 
     /// Logical capacity in LBAs.
     pub fn lbas(&self) -> u64 {
-        self.lbas
+        self.geo.lbas()
     }
     /// LBA size in bytes.
     pub fn lba_size(&self) -> usize {
-        self.sector_size
+        self.geo.sector_size()
     }
     /// Counters.
     pub fn stats(&self) -> &FtlStats {
-        &self.stats
+        self.counters.window()
     }
     /// Forget counters (a new measurement window).
     pub fn reset_stats(&mut self) {
-        self.life_base = self.life_base.plus(&self.stats);
-        self.stats = FtlStats::default();
-        self.wear_checked_at_erases = 0;
+        self.counters.new_window();
+        self.gc.new_window();
     }
     /// Bytes per flash page.
     pub fn page_size(&self) -> usize {
-        self.page_size
+        self.geo.page_size()
     }
     /// Sectors per flash page.
     pub fn sectors_per_page(&self) -> u32 {
-        self.sectors_per_page
+        self.geo.sectors_per_page()
     }
     /// The configuration.
     pub fn config(&self) -> &FtlConfig {
@@ -659,7 +435,7 @@ impl Ftl {
     /// Reads never move it. Bytes [`Ftl::peek_in_place`] returned for an LBA are what
     /// [`Ftl::read_ref`] returns for it while the epoch holds.
     pub fn content_epoch(&self) -> (u64, u64) {
-        (self.map_epoch, self.nand.content_epoch())
+        (self.map.epoch(), self.nand.content_epoch())
     }
     /// The flash array, mutably (fault injection, inspection).
     pub fn nand_mut(&mut self) -> &mut Nand {
@@ -667,7 +443,7 @@ impl Ftl {
     }
     /// Free blocks.
     pub fn free_blocks(&self) -> u32 {
-        self.free_count
+        self.blocks.free_count()
     }
     /// Blocks retired (factory and grown bad).
     pub fn bad_blocks(&self) -> u32 {
@@ -676,16 +452,16 @@ impl Ftl {
     /// Counters over the device's life (persisted with each checkpoint; counts since the
     /// last checkpoint before a crash are lost with the crash).
     pub fn lifetime_stats(&self) -> FtlStats {
-        self.life_base.plus(&self.stats)
+        self.counters.lifetime()
     }
 
     /// The last recovery, if this FTL was recovered.
     pub fn last_recovery(&self) -> Option<RecoveryReport> {
-        self.recovery
+        self.recovery.get()
     }
     /// MAP pages the cache holds at most.
     pub fn map_cache_pages(&self) -> usize {
-        self.map_cache_capacity
+        self.map.capacity()
     }
 
     /// (min, mean, max) erase count over usable blocks, not counting the two checkpoint
@@ -717,23 +493,23 @@ impl Ftl {
     }
 
     pub(crate) fn check_range(&self, lba: u64, n: u64) -> Result<(), FtlError> {
-        if n == 0 || lba.checked_add(n).is_none_or(|e| e > self.lbas) {
+        if n == 0 || lba.checked_add(n).is_none_or(|e| e > self.geo.lbas()) {
             return Err(FtlError::OutOfRange {
                 lba,
                 end: lba.saturating_add(n),
-                capacity: self.lbas,
+                capacity: self.geo.lbas(),
             });
         }
         Ok(())
     }
 
     pub(crate) fn sectors_of(&self, len: usize) -> Result<u64, FtlError> {
-        if len == 0 || !len.is_multiple_of(self.sector_size) {
+        if len == 0 || !len.is_multiple_of(self.geo.sector_size()) {
             return Err(FtlError::BadLength {
                 got: len,
-                lba_size: self.sector_size,
+                lba_size: self.geo.sector_size(),
             });
         }
-        Ok((len / self.sector_size) as u64)
+        Ok((len / self.geo.sector_size()) as u64)
     }
 }

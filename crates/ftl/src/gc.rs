@@ -15,7 +15,9 @@
 
 use crate::format::{Entry, Kind, Record, TAG_BYTES, Tag, pack};
 use crate::ftl::*;
+use crate::provision::Stream;
 use crate::read::read_with_retries;
+use crate::stats::Count;
 use crate::{FtlError, GcPolicy};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
@@ -32,21 +34,45 @@ struct Moving {
     checksum_failed: bool,
 }
 
+/// Whether GC runs (no nested GC), and the erase count at which static wear leveling
+/// last looked. Only this module changes it.
+#[derive(Debug, Default)]
+pub(crate) struct GcState {
+    /// GC or a relocation is running.
+    in_gc: bool,
+    /// Erase count of the current counter window at which static wear leveling last
+    /// looked (it looks again only after an erase).
+    wear_checked_at_erases: u64,
+}
+
+impl GcState {
+    /// Is GC (or a relocation) running?
+    #[inline]
+    pub(crate) fn running(&self) -> bool {
+        self.in_gc
+    }
+
+    /// The counters start a new window (their erase count restarts at 0).
+    pub(crate) fn new_window(&mut self) {
+        self.wear_checked_at_erases = 0;
+    }
+}
+
 impl Ftl {
     /// The GC a commit triggers: the free-pool low-water mark, then per-channel and
     /// used-share triggers.
     pub(crate) fn collect_garbage(&mut self, at: SimTime) -> Result<(), FtlError> {
         self.collect_garbage_to(self.gc_low_water(), at)?;
         if self.cfg.per_channel_gc {
-            self.in_gc = true;
+            self.gc.in_gc = true;
             let r = self.collect_starved_channels(at);
-            self.in_gc = false;
+            self.gc.in_gc = false;
             r?;
         }
         if let Some(share) = self.cfg.gc_start_used {
-            self.in_gc = true;
+            self.gc.in_gc = true;
             let r = self.collect_used_above(share, at);
-            self.in_gc = false;
+            self.gc.in_gc = false;
             r?;
         }
         Ok(())
@@ -58,16 +84,16 @@ impl Ftl {
         let channels = self.nand.geometry().channels;
         let channel_of = |f: &Ftl, die: u32| f.nand.addr().channel_of(csd_nand::DieId(die));
         for ch in 0..channels {
-            for _ in 0..self.dies {
-                let free: u32 = (0..self.dies)
+            for _ in 0..self.geo.dies() {
+                let free: u32 = (0..self.geo.dies())
                     .filter(|&d| channel_of(self, d) == ch)
-                    .map(|d| self.free_per_die[d as usize])
+                    .map(|d| self.blocks.free_per_die()[d as usize])
                     .sum();
                 if free > 0 {
                     break;
                 }
                 let Some(victim) =
-                    self.pick_victim_where(|f, b| channel_of(f, b / f.blocks_per_die) == ch)
+                    self.pick_victim_where(|f, b| channel_of(f, b / f.geo.blocks_per_die()) == ch)
                 else {
                     break;
                 };
@@ -80,15 +106,15 @@ impl Ftl {
     /// While at least `share` of the usable blocks are in use, collect the victims with
     /// at least a page of garbage, at most one per die per trigger.
     fn collect_used_above(&mut self, share: f64, at: SimTime) -> Result<(), FtlError> {
-        let min_garbage = self.sectors_per_page;
-        let spb = self.sectors_per_page * self.pages_per_block;
-        for _ in 0..self.dies {
+        let min_garbage = self.geo.sectors_per_page();
+        let spb = self.geo.sectors_per_page() * self.geo.pages_per_block();
+        for _ in 0..self.geo.dies() {
             let usable = self
                 .blocks
                 .iter()
                 .filter(|b| b.state != Use::Bad && b.state != Use::Ckpt)
                 .count() as f64;
-            let used = usable - self.free_count as f64;
+            let used = usable - self.blocks.free_count() as f64;
             if usable == 0.0 || used / usable < share {
                 break;
             }
@@ -104,9 +130,12 @@ impl Ftl {
 
     /// Move a victim's live data and reclaim it (erase, or retire if it lost data).
     fn collect_victim(&mut self, victim: u32, at: SimTime) -> Result<(), FtlError> {
-        let spb = self.sectors_per_page * self.pages_per_block;
-        self.stats.gc_reclaimed_sectors += (spb - self.blocks[victim as usize].valid) as u64;
-        self.stats.gc_victims += 1;
+        let spb = self.geo.sectors_per_page() * self.geo.pages_per_block();
+        self.counters.add(
+            Count::GcReclaimedSectors,
+            (spb - self.blocks[victim as usize].valid) as u64,
+        );
+        self.counters.add(Count::GcVictims, 1);
         let damaged = self.relocate(victim, at)?;
         if damaged {
             self.retire_emptied(victim);
@@ -121,14 +150,14 @@ impl Ftl {
         if self.blocks[block as usize].state == Use::Bad {
             return;
         }
-        self.blocks[block as usize].state = Use::Bad;
-        self.stats.grown_bad_blocks += 1;
+        self.blocks.set_state(block, Use::Bad);
+        self.counters.add(Count::GrownBadBlocks, 1);
     }
 
     pub(crate) fn collect_garbage_to(&mut self, target: u32, at: SimTime) -> Result<(), FtlError> {
-        self.in_gc = true;
+        self.gc.in_gc = true;
         let r = self.collect_garbage_inner(target, at);
-        self.in_gc = false;
+        self.gc.in_gc = false;
         r
     }
 
@@ -150,7 +179,7 @@ impl Ftl {
     fn reclaim_to(&mut self, target: u32, at: SimTime) -> Result<(), FtlError> {
         let mut guard = 0;
         let mut just_checkpointed = false;
-        while self.free_count < target {
+        while self.blocks.free_count() < target {
             guard += 1;
             if guard > self.blocks.len() {
                 return Err(FtlError::NoSpace);
@@ -167,7 +196,7 @@ impl Ftl {
             let Some(victim) = self.pick_victim() else {
                 // Only metadata is left to reclaim: a checkpoint truncates log and old MAP pages.
                 self.checkpoint(at)?;
-                if self.free_count < target && self.pick_victim().is_none() {
+                if self.blocks.free_count() < target && self.pick_victim().is_none() {
                     return Err(FtlError::NoSpace);
                 }
                 continue;
@@ -180,10 +209,10 @@ impl Ftl {
     /// Static wear leveling: move the data of the least-worn full blocks (cold data pins
     /// them) so that they rejoin the free pool. Returns whether it moved anything.
     fn wear_level(&mut self, at: SimTime) -> Result<bool, FtlError> {
-        if self.stats.erases == self.wear_checked_at_erases {
+        if self.counters.window().erases == self.gc.wear_checked_at_erases {
             return Ok(false);
         }
-        self.wear_checked_at_erases = self.stats.erases;
+        self.gc.wear_checked_at_erases = self.counters.window().erases;
         let mut moved = false;
         for _ in 0..4 {
             let (_, _, mx) = self.erase_counts();
@@ -192,7 +221,7 @@ impl Ftl {
                 .min_by_key(|&b| self.blocks[b as usize].pe);
             match coldest {
                 Some(b) if mx - self.blocks[b as usize].pe > self.cfg.wear_level_spread => {
-                    self.stats.wear_level_moves += 1;
+                    self.counters.add(Count::WearLevelMoves, 1);
                     moved = true;
                     if self.relocate(b, at)? {
                         self.retire_emptied(b);
@@ -203,7 +232,7 @@ impl Ftl {
                 _ => break,
             }
         }
-        self.wear_checked_at_erases = self.stats.erases;
+        self.gc.wear_checked_at_erases = self.counters.window().erases;
         Ok(moved)
     }
 
@@ -218,17 +247,17 @@ impl Ftl {
             .iter()
             .filter(|b| b.state == Use::Meta && b.meta_live == 0)
             .count() as u64
-            + u64::from(self.log_blocks.saturating_sub(1));
+            + u64::from(self.log.blocks().saturating_sub(1));
         if dead == 0 {
             return false;
         }
-        let cost = self.map_slots.iter().filter(|s| s.dirty).count() as u64
-            + self.maps_page_dirty.iter().filter(|&&d| d).count() as u64
-            + self.gbitv_dirty.iter().filter(|&&d| d).count() as u64
-            + self.wear_pages.len() as u64
-            + self.bbt_pages.len() as u64
+        let cost = self.map.slots().iter().filter(|s| s.dirty).count() as u64
+            + self.map.dirty_maps_pages() as u64
+            + self.blocks.dirty_gbitv_pages() as u64
+            + self.ckpt.wear_pages().len() as u64
+            + self.ckpt.bbt_pages().len() as u64
             + 2;
-        dead * u64::from(self.pages_per_block) >= cost + u64::from(self.pages_per_block)
+        dead * u64::from(self.geo.pages_per_block()) >= cost + u64::from(self.geo.pages_per_block())
     }
 
     /// GC keeps this many blocks free: the configured threshold plus what may be taken
@@ -236,7 +265,8 @@ impl Ftl {
     /// a checkpoint, two log blocks).
     pub(crate) fn gc_low_water(&self) -> u32 {
         // Above the checkpoint reserve by a commit's worth of blocks (`crate::provision`).
-        (self.cfg.gc_free_blocks + 2 * self.dies + 2).max(self.meta_reserve + self.dies + 2)
+        (self.cfg.gc_free_blocks + 2 * self.geo.dies() + 2)
+            .max(self.prov.meta_reserve() + self.geo.dies() + 2)
     }
 
     pub(crate) fn pick_victim(&self) -> Option<u32> {
@@ -245,7 +275,7 @@ impl Ftl {
 
     /// The best victim among full blocks with some garbage that `accept` takes.
     pub(crate) fn pick_victim_where(&self, accept: impl Fn(&Ftl, u32) -> bool) -> Option<u32> {
-        let spb = (self.sectors_per_page * self.pages_per_block) as f64;
+        let spb = (self.geo.sectors_per_page() * self.geo.pages_per_block()) as f64;
         let full = (0..self.blocks.len() as u32).filter(|&b| {
             self.blocks[b as usize].state == Use::Full
                 && (self.blocks[b as usize].valid as f64) < spb
@@ -257,7 +287,7 @@ impl Ftl {
                 .map(|b| {
                     let blk = &self.blocks[b as usize];
                     let u = blk.valid as f64 / spb;
-                    let age = (self.program_seq - blk.stamp) as f64 + 1.0;
+                    let age = (self.prov.program_seq() - blk.stamp) as f64 + 1.0;
                     let score = if u == 0.0 {
                         f64::INFINITY
                     } else {
@@ -277,21 +307,19 @@ impl Ftl {
         if self.blocks[block as usize].valid == 0 {
             return Ok(false);
         }
-        let was_in_gc = self.in_gc;
-        self.in_gc = true;
-        let saved = std::mem::take(&mut self.page_bufs);
-        let saved_filling = std::mem::take(&mut self.filling);
+        let was_in_gc = self.gc.in_gc;
+        self.gc.in_gc = true;
+        let saved = self.commit.set_aside();
         let r = self.relocate_inner(block, at);
-        self.page_bufs = saved;
-        self.filling = saved_filling;
-        self.in_gc = was_in_gc;
+        self.commit.put_back(saved);
+        self.gc.in_gc = was_in_gc;
         r
     }
 
     fn relocate_inner(&mut self, block: u32, at: SimTime) -> Result<bool, FtlError> {
-        let spp = self.sectors_per_page as usize;
-        let ss = self.sector_size;
-        let ob = self.oob_per_sector;
+        let spp = self.geo.sectors_per_page() as usize;
+        let ss = self.geo.sector_size();
+        let ob = self.geo.oob_per_sector();
         let mut data = vec![0u8; spp * ss];
         let mut oob = vec![0u8; ob * spp];
         // 1. Read every page with valid sectors; note each sector's LPID (from its TAG,
@@ -300,8 +328,8 @@ impl Ftl {
         let mut moving: Vec<Moving> = Vec::new();
         let mut kept: Vec<u8> = Vec::new();
         let mut reverse: Option<HashMap<u64, u64>> = None;
-        for page in 0..self.pages_per_block {
-            let valid: Vec<u32> = (0..self.sectors_per_page)
+        for page in 0..self.geo.pages_per_block() {
+            let valid: Vec<u32> = (0..self.geo.sectors_per_page())
                 .filter(|&s| self.is_valid(block, page, s))
                 .collect();
             if valid.is_empty() {
@@ -313,7 +341,7 @@ impl Ftl {
                 let o = s as usize * ob;
                 let sector = &data[s as usize * ss..(s as usize + 1) * ss];
                 let tag = Tag::read(&oob[o..o + TAG_BYTES])
-                    .filter(|t| t.kind == Kind::Data && t.id < self.lbas);
+                    .filter(|t| t.kind == Kind::Data && t.id < self.geo.lbas());
                 let read_failed = unreadable.contains(&s);
                 let readable = !read_failed
                     && tag.is_some_and(|t| {
@@ -361,12 +389,12 @@ impl Ftl {
             }
             match m.at_byte {
                 Some(o) => {
-                    self.buffer_sector(COLD, m.lpid, &kept[o..o + ss], m.old, at)?;
-                    self.stats.gc_moved_sectors += 1;
+                    self.buffer_sector(Stream::Cold, m.lpid, &kept[o..o + ss], m.old, at)?;
+                    self.counters.add(Count::GcMovedSectors, 1);
                 }
                 None => {
                     if m.checksum_failed {
-                        self.stats.integrity_errors += 1;
+                        self.counters.add(Count::IntegrityErrors, 1);
                     }
                     lost.push(Entry {
                         lpid: m.lpid,
@@ -397,10 +425,10 @@ impl Ftl {
         at: SimTime,
     ) -> Result<Vec<u32>, FtlError> {
         let ppa = Ppa::new(BlockId(block), page);
-        let ss = self.sector_size;
-        let ob = self.oob_per_sector;
+        let ss = self.geo.sector_size();
+        let ob = self.geo.oob_per_sector();
         let retries = self.cfg.read_retries;
-        self.stats.gc_reads += 1;
+        self.counters.add(Count::GcReads, 1);
         let whole = read_with_retries(
             &mut self.nand,
             ppa,
@@ -409,7 +437,7 @@ impl Ftl {
             oob,
             at,
             retries,
-            &mut self.stats.read_retries,
+            &mut self.counters,
         );
         match whole {
             Ok(r) if !r.erased => return Ok(Vec::new()),
@@ -424,7 +452,7 @@ impl Ftl {
                 &mut data[s as usize * ss..(s as usize + 1) * ss],
                 &mut oob[s as usize * ob..(s as usize + 1) * ob],
             );
-            self.stats.gc_reads += 1;
+            self.counters.add(Count::GcReads, 1);
             let r = read_with_retries(
                 &mut self.nand,
                 ppa,
@@ -433,7 +461,7 @@ impl Ftl {
                 o,
                 at,
                 retries,
-                &mut self.stats.read_retries,
+                &mut self.counters,
             );
             match r {
                 Ok(r) if !r.erased => {}
@@ -457,7 +485,7 @@ impl Ftl {
                 }
                 Err(e) => return Err(e.into()),
             }
-            self.stats.gc_reads += 1;
+            self.counters.add(Count::GcReads, 1);
         }
         Ok(unreadable)
     }
@@ -470,15 +498,14 @@ impl Ftl {
         at: SimTime,
     ) -> Result<HashMap<u64, u64>, FtlError> {
         let mut out = HashMap::new();
-        let epp = self.map_entries_per_page;
-        for mp in 0..self.map_pages.len() as u32 {
-            if self.map_pages[mp as usize] == crate::format::NONE
-                && self.map_slot_of[mp as usize] == u32::MAX
+        let epp = self.geo.map_entries_per_page();
+        for mp in 0..self.map.page_addrs().len() as u32 {
+            if self.map.page_addrs()[mp as usize] == crate::format::NONE && !self.map.is_cached(mp)
             {
                 continue;
             }
             let (s, _) = self.map_slot(mp, at)?;
-            for (i, &e) in self.map_slots[s].entries.iter().enumerate() {
+            for (i, &e) in self.map.slots()[s].entries.iter().enumerate() {
                 if let Some(a) = flash_of(e)
                     && crate::format::unpack(a).0 == block
                 {
@@ -493,8 +520,7 @@ impl Ftl {
     /// (applied at recovery only where MAP still names the old sector) before the block
     /// is reclaimed, then applied.
     fn record_lost(&mut self, lost: Vec<Entry>, at: SimTime) -> Result<(), FtlError> {
-        let seq = self.commit_seq;
-        self.commit_seq += 1;
+        let seq = self.commit.take_seq();
         self.log_entries(
             |seq, entries| Record::GcMove { seq, entries },
             seq,
@@ -505,18 +531,17 @@ impl Ftl {
         for e in lost {
             self.map_set(e.lpid, e.new, at)?;
             self.set_valid(e.old, false);
-            self.stats.lost_sectors += 1;
+            self.counters.add(Count::LostSectors, 1);
         }
         Ok(())
     }
 
     pub(crate) fn erase_block(&mut self, block: u32, at: SimTime) -> Result<(), FtlError> {
-        let die = (block / self.blocks_per_die) as usize;
-        let bi = block % self.blocks_per_die;
-        if self
-            .open_blocks
+        let die = (block / self.geo.blocks_per_die()) as usize;
+        let bi = block % self.geo.blocks_per_die();
+        if Stream::ALL
             .iter()
-            .any(|per_die| matches!(per_die[die], Some((b, _)) if b == bi))
+            .any(|&s| matches!(self.prov.open(s)[die], Some((b, _)) if b == bi))
         {
             return Err(FtlError::Corrupt(format!(
                 "block {block} ({:?}) is open for writing and cannot be erased",
@@ -529,29 +554,24 @@ impl Ftl {
             )));
         }
         match self.blocks[block as usize].state {
-            Use::Meta => self.stats.meta_erases += 1,
+            Use::Meta => self.counters.add(Count::MetaErases, 1),
             Use::Log => {
-                self.stats.meta_erases += 1;
-                self.log_blocks = self.log_blocks.saturating_sub(1);
+                self.counters.add(Count::MetaErases, 1);
+                self.log.block_erased();
             }
-            _ => self.stats.erases += 1,
+            _ => self.counters.add(Count::Erases, 1),
         }
         match self.nand.erase(BlockId(block), at) {
             Ok(_) => {
-                let b = &mut self.blocks[block as usize];
-                b.pe += 1;
-                b.state = Use::Free;
-                b.meta_live = 0;
-                b.max_lsn = 0;
-                self.count_free(block, true);
+                self.blocks.erased(block);
                 // The erase that brings the mean to the rated endurance ends the life.
                 self.check_wear();
                 Ok(())
             }
             Err(NandError::EraseFailed { .. }) => {
-                self.stats.erase_failures += 1;
-                self.blocks[block as usize].state = Use::Bad;
-                self.stats.grown_bad_blocks += 1;
+                self.counters.add(Count::EraseFailures, 1);
+                self.blocks.set_state(block, Use::Bad);
+                self.counters.add(Count::GrownBadBlocks, 1);
                 Ok(())
             }
             Err(e) => Err(e.into()),

@@ -59,6 +59,7 @@
 
 use crate::FtlError;
 use crate::ftl::*;
+use crate::stats::Count;
 use csd_nand::NandError;
 
 /// NVMe critical-warning bit 0: available spare is below the threshold.
@@ -96,8 +97,8 @@ impl Ftl {
     /// checkpoint ring counts as good blocks, as when the capacity was set at format).
     pub fn spare_blocks(&self) -> i64 {
         let usable = self.blocks.iter().filter(|b| b.state != Use::Bad).count() as i64;
-        let spb = self.sectors_per_page as u64 * self.pages_per_block as u64;
-        usable - self.reserve_blocks as i64 - self.lbas.div_ceil(spb) as i64
+        let spb = self.geo.sectors_per_page() as u64 * self.geo.pages_per_block() as u64;
+        usable - self.prov.reserve_blocks() as i64 - self.geo.lbas().div_ceil(spb) as i64
     }
 
     /// The rated endurance of the media, P/E cycles per block (at least 1).
@@ -126,10 +127,10 @@ impl Ftl {
     /// The device's health (SMART figures the FTL keeps).
     pub fn health(&self) -> Health {
         let spare = self.spare_blocks();
-        let available_spare_pct = if self.initial_spare == 0 {
+        let available_spare_pct = if self.prov.initial_spare() == 0 {
             0
         } else {
-            (spare.max(0) * 100 / self.initial_spare as i64).min(100) as u32
+            (spare.max(0) * 100 / self.prov.initial_spare() as i64).min(100) as u32
         };
         let (percentage_used, worn_out) = self.life_used();
         debug_assert!(percentage_used <= 255 && (!worn_out || percentage_used >= 100));
@@ -141,7 +142,10 @@ impl Ftl {
         if worn_out || life.media_errors + life.integrity_errors + life.lost_sectors > 0 {
             warn |= WARN_RELIABILITY;
         }
-        let media_read_only = self.read_only.filter(|r| *r != ReadOnlyReason::Opened);
+        let media_read_only = self
+            .health
+            .read_only
+            .filter(|r| *r != ReadOnlyReason::Opened);
         if media_read_only.is_some() {
             warn |= WARN_READ_ONLY;
         }
@@ -159,13 +163,13 @@ impl Ftl {
 
     /// Why the device is read-only, if it is.
     pub fn read_only(&self) -> Option<ReadOnlyReason> {
-        self.read_only
+        self.health.read_only
     }
 
     /// Refuse a write when the device is read-only (or has just worn out).
     pub(crate) fn check_writable(&mut self) -> Result<(), FtlError> {
         self.check_wear();
-        match self.read_only {
+        match self.health.read_only {
             Some(reason) => Err(FtlError::ReadOnly { reason }),
             None => Ok(()),
         }
@@ -180,18 +184,16 @@ impl Ftl {
     /// look is needed until `erases + endurance × grown bad blocks` grew by `g` (and,
     /// as a backstop, `blocks / 16` erases).
     pub(crate) fn check_wear(&mut self) {
-        if self.read_only.is_some() {
+        if self.health.read_only.is_some() {
             return;
         }
         let endurance = self.rated_endurance();
         // Lifetime counts, summed field by field (this runs before every host write).
-        let (b, s) = (&self.life_base, &self.stats);
-        let clock = b.erases
-            + s.erases
-            + b.meta_erases
-            + s.meta_erases
-            + endurance * (b.grown_bad_blocks + s.grown_bad_blocks);
-        if clock < self.next_wear_check {
+        let c = &self.counters;
+        let clock = c.lifetime_of(Count::Erases)
+            + c.lifetime_of(Count::MetaErases)
+            + endurance * c.lifetime_of(Count::GrownBadBlocks);
+        if clock < self.health.next_wear_check {
             return;
         }
         let (sum, n) = self.wear_totals();
@@ -203,8 +205,8 @@ impl Ftl {
         let step = rated
             .saturating_sub(sum)
             .clamp(1, (self.blocks.len() as u64 / 16).max(1));
-        self.next_wear_check = clock + step;
-        debug_assert!(self.next_wear_check > clock);
+        self.health.next_wear_check = clock + step;
+        debug_assert!(self.health.next_wear_check > clock);
     }
 
     /// Is `e` an end-of-life failure (no block to write into, or no room in the image's
@@ -218,11 +220,48 @@ impl Ftl {
             FtlError::ReadOnly { reason } => *reason,
             _ => return None,
         };
-        Some(self.read_only.unwrap_or(why))
+        Some(self.health.read_only.unwrap_or(why))
     }
 
     /// Stop accepting writes (the first reason sticks).
     pub(crate) fn enter_read_only(&mut self, reason: ReadOnlyReason) {
+        self.health.enter_read_only(reason);
+    }
+}
+
+/// Whether the device takes writes, and when the wear-out rule looks at the erase counts
+/// next. Only this module changes it.
+#[derive(Debug, Default)]
+pub(crate) struct HealthState {
+    /// Set when the device accepts no more writes; reads keep working.
+    read_only: Option<ReadOnlyReason>,
+    /// The image was opened read-only: nothing may be written to it, not even at close.
+    opened_read_only: bool,
+    /// Lifetime erase count at which the wear-out rule is next evaluated.
+    next_wear_check: u64,
+}
+
+impl HealthState {
+    /// Why the device is read-only, if it is.
+    #[inline]
+    pub(crate) fn read_only(&self) -> Option<ReadOnlyReason> {
+        self.read_only
+    }
+
+    /// Was the image opened read-only (nothing may be written to it)?
+    #[inline]
+    pub(crate) fn opened_read_only(&self) -> bool {
+        self.opened_read_only
+    }
+
+    /// The image is opened read-only: no writes, not even at close.
+    pub(crate) fn open_read_only(&mut self) {
+        self.opened_read_only = true;
+        self.enter_read_only(ReadOnlyReason::Opened);
+    }
+
+    /// Stop accepting writes (the first reason sticks).
+    fn enter_read_only(&mut self, reason: ReadOnlyReason) {
         if self.read_only.is_none() {
             self.read_only = Some(reason);
         }

@@ -4,6 +4,7 @@
 
 use crate::format::{NONE, unpack};
 use crate::ftl::*;
+use crate::provision::Stream;
 use csd_nand::{BlockId, DieId};
 use csd_sim::SimTime;
 
@@ -29,7 +30,7 @@ impl Ftl {
         let mut c = [0u32; 7];
         let mut valid_full = 0u64;
         let mut meta_live = 0u64;
-        for b in &self.blocks {
+        for b in self.blocks.iter() {
             let i = match b.state {
                 Use::Free => 0,
                 Use::Open(_) => 1,
@@ -56,25 +57,25 @@ impl Ftl {
             c[4],
             c[5],
             c[6],
-            self.lbas,
-            self.map_pages.len(),
-            self.map_slots.len(),
-            self.map_cache_capacity
+            self.geo.lbas(),
+            self.map.page_addrs().len(),
+            self.map.slots().len(),
+            self.map.capacity()
         )
     }
 
     /// Check internal invariants (valid counts agree with the bitmap and MAP); for tests.
     pub fn check_invariants(&mut self) -> Result<(), String> {
         let mut counts = vec![0u32; self.blocks.len()];
-        for mp in 0..self.map_pages.len() as u32 {
+        for mp in 0..self.map.page_addrs().len() as u32 {
             let (s, _) = self
                 .map_slot(mp, SimTime::ZERO)
                 .map_err(|e| e.to_string())?;
-            for (i, &e) in self.map_slots[s].entries.iter().enumerate() {
+            for (i, &e) in self.map.slots()[s].entries.iter().enumerate() {
                 // A buffered (write-back) sector keeps its durable old copy live until commit.
                 let e = match Loc::of(e) {
                     Loc::Buffered { buf, slot } => {
-                        self.page_bufs.get(buf).map_or(NONE, |pb| pb.olds[slot])
+                        self.commit.buf(buf).map_or(NONE, |pb| pb.olds[slot])
                     }
                     _ => e,
                 };
@@ -85,7 +86,7 @@ impl Ftl {
                 if !self.is_valid(b, p, sec) {
                     return Err(format!(
                         "LBA {} maps to a sector not marked valid",
-                        mp as u64 * self.map_entries_per_page + i as u64
+                        mp as u64 * self.geo.map_entries_per_page() + i as u64
                     ));
                 }
                 counts[b as usize] += 1;
@@ -102,40 +103,41 @@ impl Ftl {
                 return Err(format!("free block {b} holds valid data"));
             }
         }
-        for (s, per_die) in self.open_blocks.iter().enumerate() {
-            for (die, open) in per_die.iter().enumerate() {
+        for s in Stream::ALL {
+            for (die, open) in self.prov.open(s).iter().enumerate() {
                 let Some((bi, page)) = *open else { continue };
-                let b = die as u32 * self.blocks_per_die + bi;
+                let b = die as u32 * self.geo.blocks_per_die() + bi;
                 let media = self
                     .nand
                     .block_info(BlockId(b))
                     .map_err(|e| e.to_string())?
                     .next_page;
-                if self.blocks[b as usize].state != Use::Open(s as u8) || media != page {
+                if self.blocks[b as usize].state != Use::Open(Some(s)) || media != page {
                     return Err(format!(
-                        "open block {b} of stream {s}: state {:?}, FTL writes page {page}, media's write pointer {media}",
+                        "open block {b} of stream {s:?}: state {:?}, FTL writes page {page}, media's write pointer {media}",
                         self.blocks[b as usize].state
                     ));
                 }
             }
         }
-        let mut per_die = vec![0u32; self.dies as usize];
+        let mut per_die = vec![0u32; self.geo.dies() as usize];
         for (b, blk) in self.blocks.iter().enumerate() {
             if blk.state == Use::Free {
-                per_die[b / self.blocks_per_die as usize] += 1;
+                per_die[b / self.geo.blocks_per_die() as usize] += 1;
             }
         }
-        if per_die != self.free_per_die {
+        if per_die != self.blocks.free_per_die() {
             return Err(format!(
                 "free blocks per die {:?} but the counts say {:?}",
-                per_die, self.free_per_die
+                per_die,
+                self.blocks.free_per_die()
             ));
         }
         let free = per_die.iter().sum::<u32>();
-        if free != self.free_count {
+        if free != self.blocks.free_count() {
             return Err(format!(
                 "free count {} but {free} free blocks",
-                self.free_count
+                self.blocks.free_count()
             ));
         }
         Ok(())

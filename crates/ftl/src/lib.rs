@@ -82,12 +82,15 @@
 //!   programs and erases reserve dies and channels like any other operation, so they
 //!   delay later commands in simulated time exactly as much as they occupy the array.
 
+mod blocks;
 mod checkpoint;
 mod config;
+mod ctrl;
 mod error;
 pub mod format;
 mod ftl;
 mod gc;
+mod geo;
 mod health;
 mod inspect;
 mod log;
@@ -95,6 +98,7 @@ mod map;
 mod provision;
 mod read;
 mod recovery;
+mod scratch;
 mod stats;
 pub mod torture;
 mod write;

@@ -7,20 +7,155 @@
 //! before a cache slot is taken for it, so a page that cannot be read never leaves a
 //! slot of unmapped entries in its place. When metadata may not be written (during
 //! recovery, or read-only) eviction takes clean pages only and the cache may grow.
-//! GBITV keeps a valid bit per sector with per-block counts and a dirty bit per GBITV
-//! page for incremental checkpoints.
+//! GBITV itself (a valid bit per sector with per-block counts and a dirty bit per GBITV
+//! page) is kept by [`crate::blocks`]; this module marks the sectors MAP entries name.
 
 use crate::FtlError;
 use crate::format::{Kind, NONE, Record, TAG_BYTES, Tag, page_addr, page_unaddr, unpack};
 use crate::ftl::*;
+use crate::provision::Stream;
+use crate::stats::Count;
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
+
+/// One cached MAP page.
+pub(crate) struct MapSlot {
+    /// The MAP page it holds.
+    pub(crate) page: u32,
+    /// Its MAP entries (see [`Loc`]).
+    pub(crate) entries: Vec<u64>,
+    /// The entries' extension bytes.
+    pub(crate) ext: Vec<u8>,
+    /// Changed since it was last written to flash.
+    pub(crate) dirty: bool,
+    /// CLOCK's reference bit.
+    pub(crate) referenced: bool,
+}
+
+/// The MAP: where each MAP page is on flash (MAPS), which MAPS pages changed since the
+/// last checkpoint, and the bounded cache of MAP pages with its CLOCK hand. Only this
+/// module changes it.
+pub(crate) struct MapCache {
+    /// MAPS: flash page address of each MAP page (`NONE` if never written).
+    pages: Vec<u64>,
+    /// Which MAPS pages changed since the last checkpoint.
+    maps_dirty: Vec<bool>,
+    /// Cache slot of each MAP page (`u32::MAX` when not cached).
+    slot_of: Vec<u32>,
+    /// The cached MAP pages.
+    slots: Vec<MapSlot>,
+    /// Bumped by every MAP entry change (see [`Ftl::content_epoch`]).
+    epoch: u64,
+    /// MAP pages the cache holds at most (outside recovery and read-only operation).
+    capacity: usize,
+    /// The CLOCK hand.
+    hand: usize,
+    /// During recovery the cache evicts clean pages only (no flash writes before the
+    /// block classes are known); it may exceed its bound until the closing checkpoint.
+    recovering: bool,
+}
+
+impl MapCache {
+    /// `map_pages` MAP pages in `maps_pages` MAPS pages, none written, a cache of
+    /// `capacity` pages.
+    pub(crate) fn new(map_pages: usize, maps_pages: usize, capacity: usize) -> MapCache {
+        MapCache {
+            pages: vec![NONE; map_pages],
+            maps_dirty: vec![false; maps_pages],
+            slot_of: vec![u32::MAX; map_pages],
+            slots: Vec::with_capacity(capacity),
+            epoch: 0,
+            capacity,
+            hand: 0,
+            recovering: false,
+        }
+    }
+
+    /// Bumped by every MAP entry change.
+    #[inline]
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// MAP pages the cache holds at most.
+    #[inline]
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// MAPS: the flash address of each MAP page.
+    #[inline]
+    pub(crate) fn page_addrs(&self) -> &[u64] {
+        &self.pages
+    }
+
+    /// Is MAP page `mp` in the cache?
+    #[inline]
+    pub(crate) fn is_cached(&self, mp: u32) -> bool {
+        self.slot_of[mp as usize] != u32::MAX
+    }
+
+    /// The cached MAP pages.
+    #[inline]
+    pub(crate) fn slots(&self) -> &[MapSlot] {
+        &self.slots
+    }
+
+    /// MAPS pages (each holding the addresses of `page_size / 8` MAP pages).
+    pub(crate) fn maps_page_count(&self) -> usize {
+        self.maps_dirty.len()
+    }
+
+    /// Did MAPS page `mi` change since the last checkpoint?
+    pub(crate) fn maps_page_dirty(&self, mi: usize) -> bool {
+        self.maps_dirty[mi]
+    }
+
+    /// MAPS pages changed since the last checkpoint.
+    pub(crate) fn dirty_maps_pages(&self) -> usize {
+        self.maps_dirty.iter().filter(|&&d| d).count()
+    }
+
+    /// MAPS page `mi` was written by a checkpoint.
+    pub(crate) fn maps_page_written(&mut self, mi: usize) {
+        self.maps_dirty[mi] = false;
+    }
+
+    /// The checkpoint's MAPS page says MAP page `mp` is at `addr` (recovery); ignored
+    /// beyond the MAP.
+    pub(crate) fn restore_page_addr(&mut self, mp: usize, addr: u64) {
+        if let Some(e) = self.pages.get_mut(mp) {
+            *e = addr;
+        }
+    }
+
+    /// Is recovery running (the cache evicts clean pages only)?
+    #[inline]
+    pub(crate) fn recovering(&self) -> bool {
+        self.recovering
+    }
+
+    /// Recovery starts or ends.
+    pub(crate) fn set_recovering(&mut self, on: bool) {
+        self.recovering = on;
+    }
+
+    /// The cache's invariant for slot `s`: the page it holds names it back.
+    #[inline]
+    fn check_slot(&self, s: usize) {
+        debug_assert_eq!(
+            self.slot_of[self.slots[s].page as usize], s as u32,
+            "MAP cache: slot {s} holds MAP page {} whose slot is recorded as {}",
+            self.slots[s].page, self.slot_of[self.slots[s].page as usize]
+        );
+    }
+}
 
 impl Ftl {
     #[inline]
     pub(crate) fn gidx(&self, block: u32, page: u32, sector: u32) -> usize {
-        ((block as usize * self.pages_per_block as usize + page as usize)
-            * self.sectors_per_page as usize)
+        ((block as usize * self.geo.pages_per_block() as usize + page as usize)
+            * self.geo.sectors_per_page() as usize)
             + sector as usize
     }
 
@@ -33,79 +168,66 @@ impl Ftl {
         };
         let (b, p, s) = unpack(a);
         let i = self.gidx(b, p, s);
-        let bit = 1u64 << (i % 64);
-        let w = &mut self.gbitv[i / 64];
-        let was = *w & bit != 0;
-        if on == was {
-            return;
-        }
-        if on {
-            *w |= bit;
-            self.blocks[b as usize].valid += 1;
-        } else {
-            *w &= !bit;
-            self.blocks[b as usize].valid -= 1;
-        }
-        self.gbitv_dirty[i / (8 * self.page_size)] = true;
+        self.blocks.set_valid_bit(b, i, on);
     }
 
     /// May the FTL write metadata now? Not while recovering (block classes unknown) nor
     /// when read-only; the MAP cache then evicts clean pages only and may grow.
     #[inline]
     pub(crate) fn may_write_meta(&self) -> bool {
-        !self.recovering && self.read_only.is_none()
+        !self.map.recovering && self.health.read_only().is_none()
     }
 
     #[inline]
     pub(crate) fn is_valid(&self, block: u32, page: u32, sector: u32) -> bool {
         let i = self.gidx(block, page, sector);
-        self.gbitv[i / 64] & (1u64 << (i % 64)) != 0
+        self.blocks.valid_bit(i)
     }
 
     /// The cache slot holding MAP page `mp`, loading it (and evicting) as needed.
     pub(crate) fn map_slot(&mut self, mp: u32, at: SimTime) -> Result<(usize, SimTime), FtlError> {
-        let s = self.map_slot_of[mp as usize];
+        let s = self.map.slot_of[mp as usize];
         if s != u32::MAX {
-            self.stats.map_hits += 1;
-            self.map_slots[s as usize].referenced = true;
+            self.counters.add(Count::MapHits, 1);
+            self.map.slots[s as usize].referenced = true;
             return Ok((s as usize, at));
         }
-        self.stats.map_misses += 1;
+        self.counters.add(Count::MapMisses, 1);
         let mut t = at;
-        let epp = self.map_entries_per_page as usize;
+        let epp = self.geo.map_entries_per_page() as usize;
         let ext = self.cfg.ext_bytes as usize;
         // Read the page before taking a slot for it: a page that cannot be read leaves
         // the cache as it was (never a slot of unmapped entries standing in for it).
-        let addr = self.map_pages[mp as usize];
+        let addr = self.map.pages[mp as usize];
         let mut page = Vec::new();
         if addr != NONE {
-            page = vec![0u8; self.page_size];
+            page = vec![0u8; self.geo.page_size()];
             t = t.max(self.read_meta_page(addr, Kind::Map, mp as u64, &mut page, at)?);
         }
         let no_writes = !self.may_write_meta();
-        let all_dirty = no_writes && self.map_slots.iter().all(|s| s.dirty);
-        let idx = if self.map_slots.len() < self.map_cache_capacity || all_dirty {
-            self.map_slots.push(MapSlot {
+        let all_dirty = no_writes && self.map.slots.iter().all(|s| s.dirty);
+        let idx = if self.map.slots.len() < self.map.capacity || all_dirty {
+            self.map.slots.push(MapSlot {
                 page: mp,
                 entries: vec![NONE; epp],
                 ext: vec![0u8; epp * ext],
                 dirty: false,
                 referenced: true,
             });
-            self.map_slots.len() - 1
+            self.map.slots.len() - 1
         } else {
             // CLOCK: skip referenced slots once.
             loop {
-                let h = self.clock_hand;
-                self.clock_hand = (self.clock_hand + 1) % self.map_slots.len();
-                if self.map_slots[h].referenced {
-                    self.map_slots[h].referenced = false;
-                } else if !(no_writes && self.map_slots[h].dirty) {
+                let h = self.map.hand;
+                self.map.hand = (self.map.hand + 1) % self.map.slots.len();
+                if self.map.slots[h].referenced {
+                    self.map.slots[h].referenced = false;
+                } else if !(no_writes && self.map.slots[h].dirty) {
                     break;
                 }
             }
-            let victim = (self.clock_hand + self.map_slots.len() - 1) % self.map_slots.len();
-            if self.map_slots[victim].dirty {
+            let victim = (self.map.hand + self.map.slots.len() - 1) % self.map.slots.len();
+            if self.map.slots[victim].dirty {
                 match self.write_map_page(victim, at) {
                     Ok(done) => t = t.max(done),
                     Err(e) => {
@@ -113,25 +235,26 @@ impl Ftl {
                         // cache keeps its dirty pages (they are redone from the log).
                         let reason = self.end_of_life(&e).ok_or(e)?;
                         self.enter_read_only(reason);
-                        self.map_slot_of[mp as usize] = u32::MAX;
-                        self.stats.map_misses -= 1;
+                        self.map.slot_of[mp as usize] = u32::MAX;
+                        self.counters.undo(Count::MapMisses);
                         return self.map_slot(mp, at);
                     }
                 }
             }
-            let old = self.map_slots[victim].page;
-            self.map_slot_of[old as usize] = u32::MAX;
-            self.map_slots[victim].page = mp;
-            self.map_slots[victim].dirty = false;
-            self.map_slots[victim].referenced = true;
+            let old = self.map.slots[victim].page;
+            self.map.slot_of[old as usize] = u32::MAX;
+            self.map.slots[victim].page = mp;
+            self.map.slots[victim].dirty = false;
+            self.map.slots[victim].referenced = true;
             victim
         };
-        self.map_slot_of[mp as usize] = idx as u32;
+        self.map.slot_of[mp as usize] = idx as u32;
+        self.map.check_slot(idx);
         if addr == NONE {
-            self.map_slots[idx].entries.fill(NONE);
-            self.map_slots[idx].ext.fill(0);
+            self.map.slots[idx].entries.fill(NONE);
+            self.map.slots[idx].ext.fill(0);
         } else {
-            let slot = &mut self.map_slots[idx];
+            let slot = &mut self.map.slots[idx];
             for (i, e) in slot.entries.iter_mut().enumerate() {
                 *e = u64::from_le_bytes(page[i * 8..i * 8 + 8].try_into().unwrap_or([0xFF; 8]));
             }
@@ -144,36 +267,36 @@ impl Ftl {
     /// Drop clean slots until the cache is within its bound again (after recovery).
     pub(crate) fn shrink_cache(&mut self) {
         let mut i = 0;
-        while self.map_slots.len() > self.map_cache_capacity && i < self.map_slots.len() {
-            if self.map_slots[i].dirty {
+        while self.map.slots.len() > self.map.capacity && i < self.map.slots.len() {
+            if self.map.slots[i].dirty {
                 i += 1;
                 continue;
             }
-            let page = self.map_slots[i].page;
-            self.map_slot_of[page as usize] = u32::MAX;
-            self.map_slots.swap_remove(i);
-            if i < self.map_slots.len() {
-                let moved = self.map_slots[i].page;
-                self.map_slot_of[moved as usize] = i as u32;
+            let page = self.map.slots[i].page;
+            self.map.slot_of[page as usize] = u32::MAX;
+            self.map.slots.swap_remove(i);
+            if i < self.map.slots.len() {
+                let moved = self.map.slots[i].page;
+                self.map.slot_of[moved as usize] = i as u32;
             }
         }
-        self.clock_hand = 0;
+        self.map.hand = 0;
     }
 
     pub(crate) fn write_map_page(&mut self, slot: usize, at: SimTime) -> Result<SimTime, FtlError> {
-        let mut page = vec![0u8; self.page_size];
-        let epp = self.map_entries_per_page as usize;
-        let s = &self.map_slots[slot];
+        let mut page = vec![0u8; self.geo.page_size()];
+        let epp = self.geo.map_entries_per_page() as usize;
+        let s = &self.map.slots[slot];
         for (i, e) in s.entries.iter().enumerate() {
             page[i * 8..i * 8 + 8].copy_from_slice(&e.to_le_bytes());
         }
         page[epp * 8..epp * 8 + s.ext.len()].copy_from_slice(&s.ext);
         let mp = s.page;
         let (addr, t) = self.write_meta_page(Kind::Map, mp as u64, &page, at)?;
-        let old = std::mem::replace(&mut self.map_pages[mp as usize], addr);
+        let old = std::mem::replace(&mut self.map.pages[mp as usize], addr);
         self.release_meta_page(old);
-        self.maps_page_dirty[mp as usize / (self.page_size / 8)] = true;
-        self.map_slots[slot].dirty = false;
+        self.map.maps_dirty[mp as usize / (self.geo.page_size() / 8)] = true;
+        self.map.slots[slot].dirty = false;
         Ok(t)
     }
 
@@ -213,7 +336,7 @@ impl Ftl {
     /// [`Ftl::peek_in_place`] with the sectors' OOB bytes (their TAGs, which a read
     /// checks): the same cache hint's view, never data to use.
     pub fn peek_page_in_place(&self, lpid: u64, bytes: usize) -> Option<(&[u8], &[u8])> {
-        let n = bytes.div_ceil(self.sector_size.max(1)) as u64;
+        let n = bytes.div_ceil(self.geo.sector_size().max(1)) as u64;
         let Loc::Flash(a) = Loc::of(*self.cached_entry(lpid)?) else {
             return None;
         };
@@ -233,31 +356,32 @@ impl Ftl {
     /// `lpid`'s MAP entry when its MAP page is cached.
     #[inline]
     fn cached_entry(&self, lpid: u64) -> Option<&u64> {
-        if lpid >= self.lbas {
+        if lpid >= self.geo.lbas() {
             return None;
         }
         let s = *self
-            .map_slot_of
-            .get((lpid / self.map_entries_per_page) as usize)?;
-        let slot = self.map_slots.get(s as usize)?;
+            .map
+            .slot_of
+            .get((lpid / self.geo.map_entries_per_page()) as usize)?;
+        let slot = self.map.slots.get(s as usize)?;
         slot.entries
-            .get((lpid % self.map_entries_per_page) as usize)
+            .get((lpid % self.geo.map_entries_per_page()) as usize)
     }
 
     pub(crate) fn map_get(&mut self, lpid: u64, at: SimTime) -> Result<(u64, SimTime), FtlError> {
-        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
+        let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
         Ok((
-            self.map_slots[s].entries[(lpid % self.map_entries_per_page) as usize],
+            self.map.slots[s].entries[(lpid % self.geo.map_entries_per_page()) as usize],
             t,
         ))
     }
 
     pub(crate) fn map_set(&mut self, lpid: u64, v: u64, at: SimTime) -> Result<SimTime, FtlError> {
-        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
-        let slot = &mut self.map_slots[s];
-        slot.entries[(lpid % self.map_entries_per_page) as usize] = v;
+        let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
+        let slot = &mut self.map.slots[s];
+        slot.entries[(lpid % self.geo.map_entries_per_page()) as usize] = v;
         slot.dirty = true;
-        self.map_epoch += 1;
+        self.map.epoch += 1;
         Ok(t)
     }
 
@@ -265,9 +389,9 @@ impl Ftl {
     pub fn ext(&mut self, lpid: u64, at: SimTime) -> Result<(Vec<u8>, SimTime), FtlError> {
         self.check_range(lpid, 1)?;
         let ext = self.cfg.ext_bytes as usize;
-        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
-        let o = (lpid % self.map_entries_per_page) as usize * ext;
-        Ok((self.map_slots[s].ext[o..o + ext].to_vec(), t))
+        let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
+        let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
+        Ok((self.map.slots[s].ext[o..o + ext].to_vec(), t))
     }
 
     /// Set the metadata extension bytes of `lpid` (logged; durable at the next flush).
@@ -281,11 +405,8 @@ impl Ftl {
             )));
         }
         self.check_writable()?;
-        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
-        let o = (lpid % self.map_entries_per_page) as usize * ext;
-        self.map_slots[s].ext[o..o + ext].copy_from_slice(bytes);
-        self.map_slots[s].dirty = true;
-        self.ext_pending.remove(&lpid);
+        let t = self.store_ext(lpid, bytes, at)?;
+        self.ctrl.settle(lpid);
         self.log_append(Record::Ext {
             lpid,
             bytes: bytes.to_vec(),
@@ -293,15 +414,31 @@ impl Ftl {
         Ok(t)
     }
 
+    /// Put `bytes` into the MAP entry extension of `lpid` (not logged: the caller logs
+    /// it, or redoes a logged record). Returns when the MAP page is in the cache.
+    pub(crate) fn store_ext(
+        &mut self,
+        lpid: u64,
+        bytes: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let ext = bytes.len();
+        let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
+        let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
+        self.map.slots[s].ext[o..o + ext].copy_from_slice(bytes);
+        self.map.slots[s].dirty = true;
+        Ok(t)
+    }
+
     /// Zero the extension of `lpid` and drop its pending mark (trim; not logged: the
     /// caller's own record — Trim — says it).
     pub(crate) fn clear_ext(&mut self, lpid: u64, at: SimTime) -> Result<SimTime, FtlError> {
         let ext = self.cfg.ext_bytes as usize;
-        let (s, t) = self.map_slot((lpid / self.map_entries_per_page) as u32, at)?;
-        let o = (lpid % self.map_entries_per_page) as usize * ext;
-        self.map_slots[s].ext[o..o + ext].fill(0);
-        self.map_slots[s].dirty = true;
-        self.ext_pending.remove(&lpid);
+        let (s, t) = self.map_slot((lpid / self.geo.map_entries_per_page()) as u32, at)?;
+        let o = (lpid % self.geo.map_entries_per_page()) as usize * ext;
+        self.map.slots[s].ext[o..o + ext].fill(0);
+        self.map.slots[s].dirty = true;
+        self.ctrl.settle(lpid);
         Ok(t)
     }
 
@@ -324,52 +461,52 @@ impl Ftl {
             ));
         }
         self.check_writable()?;
-        self.ext_pending.extend(lpid..lpid + n);
+        self.ctrl.mark_pending(lpid..lpid + n);
         self.log_append(Record::ExtPending { lpid, n });
         Ok(at)
     }
 
     /// Is the extension of `lpid` pending (redo-log bit 0: not to be trusted)?
     pub fn is_ext_pending(&self, lpid: u64) -> bool {
-        self.ext_pending.contains(&lpid)
+        self.ctrl.is_pending(lpid)
     }
 
     /// Every LPID whose extension is pending, in order.
     pub fn ext_pending(&self) -> Vec<u64> {
-        self.ext_pending.iter().copied().collect()
+        self.ctrl.pending().collect()
     }
 
     /// MAP entries per MAP page (the unit in which extensions are loaded and cached).
     pub fn map_entries_per_page(&self) -> u64 {
-        self.map_entries_per_page
+        self.geo.map_entries_per_page()
     }
 
     /// The extension bytes of every LPID of MAP page `mp` (LPIDs `mp * epp ..`), loading
     /// the MAP page into the MAP cache if needed (a MAP-page read on a miss); returns the
     /// bytes, `map_entries_per_page() * ext_bytes` of them, and when they are in DRAM.
     pub fn ext_page(&mut self, mp: u64, at: SimTime) -> Result<(Vec<u8>, SimTime), FtlError> {
-        let pages = self.lbas.div_ceil(self.map_entries_per_page);
+        let pages = self.geo.lbas().div_ceil(self.geo.map_entries_per_page());
         if mp >= pages {
-            let lba = mp.saturating_mul(self.map_entries_per_page);
+            let lba = mp.saturating_mul(self.geo.map_entries_per_page());
             return Err(FtlError::OutOfRange {
                 lba,
                 end: lba.saturating_add(1),
-                capacity: self.lbas,
+                capacity: self.geo.lbas(),
             });
         }
         let (s, t) = self.map_slot(mp as u32, at)?;
-        Ok((self.map_slots[s].ext.clone(), t))
+        Ok((self.map.slots[s].ext.clone(), t))
     }
 
     /// The controller's persistent metadata (empty until [`Ftl::set_blob`]).
     pub fn blob(&self) -> &[u8] {
-        &self.ctrl_blob
+        self.ctrl.blob()
     }
 
     /// Replace the controller's persistent metadata blob (logged; durable at the next
     /// log write, kept by checkpoints). At most a quarter of a flash page.
     pub fn set_blob(&mut self, bytes: &[u8]) -> Result<(), FtlError> {
-        let max = self.page_size / 4;
+        let max = self.geo.page_size() / 4;
         if bytes.len() > max {
             return Err(FtlError::Config(format!(
                 "controller metadata of {} bytes exceeds the {max}-byte limit",
@@ -377,7 +514,7 @@ impl Ftl {
             )));
         }
         self.check_writable()?;
-        self.ctrl_blob = bytes.to_vec();
+        self.ctrl.set_blob(bytes.to_vec());
         self.log_append(Record::Blob {
             bytes: bytes.to_vec(),
         });
@@ -393,7 +530,7 @@ impl Ftl {
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
         let (b, p) = page_unaddr(addr);
-        let mut oob = vec![0u8; self.oob_scratch.len()];
+        let mut oob = vec![0u8; self.scratch.oob_len()];
         let r = crate::read::read_with_retries(
             &mut self.nand,
             Ppa::new(BlockId(b), p),
@@ -402,9 +539,9 @@ impl Ftl {
             &mut oob,
             at,
             self.cfg.read_retries * crate::read::META_RETRY_FACTOR,
-            &mut self.stats.read_retries,
+            &mut self.counters,
         );
-        self.stats.meta_reads += 1;
+        self.counters.add(Count::MetaReads, 1);
         let r = match r {
             Ok(r) => r,
             Err(NandError::PowerLoss) => return Err(NandError::PowerLoss.into()),
@@ -415,9 +552,9 @@ impl Ftl {
             }
         };
         // Every sector's TAG: the kind and id asked for, and the CRC of that sector.
-        let ss = self.sector_size;
-        let ob = self.oob_per_sector;
-        let ok = (0..self.sectors_per_page as usize).all(|s| {
+        let ss = self.geo.sector_size();
+        let ob = self.geo.oob_per_sector();
+        let ok = (0..self.geo.sectors_per_page() as usize).all(|s| {
             matches!(Tag::read(&oob[s * ob..s * ob + TAG_BYTES]), Some(t) if t.kind == kind
                 && t.id == id
                 && t.crc == crc32c::crc32c(&out[s * ss..(s + 1) * ss]))
@@ -439,22 +576,22 @@ impl Ftl {
         data: &[u8],
         at: SimTime,
     ) -> Result<(u64, SimTime), FtlError> {
-        let ids = vec![id; self.sectors_per_page as usize];
-        let mut oob = std::mem::take(&mut self.oob_scratch);
+        let ids = vec![id; self.geo.sectors_per_page() as usize];
+        let mut oob = self.scratch.take_oob();
         tags_for(
             &mut oob,
-            (self.oob_per_sector, self.sector_size),
+            (self.geo.oob_per_sector(), self.geo.sector_size()),
             data,
             kind,
             &ids,
-            self.commit_seq,
+            self.commit.next_seq(),
             None,
         );
-        let r = self.program_stream(META, data, &oob, at);
-        self.oob_scratch = oob;
+        let r = self.program_stream(Stream::Meta, data, &oob, at);
+        self.scratch.put_oob(oob);
         let (b, p, t) = r?;
-        self.stats.meta_programs += 1;
-        self.blocks[b as usize].meta_live += 1;
+        self.counters.add(Count::MetaPrograms, 1);
+        self.blocks.meta_page_added(b);
         Ok((page_addr(b, p), t))
     }
 
@@ -464,7 +601,6 @@ impl Ftl {
             return;
         }
         let (b, _) = page_unaddr(addr);
-        let blk = &mut self.blocks[b as usize];
-        blk.meta_live = blk.meta_live.saturating_sub(1);
+        self.blocks.meta_page_released(b);
     }
 }

@@ -18,6 +18,7 @@
 use crate::FtlError;
 use crate::format::{Kind, TAG_BYTES, Tag, unpack};
 use crate::ftl::*;
+use crate::stats::{Count, Counters};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
 
@@ -28,7 +29,7 @@ pub(crate) const META_RETRY_FACTOR: u32 = 4;
 
 /// Read with read retries: an uncorrectable read caused by bit errors is tried again up
 /// to `retries` more times (each a new array read with its own bit errors); a torn or
-/// failed page fails at once. `retried` counts the retries.
+/// failed page fails at once. Each retry is counted in `counters`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_with_retries(
     nand: &mut csd_nand::Nand,
@@ -38,7 +39,7 @@ pub(crate) fn read_with_retries(
     oob: &mut [u8],
     at: SimTime,
     retries: u32,
-    retried: &mut u64,
+    counters: &mut Counters,
 ) -> Result<csd_nand::ReadDone, NandError> {
     let mut attempt = 0;
     loop {
@@ -47,7 +48,7 @@ pub(crate) fn read_with_retries(
                 if bit_errors != u32::MAX && attempt < retries =>
             {
                 attempt += 1;
-                *retried += 1;
+                counters.add(Count::ReadRetries, 1);
             }
             r => return r,
         }
@@ -62,10 +63,10 @@ impl Ftl {
         buf: &mut [u8],
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
-        if buf.len() != self.sector_size {
+        if buf.len() != self.geo.sector_size() {
             return Err(FtlError::BadLength {
                 got: buf.len(),
-                lba_size: self.sector_size,
+                lba_size: self.geo.sector_size(),
             });
         }
         self.read(lpid, buf, at)
@@ -79,20 +80,20 @@ impl Ftl {
         out: &mut [u8],
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
-        if out.len() != lpids.len() * self.sector_size || lpids.is_empty() {
+        if out.len() != lpids.len() * self.geo.sector_size() || lpids.is_empty() {
             return Err(FtlError::BadLength {
                 got: out.len(),
-                lba_size: self.sector_size,
+                lba_size: self.geo.sector_size(),
             });
         }
-        if let Some(&l) = lpids.iter().find(|&&l| l >= self.lbas) {
+        if let Some(&l) = lpids.iter().find(|&&l| l >= self.geo.lbas()) {
             return Err(FtlError::OutOfRange {
                 lba: l,
                 end: l + 1,
-                capacity: self.lbas,
+                capacity: self.geo.lbas(),
             });
         }
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         let mut done = at;
         for (i, &l) in lpids.iter().enumerate() {
             done = done.max(self.read(l, &mut out[i * ss..(i + 1) * ss], at)?);
@@ -119,17 +120,17 @@ impl Ftl {
         bytes: usize,
         at: SimTime,
     ) -> Result<(SimTime, &[u8]), FtlError> {
-        let mut scratch = std::mem::take(&mut self.read_scratch);
+        let mut scratch = self.scratch.take_read();
         if scratch.len() < bytes {
             scratch.resize(bytes, 0);
         }
         let r = self.read_walk(lba, &mut scratch[..bytes], at, true);
-        self.read_scratch = scratch;
+        self.scratch.put_read(scratch);
         let (done, in_place) = r?;
         let data = match in_place {
             Some(addr) => {
                 let (b, p, s) = unpack(addr);
-                let n = (bytes / self.sector_size) as u32;
+                let n = (bytes / self.geo.sector_size()) as u32;
                 self.nand
                     .stored_sectors(Ppa::new(BlockId(b), p), s, n)
                     .map(|(data, _)| data)
@@ -139,7 +140,7 @@ impl Ftl {
                         ))
                     })?
             }
-            None => &self.read_scratch[..bytes],
+            None => &self.scratch.read()[..bytes],
         };
         Ok((done, data))
     }
@@ -156,7 +157,7 @@ impl Ftl {
     ) -> Result<(SimTime, Option<u64>), FtlError> {
         let n = self.sectors_of(buf.len())?;
         self.check_range(lba, n)?;
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         let mut done = at;
         let mut i = 0u64;
         let mut place = None;
@@ -170,13 +171,13 @@ impl Ftl {
                     i += 1;
                 }
                 Loc::Lost => {
-                    self.stats.media_errors += 1;
+                    self.counters.add(Count::MediaErrors, 1);
                     return Err(FtlError::Uncorrectable { lba: l });
                 }
                 Loc::Buffered { buf: b, slot: k } => {
                     let data = self
-                        .page_bufs
-                        .get(b)
+                        .commit
+                        .buf(b)
                         .filter(|pb| pb.lpids[k] == l)
                         .map(|pb| &pb.data[k * ss..(k + 1) * ss])
                         .ok_or_else(|| {
@@ -190,7 +191,7 @@ impl Ftl {
                 Loc::Flash(a) => {
                     let s = unpack(a).2;
                     let mut run = 1u64;
-                    while i + run < n && s + (run as u32) < self.sectors_per_page {
+                    while i + run < n && s + (run as u32) < self.geo.sectors_per_page() {
                         let (next, _) = self.map_get(l + run, at)?;
                         if next != a + run {
                             break;
@@ -204,12 +205,12 @@ impl Ftl {
                         self.read_verified(l, a, &mut out[..run as usize * ss], t)?
                     };
                     done = done.max(r);
-                    self.stats.user_reads += 1;
+                    self.counters.add(Count::UserReads, 1);
                     i += run;
                 }
             }
         }
-        self.stats.host_read_sectors += n;
+        self.counters.add(Count::HostReadSectors, n);
         Ok((done, place))
     }
 
@@ -224,9 +225,9 @@ impl Ftl {
     ) -> Result<SimTime, FtlError> {
         let (b, p, s) = unpack(addr);
         let ppa = Ppa::new(BlockId(b), p);
-        let n = out.len() / self.sector_size;
-        let mut oob = std::mem::take(&mut self.oob_scratch);
-        let ob = self.oob_per_sector;
+        let n = out.len() / self.geo.sector_size();
+        let mut oob = self.scratch.take_oob();
+        let ob = self.geo.oob_per_sector();
         let mut attempt = 0;
         let r = loop {
             match self
@@ -237,22 +238,22 @@ impl Ftl {
                     if bit_errors != u32::MAX && attempt < self.cfg.read_retries =>
                 {
                     attempt += 1;
-                    self.stats.read_retries += 1;
+                    self.counters.add(Count::ReadRetries, 1);
                 }
                 r => break r,
             }
         };
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         let r = check_sectors(
             &self.nand,
-            &mut self.stats,
+            &mut self.counters,
             (lba, ppa, s),
             r,
             out,
             &oob[..n * ob],
             ss,
         );
-        self.oob_scratch = oob;
+        self.scratch.put_oob(oob);
         self.mark_checked(ppa, s, n as u32, r)
     }
 
@@ -290,7 +291,7 @@ impl Ftl {
                     if bit_errors != u32::MAX && attempt < self.cfg.read_retries =>
                 {
                     attempt += 1;
-                    self.stats.read_retries += 1;
+                    self.counters.add(Count::ReadRetries, 1);
                 }
                 r => break r,
             }
@@ -299,8 +300,16 @@ impl Ftl {
             Ok(d) if !d.erased => self.nand.stored_sectors(ppa, s, n).unwrap_or((&[], &[])),
             _ => (&[][..], &[][..]),
         };
-        let ss = self.sector_size;
-        let r = check_sectors(&self.nand, &mut self.stats, (lba, ppa, s), r, data, oob, ss);
+        let ss = self.geo.sector_size();
+        let r = check_sectors(
+            &self.nand,
+            &mut self.counters,
+            (lba, ppa, s),
+            r,
+            data,
+            oob,
+            ss,
+        );
         self.mark_checked(ppa, s, n, r)
     }
 }
@@ -312,7 +321,7 @@ impl Ftl {
 /// changed since is not hashed again (`Nand::sector_checked`).
 fn check_sectors(
     nand: &csd_nand::Nand,
-    stats: &mut crate::FtlStats,
+    counters: &mut Counters,
     (lba, ppa, s): (u64, Ppa, u32),
     r: Result<csd_nand::ReadDone, NandError>,
     data: &[u8],
@@ -323,8 +332,8 @@ fn check_sectors(
         Ok(r) if r.erased || data.is_empty() => {
             // The MAP names a page the flash says was never programmed (a zeroed or
             // replaced region of the image): never return 0xFF as data.
-            stats.integrity_errors += 1;
-            stats.media_errors += 1;
+            counters.add(Count::IntegrityErrors, 1);
+            counters.add(Count::MediaErrors, 1);
             Err(FtlError::Uncorrectable { lba })
         }
         Ok(r) => {
@@ -340,8 +349,8 @@ fn check_sectors(
                         place_of(nand, ppa.block.0, ppa.page, sector)
                     })));
                 if !ok {
-                    stats.integrity_errors += 1;
-                    stats.media_errors += 1;
+                    counters.add(Count::IntegrityErrors, 1);
+                    counters.add(Count::MediaErrors, 1);
                     return Err(FtlError::Uncorrectable {
                         lba: lba + k as u64,
                     });
@@ -350,7 +359,7 @@ fn check_sectors(
             Ok(r.done)
         }
         Err(NandError::Uncorrectable { sector, .. }) => {
-            stats.media_errors += 1;
+            counters.add(Count::MediaErrors, 1);
             Err(FtlError::Uncorrectable {
                 lba: lba + sector.saturating_sub(s) as u64,
             })

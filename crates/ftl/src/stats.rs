@@ -131,6 +131,206 @@ impl FtlStats {
     }
 }
 
+/// One counter of [`FtlStats`]: what [`Counters::add`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Count {
+    /// [`FtlStats::host_write_sectors`].
+    HostWriteSectors,
+    /// [`FtlStats::host_read_sectors`].
+    HostReadSectors,
+    /// [`FtlStats::host_trim_sectors`].
+    HostTrimSectors,
+    /// [`FtlStats::commits`].
+    Commits,
+    /// [`FtlStats::user_programs`].
+    UserPrograms,
+    /// [`FtlStats::gc_programs`].
+    GcPrograms,
+    /// [`FtlStats::meta_programs`].
+    MetaPrograms,
+    /// [`FtlStats::log_pages`].
+    LogPages,
+    /// [`FtlStats::user_reads`].
+    UserReads,
+    /// [`FtlStats::gc_reads`].
+    GcReads,
+    /// [`FtlStats::meta_reads`].
+    MetaReads,
+    /// [`FtlStats::erases`].
+    Erases,
+    /// [`FtlStats::meta_erases`].
+    MetaErases,
+    /// [`FtlStats::gc_moved_sectors`].
+    GcMovedSectors,
+    /// [`FtlStats::gc_reclaimed_sectors`].
+    GcReclaimedSectors,
+    /// [`FtlStats::padding_sectors`].
+    PaddingSectors,
+    /// [`FtlStats::gc_victims`].
+    GcVictims,
+    /// [`FtlStats::wear_level_moves`].
+    WearLevelMoves,
+    /// [`FtlStats::grown_bad_blocks`].
+    GrownBadBlocks,
+    /// [`FtlStats::program_failures`].
+    ProgramFailures,
+    /// [`FtlStats::erase_failures`].
+    EraseFailures,
+    /// [`FtlStats::map_hits`].
+    MapHits,
+    /// [`FtlStats::map_misses`].
+    MapMisses,
+    /// [`FtlStats::checkpoints`].
+    Checkpoints,
+    /// [`FtlStats::batches`].
+    Batches,
+    /// [`FtlStats::read_retries`].
+    ReadRetries,
+    /// [`FtlStats::media_errors`].
+    MediaErrors,
+    /// [`FtlStats::integrity_errors`].
+    IntegrityErrors,
+    /// [`FtlStats::lost_sectors`].
+    LostSectors,
+    /// [`FtlStats::aborted_commits`].
+    AbortedCommits,
+}
+
+/// The FTL's counters: the current measurement window and the lifetime counts before it.
+/// Modules count events through [`Counters::add`]; only this module changes the values.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Counters of the current measurement window.
+    window: FtlStats,
+    /// Lifetime counters up to the start of the current window.
+    life_base: FtlStats,
+}
+
+impl Counters {
+    /// The counter `c` of the current window.
+    #[inline]
+    fn slot(&mut self, c: Count) -> &mut u64 {
+        match c {
+            Count::HostWriteSectors => &mut self.window.host_write_sectors,
+            Count::HostReadSectors => &mut self.window.host_read_sectors,
+            Count::HostTrimSectors => &mut self.window.host_trim_sectors,
+            Count::Commits => &mut self.window.commits,
+            Count::UserPrograms => &mut self.window.user_programs,
+            Count::GcPrograms => &mut self.window.gc_programs,
+            Count::MetaPrograms => &mut self.window.meta_programs,
+            Count::LogPages => &mut self.window.log_pages,
+            Count::UserReads => &mut self.window.user_reads,
+            Count::GcReads => &mut self.window.gc_reads,
+            Count::MetaReads => &mut self.window.meta_reads,
+            Count::Erases => &mut self.window.erases,
+            Count::MetaErases => &mut self.window.meta_erases,
+            Count::GcMovedSectors => &mut self.window.gc_moved_sectors,
+            Count::GcReclaimedSectors => &mut self.window.gc_reclaimed_sectors,
+            Count::PaddingSectors => &mut self.window.padding_sectors,
+            Count::GcVictims => &mut self.window.gc_victims,
+            Count::WearLevelMoves => &mut self.window.wear_level_moves,
+            Count::GrownBadBlocks => &mut self.window.grown_bad_blocks,
+            Count::ProgramFailures => &mut self.window.program_failures,
+            Count::EraseFailures => &mut self.window.erase_failures,
+            Count::MapHits => &mut self.window.map_hits,
+            Count::MapMisses => &mut self.window.map_misses,
+            Count::Checkpoints => &mut self.window.checkpoints,
+            Count::Batches => &mut self.window.batches,
+            Count::ReadRetries => &mut self.window.read_retries,
+            Count::MediaErrors => &mut self.window.media_errors,
+            Count::IntegrityErrors => &mut self.window.integrity_errors,
+            Count::LostSectors => &mut self.window.lost_sectors,
+            Count::AbortedCommits => &mut self.window.aborted_commits,
+        }
+    }
+
+    /// Counter `c` of `s`.
+    #[inline]
+    fn get(s: &FtlStats, c: Count) -> u64 {
+        match c {
+            Count::HostWriteSectors => s.host_write_sectors,
+            Count::HostReadSectors => s.host_read_sectors,
+            Count::HostTrimSectors => s.host_trim_sectors,
+            Count::Commits => s.commits,
+            Count::UserPrograms => s.user_programs,
+            Count::GcPrograms => s.gc_programs,
+            Count::MetaPrograms => s.meta_programs,
+            Count::LogPages => s.log_pages,
+            Count::UserReads => s.user_reads,
+            Count::GcReads => s.gc_reads,
+            Count::MetaReads => s.meta_reads,
+            Count::Erases => s.erases,
+            Count::MetaErases => s.meta_erases,
+            Count::GcMovedSectors => s.gc_moved_sectors,
+            Count::GcReclaimedSectors => s.gc_reclaimed_sectors,
+            Count::PaddingSectors => s.padding_sectors,
+            Count::GcVictims => s.gc_victims,
+            Count::WearLevelMoves => s.wear_level_moves,
+            Count::GrownBadBlocks => s.grown_bad_blocks,
+            Count::ProgramFailures => s.program_failures,
+            Count::EraseFailures => s.erase_failures,
+            Count::MapHits => s.map_hits,
+            Count::MapMisses => s.map_misses,
+            Count::Checkpoints => s.checkpoints,
+            Count::Batches => s.batches,
+            Count::ReadRetries => s.read_retries,
+            Count::MediaErrors => s.media_errors,
+            Count::IntegrityErrors => s.integrity_errors,
+            Count::LostSectors => s.lost_sectors,
+            Count::AbortedCommits => s.aborted_commits,
+        }
+    }
+
+    /// Counter `c` over the device's life.
+    #[inline]
+    pub(crate) fn lifetime_of(&self, c: Count) -> u64 {
+        Self::get(&self.life_base, c) + Self::get(&self.window, c)
+    }
+
+    /// Count `n` more of `c` in the current window.
+    #[inline]
+    pub(crate) fn add(&mut self, c: Count, n: u64) {
+        *self.slot(c) += n;
+    }
+
+    /// Take back one count of `c` that [`Counters::add`] made for an operation that is
+    /// retried from the start (it will count again).
+    #[inline]
+    pub(crate) fn undo(&mut self, c: Count) {
+        let v = self.slot(c);
+        debug_assert!(*v > 0, "undo of {c:?}, which was never counted");
+        *v -= 1;
+    }
+
+    /// The current window.
+    #[inline]
+    pub(crate) fn window(&self) -> &FtlStats {
+        &self.window
+    }
+
+    /// Counts over the device's life: the base plus the current window.
+    pub(crate) fn lifetime(&self) -> FtlStats {
+        self.life_base.plus(&self.window)
+    }
+
+    /// Start a new measurement window (the current one joins the lifetime base).
+    pub(crate) fn new_window(&mut self) {
+        self.life_base = self.life_base.plus(&self.window);
+        self.window = FtlStats::default();
+    }
+
+    /// Forget every count (a freshly formatted device).
+    pub(crate) fn reset(&mut self) {
+        *self = Counters::default();
+    }
+
+    /// Restore the lifetime counts a checkpoint recorded (a recovered device starts an
+    /// empty window on top of them).
+    pub(crate) fn restore_lifetime(&mut self, base: FtlStats) {
+        self.life_base = base;
+    }
+}
+
 /// The batch-io paper's Table 3 columns, in bytes: what the device read and wrote for
 /// user requests and for GC, and the space GC reclaimed (§8.2.3).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

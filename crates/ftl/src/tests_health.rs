@@ -354,19 +354,18 @@ fn a_starved_channel_collects_on_its_own_blocks() {
             f.blocks[b as usize].state == crate::ftl::Use::Free
                 && f.nand()
                     .addr()
-                    .channel_of(csd_nand::DieId(b / f.blocks_per_die))
+                    .channel_of(csd_nand::DieId(b / f.geo.blocks_per_die()))
                     == 0
         })
         .collect();
     for &b in &ch0 {
-        f.blocks[b as usize].state = crate::ftl::Use::Open(u8::MAX);
-        f.count_free(b, false);
+        f.blocks.set_state(b, crate::ftl::Use::Open(None));
     }
     let ss = f.lba_size();
     f.write(0, &sector(ss, 3), SimTime::ZERO).unwrap();
-    let ch0_free = (0..f.dies)
+    let ch0_free = (0..f.geo.dies())
         .filter(|&d| f.nand().addr().channel_of(csd_nand::DieId(d)) == 0)
-        .map(|d| f.free_per_die[d as usize])
+        .map(|d| f.blocks.free_per_die()[d as usize])
         .sum::<u32>();
     assert!(ch0_free > 0, "channel 0 still has no free block");
     assert!(f.stats().gc_victims > 0);
@@ -1090,11 +1089,12 @@ fn a_close_that_cannot_checkpoint_says_so_and_the_next_open_replays() {
     // used up): no free block, no open META block.
     for b in 0..f.blocks.len() as u32 {
         if f.blocks[b as usize].state == crate::ftl::Use::Free {
-            f.blocks[b as usize].state = crate::ftl::Use::Open(u8::MAX);
-            f.count_free(b, false);
+            f.blocks.set_state(b, crate::ftl::Use::Open(None));
         }
     }
-    f.open_blocks[crate::ftl::META].fill(None);
+    for die in 0..f.geo.dies() as usize {
+        f.prov.close(crate::provision::Stream::Meta, die);
+    }
     let e = f.close(SimTime::ZERO).unwrap_err();
     assert!(matches!(e, FtlError::NotCheckpointed { .. }), "{e:?}");
     assert!(e.to_string().contains("not synced"), "{e}");

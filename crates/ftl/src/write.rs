@@ -15,9 +15,98 @@
 
 use crate::format::{Entry, Kind, LogPage, NONE, Record, pack};
 use crate::ftl::*;
+use crate::provision::Stream;
+use crate::stats::Count;
 use crate::{FtlError, WriteCache};
 use csd_nand::{BlockId, NandError, Ppa};
 use csd_sim::SimTime;
+
+/// A page being assembled in DRAM.
+pub(crate) struct PageBuf {
+    /// The page's bytes.
+    pub(crate) data: Vec<u8>,
+    /// The LPID of each sector (`NONE` for padding or a sector written again since).
+    pub(crate) lpids: Vec<u64>,
+    /// The durable location each LPID had before this write (invalidated at commit).
+    pub(crate) olds: Vec<u64>,
+    /// Sectors filled.
+    pub(crate) fill: u32,
+}
+
+/// The commit being assembled: its page buffers (MAP entries of buffered sectors point
+/// into them), the buffer each data stream fills, buffers kept for reuse, and the
+/// sequence number of the next commit. Only this module changes it.
+#[derive(Default)]
+pub(crate) struct CommitState {
+    /// Page buffers of the commit being assembled.
+    bufs: Vec<PageBuf>,
+    /// Index in `bufs` of the page being filled per data stream.
+    filling: [Option<usize>; 2],
+    /// Page buffers kept for reuse (no allocation per commit on the data path).
+    pool: Vec<PageBuf>,
+    /// Sequence number of the next commit.
+    next_seq: u64,
+}
+
+/// Page buffers set aside while GC relocates a block (see [`CommitState::set_aside`]).
+pub(crate) struct SetAside {
+    bufs: Vec<PageBuf>,
+    filling: [Option<usize>; 2],
+}
+
+impl CommitState {
+    /// No buffers; the first commit gets sequence number 1.
+    pub(crate) fn new() -> CommitState {
+        CommitState {
+            next_seq: 1,
+            ..CommitState::default()
+        }
+    }
+
+    /// Sequence number of the next commit.
+    #[inline]
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Take the next commit sequence number.
+    pub(crate) fn take_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
+    /// Continue numbering at `seq` (the checkpoint's next commit).
+    pub(crate) fn restore_seq(&mut self, seq: u64) {
+        self.next_seq = seq;
+    }
+
+    /// Number commits after `seq` (recovery found a commit with that number).
+    pub(crate) fn seq_after(&mut self, seq: u64) {
+        self.next_seq = self.next_seq.max(seq + 1);
+    }
+
+    /// Page buffer `i`, if there is one.
+    #[inline]
+    pub(crate) fn buf(&self, i: usize) -> Option<&PageBuf> {
+        self.bufs.get(i)
+    }
+
+    /// Set the buffered commit aside (GC commits its moves on its own), to be put back
+    /// with [`CommitState::put_back`].
+    pub(crate) fn set_aside(&mut self) -> SetAside {
+        SetAside {
+            bufs: std::mem::take(&mut self.bufs),
+            filling: std::mem::take(&mut self.filling),
+        }
+    }
+
+    /// Put back what [`CommitState::set_aside`] took.
+    pub(crate) fn put_back(&mut self, saved: SetAside) {
+        self.bufs = saved.bufs;
+        self.filling = saved.filling;
+    }
+}
 
 impl Ftl {
     /// Write `data` (whole LBAs) at `lba`, submitted at `at`; returns the completion.
@@ -44,15 +133,15 @@ impl Ftl {
     ) -> Result<SimTime, FtlError> {
         self.sectors_of(data.len())?;
         let packets = data.len().div_ceil(packet_bytes.max(1));
-        if packet_bytes < self.sector_size || arrivals.len() != packets {
+        if packet_bytes < self.geo.sector_size() || arrivals.len() != packets {
             return Err(FtlError::Config(format!(
                 "a write of {} bytes in packets of {packet_bytes} bytes needs {packets} arrival instants (got {}) and packets of at least one {}-byte LBA",
                 data.len(),
                 arrivals.len(),
-                self.sector_size
+                self.geo.sector_size()
             )));
         }
-        let contexts = packet_contexts(data.len(), self.sector_size, packet_bytes);
+        let contexts = packet_contexts(data.len(), self.geo.sector_size(), packet_bytes);
         debug_assert_eq!(contexts.len(), packets);
         self.write_contexts(
             lba,
@@ -74,7 +163,7 @@ impl Ftl {
         self.check_range(lba, n)?;
         self.check_writable()?;
         let mdts = u64::from(self.cfg.mdts_sectors);
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         let mut done = SimTime::ZERO;
         let mut first = 0u64;
         for (sectors, at) in contexts {
@@ -132,8 +221,8 @@ impl Ftl {
     /// back (where it still points into the buffer), and the buffers return to the pool.
     /// With `aborted` set, that commit's Abort record is logged if the log can take it.
     pub(crate) fn drop_buffers(&mut self, aborted: Option<u64>) {
-        let bufs = std::mem::take(&mut self.page_bufs);
-        self.filling = [None, None];
+        let bufs = std::mem::take(&mut self.commit.bufs);
+        self.commit.filling = [None, None];
         for (i, buf) in bufs.iter().enumerate() {
             for (k, &lpid) in buf.lpids.iter().enumerate() {
                 if lpid == NONE {
@@ -153,7 +242,7 @@ impl Ftl {
             self.recycle(b);
         }
         if let Some(seq) = aborted {
-            self.stats.aborted_commits += 1;
+            self.counters.add(Count::AbortedCommits, 1);
             if self.may_write_meta() {
                 self.log_append(Record::Abort { seq });
                 let _ = self.force_log(SimTime::ZERO);
@@ -166,7 +255,7 @@ impl Ftl {
         b.fill = 0;
         b.lpids.fill(NONE);
         b.olds.fill(NONE);
-        self.buf_pool.push(b);
+        self.commit.pool.push(b);
     }
 
     pub(crate) fn write_command(
@@ -177,16 +266,19 @@ impl Ftl {
     ) -> Result<SimTime, FtlError> {
         let mut t = at;
         let mut done = at;
-        for (i, sector) in data.chunks(self.sector_size).enumerate() {
-            t = t.max(self.buffer_sector(HOT, lba + i as u64, sector, NONE, at)?);
+        for (i, sector) in data.chunks(self.geo.sector_size()).enumerate() {
+            t = t.max(self.buffer_sector(Stream::Hot, lba + i as u64, sector, NONE, at)?);
             if self.cfg.write_cache == WriteCache::WriteBack
-                && self.filling[HOT].is_none()
-                && self.page_bufs.len() >= self.dies as usize
+                && self.commit.filling[Stream::Hot.index()].is_none()
+                && self.commit.bufs.len() >= self.geo.dies() as usize
             {
                 done = done.max(self.commit(t)?);
             }
         }
-        self.stats.host_write_sectors += data.len() as u64 / self.sector_size as u64;
+        self.counters.add(
+            Count::HostWriteSectors,
+            data.len() as u64 / self.geo.sector_size() as u64,
+        );
         if self.cfg.write_cache == WriteCache::WriteThrough {
             done = done.max(self.commit(t)?);
         }
@@ -197,7 +289,7 @@ impl Ftl {
     /// `old_hint` is the durable location for GC moves (NONE for host writes: read MAP).
     pub(crate) fn buffer_sector(
         &mut self,
-        s: usize,
+        s: Stream,
         lpid: u64,
         sector: &[u8],
         old_hint: u64,
@@ -209,34 +301,35 @@ impl Ftl {
             // Rewritten while still buffered: the earlier slot dies, its durable old
             // carries over.
             Loc::Buffered { buf: b, slot: k } => {
-                self.page_bufs[b].lpids[k] = NONE;
-                self.page_bufs[b].olds[k]
+                self.commit.bufs[b].lpids[k] = NONE;
+                self.commit.bufs[b].olds[k]
             }
             _ => cur,
         };
-        let bi = match self.filling[s] {
+        let bi = match self.commit.filling[s.index()] {
             Some(b) => b,
             None => {
-                let buf = self.buf_pool.pop().unwrap_or_else(|| PageBuf {
-                    data: vec![0u8; self.page_size],
-                    lpids: vec![NONE; self.sectors_per_page as usize],
-                    olds: vec![NONE; self.sectors_per_page as usize],
+                let buf = self.commit.pool.pop().unwrap_or_else(|| PageBuf {
+                    data: vec![0u8; self.geo.page_size()],
+                    lpids: vec![NONE; self.geo.sectors_per_page() as usize],
+                    olds: vec![NONE; self.geo.sectors_per_page() as usize],
                     fill: 0,
                 });
-                self.page_bufs.push(buf);
-                let b = self.page_bufs.len() - 1;
-                self.filling[s] = Some(b);
+                self.commit.bufs.push(buf);
+                let b = self.commit.bufs.len() - 1;
+                self.commit.filling[s.index()] = Some(b);
                 b
             }
         };
-        let buf = &mut self.page_bufs[bi];
+        let buf = &mut self.commit.bufs[bi];
         let k = buf.fill as usize;
-        buf.data[k * self.sector_size..(k + 1) * self.sector_size].copy_from_slice(sector);
+        buf.data[k * self.geo.sector_size()..(k + 1) * self.geo.sector_size()]
+            .copy_from_slice(sector);
         buf.lpids[k] = lpid;
         buf.olds[k] = durable_old;
         buf.fill += 1;
-        if buf.fill == self.sectors_per_page {
-            self.filling[s] = None;
+        if buf.fill == self.geo.sectors_per_page() {
+            self.commit.filling[s.index()] = None;
         }
         self.map_set(lpid, Loc::Buffered { buf: bi, slot: k }.entry(), at)?;
         Ok(t)
@@ -249,13 +342,12 @@ impl Ftl {
     /// A commit that fails before its MAP updates are installed is rolled back (see the
     /// module documentation); power loss leaves everything to recovery.
     pub(crate) fn commit_inner(&mut self, gc: bool, at: SimTime) -> Result<SimTime, FtlError> {
-        if self.page_bufs.is_empty() {
+        if self.commit.bufs.is_empty() {
             return Ok(at);
         }
-        self.filling = [None, None];
-        let seq = self.commit_seq;
-        self.commit_seq += 1;
-        self.stats.commits += 1;
+        self.commit.filling = [None, None];
+        let seq = self.commit.take_seq();
+        self.counters.add(Count::Commits, 1);
         let (addrs, done) = match self.write_commit_pages(gc, seq, at) {
             Ok(x) => x,
             Err(e) => {
@@ -269,10 +361,10 @@ impl Ftl {
         let mut done = done;
         // 5. The done record rides with the next log write.
         self.log_append(Record::Done { seq });
-        if self.log.pending_bytes > LogPage::capacity(self.page_size) / 2 {
+        if self.log.pending_bytes() > LogPage::capacity(self.geo.page_size()) / 2 {
             done = done.max(self.force_log(done)?);
         }
-        while let Some(b) = self.retired_to_relocate.pop() {
+        while let Some(b) = self.prov.next_retired() {
             self.relocate(b, done)?;
         }
         Ok(done)
@@ -286,11 +378,11 @@ impl Ftl {
         seq: u64,
         at: SimTime,
     ) -> Result<(Vec<(u32, u32)>, SimTime), FtlError> {
-        let stream = if gc { COLD } else { HOT };
+        let stream = if gc { Stream::Cold } else { Stream::Hot };
         self.pad_page_bufs();
         // 1. Provision addresses (as the program order will use them).
-        let mut addrs: Vec<(u32, u32)> = Vec::with_capacity(self.page_bufs.len());
-        let plan = self.plan_addresses(stream, self.page_bufs.len())?;
+        let mut addrs: Vec<(u32, u32)> = Vec::with_capacity(self.commit.bufs.len());
+        let plan = self.plan_addresses(stream, self.commit.bufs.len())?;
         addrs.extend(plan);
         // 2. Log the redo descriptor before any data is written.
         let entries = self.entries_for(&addrs);
@@ -303,7 +395,7 @@ impl Ftl {
         let t_log = self.force_log(at)?;
         // 3. Program the data pages; failures get new addresses and an RDESCA.
         let mut done = t_log;
-        let mut todo: Vec<usize> = (0..self.page_bufs.len()).collect();
+        let mut todo: Vec<usize> = (0..self.commit.bufs.len()).collect();
         let mut rounds = 0;
         while !todo.is_empty() {
             rounds += 1;
@@ -327,10 +419,13 @@ impl Ftl {
 
     /// Pad the partial pages of the buffers with zeros.
     fn pad_page_bufs(&mut self) {
-        for b in &mut self.page_bufs {
-            if b.fill < self.sectors_per_page {
-                self.stats.padding_sectors += (self.sectors_per_page - b.fill) as u64;
-                b.data[b.fill as usize * self.sector_size..].fill(0);
+        for b in &mut self.commit.bufs {
+            if b.fill < self.geo.sectors_per_page() {
+                self.counters.add(
+                    Count::PaddingSectors,
+                    (self.geo.sectors_per_page() - b.fill) as u64,
+                );
+                b.data[b.fill as usize * self.geo.sector_size()..].fill(0);
             }
         }
     }
@@ -347,9 +442,9 @@ impl Ftl {
         t_log: SimTime,
         done: &mut SimTime,
     ) -> Result<Vec<usize>, FtlError> {
-        let stream = if gc { COLD } else { HOT };
+        let stream = if gc { Stream::Cold } else { Stream::Hot };
         let mut failed = Vec::new();
-        let mut oob = std::mem::take(&mut self.oob_scratch);
+        let mut oob = self.scratch.take_oob();
         for &i in todo {
             let (b, p) = addrs[i];
             if self.blocks[b as usize].state == Use::Bad {
@@ -359,42 +454,43 @@ impl Ftl {
             let pe = self.nand.block_info(BlockId(b))?.pe_cycles;
             tags_for(
                 &mut oob,
-                (self.oob_per_sector, self.sector_size),
-                &self.page_bufs[i].data,
+                (self.geo.oob_per_sector(), self.geo.sector_size()),
+                &self.commit.bufs[i].data,
                 Kind::Data,
-                &self.page_bufs[i].lpids,
+                &self.commit.bufs[i].lpids,
                 seq,
                 Some((b, p, pe)),
             );
             let r = self.nand.program(
                 Ppa::new(BlockId(b), p),
-                &self.page_bufs[i].data,
+                &self.commit.bufs[i].data,
                 &oob,
                 t_log,
             );
-            self.program_seq += 1;
+            self.prov.programmed();
             match r {
                 Ok(d) => {
                     *done = (*done).max(d);
                     if gc {
-                        self.stats.gc_programs += 1;
+                        self.counters.add(Count::GcPrograms, 1);
                     } else {
-                        self.stats.user_programs += 1;
+                        self.counters.add(Count::UserPrograms, 1);
                     }
                 }
                 Err(NandError::ProgramFailed { .. }) => {
-                    self.stats.program_failures += 1;
-                    self.open_blocks[stream][(b / self.blocks_per_die) as usize] = None;
+                    self.counters.add(Count::ProgramFailures, 1);
+                    self.prov
+                        .close(stream, (b / self.geo.blocks_per_die()) as usize);
                     self.retire(b);
                     failed.push(i);
                 }
                 Err(e) => {
-                    self.oob_scratch = oob;
+                    self.scratch.put_oob(oob);
                     return Err(e.into());
                 }
             }
         }
-        self.oob_scratch = oob;
+        self.scratch.put_oob(oob);
         Ok(failed)
     }
 
@@ -404,12 +500,12 @@ impl Ftl {
         let mut am = Vec::new();
         for &i in failed {
             let (b, p) = addrs[i];
-            for (k, &lpid) in self.page_bufs[i].lpids.iter().enumerate() {
+            for (k, &lpid) in self.commit.bufs[i].lpids.iter().enumerate() {
                 if lpid != NONE {
                     am.push(Entry {
                         lpid,
                         new: pack(b, p, k as u32),
-                        old: self.page_bufs[i].olds[k],
+                        old: self.commit.bufs[i].olds[k],
                     });
                 }
             }
@@ -427,14 +523,14 @@ impl Ftl {
     /// bits; the buffers go back to the pool. MAP writes cannot fail here for lack of
     /// room (the cache then keeps dirty pages and the device turns read-only).
     fn install_commit(&mut self, addrs: &[(u32, u32)], at: SimTime) -> Result<(), FtlError> {
-        let bufs = std::mem::take(&mut self.page_bufs);
+        let bufs = std::mem::take(&mut self.commit.bufs);
         let mut result = Ok(());
         // In LPID order, so that each MAP page is loaded and dirtied once per commit
         // however small the MAP cache is. An entry whose MAP page cannot be read keeps
         // its old value on flash; the others are still installed, so that no MAP entry is
         // left pointing into a buffer that goes back to the pool.
         let mut order: Vec<(u64, usize, usize)> =
-            Vec::with_capacity(bufs.len() * self.sectors_per_page as usize);
+            Vec::with_capacity(bufs.len() * self.geo.sectors_per_page() as usize);
         for (i, buf) in bufs.iter().enumerate() {
             for (k, &lpid) in buf.lpids.iter().enumerate() {
                 if lpid != NONE {
@@ -476,7 +572,9 @@ impl Ftl {
     /// commit. GC only runs when no host sector is buffered (a buffered sector's old copy
     /// must stay where the durable MAP says it is).
     pub(crate) fn ensure_free(&mut self, extra: u32, at: SimTime) -> Result<(), FtlError> {
-        if !self.in_gc && self.page_bufs.is_empty() && self.free_count < self.gc_low_water() + extra
+        if !self.gc.running()
+            && self.commit.bufs.is_empty()
+            && self.blocks.free_count() < self.gc_low_water() + extra
         {
             self.collect_garbage_to(self.gc_low_water() + extra, at)?;
         }
@@ -489,7 +587,7 @@ impl Ftl {
     /// device read-only; the command still succeeds.
     pub(crate) fn commit(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
         let done = self.commit_inner(false, at)?;
-        if !self.in_gc
+        if !self.gc.running()
             && let Err(e) = self.after_commit(done)
         {
             let reason = self.end_of_life(&e).ok_or(e)?;
@@ -499,7 +597,7 @@ impl Ftl {
     }
 
     fn after_commit(&mut self, done: SimTime) -> Result<(), FtlError> {
-        if self.read_only.is_some() {
+        if self.health.read_only().is_some() {
             return Ok(());
         }
         self.collect_garbage(done)?;
@@ -507,9 +605,9 @@ impl Ftl {
         // the time interval.
         let log_budget = (self.blocks.len() as u32 / 32).max(3);
         let interval = self.cfg.checkpoint_interval_ms.saturating_mul(1_000_000);
-        if self.log.since_ckpt >= self.cfg.checkpoint_log_pages
-            || self.log_blocks > log_budget
-            || (interval > 0 && done.since(self.last_checkpoint_at) >= interval)
+        if self.log.since_checkpoint() >= self.cfg.checkpoint_log_pages
+            || self.log.blocks() > log_budget
+            || (interval > 0 && done.since(self.ckpt.last_at()) >= interval)
         {
             self.checkpoint(done)?;
         }
@@ -520,7 +618,7 @@ impl Ftl {
     /// the programs of a commit then follow this plan in order.
     pub(crate) fn plan_addresses(
         &mut self,
-        stream: usize,
+        stream: Stream,
         n: usize,
     ) -> Result<Vec<(u32, u32)>, FtlError> {
         let mut out = Vec::with_capacity(n);
@@ -534,7 +632,7 @@ impl Ftl {
 
     pub(crate) fn entries_for(&self, addrs: &[(u32, u32)]) -> Vec<Entry> {
         let mut v = Vec::new();
-        for (i, buf) in self.page_bufs.iter().enumerate() {
+        for (i, buf) in self.commit.bufs.iter().enumerate() {
             let (b, p) = addrs[i];
             for (k, &lpid) in buf.lpids.iter().enumerate() {
                 if lpid != NONE {
@@ -551,7 +649,7 @@ impl Ftl {
 
     /// Make every buffered write and logged change durable.
     pub fn flush(&mut self, at: SimTime) -> Result<SimTime, FtlError> {
-        if self.read_only.is_some() && self.page_bufs.is_empty() {
+        if self.health.read_only().is_some() && self.commit.bufs.is_empty() {
             // Nothing buffered and nothing may be written: everything acknowledged is
             // already durable.
             return Ok(at);
@@ -583,7 +681,7 @@ impl Ftl {
                 self.clear_ext(l, t)?;
             }
         }
-        self.stats.host_trim_sectors += n;
+        self.counters.add(Count::HostTrimSectors, n);
         self.persist_acknowledged()?;
         Ok(t)
     }
@@ -597,7 +695,7 @@ impl Ftl {
     /// batch sees none or all of it: an (empty or full) time-ordered prefix, which meets
     /// the visibility rules (a)-(d) of §3.1.
     pub fn flush_batch(&mut self, buf: &[u8], at: SimTime) -> Result<SimTime, FtlError> {
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         if buf.len() < 2 * ss || !buf.len().is_multiple_of(ss) {
             return Err(FtlError::BadBatch(format!(
                 "a batch buffer is a DESC block and at least one {ss}-byte page; got {} bytes",
@@ -619,10 +717,10 @@ impl Ftl {
                     "DESC offset {off} is outside the buffer's pages 1..={pages}"
                 )));
             }
-            if lpid >= self.lbas {
+            if lpid >= self.geo.lbas() {
                 return Err(FtlError::BadBatch(format!(
                     "LPID {lpid} is outside the device ({} LPIDs)",
-                    self.lbas
+                    self.geo.lbas()
                 )));
             }
         }
@@ -639,18 +737,20 @@ impl Ftl {
         buf: &[u8],
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
-        let ss = self.sector_size;
+        let ss = self.geo.sector_size();
         // Earlier buffered writes come first; then room for the whole batch.
         let mut t = self.commit_inner(false, at)?;
-        let blocks_needed =
-            (desc.entries.len() as u32).div_ceil(self.sectors_per_page * self.pages_per_block) + 1;
+        let blocks_needed = (desc.entries.len() as u32)
+            .div_ceil(self.geo.sectors_per_page() * self.geo.pages_per_block())
+            + 1;
         self.ensure_free(blocks_needed, t)?;
         for &(lpid, off) in &desc.entries {
             let page = &buf[off as usize * ss..(off as usize + 1) * ss];
-            t = t.max(self.buffer_sector(HOT, lpid, page, NONE, t)?);
+            t = t.max(self.buffer_sector(Stream::Hot, lpid, page, NONE, t)?);
         }
-        self.stats.host_write_sectors += desc.entries.len() as u64;
-        self.stats.batches += 1;
+        self.counters
+            .add(Count::HostWriteSectors, desc.entries.len() as u64);
+        self.counters.add(Count::Batches, 1);
         self.commit(t)
     }
 }

@@ -22,6 +22,9 @@
 //! `ring.rs` finds the checkpoint record to start from (and refuses a damaged ring);
 //! this file rebuilds the state from it and redoes the log.
 
+use crate::provision::Stream;
+use crate::stats::Count;
+
 mod ring;
 
 use crate::format::{
@@ -66,6 +69,18 @@ struct Redo {
     pending: BTreeMap<u64, (bool, Vec<Entry>)>,
     /// Highest commit sequence logged.
     max_seq: u64,
+}
+
+/// The report of the recovery that opened this FTL (`None` after format). Set only by
+/// this module, when a recovery completes.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct LastRecovery(Option<RecoveryReport>);
+
+impl LastRecovery {
+    /// The report, if this FTL was recovered.
+    pub(crate) fn get(&self) -> Option<RecoveryReport> {
+        self.0
+    }
 }
 
 impl Ftl {
@@ -133,12 +148,13 @@ impl Ftl {
             t0,
             mut t,
         } = found;
-        self.recovering = true;
+        self.map.set_recovering(true);
         // Each half of the ring continues in its block with the newest record (the
         // record's own block for its half).
-        for half in 0..2 {
+        let mut ring_active = [0; 2];
+        for (half, a) in ring_active.iter_mut().enumerate() {
             let range = crate::checkpoint::ring_half(ckpt_blocks.len(), half);
-            self.ckpt_active[half] = if range.contains(&active) {
+            *a = if range.contains(&active) {
                 active
             } else {
                 range
@@ -147,16 +163,15 @@ impl Ftl {
                     .unwrap_or(range.start)
             };
         }
-        self.ckpt_blocks = ckpt_blocks;
-        self.ckpt_seq = ck.seq;
-        self.commit_seq = ck.next_commit;
-        self.life_base = FtlStats::from_words(&ck.lifetime);
-        self.next_die = ck.rr;
-        self.reserve_blocks = ck.reserve_blocks;
-        self.initial_spare = ck.initial_spare;
+        self.ckpt.resume(ckpt_blocks, ring_active, ck.seq);
+        self.commit.restore_seq(ck.next_commit);
+        self.counters
+            .restore_lifetime(FtlStats::from_words(&ck.lifetime));
+        self.prov.restore_round_robin(ck.rr);
+        self.prov.set_reserve_blocks(ck.reserve_blocks);
+        self.prov.set_initial_spare(ck.initial_spare);
         t = t.max(self.load_tables(&ck, t0)?);
-        self.ext_pending = ck.ext_pending.iter().copied().collect();
-        self.ctrl_blob = ck.blob.clone();
+        self.ctrl.restore(&ck.ext_pending, &ck.blob);
         let mut rep = RecoveryReport {
             checkpoint_seq: ck.seq,
             ..RecoveryReport::default()
@@ -186,8 +201,7 @@ impl Ftl {
         }
         self.check_wear();
         if read_only {
-            self.opened_read_only = true;
-            self.enter_read_only(crate::ReadOnlyReason::Opened);
+            self.health.open_read_only();
         }
         // A device read-only at the end of its life still closes its recovery (into the
         // checkpoint reserve), so that its next open is clean. If even that fails for
@@ -199,21 +213,21 @@ impl Ftl {
                 Err(e) => match self.end_of_life(&e) {
                     Some(reason) => {
                         self.enter_read_only(reason);
-                        self.ckpt_blocked = Some(e.to_string());
+                        self.ckpt.block(e.to_string());
                     }
                     None => return Err(e),
                 },
             }
         }
-        self.recovering = false;
+        self.map.set_recovering(false);
         self.shrink_cache();
-        rep.ext_pending = self.ext_pending.len() as u64;
+        rep.ext_pending = self.ctrl.pending_count() as u64;
         rep.modeled_s = t.since(t0) as f64 / 1e9;
         rep.wall_s = wall0.elapsed().as_secs_f64();
-        self.recovery = Some(rep);
-        self.last_checkpoint_at = t;
+        self.recovery = LastRecovery(Some(rep));
+        self.ckpt.taken_at(t);
         self.reset_stats();
-        if self.read_only.is_some() {
+        if self.health.read_only().is_some() {
             return Ok(());
         }
         // Refill the free pool before the first command. Every crash leaves the blocks
@@ -235,88 +249,64 @@ impl Ftl {
 
     /// WEAR, MAPS and GBITV of the checkpoint; the valid counts follow from GBITV.
     fn load_tables(&mut self, ck: &Checkpoint, t0: SimTime) -> Result<SimTime, FtlError> {
-        let page_size = self.page_size;
+        let page_size = self.geo.page_size();
         let mut page = vec![0u8; page_size];
         let mut t = t0;
         for (i, &a) in ck.wear.iter().enumerate() {
             t = t.max(self.read_meta_page(a, Kind::Wear, i as u64, &mut page, t0)?);
             for (k, pe) in page.chunks_exact(4).enumerate() {
-                if let Some(blk) = self.blocks.get_mut(i * page_size / 4 + k) {
-                    blk.pe = u32::from_le_bytes([pe[0], pe[1], pe[2], pe[3]]);
-                }
+                self.blocks.set_pe(
+                    i * page_size / 4 + k,
+                    u32::from_le_bytes([pe[0], pe[1], pe[2], pe[3]]),
+                );
             }
         }
-        self.wear_pages = ck.wear.clone();
         let per = page_size / 8;
         for (mi, &a) in ck.mapt.iter().enumerate() {
-            if mi >= self.maps_pages.len() {
+            if mi >= self.ckpt.maps_pages().len() {
                 break;
             }
-            self.maps_pages[mi] = a;
             if a == NONE {
                 continue;
             }
             t = t.max(self.read_meta_page(a, Kind::Maps, mi as u64, &mut page, t0)?);
             for (k, w) in page.chunks_exact(8).enumerate() {
-                if let Some(e) = self.map_pages.get_mut(mi * per + k) {
-                    *e = u64::from_le_bytes(w.try_into().unwrap_or([0xFF; 8]));
-                }
+                self.map.restore_page_addr(
+                    mi * per + k,
+                    u64::from_le_bytes(w.try_into().unwrap_or([0xFF; 8])),
+                );
             }
         }
-        if ck.gbitv.len() != self.gbitv_pages.len() {
-            return Err(FtlError::Corrupt(format!(
-                "the checkpoint lists {} GBITV pages; this geometry has {}",
-                ck.gbitv.len(),
-                self.gbitv_pages.len()
-            )));
-        }
+        self.ckpt.restore_tables(ck)?;
         for (i, &a) in ck.gbitv.iter().enumerate() {
-            self.gbitv_pages[i] = a;
             if a == NONE {
                 continue;
             }
             t = t.max(self.read_meta_page(a, Kind::Gbitv, i as u64, &mut page, t0)?);
             for (k, w) in page.chunks_exact(8).enumerate() {
-                if let Some(word) = self.gbitv.get_mut(i * per + k) {
-                    *word = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-                }
+                self.blocks.restore_gbitv_word(
+                    i * per + k,
+                    u64::from_le_bytes(w.try_into().unwrap_or([0; 8])),
+                );
             }
         }
         // Valid counts per block, from the bitmap.
-        let spb = (self.sectors_per_page * self.pages_per_block) as usize;
-        for b in 0..self.blocks.len() {
-            let (lo, hi) = (b * spb, (b + 1) * spb);
-            let mut n = 0u32;
-            let mut i = lo;
-            while i < hi {
-                let w = self.gbitv[i / 64];
-                let take = (64 - i % 64).min(hi - i);
-                let mask = if take == 64 {
-                    u64::MAX
-                } else {
-                    ((1u64 << take) - 1) << (i % 64)
-                };
-                n += (w & mask).count_ones();
-                i += take;
-            }
-            self.blocks[b].valid = n;
-        }
+        self.blocks.recount_valid();
         // Live metadata pages per block.
         let live: Vec<u64> = self
-            .map_pages
+            .map
+            .page_addrs()
             .iter()
-            .chain(&self.maps_pages)
-            .chain(&self.wear_pages)
+            .chain(self.ckpt.maps_pages())
+            .chain(self.ckpt.wear_pages())
             .chain(&ck.bbt)
-            .chain(&self.gbitv_pages)
+            .chain(self.ckpt.gbitv_pages())
             .copied()
             .filter(|&a| a != NONE)
             .collect();
         for a in live {
             let (b, _) = page_unaddr(a);
-            if let Some(blk) = self.blocks.get_mut(b as usize) {
-                blk.meta_live += 1;
-            }
+            self.blocks.meta_page_added(b);
         }
         Ok(t)
     }
@@ -334,20 +324,19 @@ impl Ftl {
             .iter()
             .map(|&w| if w { BT_USED } else { BT_FREE })
             .collect();
-        let mut page = vec![0u8; self.page_size];
+        let mut page = vec![0u8; self.geo.page_size()];
         let mut t = t0;
         for (i, &a) in ck.bbt.iter().enumerate() {
             t = t.max(self.read_meta_page(a, Kind::Bbt, i as u64, &mut page, t0)?);
             for (k, byte) in page.iter().enumerate() {
                 for bit in 0..8 {
-                    let b = (i * self.page_size + k) * 8 + bit;
+                    let b = (i * self.geo.page_size() + k) * 8 + bit;
                     if byte & (1 << bit) != 0 && b < table.len() {
                         table[b] = BT_BAD;
                     }
                 }
             }
         }
-        self.bbt_pages = ck.bbt.clone();
         for &x in &ck.open {
             let (s, b, _) = unpack_open(x);
             if s < 3 && (b as usize) < table.len() && table[b as usize] != BT_BAD {
@@ -355,7 +344,7 @@ impl Ftl {
             }
         }
         // A ring block that went bad stays bad (the ring skips it).
-        for &b in &self.ckpt_blocks {
+        for &b in self.ckpt.ring() {
             if table[b as usize] != BT_BAD {
                 table[b as usize] = BT_CKPT;
             }
@@ -376,7 +365,7 @@ impl Ftl {
         let Some((b, p)) = self.page_in_device(links[0]) else {
             return Ok((false, at));
         };
-        let mut page = vec![0u8; self.page_size];
+        let mut page = vec![0u8; self.geo.page_size()];
         let r = read_with_retries(
             &mut self.nand,
             Ppa::new(BlockId(b), p),
@@ -385,7 +374,7 @@ impl Ftl {
             &mut [],
             at,
             self.cfg.read_retries * crate::read::META_RETRY_FACTOR,
-            &mut self.stats.read_retries,
+            &mut self.counters,
         );
         let pointer_there = self.nand.block_info(BlockId(b))?.next_page == p;
         match r {
@@ -400,7 +389,7 @@ impl Ftl {
             return None;
         }
         let (b, p) = page_unaddr(addr);
-        ((b as usize) < self.blocks.len() && p < self.pages_per_block).then_some((b, p))
+        ((b as usize) < self.blocks.len() && p < self.geo.pages_per_block()).then_some((b, p))
     }
 
     /// The state is the checkpoint's: block states from the table, open blocks where
@@ -417,18 +406,19 @@ impl Ftl {
             let state = match code {
                 BT_BAD => Use::Bad,
                 BT_CKPT => Use::Ckpt,
-                _ if self.ckpt_blocks.contains(&(b as u32)) => Use::Ckpt,
+                _ if self.ckpt.ring().contains(&(b as u32)) => Use::Ckpt,
                 c if (BT_OPEN..BT_OPEN + 3).contains(&c) && written[b] => {
-                    let s = (c - BT_OPEN) as usize;
+                    let s = Stream::from_index((c - BT_OPEN) as usize)
+                        .unwrap_or_else(|| unreachable!("code {c} is in the open range"));
                     let next = self
                         .nand
                         .block_info(BlockId(b as u32))
-                        .map_or(self.pages_per_block, |i| i.next_page);
-                    if next < self.pages_per_block {
-                        let die = b / self.blocks_per_die as usize;
-                        let bi = (b % self.blocks_per_die as usize) as u32;
-                        self.open_blocks[s][die] = Some((bi, next));
-                        Use::Open(s as u8)
+                        .map_or(self.geo.pages_per_block(), |i| i.next_page);
+                    if next < self.geo.pages_per_block() {
+                        let die = b / self.geo.blocks_per_die() as usize;
+                        let bi = (b % self.geo.blocks_per_die() as usize) as u32;
+                        self.prov.reopen(s, die, (bi, next));
+                        Use::Open(Some(s))
                     } else {
                         self.settled_state(b, written[b])
                     }
@@ -436,28 +426,26 @@ impl Ftl {
                 BT_LOG if written[b] => Use::Log,
                 _ => self.settled_state(b, written[b]),
             };
-            self.blocks[b].state = state;
+            self.blocks.set_state(b as u32, state);
         }
-        self.recount_free();
-        self.log_blocks = self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32;
+        self.blocks.check_free_counts();
+        self.log
+            .set_block_count(self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32);
         // The log continues at the RSSP's first candidate.
         let (b, p) = self.page_in_device(rssp_links[0]).unwrap_or((0, 0));
-        self.log.block = b;
-        self.log.page = p;
-        self.log.next_block = rssp_links
+        let next_block = rssp_links
             .iter()
             .filter_map(|&a| self.page_in_device(a))
             .map(|(lb, _)| lb)
             .find(|&lb| lb != b);
-        self.log.next_lsn = rssp_lsn;
-        self.log.since_ckpt = 0;
-        for lb in [Some(b), self.log.next_block].into_iter().flatten() {
+        self.log.resume((b, p), next_block, rssp_lsn);
+        for lb in self.log.current_blocks().into_iter().flatten() {
             if self.blocks[lb as usize].state != Use::Log {
-                self.blocks[lb as usize].state = Use::Log;
-                self.log_blocks += 1;
+                self.blocks.set_state(lb, Use::Log);
+                self.log.block_added();
             }
         }
-        self.recount_free();
+        self.blocks.check_free_counts();
     }
 
     /// The state of a closed block from what it holds: valid data (Full), live metadata
@@ -488,18 +476,19 @@ impl Ftl {
         // Blocks for allocation during redo: erased blocks are free, anything written is
         // provisionally full (settled after the redo); open blocks are closed.
         for b in 0..self.blocks.len() {
-            self.blocks[b].state = match table[b] {
+            let state = match table[b] {
                 BT_BAD => Use::Bad,
                 BT_CKPT => Use::Ckpt,
-                _ if self.ckpt_blocks.contains(&(b as u32)) => Use::Ckpt,
+                _ if self.ckpt.ring().contains(&(b as u32)) => Use::Ckpt,
                 BT_FREE if !written[b] => Use::Free,
                 _ if !written[b] && self.blocks[b].valid == 0 && self.blocks[b].meta_live == 0 => {
                     Use::Free
                 }
                 _ => Use::Full,
             };
+            self.blocks.set_state(b as u32, state);
         }
-        self.recount_free();
+        self.blocks.check_free_counts();
         let mut redo = Redo::default();
         t = t.max(self.redo_log(rssp_links, ck.rssp_lsn, &mut redo, rep, t)?);
         // Commits without a done record: one that an Abort or a later commit shows
@@ -517,34 +506,41 @@ impl Ftl {
             } else {
                 rep.commits_discarded += 1;
             }
-            self.commit_seq = self.commit_seq.max(seq + 1);
+            self.commit.seq_after(seq);
         }
-        self.commit_seq = self.commit_seq.max(redo.max_seq + 1);
+        self.commit.seq_after(redo.max_seq);
         // Settle the blocks: live log, live data, live metadata, free or garbage.
         for (b, &w) in written.iter().enumerate() {
             if matches!(self.blocks[b].state, Use::Bad | Use::Ckpt) {
                 continue;
             }
-            self.blocks[b].state = self.settled_state(b, w);
+            let settled = self.settled_state(b, w);
+            self.blocks.set_state(b as u32, settled);
         }
         for &(b, lsn) in &redo.live_log {
-            let blk = &mut self.blocks[b as usize];
+            let blk = self.blocks[b as usize];
             if blk.valid == 0 && blk.meta_live == 0 {
-                blk.state = Use::Log;
-                blk.max_lsn = blk.max_lsn.max(lsn);
+                self.blocks.set_state(b, Use::Log);
+                self.blocks.log_page_written(b, lsn);
             }
         }
         // Metadata written during this recovery (MAP evictions) sits in open META blocks.
-        for s in 0..3 {
-            for die in 0..self.dies as usize {
-                if let Some((bi, _)) = self.open_blocks[s][die].take() {
-                    let b = die * self.blocks_per_die as usize + bi as usize;
-                    self.blocks[b].state = if s == META { Use::Meta } else { Use::Full };
+        for s in Stream::ALL {
+            for die in 0..self.geo.dies() as usize {
+                if let Some((bi, _)) = self.prov.close(s, die) {
+                    let b = die * self.geo.blocks_per_die() as usize + bi as usize;
+                    let full = if s == Stream::Meta {
+                        Use::Meta
+                    } else {
+                        Use::Full
+                    };
+                    self.blocks.set_state(b as u32, full);
                 }
             }
         }
-        self.recount_free();
-        self.log_blocks = self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32;
+        self.blocks.check_free_counts();
+        self.log
+            .set_block_count(self.blocks.iter().filter(|b| b.state == Use::Log).count() as u32);
         Ok(t)
     }
 
@@ -557,11 +553,11 @@ impl Ftl {
         rep: &mut RecoveryReport,
         mut t: SimTime,
     ) -> Result<SimTime, FtlError> {
-        let mut page = vec![0u8; self.page_size];
-        let mut oob = vec![0u8; self.oob_scratch.len()];
+        let mut page = vec![0u8; self.geo.page_size()];
+        let mut oob = vec![0u8; self.scratch.oob_len()];
         let mut links = *rssp_links;
         let mut expect = rssp_lsn;
-        self.log.next_lsn = rssp_lsn;
+        self.log.replayed_to(rssp_lsn);
         loop {
             let mut found = None;
             for &cand in links.iter() {
@@ -576,7 +572,7 @@ impl Ftl {
                     &mut oob,
                     t,
                     self.cfg.read_retries * crate::read::META_RETRY_FACTOR,
-                    &mut self.stats.read_retries,
+                    &mut self.counters,
                 );
                 match r {
                     Ok(r) if r.erased => {
@@ -593,7 +589,7 @@ impl Ftl {
                     }
                     Ok(r) => {
                         t = t.max(r.done);
-                        self.stats.meta_reads += 1;
+                        self.counters.add(Count::MetaReads, 1);
                         match LogPage::decode(&page) {
                             Some(lp) if lp.lsn == expect => {
                                 found = Some((lp, b));
@@ -631,7 +627,7 @@ impl Ftl {
             }
             links = lp.links;
             expect += 1;
-            self.log.next_lsn = expect;
+            self.log.replayed_to(expect);
         }
         Ok(t)
     }
@@ -683,7 +679,7 @@ impl Ftl {
                 }
             }
             Record::Trim { lpid, n } => {
-                for l in lpid..lpid.saturating_add(n).min(self.lbas) {
+                for l in lpid..lpid.saturating_add(n).min(self.geo.lbas()) {
                     let (cur, tt) = self.map_get(l, t)?;
                     self.set_valid(cur, false);
                     t = t.max(tt).max(self.map_set(l, NONE, t)?);
@@ -693,19 +689,14 @@ impl Ftl {
                 }
             }
             Record::ExtPending { lpid, n } => {
-                for l in lpid..lpid.saturating_add(n).min(self.lbas) {
-                    self.ext_pending.insert(l);
-                }
+                self.ctrl
+                    .mark_pending(lpid..lpid.saturating_add(n).min(self.geo.lbas()));
             }
-            Record::Blob { bytes } => self.ctrl_blob = bytes,
+            Record::Blob { bytes } => self.ctrl.set_blob(bytes),
             Record::Ext { lpid, bytes } => {
-                if lpid < self.lbas && bytes.len() == self.cfg.ext_bytes as usize {
-                    self.ext_pending.remove(&lpid);
-                    let ext = bytes.len();
-                    let (s, tt) = self.map_slot((lpid / self.map_entries_per_page) as u32, t)?;
-                    let o = (lpid % self.map_entries_per_page) as usize * ext;
-                    self.map_slots[s].ext[o..o + ext].copy_from_slice(&bytes);
-                    self.map_slots[s].dirty = true;
+                if lpid < self.geo.lbas() && bytes.len() == self.cfg.ext_bytes as usize {
+                    self.ctrl.settle(lpid);
+                    let tt = self.store_ext(lpid, &bytes, t)?;
                     t = t.max(tt);
                 }
             }
@@ -725,7 +716,7 @@ impl Ftl {
             }
         }
         self.start_log()?;
-        self.log.since_ckpt = 0;
+        self.log.checkpointed();
         self.checkpoint(at)
     }
 
@@ -752,7 +743,7 @@ impl Ftl {
         }
         let mut t = at;
         for e in &order {
-            if e.lpid >= self.lbas || !self.entry_in_device(e.new) {
+            if e.lpid >= self.geo.lbas() || !self.entry_in_device(e.new) {
                 continue;
             }
             let (cur, tt) = self.map_get(e.lpid, t)?;
@@ -774,8 +765,8 @@ impl Ftl {
             Loc::Flash(a) => {
                 let (b, p, s) = unpack(a);
                 (b as usize) < self.blocks.len()
-                    && p < self.pages_per_block
-                    && s < self.sectors_per_page
+                    && p < self.geo.pages_per_block()
+                    && s < self.geo.sectors_per_page()
             }
             Loc::Buffered { .. } => false,
         }
@@ -796,8 +787,8 @@ impl Ftl {
             last.insert(e.lpid, e.new);
         }
         let mut t = at;
-        let mut data = vec![0u8; self.sector_size];
-        let mut oob = vec![0u8; self.oob_per_sector];
+        let mut data = vec![0u8; self.geo.sector_size()];
+        let mut oob = vec![0u8; self.geo.oob_per_sector()];
         for (&lpid, &new) in &last {
             if Loc::of(new) == Loc::Lost {
                 continue;
@@ -814,12 +805,12 @@ impl Ftl {
                 &mut oob,
                 at,
                 self.cfg.read_retries * crate::read::META_RETRY_FACTOR,
-                &mut self.stats.read_retries,
+                &mut self.counters,
             );
             match r {
                 Ok(r) if !r.erased => {
                     t = t.max(r.done);
-                    self.stats.meta_reads += 1;
+                    self.counters.add(Count::MetaReads, 1);
                     match Tag::read(&oob[..TAG_BYTES]) {
                         Some(tag)
                             if tag.kind == Kind::Data

@@ -10,13 +10,15 @@
 //! checkpoint) is not damage.
 
 use super::*;
+use crate::stats::Counters;
 
 /// Reads of metadata pages at recovery: all from `t0`, each re-read up to `retries`
 /// times when ECC fails, into one page buffer.
 pub(super) struct MetaReader {
     t0: SimTime,
     retries: u32,
-    retried: u64,
+    /// Retries counted while the FTL is not built yet (not carried into its counters).
+    retried: Counters,
     page: Vec<u8>,
 }
 
@@ -219,7 +221,7 @@ impl Ftl {
         let mut rd = MetaReader {
             t0: nand.now(),
             retries: cfg.read_retries * crate::read::META_RETRY_FACTOR,
-            retried: 0,
+            retried: Counters::default(),
             page: vec![0u8; nand.geometry().page_size as usize],
         };
         let mut ring = RingScan::read(nand, &ckpt_blocks, &mut rd)?;
