@@ -44,33 +44,13 @@ use datafusion_proto::protobuf::LogicalExprList;
 use futures::{FutureExt, StreamExt};
 use prost::Message;
 
+pub use crate::wire::MemberDesc;
 use crate::wire::{WIRE_VERSION, WireMember, WireRecord, WireScan, WireSettings};
 
 /// Name of the metric that carries a task's scan records back to the coordinator.
 pub const RECORDS_METRIC: &str = "csd_scans";
 /// Its label holding the member scans' output and records, JSON of `Vec<WireScan>`.
 pub const RECORDS_LABEL: &str = "csd_records";
-
-/// Who a member scan is: the array device and where it runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberDesc {
-    /// The array's id, for messages.
-    pub array: String,
-    /// The device's image file name.
-    pub device: String,
-    /// The device's index in the array.
-    pub index: usize,
-    /// The worker serving the device.
-    pub worker: String,
-    /// The table.
-    pub table: String,
-    /// Rows of the table on the device (manifest).
-    pub rows: u64,
-    /// Pages of the table on the device (manifest).
-    pub pages: u64,
-    /// Layout (manifest).
-    pub layout: String,
-}
 
 /// One device's scan of an array table: see the [module docs](self).
 pub struct MemberScanExec {
@@ -161,17 +141,9 @@ impl MemberScanExec {
                 Some(physical_plan_to_bytes_with_extension_codec(p.clone(), codec)?.to_vec())
             }
         };
-        let d = &self.desc;
         Ok(WireMember {
             version: WIRE_VERSION.to_string(),
-            array: d.array.clone(),
-            device: d.device.clone(),
-            index: d.index,
-            worker: d.worker.clone(),
-            table: d.table.clone(),
-            rows: d.rows,
-            pages: d.pages,
-            layout: d.layout.clone(),
+            member: self.desc.clone(),
             projection: self.request.projection.clone(),
             filters,
             limit: self.request.limit,
@@ -440,11 +412,11 @@ impl MemberCodec {
         let Some(served) = ctx.session_config().get_extension::<WorkerDevices>() else {
             return Err(DataFusionError::Plan(format!(
                 "the scan of device {} reached a process that serves no devices",
-                m.device
+                m.member.device
             )));
         };
         let served_device = served
-            .find(&m.device, &m.array, m.index)
+            .find(&m.member.device, &m.member.array, m.member.index)
             .map_err(DataFusionError::Plan)?;
         if let Some(why) = served_device
             .broken
@@ -454,30 +426,33 @@ impl MemberCodec {
         {
             return Err(DataFusionError::Plan(format!(
                 "device {} on worker {} cannot serve: {why}; restart the worker",
-                m.device, served.name
+                m.member.device, served.name
             )));
         }
         let device = &served_device.device;
-        let info = served_device.table(&m.table).ok_or_else(|| {
+        let info = served_device.table(&m.member.table).ok_or_else(|| {
             DataFusionError::Plan(format!(
                 "manifest mismatch: device {} on worker {} holds no table {}",
-                m.device, served.name, m.table
+                m.member.device, served.name, m.member.table
             ))
         })?;
-        if info.rows != m.rows || info.pages != m.pages || info.layout.to_string() != m.layout {
+        if info.rows != m.member.rows
+            || info.pages != m.member.pages
+            || info.layout.to_string() != m.member.layout
+        {
             return Err(DataFusionError::Plan(format!(
                 "manifest mismatch: device {} on worker {} holds table {} with {} rows, {} \
                  pages ({}); the manifest says {} rows, {} pages ({}). Was the table loaded \
                  without this worker? Restart the worker after such a load",
-                m.device,
+                m.member.device,
                 served.name,
-                m.table,
+                m.member.table,
                 info.rows,
                 info.pages,
                 info.layout,
-                m.rows,
-                m.pages,
-                m.layout
+                m.member.rows,
+                m.member.pages,
+                m.member.layout
             )));
         }
         let settings = m
@@ -485,21 +460,15 @@ impl MemberCodec {
             .settings()
             .map_err(|e| DataFusionError::Plan(e.to_string()))?;
         let desc = MemberDesc {
-            array: m.array.clone(),
-            device: m.device.clone(),
-            index: m.index,
             worker: served.name.clone(),
-            table: m.table.clone(),
-            rows: m.rows,
-            pages: m.pages,
-            layout: m.layout.clone(),
+            ..m.member.clone()
         };
         let filters = LogicalExprList::decode(m.filters.as_slice())
             .map_err(|e| DataFusionError::Plan(format!("filters: {e}")))?;
         let filters: Vec<Expr> = parse_exprs(&filters.expr, ctx, &DefaultLogicalExtensionCodec {})
             .map_err(|e| DataFusionError::Plan(format!("filters: {e}")))?;
         let request = Arc::new(ScanRequest {
-            table: m.table.clone(),
+            table: m.member.table.clone(),
             projection: m.projection.clone(),
             filters,
             limit: m.limit,
@@ -522,7 +491,7 @@ impl MemberCodec {
                         DataFusionError::Internal("a device table scan waited".into())
                     })??;
                 let a = ArrayScanExec::try_new(vec![scan])?.with_origin(
-                    vec![m.index],
+                    vec![m.member.index],
                     Some(request.clone()),
                     None,
                 )?;
@@ -548,7 +517,7 @@ impl MemberCodec {
                     return Err(DataFusionError::Plan(format!(
                         "device {} on worker {}: the partial aggregation did not go into the \
                          device as the coordinator planned",
-                        m.device, served.name
+                        m.member.device, served.name
                     )));
                 };
                 (pushed, log)
@@ -558,7 +527,7 @@ impl MemberCodec {
         if got != m.schema {
             return Err(DataFusionError::Plan(format!(
                 "device {} on worker {}: the scan's output is [{}], the coordinator planned [{}]",
-                m.device,
+                m.member.device,
                 served.name,
                 got.join(", "),
                 m.schema.join(", ")
@@ -619,14 +588,16 @@ mod tests {
     fn member(version: &str) -> WireMember {
         WireMember {
             version: version.to_string(),
-            array: "arr".into(),
-            device: "dev1.img".into(),
-            index: 1,
-            worker: "http://127.0.0.1:1".into(),
-            table: "lineitem".into(),
-            rows: 10,
-            pages: 1,
-            layout: "pax".into(),
+            member: MemberDesc {
+                array: "arr".into(),
+                device: "dev1.img".into(),
+                index: 1,
+                worker: "http://127.0.0.1:1".into(),
+                table: "lineitem".into(),
+                rows: 10,
+                pages: 1,
+                layout: "pax".into(),
+            },
             projection: None,
             filters: Vec::new(),
             limit: None,

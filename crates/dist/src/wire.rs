@@ -59,6 +59,28 @@ impl WireSettings {
     }
 }
 
+/// Who a member scan is: the array device, where it runs and what the coordinator's
+/// manifest says the device holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberDesc {
+    /// The array's id (its directory name), for messages.
+    pub array: String,
+    /// The device's image file name (the array's `devices[index]`).
+    pub device: String,
+    /// The device's index in the array.
+    pub index: usize,
+    /// The worker serving the device (the coordinator routed the scan to it).
+    pub worker: String,
+    /// The table.
+    pub table: String,
+    /// Rows of the table on the device, as the manifest says.
+    pub rows: u64,
+    /// Pages of the table on the device, as the manifest says.
+    pub pages: u64,
+    /// Layout, as the manifest says.
+    pub layout: String,
+}
+
 /// One device's scan in a plan: which device, what the coordinator believes it holds,
 /// and what the table provider was asked for (the same device program is built from it
 /// next to the device).
@@ -66,22 +88,9 @@ impl WireSettings {
 pub struct WireMember {
     /// [`WIRE_VERSION`] of the coordinator.
     pub version: String,
-    /// The array's id (its directory name and manifest generation), for messages.
-    pub array: String,
-    /// The device's image file name (the array's `devices[index]`).
-    pub device: String,
-    /// The device's index in the array.
-    pub index: usize,
-    /// The worker the coordinator routed the scan to.
-    pub worker: String,
-    /// The table.
-    pub table: String,
-    /// Rows of the table on this device, as the manifest says.
-    pub rows: u64,
-    /// Pages of the table on this device, as the manifest says.
-    pub pages: u64,
-    /// Layout, as the manifest says.
-    pub layout: String,
+    /// The device and what it holds.
+    #[serde(flatten)]
+    pub member: MemberDesc,
     /// Columns asked for (`None`: all).
     pub projection: Option<Vec<usize>>,
     /// The filters, DataFusion's protobuf `LogicalExprList`.

@@ -164,7 +164,7 @@ fn join(v: &[u64]) -> String {
 /// its stripe; nothing is opened here).
 pub(crate) struct ArrayLoad {
     dir: PathBuf,
-    manifest: Manifest,
+    manifest: Box<Manifest>,
     clients: Vec<Client>,
     stripe_pages: u64,
     through_workers: bool,
@@ -180,7 +180,7 @@ impl ArrayLoad {
                 "--stripe-pages 0: a stripe unit is at least one page".into(),
             ));
         }
-        let manifest = Manifest::read(dir).map_err(array_error)?;
+        let manifest = Box::new(Manifest::read(dir).map_err(array_error)?);
         if !manifest.workers.is_empty() {
             return Ok(ArrayLoad {
                 dir: dir.to_path_buf(),
