@@ -360,6 +360,14 @@ impl Nand {
         self.store.sync()
     }
 
+    /// Release the pages of blocks written through an image's mapping from this process
+    /// once this many bytes of blocks were written since the last release (default 256
+    /// MiB; the data stays in the host's page cache). Loads larger than memory keep a
+    /// bounded resident set this way; tests set it small. No-op in memory.
+    pub fn set_release_written_bytes(&mut self, bytes: usize) {
+        self.store.set_release_written_bytes(bytes);
+    }
+
     /// Make every change so far durable on the host's disk before the caller
     /// acknowledges it (`fdatasync` of the image file; nothing when nothing changed,
     /// in memory, or read-only). Costs no modeled time: the host's disk is not part of

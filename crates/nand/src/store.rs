@@ -25,7 +25,7 @@
 use crate::NandError;
 use bytemuck::{Pod, Zeroable};
 use csd_sim::{DeviceConfig, Geometry};
-use memmap2::{Advice, MmapMut, MmapOptions};
+use memmap2::{Advice, MmapMut, MmapOptions, UncheckedAdvice};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -292,7 +292,19 @@ pub(crate) struct FileStore {
     shadow: Option<crate::hostcrash::Shadow>,
     /// Sync before acknowledging (`CSD_HOST_SYNC=off` turns it off: see [`host_sync`]).
     host_sync: bool,
+    /// Blocks written through the mapping since their pages were last released from this
+    /// process (see [`FileStore::note_written`]).
+    written: Vec<usize>,
+    /// Bytes of written blocks that trigger a release ([`RELEASE_WRITTEN_BYTES`]).
+    release_bytes: usize,
 }
+
+/// Bytes of blocks written through an image's mapping after which their pages are
+/// released from the process (`MADV_DONTNEED`): a load of a table larger than memory
+/// keeps its resident set bounded instead of growing one for one with the image. The
+/// data stays in the host's page cache (and is written back by the kernel or the next
+/// sync); the process re-reads it from there if it touches the block again.
+const RELEASE_WRITTEN_BYTES: usize = 256 << 20;
 
 /// Whether image files sync to the host's disk before anything is acknowledged durable:
 /// yes, unless the environment says `CSD_HOST_SYNC=off` — the equivalent of QEMU's
@@ -346,6 +358,42 @@ impl FileStore {
             return Ok(());
         }
         self.set_open_flag(true)
+    }
+
+    /// Block `b` is about to be written through the mapping. Once the blocks written since
+    /// the last release reach [`RELEASE_WRITTEN_BYTES`], their pages leave this process's
+    /// resident set (not the page cache), except `b`'s.
+    fn note_written(&mut self, b: usize) {
+        // A read-only open maps copy-on-write: its changes live only in private pages,
+        // which MADV_DONTNEED would discard. Only shared (read-write) mappings release.
+        if self.access != Access::ReadWrite || self.written.last() == Some(&b) {
+            return;
+        }
+        if self.written.len() * self.layout.block_bytes >= self.release_bytes {
+            self.release_written(b);
+        }
+        self.written.push(b);
+    }
+
+    /// Release the pages of the blocks written since the last release, except `keep`.
+    fn release_written(&mut self, keep: usize) {
+        let mut blocks = std::mem::take(&mut self.written);
+        blocks.sort_unstable();
+        blocks.dedup();
+        let bb = self.layout.block_bytes;
+        for b in blocks.into_iter().filter(|&b| b != keep) {
+            let o = self.blocks_offset + b * bb;
+            // SAFETY: `self.map` is a shared mapping of the image file (only read-write
+            // opens record written blocks: see `note_written`), so MADV_DONTNEED only
+            // drops this process's page-table entries: dirty pages keep their data in the
+            // page cache and later accesses fault it back in, unchanged. No slice into
+            // the mapping is alive: `&mut self` excludes every borrow of `self.map`.
+            // A failure only leaves the pages resident, so it is ignored.
+            let _ = unsafe {
+                self.map
+                    .unchecked_advise_range(UncheckedAdvice::DontNeed, o, bb)
+            };
+        }
     }
 
     /// `fdatasync` the file when anything changed since the last call: every page
@@ -755,6 +803,8 @@ impl Store {
             marked_open: false,
             shadow: None,
             host_sync: host_sync(),
+            written: Vec::new(),
+            release_bytes: RELEASE_WRITTEN_BYTES,
         };
         store.shadow_from_env()?;
         Ok(Store::File(store))
@@ -804,6 +854,8 @@ impl Store {
             marked_open: unclean || v1.version == 1,
             shadow: None,
             host_sync: host_sync(),
+            written: Vec::new(),
+            release_bytes: RELEASE_WRITTEN_BYTES,
         };
         store.check_block_table()?;
         if access == Access::ReadWrite && store.version == 2 {
@@ -906,6 +958,7 @@ impl Store {
             Store::File(f) => {
                 f.begin_change()?;
                 f.reserve(b, upto)?;
+                f.note_written(b);
                 f.dirty = true;
                 if let Some(s) = &mut f.shadow {
                     s.mark_block(b);
@@ -952,6 +1005,13 @@ impl Store {
         match self {
             Store::Mem(_) => Ok(()),
             Store::File(f) => f.begin_change(),
+        }
+    }
+
+    /// See [`crate::Nand::set_release_written_bytes`].
+    pub fn set_release_written_bytes(&mut self, bytes: usize) {
+        if let Store::File(f) = self {
+            f.release_bytes = bytes;
         }
     }
 
