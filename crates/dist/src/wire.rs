@@ -12,7 +12,7 @@ use crate::DistError;
 
 /// Version of the wire format and of the scan semantics: a worker refuses a plan made
 /// by a coordinator of another version (and says which).
-pub const WIRE_VERSION: &str = concat!("csd-", env!("CARGO_PKG_VERSION"), "/wire-2");
+pub const WIRE_VERSION: &str = concat!("csd-", env!("CARGO_PKG_VERSION"), "/wire-3");
 
 /// How a scan runs ([`ScanSettings`] as plain data).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
