@@ -293,8 +293,10 @@ pub(crate) struct FileStore {
     /// Sync before acknowledging (`CSD_HOST_SYNC=off` turns it off: see [`host_sync`]).
     host_sync: bool,
     /// Blocks written through the mapping since their pages were last released from this
-    /// process (see [`FileStore::note_written`]).
+    /// process (see [`FileStore::note_written`]), each once.
     written: Vec<usize>,
+    /// Which blocks are in `written` (sized on first use).
+    written_mark: Vec<bool>,
     /// Bytes of written blocks that trigger a release ([`RELEASE_WRITTEN_BYTES`]).
     release_bytes: usize,
 }
@@ -362,26 +364,32 @@ impl FileStore {
 
     /// Block `b` is about to be written through the mapping. Once the blocks written since
     /// the last release reach [`RELEASE_WRITTEN_BYTES`], their pages leave this process's
-    /// resident set (not the page cache), except `b`'s.
+    /// resident set (not the page cache); `b` starts the next round.
     fn note_written(&mut self, b: usize) {
         // A read-only open maps copy-on-write: its changes live only in private pages,
         // which MADV_DONTNEED would discard. Only shared (read-write) mappings release.
         if self.access != Access::ReadWrite || self.written.last() == Some(&b) {
             return;
         }
+        // Writes alternate between the open blocks of every die: each block counts once.
+        if self.written_mark.len() != self.nblocks {
+            self.written_mark = vec![false; self.nblocks];
+        }
+        if std::mem::replace(&mut self.written_mark[b], true) {
+            return;
+        }
         if self.written.len() * self.layout.block_bytes >= self.release_bytes {
-            self.release_written(b);
+            self.release_written();
         }
         self.written.push(b);
     }
 
-    /// Release the pages of the blocks written since the last release, except `keep`.
-    fn release_written(&mut self, keep: usize) {
-        let mut blocks = std::mem::take(&mut self.written);
-        blocks.sort_unstable();
-        blocks.dedup();
+    /// Release the pages of the blocks written since the last release.
+    fn release_written(&mut self) {
+        let blocks = std::mem::take(&mut self.written);
         let bb = self.layout.block_bytes;
-        for b in blocks.into_iter().filter(|&b| b != keep) {
+        for b in blocks {
+            self.written_mark[b] = false;
             let o = self.blocks_offset + b * bb;
             // SAFETY: `self.map` is a shared mapping of the image file (only read-write
             // opens record written blocks: see `note_written`), so MADV_DONTNEED only
@@ -804,6 +812,7 @@ impl Store {
             shadow: None,
             host_sync: host_sync(),
             written: Vec::new(),
+            written_mark: Vec::new(),
             release_bytes: RELEASE_WRITTEN_BYTES,
         };
         store.shadow_from_env()?;
@@ -855,6 +864,7 @@ impl Store {
             shadow: None,
             host_sync: host_sync(),
             written: Vec::new(),
+            written_mark: Vec::new(),
             release_bytes: RELEASE_WRITTEN_BYTES,
         };
         store.check_block_table()?;
