@@ -159,6 +159,15 @@ fn tpch_array(dir: &Path, sf: &str) {
     ]));
 }
 
+/// Two workers on loopback serving the array's four devices (two each), placed in its
+/// manifest.
+fn two_workers(dir: &Path) -> (Worker, Worker) {
+    let w0 = Worker::start(dir, "dev0.img,dev1.img", "127.0.0.1:0");
+    let w1 = Worker::start(dir, "dev2.img,dev3.img", "127.0.0.1:0");
+    place(dir, &w0.url, &w1.url);
+    (w0, w1)
+}
+
 /// Writes the manifest's `workers`: devices 0, 1 on `a`, 2, 3 on `b`.
 fn place(dir: &Path, a: &str, b: &str) {
     let mut m = Manifest::read(dir).expect("manifest");
@@ -249,9 +258,7 @@ fn cluster_answers_like_in_process(sf: &str, queries: &[String]) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("arr");
     tpch_array(&dir, sf);
-    let w0 = Worker::start(&dir, "dev0.img,dev1.img", "127.0.0.1:0");
-    let w1 = Worker::start(&dir, "dev2.img,dev3.img", "127.0.0.1:0");
-    place(&dir, &w0.url, &w1.url);
+    let (w0, w1) = two_workers(&dir);
 
     for (i, q) in queries.iter().enumerate() {
         let local = query(&dir, q, "all", &["--in-process"]).expect("in process");
@@ -334,9 +341,7 @@ fn a_refused_token_and_a_worker_killed_mid_query_are_named_and_a_restart_serves(
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("arr");
     tpch_array(&dir, "0.01");
-    let w0 = Worker::start(&dir, "dev0.img,dev1.img", "127.0.0.1:0");
-    let w1 = Worker::start(&dir, "dev2.img,dev3.img", "127.0.0.1:0");
-    place(&dir, &w0.url, &w1.url);
+    let (w0, w1) = two_workers(&dir);
 
     // A request without the token, or with another, is refused: a clean error, no
     // panic, and the worker logs it.
@@ -599,9 +604,7 @@ fn a_load_through_two_workers_answers_like_a_local_load_and_needs_the_token() {
     ok(&load_tpch(&reference, "0.02", "lineitem,orders", None)
         .output()
         .expect("reference load"));
-    let w0 = Worker::start(&dir, "dev0.img,dev1.img", "127.0.0.1:0");
-    let w1 = Worker::start(&dir, "dev2.img,dev3.img", "127.0.0.1:0");
-    place(&dir, &w0.url, &w1.url);
+    let (w0, w1) = two_workers(&dir);
     let manifest = std::fs::read(Manifest::path(&dir)).expect("manifest");
 
     // Without the token: refused, naming the variable; the manifest is unchanged.
@@ -668,9 +671,7 @@ fn a_worker_killed_mid_load_leaves_the_old_manifest_and_tables() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("arr");
     tpch_array(&dir, "0.01");
-    let w0 = Worker::start(&dir, "dev0.img,dev1.img", "127.0.0.1:0");
-    let w1 = Worker::start(&dir, "dev2.img,dev3.img", "127.0.0.1:0");
-    place(&dir, &w0.url, &w1.url);
+    let (w0, w1) = two_workers(&dir);
     let manifest = std::fs::read(Manifest::path(&dir)).expect("manifest");
     let before: Vec<Value> = ["q1", "q6"]
         .iter()
