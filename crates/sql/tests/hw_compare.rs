@@ -2,6 +2,8 @@
 //! per byte of a variable-length value it actually compared, and a fixed-width column
 //! (CHAR, numbers) costs what the stream costs whatever the predicate.
 
+mod common;
+
 use std::sync::Arc;
 
 use csd_device::NvmeDevice;
@@ -9,7 +11,6 @@ use csd_ftl::{Ftl, FtlConfig};
 use csd_host::{Catalog, Client, Strategy as Scan};
 use csd_nand::Nand;
 use csd_sim::DeviceConfig;
-use csd_sql::import::{ImportOptions, to_rows};
 use csd_sql::{Choice, ScanSettings, SqlSession};
 use csd_table::datagen::RowSource;
 use csd_table::{Column, ColumnType, Layout, Schema};
@@ -68,16 +69,7 @@ fn session(n: usize, len: usize, layout: Layout) -> SqlSession {
     let nand = Nand::new_in_memory(cfg.clone()).expect("nand");
     let ftl = Ftl::format(nand, FtlConfig::default()).expect("format");
     let mut c = Client::new(NvmeDevice::new(ftl)).expect("client");
-    let rows = to_rows(
-        "v",
-        &schema,
-        std::slice::from_ref(&batch),
-        &ImportOptions::default(),
-        false,
-        std::path::Path::new("<test>"),
-    )
-    .expect("import");
-    Catalog::load(&mut c, "v", rows, layout, &mut |_| {}).expect("load v");
+    common::load_arrow(&mut c, "v", &schema, &batch, layout);
     let fixed = Fixed {
         schema: Schema::new(
             "f",

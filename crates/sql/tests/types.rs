@@ -7,6 +7,8 @@
 //! return what DataFusion returns over the same Arrow data in memory (`MemTable`),
 //! value for value and byte for byte for strings.
 
+mod common;
+
 use std::sync::Arc;
 
 use csd_device::NvmeDevice;
@@ -480,16 +482,7 @@ fn insert_and_update_take_nulls_and_new_types() {
     let ftl = Ftl::format(nand, FtlConfig::default()).expect("format");
     let mut c = Client::new(NvmeDevice::new(ftl)).expect("client");
     for (name, layout) in [("n", Layout::Nsm), ("p", Layout::Pax)] {
-        let rows = to_rows(
-            name,
-            &schema,
-            std::slice::from_ref(&batch),
-            &ImportOptions::default(),
-            false,
-            std::path::Path::new("<test>"),
-        )
-        .expect("import");
-        Catalog::load(&mut c, name, rows, layout, &mut |_| {}).expect("load");
+        common::load_arrow(&mut c, name, &schema, &batch, layout);
     }
     let mut s =
         SqlSession::new(c, cfg, ScanSettings::new(Choice::Fixed(Scan::CpuIsp))).expect("session");

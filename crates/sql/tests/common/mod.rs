@@ -1,6 +1,7 @@
-//! Helpers shared by the FLIXR and DML SQL tests (`index.rs`, `join.rs`, `dml.rs`): a
-//! table of `(k, v)` rows and its load, a device with MAP-entry extension bytes for
-//! per-page indexes, and a session.
+//! Helpers shared by the SQL tests: a table of `(k, v)` rows and its load, a device with
+//! MAP-entry extension bytes for per-page indexes, a session (`index.rs`, `join.rs`,
+//! `dml.rs`), and the load of an Arrow batch through the importer (`types.rs`,
+//! `hw_compare.rs`).
 
 #![allow(dead_code)]
 
@@ -104,4 +105,26 @@ pub fn session(c: Client, cfg: DeviceConfig) -> SqlSession {
         ScanSettings::new(Choice::Fixed(csd_host::Strategy::Ihp)),
     )
     .expect("session")
+}
+
+/// Loads `batch` as table `name` in `layout` through the importer (Arrow types one to
+/// one, as `csd load parquet` maps them).
+pub fn load_arrow(
+    c: &mut Client,
+    name: &str,
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+    batch: &datafusion::arrow::array::RecordBatch,
+    layout: Layout,
+) {
+    let rows = csd_sql::import::to_rows(
+        name,
+        schema,
+        std::slice::from_ref(batch),
+        &csd_sql::import::ImportOptions::default(),
+        false,
+        std::path::Path::new("<test>"),
+    )
+    .expect("import");
+    csd_host::Catalog::load(c, name, rows, layout, &mut |_| {})
+        .unwrap_or_else(|e| panic!("load {name}: {e}"));
 }
