@@ -86,3 +86,143 @@ fn flixr_headlines_keep_their_direction() {
     // 0.95x the host index (paper 1.30x), FLIXR-S Scan 1.76x (paper 0.92x).
     assert_directions(&cs, &["FLIXR-HS Delete", "FLIXR-S Scan"]);
 }
+
+/// FD+tree (Figures 6(d), 7 and 8(c): FD+XM and FD+DS stall insertions for a whole merge,
+/// FD+FC for a few blocks of it), measured deterministically on the tree itself rather
+/// than on the paced harness (whose latencies are wall time, so not deterministic): a
+/// [`MergeGate`](csd_fdtree::MergeGate) lets every merge through one output block at a
+/// time, and after each block, once the tree is at rest (the merge at the gate, the
+/// writer waiting for room in L0 or, under FD+XM, running the merge itself), the test
+/// reads how many insertions a writer thread has completed. An insertion's stall is
+/// counted in merge blocks: the longest stretch of blocks during which the writer
+/// completed none is the worst insertion `R_p` in merge-block time. The ratios of those
+/// stalls are the paper's headlines (`csd_idxbench::repro`: FD+XM / FD+FC >= 20x, FD+DS /
+/// FD+FC above the stall factor).
+mod fd_tree {
+    use csd_device::NvmeDevice;
+    use csd_fdtree::{FdConfig, FdTree, MergeGate, Scheme};
+    use csd_ftl::{Ftl, FtlConfig};
+    use csd_host::SharedDevice;
+    use csd_idxbench::repro::{PAPER, STALL_FACTOR, XM_OVER_FC_MIN};
+    use csd_nand::Nand;
+    use csd_repro::{Comparison, PaperValue};
+    use csd_sim::{ClockMode, DeviceConfig};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    /// Keys preloaded: a bottom level of ~60 blocks (256 entries a block), so that the
+    /// merges into it are long against the few blocks FD+FC makes an insertion wait.
+    const PRELOAD: u64 = 16_000;
+    /// A prime above the keys used: `i -> i * c mod P` permutes `0..P`.
+    const P: u64 = 40_009;
+    /// Merge blocks the measurement lets through (several merges into the bottom level).
+    const BLOCKS: u64 = 260;
+    /// Longest the test waits for the tree to come to rest after a block.
+    const PATIENCE: Duration = Duration::from_secs(60);
+
+    fn tree(scheme: Scheme) -> Arc<FdTree> {
+        let cfg = DeviceConfig::preset("tiny").expect("tiny preset");
+        let nand = Nand::new_in_memory(cfg).expect("nand");
+        let ftl = Ftl::format(nand, FtlConfig::default()).expect("format");
+        let dev = SharedDevice::new(NvmeDevice::new(ftl), ClockMode::Virtual).expect("share");
+        let cfg = FdConfig {
+            durable: false,
+            ..FdConfig::small().with_scheme(scheme)
+        };
+        let t = FdTree::create(dev, cfg).expect("create");
+        for i in 0..PRELOAD {
+            let k = 2 * ((i * 1237) % P);
+            t.insert(k, k + 1).expect("preload");
+        }
+        t.wait_for_merges().expect("settle");
+        Arc::new(t)
+    }
+
+    /// The worst insertion stall of `scheme`, in merge blocks, over [`BLOCKS`] blocks.
+    pub fn worst_stall_blocks(scheme: Scheme) -> u64 {
+        let t = tree(scheme);
+        let gate = Arc::new(MergeGate::closed());
+        t.set_merge_gate(Some(gate.clone()));
+        let done = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (t, done, stop) = (t.clone(), done.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut i = 0;
+                while !stop.load(Ordering::SeqCst) && i < P {
+                    let k = 2 * ((i * 7919) % P) + 1;
+                    t.insert(k, k + 1).expect("insert");
+                    i += 1;
+                    done.store(i, Ordering::SeqCst);
+                }
+            })
+        };
+        // At rest: a merge stands at the gate and the writer cannot go on until it moves
+        // (FD+XM: the writer's insertion is the merge; FD+DS and FD+FC: the writer waits
+        // for room in L0, which is over its budget).
+        let at_rest = || {
+            let s = t.stats();
+            gate.wait_stopped(Duration::ZERO)
+                && (scheme == Scheme::Xm
+                    || (s.waiting_modifications == 1 && s.l0_charge > s.l0_capacity))
+        };
+        let settle = || {
+            let end = Instant::now() + PATIENCE;
+            while !at_rest() {
+                assert!(
+                    Instant::now() < end,
+                    "{scheme:?}: the tree did not come to rest"
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            done.load(Ordering::SeqCst)
+        };
+        let mut last = settle();
+        let (mut streak, mut worst) = (0u64, 0u64);
+        for _ in 0..BLOCKS {
+            gate.allow(1);
+            let now = settle();
+            if now == last {
+                streak += 1;
+                worst = worst.max(streak);
+            } else {
+                streak = 0;
+            }
+            last = now;
+        }
+        gate.open();
+        stop.store(true, Ordering::SeqCst);
+        writer.join().expect("writer");
+        t.set_merge_gate(None);
+        t.check_invariants().expect("invariants");
+        worst
+    }
+
+    /// The headlines as the repro states them, from the stalls.
+    pub fn comparisons(xm: u64, ds: u64, fc: u64) -> Vec<Comparison> {
+        let over = |a: u64| a as f64 / fc.max(1) as f64;
+        vec![
+            Comparison::new(
+                PAPER,
+                "FD+XM / FD+FC worst insertion stall (>= 20x)",
+                PaperValue::above(XM_OVER_FC_MIN),
+                over(xm),
+            ),
+            Comparison::new(
+                PAPER,
+                "FD+DS / FD+FC worst insertion stall (DS stalls during a merge)",
+                PaperValue::above(STALL_FACTOR),
+                over(ds),
+            ),
+        ]
+    }
+}
+
+#[test]
+fn fd_tree_headlines_keep_their_direction() {
+    use csd_fdtree::Scheme;
+    let [xm, ds, fc] = [Scheme::Xm, Scheme::Ds, Scheme::Fc].map(fd_tree::worst_stall_blocks);
+    eprintln!("worst insertion stall in merge blocks: FD+XM {xm}, FD+DS {ds}, FD+FC {fc}");
+    assert_directions(&fd_tree::comparisons(xm, ds, fc), &[]);
+}
