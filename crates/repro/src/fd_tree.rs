@@ -105,6 +105,16 @@ pub fn repro_fd_cmd(a: &ReproFdArgs) -> Result<Vec<csd_paper::Comparison>, Repro
     };
     let pb = bar(false);
     let cmd = command(a);
+    println!(
+        "threads: T_r = {}, T_w = {} ({})",
+        params.readers,
+        params.writers,
+        match a.threads {
+            Some(_) => "set by --threads",
+            None =>
+                "machine-scaled rule, also `csd bench fdtree`'s default: T_w = cores / 4 within 1..=2",
+        }
+    );
     let results = figure6(a, schemes, &params, &pb, &cmd)?;
     let scaled = figure7(a, schemes, &params, &pb, &cmd)?;
     let gt = figure8(a, schemes, &params, &pb, &cmd)?;

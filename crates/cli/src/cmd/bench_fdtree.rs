@@ -13,6 +13,7 @@
 //! ([`csd_repro::fdbench`]), which `csd repro fd-tree` shares.
 
 use crate::CliError;
+use crate::args::{IndexSeed, JsonFlag};
 use clap::Args;
 use csd_idxbench::harness::BenchConfig;
 use csd_idxbench::result::BenchResult;
@@ -40,26 +41,26 @@ pub(crate) struct BenchFdtreeArgs {
     /// G_T (TPC-C NewOrder index) with this many warehouses instead of G_R.
     #[arg(long)]
     tpcc: Option<u32>,
-    /// Reader threads T_r (paper: 6).
-    #[arg(long, default_value_t = 6)]
-    readers: usize,
-    /// Writer threads T_w (paper: 2).
-    #[arg(long, default_value_t = 2)]
-    writers: usize,
+    /// Reader threads T_r (default: the machine-scaled rule `csd repro fd-tree` uses, 6;
+    /// paper: 6).
+    #[arg(long)]
+    readers: Option<usize>,
+    /// Writer threads T_w (default: the machine-scaled rule `csd repro fd-tree` uses,
+    /// cores / 4 within 1..=2; paper: 2 on its 8 cores).
+    #[arg(long)]
+    writers: Option<usize>,
     /// Queue slots |Q_r| + |Q_w| (paper: 5000).
     #[arg(long, default_value_t = 5000)]
     slots: usize,
-    /// Seed of the workload.
-    #[arg(long, default_value_t = csd_idxbench::harness::DEFAULT_SEED)]
-    seed: u64,
+    #[command(flatten)]
+    rng: IndexSeed,
     #[command(flatten)]
     tree: TreeOpts,
     /// Directory of the latency plot.
     #[arg(long, default_value = "bench/fdtree")]
     out: PathBuf,
-    /// Print one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: JsonFlag,
 }
 
 /// `csd bench fdtree`: one run per scheme of the list, on the same request stream.
@@ -82,9 +83,9 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
             c
         }
     };
-    cfg.seed = a.seed;
-    cfg.readers = a.readers;
-    cfg.writers = a.writers;
+    cfg.seed = a.rng.seed;
+    let threads = Threads::of(a.readers, a.writers);
+    (cfg.readers, cfg.writers) = (threads.readers, threads.writers);
     cfg.queue_slots = a.slots;
     // Every index is made before the first run, so that a bad scheme name or tree
     // option fails at once rather than after minutes of runs.
@@ -92,7 +93,7 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
         .iter()
         .map(|&s| a.tree.make(s))
         .collect::<Result<Vec<_>, _>>()?;
-    let pb = bar(a.json);
+    let pb = bar(a.report.json);
     let mut runs = Vec::new();
     for (s, idx) in schemes.iter().zip(indexes) {
         let r = csd_idxbench::harness::run_with_progress(&*idx, &cfg, &|p| {
@@ -111,13 +112,14 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
     }
     let cmd = crate::reproduce::line();
     let results: Vec<&BenchResult> = runs.iter().map(|(r, _)| r).collect();
-    if a.json {
+    if a.report.json {
         let mut objs = Vec::new();
         for (r, plot) in &runs {
             let mut v = r.to_json();
             if let Some(m) = v.as_object_mut() {
                 m.insert("command".into(), cmd.clone().into());
                 m.insert("plot_png".into(), plot.png.display().to_string().into());
+                m.insert("threads_rule".into(), threads.rule.into());
             }
             objs.push(v);
         }
@@ -130,17 +132,81 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
                 m.insert(k.into(), v.into());
             }
             m.insert("command".into(), cmd.clone().into());
+            m.insert("threads_rule".into(), threads.rule.into());
             println!("{}", serde_json::Value::Object(m));
         }
     } else {
+        println!("{}\n", threads.describe());
         for (r, plot) in &runs {
             print!("{}", r.report_text(&cmd));
             println!("latency plot: {} (and .svg)\n", plot.png.display());
         }
         if runs.len() > 1 {
             print_comparison(&results);
-            println!("seed {}; reproduce: {cmd}", a.seed);
+            println!("seed {}; reproduce: {cmd}", a.rng.seed);
         }
     }
     Ok(())
+}
+
+/// The worker threads of a run and the rule that chose them: one rule for `csd bench
+/// fdtree` and `csd repro fd-tree` ([`csd_idxbench::repro::machine_threads`]), so the two
+/// commands answer the same question the same way unless a flag overrides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Threads {
+    readers: usize,
+    writers: usize,
+    /// `machine-scaled` or `flags`.
+    rule: &'static str,
+}
+
+impl Threads {
+    /// The machine-scaled split, with `--readers` / `--writers` overriding either part.
+    fn of(readers: Option<usize>, writers: Option<usize>) -> Threads {
+        let (r, w) = csd_idxbench::repro::machine_threads();
+        let rule = if readers.is_some() || writers.is_some() {
+            "flags"
+        } else {
+            "machine-scaled"
+        };
+        Threads {
+            readers: readers.unwrap_or(r),
+            writers: writers.unwrap_or(w),
+            rule,
+        }
+    }
+
+    /// One line for the text report.
+    fn describe(&self) -> String {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        match self.rule {
+            "flags" => format!(
+                "threads: T_r = {}, T_w = {} (set by --readers/--writers)",
+                self.readers, self.writers
+            ),
+            _ => format!(
+                "threads: T_r = {}, T_w = {} (machine-scaled rule of `csd repro fd-tree` on {cores} cores: \
+                 T_w = cores / 4 within 1..=2; the paper's 6 and 2 with --readers 6 --writers 2)",
+                self.readers, self.writers
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod thread_tests {
+    use super::Threads;
+
+    #[test]
+    fn the_default_split_is_the_reproductions_and_flags_override_it() {
+        let d = Threads::of(None, None);
+        assert_eq!(
+            (d.readers, d.writers),
+            csd_idxbench::repro::machine_threads()
+        );
+        assert_eq!(d.rule, "machine-scaled");
+        let f = Threads::of(None, Some(2));
+        assert_eq!((f.readers, f.writers, f.rule), (d.readers, 2, "flags"));
+        assert!(f.describe().contains("--readers/--writers"));
+    }
 }
