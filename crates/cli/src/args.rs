@@ -13,6 +13,10 @@ use csd_table::page::Layout;
 /// Where a device config comes from (shared with the reproduction library).
 pub(crate) use csd_repro::util::ConfigSource;
 
+/// The option groups many commands flatten: `--json`, `--seed`, `--image` (shared with
+/// the reproduction library, which defines them).
+pub(crate) use csd_repro::args::{ImageFile, IndexSeed, JsonFlag, Seed};
+
 /// Parses `--rw` (clap value parser; the pattern carries no payload but its names
 /// come from the device crate, so it is not a `ValueEnum` here).
 pub(crate) fn parse_rw(s: &str) -> Result<Rw, String> {

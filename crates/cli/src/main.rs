@@ -25,7 +25,6 @@ mod error;
 mod image;
 mod lineedit;
 mod report;
-mod reproduce;
 mod units;
 
 use args::ConfigSource;
@@ -36,6 +35,7 @@ use cmd::{
     tables, torture, worker,
 };
 use csd_repro as repro;
+use csd_repro::reproduce;
 use error::CliError;
 use std::process::ExitCode;
 

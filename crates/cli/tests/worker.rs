@@ -1,6 +1,7 @@
 //! `csd worker` end to end: an array of 4 devices served by 2 worker processes on
-//! 127.0.0.1, queried through datafusion-distributed; answers and modeled device figures
-//! checked against the same array run in process; a request without the token refused;
+//! 127.0.0.1, queried through datafusion-distributed; answers checked against one
+//! device holding the same tables and against the same array run in process, modeled
+//! device figures against the array in process; a request without the token refused;
 //! a worker killed (SIGKILL) fails the query with its name and devices, and the query
 //! after a restart is right; manifests that do not add up refused with the field named.
 //!
@@ -159,6 +160,44 @@ fn tpch_array(dir: &Path, sf: &str) {
     ]));
 }
 
+/// One device (a `tiny` with 4x its blocks: 256 MiB, room for SF 0.1) in `dir` holding
+/// TPC-H at `sf`: the single-device answers the array's must equal.
+fn tpch_single(dir: &Path, sf: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).expect("single-device dir");
+    let img = dir.join("one.img");
+    let i = img.to_str().expect("utf-8");
+    ok(&csd(&[
+        "device",
+        "create",
+        "--preset",
+        "tiny",
+        "--set",
+        "geometry.blocks_per_plane=256",
+        "--image",
+        i,
+    ]));
+    ok(&csd(&[
+        "load", "tpch", "--sf", sf, "--layout", "pax", "--image", i,
+    ]));
+    img
+}
+
+/// `csd query --image IMG --json` on every strategy: the parsed output.
+fn query_single(img: &Path, sql: &str) -> Value {
+    let out = ok(&csd(&[
+        "query",
+        "--image",
+        img.to_str().expect("utf-8"),
+        "--threads",
+        "2",
+        "--strategy",
+        "all",
+        "--json",
+        sql,
+    ]));
+    serde_json::from_str(out.trim()).expect("json")
+}
+
 /// Two workers on loopback serving the array's four devices (two each), placed in its
 /// manifest.
 fn two_workers(dir: &Path) -> (Worker, Worker) {
@@ -252,12 +291,14 @@ fn check_network(q: &str, run: &Value) {
 }
 
 /// The 22 TPC-H queries (or `queries`) at `sf` over 4 devices on 2 workers answer as
-/// the same array in process, on every strategy; the scans' figures come back per
-/// device and the network adds each worker's transfer.
+/// one device holding the same tables and as the same array in process, on every
+/// strategy; the scans' figures come back per device and the network adds each
+/// worker's transfer.
 fn cluster_answers_like_in_process(sf: &str, queries: &[String]) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("arr");
     tpch_array(&dir, sf);
+    let single = tpch_single(&tmp.path().join("single"), sf);
     let (w0, w1) = two_workers(&dir);
 
     for (i, q) in queries.iter().enumerate() {
@@ -269,6 +310,12 @@ fn cluster_answers_like_in_process(sf: &str, queries: &[String]) {
                 w1.stderr()
             )
         });
+        let one = query_single(&single, q);
+        assert!(one["rows"].is_array(), "{q}: no rows on the single device");
+        assert_eq!(
+            dist["rows"], one["rows"],
+            "{q}: rows differ from one device's"
+        );
         assert_eq!(dist["rows"], local["rows"], "{q}: rows differ");
         assert_eq!(
             dist["runs"].as_array().map(Vec::len),

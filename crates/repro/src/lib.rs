@@ -19,11 +19,13 @@
 //! kept while working); analytic models are shown beside the runs, never in their place.
 
 pub mod all;
+pub mod args;
 pub mod batch_io;
 mod error;
 pub mod fd_tree;
 pub mod fdbench;
 pub mod flixr;
+pub mod reproduce;
 pub mod scan_paper;
 pub mod smart_ssd;
 pub mod util;

@@ -6,6 +6,7 @@
 //! are those a user's command pays: wall time of the open and the process's peak
 //! resident memory (`VmHWM`).
 
+use crate::args::JsonFlag;
 use crate::{CliError, ConfigSource, report};
 use clap::Args;
 use csd_device::stack::{self, OpenOptions};
@@ -35,9 +36,8 @@ pub(crate) struct BenchOpenArgs {
     /// inside a checkpoint interval: they are the log recovery replays).
     #[arg(long, default_value_t = 512)]
     tail_commands: u64,
-    /// Print one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: JsonFlag,
     /// Internal: open this image once and print the measurement.
     #[arg(long, hide = true)]
     probe: Option<PathBuf>,
@@ -172,7 +172,7 @@ pub(crate) fn run(a: &BenchOpenArgs) -> Result<(), CliError> {
     let cfg = a.src.load()?;
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     let path = dir.join(format!("csd-bench-open-{}.img", std::process::id()));
-    let show = !a.json;
+    let show = !a.report.json;
     let result = (|| -> Result<Vec<Probe>, CliError> {
         let mut probes = Vec::new();
         drop(stack::create_image(
@@ -213,7 +213,7 @@ pub(crate) fn run(a: &BenchOpenArgs) -> Result<(), CliError> {
     let _ = std::fs::remove_file(&path);
     let probes = result?;
     let cmd = crate::reproduce::line();
-    if a.json {
+    if a.report.json {
         let v = serde_json::json!({ "device": cfg.name, "opens": probes, "command": cmd });
         println!("{v}");
         return Ok(());

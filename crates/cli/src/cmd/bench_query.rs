@@ -4,6 +4,7 @@
 //! excluded from the figures. Its modeled figures are golden (`bench/golden/bench-q*.json`).
 
 use super::query::{RunOpts, expand_tpch, report_json, run_sql, sql_error};
+use crate::args::JsonFlag;
 use crate::args::LayoutArg;
 use crate::{CliError, ConfigSource, report};
 use clap::Args;
@@ -31,9 +32,8 @@ pub(crate) struct BenchQueryArgs {
     run: RunOpts,
     #[command(flatten)]
     src: ConfigSource,
-    /// Print one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: JsonFlag,
 }
 
 /// `csd bench query`.
@@ -48,8 +48,9 @@ pub(crate) fn bench_query_cmd(a: &BenchQueryArgs) -> Result<(), CliError> {
         let g = TpchGenerator::new(TpchTable::LineItem, a.sf)
             .map_err(|e| CliError::Usage(e.to_string()))?;
         let total = TpchTable::LineItem.row_count(a.sf, 1, 1);
-        let load = crate::cmd::tables::load_one(&mut client, "lineitem", g, layout, total, a.json)?;
-        if !a.json {
+        let load =
+            crate::cmd::tables::load_one(&mut client, "lineitem", g, layout, total, a.report.json)?;
+        if !a.report.json {
             eprintln!(
                 "loaded lineitem {layout}: {} rows, {} in {:.1} s wall",
                 load.table.rows,
@@ -64,7 +65,7 @@ pub(crate) fn bench_query_cmd(a: &BenchQueryArgs) -> Result<(), CliError> {
         }
     }
     let cmd = crate::reproduce::line();
-    if a.json {
+    if a.report.json {
         println!(
             "{}",
             json!({"device": cfg.name, "sf": a.sf, "runs": all.iter().map(report_json).collect::<Vec<_>>(), "command": cmd})

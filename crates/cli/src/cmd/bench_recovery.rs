@@ -2,6 +2,7 @@
 //! §7's crash consistency, measured): a device of about the asked logical size is filled,
 //! overwritten at random, cut, and recovered from its checkpoint and log.
 
+use crate::args::{JsonFlag, Seed};
 use crate::{CliError, report};
 use clap::Args;
 use csd_ftl::{Ftl, FtlConfig, RecoveryReport, WriteCache};
@@ -18,12 +19,10 @@ pub(crate) struct RecoveryArgs {
     /// Random overwrites after the sequential fill, as a multiple of the capacity.
     #[arg(long, default_value_t = 1.0)]
     overwrite: f64,
-    /// Seed of the random overwrites.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Print one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    rng: Seed,
+    #[command(flatten)]
+    report: JsonFlag,
 }
 
 /// `csd bench recovery`: fill a device to steady state, cut the power, time recovery.
@@ -47,7 +46,7 @@ pub(crate) fn run(a: &RecoveryArgs) -> Result<(), CliError> {
     g.read(0, &mut buf, t)?;
     let cmd = crate::reproduce::line();
     let logical = lbas * ss as u64;
-    if a.json {
+    if a.report.json {
         let v = serde_json::json!({
             "logical_bytes": logical,
             "blocks_per_plane": bpp,
@@ -59,7 +58,7 @@ pub(crate) fn run(a: &RecoveryArgs) -> Result<(), CliError> {
             "commits_verified": r.commits_verified,
             "commits_discarded": r.commits_discarded,
             "log_pages_written_before_cut": since_ckpt_pages,
-            "seed": a.seed,
+            "seed": a.rng.seed,
             "command": cmd,
         });
         println!("{v}");
@@ -70,7 +69,7 @@ pub(crate) fn run(a: &RecoveryArgs) -> Result<(), CliError> {
             report::bytes(logical)
         );
         print_table(&device, wall, &r);
-        println!("seed: {}  reproduce: {cmd}", a.seed);
+        println!("seed: {}  reproduce: {cmd}", a.rng.seed);
     }
     Ok(())
 }
@@ -99,7 +98,7 @@ fn fill_to_steady_state(ftl: &mut Ftl, a: &RecoveryArgs) -> Result<SimTime, CliE
     let lbas = ftl.lbas();
     let ss = ftl.lba_size();
     let total = lbas + (lbas as f64 * a.overwrite) as u64;
-    let bar = (!a.json).then(|| {
+    let bar = (!a.report.json).then(|| {
         let pb = report::progress_bar(Some(total), "LBAs");
         pb.set_message("filling to steady state");
         pb
@@ -118,7 +117,7 @@ fn fill_to_steady_state(ftl: &mut Ftl, a: &RecoveryArgs) -> Result<SimTime, CliE
             pb.set_position(l);
         }
     }
-    let mut x = a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut x = a.rng.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     for i in 0..total - lbas {
         x ^= x << 13;
         x ^= x >> 7;

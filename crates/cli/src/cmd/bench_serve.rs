@@ -7,6 +7,7 @@
 //! side and the ratios. The emulator's own speed is what is measured: the device model
 //! runs in virtual time.
 
+use crate::args::JsonFlag;
 use crate::{CliError, ConfigSource, report};
 use clap::Args;
 use csd_sim::DeviceConfig;
@@ -34,9 +35,8 @@ pub(crate) struct BenchServeArgs {
     /// Directory for the image and sockets (default: the system's temporary directory).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Print one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: JsonFlag,
 }
 
 struct Killed(Child);
@@ -136,7 +136,7 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
     let _ = std::fs::remove_dir_all(&dir);
     let rows = result?;
     let cmd = crate::reproduce::line();
-    if a.json {
+    if a.report.json {
         let v: Vec<serde_json::Value> = rows
             .iter()
             .map(|r| {
@@ -263,7 +263,7 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
     let out = dir.join("fio.json");
     let mut rows = Vec::new();
     for (job, rw, fsync) in JOBS {
-        if !a.json {
+        if !a.report.json {
             eprintln!(
                 "fio {job} on csd serve, nbdkit memory and nbdkit file ({} s each)",
                 a.runtime

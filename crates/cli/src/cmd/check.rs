@@ -5,26 +5,24 @@
 //! `csd serve`, say) is reported as in use, with no advice to format it; an image that
 //! was never formatted is a problem (no command can use it without `--format`).
 
+use crate::args::{ImageFile, JsonFlag};
 use crate::{CliError, report};
 use clap::Args;
 use csd_device::stack::{self, OpenError, OpenOptions};
 use csd_ftl::FtlError;
 use csd_nand::NandError;
 use csd_sim::SimTime;
-use std::path::PathBuf;
 
 /// Arguments of `csd device check`.
 #[derive(Args)]
 pub(crate) struct CheckArgs {
-    /// Image file.
-    #[arg(long)]
-    image: PathBuf,
+    #[command(flatten)]
+    image: ImageFile,
     /// Skip reading every mapped LBA (only the metadata is checked).
     #[arg(long)]
     quick: bool,
-    /// Print one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: JsonFlag,
 }
 
 /// What the check found.
@@ -49,10 +47,10 @@ struct Findings {
 /// Run `csd device check`.
 pub(crate) fn run(a: &CheckArgs) -> Result<(), CliError> {
     let mut f = Findings {
-        image: a.image.display().to_string(),
+        image: a.image.path().display().to_string(),
         ..Findings::default()
     };
-    let nand = match stack::open_media(&a.image, &OpenOptions::read_only()) {
+    let nand = match stack::open_media(a.image.path(), &OpenOptions::read_only()) {
         Ok(n) => n,
         Err(OpenError::Nand(NandError::Locked { .. })) => return in_use(a, f),
         Err(e) => {
@@ -64,10 +62,10 @@ pub(crate) fn run(a: &CheckArgs) -> Result<(), CliError> {
     f.device = Some(format!("{} ({})", nand.config().name, nand.geometry()));
     f.written_blocks = stack::written_blocks(&nand);
     drop(nand);
-    let mut dev = match stack::open_image(&a.image, &OpenOptions::read_only()) {
+    let mut dev = match stack::open_image(a.image.path(), &OpenOptions::read_only()) {
         Ok((dev, rep)) => {
             f.recovery = rep
-                .notice(&a.image)
+                .notice(a.image.path())
                 .or(Some("clean shutdown: nothing to replay".into()));
             dev
         }
@@ -99,7 +97,7 @@ pub(crate) fn run(a: &CheckArgs) -> Result<(), CliError> {
         .map(|r| r.to_string());
     f.lbas = ftl.lbas();
     if !a.quick {
-        let bar = (!a.json).then(|| {
+        let bar = (!a.report.json).then(|| {
             let pb = report::progress_bar(Some(f.lbas), "LBAs");
             pb.set_message("reading every LBA");
             pb
@@ -152,7 +150,7 @@ fn in_use(a: &CheckArgs, mut f: Findings) -> Result<(), CliError> {
 }
 
 fn finish(a: &CheckArgs, f: Findings) -> Result<(), CliError> {
-    if a.json {
+    if a.report.json {
         println!("{}", serde_json::to_value(&f).unwrap_or_default());
     } else {
         let mut t = report::table(&["check", "finding"]);
@@ -198,8 +196,8 @@ fn finish(a: &CheckArgs, f: Findings) -> Result<(), CliError> {
                  command that writes holds its lock): nothing was checked or written. Stop \
                  that process or let it finish, then check again; `csd device smart --image \
                  {}` shows a live `csd serve`'s counters",
-                a.image.display(),
-                a.image.display()
+                a.image.path().display(),
+                a.image.path().display()
             );
         } else if f.device.is_none() {
             println!("the file is not a usable csd image: nothing was written");
@@ -217,14 +215,14 @@ fn finish(a: &CheckArgs, f: Findings) -> Result<(), CliError> {
     if f.in_use {
         Err(CliError::Usage(format!(
             "{}: in use by another process (locked); not checked",
-            a.image.display()
+            a.image.path().display()
         )))
     } else if f.ok {
         Ok(())
     } else {
         Err(CliError::Usage(format!(
             "{}: problems found (see above)",
-            a.image.display()
+            a.image.path().display()
         )))
     }
 }

@@ -5,6 +5,7 @@
 //! (`bench/golden/demo.stdout`).
 
 use super::io::run_with_progress;
+use crate::args::Seed;
 use crate::{CliError, report};
 use clap::Args;
 use csd_device::workload::{Rw, WorkloadSpec};
@@ -20,9 +21,8 @@ pub(crate) struct DemoArgs {
     /// Device preset to tour.
     #[arg(long, default_value = DEFAULT_PRESET)]
     preset: String,
-    /// Seed of the workloads.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    rng: Seed,
 }
 
 /// `csd demo`: the raw array under five workloads, the model beside them, the FTL in
@@ -33,7 +33,7 @@ pub(crate) fn run(a: &DemoArgs) -> Result<(), CliError> {
     println!("1. The device: preset `{}` — {}", cfg.name, cfg.description);
     println!("   {}", report::geometry_line(&cfg));
     println!("   source: {}\n", cfg.source);
-    let runs = tour_workloads(cfg.geometry.page_size as u64, a.seed);
+    let runs = tour_workloads(cfg.geometry.page_size as u64, a.rng.seed);
     println!("2. Workloads on the raw flash array (in memory, virtual clock):");
     let mut reports = Vec::new();
     let mut dev = RawDevice::new(Nand::new_in_memory(cfg.clone())?);
@@ -53,10 +53,10 @@ pub(crate) fn run(a: &DemoArgs) -> Result<(), CliError> {
         &reports[1].1,
         &format!(
             "csd io --preset {} --rw randread --bs 4k --iodepth 32 --ops 300000 --seed {}",
-            cfg.name, a.seed
+            cfg.name, a.rng.seed
         ),
     );
-    demo_ftl(&cfg, a.seed)?;
+    demo_ftl(&cfg, a.rng.seed)?;
     super::query::demo_query(&cfg)?;
     println!(
         "\nNext: `csd load tpch --sf 0.1 --image dev.img`, `csd query --image dev.img q6`, `csd repro smart-ssd`, `csd config list`, `csd device create --preset isp-ch8 --image dev.img`, `csd io --image dev.img --rw randwrite --bs 4k`, `csd device smart --image dev.img`, `csd torture --cuts 1000`."

@@ -4,6 +4,7 @@
 //! [`super::check`].
 
 use super::{check, serve};
+use crate::args::{ImageFile, JsonFlag};
 use crate::{CliError, ConfigSource, report};
 use clap::Subcommand;
 use csd_device::stack;
@@ -38,12 +39,10 @@ pub(crate) enum DeviceCmd {
     ///
     /// Example: csd device smart --image dev.img --json
     Smart {
-        /// Image file.
-        #[arg(long)]
-        image: PathBuf,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        image: ImageFile,
+        #[command(flatten)]
+        report: JsonFlag,
     },
     /// Check an image without changing it: header, block table, FTL checkpoint and log,
     /// and (unless --quick) a read of every mapped LBA; reports what is readable.
@@ -54,12 +53,10 @@ pub(crate) enum DeviceCmd {
     ///
     /// Example: csd device info --image dev.img --json
     Info {
-        /// Image file.
-        #[arg(long)]
-        image: PathBuf,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        image: ImageFile,
+        #[command(flatten)]
+        report: JsonFlag,
     },
 }
 
@@ -72,10 +69,10 @@ pub(crate) fn run(d: DeviceCmd) -> Result<(), CliError> {
             op,
             ext_bytes,
         } => create(&src, &image, op, ext_bytes),
-        DeviceCmd::Smart { image, json } => smart(&image, json),
-        DeviceCmd::Info { image, json } => {
-            let nand = stack::open_media(&image, &stack::OpenOptions::read_only())?;
-            report::device_info(&image, &nand, json);
+        DeviceCmd::Smart { image, report: out } => smart(image.path(), out.json),
+        DeviceCmd::Info { image, report: out } => {
+            let nand = stack::open_media(image.path(), &stack::OpenOptions::read_only())?;
+            report::device_info(image.path(), &nand, out.json);
             Ok(())
         }
         DeviceCmd::Check(a) => check::run(&a),

@@ -3,7 +3,8 @@
 //! `csd query` come here too: queries open an image read-only, so an index statement
 //! reopens it read-write for the change and closes it cleanly after.
 
-use std::path::{Path, PathBuf};
+use crate::args::{ImageFile, JsonFlag};
+use std::path::Path;
 
 use clap::{Args, Subcommand, ValueEnum};
 use csd_device::NvmeDevice;
@@ -66,9 +67,8 @@ pub(crate) enum KindArg {
 /// `csd index create`.
 #[derive(Args)]
 pub(crate) struct CreateArgs {
-    /// Image file.
-    #[arg(long)]
-    image: PathBuf,
+    #[command(flatten)]
+    image: ImageFile,
     /// Table.
     #[arg(long)]
     table: String,
@@ -87,28 +87,24 @@ pub(crate) struct CreateArgs {
     /// Index name (default: <table>_<column>).
     #[arg(long)]
     name: Option<String>,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: JsonFlag,
 }
 
 /// `csd index list`.
 #[derive(Args)]
 pub(crate) struct ListArgs {
-    /// Image file.
-    #[arg(long)]
-    image: PathBuf,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    image: ImageFile,
+    #[command(flatten)]
+    report: JsonFlag,
 }
 
 /// `csd index drop`.
 #[derive(Args)]
 pub(crate) struct DropArgs {
-    /// Image file.
-    #[arg(long)]
-    image: PathBuf,
+    #[command(flatten)]
+    image: ImageFile,
     /// Index name.
     #[arg(long)]
     name: String,
@@ -199,8 +195,8 @@ pub(crate) fn index_cmd(cmd: &IndexCmd) -> Result<(), CliError> {
                     },
                 },
             };
-            let msg = create_on(&a.image, &req, a.json)?;
-            if a.json {
+            let msg = create_on(a.image.path(), &req, a.report.json)?;
+            if a.report.json {
                 report::print_json(&ResultFigure { result: &msg });
             } else {
                 println!("{msg}");
@@ -208,11 +204,11 @@ pub(crate) fn index_cmd(cmd: &IndexCmd) -> Result<(), CliError> {
             Ok(())
         }
         IndexCmd::List(a) => {
-            let dev = image::open_ro(&a.image, a.json)?;
+            let dev = image::open_ro(a.image.path(), a.report.json)?;
             let mut client = Client::new(NvmeDevice::from_block(dev))?;
             let cat = Catalog::read(&mut client)?;
             let all = index::list(&cat);
-            if a.json {
+            if a.report.json {
                 let indexes = all
                     .iter()
                     .map(|(t, i)| IndexFigures {
@@ -245,7 +241,7 @@ pub(crate) fn index_cmd(cmd: &IndexCmd) -> Result<(), CliError> {
             Ok(())
         }
         IndexCmd::Drop(a) => {
-            println!("{}", drop_on(&a.image, &a.name, false)?);
+            println!("{}", drop_on(a.image.path(), &a.name, false)?);
             Ok(())
         }
     }

@@ -4,6 +4,7 @@
 //! simulation's, wall time only says how fast the emulator ran). The workload engine is
 //! `csd_device::workload`; this module only opens the device and prints.
 
+use crate::args::{JsonFlag, Seed};
 use crate::args::{parse_clock, parse_rw};
 use crate::{CliError, ConfigSource, image, report, units};
 use clap::Args;
@@ -72,9 +73,8 @@ pub(crate) struct IoArgs {
     /// Stop after this much modeled time (e.g. 500ms, 2s).
     #[arg(long, value_parser = units::parse_duration_ns)]
     runtime: Option<u64>,
-    /// Seed of offsets and read/write choices.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    rng: Seed,
     /// Clock: virtual (default, as fast as possible) or paced[:SCALE] (wall time follows modeled time).
     #[arg(long, default_value = "virtual", value_parser = parse_clock)]
     clock: ClockMode,
@@ -85,9 +85,8 @@ pub(crate) struct IoArgs {
     /// depth 64) so that reads hit programmed pages.
     #[arg(long)]
     precondition: bool,
-    /// Print one JSON object instead of tables.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: JsonFlag,
     /// Raw mode on an image: write even though its flash holds data (an FTL and what was
     /// stored through it), which the raw writes destroy.
     #[arg(long)]
@@ -144,14 +143,14 @@ pub(crate) fn run(a: &IoArgs) -> Result<(), CliError> {
     if a.precondition {
         precondition(dev, a)?;
     }
-    let r = run_with_progress(dev, &spec(a), !a.json)?;
+    let r = run_with_progress(dev, &spec(a), !a.report.json)?;
     print_report(&holder, &r, a);
     if let Some(path) = &a.image {
         match &mut holder {
             Dev::Block(b) => image::close(b)?,
             Dev::Raw(d) => d.nand_mut().sync()?,
         }
-        if !a.json {
+        if !a.report.json {
             let how = if matches!(holder, Dev::Raw(_)) && !a.writes() {
                 "opened read-only: unchanged"
             } else {
@@ -176,7 +175,7 @@ fn open(a: &IoArgs) -> Result<Dev, CliError> {
     Ok(match (a.mode, &a.image) {
         (ModeArg::Raw, _) => Dev::Raw(RawDevice::new(open_media(a)?)),
         (ModeArg::Block, Some(path)) => {
-            Dev::Block(image::open_rw(path, &a.src, &a.ftl, false, a.json)?)
+            Dev::Block(image::open_rw(path, &a.src, &a.ftl, false, a.report.json)?)
         }
         (ModeArg::Block, None) => {
             let cfg = a.src.load()?;
@@ -200,7 +199,7 @@ fn spec(a: &IoArgs) -> WorkloadSpec {
             a.ops
         },
         runtime_ns: a.runtime,
-        seed: a.seed,
+        seed: a.rng.seed,
         clock: a.clock,
         batch: a.batch,
         dist: a.dist,
@@ -210,9 +209,9 @@ fn spec(a: &IoArgs) -> WorkloadSpec {
 /// `--precondition`: write the region once sequentially; on the block device, then
 /// overwrite it once at random so that GC reaches steady state.
 fn precondition(dev: &mut dyn IoTarget, a: &IoArgs) -> Result<(), CliError> {
-    let plan = workload::precondition_plan(dev, a.bs, a.size, a.seed, a.mode == ModeArg::Block);
+    let plan = workload::precondition_plan(dev, a.bs, a.size, a.rng.seed, a.mode == ModeArg::Block);
     for (i, spec) in plan.iter().enumerate() {
-        if !a.json {
+        if !a.report.json {
             let region = report::bytes(spec.size.unwrap_or(0));
             if i == 0 {
                 eprintln!("preconditioning: writing {region} sequentially");
@@ -220,7 +219,7 @@ fn precondition(dev: &mut dyn IoTarget, a: &IoArgs) -> Result<(), CliError> {
                 eprintln!("preconditioning: overwriting {region} at random to reach steady state");
             }
         }
-        run_with_progress(dev, spec, !a.json)?;
+        run_with_progress(dev, spec, !a.report.json)?;
     }
     Ok(())
 }
@@ -228,7 +227,7 @@ fn precondition(dev: &mut dyn IoTarget, a: &IoArgs) -> Result<(), CliError> {
 /// The run's report (and the FTL's counters on the block device), as tables or JSON.
 fn print_report(holder: &Dev, r: &IoReport, a: &IoArgs) {
     let cmd = reproduce_cmd(a);
-    if a.json {
+    if a.report.json {
         let mut v = report::io_json(r, &cmd);
         if let (Dev::Block(b), Some(m)) = (holder, v.as_object_mut()) {
             report::ftl_json(b.ftl(), m);
@@ -302,7 +301,7 @@ fn reproduce_cmd(a: &IoArgs) -> String {
         (None, Some(r)) => s.push_str(&format!(" --runtime {r}ns")),
         (None, None) => s.push_str(" --ops 200000"),
     }
-    s.push_str(&format!(" --seed {}", a.seed));
+    s.push_str(&format!(" --seed {}", a.rng.seed));
     if a.precondition {
         s.push_str(" --precondition");
     }

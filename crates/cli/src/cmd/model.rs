@@ -4,6 +4,7 @@
 //! embedded CPU (cpu-isp) and per-channel hardware (hw-isp). The model lives in
 //! csd-model; it is shown beside the simulation, never used in its place.
 
+use crate::args::JsonFlag;
 use crate::{CliError, ConfigSource, report};
 use clap::{Args, Subcommand, ValueEnum};
 use csd_model::{Composition, ScanModel, ScanParams, Strategy};
@@ -40,9 +41,8 @@ pub(crate) struct ModelScanArgs {
     /// How the phases combine: pipelined (slowest phase; default) or summed (as printed).
     #[arg(long, value_enum, default_value_t)]
     composition: CompositionArg,
-    /// Print one JSON object instead of tables.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: JsonFlag,
 }
 
 /// `csd model scan`: evaluate the scan paper's equations 1-9 and print them.
@@ -55,7 +55,7 @@ pub(crate) fn scan(a: &ModelScanArgs) -> Result<(), CliError> {
     p.composition = a.composition.into();
     let m = ScanModel::evaluate(&p)?;
     let cmd = crate::reproduce::line();
-    if a.json {
+    if a.report.json {
         println!("{:#}", scan_json(&cfg, a, &m, &cmd));
     } else {
         print_scan(&cfg, a, &p, &m, &cmd);

@@ -5,6 +5,7 @@
 //! plans, device scans run the device program with the scan paper's strategies
 //! (in-storage-scan-processing §4), through [`SqlSession::run_strategies`].
 
+use crate::args::JsonFlag;
 use crate::args::{StrategySel, comma_list};
 use crate::{CliError, report};
 use clap::Args;
@@ -54,6 +55,9 @@ impl RunOpts {
 /// How the commands that run SQL over a device image (`csd query`, `csd sql`) run and
 /// print their statements.
 #[derive(Args, Clone)]
+#[command(mut_arg("json", |a| a.help(
+    "Print one JSON object per statement: rows, and per strategy the scans' modeled reports"
+)))]
 pub(crate) struct SqlOpts {
     /// Where scans run: ihp, cpu-isp, hw-isp, auto (per scan, from the analytic model),
     /// or all (the three, side by side; results must agree); comma-separated for several.
@@ -82,10 +86,8 @@ pub(crate) struct SqlOpts {
     /// Result rows to print (all are computed).
     #[arg(long, default_value_t = 20)]
     pub(crate) rows: usize,
-    /// Print one JSON object per statement: rows, and per strategy the scans' modeled
-    /// reports.
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) report: JsonFlag,
 }
 
 impl SqlOpts {
@@ -511,10 +513,10 @@ pub(crate) fn print_ran(ran: &Ran, cfg: &DeviceConfig, opts: &SqlOpts) {
 
 /// `csd query`: DataFusion plans, the device scans.
 pub(crate) fn query_cmd(a: &QueryArgs) -> Result<(), CliError> {
-    let mut s = ImageSession::open(&a.db, &a.opts, a.opts.json)?;
+    let mut s = ImageSession::open(&a.db, &a.opts, a.opts.report.json)?;
     let ran = run_statement(&mut s, &a.sql, &a.opts)?;
     let cmd = crate::reproduce::line();
-    if a.opts.json {
+    if a.opts.report.json {
         println!("{}", ran_json(&ran, &s.cfg, &cmd));
         return Ok(());
     }

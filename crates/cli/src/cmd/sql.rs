@@ -179,7 +179,7 @@ impl Shell {
             return Ok(());
         };
         let stdout = std::io::stdout();
-        if self.opts.json {
+        if self.opts.report.json {
             let cmd = format!(
                 "csd sql {} {} \"{}\"",
                 self.source,
@@ -198,7 +198,7 @@ impl Shell {
         }
         if let Some(out) = &self.output {
             out.write(&answer.schema, &answer.batches)?;
-            if self.format == Format::Table && !self.opts.json {
+            if self.format == Format::Table && !self.opts.report.json {
                 println!("wrote {} rows to {}", ran.rows.len(), out.path().display());
             } else {
                 eprintln!("wrote {} rows to {}", ran.rows.len(), out.path().display());
@@ -402,7 +402,7 @@ fn only_comments(s: &str) -> bool {
 /// `csd sql`.
 pub(crate) fn sql_cmd(a: &SqlArgs) -> Result<(), CliError> {
     let output = a.output.as_deref().map(OutputFile::new).transpose()?;
-    let quiet = a.opts.json || a.format != Format::Table;
+    let quiet = a.opts.report.json || a.format != Format::Table;
     let image = ImageSession::open(&a.db, &a.opts, quiet)?;
     let mut shell = Shell {
         image,
@@ -413,7 +413,7 @@ pub(crate) fn sql_cmd(a: &SqlArgs) -> Result<(), CliError> {
     };
     if let Some(q) = &a.query {
         shell.statement(q)?;
-        if a.format == Format::Table && !a.opts.json {
+        if a.format == Format::Table && !a.opts.report.json {
             println!("reproduce: {}", crate::reproduce::line());
         }
         return Ok(());

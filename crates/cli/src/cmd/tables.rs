@@ -1,6 +1,7 @@
 //! `csd load` and `csd tables`: tables on the device (smart-ssd §4.1.1 data sets).
 
 use crate::args::LayoutArg;
+use crate::args::{ImageFile, JsonFlag, Seed};
 use crate::{CliError, ConfigSource, image, report};
 use clap::{Args, Subcommand};
 use csd_device::NvmeDevice;
@@ -94,9 +95,8 @@ pub(crate) struct Target {
     /// `csd index create` / `CREATE INDEX` add range or bitmap indexes later).
     #[arg(long)]
     ext_bytes: Option<u32>,
-    /// Print one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: JsonFlag,
     /// The image's catalog area (its first 64 LBAs) holds data that is not a csd catalog
     /// (e.g. written through `csd serve`) or a damaged catalog: write a new, empty
     /// catalog over it and load anyway, which destroys that data and whatever lies where
@@ -128,9 +128,8 @@ pub(crate) struct SyntheticArgs {
     /// Rows.
     #[arg(long, default_value_t = 1_000_000)]
     rows: u64,
-    /// Seed of the column values.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    rng: Seed,
     /// Table name (default synthetic<N>).
     #[arg(long)]
     name: Option<String>,
@@ -141,12 +140,10 @@ pub(crate) struct SyntheticArgs {
 /// `csd tables --image PATH`.
 #[derive(Args)]
 pub(crate) struct TablesArgs {
-    /// Image file.
-    #[arg(long)]
-    image: PathBuf,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    image: ImageFile,
+    #[command(flatten)]
+    report: JsonFlag,
 }
 
 /// A device or an array, opened read-write for loading.
@@ -172,7 +169,7 @@ fn open_client(t: &Target) -> Result<Dest, CliError> {
             Ok(Dest::Array(crate::cmd::array::ArrayLoad::open(
                 dir,
                 t.stripe_pages,
-                t.json,
+                t.report.json,
             )?))
         }
         (Some(img), None) => {
@@ -180,7 +177,7 @@ fn open_client(t: &Target) -> Result<Dest, CliError> {
                 ext_bytes: t.ext_bytes,
                 ..image::FtlArgs::default()
             };
-            let dev = image::open_rw(img, &t.src, &ftl, true, t.json)?;
+            let dev = image::open_rw(img, &t.src, &ftl, true, t.report.json)?;
             let mut client = Box::new(Client::new(NvmeDevice::from_block(dev))?);
             if t.force {
                 // Consent given: the catalog area goes to tables whatever it held.
@@ -424,19 +421,19 @@ fn load_tpch(a: &TpchArgs) -> Result<(), CliError> {
             g,
             a.target.layout.layout(),
             total,
-            a.target.json,
+            a.target.report.json,
         )?);
     }
     close_client(client)?;
     let cmd = crate::reproduce::line();
-    report_loads(&loads, &cmd, a.target.json);
+    report_loads(&loads, &cmd, a.target.report.json);
     Ok(())
 }
 
 /// `csd load synthetic`: one SyntheticN table (smart-ssd §4.1.1).
 fn load_synthetic(a: &SyntheticArgs) -> Result<(), CliError> {
     let mut loads = Vec::new();
-    let spec = SyntheticSpec::new(a.columns, a.rows, a.seed)
+    let spec = SyntheticSpec::new(a.columns, a.rows, a.rng.seed)
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let name = a
         .name
@@ -450,11 +447,11 @@ fn load_synthetic(a: &SyntheticArgs) -> Result<(), CliError> {
         g,
         a.target.layout.layout(),
         Some(a.rows),
-        a.target.json,
+        a.target.report.json,
     )?);
     close_client(client)?;
     let cmd = crate::reproduce::line();
-    report_loads(&loads, &cmd, a.target.json);
+    report_loads(&loads, &cmd, a.target.report.json);
     Ok(())
 }
 
@@ -462,7 +459,7 @@ fn load_synthetic(a: &SyntheticArgs) -> Result<(), CliError> {
 fn load_csv(a: &CsvArgs) -> Result<(), CliError> {
     let loads = vec![load_file(&a.file, Some(a))?];
     let cmd = crate::reproduce::line();
-    report_loads(&loads, &cmd, a.file.target.json);
+    report_loads(&loads, &cmd, a.file.target.report.json);
     Ok(())
 }
 
@@ -470,7 +467,7 @@ fn load_csv(a: &CsvArgs) -> Result<(), CliError> {
 fn load_parquet(a: &ParquetArgs) -> Result<(), CliError> {
     let loads = vec![load_file(&a.file, None)?];
     let cmd = crate::reproduce::line();
-    report_loads(&loads, &cmd, a.file.target.json);
+    report_loads(&loads, &cmd, a.file.target.report.json);
     Ok(())
 }
 
@@ -502,7 +499,7 @@ fn load_file(f: &FileArgs, csv: Option<&CsvArgs>) -> Result<csd_host::LoadReport
         opts.delimiter = delimiter(&c.delimiter)?;
     }
     let wall = std::time::Instant::now();
-    let pb = bar(None, &f.file.display().to_string(), !f.target.json);
+    let pb = bar(None, &f.file.display().to_string(), !f.target.report.json);
     if let Some(pb) = &pb {
         pb.set_message(format!("reading {}", f.file.display()));
     }
@@ -511,7 +508,7 @@ fn load_file(f: &FileArgs, csv: Option<&CsvArgs>) -> Result<csd_host::LoadReport
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
-    if !f.target.json {
+    if !f.target.report.json {
         eprintln!(
             "read {} rows of {} columns ({} bytes per row) from {} in {:.2} s",
             rows.rows(),
@@ -529,7 +526,7 @@ fn load_file(f: &FileArgs, csv: Option<&CsvArgs>) -> Result<csd_host::LoadReport
         rows,
         f.target.layout.layout(),
         total,
-        f.target.json,
+        f.target.report.json,
     );
     close_client(client)?;
     r
@@ -538,10 +535,10 @@ fn load_file(f: &FileArgs, csv: Option<&CsvArgs>) -> Result<csd_host::LoadReport
 /// `csd tables --image PATH`.
 pub(crate) fn tables_cmd(a: &TablesArgs) -> Result<(), CliError> {
     // Read-only: listing tables never changes the image.
-    let dev = image::open_ro(&a.image, a.json)?;
+    let dev = image::open_ro(a.image.path(), a.report.json)?;
     let mut client = Client::new(NvmeDevice::from_block(dev))?;
     let cat = Catalog::read(&mut client)?;
-    if a.json {
+    if a.report.json {
         let tables = cat.tables.iter().map(TableFigures::of).collect();
         report::print_json(&CatalogFigures {
             catalog_seq: cat.seq,

@@ -2,6 +2,7 @@
 //! the checks of `csd_ftl::torture`), for one seed or a range of seeds run in parallel,
 //! with a per-seed table and totals.
 
+use crate::args::{JsonFlag, Seed};
 use crate::{CliError, report};
 use clap::Args;
 use csd_ftl::WriteCache;
@@ -17,9 +18,8 @@ pub(crate) struct TortureArgs {
     /// Power cuts to perform (per seed).
     #[arg(long, default_value_t = 1000)]
     cuts: u64,
-    /// Seed of the workload, the cut points and the media faults.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    rng: Seed,
     /// A range of seeds instead, `A..B` (both included), run on all cores; one row each.
     #[arg(long, value_parser = parse_seeds, conflicts_with = "seed")]
     seeds: Option<RangeInclusive<u64>>,
@@ -33,9 +33,8 @@ pub(crate) struct TortureArgs {
     /// unreadable sectors).
     #[arg(long, requires = "faults")]
     weak_ecc: bool,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: JsonFlag,
 }
 
 fn parse_seeds(s: &str) -> Result<RangeInclusive<u64>, String> {
@@ -74,9 +73,9 @@ struct SeedRun {
 
 /// Run `csd torture`.
 pub(crate) fn run(a: &TortureArgs) -> Result<(), CliError> {
-    let seeds: Vec<u64> = a.seeds.clone().map_or(vec![a.seed], |r| r.collect());
+    let seeds: Vec<u64> = a.seeds.clone().map_or(vec![a.rng.seed], |r| r.collect());
     let total = a.cuts * seeds.len() as u64;
-    let bar = (!a.json).then(|| {
+    let bar = (!a.report.json).then(|| {
         let pb = report::progress_bar(Some(total), "cuts");
         pb.set_message("power cuts");
         pb
@@ -220,8 +219,8 @@ impl SeedFigures {
 }
 
 fn print_runs(a: &TortureArgs, runs: &[SeedRun], wall: f64) {
-    let cfg = a.config(runs.first().map_or(a.seed, |r| r.seed));
-    if a.json {
+    let cfg = a.config(runs.first().map_or(a.rng.seed, |r| r.seed));
+    if a.report.json {
         let seeds: Vec<SeedFigures> = runs.iter().map(SeedFigures::of).collect();
         let ok: Vec<&TortureReport> = runs.iter().filter_map(|r| r.result.as_ref().ok()).collect();
         let v = TortureFigures {
