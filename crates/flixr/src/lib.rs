@@ -236,6 +236,55 @@ pub struct Measure {
     pub traffic: Traffic,
     /// Digest of the answers (equal across configurations).
     pub answer: u64,
+    /// Busy time of the device's resources over the run.
+    pub busy: Busy,
+}
+
+/// Busy time of the device's resources over a run, ns, each summed over the class's
+/// members (so flash dies working in parallel add up): where the modeled time of a
+/// configuration goes, beside [`Traffic::host_cpu_ns`] for the host CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Busy {
+    /// Flash array operations (tR, tPROG, tBERS), summed over the dies.
+    pub flash_die_ns: u64,
+    /// Flash channel transfers, summed over the channels.
+    pub flash_channel_ns: u64,
+    /// The host link (PCIe).
+    pub link_ns: u64,
+    /// Firmware on the embedded cores (command handling, FLIXR entries, in-SSD B+tree),
+    /// summed over the cores.
+    pub firmware_ns: u64,
+}
+
+impl Busy {
+    /// The device's busy times so far.
+    fn of(store: &mut RowStore) -> Busy {
+        use csd_device::workload::IoTarget as _;
+        use csd_sim::resource::ResourceClass as C;
+        let mut b = Busy::default();
+        for u in store.client().device().block().utilization(1) {
+            match u.class {
+                C::Die => b.flash_die_ns += u.busy_ns,
+                C::Channel => b.flash_channel_ns += u.busy_ns,
+                C::HostLink => b.link_ns += u.busy_ns,
+                C::EmbeddedCpu => b.firmware_ns += u.busy_ns,
+                C::Dram | C::HostCpu => {}
+            }
+        }
+        b
+    }
+
+    /// What was busy between `earlier` and `self`.
+    fn since(self, earlier: Busy) -> Busy {
+        Busy {
+            flash_die_ns: self.flash_die_ns.saturating_sub(earlier.flash_die_ns),
+            flash_channel_ns: self
+                .flash_channel_ns
+                .saturating_sub(earlier.flash_channel_ns),
+            link_ns: self.link_ns.saturating_sub(earlier.link_ns),
+            firmware_ns: self.firmware_ns.saturating_sub(earlier.firmware_ns),
+        }
+    }
 }
 
 /// A stable digest of an answer.
@@ -303,9 +352,11 @@ pub fn measure(
     store.quiesce()?;
     let t0 = store.now();
     let tr0 = store.traffic();
+    let busy0 = Busy::of(store);
     let (ops, answer) = body(store)?;
     let ns = store.now().since(t0);
     let traffic = store.traffic().since(tr0);
+    let busy = Busy::of(store).since(busy0);
     Ok(Measure {
         workload: workload.into(),
         config: store.kind().name().into(),
@@ -315,6 +366,7 @@ pub fn measure(
         speedup_over_host_index: 0.0,
         traffic,
         answer,
+        busy,
     })
 }
 
@@ -498,6 +550,21 @@ mod tests {
             scan("no-index").traffic.data_pages_to_host
                 > scan("flixr-hs").traffic.data_pages_to_host
         );
+        // Busy times come from the device over the run: flash reads keep dies and
+        // channels busy, commands the link (the tiny preset charges no per-command
+        // firmware time); FLIXR-S compares every entry of the table in firmware, the
+        // ideal host index none.
+        for m in &ms {
+            let b = m.busy;
+            if m.traffic.data_flash_reads + m.traffic.index_flash_reads > 0 {
+                assert!(b.flash_die_ns > 0 && b.flash_channel_ns > 0, "{m:?}");
+            }
+            if m.traffic.commands > 0 {
+                assert!(b.link_ns > 0, "{m:?}");
+            }
+            assert!(b.link_ns <= m.modeled_ns, "one link: {m:?}");
+        }
+        assert!(scan("flixr-s").busy.firmware_ns > scan("host-index-ideal").busy.firmware_ns);
     }
 
     #[test]
