@@ -29,18 +29,31 @@
 //! name the bottleneck.
 
 use crate::time::SimTime;
-use std::collections::VecDeque;
 use std::fmt;
 
 /// Busy intervals a calendar keeps before it forgets the oldest.
 pub const CALENDAR_INTERVALS: usize = 64;
 
+/// One busy interval of a calendar: `[start, end)` and the latest arrival booked in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Interval {
+    start: u64,
+    end: u64,
+    arrival: u64,
+}
+
 /// One resource that serves one operation at a time.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// The calendar is a `Vec` whose live part is `busy[head..]`: forgetting the oldest
+/// interval only advances `head`, and the dead prefix is dropped once it is a calendar
+/// long, so both forgetting and the common insertion near the end (a late booking of a
+/// recent arrival) move few elements.
+#[derive(Debug, Clone, Default)]
 pub struct Resource {
-    /// Busy intervals `[start, end, latest arrival booked in it)`, sorted, disjoint and
-    /// not adjacent.
-    busy: VecDeque<(u64, u64, u64)>,
+    /// Busy intervals, sorted, disjoint and not adjacent; live from `head` on.
+    busy: Vec<Interval>,
+    /// Index of the first live interval of `busy`.
+    head: usize,
     /// Nothing may be booked before this instant (forgotten history, power cycle).
     floor: u64,
     busy_ns: u64,
@@ -48,16 +61,37 @@ pub struct Resource {
     inversions: u64,
 }
 
+impl PartialEq for Resource {
+    /// Equal when the live calendars, floors and counters are: where the dead prefix
+    /// happens to be trimmed is not state.
+    fn eq(&self, other: &Resource) -> bool {
+        self.live() == other.live()
+            && self.floor == other.floor
+            && self.busy_ns == other.busy_ns
+            && self.ops == other.ops
+            && self.inversions == other.inversions
+    }
+}
+
+impl Eq for Resource {}
+
 impl Resource {
     /// A resource that is free from time zero.
     pub const fn new() -> Resource {
         Resource {
-            busy: VecDeque::new(),
+            busy: Vec::new(),
+            head: 0,
             floor: 0,
             busy_ns: 0,
             ops: 0,
             inversions: 0,
         }
+    }
+
+    /// The calendar's live intervals.
+    #[inline]
+    fn live(&self) -> &[Interval] {
+        &self.busy[self.head..]
     }
 
     /// Book the resource for `dur_ns` in the earliest idle interval that starts at or
@@ -91,8 +125,13 @@ impl Resource {
         if e <= s {
             return;
         }
-        let i = self.busy.partition_point(|&(_, be, _)| be <= s);
-        let Some(&(bs, be, arrival)) = self.busy.get(i) else {
+        let i = self.head + self.live().partition_point(|iv| iv.end <= s);
+        let Some(&Interval {
+            start: bs,
+            end: be,
+            arrival,
+        }) = self.busy.get(i)
+        else {
             debug_assert!(false, "unbook of [{s}, {e}) that is not booked");
             return;
         };
@@ -108,11 +147,18 @@ impl Resource {
             (false, false) => {
                 self.busy.remove(i);
             }
-            (true, false) => self.busy[i].1 = s,
-            (false, true) => self.busy[i].0 = e,
+            (true, false) => self.busy[i].end = s,
+            (false, true) => self.busy[i].start = e,
             (true, true) => {
-                self.busy[i].1 = s;
-                self.busy.insert(i + 1, (e, be, arrival));
+                self.busy[i].end = s;
+                self.busy.insert(
+                    i + 1,
+                    Interval {
+                        start: e,
+                        end: be,
+                        arrival,
+                    },
+                );
             }
         }
     }
@@ -122,9 +168,9 @@ impl Resource {
     #[inline]
     pub fn free_at(&self) -> SimTime {
         SimTime(
-            self.busy
-                .back()
-                .map_or(self.floor, |&(_, e, _)| e.max(self.floor)),
+            self.live()
+                .last()
+                .map_or(self.floor, |iv| iv.end.max(self.floor)),
         )
     }
 
@@ -150,7 +196,9 @@ impl Resource {
 
     /// Busy intervals the calendar holds now (for tests and inspection).
     pub fn intervals(&self) -> impl Iterator<Item = (SimTime, SimTime)> + '_ {
-        self.busy.iter().map(|&(s, e, _)| (SimTime(s), SimTime(e)))
+        self.live()
+            .iter()
+            .map(|iv| (SimTime(iv.start), SimTime(iv.end)))
     }
 
     /// Forget busy time and operation counts (keeps the calendar), for a measurement
@@ -164,73 +212,80 @@ impl Resource {
     /// Forget everything, as after a power cycle: the resource is free from `now`.
     pub fn power_cycle(&mut self, now: SimTime) {
         self.busy.clear();
+        self.head = 0;
         self.floor = now.0;
     }
 
     /// The earliest start at or after `earliest` (and the floor) where `dur` fits, the
-    /// index of the first interval after it, and whether it waits behind a booking of a
-    /// later arrival.
+    /// index (in the live calendar) of the first interval after it, and whether it
+    /// waits behind a booking of a later arrival.
     #[inline]
     fn fit(&self, earliest: u64, dur: u64) -> (u64, usize, bool) {
         let mut t = earliest.max(self.floor);
+        let live = self.live();
         // Fast path: after everything booked (the common case of in-order arrivals).
-        match self.busy.back() {
+        match live.last() {
             None => return (t, 0, false),
-            Some(&(_, e, _)) if e <= t => return (t, self.busy.len(), false),
+            Some(iv) if iv.end <= t => return (t, live.len(), false),
             _ => {}
         }
         // The first interval that ends after `t`; walk the gaps from there.
-        let mut i = self.busy.partition_point(|&(_, e, _)| e <= t);
+        let first = live.partition_point(|iv| iv.end <= t);
         let mut inverted = false;
-        while let Some(&(s, e, arrival)) = self.busy.get(i) {
+        for (i, iv) in live.iter().enumerate().skip(first) {
             // A zero-length operation needs a free instant, not a free span.
-            if t.saturating_add(dur) <= s && (dur > 0 || t < s) {
+            if t.saturating_add(dur) <= iv.start && (dur > 0 || t < iv.start) {
                 return (t, i, inverted);
             }
-            inverted |= arrival > earliest;
-            t = t.max(e);
-            i += 1;
+            inverted |= iv.arrival > earliest;
+            t = t.max(iv.end);
         }
-        (t, i, inverted)
+        (t, live.len(), inverted)
     }
 
-    /// Insert `[start, end)` before interval `i` (it fits there), merging neighbours.
+    /// Insert `[start, end)` before live interval `i` (it fits there), merging
+    /// neighbours; forget the oldest interval when the calendar is over its length.
     fn insert(&mut self, i: usize, start: u64, end: u64, arrival: u64) {
-        let joins_prev = i > 0 && self.busy[i - 1].1 == start;
-        let joins_next = self.busy.get(i).is_some_and(|&(s, _, _)| s == end);
+        let j = self.head + i;
+        let joins_prev = i > 0 && self.busy[j - 1].end == start;
+        let joins_next = self.busy.get(j).is_some_and(|iv| iv.start == end);
         match (joins_prev, joins_next) {
             (true, true) => {
-                let (_, e, a) = self.busy[i];
-                let prev = &mut self.busy[i - 1];
-                prev.1 = e;
-                prev.2 = prev.2.max(a).max(arrival);
-                self.busy.remove(i);
+                let next = self.busy.remove(j);
+                let prev = &mut self.busy[j - 1];
+                prev.end = next.end;
+                prev.arrival = prev.arrival.max(next.arrival).max(arrival);
             }
             (true, false) => {
-                let prev = &mut self.busy[i - 1];
-                prev.1 = end;
-                prev.2 = prev.2.max(arrival);
+                let prev = &mut self.busy[j - 1];
+                prev.end = end;
+                prev.arrival = prev.arrival.max(arrival);
             }
             (false, true) => {
-                let next = &mut self.busy[i];
-                next.0 = start;
-                next.2 = next.2.max(arrival);
+                let next = &mut self.busy[j];
+                next.start = start;
+                next.arrival = next.arrival.max(arrival);
             }
             (false, false) => {
-                self.busy.insert(i, (start, end, arrival));
-                if self.busy.len() > CALENDAR_INTERVALS
-                    && let Some((_, e, _)) = self.busy.pop_front()
-                {
-                    self.floor = self.floor.max(e);
+                self.busy.insert(
+                    j,
+                    Interval {
+                        start,
+                        end,
+                        arrival,
+                    },
+                );
+                if self.busy.len() - self.head > CALENDAR_INTERVALS {
+                    self.floor = self.floor.max(self.busy[self.head].end);
+                    self.head += 1;
+                    if self.head >= CALENDAR_INTERVALS {
+                        self.busy.drain(..self.head);
+                        self.head = 0;
+                    }
                 }
             }
         }
-        debug_assert!(
-            self.busy
-                .iter()
-                .zip(self.busy.iter().skip(1))
-                .all(|(a, b)| a.1 < b.0)
-        );
+        debug_assert!(self.live().windows(2).all(|w| w[0].end < w[1].start));
     }
 }
 
@@ -467,6 +522,92 @@ mod tests {
             let held: u64 = r.intervals().map(|(s, e)| e.0 - s.0).sum();
             proptest::prop_assert_eq!(held, total);
             proptest::prop_assert_eq!(r.busy_ns(), total);
+        }
+    }
+
+    /// The previous calendar (a `VecDeque` of `(start, end, arrival)` that pops its
+    /// front), kept as the reference the current one must match booking for booking.
+    #[derive(Default)]
+    struct DequeCalendar {
+        busy: std::collections::VecDeque<(u64, u64, u64)>,
+        floor: u64,
+        inversions: u64,
+    }
+
+    impl DequeCalendar {
+        fn reserve(&mut self, earliest: u64, dur: u64) -> (u64, u64) {
+            let mut t = earliest.max(self.floor);
+            let mut i = self.busy.partition_point(|&(_, e, _)| e <= t);
+            let mut inverted = false;
+            while let Some(&(s, e, a)) = self.busy.get(i) {
+                if t.saturating_add(dur) <= s && (dur > 0 || t < s) {
+                    break;
+                }
+                inverted |= a > earliest;
+                t = t.max(e);
+                i += 1;
+            }
+            self.inversions += u64::from(inverted);
+            let (start, end) = (t, t + dur);
+            if dur > 0 {
+                let jp = i > 0 && self.busy[i - 1].1 == start;
+                let jn = self.busy.get(i).is_some_and(|&(s, _, _)| s == end);
+                match (jp, jn) {
+                    (true, true) => {
+                        let (_, e, a) = self.busy[i];
+                        let p = &mut self.busy[i - 1];
+                        p.1 = e;
+                        p.2 = p.2.max(a).max(earliest);
+                        self.busy.remove(i);
+                    }
+                    (true, false) => {
+                        let p = &mut self.busy[i - 1];
+                        p.1 = end;
+                        p.2 = p.2.max(earliest);
+                    }
+                    (false, true) => {
+                        let n = &mut self.busy[i];
+                        n.0 = start;
+                        n.2 = n.2.max(earliest);
+                    }
+                    (false, false) => {
+                        self.busy.insert(i, (start, end, earliest));
+                        if self.busy.len() > CALENDAR_INTERVALS
+                            && let Some((_, e, _)) = self.busy.pop_front()
+                        {
+                            self.floor = self.floor.max(e);
+                        }
+                    }
+                }
+            }
+            (start, end)
+        }
+    }
+
+    proptest::proptest! {
+        /// Long runs of mostly late, out-of-order bookings (past the calendar's length,
+        /// so the floor and the trimming of forgotten intervals are exercised): every
+        /// booking, the inversion count and the calendar equal the reference's.
+        #[test]
+        fn calendar_matches_the_deque_reference(
+            ops in proptest::collection::vec((0u64..1000, 0u64..6, 0u64..16), 1..600)
+        ) {
+            let mut r = Resource::new();
+            let mut d = DequeCalendar::default();
+            let mut now = 0u64;
+            for (back, dur, step) in ops {
+                now += step;
+                let at = now.saturating_sub(back);
+                let want = d.reserve(at, dur);
+                let (s, e) = r.reserve(SimTime(at), dur);
+                proptest::prop_assert_eq!((s.0, e.0), want);
+            }
+            proptest::prop_assert_eq!(r.inversions(), d.inversions);
+            proptest::prop_assert_eq!(r.floor, d.floor);
+            let held: Vec<_> = r.intervals().map(|(s, e)| (s.0, e.0)).collect();
+            let want: Vec<_> = d.busy.iter().map(|&(s, e, _)| (s, e)).collect();
+            proptest::prop_assert_eq!(held, want);
+            proptest::prop_assert_eq!(r.free_at().0, d.busy.back().map_or(d.floor, |b| b.1.max(d.floor)));
         }
     }
 
