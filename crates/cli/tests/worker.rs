@@ -561,7 +561,10 @@ fn bad_placements_are_refused_with_the_field_named() {
     let out = csd(&["query", "--array", d, "SELECT COUNT(*) FROM s4"]);
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
-    assert!(e.contains("do not add up"), "{e}");
+    assert!(
+        e.contains("table s4: device_rows add up to 2001, not its rows = 2000"),
+        "{e}"
+    );
     // A worker serving a copy of the array (another machine) that lacks a table the
     // coordinator's copy has: the worker refuses the plan (manifest mismatch), naming
     // device, worker and table.

@@ -295,13 +295,18 @@ impl Manifest {
                     t.device_pages.len()
                 ));
             }
-            if t.device_rows.iter().sum::<u64>() != t.rows
-                || t.device_pages.iter().sum::<u64>() != t.pages
-            {
-                return Err(format!(
-                    "table {}: rows or pages per device do not add up",
-                    t.name
-                ));
+            for (field, per_device, total, of) in [
+                ("device_rows", &t.device_rows, t.rows, "rows"),
+                ("device_pages", &t.device_pages, t.pages, "pages"),
+            ] {
+                let sum = per_device.iter().sum::<u64>();
+                if sum != total {
+                    return Err(format!(
+                        "table {}: {field} add up to {sum}, not its {of} = {total} (the \
+                         placement per device does not add up)",
+                        t.name
+                    ));
+                }
             }
             if t.stripe_pages == 0 || layout_of(&t.layout).is_none() {
                 return Err(format!("table {}: bad stripe unit or layout", t.name));

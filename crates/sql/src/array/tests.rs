@@ -43,6 +43,21 @@ fn manifest_round_trips_and_bad_ones_are_refused() {
     let mut bad = m.clone();
     bad.tables[0].device_rows = vec![4, 4];
     assert!(bad.check().is_err());
+    // Rows or pages per device that do not add up to the table's: the field is named.
+    let mut bad = m.clone();
+    bad.tables[0].device_rows = vec![4, 4, 3];
+    assert_eq!(
+        bad.check().expect_err("rows"),
+        "table t: device_rows add up to 11, not its rows = 10 (the placement per device \
+         does not add up)"
+    );
+    let mut bad = m.clone();
+    bad.tables[0].device_pages = vec![1, 1, 0];
+    assert!(
+        bad.check()
+            .expect_err("pages")
+            .starts_with("table t: device_pages add up to 2, not its pages = 3"),
+    );
     let mut bad = m.clone();
     bad.devices[0] = "../escape.img".into();
     assert!(bad.check().is_err());
