@@ -36,8 +36,10 @@
 //!   evaluator runs here too (so the results are the same), but its work is charged to
 //!   the FMC's logic, which keeps pace with the inbound stream:
 //!   - a projection writes the matching records to DRAM and they cross the link
-//!     (`rows_selected × row width` bytes, scan eq. 7–8); the host folds them, which the
-//!     host side charges at its own costs;
+//!     (`rows_selected × row width` bytes, scan eq. 7–8, plus the bytes of the
+//!     records' variable-length values, `selected_var_bytes`: a `VARCHAR` record is its
+//!     slots and its strings); the host folds them, which the host side charges at its
+//!     own costs;
 //!   - the compare logic compares a fixed-width attribute (CHAR, numbers, dates) in the
 //!     beat it streams by, so such predicates add no time to the page. A
 //!     variable-length value (VARCHAR / VARBINARY) lies in the page's heap at the offset
@@ -867,7 +869,8 @@ fn charge(
         }
         IspMode::Hw => {
             let t_flash = hw_compared(s.compare_rate, c, t_flash);
-            let bytes = c.rows_selected * s.row_width;
+            // Whole records: their fixed-width slots and their variable-length values.
+            let bytes = c.rows_selected * s.row_width + c.selected_var_bytes;
             s.out_link_bytes += bytes;
             ctrl.dram(t_flash, bytes)
         }

@@ -12,7 +12,7 @@ use crate::DistError;
 
 /// Version of the wire format and of the scan semantics: a worker refuses a plan made
 /// by a coordinator of another version (and says which).
-pub const WIRE_VERSION: &str = concat!("csd-", env!("CARGO_PKG_VERSION"), "/wire-3");
+pub const WIRE_VERSION: &str = concat!("csd-", env!("CARGO_PKG_VERSION"), "/wire-4");
 
 /// How a scan runs ([`ScanSettings`] as plain data).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -160,7 +160,7 @@ pub struct WireReport {
     pub pages: u64,
     pub table_bytes: u64,
     pub rows: u64,
-    pub work: [u64; 11],
+    pub work: [u64; 12],
     pub result_rows: u64,
     pub modeled_ns: u64,
     pub stages: Vec<WireStage>,
@@ -227,6 +227,7 @@ impl WireReport {
                 w.result_bytes,
                 w.agg_updates,
                 w.var_bytes_compared,
+                w.selected_var_bytes,
             ],
             result_rows: r.result_rows,
             modeled_ns: r.modeled_ns,
@@ -281,6 +282,7 @@ impl WireReport {
             result_bytes: w[8],
             agg_updates: w[9],
             var_bytes_compared: w[10],
+            selected_var_bytes: w[11],
         };
         let stages = self
             .stages

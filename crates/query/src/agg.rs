@@ -2,10 +2,13 @@
 //! aggregation a Smart SSD computes next to the data (smart-ssd-query-processing §3–4,
 //! the aggregation experiments of §4.2.2 and TPC-H Q6 of §4.2.3), finished on the host.
 //!
-//! Accumulators are exact: each group keeps its row count (`u64`; no value is ever
-//! NULL, so this is every `COUNT` and the divisor of every `AVG`), `SUM`/`AVG` an
-//! `i128` sum (`AVG` is `sum / rows`, divided once by the host's final aggregate),
-//! `MIN`/`MAX` the extreme value. Because every accumulator is an
+//! Accumulators are exact: each group keeps its row count (`u64`: `COUNT(*)`, and every
+//! `COUNT` and `AVG` divisor of a NOT NULL argument), `SUM`/`AVG` an `i128` sum (`AVG` is
+//! `sum / count`, divided once by the host's final aggregate), `MIN`/`MAX` the extreme
+//! value. An aggregate whose argument may be NULL skips the NULL rows, as SQL does: it
+//! keeps its own count of the values it folded (`COUNT(x)`, the divisor of `AVG(x)`, and
+//! whether `SUM(x)` saw any value at all; see [`AggState::value_rows`]). `MIN`/`MAX` of a
+//! float folds its total-order key ([`crate::types::float_key`]). Because every accumulator is an
 //! exact, associative and commutative fold, the state of any split of the input
 //! (pages, channels, devices) merges into the state of the whole input:
 //! `merge(state(A), state(B)) == state(A ∪ B)`.
@@ -150,20 +153,29 @@ impl PackedIndex {
 pub(crate) enum AggInput<'a> {
     /// `COUNT(*)` / `COUNT(x)`: no values needed.
     Rows,
-    /// Numeric values (`INT`, `DECIMAL`, `DATE`).
+    /// `COUNT(x)` of an `x` that may be NULL: per selected row, whether `x` is not NULL.
+    Valid(&'a [bool]),
+    /// Numeric values (`INT`, `DECIMAL`, `DATE`, float keys).
     Num(&'a [i64]),
+    /// Numeric values of an argument that may be NULL, and per selected row whether it
+    /// is not (a NULL row's value is 0 and is skipped).
+    NumValid(&'a [i64], &'a [bool]),
     /// A `CHAR` column, read per selected row.
     Char(ColumnView<'a>),
 }
 
-/// Per-aggregate accumulator columns. `COUNT` needs none and `SUM`/`AVG` keep no
-/// count of their own: values are never NULL, so both equal the group's row count,
-/// kept once per group in [`AggState`].
+/// Per-aggregate accumulator columns. `COUNT` and `SUM`/`AVG` of a NOT NULL argument
+/// keep no count of their own: it is the group's row count, kept once per group in
+/// [`AggState`]; over an argument that may be NULL they count the values folded
+/// (`nn`, per group).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Acc {
-    Count,
+    Count {
+        nn: Option<Vec<u64>>,
+    },
     Sum {
         sum: Vec<i128>,
+        nn: Option<Vec<u64>>,
     },
     MinMax {
         max: bool,
@@ -178,10 +190,15 @@ enum Acc {
 }
 
 impl Acc {
-    fn new(func: AggFunc, arg: Option<DataType>) -> Acc {
+    fn new(func: AggFunc, arg: Option<DataType>, nullable: bool) -> Acc {
+        let nn = nullable.then(Vec::new);
         match func {
-            AggFunc::CountStar | AggFunc::Count => Acc::Count,
-            AggFunc::Sum | AggFunc::Avg => Acc::Sum { sum: Vec::new() },
+            AggFunc::CountStar => Acc::Count { nn: None },
+            AggFunc::Count => Acc::Count { nn },
+            AggFunc::Sum | AggFunc::Avg => Acc::Sum {
+                sum: Vec::new(),
+                nn,
+            },
             AggFunc::Min | AggFunc::Max => {
                 let max = func == AggFunc::Max;
                 if matches!(arg, Some(DataType::Char(_))) {
@@ -203,8 +220,11 @@ impl Acc {
 
     fn reserve(&mut self, more: usize) {
         match self {
-            Acc::Count => {}
-            Acc::Sum { sum } => sum.reserve(more),
+            Acc::Count { nn } => nn.iter_mut().for_each(|n| n.reserve(more)),
+            Acc::Sum { sum, nn } => {
+                sum.reserve(more);
+                nn.iter_mut().for_each(|n| n.reserve(more));
+            }
             Acc::MinMax { val, seen, .. } => {
                 val.reserve(more);
                 seen.reserve(more);
@@ -218,8 +238,11 @@ impl Acc {
 
     fn push_group(&mut self) {
         match self {
-            Acc::Count => {}
-            Acc::Sum { sum } => sum.push(0),
+            Acc::Count { nn } => nn.iter_mut().for_each(|n| n.push(0)),
+            Acc::Sum { sum, nn } => {
+                sum.push(0);
+                nn.iter_mut().for_each(|n| n.push(0));
+            }
             Acc::MinMax { val, seen, .. } => {
                 val.push(0);
                 seen.push(false);
@@ -234,8 +257,8 @@ impl Acc {
     /// Group `g`'s accumulated value.
     fn value(&self, g: usize) -> AccValue<'_> {
         match self {
-            Acc::Count => AccValue::Count,
-            Acc::Sum { sum } => AccValue::Sum(sum[g]),
+            Acc::Count { nn } => AccValue::Count(nn.as_ref().map(|n| n[g])),
+            Acc::Sum { sum, nn } => AccValue::Sum(sum[g], nn.as_ref().map(|n| n[g])),
             Acc::MinMax { val, seen, .. } => AccValue::MinMax(seen[g].then(|| val[g])),
             Acc::MinMaxChar { val, seen, .. } => {
                 AccValue::MinMaxChar(seen[g].then(|| val[g].as_slice()))
@@ -246,9 +269,10 @@ impl Acc {
     /// Folds another state's value of the same aggregate into group `g`.
     fn fold(&mut self, g: usize, v: AccValue<'_>) -> Result<(), EvalError> {
         match (self, v) {
-            (Acc::Count, AccValue::Count) => {}
-            (Acc::Sum { sum }, AccValue::Sum(s2)) => {
+            (Acc::Count { nn }, AccValue::Count(n2)) => fold_count(nn, g, n2)?,
+            (Acc::Sum { sum, nn }, AccValue::Sum(s2, n2)) => {
                 sum[g] = sum[g].checked_add(s2).ok_or_else(merge_overflow)?;
+                fold_count(nn, g, n2)?;
             }
             (Acc::MinMax { max, val, seen }, AccValue::MinMax(v2)) => {
                 if let Some(v2) = v2 {
@@ -270,8 +294,8 @@ impl Acc {
     /// Bytes this accumulator takes per group in a result sent to the host.
     fn wire_width(&self) -> usize {
         match self {
-            Acc::Count => 0,
-            Acc::Sum { .. } => 16,
+            Acc::Count { nn } => 8 * usize::from(nn.is_some()),
+            Acc::Sum { nn, .. } => 16 + 8 * usize::from(nn.is_some()),
             Acc::MinMax { .. } => 9,
             Acc::MinMaxChar { val, .. } => 1 + val.first().map_or(0, Vec::len),
         }
@@ -281,10 +305,27 @@ impl Acc {
 /// One group's value of an accumulator, borrowed ([`Acc::value`], [`Acc::fold`]).
 #[derive(Debug, Clone, Copy)]
 enum AccValue<'a> {
-    Count,
-    Sum(i128),
+    /// The values counted, where the aggregate counts its own.
+    Count(Option<u64>),
+    /// The sum, and the values summed where the aggregate counts its own.
+    Sum(i128, Option<u64>),
     MinMax(Option<i64>),
     MinMaxChar(Option<&'a [u8]>),
+}
+
+/// Adds another state's count of values (`n2`) to group `g`'s (both present or both
+/// absent: the aggregations are the same).
+fn fold_count(nn: &mut Option<Vec<u64>>, g: usize, n2: Option<u64>) -> Result<(), EvalError> {
+    match (nn, n2) {
+        (None, None) => Ok(()),
+        (Some(n), Some(x)) => {
+            n[g] = n[g].checked_add(x).ok_or_else(merge_overflow)?;
+            Ok(())
+        }
+        _ => Err(EvalError::PlanMismatch(
+            "an aggregate counts its values in one state and not in the other".into(),
+        )),
+    }
 }
 
 fn merge_overflow() -> EvalError {
@@ -373,7 +414,10 @@ impl AggState {
             accs: agg
                 .aggregates
                 .iter()
-                .map(|a| Acc::new(a.func, a.arg.as_ref().map(|e| e.ty)))
+                .map(|a| {
+                    let nullable = a.arg.as_ref().is_some_and(|e| e.may_be_null());
+                    Acc::new(a.func, a.arg.as_ref().map(|e| e.ty), nullable)
+                })
                 .collect(),
             limit: limit.max(1),
         };
@@ -617,10 +661,35 @@ impl AggState {
         } else {
             self.rows[0] += n as u64;
         }
+        let gid = |k: usize| if grouped { gids[k] as usize } else { 0 };
         for (acc, input) in self.accs.iter_mut().zip(inputs) {
             match (acc, input) {
-                (Acc::Count, _) => {}
-                (Acc::Sum { sum }, AggInput::Num(v)) => {
+                (Acc::Count { nn: Some(nn) }, AggInput::Valid(ok)) => {
+                    for (k, &v) in ok.iter().enumerate() {
+                        nn[gid(k)] += u64::from(v);
+                    }
+                }
+                (Acc::Count { nn: None }, _) => {}
+                (Acc::Sum { sum, nn: Some(nn) }, AggInput::NumValid(v, ok)) => {
+                    // |sum| < rows * 2^63 < 2^127 while rows < 2^64: no overflow
+                    for (k, (&x, &valid)) in v.iter().zip(ok.iter()).enumerate() {
+                        if valid {
+                            let g = gid(k);
+                            sum[g] += i128::from(x);
+                            nn[g] += 1;
+                        }
+                    }
+                }
+                (Acc::MinMax { max, val, seen }, AggInput::NumValid(v, ok)) => {
+                    let max = *max;
+                    for (k, (&x, &valid)) in v.iter().zip(ok.iter()).enumerate() {
+                        if valid {
+                            let g = gid(k);
+                            fold_extreme(max, &mut val[g], &mut seen[g], x);
+                        }
+                    }
+                }
+                (Acc::Sum { sum, nn: None }, AggInput::Num(v)) => {
                     // |sum| < rows * 2^63 < 2^127 while rows < 2^64: no overflow
                     if few {
                         let mut bank = [[0i128; LINEAR_GROUPS]; 2];
@@ -646,7 +715,11 @@ impl AggState {
                     }
                 }
                 (Acc::MinMaxChar { max, val, seen }, AggInput::Char(cv)) => {
+                    let nulls = cv.may_have_nulls();
                     for (k, &i) in sel.iter().enumerate() {
+                        if nulls && cv.is_null(i as usize) {
+                            continue;
+                        }
                         let g = if grouped { gids[k] as usize } else { 0 };
                         let b = cv.raw(i as usize).unwrap_or(&[]);
                         fold_extreme_char(*max, &mut val[g], &mut seen[g], b);
@@ -720,8 +793,10 @@ impl AggState {
         };
         for (a, acc) in self.accs.iter().enumerate() {
             (st.kinds[a], st.vals[a]) = match acc.value(0) {
-                AccValue::Count => (ScalarKind::Count, 0),
-                AccValue::Sum(s) => (ScalarKind::Sum, s),
+                AccValue::Count(None) => (ScalarKind::Count, 0),
+                AccValue::Sum(s, None) => (ScalarKind::Sum, s),
+                // An aggregate that counts its own values has no inline form.
+                AccValue::Count(Some(_)) | AccValue::Sum(_, Some(_)) => return None,
                 AccValue::MinMax(Some(v)) => (ScalarKind::Extreme, i128::from(v)),
                 AccValue::MinMax(None) => (ScalarKind::NoExtreme, 0),
                 AccValue::MinMaxChar(_) => return None,
@@ -739,8 +814,11 @@ impl AggState {
         self.rows[0] = 0;
         for a in &mut self.accs {
             match a {
-                Acc::Count => {}
-                Acc::Sum { sum } => sum[0] = 0,
+                Acc::Count { nn } => nn.iter_mut().for_each(|n| n[0] = 0),
+                Acc::Sum { sum, nn } => {
+                    sum[0] = 0;
+                    nn.iter_mut().for_each(|n| n[0] = 0);
+                }
                 Acc::MinMax { val, seen, .. } => {
                     val[0] = 0;
                     seen[0] = false;
@@ -783,12 +861,23 @@ impl AggState {
         &self.rows
     }
 
+    /// The values aggregate `a` folded, per group: the group's rows, or for an argument
+    /// that may be NULL the rows where it was not (`COUNT(x)`, `AVG(x)`'s divisor; a
+    /// `SUM(x)` of 0 values is NULL).
+    pub fn value_rows(&self, a: usize) -> Option<&[u64]> {
+        Some(match self.accs.get(a)? {
+            Acc::Count { nn: Some(n) } | Acc::Sum { nn: Some(n), .. } => n,
+            _ => &self.rows,
+        })
+    }
+
     /// Aggregate `a`'s raw accumulator, per group: what a caller that merges states
     /// itself (a SQL engine's final aggregation) needs.
     pub fn accumulator(&self, a: usize) -> Option<AccView<'_>> {
         Some(match self.accs.get(a)? {
-            Acc::Count => AccView::Count(&self.rows),
-            Acc::Sum { sum } => AccView::Sum(sum),
+            Acc::Count { nn: Some(n) } => AccView::Count(n),
+            Acc::Count { nn: None } => AccView::Count(&self.rows),
+            Acc::Sum { sum, .. } => AccView::Sum(sum),
             Acc::MinMax { val, seen, .. } => AccView::MinMax { val, seen },
             Acc::MinMaxChar { val, seen, .. } => AccView::MinMaxChar { val, seen },
         })
@@ -799,10 +888,11 @@ impl AggState {
 /// [`AggState::accumulator`]).
 #[derive(Debug, Clone, Copy)]
 pub enum AccView<'a> {
-    /// `COUNT`: the rows of each group.
+    /// `COUNT`: the rows (or values, for `COUNT(x)` of an `x` that may be NULL) of each
+    /// group.
     Count(&'a [u64]),
     /// `SUM` / `AVG`: the exact sum of each group, in units of the argument's scale (the
-    /// count of `AVG` is the group's rows).
+    /// count of `AVG` is [`AggState::value_rows`]).
     Sum(&'a [i128]),
     /// `MIN` / `MAX` of a number or date; `seen` is false for a group without values.
     MinMax {
@@ -858,8 +948,8 @@ impl ScalarState {
     /// Aggregate `a`'s value.
     fn value(&self, a: usize) -> AccValue<'static> {
         match self.kinds[a] {
-            ScalarKind::Count => AccValue::Count,
-            ScalarKind::Sum => AccValue::Sum(self.vals[a]),
+            ScalarKind::Count => AccValue::Count(None),
+            ScalarKind::Sum => AccValue::Sum(self.vals[a], None),
             // Stored from an `i64` by `AggState::scalar`.
             ScalarKind::Extreme => AccValue::MinMax(Some(self.vals[a] as i64)),
             ScalarKind::NoExtreme => AccValue::MinMax(None),
@@ -979,9 +1069,9 @@ mod tests {
             st.rows[0] += 1;
             for acc in &mut st.accs {
                 let v = match acc {
-                    Acc::Sum { .. } => AccValue::Sum(i128::from(a)),
+                    Acc::Sum { .. } => AccValue::Sum(i128::from(a), None),
                     Acc::MinMax { .. } => AccValue::MinMax(Some(b)),
-                    _ => AccValue::Count,
+                    _ => AccValue::Count(None),
                 };
                 acc.fold(0, v).expect("fold");
             }

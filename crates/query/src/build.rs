@@ -240,24 +240,40 @@ pub fn fold(e: Expr, whole: &str) -> Result<Expr, BuildError> {
 /// `expr op c`, `expr` (an `i64`) at scale `s`, `c` at scale `t`, rewritten exactly to
 /// a comparison with an `i64` constant at scale `s`, or to a constant truth value.
 pub(crate) fn normalize_const(op: CmpOp, s: u8, c: i128, t: u8) -> Normalized {
-    // `expr op v` for a v at scale s; beyond the i64 range the outcome is fixed
-    let fit = |op: CmpOp, v: i128| match i64::try_from(v) {
-        Ok(x) => Normalized::Cmp(op, x),
-        Err(_) => Normalized::Always(op.holds(if v > 0 {
-            Ordering::Less
-        } else {
-            Ordering::Greater
-        })),
-    };
+    match normalize_wide(op, s, c, t) {
+        Normalized128::Always(b) => Normalized::Always(b),
+        // beyond the i64 range the outcome is fixed
+        Normalized128::Cmp(op, v) => match i64::try_from(v) {
+            Ok(x) => Normalized::Cmp(op, x),
+            Err(_) => Normalized::Always(op.holds(if v > 0 {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            })),
+        },
+    }
+}
+
+/// [`Normalized`] for an `i128` expression (a `DECIMAL(p, s)` column).
+pub(crate) enum Normalized128 {
+    /// `expr op c` with `c` now at the expression's scale.
+    Cmp(CmpOp, i128),
+    /// The comparison has this value on every row.
+    Always(bool),
+}
+
+/// `expr op c`, `expr` (an `i128`) at scale `s`, `c` at scale `t`, rewritten exactly to
+/// a comparison with an `i128` constant at scale `s`, or to a constant truth value.
+pub(crate) fn normalize_wide(op: CmpOp, s: u8, c: i128, t: u8) -> Normalized128 {
     match t.cmp(&s) {
-        Ordering::Equal => fit(op, c),
+        Ordering::Equal => Normalized128::Cmp(op, c),
         Ordering::Less => match 10i128
             .checked_pow(u32::from(s - t))
             .and_then(|f| c.checked_mul(f))
         {
-            Some(up) => fit(op, up),
-            // |c * 10^(s-t)| > i128::MAX > every i64: c != 0 here
-            None => Normalized::Always(op.holds(if c > 0 {
+            Some(up) => Normalized128::Cmp(op, up),
+            // |c * 10^(s-t)| > i128::MAX > every value: c != 0 here
+            None => Normalized128::Always(op.holds(if c > 0 {
                 Ordering::Less
             } else {
                 Ordering::Greater
@@ -271,17 +287,51 @@ pub(crate) fn normalize_const(op: CmpOp, s: u8, c: i128, t: u8) -> Normalized {
             let exact = c.rem_euclid(f) == 0;
             let ceil = if exact { floor } else { floor + 1 };
             match op {
-                CmpOp::Lt => fit(CmpOp::Lt, ceil),
-                CmpOp::Le => fit(CmpOp::Le, floor),
-                CmpOp::Gt => fit(CmpOp::Gt, floor),
-                CmpOp::Ge => fit(CmpOp::Ge, ceil),
-                CmpOp::Eq if exact => fit(CmpOp::Eq, floor),
-                CmpOp::Ne if exact => fit(CmpOp::Ne, floor),
-                CmpOp::Eq => Normalized::Always(false),
-                CmpOp::Ne => Normalized::Always(true),
+                CmpOp::Lt => Normalized128::Cmp(CmpOp::Lt, ceil),
+                CmpOp::Le => Normalized128::Cmp(CmpOp::Le, floor),
+                CmpOp::Gt => Normalized128::Cmp(CmpOp::Gt, floor),
+                CmpOp::Ge => Normalized128::Cmp(CmpOp::Ge, ceil),
+                CmpOp::Eq if exact => Normalized128::Cmp(CmpOp::Eq, floor),
+                CmpOp::Ne if exact => Normalized128::Cmp(CmpOp::Ne, floor),
+                CmpOp::Eq => Normalized128::Always(false),
+                CmpOp::Ne => Normalized128::Always(true),
             }
         }
     }
+}
+
+/// `x op c` for a `FLOAT32` expression `x` and a `FLOAT64` constant `c` (DataFusion's
+/// `CAST(x AS DOUBLE) op c`), rewritten exactly to a comparison of `x` with a `FLOAT32`
+/// constant in the total order of [`crate::types::float_key`]: `c` itself when it is a
+/// `FLOAT32` value, else the largest `FLOAT32` below it (`x < c` is `x <= lower`, `x > c`
+/// is `x > lower`, `x = c` never holds). A NaN constant is refused (NaNs' payloads do not
+/// survive the widening alike).
+fn compare_widened_f32(op: CmpOp, x: Expr, key: i64) -> Result<Expr, BuildError> {
+    let c = f64::from_bits(crate::types::float_bits(key, 8));
+    if c.is_nan() {
+        return Err(BuildError::Compare {
+            left: DataType::Float32,
+            right: DataType::Float64,
+            hint: ": a NaN constant against a FLOAT32 column".into(),
+        });
+    }
+    let c32 = c as f32;
+    let f32_const =
+        |v: f32| Expr::constant(Const::Int(crate::types::f32_key(v)), DataType::Float32);
+    if f64::from(c32).to_bits() == c.to_bits() {
+        return Ok(cmp_node(op, x, f32_const(c32)));
+    }
+    let lower = if f64::from(c32) > c {
+        c32.next_down()
+    } else {
+        c32
+    };
+    Ok(match op {
+        CmpOp::Lt | CmpOp::Le => cmp_node(CmpOp::Le, x, f32_const(lower)),
+        CmpOp::Gt | CmpOp::Ge => cmp_node(CmpOp::Gt, x, f32_const(lower)),
+        CmpOp::Eq => known(x, false),
+        CmpOp::Ne => known(x, true),
+    })
 }
 
 fn compare_hint(l: &Expr, r: &Expr) -> String {
@@ -380,6 +430,52 @@ pub fn compare(op: CmpOp, l: Expr, r: Expr, whole: &str) -> Result<Expr, BuildEr
             (Some(_), None) => Ok(cmp_node(op.flip(), r, l)),
             _ => Ok(cmp_node(op, l, r)),
         },
+        // Floats compare in IEEE total order, as Arrow's kernels do (keys: see
+        // `types::float_key`); a FLOAT32 column against a FLOAT64 constant is rewritten
+        // to a FLOAT32 constant.
+        (DataType::Float32, DataType::Float32) | (DataType::Float64, DataType::Float64) => {
+            match (l.as_int_const(), r.as_int_const()) {
+                (Some(x), Some(y)) => Ok(Expr::boolean(op.test(x, y))),
+                (Some(_), None) => Ok(cmp_node(op.flip(), r, l)),
+                _ => Ok(cmp_node(op, l, r)),
+            }
+        }
+        (DataType::Float32, DataType::Float64) if l.as_const().is_none() => {
+            match r.as_int_const() {
+                Some(k) => compare_widened_f32(op, l, k),
+                None => Err(BuildError::Compare {
+                    left: l.ty,
+                    right: r.ty,
+                    hint: ": a FLOAT32 column against a FLOAT64 constant only".into(),
+                }),
+            }
+        }
+        (DataType::Float64, DataType::Float32) if r.as_const().is_none() => {
+            compare(op.flip(), r, l, whole)
+        }
+        // DECIMAL(p, s) (128-bit) against a number constant: the constant at scale s.
+        (DataType::Decimal128 { scale: s, .. }, b)
+            if b.is_number() && l.as_const().is_none() && num_const(&r).is_some() =>
+        {
+            let c = num_const(&r).unwrap_or(0);
+            match normalize_wide(op, s, c, b.scale().unwrap_or(0)) {
+                Normalized128::Always(v) => Ok(known(l, v)),
+                Normalized128::Cmp(op, v) => {
+                    let ty = l.ty;
+                    Ok(cmp_node(op, l, Expr::constant(Const::Wide(v), ty)))
+                }
+            }
+        }
+        (a, DataType::Decimal128 { .. })
+            if a.is_number() && r.as_const().is_none() && num_const(&l).is_some() =>
+        {
+            compare(op.flip(), r, l, whole)
+        }
+        (DataType::Decimal128 { scale: s1, .. }, DataType::Decimal128 { scale: s2, .. })
+            if s1 == s2 && l.as_const().is_none() && r.as_const().is_none() =>
+        {
+            Ok(cmp_node(op, l, r))
+        }
         (a, b) => Err(BuildError::Compare {
             left: a,
             right: b,

@@ -24,7 +24,7 @@
 
 use std::ops::{Add, AddAssign};
 
-use csd_table::{ColumnView, Layout, PageView};
+use csd_table::{ColumnType, ColumnView, Layout, PageView};
 
 use crate::agg::{AggInput, GroupScratch};
 use crate::error::EvalError;
@@ -69,6 +69,11 @@ pub struct WorkCounters {
     /// logic reads these from the page's heap, apart from the fixed-width stream; 0 for
     /// fixed-width columns (CHAR, numbers, dates).
     pub var_bytes_compared: u64,
+    /// Bytes of the variable-length values (every `VARCHAR` / `VARBINARY` column, a NULL
+    /// 0) of the rows a projection selected: what a filter that forwards whole records
+    /// (`hw-isp`) sends besides their fixed-width slots. 0 for aggregations and for
+    /// tables of fixed-width columns.
+    pub selected_var_bytes: u64,
 }
 
 impl WorkCounters {
@@ -93,6 +98,7 @@ impl AddAssign for WorkCounters {
         self.result_bytes += o.result_bytes;
         self.agg_updates += o.agg_updates;
         self.var_bytes_compared += o.var_bytes_compared;
+        self.selected_var_bytes += o.selected_var_bytes;
     }
 }
 
@@ -212,6 +218,7 @@ impl Evaluator {
         let mut run = Run::start(page, scratch, &mut c);
         run.selection(plan.filter.as_ref(), sel)?;
         c.rows_selected = sel.len() as u64;
+        c.selected_var_bytes = selected_var_bytes(page, sel)?;
         self.totals += c;
         Ok(c)
     }
@@ -235,6 +242,7 @@ impl Evaluator {
         match (&plan.output, out) {
             (Output::Project(exprs), PartialResult::Rows(chunk)) => {
                 run.project(exprs, &sel, chunk)?;
+                run.c.selected_var_bytes = selected_var_bytes(page, &sel)?;
             }
             (Output::Aggregate(agg), PartialResult::Aggregate(state)) => {
                 let nullable_key = agg.group_by.iter().any(|&g| {
@@ -243,36 +251,75 @@ impl Evaluator {
                         .get(g)
                         .is_some_and(|c| c.nullable || !c.ty.is_classic())
                 });
-                let nullable_arg = agg.aggregates.iter().any(|a| {
-                    a.arg.as_ref().is_some_and(|e| {
-                        e.may_be_null()
-                            || !(e.ty.is_integer_backed() || matches!(e.ty, DataType::Char(_)))
-                    })
-                });
-                if nullable_key || nullable_arg {
+                if nullable_key || !agg.aggregates.iter().all(device_aggregate) {
                     return Err(EvalError::PlanMismatch(
-                        "the device aggregates NOT NULL columns of the fixed types (INT, \
-                         DECIMAL, DATE, CHAR) only: leave this aggregate to the host"
+                        "the device groups by NOT NULL columns of the fixed types and \
+                         aggregates INT, DECIMAL, DATE and CHAR values (MIN/MAX of floats \
+                         too), NULLs skipped: leave this aggregate to the host"
                             .into(),
                     ));
                 }
+                // Per aggregate: its values (numbers, float keys) and, for an argument
+                // that may be NULL, which selected rows it is not NULL on.
                 let mut bufs: Vec<Option<Vec<i64>>> = Vec::with_capacity(agg.aggregates.len());
+                let mut valid: Vec<Option<Vec<bool>>> = Vec::with_capacity(agg.aggregates.len());
                 for a in &agg.aggregates {
                     let needs_values = !matches!(a.func, AggFunc::CountStar | AggFunc::Count);
-                    match &a.arg {
-                        Some(e) if needs_values && e.ty.is_integer_backed() => {
+                    let ok = match &a.arg {
+                        Some(e) if e.may_be_null() && a.func != AggFunc::CountStar => {
+                            let mut nn = run.take_sel();
+                            run.non_null(e, &sel, &mut nn)?;
+                            run.c.predicates_evaluated += sel.len() as u64;
+                            let mut flags = Vec::with_capacity(sel.len());
+                            let mut it = nn.iter().peekable();
+                            for &i in &sel {
+                                let hit = it.peek() == Some(&&i);
+                                if hit {
+                                    it.next();
+                                }
+                                flags.push(hit);
+                            }
+                            if needs_values && (e.ty.is_integer_backed() || e.ty.is_float()) {
+                                let mut vals = run.take_num();
+                                run.eval_num(e, &nn, &mut vals)?;
+                                let mut b = run.take_num();
+                                let mut it = vals.iter();
+                                b.extend(flags.iter().map(|&f| {
+                                    if f {
+                                        it.next().copied().unwrap_or(0)
+                                    } else {
+                                        0
+                                    }
+                                }));
+                                run.s.nums.push(vals);
+                                bufs.push(Some(b));
+                            } else {
+                                bufs.push(None);
+                            }
+                            run.s.sels.push(nn);
+                            Some(flags)
+                        }
+                        Some(e)
+                            if needs_values && (e.ty.is_integer_backed() || e.ty.is_float()) =>
+                        {
                             let mut b = run.take_num();
                             run.eval_num(e, &sel, &mut b)?;
                             bufs.push(Some(b));
+                            None
                         }
-                        _ => bufs.push(None),
-                    }
+                        _ => {
+                            bufs.push(None);
+                            None
+                        }
+                    };
+                    valid.push(ok);
                 }
                 let mut inputs = Vec::with_capacity(bufs.len());
-                for (a, b) in agg.aggregates.iter().zip(&bufs) {
-                    inputs.push(match (b, &a.arg) {
-                        (Some(v), _) => AggInput::Num(v),
-                        (None, Some(e))
+                for ((a, b), ok) in agg.aggregates.iter().zip(&bufs).zip(&valid) {
+                    inputs.push(match (b, ok, &a.arg) {
+                        (Some(v), Some(f), _) => AggInput::NumValid(v, f),
+                        (Some(v), None, _) => AggInput::Num(v),
+                        (None, _, Some(e))
                             if !matches!(a.func, AggFunc::CountStar | AggFunc::Count) =>
                         {
                             let cv = char_column(run.view, e)?;
@@ -280,6 +327,7 @@ impl Evaluator {
                             run.c.touch(sel.len(), cv.width());
                             AggInput::Char(cv)
                         }
+                        (None, Some(f), _) => AggInput::Valid(f),
                         _ => AggInput::Rows,
                     });
                 }
@@ -313,6 +361,40 @@ impl Evaluator {
     }
 }
 
+/// Bytes of the variable-length values of the rows `sel` of `page`
+/// ([`WorkCounters::selected_var_bytes`]).
+fn selected_var_bytes(page: &PageView<'_>, sel: &[u32]) -> Result<u64, EvalError> {
+    let mut n = 0u64;
+    for (c, col) in page.schema().columns().iter().enumerate() {
+        if col.ty.is_variable() {
+            let cv = page.column(c)?;
+            n += sel
+                .iter()
+                .map(|&i| cv.bytes(i as usize).map_or(0, <[u8]>::len) as u64)
+                .sum::<u64>();
+        }
+    }
+    Ok(n)
+}
+
+/// Whether the device computes aggregate `a` exactly: `COUNT(*)`; `COUNT(x)`; `SUM`,
+/// `AVG`, `MIN`, `MAX` of `INT`, `DECIMAL`, `DATE` (and `TIMESTAMP`) values; `MIN`/`MAX`
+/// of `CHAR` and of floats (in IEEE total order, as Arrow's kernels). An argument may
+/// be NULL (its NULL rows are skipped); a float sum depends on the order of the
+/// additions, so it is the host's.
+fn device_aggregate(a: &crate::plan::Aggregate) -> bool {
+    let Some(e) = &a.arg else {
+        return true;
+    };
+    match a.func {
+        AggFunc::CountStar | AggFunc::Count => true,
+        AggFunc::Sum | AggFunc::Avg => e.ty.is_integer_backed(),
+        AggFunc::Min | AggFunc::Max => {
+            e.ty.is_integer_backed() || e.ty.is_float() || matches!(e.ty, DataType::Char(_))
+        }
+    }
+}
+
 /// The string column (`CHAR`, `VARCHAR`, `VARBINARY`) an expression reads (the builder
 /// only makes string expressions of columns and constants; constants are folded away
 /// where a column is needed).
@@ -321,6 +403,26 @@ fn char_column<'a>(view: &PageView<'a>, e: &Expr) -> Result<ColumnView<'a>, Eval
         ExprKind::Column { index, .. } => Ok(view.column(*index)?),
         _ => Err(EvalError::PlanMismatch(format!("{e} is not a CHAR column"))),
     }
+}
+
+/// The `DECIMAL(p, s)` (128-bit) column an expression reads.
+fn wide_column<'a>(view: &PageView<'a>, e: &Expr) -> Result<ColumnView<'a>, EvalError> {
+    match &e.kind {
+        ExprKind::Column { index, .. } if matches!(e.ty, DataType::Decimal128 { .. }) => {
+            Ok(view.column(*index)?)
+        }
+        _ => Err(EvalError::PlanMismatch(format!(
+            "{e} is not a DECIMAL(p, s) column"
+        ))),
+    }
+}
+
+/// Value `i` of a `DECIMAL(p, s)` column (the caller skips NULL rows, whose slot is 0).
+#[inline]
+fn wide_at(c: &ColumnView<'_>, i: usize) -> i128 {
+    c.raw(i)
+        .and_then(|b| <[u8; 16]>::try_from(b).ok())
+        .map_or(0, i128::from_le_bytes)
 }
 
 /// A `CHAR` operand: a column or a constant.
@@ -447,6 +549,26 @@ impl<'r, 'a> Run<'r, 'a> {
         let cv = self.view.column(index)?;
         self.s.note_col(index, demand);
         let w = cv.width();
+        if matches!(cv.column_type(), ColumnType::Float32 | ColumnType::Float64) {
+            // Floats as total-order keys, decoded once per page.
+            let serial = self.s.serial;
+            if self.s.decoded_at.get(index) != Some(&serial) {
+                let buf = self
+                    .s
+                    .decoded
+                    .get_mut(index)
+                    .ok_or_else(|| EvalError::PlanMismatch("column out of range".into()))?;
+                buf.clear();
+                buf.extend(cv.iter_raw().map(|b| {
+                    let mut le = [0u8; 8];
+                    le[..w.min(8)].copy_from_slice(&b[..w.min(8)]);
+                    crate::types::float_key(u64::from_le_bytes(le), w)
+                }));
+                self.s.decoded_at[index] = serial;
+                self.c.touch(self.n, w);
+            }
+            return Ok(NumCol::Decoded(&self.s.decoded[index]));
+        }
         if !cv.column_type().is_numeric() {
             return Err(EvalError::PlanMismatch(format!(
                 "column {index} is {}, not numeric",
@@ -833,6 +955,8 @@ impl<'r, 'a> Run<'r, 'a> {
             self.c.values_touched += sel.len() as u64;
             self.c.bytes_touched += compared;
             self.c.var_bytes_compared += compared;
+        } else if matches!(left.ty, DataType::Decimal128 { .. }) {
+            self.filter_cmp_wide(op, left, right, sel, out)?;
         } else if let DataType::Char(_) = left.ty {
             let (l, r) = (CharOp::of(self.view, left)?, CharOp::of(self.view, right)?);
             self.s.note(left, sel.len());
@@ -870,6 +994,40 @@ impl<'r, 'a> Run<'r, 'a> {
             kernels::filter_vec_vec(&a, &b, sel, op, out);
             self.s.nums.push(a);
             self.s.nums.push(b);
+        }
+        Ok(())
+    }
+
+    /// A comparison of `DECIMAL(p, s)` (128-bit) values: a column with a constant at its
+    /// scale or with a column of the same scale (the builder makes no other).
+    fn filter_cmp_wide(
+        &mut self,
+        op: CmpOp,
+        left: &Expr,
+        right: &Expr,
+        sel: &[u32],
+        out: &mut Vec<u32>,
+    ) -> Result<(), EvalError> {
+        let l = wide_column(self.view, left)?;
+        self.s.note(left, sel.len());
+        self.c.touch(sel.len(), 16);
+        match &right.kind {
+            ExprKind::Const(Const::Wide(c)) => {
+                let c = *c;
+                filter_by(sel, out, |_, i| op.holds(wide_at(&l, i).cmp(&c)));
+            }
+            ExprKind::Const(Const::Int(c)) => {
+                let c = i128::from(*c);
+                filter_by(sel, out, |_, i| op.holds(wide_at(&l, i).cmp(&c)));
+            }
+            _ => {
+                let r = wide_column(self.view, right)?;
+                self.s.note(right, sel.len());
+                self.c.touch(sel.len(), 16);
+                filter_by(sel, out, |_, i| {
+                    op.holds(wide_at(&l, i).cmp(&wide_at(&r, i)))
+                });
+            }
         }
         Ok(())
     }

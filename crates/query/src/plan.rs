@@ -161,16 +161,18 @@ pub enum ExprKind {
 pub enum Const {
     /// A truth value.
     Bool(bool),
-    /// An integer, a decimal in units of its scale, or a date in days (per the
-    /// node's type).
+    /// An integer, a decimal in units of its scale, a date in days, a timestamp in
+    /// microseconds, or a float's total-order key ([`crate::types::float_key`]), per
+    /// the node's type.
     Int(i64),
     /// A byte string.
     Char(Vec<u8>),
     /// A numeric literal that does not fit an `i64` at its scale, or has more than 18
-    /// digits after the point (up to 38). It exists only while building: the builder
+    /// digits after the point (up to 38). While building, the builder
     /// ([`crate::build`]) turns a comparison or `IN` against it into an exact comparison
-    /// with an `i64` constant (or a truth value), and rejects it anywhere else, so a
-    /// finished [`Plan`] never holds one.
+    /// with an `i64` constant (or a truth value), and rejects it in arithmetic; a
+    /// finished [`Plan`] holds one only as the constant side of a comparison with a
+    /// `DECIMAL(p, s)` (128-bit) value, at that value's scale.
     Wide(i128),
 }
 
@@ -684,9 +686,19 @@ fn fmt_const(f: &mut fmt::Formatter<'_>, c: &Const, ty: DataType) -> fmt::Result
         (Const::Int(v), DataType::Decimal { scale }) => {
             f.write_str(&format_units(i128::from(*v), scale))
         }
+        (Const::Int(k), DataType::Float64) => {
+            write!(f, "{:?}", f64::from_bits(crate::types::float_bits(*k, 8)))
+        }
+        (Const::Int(k), DataType::Float32) => write!(
+            f,
+            "{:?}",
+            f32::from_bits(crate::types::float_bits(*k, 4) as u32)
+        ),
         (Const::Int(v), _) => write!(f, "{v}"),
         (Const::Char(b), _) => write!(f, "'{}'", String::from_utf8_lossy(b).replace('\'', "''")),
-        (Const::Wide(v), DataType::Decimal { scale }) => f.write_str(&format_units(*v, scale)),
+        (Const::Wide(v), DataType::Decimal { scale } | DataType::Decimal128 { scale, .. }) => {
+            f.write_str(&format_units(*v, scale))
+        }
         (Const::Wide(v), _) => write!(f, "{v}"),
     }
 }

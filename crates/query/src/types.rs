@@ -90,6 +90,12 @@ impl DataType {
         }
     }
 
+    /// True for `FLOAT32` and `FLOAT64`, which the evaluator holds as total-order keys
+    /// ([`float_key`]): compared, never computed with.
+    pub fn is_float(self) -> bool {
+        matches!(self, DataType::Float32 | DataType::Float64)
+    }
+
     /// True for `INT` and `DECIMAL`.
     pub fn is_number(self) -> bool {
         self.scale().is_some()
@@ -139,6 +145,44 @@ impl fmt::Display for DataType {
             DataType::Varbinary => f.write_str("VARBINARY"),
         }
     }
+}
+
+/// The total-order key of an IEEE value's bits (`bits` of `width` bytes, 4 or 8): keys
+/// compare as integers exactly as [`f64::total_cmp`] / [`f32::total_cmp`] order the
+/// values, which is how Arrow's comparison kernels (and so DataFusion) compare floats:
+/// `-NaN < -inf < … < -0.0 < 0.0 < … < inf < NaN`, `NaN = NaN`, `-0.0 <> 0.0`. A
+/// `FLOAT32` value's key is its own 32-bit key widened, so keys of one type compare
+/// with keys of that type only.
+#[inline]
+pub fn float_key(bits: u64, width: usize) -> i64 {
+    if width == 4 {
+        let b = bits as u32 as i32;
+        i64::from(b ^ ((((b >> 31) as u32) >> 1) as i32))
+    } else {
+        let b = bits as i64;
+        b ^ ((((b >> 63) as u64) >> 1) as i64)
+    }
+}
+
+/// The IEEE bits (`width` bytes, 4 or 8) of a [`float_key`]: its inverse.
+#[inline]
+pub fn float_bits(key: i64, width: usize) -> u64 {
+    if width == 4 {
+        let k = key as i32;
+        u64::from((k ^ ((((k >> 31) as u32) >> 1) as i32)) as u32)
+    } else {
+        (key ^ ((((key >> 63) as u64) >> 1) as i64)) as u64
+    }
+}
+
+/// The key of an `f64` value ([`float_key`]).
+pub fn f64_key(x: f64) -> i64 {
+    float_key(x.to_bits(), 8)
+}
+
+/// The key of an `f32` value ([`float_key`]).
+pub fn f32_key(x: f32) -> i64 {
+    float_key(u64::from(x.to_bits()), 4)
 }
 
 /// Compares `x * 10^-sx` with `y * 10^-sy` exactly. If rescaling overflows `i128`
@@ -235,6 +279,39 @@ mod tests {
             "overflowing rescale still orders"
         );
         assert_eq!(cmp_scaled(-1, 0, i128::MAX, 5), Ordering::Less);
+    }
+
+    proptest::proptest! {
+        /// Keys order floats as `total_cmp` does (NaNs, infinities and both zeros
+        /// included) and give the bits back.
+        #[test]
+        fn float_keys_order_as_total_cmp(a in proptest::num::f64::ANY, b in proptest::num::f64::ANY,
+                                         c in proptest::num::f32::ANY, d in proptest::num::f32::ANY) {
+            proptest::prop_assert_eq!(f64_key(a).cmp(&f64_key(b)), a.total_cmp(&b));
+            proptest::prop_assert_eq!(f32_key(c).cmp(&f32_key(d)), c.total_cmp(&d));
+            proptest::prop_assert_eq!(float_bits(f64_key(a), 8), a.to_bits());
+            proptest::prop_assert_eq!(float_bits(f32_key(c), 4), u64::from(c.to_bits()));
+        }
+    }
+
+    #[test]
+    fn float_keys_of_specials() {
+        let order = [
+            f64::NEG_INFINITY,
+            -1.5,
+            -0.0,
+            0.0,
+            1e-300,
+            2.0,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        for w in order.windows(2) {
+            assert!(f64_key(w[0]) < f64_key(w[1]), "{} < {}", w[0], w[1]);
+        }
+        assert!(f64_key(-f64::NAN) < f64_key(f64::NEG_INFINITY));
+        assert_eq!(f64_key(f64::NAN), f64_key(f64::NAN));
+        assert!(f32_key(-0.0) < f32_key(0.0));
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //! the same partial aggregation. It pushes only when everything translates exactly: grouping keys that are table
 //! columns; `COUNT`, `SUM`, `AVG`, `MIN`, `MAX` without `DISTINCT` or `FILTER`, whose
 //! arguments are column arithmetic the device computes exactly (`+ - *`, exact casts).
-//! Otherwise the plan is left as it was.
+//! Otherwise the plan is left as it was. An argument may be NULL: the device skips its
+//! NULL rows and counts the values it folded (`COUNT(x)`, `AVG(x)`'s count, a `SUM(x)`
+//! of no values is NULL), as DataFusion does; `MIN`/`MAX` of floats are folded in IEEE
+//! total order, as Arrow's kernels order them. Grouping keys must be NOT NULL columns.
 //!
 //! The device's states (exact `i128` sums, row counts, extremes) become DataFusion's
 //! partial-state columns (`sum`, `count` + `sum` for `AVG`, the value for `MIN`/`MAX`)
@@ -114,25 +117,35 @@ impl AggOutputSpec {
             };
             cols.push(arr);
         }
+        // The values each aggregate folded per group: the group's rows, or the rows
+        // where a nullable argument was not NULL (a SUM of no values is NULL).
+        let values = |a: usize| -> Result<&[u64]> {
+            st.value_rows(a).ok_or_else(|| {
+                DataFusionError::Internal(format!("the device state has no aggregate {a}"))
+            })
+        };
         let sums = |a: usize, s: u8| -> Result<ArrayRef> {
             let Some(AccView::Sum(v)) = st.accumulator(a) else {
                 return Err(DataFusionError::Internal(format!(
                     "aggregate {a} is not a sum"
                 )));
             };
-            let arr =
-                Decimal128Array::from_iter(v.iter().zip(rows).map(|(&x, &r)| (r > 0).then_some(x)))
-                    .with_precision_and_scale(38, s as i8)?;
+            let arr = Decimal128Array::from_iter(
+                v.iter()
+                    .zip(values(a)?)
+                    .map(|(&x, &r)| (r > 0).then_some(x)),
+            )
+            .with_precision_and_scale(38, s as i8)?;
             Ok(Arc::new(arr))
         };
         for (a, kind) in self.kinds.iter().enumerate() {
             match *kind {
                 StateKind::Count => cols.push(Arc::new(Int64Array::from_iter_values(
-                    rows.iter().map(|&r| r as i64),
+                    values(a)?.iter().map(|&r| r as i64),
                 ))),
                 StateKind::Sum(s) => cols.push(sums(a, s)?),
                 StateKind::Avg(s) => {
-                    cols.push(Arc::new(UInt64Array::from(rows.to_vec())));
+                    cols.push(Arc::new(UInt64Array::from(values(a)?.to_vec())));
                     cols.push(sums(a, s)?);
                 }
                 StateKind::AvgFloat => {
@@ -141,11 +154,10 @@ impl AggOutputSpec {
                             "aggregate {a} is not a sum"
                         )));
                     };
-                    cols.push(Arc::new(UInt64Array::from(rows.to_vec())));
+                    let n = values(a)?;
+                    cols.push(Arc::new(UInt64Array::from(n.to_vec())));
                     cols.push(Arc::new(Float64Array::from_iter(
-                        v.iter()
-                            .zip(rows)
-                            .map(|(&x, &r)| (r > 0).then_some(x as f64)),
+                        v.iter().zip(n).map(|(&x, &r)| (r > 0).then_some(x as f64)),
                     )));
                 }
                 StateKind::Extreme(ty) => cols.push(extremes(st, a, ty, rows)?),
@@ -192,6 +204,15 @@ fn extremes(st: &AggState, a: usize, ty: DevType, rows: &[u64]) -> Result<ArrayR
                     )
                     .with_precision_and_scale(DECIMAL_PRECISION, scale as i8)?,
                 ),
+                // Float extremes are total-order keys (csd_query::types::float_key).
+                DevType::Float64 => Arc::new(Float64Array::from_iter(val.iter().enumerate().map(
+                    |(g, &k)| ok(g).then(|| f64::from_bits(csd_query::types::float_bits(k, 8))),
+                ))),
+                DevType::Float32 => Arc::new(datafusion::arrow::array::Float32Array::from_iter(
+                    val.iter().enumerate().map(|(g, &k)| {
+                        ok(g).then(|| f32::from_bits(csd_query::types::float_bits(k, 4) as u32))
+                    }),
+                )),
                 DevType::Date => Arc::new(datafusion::arrow::array::Date32Array::from_iter(
                     val.iter()
                         .enumerate()
@@ -342,9 +363,10 @@ fn push_scan(
         aggregates.push(aggregate);
         kinds.push(kind);
     }
-    // The device aggregates NOT NULL values of the fixed types (INT, DECIMAL, DATE,
-    // CHAR) and groups by NOT NULL columns of the original types: a nullable or
-    // newer-type argument or key (SUM skipping NULLs, COUNT(col)) is DataFusion's.
+    // The device groups by NOT NULL columns of the original types, and aggregates
+    // values of the fixed types (INT, DECIMAL, DATE, CHAR; MIN/MAX of floats and
+    // timestamps; COUNT of anything), skipping NULLs as SQL does; anything else
+    // (a nullable or newer-type key, a float sum) is DataFusion's.
     let key_ok = |&g: &usize| {
         schema
             .columns()
@@ -352,12 +374,21 @@ fn push_scan(
             .is_some_and(|c| !c.nullable && c.ty.is_classic())
     };
     let arg_ok = |a: &Aggregate| {
-        a.arg.as_ref().is_none_or(|e| {
-            !e.may_be_null()
-                && matches!(
-                    e.ty,
-                    DevType::Int | DevType::Decimal { .. } | DevType::Date | DevType::Char(_)
-                )
+        a.arg.as_ref().is_none_or(|e| match a.func {
+            AggFunc::Count | AggFunc::CountStar => true,
+            AggFunc::Min | AggFunc::Max => matches!(
+                e.ty,
+                DevType::Int
+                    | DevType::Decimal { .. }
+                    | DevType::Date
+                    | DevType::Char(_)
+                    | DevType::Float32
+                    | DevType::Float64
+                    | DevType::Timestamp
+            ),
+            AggFunc::Sum | AggFunc::Avg => {
+                matches!(e.ty, DevType::Int | DevType::Decimal { .. })
+            }
         })
     };
     if !group_by.iter().all(key_ok) || !aggregates.iter().all(arg_ok) {

@@ -20,10 +20,17 @@
 //!   `LIKE 'p%'` / `'%s'` / `'%s%'` on `VARCHAR` / `VARBINARY` (byte for byte, as Arrow
 //!   compares strings: no padding, no trimming).
 //!
+//! * comparisons of `FLOAT32` / `FLOAT64` columns with float literals and with each
+//!   other, in IEEE total order as Arrow's comparison kernels order them (`NaN` above
+//!   `inf` and equal to itself, `-0.0 < 0.0`), `CAST(f32 AS DOUBLE)` against a literal
+//!   rewritten exactly to a `FLOAT32` constant; comparisons of `DECIMAL(p > 18)`
+//!   columns with numeric literals (exact 128-bit values) and with columns of their
+//!   scale.
+//!
 //! Not translated: division (DataFusion's decimal quotient scale differs from the
 //! device's), ordering comparisons of `CHAR` strings (padding and bytes below the
-//! blank), comparisons of floats and of `DECIMAL(p > 18)` values (the device reads and
-//! returns them; DataFusion filters them), functions, `CASE`, other `LIKE` patterns.
+//! blank), float arithmetic and float `IN` lists, functions, `CASE`, other `LIKE`
+//! patterns.
 
 use csd_query::BuildError;
 use csd_query::build::{self, Ar};
@@ -120,6 +127,15 @@ pub fn literal(v: &ScalarValue) -> Option<DevExpr> {
             Some(DevExpr::constant(Const::Int(*t), DevType::Timestamp))
         }
         ScalarValue::Boolean(Some(b)) => Some(DevExpr::boolean(*b)),
+        // Floats as total-order keys: compared as Arrow's kernels compare them.
+        ScalarValue::Float32(Some(x)) => Some(DevExpr::constant(
+            Const::Int(csd_query::types::f32_key(*x)),
+            DevType::Float32,
+        )),
+        ScalarValue::Float64(Some(x)) => Some(DevExpr::constant(
+            Const::Int(csd_query::types::f64_key(*x)),
+            DevType::Float64,
+        )),
         ScalarValue::Binary(Some(b))
         | ScalarValue::BinaryView(Some(b))
         | ScalarValue::LargeBinary(Some(b)) => {
@@ -482,6 +498,17 @@ pub(crate) fn cast(
         (DevType::Char(_), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8) => Ok(d),
         (DevType::Varchar, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8) => Ok(d),
         (DevType::Varbinary, DataType::Binary | DataType::BinaryView | DataType::LargeBinary) => {
+            Ok(d)
+        }
+        (DevType::Float32, DataType::Float32) | (DevType::Float64, DataType::Float64) => Ok(d),
+        // `CAST(x AS DOUBLE)` of a FLOAT32 column stays a FLOAT32 expression: the builder
+        // compares it with a FLOAT64 constant exactly (`build::compare`) and refuses
+        // anything else; MIN/MAX of it is the FLOAT32 extreme, widened by the host.
+        (DevType::Float32, DataType::Float64) if d.as_const().is_none() => Ok(d),
+        // A wider precision at the same scale: the same 128-bit value.
+        (DevType::Decimal128 { precision, scale }, DataType::Decimal128(p, s))
+            if i16::from(*s) == i16::from(scale) && *p >= precision =>
+        {
             Ok(d)
         }
         // A time zone is a label: the instant (UTC microseconds) is the same.

@@ -139,3 +139,45 @@ fn a_longer_string_compare_costs_more_on_hw_isp_and_a_fixed_width_one_the_same()
         );
     }
 }
+
+/// The modeled link bytes and the strings' bytes of `SELECT id, s FROM v WHERE id < k`
+/// on hw-isp (one device scan).
+fn projection(s: &SqlSession, k: usize) -> (u64, u64, u64) {
+    let sql = format!("SELECT id, s FROM v WHERE id < {k}");
+    let r = s.run(&sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    assert_eq!(r.scans.len(), 1, "{sql}: one scan");
+    let sc = &r.scans[0];
+    assert!(sc.program.contains("filter"), "{sql}: {}", sc.program);
+    let rows = r.rows().expect("rows");
+    assert_eq!(rows.len(), k, "{sql}");
+    let strings: u64 = rows.iter().map(|row| row[1].len() as u64).sum();
+    (
+        sc.report.host_link_bytes,
+        sc.report.work.selected_var_bytes,
+        strings,
+    )
+}
+
+/// hw-isp forwards whole records: a projection of VARCHAR rows sends their strings
+/// (counted from the values sent, not from the fixed-width slot), so the same rows with
+/// longer strings cost that many more link bytes; the work counter equals the bytes of
+/// the strings returned.
+#[test]
+fn a_hw_isp_projection_of_varchar_rows_sends_the_strings() {
+    let k = 400;
+    for layout in [Layout::Nsm, Layout::Pax] {
+        let short = session(3000, 10, layout);
+        let long = session(3000, 300, layout);
+        let (link_s, var_s, str_s) = projection(&short, k);
+        let (link_l, var_l, str_l) = projection(&long, k);
+        assert_eq!(var_s, str_s, "{layout:?}: the strings' bytes");
+        assert_eq!(var_l, str_l, "{layout:?}: the strings' bytes");
+        assert_eq!(str_l - str_s, (k * 290) as u64, "{layout:?}");
+        assert!(
+            link_l >= link_s + (str_l - str_s),
+            "{layout:?}: {link_l} link bytes with 300-byte strings vs {link_s} with 10-byte \
+             ones: the longer strings' {} bytes are not sent",
+            str_l - str_s
+        );
+    }
+}

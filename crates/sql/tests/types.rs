@@ -194,6 +194,41 @@ fn pred() -> impl Strategy<Value = String> {
         (-110i64..110).prop_map(|v| format!("i64 BETWEEN {v} AND {}", v + 30)),
         Just("f32 > 0".to_string()),
         Just("f64 < 10.5".to_string()),
+        // Floats in the device: IEEE total order as Arrow compares them (-0.0 < 0.0,
+        // NaN above inf and equal to itself); a FLOAT32 against a FLOAT64 literal that
+        // is no FLOAT32 (0.1), and literals the column holds.
+        prop_oneof![
+            Just("="),
+            Just("<>"),
+            Just("<"),
+            Just("<="),
+            Just(">"),
+            Just(">=")
+        ]
+        .prop_flat_map(|op| prop_oneof![
+            Just(format!("f32 {op} 0")),
+            Just(format!("f32 {op} -0.0")),
+            Just(format!("f32 {op} 1.5")),
+            Just(format!("f32 {op} 0.1")),
+            Just(format!("f32 {op} CAST('NaN' AS REAL)")),
+            Just(format!("f32 {op} CAST('-inf' AS REAL)")),
+            Just(format!("f32 {op} CAST('inf' AS DOUBLE)")),
+            (0u64..1000).prop_map(move |k| format!("f64 {op} {:?}", k as f64 / 7.0 - 50.0)),
+            Just(format!("f64 {op} CAST('NaN' AS DOUBLE)")),
+            Just(format!("f64 {op} f64")),
+        ]),
+        (0u64..1000, 0u64..300).prop_map(|(k, w)| {
+            let lo = k as f64 / 7.0 - 50.0;
+            format!("f64 BETWEEN {lo:?} AND {:?}", lo + w as f64 / 7.0)
+        }),
+        // DECIMAL(30, 5) in the device: 128-bit values against literals of other
+        // scales and beyond 64 bits.
+        (-30i64..30).prop_map(|k| format!("dec30 >= {k}00000000000000000")),
+        (-30i64..30).prop_map(|k| format!("dec30 = {k}00000000000000000")),
+        (-30i64..30).prop_map(|k| format!("dec30 < {k}00000000000000000.5")),
+        Just("dec30 <> 0".to_string()),
+        Just("dec30 < 1000000000000000000000".to_string()),
+        Just("dec30 > -0.000001".to_string()),
         (0i64..10).prop_map(|d| format!("ts >= TIMESTAMP '1970-01-{:02}T00:00:00Z'", d + 1)),
         (0i64..20).prop_map(|d| format!("d < DATE '2022-01-{:02}'", d + 1)),
         (-1100i64..1100).prop_map(|v| format!("dec > {}.{:02}", v / 100, (v % 100).abs())),
@@ -234,6 +269,16 @@ fn query() -> impl Strategy<Value = String> {
             )),
             Just(format!(
                 "SELECT i64, count(*), max(s) FROM {{t}} WHERE {p} GROUP BY i64 ORDER BY i64"
+            )),
+            // Aggregates the device computes over nullable columns, skipping NULLs.
+            Just(format!(
+                "SELECT count(i8), count(s), count(*), sum(i64), avg(i64), avg(i16), \
+                 min(i16), max(d), min(f32), max(f32), min(f64), max(f64), sum(dec), \
+                 avg(dec), min(ts), max(ts) FROM {{t}} WHERE {p}"
+            )),
+            Just(format!(
+                "SELECT id, count(f64), sum(i8), max(f32), min(dec) FROM {{t}} WHERE {p} \
+                 GROUP BY id ORDER BY id"
             )),
             Just(format!(
                 "SELECT id FROM {{t}} WHERE {p} ORDER BY id LIMIT 7"
@@ -286,6 +331,12 @@ fn random_tables_and_queries_match_datafusion_on_every_strategy_and_layout() {
         std::sync::atomic::AtomicU64::new(0),
         std::sync::atomic::AtomicU64::new(0),
     );
+    // Runs whose device program filtered on a float or DECIMAL(30, 5) column, and runs
+    // that aggregated in the device.
+    let (typed, aggregated) = (
+        std::sync::atomic::AtomicU64::new(0),
+        std::sync::atomic::AtomicU64::new(0),
+    );
     runner
         .run(&case, |(t, queries)| {
             let (schema, batch) = arrow_table(&t);
@@ -329,6 +380,25 @@ fn random_tables_and_queries_match_datafusion_on_every_strategy_and_layout() {
                         if got.scans.iter().any(|sc| sc.program.contains("filter")) {
                             pushed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
+                        let filter_on = |sc: &csd_sql::ScanRecord, c: &str| {
+                            sc.program
+                                .split_once("filter ")
+                                .is_some_and(|(_, f)| f.contains(c))
+                        };
+                        if got
+                            .scans
+                            .iter()
+                            .any(|sc| ["f32", "f64", "dec30"].iter().any(|c| filter_on(sc, c)))
+                        {
+                            typed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        if got
+                            .scans
+                            .iter()
+                            .any(|sc| sc.program.contains("partial aggregate"))
+                        {
+                            aggregated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
                         let got = one_batch(&got.schema, &got.batches);
                         prop_assert_eq!(got.num_rows(), want.num_rows(), "{} ({})", sql, sname);
                         let cols = comparable(&got, &want).map_err(TestCaseError::fail)?;
@@ -350,10 +420,20 @@ fn random_tables_and_queries_match_datafusion_on_every_strategy_and_layout() {
         })
         .unwrap_or_else(|e| panic!("{e}"));
     // The property is about the device's evaluation: most filters must run there
-    // (those on floats and DECIMAL(30, 5), and DataFusion's constant folds, do not).
+    // (DataFusion's constant folds do not), float and DECIMAL(30, 5) filters among them,
+    // and aggregates over nullable columns.
     let (n, p) = (runs.into_inner(), pushed.into_inner());
-    eprintln!("{p} of {n} queries ran a filter in the device program");
+    let (ty, ag) = (typed.into_inner(), aggregated.into_inner());
+    eprintln!(
+        "{p} of {n} queries ran a filter in the device program, {ty} on a float or \
+         DECIMAL(30, 5) column; {ag} aggregated in the device"
+    );
     assert!(p * 2 >= n, "only {p} of {n} queries pushed a filter");
+    assert!(
+        ty > 0,
+        "no float or DECIMAL(30, 5) filter ran in the device"
+    );
+    assert!(ag > 0, "no aggregate ran in the device");
 }
 
 /// A file written as pyarrow writes it (Parquet, and CSV with a quoted header line) of

@@ -1,0 +1,232 @@
+//! The device evaluator on users' types (issue 34), against a plain model: filters on
+//! nullable FLOAT32 / FLOAT64 columns in IEEE total order (as Arrow compares floats)
+//! and on a nullable 128-bit DECIMAL column, and aggregates that skip NULLs (`COUNT(x)`,
+//! `SUM`, `AVG`'s count, `MIN`/`MAX` of floats), over NSM and PAX pages split at random.
+
+use csd_query::build;
+use csd_query::plan::{AggFunc, Aggregate, Aggregation, CmpOp, Const, Expr};
+use csd_query::types::{DataType, f32_key, f64_key, float_bits};
+use csd_query::{AccView, Evaluator, PartialResult, Plan};
+use csd_table::{Column, ColumnType, Layout, PageBuilder, PageView, Schema, Value};
+use proptest::prelude::*;
+
+/// `(id INT32, x INT64 NULL, f FLOAT32 NULL, g FLOAT64 NULL, d DECIMAL(30, 2) NULL)`.
+fn schema() -> Schema {
+    Schema::new(
+        "t",
+        vec![
+            Column::new("id", ColumnType::Int32),
+            Column::new("x", ColumnType::Int64).with_nullable(true),
+            Column::new("f", ColumnType::Float32).with_nullable(true),
+            Column::new("g", ColumnType::Float64).with_nullable(true),
+            Column::new(
+                "d",
+                ColumnType::Decimal128 {
+                    precision: 30,
+                    scale: 2,
+                },
+            )
+            .with_nullable(true),
+        ],
+    )
+    .expect("schema")
+}
+
+#[derive(Debug, Clone)]
+struct Row {
+    x: Option<i64>,
+    f: Option<f32>,
+    g: Option<f64>,
+    d: Option<i128>,
+}
+
+fn float32() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        Just(0.0f32),
+        Just(-0.0),
+        Just(f32::NAN),
+        Just(-f32::NAN),
+        Just(f32::INFINITY),
+        Just(f32::NEG_INFINITY),
+        Just(0.1),
+        (-3i32..3).prop_map(|v| v as f32 * 0.5),
+    ]
+}
+
+fn float64() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        Just(0.0f64),
+        Just(-0.0),
+        Just(f64::NAN),
+        Just(f64::INFINITY),
+        Just(0.1),
+        (-3i32..3).prop_map(|v| f64::from(v) * 0.5),
+    ]
+}
+
+fn row() -> impl Strategy<Value = Row> {
+    (
+        proptest::option::weighted(0.7, -5i64..5),
+        proptest::option::weighted(0.7, float32()),
+        proptest::option::weighted(0.7, float64()),
+        proptest::option::weighted(
+            0.7,
+            prop_oneof![Just(i128::MAX / 3), Just(-(i128::MAX / 3)), (-500i128..500),],
+        ),
+    )
+        .prop_map(|(x, f, g, d)| Row { x, f, g, d })
+}
+
+/// The rows as pages of at most `per_page` rows.
+fn pages(rows: &[Row], layout: Layout, per_page: usize) -> Vec<Vec<u8>> {
+    let s = schema();
+    rows.chunks(per_page.max(1))
+        .map(|chunk| {
+            let mut b = PageBuilder::new(s.clone(), layout, 8192).expect("builder");
+            for (i, r) in chunk.iter().enumerate() {
+                let v = vec![
+                    Value::Int32(i as i32),
+                    r.x.map_or(Value::Null, Value::Int64),
+                    r.f.map_or(Value::Null, |f| Value::Float32(f.to_bits())),
+                    r.g.map_or(Value::Null, |g| Value::Float64(g.to_bits())),
+                    r.d.map_or(Value::Null, Value::Decimal128),
+                ];
+                b.push_values(&v).expect("push");
+            }
+            b.finish().to_vec()
+        })
+        .collect()
+}
+
+/// Which rows a filter keeps, by the model.
+type Model = Box<dyn Fn(&Row) -> bool>;
+
+fn col(i: usize) -> Expr {
+    Expr::column(&schema(), i).expect("column")
+}
+
+proptest! {
+    /// A comparison of a float or DECIMAL(30, 2) column with a constant selects the rows
+    /// whose value is not NULL and compares as `total_cmp` / exact integers do.
+    #[test]
+    fn float_and_wide_decimal_filters_match_the_model(
+        rows in proptest::collection::vec(row(), 0..200),
+        per_page in 1usize..80,
+        layout in prop_oneof![Just(Layout::Nsm), Just(Layout::Pax)],
+        op in prop_oneof![Just(CmpOp::Eq), Just(CmpOp::Ne), Just(CmpOp::Lt),
+                          Just(CmpOp::Le), Just(CmpOp::Gt), Just(CmpOp::Ge)],
+        cf in float32(),
+        cg in float64(),
+        cd in -600i128..600,
+    ) {
+        let s = schema();
+        let filters: Vec<(Expr, Model)> = vec![
+            (
+                build::compare(op, col(2), Expr::constant(Const::Int(f32_key(cf)), DataType::Float32), "f").expect("f"),
+                Box::new(move |r: &Row| r.f.is_some_and(|v| op.holds(v.total_cmp(&cf)))),
+            ),
+            (
+                build::compare(op, col(3), Expr::constant(Const::Int(f64_key(cg)), DataType::Float64), "g").expect("g"),
+                Box::new(move |r: &Row| r.g.is_some_and(|v| op.holds(v.total_cmp(&cg)))),
+            ),
+            (
+                // d op cd / 10 (a constant of scale 1 against a scale-2 column).
+                build::compare(op, col(4), Expr::constant(Const::Int(cd as i64), DataType::Decimal { scale: 1 }), "d").expect("d"),
+                Box::new(move |r: &Row| r.d.is_some_and(|v| op.holds(v.cmp(&(cd * 10))))),
+            ),
+        ];
+        let mut filters = filters;
+        // CAST(f AS DOUBLE) op g-constant: rewritten to a FLOAT32 constant; a NaN
+        // constant is refused (left to the host).
+        let widened = build::compare(op, col(2), Expr::constant(Const::Int(f64_key(cg)), DataType::Float64), "f2");
+        if cg.is_nan() {
+            prop_assert!(widened.is_err(), "a NaN constant against FLOAT32 is refused");
+        } else {
+            filters.push((
+                widened.expect("f2"),
+                Box::new(move |r: &Row| r.f.is_some_and(|v| op.holds(f64::from(v).total_cmp(&cg)))),
+            ));
+        }
+        for (filter, model) in &filters {
+            let plan = Plan::projection("t", &s, &[0], Some(filter.clone())).expect("plan");
+            let mut ev = Evaluator::new(&plan);
+            let mut got = Vec::new();
+            let mut base = 0;
+            for p in pages(&rows, layout, per_page) {
+                let view = PageView::parse(&p, &s).expect("page");
+                let mut sel = Vec::new();
+                ev.select(&view, &mut sel).expect("select");
+                got.extend(sel.iter().map(|&i| base + i as usize));
+                base += view.row_count();
+            }
+            let want: Vec<usize> = (0..rows.len()).filter(|&i| model(&rows[i])).collect();
+            prop_assert_eq!(got, want, "filter {}", filter);
+        }
+    }
+
+    /// COUNT(*), COUNT(x), SUM(x), MIN/MAX of the floats skip NULLs: equal to the model
+    /// whatever the page split, and the states of two halves merge into the whole.
+    #[test]
+    fn aggregates_skip_nulls_as_the_model(
+        rows in proptest::collection::vec(row(), 0..200),
+        per_page in 1usize..80,
+        layout in prop_oneof![Just(Layout::Nsm), Just(Layout::Pax)],
+    ) {
+        let s = schema();
+        let agg = |func, arg: Option<Expr>, ty| Aggregate { func, arg, ty };
+        let aggregation = Aggregation {
+            group_by: vec![],
+            aggregates: vec![
+                agg(AggFunc::CountStar, None, DataType::Int),
+                agg(AggFunc::Count, Some(col(1)), DataType::Int),
+                agg(AggFunc::Sum, Some(col(1)), DataType::Int),
+                agg(AggFunc::Min, Some(col(2)), DataType::Float32),
+                agg(AggFunc::Max, Some(col(3)), DataType::Float64),
+                agg(AggFunc::Count, Some(col(4)), DataType::Int),
+            ],
+        };
+        let plan = Plan::aggregation("t", &s, aggregation, None);
+        let all = pages(&rows, layout, per_page);
+        let half = all.len() / 2;
+        let mut parts = Vec::new();
+        for part in [&all[..half], &all[half..]] {
+            let mut ev = Evaluator::new(&plan);
+            let mut out = PartialResult::new(&plan);
+            for p in part {
+                ev.eval_page(&PageView::parse(p, &s).expect("page"), &mut out).expect("eval");
+            }
+            parts.push(out);
+        }
+        let (PartialResult::Aggregate(mut st), PartialResult::Aggregate(b)) =
+            (parts.remove(0), parts.remove(0)) else {
+            panic!("not an aggregation");
+        };
+        st.merge(*b).expect("merge");
+        let xs: Vec<i64> = rows.iter().filter_map(|r| r.x).collect();
+        prop_assert_eq!(st.value_rows(0).expect("count(*)"), &[rows.len() as u64][..]);
+        prop_assert_eq!(st.value_rows(1).expect("count(x)"), &[xs.len() as u64][..]);
+        prop_assert_eq!(st.value_rows(2).expect("sum(x) values"), &[xs.len() as u64][..]);
+        match st.accumulator(2) {
+            Some(AccView::Sum(v)) => prop_assert_eq!(v[0], xs.iter().map(|&x| i128::from(x)).sum::<i128>()),
+            other => prop_assert!(false, "sum: {:?}", other),
+        }
+        let fmin = rows.iter().filter_map(|r| r.f).min_by(|a, b| a.total_cmp(b));
+        match st.accumulator(3) {
+            Some(AccView::MinMax { val, seen }) => prop_assert_eq!(
+                seen[0].then(|| f32::from_bits(float_bits(val[0], 4) as u32).to_bits()),
+                fmin.map(f32::to_bits)
+            ),
+            other => prop_assert!(false, "min(f): {:?}", other),
+        }
+        let gmax = rows.iter().filter_map(|r| r.g).max_by(|a, b| a.total_cmp(b));
+        match st.accumulator(4) {
+            Some(AccView::MinMax { val, seen }) => prop_assert_eq!(
+                seen[0].then(|| float_bits(val[0], 8)),
+                gmax.map(f64::to_bits)
+            ),
+            other => prop_assert!(false, "max(g): {:?}", other),
+        }
+        let nd = rows.iter().filter(|r| r.d.is_some()).count() as u64;
+        prop_assert_eq!(st.value_rows(5).expect("count(d)"), &[nd][..]);
+    }
+}
