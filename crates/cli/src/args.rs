@@ -138,13 +138,10 @@ pub(crate) fn parse_count(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("`{s}` is not a count (1 or more)"))
 }
 
-/// A list of values as the command line gives it: `a,b,c` (shared with the
-/// reproduction library).
-pub(crate) use csd_repro::util::comma_list;
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use csd_repro::util::comma_list;
     use csd_sim::config::DEFAULT_PRESET;
 
     #[test]

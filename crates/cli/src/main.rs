@@ -21,6 +21,8 @@
 
 mod args;
 mod cmd;
+#[cfg(test)]
+mod command_line_tests;
 mod error;
 mod image;
 mod lineedit;

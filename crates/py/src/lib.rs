@@ -127,10 +127,17 @@ struct ReproLine {
 /// it writes its report and plots into its `--out` directory. `csd.repro` wraps it.
 #[pyfunction]
 fn run_repro(py: Python<'_>, args: Vec<String>) -> PyResult<()> {
-    use clap::Parser;
-    let line = ReproLine::try_parse_from(std::iter::once("csd repro".to_string()).chain(args))
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = ReproLine::command();
+    let matches = cmd
+        .try_get_matches_from_mut(std::iter::once("csd repro".to_string()).chain(args))
         .map_err(|e| Error::Invalid(e.render().to_string()))?;
-    device::on_worker(py, move || Ok(csd_repro::repro_cmd(&line.cmd)?))
+    let line = ReproLine::from_arg_matches(&matches).map_err(|e| Error::Invalid(e.to_string()))?;
+    // The report's `reproduce:` line is this call's, as `csd repro ...` would print it.
+    let reproduce = csd_repro::reproduce::render(&cmd, &matches);
+    device::on_worker(py, move || {
+        csd_repro::reproduce::scoped(reproduce, || Ok(csd_repro::repro_cmd(&line.cmd)?))
+    })
 }
 
 /// The extension module `csd._csd`.

@@ -7,7 +7,9 @@
 //! fails naming it.
 
 use crate::util::progress_bar;
-use crate::{Comparison, ReproError, Status, batch_io, fd_tree, flixr, scan_paper, smart_ssd};
+use crate::{
+    Comparison, ReproError, Status, batch_io, fd_tree, flixr, reproduce, scan_paper, smart_ssd,
+};
 use clap::{Args, FromArgMatches, ValueEnum};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -69,21 +71,39 @@ pub struct ReproAllArgs {
 /// scoreboard's aim of 30 min). Chosen by where the paper reports, not by any result.
 pub const BATCH_IO_CACHES: [u32; 2] = [20, 80];
 
-/// The arguments of one reproduction at its defaults, with its report in `out`.
-fn defaults<A: Args + FromArgMatches>(name: &str, out: &Path) -> Result<A, ReproError> {
-    let out = out.display().to_string();
-    parse_args(name, &["--out", &out])
-}
-
 /// The arguments of one reproduction (`name`, e.g. `flixr`) from command-line options,
 /// as `csd repro <name> ARGS...` would parse them (for callers without a command line:
 /// the Python package, tests).
 pub fn parse_args<A: Args + FromArgMatches>(name: &str, args: &[&str]) -> Result<A, ReproError> {
+    parse_with_line(name, args).map(|(a, _)| a)
+}
+
+/// [`parse_args`], and the `reproduce:` line of those arguments (`csd repro <name> ...`,
+/// defaults spelled out).
+pub fn parse_with_line<A: Args + FromArgMatches>(
+    name: &str,
+    args: &[&str],
+) -> Result<(A, String), ReproError> {
     let cmd = A::augment_args(clap::Command::new("csd-repro"));
     let m = cmd
+        .clone()
         .try_get_matches_from(std::iter::once(name).chain(args.iter().copied()))
         .map_err(|e| ReproError::Usage(format!("csd repro {name}: {e}")))?;
-    A::from_arg_matches(&m).map_err(|e| ReproError::Usage(format!("csd repro {name}: {e}")))
+    let line = reproduce::render_as(&format!("csd repro {name}"), &cmd, &m);
+    let a =
+        A::from_arg_matches(&m).map_err(|e| ReproError::Usage(format!("csd repro {name}: {e}")))?;
+    Ok((a, line))
+}
+
+/// Parses one reproduction's arguments and runs it with their `reproduce:` line (not
+/// `csd repro all`'s).
+fn run_parsed<A: Args + FromArgMatches, T>(
+    name: &str,
+    args: &[&str],
+    run: impl FnOnce(&A) -> Result<T, ReproError>,
+) -> Result<T, ReproError> {
+    let (a, line) = parse_with_line::<A>(name, args)?;
+    reproduce::scoped(line, || run(&a))
 }
 
 /// One reproduction's part of the scoreboard.
@@ -101,22 +121,23 @@ pub struct PaperRun {
     pub error: Option<String>,
 }
 
-/// Runs one reproduction at its defaults; its comparisons with the paper.
+/// Runs one reproduction at its defaults, its report in `dir`; its comparisons with the
+/// paper.
 fn run_one(p: Paper, dir: &Path) -> Result<Vec<Comparison>, ReproError> {
-    Ok(match p {
-        Paper::ScanPaper => scan_paper::run(&defaults(p.name(), dir)?)?,
-        Paper::SmartSsd => smart_ssd::run(&defaults(p.name(), dir)?)?,
-        Paper::FdTree => fd_tree::repro_fd_cmd(&defaults(p.name(), dir)?)?,
-        Paper::BatchIo => {
-            let out = dir.display().to_string();
-            let caches = BATCH_IO_CACHES.map(|c| c.to_string()).join(",");
-            batch_io::repro_batch_io(&parse_args(
-                p.name(),
-                &["--out", &out, "--caches", &caches],
-            )?)?
-        }
-        Paper::Flixr => flixr::repro_flixr(&defaults(p.name(), dir)?)?,
-    })
+    let out = dir.display().to_string();
+    let caches = BATCH_IO_CACHES.map(|c| c.to_string()).join(",");
+    let mut args = vec!["--out", out.as_str()];
+    if p == Paper::BatchIo {
+        args.extend(["--caches", caches.as_str()]);
+    }
+    let name = p.name();
+    match p {
+        Paper::ScanPaper => run_parsed(name, &args, scan_paper::run),
+        Paper::SmartSsd => run_parsed(name, &args, smart_ssd::run),
+        Paper::FdTree => run_parsed(name, &args, fd_tree::repro_fd_cmd),
+        Paper::BatchIo => run_parsed(name, &args, batch_io::repro_batch_io),
+        Paper::Flixr => run_parsed(name, &args, flixr::repro_flixr),
+    }
 }
 
 /// `csd repro all`: the runs, then the scoreboard; the runs.
@@ -154,7 +175,7 @@ pub fn run(a: &ReproAllArgs) -> Result<Vec<PaperRun>, ReproError> {
     }
     pb.finish_and_clear();
     let wall = t0.elapsed().as_secs_f64();
-    let cmd = command(a);
+    let cmd = reproduce::line();
     let md = scoreboard_md(&runs, wall, &cmd);
     crate::write_report(&a.out, "scoreboard.md", &md)?;
     let json = scoreboard_json(&runs, wall, &cmd);
@@ -178,16 +199,6 @@ pub fn run(a: &ReproAllArgs) -> Result<Vec<PaperRun>, ReproError> {
         )));
     }
     Ok(runs)
-}
-
-/// The command that reruns it.
-fn command(a: &ReproAllArgs) -> String {
-    let mut c = format!("csd repro all --out {}", a.out.display());
-    if !a.papers.is_empty() {
-        let names: Vec<&str> = a.papers.iter().map(|p| p.name()).collect();
-        let _ = write!(c, " --papers {}", names.join(","));
-    }
-    c
 }
 
 /// Every headline of every run.
@@ -294,16 +305,55 @@ mod tests {
     use super::*;
     use crate::PaperValue;
 
+    /// Parses `args` as reproduction `name`, renders its `reproduce:` line, parses the
+    /// line again and checks it stands for the same arguments (renders the same line).
+    fn round_trip<A: Args + FromArgMatches>(name: &str, args: &[&str]) -> String {
+        let (_, line): (A, String) = parse_with_line(name, args).expect(name);
+        let words = reproduce::words(&line).expect("balanced quotes");
+        assert_eq!(words[..3], ["csd", "repro", name], "{line}");
+        let again: Vec<&str> = words[3..].iter().map(String::as_str).collect();
+        let (_, line2): (A, String) = parse_with_line(name, &again).expect(name);
+        assert_eq!(line2, line);
+        line
+    }
+
     #[test]
-    fn every_reproduction_parses_its_defaults() {
-        let d = Path::new("/tmp/x");
-        let _: scan_paper::ScanPaperArgs = defaults("scan-paper", d).expect("scan-paper");
-        let _: smart_ssd::SmartSsdArgs = defaults("smart-ssd", d).expect("smart-ssd");
-        let _: fd_tree::ReproFdArgs = defaults("fd-tree", d).expect("fd-tree");
-        let _: batch_io::ReproBatchIoArgs = defaults("batch-io", d).expect("batch-io");
-        let _: batch_io::ReproBatchIoArgs =
-            parse_args("batch-io", &["--caches", "20,80"]).expect("batch-io in repro all");
-        let _: flixr::ReproFlixrArgs = defaults("flixr", d).expect("flixr");
+    fn every_reproduction_parses_its_defaults_and_its_line_reruns_the_same_arguments() {
+        let out = ["--out", "/tmp/x y"];
+        round_trip::<scan_paper::ScanPaperArgs>("scan-paper", &out);
+        round_trip::<smart_ssd::SmartSsdArgs>("smart-ssd", &out);
+        round_trip::<fd_tree::ReproFdArgs>("fd-tree", &out);
+        round_trip::<batch_io::ReproBatchIoArgs>("batch-io", &out);
+        round_trip::<flixr::ReproFlixrArgs>("flixr", &out);
+        round_trip::<ReproAllArgs>("all", &out);
+        let line = round_trip::<batch_io::ReproBatchIoArgs>(
+            "batch-io",
+            &["--caches", "20,80", "--seed", "9", "--out", "o"],
+        );
+        assert!(
+            line.contains("--caches 20,80") && line.contains("--seed 9"),
+            "{line}"
+        );
+        assert!(line.contains("--out o"), "{line}");
+        let line = round_trip::<flixr::ReproFlixrArgs>("flixr", &["--json", "--queries", "3"]);
+        assert!(
+            line.contains("--seed 42") && line.ends_with(" --json"),
+            "{line}"
+        );
+        let line = round_trip::<smart_ssd::SmartSsdArgs>("smart-ssd", &["--set", "a=1"]);
+        assert!(line.contains("--set a=1"), "{line}");
+    }
+
+    #[test]
+    fn a_run_inside_repro_all_gets_its_own_line() {
+        let line = run_parsed("fd-tree", &["--out", "d"], |_: &fd_tree::ReproFdArgs| {
+            Ok(reproduce::line())
+        })
+        .expect("parses");
+        assert!(line.starts_with("csd repro fd-tree --out d "), "{line}");
+        assert_eq!(reproduce::line(), "csd", "restored after the run");
+        let e = parse_args::<flixr::ReproFlixrArgs>("flixr", &["--seed", "x"]).expect_err("bad");
+        assert!(e.to_string().contains("csd repro flixr"), "{e}");
     }
 
     #[test]

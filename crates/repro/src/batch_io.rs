@@ -15,6 +15,7 @@
 //! 17 packets; the block interface makes a write context per packet (§8.2.1).
 
 use super::plot_err;
+use crate::args::{JsonFlag, Seed};
 use crate::util::progress_bar;
 use crate::ycsb::{self, BenchYcsbArgs, CacheSize, Outcome};
 use crate::{Comparison, ReproError};
@@ -63,9 +64,8 @@ pub struct ReproBatchIoArgs {
     /// right end).
     #[arg(long, value_delimiter = ',', default_value = "20,50,80")]
     caches: Vec<f64>,
-    /// Seed of every workload.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    rng: Seed,
 }
 
 /// A published curve: workload, interface, (cache %, ops/s) points.
@@ -580,9 +580,9 @@ fn base_args(a: &ReproBatchIoArgs, records: u64, length: RunLength, gib: f64) ->
         dies: None,
         op: PAPER_OP,
         queue_depth: 64,
-        seed: a.seed,
+        rng: a.rng,
         compare: Vec::new(),
-        json: false,
+        report: JsonFlag::default(),
     }
 }
 
@@ -1244,7 +1244,7 @@ fn configuration(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
          * store: 4 KiB pages, 1 MiB write buffer, queue depth 64, host checkpoint every 3 modeled s (block), host GC from 50% of the host log used, device GC from 50% used when GC is on\n\
          * YCSB: {records} records, {length} per run, zipfian theta 0.99, read-heavy = 19 reads then 1 update, write-heavy = 19 updates then 1 read\n\
          * seed {}; wall time {wall:.0} s for {} runs\n\n\
-         Reproduce: `csd repro batch-io --out {}{}{}{}{}{} --caches {} --seed {}`",
+         Reproduce: `{}`",
         g.channels,
         g.ways,
         g.dies_per_chip,
@@ -1253,27 +1253,9 @@ fn configuration(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
         g.page_size / 1024,
         g.raw_capacity() as f64 / (1u64 << 30) as f64,
         PAPER_OP,
-        a.seed,
+        a.rng.seed,
         runs.len(),
-        a.out.display(),
-        if a.scale == Scale::Paper {
-            " --scale paper"
-        } else {
-            ""
-        },
-        a.records
-            .map_or(String::new(), |r| format!(" --records {r}")),
-        a.duration
-            .map_or(String::new(), |d| format!(" --duration {d}")),
-        a.ops.map_or(String::new(), |n| format!(" --ops {n}")),
-        a.device_gib
-            .map_or(String::new(), |g| format!(" --device-gib {g}")),
-        a.caches
-            .iter()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
-        a.seed
+        crate::reproduce::line(),
     );
     Ok(())
 }
@@ -1310,9 +1292,9 @@ mod direction_tests {
             dies: None,
             op: 0.3,
             queue_depth: 64,
-            seed: 7,
+            rng: crate::args::Seed { seed: 7 },
             compare: Vec::new(),
-            json: false,
+            report: crate::args::JsonFlag::default(),
         };
         match run_once(&a, &indicatif::ProgressBar::hidden()) {
             Ok(o) => o,

@@ -6,8 +6,8 @@
 //! paper's orderings are checked and written.
 
 use crate::ReproError;
+use crate::args::IndexSeed;
 use crate::fdbench::{SchemeArg, TreeOpts, bar, bench_err, ie, on_progress, print_comparison};
-use crate::util::comma_list;
 use clap::Args;
 use csd_idxbench::harness::BenchConfig;
 use csd_idxbench::result::BenchResult;
@@ -40,9 +40,8 @@ pub struct ReproFdArgs {
     /// Warehouses of the Figure 8 (G_T) runs; `--warehouses` with no value skips them.
     #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = repro::WAREHOUSES.to_vec())]
     warehouses: Vec<u32>,
-    /// Seed of the workloads.
-    #[arg(long, default_value_t = csd_idxbench::harness::DEFAULT_SEED)]
-    seed: u64,
+    #[command(flatten)]
+    rng: IndexSeed,
     /// Worker threads READERS/WRITERS of every run (default: the paper's 6 readers and
     /// cores/4 writers, 1 to 2: 6/2 on the paper's 8 cores, 6/1 on 2 cores).
     #[arg(long, value_parser = parse_threads)]
@@ -98,13 +97,13 @@ pub fn repro_fd_cmd(a: &ReproFdArgs) -> Result<Vec<csd_paper::Comparison>, Repro
         lookup_ratios: a.lookup_ratios.clone(),
         sizes: a.sizes.clone(),
         warehouses: a.warehouses.clone(),
-        seed: a.seed,
+        seed: a.rng.seed,
         readers: threads(a).0,
         writers: threads(a).1,
         ..repro::ReproParams::default()
     };
     let pb = bar(false);
-    let cmd = command(a);
+    let cmd = crate::reproduce::line();
     println!(
         "threads: T_r = {}, T_w = {} ({})",
         params.readers,
@@ -135,26 +134,8 @@ pub fn repro_fd_cmd(a: &ReproFdArgs) -> Result<Vec<csd_paper::Comparison>, Repro
     crate::print_checks(&checks);
     let orderings = repro::write_orderings(&a.out, &checks, &cmd).map_err(bench_err)?;
     println!("orderings and findings: {}", orderings.display());
-    println!("seed {}; reproduce: {cmd}", a.seed);
+    println!("seed {}; reproduce: {cmd}", a.rng.seed);
     Ok(checks)
-}
-
-/// The command line that reproduces this run.
-fn command(a: &ReproFdArgs) -> String {
-    format!(
-        "csd repro fd-tree --out {} --schemes {} --preload {} --requests {} --lookup-ratios {} --sizes {} --warehouses {} --seed {} --threads {}/{} {}",
-        a.out.display(),
-        comma_list(&a.schemes),
-        a.preload,
-        a.requests,
-        comma_list(&a.lookup_ratios),
-        comma_list(&a.sizes),
-        comma_list(&a.warehouses),
-        a.seed,
-        threads(a).0,
-        threads(a).1,
-        a.tree.describe()
-    )
 }
 
 /// Figure 6: the W_l sweep for every scheme, and its report.

@@ -4,6 +4,7 @@
 //! side-by-side table against the paper, and `--json`.
 
 use crate::ReproError;
+use crate::args::{IndexSeed, JsonFlag};
 use crate::util::progress_bar;
 use clap::Args;
 use csd_flixr::{Setup, Workload};
@@ -11,6 +12,7 @@ use std::path::PathBuf;
 
 /// Options of `csd repro flixr`.
 #[derive(Args, Debug, Clone)]
+#[command(mut_arg("json", |a| a.help("Print JSON (snake_case keys) instead of the report's tables")))]
 pub struct ReproFlixrArgs {
     /// Report directory (markdown + PNG + SVG).
     #[arg(long, default_value = "repro/flixr")]
@@ -36,9 +38,8 @@ pub struct ReproFlixrArgs {
     /// TPC-C transactions per run.
     #[arg(long, default_value_t = 100)]
     tpcc_txns: u32,
-    /// Seed of every random choice.
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
+    #[command(flatten)]
+    rng: IndexSeed,
     /// Host DRAM for the host B+tree's nodes, KiB (default: the paper's setting, the
     /// trees' inner levels; see csd_flixr::HostCache).
     #[arg(long)]
@@ -71,9 +72,8 @@ pub struct ReproFlixrArgs {
     /// each, a measured re-run of `--warehouses` per headline); empty (default): none.
     #[arg(long, value_delimiter = ',', num_args = 0..)]
     trend_warehouses: Vec<u32>,
-    /// Print JSON (snake_case keys) instead of the report's tables.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: JsonFlag,
 }
 
 /// TPC-C population (csd_flixr::tpcc::Population).
@@ -83,64 +83,6 @@ pub enum Population {
     Spec,
     /// A tenth of them.
     Reduced,
-}
-
-fn command(a: &ReproFlixrArgs) -> String {
-    let mut c = format!(
-        "csd repro flixr --out {} --preset {} --sf {} --queries {} --selectivity {} --warehouses {} --tpcc-population {} --tpcc-txns {} --seed {}{} --index-cache-mib {} --node-cache-mib {} --map-cache-share {} --qd {}",
-        a.out.display(),
-        a.preset,
-        a.sf,
-        a.queries,
-        a.selectivity,
-        a.warehouses,
-        match a.tpcc_population {
-            Population::Spec => "spec",
-            Population::Reduced => "reduced",
-        },
-        a.tpcc_txns,
-        a.seed,
-        a.host_cache_kib
-            .map(|k| format!(" --host-cache-kib {k}"))
-            .unwrap_or_default(),
-        a.index_cache_mib,
-        a.node_cache_mib,
-        a.map_cache_share,
-        a.qd
-    );
-    if !a.workloads.is_empty() {
-        c.push_str(&format!(" --workloads {}", a.workloads.join(",")));
-    }
-    c.push_str(&format!(
-        " --cache-sweep-kib {}",
-        a.cache_sweep_kib
-            .iter()
-            .map(|m| m.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    ));
-    c.push_str(&format!(
-        " --trend-sf {}",
-        a.trend_sf
-            .iter()
-            .map(|m| m.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    ));
-    if !a.trend_warehouses.is_empty() {
-        c.push_str(&format!(
-            " --trend-warehouses {}",
-            a.trend_warehouses
-                .iter()
-                .map(|m| m.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        ));
-    }
-    if a.json {
-        c.push_str(" --json");
-    }
-    c
 }
 
 /// `csd repro flixr`.
@@ -180,7 +122,7 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
             Population::Spec => csd_flixr::tpcc::Population::Spec,
             Population::Reduced => csd_flixr::tpcc::Population::Reduced,
         },
-        seed: a.seed,
+        seed: a.rng.seed,
         host_cache: a
             .host_cache_kib
             .map_or(csd_flixr::HostCache::InnerLevels, csd_flixr::HostCache::Kib),
@@ -208,7 +150,7 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         + a.cache_sweep_kib.len() * 2
         + by_sf * scaled * 6
         + by_w * (workloads.len() - scaled) * 6) as u64;
-    let pb = if a.json {
+    let pb = if a.report.json {
         indicatif::ProgressBar::hidden()
     } else {
         progress_bar(Some(runs), "runs")
@@ -238,7 +180,7 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         &workloads,
         &a.cache_sweep_kib,
         &trend,
-        command(a),
+        crate::reproduce::line(),
         |msg| {
             pb.inc(1);
             pb.set_message(msg.to_string());
@@ -248,7 +190,7 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
     pb.finish_and_clear();
     let md =
         csd_flixr::repro::write_report(&r, &a.out).map_err(|e| ReproError::Usage(e.to_string()))?;
-    if a.json {
+    if a.report.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&csd_flixr::repro::json(&r)).unwrap_or_default()

@@ -170,7 +170,7 @@ pub fn words(line: &str) -> Option<Vec<String>> {
 
 /// `value` as one POSIX shell word: unchanged when it holds only safe characters,
 /// otherwise in single quotes.
-fn quote(value: &str) -> String {
+pub fn quote(value: &str) -> String {
     let safe = !value.is_empty()
         && value
             .chars()

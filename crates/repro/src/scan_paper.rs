@@ -19,6 +19,7 @@ use super::{
     progress, write_report,
 };
 use crate::ReproError;
+use crate::args::Seed;
 
 /// The paper's name in comparisons and the scoreboard.
 pub const PAPER: &str = "scan-paper";
@@ -75,22 +76,12 @@ pub fn run(a: &ScanPaperArgs) -> Result<Vec<Comparison>, ReproError> {
     let checks = paper_checks(&sw);
 
     write_plots(&a.out, &sw)?;
-    let cmd = format!(
-        "csd repro scan-paper --out {} --scale {} --seed {}{}",
-        a.out.display(),
-        a.scale,
-        a.seed,
-        if a.configs == Configs::All {
-            " --configs all"
-        } else {
-            ""
-        }
-    );
+    let cmd = crate::reproduce::line();
     let md = report_md(a, rows, wall, &sw, &checks, &t3, &cmd);
     let path = write_report(&a.out, "report.md", &md)?;
     let json = serde_json::json!({
         "command": cmd,
-        "seed": a.seed,
+        "seed": a.rng.seed,
         "records": rows,
         "wall_s": wall,
         "checks": csd_paper::json(&checks),
@@ -107,7 +98,7 @@ pub fn run(a: &ScanPaperArgs) -> Result<Vec<Comparison>, ReproError> {
         "report: {} (report.json and plots beside it), {wall:.1} s wall",
         path.display()
     );
-    println!("seed {}; reproduce: {cmd}", a.seed);
+    println!("seed {}; reproduce: {cmd}", a.rng.seed);
     Ok(checks)
 }
 
@@ -127,7 +118,7 @@ fn sweep(a: &ScanPaperArgs, rows: u64) -> Result<Sweep, ReproError> {
                 &format!("isp-ch{ch}"),
                 &[format!("channel.rate_mt_s={mts}")],
             )?;
-            for (_, r, m) in scan_runs(&cfg, rows, a.seed, &[SIGMA], &pb)? {
+            for (_, r, m) in scan_runs(&cfg, rows, a.rng.seed, &[SIGMA], &pb)? {
                 fig5.push((ch, mts, r, m));
             }
         }
@@ -143,7 +134,7 @@ fn sweep(a: &ScanPaperArgs, rows: u64) -> Result<Sweep, ReproError> {
                 format!("host_link.bandwidth_mb_s={mb}"),
             ],
         )?;
-        for (sigma, r, m) in scan_runs(&cfg, rows, a.seed, &SIGMAS, &pb)? {
+        for (sigma, r, m) in scan_runs(&cfg, rows, a.rng.seed, &SIGMAS, &pb)? {
             fig7.push((name, sigma, r, m));
         }
     }
@@ -151,7 +142,7 @@ fn sweep(a: &ScanPaperArgs, rows: u64) -> Result<Sweep, ReproError> {
     let mut table1 = Vec::new();
     if all {
         for c in table1_configs() {
-            for (_, r, m) in scan_runs(&c.device()?, rows, a.seed, &[SIGMA], &pb)? {
+            for (_, r, m) in scan_runs(&c.device()?, rows, a.rng.seed, &[SIGMA], &pb)? {
                 table1.push((c, r, m));
             }
         }
@@ -585,7 +576,7 @@ fn report_md(
     let _ = writeln!(
         md,
         "## Reproduce\n\nPresets isp-ch8 / isp-ch16 (see `csd config show --preset isp-ch16`), seed {}.\n\n```\n{cmd}\n```",
-        a.seed
+        a.rng.seed
     );
     md
 }
@@ -599,9 +590,8 @@ pub struct ScanPaperArgs {
     /// Table size relative to the paper's (6,001,215 records of 128 bytes = 1).
     #[arg(long, default_value_t = 0.067)]
     scale: f64,
-    /// Seed of the table's values.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    rng: Seed,
     /// Configurations the query runs on: `figures` (Figure 5's grid and Figure 7's
     /// sweep) or `all` (also every one of Table 1's 36 configurations at σ = 0.013).
     #[arg(long, value_enum, default_value_t = Configs::Figures)]

@@ -18,6 +18,7 @@ use super::{
     progress, write_report,
 };
 use crate::ReproError;
+use crate::args::Seed;
 
 /// The paper's name in comparisons and the scoreboard.
 pub const PAPER: &str = "smart-ssd";
@@ -43,9 +44,8 @@ pub struct SmartSsdArgs {
     /// TPC-H scale factor of lineitem for Figure 7.
     #[arg(long, default_value_t = 0.1)]
     sf: f64,
-    /// Seed of the synthetic tables' values.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    rng: Seed,
     #[command(flatten)]
     src: ConfigSource,
 }
@@ -127,18 +127,7 @@ pub fn run(a: &SmartSsdArgs) -> Result<Vec<Comparison>, ReproError> {
     write_plots(&a.out, &sw)?;
     let checks = paper_checks(&sw, to_paper);
 
-    let cmd = format!(
-        "csd repro smart-ssd --out {} --scale {} --sf {} --seed {} {}",
-        a.out.display(),
-        a.scale,
-        a.sf,
-        a.seed,
-        if a.src.given() {
-            a.src.describe()
-        } else {
-            "--preset smart-ssd-sas".into()
-        }
-    );
+    let cmd = crate::reproduce::line();
     let md = report_md(a, &cfg, rows, to_paper, wall, &sw, &checks, &cmd);
     let path = write_report(&a.out, "report.md", &md)?;
     print_checks(&checks);
@@ -146,7 +135,7 @@ pub fn run(a: &SmartSsdArgs) -> Result<Vec<Comparison>, ReproError> {
         "report: {} (plots beside it), {wall:.1} s wall",
         path.display()
     );
-    println!("seed {}; reproduce: {cmd}", a.seed);
+    println!("seed {}; reproduce: {cmd}", a.rng.seed);
     Ok(checks)
 }
 
@@ -183,8 +172,8 @@ fn sweep(a: &SmartSsdArgs, cfg: &DeviceConfig, rows: u64) -> Result<Sweep, Repro
     let mut fig56: Vec<(bool, f64, SmartRun)> = Vec::new();
     for cols in [4usize, 16, 64] {
         let mut bed = Bed::new(cfg.clone())?;
-        let (nsm, spec) = bed.load_synthetic("s_nsm", cols, rows, a.seed, Layout::Nsm)?;
-        let (pax, _) = bed.load_synthetic("s_pax", cols, rows, a.seed, Layout::Pax)?;
+        let (nsm, spec) = bed.load_synthetic("s_nsm", cols, rows, a.rng.seed, Layout::Nsm)?;
+        let (pax, _) = bed.load_synthetic("s_pax", cols, rows, a.rng.seed, Layout::Pax)?;
         let v = spec
             .threshold(0.001)
             .map_err(|e| ReproError::Usage(e.to_string()))?;
@@ -561,6 +550,10 @@ fn report_md(
         "## Figure 7: TPC-H Q6\n\n![fig7](fig7.png)\n\n{}",
         md_table(&HEADER, &[smart_row(fig7)])
     );
-    let _ = writeln!(md, "## Reproduce\n\nSeed {}.\n\n```\n{cmd}\n```", a.seed);
+    let _ = writeln!(
+        md,
+        "## Reproduce\n\nSeed {}.\n\n```\n{cmd}\n```",
+        a.rng.seed
+    );
     md
 }

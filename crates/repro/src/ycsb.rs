@@ -25,6 +25,7 @@
 //! bytes are printed apart so a reader sees whether it ran.
 
 use crate::ReproError;
+use crate::args::{JsonFlag, Seed};
 
 use clap::Args;
 use csd_device::NvmeDevice;
@@ -95,15 +96,13 @@ pub struct BenchYcsbArgs {
     /// Host I/O queue depth.
     #[arg(long, default_value_t = 64)]
     pub queue_depth: usize,
-    /// Seed of the workload.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub rng: Seed,
     /// Peers to run the same workload against on a real file (wall ops/s): redb, fjall.
     #[arg(long, value_delimiter = ',')]
     pub compare: Vec<String>,
-    /// Print one JSON object.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub report: JsonFlag,
 }
 
 /// The host cache of a run.
@@ -270,7 +269,7 @@ impl Outcome {
             "device_gib": a.device_gib,
             "op": a.op,
             "ways": a.ways,
-            "seed": a.seed,
+            "seed": a.rng.seed,
             "load": phase_json(&self.load),
             "run": phase_json(&self.run),
             "user_read_bytes": p.user_read,
@@ -554,7 +553,7 @@ fn ycsb_config(a: &BenchYcsbArgs) -> YcsbConfig {
         workload: a.workload,
         dist: a.dist,
         limit,
-        seed: a.seed,
+        seed: a.rng.seed,
     }
 }
 

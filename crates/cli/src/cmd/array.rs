@@ -4,7 +4,7 @@
 //! striped across N device images listed in a versioned manifest, one DataFusion
 //! partition per device, the device scans in parallel on host threads.
 
-use crate::args::{LayoutArg, StrategySel, comma_list, parse_count};
+use crate::args::{JsonFlag, LayoutArg, StrategySel, parse_count};
 use crate::cmd::query::{self, SqlOpts};
 use crate::{CliError, ConfigSource, image, report};
 use clap::{Args, Subcommand};
@@ -44,13 +44,13 @@ pub(crate) struct CreateArgs {
 }
 
 #[derive(Args)]
+#[command(mut_arg("json", |a| a.help("Print the manifest as JSON")))]
 pub(crate) struct InfoArgs {
     /// Directory of the array.
     #[arg(long)]
     dir: PathBuf,
-    /// Print the manifest as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: JsonFlag,
 }
 
 fn array_error(e: csd_sql::array::ArrayError) -> CliError {
@@ -105,18 +105,13 @@ fn create(a: &CreateArgs) -> Result<(), CliError> {
         a.dir.display(),
         report::geometry_line(&cfg)
     );
-    println!(
-        "reproduce: csd array create --devices {} {} --dir {}",
-        a.devices,
-        a.src.describe(),
-        a.dir.display()
-    );
+    println!("reproduce: {}", crate::reproduce::line());
     Ok(())
 }
 
 fn info(a: &InfoArgs) -> Result<(), CliError> {
     let m = Manifest::read(&a.dir).map_err(array_error)?;
-    if a.json {
+    if a.report.json {
         println!(
             "{}",
             serde_json::to_string(&m).map_err(|e| CliError::Usage(e.to_string()))?
@@ -688,17 +683,7 @@ pub(crate) fn bench_array_cmd(a: &BenchArrayArgs) -> Result<(), CliError> {
         report::geometry_line(&cfg),
         choice.name()
     );
-    println!(
-        "reproduce: csd bench array --devices {} --sf {} --threads {} --query {} --layout {} --repeat {} --strategy {} {}",
-        a.devices,
-        a.sf,
-        comma_list(&a.threads),
-        a.query,
-        a.layout,
-        a.repeat,
-        choice.name(),
-        a.src.describe()
-    );
+    println!("reproduce: {}", crate::reproduce::line());
     Ok(())
 }
 

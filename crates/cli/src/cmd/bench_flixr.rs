@@ -10,6 +10,7 @@
 //! figures are the row store's counters over the queries.
 
 use crate::CliError;
+use crate::args::{IndexSeed, JsonFlag};
 use clap::{Args, ValueEnum};
 use csd_flixr::{HostCache, Measure, Setup, Workload};
 use csd_host::rowstore::IndexKind;
@@ -60,9 +61,8 @@ pub struct BenchFlixrArgs {
     /// Fraction of the rows each query selects (a range of `l_orderkey`).
     #[arg(long, default_value_t = 0.01)]
     pub selectivity: f64,
-    /// Seed of the query ranges.
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub rng: IndexSeed,
     /// Host DRAM for the host B+tree's node cache, KiB (default: the paper's setting,
     /// the tree's inner levels; see csd_flixr::HostCache).
     #[arg(long)]
@@ -80,9 +80,8 @@ pub struct BenchFlixrArgs {
     /// Configurations to run (default: all six).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub configs: Vec<Config>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub report: JsonFlag,
 }
 
 /// Figures of one configuration over all queries (from the row store's counters).
@@ -144,7 +143,7 @@ impl BenchFlixrArgs {
             sf: self.sf,
             queries: self.queries,
             selectivity: self.selectivity,
-            seed: self.seed,
+            seed: self.rng.seed,
             host_cache: self
                 .host_cache_kib
                 .map_or(HostCache::InnerLevels, HostCache::Kib),
@@ -180,7 +179,7 @@ pub fn figures(a: &BenchFlixrArgs) -> Result<Vec<ConfigFigures>, CliError> {
 pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
     let t0 = std::time::Instant::now();
     let figs = figures(a)?;
-    if a.json {
+    if a.report.json {
         println!(
             "{}",
             serde_json::json!({
@@ -188,7 +187,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
                 "sf": a.sf,
                 "queries": a.queries,
                 "selectivity": a.selectivity,
-                "seed": a.seed,
+                "seed": a.rng.seed,
                 "host_cache": a.setup().host_cache,
                 "configs": figs,
             })
@@ -202,7 +201,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
         a.queries,
         a.selectivity * 100.0,
         a.setup().host_cache,
-        a.seed
+        a.rng.seed
     );
     println!(
         "{:<17} {:>9} {:>9} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9}",
@@ -249,7 +248,7 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
         a.sf,
         a.queries,
         a.selectivity,
-        a.seed
+        a.rng.seed
     );
     Ok(())
 }
@@ -264,13 +263,13 @@ mod tests {
             sf: 0.002,
             queries: 3,
             selectivity: 0.02,
-            seed: 7,
+            rng: IndexSeed { seed: 7 },
             host_cache_kib: Some(8),
             index_cache_mib: 1,
             map_cache_share: 0.5,
             qd: 4,
             configs: Vec::new(),
-            json: true,
+            report: JsonFlag { json: true },
         }
     }
 

@@ -49,13 +49,13 @@ fn gb(b: u64) -> String {
 /// `csd bench ycsb`.
 pub(crate) fn bench_ycsb_cmd(a: &BenchYcsbArgs) -> Result<(), CliError> {
     let bar = progress_bar(Some(a.records), "");
-    if a.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+    if a.report.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let o = run_once(a, &bar)?;
     bar.finish_and_clear();
     let peers = crate::cmd::kvpeers::run_peers(a, o.run.ops.total(), &bar)?;
-    if a.json {
+    if a.report.json {
         let mut j = o.to_json();
         j["peers"] = serde_json::Value::Array(peers.iter().map(|p| p.to_json(&o)).collect());
         println!("{j}");
@@ -87,7 +87,7 @@ pub(crate) fn bench_ycsb_cmd(a: &BenchYcsbArgs) -> Result<(), CliError> {
     println!();
     println!(
         "seed {}; rerun: csd bench ycsb --interface {} --workload {} --records {} --cache {} --checkpoint {} --gc {} --gc-start {} --preset {} --device-gib {} --seed {}{}{}",
-        a.seed,
+        a.rng.seed,
         a.interface.name(),
         a.workload.name(),
         a.records,
@@ -97,7 +97,7 @@ pub(crate) fn bench_ycsb_cmd(a: &BenchYcsbArgs) -> Result<(), CliError> {
         a.gc_start,
         a.preset,
         a.device_gib,
-        a.seed,
+        a.rng.seed,
         match (a.ops, a.duration, a.wall_duration) {
             (Some(n), _, _) => format!(" --ops {n}"),
             (_, Some(d), _) => format!(" --duration {d}"),

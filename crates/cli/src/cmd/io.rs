@@ -226,7 +226,7 @@ fn precondition(dev: &mut dyn IoTarget, a: &IoArgs) -> Result<(), CliError> {
 
 /// The run's report (and the FTL's counters on the block device), as tables or JSON.
 fn print_report(holder: &Dev, r: &IoReport, a: &IoArgs) {
-    let cmd = reproduce_cmd(a);
+    let cmd = crate::reproduce::line();
     if a.report.json {
         let mut v = report::io_json(r, &cmd);
         if let (Dev::Block(b), Some(m)) = (holder, v.as_object_mut()) {
@@ -271,48 +271,4 @@ pub(crate) fn run_with_progress(
         pb.finish_and_clear();
     }
     Ok(r?)
-}
-
-/// The `csd io` command line that reproduces this run.
-fn reproduce_cmd(a: &IoArgs) -> String {
-    let mut s = String::from("csd io");
-    if let Some(p) = &a.image {
-        s.push_str(&format!(" --image {}", p.display()));
-    }
-    if a.src.given() || a.image.is_none() {
-        s.push(' ');
-        s.push_str(&a.src.describe());
-    }
-    s.push_str(&format!(
-        " --mode {} --rw {} --bs {} --iodepth {} --dist {}",
-        a.mode, a.rw, a.bs, a.iodepth, a.dist
-    ));
-    if a.mode == ModeArg::Block {
-        s.push_str(&a.ftl.describe());
-    }
-    if a.rw == Rw::RandRw {
-        s.push_str(&format!(" --rwmixread {}", a.rwmixread));
-    }
-    if let Some(z) = a.size {
-        s.push_str(&format!(" --size {z}"));
-    }
-    match (a.ops, a.runtime) {
-        (Some(o), _) => s.push_str(&format!(" --ops {o}")),
-        (None, Some(r)) => s.push_str(&format!(" --runtime {r}ns")),
-        (None, None) => s.push_str(" --ops 200000"),
-    }
-    s.push_str(&format!(" --seed {}", a.rng.seed));
-    if a.precondition {
-        s.push_str(" --precondition");
-    }
-    if a.force {
-        s.push_str(" --force");
-    }
-    if a.batch > 1 {
-        s.push_str(&format!(" --batch {}", a.batch));
-    }
-    if let ClockMode::Paced { scale } = a.clock {
-        s.push_str(&format!(" --clock paced:{scale}"));
-    }
-    s
 }

@@ -70,7 +70,7 @@ fn run_in(
             workload: a.workload,
             dist: a.dist,
             limit: Limit::Ops(csd_ops),
-            seed: a.seed,
+            seed: a.rng.seed,
         };
         bar.set_length(1000);
         bar.set_message(format!("{name} {}", a.workload.name()));

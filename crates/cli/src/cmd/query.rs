@@ -5,8 +5,7 @@
 //! plans, device scans run the device program with the scan paper's strategies
 //! (in-storage-scan-processing §4), through [`SqlSession::run_strategies`].
 
-use crate::args::JsonFlag;
-use crate::args::{StrategySel, comma_list};
+use crate::args::{JsonFlag, StrategySel};
 use crate::{CliError, report};
 use clap::Args;
 use csd_device::NvmeDevice;
@@ -101,23 +100,6 @@ impl SqlOpts {
         settings.options.use_index = !self.no_index;
         settings
     }
-
-    /// The options as flags, for a `reproduce:` line.
-    pub(crate) fn flags(&self) -> String {
-        format!(
-            "--strategy {} --queue-depth {} --poll-min-us {} --poll-max-us {}{}{}",
-            comma_list(&self.strategy),
-            self.queue_depth,
-            self.poll_min_us,
-            self.poll_max_us,
-            if self.no_aggregate_pushdown {
-                " --no-aggregate-pushdown"
-            } else {
-                ""
-            },
-            if self.no_index { " --no-index" } else { "" },
-        )
-    }
 }
 
 /// Where the tables are: one device image or an array of them.
@@ -140,7 +122,8 @@ pub(crate) struct DbArgs {
 }
 
 impl DbArgs {
-    /// `--image PATH` or `--array DIR [--threads N]`, for a `reproduce:` line.
+    /// `--image PATH` or `--array DIR [--threads N]`: where the tables are, as the
+    /// shell's greeting names them.
     pub(crate) fn describe(&self) -> String {
         match (&self.image, &self.array) {
             (_, Some(d)) => format!(

@@ -163,8 +163,11 @@ struct Shell {
     opts: SqlOpts,
     format: Format,
     output: Option<OutputFile>,
-    /// `--image PATH` or `--array DIR`.
+    /// `--image PATH` or `--array DIR`, for the shell's greeting.
     source: String,
+    /// The statement came with the command line (which its `reproduce:` line holds),
+    /// rather than typed into the shell.
+    on_command_line: bool,
 }
 
 impl Shell {
@@ -180,12 +183,17 @@ impl Shell {
         };
         let stdout = std::io::stdout();
         if self.opts.report.json {
-            let cmd = format!(
-                "csd sql {} {} \"{}\"",
-                self.source,
-                self.opts.flags(),
-                sql.replace('"', "\\\"")
-            );
+            // A statement typed into the shell reruns as the shell's command line plus
+            // the statement.
+            let cmd = if self.on_command_line {
+                crate::reproduce::line()
+            } else {
+                format!(
+                    "{} {}",
+                    crate::reproduce::line(),
+                    crate::reproduce::quote(sql)
+                )
+            };
             println!("{}", query::ran_json(ran, &self.image.cfg, &cmd));
         } else {
             match self.format {
@@ -410,6 +418,7 @@ pub(crate) fn sql_cmd(a: &SqlArgs) -> Result<(), CliError> {
         format: a.format,
         output,
         source: a.db.describe(),
+        on_command_line: a.query.is_some(),
     };
     if let Some(q) = &a.query {
         shell.statement(q)?;
