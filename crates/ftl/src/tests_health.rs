@@ -754,10 +754,10 @@ fn every_preset_formats_and_reopens_from_its_checkpoint() {
     }
 }
 
-/// The three runs that broke the FTL before (issue 18): two panics on a cached MAP entry
-/// whose page buffer had been dropped by a failed GC commit, and an abort at the end of
-/// the spare blocks. Same seeds, same fault rates, as many cuts as the old code took to
-/// fail; now they finish (or end read-only at the end of life) with nothing lost or torn.
+/// Fault rates and cut counts of three torture runs that pin two behaviours: a cached MAP
+/// entry keeps its page buffer when a GC commit fails (seeds 3 and 5), and running out
+/// of spare blocks ends the run read-only instead of aborting it (seed 777). Each run
+/// finishes, or ends read-only at the end of life, with nothing lost or torn.
 fn old_fault_rates(cuts: u64, seed: u64, write_back: bool) -> crate::torture::TortureConfig {
     let mut c = crate::torture::TortureConfig::with_faults(cuts, seed);
     c.device.faults.program_fail_prob = 0.0005;
@@ -775,24 +775,25 @@ fn run_clean(cfg: &crate::torture::TortureConfig) -> crate::torture::TortureRepo
     r
 }
 
+/// A failed GC commit under write-back leaves cached MAP entries readable.
 #[test]
-fn issue_18_seed_3_write_back_with_faults() {
+fn failed_gc_commit_keeps_cached_map_entries_write_back() {
     run_clean(&old_fault_rates(2028, 3, true));
 }
 
+/// Running out of spare blocks under faults ends the run read-only (spare blocks
+/// exhausted) with every acknowledged write verified, never with "no free flash block".
 #[test]
-fn issue_18_seed_777_write_back_with_faults() {
-    // The old code stopped with "no free flash block left" here (with no data lost, but
-    // no way on); now the run goes on, or ends read-only at the end of life with every
-    // acknowledged write verified.
+fn exhausted_spares_end_read_only_not_aborted() {
     let r = run_clean(&old_fault_rates(2018, 777, true));
     if let Some(why) = r.read_only_reason {
         assert_eq!(why, ReadOnlyReason::SpareExhausted, "{r:?}");
     }
 }
 
+/// A failed GC commit under write-through leaves cached MAP entries readable.
 #[test]
-fn issue_18_seed_5_write_through_with_faults() {
+fn failed_gc_commit_keeps_cached_map_entries_write_through() {
     run_clean(&old_fault_rates(2437, 5, false));
 }
 

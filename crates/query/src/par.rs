@@ -228,7 +228,7 @@ impl Common {
                 }
                 // Second stage: this page's lines, hinted towards the outer caches one
                 // page ago, into the first level now (quick fills that keep few miss
-                // buffers busy): Q6 0.030-0.034 -> 0.029-0.030 s.
+                // buffers busy).
                 if let Some(Some(m)) = &minipages {
                     m.hint(csd_sim::prefetch::lines, b);
                 }
@@ -262,11 +262,9 @@ impl MinipageHints {
     /// first term reads every row), or every column the program reads when it has no
     /// filter. The columns read after the filter are left to the core: hinting them as
     /// well kept the core's line-fill buffers full of lines mostly never read (TPC-H Q6
-    /// reads the price of 2 rows a page). Measured at SF 1 with pages evaluated ahead,
-    /// alternating both in one series: Q1 0.148 → 0.143 s, Q9 0.253 → 0.242 s, Q19 0.052 →
-    /// 0.050 s, Q12 0.162 → 0.158 s; Q6 and Q18 unchanged. A device session that
-    /// evaluates in its steps (the look-ahead off) still hints every column it reads:
-    /// there, hinting only the filter's made Q20 slower (0.11 → 0.12 s).
+    /// reads the price of 2 rows a page). A device session that evaluates in its steps
+    /// (the look-ahead off) still hints every column it reads: there, hinting only the
+    /// filter's was slower (README, `csd bench tpch`, has the measurements).
     pub fn columns(plan: &Plan) -> Vec<usize> {
         let filter = plan.filter_columns();
         if filter.is_empty() {

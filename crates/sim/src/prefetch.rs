@@ -19,9 +19,8 @@ pub fn lines(bytes: &[u8]) {
 /// Hint the CPU to bring every cache line of `bytes` towards its outer caches (x86-64
 /// `prefetcht2`): for lines hinted well ahead of their use, many at once. The core's
 /// first-level miss buffers, which [`lines`]'s `prefetcht0` holds until each line
-/// arrives, stay free for the loads under way. Measured on this project's AMD EPYC
-/// host, pages scattered in memory with 21 lines of each hinted: 200–215 ns a page
-/// against 275–300 ns with `prefetcht0`; TPC-H Q6 at SF 1 0.044–0.054 s → 0.036–0.042 s.
+/// arrives, stay free for the loads under way (README, `csd bench tpch`, has the
+/// measurement).
 #[inline(always)]
 pub fn lines_l2(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]

@@ -29,9 +29,9 @@
 //! that would otherwise see them. A scan whose rows go straight to the join that made
 //! the filter (through repartitions, projections, coalescing) would have the join probe
 //! each row twice, once in the filter and once in its hash table:
-//! [`RedundantRuntimeFilters`] takes such filters off the host's side again (measured on
-//! an SF 1 image: Q4 0.092 s without the filter, 0.13 s with it; Q22 0.035 s against
-//! 0.068 s); a device scan keeps them for its program. And a filter that keeps most rows
+//! [`RedundantRuntimeFilters`] takes such filters off the host's side again (the
+//! measurements are in README, `csd bench tpch`); a device scan keeps them for its
+//! program. And a filter that keeps most rows
 //! (Q9's suppliers: all of them) is given up after a sample (`RuntimeFilters::apply`).
 
 use std::sync::Arc;
@@ -180,12 +180,9 @@ impl RuntimeFilters {
 /// The most keys of a join's runtime filter DataFusion is asked to list (an `IN` list,
 /// a hash-table lookup beyond; see `crate::new_context`). DataFusion makes a list of
 /// literal expressions, one per key, for every probe partition, and evaluates it where
-/// the device does not take it. Measured at SF 1 (22 queries, `--repeat 3`): 4,096 keys
-/// 2.77–2.79 s in total; 65,536 keys 2.76 s (Q12's and Q9's lists taken, Q7 and Q8
-/// slower: within noise); 131,072 keys (1 MiB, the default session arena) 3.12 s
-/// (Q5 0.17 → 0.28 s, Q18 0.25 → 0.30 s), although Q21's scans then hand over 20 times
-/// fewer rows. A device takes a list only if its session arena holds the keys too
-/// (`for_device`'s `max_keys`).
+/// the device does not take it, so a longer list costs every probe partition; 4,096 was
+/// the fastest of the sizes measured (README, `csd bench tpch`). A device takes a list
+/// only if its session arena holds the keys too (`for_device`'s `max_keys`).
 pub(crate) const DEVICE_KEYS: usize = 4096;
 
 /// The most keys a device whose session arena is `arena_kib` KiB takes into a program
