@@ -328,26 +328,26 @@ fn read_pages(
 /// Inserts `rows` into `table` (checked against its schema first: nothing is written
 /// when a row does not fit it).
 pub fn insert(
-    c: &mut impl CommandIssuer,
+    dev: &mut impl CommandIssuer,
     cfg: &DeviceConfig,
     table: &str,
     rows: &[Vec<Value>],
 ) -> Result<DmlReport, HostError> {
-    let cat = Catalog::read(c)?;
+    let cat = Catalog::read(dev)?;
     let t = cat.tables[find(&cat, table)?].clone();
     for r in rows {
         t.schema
             .encode_row_vec(r)
             .map_err(|e| HostError::Invalid(format!("INSERT INTO {}: {e}", t.name)))?;
     }
-    let mut m = Meter::start(c)?;
-    let g = geo(c, &t)?;
+    let mut m = Meter::start(dev)?;
+    let g = geo(dev, &t)?;
     let mut report = empty_report(DmlOp::Insert, &t);
     if rows.is_empty() {
-        return m.finish(c, cfg, report);
+        return m.finish(dev, cfg, report);
     }
     let (edited, used_hints, mut next) =
-        fill_free_pages(c, cfg, (&t, &g), rows, &mut m, &mut report)?;
+        fill_free_pages(dev, cfg, (&t, &g), rows, &mut m, &mut report)?;
     let left = rows.len() - next;
     let plan = slotted::plan_insert([], left, g.cap, t.pages, u64::MAX)
         .ok_or_else(|| HostError::Invalid("a row does not fit a page".into()))?;
@@ -356,7 +356,7 @@ pub fn insert(
         appended.insert(p, rows[next..next + k].to_vec());
         next += k;
     }
-    m.host(c, cfg, rows.len() as f64 * cfg.isp.host_cycles_per_record);
+    m.host(dev, cfg, rows.len() as f64 * cfg.isp.host_cycles_per_record);
     // Hints: the ones read leave when full (the rest stay).
     let mut hints: Vec<u64> = t
         .free_hints
@@ -377,7 +377,7 @@ pub fn insert(
     };
     let (edited, appended) = (build(edited)?, build(appended)?);
     apply(
-        c,
+        dev,
         cfg,
         cat,
         &t,
@@ -389,7 +389,7 @@ pub fn insert(
         &mut m,
         &mut report,
     )?;
-    m.finish(c, cfg, report)
+    m.finish(dev, cfg, report)
 }
 
 /// Rows by page number.
@@ -456,20 +456,20 @@ fn fill_free_pages(
 /// are read with READ_IDX, and pages whose entry rules out every matching row are not
 /// read at all (flixr §4.4). The changed pages are written back as [`insert`] does.
 pub fn modify(
-    c: &mut impl CommandIssuer,
+    dev: &mut impl CommandIssuer,
     cfg: &DeviceConfig,
     table: &str,
     op: DmlOp,
     rule: Option<csd_device::IndexRule>,
     edit: &mut PageEditor<'_>,
 ) -> Result<DmlReport, HostError> {
-    let cat = Catalog::read(c)?;
+    let cat = Catalog::read(dev)?;
     let t = cat.tables[find(&cat, table)?].clone();
-    let mut m = Meter::start(c)?;
-    let g = geo(c, &t)?;
+    let mut m = Meter::start(dev)?;
+    let g = geo(dev, &t)?;
     let mut report = empty_report(op, &t);
     let rule = match (rule, &t.index) {
-        (Some(r), Some(ix)) => match c
+        (Some(r), Some(ix)) => match dev
             .exec(Command::SendIdxIcr {
                 table: ix.flixr_table,
                 rule: r,
@@ -481,11 +481,11 @@ pub fn modify(
         },
         _ => None,
     };
-    let r = modify_pages(c, cfg, &t, &g, op, rule, edit, &mut m, &mut report);
+    let r = modify_pages(dev, cfg, &t, &g, op, rule, edit, &mut m, &mut report);
     // The rule is statement state: released whatever happened.
     let (edited, hints, delta) = match rule {
         Some((table, rule)) => {
-            let dropped = c.exec(Command::DropIdxIcr { table, rule });
+            let dropped = dev.exec(Command::DropIdxIcr { table, rule });
             let r = r?;
             dropped?;
             r
@@ -493,7 +493,7 @@ pub fn modify(
         None => r?,
     };
     apply(
-        c,
+        dev,
         cfg,
         cat,
         &t,
@@ -505,7 +505,7 @@ pub fn modify(
         &mut m,
         &mut report,
     )?;
-    m.finish(c, cfg, report)
+    m.finish(dev, cfg, report)
 }
 
 /// What [`modify_pages`] found: the changed page images, the free-space hints and the
@@ -701,23 +701,23 @@ fn page_image(t: &TableInfo, rows: &[Vec<Value>]) -> Result<Vec<u8>, HostError> 
 /// pages after the last), then commits the catalog (see the module doc).
 #[allow(clippy::too_many_arguments)]
 fn apply(
-    c: &mut impl CommandIssuer,
+    dev: &mut impl CommandIssuer,
     cfg: &DeviceConfig,
     cat: Catalog,
     t: &TableInfo,
-    g: &Geo,
+    geometry: &Geo,
     rewrites: BTreeMap<u64, Vec<u8>>,
     appends: BTreeMap<u64, Vec<u8>>,
     mut hints: Vec<u64>,
     delta_rows: i64,
-    m: &mut Meter,
+    meter: &mut Meter,
     report: &mut DmlReport,
 ) -> Result<(), HostError> {
     if rewrites.is_empty() && appends.is_empty() {
         return Ok(());
     }
-    m.host(
-        c,
+    meter.host(
+        dev,
         cfg,
         (rewrites.len() + appends.len()) as f64 * cfg.isp.host_cycles_per_page,
     );
@@ -727,8 +727,8 @@ fn apply(
         .keys()
         .next_back()
         .map_or(t.pages, |&p| (p + 1).max(t.pages));
-    let limit = cat.log_first_lba(g.lbas);
-    let lba_size = c.identify().lba_size;
+    let limit = cat.log_first_lba(geometry.lbas);
+    let lba_size = dev.identify().lba_size;
     let is_last = t.end_lba(lba_size) >= cat.next_free_lba(lba_size);
     let mut info = t.clone();
     info.pages = new_pages;
@@ -741,9 +741,9 @@ fn apply(
     report.table_rows = info.rows;
     report.pages_appended = appends.len() as u64;
     let relocate = new_pages > t.capacity.max(t.pages) && !is_last;
-    let ch = Change {
-        t,
-        g,
+    let change = Change {
+        table: t,
+        geometry,
         pos,
         flixr,
         limit,
@@ -752,17 +752,19 @@ fn apply(
         appends,
     };
     if relocate {
-        relocate_table(c, cat, ch, info, m, report)
+        relocate_table(dev, cat, change, info, meter, report)
     } else {
-        in_place(c, cat, ch, info, m, report)
+        in_place(dev, cat, change, info, meter, report)
     }
 }
 
 /// A statement's page images, ready to be written: what [`apply`] hands its two ways
 /// of writing them.
 struct Change<'a> {
-    t: &'a TableInfo,
-    g: &'a Geo,
+    /// The table as it was before the statement.
+    table: &'a TableInfo,
+    /// Its geometry (LBAs per page, device LBAs).
+    geometry: &'a Geo,
     /// The table's position in the catalog.
     pos: usize,
     /// The table's FLIXR id, if it has a per-page index.
@@ -778,40 +780,40 @@ struct Change<'a> {
 /// pages go through the statement log (redo images, the catalog's redo record, in place,
 /// the record removed).
 fn in_place(
-    c: &mut impl CommandIssuer,
+    dev: &mut impl CommandIssuer,
     mut cat: Catalog,
-    ch: Change,
+    change: Change,
     mut info: TableInfo,
-    m: &mut Meter,
+    meter: &mut Meter,
     report: &mut DmlReport,
 ) -> Result<(), HostError> {
-    let (t, g) = (ch.t, ch.g);
+    let (t, g) = (change.table, change.geometry);
     let new_pages = info.pages;
-    if t.first_lba + new_pages * g.lpp > ch.limit {
+    if t.first_lba + new_pages * g.lpp > change.limit {
         return Err(HostError::Invalid(format!(
             "table {} cannot grow to {new_pages} pages: the device has {} LBAs for tables",
-            t.name, ch.limit
+            t.name, change.limit
         )));
     }
     info.capacity = t.capacity.max(new_pages);
     // 1. Appended pages go where no catalog looks yet.
-    m.commands0 += write_pages(c, g, t.first_lba, ch.flixr, &ch.appends)?;
-    if ch.rewrites.is_empty() {
-        c.flush()?;
-        cat.tables[ch.pos] = info;
+    meter.commands0 += write_pages(dev, g, t.first_lba, change.flixr, &change.appends)?;
+    if change.rewrites.is_empty() {
+        dev.flush()?;
+        cat.tables[change.pos] = info;
         cat.seq += 1;
-        cat.write(c)?;
-        m.commands0 += 2;
+        cat.write(dev)?;
+        meter.commands0 += 2;
         return Ok(());
     }
     // 2. The redo images into the statement log.
-    let rewrites = &ch.rewrites;
+    let rewrites = &change.rewrites;
     grow_log(
         &mut cat,
         t,
         g,
         (rewrites.len() as u64, new_pages),
-        ch.lba_size,
+        change.lba_size,
     )?;
     let log_first = cat.log_first_lba(g.lbas);
     let log_images: BTreeMap<u64, Vec<u8>> = rewrites
@@ -819,22 +821,22 @@ fn in_place(
         .enumerate()
         .map(|(i, img)| (i as u64, img.clone()))
         .collect();
-    m.commands0 += write_pages(c, g, log_first, None, &log_images)?;
-    c.flush()?;
+    meter.commands0 += write_pages(dev, g, log_first, None, &log_images)?;
+    dev.flush()?;
     report.log_pages = rewrites.len() as u64;
     // 3. Commit: the new catalog with the redo record.
     let keys: Vec<u64> = rewrites.keys().copied().collect();
-    cat.tables[ch.pos] = info;
+    cat.tables[change.pos] = info;
     cat.seq += 1;
     cat.redo = Some(Redo {
         table: t.name.clone(),
         pages: crate::rowstore::runs(&keys, u64::MAX),
     });
-    cat.write(c)?;
-    m.commands0 += 2;
+    cat.write(dev)?;
+    meter.commands0 += 2;
     // 4 and 5: in place, then the record goes.
     report.pages_rewritten = rewrites.len() as u64;
-    m.commands0 += apply_redo(c, &mut cat, Some(rewrites))?;
+    meter.commands0 += apply_redo(dev, &mut cat, Some(rewrites))?;
     Ok(())
 }
 
@@ -869,18 +871,18 @@ fn grow_log(
 /// Relocation: the table with its changes into a new extent after the last table, the
 /// catalog switched to it, the old extent trimmed.
 fn relocate_table(
-    c: &mut impl CommandIssuer,
+    dev: &mut impl CommandIssuer,
     mut cat: Catalog,
-    ch: Change,
+    change: Change,
     mut info: TableInfo,
-    m: &mut Meter,
+    meter: &mut Meter,
     report: &mut DmlReport,
 ) -> Result<(), HostError> {
-    let (t, g) = (ch.t, ch.g);
+    let (t, g) = (change.table, change.geometry);
     let new_pages = info.pages;
     let lpp = g.lpp;
-    let first = cat.next_free_lba(ch.lba_size).div_ceil(lpp) * lpp;
-    let room = ch.limit.saturating_sub(first) / lpp;
+    let first = cat.next_free_lba(change.lba_size).div_ceil(lpp) * lpp;
+    let room = change.limit.saturating_sub(first) / lpp;
     if room < new_pages {
         return Err(HostError::Invalid(format!(
             "table {} cannot grow to {new_pages} pages: {room} pages are free after the last table",
@@ -893,31 +895,32 @@ fn relocate_table(
     while p < t.pages {
         let k = g.mdts_pages.min(t.pages - p);
         let list: Vec<u64> = (p..p + k).collect();
-        let mut chunk: BTreeMap<u64, Vec<u8>> =
-            read_pages(c, g, t.first_lba, &list)?.into_iter().collect();
+        let mut chunk: BTreeMap<u64, Vec<u8>> = read_pages(dev, g, t.first_lba, &list)?
+            .into_iter()
+            .collect();
         for (q, img) in chunk.iter_mut() {
-            if let Some(new) = ch.rewrites.get(q) {
+            if let Some(new) = change.rewrites.get(q) {
                 img.clone_from(new);
             }
         }
-        m.commands0 += 1 + write_pages(c, g, first, ch.flixr, &chunk)?;
+        meter.commands0 += 1 + write_pages(dev, g, first, change.flixr, &chunk)?;
         p += k;
     }
-    m.commands0 += write_pages(c, g, first, ch.flixr, &ch.appends)?;
-    c.flush()?;
+    meter.commands0 += write_pages(dev, g, first, change.flixr, &change.appends)?;
+    dev.flush()?;
     report.pages_relocated = t.pages;
-    report.pages_rewritten = ch.rewrites.len() as u64;
-    cat.tables[ch.pos] = info;
+    report.pages_rewritten = change.rewrites.len() as u64;
+    cat.tables[change.pos] = info;
     cat.seq += 1;
-    cat.write(c)?;
-    let n = t.end_lba(ch.lba_size) - t.first_lba;
+    cat.write(dev)?;
+    let n = t.end_lba(change.lba_size) - t.first_lba;
     if n > 0 {
-        c.exec(Command::Trim {
+        dev.exec(Command::Trim {
             lba: t.first_lba,
             blocks: n,
         })?;
     }
-    m.commands0 += 3;
+    meter.commands0 += 3;
     Ok(())
 }
 
@@ -975,11 +978,11 @@ fn apply_redo(
 /// Finishes the statement a power cut interrupted after its commit (the catalog's redo
 /// record): writes its page images in place and drops the record. On a device that
 /// refuses writes it is [`HostError::Unfinished`].
-pub fn finish(c: &mut impl CommandIssuer, cat: &mut Catalog) -> Result<(), HostError> {
+pub fn finish(dev: &mut impl CommandIssuer, cat: &mut Catalog) -> Result<(), HostError> {
     let Some(redo) = cat.redo.clone() else {
         return Ok(());
     };
-    apply_redo(c, cat, None).map(|_| ()).map_err(|e| match e {
+    apply_redo(dev, cat, None).map(|_| ()).map_err(|e| match e {
         HostError::Catalog(_) => e,
         other => HostError::Unfinished {
             table: redo.table.clone(),
