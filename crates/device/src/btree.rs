@@ -142,11 +142,6 @@ impl PagedBtree {
         self.nodes.len()
     }
 
-    /// LBAs of the region not holding a node (what splits may still use).
-    pub fn spare_nodes(&self) -> u64 {
-        self.free.len() as u64 + (self.first + self.lbas - self.next)
-    }
-
     /// The region: first LBA and length.
     pub fn region(&self) -> (u64, u64) {
         (self.first, self.lbas)

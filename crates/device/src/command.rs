@@ -332,27 +332,6 @@ impl Command {
         }
     }
 
-    /// Is this an admin command (its opcode is in the admin command set)?
-    pub fn is_admin(&self) -> bool {
-        matches!(
-            self,
-            Command::GetLogPage(_)
-                | Command::Identify
-                | Command::SendTblCol(_)
-                | Command::SendIdxEnc { .. }
-                | Command::SendIdxIcr { .. }
-                | Command::SendTidxEnc { .. }
-                | Command::SendTidxIcr { .. }
-                | Command::DropIdxIcr { .. }
-                | Command::DropTblCol { .. }
-                | Command::SendIdxIcrKeys { .. }
-                | Command::DropIdxEnc { .. }
-                | Command::DropTidxEnc { .. }
-                | Command::DropTidxIcr { .. }
-                | Command::SsdIdxCreate { .. }
-        )
-    }
-
     /// A short name, for messages and traces.
     pub fn name(&self) -> &'static str {
         match self {

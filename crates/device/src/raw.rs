@@ -95,11 +95,6 @@ impl RawDevice {
         &self.stats
     }
 
-    /// Give the flash array back (to reopen it elsewhere).
-    pub fn into_nand(self) -> Nand {
-        self.nand
-    }
-
     /// The striped physical page of raw page `r`.
     #[inline]
     pub fn striped(&self, r: u64) -> Ppa {

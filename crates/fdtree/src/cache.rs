@@ -161,11 +161,6 @@ impl Cache {
         }
     }
 
-    /// Capacity in blocks.
-    pub fn capacity_blocks(&self) -> usize {
-        self.capacity
-    }
-
     /// First LBA of block `id`.
     pub fn lba_of(&self, id: u64) -> u64 {
         self.base_lba + id * self.lbas_per_block
@@ -190,16 +185,6 @@ impl Cache {
         let block = Arc::new(Block::decode(id, &data)?);
         self.install(id, block.clone());
         Ok(block)
-    }
-
-    /// Read block `id` from the device bypassing (and not filling) the cache.
-    pub fn read_uncached(&self, id: u64) -> Result<Block, FdError> {
-        let data = {
-            let mut h = self.handle()?;
-            h.get().read(self.lba_of(id), self.lbas_per_block as u32)?
-        };
-        self.counters.reads.fetch_add(1, Ordering::Relaxed);
-        Block::decode(id, &data)
     }
 
     /// Read up to `n` consecutive blocks from `id` with one command (merge

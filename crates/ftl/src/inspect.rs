@@ -5,17 +5,10 @@
 use crate::format::{NONE, unpack};
 use crate::ftl::*;
 use crate::provision::Stream;
-use csd_nand::{BlockId, DieId};
+use csd_nand::BlockId;
 use csd_sim::SimTime;
 
 impl Ftl {
-    /// The die of LBA `lba`'s current copy, if it is on flash (for tests and tools).
-    pub fn die_of_lba(&mut self, lba: u64) -> Option<DieId> {
-        let (e, _) = self.map_get(lba, SimTime::ZERO).ok()?;
-        let a = flash_of(e)?;
-        Some(self.nand.addr().die_of(BlockId(unpack(a).0)))
-    }
-
     /// Where LBA `lba`'s current copy is on flash (page and sector), if it is there (for
     /// tests and tools).
     pub fn location_of_lba(&mut self, lba: u64) -> Option<(csd_nand::Ppa, u32)> {

@@ -77,11 +77,6 @@ impl SharedDevice {
         &self.inner.identify
     }
 
-    /// The clock mode.
-    pub fn clock_mode(&self) -> ClockMode {
-        self.pacer().mode()
-    }
-
     /// The pacer (to wait for simulated instants or read the paced "now"); a copy, so
     /// that a later [`set_clock`](SharedDevice::set_clock) does not change it.
     pub fn pacer(&self) -> Pacer {

@@ -241,11 +241,6 @@ impl BlockLog {
         })
     }
 
-    /// Change the GC options (a benchmark turns GC on or off per run).
-    pub fn set_options(&mut self, opts: BlockOptions) {
-        self.opts = opts;
-    }
-
     /// Segments in the log.
     pub fn segments(&self) -> u32 {
         self.nseg

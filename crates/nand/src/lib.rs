@@ -266,11 +266,6 @@ impl Nand {
         self.store.access()
     }
 
-    /// The image file, if this device is backed by one.
-    pub fn image_path(&self) -> Option<&Path> {
-        self.store.path()
-    }
-
     /// Media counters.
     pub fn stats(&self) -> &NandStats {
         &self.stats

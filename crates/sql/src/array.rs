@@ -1110,11 +1110,6 @@ impl ArraySession {
         Some(info)
     }
 
-    /// Devices in the array.
-    pub fn device_count(&self) -> usize {
-        self.devices.len()
-    }
-
     /// Host threads of the session.
     pub fn threads(&self) -> usize {
         self.threads

@@ -29,7 +29,7 @@ use csd_table::Value;
 use csd_table::schema::{ColumnType, Schema, trim_char};
 use datafusion::arrow::array::{
     Array, ArrayRef, BooleanArray, Date32Array, Decimal128Array, Int32Array, Int64Array,
-    RecordBatch, StringArray, StringBuilder, UInt64Array,
+    RecordBatch, StringArray, StringBuilder,
 };
 use datafusion::arrow::compute::kernels::cast::{CastOptions, cast_with_options};
 use datafusion::arrow::compute::kernels::zip::zip;
@@ -548,17 +548,6 @@ pub fn explain_cast(e: crate::SqlError, assignments: &[(String, String)]) -> cra
         ))),
         None => e,
     }
-}
-
-/// A one-row `count` batch (what a DML statement returns in DataFusion).
-pub fn count_batch(n: u64) -> Result<RecordBatch> {
-    let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
-        datafusion::arrow::datatypes::Field::new("count", DataType::UInt64, false),
-    ]));
-    Ok(RecordBatch::try_new(
-        schema,
-        vec![Arc::new(UInt64Array::from(vec![n]))],
-    )?)
 }
 
 #[cfg(test)]

@@ -176,11 +176,6 @@ impl DeviceScanExec {
         &self.table
     }
 
-    /// True when the scan returns partial aggregation states (aggregate pushdown).
-    pub fn is_partial_aggregate(&self) -> bool {
-        matches!(self.output, ScanOutput::Partial(_))
-    }
-
     /// The program in words, for `EXPLAIN` and the report.
     pub fn describe(&self) -> String {
         let cols = |idx: &[usize]| {

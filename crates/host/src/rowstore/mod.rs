@@ -457,23 +457,6 @@ impl RowStore {
         Ok(self.table(t)?.used)
     }
 
-    /// Nodes of `t`'s B+tree (host or in-SSD), 0 without one.
-    pub fn index_nodes(&mut self, t: TableId) -> Result<usize, StoreError> {
-        let tb = self.table(t)?;
-        if let Some(tr) = &tb.tree {
-            return Ok(tr.nodes());
-        }
-        if let Some(id) = tb.ssd {
-            return Ok(self
-                .client
-                .device()
-                .ssd_btree()
-                .index(id)
-                .map_or(0, |t| t.nodes()));
-        }
-        Ok(0)
-    }
-
     /// LBAs of the inner nodes (every level above the leaves) of every host B+tree of
     /// the store, primary and secondary; empty unless the kind keeps host trees.
     pub fn host_inner_nodes(&self) -> Vec<u64> {

@@ -107,31 +107,6 @@ impl<I: CommandIssuer> Store<I> {
         self.seal()
     }
 
-    /// Drop every cached page (after writing dirty ones): a cold cache.
-    pub fn drop_cache(&mut self) -> Result<(), KvError> {
-        if !self.cfg.persist {
-            return Ok(());
-        }
-        self.sync()?;
-        self.cache.clear();
-        Ok(())
-    }
-
-    /// Change host GC and checkpoint options (block interface).
-    pub fn set_host_log(&mut self, block: BlockOptions, checkpoint_interval_ns: Option<u64>) {
-        self.cfg.block = block;
-        self.cfg.checkpoint_interval_ns = checkpoint_interval_ns;
-        if let Some(l) = self.log.as_mut() {
-            l.set_options(block);
-        }
-        self.last_ckpt = self.clock.cpu;
-    }
-
-    /// Share of the host log in use (block interface).
-    pub fn host_log_used(&self) -> Option<f64> {
-        self.log.as_ref().map(BlockLog::used_share)
-    }
-
     /// The device's SMART log, read through the command interface.
     pub fn smart(&mut self) -> Result<csd_device::SmartLog, KvError> {
         let at = self.clock.cpu;
