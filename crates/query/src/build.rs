@@ -302,7 +302,7 @@ pub(crate) fn normalize_wide(op: CmpOp, s: u8, c: i128, t: u8) -> Normalized128 
 
 /// `x op c` for a `FLOAT32` expression `x` and a `FLOAT64` constant `c` (DataFusion's
 /// `CAST(x AS DOUBLE) op c`), rewritten exactly to a comparison of `x` with a `FLOAT32`
-/// constant in the total order of [`crate::types::float_key`]: `c` itself when it is a
+/// constant in the order of [`crate::types::float_key`]: `c` itself when it is a
 /// `FLOAT32` value, else the largest `FLOAT32` below it (`x < c` is `x <= lower`, `x > c`
 /// is `x > lower`, `x = c` never holds). A NaN constant is refused (NaNs' payloads do not
 /// survive the widening alike).
@@ -430,7 +430,7 @@ pub fn compare(op: CmpOp, l: Expr, r: Expr, whole: &str) -> Result<Expr, BuildEr
             (Some(_), None) => Ok(cmp_node(op.flip(), r, l)),
             _ => Ok(cmp_node(op, l, r)),
         },
-        // Floats compare in IEEE total order, as Arrow's kernels do (keys: see
+        // Floats compare as Arrow's kernels do (zeros equal, NaNs greatest; keys: see
         // `types::float_key`); a FLOAT32 column against a FLOAT64 constant is rewritten
         // to a FLOAT32 constant.
         (DataType::Float32, DataType::Float32) | (DataType::Float64, DataType::Float64) => {

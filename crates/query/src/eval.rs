@@ -254,8 +254,8 @@ impl Evaluator {
                 if nullable_key || !agg.aggregates.iter().all(device_aggregate) {
                     return Err(EvalError::PlanMismatch(
                         "the device groups by NOT NULL columns of the fixed types and \
-                         aggregates INT, DECIMAL, DATE and CHAR values (MIN/MAX of floats \
-                         too), NULLs skipped: leave this aggregate to the host"
+                         aggregates INT, DECIMAL, DATE and CHAR values, NULLs skipped: \
+                         leave this aggregate to the host"
                             .into(),
                     ));
                 }
@@ -379,9 +379,9 @@ fn selected_var_bytes(page: &PageView<'_>, sel: &[u32]) -> Result<u64, EvalError
 
 /// Whether the device computes aggregate `a` exactly: `COUNT(*)`; `COUNT(x)`; `SUM`,
 /// `AVG`, `MIN`, `MAX` of `INT`, `DECIMAL`, `DATE` (and `TIMESTAMP`) values; `MIN`/`MAX`
-/// of `CHAR` and of floats (in IEEE total order, as Arrow's kernels). An argument may
-/// be NULL (its NULL rows are skipped); a float sum depends on the order of the
-/// additions, so it is the host's.
+/// of `CHAR`. An argument may be NULL (its NULL rows are skipped); float aggregates are
+/// the host's (a sum depends on the order of the additions, an extreme among equal
+/// zeros or NaNs too).
 fn device_aggregate(a: &crate::plan::Aggregate) -> bool {
     let Some(e) = &a.arg else {
         return true;
@@ -389,8 +389,10 @@ fn device_aggregate(a: &crate::plan::Aggregate) -> bool {
     match a.func {
         AggFunc::CountStar | AggFunc::Count => true,
         AggFunc::Sum | AggFunc::Avg => e.ty.is_integer_backed(),
+        // Not floats: Arrow's order has -0.0 = 0.0 and NaNs equal, so which of equal
+        // values an extreme returns depends on the order rows are seen in.
         AggFunc::Min | AggFunc::Max => {
-            e.ty.is_integer_backed() || e.ty.is_float() || matches!(e.ty, DataType::Char(_))
+            e.ty.is_integer_backed() || matches!(e.ty, DataType::Char(_))
         }
     }
 }

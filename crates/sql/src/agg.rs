@@ -13,8 +13,8 @@
 //! arguments are column arithmetic the device computes exactly (`+ - *`, exact casts).
 //! Otherwise the plan is left as it was. An argument may be NULL: the device skips its
 //! NULL rows and counts the values it folded (`COUNT(x)`, `AVG(x)`'s count, a `SUM(x)`
-//! of no values is NULL), as DataFusion does; `MIN`/`MAX` of floats are folded in IEEE
-//! total order, as Arrow's kernels order them. Grouping keys must be NOT NULL columns.
+//! of no values is NULL), as DataFusion does. Float aggregates stay DataFusion's.
+//! Grouping keys must be NOT NULL columns.
 //!
 //! The device's states (exact `i128` sums, row counts, extremes) become DataFusion's
 //! partial-state columns (`sum`, `count` + `sum` for `AVG`, the value for `MIN`/`MAX`)
@@ -204,15 +204,6 @@ fn extremes(st: &AggState, a: usize, ty: DevType, rows: &[u64]) -> Result<ArrayR
                     )
                     .with_precision_and_scale(DECIMAL_PRECISION, scale as i8)?,
                 ),
-                // Float extremes are total-order keys (csd_query::types::float_key).
-                DevType::Float64 => Arc::new(Float64Array::from_iter(val.iter().enumerate().map(
-                    |(g, &k)| ok(g).then(|| f64::from_bits(csd_query::types::float_bits(k, 8))),
-                ))),
-                DevType::Float32 => Arc::new(datafusion::arrow::array::Float32Array::from_iter(
-                    val.iter().enumerate().map(|(g, &k)| {
-                        ok(g).then(|| f32::from_bits(csd_query::types::float_bits(k, 4) as u32))
-                    }),
-                )),
                 DevType::Date => Arc::new(datafusion::arrow::array::Date32Array::from_iter(
                     val.iter()
                         .enumerate()
@@ -364,9 +355,9 @@ fn push_scan(
         kinds.push(kind);
     }
     // The device groups by NOT NULL columns of the original types, and aggregates
-    // values of the fixed types (INT, DECIMAL, DATE, CHAR; MIN/MAX of floats and
-    // timestamps; COUNT of anything), skipping NULLs as SQL does; anything else
-    // (a nullable or newer-type key, a float sum) is DataFusion's.
+    // values of the fixed types (INT, DECIMAL, DATE, CHAR; MIN/MAX of timestamps;
+    // COUNT of anything), skipping NULLs as SQL does; anything else (a nullable or
+    // newer-type key, float aggregates) is DataFusion's.
     let key_ok = |&g: &usize| {
         schema
             .columns()
@@ -382,8 +373,6 @@ fn push_scan(
                     | DevType::Decimal { .. }
                     | DevType::Date
                     | DevType::Char(_)
-                    | DevType::Float32
-                    | DevType::Float64
                     | DevType::Timestamp
             ),
             AggFunc::Sum | AggFunc::Avg => {

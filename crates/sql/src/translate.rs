@@ -21,8 +21,8 @@
 //!   compares strings: no padding, no trimming).
 //!
 //! * comparisons of `FLOAT32` / `FLOAT64` columns with float literals and with each
-//!   other, in IEEE total order as Arrow's comparison kernels order them (`NaN` above
-//!   `inf` and equal to itself, `-0.0 < 0.0`), `CAST(f32 AS DOUBLE)` against a literal
+//!   other, as Arrow's comparison kernels order them (`-0.0 = 0.0`, NaNs equal and
+//!   above `inf`), `CAST(f32 AS DOUBLE)` against a literal
 //!   rewritten exactly to a `FLOAT32` constant; comparisons of `DECIMAL(p > 18)`
 //!   columns with numeric literals (exact 128-bit values) and with columns of their
 //!   scale.
