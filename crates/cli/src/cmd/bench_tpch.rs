@@ -9,6 +9,11 @@
 //! doubles), else against DataFusion's over in-memory copies of the tables
 //! (`--compare datafusion`); otherwise "not checked". DuckDB reads CSV files written from the device's
 //! own tables (`scripts/duckdb_tpch.py`, which installs the `duckdb` wheel into a venv).
+//!
+//! `--strings` runs string-heavy queries instead (issue 34): `LIKE '%special%'` and a
+//! prefix `LIKE` over `lineitem_v`, a copy of lineitem's `l_orderkey`, `l_shipmode` and
+//! `l_comment` loaded through the importer, so its strings are `VARCHAR` (no padding),
+//! beside DuckDB on the same rows with `--compare duckdb`; the answers must be equal.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -49,6 +54,10 @@ pub(crate) struct BenchTpchArgs {
     /// Also run other engines on the same rows, e.g. `duckdb,datafusion`.
     #[arg(long, value_enum, value_delimiter = ',')]
     compare: Vec<CompareArg>,
+    /// Instead of the 22 queries, string-heavy queries (`LIKE '%special%'`, a prefix
+    /// `LIKE`) over `lineitem_v`, a VARCHAR copy of lineitem's comment columns.
+    #[arg(long)]
+    strings: bool,
     #[command(flatten)]
     src: ConfigSource,
 }
@@ -121,6 +130,9 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
     let cfg = a.src.load()?;
     let numbers = query_numbers(a.queries.as_deref())?;
     let session = load_tpch(a, &cfg)?;
+    if a.strings {
+        return run_strings(a, &cfg, session);
+    }
     let duck = match a.compare.contains(&CompareArg::Duckdb) {
         true => Some(run_duckdb(&session, &numbers)?),
         false => None,
@@ -208,6 +220,156 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
     if wrong > 0 {
         return Err(CliError::Nvme(format!(
             "{wrong} queries returned a wrong answer"
+        )));
+    }
+    Ok(())
+}
+
+/// The string queries of `--strings`, over `lineitem_v`.
+const STRING_QUERIES: [&str; 2] = [
+    "SELECT count(*) FROM lineitem_v WHERE l_comment LIKE '%special%'",
+    "SELECT count(*) FROM lineitem_v WHERE l_comment LIKE 'furious%'",
+];
+
+/// `--strings`: loads `lineitem_v` (VARCHAR copies of lineitem's `l_orderkey`,
+/// `l_shipmode`, `l_comment`) through the importer onto the session's device, runs
+/// [`STRING_QUERIES`] (best of `--repeat`) and, with `--compare duckdb`, DuckDB on the
+/// same rows; prints both and fails on a different answer.
+fn run_strings(a: &BenchTpchArgs, cfg: &DeviceConfig, session: SqlSession) -> Result<(), CliError> {
+    let usage = |e: String| CliError::Usage(e);
+    let copy = session
+        .run("SELECT l_orderkey, l_shipmode, l_comment FROM lineitem")
+        .map_err(|e| usage(e.to_string()))?;
+    let mut client = session
+        .into_client()
+        .ok_or_else(|| usage("the TPC-H session still holds its device".into()))?;
+    let rows = csd_sql::import::to_rows(
+        "lineitem_v",
+        &copy.schema,
+        &copy.batches,
+        &csd_sql::import::ImportOptions::default(),
+        false,
+        std::path::Path::new("<lineitem>"),
+    )
+    .map_err(|e| usage(e.to_string()))?;
+    csd_host::Catalog::load(
+        &mut client,
+        "lineitem_v",
+        rows,
+        a.layout.layout(),
+        &mut |_| {},
+    )
+    .map_err(|e| usage(e.to_string()))?;
+    let session = SqlSession::new(client, cfg.clone(), ScanSettings::new(a.strategy.choice()))
+        .map_err(|e| usage(e.to_string()))?;
+    let duck = if a.compare.contains(&CompareArg::Duckdb) {
+        let dir = tempfile_dir()?;
+        let path = dir.join("lineitem_v.csv");
+        let f = std::fs::File::create(&path).map_err(|e| CliError::Io {
+            path: path.clone(),
+            source: e,
+        })?;
+        let mut w = WriterBuilder::new().with_header(true).build(f);
+        for b in &copy.batches {
+            w.write(b)
+                .map_err(|e| CliError::Nvme(format!("writing {}: {e}", path.display())))?;
+        }
+        drop(w);
+        Some(duckdb_script(&dir, &STRING_QUERIES)?)
+    } else {
+        None
+    };
+    let copy_rows: usize = copy.batches.iter().map(|b| b.num_rows()).sum();
+    drop(copy);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let tn = format!("duckdb {threads} thr s");
+    let mut headers = vec![
+        "query",
+        "csd answer",
+        "in device",
+        "csd wall s",
+        "modeled device s",
+    ];
+    if duck.is_some() {
+        headers.extend(["duckdb answer", "duckdb 1 thr s", tn.as_str(), "equal"]);
+    }
+    let mut t = report::table(&headers);
+    let mut wrong = 0;
+    for (k, q) in STRING_QUERIES.iter().enumerate() {
+        let mut best = f64::INFINITY;
+        let mut last = None;
+        for _ in 0..a.repeat.max(1) {
+            let ans = session.run(q).map_err(|e| usage(format!("{q}: {e}")))?;
+            best = best.min(ans.wall_s);
+            last = Some(ans);
+        }
+        let Some(ans) = last else {
+            continue;
+        };
+        let rows = ans.rows().map_err(|e| usage(e.to_string()))?;
+        let answer = rows
+            .first()
+            .and_then(|r| r.first())
+            .cloned()
+            .unwrap_or_default();
+        let modeled: u64 = ans.scans.iter().map(|s| s.report.modeled_ns).sum();
+        let pushed = ans.scans.iter().all(|s| s.program.contains("filter"));
+        let mut row = vec![
+            q.to_string(),
+            answer.clone(),
+            if pushed { "yes" } else { "no" }.to_string(),
+            format!("{best:.4}"),
+            format!("{:.4}", modeled as f64 / 1e9),
+        ];
+        if let Some(d) = &duck {
+            let dq = &d.queries[k];
+            let dans = dq
+                .rows
+                .first()
+                .and_then(|r| r.first())
+                .cloned()
+                .unwrap_or_default();
+            let equal = dans == answer;
+            wrong += usize::from(!equal);
+            row.extend([
+                dans,
+                format!("{:.4}", dq.t1_s),
+                format!("{:.4}", dq.tn_s),
+                if equal { "yes" } else { "NO" }.to_string(),
+            ]);
+        }
+        t.add_row(row);
+    }
+    println!("{t}");
+    println!(
+        "lineitem_v: {} rows at SF {} (l_orderkey INT64, l_shipmode and l_comment VARCHAR), layout {}, strategy {}, csd best of {}",
+        copy_rows,
+        a.sf,
+        a.layout,
+        a.strategy,
+        a.repeat.max(1)
+    );
+    if let Some(d) = &duck {
+        println!(
+            "duckdb {} (best of 3, a table read from a CSV file of the same rows)",
+            d.version
+        );
+    }
+    println!(
+        "reproduce: csd bench tpch --strings --sf {} --layout {} --strategy {} --repeat {}{}",
+        a.sf,
+        a.layout,
+        a.strategy,
+        a.repeat.max(1),
+        if duck.is_some() {
+            " --compare duckdb"
+        } else {
+            ""
+        }
+    );
+    if wrong > 0 {
+        return Err(CliError::Nvme(format!(
+            "{wrong} string queries answered differently from DuckDB"
         )));
     }
     Ok(())
@@ -417,8 +579,20 @@ fn run_duckdb(session: &SqlSession, numbers: &[usize]) -> Result<Duck, CliError>
                 .map_err(|e| CliError::Nvme(format!("writing {}: {e}", path.display())))?;
         }
     }
-    let qpath = dir.join("queries.json");
     let qs: Vec<&str> = numbers.iter().map(|&n| QUERIES[n - 1]).collect();
+    let duck = duckdb_script(&dir, &qs)?;
+    if duck.queries.len() != numbers.len() {
+        return Err(CliError::Usage(
+            "DuckDB returned fewer answers than queries".into(),
+        ));
+    }
+    Ok(duck)
+}
+
+/// Runs `scripts/duckdb_tpch.py` over the CSV tables in `dir` (removed afterwards) and
+/// `queries`.
+fn duckdb_script(dir: &std::path::Path, qs: &[&str]) -> Result<Duck, CliError> {
+    let qpath = dir.join("queries.json");
     let mut f = std::fs::File::create(&qpath).map_err(|e| CliError::Io {
         path: qpath.clone(),
         source: e,
@@ -432,12 +606,12 @@ fn run_duckdb(session: &SqlSession, numbers: &[usize]) -> Result<Duck, CliError>
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let out = Command::new("python3")
         .arg(&script)
-        .arg(&dir)
+        .arg(dir)
         .arg(&qpath)
         .arg(threads.to_string())
         .output()
         .map_err(|e| CliError::Usage(format!("running {}: {e}", script.display())))?;
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
     if !out.status.success() {
         return Err(CliError::Usage(format!(
             "{} failed: {}",
@@ -474,7 +648,7 @@ fn run_duckdb(session: &SqlSession, numbers: &[usize]) -> Result<Duck, CliError>
                 .collect::<Vec<_>>()
         })
         .unwrap_or_default();
-    if queries.len() != numbers.len() {
+    if queries.len() != qs.len() {
         return Err(CliError::Usage(
             "DuckDB returned fewer answers than queries".into(),
         ));
