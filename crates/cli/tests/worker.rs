@@ -374,10 +374,10 @@ fn two_workers_answer_like_the_array_in_process() {
     cluster_answers_like_in_process(&sf, &queries());
 }
 
-/// The acceptance run: the 22 TPC-H queries at SF 0.1, every strategy (about 20 s
+/// The acceptance run: the 22 TPC-H queries at SF 0.1, every strategy (about 45 s
 /// in the test profile; `cargo test -p csd --test worker -- --ignored`).
 #[test]
-#[ignore = "the 22 TPC-H queries at SF 0.1 on every strategy (about 20 s)"]
+#[ignore = "the 22 TPC-H queries at SF 0.1 on every strategy (about 45 s)"]
 fn tpch_sf_0_1_all_22_queries_on_two_workers() {
     let all: Vec<String> = (1..=22).map(|q| format!("q{q}")).collect();
     cluster_answers_like_in_process("0.1", &all);
