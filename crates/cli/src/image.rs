@@ -129,30 +129,6 @@ impl FtlArgs {
             ..d
         })
     }
-
-    /// The options as flags, for a `reproduce:` line.
-    pub(crate) fn describe(&self) -> String {
-        let mut s = format!(" --gc {} --write-cache {}", self.gc, self.write_cache);
-        if let Some(op) = self.op {
-            s.push_str(&format!(" --op {op}"));
-        }
-        if let Some(m) = self.mdts {
-            s.push_str(&format!(" --mdts {}", crate::units::format_size(m)));
-        }
-        if let Some(g) = self.gc_start_used {
-            s.push_str(&format!(" --gc-start-used {g}"));
-        }
-        if let Some(c) = self.checkpoint_interval_ms {
-            s.push_str(&format!(" --checkpoint-interval-ms {c}"));
-        }
-        if let Some(e) = self.ext_bytes {
-            s.push_str(&format!(" --ext-bytes {e}"));
-        }
-        if self.format {
-            s.push_str(" --format");
-        }
-        s
-    }
 }
 
 /// Open the block device on `path` read-write: created from `src` if `create` and the

@@ -60,16 +60,6 @@ pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
     Ok(ns.round() as u64)
 }
 
-/// A byte count in the shortest form [`parse_size`] reads back (`2g`, `512k`, `4096`).
-pub fn format_size(n: u64) -> String {
-    for (shift, unit) in [(40, "t"), (30, "g"), (20, "m"), (10, "k")] {
-        if n != 0 && n.is_multiple_of(1 << shift) {
-            return format!("{}{unit}", n >> shift);
-        }
-    }
-    n.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

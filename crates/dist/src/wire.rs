@@ -3,9 +3,10 @@
 //! records ([`WireRecord`]) back in the task's metrics. JSON through serde: small (a few
 //! hundred bytes per scan), versioned by [`WIRE_VERSION`], readable in a packet capture.
 
-use csd_host::{QueryReport, Strategy};
+use csd_host::{QueryReport, StageName, Strategy};
 use csd_sim::EnergyReport;
 use csd_sql::{Choice, ScanRecord, ScanSettings};
+use csd_table::page::Layout;
 use serde::{Deserialize, Serialize};
 
 use crate::DistError;
@@ -180,23 +181,16 @@ pub struct WireReport {
     pub setup_ns: u64,
 }
 
-/// The stage names a report has (`&'static str` in [`QueryReport`]).
-const STAGES: [&str; 7] = [
-    "flash_array",
-    "flash_to_dram",
-    "dram",
-    "embedded_cpu",
-    "dram_to_host",
-    "host_cpu",
-    "none",
-];
+/// The bottleneck of a report without stages, on the wire.
+const NO_STAGE: &str = "none";
 
-fn stage_name(s: &str) -> Result<&'static str, DistError> {
-    STAGES
-        .iter()
-        .find(|n| **n == s)
-        .copied()
-        .ok_or_else(|| DistError::Wire(format!("unknown report stage `{s}`")))
+fn stage_name(s: &str) -> Result<StageName, DistError> {
+    StageName::parse(s).ok_or_else(|| DistError::Wire(format!("unknown report stage `{s}`")))
+}
+
+fn layout(s: &str) -> Result<Layout, DistError> {
+    s.parse()
+        .map_err(|_| DistError::Wire(format!("unknown page layout `{s}`")))
 }
 
 fn strategy(s: &str) -> Result<Strategy, DistError> {
@@ -211,7 +205,7 @@ impl WireReport {
         WireReport {
             strategy: r.strategy.name().to_string(),
             table: r.table.clone(),
-            layout: r.layout.clone(),
+            layout: r.layout.to_string(),
             pages: r.pages,
             table_bytes: r.table_bytes,
             rows: r.rows,
@@ -241,7 +235,7 @@ impl WireReport {
                     utilization: s.utilization,
                 })
                 .collect(),
-            bottleneck: r.bottleneck.to_string(),
+            bottleneck: r.bottleneck.map_or(NO_STAGE, StageName::name).to_string(),
             flash_reads: r.flash_reads,
             channel_bytes: r.channel_bytes,
             dram_bytes: r.dram_bytes,
@@ -299,7 +293,7 @@ impl WireReport {
         Ok(QueryReport {
             strategy: strategy(&self.strategy)?,
             table: self.table.clone(),
-            layout: self.layout.clone(),
+            layout: layout(&self.layout)?,
             pages: self.pages,
             table_bytes: self.table_bytes,
             rows: self.rows,
@@ -307,7 +301,10 @@ impl WireReport {
             result_rows: self.result_rows,
             modeled_ns: self.modeled_ns,
             stages,
-            bottleneck: stage_name(&self.bottleneck)?,
+            bottleneck: match self.bottleneck.as_str() {
+                NO_STAGE => None,
+                s => Some(stage_name(s)?),
+            },
             flash_reads: self.flash_reads,
             channel_bytes: self.channel_bytes,
             dram_bytes: self.dram_bytes,

@@ -61,6 +61,7 @@ use crate::slotted;
 use csd_device::{Command, Payload, Telemetry};
 use csd_sim::{DeviceConfig, EnergyCounters, EnergyReport};
 use csd_table::Value;
+use csd_table::page::Layout;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -93,8 +94,8 @@ pub struct DmlReport {
     pub op: DmlOp,
     /// The table.
     pub table: String,
-    /// `nsm` or `pax`.
-    pub layout: String,
+    /// The table's page layout.
+    pub layout: Layout,
     /// Rows inserted, updated or deleted.
     pub rows: u64,
     /// Rows in the table afterwards.
@@ -663,7 +664,7 @@ fn empty_report(op: DmlOp, t: &TableInfo) -> DmlReport {
     DmlReport {
         op,
         table: t.name.clone(),
-        layout: t.layout.to_string(),
+        layout: t.layout,
         rows: 0,
         table_rows: t.rows,
         pages_read: 0,

@@ -39,5 +39,5 @@ mod stats;
 pub use catalog::{Catalog, LoadReport, TableIndex, TableInfo, check_table_name, same_name};
 pub use client::{Client, CommandIssuer, HostError};
 pub use rowstore::{IndexKind, KeyEncoding, RowStore, StoreError, StoreOptions, TableDef, TableId};
-pub use scan::{JoinRead, QueryReport, ScanOptions, Strategy, run_scan};
+pub use scan::{JoinRead, QueryReport, ScanOptions, StageName, Strategy, run_scan};
 pub use shared::{DeviceHandle, SharedDevice};

@@ -56,6 +56,7 @@ use csd_device::{Command, IspMode, IspOpen, Payload, SessionState, TableExtent, 
 use csd_query::{Evaluator, MergeTally, ParEval, PartialResult, Plan, WorkCounters};
 use csd_sim::{DeviceConfig, EnergyCounters, EnergyReport, Resource, ResourceClass, SimTime};
 use csd_table::PageView;
+use csd_table::page::Layout;
 use std::time::Instant;
 
 /// Where a query's filter and aggregation run: the scan paper's three strategies (the
@@ -151,12 +152,64 @@ impl HostCpu {
     }
 }
 
+/// A stage of the modeled time breakdown (serialized as its name, e.g. `flash_array`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageName {
+    /// The flash dies (array reads).
+    FlashArray,
+    /// The flash channels (dies to controller DRAM).
+    FlashToDram,
+    /// Controller DRAM.
+    Dram,
+    /// The device's embedded cores.
+    EmbeddedCpu,
+    /// The host link (controller DRAM to the host).
+    DramToHost,
+    /// The host's cores.
+    HostCpu,
+}
+
+impl StageName {
+    /// Every stage, in the breakdown's order.
+    pub const ALL: [StageName; 6] = [
+        StageName::FlashArray,
+        StageName::FlashToDram,
+        StageName::Dram,
+        StageName::EmbeddedCpu,
+        StageName::DramToHost,
+        StageName::HostCpu,
+    ];
+
+    /// The stage's name in reports (`flash_array` …).
+    pub const fn name(self) -> &'static str {
+        match self {
+            StageName::FlashArray => "flash_array",
+            StageName::FlashToDram => "flash_to_dram",
+            StageName::Dram => "dram",
+            StageName::EmbeddedCpu => "embedded_cpu",
+            StageName::DramToHost => "dram_to_host",
+            StageName::HostCpu => "host_cpu",
+        }
+    }
+
+    /// The stage a report names, if any.
+    pub fn parse(name: &str) -> Option<StageName> {
+        StageName::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+impl std::fmt::Display for StageName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One stage of the modeled time breakdown.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stage {
-    /// Stage name (`flash_array`, `flash_to_dram`, `dram`, `embedded_cpu`,
-    /// `dram_to_host`, `host_cpu`).
-    pub name: &'static str,
+    /// Which stage.
+    pub name: StageName,
     /// Resources of the stage.
     pub members: usize,
     /// Busy time of the stage per member (its time if its members share the work evenly).
@@ -172,8 +225,8 @@ pub struct QueryReport {
     pub strategy: Strategy,
     /// Table name and layout.
     pub table: String,
-    /// `nsm` or `pax`.
-    pub layout: String,
+    /// The table's page layout.
+    pub layout: Layout,
     /// Table pages and bytes scanned.
     pub pages: u64,
     /// Table bytes scanned (pages × page bytes).
@@ -188,8 +241,8 @@ pub struct QueryReport {
     pub modeled_ns: u64,
     /// The breakdown per stage.
     pub stages: Vec<Stage>,
-    /// The stage with the highest utilization.
-    pub bottleneck: &'static str,
+    /// The stage with the highest utilization (`None`: a report without stages).
+    pub bottleneck: Option<StageName>,
     /// Flash page reads.
     pub flash_reads: u64,
     /// Bytes over the flash channels.
@@ -221,6 +274,11 @@ pub struct QueryReport {
 }
 
 impl QueryReport {
+    /// The bottleneck's name (`flash_array` …), `none` for a report without stages.
+    pub fn bottleneck_name(&self) -> &'static str {
+        self.bottleneck.map_or("none", StageName::name)
+    }
+
     /// Modeled seconds.
     pub fn modeled_s(&self) -> f64 {
         self.modeled_ns as f64 / 1e9
@@ -389,7 +447,7 @@ pub fn run_scan<C: CommandIssuer>(
     Ok(QueryReport {
         strategy: opts.strategy,
         table: table.name.clone(),
-        layout: table.layout.to_string(),
+        layout: table.layout,
         pages: table.pages,
         table_bytes: table.bytes(),
         rows: table.rows,
@@ -436,15 +494,15 @@ fn reads_for(
     })
 }
 
-/// The stage with the highest utilization (the first of equals), `none` without stages.
-fn bottleneck_of(stages: &[Stage]) -> &'static str {
+/// The stage with the highest utilization (the first of equals), `None` without stages.
+fn bottleneck_of(stages: &[Stage]) -> Option<StageName> {
     stages
         .iter()
         .fold(None::<&Stage>, |b, s| match b {
             Some(b) if b.utilization >= s.utilization => Some(b),
             _ => Some(s),
         })
-        .map_or("none", |s| s.name)
+        .map(|s| s.name)
 }
 
 /// The FLIXR table a join read reads (`None` without a join); refused for a strategy
@@ -570,11 +628,11 @@ fn run_counters(before: &Telemetry, after: &Telemetry, host: &HostCpu) -> Energy
 fn stages(before: &Telemetry, after: &Telemetry, host: &HostCpu, modeled_ns: u64) -> Vec<Stage> {
     let mut stages = Vec::new();
     for (name, class) in [
-        ("flash_array", ResourceClass::Die),
-        ("flash_to_dram", ResourceClass::Channel),
-        ("dram", ResourceClass::Dram),
-        ("embedded_cpu", ResourceClass::EmbeddedCpu),
-        ("dram_to_host", ResourceClass::HostLink),
+        (StageName::FlashArray, ResourceClass::Die),
+        (StageName::FlashToDram, ResourceClass::Channel),
+        (StageName::Dram, ResourceClass::Dram),
+        (StageName::EmbeddedCpu, ResourceClass::EmbeddedCpu),
+        (StageName::DramToHost, ResourceClass::HostLink),
     ] {
         let (b1, m) = busy(after, class);
         let (b0, _) = busy(before, class);
@@ -589,7 +647,7 @@ fn stages(before: &Telemetry, after: &Telemetry, host: &HostCpu, modeled_ns: u64
     let (hb, hm) = host.busy();
     let per = hb / hm.max(1) as u64;
     stages.push(Stage {
-        name: "host_cpu",
+        name: StageName::HostCpu,
         members: hm,
         busy_ns: per,
         utilization: per as f64 / modeled_ns as f64,

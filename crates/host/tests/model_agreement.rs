@@ -76,7 +76,7 @@ fn simulation_agrees_with_the_scan_model_on_the_figure5_grid() {
                     "{preset} {rate} MT/s {:8}: sim {sim_s:.5} s, model {model_s:.5} s, {:+.1}% ({})",
                     s.name(),
                     err * 100.0,
-                    rep.bottleneck
+                    rep.bottleneck.map_or("none", csd_host::StageName::name)
                 );
                 assert!(
                     err.abs() < 0.07,

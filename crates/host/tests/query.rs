@@ -9,8 +9,8 @@ use csd_device::{
 };
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::{
-    Catalog, Client, CommandIssuer, HostError, QueryReport, ScanOptions, Strategy, TableInfo,
-    run_scan,
+    Catalog, Client, CommandIssuer, HostError, QueryReport, ScanOptions, StageName, Strategy,
+    TableInfo, run_scan,
 };
 use csd_nand::Nand;
 use csd_query::build;
@@ -208,7 +208,7 @@ fn isp_beats_ihp_where_the_link_is_the_bottleneck_and_pax_beats_nsm_on_cpu() {
     }
     let ihp = &t[&("pax", Strategy::Ihp)];
     let hw = &t[&("pax", Strategy::HwIsp)];
-    assert_eq!(ihp.bottleneck, "dram_to_host", "{ihp:?}");
+    assert_eq!(ihp.bottleneck, Some(StageName::DramToHost), "{ihp:?}");
     assert!(
         hw.modeled_ns * 3 < ihp.modeled_ns,
         "hw {} vs ihp {}",

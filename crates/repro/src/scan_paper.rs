@@ -25,7 +25,7 @@ use crate::args::Seed;
 pub const PAPER: &str = "scan-paper";
 use crate::util as report;
 use clap::{Args, ValueEnum};
-use csd_host::{QueryReport, Strategy};
+use csd_host::{QueryReport, StageName, Strategy};
 use csd_model::scan::ScanParams;
 use csd_plot::{LineChart, Series};
 use csd_sim::DeviceConfig;
@@ -487,7 +487,7 @@ fn figure_rows(sw: &Sweep) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
                 format!("{:.3e}", rate(r)),
                 format!("{:.3e}", r.rows as f64 / m),
                 format!("{:+.1}%", (r.modeled_s() - m) / m * 100.0),
-                r.bottleneck.to_string(),
+                r.bottleneck_name().to_string(),
             ]
         })
         .collect();
@@ -502,7 +502,7 @@ fn figure_rows(sw: &Sweep) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
                 format!("{:.3e}", rate(r)),
                 format!("{:.3e}", r.rows as f64 / m),
                 format!("{:+.1}%", (r.modeled_s() - m) / m * 100.0),
-                r.bottleneck.to_string(),
+                r.bottleneck_name().to_string(),
             ]
         })
         .collect();
@@ -663,7 +663,7 @@ struct T3Row {
     sim_s: f64,
     /// Cycles per second of the paper's cycle counts (the embedded bus clock).
     cycle_hz: f64,
-    bottleneck: &'static str,
+    bottleneck: Option<StageName>,
 }
 
 impl T3Row {
@@ -817,7 +817,10 @@ fn t3_config_rows(t3: &[T3Row]) -> Vec<Vec<String>> {
 
 /// What explains a Table 3 error over the paper's 6.4% (see the notes of the report).
 fn t3_why(r: &T3Row) -> String {
-    format!("bottleneck {}", r.bottleneck)
+    format!(
+        "bottleneck {}",
+        r.bottleneck.map_or("none", StageName::name)
+    )
 }
 
 /// Table 3 as JSON (`report.json` of `csd repro scan-paper`).
@@ -881,7 +884,7 @@ fn stage_rate(r: &QueryReport, stage: &str) -> f64 {
     let busy = r
         .stages
         .iter()
-        .find(|s| s.name == stage)
+        .find(|s| s.name.name() == stage)
         .map_or(0, |s| s.busy_ns);
     r.rows as f64 / (busy as f64 / 1e9).max(1e-12)
 }

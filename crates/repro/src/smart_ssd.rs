@@ -445,7 +445,9 @@ fn smart_row(r: &SmartRun) -> Vec<String> {
         ),
         format!(
             "{} / {} / {}",
-            r.ssd.bottleneck, r.nsm.bottleneck, r.pax.bottleneck
+            r.ssd.bottleneck_name(),
+            r.nsm.bottleneck_name(),
+            r.pax.bottleneck_name()
         ),
     ]
 }

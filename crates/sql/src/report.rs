@@ -10,6 +10,7 @@
 
 use crate::exec::ScanRecord;
 use csd_host::QueryReport;
+use csd_table::page::Layout;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -31,8 +32,8 @@ pub struct ScanReport {
     pub strategy: &'static str,
     /// The table scanned.
     pub table: String,
-    /// `nsm` or `pax`.
-    pub layout: String,
+    /// The table's page layout (`nsm` or `pax`).
+    pub layout: Layout,
     /// Table pages scanned.
     pub pages: u64,
     /// Table bytes scanned (pages × page bytes).
@@ -47,7 +48,7 @@ pub struct ScanReport {
     pub modeled_time_s: f64,
     /// Table bytes per modeled second.
     pub modeled_bytes_per_s: f64,
-    /// The stage with the highest utilization.
+    /// The stage with the highest utilization (`none` for a report without stages).
     pub bottleneck: &'static str,
     /// Busy time per stage, by stage name.
     pub stages: BTreeMap<&'static str, StageFigures>,
@@ -100,7 +101,7 @@ impl From<&QueryReport> for ScanReport {
         ScanReport {
             strategy: r.strategy.name(),
             table: r.table.clone(),
-            layout: r.layout.clone(),
+            layout: r.layout,
             pages: r.pages,
             table_bytes: r.table_bytes,
             rows: r.rows,
@@ -108,13 +109,13 @@ impl From<&QueryReport> for ScanReport {
             result_rows: r.result_rows,
             modeled_time_s: r.modeled_s(),
             modeled_bytes_per_s: r.modeled_bytes_per_s(),
-            bottleneck: r.bottleneck,
+            bottleneck: r.bottleneck_name(),
             stages: r
                 .stages
                 .iter()
                 .map(|s| {
                     (
-                        s.name,
+                        s.name.name(),
                         StageFigures {
                             busy_s: s.busy_ns as f64 / 1e9,
                             utilization: s.utilization,
@@ -170,6 +171,7 @@ impl From<&ScanRecord> for ScanRecordReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use csd_host::StageName;
     use csd_host::Strategy;
     use csd_host::scan::Stage;
     use csd_sim::energy::EnergyReport;
@@ -179,7 +181,7 @@ mod tests {
         QueryReport {
             strategy: Strategy::Ihp,
             table: "lineitem".into(),
-            layout: "pax".into(),
+            layout: Layout::Pax,
             pages: 10,
             table_bytes: 40960,
             rows: 1000,
@@ -187,12 +189,12 @@ mod tests {
             result_rows: 3,
             modeled_ns: 2_000_000,
             stages: vec![Stage {
-                name: "flash_array",
+                name: StageName::FlashArray,
                 members: 8,
                 busy_ns: 1_000_000,
                 utilization: 0.5,
             }],
-            bottleneck: "flash_array",
+            bottleneck: Some(StageName::FlashArray),
             flash_reads: 10,
             channel_bytes: 40960,
             dram_bytes: 40960,

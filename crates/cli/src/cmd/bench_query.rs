@@ -84,12 +84,12 @@ pub(crate) fn bench_query_cmd(a: &BenchQueryArgs) -> Result<(), CliError> {
     for r in &all {
         t.add_row(vec![
             r.strategy.name().to_string(),
-            r.layout.clone(),
+            r.layout.to_string(),
             format!("{:.3}", r.wall_s),
             format!("{:.0}", r.wall_bytes_per_s() / 1e6),
             format!("{:.3e}", r.wall_rows_per_s()),
             format!("{:.4}", r.modeled_s()),
-            r.bottleneck.to_string(),
+            r.bottleneck_name().to_string(),
         ]);
     }
     println!("{t}");

@@ -584,7 +584,7 @@ fn print_scans(choice: Choice, ans: &csd_sql::Answer, cfg: &DeviceConfig) {
             s.strategy.name().to_string(),
             s.program.clone(),
             format!("{:.4}", r.modeled_s()),
-            r.bottleneck.to_string(),
+            r.bottleneck_name().to_string(),
             r.flash_reads.to_string(),
             mb(r.host_link_bytes),
             mb(r.channel_bytes),
@@ -664,9 +664,9 @@ pub(crate) fn print_reports(reports: &[QueryReport], cfg: &DeviceConfig) {
     for r in reports {
         t.add_row(vec![
             r.strategy.name().to_string(),
-            r.layout.clone(),
+            r.layout.to_string(),
             format!("{:.4}", r.modeled_s()),
-            r.bottleneck.to_string(),
+            r.bottleneck_name().to_string(),
             format!("{:.0}", r.modeled_bytes_per_s() / 1e6),
             r.flash_reads.to_string(),
             mb(r.host_link_bytes),

@@ -216,7 +216,7 @@ fn record(ns: u64) -> ScanRecord {
     let report = csd_host::QueryReport {
         strategy: Strategy::HwIsp,
         table: "t".into(),
-        layout: "pax".into(),
+        layout: csd_table::page::Layout::Pax,
         pages: 0,
         table_bytes: 0,
         rows: 0,
@@ -224,7 +224,7 @@ fn record(ns: u64) -> ScanRecord {
         result_rows: 0,
         modeled_ns: ns,
         stages: Vec::new(),
-        bottleneck: "none",
+        bottleneck: None,
         flash_reads: 0,
         channel_bytes: 0,
         dram_bytes: 0,
