@@ -56,22 +56,6 @@ pub(crate) fn read_with_retries(
 }
 
 impl Ftl {
-    /// Read one logical page (batch interface `readLPID`).
-    pub fn read_lpid(
-        &mut self,
-        lpid: u64,
-        buf: &mut [u8],
-        at: SimTime,
-    ) -> Result<SimTime, FtlError> {
-        if buf.len() != self.geo.sector_size() {
-            return Err(FtlError::BadLength {
-                got: buf.len(),
-                lba_size: self.geo.sector_size(),
-            });
-        }
-        self.read(lpid, buf, at)
-    }
-
     /// Read many logical pages at once into consecutive pages of `out`; the reads are
     /// issued together so they overlap across dies.
     pub fn read_lpids(

@@ -80,7 +80,7 @@ pub(crate) fn visit(e: &Expr, f: &mut dyn FnMut(&Expr)) {
 
 /// A binary arithmetic operator of the builder ([`arith`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ar {
+pub enum BinaryArith {
     /// `+`.
     Add,
     /// `-`.
@@ -92,14 +92,14 @@ pub enum Ar {
 }
 
 /// Types `l op r` and inserts the rescaling that makes `+`/`-` operands equal in scale.
-pub fn arith(op: Ar, l: Expr, r: Expr, whole: &str) -> Result<Expr, BuildError> {
+pub fn arith(op: BinaryArith, l: Expr, r: Expr, whole: &str) -> Result<Expr, BuildError> {
     reject_wide(&l)?;
     reject_wide(&r)?;
     let sym = match op {
-        Ar::Add => "+",
-        Ar::Sub => "-",
-        Ar::Mul => "*",
-        Ar::Div => "/",
+        BinaryArith::Add => "+",
+        BinaryArith::Sub => "-",
+        BinaryArith::Mul => "*",
+        BinaryArith::Div => "/",
     };
     let err = BuildError::Arithmetic {
         op: sym,
@@ -130,18 +130,18 @@ pub fn arith(op: Ar, l: Expr, r: Expr, whole: &str) -> Result<Expr, BuildError> 
                 }
             };
             match op {
-                Ar::Add | Ar::Sub => {
+                BinaryArith::Add | BinaryArith::Sub => {
                     let s = sl.max(sr);
                     let l = rescale(l, s - sl, whole)?;
                     let r = rescale(r, s - sr, whole)?;
-                    let aop = if matches!(op, Ar::Add) {
+                    let aop = if matches!(op, BinaryArith::Add) {
                         ArithOp::Add
                     } else {
                         ArithOp::Sub
                     };
                     make(aop, l, r, number(s))
                 }
-                Ar::Mul => {
+                BinaryArith::Mul => {
                     let s = u32::from(sl) + u32::from(sr);
                     if s > u32::from(MAX_SCALE) {
                         return Err(BuildError::Scale {
@@ -152,7 +152,7 @@ pub fn arith(op: Ar, l: Expr, r: Expr, whole: &str) -> Result<Expr, BuildError> 
                     // s <= 18 was just checked
                     make(ArithOp::Mul, l, r, number(s as u8))
                 }
-                Ar::Div => {
+                BinaryArith::Div => {
                     if both_int {
                         make(ArithOp::IntDiv, l, r, DataType::Int)
                     } else {
@@ -169,11 +169,16 @@ pub fn arith(op: Ar, l: Expr, r: Expr, whole: &str) -> Result<Expr, BuildError> 
             }
         }
         _ => match (op, l.ty, r.ty) {
-            (Ar::Add, DataType::Date, DataType::Int) | (Ar::Add, DataType::Int, DataType::Date) => {
+            (BinaryArith::Add, DataType::Date, DataType::Int)
+            | (BinaryArith::Add, DataType::Int, DataType::Date) => {
                 make(ArithOp::Add, l, r, DataType::Date)
             }
-            (Ar::Sub, DataType::Date, DataType::Int) => make(ArithOp::Sub, l, r, DataType::Date),
-            (Ar::Sub, DataType::Date, DataType::Date) => make(ArithOp::Sub, l, r, DataType::Int),
+            (BinaryArith::Sub, DataType::Date, DataType::Int) => {
+                make(ArithOp::Sub, l, r, DataType::Date)
+            }
+            (BinaryArith::Sub, DataType::Date, DataType::Date) => {
+                make(ArithOp::Sub, l, r, DataType::Int)
+            }
             _ => Err(err),
         },
     }

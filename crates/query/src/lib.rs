@@ -24,7 +24,7 @@
 //! This crate depends on no device, FTL or SQL crate.
 //!
 //! ```
-//! use csd_query::build::{self, Ar};
+//! use csd_query::build::{self, BinaryArith};
 //! use csd_query::{
 //!     AggFunc, Aggregate, Aggregation, CmpOp, Const, DataType, Evaluator, Expr,
 //!     PartialResult, Plan,
@@ -46,7 +46,7 @@
 //!     build::compare(CmpOp::Lt, col("l_quantity"), Expr::constant(Const::Int(24), DataType::Int), "q6")
 //!         .unwrap(),
 //! ]);
-//! let revenue = build::arith(Ar::Mul, col("l_extendedprice"), col("l_discount"), "q6").unwrap();
+//! let revenue = build::arith(BinaryArith::Mul, col("l_extendedprice"), col("l_discount"), "q6").unwrap();
 //! let ty = revenue.ty; // DECIMAL with scale 4: scales add under `*`
 //! let agg = Aggregation {
 //!     group_by: vec![],

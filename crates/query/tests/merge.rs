@@ -5,7 +5,7 @@
 mod common;
 
 use common::{agg, aggregation, arith, canon, cmp, col, date, lineitem_pages, num, text};
-use csd_query::build::{self, Ar};
+use csd_query::build::{self, BinaryArith};
 use csd_query::{AggFunc, CmpOp, EvalError, Evaluator, PartialResult, Plan};
 use csd_table::datagen::TpchTable;
 use csd_table::{Layout, PageView, Schema};
@@ -81,13 +81,13 @@ fn agg_programs(s: &Schema) -> Vec<Plan> {
                 agg(
                     Sum,
                     Some(arith(
-                        Ar::Mul,
+                        BinaryArith::Mul,
                         arith(
-                            Ar::Mul,
+                            BinaryArith::Mul,
                             c("l_extendedprice"),
-                            arith(Ar::Sub, num(1, 0), c("l_discount")),
+                            arith(BinaryArith::Sub, num(1, 0), c("l_discount")),
                         ),
-                        arith(Ar::Add, num(1, 0), c("l_tax")),
+                        arith(BinaryArith::Add, num(1, 0), c("l_tax")),
                     )),
                 ),
                 agg(Avg, Some(c("l_discount"))),
@@ -133,7 +133,11 @@ fn agg_programs(s: &Schema) -> Vec<Plan> {
             vec![
                 agg(
                     Sum,
-                    Some(arith(Ar::Mul, c("l_extendedprice"), c("l_discount"))),
+                    Some(arith(
+                        BinaryArith::Mul,
+                        c("l_extendedprice"),
+                        c("l_discount"),
+                    )),
                 ),
                 agg(CountStar, None),
                 agg(Avg, Some(c("l_extendedprice"))),
@@ -211,9 +215,9 @@ fn projection_chunks_concatenate() {
         .expect("in"),
     ]);
     let net = arith(
-        Ar::Mul,
+        BinaryArith::Mul,
         c("l_extendedprice"),
-        arith(Ar::Sub, num(1, 0), c("l_discount")),
+        arith(BinaryArith::Sub, num(1, 0), c("l_discount")),
     );
     let p = Plan {
         table: "lineitem".into(),

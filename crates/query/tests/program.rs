@@ -7,7 +7,7 @@
 mod common;
 
 use common::{agg, aggregation, arith, cmp, col, num, pages, text};
-use csd_query::build::{self, Ar};
+use csd_query::build::{self, BinaryArith};
 use csd_query::{AccView, AggFunc, CmpOp, EvalError, Evaluator, Expr, PartialResult, Plan};
 use csd_table::{Column, ColumnType, Layout, PageView, Schema, Value as TValue};
 
@@ -143,7 +143,7 @@ fn decimal_constants_compare_exactly_against_scaled_columns() {
     .expect("in");
     assert_eq!(count(list), reference(|r| r.disc == 5 || r.disc == 7));
     // arithmetic rescales exactly: disc + 0.005 > 0.1  <=>  disc >= 0.1
-    let sum = arith(Ar::Add, c("disc"), num(5, 3));
+    let sum = arith(BinaryArith::Add, c("disc"), num(5, 3));
     assert_eq!(
         count(cmp(CmpOp::Gt, sum, num(1, 1))),
         reference(|r| r.disc >= 10)
@@ -218,7 +218,7 @@ fn boolean_logic() {
 #[test]
 fn runtime_errors_only_on_selected_rows() {
     let s = schema();
-    let quotient = || arith(Ar::Div, c("price"), c("disc"));
+    let quotient = || arith(BinaryArith::Div, c("price"), c("disc"));
     let all = Plan::projection("t", &s, &[], None).expect("plan");
     let divide = |filter: Option<Expr>| Plan {
         output: csd_query::Output::Project(vec![quotient()]),
@@ -239,12 +239,12 @@ fn runtime_errors_only_on_selected_rows() {
     assert!(eval(&p, Layout::Pax).is_ok());
     // i64 overflow is an error, never a wrapped value; sums are i128
     let square = Plan {
-        output: csd_query::Output::Project(vec![arith(Ar::Mul, c("big"), c("big"))]),
+        output: csd_query::Output::Project(vec![arith(BinaryArith::Mul, c("big"), c("big"))]),
         ..all.clone()
     };
     let e = eval(&square, Layout::Nsm).unwrap_err();
     assert_eq!(e.to_string(), "arithmetic overflow in (big * big)");
-    let big = arith(Ar::Mul, c("big"), num(10_000_000, 0));
+    let big = arith(BinaryArith::Mul, c("big"), num(10_000_000, 0));
     let p = aggregation(
         &s,
         &[],

@@ -33,7 +33,7 @@
 //! patterns.
 
 use csd_query::BuildError;
-use csd_query::build::{self, Ar};
+use csd_query::build::{self, BinaryArith};
 use csd_query::plan::{CmpOp, Const, Expr as DevExpr};
 use csd_query::types::DataType as DevType;
 use csd_table::schema::Schema;
@@ -185,9 +185,9 @@ fn binary_op(op: Operator, l: DevExpr, r: DevExpr, whole: &str) -> Result<DevExp
     match op {
         Operator::And => Ok(build::and(vec![l, r])),
         Operator::Or => Ok(build::or(vec![l, r])),
-        Operator::Plus => Ok(build::arith(Ar::Add, l, r, whole)?),
-        Operator::Minus => Ok(build::arith(Ar::Sub, l, r, whole)?),
-        Operator::Multiply => Ok(build::arith(Ar::Mul, l, r, whole)?),
+        Operator::Plus => Ok(build::arith(BinaryArith::Add, l, r, whole)?),
+        Operator::Minus => Ok(build::arith(BinaryArith::Sub, l, r, whole)?),
+        Operator::Multiply => Ok(build::arith(BinaryArith::Mul, l, r, whole)?),
         op => {
             let Some(c) = cmp_op(op) else {
                 return unsupported(format!("the operator {op} in {whole}"));
@@ -264,7 +264,7 @@ pub(crate) fn physical(
     }
     if let Some(n) = e.downcast_ref::<pe::NegativeExpr>() {
         let zero = DevExpr::constant(Const::Int(0), DevType::Int);
-        return Ok(build::arith(Ar::Sub, zero, rec(n.arg())?, &whole)?);
+        return Ok(build::arith(BinaryArith::Sub, zero, rec(n.arg())?, &whole)?);
     }
     if let Some(n) = e.downcast_ref::<pe::NotExpr>() {
         let d = rec(n.arg())?;
@@ -352,7 +352,7 @@ impl Translator<'_> {
             Expr::Negative(x) => {
                 let d = self.expr(x)?;
                 let zero = DevExpr::constant(Const::Int(0), DevType::Int);
-                Ok(build::arith(Ar::Sub, zero, d, &whole())?)
+                Ok(build::arith(BinaryArith::Sub, zero, d, &whole())?)
             }
             _ => unsupported(whole()),
         }

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use csd_query::build::{self, Ar};
+use csd_query::build::{self, BinaryArith};
 use csd_query::plan::avg_scale;
 use csd_query::{
     AccView, AggFunc, AggState, Aggregate, Aggregation, CmpOp, Const, DataType, Expr, Plan,
@@ -86,7 +86,7 @@ pub fn cmp(op: CmpOp, l: Expr, r: Expr) -> Expr {
 }
 
 /// `l op r`.
-pub fn arith(op: Ar, l: Expr, r: Expr) -> Expr {
+pub fn arith(op: BinaryArith, l: Expr, r: Expr) -> Expr {
     build::arith(op, l, r, "test").expect("arithmetic")
 }
 
@@ -162,7 +162,11 @@ pub fn q6(s: &Schema) -> Plan {
         &[],
         vec![agg(
             AggFunc::Sum,
-            Some(arith(Ar::Mul, c("l_extendedprice"), c("l_discount"))),
+            Some(arith(
+                BinaryArith::Mul,
+                c("l_extendedprice"),
+                c("l_discount"),
+            )),
         )],
         Some(build::and(vec![
             cmp(CmpOp::Ge, c("l_shipdate"), date("1994-01-01")),
@@ -181,9 +185,9 @@ pub fn q1(s: &Schema) -> Plan {
     let c = |n: &str| col(s, n);
     let disc_price = || {
         arith(
-            Ar::Mul,
+            BinaryArith::Mul,
             c("l_extendedprice"),
-            arith(Ar::Sub, num(1, 0), c("l_discount")),
+            arith(BinaryArith::Sub, num(1, 0), c("l_discount")),
         )
     };
     aggregation(
@@ -196,9 +200,9 @@ pub fn q1(s: &Schema) -> Plan {
             agg(
                 Sum,
                 Some(arith(
-                    Ar::Mul,
+                    BinaryArith::Mul,
                     disc_price(),
-                    arith(Ar::Add, num(1, 0), c("l_tax")),
+                    arith(BinaryArith::Add, num(1, 0), c("l_tax")),
                 )),
             ),
             agg(Avg, Some(c("l_quantity"))),
