@@ -59,9 +59,9 @@ fn orders_format(name: &str) -> TableFormat {
     TableFormat {
         name: name.into(),
         columns: vec![
-            ("key".into(), ColumnType::Int64),
-            ("qty".into(), ColumnType::Int32),
-            ("note".into(), ColumnType::Char(12)),
+            csd_table::Column::new("key", ColumnType::Int64),
+            csd_table::Column::new("qty", ColumnType::Int32),
+            csd_table::Column::new("note", ColumnType::Char(12)),
         ],
         layout: Layout::Nsm,
         page_lbas: 1,
@@ -69,14 +69,7 @@ fn orders_format(name: &str) -> TableFormat {
 }
 
 fn schema(f: &TableFormat) -> Schema {
-    Schema::new(
-        f.name.clone(),
-        f.columns
-            .iter()
-            .map(|(n, t)| csd_table::Column::new(n.clone(), *t))
-            .collect(),
-    )
-    .unwrap()
+    Schema::new(f.name.clone(), f.columns.clone()).unwrap()
 }
 
 /// A table page with `qty` values `vals`.
@@ -442,17 +435,17 @@ fn bad_input_is_refused_registers_nothing_and_io_goes_on() {
         },
         TableFormat {
             columns: vec![
-                ("k".into(), ColumnType::Int32),
-                ("k".into(), ColumnType::Int64),
+                csd_table::Column::new("k", ColumnType::Int32),
+                csd_table::Column::new("k", ColumnType::Int64),
             ],
             ..orders_format("x")
         },
         TableFormat {
-            columns: vec![("c".into(), ColumnType::Char(0))],
+            columns: vec![csd_table::Column::new("c", ColumnType::Char(0))],
             ..orders_format("x")
         },
         TableFormat {
-            columns: vec![("c".into(), ColumnType::Char(5000))],
+            columns: vec![csd_table::Column::new("c", ColumnType::Char(5000))],
             ..orders_format("x")
         },
     ];
@@ -478,7 +471,6 @@ fn bad_input_is_refused_registers_nothing_and_io_goes_on() {
     };
     for (cmd, want) in [
         (enc("nope", IndexEncoding::Range), "no column"),
-        (enc("note", IndexEncoding::Range), "numeric"),
         (
             enc("qty", IndexEncoding::Bitmap { bounds: vec![] }),
             "buckets",
@@ -529,6 +521,32 @@ fn bad_input_is_refused_registers_nothing_and_io_goes_on() {
             c.status
         );
     }
+    // A BOOLEAN column has no index key (CHAR, VARCHAR and floats do).
+    let flags = TableFormat {
+        columns: vec![
+            csd_table::Column::new("k", ColumnType::Int64),
+            csd_table::Column::new("flag", ColumnType::Bool).with_nullable(true),
+        ],
+        ..orders_format("flags")
+    };
+    let f = table_id(&run(&mut d, q, Command::SendTblCol(flags)));
+    let c = run(
+        &mut d,
+        q,
+        Command::SendIdxEnc {
+            table: f,
+            spec: IndexSpec {
+                column: "flag".into(),
+                encoding: IndexEncoding::Range,
+            },
+        },
+    );
+    assert!(
+        matches!(c.status, Status::InvalidField(ref m) if m.contains("BOOLEAN")),
+        "{}",
+        c.status
+    );
+    ok(&run(&mut d, q, Command::DropTblCol { table: f }));
     ok(&run(&mut d, q, enc("qty", IndexEncoding::Range)));
     let again = run(&mut d, q, enc("qty", IndexEncoding::Range));
     assert!(matches!(again.status, Status::InvalidField(ref m) if m.contains("already")));

@@ -41,6 +41,7 @@
 
 use crate::catalog::{Catalog, TableIndex, TableInfo, same_name};
 use crate::client::{CommandIssuer, HostError};
+use csd_device::flixr::KeyKind;
 use csd_device::{Command, IndexEncoding, IndexRule, IndexSpec, Payload, TableFormat};
 use csd_query::plan::{CmpOp, Const, Expr, ExprKind};
 use csd_table::PageView;
@@ -159,16 +160,10 @@ fn check(cat: &Catalog, req: &CreateIndex) -> Result<(usize, usize), HostError> 
             ))
         })?;
     let ty = t.schema.columns()[col].ty;
-    if t.schema.is_extended() {
+    if KeyKind::of(ty).is_none() {
         return Err(invalid(format!(
-            "table {} has nullable or variable-length columns (page format 2): FLIXR per-page \
-             indexes cover only tables of NOT NULL fixed-width columns so far",
-            t.name
-        )));
-    }
-    if !ty.is_numeric() {
-        return Err(invalid(format!(
-            "column {}.{} is {ty}: FLIXR per-page indexes cover numeric columns (INT32, INT64, DATE, DECIMAL)",
+            "column {}.{} is {ty}: FLIXR per-page indexes cover integers, DATE, TIMESTAMP, \
+             DECIMAL(p <= 18), floats and strings (CHAR, VARCHAR, VARBINARY)",
             t.name,
             t.schema.columns()[col].name
         )));
@@ -227,16 +222,26 @@ pub fn equi_depth(values: &mut [i64], buckets: usize) -> Vec<i64> {
     out
 }
 
-/// Values of column `col` on up to [`SAMPLE_PAGES`] pages spread over `t`.
+/// Keys ([`KeyKind`]) of the non-NULL values of column `col` on up to [`SAMPLE_PAGES`]
+/// pages spread over `t`.
 fn sample<C: CommandIssuer>(c: &mut C, t: &TableInfo, col: usize) -> Result<Vec<i64>, HostError> {
     let step = t.pages.div_ceil(SAMPLE_PAGES).max(1);
+    let ty = t.schema.columns()[col].ty;
+    let kind = KeyKind::of(ty).ok_or_else(|| invalid(format!("column {col} has no index key")))?;
     let (mut vals, mut one) = (Vec::new(), Vec::new());
     let mut page = 0;
     while page < t.pages {
         let bytes = Catalog::read_page(c, t, page)?;
         let view = PageView::parse_unverified(&bytes, &t.schema)?;
-        view.column(col)?.decode_i64_into(&mut one)?; // clears `one` first
-        vals.extend_from_slice(&one);
+        let column = view.column(col)?;
+        if kind == KeyKind::Number && !column.may_have_nulls() {
+            column.decode_i64_into(&mut one)?; // clears `one` first
+            vals.extend_from_slice(&one);
+        } else {
+            vals.extend(
+                (0..column.len()).filter_map(|i| column.bytes(i).and_then(|b| kind.key(ty, b))),
+            );
+        }
         page += step;
     }
     Ok(vals)
@@ -366,12 +371,7 @@ fn create_first<C: CommandIssuer>(
     let t = cat.tables[pos].clone();
     let format = TableFormat {
         name: t.schema.name().to_string(),
-        columns: t
-            .schema
-            .columns()
-            .iter()
-            .map(|c| (c.name.clone(), c.ty))
-            .collect(),
+        columns: t.schema.columns().to_vec(),
         layout: t.layout,
         page_lbas: lpp as u32,
     };
@@ -499,9 +499,16 @@ pub fn drop<C: CommandIssuer>(c: &mut C, name: &str) -> Result<(String, TableInd
 /// filter that compare the column with a constant (`=`, `<`, `<=`, `>`, `>=`, and
 /// `BETWEEN` as two of them) narrow a range; `IN` lists intersect; an `OR` whose every
 /// disjunct constrains the column adds their union (the points of `=` / `IN`, else the
-/// span of the ranges: a superset, which the device's exact filter then narrows). `None` when the
-/// filter does not constrain the column (or contradicts itself: the scan then runs
-/// without the index, and finds nothing anyway).
+/// span of the ranges: a superset, which the device's exact filter then narrows); a
+/// string column's `LIKE 'prefix%'` admits the keys of strings starting with the prefix.
+/// `None` when the filter does not constrain the column (or contradicts itself: the scan
+/// then runs without the index, and finds nothing anyway).
+///
+/// The rule is on the column's keys ([`KeyKind`]): a number or a float's order key (the
+/// constant as the plan holds it), a string's 8-byte prefix key. A prefix key is not
+/// one-to-one, so a strict bound on a string stays inclusive (`s < 'abc'` admits
+/// `key <= key('abc')`). Every predicate read here is never TRUE on a NULL, so a page
+/// whose keys are all NULL (an entry without keys) is rightly skipped.
 pub fn rule_for(filter: Option<&Expr>, col: usize) -> Option<IndexRule> {
     let f = filter?;
     let mut terms = Vec::new();
@@ -516,10 +523,10 @@ pub fn rule_for(filter: Option<&Expr>, col: usize) -> Option<IndexRule> {
     for t in terms {
         match &t.kind {
             ExprKind::Cmp { op, left, right } => {
-                let Some((op, v)) = column_vs_const(*op, left, right, col) else {
+                let Some((op, v, exact)) = column_vs_const(*op, left, right, col) else {
                     continue;
                 };
-                match cmp_range(op, v) {
+                match cmp_range(op, v, exact) {
                     // A comparison no value satisfies (past the ends of i64).
                     None => return None,
                     Some(None) => continue,
@@ -539,17 +546,20 @@ pub fn rule_for(filter: Option<&Expr>, col: usize) -> Option<IndexRule> {
                 list: l,
                 negated: false,
             } if is_col(expr) => {
-                let vals: Vec<i64> = l
-                    .iter()
-                    .filter_map(|c| match c {
-                        Const::Int(v) => Some(*v),
-                        _ => None,
-                    })
-                    .collect();
+                let Some(kind) = key_kind(expr) else { continue };
+                let vals: Vec<i64> = l.iter().filter_map(|c| const_key(kind, c)).collect();
                 if vals.len() != l.len() {
                     continue;
                 }
                 b.values(vals);
+            }
+            ExprKind::Like {
+                expr,
+                prefix,
+                negated: false,
+            } if is_col(expr) && key_kind(expr).is_some_and(|k| !k.exact()) => {
+                let (l, h) = KeyKind::prefix_range(prefix);
+                b.narrow(l, h);
             }
             _ => {}
         }
@@ -557,28 +567,60 @@ pub fn rule_for(filter: Option<&Expr>, col: usize) -> Option<IndexRule> {
     b.rule()
 }
 
-/// A comparison of column `col` with an integer constant, as `(op, constant)` with the
-/// column on the left (`None` for any other comparison).
-fn column_vs_const(op: CmpOp, left: &Expr, right: &Expr, col: usize) -> Option<(CmpOp, i64)> {
-    let is_col = |e: &Expr| matches!(e.kind, ExprKind::Column { index, .. } if index == col);
-    let konst = |e: &Expr| match e.kind {
-        ExprKind::Const(Const::Int(v)) => Some(v),
+/// The key kind of a column node's values (by its type), if an index can have one.
+fn key_kind(e: &Expr) -> Option<KeyKind> {
+    use csd_query::types::DataType;
+    Some(match e.ty {
+        DataType::Int | DataType::Decimal { .. } | DataType::Date | DataType::Timestamp => {
+            KeyKind::Number
+        }
+        DataType::Float32 => KeyKind::Float { width: 4 },
+        DataType::Float64 => KeyKind::Float { width: 8 },
+        DataType::Char(_) => KeyKind::PaddedPrefix,
+        DataType::Varchar | DataType::Varbinary => KeyKind::Prefix,
+        DataType::Bool | DataType::Decimal128 { .. } => return None,
+    })
+}
+
+/// The key of a constant compared with a column of `kind` (`None` for a constant of
+/// another kind: no rule).
+fn const_key(kind: KeyKind, c: &Const) -> Option<i64> {
+    match (kind, c) {
+        (KeyKind::Number | KeyKind::Float { .. }, Const::Int(v)) => Some(*v),
+        (KeyKind::PaddedPrefix, Const::Char(b)) => Some(csd_device::flixr::prefix_key(b, b' ')),
+        (KeyKind::Prefix, Const::Char(b)) => Some(csd_device::flixr::prefix_key(b, 0)),
         _ => None,
+    }
+}
+
+/// A comparison of column `col` with a constant, as `(op, the constant's key, keys are
+/// one-to-one)` with the column on the left (`None` for any other comparison).
+fn column_vs_const(op: CmpOp, left: &Expr, right: &Expr, col: usize) -> Option<(CmpOp, i64, bool)> {
+    let is_col = |e: &Expr| matches!(e.kind, ExprKind::Column { index, .. } if index == col);
+    let konst = |c: &Expr, k: &Expr| {
+        let kind = key_kind(c)?;
+        match &k.kind {
+            ExprKind::Const(v) => const_key(kind, v).map(|v| (v, kind.exact())),
+            _ => None,
+        }
     };
     if is_col(left) {
-        konst(right).map(|v| (op, v))
+        konst(left, right).map(|(v, x)| (op, v, x))
     } else if is_col(right) {
-        konst(left).map(|v| (op.flip(), v))
+        konst(right, left).map(|(v, x)| (op.flip(), v, x))
     } else {
         None
     }
 }
 
-/// The values `column op v` admits as a range: `Some(None)` for no constraint (`<>`),
-/// `None` when no value does (`< i64::MIN`, `> i64::MAX`).
-fn cmp_range(op: CmpOp, v: i64) -> Option<Option<(i64, i64)>> {
+/// The keys `column op v` admits as a range: `Some(None)` for no constraint (`<>`),
+/// `None` when no value does (`< i64::MIN`, `> i64::MAX`). With keys that are not
+/// one-to-one (`exact` false: string prefixes) a strict bound keeps its key.
+fn cmp_range(op: CmpOp, v: i64, exact: bool) -> Option<Option<(i64, i64)>> {
     Some(Some(match op {
         CmpOp::Eq => (v, v),
+        CmpOp::Lt if !exact => (i64::MIN, v),
+        CmpOp::Gt if !exact => (v, i64::MAX),
         CmpOp::Lt => (i64::MIN, v.checked_sub(1)?),
         CmpOp::Le => (i64::MIN, v),
         CmpOp::Gt => (v.checked_add(1)?, i64::MAX),

@@ -26,6 +26,10 @@ pub(super) const KIND_RANGE: u8 = 1;
 
 pub(super) const KIND_BITMAP: u8 = 2;
 
+/// The `(min, max)` of a range key over no value (a page whose key column is NULL in
+/// every row): `min > max`, which no rule matches (also once narrowed to two `i32`).
+pub const EMPTY_RANGE: (i64, i64) = (i64::MAX, i64::MIN);
+
 /// Where one key sits in a table's entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeySlot {
@@ -68,8 +72,9 @@ pub enum KeyEntry {
 
 pub(super) fn key_may_match(k: &KeyEntry, enc: &IndexEncoding, rule: &IndexRule) -> bool {
     match (k, enc) {
+        // A range with min > max holds no value: every row's key was NULL.
         (KeyEntry::Range { min, max }, _) => match rule {
-            IndexRule::Between { lo, hi } => lo <= max && hi >= min,
+            IndexRule::Between { lo, hi } => min <= max && lo <= max && hi >= min,
             IndexRule::In(vs) => vs.iter().any(|v| min <= v && v <= max),
         },
         (KeyEntry::Bitmap(bits), IndexEncoding::Bitmap { bounds }) => {
@@ -83,6 +88,92 @@ pub(super) fn key_may_match(k: &KeyEntry, enc: &IndexEncoding, rule: &IndexRule)
         }
         _ => true,
     }
+}
+
+/// How a column's values become the `i64` keys an entry summarizes and a rule compares
+/// (both sides use the same mapping, so an entry is a bound on its page's keys).
+///
+/// Choice: a string's key is its first 8 bytes as a big-endian unsigned number (shifted
+/// to sort as a signed one), a shorter string padded: a monotone map of the string
+/// order, not a one-to-one one. `a <= b` gives `key(a) <= key(b)`, so a page whose
+/// strings lie in `lo..=hi` has keys in `key(lo)..=key(hi)` whatever their lengths, and
+/// a rule on a string constant becomes a rule on its key with inclusive bounds (`s <
+/// 'abc'` admits `key <= key('abc')`). A long string is bounded by its prefix, never
+/// cut to a wrong bound: the entry keeps the keys, not the strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// INT8/16/32/64, DATE, TIMESTAMP, DECIMAL(p <= 18): the stored integer itself.
+    Number,
+    /// FLOAT32 / FLOAT64 (`width` bytes): the evaluator's total-order key
+    /// ([`csd_query::types::float_key`]), which its float constants already are.
+    Float {
+        /// 4 or 8.
+        width: usize,
+    },
+    /// CHAR(n): compared padded with spaces (SQL's CHAR order), so the key pads with
+    /// spaces.
+    PaddedPrefix,
+    /// VARCHAR, VARBINARY: compared byte for byte, a shorter string first; the key pads
+    /// with zero bytes.
+    Prefix,
+}
+
+impl KeyKind {
+    /// The key kind of a column type; `None` for the types a per-page index does not
+    /// cover (BOOLEAN, DECIMAL(p > 18)).
+    pub const fn of(ty: ColumnType) -> Option<KeyKind> {
+        match ty {
+            ColumnType::Int8
+            | ColumnType::Int16
+            | ColumnType::Int32
+            | ColumnType::Int64
+            | ColumnType::Date
+            | ColumnType::Timestamp
+            | ColumnType::Decimal { .. } => Some(KeyKind::Number),
+            ColumnType::Float32 => Some(KeyKind::Float { width: 4 }),
+            ColumnType::Float64 => Some(KeyKind::Float { width: 8 }),
+            ColumnType::Char(_) => Some(KeyKind::PaddedPrefix),
+            ColumnType::Varchar | ColumnType::Varbinary => Some(KeyKind::Prefix),
+            ColumnType::Bool | ColumnType::Decimal128 { .. } => None,
+        }
+    }
+
+    /// True when equal keys mean equal values (numbers and floats): a strict bound
+    /// (`< v`) may then become `<= key(v) - 1`.
+    pub const fn exact(self) -> bool {
+        matches!(self, KeyKind::Number | KeyKind::Float { .. })
+    }
+
+    /// The key of a value of type `ty` from its bytes (a string's own bytes, CHAR with
+    /// its padding; `None` if the bytes are too short for the type).
+    pub fn key(self, ty: ColumnType, bytes: &[u8]) -> Option<i64> {
+        match self {
+            KeyKind::Number => csd_table::schema::decode_numeric(ty, bytes),
+            KeyKind::Float { width } => {
+                let b = bytes.get(..width)?;
+                let mut w = [0u8; 8];
+                w[..width].copy_from_slice(b);
+                Some(csd_query::types::float_key(u64::from_le_bytes(w), width))
+            }
+            KeyKind::PaddedPrefix => Some(prefix_key(bytes, b' ')),
+            KeyKind::Prefix => Some(prefix_key(bytes, 0)),
+        }
+    }
+
+    /// The keys of the strings that start with `prefix` (a string kind): `prefix` padded
+    /// with zero bytes up to padded with `0xFF` bytes.
+    pub fn prefix_range(prefix: &[u8]) -> (i64, i64) {
+        (prefix_key(prefix, 0), prefix_key(prefix, 0xFF))
+    }
+}
+
+/// The key of a string: its first 8 bytes (padded with `pad`) as a big-endian number,
+/// its top bit flipped so keys sort as `i64` the way the bytes sort.
+pub fn prefix_key(bytes: &[u8], pad: u8) -> i64 {
+    let mut b = [pad; 8];
+    let n = bytes.len().min(8);
+    b[..n].copy_from_slice(&bytes[..n]);
+    (u64::from_be_bytes(b) ^ (1 << 63)) as i64
 }
 
 pub(super) fn narrow_type(ty: ColumnType) -> bool {
@@ -99,7 +190,10 @@ impl KeyLayout {
             .map(|(col, enc)| {
                 let narrow = !v1
                     && matches!(enc, IndexEncoding::Range)
-                    && t.format.columns.get(*col).is_some_and(|c| narrow_type(c.1));
+                    && t.format
+                        .columns
+                        .get(*col)
+                        .is_some_and(|c| narrow_type(c.ty));
                 let width = match enc {
                     IndexEncoding::Range if narrow => 8,
                     IndexEncoding::Range => 16,
@@ -191,8 +285,10 @@ impl KeyLayout {
         )
     }
 
-    /// The entry of a page with `values[i]` the values of slot `i`'s column (all the
-    /// same length, at least one row).
+    /// The entry of a page with `values[i]` the keys of slot `i`'s column's non-NULL
+    /// values (a page with at least one row). A key without values (every row NULL)
+    /// is a range with `min > max` ([`EMPTY_RANGE`]) or a bitmap without bits: no rule
+    /// matches it, since a rule comes from predicates a NULL never satisfies.
     pub(super) fn build(&self, values: &[Vec<i64>]) -> Entry {
         let parts: Vec<KeyEntry> = self
             .slots
@@ -200,8 +296,8 @@ impl KeyLayout {
             .zip(values)
             .map(|(s, vals)| match &s.encoding {
                 IndexEncoding::Range => KeyEntry::Range {
-                    min: vals.iter().copied().min().unwrap_or(0),
-                    max: vals.iter().copied().max().unwrap_or(0),
+                    min: vals.iter().copied().min().unwrap_or(EMPTY_RANGE.0),
+                    max: vals.iter().copied().max().unwrap_or(EMPTY_RANGE.1),
                 },
                 IndexEncoding::Bitmap { bounds } => {
                     let mut bits = vec![0u8; (bounds.len() + 1).div_ceil(8)];

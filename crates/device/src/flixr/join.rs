@@ -63,7 +63,7 @@ impl Flixr {
                 t.format.name, spec.column
             ))
         })?;
-        if !t.format.columns[col].1.is_numeric() {
+        if !t.format.columns[col].ty.is_numeric() {
             return Err(FlixrError::BadEncoding(format!(
                 "join key {:?} is not numeric",
                 spec.column

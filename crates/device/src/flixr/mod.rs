@@ -52,8 +52,14 @@
 //!   that may match (the same comparison as READ_IDX, charged alike).
 //! * Rows are the csd-table NSM or PAX pages (`csd_table::PageView`); a page that does not
 //!   parse as a page of the table gets an "opaque" entry and is always read, and a valid
-//!   page without rows an "empty" entry that every rule skips. Index columns are numeric
-//!   (INT32, INT64, DATE, DECIMAL as their `i64`); CHAR columns are refused.
+//!   page without rows an "empty" entry that every rule skips. An entry summarizes each
+//!   key column's *keys* ([`KeyKind`]): integers, DATE, TIMESTAMP and DECIMAL(p <= 18) as
+//!   their `i64`, floats as the evaluator's order keys, strings (CHAR, VARCHAR,
+//!   VARBINARY) as their first 8 bytes; NULLs are left out (a key whose every value on
+//!   the page is NULL is a range with min > max or a bitmap without bits, which no rule
+//!   matches: rules come from predicates NULL never satisfies). BOOLEAN and
+//!   DECIMAL(p > 18) columns are refused. The table format carries each column's
+//!   nullability and time zone, which the page's schema fingerprint covers.
 //! * Entry bytes: `[0xF1 (format v1), table id, state, kind, payload...]`; range payload is
 //!   `min, max` as little-endian `i64` (needs 20 extension bytes), bitmap payload is
 //!   `(ext_bytes - 4) * 8` bits at most. All zeros is "no entry": such a page is read.
@@ -77,7 +83,10 @@
 //!   pending/recompute path (the entry names its table); Trim clears entries (FTL).
 //! * Tables and encodings persist (the controller metadata blob of the FTL, logged and
 //!   checkpointed) so recovery can recompute; rules are query state and are lost with
-//!   power, as the host re-sends them. An encoding cannot be replaced once set.
+//!   power, as the host re-sends them. An encoding cannot be replaced once set. A
+//!   registry blob this build cannot decode (a newer version) registers nothing: no
+//!   entry is compared (every page is read) and every registry change is refused with
+//!   [`FlixrError::UnreadableRegistry`], so the blob is never overwritten or misread.
 //! * A filtered read examines up to [`MAX_INDEX_SCAN`] LBAs in one command (the
 //!   comparisons happen in the device) but returns at most MDTS pages; when that limit
 //!   stops it early the reply names the LBA to resume at.
@@ -113,7 +122,7 @@ mod registry;
 mod tests;
 mod write;
 
-pub use entry::{Entry, KeyEntry, KeyLayout, KeySlot, may_match};
+pub use entry::{EMPTY_RANGE, Entry, KeyEntry, KeyKind, KeyLayout, KeySlot, may_match, prefix_key};
 
 use cache::IndexCache;
 use registry::decode_registry;
@@ -145,8 +154,9 @@ pub const MAX_RULE_TERMS: usize = 8;
 pub struct TableFormat {
     /// Table name (part of the page's schema fingerprint).
     pub name: String,
-    /// Columns in row order.
-    pub columns: Vec<(String, ColumnType)>,
+    /// Columns in row order: name, type, nullability and a timestamp's time zone (all
+    /// part of the page's schema fingerprint).
+    pub columns: Vec<Column>,
     /// Page layout of the table's pages.
     pub layout: Layout,
     /// LBAs per table page (1: one page per LBA, as the paper's row store; a catalog
@@ -304,6 +314,12 @@ pub enum FlixrError {
     /// No per-table index has this id.
     #[error("unknown per-table index id {0}: register it with SEND_TIDX_ENC first")]
     UnknownTableIndex(u16),
+    /// The device's FLIXR registry was written in a format this build does not read
+    /// (a newer one, or damaged): it is left as it is.
+    #[error(
+        "the FLIXR registry on this device is in a format this csd does not read ({0}): its per-page indexes are not used (pages are read in full) and it cannot be changed; open the image with the csd that wrote it"
+    )]
+    UnreadableRegistry(String),
     /// No join rule has this id for this table.
     #[error("unknown join rule id {rule} for table {table}: register it with SEND_TIDX_ICR first")]
     UnknownJoinRule {
@@ -333,7 +349,7 @@ impl TableEntry {
     fn indexed_names(&self) -> String {
         self.keys
             .iter()
-            .map(|(c, _)| self.format.columns[*c].0.as_str())
+            .map(|(c, _)| self.format.columns[*c].name.as_str())
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -416,6 +432,9 @@ pub struct Flixr {
     cache: IndexCache,
     cache_bytes: u64,
     stats: FlixrStats,
+    /// Why the controller blob's registry could not be read, if it could not: no table
+    /// is registered then, and the registry is never rewritten.
+    unreadable: Option<String>,
 }
 
 /// Cycles (at the core clock) for counted work in bus cycles.
@@ -428,9 +447,21 @@ impl Flixr {
     /// FLIXR state for `dev`: registries from the FTL's controller blob (empty if none),
     /// an empty index cache of `cache_bytes`.
     pub fn new(dev: &BlockDevice, cache_bytes: u64) -> Flixr {
-        let tables = decode_registry(dev.ftl().blob()).unwrap_or_default();
+        let blob = dev.ftl().blob();
+        let (tables, unreadable) = match decode_registry(blob) {
+            Some(t) => (t, None),
+            None => (
+                BTreeMap::new(),
+                Some(format!(
+                    "{} bytes starting {:?}",
+                    blob.len(),
+                    String::from_utf8_lossy(&blob[..blob.len().min(4)])
+                )),
+            ),
+        };
         let mut f = Flixr {
             tables,
+            unreadable,
             table_indexes: BTreeMap::new(),
             next_tia: 1,
             join_rules: BTreeMap::new(),

@@ -226,6 +226,8 @@ impl Flixr {
         let v = match (e, first) {
             _ if pending => HostIndexValue::Unknown,
             (Entry::Empty(x), _) if x == table => HostIndexValue::Empty,
+            // Every row's key NULL: no key value on the page.
+            (_, Some(KeyEntry::Range { min, max })) if min > max => HostIndexValue::Empty,
             (_, Some(KeyEntry::Range { min, max })) => HostIndexValue::Range { min, max },
             _ => HostIndexValue::Unknown,
         };

@@ -17,6 +17,13 @@ pub(super) const BLOB_MAGIC_V2: &[u8; 4] = b"FXR2";
 
 pub(super) const BLOB_MAGIC_V3: &[u8; 4] = b"FXR3";
 
+pub(super) const BLOB_MAGIC_V4: &[u8; 4] = b"FXR4";
+
+/// A version-4 column flag: the column is nullable.
+const COL_NULLABLE: u8 = 1;
+/// A version-4 column flag: a time zone (a string) follows.
+const COL_TZ: u8 = 2;
+
 impl Flixr {
     pub(super) fn need_ext(dev: &BlockDevice, need: u32) -> Result<usize, FlixrError> {
         let have = dev.ftl().config().ext_bytes;
@@ -33,6 +40,9 @@ impl Flixr {
         dev: &mut BlockDevice,
         tables: &BTreeMap<u8, TableEntry>,
     ) -> Result<(), FlixrError> {
+        if let Some(why) = &self.unreadable {
+            return Err(FlixrError::UnreadableRegistry(why.clone()));
+        }
         let blob = encode_registry(tables);
         let now = dev.ftl().nand().now();
         dev.ftl_mut()
@@ -49,13 +59,8 @@ impl Flixr {
         f: TableFormat,
     ) -> Result<u8, FlixrError> {
         Self::need_ext(dev, 8)?;
-        let cols: Vec<Column> = f
-            .columns
-            .iter()
-            .map(|(n, t)| Column::new(n.clone(), *t))
-            .collect();
-        let schema =
-            Schema::new(f.name.clone(), cols).map_err(|e| FlixrError::BadTable(e.to_string()))?;
+        let schema = Schema::new(f.name.clone(), f.columns.clone())
+            .map_err(|e| FlixrError::BadTable(e.to_string()))?;
         if f.page_lbas == 0 || f.page_lbas > 64 {
             return Err(FlixrError::BadTable(format!(
                 "a table page spans 1..=64 LBAs, not {}",
@@ -106,7 +111,7 @@ impl Flixr {
                 t.format
                     .columns
                     .iter()
-                    .map(|c| c.0.as_str())
+                    .map(|c| c.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
             ))
@@ -114,10 +119,11 @@ impl Flixr {
         if t.keys.iter().any(|(c, _)| *c == col) {
             return Err(FlixrError::EncodingExists(table));
         }
-        let ty = t.format.columns[col].1;
-        if !ty.is_numeric() {
+        let ty = t.format.columns[col].ty;
+        if KeyKind::of(ty).is_none() {
             return Err(FlixrError::BadEncoding(format!(
-                "column {:?} is {ty}: per-page indexes cover numeric columns (INT32, INT64, DATE, DECIMAL)",
+                "column {:?} is {ty}: per-page indexes cover integers, DATE, TIMESTAMP, \
+                 DECIMAL(p <= 18), floats and strings (CHAR, VARCHAR, VARBINARY)",
                 spec.column
             )));
         }
@@ -163,7 +169,7 @@ impl Flixr {
                         IndexEncoding::Range => "range",
                         IndexEncoding::Bitmap { .. } => "bitmap",
                     };
-                    format!("{} {kind} {}", e.format.columns[s.column].0, s.width)
+                    format!("{} {kind} {}", e.format.columns[s.column].name, s.width)
                 }))
                 .collect::<Vec<_>>()
                 .join(" + ");
@@ -367,12 +373,23 @@ pub(super) fn encode_registry(tables: &BTreeMap<u8, TableEntry>) -> Vec<u8> {
     // Version 1 when every page is one LBA (the bytes stay those of older images);
     // version 2 adds each table's LBAs per page after its index; version 3 (a table with
     // several keys, or whose keys changed) has a key count, the keys and the generation
-    // in place of the one index, then the LBAs per page.
-    let v3 = tables
-        .values()
-        .any(|t| t.generation != 0 || t.keys.len() > 1);
+    // in place of the one index, then the LBAs per page; version 4 (a nullable column,
+    // or a time zone, which the page's schema fingerprint covers) is version 3 with a
+    // flags byte after each column's type (1: nullable, 2: a time zone string follows).
+    let v4 = tables.values().any(|t| {
+        t.format
+            .columns
+            .iter()
+            .any(|c| c.nullable || c.tz.is_some())
+    });
+    let v3 = v4
+        || tables
+            .values()
+            .any(|t| t.generation != 0 || t.keys.len() > 1);
     let v2 = !v3 && tables.values().any(|t| t.format.page_lbas != 1);
-    let mut v = if v3 {
+    let mut v = if v4 {
+        BLOB_MAGIC_V4
+    } else if v3 {
         BLOB_MAGIC_V3
     } else if v2 {
         BLOB_MAGIC_V2
@@ -404,10 +421,18 @@ pub(super) fn encode_registry(tables: &BTreeMap<u8, TableEntry>) -> Vec<u8> {
         s(&mut v, &t.format.name);
         v.push(t.format.layout.code());
         v.extend_from_slice(&(t.format.columns.len() as u16).to_le_bytes());
-        for (name, ty) in &t.format.columns {
-            s(&mut v, name);
-            v.push(ty.tag());
-            v.extend_from_slice(&ty.param().to_le_bytes());
+        for c in &t.format.columns {
+            s(&mut v, &c.name);
+            v.push(c.ty.tag());
+            v.extend_from_slice(&c.ty.param().to_le_bytes());
+            if v4 {
+                let flags = if c.nullable { COL_NULLABLE } else { 0 }
+                    | if c.tz.is_some() { COL_TZ } else { 0 };
+                v.push(flags);
+                if let Some(tz) = &c.tz {
+                    s(&mut v, tz);
+                }
+            }
         }
         if v3 {
             v.push(t.keys.len() as u8);
@@ -437,6 +462,7 @@ pub(super) fn decode_registry(b: &[u8]) -> Option<BTreeMap<u8, TableEntry>> {
         m if m == BLOB_MAGIC => 1,
         m if m == BLOB_MAGIC_V2 => 2,
         m if m == BLOB_MAGIC_V3 => 3,
+        m if m == BLOB_MAGIC_V4 => 4,
         _ => return None,
     };
     let n = r.u8()?;
@@ -474,12 +500,26 @@ impl Blob<'_> {
         String::from_utf8(self.take(n)?.to_vec()).ok()
     }
 
-    /// A column: name, type tag and parameter.
-    fn column(&mut self) -> Option<(String, ColumnType)> {
+    /// A column: name, type tag and parameter; from version 4 its flags (nullable, a
+    /// time zone) and time zone.
+    fn column(&mut self, version: u8) -> Option<Column> {
         let cn = self.string()?;
         let tag = self.u8()?;
         let par = self.u16()?;
-        Some((cn, ColumnType::from_tag(tag, par)?))
+        let c = Column::new(cn, ColumnType::from_tag(tag, par)?);
+        if version < 4 {
+            return Some(c);
+        }
+        let flags = self.u8()?;
+        if flags & !(COL_NULLABLE | COL_TZ) != 0 {
+            return None;
+        }
+        let tz = if flags & COL_TZ != 0 {
+            Some(self.string()?)
+        } else {
+            None
+        };
+        Some(c.with_nullable(flags & COL_NULLABLE != 0).with_tz(tz))
     }
 
     /// A key of `kind` (1 range, 2 bitmap): its column and encoding.
@@ -502,7 +542,7 @@ impl Blob<'_> {
     /// A table's keys and generation: several and a generation in version 3, at most
     /// one (kind 0: none) before.
     fn keys(&mut self, version: u8) -> Option<(Vec<(usize, IndexEncoding)>, u8)> {
-        if version == 3 {
+        if version >= 3 {
             let n = self.u8()?;
             let mut keys = Vec::new();
             for _ in 0..n {
@@ -525,7 +565,7 @@ impl Blob<'_> {
         let nc = self.u16()?;
         let mut columns = Vec::new();
         for _ in 0..nc {
-            columns.push(self.column()?);
+            columns.push(self.column(version)?);
         }
         let (keys, generation) = self.keys(version)?;
         if keys.iter().any(|(c, _)| *c >= columns.len()) {
@@ -536,11 +576,7 @@ impl Blob<'_> {
         } else {
             1
         };
-        let cols: Vec<Column> = columns
-            .iter()
-            .map(|(n, t)| Column::new(n.clone(), *t))
-            .collect();
-        let schema = Schema::new(name.clone(), cols).ok()?;
+        let schema = Schema::new(name.clone(), columns.clone()).ok()?;
         Some(TableEntry {
             format: TableFormat {
                 name,

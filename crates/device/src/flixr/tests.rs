@@ -5,7 +5,7 @@ use super::registry::*;
 use super::*;
 
 fn entry(name: &str, page_lbas: u32) -> TableEntry {
-    let columns = vec![("k".to_string(), ColumnType::Int64)];
+    let columns = vec![Column::new("k", ColumnType::Int64)];
     TableEntry {
         schema: Schema::new(name, vec![Column::new("k", ColumnType::Int64)]).expect("schema"),
         format: TableFormat {
@@ -41,7 +41,7 @@ fn registry_keeps_lbas_per_page_and_old_bytes_for_one_lba_pages() {
 #[test]
 fn registry_keeps_several_keys_and_the_generation() {
     let mut t = entry("m", 2);
-    t.format.columns.push(("d".into(), ColumnType::Date));
+    t.format.columns.push(Column::new("d", ColumnType::Date));
     t.schema = Schema::new(
         "m",
         vec![

@@ -40,20 +40,19 @@ impl Flixr {
         if view.layout() != t.format.layout {
             return (Entry::Opaque(table), 0);
         }
+        let rows = view.row_count();
+        if rows == 0 {
+            return (Entry::Empty(table), 0);
+        }
         let mut values = Vec::with_capacity(t.keys.len());
         for (col, _) in &t.keys {
             let Ok(c) = view.column(*col) else {
                 return (Entry::Opaque(table), 0);
             };
-            let mut vals = Vec::with_capacity(view.row_count());
-            if c.decode_i64_into(&mut vals).is_err() {
+            let Some(vals) = page_keys(&c) else {
                 return (Entry::Opaque(table), 0);
-            }
+            };
             values.push(vals);
-        }
-        let rows = values.first().map_or(0, Vec::len);
-        if rows == 0 {
-            return (Entry::Empty(table), 0);
         }
         (KeyLayout::of(table, t).build(&values), rows * t.keys.len())
     }
@@ -275,4 +274,23 @@ impl Flixr {
         self.stats.recovered_entries += n;
         n
     }
+}
+
+/// The keys ([`KeyKind`]) of a page column's non-NULL values, in row order; `None` when
+/// the column's type has no key or a value is malformed.
+pub(crate) fn page_keys(c: &csd_table::page::ColumnView<'_>) -> Option<Vec<i64>> {
+    let ty = c.column_type();
+    let kind = KeyKind::of(ty)?;
+    let mut vals = Vec::with_capacity(c.len());
+    if kind == KeyKind::Number && !c.may_have_nulls() {
+        // The classic tables' path: every value, decoded in one pass.
+        c.decode_i64_into(&mut vals).ok()?;
+        return Some(vals);
+    }
+    for i in 0..c.len() {
+        if let Some(b) = c.bytes(i) {
+            vals.push(kind.key(ty, b)?);
+        }
+    }
+    Some(vals)
 }

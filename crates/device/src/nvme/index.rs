@@ -54,7 +54,7 @@ impl NvmeDevice {
 
     /// SEND_TBL_COL: register a table's row format; returns its table id.
     pub(super) fn send_tbl_col(&mut self, format: TableFormat, at: SimTime) -> Ran {
-        let names: u64 = format.columns.iter().map(|c| c.0.len() as u64 + 4).sum();
+        let names: u64 = format.columns.iter().map(|c| c.name.len() as u64 + 4).sum();
         let (id, t) = self.registry(64 + names, at, |f, d| f.register_table(d, format))?;
         Ok((Payload::FlixrTable(id), t))
     }

@@ -108,7 +108,11 @@ impl RowStore {
     fn register_flixr(&mut self, def: &TableDef) -> Result<u8, StoreError> {
         let c = self.sync(Command::SendTblCol(TableFormat {
             name: def.name.clone(),
-            columns: def.columns.clone(),
+            columns: def
+                .columns
+                .iter()
+                .map(|(n, t)| Column::new(n.clone(), *t))
+                .collect(),
             layout: Layout::Nsm,
             page_lbas: 1,
         }))?;
