@@ -53,11 +53,11 @@ pub enum EvalError {
         /// Workload.
         workload: String,
         /// Configuration that differs.
-        config: String,
+        config: IndexKind,
         /// Its answer digest.
         got: u64,
         /// The first configuration.
-        base: String,
+        base: IndexKind,
         /// Its answer digest.
         want: u64,
     },
@@ -222,8 +222,8 @@ impl Setup {
 pub struct Measure {
     /// Workload name (`scan`, `join`, `insert`, `delete`, `tpcc-neworder`, ..., `tpch-q14`).
     pub workload: String,
-    /// Configuration name.
-    pub config: String,
+    /// Configuration (serialized as its name, e.g. `host-index`).
+    pub config: IndexKind,
     /// Operations (queries or transactions).
     pub ops: u64,
     /// Modeled time of all operations, ns.
@@ -359,7 +359,7 @@ pub fn measure(
     let busy = Busy::of(store).since(busy0);
     Ok(Measure {
         workload: workload.into(),
-        config: store.kind().name().into(),
+        config: store.kind(),
         ops,
         modeled_ns: ns,
         ops_per_minute: ops as f64 * 60e9 / (ns.max(1)) as f64,
@@ -378,9 +378,9 @@ pub fn finish(ms: &mut [Measure]) -> Result<(), EvalError> {
             if m.answer != first.answer {
                 return Err(EvalError::Mismatch {
                     workload: m.workload.clone(),
-                    config: m.config.clone(),
+                    config: m.config,
                     got: m.answer,
-                    base: first.config.clone(),
+                    base: first.config,
                     want: first.answer,
                 });
             }
@@ -388,7 +388,7 @@ pub fn finish(ms: &mut [Measure]) -> Result<(), EvalError> {
     }
     let base = ms
         .iter()
-        .find(|m| m.config == IndexKind::HostBtree.name())
+        .find(|m| m.config == IndexKind::HostBtree)
         .map_or(1.0, |m| m.ops_per_minute);
     for m in ms.iter_mut() {
         m.speedup_over_host_index = m.ops_per_minute / base.max(f64::MIN_POSITIVE);
@@ -517,6 +517,29 @@ mod tests {
     }
 
     #[test]
+    fn configurations_serialize_and_print_as_their_names() {
+        let json = serde_json::to_value(IndexKind::ALL).unwrap();
+        let names: Vec<&str> = IndexKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(json, serde_json::json!(names));
+        assert_eq!(
+            json,
+            serde_json::json!([
+                "no-index",
+                "host-index",
+                "host-index-ideal",
+                "in-ssd-btree",
+                "flixr-s",
+                "flixr-hs"
+            ])
+        );
+        // Tables pad configuration names like the strings they were.
+        assert_eq!(format!("[{:<11}]", IndexKind::FlixrS), "[flixr-s    ]");
+        for k in IndexKind::ALL {
+            assert_eq!(IndexKind::parse(&k.to_string()), Some(k));
+        }
+    }
+
+    #[test]
     fn micro_and_tpch_agree_across_configurations() {
         let s = tiny();
         let ws = [
@@ -533,22 +556,25 @@ mod tests {
         assert_eq!(ms.len(), ws.len() * IndexKind::ALL.len());
         for m in &ms {
             assert!(m.modeled_ns > 0, "{} {}", m.workload, m.config);
-            if m.config == "host-index" {
+            if m.config == IndexKind::HostBtree {
                 assert_eq!(m.speedup_over_host_index, 1.0);
             }
         }
         // FLIXR skips pages on a 1% scan; the host index reads index pages.
-        let scan = |c: &str| {
+        let scan = |c: IndexKind| {
             ms.iter()
                 .find(|m| m.workload == "scan" && m.config == c)
                 .unwrap()
         };
-        assert!(scan("flixr-s").traffic.pages_skipped > 0);
-        assert!(scan("host-index").traffic.index_pages_to_host > 0);
-        assert_eq!(scan("host-index-ideal").traffic.index_pages_to_host, 0);
+        assert!(scan(IndexKind::FlixrS).traffic.pages_skipped > 0);
+        assert!(scan(IndexKind::HostBtree).traffic.index_pages_to_host > 0);
+        assert_eq!(
+            scan(IndexKind::HostBtreeIdeal).traffic.index_pages_to_host,
+            0
+        );
         assert!(
-            scan("no-index").traffic.data_pages_to_host
-                > scan("flixr-hs").traffic.data_pages_to_host
+            scan(IndexKind::NoIndex).traffic.data_pages_to_host
+                > scan(IndexKind::FlixrHS).traffic.data_pages_to_host
         );
         // Busy times come from the device over the run: flash reads keep dies and
         // channels busy, commands the link (the tiny preset charges no per-command
@@ -564,7 +590,10 @@ mod tests {
             }
             assert!(b.link_ns <= m.modeled_ns, "one link: {m:?}");
         }
-        assert!(scan("flixr-s").busy.firmware_ns > scan("host-index-ideal").busy.firmware_ns);
+        assert!(
+            scan(IndexKind::FlixrS).busy.firmware_ns
+                > scan(IndexKind::HostBtreeIdeal).busy.firmware_ns
+        );
     }
 
     #[test]

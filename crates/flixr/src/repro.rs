@@ -36,10 +36,10 @@ pub struct Repro {
     pub measures: Vec<Measure>,
     /// Figure 11: per configuration, (index pages, data pages) over the database
     /// workloads, normalized to the host-side index's total.
-    pub figure11: Vec<(String, f64, f64)>,
+    pub figure11: Vec<(IndexKind, f64, f64)>,
     /// Index-cache sweep: (KiB, configuration, the Scan microbenchmark's ops/min at that
     /// size relative to the largest size swept).
-    pub cache_sweep: Vec<(u64, String, f64)>,
+    pub cache_sweep: Vec<(u64, IndexKind, f64)>,
     /// The side-by-side table.
     pub comparison: Vec<Comparison>,
     /// Figure 12 (§6.4): TPC-H Q6 with the primary key only and with secondary keys.
@@ -59,7 +59,7 @@ pub struct Repro {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Fig12Row {
     /// Configuration.
-    pub config: String,
+    pub config: IndexKind,
     /// With the secondary keys (`l_discount`, `l_quantity`).
     pub secondary: bool,
     /// Modeled time of the queries, ns.
@@ -150,15 +150,15 @@ pub fn figure12(s: &Setup, mut progress: impl FnMut(&str)) -> Result<Vec<Fig12Ro
     {
         return Err(EvalError::Mismatch {
             workload: m.workload.clone(),
-            config: m.config.clone(),
+            config: m.config,
             got: m.answer,
-            base: first.config.clone(),
+            base: first.config,
             want: first.answer,
         });
     }
     let host = |sec: bool| {
         ms.iter()
-            .find(|(s2, m)| *s2 == sec && m.config == IndexKind::HostBtree.name())
+            .find(|(s2, m)| *s2 == sec && m.config == IndexKind::HostBtree)
             .map_or(1, |(_, m)| m.modeled_ns.max(1))
     };
     Ok(ms
@@ -166,7 +166,7 @@ pub fn figure12(s: &Setup, mut progress: impl FnMut(&str)) -> Result<Vec<Fig12Ro
         .map(|(sec, m)| {
             let (i, d) = m.traffic.storage_pages();
             Fig12Row {
-                config: m.config.clone(),
+                config: m.config,
                 secondary: *sec,
                 modeled_ns: m.modeled_ns,
                 speedup_over_host_index: host(*sec) as f64 / m.modeled_ns.max(1) as f64,
@@ -221,7 +221,7 @@ pub fn figure12_markdown(rows: &[Fig12Row]) -> String {
     }
     let pages = |c: IndexKind, sec: bool| {
         rows.iter()
-            .find(|r| r.config == c.name() && r.secondary == sec)
+            .find(|r| r.config == c && r.secondary == sec)
             .map(|r| (r.table_pages, r.total_pages))
     };
     for c in FIG12 {
@@ -243,10 +243,7 @@ pub fn figure12_markdown(rows: &[Fig12Row]) -> String {
 
 /// Figure 12's numbers: what, the paper's value, ours (NaN when a run is missing).
 fn figure12_comparison(rows: &[Fig12Row]) -> [(&'static str, f64, f64); 5] {
-    let get = |c: IndexKind, sec: bool| {
-        rows.iter()
-            .find(|r| r.config == c.name() && r.secondary == sec)
-    };
+    let get = |c: IndexKind, sec: bool| rows.iter().find(|r| r.config == c && r.secondary == sec);
     let ratio = |a: Option<&Fig12Row>, b: Option<&Fig12Row>, f: fn(&Fig12Row) -> f64| match (a, b) {
         (Some(a), Some(b)) if f(b) > 0.0 => f(a) / f(b),
         _ => f64::NAN,
@@ -299,7 +296,7 @@ pub const FIG9: [IndexKind; 5] = [
 
 fn speedup(ms: &[Measure], w: &str, k: IndexKind) -> Option<f64> {
     ms.iter()
-        .find(|m| m.workload == w && m.config == k.name())
+        .find(|m| m.workload == w && m.config == k)
         .map(|m| m.speedup_over_host_index)
 }
 
@@ -329,14 +326,14 @@ const DB: [Workload; 6] = [
 
 /// Figure 11 from `ms`: per configuration, index and data pages fetched to the host
 /// over the database workloads (all workloads when none ran), normalized to host-index.
-pub fn figure11(ms: &[Measure]) -> Vec<(String, f64, f64)> {
+pub fn figure11(ms: &[Measure]) -> Vec<(IndexKind, f64, f64)> {
     let db: Vec<&str> = DB.iter().map(|w| w.name()).collect();
     let any_db = ms.iter().any(|m| db.contains(&m.workload.as_str()));
     let pick = |m: &&Measure| !any_db || db.contains(&m.workload.as_str());
     let totals = |k: IndexKind| -> (f64, f64) {
         ms.iter()
             .filter(pick)
-            .filter(|m| m.config == k.name())
+            .filter(|m| m.config == k)
             .map(|m| m.traffic.storage_pages())
             .fold((0.0, 0.0), |a, (i, d)| (a.0 + i as f64, a.1 + d as f64))
     };
@@ -351,7 +348,7 @@ pub fn figure11(ms: &[Measure]) -> Vec<(String, f64, f64)> {
     .into_iter()
     .map(|k| {
         let (i, d) = totals(k);
-        (k.name().to_string(), i / base, d / base)
+        (k, i / base, d / base)
     })
     .collect()
 }
@@ -375,10 +372,10 @@ struct Row {
 /// The paper's numbers beside ours. A Figure 10 aggregate that misses by more than 20%
 /// carries the measured re-run against the ideal host index (the host buffer cache set
 /// to hold the whole index, `--host-cache-kib`); nothing else is claimed without a run.
-pub fn compare(ms: &[Measure], fig11: &[(String, f64, f64)]) -> Vec<Comparison> {
+pub fn compare(ms: &[Measure], fig11: &[(IndexKind, f64, f64)]) -> Vec<Comparison> {
     let mut rows = fig10_rows(ms);
     rows.extend(fig9_rows(ms));
-    if let Some((_, i, d)) = fig11.iter().find(|f| f.0 == IndexKind::HostBtree.name()) {
+    if let Some((_, i, d)) = fig11.iter().find(|f| f.0 == IndexKind::HostBtree) {
         rows.push(Row {
             figure: INDEX_SHARE,
             paper: 0.36,
@@ -563,7 +560,7 @@ pub fn write_report(r: &Repro, dir: &Path) -> Result<String, EvalError> {
         "fig10",
     )?;
     if !r.figure11.is_empty() {
-        let cats: Vec<String> = r.figure11.iter().map(|f| f.0.clone()).collect();
+        let cats: Vec<String> = r.figure11.iter().map(|f| f.0.to_string()).collect();
         BarChart::new(
             "Figure 11: pages fetched from storage (/ host-side index total)",
             "share of host-side index traffic",
@@ -584,9 +581,9 @@ pub fn write_report(r: &Repro, dir: &Path) -> Result<String, EvalError> {
             "relative throughput",
             cats,
         );
-        for k in ["flixr-s", "flixr-hs"] {
+        for k in [IndexKind::FlixrS, IndexKind::FlixrHS] {
             c = c.with_group(
-                k,
+                k.name(),
                 sizes
                     .iter()
                     .map(|s| {
@@ -691,10 +688,7 @@ fn md_speedups(md: &mut String, ms: &[Measure], title: &str, ws: &[Workload], ki
     for w in ws {
         let _ = write!(md, "| {} |", w.name());
         for &k in kinds {
-            match ms
-                .iter()
-                .find(|m| m.workload == w.name() && m.config == k.name())
-            {
+            match ms.iter().find(|m| m.workload == w.name() && m.config == k) {
                 Some(m) => {
                     let _ = write!(
                         md,
@@ -751,7 +745,7 @@ fn md_index_share(md: &mut String, ms: &[Measure]) {
         .iter()
         .filter_map(|w| {
             ms.iter()
-                .find(|m| m.workload == w.name() && m.config == IndexKind::HostBtree.name())
+                .find(|m| m.workload == w.name() && m.config == IndexKind::HostBtree)
         })
         .map(|m| {
             let (i, d) = m.traffic.storage_pages();
@@ -954,7 +948,7 @@ pub fn run(
                 .map_or(1.0, |a| a.1)
                 .max(f64::MIN_POSITIVE);
             for (mib, v) in at {
-                cache_sweep.push((mib, k.name().to_string(), v / base));
+                cache_sweep.push((mib, k, v / base));
             }
         }
     }
@@ -1046,7 +1040,7 @@ pub fn json(r: &Repro) -> serde_json::Value {
             .or_insert_with(|| serde_json::json!({}));
         if let Some(o) = e.as_object_mut() {
             o.insert(
-                m.config.clone(),
+                m.config.to_string(),
                 serde_json::json!({ "speedup_over_host_index": m.speedup_over_host_index, "ops_per_minute": m.ops_per_minute }),
             );
         }
@@ -1074,7 +1068,7 @@ mod tests {
     fn measure(workload: &str, config: IndexKind, index: u64, data: u64) -> Measure {
         Measure {
             workload: workload.into(),
-            config: config.name().into(),
+            config,
             ops: 1,
             modeled_ns: 2_000_000,
             ops_per_minute: 30.0,

@@ -184,6 +184,20 @@ impl IndexKind {
     }
 }
 
+/// Its report name ([`IndexKind::name`]), padded as the format asks.
+impl std::fmt::Display for IndexKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// Serialized as its report name ([`IndexKind::name`]), e.g. `"host-index"`.
+impl serde::Serialize for IndexKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 /// How FLIXR's per-page index summarizes a table's key column.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyEncoding {
