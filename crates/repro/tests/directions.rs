@@ -70,7 +70,7 @@ fn flixr_headlines_keep_their_direction() {
             "--sf",
             "0.005",
             "--queries",
-            "8",
+            "20",
             "--tpcc-txns",
             "40",
             "--cache-sweep-kib",
@@ -82,9 +82,11 @@ fn flixr_headlines_keep_their_direction() {
     )
     .expect("args");
     let cs = flixr::repro_flixr(&a).expect("flixr runs");
-    // On the other side at this scale (measured 2026-11-29, issue 31): FLIXR-HS Delete
-    // 0.95x the host index (paper 1.30x), FLIXR-S Scan 1.76x (paper 0.92x).
-    assert_directions(&cs, &["FLIXR-HS Delete", "FLIXR-S Scan"]);
+    // Every FLIXR-HS headline is asserted ahead of the host index, as in the paper: with
+    // 20 queries Delete rewrites 12 pages (FLIXR-HS 1.14x the host index, measured
+    // 2026-11-29; with 8 queries only 4 pages, 0.94x). On the other side at this scale:
+    // FLIXR-S Scan 2.45x (paper 0.92x).
+    assert_directions(&cs, &["FLIXR-S Scan"]);
 }
 
 /// FD+tree (Figures 6(d), 7 and 8(c): FD+XM and FD+DS stall insertions for a whole merge,
