@@ -63,8 +63,8 @@ pub use result::{BenchResult, Latency, OpResult, latency_chart};
 pub use stats::LatencySummary;
 pub use sweep::{ReportFiles, sweep, sweep_configs, write_report};
 pub use workload::{
-    GrSpec, GtSpec, OpKind, Preload, Request, TpccMix, Workload, WorkloadError, WorkloadSpec,
-    generate_gr, generate_gt, tpcc_key, tpcc_key_parts,
+    Generator, GrSpec, GtSpec, OpKind, Preload, Request, TpccMix, Workload, WorkloadError,
+    WorkloadSpec, generate_gr, generate_gt, tpcc_key, tpcc_key_parts,
 };
 
 /// An error reported by an index under test: a message, so that any index crate can

@@ -9,7 +9,7 @@
 //! values are context, while ratios between schemes are the comparable part.
 
 use crate::result::{BenchResult, Latency};
-use crate::workload::OpKind;
+use crate::workload::{Generator, OpKind};
 
 /// Statistic of a latency metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -132,8 +132,8 @@ pub enum PaperValue {
 pub struct PaperRef {
     /// Figure (panel) it belongs to, e.g. `6(d)`.
     pub figure: &'static str,
-    /// Generator of that figure (`G_R` or `G_T`).
-    pub generator: &'static str,
+    /// Generator of that figure.
+    pub generator: Generator,
     /// The scheme the statement is about (`FD+FC`, `FD+DS`, `FD+XM`, …).
     pub scheme: &'static str,
     /// The metric, if the statement is about one.
@@ -222,7 +222,7 @@ fn r6(
 ) -> PaperRef {
     PaperRef {
         figure,
-        generator: "G_R",
+        generator: Generator::Gr,
         scheme,
         metric,
         w_lookup,
@@ -431,7 +431,7 @@ fn figure6_queue() -> Vec<PaperRef> {
 pub fn figure7() -> Vec<PaperRef> {
     let r = |scheme, value, quote| PaperRef {
         figure: "7",
-        generator: "G_R",
+        generator: Generator::Gr,
         scheme,
         metric: Some(Metric::lat(OpKind::Insert, IRP, Stat::Max)),
         w_lookup: Some((0.8, 0.8)),
@@ -457,7 +457,7 @@ pub fn figure7() -> Vec<PaperRef> {
 pub fn figure8() -> Vec<PaperRef> {
     let r = |figure, scheme, metric, condition, value, quote| PaperRef {
         figure,
-        generator: "G_T",
+        generator: Generator::Gt,
         scheme,
         metric,
         w_lookup: None,
@@ -530,7 +530,7 @@ pub fn figure8() -> Vec<PaperRef> {
 pub fn figure9() -> Vec<PaperRef> {
     let r = |figure, scheme, metric, w_lookup, value, quote| PaperRef {
         figure,
-        generator: "G_R",
+        generator: Generator::Gr,
         scheme,
         metric,
         w_lookup,
@@ -586,7 +586,6 @@ mod tests {
         assert!(all.len() > 20);
         for r in &all {
             assert!(!r.quote.is_empty());
-            assert!(r.generator == "G_R" || r.generator == "G_T");
             match r.value {
                 PaperValue::Absolute { low, high } | PaperValue::Ratio { low, high, .. } => {
                     assert!(low <= high && low >= 0.0, "{r:?}")

@@ -11,7 +11,7 @@
 use crate::BenchIndex;
 use crate::harness::{BenchConfig, RunOutput};
 use crate::stats::LatencySummary;
-use crate::workload::{OpKind, Workload};
+use crate::workload::{Generator, OpKind, Workload};
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use csd_plot::{LatencyChart, Series};
 use serde::{Deserialize, Serialize};
@@ -99,8 +99,8 @@ impl OpResult {
 pub struct BenchResult {
     /// The index's [`BenchIndex::name`] (e.g. `FD+FC`).
     pub scheme: String,
-    /// `G_R` or `G_T`.
-    pub generator: String,
+    /// The workload's generator (JSON: `G_R` or `G_T`).
+    pub generator: Generator,
     /// The workload's parameters in one line.
     pub workload: String,
     /// Generator seed.
@@ -164,7 +164,7 @@ impl BenchResult {
         };
         Self {
             scheme: index.name(),
-            generator: workload.generator.to_string(),
+            generator: workload.generator,
             workload: workload.description.clone(),
             seed: workload.seed,
             w_lookup,

@@ -21,7 +21,7 @@
 use crate::harness::{BenchConfig, BenchError, Progress, run_with_progress};
 use crate::paper::{Metric, PaperRef, PaperValue, Stat};
 use crate::result::{BenchResult, Latency, fmt_ms, latency_chart};
-use crate::workload::{OpKind, WorkloadSpec};
+use crate::workload::{Generator, OpKind, WorkloadSpec};
 use crate::{BenchIndex, IndexError};
 use csd_plot::{LineChart, PlotFiles, Series};
 use std::fmt::Write as _;
@@ -95,7 +95,7 @@ impl Axis {
     /// The axis implied by the results' generator: warehouses for G_T, `W_l` otherwise.
     pub fn of(results: &[BenchResult]) -> Axis {
         match results.first() {
-            Some(r) if r.generator == "G_T" => Axis::Warehouses,
+            Some(r) if r.generator == Generator::Gt => Axis::Warehouses,
             _ => Axis::LookupRatio,
         }
     }
@@ -226,7 +226,7 @@ struct Report<'a> {
     results: &'a [BenchResult],
     paper: &'a [PaperRef],
     axis: Axis,
-    gen_name: String,
+    generator: Generator,
     fig: &'static str,
     x_label: &'static str,
     by_ratio: bool,
@@ -248,7 +248,7 @@ impl<'a> Report<'a> {
             results,
             paper,
             axis,
-            gen_name: results[0].generator.clone(),
+            generator: results[0].generator,
             fig: axis.figure(),
             x_label: axis.label(),
             by_ratio: axis == Axis::LookupRatio,
@@ -310,7 +310,7 @@ impl<'a> Report<'a> {
         for p in self
             .paper
             .iter()
-            .filter(|p| p.generator == self.gen_name && p.metric == Some(metric))
+            .filter(|p| p.generator == self.generator && p.metric == Some(metric))
         {
             let PaperValue::Absolute { low, high } = p.value else {
                 continue;
@@ -390,7 +390,7 @@ impl<'a> Report<'a> {
         let _ = writeln!(
             md,
             "# FD+tree paper §5 benchmark ({}, Figure {} style)\n",
-            self.gen_name, self.fig
+            self.generator, self.fig
         );
         let _ = writeln!(
             md,
@@ -440,7 +440,7 @@ impl<'a> Report<'a> {
             "| figure | scheme | metric | where | paper | measured here | paper says |"
         );
         let _ = writeln!(md, "|---|---|---|---|---|---|---|");
-        for p in self.paper.iter().filter(|p| p.generator == self.gen_name) {
+        for p in self.paper.iter().filter(|p| p.generator == self.generator) {
             let metric_s = p.metric.map(|m| m.label()).unwrap_or_else(|| "–".into());
             let mut wher = match p.w_lookup {
                 Some((a, b)) if a == b => format!("W_l = {a}"),
@@ -475,7 +475,7 @@ impl<'a> Report<'a> {
     /// to (`x: value`, or `x: ratio×` against the statement's baseline scheme).
     fn paper_vs_measured(&self, p: &PaperRef) -> (String, Vec<String>) {
         let applies = |r: &BenchResult| match p.w_lookup {
-            Some((a, b)) if self.gen_name == "G_R" => {
+            Some((a, b)) if self.generator == Generator::Gr => {
                 r.w_lookup >= a - 1e-9 && r.w_lookup <= b + 1e-9
             }
             _ => true,

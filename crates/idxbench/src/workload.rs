@@ -378,6 +378,35 @@ impl GtSpec {
     }
 }
 
+/// A workload generator of the paper (§5): which of the two a workload, a result or a
+/// statement of the paper is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Generator {
+    /// G_R (Remark A.2): uniform lookups, insertions and deletions of random keys.
+    #[serde(rename = "G_R")]
+    Gr,
+    /// G_T (Remark A.3): the TPC-C NEW_ORDER index's requests.
+    #[serde(rename = "G_T")]
+    Gt,
+}
+
+impl Generator {
+    /// Its name in reports: `G_R` or `G_T`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Generator::Gr => "G_R",
+            Generator::Gt => "G_T",
+        }
+    }
+}
+
+/// Its name ([`Generator::name`]), padded as the format asks.
+impl std::fmt::Display for Generator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// Which generator to run, with its parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum WorkloadSpec {
@@ -396,11 +425,11 @@ impl WorkloadSpec {
         }
     }
 
-    /// Short generator name (`G_R` or `G_T`).
-    pub fn generator(&self) -> &'static str {
+    /// The generator it runs.
+    pub fn generator(&self) -> Generator {
         match self {
-            WorkloadSpec::Gr(_) => "G_R",
-            WorkloadSpec::Gt(_) => "G_T",
+            WorkloadSpec::Gr(_) => Generator::Gr,
+            WorkloadSpec::Gt(_) => Generator::Gt,
         }
     }
 
@@ -421,8 +450,8 @@ impl WorkloadSpec {
 /// A generated workload: preload plus the ordered list of requests.
 #[derive(Debug, Clone)]
 pub struct Workload {
-    /// `G_R` or `G_T`.
-    pub generator: &'static str,
+    /// The generator that made it.
+    pub generator: Generator,
     /// One-line description of the parameters.
     pub description: String,
     /// Seed it was generated from.
@@ -548,7 +577,7 @@ pub fn generate_gr(spec: &GrSpec, seed: u64) -> Result<Workload, WorkloadError> 
         }
     }
     Ok(Workload {
-        generator: "G_R",
+        generator: Generator::Gr,
         description: format!(
             "G_R N={} W_l:W_i:W_d={:.3}:{:.3}:{:.3} preload={} delete_min_age={}",
             spec.requests,
@@ -764,7 +793,7 @@ pub fn generate_gt(spec: &GtSpec, seed: u64) -> Result<Workload, WorkloadError> 
     }
     reqs.truncate(cap);
     Ok(Workload {
-        generator: "G_T",
+        generator: Generator::Gt,
         description: format!(
             "G_T N={} warehouses={} districts={} customers/district={} preload orders/customer={} mix={}/{}/{}/{}/{}",
             spec.requests,

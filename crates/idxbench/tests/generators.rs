@@ -267,3 +267,24 @@ fn preload_iterators() {
     assert_eq!(keys.len() as u64, t.len());
     assert!(keys.windows(2).all(|w| w[0] < w[1]), "ascending");
 }
+
+#[test]
+fn generators_are_named_g_r_and_g_t_in_text_and_json() {
+    let gr = gr(0.5, 100, 10, 1);
+    assert_eq!(gr.generator, Generator::Gr);
+    let gt = WorkloadSpec::Gt(GtSpec::paper(1, 100)).generate(1).unwrap();
+    assert_eq!(gt.generator, Generator::Gt);
+    assert_eq!(
+        serde_json::to_value([Generator::Gr, Generator::Gt]).unwrap(),
+        serde_json::json!(["G_R", "G_T"])
+    );
+    assert_eq!(
+        format!("{}|{:<4}|", Generator::Gr, Generator::Gt),
+        "G_R|G_T |"
+    );
+    assert!(gr.description.starts_with(Generator::Gr.name()));
+    assert!(gt.description.starts_with(Generator::Gt.name()));
+    let back: Generator = serde_json::from_str("\"G_T\"").unwrap();
+    assert_eq!(back, Generator::Gt);
+    assert!(serde_json::from_str::<Generator>("\"G_X\"").is_err());
+}

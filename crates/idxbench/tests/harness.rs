@@ -242,7 +242,7 @@ fn gt_workload_runs_and_matches() {
     let idx = MapIndex::new("map");
     let r = run_workload(&idx, &w, &cfg, &|_| {}).unwrap();
     assert_eq!(idx.content(), w.expected_final());
-    assert_eq!(r.generator, "G_T");
+    assert_eq!(r.generator, Generator::Gt);
     assert_eq!(r.delete_misses, 0);
     assert!((r.fractions[0] - 8.0 / 93.0).abs() < 0.01);
     // Queues split by the lookup : write ratio.
