@@ -9,9 +9,9 @@
 //! when the scan used an index, `setup_s` only when the scan had setup commands.
 
 use crate::exec::ScanRecord;
-use csd_host::QueryReport;
+use csd_host::{QueryReport, StageName, Strategy};
 use csd_table::page::Layout;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use std::collections::BTreeMap;
 
 /// One pipeline stage of a scan (a [`csd_host::Stage`]) in seconds.
@@ -28,8 +28,9 @@ pub struct StageFigures {
 /// A device scan's modeled report (the keys of `csd query --json`'s scans).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScanReport {
-    /// The strategy that ran (`ihp`, `cpu-isp`, `hw-isp`, `flixr`...).
-    pub strategy: &'static str,
+    /// The strategy that ran (serialized as its CLI name: `ihp`, `cpu-isp`, `hw-isp`).
+    #[serde(serialize_with = "strategy_name")]
+    pub strategy: Strategy,
     /// The table scanned.
     pub table: String,
     /// The table's page layout (`nsm` or `pax`).
@@ -48,8 +49,10 @@ pub struct ScanReport {
     pub modeled_time_s: f64,
     /// Table bytes per modeled second.
     pub modeled_bytes_per_s: f64,
-    /// The stage with the highest utilization (`none` for a report without stages).
-    pub bottleneck: &'static str,
+    /// The stage with the highest utilization (serialized as its name, `flash_array` …;
+    /// `none` for a report without stages).
+    #[serde(serialize_with = "bottleneck_name")]
+    pub bottleneck: Option<StageName>,
     /// Busy time per stage, by stage name.
     pub stages: BTreeMap<&'static str, StageFigures>,
     /// Flash page reads.
@@ -95,11 +98,21 @@ pub struct ScanReport {
     pub setup_s: Option<f64>,
 }
 
+/// A strategy as the CLI names it (`cpu-isp`; [`Strategy::name`]).
+fn strategy_name<S: Serializer>(strategy: &Strategy, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(strategy.name())
+}
+
+/// A bottleneck as [`QueryReport::bottleneck_name`] names it (`none` without stages).
+fn bottleneck_name<S: Serializer>(stage: &Option<StageName>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(stage.map_or("none", StageName::name))
+}
+
 impl From<&QueryReport> for ScanReport {
     fn from(r: &QueryReport) -> ScanReport {
         let indexed = r.index.is_some();
         ScanReport {
-            strategy: r.strategy.name(),
+            strategy: r.strategy,
             table: r.table.clone(),
             layout: r.layout,
             pages: r.pages,
@@ -109,7 +122,7 @@ impl From<&QueryReport> for ScanReport {
             result_rows: r.result_rows,
             modeled_time_s: r.modeled_s(),
             modeled_bytes_per_s: r.modeled_bytes_per_s(),
-            bottleneck: r.bottleneck_name(),
+            bottleneck: r.bottleneck,
             stages: r
                 .stages
                 .iter()
@@ -171,8 +184,6 @@ impl From<&ScanRecord> for ScanRecordReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use csd_host::StageName;
-    use csd_host::Strategy;
     use csd_host::scan::Stage;
     use csd_sim::energy::EnergyReport;
     use serde_json::{Value, json};
@@ -224,6 +235,30 @@ mod tests {
             json!({"busy_s": 0.001, "utilization": 0.5, "members": 8})
         );
         assert_eq!(v["energy_components_j"].as_object().unwrap().len(), 7);
+    }
+
+    #[test]
+    fn strategy_and_bottleneck_print_as_their_names() {
+        let mut r = report();
+        let v = serde_json::to_value(ScanReport::from(&r)).unwrap();
+        assert_eq!(v["strategy"], json!("ihp"));
+        assert_eq!(v["bottleneck"], json!("flash_array"));
+        for stage in StageName::ALL {
+            r.bottleneck = Some(stage);
+            let v = serde_json::to_value(ScanReport::from(&r)).unwrap();
+            assert_eq!(v["bottleneck"], json!(stage.name()));
+        }
+        r.strategy = Strategy::CpuIsp;
+        r.stages.clear();
+        r.bottleneck = None;
+        let v = serde_json::to_value(ScanReport::from(&r)).unwrap();
+        assert_eq!(
+            v["strategy"],
+            json!("cpu-isp"),
+            "the CLI name, not the snake_case key"
+        );
+        assert_eq!(v["bottleneck"], json!("none"));
+        assert_eq!(v["bottleneck"], json!(r.bottleneck_name()));
     }
 
     #[test]
