@@ -14,8 +14,8 @@
 //!
 //! Choices (the paper leaves them open or its scale does not fit here):
 //! * Data: TPC-H rows from `tpchgen` (as `csd load tpch`), LINEITEM/ORDERS/PART at
-//!   `--sf`; TPC-C rows from this crate's generator ([`tpcc`]) at `--warehouses` with
-//!   item/customer/order counts scaled down (documented there).
+//!   `--sf`; TPC-C rows from this crate's generator ([`tpcc`]) at `--warehouses`, the
+//!   specification's population per warehouse by default (documented there).
 //! * Physical design per workload: each table has one index key (the paper's primary
 //!   key per query, §6.4): microbenchmarks key LINEITEM on `l_orderkey` (as generated,
 //!   clustered) and PART on `p_partkey` (a bitmap under FLIXR, the join's second table);
@@ -24,6 +24,20 @@
 //!   TPC-C keys every table on its primary key packed into one INT64.
 //! * Queries are computed by hand-written host operators over the store's access paths
 //!   (scan, join, insert, delete, update); SQL is not involved.
+//! * Device writes are write-through under every configuration: a page write completes
+//!   once it is programmed. The paper's platform buffers writes (§4.3: "the SSD firmware
+//!   first buffers data in the SSD DRAM as it does by default. Then the firmware issues
+//!   the page write command"; Cosmos+ GreedyFTL-3.0.0 marks a written slice's data-buffer
+//!   entry dirty and programs it when the entry is evicted), so its writes are acknowledged
+//!   from DRAM. The device's write-back cache (`csd_ftl::WriteCache::WriteBack`) is not used
+//!   here because it would not treat the configurations alike: under it WRITE_IDX flushes
+//!   before it installs the new entries (so that an entry never describes data a crash
+//!   could lose), while plain writes, the host index's included, are acknowledged from the
+//!   buffer.
+//! * The host index's node reads are dependent reads, one node after the other, and its
+//!   node writes go out in the background (the host does not wait for them); the paper
+//!   states no read-ahead or prefetch for its host-side B+tree (§5: "some of the layers in
+//!   the tree are cached on host DRAM on demand").
 
 pub mod micro;
 pub mod repro;

@@ -1,5 +1,5 @@
 //! TPC-C NewOrder and Payment over the row store (flixr §6.2, Figure 10: "we tested the
-//! NewOrder and Payment transactions in the TPC-C benchmark ... [they] include frequent
+//! NewOrder and Payment transactions in the TPC-C benchmark ... \[they\] include frequent
 //! database writes and updates").
 //!
 //! All nine tables (WAREHOUSE, DISTRICT, CUSTOMER, HISTORY, NEW_ORDER, ORDERS,
