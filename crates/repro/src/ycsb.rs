@@ -194,6 +194,61 @@ pub struct Outcome {
     pub dev: DeviceBytes,
     /// FTL commits during the run: each appends one "done" record (§4.2.2, Figure 12).
     pub done_records: u64,
+    /// The device's flash work during the run (log pages, programs by purpose).
+    pub flash: FlashWork,
+}
+
+/// Flash work of a run, from the FTL's counters and the dies' calendars.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FlashWork {
+    /// Log pages programmed (redo descriptors and done records, batch-io §4.2).
+    pub log_pages: u64,
+    /// Metadata programs (log, MAP, checkpoints).
+    pub meta_programs: u64,
+    /// Programs of host data.
+    pub user_programs: u64,
+    /// Busy time of the dies, summed, ns.
+    pub die_busy_ns: u64,
+    /// Busy time of the busiest die, ns.
+    pub max_die_busy_ns: u64,
+    /// Dies of the device.
+    pub dies: u32,
+}
+
+impl FlashWork {
+    /// The counters so far, with each die's busy time.
+    fn of(s: &mut Store<Client>) -> (FlashWork, Vec<u64>) {
+        let ftl = s.device().device().block().ftl();
+        let st = ftl.stats();
+        let dies: Vec<u64> = ftl.nand().dies().iter().map(|d| d.busy_ns()).collect();
+        let w = FlashWork {
+            log_pages: st.log_pages,
+            meta_programs: st.meta_programs,
+            user_programs: st.user_programs,
+            die_busy_ns: dies.iter().sum(),
+            max_die_busy_ns: dies.iter().copied().max().unwrap_or(0),
+            dies: dies.len() as u32,
+        };
+        (w, dies)
+    }
+
+    /// The work between `earlier` and now.
+    fn since(s: &mut Store<Client>, (earlier, dies0): &(FlashWork, Vec<u64>)) -> FlashWork {
+        let (now, dies) = FlashWork::of(s);
+        FlashWork {
+            log_pages: now.log_pages.saturating_sub(earlier.log_pages),
+            meta_programs: now.meta_programs.saturating_sub(earlier.meta_programs),
+            user_programs: now.user_programs.saturating_sub(earlier.user_programs),
+            die_busy_ns: now.die_busy_ns.saturating_sub(earlier.die_busy_ns),
+            max_die_busy_ns: dies
+                .iter()
+                .zip(dies0)
+                .map(|(a, b)| a.saturating_sub(*b))
+                .max()
+                .unwrap_or(0),
+            dies: now.dies,
+        }
+    }
 }
 
 /// Table 3 and Table 4 figures of a run (host GC and device GC together).
@@ -441,6 +496,7 @@ pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outco
         Some(s.smart().map_err(kv)?)
     };
     let commits0 = s.device().device().block().ftl().stats().commits;
+    let flash0 = FlashWork::of(&mut s);
     s.reset_stats();
     let cfg = ycsb_config(a);
     bar.set_length(1000);
@@ -482,6 +538,7 @@ pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outco
         cpu: st.cpu,
         dev,
         done_records,
+        flash: FlashWork::since(&mut s, &flash0),
     })
 }
 
