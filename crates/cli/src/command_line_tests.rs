@@ -79,6 +79,25 @@ const SAMPLES: &[&[&str]] = &[
         "--compare",
         "datafusion",
     ],
+    &[
+        "bench",
+        "tpch",
+        "--strings",
+        "--sf",
+        "1",
+        "--layout",
+        "nsm",
+        "--strategy",
+        "hw-isp",
+        "--repeat",
+        "3",
+        "--compare",
+        "duckdb,datafusion",
+        "--preset",
+        "tiny",
+        "--set",
+        "channel.rate_mt_s=400",
+    ],
     &["bench", "fdtree", "--scheme", "xm,fc", "--seed", "5"],
     &["bench", "open", "--clean-gib", "1", "--crash-gib", "1,2"],
     &["bench", "serve", "--runtime", "1"],
@@ -259,4 +278,34 @@ fn the_shared_groups_keep_their_names_and_defaults() {
         .try_get_matches_from_mut(["csd", "index", "list"])
         .expect_err("--image is required");
     assert!(e.to_string().contains("--image"), "{e}");
+}
+
+#[test]
+fn bench_tpch_lines_spell_out_every_default_and_flag() {
+    let mut cmd = Cli::command();
+    let mut line = |argv: &[&str]| {
+        let m = cmd.try_get_matches_from_mut(argv).expect("parses");
+        reproduce::render(&cmd, &m)
+    };
+    assert_eq!(
+        line(&["csd", "bench", "tpch"]),
+        "csd bench tpch --sf 0.1 --layout pax --strategy auto --repeat 1"
+    );
+    assert_eq!(
+        line(&[
+            "csd",
+            "bench",
+            "tpch",
+            "--strings",
+            "--compare",
+            "duckdb",
+            "--repeat",
+            "3",
+            "--strategy",
+            "hw-isp",
+            "--sf",
+            "1",
+        ]),
+        "csd bench tpch --sf 1 --layout pax --strategy hw-isp --repeat 3 --compare duckdb --strings"
+    );
 }

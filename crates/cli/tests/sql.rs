@@ -520,7 +520,7 @@ fn bench_tpch_checks_every_query_against_datafusion_in_memory() {
         assert!(line.contains("yes"), "{q} not checked or wrong: {line}");
     }
     assert!(
-        text.contains("reproduce: csd bench tpch --sf 0.01 --layout pax --strategy auto --queries 1,6,17 --compare datafusion"),
+        text.contains("reproduce: csd bench tpch --sf 0.01 --layout pax --strategy auto --queries 1,6,17 --repeat 1 --compare datafusion"),
         "{text}"
     );
     let bad = csd(&["bench", "tpch", "--sf", "0.01", "--queries", "23"]);

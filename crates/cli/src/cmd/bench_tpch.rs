@@ -355,18 +355,7 @@ fn run_strings(a: &BenchTpchArgs, cfg: &DeviceConfig, session: SqlSession) -> Re
             d.version
         );
     }
-    println!(
-        "reproduce: csd bench tpch --strings --sf {} --layout {} --strategy {} --repeat {}{}",
-        a.sf,
-        a.layout,
-        a.strategy,
-        a.repeat.max(1),
-        if duck.is_some() {
-            " --compare duckdb"
-        } else {
-            ""
-        }
-    );
+    println!("reproduce: {}", crate::reproduce::line());
     if wrong > 0 {
         return Err(CliError::Nvme(format!(
             "{wrong} string queries answered differently from DuckDB"
@@ -515,21 +504,7 @@ fn print_footer(a: &BenchTpchArgs, cfg: &DeviceConfig, threads: usize, duck: Opt
             d.version
         );
     }
-    println!(
-        "reproduce: csd bench tpch --sf {} --layout {} --strategy {}{}{}",
-        a.sf,
-        a.layout,
-        a.strategy,
-        a.queries
-            .as_ref()
-            .map_or(String::new(), |q| format!(" --queries {q}")),
-        if a.compare.is_empty() {
-            String::new()
-        } else {
-            let list: Vec<String> = a.compare.iter().map(|c| c.to_string()).collect();
-            format!(" --compare {}", list.join(","))
-        }
-    );
+    println!("reproduce: {}", crate::reproduce::line());
 }
 
 /// `--compare`: the other engine run on the same rows.
@@ -540,15 +515,6 @@ pub(crate) enum CompareArg {
     /// DataFusion over in-memory copies of the same tables (the engine without a
     /// device), with csd's thread count.
     Datafusion,
-}
-
-impl std::fmt::Display for CompareArg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CompareArg::Duckdb => "duckdb",
-            CompareArg::Datafusion => "datafusion",
-        })
-    }
 }
 
 struct DuckQuery {
