@@ -239,13 +239,9 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
         }
     }
     println!(
-        "wall {:.1} s; rerun: csd bench flixr --preset {} --sf {} --queries {} --selectivity {} --seed {}",
+        "wall {:.1} s; rerun: {}",
         t0.elapsed().as_secs_f64(),
-        a.preset,
-        a.sf,
-        a.queries,
-        a.selectivity,
-        a.rng.seed
+        crate::reproduce::line()
     );
     Ok(())
 }

@@ -86,29 +86,9 @@ pub(crate) fn bench_ycsb_cmd(a: &BenchYcsbArgs) -> Result<(), CliError> {
     }
     println!();
     println!(
-        "seed {}; rerun: csd bench ycsb --interface {} --workload {} --records {} --cache {} --checkpoint {} --gc {} --gc-start {} --preset {} --device-gib {} --seed {}{}{}",
+        "seed {}; rerun: {}",
         a.rng.seed,
-        a.interface.name(),
-        a.workload.name(),
-        a.records,
-        a.cache.label(),
-        if a.checkpoint { "on" } else { "off" },
-        if a.gc { "on" } else { "off" },
-        a.gc_start,
-        a.preset,
-        a.device_gib,
-        a.rng.seed,
-        match (a.ops, a.duration, a.wall_duration) {
-            (Some(n), _, _) => format!(" --ops {n}"),
-            (_, Some(d), _) => format!(" --duration {d}"),
-            (_, _, Some(w)) => format!(" --wall-duration {w}"),
-            _ => String::new(),
-        },
-        if a.compare.is_empty() {
-            String::new()
-        } else {
-            format!(" --compare {}", a.compare.join(","))
-        }
+        crate::reproduce::line()
     );
     Ok(())
 }
