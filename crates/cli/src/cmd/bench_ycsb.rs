@@ -85,11 +85,7 @@ pub(crate) fn bench_ycsb_cmd(a: &BenchYcsbArgs) -> Result<(), CliError> {
         }
     }
     println!();
-    println!(
-        "seed {}; rerun: {}",
-        a.rng.seed,
-        crate::reproduce::line()
-    );
+    println!("seed {}; rerun: {}", a.rng.seed, crate::reproduce::line());
     Ok(())
 }
 
