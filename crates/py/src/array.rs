@@ -11,7 +11,7 @@
 //! lists workers (`csd worker`) runs its scans in this process here, as
 //! `csd query --array DIR --in-process` does.
 
-use crate::device::{expand_tpch, layout, load_config, on_worker, parse_choices, rows_from};
+use crate::device::{layout, load_config, on_worker, parse_choices, rows_from};
 use crate::error::{Error, Result};
 use crate::json_to_py;
 use crate::report::{Report, load_json};
@@ -258,7 +258,7 @@ impl Array {
         queue_depth: usize,
     ) -> PyResult<SqlResult> {
         let choices = parse_choices(strategy)?;
-        let sql = expand_tpch(&query).to_string();
+        let sql = csd_sql::tpch::expand(&query).to_string();
         let threads = threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .max(1);

@@ -530,7 +530,7 @@ impl Device {
         queue_depth: usize,
     ) -> PyResult<SqlResult> {
         let choices = parse_choices(strategy)?;
-        let sql = expand_tpch(&query).to_string();
+        let sql = csd_sql::tpch::expand(&query).to_string();
         interruptible(py, &self.inner, move |i| {
             let s = i.session()?;
             let mut settings = s.settings();
@@ -889,17 +889,6 @@ fn smart_log(dev: &mut NvmeDevice) -> Result<csd_device::SmartLog> {
     out
 }
 
-/// `q1` … `q22` stand for the TPC-H queries with their validation parameters.
-pub(crate) fn expand_tpch(sql: &str) -> &str {
-    let t = sql.trim().to_ascii_lowercase();
-    if let Some(n) = t.strip_prefix('q').and_then(|n| n.parse::<usize>().ok())
-        && (1..=22).contains(&n)
-    {
-        return csd_sql::tpch::QUERIES[n - 1];
-    }
-    sql
-}
-
 /// `csd.create(path, preset=..., config=..., overrides=..., op=0.07, ext_bytes=0)`:
 /// a new image file holding a fresh device with a formatted FTL (`csd device create`).
 #[pyfunction]
@@ -1000,13 +989,6 @@ pub fn device_config<'py>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tpch_names_expand() {
-        assert_eq!(expand_tpch(" Q6 "), csd_sql::tpch::QUERIES[5]);
-        assert_eq!(expand_tpch("q23"), "q23");
-        assert_eq!(expand_tpch("select 1"), "select 1");
-    }
 
     #[test]
     fn layouts_parse() {
