@@ -363,6 +363,16 @@ impl Nand {
         self.store.set_release_written_bytes(bytes);
     }
 
+    /// Release the pages read through an image's mapping from this process once this
+    /// many bytes of page slots were read since the last release (`None`, the default:
+    /// what was read stays mapped, so random reads over a working set stay fast). A scan
+    /// of a table larger than memory, or a one-shot query, then keeps a bounded resident
+    /// set: what it read stays in the host's page cache, not in the process. No modeled
+    /// effect; no-op in memory.
+    pub fn set_release_read_bytes(&mut self, bytes: Option<usize>) {
+        self.store.set_release_read_bytes(bytes);
+    }
+
     /// Make every change so far durable on the host's disk before the caller
     /// acknowledges it (`fdatasync` of the image file; nothing when nothing changed,
     /// in memory, or read-only). Costs no modeled time: the host's disk is not part of

@@ -124,6 +124,22 @@ impl Nand {
         self.store.block_mut(b, upto)
     }
 
+    /// Store a programmed page of block `b` (slot, then state byte: see
+    /// [`Store::write_page`]). Like [`Nand::block_bytes_mut`], readers on other threads
+    /// leave first and the block's checked sectors are forgotten.
+    pub(super) fn store_page(
+        &mut self,
+        b: usize,
+        page: u32,
+        data: &[u8],
+        oob: &[u8],
+        state: u8,
+    ) -> Result<(), NandError> {
+        self.pins.0.exclude();
+        self.checked.clear_block(b);
+        self.store.write_page(b, page, data, oob, state)
+    }
+
     /// True if sector `sector` of page `p` was marked by [`Nand::mark_sector_checked`]
     /// and no byte of its block has changed since. An emulator shortcut for the FTL's
     /// end-to-end check (TAG CRC of the data): its outcome cannot differ while the bytes

@@ -35,7 +35,6 @@ impl Nand {
         self.stats.programs += 1;
         self.stats.channel_bytes += xfer;
         let seq = self.op_seq;
-        let slot_range = self.layout.slot_range(p.page);
         if self.cut_strikes(done) {
             return Err(self.tear_program(p, data, meta, seq));
         }
@@ -49,19 +48,12 @@ impl Nand {
         // behind a committed page.
         meta.next_page = p.page + 1;
         self.store.set_meta(b, meta);
-        let bytes = self.block_bytes_mut(b, upto)?;
-        let slot = &mut bytes[slot_range];
-        slot[..page_size].copy_from_slice(data);
-        if oob.is_empty() {
-            slot[page_size..].fill(0xFF);
-        } else {
-            slot[page_size..].copy_from_slice(oob);
-        }
-        bytes[p.page as usize] = if failed {
+        let state = if failed {
             PAGE_PROGRAM_FAILED
         } else {
             PAGE_PROGRAMMED
         };
+        self.store_page(b, p.page, data, oob, state)?;
         if failed {
             self.stats.program_failures += 1;
             return Err(NandError::ProgramFailed { ppa: p, done });

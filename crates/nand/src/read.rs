@@ -100,6 +100,7 @@ impl Nand {
             return Err(NandError::BadBlock { block: p.block });
         }
         self.op_seq += 1;
+        self.store.note_read(b, p.page);
         let die = self.map.die_of(p.block);
         let ch = self.map.channel_of(die) as usize;
         let kind = p.page as usize % self.t_read.len();
@@ -277,6 +278,7 @@ impl Nand {
             return Err(NandError::BadBlock { block: p.block });
         }
         self.op_seq += 1;
+        self.store.note_read(b, p.page);
         // Timing: die for tR, then the channel for the transfer out.
         let die = self.map.die_of(p.block);
         let ch = self.map.channel_of(die) as usize;

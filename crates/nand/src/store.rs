@@ -259,6 +259,9 @@ unsafe impl Send for AnonBlock {}
 unsafe impl Sync for AnonBlock {}
 
 /// The storage backend behind a [`crate::Nand`].
+// One per device, so the variants' sizes cost nothing worth a `Box`, whose indirection
+// every page access of an image file would pay.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Store {
     Mem(MemStore),
     File(FileStore),
@@ -293,12 +296,25 @@ pub(crate) struct FileStore {
     /// Sync before acknowledging (`CSD_HOST_SYNC=off` turns it off: see [`host_sync`]).
     host_sync: bool,
     /// Blocks written through the mapping since their pages were last released from this
-    /// process (see [`FileStore::note_written`]), each once.
-    written: Vec<usize>,
-    /// Which blocks are in `written` (sized on first use).
-    written_mark: Vec<bool>,
-    /// Bytes of written blocks that trigger a release ([`RELEASE_WRITTEN_BYTES`]).
+    /// process (see [`FileStore::note_touched`]), each once.
+    touched: Vec<usize>,
+    /// Which blocks are in `touched` (sized on first use).
+    touched_mark: Vec<bool>,
+    /// Bytes of touched blocks that trigger a release ([`RELEASE_WRITTEN_BYTES`] unless
+    /// set).
     release_bytes: usize,
+    /// Bytes of slots read after which they are released (see
+    /// [`crate::Nand::set_release_read_bytes`]); `None`: reads keep their pages.
+    release_read_bytes: Option<usize>,
+    /// Slots read since the last read release: (block, start, end) in the mapping.
+    read_window: Vec<(usize, usize, usize)>,
+    /// Bytes of the slots in `read_window`.
+    read_window_bytes: usize,
+    /// All-`0xFF` spare bytes for pages programmed without OOB (sized on first use).
+    ff: Vec<u8>,
+    /// Read-only (copy-on-write) opens: blocks this process stored into, whose changed
+    /// pages live only in private memory and so are never released (sized on first use).
+    private_mark: Vec<bool>,
 }
 
 /// Bytes of blocks written through an image's mapping after which their pages are
@@ -307,6 +323,19 @@ pub(crate) struct FileStore {
 /// data stays in the host's page cache (and is written back by the kernel or the next
 /// sync); the process re-reads it from there if it touches the block again.
 const RELEASE_WRITTEN_BYTES: usize = 256 << 20;
+
+/// The host's memory page size (`sysconf(_SC_PAGESIZE)`, 4 KiB if it cannot be read).
+fn os_page() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf reads a constant of the system; no memory is involved.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(n)
+            .ok()
+            .filter(|&n| n.is_power_of_two())
+            .unwrap_or(4096)
+    })
+}
 
 /// Whether image files sync to the host's disk before anything is acknowledged durable:
 /// yes, unless the environment says `CSD_HOST_SYNC=off` — the equivalent of QEMU's
@@ -362,46 +391,124 @@ impl FileStore {
         self.set_open_flag(true)
     }
 
-    /// Block `b` is about to be written through the mapping. Once the blocks written since
-    /// the last release reach [`RELEASE_WRITTEN_BYTES`], their pages leave this process's
+    /// Block `b` is about to be written through the mapping. Once the blocks touched since
+    /// the last release reach the release size, their pages leave this process's
     /// resident set (not the page cache); `b` starts the next round.
     fn note_written(&mut self, b: usize) {
         // A read-only open maps copy-on-write: its changes live only in private pages,
-        // which MADV_DONTNEED would discard. Only shared (read-write) mappings release.
-        if self.access != Access::ReadWrite || self.written.last() == Some(&b) {
+        // which MADV_DONTNEED would discard. Such a block is never released.
+        if self.access != Access::ReadWrite {
+            if self.private_mark.len() != self.nblocks {
+                self.private_mark = vec![false; self.nblocks];
+            }
+            self.private_mark[b] = true;
             return;
         }
-        // Writes alternate between the open blocks of every die: each block counts once.
-        if self.written_mark.len() != self.nblocks {
-            self.written_mark = vec![false; self.nblocks];
-        }
-        if std::mem::replace(&mut self.written_mark[b], true) {
-            return;
-        }
-        if self.written.len() * self.layout.block_bytes >= self.release_bytes {
-            self.release_written();
-        }
-        self.written.push(b);
+        self.note_touched(b);
     }
 
-    /// Release the pages of the blocks written since the last release.
-    fn release_written(&mut self) {
-        let blocks = std::mem::take(&mut self.written);
+    /// Page `page` of block `b` is about to be read through the mapping: with a read
+    /// release size set, its slot joins the read window, and once the window holds that
+    /// many bytes its pages leave this process (see [`FileStore::release_reads`]).
+    #[inline]
+    fn note_read(&mut self, b: usize, page: u32) {
+        let Some(limit) = self.release_read_bytes else {
+            return;
+        };
+        let slot = self.layout.slot_range(page);
+        let o = self.blocks_offset + b * self.layout.block_bytes;
+        self.read_window.push((b, o + slot.start, o + slot.end));
+        self.read_window_bytes += slot.len();
+        if self.read_window_bytes >= limit {
+            self.release_reads();
+        }
+    }
+
+    /// Release the memory pages of the slots read since the last release: the window's
+    /// slots merged per block into runs (a scan reads each die's pages in order, so a
+    /// window holds a few runs per block: a few `madvise` calls, not one per page),
+    /// each rounded inward to whole memory pages, except in blocks this process stored
+    /// into under a copy-on-write mapping.
+    fn release_reads(&mut self) {
+        let mut w = std::mem::take(&mut self.read_window);
+        self.read_window_bytes = 0;
+        w.sort_unstable();
+        let mut i = 0;
+        while i < w.len() {
+            let (b, start, mut end) = w[i];
+            i += 1;
+            while i < w.len() && w[i].0 == b && w[i].1 <= end {
+                end = end.max(w[i].2);
+                i += 1;
+            }
+            if !self.private_mark.get(b).copied().unwrap_or(false) {
+                self.release_range(start, end);
+            }
+        }
+        w.clear();
+        self.read_window = w;
+    }
+
+    /// Count block `b` toward the next release (once per round).
+    fn note_touched(&mut self, b: usize) {
+        if self.touched.last() == Some(&b) {
+            return;
+        }
+        // Accesses alternate between the blocks of every die: each block counts once.
+        if self.touched_mark.len() != self.nblocks {
+            self.touched_mark = vec![false; self.nblocks];
+        }
+        if std::mem::replace(&mut self.touched_mark[b], true) {
+            return;
+        }
+        if self.touched.len() * self.layout.block_bytes >= self.release_bytes {
+            self.release_touched();
+        }
+        self.touched.push(b);
+    }
+
+    /// Release the pages of the blocks touched since the last release.
+    fn release_touched(&mut self) {
+        let blocks = std::mem::take(&mut self.touched);
         let bb = self.layout.block_bytes;
         for b in blocks {
-            self.written_mark[b] = false;
-            let o = self.blocks_offset + b * bb;
-            // SAFETY: `self.map` is a shared mapping of the image file (only read-write
-            // opens record written blocks: see `note_written`), so MADV_DONTNEED only
-            // drops this process's page-table entries: dirty pages keep their data in the
-            // page cache and later accesses fault it back in, unchanged. No slice into
-            // the mapping is alive: `&mut self` excludes every borrow of `self.map`.
-            // A failure only leaves the pages resident, so it is ignored.
-            let _ = unsafe {
-                self.map
-                    .unchecked_advise_range(UncheckedAdvice::DontNeed, o, bb)
-            };
+            self.touched_mark[b] = false;
+            if self.private_mark.get(b).copied().unwrap_or(false) {
+                continue;
+            }
+            self.release_range(
+                self.blocks_offset + b * bb,
+                self.blocks_offset + (b + 1) * bb,
+            );
         }
+    }
+
+    /// Drop this process's page-table entries for the memory pages wholly inside
+    /// `[start, end)` of the mapping, which lies inside one block that holds no bytes
+    /// private to this process (callers check `private_mark`).
+    fn release_range(&mut self, start: usize, end: usize) {
+        // Only whole memory pages: a page shared with a neighbouring block (blocks and
+        // slots are not page-aligned) may hold that block's private bytes. The mapping
+        // starts page-aligned, so offsets align like addresses.
+        let page = os_page();
+        let (start, end) = (start.next_multiple_of(page), end / page * page);
+        if end <= start {
+            return;
+        }
+        // SAFETY: the released range holds no page whose bytes exist only in this
+        // process: a read-write open maps the image shared (MADV_DONTNEED drops this
+        // process's page-table entries; dirty pages keep their data in the page cache),
+        // and a read-only open maps it copy-on-write but never releases a page of a
+        // block it stored into (`private_mark`; only pages wholly inside one block), so
+        // the range's pages are the page cache's own, which no csd process changes while
+        // we hold the image's lock. Either way every later access faults in the very same
+        // bytes, so any slice into the range, and any reader on another thread
+        // (`crate::pins`), sees its bytes unchanged. A failure only leaves the pages
+        // resident: ignored.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise_range(UncheckedAdvice::DontNeed, start, end - start)
+        };
     }
 
     /// `fdatasync` the file when anything changed since the last call: every page
@@ -487,6 +594,48 @@ impl FileStore {
         Ok(())
     }
 
+    /// [`Store::write_page`] on a read-write image: `pwritev` of the slot, then `pwrite`
+    /// of the state byte.
+    fn write_page(
+        &mut self,
+        b: usize,
+        slot_start: usize,
+        page: u32,
+        data: &[u8],
+        oob: &[u8],
+        state: u8,
+    ) -> Result<(), NandError> {
+        self.begin_change()?;
+        let slot_len = self.layout.slot;
+        self.reserve(b, slot_start + slot_len)?;
+        self.dirty = true;
+        if let Some(s) = &mut self.shadow {
+            s.mark_block(b);
+        }
+        let spare_len = slot_len - data.len();
+        let spare = if oob.is_empty() {
+            if self.ff.len() < spare_len {
+                self.ff = vec![0xFF; spare_len];
+            }
+            &self.ff[..spare_len]
+        } else {
+            oob
+        };
+        debug_assert_eq!(spare.len(), spare_len, "the spare bytes fill the slot");
+        let base = (self.blocks_offset + b * self.layout.block_bytes) as u64;
+        write_all_vectored_at(&self.file, &[data, spare], base + slot_start as u64)
+            .and_then(|()| {
+                use std::os::unix::fs::FileExt;
+                self.file.write_all_at(&[state], base + u64::from(page))
+            })
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG) => {
+                    self.space_error(b, e)
+                }
+                _ => self.io_error("cannot write a page to the image", e),
+            })
+    }
+
     /// The error for space that could not be allocated for block `b`.
     fn space_error(&self, b: usize, err: std::io::Error) -> NandError {
         match err.raw_os_error() {
@@ -526,6 +675,45 @@ fn allocate(file: &File, current: &[u8], offset: u64) -> std::io::Result<()> {
     }
     use std::os::unix::fs::FileExt;
     file.write_all_at(current, offset)
+}
+
+/// Write `parts` one after the other at `offset` of `file` (`pwritev`, continued after
+/// a short write).
+fn write_all_vectored_at(file: &File, parts: &[&[u8]], mut offset: u64) -> std::io::Result<()> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let iov: Vec<libc::iovec> = parts
+        .iter()
+        .map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        })
+        .collect();
+    // SAFETY: every iovec points to a live slice of `parts` of its length, which the
+    // kernel only reads; the descriptor is owned by `file`.
+    let n = unsafe {
+        libc::pwritev(
+            file.as_raw_fd(),
+            iov.as_ptr(),
+            iov.len() as libc::c_int,
+            offset as libc::off_t,
+        )
+    };
+    let mut done = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+    if done == total {
+        return Ok(());
+    }
+    use std::os::unix::fs::FileExt;
+    offset += done as u64;
+    for p in parts {
+        if done >= p.len() {
+            done -= p.len();
+            continue;
+        }
+        file.write_all_at(&p[done..], offset)?;
+        offset += (p.len() - done) as u64;
+        done = 0;
+    }
+    Ok(())
 }
 
 /// Bytes of an image file reserved at a time as a block fills.
@@ -811,9 +999,14 @@ impl Store {
             marked_open: false,
             shadow: None,
             host_sync: host_sync(),
-            written: Vec::new(),
-            written_mark: Vec::new(),
+            touched: Vec::new(),
+            touched_mark: Vec::new(),
             release_bytes: RELEASE_WRITTEN_BYTES,
+            release_read_bytes: None,
+            read_window: Vec::new(),
+            read_window_bytes: 0,
+            private_mark: Vec::new(),
+            ff: Vec::new(),
         };
         store.shadow_from_env()?;
         Ok(Store::File(store))
@@ -863,9 +1056,14 @@ impl Store {
             marked_open: unclean || v1.version == 1,
             shadow: None,
             host_sync: host_sync(),
-            written: Vec::new(),
-            written_mark: Vec::new(),
+            touched: Vec::new(),
+            touched_mark: Vec::new(),
             release_bytes: RELEASE_WRITTEN_BYTES,
+            release_read_bytes: None,
+            read_window: Vec::new(),
+            read_window_bytes: 0,
+            private_mark: Vec::new(),
+            ff: Vec::new(),
         };
         store.check_block_table()?;
         if access == Access::ReadWrite && store.version == 2 {
@@ -979,6 +1177,41 @@ impl Store {
         }
     }
 
+    /// Store a programmed page of block `b`: its slot (`data`, then `oob` or all-`0xFF`
+    /// spare bytes), then its state byte, in that order (the state byte is the commit
+    /// point). The caller has made the block writable ([`Store::block_mut`] up to the
+    /// slot's end). On an image opened read-write the bytes go to the file with
+    /// `pwritev`/`pwrite`, not through the mapping: the shared mapping sees them at once
+    /// (one page cache), and the process takes no page fault, dirties no page-table
+    /// entry and keeps nothing resident for them. Elsewhere they are stored through
+    /// memory (a read-only open's copy-on-write mapping keeps them private).
+    pub fn write_page(
+        &mut self,
+        b: usize,
+        page: u32,
+        data: &[u8],
+        oob: &[u8],
+        state: u8,
+    ) -> Result<(), NandError> {
+        let layout = *self.layout();
+        let slot = layout.slot_range(page);
+        if let Store::File(f) = self
+            && f.access == Access::ReadWrite
+        {
+            return f.write_page(b, slot.start, page, data, oob, state);
+        }
+        let bytes = self.block_mut(b, slot.end)?;
+        let dst = &mut bytes[slot];
+        dst[..data.len()].copy_from_slice(data);
+        if oob.is_empty() {
+            dst[data.len()..].fill(0xFF);
+        } else {
+            dst[data.len()..].copy_from_slice(oob);
+        }
+        bytes[page as usize] = state;
+        Ok(())
+    }
+
     /// How the image was opened (read-write for the memory backend).
     pub fn access(&self) -> Access {
         match self {
@@ -1022,6 +1255,22 @@ impl Store {
     pub fn set_release_written_bytes(&mut self, bytes: usize) {
         if let Store::File(f) = self {
             f.release_bytes = bytes;
+        }
+    }
+
+    /// See [`crate::Nand::set_release_read_bytes`].
+    pub fn set_release_read_bytes(&mut self, bytes: Option<usize>) {
+        if let Store::File(f) = self {
+            f.release_read_bytes = bytes;
+        }
+    }
+
+    /// Page `page` of block `b` is about to be read (see
+    /// [`crate::Nand::set_release_read_bytes`]).
+    #[inline]
+    pub fn note_read(&mut self, b: usize, page: u32) {
+        if let Store::File(f) = self {
+            f.note_read(b, page);
         }
     }
 

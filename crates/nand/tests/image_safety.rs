@@ -517,3 +517,79 @@ fn released_written_blocks_keep_their_data() {
     let mut n = Nand::open_image_with(&path, None, Access::ReadOnly).unwrap();
     check(&mut n, &mut buf);
 }
+
+/// With a read release size (a scanning command's read-only open), pages read leave the
+/// process every so often and read back unchanged, and a block this process stored into
+/// under its copy-on-write mapping keeps the private bytes (releasing its pages would
+/// bring back the file's).
+#[test]
+fn released_read_blocks_keep_their_data_and_private_pages_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.img");
+    let cfg = tiny();
+    let mut n = Nand::create_image(&path, cfg.clone()).unwrap();
+    let blocks = 12u32;
+    for b in 1..=blocks {
+        for p in 0..2u32 {
+            let data = page(&cfg, (b * 3 + p) as u8);
+            n.program(Ppa::new(BlockId(b), p), &data, &[], SimTime::ZERO)
+                .unwrap();
+        }
+    }
+    // Block 4 full: its last page's slot ends next to block 5's page states.
+    let last = cfg.geometry.pages_per_block - 1;
+    for p in 2..=last {
+        n.program(
+            Ppa::new(BlockId(4), p),
+            &page(&cfg, 0x44),
+            &[],
+            SimTime::ZERO,
+        )
+        .unwrap();
+    }
+    n.sync().unwrap();
+    drop(n);
+    let mut n = Nand::open_image_with(&path, None, Access::ReadOnly).unwrap();
+    // A release every third page read.
+    n.set_release_read_bytes(Some(3 * cfg.geometry.page_size as usize));
+    // A private store into block 5 (page 2 is erased on the file).
+    let private = page(&cfg, 0xEE);
+    n.program(Ppa::new(BlockId(5), 2), &private, &[], SimTime::ZERO)
+        .unwrap();
+    let mut buf = vec![0u8; cfg.geometry.page_size as usize];
+    for _ in 0..3 {
+        for b in 1..=blocks {
+            for p in 0..2u32 {
+                n.read(Ppa::new(BlockId(b), p), 0, &mut buf, &mut [], SimTime::ZERO)
+                    .unwrap();
+                assert!(
+                    buf[..] == page(&cfg, (b * 3 + p) as u8)[..],
+                    "block {b} page {p} changed after a release"
+                );
+            }
+            n.read(
+                Ppa::new(BlockId(4), last),
+                0,
+                &mut buf,
+                &mut [],
+                SimTime::ZERO,
+            )
+            .unwrap();
+            assert!(buf == page(&cfg, 0x44), "block 4's last page changed");
+            let r = n
+                .read(Ppa::new(BlockId(5), 2), 0, &mut buf, &mut [], SimTime::ZERO)
+                .unwrap();
+            assert!(
+                !r.erased && buf == private,
+                "the private page of block 5 was released"
+            );
+        }
+    }
+    drop(n);
+    // Nothing reached the file: the private page is erased there.
+    let mut n = Nand::open_image_with(&path, None, Access::ReadOnly).unwrap();
+    let r = n
+        .read(Ppa::new(BlockId(5), 2), 0, &mut buf, &mut [], SimTime::ZERO)
+        .unwrap();
+    assert!(r.erased, "a read-only open wrote to the image");
+}
