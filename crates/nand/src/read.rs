@@ -175,16 +175,21 @@ impl Nand {
         // Copy first and look at the page state after: the copy's memory traffic then
         // overlaps the state byte's (both are cache misses on a large device). Whatever
         // the state turns out to be, the caller sees only what it says.
-        if let Some(bytes) = self.store.block(b) {
+        let d0 = first_sector as usize * ss;
+        let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
+        let slot0 = self.layout.slot_range(p.page).start;
+        let oob_part = if want_oob { &mut *oob } else { &mut [][..] };
+        let copied = self
+            .store
+            .read_into(b, (slot0 + d0, data), (slot0 + o0, oob_part))?;
+        if !copied && let Some(bytes) = self.store.block(b) {
             let slot = &bytes[self.layout.slot_range(p.page)];
-            let d0 = first_sector as usize * ss;
             // Ask for every line of the sectors at once, so that their cache misses
             // overlap instead of the copy meeting them one after the other.
             prefetch_lines(&bytes[p.page as usize..p.page as usize + 1]);
             prefetch_lines(&slot[d0..d0 + data.len()]);
             data.copy_from_slice(&slot[d0..d0 + data.len()]);
             if want_oob {
-                let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
                 oob.copy_from_slice(&slot[o0..o0 + oob.len()]);
             }
         }

@@ -1212,6 +1212,39 @@ impl Store {
         Ok(())
     }
 
+    /// Copy bytes of block `b` into `data` and `oob` (each with its offset in the
+    /// block) without the mapping: on an image whose file holds this process's view of
+    /// the block (a read-write open, or a block a read-only open never stored into),
+    /// with `pread`, so a read neither faults the page into this process nor keeps it
+    /// resident (it stays in the host's page cache). Returns false, copying nothing,
+    /// where only the mapping has the bytes (memory, private copy-on-write pages).
+    pub fn read_into(
+        &self,
+        b: usize,
+        (data_at, data): (usize, &mut [u8]),
+        (oob_at, oob): (usize, &mut [u8]),
+    ) -> Result<bool, NandError> {
+        let Store::File(f) = self else {
+            return Ok(false);
+        };
+        if f.access == Access::ReadOnly && f.private_mark.get(b).copied().unwrap_or(false) {
+            return Ok(false);
+        }
+        use std::os::unix::fs::FileExt;
+        let base = (f.blocks_offset + b * f.layout.block_bytes) as u64;
+        f.file
+            .read_exact_at(data, base + data_at as u64)
+            .and_then(|()| {
+                if oob.is_empty() {
+                    Ok(())
+                } else {
+                    f.file.read_exact_at(oob, base + oob_at as u64)
+                }
+            })
+            .map_err(|e| f.io_error("cannot read a page of the image", e))?;
+        Ok(true)
+    }
+
     /// How the image was opened (read-write for the memory backend).
     pub fn access(&self) -> Access {
         match self {
