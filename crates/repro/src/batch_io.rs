@@ -972,9 +972,13 @@ fn figure12(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
 fn flash_time(md: &mut String, c: &Ctx) {
     let _ = writeln!(
         md,
-        "## Where the flash time goes
-
-         Per run: log pages (redo descriptors and done records) and data programs per MiB written by the host,          and the dies' busy time over the modeled run (mean over the dies, and the busiest die; a share above          100% is work booked past the run's end). Every write context forces its redo descriptor to the log          before its data (§4.2.1); csd's log is one chain of blocks, so its pages are programmed on one die at a          time (crates/ftl/src/log.rs), where OX writes log pages into the HOT stream's WBLOCKs, spread over the          channels (§4.3: logically sequential, physically scattered).\n"
+        "## Where the flash time goes\n\n\
+         Per run: log pages (redo descriptors and done records) and data programs per MiB written by the \
+         host, and the dies' busy time over the modeled run (mean over the dies, and the busiest die; a \
+         share above 100% is work booked past the run's end). Every write context forces its redo \
+         descriptor to the log before its data (§4.2.1); csd's log is one chain of blocks, so its pages \
+         are programmed on one die at a time (crates/ftl/src/log.rs), where OX writes log pages into the \
+         HOT stream's WBLOCKs, spread over the channels (§4.3: logically sequential, physically scattered).\n"
     );
     let _ = writeln!(
         md,
