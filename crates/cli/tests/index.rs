@@ -35,9 +35,9 @@ fn indexes_are_created_used_listed_and_dropped_across_processes() {
     // Bad input first: nothing is registered.
     fails(
         &csd(&[
-            "index", "create", "--image", img, "--table", "part", "--column", "p_name",
+            "index", "create", "--image", img, "--table", "part", "--column", "p_nope",
         ]),
-        "numeric columns",
+        "has no column `p_nope`",
     );
     fails(
         &csd(&[

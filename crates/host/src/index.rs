@@ -798,6 +798,159 @@ mod tests {
         assert_eq!(rule_for(Some(&cmp(CmpOp::Ne, 3)), 0), None);
     }
 
+    /// A string predicate on a page of strings, and whether a string satisfies it.
+    #[derive(Debug, Clone)]
+    enum StrPred {
+        Cmp(CmpOp, Vec<u8>),
+        Like(Vec<u8>),
+        In(Vec<Vec<u8>>),
+    }
+
+    fn str_expr(p: &StrPred, ty: csd_query::types::DataType) -> Expr {
+        let column = Expr {
+            kind: ExprKind::Column {
+                index: 0,
+                name: "s".into(),
+                nullable: true,
+            },
+            ty,
+        };
+        let konst = |b: &[u8]| Expr {
+            kind: ExprKind::Const(Const::Char(b.to_vec())),
+            ty,
+        };
+        node(match p {
+            StrPred::Cmp(op, c) => ExprKind::Cmp {
+                op: *op,
+                left: Box::new(column),
+                right: Box::new(konst(c)),
+            },
+            StrPred::Like(prefix) => ExprKind::Like {
+                expr: Box::new(column),
+                prefix: prefix.clone(),
+                negated: false,
+            },
+            StrPred::In(vs) => ExprKind::InList {
+                expr: Box::new(column),
+                list: csd_query::plan::ConstSet::new(
+                    vs.iter().map(|v| Const::Char(v.clone())).collect(),
+                ),
+                negated: false,
+            },
+        })
+    }
+
+    /// SQL's answer on a stored value: VARCHAR byte for byte, CHAR padded with spaces
+    /// (the stored value keeps its padding for LIKE).
+    fn str_holds(p: &StrPred, v: &[u8], padded: bool) -> bool {
+        let cmp = |a: &[u8], b: &[u8]| {
+            if padded {
+                csd_query::cmp_padded(a, b)
+            } else {
+                a.cmp(b)
+            }
+        };
+        match p {
+            StrPred::Cmp(op, c) => op.holds(cmp(v, c)),
+            StrPred::Like(prefix) => v.starts_with(prefix),
+            StrPred::In(vs) => vs.iter().any(|c| cmp(v, c).is_eq()),
+        }
+    }
+
+    fn bytes() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            1 => "[a-c ]{0,10}".prop_map(String::into_bytes),
+            1 => prop::collection::vec(
+                prop_oneof![Just(0u8), Just(1u8), Just(b' '), Just(b'a'), Just(0xFFu8)],
+                0..12
+            ),
+            // Longer than the key, sharing its 8 bytes.
+            2 => "(abababab|aaaaaaaa)[ab ]{0,3}".prop_map(String::into_bytes),
+        ]
+    }
+
+    fn str_pred() -> impl proptest::strategy::Strategy<Value = StrPred> {
+        use proptest::prelude::*;
+        let op = prop_oneof![
+            Just(CmpOp::Eq),
+            Just(CmpOp::Ne),
+            Just(CmpOp::Lt),
+            Just(CmpOp::Le),
+            Just(CmpOp::Gt),
+            Just(CmpOp::Ge)
+        ];
+        prop_oneof![
+            (op, bytes()).prop_map(|(o, c)| StrPred::Cmp(o, c)),
+            bytes()
+                .prop_filter("a LIKE prefix", |b| !b.is_empty())
+                .prop_map(StrPred::Like),
+            proptest::collection::vec(bytes(), 1..4).prop_map(StrPred::In),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// The rule a string predicate implies never rules out a page holding a string
+        /// that satisfies it, for VARCHAR (zero-padded keys) and CHAR(4) and CHAR(12)
+        /// (stored padded, space-padded keys), range and bitmap entries, strings shorter and
+        /// longer than the 8-byte key, with NUL, 0xFF and blank bytes.
+        #[test]
+        fn string_rules_never_rule_out_a_matching_page(
+            page in proptest::collection::vec(bytes(), 1..5),
+            pred in str_pred(),
+            char_col in proptest::bool::ANY,
+            width in proptest::prop_oneof![proptest::strategy::Just(4u16), proptest::strategy::Just(12u16)],
+            split in proptest::collection::vec(bytes(), 1..6),
+        ) {
+            use csd_device::flixr::{Entry, may_match};
+            use csd_query::types::DataType;
+            let (ty, kind, col_ty) = if char_col {
+                (DataType::Char(width), KeyKind::PaddedPrefix, csd_table::ColumnType::Char(width))
+            } else {
+                (DataType::Varchar, KeyKind::Prefix, csd_table::ColumnType::Varchar)
+            };
+            // What the page stores: CHAR values padded to 12 bytes.
+            let stored: Vec<Vec<u8>> = page
+                .iter()
+                .map(|v| {
+                    let mut v = v.clone();
+                    if char_col {
+                        v.truncate(width.into());
+                        v.resize(width.into(), b' ');
+                    }
+                    v
+                })
+                .collect();
+            let keys: Vec<i64> = stored.iter().map(|v| kind.key(col_ty, v).unwrap_or(0)).collect();
+            let Some(rule) = rule_for(Some(&str_expr(&pred, ty)), 0) else {
+                return Ok(());
+            };
+            let hit = stored.iter().any(|v| str_holds(&pred, v, char_col));
+            let range = Entry::Range {
+                table: 1,
+                min: *keys.iter().min().unwrap_or(&0),
+                max: *keys.iter().max().unwrap_or(&0),
+            };
+            let mut bounds: Vec<i64> = split.iter().map(|b| kind.key(col_ty, b).unwrap_or(0)).collect();
+            bounds.sort_unstable();
+            bounds.dedup();
+            let mut bits = vec![0u8; (bounds.len() + 1).div_ceil(8)];
+            for k in &keys {
+                let b = bounds.partition_point(|x| x <= k);
+                bits[b / 8] |= 1 << (b % 8);
+            }
+            let bitmap = Entry::Bitmap { table: 1, bits };
+            if hit {
+                proptest::prop_assert!(may_match(&range, 1, &IndexEncoding::Range, &rule), "range {range:?} {rule:?}");
+                proptest::prop_assert!(
+                    may_match(&bitmap, 1, &IndexEncoding::Bitmap { bounds: bounds.clone() }, &rule),
+                    "bitmap {bounds:?} {rule:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn equi_depth_points_are_strictly_increasing_and_split_the_sample() {
         let mut v: Vec<i64> = (0..1000).collect();
