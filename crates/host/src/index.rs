@@ -2,9 +2,11 @@
 //! `csd sql` and `csd index create` do, and the rule a scan derives from its filter.
 //!
 //! Creating an index on `table (column)`:
-//! 1. checks everything on the host first (the table and column exist, the column is
-//!    numeric, no index has that name, the column has no index yet, the table has fewer
-//!    than [`csd_device::flixr::MAX_KEYS`] keys), so bad input registers nothing;
+//! 1. checks everything on the host first (the table and column exist, the column's
+//!    type has an index key ([`KeyKind`]: numbers, dates, timestamps, floats, strings;
+//!    NULLs are left out), no index has that name, the column has no index yet, the
+//!    table has fewer than [`csd_device::flixr::MAX_KEYS`] keys), so bad input
+//!    registers nothing;
 //! 2. SEND_TBL_COL registers the table's row format (its schema, layout and LBAs per
 //!    page: a catalog page is one flash page), then SEND_IDX_ENC the encoding;
 //! 3. rewrites every page of the table in place through WRITE_IDX (MDTS-sized Reads,

@@ -682,6 +682,7 @@ pub(crate) fn rows_from(
         float_scale,
         header: Some(header),
         delimiter,
+        csv_decimal: true,
     };
     let path: Option<PathBuf> = data.extract().ok();
     let rows = match path {

@@ -28,6 +28,19 @@
 //! `csv_empty`), so a CSV written with quoted strings keeps empty strings and NULLs
 //! apart.
 //!
+//! CSV decimals: a column Arrow's reader would type `DOUBLE` whose every non-empty
+//! value is a plain decimal literal (`[+-]digits.digits`, no exponent, no blanks) with
+//! the same number `s >= 1` of digits after the point, and at most 38 significant
+//! digits, is `DECIMAL(p, s)` with `p` the most significant digits seen (integer
+//! digits without leading zeros, plus `s`; at least 1): exactly the values written, as
+//! pyarrow and pandas write a decimal column (`123.45000`). Anything else (an exponent,
+//! `NaN`, `inf`, an integer among them, differing fractional digits) stays `DOUBLE`.
+//! `--no-decimal` (`csv_decimal: false`) keeps such columns `DOUBLE`. DuckDB (2.0)
+//! reads them as `DOUBLE` unless `auto_type_candidates` lists a `DECIMAL` (measured:
+//! `read_csv` of `123.45000` gives `DOUBLE`); csd keeps the digits by default, since a
+//! file of fixed fractional digits is a decimal column written out, and a double would
+//! not read back as the same value.
+//!
 //! Choices: a file is read twice, streaming record batch by record batch both times:
 //! the first pass types the columns and checks every value (so a bad type or value, or a
 //! missing file, writes nothing), the second converts batches into row images as the
@@ -123,6 +136,9 @@ pub struct ImportOptions {
     pub header: Option<bool>,
     /// CSV: the field delimiter.
     pub delimiter: u8,
+    /// CSV: a column of plain decimal literals with one number of fractional digits
+    /// becomes `DECIMAL(p, s)` (see the module docs); `false` keeps it `DOUBLE`.
+    pub csv_decimal: bool,
 }
 
 impl Default for ImportOptions {
@@ -131,6 +147,7 @@ impl Default for ImportOptions {
             float_scale: None,
             header: None,
             delimiter: b',',
+            csv_decimal: true,
         }
     }
 }
@@ -364,7 +381,7 @@ fn csv_schema(path: &Path, opts: &ImportOptions) -> Result<(SchemaRef, bool), Im
     };
     let inferred = infer(header)?;
     // An all-empty column (inferred Null) is text.
-    let fields: Vec<Field> = inferred
+    let mut fields: Vec<Field> = inferred
         .fields()
         .iter()
         .map(|f| match f.data_type() {
@@ -372,7 +389,132 @@ fn csv_schema(path: &Path, opts: &ImportOptions) -> Result<(SchemaRef, bool), Im
             _ => f.as_ref().clone(),
         })
         .collect();
+    if opts.csv_decimal && fields.iter().any(|f| f.data_type() == &DataType::Float64) {
+        for (i, d) in csv_decimals(path, &fields, header, opts.delimiter)? {
+            let f = &fields[i];
+            fields[i] = Field::new(f.name(), DataType::Decimal128(d.0, d.1 as i8), true);
+        }
+    }
     Ok((Arc::new(ArrowSchema::new(fields)), header))
+}
+
+/// What the values of a CSV column seen so far say about it as a decimal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DecimalScan {
+    /// No non-empty value yet.
+    Unknown,
+    /// Plain decimal literals with `scale` fractional digits, at most `precision`
+    /// significant digits.
+    Decimal {
+        /// Most significant digits seen.
+        precision: u8,
+        /// Fractional digits of every value.
+        scale: u8,
+    },
+    /// Not a decimal column.
+    No,
+}
+
+impl DecimalScan {
+    /// The scan after value `text` (an empty value is NULL and says nothing).
+    fn see(self, text: &str) -> DecimalScan {
+        if text.is_empty() || self == DecimalScan::No {
+            return self;
+        }
+        let Some((precision, scale)) = plain_decimal(text) else {
+            return DecimalScan::No;
+        };
+        match self {
+            DecimalScan::Unknown => DecimalScan::Decimal { precision, scale },
+            DecimalScan::Decimal {
+                precision: p,
+                scale: s,
+            } if s == scale => DecimalScan::Decimal {
+                precision: p.max(precision),
+                scale,
+            },
+            _ => DecimalScan::No,
+        }
+    }
+}
+
+/// `(significant digits, fractional digits)` of a plain decimal literal
+/// `[+-]digits.digits` with at least one digit on each side and at most 38 significant
+/// digits (the integer part's without leading zeros, plus the fraction's; at least 1).
+fn plain_decimal(text: &str) -> Option<(u8, u8)> {
+    let t = text.strip_prefix(['+', '-']).unwrap_or(text);
+    let (int, frac) = t.split_once('.')?;
+    let digits = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit());
+    if !digits(int) || !digits(frac) {
+        return None;
+    }
+    let significant = int.trim_start_matches('0').len() + frac.len();
+    if significant > usize::from(MAX_DECIMAL128_PRECISION) {
+        return None;
+    }
+    Some((significant.max(1) as u8, frac.len() as u8))
+}
+
+/// The columns among `fields` typed DOUBLE that are decimal columns (see the module
+/// docs): `(index, (precision, scale))`. Reads the file once more, as text.
+fn csv_decimals(
+    path: &Path,
+    fields: &[Field],
+    header: bool,
+    delimiter: u8,
+) -> Result<Vec<(usize, (u8, u8))>, ImportError> {
+    use datafusion::arrow::csv::ReaderBuilder;
+    let text = Arc::new(ArrowSchema::new(
+        fields
+            .iter()
+            .map(|f| Field::new(f.name(), DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    ));
+    let file = std::fs::File::open(path).map_err(|e| ImportError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    let reader = ReaderBuilder::new(text)
+        .with_header(header)
+        .with_delimiter(delimiter)
+        .with_batch_size(BATCH_ROWS)
+        .build(std::io::BufReader::new(file))
+        .map_err(|e| ImportError::Format {
+            path: path.to_path_buf(),
+            message: format!("not readable as CSV: {e}"),
+        })?;
+    let mut scans: Vec<(usize, DecimalScan)> = fields
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.data_type() == &DataType::Float64)
+        .map(|(i, _)| (i, DecimalScan::Unknown))
+        .collect();
+    for batch in reader {
+        let batch = batch.map_err(|e| ImportError::Format {
+            path: path.to_path_buf(),
+            message: format!("not readable as CSV: {e}"),
+        })?;
+        for (i, scan) in &mut scans {
+            let col = batch.column(*i).as_string::<i32>();
+            for v in col.iter().flatten() {
+                *scan = scan.see(v);
+                if *scan == DecimalScan::No {
+                    break;
+                }
+            }
+        }
+        scans.retain(|(_, s)| *s != DecimalScan::No);
+        if scans.is_empty() {
+            break;
+        }
+    }
+    Ok(scans
+        .into_iter()
+        .filter_map(|(i, s)| match s {
+            DecimalScan::Decimal { precision, scale } => Some((i, (precision, scale))),
+            _ => None,
+        })
+        .collect())
 }
 
 /// What a column of the file becomes.

@@ -486,7 +486,9 @@ fn parquet_and_csv_files_load_without_options_and_read_back_exactly() {
     // The CSV as pyarrow writes it: quoted header, quoted strings, NULL as an empty
     // field, an empty string as `""`. CSV cannot carry binary: a CSV of the text,
     // number and boolean columns.
-    let csv_cols = ["id", "b", "i8", "i16", "i64", "f64", "d", "s"];
+    let csv_cols = [
+        "id", "b", "i8", "i16", "i64", "f64", "d", "dec", "dec30", "s",
+    ];
     let idx: Vec<usize> = csv_cols
         .iter()
         .map(|n| schema.index_of(n).expect("column"))
@@ -546,9 +548,18 @@ fn parquet_and_csv_files_load_without_options_and_read_back_exactly() {
         .map(|f| f.name().as_str())
         .collect();
     assert_eq!(names, csv_cols);
-    // CSV's own types: integers are INT64, the boolean BOOLEAN, dates DATE.
+    // CSV's own types: integers are INT64, the boolean BOOLEAN, dates DATE, the
+    // decimals (written with their fractional digits, as pyarrow writes them) DECIMAL.
     assert_eq!(got.schema().field(1).data_type(), &DataType::Boolean);
     assert_eq!(got.schema().field(6).data_type(), &DataType::Date32);
+    assert!(matches!(
+        got.schema().field(7).data_type(),
+        DataType::Decimal128(_, 2)
+    ));
+    assert!(matches!(
+        got.schema().field(8).data_type(),
+        DataType::Decimal128(_, 5)
+    ));
     for (k, name) in csv_cols.iter().enumerate() {
         let w = cast(csv_batch.column(k), got.column(k).data_type()).expect("cast");
         assert!(

@@ -72,7 +72,8 @@ pub(crate) struct CreateArgs {
     /// Table.
     #[arg(long)]
     table: String,
-    /// Numeric column to index.
+    /// Column to index: a number, date, timestamp, float or string column (not BOOLEAN or
+    /// DECIMAL(p > 18)); NULLs are left out of the entries.
     #[arg(long)]
     column: String,
     /// Encoding.

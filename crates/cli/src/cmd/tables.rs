@@ -22,9 +22,12 @@ pub(crate) enum LoadCmd {
     ///
     /// Example: csd load synthetic --columns 64 --rows 1000000 --image dev.img
     Synthetic(SyntheticArgs),
-    /// A CSV file: column types inferred (integers, decimals kept exact, dates, strings
-    /// as CHAR of the longest value); an unsupported type or a bad value is an error
-    /// naming the column, and nothing is written.
+    /// A CSV file: header and column types sniffed (booleans, integers, decimals kept
+    /// exact, doubles, dates, timestamps, strings as VARCHAR; an empty field is NULL);
+    /// a column of plain decimals with one number of fractional digits (`123.45000`,
+    /// as pyarrow and pandas write a decimal column) is DECIMAL(p, s), other numbers
+    /// with a point DOUBLE (--no-decimal: DOUBLE too); a bad value is an error naming
+    /// the row and column, and nothing is written.
     ///
     /// Example: csd load csv sales.csv --table sales --header --image dev.img
     Csv(CsvArgs),
@@ -65,6 +68,11 @@ pub(crate) struct CsvArgs {
     /// Field delimiter (one ASCII character; `\t` for a tab).
     #[arg(long, default_value = ",")]
     delimiter: String,
+    /// Read columns of plain decimals (every value `[+-]digits.digits` with the same
+    /// number of digits after the point, at most 38 digits) as DOUBLE, as DuckDB does,
+    /// instead of DECIMAL(p, s) with the digits as written.
+    #[arg(long)]
+    no_decimal: bool,
 }
 
 #[derive(Args)]
@@ -497,6 +505,7 @@ fn load_file(f: &FileArgs, csv: Option<&CsvArgs>) -> Result<csd_host::LoadReport
             _ => None,
         };
         opts.delimiter = delimiter(&c.delimiter)?;
+        opts.csv_decimal = !c.no_decimal;
     }
     let wall = std::time::Instant::now();
     let pb = bar(None, &f.file.display().to_string(), !f.target.report.json);

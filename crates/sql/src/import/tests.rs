@@ -356,3 +356,93 @@ fn a_quoted_empty_csv_string_is_empty_and_an_empty_field_null() {
     let e = import_file(&q, "m", true, &ImportOptions::default()).expect_err("marker");
     assert!(e.to_string().contains("quoted empty"), "{e}");
 }
+
+#[test]
+fn plain_decimal_literals_give_precision_and_scale() {
+    assert_eq!(plain_decimal("123.45000"), Some((8, 5)));
+    assert_eq!(plain_decimal("-0.00001"), Some((5, 5)));
+    assert_eq!(plain_decimal("+007.50"), Some((3, 2)));
+    assert_eq!(plain_decimal("0.0"), Some((1, 1)));
+    for bad in [
+        "1", "1.", ".5", "1e5", "1.5e3", "NaN", "inf", " 1.5", "1.5 ", "1,5", "--1.0", "1.2.3", "",
+    ] {
+        assert_eq!(plain_decimal(bad), None, "{bad:?}");
+    }
+    let d38 = format!("{}.{}", "9".repeat(33), "1".repeat(5));
+    assert_eq!(plain_decimal(&d38), Some((38, 5)));
+    assert_eq!(plain_decimal(&format!("9{d38}")), None, "39 digits");
+    let scan = |vals: &[&str]| vals.iter().fold(DecimalScan::Unknown, |s, v| s.see(v));
+    assert_eq!(
+        scan(&["1.50", "", "-22.25", "0.00"]),
+        DecimalScan::Decimal {
+            precision: 4,
+            scale: 2
+        }
+    );
+    assert_eq!(
+        scan(&["1.5", "2.25"]),
+        DecimalScan::No,
+        "fractional digits differ"
+    );
+    assert_eq!(
+        scan(&["1.50", "3"]),
+        DecimalScan::No,
+        "an integer among them"
+    );
+    assert_eq!(scan(&["", ""]), DecimalScan::Unknown);
+}
+
+/// A decimal column as pyarrow and pandas write it (every value with the same
+/// fractional digits) loads as DECIMAL(p, s) with the digits exactly; floats stay
+/// DOUBLE; `csv_decimal: false` keeps DOUBLE.
+#[test]
+fn csv_decimal_columns_load_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("d.csv");
+    let big = format!("{}.12345", "1234567890".repeat(3)); // 35 digits
+    std::fs::write(
+        &p,
+        format!(
+            "\"id\",\"dec30\",\"price\",\"f\",\"e\"\n\
+             1,{big},12.50,1.5,1e3\n\
+             2,-0.00001,-3.05,2.25,2.5\n\
+             3,,0.00,3.0,\n\
+             4,7.10000,,0.5,NaN\n"
+        ),
+    )
+    .expect("write");
+    let rows = import_file(&p, "d", true, &ImportOptions::default()).expect("import");
+    let types: Vec<ColumnType> = rows.table_schema().columns().iter().map(|c| c.ty).collect();
+    assert_eq!(
+        types,
+        vec![
+            ColumnType::Int64,
+            ColumnType::Decimal128 {
+                precision: 35,
+                scale: 5
+            },
+            ColumnType::Decimal { scale: 2 },
+            ColumnType::Float64,
+            ColumnType::Float64,
+        ]
+    );
+    let v = rows_of(&rows);
+    assert_eq!(
+        v[0][1],
+        Value::Decimal128(123_456_789_012_345_678_901_234_567_890_12345)
+    );
+    assert_eq!(v[1][1], Value::Decimal128(-1));
+    assert_eq!(v[2][1], Value::Null);
+    assert_eq!(v[3][1], Value::Decimal128(710_000));
+    assert_eq!(v[0][2], Value::Decimal(1250));
+    assert_eq!(v[1][2], Value::Decimal(-305));
+    assert_eq!(v[2][2], Value::Decimal(0));
+    assert_eq!(v[3][2], Value::Null);
+    let off = ImportOptions {
+        csv_decimal: false,
+        ..ImportOptions::default()
+    };
+    let rows = import_file(&p, "d", true, &off).expect("import");
+    assert_eq!(rows.table_schema().columns()[1].ty, ColumnType::Float64);
+    assert_eq!(rows.table_schema().columns()[2].ty, ColumnType::Float64);
+}
