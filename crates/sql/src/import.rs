@@ -455,14 +455,17 @@ fn plain_decimal(text: &str) -> Option<(u8, u8)> {
     Some((significant.max(1) as u8, frac.len() as u8))
 }
 
+/// A column's index and its `(precision, scale)` as a decimal.
+type DecimalColumn = (usize, (u8, u8));
+
 /// The columns among `fields` typed DOUBLE that are decimal columns (see the module
-/// docs): `(index, (precision, scale))`. Reads the file once more, as text.
+/// docs). Reads the file once more, as text.
 fn csv_decimals(
     path: &Path,
     fields: &[Field],
     header: bool,
     delimiter: u8,
-) -> Result<Vec<(usize, (u8, u8))>, ImportError> {
+) -> Result<Vec<DecimalColumn>, ImportError> {
     use datafusion::arrow::csv::ReaderBuilder;
     let text = Arc::new(ArrowSchema::new(
         fields

@@ -230,7 +230,7 @@ fn arrow_table(c: &Case) -> (SchemaRef, RecordBatch) {
         .collect();
     if c.clustered {
         match c.col {
-            0 => rows.sort_by(|a, b| a.0.cmp(&b.0)),
+            0 => rows.sort_by_key(|r| r.0),
             1 => rows.sort_by(|a, b| {
                 a.1.as_deref()
                     .map(str::as_bytes)

@@ -429,7 +429,7 @@ fn csv_decimal_columns_load_exactly() {
     let v = rows_of(&rows);
     assert_eq!(
         v[0][1],
-        Value::Decimal128(123_456_789_012_345_678_901_234_567_890_12345)
+        Value::Decimal128(12_345_678_901_234_567_890_123_456_789_012_345)
     );
     assert_eq!(v[1][1], Value::Decimal128(-1));
     assert_eq!(v[2][1], Value::Null);
