@@ -374,7 +374,7 @@ fn open_device(a: &ServeArgs) -> Result<BlockDevice, CliError> {
                 "--read-only cannot be combined with --format or --op".into(),
             ));
         }
-        image::open_ro(&a.image, false)?
+        image::open_ro_serving(&a.image, false)?
     } else {
         if !a.image.exists() {
             let cfg = a.src.load()?;
