@@ -718,6 +718,40 @@ fn write_all_vectored_at(file: &File, parts: &[&[u8]], mut offset: u64) -> std::
     Ok(())
 }
 
+/// Fill `a` then `b` from `file` at `offset` (`preadv`, continued after a short read;
+/// reading past the end of the file is an error).
+fn read_all_vectored_at(
+    file: &File,
+    a: &mut [u8],
+    b: &mut [u8],
+    offset: u64,
+) -> std::io::Result<()> {
+    let iov = [
+        libc::iovec {
+            iov_base: a.as_mut_ptr() as *mut libc::c_void,
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_mut_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        },
+    ];
+    // SAFETY: both iovecs point to live, exclusively borrowed slices of their lengths,
+    // which the kernel writes within; the descriptor is owned by `file`.
+    let n = unsafe { libc::preadv(file.as_raw_fd(), iov.as_ptr(), 2, offset as libc::off_t) };
+    let done = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+    use std::os::unix::fs::FileExt;
+    if done < a.len() {
+        file.read_exact_at(&mut a[done..], offset + done as u64)?;
+        file.read_exact_at(b, offset + a.len() as u64)
+    } else if done < a.len() + b.len() {
+        let k = done - a.len();
+        file.read_exact_at(&mut b[k..], offset + done as u64)
+    } else {
+        Ok(())
+    }
+}
+
 /// Bytes of an image file reserved at a time as a block fills.
 const RESERVE_GRANULE: usize = 256 << 10;
 
@@ -1240,16 +1274,21 @@ impl Store {
         }
         use std::os::unix::fs::FileExt;
         let base = (f.blocks_offset + b * f.layout.block_bytes) as u64;
-        f.file
-            .read_exact_at(data, base + data_at as u64)
-            .and_then(|()| {
-                if oob.is_empty() {
-                    Ok(())
-                } else {
-                    f.file.read_exact_at(oob, base + oob_at as u64)
-                }
-            })
-            .map_err(|e| f.io_error("cannot read a page of the image", e))?;
+        let r = if !oob.is_empty() && data_at + data.len() == oob_at {
+            // A whole page: its sectors' spare bytes follow its data, one system call.
+            read_all_vectored_at(&f.file, data, oob, base + data_at as u64)
+        } else {
+            f.file
+                .read_exact_at(data, base + data_at as u64)
+                .and_then(|()| {
+                    if oob.is_empty() {
+                        Ok(())
+                    } else {
+                        f.file.read_exact_at(oob, base + oob_at as u64)
+                    }
+                })
+        };
+        r.map_err(|e| f.io_error("cannot read a page of the image", e))?;
         Ok(true)
     }
 

@@ -567,6 +567,24 @@ fn released_read_blocks_keep_their_data_and_private_pages_stay() {
                     "block {b} page {p} changed after a release"
                 );
             }
+            // A whole page with its spare bytes (one vectored read from the file).
+            let mut spare = vec![0u8; cfg.geometry.oob_per_page() as usize];
+            n.read_with_tags(
+                Ppa::new(BlockId(b), 0),
+                0,
+                &mut buf,
+                &mut spare,
+                SimTime::ZERO,
+            )
+            .unwrap();
+            assert!(
+                buf == page(&cfg, (b * 3) as u8),
+                "block {b} page 0 with tags"
+            );
+            assert!(
+                spare.iter().all(|&x| x == 0xFF),
+                "block {b} page 0's spare bytes"
+            );
             n.read(
                 Ppa::new(BlockId(4), last),
                 0,
