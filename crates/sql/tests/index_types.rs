@@ -23,7 +23,7 @@ use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
 };
 use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::{Field, Schema as ArrowSchema, SchemaRef};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::datasource::MemTable;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -254,14 +254,7 @@ fn arrow_table(c: &Case) -> (SchemaRef, RecordBatch) {
         ("s", Arc::new(ss)),
         ("f", Arc::new(fs)),
     ];
-    let schema = Arc::new(ArrowSchema::new(
-        cols.iter()
-            .map(|(n, a)| Field::new(*n, a.data_type().clone(), *n != "id"))
-            .collect::<Vec<_>>(),
-    ));
-    let batch = RecordBatch::try_new(schema.clone(), cols.into_iter().map(|(_, a)| a).collect())
-        .expect("batch");
-    (schema, batch)
+    common::batch_of(cols)
 }
 
 fn one_batch(a: &csd_sql::Answer) -> RecordBatch {

@@ -25,7 +25,7 @@ use datafusion::arrow::array::{
     TimestampMicrosecondArray,
 };
 use datafusion::arrow::compute::{cast, concat_batches};
-use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::datasource::MemTable;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -160,14 +160,7 @@ fn arrow_table(t: &Table) -> (SchemaRef, RecordBatch) {
         ("s", Arc::new(strs)),
         ("bin", Arc::new(bins)),
     ];
-    let schema = Arc::new(ArrowSchema::new(
-        cols.iter()
-            .map(|(name, a)| Field::new(*name, a.data_type().clone(), *name != "id"))
-            .collect::<Vec<_>>(),
-    ));
-    let batch = RecordBatch::try_new(schema.clone(), cols.into_iter().map(|(_, a)| a).collect())
-        .expect("batch");
-    (schema, batch)
+    common::batch_of(cols)
 }
 
 /// Predicates over the table, as SQL.

@@ -1,7 +1,7 @@
 //! Helpers shared by the SQL tests: a table of `(k, v)` rows and its load, a device with
 //! MAP-entry extension bytes for per-page indexes, a session (`index.rs`, `join.rs`,
-//! `dml.rs`), and the load of an Arrow batch through the importer (`types.rs`,
-//! `hw_compare.rs`).
+//! `dml.rs`), and an Arrow batch and its load through the importer (`types.rs`,
+//! `index_types.rs`, `hw_compare.rs`).
 
 #![allow(dead_code)]
 
@@ -105,6 +105,27 @@ pub fn session(c: Client, cfg: DeviceConfig) -> SqlSession {
         ScanSettings::new(Choice::Fixed(csd_host::Strategy::Ihp)),
     )
     .expect("session")
+}
+
+/// One record batch of the named columns, every column nullable but `id`.
+pub fn batch_of(
+    cols: Vec<(&str, datafusion::arrow::array::ArrayRef)>,
+) -> (
+    datafusion::arrow::datatypes::SchemaRef,
+    datafusion::arrow::array::RecordBatch,
+) {
+    use datafusion::arrow::datatypes::{Field, Schema as ArrowSchema};
+    let schema = std::sync::Arc::new(ArrowSchema::new(
+        cols.iter()
+            .map(|(name, a)| Field::new(*name, a.data_type().clone(), *name != "id"))
+            .collect::<Vec<_>>(),
+    ));
+    let batch = datafusion::arrow::array::RecordBatch::try_new(
+        schema.clone(),
+        cols.into_iter().map(|(_, a)| a).collect(),
+    )
+    .expect("batch");
+    (schema, batch)
 }
 
 /// Loads `batch` as table `name` in `layout` through the importer (Arrow types one to
