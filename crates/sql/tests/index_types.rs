@@ -88,20 +88,7 @@ struct Case {
     filters: Vec<String>,
 }
 
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 17
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use common::Gen;
 
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))

@@ -66,21 +66,7 @@ fn table() -> impl Strategy<Value = Table> {
         })
 }
 
-/// A tiny deterministic generator (the table's seed).
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 17
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use common::Gen;
 
 fn arrow_table(t: &Table) -> (SchemaRef, RecordBatch) {
     let mut g = Gen(t.seed);

@@ -107,6 +107,25 @@ pub fn session(c: Client, cfg: DeviceConfig) -> SqlSession {
     .expect("session")
 }
 
+/// A tiny deterministic generator (a table's seed), for the randomized tables.
+pub struct Gen(pub u64);
+
+impl Gen {
+    /// The next value (an LCG step, high bits).
+    pub fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 17
+    }
+
+    /// A value in `0..n` (`0` for `n = 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
 /// One record batch of the named columns, every column nullable but `id`.
 pub fn batch_of(
     cols: Vec<(&str, datafusion::arrow::array::ArrayRef)>,
