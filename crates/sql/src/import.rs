@@ -41,6 +41,18 @@
 //! file of fixed fractional digits is a decimal column written out, and a double would
 //! not read back as the same value.
 //!
+//! CSV timestamps: a column Arrow's reader types as a timestamp whose every non-empty
+//! value carries a time-zone designator after its time (`Z`, `+05:30`, `-0500`, `+01`,
+//! as pyarrow's `write_csv` writes a zoned column) is `TIMESTAMP` with time zone `UTC`
+//! (Arrow `Timestamp(µs, "UTC")`, what pyarrow's `read_csv` gives it): each value the
+//! instant it names, exactly; the offsets themselves are not kept (a column written from
+//! `America/New_York` reads back as the same instants in UTC). DuckDB (2.0) reads such
+//! a column as `TIMESTAMP WITH TIME ZONE` too, returned to Arrow in the session's zone.
+//! A column of values without designators stays a `TIMESTAMP` without time zone. A
+//! column mixing the two is an error naming the column and the first row that differs
+//! from the column's first value (pyarrow reads such a column as text; DuckDB takes the
+//! local values in its session zone).
+//!
 //! Choices: a file is read twice, streaming record batch by record batch both times:
 //! the first pass types the columns and checks every value (so a bad type or value, or a
 //! missing file, writes nothing), the second converts batches into row images as the
@@ -389,13 +401,57 @@ fn csv_schema(path: &Path, opts: &ImportOptions) -> Result<(SchemaRef, bool), Im
             _ => f.as_ref().clone(),
         })
         .collect();
-    if opts.csv_decimal && fields.iter().any(|f| f.data_type() == &DataType::Float64) {
-        for (i, d) in csv_decimals(path, &fields, header, opts.delimiter)? {
+    let decimals = opts.csv_decimal && fields.iter().any(|f| f.data_type() == &DataType::Float64);
+    let stamps = fields
+        .iter()
+        .any(|f| matches!(f.data_type(), DataType::Timestamp(..)));
+    if decimals || stamps {
+        let found = csv_text_types(path, &fields, header, opts)?;
+        for (i, d) in found.decimals {
             let f = &fields[i];
             fields[i] = Field::new(f.name(), DataType::Decimal128(d.0, d.1 as i8), true);
         }
+        for i in found.zoned {
+            let f = &fields[i];
+            if let DataType::Timestamp(unit, _) = f.data_type() {
+                let ty = DataType::Timestamp(*unit, Some(CSV_TIME_ZONE.into()));
+                fields[i] = Field::new(f.name(), ty, true);
+            }
+        }
     }
     Ok((Arc::new(ArrowSchema::new(fields)), header))
+}
+
+/// The time zone of a CSV timestamp column whose values carry offsets (`Z`, `+05:30`,
+/// `-0500`): the instants are UTC, as pyarrow's `read_csv` types such a column.
+pub const CSV_TIME_ZONE: &str = "UTC";
+
+/// Whether a CSV timestamp (a value Arrow's reader typed as a timestamp:
+/// `YYYY-MM-DD[T ]HH:MM:SS[.f]` and maybe more) carries a time-zone designator after
+/// its time (`Z`, `+hh:mm`, `-hhmm`, `+hh`, ...). A date alone carries none.
+fn carries_zone(text: &str) -> bool {
+    let Some(rest) = text.get(19..) else {
+        return false;
+    };
+    let rest = rest
+        .strip_prefix('.')
+        .map_or(rest, |r| r.trim_start_matches(|c: char| c.is_ascii_digit()));
+    !rest.trim().is_empty()
+}
+
+/// What the values of a CSV timestamp column seen so far say about time zones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ZoneScan {
+    /// No non-empty value yet.
+    Unknown,
+    /// Every value so far carries an offset (`true`) or none does (`false`); `row` is
+    /// the first value's row (0-based data row, in file order).
+    Seen {
+        /// Whether the values carry offsets.
+        zoned: bool,
+        /// The first value's row.
+        row: u64,
+    },
 }
 
 /// What the values of a CSV column seen so far say about it as a decimal.
@@ -458,14 +514,25 @@ fn plain_decimal(text: &str) -> Option<(u8, u8)> {
 /// A column's index and its `(precision, scale)` as a decimal.
 type DecimalColumn = (usize, (u8, u8));
 
-/// The columns among `fields` typed DOUBLE that are decimal columns (see the module
-/// docs). Reads the file once more, as text.
-fn csv_decimals(
+/// What the CSV text pass found ([`csv_text_types`]).
+#[derive(Debug, Default)]
+struct TextTypes {
+    /// Columns typed DOUBLE that are decimal columns (see the module docs).
+    decimals: Vec<DecimalColumn>,
+    /// Timestamp columns whose every value carries a time-zone offset.
+    zoned: Vec<usize>,
+}
+
+/// Reads the file once more, as text, for what Arrow's inference does not tell: which
+/// DOUBLE columns are decimal columns (with `opts.csv_decimal`) and which timestamp
+/// columns carry time-zone offsets (every value, or none: a column mixing the two is
+/// an error naming the first value that differs from the column's first value).
+fn csv_text_types(
     path: &Path,
     fields: &[Field],
     header: bool,
-    delimiter: u8,
-) -> Result<Vec<DecimalColumn>, ImportError> {
+    opts: &ImportOptions,
+) -> Result<TextTypes, ImportError> {
     use datafusion::arrow::csv::ReaderBuilder;
     let text = Arc::new(ArrowSchema::new(
         fields
@@ -479,7 +546,7 @@ fn csv_decimals(
     })?;
     let reader = ReaderBuilder::new(text)
         .with_header(header)
-        .with_delimiter(delimiter)
+        .with_delimiter(opts.delimiter)
         .with_batch_size(BATCH_ROWS)
         .build(std::io::BufReader::new(file))
         .map_err(|e| ImportError::Format {
@@ -489,9 +556,16 @@ fn csv_decimals(
     let mut scans: Vec<(usize, DecimalScan)> = fields
         .iter()
         .enumerate()
-        .filter(|(_, f)| f.data_type() == &DataType::Float64)
+        .filter(|(_, f)| opts.csv_decimal && f.data_type() == &DataType::Float64)
         .map(|(i, _)| (i, DecimalScan::Unknown))
         .collect();
+    let mut zones: Vec<(usize, ZoneScan)> = fields
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| matches!(f.data_type(), DataType::Timestamp(..)))
+        .map(|(i, _)| (i, ZoneScan::Unknown))
+        .collect();
+    let mut base = 0u64;
     for batch in reader {
         let batch = batch.map_err(|e| ImportError::Format {
             path: path.to_path_buf(),
@@ -507,17 +581,52 @@ fn csv_decimals(
             }
         }
         scans.retain(|(_, s)| *s != DecimalScan::No);
-        if scans.is_empty() {
+        for (i, scan) in &mut zones {
+            let col = batch.column(*i).as_string::<i32>();
+            for (k, v) in col.iter().enumerate() {
+                let Some(v) = v.filter(|v| !v.is_empty()) else {
+                    continue;
+                };
+                let row = base + k as u64;
+                let zoned = carries_zone(v);
+                match *scan {
+                    ZoneScan::Unknown => *scan = ZoneScan::Seen { zoned, row },
+                    ZoneScan::Seen { zoned: z, .. } if z == zoned => {}
+                    ZoneScan::Seen { row: first, .. } => {
+                        let (has, lacks) = if zoned { (row, first) } else { (first, row) };
+                        return Err(ImportError::Value {
+                            column: fields[*i].name().clone(),
+                            row,
+                            message: format!(
+                                "the timestamp `{v}`: row {has}'s value carries a time-zone \
+                                 offset and row {lacks}'s does not (an instant and a local \
+                                 time of no zone in one column); give every value an offset \
+                                 (`Z` for UTC) or none"
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        base += batch.num_rows() as u64;
+        if scans.is_empty() && zones.is_empty() {
             break;
         }
     }
-    Ok(scans
-        .into_iter()
-        .filter_map(|(i, s)| match s {
-            DecimalScan::Decimal { precision, scale } => Some((i, (precision, scale))),
-            _ => None,
-        })
-        .collect())
+    Ok(TextTypes {
+        decimals: scans
+            .into_iter()
+            .filter_map(|(i, s)| match s {
+                DecimalScan::Decimal { precision, scale } => Some((i, (precision, scale))),
+                _ => None,
+            })
+            .collect(),
+        zoned: zones
+            .into_iter()
+            .filter(|(_, z)| matches!(z, ZoneScan::Seen { zoned: true, .. }))
+            .map(|(i, _)| i)
+            .collect(),
+    })
 }
 
 /// What a column of the file becomes.

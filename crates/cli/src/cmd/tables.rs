@@ -26,8 +26,10 @@ pub(crate) enum LoadCmd {
     /// exact, doubles, dates, timestamps, strings as VARCHAR; an empty field is NULL);
     /// a column of plain decimals with one number of fractional digits (`123.45000`,
     /// as pyarrow and pandas write a decimal column) is DECIMAL(p, s), other numbers
-    /// with a point DOUBLE (--no-decimal: DOUBLE too); a bad value is an error naming
-    /// the row and column, and nothing is written.
+    /// with a point DOUBLE (--no-decimal: DOUBLE too); timestamps whose every value
+    /// carries an offset (`Z`, `+05:30`, `-0500`) are TIMESTAMP with time zone UTC (the
+    /// instants exact), without offsets TIMESTAMP, a mix of the two an error; a bad value
+    /// is an error naming the row and column, and nothing is written.
     ///
     /// Example: csd load csv sales.csv --table sales --header --image dev.img
     Csv(CsvArgs),

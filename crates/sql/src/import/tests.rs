@@ -446,3 +446,84 @@ fn csv_decimal_columns_load_exactly() {
     assert_eq!(rows.table_schema().columns()[1].ty, ColumnType::Float64);
     assert_eq!(rows.table_schema().columns()[2].ty, ColumnType::Float64);
 }
+
+/// Timestamps with offsets (`Z` as pyarrow writes a UTC column, `-0500` as it writes
+/// another zone's, `+05:30`) load as TIMESTAMP with time zone UTC, each the instant it
+/// names; without offsets a TIMESTAMP without zone; a column mixing them is an error
+/// naming the column and both rows, and nothing is typed.
+#[test]
+fn csv_timestamps_with_offsets_are_utc_instants() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("ts.csv");
+    std::fs::write(
+        &p,
+        "\"id\",\"utc\",\"ny\",\"ist\",\"local\"\n\
+         1,1970-01-01 00:00:00.000000Z,1969-12-31 19:00:00.000000-0500,\
+         1970-01-01T05:30:00+05:30,1970-01-01 00:00:00\n\
+         2,,2023-11-14 17:13:20.123456-0500,2023-11-15T03:43:20.123456+05:30,\n\
+         3,2023-11-14 22:13:20.123456Z,,,2023-11-14 22:13:20.123456\n",
+    )
+    .expect("write");
+    let rows = import_file(&p, "t", true, &ImportOptions::default()).expect("import");
+    let cols = rows.table_schema().columns();
+    for c in &cols[1..4] {
+        assert_eq!(c.ty, ColumnType::Timestamp, "{}", c.name);
+        assert_eq!(c.tz.as_deref(), Some(CSV_TIME_ZONE), "{}", c.name);
+    }
+    assert_eq!(cols[4].ty, ColumnType::Timestamp);
+    assert_eq!(cols[4].tz, None, "no offsets: no zone");
+    let v = rows_of(&rows);
+    let t = 1_700_000_000_123_456i64;
+    assert_eq!(v[0][1..5], vec![Value::Timestamp(0); 4]);
+    assert_eq!(
+        v[1][1..5],
+        [
+            Value::Null,
+            Value::Timestamp(t),
+            Value::Timestamp(t),
+            Value::Null
+        ]
+    );
+    assert_eq!(
+        v[2][1..5],
+        [
+            Value::Timestamp(t),
+            Value::Null,
+            Value::Null,
+            Value::Timestamp(t)
+        ]
+    );
+
+    let mixed = dir.path().join("mixed.csv");
+    std::fs::write(
+        &mixed,
+        "id,ts\n1,2020-01-01 00:00:00Z\n2,\n3,2020-01-02 00:00:00\n",
+    )
+    .expect("write");
+    let e = import_file(&mixed, "m", true, &ImportOptions::default()).expect_err("mixed");
+    let text = e.to_string();
+    assert!(
+        matches!(&e, ImportError::Value { column, row: 2, .. } if column == "ts"),
+        "{text}"
+    );
+    assert!(text.contains("row 0") && text.contains("offset"), "{text}");
+}
+
+#[test]
+fn zone_designators_are_found_after_the_time() {
+    for z in [
+        "2020-01-01 00:00:00Z",
+        "2020-01-01T00:00:00.5+01:00",
+        "2020-01-01 00:00:00.000000-0500",
+        "2020-01-01 00:00:00+01",
+    ] {
+        assert!(carries_zone(z), "{z}");
+    }
+    for n in [
+        "2020-01-01",
+        "2020-01-01 00:00:00",
+        "2020-01-01T00:00:00.123456789",
+    ] {
+        assert!(!carries_zone(n), "{n}");
+    }
+}
