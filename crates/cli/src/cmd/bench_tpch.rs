@@ -62,7 +62,9 @@ pub(crate) struct BenchTpchArgs {
     src: ConfigSource,
 }
 
-fn same(a: &str, b: &str, abs: f64, rel: f64) -> bool {
+/// Two answer cells agree: as numbers within `abs` or `rel` of the second, else as
+/// trimmed text.
+pub(crate) fn same(a: &str, b: &str, abs: f64, rel: f64) -> bool {
     let (a, b) = (a.trim(), b.trim());
     match (a.parse::<f64>(), b.parse::<f64>()) {
         (Ok(x), Ok(y)) => (x - y).abs() <= abs.max(rel * y.abs()),
