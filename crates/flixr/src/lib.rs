@@ -65,7 +65,7 @@ pub enum EvalError {
     #[error("{workload}: {config} answered {got:#x}, {base} answered {want:#x}: results differ")]
     Mismatch {
         /// Workload.
-        workload: String,
+        workload: Workload,
         /// Configuration that differs.
         config: IndexKind,
         /// Its answer digest.
@@ -234,8 +234,8 @@ impl Setup {
 /// What one workload did under one configuration.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Measure {
-    /// Workload name (`scan`, `join`, `insert`, `delete`, `tpcc-neworder`, ..., `tpch-q14`).
-    pub workload: String,
+    /// Workload (serialized as its name, e.g. `tpcc-neworder`).
+    pub workload: Workload,
     /// Configuration (serialized as its name, e.g. `host-index`).
     pub config: IndexKind,
     /// Operations (queries or transactions).
@@ -355,7 +355,7 @@ impl Rng {
 /// host B+tree cache is sized by `s.host_cache` first (the tables are loaded by then).
 pub fn measure(
     s: &Setup,
-    workload: &str,
+    workload: Workload,
     store: &mut RowStore,
     body: impl FnOnce(&mut RowStore) -> Result<(u64, u64), EvalError>,
 ) -> Result<Measure, EvalError> {
@@ -372,7 +372,7 @@ pub fn measure(
     let traffic = store.traffic().since(tr0);
     let busy = Busy::of(store).since(busy0);
     Ok(Measure {
-        workload: workload.into(),
+        workload,
         config: store.kind(),
         ops,
         modeled_ns: ns,
@@ -391,7 +391,7 @@ pub fn finish(ms: &mut [Measure]) -> Result<(), EvalError> {
         for m in ms.iter() {
             if m.answer != first.answer {
                 return Err(EvalError::Mismatch {
-                    workload: m.workload.clone(),
+                    workload: m.workload,
                     config: m.config,
                     got: m.answer,
                     base: first.config,
@@ -410,33 +410,52 @@ pub fn finish(ms: &mut [Measure]) -> Result<(), EvalError> {
     Ok(())
 }
 
-/// Which workloads a run covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A workload of the evaluation: the microbenchmarks of §6.1, TPC-C NewOrder and Payment,
+/// TPC-H Q1, Q4, Q6 and Q14 (§6.2), and the two forms of Q6 of Figure 12 (§6.4).
+/// Serialized and printed as its report name ([`Workload::name`], e.g. `tpcc-neworder`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Workload {
     /// §6.1 Scan with filtering.
+    #[serde(rename = "scan")]
     Scan,
     /// §6.1 Join lineitem ⋈ part.
+    #[serde(rename = "join")]
     Join,
     /// §6.1 Insert.
+    #[serde(rename = "insert")]
     Insert,
     /// §6.1 Delete.
+    #[serde(rename = "delete")]
     Delete,
     /// TPC-C NewOrder.
+    #[serde(rename = "tpcc-neworder")]
     NewOrder,
     /// TPC-C Payment.
+    #[serde(rename = "tpcc-payment")]
     Payment,
     /// TPC-H Q1.
+    #[serde(rename = "tpch-q1")]
     Q1,
     /// TPC-H Q4.
+    #[serde(rename = "tpch-q4")]
     Q4,
     /// TPC-H Q6.
+    #[serde(rename = "tpch-q6")]
     Q6,
     /// TPC-H Q14.
+    #[serde(rename = "tpch-q14")]
     Q14,
+    /// Figure 12: TPC-H Q6 with the primary key `l_shipdate` only.
+    #[serde(rename = "tpch-q6-primary")]
+    Q6Primary,
+    /// Figure 12: TPC-H Q6 with the secondary keys `l_discount` and `l_quantity` too.
+    #[serde(rename = "tpch-q6-multi-key")]
+    Q6MultiKey,
 }
 
 impl Workload {
-    /// Every workload, in report order.
+    /// The workloads a run selects from (Figures 9 to 11), in report order. Figure 12's
+    /// two forms of Q6 are run by [`repro::figure12`] when Q6 is selected.
     pub const ALL: [Workload; 10] = [
         Workload::Scan,
         Workload::Join,
@@ -450,7 +469,7 @@ impl Workload {
         Workload::Q14,
     ];
 
-    /// Report name.
+    /// Report name (also its JSON form).
     pub fn name(self) -> &'static str {
         match self {
             Workload::Scan => "scan",
@@ -463,7 +482,14 @@ impl Workload {
             Workload::Q4 => "tpch-q4",
             Workload::Q6 => "tpch-q6",
             Workload::Q14 => "tpch-q14",
+            Workload::Q6Primary => "tpch-q6-primary",
+            Workload::Q6MultiKey => "tpch-q6-multi-key",
         }
+    }
+
+    /// The workload of [`Workload::ALL`] named `name`.
+    pub fn parse(name: &str) -> Option<Workload> {
+        Workload::ALL.into_iter().find(|w| w.name() == name)
     }
 
     /// A microbenchmark of §6.1 (Figure 9)?
@@ -472,6 +498,11 @@ impl Workload {
             self,
             Workload::Scan | Workload::Join | Workload::Insert | Workload::Delete
         )
+    }
+
+    /// A TPC-C transaction (its data grows with the warehouses, not the scale factor)?
+    pub fn is_tpcc(self) -> bool {
+        matches!(self, Workload::NewOrder | Workload::Payment)
     }
 
     /// Run it under `kind`.
@@ -487,7 +518,20 @@ impl Workload {
             Workload::Q4 => tpch::run(s, kind, tpch::Query::Q4),
             Workload::Q6 => tpch::run(s, kind, tpch::Query::Q6),
             Workload::Q14 => tpch::run(s, kind, tpch::Query::Q14),
+            Workload::Q6Primary | Workload::Q6MultiKey => tpch::run_q6_keys(
+                s,
+                kind,
+                self == Workload::Q6MultiKey,
+                tpch::data(s.sf)?.as_ref(),
+            ),
         }
+    }
+}
+
+/// Its report name ([`Workload::name`]), padded as the format asks.
+impl std::fmt::Display for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
     }
 }
 
@@ -554,6 +598,47 @@ mod tests {
     }
 
     #[test]
+    fn workloads_serialize_and_print_as_their_report_names() {
+        let every = [
+            Workload::ALL.as_slice(),
+            &[Workload::Q6Primary, Workload::Q6MultiKey],
+        ]
+        .concat();
+        for w in &every {
+            assert_eq!(
+                serde_json::to_value(w).unwrap(),
+                serde_json::json!(w.name())
+            );
+            assert_eq!(w.to_string(), w.name());
+        }
+        assert_eq!(
+            serde_json::to_value([Workload::NewOrder, Workload::Q6MultiKey]).unwrap(),
+            serde_json::json!(["tpcc-neworder", "tpch-q6-multi-key"])
+        );
+        // Tables pad workload names like the strings they were.
+        assert_eq!(format!("[{:<9}]", Workload::Q1), "[tpch-q1  ]");
+        // A run selects from ALL; Figure 12's forms come with Q6, not by name.
+        for w in Workload::ALL {
+            assert_eq!(Workload::parse(w.name()), Some(w));
+        }
+        assert_eq!(Workload::parse("tpch-q6-primary"), None);
+        assert_eq!(Workload::parse("Scan"), None);
+        // Answers that differ name the workload as the report does.
+        let e = EvalError::Mismatch {
+            workload: Workload::Q6Primary,
+            config: IndexKind::FlixrS,
+            got: 1,
+            base: IndexKind::NoIndex,
+            want: 2,
+        };
+        assert!(
+            e.to_string()
+                .starts_with("tpch-q6-primary: flixr-s answered 0x1"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn micro_and_tpch_agree_across_configurations() {
         let s = tiny();
         let ws = [
@@ -577,7 +662,7 @@ mod tests {
         // FLIXR skips pages on a 1% scan; the host index reads index pages.
         let scan = |c: IndexKind| {
             ms.iter()
-                .find(|m| m.workload == "scan" && m.config == c)
+                .find(|m| m.workload == Workload::Scan && m.config == c)
                 .unwrap()
         };
         assert!(scan(IndexKind::FlixrS).traffic.pages_skipped > 0);

@@ -17,7 +17,7 @@
 //! across configurations.
 
 use crate::tpch::{self, BITMAP_BUCKETS, col};
-use crate::{EvalError, Measure, Rng, Setup, digest, measure};
+use crate::{EvalError, Measure, Rng, Setup, Workload, digest, measure};
 use csd_host::rowstore::{IndexKind, KeyEncoding, RowStore, TableId};
 use csd_table::Value;
 use csd_table::datagen::TpchTable;
@@ -100,7 +100,7 @@ pub fn scan(s: &Setup, kind: IndexKind) -> Result<Measure, EvalError> {
     let mut m = setup(s, kind, false)?;
     let qs = ranges(s, m.max_key, 1);
     let li = m.li;
-    measure(s, "scan", &mut m.store, |st| {
+    measure(s, Workload::Scan, &mut m.store, |st| {
         let mut hits = Vec::new();
         for &(lo, hi) in &qs {
             hits.push(st.scan(li, lo, hi)?.len() as u64);
@@ -116,7 +116,7 @@ pub fn join(s: &Setup, kind: IndexKind) -> Result<Measure, EvalError> {
     let (li, pt) = (m.li, m.pt);
     let pk = col(TpchTable::Part, "p_partkey");
     let lk = col(TpchTable::LineItem, "l_orderkey");
-    measure(s, "join", &mut m.store, |st| {
+    measure(s, Workload::Join, &mut m.store, |st| {
         let mut ans = Vec::new();
         for &(lo, hi) in &qs {
             let mut pairs: Vec<(i64, i64)> = st
@@ -154,7 +154,7 @@ pub fn insert(s: &Setup, kind: IndexKind) -> Result<Measure, EvalError> {
             r
         })
         .collect();
-    let mut me = measure(s, "insert", &mut m.store, |st| {
+    let mut me = measure(s, Workload::Insert, &mut m.store, |st| {
         for r in &rows {
             st.insert(li, std::slice::from_ref(r))?;
         }
@@ -170,7 +170,7 @@ pub fn delete(s: &Setup, kind: IndexKind) -> Result<Measure, EvalError> {
     let li = m.li;
     let mut rng = Rng::new(s.seed ^ 4);
     let keys: Vec<i64> = (0..s.queries).map(|_| rng.range(1, m.max_key)).collect();
-    let mut me = measure(s, "delete", &mut m.store, |st| {
+    let mut me = measure(s, Workload::Delete, &mut m.store, |st| {
         let mut n = Vec::new();
         for &k in &keys {
             n.push(st.delete_where(li, k, k + 7, &|_| true)?);

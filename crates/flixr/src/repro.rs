@@ -149,7 +149,7 @@ pub fn figure12(s: &Setup, mut progress: impl FnMut(&str)) -> Result<Vec<Fig12Ro
         && let Some((_, m)) = ms.iter().find(|(_, m)| m.answer != first.answer)
     {
         return Err(EvalError::Mismatch {
-            workload: m.workload.clone(),
+            workload: m.workload,
             config: m.config,
             got: m.answer,
             base: first.config,
@@ -294,7 +294,7 @@ pub const FIG9: [IndexKind; 5] = [
     IndexKind::FlixrHS,
 ];
 
-fn speedup(ms: &[Measure], w: &str, k: IndexKind) -> Option<f64> {
+fn speedup(ms: &[Measure], w: Workload, k: IndexKind) -> Option<f64> {
     ms.iter()
         .find(|m| m.workload == w && m.config == k)
         .map(|m| m.speedup_over_host_index)
@@ -310,7 +310,7 @@ fn mean(v: &[f64]) -> f64 {
 fn mean_over(ms: &[Measure], ws: &[Workload], k: IndexKind) -> f64 {
     mean(
         &ws.iter()
-            .filter_map(|w| speedup(ms, w.name(), k))
+            .filter_map(|&w| speedup(ms, w, k))
             .collect::<Vec<_>>(),
     )
 }
@@ -327,9 +327,8 @@ const DB: [Workload; 6] = [
 /// Figure 11 from `ms`: per configuration, index and data pages fetched to the host
 /// over the database workloads (all workloads when none ran), normalized to host-index.
 pub fn figure11(ms: &[Measure]) -> Vec<(IndexKind, f64, f64)> {
-    let db: Vec<&str> = DB.iter().map(|w| w.name()).collect();
-    let any_db = ms.iter().any(|m| db.contains(&m.workload.as_str()));
-    let pick = |m: &&Measure| !any_db || db.contains(&m.workload.as_str());
+    let any_db = ms.iter().any(|m| DB.contains(&m.workload));
+    let pick = |m: &&Measure| !any_db || DB.contains(&m.workload);
     let totals = |k: IndexKind| -> (f64, f64) {
         ms.iter()
             .filter(pick)
@@ -403,9 +402,9 @@ pub fn compare(ms: &[Measure], fig11: &[(IndexKind, f64, f64)]) -> Vec<Compariso
 fn mean_over_ideal(ms: &[Measure], ws: &[Workload], k: IndexKind) -> f64 {
     mean(
         &ws.iter()
-            .filter_map(|w| {
-                let a = speedup(ms, w.name(), k)?;
-                let b = speedup(ms, w.name(), IndexKind::HostBtreeIdeal)?;
+            .filter_map(|&w| {
+                let a = speedup(ms, w, k)?;
+                let b = speedup(ms, w, IndexKind::HostBtreeIdeal)?;
                 (b > 0.0).then_some(a / b)
             })
             .collect::<Vec<_>>(),
@@ -458,7 +457,7 @@ fn fig9_rows(ms: &[Measure]) -> Vec<Row> {
     let s = |figure, paper, w: Workload, k| Row {
         figure,
         paper,
-        ours: speedup(ms, w.name(), k).unwrap_or(f64::NAN),
+        ours: speedup(ms, w, k).unwrap_or(f64::NAN),
         over_ideal: None,
     };
     vec![
@@ -513,19 +512,20 @@ fn bars(
     dir: &Path,
     stem: &str,
 ) -> Result<(), EvalError> {
-    let cats: Vec<String> = ws
+    let run: Vec<Workload> = ws
         .iter()
-        .filter(|w| ms.iter().any(|m| m.workload == w.name()))
-        .map(|w| w.name().to_string())
+        .copied()
+        .filter(|w| ms.iter().any(|m| m.workload == *w))
         .collect();
-    if cats.is_empty() {
+    if run.is_empty() {
         return Ok(());
     }
-    let mut c = BarChart::new(title, "speedup over host-side index", cats.clone());
+    let cats: Vec<String> = run.iter().map(|w| w.name().to_string()).collect();
+    let mut c = BarChart::new(title, "speedup over host-side index", cats);
     for &k in kinds {
-        let v: Vec<f64> = cats
+        let v: Vec<f64> = run
             .iter()
-            .map(|w| speedup(ms, w, k).unwrap_or(0.0))
+            .map(|&w| speedup(ms, w, k).unwrap_or(0.0))
             .collect();
         c = c.with_group(k.name(), v);
     }
@@ -668,9 +668,10 @@ fn md_setup(md: &mut String, r: &Repro) {
 /// A table of speedups (and operations per minute): a row per workload of `ws` that
 /// was run, a column per configuration of `kinds`. Nothing when none was run.
 fn md_speedups(md: &mut String, ms: &[Measure], title: &str, ws: &[Workload], kinds: &[IndexKind]) {
-    let ws: Vec<&Workload> = ws
+    let ws: Vec<Workload> = ws
         .iter()
-        .filter(|w| ms.iter().any(|m| m.workload == w.name()))
+        .copied()
+        .filter(|w| ms.iter().any(|m| m.workload == *w))
         .collect();
     if ws.is_empty() {
         return;
@@ -688,7 +689,7 @@ fn md_speedups(md: &mut String, ms: &[Measure], title: &str, ws: &[Workload], ki
     for w in ws {
         let _ = write!(md, "| {} |", w.name());
         for &k in kinds {
-            match ms.iter().find(|m| m.workload == w.name() && m.config == k) {
+            match ms.iter().find(|m| m.workload == w && m.config == k) {
                 Some(m) => {
                     let _ = write!(
                         md,
@@ -741,15 +742,15 @@ fn md_figure11_and_sweep(md: &mut String, r: &Repro) {
 /// The host index's index share of its storage traffic per database workload (Figure
 /// 11's headline is their page-weighted sum, so it follows the workload mix).
 fn md_index_share(md: &mut String, ms: &[Measure]) {
-    let rows: Vec<(&str, u64, u64)> = DB
+    let rows: Vec<(Workload, u64, u64)> = DB
         .iter()
-        .filter_map(|w| {
+        .filter_map(|&w| {
             ms.iter()
-                .find(|m| m.workload == w.name() && m.config == IndexKind::HostBtree)
+                .find(|m| m.workload == w && m.config == IndexKind::HostBtree)
         })
         .map(|m| {
             let (i, d) = m.traffic.storage_pages();
-            (m.workload.as_str(), i, d)
+            (m.workload, i, d)
         })
         .collect();
     if rows.is_empty() {
@@ -965,9 +966,8 @@ pub fn run(
     }];
     // The scale trend: the workloads whose data grows with the TPC-H scale factor re-run
     // at each further SF, TPC-C at each further warehouse count; the others as run.
-    let tpcc = |w: &Workload| matches!(w, Workload::NewOrder | Workload::Payment);
-    let by_sf: Vec<Workload> = workloads.iter().copied().filter(|w| !tpcc(w)).collect();
-    let by_w: Vec<Workload> = workloads.iter().copied().filter(tpcc).collect();
+    let by_sf: Vec<Workload> = workloads.iter().copied().filter(|w| !w.is_tpcc()).collect();
+    let by_w: Vec<Workload> = workloads.iter().copied().filter(|w| w.is_tpcc()).collect();
     let points = trend_at
         .sf
         .iter()
@@ -1000,7 +1000,7 @@ pub fn run(
         ms.extend(
             measures
                 .iter()
-                .filter(|m| !scaled.iter().any(|w| w.name() == m.workload))
+                .filter(|m| !scaled.contains(&m.workload))
                 .cloned(),
         );
         let cs = compare(&ms, &figure11(&ms));
@@ -1036,7 +1036,7 @@ pub fn json(r: &Repro) -> serde_json::Value {
     let mut fig = serde_json::Map::new();
     for m in &r.measures {
         let e = fig
-            .entry(m.workload.clone())
+            .entry(m.workload.name())
             .or_insert_with(|| serde_json::json!({}));
         if let Some(o) = e.as_object_mut() {
             o.insert(
@@ -1065,9 +1065,9 @@ mod tests {
     use super::*;
     use csd_host::rowstore::Traffic;
 
-    fn measure(workload: &str, config: IndexKind, index: u64, data: u64) -> Measure {
+    fn measure(workload: Workload, config: IndexKind, index: u64, data: u64) -> Measure {
         Measure {
-            workload: workload.into(),
+            workload,
             config,
             ops: 1,
             modeled_ns: 2_000_000,
@@ -1090,10 +1090,10 @@ mod tests {
     #[test]
     fn index_share_per_workload_adds_up_to_figure_11() {
         let ms = vec![
-            measure("tpch-q6", IndexKind::HostBtree, 10, 30),
-            measure("tpch-q6", IndexKind::FlixrS, 0, 30),
-            measure("tpch-q1", IndexKind::HostBtree, 0, 100),
-            measure("scan", IndexKind::HostBtree, 500, 500),
+            measure(Workload::Q6, IndexKind::HostBtree, 10, 30),
+            measure(Workload::Q6, IndexKind::FlixrS, 0, 30),
+            measure(Workload::Q1, IndexKind::HostBtree, 0, 100),
+            measure(Workload::Scan, IndexKind::HostBtree, 500, 500),
         ];
         let mut md = String::new();
         md_index_share(&mut md, &ms);

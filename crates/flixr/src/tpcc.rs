@@ -32,7 +32,7 @@
 //! access path. After a run the consistency conditions 1–4 (spec §3.3.2) are checked
 //! on the tables' contents and the whole database's digest is the run's answer.
 
-use crate::{EvalError, Measure, Rng, Setup, digest, measure};
+use crate::{EvalError, Measure, Rng, Setup, Workload, digest, measure};
 use csd_host::rowstore::{IndexKind, KeyEncoding, RowStore, TableDef, TableId};
 use csd_table::{ColumnType, Value};
 use std::collections::BTreeMap;
@@ -765,8 +765,8 @@ pub fn run_scaled(s: &Setup, kind: IndexKind, txn: Txn, sc: Scale) -> Result<Mea
     let mut rng = Rng::new(s.seed ^ 0x7C);
     let nu = NuRand::new(&mut rng);
     let name = match txn {
-        Txn::NewOrder => "tpcc-neworder",
-        Txn::Payment => "tpcc-payment",
+        Txn::NewOrder => Workload::NewOrder,
+        Txn::Payment => Workload::Payment,
     };
     let mut m = measure(s, name, &mut st, |st| {
         for _ in 0..txns {

@@ -18,7 +18,7 @@
 //! semi-join for Q4's EXISTS. Every answer is also computed from the generated rows in
 //! memory and must equal the store's.
 
-use crate::{EvalError, Measure, Rng, Setup, digest, measure};
+use crate::{EvalError, Measure, Rng, Setup, Workload, digest, measure};
 use csd_host::rowstore::{IndexKind, KeyEncoding, RowStore, TableDef, TableId};
 use csd_table::datagen::{TpchGenerator, TpchTable};
 use csd_table::{ColumnType, RowSource, Schema, Value};
@@ -165,8 +165,8 @@ fn q6_revenue(rows: &[csd_host::rowstore::Row]) -> i128 {
 /// The Q6 revenue of the rows a configuration selected, checked against the in-memory
 /// reference.
 fn q6_checked(
-    name: &str,
-    config: &str,
+    name: Workload,
+    config: IndexKind,
     rows: &[csd_host::rowstore::Row],
     li: &[Vec<Value>],
     (lo, hi, disc, qty): (i64, i64, i64, i64),
@@ -328,13 +328,13 @@ fn loaded(
 }
 
 /// "{name} under {kind}: answer differs from the reference" and the like.
-fn differs(name: &str, st: &RowStore, what: String) -> EvalError {
+fn differs(name: Workload, st: &RowStore, what: String) -> EvalError {
     EvalError::Check(format!("{name} under {}: {what}", st.kind().name()))
 }
 
 /// Q1: a scan of the shipdates up to a random cut-off, folded into the pricing summary.
 fn run_q1(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Measure, EvalError> {
-    let name = "tpch-q1";
+    let name = Workload::Q1;
     let li = lineitem_by_date(st, data)?;
     measure(s, name, st, |st| {
         let mut answers = Vec::new();
@@ -358,7 +358,7 @@ fn run_q1(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Me
 
 /// Q6: a year of shipdates filtered on discount and quantity, summed into revenue.
 fn run_q6(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Measure, EvalError> {
-    let name = "tpch-q6";
+    let name = Workload::Q6;
     let li = lineitem_by_date(st, data)?;
     let (q, d) = (
         col(TpchTable::LineItem, "l_quantity"),
@@ -376,7 +376,7 @@ fn run_q6(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Me
             })?;
             answers.push(q6_checked(
                 name,
-                st.kind().name(),
+                st.kind(),
                 &rows,
                 &data.lineitem,
                 (lo, hi, disc, qty),
@@ -389,7 +389,7 @@ fn run_q6(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Me
 /// Q14: a month of LINEITEM joined with PART on `l_partkey`; promotion revenue over
 /// all revenue.
 fn run_q14(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Measure, EvalError> {
-    let name = "tpch-q14";
+    let name = Workload::Q14;
     let li = lineitem_by_date(st, data)?;
     let pt = loaded(
         st,
@@ -473,7 +473,7 @@ fn q14_reference(data: &Data, promo: &BTreeSet<i64>, lo: i64, hi: i64) -> (i128,
 /// Q4: a quarter of ORDERS joined with LINEITEM on the order key; orders with a late
 /// line, counted by priority.
 fn run_q4(s: &Setup, st: &mut RowStore, data: &Data, rng: &mut Rng) -> Result<Measure, EvalError> {
-    let name = "tpch-q4";
+    let name = Workload::Q4;
     let od = loaded(
         st,
         TpchTable::Orders,
@@ -580,9 +580,9 @@ pub fn run_q6_keys(
 ) -> Result<Measure, EvalError> {
     let mut st = s.store(kind, data.lbas(Query::Q6) * 3)?;
     let name = if secondary {
-        "tpch-q6-multi-key"
+        Workload::Q6MultiKey
     } else {
-        "tpch-q6-primary"
+        Workload::Q6Primary
     };
     let li = st.create_table(def(
         TpchTable::LineItem,
@@ -616,7 +616,7 @@ pub fn run_q6_keys(
             )?;
             answers.push(q6_checked(
                 name,
-                st.kind().name(),
+                st.kind(),
                 &rows,
                 &data.lineitem,
                 (lo, hi, disc, qty),

@@ -58,8 +58,8 @@ pub struct ReproFlixrArgs {
     qd: usize,
     /// Workloads (default all): scan, join, insert, delete, tpcc-neworder,
     /// tpcc-payment, tpch-q1, tpch-q4, tpch-q6, tpch-q14.
-    #[arg(long, value_delimiter = ',')]
-    workloads: Vec<String>,
+    #[arg(long, value_delimiter = ',', value_parser = parse_workload)]
+    workloads: Vec<Workload>,
     /// Index-cache sizes (KiB) for the sweep of Scan under FLIXR; empty: no sweep.
     #[arg(long, value_delimiter = ',', default_value = "4,64,16384")]
     cache_sweep_kib: Vec<u64>,
@@ -85,26 +85,19 @@ pub enum Population {
     Reduced,
 }
 
+/// A `--workloads` name: one of [`Workload::ALL`].
+fn parse_workload(name: &str) -> Result<Workload, String> {
+    Workload::parse(name)
+        .ok_or_else(|| format!("one of {}", Workload::ALL.map(|w| w.name()).join(", ")))
+}
+
 /// `csd repro flixr`.
 /// Returns the comparisons with the paper.
 pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, ReproError> {
     let workloads: Vec<Workload> = if a.workloads.is_empty() {
         Workload::ALL.to_vec()
     } else {
-        a.workloads
-            .iter()
-            .map(|n| {
-                Workload::ALL
-                    .into_iter()
-                    .find(|w| w.name() == n.as_str())
-                    .ok_or_else(|| {
-                        ReproError::Usage(format!(
-                            "--workloads {n}: one of {}",
-                            Workload::ALL.map(|w| w.name()).join(", ")
-                        ))
-                    })
-            })
-            .collect::<Result<_, _>>()?
+        a.workloads.clone()
     };
     if a.cache_sweep_kib.contains(&0) {
         return Err(ReproError::Usage(
@@ -136,10 +129,7 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         .map_err(|e| ReproError::Usage(e.to_string()))?;
     csd_plot::guard_output(&a.out.join("report.md"), &["md"])
         .map_err(|e| ReproError::Usage(e.to_string()))?;
-    let scaled = workloads
-        .iter()
-        .filter(|w| !matches!(w, Workload::NewOrder | Workload::Payment))
-        .count();
+    let scaled = workloads.iter().filter(|w| !w.is_tpcc()).count();
     let by_sf = a.trend_sf.iter().filter(|&&sf| sf != a.sf).count();
     let by_w = a
         .trend_warehouses
