@@ -285,8 +285,7 @@ impl Ftl {
         let cur_log = self.log.current_blocks();
         for b in 0..self.blocks.len() as u32 {
             let blk = self.blocks[b as usize];
-            let dead_log =
-                blk.state == Use::Log && blk.max_lsn < rssp_lsn && !cur_log.contains(&Some(b));
+            let dead_log = blk.state == Use::Log && blk.max_lsn < rssp_lsn && !cur_log.contains(&b);
             let dead_meta = blk.state == Use::Meta && blk.meta_live == 0;
             if dead_log || dead_meta {
                 self.blocks.clear_valid_count(b);
@@ -352,7 +351,7 @@ impl Ftl {
             .map(|(b, blk)| {
                 let dead_log = blk.state == Use::Log
                     && blk.max_lsn < rssp_lsn
-                    && !cur_log.contains(&Some(b as u32));
+                    && !cur_log.contains(&(b as u32));
                 dead_log || (blk.state == Use::Meta && blk.meta_live <= old_tables[b])
             })
             .collect()

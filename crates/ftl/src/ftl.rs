@@ -219,7 +219,7 @@ impl Ftl {
         let mut f = Ftl {
             geo: Geo::new(&g, lbas, cfg.ext_bytes),
             blocks: BlockTable::new(dies, bpd, spb as usize, page_size),
-            log: Log::new(page_size),
+            log: Log::new(page_size, nand.config().ftl.log_chains(&g)),
             counters: Counters::default(),
             scratch: Scratch::new(g.oob_per_page() as usize),
             map: MapCache::new(n_map_pages, n_maps_pages, slot_cap),
@@ -341,10 +341,11 @@ impl Ftl {
             usable += 1;
         }
         let spb = (g.sectors_per_page() * g.pages_per_block) as u64;
-        // Reserve: open blocks of HOT, COLD and META on every die, two log blocks, two
-        // checkpoint blocks, the GC threshold, and room for the metadata itself.
+        // Reserve: open blocks of HOT, COLD and META on every die, two log blocks per log
+        // chain, two checkpoint blocks, the GC threshold, and room for the metadata itself.
         let dies = g.dies() as u64;
-        let fixed = 3 * dies + 4 + cfg.gc_free_blocks as u64 + 2 * dies + 2;
+        let chains = nand.config().ftl.log_chains(&g) as u64;
+        let fixed = 3 * dies + 2 + 2 * chains + cfg.gc_free_blocks as u64 + 2 * dies + 2;
         if usable <= fixed + 2 {
             return Err(FtlError::Config(format!(
                 "{usable} usable blocks cannot cover the reserve of {fixed}"

@@ -238,7 +238,7 @@ impl Ftl {
 
     /// Whether a checkpoint now would free at least one block more than it writes: the
     /// blocks it reclaims (metadata blocks with no live page, log blocks other than the
-    /// current one) against the pages it programs (dirty MAP pages, MAPS, WEAR, BBT and
+    /// log chains' current ones) against the pages it programs (dirty MAP pages, MAPS, WEAR, BBT and
     /// the record). With a small MAP cache every eviction writes a MAP page, and without
     /// this GC would churn through nearly-full data blocks while dead metadata piles up.
     pub(crate) fn checkpoint_pays(&self) -> bool {
@@ -247,7 +247,7 @@ impl Ftl {
             .iter()
             .filter(|b| b.state == Use::Meta && b.meta_live == 0)
             .count() as u64
-            + u64::from(self.log.blocks().saturating_sub(1));
+            + u64::from(self.log.blocks().saturating_sub(self.log.chains()));
         if dead == 0 {
             return false;
         }

@@ -41,10 +41,19 @@
 //!   sectors point into the buffer (the paper's "cached" flag, §3.2.2); the old copy of a
 //!   buffered sector stays live until the commit, and GC never runs while host sectors
 //!   are buffered.
-//! * Log pages live in their own block chain (not in the HOT stream's WBLOCKs as in
-//!   OX), so that the forward links are exact; the cost — one log page per write-through
-//!   command, serialized on one die — is the block interface's cost the paper measures
-//!   in §8.2.1. Log blocks are never GC victims; a checkpoint frees them (§5.2).
+//! * Log pages live in chains of blocks of their own (not in the HOT stream's WBLOCKs as
+//!   in OX), so that the forward links are exact. The log spreads over `K` chains on `K`
+//!   distinct dies (the device config's `ftl.log_dies`; 1 unless a preset says otherwise,
+//!   every die on `ox-westlake`, where OX's log follows the HOT stream over every chip):
+//!   the page of LSN `n` goes to chain `n mod K` and links to the candidates of the chain
+//!   of `n + 1`, so the log stays one logically sequential list that recovery follows
+//!   page by page in LSN order, and the forces of concurrent write contexts program on `K`
+//!   dies in parallel. A force completes when its pages and every log page before them are
+//!   durable, so nothing acknowledged sits behind a page a cut could still tear. The
+//!   on-flash format is unchanged (a page names only where the next page goes), so images
+//!   written with any `K` open with any other. The cost of one log page per write
+//!   context is the block interface's cost the paper measures in §8.2.1. Log blocks are
+//!   never GC victims; a checkpoint frees them (§5.2).
 //! * GBITV is checkpointed (its changed pages only), so opening loads it instead of
 //!   reading every MAP page, and a redo keeps it with MAP. WEAR and the bad-block table
 //!   are checkpointed too; erase counts since the last checkpoint are lost with a crash.

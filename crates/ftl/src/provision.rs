@@ -263,7 +263,8 @@ impl Ftl {
     /// Free blocks kept for the log and the META stream (see the module documentation):
     /// the blocks one checkpoint writes when every MAP page the cache holds is dirty and
     /// every other table is written whole (a read-only device's META stream opens one
-    /// block at a time), plus a log block, a block for a failed program and one to spare.
+    /// block at a time), plus a log block per log chain, a block for a failed program and
+    /// one to spare.
     pub(crate) fn checkpoint_reserve(&self) -> u32 {
         let page = self.geo.page_size() as u64;
         let nblocks = self.blocks.len() as u64;
@@ -272,7 +273,8 @@ impl Ftl {
             + (nblocks * 4).div_ceil(page)
             + nblocks.div_ceil(8).div_ceil(page)
             + self.ckpt.gbitv_pages().len() as u64;
-        (pages.div_ceil(self.geo.pages_per_block() as u64) + 3) as u32
+        (pages.div_ceil(self.geo.pages_per_block() as u64) + 2 + u64::from(self.log.chains()))
+            as u32
     }
 
     /// Open the least-worn free block of `die` for stream `s`; its global index.

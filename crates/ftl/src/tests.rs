@@ -564,6 +564,95 @@ fn crash_torture_write_through() {
     assert!(r.writes_checked > 0 && r.cuts >= 150);
 }
 
+/// The log pages written on a device whose log spreads over `log_dies` dies: (LSN, die,
+/// page address, forward links), in LSN order, read back from the media.
+fn log_pages_on_media(
+    log_dies: u32,
+    writes: u64,
+) -> Vec<(u64, u32, u64, [u64; format::LOG_LINKS])> {
+    let mut dev = DeviceConfig::preset("tiny").unwrap();
+    dev.geometry.pages_per_block = 16;
+    dev.ftl.log_dies = log_dies;
+    let cfg = FtlConfig {
+        checkpoint_log_pages: 1 << 20,
+        ..FtlConfig::default()
+    };
+    let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
+    for l in 0..writes {
+        f.write(l, &sector(&f, l), SimTime::ZERO).unwrap();
+    }
+    let bpd = f.nand().geometry().blocks_per_die();
+    let mut page = vec![0u8; f.page_size()];
+    let mut oob = vec![0u8; f.nand().geometry().oob_per_page() as usize];
+    let mut out = Vec::new();
+    for b in 0..f.blocks.len() as u32 {
+        let written = f.nand().block_info(BlockId(b)).unwrap().next_page;
+        for p in 0..written {
+            let r = f
+                .nand_mut()
+                .read(
+                    Ppa::new(BlockId(b), p),
+                    0,
+                    &mut page,
+                    &mut oob,
+                    SimTime::ZERO,
+                )
+                .unwrap();
+            if r.erased {
+                continue;
+            }
+            if let Some(lp) = format::LogPage::decode(&page) {
+                out.push((lp.lsn, b / bpd, format::page_addr(b, p), lp.links));
+            }
+        }
+    }
+    out.sort_by_key(|x| x.0);
+    out
+}
+
+/// batch-io §4.3: with the log over K dies, log page n goes to the chain of n mod K, the
+/// chains sit on K distinct dies (and stay there when a block fills: 80 pages cross
+/// blocks of 16), and each page links to where the next one went (the log stays one
+/// logically sequential list). One chain (K = 1) takes any free block when one fills, as
+/// csd always did.
+#[test]
+fn log_pages_land_on_k_distinct_dies_in_lsn_order() {
+    for k in [1u32, 2, 4] {
+        let pages = log_pages_on_media(k, 80);
+        assert!(pages.len() >= 80, "K={k}: {} log pages", pages.len());
+        if k > 1 {
+            let mut die_of_chain: HashMap<u64, u32> = HashMap::new();
+            for (lsn, die, _, _) in &pages {
+                let d = *die_of_chain.entry(lsn % k as u64).or_insert(*die);
+                assert_eq!(d, *die, "K={k}: log page {lsn} left its chain's die");
+            }
+            let mut dies: Vec<u32> = die_of_chain.values().copied().collect();
+            dies.sort_unstable();
+            dies.dedup();
+            assert_eq!(dies.len(), k as usize, "K={k}: chains on dies {dies:?}");
+        }
+        for w in pages.windows(2) {
+            assert_eq!(w[1].0, w[0].0 + 1, "K={k}: LSNs are consecutive");
+            assert_eq!(
+                w[0].3[0], w[1].2,
+                "K={k}: page {} links to {:#x}, the next page is at {:#x}",
+                w[0].0, w[0].3[0], w[1].2
+            );
+        }
+    }
+}
+
+/// The crash torture with the log spread over the 4 dies of the device.
+#[test]
+fn crash_torture_with_the_log_over_four_dies() {
+    let mut cfg = crate::torture::TortureConfig::small(60, 31);
+    cfg.device.ftl.log_dies = 4;
+    let r = crate::torture::torture(&cfg, &mut |_| {}).unwrap();
+    assert_eq!(r.lost, 0, "{r:?}");
+    assert_eq!(r.torn, 0, "{r:?}");
+    assert!(r.writes_checked > 0 && r.cuts >= 60);
+}
+
 #[test]
 fn crash_torture_write_back() {
     let mut cfg = crate::torture::TortureConfig::small(100, 8);

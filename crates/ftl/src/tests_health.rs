@@ -514,131 +514,176 @@ proptest! {
         seed in any::<u64>(),
         wb in any::<bool>(),
     ) {
-        let mut dev = tiny();
-        dev.geometry.blocks_per_plane = 32;
-        dev.geometry.pages_per_block = 8;
-        dev.faults.seed = seed;
-        dev.faults.program_fail_prob = 0.003;
-        dev.faults.erase_fail_prob = 0.003;
-        dev.faults.ecc_bits_per_sector = 2;
-        dev.faults.rber_fresh = 2.5e-5;
-        dev.faults.rber_end_of_life = 2.5e-5;
-        let cfg = FtlConfig {
-            op: 0.3,
-            gc_free_blocks: 4,
-            wear_level_spread: 6,
-            mdts_sectors: 3,
-            map_cache_share: 0.0005,
-            checkpoint_log_pages: 24,
-            write_cache: if wb { WriteCache::WriteBack } else { WriteCache::WriteThrough },
-            ..FtlConfig::default()
-        };
-        let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
-        let cap = f.lbas();
-        let ss = f.lba_size();
-        let mut rng = SmallRng::seed_from_u64(seed);
-        let mut m = Model::default();
-        let mut version = 1u64;
-        let mut read_only = false;
-        for step in plan {
-            if let Step::Cut { after } = step {
-                f.nand_mut().arm_power_cut(PowerCut::AtOp(after));
-                continue;
-            }
-            // (LBA, version; 0 = trimmed) this command changes, and whether it is a write
-            // that write-back only buffers.
-            let mut changes: Vec<(u64, u64)> = Vec::new();
-            let mut buffered = false;
-            let is_read = matches!(step, Step::Read { .. });
-            let r = match step {
-                Step::Write { .. } | Step::Trim { .. } | Step::Batch { .. } if read_only => continue,
-                Step::Write { lba, n } => {
-                    let lba = lba % cap;
-                    let n = n.min(cap - lba);
-                    let mut data = Vec::new();
-                    for l in lba..lba + n {
-                        changes.push((l, version));
-                        data.extend_from_slice(&sector(ss, l ^ version));
-                        version += 1;
-                    }
-                    buffered = wb;
-                    f.write(lba, &data, SimTime::ZERO)
-                }
-                Step::Trim { lba, n } => {
-                    let lba = lba % cap;
-                    let n = n.min(cap - lba);
-                    changes.extend((lba..lba + n).map(|l| (l, 0)));
-                    f.trim(lba, n, SimTime::ZERO)
-                }
-                Step::Batch { lpids } => {
-                    let mut pages = Vec::new();
-                    for l in lpids {
-                        let l = l % cap;
-                        pages.push((l, sector(ss, l ^ version)));
-                        changes.push((l, version));
-                        version += 1;
-                    }
-                    let refs: Vec<(u64, &[u8])> = pages.iter().map(|(l, p)| (*l, p.as_slice())).collect();
-                    let buf = csd_sim::wire::build_batch(&refs, ss).unwrap();
-                    f.flush_batch(&buf, SimTime::ZERO)
-                }
-                Step::Read { lba } => {
-                    let l = lba % cap;
-                    let mut buf = vec![0u8; ss];
-                    match f.read(l, &mut buf, SimTime::ZERO) {
-                        Ok(t) => {
-                            prop_assert!(m.could_read(ss, l, &buf), "live read of LBA {} disagrees", l);
-                            Ok(t)
-                        }
-                        Err(FtlError::Uncorrectable { .. }) => Ok(SimTime::ZERO),
-                        Err(e) => Err(e),
-                    }
-                }
-                Step::Flush => f.flush(SimTime::ZERO),
-                Step::Checkpoint => f.checkpoint(SimTime::ZERO),
-                Step::Cut { .. } => unreachable!(),
-            };
-            match r {
-                Ok(_) if buffered => m.buffer(&changes),
-                Ok(_) => {
-                    // Trims, batches, flushes and checkpoints commit every buffered write
-                    // first; then their own changes are durable.
-                    if !is_read {
-                        m.commit_buffered();
-                    }
-                    m.durable(&changes);
-                }
-                Err(FtlError::Nand(csd_nand::NandError::PowerLoss)) => {
-                    m.uncertain(&changes);
-                    let mut nand = f.crash();
-                    // Recovery itself may be cut once more.
-                    if rng.random_bool(0.3) {
-                        nand.arm_power_cut(PowerCut::AtOp(rng.random_range(1..200)));
-                    }
-                    f = loop {
-                        nand.power_on();
-                        match Ftl::try_recover(nand, cfg) {
-                            Ok(mut g) => {
-                                g.nand_mut().disarm_power_cut();
-                                break g;
-                            }
-                            Err(failed) if matches!(failed.error, FtlError::Nand(csd_nand::NandError::PowerLoss)) => nand = *failed.nand,
-                            Err(failed) => return Err(TestCaseError::fail(format!("recovery: {}", failed.error))),
-                        }
-                    };
-                    read_only = f.read_only().is_some();
-                    m.settle(&mut f)?;
-                }
-                Err(FtlError::ReadOnly { .. }) => {
-                    read_only = true;
-                    m.uncertain(&changes);
-                    m.settle(&mut f)?;
-                }
-                Err(e) => return Err(TestCaseError::fail(format!("{e}; {}", f.block_census()))),
-            }
-            f.check_invariants().map_err(TestCaseError::fail)?;
-        }
+        faults_and_cuts_keep_the_model(plan, seed, wb, 1)?;
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4))]
+    /// The same with the log spread over the 4 dies of the device (batch-io §4.3): a
+    /// cut that tears a log page on one chain loses nothing acknowledged on the others.
+    #[test]
+    fn faults_and_cuts_keep_the_model_with_the_log_over_four_dies(
+        plan in steps(600),
+        seed in any::<u64>(),
+        wb in any::<bool>(),
+    ) {
+        faults_and_cuts_keep_the_model(plan, seed, wb, 4)?;
+    }
+}
+
+/// The body of the crash property tests: `plan` against the reference model on a device
+/// whose log spreads over `log_dies` dies.
+fn faults_and_cuts_keep_the_model(
+    plan: Vec<Step>,
+    seed: u64,
+    wb: bool,
+    log_dies: u32,
+) -> Result<(), TestCaseError> {
+    let mut dev = tiny();
+    dev.ftl.log_dies = log_dies;
+    dev.geometry.blocks_per_plane = 32;
+    dev.geometry.pages_per_block = 8;
+    dev.faults.seed = seed;
+    dev.faults.program_fail_prob = 0.003;
+    dev.faults.erase_fail_prob = 0.003;
+    dev.faults.ecc_bits_per_sector = 2;
+    dev.faults.rber_fresh = 2.5e-5;
+    dev.faults.rber_end_of_life = 2.5e-5;
+    let cfg = FtlConfig {
+        op: 0.3,
+        gc_free_blocks: 4,
+        wear_level_spread: 6,
+        mdts_sectors: 3,
+        map_cache_share: 0.0005,
+        checkpoint_log_pages: 24,
+        write_cache: if wb {
+            WriteCache::WriteBack
+        } else {
+            WriteCache::WriteThrough
+        },
+        ..FtlConfig::default()
+    };
+    let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
+    let cap = f.lbas();
+    let ss = f.lba_size();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut m = Model::default();
+    let mut version = 1u64;
+    let mut read_only = false;
+    for step in plan {
+        if let Step::Cut { after } = step {
+            f.nand_mut().arm_power_cut(PowerCut::AtOp(after));
+            continue;
+        }
+        // (LBA, version; 0 = trimmed) this command changes, and whether it is a write
+        // that write-back only buffers.
+        let mut changes: Vec<(u64, u64)> = Vec::new();
+        let mut buffered = false;
+        let is_read = matches!(step, Step::Read { .. });
+        let r = match step {
+            Step::Write { .. } | Step::Trim { .. } | Step::Batch { .. } if read_only => continue,
+            Step::Write { lba, n } => {
+                let lba = lba % cap;
+                let n = n.min(cap - lba);
+                let mut data = Vec::new();
+                for l in lba..lba + n {
+                    changes.push((l, version));
+                    data.extend_from_slice(&sector(ss, l ^ version));
+                    version += 1;
+                }
+                buffered = wb;
+                f.write(lba, &data, SimTime::ZERO)
+            }
+            Step::Trim { lba, n } => {
+                let lba = lba % cap;
+                let n = n.min(cap - lba);
+                changes.extend((lba..lba + n).map(|l| (l, 0)));
+                f.trim(lba, n, SimTime::ZERO)
+            }
+            Step::Batch { lpids } => {
+                let mut pages = Vec::new();
+                for l in lpids {
+                    let l = l % cap;
+                    pages.push((l, sector(ss, l ^ version)));
+                    changes.push((l, version));
+                    version += 1;
+                }
+                let refs: Vec<(u64, &[u8])> =
+                    pages.iter().map(|(l, p)| (*l, p.as_slice())).collect();
+                let buf = csd_sim::wire::build_batch(&refs, ss).unwrap();
+                f.flush_batch(&buf, SimTime::ZERO)
+            }
+            Step::Read { lba } => {
+                let l = lba % cap;
+                let mut buf = vec![0u8; ss];
+                match f.read(l, &mut buf, SimTime::ZERO) {
+                    Ok(t) => {
+                        prop_assert!(
+                            m.could_read(ss, l, &buf),
+                            "live read of LBA {} disagrees",
+                            l
+                        );
+                        Ok(t)
+                    }
+                    Err(FtlError::Uncorrectable { .. }) => Ok(SimTime::ZERO),
+                    Err(e) => Err(e),
+                }
+            }
+            Step::Flush => f.flush(SimTime::ZERO),
+            Step::Checkpoint => f.checkpoint(SimTime::ZERO),
+            Step::Cut { .. } => unreachable!(),
+        };
+        match r {
+            Ok(_) if buffered => m.buffer(&changes),
+            Ok(_) => {
+                // Trims, batches, flushes and checkpoints commit every buffered write
+                // first; then their own changes are durable.
+                if !is_read {
+                    m.commit_buffered();
+                }
+                m.durable(&changes);
+            }
+            Err(FtlError::Nand(csd_nand::NandError::PowerLoss)) => {
+                m.uncertain(&changes);
+                let mut nand = f.crash();
+                // Recovery itself may be cut once more.
+                if rng.random_bool(0.3) {
+                    nand.arm_power_cut(PowerCut::AtOp(rng.random_range(1..200)));
+                }
+                f = loop {
+                    nand.power_on();
+                    match Ftl::try_recover(nand, cfg) {
+                        Ok(mut g) => {
+                            g.nand_mut().disarm_power_cut();
+                            break g;
+                        }
+                        Err(failed)
+                            if matches!(
+                                failed.error,
+                                FtlError::Nand(csd_nand::NandError::PowerLoss)
+                            ) =>
+                        {
+                            nand = *failed.nand
+                        }
+                        Err(failed) => {
+                            return Err(TestCaseError::fail(format!("recovery: {}", failed.error)));
+                        }
+                    }
+                };
+                read_only = f.read_only().is_some();
+                m.settle(&mut f)?;
+            }
+            Err(FtlError::ReadOnly { .. }) => {
+                read_only = true;
+                m.uncertain(&changes);
+                m.settle(&mut f)?;
+            }
+            Err(e) => return Err(TestCaseError::fail(format!("{e}; {}", f.block_census()))),
+        }
+        f.check_invariants().map_err(TestCaseError::fail)?;
+    }
+    Ok(())
 }
 
 fn expected(ss: usize, l: u64, v: u64) -> Vec<u8> {

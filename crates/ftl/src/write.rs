@@ -603,7 +603,10 @@ impl Ftl {
         self.collect_garbage(done)?;
         // Checkpoint by log size, early when the log takes too much of the device, or on
         // the time interval.
-        let log_budget = (self.blocks.len() as u32 / 32).max(3);
+        // (Each log chain holds a block and may have the next one taken.)
+        let log_budget = (self.blocks.len() as u32 / 32)
+            .max(3)
+            .max(2 * self.log.chains() + 1);
         let interval = self.cfg.checkpoint_interval_ms.saturating_mul(1_000_000);
         if self.log.since_checkpoint() >= self.cfg.checkpoint_log_pages
             || self.log.blocks() > log_budget

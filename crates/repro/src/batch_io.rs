@@ -797,7 +797,7 @@ fn report(
     };
     figure11(&mut md, &c)?;
     figure12(&mut md, &c)?;
-    flash_time(&mut md, &c);
+    flash_time(&mut md, &c)?;
     figure13(&mut md, &c)?;
     figure15(&mut md, &c)?;
     tables34(&mut md, &c)?;
@@ -969,16 +969,19 @@ fn figure12(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
 /// Where each run's flash time goes: log pages and data programs per MiB the device
 /// took from the host, and the dies' busy time (mean over the dies and the busiest die)
 /// as shares of the modeled run, from the FTL's counters and the dies' calendars.
-fn flash_time(md: &mut String, c: &Ctx) {
+fn flash_time(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
+    let dcfg = ycsb::device_config("ox-westlake", c.gib)?;
+    let chains = dcfg.ftl.log_chains(&dcfg.geometry);
     let _ = writeln!(
         md,
         "## Where the flash time goes\n\n\
          Per run: log pages (redo descriptors and done records) and data programs per MiB written by the \
          host, and the dies' busy time over the modeled run (mean over the dies, and the busiest die; a \
          share above 100% is work booked past the run's end). Every write context forces its redo \
-         descriptor to the log before its data (§4.2.1); csd's log is one chain of blocks, so its pages \
-         are programmed on one die at a time (crates/ftl/src/log.rs), where OX writes log pages into the \
-         HOT stream's WBLOCKs, spread over the channels (§4.3: logically sequential, physically scattered).\n"
+         descriptor to the log before its data (§4.2.1). OX writes log pages into the HOT stream's \
+         WBLOCKs, spread over the channels (§4.3: logically sequential, physically scattered); csd's log \
+         pages go in turn to {chains} chains of log blocks on {chains} distinct dies (`ftl.log_dies`; \
+         ox-westlake: every die; crates/ftl/src/log.rs), each page linked to the next.\n"
     );
     let _ = writeln!(
         md,
@@ -1011,6 +1014,7 @@ fn flash_time(md: &mut String, c: &Ctx) {
         );
     }
     let _ = writeln!(md);
+    Ok(())
 }
 
 /// Figure 13: end to end (checkpoints and GC on) against the paper's curves, then the summary table.
@@ -1288,7 +1292,7 @@ fn configuration(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
     let g = &dcfg.geometry;
     let _ = writeln!(
         md,
-        "* device: ox-westlake, {} channels x {} ways x {} dies, {} blocks of {} pages of {} KiB per die ({:.2} GiB raw), op {}, in memory, virtual clock\n\
+        "* device: ox-westlake, {} channels x {} ways x {} dies, {} blocks of {} pages of {} KiB per die ({:.2} GiB raw), op {}, the log over {} dies, in memory, virtual clock\n\
          * store: 4 KiB pages, 1 MiB write buffer, queue depth 64, host checkpoint every 3 modeled s (block), host GC from 50% of the host log used, device GC from 50% used when GC is on\n\
          * YCSB: {records} records, {length} per run, zipfian theta 0.99, read-heavy = 19 reads then 1 update, write-heavy = 19 updates then 1 read\n\
          * seed {}; wall time {wall:.0} s for {} runs\n\n\
@@ -1301,6 +1305,7 @@ fn configuration(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
         g.page_size / 1024,
         g.raw_capacity() as f64 / (1u64 << 30) as f64,
         PAPER_OP,
+        dcfg.ftl.log_chains(g),
         a.rng.seed,
         runs.len(),
         crate::reproduce::line(),

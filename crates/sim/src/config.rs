@@ -305,6 +305,49 @@ impl HostLinkConfig {
     }
 }
 
+/// Policies of the FTL firmware that a platform fixes (as opposed to
+/// `csd_ftl::FtlConfig`, which a run chooses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FtlPolicy {
+    /// Dies the recovery log is spread over (batch-io §4.3: the log is "logically
+    /// sequential" but "not required to be physically sequential"): log pages go to `K`
+    /// chains of blocks on `K` distinct dies in turn, so the log forces of concurrent
+    /// write contexts program in parallel instead of queueing on one die. `0` means every
+    /// die of the array (OX writes its log pages into the HOT stream's WBLOCKs, which are
+    /// striped over every channel and chip, §5.2 and §7.2.3); a value above the dies of
+    /// the array is capped at them. Default 1: one chain (csd's behaviour before this
+    /// setting, kept by every preset but `ox-westlake`).
+    #[serde(default = "one")]
+    pub log_dies: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for FtlPolicy {
+    fn default() -> Self {
+        FtlPolicy { log_dies: 1 }
+    }
+}
+
+impl FtlPolicy {
+    /// The number of log chains on an array of geometry `g`: `log_dies`, with 0 meaning
+    /// every die, capped at the dies of the array.
+    pub fn log_chains(&self, g: &Geometry) -> u32 {
+        match self.log_dies {
+            0 => g.dies(),
+            k => k.min(g.dies()),
+        }
+        .max(1)
+    }
+
+    fn is_default(&self) -> bool {
+        *self == FtlPolicy::default()
+    }
+}
+
 /// The controller's embedded CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -618,6 +661,10 @@ pub struct DeviceConfig {
     /// In-storage processing costs and runtime limits.
     #[serde(default)]
     pub isp: IspConfig,
+    /// FTL firmware policies of the platform (absent from a file: the defaults, and a
+    /// config with the defaults writes no `[ftl]` table, so images keep their bytes).
+    #[serde(default, skip_serializing_if = "FtlPolicy::is_default")]
+    pub ftl: FtlPolicy,
 }
 
 /// The built-in presets: name, TOML text (with comments citing the source).
@@ -746,6 +793,12 @@ impl DeviceConfig {
                 self.geometry.sector_size
             ));
         }
+        let (k, dies) = (self.ftl.log_dies, self.geometry.dies());
+        if k > dies && dies > 0 {
+            p.push(format!(
+                "ftl.log_dies must be 0 (every die) or at most the array's {dies} dies, got {k}"
+            ));
+        }
         for (k, v) in [
             (
                 "host_link.command_overhead_us",
@@ -850,6 +903,37 @@ fn apply_override(table: &mut toml::Table, spec: &str) -> Result<(), ConfigError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_spreads_over_every_die_on_ox_westlake_only() {
+        let ox = DeviceConfig::preset("ox-westlake").unwrap();
+        assert_eq!(ox.ftl.log_dies, 0);
+        assert_eq!(ox.ftl.log_chains(&ox.geometry), ox.geometry.dies());
+        let mut shrunk = ox.geometry;
+        shrunk.ways = 1;
+        shrunk.dies_per_chip = 1;
+        assert_eq!(ox.ftl.log_chains(&shrunk), 8);
+        for (name, _) in PRESETS.iter().filter(|(n, _)| *n != "ox-westlake") {
+            let c = DeviceConfig::preset(name).unwrap();
+            assert_eq!(c.ftl.log_chains(&c.geometry), 1, "{name}");
+            // A config with the default policy writes no [ftl] table (image headers keep
+            // their bytes) and reads back equal.
+            let text = c.to_toml();
+            assert!(!text.contains("[ftl]"), "{name}");
+            assert_eq!(DeviceConfig::from_toml(&text).unwrap(), c, "{name}");
+        }
+        let text = ox.to_toml();
+        assert!(text.contains("[ftl]"));
+        assert_eq!(DeviceConfig::from_toml(&text).unwrap(), ox);
+        let tiny = DeviceConfig::preset_toml("tiny").unwrap();
+        let four =
+            DeviceConfig::from_toml_with_overrides(tiny, &["ftl.log_dies=4".into()]).unwrap();
+        assert_eq!(four.ftl.log_chains(&four.geometry), 4);
+        let e = DeviceConfig::from_toml_with_overrides(tiny, &["ftl.log_dies=5".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ftl.log_dies") && e.contains("4 dies"), "{e}");
+    }
 
     #[test]
     fn packets_are_the_papers_on_nvmeof_tcp_only_and_at_least_a_sector() {

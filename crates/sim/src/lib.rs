@@ -19,7 +19,7 @@ pub mod time;
 pub mod wire;
 
 pub use clock::{ClockMode, Pacer};
-pub use config::{ConfigError, DeviceConfig, Geometry, IspConfig};
+pub use config::{ConfigError, DeviceConfig, FtlPolicy, Geometry, IspConfig};
 pub use energy::{EnergyCounters, EnergyReport};
 pub use resource::{Resource, ResourceClass, Utilization};
 pub use time::{Rate, SimTime};

@@ -439,7 +439,7 @@ impl Ftl {
             .map(|(lb, _)| lb)
             .find(|&lb| lb != b);
         self.log.resume((b, p), next_block, rssp_lsn);
-        for lb in self.log.current_blocks().into_iter().flatten() {
+        for lb in self.log.current_blocks() {
             if self.blocks[lb as usize].state != Use::Log {
                 self.blocks.set_state(lb, Use::Log);
                 self.log.block_added();
