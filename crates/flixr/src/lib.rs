@@ -387,19 +387,7 @@ pub fn measure(
 /// Check that every configuration of `ms` (one workload) answered alike and fill in the
 /// speedups over `host-index`.
 pub fn finish(ms: &mut [Measure]) -> Result<(), EvalError> {
-    if let Some(first) = ms.first().cloned() {
-        for m in ms.iter() {
-            if m.answer != first.answer {
-                return Err(EvalError::Mismatch {
-                    workload: m.workload,
-                    config: m.config,
-                    got: m.answer,
-                    base: first.config,
-                    want: first.answer,
-                });
-            }
-        }
-    }
+    same_answers(ms.iter())?;
     let base = ms
         .iter()
         .find(|m| m.config == IndexKind::HostBtree)
@@ -408,6 +396,24 @@ pub fn finish(ms: &mut [Measure]) -> Result<(), EvalError> {
         m.speedup_over_host_index = m.ops_per_minute / base.max(f64::MIN_POSITIVE);
     }
     Ok(())
+}
+
+/// Check that every measure of `ms` answered as the first did
+/// ([`EvalError::Mismatch`] names the first that did not).
+pub fn same_answers<'a>(mut ms: impl Iterator<Item = &'a Measure>) -> Result<(), EvalError> {
+    let Some(first) = ms.next() else {
+        return Ok(());
+    };
+    match ms.find(|m| m.answer != first.answer) {
+        Some(m) => Err(EvalError::Mismatch {
+            workload: m.workload,
+            config: m.config,
+            got: m.answer,
+            base: first.config,
+            want: first.answer,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A workload of the evaluation: the microbenchmarks of §6.1, TPC-C NewOrder and Payment,
@@ -636,6 +642,39 @@ mod tests {
                 .starts_with("tpch-q6-primary: flixr-s answered 0x1"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_first_differing_answer_is_named() {
+        let m = |config, answer| Measure {
+            workload: Workload::Q6MultiKey,
+            config,
+            ops: 1,
+            modeled_ns: 1,
+            ops_per_minute: 1.0,
+            speedup_over_host_index: 0.0,
+            traffic: Traffic::default(),
+            answer,
+            busy: Busy::default(),
+        };
+        let ms = [
+            m(IndexKind::HostBtree, 7),
+            m(IndexKind::FlixrS, 7),
+            m(IndexKind::FlixrHS, 8),
+            m(IndexKind::NoIndex, 9),
+        ];
+        assert!(same_answers(ms[..2].iter()).is_ok());
+        assert!(same_answers(std::iter::empty()).is_ok());
+        match same_answers(ms.iter()) {
+            Err(EvalError::Mismatch {
+                workload: Workload::Q6MultiKey,
+                config: IndexKind::FlixrHS,
+                got: 8,
+                base: IndexKind::HostBtree,
+                want: 7,
+            }) => {}
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -145,17 +145,7 @@ pub fn figure12(s: &Setup, mut progress: impl FnMut(&str)) -> Result<Vec<Fig12Ro
             ms.push((secondary, m));
         }
     }
-    if let Some((_, first)) = ms.first()
-        && let Some((_, m)) = ms.iter().find(|(_, m)| m.answer != first.answer)
-    {
-        return Err(EvalError::Mismatch {
-            workload: m.workload,
-            config: m.config,
-            got: m.answer,
-            base: first.config,
-            want: first.answer,
-        });
-    }
+    crate::same_answers(ms.iter().map(|(_, m)| m))?;
     let host = |sec: bool| {
         ms.iter()
             .find(|(s2, m)| *s2 == sec && m.config == IndexKind::HostBtree)
