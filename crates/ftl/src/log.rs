@@ -12,9 +12,10 @@
 //! made before chains existed (any free block, the same links).
 //!
 //! Choices: round robin by LSN rather than "the least busy die", so that the FTL's
-//! decisions never depend on modeled time (docs/time-model.md). A force returns when its
-//! pages and every earlier log page are durable: recovery stops at the first LSN it
-//! cannot find, so a page is only worth acknowledging with all its predecessors.
+//! decisions never depend on modeled time (docs/time-model.md). With more than one chain
+//! a force returns when its pages and every earlier log page are durable: recovery stops
+//! at the first LSN it cannot find, so a page is only worth acknowledging with all its
+//! predecessors (one chain keeps returning the page's own completion, as before).
 
 use crate::FtlError;
 use crate::format::{Entry, Kind, LOG_LINKS, LogPage, NONE, Record, page_addr, page_unaddr};
@@ -125,6 +126,15 @@ impl Log {
             .flat_map(|c| [Some(c.block), c.next_block])
             .flatten()
             .collect()
+    }
+
+    /// The number of blocks [`Log::current_blocks`] lists.
+    pub(crate) fn current_block_count(&self) -> u32 {
+        self.chains
+            .iter()
+            .flatten()
+            .map(|c| 1 + u32::from(c.next_block.is_some()))
+            .sum()
     }
 
     /// A checkpoint was written: the log restarts its count of pages since one.
@@ -370,7 +380,15 @@ impl Ftl {
                         self.log.since_ckpt += 1;
                         self.counters.add(Count::LogPages, 1);
                         self.log.durable = self.log.durable.max(done);
-                        return Ok(self.log.durable);
+                        // One chain returns the page's own completion, as csd always
+                        // did (the golden figures): its pages program on one die in
+                        // call order, so a later page ends earlier only when the die's
+                        // calendar fits it into an earlier gap.
+                        return Ok(if self.log.chains.len() > 1 {
+                            self.log.durable
+                        } else {
+                            done
+                        });
                     }
                     Err(NandError::ProgramFailed { .. }) => {
                         // Retry at the next link (batch-io §4.3); the block stays a log block.

@@ -602,14 +602,22 @@ impl Ftl {
         }
         self.collect_garbage(done)?;
         // Checkpoint by log size, early when the log takes too much of the device, or on
-        // the time interval.
-        // (Each log chain holds a block and may have the next one taken.)
-        let log_budget = (self.blocks.len() as u32 / 32)
-            .max(3)
-            .max(2 * self.log.chains() + 1);
+        // the time interval. Too much: more than `log_budget` log blocks with one chain;
+        // with several, more than `log_budget - 1` blocks besides the chains' current
+        // ones (a checkpoint cannot free those, and the chains reach their blocks' ends
+        // together), so the log holds no more reclaimable blocks than one chain would.
+        let log_budget = (self.blocks.len() as u32 / 32).max(3);
+        let too_much_log = if self.log.chains() == 1 {
+            self.log.blocks() > log_budget
+        } else {
+            self.log
+                .blocks()
+                .saturating_sub(self.log.current_block_count())
+                >= log_budget
+        };
         let interval = self.cfg.checkpoint_interval_ms.saturating_mul(1_000_000);
         if self.log.since_checkpoint() >= self.cfg.checkpoint_log_pages
-            || self.log.blocks() > log_budget
+            || too_much_log
             || (interval > 0 && done.since(self.ckpt.last_at()) >= interval)
         {
             self.checkpoint(done)?;
