@@ -160,8 +160,12 @@ pub(crate) enum AggInput<'a> {
     /// Numeric values of an argument that may be NULL, and per selected row whether it
     /// is not (a NULL row's value is 0 and is skipped).
     NumValid(&'a [i64], &'a [bool]),
-    /// A `CHAR` column, read per selected row.
+    /// A `CHAR`, `VARCHAR` or `VARBINARY` column, read per selected row (NULL rows
+    /// skipped).
     Char(ColumnView<'a>),
+    /// `DECIMAL(p, s)` (128-bit) values, and for an argument that may be NULL per
+    /// selected row whether it is not (a NULL row's value is 0 and is skipped).
+    Wide(&'a [i128], Option<&'a [bool]>),
 }
 
 /// Per-aggregate accumulator columns. `COUNT` and `SUM`/`AVG` of a NOT NULL argument
@@ -184,7 +188,15 @@ enum Acc {
     },
     MinMaxChar {
         max: bool,
+        /// `VARCHAR` / `VARBINARY` (values of their own lengths) rather than `CHAR(n)`.
+        variable: bool,
         val: Vec<Vec<u8>>,
+        seen: Vec<bool>,
+    },
+    /// `MIN` / `MAX` of a `DECIMAL(p, s)` (128-bit) value.
+    MinMaxWide {
+        max: bool,
+        val: Vec<i128>,
         seen: Vec<bool>,
     },
 }
@@ -201,8 +213,16 @@ impl Acc {
             },
             AggFunc::Min | AggFunc::Max => {
                 let max = func == AggFunc::Max;
-                if matches!(arg, Some(DataType::Char(_))) {
+                if let Some(t @ (DataType::Char(_) | DataType::Varchar | DataType::Varbinary)) = arg
+                {
                     Acc::MinMaxChar {
+                        max,
+                        variable: t.is_variable(),
+                        val: Vec::new(),
+                        seen: Vec::new(),
+                    }
+                } else if matches!(arg, Some(DataType::Decimal128 { .. })) {
+                    Acc::MinMaxWide {
                         max,
                         val: Vec::new(),
                         seen: Vec::new(),
@@ -233,6 +253,10 @@ impl Acc {
                 val.reserve(more);
                 seen.reserve(more);
             }
+            Acc::MinMaxWide { val, seen, .. } => {
+                val.reserve(more);
+                seen.reserve(more);
+            }
         }
     }
 
@@ -251,6 +275,10 @@ impl Acc {
                 val.push(Vec::new());
                 seen.push(false);
             }
+            Acc::MinMaxWide { val, seen, .. } => {
+                val.push(0);
+                seen.push(false);
+            }
         }
     }
 
@@ -263,6 +291,7 @@ impl Acc {
             Acc::MinMaxChar { val, seen, .. } => {
                 AccValue::MinMaxChar(seen[g].then(|| val[g].as_slice()))
             }
+            Acc::MinMaxWide { val, seen, .. } => AccValue::MinMaxWide(seen[g].then(|| val[g])),
         }
     }
 
@@ -279,9 +308,14 @@ impl Acc {
                     fold_extreme(*max, &mut val[g], &mut seen[g], v2);
                 }
             }
-            (Acc::MinMaxChar { max, val, seen }, AccValue::MinMaxChar(v2)) => {
+            (Acc::MinMaxChar { max, val, seen, .. }, AccValue::MinMaxChar(v2)) => {
                 if let Some(v2) = v2 {
                     fold_extreme_char(*max, &mut val[g], &mut seen[g], v2);
+                }
+            }
+            (Acc::MinMaxWide { max, val, seen }, AccValue::MinMaxWide(v2)) => {
+                if let Some(v2) = v2 {
+                    fold_extreme_wide(*max, &mut val[g], &mut seen[g], v2);
                 }
             }
             _ => {
@@ -291,13 +325,24 @@ impl Acc {
         Ok(())
     }
 
-    /// Bytes this accumulator takes per group in a result sent to the host.
-    fn wire_width(&self) -> usize {
+    /// Bytes this accumulator takes in a result sent to the host: `groups` times its
+    /// width, or for variable-length extremes each group's value with a 4-byte length.
+    fn wire_bytes(&self, groups: usize) -> usize {
         match self {
-            Acc::Count { nn } => 8 * usize::from(nn.is_some()),
-            Acc::Sum { nn, .. } => 16 + 8 * usize::from(nn.is_some()),
-            Acc::MinMax { .. } => 9,
-            Acc::MinMaxChar { val, .. } => 1 + val.first().map_or(0, Vec::len),
+            Acc::Count { nn } => groups * 8 * usize::from(nn.is_some()),
+            Acc::Sum { nn, .. } => groups * (16 + 8 * usize::from(nn.is_some())),
+            Acc::MinMax { .. } => groups * 9,
+            Acc::MinMaxChar {
+                variable: false,
+                val,
+                ..
+            } => groups * (1 + val.first().map_or(0, Vec::len)),
+            Acc::MinMaxChar {
+                variable: true,
+                val,
+                ..
+            } => val.iter().map(|v| 5 + v.len()).sum(),
+            Acc::MinMaxWide { .. } => groups * 17,
         }
     }
 }
@@ -311,6 +356,7 @@ enum AccValue<'a> {
     Sum(i128, Option<u64>),
     MinMax(Option<i64>),
     MinMaxChar(Option<&'a [u8]>),
+    MinMaxWide(Option<i128>),
 }
 
 /// Adds another state's count of values (`n2`) to group `g`'s (both present or both
@@ -355,6 +401,22 @@ fn fold_extreme_char(max: bool, val: &mut Vec<u8>, seen: &mut bool, x: &[u8]) {
         val.clear();
         val.extend_from_slice(x);
         *seen = true;
+    }
+}
+
+/// [`fold_extreme`] of a 128-bit decimal.
+#[inline(always)]
+fn fold_extreme_wide(max: bool, val: &mut i128, seen: &mut bool, x: i128) {
+    if !*seen || (if max { x > *val } else { x < *val }) {
+        *val = x;
+        *seen = true;
+    }
+}
+
+/// A `SUM` of 128-bit decimals went past `i128` (DataFusion's sum would wrap around).
+fn wide_sum_overflow() -> EvalError {
+    EvalError::Overflow {
+        expr: "SUM of DECIMAL(p, s) values (beyond 128 bits)".into(),
     }
 }
 
@@ -436,8 +498,8 @@ impl AggState {
 
     /// Bytes this state would take on the wire to the host (keys plus accumulators).
     pub fn wire_bytes(&self) -> u64 {
-        let per_group = self.key_width + 8 + self.accs.iter().map(Acc::wire_width).sum::<usize>();
-        (self.groups * per_group) as u64
+        let accs: usize = self.accs.iter().map(|a| a.wire_bytes(self.groups)).sum();
+        (self.groups * (self.key_width + 8) + accs) as u64
     }
 
     fn push_group(&mut self, key: &[u8]) -> u32 {
@@ -714,15 +776,49 @@ impl AggState {
                         fold_extreme(max, &mut val[g], &mut seen[g], x);
                     }
                 }
-                (Acc::MinMaxChar { max, val, seen }, AggInput::Char(cv)) => {
+                (
+                    Acc::MinMaxChar {
+                        max,
+                        variable,
+                        val,
+                        seen,
+                    },
+                    AggInput::Char(cv),
+                ) => {
                     let nulls = cv.may_have_nulls();
                     for (k, &i) in sel.iter().enumerate() {
                         if nulls && cv.is_null(i as usize) {
                             continue;
                         }
                         let g = if grouped { gids[k] as usize } else { 0 };
-                        let b = cv.raw(i as usize).unwrap_or(&[]);
-                        fold_extreme_char(*max, &mut val[g], &mut seen[g], b);
+                        // A variable-length value's own bytes; a CHAR's stored bytes.
+                        let b = if *variable {
+                            cv.bytes(i as usize)
+                        } else {
+                            cv.raw(i as usize)
+                        };
+                        fold_extreme_char(*max, &mut val[g], &mut seen[g], b.unwrap_or(&[]));
+                    }
+                }
+                (Acc::Sum { sum, nn }, AggInput::Wide(v, ok)) => {
+                    for (k, &x) in v.iter().enumerate() {
+                        if ok.is_some_and(|ok| !ok[k]) {
+                            continue;
+                        }
+                        let g = gid(k);
+                        sum[g] = sum[g].checked_add(x).ok_or_else(wide_sum_overflow)?;
+                        if let Some(nn) = nn.as_mut() {
+                            nn[g] += 1;
+                        }
+                    }
+                }
+                (Acc::MinMaxWide { max, val, seen }, AggInput::Wide(v, ok)) => {
+                    for (k, &x) in v.iter().enumerate() {
+                        if ok.is_some_and(|ok| !ok[k]) {
+                            continue;
+                        }
+                        let g = gid(k);
+                        fold_extreme_wide(*max, &mut val[g], &mut seen[g], x);
                     }
                 }
                 _ => {
@@ -799,7 +895,7 @@ impl AggState {
                 AccValue::Count(Some(_)) | AccValue::Sum(_, Some(_)) => return None,
                 AccValue::MinMax(Some(v)) => (ScalarKind::Extreme, i128::from(v)),
                 AccValue::MinMax(None) => (ScalarKind::NoExtreme, 0),
-                AccValue::MinMaxChar(_) => return None,
+                AccValue::MinMaxChar(_) | AccValue::MinMaxWide(_) => return None,
             };
         }
         Some(st)
@@ -825,6 +921,10 @@ impl AggState {
                 }
                 Acc::MinMaxChar { val, seen, .. } => {
                     val[0].clear();
+                    seen[0] = false;
+                }
+                Acc::MinMaxWide { val, seen, .. } => {
+                    val[0] = 0;
                     seen[0] = false;
                 }
             }
@@ -880,6 +980,7 @@ impl AggState {
             Acc::Sum { sum, .. } => AccView::Sum(sum),
             Acc::MinMax { val, seen, .. } => AccView::MinMax { val, seen },
             Acc::MinMaxChar { val, seen, .. } => AccView::MinMaxChar { val, seen },
+            Acc::MinMaxWide { val, seen, .. } => AccView::MinMaxWide { val, seen },
         })
     }
 }
@@ -901,10 +1002,18 @@ pub enum AccView<'a> {
         /// Whether the group saw a value.
         seen: &'a [bool],
     },
-    /// `MIN` / `MAX` of a `CHAR` column (stored bytes, padding included).
+    /// `MIN` / `MAX` of a `CHAR` column (stored bytes, padding included), or of a
+    /// `VARCHAR` / `VARBINARY` column (the values' own bytes, compared byte for byte).
     MinMaxChar {
         /// The extreme value per group.
         val: &'a [Vec<u8>],
+        /// Whether the group saw a value.
+        seen: &'a [bool],
+    },
+    /// `MIN` / `MAX` of a `DECIMAL(p, s)` (128-bit) value, in units of its scale.
+    MinMaxWide {
+        /// The extreme value per group.
+        val: &'a [i128],
         /// Whether the group saw a value.
         seen: &'a [bool],
     },

@@ -339,6 +339,133 @@ fn compare_widened_f32(op: CmpOp, x: Expr, key: i64) -> Result<Expr, BuildError>
     })
 }
 
+/// Arrow's cast of one float to `DECIMAL(_, scale)` units (arrow-cast's
+/// `single_float_to_decimal`, which DataFusion's `CAST(x AS DECIMAL(p, s))` runs):
+/// `round(10^s * x)`, halves away from zero, in `f64`, then to `i128` as num-traits
+/// converts (`None` for NaN and beyond `i128`; DataFusion's cast then fails, as it does
+/// beyond `10^p`). `10^s` is exact for `s <= 22`, where [`float_decimal_bounds`] is used.
+pub fn float_to_decimal_units(x: f64, scale: u8) -> Option<i128> {
+    let v = (10_f64.powi(i32::from(scale)) * x).round();
+    const LIMIT: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0; // 2^127
+    (-LIMIT..LIMIT).contains(&v).then_some(v as i128)
+}
+
+/// Largest decimal scale whose power of ten an `f64` holds exactly (`5^22 < 2^53`).
+pub const FLOAT_DECIMAL_MAX_SCALE: u8 = 22;
+
+/// The float order keys ([`crate::types::float_key`], `width` 4 or 8 bytes) bounding
+/// the floats `x` whose cast to `DECIMAL(_, scale)` ([`float_to_decimal_units`]) is at
+/// least `c`, and greater than `c`: `(ge, gt)`, the least keys with
+/// `cast(x) >= c` and `cast(x) > c`. The cast is monotone in `x` (a product with a
+/// positive constant, correctly rounded, then rounded to an integer), so `cast(x) >= c`
+/// holds exactly for the keys from `ge` on; a value beyond `i128` (`±inf` among them)
+/// counts as beyond every `c`, and NaN, whose key is above `inf`'s, as above too (where
+/// DataFusion's cast fails). `None` for a scale beyond [`FLOAT_DECIMAL_MAX_SCALE`].
+pub fn float_decimal_bounds(width: usize, scale: u8, c: i128) -> Option<(i64, i64)> {
+    if scale > FLOAT_DECIMAL_MAX_SCALE {
+        return None;
+    }
+    let value = |k: i64| -> f64 {
+        let bits = crate::types::float_bits(k, width);
+        if width == 4 {
+            f64::from(f32::from_bits(bits as u32))
+        } else {
+            f64::from_bits(bits)
+        }
+    };
+    let ord = |k: i64| -> Ordering {
+        let x = value(k);
+        match float_to_decimal_units(x, scale) {
+            Some(v) => v.cmp(&c),
+            None if x > 0.0 => Ordering::Greater,
+            None => Ordering::Less,
+        }
+    };
+    let (lo, hi) = if width == 4 {
+        (
+            crate::types::f32_key(f32::NEG_INFINITY),
+            crate::types::f32_key(f32::INFINITY),
+        )
+    } else {
+        (
+            crate::types::f64_key(f64::NEG_INFINITY),
+            crate::types::f64_key(f64::INFINITY),
+        )
+    };
+    // The least key in [lo, hi] where `holds` turns true (it is true at `hi`: inf is
+    // beyond every c).
+    let first = |holds: &dyn Fn(Ordering) -> bool| -> i64 {
+        let (mut a, mut b) = (lo, hi);
+        while a < b {
+            let m = ((i128::from(a) + i128::from(b)) >> 1) as i64;
+            if holds(ord(m)) {
+                b = m;
+            } else {
+                a = m + 1;
+            }
+        }
+        a
+    };
+    Some((
+        first(&|o| o != Ordering::Less),
+        first(&|o| o == Ordering::Greater),
+    ))
+}
+
+/// `CAST(x AS DECIMAL(_, scale)) op c` for a `FLOAT32` / `FLOAT64` expression `x` and a
+/// constant `c` in units of that scale (DataFusion's form of a float compared with a
+/// decimal literal such as `1.5`), as comparisons of `x`'s order keys with the bounds of
+/// [`float_decimal_bounds`]: exactly DataFusion's answer on every row whose cast
+/// succeeds; a NaN or infinite value, or one beyond the decimal's precision, where
+/// DataFusion's cast fails and the query with it, compares in the float order (`inf`
+/// above every decimal, NaN above `inf`).
+pub fn compare_float_decimal(
+    op: CmpOp,
+    x: Expr,
+    scale: u8,
+    c: i128,
+    whole: &str,
+) -> Result<Expr, BuildError> {
+    let width = match x.ty {
+        DataType::Float32 => 4,
+        DataType::Float64 => 8,
+        t => {
+            return Err(BuildError::Compare {
+                left: t,
+                right: DataType::Decimal128 {
+                    precision: 38,
+                    scale,
+                },
+                hint: ": a float expression against a decimal constant".into(),
+            });
+        }
+    };
+    let Some((ge, gt)) = float_decimal_bounds(width, scale, c) else {
+        return Err(BuildError::Scale {
+            expr: whole.to_string(),
+            scale: u32::from(scale),
+        });
+    };
+    let ty = x.ty;
+    let key = |k: i64| Expr::constant(Const::Int(k), ty);
+    Ok(match op {
+        CmpOp::Ge => cmp_node(CmpOp::Ge, x, key(ge)),
+        CmpOp::Gt => cmp_node(CmpOp::Ge, x, key(gt)),
+        CmpOp::Lt => cmp_node(CmpOp::Lt, x, key(ge)),
+        CmpOp::Le => cmp_node(CmpOp::Lt, x, key(gt)),
+        CmpOp::Eq | CmpOp::Ne if ge == gt => known(x, op == CmpOp::Ne),
+        CmpOp::Eq | CmpOp::Ne if gt == ge + 1 => cmp_node(op, x, key(ge)),
+        CmpOp::Eq => and(vec![
+            cmp_node(CmpOp::Ge, x.clone(), key(ge)),
+            cmp_node(CmpOp::Lt, x, key(gt)),
+        ]),
+        CmpOp::Ne => or(vec![
+            cmp_node(CmpOp::Lt, x.clone(), key(ge)),
+            cmp_node(CmpOp::Ge, x, key(gt)),
+        ]),
+    })
+}
+
 fn compare_hint(l: &Expr, r: &Expr) -> String {
     let char_const_vs_date =
         |a: &Expr, b: &Expr| a.ty == DataType::Date && matches!(b.as_const(), Some(Const::Char(_)));
@@ -507,7 +634,31 @@ pub fn in_list(x: Expr, items: Vec<Expr>, negated: bool, whole: &str) -> Result<
             }
             (DataType::Date, DataType::Date)
             | (DataType::Timestamp, DataType::Timestamp)
+            | (DataType::Float32, DataType::Float32)
+            | (DataType::Float64, DataType::Float64)
             | (DataType::Char(_), DataType::Char(_)) => item.as_const().cloned(),
+            // `CAST(f32 AS DOUBLE) IN (doubles)`: a double that is no FLOAT32 value
+            // never equals one (dropped); NaN is refused, as in `compare`.
+            (DataType::Float32, DataType::Float64) => {
+                let c = item
+                    .as_int_const()
+                    .map(|k| f64::from_bits(crate::types::float_bits(k, 8)));
+                match c {
+                    Some(c) if !c.is_nan() => {
+                        let c32 = c as f32;
+                        (f64::from(c32).to_bits() == c.to_bits())
+                            .then(|| Const::Int(crate::types::f32_key(c32)))
+                    }
+                    _ => {
+                        return Err(BuildError::Compare {
+                            left: x.ty,
+                            right: item.ty,
+                            hint: ": a FLOAT32 column against FLOAT64 constants (no NaN) only"
+                                .into(),
+                        });
+                    }
+                }
+            }
             (a, b) if is_bytes(a) && is_bytes(b) && a.is_variable() => item.as_const().cloned(),
             (a, b) => {
                 return Err(BuildError::Compare {
@@ -785,5 +936,173 @@ pub fn or(terms: Vec<Expr>) -> Expr {
         0 => Expr::boolean(false),
         1 => out.pop().unwrap_or_else(|| Expr::boolean(false)),
         _ => Expr::new(ExprKind::Or(out), DataType::Bool),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{f32_key, f64_key};
+    use proptest::prelude::*;
+
+    /// Floats around the decimals compared with, the specials, and anything.
+    fn any_f64() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            proptest::num::f64::ANY,
+            (-2_000i64..2_000, 0u32..6).prop_map(|(m, e)| m as f64 / 10f64.powi(e as i32)),
+            Just(0.0),
+            Just(-0.0),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(f64::NAN),
+            Just(1e300),
+            Just(5e-324),
+        ]
+    }
+
+    /// `cast(x) op c` as the bounds decide it, for a value `x` of key `k`.
+    fn by_bounds(op: CmpOp, k: i64, (ge, gt): (i64, i64)) -> bool {
+        match op {
+            CmpOp::Ge => k >= ge,
+            CmpOp::Gt => k >= gt,
+            CmpOp::Lt => k < ge,
+            CmpOp::Le => k < gt,
+            CmpOp::Eq => ge <= k && k < gt,
+            CmpOp::Ne => k < ge || k >= gt,
+        }
+    }
+
+    /// `cast(x) op c` computed with the cast itself (a failed cast ordered as the
+    /// bounds order it: beyond every `c` for positive values and NaN).
+    fn by_cast(op: CmpOp, x: f64, s: u8, c: i128) -> bool {
+        let ord = match float_to_decimal_units(x, s) {
+            Some(v) => v.cmp(&c),
+            None if x > 0.0 || x.is_nan() => Ordering::Greater,
+            None => Ordering::Less,
+        };
+        op.holds(ord)
+    }
+
+    const OPS: [CmpOp; 6] = [
+        CmpOp::Eq,
+        CmpOp::Ne,
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Ge,
+    ];
+
+    proptest! {
+        /// The bounds found by bisection split the floats exactly where the cast
+        /// compares: every FLOAT64 and FLOAT32 value, both zeros, infinities and NaN.
+        #[test]
+        fn float_decimal_bounds_split_where_the_cast_compares(
+            x in any_f64(),
+            c in prop_oneof![-3_000i128..3_000, proptest::num::i128::ANY],
+            s in 0u8..=FLOAT_DECIMAL_MAX_SCALE,
+        ) {
+            let b64 = float_decimal_bounds(8, s, c).expect("bounds");
+            let b32 = float_decimal_bounds(4, s, c).expect("bounds");
+            let x32 = x as f32;
+            for op in OPS {
+                prop_assert_eq!(by_bounds(op, f64_key(x), b64), by_cast(op, x, s, c),
+                    "{} {:?} {} at scale {}", x, op, c, s);
+                prop_assert_eq!(by_bounds(op, f32_key(x32), b32),
+                    by_cast(op, f64::from(x32), s, c), "f32 {} {:?} {} at scale {}", x32, op, c, s);
+            }
+        }
+    }
+
+    #[test]
+    fn float_decimal_comparisons_and_their_edges() {
+        // 1.5 at scale 15: the doubles casting to 1.500000000000000 are a run of keys
+        // around 1.5's, from `ge` up to `gt` (excluded).
+        let c = 1_500_000_000_000_000;
+        let (ge, gt) = float_decimal_bounds(8, 15, c).expect("bounds");
+        let at = |k: i64| f64::from_bits(crate::types::float_bits(k, 8));
+        assert!(ge < f64_key(1.5) && f64_key(1.5) < gt, "{ge} {gt}");
+        assert_eq!(float_to_decimal_units(at(ge), 15), Some(c));
+        assert_eq!(float_to_decimal_units(at(gt - 1), 15), Some(c));
+        assert_eq!(float_to_decimal_units(at(ge - 1), 15), Some(c - 1));
+        assert_eq!(float_to_decimal_units(at(gt), 15), Some(c + 1));
+        // Beyond the scale a power of ten is exact for: not pushed.
+        assert!(float_decimal_bounds(8, 23, 1).is_none());
+        let col = Expr::new(
+            ExprKind::Column {
+                index: 0,
+                name: "f".into(),
+                nullable: true,
+            },
+            DataType::Float32,
+        );
+        let e = compare_float_decimal(CmpOp::Eq, col.clone(), 0, 1 << 100, "f = 2^100")
+            .expect("compare");
+        assert!(
+            matches!(
+                e.kind,
+                ExprKind::Cmp { .. } | ExprKind::Known { .. } | ExprKind::And(_)
+            ),
+            "{e}"
+        );
+        assert!(
+            compare_float_decimal(
+                CmpOp::Lt,
+                Expr::constant(Const::Int(0), DataType::Int),
+                2,
+                150,
+                "i < 1.5"
+            )
+            .is_err()
+        );
+        // NaN and inf: above every decimal.
+        for v in [f64::INFINITY, f64::NAN] {
+            assert!(by_bounds(
+                CmpOp::Gt,
+                f64_key(v),
+                float_decimal_bounds(8, 5, i128::MAX).expect("b")
+            ));
+        }
+        assert!(by_bounds(
+            CmpOp::Lt,
+            f64_key(f64::NEG_INFINITY),
+            float_decimal_bounds(8, 5, i128::MIN).expect("b")
+        ));
+    }
+
+    /// `CAST(f32 AS DOUBLE) IN (doubles)`: a double that is no FLOAT32 value is dropped,
+    /// a NaN refused.
+    #[test]
+    fn float_in_lists_take_float_keys() {
+        let col = |ty| {
+            Expr::new(
+                ExprKind::Column {
+                    index: 0,
+                    name: "f".into(),
+                    nullable: false,
+                },
+                ty,
+            )
+        };
+        let d = |x: f64| Expr::constant(Const::Int(f64_key(x)), DataType::Float64);
+        let e = in_list(
+            col(DataType::Float32),
+            vec![d(1.5), d(0.1), d(-2.25)],
+            false,
+            "w",
+        )
+        .expect("in");
+        let ExprKind::InList { list, .. } = &e.kind else {
+            panic!("{e}");
+        };
+        assert_eq!(
+            list.to_vec(),
+            vec![Const::Int(f32_key(1.5)), Const::Int(f32_key(-2.25))]
+        );
+        assert!(in_list(col(DataType::Float32), vec![d(f64::NAN)], false, "w").is_err());
+        let e = in_list(col(DataType::Float64), vec![d(0.1), d(7.0)], true, "w").expect("in");
+        assert!(
+            matches!(e.kind, ExprKind::InList { negated: true, .. }),
+            "{e}"
+        );
     }
 }

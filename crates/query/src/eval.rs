@@ -254,8 +254,8 @@ impl Evaluator {
                 if nullable_key || !agg.aggregates.iter().all(device_aggregate) {
                     return Err(EvalError::PlanMismatch(
                         "the device groups by NOT NULL columns of the fixed types and \
-                         aggregates INT, DECIMAL, DATE and CHAR values, NULLs skipped: \
-                         leave this aggregate to the host"
+                         aggregates INT, DECIMAL, DATE and TIMESTAMP values (MIN/MAX of \
+                         strings too), NULLs skipped: leave this aggregate to the host"
                             .into(),
                     ));
                 }
@@ -314,9 +314,29 @@ impl Evaluator {
                     };
                     valid.push(ok);
                 }
+                // DECIMAL(p, s) arguments: their 128-bit values per selected row (0 on
+                // a NULL row, which the accumulator skips).
+                let mut wides: Vec<Option<Vec<i128>>> = Vec::with_capacity(bufs.len());
+                for a in &agg.aggregates {
+                    wides.push(match &a.arg {
+                        Some(e)
+                            if matches!(e.ty, DataType::Decimal128 { .. })
+                                && !matches!(a.func, AggFunc::CountStar | AggFunc::Count) =>
+                        {
+                            let cv = wide_column(run.view, e)?;
+                            run.s.note(e, sel.len());
+                            run.c.touch(sel.len(), cv.width());
+                            Some(sel.iter().map(|&i| wide_at(&cv, i as usize)).collect())
+                        }
+                        _ => None,
+                    });
+                }
                 let mut inputs = Vec::with_capacity(bufs.len());
-                for ((a, b), ok) in agg.aggregates.iter().zip(&bufs).zip(&valid) {
+                for (((a, b), ok), w) in agg.aggregates.iter().zip(&bufs).zip(&valid).zip(&wides) {
                     inputs.push(match (b, ok, &a.arg) {
+                        _ if w.is_some() => {
+                            AggInput::Wide(w.as_deref().unwrap_or(&[]), ok.as_deref())
+                        }
                         (Some(v), Some(f), _) => AggInput::NumValid(v, f),
                         (Some(v), None, _) => AggInput::Num(v),
                         (None, _, Some(e))
@@ -324,7 +344,19 @@ impl Evaluator {
                         {
                             let cv = char_column(run.view, e)?;
                             run.s.note(e, sel.len());
-                            run.c.touch(sel.len(), cv.width());
+                            if cv.column_type().is_variable() {
+                                // The values' own bytes, each read (and compared) once.
+                                let bytes: usize = sel
+                                    .iter()
+                                    .filter_map(|&i| cv.bytes(i as usize))
+                                    .map(<[u8]>::len)
+                                    .sum();
+                                run.c.values_touched += sel.len() as u64;
+                                run.c.bytes_touched += bytes as u64;
+                                run.c.var_bytes_compared += bytes as u64;
+                            } else {
+                                run.c.touch(sel.len(), cv.width());
+                            }
                             AggInput::Char(cv)
                         }
                         (None, Some(f), _) => AggInput::Valid(f),
@@ -388,11 +420,21 @@ fn device_aggregate(a: &crate::plan::Aggregate) -> bool {
     };
     match a.func {
         AggFunc::CountStar | AggFunc::Count => true,
-        AggFunc::Sum | AggFunc::Avg => e.ty.is_integer_backed(),
+        AggFunc::Sum | AggFunc::Avg => {
+            e.ty.is_integer_backed() || matches!(e.ty, DataType::Decimal128 { .. })
+        }
         // Not floats: Arrow's order has -0.0 = 0.0 and NaNs equal, so which of equal
-        // values an extreme returns depends on the order rows are seen in.
+        // values an extreme returns depends on the order rows are seen in. Strings
+        // compare byte for byte (UTF-8 byte order is code point order, Arrow's order).
         AggFunc::Min | AggFunc::Max => {
-            e.ty.is_integer_backed() || matches!(e.ty, DataType::Char(_))
+            e.ty.is_integer_backed()
+                || matches!(
+                    e.ty,
+                    DataType::Char(_)
+                        | DataType::Varchar
+                        | DataType::Varbinary
+                        | DataType::Decimal128 { .. }
+                )
         }
     }
 }

@@ -144,6 +144,9 @@ pub fn canon(st: &AggState, aggregates: usize) -> Vec<Group> {
                     AccView::MinMaxChar { val, seen } => {
                         format!("{:?}", seen[g].then_some(&val[g]))
                     }
+                    AccView::MinMaxWide { val, seen } => {
+                        format!("{:?}", seen[g].then_some(val[g]))
+                    }
                 })
                 .collect();
             (key, st.group_rows()[g], accs)
