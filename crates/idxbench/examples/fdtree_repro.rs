@@ -20,11 +20,11 @@
 //! `FTL_CKPT_LOG_PAGES=N` sets the FTL's checkpoint interval (log pages).
 
 use csd_device::NvmeDevice;
-use csd_fdtree::{FdConfig, FdTree, Scheme};
+use csd_fdtree::{FdConfig, FdTree};
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::SharedDevice;
 use csd_idxbench::repro::{self, ReproParams};
-use csd_idxbench::{BenchConfig, BenchIndex, BenchResult, IndexError};
+use csd_idxbench::{BenchConfig, BenchIndex, BenchResult, IndexError, Scheme};
 use csd_sim::ClockMode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,7 +32,7 @@ use std::time::Instant;
 /// The CLI's adapter (crates/cli/src/fdbench.rs `FdBench`), line for line.
 struct FdBench {
     tree: FdTree,
-    name: &'static str,
+    scheme: Scheme,
     dev: SharedDevice,
     mode: ClockMode,
     diag: Option<Diag>,
@@ -86,8 +86,8 @@ impl BenchIndex for FdBench {
     fn lookup(&self, k: u64) -> Result<Option<u64>, IndexError> {
         self.timed("look", || self.tree.lookup(k)).map_err(ie)
     }
-    fn name(&self) -> String {
-        self.name.into()
+    fn scheme(&self) -> Scheme {
+        self.scheme
     }
     fn quiesce(&self) -> Result<(), IndexError> {
         self.tree.wait_for_merges().map_err(ie)
@@ -108,10 +108,10 @@ impl BenchIndex for FdBench {
 }
 
 fn make(p: &ReproParams, scheme: &str) -> Result<Arc<FdBench>, IndexError> {
-    let (s, name) = match scheme {
-        "xm" => (Scheme::Xm, "FD+XM"),
-        "ds" => (Scheme::Ds, "FD+DS"),
-        "fc" => (Scheme::Fc, "FD+FC"),
+    let (s, bench_scheme) = match scheme {
+        "xm" => (csd_fdtree::Scheme::Xm, Scheme::FdXm),
+        "ds" => (csd_fdtree::Scheme::Ds, Scheme::FdDs),
+        "fc" => (csd_fdtree::Scheme::Fc, Scheme::FdFc),
         o => return Err(IndexError::new(format!("unknown scheme `{o}`"))),
     };
     let cfg = csd_sim::DeviceConfig::preset("x25e-sata").map_err(ie)?;
@@ -136,7 +136,7 @@ fn make(p: &ReproParams, scheme: &str) -> Result<Arc<FdBench>, IndexError> {
     let mode = ClockMode::parse(&p.clock).ok_or_else(|| ie(format!("bad clock {}", p.clock)))?;
     Ok(Arc::new(FdBench {
         tree,
-        name,
+        scheme: bench_scheme,
         dev,
         mode,
         diag: std::env::var("DIAG")

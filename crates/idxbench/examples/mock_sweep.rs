@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 struct Mock {
-    name: &'static str,
+    scheme: Scheme,
     map: RwLock<BTreeMap<u64, u64>>,
     merge_every: u64,
     inserts: AtomicU64,
@@ -45,8 +45,8 @@ impl BenchIndex for Mock {
             .get(&k)
             .copied())
     }
-    fn name(&self) -> String {
-        self.name.to_string()
+    fn scheme(&self) -> Scheme {
+        self.scheme
     }
 }
 
@@ -59,10 +59,10 @@ fn main() -> Result<(), BenchError> {
     let cfg = BenchConfig::small(0.8);
     let ratios = [0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0];
     let mut all = Vec::new();
-    for (name, merge_every) in [("FD+FC", 0), ("FD+XM", 2000)] {
+    for (scheme, merge_every) in [(Scheme::FdFc, 0), (Scheme::FdXm, 2000)] {
         let make = |_w: f64| -> Result<Arc<dyn BenchIndex>, IndexError> {
             Ok(Arc::new(Mock {
-                name,
+                scheme,
                 map: RwLock::new(BTreeMap::new()),
                 merge_every,
                 inserts: AtomicU64::new(0),
@@ -70,7 +70,7 @@ fn main() -> Result<(), BenchError> {
         };
         all.extend(sweep(&ratios, make, &cfg, &|w, p| {
             if p.done == p.total {
-                eprintln!("{name} W_l={w} {:?} done", p.phase);
+                eprintln!("{scheme} W_l={w} {:?} done", p.phase);
             }
         })?);
     }

@@ -46,7 +46,7 @@ use crate::stats::LatencyRecorder;
 use crate::workload::{
     GrSpec, GtSpec, NO_PREDECESSOR, OpKind, Workload, WorkloadError, WorkloadSpec,
 };
-use crate::{BenchIndex, IndexError};
+use crate::{BenchIndex, IndexError, Scheme};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -65,8 +65,8 @@ pub enum BenchError {
     /// The index failed during the preload.
     #[error("index '{scheme}' failed while preloading key {key}: {source}")]
     Preload {
-        /// Index name.
-        scheme: String,
+        /// The index's scheme.
+        scheme: Scheme,
         /// The key being inserted.
         key: u64,
         /// The index's error.
@@ -75,12 +75,12 @@ pub enum BenchError {
     /// The index failed a request; the run was stopped.
     #[error("index '{scheme}' failed {op} of key {key} (request {request}): {source}")]
     Index {
-        /// Index name.
-        scheme: String,
+        /// The index's scheme.
+        scheme: Scheme,
         /// Position of the request in the workload.
         request: u64,
-        /// Its kind.
-        op: &'static str,
+        /// Its kind (printed as its name, e.g. `insert`).
+        op: OpKind,
         /// Its key.
         key: u64,
         /// The index's error.
@@ -89,16 +89,16 @@ pub enum BenchError {
     /// The index failed to settle after the preload or to switch to the timed run.
     #[error("index '{scheme}' failed to start the run after the preload: {source}")]
     StartRun {
-        /// Index name.
-        scheme: String,
+        /// The index's scheme.
+        scheme: Scheme,
         /// The index's error.
         source: IndexError,
     },
     /// The index failed to finish its background work after the run.
     #[error("index '{scheme}' failed to quiesce after the run: {source}")]
     Quiesce {
-        /// Index name.
-        scheme: String,
+        /// The index's scheme.
+        scheme: Scheme,
         /// The index's error.
         source: IndexError,
     },
@@ -288,7 +288,7 @@ pub fn preload(
     let mut last = Instant::now();
     for (n, (k, v)) in workload.preload.iter().enumerate() {
         index.insert(k, v).map_err(|source| BenchError::Preload {
-            scheme: index.name(),
+            scheme: index.scheme(),
             key: k,
             source,
         })?;
@@ -324,12 +324,12 @@ pub fn run_workload(
         .quiesce()
         .and_then(|()| index.start_run())
         .map_err(|source| BenchError::StartRun {
-            scheme: index.name(),
+            scheme: index.scheme(),
             source,
         })?;
     let out = execute(index, workload, cfg, progress)?;
     index.quiesce().map_err(|source| BenchError::Quiesce {
-        scheme: index.name(),
+        scheme: index.scheme(),
         source,
     })?;
     Ok(BenchResult::assemble(
@@ -508,9 +508,9 @@ fn worker(sh: &Shared<'_>, q: &Queue) -> WorkerOut {
                     .unwrap_or_else(PoisonError::into_inner);
                 if e.is_none() {
                     *e = Some(BenchError::Index {
-                        scheme: sh.index.name(),
+                        scheme: sh.index.scheme(),
                         request: u64::from(idx),
-                        op: r.op.name(),
+                        op: r.op,
                         key: r.key,
                         source,
                     });

@@ -15,11 +15,12 @@
 //! * [`repro`] — the defaults of `csd repro fd-tree` and the checks of the paper's
 //!   orderings (which scheme stalls, which has the best throughput).
 //!
-//! Any index plugs in by implementing [`BenchIndex`]; the FD+tree schemes (FD+XM,
-//! FD+DS, FD+FC) and a B+tree baseline are adapted to it by the CLI.
+//! Any index plugs in by implementing [`BenchIndex`] as one of the paper's [`Scheme`]s;
+//! the FD+tree schemes (FD+XM, FD+DS, FD+FC) and a B+tree baseline are adapted to it by
+//! the CLI.
 //!
 //! ```
-//! use csd_idxbench::{BenchConfig, BenchIndex, GrSpec, IndexError, WorkloadSpec, run};
+//! use csd_idxbench::{BenchConfig, BenchIndex, GrSpec, IndexError, Scheme, WorkloadSpec, run};
 //! use std::collections::BTreeMap;
 //! use std::sync::RwLock;
 //!
@@ -35,8 +36,9 @@
 //!     fn lookup(&self, k: u64) -> Result<Option<u64>, IndexError> {
 //!         Ok(self.0.read().map_err(|e| IndexError::new(e.to_string()))?.get(&k).copied())
 //!     }
-//!     fn name(&self) -> String {
-//!         "map".into()
+//!     fn scheme(&self) -> Scheme {
+//!         // An ordered map updated in place stands in for the B+tree baseline here.
+//!         Scheme::BTree
 //!     }
 //! }
 //!
@@ -51,6 +53,7 @@ pub mod harness;
 pub mod paper;
 pub mod repro;
 pub mod result;
+pub mod scheme;
 pub mod stats;
 pub mod sweep;
 pub mod workload;
@@ -60,6 +63,7 @@ pub use harness::{
     run_workload,
 };
 pub use result::{BenchResult, Latency, OpResult, latency_chart};
+pub use scheme::Scheme;
 pub use stats::LatencySummary;
 pub use sweep::{ReportFiles, sweep, sweep_configs, write_report};
 pub use workload::{
@@ -106,9 +110,9 @@ pub trait BenchIndex: Send + Sync {
     fn delete(&self, k: u64) -> Result<bool, IndexError>;
     /// Looks `k` up.
     fn lookup(&self, k: u64) -> Result<Option<u64>, IndexError>;
-    /// Scheme name used in reports and to match the paper's series (`FD+FC`, `FD+DS`,
-    /// `FD+XM`, `B+tree`, …).
-    fn name(&self) -> String;
+    /// The paper's scheme this index is (named in reports, matched with the paper's
+    /// series).
+    fn scheme(&self) -> Scheme;
     /// The index's own counters after a run (merges, blocks read/written, device time…),
     /// printed with the results.
     fn extra_stats(&self) -> Vec<(String, f64)> {
@@ -138,8 +142,8 @@ impl<T: BenchIndex + ?Sized> BenchIndex for std::sync::Arc<T> {
     fn lookup(&self, k: u64) -> Result<Option<u64>, IndexError> {
         (**self).lookup(k)
     }
-    fn name(&self) -> String {
-        (**self).name()
+    fn scheme(&self) -> Scheme {
+        (**self).scheme()
     }
     fn extra_stats(&self) -> Vec<(String, f64)> {
         (**self).extra_stats()

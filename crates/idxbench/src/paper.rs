@@ -9,6 +9,7 @@
 //! values are context, while ratios between schemes are the comparable part.
 
 use crate::result::{BenchResult, Latency};
+use crate::scheme::Scheme;
 use crate::workload::{Generator, OpKind};
 
 /// Statistic of a latency metric.
@@ -117,7 +118,7 @@ pub enum PaperValue {
     /// The scheme's value divided by `baseline`'s lies in `[low, high]`.
     Ratio {
         /// The scheme compared against.
-        baseline: &'static str,
+        baseline: Scheme,
         /// Lower end.
         low: f64,
         /// Upper end.
@@ -134,8 +135,8 @@ pub struct PaperRef {
     pub figure: &'static str,
     /// Generator of that figure.
     pub generator: Generator,
-    /// The scheme the statement is about (`FD+FC`, `FD+DS`, `FD+XM`, …).
-    pub scheme: &'static str,
+    /// The scheme the statement is about; `None`: every scheme (printed `all`).
+    pub scheme: Option<Scheme>,
     /// The metric, if the statement is about one.
     pub metric: Option<Metric>,
     /// Lookup ratios `[lo, hi]` it applies to; `None` if the text gives none (then it is
@@ -148,6 +149,13 @@ pub struct PaperRef {
     /// The sentence of the paper it is read from (lightly repaired where the text
     /// extraction lost symbols, which is then said).
     pub quote: &'static str,
+}
+
+impl PaperRef {
+    /// The name of the scheme the statement is about, `all` for every scheme.
+    pub fn scheme_label(&self) -> &'static str {
+        self.scheme.map_or("all", Scheme::label)
+    }
 }
 
 /// The paper's experimental set-up (§5), for reports.
@@ -191,7 +199,7 @@ const fn abs(low: f64, high: f64) -> PaperValue {
     PaperValue::Absolute { low, high }
 }
 
-const fn ratio(baseline: &'static str, low: f64, high: f64) -> PaperValue {
+const fn ratio(baseline: Scheme, low: f64, high: f64) -> PaperValue {
     PaperValue::Ratio {
         baseline,
         low,
@@ -214,7 +222,7 @@ pub fn figure6() -> Vec<PaperRef> {
 /// A statement of Figure 6 (G_R, no condition).
 fn r6(
     figure: &'static str,
-    scheme: &'static str,
+    scheme: Option<Scheme>,
     metric: Option<Metric>,
     w_lookup: Option<(f64, f64)>,
     value: PaperValue,
@@ -237,34 +245,34 @@ fn figure6_throughput() -> Vec<PaperRef> {
     vec![
         r6(
             "6(a)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(Metric::Throughput),
             Some((0.0, 0.2)),
-            ratio("FD+DS", 1.15, 1.15),
+            ratio(Scheme::FdDs, 1.15, 1.15),
             "For a very update intensive workload (W_l <= 0.2), FD+FC's throughput is larger than FD+DS by around 15%. [the comparison symbol is lost in the text extraction; <= is read from 'very update intensive']",
         ),
         r6(
             "6(a)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(Metric::Throughput),
             Some((0.3, 1.0)),
-            ratio("FD+DS", 1.08, 1.09),
+            ratio(Scheme::FdDs, 1.08, 1.09),
             "For other workloads, it is larger by 8-9%.",
         ),
         r6(
             "6(a)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(Metric::Throughput),
             Some((0.6, 0.6)),
-            ratio("FD+XM", 1.27, 1.27),
+            ratio(Scheme::FdXm, 1.27, 1.27),
             "Over FD+XM, FD+FC's advantage is around 27% and 20% when W_l = 0.6 and 0.8, respectively.",
         ),
         r6(
             "6(a)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(Metric::Throughput),
             Some((0.8, 0.8)),
-            ratio("FD+XM", 1.20, 1.20),
+            ratio(Scheme::FdXm, 1.20, 1.20),
             "Over FD+XM, FD+FC's advantage is around 27% and 20% when W_l = 0.6 and 0.8, respectively.",
         ),
     ]
@@ -276,31 +284,31 @@ fn figure6_average() -> Vec<PaperRef> {
     vec![
         r6(
             "6(b)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(m(OpKind::Insert, IRP, Stat::Avg)),
             Some((0.9, 0.9)),
-            ratio("FD+DS", 0.75, 0.80),
+            ratio(Scheme::FdDs, 0.75, 0.80),
             "When W_l reaches 0.9, FD+FC processes insertions faster than FD+DS by 25% on average. [read as 25% less time (0.75) or 1.25x the rate (0.80)]",
         ),
         r6(
             "6(b)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(m(OpKind::Insert, IRP, Stat::Avg)),
             Some((0.9, 0.9)),
-            ratio("FD+XM", 1.0 / 3.8, 1.0 / 3.8),
+            ratio(Scheme::FdXm, 1.0 / 3.8, 1.0 / 3.8),
             "It is faster by 3.8 times than FD+XM.",
         ),
         r6(
             "6(c)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(m(OpKind::Lookup, IRP, Stat::Avg)),
             Some((1.0, 1.0)),
-            ratio("FD+DS", 1.0, 1.0),
+            ratio(Scheme::FdDs, 1.0, 1.0),
             "When we consider average lookup R_p, all three approaches perform equally well when tested with a read-only workload.",
         ),
         r6(
             "6(c)",
-            "FD+XM",
+            Some(Scheme::FdXm),
             Some(m(OpKind::Lookup, IRP, Stat::Avg)),
             None,
             PaperValue::Text,
@@ -315,7 +323,7 @@ fn figure6_worst() -> Vec<PaperRef> {
     vec![
         r6(
             "6(d)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(m(OpKind::Insert, IRP, Stat::Max)),
             None,
             abs(1000.0, 1000.0),
@@ -323,7 +331,7 @@ fn figure6_worst() -> Vec<PaperRef> {
         ),
         r6(
             "6(d)",
-            "FD+DS",
+            Some(Scheme::FdDs),
             Some(m(OpKind::Insert, IRP, Stat::Max)),
             None,
             abs(33_000.0, 38_000.0),
@@ -331,7 +339,7 @@ fn figure6_worst() -> Vec<PaperRef> {
         ),
         r6(
             "6(d)",
-            "FD+XM",
+            Some(Scheme::FdXm),
             Some(m(OpKind::Insert, IRP, Stat::Max)),
             None,
             abs(33_000.0, 38_000.0),
@@ -339,7 +347,7 @@ fn figure6_worst() -> Vec<PaperRef> {
         ),
         r6(
             "6(e)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(m(OpKind::Lookup, IRP, Stat::Max)),
             None,
             abs(500.0, 500.0),
@@ -347,7 +355,7 @@ fn figure6_worst() -> Vec<PaperRef> {
         ),
         r6(
             "6(e)",
-            "FD+DS",
+            Some(Scheme::FdDs),
             Some(m(OpKind::Lookup, IRP, Stat::Max)),
             None,
             abs(500.0, 500.0),
@@ -355,7 +363,7 @@ fn figure6_worst() -> Vec<PaperRef> {
         ),
         r6(
             "6(f)",
-            "FD+XM",
+            Some(Scheme::FdXm),
             None,
             None,
             PaperValue::Text,
@@ -363,7 +371,7 @@ fn figure6_worst() -> Vec<PaperRef> {
         ),
         r6(
             "6(g)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(m(OpKind::Insert, IRP, Stat::Std)),
             None,
             PaperValue::Text,
@@ -378,7 +386,7 @@ fn figure6_queue() -> Vec<PaperRef> {
     vec![
         r6(
             "6(h-l)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(m(OpKind::Insert, IRQ, Stat::Avg)),
             None,
             PaperValue::Text,
@@ -386,7 +394,7 @@ fn figure6_queue() -> Vec<PaperRef> {
         ),
         r6(
             "6(h-l)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(m(OpKind::Insert, IRQ, Stat::Max)),
             None,
             abs(2500.0, 2500.0),
@@ -394,7 +402,7 @@ fn figure6_queue() -> Vec<PaperRef> {
         ),
         r6(
             "6(h-l)",
-            "FD+DS",
+            Some(Scheme::FdDs),
             Some(m(OpKind::Insert, IRQ, Stat::Max)),
             None,
             abs(33_000.0, 33_000.0),
@@ -402,7 +410,7 @@ fn figure6_queue() -> Vec<PaperRef> {
         ),
         r6(
             "6(h-l)",
-            "FD+XM",
+            Some(Scheme::FdXm),
             Some(m(OpKind::Insert, IRQ, Stat::Max)),
             None,
             abs(33_000.0, 33_000.0),
@@ -410,7 +418,7 @@ fn figure6_queue() -> Vec<PaperRef> {
         ),
         r6(
             "6(k)",
-            "FD+XM",
+            Some(Scheme::FdXm),
             Some(m(OpKind::Lookup, IRQ, Stat::Max)),
             None,
             PaperValue::Text,
@@ -418,7 +426,7 @@ fn figure6_queue() -> Vec<PaperRef> {
         ),
         r6(
             "6(l)",
-            "FD+DS",
+            Some(Scheme::FdDs),
             Some(m(OpKind::Insert, IRQ, Stat::Std)),
             None,
             PaperValue::Text,
@@ -441,12 +449,12 @@ pub fn figure7() -> Vec<PaperRef> {
     };
     vec![
         r(
-            "FD+DS",
+            Some(Scheme::FdDs),
             abs(659_000.0, 659_000.0),
             "The worst-case insertion R_p for FD+DS jumps to 659 seconds when the database size is 90 M.",
         ),
         r(
-            "FD+FC",
+            Some(Scheme::FdFc),
             abs(0.0, 1000.0),
             "But, FD+FC's still remains under a second.",
         ),
@@ -469,7 +477,7 @@ pub fn figure8() -> Vec<PaperRef> {
     vec![
         r(
             "8",
-            "all",
+            None,
             None,
             "20 to 100 warehouses; initial index 21 MB to 105 MB",
             PaperValue::Text,
@@ -477,23 +485,23 @@ pub fn figure8() -> Vec<PaperRef> {
         ),
         r(
             "8(a)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(Metric::Throughput),
             "100 warehouses",
-            ratio("FD+DS", 1.14, 1.14),
+            ratio(Scheme::FdDs, 1.14, 1.14),
             "FD+FC's throughput is higher than both FD+XM as well as FD+DS. It is higher by 14% than FD+DS when number of warehouses is 100.",
         ),
         r(
             "8(b)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(m(OpKind::Insert, IRP, Stat::Avg)),
             "100 warehouses",
-            ratio("FD+DS", 0.87, 0.87),
+            ratio(Scheme::FdDs, 0.87, 0.87),
             "Average insertion R_p is slightly better for FD+FC (Figure 8(b)), around 13% less when the number of warehouses is 100.",
         ),
         r(
             "8(b)",
-            "FD+DS",
+            Some(Scheme::FdDs),
             Some(m(OpKind::Lookup, IRP, Stat::Avg)),
             "",
             PaperValue::Text,
@@ -501,7 +509,7 @@ pub fn figure8() -> Vec<PaperRef> {
         ),
         r(
             "8(c)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(m(OpKind::Insert, IRP, Stat::Max)),
             "",
             PaperValue::Text,
@@ -509,7 +517,7 @@ pub fn figure8() -> Vec<PaperRef> {
         ),
         r(
             "8(e)",
-            "FD+DS",
+            Some(Scheme::FdDs),
             Some(m(OpKind::Insert, IRQ, Stat::Max)),
             "",
             PaperValue::Text,
@@ -517,7 +525,7 @@ pub fn figure8() -> Vec<PaperRef> {
         ),
         r(
             "8(f)",
-            "FD+DS",
+            Some(Scheme::FdDs),
             Some(m(OpKind::Insert, IRP, Stat::Std)),
             "",
             PaperValue::Text,
@@ -542,7 +550,7 @@ pub fn figure9() -> Vec<PaperRef> {
     vec![
         r(
             "9(a)",
-            "FD+FC w/o MS",
+            Some(Scheme::FdFcWithoutMs),
             Some(m(OpKind::Insert, IRP, Stat::Max)),
             None,
             abs(32_000.0, 38_000.0),
@@ -550,7 +558,7 @@ pub fn figure9() -> Vec<PaperRef> {
         ),
         r(
             "9(a)",
-            "FD+FC",
+            Some(Scheme::FdFc),
             Some(m(OpKind::Insert, IRP, Stat::Max)),
             None,
             abs(1000.0, 1000.0),
@@ -558,10 +566,10 @@ pub fn figure9() -> Vec<PaperRef> {
         ),
         r(
             "9(b,c)",
-            "FD+FC/TUP",
+            Some(Scheme::FdFcTup),
             Some(m(OpKind::Insert, IRP, Stat::Avg)),
             Some((0.9, 0.9)),
-            ratio("FD+FC", 12.0, 12.0),
+            ratio(Scheme::FdFc, 12.0, 12.0),
             "When W_l = 0.9, average insertion R_p of FD+FC/TUP is 12 times worse than FD+FC.",
         ),
     ]

@@ -7,6 +7,7 @@
 
 use crate::harness::{BenchConfig, BenchError};
 use crate::result::BenchResult;
+use crate::scheme::Scheme;
 use crate::workload::{GrSpec, WorkloadSpec};
 use csd_paper::{Comparison, PaperValue};
 
@@ -231,7 +232,7 @@ pub const STALL_FACTOR: f64 = 3.0;
 /// The paper's headline: FD+XM over FD+FC worst insertion `R_p` (Figure 6(d)).
 pub const XM_OVER_FC_MIN: f64 = 20.0;
 
-fn by<'a>(rs: &[&'a BenchResult], scheme: &str) -> Option<&'a BenchResult> {
+fn by<'a>(rs: &[&'a BenchResult], scheme: Scheme) -> Option<&'a BenchResult> {
     rs.iter().copied().find(|r| r.scheme == scheme)
 }
 
@@ -257,7 +258,7 @@ pub fn check_orderings(
         let rs: Vec<&BenchResult> = fig7.iter().filter(|r| r.preload_keys == n).collect();
         insert_checks(&mut out, &format!("7, {n} keys"), &rs, false);
     }
-    let mut whs: Vec<String> = Vec::new();
+    let mut whs: Vec<WorkloadSpec> = Vec::new();
     for r in fig8 {
         if !whs.contains(&r.workload) {
             whs.push(r.workload.clone());
@@ -265,8 +266,8 @@ pub fn check_orderings(
     }
     for w in whs {
         let rs: Vec<&BenchResult> = fig8.iter().filter(|r| r.workload == w).collect();
-        let fc = by(&rs, "FD+FC");
-        for other in ["FD+DS", "FD+XM"] {
+        let fc = by(&rs, Scheme::FdFc);
+        for other in [Scheme::FdDs, Scheme::FdXm] {
             if let (Some(fc), Some(o)) = (fc, by(&rs, other)) {
                 out.push(Comparison::new(
                     PAPER,
@@ -276,7 +277,7 @@ pub fn check_orderings(
                 ));
             }
         }
-        if let (Some(fc), Some(ds)) = (fc, by(&rs, "FD+DS")) {
+        if let (Some(fc), Some(ds)) = (fc, by(&rs, Scheme::FdDs)) {
             out.push(Comparison::new(
                 PAPER,
                 format!("Fig. 8(c), {w}: FD+DS / FD+FC worst insertion R_p (FD+FC lower)"),
@@ -289,9 +290,11 @@ pub fn check_orderings(
 }
 
 fn insert_checks(out: &mut Vec<Comparison>, figure: &str, rs: &[&BenchResult], headline: bool) {
-    let Some(fc) = by(rs, "FD+FC") else { return };
+    let Some(fc) = by(rs, Scheme::FdFc) else {
+        return;
+    };
     let f = fc.insert.rp.max_ms;
-    for other in ["FD+DS", "FD+XM"] {
+    for other in [Scheme::FdDs, Scheme::FdXm] {
         let Some(o) = by(rs, other) else { continue };
         let x = o.insert.rp.max_ms / f.max(1e-9);
         out.push(Comparison::new(
@@ -302,7 +305,7 @@ fn insert_checks(out: &mut Vec<Comparison>, figure: &str, rs: &[&BenchResult], h
             PaperValue::above(STALL_FACTOR),
             x,
         ));
-        if headline && other == "FD+XM" {
+        if headline && other == Scheme::FdXm {
             out.push(Comparison::new(
                 PAPER,
                 format!("Fig. {figure}: FD+XM / FD+FC worst insertion R_p (>= 20x)"),
@@ -384,15 +387,15 @@ mod tests {
                 .get(&k)
                 .copied())
         }
-        fn name(&self) -> String {
-            "map".into()
+        fn scheme(&self) -> Scheme {
+            Scheme::BTree
         }
     }
 
     /// A result of `scheme` with the given worst insertion `R_p` and throughput.
-    fn result(template: &BenchResult, scheme: &str, ins_max: f64, thr: f64) -> BenchResult {
+    fn result(template: &BenchResult, scheme: Scheme, ins_max: f64, thr: f64) -> BenchResult {
         let mut r = template.clone();
-        r.scheme = scheme.into();
+        r.scheme = scheme;
         r.insert.rp.max_ms = ins_max;
         r.throughput_rps = thr;
         r
@@ -467,27 +470,27 @@ mod tests {
         let t = crate::run(&Map(Mutex::new(BTreeMap::new())), &cfg).unwrap();
         // The paper's shape: FC a second, DS and XM tens of seconds.
         let good = [
-            result(&t, "FD+FC", 1_000.0, 110.0),
-            result(&t, "FD+DS", 33_000.0, 100.0),
-            result(&t, "FD+XM", 38_000.0, 90.0),
+            result(&t, Scheme::FdFc, 1_000.0, 110.0),
+            result(&t, Scheme::FdDs, 33_000.0, 100.0),
+            result(&t, Scheme::FdXm, 38_000.0, 90.0),
         ];
         let checks = check_orderings(&good, &[], &[]);
         assert_eq!(checks.len(), 3);
         assert!(checks.iter().all(holds), "{checks:?}");
         // FC stalling like the others flips every check.
         let bad = [
-            result(&t, "FD+FC", 30_000.0, 110.0),
-            result(&t, "FD+DS", 33_000.0, 100.0),
-            result(&t, "FD+XM", 38_000.0, 90.0),
+            result(&t, Scheme::FdFc, 30_000.0, 110.0),
+            result(&t, Scheme::FdDs, 33_000.0, 100.0),
+            result(&t, Scheme::FdXm, 38_000.0, 90.0),
         ];
         assert!(check_orderings(&bad, &[], &[]).iter().all(|c| !holds(c)));
         // Figure 8: throughput and worst insertion, per warehouse count.
         let mut g = t.clone();
-        g.workload = "G_T w=4".into();
+        g.workload = WorkloadSpec::Gt(crate::GtSpec::paper(4, 100));
         let fig8 = [
-            result(&g, "FD+FC", 10.0, 120.0),
-            result(&g, "FD+DS", 300.0, 100.0),
-            result(&g, "FD+XM", 300.0, 130.0),
+            result(&g, Scheme::FdFc, 10.0, 120.0),
+            result(&g, Scheme::FdDs, 300.0, 100.0),
+            result(&g, Scheme::FdXm, 300.0, 130.0),
         ];
         let c8 = check_orderings(&[], &[], &fig8);
         assert_eq!(c8.len(), 3);
@@ -501,7 +504,11 @@ mod tests {
         // Runs come scheme by scheme over several sizes and warehouse counts: each size
         // and warehouse count is checked once (they were checked once per scheme).
         let mut fig7 = Vec::new();
-        for (s, worst) in [("FD+XM", 38_000.0), ("FD+DS", 33_000.0), ("FD+FC", 1_000.0)] {
+        for (s, worst) in [
+            (Scheme::FdXm, 38_000.0),
+            (Scheme::FdDs, 33_000.0),
+            (Scheme::FdFc, 1_000.0),
+        ] {
             for n in [100, 200] {
                 let mut r = result(&t, s, worst, 100.0);
                 r.preload_keys = n;
@@ -509,9 +516,9 @@ mod tests {
             }
         }
         let mut g8 = t.clone();
-        g8.workload = "G_T w=8".into();
+        g8.workload = WorkloadSpec::Gt(crate::GtSpec::paper(8, 100));
         let mut fig8b = Vec::new();
-        for s in ["FD+FC", "FD+DS", "FD+XM"] {
+        for s in [Scheme::FdFc, Scheme::FdDs, Scheme::FdXm] {
             for w in [&g, &g8] {
                 fig8b.push(result(w, s, 10.0, 100.0));
             }

@@ -10,8 +10,9 @@
 
 use crate::BenchIndex;
 use crate::harness::{BenchConfig, RunOutput};
+use crate::scheme::Scheme;
 use crate::stats::LatencySummary;
-use crate::workload::{Generator, OpKind, Workload};
+use crate::workload::{Generator, OpKind, Workload, WorkloadSpec};
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use csd_plot::{LatencyChart, Series};
 use serde::{Deserialize, Serialize};
@@ -97,12 +98,13 @@ impl OpResult {
 /// Everything one run measured. Serializes to flat JSON (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchResult {
-    /// The index's [`BenchIndex::name`] (e.g. `FD+FC`).
-    pub scheme: String,
+    /// The index's [`BenchIndex::scheme`] (serialized as its name, e.g. `FD+FC`).
+    pub scheme: Scheme,
     /// The workload's generator (JSON: `G_R` or `G_T`).
     pub generator: Generator,
-    /// The workload's parameters in one line.
-    pub workload: String,
+    /// The workload's parameters (JSON and tables: their one line, see
+    /// [`WorkloadSpec`]'s `Display`).
+    pub workload: WorkloadSpec,
     /// Generator seed.
     pub seed: u64,
     /// Nominal lookup ratio `W_l` of the spec (G_T: the derived 8/93).
@@ -163,9 +165,9 @@ impl BenchResult {
             frac(c[OpKind::Lookup.index()])
         };
         Self {
-            scheme: index.name(),
+            scheme: index.scheme(),
             generator: workload.generator,
-            workload: workload.description.clone(),
+            workload: workload.spec.clone(),
             seed: workload.seed,
             w_lookup,
             config: cfg.clone(),
@@ -207,7 +209,7 @@ impl BenchResult {
         let mut m = Map::new();
         m.insert("scheme".into(), json!(self.scheme));
         m.insert("generator".into(), json!(self.generator));
-        m.insert("workload".into(), json!(self.workload));
+        m.insert("workload".into(), json!(self.workload.to_string()));
         m.insert("seed".into(), json!(self.seed));
         m.insert("w_lookup".into(), json!(self.w_lookup));
         m.insert("requests".into(), json!(self.requests));
@@ -317,8 +319,8 @@ impl BenchResult {
             .set_content_arrangement(ContentArrangement::Dynamic)
             .set_header(vec!["field", "value"]);
         let rows: Vec<(String, String)> = vec![
-            ("scheme".into(), self.scheme.clone()),
-            ("workload".into(), self.workload.clone()),
+            ("scheme".into(), self.scheme.to_string()),
+            ("workload".into(), self.workload.to_string()),
             (
                 "request mix (l/i/d)".into(),
                 format!(
@@ -435,7 +437,7 @@ pub fn latency_chart(results: &[BenchResult], op: OpKind, which: Latency) -> Lat
         let name = if shared {
             format!("{} W_l={:.2}", r.scheme, r.w_lookup)
         } else {
-            r.scheme.clone()
+            r.scheme.to_string()
         };
         c.series.push(Series::solid(name, d.to_vec()).with_color(i));
     }

@@ -22,7 +22,7 @@ use crate::harness::{BenchConfig, BenchError, Progress, run_with_progress};
 use crate::paper::{Metric, PaperRef, PaperValue, Stat};
 use crate::result::{BenchResult, Latency, fmt_ms, latency_chart};
 use crate::workload::{Generator, OpKind, WorkloadSpec};
-use crate::{BenchIndex, IndexError};
+use crate::{BenchIndex, IndexError, Scheme};
 use csd_plot::{LineChart, PlotFiles, Series};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -132,11 +132,11 @@ impl Axis {
 }
 
 /// Schemes in order of first appearance.
-fn schemes(results: &[BenchResult]) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
+fn schemes(results: &[BenchResult]) -> Vec<Scheme> {
+    let mut v: Vec<Scheme> = Vec::new();
     for r in results {
         if !v.contains(&r.scheme) {
-            v.push(r.scheme.clone());
+            v.push(r.scheme);
         }
     }
     v
@@ -230,7 +230,7 @@ struct Report<'a> {
     fig: &'static str,
     x_label: &'static str,
     by_ratio: bool,
-    schemes: Vec<String>,
+    schemes: Vec<Scheme>,
     /// The swept values, sorted, each once.
     xs: Vec<f64>,
     x_lo: f64,
@@ -263,6 +263,12 @@ impl<'a> Report<'a> {
         self.axis.x(r)
     }
 
+    /// The schemes' names joined by `sep`.
+    fn scheme_names(&self, sep: &str) -> String {
+        let names: Vec<&str> = self.schemes.iter().map(|s| s.label()).collect();
+        names.join(sep)
+    }
+
     /// One plot per metric: a solid series per scheme, the paper's values dashed.
     fn metric_plots(&self, dir: &Path) -> Result<Vec<PlotFiles>, BenchError> {
         let (fig, x_label) = (self.fig, self.x_label);
@@ -277,14 +283,14 @@ impl<'a> Report<'a> {
                 let mut pts: Vec<(f64, f64)> = self
                     .results
                     .iter()
-                    .filter(|r| &r.scheme == s)
+                    .filter(|r| r.scheme == *s)
                     .filter_map(|r| metric.value(r).map(|v| (self.x_of(r), v)))
                     .collect();
                 pts.sort_by(|a, b| a.0.total_cmp(&b.0));
                 if !pts.is_empty() {
                     chart
                         .series
-                        .push(Series::solid(s.clone(), pts).with_color(si));
+                        .push(Series::solid(s.to_string(), pts).with_color(si));
                 }
             }
             if chart.series.is_empty() {
@@ -323,19 +329,19 @@ impl<'a> Report<'a> {
             let color = self
                 .schemes
                 .iter()
-                .position(|s| s == p.scheme)
+                .position(|&s| Some(s) == p.scheme)
                 .unwrap_or(self.schemes.len() + 1);
             let label = if low == high {
                 format!(
                     "paper {} ({}): {}",
-                    p.scheme,
+                    p.scheme_label(),
                     p.figure,
                     fmt_value(low, &metric)
                 )
             } else {
                 format!(
                     "paper {} ({}): {}-{}",
-                    p.scheme,
+                    p.scheme_label(),
                     p.figure,
                     fmt_value(low, &metric),
                     fmt_value(high, &metric)
@@ -397,7 +403,7 @@ impl<'a> Report<'a> {
             "Schemes: {}. Every number below was measured by the csd-idxbench harness \
              (per-request timestamps; R_p = dequeue→done, R_q = placed in queue→done, R_o = arrival→done, which adds the wait for a slot in a full queue). \
              Dashed lines in the plots are the paper's numbers as stated in its text.\n",
-            self.schemes.join(", ")
+            self.scheme_names(", ")
         );
     }
 
@@ -406,7 +412,7 @@ impl<'a> Report<'a> {
         let _ = writeln!(md, "## Results\n");
         for (metric, panel) in plotted_metrics() {
             let _ = writeln!(md, "### {}{}\n", metric.label(), cf(self.fig, panel));
-            let _ = writeln!(md, "| {} | {} |", self.x_label, self.schemes.join(" | "));
+            let _ = writeln!(md, "| {} | {} |", self.x_label, self.scheme_names(" | "));
             let _ = writeln!(md, "|---|{}", "---|".repeat(self.schemes.len()));
             for &x in &self.xs {
                 let cells: Vec<String> = self
@@ -415,7 +421,7 @@ impl<'a> Report<'a> {
                     .map(|s| {
                         self.results
                             .iter()
-                            .find(|r| &r.scheme == s && self.x_of(r) == x)
+                            .find(|r| r.scheme == *s && self.x_of(r) == x)
                             .and_then(|r| metric.value(r))
                             .map(|v| fmt_value(v, &metric))
                             .unwrap_or_else(|| "–".into())
@@ -460,7 +466,7 @@ impl<'a> Report<'a> {
                 md,
                 "| {} | {} | {} | {} | {} | {} | {} |",
                 p.figure,
-                p.scheme,
+                p.scheme_label(),
                 metric_s,
                 wher,
                 paper_s,
@@ -490,7 +496,7 @@ impl<'a> Report<'a> {
                 };
                 let vals: Vec<String> = results
                     .iter()
-                    .filter(|r| r.scheme == p.scheme && applies(r))
+                    .filter(|r| Some(r.scheme) == p.scheme && applies(r))
                     .filter_map(|r| {
                         m.value(r)
                             .map(|v| format!("{}: {}", self.x_of(r), fmt_value(v, &m)))
@@ -513,7 +519,7 @@ impl<'a> Report<'a> {
                 };
                 let vals: Vec<String> = results
                     .iter()
-                    .filter(|r| r.scheme == p.scheme && applies(r))
+                    .filter(|r| Some(r.scheme) == p.scheme && applies(r))
                     .filter_map(|r| {
                         let base = results
                             .iter()

@@ -97,6 +97,13 @@ impl OpKind {
     }
 }
 
+/// Its name ([`OpKind::name`]), padded as the format asks.
+impl std::fmt::Display for OpKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// Marker for "no earlier write to the same key" in [`Request::after`].
 pub const NO_PREDECESSOR: u32 = u32::MAX;
 
@@ -447,13 +454,44 @@ impl WorkloadSpec {
     }
 }
 
+/// The parameters in one line (`G_R N=… W_l:W_i:W_d=…` or `G_T N=… warehouses=…`), as
+/// reports show the workload.
+impl std::fmt::Display for WorkloadSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkloadSpec::Gr(s) => write!(
+                f,
+                "G_R N={} W_l:W_i:W_d={:.3}:{:.3}:{:.3} preload={} delete_min_age={}",
+                s.requests, s.w_lookup, s.w_insert, s.w_delete, s.preload, s.delete_min_age
+            ),
+            WorkloadSpec::Gt(s) => {
+                let m = s.mix;
+                write!(
+                    f,
+                    "G_T N={} warehouses={} districts={} customers/district={} preload orders/customer={} mix={}/{}/{}/{}/{}",
+                    s.requests,
+                    s.warehouses,
+                    s.districts,
+                    s.customers_per_district,
+                    s.preload_orders_per_customer,
+                    m.new_order,
+                    m.payment,
+                    m.order_status,
+                    m.delivery,
+                    m.stock_level
+                )
+            }
+        }
+    }
+}
+
 /// A generated workload: preload plus the ordered list of requests.
 #[derive(Debug, Clone)]
 pub struct Workload {
     /// The generator that made it.
     pub generator: Generator,
-    /// One-line description of the parameters.
-    pub description: String,
+    /// The spec it was generated from (printed as its one-line description).
+    pub spec: WorkloadSpec,
     /// Seed it was generated from.
     pub seed: u64,
     /// What is inserted before the run.
@@ -578,15 +616,7 @@ pub fn generate_gr(spec: &GrSpec, seed: u64) -> Result<Workload, WorkloadError> 
     }
     Ok(Workload {
         generator: Generator::Gr,
-        description: format!(
-            "G_R N={} W_l:W_i:W_d={:.3}:{:.3}:{:.3} preload={} delete_min_age={}",
-            spec.requests,
-            spec.w_lookup,
-            spec.w_insert,
-            spec.w_delete,
-            spec.preload,
-            spec.delete_min_age
-        ),
+        spec: WorkloadSpec::Gr(spec.clone()),
         seed,
         preload: Preload::Dense { count: s, seed },
         requests: reqs,
@@ -794,19 +824,7 @@ pub fn generate_gt(spec: &GtSpec, seed: u64) -> Result<Workload, WorkloadError> 
     reqs.truncate(cap);
     Ok(Workload {
         generator: Generator::Gt,
-        description: format!(
-            "G_T N={} warehouses={} districts={} customers/district={} preload orders/customer={} mix={}/{}/{}/{}/{}",
-            spec.requests,
-            spec.warehouses,
-            spec.districts,
-            spec.customers_per_district,
-            spec.preload_orders_per_customer,
-            m.new_order,
-            m.payment,
-            m.order_status,
-            m.delivery,
-            m.stock_level
-        ),
+        spec: WorkloadSpec::Gt(spec.clone()),
         seed,
         preload: Preload::Tpcc {
             warehouses: spec.warehouses,

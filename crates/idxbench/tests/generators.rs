@@ -282,8 +282,16 @@ fn generators_are_named_g_r_and_g_t_in_text_and_json() {
         format!("{}|{:<4}|", Generator::Gr, Generator::Gt),
         "G_R|G_T |"
     );
-    assert!(gr.description.starts_with(Generator::Gr.name()));
-    assert!(gt.description.starts_with(Generator::Gt.name()));
+    assert!(gr.spec.to_string().starts_with(Generator::Gr.name()));
+    assert!(gt.spec.to_string().starts_with(Generator::Gt.name()));
+    assert_eq!(
+        gr.spec.to_string(),
+        "G_R N=100 W_l:W_i:W_d=0.500:0.250:0.250 preload=10 delete_min_age=100"
+    );
+    assert_eq!(
+        gt.spec.to_string(),
+        "G_T N=100 warehouses=1 districts=10 customers/district=3000 preload orders/customer=3 mix=45/43/4/4/4"
+    );
     let back: Generator = serde_json::from_str("\"G_T\"").unwrap();
     assert_eq!(back, Generator::Gt);
     assert!(serde_json::from_str::<Generator>("\"G_X\"").is_err());

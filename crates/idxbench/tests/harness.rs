@@ -12,7 +12,7 @@ use std::time::Duration;
 /// `RwLock<BTreeMap>`; every `merge_every`-th insertion sleeps `merge` under the write
 /// lock (a stop-the-world merge, like FD+XM).
 struct MapIndex {
-    name: String,
+    scheme: Scheme,
     map: RwLock<BTreeMap<u64, u64>>,
     merge_every: u64,
     merge: Duration,
@@ -25,9 +25,9 @@ struct MapIndex {
 }
 
 impl MapIndex {
-    fn new(name: &str) -> Self {
+    fn new(scheme: Scheme) -> Self {
         Self {
-            name: name.into(),
+            scheme,
             map: RwLock::new(BTreeMap::new()),
             merge_every: 0,
             merge: Duration::ZERO,
@@ -72,8 +72,8 @@ impl BenchIndex for MapIndex {
         self.calls[2].fetch_add(1, Ordering::SeqCst);
         Ok(self.map.read().unwrap().get(&k).copied())
     }
-    fn name(&self) -> String {
-        self.name.clone()
+    fn scheme(&self) -> Scheme {
+        self.scheme
     }
     fn extra_stats(&self) -> Vec<(String, f64)> {
         vec![
@@ -109,7 +109,7 @@ fn every_request_once_and_final_content_predicted() {
         let mut cfg = tiny(w_l, 30_000, 2_000);
         cfg.seed = seed;
         let w = cfg.workload.generate(cfg.seed).unwrap();
-        let idx = MapIndex::new("map");
+        let idx = MapIndex::new(Scheme::BTree);
         let r = run_workload(&idx, &w, &cfg, &|_| {}).unwrap();
         let c = w.counts();
         assert_eq!(r.not_executed_once, 0);
@@ -157,7 +157,7 @@ fn count_warm_lookups(w: &Workload, warmup: usize) -> u64 {
 #[test]
 fn merge_pauses_show_as_worst_insert_rp_and_lookup_rq_tail() {
     let cfg = tiny(0.6, 20_000, 5_000);
-    let idx = MapIndex::new("XM-mock").with_merges(1_500, 50);
+    let idx = MapIndex::new(Scheme::FdXm).with_merges(1_500, 50);
     let r = run(&idx, &cfg).unwrap();
     assert!(idx.merges.load(Ordering::SeqCst) >= 2);
     assert!(
@@ -204,13 +204,28 @@ fn index_error_stops_the_run() {
         .find(|r| r.op == OpKind::Insert)
         .unwrap()
         .key;
-    let mut idx = MapIndex::new("failing");
+    let mut idx = MapIndex::new(Scheme::BTree);
     idx.fail_key = Some(victim);
     let e = run_workload(&idx, &w, &cfg, &|_| {}).unwrap_err();
-    assert!(matches!(e, BenchError::Index { op: "insert", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            BenchError::Index {
+                op: OpKind::Insert,
+                scheme: Scheme::BTree,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("device full"));
+    assert!(
+        e.to_string()
+            .starts_with("index 'B+tree' failed insert of key"),
+        "{e}"
+    );
     // A failing preload is reported as such.
-    let mut idx = MapIndex::new("failing");
+    let mut idx = MapIndex::new(Scheme::BTree);
     idx.fail_key = Some(1);
     assert!(matches!(
         run(&idx, &cfg).unwrap_err(),
@@ -220,7 +235,7 @@ fn index_error_stops_the_run() {
 
 #[test]
 fn bad_config_is_rejected() {
-    let idx = MapIndex::new("m");
+    let idx = MapIndex::new(Scheme::BTree);
     let mut c = tiny(0.5, 10, 10);
     c.readers = 0;
     assert!(matches!(run(&idx, &c), Err(BenchError::Config(_))));
@@ -239,7 +254,7 @@ fn gt_workload_runs_and_matches() {
         ..GtSpec::paper(2, 20_000)
     });
     let w = cfg.workload.generate(cfg.seed).unwrap();
-    let idx = MapIndex::new("map");
+    let idx = MapIndex::new(Scheme::BTree);
     let r = run_workload(&idx, &w, &cfg, &|_| {}).unwrap();
     assert_eq!(idx.content(), w.expected_final());
     assert_eq!(r.generator, Generator::Gt);
@@ -253,7 +268,7 @@ fn gt_workload_runs_and_matches() {
 #[test]
 fn json_table_and_chart() {
     let cfg = tiny(0.5, 5_000, 500);
-    let idx = MapIndex::new("map");
+    let idx = MapIndex::new(Scheme::BTree);
     let r = run(&idx, &cfg).unwrap();
     let v = serde_json::to_value(&r).unwrap();
     for k in [
@@ -290,7 +305,7 @@ fn sweep_and_report() {
     let cfg = tiny(0.5, 4_000, 500);
     let ratios = [0.0, 0.5, 0.9, 1.0];
     let mut all = Vec::new();
-    for (name, every) in [("FD+FC", 0u64), ("FD+XM", 400)] {
+    for (name, every) in [(Scheme::FdFc, 0u64), (Scheme::FdXm, 400)] {
         let make = |_w: f64| -> Result<Arc<dyn BenchIndex>, IndexError> {
             Ok(Arc::new(MapIndex::new(name).with_merges(every, 5)))
         };
@@ -331,8 +346,9 @@ fn sweep_and_report() {
         serde_json::from_str(&std::fs::read_to_string(&files.json).unwrap()).unwrap();
     assert_eq!(json.as_array().map(|a| a.len()), Some(8));
     // A bad ratio is an error, not a panic.
-    let make =
-        |_w: f64| -> Result<Arc<dyn BenchIndex>, IndexError> { Ok(Arc::new(MapIndex::new("x"))) };
+    let make = |_w: f64| -> Result<Arc<dyn BenchIndex>, IndexError> {
+        Ok(Arc::new(MapIndex::new(Scheme::BTree)))
+    };
     assert!(sweep(&[1.5], make, &cfg, &|_, _| {}).is_err());
 }
 
@@ -376,7 +392,7 @@ fn tpcc_warehouse_sweep_report() {
         })
         .collect();
     let mut all = Vec::new();
-    for name in ["FD+FC", "FD+DS"] {
+    for name in [Scheme::FdFc, Scheme::FdDs] {
         let make = |_c: &BenchConfig| -> Result<Arc<dyn BenchIndex>, IndexError> {
             Ok(Arc::new(MapIndex::new(name)))
         };

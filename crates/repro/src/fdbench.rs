@@ -6,12 +6,12 @@ use crate::ReproError;
 use crate::util::ConfigSource;
 use clap::{Args, ValueEnum};
 use csd_device::NvmeDevice;
-use csd_fdtree::{BTree, BTreeConfig, FdConfig, FdTree, Scheme};
+use csd_fdtree::{BTree, BTreeConfig, FdConfig, FdTree};
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::SharedDevice;
 use csd_idxbench::harness::{Phase, Progress};
 use csd_idxbench::result::BenchResult;
-use csd_idxbench::{BenchIndex, IndexError, repro};
+use csd_idxbench::{BenchIndex, IndexError, Scheme, repro};
 use csd_sim::ClockMode;
 use std::sync::Arc;
 
@@ -19,7 +19,7 @@ use std::sync::Arc;
 /// timed run uses (the preload runs in virtual time).
 struct FdBench {
     tree: FdTree,
-    name: &'static str,
+    scheme: Scheme,
     run_clock: RunClock,
 }
 
@@ -50,8 +50,8 @@ impl BenchIndex for FdBench {
     fn lookup(&self, k: u64) -> Result<Option<u64>, IndexError> {
         self.tree.lookup(k).map_err(ie)
     }
-    fn name(&self) -> String {
-        self.name.into()
+    fn scheme(&self) -> Scheme {
+        self.scheme
     }
     fn quiesce(&self) -> Result<(), IndexError> {
         self.tree.wait_for_merges().map_err(ie)
@@ -78,8 +78,8 @@ impl BenchIndex for BTreeBench {
     fn lookup(&self, k: u64) -> Result<Option<u64>, IndexError> {
         self.0.lookup(k).map_err(ie)
     }
-    fn name(&self) -> String {
-        "B+tree".into()
+    fn scheme(&self) -> Scheme {
+        Scheme::BTree
     }
     fn start_run(&self) -> Result<(), IndexError> {
         self.1.start()
@@ -143,10 +143,10 @@ impl TreeOpts {
     }
 
     pub fn make(&self, scheme: SchemeArg) -> Result<Arc<dyn BenchIndex>, ReproError> {
-        let (s, name) = match scheme {
-            SchemeArg::Xm => (Scheme::Xm, "FD+XM"),
-            SchemeArg::Ds => (Scheme::Ds, "FD+DS"),
-            SchemeArg::Fc => (Scheme::Fc, "FD+FC"),
+        let s = match scheme {
+            SchemeArg::Xm => csd_fdtree::Scheme::Xm,
+            SchemeArg::Ds => csd_fdtree::Scheme::Ds,
+            SchemeArg::Fc => csd_fdtree::Scheme::Fc,
             SchemeArg::Btree => {
                 let cfg = BTreeConfig {
                     cache_bytes: self.cache_mib << 20,
@@ -170,7 +170,7 @@ impl TreeOpts {
         let tree = FdTree::create(dev, cfg).map_err(|e| ReproError::Usage(e.to_string()))?;
         Ok(Arc::new(FdBench {
             tree,
-            name,
+            scheme: scheme.scheme(),
             run_clock,
         }))
     }
@@ -228,6 +228,18 @@ pub enum SchemeArg {
     Btree,
 }
 
+impl SchemeArg {
+    /// The paper's scheme it runs.
+    pub fn scheme(self) -> Scheme {
+        match self {
+            SchemeArg::Xm => Scheme::FdXm,
+            SchemeArg::Ds => Scheme::FdDs,
+            SchemeArg::Fc => Scheme::FdFc,
+            SchemeArg::Btree => Scheme::BTree,
+        }
+    }
+}
+
 impl std::fmt::Display for SchemeArg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.to_possible_value() {
@@ -253,10 +265,10 @@ pub fn update_rp_max_ms(r: &BenchResult) -> f64 {
 /// against FD+DS's, where those runs are present: (JSON key, label with the paper's
 /// value, ratio).
 pub fn headline_ratios(results: &[&BenchResult]) -> Vec<(&'static str, &'static str, f64)> {
-    let at = |name: &str| results.iter().find(|r| r.scheme == name);
+    let at = |scheme: Scheme| results.iter().find(|r| r.scheme == scheme);
     let ratio = |a: f64, b: f64| a / b.max(1e-9);
     let mut v = Vec::new();
-    if let (Some(fc), Some(xm)) = (at("FD+FC"), at("FD+XM")) {
+    if let (Some(fc), Some(xm)) = (at(Scheme::FdFc), at(Scheme::FdXm)) {
         v.push((
             "xm_over_fc_insert_rp_max",
             "FD+XM / FD+FC worst insertion R_p (paper: >= 20x)",
@@ -268,7 +280,7 @@ pub fn headline_ratios(results: &[&BenchResult]) -> Vec<(&'static str, &'static 
             ratio(update_rp_max_ms(xm), update_rp_max_ms(fc)),
         ));
     }
-    if let (Some(fc), Some(ds)) = (at("FD+FC"), at("FD+DS")) {
+    if let (Some(fc), Some(ds)) = (at(Scheme::FdFc), at(Scheme::FdDs)) {
         v.push((
             "fc_over_ds_throughput",
             "FD+FC / FD+DS throughput (paper: 1.08-1.15)",
@@ -301,7 +313,7 @@ pub fn print_comparison(results: &[&BenchResult]) {
     ]);
     for r in results {
         t.add_row(vec![
-            r.scheme.clone(),
+            r.scheme.to_string(),
             format!("{:.2}", r.w_lookup),
             format!("{:.0}", r.throughput_rps),
             format!("{:.2}", r.insert.rp.max_ms),
@@ -332,6 +344,14 @@ mod tests {
             assert_eq!(SchemeArg::from_str(&s.to_string(), false), Ok(*s));
         }
         assert!(SchemeArg::from_str("fd+fc", false).is_err());
+        let runs: Vec<Scheme> = SchemeArg::value_variants()
+            .iter()
+            .map(|s| s.scheme())
+            .collect();
+        assert_eq!(
+            runs,
+            [Scheme::FdXm, Scheme::FdDs, Scheme::FdFc, Scheme::BTree]
+        );
         assert_eq!(
             comma_list(&[SchemeArg::Xm, SchemeArg::Ds, SchemeArg::Fc]),
             "xm,ds,fc"
