@@ -166,6 +166,25 @@ impl BenchFlixrArgs {
     }
 }
 
+/// `csd bench flixr --json`: the set-up and the figures per configuration.
+#[derive(Debug, serde::Serialize)]
+struct BenchFlixrReport<'a> {
+    /// Device preset.
+    preset: &'a str,
+    /// TPC-H scale factor of LINEITEM.
+    sf: f64,
+    /// Queries per configuration.
+    queries: u32,
+    /// Fraction of the rows each query selects.
+    selectivity: f64,
+    /// Seed of the queries.
+    seed: u64,
+    /// The host B+tree's node cache.
+    host_cache: HostCache,
+    /// The figures, in report order.
+    configs: &'a [ConfigFigures],
+}
+
 /// Run the benchmark: the figures per configuration.
 pub fn figures(a: &BenchFlixrArgs) -> Result<Vec<ConfigFigures>, CliError> {
     let s = a.setup();
@@ -180,18 +199,15 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
     let t0 = std::time::Instant::now();
     let figs = figures(a)?;
     if a.report.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "preset": a.preset,
-                "sf": a.sf,
-                "queries": a.queries,
-                "selectivity": a.selectivity,
-                "seed": a.rng.seed,
-                "host_cache": a.setup().host_cache,
-                "configs": figs,
-            })
-        );
+        crate::report::print_json(&BenchFlixrReport {
+            preset: &a.preset,
+            sf: a.sf,
+            queries: a.queries,
+            selectivity: a.selectivity,
+            seed: a.rng.seed,
+            host_cache: a.setup().host_cache,
+            configs: &figs,
+        });
         return Ok(());
     }
     println!(
