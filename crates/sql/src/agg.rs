@@ -13,7 +13,14 @@
 //! arguments are column arithmetic the device computes exactly (`+ - *`, exact casts).
 //! Otherwise the plan is left as it was. An argument may be NULL: the device skips its
 //! NULL rows and counts the values it folded (`COUNT(x)`, `AVG(x)`'s count, a `SUM(x)`
-//! of no values is NULL), as DataFusion does. Float aggregates stay DataFusion's.
+//! of no values is NULL), as DataFusion does. `DECIMAL(p, s)` (128-bit) `SUM`, `AVG`,
+//! `MIN`, `MAX` run in the device in `i128` (`AVG` as count and sum, which DataFusion
+//! divides as for its own; a sum beyond `i128` is an overflow error in the device where
+//! DataFusion's wraps around), and so do `MIN`/`MAX` of `VARCHAR` and `VARBINARY`, byte
+//! for byte (UTF-8 byte order is Arrow's string order). Float aggregates stay
+//! DataFusion's: a float `SUM`/`AVG` depends on the order of its additions (DataFusion's
+//! batches and partitions), which the device does not reproduce bit for bit, and a
+//! float `MIN`/`MAX` among `-0.0`/`0.0` or NaNs on the order rows are seen.
 //! Grouping keys must be NOT NULL columns.
 //!
 //! The device's states (exact `i128` sums, row counts, extremes) become DataFusion's
@@ -36,8 +43,8 @@ use csd_query::types::DataType as DevType;
 use csd_query::{AccView, AggState};
 use csd_table::schema::{ColumnType, Schema, decode_numeric};
 use datafusion::arrow::array::{
-    ArrayRef, Decimal128Array, Float64Array, Int64Array, RecordBatch, RecordBatchOptions,
-    StringBuilder, UInt64Array,
+    ArrayRef, BinaryArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
+    RecordBatchOptions, StringBuilder, UInt64Array,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -215,15 +222,50 @@ fn extremes(st: &AggState, a: usize, ty: DevType, rows: &[u64]) -> Result<ArrayR
             }
         }
         Some(AccView::MinMaxChar { val, seen }) => {
-            let mut b = StringBuilder::new();
-            for (g, v) in val.iter().enumerate() {
-                if seen.get(g).copied().unwrap_or(false) && rows[g] > 0 {
-                    b.append_value(String::from_utf8_lossy(csd_table::schema::trim_char(v)));
-                } else {
-                    b.append_null();
+            let ok = |g: usize| seen.get(g).copied().unwrap_or(false) && rows[g] > 0;
+            match ty {
+                // A VARBINARY extreme: the bytes.
+                DevType::Varbinary => Arc::new(BinaryArray::from_iter(
+                    val.iter()
+                        .enumerate()
+                        .map(|(g, v)| ok(g).then_some(v.as_slice())),
+                )),
+                _ => {
+                    let mut b = StringBuilder::new();
+                    for (g, v) in val.iter().enumerate() {
+                        if !ok(g) {
+                            b.append_null();
+                        } else if ty == DevType::Varchar {
+                            // A VARCHAR value as stored: UTF-8, neither padded nor trimmed.
+                            let text = std::str::from_utf8(v).map_err(|e| {
+                                DataFusionError::Internal(format!(
+                                    "the device's extreme of a VARCHAR is not UTF-8: {e}"
+                                ))
+                            })?;
+                            b.append_value(text);
+                        } else {
+                            b.append_value(String::from_utf8_lossy(csd_table::schema::trim_char(
+                                v,
+                            )));
+                        }
+                    }
+                    Arc::new(b.finish())
                 }
             }
-            Arc::new(b.finish())
+        }
+        Some(AccView::MinMaxWide { val, seen }) => {
+            let DevType::Decimal128 { precision, scale } = ty else {
+                return Err(DataFusionError::Internal(format!(
+                    "aggregate {a}: a 128-bit extreme of {ty}"
+                )));
+            };
+            let ok = |g: usize| seen.get(g).copied().unwrap_or(false) && rows[g] > 0;
+            Arc::new(
+                Decimal128Array::from_iter(
+                    val.iter().enumerate().map(|(g, &x)| ok(g).then_some(x)),
+                )
+                .with_precision_and_scale(precision, scale as i8)?,
+            )
         }
         _ => {
             return Err(DataFusionError::Internal(format!(
@@ -355,9 +397,10 @@ fn push_scan(
         kinds.push(kind);
     }
     // The device groups by NOT NULL columns of the original types, and aggregates
-    // values of the fixed types (INT, DECIMAL, DATE, CHAR; MIN/MAX of timestamps;
-    // COUNT of anything), skipping NULLs as SQL does; anything else (a nullable or
-    // newer-type key, float aggregates) is DataFusion's.
+    // INT and DECIMAL values (DECIMAL(p, s) too, in 128 bits), MIN/MAX of dates,
+    // timestamps and strings (CHAR; VARCHAR and VARBINARY byte for byte, Arrow's
+    // order), COUNT of anything, skipping NULLs as SQL does; anything else (a nullable
+    // or newer-type key, float aggregates) is DataFusion's.
     let key_ok = |&g: &usize| {
         schema
             .columns()
@@ -371,13 +414,17 @@ fn push_scan(
                 e.ty,
                 DevType::Int
                     | DevType::Decimal { .. }
+                    | DevType::Decimal128 { .. }
                     | DevType::Date
                     | DevType::Char(_)
+                    | DevType::Varchar
+                    | DevType::Varbinary
                     | DevType::Timestamp
             ),
-            AggFunc::Sum | AggFunc::Avg => {
-                matches!(e.ty, DevType::Int | DevType::Decimal { .. })
-            }
+            AggFunc::Sum | AggFunc::Avg => matches!(
+                e.ty,
+                DevType::Int | DevType::Decimal { .. } | DevType::Decimal128 { .. }
+            ),
         })
     };
     if !group_by.iter().all(key_ok) || !aggregates.iter().all(arg_ok) {
@@ -504,23 +551,28 @@ fn device_function(
         ("sum" | "avg", Some(d)) => {
             let s = match d.ty {
                 DevType::Int => 0,
-                DevType::Decimal { scale } => scale,
+                DevType::Decimal { scale } | DevType::Decimal128 { scale, .. } => scale,
                 _ => return None,
             };
             // The device's sum must be at DataFusion's argument scale.
             if s != df_scale {
                 return None;
             }
+            let avg_ty = match d.ty {
+                // The 128-bit sum and the count go to DataFusion, which divides as it
+                // does for its own AVG of a DECIMAL(p, s).
+                DevType::Decimal128 { .. } => DevType::Decimal128 {
+                    precision: 38,
+                    scale: csd_query::plan::avg_scale(s),
+                },
+                _ => DevType::Decimal {
+                    scale: csd_query::plan::avg_scale(s),
+                },
+            };
             if fname == "sum" {
                 (AggFunc::Sum, d.ty, StateKind::Sum(s))
             } else {
-                (
-                    AggFunc::Avg,
-                    DevType::Decimal {
-                        scale: csd_query::plan::avg_scale(s),
-                    },
-                    StateKind::Avg(s),
-                )
+                (AggFunc::Avg, avg_ty, StateKind::Avg(s))
             }
         }
         ("min" | "max", Some(d)) if d.ty != DevType::Bool => (

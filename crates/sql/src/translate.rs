@@ -27,10 +27,23 @@
 //!   columns with numeric literals (exact 128-bit values) and with columns of their
 //!   scale.
 //!
+//! * a float compared with a decimal literal (`f64 > 1.5`: `1.5` is a `DECIMAL` in
+//!   csd's SQL, and DataFusion compares `CAST(f64 AS DECIMAL(30, 15)) > 1.5`, its cast
+//!   being `round(10^s * x)` in `f64`), also in `BETWEEN` and `IN`: the cast is monotone
+//!   in the float, so the rows where it compares true are a range of the float's order,
+//!   whose bounds [`csd_query::build::float_decimal_bounds`] finds by bisection over the
+//!   order keys with the cast itself; the device compares keys with them. Exactly
+//!   DataFusion's answer on every row it can cast; a NaN, an infinity or a value beyond
+//!   the decimal's precision, on which DataFusion's cast (and so its query) fails, is
+//!   compared in the float order (`inf` above every decimal, NaN above `inf`).
+//! * float `IN` lists (`x IN (CAST('1.5' AS DOUBLE), ...)`: DataFusion keeps lists of
+//!   more than 3 items as `IN`, matching bit for bit) without `0.0`, `-0.0` or NaN,
+//!   where bit equality and the device's key equality are the same.
+//!
 //! Not translated: division (DataFusion's decimal quotient scale differs from the
 //! device's), ordering comparisons of `CHAR` strings (padding and bytes below the
-//! blank), float arithmetic and float `IN` lists, functions, `CASE`, other `LIKE`
-//! patterns.
+//! blank), float arithmetic, float `IN` lists holding `0.0`, `-0.0` or NaN, functions,
+//! `CASE`, other `LIKE` patterns.
 
 use csd_query::BuildError;
 use csd_query::build::{self, BinaryArith};
@@ -219,12 +232,92 @@ fn in_list_of<'v>(
             return unsupported(format!("{whole} (IN with a non-literal)"));
         };
         let d = literal(v).ok_or_else(|| NotPushed::Unsupported(format!("the literal {v}")))?;
+        if x.ty.is_float() && float_in_ambiguous(v) {
+            return unsupported(format!("{whole} (a float IN list with 0, -0 or NaN)"));
+        }
         if !x.ty.is_variable() && trailing_blank(&d) {
             return unsupported(format!("{whole} (trailing blanks)"));
         }
         items.push(d);
     }
     Ok(build::in_list(x, items, negated, whole)?)
+}
+
+/// A decimal literal's value in units of `scale` (`None`: not a decimal literal, or
+/// not exactly at that scale).
+fn decimal_units(v: &ScalarValue, scale: u8) -> Option<i128> {
+    let ScalarValue::Decimal128(Some(x), _, s) = v else {
+        return None;
+    };
+    let s = u8::try_from(*s).ok()?;
+    let up = scale.checked_sub(s)?;
+    x.checked_mul(10i128.checked_pow(u32::from(up))?)
+}
+
+/// `CAST(x AS DECIMAL(_, scale)) op c` for a float `x` (see
+/// [`build::compare_float_decimal`]).
+fn float_decimal_cmp(
+    op: CmpOp,
+    x: DevExpr,
+    scale: u8,
+    c: &ScalarValue,
+    whole: &str,
+) -> Result<DevExpr, NotPushed> {
+    let Some(units) = decimal_units(c, scale) else {
+        return unsupported(format!("{whole} (a float against {c})"));
+    };
+    Ok(build::compare_float_decimal(op, x, scale, units, whole)?)
+}
+
+/// `CAST(x AS DECIMAL(_, scale)) [NOT] IN (decimals)` for a float `x`: per item the keys
+/// `[ge, gt)` of [`build::float_decimal_bounds`] (one key: an `IN` item; several: a
+/// range), ORed.
+fn float_decimal_in<'v>(
+    x: DevExpr,
+    scale: u8,
+    values: impl Iterator<Item = Option<&'v ScalarValue>>,
+    negated: bool,
+    whole: &str,
+) -> Result<DevExpr, NotPushed> {
+    let width = if x.ty == DevType::Float32 { 4 } else { 8 };
+    let key = |k: i64| DevExpr::constant(Const::Int(k), x.ty);
+    let (mut singles, mut terms) = (Vec::new(), Vec::new());
+    for v in values {
+        let units = v
+            .and_then(|v| decimal_units(v, scale))
+            .ok_or_else(|| NotPushed::Unsupported(format!("{whole} (IN with a non-decimal)")))?;
+        let Some((ge, gt)) = build::float_decimal_bounds(width, scale, units) else {
+            return unsupported(format!("{whole} (decimal scale {scale})"));
+        };
+        if gt == ge + 1 {
+            singles.push(key(ge));
+        } else if gt > ge {
+            terms.push(build::and(vec![
+                build::compare(CmpOp::Ge, x.clone(), key(ge), whole)?,
+                build::compare(CmpOp::Lt, x.clone(), key(gt), whole)?,
+            ]));
+        }
+    }
+    if !singles.is_empty() {
+        terms.push(build::in_list(x.clone(), singles, false, whole)?);
+    }
+    let any = if terms.is_empty() {
+        build::known(x, false)
+    } else {
+        build::or(terms)
+    };
+    Ok(if negated { build::negate(any) } else { any })
+}
+
+/// A float literal `0.0`, `-0.0` or NaN: DataFusion's `IN` matches floats bit for bit
+/// (`-0.0` is not in `(0.0)`), while its `=` and the device's keys take both zeros, and
+/// all NaNs, as one value.
+fn float_in_ambiguous(v: &ScalarValue) -> bool {
+    match v {
+        ScalarValue::Float32(Some(x)) => *x == 0.0 || x.is_nan(),
+        ScalarValue::Float64(Some(x)) => *x == 0.0 || x.is_nan(),
+        _ => false,
+    }
 }
 
 /// A DataFusion physical expression's input columns in device terms (`None`: a column
@@ -253,7 +346,31 @@ pub(crate) fn physical(
         }
         return literal(l.value()).ok_or_else(no);
     }
+    // `CAST(f AS DECIMAL(p, s))` of a float (DataFusion's cast, which fails rather than
+    // giving NULL): its float and `s`.
+    let float_as_decimal = |x: &Arc<dyn PhysicalExpr>| -> Option<(DevExpr, u8)> {
+        let c = x.downcast_ref::<pe::CastExpr>()?;
+        let DataType::Decimal128(_, s) = c.cast_type() else {
+            return None;
+        };
+        if c.cast_options().safe {
+            return None;
+        }
+        let d = rec(c.expr()).ok()?;
+        d.ty.is_float().then_some((d, u8::try_from(*s).ok()?))
+    };
+    fn lit(x: &Arc<dyn PhysicalExpr>) -> Option<&ScalarValue> {
+        x.downcast_ref::<pe::Literal>().map(pe::Literal::value)
+    }
     if let Some(b) = e.downcast_ref::<pe::BinaryExpr>() {
+        if let Some(op) = cmp_op(*b.op()) {
+            if let (Some((x, s)), Some(c)) = (float_as_decimal(b.left()), lit(b.right())) {
+                return float_decimal_cmp(op, x, s, c, &whole);
+            }
+            if let (Some(c), Some((x, s))) = (lit(b.left()), float_as_decimal(b.right())) {
+                return float_decimal_cmp(op.flip(), x, s, c, &whole);
+            }
+        }
         return binary_op(*b.op(), rec(b.left())?, rec(b.right())?, &whole);
     }
     if let Some(c) = e.downcast_ref::<pe::CastExpr>() {
@@ -278,6 +395,9 @@ pub(crate) fn physical(
             .list()
             .iter()
             .map(|i| i.downcast_ref::<pe::Literal>().map(pe::Literal::value));
+        if let Some((x, s)) = float_as_decimal(l.expr()) {
+            return float_decimal_in(x, s, values, l.negated(), &whole);
+        }
         return in_list_of(rec(l.expr())?, values, l.negated(), &whole);
     }
     if let Some(n) = e.downcast_ref::<pe::IsNullExpr>() {
@@ -319,6 +439,14 @@ impl Translator<'_> {
                 }
                 Ok(build::negate(d))
             }
+            Expr::Between(b) if self.float_as_decimal(&b.expr).is_some() => {
+                let w = whole();
+                let both = build::and(vec![
+                    self.compare(CmpOp::Ge, &b.expr, &b.low, &w)?,
+                    self.compare(CmpOp::Le, &b.expr, &b.high, &w)?,
+                ]);
+                Ok(if b.negated { build::negate(both) } else { both })
+            }
             Expr::Between(b) => {
                 let x = self.expr(&b.expr)?;
                 if is_char(&x) {
@@ -358,8 +486,12 @@ impl Translator<'_> {
         }
     }
 
-    /// A binary operator (see [`binary_op`]).
+    /// A binary operator (see [`binary_op`]); a comparison of a float cast to a
+    /// decimal with a decimal literal (see [`Translator::compare`]).
     fn binary(&self, e: &Expr, b: &BinaryExpr) -> Result<DevExpr, NotPushed> {
+        if let Some(op) = cmp_op(b.op) {
+            return self.compare(op, &b.left, &b.right, &e.to_string());
+        }
         binary_op(
             b.op,
             self.expr(&b.left)?,
@@ -368,12 +500,53 @@ impl Translator<'_> {
         )
     }
 
+    /// `CAST(f AS DECIMAL(p, s))` of a `FLOAT32` / `FLOAT64` expression `f` (DataFusion's
+    /// coercion of a float compared with a decimal literal such as `1.5`; its cast fails
+    /// on a value it cannot convert): `f` and `s`.
+    fn float_as_decimal(&self, e: &Expr) -> Option<(DevExpr, u8)> {
+        let Expr::Cast(c) = e else {
+            return None;
+        };
+        let DataType::Decimal128(_, s) = c.field.data_type() else {
+            return None;
+        };
+        let x = self.expr(&c.expr).ok()?;
+        x.ty.is_float().then_some((x, u8::try_from(*s).ok()?))
+    }
+
+    /// `l op r`: a float cast to a decimal against a decimal literal exactly in the
+    /// float's order ([`build::compare_float_decimal`]), anything else by [`binary_op`].
+    fn compare(&self, op: CmpOp, l: &Expr, r: &Expr, whole: &str) -> Result<DevExpr, NotPushed> {
+        let lit = |e: &Expr| match e {
+            Expr::Literal(v, _) => Some(v.clone()),
+            _ => None,
+        };
+        if let (Some((x, s)), Some(c)) = (self.float_as_decimal(l), lit(r)) {
+            return float_decimal_cmp(op, x, s, &c, whole);
+        }
+        if let (Some(c), Some((x, s))) = (lit(l), self.float_as_decimal(r)) {
+            return float_decimal_cmp(op.flip(), x, s, &c, whole);
+        }
+        let operator = match op {
+            CmpOp::Eq => Operator::Eq,
+            CmpOp::Ne => Operator::NotEq,
+            CmpOp::Lt => Operator::Lt,
+            CmpOp::Le => Operator::LtEq,
+            CmpOp::Gt => Operator::Gt,
+            CmpOp::Ge => Operator::GtEq,
+        };
+        binary_op(operator, self.expr(l)?, self.expr(r)?, whole)
+    }
+
     /// `x [NOT] IN (literals)`.
     fn in_list(&self, e: &Expr, l: &InList) -> Result<DevExpr, NotPushed> {
         let values = l.list.iter().map(|i| match i {
             Expr::Literal(v, _) => Some(v),
             _ => None,
         });
+        if let Some((x, s)) = self.float_as_decimal(&l.expr) {
+            return float_decimal_in(x, s, values, l.negated, &e.to_string());
+        }
         in_list_of(self.expr(&l.expr)?, values, l.negated, &e.to_string())
     }
 
