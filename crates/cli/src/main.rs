@@ -32,7 +32,7 @@ mod units;
 use args::ConfigSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use cmd::{
-    array, bench_fdtree, bench_flixr, bench_open, bench_query, bench_recovery, bench_serve,
+    array, bench_fdtree, bench_flixr, bench_oneshot, bench_open, bench_query, bench_recovery, bench_serve,
     bench_tpch, bench_ycsb, config, demo, device, index, io, kv_serve, model, query, serve, sql,
     tables, torture, worker,
 };
@@ -162,6 +162,12 @@ enum BenchCmd {
     ///
     /// Example: csd bench fdtree --scheme fc --lookup-ratio 0.8 --preload 100000 --requests 100000
     Fdtree(bench_fdtree::BenchFdtreeArgs),
+    /// A user's first query: `csd query --image IMG qN` as fresh processes (wall time,
+    /// peak RSS, the scan's wall time beside the warm figure), and with `--compare duckdb`
+    /// a fresh DuckDB process over Parquet of the same rows.
+    ///
+    /// Example: csd bench oneshot --sf 1 --queries q1,q6 --compare duckdb
+    Oneshot(bench_oneshot::BenchOneshotArgs),
     /// Open time and memory of an image of real size: fresh, after writing and a clean
     /// shutdown, and after a crash (each open measured in its own process).
     ///
@@ -237,6 +243,7 @@ fn bench(b: BenchCmd) -> Result<(), CliError> {
         BenchCmd::Query(a) => bench_query::bench_query_cmd(&a),
         BenchCmd::Tpch(a) => bench_tpch::run(&a),
         BenchCmd::Fdtree(a) => bench_fdtree::bench_fdtree_cmd(&a),
+        BenchCmd::Oneshot(a) => bench_oneshot::run(&a),
         BenchCmd::Open(a) => bench_open::run(&a),
         BenchCmd::Serve(a) => bench_serve::run(&a),
         BenchCmd::Flixr(a) => bench_flixr::run(&a),

@@ -560,3 +560,60 @@ fn explain_analyze_runs_under_every_strategy_and_shows_the_device_scan() {
         "{text}"
     );
 }
+
+#[test]
+fn bench_oneshot_measures_fresh_query_processes_and_refuses_what_it_cannot_compare() {
+    let out = csd(&[
+        "bench",
+        "oneshot",
+        "--sf",
+        "0.01",
+        "--queries",
+        "q6",
+        "--strategy",
+        "ihp,hw-isp",
+        "--repeat",
+        "1",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(ok(&out).trim()).expect("json");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 2, "{v}");
+    for (r, s) in rows.iter().zip(["ihp", "hw-isp"]) {
+        assert_eq!(r["query"], "q6");
+        assert_eq!(r["strategy"], s);
+        let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+        // A fresh process takes longer than its own scan, and holds some memory.
+        assert!(f("oneshot_wall_s") > f("oneshot_scan_wall_s"), "{r}");
+        assert!(
+            f("oneshot_scan_wall_s") > 0.0 && f("warm_scan_wall_s") > 0.0,
+            "{r}"
+        );
+        assert!(f("oneshot_peak_rss_mib") > 1.0, "{r}");
+        assert!(f("modeled_s") > 0.0, "{r}");
+        assert!(r.get("duckdb_wall_s").is_none(), "no peer asked for: {r}");
+    }
+    // The two strategies model different devices paths: their modeled times differ.
+    assert_ne!(rows[0]["modeled_s"], rows[1]["modeled_s"]);
+    assert_eq!(v["image_generated"], true);
+
+    let bad = csd(&["bench", "oneshot", "--compare", "datafusion"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("duckdb only"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("empty.img");
+    let img = img.to_str().expect("path");
+    ok(&csd(&[
+        "device", "create", "--preset", "tiny", "--image", img,
+    ]));
+    let none = csd(&["bench", "oneshot", "--image", img, "--queries", "q6"]);
+    assert!(
+        !none.status.success(),
+        "an image without lineitem must fail"
+    );
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("lineitem"),
+        "{}",
+        String::from_utf8_lossy(&none.stderr)
+    );
+}

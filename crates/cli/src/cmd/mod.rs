@@ -20,6 +20,7 @@
 //! | `csd bench recovery` | [`bench_recovery`] |
 //! | `csd bench tpch` | [`bench_tpch`] |
 //! | `csd bench fdtree` | [`bench_fdtree`] |
+//! | `csd bench oneshot` | [`bench_oneshot`] |
 //! | `csd bench open` | [`bench_open`] |
 //! | `csd bench serve` | [`bench_serve`] |
 //! | `csd bench flixr` | [`bench_flixr`] |
@@ -35,6 +36,7 @@
 pub(crate) mod array;
 pub(crate) mod bench_fdtree;
 pub(crate) mod bench_flixr;
+pub(crate) mod bench_oneshot;
 pub(crate) mod bench_open;
 pub(crate) mod bench_query;
 pub(crate) mod bench_recovery;

@@ -1,0 +1,533 @@
+//! `csd bench oneshot`: what a user's first query on an image costs, beside DuckDB.
+//!
+//! A user's first command is one process: `csd query --image IMG q6`. This bench starts
+//! that process `--repeat` times per query and strategy and measures, from outside, its
+//! wall time and peak resident memory (`wait4`'s `ru_maxrss`), and, from its JSON report,
+//! the scan's own wall time and the modeled time. The warm figure is the same query run
+//! a second time inside one process on the same image (process, page cache and DataFusion
+//! warm): the ratio of the one-shot scan to it is what the first touch of the image costs.
+//! With `--compare duckdb`, the peer is a fresh Python process running DuckDB over a
+//! Parquet file of the same rows (written from the image by `csd sql --output`), also
+//! measured from outside (`scripts/duckdb_oneshot.py`); its answer must equal csd's.
+//! Modeled figures are the device's and do not depend on any of this.
+
+use super::bench_tpch::{CompareArg, same};
+use super::query::{expand_tpch, run_sql, sql_error};
+use crate::args::{JsonFlag, LayoutArg, StrategySel};
+use crate::{CliError, report};
+use clap::Args;
+use csd_device::NvmeDevice;
+use csd_host::{Client, Strategy};
+use csd_sql::{Choice, SqlSession};
+use serde::Serialize;
+use serde_json::Value;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// `csd bench oneshot`: one-shot query processes on an image, the warm figure, and
+/// DuckDB's fresh process over Parquet of the same rows.
+#[derive(Args)]
+pub(crate) struct BenchOneshotArgs {
+    /// Image holding TPC-H lineitem (`csd load tpch --tables lineitem`). Without it,
+    /// lineitem at `--sf` is loaded into a temporary image on the default device.
+    #[arg(long)]
+    image: Option<PathBuf>,
+    /// Scale factor of the lineitem loaded when no `--image` is given.
+    #[arg(long, default_value_t = 1.0)]
+    sf: f64,
+    /// Layout of the lineitem loaded when no `--image` is given.
+    #[arg(long, value_enum, default_value_t = LayoutArg::Pax)]
+    layout: LayoutArg,
+    /// Queries over lineitem: `q1`, `q6` or SQL text, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values = ["q1", "q6"])]
+    queries: Vec<String>,
+    /// Strategies (as `csd query --strategy`), comma-separated; `all` is the three.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    strategy: Vec<StrategySel>,
+    /// Fresh processes per query and strategy (and per DuckDB query); the best wall
+    /// time is reported, with the largest peak RSS.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Also run `duckdb` (a fresh Python process per run, over Parquet of the same rows).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    compare: Vec<CompareArg>,
+    #[command(flatten)]
+    report: JsonFlag,
+}
+
+/// One measured child process.
+struct Child {
+    wall_s: f64,
+    peak_rss_mib: f64,
+    stdout: Vec<u8>,
+}
+
+/// Runs `cmd` to its end with stdout captured; its wall time from spawn to exit and its
+/// peak resident set (`ru_maxrss` of this child alone, from `wait4`).
+fn run_child(cmd: &mut Command, what: &str) -> Result<Child, CliError> {
+    let t0 = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| CliError::Usage(format!("starting {what}: {e}")))?;
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
+    let err_reader = std::thread::spawn(move || {
+        if let Some(e) = err.as_mut() {
+            let _ = e.read_to_end(&mut stderr);
+        }
+        stderr
+    });
+    if let Some(o) = out.as_mut() {
+        o.read_to_end(&mut stdout)
+            .map_err(|e| CliError::Usage(format!("reading {what}'s output: {e}")))?;
+    }
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct of integers.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own child, not yet reaped (`Child::wait` is never called on
+    // it), and both pointers point to live, writable values of the types wait4 expects.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let wall_s = t0.elapsed().as_secs_f64();
+    let stderr = err_reader.join().unwrap_or_default();
+    if r != pid {
+        return Err(CliError::Usage(format!(
+            "waiting for {what}: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        return Err(CliError::Usage(format!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&stderr).trim()
+        )));
+    }
+    Ok(Child {
+        wall_s,
+        peak_rss_mib: usage.ru_maxrss as f64 / 1024.0,
+        stdout,
+    })
+}
+
+/// The best (shortest) of `repeat` runs of `f`, and the largest peak RSS among them.
+fn best_of<T>(
+    repeat: usize,
+    mut f: impl FnMut() -> Result<(Child, T), CliError>,
+) -> Result<(Child, T), CliError> {
+    let mut best: Option<(Child, T)> = None;
+    let mut rss = 0.0f64;
+    for _ in 0..repeat.max(1) {
+        let (c, t) = f()?;
+        rss = rss.max(c.peak_rss_mib);
+        if best.as_ref().is_none_or(|(b, _)| c.wall_s < b.wall_s) {
+            best = Some((c, t));
+        }
+    }
+    let (mut c, t) = best.ok_or_else(|| CliError::Usage("no run".into()))?;
+    c.peak_rss_mib = rss;
+    Ok((c, t))
+}
+
+/// What `csd query --json` reported: rows, the scans' summed wall and modeled time.
+struct QueryJson {
+    rows: Vec<Vec<String>>,
+    scan_wall_s: f64,
+    modeled_s: f64,
+}
+
+fn parse_query_json(bytes: &[u8]) -> Result<QueryJson, CliError> {
+    let v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| CliError::Usage(format!("csd query --json output: {e}")))?;
+    let cells = |r: &Value| -> Vec<String> {
+        r.as_array()
+            .map(|c| {
+                c.iter()
+                    .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let rows = v["rows"]
+        .as_array()
+        .map(|rs| rs.iter().map(cells).collect())
+        .unwrap_or_default();
+    let scans = v["runs"][0]["scans"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let sum = |k: &str| scans.iter().filter_map(|s| s[k].as_f64()).sum::<f64>();
+    Ok(QueryJson {
+        rows,
+        scan_wall_s: sum("wall_s"),
+        modeled_s: sum("modeled_time_s"),
+    })
+}
+
+/// One query and strategy: the one-shot process, the warm figure, the peer.
+#[derive(Serialize)]
+struct Row {
+    query: String,
+    strategy: String,
+    oneshot_wall_s: f64,
+    oneshot_peak_rss_mib: f64,
+    oneshot_scan_wall_s: f64,
+    warm_scan_wall_s: f64,
+    scan_over_warm: f64,
+    modeled_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duckdb_wall_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duckdb_query_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duckdb_peak_rss_mib: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oneshot_over_duckdb: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    answers_equal: Option<bool>,
+}
+
+/// The whole report (`--json`).
+#[derive(Serialize)]
+struct Report {
+    image: String,
+    image_generated: bool,
+    repeat: usize,
+    duckdb_version: Option<String>,
+    rows: Vec<Row>,
+    command: String,
+}
+
+/// DuckDB's fresh-process run of one query: best wall, its own query time, the rows.
+struct Duck {
+    child: Child,
+    query_s: f64,
+    rows: Vec<Vec<String>>,
+    version: String,
+}
+
+fn scripts_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts")
+}
+
+/// The Python that has duckdb (the venv of `scripts/duckdb_tpch.py`, created on first
+/// use), asked once so that no venv re-exec is inside a timed run.
+fn duckdb_python() -> Result<PathBuf, CliError> {
+    let script = scripts_dir().join("duckdb_oneshot.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg("--python")
+        .output()
+        .map_err(|e| CliError::Usage(format!("running {}: {e}", script.display())))?;
+    let py = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || py.is_empty() {
+        return Err(CliError::Usage(format!(
+            "{} --python failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(PathBuf::from(py))
+}
+
+fn run_duckdb(py: &Path, parquet: &Path, sql_file: &Path, repeat: usize) -> Result<Duck, CliError> {
+    let script = scripts_dir().join("duckdb_oneshot.py");
+    let (child, (query_s, rows, version)) = best_of(repeat, || {
+        let c = run_child(
+            Command::new(py).arg(&script).arg(parquet).arg(sql_file),
+            "DuckDB",
+        )?;
+        let v: Value = serde_json::from_slice(&c.stdout)
+            .map_err(|e| CliError::Usage(format!("DuckDB script output: {e}")))?;
+        let rows = v["rows"]
+            .as_array()
+            .map(|rs| {
+                rs.iter()
+                    .map(|r| {
+                        r.as_array()
+                            .map(|c| {
+                                c.iter()
+                                    .map(|x| x.as_str().unwrap_or("").to_string())
+                                    .collect()
+                            })
+                            .unwrap_or_default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let q = v["query_s"].as_f64().unwrap_or(f64::NAN);
+        let ver = v["version"].as_str().unwrap_or("?").to_string();
+        Ok((c, (q, rows, ver)))
+    })?;
+    Ok(Duck {
+        child,
+        query_s,
+        rows,
+        version,
+    })
+}
+
+/// Rows equal cell for cell (numbers within 1e-9 relative, as `bench tpch` compares).
+fn rows_equal(a: &[Vec<String>], b: &[Vec<String>]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(p, q, 1e-6, 1e-9))
+        })
+}
+
+/// The warm figure: the query run twice in this process on the image, opened as
+/// `csd query` opens it; the second run's scan wall time.
+fn warm_scan(image: &Path, sql: &str, choice: Choice) -> Result<f64, CliError> {
+    let dev = crate::image::open_ro(image, true)?;
+    let cfg = dev.ftl().nand().config().clone();
+    let client = Client::new(NvmeDevice::from_block(dev))?;
+    let settings = csd_sql::ScanSettings::new(choice);
+    let mut session = SqlSession::new(client, cfg, settings).map_err(sql_error)?;
+    let sel = [strategy_sel(choice)];
+    let mut last = f64::NAN;
+    for _ in 0..2 {
+        let runs = run_sql(&mut session, sql, &sel)?;
+        last = runs
+            .iter()
+            .flat_map(|(_, a)| a.scans.iter().map(|s| s.report.wall_s))
+            .sum();
+    }
+    Ok(last)
+}
+
+fn strategy_sel(c: Choice) -> StrategySel {
+    match c {
+        Choice::Fixed(Strategy::Ihp) => StrategySel::Ihp,
+        Choice::Fixed(Strategy::CpuIsp) => StrategySel::CpuIsp,
+        Choice::Fixed(Strategy::HwIsp) => StrategySel::HwIsp,
+        Choice::Auto => StrategySel::Auto,
+    }
+}
+
+/// A temporary directory removed when dropped.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn exe() -> Result<PathBuf, CliError> {
+    std::env::current_exe().map_err(|e| CliError::Io {
+        path: PathBuf::from("csd"),
+        source: e,
+    })
+}
+
+/// `csd bench oneshot`.
+pub(crate) fn run(a: &BenchOneshotArgs) -> Result<(), CliError> {
+    if a.compare.contains(&CompareArg::Datafusion) {
+        return Err(CliError::Usage(
+            "bench oneshot compares with duckdb only (--compare duckdb)".into(),
+        ));
+    }
+    let duck_on = a.compare.contains(&CompareArg::Duckdb);
+    let choices = StrategySel::choices(&a.strategy);
+    if choices.is_empty() || a.queries.is_empty() {
+        return Err(CliError::Usage(
+            "give at least one query and strategy".into(),
+        ));
+    }
+    let tmp = TempDir(std::env::temp_dir().join(format!("csd-oneshot-{}", std::process::id())));
+    std::fs::create_dir_all(&tmp.0).map_err(|e| CliError::Io {
+        path: tmp.0.clone(),
+        source: e,
+    })?;
+    let exe = exe()?;
+    let (image, generated) = match &a.image {
+        Some(i) => (i.clone(), false),
+        None => {
+            let img = tmp.0.join("lineitem.img");
+            if !a.report.json {
+                eprintln!(
+                    "loading TPC-H lineitem at SF {} into {}",
+                    a.sf,
+                    img.display()
+                );
+            }
+            run_child(
+                Command::new(&exe)
+                    .args(["load", "tpch", "--tables", "lineitem", "--sf"])
+                    .arg(a.sf.to_string())
+                    .arg("--layout")
+                    .arg(a.layout.to_string())
+                    .arg("--image")
+                    .arg(&img),
+                "csd load tpch",
+            )?;
+            (img, true)
+        }
+    };
+    // The peer's data: the same rows as Parquet, written from the image.
+    let duck = if duck_on {
+        let parquet = tmp.0.join("lineitem.parquet");
+        if !a.report.json {
+            eprintln!("writing lineitem as Parquet for DuckDB");
+        }
+        run_child(
+            Command::new(&exe)
+                .args(["sql", "--strategy", "ihp", "--image"])
+                .arg(&image)
+                .arg("--output")
+                .arg(&parquet)
+                .arg("SELECT * FROM lineitem"),
+            "csd sql --output",
+        )?;
+        Some((duckdb_python()?, parquet))
+    } else {
+        None
+    };
+    let bar = if a.report.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        report::progress_bar(
+            Some((a.queries.len() * (choices.len() + usize::from(duck_on))) as u64),
+            "query/strategy pairs",
+        )
+    };
+    let mut rows = Vec::new();
+    let mut version = None;
+    for q in &a.queries {
+        let sql = expand_tpch(q);
+        let peer = match &duck {
+            Some((py, parquet)) => {
+                let f = tmp.0.join("query.sql");
+                std::fs::write(&f, sql).map_err(|e| CliError::Io {
+                    path: f.clone(),
+                    source: e,
+                })?;
+                let d = run_duckdb(py, parquet, &f, a.repeat)?;
+                bar.inc(1);
+                version = Some(d.version.clone());
+                Some(d)
+            }
+            None => None,
+        };
+        for &c in &choices {
+            let (child, parsed) = best_of(a.repeat, || {
+                let c = run_child(
+                    Command::new(&exe)
+                        .args(["query", "--json", "--strategy", c.name(), "--image"])
+                        .arg(&image)
+                        .arg(q),
+                    "csd query",
+                )?;
+                let p = parse_query_json(&c.stdout)?;
+                Ok((c, p))
+            })?;
+            let warm = warm_scan(&image, sql, c)?;
+            bar.inc(1);
+            rows.push(Row {
+                query: q.clone(),
+                strategy: c.name().to_string(),
+                oneshot_wall_s: child.wall_s,
+                oneshot_peak_rss_mib: child.peak_rss_mib,
+                oneshot_scan_wall_s: parsed.scan_wall_s,
+                warm_scan_wall_s: warm,
+                scan_over_warm: parsed.scan_wall_s / warm,
+                modeled_s: parsed.modeled_s,
+                duckdb_wall_s: peer.as_ref().map(|d| d.child.wall_s),
+                duckdb_query_s: peer.as_ref().map(|d| d.query_s),
+                duckdb_peak_rss_mib: peer.as_ref().map(|d| d.child.peak_rss_mib),
+                oneshot_over_duckdb: peer.as_ref().map(|d| child.wall_s / d.child.wall_s),
+                answers_equal: peer.as_ref().map(|d| rows_equal(&parsed.rows, &d.rows)),
+            });
+        }
+    }
+    bar.finish_and_clear();
+    let rep = Report {
+        image: image.display().to_string(),
+        image_generated: generated,
+        repeat: a.repeat,
+        duckdb_version: version,
+        rows,
+        command: crate::reproduce::line(),
+    };
+    if let Some(r) = rep.rows.iter().find(|r| r.answers_equal == Some(false)) {
+        return Err(CliError::Usage(format!(
+            "{} ({}): csd's answer differs from DuckDB's",
+            r.query, r.strategy
+        )));
+    }
+    if a.report.json {
+        println!("{}", serde_json::to_string(&rep).unwrap_or_default());
+        return Ok(());
+    }
+    print_report(&rep, duck_on);
+    Ok(())
+}
+
+fn print_report(rep: &Report, duck_on: bool) {
+    let mut header = vec![
+        "query",
+        "strategy",
+        "one-shot wall s",
+        "peak RSS MiB",
+        "scan wall s",
+        "warm scan s",
+        "scan / warm",
+        "modeled s",
+    ];
+    if duck_on {
+        header.extend([
+            "duckdb wall s",
+            "duckdb query s",
+            "duckdb RSS MiB",
+            "csd / duckdb",
+        ]);
+    }
+    let mut t = report::table(&header);
+    for r in &rep.rows {
+        let mut cells = vec![
+            r.query.clone(),
+            r.strategy.clone(),
+            format!("{:.3}", r.oneshot_wall_s),
+            format!("{:.0}", r.oneshot_peak_rss_mib),
+            format!("{:.3}", r.oneshot_scan_wall_s),
+            format!("{:.3}", r.warm_scan_wall_s),
+            format!("{:.2}", r.scan_over_warm),
+            format!("{:.4}", r.modeled_s),
+        ];
+        if let (Some(w), Some(q), Some(m), Some(x)) = (
+            r.duckdb_wall_s,
+            r.duckdb_query_s,
+            r.duckdb_peak_rss_mib,
+            r.oneshot_over_duckdb,
+        ) {
+            cells.extend([
+                format!("{w:.3}"),
+                format!("{q:.3}"),
+                format!("{m:.0}"),
+                format!("{x:.2}"),
+            ]);
+        }
+        t.add_row(cells);
+    }
+    println!("{t}");
+    println!(
+        "image: {}{}; best of {} fresh processes per row (peak RSS: the largest of them)",
+        rep.image,
+        if rep.image_generated {
+            " (generated, removed)"
+        } else {
+            ""
+        },
+        rep.repeat
+    );
+    if let Some(v) = &rep.duckdb_version {
+        println!(
+            "duckdb {v}: a fresh Python process per run over Parquet of the same rows; answers equal"
+        );
+    }
+    println!("reproduce: {}", rep.command);
+}
