@@ -15,9 +15,9 @@ use csd_query::ColumnData;
 use csd_table::schema::{Column, ColumnType, Schema, Value, trim_char};
 use datafusion::arrow::array::{
     ArrayRef, ArrowPrimitiveType, BinaryBuilder, BooleanArray, Date32Array, Decimal128Array,
-    Int32Array, Int64Array, PrimitiveArray, StringBuilder,
+    Int32Array, Int64Array, PrimitiveArray, StringArray, StringBuilder,
 };
-use datafusion::arrow::buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
+use datafusion::arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
 use datafusion::arrow::datatypes::{
     Date32Type, Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
@@ -125,16 +125,7 @@ pub fn column_array_of(ty: ColumnType, parts: &[ColumnData<'_>]) -> Result<Array
                     bytes_total += bytes.len();
                 }
             }
-            let mut b = StringBuilder::with_capacity(n, bytes_total);
-            for p in parts {
-                let ColumnData::Char { width, bytes } = p else {
-                    return Err(wrong_representation(ty));
-                };
-                for v in bytes.chunks_exact((*width).max(1)) {
-                    b.append_value(String::from_utf8_lossy(trim_char(v)));
-                }
-            }
-            Arc::new(b.finish())
+            char_array(ty, parts, n, bytes_total)?
         }
         // The newer types come back as stored columns (`stored_array`).
         other => {
@@ -143,6 +134,50 @@ pub fn column_array_of(ty: ColumnType, parts: &[ColumnData<'_>]) -> Result<Array
             )));
         }
     })
+}
+
+/// `CHAR` values (padded, back to back) as one `Utf8` array without their padding: the
+/// trimmed bytes and their offsets are written straight into the array's buffers and
+/// checked as UTF-8 once (Arrow checks every value's boundaries); bytes that are not
+/// UTF-8 fall back to one value at a time, each invalid sequence replaced by U+FFFD.
+fn char_array(
+    ty: ColumnType,
+    parts: &[ColumnData<'_>],
+    n: usize,
+    bytes_total: usize,
+) -> Result<ArrayRef, ArrowError> {
+    let mut values: Vec<u8> = Vec::with_capacity(bytes_total);
+    let mut offsets: Vec<i32> = Vec::with_capacity(n + 1);
+    offsets.push(0);
+    for p in parts {
+        let ColumnData::Char { width, bytes } = p else {
+            return Err(wrong_representation(ty));
+        };
+        for v in bytes.chunks_exact((*width).max(1)) {
+            values.extend_from_slice(trim_char(v));
+            let end = i32::try_from(values.len()).map_err(|_| {
+                ArrowError::ComputeError(format!(
+                    "{bytes_total} bytes of CHAR values do not fit one string array"
+                ))
+            })?;
+            offsets.push(end);
+        }
+    }
+    let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+    match StringArray::try_new(offsets, Buffer::from_vec(values), None) {
+        Ok(a) => Ok(Arc::new(a)),
+        Err(_) => {
+            let mut b = StringBuilder::with_capacity(n, bytes_total);
+            for p in parts {
+                if let ColumnData::Char { width, bytes } = p {
+                    for v in bytes.chunks_exact((*width).max(1)) {
+                        b.append_value(String::from_utf8_lossy(trim_char(v)));
+                    }
+                }
+            }
+            Ok(Arc::new(b.finish()))
+        }
+    }
 }
 
 /// Columns returned as stored (tables with NULLs or the newer types) as one Arrow array
@@ -379,4 +414,73 @@ pub fn array_value(col: &Column, a: &ArrayRef, i: usize) -> Option<Value> {
         ColumnType::Varchar => Value::Varchar(a.as_string_opt::<i32>()?.value(i).to_string()),
         ColumnType::Varbinary => Value::Varbinary(a.as_binary_opt::<i32>()?.value(i).to_vec()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Array, AsArray};
+
+    /// `CHAR(width)` chunks of `vals`, each padded with blanks (a value as long as the
+    /// width fills it).
+    fn padded(width: usize, vals: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for v in vals {
+            out.extend_from_slice(v);
+            out.resize(out.len() + width - v.len(), b' ');
+        }
+        out
+    }
+
+    #[test]
+    fn char_values_lose_their_padding_across_chunks() {
+        let a = padded(6, &[b"MAIL", b"", "h\u{e9}llo".as_bytes(), b"  x"]);
+        let b = padded(6, &[b"SHIP  ", b"TRUCKS"]);
+        let parts = [
+            ColumnData::Char {
+                width: 6,
+                bytes: &a,
+            },
+            ColumnData::Char {
+                width: 6,
+                bytes: &b,
+            },
+        ];
+        let arr = column_array_of(ColumnType::Char(6), &parts).expect("array");
+        let s = arr.as_string::<i32>();
+        let got: Vec<&str> = (0..s.len()).map(|i| s.value(i)).collect();
+        assert_eq!(got, ["MAIL", "", "h\u{e9}llo", "  x", "SHIP", "TRUCKS"]);
+        assert_eq!(arr.null_count(), 0);
+    }
+
+    #[test]
+    fn char_bytes_that_are_not_utf8_are_replaced_as_before() {
+        // An invalid byte, and a two-byte character cut by the width: each value is
+        // converted on its own, invalid sequences replaced by U+FFFD.
+        let bytes = [b'a', 0xFF, b'b', b' ', 0xC3, 0xA9, 0xC3, 0xA9];
+        let parts = [ColumnData::Char {
+            width: 4,
+            bytes: &bytes,
+        }];
+        let arr = column_array_of(ColumnType::Char(4), &parts).expect("array");
+        let s = arr.as_string::<i32>();
+        let want: Vec<String> = bytes
+            .chunks_exact(4)
+            .map(|v| String::from_utf8_lossy(trim_char(v)).into_owned())
+            .collect();
+        let got: Vec<&str> = (0..s.len()).map(|i| s.value(i)).collect();
+        assert_eq!(got, want);
+        assert_eq!(got[0], "a\u{fffd}b");
+        // Whole-buffer UTF-8 that splits a character between two values is refused
+        // by Arrow's boundary check and converted value by value.
+        let split = [b'x', 0xC3, 0xA9, 0xC3, 0xA9, b'y'];
+        let parts = [ColumnData::Char {
+            width: 2,
+            bytes: &split,
+        }];
+        let arr = column_array_of(ColumnType::Char(2), &parts).expect("array");
+        let s = arr.as_string::<i32>();
+        let got: Vec<&str> = (0..s.len()).map(|i| s.value(i)).collect();
+        assert_eq!(got, ["x\u{fffd}", "\u{fffd}\u{fffd}", "\u{fffd}y"]);
+    }
 }
