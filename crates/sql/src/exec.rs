@@ -281,6 +281,29 @@ impl DeviceScanExec {
         }
     }
 
+    /// What makes this scan the same as another for [`crate::shared`]: its device,
+    /// table, settings, program and output, when it hands over partial aggregation states and holds no
+    /// runtime filter, limit or FLIXR join side (`None` otherwise: not shared).
+    pub(crate) fn share_key(&self) -> Option<String> {
+        let shareable = matches!(self.output, ScanOutput::Partial(_))
+            && self.limit.is_none()
+            && self.join.is_none()
+            && self.runtime_filters.is_empty()
+            && self.device_filters.is_empty();
+        shareable.then(|| {
+            format!(
+                "{:p}\n{}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+                Arc::as_ptr(&self.device),
+                self.table.name,
+                self.settings,
+                self.program,
+                self.output,
+                self.schema,
+                self.filter_text
+            )
+        })
+    }
+
     /// The same scan knowing which of its runtime filters hash joins make (`ids`), if
     /// that changes anything.
     pub(crate) fn with_join_filters(&self, ids: &[u64]) -> Option<DeviceScanExec> {

@@ -38,6 +38,7 @@ pub mod provider;
 pub mod report;
 pub mod runtime;
 pub mod schema;
+pub mod shared;
 pub mod tpch;
 pub mod translate;
 
@@ -499,6 +500,10 @@ impl SameRows {
     }
 }
 
+/// Up to this many host threads, hash joins build one shared table (see
+/// [`new_context_with`]); with more, DataFusion's partitioned builds.
+const FEW_CORES: usize = 4;
+
 /// A DataFusion context for device tables (decimal literals, the aggregate pushdown
 /// rule, `threads` partitions) and a runtime of `threads` workers.
 pub(crate) fn new_context(
@@ -524,6 +529,18 @@ pub(crate) fn new_context_with(
     optimizer.hash_join_inlist_pushdown_max_size = optimizer
         .hash_join_inlist_pushdown_max_size
         .max(runtime::DEVICE_KEYS * 8);
+    // On a few cores a hash join builds one table that every probe partition shares
+    // (`CollectLeft`) whenever the build side is estimated under 10M rows, instead of
+    // hash-repartitioning both sides (DataFusion's default beyond 128K rows or 1 MB):
+    // moving lineitem's rows between partitions costs more than a parallel build saves
+    // (2 cores, `csd bench tpch --sf 1 --repeat 5`, the ten join-heavy queries: 3.9 /
+    // 4.3 s against 4.5 / 4.9 s; Q5 0.37-0.42 s against 0.50-0.61 s; README). A single
+    // build table also gives the device one key list or one pair of key bounds to take.
+    if threads <= FEW_CORES {
+        optimizer.hash_join_single_partition_threshold_rows = 10_000_000;
+        optimizer.hash_join_single_partition_threshold = 1 << 30;
+    }
+    options_from_env(cfg.options_mut(), |name| std::env::var(name).ok())?;
     // The device rules run just before DataFusion's last filter pushdown, which links
     // hash joins and top-K sorts to the scans below them by dynamic filters: those
     // must find the scans the device rules made (a partial aggregate's scan takes the
@@ -541,6 +558,8 @@ pub(crate) fn new_context_with(
     // After that pushdown: the runtime filters not worth applying come off again.
     let after = (at + 3).min(rules.len());
     rules.insert(after, Arc::new(runtime::RedundantRuntimeFilters));
+    // Last: identical device scans become one, once every filter is in place.
+    rules.push(Arc::new(shared::SharedDeviceScans));
     let state = configure(
         SessionStateBuilder::new()
             .with_config(cfg)
@@ -554,6 +573,29 @@ pub(crate) fn new_context_with(
         .enable_all()
         .build()?;
     Ok((ctx, runtime))
+}
+
+/// Applies DataFusion's own environment variables over csd's choices: each option
+/// `datafusion.a.b` is set from `DATAFUSION_A_B` when `var` finds it (as DataFusion's
+/// `ConfigOptions::from_env` names them), e.g.
+/// `DATAFUSION_OPTIMIZER_HASH_JOIN_SINGLE_PARTITION_THRESHOLD_ROWS=1000000`. A value the
+/// option does not take is an error naming the variable, and no option changes.
+pub(crate) fn options_from_env(
+    options: &mut datafusion::config::ConfigOptions,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<(), SqlError> {
+    let mut set = options.clone();
+    for entry in options.entries() {
+        let name = entry.key.to_uppercase().replace('.', "_");
+        if let Some(value) = var(&name) {
+            set.set(&entry.key, &value).map_err(|e| SqlError::Query {
+                message: format!("environment variable {name}={value}: {e}"),
+                source: e,
+            })?;
+        }
+    }
+    *options = set;
+    Ok(())
 }
 
 /// Plans and runs `sql` on `ctx` (the scans are left empty for the caller to fill).
@@ -655,4 +697,35 @@ pub(crate) fn query_error(e: DataFusionError, tables: &[String]) -> SqlError {
         message.push_str(&format!("; tables on the device: {}", tables.join(", ")));
     }
     SqlError::Query { message, source: e }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datafusion_options_come_from_their_environment_variables() {
+        let mut o = datafusion::config::ConfigOptions::new();
+        let env = |name: &str| {
+            (name == "DATAFUSION_OPTIMIZER_HASH_JOIN_SINGLE_PARTITION_THRESHOLD_ROWS")
+                .then(|| "12345".to_string())
+        };
+        options_from_env(&mut o, env).expect("a valid value");
+        assert_eq!(o.optimizer.hash_join_single_partition_threshold_rows, 12345);
+        // A value the option does not take: an error naming the variable, nothing set.
+        let before = o.optimizer.repartition_joins;
+        let bad = |name: &str| match name {
+            "DATAFUSION_OPTIMIZER_REPARTITION_JOINS" => Some("sometimes".to_string()),
+            "DATAFUSION_EXECUTION_BATCH_SIZE" => Some("4096".to_string()),
+            _ => None,
+        };
+        let e = options_from_env(&mut o, bad).expect_err("not a bool");
+        assert!(
+            e.to_string()
+                .contains("DATAFUSION_OPTIMIZER_REPARTITION_JOINS=sometimes"),
+            "{e}"
+        );
+        assert_eq!(o.optimizer.repartition_joins, before);
+        assert_eq!(o.execution.batch_size.get(), 8192);
+    }
 }
