@@ -1386,6 +1386,15 @@ mod direction_tests {
             lb > 10.0 * lt && lb >= 0.9 * b,
             "log pages per MiB: block {lb:.2}, batch {lt:.2} (done records per MiB on block {b:.2})"
         );
+        // The log is spread over every die (ox-westlake's ftl.log_dies, §4.3): no die is
+        // much busier than the mean (with one log die: busiest 120% of the run, mean 44%).
+        let f = &block.flash;
+        let mean = f.die_busy_ns as f64 / f.dies.max(1) as f64;
+        assert!(
+            (f.max_die_busy_ns as f64) < 1.3 * mean,
+            "block: busiest die {} ns against a mean of {mean:.0} ns",
+            f.max_die_busy_ns
+        );
     }
 
     #[test]
