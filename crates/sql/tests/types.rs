@@ -544,7 +544,7 @@ fn parquet_and_csv_files_load_without_options_and_read_back_exactly() {
     // field, an empty string as `""`. CSV cannot carry binary: a CSV of the text,
     // number and boolean columns.
     let csv_cols = [
-        "id", "b", "i8", "i16", "i64", "f64", "d", "dec", "dec30", "s",
+        "id", "b", "i8", "i16", "i64", "f64", "d", "dec", "dec30", "s", "ts",
     ];
     let idx: Vec<usize> = csv_cols
         .iter()
@@ -566,6 +566,8 @@ fn parquet_and_csv_files_load_without_options_and_read_back_exactly() {
             .with_header(true)
             .with_quote_style(datafusion::arrow::csv::QuoteStyle::NonNumeric)
             .with_null("@NULL@".to_string())
+            // A zoned timestamp as pyarrow writes one: `1970-01-01 00:00:00.000000Z`.
+            .with_timestamp_tz_format("%Y-%m-%d %H:%M:%S%.6fZ".to_string())
             .build(&mut out);
         w.write(&csv_batch).expect("write csv");
         drop(w);
@@ -617,6 +619,14 @@ fn parquet_and_csv_files_load_without_options_and_read_back_exactly() {
         got.schema().field(8).data_type(),
         DataType::Decimal128(_, 5)
     ));
+    // The timestamps written with `Z`: instants in UTC, the time zone kept.
+    assert_eq!(
+        got.schema().field(10).data_type(),
+        &DataType::Timestamp(
+            datafusion::arrow::datatypes::TimeUnit::Microsecond,
+            Some("UTC".into())
+        )
+    );
     for (k, name) in csv_cols.iter().enumerate() {
         let w = cast(csv_batch.column(k), got.column(k).data_type()).expect("cast");
         assert!(
