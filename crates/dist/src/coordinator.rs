@@ -183,7 +183,7 @@ impl Cluster {
                     table: request.table.clone(),
                     rows: placement.device_rows[d],
                     pages: placement.device_pages[d],
-                    layout: placement.layout.clone(),
+                    layout: placement.layout.to_string(),
                 };
                 Ok(Arc::new(MemberScanExec::of_array(a, i, desc)?) as Arc<dyn ExecutionPlan>)
             })

@@ -996,7 +996,7 @@ pub fn load_through_workers(
     let devices = result?;
     let placement = Placement {
         name: name.to_string(),
-        layout: layout.to_string(),
+        layout,
         stripe_pages,
         rows: devices.iter().map(|d| d.rows).sum(),
         pages: devices.iter().map(|d| d.pages).sum(),

@@ -129,8 +129,8 @@ where
 pub struct Placement {
     /// Table name.
     pub name: String,
-    /// Page layout (`nsm` or `pax`).
-    pub layout: String,
+    /// Page layout (saved as `nsm` or `pax`).
+    pub layout: Layout,
     /// Stripe unit: consecutive table pages that go to one device.
     pub stripe_pages: u64,
     /// Rows in the table.
@@ -308,8 +308,11 @@ impl Manifest {
                     ));
                 }
             }
-            if t.stripe_pages == 0 || layout_of(&t.layout).is_none() {
-                return Err(format!("table {}: bad stripe unit or layout", t.name));
+            if t.stripe_pages == 0 {
+                return Err(format!(
+                    "table {}: stripe_pages = 0 (a stripe unit is at least one page)",
+                    t.name
+                ));
             }
         }
         Ok(())
@@ -372,14 +375,6 @@ impl Manifest {
         self.tables
             .retain(|t| !csd_host::same_name(&t.name, &p.name));
         self.tables.push(p);
-    }
-}
-
-fn layout_of(s: &str) -> Option<Layout> {
-    match s {
-        "nsm" => Some(Layout::Nsm),
-        "pax" => Some(Layout::Pax),
-        _ => None,
     }
 }
 
@@ -495,7 +490,7 @@ pub fn load_striped(
     let reports = results.into_iter().collect::<Result<Vec<_>, _>>()?;
     let placement = Placement {
         name: name.to_string(),
-        layout: layout.to_string(),
+        layout,
         stripe_pages,
         rows: reports.iter().map(|r| r.table.rows).sum(),
         pages: reports.iter().map(|r| r.table.pages).sum(),
@@ -983,7 +978,7 @@ impl ArraySession {
                     .filter(|i| {
                         p.device_rows.get(d) == Some(&i.rows)
                             && p.device_pages.get(d) == Some(&i.pages)
-                            && i.layout.to_string() == p.layout
+                            && i.layout == p.layout
                     })
                     .ok_or_else(|| {
                         HostError::Catalog(format!(

@@ -138,7 +138,7 @@ fn info(a: &InfoArgs) -> Result<(), CliError> {
     for p in &m.tables {
         t.add_row(vec![
             p.name.clone(),
-            p.layout.clone(),
+            p.layout.to_string(),
             p.stripe_pages.to_string(),
             p.rows.to_string(),
             p.pages.to_string(),

@@ -25,7 +25,7 @@ fn manifest_round_trips_and_bad_ones_are_refused() {
     let mut m = Manifest::new(3, "--preset tiny");
     m.put(Placement {
         name: "t".into(),
-        layout: "pax".into(),
+        layout: Layout::Pax,
         stripe_pages: 1,
         rows: 10,
         pages: 3,
@@ -66,6 +66,50 @@ fn manifest_round_trips_and_bad_ones_are_refused() {
         Manifest::read(dir.path()),
         Err(ArrayError::Invalid { .. })
     ));
+}
+
+/// The layout is saved by its name (`nsm` / `pax`, as when it was a string), an old
+/// manifest's text reads back, and a manifest with a layout that is neither is refused
+/// with an error naming the field and the value.
+#[test]
+fn manifest_layout_is_saved_by_name_and_a_bad_one_is_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut m = Manifest::new(2, "--preset tiny");
+    for (name, layout) in [("a", Layout::Nsm), ("b", Layout::Pax)] {
+        m.put(Placement {
+            name: name.into(),
+            layout,
+            stripe_pages: 1,
+            rows: 2,
+            pages: 2,
+            device_rows: vec![1, 1],
+            device_pages: vec![1, 1],
+        });
+    }
+    m.write(dir.path()).expect("write");
+    let text = std::fs::read_to_string(Manifest::path(dir.path())).expect("text");
+    assert!(text.contains("layout = \"nsm\""), "{text}");
+    assert!(text.contains("layout = \"pax\""), "{text}");
+    assert_eq!(Manifest::read(dir.path()).expect("read"), m);
+
+    // A manifest written by the build that kept the layout as a string.
+    let old = "format = \"csd-array\"\nversion = 1\ndevice_config = \"--preset tiny\"\n\
+               devices = [\"dev0.img\", \"dev1.img\"]\n\n[[tables]]\nname = \"nation\"\n\
+               layout = \"nsm\"\nstripe_pages = 1\nrows = 25\npages = 1\n\
+               device_rows = [25, 0]\ndevice_pages = [1, 0]\n";
+    std::fs::write(Manifest::path(dir.path()), old).expect("write old");
+    let read = Manifest::read(dir.path()).expect("old manifest");
+    assert_eq!(read.tables[0].layout, Layout::Nsm);
+
+    let bad = old.replace("layout = \"nsm\"", "layout = \"columnar\"");
+    std::fs::write(Manifest::path(dir.path()), bad).expect("write bad");
+    let err = Manifest::read(dir.path())
+        .expect_err("bad layout")
+        .to_string();
+    assert!(
+        err.contains("layout") && err.contains("columnar") && err.contains("`nsm`"),
+        "{err}"
+    );
 }
 
 fn synthetic(rows: u64) -> SyntheticGenerator {

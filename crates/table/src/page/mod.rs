@@ -113,7 +113,7 @@ const OFF_ROWS: usize = 16;
 const OFF_CRC: usize = 20;
 
 /// How rows are laid out inside a page (serialized as its name, `nsm` or `pax`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Layout {
     /// N-ary storage model: whole rows, slotted page.
