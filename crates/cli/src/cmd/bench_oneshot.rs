@@ -6,6 +6,8 @@
 //! the scan's own wall time and the modeled time. The warm figure is the same query run
 //! a second time inside one process on the same image (process, page cache and DataFusion
 //! warm): the ratio of the one-shot scan to it is what the first touch of the image costs.
+//! Every measured query runs in a child; this process stays small, because a child's
+//! `ru_maxrss` starts from its parent's peak (the parent's memory until `exec`).
 //! With `--compare duckdb`, the peer is a fresh Python process running DuckDB over a
 //! Parquet file of the same rows (written from the image by `csd sql --output`), also
 //! measured from outside (`scripts/duckdb_oneshot.py`); its answer must equal csd's.
@@ -55,6 +57,11 @@ pub(crate) struct BenchOneshotArgs {
     compare: Vec<CompareArg>,
     #[command(flatten)]
     report: JsonFlag,
+    /// Internal: print the warm scan wall time of the one query and strategy given, as
+    /// JSON (run in a child process, so that this process's memory never grows: a
+    /// child's `ru_maxrss` starts from its parent's peak).
+    #[arg(long, hide = true, requires = "image")]
+    warm_probe: bool,
 }
 
 /// One measured child process.
@@ -324,8 +331,42 @@ fn exe() -> Result<PathBuf, CliError> {
     })
 }
 
+/// The warm figure measured in a child process (`--warm-probe`).
+#[derive(Serialize, serde::Deserialize)]
+struct WarmProbe {
+    warm_scan_wall_s: f64,
+}
+
+fn warm_in_child(exe: &Path, image: &Path, q: &str, c: Choice) -> Result<f64, CliError> {
+    let child = run_child(
+        Command::new(exe)
+            .args(["bench", "oneshot", "--warm-probe", "--strategy", c.name()])
+            .arg("--queries")
+            .arg(q)
+            .arg("--image")
+            .arg(image),
+        "the warm probe",
+    )?;
+    let p: WarmProbe = serde_json::from_slice(&child.stdout)
+        .map_err(|e| CliError::Usage(format!("warm probe output: {e}")))?;
+    Ok(p.warm_scan_wall_s)
+}
+
 /// `csd bench oneshot`.
 pub(crate) fn run(a: &BenchOneshotArgs) -> Result<(), CliError> {
+    if a.warm_probe {
+        let choices = StrategySel::choices(&a.strategy);
+        let (Some(image), [q], [c]) = (&a.image, a.queries.as_slice(), choices.as_slice()) else {
+            return Err(CliError::Usage(
+                "--warm-probe takes --image, one query and one strategy".into(),
+            ));
+        };
+        let p = WarmProbe {
+            warm_scan_wall_s: warm_scan(image, expand_tpch(q), *c)?,
+        };
+        println!("{}", serde_json::to_string(&p).unwrap_or_default());
+        return Ok(());
+    }
     if a.compare.contains(&CompareArg::Datafusion) {
         return Err(CliError::Usage(
             "bench oneshot compares with duckdb only (--compare duckdb)".into(),
@@ -425,7 +466,7 @@ pub(crate) fn run(a: &BenchOneshotArgs) -> Result<(), CliError> {
                 let p = parse_query_json(&c.stdout)?;
                 Ok((c, p))
             })?;
-            let warm = warm_scan(&image, sql, c)?;
+            let warm = warm_in_child(&exe, &image, q, c)?;
             bar.inc(1);
             rows.push(Row {
                 query: q.clone(),
