@@ -46,11 +46,50 @@ pub(crate) struct BenchOpenArgs {
     probe_rw: bool,
 }
 
+/// How an image is opened for a probe (serialized as `read-only` / `read-write`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum OpenAccess {
+    /// Opened read-only.
+    ReadOnly,
+    /// Opened read-write.
+    ReadWrite,
+}
+
+impl OpenAccess {
+    /// The access of `--probe-rw`.
+    fn of(rw: bool) -> OpenAccess {
+        if rw {
+            OpenAccess::ReadWrite
+        } else {
+            OpenAccess::ReadOnly
+        }
+    }
+
+    /// The device stack's access mode.
+    fn access(self) -> Access {
+        match self {
+            OpenAccess::ReadOnly => Access::ReadOnly,
+            OpenAccess::ReadWrite => Access::ReadWrite,
+        }
+    }
+
+    /// The name in the report (as serialized).
+    fn name(self) -> &'static str {
+        match self {
+            OpenAccess::ReadOnly => "read-only",
+            OpenAccess::ReadWrite => "read-write",
+        }
+    }
+}
+
 /// One measured open.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Probe {
+    /// The image's state: an open-ended label ("N GiB written, clean shutdown", "crash
+    /// after N GiB written"), so it stays a string.
     case: String,
-    access: String,
+    access: OpenAccess,
     open_wall_s: f64,
     peak_rss_mib: f64,
     log_pages_replayed: u64,
@@ -71,11 +110,7 @@ fn peak_rss_mib() -> f64 {
 
 fn probe(path: &Path, rw: bool) -> Result<(), CliError> {
     let opts = OpenOptions {
-        access: if rw {
-            Access::ReadWrite
-        } else {
-            Access::ReadOnly
-        },
+        access: OpenAccess::of(rw).access(),
         ..OpenOptions::default()
     };
     let t0 = std::time::Instant::now();
@@ -84,7 +119,7 @@ fn probe(path: &Path, rw: bool) -> Result<(), CliError> {
     let rec = rep.recovery.unwrap_or_default();
     let p = Probe {
         case: String::new(),
-        access: if rw { "read-write" } else { "read-only" }.into(),
+        access: OpenAccess::of(rw),
         open_wall_s: wall,
         peak_rss_mib: peak_rss_mib(),
         log_pages_replayed: rec.log_pages,
@@ -228,7 +263,7 @@ pub(crate) fn run(a: &BenchOpenArgs) -> Result<(), CliError> {
     for p in &probes {
         t.add_row(vec![
             p.case.clone(),
-            p.access.clone(),
+            p.access.name().to_string(),
             format!("{:.3}", p.open_wall_s),
             format!("{:.1}", p.peak_rss_mib),
             p.log_pages_replayed.to_string(),
@@ -238,4 +273,31 @@ pub(crate) fn run(a: &BenchOpenArgs) -> Result<(), CliError> {
     println!("device: {} ({})", cfg.name, cfg.geometry);
     println!("reproduce: {cmd}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The probe's access keeps its JSON names, and a probe line parses back.
+    #[test]
+    fn open_access_serde_names() {
+        for (a, name) in [
+            (OpenAccess::ReadOnly, "read-only"),
+            (OpenAccess::ReadWrite, "read-write"),
+        ] {
+            assert_eq!(a.name(), name);
+            assert_eq!(
+                serde_json::to_string(&a).expect("json"),
+                format!("\"{name}\"")
+            );
+        }
+        assert_eq!(OpenAccess::of(true).access(), Access::ReadWrite);
+        assert_eq!(OpenAccess::of(false).access(), Access::ReadOnly);
+        let line = r#"{"case":"","access":"read-write","open_wall_s":0.5,"peak_rss_mib":12.0,"log_pages_replayed":3,"clean":false}"#;
+        let p: Probe = serde_json::from_str(line).expect("probe");
+        assert_eq!(p.access, OpenAccess::ReadWrite);
+        assert_eq!(serde_json::to_string(&p).expect("json"), line);
+        assert!(serde_json::from_str::<Probe>(&line.replace("read-write", "rw")).is_err());
+    }
 }

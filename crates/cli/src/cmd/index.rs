@@ -26,9 +26,50 @@ struct IndexFigures<'a> {
     index: &'a str,
     table: &'a str,
     column: &'a str,
-    kind: String,
+    kind: IndexKind,
     pages: u64,
     flixr_table: u8,
+}
+
+/// An index's encoding in `csd index list`: `range`, or `bitmap (N buckets)` (a label with
+/// the bucket count, so serialized as that text, the same as
+/// [`csd_host::TableIndex::kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IndexKind {
+    /// Min/max per page.
+    Range,
+    /// Bucket bitmap per page.
+    Bitmap {
+        /// Buckets (split points + 1).
+        buckets: usize,
+    },
+}
+
+impl IndexKind {
+    /// The kind of an index's encoding.
+    fn of(e: &csd_device::IndexEncoding) -> IndexKind {
+        match e {
+            csd_device::IndexEncoding::Range => IndexKind::Range,
+            csd_device::IndexEncoding::Bitmap { bounds } => IndexKind::Bitmap {
+                buckets: bounds.len() + 1,
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for IndexKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IndexKind::Range => f.write_str("range"),
+            IndexKind::Bitmap { buckets } => write!(f, "bitmap ({buckets} buckets)"),
+        }
+    }
+}
+
+impl Serialize for IndexKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// `csd index list --json`.
@@ -216,7 +257,7 @@ pub(crate) fn index_cmd(cmd: &IndexCmd) -> Result<(), CliError> {
                         index: &i.name,
                         table: &t.name,
                         column: &i.column,
-                        kind: i.kind(),
+                        kind: IndexKind::of(&i.encoding),
                         pages: t.pages,
                         flixr_table: i.flixr_table,
                     })
@@ -233,7 +274,7 @@ pub(crate) fn index_cmd(cmd: &IndexCmd) -> Result<(), CliError> {
                         i.name.clone(),
                         t.name.clone(),
                         i.column.clone(),
-                        i.kind(),
+                        IndexKind::of(&i.encoding).to_string(),
                         t.pages.to_string(),
                     ]);
                 }
@@ -245,5 +286,39 @@ pub(crate) fn index_cmd(cmd: &IndexCmd) -> Result<(), CliError> {
             println!("{}", drop_on(a.image.path(), &a.name, false)?);
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JSON kind is the text `csd_host::TableIndex::kind` gives, for both encodings.
+    #[test]
+    fn index_kind_serializes_as_the_catalog_label() {
+        for encoding in [
+            csd_device::IndexEncoding::Range,
+            csd_device::IndexEncoding::Bitmap {
+                bounds: vec![1, 5, 9],
+            },
+        ] {
+            let i = csd_host::TableIndex {
+                name: "i".into(),
+                column: "c".into(),
+                encoding: encoding.clone(),
+                flixr_table: 1,
+                secondary: Vec::new(),
+            };
+            let k = IndexKind::of(&encoding);
+            assert_eq!(k.to_string(), i.kind());
+            assert_eq!(
+                serde_json::to_string(&k).expect("json"),
+                format!("\"{}\"", i.kind())
+            );
+        }
+        assert_eq!(
+            serde_json::to_string(&IndexKind::Bitmap { buckets: 4 }).expect("json"),
+            "\"bitmap (4 buckets)\""
+        );
     }
 }

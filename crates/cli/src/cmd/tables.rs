@@ -247,7 +247,7 @@ fn bar(total: Option<u64>, what: &str, show: bool) -> Option<indicatif::Progress
 #[derive(Serialize)]
 struct LoadFigures<'a> {
     table: &'a str,
-    layout: String,
+    layout: Layout,
     rows: u64,
     pages: u64,
     bytes: u64,
@@ -262,7 +262,7 @@ impl LoadFigures<'_> {
     fn of(r: &csd_host::LoadReport) -> LoadFigures<'_> {
         LoadFigures {
             table: &r.table.name,
-            layout: r.table.layout.to_string(),
+            layout: r.table.layout,
             rows: r.table.rows,
             pages: r.table.pages,
             bytes: r.table.bytes(),
@@ -286,7 +286,7 @@ struct Loads<'a> {
 #[derive(Serialize)]
 struct TableFigures<'a> {
     table: &'a str,
-    layout: String,
+    layout: Layout,
     rows: u64,
     pages: u64,
     page_bytes: u32,
@@ -300,7 +300,7 @@ impl TableFigures<'_> {
     fn of(t: &TableInfo) -> TableFigures<'_> {
         TableFigures {
             table: &t.name,
-            layout: t.layout.to_string(),
+            layout: t.layout,
             rows: t.rows,
             pages: t.pages,
             page_bytes: t.page_bytes,
