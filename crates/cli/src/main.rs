@@ -32,9 +32,9 @@ mod units;
 use args::ConfigSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use cmd::{
-    array, bench_fdtree, bench_flixr, bench_oneshot, bench_open, bench_query, bench_recovery, bench_serve,
-    bench_tpch, bench_ycsb, config, demo, device, index, io, kv_serve, model, query, serve, sql,
-    tables, torture, worker,
+    array, bench_fdtree, bench_flixr, bench_oneshot, bench_open, bench_query, bench_recovery,
+    bench_serve, bench_tpch, bench_ycsb, config, demo, device, index, io, kv_serve, model, query,
+    serve, sql, tables, torture, worker,
 };
 use csd_repro as repro;
 use csd_repro::reproduce;
