@@ -902,10 +902,14 @@ impl Catalog {
     /// trims its LBAs and drops its FLIXR registration.
     fn retire(client: &mut impl CommandIssuer, old: &TableInfo, lba: u32) -> Result<(), HostError> {
         let n = old.end_lba(lba) - old.first_lba;
-        client.exec(csd_device::Command::Trim {
-            lba: old.first_lba,
-            blocks: n,
-        })?;
+        // A table with no pages (an array member dealt none of a small table's rows)
+        // holds no LBAs: nothing to trim (a Trim of 0 blocks is refused).
+        if n > 0 {
+            client.exec(csd_device::Command::Trim {
+                lba: old.first_lba,
+                blocks: n,
+            })?;
+        }
         // The replaced table's index goes with it (its format leaves the registry).
         // Best effort: the new catalog is already durable, and a registration left
         // behind only makes a later CREATE INDEX on this table name fail.

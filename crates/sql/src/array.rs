@@ -378,13 +378,27 @@ impl Manifest {
     }
 }
 
-/// The rows dealt to one device, arriving over a channel in page-sized chunks.
+/// A stripe unit of rows dealt to one device: their row images back to back, and where
+/// each ends (row images of a schema with variable-length values differ in length).
+#[derive(Default)]
+struct Unit {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Unit {
+    fn push(&mut self, row: &[u8]) {
+        self.bytes.extend_from_slice(row);
+        self.ends.push(self.bytes.len());
+    }
+}
+
+/// The rows dealt to one device, arriving over a channel in stripe units.
 struct Dealt {
     schema: Schema,
-    width: usize,
-    rx: std::sync::mpsc::Receiver<Vec<u8>>,
-    chunk: Vec<u8>,
-    pos: usize,
+    rx: std::sync::mpsc::Receiver<Unit>,
+    unit: Unit,
+    next: usize,
 }
 
 impl RowSource for Dealt {
@@ -393,18 +407,22 @@ impl RowSource for Dealt {
     }
 
     fn next_row(&mut self, row: &mut Vec<u8>) -> bool {
-        while self.pos >= self.chunk.len() {
+        while self.next >= self.unit.ends.len() {
             match self.rx.recv() {
-                Ok(c) => {
-                    self.chunk = c;
-                    self.pos = 0;
+                Ok(u) => {
+                    self.unit = u;
+                    self.next = 0;
                 }
                 Err(_) => return false,
             }
         }
+        let start = match self.next {
+            0 => 0,
+            i => self.unit.ends[i - 1],
+        };
         row.clear();
-        row.extend_from_slice(&self.chunk[self.pos..self.pos + self.width]);
-        self.pos += self.width;
+        row.extend_from_slice(&self.unit.bytes[start..self.unit.ends[self.next]]);
+        self.next += 1;
         true
     }
 }
@@ -443,27 +461,30 @@ pub fn load_striped(
         let mut txs = Vec::with_capacity(n);
         let mut handles = Vec::with_capacity(n);
         for client in clients.iter_mut() {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Unit>(4);
             txs.push(tx);
             let src = Dealt {
                 schema: schema.clone(),
-                width,
                 rx,
-                chunk: Vec::new(),
-                pos: 0,
+                unit: Unit::default(),
+                next: 0,
             };
             handles.push(s.spawn(move || Catalog::load(client, name, src, layout, &mut |_| {})));
         }
+        // A unit is `stripe_pages` pages of rows: `unit_rows` fixed-width rows, or, where
+        // row images vary in length (variable-length values), as many rows as fill that
+        // many pages' bytes, whichever comes first.
+        let unit_bytes = stripe_pages as usize * page_bytes;
         let mut row = Vec::with_capacity(width);
-        let mut unit = Vec::with_capacity(unit_rows * width);
+        let mut unit = Unit::default();
         let mut k = 0usize;
         let mut rows = 0u64;
         let mut alive = true;
         while source.next_row(&mut row) {
-            unit.extend_from_slice(&row);
+            unit.push(&row);
             rows += 1;
-            if unit.len() == unit_rows * width {
-                let full = std::mem::replace(&mut unit, Vec::with_capacity(unit_rows * width));
+            if unit.ends.len() == unit_rows || unit.bytes.len() >= unit_bytes {
+                let full = std::mem::take(&mut unit);
                 // A device whose load failed dropped its receiver: stop dealing.
                 if txs[k % n].send(full).is_err() {
                     alive = false;
@@ -473,7 +494,7 @@ pub fn load_striped(
                 progress(rows);
             }
         }
-        if alive && !unit.is_empty() {
+        if alive && !unit.ends.is_empty() {
             let _ = txs[k % n].send(unit);
         }
         drop(txs);
