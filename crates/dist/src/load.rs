@@ -947,10 +947,11 @@ pub fn load_through_workers(
     // about CHUNK_BYTES.
     let n = links.len();
     let unit_rows = per_page * stripe_pages as usize;
+    let unit_bytes = stripe_pages as usize * page_bytes as usize;
     let senders: Vec<_> = links.iter_mut().map(|l| l.chunks.take()).collect();
     let mut gathers: Vec<Gather> = (0..n).map(|_| Gather::default()).collect();
     let mut row = Vec::with_capacity(width);
-    let (mut rows, mut in_unit, mut k) = (0u64, 0usize, 0usize);
+    let (mut rows, mut in_unit, mut unit_len, mut k) = (0u64, 0usize, 0usize, 0usize);
     let mut broken = false;
     let send = |d: usize, b: RecordBatch| -> bool {
         senders[d]
@@ -962,8 +963,10 @@ pub fn load_through_workers(
         g.push(&row);
         rows += 1;
         in_unit += 1;
-        if in_unit == unit_rows {
+        unit_len += row.len();
+        if csd_sql::array::unit_is_full(in_unit, unit_len, unit_rows, unit_bytes) {
             in_unit = 0;
+            unit_len = 0;
             if g.data.len() >= CHUNK_BYTES
                 && let Some(b) = g.take()
                 && !send(k % n, b)

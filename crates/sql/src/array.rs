@@ -427,6 +427,17 @@ impl RowSource for Dealt {
     }
 }
 
+/// Whether a stripe unit holding `rows` rows of `bytes` row-image bytes is complete: a
+/// unit is `stripe_pages` pages of rows, `unit_rows` of them for fixed-width rows (the
+/// rows a page holds times the pages) or, where row images vary in length
+/// (variable-length values), as many as fill `unit_bytes` (that many pages' bytes),
+/// whichever comes first. Fixed-width rows always reach `unit_rows` first (a page's
+/// header takes some of its bytes). Every array load (in process and through workers)
+/// deals by this rule.
+pub fn unit_is_full(rows: usize, bytes: usize, unit_rows: usize, unit_bytes: usize) -> bool {
+    rows >= unit_rows || bytes >= unit_bytes
+}
+
 /// Loads `source` as table `name` striped over `clients` (see the [module
 /// docs](self)): units of `stripe_pages` pages go round robin, the devices load in
 /// parallel. `progress` sees the rows dealt so far. Returns each device's load report
@@ -471,9 +482,6 @@ pub fn load_striped(
             };
             handles.push(s.spawn(move || Catalog::load(client, name, src, layout, &mut |_| {})));
         }
-        // A unit is `stripe_pages` pages of rows: `unit_rows` fixed-width rows, or, where
-        // row images vary in length (variable-length values), as many rows as fill that
-        // many pages' bytes, whichever comes first.
         let unit_bytes = stripe_pages as usize * page_bytes;
         let mut row = Vec::with_capacity(width);
         let mut unit = Unit::default();
@@ -483,7 +491,7 @@ pub fn load_striped(
         while source.next_row(&mut row) {
             unit.push(&row);
             rows += 1;
-            if unit.ends.len() == unit_rows || unit.bytes.len() >= unit_bytes {
+            if unit_is_full(unit.ends.len(), unit.bytes.len(), unit_rows, unit_bytes) {
                 let full = std::mem::take(&mut unit);
                 // A device whose load failed dropped its receiver: stop dealing.
                 if txs[k % n].send(full).is_err() {
