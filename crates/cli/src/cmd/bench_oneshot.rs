@@ -13,7 +13,7 @@
 //! measured from outside (`scripts/duckdb_oneshot.py`); its answer must equal csd's.
 //! Modeled figures are the device's and do not depend on any of this.
 
-use super::bench_tpch::{CompareArg, same};
+use super::bench_tpch::{CompareArg, json_rows, same};
 use super::query::{expand_tpch, run_sql, sql_error};
 use crate::args::{JsonFlag, LayoutArg, StrategySel};
 use crate::{CliError, report};
@@ -150,19 +150,7 @@ struct QueryJson {
 fn parse_query_json(bytes: &[u8]) -> Result<QueryJson, CliError> {
     let v: Value = serde_json::from_slice(bytes)
         .map_err(|e| CliError::Usage(format!("csd query --json output: {e}")))?;
-    let cells = |r: &Value| -> Vec<String> {
-        r.as_array()
-            .map(|c| {
-                c.iter()
-                    .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let rows = v["rows"]
-        .as_array()
-        .map(|rs| rs.iter().map(cells).collect())
-        .unwrap_or_default();
+    let rows = json_rows(&v["rows"]);
     let scans = v["runs"][0]["scans"]
         .as_array()
         .cloned()
@@ -250,22 +238,7 @@ fn run_duckdb(py: &Path, parquet: &Path, sql_file: &Path, repeat: usize) -> Resu
         )?;
         let v: Value = serde_json::from_slice(&c.stdout)
             .map_err(|e| CliError::Usage(format!("DuckDB script output: {e}")))?;
-        let rows = v["rows"]
-            .as_array()
-            .map(|rs| {
-                rs.iter()
-                    .map(|r| {
-                        r.as_array()
-                            .map(|c| {
-                                c.iter()
-                                    .map(|x| x.as_str().unwrap_or("").to_string())
-                                    .collect()
-                            })
-                            .unwrap_or_default()
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let rows = json_rows(&v["rows"]);
         let q = v["query_s"].as_f64().unwrap_or(f64::NAN);
         let ver = v["version"].as_str().unwrap_or("?").to_string();
         Ok((c, (q, rows, ver)))

@@ -62,6 +62,24 @@ pub(crate) struct BenchTpchArgs {
     src: ConfigSource,
 }
 
+/// An answer's rows from JSON (a list of lists of cells, as `csd query --json` and the
+/// DuckDB scripts print them): each cell as its text (a string's own text, any other
+/// value as JSON); anything else is no rows.
+pub(crate) fn json_rows(v: &serde_json::Value) -> Vec<Vec<String>> {
+    let cell = |x: &serde_json::Value| x.as_str().map_or_else(|| x.to_string(), str::to_string);
+    v.as_array()
+        .map(|rs| {
+            rs.iter()
+                .map(|r| {
+                    r.as_array()
+                        .map(|c| c.iter().map(cell).collect())
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Two answer cells agree: as numbers within `abs` or `rel` of the second, else as
 /// trimmed text.
 pub(crate) fn same(a: &str, b: &str, abs: f64, rel: f64) -> bool {
@@ -596,22 +614,7 @@ fn duckdb_script(dir: &std::path::Path, qs: &[&str]) -> Result<Duck, CliError> {
                 .map(|q| DuckQuery {
                     t1_s: q["t1_s"].as_f64().unwrap_or(f64::NAN),
                     tn_s: q["tn_s"].as_f64().unwrap_or(f64::NAN),
-                    rows: q["rows"]
-                        .as_array()
-                        .map(|rs| {
-                            rs.iter()
-                                .map(|r| {
-                                    r.as_array()
-                                        .map(|c| {
-                                            c.iter()
-                                                .map(|x| x.as_str().unwrap_or("").to_string())
-                                                .collect()
-                                        })
-                                        .unwrap_or_default()
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default(),
+                    rows: json_rows(&q["rows"]),
                 })
                 .collect::<Vec<_>>()
         })
