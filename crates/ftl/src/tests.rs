@@ -292,7 +292,7 @@ fn waf_device() -> DeviceConfig {
     let mut dev = DeviceConfig::preset("tiny").unwrap();
     dev.geometry.channels = 2;
     dev.geometry.ways = 1;
-    dev.geometry.blocks_per_plane = 512;
+    dev.geometry.blocks_per_plane = 256;
     dev.geometry.pages_per_block = 256;
     dev.geometry.page_size = 4096;
     dev
