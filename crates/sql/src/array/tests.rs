@@ -116,6 +116,29 @@ fn synthetic(rows: u64) -> SyntheticGenerator {
     SyntheticGenerator::new(SyntheticSpec::new(4, rows, 3).expect("spec")).expect("gen")
 }
 
+/// The rows one device (of `cfg`) holding `source` as table `name` answers `sql` with,
+/// under `strategy`: the reference an array's answer must equal.
+fn one_device_rows(
+    cfg: &DeviceConfig,
+    name: &str,
+    source: impl RowSource,
+    sql: &str,
+    strategy: Strategy,
+) -> Vec<Vec<String>> {
+    let (mut one, _) = clients(1);
+    Catalog::load(&mut one[0], name, source, Layout::Pax, &mut |_| {}).expect("load");
+    crate::SqlSession::new(
+        one.pop().expect("client"),
+        cfg.clone(),
+        ScanSettings::new(Choice::Fixed(strategy)),
+    )
+    .expect("session")
+    .run(sql)
+    .expect("run")
+    .rows()
+    .expect("rows")
+}
+
 #[test]
 fn striped_table_answers_like_one_device_with_per_device_reports() {
     let rows = 20_000;
@@ -128,19 +151,8 @@ fn striped_table_answers_like_one_device_with_per_device_reports() {
     let max = placement.device_pages.iter().max().copied().unwrap_or(0);
     let min = placement.device_pages.iter().min().copied().unwrap_or(0);
     assert!(max - min <= 1, "{:?}", placement.device_pages);
-    let (mut one, _) = clients(1);
-    Catalog::load(&mut one[0], "s4", synthetic(rows), Layout::Pax, &mut |_| {}).expect("load");
     let sql = "SELECT COUNT(*), SUM(c2), MIN(c3), MAX(c4) FROM s4 WHERE c1 < 1000";
-    let single = crate::SqlSession::new(
-        one.pop().expect("client"),
-        cfg.clone(),
-        ScanSettings::new(Choice::Fixed(Strategy::HwIsp)),
-    )
-    .expect("session")
-    .run(sql)
-    .expect("run")
-    .rows()
-    .expect("rows");
+    let single = one_device_rows(&cfg, "s4", synthetic(rows), sql, Strategy::HwIsp);
     let mut array = ArraySession::new(
         cs,
         cfg,
@@ -465,26 +477,8 @@ fn variable_length_rows_stripe_and_answer_like_one_device_and_reload() {
     let (_, small) =
         load_striped(&mut cs, "w", varchar_rows(5), Layout::Nsm, 1, &|_| {}).expect("reload");
     assert_eq!(small.rows, 5);
-    let (mut one, _) = clients(1);
-    Catalog::load(
-        &mut one[0],
-        "v",
-        varchar_rows(rows),
-        Layout::Pax,
-        &mut |_| {},
-    )
-    .expect("load");
     let sql = "SELECT COUNT(*), COUNT(name), SUM(LENGTH(name)), MIN(name), MAX(id) FROM v WHERE name LIKE 'xxx%'";
-    let single = crate::SqlSession::new(
-        one.pop().expect("client"),
-        cfg.clone(),
-        ScanSettings::new(Choice::Fixed(Strategy::Ihp)),
-    )
-    .expect("session")
-    .run(sql)
-    .expect("run")
-    .rows()
-    .expect("rows");
+    let single = one_device_rows(&cfg, "v", varchar_rows(rows), sql, Strategy::Ihp);
     let mut array = ArraySession::new(
         cs,
         cfg,
