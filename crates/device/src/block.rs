@@ -363,6 +363,19 @@ fn ftl_err(e: FtlError) -> DeviceError {
     }
 }
 
+/// A host read's outcome as the workload engine takes it: an uncorrectable read is
+/// counted in `error_count` and the workload goes on.
+fn workload_read(r: Result<SimTime, CommandError>) -> Result<SimTime, DeviceError> {
+    match r {
+        Ok(t) => Ok(t),
+        Err(CommandError {
+            error: FtlError::Uncorrectable { .. },
+            done,
+        }) => Ok(done),
+        Err(e) => Err(ftl_err(e.error)),
+    }
+}
+
 impl IoTarget for BlockDevice {
     fn config(&self) -> &DeviceConfig {
         self.ftl.nand().config()
@@ -378,15 +391,26 @@ impl IoTarget for BlockDevice {
 
     fn read(&mut self, offset: u64, buf: &mut [u8], at: SimTime) -> Result<SimTime, DeviceError> {
         let lba = self.lba_of(offset)?;
-        match self.read_lbas(lba, buf, at) {
-            Ok(t) => Ok(t),
-            // Counted in `error_count`; the workload goes on.
-            Err(CommandError {
-                error: FtlError::Uncorrectable { .. },
-                done,
-            }) => Ok(done),
-            Err(e) => Err(ftl_err(e.error)),
-        }
+        workload_read(self.read_lbas(lba, buf, at))
+    }
+
+    /// [`BlockDevice::read_lbas`] through [`Ftl::read_ref`]: a run of sectors of one
+    /// flash page is checked and looked at where the flash keeps it (no copy); the flash
+    /// reads, checks and counters are those of [`Ftl::read`], then the same delivery.
+    fn read_look(
+        &mut self,
+        offset: u64,
+        buf: &mut [u8],
+        at: SimTime,
+        look: &mut dyn FnMut(&[u8]),
+    ) -> Result<SimTime, DeviceError> {
+        let lba = self.lba_of(offset)?;
+        let bytes = buf.len();
+        let r = self.ftl.read_ref(lba, bytes, at).map(|(done, data)| {
+            look(data);
+            done
+        });
+        workload_read(self.deliver(r, bytes as u64, at, true))
     }
 
     fn write(&mut self, offset: u64, data: &[u8], at: SimTime) -> Result<SimTime, DeviceError> {
@@ -416,7 +440,8 @@ impl IoTarget for BlockDevice {
         let lba = offset / self.lba;
         match stage {
             crate::workload::PrefetchStage::Map => self.ftl.prefetch_map(lba),
-            crate::workload::PrefetchStage::Data => self.ftl.prefetch_flash(lba),
+            // The workload engine reads through `read_look`: checked in place.
+            crate::workload::PrefetchStage::Data => self.ftl.prefetch_flash(lba, false),
         }
     }
 
@@ -494,6 +519,102 @@ mod tests {
         let r = run(&mut d, &rd, &mut |_| {}).unwrap();
         assert_eq!(r.errors, 0);
         d.ftl_mut().check_invariants().unwrap();
+    }
+
+    /// A device of the tiny preset with a write-back cache and, with `faulty`, bit
+    /// errors often beyond the ECC (uncorrectable reads and read retries).
+    fn look_dev(faulty: bool) -> BlockDevice {
+        let toml = DeviceConfig::preset_toml("tiny").unwrap();
+        let o: Vec<String> = if faulty {
+            ["faults.rber_fresh=0.0004", "faults.ecc_bits_per_sector=10"]
+                .map(String::from)
+                .to_vec()
+        } else {
+            Vec::new()
+        };
+        let cfg = DeviceConfig::from_toml_with_overrides(toml, &o).unwrap();
+        let ftl = FtlConfig {
+            write_cache: csd_ftl::WriteCache::WriteBack,
+            ..FtlConfig::default()
+        };
+        BlockDevice::new(Ftl::format(Nand::new_in_memory(cfg).unwrap(), ftl).unwrap())
+    }
+
+    /// The faulty device of the property below does fail reads (else that half of it
+    /// would compare nothing), and retries some.
+    #[test]
+    fn the_faulty_look_device_has_uncorrectable_reads() {
+        let mut d = look_dev(true);
+        let ss = d.lba as usize;
+        let mut t = SimTime::ZERO;
+        for lba in 0..64u64 {
+            t = t.max(
+                d.write(lba * ss as u64, &pattern(ss, lba as u8), t)
+                    .unwrap(),
+            );
+        }
+        t = d.flush(t).unwrap();
+        let mut buf = vec![0u8; ss];
+        for lba in 0..64u64 {
+            d.read_look(lba * ss as u64, &mut buf, t, &mut |_| {})
+                .unwrap();
+        }
+        assert!(d.error_count() > 0);
+        assert!(d.error_count() < 64);
+        assert!(d.ftl().stats().read_retries > 0);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// `read_look` (checked in place, no copy) sees the bytes `read` copies and models
+        /// exactly what it models: completions, errors, counters, energy. Reads of
+        /// unwritten, buffered (write-back) and flash LBAs, runs within and across flash
+        /// pages, repeated reads (the checked-sector memo) and uncorrectable reads.
+        #[test]
+        fn read_look_sees_and_models_what_read_does(
+            faulty in proptest::bool::ANY,
+            ops in proptest::collection::vec((proptest::bool::weighted(0.4), 0u64..96, 1usize..6), 1..160),
+        ) {
+            let (mut a, mut b) = (look_dev(faulty), look_dev(faulty));
+            let ss = a.lba as usize;
+            let mut t = SimTime::ZERO;
+            for (i, &(write, lba, n)) in ops.iter().enumerate() {
+                let off = lba * ss as u64;
+                if write && lba % 16 == 15 {
+                    // Commit the write-back buffers now and then, so reads meet flash.
+                    let ra = a.flush(t).map_err(|e| e.to_string());
+                    proptest::prop_assert_eq!(&ra, &b.flush(t).map_err(|e| e.to_string()));
+                } else if write {
+                    let data = pattern(n * ss, i as u8);
+                    let ra = a.write(off, &data, t).map_err(|e| e.to_string());
+                    let rb = b.write(off, &data, t).map_err(|e| e.to_string());
+                    proptest::prop_assert_eq!(&ra, &rb);
+                    if let Ok(done) = ra {
+                        t = t.max(done);
+                    }
+                } else {
+                    let mut copied = vec![0u8; n * ss];
+                    let mut seen = Vec::new();
+                    let ra = a.read(off, &mut copied, t).map_err(|e| e.to_string());
+                    let rb = b
+                        .read_look(off, &mut vec![0u8; n * ss], t, &mut |d| seen = d.to_vec())
+                        .map_err(|e| e.to_string());
+                    proptest::prop_assert_eq!(&ra, &rb, "read {} of {} LBAs", lba, n);
+                    // An uncorrectable read delivers no bytes worth comparing.
+                    if a.error_count() == b.error_count() && !seen.is_empty() {
+                        proptest::prop_assert!(seen == copied, "bytes of LBA {} x{}", lba, n);
+                    }
+                }
+                proptest::prop_assert_eq!(a.error_count(), b.error_count());
+            }
+            proptest::prop_assert_eq!(a.ftl().stats(), b.ftl().stats());
+            proptest::prop_assert_eq!(a.energy_counters(), b.energy_counters());
+            proptest::prop_assert_eq!(a.now(), b.now());
+            proptest::prop_assert_eq!(
+                format!("{:?}", a.utilization(1 << 30)),
+                format!("{:?}", b.utilization(1 << 30))
+            );
+        }
     }
 
     #[test]

@@ -311,17 +311,19 @@ impl Ftl {
     }
 
     /// Second stage of the cache hint, a little before the read itself: if `lpid`'s
-    /// cached MAP entry names a flash address, hint the page's state, data and OOB
-    /// bytes ([`csd_nand::Nand::prefetch`]). Issued one command ahead, the memory misses
-    /// of the next read overlap the current one's work.
+    /// cached MAP entry names a flash address, hint the page's state, OOB bytes and
+    /// checked marks, and its data when `data` (a read that copies it, [`Ftl::read`];
+    /// [`Ftl::read_ref`] checks in place and touches the data only to hash a sector not
+    /// yet checked) ([`csd_nand::Nand::prefetch`]). Issued one command ahead, the memory
+    /// misses of the next read overlap the current one's work.
     #[inline]
-    pub fn prefetch_flash(&self, lpid: u64) {
+    pub fn prefetch_flash(&self, lpid: u64, data: bool) {
         let Some(&entry) = self.cached_entry(lpid) else {
             return;
         };
         if let Loc::Flash(a) = Loc::of(entry) {
             let (b, p, s) = unpack(a);
-            self.nand.prefetch(Ppa::new(BlockId(b), p), s, 1);
+            self.nand.prefetch(Ppa::new(BlockId(b), p), s, 1, data);
         }
     }
 

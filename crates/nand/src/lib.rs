@@ -226,6 +226,21 @@ impl CheckedSectors {
             .is_some_and(|x| x & m != 0)
     }
 
+    /// Hint the CPU cache about the word holding `sector`'s mark (see
+    /// [`Nand::prefetch`]); nothing when the block has no marks.
+    #[inline]
+    fn prefetch(&self, b: usize, page: u32, sector: u32) {
+        let (w, _) = self.index(page, sector);
+        if let Some(x) = self
+            .bits
+            .get(b)
+            .and_then(Option::as_ref)
+            .and_then(|v| v.get(w))
+        {
+            prefetch_value(x);
+        }
+    }
+
     fn set(&mut self, b: usize, page: u32, sector: u32) {
         let (w, m) = self.index(page, sector);
         let n = self.words_per_block;

@@ -28,13 +28,16 @@ impl Nand {
 
     /// Warm the CPU caches for a read of `sectors` sectors of page `p` from
     /// `first_sector` that the caller will issue soon: the page state, the block's
-    /// metadata, the sectors' data and their OOB bytes. Only a hint to the host CPU: it
-    /// changes no state, no counter and no modeled time, and an address out of range or
-    /// a block never programmed is ignored. The emulator's random reads are bound by
-    /// memory latency (the MAP entry, then the page); hinting the next command's lines
-    /// while the current one runs overlaps those misses.
+    /// metadata, the sectors' OOB bytes and checked marks ([`Nand::sector_checked`]),
+    /// and the sectors' data when `data` (a read that copies them; one that checks them
+    /// in place, [`Nand::read_in_place`], touches the data only to hash a sector not yet
+    /// checked). Only a hint to the host CPU: it changes no state, no counter and no
+    /// modeled time, and an address out of range or a block never programmed is ignored.
+    /// The emulator's random reads are bound by memory latency (the MAP entry, then the
+    /// page); hinting the next command's lines while the current one runs overlaps those
+    /// misses.
     #[inline]
-    pub fn prefetch(&self, p: Ppa, first_sector: u32, sectors: u32) {
+    pub fn prefetch(&self, p: Ppa, first_sector: u32, sectors: u32, data: bool) {
         let b = p.block.0 as usize;
         if b >= self.store.blocks()
             || p.page >= self.layout.pages as u32
@@ -50,9 +53,12 @@ impl Nand {
         let d0 = first_sector as usize * ss;
         let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
         prefetch_lines(&bytes[p.page as usize..p.page as usize + 1]);
-        prefetch_lines(&slot[d0..d0 + sectors as usize * ss]);
+        if data {
+            prefetch_lines(&slot[d0..d0 + sectors as usize * ss]);
+        }
         prefetch_lines(&slot[o0..o0 + sectors as usize * self.oob_sector]);
         self.store.prefetch_meta(b);
+        self.checked.prefetch(b, p.page, first_sector);
     }
 
     /// [`Nand::read`] with the sectors' OOB bytes delivered alongside, as a controller's
