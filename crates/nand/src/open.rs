@@ -124,6 +124,16 @@ impl Nand {
         self.store.block_mut(b, upto)
     }
 
+    /// Make block `b` ready for a program whose slot ends at `upto` (see
+    /// `Store::prepare_program`), with [`Nand::block_bytes_mut`]'s exclusion of readers
+    /// on other threads and forgetting of the block's checked sectors.
+    #[inline]
+    pub(super) fn prepare_program(&mut self, b: usize, upto: usize) -> Result<(), NandError> {
+        self.pins.0.exclude();
+        self.checked.clear_block(b);
+        self.store.prepare_program(b, upto)
+    }
+
     /// Store a programmed page of block `b` (slot, then state byte: see
     /// [`Store::write_page`]). Like [`Nand::block_bytes_mut`], readers on other threads
     /// leave first and the block's checked sectors are forgotten.

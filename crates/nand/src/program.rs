@@ -23,7 +23,7 @@ impl Nand {
         // Reserve the block's bytes before anything changes: a full file system is an
         // error and the page stays erased.
         let upto = self.layout.slot_range(p.page).end;
-        self.block_bytes_mut(b, upto)?;
+        self.prepare_program(b, upto)?;
         self.op_seq += 1;
         self.content_epoch += 1;
         let die = self.map.die_of(p.block);

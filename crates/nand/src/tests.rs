@@ -411,6 +411,50 @@ fn asymmetric_page_latencies() {
     }
 }
 
+/// Programs reach a read-write image with `pwritev`, not through the mapping: they do
+/// not count toward the release of written blocks (which, counted, released every
+/// block a round-robin writer touched, one `madvise` per program), and what they wrote
+/// reads back; an erase, which stores through the mapping, still counts.
+#[test]
+fn programs_to_an_image_do_not_count_toward_the_written_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dev.img");
+    let cfg = tiny();
+    let mut n = Nand::create_image(&path, cfg.clone()).unwrap();
+    let block_bytes = n.layout.block_bytes;
+    n.set_release_written_bytes(4 * block_bytes);
+    for page in 0..3u32 {
+        for b in 1..=8u32 {
+            let seed = u64::from(b * 10 + page);
+            let p = Ppa::new(BlockId(b), page);
+            n.program(p, &page_of(&cfg, seed), &oob_of(&cfg, seed), SimTime::ZERO)
+                .unwrap();
+        }
+    }
+    assert_eq!(
+        n.store.touched_blocks(),
+        0,
+        "programs counted as mapped writes"
+    );
+    for page in 0..3u32 {
+        for b in 1..=8u32 {
+            let seed = u64::from(b * 10 + page);
+            let (d, o, _) = read_page(&mut n, Ppa::new(BlockId(b), page)).unwrap();
+            assert_eq!(
+                (d, o),
+                (page_of(&cfg, seed), oob_of(&cfg, seed)),
+                "block {b} page {page}"
+            );
+        }
+    }
+    n.erase(BlockId(1), SimTime::ZERO).unwrap();
+    assert_eq!(
+        n.store.touched_blocks(),
+        1,
+        "an erase stores through the mapping"
+    );
+}
+
 #[test]
 fn image_persists_and_checks_geometry() {
     let dir = tempfile::tempdir().unwrap();
