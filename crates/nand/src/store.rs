@@ -596,8 +596,8 @@ impl FileStore {
         Ok(())
     }
 
-    /// [`Store::write_page`] on a read-write image: `pwritev` of the slot, then `pwrite`
-    /// of the state byte.
+    /// [`Store::write_page`] on a read-write image: `pwritev` of the slot, then the state
+    /// byte through the mapping.
     fn write_page(
         &mut self,
         b: usize,
@@ -624,18 +624,21 @@ impl FileStore {
             oob
         };
         debug_assert_eq!(spare.len(), spare_len, "the spare bytes fill the slot");
-        let base = (self.blocks_offset + b * self.layout.block_bytes) as u64;
-        write_all_vectored_at(&self.file, &[data, spare], base + slot_start as u64)
-            .and_then(|()| {
-                use std::os::unix::fs::FileExt;
-                self.file.write_all_at(&[state], base + u64::from(page))
-            })
-            .map_err(|e| match e.raw_os_error() {
+        let base = self.blocks_offset + b * self.layout.block_bytes;
+        write_all_vectored_at(&self.file, &[data, spare], (base + slot_start) as u64).map_err(
+            |e| match e.raw_os_error() {
                 Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG) => {
                     self.space_error(b, e)
                 }
                 _ => self.io_error("cannot write a page to the image", e),
-            })
+            },
+        )?;
+        // The commit point, after the slot is in the page cache: a store through the
+        // shared mapping (the same page cache), whose page of states is mapped already
+        // (programs and reads look up page states there) and reserved in the file with
+        // the slot, so no system call per program.
+        self.map[base + page as usize] = state;
+        Ok(())
     }
 
     /// The error for space that could not be allocated for block `b`.
@@ -1235,12 +1238,13 @@ impl Store {
 
     /// Store a programmed page of block `b`: its slot (`data`, then `oob` or all-`0xFF`
     /// spare bytes), then its state byte, in that order (the state byte is the commit
-    /// point). The caller has made the block writable ([`Store::block_mut`] up to the
-    /// slot's end). On an image opened read-write the bytes go to the file with
-    /// `pwritev`/`pwrite`, not through the mapping: the shared mapping sees them at once
-    /// (one page cache), and the process takes no page fault, dirties no page-table
-    /// entry and keeps nothing resident for them. Elsewhere they are stored through
-    /// memory (a read-only open's copy-on-write mapping keeps them private).
+    /// point). The caller has made the block writable ([`Store::prepare_program`] up to
+    /// the slot's end). On an image opened read-write the slot goes to the file with
+    /// `pwritev`, not through the mapping: the shared mapping sees it at once (one page
+    /// cache), and the process takes no page fault, dirties no page-table entry and
+    /// keeps nothing resident for it; the state byte is stored through the mapping,
+    /// whose page of states is resident anyway. Elsewhere everything is stored through
+    /// memory (a read-only open's copy-on-write mapping keeps it private).
     pub fn write_page(
         &mut self,
         b: usize,
