@@ -1,7 +1,10 @@
 //! `csd repro flixr` without the CLI (which links DataFusion): the same report, for a
 //! release build of this crate alone.
 //!
-//! `cargo run --release -p csd-flixr --example repro -- [out-dir] [sf] [queries] [tpcc-txns]`
+//! `cargo run --release -p csd-flixr --example repro -- [out-dir] [sf] [queries] [tpcc-txns]
+//! [trend-sf,...] [trend-warehouses,...]` (the trend as `csd repro flixr`'s `--trend-sf`
+//! and `--trend-warehouses`: SF 0.03 and no further warehouse count by default; `-` for
+//! none).
 
 use csd_flixr::{Setup, Workload};
 
@@ -21,18 +24,21 @@ fn main() {
     if let Some(v) = args.get(3).and_then(|v| v.parse().ok()) {
         s.tpcc_txns = v;
     }
+    let list = |i: usize, default: &str| -> String {
+        args.get(i).cloned().unwrap_or_else(|| default.into())
+    };
+    let (tsf, tw) = (list(4, "0.03"), list(5, "-"));
+    let trend = csd_flixr::repro::Trend {
+        sf: tsf.split(',').filter_map(|v| v.parse().ok()).collect(),
+        warehouses: tw.split(',').filter_map(|v| v.parse().ok()).collect(),
+    };
     let cmd = format!(
-        "cargo run --release -p csd-flixr --example repro -- {out} {} {} {}",
+        "cargo run --release -p csd-flixr --example repro -- {out} {} {} {} {tsf} {tw}",
         s.sf, s.queries, s.tpcc_txns
     );
-    let r = csd_flixr::repro::run(
-        &s,
-        &Workload::ALL,
-        &[4, 64, 16 << 10],
-        &Default::default(),
-        cmd,
-        |m| eprintln!("{m}"),
-    );
+    let r = csd_flixr::repro::run(&s, &Workload::ALL, &[4, 64, 16 << 10], &trend, cmd, |m| {
+        eprintln!("{m}")
+    });
     match r.and_then(|r| csd_flixr::repro::write_report(&r, std::path::Path::new(&out))) {
         Ok(md) => println!("{md}"),
         Err(e) => {

@@ -34,10 +34,16 @@
 //!   before it installs the new entries (so that an entry never describes data a crash
 //!   could lose), while plain writes, the host index's included, are acknowledged from the
 //!   buffer.
-//! * The host index's node reads are dependent reads, one node after the other, and its
-//!   node writes go out in the background (the host does not wait for them); the paper
-//!   states no read-ahead or prefetch for its host-side B+tree (§5: "some of the layers in
-//!   the tree are cached on host DRAM on demand").
+//! * The host index's missing inner nodes are dependent reads, one after the other; the
+//!   leaves a traversal needs are named by their parents in host DRAM and read together
+//!   before the data pages (§3, Figure 1: "the first (and second) level index in the
+//!   DRAM will point to leaf nodes (third level index pages) that need to be accessed");
+//!   its node writes go out in the background (the host does not wait for them). The
+//!   paper states no read-ahead or prefetch beyond that (§5: "some of the layers in the
+//!   tree are cached on host DRAM on demand").
+//! * FLIXR-HS's host search starts at the last page whose min is below the range when
+//!   the host knows its pages' ranges are disjoint (§4.1: "once an indexed search for a
+//!   query reaches a leaf node ..."; see `csd_host::rowstore`).
 
 pub mod micro;
 pub mod repro;
@@ -93,8 +99,11 @@ pub enum HostCache {
     /// level index in the DRAM will point to leaf nodes (third level index pages) that
     /// need to be accessed. These lower-level indices are read from the storage"; §5:
     /// "some of the layers in the tree are cached on host DRAM on demand", LRU as in
-    /// Table 2). Realized as an LRU of as many nodes as the trees have inner nodes when
-    /// the measurement starts, warm with those inner nodes, so it scales with the index.
+    /// Table 2). Realized as exactly the trees' inner nodes, whichever they are as the
+    /// trees change ([`RowStore::set_host_cache_inner_levels`]): every leaf a traversal
+    /// needs is read from storage and never displaces an inner node (an LRU of as many
+    /// nodes as the trees have inner ones, as before, lost inner nodes to the leaves
+    /// read and read them again), so it scales with the index.
     InnerLevels,
     /// A fixed LRU of this many KiB of nodes.
     Kib(u64),
@@ -360,8 +369,7 @@ pub fn measure(
     body: impl FnOnce(&mut RowStore) -> Result<(u64, u64), EvalError>,
 ) -> Result<Measure, EvalError> {
     if s.host_cache == HostCache::InnerLevels && store.kind() == IndexKind::HostBtree {
-        let inner = store.host_inner_nodes();
-        store.set_host_cache(inner.len(), &inner);
+        store.set_host_cache_inner_levels();
     }
     store.quiesce()?;
     let t0 = store.now();

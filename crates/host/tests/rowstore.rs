@@ -6,6 +6,7 @@
 
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
+use csd_host::CommandIssuer as _;
 use csd_host::rowstore::{IndexKind, KeyEncoding, RowStore, StoreOptions, TableDef};
 use csd_nand::Nand;
 use csd_sim::DeviceConfig;
@@ -336,4 +337,75 @@ fn secondary_keys_answer_alike_and_narrow_the_pages_read() {
         }
     }
     assert!(answers.windows(2).all(|w| w[0] == w[1]));
+}
+
+/// FLIXR-HS (flixr §4.1): on a clustered table the host's search by min starts at the
+/// range, so a range near the end of the table sends READ_IDX for its few pages, not
+/// for every page whose min is below it; once an insert puts a key far outside its
+/// page's place among the mins, the search falls back to every such page and still
+/// finds the row (a search that kept starting at the range would miss it).
+#[test]
+fn flixr_hs_search_starts_at_the_range_while_the_table_is_clustered() {
+    let mut s = store(IndexKind::FlixrHS);
+    let t = s.create_table(def("t", "k", KeyEncoding::Range)).unwrap();
+    let load: Vec<Vec<Value>> = (0..1_500).map(|k| row(k, 0, 0)).collect();
+    s.load(t, &load).unwrap();
+    let pages = s.pages(t).unwrap();
+    let skipped = |s: &mut RowStore, lo, hi| {
+        let before = s.traffic().pages_skipped;
+        let keys: Vec<i64> = triples(&s.scan(t, lo, hi).unwrap())
+            .iter()
+            .map(|r| r.0)
+            .collect();
+        (keys, s.traffic().pages_skipped - before)
+    };
+    let (keys, n) = skipped(&mut s, 1_400, 1_410);
+    assert_eq!(keys, (1_400..=1_410).collect::<Vec<_>>());
+    assert!(n <= 1, "clustered: {n} pages skipped of {pages}");
+    // Deleting keeps the pages in place; page 0 gets room.
+    assert_eq!(s.delete_where(t, 0, 3, &|_| true).unwrap(), 4);
+    let (_, n) = skipped(&mut s, 1_400, 1_410);
+    assert!(n <= 1, "still clustered after a delete: {n}");
+    // Key 1,405 lands in page 0 (the lowest with room): its range now spans the table.
+    s.insert(t, &[row(1_405, 1, 0)]).unwrap();
+    let (keys, n) = skipped(&mut s, 1_400, 1_410);
+    let mut want: Vec<i64> = (1_400..=1_410).collect();
+    want.insert(6, 1_405);
+    assert_eq!(keys, want, "the row in page 0 is found");
+    assert!(
+        n > pages / 2,
+        "unclustered: every page with a smaller min: {n}"
+    );
+    s.check_entries(t).unwrap();
+}
+
+/// The host B+tree (flixr §3, Figure 1): with the inner levels in host DRAM the leaves
+/// of a range are named by their parents and read together, runs of consecutive leaves
+/// in one Read, not one dependent Read per leaf; the leaves come from storage every time
+/// and never push an inner node out (the same scan again fetches the same pages).
+#[test]
+fn host_index_reads_the_leaves_of_a_range_together() {
+    let mut s = store(IndexKind::HostBtree);
+    let t = s.create_table(def("t", "k", KeyEncoding::Range)).unwrap();
+    let load: Vec<Vec<Value>> = (0..1_500).map(|k| row(k, 0, 0)).collect();
+    s.load(t, &load).unwrap();
+    assert!(!s.host_inner_nodes().is_empty());
+    s.set_host_cache_inner_levels();
+    let mdts = s.client().identify().mdts_blocks as u64;
+    let mut fetched = Vec::new();
+    for _ in 0..2 {
+        let before = s.traffic();
+        // A fifth of the keys (the optimizer would scan the table above a quarter).
+        assert_eq!(s.scan(t, 100, 399).unwrap().len(), 300);
+        let d = s.traffic().since(before);
+        // 300 entries at 70% of 170 per leaf: three leaves.
+        assert!(d.index_pages_to_host >= 3, "{d:?}");
+        let data_reads = d.data_pages_to_host.div_ceil(mdts);
+        assert!(
+            d.commands < d.index_pages_to_host + data_reads,
+            "leaves read together: {d:?}"
+        );
+        fetched.push(d.index_pages_to_host);
+    }
+    assert_eq!(fetched[0], fetched[1], "inner nodes stay in DRAM");
 }

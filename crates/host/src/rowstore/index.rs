@@ -31,6 +31,18 @@ impl RowStore {
             IndexKind::SsdBtree => self.ssd_create(t, pairs)?,
             IndexKind::FlixrHS => {
                 let first = self.tables[t.0].first;
+                // The host loaded the rows: it knows every page's key range.
+                let mut ranges: BTreeMap<u64, (i64, i64)> = BTreeMap::new();
+                for &(k, p) in &pairs {
+                    let r = ranges.entry(p).or_insert((k, k));
+                    *r = (r.0.min(k), r.1.max(k));
+                }
+                let mut by_min: Vec<(i64, u64, i64)> =
+                    ranges.iter().map(|(&p, &(a, b))| (a, p, b)).collect();
+                by_min.sort_unstable();
+                let hs = &mut self.tables[t.0].hs;
+                hs.clustered = by_min.windows(2).all(|w| w[0].2 <= w[1].0);
+                hs.top = by_min.iter().map(|r| r.2).max();
                 for p in 0..pages {
                     self.learn_page(t, first + p)?;
                 }
@@ -88,6 +100,7 @@ impl RowStore {
                 hs.range.insert(lba, (min, max));
             }
             HostIndexValue::Unknown => {
+                hs.clustered = false;
                 hs.by_min.insert((i64::MIN, lba), i64::MAX);
                 hs.range.insert(lba, (i64::MIN, i64::MAX));
             }
@@ -95,6 +108,33 @@ impl RowStore {
         }
         self.host_cpu(self.opts.host_node_cycles + depth * self.opts.host_compare_cycles);
         Ok(())
+    }
+
+    /// FLIXR-HS: before the tiny tree learns page `lba`'s new min, check with the keys
+    /// the host wrote to it (`keys`: their range, `None` for an empty page) that the
+    /// table stays clustered: the page keeps its place among the mins (its new keys lie
+    /// between its old min and the next page's min; a new page's keys lie above every
+    /// key written before). A page that leaves its place (an insert below its min or
+    /// beyond the next page's) ends the clustering for good.
+    pub(super) fn keep_clustered(&mut self, t: TableId, lba: u64, keys: Option<(i64, i64)>) {
+        let hs = &mut self.tables[t.0].hs;
+        let Some((kmin, kmax)) = keys else {
+            return;
+        };
+        if hs.clustered {
+            hs.clustered = match hs.range.get(&lba) {
+                Some(&(old_min, _)) => {
+                    let next = hs
+                        .by_min
+                        .range((old_min, lba + 1)..)
+                        .next()
+                        .map(|(&(m, _), _)| m);
+                    kmin >= old_min && next.is_none_or(|m| kmax < m)
+                }
+                None => hs.top.is_none_or(|top| kmin > top),
+            };
+        }
+        hs.top = Some(hs.top.map_or(kmax, |top| top.max(kmax)));
     }
 
     /// Write the nodes `touch` changed (host B+tree), pipelined.
@@ -144,14 +184,55 @@ impl RowStore {
         Ok(())
     }
 
-    /// Charge a host B+tree traversal: missing nodes read (dependent), CPU per node.
+    /// Charge a host B+tree traversal: CPU per node; missing inner nodes read one after
+    /// the other (each names the next level), then the missing leaves the traversal
+    /// needs, all named by their parents in host DRAM, read together: runs of
+    /// consecutive LBAs in one Read, kept `qd` deep (flixr §3, Figure 1: "the first (and
+    /// second) level index in the DRAM will point to leaf nodes (third level index
+    /// pages) that need to be accessed. These lower-level indices are read from the
+    /// storage to finally identify the target data pages").
     pub(super) fn read_nodes(&mut self, touch: &Touch) -> Result<(), StoreError> {
+        let mut leaves = Vec::new();
         for &l in &touch.read {
-            if !self.cache.touch(l) {
+            let hit = if self.inner_levels {
+                !self.is_leaf(l)
+            } else {
+                self.cache.touch(l)
+            };
+            if !hit {
+                if self.is_leaf(l) {
+                    leaves.push(l);
+                    continue;
+                }
                 let (c, meta) = self.sync(Command::Read { lba: l, blocks: 1 })?;
                 self.traffic.index_pages_to_host += 1;
                 self.traffic.index_flash_reads += c.acct.flash_reads.saturating_sub(meta);
                 self.traffic.map_flash_reads += meta;
+                self.cache.insert(l);
+            }
+        }
+        if !leaves.is_empty() {
+            leaves.sort_unstable();
+            leaves.dedup();
+            let mdts = self.client.identify().mdts_blocks as u64;
+            let rs = runs(&leaves, mdts);
+            let cmds = rs
+                .iter()
+                .map(|&(lba, n)| Command::Read {
+                    lba,
+                    blocks: n as u32,
+                })
+                .collect();
+            let done = self.pipelined(cmds)?;
+            let mut end = self.client.now();
+            for ((_, n), (c, meta)) in rs.into_iter().zip(done) {
+                end = end.max(c.acct.completed);
+                self.traffic.index_pages_to_host += n;
+                self.traffic.index_flash_reads += c.acct.flash_reads.saturating_sub(meta);
+                self.traffic.map_flash_reads += meta;
+            }
+            self.client.wait_until(end);
+            for l in leaves {
                 self.cache.insert(l);
             }
         }
@@ -160,6 +241,16 @@ impl RowStore {
                 + touch.compares as f64 * self.opts.host_compare_cycles,
         );
         Ok(())
+    }
+
+    /// Is the host B+tree node at `l` (of any table's tree) a leaf?
+    fn is_leaf(&self, l: u64) -> bool {
+        self.tables.iter().any(|tb| {
+            tb.tree
+                .iter()
+                .chain(tb.secondary.iter().filter_map(|(_, t)| t.as_ref()))
+                .any(|tr| tr.node_bytes(l).is_some_and(|b| b[0] == 1))
+        })
     }
 
     /// Index maintenance for pairs removed and added.

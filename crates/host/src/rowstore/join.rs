@@ -84,7 +84,7 @@ impl RowStore {
         let tia = self.table_index(outer, oc, bounds)?;
         let rule = self.rule(outer, IndexRule::Between { lo, hi })?;
         let o_dev = self.tables[outer.0].dev_id;
-        let rs = self.flixr_runs(outer, hi);
+        let rs = self.flixr_runs(outer, lo, hi);
         let pages = self.filtered(rs, |lba, blocks, reset| Command::ReadIdxJoin1 {
             table: o_dev,
             rule,

@@ -33,12 +33,22 @@
 //!   plus [`StoreOptions::host_compare_cycles`] per key comparison, every command
 //!   [`StoreOptions::host_io_cycles`] (the OS path of direct I/O), all at the host clock
 //!   and not overlapped with I/O. Independent commands (data page runs, node writes) are
-//!   kept [`StoreOptions::qd`] deep; dependent ones (node reads, resumed READ_IDX) wait.
+//!   kept [`StoreOptions::qd`] deep; dependent ones (inner B+tree nodes missing from the
+//!   host cache, resumed READ_IDX) wait. The leaves a host B+tree traversal needs are
+//!   named by their parents in host DRAM, so they are read together, runs of
+//!   consecutive leaves in one Read, `qd` deep, before the data pages they name (flixr
+//!   §3, Figure 1: "the first (and second) level index in the DRAM will point to leaf
+//!   nodes (third level index pages) that need to be accessed").
 //! * FLIXR-HS's tiny tree is keyed by every page's min (learnt from UPDATE_HOST_INDEX;
 //!   the max it also returns is kept only to check the tree against the device): as
-//!   flixr §4.1 splits the work, a range `lo..=hi` visits the entries with `min <= hi`
-//!   and sends READ_IDX for all of those pages (runs of consecutive pages together); the
-//!   device compares each page's max with `lo` (the rule's comparison). Its entries are
+//!   flixr §4.1 splits the work, the host's search for `lo..=hi` reaches the entry of the
+//!   last page whose min is below `lo` and goes on through the entries with
+//!   `min <= hi`, sending READ_IDX for those pages (runs of consecutive pages together);
+//!   the device compares each page's max with `lo` (the rule's comparison). Starting
+//!   there is exact while the table is *clustered* (pages' key ranges disjoint and
+//!   ordered like their mins): known from the rows the host itself loaded and wrote
+//!   (a page that leaves its place among the mins ends it), never from the device's
+//!   max. An unclustered table is searched from its first entry. Its entries are
 //!   charged as host compares, and it never touches the device to be read (§5: all in
 //!   host DRAM).
 //! * A FLIXR rule is registered per query and released after (`DropIdxIcr`). Filtered
@@ -334,6 +344,12 @@ struct HsTree {
     by_min: BTreeMap<(i64, u64), i64>,
     /// Page -> its current `(min, max)`.
     range: HashMap<u64, (i64, i64)>,
+    /// The host knows (from the rows it wrote) that the pages' key ranges are disjoint
+    /// and ordered like their mins: every page's keys lie between its min and the next
+    /// page's min. Then a search starts at the last page whose min is below the range.
+    clustered: bool,
+    /// The largest key the host has written to the table.
+    top: Option<i64>,
 }
 
 #[derive(Debug)]
@@ -373,6 +389,9 @@ pub struct RowStore {
     tables: Vec<Table>,
     next_lba: u64,
     cache: LruSet,
+    /// The host keeps exactly the trees' inner nodes in DRAM (whichever they are as the
+    /// trees change) and reads every leaf from storage ([`RowStore::set_host_cache_inner_levels`]).
+    inner_levels: bool,
     traffic: Traffic,
     host_hz: f64,
     cycles_per_record: f64,
@@ -412,6 +431,7 @@ impl RowStore {
             tables: Vec::new(),
             next_lba: opts.first_lba,
             cache,
+            inner_levels: false,
             traffic: Traffic::default(),
             host_hz: cfg.host.clock_mhz * 1e6,
             cycles_per_record: cfg.isp.host_cycles_per_record,
@@ -499,6 +519,19 @@ impl RowStore {
         self.cache = LruSet::new(nodes);
         for &l in warm.iter().take(nodes) {
             self.cache.insert(l);
+        }
+    }
+
+    /// The host B+tree cache (`HostBtree`) holds exactly the inner nodes of every tree,
+    /// the levels above the leaves, as the trees change (splits add inner nodes), and
+    /// every leaf a traversal needs comes from storage (flixr §3, Figure 1: "the first
+    /// (and second) level index in the DRAM will point to leaf nodes (third level index
+    /// pages) that need to be accessed. These lower-level indices are read from the
+    /// storage"). Leaves never displace inner nodes, as they would in an LRU of as many
+    /// nodes as the trees have inner ones. No effect on the ideal host index.
+    pub fn set_host_cache_inner_levels(&mut self) {
+        if self.kind == IndexKind::HostBtree {
+            self.inner_levels = true;
         }
     }
 

@@ -17,6 +17,23 @@ impl RowStore {
         let dev_id = self.tables[t.0].dev_id;
         let n = pages.len() as u64;
         let lbas: Vec<u64> = pages.iter().map(|p| p.0).collect();
+        // The key range of every page, as the host built it (FLIXR-HS's clustering check).
+        let ranges: Vec<Option<(i64, i64)>> = if self.kind == IndexKind::FlixrHS {
+            let tb = &self.tables[t.0];
+            pages
+                .iter()
+                .map(|(_, b)| {
+                    Self::parse_rows(&tb.schema, b)
+                        .iter()
+                        .filter_map(|r| r.get(tb.key).and_then(value_i64))
+                        .fold(None, |a: Option<(i64, i64)>, k| {
+                            Some(a.map_or((k, k), |(x, y)| (x.min(k), y.max(k))))
+                        })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let cmds = pages
             .into_iter()
             .map(|(lba, data)| {
@@ -38,7 +55,8 @@ impl RowStore {
         }
         self.traffic.data_pages_written += n;
         if self.kind == IndexKind::FlixrHS {
-            for l in lbas {
+            for (l, keys) in lbas.into_iter().zip(ranges) {
+                self.keep_clustered(t, l, keys);
                 self.learn_page(t, l)?;
             }
         }
@@ -97,18 +115,41 @@ impl RowStore {
         }
     }
 
-    /// The page runs a FLIXR read covers for a range ending at `hi` of `t`: the whole extent
-    /// (FLIXR-S) or the tiny host tree's candidates (FLIXR-HS: every page whose min is
-    /// at most `hi`, as flixr §4.1 splits the work: the host traverses its tree by the
-    /// min values, the device compares each requested page's max).
-    pub(super) fn flixr_runs(&mut self, t: TableId, hi: i64) -> Vec<(u64, u64)> {
+    /// The page runs a FLIXR read covers for the range `lo..=hi` of `t`: the whole
+    /// extent (FLIXR-S) or the tiny host tree's candidates (FLIXR-HS: the pages whose
+    /// min is at most `hi`, from the last one whose min is below `lo` when the table is
+    /// clustered, as flixr §4.1 splits the work: the host traverses its tree by the min
+    /// values, the device compares each requested page's max).
+    pub(super) fn flixr_runs(&mut self, t: TableId, lo: i64, hi: i64) -> Vec<(u64, u64)> {
         let tb = &self.tables[t.0];
         if self.kind == IndexKind::FlixrHS {
             let mut pages: Vec<u64> = Vec::new();
             let mut seen = 0u64;
-            // §4.1: the host tree is keyed by the pages' min values; it names every page
-            // whose min is at most `hi`, and the device compares the max (READ_IDX).
-            for &(_, p) in tb.hs.by_min.keys().take_while(|&&(mn, _)| mn <= hi) {
+            // §4.1: the host tree is keyed by the pages' min values ("the DBMS already
+            // traversed the host-side index created by the min value"); the device
+            // compares each requested page's max (READ_IDX). A search for `lo..=hi`
+            // reaches the leaf entry of the last page whose min is below `lo` ("once an
+            // indexed search for a query reaches a leaf node, FLIXR traverses all the
+            // records on the corresponding page") and goes on to the pages whose min is
+            // at most `hi`. That is exact while the pages' ranges are disjoint and
+            // ordered like their mins (`clustered`, known from the rows the host wrote);
+            // otherwise every page whose min is at most `hi` is named.
+            let start = if tb.hs.clustered {
+                tb.hs
+                    .by_min
+                    .range(..(lo, 0))
+                    .next_back()
+                    .map_or((i64::MIN, 0), |(&k, _)| k)
+            } else {
+                (i64::MIN, 0)
+            };
+            for &(_, p) in tb
+                .hs
+                .by_min
+                .range(start..)
+                .map(|(k, _)| k)
+                .take_while(|&&(mn, _)| mn <= hi)
+            {
                 seen += 1;
                 pages.push(p);
             }

@@ -44,7 +44,7 @@ impl RowStore {
         }
         let pages = match self.kind {
             IndexKind::FlixrS | IndexKind::FlixrHS => {
-                let rs = self.flixr_runs(t, hi);
+                let rs = self.flixr_runs(t, lo, hi);
                 if rs.is_empty() {
                     return Ok(Vec::new());
                 }
@@ -204,7 +204,7 @@ impl RowStore {
                 Ok(out)
             }
             IndexKind::FlixrS | IndexKind::FlixrHS => {
-                let rs = self.flixr_runs(t, hi);
+                let rs = self.flixr_runs(t, lo, hi);
                 if rs.is_empty() {
                     return Ok(Vec::new());
                 }
