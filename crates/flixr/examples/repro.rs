@@ -2,9 +2,9 @@
 //! release build of this crate alone.
 //!
 //! `cargo run --release -p csd-flixr --example repro -- [out-dir] [sf] [queries] [tpcc-txns]
-//! [trend-sf,...] [trend-warehouses,...]` (the trend as `csd repro flixr`'s `--trend-sf`
-//! and `--trend-warehouses`: SF 0.03 and no further warehouse count by default; `-` for
-//! none).
+//! [trend-sf,...] [trend-warehouses,...] [workload,...]` (the trend as `csd repro flixr`'s
+//! `--trend-sf` and `--trend-warehouses`: SF 0.03 and no further warehouse count by
+//! default, `-` for none; the workloads as its `--workloads`, `all` by default).
 
 use csd_flixr::{Setup, Workload};
 
@@ -28,15 +28,30 @@ fn main() {
         args.get(i).cloned().unwrap_or_else(|| default.into())
     };
     let (tsf, tw) = (list(4, "0.03"), list(5, "-"));
+    let ws = list(6, "all");
+    let mut workloads = Vec::new();
+    for w in ws.split(',') {
+        match (w, Workload::parse(w)) {
+            ("all", _) => workloads.extend(Workload::ALL),
+            (_, Some(w)) => workloads.push(w),
+            (_, None) => {
+                eprintln!(
+                    "error: unknown workload {w:?}; one of all, {}",
+                    Workload::ALL.map(|w| w.name()).join(", ")
+                );
+                std::process::exit(2);
+            }
+        }
+    }
     let trend = csd_flixr::repro::Trend {
         sf: tsf.split(',').filter_map(|v| v.parse().ok()).collect(),
         warehouses: tw.split(',').filter_map(|v| v.parse().ok()).collect(),
     };
     let cmd = format!(
-        "cargo run --release -p csd-flixr --example repro -- {out} {} {} {} {tsf} {tw}",
+        "cargo run --release -p csd-flixr --example repro -- {out} {} {} {} {tsf} {tw} {ws}",
         s.sf, s.queries, s.tpcc_txns
     );
-    let r = csd_flixr::repro::run(&s, &Workload::ALL, &[4, 64, 16 << 10], &trend, cmd, |m| {
+    let r = csd_flixr::repro::run(&s, &workloads, &[4, 64, 16 << 10], &trend, cmd, |m| {
         eprintln!("{m}")
     });
     match r.and_then(|r| csd_flixr::repro::write_report(&r, std::path::Path::new(&out))) {
