@@ -44,14 +44,24 @@
 //!   session (measured at SF 1 with two threads: Q17 3x slower without this rule, Q18
 //!   1.25x, Q13 1.3x). Judging one page alone turned Q15's look-ahead off at its first
 //!   page of 17 matching rows, among pages of about 4.
+//! * The thread that evaluates a page also does the CRC part of the FTL's end-to-end
+//!   check on the bytes it holds pinned ([`Ftl::peek_sector_crcs`]), after evaluating
+//!   it; when every CRC matched, the step records it ([`Ftl::note_crcs_matched`],
+//!   ignored if anything changed since) and the read checks only the TAGs. A fresh
+//!   process hashes every byte of every page it reads once (16 KiB a page), which made
+//!   the CRC a quarter of a one-shot Q6 scan's CPU time on the stepping thread; now it
+//!   is spread over the pool. A page whose CRC does not match is left to the read,
+//!   which reports it as before.
 //! * Threads: [`csd_query::scan_threads`] (1 turns the look-ahead off).
 
-use csd_ftl::Ftl;
+use csd_ftl::{Ftl, SectorCrcs};
 use csd_nand::PinnedPages;
 use csd_query::{Batch, MergeTally, PageResult, ParEval, Plan, SharedPages};
 use csd_table::Schema;
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Pages per thread in a session's first batch, and at most.
 const FIRST_BATCH: usize = 16;
@@ -85,6 +95,8 @@ struct Window {
     /// Session order index of the batch's first page.
     first: u64,
     batch: Batch,
+    /// The CRC checks of the batch's pages, done by the threads that evaluate them.
+    checks: Arc<Checks>,
     /// Pieces taken so far.
     taken: usize,
 }
@@ -95,16 +107,66 @@ impl Window {
     }
 }
 
-/// Pinned stored pages as the evaluator's source.
-struct Pinned(PinnedPages);
+/// Pages pinned for the look-ahead, with what the end-to-end check of each would
+/// compare ([`Ftl::peek_sector_crcs`]; `None`: the step checks it all).
+pub(crate) struct PinnedBatch {
+    pages: PinnedPages,
+    crcs: Vec<Option<SectorCrcs>>,
+}
+
+/// Not hashed yet / every CRC matched / some CRC did not.
+const UNCHECKED: u8 = 0;
+const MATCHED: u8 = 1;
+const MISMATCHED: u8 = 2;
+
+/// The CRC checks of a batch's pages: the thread that evaluates a page also hashes its
+/// pinned bytes (the check's whole cost on a first read, which a one-shot scan pays for
+/// every page), and the step takes the outcome with the page's evaluation.
+struct Checks {
+    crcs: Vec<Option<SectorCrcs>>,
+    state: Vec<AtomicU8>,
+}
+
+impl Checks {
+    /// Hash page `i` of the batch (`bytes`, as pinned) if nobody has.
+    fn check(&self, i: usize, bytes: &[u8]) {
+        let (Some(Some(c)), Some(st)) = (self.crcs.get(i), self.state.get(i)) else {
+            return;
+        };
+        if st.load(Ordering::Acquire) == UNCHECKED {
+            let ok = c.matches(bytes);
+            st.store(if ok { MATCHED } else { MISMATCHED }, Ordering::Release);
+        }
+    }
+
+    /// Page `i`'s CRCs when its bytes matched them.
+    fn matched(&self, i: usize) -> Option<SectorCrcs> {
+        let st = self.state.get(i)?.load(Ordering::Acquire);
+        (st == MATCHED).then(|| self.crcs.get(i).cloned().flatten())?
+    }
+}
+
+/// Pinned stored pages as the evaluator's source; each page read is also CRC-checked.
+struct Pinned {
+    pages: PinnedPages,
+    checks: Arc<Checks>,
+}
 
 impl SharedPages for Pinned {
     fn len(&self) -> usize {
-        self.0.len()
+        self.pages.len()
     }
 
     fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[&[u8]])) -> bool {
-        self.0.read(range, |p| f(p)).is_some()
+        let first = range.start;
+        self.pages
+            .read(range, |p| {
+                f(p);
+                for (k, bytes) in p.iter().enumerate() {
+                    self.checks.check(first + k, bytes);
+                }
+            })
+            .is_some()
     }
 }
 
@@ -133,19 +195,21 @@ impl Ahead {
     }
 
     /// The evaluation of the session's `i`-th page (of `total`) if it was evaluated
-    /// ahead under `epoch`; `None` means: evaluate it in the step. Keeps the batch after
-    /// the one being taken submitted, so the pool evaluates it while the caller steps;
-    /// `pin(j, n)` pins up to `n` stored pages from the session's `j`-th on.
+    /// ahead under `epoch`; `None` means: evaluate it in the step. With it, the page's
+    /// CRCs when its evaluating thread found them matching (for
+    /// [`Ftl::note_crcs_matched`]). Keeps the batch after the one being taken
+    /// submitted, so the pool evaluates it while the caller steps; `pin(j, n)` pins up
+    /// to `n` stored pages from the session's `j`-th on.
     pub(crate) fn take(
         &mut self,
         i: u64,
         epoch: (u64, u64),
         total: u64,
         schema: &Schema,
-        mut pin: impl FnMut(u64, usize) -> PinnedPages,
-    ) -> Option<Done> {
+        mut pin: impl FnMut(u64, usize) -> PinnedBatch,
+    ) -> (Option<Done>, Option<SectorCrcs>) {
         if self.off {
-            return None;
+            return (None, None);
         }
         if i != self.expect || self.windows.iter().any(|w| w.epoch != epoch) {
             self.clear();
@@ -157,24 +221,38 @@ impl Ahead {
             if n == 0 {
                 break;
             }
-            let pages = pin(from, n);
+            let PinnedBatch { pages, crcs } = pin(from, n);
             if pages.is_empty() {
                 break;
             }
             self.batch = (self.batch * 2).min(MAX_BATCH);
+            let checks = Arc::new(Checks {
+                state: crcs.iter().map(|_| AtomicU8::new(UNCHECKED)).collect(),
+                crcs,
+            });
+            let source = Pinned {
+                pages,
+                checks: Arc::clone(&checks),
+            };
             self.windows.push_back(Window {
                 epoch,
                 first: from,
-                batch: self.eval.submit(schema, Box::new(Pinned(pages))),
+                batch: self.eval.submit(schema, Box::new(source)),
+                checks,
                 taken: 0,
             });
         }
-        let w = self.windows.front_mut()?;
+        let Some(w) = self.windows.front_mut() else {
+            return (None, None);
+        };
         if self.piece.len() == 0 && w.taken < w.batch.pieces() {
             self.piece = w.batch.take_piece(w.taken).into_iter();
             w.taken += 1;
         }
         let d = self.piece.next().flatten();
+        let crcs = d
+            .as_ref()
+            .and_then(|_| w.checks.matched(i.checked_sub(w.first)? as usize));
         if self.piece.len() == 0 && w.taken >= w.batch.pieces() {
             let done = self.windows.pop_front();
             debug_assert!(done.is_some_and(|w| w.end() == i + 1));
@@ -188,28 +266,35 @@ impl Ahead {
             self.off = true;
             self.clear();
         }
-        d
+        (d, crcs)
     }
 }
 
 /// The stored bytes of `n` table pages from the session's `i`-th on, as far as they are
-/// in place (see [`Ftl::peek_in_place`]), pinned for other threads to read: the batch
-/// stops at the first that is not.
+/// in place (see [`Ftl::peek_in_place`]), pinned for other threads to read, with the
+/// CRCs the end-to-end check of each would compare: the batch stops at the first page
+/// that is not in place.
 pub(crate) fn pin_pages(
     ftl: &Ftl,
     page_bytes: usize,
     n: usize,
     mut lba_of: impl FnMut(u64) -> Option<u64>,
     i: u64,
-) -> PinnedPages {
+) -> PinnedBatch {
     let mut v = Vec::with_capacity(n);
+    let mut crcs = Vec::with_capacity(n);
     for k in 0..n as u64 {
-        let Some(b) = lba_of(i + k).and_then(|lba| ftl.peek_in_place(lba, page_bytes)) else {
+        let Some(lba) = lba_of(i + k) else {
+            break;
+        };
+        let Some(b) = ftl.peek_in_place(lba, page_bytes) else {
             break;
         };
         v.push(b);
+        crcs.push(ftl.peek_sector_crcs(lba, page_bytes));
     }
     // SAFETY: `peek_in_place` returns the array's stored sectors (`Nand::stored_sectors`)
     // under this same borrow of the FTL, and so of its array.
-    unsafe { ftl.nand().pin_pages(&v) }
+    let pages = unsafe { ftl.nand().pin_pages(&v) };
+    PinnedBatch { pages, crcs }
 }

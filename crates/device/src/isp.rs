@@ -322,11 +322,16 @@ impl Session {
         }
     }
 
-    /// The `i`-th page's evaluation if it was (or now is) done ahead; `None`: the step
-    /// evaluates it. See [`crate::ahead`].
-    fn evaluated_ahead(&mut self, dev: &BlockDevice, i: u64) -> Option<Done> {
+    /// The `i`-th page's evaluation if it was (or now is) done ahead (`None`: the step
+    /// evaluates it), and its CRCs if the thread that evaluated it found them matching.
+    /// See [`crate::ahead`].
+    fn evaluated_ahead(
+        &mut self,
+        dev: &BlockDevice,
+        i: u64,
+    ) -> (Option<Done>, Option<csd_ftl::SectorCrcs>) {
         if !self.ahead.enabled() {
-            return None;
+            return (None, None);
         }
         let ftl = dev.ftl();
         let total = self.total();
@@ -760,7 +765,11 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
     if s.inflight.len() as u32 >= s.pinned {
         s.inflight.pop();
     }
-    let ahead = s.evaluated_ahead(dev, s.next_page);
+    let (ahead, crcs) = s.evaluated_ahead(dev, s.next_page);
+    if let Some(c) = &crcs {
+        // Hashed by the thread that evaluated the page: the read checks only its TAGs.
+        dev.ftl_mut().note_crcs_matched(c);
+    }
     let page = s.page_at(s.next_page).unwrap_or(s.table.pages);
     s.next_page += 1;
     s.cursor = t;

@@ -357,7 +357,7 @@ impl Ftl {
 
     /// `lpid`'s MAP entry when its MAP page is cached.
     #[inline]
-    fn cached_entry(&self, lpid: u64) -> Option<&u64> {
+    pub(crate) fn cached_entry(&self, lpid: u64) -> Option<&u64> {
         if lpid >= self.geo.lbas() {
             return None;
         }

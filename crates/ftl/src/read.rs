@@ -360,3 +360,92 @@ pub(crate) fn place_of(nand: &csd_nand::Nand, block: u32, page: u32, sector: u32
         .map_or(u32::MAX, |i| i.pe_cycles);
     crate::format::place_key(block, page, sector, pe)
 }
+
+/// The CRC part of the end-to-end check of one page's sectors, taken while the page is
+/// peeked in place ([`Ftl::peek_sector_crcs`]) so that another thread can hash the
+/// stored bytes it holds pinned: the hash is nearly all of what the check costs the
+/// emulator (a one-shot scan of a fresh image hashes every byte it reads once), and a
+/// scan's look-ahead threads read those bytes anyway. When every CRC matched,
+/// [`Ftl::note_crcs_matched`] records it as the read's own check would
+/// ([`csd_nand::Nand::sector_checked`]), so the read does not hash them again; the read
+/// still checks each TAG's kind and LBA. No modeled effect (the check costs no modeled
+/// time either way).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectorCrcs {
+    ppa: Ppa,
+    first: u32,
+    /// [`Ftl::content_epoch`] when taken: the CRCs hold only while nothing changed.
+    epoch: (u64, u64),
+    sector_size: usize,
+    /// Per sector, the CRC-32C its bytes must have (the TAG's CRC with its place key
+    /// taken out).
+    want: Vec<u32>,
+}
+
+impl SectorCrcs {
+    /// Where the sectors are: their flash page and first sector.
+    pub fn place(&self) -> (Ppa, u32) {
+        (self.ppa, self.first)
+    }
+
+    /// Whether `data` (the sectors' stored bytes, as peeked) has every CRC. Hashes;
+    /// call it on any thread.
+    pub fn matches(&self, data: &[u8]) -> bool {
+        let ss = self.sector_size;
+        ss > 0
+            && data.len() == self.want.len() * ss
+            && data
+                .chunks_exact(ss)
+                .zip(&self.want)
+                .all(|(s, &w)| crc32c::crc32c(s) == w)
+    }
+}
+
+impl Ftl {
+    /// The CRCs the read of `bytes` bytes from `lpid` would check, when those bytes are
+    /// in place as [`Ftl::peek_in_place`] finds them and every sector's TAG is user data
+    /// of its LBA (else `None`: the read checks it all). Nothing is read or counted.
+    pub fn peek_sector_crcs(&self, lpid: u64, bytes: usize) -> Option<SectorCrcs> {
+        let ss = self.geo.sector_size().max(1);
+        let (data, oob) = self.peek_page_in_place(lpid, bytes)?;
+        let n = data.len().div_ceil(ss);
+        let Loc::Flash(a) = Loc::of(*self.cached_entry(lpid)?) else {
+            return None;
+        };
+        let (b, p, s) = unpack(a);
+        let ob = oob.len() / n.max(1);
+        let mut want = Vec::with_capacity(n);
+        for k in 0..n {
+            let t = Tag::read(oob.get(k * ob..k * ob + TAG_BYTES)?)?;
+            if t.kind != Kind::Data || t.id != lpid + k as u64 {
+                return None;
+            }
+            let key = if t.bound {
+                place_of(&self.nand, b, p, s + k as u32)
+            } else {
+                0
+            };
+            want.push(t.crc ^ key);
+        }
+        Some(SectorCrcs {
+            ppa: Ppa::new(BlockId(b), p),
+            first: s,
+            epoch: self.content_epoch(),
+            sector_size: ss,
+            want,
+        })
+    }
+
+    /// Record that the sectors of `crcs` matched their CRCs
+    /// ([`SectorCrcs::matches`] returned true on their stored bytes), so a read checks
+    /// only their TAGs. Ignored when anything was written, moved, erased or corrupted
+    /// since `crcs` was taken (the bytes hashed may not be the ones stored now).
+    pub fn note_crcs_matched(&mut self, crcs: &SectorCrcs) {
+        if crcs.epoch != self.content_epoch() {
+            return;
+        }
+        for k in 0..crcs.want.len() as u32 {
+            self.nand.mark_sector_checked(crcs.ppa, crcs.first + k);
+        }
+    }
+}

@@ -1050,3 +1050,48 @@ fn a_stale_sector_copied_over_the_current_one_is_not_served() {
         ),
     }
 }
+
+/// The CRC part of a read's check done on another thread (`Ftl::peek_sector_crcs`,
+/// `SectorCrcs::matches`, `Ftl::note_crcs_matched`): it spares the read its hash only for
+/// bytes that matched, and only while nothing changed since the CRCs were taken, so a
+/// corruption made after them is still found.
+#[test]
+fn crcs_matched_elsewhere_spare_the_hash_only_while_nothing_changed() {
+    let mut f = tiny_ftl(FtlConfig::default());
+    let ss = f.lba_size();
+    let spp = f.nand().geometry().sectors_per_page() as u64;
+    let page_bytes = spp as usize * ss;
+    let data: Vec<u8> = (0..spp).flat_map(|k| sector(&f, k + 1)).collect();
+    f.write(0, &data, SimTime::ZERO).unwrap();
+    f.flush(SimTime::ZERO).unwrap();
+    let c = f
+        .peek_sector_crcs(0, page_bytes)
+        .expect("a flushed page is in place");
+    let (ppa, first) = c.place();
+    let stored = f.peek_in_place(0, page_bytes).unwrap().to_vec();
+    assert_eq!(stored, data);
+    assert!(c.matches(&stored));
+    let mut flipped = stored.clone();
+    flipped[page_bytes - 1] ^= 0x20;
+    assert!(!c.matches(&flipped), "a flipped bit in the last sector");
+    assert!(!c.matches(&stored[..ss]), "fewer sectors than the CRCs");
+    assert!(!f.nand().sector_checked(ppa, first));
+    f.note_crcs_matched(&c);
+    for k in 0..spp as u32 {
+        assert!(f.nand().sector_checked(ppa, first + k));
+    }
+    let mut buf = vec![0u8; page_bytes];
+    f.read(0, &mut buf, SimTime::ZERO).unwrap();
+    assert_eq!(buf, data);
+    // Taken, then the page is damaged: the note is ignored and the read finds it.
+    let c = f.peek_sector_crcs(0, page_bytes).unwrap();
+    f.nand_mut().corrupt(ppa, first + 1, 7, 0x01).unwrap();
+    f.note_crcs_matched(&c);
+    assert!(!f.nand().sector_checked(ppa, first + 1));
+    assert!(matches!(
+        f.read(0, &mut buf, SimTime::ZERO),
+        Err(FtlError::Uncorrectable { lba: 1 })
+    ));
+    // Nothing to take for LBAs never written.
+    assert!(f.peek_sector_crcs(200, page_bytes).is_none());
+}

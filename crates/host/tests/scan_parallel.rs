@@ -279,3 +279,55 @@ fn a_write_during_a_scan_drops_pages_evaluated_ahead() {
         "rows with 2 threads differ from 1 thread's"
     );
 }
+
+/// A table page damaged on flash is found by a scan whose look-ahead threads hash the
+/// pages they evaluate (`Ftl::note_crcs_matched`) as by a scan on one thread: the session
+/// fails naming the page, with any thread count.
+#[test]
+fn a_damaged_page_fails_the_scan_with_any_thread_count() {
+    let guard = Threads::take();
+    let cfg = config(1024, 64, 32);
+    let mut failures = Vec::new();
+    let mut damaged = 0;
+    for threads in [1, 2, 3] {
+        guard.set(threads);
+        let mut c = loaded(&cfg, Layout::Pax);
+        let info = Catalog::read(&mut c)
+            .expect("catalog")
+            .get("t")
+            .expect("t")
+            .clone();
+        let lpp = info.lbas_per_page(c.identify().lba_size);
+        let page_bytes = lpp as usize * c.identify().lba_size as usize;
+        // Far enough in that the look-ahead has evaluated pages before it.
+        damaged = info.pages * 2 / 3;
+        let ftl = c.device().block_mut().ftl_mut();
+        ftl.flush(csd_sim::SimTime::ZERO).expect("flush");
+        let crcs = ftl
+            .peek_sector_crcs(info.first_lba + damaged * lpp, page_bytes)
+            .expect("the table page is on flash");
+        let (ppa, first) = crcs.place();
+        ftl.nand_mut()
+            .corrupt(ppa, first, 100, 0x04)
+            .expect("corrupt");
+        let pl = plan(&mut c, Program::Ungrouped, ROWS as i32);
+        let mut all = PartialResult::new(&pl);
+        let err = run_scan(
+            &mut c,
+            &info,
+            &pl,
+            &cfg,
+            &ScanOptions::new(Strategy::CpuIsp),
+            &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
+        )
+        .expect_err("a damaged page must fail the scan");
+        failures.push(err.to_string());
+    }
+    let want = format!("table page {damaged}: LBA");
+    assert!(
+        failures[0].contains(&want) && failures[0].contains("unreadable"),
+        "{} should name {want}",
+        failures[0]
+    );
+    assert!(failures.iter().all(|f| f == &failures[0]), "{failures:?}");
+}
