@@ -8,20 +8,39 @@
 
 use csd_flixr::{Setup, Workload};
 
+/// Exits with a usage error naming `what` and the value given.
+fn usage(what: &str, v: &str) -> ! {
+    eprintln!(
+        "error: {what} {v:?}; usage: repro [out-dir] [sf] [queries] [tpcc-txns] \
+         [trend-sf,...|-] [trend-warehouses,...|-] [workload,...]"
+    );
+    std::process::exit(2);
+}
+
+/// Argument `i` parsed as a number, if given.
+fn number<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> Option<T> {
+    let v = args.get(i)?;
+    Some(v.parse().unwrap_or_else(|_| usage(what, v)))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let out = args
         .first()
         .cloned()
         .unwrap_or_else(|| "repro/flixr".into());
+    if out.starts_with('-') {
+        // `--help`, `--version`: an output directory never starts with a dash here.
+        usage("an output directory, not an option:", &out);
+    }
     let mut s = Setup::default();
-    if let Some(v) = args.get(1).and_then(|v| v.parse().ok()) {
+    if let Some(v) = number(&args, 1, "scale factor") {
         s.sf = v;
     }
-    if let Some(v) = args.get(2).and_then(|v| v.parse().ok()) {
+    if let Some(v) = number(&args, 2, "query count") {
         s.queries = v;
     }
-    if let Some(v) = args.get(3).and_then(|v| v.parse().ok()) {
+    if let Some(v) = number(&args, 3, "TPC-C transaction count") {
         s.tpcc_txns = v;
     }
     let list = |i: usize, default: &str| -> String {
