@@ -403,8 +403,9 @@ impl SectorCrcs {
 
 impl Ftl {
     /// The CRCs the read of `bytes` bytes from `lpid` would check, when those bytes are
-    /// in place as [`Ftl::peek_in_place`] finds them and every sector's TAG is user data
-    /// of its LBA (else `None`: the read checks it all). Nothing is read or counted.
+    /// in place as [`Ftl::peek_in_place`] finds them, every sector's TAG is user data of
+    /// its LBA and some sector is not known to match already (else `None`: the read
+    /// checks what it must). Nothing is read or counted.
     pub fn peek_sector_crcs(&self, lpid: u64, bytes: usize) -> Option<SectorCrcs> {
         let ss = self.geo.sector_size().max(1);
         let (data, oob) = self.peek_page_in_place(lpid, bytes)?;
@@ -413,6 +414,11 @@ impl Ftl {
             return None;
         };
         let (b, p, s) = unpack(a);
+        let ppa = Ppa::new(BlockId(b), p);
+        if (0..n as u32).all(|k| self.nand.sector_checked(ppa, s + k)) {
+            // Matched before and unchanged since: the read hashes nothing anyway.
+            return None;
+        }
         let ob = oob.len() / n.max(1);
         let mut want = Vec::with_capacity(n);
         for k in 0..n {
@@ -428,7 +434,7 @@ impl Ftl {
             want.push(t.crc ^ key);
         }
         Some(SectorCrcs {
-            ppa: Ppa::new(BlockId(b), p),
+            ppa,
             first: s,
             epoch: self.content_epoch(),
             sector_size: ss,
