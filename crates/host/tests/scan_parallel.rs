@@ -74,6 +74,15 @@ fn loaded(cfg: &DeviceConfig, layout: Layout) -> Client {
     c
 }
 
+/// The catalog's entry for table `t`.
+fn table_t(c: &mut Client) -> csd_host::TableInfo {
+    Catalog::read(c)
+        .expect("catalog")
+        .get("t")
+        .expect("t")
+        .clone()
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Program {
     /// `SELECT c2, c3 FROM t WHERE c1 < bound`
@@ -86,11 +95,7 @@ enum Program {
 }
 
 fn plan(c: &mut Client, p: Program, bound: i32) -> Plan {
-    let info = Catalog::read(c)
-        .expect("catalog")
-        .get("t")
-        .expect("t")
-        .clone();
+    let info = table_t(c);
     let s = &info.schema;
     let col = |n: &str| Expr::column(s, s.column_index(n).expect("column")).expect("column");
     let v = Expr::constant(Const::Int(i64::from(bound)), DataType::Int);
@@ -148,11 +153,7 @@ fn scan(
 ) -> (PartialResult, QueryReport) {
     let mut c = loaded(cfg, layout);
     let pl = plan(&mut c, p, bound);
-    let info = Catalog::read(&mut c)
-        .expect("catalog")
-        .get("t")
-        .expect("t")
-        .clone();
+    let info = table_t(&mut c);
     let mut all = PartialResult::new(&pl);
     let mut rep = run_scan(
         &mut c,
@@ -204,11 +205,7 @@ fn a_write_during_a_scan_drops_pages_evaluated_ahead() {
         guard.set(threads);
         let mut c = loaded(&cfg, Layout::Pax);
         let pl = plan(&mut c, Program::Ungrouped, ROWS as i32);
-        let info = Catalog::read(&mut c)
-            .expect("catalog")
-            .get("t")
-            .expect("t")
-            .clone();
+        let info = table_t(&mut c);
         let lpp = info.lbas_per_page(c.identify().lba_size);
         let open = Command::IspOpen(Box::new(IspOpen {
             plan: pl.clone(),
@@ -292,11 +289,7 @@ fn a_damaged_page_fails_the_scan_with_any_thread_count() {
     for threads in [1, 2, 3] {
         guard.set(threads);
         let mut c = loaded(&cfg, Layout::Pax);
-        let info = Catalog::read(&mut c)
-            .expect("catalog")
-            .get("t")
-            .expect("t")
-            .clone();
+        let info = table_t(&mut c);
         let lpp = info.lbas_per_page(c.identify().lba_size);
         let page_bytes = lpp as usize * c.identify().lba_size as usize;
         // Far enough in that the look-ahead has evaluated pages before it.
