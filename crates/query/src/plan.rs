@@ -246,6 +246,16 @@ impl ConstSet {
         ConstSet::new(items)
     }
 
+    /// Bytes of the structure a lookup reads: the bitmap, or 8 bytes a key of the
+    /// sorted integers (what a device's session arena must hold).
+    pub fn lookup_bytes(&self) -> usize {
+        if self.bits.is_empty() {
+            self.sorted.len() * 8
+        } else {
+            self.bits.len() * 8
+        }
+    }
+
     /// Whether the set holds the integer `v` (only integer sets hold any).
     #[inline]
     pub fn contains_int(&self, v: i64) -> bool {

@@ -50,6 +50,7 @@ use futures::StreamExt;
 use crate::agg::AggOutputSpec;
 use crate::device::{Device, ScanSettings};
 use crate::join::{JoinRole, JoinSide};
+use crate::keyset::KeySet;
 use crate::runtime::{self, FilteringScan, RuntimeFilters};
 use crate::schema::column_array_of;
 use crate::translate::Columns;
@@ -123,6 +124,9 @@ pub struct DeviceScanExec {
     /// Expression ids of those filters that hash joins make: the scan waits for them to
     /// be complete before it starts (see [`runtime::wait_complete`]).
     join_filters: Vec<u64>,
+    /// The build keys of hash joins whose runtime filter is a hash-table lookup, for
+    /// the program to take as `IN` terms ([`crate::keyset`]).
+    key_sets: Vec<Arc<KeySet>>,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
 }
@@ -161,6 +165,7 @@ impl DeviceScanExec {
             runtime_filters: Vec::new(),
             device_filters: Vec::new(),
             join_filters: Vec::new(),
+            key_sets: Vec::new(),
             metrics: ExecutionPlanMetricsSet::new(),
             cache,
         }
@@ -320,6 +325,20 @@ impl DeviceScanExec {
         Some(s)
     }
 
+    /// The same scan with `set`'s keys for its program, if it holds that join's runtime
+    /// filter (and has no limit, which takes no runtime filter into the program).
+    pub(crate) fn with_key_set(&self, set: &Arc<KeySet>) -> Option<DeviceScanExec> {
+        let holds = self
+            .all_filters()
+            .any(|e| e.expression_id() == Some(set.filter));
+        if !holds || self.limit.is_some() || self.key_sets.iter().any(|k| Arc::ptr_eq(k, set)) {
+            return None;
+        }
+        let mut s = self.clone_for_run();
+        s.key_sets.push(set.clone());
+        Some(s)
+    }
+
     /// Every runtime filter the scan holds: those the host applies, then the device-only
     /// ones.
     fn all_filters(&self) -> impl Iterator<Item = &Arc<dyn PhysicalExpr>> {
@@ -362,12 +381,41 @@ impl DeviceScanExec {
             return (self.program.clone(), None);
         }
         let filters: Vec<_> = self.all_filters().cloned().collect();
-        let taken = runtime::for_device(
+        let columns = self.output_columns();
+        let mut taken = runtime::for_device(
             &filters,
-            &self.output_columns(),
+            &columns,
             &self.table.schema,
             runtime::arena_keys(self.device.config.isp.session_arena_kib),
         );
+        // A join's hash-table lookup the device cannot take: its key set instead.
+        let arena_bytes = self.device.config.isp.session_arena_kib as usize * 1024;
+        let distinct = |c: usize| {
+            let d = *self.table.distinct.as_ref()?.get(c)?;
+            usize::try_from(d).ok()
+        };
+        for set in &self.key_sets {
+            let Some(j) = filters
+                .iter()
+                .position(|f| f.expression_id() == Some(set.filter))
+            else {
+                continue;
+            };
+            if taken.whole[j] {
+                continue;
+            }
+            if let Some(term) = set.device_term(
+                &filters[j],
+                &columns,
+                &self.table.schema,
+                arena_bytes,
+                distinct,
+            ) {
+                taken.terms.push(term);
+                // The only key's set is the whole filter (its bounds hold for the set).
+                taken.whole[j] = set.keys_in_join == 1;
+            }
+        }
         for (i, whole) in taken
             .whole
             .iter()
@@ -850,6 +898,7 @@ impl DeviceScanExec {
             runtime_filters: self.runtime_filters.clone(),
             device_filters: self.device_filters.clone(),
             join_filters: self.join_filters.clone(),
+            key_sets: self.key_sets.clone(),
             metrics: self.metrics.clone(),
             cache: self.cache.clone(),
         }

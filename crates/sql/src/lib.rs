@@ -33,6 +33,7 @@ pub mod dml;
 pub mod exec;
 pub mod import;
 pub mod join;
+pub mod keyset;
 pub mod memory;
 pub mod provider;
 pub mod report;
@@ -558,8 +559,11 @@ pub(crate) fn new_context_with(
     // After that pushdown: the runtime filters not worth applying come off again.
     let after = (at + 3).min(rules.len());
     rules.insert(after, Arc::new(runtime::RedundantRuntimeFilters));
-    // Last: identical device scans become one, once every filter is in place.
+    // Last: identical device scans become one, once every filter is in place; then
+    // the joins whose key lists are too long for DataFusion hand their key sets to the
+    // device scans below them (`keyset`).
     rules.push(Arc::new(shared::SharedDeviceScans));
+    rules.push(Arc::new(keyset::JoinKeySets));
     let state = configure(
         SessionStateBuilder::new()
             .with_config(cfg)

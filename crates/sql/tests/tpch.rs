@@ -447,3 +447,54 @@ fn runtime_filters_the_device_takes_shrink_its_work_and_repeat_exactly() {
         );
     }
 }
+
+#[test]
+fn joins_beyond_the_key_list_hand_their_key_sets_to_the_device() {
+    // At SF 0.01 the joins of Q3 and Q12 build on a few hundred to a few thousand keys;
+    // with DataFusion's key lists cut at 16 keys their runtime filters are hash-table
+    // lookups, which the device takes as the build side's key set (`keyset`).
+    let (client, cfg) = device(Layout::Pax);
+    let s = SqlSession::new(client, cfg, ScanSettings::new(Choice::Auto)).expect("session");
+    s.run("SET datafusion.optimizer.hash_join_inlist_pushdown_max_distinct_values = 16")
+        .expect("set");
+    let selected = |a: &csd_sql::Answer, table: &str| -> u64 {
+        a.scans
+            .iter()
+            .filter(|r| r.table == table)
+            .map(|r| r.report.work.rows_selected)
+            .sum()
+    };
+    for (q, probe) in [(3, "lineitem"), (12, "orders")] {
+        let sql = query(q);
+        let with = s.run(sql).expect("run");
+        let again = s.run(sql).expect("run");
+        let programs = |a: &csd_sql::Answer| {
+            let mut v: Vec<_> = a.scans.iter().map(|r| r.program.clone()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(programs(&with), programs(&again), "Q{q}: a rerun differs");
+        let scan = with
+            .scans
+            .iter()
+            .find(|r| r.table == probe)
+            .expect("probe scan");
+        assert!(
+            scan.program.contains("runtime filter") && scan.program.contains(" values)"),
+            "Q{q}: {}",
+            scan.program
+        );
+        s.run("SET datafusion.optimizer.enable_dynamic_filter_pushdown = false")
+            .expect("set");
+        let without = s.run(sql).expect("run");
+        s.run("SET datafusion.optimizer.enable_dynamic_filter_pushdown = true")
+            .expect("set");
+        assert_eq!(rows(&with.batches), rows(&without.batches), "Q{q}");
+        let (w, wo) = (selected(&with, probe), selected(&without, probe));
+        assert!(
+            w * 2 < wo,
+            "Q{q}: {probe} rows selected {w} with, {wo} without"
+        );
+        assert!(with.explained.contains("KeyTapExec"), "{}", with.explained);
+    }
+}
