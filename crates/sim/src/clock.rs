@@ -195,26 +195,34 @@ mod tests {
 
     #[test]
     fn paced_waits_end_at_the_deadline_never_before() {
-        let p = Pacer::new(ClockMode::Paced { scale: 1.0 }, SimTime::ZERO);
-        let mut late = Vec::new();
-        for i in 1..=200u64 {
-            // Waits from 30 µs to 600 µs, the range of flash reads and programs.
-            let t = p
-                .now_sim()
-                .unwrap_or(SimTime::ZERO)
-                .after(30_000 + i * 3_000);
-            p.wait_until(t);
-            let now = p.now_sim().unwrap_or(SimTime::ZERO);
-            assert!(now >= t, "woke {} ns early", t.0 - now.0);
-            late.push(now.0 - t.0);
+        // A wait never ends before its deadline (every wait of every round). How late
+        // it ends depends on the machine: the median wait of a round ends within 200 µs
+        // of its deadline (typically a few µs), but a loaded 2-core machine (a test
+        // suite beside compilers) can deschedule a whole round. So up to five rounds:
+        // one with a median under 200 µs passes, and a pacer that is late by design (a
+        // coarse sleep or poll) fails all five.
+        let mut medians = Vec::new();
+        for _round in 0..5 {
+            let p = Pacer::new(ClockMode::Paced { scale: 1.0 }, SimTime::ZERO);
+            let mut late = Vec::new();
+            for i in 1..=200u64 {
+                // Waits from 30 µs to 600 µs, the range of flash reads and programs.
+                let t = p
+                    .now_sim()
+                    .unwrap_or(SimTime::ZERO)
+                    .after(30_000 + i * 3_000);
+                p.wait_until(t);
+                let now = p.now_sim().unwrap_or(SimTime::ZERO);
+                assert!(now >= t, "woke {} ns early", t.0 - now.0);
+                late.push(now.0 - t.0);
+            }
+            late.sort_unstable();
+            let median = late[late.len() / 2];
+            if median < 200_000 {
+                return;
+            }
+            medians.push(median);
         }
-        late.sort_unstable();
-        // The median wait ends within 200 µs of its deadline even on a loaded 2-core
-        // machine (typically a few µs); a scheduler hiccup may delay single waits.
-        assert!(
-            late[late.len() / 2] < 200_000,
-            "median lateness {} ns",
-            late[late.len() / 2]
-        );
+        panic!("median lateness of every round at or above 200 µs: {medians:?} ns");
     }
 }
