@@ -192,8 +192,9 @@ impl Ftl {
     }
 
     /// [`Ftl::checkpoint_with`], also saying whether a block went bad after the
-    /// bad-block table was written (a failed erase in the ring or the reclaim): the
-    /// table on flash then misses it until the next checkpoint.
+    /// bad-block table was built (a failed program of the table's own pages, a failed
+    /// erase in the ring or the reclaim): the table on flash then misses it until the
+    /// next checkpoint.
     fn checkpoint_tables(&mut self, at: SimTime, flags: u32) -> Result<(SimTime, bool), FtlError> {
         if self.health.opened_read_only() {
             return Err(FtlError::ReadOnly {
@@ -222,9 +223,11 @@ impl Ftl {
         let reclaimed = self.to_reclaim(rssp_lsn);
         let (new_wear, tt) = self.write_wear(&reclaimed, t)?;
         t = t.max(tt);
+        // Counted before the table is built: a program of the table's own pages that
+        // fails retires its block after the table was built, which the table then misses.
+        let bad_in_table = self.counters.window().grown_bad_blocks;
         let (new_bbt, tt) = self.write_bbt(t)?;
         t = t.max(tt);
-        let bad_in_table = self.counters.window().grown_bad_blocks;
         // Every other metadata page of this checkpoint is on flash: the open blocks are
         // now those the record will find.
         let open = self.open_list();
@@ -648,8 +651,9 @@ impl Ftl {
             e => FtlError::NotCheckpointed { why: e.to_string() },
         };
         let mut t = self.flush(at).map_err(not_checkpointed)?;
-        // A block that failed its erase after the bad-block table was written is recorded
-        // by one more checkpoint, so that the next open knows it (and reports the same
+        // A block that went bad after the bad-block table was built (a failed program of
+        // the table's pages, a failed erase in the ring or the reclaim) is recorded by one
+        // more checkpoint, so that the next open knows it (and reports the same
         // spare).
         for _ in 0..4 {
             let (done, stale) = self

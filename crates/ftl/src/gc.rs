@@ -152,6 +152,7 @@ impl Ftl {
         }
         self.blocks.set_state(block, Use::Bad);
         self.counters.add(Count::GrownBadBlocks, 1);
+        self.check_wear();
     }
 
     pub(crate) fn collect_garbage_to(&mut self, target: u32, at: SimTime) -> Result<(), FtlError> {
@@ -572,6 +573,8 @@ impl Ftl {
                 self.counters.add(Count::EraseFailures, 1);
                 self.blocks.set_state(block, Use::Bad);
                 self.counters.add(Count::GrownBadBlocks, 1);
+                // Out of the wear mean, which may then reach the rated endurance.
+                self.check_wear();
                 Ok(())
             }
             Err(e) => Err(e.into()),

@@ -306,11 +306,13 @@ impl Ftl {
     }
 
     /// Retire a block after a failure; its live data moves after the current commit.
+    /// A retired block leaves the wear mean, which may then reach the rated endurance.
     pub(crate) fn retire(&mut self, block: u32) {
         self.blocks.set_state(block, Use::Bad);
         self.counters.add(Count::GrownBadBlocks, 1);
         if self.blocks[block as usize].valid > 0 {
             self.prov.retired.push(block);
         }
+        self.check_wear();
     }
 }
