@@ -8,7 +8,7 @@ UTC and without, strings of 0 to 2,000 bytes (unicode, trailing blanks, empty, c
 quotes, newlines) and binary. Parquet and CSV are written by pyarrow (`write_table`,
 `write_csv`: a quoted header, NULL as an empty field). pyarrow's CSV writer refuses
 binary that is not UTF-8, so the binary values are UTF-8 bytes (arbitrary bytes go
-through Parquet in crates/sql/tests/types.rs).
+through Parquet in crates/sql/tests/integration/types.rs).
 
 Exact means value for value: a CSV column comes back in CSV's own type (INT64 for the
 integers, DOUBLE for FLOAT32, VARCHAR for binary), cast back to the input's type before

@@ -9,9 +9,7 @@
 //!   table's key, inner and semi joins: the same rows as computed directly and as with
 //!   `csd.use_index = false`; a narrow range skips probe pages.
 
-mod common;
-
-use common::{Rows, client, load, session};
+use crate::common::{Rows, client, load, session};
 use csd_host::{Catalog, Strategy as Scan};
 use csd_sql::{Answer, Choice, SqlSession};
 use csd_table::Layout;

@@ -2,7 +2,7 @@
 //! per byte of a variable-length value it actually compared, and a fixed-width column
 //! (CHAR, numbers) costs what the stream costs whatever the predicate.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

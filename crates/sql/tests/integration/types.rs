@@ -7,7 +7,7 @@
 //! return what DataFusion returns over the same Arrow data in memory (`MemTable`),
 //! value for value and byte for byte for strings.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
@@ -66,7 +66,7 @@ fn table() -> impl Strategy<Value = Table> {
         })
 }
 
-use common::Gen;
+use crate::common::Gen;
 
 fn arrow_table(t: &Table) -> (SchemaRef, RecordBatch) {
     let mut g = Gen(t.seed);

@@ -17,9 +17,7 @@
 //!   removes one key; secondary keys survive a reload.
 //! * The index survives a power cut and recovery of the device.
 
-mod common;
-
-use common::{Rows, client, load, session};
+use crate::common::{Rows, client, load, session};
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::{Catalog, Client, Strategy as Scan};

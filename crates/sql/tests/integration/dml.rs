@@ -15,9 +15,7 @@
 //! * Bad input: unknown table or column, NULL, a string too long for its CHAR, a decimal
 //!   out of range: a clear error naming the column, and no flash page programmed.
 
-mod common;
-
-use common::{Rows, client, load, session};
+use crate::common::{Rows, client, load, session};
 use csd_device::{Command, NvmeDevice, Payload};
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::{Catalog, Client, CommandIssuer, Strategy as Scan};

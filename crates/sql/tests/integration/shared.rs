@@ -2,9 +2,7 @@
 //! (TPC-H Q15's shape) scans its table once and answers as two scans would, while scans
 //! that differ, or that hand over rows, still run each on their own.
 
-mod common;
-
-use common::{Rows, client, load, session};
+use crate::common::{Rows, client, load, session};
 use csd_host::Strategy;
 use csd_sql::{Choice, ScanSettings, SqlSession};
 use csd_table::Layout;

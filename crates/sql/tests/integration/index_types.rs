@@ -11,11 +11,11 @@
 //! returns without the index and what DataFusion returns over the same Arrow data.
 //! Clustered cases must skip pages. `CSD_INDEX_TYPES_CASES=N` runs more cases.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
-use common::client;
+use crate::common::client;
 use csd_host::Strategy as Scan;
 use csd_sql::{Choice, ScanSettings, SqlSession};
 use csd_table::Layout;
@@ -88,7 +88,7 @@ struct Case {
     filters: Vec<String>,
 }
 
-use common::Gen;
+use crate::common::Gen;
 
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
