@@ -45,23 +45,27 @@
 //!   1.25x, Q13 1.3x). Judging one page alone turned Q15's look-ahead off at its first
 //!   page of 17 matching rows, among pages of about 4.
 //! * The thread that evaluates a page also does the CRC part of the FTL's end-to-end
-//!   check on the bytes it holds pinned ([`Ftl::peek_sector_crcs`]), after evaluating
+//!   check on the bytes it holds pinned ([`Ftl::peek_crc_plan`]), after evaluating
 //!   it; when every CRC matched, the step records it ([`Ftl::note_crcs_matched`],
 //!   ignored if anything changed since) and the read checks only the TAGs. A fresh
 //!   process hashes every byte of every page it reads once (16 KiB a page), which made
 //!   the CRC a quarter of a one-shot Q6 scan's CPU time on the stepping thread; now it
 //!   is spread over the pool. A page whose CRC does not match is left to the read,
-//!   which reports it as before.
+//!   which reports it as before. The TAGs the CRCs come from are read there too, from
+//!   the page's spare bytes pinned with it ([`csd_ftl::CrcPlan::crcs`]): read on the
+//!   stepping thread while pinning, they were a fresh process's first touch of each
+//!   part of the image's mapping, and its page faults were a quarter of a one-shot
+//!   Q6's samples on that thread, the scan's critical path.
 //! * Threads: [`csd_query::scan_threads`] (1 turns the look-ahead off).
 
-use csd_ftl::{Ftl, SectorCrcs};
+use csd_ftl::{CrcPlan, Ftl, SectorCrcs};
 use csd_nand::PinnedPages;
 use csd_query::{Batch, MergeTally, PageResult, ParEval, Plan, SharedPages};
 use csd_table::Schema;
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// Pages per thread in a session's first batch, and at most.
 const FIRST_BATCH: usize = 16;
@@ -107,11 +111,13 @@ impl Window {
     }
 }
 
-/// Pages pinned for the look-ahead, with what the end-to-end check of each would
-/// compare ([`Ftl::peek_sector_crcs`]; `None`: the step checks it all).
+/// Pages pinned for the look-ahead, with what the end-to-end check of each needs
+/// ([`Ftl::peek_crc_plan`]: the plan and the sectors' spare bytes, pinned too; `None`:
+/// the step checks it all).
 pub(crate) struct PinnedBatch {
     pages: PinnedPages,
-    crcs: Vec<Option<SectorCrcs>>,
+    plans: Vec<Option<CrcPlan>>,
+    spares: PinnedPages,
 }
 
 /// Not hashed yet / every CRC matched / some CRC did not.
@@ -119,30 +125,50 @@ const UNCHECKED: u8 = 0;
 const MATCHED: u8 = 1;
 const MISMATCHED: u8 = 2;
 
-/// The CRC checks of a batch's pages: the thread that evaluates a page also hashes its
-/// pinned bytes (the check's whole cost on a first read, which a one-shot scan pays for
-/// every page), and the step takes the outcome with the page's evaluation.
+/// The CRC checks of a batch's pages: the thread that evaluates a page also reads its
+/// TAGs and hashes its pinned bytes (the check's whole cost on a first read, which a
+/// one-shot scan pays for every page, with the first touch of the page's memory), and
+/// the step takes the outcome with the page's evaluation.
 struct Checks {
-    crcs: Vec<Option<SectorCrcs>>,
+    plans: Vec<Option<CrcPlan>>,
+    /// The pages' spare bytes (their TAGs), pinned as the pages are.
+    spares: PinnedPages,
+    /// A page's CRCs, once its bytes matched them.
+    crcs: Vec<OnceLock<SectorCrcs>>,
     state: Vec<AtomicU8>,
 }
 
 impl Checks {
-    /// Hash page `i` of the batch (`bytes`, as pinned) if nobody has.
+    /// Check page `i` of the batch (`bytes`, as pinned) if nobody has. Inside the
+    /// pages' pin: the spares' pin then only fails if the array changed meanwhile (the
+    /// page stays unchecked here; the read checks it).
     fn check(&self, i: usize, bytes: &[u8]) {
-        let (Some(Some(c)), Some(st)) = (self.crcs.get(i), self.state.get(i)) else {
+        let (Some(Some(plan)), Some(st)) = (self.plans.get(i), self.state.get(i)) else {
             return;
         };
-        if st.load(Ordering::Acquire) == UNCHECKED {
-            let ok = c.matches(bytes);
-            st.store(if ok { MATCHED } else { MISMATCHED }, Ordering::Release);
+        if st.load(Ordering::Acquire) != UNCHECKED {
+            return;
         }
+        let Some(crcs) = self
+            .spares
+            .read(i..i + 1, |o| o.first().and_then(|o| plan.crcs(o)))
+        else {
+            return;
+        };
+        let ok = crcs.is_some_and(|c| {
+            let ok = c.matches(bytes);
+            if ok && let Some(slot) = self.crcs.get(i) {
+                let _ = slot.set(c);
+            }
+            ok
+        });
+        st.store(if ok { MATCHED } else { MISMATCHED }, Ordering::Release);
     }
 
     /// Page `i`'s CRCs when its bytes matched them.
     fn matched(&self, i: usize) -> Option<SectorCrcs> {
         let st = self.state.get(i)?.load(Ordering::Acquire);
-        (st == MATCHED).then(|| self.crcs.get(i).cloned().flatten())?
+        (st == MATCHED).then(|| self.crcs.get(i)?.get().cloned())?
     }
 }
 
@@ -221,14 +247,20 @@ impl Ahead {
             if n == 0 {
                 break;
             }
-            let PinnedBatch { pages, crcs } = pin(from, n);
+            let PinnedBatch {
+                pages,
+                plans,
+                spares,
+            } = pin(from, n);
             if pages.is_empty() {
                 break;
             }
             self.batch = (self.batch * 2).min(MAX_BATCH);
             let checks = Arc::new(Checks {
-                state: crcs.iter().map(|_| AtomicU8::new(UNCHECKED)).collect(),
-                crcs,
+                state: plans.iter().map(|_| AtomicU8::new(UNCHECKED)).collect(),
+                crcs: plans.iter().map(|_| OnceLock::new()).collect(),
+                plans,
+                spares,
             });
             let source = Pinned {
                 pages,
@@ -271,9 +303,10 @@ impl Ahead {
 }
 
 /// The stored bytes of `n` table pages from the session's `i`-th on, as far as they are
-/// in place (see [`Ftl::peek_in_place`]), pinned for other threads to read, with the
-/// CRCs the end-to-end check of each would compare: the batch stops at the first page
-/// that is not in place.
+/// in place (see [`Ftl::peek_in_place`]), pinned for other threads to read, with what
+/// the end-to-end check of each needs (its plan and its spare bytes, pinned too; the
+/// spare bytes are not read here): the batch stops at the first page that is not in
+/// place.
 pub(crate) fn pin_pages(
     ftl: &Ftl,
     page_bytes: usize,
@@ -282,7 +315,8 @@ pub(crate) fn pin_pages(
     i: u64,
 ) -> PinnedBatch {
     let mut v = Vec::with_capacity(n);
-    let mut crcs = Vec::with_capacity(n);
+    let mut plans = Vec::with_capacity(n);
+    let mut spares: Vec<&[u8]> = Vec::with_capacity(n);
     for k in 0..n as u64 {
         let Some(lba) = lba_of(i + k) else {
             break;
@@ -291,10 +325,24 @@ pub(crate) fn pin_pages(
             break;
         };
         v.push(b);
-        crcs.push(ftl.peek_sector_crcs(lba, page_bytes));
+        match ftl.peek_crc_plan(lba, page_bytes) {
+            Some((plan, oob)) => {
+                plans.push(Some(plan));
+                spares.push(oob);
+            }
+            None => {
+                plans.push(None);
+                spares.push(&[]);
+            }
+        }
     }
-    // SAFETY: `peek_in_place` returns the array's stored sectors (`Nand::stored_sectors`)
-    // under this same borrow of the FTL, and so of its array.
-    let pages = unsafe { ftl.nand().pin_pages(&v) };
-    PinnedBatch { pages, crcs }
+    // SAFETY: `peek_in_place` and `peek_crc_plan` return the array's stored sectors and
+    // their spare bytes (`Nand::stored_sectors`) under this same borrow of the FTL, and so
+    // of its array (an empty slice points at nothing to pin).
+    let (pages, spares) = unsafe { (ftl.nand().pin_pages(&v), ftl.nand().pin_pages(&spares)) };
+    PinnedBatch {
+        pages,
+        plans,
+        spares,
+    }
 }

@@ -401,12 +401,71 @@ impl SectorCrcs {
     }
 }
 
+/// What the CRC part of one page's end-to-end check needs besides the stored bytes:
+/// where the sectors are and each one's place key ([`Ftl::peek_crc_plan`]). Taken on the
+/// thread that owns the FTL without touching the page's spare bytes; the TAGs are read
+/// from them on the thread that hashes the page ([`CrcPlan::crcs`]), so a scan's first
+/// touch of a fresh image's pages (the page faults of its mapping) falls on the
+/// look-ahead threads, not on the one that steps the modeled reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrcPlan {
+    lpid: u64,
+    ppa: Ppa,
+    first: u32,
+    epoch: (u64, u64),
+    sector_size: usize,
+    /// Sectors in the read.
+    n: u32,
+    /// The block's P/E count now, for the sectors' place keys (see [`place_of`]).
+    pe: u32,
+}
+
+impl CrcPlan {
+    /// The CRCs to compare, from the sectors' spare bytes `oob` as peeked with the plan
+    /// (every TAG must be user data of its LBA, else `None`: the read checks it all).
+    /// Reads only `oob`; call it on any thread.
+    pub fn crcs(&self, oob: &[u8]) -> Option<SectorCrcs> {
+        let n = self.n as usize;
+        let ob = oob.len() / n.max(1);
+        let mut want = Vec::with_capacity(n);
+        for k in 0..n {
+            let t = Tag::read(oob.get(k * ob..k * ob + TAG_BYTES)?)?;
+            if t.kind != Kind::Data || t.id != self.lpid + k as u64 {
+                return None;
+            }
+            let key = if t.bound {
+                let (b, p) = (self.ppa.block.0, self.ppa.page);
+                crate::format::place_key(b, p, self.first + k as u32, self.pe)
+            } else {
+                0
+            };
+            want.push(t.crc ^ key);
+        }
+        Some(SectorCrcs {
+            ppa: self.ppa,
+            first: self.first,
+            epoch: self.epoch,
+            sector_size: self.sector_size,
+            want,
+        })
+    }
+}
+
 impl Ftl {
     /// The CRCs the read of `bytes` bytes from `lpid` would check, when those bytes are
     /// in place as [`Ftl::peek_in_place`] finds them, every sector's TAG is user data of
     /// its LBA and some sector is not known to match already (else `None`: the read
     /// checks what it must). Nothing is read or counted.
     pub fn peek_sector_crcs(&self, lpid: u64, bytes: usize) -> Option<SectorCrcs> {
+        let (plan, oob) = self.peek_crc_plan(lpid, bytes)?;
+        plan.crcs(oob)
+    }
+
+    /// [`Ftl::peek_sector_crcs`] in two parts: the plan (here, without reading the
+    /// sectors' spare bytes) and those spare bytes as stored (for [`CrcPlan::crcs`] on
+    /// the thread that hashes the page; pin them with the data). `None` when the bytes
+    /// are not in place or every sector is already known to match.
+    pub fn peek_crc_plan(&self, lpid: u64, bytes: usize) -> Option<(CrcPlan, &[u8])> {
         let ss = self.geo.sector_size().max(1);
         let (data, oob) = self.peek_page_in_place(lpid, bytes)?;
         let n = data.len().div_ceil(ss);
@@ -419,27 +478,20 @@ impl Ftl {
             // Matched before and unchanged since: the read hashes nothing anyway.
             return None;
         }
-        let ob = oob.len() / n.max(1);
-        let mut want = Vec::with_capacity(n);
-        for k in 0..n {
-            let t = Tag::read(oob.get(k * ob..k * ob + TAG_BYTES)?)?;
-            if t.kind != Kind::Data || t.id != lpid + k as u64 {
-                return None;
-            }
-            let key = if t.bound {
-                place_of(&self.nand, b, p, s + k as u32)
-            } else {
-                0
-            };
-            want.push(t.crc ^ key);
-        }
-        Some(SectorCrcs {
+        let pe = self
+            .nand
+            .block_info(BlockId(b))
+            .map_or(u32::MAX, |i| i.pe_cycles);
+        let plan = CrcPlan {
+            lpid,
             ppa,
             first: s,
             epoch: self.content_epoch(),
             sector_size: ss,
-            want,
-        })
+            n: n as u32,
+            pe,
+        };
+        Some((plan, oob))
     }
 
     /// Record that the sectors of `crcs` matched their CRCs

@@ -1076,6 +1076,12 @@ fn crcs_matched_elsewhere_spare_the_hash_only_while_nothing_changed() {
     assert!(!c.matches(&flipped), "a flipped bit in the last sector");
     assert!(!c.matches(&stored[..ss]), "fewer sectors than the CRCs");
     assert!(!f.nand().sector_checked(ppa, first));
+    // The two parts another thread runs apart: the plan, then the TAGs of the spare bytes.
+    let (plan, spare) = f.peek_crc_plan(0, page_bytes).expect("a plan");
+    assert_eq!(plan.crcs(spare).as_ref(), Some(&c));
+    let mut other = spare.to_vec();
+    other[0] ^= 1; // the first TAG's LBA (its low 56 bits, little-endian): 1, not 0
+    assert!(plan.crcs(&other).is_none(), "a TAG naming another LBA");
     let again = f.peek_sector_crcs(0, page_bytes).expect("not checked yet");
     f.note_crcs_matched(&c);
     assert!(
