@@ -99,6 +99,24 @@ pub enum ScanOutput {
     Partial(Arc<AggOutputSpec>),
 }
 
+/// Children replaced with the node's properties computed again (what
+/// `with_new_children` asks of every operator here).
+pub(crate) fn recompute() -> ReplaceChildrenOptions {
+    ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute)
+}
+
+/// The only child among a one-input operator's new `children`, or an internal error
+/// naming the operator (`name`).
+pub(crate) fn only_child(
+    mut children: Vec<Arc<dyn ExecutionPlan>>,
+    name: &str,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    match children.pop() {
+        Some(child) if children.is_empty() => Ok(child),
+        _ => Err(DataFusionError::Internal(format!("{name} takes one child"))),
+    }
+}
+
 /// A device scan: see the [module docs](self).
 #[derive(Debug)]
 pub struct DeviceScanExec {
@@ -740,10 +758,7 @@ impl ExecutionPlan for DeviceScanExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
+        self.replace_children(children, recompute())
     }
 
     fn execute(

@@ -37,6 +37,7 @@
 //!   and both releases on the probe scan) is the scan's setup time: in its report
 //!   (`setup_ns`, counted in `modeled_ns` and `commands`), `--json` and EXPLAIN ANALYZE.
 
+use crate::exec::recompute;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use csd_device::{Command, IndexEncoding, JoinIndexSpec};
@@ -46,11 +47,11 @@ use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::common::{JoinType, Result};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 
 use crate::device::Device;
 use crate::exec::{DeviceScanExec, ScanOutput};
@@ -267,11 +268,6 @@ fn with_role(plan: &Arc<dyn ExecutionPlan>, role: &JoinRole) -> Result<Arc<dyn E
         .map(|c| with_role(c, role))
         .collect::<Result<Vec<_>>>()?;
     plan.clone().replace_children(new, recompute())
-}
-
-/// Children replaced, properties recomputed (a scan's role changes none of them).
-fn recompute() -> ReplaceChildrenOptions {
-    ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute)
 }
 
 fn numeric_key(t: &TableInfo, col: usize) -> Option<csd_table::schema::ColumnType> {

@@ -38,6 +38,7 @@
 //! * `CSD_JOIN_KEY_SETS=off` in the environment turns the rule off (to measure what it
 //!   changes with one binary).
 
+use crate::exec::{only_child, recompute};
 use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -381,29 +382,21 @@ impl ExecutionPlan for KeyTapExec {
 
     fn replace_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
         _: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        match children.pop() {
-            Some(input) if children.is_empty() => Ok(Arc::new(KeyTapExec {
-                input,
-                key: self.key.clone(),
-                set: self.set.clone(),
-            })),
-            _ => Err(DataFusionError::Internal(
-                "KeyTapExec takes one child".into(),
-            )),
-        }
+        Ok(Arc::new(KeyTapExec {
+            input: only_child(children, "KeyTapExec")?,
+            key: self.key.clone(),
+            set: self.set.clone(),
+        }))
     }
 
     fn with_new_children(
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
+        self.replace_children(children, recompute())
     }
 
     fn execute(

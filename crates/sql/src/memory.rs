@@ -12,6 +12,7 @@
 //! scan does, so both sessions plan alike (the same join sides): the difference is the
 //! emulation, not a plan.
 
+use crate::exec::{only_child, recompute};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -30,8 +31,8 @@ use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation,
 };
 use datafusion::physical_plan::{
-    ChildStats, ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan,
-    PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream, Statistics, StatisticsArgs,
+    ChildStats, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
+    ReplaceChildrenOptions, SendableRecordBatchStream, Statistics, StatisticsArgs,
 };
 use datafusion::prelude::SessionContext;
 
@@ -180,29 +181,21 @@ impl ExecutionPlan for WithDistinct {
 
     fn replace_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
         _: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        match children.pop() {
-            Some(input) if children.is_empty() => Ok(Arc::new(WithDistinct {
-                input,
-                distinct: self.distinct.clone(),
-                runtime_filters: self.runtime_filters.clone(),
-            })),
-            _ => Err(datafusion::common::DataFusionError::Internal(
-                "WithDistinct takes one child".into(),
-            )),
-        }
+        Ok(Arc::new(WithDistinct {
+            input: only_child(children, "WithDistinct")?,
+            distinct: self.distinct.clone(),
+            runtime_filters: self.runtime_filters.clone(),
+        }))
     }
 
     fn with_new_children(
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
+        self.replace_children(children, recompute())
     }
 
     fn execute(

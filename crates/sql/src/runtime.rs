@@ -34,6 +34,7 @@
 //! program. And a filter that keeps most rows
 //! (Q9's suppliers: all of them) is given up after a sample (`RuntimeFilters::apply`).
 
+use crate::exec::recompute;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -59,9 +60,7 @@ use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder}
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions, SendableRecordBatchStream,
-};
+use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::StreamExt;
 use std::time::Duration;
 
@@ -440,11 +439,6 @@ fn strip(node: &Arc<dyn ExecutionPlan>, ids: &[u64]) -> Result<Option<Arc<dyn Ex
         )),
         None => Ok(None),
     }
-}
-
-/// Children replaced with the node's properties computed again.
-fn recompute() -> ReplaceChildrenOptions {
-    ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute)
 }
 
 /// `node` as a scan that applies runtime filters, if it is one.

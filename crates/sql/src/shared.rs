@@ -18,6 +18,7 @@
 //! array scan runs them). The rule runs
 //! last, after every other rule has placed its filters on the scans.
 
+use crate::exec::{only_child, recompute};
 use std::fmt;
 use std::sync::Arc;
 
@@ -30,8 +31,8 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
-    ReplaceChildrenOptions, SendableRecordBatchStream,
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, ReplaceChildrenOptions,
+    SendableRecordBatchStream,
 };
 use futures::StreamExt;
 use tokio::sync::OnceCell;
@@ -175,27 +176,22 @@ impl ExecutionPlan for SharedScanExec {
 
     fn replace_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
         _: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        match children.pop() {
-            // The same scan: still the one shared output.
-            Some(scan) if children.is_empty() && Arc::ptr_eq(&scan, &self.scan) => Ok(self),
-            Some(scan) if children.is_empty() => Ok(Arc::new(SharedScanExec::new(scan))),
-            _ => Err(DataFusionError::Internal(
-                "SharedScanExec takes one child".into(),
-            )),
+        let scan = only_child(children, "SharedScanExec")?;
+        // The same scan: still the one shared output.
+        if Arc::ptr_eq(&scan, &self.scan) {
+            return Ok(self);
         }
+        Ok(Arc::new(SharedScanExec::new(scan)))
     }
 
     fn with_new_children(
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
+        self.replace_children(children, recompute())
     }
 
     fn execute(
