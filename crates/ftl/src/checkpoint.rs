@@ -481,8 +481,8 @@ impl Ftl {
         }
     }
 
-    /// Write one copy of the record — its body pages, then its head — into the current
-    /// block of ring half `half` (moving to the half's next good block, erased first,
+    /// Write one copy of the record — its body pages, synced, then its head — into the
+    /// current block of ring half `half` (moving to the half's next good block, erased first,
     /// when they do not fit).
     fn write_ring_copy(
         &mut self,
@@ -538,6 +538,11 @@ impl Ftl {
                 }
                 addrs.push(page_addr(b, p));
             }
+            // The body reaches the host's disk before the head that names it: a host
+            // crash may keep any mix of the pages changed since the last sync, and a head
+            // kept with a body page lost would read as damage after the fact, which
+            // recovery refuses (a lost head only leaves the record before it).
+            self.nand.persist()?;
             record.encode_head(&body, &addrs, &mut page)?;
             // The candidate links of the RSSP go after the record so recovery can skip a
             // failed page.
