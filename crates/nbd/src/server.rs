@@ -670,8 +670,10 @@ impl Server {
                     } else if c.conn.close_from(HANDSHAKE) {
                         // Both ways: the session's next read ends, and so does a write
                         // to a client that does not read.
+                        // Counted before the close, so a client that sees the
+                        // close also sees the count (the stats are read after it).
+                        sh.handshake_timeouts.fetch_add(1, Ordering::SeqCst);
                         let _ = c.stream.shutdown(Shutdown::Both);
-                        sh.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
                         if sh.verbose {
                             eprintln!(
                                 "connection {}: dropped, no handshake within {:?}",
@@ -688,8 +690,8 @@ impl Server {
                     if idle && c.conn.close_from(TRANSMISSION) {
                         // Nothing is in flight: end the session's reading side; it
                         // answers what may have arrived meanwhile, then closes.
+                        sh.idle_closed.fetch_add(1, Ordering::SeqCst);
                         let _ = c.stream.shutdown(Shutdown::Read);
-                        sh.idle_closed.fetch_add(1, Ordering::Relaxed);
                         if sh.verbose {
                             eprintln!("connection {}: closed, idle", c.id);
                         }
@@ -713,8 +715,8 @@ impl Server {
         if let Some(c) = oldest
             && c.conn.close_from(HANDSHAKE)
         {
+            sh.handshakes_evicted.fetch_add(1, Ordering::SeqCst);
             let _ = c.stream.shutdown(Shutdown::Both);
-            sh.handshakes_evicted.fetch_add(1, Ordering::Relaxed);
             if sh.verbose {
                 eprintln!(
                     "connection {}: dropped in the handshake, {} handshakes pending \
