@@ -125,16 +125,30 @@ impl Bed {
         seed: u64,
         layout: Layout,
     ) -> Result<(TableInfo, SyntheticSpec), ReproError> {
+        self.load_synthetic_padded(name, columns, rows, seed, layout, 0)
+    }
+
+    /// [`Bed::load_synthetic`] with `pad` bytes more per row: a `CHAR(pad)` column `pad`
+    /// after `c1 .. cN` (none when `pad` is 0), standing for another engine's per-row
+    /// overhead ([`PaddedRows`]).
+    pub fn load_synthetic_padded(
+        &mut self,
+        name: &str,
+        columns: usize,
+        rows: u64,
+        seed: u64,
+        layout: Layout,
+        pad: u16,
+    ) -> Result<(TableInfo, SyntheticSpec), ReproError> {
         let spec = SyntheticSpec::new(columns, rows, seed)
             .map_err(|e| ReproError::Usage(e.to_string()))?;
         let g = SyntheticGenerator::new(spec).map_err(|e| ReproError::Usage(e.to_string()))?;
-        let r = Catalog::load(
-            &mut *self.session.device().lock(),
-            name,
-            g,
-            layout,
-            &mut |_| {},
-        )?;
+        let dev = &mut *self.session.device().lock();
+        let r = if pad == 0 {
+            Catalog::load(dev, name, g, layout, &mut |_| {})?
+        } else {
+            Catalog::load(dev, name, PaddedRows::new(g, pad)?, layout, &mut |_| {})?
+        };
         Ok((r.table, spec))
     }
 
@@ -261,5 +275,75 @@ pub fn check_memory(need_bytes: f64, flag: &str, value: f64) -> Result<(), Repro
             value * kib * 1024.0 / need_bytes
         ))),
         _ => Ok(()),
+    }
+}
+
+/// A row source with `pad` more bytes per row: every row of `inner`, then a `CHAR(pad)`
+/// column `pad` of spaces. Stands for the per-row overhead of another engine's row format
+/// (the smart-ssd paper's SQL Server pages hold fewer rows than csd's), so a run can be
+/// repeated at the paper's page density without touching the table's data.
+pub struct PaddedRows<S> {
+    inner: S,
+    schema: csd_table::Schema,
+    pad: usize,
+}
+
+impl<S: csd_table::datagen::RowSource> PaddedRows<S> {
+    /// `inner`'s rows with `pad` (> 0) bytes more each.
+    pub fn new(inner: S, pad: u16) -> Result<PaddedRows<S>, ReproError> {
+        let mut cols = inner.schema().columns().to_vec();
+        cols.push(csd_table::schema::Column::new(
+            "pad",
+            csd_table::schema::ColumnType::Char(pad),
+        ));
+        let schema = csd_table::Schema::new(inner.schema().name(), cols)
+            .map_err(|e| ReproError::Usage(format!("padded schema: {e}")))?;
+        Ok(PaddedRows {
+            inner,
+            schema,
+            pad: pad as usize,
+        })
+    }
+}
+
+impl<S: csd_table::datagen::RowSource> csd_table::datagen::RowSource for PaddedRows<S> {
+    fn schema(&self) -> &csd_table::Schema {
+        &self.schema
+    }
+
+    fn next_row(&mut self, row: &mut Vec<u8>) -> bool {
+        if !self.inner.next_row(row) {
+            return false;
+        }
+        row.resize(row.len() + self.pad, b' ');
+        true
+    }
+
+    fn remaining_rows(&self) -> Option<u64> {
+        self.inner.remaining_rows()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use csd_table::datagen::RowSource;
+
+    #[test]
+    fn padded_rows_keep_the_values_and_add_a_char_column_of_spaces() {
+        let spec = SyntheticSpec::new(4, 50, 9).expect("spec");
+        let plain: Vec<Vec<u8>> = SyntheticGenerator::new(spec).expect("gen").collect();
+        let mut p = PaddedRows::new(SyntheticGenerator::new(spec).expect("gen"), 7).expect("pad");
+        assert_eq!(p.schema().columns().len(), 5);
+        assert_eq!(p.schema().columns()[4].name, "pad");
+        assert_eq!(p.schema().row_width(), 16 + 7);
+        assert_eq!(p.remaining_rows(), Some(50));
+        let mut row = Vec::new();
+        for want in &plain {
+            assert!(p.next_row(&mut row));
+            assert_eq!(&row[..16], &want[..]);
+            assert_eq!(&row[16..], b"       ");
+        }
+        assert!(!p.next_row(&mut row));
     }
 }
