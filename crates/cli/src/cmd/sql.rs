@@ -411,7 +411,8 @@ fn only_comments(s: &str) -> bool {
 pub(crate) fn sql_cmd(a: &SqlArgs) -> Result<(), CliError> {
     let output = a.output.as_deref().map(OutputFile::new).transpose()?;
     let quiet = a.opts.report.json || a.format != Format::Table;
-    let image = ImageSession::open(&a.db, &a.opts, quiet)?;
+    // A shell or a file of statements: later scans find the pages earlier ones read.
+    let image = ImageSession::open_for(&a.db, &a.opts, quiet, a.query.is_none())?;
     let mut shell = Shell {
         image,
         opts: a.opts.clone(),
