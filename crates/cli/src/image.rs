@@ -323,7 +323,9 @@ pub(crate) fn open_ro(path: &Path, quiet: bool) -> Result<BlockDevice, CliError>
     Ok(dev)
 }
 
-/// [`open_ro`] for serving random reads: what was read stays mapped.
+/// [`open_ro`] for a process that reads the same data again (random reads over a working
+/// set in `csd serve`, statement after statement in `csd sql`'s shell, query after query in
+/// `csd worker`): what was read stays mapped.
 pub(crate) fn open_ro_serving(path: &Path, quiet: bool) -> Result<BlockDevice, CliError> {
     let (dev, rep) = stack::open_image(path, &OpenOptions::read_only())?;
     notice(path, &rep, quiet);

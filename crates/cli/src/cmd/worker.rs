@@ -60,7 +60,9 @@ pub(crate) fn worker_cmd(a: &WorkerArgs) -> Result<(), CliError> {
     let mut cfg = None;
     for name in &names {
         let path = a.array.join(name);
-        let dev = image::open_ro(&path, true)?;
+        // A worker serves query after query: the pages its scans read stay mapped for the
+        // next one, as in `csd sql`'s shell (see `ImageSession::open_for`).
+        let dev = image::open_ro_serving(&path, true)?;
         cfg.get_or_insert_with(|| dev.ftl().nand().config().clone());
         served.push((name.clone(), Client::new(NvmeDevice::from_block(dev))?));
     }
