@@ -70,6 +70,80 @@ impl Model {
             s.clear();
         }
     }
+
+    /// Read every LBA of `ftl` after a crash: each must hold its durable version or one
+    /// written since, which then becomes its durable version (`what` names the case in a
+    /// failure). Returns the instant after the reads.
+    fn check_after_crash(&mut self, ftl: &mut Ftl, mut t: SimTime, what: &str) -> SimTime {
+        let ls = ftl.lba_size();
+        let mut buf = vec![0u8; ls];
+        for (i, lba) in (0..self.durable.len()).zip(0u64..) {
+            t = ftl
+                .read(lba, &mut buf, t)
+                .unwrap_or_else(|e| panic!("{what}: LBA {lba} unreadable: {e}"));
+            let found = std::iter::once(self.durable[i])
+                .chain(self.since[i].iter().copied())
+                .find(|&v| buf == pattern(lba, v, ls));
+            let Some(v) = found else {
+                panic!(
+                    "{what}: LBA {lba} holds neither its durable version {} nor a later one {:?}",
+                    self.durable[i], self.since[i]
+                );
+            };
+            self.durable[i] = v;
+            self.since[i].clear();
+        }
+        t
+    }
+}
+
+/// The files of an image formatted with `cache` on [`device`]`(seed)` and tracked by its
+/// durable copy.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    img: std::path::PathBuf,
+    durable: std::path::PathBuf,
+    crashed: std::path::PathBuf,
+    cfg: FtlConfig,
+    lbas: u64,
+}
+
+impl Fixture {
+    /// The fixture, its FTL and a model of its first `max_lbas` LBAs (never written).
+    fn new(cache: WriteCache, seed: u64, max_lbas: u64) -> (Fixture, Ftl, Model) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let img = dir.path().join("dev.img");
+        let durable = dir.path().join("dev.img.durable");
+        let crashed = dir.path().join("crashed.img");
+        let cfg = ftl_config(cache);
+        let mut ftl = Ftl::format(Nand::create_image(&img, device(seed)).expect("create"), cfg)
+            .expect("format");
+        ftl.nand_mut()
+            .track_durable_copy(&durable)
+            .expect("durable copy");
+        let lbas = ftl.lbas().min(max_lbas);
+        let model = Model {
+            durable: vec![0; lbas as usize],
+            since: vec![Vec::new(); lbas as usize],
+            next: 0,
+        };
+        let fx = Fixture {
+            _dir: dir,
+            img,
+            durable,
+            crashed,
+            cfg,
+            lbas,
+        };
+        (fx, ftl, model)
+    }
+
+    /// Replace the image by what a host crash may leave of it (`keep`, `seed`: see
+    /// [`host_crash_image`]); the FTL must be dropped or crashed first.
+    fn host_crash(&self, seed: u64, keep: f64) {
+        host_crash_image(&self.img, &self.durable, &self.crashed, seed, keep).expect("crash image");
+        std::fs::rename(&self.crashed, &self.img).expect("replace image");
+    }
 }
 
 /// Rounds of a run: `default`, or `CSD_HOST_CRASH_ROUNDS` for longer runs by hand.
@@ -81,23 +155,8 @@ fn rounds(default: u64) -> u64 {
 }
 
 fn run(cache: WriteCache, rounds: u64, seed: u64) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let img = dir.path().join("dev.img");
-    let durable = dir.path().join("dev.img.durable");
-    let crashed = dir.path().join("crashed.img");
-    let cfg = ftl_config(cache);
-    let mut ftl =
-        Ftl::format(Nand::create_image(&img, device(seed)).expect("create"), cfg).expect("format");
-    ftl.nand_mut()
-        .track_durable_copy(&durable)
-        .expect("durable copy");
-    let lbas = ftl.lbas().min(512);
-    let ls = ftl.lba_size();
-    let mut model = Model {
-        durable: vec![0; lbas as usize],
-        since: vec![Vec::new(); lbas as usize],
-        next: 0,
-    };
+    let (fx, mut ftl, mut model) = Fixture::new(cache, seed, 512);
+    let (lbas, ls, cfg) = (fx.lbas, ftl.lba_size(), fx.cfg);
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut t = SimTime::ZERO;
     let write_through = cache == WriteCache::WriteThrough;
@@ -123,9 +182,8 @@ fn run(cache: WriteCache, rounds: u64, seed: u64) {
         // The host loses power: the process's changes not synced may or may not be on disk.
         drop(ftl);
         let keep = [0.0, 0.5, 1.0, 0.1, 0.9][(round % 5) as usize];
-        host_crash_image(&img, &durable, &crashed, seed ^ round, keep).expect("crash image");
-        std::fs::rename(&crashed, &img).expect("replace image");
-        let nand = Nand::open_image(&img, None)
+        fx.host_crash(seed ^ round, keep);
+        let nand = Nand::open_image(&fx.img, None)
             .unwrap_or_else(|e| panic!("round {round}: the image must open: {e}"));
         assert!(
             nand.opened_unclean(),
@@ -135,28 +193,16 @@ fn run(cache: WriteCache, rounds: u64, seed: u64) {
             Ok(f) => f,
             Err(f) => panic!("round {round} (keep {keep}): recovery failed: {}", f.error),
         };
-        let mut buf = vec![0u8; ls];
-        for lba in 0..lbas {
-            t = ftl
-                .read(lba, &mut buf, t)
-                .unwrap_or_else(|e| panic!("round {round}: LBA {lba} unreadable: {e}"));
-            let i = lba as usize;
-            let ok = std::iter::once(model.durable[i])
-                .chain(model.since[i].iter().copied())
-                .find(|&v| buf == pattern(lba, v, ls));
-            let Some(v) = ok else {
-                panic!(
-                    "round {round} (keep {keep}, {cache:?}): LBA {lba} holds neither its durable version {} nor a later one {:?}",
-                    model.durable[i], model.since[i]
-                );
-            };
-            model.durable[i] = v;
-            model.since[i].clear();
-        }
+        t = model.check_after_crash(
+            &mut ftl,
+            t,
+            &format!("round {round} (keep {keep}, {cache:?})"),
+        );
         ftl.nand_mut()
-            .track_durable_copy(&durable)
+            .track_durable_copy(&fx.durable)
             .expect("durable copy");
     }
+    let img = fx.img.clone();
     ftl.close(t).expect("close");
     ftl.nand_mut().sync().expect("sync");
     drop(ftl);
@@ -199,23 +245,8 @@ fn torn_program_and_host_crash_together_recover() {
 }
 
 fn torn_and_host_crash(seed: u64, cache: WriteCache, cut: u64, keep: f64) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let img = dir.path().join("dev.img");
-    let durable = dir.path().join("dev.img.durable");
-    let crashed = dir.path().join("crashed.img");
-    let cfg = ftl_config(cache);
-    let mut ftl =
-        Ftl::format(Nand::create_image(&img, device(seed)).expect("create"), cfg).expect("format");
-    ftl.nand_mut()
-        .track_durable_copy(&durable)
-        .expect("durable copy");
-    let lbas = ftl.lbas().min(256);
-    let ls = ftl.lba_size();
-    let mut model = Model {
-        durable: vec![0; lbas as usize],
-        since: vec![Vec::new(); lbas as usize],
-        next: 0,
-    };
+    let (fx, mut ftl, mut model) = Fixture::new(cache, seed, 256);
+    let (lbas, ls, cfg) = (fx.lbas, ftl.lba_size(), fx.cfg);
     let mut rng = SmallRng::seed_from_u64(seed ^ cut.wrapping_mul(0x9e37));
     let mut t = SimTime::ZERO;
     let write_through = cache == WriteCache::WriteThrough;
@@ -269,9 +300,8 @@ fn torn_and_host_crash(seed: u64, cache: WriteCache, cut: u64, keep: f64) {
         assert!(ops < 10_000, "cut {cut} never hit");
     }
     drop(ftl.crash());
-    host_crash_image(&img, &durable, &crashed, seed ^ cut, keep).expect("crash image");
-    std::fs::rename(&crashed, &img).expect("replace image");
-    let nand = Nand::open_image(&img, None).expect("open");
+    fx.host_crash(seed ^ cut, keep);
+    let nand = Nand::open_image(&fx.img, None).expect("open");
     let mut f = match Ftl::try_recover(nand, cfg) {
         Ok(f) => f,
         Err(f) => panic!(
@@ -279,17 +309,9 @@ fn torn_and_host_crash(seed: u64, cache: WriteCache, cut: u64, keep: f64) {
             f.error
         ),
     };
-    let mut buf = vec![0u8; ls];
-    for lba in 0..lbas {
-        f.read(lba, &mut buf, t).expect("read");
-        let i = lba as usize;
-        let found = std::iter::once(model.durable[i])
-            .chain(model.since[i].iter().copied())
-            .any(|v| buf == pattern(lba, v, ls));
-        assert!(
-            found,
-            "seed {seed} {cache:?} cut {cut} keep {keep}: LBA {lba} holds neither its durable version {} nor a later one {:?}",
-            model.durable[i], model.since[i]
-        );
-    }
+    model.check_after_crash(
+        &mut f,
+        t,
+        &format!("seed {seed} {cache:?} cut {cut} keep {keep}"),
+    );
 }
