@@ -50,7 +50,7 @@ use futures::StreamExt;
 use crate::agg::AggOutputSpec;
 use crate::device::{Device, ScanSettings};
 use crate::join::{JoinRole, JoinSide};
-use crate::keyset::KeySet;
+use crate::keyset::{ColumnKeySet, KeySet};
 use crate::runtime::{self, FilteringScan, RuntimeFilters};
 use crate::schema::column_array_of;
 use crate::translate::Columns;
@@ -145,6 +145,9 @@ pub struct DeviceScanExec {
     /// The build keys of hash joins whose runtime filter is a hash-table lookup, for
     /// the program to take as `IN` terms ([`crate::keyset`]).
     key_sets: Vec<Arc<KeySet>>,
+    /// Key sets of joins above whose filter the scan does not hold, on one of its
+    /// output columns ([`ColumnKeySet`]).
+    column_key_sets: Vec<ColumnKeySet>,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
 }
@@ -184,6 +187,7 @@ impl DeviceScanExec {
             device_filters: Vec::new(),
             join_filters: Vec::new(),
             key_sets: Vec::new(),
+            column_key_sets: Vec::new(),
             metrics: ExecutionPlanMetricsSet::new(),
             cache,
         }
@@ -309,6 +313,7 @@ impl DeviceScanExec {
     /// runtime filter, limit or FLIXR join side (`None` otherwise: not shared).
     pub(crate) fn share_key(&self) -> Option<String> {
         let shareable = matches!(self.output, ScanOutput::Partial(_))
+            && self.column_key_sets.is_empty()
             && self.limit.is_none()
             && self.join.is_none()
             && self.runtime_filters.is_empty()
@@ -354,6 +359,24 @@ impl DeviceScanExec {
         }
         let mut s = self.clone_for_run();
         s.key_sets.push(set.clone());
+        Some(s)
+    }
+
+    /// The same scan with a key set of a join above on its output column `cks.column`
+    /// (see [`ColumnKeySet`]); `None` with a limit (no runtime filter is taken then), for
+    /// a column it does not output, or when it has that set already.
+    pub(crate) fn with_column_key_set(&self, cks: &ColumnKeySet) -> Option<DeviceScanExec> {
+        if self.limit.is_some()
+            || cks.column >= self.output_columns().len()
+            || self
+                .column_key_sets
+                .iter()
+                .any(|k| Arc::ptr_eq(&k.set, &cks.set))
+        {
+            return None;
+        }
+        let mut s = self.clone_for_run();
+        s.column_key_sets.push(cks.clone());
         Some(s)
     }
 
@@ -432,6 +455,16 @@ impl DeviceScanExec {
                 taken.terms.push(term);
                 // The only key's set is the whole filter (its bounds hold for the set).
                 taken.whole[j] = set.keys_in_join == 1;
+            }
+        }
+        for k in &self.column_key_sets {
+            if let Some(term) = columns
+                .get(k.column)
+                .cloned()
+                .flatten()
+                .and_then(|key| k.set.term_for_key(key, arena_bytes, distinct))
+            {
+                taken.terms.push(term);
             }
         }
         for (i, whole) in taken
@@ -709,6 +742,11 @@ impl DisplayAs for DeviceScanExec {
         for rf in &self.device_filters {
             write!(f, ", runtime filter (device only) {rf}")?;
         }
+        let columns = self.schema.fields();
+        for k in &self.column_key_sets {
+            let name = columns.get(k.column).map_or("?", |c| c.name().as_str());
+            write!(f, ", key set of {} for {name}", k.filter)?;
+        }
         Ok(())
     }
 }
@@ -730,7 +768,13 @@ impl ExecutionPlan for DeviceScanExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        let all: Vec<_> = self.all_filters().cloned().collect();
+        // The joins' filters a column key set waits for are visited too: a join computes
+        // its filter only when its probe side holds it somewhere.
+        let all: Vec<_> = self
+            .all_filters()
+            .chain(self.column_key_sets.iter().map(|k| &k.filter))
+            .cloned()
+            .collect();
         datafusion::physical_plan::apply_expression_roots(&all, f)
     }
 
@@ -781,7 +825,8 @@ impl ExecutionPlan for DeviceScanExec {
         // a consumer that needs another scan (holding the device's lock after this one)
         // before it drains this one cannot deadlock; memory is at most what collecting
         // the whole scan would take. The scan starts when the stream is first polled.
-        let waits = self.join_filter_exprs();
+        let mut waits = self.join_filter_exprs();
+        waits.extend(self.column_key_sets.iter().map(|k| k.filter.clone()));
         let stream = futures::stream::once(async move {
             let in_time = runtime::wait_complete(&waits).await;
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<RecordBatch>>();
@@ -914,6 +959,7 @@ impl DeviceScanExec {
             device_filters: self.device_filters.clone(),
             join_filters: self.join_filters.clone(),
             key_sets: self.key_sets.clone(),
+            column_key_sets: self.column_key_sets.clone(),
             metrics: self.metrics.clone(),
             cache: self.cache.clone(),
         }
