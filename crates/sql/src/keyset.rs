@@ -36,14 +36,16 @@
 //! * The tap stops collecting beyond [`MAX_KEYS`] distinct keys (no device arena holds
 //!   more); the set is then not offered.
 //! * A join whose runtime filter no scan holds (its keys name columns of both sides of
-//!   a join below it: TPC-H Q5's supplier join on `l_suppkey` and `c_nationkey`) gives
-//!   its first integer key's set to the scan that produces that key's column
-//!   ([`ColumnKeySet`]), when every operator on the way passes rows on unchanged or
-//!   joins them inner; the scan waits for the join's filter as it would for one it held
-//!   (and exposes it, so the join computes it). Q5 at SF 1: the orders-lineitem join
-//!   sees 182K lineitem rows instead of 910K; same binary with and without,
-//!   `csd bench tpch --sf 1 --repeat 3` on 2026-11-30: Q5 0.189 -> 0.144 s, total
-//!   3.22 -> 3.13 s (other queries within noise), modeled device times unchanged.
+//!   a join below it, TPC-H Q5's supplier join on `l_suppkey` and `c_nationkey`; or an
+//!   aggregate's output, Q2's subquery joined on `ps_partkey` and `min(ps_supplycost)`)
+//!   gives its first integer key's set to the scan that produces that key's column
+//!   ([`ColumnKeySet`]), when every operator on the way passes rows on unchanged, joins
+//!   them inner or groups them by that column; the scan waits for the join's filter as
+//!   it would for one it held (and exposes it, so the join computes it). Q5 at SF 1: the
+//!   orders-lineitem join sees 182K lineitem rows instead of 910K (same binary with and
+//!   without, `csd bench tpch --sf 1 --repeat 3` on 2026-11-30: Q5 0.189 -> 0.144 s,
+//!   total 3.22 -> 3.13 s); Q2's partsupp scan hands over 642 rows instead of 159K (Q2
+//!   0.063-0.069 -> 0.033 s). Modeled device times unchanged.
 //! * `CSD_JOIN_KEY_SETS=off` in the environment turns the rule off (to measure what it
 //!   changes with one binary).
 
@@ -67,6 +69,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlanProperties;
+use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::HashJoinExec;
@@ -393,8 +396,9 @@ impl PhysicalOptimizerRule for JoinKeySets {
 
 /// `plan` with `cks` given to the device scan whose output column `cks.column` of
 /// `plan`'s output comes from, when every operator on the way passes rows on unchanged
-/// (repartitions, coalescing, filters, projections of plain columns, key taps) or joins
-/// them inner (a row dropped there can only make output rows the join above drops);
+/// (repartitions, coalescing, filters, projections of plain columns, key taps), joins
+/// them inner (a row dropped there can only make output rows the join above drops) or
+/// groups them by the column (a row dropped there only drops a group the join drops);
 /// `None` otherwise.
 fn attach_column_set(
     plan: &Arc<dyn ExecutionPlan>,
@@ -422,6 +426,17 @@ fn attach_column_set(
             .get(idx)
             .and_then(|e| e.expr.downcast_ref::<Column>())
             .map(|c| (0, c.index()))
+    } else if let Some(a) = plan.downcast_ref::<AggregateExec>() {
+        // A grouping column: rows dropped below drop only groups the join drops.
+        let g = a.group_expr();
+        if g.is_single() {
+            g.expr()
+                .get(idx)
+                .and_then(|(e, _)| e.downcast_ref::<Column>())
+                .map(|c| (0, c.index()))
+        } else {
+            None
+        }
     } else if let Some(j) = plan.downcast_ref::<HashJoinExec>() {
         if *j.join_type() != JoinType::Inner {
             None
