@@ -110,7 +110,7 @@ pub(crate) struct KeySet {
 
 /// A join's key set given to a device scan that does not hold the join's runtime filter
 /// but produces the column the join probes with, through operators that pass its rows
-/// on unchanged or join them inner (see [`JoinKeySets`]): the scan takes
+/// on unchanged, join them inner or group them by it (see [`JoinKeySets`]): the scan takes
 /// `column IN (the set)` and, as for a filter it holds, waits for `filter` (the join's
 /// dynamic filter, complete once the build side was read) before it starts.
 #[derive(Debug, Clone)]
