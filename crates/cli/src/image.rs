@@ -323,6 +323,20 @@ pub(crate) fn open_ro(path: &Path, quiet: bool) -> Result<BlockDevice, CliError>
     Ok(dev)
 }
 
+/// [`open_ro_serving`] when `keep_pages` (a process of several statements), else
+/// [`open_ro`].
+pub(crate) fn open_ro_keeping(
+    path: &Path,
+    quiet: bool,
+    keep_pages: bool,
+) -> Result<BlockDevice, CliError> {
+    if keep_pages {
+        open_ro_serving(path, quiet)
+    } else {
+        open_ro(path, quiet)
+    }
+}
+
 /// [`open_ro`] for a process that reads the same data again (random reads over a working
 /// set in `csd serve`, statement after statement in `csd sql`'s shell, query after query in
 /// `csd worker`): what was read stays mapped.

@@ -208,11 +208,7 @@ impl ImageSession {
         keep_pages: bool,
     ) -> Result<Self, CliError> {
         let open_ro = |image: &std::path::Path, quiet: bool| {
-            if keep_pages {
-                crate::image::open_ro_serving(image, quiet)
-            } else {
-                crate::image::open_ro(image, quiet)
-            }
+            crate::image::open_ro_keeping(image, quiet, keep_pages)
         };
         match (&db.image, &db.array) {
             (_, Some(dir)) => {
@@ -315,10 +311,8 @@ impl ImageSession {
                 false,
                 true,
             )?
-        } else if self.keep_pages {
-            crate::image::open_ro_serving(&path, true)?
         } else {
-            crate::image::open_ro(&path, true)?
+            crate::image::open_ro_keeping(&path, true, self.keep_pages)?
         };
         let client = Client::new(NvmeDevice::from_block(dev))?;
         // Marked before the session reads the catalog, so a failure still closes cleanly.
