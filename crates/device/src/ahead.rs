@@ -212,6 +212,11 @@ impl Ahead {
         }
     }
 
+    /// Gives a page's result back once merged (see [`ParEval::recycle`]).
+    pub(crate) fn recycle(&self, out: csd_query::PageOut) {
+        self.eval.recycle(out);
+    }
+
     /// Whether this session evaluates ahead at all.
     pub(crate) fn enabled(&self) -> bool {
         !self.off

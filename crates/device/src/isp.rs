@@ -818,7 +818,8 @@ fn merge_ahead(
 ) -> Result<(WorkCounters, Layout), csd_query::EvalError> {
     s.seal_if_arena_may_overflow(d.work.records_examined as usize, t_flash);
     let layout = d.layout;
-    d.out.merge_into(&mut s.out)?;
+    d.out.merge_to(&mut s.out)?;
+    s.ahead.recycle(d.out);
     Ok((d.work, layout))
 }
 

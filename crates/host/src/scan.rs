@@ -782,9 +782,12 @@ impl<'p> HostEval<'p> {
                             // Evaluating elsewhere gains nothing here (see there).
                             self.par = None;
                         }
-                        r.out.merge_into(&mut self.out).map_err(|e| {
+                        r.out.merge_to(&mut self.out).map_err(|e| {
                             HostError::Invalid(format!("evaluating page {page}: {e}"))
                         })?;
+                        if let Some(p) = &self.par {
+                            p.recycle(r.out);
+                        }
                         r.work
                     }
                     None => {

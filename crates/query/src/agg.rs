@@ -117,6 +117,11 @@ impl PackedIndex {
         self.slots[i] = n as u32;
     }
 
+    /// Forgets every group, keeping the table's slots.
+    fn clear(&mut self) {
+        self.slots.fill(0);
+    }
+
     /// Makes room for `groups` groups without growing again.
     fn reserve(&mut self, groups: usize, keys: &[u128]) {
         if groups * 2 > self.slots.len() {
@@ -256,6 +261,29 @@ impl Acc {
             Acc::MinMaxWide { val, seen, .. } => {
                 val.reserve(more);
                 seen.reserve(more);
+            }
+        }
+    }
+
+    /// Drops every group's value, keeping the buffers.
+    fn clear(&mut self) {
+        match self {
+            Acc::Count { nn } => nn.iter_mut().for_each(Vec::clear),
+            Acc::Sum { sum, nn } => {
+                sum.clear();
+                nn.iter_mut().for_each(Vec::clear);
+            }
+            Acc::MinMax { val, seen, .. } => {
+                val.clear();
+                seen.clear();
+            }
+            Acc::MinMaxChar { val, seen, .. } => {
+                val.clear();
+                seen.clear();
+            }
+            Acc::MinMaxWide { val, seen, .. } => {
+                val.clear();
+                seen.clear();
             }
         }
     }
@@ -833,6 +861,11 @@ impl AggState {
 
     /// Merges another partial state of the same aggregation into this one.
     pub fn merge(&mut self, other: AggState) -> Result<(), EvalError> {
+        self.merge_from(&other)
+    }
+
+    /// [`AggState::merge`] of a state left as it was (its buffers can be reused).
+    pub fn merge_from(&mut self, other: &AggState) -> Result<(), EvalError> {
         if self.funcs != other.funcs
             || self.arg_types != other.arg_types
             || self.group_cols != other.group_cols
@@ -899,6 +932,24 @@ impl AggState {
             };
         }
         Some(st)
+    }
+
+    /// Back to the state [`AggState::new`] made (no group, or the one global group of
+    /// a state without `GROUP BY`, empty), keeping every buffer: a page's state is
+    /// reused for a later page instead of allocated anew.
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.rows.clear();
+        self.groups = 0;
+        self.packed.clear();
+        self.packed_index.clear();
+        self.bytes_index.clear();
+        for a in &mut self.accs {
+            a.clear();
+        }
+        if self.group_cols.is_empty() {
+            self.append_group(&[]);
+        }
     }
 
     /// Empties the one group of a state without `GROUP BY` (its rows and accumulators
@@ -1148,6 +1199,30 @@ mod tests {
                 prop_assert_eq!(st.packed[g as usize], p);
             }
         }
+    }
+
+    /// A cleared state is the state `new` made, grouped (past the linear lookup, so its
+    /// index is in use) or not, and numbers groups afresh from 0 as a new one does.
+    #[test]
+    fn a_cleared_state_is_a_new_one() {
+        let mut st = state(usize::MAX);
+        for k in 0..100u128 {
+            st.lookup_packed(k * 7).expect("group");
+        }
+        st.clear();
+        assert_eq!(st, state(usize::MAX));
+        assert_eq!(st.group_count(), 0);
+        for k in [5u128, 3, 5, 9] {
+            let mut fresh = state(usize::MAX);
+            for j in [5u128, 3, 5, 9].iter().take_while(|&&j| j != k) {
+                fresh.lookup_packed(*j).expect("group");
+            }
+            assert_eq!(st.lookup_packed(k).ok(), fresh.lookup_packed(k).ok());
+        }
+        assert_eq!(st.packed_index.find(700, &st.packed), None);
+        let mut sc = folded(&[(1, 2), (3, 4)]);
+        sc.clear();
+        assert_eq!(sc, scalar_state());
     }
 
     /// `SUM(c1), MIN(c2), MAX(c2), COUNT(*)` without `GROUP BY` over two `INT64` columns.

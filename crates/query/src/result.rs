@@ -315,9 +315,23 @@ impl PartialResult {
 
     /// Merges `other` into `self` (rows are appended after `self`'s).
     pub fn merge(&mut self, other: PartialResult) -> Result<(), EvalError> {
+        self.merge_from(&other)
+    }
+
+    /// Back to empty, as [`PartialResult::new`] made it, keeping every buffer.
+    pub fn clear(&mut self) {
+        match self {
+            PartialResult::Rows(r) => r.clear(),
+            PartialResult::Aggregate(a) => a.clear(),
+        }
+    }
+
+    /// Merges `other` into `self` like [`PartialResult::merge`], leaving `other` as it
+    /// was (so its buffers can be reused).
+    pub fn merge_from(&mut self, other: &PartialResult) -> Result<(), EvalError> {
         match (self, other) {
-            (PartialResult::Rows(a), PartialResult::Rows(b)) => a.append(&b),
-            (PartialResult::Aggregate(a), PartialResult::Aggregate(b)) => a.merge(*b),
+            (PartialResult::Rows(a), PartialResult::Rows(b)) => a.append(b),
+            (PartialResult::Aggregate(a), PartialResult::Aggregate(b)) => a.merge_from(b),
             _ => Err(EvalError::PlanMismatch(
                 "a projection's rows and an aggregation's state".into(),
             )),
