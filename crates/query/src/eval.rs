@@ -945,6 +945,9 @@ impl<'r, 'a> Run<'r, 'a> {
         sel: &[u32],
         out: &mut Vec<u32>,
     ) -> Result<(), EvalError> {
+        if self.filter_or_char_eq(terms, sel, out)? {
+            return Ok(());
+        }
         let mut remaining = self.take_sel();
         remaining.extend_from_slice(sel);
         let mut matched = self.take_sel();
@@ -966,6 +969,71 @@ impl<'r, 'a> Run<'r, 'a> {
         self.s.sels.push(matched);
         self.s.sels.push(tmp);
         Ok(())
+    }
+
+    /// A disjunction of equalities of one `CHAR` minipage column with constants (TPC-H
+    /// Q12's `l_shipmode = 'MAIL' OR l_shipmode = 'SHIP'`, Q19's brands and containers)
+    /// in one pass over the rows, with the rows and work counters of evaluating it term
+    /// by term ([`Run::filter_or`]); `false` (nothing done) for any other disjunction.
+    fn filter_or_char_eq(
+        &mut self,
+        terms: &[Expr],
+        sel: &[u32],
+        out: &mut Vec<u32>,
+    ) -> Result<bool, EvalError> {
+        if terms.len() < 2 || terms.len() > 8 {
+            return Ok(false);
+        }
+        let mut col = None;
+        let mut consts: [&[u8]; 8] = [&[]; 8];
+        for (t, k) in terms.iter().zip(&mut consts) {
+            let ExprKind::Cmp {
+                op: CmpOp::Eq,
+                left,
+                right,
+            } = &t.kind
+            else {
+                return Ok(false);
+            };
+            let (c, b) = match (&left.kind, &right.kind) {
+                (ExprKind::Column { index, .. }, ExprKind::Const(Const::Char(b)))
+                | (ExprKind::Const(Const::Char(b)), ExprKind::Column { index, .. }) => (*index, b),
+                _ => return Ok(false),
+            };
+            let fixed_char = |e: &Expr| matches!(e.ty, DataType::Char(_));
+            if t.may_be_null() || !fixed_char(left) || !fixed_char(right) {
+                return Ok(false);
+            }
+            if col.is_some_and(|c0| c0 != c) {
+                return Ok(false);
+            }
+            col = Some(c);
+            *k = b.as_slice();
+        }
+        let Some(c) = col else {
+            return Ok(false);
+        };
+        let minipage = CharOp::Col(self.view.column(c)?).minipage();
+        let Some((data, w)) = minipage.filter(|&(_, w)| (1..=16).contains(&w)) else {
+            return Ok(false);
+        };
+        let consts = &consts[..terms.len()];
+        let mut first = [0u64; 8];
+        kernels::filter_char_first_of(data, w, consts, sel, out, &mut first[..terms.len()]);
+        // Term `j` ran on the rows no earlier term took, and not at all once none were
+        // left; each such run counts as `filter_cmp` counts it.
+        let mut left = sel.len();
+        for taken in &first[..terms.len()] {
+            if left == 0 {
+                break;
+            }
+            self.c.predicates_evaluated += left as u64;
+            self.s.note_col(c, left);
+            self.c.touch(left, w);
+            self.c.touch(left, 0);
+            left -= *taken as usize;
+        }
+        Ok(true)
     }
 
     /// A comparison: of strings (padded), of a column with a constant (the column

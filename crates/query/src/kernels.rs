@@ -229,21 +229,7 @@ pub(crate) fn filter_char_in(
     sel: &[u32],
     out: &mut Vec<u32>,
 ) {
-    let padded: Vec<Vec<u8>> = consts
-        .iter()
-        .filter_map(|c| {
-            if c.len() > width {
-                c[width..]
-                    .iter()
-                    .all(|&b| b == b' ')
-                    .then(|| c[..width].to_vec())
-            } else {
-                let mut v = c.to_vec();
-                v.resize(width, b' ');
-                Some(v)
-            }
-        })
-        .collect();
+    let padded: Vec<Vec<u8>> = consts.iter().filter_map(|c| padded(c, width)).collect();
     if width == 0 || width > 16 {
         filter_by(sel, out, |_, i| {
             let v = data.get(i * width..(i + 1) * width).unwrap_or(&[]);
@@ -255,6 +241,51 @@ pub(crate) fn filter_char_in(
     filter_by(sel, out, |_, i| {
         keys.contains(&value_bits(data, i, width)) != negated
     });
+}
+
+/// `c` blank-padded to `width` bytes, as a `CHAR(width)` value equal to it is stored;
+/// `None` if no such value exists (`c` is longer, with more than blanks beyond `width`).
+fn padded(c: &[u8], width: usize) -> Option<Vec<u8>> {
+    if c.len() > width {
+        c[width..]
+            .iter()
+            .all(|&b| b == b' ')
+            .then(|| c[..width].to_vec())
+    } else {
+        let mut v = c.to_vec();
+        v.resize(width, b' ');
+        Some(v)
+    }
+}
+
+/// The rows of `sel` whose `CHAR(width)` value (`width` 1 to 16; a minipage's values
+/// back to back in `data`) equals one of `consts`, into `out`; `first[j]` counts the
+/// rows whose first equal constant is `consts[j]` (`first` is as long as `consts`). A
+/// disjunction `c = k0 OR c = k1 OR …` evaluated term by term tests term `j` on the
+/// rows no earlier term took: these counts give each term's rows in one pass.
+pub(crate) fn filter_char_first_of(
+    data: &[u8],
+    width: usize,
+    consts: &[&[u8]],
+    sel: &[u32],
+    out: &mut Vec<u32>,
+    first: &mut [u64],
+) {
+    debug_assert!((1..=16).contains(&width) && first.len() == consts.len());
+    // A constant no value equals gets a key no value has (bits beyond `width` set).
+    let none = u128::MAX;
+    let keys: Vec<u128> = consts
+        .iter()
+        .map(|c| padded(c, width).map_or(none, |v| value_bits(&v, 0, width)))
+        .collect();
+    out.clear();
+    for &i in sel {
+        let v = value_bits(data, i as usize, width);
+        if let Some(j) = keys.iter().position(|&k| k == v) {
+            first[j] += 1;
+            out.push(i);
+        }
+    }
 }
 
 fn k_col_const<P: Pred, S: Src>(s: S, sel: &[u32], c: i64, out: &mut Vec<u32>) {

@@ -388,3 +388,56 @@ proptest::proptest! {
         }
     }
 }
+
+/// A disjunction of equalities of one `CHAR` column with constants, which a PAX page
+/// evaluates in one pass over its minipage, selects the rows and counts the work of
+/// evaluating it term by term, as an NSM page (no minipage) still does: each term on the
+/// rows no earlier term took, none once every row is taken. Constants padded with blanks,
+/// too long for the column, repeated, or on the left of `=` included.
+#[test]
+fn char_equalities_in_one_pass_count_as_term_by_term() {
+    let s = schema();
+    let c = |n: &str| col(&s, n);
+    let lists: [&[&str]; 6] = [
+        &["MAIL", "SHIP"],
+        &["TRUCK", "AIR", "NONE"],
+        &["MAIL", "MAIL", "AIR   "],
+        &["REG AIR", "MAIL", "SHIP", "AIR", "TRUCK", "MAIL"],
+        &["TRUCK      X", "SHIP"],
+        &[
+            "SHIP", "AIR", "TRUCK", "REG AIR", "MAIL", "RAIL", "FOB", "AIR",
+        ],
+    ];
+    for (n, list) in lists.iter().enumerate() {
+        let terms = list
+            .iter()
+            .enumerate()
+            .map(|(k, m)| {
+                if (n + k) % 3 == 2 {
+                    cmp(CmpOp::Eq, text(m), c("mode"))
+                } else {
+                    cmp(CmpOp::Eq, c("mode"), text(m))
+                }
+            })
+            .collect();
+        let p = aggregation(
+            &s,
+            &[],
+            vec![agg(AggFunc::CountStar, None)],
+            Some(build::or(terms)),
+        );
+        let [(nsm, wn), (pax, wp)] = [Layout::Nsm, Layout::Pax].map(|l| eval(&p, l).expect("runs"));
+        assert_eq!(nsm, pax, "{list:?}");
+        let want = reference(|r| list.iter().any(|m| m.trim_end() == r.mode));
+        assert_eq!(wp.rows_selected as i64, want, "{list:?}");
+        assert_eq!(
+            (wn.predicates_evaluated, wn.values_touched, wn.bytes_touched),
+            (wp.predicates_evaluated, wp.values_touched, wp.bytes_touched),
+            "{list:?}"
+        );
+        assert!(
+            wp.predicates_evaluated > N as u64,
+            "{list:?}: later terms ran"
+        );
+    }
+}
