@@ -549,7 +549,7 @@ pub fn rule_for(filter: Option<&Expr>, col: usize) -> Option<IndexRule> {
                 negated: false,
             } if is_col(expr) => {
                 let Some(kind) = key_kind(expr) else { continue };
-                let vals: Vec<i64> = l.iter().filter_map(|c| const_key(kind, c)).collect();
+                let vals: Vec<i64> = l.iter().filter_map(|c| const_key(kind, &c)).collect();
                 if vals.len() != l.len() {
                     continue;
                 }

@@ -1095,7 +1095,7 @@ mod tests {
             panic!("{e}");
         };
         assert_eq!(
-            list.to_vec(),
+            list.iter().collect::<Vec<_>>(),
             vec![Const::Int(f32_key(1.5)), Const::Int(f32_key(-2.25))]
         );
         assert!(in_list(col(DataType::Float32), vec![d(f64::NAN)], false, "w").is_err());

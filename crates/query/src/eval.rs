@@ -1164,10 +1164,7 @@ impl<'r, 'a> Run<'r, 'a> {
                 filter_by(sel, out, |_, i| {
                     let v = x.at(i);
                     *compared += v.len() as u64;
-                    let hit = list.iter().any(|c| match c {
-                        Const::Char(b) => v == b.as_slice(),
-                        _ => false,
-                    });
+                    let hit = list.chars().any(|b| v == b);
                     hit != neg
                 });
             }
@@ -1179,22 +1176,13 @@ impl<'r, 'a> Run<'r, 'a> {
             self.s.note(expr, sel.len());
             self.c.touch(sel.len(), x.width());
             if let Some((data, w)) = x.minipage() {
-                let consts: Vec<&[u8]> = list
-                    .iter()
-                    .filter_map(|c| match c {
-                        Const::Char(b) => Some(b.as_slice()),
-                        _ => None,
-                    })
-                    .collect();
+                let consts: Vec<&[u8]> = list.chars().collect();
                 kernels::filter_char_in(data, w, &consts, neg, sel, out);
                 return Ok(());
             }
             filter_by(sel, out, |_, i| {
                 let v = x.at(i);
-                let hit = list.iter().any(|c| match c {
-                    Const::Char(b) => cmp_padded(v, b).is_eq(),
-                    _ => false,
-                });
+                let hit = list.chars().any(|b| cmp_padded(v, b).is_eq());
                 hit != neg
             });
         } else {

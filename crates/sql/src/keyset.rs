@@ -55,7 +55,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
-use csd_query::plan::{Const, ConstSet, Expr as DevExpr, ExprKind};
+use csd_query::plan::{ConstSet, Expr as DevExpr, ExprKind};
 use csd_query::types::DataType as DevType;
 use datafusion::arrow::array::{Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::cast;
@@ -242,7 +242,7 @@ impl KeySet {
         {
             return None;
         }
-        let list = ConstSet::new(keys.iter().map(|&k| Const::Int(k)).collect());
+        let list = ConstSet::of_sorted_ints(keys);
         if list.lookup_bytes() > arena_bytes {
             return None;
         }
