@@ -261,6 +261,10 @@ impl Common {
             let out = scratch
                 .is_none()
                 .then(|| spares.pop().unwrap_or_else(|| self.empty.clone()));
+            debug_assert!(
+                out.as_ref().is_none_or(|o| *o == self.empty),
+                "a page is evaluated into an empty result"
+            );
             res.push(eval_one(&mut ev, scratch.as_mut(), out, schema, b));
         }
         let idle = (ev, scratch);
@@ -701,7 +705,6 @@ fn eval_one(
         }
         None => {
             let mut out = out?;
-            debug_assert!(out.is_empty(), "a page is evaluated into an empty result");
             let work = ev.eval_page(&view, &mut out).ok()?;
             (work, PageOut::Partial(out))
         }
