@@ -68,6 +68,34 @@ fn reference() -> SessionContext {
     ctx
 }
 
+/// The rows the device selected in the scans of `table` whose program says `what`
+/// (every scan of `table` for `""`).
+fn selected(a: &csd_sql::Answer, table: &str, what: &str) -> u64 {
+    a.scans
+        .iter()
+        .filter(|r| r.table == table && r.program.contains(what))
+        .map(|r| r.report.work.rows_selected)
+        .sum()
+}
+
+/// Every scan's device program, sorted (the scans' order is the threads').
+fn scan_programs(a: &csd_sql::Answer) -> Vec<String> {
+    let mut v: Vec<_> = a.scans.iter().map(|r| r.program.clone()).collect();
+    v.sort();
+    v
+}
+
+/// `sql` run with DataFusion's dynamic filters off (so no runtime filter or key set
+/// reaches a scan), then turned back on.
+fn run_without_dynamic_filters(s: &SqlSession, sql: &str) -> csd_sql::Answer {
+    s.run("SET datafusion.optimizer.enable_dynamic_filter_pushdown = false")
+        .expect("set");
+    let without = s.run(sql).expect("run");
+    s.run("SET datafusion.optimizer.enable_dynamic_filter_pushdown = true")
+        .expect("set");
+    without
+}
+
 /// Rows as display strings.
 fn rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
     let mut out = Vec::new();
@@ -399,14 +427,6 @@ fn runtime_filters_the_device_takes_shrink_its_work_and_repeat_exactly() {
         v.sort();
         v
     };
-    // The rows the device selected in the scans of `table` whose program says `what`.
-    let selected = |a: &csd_sql::Answer, table: &str, what: &str| -> u64 {
-        a.scans
-            .iter()
-            .filter(|r| r.table == table && r.program.contains(what))
-            .map(|r| r.report.work.rows_selected)
-            .sum()
-    };
     for (q, sql) in [(17, &q17), (18, &q18)] {
         let with = s.run(sql).expect("run");
         // The filters are complete when the probe sides' scans start (the joins build
@@ -414,11 +434,7 @@ fn runtime_filters_the_device_takes_shrink_its_work_and_repeat_exactly() {
         // repeat exactly.
         let again = s.run(sql).expect("run");
         assert_eq!(modeled(&with), modeled(&again), "Q{q}: a rerun differs");
-        s.run("SET datafusion.optimizer.enable_dynamic_filter_pushdown = false")
-            .expect("set");
-        let without = s.run(sql).expect("run");
-        s.run("SET datafusion.optimizer.enable_dynamic_filter_pushdown = true")
-            .expect("set");
+        let without = run_without_dynamic_filters(&s, sql);
         assert!(!without.explained.contains("runtime_filtered_rows"));
         assert_eq!(rows(&with.batches), rows(&without.batches), "Q{q}");
         // The device took the join's keys into its program and selected fewer rows.
@@ -457,23 +473,15 @@ fn joins_beyond_the_key_list_hand_their_key_sets_to_the_device() {
     let s = SqlSession::new(client, cfg, ScanSettings::new(Choice::Auto)).expect("session");
     s.run("SET datafusion.optimizer.hash_join_inlist_pushdown_max_distinct_values = 16")
         .expect("set");
-    let selected = |a: &csd_sql::Answer, table: &str| -> u64 {
-        a.scans
-            .iter()
-            .filter(|r| r.table == table)
-            .map(|r| r.report.work.rows_selected)
-            .sum()
-    };
     for (q, probe) in [(3, "lineitem"), (12, "orders")] {
         let sql = query(q);
         let with = s.run(sql).expect("run");
         let again = s.run(sql).expect("run");
-        let programs = |a: &csd_sql::Answer| {
-            let mut v: Vec<_> = a.scans.iter().map(|r| r.program.clone()).collect();
-            v.sort();
-            v
-        };
-        assert_eq!(programs(&with), programs(&again), "Q{q}: a rerun differs");
+        assert_eq!(
+            scan_programs(&with),
+            scan_programs(&again),
+            "Q{q}: a rerun differs"
+        );
         let scan = with
             .scans
             .iter()
@@ -484,13 +492,9 @@ fn joins_beyond_the_key_list_hand_their_key_sets_to_the_device() {
             "Q{q}: {}",
             scan.program
         );
-        s.run("SET datafusion.optimizer.enable_dynamic_filter_pushdown = false")
-            .expect("set");
-        let without = s.run(sql).expect("run");
-        s.run("SET datafusion.optimizer.enable_dynamic_filter_pushdown = true")
-            .expect("set");
+        let without = run_without_dynamic_filters(&s, sql);
         assert_eq!(rows(&with.batches), rows(&without.batches), "Q{q}");
-        let (w, wo) = (selected(&with, probe), selected(&without, probe));
+        let (w, wo) = (selected(&with, probe, ""), selected(&without, probe, ""));
         assert!(
             w * 2 < wo,
             "Q{q}: {probe} rows selected {w} with, {wo} without"
@@ -509,11 +513,6 @@ fn a_join_whose_filter_no_scan_holds_gives_its_keys_to_the_scan_of_its_key_colum
     // ps_partkey (`keyset`'s `ColumnKeySet`).
     let (client, cfg) = device(Layout::Pax);
     let s = SqlSession::new(client, cfg, ScanSettings::new(Choice::Auto)).expect("session");
-    let programs = |a: &csd_sql::Answer| {
-        let mut v: Vec<_> = a.scans.iter().map(|r| r.program.clone()).collect();
-        v.sort();
-        v
-    };
     for (q, table, term) in [
         (5, "lineitem", "l_suppkey IN ("),
         (2, "partsupp", "ps_partkey IN ("),
@@ -521,7 +520,11 @@ fn a_join_whose_filter_no_scan_holds_gives_its_keys_to_the_scan_of_its_key_colum
         let sql = query(q);
         let with = s.run(sql).expect("run");
         let again = s.run(sql).expect("run");
-        assert_eq!(programs(&with), programs(&again), "Q{q}: a rerun differs");
+        assert_eq!(
+            scan_programs(&with),
+            scan_programs(&again),
+            "Q{q}: a rerun differs"
+        );
         assert!(
             with.explained.contains("key set of"),
             "Q{q}: {}",
@@ -534,22 +537,11 @@ fn a_join_whose_filter_no_scan_holds_gives_its_keys_to_the_scan_of_its_key_colum
                 .find(|r| r.table == table && r.program.contains(term))
                 .map(|r| r.report.work.rows_selected)
         };
-        let selected = |a: &csd_sql::Answer| -> u64 {
-            a.scans
-                .iter()
-                .filter(|r| r.table == table)
-                .map(|r| r.report.work.rows_selected)
-                .sum()
-        };
-        assert!(taken(&with).is_some(), "Q{q}: {:?}", programs(&with));
-        s.run("SET datafusion.optimizer.enable_dynamic_filter_pushdown = false")
-            .expect("set");
-        let without = s.run(sql).expect("run");
-        s.run("SET datafusion.optimizer.enable_dynamic_filter_pushdown = true")
-            .expect("set");
+        assert!(taken(&with).is_some(), "Q{q}: {:?}", scan_programs(&with));
+        let without = run_without_dynamic_filters(&s, sql);
         assert_eq!(rows(&with.batches), rows(&without.batches), "Q{q}");
         assert!(taken(&without).is_none(), "Q{q}");
-        let (w, wo) = (selected(&with), selected(&without));
+        let (w, wo) = (selected(&with, table, ""), selected(&without, table, ""));
         assert!(
             w * 2 < wo,
             "Q{q}: {table} rows selected {w} with, {wo} without"
