@@ -85,6 +85,19 @@ fn scan_programs(a: &csd_sql::Answer) -> Vec<String> {
     v
 }
 
+/// `sql` (TPC-H Q`q`) run twice: the answer of the first run, after checking that the
+/// second gave the device the same programs (the key sets are complete when scans start).
+fn run_with_same_programs_twice(s: &SqlSession, sql: &str, q: usize) -> csd_sql::Answer {
+    let with = s.run(sql).expect("run");
+    let again = s.run(sql).expect("run");
+    assert_eq!(
+        scan_programs(&with),
+        scan_programs(&again),
+        "Q{q}: a rerun differs"
+    );
+    with
+}
+
 /// `sql` run with DataFusion's dynamic filters off (so no runtime filter or key set
 /// reaches a scan), then turned back on.
 fn run_without_dynamic_filters(s: &SqlSession, sql: &str) -> csd_sql::Answer {
@@ -475,13 +488,7 @@ fn joins_beyond_the_key_list_hand_their_key_sets_to_the_device() {
         .expect("set");
     for (q, probe) in [(3, "lineitem"), (12, "orders")] {
         let sql = query(q);
-        let with = s.run(sql).expect("run");
-        let again = s.run(sql).expect("run");
-        assert_eq!(
-            scan_programs(&with),
-            scan_programs(&again),
-            "Q{q}: a rerun differs"
-        );
+        let with = run_with_same_programs_twice(&s, sql, q);
         let scan = with
             .scans
             .iter()
@@ -518,13 +525,7 @@ fn a_join_whose_filter_no_scan_holds_gives_its_keys_to_the_scan_of_its_key_colum
         (2, "partsupp", "ps_partkey IN ("),
     ] {
         let sql = query(q);
-        let with = s.run(sql).expect("run");
-        let again = s.run(sql).expect("run");
-        assert_eq!(
-            scan_programs(&with),
-            scan_programs(&again),
-            "Q{q}: a rerun differs"
-        );
+        let with = run_with_same_programs_twice(&s, sql, q);
         assert!(
             with.explained.contains("key set of"),
             "Q{q}: {}",
