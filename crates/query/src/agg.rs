@@ -597,12 +597,14 @@ impl AggState {
 
     #[inline]
     fn lookup_packed(&mut self, p: u128) -> Result<u32, EvalError> {
-        if self.groups <= LINEAR_GROUPS
-            && let Some(g) = self.packed.iter().position(|&x| x == p)
-        {
-            return Ok(g as u32);
-        }
-        match self.packed_index.find(p, &self.packed) {
+        let found = if self.groups <= LINEAR_GROUPS {
+            // Every group is in `packed`: the linear search is the whole answer (the
+            // index of a recycled state may be sized for its arena; no probe of it).
+            self.packed.iter().position(|&x| x == p).map(|g| g as u32)
+        } else {
+            self.packed_index.find(p, &self.packed)
+        };
+        match found {
             Some(g) => Ok(g),
             None if self.groups >= self.limit => {
                 Err(EvalError::TooManyGroups { limit: self.limit })
@@ -634,7 +636,9 @@ impl AggState {
         keybuf: &mut Vec<u8>,
     ) -> Result<(), EvalError> {
         gids.clear();
-        let cols = self.group_cols.clone();
+        // Borrowed (the lookups below run after the last use): no reference count
+        // touched per page on a line every evaluating thread shares.
+        let cols = &self.group_cols;
         if self.key_width <= 16 {
             packed.clear();
             packed.resize(sel.len(), 0);
