@@ -843,6 +843,69 @@ fn join_reads_prune_the_second_table_by_the_first_tables_keys() {
 }
 
 /// Tables and encodings persist across a clean shutdown and a crash (rules do not).
+/// A registration that must survive power (SEND_TBL_COL, SEND_IDX_ENC) is answered once
+/// its log force is done, the force starting at the command's own instant; a volatile one
+/// (a comparison rule) only stages its arguments and replies. Both are submitted when the
+/// device is idle, so the durable ones take at least a flash program (the log page).
+#[test]
+fn a_durable_registration_is_answered_after_its_log_force() {
+    let (mut d, q) = device(24, false);
+    let t_prog = small_device()
+        .flash
+        .t_prog_us
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    let prog_ns = (t_prog * 1e3) as u64;
+    let at = |d: &mut NvmeDevice, cmd: Command, t: SimTime| {
+        d.submit(q, cmd, t).unwrap();
+        d.process();
+        let c = d.poll(q).unwrap();
+        ok(&c);
+        c
+    };
+    // Each command is submitted 10 ms after the previous one began, when every die idles.
+    let t1 = SimTime(10_000_000);
+    let c = at(&mut d, Command::SendTblCol(orders_format("a")), t1);
+    let a = table_id(&c);
+    assert!(
+        c.acct.latency_ns >= prog_ns,
+        "SEND_TBL_COL answered {} ns after it arrived, before its log page could be programmed ({prog_ns} ns)",
+        c.acct.latency_ns
+    );
+    assert!(
+        c.acct.flash_programs >= 1,
+        "the registry's log force programs a page"
+    );
+    let t2 = SimTime(20_000_000);
+    let c = at(
+        &mut d,
+        Command::SendIdxEnc {
+            table: a,
+            spec: IndexSpec {
+                column: "qty".into(),
+                encoding: IndexEncoding::Range,
+            },
+        },
+        t2,
+    );
+    assert!(c.acct.latency_ns >= prog_ns, "SEND_IDX_ENC persists too");
+    let t3 = SimTime(30_000_000);
+    let c = at(
+        &mut d,
+        Command::SendIdxIcr {
+            table: a,
+            rule: IndexRule::Between { lo: 1, hi: 2 },
+        },
+        t3,
+    );
+    assert!(
+        c.acct.latency_ns < prog_ns,
+        "a rule is query state: no log force ({} ns)",
+        c.acct.latency_ns
+    );
+}
+
 #[test]
 fn registrations_persist_across_power_cycles() {
     let (mut d, q) = device(24, false);

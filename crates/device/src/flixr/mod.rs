@@ -435,6 +435,12 @@ pub struct Flixr {
     /// Why the controller blob's registry could not be read, if it could not: no table
     /// is registered then, and the registry is never rewritten.
     unreadable: Option<String>,
+    /// The instant the registry command being run arrived ([`Flixr::begin_command`]):
+    /// the registry's log force starts there.
+    cmd_at: SimTime,
+    /// When the last registry change was durable (its log force done), or the command's
+    /// instant when it changed nothing durable.
+    durable_at: SimTime,
 }
 
 /// Cycles (at the core clock) for counted work in bus cycles.
@@ -468,9 +474,24 @@ impl Flixr {
             cache: IndexCache::new(1),
             cache_bytes,
             stats: FlixrStats::default(),
+            cmd_at: SimTime::ZERO,
+            durable_at: SimTime::ZERO,
         };
         f.set_cache_bytes(dev, cache_bytes);
         f
+    }
+
+    /// A registry command arrived at `at`: a registry change it makes is forced to the
+    /// log from there ([`Flixr::durable_at`] then says when it was durable).
+    pub fn begin_command(&mut self, at: SimTime) {
+        self.cmd_at = at;
+        self.durable_at = at;
+    }
+
+    /// When the registry change of the command begun last was durable (its instant if
+    /// it changed nothing durable): the command completes no earlier.
+    pub fn durable_at(&self) -> SimTime {
+        self.durable_at
     }
 
     /// Resize the index cache (emptied).

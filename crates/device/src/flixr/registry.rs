@@ -34,9 +34,10 @@ impl Flixr {
     }
 
     /// Keep the registry in the FTL's controller blob, durable before the command
-    /// completes (a log force, with whatever else the log held).
+    /// completes: a log force (with whatever else the log held) from the command's
+    /// instant ([`Flixr::begin_command`]), whose completion [`Flixr::durable_at`] gives.
     pub(super) fn persist(
-        &self,
+        &mut self,
         dev: &mut BlockDevice,
         tables: &BTreeMap<u8, TableEntry>,
     ) -> Result<(), FlixrError> {
@@ -44,12 +45,13 @@ impl Flixr {
             return Err(FlixrError::UnreadableRegistry(why.clone()));
         }
         let blob = encode_registry(tables);
-        let now = dev.ftl().nand().now();
-        dev.ftl_mut()
+        let done = dev
+            .ftl_mut()
             .set_blob(&blob)
-            .and_then(|_| dev.ftl_mut().flush(now))
-            .map(|_| ())
-            .map_err(|e| FlixrError::Full(format!("cannot keep the FLIXR registry: {e}")))
+            .and_then(|_| dev.ftl_mut().flush(self.cmd_at))
+            .map_err(|e| FlixrError::Full(format!("cannot keep the FLIXR registry: {e}")))?;
+        self.durable_at = self.durable_at.max(done);
+        Ok(())
     }
 
     /// SEND_TBL_COL: register a table's row format; returns its table id.

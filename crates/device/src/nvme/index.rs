@@ -29,15 +29,17 @@ fn rule_bytes(rule: &IndexRule) -> u64 {
 
 impl NvmeDevice {
     /// Run a registry command of `bytes` argument bytes: the firmware's `op` first (a
-    /// refusal completes at `at`), then the arguments' staging and a 16-byte reply.
+    /// refusal completes at `at`), then the arguments' staging and a 16-byte reply, sent
+    /// once a registry change the command made is durable (its log force, from `at`).
     pub(super) fn registry<T>(
         &mut self,
         bytes: u64,
         at: SimTime,
         op: impl FnOnce(&mut Flixr, &mut BlockDevice) -> Result<T, FlixrError>,
     ) -> Result<(T, SimTime), Failed> {
+        self.flixr.begin_command(at);
         let v = op(&mut self.flixr, &mut self.dev).map_err(|e| refused(e, at))?;
-        let t = self.dev.receive(at, bytes);
+        let t = self.dev.receive(at, bytes).max(self.flixr.durable_at());
         Ok((v, self.dev.respond(t, 16)))
     }
 
