@@ -628,3 +628,69 @@ fn drain_rest(c: &mut Client, id: u32, mut out: PartialResult) -> usize {
     }
     out.len()
 }
+
+/// ISP GET judges what is ready once the firmware has the command: the session's steps
+/// issued by then have run. Two devices differ only in the per-command latency of their
+/// transport (20 ms, or none); each OPEN and GET is decided at the same instant on both
+/// (sent 20 ms earlier to the slow one), so both GETs see the same progress. A third
+/// GET, decided 1 ms earlier, shows the session still moving then (else the test would
+/// prove nothing). Before the fix the slow device's GET saw the session as it stood when
+/// the GET was sent: no page done.
+#[test]
+fn a_get_sees_the_steps_issued_by_the_time_it_is_received() {
+    use csd_sim::SimTime;
+    const LATENCY_NS: u64 = 20_000_000;
+    let device = |latency_us: u64| {
+        let mut c = client(config(&[
+            "host_link.command_overhead_us=0",
+            &format!("host_link.command_latency_us={latency_us}"),
+        ]));
+        load_synthetic(&mut c, "t", Layout::Pax);
+        c
+    };
+    // Long after the load, on idle devices holding the same pages.
+    let t_open = SimTime(1_000_000_000_000);
+    let get_at = t_open.after(3_000_000);
+    // (device, how much earlier than the decision instant its commands are sent, how
+    // much earlier its GET is decided).
+    let runs = [
+        (device(LATENCY_NS / 1000), LATENCY_NS, 0),
+        (device(0), 0, 0),
+        (device(0), 0, 1_000_000),
+    ];
+    let mut replies = Vec::new();
+    for (mut c, early, earlier_get) in runs {
+        // An aggregation: its one state never fills the arena, so the session never
+        // stalls waiting for a GET.
+        let mut cmd = open_cmd(&mut c, "t", 19_000, IspMode::Cpu);
+        if let Command::IspOpen(o) = &mut cmd {
+            o.plan = count_sum(&table(&mut c, "t"), 19_000);
+        }
+        let id = match c
+            .exec_at(cmd, SimTime(t_open.0 + LATENCY_NS - early))
+            .expect("open")
+            .payload
+        {
+            Payload::IspSession(id) => id,
+            p => panic!("expected a session, got {p:?}"),
+        };
+        let got = c
+            .exec_at(
+                Command::IspGet { session: id },
+                SimTime(get_at.0 + LATENCY_NS - early - earlier_get),
+            )
+            .expect("get");
+        let Payload::Isp(r) = got.payload else {
+            panic!("expected a GET reply");
+        };
+        replies.push((r.pages_done, r.pages_total, r.state));
+    }
+    assert!(
+        replies[2].0 < replies[1].0,
+        "the session is still running at the GETs: {replies:?}"
+    );
+    assert_eq!(
+        replies[0], replies[1],
+        "the slow device's GET saw the session as it stood when the GET was received"
+    );
+}

@@ -189,6 +189,9 @@ impl NvmeDevice {
     /// ISP GET: the next chunk of a session's results, sent from controller DRAM.
     fn isp_get(&mut self, session: u32, at: SimTime) -> Ran {
         let t = self.dev.receive(at, 0);
+        // The firmware looks at the ready chunks once it has the command (`t`): the
+        // sessions' background steps issued by then have run (they ran up to `at`).
+        self.isp.advance(&mut self.dev, t);
         let reply = self.isp.get(session, t).map_err(|r| (r.into(), at))?;
         let done = self
             .dev
