@@ -483,14 +483,14 @@ impl Flixr {
 
     /// A registry command arrived at `at`: a registry change it makes is forced to the
     /// log from there ([`Flixr::durable_at`] then says when it was durable).
-    pub fn begin_command(&mut self, at: SimTime) {
+    pub(crate) fn begin_command(&mut self, at: SimTime) {
         self.cmd_at = at;
         self.durable_at = at;
     }
 
     /// When the registry change of the command begun last was durable (its instant if
     /// it changed nothing durable): the command completes no earlier.
-    pub fn durable_at(&self) -> SimTime {
+    pub(crate) fn durable_at(&self) -> SimTime {
         self.durable_at
     }
 
