@@ -561,6 +561,68 @@ fn explain_analyze_runs_under_every_strategy_and_shows_the_device_scan() {
     );
 }
 
+/// What the device does, and so every modeled figure, does not depend on how many
+/// partitions DataFusion plans with (the host's core count): with one target partition
+/// DataFusion plans a `Single` aggregate behind a `CooperativeExec`, which once kept the
+/// aggregation out of the device (Q1 modeled 0.166 s on one partition, 0.070 s on two),
+/// and a subquery's repeated scan unshared (Q15 twice the device time).
+#[test]
+fn modeled_figures_do_not_depend_on_the_host_partition_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("dev.img");
+    let img = img.to_str().expect("path");
+    ok(&csd(&[
+        "device", "create", "--preset", "tiny", "--image", img,
+    ]));
+    ok(&csd(&[
+        "load", "tpch", "--sf", "0.01", "--tables", "lineitem", "--image", img,
+    ]));
+    let grouped = "SELECT l_returnflag, l_linestatus, sum(l_quantity), \
+                   sum(l_extendedprice * (1 - l_discount)), count(*) FROM lineitem \
+                   WHERE l_shipdate <= date '1998-09-02' \
+                   GROUP BY l_returnflag, l_linestatus ORDER BY l_returnflag, l_linestatus";
+    let twice = "WITH r AS (SELECT l_suppkey AS s, sum(l_quantity) AS q FROM lineitem \
+                 WHERE l_shipdate >= date '1996-01-01' GROUP BY l_suppkey) \
+                 SELECT s, q FROM r WHERE q = (SELECT max(q) FROM r) ORDER BY s";
+    let run = |sql: &str, partitions: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_csd"))
+            .args([
+                "sql",
+                "--image",
+                img,
+                "--strategy",
+                "hw-isp",
+                "--explain",
+                sql,
+            ])
+            .env("DATAFUSION_EXECUTION_TARGET_PARTITIONS", partitions)
+            .output()
+            .expect("run csd");
+        let text = ok(&out) + &String::from_utf8_lossy(&out.stderr);
+        let modeled = text
+            .lines()
+            .find_map(|l| l.split("modeled device time, all scans: ").nth(1))
+            .unwrap_or_else(|| panic!("no modeled time:\n{text}"))
+            .to_string();
+        (text, modeled)
+    };
+    for (sql, scans) in [(grouped, 1), (twice, 1)] {
+        let (one, m1) = run(sql, "1");
+        let (two, m2) = run(sql, "2");
+        assert_eq!(m1, m2, "one partition:\n{one}\ntwo partitions:\n{two}");
+        for text in [&one, &two] {
+            assert!(text.contains("in device: partial aggregate"), "{text}");
+            let devices = text
+                .lines()
+                .filter(|l| l.contains("DeviceScanExec: table=lineitem"))
+                .count();
+            // Q15's shape: the view's scan is shown under each reader, and run once.
+            assert!(devices >= scans, "{text}");
+            assert!(text.contains(&format!("{scans} device scan(s)")), "{text}");
+        }
+    }
+}
+
 #[test]
 fn bench_oneshot_measures_fresh_query_processes_and_refuses_what_it_cannot_compare() {
     let out = csd(&[
