@@ -738,6 +738,8 @@ fn bench_serve_compares_with_nbdkit() {
         "1",
         "--size",
         "16m",
+        "--rounds",
+        "2",
         "--json",
     ]));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -747,7 +749,29 @@ fn bench_serve_compares_with_nbdkit() {
         assert!(j["csd_iops"].as_f64().unwrap() > 0.0, "{j}");
         assert!(j["nbdkit_memory_iops"].as_f64().unwrap() > 0.0, "{j}");
         assert!(j["nbdkit_file_iops"].as_f64().unwrap() > 0.0, "{j}");
+        // Two rounds, each with all three servers; the median ratio lies in the range
+        // of the rounds' ratios, which are the rounds' own IOPS over each other.
+        let rounds = j["rounds"].as_array().unwrap();
+        assert_eq!(rounds.len(), 2, "{j}");
+        let ratios: Vec<f64> = rounds
+            .iter()
+            .map(|r| r["csd_iops"].as_f64().unwrap() / r["nbdkit_memory_iops"].as_f64().unwrap())
+            .collect();
+        let range = j["ratio_memory_range"].as_array().unwrap();
+        let (lo, hi) = (range[0].as_f64().unwrap(), range[1].as_f64().unwrap());
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(1.0);
+        assert!(close(lo, ratios[0].min(ratios[1])), "{j}");
+        assert!(close(hi, ratios[0].max(ratios[1])), "{j}");
+        let m = j["ratio_memory"].as_f64().unwrap();
+        assert!(close(m, (ratios[0] + ratios[1]) / 2.0), "{j}");
     }
+    // A round count out of range is refused before any server starts.
+    let bad = Command::new(CSD)
+        .args(["bench", "serve", "--preset", "tiny", "--rounds", "0"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--rounds"));
 }
 
 /// Read until the server closes `s`; `false` if it is still open after its read timeout.

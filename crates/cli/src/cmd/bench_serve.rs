@@ -6,6 +6,13 @@
 //! `--fsync=32`), and random reads, queue depth 32 — and the table gives IOPS side by
 //! side and the ratios. The emulator's own speed is what is measured: the device model
 //! runs in virtual time.
+//!
+//! On a shared machine a server's IOPS moves by 2x or more from one minute to the next
+//! (other tenants), more than the differences measured. So each job runs in `--rounds`
+//! rounds; a round runs the three servers back to back, each round in another order
+//! (round `r` starts with server `r mod 3`) so that drift falls on every server alike.
+//! Ratios are taken within a round (the servers ran under the same load); the table
+//! gives each server's median IOPS, the median of the rounds' ratios and their range.
 
 use crate::args::JsonFlag;
 use crate::{CliError, ConfigSource, report};
@@ -32,6 +39,10 @@ pub(crate) struct BenchServeArgs {
     /// fio queue depth.
     #[arg(long, default_value_t = 32)]
     iodepth: u32,
+    /// Rounds per job: each round runs every server once, in a rotated order; figures
+    /// are medians over the rounds, ratios taken within a round.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=99))]
+    rounds: u32,
     /// Directory for the image and sockets (default: the system's temporary directory).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -140,17 +151,28 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
         let v: Vec<serde_json::Value> = rows
             .iter()
             .map(|r| {
+                let (memory, file) = (r.ratio(MEMORY), r.ratio(FILE));
                 serde_json::json!({
                     "job": r.job,
-                    "csd_iops": r.csd,
-                    "nbdkit_memory_iops": r.memory,
-                    "nbdkit_file_iops": r.file,
-                    "ratio_memory": r.csd / r.memory.max(1.0),
-                    "ratio_file": r.csd / r.file.max(1.0),
+                    "csd_iops": r.median_iops(CSD),
+                    "nbdkit_memory_iops": r.median_iops(MEMORY),
+                    "nbdkit_file_iops": r.median_iops(FILE),
+                    "ratio_memory": memory.median,
+                    "ratio_memory_range": [memory.min, memory.max],
+                    "ratio_file": file.median,
+                    "ratio_file_range": [file.min, file.max],
+                    "rounds": r.rounds.iter().map(|x| serde_json::json!({
+                        "csd_iops": x[CSD],
+                        "nbdkit_memory_iops": x[MEMORY],
+                        "nbdkit_file_iops": x[FILE],
+                    })).collect::<Vec<_>>(),
                 })
             })
             .collect();
-        println!("{}", serde_json::json!({"jobs": v, "command": cmd}));
+        println!(
+            "{}",
+            serde_json::json!({"jobs": v, "rounds": a.rounds, "command": cmd})
+        );
         return Ok(());
     }
     let mut t = report::table(&[
@@ -162,16 +184,27 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
         "csd / file",
     ]);
     for r in &rows {
+        let shown = |x: Ratio| {
+            if r.rounds.len() > 1 {
+                format!("{:.2}x ({:.2}-{:.2})", x.median, x.min, x.max)
+            } else {
+                format!("{:.2}x", x.median)
+            }
+        };
         t.add_row(vec![
             r.job.to_string(),
-            format!("{:.0}", r.csd),
-            format!("{:.0}", r.memory),
-            format!("{:.0}", r.file),
-            format!("{:.2}x", r.csd / r.memory.max(1.0)),
-            format!("{:.2}x", r.csd / r.file.max(1.0)),
+            format!("{:.0}", r.median_iops(CSD)),
+            format!("{:.0}", r.median_iops(MEMORY)),
+            format!("{:.0}", r.median_iops(FILE)),
+            shown(r.ratio(MEMORY)),
+            shown(r.ratio(FILE)),
         ]);
     }
     println!("{t}");
+    println!(
+        "{} round(s) of {} s per server and job, the servers' order rotated each round; IOPS: median over the rounds; ratios: median of the ratios within each round (range in brackets)",
+        a.rounds, a.runtime
+    );
     println!(
         "device: {} (virtual clock, write cache {}, host sync {})",
         cfg.name,
@@ -186,12 +219,61 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// One job's IOPS on each server.
+/// Index of `csd serve` in a round's IOPS.
+const CSD: usize = 0;
+/// Index of `nbdkit memory` in a round's IOPS.
+const MEMORY: usize = 1;
+/// Index of `nbdkit file` in a round's IOPS.
+const FILE: usize = 2;
+/// The servers' names, by index.
+const SERVERS: [&str; 3] = ["csd serve", "nbdkit memory", "nbdkit file"];
+
+/// The median of `v` (the mean of the two middle values for an even count; 0 if empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// csd's IOPS over a peer's, over the rounds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ratio {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+/// One job's IOPS on each server, per round.
 struct Row {
     job: &'static str,
-    csd: f64,
-    memory: f64,
-    file: f64,
+    /// Per round: the IOPS of [`CSD`], [`MEMORY`] and [`FILE`].
+    rounds: Vec<[f64; 3]>,
+}
+
+impl Row {
+    /// Server `s`'s median IOPS over the rounds.
+    fn median_iops(&self, s: usize) -> f64 {
+        median(self.rounds.iter().map(|r| r[s]).collect())
+    }
+
+    /// csd's IOPS over server `s`'s, each taken within its round.
+    fn ratio(&self, s: usize) -> Ratio {
+        let v: Vec<f64> = self.rounds.iter().map(|r| r[CSD] / r[s].max(1.0)).collect();
+        Ratio {
+            median: median(v.clone()),
+            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+            max: v.iter().copied().fold(0.0, f64::max),
+        }
+    }
+}
+
+/// The order in which round `r` runs the servers: a rotation starting at `r mod 3`.
+fn order(r: u32) -> [usize; 3] {
+    let k = r as usize % 3;
+    [k, (k + 1) % 3, (k + 2) % 3]
 }
 
 /// `csd serve` on a fresh image, `nbdkit memory` and `nbdkit file` side by side in
@@ -261,20 +343,81 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
     wait_for(&file_sock)?;
     let uri = |s: &Path| format!("nbd+unix:///?socket={}", s.display());
     let out = dir.join("fio.json");
+    let socks = [&csd_sock, &peer_sock, &file_sock];
+    let bar = if a.report.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        report::progress_bar(
+            Some((JOBS.len() * SERVERS.len()) as u64 * u64::from(a.rounds)),
+            "fio runs",
+        )
+    };
     let mut rows = Vec::new();
     for (job, rw, fsync) in JOBS {
-        if !a.report.json {
-            eprintln!(
-                "fio {job} on csd serve, nbdkit memory and nbdkit file ({} s each)",
-                a.runtime
-            );
+        let mut rounds = Vec::with_capacity(a.rounds as usize);
+        for r in 0..a.rounds {
+            let mut iops = [0.0; 3];
+            for s in order(r) {
+                bar.set_message(format!(
+                    "{job}, round {}/{}: {} ({} s)",
+                    r + 1,
+                    a.rounds,
+                    SERVERS[s],
+                    a.runtime
+                ));
+                iops[s] = fio(&uri(socks[s]), (rw, fsync), a, &out)?;
+                bar.inc(1);
+            }
+            rounds.push(iops);
         }
-        rows.push(Row {
-            job,
-            csd: fio(&uri(&csd_sock), (rw, fsync), a, &out)?,
-            memory: fio(&uri(&peer_sock), (rw, fsync), a, &out)?,
-            file: fio(&uri(&file_sock), (rw, fsync), a, &out)?,
-        });
+        rows.push(Row { job, rounds });
     }
+    bar.finish_and_clear();
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CSD, FILE, MEMORY, Row, median, order};
+
+    #[test]
+    fn median_of_odd_even_and_empty_counts() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn every_server_takes_every_place_in_three_rounds() {
+        for place in 0..3 {
+            let mut seen: Vec<usize> = (0..3).map(|r| order(r)[place]).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, vec![0, 1, 2], "place {place}");
+        }
+        for r in 0..6 {
+            let mut o = order(r).to_vec();
+            o.sort_unstable();
+            assert_eq!(o, vec![0, 1, 2], "round {r} runs each server once");
+        }
+    }
+
+    #[test]
+    fn ratios_are_taken_within_rounds() {
+        // The load changes between rounds for every server alike: the ratios within
+        // rounds are 2, 2 and 3 against memory, whatever the absolute IOPS.
+        let row = Row {
+            job: "randwrite",
+            rounds: vec![
+                [200.0, 100.0, 50.0],
+                [100.0, 50.0, 50.0],
+                [60.0, 20.0, 15.0],
+            ],
+        };
+        let m = row.ratio(MEMORY);
+        assert_eq!((m.median, m.min, m.max), (2.0, 2.0, 3.0));
+        let f = row.ratio(FILE);
+        assert_eq!((f.median, f.min, f.max), (4.0, 2.0, 4.0));
+        assert_eq!(row.median_iops(CSD), 100.0);
+        assert_eq!(row.median_iops(MEMORY), 50.0);
+    }
 }
