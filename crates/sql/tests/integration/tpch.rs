@@ -486,7 +486,16 @@ fn joins_beyond_the_key_list_hand_their_key_sets_to_the_device() {
     let s = SqlSession::new(client, cfg, ScanSettings::new(Choice::Auto)).expect("session");
     s.run("SET datafusion.optimizer.hash_join_inlist_pushdown_max_distinct_values = 16")
         .expect("set");
-    for (q, probe) in [(3, "lineitem"), (12, "orders")] {
+    // On one target partition too (a one-core host), where a `CooperativeExec` sits
+    // over each scan instead of a repartition.
+    for ((q, probe), partitions) in [(3, "lineitem"), (12, "orders")]
+        .into_iter()
+        .flat_map(|w| [(w, 2), (w, 1)])
+    {
+        s.run(&format!(
+            "SET datafusion.execution.target_partitions = {partitions}"
+        ))
+        .expect("set");
         let sql = query(q);
         let with = run_with_same_programs_twice(&s, sql, q);
         let scan = with
@@ -496,7 +505,7 @@ fn joins_beyond_the_key_list_hand_their_key_sets_to_the_device() {
             .expect("probe scan");
         assert!(
             scan.program.contains("runtime filter") && scan.program.contains(" values)"),
-            "Q{q}: {}",
+            "Q{q} on {partitions} partition(s): {}",
             scan.program
         );
         let without = run_without_dynamic_filters(&s, sql);
