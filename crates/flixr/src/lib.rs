@@ -24,16 +24,16 @@
 //!   TPC-C keys every table on its primary key packed into one INT64.
 //! * Queries are computed by hand-written host operators over the store's access paths
 //!   (scan, join, insert, delete, update); SQL is not involved.
-//! * Device writes are write-through under every configuration: a page write completes
-//!   once it is programmed. The paper's platform buffers writes (§4.3: "the SSD firmware
-//!   first buffers data in the SSD DRAM as it does by default. Then the firmware issues
-//!   the page write command"; Cosmos+ GreedyFTL-3.0.0 marks a written slice's data-buffer
-//!   entry dirty and programs it when the entry is evicted), so its writes are acknowledged
-//!   from DRAM. The device's write-back cache (`csd_ftl::WriteCache::WriteBack`) is not used
-//!   here because it would not treat the configurations alike: under it WRITE_IDX flushes
-//!   before it installs the new entries (so that an entry never describes data a crash
-//!   could lose), while plain writes, the host index's included, are acknowledged from the
-//!   buffer.
+//! * Device writes are acknowledged from the controller's write buffer under every
+//!   configuration (`csd_ftl::WriteCache::WriteBack`), as on the paper's platform (§4.3:
+//!   "the SSD firmware first buffers data in the SSD DRAM as it does by default. Then the
+//!   firmware issues the page write command"; §5: 16 MB of DRAM page buffers; Cosmos+
+//!   GreedyFTL-3.0.0 marks a written slice's data-buffer entry dirty and programs it when
+//!   the entry is evicted). WRITE_IDX is acknowledged from the buffer too: the new
+//!   entries are staged (READ_IDX judges buffered pages by them) and logged once their
+//!   data is committed (`csd_device` FLIXR, write path), so every configuration's writes
+//!   cost the same. Until 2026-11-30 every configuration wrote through, because
+//!   WRITE_IDX flushed under write-back.
 //! * The host index's missing inner nodes are dependent reads, one after the other; the
 //!   leaves a traversal needs are named by their parents in host DRAM and read together
 //!   before the data pages (§3, Figure 1: "the first (and second) level index in the
@@ -210,6 +210,7 @@ impl Setup {
             ext_bytes: 24,
             op: 0.25,
             map_cache_share: self.map_cache_share,
+            write_cache: csd_ftl::WriteCache::WriteBack,
             ..FtlConfig::default()
         };
         let nand = Nand::new_in_memory(cfg).map_err(|e| dev(&e))?;

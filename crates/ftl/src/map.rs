@@ -416,6 +416,42 @@ impl Ftl {
         Ok(t)
     }
 
+    /// Put `bytes` into the MAP entry extension of `lpid` for the running device only:
+    /// not logged, and its redo-log bit (FLIXR §4.6, [`Ftl::mark_ext_pending`]) left as
+    /// it is. For an extension describing data still in a write-back buffer: the
+    /// controller sees it at once, and logs it with [`Ftl::set_ext`] once the data is
+    /// committed ([`Ftl::is_buffered`]); a crash before that finds the LPID pending (its
+    /// mark was logged before the write) and the controller recomputes the extension
+    /// from the data that survived. Returns when the MAP page is in the cache.
+    pub fn set_ext_volatile(
+        &mut self,
+        lpid: u64,
+        bytes: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        self.check_range(lpid, 1)?;
+        let ext = self.cfg.ext_bytes as usize;
+        if bytes.len() != ext {
+            return Err(FtlError::Config(format!(
+                "extension is {ext} bytes, got {}",
+                bytes.len()
+            )));
+        }
+        self.check_writable()?;
+        debug_assert!(
+            self.ctrl.is_pending(lpid),
+            "a volatile extension only over a pending mark"
+        );
+        self.store_ext(lpid, bytes, at)
+    }
+
+    /// Whether the newest data of `lpid` is in a write-back page buffer, not yet
+    /// committed to flash (its commit's records not yet in the log).
+    pub fn is_buffered(&self, lpid: u64) -> bool {
+        self.cached_entry(lpid)
+            .is_some_and(|&e| matches!(Loc::of(e), Loc::Buffered { .. }))
+    }
+
     /// Put `bytes` into the MAP entry extension of `lpid` (not logged: the caller logs
     /// it, or redoes a logged record). Returns when the MAP page is in the cache.
     pub(crate) fn store_ext(

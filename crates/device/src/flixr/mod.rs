@@ -441,6 +441,9 @@ pub struct Flixr {
     /// When the last registry change was durable (its log force done), or the command's
     /// instant when it changed nothing durable.
     durable_at: SimTime,
+    /// Entries staged over data still in a write-back buffer, by LBA, to be logged once
+    /// the data is committed ([`Flixr::settle`]); volatile.
+    unsettled: BTreeMap<u64, Vec<u8>>,
 }
 
 /// Cycles (at the core clock) for counted work in bus cycles.
@@ -476,6 +479,7 @@ impl Flixr {
             stats: FlixrStats::default(),
             cmd_at: SimTime::ZERO,
             durable_at: SimTime::ZERO,
+            unsettled: BTreeMap::new(),
         };
         f.set_cache_bytes(dev, cache_bytes);
         f

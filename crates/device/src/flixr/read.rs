@@ -79,8 +79,10 @@ impl Flixr {
         Ok((KeyLayout::of(table, t), r.clone()))
     }
 
-    /// The entry bytes of `lba` through the index cache; returns them, whether the FTL
-    /// holds them pending, and when they are in DRAM.
+    /// The entry bytes of `lba` through the index cache; returns them, whether they
+    /// cannot be trusted (the FTL holds them pending and they are not an entry staged
+    /// over buffered data, which describes what a read of the LBA returns), and when
+    /// they are in DRAM.
     pub(super) fn lookup(
         &mut self,
         dev: &mut BlockDevice,
@@ -90,7 +92,7 @@ impl Flixr {
         let ext = dev.ftl().config().ext_bytes as usize;
         let epp = dev.ftl().map_entries_per_page();
         let (mp, o) = (lba / epp, (lba % epp) as usize * ext);
-        let pending = dev.ftl().is_ext_pending(lba);
+        let pending = dev.ftl().is_ext_pending(lba) && !self.unsettled.contains_key(&lba);
         if let Some(b) = self.cache.touch(mp) {
             return Ok((b[o..o + ext].to_vec(), pending, at));
         }

@@ -4,7 +4,10 @@
 //!
 //! Choices made here: before the page write the entry is replaced by a stub naming the
 //! table and the FTL's redo bit is cleared; once the data is durable the new entry is
-//! installed (with a write-back cache, after a flush). A page that does not parse as a
+//! installed. With a write-back cache the write is acknowledged from the page buffer, as
+//! on the paper's platform (§4.3: "the SSD firmware first buffers data in the SSD DRAM
+//! as it does by default"): the new entry is staged (seen at once, not logged, the redo
+//! bit still clear) and logged once the data's commit is in the log. A page that does not parse as a
 //! page of the table gets an "opaque" entry (always read); a page without rows an
 //! "empty" one (always skipped). After a crash every pending entry is recomputed from
 //! the data that survived when the device is assembled.
@@ -80,6 +83,9 @@ impl Flixr {
 
     /// Forget cached entries of `lba..lba+n` (after a trim, the FTL zeroed them).
     pub fn trimmed(&mut self, dev: &BlockDevice, lba: u64, n: u64) {
+        // Staged entries of trimmed LBAs describe data that is gone (and zeroed).
+        self.unsettled
+            .retain(|&l, _| l < lba || l >= lba.saturating_add(n));
         let ext = dev.ftl().config().ext_bytes as usize;
         if ext == 0 {
             return;
@@ -127,8 +133,13 @@ impl Flixr {
             news.push(e.encode(ext));
         }
         // Redo bit to 0, with a stub naming the table, before the data's redo descriptor.
+        // A staged entry of the LBA (over earlier data still buffered) is superseded.
+        let mut was_staged = std::collections::BTreeSet::new();
         for &(l0, table, data) in pages {
             for l in lbas(l0, data) {
+                if self.unsettled.remove(&l).is_some() {
+                    was_staged.insert(l);
+                }
                 self.install(dev, l, &Entry::Pending(table).encode(ext), t)
                     .map_err(|e| fail(e, t))?;
                 dev.ftl_mut()
@@ -144,24 +155,95 @@ impl Flixr {
             Err(e) => {
                 // The data is as it was: so are its entries (unless power failed, when
                 // recovery recomputes them).
+                // A failed write rolled every buffered sector back to its durable data:
+                // an entry that was staged over buffered data describes data that is
+                // gone, and becomes opaque (its pages always read).
                 if !matches!(e.error, FtlError::Nand(csd_nand::NandError::PowerLoss)) {
                     for (l, old) in &olds {
-                        let _ = self.install(dev, *l, old, e.done);
+                        let old = if was_staged.contains(l) {
+                            opaque(old, ext)
+                        } else {
+                            old.clone()
+                        };
+                        let _ = self.install(dev, *l, &old, e.done);
                     }
+                    self.drop_staged(dev, e.done);
                 }
                 return Err(e);
             }
         };
         let mut done = done.max(cpu_done);
-        if dev.ftl().config().write_cache == csd_ftl::WriteCache::WriteBack {
-            done = dev.ftl_mut().flush(done).map_err(|e| fail(e, done))?;
-        }
+        // With a write-back cache the data may still be in a page buffer (acknowledged
+        // from DRAM, as the paper's platform does, §4.3): its entry is staged (seen at
+        // once, logged once the data is committed); committed data gets its entry now.
+        let write_back = dev.ftl().config().write_cache == csd_ftl::WriteCache::WriteBack;
         for (&(l0, _, data), new) in pages.iter().zip(&news) {
             for l in lbas(l0, data) {
-                done = done.max(self.install(dev, l, new, done).map_err(|e| fail(e, done))?);
+                let t = if write_back && dev.ftl().is_buffered(l) {
+                    self.stage(dev, l, new, done)
+                } else {
+                    self.install(dev, l, new, done)
+                };
+                done = done.max(t.map_err(|e| fail(e, done))?);
             }
         }
+        if write_back {
+            done = done.max(self.settle(dev, done).map_err(|e| fail(e, done))?);
+        }
         Ok(done)
+    }
+
+    /// The entry of `lba`, whose data is still in a write-back page buffer: in the MAP
+    /// extension and the index cache at once (READ_IDX reads the buffered data, so it
+    /// must judge it by its entry), logged by [`Flixr::settle`] once the data is
+    /// committed. Until then the LBA stays pending (its mark was logged before the
+    /// write), so a crash recomputes its entry from the data that survived.
+    fn stage(
+        &mut self,
+        dev: &mut BlockDevice,
+        lba: u64,
+        bytes: &[u8],
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let t = dev.ftl_mut().set_ext_volatile(lba, bytes, at)?;
+        let epp = dev.ftl().map_entries_per_page();
+        self.cache
+            .update(lba / epp, (lba % epp) as usize * bytes.len(), bytes);
+        self.unsettled.insert(lba, bytes.to_vec());
+        Ok(t)
+    }
+
+    /// Log the staged entries whose data has been committed since they were staged:
+    /// their records follow the commit's in the log, so no crash keeps an entry
+    /// without the data it describes. The others wait for a later command.
+    pub(crate) fn settle(
+        &mut self,
+        dev: &mut BlockDevice,
+        at: SimTime,
+    ) -> Result<SimTime, FtlError> {
+        let ready: Vec<u64> = self
+            .unsettled
+            .keys()
+            .copied()
+            .filter(|&l| !dev.ftl().is_buffered(l))
+            .collect();
+        let mut t = at;
+        for l in ready {
+            if let Some(bytes) = self.unsettled.remove(&l) {
+                t = t.max(self.install(dev, l, &bytes, at)?);
+            }
+        }
+        Ok(t)
+    }
+
+    /// After a failed write, which rolled every buffered sector back to its durable
+    /// data: the staged entries described data that is gone, so each becomes an opaque
+    /// entry of its table (its pages always read: never a wrong skip).
+    fn drop_staged(&mut self, dev: &mut BlockDevice, at: SimTime) {
+        let ext = dev.ftl().config().ext_bytes as usize;
+        for (l, bytes) in std::mem::take(&mut self.unsettled) {
+            let _ = self.install(dev, l, &opaque(&bytes, ext), at);
+        }
     }
 
     /// WRITE_IDX: write pages of `table` at `lba` and build their entries.
@@ -227,6 +309,8 @@ impl Flixr {
     /// data that survived; an entry that cannot be recomputed is cleared (its page is then
     /// always read). Returns how many were recomputed.
     pub fn recover(&mut self, dev: &mut BlockDevice) -> u64 {
+        // Staged entries were volatile: the crash took them with the buffered data.
+        self.unsettled.clear();
         let pending = dev.ftl().ext_pending();
         if pending.is_empty() || dev.ftl().read_only().is_some() {
             return 0;
@@ -293,4 +377,13 @@ pub(crate) fn page_keys(c: &csd_table::page::ColumnView<'_>) -> Option<Vec<i64>>
         }
     }
     Some(vals)
+}
+
+/// The opaque entry (always read) of the table `bytes` names, or no entry.
+fn opaque(bytes: &[u8], ext: usize) -> Vec<u8> {
+    match Entry::decode(bytes).table() {
+        Some(table) => Entry::Opaque(table),
+        None => Entry::None,
+    }
+    .encode(ext)
 }

@@ -67,9 +67,15 @@ impl NvmeDevice {
         Ok((Payload::None, t))
     }
 
-    /// Flush: make every acknowledged write durable.
+    /// Flush: make every acknowledged write durable, FLIXR entries staged over buffered
+    /// data included (logged once their data is committed).
     pub(super) fn flush(&mut self, at: SimTime) -> Ran {
         let t = self.dev.flush(at).map_err(failed)?;
+        let t = self
+            .flixr
+            .settle(&mut self.dev, t)
+            .and_then(|t| self.dev.ftl_mut().flush(t))
+            .map_err(|error| failed(CommandError { error, done: t }))?;
         Ok((Payload::None, t))
     }
 
