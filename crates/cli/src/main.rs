@@ -173,10 +173,11 @@ enum BenchCmd {
     ///
     /// Example: csd bench open --clean-gib 4 --crash-gib 1,16
     Open(bench_open::BenchOpenArgs),
-    /// `csd serve` against `nbdkit memory` under the same fio jobs (4 KiB random writes
-    /// and reads over NBD, queue depth 32): IOPS side by side.
+    /// `csd serve` against `nbdkit memory` and `nbdkit file` under the same fio jobs (4
+    /// KiB random writes and reads over NBD, queue depth 32), in rounds that run every
+    /// server once: median IOPS side by side, ratios taken within a round.
     ///
-    /// Example: csd bench serve --runtime 10
+    /// Example: csd bench serve --runtime 5 --rounds 3
     Serve(bench_serve::BenchServeArgs),
     /// FLIXR's scan-with-filtering microbenchmark (flixr §6.1): no index, host-side
     /// B+tree (node cache in host DRAM, and all in memory), FLIXR-S and FLIXR-HS on the
