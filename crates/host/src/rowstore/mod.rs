@@ -449,9 +449,12 @@ impl RowStore {
         self.client.now()
     }
 
-    /// Wait until the device is idle (background writes done): the start of a
-    /// measurement.
+    /// Make every write so far durable (a FLUSH: a write-back buffer is committed, as a
+    /// database makes a load durable before it serves) and wait until the device is
+    /// idle (background writes done): the start of a measurement, whatever the device's
+    /// write cache.
     pub fn quiesce(&mut self) -> Result<(), StoreError> {
+        self.client.exec(Command::Flush)?;
         let c = self
             .client
             .exec(Command::GetLogPage(csd_device::LogPage::Telemetry))?;
