@@ -528,17 +528,24 @@ fn bench_tpch_checks_every_query_against_datafusion_in_memory() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("use 1 to 22"));
 }
 
+/// A `tiny` image in `dir` holding TPC-H lineitem at SF 0.01; returns its path.
+fn lineitem_image(dir: &Path) -> String {
+    let img = dir.join("dev.img");
+    let img = img.to_str().expect("path").to_string();
+    ok(&csd(&[
+        "device", "create", "--preset", "tiny", "--image", &img,
+    ]));
+    ok(&csd(&[
+        "load", "tpch", "--sf", "0.01", "--tables", "lineitem", "--image", &img,
+    ]));
+    img
+}
+
 #[test]
 fn explain_analyze_runs_under_every_strategy_and_shows_the_device_scan() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let img = dir.path().join("dev.img");
-    let img = img.to_str().expect("path");
-    ok(&csd(&[
-        "device", "create", "--preset", "tiny", "--image", img,
-    ]));
-    ok(&csd(&[
-        "load", "tpch", "--sf", "0.01", "--tables", "lineitem", "--image", img,
-    ]));
+    let img = lineitem_image(dir.path());
+    let img = img.as_str();
     // The plans differ between strategies (each shows its own metrics): that is no
     // disagreement between their results.
     let text = ok(&csd(&[
@@ -569,14 +576,8 @@ fn explain_analyze_runs_under_every_strategy_and_shows_the_device_scan() {
 #[test]
 fn modeled_figures_do_not_depend_on_the_host_partition_count() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let img = dir.path().join("dev.img");
-    let img = img.to_str().expect("path");
-    ok(&csd(&[
-        "device", "create", "--preset", "tiny", "--image", img,
-    ]));
-    ok(&csd(&[
-        "load", "tpch", "--sf", "0.01", "--tables", "lineitem", "--image", img,
-    ]));
+    let img = lineitem_image(dir.path());
+    let img = img.as_str();
     let grouped = "SELECT l_returnflag, l_linestatus, sum(l_quantity), \
                    sum(l_extendedprice * (1 - l_discount)), count(*) FROM lineitem \
                    WHERE l_shipdate <= date '1998-09-02' \

@@ -843,6 +843,17 @@ fn join_reads_prune_the_second_table_by_the_first_tables_keys() {
 }
 
 /// Tables and encodings persist across a clean shutdown and a crash (rules do not).
+/// The shortest flash program of the test device (its fastest page type), in ns.
+fn fastest_program_ns() -> u64 {
+    let t_prog = small_device()
+        .flash
+        .t_prog_us
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    (t_prog * 1e3) as u64
+}
+
 /// A registration that must survive power (SEND_TBL_COL, SEND_IDX_ENC) is answered once
 /// its log force is done, the force starting at the command's own instant; a volatile one
 /// (a comparison rule) only stages its arguments and replies. Both are submitted when the
@@ -850,13 +861,7 @@ fn join_reads_prune_the_second_table_by_the_first_tables_keys() {
 #[test]
 fn a_durable_registration_is_answered_after_its_log_force() {
     let (mut d, q) = device(24, false);
-    let t_prog = small_device()
-        .flash
-        .t_prog_us
-        .iter()
-        .copied()
-        .fold(f64::INFINITY, f64::min);
-    let prog_ns = (t_prog * 1e3) as u64;
+    let prog_ns = fastest_program_ns();
     let at = |d: &mut NvmeDevice, cmd: Command, t: SimTime| {
         d.submit(q, cmd, t).unwrap();
         d.process();
@@ -906,6 +911,30 @@ fn a_durable_registration_is_answered_after_its_log_force() {
     );
 }
 
+/// The LBAs of 8..12 whose entries may hold a key of table `a` in `lo..=hi` (a new rule
+/// and a READ_IDX).
+fn matching(d: &mut NvmeDevice, q: QueueId, a: u8, lo: i64, hi: i64) -> Vec<u64> {
+    let r = rule_id(&run(
+        d,
+        q,
+        Command::SendIdxIcr {
+            table: a,
+            rule: IndexRule::Between { lo, hi },
+        },
+    ));
+    index_read(run(
+        d,
+        q,
+        Command::ReadIdx {
+            table: a,
+            rule: r,
+            lba: 8,
+            blocks: 4,
+        },
+    ))
+    .lbas
+}
+
 /// With a write-back cache WRITE_IDX is acknowledged from the page buffer, as on the
 /// paper's platform (§4.3): no flash program before the reply, and READ_IDX judges the
 /// buffered pages by their new entries at once. The entries are logged once the data is
@@ -913,13 +942,7 @@ fn a_durable_registration_is_answered_after_its_log_force() {
 /// alike, and recovery recomputes the entries from the data that survived.
 #[test]
 fn write_idx_under_write_back_is_acknowledged_from_the_buffer() {
-    let t_prog = small_device()
-        .flash
-        .t_prog_us
-        .iter()
-        .copied()
-        .fold(f64::INFINITY, f64::min);
-    let prog_ns = (t_prog * 1e3) as u64;
+    let prog_ns = fastest_program_ns();
     let fa = orders_format("a");
     let old: Vec<u8> = (0..4).flat_map(|i| page(&fa, &[10 * i])).collect();
     let new: Vec<u8> = (0..4).flat_map(|i| page(&fa, &[500 + i])).collect();
@@ -955,27 +978,7 @@ fn write_idx_under_write_back_is_acknowledged_from_the_buffer() {
             d.block().ftl().is_ext_pending(8),
             "logged only once committed"
         );
-        let rule = |d: &mut NvmeDevice, lo: i64, hi: i64| {
-            let r = rule_id(&run(
-                d,
-                q,
-                Command::SendIdxIcr {
-                    table: a,
-                    rule: IndexRule::Between { lo, hi },
-                },
-            ));
-            index_read(run(
-                d,
-                q,
-                Command::ReadIdx {
-                    table: a,
-                    rule: r,
-                    lba: 8,
-                    blocks: 4,
-                },
-            ))
-            .lbas
-        };
+        let rule = |d: &mut NvmeDevice, lo: i64, hi: i64| matching(d, q, a, lo, hi);
         assert_eq!(rule(&mut d, 500, 503), vec![8, 9, 10, 11]);
         assert!(rule(&mut d, 0, 30).is_empty(), "the old keys are gone");
         if flush {
@@ -988,27 +991,7 @@ fn write_idx_under_write_back_is_acknowledged_from_the_buffer() {
         nand.power_on();
         let mut d = NvmeDevice::new(Ftl::recover(nand, ftl_cfg(24, true)).expect("recovery"));
         let q = d.create_queue_pair(16).unwrap();
-        let rule = |d: &mut NvmeDevice, lo: i64, hi: i64| {
-            let r = rule_id(&run(
-                d,
-                q,
-                Command::SendIdxIcr {
-                    table: a,
-                    rule: IndexRule::Between { lo, hi },
-                },
-            ));
-            index_read(run(
-                d,
-                q,
-                Command::ReadIdx {
-                    table: a,
-                    rule: r,
-                    lba: 8,
-                    blocks: 4,
-                },
-            ))
-            .lbas
-        };
+        let rule = |d: &mut NvmeDevice, lo: i64, hi: i64| matching(d, q, a, lo, hi);
         if flush {
             assert_eq!(rule(&mut d, 500, 503), vec![8, 9, 10, 11]);
             assert!(rule(&mut d, 0, 30).is_empty());

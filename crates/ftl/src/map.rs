@@ -396,8 +396,9 @@ impl Ftl {
         Ok((self.map.slots[s].ext[o..o + ext].to_vec(), t))
     }
 
-    /// Set the metadata extension bytes of `lpid` (logged; durable at the next flush).
-    pub fn set_ext(&mut self, lpid: u64, bytes: &[u8], at: SimTime) -> Result<SimTime, FtlError> {
+    /// Whether `bytes` may become the extension of `lpid`: an LPID of the device,
+    /// exactly the configured extension size, and a device that takes writes.
+    fn check_ext(&mut self, lpid: u64, bytes: &[u8]) -> Result<(), FtlError> {
         self.check_range(lpid, 1)?;
         let ext = self.cfg.ext_bytes as usize;
         if bytes.len() != ext {
@@ -406,7 +407,12 @@ impl Ftl {
                 bytes.len()
             )));
         }
-        self.check_writable()?;
+        self.check_writable()
+    }
+
+    /// Set the metadata extension bytes of `lpid` (logged; durable at the next flush).
+    pub fn set_ext(&mut self, lpid: u64, bytes: &[u8], at: SimTime) -> Result<SimTime, FtlError> {
+        self.check_ext(lpid, bytes)?;
         let t = self.store_ext(lpid, bytes, at)?;
         self.ctrl.settle(lpid);
         self.log_append(Record::Ext {
@@ -429,15 +435,7 @@ impl Ftl {
         bytes: &[u8],
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
-        self.check_range(lpid, 1)?;
-        let ext = self.cfg.ext_bytes as usize;
-        if bytes.len() != ext {
-            return Err(FtlError::Config(format!(
-                "extension is {ext} bytes, got {}",
-                bytes.len()
-            )));
-        }
-        self.check_writable()?;
+        self.check_ext(lpid, bytes)?;
         debug_assert!(
             self.ctrl.is_pending(lpid),
             "a volatile extension only over a pending mark"

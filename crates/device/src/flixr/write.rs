@@ -75,10 +75,15 @@ impl Flixr {
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
         let t = dev.ftl_mut().set_ext(lba, bytes, at)?;
+        self.cache_entry(dev, lba, bytes);
+        Ok(t)
+    }
+
+    /// The index cache's copy of `lba`'s entry becomes `bytes` (the MAP's was set).
+    fn cache_entry(&mut self, dev: &BlockDevice, lba: u64, bytes: &[u8]) {
         let epp = dev.ftl().map_entries_per_page();
         self.cache
             .update(lba / epp, (lba % epp) as usize * bytes.len(), bytes);
-        Ok(t)
     }
 
     /// Forget cached entries of `lba..lba+n` (after a trim, the FTL zeroed them).
@@ -206,9 +211,7 @@ impl Flixr {
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
         let t = dev.ftl_mut().set_ext_volatile(lba, bytes, at)?;
-        let epp = dev.ftl().map_entries_per_page();
-        self.cache
-            .update(lba / epp, (lba % epp) as usize * bytes.len(), bytes);
+        self.cache_entry(dev, lba, bytes);
         self.unsettled.insert(lba, bytes.to_vec());
         Ok(t)
     }
