@@ -7,10 +7,10 @@
 //! installed. With a write-back cache the write is acknowledged from the page buffer, as
 //! on the paper's platform (§4.3: "the SSD firmware first buffers data in the SSD DRAM
 //! as it does by default"): the new entry is staged (seen at once, not logged, the redo
-//! bit still clear) and logged once the data's commit is in the log. A page that does not parse as a
-//! page of the table gets an "opaque" entry (always read); a page without rows an
-//! "empty" one (always skipped). After a crash every pending entry is recomputed from
-//! the data that survived when the device is assembled.
+//! bit still clear) and logged once the data's commit is in the log. A page that does
+//! not parse as a page of the table gets an "opaque" entry (always read); a page without
+//! rows an "empty" one (always skipped). After a crash every pending entry is recomputed
+//! from the data that survived when the device is assembled.
 
 use super::*;
 
