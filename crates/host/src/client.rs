@@ -88,10 +88,13 @@ impl Client {
                 command: "CreateQueuePair",
                 status,
             })?;
+        // The host starts once the device is idle: a freshly formatted device may still
+        // be programming its format's metadata, and the first commands must not overlap it.
+        let now = device_now(&dev);
         let mut c = Client {
             dev,
             qid,
-            now: SimTime::ZERO,
+            now,
             identify: IdentifyInfo {
                 name: String::new(),
                 lbas: 0,
@@ -135,6 +138,12 @@ impl Client {
         self.totals.add(&c.acct);
         checked(name, c)
     }
+}
+
+/// The instant every resource of `dev` (flash dies and channels, controller, host link,
+/// cores) is free: when a host that starts using it now may submit its first command.
+pub(crate) fn device_now(dev: &NvmeDevice) -> SimTime {
+    csd_device::workload::IoTarget::now(dev.block())
 }
 
 /// Submit `cmd` on `qid` at `at`, let the device run it, and take its completion. A

@@ -10,7 +10,7 @@
 //! thread that waits for each command); per-handle clocks in virtual mode mean threads
 //! interleave by lock order, which is deterministic only for one thread.
 
-use crate::client::{CommandIssuer, HostError, checked, complete};
+use crate::client::{CommandIssuer, HostError, checked, complete, device_now};
 use csd_device::{Completion, IdentifyInfo, NvmeDevice, QueueId};
 use csd_sim::{ClockMode, Pacer, SimTime};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,7 +38,7 @@ impl SharedDevice {
     /// so a paced run starts "now".
     pub fn new(dev: NvmeDevice, mode: ClockMode) -> Result<SharedDevice, HostError> {
         let mut dev = dev;
-        let origin = dev.block().controller().now();
+        let origin = device_now(&dev);
         // Identify through a temporary queue pair.
         let qid = create_qp(&mut dev)?;
         let identify = match complete(&mut dev, qid, csd_device::Command::Identify, origin)
@@ -64,7 +64,7 @@ impl SharedDevice {
     pub fn handle(&self) -> Result<DeviceHandle, HostError> {
         let mut dev = self.lock();
         let qid = create_qp(&mut dev)?;
-        let now = dev.block().controller().now();
+        let now = device_now(&dev);
         Ok(DeviceHandle {
             shared: self.clone(),
             qid,

@@ -317,7 +317,7 @@ pub struct FtlPolicy {
     /// die of the array (OX writes its log pages into the HOT stream's WBLOCKs, which are
     /// striped over every channel and chip, §5.2 and §7.2.3); a value above the dies of
     /// the array is capped at them. Default 1: one chain (csd's behaviour before this
-    /// setting, kept by every preset but `ox-westlake`).
+    /// setting, kept by every preset but `ox-westlake` and `nvme-tlc`).
     #[serde(default = "one")]
     pub log_dies: u32,
 }
@@ -905,15 +905,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_log_spreads_over_every_die_on_ox_westlake_only() {
+    fn the_log_spreads_over_every_die_on_ox_westlake_and_nvme_tlc_only() {
+        let striped = ["ox-westlake", "nvme-tlc"];
+        for name in striped {
+            let c = DeviceConfig::preset(name).unwrap();
+            assert_eq!(c.ftl.log_dies, 0, "{name}");
+            assert_eq!(c.ftl.log_chains(&c.geometry), c.geometry.dies(), "{name}");
+        }
         let ox = DeviceConfig::preset("ox-westlake").unwrap();
-        assert_eq!(ox.ftl.log_dies, 0);
-        assert_eq!(ox.ftl.log_chains(&ox.geometry), ox.geometry.dies());
         let mut shrunk = ox.geometry;
         shrunk.ways = 1;
         shrunk.dies_per_chip = 1;
         assert_eq!(ox.ftl.log_chains(&shrunk), 8);
-        for (name, _) in PRESETS.iter().filter(|(n, _)| *n != "ox-westlake") {
+        for (name, _) in PRESETS.iter().filter(|(n, _)| !striped.contains(n)) {
             let c = DeviceConfig::preset(name).unwrap();
             assert_eq!(c.ftl.log_chains(&c.geometry), 1, "{name}");
             // A config with the default policy writes no [ftl] table (image headers keep

@@ -183,8 +183,9 @@ fn demo_ftl(cfg: &DeviceConfig, seed: u64) -> Result<(), CliError> {
         ]);
     }
     println!("{t}");
+    let chains = cfg.ftl.log_chains(&cfg.geometry);
     println!(
-        "   Write-through pads a page and logs an RDESC per 4 KiB command before completing it: every command waits for a log-page program on one die (the block interface's cost, batch-io §8.2.1). Write-back commits whole stripes with one log page each."
+        "   Write-through pads a page and logs an RDESC per 4 KiB command before completing it: every command waits for its log page's program, then its data page's (the log is striped over {chains} dies, `ftl.log_dies`; batch-io §4.2.1). Write-back commits whole stripes with one log page each."
     );
     power_cut(cfg)
 }
