@@ -331,6 +331,10 @@ pub fn print_ftl(f: &csd_ftl::Ftl) {
             "flash reads user / GC",
             format!("{} / {}", st.user_reads, st.gc_reads),
         ),
+        (
+            "sectors read never written (no flash read)",
+            st.unwritten_read_sectors.to_string(),
+        ),
         ("padding sectors", st.padding_sectors.to_string()),
         (
             "MAP cache hit rate",
@@ -410,6 +414,8 @@ pub struct FtlFigures {
     pub erase_count_max: u32,
     /// Logical capacity in bytes.
     pub logical_capacity_bytes: u64,
+    /// Sectors the host read that were never written (zeros from the MAP, no flash read).
+    pub unwritten_read_sectors: u64,
 }
 
 impl FtlFigures {
@@ -439,6 +445,7 @@ impl FtlFigures {
             erase_count_avg,
             erase_count_max,
             logical_capacity_bytes: f.lbas() * f.lba_size() as u64,
+            unwritten_read_sectors: st.unwritten_read_sectors,
         }
     }
 }

@@ -50,3 +50,33 @@ fn randrw_on_tiny_keeps_its_modeled_figures() {
     assert!((num("iops") - 11389.200926419471).abs() < 1e-6);
     assert!((num("energy_j") - 56.611757079840004).abs() < 1e-9);
 }
+
+/// Random reads of a fresh device find LBAs never written: the report says so (and how
+/// many) instead of passing MAP lookups off as flash reads; after `--precondition` it
+/// does not.
+#[test]
+fn reads_of_never_written_lbas_are_pointed_out() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "io", "--preset", "tiny", "--rw", "randread", "--bs", "4k", "--ops", "2000",
+        ];
+        args.extend_from_slice(extra);
+        let out = csd(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let fresh = run(&[]);
+    assert!(
+        fresh.contains("note: 2000 of the 2000 sectors read (100%) were never written"),
+        "{fresh}"
+    );
+    let filled = run(&["--precondition"]);
+    assert!(!filled.contains("were never written"), "{filled}");
+    let json = run(&["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("JSON report");
+    assert_eq!(v["unwritten_read_sectors"].as_u64(), Some(2000), "{v}");
+}

@@ -152,6 +152,7 @@ impl Ftl {
             match Loc::of(e) {
                 Loc::Unmapped => {
                     out[..ss].fill(0);
+                    self.counters.add(Count::UnwrittenReadSectors, 1);
                     i += 1;
                 }
                 Loc::Lost => {

@@ -65,6 +65,9 @@ pub struct FtlStats {
     pub lost_sectors: u64,
     /// Commits that failed and were rolled back.
     pub aborted_commits: u64,
+    /// Sectors the host read that were never written (or were trimmed): answered with
+    /// zeros from the MAP alone, without a flash read.
+    pub unwritten_read_sectors: u64,
 }
 
 macro_rules! stats_fields {
@@ -99,7 +102,8 @@ macro_rules! stats_fields {
             media_errors,
             integrity_errors,
             lost_sectors,
-            aborted_commits
+            aborted_commits,
+            unwritten_read_sectors
         )
     };
 }
@@ -194,6 +198,8 @@ pub(crate) enum Count {
     LostSectors,
     /// [`FtlStats::aborted_commits`].
     AbortedCommits,
+    /// [`FtlStats::unwritten_read_sectors`].
+    UnwrittenReadSectors,
 }
 
 /// The FTL's counters: the current measurement window and the lifetime counts before it.
@@ -241,6 +247,7 @@ impl Counters {
             Count::IntegrityErrors => &mut self.window.integrity_errors,
             Count::LostSectors => &mut self.window.lost_sectors,
             Count::AbortedCommits => &mut self.window.aborted_commits,
+            Count::UnwrittenReadSectors => &mut self.window.unwritten_read_sectors,
         }
     }
 
@@ -278,6 +285,7 @@ impl Counters {
             Count::IntegrityErrors => s.integrity_errors,
             Count::LostSectors => s.lost_sectors,
             Count::AbortedCommits => s.aborted_commits,
+            Count::UnwrittenReadSectors => s.unwritten_read_sectors,
         }
     }
 

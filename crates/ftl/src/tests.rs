@@ -30,12 +30,16 @@ fn write_read_overwrite_trim() {
     f.write(10, &b, SimTime::ZERO).unwrap();
     f.read(10, &mut buf, SimTime::ZERO).unwrap();
     assert_eq!(buf, b);
-    // Unwritten reads zeros; trimmed reads zeros.
+    // Unwritten reads zeros; trimmed reads zeros; both counted, and no flash read.
+    assert_eq!(f.stats().unwritten_read_sectors, 0);
+    let flash_reads = f.stats().user_reads;
     f.read(11, &mut buf, SimTime::ZERO).unwrap();
     assert!(buf.iter().all(|&x| x == 0));
     f.trim(10, 1, SimTime::ZERO).unwrap();
     f.read(10, &mut buf, SimTime::ZERO).unwrap();
     assert!(buf.iter().all(|&x| x == 0));
+    assert_eq!(f.stats().unwritten_read_sectors, 2);
+    assert_eq!(f.stats().user_reads, flash_reads);
     f.check_invariants().unwrap();
 }
 

@@ -145,6 +145,11 @@ pub(crate) fn run(a: &IoArgs) -> Result<(), CliError> {
     }
     let r = run_with_progress(dev, &spec(a), !a.report.json)?;
     print_report(&holder, &r, a);
+    if let (Dev::Block(b), false) = (&holder, a.report.json) {
+        if let Some(note) = unwritten_note(b.ftl().stats()) {
+            println!("{note}");
+        }
+    }
     if let Some(path) = &a.image {
         match &mut holder {
             Dev::Block(b) => image::close(b)?,
@@ -160,6 +165,19 @@ pub(crate) fn run(a: &IoArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// A warning when at least a tenth of the sectors read were never written: the FTL
+/// answers those from its MAP with zeros, so the run measured no flash reads for them
+/// (as fio on a fresh SSD would). `None` otherwise.
+fn unwritten_note(st: &csd_ftl::FtlStats) -> Option<String> {
+    let (read, unwritten) = (st.host_read_sectors, st.unwritten_read_sectors);
+    (read > 0 && unwritten * 10 >= read).then(|| {
+        format!(
+            "note: {unwritten} of the {read} sectors read ({:.0}%) were never written: the FTL answered them with zeros from its MAP, without a flash read. Write the region first (--precondition, or a write run on an image) to measure flash reads.",
+            unwritten as f64 * 100.0 / read as f64
+        )
+    })
 }
 
 /// The device the run drives: the raw array, or the FTL's block device (on an image,
@@ -271,4 +289,26 @@ pub(crate) fn run_with_progress(
         pb.finish_and_clear();
     }
     Ok(r?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unwritten_note;
+
+    #[test]
+    fn reads_of_unwritten_sectors_are_pointed_out_from_a_tenth_on() {
+        let st = |read, unwritten| csd_ftl::FtlStats {
+            host_read_sectors: read,
+            unwritten_read_sectors: unwritten,
+            ..Default::default()
+        };
+        assert_eq!(unwritten_note(&st(0, 0)), None);
+        assert_eq!(unwritten_note(&st(100, 9)), None);
+        let n = unwritten_note(&st(100, 10)).expect("a tenth");
+        assert!(
+            n.contains("10 of the 100") && n.contains("--precondition"),
+            "{n}"
+        );
+        assert!(unwritten_note(&st(100, 100)).is_some());
+    }
 }
