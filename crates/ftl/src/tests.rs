@@ -657,6 +657,22 @@ fn crash_torture_with_the_log_over_four_dies() {
     assert!(r.writes_checked > 0 && r.cuts >= 60);
 }
 
+/// The crash torture on the default device's geometry (64 dies, shrunk blocks) with its
+/// preset's log over every die: 64 chains, each page linked to the next chain's.
+#[test]
+fn crash_torture_on_the_default_device_with_its_log_over_every_die() {
+    let mut cfg = crate::torture::TortureConfig::small(25, 33);
+    cfg.device = csd_sim::DeviceConfig::preset(csd_sim::config::DEFAULT_PRESET).unwrap();
+    assert_eq!(cfg.device.ftl.log_dies, 0);
+    cfg.device.geometry.blocks_per_plane = 16;
+    cfg.device.geometry.pages_per_block = 8;
+    cfg.device.faults.seed = 33;
+    let r = crate::torture::torture(&cfg, &mut |_| {}).unwrap();
+    assert_eq!(r.lost, 0, "{r:?}");
+    assert_eq!(r.torn, 0, "{r:?}");
+    assert!(r.writes_checked > 0 && r.cuts >= 25, "{r:?}");
+}
+
 #[test]
 fn crash_torture_write_back() {
     let mut cfg = crate::torture::TortureConfig::small(100, 8);
