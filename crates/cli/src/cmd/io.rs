@@ -145,10 +145,10 @@ pub(crate) fn run(a: &IoArgs) -> Result<(), CliError> {
     }
     let r = run_with_progress(dev, &spec(a), !a.report.json)?;
     print_report(&holder, &r, a);
-    if let (Dev::Block(b), false) = (&holder, a.report.json) {
-        if let Some(note) = unwritten_note(b.ftl().stats()) {
-            println!("{note}");
-        }
+    if let (Dev::Block(b), false) = (&holder, a.report.json)
+        && let Some(note) = unwritten_note(b.ftl().stats())
+    {
+        println!("{note}");
     }
     if let Some(path) = &a.image {
         match &mut holder {
