@@ -88,7 +88,9 @@ fn flixr_headlines_keep_their_direction() {
     // 1.13x). On the other side at this scale: FLIXR-S Scan (paper 0.92x). Since every
     // configuration's writes are acknowledged from the device's write buffer (2026-11-30,
     // the paper's platform) the in-SSD B+tree over Figure 10 is on the paper's side, 1.18x
-    // (paper 1.058x; 0.915x written through).
+    // (paper 1.058x; 0.915x written through). Since a statement reads each host leaf
+    // once (2026-11-30) the host index's Delete is 4.6x faster at default scale; FLIXR-HS
+    // stays ahead there (1.13x, paper 1.30x).
     assert_directions(&cs, &["FLIXR-S Scan"]);
 }
 

@@ -17,6 +17,11 @@ type IndexEntries = Vec<(i64, u64)>;
 impl RowStore {
     /// Insert `rows` into `t`; returns their ids (valid until their pages change).
     pub fn insert(&mut self, t: TableId, rows: &[Vec<Value>]) -> Result<Vec<RowId>, StoreError> {
+        self.statement(|s| s.insert_stmt(t, rows))
+    }
+
+    /// [`Self::insert`] within the statement under way.
+    fn insert_stmt(&mut self, t: TableId, rows: &[Vec<Value>]) -> Result<Vec<RowId>, StoreError> {
         self.check_mutable(t)?;
         let tb = self.table(t)?;
         let mut keys = Vec::with_capacity(rows.len());
@@ -134,6 +139,11 @@ impl RowStore {
 
     /// Delete the rows `ids` (from a scan after their pages' last change).
     pub fn delete(&mut self, t: TableId, ids: &[RowId]) -> Result<u64, StoreError> {
+        self.statement(|s| s.delete_stmt(t, ids))
+    }
+
+    /// [`Self::delete`] within the statement under way.
+    fn delete_stmt(&mut self, t: TableId, ids: &[RowId]) -> Result<u64, StoreError> {
         self.check_mutable(t)?;
         let mut ids = ids.to_vec();
         ids.sort_unstable();
@@ -143,12 +153,28 @@ impl RowStore {
 
     /// Replace rows: `(id, new values)`.
     pub fn update(&mut self, t: TableId, rows: &[(RowId, Vec<Value>)]) -> Result<u64, StoreError> {
+        self.statement(|s| s.update_stmt(t, rows))
+    }
+
+    /// [`Self::update`] within the statement under way.
+    fn update_stmt(&mut self, t: TableId, rows: &[(RowId, Vec<Value>)]) -> Result<u64, StoreError> {
         self.check_mutable(t)?;
         self.modify(t, &[], rows)
     }
 
     /// DELETE ... WHERE lo <= key <= hi AND pred: returns rows deleted.
     pub fn delete_where(
+        &mut self,
+        t: TableId,
+        lo: i64,
+        hi: i64,
+        pred: &dyn Fn(&[Value]) -> bool,
+    ) -> Result<u64, StoreError> {
+        self.statement(|s| s.delete_where_stmt(t, lo, hi, pred))
+    }
+
+    /// [`Self::delete_where`] within the statement under way.
+    fn delete_where_stmt(
         &mut self,
         t: TableId,
         lo: i64,
@@ -165,6 +191,18 @@ impl RowStore {
 
     /// UPDATE ... SET f(row) WHERE lo <= key <= hi AND pred: returns rows updated.
     pub fn update_where(
+        &mut self,
+        t: TableId,
+        lo: i64,
+        hi: i64,
+        pred: &dyn Fn(&[Value]) -> bool,
+        f: &dyn Fn(&mut Vec<Value>),
+    ) -> Result<u64, StoreError> {
+        self.statement(|s| s.update_where_stmt(t, lo, hi, pred, f))
+    }
+
+    /// [`Self::update_where`] within the statement under way.
+    fn update_where_stmt(
         &mut self,
         t: TableId,
         lo: i64,

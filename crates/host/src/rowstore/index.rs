@@ -113,8 +113,8 @@ impl RowStore {
     /// FLIXR-HS: before the tiny tree learns page `lba`'s new min, check with the keys
     /// the host wrote to it (`keys`: their range, `None` for an empty page) that the
     /// table stays clustered: the page keeps its place among the mins (its new keys lie
-    /// between its old min and the next page's min; a new page's keys lie above every
-    /// key written before). A page that leaves its place (an insert below its min or
+    /// between its old min and the next page's min, either end included; a new page's
+    /// keys lie at or above every key written before). A page that leaves its place (an insert below its min or
     /// beyond the next page's) ends the clustering for good.
     pub(super) fn keep_clustered(&mut self, t: TableId, lba: u64, keys: Option<(i64, i64)>) {
         let hs = &mut self.tables[t.0].hs;
@@ -129,9 +129,12 @@ impl RowStore {
                         .range((old_min, lba + 1)..)
                         .next()
                         .map(|(&(m, _), _)| m);
-                    kmin >= old_min && next.is_none_or(|m| kmax < m)
+                    // A page's max may equal the next page's min (a key's rows across
+                    // a page boundary): the search starts below `lo`, so it stays exact,
+                    // as the load's check allows (`index_bulk`).
+                    kmin >= old_min && next.is_none_or(|m| kmax <= m)
                 }
-                None => hs.top.is_none_or(|top| kmin > top),
+                None => hs.top.is_none_or(|top| kmin >= top),
             };
         }
         hs.top = Some(hs.top.map_or(kmax, |top| top.max(kmax)));
@@ -151,6 +154,7 @@ impl RowStore {
     ) -> Result<(), StoreError> {
         for &l in &touch.freed {
             self.cache.remove(l);
+            self.stmt_nodes.remove(&l);
         }
         let mut lbas = touch.written.clone();
         lbas.sort_unstable();
@@ -171,6 +175,7 @@ impl RowStore {
         }
         for &l in &lbas {
             self.cache.insert(l);
+            self.stmt_nodes.insert(l);
         }
         self.traffic.index_pages_written += lbas.len() as u64;
         // A background writer: the host goes on, the device stays busy with them.
@@ -194,11 +199,12 @@ impl RowStore {
     pub(super) fn read_nodes(&mut self, touch: &Touch) -> Result<(), StoreError> {
         let mut leaves = Vec::new();
         for &l in &touch.read {
-            let hit = if self.inner_levels {
+            let cached = if self.inner_levels {
                 !self.is_leaf(l)
             } else {
                 self.cache.touch(l)
             };
+            let hit = cached || self.stmt_nodes.contains(&l);
             if !hit {
                 if self.is_leaf(l) {
                     leaves.push(l);
@@ -209,6 +215,7 @@ impl RowStore {
                 self.traffic.index_flash_reads += c.acct.flash_reads.saturating_sub(meta);
                 self.traffic.map_flash_reads += meta;
                 self.cache.insert(l);
+                self.stmt_nodes.insert(l);
             }
         }
         if !leaves.is_empty() {
@@ -234,6 +241,7 @@ impl RowStore {
             self.client.wait_until(end);
             for l in leaves {
                 self.cache.insert(l);
+                self.stmt_nodes.insert(l);
             }
         }
         self.host_cpu(

@@ -18,6 +18,19 @@ impl RowStore {
         outer_col: &str,
         inner: TableId,
     ) -> Result<Vec<(Row, Row)>, StoreError> {
+        self.statement(|s| s.join_stmt(outer, lo, hi, pred, outer_col, inner))
+    }
+
+    /// [`Self::join`] within the statement under way.
+    fn join_stmt(
+        &mut self,
+        outer: TableId,
+        lo: i64,
+        hi: i64,
+        pred: &dyn Fn(&[Value]) -> bool,
+        outer_col: &str,
+        inner: TableId,
+    ) -> Result<Vec<(Row, Row)>, StoreError> {
         let oc = self
             .table(outer)?
             .schema

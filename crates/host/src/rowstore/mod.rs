@@ -28,6 +28,13 @@
 //!   host and writes it back whole (WRITE_IDX under FLIXR, Write otherwise). DELETE
 //!   compacts the page (NSM pages keep rows packed), so a [`RowId`] is valid until its
 //!   page is next modified; scans return fresh ids.
+//! * Host B+tree nodes are kept for the statement that read or wrote them (as a buffer
+//!   pool keeps the pages a statement fixed): a DELETE of rows whose entries share a
+//!   leaf reads it once, for its scan, not once more per entry it removes; between
+//!   statements the host cache alone decides ([`RowStore::set_host_cache_inner_levels`]:
+//!   no leaf). Until 2026-11-30 a statement re-read a leaf per entry it changed (21
+//!   leaf reads for a 20-row DELETE), which made FLIXR-HS 3.7x the host index on §6.1's
+//!   Delete (paper 1.30x).
 //! * Host CPU: every row examined costs `isp.host_cycles_per_record`, every page
 //!   `isp.host_cycles_per_page`, every B+tree node visited [`StoreOptions::host_node_cycles`]
 //!   plus [`StoreOptions::host_compare_cycles`] per key comparison, every command
@@ -103,7 +110,7 @@ use csd_device::{
 };
 use csd_sim::SimTime;
 use csd_table::{Column, ColumnType, Layout, PageView, Schema, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use thiserror::Error;
 
 /// Bytes of a table page (one LBA).
@@ -392,6 +399,12 @@ pub struct RowStore {
     /// The host keeps exactly the trees' inner nodes in DRAM (whichever they are as the
     /// trees change) and reads every leaf from storage ([`RowStore::set_host_cache_inner_levels`]).
     inner_levels: bool,
+    /// Host B+tree nodes in host memory for the statement under way (read or written by
+    /// it): a statement reads a leaf once, however many of its entries it changes
+    /// ([`RowStore::statement`]).
+    stmt_nodes: HashSet<u64>,
+    /// Statements nested in the one under way (`delete_where` runs a scan and a delete).
+    stmt_depth: u32,
     traffic: Traffic,
     host_hz: f64,
     cycles_per_record: f64,
@@ -432,11 +445,34 @@ impl RowStore {
             next_lba: opts.first_lba,
             cache,
             inner_levels: false,
+            stmt_nodes: HashSet::new(),
+            stmt_depth: 0,
             traffic: Traffic::default(),
             host_hz: cfg.host.clock_mhz * 1e6,
             cycles_per_record: cfg.isp.host_cycles_per_record,
             cycles_per_page: cfg.isp.host_cycles_per_page,
         })
+    }
+
+    /// Run `f` as one statement: the host B+tree nodes it reads or writes stay in host
+    /// memory until it ends, as a database's buffer pool keeps the pages a statement has
+    /// fixed, whatever the cache keeps between statements (with
+    /// [`RowStore::set_host_cache_inner_levels`], no leaf). A statement run inside
+    /// another one (a scan inside `delete_where`) is part of it.
+    pub(super) fn statement<R>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        if self.stmt_depth == 0 {
+            self.stmt_nodes.clear();
+        }
+        self.stmt_depth += 1;
+        let r = f(self);
+        self.stmt_depth -= 1;
+        if self.stmt_depth == 0 {
+            self.stmt_nodes.clear();
+        }
+        r
     }
 
     /// The configuration.

@@ -19,6 +19,17 @@ impl RowStore {
         terms: &[(usize, i64, i64)],
         pred: &dyn Fn(&[Value]) -> bool,
     ) -> Result<Vec<Row>, StoreError> {
+        self.statement(|s| s.scan_keys_stmt(t, (lo, hi), terms, pred))
+    }
+
+    /// [`Self::scan_keys`] within the statement under way.
+    fn scan_keys_stmt(
+        &mut self,
+        t: TableId,
+        (lo, hi): (i64, i64),
+        terms: &[(usize, i64, i64)],
+        pred: &dyn Fn(&[Value]) -> bool,
+    ) -> Result<Vec<Row>, StoreError> {
         if lo > hi || terms.iter().any(|(_, a, b)| a > b) {
             return Ok(Vec::new());
         }
@@ -272,6 +283,11 @@ impl RowStore {
     /// every key traversed (host) or one SsdIdxRead per key kept `qd` deep (in-SSD), the
     /// data pages read once; other configurations scan with the smallest covering range.
     pub fn lookup_many(&mut self, t: TableId, keys: &[i64]) -> Result<Vec<Row>, StoreError> {
+        self.statement(|s| s.lookup_many_stmt(t, keys))
+    }
+
+    /// [`Self::lookup_many`] within the statement under way.
+    fn lookup_many_stmt(&mut self, t: TableId, keys: &[i64]) -> Result<Vec<Row>, StoreError> {
         let (Some(&lo), Some(&hi)) = (keys.first(), keys.last()) else {
             return Ok(Vec::new());
         };
@@ -360,6 +376,17 @@ impl RowStore {
     /// Rows of `t` with `lo <= key <= hi` that satisfy `pred` (a residual predicate the
     /// host evaluates).
     pub fn scan_where(
+        &mut self,
+        t: TableId,
+        lo: i64,
+        hi: i64,
+        pred: &dyn Fn(&[Value]) -> bool,
+    ) -> Result<Vec<Row>, StoreError> {
+        self.statement(|s| s.scan_where_stmt(t, lo, hi, pred))
+    }
+
+    /// [`Self::scan_where`] within the statement under way.
+    fn scan_where_stmt(
         &mut self,
         t: TableId,
         lo: i64,
