@@ -170,23 +170,14 @@ impl RowStore {
         hi: i64,
         pred: &dyn Fn(&[Value]) -> bool,
     ) -> Result<u64, StoreError> {
-        self.statement(|s| s.delete_where_stmt(t, lo, hi, pred))
-    }
-
-    /// [`Self::delete_where`] within the statement under way.
-    fn delete_where_stmt(
-        &mut self,
-        t: TableId,
-        lo: i64,
-        hi: i64,
-        pred: &dyn Fn(&[Value]) -> bool,
-    ) -> Result<u64, StoreError> {
-        let rows = self.scan_where(t, lo, hi, pred)?;
-        if rows.is_empty() {
-            return Ok(0);
-        }
-        let ids: Vec<RowId> = rows.iter().map(|r| r.id).collect();
-        self.delete(t, &ids)
+        self.statement(|s| {
+            let rows = s.scan_where(t, lo, hi, pred)?;
+            if rows.is_empty() {
+                return Ok(0);
+            }
+            let ids: Vec<RowId> = rows.iter().map(|r| r.id).collect();
+            s.delete(t, &ids)
+        })
     }
 
     /// UPDATE ... SET f(row) WHERE lo <= key <= hi AND pred: returns rows updated.
@@ -198,30 +189,20 @@ impl RowStore {
         pred: &dyn Fn(&[Value]) -> bool,
         f: &dyn Fn(&mut Vec<Value>),
     ) -> Result<u64, StoreError> {
-        self.statement(|s| s.update_where_stmt(t, lo, hi, pred, f))
-    }
-
-    /// [`Self::update_where`] within the statement under way.
-    fn update_where_stmt(
-        &mut self,
-        t: TableId,
-        lo: i64,
-        hi: i64,
-        pred: &dyn Fn(&[Value]) -> bool,
-        f: &dyn Fn(&mut Vec<Value>),
-    ) -> Result<u64, StoreError> {
-        let rows = self.scan_where(t, lo, hi, pred)?;
-        if rows.is_empty() {
-            return Ok(0);
-        }
-        let upd: Vec<(RowId, Vec<Value>)> = rows
-            .into_iter()
-            .map(|mut r| {
-                f(&mut r.values);
-                (r.id, r.values)
-            })
-            .collect();
-        self.update(t, &upd)
+        self.statement(|s| {
+            let rows = s.scan_where(t, lo, hi, pred)?;
+            if rows.is_empty() {
+                return Ok(0);
+            }
+            let upd: Vec<(RowId, Vec<Value>)> = rows
+                .into_iter()
+                .map(|mut r| {
+                    f(&mut r.values);
+                    (r.id, r.values)
+                })
+                .collect();
+            s.update(t, &upd)
+        })
     }
 
     /// The pages `del` and `upd` name, sorted, each once; refused when an updated row

@@ -18,59 +18,48 @@ impl RowStore {
         outer_col: &str,
         inner: TableId,
     ) -> Result<Vec<(Row, Row)>, StoreError> {
-        self.statement(|s| s.join_stmt(outer, lo, hi, pred, outer_col, inner))
-    }
-
-    /// [`Self::join`] within the statement under way.
-    fn join_stmt(
-        &mut self,
-        outer: TableId,
-        lo: i64,
-        hi: i64,
-        pred: &dyn Fn(&[Value]) -> bool,
-        outer_col: &str,
-        inner: TableId,
-    ) -> Result<Vec<(Row, Row)>, StoreError> {
-        let oc = self
-            .table(outer)?
-            .schema
-            .column_index(outer_col)
-            .map_err(|e| StoreError::Invalid(e.to_string()))?;
-        let ik = self.table(inner)?.key;
-        if lo > hi {
-            return Ok(Vec::new());
-        }
-        let (outer_rows, inner_rows) = match self.kind {
-            IndexKind::FlixrS | IndexKind::FlixrHS => {
-                self.flixr_join_rows(outer, (lo, hi), pred, oc, inner)?
+        self.statement(|s| {
+            let oc = s
+                .table(outer)?
+                .schema
+                .column_index(outer_col)
+                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let ik = s.table(inner)?.key;
+            if lo > hi {
+                return Ok(Vec::new());
             }
-            IndexKind::NoIndex => {
-                let orows = self.scan_where(outer, lo, hi, pred)?;
-                let irows = if orows.is_empty() {
-                    Vec::new()
-                } else {
-                    self.scan_all(inner)?
-                };
-                (orows, irows)
-            }
-            _ => {
-                // Index nested loop, batched: each distinct outer key looked up in the
-                // inner index, the pages found read once (multi-range read).
-                let orows = self.scan_where(outer, lo, hi, pred)?;
-                let mut keys: Vec<i64> = orows
-                    .iter()
-                    .filter_map(|r| r.values.get(oc).and_then(value_i64))
-                    .collect();
-                keys.sort_unstable();
-                keys.dedup();
-                let irows = self.lookup_many(inner, &keys)?;
-                (orows, irows)
-            }
-        };
-        let out = hash_join(&outer_rows, oc, &inner_rows, ik);
-        let n = (inner_rows.len() + out.len()) as f64;
-        self.host_cpu(n * self.cycles_per_record);
-        Ok(out)
+            let (outer_rows, inner_rows) = match s.kind {
+                IndexKind::FlixrS | IndexKind::FlixrHS => {
+                    s.flixr_join_rows(outer, (lo, hi), pred, oc, inner)?
+                }
+                IndexKind::NoIndex => {
+                    let orows = s.scan_where(outer, lo, hi, pred)?;
+                    let irows = if orows.is_empty() {
+                        Vec::new()
+                    } else {
+                        s.scan_all(inner)?
+                    };
+                    (orows, irows)
+                }
+                _ => {
+                    // Index nested loop, batched: each distinct outer key looked up in the
+                    // inner index, the pages found read once (multi-range read).
+                    let orows = s.scan_where(outer, lo, hi, pred)?;
+                    let mut keys: Vec<i64> = orows
+                        .iter()
+                        .filter_map(|r| r.values.get(oc).and_then(value_i64))
+                        .collect();
+                    keys.sort_unstable();
+                    keys.dedup();
+                    let irows = s.lookup_many(inner, &keys)?;
+                    (orows, irows)
+                }
+            };
+            let out = hash_join(&outer_rows, oc, &inner_rows, ik);
+            let n = (inner_rows.len() + out.len()) as f64;
+            s.host_cpu(n * s.cycles_per_record);
+            Ok(out)
+        })
     }
 
     /// The rows a FLIXR join reads: the outer table's under READ_IDX_JOIN1 (filtered by
