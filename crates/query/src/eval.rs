@@ -1185,6 +1185,10 @@ impl<'r, 'a> Run<'r, 'a> {
                 let hit = list.chars().any(|b| cmp_padded(v, b).is_eq());
                 hit != neg
             });
+        } else if let ExprKind::Column { index, .. } = expr.kind {
+            // A column straight from the page: what `eval_num` reads, without the copy.
+            let col = self.num_col(index, sel.len())?;
+            kernels::filter_col_in(col, sel, list, neg, out);
         } else {
             let mut a = self.take_num();
             self.eval_num(expr, sel, &mut a)?;

@@ -522,6 +522,21 @@ pub(crate) fn gather(col: NumCol<'_>, sel: &[u32], out: &mut Vec<i64>) {
     }
 }
 
+/// Keeps `sel[j]` where the column's value at row `sel[j]` is (or, with `neg`, is not) in
+/// `set`: one pass over the column, without first gathering its values (`IN (...)`
+/// lists and the runtime key sets of a join's build side).
+pub(crate) fn filter_col_in(
+    col: NumCol<'_>,
+    sel: &[u32],
+    set: &crate::plan::ConstSet,
+    neg: bool,
+    out: &mut Vec<u32>,
+) {
+    with_src!(col, |s| filter_by(sel, out, |_, i| set
+        .contains_int(s.at(i))
+        != neg))
+}
+
 /// An arithmetic operand: a vector aligned with the selection or a constant.
 #[derive(Clone, Copy)]
 pub(crate) enum Operand<'a> {

@@ -389,6 +389,31 @@ proptest::proptest! {
     }
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// A numeric `IN` list over a column (read straight from the page, without first
+    /// gathering its values) selects the rows whose value is one of the constants, or,
+    /// negated, the others; in both layouts, on 4- and 8-byte and decimal columns, with
+    /// constants inside and outside the column's range.
+    #[test]
+    fn a_numeric_in_list_over_a_column_selects_its_rows(
+        column in 0usize..3,
+        items in proptest::collection::vec(-20i64..330, 1..12),
+        neg in proptest::prelude::any::<bool>(),
+    ) {
+        let (name, k, of): (&str, fn(i64) -> Expr, fn(&Row) -> i64) = match column {
+            0 => ("id", |v| num(v, 0), |r| r.id),
+            1 => ("big", |v| num(v * 1_000_000_007 - 5_000_000_000, 0), |r| r.id),
+            _ => ("disc", |v| num(v, 2), |r| r.disc),
+        };
+        let list = build::in_list(c(name), items.iter().map(|&v| k(v)).collect(), neg, "in")
+            .expect("in");
+        let want = reference(|r| items.contains(&of(r)) != neg);
+        proptest::prop_assert_eq!(count(list), want);
+    }
+}
+
 /// A disjunction of equalities of one `CHAR` column with constants, which a PAX page
 /// evaluates in one pass over its minipage, selects the rows and counts the work of
 /// evaluating it term by term, as an NSM page (no minipage) still does: each term on the
