@@ -99,13 +99,16 @@ fn sparse_copy(from: &Path, to: &Path) {
     }
 }
 
-/// The image's byte layout (the same arithmetic as the media layer's).
+/// The image's byte layout (the same arithmetic as the media layer's, image version 4:
+/// per block the page states, every page's OOB bytes, then 4 KiB aligned every page's
+/// data).
 struct Layout {
     blocks_offset: u64,
     block_bytes: u64,
     pages: u64,
     states: u64,
-    slot: u64,
+    oob_page: u64,
+    data_base: u64,
     page_size: u64,
     blocks: u64,
 }
@@ -114,15 +117,17 @@ impl Layout {
     fn new() -> Layout {
         let g = device().geometry;
         let pages = g.pages_per_block as u64;
-        let slot = g.page_size as u64 + g.oob_per_page() as u64;
+        let oob_page = g.oob_per_page() as u64;
         let states = pages.next_multiple_of(64);
+        let data_base = (states + pages * oob_page).next_multiple_of(4096);
         let blocks = g.total_blocks();
         Layout {
             blocks_offset: (HEADER + blocks * 16).next_multiple_of(4096),
-            block_bytes: states + pages * slot,
+            block_bytes: data_base + pages * g.page_size as u64,
             pages,
             states,
-            slot,
+            oob_page,
+            data_base,
             page_size: g.page_size as u64,
             blocks,
         }
@@ -133,8 +138,13 @@ impl Layout {
     fn state(&self, b: u64, p: u64) -> u64 {
         self.block(b) + p
     }
-    fn slot(&self, b: u64, p: u64) -> u64 {
-        self.block(b) + self.states + p * self.slot
+    /// Page `p`'s data.
+    fn data(&self, b: u64, p: u64) -> u64 {
+        self.block(b) + self.data_base + p * self.page_size
+    }
+    /// Page `p`'s OOB bytes.
+    fn oob(&self, b: u64, p: u64) -> u64 {
+        self.block(b) + self.states + p * self.oob_page
     }
 }
 
@@ -150,8 +160,7 @@ fn pages_by_kind(path: &Path, lay: &Layout) -> BTreeMap<u8, Vec<(u64, u64)>> {
             if states[p as usize] != 1 {
                 continue;
             }
-            f.read_exact_at(&mut tag, lay.slot(b, p) + lay.page_size)
-                .unwrap();
+            f.read_exact_at(&mut tag, lay.oob(b, p)).unwrap();
             let kind = (u64::from_le_bytes(tag) >> 56) as u8;
             out.entry(kind).or_default().push((b, p));
         }
@@ -325,7 +334,7 @@ fn cases(pristine: &Path, lay: &Layout, rng: &mut SmallRng) -> Vec<(String, Vec<
             .map(|_| pages[rng.random_range(0..pages.len())])
             .collect();
         for (b, p) in picks {
-            let byte = lay.slot(b, p) + rng.random_range(0..lay.page_size);
+            let byte = lay.data(b, p) + rng.random_range(0..lay.page_size);
             v.push((
                 format!("{name} page b{b}p{p}: a byte flipped"),
                 vec![Damage::Flip {
@@ -337,7 +346,7 @@ fn cases(pristine: &Path, lay: &Layout, rng: &mut SmallRng) -> Vec<(String, Vec<
             v.push((
                 format!("{name} page b{b}p{p}: data randomized"),
                 vec![Damage::Write {
-                    at: lay.slot(b, p),
+                    at: lay.data(b, p),
                     bytes: noise,
                 }],
             ));
@@ -345,8 +354,12 @@ fn cases(pristine: &Path, lay: &Layout, rng: &mut SmallRng) -> Vec<(String, Vec<
                 format!("{name} page b{b}p{p}: zeroed (reads as erased)"),
                 vec![
                     Damage::Write {
-                        at: lay.slot(b, p),
-                        bytes: vec![0; lay.slot as usize],
+                        at: lay.data(b, p),
+                        bytes: vec![0; lay.page_size as usize],
+                    },
+                    Damage::Write {
+                        at: lay.oob(b, p),
+                        bytes: vec![0; lay.oob_page as usize],
                     },
                     Damage::Write {
                         at: lay.state(b, p),

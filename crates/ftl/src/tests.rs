@@ -1008,16 +1008,19 @@ fn read_ref_finds_a_corrupted_sector_in_place() {
 
 /// Byte offset in an image file of sector `s` of page (`b`, `p`) and of its OOB bytes
 /// (the layout of `csd_nand`'s image: 64 KiB header, block table, then the blocks, each
-/// its page states padded to 64 bytes and its page slots of data + OOB).
+/// its page states padded to 64 bytes, every page's OOB bytes, then from the next 4 KiB
+/// boundary every page's data: image version 4).
 fn image_sector_offsets(g: &csd_sim::Geometry, (b, p, s): (u32, u32, u32)) -> (u64, u64) {
     let pages = g.pages_per_block as u64;
-    let slot = (g.page_size + g.oob_per_page()) as u64;
-    let block_bytes = pages.next_multiple_of(64) + pages * slot;
+    let states = pages.next_multiple_of(64);
+    let oob_page = g.oob_per_page() as u64;
+    let data_base = (states + pages * oob_page).next_multiple_of(4096);
+    let block_bytes = data_base + pages * g.page_size as u64;
     let blocks = (64 * 1024 + g.total_blocks() * 16).next_multiple_of(4096);
-    let slot_at = blocks + b as u64 * block_bytes + pages.next_multiple_of(64) + p as u64 * slot;
+    let block_at = blocks + b as u64 * block_bytes;
     (
-        slot_at + s as u64 * g.sector_size as u64,
-        slot_at + g.page_size as u64 + s as u64 * g.oob_per_sector as u64,
+        block_at + data_base + p as u64 * g.page_size as u64 + s as u64 * g.sector_size as u64,
+        block_at + states + p as u64 * oob_page + s as u64 * g.oob_per_sector as u64,
     )
 }
 

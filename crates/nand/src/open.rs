@@ -27,6 +27,21 @@ impl Nand {
         Ok(Nand::with_store(cfg, store))
     }
 
+    /// [`Nand::create_image`] in an older image format `version` (3: the block layout
+    /// of page slots that csd wrote before version 4), so that tests can check such
+    /// images are still read and written in their own layout.
+    #[doc(hidden)]
+    pub fn create_image_version(
+        path: &Path,
+        cfg: DeviceConfig,
+        version: u32,
+    ) -> Result<Nand, NandError> {
+        cfg.validate()?;
+        let meta = factory_meta(&cfg);
+        let store = Store::create_file_version(path, &cfg, meta, version)?;
+        Ok(Nand::with_store(cfg, store))
+    }
+
     /// Open an image file. When `expect` is given, the image's geometry must equal it.
     ///
     /// The image is locked for exclusive use while open. Pages whose program had not

@@ -33,7 +33,7 @@ impl Nand {
         if self.state_of(p) == PageState::Erased {
             return Ok(());
         }
-        let range = self.layout.slot_range(p.page);
+        let range = self.layout.data_range(p.page);
         let at = range.start + sector as usize * self.sector_size + byte;
         let bytes = self.block_bytes_mut(p.block.0 as usize, range.end)?;
         bytes[at] ^= mask;

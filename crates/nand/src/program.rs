@@ -22,7 +22,7 @@ impl Nand {
         let oob_page = self.sectors as usize * self.oob_sector;
         // Reserve the block's bytes before anything changes: a full file system is an
         // error and the page stays erased.
-        let upto = self.layout.slot_range(p.page).end;
+        let upto = self.layout.page_end(p.page);
         self.prepare_program(b, upto)?;
         self.op_seq += 1;
         self.content_epoch += 1;
@@ -109,8 +109,8 @@ impl Nand {
         let k = (mix(self.faults.seed, seq, salt::TORN) % self.sectors as u64) as usize;
         meta.next_page = p.page + 1;
         self.store.set_meta(b, meta);
-        let slot_range = self.layout.slot_range(p.page);
-        let bytes = match self.block_bytes_mut(b, slot_range.end) {
+        let slot_range = self.layout.data_range(p.page);
+        let bytes = match self.block_bytes_mut(b, self.layout.page_end(p.page)) {
             Ok(bytes) => bytes,
             Err(e) => return e,
         };

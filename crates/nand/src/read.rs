@@ -49,14 +49,13 @@ impl Nand {
             return;
         };
         let ss = self.sector_size;
-        let slot = &bytes[self.layout.slot_range(p.page)];
-        let d0 = first_sector as usize * ss;
-        let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
+        let d0 = self.layout.data_start(p.page) + first_sector as usize * ss;
+        let o0 = self.layout.oob_start(p.page) + first_sector as usize * self.oob_sector;
         prefetch_lines(&bytes[p.page as usize..p.page as usize + 1]);
         if data {
-            prefetch_lines(&slot[d0..d0 + sectors as usize * ss]);
+            prefetch_lines(&bytes[d0..d0 + sectors as usize * ss]);
         }
-        prefetch_lines(&slot[o0..o0 + sectors as usize * self.oob_sector]);
+        prefetch_lines(&bytes[o0..o0 + sectors as usize * self.oob_sector]);
         self.store.prefetch_meta(b);
         self.checked.prefetch(b, p.page, first_sector);
     }
@@ -141,9 +140,8 @@ impl Nand {
             });
         }
         let bytes = self.store.block(b).unwrap_or(&[]);
-        let slot = &bytes[self.layout.slot_range(p.page)];
-        let o0 = self.sectors as usize * self.sector_size;
-        oob.copy_from_slice(&slot[o0..o0 + want]);
+        let o0 = self.layout.oob_start(p.page);
+        oob.copy_from_slice(&bytes[o0..o0 + want]);
         Ok(ReadDone {
             done,
             corrected_bits: 0,
@@ -181,15 +179,12 @@ impl Nand {
         // Copy first and look at the page state after: the copy's memory traffic then
         // overlaps the state byte's (both are cache misses on a large device). Whatever
         // the state turns out to be, the caller sees only what it says.
-        let d0 = first_sector as usize * ss;
-        let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
-        let slot0 = self.layout.slot_range(p.page).start;
+        let d0 = self.layout.data_start(p.page) + first_sector as usize * ss;
+        let o0 = self.layout.oob_start(p.page) + first_sector as usize * self.oob_sector;
         let oob_part = if want_oob { &mut *oob } else { &mut [][..] };
-        let copied = self
-            .store
-            .read_into(b, (slot0 + d0, data), (slot0 + o0, oob_part))?;
+        let copied = self.store.read_into(b, (d0, data), (o0, oob_part))?;
         if !copied && let Some(bytes) = self.store.block(b) {
-            let slot = &bytes[self.layout.slot_range(p.page)];
+            let slot = bytes;
             // Ask for every line of the sectors at once, so that their cache misses
             // overlap instead of the copy meeting them one after the other.
             prefetch_lines(&bytes[p.page as usize..p.page as usize + 1]);
@@ -252,12 +247,11 @@ impl Nand {
         }
         let bytes = self.store.block(b)?;
         let ss = self.sector_size;
-        let slot = &bytes[self.layout.slot_range(p.page)];
-        let d0 = first_sector as usize * ss;
-        let o0 = self.sectors as usize * ss + first_sector as usize * self.oob_sector;
+        let d0 = self.layout.data_start(p.page) + first_sector as usize * ss;
+        let o0 = self.layout.oob_start(p.page) + first_sector as usize * self.oob_sector;
         Some((
-            &slot[d0..d0 + sectors as usize * ss],
-            &slot[o0..o0 + sectors as usize * self.oob_sector],
+            &bytes[d0..d0 + sectors as usize * ss],
+            &bytes[o0..o0 + sectors as usize * self.oob_sector],
         ))
     }
 

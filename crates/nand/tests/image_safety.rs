@@ -19,8 +19,13 @@ fn page(cfg: &DeviceConfig, seed: u8) -> Vec<u8> {
 
 /// A small image with a few programmed pages.
 fn written_image(path: &Path) -> DeviceConfig {
+    written_image_version(path, 4)
+}
+
+/// [`written_image`] in image format `version`.
+fn written_image_version(path: &Path, version: u32) -> DeviceConfig {
     let cfg = tiny();
-    let mut n = Nand::create_image(path, cfg.clone()).unwrap();
+    let mut n = Nand::create_image_version(path, cfg.clone(), version).unwrap();
     for p in 0..3 {
         n.program(
             Ppa::new(BlockId(5), p),
@@ -310,7 +315,7 @@ fn a_zeroed_block_table_is_refused_not_read_as_a_fresh_device() {
 fn a_version_2_image_opens_and_is_upgraded_with_table_checksums() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dev.img");
-    let cfg = written_image(&path);
+    let cfg = written_image_version(&path, 3);
     // Make it what csd wrote before version 3: version 2, no entry checksums.
     {
         use std::os::unix::fs::FileExt;
@@ -355,6 +360,82 @@ fn a_version_2_image_opens_and_is_upgraded_with_table_checksums() {
         f.write_all_at(&[0u8; 16], TABLE + 5 * 16).unwrap();
     }
     assert!(Nand::open_image(&path, None).is_err());
+}
+
+/// The byte offset in the file of page `page`'s data in block `block`, from the header's
+/// block offset and block size and the layout of `version`.
+fn data_offset(path: &Path, cfg: &DeviceConfig, version: u32, block: u64, page: u64) -> u64 {
+    let head = read_header(path);
+    let word = |o: usize| u64::from_le_bytes(head[o..o + 8].try_into().unwrap());
+    // HeaderV1: magic 8, version 4, header_bytes 4, geo 36, config_len 4, then
+    // block_bytes, meta_offset, blocks_offset, blocks (u64 each).
+    let (block_bytes, blocks_offset) = (word(56), word(72));
+    let g = &cfg.geometry;
+    let pages = g.pages_per_block as u64;
+    let states = pages.next_multiple_of(64);
+    let (ps, oob) = (g.page_size as u64, g.oob_per_page() as u64);
+    let in_block = if version >= 4 {
+        (states + pages * oob).next_multiple_of(4096) + page * ps
+    } else {
+        states + page * (ps + oob)
+    };
+    blocks_offset + block * block_bytes + in_block
+}
+
+/// New images (version 4) keep every page's data on a 4 KiB boundary of the file, with
+/// the OOB bytes beside the page states; images of version 3 keep their page slots, are
+/// read and written in them, and stay version 3 when opened read-write.
+#[test]
+fn new_images_align_page_data_and_version_3_images_keep_their_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    for version in [4u32, 3] {
+        let path = dir.path().join(format!("v{version}.img"));
+        let cfg = written_image_version(&path, version);
+        let file = std::fs::read(&path).unwrap();
+        assert_eq!(u32::from_le_bytes(file[8..12].try_into().unwrap()), version);
+        for p in 0..3u64 {
+            let o = data_offset(&path, &cfg, version, 5, p) as usize;
+            if version >= 4 {
+                assert_eq!(o % 4096, 0, "page {p}'s data is 4 KiB aligned");
+            }
+            let want = page(&cfg, p as u8);
+            assert_eq!(&file[o..o + want.len()], &want[..], "v{version} page {p}");
+        }
+        // Read-write: reads back, takes a new page in the same layout, keeps its version.
+        let mut n = Nand::open_image(&path, None).unwrap();
+        let mut buf = vec![0u8; cfg.geometry.page_size as usize];
+        let mut oob = vec![0u8; cfg.geometry.oob_per_page() as usize];
+        n.read(
+            Ppa::new(BlockId(5), 1),
+            0,
+            &mut buf,
+            &mut oob,
+            SimTime::ZERO,
+        )
+        .unwrap();
+        assert_eq!(buf, page(&cfg, 1));
+        let spare: Vec<u8> = (0..oob.len()).map(|i| i as u8 ^ 0x5A).collect();
+        n.program(
+            Ppa::new(BlockId(5), 3),
+            &page(&cfg, 9),
+            &spare,
+            SimTime::ZERO,
+        )
+        .unwrap();
+        n.sync().unwrap();
+        drop(n);
+        let file = std::fs::read(&path).unwrap();
+        assert_eq!(u32::from_le_bytes(file[8..12].try_into().unwrap()), version);
+        let o = data_offset(&path, &cfg, version, 5, 3) as usize;
+        assert_eq!(&file[o..o + buf.len()], &page(&cfg, 9)[..]);
+        let n = Nand::open_image_with(&path, None, Access::ReadOnly).unwrap();
+        let sectors = cfg.geometry.page_size / cfg.geometry.sector_size;
+        let (data, got) = n
+            .stored_sectors(Ppa::new(BlockId(5), 3), 0, sectors)
+            .unwrap();
+        assert_eq!(data, &page(&cfg, 9)[..]);
+        assert_eq!(got, &spare[..], "v{version}: the OOB bytes read back");
+    }
 }
 
 #[test]

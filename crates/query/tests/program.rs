@@ -389,6 +389,9 @@ proptest::proptest! {
     }
 }
 
+/// A column, how a key becomes a constant of its type, and a row's key.
+type InListCase = (&'static str, fn(i64) -> Expr, fn(&Row) -> i64);
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
 
@@ -402,7 +405,7 @@ proptest::proptest! {
         items in proptest::collection::vec(-20i64..330, 1..12),
         neg in proptest::prelude::any::<bool>(),
     ) {
-        let (name, k, of): (&str, fn(i64) -> Expr, fn(&Row) -> i64) = match column {
+        let (name, k, of): InListCase = match column {
             0 => ("id", |v| num(v, 0), |r| r.id),
             1 => ("big", |v| num(v * 1_000_000_007 - 5_000_000_000, 0), |r| r.id),
             _ => ("disc", |v| num(v, 2), |r| r.disc),
