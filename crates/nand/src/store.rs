@@ -163,6 +163,16 @@ impl Layout {
         s..s + self.oob_page
     }
 
+    /// The bytes a read of page `page` maps in, as one range: its data, and in page
+    /// slots the OOB bytes after it (so that consecutive slots form one run).
+    #[inline]
+    pub fn read_range(&self, page: u32) -> std::ops::Range<usize> {
+        match self.data_base {
+            Some(_) => self.data_range(page),
+            None => self.data_start(page)..self.oob_range(page).end,
+        }
+    }
+
     /// The bytes a program of page `page` stores end before this offset.
     #[inline]
     pub fn page_end(&self, page: u32) -> usize {
@@ -500,7 +510,7 @@ impl FileStore {
         let Some(limit) = self.release_read_bytes else {
             return;
         };
-        let slot = self.layout.data_range(page);
+        let slot = self.layout.read_range(page);
         let o = self.blocks_offset + b * self.layout.block_bytes;
         self.read_window.push((b, o + slot.start, o + slot.end));
         self.read_window_bytes += slot.len();
