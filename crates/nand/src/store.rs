@@ -9,7 +9,7 @@
 //! `page_size + OOB` bytes (the layout of image versions 1 to 3, still read) put the
 //! TAGs megabytes away from the state byte: two TLB misses per random read, whose page
 //! walks stalled the emulator's random reads (`csd-device`'s `randread` example: 1.6M
-//! reads/s with the slots, 3.2M with this layout, same modeled figures). Data pages
+//! reads/s with the slots, 3.4M with this layout, same modeled figures). Data pages
 //! also start on file-system block boundaries, so storing one covers whole blocks. The
 //! page-state byte is the commit point of a program: data is copied first, the state is
 //! set after, so a process killed in between leaves the page reading as erased. The
