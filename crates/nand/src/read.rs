@@ -184,14 +184,13 @@ impl Nand {
         let oob_part = if want_oob { &mut *oob } else { &mut [][..] };
         let copied = self.store.read_into(b, (d0, data), (o0, oob_part))?;
         if !copied && let Some(bytes) = self.store.block(b) {
-            let slot = bytes;
             // Ask for every line of the sectors at once, so that their cache misses
             // overlap instead of the copy meeting them one after the other.
             prefetch_lines(&bytes[p.page as usize..p.page as usize + 1]);
-            prefetch_lines(&slot[d0..d0 + data.len()]);
-            data.copy_from_slice(&slot[d0..d0 + data.len()]);
+            prefetch_lines(&bytes[d0..d0 + data.len()]);
+            data.copy_from_slice(&bytes[d0..d0 + data.len()]);
             if want_oob {
-                oob.copy_from_slice(&slot[o0..o0 + oob.len()]);
+                oob.copy_from_slice(&bytes[o0..o0 + oob.len()]);
             }
         }
         let r = self.finish_read(p, first_sector, n, done);

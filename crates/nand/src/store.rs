@@ -76,7 +76,7 @@ fn entry_crc(b: usize, m: &BlockMeta) -> u32 {
 }
 
 /// Byte layout of one erase block: the page states, then either every page's OOB bytes
-/// and, 4 KiB aligned, every page's data (`split`, image version 4 and memory), or one
+/// and, 4 KiB aligned, every page's data (split: image version 4 and memory), or one
 /// slot of data followed by OOB bytes per page (image versions 1 to 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Layout {
@@ -129,6 +129,12 @@ impl Layout {
         } else {
             Layout::slots(g)
         }
+    }
+
+    /// Whether the OOB bytes are apart from the data (the layout of [`Layout::new`]).
+    #[inline]
+    pub fn is_split(&self) -> bool {
+        self.data_base.is_some()
     }
 
     /// Offset in the block of page `page`'s data.
@@ -726,18 +732,19 @@ impl FileStore {
         );
         let base = self.blocks_offset + b * layout.block_bytes;
         let data_at = (base + layout.data_start(page)) as u64;
-        let split = layout.oob_start(page) != layout.data_start(page) + data.len();
-        let r = if split {
-            let o = base + layout.oob_start(page);
-            self.map[o..o + spare_len].copy_from_slice(spare);
-            write_all_vectored_at(&self.file, &[data], data_at)
+        let parts: &[&[u8]] = if layout.is_split() {
+            &[data]
         } else {
-            write_all_vectored_at(&self.file, &[data, spare], data_at)
+            &[data, spare]
         };
-        r.map_err(|e| match e.raw_os_error() {
+        write_all_vectored_at(&self.file, parts, data_at).map_err(|e| match e.raw_os_error() {
             Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG) => self.space_error(b, e),
             _ => self.io_error("cannot write a page to the image", e),
         })?;
+        if layout.is_split() {
+            let o = base + layout.oob_start(page);
+            self.map[o..o + spare_len].copy_from_slice(spare);
+        }
         // The commit point, after the slot is in the page cache: a store through the
         // shared mapping (the same page cache), whose page of states is mapped already
         // (programs and reads look up page states there) and reserved in the file with
