@@ -148,6 +148,10 @@ pub struct DeviceScanExec {
     /// Key sets of joins above whose filter the scan does not hold, on one of its
     /// output columns ([`ColumnKeySet`]).
     column_key_sets: Vec<ColumnKeySet>,
+    /// Share of the rows the scan's own filter keeps that the key sets of joins above
+    /// are expected to keep (1 without any), for the optimizer's estimates only
+    /// ([`crate::keyset::ExpectedKeySets`]).
+    expected_share: f64,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
 }
@@ -188,6 +192,7 @@ impl DeviceScanExec {
             join_filters: Vec::new(),
             key_sets: Vec::new(),
             column_key_sets: Vec::new(),
+            expected_share: 1.0,
             metrics: ExecutionPlanMetricsSet::new(),
             cache,
         }
@@ -378,6 +383,16 @@ impl DeviceScanExec {
         let mut s = self.clone_for_run();
         s.column_key_sets.push(cks.clone());
         Some(s)
+    }
+
+    /// The same scan, estimated to hand over `share` (0 to 1) of what it estimated
+    /// before: a join above will give it a key set keeping that share of its rows
+    /// ([`crate::keyset::ExpectedKeySets`]). Changes estimates only.
+    pub(crate) fn with_expected_share(&self, share: f64) -> DeviceScanExec {
+        debug_assert!((0.0..=1.0).contains(&share), "a share: {share}");
+        let mut s = self.clone_for_run();
+        s.expected_share = (self.expected_share * share).clamp(0.0, 1.0);
+        s
     }
 
     /// Every runtime filter the scan holds: those the host applies, then the device-only
@@ -903,6 +918,12 @@ impl DeviceScanExec {
             (None, None) => Precision::Exact(all),
             _ => Precision::Inexact(all / 100 * FILTER_SELECTIVITY_PERCENT),
         };
+        if self.expected_share < 1.0 {
+            // Key sets of joins above will drop rows (`keyset::ExpectedKeySets`).
+            rows = rows
+                .map(|r| (r as f64 * self.expected_share).ceil() as usize)
+                .to_inexact();
+        }
         let cap = *rows.get_value().unwrap_or(&all);
         // Distinct values of table column `c` among `cap` rows (unknown: `None`).
         let ndv = |c: usize| {
@@ -960,6 +981,7 @@ impl DeviceScanExec {
             join_filters: self.join_filters.clone(),
             key_sets: self.key_sets.clone(),
             column_key_sets: self.column_key_sets.clone(),
+            expected_share: self.expected_share,
             metrics: self.metrics.clone(),
             cache: self.cache.clone(),
         }

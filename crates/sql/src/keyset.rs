@@ -63,7 +63,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::JoinType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
-use datafusion::common::{DataFusionError, NullEquality, Result};
+use datafusion::common::{DataFusionError, NullEquality, Result, Statistics};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
@@ -77,7 +77,8 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
-    RecordBatchStream, ReplaceChildrenOptions, SendableRecordBatchStream,
+    RecordBatchStream, ReplaceChildrenOptions, SendableRecordBatchStream, StatisticsArgs,
+    StatisticsContext,
 };
 use futures::Stream;
 
@@ -261,14 +262,24 @@ impl KeySet {
 /// (the default when unset) keeps it.
 pub const SWITCH: &str = "CSD_JOIN_KEY_SETS";
 
+/// The environment variable that turns [`ExpectedKeySets`] alone off (`off`), to
+/// measure what its estimates change; [`SWITCH`] turns it off with the key sets.
+pub const EXPECT_SWITCH: &str = "CSD_EXPECTED_KEY_SETS";
+
 /// Whether the rule runs, from [`SWITCH`]'s value (`None`: unset); another value than
 /// `on` / `off` is an error naming the variable.
 fn enabled(value: Option<&str>) -> Result<bool> {
+    switch(SWITCH, value)
+}
+
+/// Whether the switch `name` is on, from its value (`None`: unset, on); another value
+/// than `on` / `off` is an error naming the variable.
+fn switch(name: &str, value: Option<&str>) -> Result<bool> {
     match value {
         None | Some("on") => Ok(true),
         Some("off") => Ok(false),
         Some(v) => Err(DataFusionError::Configuration(format!(
-            "environment variable {SWITCH}={v}: use on or off"
+            "environment variable {name}={v}: use on or off"
         ))),
     }
 }
@@ -394,6 +405,152 @@ impl PhysicalOptimizerRule for JoinKeySets {
     }
 }
 
+/// Row estimates that count the key sets of joins (see the [module docs](self)): runs
+/// just before DataFusion's join selection, which builds each hash table on the side
+/// it estimates smaller. A device scan below a join's probe side will take the build
+/// side's keys and drop the rows without a match, but its estimate knew only its own
+/// filter, so a join's side that the device shrinks at run time looked as large as its
+/// table. TPC-H Q21: lineitem joined with the suppliers of one nation (the nation's
+/// key set reaches the supplier scan, the suppliers' the lineitem scan) hands over
+/// 76K rows, estimated at millions, so the join with 729K orders built its table on
+/// the orders.
+///
+/// For each inner hash join, top down, the side join selection will build on (the
+/// smaller by DataFusion's own rule: bytes, else rows) is taken as the build side; the
+/// device scan that produces the probe side's first integer key (through the
+/// operators [`attach_column_set`] passes) is estimated to keep `build keys / its
+/// distinct keys` of its rows, where the build keys are the build side's distinct
+/// values of its key (at most its rows). Only when that share is at most
+/// [`KEEP_PERCENT`], where [`JoinKeySets`] and the host's runtime filters give a
+/// scan the set, and only when the probe side stays the larger one (else join
+/// selection would build on it, and no set would reach it). Estimates change; what a scan runs does not (`CSD_JOIN_KEY_SETS=off`
+/// turns this off with the key sets).
+#[derive(Debug, Default)]
+pub struct ExpectedKeySets;
+
+impl PhysicalOptimizerRule for ExpectedKeySets {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if !enabled(std::env::var(SWITCH).ok().as_deref())?
+            || !switch(EXPECT_SWITCH, std::env::var(EXPECT_SWITCH).ok().as_deref())?
+        {
+            return Ok(plan);
+        }
+        plan.transform_down(|node| {
+            let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            if *join.join_type() != JoinType::Inner
+                || join.null_equality() != NullEquality::NullEqualsNothing
+            {
+                return Ok(Transformed::no(node));
+            }
+            let Some(build_left) = builds_left(join.left(), join.right())? else {
+                return Ok(Transformed::no(node));
+            };
+            let (build, probe) = if build_left {
+                (join.left(), join.right())
+            } else {
+                (join.right(), join.left())
+            };
+            let build_schema = build.schema();
+            let pair = join.on().iter().find_map(|(l, r)| {
+                let (b, p) = if build_left { (l, r) } else { (r, l) };
+                let integer = b.data_type(&build_schema).is_ok_and(|t| integer_key(&t));
+                let b = b.downcast_ref::<Column>()?.index();
+                let p = p.downcast_ref::<Column>()?.index();
+                integer.then_some((b, p))
+            });
+            let Some((b, p)) = pair else {
+                return Ok(Transformed::no(node));
+            };
+            let stats = stats_of(build)?;
+            let Some(&rows) = stats.num_rows.get_value() else {
+                return Ok(Transformed::no(node));
+            };
+            let keys = stats
+                .column_statistics
+                .get(b)
+                .and_then(|c| c.distinct_count.get_value().copied())
+                .unwrap_or(rows)
+                .min(rows);
+            let shrunk = at_column_scan(probe, p, &mut |scan, column| {
+                let st = StatisticsContext::new()
+                    .compute(scan, &StatisticsArgs::new())
+                    .ok()?;
+                let distinct = *st
+                    .column_statistics
+                    .get(column)?
+                    .distinct_count
+                    .get_value()?;
+                let share = keys as f64 / distinct.max(1) as f64;
+                (share * 100.0 <= KEEP_PERCENT as f64).then(|| scan.with_expected_share(share))
+            })?;
+            let Some(probe) = shrunk else {
+                return Ok(Transformed::no(node));
+            };
+            // The build side stays the one chosen on the sides' own sizes: a probe side
+            // estimated smaller than the build side after its key set would make join
+            // selection build on it, and then no set reaches it (TPC-H Q16's partsupp).
+            // (`builds_left` of the sides in the join's order: the same answer as before.)
+            let still = if build_left {
+                builds_left(build, &probe)?
+            } else {
+                builds_left(&probe, build)?
+            };
+            if still != Some(build_left) {
+                return Ok(Transformed::no(node));
+            }
+            let kids = if build_left {
+                vec![join.left().clone(), probe]
+            } else {
+                vec![probe, join.right().clone()]
+            };
+            let joined = node.clone().replace_children(
+                kids,
+                ReplaceChildrenOptions::new(ChildrenPropertiesMode::Keep),
+            )?;
+            Ok(Transformed::yes(joined))
+        })
+        .data()
+    }
+
+    fn name(&self) -> &str {
+        "csd_expected_key_sets"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// `plan`'s estimated statistics, as DataFusion's optimizer rules compute them.
+fn stats_of(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<Statistics>> {
+    StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new())
+}
+
+/// Whether DataFusion's join selection will build a join of `left` and `right` on
+/// `left` (it swaps the sides when left's estimated bytes, else rows, are more than
+/// right's); `None` when neither is known.
+fn builds_left(
+    left: &Arc<dyn ExecutionPlan>,
+    right: &Arc<dyn ExecutionPlan>,
+) -> Result<Option<bool>> {
+    let (l, r) = (stats_of(left)?, stats_of(right)?);
+    Ok(
+        match (l.total_byte_size.get_value(), r.total_byte_size.get_value()) {
+            (Some(a), Some(b)) => Some(a <= b),
+            _ => match (l.num_rows.get_value(), r.num_rows.get_value()) {
+                (Some(a), Some(b)) => Some(a <= b),
+                _ => None,
+            },
+        },
+    )
+}
+
 /// `plan` with `cks` given to the device scan whose output column `cks.column` of
 /// `plan`'s output comes from, when every operator on the way passes rows on unchanged
 /// (repartitions, coalescing, filters, projections of plain columns, key taps), joins
@@ -404,12 +561,26 @@ fn attach_column_set(
     plan: &Arc<dyn ExecutionPlan>,
     cks: &ColumnKeySet,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    at_column_scan(plan, cks.column, &mut |scan, column| {
+        scan.with_column_key_set(&ColumnKeySet {
+            column,
+            ..cks.clone()
+        })
+    })
+}
+
+/// `plan` with `change` applied to the device scan whose output column `idx` of
+/// `plan`'s output comes from and to that column's index in the scan's output, along
+/// the path [`attach_column_set`] describes; `None` where there is no such path or
+/// `change` declines.
+fn at_column_scan(
+    plan: &Arc<dyn ExecutionPlan>,
+    idx: usize,
+    change: &mut dyn FnMut(&DeviceScanExec, usize) -> Option<DeviceScanExec>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     if let Some(scan) = plan.downcast_ref::<DeviceScanExec>() {
-        return Ok(scan
-            .with_column_key_set(cks)
-            .map(|s| Arc::new(s) as Arc<dyn ExecutionPlan>));
+        return Ok(change(scan, idx).map(|s| Arc::new(s) as Arc<dyn ExecutionPlan>));
     }
-    let idx = cks.column;
     // The child the column comes from, and its index there.
     let next: Option<(usize, usize)> = if plan.downcast_ref::<RepartitionExec>().is_some()
         || plan.downcast_ref::<CoalescePartitionsExec>().is_some()
@@ -458,11 +629,7 @@ fn attach_column_set(
     let Some(c) = kids.get(child) else {
         return Ok(None);
     };
-    let below = ColumnKeySet {
-        column,
-        ..cks.clone()
-    };
-    let Some(new_child) = attach_column_set(c, &below)? else {
+    let Some(new_child) = at_column_scan(c, column, change)? else {
         return Ok(None);
     };
     kids[child] = new_child;
@@ -656,6 +823,15 @@ impl Drop for TapStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn switches_take_on_or_off_and_name_the_variable_otherwise() {
+        assert!(switch(EXPECT_SWITCH, None).expect("unset"));
+        assert!(switch(EXPECT_SWITCH, Some("on")).expect("on"));
+        assert!(!switch(EXPECT_SWITCH, Some("off")).expect("off"));
+        let e = switch(EXPECT_SWITCH, Some("no")).expect_err("neither");
+        assert!(e.to_string().contains("CSD_EXPECTED_KEY_SETS=no"), "{e}");
+    }
 
     #[test]
     fn a_set_is_complete_when_every_partition_ended_and_gives_up_on_failure() {

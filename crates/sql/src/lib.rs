@@ -559,6 +559,10 @@ pub(crate) fn new_context_with(
     // After that pushdown: the runtime filters not worth applying come off again.
     let after = (at + 3).min(rules.len());
     rules.insert(after, Arc::new(runtime::RedundantRuntimeFilters));
+    // Before join selection: estimates that count the key sets device scans will take.
+    if let Some(j) = rules.iter().position(|r| r.name() == "join_selection") {
+        rules.insert(j, Arc::new(keyset::ExpectedKeySets));
+    }
     // Last: identical device scans become one, once every filter is in place; then
     // the joins whose key lists are too long for DataFusion hand their key sets to the
     // device scans below them (`keyset`).
