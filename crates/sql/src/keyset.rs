@@ -46,8 +46,12 @@
 //!   without, `csd bench tpch --sf 1 --repeat 3` on 2026-11-30: Q5 0.189 -> 0.144 s,
 //!   total 3.22 -> 3.13 s); Q2's partsupp scan hands over 642 rows instead of 159K (Q2
 //!   0.063-0.069 -> 0.033 s). Modeled device times unchanged.
-//! * `CSD_JOIN_KEY_SETS=off` in the environment turns the rule off (to measure what it
-//!   changes with one binary).
+//! * The optimizer estimates a scan below a probe side from what the set will leave
+//!   ([`ExpectedKeySets`], run before DataFusion's join selection), so a join builds on
+//!   the side that is small once the device dropped the rows without a match (TPC-H
+//!   Q21's lineitem joined with one nation's suppliers, against 729K orders).
+//! * `CSD_JOIN_KEY_SETS=off` in the environment turns both rules off (to measure what
+//!   they change with one binary); `CSD_EXPECTED_KEY_SETS=off` the estimates alone.
 
 use crate::exec::{only_child, recompute};
 use std::fmt;
