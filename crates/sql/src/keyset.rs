@@ -427,8 +427,9 @@ impl PhysicalOptimizerRule for JoinKeySets {
 /// values of its key (at most its rows). Only when that share is at most
 /// [`KEEP_PERCENT`], where [`JoinKeySets`] and the host's runtime filters give a
 /// scan the set, and only when the probe side stays the larger one (else join
-/// selection would build on it, and no set would reach it). Estimates change; what a scan runs does not (`CSD_JOIN_KEY_SETS=off`
-/// turns this off with the key sets).
+/// selection would build on it, and no set would reach it). Estimates change; what a
+/// scan runs does not ([`EXPECT_SWITCH`] turns this rule off alone, [`SWITCH`] with
+/// the key sets).
 #[derive(Debug, Default)]
 pub struct ExpectedKeySets;
 
@@ -471,7 +472,7 @@ impl PhysicalOptimizerRule for ExpectedKeySets {
             let Some((b, p)) = pair else {
                 return Ok(Transformed::no(node));
             };
-            let stats = stats_of(build)?;
+            let stats = stats_of(build.as_ref())?;
             let Some(&rows) = stats.num_rows.get_value() else {
                 return Ok(Transformed::no(node));
             };
@@ -482,9 +483,7 @@ impl PhysicalOptimizerRule for ExpectedKeySets {
                 .unwrap_or(rows)
                 .min(rows);
             let shrunk = at_column_scan(probe, p, &mut |scan, column| {
-                let st = StatisticsContext::new()
-                    .compute(scan, &StatisticsArgs::new())
-                    .ok()?;
+                let st = stats_of(scan).ok()?;
                 let distinct = *st
                     .column_statistics
                     .get(column)?
@@ -532,8 +531,8 @@ impl PhysicalOptimizerRule for ExpectedKeySets {
 }
 
 /// `plan`'s estimated statistics, as DataFusion's optimizer rules compute them.
-fn stats_of(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<Statistics>> {
-    StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new())
+fn stats_of(plan: &dyn ExecutionPlan) -> Result<Arc<Statistics>> {
+    StatisticsContext::new().compute(plan, &StatisticsArgs::new())
 }
 
 /// Whether DataFusion's join selection will build a join of `left` and `right` on
@@ -543,7 +542,7 @@ fn builds_left(
     left: &Arc<dyn ExecutionPlan>,
     right: &Arc<dyn ExecutionPlan>,
 ) -> Result<Option<bool>> {
-    let (l, r) = (stats_of(left)?, stats_of(right)?);
+    let (l, r) = (stats_of(left.as_ref())?, stats_of(right.as_ref())?);
     Ok(
         match (l.total_byte_size.get_value(), r.total_byte_size.get_value()) {
             (Some(a), Some(b)) => Some(a <= b),
