@@ -72,6 +72,14 @@ fn shell_reads_statements_from_a_pipe_and_goes_on_after_an_error() {
     assert!(stdout.contains("table s4 (nsm): 3000 rows"), "{stdout}");
     assert!(stdout.contains("INT32"), "{stdout}");
     assert!(stdout.contains("distinct (est.)"), "{stdout}");
+    // The key column's measured bounds: synthetic4's keys are 0 ..= 2999.
+    assert!(stdout.contains("greatest"), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("c1") && l.contains("┆ 0 ") && l.contains("┆ 2999 ")),
+        "{stdout}"
+    );
     // The multi-line statement ran with its report; then CSV after \f csv.
     assert!(stdout.contains("│ 300 │"), "{stdout}");
     assert!(stdout.contains("modeled device time"), "{stdout}");

@@ -38,8 +38,13 @@
 //! has NULLs or strings, [`csd_table::page`]) is version 5 with, after each column's
 //! type code and parameter, a flags byte (bit 0 nullable, bit 1 a time zone follows)
 //! and the time zone's name. A build that predates version 6 refuses such a catalog
-//! ("unsupported catalog version") rather than misreading its tables. Older catalogs
-//! stay readable.
+//! ("unsupported catalog version") rather than misreading its tables. Version 7
+//! (written once some table has column bounds, which every load since measures) is
+//! version 6 followed by per table a flag and, when set, a u16 column count and per
+//! column a flag and, when set, its least and greatest value as `i64` (the stored
+//! integer of a numeric column: days, scaled decimals, microseconds): the SQL planner
+//! estimates a range filter's share of the rows from them. Older catalogs stay
+//! readable.
 //!
 //! **The catalog area is only ever written over a csd catalog or zeros.** A device whose
 //! first [`CATALOG_LBAS`] LBAs read as zeros never held a catalog (or anything else
@@ -65,6 +70,7 @@ const VERSION_MULTI_KEY: u16 = 3;
 const VERSION_DML: u16 = 4;
 const VERSION_STATS: u16 = 5;
 const VERSION_TYPES: u16 = 6;
+const VERSION_BOUNDS: u16 = 7;
 /// Free-space hints a table keeps in the catalog (pages that may have room for a row).
 pub const MAX_FREE_HINTS: usize = 1024;
 const HEADER: usize = 4 + 2 + 2 + 8 + 4 + 4;
@@ -99,6 +105,12 @@ pub struct TableInfo {
     /// table was loaded (see the [module docs](self)); `None` for a table loaded before
     /// csd measured them. An estimate for the planner: never used for a result.
     pub distinct: Option<Vec<u64>>,
+    /// Least and greatest value of each column (schema order; `None` for a column that
+    /// is not numeric or holds no value), measured while the table was loaded and
+    /// widened by INSERT / UPDATE (never narrowed: DELETE leaves them); `None` for a
+    /// table loaded before csd measured them. An estimate for the planner (a range
+    /// filter's share of the rows): never used for a result.
+    pub bounds: Option<Vec<Option<(i64, i64)>>>,
 }
 
 /// The redo record of an INSERT / UPDATE / DELETE being applied ([`crate::dml`]): the
@@ -357,7 +369,8 @@ impl Catalog {
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let types = self.tables.iter().any(|t| needs_types(&t.schema));
+        let bounds = self.tables.iter().any(|t| t.bounds.is_some());
+        let types = bounds || self.tables.iter().any(|t| needs_types(&t.schema));
         let stats = types || self.tables.iter().any(|t| t.distinct.is_some());
         let dml = stats || self.changed_by_dml();
         let indexed = dml || self.tables.iter().any(|t| t.index.is_some());
@@ -434,7 +447,12 @@ impl Catalog {
         if stats {
             self.encode_stats(&mut body);
         }
-        let version = if types {
+        if bounds {
+            self.encode_bounds(&mut body);
+        }
+        let version = if bounds {
+            VERSION_BOUNDS
+        } else if types {
             VERSION_TYPES
         } else if stats {
             VERSION_STATS
@@ -469,10 +487,10 @@ impl Catalog {
             return Err(HostError::Catalog(foreign_area(b)));
         }
         let version = r.u16()?;
-        if !(VERSION..=VERSION_TYPES).contains(&version) {
+        if !(VERSION..=VERSION_BOUNDS).contains(&version) {
             return Err(HostError::Catalog(format!(
                 "unsupported catalog version {version} (this build reads versions \
-                 {VERSION} ..= {VERSION_TYPES}): the image was written by a newer csd"
+                 {VERSION} ..= {VERSION_BOUNDS}): the image was written by a newer csd"
             )));
         }
         let n = r.u16()? as usize;
@@ -495,6 +513,9 @@ impl Catalog {
         };
         if version >= VERSION_STATS {
             Self::decode_stats(&mut r, &mut tables)?;
+        }
+        if version >= VERSION_BOUNDS {
+            Self::decode_bounds(&mut r, &mut tables)?;
         }
         Ok(Catalog {
             seq,
@@ -550,7 +571,68 @@ impl Catalog {
             capacity: pages,
             free_hints: Vec::new(),
             distinct: None,
+            bounds: None,
         })
+    }
+
+    /// Appends the column bounds section (`VERSION_BOUNDS`) to `body`: per table a
+    /// flag and, when set, a u16 column count and per column a flag and, when set, its
+    /// least and greatest value (i64 each).
+    fn encode_bounds(&self, body: &mut Vec<u8>) {
+        for t in &self.tables {
+            let Some(b) = &t.bounds else {
+                body.push(0);
+                continue;
+            };
+            body.push(1);
+            body.extend_from_slice(&(b.len() as u16).to_le_bytes());
+            for c in b {
+                match c {
+                    None => body.push(0),
+                    Some((lo, hi)) => {
+                        body.push(1);
+                        body.extend_from_slice(&lo.to_le_bytes());
+                        body.extend_from_slice(&hi.to_le_bytes());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The column bounds (`VERSION_BOUNDS`, see [`Catalog::encode_bounds`]).
+    fn decode_bounds(r: &mut Reader<'_>, tables: &mut [TableInfo]) -> Result<(), HostError> {
+        for t in tables.iter_mut() {
+            if r.u8()? == 0 {
+                continue;
+            }
+            let n = r.u16()? as usize;
+            if n != t.schema.len() {
+                return Err(HostError::Catalog(format!(
+                    "table {}: bounds for {n} columns, the schema has {}",
+                    t.name,
+                    t.schema.len()
+                )));
+            }
+            let mut b = Vec::with_capacity(n);
+            for c in 0..n {
+                b.push(match r.u8()? {
+                    0 => None,
+                    _ => {
+                        let (lo, hi) = (r.u64()? as i64, r.u64()? as i64);
+                        if lo > hi {
+                            return Err(HostError::Catalog(format!(
+                                "table {}: column {c}'s least value {lo} is above its \
+                                 greatest {hi}",
+                                t.name
+                            )));
+                        }
+                        Some((lo, hi))
+                    }
+                });
+            }
+            t.bounds = Some(b);
+        }
+        Ok(())
     }
 
     /// Appends the column statistics section (`VERSION_STATS`) to `body`.
@@ -827,6 +909,7 @@ impl Catalog {
             capacity: written_pages,
             free_hints: Vec::new(),
             distinct: Some(sketched.distinct()),
+            bounds: Some(sketched.bounds()),
         };
         let old = cat
             .tables

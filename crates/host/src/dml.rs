@@ -734,6 +734,19 @@ fn apply(
     let mut info = t.clone();
     info.pages = new_pages;
     info.rows = (t.rows as i64 + delta_rows).max(0) as u64;
+    if let Some(bounds) = &mut info.bounds {
+        // The values written may lie outside what the load saw: widen (an estimate,
+        // never narrowed, so a DELETE leaves it as it was).
+        for page in rewrites.values().chain(appends.values()) {
+            for row in slotted::parse_rows(&t.schema, page) {
+                for (b, v) in bounds.iter_mut().zip(&row) {
+                    if let Some(x) = v.as_i64() {
+                        crate::stats::widen(b, x);
+                    }
+                }
+            }
+        }
+    }
     hints.retain(|&p| p < new_pages);
     hints.sort_unstable();
     hints.dedup();
@@ -1002,6 +1015,74 @@ mod tests {
     use csd_nand::Nand;
     use csd_table::Layout;
     use csd_table::datagen::{SyntheticGenerator, SyntheticSpec};
+
+    /// INSERT and UPDATE widen the catalog's column bounds to what they wrote; DELETE
+    /// never narrows them (an estimate for the planner, never a result).
+    #[test]
+    fn inserts_and_updates_widen_the_column_bounds() {
+        let cfg = DeviceConfig::preset("tiny").unwrap();
+        let nand = Nand::new_in_memory(cfg.clone()).unwrap();
+        let ftl = Ftl::format(nand, FtlConfig::default()).unwrap();
+        let mut c = Client::new(NvmeDevice::new(ftl)).unwrap();
+        let spec = SyntheticSpec::synthetic4(3_000, 1).unwrap();
+        let g = SyntheticGenerator::new(spec).unwrap();
+        Catalog::load(&mut c, "s4", g, Layout::Nsm, &mut |_| {}).unwrap();
+        let bounds = |c: &mut Client| Catalog::read(c).unwrap().tables[0].bounds.clone();
+        let before = bounds(&mut c).expect("the load measured bounds");
+        let (lo, hi) = before[0].expect("numeric key");
+        // A row past the greatest key: the key's bounds grow, the others hold it.
+        let cat = Catalog::read(&mut c).unwrap();
+        let mut row = slotted::parse_rows(
+            &cat.tables[0].schema,
+            &Catalog::read_page(&mut c, &cat.tables[0], 0).unwrap(),
+        )[0]
+        .clone();
+        row[0] = match row[0] {
+            Value::Int32(_) => Value::Int32(i32::try_from(hi + 1_000).unwrap()),
+            _ => Value::Int64(hi + 1_000),
+        };
+        insert(&mut c, &cfg, "s4", std::slice::from_ref(&row)).unwrap();
+        let grown = bounds(&mut c).unwrap();
+        assert_eq!(grown[0], Some((lo, hi + 1_000)));
+        assert_eq!(grown[1..], before[1..]);
+        // An UPDATE to below the least key widens the other end.
+        let key = row[0].clone();
+        let mut to_low = |pages: &[Vec<Vec<Value>>]| -> Result<PageEdits, HostError> {
+            let mut n = 0;
+            let out = pages
+                .iter()
+                .map(|rows| {
+                    let hit = rows.iter().any(|r| r[0] == key);
+                    hit.then(|| {
+                        n += 1;
+                        let mut rows = rows.clone();
+                        for r in rows.iter_mut().filter(|r| r[0] == key) {
+                            r[0] = match r[0] {
+                                Value::Int32(_) => Value::Int32(i32::try_from(lo - 7).unwrap()),
+                                _ => Value::Int64(lo - 7),
+                            };
+                        }
+                        rows
+                    })
+                })
+                .collect();
+            Ok((out, n))
+        };
+        modify(&mut c, &cfg, "s4", DmlOp::Update, None, &mut to_low).unwrap();
+        assert_eq!(bounds(&mut c).unwrap()[0], Some((lo - 7, hi + 1_000)));
+        // Deleting every row leaves them.
+        let mut all = |pages: &[Vec<Vec<Value>>]| -> Result<PageEdits, HostError> {
+            let n = pages.iter().map(Vec::len).sum::<usize>() as u64;
+            Ok((pages.iter().map(|_| Some(Vec::new())).collect(), n))
+        };
+        modify(&mut c, &cfg, "s4", DmlOp::Delete, None, &mut all).unwrap();
+        let cat = Catalog::read(&mut c).unwrap();
+        assert_eq!(cat.tables[0].rows, 0);
+        assert_eq!(
+            cat.tables[0].bounds.clone().unwrap()[0],
+            Some((lo - 7, hi + 1_000))
+        );
+    }
 
     /// A committed statement whose pages were not yet written in place (the catalog
     /// names a redo record): a read-only open refuses with `Unfinished` and changes

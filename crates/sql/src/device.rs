@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use csd_host::{Client, ScanOptions, Strategy, TableInfo};
 use csd_model::scan::ScanParams;
 use csd_query::Plan;
-use csd_query::plan::{CmpOp, Expr, ExprKind};
+use csd_query::plan::{CmpOp, Const, Expr, ExprKind};
 use csd_sim::DeviceConfig;
 
 /// A device shared by the scans of a session (commands run one at a time).
@@ -196,29 +196,108 @@ impl ScanSettings {
 /// choice ([`auto`]) uses these fixed defaults, so its picks do not depend on what a
 /// load measured.
 pub fn selectivity(e: &Expr) -> f64 {
-    selectivity_with(e, &|_| None)
+    selectivity_with(e, &ColumnFacts::none())
 }
 
-/// [`selectivity`] knowing some columns' distinct values (`ndv`, by schema index):
-/// `column = constant` keeps `1 / ndv`, `column <> constant` all but that, and
-/// `column IN (k constants)` keeps `k / ndv` (values assumed equally frequent). The
-/// planner's row estimates use it ([`crate::exec`]).
-pub fn selectivity_with(e: &Expr, ndv: &dyn Fn(usize) -> Option<u64>) -> f64 {
+/// What a load measured of a table's columns (by schema index), for the planner's row
+/// estimates: distinct values and each numeric column's least and greatest value.
+pub struct ColumnFacts<'a> {
+    /// Estimated distinct values of a column.
+    pub ndv: &'a dyn Fn(usize) -> Option<u64>,
+    /// Least and greatest stored value of a numeric column (the integer the device
+    /// compares: days, scaled decimals, microseconds).
+    pub bounds: &'a dyn Fn(usize) -> Option<(i64, i64)>,
+}
+
+impl ColumnFacts<'static> {
+    /// Nothing known: the fixed defaults.
+    pub fn none() -> ColumnFacts<'static> {
+        ColumnFacts {
+            ndv: &|_| None,
+            bounds: &|_| None,
+        }
+    }
+}
+
+/// A comparison of a column with an integer constant as the closed interval of values
+/// it keeps: `(column, least, greatest)`; `None` for any other predicate.
+fn range_of(e: &Expr) -> Option<(usize, i64, i64)> {
+    let ExprKind::Cmp { op, left, right } = &e.kind else {
+        return None;
+    };
+    let (column, c, op) = match (&left.kind, &right.kind) {
+        (ExprKind::Column { index, .. }, ExprKind::Const(Const::Int(c))) => (*index, *c, *op),
+        (ExprKind::Const(Const::Int(c)), ExprKind::Column { index, .. }) => (*index, *c, op.flip()),
+        _ => return None,
+    };
+    let (lo, hi) = match op {
+        CmpOp::Lt => (i64::MIN, c.checked_sub(1)?),
+        CmpOp::Le => (i64::MIN, c),
+        CmpOp::Gt => (c.checked_add(1)?, i64::MAX),
+        CmpOp::Ge => (c, i64::MAX),
+        CmpOp::Eq | CmpOp::Ne => return None,
+    };
+    Some((column, lo, hi))
+}
+
+/// The share of a column's values within `[lo, hi]`, its values taken as spread evenly
+/// over its bounds `(min, max)`; at least one value's share (bounds are estimates:
+/// INSERT widens them, DELETE does not narrow them).
+fn range_share((min, max): (i64, i64), lo: i64, hi: i64) -> f64 {
+    let span = (i128::from(max) - i128::from(min) + 1) as f64;
+    let kept = i128::from(hi.min(max)) - i128::from(lo.max(min)) + 1;
+    (kept.max(1) as f64 / span).min(1.0)
+}
+
+/// [`selectivity`] knowing what a load measured ([`ColumnFacts`]): `column = constant`
+/// keeps `1 / ndv`, `column <> constant` all but that, and `column IN (k constants)`
+/// keeps `k / ndv` (values assumed equally frequent); the comparisons of one numeric
+/// column with constants in a conjunction (`d >= a AND d < b`) keep the share of its
+/// bounds between them (values assumed spread evenly). The planner's row estimates use
+/// it ([`crate::exec`]).
+pub fn selectivity_with(e: &Expr, facts: &ColumnFacts<'_>) -> f64 {
+    // The share a range on a column with known bounds keeps.
+    let ranged = |e: &Expr| {
+        let (c, lo, hi) = range_of(e)?;
+        Some((c, lo, hi, (facts.bounds)(c)?))
+    };
     // `1 / ndv` of the column `e` is, if known.
     let one_in = |e: &Expr| match &e.kind {
-        ExprKind::Column { index, .. } => ndv(*index).filter(|&n| n > 0).map(|n| 1.0 / n as f64),
+        ExprKind::Column { index, .. } => (facts.ndv)(*index)
+            .filter(|&n| n > 0)
+            .map(|n| 1.0 / n as f64),
         _ => None,
     };
     let is_const = |e: &Expr| matches!(e.kind, ExprKind::Const(_));
     match &e.kind {
-        ExprKind::And(es) => es.iter().map(|x| selectivity_with(x, ndv)).product(),
+        ExprKind::And(es) => {
+            // Ranges on one column intersect (`d >= a AND d < b` is one interval, not two
+            // independent halves); everything else multiplies.
+            let mut ranges: Vec<(usize, i64, i64, (i64, i64))> = Vec::new();
+            let mut s = 1.0;
+            for x in es {
+                match ranged(x) {
+                    Some((c, lo, hi, b)) => match ranges.iter_mut().find(|r| r.0 == c) {
+                        Some(r) => (r.1, r.2) = (r.1.max(lo), r.2.min(hi)),
+                        None => ranges.push((c, lo, hi, b)),
+                    },
+                    None => s *= selectivity_with(x, facts),
+                }
+            }
+            ranges
+                .into_iter()
+                .fold(s, |s, (_, lo, hi, b)| s * range_share(b, lo, hi))
+        }
         ExprKind::Or(es) => es
             .iter()
-            .map(|x| selectivity_with(x, ndv))
+            .map(|x| selectivity_with(x, facts))
             .sum::<f64>()
             .min(1.0),
-        ExprKind::Not(x) => 1.0 - selectivity_with(x, ndv),
+        ExprKind::Not(x) => 1.0 - selectivity_with(x, facts),
         ExprKind::Cmp { op, left, right } => {
+            if let Some((_, lo, hi, b)) = ranged(e) {
+                return range_share(b, lo, hi);
+            }
             let eq = match (is_const(left), is_const(right)) {
                 (false, true) => one_in(left),
                 (true, false) => one_in(right),
@@ -246,7 +325,7 @@ pub fn selectivity_with(e: &Expr, ndv: &dyn Fn(usize) -> Option<u64>) -> f64 {
                 0.25
             }
         }
-        ExprKind::Const(csd_query::plan::Const::Bool(false)) => 0.0,
+        ExprKind::Const(Const::Bool(false)) => 0.0,
         _ => 1.0,
     }
 }
@@ -308,8 +387,83 @@ pub fn auto(table: &TableInfo, program: &Plan, cfg: &DeviceConfig) -> (Strategy,
 
 #[cfg(test)]
 mod tests {
-    use super::ScanSlots;
+    use super::{ColumnFacts, ScanSlots, selectivity, selectivity_with};
+    use csd_query::plan::{CmpOp, Const, Expr, ExprKind};
+    use csd_query::types::DataType;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn col(index: usize) -> Expr {
+        let name = format!("c{index}");
+        let kind = ExprKind::Column {
+            index,
+            name,
+            nullable: false,
+        };
+        Expr::new(kind, DataType::Date)
+    }
+
+    fn cmp(index: usize, op: CmpOp, c: i64) -> Expr {
+        let (left, right) = (col(index), Expr::constant(Const::Int(c), DataType::Date));
+        // Written both ways round: `c op column` is the same range.
+        let (left, right, op) = if c % 2 == 0 {
+            (left, right, op)
+        } else {
+            (right, left, op.flip())
+        };
+        let kind = ExprKind::Cmp {
+            op,
+            left: Box::new(left),
+            right: Box::new(right),
+        };
+        Expr::new(kind, DataType::Bool)
+    }
+
+    fn and(es: Vec<Expr>) -> Expr {
+        Expr::new(ExprKind::And(es), DataType::Bool)
+    }
+
+    /// TPC-H Q14's month of ship dates over lineitem's 2,526 days is one interval, 1.2%
+    /// of the rows, not two independent halves; columns without bounds keep the fixed
+    /// defaults, and so does [`selectivity`] (the strategy choice's).
+    #[test]
+    fn ranges_take_their_share_of_the_measured_bounds() {
+        // 1992-01-02 ..= 1998-12-01 as days; the month 1995-09-01 ..< 1995-10-01.
+        let (min, max) = (8_036, 10_561);
+        let bounds = |c: usize| (c == 0).then_some((min, max));
+        let facts = ColumnFacts {
+            ndv: &|_| None,
+            bounds: &bounds,
+        };
+        let month = and(vec![cmp(0, CmpOp::Ge, 9_374), cmp(0, CmpOp::Lt, 9_404)]);
+        let s = selectivity_with(&month, &facts);
+        assert!((s - 30.0 / 2_526.0).abs() < 1e-9, "{s}");
+        assert!((selectivity(&month) - 1.0 / 9.0).abs() < 1e-9);
+        // One side: everything from the constant up (inclusive) or below it.
+        let s = selectivity_with(&cmp(0, CmpOp::Gt, max - 100), &facts);
+        assert!((s - 100.0 / 2_526.0).abs() < 1e-9, "{s}");
+        let s = selectivity_with(&cmp(0, CmpOp::Le, min + 9), &facts);
+        assert!((s - 10.0 / 2_526.0).abs() < 1e-9, "{s}");
+        // Past the bounds: everything, or one value's share (never zero rows).
+        assert_eq!(selectivity_with(&cmp(0, CmpOp::Ge, min - 50), &facts), 1.0);
+        let s = selectivity_with(&cmp(0, CmpOp::Gt, max + 1_000), &facts);
+        assert!((s - 1.0 / 2_526.0).abs() < 1e-9, "{s}");
+        // An empty intersection, extreme constants (no overflow).
+        let empty = and(vec![cmp(0, CmpOp::Lt, 9_000), cmp(0, CmpOp::Gt, 9_500)]);
+        assert!(selectivity_with(&empty, &facts) <= 1.0 / 2_526.0 + 1e-12);
+        let wide = and(vec![
+            cmp(0, CmpOp::Ge, i64::MIN),
+            cmp(0, CmpOp::Le, i64::MAX),
+        ]);
+        assert_eq!(selectivity_with(&wide, &facts), 1.0);
+        assert_eq!(
+            selectivity_with(&cmp(0, CmpOp::Lt, i64::MIN), &facts),
+            1.0 / 3.0
+        );
+        // A column without bounds next to one with them: 1/3 per comparison there.
+        let mixed = and(vec![month.clone(), cmp(1, CmpOp::Lt, 24)]);
+        let s = selectivity_with(&mixed, &facts);
+        assert!((s - 30.0 / 2_526.0 / 3.0).abs() < 1e-9, "{s}");
+    }
 
     /// However many scans want to run, at most `n` hold a slot at once, and every one
     /// gets to run.

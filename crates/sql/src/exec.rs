@@ -899,7 +899,7 @@ const FILTER_SELECTIVITY_PERCENT: usize = 20;
 impl DeviceScanExec {
     /// What the optimizer may assume about this scan's output: the catalog's row count
     /// (exact without a filter; with one, its estimated selectivity given the columns'
-    /// distinct values ([`crate::device::selectivity_with`]), or DataFusion's default
+    /// distinct values and bounds ([`crate::device::selectivity_with`]), or DataFusion's default
     /// selectivity for a table without statistics), capped by a
     /// pushed limit, bytes from the projected columns' widths, and each column's
     /// distinct values as the load measured them (at most the rows). A partial
@@ -910,9 +910,15 @@ impl DeviceScanExec {
         let mut st = Statistics::new_unknown(&self.schema);
         let all = usize::try_from(self.table.rows).unwrap_or(usize::MAX);
         let distinct = |c: usize| self.table.distinct.as_ref()?.get(c).copied();
+        let bounds = |c: usize| *self.table.bounds.as_ref()?.get(c)?;
+        let measured = self.table.distinct.is_some() || self.table.bounds.is_some();
         let mut rows = match (&self.program.filter, &self.filter_text) {
-            (Some(f), _) if self.table.distinct.is_some() => {
-                let kept = all as f64 * crate::device::selectivity_with(f, &distinct);
+            (Some(f), _) if measured => {
+                let facts = crate::device::ColumnFacts {
+                    ndv: &distinct,
+                    bounds: &bounds,
+                };
+                let kept = all as f64 * crate::device::selectivity_with(f, &facts);
                 Precision::Inexact((kept.ceil() as usize).min(all))
             }
             (None, None) => Precision::Exact(all),

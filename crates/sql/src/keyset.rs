@@ -278,7 +278,7 @@ fn enabled(value: Option<&str>) -> Result<bool> {
 
 /// Whether the switch `name` is on, from its value (`None`: unset, on); another value
 /// than `on` / `off` is an error naming the variable.
-fn switch(name: &str, value: Option<&str>) -> Result<bool> {
+pub(crate) fn switch(name: &str, value: Option<&str>) -> Result<bool> {
     match value {
         None | Some("on") => Ok(true),
         Some("off") => Ok(false),

@@ -33,6 +33,11 @@ use crate::exec::{DeviceScanExec, ScanLog, ScanOutput};
 use crate::schema::arrow_schema;
 use crate::translate;
 
+/// The environment variable that turns off (`off`) the row estimates of range filters
+/// from the columns' measured bounds ([`csd_host::TableInfo::bounds`]), to measure what
+/// they change; `on` (the default when unset) keeps them.
+pub const RANGE_SWITCH: &str = "CSD_RANGE_ESTIMATES";
+
 /// One device table as a DataFusion table.
 #[derive(Debug)]
 pub struct DeviceTable {
@@ -254,8 +259,14 @@ impl TableProvider for DeviceTable {
                 .map(|&c| self.schema.field(c).clone())
                 .collect::<Vec<_>>(),
         ));
+        let mut info = self.info.clone();
+        let var = std::env::var(RANGE_SWITCH).ok();
+        if !crate::keyset::switch(RANGE_SWITCH, var.as_deref())? {
+            // Estimates as before bounds were measured (an A/B switch).
+            info.bounds = None;
+        }
         Ok(Arc::new(DeviceScanExec::new(
-            self.info.clone(),
+            info,
             self.device.clone(),
             self.settings,
             self.log.clone(),

@@ -245,6 +245,7 @@ impl ArrayLoad {
             capacity: p.pages,
             free_hints: Vec::new(),
             distinct: None,
+            bounds: None,
         };
         let replaced = done.devices.iter().any(|d| d.replaced.is_some()).then(|| {
             let mut old = table.clone();

@@ -296,23 +296,58 @@ fn describe_table(session: &ImageSession, name: &str) -> Result<(), CliError> {
         report::bytes(info.page_bytes as u64),
         info.schema.row_width()
     );
-    // The distinct values the load measured (the planner's estimates), if it did.
-    let mut t = report::table(&["column", "stored as", "SQL type", "distinct (est.)"]);
+    // The distinct values and bounds the load measured (the planner's estimates), if it
+    // did.
+    let header = [
+        "column",
+        "stored as",
+        "SQL type",
+        "distinct (est.)",
+        "least",
+        "greatest",
+    ];
+    let mut t = report::table(&header);
     for (i, c) in info.schema.columns().iter().enumerate() {
         let distinct = info
             .distinct
             .as_ref()
             .and_then(|d| d.get(i))
             .map_or_else(|| "-".to_string(), u64::to_string);
+        let bounds = info.bounds.as_ref().and_then(|b| *b.get(i)?);
+        let shown = |v: i64| stored_value(c.ty, v);
         t.add_row(vec![
             c.name.clone(),
             c.ty.to_string(),
             arrow_type(c.ty).to_string(),
             distinct,
+            bounds.map_or_else(|| "-".to_string(), |(lo, _)| shown(lo)),
+            bounds.map_or_else(|| "-".to_string(), |(_, hi)| shown(hi)),
         ]);
     }
     println!("{t}");
     Ok(())
+}
+
+/// A numeric column's stored integer as SQL shows it: a date as `YYYY-MM-DD`, a decimal
+/// with its scale's digits after the point; other integers (and timestamps, in
+/// microseconds) as they are.
+fn stored_value(ty: csd_table::ColumnType, v: i64) -> String {
+    match ty {
+        csd_table::ColumnType::Date => {
+            i32::try_from(v).map_or_else(|_| v.to_string(), csd_table::date::format_date)
+        }
+        csd_table::ColumnType::Decimal { scale } if scale > 0 => {
+            let unit = 10i128.pow(u32::from(scale));
+            let (sign, a) = (if v < 0 { "-" } else { "" }, i128::from(v).abs());
+            format!(
+                "{sign}{}.{:0w$}",
+                a / unit,
+                a % unit,
+                w = usize::from(scale)
+            )
+        }
+        _ => v.to_string(),
+    }
 }
 
 /// Splits input lines into statements: a statement ends at a `;` outside quotes and
@@ -524,6 +559,17 @@ fn interactive(shell: &mut Shell) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_values_show_as_sql_writes_them() {
+        use csd_table::ColumnType;
+        assert_eq!(stored_value(ColumnType::Date, 9_374), "1995-09-01");
+        let money = ColumnType::Decimal { scale: 2 };
+        assert_eq!(stored_value(money, 105_000), "1050.00");
+        assert_eq!(stored_value(money, -5), "-0.05");
+        assert_eq!(stored_value(money, i64::MIN), "-92233720368547758.08");
+        assert_eq!(stored_value(ColumnType::Int32, -7), "-7");
+    }
 
     fn sqls(v: Vec<Input>) -> Vec<String> {
         v.into_iter()

@@ -203,6 +203,22 @@ fn table_names_ignore_case_everywhere() {
     assert!(same_name("lineitem", "LINEITEM") && !same_name("s4", "s44"));
 }
 
+/// Each column's least and greatest value as stored in `t`'s pages (numeric columns).
+fn exact_bounds(c: &mut Client, t: &TableInfo) -> Vec<Option<(i64, i64)>> {
+    let mut b = vec![None; t.schema.len()];
+    for p in 0..t.pages {
+        let page = Catalog::read_page(c, t, p).unwrap();
+        for row in crate::slotted::parse_rows(&t.schema, &page) {
+            for (k, v) in row.iter().enumerate() {
+                if let Some(x) = v.as_i64() {
+                    crate::stats::widen(&mut b[k], x);
+                }
+            }
+        }
+    }
+    b
+}
+
 #[test]
 fn dml_fields_round_trip_and_catalogs_without_them_keep_their_bytes() {
     let mut c = client(Nand::new_in_memory(device()).unwrap(), true);
@@ -224,11 +240,41 @@ fn dml_fields_round_trip_and_catalogs_without_them_keep_their_bytes() {
         .expect("the load measured statistics");
     assert_eq!(d.len(), 4);
     assert!(d.iter().all(|&n| n > 0 && n <= 3_000), "{d:?}");
-    let stats = loaded.encode();
+    // ... and each column's bounds, exact: the key column holds 3,000 consecutive keys.
+    let b = loaded.tables[0]
+        .bounds
+        .clone()
+        .expect("the load measured bounds");
+    let exact = exact_bounds(&mut c, &loaded.tables[0]);
+    assert_eq!(b, exact);
+    let (lo, hi) = b[0].expect("the key column is numeric");
+    assert_eq!(hi - lo, 2_999, "{b:?}");
+    let with_bounds = loaded.encode();
+    assert_eq!(
+        u16::from_le_bytes([with_bounds[4], with_bounds[5]]),
+        VERSION_BOUNDS
+    );
+    assert_eq!(Catalog::decode(&with_bounds).unwrap(), loaded);
+    // Bounds for another number of columns than the schema's, or a least value above
+    // the greatest, are refused.
+    let mut bad = loaded.clone();
+    bad.tables[0].bounds = Some(vec![None; 3]);
+    let err = Catalog::decode(&bad.encode()).unwrap_err().to_string();
+    assert!(err.contains("bounds for 3 columns"), "{err}");
+    bad.tables[0].bounds = Some(vec![Some((5, 4)), None, None, None]);
+    let err = Catalog::decode(&bad.encode()).unwrap_err().to_string();
+    assert!(
+        err.contains("least value 5 is above its greatest 4"),
+        "{err}"
+    );
+    // Without bounds (a table loaded before csd measured them) it keeps version 5.
+    let mut stats_only = loaded.clone();
+    stats_only.tables[0].bounds = None;
+    let stats = stats_only.encode();
     assert_eq!(u16::from_le_bytes([stats[4], stats[5]]), VERSION_STATS);
-    assert_eq!(Catalog::decode(&stats).unwrap(), loaded);
-    // Without them (a table loaded before they were measured) it keeps version 1.
-    let mut cat = loaded.clone();
+    assert_eq!(Catalog::decode(&stats).unwrap(), stats_only);
+    // Without either it keeps version 1.
+    let mut cat = stats_only.clone();
     cat.tables[0].distinct = None;
     let plain = cat.encode();
     assert_eq!(u16::from_le_bytes([plain[4], plain[5]]), VERSION);
@@ -385,7 +431,14 @@ fn extended_tables_load_and_read_back() {
         let t = cat.get("ext").unwrap();
         assert_eq!(t.schema, schema, "nullability and time zone kept");
         let bytes = cat.encode();
-        assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), VERSION_TYPES);
+        assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), VERSION_BOUNDS);
+        // Bounds of the integer-valued columns only, NULLs skipped (row 0's timestamp
+        // is NULL, so the least is row 1's).
+        let b = t.bounds.clone().expect("measured");
+        assert_eq!(
+            b,
+            vec![Some((0, 1_999)), None, None, Some((1_000, 1_999_000))]
+        );
         let mut expect = ExtRows(schema.clone(), 0);
         let (mut want, mut got) = (Vec::new(), Vec::new());
         for p in 0..t.pages {
@@ -425,6 +478,7 @@ fn new_type_codes_in_an_older_catalog_version_are_refused() {
         capacity: 0,
         free_hints: Vec::new(),
         distinct: Some(vec![0]),
+        bounds: None,
     });
     let mut b = cat.encode();
     assert_eq!(u16::from_le_bytes([b[4], b[5]]), VERSION_TYPES);
@@ -434,7 +488,7 @@ fn new_type_codes_in_an_older_catalog_version_are_refused() {
     let err = Catalog::decode(&b).unwrap_err().to_string();
     assert!(err.contains("unknown column type code 6"), "{err}");
     // A version from the future: refused with the versions this build reads.
-    b[4..6].copy_from_slice(&7u16.to_le_bytes());
+    b[4..6].copy_from_slice(&8u16.to_le_bytes());
     let err = Catalog::decode(&b).unwrap_err().to_string();
-    assert!(err.contains("unsupported catalog version 7"), "{err}");
+    assert!(err.contains("unsupported catalog version 8"), "{err}");
 }
