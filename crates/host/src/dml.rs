@@ -1084,6 +1084,113 @@ mod tests {
         );
     }
 
+    /// One random statement of the bounds' model test: INSERT rows with these first
+    /// columns, UPDATE the first column of rows below a value to another, or DELETE
+    /// rows below a value.
+    #[derive(Debug, Clone)]
+    enum Stmt {
+        Insert(Vec<i32>),
+        Update(i32, i32),
+        Delete(i32),
+    }
+
+    fn stmt() -> impl proptest::strategy::Strategy<Value = Stmt> {
+        use proptest::prelude::*;
+        let v = -5_000i32..8_000;
+        prop_oneof![
+            proptest::collection::vec(v.clone(), 1..40).prop_map(Stmt::Insert),
+            (v.clone(), v.clone()).prop_map(|(a, b)| Stmt::Update(a, b)),
+            v.prop_map(Stmt::Delete),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(12))]
+        /// Model: the catalog's bounds are the load's, widened by every value an INSERT
+        /// or UPDATE wrote and never narrowed; so they always hold every stored value.
+        #[test]
+        fn bounds_follow_every_value_written(stmts in proptest::collection::vec(stmt(), 1..7)) {
+            let cfg = DeviceConfig::preset("tiny").unwrap();
+            let nand = Nand::new_in_memory(cfg.clone()).unwrap();
+            let ftl = Ftl::format(nand, FtlConfig::default()).unwrap();
+            let mut c = Client::new(NvmeDevice::new(ftl)).unwrap();
+            let spec = SyntheticSpec::synthetic4(600, 3).unwrap();
+            let g = SyntheticGenerator::new(spec).unwrap();
+            Catalog::load(&mut c, "s4", g, Layout::Pax, &mut |_| {}).unwrap();
+            let cat = Catalog::read(&mut c).unwrap();
+            let t = cat.tables[0].clone();
+            let mut model = t.bounds.clone().expect("measured");
+            let template = slotted::parse_rows(&t.schema, &Catalog::read_page(&mut c, &t, 0).unwrap())[0].clone();
+            let key = |v: &Value| v.as_i64().unwrap_or(0) as i32;
+            for s in &stmts {
+                match s {
+                    Stmt::Insert(keys) => {
+                        let rows: Vec<Vec<Value>> = keys.iter().map(|&k| {
+                            let mut r = template.clone();
+                            r[0] = Value::Int32(k);
+                            r
+                        }).collect();
+                        insert(&mut c, &cfg, "s4", &rows).unwrap();
+                        for r in &rows {
+                            for (b, v) in model.iter_mut().zip(r) {
+                                if let Some(x) = v.as_i64() {
+                                    crate::stats::widen(b, x);
+                                }
+                            }
+                        }
+                    }
+                    Stmt::Update(below, to) => {
+                        let mut hit = false;
+                        let mut edit = |pages: &[Vec<Vec<Value>>]| -> Result<PageEdits, HostError> {
+                            let mut n = 0;
+                            let out = pages.iter().map(|rows| {
+                                let mut rows = rows.clone();
+                                let mut changed = false;
+                                for r in rows.iter_mut().filter(|r| key(&r[0]) < *below) {
+                                    r[0] = Value::Int32(*to);
+                                    (n, changed) = (n + 1, true);
+                                }
+                                changed.then_some(rows)
+                            }).collect();
+                            hit |= n > 0;
+                            Ok((out, n))
+                        };
+                        modify(&mut c, &cfg, "s4", DmlOp::Update, None, &mut edit).unwrap();
+                        if hit {
+                            crate::stats::widen(&mut model[0], i64::from(*to));
+                        }
+                    }
+                    Stmt::Delete(below) => {
+                        let mut edit = |pages: &[Vec<Vec<Value>>]| -> Result<PageEdits, HostError> {
+                            let mut n = 0;
+                            let out = pages.iter().map(|rows| {
+                                let kept: Vec<_> = rows.iter().filter(|r| key(&r[0]) >= *below).cloned().collect();
+                                n += (rows.len() - kept.len()) as u64;
+                                (kept.len() < rows.len()).then_some(kept)
+                            }).collect();
+                            Ok((out, n))
+                        };
+                        modify(&mut c, &cfg, "s4", DmlOp::Delete, None, &mut edit).unwrap();
+                    }
+                }
+                let cat = Catalog::read(&mut c).unwrap();
+                let t = &cat.tables[0];
+                let got = t.bounds.clone().expect("kept");
+                proptest::prop_assert_eq!(&got, &model, "after {:?}", s);
+                // Every stored value lies within them.
+                for p in 0..t.pages {
+                    for r in slotted::parse_rows(&t.schema, &Catalog::read_page(&mut c, t, p).unwrap()) {
+                        for (b, v) in got.iter().zip(&r) {
+                            if let (Some((lo, hi)), Some(x)) = (b, v.as_i64()) {
+                                proptest::prop_assert!(*lo <= x && x <= *hi, "{} outside {:?}", x, b);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// A committed statement whose pages were not yet written in place (the catalog
     /// names a redo record): a read-only open refuses with `Unfinished` and changes
     /// nothing; a read-write open finishes it.
