@@ -51,6 +51,7 @@ use crate::agg::AggOutputSpec;
 use crate::device::{Device, ScanSettings};
 use crate::join::{JoinRole, JoinSide};
 use crate::keyset::{ColumnKeySet, KeySet};
+use crate::reuse::ReuseSlot;
 use crate::runtime::{self, FilteringScan, RuntimeFilters};
 use crate::schema::column_array_of;
 use crate::translate::Columns;
@@ -152,6 +153,9 @@ pub struct DeviceScanExec {
     /// are expected to keep (1 without any), for the optimizer's estimates only
     /// ([`crate::keyset::ExpectedKeySets`]).
     expected_share: f64,
+    /// Where the scans of its group leave their rows for each other
+    /// ([`crate::reuse::ReusedDeviceScans`]), if it is in one.
+    reuse: Option<Arc<ReuseSlot>>,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
 }
@@ -193,9 +197,60 @@ impl DeviceScanExec {
             key_sets: Vec::new(),
             column_key_sets: Vec::new(),
             expected_share: 1.0,
+            reuse: None,
             metrics: ExecutionPlanMetricsSet::new(),
             cache,
         }
+    }
+
+    /// A copy that also reads the table columns `extra` (after its own, which keep
+    /// their places) and shares its rows through `slot`
+    /// ([`crate::reuse::ReusedDeviceScans`]). Only for a scan of rows.
+    pub(crate) fn widened(&self, extra: &[usize], slot: Arc<ReuseSlot>) -> Result<DeviceScanExec> {
+        let ScanOutput::Rows(own) = &self.output else {
+            return Err(DataFusionError::Internal(
+                "only a scan of rows reads more columns".into(),
+            ));
+        };
+        let mut s = self.clone_for_run();
+        s.reuse = Some(slot);
+        if extra.is_empty() {
+            return Ok(s);
+        }
+        let cols: Vec<usize> = own.iter().chain(extra).copied().collect();
+        s.program =
+            crate::provider::projection_program(&self.table, &cols, self.program.filter.clone())?;
+        let all = crate::schema::arrow_schema(&self.table.schema);
+        let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
+        fields.extend(extra.iter().map(|&c| Arc::new(all.field(c).clone())));
+        s.schema = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        s.output = ScanOutput::Rows(cols);
+        s.cache = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(s.schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(s)
+    }
+
+    /// The rows an earlier scan of its group handed over for the same program, as this
+    /// scan's batches (see [`crate::reuse`]).
+    fn reused(&self, program: &Plan) -> Result<Option<Vec<RecordBatch>>> {
+        let (Some(slot), ScanOutput::Rows(cols)) = (&self.reuse, &self.output) else {
+            return Ok(None);
+        };
+        let Some((batches, at)) = slot.find(self.table.first_lba, &program.filter, cols) else {
+            return Ok(None);
+        };
+        batches
+            .iter()
+            .map(|b| {
+                let columns = at.iter().map(|&i| b.column(i).clone()).collect();
+                RecordBatch::try_new(self.schema.clone(), columns).map_err(DataFusionError::from)
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
     }
 
     /// The device program this scan runs.
@@ -521,6 +576,20 @@ impl DeviceScanExec {
         emit: &mut dyn FnMut(RecordBatch),
     ) -> Result<()> {
         let (program, runtime_text) = self.program_for_run(host);
+        // Rows kept for the other scans of its group (up to KEEP_BYTES).
+        let mut kept = self.reuse.as_ref().map(|_| (Vec::new(), 0usize));
+        let mut emit_and_keep = |b: RecordBatch| {
+            if let Some((batches, bytes)) = kept.as_mut() {
+                *bytes += b.get_array_memory_size();
+                if *bytes > crate::reuse::KEEP_BYTES {
+                    kept = None;
+                } else {
+                    batches.push(b.clone());
+                }
+            }
+            emit(b);
+        };
+        let emit: &mut dyn FnMut(RecordBatch) = &mut emit_and_keep;
         let (mut strategy, mut why) = self.settings.choose(&self.table, &program, &self.device);
         if !in_time {
             why.push_str("; a join's runtime filter was not complete in time: started without it");
@@ -539,6 +608,19 @@ impl DeviceScanExec {
             // A host thread slot first, then the device (always in this order).
             let _slot = self.device.scan_slot();
             let mut client = self.device.lock();
+            // Under the device's lock, so that a scan of its group that ran before has
+            // left its rows (`crate::reuse`).
+            if let Some(batches) = self.reused(&program)? {
+                drop(client);
+                // Another scan of this plan ran this program: its rows, no device work.
+                let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+                MetricBuilder::new(&self.metrics).output_rows(0).add(rows);
+                MetricBuilder::new(&self.metrics)
+                    .global_counter("reused_rows")
+                    .add(rows);
+                batches.into_iter().for_each(emit);
+                return Ok(());
+            }
             // The join's registrations (and the probe side's releases) are this scan's
             // setup: modeled time and commands.
             let (mut setup_ns, mut setup_commands) = (0u64, 0u64);
@@ -574,6 +656,17 @@ impl DeviceScanExec {
                 setup_commands += n;
             }
             let mut r = ran.map_err(|e| DataFusionError::External(Box::new(e)))?;
+            // Still under the lock: the next scan of its group finds the rows.
+            if let (Some(slot), Some((batches, _)), ScanOutput::Rows(cols)) =
+                (&self.reuse, kept.take(), &self.output)
+            {
+                slot.keep(
+                    self.table.first_lba,
+                    program.filter.clone(),
+                    cols.clone(),
+                    batches,
+                );
+            }
             r.setup_ns = setup_ns;
             r.modeled_ns += setup_ns;
             r.commands += setup_commands;
@@ -988,6 +1081,7 @@ impl DeviceScanExec {
             key_sets: self.key_sets.clone(),
             column_key_sets: self.column_key_sets.clone(),
             expected_share: self.expected_share,
+            reuse: self.reuse.clone(),
             metrics: self.metrics.clone(),
             cache: self.cache.clone(),
         }

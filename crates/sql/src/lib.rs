@@ -37,6 +37,7 @@ pub mod keyset;
 pub mod memory;
 pub mod provider;
 pub mod report;
+pub mod reuse;
 pub mod runtime;
 pub mod schema;
 pub mod shared;
@@ -568,6 +569,9 @@ pub(crate) fn new_context_with(
     // device scans below them (`keyset`).
     rules.push(Arc::new(shared::SharedDeviceScans));
     rules.push(Arc::new(keyset::JoinKeySets));
+    // Very last, once every scan holds its filters and key sets: scans of one table
+    // with one static filter read the same columns and share rows of equal programs.
+    rules.push(Arc::new(reuse::ReusedDeviceScans));
     let state = configure(
         SessionStateBuilder::new()
             .with_config(cfg)

@@ -11,7 +11,8 @@
 //!
 //! Choices: only scans that hand over partial aggregation states are shared (their
 //! output is the groups, small next to the rows they read); a scan's whole output is
-//! kept until every reader has it, and a scan of rows could be a whole table. Scans
+//! kept until every reader has it, and a scan of rows could be a whole table (scans of
+//! rows share what they handed over through [`crate::reuse`], up to a bound). Scans
 //! holding runtime filters, a limit or a FLIXR join side are never shared: what they
 //! return depends on operators that are not the same for both readers. Scans of
 //! different devices never are, and an array scan's members are left as they are (the

@@ -597,3 +597,61 @@ fn join_sides_are_chosen_on_what_the_key_sets_leave() {
     );
     assert!(part < partsupp, "Q16 does not build on part:\n{plan}");
 }
+
+#[test]
+fn scans_of_one_program_in_a_plan_run_once() {
+    // Q11 sums one nation's stock twice (per part, and in all for its HAVING threshold):
+    // two copies of the same join, so the device would scan nation, supplier and
+    // partsupp twice with equal programs (partsupp's holding the same supplier keys).
+    // `reuse::ReusedDeviceScans` runs each once; the other copy takes its rows.
+    let ctx = reference();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let want = rows(
+        &rt.block_on(async { ctx.sql(query(11)).await?.collect().await })
+            .expect("reference Q11"),
+    );
+    assert!(!want.is_empty());
+    let (mut client, cfg) = device(Layout::Pax);
+    for choice in [Choice::Fixed(Strategy::HwIsp), Choice::Auto] {
+        let s = SqlSession::new(client, cfg.clone(), ScanSettings::new(choice)).expect("session");
+        let a = s.run(query(11)).expect("Q11");
+        check(11, &rows(&a.batches), &want);
+        let count = |t: &str| a.scans.iter().filter(|r| r.table == t).count();
+        assert_eq!(
+            (count("partsupp"), count("supplier"), count("nation")),
+            (1, 1, 1),
+            "{choice:?}: {:?}\n{}",
+            scan_programs(&a),
+            a.explained
+        );
+        assert!(a.explained.contains("reused_rows="), "{}", a.explained);
+        client = s.into_client().expect("client back");
+    }
+}
+
+#[test]
+fn scans_of_one_table_with_other_runtime_keys_do_not_share_rows() {
+    // Two scalar subqueries over partsupp: the same static program and columns, but
+    // each scan holds the keys of another nation's suppliers. Neither may hand its rows
+    // to the other; the sums are those of each nation.
+    let (client, cfg) = device(Layout::Pax);
+    let s = SqlSession::new(client, cfg, ScanSettings::new(Choice::Auto)).expect("session");
+    let count = |n: u32| {
+        format!(
+            "(select sum(ps_availqty) from partsupp, supplier \
+             where ps_suppkey = s_suppkey and s_nationkey = {n})"
+        )
+    };
+    let both = s
+        .run(&format!("select {} as a, {} as b", count(7), count(8)))
+        .expect("both");
+    let one = |n: u32| {
+        let a = s.run(&format!("select {}", count(n))).expect("one");
+        rows(&a.batches)[0][0].clone()
+    };
+    let got = rows(&both.batches);
+    assert_eq!(got, vec![vec![one(7), one(8)]]);
+    assert_ne!(got[0][0], got[0][1], "the two nations differ at this scale");
+    let partsupp = both.scans.iter().filter(|r| r.table == "partsupp").count();
+    assert_eq!(partsupp, 2, "{:?}", scan_programs(&both));
+}
