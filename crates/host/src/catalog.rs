@@ -602,17 +602,9 @@ impl Catalog {
     /// The column bounds (`VERSION_BOUNDS`, see [`Catalog::encode_bounds`]).
     fn decode_bounds(r: &mut Reader<'_>, tables: &mut [TableInfo]) -> Result<(), HostError> {
         for t in tables.iter_mut() {
-            if r.u8()? == 0 {
+            let Some(n) = Self::section_columns(r, t, "bounds")? else {
                 continue;
-            }
-            let n = r.u16()? as usize;
-            if n != t.schema.len() {
-                return Err(HostError::Catalog(format!(
-                    "table {}: bounds for {n} columns, the schema has {}",
-                    t.name,
-                    t.schema.len()
-                )));
-            }
+            };
             let mut b = Vec::with_capacity(n);
             for c in 0..n {
                 b.push(match r.u8()? {
@@ -651,21 +643,34 @@ impl Catalog {
         }
     }
 
+    /// The start of `t`'s part of a per-column section (`what`: statistics, bounds): its
+    /// flag and, when set, its column count, which must be the schema's.
+    fn section_columns(
+        r: &mut Reader<'_>,
+        t: &TableInfo,
+        what: &str,
+    ) -> Result<Option<usize>, HostError> {
+        if r.u8()? == 0 {
+            return Ok(None);
+        }
+        let n = r.u16()? as usize;
+        if n != t.schema.len() {
+            return Err(HostError::Catalog(format!(
+                "table {}: {what} for {n} columns, the schema has {}",
+                t.name,
+                t.schema.len()
+            )));
+        }
+        Ok(Some(n))
+    }
+
     /// The column statistics (`VERSION_STATS`): per table a flag and, when set, each
     /// column's estimated distinct values.
     fn decode_stats(r: &mut Reader<'_>, tables: &mut [TableInfo]) -> Result<(), HostError> {
         for t in tables.iter_mut() {
-            if r.u8()? == 0 {
+            let Some(n) = Self::section_columns(r, t, "statistics")? else {
                 continue;
-            }
-            let n = r.u16()? as usize;
-            if n != t.schema.len() {
-                return Err(HostError::Catalog(format!(
-                    "table {}: statistics for {n} columns, the schema has {}",
-                    t.name,
-                    t.schema.len()
-                )));
-            }
+            };
             let mut d = Vec::with_capacity(n);
             for _ in 0..n {
                 d.push(r.u64()?);
