@@ -118,6 +118,17 @@ pub(crate) fn only_child(
     }
 }
 
+/// A device scan's plan properties for output `schema`: one partition, emitted as the
+/// device produces it, bounded.
+fn scan_properties(schema: &SchemaRef) -> Arc<PlanProperties> {
+    Arc::new(PlanProperties::new(
+        EquivalenceProperties::new(schema.clone()),
+        Partitioning::UnknownPartitioning(1),
+        EmissionType::Incremental,
+        Boundedness::Bounded,
+    ))
+}
+
 /// A device scan: see the [module docs](self).
 #[derive(Debug)]
 pub struct DeviceScanExec {
@@ -174,12 +185,7 @@ impl DeviceScanExec {
         limit: Option<usize>,
         filter_text: Option<String>,
     ) -> DeviceScanExec {
-        let cache = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema.clone()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
+        let cache = scan_properties(&schema);
         DeviceScanExec {
             table,
             device,
@@ -225,12 +231,7 @@ impl DeviceScanExec {
         fields.extend(extra.iter().map(|&c| Arc::new(all.field(c).clone())));
         s.schema = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
         s.output = ScanOutput::Rows(cols);
-        s.cache = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(s.schema.clone()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
+        s.cache = scan_properties(&s.schema);
         Ok(s)
     }
 
