@@ -645,9 +645,11 @@ fn bench_oneshot_measures_fresh_query_processes_and_refuses_what_it_cannot_compa
         "ihp,hw-isp",
         "--repeat",
         "1",
+        "--cold",
         "--json",
     ]);
     let v: serde_json::Value = serde_json::from_str(ok(&out).trim()).expect("json");
+    assert_eq!(v["cold"], true, "{v}");
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(rows.len(), 2, "{v}");
     for (r, s) in rows.iter().zip(["ihp", "hw-isp"]) {

@@ -343,6 +343,9 @@ pub(crate) fn pin_pages(
             }
         }
     }
+    // Pages that left the host's page cache are read ahead, not faulted in one by one.
+    ftl.nand().will_need(&v);
+    ftl.nand().will_need(&spares);
     // SAFETY: `peek_in_place` and `peek_crc_plan` return the array's stored sectors and
     // their spare bytes (`Nand::stored_sectors`) under this same borrow of the FTL, and so
     // of its array (an empty slice points at nothing to pin).

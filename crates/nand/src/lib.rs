@@ -364,6 +364,15 @@ impl Nand {
         unsafe { PinnedPages::new(self.pins.0.clone(), pages) }
     }
 
+    /// Stored bytes about to be read (slices handed out by [`Nand::stored_sectors`]):
+    /// an image file starts reading what of them left the host's page cache, in the
+    /// background, with the rest of each one's erase block (a scan's read-ahead; the
+    /// mapping itself is advised random). No modeled time, nothing counted; no-op in
+    /// memory.
+    pub fn will_need(&self, slices: &[&[u8]]) {
+        self.store.will_need(slices);
+    }
+
     /// A clean close of the image file: everything on the host's disk, then the header
     /// marked closed (the next open skips the repair scan). No-op in memory.
     pub fn sync(&mut self) -> Result<(), NandError> {

@@ -668,3 +668,57 @@ fn pinned_pages_are_never_seen_changing() {
     assert!(gone.load(std::sync::atomic::Ordering::SeqCst));
     assert_eq!(pinned.read(0..1, |_| ()), None);
 }
+
+#[test]
+fn scans_read_ahead_per_block_and_random_reads_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ahead.img");
+    let cfg = tiny();
+    let mut n = Nand::create_image(&path, cfg.clone()).unwrap();
+    let pages = 8u32;
+    for b in [1u32, 2, 3] {
+        for p in 0..pages {
+            let seed = u64::from(b * 100 + p);
+            n.program(
+                Ppa::new(BlockId(b), p),
+                &page_of(&cfg, seed),
+                &oob_of(&cfg, seed),
+                SimTime::ZERO,
+            )
+            .unwrap();
+        }
+    }
+    // Reads out of order in a block make no run: nothing is read ahead.
+    for p in [5, 1, 7, 3, 2, 6] {
+        read_page(&mut n, Ppa::new(BlockId(1), p)).unwrap();
+    }
+    assert_eq!(n.store.ahead_mark(1), 0);
+    // Two reads in a row of the next page: not yet a run.
+    read_page(&mut n, Ppa::new(BlockId(2), 0)).unwrap();
+    read_page(&mut n, Ppa::new(BlockId(2), 1)).unwrap();
+    assert_eq!(n.store.ahead_mark(2), 0);
+    // The third is: the block is read ahead from that page on (or taken as cached).
+    let (d, o, _) = read_page(&mut n, Ppa::new(BlockId(2), 2)).unwrap();
+    assert_eq!((d, o), (page_of(&cfg, 202), oob_of(&cfg, 202)));
+    let mark = n.store.ahead_mark(2);
+    let slot = n.layout.read_range(2);
+    assert!(mark as usize >= slot.end, "mark {mark} below page 2's slot {slot:?}");
+    // A scan's pinned pages: asked for directly.
+    let (data, oob) = n.stored_sectors(Ppa::new(BlockId(3), 4), 0, 1).unwrap();
+    n.will_need(&[data, oob]);
+    assert!(n.store.ahead_mark(3) as usize >= n.layout.data_start(4));
+    // Hints change no byte; an erase forgets its block's mark.
+    for p in 0..pages {
+        let (d, _, _) = read_page(&mut n, Ppa::new(BlockId(3), p)).unwrap();
+        assert_eq!(d, page_of(&cfg, 300 + u64::from(p)));
+    }
+    n.erase(BlockId(2), SimTime::ZERO).unwrap();
+    assert_eq!(n.store.ahead_mark(2), 0);
+    // Slices that are not the store's own are ignored.
+    let foreign = vec![0u8; 64];
+    n.will_need(&[&foreign, &[]]);
+    // In memory: no-op.
+    let m = Nand::new_in_memory(cfg.clone()).unwrap();
+    m.will_need(&[&foreign]);
+    assert_eq!(m.store.ahead_mark(0), 0);
+}

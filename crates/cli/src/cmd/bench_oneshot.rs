@@ -55,6 +55,11 @@ pub(crate) struct BenchOneshotArgs {
     /// Also run `duckdb` (a fresh Python process per run, over Parquet of the same rows).
     #[arg(long, value_enum, value_delimiter = ',')]
     compare: Vec<CompareArg>,
+    /// Cold runs: before every timed process, the image's pages (and the Parquet
+    /// file's, for DuckDB) leave the host's page cache (`posix_fadvise(DONTNEED)`), as
+    /// after a reboot: the first query then reads the image from the host's disk.
+    #[arg(long)]
+    cold: bool,
     #[command(flatten)]
     report: JsonFlag,
     /// Internal: print the warm scan wall time of the one query and strategy given, as
@@ -119,6 +124,25 @@ fn run_child(cmd: &mut Command, what: &str) -> Result<Child, CliError> {
         peak_rss_mib: usage.ru_maxrss as f64 / 1024.0,
         stdout,
     })
+}
+
+/// Drop the clean pages of file `path` from the host's page cache (written-back first),
+/// so that the next process reads it from the disk.
+fn evict(path: &Path) -> Result<(), CliError> {
+    use std::os::fd::AsRawFd;
+    let io = |e| CliError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    let f = std::fs::File::open(path).map_err(io)?;
+    f.sync_data().map_err(io)?;
+    // SAFETY: advice on a file descriptor we own, over the whole file; no memory is
+    // involved.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io(std::io::Error::from_raw_os_error(rc)));
+    }
+    Ok(())
 }
 
 /// The best (shortest) of `repeat` runs of `f`, and the largest peak RSS among them.
@@ -192,6 +216,7 @@ struct Report {
     image: String,
     image_generated: bool,
     repeat: usize,
+    cold: bool,
     duckdb_version: Option<String>,
     rows: Vec<Row>,
     command: String,
@@ -229,9 +254,18 @@ fn duckdb_python() -> Result<PathBuf, CliError> {
     Ok(PathBuf::from(py))
 }
 
-fn run_duckdb(py: &Path, parquet: &Path, sql_file: &Path, repeat: usize) -> Result<Duck, CliError> {
+fn run_duckdb(
+    py: &Path,
+    parquet: &Path,
+    sql_file: &Path,
+    repeat: usize,
+    cold: bool,
+) -> Result<Duck, CliError> {
     let script = scripts_dir().join("duckdb_oneshot.py");
     let (child, (query_s, rows, version)) = best_of(repeat, || {
+        if cold {
+            evict(parquet)?;
+        }
         let c = run_child(
             Command::new(py).arg(&script).arg(parquet).arg(sql_file),
             "DuckDB",
@@ -420,7 +454,7 @@ pub(crate) fn run(a: &BenchOneshotArgs) -> Result<(), CliError> {
                     path: f.clone(),
                     source: e,
                 })?;
-                let d = run_duckdb(py, parquet, &f, a.repeat)?;
+                let d = run_duckdb(py, parquet, &f, a.repeat, a.cold)?;
                 bar.inc(1);
                 version = Some(d.version.clone());
                 Some(d)
@@ -429,6 +463,9 @@ pub(crate) fn run(a: &BenchOneshotArgs) -> Result<(), CliError> {
         };
         for &c in &choices {
             let (child, parsed) = best_of(a.repeat, || {
+                if a.cold {
+                    evict(&image)?;
+                }
                 let c = run_child(
                     Command::new(&exe)
                         .args(["query", "--json", "--strategy", c.name(), "--image"])
@@ -463,6 +500,7 @@ pub(crate) fn run(a: &BenchOneshotArgs) -> Result<(), CliError> {
         image: image.display().to_string(),
         image_generated: generated,
         repeat: a.repeat,
+        cold: a.cold,
         duckdb_version: version,
         rows,
         command: crate::reproduce::line(),
@@ -538,6 +576,11 @@ fn print_report(rep: &Report, duck_on: bool) {
         },
         rep.repeat
     );
+    if rep.cold {
+        println!(
+            "cold: the image's (and the Parquet file's) pages left the page cache before every timed process; the warm scan is warm"
+        );
+    }
     if let Some(v) = &rep.duckdb_version {
         println!(
             "duckdb {v}: a fresh Python process per run over Parquet of the same rows; answers equal"
