@@ -311,7 +311,7 @@ impl Ahead {
 
 /// The stored bytes of `n` table pages from the session's `i`-th on, as far as they are
 /// in place (see [`Ftl::peek_in_place`]), pinned for other threads to read, with what
-/// the end-to-end check of each needs (its plan and its spare bytes, pinned too; the
+/// the end-to-end check of each needs (of the sectors mask `crc` names) (its plan and its spare bytes, pinned too; the
 /// spare bytes are not read here): the batch stops at the first page that is not in
 /// place.
 pub(crate) fn pin_pages(
@@ -320,6 +320,7 @@ pub(crate) fn pin_pages(
     n: usize,
     mut lba_of: impl FnMut(u64) -> Option<u64>,
     i: u64,
+    crc: u64,
 ) -> PinnedBatch {
     let mut v = Vec::with_capacity(n);
     let mut plans = Vec::with_capacity(n);
@@ -332,7 +333,7 @@ pub(crate) fn pin_pages(
             break;
         };
         v.push(b);
-        match ftl.peek_crc_plan(lba, page_bytes) {
+        match ftl.peek_crc_plan(lba, page_bytes, crc) {
             Some((plan, oob)) => {
                 plans.push(Some(plan));
                 spares.push(oob);

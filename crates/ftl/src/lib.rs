@@ -116,7 +116,7 @@ pub use config::{FtlConfig, GcPolicy, WriteCache};
 pub use error::{FtlError, RecoveryFailed, RecoveryReport};
 pub use ftl::{Ftl, ReadOnlyReason};
 pub use health::{Health, WARN_READ_ONLY, WARN_RELIABILITY, WARN_SPARE};
-pub use read::{CrcPlan, SectorCrcs};
+pub use read::{ALL_SECTORS, CrcPlan, SectorCrcs, sector_needed};
 pub use stats::{FtlStats, GcBytes};
 pub use write::packet_contexts;
 

@@ -89,7 +89,8 @@ impl Ftl {
     /// read as zeros. Sectors of one flash page that hold consecutive LBAs are read with
     /// one array read.
     pub fn read(&mut self, lba: u64, buf: &mut [u8], at: SimTime) -> Result<SimTime, FtlError> {
-        self.read_walk(lba, buf, at, false).map(|(done, _)| done)
+        self.read_walk(lba, buf, at, false, ALL_SECTORS)
+            .map(|(done, _)| done)
     }
 
     /// [`Ftl::read`] of `bytes` bytes from `lba` without copying when it can: when the
@@ -104,11 +105,28 @@ impl Ftl {
         bytes: usize,
         at: SimTime,
     ) -> Result<(SimTime, &[u8]), FtlError> {
+        self.read_ref_checking(lba, bytes, at, ALL_SECTORS)
+    }
+
+    /// [`Ftl::read_ref`] for a reader that looks only at some sectors of what it reads
+    /// (a firmware scan of PAX pages reads the minipages of its program's columns):
+    /// `crc` names them (see [`sector_needed`]). Every sector's TAG is checked as
+    /// always (it is user data of its LBA, from the page the MAP names); only the named
+    /// sectors' bytes are hashed against their CRC and remembered as matching. The
+    /// other sectors' bytes are returned unverified: the caller must not use them. The
+    /// modeled time and every counter are those of [`Ftl::read`].
+    pub fn read_ref_checking(
+        &mut self,
+        lba: u64,
+        bytes: usize,
+        at: SimTime,
+        crc: u64,
+    ) -> Result<(SimTime, &[u8]), FtlError> {
         let mut scratch = self.scratch.take_read();
         if scratch.len() < bytes {
             scratch.resize(bytes, 0);
         }
-        let r = self.read_walk(lba, &mut scratch[..bytes], at, true);
+        let r = self.read_walk(lba, &mut scratch[..bytes], at, true, crc);
         self.scratch.put_read(scratch);
         let (done, in_place) = r?;
         let data = match in_place {
@@ -138,6 +156,7 @@ impl Ftl {
         buf: &mut [u8],
         at: SimTime,
         in_place: bool,
+        crc: u64,
     ) -> Result<(SimTime, Option<u64>), FtlError> {
         let n = self.sectors_of(buf.len())?;
         self.check_range(lba, n)?;
@@ -183,11 +202,12 @@ impl Ftl {
                         }
                         run += 1;
                     }
+                    let crc = sectors_from(crc, i);
                     let r = if in_place && i == 0 && run == n {
                         place = Some(a);
-                        self.read_verified_in_place(l, a, run as u32, t)?
+                        self.read_verified_in_place(l, a, run as u32, t, crc)?
                     } else {
-                        self.read_verified(l, a, &mut out[..run as usize * ss], t)?
+                        self.read_verified(l, a, &mut out[..run as usize * ss], t, crc)?
                     };
                     done = done.max(r);
                     self.counters.add(Count::UserReads, 1);
@@ -207,6 +227,7 @@ impl Ftl {
         addr: u64,
         out: &mut [u8],
         at: SimTime,
+        crc: u64,
     ) -> Result<SimTime, FtlError> {
         let (b, p, s) = unpack(addr);
         let ppa = Ppa::new(BlockId(b), p);
@@ -236,23 +257,27 @@ impl Ftl {
             r,
             out,
             &oob[..n * ob],
-            ss,
+            (ss, crc),
         );
         self.scratch.put_oob(oob);
-        self.mark_checked(ppa, s, n as u32, r)
+        self.mark_checked(ppa, s, n as u32, r, crc)
     }
 
-    /// Remember the sectors a successful check covered (`Nand::sector_checked`).
+    /// Remember the sectors a successful check hashed (`Nand::sector_checked`): those
+    /// of the `n` from `first` that `crc` names.
     fn mark_checked(
         &mut self,
         ppa: Ppa,
         first: u32,
         n: u32,
         r: Result<SimTime, FtlError>,
+        crc: u64,
     ) -> Result<SimTime, FtlError> {
         if r.is_ok() {
-            for k in first..first + n {
-                self.nand.mark_sector_checked(ppa, k);
+            for k in 0..n {
+                if sector_needed(crc, k as usize) {
+                    self.nand.mark_sector_checked(ppa, first + k);
+                }
             }
         }
         r
@@ -266,6 +291,7 @@ impl Ftl {
         addr: u64,
         n: u32,
         at: SimTime,
+        crc: u64,
     ) -> Result<SimTime, FtlError> {
         let (b, p, s) = unpack(addr);
         let ppa = Ppa::new(BlockId(b), p);
@@ -293,9 +319,29 @@ impl Ftl {
             r,
             data,
             oob,
-            ss,
+            (ss, crc),
         );
-        self.mark_checked(ppa, s, n, r)
+        self.mark_checked(ppa, s, n, r, crc)
+    }
+}
+
+/// Every sector of a read: its CRC is checked (the mask of [`Ftl::read_ref_checking`]).
+pub const ALL_SECTORS: u64 = u64::MAX;
+
+/// Whether the `k`-th sector of a read is among those mask `crc` names (bit `k`; a read
+/// of more than 64 sectors checks every sector past the 64th).
+#[inline]
+pub fn sector_needed(crc: u64, k: usize) -> bool {
+    k >= 64 || crc >> k & 1 == 1
+}
+
+/// Mask `crc` of a read, seen from its `i`-th sector on (sectors past the 64th named).
+#[inline]
+fn sectors_from(crc: u64, i: u64) -> u64 {
+    match i {
+        0 => crc,
+        1..64 => crc >> i | !0u64 << (64 - i),
+        _ => ALL_SECTORS,
     }
 }
 
@@ -303,7 +349,8 @@ impl Ftl {
 /// sector): an erased page or a sector whose TAG is not user data of its LBA, or whose
 /// bytes do not match the TAG's CRC, is an uncorrectable error naming the LBA (counted
 /// as a media and integrity error); a sector whose bytes matched before and have not
-/// changed since is not hashed again (`Nand::sector_checked`).
+/// changed since is not hashed again (`Nand::sector_checked`), nor is one the reader
+/// does not look at (`crc`, see [`Ftl::read_ref_checking`]).
 fn check_sectors(
     nand: &csd_nand::Nand,
     counters: &mut Counters,
@@ -311,7 +358,7 @@ fn check_sectors(
     r: Result<csd_nand::ReadDone, NandError>,
     data: &[u8],
     oob: &[u8],
-    ss: usize,
+    (ss, crc): (usize, u64),
 ) -> Result<SimTime, FtlError> {
     match r {
         Ok(r) if r.erased || data.is_empty() => {
@@ -329,7 +376,8 @@ fn check_sectors(
                 let sector = s + k as u32;
                 let ok = matches!(tag, Some(t) if t.kind == Kind::Data
                 && t.id == lba + k as u64
-                && (nand.sector_checked(ppa, sector)
+                && (!sector_needed(crc, k)
+                    || nand.sector_checked(ppa, sector)
                     || t.matches(&data[k * ss..(k + 1) * ss], || {
                         place_of(nand, ppa.block.0, ppa.page, sector)
                     })));
@@ -381,6 +429,8 @@ pub struct SectorCrcs {
     /// Per sector, the CRC-32C its bytes must have (the TAG's CRC with its place key
     /// taken out).
     want: Vec<u32>,
+    /// The sectors hashed (see [`sector_needed`]); the others are left to the read.
+    crc: u64,
 }
 
 impl SectorCrcs {
@@ -389,8 +439,8 @@ impl SectorCrcs {
         (self.ppa, self.first)
     }
 
-    /// Whether `data` (the sectors' stored bytes, as peeked) has every CRC. Hashes;
-    /// call it on any thread.
+    /// Whether `data` (the sectors' stored bytes, as peeked) has the CRC of every
+    /// sector the plan's mask names. Hashes; call it on any thread.
     pub fn matches(&self, data: &[u8]) -> bool {
         let ss = self.sector_size;
         ss > 0
@@ -398,7 +448,10 @@ impl SectorCrcs {
             && data
                 .chunks_exact(ss)
                 .zip(&self.want)
-                .all(|(s, &w)| crate::format::sector_crc(s) == w)
+                .enumerate()
+                .all(|(k, (s, &w))| {
+                    !sector_needed(self.crc, k) || crate::format::sector_crc(s) == w
+                })
     }
 }
 
@@ -419,6 +472,8 @@ pub struct CrcPlan {
     n: u32,
     /// The block's P/E count now, for the sectors' place keys (see [`place_of`]).
     pe: u32,
+    /// The sectors to hash (see [`sector_needed`]).
+    crc: u64,
 }
 
 impl CrcPlan {
@@ -448,6 +503,7 @@ impl CrcPlan {
             epoch: self.epoch,
             sector_size: self.sector_size,
             want,
+            crc: self.crc,
         })
     }
 }
@@ -458,15 +514,16 @@ impl Ftl {
     /// its LBA and some sector is not known to match already (else `None`: the read
     /// checks what it must). Nothing is read or counted.
     pub fn peek_sector_crcs(&self, lpid: u64, bytes: usize) -> Option<SectorCrcs> {
-        let (plan, oob) = self.peek_crc_plan(lpid, bytes)?;
+        let (plan, oob) = self.peek_crc_plan(lpid, bytes, ALL_SECTORS)?;
         plan.crcs(oob)
     }
 
     /// [`Ftl::peek_sector_crcs`] in two parts: the plan (here, without reading the
     /// sectors' spare bytes) and those spare bytes as stored (for [`CrcPlan::crcs`] on
-    /// the thread that hashes the page; pin them with the data). `None` when the bytes
-    /// are not in place or every sector is already known to match.
-    pub fn peek_crc_plan(&self, lpid: u64, bytes: usize) -> Option<(CrcPlan, &[u8])> {
+    /// the thread that hashes the page; pin them with the data), for the sectors mask
+    /// `crc` names (as [`Ftl::read_ref_checking`] takes it). `None` when the bytes are
+    /// not in place or every such sector is already known to match.
+    pub fn peek_crc_plan(&self, lpid: u64, bytes: usize, crc: u64) -> Option<(CrcPlan, &[u8])> {
         let ss = self.geo.sector_size().max(1);
         let (data, oob) = self.peek_page_in_place(lpid, bytes)?;
         let n = data.len().div_ceil(ss);
@@ -475,7 +532,9 @@ impl Ftl {
         };
         let (b, p, s) = unpack(a);
         let ppa = Ppa::new(BlockId(b), p);
-        if (0..n as u32).all(|k| self.nand.sector_checked(ppa, s + k)) {
+        if (0..n as u32)
+            .all(|k| !sector_needed(crc, k as usize) || self.nand.sector_checked(ppa, s + k))
+        {
             // Matched before and unchanged since: the read hashes nothing anyway.
             return None;
         }
@@ -491,6 +550,7 @@ impl Ftl {
             sector_size: ss,
             n: n as u32,
             pe,
+            crc,
         };
         Some((plan, oob))
     }
@@ -503,8 +563,11 @@ impl Ftl {
         if crcs.epoch != self.content_epoch() {
             return;
         }
-        for k in 0..crcs.want.len() as u32 {
-            self.nand.mark_sector_checked(crcs.ppa, crcs.first + k);
+        for k in 0..crcs.want.len() {
+            if sector_needed(crcs.crc, k) {
+                self.nand
+                    .mark_sector_checked(crcs.ppa, crcs.first + k as u32);
+            }
         }
     }
 }

@@ -1006,6 +1006,62 @@ fn read_ref_finds_a_corrupted_sector_in_place() {
     );
 }
 
+/// A reader that names the sectors it looks at (`Ftl::read_ref_checking`) has only those
+/// hashed and remembered as matching; damage in another sector passes that read (its
+/// bytes are not looked at) and is found by the first read that looks (every sector's
+/// TAG is still checked on every read: `check_sectors` tests kind and LBA before the
+/// mask). The CRC plan of another thread follows the same mask.
+#[test]
+fn reads_hash_only_the_sectors_their_reader_looks_at() {
+    // The tiny preset with pages of four 2 KiB sectors.
+    let mut dev = DeviceConfig::preset("tiny").unwrap();
+    dev.geometry.sector_size = 2048;
+    let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), FtlConfig::default()).unwrap();
+    let ss = f.lba_size();
+    let spp = f.nand().geometry().sectors_per_page() as u64;
+    assert_eq!(spp, 4);
+    let page_bytes = spp as usize * ss;
+    let data: Vec<u8> = (0..spp).flat_map(|k| sector(&f, k + 3)).collect();
+    f.write(0, &data, SimTime::ZERO).unwrap();
+    f.flush(SimTime::ZERO).unwrap();
+    let (ppa, first) = f.location_of_lba(0).unwrap();
+    // Sector 1 damaged; the reader looks at sectors 0 and 2 only.
+    f.nand_mut().corrupt(ppa, first + 1, 9, 0x04).unwrap();
+    let mask = 0b101;
+    let (t, got) = f
+        .read_ref_checking(0, page_bytes, SimTime::ZERO, mask)
+        .unwrap();
+    assert_eq!(&got[..ss], &data[..ss]);
+    assert_eq!(&got[2 * ss..3 * ss], &data[2 * ss..3 * ss]);
+    assert!(t > SimTime::ZERO);
+    assert!(f.nand().sector_checked(ppa, first));
+    assert!(!f.nand().sector_checked(ppa, first + 1));
+    assert!(f.nand().sector_checked(ppa, first + 2));
+    // A plan for the same reader has nothing left to hash; one for every sector has.
+    assert!(f.peek_crc_plan(0, page_bytes, mask).is_none());
+    let (plan, spare) = f
+        .peek_crc_plan(0, page_bytes, crate::read::ALL_SECTORS)
+        .expect("sector 1 unchecked");
+    let c = plan.crcs(spare).expect("TAGs are user data");
+    assert!(!c.matches(f.peek_in_place(0, page_bytes).unwrap()));
+    // The reader that looks at sector 1 finds the damage, naming its LBA.
+    assert_eq!(
+        f.read_ref_checking(0, page_bytes, SimTime::ZERO, 0b010)
+            .map(|r| r.0),
+        Err(FtlError::Uncorrectable { lba: 1 })
+    );
+    let mut buf = vec![0u8; page_bytes];
+    assert_eq!(
+        f.read(0, &mut buf, SimTime::ZERO),
+        Err(FtlError::Uncorrectable { lba: 1 })
+    );
+    // A read from the second sector on: the mask's bit 0 is that sector.
+    assert_eq!(
+        f.read_ref_checking(1, ss, SimTime::ZERO, 0b1).map(|r| r.0),
+        Err(FtlError::Uncorrectable { lba: 1 })
+    );
+}
+
 /// Byte offset in an image file of sector `s` of page (`b`, `p`) and of its OOB bytes
 /// (the layout of `csd_nand`'s image: 64 KiB header, block table, then the blocks, each
 /// its page states padded to 64 bytes, every page's OOB bytes, then from the next 4 KiB
@@ -1100,7 +1156,9 @@ fn crcs_matched_elsewhere_spare_the_hash_only_while_nothing_changed() {
     assert!(!c.matches(&stored[..ss]), "fewer sectors than the CRCs");
     assert!(!f.nand().sector_checked(ppa, first));
     // The two parts another thread runs apart: the plan, then the TAGs of the spare bytes.
-    let (plan, spare) = f.peek_crc_plan(0, page_bytes).expect("a plan");
+    let (plan, spare) = f
+        .peek_crc_plan(0, page_bytes, crate::read::ALL_SECTORS)
+        .expect("a plan");
     assert_eq!(plan.crcs(spare).as_ref(), Some(&c));
     let mut other = spare.to_vec();
     other[0] ^= 1; // the first TAG's LBA (its low 56 bits, little-endian): 1, not 0

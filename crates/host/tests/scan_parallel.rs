@@ -324,3 +324,83 @@ fn a_damaged_page_fails_the_scan_with_any_thread_count() {
     );
     assert!(failures.iter().all(|f| f == &failures[0]), "{failures:?}");
 }
+
+/// A PAX scan hashes only the sectors of each page that hold its program's minipages
+/// (`Ftl::read_ref_checking`): damage in a sector holding only columns the program does
+/// not read leaves its answer exact, with any thread count, while a program that reads
+/// a column of that sector fails naming the page. (Synthetic16 on `tiny`: pages of two
+/// 4 KiB sectors, 127 rows of 16 four-byte columns, so c10 to c16 lie in the second.)
+#[test]
+fn a_scan_checks_the_sectors_its_program_reads() {
+    let guard = Threads::take();
+    let cfg = config(1024, 64, 32);
+    for threads in [1, 2] {
+        guard.set(threads);
+        let (want, _) = scan(
+            &cfg,
+            Layout::Pax,
+            Strategy::CpuIsp,
+            Program::Ungrouped,
+            ROWS as i32,
+        );
+        let mut c = loaded(&cfg, Layout::Pax);
+        let info = table_t(&mut c);
+        let lpp = info.lbas_per_page(c.identify().lba_size);
+        let page_bytes = lpp as usize * c.identify().lba_size as usize;
+        let damaged = info.pages * 2 / 3;
+        let ftl = c.device().block_mut().ftl_mut();
+        ftl.flush(csd_sim::SimTime::ZERO).expect("flush");
+        let crcs = ftl
+            .peek_sector_crcs(info.first_lba + damaged * lpp, page_bytes)
+            .expect("the table page is on flash");
+        let (ppa, first) = crcs.place();
+        assert_eq!(page_bytes, 8192, "two sectors a page");
+        // Byte 3000 of the second sector: page byte 7096, in c14's minipage.
+        ftl.nand_mut()
+            .corrupt(ppa, first + 1, 3000, 0x04)
+            .expect("corrupt");
+        let pl = plan(&mut c, Program::Ungrouped, ROWS as i32);
+        let mut got = PartialResult::new(&pl);
+        run_scan(
+            &mut c,
+            &info,
+            &pl,
+            &cfg,
+            &ScanOptions::new(Strategy::CpuIsp),
+            &mut |ch| got.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
+        )
+        .expect("c1, c2 and c4 lie in the first sector, which is intact");
+        assert_eq!(got, want, "{threads} thread(s)");
+        // SELECT MAX(c15) reads the damaged sector (its bytes are hashed whole).
+        let s = &info.schema;
+        let c15 = Expr::column(s, s.column_index("c15").expect("c15")).expect("c15");
+        let pl = Plan::aggregation(
+            "t",
+            s,
+            Aggregation {
+                group_by: vec![],
+                aggregates: vec![Aggregate {
+                    func: AggFunc::Max,
+                    arg: Some(c15),
+                    ty: DataType::Int,
+                }],
+            },
+            None,
+        );
+        let mut all = PartialResult::new(&pl);
+        let err = run_scan(
+            &mut c,
+            &info,
+            &pl,
+            &cfg,
+            &ScanOptions::new(Strategy::CpuIsp),
+            &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
+        )
+        .expect_err("the damaged sector is read");
+        let want_page = format!("table page {damaged}: LBA");
+        assert!(
+            err.to_string().contains(&want_page),
+            "{err} should name {want_page}"
+        );
+    }
+}

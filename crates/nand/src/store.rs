@@ -1275,7 +1275,9 @@ impl Store {
             read_window: Vec::new(),
             read_window_bytes: 0,
             private_mark: Vec::new(),
-            ahead: (0..nblocks).map(|_| std::sync::atomic::AtomicU32::new(0)).collect(),
+            ahead: (0..nblocks)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
             runs: vec![(NO_PAGE, 0); nblocks],
             ff: Vec::new(),
         };
@@ -1334,7 +1336,9 @@ impl Store {
             read_window: Vec::new(),
             read_window_bytes: 0,
             private_mark: Vec::new(),
-            ahead: (0..nblocks).map(|_| std::sync::atomic::AtomicU32::new(0)).collect(),
+            ahead: (0..nblocks)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
             runs: vec![(NO_PAGE, 0); nblocks],
             ff: Vec::new(),
         };

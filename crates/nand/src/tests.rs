@@ -702,7 +702,10 @@ fn scans_read_ahead_per_block_and_random_reads_do_not() {
     assert_eq!((d, o), (page_of(&cfg, 202), oob_of(&cfg, 202)));
     let mark = n.store.ahead_mark(2);
     let slot = n.layout.read_range(2);
-    assert!(mark as usize >= slot.end, "mark {mark} below page 2's slot {slot:?}");
+    assert!(
+        mark as usize >= slot.end,
+        "mark {mark} below page 2's slot {slot:?}"
+    );
     // A scan's pinned pages: asked for directly.
     let (data, oob) = n.stored_sectors(Ppa::new(BlockId(3), 4), 0, 1).unwrap();
     n.will_need(&[data, oob]);
