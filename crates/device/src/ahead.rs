@@ -47,8 +47,10 @@
 //! * The thread that evaluates a page also does the CRC part of the FTL's end-to-end
 //!   check on the bytes it holds pinned ([`Ftl::peek_crc_plan`]), after evaluating
 //!   it; when every CRC matched, the step records it ([`Ftl::note_crcs_matched`],
-//!   ignored if anything changed since) and the read checks only the TAGs. A fresh
-//!   process hashes every byte of every page it reads once (16 KiB a page), which made
+//!   ignored if anything changed since) and the read checks only the TAGs. Only the
+//!   sectors the program reads are hashed (the session's mask, `read_sectors` in
+//!   [`crate::isp`]; every sector until the session saw its first page). A fresh
+//!   process hashes every such byte of every page it reads once, which made
 //!   the CRC a quarter of a one-shot Q6 scan's CPU time on the stepping thread; now it
 //!   is spread over the pool. A page whose CRC does not match is left to the read,
 //!   which reports it as before. The TAGs the CRCs come from are read there too, from
