@@ -277,6 +277,41 @@ fn a_write_during_a_scan_drops_pages_evaluated_ahead() {
     );
 }
 
+/// Flips a bit of byte `byte` of sector `sector` of table page `page` on flash (after a
+/// flush, so the page is there).
+fn damage(c: &mut Client, info: &csd_host::TableInfo, page: u64, sector: u32, byte: usize) {
+    let lpp = info.lbas_per_page(c.identify().lba_size);
+    let page_bytes = lpp as usize * c.identify().lba_size as usize;
+    let ftl = c.device().block_mut().ftl_mut();
+    ftl.flush(csd_sim::SimTime::ZERO).expect("flush");
+    let crcs = ftl
+        .peek_sector_crcs(info.first_lba + page * lpp, page_bytes)
+        .expect("the table page is on flash");
+    let (ppa, first) = crcs.place();
+    ftl.nand_mut()
+        .corrupt(ppa, first + sector, byte, 0x04)
+        .expect("corrupt");
+}
+
+/// Runs `pl` with cpu-isp on the loaded device: the merged result, or the scan's error.
+fn scan_loaded(
+    c: &mut Client,
+    info: &csd_host::TableInfo,
+    pl: &Plan,
+    cfg: &DeviceConfig,
+) -> Result<PartialResult, HostError> {
+    let mut all = PartialResult::new(pl);
+    run_scan(
+        c,
+        info,
+        pl,
+        cfg,
+        &ScanOptions::new(Strategy::CpuIsp),
+        &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
+    )?;
+    Ok(all)
+}
+
 /// A table page damaged on flash is found by a scan whose look-ahead threads hash the
 /// pages they evaluate (`Ftl::note_crcs_matched`) as by a scan on one thread: the session
 /// fails naming the page, with any thread count.
@@ -290,30 +325,12 @@ fn a_damaged_page_fails_the_scan_with_any_thread_count() {
         guard.set(threads);
         let mut c = loaded(&cfg, Layout::Pax);
         let info = table_t(&mut c);
-        let lpp = info.lbas_per_page(c.identify().lba_size);
-        let page_bytes = lpp as usize * c.identify().lba_size as usize;
         // Far enough in that the look-ahead has evaluated pages before it.
         damaged = info.pages * 2 / 3;
-        let ftl = c.device().block_mut().ftl_mut();
-        ftl.flush(csd_sim::SimTime::ZERO).expect("flush");
-        let crcs = ftl
-            .peek_sector_crcs(info.first_lba + damaged * lpp, page_bytes)
-            .expect("the table page is on flash");
-        let (ppa, first) = crcs.place();
-        ftl.nand_mut()
-            .corrupt(ppa, first, 100, 0x04)
-            .expect("corrupt");
+        damage(&mut c, &info, damaged, 0, 100);
         let pl = plan(&mut c, Program::Ungrouped, ROWS as i32);
-        let mut all = PartialResult::new(&pl);
-        let err = run_scan(
-            &mut c,
-            &info,
-            &pl,
-            &cfg,
-            &ScanOptions::new(Strategy::CpuIsp),
-            &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
-        )
-        .expect_err("a damaged page must fail the scan");
+        let err =
+            scan_loaded(&mut c, &info, &pl, &cfg).expect_err("a damaged page must fail the scan");
         failures.push(err.to_string());
     }
     let want = format!("table page {damaged}: LBA");
@@ -345,31 +362,15 @@ fn a_scan_checks_the_sectors_its_program_reads() {
         );
         let mut c = loaded(&cfg, Layout::Pax);
         let info = table_t(&mut c);
-        let lpp = info.lbas_per_page(c.identify().lba_size);
-        let page_bytes = lpp as usize * c.identify().lba_size as usize;
-        let damaged = info.pages * 2 / 3;
-        let ftl = c.device().block_mut().ftl_mut();
-        ftl.flush(csd_sim::SimTime::ZERO).expect("flush");
-        let crcs = ftl
-            .peek_sector_crcs(info.first_lba + damaged * lpp, page_bytes)
-            .expect("the table page is on flash");
-        let (ppa, first) = crcs.place();
+        let page_bytes =
+            info.lbas_per_page(c.identify().lba_size) as usize * c.identify().lba_size as usize;
         assert_eq!(page_bytes, 8192, "two sectors a page");
+        let damaged = info.pages * 2 / 3;
         // Byte 3000 of the second sector: page byte 7096, in c14's minipage.
-        ftl.nand_mut()
-            .corrupt(ppa, first + 1, 3000, 0x04)
-            .expect("corrupt");
+        damage(&mut c, &info, damaged, 1, 3000);
         let pl = plan(&mut c, Program::Ungrouped, ROWS as i32);
-        let mut got = PartialResult::new(&pl);
-        run_scan(
-            &mut c,
-            &info,
-            &pl,
-            &cfg,
-            &ScanOptions::new(Strategy::CpuIsp),
-            &mut |ch| got.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
-        )
-        .expect("c1, c2 and c4 lie in the first sector, which is intact");
+        let got = scan_loaded(&mut c, &info, &pl, &cfg)
+            .expect("c1, c2 and c4 lie in the first sector, which is intact");
         assert_eq!(got, want, "{threads} thread(s)");
         // SELECT MAX(c15) reads the damaged sector (its bytes are hashed whole).
         let s = &info.schema;
@@ -387,16 +388,7 @@ fn a_scan_checks_the_sectors_its_program_reads() {
             },
             None,
         );
-        let mut all = PartialResult::new(&pl);
-        let err = run_scan(
-            &mut c,
-            &info,
-            &pl,
-            &cfg,
-            &ScanOptions::new(Strategy::CpuIsp),
-            &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
-        )
-        .expect_err("the damaged sector is read");
+        let err = scan_loaded(&mut c, &info, &pl, &cfg).expect_err("the damaged sector is read");
         let want_page = format!("table page {damaged}: LBA");
         assert!(
             err.to_string().contains(&want_page),
