@@ -16,7 +16,7 @@ use crate::server::{Conn, QueuePair, Refusal, Shared};
 use csd_sim::{Pacer, SimTime};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, IoSlice, Read, Write};
 use std::ops::Range;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::time::{Duration, Instant};
@@ -65,9 +65,14 @@ pub(crate) fn run<R: Read, W: Write + Send>(
         return Ok(());
     };
     if shared.pacer.wall_deadline(SimTime::ZERO).is_none() {
-        let mut sink = Direct { w, conn };
+        let mut sink = Direct {
+            w,
+            conn,
+            pending: Vec::new(),
+            pending_bytes: 0,
+        };
         let read = read_requests(shared, conn, &q, &mut r, &mut sink);
-        let flushed = sink.w.flush();
+        let flushed = sink.idle();
         read?;
         return Ok(flushed?);
     }
@@ -82,21 +87,87 @@ trait Sink {
     fn idle(&mut self) -> io::Result<()>;
 }
 
-/// Virtual clock: replies go straight into the connection's buffered writer.
+/// Virtual clock: replies are gathered and written together, each header and each
+/// READ's data straight from the buffer the device filled (one vectored write, no copy
+/// into the connection's buffer: at 4 KiB random reads that copy was a tenth of the
+/// server thread's time).
 struct Direct<'c, W: Write> {
+    /// The connection (its buffer holds only what the handshake left).
     w: BufWriter<W>,
     conn: &'c Conn,
+    /// Replies not written yet, in order.
+    pending: Vec<Reply>,
+    /// Their bytes on the wire.
+    pending_bytes: usize,
+}
+
+/// Replies gathered at most before they are written (two slices each, within the
+/// system's limit of 1024 per vectored write), and bytes.
+const PENDING_REPLIES: usize = 256;
+const PENDING_BYTES: usize = 256 << 10;
+
+impl<W: Write> Direct<'_, W> {
+    /// Write the gathered replies, in order.
+    fn send(&mut self) -> io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.w.flush()?;
+        let heads: Vec<[u8; SIMPLE_REPLY_BYTES]> = self
+            .pending
+            .iter()
+            .map(|r| proto::simple_reply(r.error, r.cookie))
+            .collect();
+        let mut iov = Vec::with_capacity(2 * heads.len());
+        for (r, h) in self.pending.iter().zip(&heads) {
+            iov.push(IoSlice::new(h));
+            if let Some(d) = reply_data(r) {
+                iov.push(IoSlice::new(d));
+            }
+        }
+        write_all_vectored(self.w.get_mut(), &mut iov)?;
+        for _ in self.pending.drain(..) {
+            self.conn.request_done();
+        }
+        self.pending_bytes = 0;
+        Ok(())
+    }
 }
 
 impl<W: Write> Sink for Direct<'_, W> {
     fn put(&mut self, reply: Reply) -> io::Result<bool> {
-        write_reply(&mut self.w, &reply)?;
-        self.conn.request_done();
+        self.pending_bytes += SIMPLE_REPLY_BYTES + reply_data(&reply).map_or(0, <[u8]>::len);
+        self.pending.push(reply);
+        if self.pending.len() >= PENDING_REPLIES || self.pending_bytes >= PENDING_BYTES {
+            self.send()?;
+        }
         Ok(true)
     }
     fn idle(&mut self) -> io::Result<()> {
+        self.send()?;
         self.w.flush()
     }
+}
+
+/// The data a reply carries on the wire (a successful READ's).
+fn reply_data(r: &Reply) -> Option<&[u8]> {
+    match (r.error, &r.data) {
+        (0, Some((buf, range))) => Some(buf.get(range.clone()).unwrap_or_default()),
+        _ => None,
+    }
+}
+
+/// Write every byte of `iov` (vectored writes, continued after short ones).
+fn write_all_vectored(w: &mut impl Write, mut iov: &mut [IoSlice<'_>]) -> io::Result<()> {
+    while !iov.is_empty() {
+        match w.write_vectored(iov) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut iov, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Paced clock: replies go to the writer thread, which holds them for their deadlines.
@@ -449,8 +520,8 @@ fn read_requests<R: Read>(
 
 fn write_reply(w: &mut impl Write, r: &Reply) -> io::Result<()> {
     w.write_all(&proto::simple_reply(r.error, r.cookie))?;
-    if let (0, Some((buf, range))) = (r.error, &r.data) {
-        w.write_all(buf.get(range.clone()).unwrap_or_default())?;
+    if let Some(d) = reply_data(r) {
+        w.write_all(d)?;
     }
     Ok(())
 }
@@ -562,4 +633,96 @@ fn write_replies<W: Write>(
         }
     }
     w.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that takes at most `max` bytes a call (from the first slice with any),
+    /// and fails every third call with `Interrupted`, like a busy socket.
+    struct Trickle {
+        out: Vec<u8>,
+        max: usize,
+        calls: u32,
+    }
+
+    impl Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.calls += 1;
+            if self.calls % 3 == 0 {
+                return Err(io::ErrorKind::Interrupted.into());
+            }
+            let n = buf.len().min(self.max);
+            self.out.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn vectored_replies_arrive_whole_and_in_order_through_short_writes() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+        let replies = [
+            Reply {
+                cookie: 1,
+                error: 0,
+                data: Some((data.clone(), 100..4196)),
+                done: SimTime::ZERO,
+            },
+            Reply {
+                cookie: 2,
+                error: proto::EINVAL,
+                data: Some((data.clone(), 0..10)),
+                done: SimTime::ZERO,
+            },
+            Reply {
+                cookie: 3,
+                error: 0,
+                data: None,
+                done: SimTime::ZERO,
+            },
+        ];
+        let mut want = Vec::new();
+        for r in &replies {
+            write_reply(&mut want, r).unwrap();
+        }
+        // The failed READ carries no data; the successful one its range.
+        assert_eq!(want.len(), 3 * SIMPLE_REPLY_BYTES + 4096);
+        for max in [1, 7, 16, 4096, 1 << 20] {
+            let heads: Vec<_> = replies
+                .iter()
+                .map(|r| proto::simple_reply(r.error, r.cookie))
+                .collect();
+            let mut iov = Vec::new();
+            for (r, h) in replies.iter().zip(&heads) {
+                iov.push(IoSlice::new(h));
+                if let Some(d) = reply_data(r) {
+                    iov.push(IoSlice::new(d));
+                }
+            }
+            let mut w = Trickle {
+                out: Vec::new(),
+                max,
+                calls: 0,
+            };
+            write_all_vectored(&mut w, &mut iov).unwrap();
+            assert_eq!(w.out, want, "at most {max} bytes a write");
+        }
+        // A writer that takes nothing is an error, not a loop.
+        struct Full;
+        impl Write for Full {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Ok(0)
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let h = [0u8; 4];
+        let e = write_all_vectored(&mut Full, &mut [IoSlice::new(&h)]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WriteZero);
+    }
 }
