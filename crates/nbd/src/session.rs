@@ -650,7 +650,7 @@ mod tests {
     impl Write for Trickle {
         fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
             self.calls += 1;
-            if self.calls % 3 == 0 {
+            if self.calls.is_multiple_of(3) {
                 return Err(io::ErrorKind::Interrupted.into());
             }
             let n = buf.len().min(self.max);
