@@ -141,6 +141,7 @@ const SAMPLES: &[&[&str]] = &[
         "/tmp/s.sock",
         "--read-only",
     ],
+    &["serve", "--memory", "--socket", "/tmp/s.sock"],
     &[
         "load", "tpch", "--sf", "0.01", "--tables", "lineitem", "--image", "d.img",
     ],

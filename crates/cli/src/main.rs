@@ -74,11 +74,12 @@ enum Cmd {
     /// simulation, never used in its place).
     #[command(subcommand)]
     Model(model::ModelCmd),
-    /// Serve the device on an image as a Network Block Device, for fio (--ioengine=nbd),
-    /// nbdinfo, nbdcopy, qemu or the kernel's nbd driver. Stops cleanly (flush,
-    /// checkpoint, sync) on Ctrl-C or SIGTERM.
+    /// Serve the device on an image (or a throwaway one in memory) as a Network Block
+    /// Device, for fio (--ioengine=nbd), nbdinfo, nbdcopy, qemu or the kernel's nbd
+    /// driver. Stops cleanly (flush, checkpoint, sync) on Ctrl-C or SIGTERM.
     ///
     /// Example: csd serve --image dev.img --preset tiny --socket /tmp/csd.sock
+    /// (or: csd serve --memory --socket /tmp/csd.sock)
     Serve(serve::ServeArgs),
     /// Load tables onto a device image (TPC-H or SyntheticN), NSM or PAX pages.
     #[command(subcommand)]

@@ -372,6 +372,85 @@ fn fio_random_write_then_verify() {
     srv.terminate();
 }
 
+/// `csd serve --memory`: a device in memory behind the same protocol, as `nbdkit
+/// memory` is a RAM disk: fio writes and verifies through it, SIGTERM ends it cleanly,
+/// no file is left, and it refuses an image or `--read-only` beside it.
+#[test]
+fn a_device_in_memory_serves_fio_and_leaves_nothing_behind() {
+    require!("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("mem.sock");
+    let log = dir.path().join("mem.log");
+    let mut child = Command::new(CSD)
+        .args(["serve", "--memory", "--preset", "tiny", "--socket"])
+        .arg(&sock)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(File::create(&log).unwrap()))
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let uri = line.trim().to_string();
+    assert!(
+        uri.starts_with("nbd+unix"),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let job = [
+        "--name=m",
+        "--rw=randwrite",
+        "--bs=4k",
+        "--size=8M",
+        "--iodepth=16",
+        "--verify=crc32c",
+        "--do_verify=1",
+    ];
+    assert_eq!(fio_errors(&fio(dir.path(), &uri, &job)), 0);
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "{text}");
+    assert!(text.contains("device in memory"), "{text}");
+    assert!(text.contains("discarded"), "{text}");
+    // Only the log (and fio's own files) in the directory: no image, no stats file.
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().to_string();
+        assert!(
+            !name.ends_with(".img") && !name.ends_with(".smart.json"),
+            "{name} left behind"
+        );
+    }
+    for bad in [
+        vec![
+            "serve",
+            "--memory",
+            "--image",
+            "x.img",
+            "--socket",
+            "/tmp/x.sock",
+        ],
+        vec![
+            "serve",
+            "--memory",
+            "--read-only",
+            "--socket",
+            "/tmp/x.sock",
+        ],
+        vec!["serve", "--socket", "/tmp/x.sock"],
+    ] {
+        let out = Command::new(CSD).args(&bad).output().unwrap();
+        assert!(!out.status.success(), "{bad:?} must be refused");
+    }
+}
+
 #[test]
 fn nbdcopy_in_and_out_returns_identical_bytes() {
     require!("nbdcopy");
@@ -747,6 +826,8 @@ fn bench_serve_compares_with_nbdkit() {
     assert_eq!(jobs.len(), 3, "randwrite, randwrite with flushes, randread");
     for j in jobs {
         assert!(j["csd_iops"].as_f64().unwrap() > 0.0, "{j}");
+        assert!(j["csd_memory_iops"].as_f64().unwrap() > 0.0, "{j}");
+        assert!(j["ratio_in_memory"].as_f64().unwrap() > 0.0, "{j}");
         assert!(j["nbdkit_memory_iops"].as_f64().unwrap() > 0.0, "{j}");
         assert!(j["nbdkit_file_iops"].as_f64().unwrap() > 0.0, "{j}");
         // Two rounds, each with all three servers; the median ratio lies in the range

@@ -1,16 +1,17 @@
 //! `csd bench serve`: `csd serve` against real peers in the same run. fio's nbd engine
-//! drives `csd serve` (an image of the chosen device, virtual clock), `nbdkit memory` (a
-//! RAM disk behind the same protocol) and `nbdkit file` (a file on the same file system
-//! as the image: the fair peer for durability, since both sync to disk on FLUSH) with the
-//! same jobs — 4 KiB random writes, random writes with a FLUSH after every 32 (fio
+//! drives `csd serve` (an image of the chosen device, virtual clock), `csd serve
+//! --memory` (the same device in memory), `nbdkit memory` (a RAM disk behind the same
+//! protocol: the like-for-like peer of the device in memory) and `nbdkit file` (a file on
+//! the same file system as the image: the fair peer for durability, since both sync to
+//! disk on FLUSH) with the same jobs — 4 KiB random writes, random writes with a FLUSH after every 32 (fio
 //! `--fsync=32`), and random reads, queue depth 32 — and the table gives IOPS side by
 //! side and the ratios. The emulator's own speed is what is measured: the device model
 //! runs in virtual time.
 //!
 //! On a shared machine a server's IOPS moves by 2x or more from one minute to the next
 //! (other tenants), more than the differences measured. So each job runs in `--rounds`
-//! rounds; a round runs the three servers back to back, each round in another order
-//! (round `r` starts with server `r mod 3`) so that drift falls on every server alike.
+//! rounds; a round runs the four servers back to back, each round in another order
+//! (round `r` starts with server `r mod 4`) so that drift falls on every server alike.
 //! Ratios are taken within a round (the servers ran under the same load); the table
 //! gives each server's median IOPS, the median of the rounds' ratios and their range.
 
@@ -151,18 +152,23 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
         let v: Vec<serde_json::Value> = rows
             .iter()
             .map(|r| {
-                let (memory, file) = (r.ratio(MEMORY), r.ratio(FILE));
+                let (memory, file) = (r.ratio(CSD, MEMORY), r.ratio(CSD, FILE));
+                let in_memory = r.ratio(CSD_MEMORY, MEMORY);
                 serde_json::json!({
                     "job": r.job,
                     "csd_iops": r.median_iops(CSD),
+                    "csd_memory_iops": r.median_iops(CSD_MEMORY),
                     "nbdkit_memory_iops": r.median_iops(MEMORY),
                     "nbdkit_file_iops": r.median_iops(FILE),
                     "ratio_memory": memory.median,
                     "ratio_memory_range": [memory.min, memory.max],
                     "ratio_file": file.median,
                     "ratio_file_range": [file.min, file.max],
+                    "ratio_in_memory": in_memory.median,
+                    "ratio_in_memory_range": [in_memory.min, in_memory.max],
                     "rounds": r.rounds.iter().map(|x| serde_json::json!({
                         "csd_iops": x[CSD],
+                        "csd_memory_iops": x[CSD_MEMORY],
                         "nbdkit_memory_iops": x[MEMORY],
                         "nbdkit_file_iops": x[FILE],
                     })).collect::<Vec<_>>(),
@@ -178,10 +184,12 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
     let mut t = report::table(&[
         "fio job (4 KiB, nbd)",
         "csd serve IOPS",
+        "csd serve --memory IOPS",
         "nbdkit memory IOPS",
         "nbdkit file IOPS",
         "csd / memory",
         "csd / file",
+        "csd --memory / memory",
     ]);
     for r in &rows {
         let shown = |x: Ratio| {
@@ -194,10 +202,12 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
         t.add_row(vec![
             r.job.to_string(),
             format!("{:.0}", r.median_iops(CSD)),
+            format!("{:.0}", r.median_iops(CSD_MEMORY)),
             format!("{:.0}", r.median_iops(MEMORY)),
             format!("{:.0}", r.median_iops(FILE)),
-            shown(r.ratio(MEMORY)),
-            shown(r.ratio(FILE)),
+            shown(r.ratio(CSD, MEMORY)),
+            shown(r.ratio(CSD, FILE)),
+            shown(r.ratio(CSD_MEMORY, MEMORY)),
         ]);
     }
     println!("{t}");
@@ -219,14 +229,23 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Index of `csd serve` in a round's IOPS.
+/// Index of `csd serve` (on an image) in a round's IOPS.
 const CSD: usize = 0;
 /// Index of `nbdkit memory` in a round's IOPS.
 const MEMORY: usize = 1;
 /// Index of `nbdkit file` in a round's IOPS.
 const FILE: usize = 2;
+/// Index of `csd serve --memory` in a round's IOPS.
+const CSD_MEMORY: usize = 3;
+/// Servers in a round.
+const N: usize = 4;
 /// The servers' names, by index.
-const SERVERS: [&str; 3] = ["csd serve", "nbdkit memory", "nbdkit file"];
+const SERVERS: [&str; N] = [
+    "csd serve",
+    "nbdkit memory",
+    "nbdkit file",
+    "csd serve --memory",
+];
 
 /// The median of `v` (the mean of the two middle values for an even count; 0 if empty).
 fn median(mut v: Vec<f64>) -> f64 {
@@ -238,7 +257,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// csd's IOPS over a peer's, over the rounds.
+/// One server's IOPS over another's, over the rounds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Ratio {
     median: f64,
@@ -249,8 +268,8 @@ struct Ratio {
 /// One job's IOPS on each server, per round.
 struct Row {
     job: &'static str,
-    /// Per round: the IOPS of [`CSD`], [`MEMORY`] and [`FILE`].
-    rounds: Vec<[f64; 3]>,
+    /// Per round: the IOPS of [`CSD`], [`MEMORY`], [`FILE`] and [`CSD_MEMORY`].
+    rounds: Vec<[f64; N]>,
 }
 
 impl Row {
@@ -259,9 +278,9 @@ impl Row {
         median(self.rounds.iter().map(|r| r[s]).collect())
     }
 
-    /// csd's IOPS over server `s`'s, each taken within its round.
-    fn ratio(&self, s: usize) -> Ratio {
-        let v: Vec<f64> = self.rounds.iter().map(|r| r[CSD] / r[s].max(1.0)).collect();
+    /// Server `a`'s IOPS over server `b`'s, each taken within its round.
+    fn ratio(&self, a: usize, b: usize) -> Ratio {
+        let v: Vec<f64> = self.rounds.iter().map(|r| r[a] / r[b].max(1.0)).collect();
         Ratio {
             median: median(v.clone()),
             min: v.iter().copied().fold(f64::INFINITY, f64::min),
@@ -270,14 +289,14 @@ impl Row {
     }
 }
 
-/// The order in which round `r` runs the servers: a rotation starting at `r mod 3`.
-fn order(r: u32) -> [usize; 3] {
-    let k = r as usize % 3;
-    [k, (k + 1) % 3, (k + 2) % 3]
+/// The order in which round `r` runs the servers: a rotation starting at `r mod N`.
+fn order(r: u32) -> [usize; N] {
+    let k = r as usize % N;
+    std::array::from_fn(|i| (k + i) % N)
 }
 
-/// `csd serve` on a fresh image, `nbdkit memory` and `nbdkit file` side by side in
-/// `dir`, each job of fio on all three.
+/// `csd serve` on a fresh image and in memory, `nbdkit memory` and `nbdkit file` side by
+/// side in `dir`, each job of fio on all four.
 fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row>, CliError> {
     let image = dir.join("dev.img");
     let csd_sock = dir.join("csd.sock");
@@ -286,29 +305,36 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
         path: PathBuf::from("csd"),
         source: e,
     })?;
-    let mut serve = Command::new(exe);
-    serve
-        .args(["serve", "--image"])
-        .arg(&image)
-        .arg("--socket")
-        .arg(&csd_sock)
-        .args([
-            "--write-cache",
-            &a.write_cache.to_string(),
-            "--stats-interval",
-            "0",
-        ]);
-    for s in a.src.describe().split_whitespace() {
-        serve.arg(s);
-    }
-    let _csd = Killed(
+    let mem_sock = dir.join("csd-memory.sock");
+    // `csd serve` on the image, then on the same device in memory.
+    let start_csd = |device: &[&std::ffi::OsStr], sock: &Path| -> Result<Killed, CliError> {
+        let mut serve = Command::new(&exe);
         serve
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| CliError::Usage(format!("csd serve: {e}")))?,
-    );
-    wait_for(&csd_sock)?;
+            .arg("serve")
+            .args(device)
+            .arg("--socket")
+            .arg(sock)
+            .args([
+                "--write-cache",
+                &a.write_cache.to_string(),
+                "--stats-interval",
+                "0",
+            ]);
+        for s in a.src.describe().split_whitespace() {
+            serve.arg(s);
+        }
+        let k = Killed(
+            serve
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| CliError::Usage(format!("csd serve: {e}")))?,
+        );
+        wait_for(sock)?;
+        Ok(k)
+    };
+    let _csd = start_csd(&["--image".as_ref(), image.as_os_str()], &csd_sock)?;
+    let _csd_memory = start_csd(&["--memory".as_ref()], &mem_sock)?;
     let bytes = cfg.geometry.raw_capacity();
     let _peer = Killed(
         Command::new("nbdkit")
@@ -343,7 +369,7 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
     wait_for(&file_sock)?;
     let uri = |s: &Path| format!("nbd+unix:///?socket={}", s.display());
     let out = dir.join("fio.json");
-    let socks = [&csd_sock, &peer_sock, &file_sock];
+    let socks = [&csd_sock, &peer_sock, &file_sock, &mem_sock];
     let bar = if a.report.json {
         indicatif::ProgressBar::hidden()
     } else {
@@ -356,7 +382,7 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
     for (job, rw, fsync) in JOBS {
         let mut rounds = Vec::with_capacity(a.rounds as usize);
         for r in 0..a.rounds {
-            let mut iops = [0.0; 3];
+            let mut iops = [0.0; N];
             for s in order(r) {
                 bar.set_message(format!(
                     "{job}, round {}/{}: {} ({} s)",
@@ -378,7 +404,7 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
 
 #[cfg(test)]
 mod tests {
-    use super::{CSD, FILE, MEMORY, Row, median, order};
+    use super::{CSD, CSD_MEMORY, FILE, MEMORY, N, Row, median, order};
 
     #[test]
     fn median_of_odd_even_and_empty_counts() {
@@ -388,16 +414,17 @@ mod tests {
     }
 
     #[test]
-    fn every_server_takes_every_place_in_three_rounds() {
-        for place in 0..3 {
-            let mut seen: Vec<usize> = (0..3).map(|r| order(r)[place]).collect();
+    fn every_server_takes_every_place_in_as_many_rounds_as_servers() {
+        let all: Vec<usize> = (0..N).collect();
+        for place in 0..N {
+            let mut seen: Vec<usize> = (0..N as u32).map(|r| order(r)[place]).collect();
             seen.sort_unstable();
-            assert_eq!(seen, vec![0, 1, 2], "place {place}");
+            assert_eq!(seen, all, "place {place}");
         }
-        for r in 0..6 {
+        for r in 0..2 * N as u32 {
             let mut o = order(r).to_vec();
             o.sort_unstable();
-            assert_eq!(o, vec![0, 1, 2], "round {r} runs each server once");
+            assert_eq!(o, all, "round {r} runs each server once");
         }
     }
 
@@ -408,15 +435,20 @@ mod tests {
         let row = Row {
             job: "randwrite",
             rounds: vec![
-                [200.0, 100.0, 50.0],
-                [100.0, 50.0, 50.0],
-                [60.0, 20.0, 15.0],
+                [200.0, 100.0, 50.0, 300.0],
+                [100.0, 50.0, 50.0, 75.0],
+                [60.0, 20.0, 15.0, 40.0],
             ],
         };
-        let m = row.ratio(MEMORY);
+        let m = row.ratio(CSD, MEMORY);
         assert_eq!((m.median, m.min, m.max), (2.0, 2.0, 3.0));
-        let f = row.ratio(FILE);
+        let f = row.ratio(CSD, FILE);
         assert_eq!((f.median, f.min, f.max), (4.0, 2.0, 4.0));
+        let in_memory = row.ratio(CSD_MEMORY, MEMORY);
+        assert_eq!(
+            (in_memory.median, in_memory.min, in_memory.max),
+            (2.0, 1.5, 3.0)
+        );
         assert_eq!(row.median_iops(CSD), 100.0);
         assert_eq!(row.median_iops(MEMORY), 50.0);
     }

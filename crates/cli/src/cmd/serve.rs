@@ -1,4 +1,5 @@
-//! `csd serve`: the device on an image file as an NBD server (crate `csd-nbd`), with a
+//! `csd serve`: the device on an image file (or, with `--memory`, a throwaway device in
+//! memory) as an NBD server (crate `csd-nbd`), with a
 //! SMART stats file for `csd device smart` while it runs, and a clean shutdown on
 //! SIGINT / SIGTERM (flush, checkpoint, sync). After a SIGKILL the next `csd serve`
 //! recovers the FTL from its checkpoint and log like any other start.
@@ -28,8 +29,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub(crate) struct ServeArgs {
     /// Image file to serve. If it does not exist it is created from --preset / --config /
     /// --set (default preset nvme-tlc); an image without an FTL needs --format.
-    #[arg(long)]
-    image: PathBuf,
+    #[arg(long, required_unless_present = "memory")]
+    image: Option<PathBuf>,
+    /// Serve a fresh device in memory instead (from --preset / --config / --set), like
+    /// `nbdkit memory`: nothing outlives the server. Its stats file is written only
+    /// where --stats-file says.
+    #[arg(long, conflicts_with_all = ["image", "read_only"])]
+    memory: bool,
     #[command(flatten)]
     src: ConfigSource,
     /// Listen on this Unix socket (URI nbd+unix:///EXPORT?socket=PATH).
@@ -253,6 +259,8 @@ fn stats_line(v: &Value) -> String {
 pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
     let stats_path = check_options(a)?;
     let dev = open_device(a)?;
+    // What the device is called in messages and the stats file.
+    let name = a.image.clone().unwrap_or_else(|| PathBuf::from("(memory)"));
     let device = dev.ftl().nand().config().name.clone();
     let server = Server::new(
         NvmeDevice::from_block(dev),
@@ -270,26 +278,27 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
     let stop = stop_on_signals()?;
     let uri = listener.uri(&a.export);
     let snap = Snapshot {
-        image: &a.image,
+        image: &name,
         uri: &uri,
         clock: a.clock,
         started: Instant::now(),
     };
-    let stats_path = match snap.write(&server, &stats_path, true) {
-        Ok(_) => Some(stats_path),
+    let stats_path = match stats_path.map(|p| snap.write(&server, &p, true).map(|_| p)) {
+        None => None,
+        Some(Ok(p)) => Some(p),
         // Read-only with the default stats file: go on without it (module docs).
-        Err(e) if a.read_only && a.stats_file.is_none() => {
+        Some(Err(e)) if a.read_only && a.stats_file.is_none() => {
             eprintln!(
                 "warning: {e}; serving read-only without a stats file (`csd device smart` \
                  cannot show this server's figures; --stats-file PATH puts them elsewhere)"
             );
             None
         }
-        Err(e) => return Err(e),
+        Some(Err(e)) => return Err(e),
     };
     eprintln!(
         "serving {} ({} bytes, device {device}, clock {}) at {uri}",
-        a.image.display(),
+        name.display(),
         server.export_size(),
         match a.clock {
             ClockMode::Virtual => "virtual".to_string(),
@@ -300,7 +309,7 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
         Some(p) => eprintln!(
             "stats: {} (csd device smart --image {}); stop with Ctrl-C or SIGTERM",
             p.display(),
-            a.image.display()
+            name.display()
         ),
         None => eprintln!("stop with Ctrl-C or SIGTERM"),
     }
@@ -320,22 +329,28 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
         r
     });
     drop(listener);
-    eprintln!("shutting down: flush, checkpoint, sync");
-    // Every connection has ended; make the device durable before the final stats.
-    server.with_device(|d| image::close(d.block_mut()))?;
+    if a.memory {
+        eprintln!("shutting down: the device in memory is discarded");
+    } else {
+        eprintln!("shutting down: flush, checkpoint, sync");
+        // Every connection has ended; make the device durable before the final stats.
+        server.with_device(|d| image::close(d.block_mut()))?;
+    }
     let v = match &stats_path {
         Some(p) => snap.write(&server, p, false)?,
         None => snap.json(&server, false)?,
     };
     eprintln!("{}", stats_line(&v));
     served?;
-    eprintln!("image {} synced", a.image.display());
+    if let Some(image) = &a.image {
+        eprintln!("image {} synced", image.display());
+    }
     Ok(())
 }
 
 /// Refuses options that cannot work, before anything touches the image; the stats
-/// file's path.
-fn check_options(a: &ServeArgs) -> Result<PathBuf, CliError> {
+/// file's path (none for a device in memory without --stats-file).
+fn check_options(a: &ServeArgs) -> Result<Option<PathBuf>, CliError> {
     if let ClockMode::Paced { scale } = a.clock
         && scale > 1e6
     {
@@ -353,38 +368,48 @@ fn check_options(a: &ServeArgs) -> Result<PathBuf, CliError> {
              add --allow-remote to serve the device to the network"
         )));
     }
-    let stats_path = a
+    let Some(stats_path) = a
         .stats_file
         .clone()
-        .unwrap_or_else(|| default_stats_file(&a.image));
+        .or_else(|| a.image.as_deref().map(default_stats_file))
+    else {
+        return Ok(None);
+    };
     image::guard_output(&stats_path, &[], true)?;
-    if stats_path == a.image {
+    if Some(&stats_path) == a.image.as_ref() {
         return Err(CliError::Usage(
             "--stats-file is the image itself: pick another path".into(),
         ));
     }
-    Ok(stats_path)
+    Ok(Some(stats_path))
 }
 
-/// The image's block device: read-only, or read-write (created if it does not exist).
+/// The image's block device: read-only, or read-write (created if it does not exist);
+/// or a fresh device in memory.
 fn open_device(a: &ServeArgs) -> Result<BlockDevice, CliError> {
+    let Some(path) = &a.image else {
+        let cfg = a.src.load()?;
+        eprintln!("device in memory ({})", report::geometry_line(&cfg));
+        let ftl = a.ftl.config(cfg.geometry.sector_size)?;
+        return Ok(csd_device::stack::in_memory(cfg, ftl)?);
+    };
     Ok(if a.read_only {
         if a.ftl.format || a.ftl.op.is_some() {
             return Err(CliError::Usage(
                 "--read-only cannot be combined with --format or --op".into(),
             ));
         }
-        image::open_ro_serving(&a.image, false)?
+        image::open_ro_serving(path, false)?
     } else {
-        if !a.image.exists() {
+        if !path.exists() {
             let cfg = a.src.load()?;
             eprintln!(
                 "creating {} ({})",
-                a.image.display(),
+                path.display(),
                 report::geometry_line(&cfg)
             );
         }
-        image::open_rw(&a.image, &a.src, &a.ftl, true, false)?
+        image::open_rw(path, &a.src, &a.ftl, true, false)?
     })
 }
 
