@@ -102,10 +102,7 @@ impl Serve {
             .spawn()
             .unwrap();
         // The server prints its URI on stdout once it listens.
-        let mut line = String::new();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        out.read_line(&mut line).unwrap();
-        let uri = line.trim().to_string();
+        let uri = first_line(&mut child);
         assert!(
             uri.starts_with("nbd"),
             "csd serve did not start: {}",
@@ -189,6 +186,15 @@ impl Drop for Serve {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The first line a server printed on stdout (its URI once it listens), trimmed.
+fn first_line(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim().to_string()
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -388,11 +394,7 @@ fn a_device_in_memory_serves_fio_and_leaves_nothing_behind() {
         .stderr(Stdio::from(File::create(&log).unwrap()))
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let uri = line.trim().to_string();
+    let uri = first_line(&mut child);
     assert!(
         uri.starts_with("nbd+unix"),
         "{}",
@@ -506,10 +508,7 @@ fn tcp_needs_loopback_or_allow_remote() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let line = first_line(&mut child);
     let _ = child.kill();
     let _ = child.wait();
     assert!(line.starts_with("nbd://127.0.0.1:"), "{line}");
