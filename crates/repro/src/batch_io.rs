@@ -637,8 +637,27 @@ fn no_gc_device(gc_gib: f64) -> Result<(f64, u32), ReproError> {
 /// its own in-memory device, so this bounds the memory of the sweep).
 const MAX_PARALLEL_RUNS: usize = 4;
 
+/// Peak resident bytes of one run per record loaded, to size how many runs go at once:
+/// the in-memory device keeps every page written until its GC reclaims it, so a run
+/// holds up to its device (10x the dataset) in memory. Measured 2026-12-01 (release,
+/// ox-westlake, 20% cache, 3 modeled s): 1M records, 1.5 GiB device, 1.27-1.34 GB;
+/// 10M records, 16 GiB device (the paper's scale), 19.8-21.9 GB. The larger per record.
+const RUN_BYTES_PER_RECORD: f64 = 2_200.0;
+
+/// How many runs go at once: one per core, at most [`MAX_PARALLEL_RUNS`] and `jobs`,
+/// and no more than the memory available holds at `per_run` bytes each (at least one).
+fn parallel_runs(cores: usize, jobs: usize, avail: Option<f64>, per_run: f64) -> usize {
+    let by_memory = avail.map_or(usize::MAX, |a| (a / per_run.max(1.0)) as usize);
+    cores
+        .clamp(1, MAX_PARALLEL_RUNS)
+        .min(jobs.max(1))
+        .min(by_memory)
+        .max(1)
+}
+
 /// Run every configuration of `jobs`, as many at once as there are cores (at most
-/// [`MAX_PARALLEL_RUNS`]); the results come back in `jobs`' order. Each run is a fresh
+/// [`MAX_PARALLEL_RUNS`], and as many as the memory available holds: see
+/// [`parallel_runs`]); the results come back in `jobs`' order. Each run is a fresh
 /// device and a single-threaded store on its own virtual clock, so running runs side by
 /// side changes no modeled figure, only the wall time of the sweep. `done` is called as
 /// each run ends, with its index, result and wall seconds.
@@ -651,10 +670,16 @@ fn run_all(
     let next = AtomicUsize::new(0);
     let slots: Vec<Mutex<Option<Result<Outcome, ReproError>>>> =
         jobs.iter().map(|_| Mutex::new(None)).collect();
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, MAX_PARALLEL_RUNS)
-        .min(jobs.len().max(1));
+    let per_run = jobs
+        .iter()
+        .map(|a| a.records as f64 * RUN_BYTES_PER_RECORD)
+        .fold(0.0, f64::max);
+    let workers = parallel_runs(
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        jobs.len(),
+        crate::available_memory(),
+        per_run,
+    );
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| {
@@ -1432,7 +1457,28 @@ fn configuration(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
 
 #[cfg(test)]
 mod bound_tests {
-    use super::bound;
+    use super::{MAX_PARALLEL_RUNS, RUN_BYTES_PER_RECORD, bound, parallel_runs};
+
+    #[test]
+    fn runs_go_side_by_side_only_as_far_as_memory_holds_them() {
+        let gb = 1e9;
+        // The default scale (about 1M records) on this 2-core, 23 GB machine: one per core.
+        assert_eq!(
+            parallel_runs(2, 24, Some(23.0 * gb), 1e6 * RUN_BYTES_PER_RECORD),
+            2
+        );
+        // The paper's 10M records: one at a time (two OOM-killed a run, 2026-12-01).
+        assert_eq!(
+            parallel_runs(2, 24, Some(23.0 * gb), 1e7 * RUN_BYTES_PER_RECORD),
+            1
+        );
+        // Less memory than one run needs still runs one (the run itself may then fail).
+        assert_eq!(parallel_runs(8, 24, Some(1.0 * gb), 22.0 * gb), 1);
+        // Unknown memory: cores, at most MAX_PARALLEL_RUNS, at most the jobs.
+        assert_eq!(parallel_runs(16, 24, None, 22.0 * gb), MAX_PARALLEL_RUNS);
+        assert_eq!(parallel_runs(16, 3, None, 1.0), 3);
+        assert_eq!(parallel_runs(0, 0, Some(0.0), 0.0), 1);
+    }
 
     #[test]
     fn the_busier_resource_at_or_above_the_threshold_bounds_a_run() {

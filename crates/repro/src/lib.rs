@@ -258,14 +258,21 @@ pub fn write_report(dir: &Path, name: &str, text: &str) -> Result<PathBuf, Repro
     Ok(path)
 }
 
-/// Refuse a run whose in-memory devices would not fit in the memory available now.
-pub fn check_memory(need_bytes: f64, flag: &str, value: f64) -> Result<(), ReproError> {
-    let avail_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+/// Bytes of memory available now (`MemAvailable` of `/proc/meminfo`); `None` where the
+/// system does not say.
+pub fn available_memory() -> Option<f64> {
+    std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         m.lines()
             .find(|l| l.starts_with("MemAvailable:"))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse::<f64>().ok())
-    });
+            .map(|kib| kib * 1024.0)
+    })
+}
+
+/// Refuse a run whose in-memory devices would not fit in the memory available now.
+pub fn check_memory(need_bytes: f64, flag: &str, value: f64) -> Result<(), ReproError> {
+    let avail_kib = available_memory().map(|b| b / 1024.0);
     match avail_kib {
         Some(kib) if need_bytes > kib * 1024.0 => Err(ReproError::Usage(format!(
             "{flag} {value} needs about {:.1} GB of memory for its in-memory devices; {:.1} GB \
