@@ -98,6 +98,43 @@ fn bad_options_are_refused() {
 }
 
 #[test]
+fn a_bad_preset_override_or_buffer_count_is_refused_and_named() {
+    for (args, names) in [
+        (
+            vec![
+                "bench",
+                "ycsb",
+                "--set",
+                "ftl.serial_contextz=true",
+                "--ops",
+                "10",
+            ],
+            "serial_contextz",
+        ),
+        (
+            vec![
+                "bench",
+                "ycsb",
+                "--set",
+                "ftl.serial_contexts=7",
+                "--ops",
+                "10",
+            ],
+            "serial_contexts",
+        ),
+        (
+            vec!["bench", "ycsb", "--write-buffers", "many"],
+            "write-buffers",
+        ),
+    ] {
+        let out = csd(&args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(names), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn repro_batch_io_writes_its_report_and_plots() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out_dir = dir.path().join("r");

@@ -628,10 +628,17 @@ mod tests {
     }
 
     fn packet_dev(packet_bytes: u32) -> BlockDevice {
+        packet_dev_with(packet_bytes, false)
+    }
+
+    fn packet_dev_with(packet_bytes: u32, serial_contexts: bool) -> BlockDevice {
         let cfg = DeviceConfig::preset_toml("tiny").unwrap();
         let cfg = DeviceConfig::from_toml_with_overrides(
             cfg,
-            &[format!("host_link.packet_bytes={packet_bytes}")],
+            &[
+                format!("host_link.packet_bytes={packet_bytes}"),
+                format!("ftl.serial_contexts={serial_contexts}"),
+            ],
         )
         .unwrap();
         let ftl_cfg = FtlConfig {
@@ -687,6 +694,46 @@ mod tests {
         // One command: the per-command costs once, the bytes once.
         assert_eq!(d.controller().commands(), 1);
         assert_eq!(d.controller().counters().host_link_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn serial_contexts_start_each_packet_after_the_one_before_commits() {
+        // batch-io §8.2.1 (`ftl.serial_contexts`): the 17 contexts of a 1 MiB write run one
+        // after another, so the write takes longer than with contexts that overlap, holds
+        // the same data and makes the same commits; a one-context write is unchanged.
+        let data = pattern(1 << 20, 3);
+        let mut out = Vec::new();
+        for (pb, serial) in [(65_512, false), (65_512, true), (0, false), (0, true)] {
+            let mut d = packet_dev_with(pb, serial);
+            let c0 = d.ftl().stats().commits;
+            let done = d.write_lbas(8, &data, SimTime::ZERO).unwrap();
+            let mut back = vec![0u8; data.len()];
+            d.read_lbas(8, &mut back, done).unwrap();
+            assert!(back == data, "packets {pb} serial {serial}: data differs");
+            d.ftl_mut().check_invariants().unwrap();
+            out.push((done, d.ftl().stats().commits - c0));
+        }
+        let (overlap, serial) = (out[0], out[1]);
+        assert_eq!(overlap.1, serial.1, "the same 17 commits either way");
+        // Each context waits for the one before: the write takes longer than when the 17
+        // overlap on the tiny device's dies, and at least 17 flash programs back to back
+        // (every commit programs a page).
+        assert!(
+            serial.0 > overlap.0,
+            "serial {serial:?} against overlapping {overlap:?}"
+        );
+        let cfg = DeviceConfig::preset("tiny").unwrap();
+        let t_prog = cfg
+            .flash
+            .t_prog_us
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        assert!(
+            serial.0.0 as f64 >= 17.0 * t_prog * 1e3,
+            "serial {serial:?}, tPROG {t_prog} us"
+        );
+        assert_eq!(out[2], out[3], "one context: nothing to serialize");
     }
 
     #[test]

@@ -164,9 +164,13 @@ impl Ftl {
         self.check_writable()?;
         let mdts = u64::from(self.cfg.mdts_sectors);
         let ss = self.geo.sector_size();
+        let serial = self.nand.config().ftl.serial_contexts;
         let mut done = SimTime::ZERO;
         let mut first = 0u64;
-        for (sectors, at) in contexts {
+        for (sectors, arrived) in contexts {
+            // One at a time (`ftl.serial_contexts`): a context starts once the one before
+            // it has committed.
+            let at = if serial { arrived.max(done) } else { arrived };
             done = done.max(at);
             let end = (first + sectors).min(n);
             let mut s = first;

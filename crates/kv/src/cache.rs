@@ -11,6 +11,12 @@
 //!   refers to the cached frame (its state is copied when the buffer is sealed, so later
 //!   updates to the page coalesce into the same write) or owns an image: a dirty page
 //!   evicted from the cache, or a page host GC is relocating.
+//! * The host may have a bounded number of write buffers (LLAMA's flush buffers; the paper
+//!   names one 1 MB buffer, §8.1.2): a sealed buffer stays busy until the device
+//!   acknowledges its write, and the host needs a free one to stage the next pages into,
+//!   so once every buffer is sealed and unacknowledged the host thread waits for the
+//!   earliest acknowledgement (with one buffer: for each write it seals). The store's
+//!   default leaves the count unbounded (only the I/O queue bounds writes).
 
 use crate::page::{self, Page};
 use csd_sim::SimTime;
@@ -132,6 +138,8 @@ pub(crate) struct WriteBuffer {
     pub ready_at: SimTime,
     /// Pages per seal (the buffer size less the descriptor block).
     pub cap: usize,
+    /// When each sealed buffer that may still be in flight is acknowledged.
+    in_flight: Vec<SimTime>,
 }
 
 impl WriteBuffer {
@@ -142,7 +150,31 @@ impl WriteBuffer {
             relocated: HashMap::new(),
             ready_at: SimTime::ZERO,
             cap: cap.max(1),
+            in_flight: Vec::new(),
         }
+    }
+
+    /// The instant a buffer is free to be sealed into, for a host with `buffers` write
+    /// buffers (at least 1) whose thread is at `now`: `now` while fewer than `buffers`
+    /// sealed writes are unacknowledged, else the earliest acknowledgement among them.
+    pub fn free_at(&mut self, buffers: usize, now: SimTime) -> SimTime {
+        let mut at = now;
+        loop {
+            self.in_flight.retain(|&d| d > at);
+            if self.in_flight.len() < buffers.max(1) {
+                return at;
+            }
+            let Some((i, &d)) = self.in_flight.iter().enumerate().min_by_key(|(_, d)| **d) else {
+                return at;
+            };
+            self.in_flight.swap_remove(i);
+            at = at.max(d);
+        }
+    }
+
+    /// A sealed buffer's write is acknowledged at `done`; its buffer is busy until then.
+    pub fn sealed(&mut self, done: SimTime) {
+        self.in_flight.push(done);
     }
 
     pub fn len(&self) -> usize {
@@ -194,4 +226,31 @@ pub(crate) fn copy(p: &Page) -> Page {
     let mut c = page::blank();
     c.copy_from_slice(&p[..]);
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_is_free_only_once_fewer_than_all_are_in_flight() {
+        let mut b = WriteBuffer::new(4);
+        // Nothing in flight: free now.
+        assert_eq!(b.free_at(1, SimTime(10)), SimTime(10));
+        b.sealed(SimTime(100));
+        // One buffer, in flight until 100: the next seal waits for it.
+        assert_eq!(b.free_at(1, SimTime(20)), SimTime(100));
+        b.sealed(SimTime(300));
+        b.sealed(SimTime(200));
+        // Two buffers, both in flight: the earlier acknowledgement (200, sealed second)
+        // frees one, not the first sealed.
+        assert_eq!(b.free_at(2, SimTime(150)), SimTime(200));
+        // The 300 one is still in flight; with two buffers one is free at 250.
+        assert_eq!(b.free_at(2, SimTime(250)), SimTime(250));
+        // Past every acknowledgement nothing waits, whatever the count.
+        assert_eq!(b.free_at(1, SimTime(400)), SimTime(400));
+        // A count of 0 means 1.
+        b.sealed(SimTime(500));
+        assert_eq!(b.free_at(0, SimTime(400)), SimTime(500));
+    }
 }

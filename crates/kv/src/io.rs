@@ -38,6 +38,10 @@ pub struct IoStats {
     pub flush_commands: u64,
     /// Write units sealed (log chunks or batches).
     pub seals: u64,
+    /// Seals that waited for a free write buffer (see `StoreConfig::write_buffers`).
+    pub buffer_waits: u64,
+    /// Host thread time spent waiting for a free write buffer, ns.
+    pub buffer_wait_ns: u64,
     /// Host checkpoints written (block interface).
     pub checkpoints: u64,
     /// Host checkpoints that host GC forced (no periodic checkpoint freed space in time).

@@ -70,6 +70,14 @@ pub struct ReproBatchIoArgs {
     /// right end).
     #[arg(long, value_delimiter = ',', default_value = "20,50,80")]
     caches: Vec<f64>,
+    /// Write buffers of the host store during a run (see `csd bench ycsb --write-buffers`;
+    /// default 0: as many as the I/O queue lets go out; 1: the host waits for each write).
+    #[arg(long, default_value_t = 0)]
+    write_buffers: u64,
+    /// Override a field of the ox-westlake preset, e.g. --set ftl.serial_contexts=true
+    /// (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
     #[command(flatten)]
     rng: Seed,
 }
@@ -366,12 +374,20 @@ enum Rerun {
     /// The paper runs 300 s on 10M records; this many modeled seconds give the paper's
     /// operations per record (host GC and checkpoints reach their steady state).
     RunLength(f64),
+    /// §8.2.1's write path as the paper's text reads: a write's packet contexts one at a
+    /// time (`ftl.serial_contexts`) and one host write buffer, whose write the host waits
+    /// for (`--write-buffers 1`). Neither is csd's default (docs/ox-log.md).
+    WritePath,
 }
+
+/// The `--set` that runs a write's packet contexts one at a time.
+const SERIAL_CONTEXTS: &str = "ftl.serial_contexts=true";
 
 /// Every headline more than 20% off whose runs can be re-run with one parameter at the
 /// paper's setting gets that re-run's figure (csd-paper's "explained" when it lands
 /// within): Figure 11's runs without GC at the paper's parallelism, Figure 13's at the
-/// paper's operations per record.
+/// paper's operations per record and, one at a time, with §8.2.1's write path as the
+/// paper's text reads (contexts one at a time, one write buffer).
 fn explain_misses(
     base: &BenchYcsbArgs,
     runs: &[Run],
@@ -388,18 +404,26 @@ fn explain_misses(
             out.push(c);
             continue;
         }
-        let rerun = match d {
-            Durability::None => Rerun::Parallelism,
-            _ if base.duration.is_some_and(|s| s < paper_len) => Rerun::RunLength(paper_len),
+        let mut reruns = Vec::new();
+        match d {
+            Durability::None => reruns.push(Rerun::Parallelism),
             _ => {
-                out.push(c);
-                continue;
+                if base.duration.is_some_and(|s| s < paper_len) {
+                    reruns.push(Rerun::RunLength(paper_len));
+                }
+                let paper_path =
+                    base.write_buffers == 1 && base.set.iter().any(|o| o == SERIAL_CONTEXTS);
+                if !paper_path {
+                    reruns.push(Rerun::WritePath);
+                }
             }
-        };
-        let c = match rerun_ratio(base, runs, (w, d, cache), rerun)? {
-            Some((parameter, setting, r)) => c.explain(parameter, setting, r),
-            None => c,
-        };
+        }
+        let mut c = c;
+        for rerun in reruns {
+            if let Some((parameter, setting, r)) = rerun_ratio(base, runs, (w, d, cache), rerun)? {
+                c = c.explain(parameter, setting, r);
+            }
+        }
         out.push(c);
     }
     Ok(out)
@@ -438,6 +462,14 @@ fn rerun_ratio(
             (
                 "run length".to_string(),
                 format!("{secs:.1} modeled s, the paper's operations per record"),
+            )
+        }
+        Rerun::WritePath => {
+            args.write_buffers = 1;
+            args.set.push(SERIAL_CONTEXTS.to_string());
+            (
+                "write path".to_string(),
+                "contexts one at a time and one write buffer, §8.2.1 as read".to_string(),
             )
         }
     };
@@ -585,11 +617,13 @@ fn base_args(a: &ReproBatchIoArgs, records: u64, length: RunLength, gib: f64) ->
         },
         wall_duration: None,
         preset: "ox-westlake".into(),
+        set: a.set.clone(),
         device_gib: gib,
         ways: None,
         dies: None,
         op: PAPER_OP,
         queue_depth: 64,
+        write_buffers: a.write_buffers,
         rng: a.rng,
         compare: Vec::new(),
         report: JsonFlag::default(),
@@ -1430,12 +1464,29 @@ fn configuration(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
         ..
     } = *c;
     let _ = writeln!(md, "\n## Configuration\n");
-    let dcfg = ycsb::device_config("ox-westlake", gib)?;
+    let dcfg = ycsb::shrink_config(
+        csd_sim::DeviceConfig::from_toml_with_overrides(
+            csd_sim::DeviceConfig::preset_toml("ox-westlake")?,
+            &a.set,
+        )?,
+        gib,
+    )?;
     let g = &dcfg.geometry;
+    let contexts = if dcfg.ftl.serial_contexts {
+        "a write's packet contexts one at a time (`ftl.serial_contexts`, §8.2.1)"
+    } else {
+        "a write's packet contexts overlapping"
+    };
+    let buffers = match a.write_buffers {
+        0 => "as many write buffers in flight as the I/O queue allows".to_string(),
+        1 => "one write buffer (the host waits for each write it seals to be acknowledged)"
+            .to_string(),
+        n => format!("{n} write buffers (the host waits when all are in flight)"),
+    };
     let _ = writeln!(
         md,
-        "* device: ox-westlake, {} channels x {} ways x {} dies, {} blocks of {} pages of {} KiB per die ({:.2} GiB raw), op {}, the log over {} dies, in memory, virtual clock\n\
-         * store: 4 KiB pages, 1 MiB write buffer, queue depth 64, host checkpoint every 3 modeled s (block), host GC from 50% of the host log used, device GC from 50% used when GC is on\n\
+        "* device: ox-westlake, {} channels x {} ways x {} dies, {} blocks of {} pages of {} KiB per die ({:.2} GiB raw), op {}, the log over {} dies, {contexts}, in memory, virtual clock\n\
+         * store: 4 KiB pages, 1 MiB write buffer, {buffers} during the runs (the load: as many as the queue allows), queue depth 64, host checkpoint every 3 modeled s (block), host GC from 50% of the host log used, device GC from 50% used when GC is on\n\
          * YCSB: {records} records, {length} per run, zipfian theta 0.99, read-heavy = 19 reads then 1 update, write-heavy = 19 updates then 1 read\n\
          * seed {}; wall time {wall:.0} s for {} runs\n\n\
          Reproduce: `{}`",
@@ -1519,11 +1570,13 @@ mod direction_tests {
             duration: Some(0.3),
             wall_duration: None,
             preset: "ox-westlake".into(),
+            set: Vec::new(),
             device_gib: 1.0,
             ways: Some(1),
             dies: None,
             op: 0.3,
             queue_depth: 64,
+            write_buffers: 0,
             rng: crate::args::Seed { seed: 7 },
             compare: Vec::new(),
             report: crate::args::JsonFlag::default(),

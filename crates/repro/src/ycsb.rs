@@ -78,6 +78,9 @@ pub struct BenchYcsbArgs {
     /// Device preset.
     #[arg(long, default_value = "ox-westlake")]
     pub preset: String,
+    /// Override a field of the preset, e.g. --set ftl.serial_contexts=true (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// Shrink the preset to about this raw capacity, GiB (in-memory: only written pages
     /// take memory).
     #[arg(long, default_value_t = 2.0)]
@@ -96,6 +99,13 @@ pub struct BenchYcsbArgs {
     /// Host I/O queue depth.
     #[arg(long, default_value_t = 64)]
     pub queue_depth: usize,
+    /// Write buffers of the host (LLAMA's flush buffers) during the run: with all of them
+    /// sealed and unacknowledged the host thread waits for the earliest acknowledgement
+    /// (1: for every write it seals, the paper's one 1 MB buffer read as synchronous).
+    /// Default 0: as many as the I/O queue lets go out (§8.1.2: the queue "is never
+    /// starved"). The load always runs with 0.
+    #[arg(long, default_value_t = 0)]
+    pub write_buffers: u64,
     #[command(flatten)]
     pub rng: Seed,
     /// Peers to run the same workload against on a real file (wall ops/s): redb, fjall.
@@ -103,6 +113,13 @@ pub struct BenchYcsbArgs {
     pub compare: Vec<String>,
     #[command(flatten)]
     pub report: JsonFlag,
+}
+
+impl BenchYcsbArgs {
+    /// The store's write-buffer limit of the run (`None`: unbounded, `--write-buffers 0`).
+    pub fn write_buffer_limit(&self) -> Option<usize> {
+        (self.write_buffers > 0).then_some(self.write_buffers as usize)
+    }
 }
 
 /// The host cache of a run.
@@ -304,6 +321,16 @@ impl Outcome {
         (busy, part(self.cpu.gc_ns), part(self.cpu.checkpoint_ns))
     }
 
+    /// Share of the modeled run the host thread waited for a free write buffer.
+    pub fn buffer_wait_share(&self) -> f64 {
+        let run_ns = self.run.modeled_s.unwrap_or(0.0) * 1e9;
+        if run_ns > 0.0 {
+            self.host.buffer_wait_ns as f64 / run_ns
+        } else {
+            0.0
+        }
+    }
+
     /// The JSON of the run.
     pub fn to_json(&self) -> serde_json::Value {
         let p = self.paper();
@@ -321,6 +348,7 @@ impl Outcome {
             "gc_start": a.gc_start,
             "dist": format!("{:?}", a.dist),
             "preset": a.preset,
+            "set": a.set,
             "device_gib": a.device_gib,
             "op": a.op,
             "ways": a.ways,
@@ -345,6 +373,10 @@ impl Outcome {
             "host_checkpoints": self.host.checkpoints,
             "host_gc_victims": self.host.gc_victims,
             "done_records": self.done_records,
+            "write_buffers": a.write_buffers,
+            "seals": self.host.seals,
+            "buffer_waits": self.host.buffer_waits,
+            "buffer_wait_share": self.buffer_wait_share(),
         })
     }
 }
@@ -480,7 +512,14 @@ pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outco
     bar.set_length(a.records);
     bar.set_position(0);
     bar.set_message(format!("{} load", a.interface.name()));
+    // The load is not measured (the paper starts each run from a freshly loaded index):
+    // its dirty pages go out when the cache or the write buffer needs it, not by age, so
+    // what it writes does not depend on how fast the device is (a slow device would
+    // otherwise seal many part-filled buffers and leave the host log full of garbage).
+    let age = s.config().max_dirty_age_ns;
+    s.set_max_dirty_age_ns(u64::MAX / 4);
     let load = ycsb::load(&mut s, a.records, &mut |n| bar.set_position(n)).map_err(kv)?;
+    s.set_max_dirty_age_ns(age);
     let dataset_pages = s.pages();
     let cache_pages = match a.cache {
         CacheSize::Percent(p) => Some(((dataset_pages as f64 * p / 100.0).ceil() as usize).max(1)),
@@ -490,6 +529,9 @@ pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outco
         s.set_cache_pages(cache_pages).map_err(kv)?;
         s.sync().map_err(kv)?;
     }
+    // The load (which the paper does not measure) ran with the I/O queue as the only
+    // bound on writes in flight; the run uses the write buffers asked for.
+    s.set_write_buffers(a.write_buffer_limit());
     let smart0 = if in_mem {
         None
     } else {
@@ -546,7 +588,7 @@ pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outco
 /// with the store formatted on it; the in-memory store does not persist.
 fn open_store(a: &BenchYcsbArgs) -> Result<Store<Client>, ReproError> {
     let dcfg = shrink_config_parallel(
-        DeviceConfig::preset(&a.preset)?,
+        DeviceConfig::from_toml_with_overrides(DeviceConfig::preset_toml(&a.preset)?, &a.set)?,
         a.device_gib,
         a.ways,
         a.dies,
@@ -581,6 +623,7 @@ fn open_store(a: &BenchYcsbArgs) -> Result<Store<Client>, ReproError> {
         interface: a.interface,
         cache_pages: None,
         queue_depth: a.queue_depth,
+        write_buffers: None,
         persist: !in_mem,
         block: BlockOptions {
             gc: a.gc,

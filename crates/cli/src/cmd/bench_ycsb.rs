@@ -170,4 +170,13 @@ fn print_outcome(o: &Outcome) {
         o.host.checkpoints,
         o.host.gc_victims
     );
+    println!(
+        "  write buffers: {}; {} seals, {} waited for a free buffer ({:.1}% of modeled time)",
+        a.write_buffer_limit()
+            .map_or("as many as the I/O queue lets go out".into(), |n| n
+                .to_string()),
+        o.host.seals,
+        o.host.buffer_waits,
+        o.buffer_wait_share() * 100.0
+    );
 }

@@ -82,10 +82,25 @@ impl<I: CommandIssuer> Store<I> {
             stats: &mut self.io,
         };
         self.activity = Activity::Seal;
-        match &mut self.log {
+        let done = match &mut self.log {
             Some(log) => log.write(&mut io, work, &pages, at)?,
             None => batch::write(&mut io, work, &pages, at)?,
         };
+        if let Some(n) = self.cfg.write_buffers {
+            // The host needs a free buffer to stage the next pages into: with every one of
+            // its `n` buffers sealed and unacknowledged it waits for the earliest
+            // acknowledgement (here, at once, rather than at the next page staged, which
+            // on these workloads comes within tens of operations).
+            self.buf.sealed(done);
+            let now = self.clock.cpu;
+            let free = self.buf.free_at(n, now);
+            if free > now {
+                self.io.buffer_waits += 1;
+                self.io.buffer_wait_ns += free.0 - now.0;
+                self.clock.cpu = free;
+                self.buffer_free = free;
+            }
+        }
         for (id, _) in &pages {
             self.dirty.remove(id);
         }

@@ -107,6 +107,18 @@ impl<I: CommandIssuer> Store<I> {
         self.seal()
     }
 
+    /// Change the number of write buffers (see [`StoreConfig::write_buffers`]); the
+    /// writes already in flight keep theirs.
+    pub fn set_write_buffers(&mut self, buffers: Option<usize>) {
+        self.cfg.write_buffers = buffers.map(|n| n.max(1));
+    }
+
+    /// Change how long a dirty page may wait before it is written (modeled ns; see
+    /// [`StoreConfig::max_dirty_age_ns`]).
+    pub fn set_max_dirty_age_ns(&mut self, ns: u64) {
+        self.cfg.max_dirty_age_ns = ns;
+    }
+
     /// The device's SMART log, read through the command interface.
     pub fn smart(&mut self) -> Result<csd_device::SmartLog, KvError> {
         let at = self.clock.cpu;

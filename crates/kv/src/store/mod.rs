@@ -97,6 +97,11 @@ pub struct StoreConfig {
     pub write_buffer_bytes: usize,
     /// I/O queue depth.
     pub queue_depth: usize,
+    /// Write buffers of the host (LLAMA's flush buffers): a sealed buffer is busy until
+    /// the device acknowledges its write, and once all are sealed and unacknowledged the
+    /// host thread waits for one to be free (with one buffer: for every write it seals).
+    /// `None`: as many as the I/O queue lets go out.
+    pub write_buffers: Option<usize>,
     /// Host CPU costs.
     pub costs: HostCosts,
     /// A dirty page is written at the latest this long (modeled ns) after it was changed.
@@ -120,6 +125,7 @@ impl Default for StoreConfig {
             cache_pages: None,
             write_buffer_bytes: 1 << 20,
             queue_depth: 64,
+            write_buffers: None,
             costs: HostCosts::default(),
             max_dirty_age_ns: 1_000_000_000,
             block: BlockOptions::default(),
@@ -193,6 +199,9 @@ pub struct Store<I: CommandIssuer> {
     counts: StoreStats,
     op_start: SimTime,
     op_done: SimTime,
+    /// The latest instant the host thread waited until for a free write buffer: an
+    /// operation during which it waited ends no earlier.
+    buffer_free: SimTime,
     recovered: bool,
     activity: Activity,
 }

@@ -39,6 +39,7 @@ impl<I: CommandIssuer> Store<I> {
             counts: StoreStats::default(),
             op_start: now,
             op_done: now,
+            buffer_free: now,
             io: IoStats::default(),
             recovered: false,
             activity: Activity::Recovery,

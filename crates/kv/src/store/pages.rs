@@ -163,7 +163,7 @@ impl<I: CommandIssuer> Store<I> {
     }
 
     pub(super) fn end_op(&mut self, t: SimTime) -> Result<(), KvError> {
-        self.op_done = t;
+        self.op_done = t.max(self.buffer_free);
         self.background()
     }
 
