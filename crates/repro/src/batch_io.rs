@@ -1464,13 +1464,7 @@ fn configuration(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
         ..
     } = *c;
     let _ = writeln!(md, "\n## Configuration\n");
-    let dcfg = ycsb::shrink_config(
-        csd_sim::DeviceConfig::from_toml_with_overrides(
-            csd_sim::DeviceConfig::preset_toml("ox-westlake")?,
-            &a.set,
-        )?,
-        gib,
-    )?;
+    let dcfg = ycsb::shrink_config(crate::preset("ox-westlake", &a.set)?, gib)?;
     let g = &dcfg.geometry;
     let contexts = if dcfg.ftl.serial_contexts {
         "a write's packet contexts one at a time (`ftl.serial_contexts`, §8.2.1)"

@@ -588,7 +588,7 @@ pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outco
 /// with the store formatted on it; the in-memory store does not persist.
 fn open_store(a: &BenchYcsbArgs) -> Result<Store<Client>, ReproError> {
     let dcfg = shrink_config_parallel(
-        DeviceConfig::from_toml_with_overrides(DeviceConfig::preset_toml(&a.preset)?, &a.set)?,
+        crate::preset(&a.preset, &a.set)?,
         a.device_gib,
         a.ways,
         a.dies,
