@@ -45,6 +45,11 @@ fn bench_ycsb_prints_paper_figures_for_both_interfaces() {
         assert!(ra >= 1.0, "{j}");
         let busy = j["host_cpu_busy_share"].as_f64().unwrap();
         assert!(busy > 0.0 && busy <= 1.0 + 1e-9, "{j}");
+        // The run's misses and buffer writes booked device resources; the bookings that
+        // waited behind a later arrival are a part of them.
+        let bookings = j["device_bookings"].as_u64().unwrap();
+        let inversions = j["order_inversions"].as_u64().unwrap();
+        assert!(bookings > 0 && inversions <= bookings, "{j}");
     }
 }
 

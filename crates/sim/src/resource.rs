@@ -353,6 +353,9 @@ pub struct Utilization {
     /// Bookings that waited behind a later arrival booked first, summed over members
     /// ([`Resource::inversions`]).
     pub inversions: u64,
+    /// Bookings made, summed over members ([`Resource::ops`]): what `inversions` is a
+    /// share of.
+    pub ops: u64,
 }
 
 impl Utilization {
@@ -366,9 +369,11 @@ impl Utilization {
         let mut total = 0u64;
         let mut max = 0u64;
         let mut inversions = 0u64;
+        let mut ops = 0u64;
         for r in resources {
             members += 1;
             inversions += r.inversions();
+            ops += r.ops();
             total += r.busy_ns();
             max = max.max(r.busy_ns());
         }
@@ -384,6 +389,7 @@ impl Utilization {
             max: max as f64 / w,
             busy_ns: total,
             inversions,
+            ops,
         }
     }
 }

@@ -179,4 +179,15 @@ fn print_outcome(o: &Outcome) {
         o.host.buffer_waits,
         o.buffer_wait_share() * 100.0
     );
+    println!(
+        "  device bookings: {}, of which {} ({:.3}%) waited behind a later arrival booked first{}",
+        o.flash.bookings(),
+        o.flash.inversions(),
+        o.flash.inversion_share() * 100.0,
+        if o.flash.inversions() > 0 {
+            format!(" ({})", o.flash.inversions_by_class().join(", "))
+        } else {
+            String::new()
+        }
+    );
 }
