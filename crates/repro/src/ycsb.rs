@@ -235,7 +235,7 @@ pub struct FlashWork {
     /// waited behind an operation which arrived later but was booked first
     /// (`csd_sim::Resource::inversions`: where the calendar is not first-come
     /// first-served, docs/time-model.md).
-    pub by_class: [(u64, u64); 6],
+    pub by_class: [Bookings; 6],
 }
 
 impl FlashWork {
@@ -245,11 +245,14 @@ impl FlashWork {
         let ftl = s.device().device().block().ftl();
         let st = ftl.stats();
         let dies: Vec<u64> = ftl.nand().dies().iter().map(|d| d.busy_ns()).collect();
-        let mut by_class = [(0, 0); 6];
+        let mut by_class = [Bookings::default(); 6];
         for u in &util {
             if let Some(i) = ResourceClass::ALL.iter().position(|&c| c == u.class) {
-                by_class[i].0 += u.ops;
-                by_class[i].1 += u.inversions;
+                let b = &mut by_class[i];
+                b.ops += u.ops;
+                b.inversions += u.inversions;
+                b.inversion_wait_ns += u.inversion_ns.0;
+                b.inversion_busy_ns += u.inversion_ns.1;
             }
         }
         let w = FlashWork {
@@ -279,21 +282,18 @@ impl FlashWork {
                 .max()
                 .unwrap_or(0),
             dies: now.dies,
-            by_class: std::array::from_fn(|i| {
-                let (n, e) = (now.by_class[i], earlier.by_class[i]);
-                (n.0.saturating_sub(e.0), n.1.saturating_sub(e.1))
-            }),
+            by_class: std::array::from_fn(|i| now.by_class[i].minus(earlier.by_class[i])),
         }
     }
 
     /// Bookings of every resource of the device.
     pub fn bookings(&self) -> u64 {
-        self.by_class.iter().map(|c| c.0).sum()
+        self.by_class.iter().map(|c| c.ops).sum()
     }
 
     /// Of [`FlashWork::bookings`], those that waited behind a later arrival booked first.
     pub fn inversions(&self) -> u64 {
-        self.by_class.iter().map(|c| c.1).sum()
+        self.by_class.iter().map(|c| c.inversions).sum()
     }
 
     /// Share of the bookings that waited behind a later arrival.
@@ -301,14 +301,54 @@ impl FlashWork {
         self.inversions() as f64 / self.bookings().max(1) as f64
     }
 
-    /// The classes with any inversion, as `class n of m` parts.
+    /// The classes with any inversion, as `class n of m: mean service S us, mean wait W
+    /// us` parts: the inverted bookings' mean service time tells which operations waited.
     pub fn inversions_by_class(&self) -> Vec<String> {
         ResourceClass::ALL
             .iter()
             .zip(&self.by_class)
-            .filter(|(_, (_, inv))| *inv > 0)
-            .map(|(c, (ops, inv))| format!("{} {inv} of {ops}", c.key()))
+            .filter(|(_, b)| b.inversions > 0)
+            .map(|(c, b)| {
+                let n = b.inversions as f64 * 1e3;
+                format!(
+                    "{} {} of {}: mean service {:.1} us, mean wait {:.1} us",
+                    c.key(),
+                    b.inversions,
+                    b.ops,
+                    b.inversion_busy_ns as f64 / n,
+                    b.inversion_wait_ns as f64 / n
+                )
+            })
             .collect()
+    }
+}
+
+/// One resource class's bookings over a run (see [`FlashWork::by_class`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bookings {
+    /// Bookings made.
+    pub ops: u64,
+    /// Of them, those that waited behind a later arrival booked first.
+    pub inversions: u64,
+    /// The inverted bookings' waits (start minus arrival), summed, ns.
+    pub inversion_wait_ns: u64,
+    /// The inverted bookings' service times, summed, ns.
+    pub inversion_busy_ns: u64,
+}
+
+impl Bookings {
+    /// What `self` gained since `earlier`.
+    fn minus(self, earlier: Bookings) -> Bookings {
+        Bookings {
+            ops: self.ops.saturating_sub(earlier.ops),
+            inversions: self.inversions.saturating_sub(earlier.inversions),
+            inversion_wait_ns: self
+                .inversion_wait_ns
+                .saturating_sub(earlier.inversion_wait_ns),
+            inversion_busy_ns: self
+                .inversion_busy_ns
+                .saturating_sub(earlier.inversion_busy_ns),
+        }
     }
 }
 
@@ -743,17 +783,14 @@ mod tests {
         let (after, _) = FlashWork::of(&mut s);
         // The run's part is what the counters gained since the load, class by class.
         for i in 0..6 {
-            assert_eq!(
-                w.by_class[i].0,
-                after.by_class[i].0 - before.0.by_class[i].0
-            );
-            assert!(w.by_class[i].1 <= w.by_class[i].0);
+            assert_eq!(w.by_class[i], after.by_class[i].minus(before.0.by_class[i]));
+            assert!(w.by_class[i].inversions <= w.by_class[i].ops);
         }
         assert!(w.bookings() > 0 && w.bookings() < after.bookings());
         assert!((0.0..=1.0).contains(&w.inversion_share()));
         assert_eq!(
             w.inversions_by_class().len(),
-            w.by_class.iter().filter(|c| c.1 > 0).count()
+            w.by_class.iter().filter(|c| c.inversions > 0).count()
         );
     }
 

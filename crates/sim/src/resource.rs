@@ -59,6 +59,10 @@ pub struct Resource {
     busy_ns: u64,
     ops: u64,
     inversions: u64,
+    /// Of the inverted bookings: their waits (start - arrival) and their service times,
+    /// summed.
+    inversion_wait_ns: u64,
+    inversion_busy_ns: u64,
 }
 
 impl PartialEq for Resource {
@@ -70,6 +74,8 @@ impl PartialEq for Resource {
             && self.busy_ns == other.busy_ns
             && self.ops == other.ops
             && self.inversions == other.inversions
+            && self.inversion_wait_ns == other.inversion_wait_ns
+            && self.inversion_busy_ns == other.inversion_busy_ns
     }
 }
 
@@ -85,6 +91,8 @@ impl Resource {
             busy_ns: 0,
             ops: 0,
             inversions: 0,
+            inversion_wait_ns: 0,
+            inversion_busy_ns: 0,
         }
     }
 
@@ -104,7 +112,11 @@ impl Resource {
         if dur_ns > 0 {
             self.insert(slot, start, end, earliest.0);
         }
-        self.inversions += u64::from(inverted);
+        if inverted {
+            self.inversions += 1;
+            self.inversion_wait_ns = self.inversion_wait_ns.saturating_add(start - earliest.0);
+            self.inversion_busy_ns = self.inversion_busy_ns.saturating_add(dur_ns);
+        }
         self.busy_ns = self.busy_ns.saturating_add(dur_ns);
         self.ops += 1;
         (SimTime(start), SimTime(end))
@@ -194,6 +206,14 @@ impl Resource {
         self.inversions
     }
 
+    /// Of the bookings [`Resource::inversions`] counts: their waits (start minus
+    /// arrival) and their service times, each summed, in ns. The mean service time tells
+    /// which operations waited (e.g. a die's reads against its programs).
+    #[inline]
+    pub fn inversion_ns(&self) -> (u64, u64) {
+        (self.inversion_wait_ns, self.inversion_busy_ns)
+    }
+
     /// Busy intervals the calendar holds now (for tests and inspection).
     pub fn intervals(&self) -> impl Iterator<Item = (SimTime, SimTime)> + '_ {
         self.live()
@@ -207,6 +227,8 @@ impl Resource {
         self.busy_ns = 0;
         self.ops = 0;
         self.inversions = 0;
+        self.inversion_wait_ns = 0;
+        self.inversion_busy_ns = 0;
     }
 
     /// Forget everything, as after a power cycle: the resource is free from `now`.
@@ -356,6 +378,9 @@ pub struct Utilization {
     /// Bookings made, summed over members ([`Resource::ops`]): what `inversions` is a
     /// share of.
     pub ops: u64,
+    /// The inverted bookings' waits and service times, summed over members
+    /// ([`Resource::inversion_ns`]).
+    pub inversion_ns: (u64, u64),
 }
 
 impl Utilization {
@@ -370,10 +395,13 @@ impl Utilization {
         let mut max = 0u64;
         let mut inversions = 0u64;
         let mut ops = 0u64;
+        let mut inversion_ns = (0u64, 0u64);
         for r in resources {
             members += 1;
             inversions += r.inversions();
             ops += r.ops();
+            let (w, b) = r.inversion_ns();
+            inversion_ns = (inversion_ns.0 + w, inversion_ns.1 + b);
             total += r.busy_ns();
             max = max.max(r.busy_ns());
         }
@@ -390,6 +418,7 @@ impl Utilization {
             busy_ns: total,
             inversions,
             ops,
+            inversion_ns,
         }
     }
 }
@@ -436,6 +465,11 @@ mod tests {
         r.reserve(SimTime(100), 10); // arrived at 100, booked first
         r.reserve(SimTime(95), 10); // arrived earlier, [95, 100) too short: after it
         assert_eq!(r.inversions(), 1);
+        assert_eq!(
+            r.inversion_ns(),
+            (15, 10),
+            "waited from 95 to 110, served 10"
+        );
         r.reserve(SimTime(0), 10); // fits before everything
         r.reserve(SimTime(120), 10); // in order
         assert_eq!(r.inversions(), 1);
@@ -444,6 +478,11 @@ mod tests {
         r.reserve(SimTime(200), 1);
         r.reserve(SimTime(199), 5); // waits behind the arrival at 200
         assert_eq!(r.inversions(), 3);
+        // In-order and gap-filling bookings add nothing; the three inverted ones waited
+        // 15, 25 (105 to 130) and 2 (199 to 201).
+        assert_eq!(r.inversion_ns(), (15 + 25 + 2, 10 + 30 + 5));
+        r.reset_counters();
+        assert_eq!((r.inversions(), r.inversion_ns()), (0, (0, 0)));
     }
 
     #[test]
@@ -538,6 +577,7 @@ mod tests {
         busy: std::collections::VecDeque<(u64, u64, u64)>,
         floor: u64,
         inversions: u64,
+        inversion_ns: (u64, u64),
     }
 
     impl DequeCalendar {
@@ -554,6 +594,10 @@ mod tests {
                 i += 1;
             }
             self.inversions += u64::from(inverted);
+            if inverted {
+                self.inversion_ns.0 += t - earliest;
+                self.inversion_ns.1 += dur;
+            }
             let (start, end) = (t, t + dur);
             if dur > 0 {
                 let jp = i > 0 && self.busy[i - 1].1 == start;
@@ -609,6 +653,7 @@ mod tests {
                 proptest::prop_assert_eq!((s.0, e.0), want);
             }
             proptest::prop_assert_eq!(r.inversions(), d.inversions);
+            proptest::prop_assert_eq!(r.inversion_ns(), d.inversion_ns);
             proptest::prop_assert_eq!(r.floor, d.floor);
             let held: Vec<_> = r.intervals().map(|(s, e)| (s.0, e.0)).collect();
             let want: Vec<_> = d.busy.iter().map(|&(s, e, _)| (s, e)).collect();

@@ -185,7 +185,7 @@ fn print_outcome(o: &Outcome) {
         o.flash.inversions(),
         o.flash.inversion_share() * 100.0,
         if o.flash.inversions() > 0 {
-            format!(" ({})", o.flash.inversions_by_class().join(", "))
+            format!(" ({})", o.flash.inversions_by_class().join("; "))
         } else {
             String::new()
         }
