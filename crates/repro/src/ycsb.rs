@@ -253,6 +253,7 @@ impl FlashWork {
                 b.inversions += u.inversions;
                 b.inversion_wait_ns += u.inversion_ns.0;
                 b.inversion_busy_ns += u.inversion_ns.1;
+                b.wait_ns += u.wait_ns;
             }
         }
         let w = FlashWork {
@@ -302,7 +303,9 @@ impl FlashWork {
     }
 
     /// The classes with any inversion, as `class n of m: mean service S us, mean wait W
-    /// us` parts: the inverted bookings' mean service time tells which operations waited.
+    /// us, P% of the class's waiting` parts: the inverted bookings' mean service time
+    /// tells which operations waited, their share of all waiting how much of the class's
+    /// queueing the booking order accounts for at most.
     pub fn inversions_by_class(&self) -> Vec<String> {
         ResourceClass::ALL
             .iter()
@@ -311,12 +314,13 @@ impl FlashWork {
             .map(|(c, b)| {
                 let n = b.inversions as f64 * 1e3;
                 format!(
-                    "{} {} of {}: mean service {:.1} us, mean wait {:.1} us",
+                    "{} {} of {}: mean service {:.1} us, mean wait {:.1} us, {:.1}% of the class's waiting",
                     c.key(),
                     b.inversions,
                     b.ops,
                     b.inversion_busy_ns as f64 / n,
-                    b.inversion_wait_ns as f64 / n
+                    b.inversion_wait_ns as f64 / n,
+                    100.0 * b.inversion_wait_ns as f64 / b.wait_ns.max(1) as f64
                 )
             })
             .collect()
@@ -334,6 +338,8 @@ pub struct Bookings {
     pub inversion_wait_ns: u64,
     /// The inverted bookings' service times, summed, ns.
     pub inversion_busy_ns: u64,
+    /// Every booking's wait, summed, ns (what `inversion_wait_ns` is a part of).
+    pub wait_ns: u64,
 }
 
 impl Bookings {
@@ -348,6 +354,7 @@ impl Bookings {
             inversion_busy_ns: self
                 .inversion_busy_ns
                 .saturating_sub(earlier.inversion_busy_ns),
+            wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
         }
     }
 }
@@ -785,6 +792,7 @@ mod tests {
         for i in 0..6 {
             assert_eq!(w.by_class[i], after.by_class[i].minus(before.0.by_class[i]));
             assert!(w.by_class[i].inversions <= w.by_class[i].ops);
+            assert!(w.by_class[i].inversion_wait_ns <= w.by_class[i].wait_ns);
         }
         assert!(w.bookings() > 0 && w.bookings() < after.bookings());
         assert!((0.0..=1.0).contains(&w.inversion_share()));

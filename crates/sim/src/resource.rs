@@ -63,6 +63,8 @@ pub struct Resource {
     /// summed.
     inversion_wait_ns: u64,
     inversion_busy_ns: u64,
+    /// Every booking's wait (start - arrival), summed.
+    wait_ns: u64,
 }
 
 impl PartialEq for Resource {
@@ -76,6 +78,7 @@ impl PartialEq for Resource {
             && self.inversions == other.inversions
             && self.inversion_wait_ns == other.inversion_wait_ns
             && self.inversion_busy_ns == other.inversion_busy_ns
+            && self.wait_ns == other.wait_ns
     }
 }
 
@@ -93,6 +96,7 @@ impl Resource {
             inversions: 0,
             inversion_wait_ns: 0,
             inversion_busy_ns: 0,
+            wait_ns: 0,
         }
     }
 
@@ -117,6 +121,7 @@ impl Resource {
             self.inversion_wait_ns = self.inversion_wait_ns.saturating_add(start - earliest.0);
             self.inversion_busy_ns = self.inversion_busy_ns.saturating_add(dur_ns);
         }
+        self.wait_ns = self.wait_ns.saturating_add(start - earliest.0);
         self.busy_ns = self.busy_ns.saturating_add(dur_ns);
         self.ops += 1;
         (SimTime(start), SimTime(end))
@@ -214,6 +219,13 @@ impl Resource {
         (self.inversion_wait_ns, self.inversion_busy_ns)
     }
 
+    /// Every booking's wait (start minus arrival), summed, in ns: what the inverted
+    /// bookings' waits ([`Resource::inversion_ns`]) are a part of.
+    #[inline]
+    pub fn wait_ns(&self) -> u64 {
+        self.wait_ns
+    }
+
     /// Busy intervals the calendar holds now (for tests and inspection).
     pub fn intervals(&self) -> impl Iterator<Item = (SimTime, SimTime)> + '_ {
         self.live()
@@ -229,6 +241,7 @@ impl Resource {
         self.inversions = 0;
         self.inversion_wait_ns = 0;
         self.inversion_busy_ns = 0;
+        self.wait_ns = 0;
     }
 
     /// Forget everything, as after a power cycle: the resource is free from `now`.
@@ -381,6 +394,8 @@ pub struct Utilization {
     /// The inverted bookings' waits and service times, summed over members
     /// ([`Resource::inversion_ns`]).
     pub inversion_ns: (u64, u64),
+    /// Every booking's wait, summed over members ([`Resource::wait_ns`]).
+    pub wait_ns: u64,
 }
 
 impl Utilization {
@@ -396,7 +411,9 @@ impl Utilization {
         let mut inversions = 0u64;
         let mut ops = 0u64;
         let mut inversion_ns = (0u64, 0u64);
+        let mut wait_ns = 0u64;
         for r in resources {
+            wait_ns += r.wait_ns();
             members += 1;
             inversions += r.inversions();
             ops += r.ops();
@@ -419,6 +436,7 @@ impl Utilization {
             inversions,
             ops,
             inversion_ns,
+            wait_ns,
         }
     }
 }
@@ -481,8 +499,15 @@ mod tests {
         // In-order and gap-filling bookings add nothing; the three inverted ones waited
         // 15, 25 (105 to 130) and 2 (199 to 201).
         assert_eq!(r.inversion_ns(), (15 + 25 + 2, 10 + 30 + 5));
+        // All waits: only the inverted bookings waited here.
+        assert_eq!(r.wait_ns(), 15 + 25 + 2);
+        r.reserve(SimTime(201), 4); // arrives while the booking of 199 runs: waits 5
+        assert_eq!((r.inversions(), r.wait_ns()), (3, 15 + 25 + 2 + 5));
         r.reset_counters();
-        assert_eq!((r.inversions(), r.inversion_ns()), (0, (0, 0)));
+        assert_eq!(
+            (r.inversions(), r.inversion_ns(), r.wait_ns()),
+            (0, (0, 0), 0)
+        );
     }
 
     #[test]
@@ -578,6 +603,7 @@ mod tests {
         floor: u64,
         inversions: u64,
         inversion_ns: (u64, u64),
+        wait_ns: u64,
     }
 
     impl DequeCalendar {
@@ -598,6 +624,7 @@ mod tests {
                 self.inversion_ns.0 += t - earliest;
                 self.inversion_ns.1 += dur;
             }
+            self.wait_ns += t - earliest;
             let (start, end) = (t, t + dur);
             if dur > 0 {
                 let jp = i > 0 && self.busy[i - 1].1 == start;
@@ -654,6 +681,7 @@ mod tests {
             }
             proptest::prop_assert_eq!(r.inversions(), d.inversions);
             proptest::prop_assert_eq!(r.inversion_ns(), d.inversion_ns);
+            proptest::prop_assert_eq!(r.wait_ns(), d.wait_ns);
             proptest::prop_assert_eq!(r.floor, d.floor);
             let held: Vec<_> = r.intervals().map(|(s, e)| (s.0, e.0)).collect();
             let want: Vec<_> = d.busy.iter().map(|&(s, e, _)| (s, e)).collect();
