@@ -50,6 +50,17 @@ fn bench_ycsb_prints_paper_figures_for_both_interfaces() {
         let bookings = j["device_bookings"].as_u64().unwrap();
         let inversions = j["order_inversions"].as_u64().unwrap();
         assert!(bookings > 0 && inversions <= bookings, "{j}");
+        let by_class = j["bookings_by_class"].as_object().unwrap();
+        let sum: u64 = by_class
+            .values()
+            .map(|c| c["bookings"].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, bookings, "{j}");
+        let die = &by_class["die"];
+        assert!(
+            die["order_inversion_wait_ns"].as_u64() <= die["wait_ns"].as_u64(),
+            "{j}"
+        );
     }
 }
 

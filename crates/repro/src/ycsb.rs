@@ -472,6 +472,24 @@ impl Outcome {
         // Set apart: one more key in the literal above passes `json!`'s recursion limit.
         v["device_bookings"] = json!(self.flash.bookings());
         v["order_inversions"] = json!(self.flash.inversions());
+        v["bookings_by_class"] = ResourceClass::ALL
+            .iter()
+            .zip(&self.flash.by_class)
+            .map(|(c, b)| {
+                let k = c.key().to_string();
+                (
+                    k,
+                    json!({
+                        "bookings": b.ops,
+                        "order_inversions": b.inversions,
+                        "order_inversion_wait_ns": b.inversion_wait_ns,
+                        "order_inversion_busy_ns": b.inversion_busy_ns,
+                        "wait_ns": b.wait_ns,
+                    }),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into();
         v
     }
 }
