@@ -1215,16 +1215,17 @@ fn bounds(md: &mut String, runs: &[Run]) {
         md,
         "What bounds each run (checkpoint + GC; busy shares of the modeled run from the \
          host clock's and the dies' counters; bound = the busier of host CPU and dies when \
-         at or above {:.0}%; the last column counts the device's resource bookings that \
+         at or above {:.0}%; the last two columns count the device's resource bookings that \
          waited behind an operation which arrived later but was booked first, where the \
-         time model is not first-come first-served: docs/time-model.md):\n",
+         time model is not first-come first-served (docs/time-model.md), and the dies' share \
+         of such waits in all their waiting):\n",
         SATURATED * 100.0
     );
     let _ = writeln!(
         md,
-        "| workload | cache | interface | modeled ops/s | host CPU busy | of it GC | of it checkpoints | dies busy, mean | busiest die | bound | bookings behind a later arrival |"
+        "| workload | cache | interface | modeled ops/s | host CPU busy | of it GC | of it checkpoints | dies busy, mean | busiest die | bound | bookings behind a later arrival | their share of the dies' waiting |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in runs.iter().filter(|r| r.dur == Durability::Both) {
         let o = &r.out;
         let (busy, gc, ck) = o.cpu_shares();
@@ -1233,7 +1234,7 @@ fn bounds(md: &mut String, runs: &[Run]) {
         let dies = share(o.flash.die_busy_ns as f64 / o.flash.dies.max(1) as f64);
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {:.0} | {:.0}% | {:.1}% | {:.1}% | {:.0}% | {:.0}% | {} | {} of {} ({:.3}%) |",
+            "| {} | {} | {} | {:.0} | {:.0}% | {:.1}% | {:.1}% | {:.0}% | {:.0}% | {} | {} of {} ({:.3}%) | {:.0}% |",
             r.workload.name(),
             r.cache.label(),
             r.interface.name(),
@@ -1247,6 +1248,7 @@ fn bounds(md: &mut String, runs: &[Run]) {
             o.flash.inversions(),
             o.flash.bookings(),
             o.flash.inversion_share() * 100.0,
+            o.flash.die_inversion_wait_share() * 100.0,
         );
     }
     let _ = writeln!(md);

@@ -302,6 +302,14 @@ impl FlashWork {
         self.inversions() as f64 / self.bookings().max(1) as f64
     }
 
+    /// Of all waiting on the dies, the share that bookings waiting behind a later
+    /// arrival did.
+    pub fn die_inversion_wait_share(&self) -> f64 {
+        let d = &self.by_class[0];
+        debug_assert_eq!(ResourceClass::ALL[0], ResourceClass::Die);
+        d.inversion_wait_ns as f64 / d.wait_ns.max(1) as f64
+    }
+
     /// The classes with any inversion, as `class n of m: mean service S us, mean wait W
     /// us, P% of the class's waiting` parts: the inverted bookings' mean service time
     /// tells which operations waited, their share of all waiting how much of the class's
@@ -814,6 +822,7 @@ mod tests {
         }
         assert!(w.bookings() > 0 && w.bookings() < after.bookings());
         assert!((0.0..=1.0).contains(&w.inversion_share()));
+        assert!((0.0..=1.0).contains(&w.die_inversion_wait_share()));
         assert_eq!(
             w.inversions_by_class().len(),
             w.by_class.iter().filter(|c| c.inversions > 0).count()
