@@ -194,6 +194,7 @@ pub fn print_io(r: &IoReport, cmd: &str) {
         "mean util.",
         "max util.",
         "waits behind later arrivals",
+        "their share of waiting",
     ]);
     for u in &r.utilization {
         let mark = if Some(u.class) == r.bottleneck {
@@ -207,6 +208,8 @@ pub fn print_io(r: &IoReport, cmd: &str) {
             format!("{:.1}%", u.mean * 100.0),
             format!("{:.1}%", u.max * 100.0),
             u.inversions.to_string(),
+            u.inversion_wait_share()
+                .map_or("-".into(), |x| format!("{:.1}%", x * 100.0)),
         ]);
     }
     println!("{t}");

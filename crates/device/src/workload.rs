@@ -387,6 +387,10 @@ impl IoReport {
                 &format!("order_inversions_{}", u.class.key()),
                 json!(u.inversions),
             );
+            put(
+                &format!("order_inversion_wait_share_{}", u.class.key()),
+                json!(u.inversion_wait_share()),
+            );
         }
         put("bottleneck", json!(self.bottleneck.map(|b| b.key())));
         for (k, v) in self.energy.components() {

@@ -399,6 +399,12 @@ pub struct Utilization {
 }
 
 impl Utilization {
+    /// Of all waiting at this class's resources, the share that bookings waiting behind a
+    /// later arrival did (`None` when nothing waited).
+    pub fn inversion_wait_share(&self) -> Option<f64> {
+        (self.wait_ns > 0).then(|| self.inversion_ns.0 as f64 / self.wait_ns as f64)
+    }
+
     /// Summarize `resources` of one class over a window of `window_ns`.
     pub fn of<'a>(
         class: ResourceClass,
@@ -701,6 +707,14 @@ mod tests {
             Utilization::of(ResourceClass::HostLink, [&b], 100),
         ];
         assert_eq!(bottleneck(&u), Some(ResourceClass::HostLink));
+        assert_eq!(u[0].inversion_wait_share(), None, "nothing waited");
+        let mut c = Resource::new();
+        c.reserve(SimTime(100), 10);
+        c.reserve(SimTime(95), 10); // behind the later arrival: waits 15
+        c.reserve(SimTime(110), 10); // behind the earlier one: waits 10
+        let w = Utilization::of(ResourceClass::Die, [&c], 200);
+        assert_eq!((w.ops, w.inversions, w.wait_ns), (3, 1, 25));
+        assert_eq!(w.inversion_wait_share(), Some(15.0 / 25.0));
         assert!((u[1].mean - 0.9).abs() < 1e-12);
         assert_eq!(bottleneck(&[]), None);
     }
