@@ -307,7 +307,7 @@ impl FlashWork {
     pub fn die_inversion_wait_share(&self) -> f64 {
         let d = &self.by_class[0];
         debug_assert_eq!(ResourceClass::ALL[0], ResourceClass::Die);
-        d.inversion_wait_ns as f64 / d.wait_ns.max(1) as f64
+        d.inversion_wait_share()
     }
 
     /// The classes with any inversion, as `class n of m: mean service S us, mean wait W
@@ -328,7 +328,7 @@ impl FlashWork {
                     b.ops,
                     b.inversion_busy_ns as f64 / n,
                     b.inversion_wait_ns as f64 / n,
-                    100.0 * b.inversion_wait_ns as f64 / b.wait_ns.max(1) as f64
+                    100.0 * b.inversion_wait_share()
                 )
             })
             .collect()
@@ -351,6 +351,12 @@ pub struct Bookings {
 }
 
 impl Bookings {
+    /// Of all waiting, the share that bookings waiting behind a later arrival did (0 when
+    /// nothing waited).
+    pub fn inversion_wait_share(&self) -> f64 {
+        self.inversion_wait_ns as f64 / self.wait_ns.max(1) as f64
+    }
+
     /// What `self` gained since `earlier`.
     fn minus(self, earlier: Bookings) -> Bookings {
         Bookings {
