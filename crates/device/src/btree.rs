@@ -172,6 +172,11 @@ impl PagedBtree {
         v
     }
 
+    /// Whether the node at `lba` is a leaf; `None` if no node is there.
+    pub fn is_leaf(&self, lba: u64) -> Option<bool> {
+        self.nodes.get(&lba).map(|n| n.leaf)
+    }
+
     /// Levels from the root to the leaves.
     pub fn height(&self) -> usize {
         let mut h = 1;

@@ -66,7 +66,7 @@ pub use flixr::{
 pub use isp::{HW_AGG_REGISTER_GROUPS, IspMode, IspOpen, IspReply, SessionState, TableExtent};
 pub use nvme::{Arbitration, NvmeDevice, QueuePriority};
 pub use raw::RawDevice;
-pub use ssd_btree::{SsdBtree, SsdBtreeStats};
+pub use ssd_btree::{NodeCache, SsdBtree, SsdBtreeStats};
 pub use workload::{IoReport, IoTarget, NoHints, PrefetchStage, Rw, WorkloadSpec};
 
 use thiserror::Error;

@@ -50,6 +50,7 @@ pub mod repro;
 pub mod tpcc;
 pub mod tpch;
 
+pub use csd_device::NodeCache;
 use csd_device::NvmeDevice;
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::rowstore::{IndexKind, RowStore, StoreError, StoreOptions, Traffic};
@@ -141,8 +142,9 @@ pub struct Setup {
     pub host_cache: HostCache,
     /// FLIXR index cache in device DRAM, KiB.
     pub index_cache_kib: u64,
-    /// In-SSD B+tree node cache in device DRAM, MiB.
-    pub node_cache_mib: u64,
+    /// In-SSD B+tree node cache in device DRAM (default: the trees' inner levels, what
+    /// the paper's 16 MiB holds at its scale; see [`NodeCache::InnerLevels`]).
+    pub node_cache: NodeCache,
     /// Share of controller DRAM for the FTL's MAP cache.
     pub map_cache_share: f64,
     /// Commands the host keeps in flight.
@@ -162,7 +164,7 @@ impl Default for Setup {
             seed: 42,
             host_cache: HostCache::InnerLevels,
             index_cache_kib: 16 << 10,
-            node_cache_mib: 16,
+            node_cache: NodeCache::InnerLevels,
             map_cache_share: 0.5,
             qd: 8,
         }
@@ -224,7 +226,7 @@ impl Setup {
         }
         let mut d = NvmeDevice::new(ftl);
         d.set_index_cache_bytes(self.index_cache_kib << 10);
-        d.set_node_cache_bytes(self.node_cache_mib << 20);
+        d.set_node_cache(self.node_cache);
         Ok(RowStore::new(
             d,
             kind,

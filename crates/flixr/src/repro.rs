@@ -665,7 +665,7 @@ fn md_setup(md: &mut String, r: &Repro) {
     );
     let _ = writeln!(
         md,
-        "Device preset `{}`; TPC-H SF {} (microbenchmarks and TPC-H), TPC-C {} warehouse(s) ({:?} population, see `csd_flixr::tpcc`); {} operations per microbenchmark and TPC-H query, {} transactions per TPC-C run; host B+tree cache {}, FLIXR index cache {} KiB, in-SSD node cache {} MiB. Modeled time; every configuration's answers were checked equal (and TPC-H answers against an in-memory reference, TPC-C consistency conditions 1-4 after every run).\n",
+        "Device preset `{}`; TPC-H SF {} (microbenchmarks and TPC-H), TPC-C {} warehouse(s) ({:?} population, see `csd_flixr::tpcc`); {} operations per microbenchmark and TPC-H query, {} transactions per TPC-C run; host B+tree cache {}, FLIXR index cache {} KiB, in-SSD node cache {}. Modeled time; every configuration's answers were checked equal (and TPC-H answers against an in-memory reference, TPC-C consistency conditions 1-4 after every run).\n",
         r.setup.preset,
         r.setup.sf,
         r.setup.warehouses,
@@ -674,7 +674,7 @@ fn md_setup(md: &mut String, r: &Repro) {
         r.setup.tpcc_txns,
         r.setup.host_cache,
         r.setup.index_cache_kib,
-        r.setup.node_cache_mib
+        r.setup.node_cache
     );
 }
 

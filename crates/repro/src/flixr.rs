@@ -47,9 +47,11 @@ pub struct ReproFlixrArgs {
     /// FLIXR index cache in device DRAM, MiB (paper: 16).
     #[arg(long, default_value_t = 16)]
     index_cache_mib: u64,
-    /// In-SSD B+tree node cache in device DRAM, MiB.
-    #[arg(long, default_value_t = 16)]
-    node_cache_mib: u64,
+    /// In-SSD B+tree node cache in device DRAM, an LRU of this many MiB (default: the
+    /// trees' inner levels, what the paper's 16 MiB holds at its scale; see
+    /// csd_flixr::NodeCache).
+    #[arg(long)]
+    node_cache_mib: Option<u64>,
     /// Share of controller DRAM for the FTL's MAP cache.
     #[arg(long, default_value_t = 0.5)]
     map_cache_share: f64,
@@ -120,7 +122,11 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
             .host_cache_kib
             .map_or(csd_flixr::HostCache::InnerLevels, csd_flixr::HostCache::Kib),
         index_cache_kib: a.index_cache_mib << 10,
-        node_cache_mib: a.node_cache_mib,
+        node_cache: a
+            .node_cache_mib
+            .map_or(csd_flixr::NodeCache::InnerLevels, |m| {
+                csd_flixr::NodeCache::Bytes(m << 20)
+            }),
         map_cache_share: a.map_cache_share,
         qd: a.qd,
     };

@@ -91,10 +91,15 @@ fn flixr_headlines_keep_their_direction() {
     // (paper 1.058x; 0.915x written through). Since a statement reads each host leaf
     // once (2026-11-30) the host index's Delete is 4.6x faster at default scale; FLIXR-HS
     // stays ahead there (1.13x, paper 1.30x).
-    // The in-SSD B+tree's Insert (paper: slower than the host index, §6.1) is 2.24x the
-    // host index here (2026-11-30): each host insert reads its leaf from flash, the
-    // firmware finds its node in device DRAM.
-    assert_directions(&cs, &["FLIXR-S Scan", "in-SSD B+tree Insert"]);
+    // The in-SSD B+tree's Insert (paper: slower than the host index, §6.1) was 2.24x the
+    // host index here (2026-11-30) while its node cache held the whole tree; since it
+    // holds the inner levels (2026-12-01, what the paper's 16 MiB holds at SF 10) each
+    // insert reads its leaf from flash, as the host index's does, and it is on the
+    // paper's side. Its Figure 10 mean went to the other side then (paper 1.058x):
+    // NewOrder and Payment about 1.0x (the paper has them below 1) and Q6 about 0.5x
+    // (the firmware compares every key of the range on one core; the paper has the
+    // in-SSD B+tree's TPC-H near FLIXR-S, 1.26x on Q6 here).
+    assert_directions(&cs, &["FLIXR-S Scan", "in-SSD B+tree overall"]);
 }
 
 /// FD+tree (Figures 6(d), 7 and 8(c): FD+XM and FD+DS stall insertions for a whole merge,

@@ -196,6 +196,11 @@ impl NvmeDevice {
         self.ssd_btree.set_cache_bytes(bytes);
     }
 
+    /// Set what the in-SSD B+tree keeps of its nodes in controller DRAM.
+    pub fn set_node_cache(&mut self, cache: crate::ssd_btree::NodeCache) {
+        self.ssd_btree.set_cache(cache);
+    }
+
     /// Resize the FLIXR index cache in controller DRAM (it starts empty again).
     pub fn set_index_cache_bytes(&mut self, bytes: u64) {
         self.flixr.set_cache_bytes(&self.dev, bytes);

@@ -257,7 +257,7 @@ impl RowStore {
             tb.tree
                 .iter()
                 .chain(tb.secondary.iter().filter_map(|(_, t)| t.as_ref()))
-                .any(|tr| tr.node_bytes(l).is_some_and(|b| b[0] == 1))
+                .any(|tr| tr.is_leaf(l) == Some(true))
         })
     }
 

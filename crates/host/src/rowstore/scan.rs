@@ -184,14 +184,14 @@ impl RowStore {
                 let mut out = Vec::new();
                 let mut from = 0u64;
                 loop {
-                    let nodes0 = self.client.device().ssd_btree().stats().node_reads;
+                    let nodes0 = self.client.device().ssd_btree().stats().node_flash_reads;
                     let (c, meta) = self.sync(Command::SsdIdxRead {
                         index: id,
                         lo,
                         hi,
                         from,
                     })?;
-                    let nodes = self.client.device().ssd_btree().stats().node_reads - nodes0;
+                    let nodes = self.client.device().ssd_btree().stats().node_flash_reads - nodes0;
                     let flash = c.acct.flash_reads;
                     let resume = match c.payload {
                         Payload::IndexRead(r) => {
@@ -321,9 +321,9 @@ impl RowStore {
                         from: 0,
                     })
                     .collect();
-                let nodes0 = self.client.device().ssd_btree().stats().node_reads;
+                let nodes0 = self.client.device().ssd_btree().stats().node_flash_reads;
                 let done = self.pipelined(cmds)?;
-                let nodes = self.client.device().ssd_btree().stats().node_reads - nodes0;
+                let nodes = self.client.device().ssd_btree().stats().node_flash_reads - nodes0;
                 let mut out: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
                 let mut end = self.client.now();
                 let mut flash = 0u64;
