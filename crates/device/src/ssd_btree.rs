@@ -658,6 +658,20 @@ mod tests {
         (d, q, id)
     }
 
+    /// Insert `(k, 7)` into index `id` with one `SsdIdxUpdate`, which must succeed.
+    fn insert_one(d: &mut NvmeDevice, q: crate::QueueId, id: u16, k: i64) {
+        let c = run(
+            d,
+            q,
+            Command::SsdIdxUpdate {
+                index: id,
+                insert: vec![(k, 7)],
+                remove: vec![],
+            },
+        );
+        assert!(c.status.is_success(), "{:?}", c.status);
+    }
+
     #[test]
     fn inner_levels_cache_reads_every_leaf_and_no_inner_node() {
         use super::NodeCache;
@@ -668,30 +682,12 @@ mod tests {
         let leaves = (tree.nodes() - tree.inner_node_lbas().len()) as u64;
         // A point update: the leaf comes from flash, the root never does.
         let before = d.ssd_btree().stats();
-        let c = run(
-            &mut d,
-            q,
-            Command::SsdIdxUpdate {
-                index: id,
-                insert: vec![(5_000, 7)],
-                remove: vec![],
-            },
-        );
-        assert!(c.status.is_success());
+        insert_one(&mut d, q, id, 5_000);
         let after = d.ssd_btree().stats();
         assert_eq!(after.nodes_visited - before.nodes_visited, 2);
         assert_eq!(after.node_reads - before.node_reads, 1);
         // The same update again: the leaf is read again (leaves are never kept).
-        let c = run(
-            &mut d,
-            q,
-            Command::SsdIdxUpdate {
-                index: id,
-                insert: vec![(5_001, 7)],
-                remove: vec![],
-            },
-        );
-        assert!(c.status.is_success());
+        insert_one(&mut d, q, id, 5_001);
         assert_eq!(d.ssd_btree().stats().node_reads - after.node_reads, 1);
         // A range over every leaf: each read once, runs of consecutive leaves as one
         // read, so two leaves of one flash page (8 KiB on `tiny`) share its array read.
@@ -726,30 +722,12 @@ mod tests {
         // Creating the index programmed every node and cached it: nothing is read.
         let before = d.ssd_btree().stats();
         for k in [5_000, 5_001, 12_000] {
-            let c = run(
-                &mut d,
-                q,
-                Command::SsdIdxUpdate {
-                    index: id,
-                    insert: vec![(k, 7)],
-                    remove: vec![],
-                },
-            );
-            assert!(c.status.is_success());
+            insert_one(&mut d, q, id, k);
         }
         assert_eq!(d.ssd_btree().stats().node_reads, before.node_reads);
         // No cache at all: root and leaf come from flash on every update.
         d.set_node_cache(NodeCache::Bytes(0));
-        let c = run(
-            &mut d,
-            q,
-            Command::SsdIdxUpdate {
-                index: id,
-                insert: vec![(5_002, 7)],
-                remove: vec![],
-            },
-        );
-        assert!(c.status.is_success());
+        insert_one(&mut d, q, id, 5_002);
         assert_eq!(d.ssd_btree().stats().node_reads - before.node_reads, 2);
         assert_eq!(d.ssd_btree().cache(), NodeCache::Bytes(0));
     }
