@@ -278,7 +278,10 @@ pub enum Command {
         remove: Vec<(i64, u64)>,
     },
     /// In-SSD B+tree: read the data pages `>= from` named by entries with
-    /// `lo <= key <= hi` (at most MDTS; the reply says where to resume).
+    /// `lo <= key <= hi` (at most MDTS; the reply says where to resume). A command that
+    /// resumes the previous request on the same index and range (`from` at its resume
+    /// point, no update in between) is served from the page list the request's first
+    /// command left in DRAM, without traversing the index again.
     SsdIdxRead {
         /// Index id.
         index: u16,

@@ -28,8 +28,9 @@
 //! after the other. A request whose pages exceed MDTS takes several `SsdIdxRead`
 //! commands; the controller traverses the index once per request ("once a request
 //! arrives", §5): its first command traverses and keeps the request's sorted page list in
-//! DRAM, the commands that continue it (same index and range, `from` past the start) send
-//! the next pages without traversing again, until the last one or a change to the index.
+//! DRAM, the command that continues it (same index and range, `from` at the reply's
+//! resume point) sends the next pages without traversing again; a change to the index in
+//! between, or any other read, ends the request.
 //!
 //! Choices: the firmware's node contents are its parsed copy of what it programmed
 //! (the bytes written are [`PagedBtree::node_bytes`]); a region must lie inside the
@@ -95,6 +96,19 @@ pub struct SsdBtreeStats {
     pub pages_read: u64,
 }
 
+/// An `SsdIdxRead` request whose pages exceed one command.
+#[derive(Debug)]
+struct Request {
+    /// Index, and the key range `lo..=hi`.
+    index: u16,
+    lo: i64,
+    hi: i64,
+    /// The page the next command starts at (the last reply's resume point).
+    resume_at: u64,
+    /// Every page the request names, sorted.
+    pages: Vec<u64>,
+}
+
 /// The in-SSD B+tree firmware state.
 #[derive(Debug)]
 pub struct SsdBtree {
@@ -104,9 +118,9 @@ pub struct SsdBtree {
     mode: NodeCache,
     /// Nodes read by the command being executed (in DRAM until it ends).
     staged: HashSet<u64>,
-    /// The data pages of the last `SsdIdxRead` request, sorted, kept in DRAM until the
-    /// request's last command (or a change to its index): `(index, lo, hi, pages)`.
-    request: Option<(u16, i64, i64, Vec<u64>)>,
+    /// The last `SsdIdxRead` request with more to send, kept in DRAM until its next
+    /// command (or a change to its index).
+    request: Option<Request>,
     stats: SsdBtreeStats,
 }
 
@@ -405,7 +419,7 @@ impl SsdBtree {
             }
         }
         self.staged.clear();
-        if self.request.as_ref().is_some_and(|r| r.0 == id) {
+        if self.request.as_ref().is_some_and(|r| r.index == id) {
             self.request = None;
         }
         let mut t = dev.receive(at, 16 * (insert.len() + remove.len()) as u64 + 32);
@@ -436,18 +450,16 @@ impl SsdBtree {
         };
         // Parameters fit the command; its link cost is charged with the reply.
         let mut t = at;
-        let continued = from > 0
-            && self
-                .request
-                .as_ref()
-                .is_some_and(|r| (r.0, r.1, r.2) == (id, lo, hi));
+        let continued = self
+            .request
+            .as_ref()
+            .is_some_and(|r| (r.index, r.lo, r.hi, r.resume_at) == (id, lo, hi, from));
         let all = if continued {
             // The rest of a request whose first command traversed the tree (flixr §5:
             // the controller traverses the index "once a request arrives"); its pages
             // are still in DRAM.
             self.stats.continued_reads += 1;
-            let (_, _, _, pages) = self.request.take().expect("checked above");
-            pages
+            self.request.take().expect("checked above").pages
         } else {
             let mut touch = Touch::default();
             let mut pages = tree.range(lo, hi, &mut touch);
@@ -467,10 +479,17 @@ impl SsdBtree {
             .collect();
         let mdts = dev.ftl().config().mdts_sectors as usize;
         let mut reply = IndexRead::default();
+        self.request = None;
         if pages.len() > mdts {
             reply.resume_at = Some(pages[mdts]);
+            self.request = Some(Request {
+                index: id,
+                lo,
+                hi,
+                resume_at: pages[mdts],
+                pages: all,
+            });
             pages.truncate(mdts);
-            self.request = Some((id, lo, hi, all));
         }
         self.stats.pages_read += pages.len() as u64;
         let done = if pages.is_empty() {
