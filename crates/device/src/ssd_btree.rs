@@ -523,6 +523,22 @@ mod tests {
         d.poll(q).unwrap()
     }
 
+    /// `SsdIdxCreate` over `first..first + lbas` from `pairs`, which must succeed: the
+    /// index id and the completion.
+    fn create(
+        d: &mut NvmeDevice,
+        q: crate::QueueId,
+        first: u64,
+        lbas: u64,
+        pairs: Vec<(i64, u64)>,
+    ) -> (u16, crate::Completion) {
+        let c = run(d, q, Command::SsdIdxCreate { first, lbas, pairs });
+        let Payload::SsdIndex(id) = c.payload else {
+            panic!("{:?}", c.status)
+        };
+        (id, c)
+    }
+
     #[test]
     fn create_update_read_and_bad_input() {
         let (mut d, q) = dev();
@@ -537,18 +553,7 @@ mod tests {
             );
         }
         let pairs: Vec<(i64, u64)> = (0..400).map(|k| (k, (k / 10) as u64)).collect();
-        let c = run(
-            &mut d,
-            q,
-            Command::SsdIdxCreate {
-                first: 100,
-                lbas: 50,
-                pairs,
-            },
-        );
-        let Payload::SsdIndex(id) = c.payload else {
-            panic!("{:?}", c.status)
-        };
+        let (id, c) = create(&mut d, q, 100, 50, pairs);
         assert!(c.acct.flash_programs > 0 || d.ssd_btree().stats().node_writes > 0);
         // Overlapping region, region past the end, unknown index: refused, nothing made.
         for bad in [
@@ -662,18 +667,8 @@ mod tests {
         let mut d = NvmeDevice::new(Ftl::format(nand, cfg).unwrap());
         let q = d.create_queue_pair(16).unwrap();
         d.set_node_cache(cache);
-        let c = run(
-            &mut d,
-            q,
-            Command::SsdIdxCreate {
-                first: 1000,
-                lbas: 200,
-                pairs: (0..n).map(|k| (k, (k / 170) as u64)).collect(),
-            },
-        );
-        let Payload::SsdIndex(id) = c.payload else {
-            panic!("{:?}", c.status)
-        };
+        let pairs = (0..n).map(|k| (k, (k / 170) as u64)).collect();
+        let (id, _) = create(&mut d, q, 1000, 200, pairs);
         (d, q, id)
     }
 
@@ -758,18 +753,7 @@ mod tests {
         d.set_node_cache(NodeCache::InnerLevels);
         // 10,000 keys over 200 data pages: more than one command of MDTS (128) pages.
         let pairs = (0..10_000i64).map(|k| (k, (k / 50) as u64)).collect();
-        let c = run(
-            &mut d,
-            q,
-            Command::SsdIdxCreate {
-                first: 1000,
-                lbas: 200,
-                pairs,
-            },
-        );
-        let Payload::SsdIndex(id) = c.payload else {
-            panic!("{:?}", c.status)
-        };
+        let (id, _) = create(&mut d, q, 1000, 200, pairs);
         let read = |d: &mut NvmeDevice, from: u64| {
             let c = run(
                 d,
