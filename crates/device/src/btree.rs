@@ -79,6 +79,18 @@ struct Node {
     entries: Vec<((i64, u64), u64)>,
 }
 
+/// Runs of consecutive sorted LBAs, each at most `max` long: `(first, length)`.
+pub fn runs(lbas: &[u64], max: u64) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = Vec::new();
+    for &p in lbas {
+        match v.last_mut() {
+            Some((f, n)) if *f + *n == p && *n < max => *n += 1,
+            _ => v.push((p, 1)),
+        }
+    }
+    v
+}
+
 /// The B+tree: a region of LBAs `first..first + lbas` holding its nodes.
 #[derive(Debug, Clone)]
 pub struct PagedBtree {

@@ -38,7 +38,7 @@
 //! emulation and are not persisted across power cycles (the host rebuilds them).
 
 use crate::block::{BlockDevice, CommandError};
-use crate::btree::{FANOUT, LruSet, NODE_BYTES, PagedBtree, Touch};
+use crate::btree::{FANOUT, LruSet, NODE_BYTES, PagedBtree, Touch, runs};
 use crate::flixr::IndexRead;
 use csd_ftl::FtlError;
 use csd_sim::SimTime;
@@ -237,16 +237,11 @@ impl SsdBtree {
         leaves.sort_unstable();
         leaves.dedup();
         let issued = t;
-        let mut i = 0;
-        while i < leaves.len() {
-            let mut n = 1;
-            while i + n < leaves.len() && leaves[i + n] == leaves[i] + n as u64 {
-                n += 1;
-            }
-            buf.resize(n * NODE_BYTES, 0);
-            let r = self.read_nodes(dev, leaves[i], &mut buf, issued)?;
-            t = t.max(dev.controller_mut().dram(r, (n * NODE_BYTES) as u64));
-            i += n;
+        for (first, n) in runs(&leaves, u64::MAX) {
+            let bytes = n as usize * NODE_BYTES;
+            buf.resize(bytes, 0);
+            let r = self.read_nodes(dev, first, &mut buf, issued)?;
+            t = t.max(dev.controller_mut().dram(r, bytes as u64));
         }
         // Each comparison loads its key from DRAM (the cores have no data cache worth
         // counting); a modified node shifts half a node of entries in DRAM.

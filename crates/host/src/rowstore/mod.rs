@@ -649,14 +649,6 @@ impl RowStore {
     }
 }
 
-/// Runs of consecutive sorted LBAs, each at most `max` long: `(first, length)`.
-pub fn runs(lbas: &[u64], max: u64) -> Vec<(u64, u64)> {
-    let mut v: Vec<(u64, u64)> = Vec::new();
-    for &p in lbas {
-        match v.last_mut() {
-            Some((f, n)) if *f + *n == p && *n < max => *n += 1,
-            _ => v.push((p, 1)),
-        }
-    }
-    v
-}
+/// Runs of consecutive sorted LBAs, each at most `max` long: `(first, length)` (the
+/// device's firmware groups its node reads the same way).
+pub use csd_device::btree::runs;
