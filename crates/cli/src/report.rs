@@ -153,10 +153,15 @@ pub fn print_io(r: &IoReport, cmd: &str) {
         r.ops,
         r.reads,
         r.writes,
-        if r.errors > 0 {
-            format!(", {} media errors", r.errors)
-        } else {
-            String::new()
+        match (r.errors, r.bad_block_reads) {
+            (0, _) => String::new(),
+            (e, 0) => format!(", {e} media errors"),
+            (e, b) if b == e => format!(
+                ", {e} media errors (reads of factory-bad blocks: a raw array does not map around them)"
+            ),
+            (e, b) => format!(
+                ", {e} media errors ({b} of them reads of factory-bad blocks: a raw array does not map around them)"
+            ),
         }
     );
     let mut t = table(&["modeled", "value"]);
@@ -635,4 +640,27 @@ fn wear_summary(nand: &Nand) -> (u32, u32, f64, u32, u64) {
         bad,
         pages,
     )
+}
+
+/// For a device in memory whose flash is larger than its memory limit: a notice saying
+/// where it turns read-only and how to get more (`None` when the flash fits, or no limit).
+pub fn memory_limit_notice(nand: &Nand) -> Option<String> {
+    let limit = nand.memory_limit()?;
+    let g = nand.geometry();
+    let flash = g.total_blocks() * g.block_bytes();
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let source = if std::env::var_os("CSD_MEMORY_LIMIT").is_some() {
+        "CSD_MEMORY_LIMIT"
+    } else {
+        "three quarters of this machine's available memory; CSD_MEMORY_LIMIT sets it"
+    };
+    (flash > limit).then(|| {
+        format!(
+            "note: the device's flash ({:.1} GiB) is larger than its memory limit ({:.1} GiB: {source}); \
+             once the blocks it has written reach the limit it turns read-only (a log-structured FTL \
+             writes every block before its GC erases one). --image keeps more.",
+            gib(flash),
+            gib(limit)
+        )
+    })
 }

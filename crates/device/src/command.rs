@@ -503,9 +503,9 @@ impl From<FtlError> for Status {
                 NandError::ProgramFailed { .. } | NandError::EraseFailed { .. } => {
                     Status::WriteFault(m)
                 }
-                NandError::Image { .. } | NandError::ImageFull { .. } => {
-                    Status::DataTransferError(m)
-                }
+                NandError::Image { .. }
+                | NandError::ImageFull { .. }
+                | NandError::MemoryFull { .. } => Status::DataTransferError(m),
                 // A data read names its LBA (`FtlError::Uncorrectable`); this is the FTL's
                 // own metadata.
                 NandError::Uncorrectable { .. } => {

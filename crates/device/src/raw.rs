@@ -28,8 +28,11 @@ use csd_sim::{DeviceConfig, EnergyCounters, SimTime, Utilization};
 /// Counters of the raw device.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RawStats {
-    /// Reads that returned an uncorrectable error.
+    /// Reads that returned an error: uncorrectable, or of a factory-bad block.
     pub read_errors: u64,
+    /// Of `read_errors`, the reads of factory-bad blocks (the raw array does not map
+    /// around them; an FTL never addresses them).
+    pub bad_block_reads: u64,
     /// Programs that failed (the page was retried elsewhere).
     pub program_failures: u64,
     /// Blocks erased before reuse.
@@ -212,6 +215,7 @@ impl IoTarget for RawDevice {
                 // A factory-bad block answers with an error status at once.
                 Err(NandError::BadBlock { .. }) => {
                     self.stats.read_errors += 1;
+                    self.stats.bad_block_reads += 1;
                     at
                 }
                 Err(e) => return Err(e.into()),
@@ -256,6 +260,10 @@ impl IoTarget for RawDevice {
 
     fn error_count(&self) -> u64 {
         self.stats.read_errors + self.stats.program_failures
+    }
+
+    fn bad_block_reads(&self) -> u64 {
+        self.stats.bad_block_reads
     }
 
     fn reset_counters(&mut self) {

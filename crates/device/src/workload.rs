@@ -93,6 +93,11 @@ pub trait IoTarget {
     }
     /// Operations that completed with a media error (counted, not fatal).
     fn error_count(&self) -> u64;
+    /// Of [`IoTarget::error_count`], the reads of factory-bad blocks (a raw array answers
+    /// them with an error at once; a device with an FTL never addresses such a block).
+    fn bad_block_reads(&self) -> u64 {
+        0
+    }
     /// Start a new measurement window.
     fn reset_counters(&mut self);
 }
@@ -138,6 +143,9 @@ impl IoTarget for NoHints<'_> {
     }
     fn error_count(&self) -> u64 {
         self.0.error_count()
+    }
+    fn bad_block_reads(&self) -> u64 {
+        self.0.bad_block_reads()
     }
     fn reset_counters(&mut self) {
         self.0.reset_counters()
@@ -301,6 +309,8 @@ pub struct IoReport {
     pub write_bytes: u64,
     /// Operations that hit a media error.
     pub errors: u64,
+    /// Of `errors`, the reads of factory-bad blocks (raw arrays only).
+    pub bad_block_reads: u64,
     /// Modeled duration from the first submission to the last completion.
     pub modeled_ns: u64,
     /// Latency of all operations.
@@ -363,6 +373,7 @@ impl IoReport {
         put("read_bytes", json!(self.read_bytes));
         put("write_bytes", json!(self.write_bytes));
         put("errors", json!(self.errors));
+        put("bad_block_reads", json!(self.bad_block_reads));
         put("modeled_time_s", json!(self.modeled_ns as f64 / 1e9));
         put("iops", json!(self.iops()));
         put("bandwidth_mb_s", json!(self.bandwidth_mb_s()));
@@ -607,7 +618,7 @@ pub fn run(
     };
 
     target.reset_counters();
-    let errors0 = target.error_count();
+    let errors0 = (target.error_count(), target.bad_block_reads());
     let t0 = target.now();
     let pacer = Pacer::new(spec.clock, t0);
     let paced = !matches!(spec.clock, ClockMode::Virtual);
@@ -678,19 +689,23 @@ pub fn run(
     let wall_s = wall0.elapsed().as_secs_f64();
     let cpu_s = csd_sim::clock::thread_cpu_s() - cpu0;
     progress(tally.ops);
-    let errors = target.error_count() - errors0;
+    let errors = (
+        target.error_count() - errors0.0,
+        target.bad_block_reads() - errors0.1,
+    );
     Ok(tally.report(target, spec, t0, errors, (wall_s, cpu_s)))
 }
 
 impl Tally {
     /// The report of a run of `spec` on `target` that started at `t0`: the modeled
     /// figures (from the target's counters and utilization) beside the emulator's speed.
+    /// `errors`: the run's media errors and, of them, its reads of factory-bad blocks.
     fn report(
         self,
         target: &dyn IoTarget,
         spec: &WorkloadSpec,
         t0: SimTime,
-        errors: u64,
+        (errors, bad_block_reads): (u64, u64),
         (wall_s, cpu_s): (f64, f64),
     ) -> IoReport {
         let batch = spec.batch.max(1) as u64;
@@ -710,6 +725,7 @@ impl Tally {
             read_bytes: self.reads * spec.bs,
             write_bytes: self.writes * spec.bs * batch,
             errors,
+            bad_block_reads,
             modeled_ns,
             latency: Latency::of(&self.all),
             read_latency: Latency::of(&self.read),
@@ -869,6 +885,25 @@ mod tests {
         assert!(a.reads > 1800 && a.reads < 2400, "70% reads: {}", a.reads);
         assert!(a.writes > 0);
         assert!(a.energy.total_j() > 0.0);
+    }
+
+    /// A raw array's reads of factory-bad blocks are media errors, and the report says how
+    /// many of its errors they are (the demo's random read names them).
+    #[test]
+    fn reads_of_factory_bad_blocks_are_counted_apart() {
+        let spec = WorkloadSpec {
+            rw: Rw::RandRead,
+            ops: Some(4000),
+            ..Default::default()
+        };
+        let mut d = raw("tiny", &["faults.factory_bad_block_ratio=0.1"]);
+        let r = run(&mut d, &spec, &mut |_| {}).unwrap();
+        // About a tenth of the reads; `tiny` has no bit errors, so they are every error.
+        assert!((200..800).contains(&r.bad_block_reads), "{r:?}");
+        assert_eq!(r.errors, r.bad_block_reads);
+        assert_eq!(r.to_json()["bad_block_reads"], r.bad_block_reads);
+        let clean = run(&mut raw("tiny", &[]), &spec, &mut |_| {}).unwrap();
+        assert_eq!((clean.errors, clean.bad_block_reads), (0, 0));
     }
 
     #[test]

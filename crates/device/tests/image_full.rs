@@ -87,3 +87,54 @@ fn a_full_file_system_turns_the_device_read_only_and_keeps_what_was_acknowledged
         std::panic::resume_unwind(p);
     }
 }
+
+/// An in-memory device at its memory limit: the write that needs one more erase block
+/// fails with a clear error, the device turns read-only (no out-of-memory kill), and every
+/// acknowledged write reads back.
+#[test]
+fn an_in_memory_device_at_its_memory_limit_turns_read_only_and_keeps_what_was_acknowledged() {
+    let cfg = DeviceConfig::preset("tiny").unwrap();
+    let mut dev = stack::in_memory(cfg, FtlConfig::default()).unwrap();
+    let nand = dev.ftl_mut().nand_mut();
+    assert!(nand.memory_limit().is_some() || std::env::var("CSD_MEMORY_LIMIT").is_ok());
+    // Room for the blocks formatting took and about eight more.
+    let held = nand.resident_bytes();
+    let block = nand.geometry().block_bytes();
+    assert!(nand.set_memory_limit(Some(held + 8 * (block + 4096))));
+    let ss = dev.ftl().lba_size();
+    let mut acked = 0u64;
+    let err = loop {
+        match dev
+            .ftl_mut()
+            .write(acked, &pattern(ss, acked), SimTime::ZERO)
+        {
+            Ok(_) => acked += 1,
+            Err(e) => break e,
+        }
+        assert!(acked < dev.ftl().lbas(), "the limit never struck");
+    };
+    assert_eq!(
+        err,
+        FtlError::ReadOnly {
+            reason: ReadOnlyReason::MemoryFull
+        }
+    );
+    assert!(err.to_string().contains("memory limit"), "{err}");
+    assert!(acked > 100, "only {acked} writes before the limit");
+    let mut buf = vec![0u8; ss];
+    for l in 0..acked {
+        dev.ftl_mut().read(l, &mut buf, SimTime::ZERO).unwrap();
+        assert_eq!(buf, pattern(ss, l), "LBA {l}");
+    }
+    assert!(dev.ftl_mut().write(0, &buf, SimTime::ZERO).is_err());
+    // Not a limit on images.
+    let dir = tempfile::tempdir().unwrap();
+    let mut img = stack::create_image(
+        &dir.path().join("a.img"),
+        DeviceConfig::preset("tiny").unwrap(),
+        FtlConfig::default(),
+    )
+    .unwrap();
+    assert!(!img.ftl_mut().nand_mut().set_memory_limit(Some(1)));
+    assert_eq!(img.ftl().nand().memory_limit(), None);
+}

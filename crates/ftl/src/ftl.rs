@@ -110,6 +110,8 @@ pub enum ReadOnlyReason {
     SpareExhausted,
     /// The file system holding the image file is full.
     ImageFull,
+    /// An in-memory device reached its memory limit (see `csd_nand::Nand::memory_limit`).
+    MemoryFull,
     /// No free block could be found or reclaimed (every block holds live data).
     OutOfSpace,
     /// The mean erase count of the blocks reached the rated endurance (NVMe "Percentage
@@ -123,6 +125,7 @@ impl std::fmt::Display for ReadOnlyReason {
             ReadOnlyReason::Opened => "opened read-only",
             ReadOnlyReason::SpareExhausted => "spare blocks exhausted",
             ReadOnlyReason::ImageFull => "image file system is full",
+            ReadOnlyReason::MemoryFull => "in-memory device reached its memory limit",
             ReadOnlyReason::OutOfSpace => "no free block could be reclaimed",
             ReadOnlyReason::WornOut => "rated endurance reached (worn out)",
         })

@@ -209,14 +209,15 @@ impl Ftl {
         debug_assert!(self.health.next_wear_check > clock);
     }
 
-    /// Is `e` an end-of-life failure (no block to write into, or no room in the image's
-    /// file system), and why? A device already read-only keeps its first reason (say, it
+    /// Is `e` an end-of-life failure (no block to write into, no room in the image's
+    /// file system, or an in-memory device at its memory limit), and why? A device already read-only keeps its first reason (say, it
     /// wore out during the command that then found no block).
     pub(crate) fn end_of_life(&self, e: &FtlError) -> Option<ReadOnlyReason> {
         let why = match e {
             FtlError::NoSpace if self.spare_blocks() <= 0 => ReadOnlyReason::SpareExhausted,
             FtlError::NoSpace => ReadOnlyReason::OutOfSpace,
             FtlError::Nand(NandError::ImageFull { .. }) => ReadOnlyReason::ImageFull,
+            FtlError::Nand(NandError::MemoryFull { .. }) => ReadOnlyReason::MemoryFull,
             FtlError::ReadOnly { reason } => *reason,
             _ => return None,
         };

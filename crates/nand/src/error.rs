@@ -102,6 +102,19 @@ pub enum NandError {
         /// The block that could not be stored.
         block: u32,
     },
+    /// An in-memory device reached its memory limit: storing one more erase block would
+    /// take the memory its blocks hold past it (see [`crate::Nand::set_memory_limit`]).
+    #[error(
+        "the in-memory device reached its memory limit: block {block} would take its flash past {limit_bytes} bytes ({used_bytes} held: a block keeps its memory once programmed, stale pages included, and a log-structured FTL spreads writes over every block before its GC erases any); run on an image file (--image), on a smaller device (e.g. --set geometry.blocks_per_plane=32) or raise CSD_MEMORY_LIMIT; the device stays readable"
+    )]
+    MemoryFull {
+        /// The block that could not be stored.
+        block: u32,
+        /// Bytes the device's blocks hold.
+        used_bytes: u64,
+        /// The limit.
+        limit_bytes: u64,
+    },
     /// Another process holds the image.
     #[error("image {path} is in use by another process")]
     Locked {

@@ -327,6 +327,19 @@ impl Nand {
         self.store.resident_block_bytes()
     }
 
+    /// The most memory an in-memory device's blocks may take (`None`: an image file, or
+    /// no limit). A program that needs a new block past it fails with
+    /// [`NandError::MemoryFull`] and changes nothing. A new in-memory device starts with
+    /// `CSD_MEMORY_LIMIT` or three quarters of the machine's available memory.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.store.memory_limit()
+    }
+
+    /// Set [`Nand::memory_limit`]; `false` (nothing changes) on an image file.
+    pub fn set_memory_limit(&mut self, limit: Option<u64>) -> bool {
+        self.store.set_memory_limit(limit)
+    }
+
     /// The latest instant any die or channel is busy until.
     pub fn now(&self) -> SimTime {
         self.dies

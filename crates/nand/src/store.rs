@@ -273,7 +273,12 @@ pub enum Access {
 
 /// The bytes of one erase block of the memory backend: an anonymous mapping, zero (all
 /// pages erased) until written, backed by transparent huge pages where the kernel offers
-/// them (random reads over a large device then miss the TLB far less often).
+/// them (random reads over a large device then miss the TLB far less often). Only the
+/// block's whole huge pages are advised: the rest of its last one, where a block's size
+/// is not a multiple of 2 MiB, takes 4 KiB pages. (Advising the whole rounded-up mapping
+/// gave an `nvme-tlc` block, 6 MiB of data and 28 KiB of states and spare bytes, a third
+/// huge page for its last 28 KiB: 8 MiB of memory, all zeroed by the kernel at first
+/// touch, for 6 MiB of flash.)
 pub(crate) struct AnonBlock {
     ptr: std::ptr::NonNull<u8>,
     len: usize,
@@ -282,6 +287,42 @@ pub(crate) struct AnonBlock {
 
 /// Huge-page size the mappings are rounded to.
 const HUGE: usize = 2 << 20;
+
+/// The memory limit a new in-memory store starts with: `CSD_MEMORY_LIMIT` (a size such as
+/// `8g`; `off` for none) when set and valid, else three quarters of the memory the machine
+/// has available now (`MemAvailable`), so that a device larger than memory turns
+/// read-only with [`NandError::MemoryFull`] before the kernel's out-of-memory killer
+/// ends the process; `None` where neither is known.
+pub(crate) fn default_memory_limit() -> Option<usize> {
+    if let Ok(v) = std::env::var("CSD_MEMORY_LIMIT") {
+        match memory_limit_setting(&v) {
+            Some(limit) => return limit,
+            None => tracing::warn!(
+                "CSD_MEMORY_LIMIT={v:?} is not a size (examples: 8g, 512m, off); using three quarters of the available memory"
+            ),
+        }
+    }
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    available_from_meminfo(&info).map(|a| usize::try_from(a / 4 * 3).unwrap_or(usize::MAX))
+}
+
+/// `CSD_MEMORY_LIMIT`'s value: `Some(None)` for no limit, `Some(Some(bytes))`, or `None`
+/// when it is not a size.
+fn memory_limit_setting(v: &str) -> Option<Option<usize>> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "off" | "none" | "unlimited" => Some(None),
+        s => csd_sim::units::parse_size(s)
+            .ok()
+            .map(|b| Some(usize::try_from(b).unwrap_or(usize::MAX))),
+    }
+}
+
+/// `MemAvailable` of a `/proc/meminfo` text, in bytes.
+fn available_from_meminfo(info: &str) -> Option<u64> {
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
 
 impl AnonBlock {
     fn new(len: usize) -> Option<AnonBlock> {
@@ -317,7 +358,10 @@ impl AnonBlock {
             if tail > 0 {
                 libc::munmap((start + mapped) as *mut libc::c_void, tail);
             }
-            libc::madvise(start as *mut libc::c_void, mapped, libc::MADV_HUGEPAGE);
+            let whole = len / HUGE * HUGE;
+            if whole > 0 {
+                libc::madvise(start as *mut libc::c_void, whole, libc::MADV_HUGEPAGE);
+            }
         }
         Some(AnonBlock {
             ptr: std::ptr::NonNull::new(start as *mut u8)?,
@@ -366,6 +410,11 @@ pub(crate) struct MemStore {
     meta: Vec<BlockMeta>,
     blocks: Vec<Option<AnonBlock>>,
     layout: Layout,
+    /// Memory the blocks allocated so far take once written, in 4 KiB pages (blocks are
+    /// never given back).
+    held: usize,
+    /// The most `held` may reach (`None`: no limit).
+    limit: Option<usize>,
 }
 
 pub(crate) struct FileStore {
@@ -1145,6 +1194,8 @@ impl Store {
             meta,
             blocks: (0..n).map(|_| None).collect(),
             layout: Layout::new(g),
+            held: 0,
+            limit: default_memory_limit(),
         })
     }
 
@@ -1435,10 +1486,19 @@ impl Store {
             Store::Mem(m) => {
                 let n = m.layout.block_bytes;
                 if m.blocks[b].is_none() {
+                    let size = n.next_multiple_of(4096);
+                    if let Some(limit) = m.limit.filter(|&l| m.held.saturating_add(size) > l) {
+                        return Err(NandError::MemoryFull {
+                            block: b as u32,
+                            used_bytes: m.held as u64,
+                            limit_bytes: limit as u64,
+                        });
+                    }
                     m.blocks[b] = Some(AnonBlock::new(n).ok_or_else(|| NandError::Image {
                         path: PathBuf::from("(memory)"),
                         reason: format!("cannot allocate {n} bytes for block {b}"),
                     })?);
+                    m.held += size;
                 }
                 Ok(m.blocks[b]
                     .as_mut()
@@ -1574,6 +1634,25 @@ impl Store {
     }
 
     /// Bytes of memory (or mapped file) actually holding block contents.
+    /// The memory limit of an in-memory store (`None` for an image file, or no limit).
+    pub fn memory_limit(&self) -> Option<u64> {
+        match self {
+            Store::Mem(m) => m.limit.map(|l| l as u64),
+            Store::File(_) => None,
+        }
+    }
+
+    /// Set the memory limit of an in-memory store; `false` for an image file.
+    pub fn set_memory_limit(&mut self, limit: Option<u64>) -> bool {
+        match self {
+            Store::Mem(m) => {
+                m.limit = limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+                true
+            }
+            Store::File(_) => false,
+        }
+    }
+
     pub fn resident_block_bytes(&self) -> u64 {
         match self {
             Store::Mem(m) => m.blocks.iter().flatten().map(|b| b.len as u64).sum(),
@@ -1735,5 +1814,56 @@ impl FileStore {
                 .map_err(|e| image_error(&p, format!("durable copy: {e}")))?,
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    #[test]
+    fn memory_limit_settings_read_as_sizes_or_off() {
+        assert_eq!(memory_limit_setting("8g"), Some(Some(8 << 30)));
+        assert_eq!(memory_limit_setting(" 512MiB "), Some(Some(512 << 20)));
+        assert_eq!(memory_limit_setting("off"), Some(None));
+        assert_eq!(memory_limit_setting("None"), Some(None));
+        assert_eq!(memory_limit_setting("lots"), None);
+        assert_eq!(memory_limit_setting(""), None);
+    }
+
+    #[test]
+    fn available_memory_comes_from_meminfo() {
+        let info =
+            "MemTotal:       24000000 kB\nMemFree:         1000 kB\nMemAvailable:   20000000 kB\n";
+        assert_eq!(available_from_meminfo(info), Some(20_000_000 * 1024));
+        assert_eq!(available_from_meminfo("MemTotal: 1 kB\n"), None);
+        assert_eq!(available_from_meminfo("MemAvailable: many kB\n"), None);
+    }
+
+    #[test]
+    fn a_block_past_the_limit_is_refused_and_changes_nothing() {
+        let cfg = DeviceConfig::preset("tiny").unwrap();
+        let n = cfg.geometry.total_blocks() as usize;
+        let mut s = Store::new_mem(&cfg.geometry, vec![BlockMeta::zeroed(); n]);
+        let mapped = s.layout().block_bytes.next_multiple_of(4096) as u64;
+        assert!(s.set_memory_limit(Some(2 * mapped)));
+        s.block_mut(0, 1).unwrap();
+        s.block_mut(1, 1).unwrap();
+        // Blocks already held take no more memory.
+        s.block_mut(0, 1).unwrap();
+        let e = s.block_mut(2, 1).unwrap_err();
+        assert_eq!(
+            e,
+            NandError::MemoryFull {
+                block: 2,
+                used_bytes: 2 * mapped,
+                limit_bytes: 2 * mapped
+            }
+        );
+        assert!(s.block(2).is_none(), "the refused block was not allocated");
+        assert_eq!(s.resident_block_bytes(), 2 * s.layout().block_bytes as u64);
+        assert!(s.set_memory_limit(None));
+        s.block_mut(2, 1).unwrap();
+        assert_eq!(s.memory_limit(), None);
     }
 }

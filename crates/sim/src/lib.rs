@@ -16,6 +16,7 @@ pub mod net;
 pub mod prefetch;
 pub mod resource;
 pub mod time;
+pub mod units;
 pub mod wire;
 
 pub use clock::{ClockMode, Pacer};

@@ -198,7 +198,15 @@ fn open(a: &IoArgs) -> Result<Dev, CliError> {
         (ModeArg::Block, None) => {
             let cfg = a.src.load()?;
             let ftl = a.ftl.config(cfg.geometry.sector_size)?;
-            Dev::Block(csd_device::stack::in_memory(cfg, ftl)?)
+            let dev = csd_device::stack::in_memory(cfg, ftl)?;
+            // A run that writes may reach the limit; one that only reads never does.
+            if a.rw != Rw::Read
+                && a.rw != Rw::RandRead
+                && let Some(n) = report::memory_limit_notice(dev.ftl().nand())
+            {
+                eprintln!("{n}");
+            }
+            Dev::Block(dev)
         }
     })
 }

@@ -391,7 +391,11 @@ fn open_device(a: &ServeArgs) -> Result<BlockDevice, CliError> {
         let cfg = a.src.load()?;
         eprintln!("device in memory ({})", report::geometry_line(&cfg));
         let ftl = a.ftl.config(cfg.geometry.sector_size)?;
-        return Ok(csd_device::stack::in_memory(cfg, ftl)?);
+        let dev = csd_device::stack::in_memory(cfg, ftl)?;
+        if let Some(n) = report::memory_limit_notice(dev.ftl().nand()) {
+            eprintln!("{n}");
+        }
+        return Ok(dev);
     };
     Ok(if a.read_only {
         if a.ftl.format || a.ftl.op.is_some() {
