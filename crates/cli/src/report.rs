@@ -648,7 +648,13 @@ pub fn memory_limit_notice(nand: &Nand) -> Option<String> {
     let limit = nand.memory_limit()?;
     let g = nand.geometry();
     let flash = g.total_blocks() * g.block_bytes();
-    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let size = |b: u64| {
+        if b >= 1 << 30 {
+            format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+        } else {
+            format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)
+        }
+    };
     let source = if std::env::var_os("CSD_MEMORY_LIMIT").is_some() {
         "CSD_MEMORY_LIMIT"
     } else {
@@ -656,11 +662,11 @@ pub fn memory_limit_notice(nand: &Nand) -> Option<String> {
     };
     (flash > limit).then(|| {
         format!(
-            "note: the device's flash ({:.1} GiB) is larger than its memory limit ({:.1} GiB: {source}); \
+            "note: the device's flash ({}) is larger than its memory limit ({}: {source}); \
              once the blocks it has written reach the limit it turns read-only (a log-structured FTL \
              writes every block before its GC erases one). --image keeps more.",
-            gib(flash),
-            gib(limit)
+            size(flash),
+            size(limit)
         )
     })
 }

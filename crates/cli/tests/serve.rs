@@ -381,25 +381,45 @@ fn fio_random_write_then_verify() {
 /// `csd serve --memory`: a device in memory behind the same protocol, as `nbdkit
 /// memory` is a RAM disk: fio writes and verifies through it, SIGTERM ends it cleanly,
 /// no file is left, and it refuses an image or `--read-only` beside it.
-#[test]
-fn a_device_in_memory_serves_fio_and_leaves_nothing_behind() {
-    require!("fio");
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("mem.sock");
-    let log = dir.path().join("mem.log");
-    let mut child = Command::new(CSD)
-        .args(["serve", "--memory", "--preset", "tiny", "--socket"])
-        .arg(&sock)
+/// SIGTERM to a server started as a plain child, and its exit status.
+fn terminate(child: &mut Child) -> ExitStatus {
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    child.wait().unwrap()
+}
+
+/// `csd serve --memory --preset tiny` on a socket in `dir`, its stderr in `log`, with
+/// `CSD_MEMORY_LIMIT` when given; returns the child and the URI it printed.
+fn serve_tiny_in_memory(dir: &Path, log: &Path, memory_limit: Option<&str>) -> (Child, String) {
+    let mut c = Command::new(CSD);
+    c.args(["serve", "--memory", "--preset", "tiny", "--socket"])
+        .arg(dir.join("mem.sock"))
         .stdout(Stdio::piped())
-        .stderr(Stdio::from(File::create(&log).unwrap()))
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::from(File::create(log).unwrap()));
+    if let Some(l) = memory_limit {
+        c.env("CSD_MEMORY_LIMIT", l);
+    }
+    let mut child = c.spawn().unwrap();
     let uri = first_line(&mut child);
     assert!(
         uri.starts_with("nbd+unix"),
         "{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
+        std::fs::read_to_string(log).unwrap_or_default()
     );
+    (child, uri)
+}
+
+#[test]
+fn a_device_in_memory_serves_fio_and_leaves_nothing_behind() {
+    require!("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("mem.log");
+    let (mut child, uri) = serve_tiny_in_memory(dir.path(), &log, None);
     let job = [
         "--name=m",
         "--rw=randwrite",
@@ -410,14 +430,7 @@ fn a_device_in_memory_serves_fio_and_leaves_nothing_behind() {
         "--do_verify=1",
     ];
     assert_eq!(fio_errors(&fio(dir.path(), &uri, &job)), 0);
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = child.wait().unwrap();
+    let status = terminate(&mut child);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(status.success(), "{text}");
     assert!(text.contains("device in memory"), "{text}");
@@ -451,6 +464,50 @@ fn a_device_in_memory_serves_fio_and_leaves_nothing_behind() {
         let out = Command::new(CSD).args(&bad).output().unwrap();
         assert!(!out.status.success(), "{bad:?} must be refused");
     }
+}
+
+/// A device in memory at its memory limit (`CSD_MEMORY_LIMIT`): fio's writes past it get
+/// errors, the server says why once on stderr, stays up, and reads go on.
+#[test]
+fn a_device_in_memory_at_its_memory_limit_refuses_writes_and_keeps_serving_reads() {
+    require!("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("lim.log");
+    let (mut child, uri) = serve_tiny_in_memory(dir.path(), &log, Some("8m"));
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text().contains("memory limit (8 MiB"), "{}", text());
+    let mut w = Command::new("fio");
+    w.current_dir(dir.path()).args([
+        "--ioengine=nbd",
+        &format!("--uri={uri}"),
+        "--output-format=json",
+        "--name=w",
+        "--rw=randwrite",
+        "--bs=4k",
+        "--size=32M",
+        "--iodepth=16",
+        "--continue_on_error=all",
+    ]);
+    let out = w.output().unwrap();
+    let job = &fio_json(&out)["jobs"][0];
+    let failed = job["total_err"].as_u64().unwrap_or(0) + job["error"].as_u64().unwrap_or(0);
+    assert!(failed > 0, "no write was refused: {job}");
+    let reads = fio(
+        dir.path(),
+        &uri,
+        &[
+            "--name=r",
+            "--rw=randread",
+            "--bs=4k",
+            "--size=32M",
+            "--iodepth=16",
+        ],
+    );
+    assert_eq!(fio_errors(&reads), 0);
+    let l = text();
+    assert_eq!(l.matches("refuses writes from now on").count(), 1, "{l}");
+    assert!(l.contains("reached its memory limit"), "{l}");
+    assert!(terminate(&mut child).success(), "{}", text());
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! readable, nothing dies of SIGBUS, and the image opens again later (read-only needs no
 //! space at all).
 
+use csd_device::BlockDevice;
 use csd_device::stack::{self, OpenOptions};
 use csd_ftl::{FtlConfig, FtlError, ReadOnlyReason};
 use csd_sim::{DeviceConfig, SimTime};
@@ -23,6 +24,23 @@ fn pattern(ss: usize, lba: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Write LBAs 0, 1, … with their patterns until a write fails; returns how many were
+/// acknowledged and the error. `never` is the message if every LBA fits.
+fn fill_until_refused(dev: &mut BlockDevice, never: &str) -> (u64, FtlError) {
+    let ss = dev.ftl().lba_size();
+    let mut acked = 0u64;
+    loop {
+        match dev
+            .ftl_mut()
+            .write(acked, &pattern(ss, acked), SimTime::ZERO)
+        {
+            Ok(_) => acked += 1,
+            Err(e) => return (acked, e),
+        }
+        assert!(acked < dev.ftl().lbas(), "{never}");
+    }
+}
+
 #[test]
 fn a_full_file_system_turns_the_device_read_only_and_keeps_what_was_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
@@ -37,20 +55,7 @@ fn a_full_file_system_turns_the_device_read_only_and_keeps_what_was_acknowledged
         let cfg = DeviceConfig::preset("tiny").unwrap();
         let mut dev = stack::create_image(&path, cfg, FtlConfig::default()).unwrap();
         let ss = dev.ftl().lba_size();
-        let mut acked = 0u64;
-        let err = loop {
-            match dev
-                .ftl_mut()
-                .write(acked, &pattern(ss, acked), SimTime::ZERO)
-            {
-                Ok(_) => acked += 1,
-                Err(e) => break e,
-            }
-            assert!(
-                acked < dev.ftl().lbas(),
-                "a 64 MiB device does not fit 6 MiB"
-            );
-        };
+        let (acked, err) = fill_until_refused(&mut dev, "a 64 MiB device does not fit 6 MiB");
         assert_eq!(
             err,
             FtlError::ReadOnly {
@@ -102,17 +107,7 @@ fn an_in_memory_device_at_its_memory_limit_turns_read_only_and_keeps_what_was_ac
     let block = nand.geometry().block_bytes();
     assert!(nand.set_memory_limit(Some(held + 8 * (block + 4096))));
     let ss = dev.ftl().lba_size();
-    let mut acked = 0u64;
-    let err = loop {
-        match dev
-            .ftl_mut()
-            .write(acked, &pattern(ss, acked), SimTime::ZERO)
-        {
-            Ok(_) => acked += 1,
-            Err(e) => break e,
-        }
-        assert!(acked < dev.ftl().lbas(), "the limit never struck");
-    };
+    let (acked, err) = fill_until_refused(&mut dev, "the limit never struck");
     assert_eq!(
         err,
         FtlError::ReadOnly {

@@ -125,7 +125,9 @@ impl std::fmt::Display for ReadOnlyReason {
             ReadOnlyReason::Opened => "opened read-only",
             ReadOnlyReason::SpareExhausted => "spare blocks exhausted",
             ReadOnlyReason::ImageFull => "image file system is full",
-            ReadOnlyReason::MemoryFull => "in-memory device reached its memory limit",
+            ReadOnlyReason::MemoryFull => {
+                "in-memory device reached its memory limit (CSD_MEMORY_LIMIT sets it; an image file keeps more)"
+            }
             ReadOnlyReason::OutOfSpace => "no free block could be reclaimed",
             ReadOnlyReason::WornOut => "rated endurance reached (worn out)",
         })

@@ -557,6 +557,7 @@ impl Server {
                 modeled_now: origin,
                 ..Default::default()
             },
+            refusal_noted: false,
         };
         Ok(Server {
             shared: Arc::new(Shared {

@@ -98,6 +98,9 @@ pub(crate) struct DeviceState {
     /// Commands submitted on a queue pair before they are processed and reaped.
     pub depth: usize,
     pub stats: ServerStats,
+    /// The device's first refusal of a write (it turned read-only: worn out, spares
+    /// used up, image file system full, memory limit) was logged on stderr.
+    pub refusal_noted: bool,
 }
 
 /// Map a device status to an NBD error value.
@@ -383,6 +386,13 @@ impl DeviceState {
             let (f, t) = self.run(qid, [Command::Flush], done, drop);
             failed = f;
             done = done.max(t);
+        }
+        if let Some(Status::WriteProtected(m)) = &failed
+            && !self.refusal_noted
+        {
+            // Clients only see EPERM; the server's log says why, once.
+            self.refusal_noted = true;
+            eprintln!("the device refuses writes from now on (reads go on): {m}");
         }
         let error = failed.as_ref().map_or(0, errno);
         self.clock = self.clock.max(done);
