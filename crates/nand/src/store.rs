@@ -1633,7 +1633,6 @@ impl Store {
         }
     }
 
-    /// Bytes of memory (or mapped file) actually holding block contents.
     /// The memory limit of an in-memory store (`None` for an image file, or no limit).
     pub fn memory_limit(&self) -> Option<u64> {
         match self {
@@ -1653,6 +1652,7 @@ impl Store {
         }
     }
 
+    /// Bytes of memory (or mapped file) actually holding block contents.
     pub fn resident_block_bytes(&self) -> u64 {
         match self {
             Store::Mem(m) => m.blocks.iter().flatten().map(|b| b.len as u64).sum(),
