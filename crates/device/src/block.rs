@@ -730,7 +730,7 @@ mod tests {
             .copied()
             .fold(f64::INFINITY, f64::min);
         assert!(
-            serial.0.0 as f64 >= 17.0 * t_prog * 1e3,
+            serial.0.ns() as f64 >= 17.0 * t_prog * 1e3,
             "serial {serial:?}, tPROG {t_prog} us"
         );
         assert_eq!(out[2], out[3], "one context: nothing to serialize");

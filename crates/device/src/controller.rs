@@ -272,7 +272,7 @@ impl Controller {
 /// The member of a pool (cores) that can start `ns` of work at `at` first; ties go to
 /// the lowest index.
 fn first_start(pool: &[Resource], at: SimTime, ns: u64) -> usize {
-    let mut best = (SimTime(u64::MAX), 0);
+    let mut best = (SimTime::from_ns(u64::MAX), 0);
     for (i, r) in pool.iter().enumerate() {
         let s = r.earliest_start(at, ns);
         if s < best.0 {

@@ -870,7 +870,7 @@ fn a_durable_registration_is_answered_after_its_log_force() {
         c
     };
     // Each command is submitted 10 ms after the previous one began, when every die idles.
-    let t1 = SimTime(10_000_000);
+    let t1 = SimTime::from_ns(10_000_000);
     let c = at(&mut d, Command::SendTblCol(orders_format("a")), t1);
     let a = table_id(&c);
     assert!(
@@ -882,7 +882,7 @@ fn a_durable_registration_is_answered_after_its_log_force() {
         c.acct.flash_programs >= 1,
         "the registry's log force programs a page"
     );
-    let t2 = SimTime(20_000_000);
+    let t2 = SimTime::from_ns(20_000_000);
     let c = at(
         &mut d,
         Command::SendIdxEnc {
@@ -895,7 +895,7 @@ fn a_durable_registration_is_answered_after_its_log_force() {
         t2,
     );
     assert!(c.acct.latency_ns >= prog_ns, "SEND_IDX_ENC persists too");
-    let t3 = SimTime(30_000_000);
+    let t3 = SimTime::from_ns(30_000_000);
     let c = at(
         &mut d,
         Command::SendIdxIcr {
@@ -965,9 +965,9 @@ fn write_idx_under_write_back_is_acknowledged_from_the_buffer() {
             ok(&c);
             c
         };
-        write(&mut d, &old, SimTime(10_000_000));
+        write(&mut d, &old, SimTime::from_ns(10_000_000));
         ok(&run(&mut d, q, Command::Flush));
-        let c = write(&mut d, &new, SimTime(20_000_000));
+        let c = write(&mut d, &new, SimTime::from_ns(20_000_000));
         assert_eq!(c.acct.flash_programs, 0, "acknowledged from the buffer");
         assert!(
             c.acct.latency_ns < prog_ns,

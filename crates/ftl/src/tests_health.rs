@@ -171,7 +171,7 @@ fn checkpoints_are_also_taken_on_a_time_interval() {
     let mut t = SimTime::ZERO;
     for i in 0..200u64 {
         // One write per modeled millisecond.
-        t = SimTime(i * 1_000_000);
+        t = SimTime::from_ns(i * 1_000_000);
         f.write(i, &sector(ss, i), t).unwrap();
     }
     let ck = f.stats().checkpoints;
@@ -182,7 +182,8 @@ fn checkpoints_are_also_taken_on_a_time_interval() {
     let _ = t;
     let mut g = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), FtlConfig::default()).unwrap();
     for i in 0..200u64 {
-        g.write(i, &sector(ss, i), SimTime(i * 1_000_000)).unwrap();
+        g.write(i, &sector(ss, i), SimTime::from_ns(i * 1_000_000))
+            .unwrap();
     }
     assert_eq!(g.stats().checkpoints, 0, "no interval: only by log size");
 }

@@ -53,7 +53,7 @@ impl SharedDevice {
             inner: Arc::new(Inner {
                 dev: Mutex::new(dev),
                 pacer: RwLock::new(Pacer::new(mode, origin)),
-                latest: AtomicU64::new(origin.0),
+                latest: AtomicU64::new(origin.ns()),
                 identify,
                 totals: Mutex::new(ClientTotals::default()),
             }),
@@ -97,7 +97,7 @@ impl SharedDevice {
             dev.block()
                 .controller()
                 .now()
-                .max(SimTime(self.inner.latest.load(Ordering::Acquire)))
+                .max(SimTime::from_ns(self.inner.latest.load(Ordering::Acquire)))
         };
         *self
             .inner
@@ -170,7 +170,9 @@ impl CommandIssuer for DeviceHandle {
             .unwrap_or_else(|p| p.into_inner())
             .add(&c.acct);
         self.now = self.now.max(c.acct.completed);
-        inner.latest.fetch_max(c.acct.completed.0, Ordering::AcqRel);
+        inner
+            .latest
+            .fetch_max(c.acct.completed.ns(), Ordering::AcqRel);
         pacer.wait_until(c.acct.completed);
         checked(name, c)
     }
@@ -186,7 +188,7 @@ impl CommandIssuer for DeviceHandle {
     fn wait_until(&mut self, t: SimTime) {
         self.shared.pacer().wait_until(t);
         self.now = self.now.max(t);
-        self.shared.inner.latest.fetch_max(t.0, Ordering::AcqRel);
+        self.shared.inner.latest.fetch_max(t.ns(), Ordering::AcqRel);
     }
 }
 
@@ -282,7 +284,7 @@ mod tests {
         }
         h.flush().expect("flush");
         let virtual_end = h.now();
-        assert!(virtual_end.0 > 10_000_000, "{virtual_end:?}");
+        assert!(virtual_end.ns() > 10_000_000, "{virtual_end:?}");
         // Paced at scale 1000 from here: a read waits its own latency x 1000 on the wall
         // clock, not the virtual backlog, and simulated time does not go backwards.
         dev.set_clock(ClockMode::Paced { scale: 1000.0 });

@@ -649,7 +649,7 @@ fn a_get_sees_the_steps_issued_by_the_time_it_is_received() {
         c
     };
     // Long after the load, on idle devices holding the same pages.
-    let t_open = SimTime(1_000_000_000_000);
+    let t_open = SimTime::from_ns(1_000_000_000_000);
     let get_at = t_open.after(3_000_000);
     // (device, how much earlier than the decision instant its commands are sent, how
     // much earlier its GET is decided).
@@ -667,7 +667,7 @@ fn a_get_sees_the_steps_issued_by_the_time_it_is_received() {
             o.plan = count_sum(&table(&mut c, "t"), 19_000);
         }
         let id = match c
-            .exec_at(cmd, SimTime(t_open.0 + LATENCY_NS - early))
+            .exec_at(cmd, SimTime::from_ns(t_open.ns() + LATENCY_NS - early))
             .expect("open")
             .payload
         {
@@ -677,7 +677,7 @@ fn a_get_sees_the_steps_issued_by_the_time_it_is_received() {
         let got = c
             .exec_at(
                 Command::IspGet { session: id },
-                SimTime(get_at.0 + LATENCY_NS - early - earlier_get),
+                SimTime::from_ns(get_at.ns() + LATENCY_NS - early - earlier_get),
             )
             .expect("get");
         let Payload::Isp(r) = got.payload else {

@@ -236,21 +236,21 @@ mod tests {
     fn a_buffer_is_free_only_once_fewer_than_all_are_in_flight() {
         let mut b = WriteBuffer::new(4);
         // Nothing in flight: free now.
-        assert_eq!(b.free_at(1, SimTime(10)), SimTime(10));
-        b.sealed(SimTime(100));
+        assert_eq!(b.free_at(1, SimTime::from_ns(10)), SimTime::from_ns(10));
+        b.sealed(SimTime::from_ns(100));
         // One buffer, in flight until 100: the next seal waits for it.
-        assert_eq!(b.free_at(1, SimTime(20)), SimTime(100));
-        b.sealed(SimTime(300));
-        b.sealed(SimTime(200));
+        assert_eq!(b.free_at(1, SimTime::from_ns(20)), SimTime::from_ns(100));
+        b.sealed(SimTime::from_ns(300));
+        b.sealed(SimTime::from_ns(200));
         // Two buffers, both in flight: the earlier acknowledgement (200, sealed second)
         // frees one, not the first sealed.
-        assert_eq!(b.free_at(2, SimTime(150)), SimTime(200));
+        assert_eq!(b.free_at(2, SimTime::from_ns(150)), SimTime::from_ns(200));
         // The 300 one is still in flight; with two buffers one is free at 250.
-        assert_eq!(b.free_at(2, SimTime(250)), SimTime(250));
+        assert_eq!(b.free_at(2, SimTime::from_ns(250)), SimTime::from_ns(250));
         // Past every acknowledgement nothing waits, whatever the count.
-        assert_eq!(b.free_at(1, SimTime(400)), SimTime(400));
+        assert_eq!(b.free_at(1, SimTime::from_ns(400)), SimTime::from_ns(400));
         // A count of 0 means 1.
-        b.sealed(SimTime(500));
-        assert_eq!(b.free_at(0, SimTime(400)), SimTime(500));
+        b.sealed(SimTime::from_ns(500));
+        assert_eq!(b.free_at(0, SimTime::from_ns(400)), SimTime::from_ns(500));
     }
 }

@@ -156,7 +156,7 @@ impl HostClock {
     /// A queue slot for a command to submit no earlier than `at`: the instant it can go
     /// (later than `at` when `depth` commands are in flight; the thread waits then).
     pub fn slot(&mut self, at: SimTime) -> SimTime {
-        while self.inflight.peek().is_some_and(|r| r.0 <= at.0) {
+        while self.inflight.peek().is_some_and(|r| r.0 <= at.ns()) {
             self.inflight.pop();
         }
         if self.inflight.len() < self.depth {
@@ -165,28 +165,28 @@ impl HostClock {
         let Some(Reverse(c)) = self.inflight.pop() else {
             return at;
         };
-        if c > self.cpu.0 {
-            self.queue_full_wait_ns += c - self.cpu.0;
-            self.cpu = SimTime(c);
+        if c > self.cpu.ns() {
+            self.queue_full_wait_ns += c - self.cpu.ns();
+            self.cpu = SimTime::from_ns(c);
         }
-        SimTime(c)
+        SimTime::from_ns(c)
     }
 
     /// A command submitted earlier completes at `done`: it holds its slot until then.
     pub fn hold(&mut self, done: SimTime) {
-        self.inflight.push(Reverse(done.0));
+        self.inflight.push(Reverse(done.ns()));
     }
 
     /// Commands in flight at the thread's clock.
     pub fn in_flight(&self) -> usize {
-        self.inflight.iter().filter(|r| r.0 > self.cpu.0).count()
+        self.inflight.iter().filter(|r| r.0 > self.cpu.ns()).count()
     }
 
     /// The latest completion of any command in flight (or the CPU clock).
     pub fn drained(&self) -> SimTime {
         self.inflight
             .iter()
-            .map(|r| SimTime(r.0))
+            .map(|r| SimTime::from_ns(r.0))
             .max()
             .unwrap_or(self.cpu)
             .max(self.cpu)
@@ -205,17 +205,17 @@ mod tests {
     #[test]
     fn queue_depth_bounds_commands_in_flight() {
         let mut c = HostClock::new(HostCosts::default(), 2, SimTime::ZERO);
-        assert_eq!(c.slot(SimTime(0)), SimTime(0));
-        c.hold(SimTime(100));
-        assert_eq!(c.slot(SimTime(0)), SimTime(0));
-        c.hold(SimTime(50));
+        assert_eq!(c.slot(SimTime::from_ns(0)), SimTime::from_ns(0));
+        c.hold(SimTime::from_ns(100));
+        assert_eq!(c.slot(SimTime::from_ns(0)), SimTime::from_ns(0));
+        c.hold(SimTime::from_ns(50));
         // Full: the third waits for the earliest completion (50), and so does the thread.
-        assert_eq!(c.slot(SimTime(10)), SimTime(50));
-        assert_eq!(c.cpu, SimTime(50));
-        c.hold(SimTime(200));
-        assert_eq!(c.slot(SimTime(300)), SimTime(300));
-        let mut t = SimTime(0);
+        assert_eq!(c.slot(SimTime::from_ns(10)), SimTime::from_ns(50));
+        assert_eq!(c.cpu, SimTime::from_ns(50));
+        c.hold(SimTime::from_ns(200));
+        assert_eq!(c.slot(SimTime::from_ns(300)), SimTime::from_ns(300));
+        let mut t = SimTime::from_ns(0);
         c.charge(Work::Gc, 3500, &mut t);
-        assert_eq!((t, c.split.gc_ns), (SimTime(1000), 1000));
+        assert_eq!((t, c.split.gc_ns), (SimTime::from_ns(1000), 1000));
     }
 }

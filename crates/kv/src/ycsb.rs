@@ -181,11 +181,11 @@ impl<I: CommandIssuer> KvTarget for Store<I> {
         Store::sync(self).map(|_| ())
     }
     fn modeled_now(&self) -> Option<u64> {
-        Some(self.now().0)
+        Some(self.now().ns())
     }
     fn modeled_last_op(&self) -> Option<(u64, u64)> {
         let (a, b) = self.last_op();
-        Some((a.0, b.0))
+        Some((a.ns(), b.ns()))
     }
 }
 

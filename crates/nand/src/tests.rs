@@ -382,7 +382,7 @@ fn timing_follows_the_reservation_model() {
             Ppa::new(BlockId(0), 0),
             &page_of(&cfg, 1),
             &[],
-            SimTime(1000),
+            SimTime::from_ns(1000),
         )
         .unwrap();
     let xfer_in = cfg

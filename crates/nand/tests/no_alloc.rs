@@ -50,10 +50,22 @@ fn reads_and_programs_do_not_allocate() {
     let before = ALLOCS.load(Ordering::Relaxed);
     for i in 0..100_000u32 {
         let b = BlockId(i % 8);
-        n.read(Ppa::new(b, 0), 0, &mut buf, &mut oob, SimTime(i as u64))
-            .unwrap();
-        n.read(Ppa::new(b, 1), 0, &mut buf, &mut [], SimTime(i as u64))
-            .unwrap(); // erased page
+        n.read(
+            Ppa::new(b, 0),
+            0,
+            &mut buf,
+            &mut oob,
+            SimTime::from_ns(i as u64),
+        )
+        .unwrap();
+        n.read(
+            Ppa::new(b, 1),
+            0,
+            &mut buf,
+            &mut [],
+            SimTime::from_ns(i as u64),
+        )
+        .unwrap(); // erased page
     }
     for p in 1..4 {
         for b in 0..8 {

@@ -155,7 +155,7 @@ impl KeyValue {
     /// Makes every write so far durable; the modeled time it completed, in seconds.
     fn sync(&self, py: Python<'_>) -> PyResult<f64> {
         short(py, &self.inner, |i| {
-            Ok(store(i, &self.cfg)?.sync()?.0 as f64 / 1e9)
+            Ok(store(i, &self.cfg)?.sync()?.ns() as f64 / 1e9)
         })
     }
 

@@ -188,7 +188,7 @@ mod tests {
     fn virtual_never_waits() {
         let p = Pacer::new(ClockMode::Virtual, SimTime::ZERO);
         let t0 = Instant::now();
-        p.wait_until(SimTime(10_000_000_000));
+        p.wait_until(SimTime::from_ns(10_000_000_000));
         assert!(t0.elapsed() < Duration::from_millis(50));
         assert_eq!(p.now_sim(), None);
     }
@@ -213,8 +213,8 @@ mod tests {
                     .after(30_000 + i * 3_000);
                 p.wait_until(t);
                 let now = p.now_sim().unwrap_or(SimTime::ZERO);
-                assert!(now >= t, "woke {} ns early", t.0 - now.0);
-                late.push(now.0 - t.0);
+                assert!(now >= t, "woke {} ns early", t.ns() - now.ns());
+                late.push(now.ns() - t.ns());
             }
             late.sort_unstable();
             let median = late[late.len() / 2];

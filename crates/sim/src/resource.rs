@@ -111,33 +111,33 @@ impl Resource {
     /// booking.
     #[inline]
     pub fn reserve(&mut self, earliest: SimTime, dur_ns: u64) -> (SimTime, SimTime) {
-        let (start, slot, inverted) = self.fit(earliest.0, dur_ns);
+        let (start, slot, inverted) = self.fit(earliest.ns(), dur_ns);
         let end = start.saturating_add(dur_ns);
         if dur_ns > 0 {
-            self.insert(slot, start, end, earliest.0);
+            self.insert(slot, start, end, earliest.ns());
         }
         if inverted {
             self.inversions += 1;
-            self.inversion_wait_ns = self.inversion_wait_ns.saturating_add(start - earliest.0);
+            self.inversion_wait_ns = self.inversion_wait_ns.saturating_add(start - earliest.ns());
             self.inversion_busy_ns = self.inversion_busy_ns.saturating_add(dur_ns);
         }
-        self.wait_ns = self.wait_ns.saturating_add(start - earliest.0);
+        self.wait_ns = self.wait_ns.saturating_add(start - earliest.ns());
         self.busy_ns = self.busy_ns.saturating_add(dur_ns);
         self.ops += 1;
-        (SimTime(start), SimTime(end))
+        (SimTime::from_ns(start), SimTime::from_ns(end))
     }
 
     /// Where [`Resource::reserve`] would start an operation of `dur_ns` arriving at
     /// `earliest`, without booking it.
     #[inline]
     pub fn earliest_start(&self, earliest: SimTime, dur_ns: u64) -> SimTime {
-        SimTime(self.fit(earliest.0, dur_ns).0)
+        SimTime::from_ns(self.fit(earliest.ns(), dur_ns).0)
     }
 
     /// Undo a booking `(start, end)` that [`Resource::reserve`] returned (a refused
     /// command costs nothing). The span must still be booked.
     pub fn unbook(&mut self, start: SimTime, end: SimTime) {
-        let (s, e) = (start.0, end.0);
+        let (s, e) = (start.ns(), end.ns());
         self.ops = self.ops.saturating_sub(1);
         if e <= s {
             return;
@@ -184,7 +184,7 @@ impl Resource {
     /// booking).
     #[inline]
     pub fn free_at(&self) -> SimTime {
-        SimTime(
+        SimTime::from_ns(
             self.live()
                 .last()
                 .map_or(self.floor, |iv| iv.end.max(self.floor)),
@@ -230,7 +230,7 @@ impl Resource {
     pub fn intervals(&self) -> impl Iterator<Item = (SimTime, SimTime)> + '_ {
         self.live()
             .iter()
-            .map(|iv| (SimTime(iv.start), SimTime(iv.end)))
+            .map(|iv| (SimTime::from_ns(iv.start), SimTime::from_ns(iv.end)))
     }
 
     /// Forget busy time and operation counts (keeps the calendar), for a measurement
@@ -248,7 +248,7 @@ impl Resource {
     pub fn power_cycle(&mut self, now: SimTime) {
         self.busy.clear();
         self.head = 0;
-        self.floor = now.0;
+        self.floor = now.ns();
     }
 
     /// The earliest start at or after `earliest` (and the floor) where `dur` fits, the
@@ -467,47 +467,62 @@ mod tests {
     #[test]
     fn bookings_fill_the_earliest_gap_that_holds_them() {
         let mut r = Resource::new();
-        assert_eq!(r.reserve(SimTime(10), 5), (SimTime(10), SimTime(15)));
+        assert_eq!(
+            r.reserve(SimTime::from_ns(10), 5),
+            (SimTime::from_ns(10), SimTime::from_ns(15))
+        );
         // Arrived earlier than a booking made before it, and fits before it: served then.
-        assert_eq!(r.reserve(SimTime(0), 5), (SimTime(0), SimTime(5)));
+        assert_eq!(
+            r.reserve(SimTime::from_ns(0), 5),
+            (SimTime::from_ns(0), SimTime::from_ns(5))
+        );
         // Does not fit in [5, 10): waits for the end of [10, 15).
-        assert_eq!(r.reserve(SimTime(4), 6), (SimTime(15), SimTime(21)));
+        assert_eq!(
+            r.reserve(SimTime::from_ns(4), 6),
+            (SimTime::from_ns(15), SimTime::from_ns(21))
+        );
         // Asked later: idles until then.
-        assert_eq!(r.reserve(SimTime(100), 1), (SimTime(100), SimTime(101)));
+        assert_eq!(
+            r.reserve(SimTime::from_ns(100), 1),
+            (SimTime::from_ns(100), SimTime::from_ns(101))
+        );
         // Fits exactly in [5, 10): the calendar merges it with both neighbours.
-        assert_eq!(r.reserve(SimTime(5), 5), (SimTime(5), SimTime(10)));
-        let iv: Vec<_> = r.intervals().map(|(s, e)| (s.0, e.0)).collect();
+        assert_eq!(
+            r.reserve(SimTime::from_ns(5), 5),
+            (SimTime::from_ns(5), SimTime::from_ns(10))
+        );
+        let iv: Vec<_> = r.intervals().map(|(s, e)| (s.ns(), e.ns())).collect();
         assert_eq!(iv, vec![(0, 21), (100, 101)]);
         assert_eq!(r.busy_ns(), 22);
         assert_eq!(r.ops(), 5);
-        assert_eq!(r.free_at(), SimTime(101));
+        assert_eq!(r.free_at(), SimTime::from_ns(101));
     }
 
     #[test]
     fn waiting_behind_a_later_arrival_is_counted() {
         let mut r = Resource::new();
-        r.reserve(SimTime(100), 10); // arrived at 100, booked first
-        r.reserve(SimTime(95), 10); // arrived earlier, [95, 100) too short: after it
+        r.reserve(SimTime::from_ns(100), 10); // arrived at 100, booked first
+        r.reserve(SimTime::from_ns(95), 10); // arrived earlier, [95, 100) too short: after it
         assert_eq!(r.inversions(), 1);
         assert_eq!(
             r.inversion_ns(),
             (15, 10),
             "waited from 95 to 110, served 10"
         );
-        r.reserve(SimTime(0), 10); // fits before everything
-        r.reserve(SimTime(120), 10); // in order
+        r.reserve(SimTime::from_ns(0), 10); // fits before everything
+        r.reserve(SimTime::from_ns(120), 10); // in order
         assert_eq!(r.inversions(), 1);
-        r.reserve(SimTime(105), 30); // waits behind arrivals at 100 and 120
+        r.reserve(SimTime::from_ns(105), 30); // waits behind arrivals at 100 and 120
         assert_eq!(r.inversions(), 2);
-        r.reserve(SimTime(200), 1);
-        r.reserve(SimTime(199), 5); // waits behind the arrival at 200
+        r.reserve(SimTime::from_ns(200), 1);
+        r.reserve(SimTime::from_ns(199), 5); // waits behind the arrival at 200
         assert_eq!(r.inversions(), 3);
         // In-order and gap-filling bookings add nothing; the three inverted ones waited
         // 15, 25 (105 to 130) and 2 (199 to 201).
         assert_eq!(r.inversion_ns(), (15 + 25 + 2, 10 + 30 + 5));
         // All waits: only the inverted bookings waited here.
         assert_eq!(r.wait_ns(), 15 + 25 + 2);
-        r.reserve(SimTime(201), 4); // arrives while the booking of 199 runs: waits 5
+        r.reserve(SimTime::from_ns(201), 4); // arrives while the booking of 199 runs: waits 5
         assert_eq!((r.inversions(), r.wait_ns()), (3, 15 + 25 + 2 + 5));
         r.reset_counters();
         assert_eq!(
@@ -519,19 +534,25 @@ mod tests {
     #[test]
     fn zero_length_operations_wait_only_for_a_free_instant() {
         let mut r = Resource::new();
-        r.reserve(SimTime(10), 10);
-        assert_eq!(r.reserve(SimTime(5), 0), (SimTime(5), SimTime(5)));
-        assert_eq!(r.reserve(SimTime(12), 0), (SimTime(20), SimTime(20)));
+        r.reserve(SimTime::from_ns(10), 10);
+        assert_eq!(
+            r.reserve(SimTime::from_ns(5), 0),
+            (SimTime::from_ns(5), SimTime::from_ns(5))
+        );
+        assert_eq!(
+            r.reserve(SimTime::from_ns(12), 0),
+            (SimTime::from_ns(20), SimTime::from_ns(20))
+        );
         assert_eq!(r.intervals().count(), 1);
     }
 
     #[test]
     fn unbook_restores_the_calendar() {
         let mut r = Resource::new();
-        r.reserve(SimTime(0), 10);
+        r.reserve(SimTime::from_ns(0), 10);
         let before: Vec<_> = r.intervals().collect();
-        let (s, e) = r.reserve(SimTime(3), 4);
-        assert_eq!((s, e), (SimTime(10), SimTime(14)));
+        let (s, e) = r.reserve(SimTime::from_ns(3), 4);
+        assert_eq!((s, e), (SimTime::from_ns(10), SimTime::from_ns(14)));
         r.unbook(s, e);
         // The calendar and the counters are as before (the latest arrival kept for the
         // merged interval stays conservative: it may only make later waits count).
@@ -539,11 +560,11 @@ mod tests {
         assert_eq!((r.busy_ns(), r.ops()), (10, 1));
         // A booking in the middle of a merged interval splits it when undone.
         let mut r = Resource::new();
-        r.reserve(SimTime(0), 10);
-        let (s, e) = r.reserve(SimTime(10), 10);
-        r.reserve(SimTime(20), 10);
+        r.reserve(SimTime::from_ns(0), 10);
+        let (s, e) = r.reserve(SimTime::from_ns(10), 10);
+        r.reserve(SimTime::from_ns(20), 10);
         r.unbook(s, e);
-        let iv: Vec<_> = r.intervals().map(|(s, e)| (s.0, e.0)).collect();
+        let iv: Vec<_> = r.intervals().map(|(s, e)| (s.ns(), e.ns())).collect();
         assert_eq!(iv, vec![(0, 10), (20, 30)]);
         assert_eq!(r.busy_ns(), 20);
     }
@@ -552,12 +573,16 @@ mod tests {
     fn a_full_calendar_forgets_its_oldest_gap() {
         let mut r = Resource::new();
         for k in 0..(CALENDAR_INTERVALS as u64 + 10) {
-            r.reserve(SimTime(k * 10), 5);
+            r.reserve(SimTime::from_ns(k * 10), 5);
         }
         assert_eq!(r.intervals().count(), CALENDAR_INTERVALS);
         // The first ten intervals are forgotten: an early arrival starts at the floor.
-        let (s, _) = r.reserve(SimTime(0), 1);
-        assert_eq!(s, SimTime(95), "the tenth interval [90, 95) is the floor");
+        let (s, _) = r.reserve(SimTime::from_ns(0), 1);
+        assert_eq!(
+            s,
+            SimTime::from_ns(95),
+            "the tenth interval [90, 95) is the floor"
+        );
         // In-order arrivals never notice.
         let t = r.free_at();
         assert_eq!(r.reserve(t, 3).0, t);
@@ -589,13 +614,13 @@ mod tests {
             let mut total = 0;
             for (at, dur) in ops {
                 let want = reference_fit(&busy, at, dur);
-                proptest::prop_assert_eq!(r.earliest_start(SimTime(at), dur), SimTime(want));
-                let (s, e) = r.reserve(SimTime(at), dur);
-                proptest::prop_assert_eq!((s.0, e.0), (want, want + dur));
+                proptest::prop_assert_eq!(r.earliest_start(SimTime::from_ns(at), dur), SimTime::from_ns(want));
+                let (s, e) = r.reserve(SimTime::from_ns(at), dur);
+                proptest::prop_assert_eq!((s.ns(), e.ns()), (want, want + dur));
                 busy.extend(want..want + dur);
                 total += dur;
             }
-            let held: u64 = r.intervals().map(|(s, e)| e.0 - s.0).sum();
+            let held: u64 = r.intervals().map(|(s, e)| e.ns() - s.ns()).sum();
             proptest::prop_assert_eq!(held, total);
             proptest::prop_assert_eq!(r.busy_ns(), total);
         }
@@ -682,26 +707,26 @@ mod tests {
                 now += step;
                 let at = now.saturating_sub(back);
                 let want = d.reserve(at, dur);
-                let (s, e) = r.reserve(SimTime(at), dur);
-                proptest::prop_assert_eq!((s.0, e.0), want);
+                let (s, e) = r.reserve(SimTime::from_ns(at), dur);
+                proptest::prop_assert_eq!((s.ns(), e.ns()), want);
             }
             proptest::prop_assert_eq!(r.inversions(), d.inversions);
             proptest::prop_assert_eq!(r.inversion_ns(), d.inversion_ns);
             proptest::prop_assert_eq!(r.wait_ns(), d.wait_ns);
             proptest::prop_assert_eq!(r.floor, d.floor);
-            let held: Vec<_> = r.intervals().map(|(s, e)| (s.0, e.0)).collect();
+            let held: Vec<_> = r.intervals().map(|(s, e)| (s.ns(), e.ns())).collect();
             let want: Vec<_> = d.busy.iter().map(|&(s, e, _)| (s, e)).collect();
             proptest::prop_assert_eq!(held, want);
-            proptest::prop_assert_eq!(r.free_at().0, d.busy.back().map_or(d.floor, |b| b.1.max(d.floor)));
+            proptest::prop_assert_eq!(r.free_at().ns(), d.busy.back().map_or(d.floor, |b| b.1.max(d.floor)));
         }
     }
 
     #[test]
     fn bottleneck_is_busiest_class() {
         let mut a = Resource::new();
-        a.reserve(SimTime(0), 50);
+        a.reserve(SimTime::from_ns(0), 50);
         let mut b = Resource::new();
-        b.reserve(SimTime(0), 90);
+        b.reserve(SimTime::from_ns(0), 90);
         let u = [
             Utilization::of(ResourceClass::Die, [&a], 100),
             Utilization::of(ResourceClass::HostLink, [&b], 100),
@@ -709,9 +734,9 @@ mod tests {
         assert_eq!(bottleneck(&u), Some(ResourceClass::HostLink));
         assert_eq!(u[0].inversion_wait_share(), None, "nothing waited");
         let mut c = Resource::new();
-        c.reserve(SimTime(100), 10);
-        c.reserve(SimTime(95), 10); // behind the later arrival: waits 15
-        c.reserve(SimTime(110), 10); // behind the earlier one: waits 10
+        c.reserve(SimTime::from_ns(100), 10);
+        c.reserve(SimTime::from_ns(95), 10); // behind the later arrival: waits 15
+        c.reserve(SimTime::from_ns(110), 10); // behind the earlier one: waits 10
         let w = Utilization::of(ResourceClass::Die, [&c], 200);
         assert_eq!((w.ops, w.inversions, w.wait_ns), (3, 1, 25));
         assert_eq!(w.inversion_wait_share(), Some(15.0 / 25.0));

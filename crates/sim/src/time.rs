@@ -5,11 +5,17 @@ use std::fmt;
 
 /// An instant of simulated time, in nanoseconds since the device was powered on for this run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct SimTime(pub u64);
+pub struct SimTime(u64);
 
 impl SimTime {
     /// The start of simulated time.
     pub const ZERO: SimTime = SimTime(0);
+
+    /// The instant `ns` nanoseconds after time zero.
+    #[inline]
+    pub const fn from_ns(ns: u64) -> SimTime {
+        SimTime(ns)
+    }
 
     /// Nanoseconds since time zero.
     #[inline]

@@ -166,7 +166,7 @@ impl ServerFigures {
             flush: (&s.flushes).into(),
             trim: (&s.trims).into(),
             write_zeroes: (&s.zeroes).into(),
-            modeled_now_s: s.modeled_now.0 as f64 / 1e9,
+            modeled_now_s: s.modeled_now.ns() as f64 / 1e9,
             wall_s: started.elapsed().as_secs_f64(),
         }
     }

@@ -147,7 +147,7 @@ fn bad_input_gets_a_clear_status_and_changes_nothing() {
         (lpids(vec![0, lbas]), range, "outside"),
     ];
     let before = state(&d);
-    let t = SimTime(1_000);
+    let t = SimTime::from_ns(1_000);
     for (cmd, code, words) in cases {
         let name = cmd.name();
         let c = run1(&mut d, q, cmd, t);
@@ -258,7 +258,7 @@ fn accounting_of_a_write_and_a_read() {
     let mut d = dev();
     let q = d.create_queue_pair(4).unwrap();
     let bytes = 2 * LBA as u64;
-    let at = SimTime(5_000);
+    let at = SimTime::from_ns(5_000);
     let a = run1(&mut d, q, wr(8, fill(4, 2)), at).acct;
     assert_eq!(a.submitted, at);
     assert!(a.completed > at);
@@ -467,7 +467,7 @@ fn run_jobs(sets: &[String], jobs: &[Job], order: &[usize]) -> (Vec<Completion>,
             rd(j.lba, j.blocks)
         };
         let cid = d
-            .submit(queues[j.queue], cmd, SimTime(start + j.at))
+            .submit(queues[j.queue], cmd, SimTime::from_ns(start + j.at))
             .unwrap();
         ids.push((i, cid));
     }
@@ -630,7 +630,8 @@ fn weighted_round_robin_serves_urgent_then_by_weight() {
         }
     }
     // A later arrival never goes before an earlier one, whatever its class.
-    d.submit(urgent, Command::Flush, SimTime(1)).unwrap();
+    d.submit(urgent, Command::Flush, SimTime::from_ns(1))
+        .unwrap();
     let mut picked = Vec::new();
     while let Some(slot) = d.arbitrate() {
         let q = d.queues[slot].as_mut().unwrap();

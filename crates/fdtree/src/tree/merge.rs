@@ -396,7 +396,7 @@ impl Inner {
     /// Start a merge's device handle at the latest instant the tree has seen, so its
     /// modeled time is the merge's own span; returns that start.
     pub(super) fn merge_clock_start(&self, h: &mut DeviceHandle) -> csd_sim::SimTime {
-        h.wait_until(csd_sim::SimTime(
+        h.wait_until(csd_sim::SimTime::from_ns(
             self.counters.clock.load(Ordering::Relaxed),
         ));
         h.now()
@@ -420,8 +420,10 @@ impl Inner {
             s.1
         };
         self.write_manifest(h, levels, generation, start_lsn, merges)?;
-        self.counters.clock.fetch_max(h.now().0, Ordering::Relaxed);
-        Ok(h.now().0.saturating_sub(m0.0))
+        self.counters
+            .clock
+            .fetch_max(h.now().ns(), Ordering::Relaxed);
+        Ok(h.now().ns().saturating_sub(m0.ns()))
     }
 
     /// Count a finished merge (started at `t0`) and record a failure of its last step.

@@ -148,7 +148,7 @@ impl Inner {
         h.get().flush()?;
         self.counters
             .clock
-            .fetch_max(h.get().now().0, Ordering::Relaxed);
+            .fetch_max(h.get().now().ns(), Ordering::Relaxed);
         log.next_lsn += 1;
         self.counters.log_records.fetch_add(1, Ordering::Relaxed);
         Ok(())

@@ -308,7 +308,10 @@ fn info_store_io<I: CommandIssuer>(st: &Store<I>, s: &StoreStats, out: &mut Info
         out.line("host_log_segments", all.to_string());
         out.line("host_log_free_segments", free.to_string());
     }
-    out.line("modeled_time_s", format!("{:.6}", st.now().0 as f64 / 1e9));
+    out.line(
+        "modeled_time_s",
+        format!("{:.6}", st.now().ns() as f64 / 1e9),
+    );
     out.line(
         "host_cpu_modeled_s",
         format!("{:.6}", s.cpu.total_ns() as f64 / 1e9),

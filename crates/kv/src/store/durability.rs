@@ -96,7 +96,7 @@ impl<I: CommandIssuer> Store<I> {
             let free = self.buf.free_at(n, now);
             if free > now {
                 self.io.buffer_waits += 1;
-                self.io.buffer_wait_ns += free.0 - now.0;
+                self.io.buffer_wait_ns += free.ns() - now.ns();
                 self.clock.cpu = free;
                 self.buffer_free = free;
             }
@@ -158,7 +158,7 @@ impl<I: CommandIssuer> Store<I> {
             .front()
             .is_some_and(|&(_, since, _)| since.after(age) <= now)
         {
-            let cut = SimTime(now.0.saturating_sub(age / 2));
+            let cut = SimTime::from_ns(now.ns().saturating_sub(age / 2));
             let old: Vec<u64> = self
                 .fifo
                 .iter()
