@@ -218,6 +218,12 @@ pub fn print_io(r: &IoReport, cmd: &str) {
         ]);
     }
     println!("{t}");
+    if r.spec.time_model == csd_sim::events::TimeModel::Events {
+        println!(
+            "time model: events (the event core served every resource first-come first-served \
+             in modeled arrival order; docs/time-model.md)"
+        );
+    }
     let mut t = table(&["energy", "joules"]);
     for (k, v) in r.energy.components() {
         t.add_row(vec![

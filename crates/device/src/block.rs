@@ -26,7 +26,8 @@ use crate::DeviceError;
 use crate::controller::Controller;
 use crate::workload::IoTarget;
 use csd_ftl::{Ftl, FtlError};
-use csd_sim::{DeviceConfig, EnergyCounters, SimTime, Utilization};
+use csd_sim::events::ResourceId;
+use csd_sim::{DeviceConfig, EnergyCounters, ResourceClass, SimTime, Utilization};
 use thiserror::Error;
 
 /// An FTL-managed block device.
@@ -470,6 +471,23 @@ impl IoTarget for BlockDevice {
         self.ftl.reset_stats();
         self.ctrl.reset_counters();
         self.read_errors = 0;
+    }
+
+    fn event_core(&self) -> bool {
+        true
+    }
+
+    fn reserve_now(&mut self, id: ResourceId, at: SimTime, ns: u64) -> Option<SimTime> {
+        match id.class() {
+            ResourceClass::Die | ResourceClass::Channel => {
+                self.ftl.nand_mut().reserve_now(id, at, ns)
+            }
+            _ => self.ctrl.reserve_now(id, at, ns),
+        }
+    }
+
+    fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        self.ftl.settle_instants(settle);
     }
 }
 

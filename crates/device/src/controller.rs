@@ -9,6 +9,7 @@
 //! that bounds it. This makes the sequential-read bandwidth of the whole device
 //! `min(channels × channel rate, DRAM, host link)`, the model of the scan paper.
 
+use csd_sim::events::{self, ResourceId};
 use csd_sim::{DeviceConfig, EnergyCounters, Rate, Resource, ResourceClass, SimTime, Utilization};
 
 /// The counters a command's staging changes, saved so that the staging of a command the
@@ -63,10 +64,14 @@ impl Controller {
             firmware_ns: cfg.cpu.command_ns(),
             cpu_hz: cfg.cpu.clock_mhz * 1e6,
             host_hz: cfg.host.clock_mhz * 1e6,
-            dram: Resource::new(),
-            host_link: Resource::new(),
-            cores: vec![Resource::new(); cfg.cpu.cores as usize],
-            host_cpu: vec![Resource::new(); cfg.host.cores as usize],
+            dram: Resource::with_id(ResourceId::new(ResourceClass::Dram, 0)),
+            host_link: Resource::with_id(ResourceId::new(ResourceClass::HostLink, 0)),
+            cores: (0..cfg.cpu.cores)
+                .map(|i| Resource::with_id(ResourceId::new(ResourceClass::EmbeddedCpu, i)))
+                .collect(),
+            host_cpu: (0..cfg.host.cores)
+                .map(|i| Resource::with_id(ResourceId::new(ResourceClass::HostCpu, i)))
+                .collect(),
             counters: EnergyCounters::default(),
             commands: 0,
             journal: None,
@@ -74,13 +79,20 @@ impl Controller {
     }
 
     fn book(&mut self, slot: Slot, at: SimTime, ns: u64) -> SimTime {
-        let r = match slot {
-            Slot::Dram => &mut self.dram,
-            Slot::Link => &mut self.host_link,
-            Slot::Core(i) => &mut self.cores[i],
-            Slot::HostCpu(i) => &mut self.host_cpu[i],
+        let (start, end) = match slot {
+            // While the event core records, a pool's member is chosen when the core books
+            // the stage (in arrival order), not from calendars it has not filled yet.
+            Slot::Core(_) if events::recording() => {
+                events::record_stage(ResourceId::pool(ResourceClass::EmbeddedCpu), at, ns)
+            }
+            Slot::HostCpu(_) if events::recording() => {
+                events::record_stage(ResourceId::pool(ResourceClass::HostCpu), at, ns)
+            }
+            Slot::Dram => self.dram.reserve(at, ns),
+            Slot::Link => self.host_link.reserve(at, ns),
+            Slot::Core(i) => self.cores[i].reserve(at, ns),
+            Slot::HostCpu(i) => self.host_cpu[i].reserve(at, ns),
         };
-        let (start, end) = r.reserve(at, ns);
         if let Some(j) = self.journal.as_mut() {
             j.push((slot, start, end));
         }
@@ -200,6 +212,10 @@ impl Controller {
     /// Undo everything booked on the controller since `m` was taken.
     pub(crate) fn rewind(&mut self, m: Mark) {
         for (slot, start, end) in self.journal.take().unwrap_or_default().into_iter().rev() {
+            // A stage the event core has not booked yet is cancelled instead.
+            if !start.is_final() && events::cancel(start) {
+                continue;
+            }
             let r = match slot {
                 Slot::Dram => &mut self.dram,
                 Slot::Link => &mut self.host_link,
@@ -222,6 +238,28 @@ impl Controller {
         self.commands
     }
 
+    /// Book controller resource (or pool) `id` now, for the event core
+    /// ([`csd_sim::events::Resources`]): a pool takes the member that can start first.
+    /// `None` for an id that is not the controller's.
+    pub fn reserve_now(&mut self, id: ResourceId, at: SimTime, ns: u64) -> Option<SimTime> {
+        let r = match (id.class(), id.index()) {
+            (ResourceClass::Dram, _) => &mut self.dram,
+            (ResourceClass::HostLink, _) => &mut self.host_link,
+            (ResourceClass::EmbeddedCpu, None) => {
+                let i = first_start(&self.cores, at, ns);
+                &mut self.cores[i]
+            }
+            (ResourceClass::EmbeddedCpu, Some(i)) => self.cores.get_mut(i as usize)?,
+            (ResourceClass::HostCpu, None) => {
+                let i = first_start(&self.host_cpu, at, ns);
+                &mut self.host_cpu[i]
+            }
+            (ResourceClass::HostCpu, Some(i)) => self.host_cpu.get_mut(i as usize)?,
+            (ResourceClass::Die | ResourceClass::Channel, _) => return None,
+        };
+        Some(r.reserve_now(at, ns).0)
+    }
+
     /// Utilization of DRAM, host link, embedded cores and host CPU over `window_ns`.
     pub fn utilization(&self, window_ns: u64) -> [Utilization; 4] {
         [
@@ -234,13 +272,14 @@ impl Controller {
 
     /// The latest instant any controller resource is busy until.
     pub fn now(&self) -> SimTime {
-        [&self.dram, &self.host_link]
-            .into_iter()
-            .chain(self.cores.iter())
-            .chain(self.host_cpu.iter())
-            .map(Resource::free_at)
-            .max()
-            .unwrap_or_default()
+        SimTime::latest(
+            [&self.dram, &self.host_link]
+                .into_iter()
+                .chain(self.cores.iter())
+                .chain(self.host_cpu.iter())
+                .map(Resource::free_at),
+        )
+        .unwrap_or_default()
     }
 
     /// Forget counters and busy times (a new measurement window).

@@ -23,7 +23,8 @@ use crate::DeviceError;
 use crate::controller::Controller;
 use crate::workload::IoTarget;
 use csd_nand::{DieId, Nand, NandError, Ppa};
-use csd_sim::{DeviceConfig, EnergyCounters, SimTime, Utilization};
+use csd_sim::events::ResourceId;
+use csd_sim::{DeviceConfig, EnergyCounters, ResourceClass, SimTime, Utilization};
 
 /// Counters of the raw device.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -270,6 +271,17 @@ impl IoTarget for RawDevice {
         self.nand.reset_counters();
         self.ctrl.reset_counters();
         self.stats = RawStats::default();
+    }
+
+    fn event_core(&self) -> bool {
+        true
+    }
+
+    fn reserve_now(&mut self, id: ResourceId, at: SimTime, ns: u64) -> Option<SimTime> {
+        match id.class() {
+            ResourceClass::Die | ResourceClass::Channel => self.nand.reserve_now(id, at, ns),
+            _ => self.ctrl.reserve_now(id, at, ns),
+        }
     }
 }
 

@@ -19,6 +19,7 @@
 
 use crate::DeviceError;
 use csd_sim::dist::Sampler;
+use csd_sim::events::{Graph, Recording, ResourceId, Resources, TimeModel};
 use csd_sim::resource::bottleneck;
 use csd_sim::{
     ClockMode, DeviceConfig, EnergyCounters, EnergyReport, Pacer, ResourceClass, SimTime,
@@ -100,6 +101,36 @@ pub trait IoTarget {
     }
     /// Start a new measurement window.
     fn reset_counters(&mut self);
+    /// Whether the target's timing can be recorded into the event core
+    /// ([`csd_sim::events`]): every resource it books has an id and
+    /// [`IoTarget::reserve_now`] books it. The default: no.
+    fn event_core(&self) -> bool {
+        false
+    }
+    /// Book resource (or pool) `id` for `ns` from `at`, now, for the event core; the
+    /// start. `None` when the target has no such resource (the default).
+    fn reserve_now(&mut self, id: ResourceId, at: SimTime, ns: u64) -> Option<SimTime> {
+        let _ = (id, at, ns);
+        None
+    }
+    /// Replace every instant the target keeps from one command to the next by
+    /// `settle(instant)`: after a recording of the event core, their final values. The
+    /// default keeps none.
+    fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        let _ = settle;
+    }
+}
+
+/// An [`IoTarget`] as the event core's [`Resources`].
+struct TargetResources<'a>(&'a mut dyn IoTarget);
+
+impl Resources for TargetResources<'_> {
+    fn reserve(&mut self, id: ResourceId, arrival: SimTime, dur_ns: u64) -> SimTime {
+        self.0.reserve_now(id, arrival, dur_ns).unwrap_or_else(|| {
+            debug_assert!(false, "the target has no resource {id:?}");
+            arrival
+        })
+    }
 }
 
 /// An [`IoTarget`] that forwards everything but the cache hints
@@ -151,6 +182,15 @@ impl IoTarget for NoHints<'_> {
         self.0.reset_counters()
     }
     fn prefetch_read(&self, _offset: u64, _stage: PrefetchStage) {}
+    fn event_core(&self) -> bool {
+        self.0.event_core()
+    }
+    fn reserve_now(&mut self, id: ResourceId, at: SimTime, ns: u64) -> Option<SimTime> {
+        self.0.reserve_now(id, at, ns)
+    }
+    fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        self.0.settle_instants(settle)
+    }
 }
 
 /// How far ahead of a read a [`IoTarget::prefetch_read`] hint comes.
@@ -236,6 +276,9 @@ pub struct WorkloadSpec {
     /// Offsets of random patterns: uniform, scrambled zipfian or hot/cold over the slots
     /// of the region.
     pub dist: csd_sim::dist::Dist,
+    /// Calendars, or the event core (every resource first-come first-served in modeled
+    /// arrival order; targets that cannot record refuse it).
+    pub time_model: TimeModel,
 }
 
 impl Default for WorkloadSpec {
@@ -252,6 +295,7 @@ impl Default for WorkloadSpec {
             clock: ClockMode::Virtual,
             batch: 0,
             dist: csd_sim::dist::Dist::Uniform,
+            time_model: TimeModel::Calendar,
         }
     }
 }
@@ -374,6 +418,9 @@ impl IoReport {
         put("write_bytes", json!(self.write_bytes));
         put("errors", json!(self.errors));
         put("bad_block_reads", json!(self.bad_block_reads));
+        if s.time_model != TimeModel::Calendar {
+            put("time_model", json!(s.time_model.name()));
+        }
         put("modeled_time_s", json!(self.modeled_ns as f64 / 1e9));
         put("iops", json!(self.iops()));
         put("bandwidth_mb_s", json!(self.bandwidth_mb_s()));
@@ -426,6 +473,16 @@ fn check_spec(target: &dyn IoTarget, spec: &WorkloadSpec) -> Result<u64, DeviceE
         .io_unit(false)
         .max(target.io_unit(spec.rw != Rw::Read && spec.rw != Rw::RandRead));
     let bad = |m: String| Err(DeviceError::BadRequest(m));
+    if spec.time_model == TimeModel::Events && !target.event_core() {
+        return bad(
+            "--time-model events needs a target that records into the event core (the block \
+             device or the raw array); use --time-model calendar"
+                .into(),
+        );
+    }
+    if spec.time_model == TimeModel::Events && csd_sim::events::recording() {
+        return bad("--time-model events: this thread already records into the event core".into());
+    }
     if spec.bs == 0 || !spec.bs.is_multiple_of(unit) {
         return bad(format!(
             "--bs {} must be a non-zero multiple of {unit} bytes for this pattern on this device",
@@ -494,6 +551,117 @@ impl Draw<'_> {
             Rw::RandRw => self.rng.random_range(0..100u32) < self.spec.rwmixread,
         };
         (is_read, self.slot() * self.spec.bs)
+    }
+}
+
+/// Nodes (a stage counts two) the event core's graph may hold before the engine
+/// compacts it (about 32 MB; unit tests compact often, to exercise it).
+#[cfg(not(test))]
+const COMPACT_NODES: usize = 1 << 20;
+#[cfg(test)]
+const COMPACT_NODES: usize = 1 << 11;
+
+/// Commands in flight, and how their completions come out (earliest first).
+enum InFlight {
+    /// Each completion is final when its command returns (calendars): it is tallied
+    /// then, and the heap gives the earliest.
+    Calendar(BinaryHeap<Reverse<SimTime>>),
+    /// Completions come out of the event core; each is tallied when it does.
+    Events {
+        rec: Recording,
+        /// (completion, submission, is a read), completion not yet fixed.
+        cmds: Vec<(SimTime, SimTime, bool)>,
+        dones: Vec<SimTime>,
+    },
+}
+
+impl InFlight {
+    fn new(model: TimeModel, depth: usize) -> InFlight {
+        match model
+            .eq(&TimeModel::Events)
+            .then(Recording::start)
+            .flatten()
+        {
+            Some(rec) => InFlight::Events {
+                rec,
+                cmds: Vec::with_capacity(depth + 1),
+                dones: Vec::with_capacity(depth + 1),
+            },
+            None => InFlight::Calendar(BinaryHeap::with_capacity(depth + 1)),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            InFlight::Calendar(h) => h.len(),
+            InFlight::Events { cmds, .. } => cmds.len(),
+        }
+    }
+
+    /// Before command number `seq` is issued: equal arrivals at a resource are served in
+    /// issue order.
+    #[inline]
+    fn issue(&self, seq: u64) {
+        if let InFlight::Events { rec, .. } = self {
+            rec.set_order(seq);
+        }
+    }
+
+    /// A command submitted at `submit` completes at `done`.
+    #[inline]
+    fn push(&mut self, tally: &mut Tally, is_read: bool, submit: SimTime, done: SimTime) {
+        match self {
+            InFlight::Calendar(h) => {
+                tally.record(is_read, submit, done);
+                h.push(Reverse(done));
+            }
+            InFlight::Events { cmds, .. } => cmds.push((done, submit, is_read)),
+        }
+    }
+
+    /// Take the earliest completion out (tallying it if it was not yet).
+    fn pop(&mut self, target: &mut dyn IoTarget, tally: &mut Tally) -> Option<SimTime> {
+        match self {
+            InFlight::Calendar(h) => h.pop().map(|Reverse(t)| t),
+            InFlight::Events { rec, cmds, dones } => {
+                dones.clear();
+                dones.extend(cmds.iter().map(|c| c.0));
+                let (i, done) = rec.earliest(dones, &mut TargetResources(target))?;
+                let (_, submit, is_read) = cmds.swap_remove(i);
+                tally.record(is_read, submit, done);
+                if rec.graph(|g| g.size().0 + 2 * g.size().1) > COMPACT_NODES {
+                    // Memory stays bounded: forget what is booked, renaming the instants
+                    // held in flight and in the target.
+                    dones.clear();
+                    dones.extend(cmds.iter().map(|c| c.0));
+                    target.settle_instants(&mut |t| {
+                        dones.push(t);
+                        t
+                    });
+                    let remap = rec.graph(|g| g.compact(dones));
+                    for c in cmds.iter_mut() {
+                        c.0 = remap.apply(c.0);
+                    }
+                    target.settle_instants(&mut |t| remap.apply(t));
+                }
+                Some(done)
+            }
+        }
+    }
+
+    /// The run is over (or failed): complete what is in flight, and with the event core
+    /// book everything it recorded and give the target its instants' final values. The
+    /// event core's graph, for its counters.
+    fn finish(self, target: &mut dyn IoTarget, tally: &mut Tally) -> Option<Graph> {
+        let InFlight::Events { rec, cmds, .. } = self else {
+            return None;
+        };
+        rec.run(&mut TargetResources(&mut *target));
+        for (done, submit, is_read) in cmds {
+            tally.record(is_read, submit, rec.value(done));
+        }
+        target.settle_instants(&mut |t| rec.value(t));
+        Some(rec.finish())
     }
 }
 
@@ -603,6 +771,17 @@ pub fn run(
     spec: &WorkloadSpec,
     progress: &mut dyn FnMut(u64),
 ) -> Result<IoReport, DeviceError> {
+    run_traced(target, spec, progress, false).map(|(report, _)| report)
+}
+
+/// [`run`], also handing back the event core's graph when `spec` runs on it (with a
+/// trace of every booking when `trace`), for tests and inspection.
+pub fn run_traced(
+    target: &mut dyn IoTarget,
+    spec: &WorkloadSpec,
+    progress: &mut dyn FnMut(u64),
+    trace: bool,
+) -> Result<(IoReport, Option<Graph>), DeviceError> {
     let size = check_spec(target, spec)?;
     let slots_in_region = size / spec.bs;
     let batch = spec.batch.max(1) as usize;
@@ -623,9 +802,12 @@ pub fn run(
     let pacer = Pacer::new(spec.clock, t0);
     let paced = !matches!(spec.clock, ClockMode::Virtual);
     let deadline = spec.runtime_ns.map(|r| t0.after(r));
-    let mut inflight: BinaryHeap<Reverse<SimTime>> =
-        BinaryHeap::with_capacity(spec.iodepth as usize + 1);
+    let mut inflight = InFlight::new(spec.time_model, spec.iodepth as usize);
+    if let (InFlight::Events { rec, .. }, true) = (&inflight, trace) {
+        rec.graph(Graph::record_trace);
+    }
     let mut tally = Tally::new(t0);
+    let mut issued = 0u64;
     let wall0 = Instant::now();
     let cpu0 = csd_sim::clock::thread_cpu_s();
     // Commands are drawn from the random stream a few ahead of their execution (in the
@@ -635,53 +817,64 @@ pub fn run(
     // draw further offsets inside the command, so they run without lookahead.
     let lookahead = if batch > 1 { 0 } else { LOOKAHEAD };
     let mut ahead: VecDeque<(bool, u64)> = VecDeque::with_capacity(LOOKAHEAD + 1);
-    while tally.ops < max_ops {
-        while ahead.len() <= lookahead {
-            ahead.push_back(draw.next());
-        }
-        if lookahead > 0 {
-            if let Some(&(true, o)) = ahead.get(LOOKAHEAD) {
-                target.prefetch_read(o, PrefetchStage::Map);
+    let mut issue = || -> Result<(), DeviceError> {
+        while issued < max_ops {
+            while ahead.len() <= lookahead {
+                ahead.push_back(draw.next());
             }
-            if let Some(&(true, o)) = ahead.get(1) {
-                target.prefetch_read(o, PrefetchStage::Data);
+            if lookahead > 0 {
+                if let Some(&(true, o)) = ahead.get(LOOKAHEAD) {
+                    target.prefetch_read(o, PrefetchStage::Map);
+                }
+                if let Some(&(true, o)) = ahead.get(1) {
+                    target.prefetch_read(o, PrefetchStage::Data);
+                }
+            }
+            let Some((is_read, offset)) = ahead.pop_front() else {
+                break;
+            };
+            let submit = if inflight.len() < spec.iodepth as usize {
+                t0
+            } else {
+                inflight.pop(target, &mut tally).unwrap_or(t0)
+            };
+            if deadline.is_some_and(|d| submit >= d) {
+                break;
+            }
+            if paced {
+                pacer.wait_until(submit);
+            }
+            inflight.issue(issued);
+            issued += 1;
+            let done = if is_read {
+                tally.reads += 1;
+                // The engine keeps no read data: the target may serve it in place.
+                target.read_look(offset, &mut buf, submit, &mut |_| {})?
+            } else if batch > 1 {
+                tally.writes += 1;
+                batch_offsets.clear();
+                batch_offsets.push(offset);
+                for _ in 1..batch {
+                    batch_offsets.push(draw.slot() * spec.bs);
+                }
+                target.write_batch(&batch_offsets, &batch_buf, submit)?
+            } else {
+                tally.writes += 1;
+                target.write(offset, &buf, submit)?
+            };
+            inflight.push(&mut tally, is_read, submit, done);
+            if issued & 0xFFFF == 0 {
+                progress(issued);
             }
         }
-        let Some((is_read, offset)) = ahead.pop_front() else {
-            break;
-        };
-        let submit = if inflight.len() < spec.iodepth as usize {
-            t0
-        } else {
-            inflight.pop().map_or(t0, |Reverse(t)| t)
-        };
-        if deadline.is_some_and(|d| submit >= d) {
-            break;
-        }
-        if paced {
-            pacer.wait_until(submit);
-        }
-        let done = if is_read {
-            tally.reads += 1;
-            // The engine keeps no read data: the target may serve it in place.
-            target.read_look(offset, &mut buf, submit, &mut |_| {})?
-        } else if batch > 1 {
-            tally.writes += 1;
-            batch_offsets.clear();
-            batch_offsets.push(offset);
-            for _ in 1..batch {
-                batch_offsets.push(draw.slot() * spec.bs);
-            }
-            target.write_batch(&batch_offsets, &batch_buf, submit)?
-        } else {
-            tally.writes += 1;
-            target.write(offset, &buf, submit)?
-        };
-        tally.record(is_read, submit, done);
-        inflight.push(Reverse(done));
-        if tally.ops & 0xFFFF == 0 {
-            progress(tally.ops);
-        }
+        Ok(())
+    };
+    let issued_ok = issue();
+    let graph = inflight.finish(target, &mut tally);
+    issued_ok?;
+    if let Some(g) = &graph {
+        debug_assert_eq!(g.unrecorded(), 0, "a booking outside the event core");
+        debug_assert_eq!(g.late_arrivals(), 0, "a command submitted into the past");
     }
     if paced {
         pacer.wait_until(tally.end);
@@ -693,7 +886,10 @@ pub fn run(
         target.error_count() - errors0.0,
         target.bad_block_reads() - errors0.1,
     );
-    Ok(tally.report(target, spec, t0, errors, (wall_s, cpu_s)))
+    Ok((
+        tally.report(target, spec, t0, errors, (wall_s, cpu_s)),
+        graph,
+    ))
 }
 
 impl Tally {
@@ -864,6 +1060,159 @@ mod tests {
             many > 8.0 * one && many > 8.0 / t_prog_s,
             "QD 32: {many:.0} IOPS against {one:.0} at QD 1 (tPROG {t_prog_s} s)"
         );
+    }
+
+    /// Issue 30, property 2, through the whole device: on the event core, every
+    /// resource serves its operations first-come first-served in modeled arrival order
+    /// (single resources start each one at `max(arrival, end of the one before)`; pools
+    /// start them in arrival order), no booking is made outside the core, no command is
+    /// submitted into the past, and no calendar ever counts a booking that waited behind
+    /// a later arrival. A calendar run on the same device afterwards sees only final
+    /// instants (the FTL's were settled).
+    #[test]
+    fn the_event_core_serves_every_resource_in_arrival_order() {
+        use csd_ftl::WriteCache;
+        use csd_sim::events::Booking;
+        use std::collections::BTreeMap;
+        for (preset, write_cache) in [
+            ("tiny", WriteCache::WriteThrough),
+            ("nvme-tlc", WriteCache::WriteBack),
+        ] {
+            for rw in [Rw::RandRead, Rw::RandRw, Rw::RandWrite] {
+                let cfg = DeviceConfig::preset(preset).unwrap();
+                let ftl = csd_ftl::FtlConfig {
+                    write_cache,
+                    ..Default::default()
+                };
+                let mut dev = crate::stack::in_memory(cfg, ftl).unwrap();
+                let fill = WorkloadSpec {
+                    rw: Rw::Write,
+                    bs: 64 * 1024,
+                    size: Some(8 << 20),
+                    ops: Some(128),
+                    ..Default::default()
+                };
+                run(&mut dev, &fill, &mut |_| {}).unwrap();
+                let spec = WorkloadSpec {
+                    rw,
+                    bs: 4096,
+                    size: Some(8 << 20),
+                    iodepth: 16,
+                    ops: Some(3_000),
+                    seed: 7,
+                    time_model: TimeModel::Events,
+                    ..Default::default()
+                };
+                let (report, graph) = run_traced(&mut dev, &spec, &mut |_| {}, true).unwrap();
+                let g = graph.expect("an events run hands back its graph");
+                let what = format!("{preset} {rw}");
+                assert_eq!(report.ops, 3_000, "{what}");
+                assert_eq!(
+                    (g.unrecorded(), g.late_arrivals(), g.pending()),
+                    (0, 0, 0),
+                    "{what}"
+                );
+                assert!(
+                    g.trace().len() as u64 >= report.ops,
+                    "{what}: a stage per command at least"
+                );
+                let mut by: BTreeMap<ResourceId, Vec<Booking>> = BTreeMap::new();
+                for b in g.trace() {
+                    by.entry(b.resource).or_default().push(*b);
+                }
+                for (id, bookings) in by {
+                    // The trace is in booking order, which is arrival order.
+                    let mut end = SimTime::ZERO;
+                    let mut last = bookings[0];
+                    for b in bookings {
+                        assert!(
+                            b.arrival >= last.arrival,
+                            "{what} {id:?}: {b:?} after {last:?}"
+                        );
+                        if id.index().is_some() {
+                            assert_eq!(b.start, b.arrival.max(end), "{what} {id:?}: {b:?}");
+                            end = b.end;
+                        } else {
+                            assert!(
+                                b.start >= last.start,
+                                "{what} {id:?}: {b:?} before {last:?}"
+                            );
+                        }
+                        last = b;
+                    }
+                }
+                for u in &report.utilization {
+                    assert_eq!(
+                        u.inversions, 0,
+                        "{what}: {:?} waited behind later arrivals",
+                        u.class
+                    );
+                }
+                // The device goes on with calendars; its instants are final.
+                let after = WorkloadSpec {
+                    time_model: TimeModel::Calendar,
+                    ops: Some(500),
+                    ..spec.clone()
+                };
+                run(&mut dev, &after, &mut |_| {}).unwrap();
+            }
+        }
+    }
+
+    /// Reads at queue depth one never overlap and each books its path in order, so both
+    /// time models give the same figures. With writes they differ even at depth one: a
+    /// write's own GC and background programs reach a die in an order the calendar does
+    /// not book them in, and the calendar counts those inversions where the core has none.
+    /// The event core is deterministic from the seed.
+    #[test]
+    fn the_event_core_agrees_with_calendars_where_nothing_overlaps() {
+        let spec = |rw, time_model| WorkloadSpec {
+            rw,
+            bs: 4096,
+            size: Some(4 << 20),
+            iodepth: 1,
+            ops: Some(2_000),
+            seed: 3,
+            time_model,
+            ..Default::default()
+        };
+        let cfg = DeviceConfig::preset("tiny").unwrap();
+        let ftl = csd_ftl::FtlConfig::default();
+        let fill = WorkloadSpec {
+            rw: Rw::Write,
+            bs: 64 * 1024,
+            size: Some(4 << 20),
+            ops: Some(64),
+            ..Default::default()
+        };
+        let inversions = |r: &IoReport| r.utilization.iter().map(|u| u.inversions).sum::<u64>();
+        let mut reads = Vec::new();
+        let mut writes = Vec::new();
+        for model in [TimeModel::Calendar, TimeModel::Events, TimeModel::Events] {
+            let mut dev = crate::stack::in_memory(cfg.clone(), ftl).unwrap();
+            run(&mut dev, &fill, &mut |_| {}).unwrap();
+            let r = run(&mut dev, &spec(Rw::RandRead, model), &mut |_| {}).unwrap();
+            reads.push((r.modeled_ns, r.reads, r.latency, r.energy.total_j()));
+            let w = run(&mut dev, &spec(Rw::RandWrite, model), &mut |_| {}).unwrap();
+            writes.push((w.modeled_ns, w.writes, w.latency, inversions(&w)));
+        }
+        assert_eq!(reads[0], reads[1]);
+        assert_eq!(reads[1], reads[2]);
+        assert_eq!(writes[1], writes[2]);
+        assert_eq!(writes[1].3, 0, "no inversion on the event core");
+        assert!(
+            writes[0].3 > 0,
+            "the calendar books some of a write's stages out of order"
+        );
+        let mut raw = raw("tiny", &[]);
+        let r = run(
+            &mut raw,
+            &spec(Rw::RandRead, TimeModel::Events),
+            &mut |_| {},
+        )
+        .unwrap();
+        assert!(r.ops == 2_000 && r.modeled_ns > 0);
+        assert_eq!(r.to_json()["time_model"], "events");
     }
 
     #[test]

@@ -143,6 +143,11 @@ impl CkptState {
     }
 
     /// Modeled instant of the last checkpoint.
+    /// Replace the last checkpoint's instant by `settle(instant)` ([`crate::Ftl::settle_instants`]).
+    pub(crate) fn settle_last_at(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        self.last_at = settle(self.last_at);
+    }
+
     pub(crate) fn last_at(&self) -> SimTime {
         self.last_at
     }
@@ -474,8 +479,8 @@ impl Ftl {
                 Err(e) => last_err = Some(e),
             }
         }
-        match (done.iter().max(), last_err) {
-            (Some(&t), _) => Ok(t),
+        match (SimTime::latest(done.iter().copied()), last_err) {
+            (Some(t), _) => Ok(t),
             (None, Some(e)) => Err(e),
             (None, None) => Err(FtlError::Corrupt("no checkpoint copy written".into())),
         }

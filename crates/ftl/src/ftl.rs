@@ -443,6 +443,13 @@ impl Ftl {
     pub fn content_epoch(&self) -> (u64, u64) {
         (self.map.epoch(), self.nand.content_epoch())
     }
+    /// Replace every instant the FTL keeps from one command to the next (when the log
+    /// is durable, when the last checkpoint was taken) by `settle(instant)`: after a
+    /// recording of the event core ([`csd_sim::events`]), their final values.
+    pub fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        self.log.durable = settle(self.log.durable);
+        self.ckpt.settle_last_at(settle);
+    }
     /// The flash array, mutably (fault injection, inspection).
     pub fn nand_mut(&mut self) -> &mut Nand {
         &mut self.nand

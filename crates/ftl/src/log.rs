@@ -59,7 +59,7 @@ pub(crate) struct Log {
     /// When every log page written so far is durable (the latest completion of a log
     /// page program): a force completes no earlier, so that a page is acknowledged only
     /// with every page before it in LSN order, which is the order recovery replays.
-    durable: SimTime,
+    pub(crate) durable: SimTime,
     /// Scratch page for log pages.
     page_scratch: Vec<u8>,
 }

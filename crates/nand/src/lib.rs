@@ -340,14 +340,33 @@ impl Nand {
         self.store.set_memory_limit(limit)
     }
 
+    /// Book die or channel `id` now, for the event core
+    /// ([`csd_sim::events::Resources`]); `None` for an id that is not a die or channel
+    /// of this array.
+    pub fn reserve_now(
+        &mut self,
+        id: csd_sim::events::ResourceId,
+        at: SimTime,
+        ns: u64,
+    ) -> Option<SimTime> {
+        let i = id.index()? as usize;
+        let r = match id.class() {
+            csd_sim::ResourceClass::Die => self.dies.get_mut(i)?,
+            csd_sim::ResourceClass::Channel => self.channels.get_mut(i)?,
+            _ => return None,
+        };
+        Some(r.reserve_now(at, ns).0)
+    }
+
     /// The latest instant any die or channel is busy until.
     pub fn now(&self) -> SimTime {
-        self.dies
-            .iter()
-            .chain(self.channels.iter())
-            .map(Resource::free_at)
-            .max()
-            .unwrap_or_default()
+        SimTime::latest(
+            self.dies
+                .iter()
+                .chain(self.channels.iter())
+                .map(Resource::free_at),
+        )
+        .unwrap_or_default()
     }
 
     /// Media operations performed so far (the counter power cuts are armed against).

@@ -8,6 +8,8 @@
 //! and an in-memory array of the same seed have the same bad blocks.
 
 use super::*;
+use csd_sim::ResourceClass;
+use csd_sim::events::ResourceId;
 
 impl Nand {
     /// A fresh in-memory device (all blocks erased, factory bad blocks drawn from the
@@ -106,8 +108,12 @@ impl Nand {
                 .collect(),
             t_erase: cfg.flash.t_erase_ns(),
             faults: cfg.faults,
-            dies: vec![Resource::new(); g.dies() as usize],
-            channels: vec![Resource::new(); g.channels as usize],
+            dies: (0..g.dies())
+                .map(|i| Resource::with_id(ResourceId::new(ResourceClass::Die, i)))
+                .collect(),
+            channels: (0..g.channels)
+                .map(|i| Resource::with_id(ResourceId::new(ResourceClass::Channel, i)))
+                .collect(),
             stats: NandStats::default(),
             op_seq: 0,
             content_epoch: 0,

@@ -109,7 +109,9 @@ impl Nand {
         let hit = match self.cut {
             None => false,
             Some(PowerCut::AtOp(n)) => self.op_seq >= n,
-            Some(PowerCut::AtTime(t)) => end > t,
+            // Compares the instant's value (a decision on time: class A of the
+            // docs/time-model.md audit; armed only by tests).
+            Some(PowerCut::AtTime(t)) => end.ns() > t.ns(),
         };
         if hit {
             self.power_off();

@@ -391,7 +391,8 @@ impl Device {
     /// that reads hit programmed pages and garbage collection is in steady state; only
     /// the measured run is reported.
     #[pyo3(signature = (rw="randread", *, bs=4096, iodepth=32, ops=None, runtime_s=None,
-        size=None, rwmixread=70, seed=1, dist="uniform", batch=0, precondition=false))]
+        size=None, rwmixread=70, seed=1, dist="uniform", batch=0, precondition=false,
+        time_model="calendar"))]
     #[allow(clippy::too_many_arguments)]
     fn io(
         &self,
@@ -407,9 +408,10 @@ impl Device {
         dist: &str,
         batch: u32,
         precondition: bool,
+        time_model: &str,
     ) -> PyResult<Report> {
         let spec = io_spec(
-            rw, bs, iodepth, ops, runtime_s, size, rwmixread, seed, dist, batch,
+            rw, bs, iodepth, ops, runtime_s, size, rwmixread, seed, dist, batch, time_model,
         )?;
         interruptible(py, &self.inner, move |i| {
             if i.read_only && (precondition || writes(&spec)) {
@@ -734,7 +736,11 @@ fn io_spec(
     seed: u64,
     dist: &str,
     batch: u32,
+    time_model: &str,
 ) -> Result<WorkloadSpec> {
+    let time_model = csd_sim::events::TimeModel::parse(time_model).ok_or_else(|| {
+        Error::Invalid(format!("time_model `{time_model}`: use calendar or events"))
+    })?;
     let rw = Rw::parse(rw).ok_or_else(|| {
         Error::Invalid(format!(
             "rw `{rw}`: use read, write, randread, randwrite or randrw"
@@ -763,6 +769,7 @@ fn io_spec(
         seed,
         dist,
         batch,
+        time_model,
         ..WorkloadSpec::default()
     })
 }
@@ -795,7 +802,7 @@ fn run_io(
 #[pyfunction]
 #[pyo3(signature = (path=None, preset=None, *, config=None, overrides=None, rw="randread",
     bs=4096, iodepth=32, ops=None, runtime_s=None, size=None, rwmixread=70, seed=1,
-    dist="uniform", precondition=false, force=false))]
+    dist="uniform", precondition=false, force=false, time_model="calendar"))]
 #[allow(clippy::too_many_arguments)]
 pub fn raw_io(
     py: Python<'_>,
@@ -814,9 +821,10 @@ pub fn raw_io(
     dist: &str,
     precondition: bool,
     force: bool,
+    time_model: &str,
 ) -> PyResult<Report> {
     let spec = io_spec(
-        rw, bs, iodepth, ops, runtime_s, size, rwmixread, seed, dist, 0,
+        rw, bs, iodepth, ops, runtime_s, size, rwmixread, seed, dist, 0, time_model,
     )?;
     let write = precondition || writes(&spec);
     let nand = match &path {

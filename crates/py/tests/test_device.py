@@ -55,6 +55,22 @@ def test_memory_device_and_presets() -> None:
         assert list(df["ops"]) == [200]
 
 
+def test_io_on_the_event_core() -> None:
+    # The event core serves every resource in arrival order: same commands, no booking
+    # behind a later arrival; a bad model name is refused with the choices.
+    with csd.memory("tiny") as dev:
+        cal = dev.io("randrw", ops=3000, size=8 << 20, iodepth=16, seed=4)
+    with csd.memory("tiny") as dev:
+        ev = dev.io("randrw", ops=3000, size=8 << 20, iodepth=16, seed=4, time_model="events")
+        with pytest.raises(ValueError, match="calendar or events"):
+            dev.io("randread", ops=10, time_model="fcfs")
+    assert ev["time_model"] == "events"
+    assert (ev["reads"], ev["writes"]) == (cal["reads"], cal["writes"])
+    assert sum(v for k, v in ev.to_dict().items() if k.startswith("order_inversions_")) == 0
+    raw = csd.raw_io(preset="tiny", rw="randread", ops=2000, time_model="events")
+    assert raw["ops"] == 2000 and raw["time_model"] == "events"
+
+
 def test_config_dict_and_overrides() -> None:
     cfg = csd.device_config("tiny", overrides={"channel.rate_mt_s": 400})
     assert cfg["channel"]["rate_mt_s"] == 400

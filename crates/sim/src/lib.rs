@@ -12,6 +12,7 @@ pub mod clock;
 pub mod config;
 pub mod dist;
 pub mod energy;
+pub mod events;
 pub mod net;
 pub mod prefetch;
 pub mod resource;

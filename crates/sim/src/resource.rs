@@ -28,6 +28,7 @@
 //! Busy time and operation counts are kept so that reports can show utilization and
 //! name the bottleneck.
 
+use crate::events::{self, ResourceId};
 use crate::time::SimTime;
 use std::fmt;
 
@@ -65,6 +66,10 @@ pub struct Resource {
     inversion_busy_ns: u64,
     /// Every booking's wait (start - arrival), summed.
     wait_ns: u64,
+    /// [`ResourceId::raw`] of the id its owner gave it ([`Resource::with_id`]), 0 for
+    /// none: bookings of a resource with an id go through the event core while it
+    /// records.
+    id: u32,
 }
 
 impl PartialEq for Resource {
@@ -97,7 +102,22 @@ impl Resource {
             inversion_wait_ns: 0,
             inversion_busy_ns: 0,
             wait_ns: 0,
+            id: 0,
         }
+    }
+
+    /// A resource free from time zero that the event core knows as `id`: while this
+    /// thread records ([`crate::events::Recording`]), [`Resource::reserve`] records a
+    /// stage for the core to book here in arrival order.
+    pub const fn with_id(id: ResourceId) -> Resource {
+        let mut r = Resource::new();
+        r.id = id.raw();
+        r
+    }
+
+    /// The id [`Resource::with_id`] gave, if any.
+    pub fn id(&self) -> Option<ResourceId> {
+        (self.id != 0).then(|| ResourceId::from_raw(self.id))
     }
 
     /// The calendar's live intervals.
@@ -109,8 +129,30 @@ impl Resource {
     /// Book the resource for `dur_ns` in the earliest idle interval that starts at or
     /// after `earliest` and holds the whole operation. Returns the (start, end) of the
     /// booking.
+    ///
+    /// While this thread records into the event core and the resource has an id, the
+    /// operation is recorded instead and booked later in arrival order; the instants
+    /// returned then name it ([`SimTime::is_final`] false).
     #[inline]
     pub fn reserve(&mut self, earliest: SimTime, dur_ns: u64) -> (SimTime, SimTime) {
+        if events::recording() {
+            if self.id != 0 {
+                return events::record_stage(ResourceId::from_raw(self.id), earliest, dur_ns);
+            }
+            events::note_unrecorded();
+        }
+        self.reserve_now(earliest, dur_ns)
+    }
+
+    /// [`Resource::reserve`] at once, whether or not the thread records (the event
+    /// core's own bookings). `earliest`'s value is taken as final.
+    #[inline]
+    pub fn reserve_now(&mut self, earliest: SimTime, dur_ns: u64) -> (SimTime, SimTime) {
+        debug_assert!(
+            earliest.is_final() || events::recording(),
+            "an unfixed instant outlived its recording"
+        );
+        let earliest = SimTime::from_ns(earliest.ns());
         let (start, slot, inverted) = self.fit(earliest.ns(), dur_ns);
         let end = start.saturating_add(dur_ns);
         if dur_ns > 0 {

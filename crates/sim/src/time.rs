@@ -4,47 +4,147 @@
 use std::fmt;
 
 /// An instant of simulated time, in nanoseconds since the device was powered on for this run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct SimTime(u64);
+///
+/// While the event core records ([`crate::events::Recording`]), an instant can also name
+/// a node of its graph: the end of an operation the core has not booked yet, an offset
+/// of one, or a join. Its value ([`SimTime::ns`]) is then provisional, a lower bound of
+/// the final value; [`SimTime::after`] and [`SimTime::max`] extend the graph, so device
+/// code computes timing the same way in both modes. Equality, order and hashing look
+/// only at the value.
+#[derive(Clone, Copy, Default)]
+pub struct SimTime {
+    ns: u64,
+    /// 0: the value is final; else a node of the recording graph.
+    node: u32,
+}
+
+impl PartialEq for SimTime {
+    #[inline]
+    fn eq(&self, other: &SimTime) -> bool {
+        self.ns == other.ns
+    }
+}
+
+impl Eq for SimTime {}
+
+impl PartialOrd for SimTime {
+    #[inline]
+    fn partial_cmp(&self, other: &SimTime) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SimTime {
+    #[inline]
+    fn cmp(&self, other: &SimTime) -> std::cmp::Ordering {
+        self.ns.cmp(&other.ns)
+    }
+}
+
+impl std::hash::Hash for SimTime {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.ns.hash(state);
+    }
+}
+
+impl fmt::Debug for SimTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.node == 0 {
+            write!(f, "SimTime({})", self.ns)
+        } else {
+            write!(f, "SimTime(>={} @{})", self.ns, self.node)
+        }
+    }
+}
 
 impl SimTime {
     /// The start of simulated time.
-    pub const ZERO: SimTime = SimTime(0);
+    pub const ZERO: SimTime = SimTime { ns: 0, node: 0 };
 
     /// The instant `ns` nanoseconds after time zero.
     #[inline]
     pub const fn from_ns(ns: u64) -> SimTime {
-        SimTime(ns)
+        SimTime { ns, node: 0 }
     }
 
-    /// Nanoseconds since time zero.
+    /// An instant named by node `node` of the recording graph, `ns` its lower bound.
     #[inline]
-    pub fn ns(self) -> u64 {
-        self.0
+    pub(crate) const fn of_node(ns: u64, node: u32) -> SimTime {
+        SimTime { ns, node }
+    }
+
+    /// The recording graph's node that names this instant (0: none, the value is final).
+    #[inline]
+    pub(crate) const fn node(self) -> u32 {
+        self.node
+    }
+
+    /// Nanoseconds since time zero. For an instant the event core has not fixed yet
+    /// ([`SimTime::is_final`] false), a lower bound of its final value.
+    #[inline]
+    pub const fn ns(self) -> u64 {
+        self.ns
+    }
+
+    /// Whether the value is final (always, outside a recording of the event core).
+    #[inline]
+    pub const fn is_final(self) -> bool {
+        self.node == 0
     }
 
     /// This instant plus `ns` nanoseconds (saturating).
     #[inline]
     #[must_use]
     pub fn after(self, ns: u64) -> SimTime {
-        SimTime(self.0.saturating_add(ns))
+        if self.node == 0 {
+            SimTime::from_ns(self.ns.saturating_add(ns))
+        } else {
+            crate::events::offset(self, ns)
+        }
     }
 
-    /// Nanoseconds from `earlier` to `self` (zero if `earlier` is later).
+    /// The later of two instants: the instant at which both have passed (a join).
+    /// Inherent, so `a.max(b)` on instants always means this, never `Ord::max`, and
+    /// keeps what each instant waits for while the event core records.
+    #[inline]
+    #[must_use]
+    pub fn max(self, other: SimTime) -> SimTime {
+        if (self.node | other.node) == 0 {
+            if other.ns > self.ns { other } else { self }
+        } else {
+            crate::events::join(self, other)
+        }
+    }
+
+    /// The earlier of two instants (by value: while the event core records, by
+    /// provisional value).
+    #[inline]
+    #[must_use]
+    pub fn min(self, other: SimTime) -> SimTime {
+        if other.ns < self.ns { other } else { self }
+    }
+
+    /// The latest of `instants` (the join of all of them), or `None` for none.
+    #[inline]
+    pub fn latest(instants: impl IntoIterator<Item = SimTime>) -> Option<SimTime> {
+        instants.into_iter().reduce(SimTime::max)
+    }
+
+    /// Nanoseconds from `earlier` to `self` (zero if `earlier` is later), by value.
     #[inline]
     pub fn since(self, earlier: SimTime) -> u64 {
-        self.0.saturating_sub(earlier.0)
+        self.ns.saturating_sub(earlier.ns)
     }
 
     /// Seconds since time zero, for reports.
     pub fn as_secs_f64(self) -> f64 {
-        self.0 as f64 / 1e9
+        self.ns as f64 / 1e9
     }
 }
 
 impl fmt::Display for SimTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ns = self.0;
+        let ns = self.ns;
         if ns >= 1_000_000_000 {
             write!(f, "{:.3} s", ns as f64 / 1e9)
         } else if ns >= 1_000_000 {
@@ -118,9 +218,9 @@ mod tests {
 
     #[test]
     fn display_picks_units() {
-        assert_eq!(SimTime(12).to_string(), "12 ns");
-        assert_eq!(SimTime(1_500).to_string(), "1.500 us");
-        assert_eq!(SimTime(2_000_000_000).to_string(), "2.000 s");
-        assert_eq!(SimTime(5).since(SimTime(9)), 0);
+        assert_eq!(SimTime::from_ns(12).to_string(), "12 ns");
+        assert_eq!(SimTime::from_ns(1_500).to_string(), "1.500 us");
+        assert_eq!(SimTime::from_ns(2_000_000_000).to_string(), "2.000 s");
+        assert_eq!(SimTime::from_ns(5).since(SimTime::from_ns(9)), 0);
     }
 }

@@ -13,6 +13,7 @@ use csd_device::workload::{self, IoReport, Rw, WorkloadSpec};
 use csd_device::{BlockDevice, IoTarget, RawDevice};
 use csd_nand::Nand;
 use csd_sim::ClockMode;
+use csd_sim::events::TimeModel;
 use std::path::PathBuf;
 
 /// Which interface `csd io` drives.
@@ -81,6 +82,11 @@ pub(crate) struct IoArgs {
     /// Block mode: issue writes as batches of N pages (batch-io §3 `flush_batch`).
     #[arg(long, default_value_t = 0)]
     batch: u32,
+    /// Time model: `calendar` (default: each resource books an operation when code asks
+    /// for it) or `events` (the event core serves every resource first-come first-served
+    /// in modeled arrival order; docs/time-model.md).
+    #[arg(long, default_value = "calendar", value_parser = parse_time_model)]
+    time_model: TimeModel,
     /// Before measuring, write the whole region once (sequential page writes, queue
     /// depth 64) so that reads hit programmed pages.
     #[arg(long)]
@@ -229,7 +235,13 @@ fn spec(a: &IoArgs) -> WorkloadSpec {
         clock: a.clock,
         batch: a.batch,
         dist: a.dist,
+        time_model: a.time_model,
     }
+}
+
+/// `--time-model calendar|events`.
+fn parse_time_model(s: &str) -> Result<TimeModel, String> {
+    TimeModel::parse(s).ok_or_else(|| format!("unknown time model {s:?}: calendar or events"))
 }
 
 /// `--precondition`: write the region once sequentially; on the block device, then

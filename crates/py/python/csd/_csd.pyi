@@ -129,6 +129,7 @@ class Device:
         dist: str = "uniform",
         batch: int = 0,
         precondition: bool = False,
+        time_model: str = "calendar",
     ) -> Report: ...
     def load_tpch(self, sf: float = 0.01, tables: str = "lineitem", *, layout: str = "pax") -> list[Report]: ...
     def load_synthetic(
@@ -218,6 +219,7 @@ def raw_io(
     dist: str = "uniform",
     precondition: bool = False,
     force: bool = False,
+    time_model: str = "calendar",
 ) -> Report: ...
 
 class Array:

@@ -1,0 +1,1015 @@
+//! The event core of issue 30: stages of commands recorded as a graph of max-plus
+//! expressions and booked at their resources in order of modeled arrival
+//! (docs/time-model.md, "The way to strict arrival order").
+//!
+//! A calendar ([`crate::Resource`]) books an operation when code asks, so an operation
+//! that arrives early but is booked late can wait behind one that arrived later. The
+//! FTL's decisions do not depend on modeled time (the audit in docs/time-model.md), only
+//! its timing does, and that timing is a max-plus expression: a stage starts at
+//! `max(arrival, resource free)`, and its arrival is a `max` of earlier stages' ends
+//! plus fixed latencies. So a command can run its logic at once and leave its timing
+//! as a graph here; the core then books every stage of every command in flight in order
+//! of arrival at each resource, and completions come out of it.
+//!
+//! Choices:
+//! * **Instants carry their dependency.** A [`SimTime`] is final or names a node of the
+//!   [`Graph`]: an offset of another node, a join (`max`) of two instants, or the start
+//!   of a stage. Inferring the graph from bare instants was rejected: parallel pages of
+//!   one command end at equal instants, and an arrival `end + latency` names no booking.
+//!   An instant also carries a *provisional* value, a lower bound of its final value (a
+//!   stage starts no earlier than it arrives), for code that must look at an instant
+//!   before the core has fixed it.
+//! * **Recording is per thread** ([`Recording`]): while it is on, [`SimTime::after`],
+//!   [`SimTime::max`] and [`Resource::reserve`] on a resource that has an id extend the
+//!   graph of this thread instead of computing at once, so device code is the same in
+//!   both modes. Outside a recording no instant names a node and nothing changes.
+//! * **Ready stages in a heap keyed by (arrival, order, stage).** A stage becomes ready
+//!   when its arrival can be evaluated (every stage it depends on is booked); the core
+//!   pops the earliest arrival and books it at its resource. A stage's arrival is never
+//!   earlier than the start of any stage it depends on, so popped arrivals never go
+//!   backwards: each resource sees its operations first-come first-served. `order` (the
+//!   caller's tie-break, e.g. the NVMe arbitration's order among commands submitted at
+//!   one instant) and then the stage's index keep runs bit-for-bit reproducible.
+//! * **Bookings go through [`Resources`].** The core does not own the resources (dies,
+//!   buses and links stay with the code that reports on them); it asks the owner to
+//!   reserve. A stage created with an arrival earlier than an arrival already popped (a
+//!   caller that ran the core ahead, then submitted in the past) is still booked
+//!   correctly by the calendar's gap-filling, and counted in [`Graph::late_arrivals`].
+//! * **A stage waits on one blocker at a time** (an intrusive list per stage), and node
+//!   values are cached once known, so each expression is evaluated once.
+//!
+//! Memory: the graph keeps every node until [`Graph::clear`] (when nothing is in
+//! flight). Freeing resolved prefixes while instants that name them are still held
+//! elsewhere needs the owners of those instants to resolve them first; that belongs to
+//! the integration with the device, not to this core.
+
+use crate::resource::{Resource, ResourceClass};
+use crate::time::SimTime;
+use std::cell::{Cell, RefCell};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::marker::PhantomData;
+
+/// The end of a waiting list.
+const NONE: u32 = u32::MAX;
+/// A cached node value that is not known yet.
+const UNKNOWN: u64 = u64::MAX;
+/// Node values at or above this are not known yet; below [`UNKNOWN`] they also name
+/// the stage that blocked the node's last evaluation (a hint: while that stage is not
+/// booked, the node is not either, and needs no walk to find out).
+const HINT: u64 = 1 << 63;
+
+/// Whether a node value is final.
+#[inline]
+fn fixed(v: u64) -> bool {
+    v < HINT
+}
+/// A member index that names a whole pool.
+const POOL: u32 = 0x00FF_FFFF;
+
+/// How a run's commands are placed in modeled time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeModel {
+    /// Each resource's calendar books an operation when code asks for it (an early
+    /// arrival booked late takes the earliest gap that holds it).
+    #[default]
+    Calendar,
+    /// Commands record their stages and the event core books every stage in order of
+    /// modeled arrival at its resource (first-come first-served everywhere).
+    Events,
+}
+
+impl TimeModel {
+    /// Parse `calendar` or `events`.
+    pub fn parse(s: &str) -> Option<TimeModel> {
+        match s {
+            "calendar" => Some(TimeModel::Calendar),
+            "events" => Some(TimeModel::Events),
+            _ => None,
+        }
+    }
+
+    /// The name [`TimeModel::parse`] reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeModel::Calendar => "calendar",
+            TimeModel::Events => "events",
+        }
+    }
+}
+
+/// Which resource (or pool of equal resources) a stage books: its class and its index
+/// among the resources of that class, as their owner numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceId(u32);
+
+impl ResourceId {
+    /// Member `index` of `class` (below 2^24 - 1).
+    pub const fn new(class: ResourceClass, index: u32) -> ResourceId {
+        debug_assert!(index < POOL);
+        ResourceId(((class as u32 + 1) << 24) | (index & POOL))
+    }
+
+    /// Every member of `class` as one pool: the stage takes the member that can start it
+    /// first when the core books it.
+    pub const fn pool(class: ResourceClass) -> ResourceId {
+        ResourceId(((class as u32 + 1) << 24) | POOL)
+    }
+
+    /// The class.
+    pub fn class(self) -> ResourceClass {
+        ResourceClass::ALL[((self.0 >> 24) - 1) as usize]
+    }
+
+    /// The member's index, `None` for a pool.
+    pub fn index(self) -> Option<u32> {
+        let i = self.0 & POOL;
+        (i != POOL).then_some(i)
+    }
+
+    /// The id as a number (never 0).
+    pub(crate) const fn raw(self) -> u32 {
+        self.0
+    }
+
+    /// The id of a number [`ResourceId::raw`] gave.
+    pub(crate) fn from_raw(raw: u32) -> ResourceId {
+        debug_assert!(raw != 0);
+        ResourceId(raw)
+    }
+}
+
+/// One stage of the graph (an operation at one resource).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StageId(u32);
+
+impl StageId {
+    /// The stage's index in creation order.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Bits of a node's name that hold its index in the graph; the bits above hold the
+/// graph's epoch, so an instant that outlived a compaction ([`Graph::compact`]) is
+/// recognized instead of naming another node.
+const INDEX_BITS: u32 = 24;
+const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// `base + add`.
+    Offset { base: u32, add: u64 },
+    /// `max(a, b, floor)` (index 0 is the constant zero).
+    Join { a: u32, b: u32, floor: u64 },
+    /// The start of a stage.
+    Start { stage: u32 },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    kind: Kind,
+    /// The final value once known, else [`UNKNOWN`].
+    value: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Stage {
+    resource: ResourceId,
+    dur_ns: u64,
+    /// Index of the arrival's node (0: known, `arrival_ns`).
+    arrival: u32,
+    arrival_ns: u64,
+    order: u64,
+    cancelled: bool,
+    /// The final start once booked, else [`UNKNOWN`].
+    start: u64,
+    /// The first stage waiting on this one, and the next stage waiting on the same
+    /// blocker as this one ([`NONE`] ends a list).
+    first_waiter: u32,
+    next_waiter: u32,
+}
+
+/// Who owns the resources the stages book: the core asks it to reserve, in arrival order.
+pub trait Resources {
+    /// Book resource (or pool) `id` for `dur_ns` from no earlier than `arrival` (a final
+    /// instant), now; the start.
+    fn reserve(&mut self, id: ResourceId, arrival: SimTime, dur_ns: u64) -> SimTime;
+}
+
+/// Resources numbered by their place in a slice, whatever their class (tests, models).
+impl Resources for [Resource] {
+    fn reserve(&mut self, id: ResourceId, arrival: SimTime, dur_ns: u64) -> SimTime {
+        let i = id.index().unwrap_or(0) as usize;
+        self[i].reserve_now(arrival, dur_ns).0
+    }
+}
+
+impl Resources for Vec<Resource> {
+    fn reserve(&mut self, id: ResourceId, arrival: SimTime, dur_ns: u64) -> SimTime {
+        self.as_mut_slice().reserve(id, arrival, dur_ns)
+    }
+}
+
+/// One booking the core made, for traces and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Booking {
+    /// The stage booked.
+    pub stage: StageId,
+    /// Where.
+    pub resource: ResourceId,
+    /// When it arrived there.
+    pub arrival: SimTime,
+    /// Start of service.
+    pub start: SimTime,
+    /// End of service.
+    pub end: SimTime,
+}
+
+/// The graph of recorded stages and the core that books them in arrival order.
+#[derive(Debug)]
+pub struct Graph {
+    /// Node 0 is the constant zero (always fixed).
+    nodes: Vec<Node>,
+    stages: Vec<Stage>,
+    ready: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    /// Tags the names of this graph's nodes (1..=255; see [`INDEX_BITS`]).
+    epoch: u32,
+    /// The arrival of the last stage booked.
+    now: u64,
+    /// Stages booked (or cancelled) so far, over every compaction; `stages` holds the
+    /// ones not booked at the last compaction and every one recorded since.
+    booked: u64,
+    /// Stages forgotten by compactions (all booked).
+    forgotten: u64,
+    late: u64,
+    unrecorded: u64,
+    stale: u64,
+    trace: Option<Vec<Booking>>,
+    /// Scratch of [`Graph::evaluate`] and [`Graph::earliest`].
+    stack: Vec<u32>,
+    blocked: Vec<(usize, u32)>,
+}
+
+impl Default for Graph {
+    fn default() -> Graph {
+        Graph::new()
+    }
+}
+
+/// What [`Graph::compact`] did to the names of nodes: apply it to every instant held
+/// outside the graph that may name one.
+#[derive(Debug)]
+pub struct Remap {
+    old_epoch: u32,
+    new_epoch: u32,
+    /// Old index -> new index (0: the node's value was fixed, see `values`).
+    index: Vec<u32>,
+    values: Vec<u64>,
+}
+
+impl Remap {
+    /// `t` as the compacted graph names it: its final value, or its new node.
+    pub fn apply(&self, t: SimTime) -> SimTime {
+        if t.node() == 0 {
+            return t;
+        }
+        if t.node() >> INDEX_BITS != self.old_epoch {
+            debug_assert!(false, "an instant from an older graph: {t:?}");
+            return SimTime::from_ns(t.ns());
+        }
+        let i = (t.node() & INDEX_MASK) as usize;
+        match self.index[i] {
+            0 => SimTime::from_ns(self.values[i]),
+            n => SimTime::of_node(t.ns(), (self.new_epoch << INDEX_BITS) | n),
+        }
+    }
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Graph {
+        Graph {
+            nodes: vec![Node {
+                kind: Kind::Offset { base: 0, add: 0 },
+                value: 0,
+            }],
+            stages: Vec::new(),
+            ready: BinaryHeap::new(),
+            epoch: 1,
+            now: 0,
+            booked: 0,
+            forgotten: 0,
+            late: 0,
+            unrecorded: 0,
+            stale: 0,
+            trace: None,
+            stack: Vec::new(),
+            blocked: Vec::new(),
+        }
+    }
+
+    /// Keep a trace of every booking from now on ([`Graph::trace`]).
+    pub fn record_trace(&mut self) {
+        self.trace.get_or_insert_with(Vec::new);
+    }
+
+    /// The bookings made since [`Graph::record_trace`], in the order the core made them.
+    pub fn trace(&self) -> &[Booking] {
+        self.trace.as_deref().unwrap_or(&[])
+    }
+
+    /// Stages booked so far (cancelled ones included).
+    pub fn booked(&self) -> u64 {
+        self.booked
+    }
+
+    /// Stages that were created with an arrival earlier than one the core had already
+    /// booked (their caller ran the core ahead of them); the resource's calendar placed
+    /// them, but first-come first-served is not guaranteed for them.
+    pub fn late_arrivals(&self) -> u64 {
+        self.late
+    }
+
+    /// Bookings made at once during a recording because their resource has no id (its
+    /// owner did not number it): booked at their provisional arrival, outside the core.
+    pub fn unrecorded(&self) -> u64 {
+        self.unrecorded
+    }
+
+    /// Instants met that named a node of a graph before a compaction (their holder was
+    /// not remapped): taken at their provisional value.
+    pub fn stale(&self) -> u64 {
+        self.stale
+    }
+
+    /// Nodes and stages held now (memory: about 32 and 64 bytes each).
+    pub fn size(&self) -> (usize, usize) {
+        (self.nodes.len(), self.stages.len())
+    }
+
+    /// The arrival of the last stage booked: everything that arrives before it has been
+    /// booked.
+    pub fn now(&self) -> SimTime {
+        SimTime::from_ns(self.now)
+    }
+
+    /// Stages recorded and not booked yet.
+    pub fn pending(&self) -> usize {
+        (self.forgotten + self.stages.len() as u64 - self.booked) as usize
+    }
+
+    /// The name an instant carries for node `index`.
+    fn name(&self, index: u32) -> u32 {
+        (self.epoch << INDEX_BITS) | index
+    }
+
+    /// The index of the node `t` names: 0 for a final instant, and for an instant of an
+    /// older graph (counted in [`Graph::stale`]; its provisional value is used).
+    fn index(&mut self, t: SimTime) -> u32 {
+        let n = t.node();
+        if n == 0 {
+            return 0;
+        }
+        if n >> INDEX_BITS != self.epoch {
+            debug_assert!(false, "an instant that outlived a compaction: {t:?}");
+            self.stale += 1;
+            return 0;
+        }
+        n & INDEX_MASK
+    }
+
+    fn push_node(&mut self, kind: Kind) -> u32 {
+        let i = u32::try_from(self.nodes.len())
+            .ok()
+            .filter(|&i| i <= INDEX_MASK)
+            .expect("event graph over 2^24 nodes: compact it (Graph::compact)");
+        self.nodes.push(Node {
+            kind,
+            value: UNKNOWN,
+        });
+        i
+    }
+
+    /// `t`'s index and, if already fixed, its value.
+    fn lookup(&mut self, t: SimTime) -> (u32, Option<u64>) {
+        match self.index(t) {
+            0 => (0, Some(t.ns())),
+            i => {
+                let v = self.nodes[i as usize].value;
+                (i, fixed(v).then_some(v))
+            }
+        }
+    }
+
+    /// `t + ns`.
+    pub fn offset(&mut self, t: SimTime, ns: u64) -> SimTime {
+        match self.lookup(t) {
+            (_, Some(v)) => SimTime::from_ns(v.saturating_add(ns)),
+            (_, None) if ns == 0 => t,
+            (i, None) => {
+                let n = self.push_node(Kind::Offset { base: i, add: ns });
+                SimTime::of_node(t.ns().saturating_add(ns), self.name(n))
+            }
+        }
+    }
+
+    /// `max(a, b)`.
+    pub fn join(&mut self, a: SimTime, b: SimTime) -> SimTime {
+        let provisional = a.ns().max(b.ns());
+        match (self.lookup(a), self.lookup(b)) {
+            ((_, Some(x)), (_, Some(y))) => SimTime::from_ns(x.max(y)),
+            ((ia, None), (ib, None)) if ia == ib => a,
+            ((ia, None), (ib, None)) => {
+                let n = self.push_node(Kind::Join {
+                    a: ia,
+                    b: ib,
+                    floor: 0,
+                });
+                SimTime::of_node(provisional, self.name(n))
+            }
+            ((i, None), (_, Some(x))) | ((_, Some(x)), (i, None)) => {
+                let n = self.push_node(Kind::Join {
+                    a: i,
+                    b: 0,
+                    floor: x,
+                });
+                SimTime::of_node(provisional, self.name(n))
+            }
+        }
+    }
+
+    /// Record an operation of `dur_ns` at `resource` that arrives at `arrival`; `order`
+    /// breaks ties between equal arrivals (lower first; then creation order). Returns
+    /// the stage and its start and end, fixed when the core books it.
+    pub fn stage(
+        &mut self,
+        resource: ResourceId,
+        arrival: SimTime,
+        dur_ns: u64,
+        order: u64,
+    ) -> (StageId, SimTime, SimTime) {
+        let id = u32::try_from(self.stages.len()).expect("event graph over 2^32 stages");
+        debug_assert!(id != NONE);
+        let (arrival_index, _) = self.lookup(arrival);
+        self.stages.push(Stage {
+            resource,
+            dur_ns,
+            arrival: arrival_index,
+            arrival_ns: arrival.ns(),
+            order,
+            cancelled: false,
+            start: UNKNOWN,
+            first_waiter: NONE,
+            next_waiter: NONE,
+        });
+        let start_node = self.push_node(Kind::Start { stage: id });
+        let start = SimTime::of_node(arrival.ns(), self.name(start_node));
+        let end = self.offset(start, dur_ns);
+        self.schedule(id);
+        (StageId(id), start, end)
+    }
+
+    /// Cancel the stage whose start `start` names (a refused command costs nothing): it
+    /// books nothing, and what waits for it sees it take no time at its arrival. `false`
+    /// if `start` names no stage not yet booked.
+    pub fn cancel(&mut self, start: SimTime) -> bool {
+        let i = self.index(start);
+        let Kind::Start { stage } = self.nodes[i as usize].kind else {
+            return false;
+        };
+        let s = &mut self.stages[stage as usize];
+        if i == 0 || s.start != UNKNOWN {
+            return false;
+        }
+        s.cancelled = true;
+        s.dur_ns = 0;
+        true
+    }
+
+    /// Put stage `s` in the ready heap if its arrival can be evaluated, else on the
+    /// waiting list of the stage that blocks it.
+    fn schedule(&mut self, s: u32) {
+        let st = self.stages[s as usize];
+        let arrival = if st.arrival == 0 {
+            Ok(st.arrival_ns)
+        } else {
+            self.evaluate_index(st.arrival)
+        };
+        match arrival {
+            Ok(at) => {
+                if at < self.now {
+                    self.late += 1;
+                }
+                self.ready.push(Reverse((at, st.order, s)));
+            }
+            Err(blocker) => {
+                let b = blocker as usize;
+                self.stages[s as usize].next_waiter = self.stages[b].first_waiter;
+                self.stages[b].first_waiter = s;
+            }
+        }
+    }
+
+    /// The final value of `t`, or the first unbooked stage it depends on. Values found
+    /// on the way are cached.
+    fn evaluate(&mut self, t: SimTime) -> Result<u64, u32> {
+        match self.lookup(t) {
+            (_, Some(v)) => Ok(v),
+            (i, None) => self.evaluate_index(i),
+        }
+    }
+
+    /// [`Graph::evaluate`] of node `index`.
+    fn evaluate_index(&mut self, index: u32) -> Result<u64, u32> {
+        let v = self.nodes[index as usize].value;
+        if fixed(v) {
+            return Ok(v);
+        }
+        if let Some(stage) = self.still_blocked(v) {
+            return Err(stage);
+        }
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        stack.push(index);
+        let found = self.evaluate_with(&mut stack);
+        self.stack = stack;
+        found.map(|()| self.nodes[index as usize].value)
+    }
+
+    /// The stage a not-yet-fixed value's hint names, if that stage is still not booked.
+    #[inline]
+    fn still_blocked(&self, v: u64) -> Option<u32> {
+        let stage = v as u32;
+        (v != UNKNOWN && self.stages[stage as usize].start == UNKNOWN).then_some(stage)
+    }
+
+    /// The loop of [`Graph::evaluate`] over a stack holding the node to evaluate. On
+    /// `Err(stage)` every node on the stack (each waits for that stage) keeps it as a
+    /// hint.
+    fn evaluate_with(&mut self, stack: &mut Vec<u32>) -> Result<(), u32> {
+        let blocker = 'walk: {
+            while let Some(&n) = stack.last() {
+                let node = self.nodes[n as usize];
+                if fixed(node.value) {
+                    stack.pop();
+                    continue;
+                }
+                if let Some(stage) = self.still_blocked(node.value) {
+                    break 'walk stage;
+                }
+                let value = match node.kind {
+                    Kind::Start { stage } => {
+                        let start = self.stages[stage as usize].start;
+                        if start == UNKNOWN {
+                            break 'walk stage;
+                        }
+                        start
+                    }
+                    Kind::Offset { base, add } => match self.nodes[base as usize].value {
+                        v if fixed(v) => v.saturating_add(add),
+                        _ => {
+                            stack.push(base);
+                            continue;
+                        }
+                    },
+                    Kind::Join { a, b, floor } => {
+                        let va = self.nodes[a as usize].value;
+                        if !fixed(va) {
+                            stack.push(a);
+                            continue;
+                        }
+                        let vb = self.nodes[b as usize].value;
+                        if !fixed(vb) {
+                            stack.push(b);
+                            continue;
+                        }
+                        va.max(vb).max(floor)
+                    }
+                };
+                self.nodes[n as usize].value = value;
+                stack.pop();
+            }
+            return Ok(());
+        };
+        for &n in stack.iter() {
+            self.nodes[n as usize].value = HINT | u64::from(blocker);
+        }
+        Err(blocker)
+    }
+
+    /// The final value of `t` if every stage it depends on is booked.
+    pub fn value(&mut self, t: SimTime) -> Option<SimTime> {
+        self.evaluate(t).ok().map(SimTime::from_ns)
+    }
+
+    /// Book the earliest ready stage; `None` when no stage is ready (then none is
+    /// pending: every pending stage waits, through its blockers, on a ready one).
+    pub fn step<R: Resources + ?Sized>(&mut self, resources: &mut R) -> Option<Booking> {
+        let Reverse((at, _, s)) = self.ready.pop()?;
+        let stage = self.stages[s as usize];
+        let start = if stage.cancelled {
+            at
+        } else {
+            resources
+                .reserve(stage.resource, SimTime::from_ns(at), stage.dur_ns)
+                .ns()
+        };
+        debug_assert!(start >= at, "a resource started a stage before it arrived");
+        self.stages[s as usize].start = start;
+        self.now = self.now.max(at);
+        self.booked += 1;
+        // Wake the stages that waited on this one; each either becomes ready or waits on
+        // its next blocker.
+        let mut w = std::mem::replace(&mut self.stages[s as usize].first_waiter, NONE);
+        while w != NONE {
+            let next = self.stages[w as usize].next_waiter;
+            self.stages[w as usize].next_waiter = NONE;
+            self.schedule(w);
+            w = next;
+        }
+        let booking = Booking {
+            stage: StageId(s),
+            resource: stage.resource,
+            arrival: SimTime::from_ns(at),
+            start: SimTime::from_ns(start),
+            end: SimTime::from_ns(start.saturating_add(stage.dur_ns)),
+        };
+        if let Some(trace) = self.trace.as_mut().filter(|_| !stage.cancelled) {
+            trace.push(booking);
+        }
+        Some(booking)
+    }
+
+    /// The final value of `t`, booking stages in arrival order until it is fixed.
+    pub fn resolve<R: Resources + ?Sized>(&mut self, t: SimTime, resources: &mut R) -> SimTime {
+        loop {
+            match self.evaluate(t) {
+                Ok(v) => return SimTime::from_ns(v),
+                Err(_) => {
+                    if self.step(resources).is_none() {
+                        debug_assert!(false, "a pending stage with nothing ready");
+                        return SimTime::from_ns(t.ns());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Of `targets`, the one whose final value is earliest, and that value, booking
+    /// stages in arrival order only as far as needed to know that no other target can
+    /// end earlier (every later submission then arrives after what the core booked).
+    /// Ties go to the first in `targets`. `None` for no targets.
+    pub fn earliest<R: Resources + ?Sized>(
+        &mut self,
+        targets: &[SimTime],
+        resources: &mut R,
+    ) -> Option<(usize, SimTime)> {
+        let mut best: Option<(usize, u64)> = None;
+        let better = |best: Option<(usize, u64)>, i: usize, v: u64| {
+            best.is_none_or(|(j, b)| v < b || (v == b && i < j))
+        };
+        // Targets not fixed yet, each with the stage that blocks it: only a booking of
+        // that stage can fix it.
+        let mut blocked = std::mem::take(&mut self.blocked);
+        blocked.clear();
+        for (i, &t) in targets.iter().enumerate() {
+            match self.evaluate(t) {
+                Ok(v) if better(best, i, v) => best = Some((i, v)),
+                Ok(_) => {}
+                Err(stage) => blocked.push((i, stage)),
+            }
+        }
+        let found = loop {
+            // An unfixed target ends no earlier than the arrival of a ready stage: every
+            // unbooked stage waits, through its blockers, on one in the heap.
+            let next_arrival = self.ready.peek().map(|Reverse((at, _, _))| *at);
+            match (best, next_arrival) {
+                (Some((i, v)), None) => break Some((i, SimTime::from_ns(v))),
+                (Some((i, v)), Some(at)) if v <= at => break Some((i, SimTime::from_ns(v))),
+                (None, None) => break None,
+                _ => {}
+            }
+            let Some(booked) = self.step(resources) else {
+                break None;
+            };
+            let s = booked.stage.0;
+            let mut k = 0;
+            while k < blocked.len() {
+                let (i, stage) = blocked[k];
+                if stage != s {
+                    k += 1;
+                    continue;
+                }
+                match self.evaluate(targets[i]) {
+                    Ok(v) => {
+                        if better(best, i, v) {
+                            best = Some((i, v));
+                        }
+                        blocked.swap_remove(k);
+                    }
+                    Err(next) => {
+                        blocked[k].1 = next;
+                        k += 1;
+                    }
+                }
+            }
+        };
+        debug_assert!(
+            found.is_some() || targets.is_empty(),
+            "targets with nothing ready"
+        );
+        self.blocked = blocked;
+        found
+    }
+
+    /// Book every pending stage.
+    pub fn run<R: Resources + ?Sized>(&mut self, resources: &mut R) {
+        while self.step(resources).is_some() {}
+        debug_assert_eq!(self.pending(), 0);
+    }
+
+    /// Forget every booked stage and every node whose value is fixed or that neither a
+    /// pending stage nor one of `roots` needs, so that memory stays bounded over a long
+    /// run. Every instant held outside the graph that may name a node must be one of
+    /// `roots` and must then be passed through the returned [`Remap`]; node names of the
+    /// old graph are recognized as stale afterwards. Stage ids ([`StageId`]) and the trace
+    /// keep the numbering of their time. Nothing about timing changes: pending stages
+    /// keep their order, arrivals and waiting lists.
+    pub fn compact(&mut self, roots: &[SimTime]) -> Remap {
+        let n = self.nodes.len();
+        for node in &mut self.nodes {
+            if !fixed(node.value) {
+                node.value = UNKNOWN;
+            }
+        }
+        // 1. Fix every value that can be fixed: children have lower indices.
+        for i in 1..n {
+            if self.nodes[i].value != UNKNOWN {
+                continue;
+            }
+            let v = match self.nodes[i].kind {
+                Kind::Start { stage } => self.stages[stage as usize].start,
+                Kind::Offset { base, add } => match self.nodes[base as usize].value {
+                    UNKNOWN => UNKNOWN,
+                    v => v.saturating_add(add),
+                },
+                Kind::Join { a, b, floor } => {
+                    match (self.nodes[a as usize].value, self.nodes[b as usize].value) {
+                        (UNKNOWN, _) | (_, UNKNOWN) => UNKNOWN,
+                        (x, y) => x.max(y).max(floor),
+                    }
+                }
+            };
+            self.nodes[i].value = v;
+        }
+        // 2. Mark the unfixed nodes that roots and pending stages need, downwards.
+        let mut keep = vec![false; n];
+        for &t in roots {
+            keep[self.index(t) as usize] = true;
+        }
+        for st in self.stages.iter().filter(|st| st.start == UNKNOWN) {
+            keep[st.arrival as usize] = true;
+        }
+        for i in (1..n).rev() {
+            if !keep[i] || self.nodes[i].value != UNKNOWN {
+                keep[i] = false;
+                continue;
+            }
+            match self.nodes[i].kind {
+                Kind::Offset { base, .. } => keep[base as usize] = true,
+                Kind::Join { a, b, .. } => {
+                    keep[a as usize] = true;
+                    keep[b as usize] = true;
+                }
+                Kind::Start { .. } => {}
+            }
+        }
+        keep[0] = false;
+        // 3. Pending stages, renumbered in their order (ties go by stage index).
+        let mut stage_index = vec![NONE; self.stages.len()];
+        let mut kept_stages = Vec::new();
+        for (i, st) in self.stages.iter().enumerate() {
+            if st.start == UNKNOWN {
+                stage_index[i] = kept_stages.len() as u32;
+                kept_stages.push(*st);
+            }
+        }
+        // 4. Kept nodes, renumbered in their order; fixed children become constants.
+        let mut index = vec![0u32; n];
+        let mut nodes = vec![self.nodes[0]];
+        for i in 1..n {
+            if !keep[i] {
+                continue;
+            }
+            let val = |j: u32| self.nodes[j as usize].value;
+            let kind = match self.nodes[i].kind {
+                Kind::Start { stage } => Kind::Start {
+                    stage: stage_index[stage as usize],
+                },
+                Kind::Offset { base, add } => Kind::Offset {
+                    base: index[base as usize],
+                    add,
+                },
+                Kind::Join { a, b, floor } => match (val(a), val(b)) {
+                    (UNKNOWN, UNKNOWN) => Kind::Join {
+                        a: index[a as usize],
+                        b: index[b as usize],
+                        floor,
+                    },
+                    (UNKNOWN, y) => Kind::Join {
+                        a: index[a as usize],
+                        b: 0,
+                        floor: floor.max(y),
+                    },
+                    (x, _) => Kind::Join {
+                        a: index[b as usize],
+                        b: 0,
+                        floor: floor.max(x),
+                    },
+                },
+            };
+            debug_assert!(nodes.len() <= INDEX_MASK as usize);
+            index[i] = nodes.len() as u32;
+            nodes.push(Node {
+                kind,
+                value: UNKNOWN,
+            });
+        }
+        for st in &mut kept_stages {
+            if st.arrival != 0 {
+                match self.nodes[st.arrival as usize].value {
+                    UNKNOWN => st.arrival = index[st.arrival as usize],
+                    v => {
+                        st.arrival = 0;
+                        st.arrival_ns = v;
+                    }
+                }
+            }
+            for w in [&mut st.first_waiter, &mut st.next_waiter] {
+                if *w != NONE {
+                    *w = stage_index[*w as usize];
+                }
+            }
+        }
+        self.ready = self
+            .ready
+            .drain()
+            .map(|Reverse((at, order, s))| Reverse((at, order, stage_index[s as usize])))
+            .collect();
+        self.forgotten += (self.stages.len() - kept_stages.len()) as u64;
+        self.stages = kept_stages;
+        let old = std::mem::replace(&mut self.nodes, nodes);
+        let old_epoch = self.epoch;
+        self.epoch = if self.epoch == (u32::MAX >> INDEX_BITS) {
+            1
+        } else {
+            self.epoch + 1
+        };
+        Remap {
+            old_epoch,
+            new_epoch: self.epoch,
+            index,
+            values: old.into_iter().map(|node| node.value).collect(),
+        }
+    }
+}
+
+thread_local! {
+    /// This thread's recording graph, while a [`Recording`] is alive.
+    static GRAPH: RefCell<Option<Graph>> = const { RefCell::new(None) };
+    /// Whether a recording is on (read on every booking: a `Cell`, not the `RefCell`).
+    static RECORDING: Cell<bool> = const { Cell::new(false) };
+    /// The order key of the stages recorded now ([`Recording::set_order`]).
+    static ORDER: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Whether this thread records into the event core now.
+#[inline]
+pub fn recording() -> bool {
+    RECORDING.with(Cell::get)
+}
+
+/// Run `f` on this thread's recording graph (`None` outside a recording).
+fn with_graph<T>(f: impl FnOnce(&mut Graph) -> T) -> Option<T> {
+    GRAPH.with_borrow_mut(|g| g.as_mut().map(f))
+}
+
+/// `t + ns` on this thread's graph ([`SimTime::after`] of an unfixed instant). Outside
+/// a recording (an instant that outlived its recording: a bug, caught in debug builds)
+/// the provisional value.
+pub(crate) fn offset(t: SimTime, ns: u64) -> SimTime {
+    with_graph(|g| g.offset(t, ns)).unwrap_or_else(|| {
+        debug_assert!(false, "an unfixed instant outlived its recording");
+        SimTime::from_ns(t.ns().saturating_add(ns))
+    })
+}
+
+/// `max(a, b)` on this thread's graph ([`SimTime::max`] with an unfixed instant).
+pub(crate) fn join(a: SimTime, b: SimTime) -> SimTime {
+    with_graph(|g| g.join(a, b)).unwrap_or_else(|| {
+        debug_assert!(false, "an unfixed instant outlived its recording");
+        SimTime::from_ns(a.ns().max(b.ns()))
+    })
+}
+
+/// Record a stage of `dur_ns` at `resource` arriving at `arrival`, in the current order;
+/// its start and end. Only during a recording ([`recording`]).
+pub fn record_stage(resource: ResourceId, arrival: SimTime, dur_ns: u64) -> (SimTime, SimTime) {
+    let order = ORDER.with(Cell::get);
+    with_graph(|g| {
+        let (_, start, end) = g.stage(resource, arrival, dur_ns, order);
+        (start, end)
+    })
+    .expect("record_stage outside a recording")
+}
+
+/// Cancel a recorded stage by its start ([`Graph::cancel`]); `false` outside a
+/// recording or for an instant that names no pending stage.
+pub fn cancel(start: SimTime) -> bool {
+    with_graph(|g| g.cancel(start)).unwrap_or(false)
+}
+
+/// Count a booking made at once during a recording on a resource without an id.
+pub(crate) fn note_unrecorded() {
+    with_graph(|g| g.unrecorded += 1);
+}
+
+/// A recording of this thread's device work into the event core, from
+/// [`Recording::start`] until it is dropped or [`Recording::finish`]ed. Not `Send`: the
+/// graph belongs to the thread.
+#[derive(Debug)]
+pub struct Recording {
+    _thread: PhantomData<*const ()>,
+}
+
+impl Recording {
+    /// Start recording on this thread; `None` if a recording is already on.
+    pub fn start() -> Option<Recording> {
+        if recording() {
+            return None;
+        }
+        GRAPH.with_borrow_mut(|g| *g = Some(Graph::new()));
+        RECORDING.with(|r| r.set(true));
+        ORDER.with(|o| o.set(0));
+        Some(Recording {
+            _thread: PhantomData,
+        })
+    }
+
+    /// The order key of the stages recorded from now on (e.g. a command's sequence
+    /// number: equal arrivals are served lowest first).
+    pub fn set_order(&self, order: u64) {
+        ORDER.with(|o| o.set(order));
+    }
+
+    /// Run `f` on the graph (to trace, inspect or drive it).
+    pub fn graph<T>(&self, f: impl FnOnce(&mut Graph) -> T) -> T {
+        with_graph(f).expect("a live recording has a graph")
+    }
+
+    /// [`Graph::earliest`] on this recording.
+    pub fn earliest<R: Resources + ?Sized>(
+        &self,
+        targets: &[SimTime],
+        resources: &mut R,
+    ) -> Option<(usize, SimTime)> {
+        self.graph(|g| g.earliest(targets, resources))
+    }
+
+    /// [`Graph::resolve`] on this recording.
+    pub fn resolve<R: Resources + ?Sized>(&self, t: SimTime, resources: &mut R) -> SimTime {
+        self.graph(|g| g.resolve(t, resources))
+    }
+
+    /// Book every pending stage; afterwards every instant of this recording has its final
+    /// value ([`Recording::value`]).
+    pub fn run<R: Resources + ?Sized>(&self, resources: &mut R) {
+        self.graph(|g| g.run(resources));
+    }
+
+    /// The final value of an instant of this recording whose stages are all booked
+    /// (after [`Recording::run`]); the provisional value otherwise.
+    pub fn value(&self, t: SimTime) -> SimTime {
+        self.graph(|g| g.value(t))
+            .unwrap_or(SimTime::from_ns(t.ns()))
+    }
+
+    /// Stop recording and hand back the graph (for its counters and trace).
+    pub fn finish(self) -> Graph {
+        RECORDING.with(|r| r.set(false));
+        let g = GRAPH.with_borrow_mut(Option::take);
+        std::mem::forget(self);
+        g.expect("a live recording has a graph")
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        RECORDING.with(|r| r.set(false));
+        GRAPH.with_borrow_mut(|g| *g = None);
+    }
+}
+
+#[cfg(test)]
+mod tests;

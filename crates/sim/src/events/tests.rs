@@ -1,0 +1,428 @@
+use super::*;
+use proptest::prelude::*;
+
+fn t(ns: u64) -> SimTime {
+    SimTime::from_ns(ns)
+}
+
+/// Resource `i` of a slice ([`Resources`] for `[Resource]` goes by index).
+fn rid(i: u32) -> ResourceId {
+    ResourceId::new(ResourceClass::Die, i)
+}
+
+/// One stage of a generated command: where, how long, and what it waits for.
+#[derive(Debug, Clone)]
+struct StageSpec {
+    resource: u32,
+    dur: u64,
+    /// Earlier stages of the same command whose ends it waits for (none: the
+    /// submission).
+    deps: Vec<usize>,
+    /// Fixed latency after its dependencies (a transport or firmware latency).
+    latency: u64,
+}
+
+#[derive(Debug, Clone)]
+struct CommandSpec {
+    submit: u64,
+    stages: Vec<StageSpec>,
+}
+
+fn command(resources: u32) -> impl Strategy<Value = CommandSpec> {
+    (
+        0u64..20_000,
+        prop::collection::vec(
+            (
+                0..resources,
+                0u64..2_000,
+                prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+                0u64..300,
+            ),
+            1..6,
+        ),
+    )
+        .prop_map(|(submit, raw)| CommandSpec {
+            submit,
+            stages: raw
+                .into_iter()
+                .enumerate()
+                .map(|(i, (resource, dur, deps, latency))| StageSpec {
+                    resource,
+                    dur,
+                    deps: if i == 0 {
+                        Vec::new()
+                    } else {
+                        deps.iter().map(|d| d.index(i)).collect()
+                    },
+                    latency,
+                })
+                .collect(),
+        })
+}
+
+/// Record command `c` (number `id`) in the graph; the instant it completes (the join
+/// of its stages' ends).
+fn record(g: &mut Graph, id: usize, c: &CommandSpec) -> SimTime {
+    let submit = t(c.submit);
+    let mut ends: Vec<SimTime> = Vec::new();
+    for (k, s) in c.stages.iter().enumerate() {
+        let mut arrival = submit;
+        for &d in &s.deps {
+            arrival = g.join(arrival, ends[d]);
+        }
+        let arrival = g.offset(arrival, s.latency);
+        let (_, _, end) = g.stage(rid(s.resource), arrival, s.dur, (id * 64 + k) as u64);
+        ends.push(end);
+    }
+    ends.iter().fold(submit, |acc, &e| g.join(acc, e))
+}
+
+/// The reference: repeatedly book, among the stages whose dependencies are all booked,
+/// the one that arrives first (ties by command, then stage), at a resource that serves
+/// one operation at a time first-come first-served. Quadratic and obviously right.
+/// Returns every stage's start, by command.
+fn reference(commands: &[CommandSpec], resources: u32) -> Vec<Vec<u64>> {
+    let mut start: Vec<Vec<Option<u64>>> = commands
+        .iter()
+        .map(|c| vec![None; c.stages.len()])
+        .collect();
+    let mut free = vec![0u64; resources as usize];
+    loop {
+        let mut best: Option<(u64, usize, usize)> = None;
+        for (ci, c) in commands.iter().enumerate() {
+            for (k, s) in c.stages.iter().enumerate() {
+                if start[ci][k].is_some() {
+                    continue;
+                }
+                let mut arrival = Some(c.submit);
+                for &d in &s.deps {
+                    arrival = match (arrival, start[ci][d]) {
+                        (Some(a), Some(st)) => Some(a.max(st + c.stages[d].dur)),
+                        _ => None,
+                    };
+                }
+                let Some(arrival) = arrival else { continue };
+                let key = (arrival + s.latency, ci, k);
+                if best.is_none_or(|b| key < b) {
+                    best = Some(key);
+                }
+            }
+        }
+        let Some((arrival, ci, k)) = best else { break };
+        let r = commands[ci].stages[k].resource as usize;
+        let s = arrival.max(free[r]);
+        free[r] = s + commands[ci].stages[k].dur;
+        start[ci][k] = Some(s);
+    }
+    start
+        .into_iter()
+        .map(|v| {
+            v.into_iter()
+                .map(|s| s.expect("every stage booked"))
+                .collect()
+        })
+        .collect()
+}
+
+/// Record `commands` in `creation` order, run the core; every stage's start by command,
+/// the completions, the resources and the trace.
+#[allow(clippy::type_complexity)]
+fn run(
+    commands: &[CommandSpec],
+    resources: u32,
+    creation: &[usize],
+) -> (Vec<Vec<u64>>, Vec<u64>, Vec<Resource>, Vec<Booking>) {
+    let mut g = Graph::new();
+    g.record_trace();
+    let mut res = vec![Resource::new(); resources as usize];
+    let mut done = vec![SimTime::ZERO; commands.len()];
+    let mut first_stage = vec![0usize; commands.len()];
+    for &ci in creation {
+        first_stage[ci] = g.stages.len();
+        done[ci] = record(&mut g, ci, &commands[ci]);
+    }
+    g.run(&mut res);
+    assert_eq!(g.late_arrivals(), 0);
+    let starts = commands
+        .iter()
+        .enumerate()
+        .map(|(ci, c)| {
+            (0..c.stages.len())
+                .map(|k| g.stages[first_stage[ci] + k].start)
+                .collect()
+        })
+        .collect();
+    let completions = done.iter().map(|&d| g.resolve(d, &mut res).ns()).collect();
+    (starts, completions, res, g.trace().to_vec())
+}
+
+/// Property 2 of issue 30 on a trace: at every resource, operations start in order of
+/// arrival, and none waits while the resource is idle.
+fn assert_first_come_first_served(trace: &[Booking]) {
+    let mut by_resource: std::collections::BTreeMap<ResourceId, Vec<Booking>> = Default::default();
+    for b in trace {
+        by_resource.entry(b.resource).or_default().push(*b);
+    }
+    for (r, mut bookings) in by_resource {
+        bookings.sort_by_key(|b| (b.start, b.end));
+        let mut free = SimTime::ZERO;
+        let mut last_arrival = SimTime::ZERO;
+        for b in bookings {
+            assert!(
+                b.arrival >= last_arrival,
+                "{r:?}: {b:?} served after an operation that arrived at {last_arrival}"
+            );
+            assert_eq!(
+                b.start,
+                b.arrival.max(free),
+                "{r:?}: {b:?} waited while idle"
+            );
+            last_arrival = b.arrival;
+            free = free.max(b.end);
+        }
+    }
+}
+
+#[test]
+fn an_early_arrival_recorded_late_is_served_first() {
+    // Die 0: command A's read arrives at 100 (recorded first), command B's at 50 with
+    // 80 ns of work (recorded second). A calendar books A at [100, 200) and B, which does
+    // not fit in [50, 100), at [200, 280). The core serves B at [50, 130), A at [130, 230).
+    let mut cal = Resource::new();
+    cal.reserve(t(100), 100);
+    assert_eq!(cal.reserve(t(50), 80), (t(200), t(280)));
+
+    let mut g = Graph::new();
+    let mut res = vec![Resource::new()];
+    let (_, _, a_end) = g.stage(rid(0), t(100), 100, 0);
+    let (_, b_start, b_end) = g.stage(rid(0), t(50), 80, 1);
+    assert_eq!(b_start.ns(), 50);
+    assert_eq!(g.resolve(a_end, &mut res), t(230));
+    assert_eq!(g.resolve(b_end, &mut res), t(130));
+    assert_eq!(g.resolve(b_start, &mut res), t(50));
+    assert_eq!(res[0].inversions(), 0);
+}
+
+#[test]
+fn offsets_and_joins_chain_stages_across_resources() {
+    // Two page reads on two dies (100 and 300 ns), both transferred over one channel
+    // (50 ns each) 10 ns after their read ends, then a 20-ns link transfer after both.
+    let mut g = Graph::new();
+    let mut res = vec![Resource::new(); 4];
+    let submit = t(1_000);
+    let (_, _, r0) = g.stage(rid(0), submit, 100, 0);
+    let (_, _, r1) = g.stage(rid(1), submit, 300, 1);
+    let a0 = g.offset(r0, 10);
+    let a1 = g.offset(r1, 10);
+    let (_, _, x0) = g.stage(rid(2), a0, 50, 2);
+    let (_, _, x1) = g.stage(rid(2), a1, 50, 3);
+    let both = g.join(x0, x1);
+    let (_, link_start, done) = g.stage(rid(3), both, 20, 4);
+    // Provisional values are lower bounds: each stage as if nothing waited.
+    assert_eq!(done.ns(), 1_380);
+    assert!(!done.is_final());
+    assert_eq!(g.pending(), 5);
+    assert_eq!(g.resolve(done, &mut res), t(1_380));
+    assert_eq!(g.resolve(link_start, &mut res), t(1_360));
+    assert_eq!(g.pending(), 0);
+    // Known operands fold at once and make no node.
+    let nodes = g.nodes.len();
+    assert!(g.offset(t(5), 7).is_final());
+    assert_eq!(g.join(t(5), t(9)), t(9));
+    assert_eq!(g.offset(done, 3), t(1_383));
+    assert!(g.offset(done, 3).is_final(), "done is fixed now");
+    assert_eq!(g.nodes.len(), nodes);
+}
+
+#[test]
+fn equal_arrivals_go_by_order_then_creation() {
+    let mut g = Graph::new();
+    g.record_trace();
+    let mut res = vec![Resource::new()];
+    let at = t(10);
+    let (late, _, _) = g.stage(rid(0), at, 5, 7);
+    let (first, _, _) = g.stage(rid(0), at, 5, 3);
+    let (second, _, _) = g.stage(rid(0), at, 5, 3);
+    g.run(&mut res);
+    let order: Vec<StageId> = g.trace().iter().map(|b| b.stage).collect();
+    assert_eq!(order, vec![first, second, late]);
+}
+
+#[test]
+fn a_stage_created_in_the_past_is_counted_and_still_booked() {
+    let mut g = Graph::new();
+    let mut res = vec![Resource::new()];
+    let (_, _, e) = g.stage(rid(0), t(1_000), 10, 0);
+    assert_eq!(g.resolve(e, &mut res), t(1_010));
+    let (_, _, e2) = g.stage(rid(0), t(100), 10, 1);
+    assert_eq!(g.late_arrivals(), 1);
+    assert_eq!(
+        g.resolve(e2, &mut res),
+        t(110),
+        "the calendar fills the gap"
+    );
+}
+
+#[test]
+fn long_chains_evaluate_without_deep_recursion() {
+    // One stage waits on a chain of 200,000 offsets and joins of an unbooked stage.
+    let mut g = Graph::new();
+    let mut res = vec![Resource::new(); 2];
+    let (_, _, mut d) = g.stage(rid(0), t(0), 1, 0);
+    for i in 0..100_000u64 {
+        d = g.offset(d, 1);
+        d = g.join(d, t(i));
+    }
+    let (_, _, end) = g.stage(rid(1), d, 1, 1);
+    assert_eq!(g.resolve(end, &mut res), t(100_002));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Issue 30, property 1: completions, starts and every resource's counters do not
+    /// depend on the order in which code records independent commands. Property 2: the
+    /// trace is first-come first-served at every resource. And the core agrees with the
+    /// quadratic reference stage for stage.
+    #[test]
+    fn the_core_is_the_reference_whatever_the_recording_order(
+        resources in 1u32..5,
+        seed in any::<u64>(),
+        raw in prop::collection::vec(command(4), 1..25),
+    ) {
+        let commands: Vec<CommandSpec> = raw
+            .into_iter()
+            .map(|mut c| {
+                for s in &mut c.stages {
+                    s.resource %= resources;
+                }
+                c
+            })
+            .collect();
+        let in_order: Vec<usize> = (0..commands.len()).collect();
+        let mut shuffled = in_order.clone();
+        // A deterministic shuffle from the seed (Fisher-Yates on a xorshift).
+        let mut x = seed | 1;
+        for i in (1..shuffled.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            shuffled.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let (starts, completions, res, trace) = run(&commands, resources, &in_order);
+        let (starts2, completions2, res2, trace2) = run(&commands, resources, &shuffled);
+        prop_assert_eq!(&starts, &starts2);
+        prop_assert_eq!(&completions, &completions2);
+        prop_assert_eq!(&res, &res2);
+        assert_first_come_first_served(&trace);
+        assert_first_come_first_served(&trace2);
+        prop_assert_eq!(&starts, &reference(&commands, resources));
+        // A command completes when its last stage ends.
+        for (ci, c) in commands.iter().enumerate() {
+            let last = c.stages.iter().zip(&starts[ci]).map(|(s, st)| st + s.dur).max();
+            prop_assert_eq!(completions[ci], last.unwrap_or(0).max(c.submit));
+        }
+    }
+
+    /// Compacting the graph between completions (the workload engine does it to bound
+    /// memory) changes no completion, and instants remapped through it stay valid.
+    #[test]
+    fn compaction_changes_nothing(
+        resources in 1u32..5,
+        depth in 1usize..8,
+        every in 1usize..6,
+        raw in prop::collection::vec(command(4), 1..40),
+    ) {
+        let run = |compact_every: Option<usize>| {
+            let mut g = Graph::new();
+            let mut res = vec![Resource::new(); resources as usize];
+            let mut queue = raw.iter().cloned().map(|mut c| {
+                for s in &mut c.stages {
+                    s.resource %= resources;
+                }
+                c
+            });
+            let mut in_flight: Vec<SimTime> = Vec::new();
+            // An instant kept across commands, as the FTL keeps its log's: the join of
+            // every completion so far.
+            let mut kept = SimTime::ZERO;
+            let (mut now, mut id, mut pops) = (0u64, 0usize, 0usize);
+            let mut completions = Vec::new();
+            loop {
+                while in_flight.len() < depth {
+                    let Some(mut c) = queue.next() else { break };
+                    c.submit = now + c.submit % 100;
+                    let done = record(&mut g, id, &c);
+                    kept = g.join(kept, done);
+                    in_flight.push(done);
+                    id += 1;
+                }
+                let Some((i, at)) = g.earliest(&in_flight, &mut res) else { break };
+                now = at.ns();
+                completions.push(now);
+                in_flight.swap_remove(i);
+                pops += 1;
+                if compact_every.is_some_and(|k| pops % k == 0) {
+                    let mut roots = in_flight.clone();
+                    roots.push(kept);
+                    let remap = g.compact(&roots);
+                    for t in &mut in_flight {
+                        *t = remap.apply(*t);
+                    }
+                    kept = remap.apply(kept);
+                }
+            }
+            let kept = g.resolve(kept, &mut res).ns();
+            assert_eq!(g.stale(), 0);
+            (completions, kept, res, g.size())
+        };
+        let (plain, kept, res, size) = run(None);
+        let (compacted, kept2, res2, size2) = run(Some(every));
+        prop_assert_eq!(plain, compacted);
+        prop_assert_eq!(kept, kept2);
+        prop_assert_eq!(res, res2);
+        prop_assert!(size2.1 <= size.1);
+    }
+
+    /// A closed loop as the workload engine runs it: `depth` commands in flight, each
+    /// completion taken with [`Graph::earliest`] and the next command submitted at it.
+    /// No stage is ever created in the past, and the trace is first-come first-served.
+    #[test]
+    fn a_closed_loop_never_submits_into_the_past(
+        resources in 1u32..5,
+        depth in 1usize..8,
+        raw in prop::collection::vec(command(4), 1..40),
+    ) {
+        let mut g = Graph::new();
+        g.record_trace();
+        let mut res = vec![Resource::new(); resources as usize];
+        let mut queue = raw.into_iter().map(|mut c| {
+            for s in &mut c.stages {
+                s.resource %= resources;
+            }
+            c
+        });
+        let mut in_flight: Vec<SimTime> = Vec::new();
+        let mut now = 0u64;
+        let mut id = 0usize;
+        let mut completions = Vec::new();
+        loop {
+            while in_flight.len() < depth {
+                let Some(mut c) = queue.next() else { break };
+                // Submitted when the slot frees, plus its own think time.
+                c.submit = now + c.submit % 100;
+                in_flight.push(record(&mut g, id, &c));
+                id += 1;
+            }
+            let Some((i, at)) = g.earliest(&in_flight, &mut res) else { break };
+            prop_assert!(at.ns() >= now, "completions come out in time order");
+            now = at.ns();
+            completions.push(now);
+            in_flight.swap_remove(i);
+        }
+        prop_assert_eq!(completions.len(), id);
+        prop_assert_eq!(g.late_arrivals(), 0);
+        prop_assert_eq!(g.pending(), 0);
+        assert_first_come_first_served(g.trace());
+    }
+}
