@@ -1159,6 +1159,63 @@ mod tests {
         }
     }
 
+    /// Every preset, block (write-through, write-back, batches, sequential) and raw: on
+    /// the event core no booking waits behind a later arrival, none is made outside the
+    /// core and no command is submitted into the past.
+    #[test]
+    fn every_preset_runs_on_the_event_core() {
+        use csd_ftl::WriteCache;
+        for &(preset, _) in csd_sim::config::PRESETS {
+            let cfg = DeviceConfig::preset(preset).unwrap();
+            let runs: [(Rw, u64, u32, WriteCache, u32); 4] = [
+                (Rw::RandRw, 4096, 16, WriteCache::WriteThrough, 0),
+                (Rw::RandWrite, 4096, 8, WriteCache::WriteBack, 0),
+                (Rw::RandWrite, 4096, 8, WriteCache::WriteThrough, 8),
+                (Rw::Read, 1 << 20, 4, WriteCache::WriteThrough, 0),
+            ];
+            for (rw, bs, iodepth, write_cache, batch) in runs {
+                let ftl = csd_ftl::FtlConfig {
+                    write_cache,
+                    ..Default::default()
+                };
+                let mut dev = crate::stack::in_memory(cfg.clone(), ftl).unwrap();
+                let spec = WorkloadSpec {
+                    rw,
+                    bs,
+                    size: Some(16 << 20),
+                    iodepth,
+                    ops: Some(if bs > 4096 { 16 } else { 600 }),
+                    batch,
+                    time_model: TimeModel::Events,
+                    ..Default::default()
+                };
+                let (r, g) = run_traced(&mut dev, &spec, &mut |_| {}, false).unwrap();
+                let g = g.unwrap();
+                let what = format!("{preset} {rw} batch {batch} {write_cache:?}");
+                assert_eq!(
+                    (g.unrecorded(), g.late_arrivals(), g.stale()),
+                    (0, 0, 0),
+                    "{what}"
+                );
+                assert!(r.utilization.iter().all(|u| u.inversions == 0), "{what}");
+            }
+            let mut raw = RawDevice::new(Nand::new_in_memory(cfg).unwrap());
+            let spec = WorkloadSpec {
+                rw: Rw::RandRw,
+                bs: raw.io_unit(true),
+                iodepth: 16,
+                ops: Some(400),
+                time_model: TimeModel::Events,
+                ..Default::default()
+            };
+            let r = run(&mut raw, &spec, &mut |_| {}).unwrap();
+            assert!(
+                r.utilization.iter().all(|u| u.inversions == 0),
+                "{preset} raw"
+            );
+        }
+    }
+
     /// Reads at queue depth one never overlap and each books its path in order, so both
     /// time models give the same figures. With writes they differ even at depth one: a
     /// write's own GC and background programs reach a die in an order the calendar does
