@@ -164,6 +164,8 @@ enum Kind {
     Join { a: u32, b: u32, floor: u64 },
     /// The start of a stage.
     Start { stage: u32 },
+    /// The end of a stage: its start plus its duration when booked (zero once cancelled).
+    End { stage: u32 },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -465,7 +467,12 @@ impl Graph {
         });
         let start_node = self.push_node(Kind::Start { stage: id });
         let start = SimTime::of_node(arrival.ns(), self.name(start_node));
-        let end = self.offset(start, dur_ns);
+        let end = if dur_ns == 0 {
+            start
+        } else {
+            let end_node = self.push_node(Kind::End { stage: id });
+            SimTime::of_node(arrival.ns().saturating_add(dur_ns), self.name(end_node))
+        };
         self.schedule(id);
         (StageId(id), start, end)
     }
@@ -559,12 +566,15 @@ impl Graph {
                     break 'walk stage;
                 }
                 let value = match node.kind {
-                    Kind::Start { stage } => {
-                        let start = self.stages[stage as usize].start;
-                        if start == UNKNOWN {
+                    Kind::Start { stage } | Kind::End { stage } => {
+                        let st = &self.stages[stage as usize];
+                        if st.start == UNKNOWN {
                             break 'walk stage;
                         }
-                        start
+                        match node.kind {
+                            Kind::End { .. } => st.start.saturating_add(st.dur_ns),
+                            _ => st.start,
+                        }
                     }
                     Kind::Offset { base, add } => match self.nodes[base as usize].value {
                         v if fixed(v) => v.saturating_add(add),
@@ -750,6 +760,13 @@ impl Graph {
             }
             let v = match self.nodes[i].kind {
                 Kind::Start { stage } => self.stages[stage as usize].start,
+                Kind::End { stage } => {
+                    let st = &self.stages[stage as usize];
+                    match st.start {
+                        UNKNOWN => UNKNOWN,
+                        start => start.saturating_add(st.dur_ns),
+                    }
+                }
                 Kind::Offset { base, add } => match self.nodes[base as usize].value {
                     UNKNOWN => UNKNOWN,
                     v => v.saturating_add(add),
@@ -782,7 +799,7 @@ impl Graph {
                     keep[a as usize] = true;
                     keep[b as usize] = true;
                 }
-                Kind::Start { .. } => {}
+                Kind::Start { .. } | Kind::End { .. } => {}
             }
         }
         keep[0] = false;
@@ -805,6 +822,9 @@ impl Graph {
             let val = |j: u32| self.nodes[j as usize].value;
             let kind = match self.nodes[i].kind {
                 Kind::Start { stage } => Kind::Start {
+                    stage: stage_index[stage as usize],
+                },
+                Kind::End { stage } => Kind::End {
                     stage: stage_index[stage as usize],
                 },
                 Kind::Offset { base, add } => Kind::Offset {

@@ -264,6 +264,31 @@ fn a_stage_created_in_the_past_is_counted_and_still_booked() {
 }
 
 #[test]
+fn a_cancelled_stage_books_nothing_and_takes_no_time() {
+    // A refused command's link transfer is cancelled: the resource stays free for the
+    // next arrival, and what waited for the cancelled stage sees it end at its arrival.
+    let mut g = Graph::new();
+    g.record_trace();
+    let mut res = vec![Resource::new(); 2];
+    let (_, refused_start, refused_end) = g.stage(rid(0), t(100), 500, 0);
+    let after_refused = g.offset(refused_end, 10);
+    let (_, _, dependent) = g.stage(rid(1), after_refused, 5, 1);
+    let (_, _, other) = g.stage(rid(0), t(200), 50, 2);
+    assert!(g.cancel(refused_start));
+    assert!(!g.cancel(t(3)), "a final instant names no stage");
+    assert_eq!(
+        g.resolve(other, &mut res),
+        t(250),
+        "not behind the cancelled stage"
+    );
+    assert_eq!(g.resolve(dependent, &mut res), t(115));
+    assert_eq!(g.resolve(refused_end, &mut res), t(100));
+    assert_eq!(res[0].ops(), 1);
+    assert_eq!(g.trace().len(), 2, "a cancelled stage is not traced");
+    assert!(!g.cancel(refused_start), "already booked");
+}
+
+#[test]
 fn long_chains_evaluate_without_deep_recursion() {
     // One stage waits on a chain of 200,000 offsets and joins of an unbooked stage.
     let mut g = Graph::new();
