@@ -142,12 +142,12 @@ impl CkptState {
         &self.ring
     }
 
-    /// Modeled instant of the last checkpoint.
     /// Replace the last checkpoint's instant by `settle(instant)` ([`crate::Ftl::settle_instants`]).
     pub(crate) fn settle_last_at(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
         self.last_at = settle(self.last_at);
     }
 
+    /// Modeled instant of the last checkpoint.
     pub(crate) fn last_at(&self) -> SimTime {
         self.last_at
     }
