@@ -27,7 +27,7 @@ use crate::controller::Controller;
 use crate::workload::IoTarget;
 use csd_ftl::{Ftl, FtlError};
 use csd_sim::events::ResourceId;
-use csd_sim::{DeviceConfig, EnergyCounters, ResourceClass, SimTime, Utilization};
+use csd_sim::{DeviceConfig, EnergyCounters, SimTime, Utilization};
 use thiserror::Error;
 
 /// An FTL-managed block device.
@@ -478,12 +478,7 @@ impl IoTarget for BlockDevice {
     }
 
     fn reserve_now(&mut self, id: ResourceId, at: SimTime, ns: u64) -> Option<SimTime> {
-        match id.class() {
-            ResourceClass::Die | ResourceClass::Channel => {
-                self.ftl.nand_mut().reserve_now(id, at, ns)
-            }
-            _ => self.ctrl.reserve_now(id, at, ns),
-        }
+        crate::controller::reserve_now(self.ftl.nand_mut(), &mut self.ctrl, id, at, ns)
     }
 
     fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {

@@ -308,6 +308,21 @@ impl Controller {
     }
 }
 
+/// Book resource (or pool) `id` of a device made of `nand` and `ctrl` now, for the event
+/// core: dies and channels on the array, the rest on the controller.
+pub(crate) fn reserve_now(
+    nand: &mut csd_nand::Nand,
+    ctrl: &mut Controller,
+    id: ResourceId,
+    at: SimTime,
+    ns: u64,
+) -> Option<SimTime> {
+    match id.class() {
+        ResourceClass::Die | ResourceClass::Channel => nand.reserve_now(id, at, ns),
+        _ => ctrl.reserve_now(id, at, ns),
+    }
+}
+
 /// The member of a pool (cores) that can start `ns` of work at `at` first; ties go to
 /// the lowest index.
 fn first_start(pool: &[Resource], at: SimTime, ns: u64) -> usize {

@@ -24,7 +24,7 @@ use crate::controller::Controller;
 use crate::workload::IoTarget;
 use csd_nand::{DieId, Nand, NandError, Ppa};
 use csd_sim::events::ResourceId;
-use csd_sim::{DeviceConfig, EnergyCounters, ResourceClass, SimTime, Utilization};
+use csd_sim::{DeviceConfig, EnergyCounters, SimTime, Utilization};
 
 /// Counters of the raw device.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -278,10 +278,7 @@ impl IoTarget for RawDevice {
     }
 
     fn reserve_now(&mut self, id: ResourceId, at: SimTime, ns: u64) -> Option<SimTime> {
-        match id.class() {
-            ResourceClass::Die | ResourceClass::Channel => self.nand.reserve_now(id, at, ns),
-            _ => self.ctrl.reserve_now(id, at, ns),
-        }
+        crate::controller::reserve_now(&mut self.nand, &mut self.ctrl, id, at, ns)
     }
 }
 
