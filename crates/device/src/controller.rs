@@ -179,7 +179,12 @@ impl Controller {
 
     /// `ns` on the embedded core that can start it first.
     fn core(&mut self, at: SimTime, ns: u64) -> SimTime {
-        let core = first_start(&self.cores, at, ns);
+        // While the event core records, the pool's member is its choice (see `book`).
+        let core = if events::recording() {
+            0
+        } else {
+            first_start(&self.cores, at, ns)
+        };
         self.book(Slot::Core(core), at, ns)
     }
 
@@ -188,7 +193,11 @@ impl Controller {
     pub fn host_cpu(&mut self, at: SimTime, cycles: u64) -> SimTime {
         self.counters.host_cpu_cycles += cycles;
         let ns = (cycles as f64 / self.host_hz * 1e9).ceil() as u64;
-        let core = first_start(&self.host_cpu, at, ns);
+        let core = if events::recording() {
+            0
+        } else {
+            first_start(&self.host_cpu, at, ns)
+        };
         self.book(Slot::HostCpu(core), at, ns)
     }
 

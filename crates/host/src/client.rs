@@ -4,6 +4,7 @@
 
 use csd_device::{Command, Completion, IdentifyInfo, NvmeDevice, Payload, QueueId, Status};
 use csd_sim::SimTime;
+use csd_sim::events;
 use thiserror::Error;
 
 /// Errors a host operation reports.
@@ -201,6 +202,47 @@ pub trait CommandIssuer {
     /// The issuer's clock: the completion of its last command.
     fn now(&self) -> SimTime;
 
+    /// Whether the issuer's device books its work through the event core
+    /// ([`csd_sim::events`]) while a recording is on: its instants may then be unfixed,
+    /// and host code decides on them through [`CommandIssuer::earliest`],
+    /// [`CommandIssuer::at_or_before`] and [`CommandIssuer::resolve`]. The default: no
+    /// (every instant is final, and those methods go by value).
+    fn event_core(&self) -> bool {
+        false
+    }
+
+    /// Of `instants`, the earliest (the first of equal ones) and its final value; the
+    /// event core books stages only as far as it must to know it.
+    fn earliest(&mut self, instants: &[SimTime]) -> Option<(usize, SimTime)> {
+        instants
+            .iter()
+            .enumerate()
+            .min_by_key(|&(i, t)| (t.ns(), i))
+            .map(|(i, &t)| (i, t))
+    }
+
+    /// Whether `t` ends at or before `bound` (a final instant); the event core books only
+    /// stages that arrive by `bound`.
+    fn at_or_before(&mut self, t: SimTime, bound: SimTime) -> bool {
+        t.ns() <= bound.ns()
+    }
+
+    /// The final value of `t` (the host waits for it).
+    fn resolve(&mut self, t: SimTime) -> SimTime {
+        t
+    }
+
+    /// Book everything the event core recorded for this issuer's device (the end of a
+    /// recording); afterwards every instant has its final value
+    /// ([`csd_sim::events::value`]).
+    fn run_events(&mut self) {}
+
+    /// Replace every instant the issuer and its device keep by `settle(instant)` (the
+    /// event core's compaction and end of recording). The default keeps none.
+    fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        let _ = settle;
+    }
+
     /// Read `blocks` LBAs from `lba`.
     fn read(&mut self, lba: u64, blocks: u32) -> Result<Vec<u8>, HostError> {
         match self.exec(Command::Read { lba, blocks })?.payload {
@@ -259,5 +301,30 @@ impl CommandIssuer for Client {
 
     fn wait_until(&mut self, t: SimTime) {
         self.now = self.now.max(t);
+    }
+
+    fn event_core(&self) -> bool {
+        true
+    }
+
+    fn earliest(&mut self, instants: &[SimTime]) -> Option<(usize, SimTime)> {
+        events::earliest(instants, &mut self.dev)
+    }
+
+    fn at_or_before(&mut self, t: SimTime, bound: SimTime) -> bool {
+        events::at_or_before(t, bound, &mut self.dev)
+    }
+
+    fn resolve(&mut self, t: SimTime) -> SimTime {
+        events::resolve(t, &mut self.dev)
+    }
+
+    fn run_events(&mut self) {
+        events::run_all(&mut self.dev);
+    }
+
+    fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        self.now = settle(self.now);
+        self.dev.settle_instants(settle);
     }
 }

@@ -119,6 +119,14 @@ impl Cache {
         i
     }
 
+    /// Replace the instants the frames hold by `settle(instant)` (the event core's
+    /// compaction and end of recording).
+    pub fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        for f in &mut self.frames {
+            f.ready_at = settle(f.ready_at);
+        }
+    }
+
     /// Drop everything (a cold start).
     pub fn clear(&mut self) {
         self.frames.clear();
@@ -169,6 +177,37 @@ impl WriteBuffer {
             };
             self.in_flight.swap_remove(i);
             at = at.max(d);
+        }
+    }
+
+    /// [`WriteBuffer::free_at`] on acknowledgements the event core may not have fixed:
+    /// `earliest` names the earliest of some instants and its final value (the core books
+    /// only as far as it must). The same instant as `free_at` gives on final values (the
+    /// acknowledgement that leaves fewer than `buffers` in flight, or `now`), with no
+    /// comparison of an unfixed instant.
+    pub fn free_at_events(
+        &mut self,
+        buffers: usize,
+        now: SimTime,
+        earliest: &mut dyn FnMut(&[SimTime]) -> Option<(usize, SimTime)>,
+    ) -> SimTime {
+        let mut at = now;
+        while self.in_flight.len() >= buffers.max(1) {
+            let Some((i, d)) = earliest(&self.in_flight) else {
+                break;
+            };
+            self.in_flight.swap_remove(i);
+            at = at.max(d);
+        }
+        at
+    }
+
+    /// Replace the instants the buffer holds by `settle(instant)` (the event core's
+    /// compaction and end of recording).
+    pub fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        self.ready_at = settle(self.ready_at);
+        for t in &mut self.in_flight {
+            *t = settle(*t);
         }
     }
 
@@ -252,5 +291,31 @@ mod tests {
         // A count of 0 means 1.
         b.sealed(SimTime::from_ns(500));
         assert_eq!(b.free_at(0, SimTime::from_ns(400)), SimTime::from_ns(500));
+    }
+
+    proptest::proptest! {
+        /// The event core's variant decides as the calendar's does, for a host whose
+        /// clock only moves forward (the store's thread), on final instants.
+        #[test]
+        fn the_event_cores_free_buffer_is_the_calendars(
+            steps in proptest::collection::vec((0u64..500, 0u64..2_000, 0usize..4), 1..60),
+        ) {
+            let mut a = WriteBuffer::new(4);
+            let mut b = WriteBuffer::new(4);
+            let mut now = 0u64;
+            let by_value = &mut |ts: &[SimTime]| {
+                ts.iter().enumerate().min_by_key(|&(i, t)| (t.ns(), i)).map(|(i, &t)| (i, t))
+            };
+            for (step, ack, buffers) in steps {
+                now += step;
+                let t = SimTime::from_ns(now);
+                let fa = a.free_at(buffers, t);
+                let fb = b.free_at_events(buffers, t, by_value);
+                proptest::prop_assert_eq!(fa, fb);
+                now = fa.ns();
+                a.sealed(SimTime::from_ns(now + ack));
+                b.sealed(SimTime::from_ns(now + ack));
+            }
+        }
     }
 }

@@ -122,6 +122,9 @@ pub struct HostClock {
     pub cpu: SimTime,
     depth: usize,
     inflight: BinaryHeap<Reverse<u64>>,
+    /// Completions of the commands in flight while the event core records (instants it
+    /// may not have fixed yet: see `Io::submit`).
+    pub(crate) pending: Vec<SimTime>,
     /// CPU time per class.
     pub split: CpuSplit,
     /// Longest wait of the thread for a free queue slot, summed (ns).
@@ -136,6 +139,7 @@ impl HostClock {
             cpu: now,
             depth: depth.max(1),
             inflight: BinaryHeap::new(),
+            pending: Vec::new(),
             split: CpuSplit::default(),
             queue_full_wait_ns: 0,
         }
@@ -174,22 +178,55 @@ impl HostClock {
 
     /// A command submitted earlier completes at `done`: it holds its slot until then.
     pub fn hold(&mut self, done: SimTime) {
-        self.inflight.push(Reverse(done.ns()));
+        if csd_sim::events::recording() {
+            self.pending.push(done);
+        } else {
+            self.inflight.push(Reverse(done.ns()));
+        }
     }
 
-    /// Commands in flight at the thread's clock.
+    /// While the event core records: the completions of every command that may be in
+    /// flight, as instants (those held before the recording began come along).
+    pub(crate) fn pending(&mut self) -> &mut Vec<SimTime> {
+        self.pending.extend(
+            self.inflight
+                .drain()
+                .map(|Reverse(ns)| SimTime::from_ns(ns)),
+        );
+        &mut self.pending
+    }
+
+    /// Commands in flight at the thread's clock (by provisional value while the event
+    /// core records).
     pub fn in_flight(&self) -> usize {
         self.inflight.iter().filter(|r| r.0 > self.cpu.ns()).count()
+            + self
+                .pending
+                .iter()
+                .filter(|t| t.ns() > self.cpu.ns())
+                .count()
     }
 
-    /// The latest completion of any command in flight (or the CPU clock).
+    /// The latest completion of any command in flight (or the CPU clock): a join of
+    /// instants the event core may not have fixed yet.
     pub fn drained(&self) -> SimTime {
-        self.inflight
+        let calendar = self
+            .inflight
             .iter()
             .map(|r| SimTime::from_ns(r.0))
             .max()
             .unwrap_or(self.cpu)
-            .max(self.cpu)
+            .max(self.cpu);
+        SimTime::latest(self.pending.iter().copied()).map_or(calendar, |p| p.max(calendar))
+    }
+
+    /// Replace the instants the clock holds by `settle(instant)` (the event core's
+    /// compaction and end of recording).
+    pub(crate) fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        self.cpu = settle(self.cpu);
+        for t in &mut self.pending {
+            *t = settle(*t);
+        }
     }
 
     /// Queue depth.

@@ -66,7 +66,7 @@ impl<I: CommandIssuer> Io<'_, I> {
     /// Submit `cmd` for `work` no earlier than `at` (waiting for a queue slot, charging
     /// the submission and completion to the host CPU); returns the completion.
     pub fn submit(&mut self, work: Work, cmd: Command, at: SimTime) -> Result<Completion, KvError> {
-        let mut t = self.clock.slot(at.max(self.clock.cpu));
+        let mut t = self.slot(at.max(self.clock.cpu));
         let c = self.clock.costs;
         self.clock.charge(work, c.submit, &mut t);
         match &cmd {
@@ -81,6 +81,38 @@ impl<I: CommandIssuer> Io<'_, I> {
         let mut t2 = done.acct.completed;
         self.clock.charge(work, c.complete, &mut t2);
         Ok(done)
+    }
+
+    /// A queue slot for a command to submit no earlier than `at` ([`HostClock::slot`]).
+    /// While the event core records, completions are instants it may not have fixed:
+    /// the earliest is asked of it (it books only as far as it must), and whether that
+    /// is before `at` too (booking nothing after the completion). The same decisions as
+    /// the calendar's, on final values: the thread waits only when the queue is still full
+    /// at `at`.
+    fn slot(&mut self, at: SimTime) -> SimTime {
+        if !(self.dev.event_core() && csd_sim::events::recording()) {
+            return self.clock.slot(at);
+        }
+        let depth = self.clock.depth();
+        if self.clock.pending().len() < depth {
+            return at;
+        }
+        let Some((i, c)) = self.dev.earliest(self.clock.pending.as_slice()) else {
+            return at;
+        };
+        self.clock.pending.swap_remove(i);
+        // `at` before `c`: the queue is full until `c`, and the thread waits for it.
+        let full = c.ns() > 0 && self.dev.at_or_before(at, SimTime::from_ns(c.ns() - 1));
+        if !full {
+            return at;
+        }
+        let cpu = self.clock.cpu;
+        debug_assert!(cpu.is_final(), "the host thread's clock is final");
+        if c.ns() > cpu.ns() {
+            self.clock.queue_full_wait_ns += c.ns() - cpu.ns();
+            self.clock.cpu = c;
+        }
+        c
     }
 
     /// Read `blocks` LBAs from `lba` (as many commands as MDTS needs); returns the data and

@@ -158,10 +158,14 @@ pub trait KvTarget {
     fn modeled_now(&self) -> Option<u64> {
         None
     }
-    /// Modeled start and end of the last operation, ns.
-    fn modeled_last_op(&self) -> Option<(u64, u64)> {
-        None
+    /// Hand the modeled latency (ns) of each operation to `f`, once, when it is known
+    /// (targets with a modeled clock; the event core fixes some only later).
+    fn drain_modeled_latencies(&mut self, f: &mut dyn FnMut(u64)) {
+        let _ = f;
     }
+    /// The phase is over: fix every modeled instant (the event core books what it has
+    /// recorded), so that every latency can be drained.
+    fn finish_modeled(&mut self) {}
 }
 
 impl<I: CommandIssuer> KvTarget for Store<I> {
@@ -183,9 +187,11 @@ impl<I: CommandIssuer> KvTarget for Store<I> {
     fn modeled_now(&self) -> Option<u64> {
         Some(self.now().ns())
     }
-    fn modeled_last_op(&self) -> Option<(u64, u64)> {
-        let (a, b) = self.last_op();
-        Some((a.ns(), b.ns()))
+    fn drain_modeled_latencies(&mut self, f: &mut dyn FnMut(u64)) {
+        self.drain_latencies(f);
+    }
+    fn finish_modeled(&mut self) {
+        self.settle_events();
     }
 }
 
@@ -293,6 +299,8 @@ pub fn load<T: KvTarget + ?Sized>(
         }
     }
     t.sync()?;
+    t.finish_modeled();
+    drain(&mut ml, t);
     progress(records);
     Ok(PhaseResult {
         ops,
@@ -306,13 +314,18 @@ pub fn load<T: KvTarget + ?Sized>(
 fn record<T: KvTarget + ?Sized>(
     ml: &mut Histogram<u64>,
     wl: &mut Histogram<u64>,
-    t: &T,
+    t: &mut T,
     w: Instant,
 ) {
     let _ = wl.record((w.elapsed().as_nanos() as u64).max(1));
-    if let Some((a, b)) = t.modeled_last_op() {
-        let _ = ml.record(b.saturating_sub(a).max(1));
-    }
+    drain(ml, t);
+}
+
+/// Record the modeled latencies `t` has fixed since the last call.
+fn drain<T: KvTarget + ?Sized>(ml: &mut Histogram<u64>, t: &mut T) {
+    t.drain_modeled_latencies(&mut |ns| {
+        let _ = ml.record(ns.max(1));
+    });
 }
 
 #[derive(Clone, Copy)]
@@ -377,6 +390,8 @@ pub fn run<T: KvTarget + ?Sized>(
         record(&mut ml, &mut wl, t, w);
         n += 1;
     }
+    t.finish_modeled();
+    drain(&mut ml, t);
     progress(1.0);
     let wall_s = wall.elapsed().as_secs_f64();
     Ok(PhaseResult {

@@ -30,6 +30,7 @@ use csd_kv::Interface;
 use csd_kv::ycsb::{KeyDist, Workload};
 use csd_paper::PaperValue;
 use csd_plot::{BarChart, LineChart, Series};
+use csd_sim::events::TimeModel;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -623,6 +624,7 @@ fn base_args(a: &ReproBatchIoArgs, records: u64, length: RunLength, gib: f64) ->
         dies: None,
         op: PAPER_OP,
         queue_depth: 64,
+        time_model: TimeModel::Calendar,
         write_buffers: a.write_buffers,
         rng: a.rng,
         compare: Vec::new(),
@@ -1577,6 +1579,7 @@ mod direction_tests {
             dies: None,
             op: 0.3,
             queue_depth: 64,
+            time_model: csd_sim::events::TimeModel::Calendar,
             write_buffers: 0,
             rng: crate::args::Seed { seed: 7 },
             compare: Vec::new(),

@@ -34,6 +34,7 @@ use csd_host::Client;
 use csd_kv::ycsb::{self, KeyDist, Limit, PhaseResult, Workload, YcsbConfig};
 use csd_kv::{BlockOptions, CpuSplit, Interface, IoStats, Store, StoreConfig};
 use csd_nand::Nand;
+use csd_sim::events::{Recording, TimeModel};
 use csd_sim::{DeviceConfig, ResourceClass};
 use serde_json::json;
 
@@ -99,6 +100,11 @@ pub struct BenchYcsbArgs {
     /// Host I/O queue depth.
     #[arg(long, default_value_t = 64)]
     pub queue_depth: usize,
+    /// How the run's commands are placed in modeled time: `calendar` (each resource books
+    /// an operation when code asks) or `events` (the event core: every resource serves in
+    /// modeled-arrival order; docs/time-model.md). The load always runs on calendars.
+    #[arg(long, default_value = "calendar", value_parser = parse_time_model)]
+    pub time_model: TimeModel,
     /// Write buffers of the host (LLAMA's flush buffers) during the run: with all of them
     /// sealed and unacknowledged the host thread waits for the earliest acknowledgement
     /// (1: for every write it seals, the paper's one 1 MB buffer read as synchronous).
@@ -140,6 +146,9 @@ impl CacheSize {
     }
 }
 
+fn parse_time_model(s: &str) -> Result<TimeModel, String> {
+    TimeModel::parse(s).ok_or_else(|| format!("time model `{s}`: use calendar or events"))
+}
 fn parse_interface(s: &str) -> Result<Interface, String> {
     s.parse()
 }
@@ -213,6 +222,36 @@ pub struct Outcome {
     pub done_records: u64,
     /// The device's flash work during the run (log pages, programs by purpose).
     pub flash: FlashWork,
+    /// The event core's counters of the run (`--time-model events`).
+    pub events: Option<EventCounters>,
+}
+
+/// What the event core did in a run (`csd_sim::events::Graph`'s counters).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventCounters {
+    /// Stages it booked in arrival order.
+    pub booked: u64,
+    /// Stages recorded with an arrival before one already booked (booked by the
+    /// calendar's gap-filling, not guaranteed first-come first-served).
+    pub late_arrivals: u64,
+    /// Bookings made outside the core (a resource without an id).
+    pub unrecorded: u64,
+    /// Instants that outlived a compaction unrenamed.
+    pub stale: u64,
+    /// Comparisons of instants the core had not fixed (decisions on provisional values).
+    pub unfixed_comparisons: u64,
+}
+
+impl EventCounters {
+    fn of(g: &csd_sim::events::Graph) -> EventCounters {
+        EventCounters {
+            booked: g.booked(),
+            late_arrivals: g.late_arrivals(),
+            unrecorded: g.unrecorded(),
+            stale: g.stale(),
+            unfixed_comparisons: g.unfixed_comparisons(),
+        }
+    }
 }
 
 /// Flash work of a run, from the FTL's counters and the dies' calendars.
@@ -486,6 +525,16 @@ impl Outcome {
         // Set apart: one more key in the literal above passes `json!`'s recursion limit.
         v["device_bookings"] = json!(self.flash.bookings());
         v["order_inversions"] = json!(self.flash.inversions());
+        v["time_model"] = json!(self.args.time_model.name());
+        if let Some(e) = self.events {
+            v["event_core"] = json!({
+                "booked": e.booked,
+                "late_arrivals": e.late_arrivals,
+                "unrecorded": e.unrecorded,
+                "stale": e.stale,
+                "unfixed_comparisons": e.unfixed_comparisons,
+            });
+        }
         v["bookings_by_class"] = ResourceClass::ALL
             .iter()
             .zip(&self.flash.by_class)
@@ -676,8 +725,13 @@ pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outco
         a.workload.name(),
         a.cache.label()
     ));
-    let run =
-        ycsb::run(&mut s, &cfg, &mut |f| bar.set_position((f * 1000.0) as u64)).map_err(kv)?;
+    let rec = (a.time_model == TimeModel::Events)
+        .then(Recording::start)
+        .flatten();
+    let run = ycsb::run(&mut s, &cfg, &mut |f| bar.set_position((f * 1000.0) as u64));
+    // `ycsb::run` settled every instant (the store's and the device's) before returning.
+    let events = rec.map(|r| EventCounters::of(&r.finish()));
+    let run = run.map_err(kv)?;
     let st = s.stats();
     let done_records = s
         .device()
@@ -708,6 +762,7 @@ pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outco
         dev,
         done_records,
         flash: FlashWork::since(&mut s, &flash0),
+        events,
     })
 }
 

@@ -247,6 +247,7 @@ pub struct Graph {
     late: u64,
     unrecorded: u64,
     stale: u64,
+    unfixed: u64,
     trace: Option<Vec<Booking>>,
     /// Scratch of [`Graph::evaluate`] and [`Graph::earliest`].
     stack: Vec<u32>,
@@ -305,6 +306,7 @@ impl Graph {
             late: 0,
             unrecorded: 0,
             stale: 0,
+            unfixed: 0,
             trace: None,
             stack: Vec::new(),
             blocked: Vec::new(),
@@ -326,6 +328,11 @@ impl Graph {
         self.booked
     }
 
+    /// Booked stages forgotten by compactions ([`Graph::compact`]), over the whole run.
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten
+    }
+
     /// Stages that were created with an arrival earlier than one the core had already
     /// booked (their caller ran the core ahead of them); the resource's calendar placed
     /// them, but first-come first-served is not guaranteed for them.
@@ -343,6 +350,14 @@ impl Graph {
     /// not remapped): taken at their provisional value.
     pub fn stale(&self) -> u64 {
         self.stale
+    }
+
+    /// Comparisons of instants (`==`, `<`, `cmp`, ...) made while the event core recorded
+    /// with an instant it had not fixed: a decision on a provisional value, which may
+    /// differ from the one the final value gives. Host code decides on instants through
+    /// [`Graph::at_or_before`], [`Graph::earliest`] and [`Graph::resolve`] instead.
+    pub fn unfixed_comparisons(&self) -> u64 {
+        self.unfixed
     }
 
     /// Nodes and stages held now (memory: about 32 and 64 bytes each).
@@ -666,6 +681,39 @@ impl Graph {
         }
     }
 
+    /// Whether `t`'s final value is at or before `bound` (a final instant), booking only
+    /// stages that arrive at or before `bound`: a decision a host actor whose clock is at
+    /// `bound` or later can take without running the core ahead of itself. An instant still
+    /// unfixed when every stage arriving by `bound` is booked waits on a stage that
+    /// arrives later, so it ends later.
+    pub fn at_or_before<R: Resources + ?Sized>(
+        &mut self,
+        t: SimTime,
+        bound: SimTime,
+        resources: &mut R,
+    ) -> bool {
+        debug_assert!(
+            bound.is_final(),
+            "a bound the core has not fixed: {bound:?}"
+        );
+        let bound = bound.ns();
+        loop {
+            if t.ns() > bound {
+                // The provisional value is a lower bound.
+                return false;
+            }
+            match self.evaluate(t) {
+                Ok(v) => return v <= bound,
+                Err(_) => match self.ready.peek() {
+                    Some(Reverse((at, _, _))) if *at <= bound => {
+                        self.step(resources);
+                    }
+                    _ => return false,
+                },
+            }
+        }
+    }
+
     /// Of `targets`, the one whose final value is earliest, and that value, booking
     /// stages in arrival order only as far as needed to know that no other target can
     /// end earlier (every later submission then arrives after what the core booked).
@@ -953,6 +1001,129 @@ pub fn cancel(start: SimTime) -> bool {
 /// Count a booking made at once during a recording on a resource without an id.
 pub(crate) fn note_unrecorded() {
     with_graph(|g| g.unrecorded += 1);
+}
+
+/// Check a trace of the core's bookings ([`Graph::trace`], in booking order) for issue
+/// 30's property 2: at every resource, operations are served in order of arrival, and a
+/// single resource starts each at its arrival or when the one before it ends (never
+/// idle while one waits); a pool's bookings start in arrival order. The first violation,
+/// described, as the error.
+pub fn first_come_first_served(trace: &[Booking]) -> Result<(), String> {
+    let mut by: std::collections::BTreeMap<ResourceId, Vec<&Booking>> = Default::default();
+    for b in trace {
+        by.entry(b.resource).or_default().push(b);
+    }
+    for (id, bookings) in by {
+        let mut end = SimTime::ZERO;
+        let mut last = bookings[0];
+        for b in bookings {
+            if b.arrival.ns() < last.arrival.ns() {
+                return Err(format!(
+                    "{id:?}: {b:?} served after {last:?}, a later arrival"
+                ));
+            }
+            if id.index().is_some() {
+                if b.start.ns() != b.arrival.ns().max(end.ns()) {
+                    return Err(format!(
+                        "{id:?}: {b:?} did not start at max(arrival, {end}) (first-come first-served)"
+                    ));
+                }
+                end = b.end;
+            } else if b.start.ns() < last.start.ns() {
+                return Err(format!(
+                    "{id:?}: {b:?} started before {last:?}, an earlier arrival"
+                ));
+            }
+            last = b;
+        }
+    }
+    Ok(())
+}
+
+/// Count a comparison of instants of which one is not fixed ([`Graph::unfixed_comparisons`]).
+#[cold]
+pub(crate) fn note_unfixed_comparison() {
+    with_graph(|g| g.unfixed += 1);
+    if std::env::var_os("CSD_TMP_TRACE").is_some() {
+        eprintln!("UNFIXED {}", std::backtrace::Backtrace::force_capture());
+    }
+}
+
+/// Set the order key of the stages this thread records from now on
+/// ([`Recording::set_order`]); nothing outside a recording.
+pub fn set_order(order: u64) {
+    if recording() {
+        ORDER.with(|o| o.set(order));
+    }
+}
+
+/// The final value of `t`, booking this thread's recorded stages in arrival order as far
+/// as needed ([`Graph::resolve`]); `t` itself when it is final.
+pub fn resolve<R: Resources + ?Sized>(t: SimTime, resources: &mut R) -> SimTime {
+    if t.is_final() {
+        return t;
+    }
+    with_graph(|g| g.resolve(t, resources)).unwrap_or_else(|| {
+        debug_assert!(false, "an unfixed instant outlived its recording");
+        SimTime::from_ns(t.ns())
+    })
+}
+
+/// Of `targets`, the earliest and its final value ([`Graph::earliest`] on this thread's
+/// recording; outside one, the first of the least values).
+pub fn earliest<R: Resources + ?Sized>(
+    targets: &[SimTime],
+    resources: &mut R,
+) -> Option<(usize, SimTime)> {
+    if recording() {
+        with_graph(|g| g.earliest(targets, resources)).flatten()
+    } else {
+        targets
+            .iter()
+            .enumerate()
+            .min_by_key(|&(i, t)| (t.ns(), i))
+            .map(|(i, &t)| (i, t))
+    }
+}
+
+/// Whether `t` ends at or before `bound` ([`Graph::at_or_before`] on this thread's
+/// recording; outside one, by value).
+pub fn at_or_before<R: Resources + ?Sized>(t: SimTime, bound: SimTime, resources: &mut R) -> bool {
+    if t.is_final() {
+        return t.ns() <= bound.ns();
+    }
+    with_graph(|g| g.at_or_before(t, bound, resources)).unwrap_or(t.ns() <= bound.ns())
+}
+
+/// Book every stage this thread recorded ([`Graph::run`]); nothing outside a recording.
+pub fn run_all<R: Resources + ?Sized>(resources: &mut R) {
+    with_graph(|g| g.run(resources));
+}
+
+/// The final value of `t` once its stages are booked (after [`run_all`]); `t` when final
+/// or outside a recording.
+pub fn value(t: SimTime) -> SimTime {
+    if t.is_final() {
+        return t;
+    }
+    with_graph(|g| g.value(t))
+        .flatten()
+        .unwrap_or(SimTime::from_ns(t.ns()))
+}
+
+/// Nodes plus twice the stages this thread's recording holds (0 outside one): what
+/// [`compact`] bounds.
+pub fn held() -> usize {
+    with_graph(|g| {
+        let (n, s) = g.size();
+        n + 2 * s
+    })
+    .unwrap_or(0)
+}
+
+/// [`Graph::compact`] on this thread's recording (`None` outside one).
+pub fn compact(roots: &[SimTime]) -> Option<Remap> {
+    with_graph(|g| g.compact(roots))
 }
 
 /// A recording of this thread's device work into the event core, from

@@ -10,7 +10,9 @@ use std::fmt;
 /// of one, or a join. Its value ([`SimTime::ns`]) is then provisional, a lower bound of
 /// the final value; [`SimTime::after`] and [`SimTime::max`] extend the graph, so device
 /// code computes timing the same way in both modes. Equality, order and hashing look
-/// only at the value.
+/// only at the value; a comparison involving an unfixed instant is counted
+/// ([`crate::events::Graph::unfixed_comparisons`]): code that decides on instants while
+/// the core records asks the core instead ([`crate::events::at_or_before`]).
 #[derive(Clone, Copy, Default)]
 pub struct SimTime {
     ns: u64,
@@ -21,6 +23,9 @@ pub struct SimTime {
 impl PartialEq for SimTime {
     #[inline]
     fn eq(&self, other: &SimTime) -> bool {
+        if (self.node | other.node) != 0 {
+            crate::events::note_unfixed_comparison();
+        }
         self.ns == other.ns
     }
 }
@@ -37,6 +42,9 @@ impl PartialOrd for SimTime {
 impl Ord for SimTime {
     #[inline]
     fn cmp(&self, other: &SimTime) -> std::cmp::Ordering {
+        if (self.node | other.node) != 0 {
+            crate::events::note_unfixed_comparison();
+        }
         self.ns.cmp(&other.ns)
     }
 }
@@ -121,6 +129,9 @@ impl SimTime {
     #[inline]
     #[must_use]
     pub fn min(self, other: SimTime) -> SimTime {
+        if (self.node | other.node) != 0 {
+            crate::events::note_unfixed_comparison();
+        }
         if other.ns < self.ns { other } else { self }
     }
 

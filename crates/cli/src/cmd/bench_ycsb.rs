@@ -190,4 +190,10 @@ fn print_outcome(o: &Outcome) {
             String::new()
         }
     );
+    if let Some(e) = o.events {
+        println!(
+            "  time model: events (every resource first-come first-served in modeled-arrival order): {} stages booked, {} late arrivals, {} bookings outside the core, {} decisions on unfixed instants",
+            e.booked, e.late_arrivals, e.unrecorded, e.unfixed_comparisons
+        );
+    }
 }

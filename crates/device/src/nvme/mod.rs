@@ -72,9 +72,21 @@ use crate::command::{Accounting, Cid, Command, Completion, Payload, QueueId, Sta
 use crate::flixr::{DEFAULT_INDEX_CACHE_BYTES, Flixr};
 use crate::isp::Runtime;
 use crate::ssd_btree::SsdBtree;
+use crate::workload::IoTarget;
 use csd_ftl::Ftl;
 use csd_sim::SimTime;
+use csd_sim::events::{ResourceId, Resources};
 use std::collections::VecDeque;
+
+/// The device's resources, for the event core to book.
+impl Resources for NvmeDevice {
+    fn reserve(&mut self, id: ResourceId, arrival: SimTime, dur_ns: u64) -> SimTime {
+        self.reserve_now(id, arrival, dur_ns).unwrap_or_else(|| {
+            debug_assert!(false, "the device has no resource {id:?}");
+            arrival
+        })
+    }
+}
 
 /// Queue pairs one device offers.
 pub const MAX_QUEUE_PAIRS: u16 = 64;
@@ -143,6 +155,8 @@ pub struct NvmeDevice {
     arbitration: Arbitration,
     /// Commands each weighted class (high, medium, low) may still take this round.
     credits: [u8; 3],
+    /// Commands executed so far: the event core's order key among equal arrivals.
+    executed: u64,
 }
 
 impl NvmeDevice {
@@ -168,6 +182,7 @@ impl NvmeDevice {
             next: 0,
             arbitration: Arbitration::RoundRobin,
             credits: [0; 3],
+            executed: 0,
         }
     }
 
@@ -316,6 +331,15 @@ impl NvmeDevice {
     fn arbitrate(&mut self) -> Option<usize> {
         let n = self.queues.len();
         let head = |q: &Option<QueuePair>| q.as_ref().and_then(|q| q.sq.front()).map(|s| s.at);
+        // One pending head (a synchronous host): no choice to make, and no comparison of
+        // an instant the event core may not have fixed yet.
+        let mut heads = (0..n).filter(|&i| head(&self.queues[i]).is_some());
+        if let (Some(only), None) = (heads.next(), heads.next()) {
+            if matches!(self.arbitration, Arbitration::RoundRobin) {
+                self.next = (only + 1) % n;
+                return Some(only);
+            }
+        }
         let first = self.queues.iter().filter_map(head).min()?;
         // Candidates in round-robin order from `next`.
         let tied = (0..n)
@@ -356,6 +380,34 @@ impl NvmeDevice {
         self.queue(qid).ok()?.cq.pop_front()
     }
 
+    /// Book resource (or pool) `id` for `ns` from `at`, now: the event core's booking
+    /// ([`csd_sim::events::Resources`]); `None` for a resource the device does not have.
+    pub fn reserve_now(&mut self, id: ResourceId, at: SimTime, ns: u64) -> Option<SimTime> {
+        self.dev.reserve_now(id, at, ns)
+    }
+
+    /// Replace every instant the device keeps between commands (the FTL's, and those of
+    /// commands queued or completed but not polled) by `settle(instant)`: the event core
+    /// renames them when it compacts and fixes them when a recording ends. In-storage
+    /// sessions are not on the event core yet (debug builds check none is open).
+    pub fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        debug_assert_eq!(
+            self.isp.open_sessions(),
+            0,
+            "in-storage sessions are not on the event core"
+        );
+        self.dev.settle_instants(settle);
+        for q in self.queues.iter_mut().flatten() {
+            for sub in q.sq.iter_mut() {
+                sub.at = settle(sub.at);
+            }
+            for c in q.cq.iter_mut() {
+                c.acct.submitted = settle(c.acct.submitted);
+                c.acct.completed = settle(c.acct.completed);
+            }
+        }
+    }
+
     fn slot(qid: QueueId) -> Option<usize> {
         (qid.0 as usize).checked_sub(1)
     }
@@ -381,6 +433,8 @@ impl NvmeDevice {
         if self.isp.open_sessions() > 0 {
             self.isp.advance(&mut self.dev, sub.at);
         }
+        csd_sim::events::set_order(self.executed);
+        self.executed += 1;
         let nand0 = *self.dev.ftl().nand().stats();
         let ctrl0 = self.dev.controller().counters();
         let (status, payload, done) = match self.run(sub.cmd, sub.at) {

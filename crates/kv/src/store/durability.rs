@@ -93,7 +93,12 @@ impl<I: CommandIssuer> Store<I> {
             // on these workloads comes within tens of operations).
             self.buf.sealed(done);
             let now = self.clock.cpu;
-            let free = self.buf.free_at(n, now);
+            let free = if self.dev.event_core() && csd_sim::events::recording() {
+                let dev = &mut self.dev;
+                self.buf.free_at_events(n, now, &mut |ts| dev.earliest(ts))
+            } else {
+                self.buf.free_at(n, now)
+            };
             if free > now {
                 self.io.buffer_waits += 1;
                 self.io.buffer_wait_ns += free.ns() - now.ns();
@@ -126,9 +131,15 @@ impl<I: CommandIssuer> Store<I> {
         };
         let at = io.clock.cpu;
         io.submit(Work::User, Command::Flush, at)?;
-        let done = self.clock.drained();
+        Ok(self.wait_drained())
+    }
+
+    /// The host thread waits for every command in flight: its clock moves to the last
+    /// completion (fixed by the event core while it records); returns it.
+    pub(super) fn wait_drained(&mut self) -> SimTime {
+        let done = self.dev.resolve(self.clock.drained());
         self.clock.cpu = done;
-        Ok(done)
+        done
     }
 
     /// Put dirty page `id` into the write buffer (sealing a full buffer first).
@@ -153,16 +164,19 @@ impl<I: CommandIssuer> Store<I> {
         }
         let now = self.clock.cpu;
         let age = self.cfg.max_dirty_age_ns;
-        if self
-            .fifo
-            .front()
-            .is_some_and(|&(_, since, _)| since.after(age) <= now)
+        // A page's dirty instant may be one the event core has not fixed (an operation
+        // that waited for a read): the device decides, booking nothing past `now`.
+        let dev = &mut self.dev;
+        if now.ns() >= age
+            && self.fifo.front().is_some_and(|&(_, since, _)| {
+                dev.at_or_before(since, SimTime::from_ns(now.ns() - age))
+            })
         {
             let cut = SimTime::from_ns(now.ns().saturating_sub(age / 2));
             let old: Vec<u64> = self
                 .fifo
                 .iter()
-                .take_while(|&&(_, since, _)| since <= cut)
+                .take_while(|&&(_, since, _)| dev.at_or_before(since, cut))
                 .map(|&(_, _, id)| id)
                 .collect();
             for id in old {

@@ -23,13 +23,15 @@
 //! reaches pages through the host cache (fetch, eviction, pinning, dirty marking, descent)
 //! and brackets an operation's modeled time; `ops` holds the operations (get, put,
 //! put_all, delete, scan, clear, len) and page splits; `durability` sealing, sync,
-//! background work and host checkpoints; `figures` the counters, knobs and self-checks.
+//! background work and host checkpoints; `figures` the counters, knobs and self-checks;
+//! `timing` the event core's bookkeeping (operation latencies, compaction, settling).
 
 mod durability;
 mod figures;
 mod open;
 mod ops;
 mod pages;
+mod timing;
 
 use crate::KvError;
 use crate::batch;
@@ -199,6 +201,12 @@ pub struct Store<I: CommandIssuer> {
     counts: StoreStats,
     op_start: SimTime,
     op_done: SimTime,
+    /// Modeled start and end of operations not yet reported ([`Store::drain_latencies`]):
+    /// the last of each interval between two reports, kept until the event core fixes its
+    /// end (at once on calendars).
+    op_times: Vec<(SimTime, SimTime)>,
+    /// Whether an operation was noted since the last [`Store::drain_latencies`].
+    op_noted: bool,
     /// The latest instant the host thread waited until for a free write buffer: an
     /// operation during which it waited ends no earlier.
     buffer_free: SimTime,

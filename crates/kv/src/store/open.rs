@@ -39,6 +39,8 @@ impl<I: CommandIssuer> Store<I> {
             counts: StoreStats::default(),
             op_start: now,
             op_done: now,
+            op_times: Vec::new(),
+            op_noted: false,
             buffer_free: now,
             io: IoStats::default(),
             recovered: false,
@@ -175,7 +177,7 @@ impl<I: CommandIssuer> Store<I> {
             return Err(KvError::WrongFormat("no host checkpoint found".into()));
         };
         self.log = Some(log);
-        self.clock.cpu = self.clock.cpu.max(t);
+        self.clock.cpu = self.dev.resolve(self.clock.cpu.max(t));
         let mut t = self.clock.cpu;
         let (p, done) = self.read_page(0, &mut t)?;
         let s = page::get_super(&p[..]).ok_or_else(|| {
@@ -185,7 +187,7 @@ impl<I: CommandIssuer> Store<I> {
             return Err(KvError::Corrupt("superpage names another interface".into()));
         }
         self.sup = s;
-        self.clock.cpu = self.clock.cpu.max(done);
+        self.clock.cpu = self.dev.resolve(self.clock.cpu.max(done));
         // Pages a roll-forward found past the tree's last id belong to a tree
         // cleared before the cut: garbage.
         if let Some(log) = &mut self.log {

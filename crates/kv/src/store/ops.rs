@@ -425,7 +425,7 @@ impl<I: CommandIssuer> Store<I> {
                         },
                         at,
                     )?;
-                    self.clock.cpu = self.clock.drained();
+                    self.wait_drained();
                 }
                 n
             }

@@ -164,7 +164,10 @@ impl<I: CommandIssuer> Store<I> {
 
     pub(super) fn end_op(&mut self, t: SimTime) -> Result<(), KvError> {
         self.op_done = t.max(self.buffer_free);
-        self.background()
+        self.note_op(self.op_start, self.op_done);
+        self.background()?;
+        self.compact_events();
+        Ok(())
     }
 
     /// Modeled start and end of the last operation.

@@ -156,30 +156,10 @@ fn run(
     (starts, completions, res, g.trace().to_vec())
 }
 
-/// Property 2 of issue 30 on a trace: at every resource, operations start in order of
-/// arrival, and none waits while the resource is idle.
+/// Property 2 of issue 30 on a trace ([`first_come_first_served`]).
 fn assert_first_come_first_served(trace: &[Booking]) {
-    let mut by_resource: std::collections::BTreeMap<ResourceId, Vec<Booking>> = Default::default();
-    for b in trace {
-        by_resource.entry(b.resource).or_default().push(*b);
-    }
-    for (r, mut bookings) in by_resource {
-        bookings.sort_by_key(|b| (b.start, b.end));
-        let mut free = SimTime::ZERO;
-        let mut last_arrival = SimTime::ZERO;
-        for b in bookings {
-            assert!(
-                b.arrival >= last_arrival,
-                "{r:?}: {b:?} served after an operation that arrived at {last_arrival}"
-            );
-            assert_eq!(
-                b.start,
-                b.arrival.max(free),
-                "{r:?}: {b:?} waited while idle"
-            );
-            last_arrival = b.arrival;
-            free = free.max(b.end);
-        }
+    if let Err(e) = first_come_first_served(trace) {
+        panic!("{e}");
     }
 }
 
@@ -450,4 +430,75 @@ proptest! {
         prop_assert_eq!(g.pending(), 0);
         assert_first_come_first_served(g.trace());
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// A host decision on an unfixed instant ([`Graph::at_or_before`]) gives the answer
+    /// of its final value, books no stage that arrives after its bound (so a host whose
+    /// clock is at the bound never submits behind what the core booked), and changes no
+    /// start: the core stays the reference.
+    #[test]
+    fn a_bounded_decision_is_exact_and_books_nothing_past_its_bound(
+        resources in 1u32..5,
+        raw in prop::collection::vec(command(4), 1..25),
+        asks in prop::collection::vec((any::<prop::sample::Index>(), 0u64..30_000), 1..6),
+    ) {
+        let commands: Vec<CommandSpec> = raw
+            .into_iter()
+            .map(|mut c| {
+                for s in &mut c.stages {
+                    s.resource %= resources;
+                }
+                c
+            })
+            .collect();
+        let (starts, completions, _, _) =
+            run(&commands, resources, &(0..commands.len()).collect::<Vec<_>>());
+        let mut g = Graph::new();
+        g.record_trace();
+        let mut res = vec![Resource::new(); resources as usize];
+        let done: Vec<SimTime> = commands
+            .iter()
+            .enumerate()
+            .map(|(ci, c)| record(&mut g, ci, c))
+            .collect();
+        // Bounds asked in increasing order, as a host clock moves.
+        let mut asks: Vec<(usize, u64)> =
+            asks.iter().map(|(i, b)| (i.index(commands.len()), *b)).collect();
+        asks.sort_by_key(|a| a.1);
+        for (ci, bound) in asks {
+            let before = g.trace().len();
+            let answer = g.at_or_before(done[ci], t(bound), &mut res);
+            prop_assert_eq!(answer, completions[ci] <= bound);
+            for b in &g.trace()[before..] {
+                prop_assert!(b.arrival.ns() <= bound, "booked {:?} past the bound {}", b, bound);
+            }
+        }
+        g.run(&mut res);
+        prop_assert_eq!(g.late_arrivals(), 0);
+        assert_first_come_first_served(g.trace());
+        let got: Vec<u64> = done.iter().map(|&d| g.resolve(d, &mut res).ns()).collect();
+        prop_assert_eq!(&got, &completions);
+        prop_assert_eq!(&starts, &reference(&commands, resources));
+    }
+}
+
+/// A comparison of an instant the core has not fixed is counted, one of final ones is not.
+#[test]
+fn comparisons_of_unfixed_instants_are_counted() {
+    let rec = Recording::start().expect("no recording on this thread");
+    let (start, end) = record_stage(rid(0), t(5), 10);
+    assert!(t(1) < t(2));
+    assert_eq!(rec.graph(|g| g.unfixed_comparisons()), 0);
+    let _ = end > start;
+    let _ = end == t(15);
+    let _ = end.min(t(3));
+    assert_eq!(rec.graph(|g| g.unfixed_comparisons()), 3);
+    let mut res = vec![Resource::new()];
+    assert!(at_or_before(end, t(15), &mut res));
+    assert_eq!(value(end), t(15));
+    assert_eq!(rec.graph(|g| g.unfixed_comparisons()), 3);
+    drop(rec);
 }
