@@ -56,6 +56,7 @@ use csd_ftl::{Ftl, FtlConfig};
 use csd_host::rowstore::{IndexKind, RowStore, StoreError, StoreOptions, Traffic};
 use csd_nand::Nand;
 use csd_sim::DeviceConfig;
+use csd_sim::events::{Counters, Recording, TimeModel};
 use std::hash::{Hash, Hasher};
 use thiserror::Error;
 
@@ -149,6 +150,10 @@ pub struct Setup {
     pub map_cache_share: f64,
     /// Commands the host keeps in flight.
     pub qd: usize,
+    /// How each measured run's commands are placed in modeled time (loading stays on
+    /// calendars): `Events` books every resource in modeled-arrival order
+    /// (docs/time-model.md).
+    pub time_model: TimeModel,
 }
 
 impl Default for Setup {
@@ -167,6 +172,7 @@ impl Default for Setup {
             node_cache: NodeCache::InnerLevels,
             map_cache_share: 0.5,
             qd: 8,
+            time_model: TimeModel::Calendar,
         }
     }
 }
@@ -264,6 +270,8 @@ pub struct Measure {
     pub answer: u64,
     /// Busy time of the device's resources over the run.
     pub busy: Busy,
+    /// The event core's counters over the run ([`Setup::time_model`] `Events`).
+    pub event_core: Option<Counters>,
 }
 
 /// Busy time of the device's resources over a run, ns, each summed over the class's
@@ -378,7 +386,16 @@ pub fn measure(
     let t0 = store.now();
     let tr0 = store.traffic();
     let busy0 = Busy::of(store);
-    let (ops, answer) = body(store)?;
+    let rec = (s.time_model == TimeModel::Events)
+        .then(Recording::start)
+        .flatten();
+    let out = body(store);
+    // The core books what the run recorded; every instant gets its final value.
+    let event_core = rec.map(|r| {
+        store.settle_events();
+        r.finish().counters()
+    });
+    let (ops, answer) = out?;
     let ns = store.now().since(t0);
     let traffic = store.traffic().since(tr0);
     let busy = Busy::of(store).since(busy0);
@@ -392,6 +409,7 @@ pub fn measure(
         traffic,
         answer,
         busy,
+        event_core,
     })
 }
 
@@ -667,6 +685,7 @@ mod tests {
             traffic: Traffic::default(),
             answer,
             busy: Busy::default(),
+            event_core: None,
         };
         let ms = [
             m(IndexKind::HostBtree, 7),
@@ -743,6 +762,42 @@ mod tests {
             scan(IndexKind::FlixrS).busy.firmware_ns
                 > scan(IndexKind::HostBtreeIdeal).busy.firmware_ns
         );
+    }
+
+    /// Issue 30: every workload under every configuration runs on the event core with
+    /// the calendars' answers and operation counts, no booking outside the core, no
+    /// command behind a booking, no stale instant and no decision on an unfixed instant.
+    #[test]
+    fn every_workload_runs_on_the_event_core_with_the_calendars_answers() {
+        let s = tiny();
+        let ev = Setup {
+            time_model: TimeModel::Events,
+            ..s.clone()
+        };
+        let cal = run_all(&s, &Workload::ALL, &IndexKind::ALL, |_| {}).unwrap();
+        let evs = run_all(&ev, &Workload::ALL, &IndexKind::ALL, |_| {}).unwrap();
+        assert_eq!(cal.len(), evs.len());
+        for (c, e) in cal.iter().zip(&evs) {
+            let what = format!("{} {}", e.workload, e.config);
+            assert_eq!(
+                (c.workload, c.config, c.answer, c.ops),
+                (e.workload, e.config, e.answer, e.ops),
+                "{what}"
+            );
+            assert!(c.event_core.is_none(), "{what}");
+            let k = e.event_core.expect("an events run has the core's counters");
+            assert_eq!(
+                (
+                    k.late_arrivals,
+                    k.unrecorded,
+                    k.stale,
+                    k.unfixed_comparisons
+                ),
+                (0, 0, 0, 0),
+                "{what}"
+            );
+            assert!(k.booked > 0 && e.modeled_ns > 0, "{what}");
+        }
     }
 
     #[test]

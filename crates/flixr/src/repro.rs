@@ -676,6 +676,25 @@ fn md_setup(md: &mut String, r: &Repro) {
         r.setup.index_cache_kib,
         r.setup.node_cache
     );
+    if r.setup.time_model == csd_sim::events::TimeModel::Events {
+        // The event core's counters over every measured run (0 but the first in a
+        // correct run: docs/time-model.md).
+        let sum = |f: fn(&csd_sim::events::Counters) -> u64| -> u64 {
+            r.measures
+                .iter()
+                .filter_map(|m| m.event_core.as_ref())
+                .map(f)
+                .sum()
+        };
+        let _ = writeln!(
+            md,
+            "Time model: events (the measured runs; loading on calendars): every resource first-come first-served in modeled-arrival order; {} stages booked, {} late arrivals, {} bookings outside the core, {} decisions on unfixed instants.\n",
+            sum(|c| c.booked),
+            sum(|c| c.late_arrivals),
+            sum(|c| c.unrecorded),
+            sum(|c| c.unfixed_comparisons)
+        );
+    }
 }
 
 /// A table of speedups (and operations per minute): a row per workload of `ws` that
@@ -1097,6 +1116,7 @@ mod tests {
                 firmware_ns: 1_500_000,
                 ..crate::Busy::default()
             },
+            event_core: None,
         }
     }
 

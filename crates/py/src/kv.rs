@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::report::Report;
 use csd_kv::StoreConfig;
 use csd_kv::ycsb::{self, KeyDist, Limit, PhaseResult, Workload, YcsbConfig};
+use csd_sim::events::{Recording, TimeModel};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use serde_json::{Value, json};
@@ -174,7 +175,10 @@ impl KeyValue {
     /// A YCSB run (`csd bench ycsb`): `records` records loaded first (unless
     /// `load=False`), then `ops` operations of `workload` (`read-heavy`, `write-heavy`,
     /// or `a` … `f`) with keys drawn `zipfian` (θ 0.99), `zipf:THETA` or `uniform`.
-    #[pyo3(signature = (workload="a", *, records=10_000, ops=10_000, dist="zipfian", seed=1, load=true))]
+    /// `time_model="events"` runs the operations on the event core (`csd bench ycsb
+    /// --time-model events`: every resource first-come first-served in modeled-arrival
+    /// order; the load stays on calendars); the report then has `event_core` counters.
+    #[pyo3(signature = (workload="a", *, records=10_000, ops=10_000, dist="zipfian", seed=1, load=true, time_model="calendar"))]
     #[allow(clippy::too_many_arguments)]
     fn ycsb(
         &self,
@@ -185,8 +189,12 @@ impl KeyValue {
         dist: &str,
         seed: u64,
         load: bool,
+        time_model: &str,
     ) -> PyResult<Report> {
         let w: Workload = workload.parse().map_err(Error::Invalid)?;
+        let tm = TimeModel::parse(time_model).ok_or_else(|| {
+            Error::Invalid(format!("time_model `{time_model}`: use calendar or events"))
+        })?;
         let d: KeyDist = dist.parse().map_err(Error::Invalid)?;
         let cfg = YcsbConfig {
             records,
@@ -205,14 +213,22 @@ impl KeyValue {
                 None
             };
             s.reset_stats();
-            let run = ycsb::run(s, &cfg, &mut |_| {})?;
+            let rec = (tm == TimeModel::Events).then(Recording::start).flatten();
+            let run = ycsb::run(s, &cfg, &mut |_| {});
+            // `ycsb::run` settled every instant before returning.
+            let graph = rec.map(Recording::finish);
+            let run = run?;
             let mut v = json!({
                 "interface": scfg.interface.name(),
                 "workload": w.name(),
                 "dist": dist_name,
                 "records": records,
                 "seed": seed,
+                "time_model": tm.name(),
             });
+            if let Some(g) = graph {
+                v["event_core"] = json!(g.counters());
+            }
             phase_json(&mut v, "run", &run);
             if let Some(l) = &loaded {
                 phase_json(&mut v, "load", l);

@@ -69,3 +69,20 @@ def test_ycsb_run() -> None:
         assert r.to_pandas().shape[0] == 1
     with pytest.raises(ValueError, match="workload `z`"):
         csd.memory().kv().ycsb("z")
+
+
+def test_ycsb_on_the_event_core() -> None:
+    with csd.memory() as dev:
+        kv = dev.kv("block")
+        r = kv.ycsb("write-heavy", records=2000, ops=3000, seed=7, time_model="events")
+        assert r["run_ops"] == 3000
+        assert r["run_read_misses"] == 0
+        assert r["time_model"] == "events"
+        core = r["event_core"]
+        assert core["booked"] > 0
+        assert (core["late_arrivals"], core["unrecorded"], core["unfixed_comparisons"]) == (0, 0, 0)
+        # The store goes on with calendars afterwards.
+        r = kv.ycsb("a", records=2000, ops=500, seed=8, load=False)
+        assert r["run_read_misses"] == 0 and "event_core" not in r
+    with pytest.raises(ValueError, match="time_model `fast`"):
+        csd.memory().kv().ycsb("a", time_model="fast")

@@ -23,6 +23,7 @@
 use super::plot_err;
 use crate::args::{JsonFlag, Seed};
 use crate::util::progress_bar;
+use crate::ycsb::parse_time_model;
 use crate::ycsb::{self, BenchYcsbArgs, CacheSize, Outcome};
 use crate::{Comparison, ReproError};
 use clap::{Args, ValueEnum};
@@ -75,6 +76,11 @@ pub struct ReproBatchIoArgs {
     /// default 0: as many as the I/O queue lets go out; 1: the host waits for each write).
     #[arg(long, default_value_t = 0)]
     write_buffers: u64,
+    /// How each run's commands are placed in modeled time: `calendar` or `events` (the
+    /// event core: every resource first-come first-served in modeled-arrival order; see
+    /// `csd bench ycsb --time-model`, docs/time-model.md).
+    #[arg(long, default_value = "calendar", value_parser = parse_time_model)]
+    time_model: TimeModel,
     /// Override a field of the ox-westlake preset, e.g. --set ftl.serial_contexts=true
     /// (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -624,7 +630,7 @@ fn base_args(a: &ReproBatchIoArgs, records: u64, length: RunLength, gib: f64) ->
         dies: None,
         op: PAPER_OP,
         queue_depth: 64,
-        time_model: TimeModel::Calendar,
+        time_model: a.time_model,
         write_buffers: a.write_buffers,
         rng: a.rng,
         compare: Vec::new(),
@@ -1491,6 +1497,7 @@ fn configuration(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
         "* device: ox-westlake, {} channels x {} ways x {} dies, {} blocks of {} pages of {} KiB per die ({:.2} GiB raw), op {}, the log over {} dies, {contexts}, in memory, virtual clock\n\
          * store: 4 KiB pages, 1 MiB write buffer, {buffers} during the runs (the load: as many as the queue allows), queue depth 64, host checkpoint every 3 modeled s (block), host GC from 50% of the host log used, device GC from 50% used when GC is on\n\
          * YCSB: {records} records, {length} per run, zipfian theta 0.99, read-heavy = 19 reads then 1 update, write-heavy = 19 updates then 1 read\n\
+         * time model: {} (the load on calendars)\n\
          * seed {}; wall time {wall:.0} s for {} runs\n\n\
          Reproduce: `{}`",
         g.channels,
@@ -1502,6 +1509,11 @@ fn configuration(md: &mut String, c: &Ctx) -> Result<(), ReproError> {
         g.raw_capacity() as f64 / (1u64 << 30) as f64,
         PAPER_OP,
         dcfg.ftl.log_chains(g),
+        match a.time_model {
+            TimeModel::Calendar => "calendar (each resource books an operation when code asks)",
+            TimeModel::Events =>
+                "events (every resource first-come first-served in modeled-arrival order)",
+        },
         a.rng.seed,
         runs.len(),
         crate::reproduce::line(),

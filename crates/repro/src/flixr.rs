@@ -58,6 +58,11 @@ pub struct ReproFlixrArgs {
     /// Commands the host keeps in flight.
     #[arg(long, default_value_t = 8)]
     qd: usize,
+    /// How each measured run's commands are placed in modeled time: `calendar` or
+    /// `events` (the event core: every resource first-come first-served in
+    /// modeled-arrival order; docs/time-model.md). Loading stays on calendars.
+    #[arg(long, default_value = "calendar", value_parser = crate::ycsb::parse_time_model)]
+    time_model: csd_sim::events::TimeModel,
     /// Workloads (default all): scan, join, insert, delete, tpcc-neworder,
     /// tpcc-payment, tpch-q1, tpch-q4, tpch-q6, tpch-q14.
     #[arg(long, value_delimiter = ',', value_parser = parse_workload)]
@@ -129,6 +134,7 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
             }),
         map_cache_share: a.map_cache_share,
         qd: a.qd,
+        time_model: a.time_model,
     };
     setup
         .check()

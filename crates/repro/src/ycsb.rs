@@ -34,7 +34,7 @@ use csd_host::Client;
 use csd_kv::ycsb::{self, KeyDist, Limit, PhaseResult, Workload, YcsbConfig};
 use csd_kv::{BlockOptions, CpuSplit, Interface, IoStats, Store, StoreConfig};
 use csd_nand::Nand;
-use csd_sim::events::{Recording, TimeModel};
+use csd_sim::events::{Counters, Recording, TimeModel};
 use csd_sim::{DeviceConfig, ResourceClass};
 use serde_json::json;
 
@@ -146,7 +146,8 @@ impl CacheSize {
     }
 }
 
-fn parse_time_model(s: &str) -> Result<TimeModel, String> {
+/// `--time-model`'s value.
+pub fn parse_time_model(s: &str) -> Result<TimeModel, String> {
     TimeModel::parse(s).ok_or_else(|| format!("time model `{s}`: use calendar or events"))
 }
 fn parse_interface(s: &str) -> Result<Interface, String> {
@@ -223,35 +224,7 @@ pub struct Outcome {
     /// The device's flash work during the run (log pages, programs by purpose).
     pub flash: FlashWork,
     /// The event core's counters of the run (`--time-model events`).
-    pub events: Option<EventCounters>,
-}
-
-/// What the event core did in a run (`csd_sim::events::Graph`'s counters).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EventCounters {
-    /// Stages it booked in arrival order.
-    pub booked: u64,
-    /// Stages recorded with an arrival before one already booked (booked by the
-    /// calendar's gap-filling, not guaranteed first-come first-served).
-    pub late_arrivals: u64,
-    /// Bookings made outside the core (a resource without an id).
-    pub unrecorded: u64,
-    /// Instants that outlived a compaction unrenamed.
-    pub stale: u64,
-    /// Comparisons of instants the core had not fixed (decisions on provisional values).
-    pub unfixed_comparisons: u64,
-}
-
-impl EventCounters {
-    fn of(g: &csd_sim::events::Graph) -> EventCounters {
-        EventCounters {
-            booked: g.booked(),
-            late_arrivals: g.late_arrivals(),
-            unrecorded: g.unrecorded(),
-            stale: g.stale(),
-            unfixed_comparisons: g.unfixed_comparisons(),
-        }
-    }
+    pub events: Option<Counters>,
 }
 
 /// Flash work of a run, from the FTL's counters and the dies' calendars.
@@ -527,13 +500,7 @@ impl Outcome {
         v["order_inversions"] = json!(self.flash.inversions());
         v["time_model"] = json!(self.args.time_model.name());
         if let Some(e) = self.events {
-            v["event_core"] = json!({
-                "booked": e.booked,
-                "late_arrivals": e.late_arrivals,
-                "unrecorded": e.unrecorded,
-                "stale": e.stale,
-                "unfixed_comparisons": e.unfixed_comparisons,
-            });
+            v["event_core"] = json!(e);
         }
         v["bookings_by_class"] = ResourceClass::ALL
             .iter()
@@ -730,7 +697,7 @@ pub fn run_once(a: &BenchYcsbArgs, bar: &indicatif::ProgressBar) -> Result<Outco
         .flatten();
     let run = ycsb::run(&mut s, &cfg, &mut |f| bar.set_position((f * 1000.0) as u64));
     // `ycsb::run` settled every instant (the store's and the device's) before returning.
-    let events = rec.map(|r| EventCounters::of(&r.finish()));
+    let events = rec.map(|r| r.finish().counters());
     let run = run.map_err(kv)?;
     let st = s.stats();
     let done_records = s

@@ -68,7 +68,8 @@ fn fixed(v: u64) -> bool {
 const POOL: u32 = 0x00FF_FFFF;
 
 /// How a run's commands are placed in modeled time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TimeModel {
     /// Each resource's calendar books an operation when code asks for it (an early
     /// arrival booked late takes the earliest gap that holds it).
@@ -228,6 +229,21 @@ pub struct Booking {
     pub end: SimTime,
 }
 
+/// What the core did in a recording, for reports ([`Graph::counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counters {
+    /// Stages booked in arrival order (cancelled ones included).
+    pub booked: u64,
+    /// Stages recorded with an arrival before one already booked ([`Graph::late_arrivals`]).
+    pub late_arrivals: u64,
+    /// Bookings made outside the core ([`Graph::unrecorded`]).
+    pub unrecorded: u64,
+    /// Instants that outlived a compaction unrenamed ([`Graph::stale`]).
+    pub stale: u64,
+    /// Comparisons of instants the core had not fixed ([`Graph::unfixed_comparisons`]).
+    pub unfixed_comparisons: u64,
+}
+
 /// The graph of recorded stages and the core that books them in arrival order.
 #[derive(Debug)]
 pub struct Graph {
@@ -326,6 +342,17 @@ impl Graph {
     /// Stages booked so far (cancelled ones included).
     pub fn booked(&self) -> u64 {
         self.booked
+    }
+
+    /// Its counters, for a report.
+    pub fn counters(&self) -> Counters {
+        Counters {
+            booked: self.booked,
+            late_arrivals: self.late,
+            unrecorded: self.unrecorded,
+            stale: self.stale,
+            unfixed_comparisons: self.unfixed,
+        }
     }
 
     /// Booked stages forgotten by compactions ([`Graph::compact`]), over the whole run.
@@ -1040,12 +1067,17 @@ pub fn first_come_first_served(trace: &[Booking]) -> Result<(), String> {
     Ok(())
 }
 
-/// Count a comparison of instants of which one is not fixed ([`Graph::unfixed_comparisons`]).
+/// Count a comparison of instants of which one is not fixed ([`Graph::unfixed_comparisons`]);
+/// with `CSD_TRACE_UNFIXED` set, print where it was made.
 #[cold]
 pub(crate) fn note_unfixed_comparison() {
     with_graph(|g| g.unfixed += 1);
-    if std::env::var_os("CSD_TMP_TRACE").is_some() {
-        eprintln!("UNFIXED {}", std::backtrace::Backtrace::force_capture());
+    // A developer's aid: where the comparison is (docs/time-model.md).
+    if std::env::var_os("CSD_TRACE_UNFIXED").is_some() {
+        eprintln!(
+            "comparison of an unfixed instant at:\n{}",
+            std::backtrace::Backtrace::force_capture()
+        );
     }
 }
 

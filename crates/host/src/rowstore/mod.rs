@@ -500,6 +500,18 @@ impl RowStore {
         Ok(())
     }
 
+    /// While the event core records (`csd_sim::events::Recording`): book everything it
+    /// recorded for this store's device and give the instants the client and the device
+    /// hold their final values (the end of a measured run). Nothing outside a recording.
+    /// The store itself keeps no instant between commands; it never compares one either
+    /// (dependent commands wait on the clock, pipelined ones on the oldest in flight).
+    pub fn settle_events(&mut self) {
+        if csd_sim::events::recording() {
+            self.client.run_events();
+            self.client.settle_instants(&mut csd_sim::events::value);
+        }
+    }
+
     /// Cumulative traffic and costs.
     pub fn traffic(&self) -> Traffic {
         self.traffic

@@ -50,7 +50,7 @@ impl RowStore {
             .collect();
         self.host_cpu(n as f64 * self.cycles_per_page);
         let done = self.pipelined(cmds)?;
-        if let Some(e) = done.iter().map(|c| c.0.acct.completed).max() {
+        if let Some(e) = SimTime::latest(done.iter().map(|c| c.0.acct.completed)) {
             self.client.wait_until(e);
         }
         self.traffic.data_pages_written += n;
