@@ -135,6 +135,10 @@ impl Cache {
     }
 }
 
+/// Names the earliest of some instants and its final value (the event core's
+/// `CommandIssuer::earliest`).
+pub(crate) type Earliest<'a> = dyn FnMut(&[SimTime]) -> Option<(usize, SimTime)> + 'a;
+
 /// The write buffer.
 pub(crate) struct WriteBuffer {
     pub order: Vec<u64>,
@@ -189,7 +193,7 @@ impl WriteBuffer {
         &mut self,
         buffers: usize,
         now: SimTime,
-        earliest: &mut dyn FnMut(&[SimTime]) -> Option<(usize, SimTime)>,
+        earliest: &mut Earliest<'_>,
     ) -> SimTime {
         let mut at = now;
         while self.in_flight.len() >= buffers.max(1) {

@@ -334,11 +334,11 @@ impl NvmeDevice {
         // One pending head (a synchronous host): no choice to make, and no comparison of
         // an instant the event core may not have fixed yet.
         let mut heads = (0..n).filter(|&i| head(&self.queues[i]).is_some());
-        if let (Some(only), None) = (heads.next(), heads.next()) {
-            if matches!(self.arbitration, Arbitration::RoundRobin) {
-                self.next = (only + 1) % n;
-                return Some(only);
-            }
+        if let (Some(only), None) = (heads.next(), heads.next())
+            && matches!(self.arbitration, Arbitration::RoundRobin)
+        {
+            self.next = (only + 1) % n;
+            return Some(only);
         }
         let first = self.queues.iter().filter_map(head).min()?;
         // Candidates in round-robin order from `next`.
