@@ -115,6 +115,15 @@ impl Client {
         Ok(c)
     }
 
+    /// The host waits for its clock (the completion of the commands it waited for):
+    /// while the event core records, the core books what it needs to fix it (stages
+    /// arriving by then, in arrival order), so a synchronous host keeps the graph small
+    /// and its clock final. Returns the clock.
+    pub fn settle_now(&mut self) -> SimTime {
+        self.now = events::resolve(self.now, &mut self.dev);
+        self.now
+    }
+
     /// Totals of every command issued so far.
     pub fn totals(&self) -> ClientTotals {
         self.totals

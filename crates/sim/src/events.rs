@@ -50,6 +50,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::marker::PhantomData;
 
+/// Nodes (a stage counts two) a graph holds before [`Graph::compact_due`] says so.
+pub const DEFAULT_COMPACT_NODES: usize = 1 << 20;
+
 /// The end of a waiting list.
 const NONE: u32 = u32::MAX;
 /// A cached node value that is not known yet.
@@ -242,6 +245,8 @@ pub struct Counters {
     pub stale: u64,
     /// Comparisons of instants the core had not fixed ([`Graph::unfixed_comparisons`]).
     pub unfixed_comparisons: u64,
+    /// Booked stages forgotten by compactions ([`Graph::forgotten`]).
+    pub forgotten: u64,
 }
 
 /// The graph of recorded stages and the core that books them in arrival order.
@@ -264,6 +269,8 @@ pub struct Graph {
     unrecorded: u64,
     stale: u64,
     unfixed: u64,
+    /// Size past which host code compacts ([`Graph::compact_due`]).
+    compact_nodes: usize,
     trace: Option<Vec<Booking>>,
     /// Scratch of [`Graph::evaluate`] and [`Graph::earliest`].
     stack: Vec<u32>,
@@ -323,6 +330,7 @@ impl Graph {
             unrecorded: 0,
             stale: 0,
             unfixed: 0,
+            compact_nodes: DEFAULT_COMPACT_NODES,
             trace: None,
             stack: Vec::new(),
             blocked: Vec::new(),
@@ -352,6 +360,7 @@ impl Graph {
             unrecorded: self.unrecorded,
             stale: self.stale,
             unfixed_comparisons: self.unfixed,
+            forgotten: self.forgotten,
         }
     }
 
@@ -385,6 +394,19 @@ impl Graph {
     /// [`Graph::at_or_before`], [`Graph::earliest`] and [`Graph::resolve`] instead.
     pub fn unfixed_comparisons(&self) -> u64 {
         self.unfixed
+    }
+
+    /// Whether the graph has grown past the size at which its host code should compact it
+    /// ([`Graph::compact`]): nodes plus twice the stages over [`DEFAULT_COMPACT_NODES`]
+    /// (about 32 MB) or the size set by [`Graph::set_compact_nodes`].
+    pub fn compact_due(&self) -> bool {
+        self.nodes.len() + 2 * self.stages.len() > self.compact_nodes
+    }
+
+    /// Compact past `nodes` (nodes plus twice the stages) instead: tests make it small so
+    /// that every holder's renaming is exercised.
+    pub fn set_compact_nodes(&mut self, nodes: usize) {
+        self.compact_nodes = nodes.max(1);
     }
 
     /// Nodes and stages held now (memory: about 32 and 64 bytes each).
@@ -1143,14 +1165,10 @@ pub fn value(t: SimTime) -> SimTime {
         .unwrap_or(SimTime::from_ns(t.ns()))
 }
 
-/// Nodes plus twice the stages this thread's recording holds (0 outside one): what
-/// [`compact`] bounds.
-pub fn held() -> usize {
-    with_graph(|g| {
-        let (n, s) = g.size();
-        n + 2 * s
-    })
-    .unwrap_or(0)
+/// Whether this thread's recording should be compacted ([`Graph::compact_due`]; never
+/// outside a recording).
+pub fn compact_due() -> bool {
+    with_graph(|g| g.compact_due()).unwrap_or(false)
 }
 
 /// [`Graph::compact`] on this thread's recording (`None` outside one).

@@ -625,15 +625,37 @@ impl RowStore {
         Ok((c, meta))
     }
 
+    /// While the event core records and its graph is due for compaction: compact it,
+    /// renaming the instants the client and the device hold. Called where the store
+    /// holds no other instant (before a dependent or a pipelined batch of commands).
+    fn compact_events(&mut self) {
+        if !csd_sim::events::compact_due() {
+            return;
+        }
+        let mut roots = Vec::new();
+        self.client.settle_instants(&mut |t| {
+            roots.push(t);
+            t
+        });
+        if let Some(remap) = csd_sim::events::compact(&roots) {
+            self.client.settle_instants(&mut |t| remap.apply(t));
+        }
+    }
+
     /// A dependent command: issued at the clock, waited for.
     fn sync(&mut self, cmd: Command) -> Result<(Completion, u64), StoreError> {
+        self.compact_events();
         self.host_cpu(self.opts.host_io_cycles);
         let at = self.client.now();
-        self.issue(cmd, at)
+        let out = self.issue(cmd, at);
+        // The host waited for it: its clock is final (the event core books up to it).
+        self.client.settle_now();
+        out
     }
 
     /// Independent commands kept `qd` deep; the clock ends at the last completion.
     fn pipelined(&mut self, cmds: Vec<Command>) -> Result<Vec<(Completion, u64)>, StoreError> {
+        self.compact_events();
         let n = cmds.len() as f64;
         self.host_cpu(n * self.opts.host_io_cycles);
         let start = self.client.now();
@@ -649,6 +671,7 @@ impl RowStore {
             window.push_back(c.acct.completed);
             out.push((c, meta));
         }
+        self.client.settle_now();
         Ok(out)
     }
 

@@ -14,13 +14,6 @@
 use super::*;
 use csd_sim::events;
 
-/// Nodes (a stage counts two) the event core's graph may hold before the store compacts
-/// it (about 32 MB; unit tests compact often, to exercise it).
-#[cfg(not(test))]
-const COMPACT_NODES: usize = 1 << 20;
-#[cfg(test)]
-const COMPACT_NODES: usize = 1 << 11;
-
 impl<I: CommandIssuer> Store<I> {
     /// An operation ran from `start` to `done`. Of the operations between two calls of
     /// [`Store::drain_latencies`] only the last is kept (a read-modify-write is a get and a
@@ -61,10 +54,10 @@ impl<I: CommandIssuer> Store<I> {
         self.settle_instants(&mut events::value);
     }
 
-    /// Compact the event core's graph when it has grown past [`COMPACT_NODES`]: what is
+    /// Compact the event core's graph when it is due ([`events::compact_due`]): what is
     /// booked is forgotten and every instant held here or in the device is renamed.
     pub(super) fn compact_events(&mut self) {
-        if !events::recording() || events::held() <= COMPACT_NODES {
+        if !events::compact_due() {
             return;
         }
         let mut roots = Vec::new();
@@ -172,7 +165,10 @@ mod tests {
                     ycsb::load(&mut s, 3000, &mut |_| {}).unwrap();
                     let inversions0 = inversions(&mut s);
                     let rec = Recording::start().expect("no recording on this thread");
-                    rec.graph(|g| g.record_trace());
+                    rec.graph(|g| {
+                        g.record_trace();
+                        g.set_compact_nodes(1 << 11);
+                    });
                     let c = YcsbConfig {
                         records: 3000,
                         workload,
