@@ -60,6 +60,18 @@ fn command(resources: u32) -> impl Strategy<Value = CommandSpec> {
         })
 }
 
+/// `raw` commands with their stages on resources `0..resources`.
+fn on_resources(raw: Vec<CommandSpec>, resources: u32) -> Vec<CommandSpec> {
+    raw.into_iter()
+        .map(|mut c| {
+            for s in &mut c.stages {
+                s.resource %= resources;
+            }
+            c
+        })
+        .collect()
+}
+
 /// Record command `c` (number `id`) in the graph; the instant it completes (the join
 /// of its stages' ends).
 fn record(g: &mut Graph, id: usize, c: &CommandSpec) -> SimTime {
@@ -295,15 +307,7 @@ proptest! {
         seed in any::<u64>(),
         raw in prop::collection::vec(command(4), 1..25),
     ) {
-        let commands: Vec<CommandSpec> = raw
-            .into_iter()
-            .map(|mut c| {
-                for s in &mut c.stages {
-                    s.resource %= resources;
-                }
-                c
-            })
-            .collect();
+        let commands = on_resources(raw, resources);
         let in_order: Vec<usize> = (0..commands.len()).collect();
         let mut shuffled = in_order.clone();
         // A deterministic shuffle from the seed (Fisher-Yates on a xorshift).
@@ -341,12 +345,7 @@ proptest! {
         let run = |compact_every: Option<usize>| {
             let mut g = Graph::new();
             let mut res = vec![Resource::new(); resources as usize];
-            let mut queue = raw.iter().cloned().map(|mut c| {
-                for s in &mut c.stages {
-                    s.resource %= resources;
-                }
-                c
-            });
+            let mut queue = on_resources(raw.clone(), resources).into_iter();
             let mut in_flight: Vec<SimTime> = Vec::new();
             // An instant kept across commands, as the FTL keeps its log's: the join of
             // every completion so far.
@@ -401,12 +400,7 @@ proptest! {
         let mut g = Graph::new();
         g.record_trace();
         let mut res = vec![Resource::new(); resources as usize];
-        let mut queue = raw.into_iter().map(|mut c| {
-            for s in &mut c.stages {
-                s.resource %= resources;
-            }
-            c
-        });
+        let mut queue = on_resources(raw, resources).into_iter();
         let mut in_flight: Vec<SimTime> = Vec::new();
         let mut now = 0u64;
         let mut id = 0usize;
@@ -445,15 +439,7 @@ proptest! {
         raw in prop::collection::vec(command(4), 1..25),
         asks in prop::collection::vec((any::<prop::sample::Index>(), 0u64..30_000), 1..6),
     ) {
-        let commands: Vec<CommandSpec> = raw
-            .into_iter()
-            .map(|mut c| {
-                for s in &mut c.stages {
-                    s.resource %= resources;
-                }
-                c
-            })
-            .collect();
+        let commands = on_resources(raw, resources);
         let (starts, completions, _, _) =
             run(&commands, resources, &(0..commands.len()).collect::<Vec<_>>());
         let mut g = Graph::new();
