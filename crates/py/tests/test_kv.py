@@ -73,7 +73,8 @@ def test_ycsb_run() -> None:
 
 def test_ycsb_on_the_event_core() -> None:
     with csd.memory() as dev:
-        kv = dev.kv("block")
+        # A cache of 8 pages: the operations read and write through the device.
+        kv = dev.kv("block", cache_pages=8)
         r = kv.ycsb("write-heavy", records=2000, ops=3000, seed=7, time_model="events")
         assert r["run_ops"] == 3000
         assert r["run_read_misses"] == 0
