@@ -540,6 +540,31 @@ fn jobs_strategy() -> impl proptest::strategy::Strategy<Value = Vec<Job>> {
     )
 }
 
+/// Two submission orders of `jobs`: by submission instant, and a random interleaving
+/// (from `seed`) of the four pairs' sequences, each pair's own commands in their order (a
+/// submission queue is FIFO).
+fn orders(jobs: &[Job], seed: u64) -> (Vec<usize>, Vec<usize>) {
+    use rand::{SeedableRng, seq::SliceRandom};
+    let mut canonical: Vec<usize> = (0..jobs.len()).collect();
+    canonical.sort_by_key(|&i| (jobs[i].at, i));
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let mut tags: Vec<usize> = canonical.iter().map(|&i| jobs[i].queue).collect();
+    tags.shuffle(&mut rng);
+    let mut per_queue: Vec<std::collections::VecDeque<usize>> = vec![Default::default(); 4];
+    for &i in &canonical {
+        per_queue[jobs[i].queue].push_back(i);
+    }
+    let shuffled = tags
+        .iter()
+        .map(|&q| {
+            per_queue[q]
+                .pop_front()
+                .expect("as many tags as jobs per pair")
+        })
+        .collect();
+    (canonical, shuffled)
+}
+
 fn device_strategy() -> impl proptest::strategy::Strategy<Value = Vec<String>> {
     use proptest::prelude::*;
     (2u32..5, 1u32..3, 0u32..30, 0u32..30, 0u32..15, 1u32..3).prop_map(
@@ -569,18 +594,7 @@ proptest::proptest! {
         jobs in jobs_strategy(),
         seed in 0u64..u64::MAX,
     ) {
-        use rand::{SeedableRng, seq::SliceRandom};
-        let mut canonical: Vec<usize> = (0..jobs.len()).collect();
-        canonical.sort_by_key(|&i| (jobs[i].at, i));
-        // A random interleaving of the pairs' sequences.
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-        let mut tags: Vec<usize> = canonical.iter().map(|&i| jobs[i].queue).collect();
-        tags.shuffle(&mut rng);
-        let mut per_queue: Vec<std::collections::VecDeque<usize>> = vec![Default::default(); 4];
-        for &i in &canonical {
-            per_queue[jobs[i].queue].push_back(i);
-        }
-        let shuffled: Vec<usize> = tags.iter().map(|&q| per_queue[q].pop_front().unwrap()).collect();
+        let (canonical, shuffled) = orders(&jobs, seed);
         let (a, ta) = run_jobs(&sets, &jobs, &canonical);
         let (b, tb) = run_jobs(&sets, &jobs, &shuffled);
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
@@ -605,18 +619,7 @@ proptest::proptest! {
         jobs in jobs_strategy(),
         seed in 0u64..u64::MAX,
     ) {
-        use rand::{SeedableRng, seq::SliceRandom};
-        let mut canonical: Vec<usize> = (0..jobs.len()).collect();
-        canonical.sort_by_key(|&i| (jobs[i].at, i));
-        // Each pair's own commands stay in order; the pairs interleave at random.
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-        let mut tags: Vec<usize> = canonical.iter().map(|&i| jobs[i].queue).collect();
-        tags.shuffle(&mut rng);
-        let mut per_queue: Vec<std::collections::VecDeque<usize>> = vec![Default::default(); 4];
-        for &i in &canonical {
-            per_queue[jobs[i].queue].push_back(i);
-        }
-        let shuffled: Vec<usize> = tags.iter().map(|&q| per_queue[q].pop_front().unwrap()).collect();
+        let (canonical, shuffled) = orders(&jobs, seed);
         let (a, da, ga) = submit_jobs(&sets, &jobs, &canonical, true);
         let (b, db, gb) = submit_jobs(&sets, &jobs, &shuffled, true);
         for g in [ga.unwrap(), gb.unwrap()] {
