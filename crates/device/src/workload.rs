@@ -554,13 +554,6 @@ impl Draw<'_> {
     }
 }
 
-/// Nodes (a stage counts two) the event core's graph may hold before the engine
-/// compacts it (about 32 MB; unit tests compact often, to exercise it).
-#[cfg(not(test))]
-const COMPACT_NODES: usize = 1 << 20;
-#[cfg(test)]
-const COMPACT_NODES: usize = 1 << 11;
-
 /// Commands in flight, and how their completions come out (earliest first).
 enum InFlight {
     /// Each completion is final when its command returns (calendars): it is tallied
@@ -582,11 +575,16 @@ impl InFlight {
             .then(Recording::start)
             .flatten()
         {
-            Some(rec) => InFlight::Events {
-                rec,
-                cmds: Vec::with_capacity(depth + 1),
-                dones: Vec::with_capacity(depth + 1),
-            },
+            Some(rec) => {
+                // Unit tests compact the graph often, to exercise the renaming.
+                #[cfg(test)]
+                rec.graph(|g| g.set_compact_nodes(1 << 11));
+                InFlight::Events {
+                    rec,
+                    cmds: Vec::with_capacity(depth + 1),
+                    dones: Vec::with_capacity(depth + 1),
+                }
+            }
             None => InFlight::Calendar(BinaryHeap::with_capacity(depth + 1)),
         }
     }
@@ -629,7 +627,7 @@ impl InFlight {
                 let (i, done) = rec.earliest(dones, &mut TargetResources(target))?;
                 let (_, submit, is_read) = cmds.swap_remove(i);
                 tally.record(is_read, submit, done);
-                if rec.graph(|g| g.size().0 + 2 * g.size().1) > COMPACT_NODES {
+                if rec.graph(|g| g.compact_due()) {
                     // Memory stays bounded: forget what is booked, renaming the instants
                     // held in flight and in the target.
                     dones.clear();
