@@ -183,7 +183,7 @@ impl Controller {
         let core = if events::recording() {
             0
         } else {
-            first_start(&self.cores, at, ns)
+            csd_sim::resource::first_start(&self.cores, at, ns)
         };
         self.book(Slot::Core(core), at, ns)
     }
@@ -196,7 +196,7 @@ impl Controller {
         let core = if events::recording() {
             0
         } else {
-            first_start(&self.host_cpu, at, ns)
+            csd_sim::resource::first_start(&self.host_cpu, at, ns)
         };
         self.book(Slot::HostCpu(core), at, ns)
     }
@@ -255,12 +255,12 @@ impl Controller {
             (ResourceClass::Dram, _) => &mut self.dram,
             (ResourceClass::HostLink, _) => &mut self.host_link,
             (ResourceClass::EmbeddedCpu, None) => {
-                let i = first_start(&self.cores, at, ns);
+                let i = csd_sim::resource::first_start(&self.cores, at, ns);
                 &mut self.cores[i]
             }
             (ResourceClass::EmbeddedCpu, Some(i)) => self.cores.get_mut(i as usize)?,
             (ResourceClass::HostCpu, None) => {
-                let i = first_start(&self.host_cpu, at, ns);
+                let i = csd_sim::resource::first_start(&self.host_cpu, at, ns);
                 &mut self.host_cpu[i]
             }
             (ResourceClass::HostCpu, Some(i)) => self.host_cpu.get_mut(i as usize)?,
@@ -330,23 +330,6 @@ pub(crate) fn reserve_now(
         ResourceClass::Die | ResourceClass::Channel => nand.reserve_now(id, at, ns),
         _ => ctrl.reserve_now(id, at, ns),
     }
-}
-
-/// The member of a pool (cores) that can start `ns` of work at `at` first; ties go to
-/// the lowest index.
-fn first_start(pool: &[Resource], at: SimTime, ns: u64) -> usize {
-    let mut best = (SimTime::from_ns(u64::MAX), 0);
-    for (i, r) in pool.iter().enumerate() {
-        let s = r.earliest_start(at, ns);
-        if s < best.0 {
-            best = (s, i);
-            if s == at {
-                break;
-            }
-        }
-    }
-    debug_assert!(!pool.is_empty(), "a pool has at least one member");
-    best.1
 }
 
 #[cfg(test)]

@@ -86,6 +86,7 @@
 
 use crate::ahead::{Ahead, Done, pin_pages};
 use crate::block::BlockDevice;
+use crate::workload::TargetResources;
 use csd_ftl::FtlError;
 use csd_query::{Evaluator, MinipageHints, PartialResult, Plan, WorkCounters};
 use csd_sim::{IspConfig, Rate, SimTime};
@@ -233,8 +234,8 @@ struct Session {
     compare_rate: Rate,
     /// Next page to issue.
     next_page: u64,
-    /// Completion (unpin) instants of pages in flight, earliest first.
-    inflight: BinaryHeap<Reverse<SimTime>>,
+    /// Completion (unpin) instants of pages in flight.
+    inflight: Inflight,
     pinned: u32,
     /// Earliest instant the next page may be issued.
     cursor: SimTime,
@@ -357,35 +358,82 @@ impl Session {
             .map_or(self.table.pages, |l| l.len() as u64)
     }
 
-    /// When the next page can be issued, if it can be at all.
+    /// Whether the session has a page to issue: it has not failed, pages are left, and
+    /// its arena is not full of unfetched chunks (then it waits for a GET).
+    fn can_issue(&self) -> bool {
+        self.failed.is_none()
+            && self.next_page < self.total()
+            && self.ready_bytes < self.arena_bytes
+    }
+
+    /// Whether every pinned buffer holds a page in flight.
+    fn full(&self) -> bool {
+        self.inflight.len() as u32 >= self.pinned
+    }
+
+    /// When the next page can be issued, if it can be at all (on calendars).
     fn next_issue(&self) -> Option<SimTime> {
-        if self.failed.is_some() || self.next_page >= self.total() {
+        if !self.can_issue() {
             return None;
         }
-        if self.ready_bytes >= self.arena_bytes {
-            return None; // arena full of unfetched chunks: wait for a GET
-        }
-        if (self.inflight.len() as u32) < self.pinned {
+        if !self.full() {
             Some(self.cursor)
         } else {
-            self.inflight.peek().map(|r| r.0.max(self.cursor))
+            self.inflight.earliest().map(|t| t.max(self.cursor))
         }
     }
 
     /// Pages whose processing ended by `at` (the model may have run pages whose
-    /// completion lies in `at`'s future; only the last `pinned` can).
-    fn pages_done_by(&self, at: SimTime) -> u64 {
-        let pending = self.inflight.iter().filter(|r| r.0 > at).count() as u64;
+    /// completion lies in `at`'s future; only the last `pinned` can). `by(t, at)`
+    /// decides whether `t` ends by `at`.
+    fn pages_done_by(&self, at: SimTime, by: &mut impl FnMut(SimTime, SimTime) -> bool) -> u64 {
+        let pending = self.inflight.iter().filter(|&t| !by(t, at)).count() as u64;
         self.pages_done.saturating_sub(pending)
     }
 
     /// The state as seen at instant `at` (the last page may be processed in the
     /// model's future).
-    fn state(&self, at: SimTime) -> SessionState {
+    fn state(&self, at: SimTime, by: &mut impl FnMut(SimTime, SimTime) -> bool) -> SessionState {
         match (&self.failed, self.done_at) {
             (Some(m), _) => SessionState::Failed(m.clone()),
-            (None, Some(d)) if d <= at => SessionState::Done,
+            (None, Some(d)) if by(d, at) => SessionState::Done,
             _ => SessionState::Running,
+        }
+    }
+
+    /// Replace every instant the session keeps by `settle(instant)` (the event core's
+    /// renaming at compaction, and final values when a recording ends).
+    fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        self.cursor = settle(self.cursor);
+        self.out_ready = settle(self.out_ready);
+        self.done_at = self.done_at.map(&mut *settle);
+        self.inflight.settle(settle);
+        for c in &mut self.ready {
+            c.ready_at = settle(c.ready_at);
+        }
+    }
+
+    /// A report of the session at `at` with `chunk` (and its link bytes and rows).
+    fn reply(
+        &self,
+        id: u32,
+        at: SimTime,
+        by: &mut impl FnMut(SimTime, SimTime) -> bool,
+        chunk: (Option<PartialResult>, u64, u64),
+        more: bool,
+    ) -> IspReply {
+        IspReply {
+            session: id,
+            state: self.state(at, by),
+            pages_done: self.pages_done_by(at, by),
+            pages_total: self.total(),
+            chunk: chunk.0,
+            chunk_link_bytes: chunk.1,
+            chunk_rows_selected: chunk.2,
+            more,
+            work: self.work,
+            pages_skipped: self.pages_skipped,
+            index_misses: self.index_misses,
         }
     }
 
@@ -503,7 +551,7 @@ impl Runtime {
             row_width,
             compare_rate: dev.ftl().nand().config().channel.rate(),
             next_page: 0,
-            inflight: BinaryHeap::new(),
+            inflight: Inflight::new(),
             pinned,
             cursor: at,
             group_limit,
@@ -630,10 +678,17 @@ impl Runtime {
             })
     }
 
-    /// GET: status and every chunk ready by `at`, merged, up to `get_max_bytes` of link
-    /// transfer (at least one chunk).
-    pub(crate) fn get(&mut self, id: u32, at: SimTime) -> Result<IspReply, IspRefusal> {
+    /// GET: status and every chunk ready by `at` (an instant the event core has fixed:
+    /// see [`Runtime::advance`]), merged, up to `get_max_bytes` of link transfer (at least
+    /// one chunk).
+    pub(crate) fn get(
+        &mut self,
+        dev: &mut BlockDevice,
+        id: u32,
+        at: SimTime,
+    ) -> Result<IspReply, IspRefusal> {
         let max = self.cfg.get_max_kib as u64 * 1024;
+        let mut by = ends_by(dev);
         let s = self.session(id)?;
         let stalled = s.ready_bytes >= s.arena_bytes;
         let (mut result, mut link, mut rows) = (None::<PartialResult>, 0u64, 0u64);
@@ -641,7 +696,7 @@ impl Runtime {
         // the first makes room for all their rows at once, not growing chunk by chunk.
         let (mut package, mut package_link) = (0usize, 0u64);
         for c in &s.ready {
-            if c.ready_at > at || (package > 0 && package_link + c.link_bytes > max) {
+            if (package > 0 && package_link + c.link_bytes > max) || !by(c.ready_at, at) {
                 break;
             }
             package_link += c.link_bytes;
@@ -674,38 +729,20 @@ impl Runtime {
         if stalled && s.ready_bytes < s.arena_bytes {
             s.cursor = s.cursor.max(at);
         }
-        let more = s.ready.front().is_some_and(|c| c.ready_at <= at);
-        Ok(IspReply {
-            session: id,
-            state: s.state(at),
-            pages_done: s.pages_done_by(at),
-            pages_total: s.total(),
-            chunk: result,
-            chunk_link_bytes: link,
-            chunk_rows_selected: rows,
-            more,
-            work: s.work,
-            pages_skipped: s.pages_skipped,
-            index_misses: s.index_misses,
-        })
+        let more = s.ready.front().is_some_and(|c| by(c.ready_at, at));
+        Ok(s.reply(id, at, &mut by, (result, link, rows), more))
     }
 
-    /// CLOSE: drop the session and free its buffers.
-    pub(crate) fn close(&mut self, id: u32, at: SimTime) -> Result<IspReply, IspRefusal> {
+    /// CLOSE: drop the session and free its buffers (`at` as for [`Runtime::get`]).
+    pub(crate) fn close(
+        &mut self,
+        dev: &mut BlockDevice,
+        id: u32,
+        at: SimTime,
+    ) -> Result<IspReply, IspRefusal> {
+        let mut by = ends_by(dev);
         let s = self.session(id)?;
-        let reply = IspReply {
-            session: id,
-            state: s.state(at),
-            pages_done: s.pages_done_by(at),
-            pages_total: s.total(),
-            chunk: None,
-            chunk_link_bytes: 0,
-            chunk_rows_selected: 0,
-            more: false,
-            work: s.work,
-            pages_skipped: s.pages_skipped,
-            index_misses: s.index_misses,
-        };
+        let reply = s.reply(id, at, &mut by, (None, 0, 0), false);
         let pinned = s.pinned as u64;
         self.sessions[id as usize - 1] = None;
         self.pinned_total -= pinned;
@@ -717,8 +754,19 @@ impl Runtime {
         self.sessions.iter().filter(|s| s.is_some()).count()
     }
 
-    /// Run every session's page steps whose issue instant is at or before `until`.
-    pub(crate) fn advance(&mut self, dev: &mut BlockDevice, until: SimTime) {
+    /// Replace every instant the open sessions keep by `settle(instant)`.
+    pub(crate) fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        for s in self.sessions.iter_mut().flatten() {
+            s.settle_instants(settle);
+        }
+    }
+
+    /// Run every session's page steps whose issue instant is at or before `until`;
+    /// `until`'s value, final on the event core (see [`Runtime::advance_events`]).
+    pub(crate) fn advance(&mut self, dev: &mut BlockDevice, until: SimTime) -> SimTime {
+        if csd_sim::events::recording() {
+            return self.advance_events(dev, &[until]).map_or(until, |(_, t)| t);
+        }
         loop {
             let next = self
                 .sessions
@@ -733,8 +781,164 @@ impl Runtime {
                         step(s, dev, &cfg, t);
                     }
                 }
-                _ => return,
+                _ => return until,
             }
+        }
+    }
+
+    /// [`Runtime::advance`] on the event core, up to the first of `untils`: the earliest
+    /// of them (the first of equal ones) and its final value, `None` for none. The
+    /// instants a session waits for (its pages' completions) and `untils` may not be
+    /// fixed yet. Each round asks the core which comes first of `untils` and every
+    /// session's possible next issue (a session with a free buffer issues at its cursor,
+    /// a full one when the first of its pages in flight completes), booking stages only
+    /// up to the winner (`Graph::earliest`): no step still to be recorded can then issue
+    /// before a booked stage arrived, so every resource keeps serving in arrival order.
+    /// The calendars' choice, decided exactly: a page is issued at `max(cursor, first
+    /// completion)` when that is at or before `until`; ties go to the sessions, lowest
+    /// first. Host code that waits for an instant while sessions are open goes through
+    /// here (`NvmeDevice::resolve`), so the steps issued before it are recorded first.
+    pub(crate) fn advance_events(
+        &mut self,
+        dev: &mut BlockDevice,
+        untils: &[SimTime],
+    ) -> Option<(usize, SimTime)> {
+        let cfg = self.cfg;
+        let mut targets: Vec<SimTime> = Vec::new();
+        // Per target: its session and, for a full one, the page in flight.
+        let mut whose: Vec<(usize, Option<usize>)> = Vec::new();
+        loop {
+            targets.clear();
+            whose.clear();
+            for (i, s) in self.sessions.iter().enumerate() {
+                let Some(s) = s.as_ref().filter(|s| s.can_issue()) else {
+                    continue;
+                };
+                if !s.full() {
+                    targets.push(s.cursor);
+                    whose.push((i, None));
+                } else {
+                    for (k, t) in s.inflight.iter().enumerate() {
+                        targets.push(t);
+                        whose.push((i, Some(k)));
+                    }
+                }
+            }
+            targets.extend_from_slice(untils);
+            let (w, t) = csd_sim::events::earliest(&targets, &mut TargetResources(dev))?;
+            let Some(&(i, page)) = whose.get(w) else {
+                return Some((w - whose.len(), t)); // one of `untils` comes first
+            };
+            let s = self.sessions[i].as_mut()?;
+            match page {
+                None => step(s, dev, &cfg, t),
+                Some(k) => {
+                    // That page's buffer is free at `t`: the session issues its next page
+                    // then, or at its cursor if that is later (next round).
+                    s.inflight.remove(k);
+                    if s.cursor <= t {
+                        step(s, dev, &cfg, t);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether an instant ends by a fixed instant: a plain comparison on calendars, a
+/// bounded decision of the event core while it records (`Graph::at_or_before`: it books
+/// only stages arriving by the bound).
+fn ends_by(dev: &mut BlockDevice) -> impl FnMut(SimTime, SimTime) -> bool + '_ {
+    move |t, bound| csd_sim::events::at_or_before(t, bound, &mut TargetResources(&mut *dev))
+}
+
+/// Completion (unpin) instants of a session's pages in flight: a heap, earliest first,
+/// on calendars; a list on the event core, which decides their order
+/// ([`Runtime::advance_events`]) and whose instants' values may still rise.
+enum Inflight {
+    Heap(BinaryHeap<Reverse<SimTime>>),
+    List(Vec<SimTime>),
+}
+
+impl Inflight {
+    fn new() -> Inflight {
+        if csd_sim::events::recording() {
+            Inflight::List(Vec::new())
+        } else {
+            Inflight::Heap(BinaryHeap::new())
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Inflight::Heap(h) => h.len(),
+            Inflight::List(l) => l.len(),
+        }
+    }
+
+    fn push(&mut self, t: SimTime) {
+        match self {
+            Inflight::Heap(h) => h.push(Reverse(t)),
+            Inflight::List(l) => l.push(t),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = SimTime> + '_ {
+        let (h, l) = match self {
+            Inflight::Heap(h) => (Some(h), None),
+            Inflight::List(l) => (None, Some(l)),
+        };
+        let heap = h.into_iter().flat_map(|h| h.iter().map(|r| r.0));
+        heap.chain(l.into_iter().flat_map(|l| l.iter().copied()))
+    }
+
+    /// The earliest completion (final values: calendars, or a list settled after its
+    /// recording).
+    fn earliest(&self) -> Option<SimTime> {
+        match self {
+            Inflight::Heap(h) => h.peek().map(|r| r.0),
+            Inflight::List(l) => l.iter().copied().min(),
+        }
+    }
+
+    /// Free the buffer of the earliest completion (final values, as [`Inflight::earliest`]).
+    fn pop_earliest(&mut self) {
+        match self {
+            Inflight::Heap(h) => {
+                h.pop();
+            }
+            Inflight::List(l) => {
+                if let Some((k, _)) = l.iter().enumerate().min_by_key(|&(k, t)| (*t, k)) {
+                    l.swap_remove(k);
+                }
+            }
+        }
+    }
+
+    /// Free the buffer of the `k`-th page of [`Inflight::iter`] (the event core chose it).
+    fn remove(&mut self, k: usize) {
+        match self {
+            Inflight::Heap(h) => {
+                let mut v = std::mem::take(h).into_vec();
+                v.swap_remove(k);
+                *h = BinaryHeap::from(v);
+            }
+            Inflight::List(l) => {
+                l.swap_remove(k);
+            }
+        }
+    }
+
+    fn settle(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
+        match self {
+            Inflight::Heap(h) => {
+                let v: Vec<_> = std::mem::take(h)
+                    .into_iter()
+                    .map(|r| Reverse(settle(r.0)))
+                    .collect();
+                *h = BinaryHeap::from(v);
+            }
+            Inflight::List(l) => l.iter_mut().for_each(|t| *t = settle(*t)),
         }
     }
 }
@@ -767,8 +971,8 @@ fn page_in(list: Option<&[u64]>, pages: u64, i: u64) -> Option<u64> {
 
 /// Process one page of `s`, issued at `t`.
 fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
-    if s.inflight.len() as u32 >= s.pinned {
-        s.inflight.pop();
+    if s.full() {
+        s.inflight.pop_earliest();
     }
     let (ahead, crcs) = s.evaluated_ahead(dev, s.next_page);
     if let Some(c) = &crcs {
@@ -967,10 +1171,10 @@ fn charge(
     };
     s.out_rows_selected += c.rows_selected;
     s.out_ready = s.out_ready.max(unpin);
-    s.inflight.push(Reverse(unpin));
+    s.inflight.push(unpin);
     s.pages_done += 1;
     if s.next_page >= s.total() {
-        let done = s.inflight.iter().map(|r| r.0).max().unwrap_or(unpin);
+        let done = SimTime::latest(s.inflight.iter()).unwrap_or(unpin);
         s.out_ready = s.out_ready.max(done);
         s.done_at = Some(done);
         s.seal_chunk();

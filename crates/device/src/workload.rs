@@ -122,7 +122,7 @@ pub trait IoTarget {
 }
 
 /// An [`IoTarget`] as the event core's [`Resources`].
-struct TargetResources<'a>(&'a mut dyn IoTarget);
+pub(crate) struct TargetResources<'a>(pub(crate) &'a mut dyn IoTarget);
 
 impl Resources for TargetResources<'_> {
     fn reserve(&mut self, id: ResourceId, arrival: SimTime, dur_ns: u64) -> SimTime {

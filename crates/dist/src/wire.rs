@@ -325,6 +325,7 @@ impl WireReport {
             index: self.index.clone(),
             pages_skipped: self.pages_skipped,
             index_misses: self.index_misses,
+            event_core: None,
             setup_ns: self.setup_ns,
         })
     }

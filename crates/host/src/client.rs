@@ -120,7 +120,7 @@ impl Client {
     /// arriving by then, in arrival order), so a synchronous host keeps the graph small
     /// and its clock final. Returns the clock.
     pub fn settle_now(&mut self) -> SimTime {
-        self.now = events::resolve(self.now, &mut self.dev);
+        self.now = self.dev.resolve(self.now);
         self.now
     }
 
@@ -241,6 +241,12 @@ pub trait CommandIssuer {
         t
     }
 
+    /// The host waits for its clock: on the event core, the core books what it must to fix
+    /// it ([`Client::settle_now`]); the clock, final. The default: the clock as it is.
+    fn settle_now(&mut self) -> SimTime {
+        self.now()
+    }
+
     /// Book everything the event core recorded for this issuer's device (the end of a
     /// recording); afterwards every instant has its final value
     /// ([`csd_sim::events::value`]).
@@ -317,15 +323,19 @@ impl CommandIssuer for Client {
     }
 
     fn earliest(&mut self, instants: &[SimTime]) -> Option<(usize, SimTime)> {
-        events::earliest(instants, &mut self.dev)
+        self.dev.earliest(instants)
     }
 
     fn at_or_before(&mut self, t: SimTime, bound: SimTime) -> bool {
-        events::at_or_before(t, bound, &mut self.dev)
+        self.dev.at_or_before(t, bound)
     }
 
     fn resolve(&mut self, t: SimTime) -> SimTime {
-        events::resolve(t, &mut self.dev)
+        self.dev.resolve(t)
+    }
+
+    fn settle_now(&mut self) -> SimTime {
+        Client::settle_now(self)
     }
 
     fn run_events(&mut self) {

@@ -54,6 +54,7 @@ use crate::catalog::TableInfo;
 use crate::client::{CommandIssuer, HostError};
 use csd_device::{Command, IspMode, IspOpen, Payload, SessionState, TableExtent, Telemetry};
 use csd_query::{Evaluator, MergeTally, ParEval, PartialResult, Plan, WorkCounters};
+use csd_sim::events::{self, Counters, Recording, ResourceId, TimeModel};
 use csd_sim::{DeviceConfig, EnergyCounters, EnergyReport, Resource, ResourceClass, SimTime};
 use csd_table::PageView;
 use csd_table::page::Layout;
@@ -78,6 +79,11 @@ pub struct ScanOptions {
     pub use_index: bool,
     /// Read the table as one side of a FLIXR join (in-host strategy only).
     pub join: Option<JoinRead>,
+    /// How the scan's commands are placed in modeled time: on calendars, or recorded into
+    /// the event core ([`csd_sim::events`]: every resource first-come first-served in
+    /// modeled-arrival order). `Events` records the scan on its own thread unless a
+    /// recording is on already (then the scan is part of the caller's).
+    pub time_model: TimeModel,
 }
 
 /// How a scan reads its table as one side of a FLIXR join (flixr §4.5).
@@ -105,15 +111,21 @@ impl ScanOptions {
             poll_max_us: 10_000.0,
             use_index: true,
             join: None,
+            time_model: TimeModel::Calendar,
         }
     }
 }
 
 /// The host CPU model: `cores` resources at the host clock; work goes to the core that
-/// frees up first.
+/// frees up first. While the thread records into the event core
+/// ([`csd_sim::events`]), the cores are lent to it, so the core books each page's
+/// evaluation in arrival order on the core that can start it first;
+/// [`HostCpu::take_back`] returns them when the core has booked everything.
 #[derive(Debug, Clone)]
 pub struct HostCpu {
     cores: Vec<Resource>,
+    /// The pool the event core holds while it has the cores.
+    lent: Option<ResourceId>,
     hz: f64,
     cycles: u64,
 }
@@ -121,8 +133,14 @@ pub struct HostCpu {
 impl HostCpu {
     /// A host CPU with `threads` cores of the config's host (at least one).
     pub fn new(cfg: &DeviceConfig, threads: u32) -> HostCpu {
+        let cores = vec![Resource::new(); threads.max(1) as usize];
+        let (cores, lent) = match events::lend(ResourceClass::HostCpu, cores) {
+            Ok(id) => (Vec::new(), Some(id)),
+            Err(cores) => (cores, None),
+        };
         HostCpu {
-            cores: vec![Resource::new(); threads.max(1) as usize],
+            cores,
+            lent,
             hz: cfg.host.clock_mhz * 1e6,
             cycles: 0,
         }
@@ -132,9 +150,23 @@ impl HostCpu {
     pub fn run(&mut self, at: SimTime, cycles: u64) -> SimTime {
         self.cycles += cycles;
         let ns = (cycles as f64 / self.hz * 1e9).ceil() as u64;
+        if let Some(pool) = self.lent {
+            return events::record_stage(pool, at, ns).1;
+        }
         match self.cores.iter_mut().min_by_key(|c| c.free_at()) {
             Some(core) => core.reserve(at, ns).1,
             None => at,
+        }
+    }
+
+    /// Take the cores back from the event core, which has booked every stage
+    /// ([`csd_sim::events::run_all`]); nothing to do when they were never lent.
+    pub fn take_back(&mut self) {
+        if let Some(pool) = self.lent.take() {
+            match events::take_back(pool) {
+                Some(cores) => self.cores = cores,
+                None => debug_assert!(false, "the event core lost a scan's host cores"),
+            }
         }
     }
 
@@ -143,8 +175,10 @@ impl HostCpu {
         self.cycles
     }
 
-    /// Busy nanoseconds summed over cores, and the number of cores.
+    /// Busy nanoseconds summed over cores, and the number of cores (after
+    /// [`HostCpu::take_back`] on the event core).
     pub fn busy(&self) -> (u64, usize) {
+        debug_assert!(self.lent.is_none(), "the host cores are still lent");
         (
             self.cores.iter().map(Resource::busy_ns).sum(),
             self.cores.len(),
@@ -267,6 +301,9 @@ pub struct QueryReport {
     pub pages_skipped: u64,
     /// Index-cache misses of the device while comparing entries.
     pub index_misses: u64,
+    /// What the event core did when the scan recorded on its own (`time_model` events and
+    /// no recording of the caller's): stages booked and every count that must stay 0.
+    pub event_core: Option<Counters>,
     /// Modeled nanoseconds of the scan's setup commands issued by its caller (a FLIXR
     /// join's SEND_TIDX_ENC / SEND_TIDX_ICR and their release), included in
     /// `modeled_ns`; 0 for a scan without any.
@@ -365,6 +402,38 @@ fn whole_pages<C: CommandIssuer>(
     Ok((out, extra))
 }
 
+/// On the event core: book everything recorded and give every instant the issuer and its
+/// device keep its final value (nothing outside a recording).
+fn settle_events<C: CommandIssuer>(c: &mut C) {
+    if c.event_core() && events::recording() {
+        c.run_events();
+        c.settle_instants(&mut events::value);
+    }
+}
+
+/// A renaming of instants (the event core's compaction, or final values).
+type Settle<'a> = dyn FnMut(SimTime) -> SimTime + 'a;
+
+/// When the event core's graph is due for compaction ([`events::compact_due`]), compact
+/// it, renaming every instant the issuer and its device keep and those the scan holds
+/// (`held` applies a renaming to each).
+fn compact_events<C: CommandIssuer>(c: &mut C, held: &mut dyn FnMut(&mut Settle<'_>)) {
+    if !events::compact_due() {
+        return;
+    }
+    let mut roots = Vec::new();
+    let mut note = |t: SimTime| {
+        roots.push(t);
+        t
+    };
+    c.settle_instants(&mut note);
+    held(&mut note);
+    if let Some(remap) = events::compact(&roots) {
+        c.settle_instants(&mut |t| remap.apply(t));
+        held(&mut |t| remap.apply(t));
+    }
+}
+
 /// Rows a host-side (IHP) projection gathers before handing them to the sink.
 pub const IHP_CHUNK_ROWS: usize = 8192;
 
@@ -382,6 +451,32 @@ pub fn run_scan<C: CommandIssuer>(
     opts: &ScanOptions,
     sink: &mut dyn FnMut(PartialResult) -> Result<(), HostError>,
 ) -> Result<QueryReport, HostError> {
+    // A scan asked to run on the event core records on its own when its caller does not.
+    let own = (opts.time_model == TimeModel::Events && c.event_core())
+        .then(Recording::start)
+        .flatten();
+    let ran = scan(c, table, plan, cfg, opts, sink);
+    let Some(rec) = own else {
+        return ran;
+    };
+    // Nothing stays recorded once the scan is over (it also failed cleanly).
+    settle_events(c);
+    let counters = rec.finish().counters();
+    ran.map(|r| QueryReport {
+        event_core: Some(counters),
+        ..r
+    })
+}
+
+/// [`run_scan`] inside whatever recording is on.
+fn scan<C: CommandIssuer>(
+    c: &mut C,
+    table: &TableInfo,
+    plan: &Plan,
+    cfg: &DeviceConfig,
+    opts: &ScanOptions,
+    sink: &mut dyn FnMut(PartialResult) -> Result<(), HostError>,
+) -> Result<QueryReport, HostError> {
     if plan.schema.fingerprint() != table.schema.fingerprint() {
         return Err(HostError::Invalid(format!(
             "the plan is for table `{}`, not for `{}`",
@@ -390,7 +485,9 @@ pub fn run_scan<C: CommandIssuer>(
     }
     let wall0 = Instant::now();
     let before = telemetry(c)?;
-    let t0 = c.now();
+    // On the event core ([`csd_sim::events`], while the caller records) the scan starts
+    // at a fixed instant; its commands are recorded and booked in arrival order.
+    let t0 = c.settle_now();
     let join_table = join_table(table, opts)?;
     // FLIXR: the rule the filter implies on the indexed column, registered for this scan
     // (a join's build side always needs one: a rule matching every value by default).
@@ -431,14 +528,19 @@ pub fn run_scan<C: CommandIssuer>(
             .map(|_| ()),
         None => Ok(()),
     };
+    // Everything recorded is booked (the scan's figures are read from the resources'
+    // counters) and every instant the client and the device keep becomes final.
+    settle_events(c);
+    host.take_back();
     let (work, mut commands, end) = ran?;
     dropped?;
     if index.is_some() {
         commands += 2; // SEND_IDX_ICR and its release
     }
-    let end = end.max(c.now());
+    let end = events::value(end).max(c.now());
     c.wait_until(end);
     let after = telemetry(c)?;
+    settle_events(c);
     let modeled_ns = end.since(t0).max(1);
     let counters = run_counters(&before, &after, &host);
     let energy = EnergyReport::compute(&cfg.energy, &counters, modeled_ns);
@@ -467,6 +569,7 @@ pub fn run_scan<C: CommandIssuer>(
         wall_s: wall0.elapsed().as_secs_f64(),
         index: index_text(opts.join, index),
         pages_skipped: skipped.0,
+        event_core: None,
         setup_ns: 0,
         index_misses: skipped.1,
     })
@@ -843,6 +946,11 @@ impl Run<'_> {
         let mut commands = 0u64;
         let mut page = 0u64;
         while page < table.pages {
+            compact_events(c, &mut |settle| {
+                end = settle(end);
+                done.iter_mut().for_each(|t| *t = settle(*t));
+                ev.reads.iter_mut().for_each(|r| r.0 = settle(r.0));
+            });
             let n = per_cmd.min(table.pages - page);
             let at = if done.len() >= depth {
                 done.pop_front().unwrap_or(t0)
@@ -934,13 +1042,16 @@ impl Run<'_> {
             Payload::IspSession(id) => id,
             _ => return Err(HostError::Invalid("IspOpen returned no session".into())),
         };
-        let opened = c.now();
+        // The host waits for each reply: its clock is final (the event core books up to it).
+        let opened = c.settle_now();
         let mut commands = 1u64;
         let mut interval = opts.poll_min_us.max(1.0);
         let mut end = c.now();
         let result = (|| -> Result<WorkCounters, HostError> {
             loop {
+                compact_events(c, &mut |settle| end = settle(end));
                 let comp = c.exec(Command::IspGet { session })?;
+                c.settle_now();
                 commands += 1;
                 let Payload::Isp(mut reply) = comp.payload else {
                     return Err(HostError::Invalid("IspGet returned no reply".into()));

@@ -37,6 +37,7 @@ use csd_ftl::{Ftl, FtlConfig};
 use csd_host::{Catalog, Client, QueryReport, Strategy, TableInfo};
 pub use csd_paper::{Comparison, PaperValue, Status};
 use csd_sim::DeviceConfig;
+use csd_sim::events::TimeModel;
 use csd_sql::{Choice, ScanSettings, SqlSession};
 use csd_table::datagen::{SyntheticGenerator, SyntheticSpec, TpchGenerator, TpchTable};
 use csd_table::page::Layout;
@@ -103,7 +104,9 @@ pub struct Bed {
 }
 
 impl Bed {
-    pub fn new(cfg: DeviceConfig) -> Result<Bed, ReproError> {
+    /// A fresh in-memory device of `cfg` whose scans place their commands in modeled time
+    /// by `time_model` (calendars, or the event core: `csd_host::ScanOptions::time_model`).
+    pub fn new(cfg: DeviceConfig, time_model: TimeModel) -> Result<Bed, ReproError> {
         let nand = csd_nand::Nand::new_in_memory(cfg.clone())?;
         let ftl = Ftl::format(nand, FtlConfig::default())?;
         let client = Client::new(NvmeDevice::new(ftl))?;
@@ -111,6 +114,7 @@ impl Bed {
         let mut settings = ScanSettings::new(Choice::Fixed(Strategy::Ihp));
         settings.options.poll_min_us = 5.0;
         settings.options.poll_max_us = 200.0;
+        settings.options.time_model = time_model;
         // An empty device: no catalog read yet (each run reads it, as before).
         let session =
             SqlSession::with_tables(client, cfg, settings, Vec::new()).map_err(sql_error)?;

@@ -20,6 +20,7 @@ use super::{
 };
 use crate::ReproError;
 use crate::args::Seed;
+use csd_sim::events::TimeModel;
 
 /// The paper's name in comparisons and the scoreboard.
 pub const PAPER: &str = "scan-paper";
@@ -118,7 +119,7 @@ fn sweep(a: &ScanPaperArgs, rows: u64) -> Result<Sweep, ReproError> {
                 &format!("isp-ch{ch}"),
                 &[format!("channel.rate_mt_s={mts}")],
             )?;
-            for (_, r, m) in scan_runs(&cfg, rows, a.rng.seed, &[SIGMA], &pb)? {
+            for (_, r, m) in scan_runs(&cfg, rows, a, &[SIGMA], &pb)? {
                 fig5.push((ch, mts, r, m));
             }
         }
@@ -134,7 +135,7 @@ fn sweep(a: &ScanPaperArgs, rows: u64) -> Result<Sweep, ReproError> {
                 format!("host_link.bandwidth_mb_s={mb}"),
             ],
         )?;
-        for (sigma, r, m) in scan_runs(&cfg, rows, a.rng.seed, &SIGMAS, &pb)? {
+        for (sigma, r, m) in scan_runs(&cfg, rows, a, &SIGMAS, &pb)? {
             fig7.push((name, sigma, r, m));
         }
     }
@@ -142,7 +143,7 @@ fn sweep(a: &ScanPaperArgs, rows: u64) -> Result<Sweep, ReproError> {
     let mut table1 = Vec::new();
     if all {
         for c in table1_configs() {
-            for (_, r, m) in scan_runs(&c.device()?, rows, a.rng.seed, &[SIGMA], &pb)? {
+            for (_, r, m) in scan_runs(&c.device()?, rows, a, &[SIGMA], &pb)? {
                 table1.push((c, r, m));
             }
         }
@@ -179,11 +180,12 @@ fn table1_configs() -> Vec<ScanConfig> {
 fn scan_runs(
     cfg: &DeviceConfig,
     rows: u64,
-    seed: u64,
+    a: &ScanPaperArgs,
     sigmas: &[f64],
     pb: &indicatif::ProgressBar,
 ) -> Result<Vec<(f64, QueryReport, f64)>, ReproError> {
-    let mut bed = Bed::new(cfg.clone())?;
+    let seed = a.rng.seed;
+    let mut bed = Bed::new(cfg.clone(), a.time_model)?;
     let (t, spec) = bed.load_synthetic("t", 32, rows, seed, Layout::Nsm)?;
     let mut out = Vec::new();
     for &sigma in sigmas {
@@ -596,6 +598,11 @@ pub struct ScanPaperArgs {
     /// sweep) or `all` (also every one of Table 1's 36 configurations at σ = 0.013).
     #[arg(long, value_enum, default_value_t = Configs::Figures)]
     configs: Configs,
+    /// How each scan's commands are placed in modeled time: `calendar` or `events` (the
+    /// event core: every resource first-come first-served in modeled-arrival order;
+    /// docs/time-model.md).
+    #[arg(long, default_value = "calendar", value_parser = crate::ycsb::parse_time_model)]
+    time_model: TimeModel,
 }
 
 /// Which of the scan paper's configurations `csd repro scan-paper` runs.

@@ -19,6 +19,7 @@ use super::{
 };
 use crate::ReproError;
 use crate::args::Seed;
+use csd_sim::events::TimeModel;
 
 /// The paper's name in comparisons and the scoreboard.
 pub const PAPER: &str = "smart-ssd";
@@ -44,6 +45,11 @@ pub struct SmartSsdArgs {
     /// TPC-H scale factor of lineitem for Figure 7.
     #[arg(long, default_value_t = 0.1)]
     sf: f64,
+    /// How each scan's commands are placed in modeled time: `calendar` or `events` (the
+    /// event core: every resource first-come first-served in modeled-arrival order;
+    /// docs/time-model.md).
+    #[arg(long, default_value = "calendar", value_parser = crate::ycsb::parse_time_model)]
+    time_model: TimeModel,
     #[command(flatten)]
     rng: Seed,
     #[command(flatten)]
@@ -183,7 +189,7 @@ fn sweep(a: &SmartSsdArgs, cfg: &DeviceConfig, rows: u64) -> Result<Sweep, Repro
     let mut fig4 = Vec::new();
     let mut fig56: Vec<(bool, f64, SmartRun)> = Vec::new();
     for cols in [4usize, 16, 64] {
-        let mut bed = Bed::new(cfg.clone())?;
+        let mut bed = Bed::new(cfg.clone(), a.time_model)?;
         let (nsm, spec) = bed.load_synthetic("s_nsm", cols, rows, a.rng.seed, Layout::Nsm)?;
         let (pax, _) = bed.load_synthetic("s_pax", cols, rows, a.rng.seed, Layout::Pax)?;
         let v = spec
@@ -223,7 +229,7 @@ fn sweep(a: &SmartSsdArgs, cfg: &DeviceConfig, rows: u64) -> Result<Sweep, Repro
     }
     // Synthetic4 at the paper's density: each row padded by SQL Server's row overhead.
     let fig4_paper_rows = {
-        let mut bed = Bed::new(cfg.clone())?;
+        let mut bed = Bed::new(cfg.clone(), a.time_model)?;
         let pad = sql_server_row_overhead(4);
         let (nsm, spec) =
             bed.load_synthetic_padded("p_nsm", 4, rows, a.rng.seed, Layout::Nsm, pad)?;
@@ -242,7 +248,7 @@ fn sweep(a: &SmartSsdArgs, cfg: &DeviceConfig, rows: u64) -> Result<Sweep, Repro
         )?
     };
     // Figure 7: TPC-H Q6 (the paper's form: 0.05 < discount < 0.07, σ ≈ 0.6%).
-    let mut bed = Bed::new(cfg.clone())?;
+    let mut bed = Bed::new(cfg.clone(), a.time_model)?;
     let nsm = bed.load_lineitem("li_nsm", a.sf, Layout::Nsm)?;
     let pax = bed.load_lineitem("li_pax", a.sf, Layout::Pax)?;
     let q6 = |t: &str| {

@@ -69,6 +69,9 @@ fn fixed(v: u64) -> bool {
 }
 /// A member index that names a whole pool.
 const POOL: u32 = 0x00FF_FFFF;
+/// Member indexes with this bit name a pool lent to the graph ([`Graph::lend`]): the
+/// core books it itself, not through [`Resources`].
+const LENT: u32 = 0x0080_0000;
 
 /// How a run's commands are placed in modeled time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -108,9 +111,9 @@ impl TimeModel {
 pub struct ResourceId(u32);
 
 impl ResourceId {
-    /// Member `index` of `class` (below 2^24 - 1).
+    /// Member `index` of `class` (below 2^23).
     pub const fn new(class: ResourceClass, index: u32) -> ResourceId {
-        debug_assert!(index < POOL);
+        debug_assert!(index < LENT);
         ResourceId(((class as u32 + 1) << 24) | (index & POOL))
     }
 
@@ -125,10 +128,21 @@ impl ResourceId {
         ResourceClass::ALL[((self.0 >> 24) - 1) as usize]
     }
 
-    /// The member's index, `None` for a pool.
+    /// The member's index, `None` for a pool (an owner's or one lent to the graph).
     pub fn index(self) -> Option<u32> {
         let i = self.0 & POOL;
-        (i != POOL).then_some(i)
+        (i & LENT == 0).then_some(i)
+    }
+
+    /// Pool `slot` lent to the graph ([`Graph::lend`]).
+    const fn lent(class: ResourceClass, slot: u32) -> ResourceId {
+        ResourceId(((class as u32 + 1) << 24) | LENT | slot)
+    }
+
+    /// The slot of a pool lent to the graph, `None` for a resource of an owner.
+    fn lent_slot(self) -> Option<usize> {
+        let i = self.0 & POOL;
+        (i != POOL && i & LENT != 0).then_some((i & !LENT) as usize)
     }
 
     /// The id as a number (never 0).
@@ -272,6 +286,8 @@ pub struct Graph {
     /// Size past which host code compacts ([`Graph::compact_due`]).
     compact_nodes: usize,
     trace: Option<Vec<Booking>>,
+    /// Pools lent by host actors ([`Graph::lend`]); `None` once taken back.
+    lent: Vec<Option<Vec<Resource>>>,
     /// Scratch of [`Graph::evaluate`] and [`Graph::earliest`].
     stack: Vec<u32>,
     blocked: Vec<(usize, u32)>,
@@ -332,6 +348,7 @@ impl Graph {
             unfixed: 0,
             compact_nodes: DEFAULT_COMPACT_NODES,
             trace: None,
+            lent: Vec::new(),
             stack: Vec::new(),
             blocked: Vec::new(),
         }
@@ -684,6 +701,8 @@ impl Graph {
         let stage = self.stages[s as usize];
         let start = if stage.cancelled {
             at
+        } else if let Some(slot) = stage.resource.lent_slot() {
+            self.reserve_lent(slot, at, stage.dur_ns)
         } else {
             resources
                 .reserve(stage.resource, SimTime::from_ns(at), stage.dur_ns)
@@ -828,6 +847,38 @@ impl Graph {
         );
         self.blocked = blocked;
         found
+    }
+
+    /// Take `members` (a host actor's own pool of equal resources, e.g. the cores of a
+    /// scan's host CPU) into the graph while the actor records: stages recorded at the
+    /// returned pool id are booked by the core itself, each on the member that can start
+    /// it first, in arrival order like every other resource. [`Graph::take_back`] returns
+    /// them (with their bookings) once every stage at them is booked.
+    pub fn lend(&mut self, class: ResourceClass, members: Vec<Resource>) -> ResourceId {
+        debug_assert!(!members.is_empty(), "a lent pool has at least one member");
+        self.lent.push(Some(members));
+        ResourceId::lent(class, (self.lent.len() - 1) as u32)
+    }
+
+    /// The members of pool `id` lent by [`Graph::lend`], booked by the core so far;
+    /// `None` for an id the graph was not lent (or was already handed back). The caller
+    /// runs the core first ([`Graph::run`]) so that every stage at them is booked.
+    pub fn take_back(&mut self, id: ResourceId) -> Option<Vec<Resource>> {
+        self.lent.get_mut(id.lent_slot()?)?.take()
+    }
+
+    fn reserve_lent(&mut self, slot: usize, at: u64, dur_ns: u64) -> u64 {
+        let at = SimTime::from_ns(at);
+        match self.lent.get_mut(slot).and_then(Option::as_mut) {
+            Some(pool) if !pool.is_empty() => {
+                let i = crate::resource::first_start(pool, at, dur_ns);
+                pool[i].reserve_now(at, dur_ns).0.ns()
+            }
+            _ => {
+                debug_assert!(false, "a stage at a pool the graph does not hold");
+                at.ns()
+            }
+        }
     }
 
     /// Book every pending stage.
@@ -1045,6 +1096,20 @@ pub fn record_stage(resource: ResourceId, arrival: SimTime, dur_ns: u64) -> (Sim
 /// recording or for an instant that names no pending stage.
 pub fn cancel(start: SimTime) -> bool {
     with_graph(|g| g.cancel(start)).unwrap_or(false)
+}
+
+/// Lend `members` to this thread's graph ([`Graph::lend`]); outside a recording they
+/// come back as the error (the caller keeps booking them itself).
+pub fn lend(class: ResourceClass, members: Vec<Resource>) -> Result<ResourceId, Vec<Resource>> {
+    if !recording() {
+        return Err(members);
+    }
+    Ok(with_graph(|g| g.lend(class, members)).expect("a recording has a graph"))
+}
+
+/// Take a lent pool back from this thread's graph ([`Graph::take_back`]).
+pub fn take_back(id: ResourceId) -> Option<Vec<Resource>> {
+    with_graph(|g| g.take_back(id)).flatten()
 }
 
 /// Count a booking made at once during a recording on a resource without an id.

@@ -502,6 +502,23 @@ pub fn bottleneck(utils: &[Utilization]) -> Option<ResourceClass> {
         .map(|u| u.class)
 }
 
+/// The member of a pool of equal resources (cores) that can start `ns` of work at `at`
+/// first; ties go to the lowest index. The pool is not empty.
+pub fn first_start(pool: &[Resource], at: SimTime, ns: u64) -> usize {
+    let mut best = (SimTime::from_ns(u64::MAX), 0);
+    for (i, r) in pool.iter().enumerate() {
+        let s = r.earliest_start(at, ns);
+        if s < best.0 {
+            best = (s, i);
+            if s == at {
+                break;
+            }
+        }
+    }
+    debug_assert!(!pool.is_empty(), "a pool has at least one member");
+    best.1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

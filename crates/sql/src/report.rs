@@ -96,6 +96,9 @@ pub struct ScanReport {
     /// `modeled_time_s`; absent for a scan without any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub setup_s: Option<f64>,
+    /// What the event core did when the scan ran on it (`--time-model events`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_core: Option<csd_sim::events::Counters>,
 }
 
 /// A strategy as the CLI names it (`cpu-isp`; [`Strategy::name`]).
@@ -155,6 +158,7 @@ impl From<&QueryReport> for ScanReport {
             pages_skipped: indexed.then_some(r.pages_skipped),
             index_cache_misses: indexed.then_some(r.index_misses),
             setup_s: (r.setup_ns > 0).then(|| r.setup_ns as f64 / 1e9),
+            event_core: r.event_core,
         }
     }
 }
@@ -218,6 +222,7 @@ mod tests {
             index: None,
             pages_skipped: 0,
             index_misses: 0,
+            event_core: None,
             setup_ns: 0,
         }
     }

@@ -240,7 +240,7 @@ fn spec(a: &IoArgs) -> WorkloadSpec {
 }
 
 /// `--time-model calendar|events`.
-fn parse_time_model(s: &str) -> Result<TimeModel, String> {
+pub(crate) fn parse_time_model(s: &str) -> Result<TimeModel, String> {
     TimeModel::parse(s).ok_or_else(|| format!("unknown time model {s:?}: calendar or events"))
 }
 

@@ -12,6 +12,7 @@ use csd_device::NvmeDevice;
 use csd_ftl::FtlConfig;
 use csd_host::{Client, QueryReport, Strategy, TableInfo};
 use csd_sim::DeviceConfig;
+use csd_sim::events::TimeModel;
 use csd_sql::datafusion::arrow::array::RecordBatch;
 use csd_sql::ddl::Ddl;
 use csd_sql::{
@@ -82,6 +83,11 @@ pub(crate) struct SqlOpts {
     /// the host, with per-operator metrics (EXPLAIN ANALYZE).
     #[arg(long)]
     pub(crate) explain: bool,
+    /// How each scan's commands are placed in modeled time: `calendar` or `events` (the
+    /// event core: every resource first-come first-served in modeled-arrival order;
+    /// docs/time-model.md). Images only (an array's scans stay on calendars).
+    #[arg(long, default_value = "calendar", value_parser = super::io::parse_time_model)]
+    pub(crate) time_model: TimeModel,
     /// Result rows to print (all are computed).
     #[arg(long, default_value_t = 20)]
     pub(crate) rows: usize,
@@ -98,6 +104,7 @@ impl SqlOpts {
         settings.options.poll_max_us = self.poll_max_us;
         settings.aggregate_pushdown = !self.no_aggregate_pushdown;
         settings.options.use_index = !self.no_index;
+        settings.options.time_model = self.time_model;
         settings
     }
 }

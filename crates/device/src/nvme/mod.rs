@@ -386,16 +386,44 @@ impl NvmeDevice {
         self.dev.reserve_now(id, at, ns)
     }
 
+    /// Of `instants`, the earliest (the first of equal ones) and its final value, booking
+    /// on the event core only as far as needed ([`csd_sim::events::earliest`]). While
+    /// in-storage sessions are open, their background steps issued before it are recorded
+    /// first (they may arrive before it at a resource). By value outside a recording.
+    pub fn earliest(&mut self, instants: &[SimTime]) -> Option<(usize, SimTime)> {
+        if csd_sim::events::recording() && self.isp.open_sessions() > 0 {
+            return self.isp.advance_events(&mut self.dev, instants);
+        }
+        csd_sim::events::earliest(instants, self)
+    }
+
+    /// The final value of `t`: the host waits for it ([`NvmeDevice::earliest`] of one).
+    pub fn resolve(&mut self, t: SimTime) -> SimTime {
+        if t.is_final() {
+            return t;
+        }
+        self.earliest(&[t]).map_or(t, |(_, v)| v)
+    }
+
+    /// Whether `t` ends by `bound` (a final instant), booking only stages that arrive by
+    /// `bound` ([`csd_sim::events::at_or_before`]; sessions' steps issued by then are
+    /// recorded first).
+    pub fn at_or_before(&mut self, t: SimTime, bound: SimTime) -> bool {
+        if t.is_final() {
+            return t.ns() <= bound.ns();
+        }
+        if csd_sim::events::recording() && self.isp.open_sessions() > 0 {
+            self.isp.advance_events(&mut self.dev, &[bound]);
+        }
+        csd_sim::events::at_or_before(t, bound, self)
+    }
+
     /// Replace every instant the device keeps between commands (the FTL's, and those of
     /// commands queued or completed but not polled) by `settle(instant)`: the event core
-    /// renames them when it compacts and fixes them when a recording ends. In-storage
-    /// sessions are not on the event core yet (debug builds check none is open).
+    /// renames them when it compacts and fixes them when a recording ends; and those of
+    /// open in-storage sessions.
     pub fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
-        debug_assert_eq!(
-            self.isp.open_sessions(),
-            0,
-            "in-storage sessions are not on the event core"
-        );
+        self.isp.settle_instants(settle);
         self.dev.settle_instants(settle);
         for q in self.queues.iter_mut().flatten() {
             for sub in q.sq.iter_mut() {
@@ -431,6 +459,7 @@ impl NvmeDevice {
         // In-storage sessions run in the background up to this command's arrival; their
         // work is not charged to the command.
         if self.isp.open_sessions() > 0 {
+            // On the event core this also fixes the submission instant.
             self.isp.advance(&mut self.dev, sub.at);
         }
         csd_sim::events::set_order(self.executed);

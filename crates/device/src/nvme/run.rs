@@ -191,8 +191,11 @@ impl NvmeDevice {
         let t = self.dev.receive(at, 0);
         // The firmware looks at the ready chunks once it has the command (`t`): the
         // sessions' background steps issued by then have run (they ran up to `at`).
-        self.isp.advance(&mut self.dev, t);
-        let reply = self.isp.get(session, t).map_err(|r| (r.into(), at))?;
+        let t = self.isp.advance(&mut self.dev, t);
+        let reply = self
+            .isp
+            .get(&mut self.dev, session, t)
+            .map_err(|r| (r.into(), at))?;
         let done = self
             .dev
             .respond_with(t, IspReply::HEADER_BYTES, reply.chunk_link_bytes);
@@ -201,8 +204,16 @@ impl NvmeDevice {
 
     /// ISP CLOSE: end a session and report its totals.
     fn isp_close(&mut self, session: u32, at: SimTime) -> Ran {
-        let t = self.dev.receive(at, 0);
-        let reply = self.isp.close(session, t).map_err(|r| (r.into(), at))?;
+        let mut t = self.dev.receive(at, 0);
+        if csd_sim::events::recording() {
+            // On the event core the state is decided at a fixed instant, as GET's: the
+            // steps issued by then run first (on calendars they ran up to `at`).
+            t = self.isp.advance(&mut self.dev, t);
+        }
+        let reply = self
+            .isp
+            .close(&mut self.dev, session, t)
+            .map_err(|r| (r.into(), at))?;
         Ok((
             Payload::Isp(Box::new(reply)),
             self.dev.respond(t, IspReply::HEADER_BYTES),

@@ -196,6 +196,31 @@ fn an_early_arrival_recorded_late_is_served_first() {
 }
 
 #[test]
+fn a_lent_pool_is_booked_by_the_core_in_arrival_order_on_the_member_free_first() {
+    // Two host cores lent by an actor; three stages recorded out of arrival order: at 100
+    // (80 ns), at 0 (200 ns), at 10 (50 ns). In arrival order: 0 takes core 0 [0, 200),
+    // 10 takes core 1 [10, 60), 100 takes core 1 again [100, 180).
+    let mut g = Graph::new();
+    let pool = g.lend(ResourceClass::HostCpu, vec![Resource::new(); 2]);
+    assert_eq!(pool.index(), None, "a lent pool is a pool");
+    assert_eq!(pool.class(), ResourceClass::HostCpu);
+    let mut owner: Vec<Resource> = Vec::new(); // the owner is never asked
+    g.record_trace();
+    let (_, _, late) = g.stage(pool, t(100), 80, 0);
+    let (_, _, first) = g.stage(pool, t(0), 200, 1);
+    let (_, _, second) = g.stage(pool, t(10), 50, 2);
+    g.run(&mut owner);
+    assert_eq!(g.value(first), Some(t(200)));
+    assert_eq!(g.value(second), Some(t(60)));
+    assert_eq!(g.value(late), Some(t(180)));
+    assert_first_come_first_served(g.trace());
+    let cores = g.take_back(pool).expect("lent");
+    assert_eq!(cores[0].busy_ns() + cores[1].busy_ns(), 330);
+    assert_eq!(cores[1].busy_ns(), 130);
+    assert!(g.take_back(pool).is_none(), "handed back once");
+}
+
+#[test]
 fn offsets_and_joins_chain_stages_across_resources() {
     // Two page reads on two dies (100 and 300 ns), both transferred over one channel
     // (50 ns each) 10 ns after their read ends, then a 20-ns link transfer after both.

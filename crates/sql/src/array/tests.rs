@@ -293,6 +293,7 @@ fn record(ns: u64) -> ScanRecord {
         index: None,
         pages_skipped: 0,
         index_misses: 0,
+        event_core: None,
         setup_ns: 0,
     };
     ScanRecord {
