@@ -5,6 +5,7 @@
 
 use csd_host::{QueryReport, StageName, Strategy};
 use csd_sim::EnergyReport;
+use csd_sim::events::{Counters, TimeModel};
 use csd_sql::{Choice, ScanRecord, ScanSettings};
 use csd_table::page::Layout;
 use serde::{Deserialize, Serialize};
@@ -13,7 +14,7 @@ use crate::DistError;
 
 /// Version of the wire format and of the scan semantics: a worker refuses a plan made
 /// by a coordinator of another version (and says which).
-pub const WIRE_VERSION: &str = concat!("csd-", env!("CARGO_PKG_VERSION"), "/wire-4");
+pub const WIRE_VERSION: &str = concat!("csd-", env!("CARGO_PKG_VERSION"), "/wire-5");
 
 /// How a scan runs ([`ScanSettings`] as plain data).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,6 +31,8 @@ pub struct WireSettings {
     pub use_index: bool,
     /// Push partial aggregations into the device.
     pub aggregate_pushdown: bool,
+    /// `calendar` or `events` (how the scan's commands are placed in modeled time).
+    pub time_model: String,
 }
 
 impl WireSettings {
@@ -43,6 +46,7 @@ impl WireSettings {
             poll_max_us: s.options.poll_max_us,
             use_index: s.options.use_index,
             aggregate_pushdown: s.aggregate_pushdown,
+            time_model: s.options.time_model.name().to_string(),
         }
     }
 
@@ -56,6 +60,8 @@ impl WireSettings {
         s.options.poll_max_us = self.poll_max_us;
         s.options.use_index = self.use_index;
         s.aggregate_pushdown = self.aggregate_pushdown;
+        s.options.time_model = TimeModel::parse(&self.time_model)
+            .ok_or_else(|| DistError::Wire(format!("unknown time model `{}`", self.time_model)))?;
         Ok(s)
     }
 }
@@ -179,6 +185,7 @@ pub struct WireReport {
     pub pages_skipped: u64,
     pub index_misses: u64,
     pub setup_ns: u64,
+    pub event_core: Option<Counters>,
 }
 
 /// The bottleneck of a report without stages, on the wire.
@@ -257,6 +264,7 @@ impl WireReport {
             pages_skipped: r.pages_skipped,
             index_misses: r.index_misses,
             setup_ns: r.setup_ns,
+            event_core: r.event_core,
         }
     }
 
@@ -325,7 +333,7 @@ impl WireReport {
             index: self.index.clone(),
             pages_skipped: self.pages_skipped,
             index_misses: self.index_misses,
-            event_core: None,
+            event_core: self.event_core,
             setup_ns: self.setup_ns,
         })
     }

@@ -78,10 +78,13 @@ pub fn run(a: &ScanPaperArgs) -> Result<Vec<Comparison>, ReproError> {
 
     write_plots(&a.out, &sw)?;
     let cmd = crate::reproduce::line();
+    let (_, event_core) = time_model(a, &sw);
     let md = report_md(a, rows, wall, &sw, &checks, &t3, &cmd);
     let path = write_report(&a.out, "report.md", &md)?;
     let json = serde_json::json!({
         "command": cmd,
+        "time_model": a.time_model,
+        "event_core": event_core,
         "seed": a.rng.seed,
         "records": rows,
         "wall_s": wall,
@@ -101,6 +104,14 @@ pub fn run(a: &ScanPaperArgs) -> Result<Vec<Comparison>, ReproError> {
     );
     println!("seed {}; reproduce: {cmd}", a.rng.seed);
     Ok(checks)
+}
+
+/// The time model of every run in words, and the event core's counters over them.
+fn time_model(a: &ScanPaperArgs, sw: &Sweep) -> (String, Option<csd_sim::events::Counters>) {
+    let runs = sw.fig5.iter().map(|r| &r.2);
+    let runs = runs.chain(sw.fig7.iter().map(|r| &r.2));
+    let runs = runs.chain(sw.table1.iter().map(|r| &r.1));
+    crate::util::time_model_text(a.time_model, runs)
 }
 
 /// Runs every configuration: Figure 5's grid, Figure 7's sweep and (`--configs all`)
@@ -522,6 +533,7 @@ fn report_md(
     t3: &[T3Row],
     cmd: &str,
 ) -> String {
+    let (time_model, _) = time_model(a, sw);
     let (fig5_rows, fig7_rows) = figure_rows(sw);
     let mut md = String::new();
     let _ = writeln!(md, "# In-storage scan paper, reproduced\n");
@@ -577,7 +589,7 @@ fn report_md(
     let _ = writeln!(md, "{NOTES}");
     let _ = writeln!(
         md,
-        "## Reproduce\n\nPresets isp-ch8 / isp-ch16 (see `csd config show --preset isp-ch16`), seed {}.\n\n```\n{cmd}\n```",
+        "## Reproduce\n\n{time_model}\n\nPresets isp-ch8 / isp-ch16 (see `csd config show --preset isp-ch16`), seed {}.\n\n```\n{cmd}\n```",
         a.rng.seed
     );
     md

@@ -157,6 +157,14 @@ pub fn run(a: &SmartSsdArgs) -> Result<Vec<Comparison>, ReproError> {
     Ok(checks)
 }
 
+/// The time model of every run in words (with the event core's counters over them).
+fn time_model(a: &SmartSsdArgs, sw: &Sweep) -> String {
+    let runs = sw.fig4.iter().chain([&sw.fig4_paper_rows, &sw.fig7]);
+    let runs = runs.chain(sw.fig56.iter().map(|r| &r.2));
+    let runs = runs.flat_map(|r| [&r.ssd, &r.nsm, &r.pax]);
+    crate::util::time_model_text(a.time_model, runs).0
+}
+
 /// The three runs of one experiment on one device: the regular SSD (IHP over the NSM
 /// table), the Smart SSD over NSM and over PAX.
 fn three(
@@ -633,7 +641,8 @@ fn report_md(
     );
     let _ = writeln!(
         md,
-        "## Reproduce\n\nSeed {}.\n\n```\n{cmd}\n```",
+        "## Reproduce\n\n{}\n\nSeed {}.\n\n```\n{cmd}\n```",
+        time_model(a, sw),
         a.rng.seed
     );
     md

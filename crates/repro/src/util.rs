@@ -151,3 +151,32 @@ mod tests {
         assert!(parse_clock("fast").is_err());
     }
 }
+
+/// How a reproduction's scans placed their commands in modeled time, in words, and the
+/// event core's counters summed over `reports` (`None` on calendars).
+pub fn time_model_text<'a>(
+    time_model: csd_sim::events::TimeModel,
+    reports: impl IntoIterator<Item = &'a csd_host::QueryReport>,
+) -> (String, Option<csd_sim::events::Counters>) {
+    use csd_sim::events::{Counters, TimeModel};
+    match time_model {
+        TimeModel::Calendar => (
+            "Time model: calendar (each resource books an operation when code asks).".into(),
+            None,
+        ),
+        TimeModel::Events => {
+            let mut sum = Counters::default();
+            for c in reports.into_iter().filter_map(|r| r.event_core.as_ref()) {
+                sum.add(c);
+            }
+            (
+                format!(
+                    "Time model: events (every scan on the event core: every resource \
+                     first-come first-served in modeled-arrival order; loads on calendars): {}.",
+                    sum.sentence()
+                ),
+                Some(sum),
+            )
+        }
+    }
+}

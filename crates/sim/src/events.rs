@@ -247,7 +247,7 @@ pub struct Booking {
 }
 
 /// What the core did in a recording, for reports ([`Graph::counters`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     /// Stages booked in arrival order (cancelled ones included).
     pub booked: u64,
@@ -261,6 +261,27 @@ pub struct Counters {
     pub unfixed_comparisons: u64,
     /// Booked stages forgotten by compactions ([`Graph::forgotten`]).
     pub forgotten: u64,
+}
+
+impl Counters {
+    /// Add `other`'s counts (several recordings of one run).
+    pub fn add(&mut self, other: &Counters) {
+        self.booked += other.booked;
+        self.late_arrivals += other.late_arrivals;
+        self.unrecorded += other.unrecorded;
+        self.stale += other.stale;
+        self.unfixed_comparisons += other.unfixed_comparisons;
+        self.forgotten += other.forgotten;
+    }
+
+    /// The counts in words, for reports.
+    pub fn sentence(&self) -> String {
+        format!(
+            "{} stages booked, {} late arrivals, {} bookings outside the core, {} stale \
+             instants, {} decisions on unfixed instants",
+            self.booked, self.late_arrivals, self.unrecorded, self.stale, self.unfixed_comparisons
+        )
+    }
 }
 
 /// The graph of recorded stages and the core that books them in arrival order.

@@ -85,7 +85,8 @@ pub(crate) struct SqlOpts {
     pub(crate) explain: bool,
     /// How each scan's commands are placed in modeled time: `calendar` or `events` (the
     /// event core: every resource first-come first-served in modeled-arrival order;
-    /// docs/time-model.md). Images only (an array's scans stay on calendars).
+    /// docs/time-model.md). Each scan records on its own while it holds its device (an
+    /// array's members too, in this process or on workers).
     #[arg(long, default_value = "calendar", value_parser = super::io::parse_time_model)]
     pub(crate) time_model: TimeModel,
     /// Result rows to print (all are computed).
