@@ -679,20 +679,14 @@ fn md_setup(md: &mut String, r: &Repro) {
     if r.setup.time_model == csd_sim::events::TimeModel::Events {
         // The event core's counters over every measured run (0 but the first in a
         // correct run: docs/time-model.md).
-        let sum = |f: fn(&csd_sim::events::Counters) -> u64| -> u64 {
-            r.measures
-                .iter()
-                .filter_map(|m| m.event_core.as_ref())
-                .map(f)
-                .sum()
-        };
+        let mut sum = csd_sim::events::Counters::default();
+        for c in r.measures.iter().filter_map(|m| m.event_core.as_ref()) {
+            sum.add(c);
+        }
         let _ = writeln!(
             md,
-            "Time model: events (the measured runs; loading on calendars): every resource first-come first-served in modeled-arrival order; {} stages booked, {} late arrivals, {} bookings outside the core, {} decisions on unfixed instants.\n",
-            sum(|c| c.booked),
-            sum(|c| c.late_arrivals),
-            sum(|c| c.unrecorded),
-            sum(|c| c.unfixed_comparisons)
+            "Time model: events (the measured runs; loading on calendars): every resource first-come first-served in modeled-arrival order; {}.\n",
+            sum.sentence()
         );
     }
 }
