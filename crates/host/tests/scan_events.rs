@@ -101,6 +101,38 @@ fn scan(
     (rep, all)
 }
 
+/// A recording on this thread that keeps a trace and compacts every 2^11 nodes.
+fn recording() -> Recording {
+    let rec = Recording::start().expect("no recording on this thread");
+    rec.graph(|g| {
+        g.record_trace();
+        g.set_compact_nodes(1 << 11);
+    });
+    rec
+}
+
+/// A finished recording did everything in arrival order: nothing pending, a
+/// first-come first-served trace, no late arrival, booking outside the core, stale
+/// instant or decision on an unfixed one, and at least one compaction. Its counters.
+fn assert_clean(g: csd_sim::events::Graph, what: &str) -> Counters {
+    let counters = g.counters();
+    assert_eq!(
+        Counters {
+            booked: 0,
+            forgotten: 0,
+            ..counters
+        },
+        Counters::default(),
+        "{what}: {counters:?}"
+    );
+    assert_eq!(g.pending(), 0, "{what}");
+    if let Err(e) = first_come_first_served(g.trace()) {
+        panic!("{what}: {e}");
+    }
+    assert!(counters.forgotten > 0, "{what}: never compacted");
+    counters
+}
+
 /// Every case: the same answers, work and traffic as on calendars, and an event core
 /// that did everything in arrival order (compacting on the way).
 #[test]
@@ -128,28 +160,9 @@ fn every_scan_strategy_runs_on_the_event_core_with_the_calendars_answers() {
                 };
                 let (r_cal, out_cal) = scan(&mut cal, &info, &plan, &cfg, strategy);
                 let (mut ev, _, _) = device(preset, overrides, layout);
-                let rec = Recording::start().expect("no recording on this thread");
-                rec.graph(|g| {
-                    g.record_trace();
-                    g.set_compact_nodes(1 << 11);
-                });
+                let rec = recording();
                 let (r_ev, out_ev) = scan(&mut ev, &info, &plan, &cfg, strategy);
-                let g = rec.finish();
-                let counters = g.counters();
-                assert_eq!(
-                    Counters {
-                        booked: 0,
-                        forgotten: 0,
-                        ..counters
-                    },
-                    Counters::default(),
-                    "{what}: {counters:?}"
-                );
-                assert_eq!(g.pending(), 0, "{what}");
-                if let Err(e) = first_come_first_served(g.trace()) {
-                    panic!("{what}: {e}");
-                }
-                assert!(counters.forgotten > 0, "{what}: never compacted");
+                assert_clean(rec.finish(), &what);
                 // Same answer, same work, same traffic.
                 assert_eq!(out_ev.len(), out_cal.len(), "{what}");
                 assert_eq!(out_ev, out_cal, "{what}");
@@ -183,14 +196,7 @@ fn concurrent(events: bool) -> (Vec<PartialResult>, Vec<Vec<u8>>, Option<Counter
         &["isp.session_arena_kib=64", "isp.max_pinned_pages=16"],
         Layout::Pax,
     );
-    let rec = events.then(|| {
-        let rec = Recording::start().expect("no recording on this thread");
-        rec.graph(|g| {
-            g.record_trace();
-            g.set_compact_nodes(1 << 11);
-        });
-        rec
-    });
+    let rec = events.then(recording);
     let plans = [projection(&info, 0.4), aggregation(&info)];
     let lpp = info.lbas_per_page(c.identify().lba_size) as u32;
     let mut ids = Vec::new();
@@ -275,12 +281,7 @@ fn concurrent(events: bool) -> (Vec<PartialResult>, Vec<Vec<u8>>, Option<Counter
     let counters = rec.map(|rec| {
         c.run_events();
         c.settle_instants(&mut csd_sim::events::value);
-        let g = rec.finish();
-        assert_eq!(g.pending(), 0);
-        if let Err(e) = first_come_first_served(g.trace()) {
-            panic!("{e}");
-        }
-        g.counters()
+        assert_clean(rec.finish(), "concurrent sessions")
     });
     (outs, reads, counters, c.now().ns())
 }
@@ -294,16 +295,6 @@ fn concurrent_sessions_and_host_io_run_on_the_event_core() {
     assert!(none.is_none());
     let (rows_ev, reads_ev, counters, end_ev) = concurrent(true);
     let counters = counters.expect("counters");
-    assert_eq!(
-        Counters {
-            booked: 0,
-            forgotten: 0,
-            ..counters
-        },
-        Counters::default(),
-        "{counters:?}"
-    );
-    assert!(counters.forgotten > 0, "never compacted");
     assert_eq!(rows_ev, rows_cal);
     assert_eq!(reads_ev, reads_cal);
     assert!(!rows_ev[0].is_empty() && rows_ev[1].len() > 1);

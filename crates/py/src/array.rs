@@ -11,7 +11,7 @@
 //! lists workers (`csd worker`) runs its scans in this process here, as
 //! `csd query --array DIR --in-process` does.
 
-use crate::device::{layout, load_config, on_worker, parse_choices, rows_from};
+use crate::device::{layout, load_config, on_worker, parse_choices, parse_time_model, rows_from};
 use crate::error::{Error, Result};
 use crate::json_to_py;
 use crate::report::{Report, load_json};
@@ -244,8 +244,9 @@ impl Array {
     /// the cores). The result's `reports` carry each scan's `device` (its index in the
     /// array); `array` has the array's modeled time (the slowest device) and each
     /// device's. Strategies as `Device.sql`.
+    /// `time_model` as `Device.sql`'s.
     #[pyo3(signature = (query, *, strategy="auto", threads=None, aggregate_pushdown=true,
-        use_index=true, queue_depth=32))]
+        use_index=true, queue_depth=32, time_model="calendar"))]
     #[allow(clippy::too_many_arguments)]
     fn sql(
         &self,
@@ -256,8 +257,10 @@ impl Array {
         aggregate_pushdown: bool,
         use_index: bool,
         queue_depth: usize,
+        time_model: &str,
     ) -> PyResult<SqlResult> {
         let choices = parse_choices(strategy)?;
+        let time_model = parse_time_model(time_model)?;
         let sql = csd_sql::tpch::expand(&query).to_string();
         let threads = threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -278,6 +281,7 @@ impl Array {
             settings.aggregate_pushdown = aggregate_pushdown;
             settings.options.use_index = use_index;
             settings.options.queue_depth = queue_depth.max(1);
+            settings.options.time_model = time_model;
             s.set_settings(settings)?;
             let runs = s.run_strategies(&sql, &choices)?;
             Ok(SqlResult::from_array(sql, runs))

@@ -521,7 +521,11 @@ impl Device {
     /// DELETE (the device must be writable), CREATE / DROP INDEX. `strategy` says where
     /// scans run: `auto` (per scan, from the analytic model), `ihp`, `cpu-isp`,
     /// `hw-isp`, or `all` (the three in turn; their results must agree).
-    #[pyo3(signature = (query, *, strategy="auto", aggregate_pushdown=true, use_index=true, queue_depth=32))]
+    /// `time_model="events"` runs each scan on the event core (`csd query --time-model
+    /// events`): every report then has `event_core`, the core's counters.
+    #[pyo3(signature = (query, *, strategy="auto", aggregate_pushdown=true, use_index=true,
+        queue_depth=32, time_model="calendar"))]
+    #[allow(clippy::too_many_arguments)]
     fn sql(
         &self,
         py: Python<'_>,
@@ -530,8 +534,10 @@ impl Device {
         aggregate_pushdown: bool,
         use_index: bool,
         queue_depth: usize,
+        time_model: &str,
     ) -> PyResult<SqlResult> {
         let choices = parse_choices(strategy)?;
+        let time_model = parse_time_model(time_model)?;
         let sql = csd_sql::tpch::expand(&query).to_string();
         interruptible(py, &self.inner, move |i| {
             let s = i.session()?;
@@ -539,6 +545,7 @@ impl Device {
             settings.aggregate_pushdown = aggregate_pushdown;
             settings.options.use_index = use_index;
             settings.options.queue_depth = queue_depth.max(1);
+            settings.options.time_model = time_model;
             s.set_settings(settings)?;
             let runs = s.run_strategies(&sql, &choices)?;
             Ok(SqlResult::new(sql, runs))
@@ -738,9 +745,7 @@ fn io_spec(
     batch: u32,
     time_model: &str,
 ) -> Result<WorkloadSpec> {
-    let time_model = csd_sim::events::TimeModel::parse(time_model).ok_or_else(|| {
-        Error::Invalid(format!("time_model `{time_model}`: use calendar or events"))
-    })?;
+    let time_model = parse_time_model(time_model)?;
     let rw = Rw::parse(rw).ok_or_else(|| {
         Error::Invalid(format!(
             "rw `{rw}`: use read, write, randread, randwrite or randrw"
@@ -993,6 +998,12 @@ pub fn device_config<'py>(
     let cfg = load_config(preset, config, overrides)?;
     let v = serde_json::to_value(&cfg).map_err(|e| Error::Invalid(e.to_string()))?;
     json_to_py(py, &v)
+}
+
+/// A `time_model` argument: `calendar` or `events`.
+pub(crate) fn parse_time_model(s: &str) -> Result<csd_sim::events::TimeModel> {
+    csd_sim::events::TimeModel::parse(s)
+        .ok_or_else(|| Error::Invalid(format!("time_model `{s}`: use calendar or events")))
 }
 
 #[cfg(test)]

@@ -86,6 +86,23 @@ def test_random_frame_matches_pandas(seed: int) -> None:
         assert back.column("tag").to_pylist() == df.tag.tolist()
 
 
+def test_sql_on_the_event_core() -> None:
+    """`time_model="events"` (`csd query --time-model events`): the same rows as on
+    calendars, each scan's report with the event core's counters, nothing late."""
+    with csd.memory("tiny") as dev:
+        dev.load_tpch(0.01, "lineitem")
+        cal = dev.sql("q6", strategy="all")
+        ev = dev.sql("q6", strategy="all", time_model="events")
+        assert ev.to_pandas().equals(cal.to_pandas())
+        assert all("event_core" not in x for x in cal.reports)
+        for x in ev.reports:
+            core = x["event_core"]
+            assert core["booked"] > 0
+            assert (core["late_arrivals"], core["unrecorded"], core["stale"], core["unfixed_comparisons"]) == (0, 0, 0, 0)
+        with pytest.raises(ValueError, match="time_model `fcfs`"):
+            dev.sql("q6", time_model="fcfs")
+
+
 def test_tpch_q6_and_reports() -> None:
     with csd.memory("tiny") as dev:
         [load] = dev.load_tpch(0.01, "lineitem")

@@ -126,32 +126,6 @@ pub fn guard_output(path: &Path, extensions: &[&str]) -> Result<(), ReproError> 
     csd_plot::guard_output(path, extensions).map_err(|e| ReproError::Usage(e.to_string()))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn config_source_describes_itself_and_loads() {
-        let s = ConfigSource {
-            preset: Some("tiny".into()),
-            config: None,
-            set: vec!["channel.rate_mt_s=400".into()],
-        };
-        assert!(s.given());
-        assert_eq!(s.describe(), "--preset tiny --set channel.rate_mt_s=400");
-        assert!(s.load().is_ok());
-        assert!(!ConfigSource::default().given());
-        let bad = ConfigSource {
-            preset: Some("no-such-preset".into()),
-            ..ConfigSource::default()
-        };
-        assert!(bad.load().is_err());
-        assert_eq!(comma_list(&[1, 2, 3]), "1,2,3");
-        assert!(parse_clock("paced:2").is_ok());
-        assert!(parse_clock("fast").is_err());
-    }
-}
-
 /// How a reproduction's scans placed their commands in modeled time, in words, and the
 /// event core's counters summed over `reports` (`None` on calendars).
 pub fn time_model_text<'a>(
@@ -178,5 +152,31 @@ pub fn time_model_text<'a>(
                 Some(sum),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_source_describes_itself_and_loads() {
+        let s = ConfigSource {
+            preset: Some("tiny".into()),
+            config: None,
+            set: vec!["channel.rate_mt_s=400".into()],
+        };
+        assert!(s.given());
+        assert_eq!(s.describe(), "--preset tiny --set channel.rate_mt_s=400");
+        assert!(s.load().is_ok());
+        assert!(!ConfigSource::default().given());
+        let bad = ConfigSource {
+            preset: Some("no-such-preset".into()),
+            ..ConfigSource::default()
+        };
+        assert!(bad.load().is_err());
+        assert_eq!(comma_list(&[1, 2, 3]), "1,2,3");
+        assert!(parse_clock("paced:2").is_ok());
+        assert!(parse_clock("fast").is_err());
     }
 }
