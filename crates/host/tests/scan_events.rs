@@ -58,7 +58,7 @@ fn projection(info: &TableInfo, sigma: f64) -> Plan {
     Plan::projection("t", &info.schema, &[1], Some(filter)).expect("plan")
 }
 
-/// `SELECT c1 % .., COUNT(*), SUM(c2) FROM t GROUP BY c3` (c3's values as groups).
+/// `SELECT c3, COUNT(*), SUM(c2) FROM t GROUP BY c3` as a device partial aggregation.
 fn aggregation(info: &TableInfo) -> Plan {
     let c2 = Expr::column(&info.schema, 1).expect("c2");
     let agg = Aggregation {

@@ -504,6 +504,7 @@ pub fn bottleneck(utils: &[Utilization]) -> Option<ResourceClass> {
 
 /// The member of a pool of equal resources (cores) that can start `ns` of work at `at`
 /// first; ties go to the lowest index. The pool is not empty.
+#[inline]
 pub fn first_start(pool: &[Resource], at: SimTime, ns: u64) -> usize {
     let mut best = (SimTime::from_ns(u64::MAX), 0);
     for (i, r) in pool.iter().enumerate() {
