@@ -493,3 +493,30 @@ pub enum LoadReply {
         replaced: Option<(u64, u64)>,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a worker runs is what the coordinator asked for: every setting (the time
+    /// model included) survives the wire; an unknown one is refused with its name.
+    #[test]
+    fn settings_cross_the_wire_whole() {
+        let mut s = ScanSettings::new(Choice::Fixed(Strategy::HwIsp));
+        s.options.queue_depth = 7;
+        s.options.poll_min_us = 3.0;
+        s.options.poll_max_us = 90.0;
+        s.options.use_index = false;
+        s.options.time_model = TimeModel::Events;
+        s.aggregate_pushdown = false;
+        let text = serde_json::to_string(&WireSettings::of(&s)).expect("encode");
+        let back: WireSettings = serde_json::from_str(&text).expect("decode");
+        assert_eq!(back.settings().expect("settings"), s);
+        let bad = WireSettings {
+            time_model: "fcfs".into(),
+            ..back
+        };
+        let e = bad.settings().expect_err("unknown time model");
+        assert!(e.to_string().contains("fcfs"), "{e}");
+    }
+}
