@@ -26,6 +26,15 @@ fn run(scheme: Scheme, paced: bool, durable: bool) -> csd_fdtree::FdStats {
     } else {
         common::device()
     };
+    run_on(dev, scheme, paced, durable)
+}
+
+fn run_on(
+    dev: csd_host::SharedDevice,
+    scheme: Scheme,
+    paced: bool,
+    durable: bool,
+) -> csd_fdtree::FdStats {
     let mut cfg = FdConfig::small().with_scheme(scheme);
     cfg.durable = durable;
     let t = Arc::new(FdTree::create(dev, cfg).unwrap());
@@ -161,4 +170,41 @@ fn paced_concurrency_ds_and_fc() {
     }
     // Without the log, FD+FC reuses reclaimed blocks during the merge.
     run(Scheme::Fc, true, false);
+}
+
+/// The same workload on the event core: paced, every thread's commands are booked in
+/// modeled-arrival order (no late arrival, no decision on an unfixed instant, a
+/// first-come first-served trace); virtual, the data is the same and the late arrivals
+/// of threads whose clocks are behind are counted.
+#[test]
+fn concurrency_on_the_event_core() {
+    let dev = common::device_on_the_event_core(Some(0.2));
+    dev.record_trace();
+    let st = run_on(dev.clone(), Scheme::Fc, true, true);
+    assert!(st.reads_during_merge > 100, "{st:?}");
+    let k = dev.event_counters().expect("on the core");
+    assert!(k.booked > 1000, "{}", k.sentence());
+    assert_eq!(
+        (
+            k.late_arrivals,
+            k.unrecorded,
+            k.stale,
+            k.unfixed_comparisons
+        ),
+        (0, 0, 0, 0),
+        "{}",
+        k.sentence()
+    );
+    csd_sim::events::first_come_first_served(&dev.trace()).expect("arrival order");
+
+    let dev = common::device_on_the_event_core(None);
+    run_on(dev.clone(), Scheme::Xm, false, true);
+    let k = dev.event_counters().expect("on the core");
+    assert_eq!(
+        (k.unrecorded, k.stale, k.unfixed_comparisons),
+        (0, 0, 0),
+        "{}",
+        k.sentence()
+    );
+    eprintln!("virtual FD+XM on the event core: {}", k.sentence());
 }

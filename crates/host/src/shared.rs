@@ -9,23 +9,72 @@
 //! (so the device sees real arrival times) and at its own clock in virtual mode (a
 //! thread that waits for each command); per-handle clocks in virtual mode mean threads
 //! interleave by lock order, which is deterministic only for one thread.
+//!
+//! **On the event core** (issue 30; [`SharedDevice::with_time_model`] with
+//! [`TimeModel::Events`]) the device owns one graph ([`csd_sim::events::Graph`]) that
+//! whichever thread holds the lock records into ([`Recording::resume`]), so the stages
+//! of every thread's commands are booked at each resource in modeled-arrival order
+//! (docs/time-model.md, "What the multi-threaded actors need"). The rule for when to
+//! book differs by clock:
+//! * **paced**: a command is submitted at the wall clock's instant, taken under the lock,
+//!   so submissions reach the core in the order of their instants; a thread waiting for
+//!   its completion lets the core book only stages that arrive by the wall clock's
+//!   instant (every later submission arrives after it), and sleeps until its completion
+//!   is fixed by then. No stage is ever booked behind a later arrival: the core's
+//!   `late_arrivals` stays 0 by construction.
+//! * **virtual**: each thread's clock is its own, so there is no instant up to which
+//!   every other thread is known to have submitted; a command's completion is fixed at
+//!   once (stages of other threads' commands in flight before it are booked in arrival
+//!   order with it), and a thread whose clock is behind one that already booked submits
+//!   in the core's past: booked correctly by the calendars' gap filling and counted as
+//!   a late arrival ([`SharedDevice::event_counters`]). One thread: arrival order holds.
 
-use crate::client::{CommandIssuer, HostError, checked, complete, device_now};
+use crate::client::{ClientTotals, CommandIssuer, HostError, checked, complete, device_now};
 use csd_device::{Completion, IdentifyInfo, NvmeDevice, QueueId};
+use csd_sim::events::{self, Counters, Graph, Recording, TimeModel};
 use csd_sim::{ClockMode, Pacer, SimTime};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-
-use crate::client::ClientTotals;
+use std::time::Duration;
 
 struct Inner {
     dev: Mutex<NvmeDevice>,
+    /// The event core (time model `events`); locked only while `dev` is.
+    core: Option<Mutex<Core>>,
     pacer: RwLock<Pacer>,
     /// The latest completion instant of any command (ns), where a clock switch starts.
     latest: AtomicU64,
     identify: IdentifyInfo,
     totals: Mutex<ClientTotals>,
 }
+
+/// The event core of a shared device: its graph and the completions threads wait for.
+struct Core {
+    /// `None` only while a thread records into it (under the device lock).
+    graph: Option<Graph>,
+    /// Completions that paced handles wait for, by ticket (renamed when the graph is
+    /// compacted).
+    waiting: Vec<Option<SimTime>>,
+    /// Commands submitted: the order key of their stages (equal arrivals, lowest first).
+    seq: u64,
+}
+
+impl Core {
+    /// Keep `t` for a waiting handle; its ticket.
+    fn wait(&mut self, t: SimTime) -> usize {
+        if let Some(i) = self.waiting.iter().position(Option::is_none) {
+            self.waiting[i] = Some(t);
+            i
+        } else {
+            self.waiting.push(Some(t));
+            self.waiting.len() - 1
+        }
+    }
+}
+
+/// How long a paced handle sleeps (wall clock) before it asks the core again whether
+/// its completion is fixed, when the core cannot tell a later instant to wake at.
+const RECHECK: Duration = Duration::from_micros(10);
 
 /// A device shared by host threads. Cheap to clone (an `Arc`).
 #[derive(Clone)]
@@ -35,8 +84,19 @@ pub struct SharedDevice {
 
 impl SharedDevice {
     /// Share `dev` under clock `mode`. The pacer's origin is the device's current time,
-    /// so a paced run starts "now".
+    /// so a paced run starts "now". Commands are booked on calendars
+    /// ([`TimeModel::Calendar`]).
     pub fn new(dev: NvmeDevice, mode: ClockMode) -> Result<SharedDevice, HostError> {
+        SharedDevice::with_time_model(dev, mode, TimeModel::Calendar)
+    }
+
+    /// Share `dev` under clock `mode`, its commands placed in modeled time by
+    /// `time_model` (see the module docs for the event core's rule under each clock).
+    pub fn with_time_model(
+        dev: NvmeDevice,
+        mode: ClockMode,
+        time_model: TimeModel,
+    ) -> Result<SharedDevice, HostError> {
         let mut dev = dev;
         let origin = device_now(&dev);
         // Identify through a temporary queue pair.
@@ -49,9 +109,17 @@ impl SharedDevice {
             Err(e) => return Err(e),
         };
         let _ = dev.delete_queue_pair(qid);
+        let core = (time_model == TimeModel::Events).then(|| {
+            Mutex::new(Core {
+                graph: Some(Graph::new()),
+                waiting: Vec::new(),
+                seq: 0,
+            })
+        });
         Ok(SharedDevice {
             inner: Arc::new(Inner {
                 dev: Mutex::new(dev),
+                core,
                 pacer: RwLock::new(Pacer::new(mode, origin)),
                 latest: AtomicU64::new(origin.ns()),
                 identify,
@@ -60,11 +128,107 @@ impl SharedDevice {
         })
     }
 
+    /// How commands are placed in modeled time.
+    pub fn time_model(&self) -> TimeModel {
+        if self.inner.core.is_some() {
+            TimeModel::Events
+        } else {
+            TimeModel::Calendar
+        }
+    }
+
+    /// The event core's counters so far (stages booked, late arrivals, ...); `None` on
+    /// calendars.
+    pub fn event_counters(&self) -> Option<Counters> {
+        let core = self.inner.core.as_ref()?;
+        let core = core.lock().unwrap_or_else(PoisonError::into_inner);
+        core.graph.as_ref().map(Graph::counters)
+    }
+
+    /// Turn on the core's trace of bookings (tests of arrival order; memory grows with
+    /// every stage). Nothing on calendars.
+    pub fn record_trace(&self) {
+        if let Some(core) = &self.inner.core {
+            let mut core = core.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(g) = core.graph.as_mut() {
+                g.record_trace();
+            }
+        }
+    }
+
+    /// The core's trace of bookings so far ([`SharedDevice::record_trace`]); empty on
+    /// calendars.
+    pub fn trace(&self) -> Vec<events::Booking> {
+        let Some(core) = &self.inner.core else {
+            return Vec::new();
+        };
+        let core = core.lock().unwrap_or_else(PoisonError::into_inner);
+        core.graph
+            .as_ref()
+            .map_or_else(Vec::new, |g| g.trace().to_vec())
+    }
+
+    /// Run `f` on the device with this thread recording into the core's graph (the
+    /// device lock held by the caller), compacting the graph afterwards when it is due.
+    fn on_core<T>(
+        &self,
+        dev: &mut NvmeDevice,
+        f: impl FnOnce(&mut NvmeDevice, &mut Core) -> T,
+    ) -> T {
+        let core = self.inner.core.as_ref().expect("on_core on the event core");
+        let mut core = core.lock().unwrap_or_else(PoisonError::into_inner);
+        // A thread that panicked while recording lost the graph with its recording: go
+        // on with a new one (what it had booked stays booked at the resources).
+        let graph = core.graph.take().unwrap_or_default();
+        let rec = match Recording::resume(graph) {
+            Ok(rec) => rec,
+            Err(_) => panic!("a thread holding a shared device already records on its own"),
+        };
+        let out = f(dev, &mut core);
+        if events::compact_due() {
+            let mut roots = Vec::new();
+            dev.settle_instants(&mut |t| {
+                roots.push(t);
+                t
+            });
+            roots.extend(core.waiting.iter().flatten().copied());
+            if let Some(remap) = events::compact(&roots) {
+                dev.settle_instants(&mut |t| remap.apply(t));
+                for t in core.waiting.iter_mut().flatten() {
+                    *t = remap.apply(*t);
+                }
+            }
+        }
+        core.graph = Some(rec.finish());
+        out
+    }
+
+    /// Book every stage the core holds and fix every instant the device and the waiting
+    /// handles keep (before the device is handed out raw).
+    fn settle(&self, dev: &mut NvmeDevice) {
+        if self.inner.core.is_none() {
+            return;
+        }
+        self.on_core(dev, |dev, core| {
+            events::run_all(dev);
+            dev.settle_instants(&mut events::value);
+            for t in core.waiting.iter_mut().flatten() {
+                *t = events::value(*t);
+            }
+        });
+    }
+
     /// A new handle with its own queue pair (at most 64 exist at once).
     pub fn handle(&self) -> Result<DeviceHandle, HostError> {
-        let mut dev = self.lock();
+        let mut dev = self.lock_raw();
         let qid = create_qp(&mut dev)?;
-        let now = device_now(&dev);
+        // On the core the device's clock may not be fixed yet: the latest completion
+        // any handle has seen is.
+        let now = if self.inner.core.is_some() {
+            SimTime::from_ns(self.inner.latest.load(Ordering::Acquire))
+        } else {
+            device_now(&dev)
+        };
         Ok(DeviceHandle {
             shared: self.clone(),
             qid,
@@ -111,8 +275,18 @@ impl SharedDevice {
         *self.inner.totals.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Lock the device for inspection, fault injection or shutdown. Hold it briefly.
+    /// Lock the device for inspection, fault injection or shutdown. Hold it briefly. On
+    /// the event core every stage recorded so far is booked first, so the device's
+    /// instants are final (a command a paced thread submits later, at an earlier
+    /// instant than one booked here, counts as a late arrival).
     pub fn lock(&self) -> MutexGuard<'_, NvmeDevice> {
+        let mut dev = self.lock_raw();
+        self.settle(&mut dev);
+        dev
+    }
+
+    /// The device lock, as it is.
+    fn lock_raw(&self) -> MutexGuard<'_, NvmeDevice> {
         // A panic while holding the lock leaves the device in a state that a later
         // command would observe anyway; recover the guard rather than poison every
         // other thread.
@@ -122,7 +296,14 @@ impl SharedDevice {
     /// Take the device back once every handle and clone has been dropped.
     pub fn into_device(self) -> Result<NvmeDevice, SharedDevice> {
         match Arc::try_unwrap(self.inner) {
-            Ok(inner) => Ok(inner.dev.into_inner().unwrap_or_else(|p| p.into_inner())),
+            Ok(inner) => {
+                let shared = SharedDevice {
+                    inner: Arc::new(inner),
+                };
+                shared.settle(&mut shared.lock_raw());
+                let inner = Arc::into_inner(shared.inner).expect("the only reference");
+                Ok(inner.dev.into_inner().unwrap_or_else(|p| p.into_inner()))
+            }
             Err(inner) => Err(SharedDevice { inner }),
         }
     }
@@ -148,22 +329,97 @@ impl DeviceHandle {
     pub fn shared(&self) -> &SharedDevice {
         &self.shared
     }
+
+    /// Run `cmd` on the event core (see the module docs): its completion, final.
+    fn exec_on_core(
+        &mut self,
+        cmd: csd_device::Command,
+        at: SimTime,
+        pacer: &Pacer,
+    ) -> Result<Completion, HostError> {
+        let shared = &self.shared;
+        let qid = self.qid;
+        let paced = pacer.now_sim().is_some();
+        let (mut c, ticket) = {
+            let mut dev = shared.lock_raw();
+            shared.on_core(&mut dev, |dev, core| {
+                // Taken under the lock: submissions reach the core in the order of their
+                // instants.
+                let at = pacer.now_sim().map_or(at, |now| now.max(at));
+                core.seq += 1;
+                events::set_order(core.seq);
+                let c = complete(dev, qid, cmd, at)?;
+                if paced {
+                    let ticket = core.wait(c.acct.completed);
+                    Ok::<_, HostError>((c, Some(ticket)))
+                } else {
+                    let mut c = c;
+                    let done = dev.resolve(c.acct.completed);
+                    fix_completion(&mut c, done);
+                    Ok((c, None))
+                }
+            })?
+        };
+        let Some(ticket) = ticket else {
+            return Ok(c);
+        };
+        // Paced: wait until the wall clock's instant passes the completion; the core books
+        // only stages that arrive by it (later submissions arrive after it).
+        let mut wake = c.acct.completed.ns();
+        let done = loop {
+            pacer.wait_until(SimTime::from_ns(wake));
+            let mut dev = shared.lock_raw();
+            let fixed = shared.on_core(&mut dev, |dev, core| {
+                let now = pacer.now_sim().unwrap_or(SimTime::ZERO);
+                let t = core.waiting[ticket].expect("a waiting ticket");
+                if dev.at_or_before(t, now) {
+                    core.waiting[ticket] = None;
+                    Ok(dev.resolve(t))
+                } else {
+                    Err(t.ns().max(now.ns()))
+                }
+            });
+            drop(dev);
+            match fixed {
+                Ok(done) => break done,
+                Err(lower) => {
+                    if lower > pacer.now_sim().map_or(0, SimTime::ns) {
+                        wake = lower;
+                    } else {
+                        std::thread::sleep(RECHECK);
+                    }
+                }
+            }
+        };
+        fix_completion(&mut c, done);
+        Ok(c)
+    }
+}
+
+/// Give `c` its final completion instant `done` (its submission instant is final: the
+/// handle's clock or the wall clock's instant).
+fn fix_completion(c: &mut Completion, done: SimTime) {
+    debug_assert!(c.acct.submitted.is_final(), "{:?}", c.acct.submitted);
+    c.acct.completed = done;
+    c.acct.latency_ns = done.since(c.acct.submitted);
 }
 
 impl CommandIssuer for DeviceHandle {
     fn exec_at(&mut self, cmd: csd_device::Command, at: SimTime) -> Result<Completion, HostError> {
-        let inner = &self.shared.inner;
         let name = cmd.name();
         let pacer = self.shared.pacer();
         // Paced: a submission in the future waits for it; the device sees the real
         // arrival instant.
         pacer.wait_until(at);
-        let at = pacer.now_sim().map_or(at, |now| now.max(at));
-        let result = {
-            let mut dev = self.shared.lock();
+        let result = if self.shared.inner.core.is_some() {
+            self.exec_on_core(cmd, at, &pacer)
+        } else {
+            let at = pacer.now_sim().map_or(at, |now| now.max(at));
+            let mut dev = self.shared.lock_raw();
             complete(&mut dev, self.qid, cmd, at)
         };
         let c = result?;
+        let inner = &self.shared.inner;
         inner
             .totals
             .lock()
@@ -194,7 +450,7 @@ impl CommandIssuer for DeviceHandle {
 
 impl Drop for DeviceHandle {
     fn drop(&mut self) {
-        let _ = self.shared.lock().delete_queue_pair(self.qid);
+        let _ = self.shared.lock_raw().delete_queue_pair(self.qid);
     }
 }
 
@@ -208,10 +464,190 @@ mod tests {
     use std::time::Instant;
 
     fn shared(mode: ClockMode) -> SharedDevice {
+        shared_on(mode, TimeModel::Calendar)
+    }
+
+    fn shared_on(mode: ClockMode, time_model: TimeModel) -> SharedDevice {
         let cfg = DeviceConfig::preset("tiny").expect("tiny preset");
         let nand = Nand::new_in_memory(cfg).expect("nand");
         let ftl = Ftl::format(nand, FtlConfig::default()).expect("format");
-        SharedDevice::new(NvmeDevice::new(ftl), mode).expect("share")
+        SharedDevice::with_time_model(NvmeDevice::new(ftl), mode, time_model).expect("share")
+    }
+
+    /// Compact the core's graph after every few nodes (exercises the renaming of the
+    /// device's instants and of the completions handles wait for).
+    fn compact_often(dev: &SharedDevice) {
+        let core = dev.inner.core.as_ref().expect("on the core");
+        let mut core = core.lock().expect("core");
+        core.graph.as_mut().expect("graph").set_compact_nodes(64);
+    }
+
+    /// One thread's mix of writes and reads of its own LBAs (seeded), checking each read;
+    /// the completions' (submitted, completed) instants in order.
+    fn mixed_ops(h: &mut DeviceHandle, t: u64, ops: u64, lba_size: usize) -> Vec<(u64, u64)> {
+        let mut times = Vec::new();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ t;
+        let mut written = std::collections::BTreeMap::new();
+        for i in 0..ops {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let lba = t * 64 + x % 48;
+            let c = if x.is_multiple_of(3) || !written.contains_key(&lba) {
+                let byte = (x >> 8) as u8;
+                let blocks = 1 + (x >> 20) % 3;
+                let data = vec![byte; lba_size * blocks as usize];
+                for b in 0..blocks {
+                    written.insert(lba + b, byte);
+                }
+                h.exec(csd_device::Command::Write { lba, data })
+                    .expect("write")
+            } else {
+                let c = h
+                    .exec(csd_device::Command::Read { lba, blocks: 1 })
+                    .expect("read");
+                match &c.payload {
+                    csd_device::Payload::Data(d) => {
+                        assert!(d.iter().all(|&b| b == written[&lba]), "op {i} lba {lba}")
+                    }
+                    p => panic!("a read returned {p:?}"),
+                }
+                c
+            };
+            assert!(c.acct.completed.is_final() && c.acct.submitted.is_final());
+            assert!(c.acct.completed >= c.acct.submitted);
+            assert_eq!(c.acct.latency_ns, c.acct.completed.since(c.acct.submitted));
+            times.push((c.acct.submitted.ns(), c.acct.completed.ns()));
+        }
+        times
+    }
+
+    /// Every counter of the core 0 but the stages booked (and late arrivals where
+    /// `late_ok`).
+    fn assert_clean(dev: &SharedDevice, late_ok: bool) -> Counters {
+        let c = dev.event_counters().expect("on the core");
+        assert!(c.booked > 0, "{}", c.sentence());
+        assert_eq!(
+            (c.unrecorded, c.stale, c.unfixed_comparisons),
+            (0, 0, 0),
+            "{}",
+            c.sentence()
+        );
+        if !late_ok {
+            assert_eq!(c.late_arrivals, 0, "{}", c.sentence());
+        }
+        c
+    }
+
+    #[test]
+    fn one_virtual_thread_on_the_event_core_gets_the_calendars_answers() {
+        // A thread that waits for each command: nothing of another command is in flight
+        // when one is booked, so arrival order and booking order agree and the core must
+        // reproduce the calendars' instants exactly.
+        let mut runs = Vec::new();
+        for tm in [TimeModel::Calendar, TimeModel::Events] {
+            let dev = shared_on(ClockMode::Virtual, tm);
+            let lba_size = dev.identify().lba_size as usize;
+            let mut h = dev.handle().expect("handle");
+            // Past the formatting's work (booked on calendars before the core existed).
+            h.wait_until(SimTime::from_ns(10_000_000));
+            if tm == TimeModel::Events {
+                compact_often(&dev);
+                dev.record_trace();
+            }
+            let times = mixed_ops(&mut h, 0, 300, lba_size);
+            h.flush().expect("flush");
+            if tm == TimeModel::Events {
+                assert_clean(&dev, false);
+                events::first_come_first_served(&dev.trace()).expect("arrival order");
+            }
+            runs.push((times, h.now().ns(), dev.totals().commands));
+        }
+        assert_eq!(runs[0], runs[1]);
+    }
+
+    #[test]
+    fn paced_threads_on_the_event_core_are_served_in_arrival_order() {
+        let dev = shared_on(ClockMode::Paced { scale: 1.0 }, TimeModel::Events);
+        compact_often(&dev);
+        dev.record_trace();
+        let lba_size = dev.identify().lba_size as usize;
+        let before = std::time::Instant::now();
+        let times: Vec<Vec<(u64, u64)>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let dev = dev.clone();
+                    s.spawn(move || {
+                        let mut h = dev.handle().expect("handle");
+                        mixed_ops(&mut h, t, 60, lba_size)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        let wall = before.elapsed().as_secs_f64();
+        let c = assert_clean(&dev, false);
+        events::first_come_first_served(&dev.trace()).expect("arrival order");
+        assert_eq!(dev.totals().commands, 240);
+        // Threads overlapped in modeled time (their commands were in flight together).
+        let (first, last) = times
+            .iter()
+            .flatten()
+            .fold((u64::MAX, 0), |(a, b), &(s, e)| (a.min(s), b.max(e)));
+        let busy: u64 = times.iter().flatten().map(|&(s, e)| e - s).sum();
+        assert!(
+            busy > last - first,
+            "no overlap: {busy} <= {}",
+            last - first
+        );
+        // Paced: the run took at least its modeled span on the wall clock.
+        let modeled = (last - first) as f64 / 1e9;
+        assert!(wall >= modeled * 0.9, "wall {wall} s < modeled {modeled} s");
+        // Handing the device back books what is left; the data is all there.
+        let mut dev = dev
+            .into_device()
+            .map_err(|_| "handles left")
+            .expect("device");
+        assert!(c.booked > 240);
+        let qid = dev.create_queue_pair(4).expect("queue");
+        let now = device_now(&dev);
+        let c = complete(
+            &mut dev,
+            qid,
+            csd_device::Command::Read { lba: 0, blocks: 1 },
+            now,
+        )
+        .expect("read");
+        assert!(c.status.is_success());
+    }
+
+    #[test]
+    fn virtual_threads_on_the_event_core_keep_their_data_and_count_late_arrivals() {
+        let dev = shared_on(ClockMode::Virtual, TimeModel::Events);
+        compact_often(&dev);
+        let lba_size = dev.identify().lba_size as usize;
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let dev = dev.clone();
+                s.spawn(move || {
+                    let mut h = dev.handle().expect("handle");
+                    mixed_ops(&mut h, t, 80, lba_size);
+                });
+            }
+        });
+        assert_clean(&dev, true);
+        assert_eq!(dev.totals().commands, 320);
+        // Inspection books everything: afterwards nothing is pending.
+        let dev_guard = dev.lock();
+        drop(dev_guard);
+        let core = dev.inner.core.as_ref().expect("core");
+        let pending = core
+            .lock()
+            .expect("core")
+            .graph
+            .as_ref()
+            .map(Graph::pending);
+        assert_eq!(pending, Some(0));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use crate::state::{DeviceState, ServerStats};
 use crate::{NbdError, proto, session};
 use csd_device::{Command, Completion, IoTarget, LogPage, NvmeDevice, Payload, QueueId, SmartLog};
+use csd_sim::events::{Counters, TimeModel};
 use csd_sim::net::{Event, Listen, accept_until};
 use csd_sim::{ClockMode, Pacer, SimTime};
 use std::io::{self, Read, Write};
@@ -27,6 +28,11 @@ pub struct ServerConfig {
     pub read_only: bool,
     /// Virtual (reply at once) or paced (reply at the modeled completion).
     pub clock: ClockMode,
+    /// How commands are placed in modeled time: calendars, or issue 30's event core
+    /// (every connection's commands booked at each resource in modeled-arrival order;
+    /// in paced mode a reply waits until the core has fixed its completion by the wall
+    /// clock's instant).
+    pub time_model: TimeModel,
     /// Commands submitted on a connection's queue pair at once (1..=65535).
     pub queue_depth: u32,
     /// Most connections in transmission at once: each holds one of the device's queue
@@ -64,6 +70,7 @@ impl Default for ServerConfig {
             description: String::new(),
             read_only: false,
             clock: ClockMode::Virtual,
+            time_model: TimeModel::Calendar,
             queue_depth: 64,
             max_connections: 63,
             max_handshakes: DEFAULT_MAX_HANDSHAKES,
@@ -272,6 +279,9 @@ impl Shared {
     /// Run one admin command on the server's own queue pair.
     fn admin(&self, cmd: Command) -> Result<Completion, NbdError> {
         let mut d = self.lock();
+        // On the event core: everything booked first, so that the admin command runs on
+        // the calendars the core left (it is rare: SMART, the shutdown flush).
+        d.settle();
         let at = self.pacer.now_sim().unwrap_or(d.clock);
         d.nvme
             .submit(self.admin, cmd, at)
@@ -558,6 +568,7 @@ impl Server {
                 ..Default::default()
             },
             refusal_noted: false,
+            core: (cfg.time_model == TimeModel::Events).then(crate::state::Core::new),
         };
         Ok(Server {
             shared: Arc::new(Shared {
@@ -806,7 +817,15 @@ impl Server {
 
     /// Run `f` on the device (inspection; requests wait meanwhile).
     pub fn with_device<T>(&self, f: impl FnOnce(&mut NvmeDevice) -> T) -> T {
-        f(&mut self.shared.lock().nvme)
+        let mut d = self.shared.lock();
+        d.settle();
+        f(&mut d.nvme)
+    }
+
+    /// The event core's counters so far (`None` on calendars): stages booked, late
+    /// arrivals, decisions on unfixed instants.
+    pub fn event_counters(&self) -> Option<Counters> {
+        self.shared.lock().event_counters()
     }
 
     /// Give the device back once every clone of the server and every connection is
@@ -815,6 +834,7 @@ impl Server {
         match Arc::try_unwrap(self.shared) {
             Ok(sh) => {
                 let mut st = sh.dev.into_inner().unwrap_or_else(PoisonError::into_inner);
+                st.settle();
                 let _ = st.nvme.delete_queue_pair(sh.admin);
                 Ok(st.nvme)
             }

@@ -379,6 +379,11 @@ pub(crate) struct Reply {
     data: Option<(Vec<u8>, Range<usize>)>,
     /// Modeled completion (the wall-clock deadline in paced mode).
     done: SimTime,
+    /// On the event core in paced mode: the completion is not fixed yet (`done` is a
+    /// lower bound) and this is the request's ticket ([`DeviceState::fix`]).
+    ///
+    /// [`DeviceState::fix`]: crate::state::DeviceState::fix
+    ticket: Option<usize>,
 }
 
 fn transmission<R: Read, W: Write + Send>(
@@ -393,7 +398,7 @@ fn transmission<R: Read, W: Write + Send>(
     let (tx, rx) = mpsc::sync_channel::<Reply>(REPLIES_QUEUED);
     let pacer = shared.pacer.clone();
     std::thread::scope(|s| {
-        let writer = s.spawn(move || write_replies(w, rx, &pacer, conn));
+        let writer = s.spawn(move || write_replies(w, rx, &pacer, conn, shared));
         let read = read_requests(shared, conn, q, &mut r, &mut ToWriter { tx });
         let wrote = writer
             .join()
@@ -499,6 +504,7 @@ fn read_requests<R: Read>(
                     error,
                     data: None,
                     done: arrived.unwrap_or(SimTime::ZERO),
+                    ticket: None,
                 }
             }
             Ok(()) => {
@@ -508,6 +514,7 @@ fn read_requests<R: Read>(
                     error: o.error,
                     data: o.data,
                     done: o.done,
+                    ticket: o.ticket,
                 }
             }
         };
@@ -551,12 +558,15 @@ impl Ord for Due {
 }
 
 /// The writer: in virtual mode send replies as they come; in paced mode hold each until
-/// the wall clock reaches its modeled completion, sending them in that order.
+/// the wall clock reaches its modeled completion, sending them in that order. On the
+/// event core a paced reply first waits until the core has fixed its completion by the
+/// wall clock's instant (`unfixed`, asked again every [`RECHECK`]).
 fn write_replies<W: Write>(
     w: W,
     rx: Receiver<Reply>,
     pacer: &Pacer,
     conn: &Conn,
+    shared: &Shared,
 ) -> io::Result<()> {
     let mut w = w;
     if pacer.wall_deadline(SimTime::ZERO).is_none() {
@@ -578,20 +588,51 @@ fn write_replies<W: Write>(
         return w.flush();
     }
     let mut heap: BinaryHeap<Reverse<Due>> = BinaryHeap::new();
+    let mut unfixed: Vec<Reply> = Vec::new();
     let mut seq = 0u64;
     let mut open = true;
-    let mut push = |heap: &mut BinaryHeap<Reverse<Due>>, reply: Reply| {
+    let mut push = |heap: &mut BinaryHeap<Reverse<Due>>, unfixed: &mut Vec<Reply>, reply: Reply| {
+        if reply.ticket.is_some() {
+            unfixed.push(reply);
+            return;
+        }
         let at = pacer.wall_deadline(reply.done).unwrap_or_else(Instant::now);
         seq += 1;
         heap.push(Reverse(Due { at, seq, reply }));
     };
     const SPIN: Duration = Duration::from_micros(200);
     loop {
-        while open && heap.len() < REPLIES_HELD {
+        while open && heap.len() + unfixed.len() < REPLIES_HELD {
             match rx.try_recv() {
-                Ok(r) => push(&mut heap, r),
+                Ok(r) => push(&mut heap, &mut unfixed, r),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => open = false,
+            }
+        }
+        // Replies whose completion the core fixes by the wall clock's instant now.
+        let mut recheck = None;
+        if !unfixed.is_empty() {
+            let now_sim = pacer.now_sim().unwrap_or(SimTime::ZERO);
+            let mut d = shared.lock();
+            let mut k = 0;
+            while k < unfixed.len() {
+                let ticket = unfixed[k].ticket.unwrap_or_default();
+                match d.fix(ticket, now_sim) {
+                    Ok(done) => {
+                        let mut r = unfixed.swap_remove(k);
+                        r.done = done;
+                        r.ticket = None;
+                        push(&mut heap, &mut unfixed, r);
+                    }
+                    Err(lower) => {
+                        let at = pacer
+                            .wall_deadline(lower)
+                            .filter(|&t| t > Instant::now())
+                            .unwrap_or_else(|| Instant::now() + RECHECK);
+                        recheck = Some(recheck.map_or(at, |r: Instant| r.min(at)));
+                        k += 1;
+                    }
+                }
             }
         }
         let now = Instant::now();
@@ -606,12 +647,16 @@ fn write_replies<W: Write>(
         if sent {
             w.flush()?;
         }
-        let Some(next) = heap.peek().map(|d| d.0.at) else {
+        let next = match (heap.peek().map(|d| d.0.at), recheck) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let Some(next) = next else {
             if !open {
                 break;
             }
             match rx.recv() {
-                Ok(r) => push(&mut heap, r),
+                Ok(r) => push(&mut heap, &mut unfixed, r),
                 Err(_) => open = false,
             }
             continue;
@@ -619,21 +664,27 @@ fn write_replies<W: Write>(
         let left = next.saturating_duration_since(Instant::now());
         if left > SPIN {
             let nap = left - SPIN / 2;
-            if open && heap.len() < REPLIES_HELD {
+            if open && heap.len() + unfixed.len() < REPLIES_HELD {
                 match rx.recv_timeout(nap) {
-                    Ok(r) => push(&mut heap, r),
+                    Ok(r) => push(&mut heap, &mut unfixed, r),
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => open = false,
                 }
             } else {
                 std::thread::sleep(nap);
             }
+        } else if recheck.is_some_and(|r| r <= next) {
+            std::thread::sleep(left.min(RECHECK));
         } else {
             std::hint::spin_loop();
         }
     }
     w.flush()
 }
+
+/// How long a paced writer waits before it asks the event core again whether a reply's
+/// completion is fixed, when the core cannot tell a later instant.
+const RECHECK: Duration = Duration::from_micros(10);
 
 #[cfg(test)]
 mod tests {
@@ -671,18 +722,21 @@ mod tests {
                 error: 0,
                 data: Some((data.clone(), 100..4196)),
                 done: SimTime::ZERO,
+                ticket: None,
             },
             Reply {
                 cookie: 2,
                 error: proto::EINVAL,
                 data: Some((data.clone(), 0..10)),
                 done: SimTime::ZERO,
+                ticket: None,
             },
             Reply {
                 cookie: 3,
                 error: 0,
                 data: None,
                 done: SimTime::ZERO,
+                ticket: None,
             },
         ];
         let mut want = Vec::new();

@@ -5,6 +5,7 @@
 use crate::proto::{self, Request};
 use csd_device::{Command, Completion, NvmeDevice, Payload, QueueId, Status};
 use csd_sim::SimTime;
+use csd_sim::events::{self, Counters, Graph, Recording};
 use std::ops::Range;
 
 /// Counters of one NBD command type.
@@ -82,8 +83,46 @@ pub(crate) struct Outcome {
     pub error: u32,
     /// For a successful READ: a buffer and the range of it to send.
     pub data: Option<(Vec<u8>, Range<usize>)>,
-    /// Modeled completion.
+    /// Modeled completion (on the event core in paced mode, a lower bound until the
+    /// core fixes it: see `ticket`).
     pub done: SimTime,
+    /// On the event core in paced mode: the request's place among those whose completion
+    /// the core has not fixed yet ([`DeviceState::fix`]).
+    pub ticket: Option<usize>,
+}
+
+/// A request executed on the event core whose completion is not fixed yet (paced): what
+/// its accounting needs once it is.
+struct Waiting {
+    done: SimTime,
+    at: SimTime,
+    kind: u16,
+    bytes: u64,
+    error: bool,
+}
+
+/// The event core of a server (issue 30): the graph every connection's commands record
+/// into, and the requests waiting for their completions.
+pub(crate) struct Core {
+    /// `None` only while a request records into it.
+    graph: Option<Graph>,
+    waiting: Vec<Option<Waiting>>,
+    /// The latest submission instant (paced): submissions reach the core in order.
+    last_at: SimTime,
+    /// Requests executed: the order key of their stages.
+    seq: u64,
+}
+
+impl Core {
+    /// A core with an empty graph.
+    pub(crate) fn new() -> Core {
+        Core {
+            graph: Some(Graph::new()),
+            waiting: Vec::new(),
+            last_at: SimTime::ZERO,
+            seq: 0,
+        }
+    }
 }
 
 /// The device and what goes with it, behind the server's mutex.
@@ -101,6 +140,8 @@ pub(crate) struct DeviceState {
     /// The device's first refusal of a write (it turned read-only: worn out, spares
     /// used up, image file system full, memory limit) was logged on stderr.
     pub refusal_noted: bool,
+    /// The event core (time model `events`); `None` on calendars.
+    pub core: Option<Core>,
 }
 
 /// Map a device status to an NBD error value.
@@ -341,7 +382,10 @@ impl DeviceState {
     }
 
     /// Execute a request that passed the session's checks. `payload` is a WRITE's data;
-    /// `at` is the submission instant in paced mode (`None`: the virtual clock).
+    /// `at` is the submission instant in paced mode (`None`: the virtual clock). On the
+    /// event core in virtual mode the completion is fixed at once (requests run one at
+    /// a time in modeled time); in paced mode it is left to [`DeviceState::fix`], since
+    /// the core may book only what arrives by the wall clock's instant.
     pub fn execute(
         &mut self,
         qid: QueueId,
@@ -349,7 +393,144 @@ impl DeviceState {
         payload: Vec<u8>,
         at: Option<SimTime>,
     ) -> Outcome {
-        let at = at.unwrap_or(self.clock);
+        if self.core.is_none() {
+            let at = at.unwrap_or(self.clock);
+            let (failed, done, data) = self.run_request(qid, req, payload, at);
+            return self.account(req.kind, req.length as u64, failed, at, done, data);
+        }
+        let paced = at.is_some();
+        let (failed, at, done, data, ticket) = self.on_core(|st, core| {
+            // Paced submissions are taken in order of their instants.
+            let at = at.map_or(st.clock, |a| a.max(core.last_at));
+            core.last_at = at;
+            core.seq += 1;
+            events::set_order(core.seq);
+            let (failed, done, data) = st.run_request(qid, req, payload, at);
+            if paced {
+                let w = Waiting {
+                    done,
+                    at,
+                    kind: req.kind,
+                    bytes: req.length as u64,
+                    error: failed.is_some(),
+                };
+                let ticket = match core.waiting.iter().position(Option::is_none) {
+                    Some(i) => {
+                        core.waiting[i] = Some(w);
+                        i
+                    }
+                    None => {
+                        core.waiting.push(Some(w));
+                        core.waiting.len() - 1
+                    }
+                };
+                (failed, at, SimTime::from_ns(done.ns()), data, Some(ticket))
+            } else {
+                let done = st.nvme.resolve(done);
+                (failed, at, done, data, None)
+            }
+        });
+        if let Some(ticket) = ticket {
+            self.note_refusal(&failed);
+            let error = failed.as_ref().map_or(0, errno);
+            return Outcome {
+                error,
+                data: if error == 0 { data } else { None },
+                done,
+                ticket: Some(ticket),
+            };
+        }
+        self.account(req.kind, req.length as u64, failed, at, done, data)
+    }
+
+    /// Whether the completion of the request with `ticket` ends by `now` (paced, on the
+    /// event core): its final value (the request then counts in the statistics), or a
+    /// lower bound of it (at least `now`) as the error.
+    pub fn fix(&mut self, ticket: usize, now: SimTime) -> Result<SimTime, SimTime> {
+        let fixed = self.on_core(|st, core| {
+            // Later submissions are taken at or after the instant booked up to.
+            core.last_at = core.last_at.max(now);
+            let Some(w) = core.waiting.get_mut(ticket).and_then(Option::take) else {
+                debug_assert!(false, "no waiting request {ticket}");
+                return Ok((now, None));
+            };
+            if st.nvme.at_or_before(w.done, now) {
+                let done = st.nvme.resolve(w.done);
+                Ok((done, Some(w)))
+            } else {
+                let lower = SimTime::from_ns(w.done.ns().max(now.ns()));
+                core.waiting[ticket] = Some(w);
+                Err(lower)
+            }
+        })?;
+        if let (done, Some(w)) = fixed {
+            self.count(w.kind, w.bytes, w.error, w.at, done);
+        }
+        Ok(fixed.0)
+    }
+
+    /// The event core's counters (`None` on calendars).
+    pub fn event_counters(&self) -> Option<Counters> {
+        self.core
+            .as_ref()
+            .and_then(|c| c.graph.as_ref())
+            .map(Graph::counters)
+    }
+
+    /// Book every stage the event core holds and fix every instant the device and the
+    /// waiting requests keep: before the device is used outside a request (admin
+    /// commands, inspection, hand-back). Nothing on calendars.
+    pub fn settle(&mut self) {
+        if self.core.is_none() {
+            return;
+        }
+        self.on_core(|st, core| {
+            events::run_all(&mut st.nvme);
+            st.nvme.settle_instants(&mut events::value);
+            for w in core.waiting.iter_mut().flatten() {
+                w.done = events::value(w.done);
+            }
+        });
+    }
+
+    /// Run `f` with this thread recording into the core's graph, compacting it after
+    /// when due.
+    fn on_core<T>(&mut self, f: impl FnOnce(&mut DeviceState, &mut Core) -> T) -> T {
+        let mut core = self.core.take().expect("on the event core");
+        let graph = core.graph.take().unwrap_or_default();
+        let rec = match Recording::resume(graph) {
+            Ok(rec) => rec,
+            Err(_) => panic!("a server thread already records on its own"),
+        };
+        let out = f(self, &mut core);
+        if events::compact_due() {
+            let mut roots = Vec::new();
+            self.nvme.settle_instants(&mut |t| {
+                roots.push(t);
+                t
+            });
+            roots.extend(core.waiting.iter().flatten().map(|w| w.done));
+            if let Some(remap) = events::compact(&roots) {
+                self.nvme.settle_instants(&mut |t| remap.apply(t));
+                for w in core.waiting.iter_mut().flatten() {
+                    w.done = remap.apply(w.done);
+                }
+            }
+        }
+        core.graph = Some(rec.finish());
+        self.core = Some(core);
+        out
+    }
+
+    /// The device work of a request at `at`: its failure, completion and data.
+    #[allow(clippy::type_complexity)]
+    fn run_request(
+        &mut self,
+        qid: QueueId,
+        req: &Request,
+        payload: Vec<u8>,
+        at: SimTime,
+    ) -> (Option<Status>, SimTime, Option<(Vec<u8>, Range<usize>)>) {
         let ls = self.lba;
         let (off, len) = (req.offset, req.length as u64);
         let fua = req.flags & proto::CMD_FLAG_FUA != 0;
@@ -387,30 +568,55 @@ impl DeviceState {
             failed = f;
             done = done.max(t);
         }
-        if let Some(Status::WriteProtected(m)) = &failed
+        (failed, done, data)
+    }
+
+    /// Log the device's first refusal of writes.
+    fn note_refusal(&mut self, failed: &Option<Status>) {
+        if let Some(Status::WriteProtected(m)) = failed
             && !self.refusal_noted
         {
             // Clients only see EPERM; the server's log says why, once.
             self.refusal_noted = true;
             eprintln!("the device refuses writes from now on (reads go on): {m}");
         }
-        let error = failed.as_ref().map_or(0, errno);
+    }
+
+    /// Count a request of `kind` over `bytes` submitted at `at` and completed at `done`
+    /// (final) in the statistics and the clock.
+    fn count(&mut self, kind: u16, bytes: u64, error: bool, at: SimTime, done: SimTime) {
         self.clock = self.clock.max(done);
         self.stats.modeled_now = self.clock;
         let lat = done.since(at);
         let s = &mut self.stats;
-        let op = match req.kind {
+        let op = match kind {
             proto::CMD_READ => &mut s.reads,
             proto::CMD_WRITE => &mut s.writes,
             proto::CMD_FLUSH => &mut s.flushes,
             proto::CMD_TRIM => &mut s.trims,
             _ => &mut s.zeroes,
         };
-        op.add(len, error != 0, lat);
+        op.add(bytes, error, lat);
+    }
+
+    /// Account a request whose completion is final and make its outcome.
+    fn account(
+        &mut self,
+        kind: u16,
+        bytes: u64,
+        failed: Option<Status>,
+        at: SimTime,
+        done: SimTime,
+        data: Option<(Vec<u8>, Range<usize>)>,
+    ) -> Outcome {
+        self.note_refusal(&failed);
+        let error = failed.as_ref().map_or(0, errno);
+        self.count(kind, bytes, error != 0, at, done);
         Outcome {
             error,
             data: if error == 0 { data } else { None },
             done,
+            ticket: None,
         }
     }
 }

@@ -62,6 +62,10 @@ pub struct ReproAllArgs {
     /// Reproductions to run (default: all five).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub papers: Vec<Paper>,
+    /// How every reproduction places commands in modeled time (each one's
+    /// `--time-model`): `calendar` or `events` (issue 30's event core).
+    #[arg(long, default_value = "calendar", value_parser = crate::ycsb::parse_time_model)]
+    pub time_model: csd_sim::events::TimeModel,
 }
 
 /// The host cache sizes (percent of the dataset) of batch-io inside `csd repro all`:
@@ -123,10 +127,14 @@ pub struct PaperRun {
 
 /// Runs one reproduction at its defaults, its report in `dir`; its comparisons with the
 /// paper.
-fn run_one(p: Paper, dir: &Path) -> Result<Vec<Comparison>, ReproError> {
+fn run_one(
+    p: Paper,
+    dir: &Path,
+    time_model: csd_sim::events::TimeModel,
+) -> Result<Vec<Comparison>, ReproError> {
     let out = dir.display().to_string();
     let caches = BATCH_IO_CACHES.map(|c| c.to_string()).join(",");
-    let mut args = vec!["--out", out.as_str()];
+    let mut args = vec!["--out", out.as_str(), "--time-model", time_model.name()];
     if p == Paper::BatchIo {
         args.extend(["--caches", caches.as_str()]);
     }
@@ -157,7 +165,7 @@ pub fn run(a: &ReproAllArgs) -> Result<Vec<PaperRun>, ReproError> {
         let dir = a.out.join(p.name());
         let t = Instant::now();
         // The reproduction draws its own progress bars; this one waits meanwhile.
-        let (comparisons, error) = match pb.suspend(|| run_one(p, &dir)) {
+        let (comparisons, error) = match pb.suspend(|| run_one(p, &dir, a.time_model)) {
             Ok(c) => (c, None),
             Err(e) => {
                 pb.suspend(|| eprintln!("csd repro {} failed: {e}", p.name()));

@@ -13,6 +13,7 @@ use csd_idxbench::harness::{Phase, Progress};
 use csd_idxbench::result::BenchResult;
 use csd_idxbench::{BenchIndex, IndexError, Scheme, repro};
 use csd_sim::ClockMode;
+use csd_sim::events::TimeModel;
 use std::sync::Arc;
 
 /// An index under test, as the harness sees it, with its device and the clock the
@@ -33,6 +34,21 @@ impl RunClock {
     fn start(&self) -> Result<(), IndexError> {
         self.dev.set_clock(self.mode);
         Ok(())
+    }
+
+    /// The event core's counters over preload and run (none on calendars): stages booked
+    /// and late arrivals (threads that submitted behind what the core had booked).
+    fn core_figures(&self) -> Vec<(String, f64)> {
+        self.dev.event_counters().map_or_else(Vec::new, |c| {
+            vec![
+                ("event_core_stages".into(), c.booked as f64),
+                ("event_core_late_arrivals".into(), c.late_arrivals as f64),
+                (
+                    "event_core_unfixed_decisions".into(),
+                    c.unfixed_comparisons as f64,
+                ),
+            ]
+        })
     }
 }
 
@@ -61,7 +77,9 @@ impl BenchIndex for FdBench {
         self.run_clock.start()
     }
     fn extra_stats(&self) -> Vec<(String, f64)> {
-        self.tree.stats().bench_figures()
+        let mut v = self.tree.stats().bench_figures();
+        v.extend(self.run_clock.core_figures());
+        v
     }
 }
 
@@ -86,11 +104,13 @@ impl BenchIndex for BTreeBench {
     }
     fn extra_stats(&self) -> Vec<(String, f64)> {
         let (r, w) = self.0.io_counts();
-        vec![
+        let mut v = vec![
             ("height".into(), f64::from(self.0.height())),
             ("blocks_read".into(), r as f64),
             ("blocks_written".into(), w as f64),
-        ]
+        ];
+        v.extend(self.1.core_figures());
+        v
     }
 }
 
@@ -119,6 +139,13 @@ pub struct TreeOpts {
     /// safety; the paper's tree had no redo log, so its figures are without it).
     #[arg(long)]
     durable: bool,
+    /// How commands are placed in modeled time: `calendar` (each resource books an
+    /// operation when code asks) or `events` (issue 30's event core: the device's one
+    /// graph books every thread's stages in modeled-arrival order; paced runs book only
+    /// up to the wall clock's instant, virtual runs fix each completion at once and count
+    /// the late arrivals of threads whose clocks are behind).
+    #[arg(long, default_value = "calendar", value_parser = crate::ycsb::parse_time_model)]
+    time_model: TimeModel,
     #[command(flatten)]
     src: ConfigSource,
 }
@@ -134,7 +161,11 @@ impl TreeOpts {
         };
         let nand = csd_nand::Nand::new_in_memory(cfg)?;
         let ftl = Ftl::format(nand, FtlConfig::default())?;
-        let dev = SharedDevice::new(NvmeDevice::new(ftl), ClockMode::Virtual)?;
+        let dev = SharedDevice::with_time_model(
+            NvmeDevice::new(ftl),
+            ClockMode::Virtual,
+            self.time_model,
+        )?;
         let run_clock = RunClock {
             dev: dev.clone(),
             mode: self.clock,
@@ -182,7 +213,8 @@ impl TreeOpts {
             ClockMode::Paced { scale } => format!("paced:{scale}"),
         };
         format!(
-            "--clock {clock} --l0-kib {} --size-ratio {} --merge-at {} --cache-mib {}{} {}",
+            "--clock {clock} --time-model {} --l0-kib {} --size-ratio {} --merge-at {} --cache-mib {}{} {}",
+            self.time_model.name(),
             self.l0_kib,
             self.size_ratio,
             self.merge_at,

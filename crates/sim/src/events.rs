@@ -1284,6 +1284,22 @@ impl Recording {
         })
     }
 
+    /// Record on this thread into `graph`, one kept between recordings: a device shared
+    /// by threads keeps its graph and lends it to whichever thread runs a command on it
+    /// (`csd_host::shared`); [`Recording::finish`] hands it back. The graph comes back
+    /// as the error if this thread records already.
+    pub fn resume(graph: Graph) -> Result<Recording, Box<Graph>> {
+        if recording() {
+            return Err(Box::new(graph));
+        }
+        GRAPH.with_borrow_mut(|g| *g = Some(graph));
+        RECORDING.with(|r| r.set(true));
+        ORDER.with(|o| o.set(0));
+        Ok(Recording {
+            _thread: PhantomData,
+        })
+    }
+
     /// The order key of the stages recorded from now on (e.g. a command's sequence
     /// number: equal arrivals are served lowest first).
     pub fn set_order(&self, order: u64) {

@@ -31,6 +31,10 @@ pub(crate) struct BenchServeArgs {
     /// Write cache of the served device.
     #[arg(long, value_enum, default_value_t = crate::image::CacheArg::WriteBack)]
     write_cache: crate::image::CacheArg,
+    /// Time model of the served device (`csd serve --time-model`): `calendar` or
+    /// `events` (issue 30's event core).
+    #[arg(long, default_value = "calendar", value_parser = super::io::parse_time_model)]
+    time_model: csd_sim::events::TimeModel,
     /// Seconds per fio job.
     #[arg(long, default_value_t = 10)]
     runtime: u64,
@@ -317,6 +321,8 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
             .args([
                 "--write-cache",
                 &a.write_cache.to_string(),
+                "--time-model",
+                a.time_model.name(),
                 "--stats-interval",
                 "0",
             ]);

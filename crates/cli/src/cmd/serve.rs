@@ -14,8 +14,9 @@
 use crate::{CliError, ConfigSource, image, report};
 use clap::Args;
 use csd_device::{BlockDevice, NvmeDevice};
-use csd_nbd::{Listener, OpStats, Server, ServerConfig, ServerStats};
+use csd_nbd::{Listener, OpStats, Server, ServerConfig};
 use csd_sim::ClockMode;
+use csd_sim::events::{Counters, TimeModel};
 use serde::Serialize;
 use serde_json::Value;
 use std::ffi::OsString;
@@ -58,6 +59,12 @@ pub(crate) struct ServeArgs {
     /// wall clock reaches the modeled completion, times SCALE).
     #[arg(long, default_value = "virtual", value_parser = crate::args::parse_clock)]
     clock: ClockMode,
+    /// How commands are placed in modeled time: `calendar` (each resource books an
+    /// operation when code asks) or `events` (issue 30's event core: every connection's
+    /// commands are booked at each resource in modeled-arrival order; with a paced clock
+    /// a reply waits until the core has fixed its completion by the wall clock's instant).
+    #[arg(long, default_value = "calendar", value_parser = crate::cmd::io::parse_time_model)]
+    time_model: TimeModel,
     /// Write the SMART log and server counters to the stats file every SECS seconds
     /// (0: only at shutdown).
     #[arg(long, default_value_t = 2.0, value_name = "SECS")]
@@ -127,6 +134,11 @@ impl From<&OpStats> for OpFigures {
 struct ServerFigures {
     /// `virtual` or `paced:SCALE`.
     clock: String,
+    /// `calendar` or `events`.
+    time_model: TimeModel,
+    /// The event core's counters (time model `events`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_core: Option<Counters>,
     connections_open: u64,
     connections_total: u64,
     protocol_errors: u64,
@@ -146,12 +158,20 @@ struct ServerFigures {
 }
 
 impl ServerFigures {
-    fn new(s: &ServerStats, clock: ClockMode, started: Instant) -> ServerFigures {
+    fn new(
+        server: &Server,
+        clock: ClockMode,
+        time_model: TimeModel,
+        started: Instant,
+    ) -> ServerFigures {
+        let s = &server.stats();
         ServerFigures {
             clock: match clock {
                 ClockMode::Virtual => "virtual".to_string(),
                 ClockMode::Paced { scale } => format!("paced:{scale}"),
             },
+            time_model,
+            event_core: server.event_counters(),
             connections_open: s.connections_open,
             connections_total: s.connections_total,
             protocol_errors: s.protocol_errors,
@@ -188,6 +208,7 @@ struct Snapshot<'a> {
     image: &'a Path,
     uri: &'a str,
     clock: ClockMode,
+    time_model: TimeModel,
     started: Instant,
 }
 
@@ -199,14 +220,13 @@ impl Snapshot<'_> {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64());
-            let s = server.stats();
             let figures = ServeFigures {
                 written_by: "csd serve",
                 live,
                 pid: std::process::id(),
                 uri: self.uri,
                 updated_unix_s: now,
-                server: ServerFigures::new(&s, self.clock, self.started),
+                server: ServerFigures::new(server, self.clock, self.time_model, self.started),
             };
             if let Ok(Value::Object(o)) = serde_json::to_value(figures) {
                 m.extend(o);
@@ -268,6 +288,7 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
             export_name: a.export.clone(),
             read_only: a.read_only,
             clock: a.clock,
+            time_model: a.time_model,
             verbose: a.verbose,
             handshake_timeout: Duration::from_secs_f64(a.handshake_timeout),
             idle_timeout: (a.idle_timeout > 0.0).then(|| Duration::from_secs_f64(a.idle_timeout)),
@@ -281,6 +302,7 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
         image: &name,
         uri: &uri,
         clock: a.clock,
+        time_model: a.time_model,
         started: Instant::now(),
     };
     let stats_path = match stats_path.map(|p| snap.write(&server, &p, true).map(|_| p)) {
@@ -297,13 +319,14 @@ pub(crate) fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
         Some(Err(e)) => return Err(e),
     };
     eprintln!(
-        "serving {} ({} bytes, device {device}, clock {}) at {uri}",
+        "serving {} ({} bytes, device {device}, clock {}, time model {}) at {uri}",
         name.display(),
         server.export_size(),
         match a.clock {
             ClockMode::Virtual => "virtual".to_string(),
             ClockMode::Paced { scale } => format!("paced:{scale}"),
-        }
+        },
+        a.time_model.name()
     );
     match &stats_path {
         Some(p) => eprintln!(

@@ -23,6 +23,20 @@ pub fn paced_device(scale: f64) -> SharedDevice {
     SharedDevice::new(NvmeDevice::new(ftl), ClockMode::Paced { scale }).expect("share")
 }
 
+/// A fresh `tiny` device on the event core (`events`): virtual, or paced at `scale`.
+pub fn device_on_the_event_core(paced: Option<f64>) -> SharedDevice {
+    let cfg = DeviceConfig::preset("tiny").expect("tiny preset");
+    let nand = Nand::new_in_memory(cfg).expect("nand");
+    let ftl = Ftl::format(nand, FtlConfig::default()).expect("format");
+    let mode = paced.map_or(ClockMode::Virtual, |scale| ClockMode::Paced { scale });
+    SharedDevice::with_time_model(
+        NvmeDevice::new(ftl),
+        mode,
+        csd_sim::events::TimeModel::Events,
+    )
+    .expect("share")
+}
+
 /// Cut power on `dev` (every handle and tree must have been dropped), recover the FTL
 /// and share the device again.
 pub fn crash_and_recover(dev: SharedDevice) -> SharedDevice {
