@@ -589,17 +589,10 @@ mod tests {
         let c = assert_clean(&dev, false);
         events::first_come_first_served(&dev.trace()).expect("arrival order");
         assert_eq!(dev.totals().commands, 240);
-        // Threads overlapped in modeled time (their commands were in flight together).
         let (first, last) = times
             .iter()
             .flatten()
             .fold((u64::MAX, 0), |(a, b), &(s, e)| (a.min(s), b.max(e)));
-        let busy: u64 = times.iter().flatten().map(|&(s, e)| e - s).sum();
-        assert!(
-            busy > last - first,
-            "no overlap: {busy} <= {}",
-            last - first
-        );
         // Paced: the run took at least its modeled span on the wall clock.
         let modeled = (last - first) as f64 / 1e9;
         assert!(wall >= modeled * 0.9, "wall {wall} s < modeled {modeled} s");
