@@ -1142,6 +1142,38 @@ mod tests {
     /// Every preset, block (write-through, write-back, batches, sequential) and raw: on
     /// the event core no booking waits behind a later arrival, none is made outside the
     /// core and no command is submitted into the past.
+    /// The FTL's one decision on modeled time, the interval checkpoint, compares a
+    /// commit's completion the core may not have fixed: the comparison is counted (so a
+    /// report shows it) rather than taken silently on the lower bound; with the interval
+    /// off (the default) nothing is counted.
+    #[test]
+    fn the_interval_checkpoint_is_counted_as_a_decision_on_an_unfixed_instant() {
+        let mut counted = Vec::new();
+        for interval in [0, 1] {
+            let ftl = csd_ftl::FtlConfig {
+                checkpoint_interval_ms: interval,
+                ..Default::default()
+            };
+            let mut dev =
+                crate::stack::in_memory(DeviceConfig::preset("tiny").unwrap(), ftl).unwrap();
+            let spec = WorkloadSpec {
+                rw: Rw::RandWrite,
+                bs: 4096,
+                size: Some(8 << 20),
+                iodepth: 16,
+                ops: Some(2_000),
+                time_model: TimeModel::Events,
+                ..Default::default()
+            };
+            let (_, g) = run_traced(&mut dev, &spec, &mut |_| {}, false).unwrap();
+            let g = g.unwrap();
+            assert_eq!((g.late_arrivals(), g.stale()), (0, 0), "interval {interval}");
+            counted.push(g.unfixed_comparisons());
+        }
+        assert_eq!(counted[0], 0);
+        assert!(counted[1] > 0, "{counted:?}");
+    }
+
     #[test]
     fn every_preset_runs_on_the_event_core() {
         use csd_ftl::WriteCache;
