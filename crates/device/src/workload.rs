@@ -1167,7 +1167,11 @@ mod tests {
             };
             let (_, g) = run_traced(&mut dev, &spec, &mut |_| {}, false).unwrap();
             let g = g.unwrap();
-            assert_eq!((g.late_arrivals(), g.stale()), (0, 0), "interval {interval}");
+            assert_eq!(
+                (g.late_arrivals(), g.stale()),
+                (0, 0),
+                "interval {interval}"
+            );
             counted.push(g.unfixed_comparisons());
         }
         assert_eq!(counted[0], 0);

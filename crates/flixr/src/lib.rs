@@ -797,16 +797,7 @@ mod tests {
             );
             assert!(c.event_core.is_none(), "{what}");
             let k = e.event_core.expect("an events run has the core's counters");
-            assert_eq!(
-                (
-                    k.late_arrivals,
-                    k.unrecorded,
-                    k.stale,
-                    k.unfixed_comparisons
-                ),
-                (0, 0, 0, 0),
-                "{what}"
-            );
+            assert_eq!(k.anomalies(), [0; 4], "{what}");
             assert!(k.booked > 0 && e.modeled_ns > 0, "{what}");
         }
     }

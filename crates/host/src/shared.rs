@@ -31,7 +31,7 @@
 
 use crate::client::{ClientTotals, CommandIssuer, HostError, checked, complete, device_now};
 use csd_device::{Completion, IdentifyInfo, NvmeDevice, QueueId};
-use csd_sim::events::{self, Counters, Graph, Recording, TimeModel};
+use csd_sim::events::{self, Counters, Graph, TimeModel};
 use csd_sim::{ClockMode, Pacer, SimTime};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -180,26 +180,19 @@ impl SharedDevice {
         // A thread that panicked while recording lost the graph with its recording: go
         // on with a new one (what it had booked stays booked at the resources).
         let graph = core.graph.take().unwrap_or_default();
-        let rec = match Recording::resume(graph) {
-            Ok(rec) => rec,
-            Err(_) => panic!("a thread holding a shared device already records on its own"),
-        };
-        let out = f(dev, &mut core);
-        if events::compact_due() {
-            let mut roots = Vec::new();
-            dev.settle_instants(&mut |t| {
-                roots.push(t);
-                t
-            });
-            roots.extend(core.waiting.iter().flatten().copied());
-            if let Some(remap) = events::compact(&roots) {
-                dev.settle_instants(&mut |t| remap.apply(t));
+        let mut state = (dev, &mut *core);
+        let (out, graph) = events::record_with(
+            graph,
+            &mut state,
+            |(dev, core)| f(dev, core),
+            |(dev, core), rename| {
+                dev.settle_instants(rename);
                 for t in core.waiting.iter_mut().flatten() {
-                    *t = remap.apply(*t);
+                    *t = rename(*t);
                 }
-            }
-        }
-        core.graph = Some(rec.finish());
+            },
+        );
+        core.graph = Some(graph);
         out
     }
 
@@ -258,10 +251,17 @@ impl SharedDevice {
     pub fn set_clock(&self, mode: ClockMode) {
         let origin = {
             let dev = self.lock();
+            // On the event core `lock` booked everything recorded: the clock continues
+            // after the last arrival booked, so that no later submission arrives before it.
+            let booked = self.inner.core.as_ref().map_or(SimTime::ZERO, |core| {
+                let core = core.lock().unwrap_or_else(PoisonError::into_inner);
+                core.graph.as_ref().map_or(SimTime::ZERO, Graph::now)
+            });
             dev.block()
                 .controller()
                 .now()
                 .max(SimTime::from_ns(self.inner.latest.load(Ordering::Acquire)))
+                .max(booked)
         };
         *self
             .inner
@@ -612,6 +612,39 @@ mod tests {
         )
         .expect("read");
         assert!(c.status.is_success());
+    }
+
+    #[test]
+    fn a_paced_run_after_a_virtual_preload_on_the_event_core_has_no_late_arrival() {
+        // The benchmarks' pattern: a preload in virtual time by several threads (late
+        // arrivals possible), then the clock switched to paced for the timed run.
+        let dev = shared_on(ClockMode::Virtual, TimeModel::Events);
+        compact_often(&dev);
+        let lba_size = dev.identify().lba_size as usize;
+        let threads = |dev: &SharedDevice, ops: u64| {
+            std::thread::scope(|s| {
+                for t in 0..3u64 {
+                    let dev = dev.clone();
+                    s.spawn(move || {
+                        let mut h = dev.handle().expect("handle");
+                        mixed_ops(&mut h, t, ops, lba_size);
+                    });
+                }
+            })
+        };
+        threads(&dev, 80);
+        let before = dev.event_counters().expect("core");
+        dev.set_clock(ClockMode::Paced { scale: 1.0 });
+        threads(&dev, 40);
+        let after = assert_clean(&dev, true);
+        assert_eq!(
+            after.late_arrivals,
+            before.late_arrivals,
+            "the paced run: {} then {}",
+            before.sentence(),
+            after.sentence()
+        );
+        assert!(after.booked > before.booked);
     }
 
     #[test]

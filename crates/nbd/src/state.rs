@@ -5,7 +5,7 @@
 use crate::proto::{self, Request};
 use csd_device::{Command, Completion, NvmeDevice, Payload, QueueId, Status};
 use csd_sim::SimTime;
-use csd_sim::events::{self, Counters, Graph, Recording};
+use csd_sim::events::{self, Counters, Graph};
 use std::ops::Range;
 
 /// Counters of one NBD command type.
@@ -498,26 +498,19 @@ impl DeviceState {
     fn on_core<T>(&mut self, f: impl FnOnce(&mut DeviceState, &mut Core) -> T) -> T {
         let mut core = self.core.take().expect("on the event core");
         let graph = core.graph.take().unwrap_or_default();
-        let rec = match Recording::resume(graph) {
-            Ok(rec) => rec,
-            Err(_) => panic!("a server thread already records on its own"),
-        };
-        let out = f(self, &mut core);
-        if events::compact_due() {
-            let mut roots = Vec::new();
-            self.nvme.settle_instants(&mut |t| {
-                roots.push(t);
-                t
-            });
-            roots.extend(core.waiting.iter().flatten().map(|w| w.done));
-            if let Some(remap) = events::compact(&roots) {
-                self.nvme.settle_instants(&mut |t| remap.apply(t));
+        let mut state = (&mut *self, &mut core);
+        let (out, graph) = events::record_with(
+            graph,
+            &mut state,
+            |(st, core)| f(st, core),
+            |(st, core), rename| {
+                st.nvme.settle_instants(rename);
                 for w in core.waiting.iter_mut().flatten() {
-                    w.done = remap.apply(w.done);
+                    w.done = rename(w.done);
                 }
-            }
-        }
-        core.graph = Some(rec.finish());
+            },
+        );
+        core.graph = Some(graph);
         self.core = Some(core);
         out
     }

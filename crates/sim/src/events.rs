@@ -277,6 +277,18 @@ impl Counters {
         self.forgotten += other.forgotten;
     }
 
+    /// The counts that say the core's order was not kept: late arrivals, bookings
+    /// outside the core, stale instants, decisions on unfixed instants (all 0 in a
+    /// faithful run).
+    pub fn anomalies(&self) -> [u64; 4] {
+        [
+            self.late_arrivals,
+            self.unrecorded,
+            self.stale,
+            self.unfixed_comparisons,
+        ]
+    }
+
     /// The counts in words, for reports.
     pub fn sentence(&self) -> String {
         format!(
@@ -1287,6 +1299,36 @@ pub fn compact_due() -> bool {
 /// [`Graph::compact`] on this thread's recording (`None` outside one).
 pub fn compact(roots: &[SimTime]) -> Option<Remap> {
     with_graph(|g| g.compact(roots))
+}
+
+/// Record on this thread into `graph` (one kept between recordings: a device shared by
+/// threads lends it to whichever holds the device) while `f` runs on `state`; then,
+/// when the graph is due, compact it, renaming every instant that `held` names in
+/// `state` (each through the renaming it is given). `f`'s result and the graph back.
+/// Panics if this thread records already (a thread holding a shared device records
+/// nothing of its own).
+pub fn record_with<S: ?Sized, T>(
+    graph: Graph,
+    state: &mut S,
+    f: impl FnOnce(&mut S) -> T,
+    held: impl Fn(&mut S, &mut dyn FnMut(SimTime) -> SimTime),
+) -> (T, Graph) {
+    let rec = match Recording::resume(graph) {
+        Ok(rec) => rec,
+        Err(_) => panic!("a thread that records on its own ran a command of a shared device"),
+    };
+    let out = f(state);
+    if compact_due() {
+        let mut roots = Vec::new();
+        held(state, &mut |t| {
+            roots.push(t);
+            t
+        });
+        if let Some(remap) = compact(&roots) {
+            held(state, &mut |t| remap.apply(t));
+        }
+    }
+    (out, rec.finish())
 }
 
 /// A recording of this thread's device work into the event core, from
