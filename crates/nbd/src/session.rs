@@ -171,13 +171,23 @@ fn write_all_vectored(w: &mut impl Write, mut iov: &mut [IoSlice<'_>]) -> io::Re
 }
 
 /// Paced clock: replies go to the writer thread, which holds them for their deadlines.
-struct ToWriter {
+struct ToWriter<'s> {
     tx: SyncSender<Reply>,
+    /// Where a reply the writer no longer takes hands back its ticket (event core).
+    shared: &'s Shared,
 }
 
-impl Sink for ToWriter {
+impl Sink for ToWriter<'_> {
     fn put(&mut self, reply: Reply) -> io::Result<bool> {
-        Ok(self.tx.send(reply).is_ok())
+        match self.tx.send(reply) {
+            Ok(()) => Ok(true),
+            Err(mpsc::SendError(reply)) => {
+                if let Some(ticket) = reply.ticket {
+                    self.shared.lock().abandon(ticket);
+                }
+                Ok(false)
+            }
+        }
     }
     fn idle(&mut self) -> io::Result<()> {
         Ok(())
@@ -399,7 +409,7 @@ fn transmission<R: Read, W: Write + Send>(
     let pacer = shared.pacer.clone();
     std::thread::scope(|s| {
         let writer = s.spawn(move || write_replies(w, rx, &pacer, conn, shared));
-        let read = read_requests(shared, conn, q, &mut r, &mut ToWriter { tx });
+        let read = read_requests(shared, conn, q, &mut r, &mut ToWriter { tx, shared });
         let wrote = writer
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the reply writer panicked")));
@@ -568,6 +578,37 @@ fn write_replies<W: Write>(
     conn: &Conn,
     shared: &Shared,
 ) -> io::Result<()> {
+    let mut unfixed: Vec<Reply> = Vec::new();
+    let out = send_replies(w, &rx, pacer, conn, shared, &mut unfixed);
+    // Replies the connection ended before: their requests ran, so the core fixes and
+    // counts them (and forgets their tickets). Those still queued are taken too; one the
+    // reader queues after this finds the channel closed and hands its ticket back itself
+    // (`ToWriter::put`), except in the instant between the last `try_recv` and the drop.
+    while let Ok(r) = rx.try_recv() {
+        unfixed.push(r);
+    }
+    drop(rx);
+    if !unfixed.is_empty() {
+        let mut d = shared.lock();
+        for r in unfixed {
+            if let Some(ticket) = r.ticket {
+                d.abandon(ticket);
+            }
+        }
+    }
+    out
+}
+
+/// [`write_replies`]' loop; `unfixed` holds the replies whose completion the core has not
+/// fixed yet (what is left of them when it returns, the caller settles).
+fn send_replies<W: Write>(
+    w: W,
+    rx: &Receiver<Reply>,
+    pacer: &Pacer,
+    conn: &Conn,
+    shared: &Shared,
+    unfixed: &mut Vec<Reply>,
+) -> io::Result<()> {
     let mut w = w;
     if pacer.wall_deadline(SimTime::ZERO).is_none() {
         loop {
@@ -588,7 +629,6 @@ fn write_replies<W: Write>(
         return w.flush();
     }
     let mut heap: BinaryHeap<Reverse<Due>> = BinaryHeap::new();
-    let mut unfixed: Vec<Reply> = Vec::new();
     let mut seq = 0u64;
     let mut open = true;
     let mut push = |heap: &mut BinaryHeap<Reverse<Due>>, unfixed: &mut Vec<Reply>, reply: Reply| {
@@ -604,7 +644,7 @@ fn write_replies<W: Write>(
     loop {
         while open && heap.len() + unfixed.len() < REPLIES_HELD {
             match rx.try_recv() {
-                Ok(r) => push(&mut heap, &mut unfixed, r),
+                Ok(r) => push(&mut heap, unfixed, r),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => open = false,
             }
@@ -622,7 +662,7 @@ fn write_replies<W: Write>(
                         let mut r = unfixed.swap_remove(k);
                         r.done = done;
                         r.ticket = None;
-                        push(&mut heap, &mut unfixed, r);
+                        push(&mut heap, unfixed, r);
                     }
                     Err(lower) => {
                         let at = pacer
@@ -656,7 +696,7 @@ fn write_replies<W: Write>(
                 break;
             }
             match rx.recv() {
-                Ok(r) => push(&mut heap, &mut unfixed, r),
+                Ok(r) => push(&mut heap, unfixed, r),
                 Err(_) => open = false,
             }
             continue;
@@ -666,7 +706,7 @@ fn write_replies<W: Write>(
             let nap = left - SPIN / 2;
             if open && heap.len() + unfixed.len() < REPLIES_HELD {
                 match rx.recv_timeout(nap) {
-                    Ok(r) => push(&mut heap, &mut unfixed, r),
+                    Ok(r) => push(&mut heap, unfixed, r),
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => open = false,
                 }

@@ -469,6 +469,20 @@ impl DeviceState {
         Ok(fixed.0)
     }
 
+    /// A waiting request whose reply will not be sent (its connection ended first): its
+    /// completion fixed now, booking as far as needed (a later submission that arrives
+    /// before what this books counts as a late arrival), and counted.
+    pub fn abandon(&mut self, ticket: usize) {
+        let fixed = self.on_core(|st, core| {
+            let w = core.waiting.get_mut(ticket).and_then(Option::take)?;
+            let done = st.nvme.resolve(w.done);
+            Some((done, w))
+        });
+        if let Some((done, w)) = fixed {
+            self.count(w.kind, w.bytes, w.error, w.at, done);
+        }
+    }
+
     /// The event core's counters (`None` on calendars).
     pub fn event_counters(&self) -> Option<Counters> {
         self.core

@@ -466,6 +466,41 @@ fn unaligned_writes_into_one_lba_from_two_connections_keep_both() {
 }
 
 #[test]
+fn requests_of_a_client_that_leaves_before_its_paced_replies_are_counted_on_the_event_core() {
+    // 1 modeled µs = 1 wall ms: the replies are held for seconds; the client sends eight
+    // writes and closes its socket at once. The requests ran, so the core fixes and
+    // counts them when the connection ends (their tickets are not left behind).
+    let srv = Running::start(ServerConfig {
+        clock: ClockMode::Paced { scale: 1000.0 },
+        time_model: TimeModel::Events,
+        ..Default::default()
+    });
+    let mut c = srv.client();
+    for i in 0..8u64 {
+        c.send(CMD_WRITE, 0, i * 4096, 4096, &fill(i, 4096));
+    }
+    drop(c);
+    let t0 = Instant::now();
+    while srv.server.stats().writes.count < 8 && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = srv.server.stats();
+    assert_eq!(st.writes.count, 8, "{st:?}");
+    assert!(st.writes.modeled_ns > 0);
+    let k = srv.server.event_counters().expect("on the core");
+    assert_eq!(
+        k.stale + k.unrecorded + k.unfixed_comparisons,
+        0,
+        "{}",
+        k.sentence()
+    );
+    let mut c = srv.client();
+    for i in 0..8u64 {
+        assert_eq!(c.read(i * 4096, 4096).unwrap(), fill(i, 4096));
+    }
+}
+
+#[test]
 fn a_client_vanishing_mid_request_changes_nothing() {
     let srv = Running::start(ServerConfig::default());
     let mut c = srv.client();
