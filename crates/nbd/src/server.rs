@@ -279,9 +279,27 @@ impl Shared {
     /// Run one admin command on the server's own queue pair.
     fn admin(&self, cmd: Command) -> Result<Completion, NbdError> {
         let mut d = self.lock();
-        // On the event core: everything booked first, so that the admin command runs on
-        // the calendars the core left (it is rare: SMART, the shutdown flush).
-        d.settle();
+        if d.core.is_some() {
+            let (mut c, ticket) = d
+                .admin_on_core(self.admin, cmd, self.pacer.now_sim())
+                .map_err(NbdError::Device)?;
+            drop(d);
+            if let Some(ticket) = ticket {
+                // Paced: wait until the core has fixed the completion by the wall clock.
+                c.acct.completed = loop {
+                    let now = self.pacer.now_sim().unwrap_or(SimTime::ZERO);
+                    match self.lock().fix(ticket, now) {
+                        Ok(done) => break done,
+                        Err(lower) if lower > now => self.pacer.wait_until(lower),
+                        Err(_) => std::thread::sleep(Duration::from_micros(10)),
+                    }
+                };
+            }
+            if !c.status.is_success() {
+                return Err(NbdError::Device(c.status));
+            }
+            return Ok(c);
+        }
         let at = self.pacer.now_sim().unwrap_or(d.clock);
         d.nvme
             .submit(self.admin, cmd, at)
