@@ -469,10 +469,10 @@ impl DeviceState {
                 Err(lower)
             }
         })?;
-        if let (done, Some(w)) = fixed {
-            if let Some(kind) = w.kind {
-                self.count(kind, w.bytes, w.error, w.at, done);
-            }
+        if let (done, Some(w)) = fixed
+            && let Some(kind) = w.kind
+        {
+            self.count(kind, w.bytes, w.error, w.at, done);
         }
         Ok(fixed.0)
     }
@@ -533,10 +533,10 @@ impl DeviceState {
             let done = st.nvme.resolve(w.done);
             Some((done, w))
         });
-        if let Some((done, w)) = fixed {
-            if let Some(kind) = w.kind {
-                self.count(kind, w.bytes, w.error, w.at, done);
-            }
+        if let Some((done, w)) = fixed
+            && let Some(kind) = w.kind
+        {
+            self.count(kind, w.bytes, w.error, w.at, done);
         }
     }
 
