@@ -3,17 +3,19 @@
 //! one process so that both see the same machine load:
 //!
 //! ```sh
-//! cargo run --release -p csd-device --example randread -- [REGION_MIB] [OPS] [ROUNDS]
+//! cargo run --release -p csd-device --example randread -- [REGION_MIB] [OPS] [ROUNDS] [TIME_MODEL]
 //! ```
 //!
 //! The region (default 2048 MiB) is written sequentially, then overwritten once at random
 //! (write-back cache), as `csd io --precondition` does; then each round runs `OPS`
 //! random reads at queue depth 32 twice. It prints wall and CPU ops/s per run and checks
-//! that both runs modeled the same figures (hints must not change the model).
+//! that both runs modeled the same figures (hints must not change the model). The reads
+//! run on `TIME_MODEL` (`calendar` or `events`; default: the default time model).
 
 use csd_device::workload::{self, IoTarget, NoHints, Rw, WorkloadSpec};
 use csd_ftl::{FtlConfig, WriteCache};
 use csd_sim::DeviceConfig;
+use csd_sim::events::TimeModel;
 use std::error::Error;
 
 fn arg(i: usize, default: u64) -> Result<u64, Box<dyn Error>> {
@@ -27,6 +29,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     let region = arg(1, 2048)? << 20;
     let ops = arg(2, 3_000_000)?;
     let rounds = arg(3, 3)?;
+    let time_model = match std::env::args().nth(4) {
+        Some(s) => TimeModel::parse(&s).ok_or("TIME_MODEL is `calendar` or `events`")?,
+        None => TimeModel::default(),
+    };
     let cfg = DeviceConfig::preset("nvme-tlc")?;
     let ftl = FtlConfig {
         write_cache: WriteCache::WriteBack,
@@ -53,8 +59,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         iodepth: 32,
         ops: Some(ops),
         seed: 3,
+        time_model,
         ..Default::default()
     };
+    println!("time model: {}", time_model.name());
     println!("| round | hints | wall Mops/s | CPU Mops/s | modeled IOPS |");
     println!("|---|---|---|---|---|");
     for round in 1..=rounds {

@@ -19,7 +19,7 @@
 
 use crate::DeviceError;
 use csd_sim::dist::Sampler;
-use csd_sim::events::{Graph, Recording, ResourceId, Resources, TimeModel};
+use csd_sim::events::{Graph, Recording, ResourceId, Resources, TimeModel, Watch};
 use csd_sim::resource::bottleneck;
 use csd_sim::{
     ClockMode, DeviceConfig, EnergyCounters, EnergyReport, Pacer, ResourceClass, SimTime,
@@ -562,9 +562,14 @@ enum InFlight {
     /// Completions come out of the event core; each is tallied when it does.
     Events {
         rec: Recording,
-        /// (completion, submission, is a read), completion not yet fixed.
-        cmds: Vec<(SimTime, SimTime, bool)>,
-        dones: Vec<SimTime>,
+        /// The completions in flight, keyed by their slot in `cmds`.
+        watch: Watch,
+        /// (submission, is a read) by slot; `None`: a free slot.
+        cmds: Vec<Option<(SimTime, bool)>>,
+        /// Slots free in `cmds`.
+        free: Vec<u64>,
+        /// Compaction roots (scratch).
+        roots: Vec<SimTime>,
     },
 }
 
@@ -581,8 +586,10 @@ impl InFlight {
                 rec.graph(|g| g.set_compact_nodes(1 << 11));
                 InFlight::Events {
                     rec,
+                    watch: Watch::new(),
                     cmds: Vec::with_capacity(depth + 1),
-                    dones: Vec::with_capacity(depth + 1),
+                    free: Vec::with_capacity(depth + 1),
+                    roots: Vec::new(),
                 }
             }
             None => InFlight::Calendar(BinaryHeap::with_capacity(depth + 1)),
@@ -592,7 +599,7 @@ impl InFlight {
     fn len(&self) -> usize {
         match self {
             InFlight::Calendar(h) => h.len(),
-            InFlight::Events { cmds, .. } => cmds.len(),
+            InFlight::Events { watch, .. } => watch.len(),
         }
     }
 
@@ -613,7 +620,20 @@ impl InFlight {
                 tally.record(is_read, submit, done);
                 h.push(Reverse(done));
             }
-            InFlight::Events { cmds, .. } => cmds.push((done, submit, is_read)),
+            InFlight::Events {
+                rec,
+                watch,
+                cmds,
+                free,
+                ..
+            } => {
+                let slot = free.pop().unwrap_or_else(|| {
+                    cmds.push(None);
+                    (cmds.len() - 1) as u64
+                });
+                cmds[slot as usize] = Some((submit, is_read));
+                rec.graph(|g| g.watch(watch, slot, done));
+            }
         }
     }
 
@@ -621,25 +641,31 @@ impl InFlight {
     fn pop(&mut self, target: &mut dyn IoTarget, tally: &mut Tally) -> Option<SimTime> {
         match self {
             InFlight::Calendar(h) => h.pop().map(|Reverse(t)| t),
-            InFlight::Events { rec, cmds, dones } => {
-                dones.clear();
-                dones.extend(cmds.iter().map(|c| c.0));
-                let (i, done) = rec.earliest(dones, &mut TargetResources(target))?;
-                let (_, submit, is_read) = cmds.swap_remove(i);
+            InFlight::Events {
+                rec,
+                watch,
+                cmds,
+                free,
+                roots,
+            } => {
+                let (slot, done) =
+                    rec.graph(|g| g.next_done(watch, &mut TargetResources(&mut *target)))?;
+                let (submit, is_read) = cmds[slot as usize]
+                    .take()
+                    .expect("a watched completion has its command");
+                free.push(slot);
                 tally.record(is_read, submit, done);
                 if rec.graph(|g| g.compact_due()) {
                     // Memory stays bounded: forget what is booked, renaming the instants
                     // held in flight and in the target.
-                    dones.clear();
-                    dones.extend(cmds.iter().map(|c| c.0));
+                    roots.clear();
+                    roots.extend(watch.unfixed());
                     target.settle_instants(&mut |t| {
-                        dones.push(t);
+                        roots.push(t);
                         t
                     });
-                    let remap = rec.graph(|g| g.compact(dones));
-                    for c in cmds.iter_mut() {
-                        c.0 = remap.apply(c.0);
-                    }
+                    let remap = rec.graph(|g| g.compact(roots));
+                    watch.remap(&remap);
                     target.settle_instants(&mut |t| remap.apply(t));
                 }
                 Some(done)
@@ -651,13 +677,23 @@ impl InFlight {
     /// book everything it recorded and give the target its instants' final values. The
     /// event core's graph, for its counters.
     fn finish(self, target: &mut dyn IoTarget, tally: &mut Tally) -> Option<Graph> {
-        let InFlight::Events { rec, cmds, .. } = self else {
+        let InFlight::Events {
+            rec,
+            mut watch,
+            mut cmds,
+            ..
+        } = self
+        else {
             return None;
         };
-        rec.run(&mut TargetResources(&mut *target));
-        for (done, submit, is_read) in cmds {
-            tally.record(is_read, submit, rec.value(done));
+        while let Some((slot, done)) =
+            rec.graph(|g| g.next_done(&mut watch, &mut TargetResources(&mut *target)))
+        {
+            if let Some((submit, is_read)) = cmds[slot as usize].take() {
+                tally.record(is_read, submit, done);
+            }
         }
+        rec.run(&mut TargetResources(&mut *target));
         target.settle_instants(&mut |t| rec.value(t));
         Some(rec.finish())
     }

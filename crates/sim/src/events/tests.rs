@@ -413,6 +413,73 @@ proptest! {
         prop_assert!(size2.1 <= size.1);
     }
 
+    /// A [`Watch`] kept across completions (as the workload engine keeps its commands in
+    /// flight), compacted every `every` completions, gives the completions, in the same
+    /// order and for the same commands, that a fresh [`Graph::earliest`] over the list
+    /// in flight gives at every step.
+    #[test]
+    fn a_kept_watch_gives_what_earliest_gives(
+        resources in 1u32..5,
+        depth in 1usize..8,
+        every in 1usize..6,
+        raw in prop::collection::vec(command(4), 1..40),
+    ) {
+        let commands = on_resources(raw, resources);
+        // (command id, completion) in the order they come out.
+        let by_earliest = {
+            let mut g = Graph::new();
+            let mut res = vec![Resource::new(); resources as usize];
+            let mut queue = commands.clone().into_iter().enumerate();
+            let mut in_flight: Vec<(usize, SimTime)> = Vec::new();
+            let mut now = 0u64;
+            let mut out = Vec::new();
+            loop {
+                while in_flight.len() < depth {
+                    let Some((id, mut c)) = queue.next() else { break };
+                    c.submit = now + c.submit % 100;
+                    in_flight.push((id, record(&mut g, id, &c)));
+                }
+                let targets: Vec<SimTime> = in_flight.iter().map(|c| c.1).collect();
+                let Some((i, at)) = g.earliest(&targets, &mut res) else { break };
+                now = at.ns();
+                out.push((in_flight.remove(i).0, now));
+            }
+            (out, res)
+        };
+        let by_watch = {
+            let mut g = Graph::new();
+            let mut res = vec![Resource::new(); resources as usize];
+            let mut queue = commands.clone().into_iter().enumerate();
+            let mut watch = Watch::new();
+            let mut now = 0u64;
+            let mut out = Vec::new();
+            loop {
+                while watch.len() < depth {
+                    let Some((id, mut c)) = queue.next() else { break };
+                    c.submit = now + c.submit % 100;
+                    let done = record(&mut g, id, &c);
+                    g.watch(&mut watch, id as u64, done);
+                }
+                let Some((id, at)) = g.next_done(&mut watch, &mut res) else { break };
+                now = at.ns();
+                out.push((id as usize, now));
+                if out.len() % every == 0 {
+                    let roots: Vec<SimTime> = watch.unfixed().collect();
+                    let remap = g.compact(&roots);
+                    watch.remap(&remap);
+                }
+            }
+            prop_assert!(watch.is_empty());
+            prop_assert_eq!(g.stale(), 0);
+            prop_assert_eq!(g.late_arrivals(), 0);
+            (out, res)
+        };
+        prop_assert_eq!(by_watch.0.len(), commands.len());
+        // `earliest` takes the first of equal completions in its list, which is the
+        // lowest id: the list keeps submission order.
+        prop_assert_eq!(by_earliest, by_watch);
+    }
+
     /// A closed loop as the workload engine runs it: `depth` commands in flight, each
     /// completion taken with [`Graph::earliest`] and the next command submitted at it.
     /// No stage is ever created in the past, and the trace is first-come first-served.
