@@ -58,8 +58,21 @@ pub(crate) struct BenchTpchArgs {
     /// `LIKE`) over `lineitem_v`, a VARCHAR copy of lineitem's comment columns.
     #[arg(long)]
     strings: bool,
+    /// How each scan's commands are placed in modeled time: `calendar` or `events` (the
+    /// event core; docs/time-model.md), as `csd query --time-model`.
+    #[arg(long, default_value = "calendar", value_parser = super::io::parse_time_model)]
+    time_model: csd_sim::events::TimeModel,
     #[command(flatten)]
     src: ConfigSource,
+}
+
+impl BenchTpchArgs {
+    /// The scan settings of every query of the run.
+    fn settings(&self) -> ScanSettings {
+        let mut settings = ScanSettings::new(self.strategy.choice());
+        settings.options.time_model = self.time_model;
+        settings
+    }
 }
 
 /// An answer's rows from JSON (a list of lists of cells, as `csd query --json` and the
@@ -280,8 +293,8 @@ fn run_strings(a: &BenchTpchArgs, cfg: &DeviceConfig, session: SqlSession) -> Re
         &mut |_| {},
     )
     .map_err(|e| usage(e.to_string()))?;
-    let session = SqlSession::new(client, cfg.clone(), ScanSettings::new(a.strategy.choice()))
-        .map_err(|e| usage(e.to_string()))?;
+    let session =
+        SqlSession::new(client, cfg.clone(), a.settings()).map_err(|e| usage(e.to_string()))?;
     let duck = if a.compare.contains(&CompareArg::Duckdb) {
         let dir = tempfile_dir()?;
         let path = dir.join("lineitem_v.csv");
@@ -412,8 +425,7 @@ fn load_tpch(a: &BenchTpchArgs, cfg: &DeviceConfig) -> Result<SqlSession, CliErr
         let total = t.row_count(a.sf, 1, 1);
         crate::cmd::tables::load_one(&mut client, t.name(), g, a.layout.layout(), total, false)?;
     }
-    SqlSession::new(client, cfg.clone(), ScanSettings::new(a.strategy.choice()))
-        .map_err(|e| CliError::Usage(e.to_string()))
+    SqlSession::new(client, cfg.clone(), a.settings()).map_err(|e| CliError::Usage(e.to_string()))
 }
 
 /// Query `n`, best of `--repeat` runs, checked against the SF 1 answer or else a

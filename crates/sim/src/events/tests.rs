@@ -175,6 +175,46 @@ fn assert_first_come_first_served(trace: &[Booking]) {
     }
 }
 
+/// A graph holding much unbooked work is compacted again only once it has doubled
+/// since the last compaction (each compaction then forgets at least half of what it
+/// walks), not on every command while it stays over the size.
+#[test]
+fn a_compaction_is_due_again_only_after_the_graph_doubles() {
+    let mut g = Graph::new();
+    g.set_compact_nodes(64);
+    // A chain of 100 stages, none booked: a compaction keeps every one.
+    let add = |g: &mut Graph, at: &mut SimTime, n: usize| {
+        for _ in 0..n {
+            *at = g.stage(rid(0), *at, 10, 0).2;
+        }
+    };
+    let mut at = SimTime::ZERO;
+    add(&mut g, &mut at, 100);
+    assert!(g.compact_due());
+    let remap = g.compact(&[at]);
+    at = remap.apply(at);
+    let (nodes, stages) = g.size();
+    let kept = nodes + 2 * stages;
+    assert!(kept > 64, "the chain is kept: {kept}");
+    assert!(
+        !g.compact_due(),
+        "due again right after a compaction that kept {kept}"
+    );
+    // Each stage adds two nodes and counts twice: due once past twice what was kept.
+    let mut added = 0;
+    while !g.compact_due() {
+        add(&mut g, &mut at, 1);
+        added += 1;
+        assert!(added < 1000);
+    }
+    let (nodes, stages) = g.size();
+    assert!(nodes + 2 * stages > 2 * kept);
+    assert!(nodes + 2 * stages <= 2 * kept + 4);
+    let mut res = vec![Resource::new()];
+    g.run(&mut res);
+    assert_eq!(g.pending(), 0);
+}
+
 #[test]
 fn an_early_arrival_recorded_late_is_served_first() {
     // Die 0: command A's read arrives at 100 (recorded first), command B's at 50 with
