@@ -89,6 +89,7 @@ use crate::block::BlockDevice;
 use crate::workload::TargetResources;
 use csd_ftl::FtlError;
 use csd_query::{Evaluator, MinipageHints, PartialResult, Plan, WorkCounters};
+use csd_sim::events::Watch;
 use csd_sim::{IspConfig, Rate, SimTime};
 use csd_table::{Layout, PageView};
 use std::cmp::Reverse;
@@ -491,6 +492,10 @@ pub(crate) struct Runtime {
     page_bytes: u64,
     sessions: Vec<Option<Session>>,
     pinned_total: u64,
+    /// Scratch of [`Runtime::advance_events`]: its targets, and what of each session
+    /// they hold.
+    watch: Watch,
+    watching: Vec<Watched>,
 }
 
 impl Runtime {
@@ -500,6 +505,8 @@ impl Runtime {
             page_bytes,
             sessions: Vec::new(),
             pinned_total: 0,
+            watch: Watch::new(),
+            watching: Vec::new(),
         }
     }
 
@@ -804,43 +811,110 @@ impl Runtime {
         untils: &[SimTime],
     ) -> Option<(usize, SimTime)> {
         let cfg = self.cfg;
-        let mut targets: Vec<SimTime> = Vec::new();
-        // Per target: its session and, for a full one, the page in flight.
-        let mut whose: Vec<(usize, Option<usize>)> = Vec::new();
-        loop {
-            targets.clear();
-            whose.clear();
-            for (i, s) in self.sessions.iter().enumerate() {
-                let Some(s) = s.as_ref().filter(|s| s.can_issue()) else {
-                    continue;
-                };
-                if !s.full() {
-                    targets.push(s.cursor);
-                    whose.push((i, None));
-                } else {
-                    for (k, t) in s.inflight.iter().enumerate() {
-                        targets.push(t);
-                        whose.push((i, Some(k)));
-                    }
-                }
+        // The targets live in a watch for the whole call (each evaluated when added and
+        // again only when the stage it waits for is booked): re-evaluating every page in
+        // flight of every session each round was most of TPC-H's time on the core. Keys
+        // order ties as the rule above: sessions by index, a session's pages by issue,
+        // `untils` last.
+        let mut watch = std::mem::take(&mut self.watch);
+        watch.clear();
+        let mut watching = std::mem::take(&mut self.watching);
+        watching.clear();
+        for i in 0..self.sessions.len() {
+            let w = Self::watch_session(self.sessions[i].as_ref(), i, &mut watch);
+            watching.push(w);
+        }
+        for (j, &t) in untils.iter().enumerate() {
+            csd_sim::events::watch(&mut watch, UNTIL_KEY + j as u64, t);
+        }
+        let found = loop {
+            let (key, t) = csd_sim::events::next_done(&mut watch, &mut TargetResources(dev))?;
+            if key >= UNTIL_KEY {
+                break Some(((key - UNTIL_KEY) as usize, t)); // one of `untils` comes first
             }
-            targets.extend_from_slice(untils);
-            let (w, t) = csd_sim::events::earliest(&targets, &mut TargetResources(dev))?;
-            let Some(&(i, page)) = whose.get(w) else {
-                return Some((w - whose.len(), t)); // one of `untils` comes first
+            let i = (key >> SESSION_SHIFT) as usize;
+            let number = key & CURSOR_KEY;
+            let Some(s) = self.sessions.get_mut(i).and_then(Option::as_mut) else {
+                debug_assert!(false, "a watched session is open");
+                break None;
             };
-            let s = self.sessions[i].as_mut()?;
-            match page {
-                None => step(s, dev, &cfg, t),
-                Some(k) => {
-                    // That page's buffer is free at `t`: the session issues its next page
-                    // then, or at its cursor if that is later (next round).
-                    s.inflight.remove(k);
-                    if s.cursor <= t {
-                        step(s, dev, &cfg, t);
-                    }
+            let stepped = if number == CURSOR_KEY {
+                step(s, dev, &cfg, t);
+                true
+            } else {
+                // That page's buffer is free at `t`: the session issues its next page
+                // then, or at its cursor if that is later.
+                s.inflight.remove_numbered(number);
+                s.cursor <= t && {
+                    step(s, dev, &cfg, t);
+                    true
+                }
+            };
+            let now = Watched::of(s);
+            if now == Watched::Pages && watching[i] == Watched::Pages {
+                // Still full: of its targets only the page just issued is new.
+                if let (true, Some((n, unpin))) = (stepped, s.inflight.last()) {
+                    csd_sim::events::watch(&mut watch, session_key(i, n), unpin);
+                }
+            } else {
+                watch.retain(|k| k >= UNTIL_KEY || (k >> SESSION_SHIFT) as usize != i);
+                watching[i] = Self::watch_session(Some(s), i, &mut watch);
+            }
+        };
+        self.watch = watch;
+        self.watching = watching;
+        found
+    }
+
+    /// Add session `i`'s targets to `watch` (its cursor when it has a free buffer, its
+    /// pages in flight when full, nothing when it cannot issue); which it added.
+    fn watch_session(s: Option<&Session>, i: usize, watch: &mut Watch) -> Watched {
+        let Some(s) = s else {
+            return Watched::Nothing;
+        };
+        let what = Watched::of(s);
+        match what {
+            Watched::Nothing => {}
+            Watched::Cursor => csd_sim::events::watch(watch, session_key(i, CURSOR_KEY), s.cursor),
+            Watched::Pages => {
+                for &(n, t) in s.inflight.numbered() {
+                    csd_sim::events::watch(watch, session_key(i, n), t);
                 }
             }
+        }
+        what
+    }
+}
+
+/// Bits of a watch key below the session's index ([`Runtime::advance_events`]).
+const SESSION_SHIFT: u32 = 40;
+/// The key of a session's cursor (a page number it never reaches).
+const CURSOR_KEY: u64 = (1 << SESSION_SHIFT) - 1;
+/// Keys of the instants a caller waits for: above every session's.
+const UNTIL_KEY: u64 = 1 << 63;
+
+fn session_key(i: usize, number: u64) -> u64 {
+    debug_assert!(number <= CURSOR_KEY && (i as u64) < (UNTIL_KEY >> SESSION_SHIFT));
+    ((i as u64) << SESSION_SHIFT) | number
+}
+
+/// What of a session [`Runtime::advance_events`] watches: the next issue of a session
+/// with a free buffer is its cursor; a full one's is the first completion of its pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Watched {
+    Nothing,
+    Cursor,
+    Pages,
+}
+
+impl Watched {
+    fn of(s: &Session) -> Watched {
+        if !s.can_issue() {
+            Watched::Nothing
+        } else if s.full() {
+            Watched::Pages
+        } else {
+            Watched::Cursor
         }
     }
 }
@@ -854,16 +928,23 @@ fn ends_by(dev: &mut BlockDevice) -> impl FnMut(SimTime, SimTime) -> bool + '_ {
 
 /// Completion (unpin) instants of a session's pages in flight: a heap, earliest first,
 /// on calendars; a list on the event core, which decides their order
-/// ([`Runtime::advance_events`]) and whose instants' values may still rise.
+/// ([`Runtime::advance_events`]) and whose instants' values may still rise. The list
+/// names each page by its issue number in the session (a key of the core's [`Watch`]).
 enum Inflight {
     Heap(BinaryHeap<Reverse<SimTime>>),
-    List(Vec<SimTime>),
+    List {
+        pages: Vec<(u64, SimTime)>,
+        issued: u64,
+    },
 }
 
 impl Inflight {
     fn new() -> Inflight {
         if csd_sim::events::recording() {
-            Inflight::List(Vec::new())
+            Inflight::List {
+                pages: Vec::new(),
+                issued: 0,
+            }
         } else {
             Inflight::Heap(BinaryHeap::new())
         }
@@ -872,24 +953,40 @@ impl Inflight {
     fn len(&self) -> usize {
         match self {
             Inflight::Heap(h) => h.len(),
-            Inflight::List(l) => l.len(),
+            Inflight::List { pages, .. } => pages.len(),
         }
     }
 
     fn push(&mut self, t: SimTime) {
         match self {
             Inflight::Heap(h) => h.push(Reverse(t)),
-            Inflight::List(l) => l.push(t),
+            Inflight::List { pages, issued } => {
+                pages.push((*issued, t));
+                *issued += 1;
+            }
         }
+    }
+
+    /// The pages in flight with their issue numbers (none on calendars).
+    fn numbered(&self) -> &[(u64, SimTime)] {
+        match self {
+            Inflight::Heap(_) => &[],
+            Inflight::List { pages, .. } => pages,
+        }
+    }
+
+    /// The page issued last, with its number (none on calendars).
+    fn last(&self) -> Option<(u64, SimTime)> {
+        self.numbered().last().copied()
     }
 
     fn iter(&self) -> impl Iterator<Item = SimTime> + '_ {
         let (h, l) = match self {
             Inflight::Heap(h) => (Some(h), None),
-            Inflight::List(l) => (None, Some(l)),
+            Inflight::List { pages, .. } => (None, Some(pages)),
         };
         let heap = h.into_iter().flat_map(|h| h.iter().map(|r| r.0));
-        heap.chain(l.into_iter().flat_map(|l| l.iter().copied()))
+        heap.chain(l.into_iter().flat_map(|l| l.iter().map(|&(_, t)| t)))
     }
 
     /// The earliest completion (final values: calendars, or a list settled after its
@@ -897,7 +994,7 @@ impl Inflight {
     fn earliest(&self) -> Option<SimTime> {
         match self {
             Inflight::Heap(h) => h.peek().map(|r| r.0),
-            Inflight::List(l) => l.iter().copied().min(),
+            Inflight::List { pages, .. } => pages.iter().map(|&(_, t)| t).min(),
         }
     }
 
@@ -907,26 +1004,25 @@ impl Inflight {
             Inflight::Heap(h) => {
                 h.pop();
             }
-            Inflight::List(l) => {
-                if let Some((k, _)) = l.iter().enumerate().min_by_key(|&(k, t)| (*t, k)) {
-                    l.swap_remove(k);
+            Inflight::List { pages, .. } => {
+                if let Some((k, _)) = pages.iter().enumerate().min_by_key(|&(k, p)| (p.1, k)) {
+                    pages.remove(k);
                 }
             }
         }
     }
 
-    /// Free the buffer of the `k`-th page of [`Inflight::iter`] (the event core chose it).
-    fn remove(&mut self, k: usize) {
-        match self {
-            Inflight::Heap(h) => {
-                let mut v = std::mem::take(h).into_vec();
-                v.swap_remove(k);
-                *h = BinaryHeap::from(v);
-            }
-            Inflight::List(l) => {
-                l.swap_remove(k);
-            }
+    /// Free the buffer of the page numbered `number` (the event core chose it).
+    fn remove_numbered(&mut self, number: u64) {
+        if let Inflight::List { pages, .. } = self
+            && let Some(k) = pages.iter().position(|&(n, _)| n == number)
+        {
+            pages.remove(k);
         }
+        debug_assert!(
+            matches!(self, Inflight::List { .. }),
+            "pages are chosen by number only on the event core"
+        );
     }
 
     fn settle(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
@@ -938,7 +1034,7 @@ impl Inflight {
                     .collect();
                 *h = BinaryHeap::from(v);
             }
-            Inflight::List(l) => l.iter_mut().for_each(|t| *t = settle(*t)),
+            Inflight::List { pages, .. } => pages.iter_mut().for_each(|p| p.1 = settle(p.1)),
         }
     }
 }

@@ -356,6 +356,10 @@ pub struct Watch {
     fixed: BinaryHeap<Reverse<(u64, u64)>>,
     /// Unfixed completions: (key, instant, the stage its last evaluation waited for).
     blocked: Vec<(u64, SimTime, u32)>,
+    /// The graph's count of booked stages when the blockers were last in step: a stage
+    /// booked outside [`Graph::next_done`] (e.g. by [`Graph::at_or_before`] between two
+    /// calls) has its waiting completions looked at again at the next use.
+    booked: u64,
 }
 
 impl Watch {
@@ -378,6 +382,12 @@ impl Watch {
     pub fn clear(&mut self) {
         self.fixed.clear();
         self.blocked.clear();
+    }
+
+    /// Forget the completions whose key `keep` refuses.
+    pub fn retain(&mut self, mut keep: impl FnMut(u64) -> bool) {
+        self.fixed.retain(|Reverse((_, key))| keep(*key));
+        self.blocked.retain(|&(key, _, _)| keep(key));
     }
 
     /// The completions not fixed yet: roots of a compaction ([`Graph::compact`]).
@@ -959,10 +969,12 @@ impl Graph {
             match (watch.fixed.peek(), next_arrival) {
                 (Some(&Reverse((v, key))), at) if at.is_none_or(|at| v <= at) => {
                     watch.fixed.pop();
+                    watch.booked = self.booked;
                     return Some((key, SimTime::from_ns(v)));
                 }
                 (None, None) => {
                     debug_assert!(watch.blocked.is_empty(), "completions with nothing ready");
+                    watch.booked = self.booked;
                     return None;
                 }
                 _ => {}
@@ -998,13 +1010,21 @@ impl Graph {
     /// completion of `watch` waits for.
     #[inline]
     fn sync(&mut self, watch: &mut Watch) {
-        if watch.epoch == self.epoch {
+        let renamed = watch.epoch != self.epoch;
+        if !renamed && watch.booked == self.booked {
             return;
         }
         watch.epoch = self.epoch;
+        watch.booked = self.booked;
         let mut k = 0;
         while k < watch.blocked.len() {
-            let (key, t, _) = watch.blocked[k];
+            let (key, t, stage) = watch.blocked[k];
+            // Without a compaction, only completions whose blocker was booked since can
+            // have moved on.
+            if !renamed && self.stages[stage as usize].start == UNKNOWN {
+                k += 1;
+                continue;
+            }
             match self.evaluate(t) {
                 Ok(v) => {
                     watch.fixed.push(Reverse((v, key)));
@@ -1385,6 +1405,33 @@ pub fn earliest<R: Resources + ?Sized>(
             .enumerate()
             .min_by_key(|&(i, t)| (t.ns(), i))
             .map(|(i, &t)| (i, t))
+    }
+}
+
+/// Add `t` under `key` to the completions `w` waits for ([`Graph::watch`] on this
+/// thread's recording; outside one, by value).
+pub fn watch(w: &mut Watch, key: u64, t: SimTime) {
+    if with_graph(|g| g.watch(w, key, t)).is_none() {
+        w.fixed.push(Reverse((t.ns(), key)));
+    }
+}
+
+/// The earliest completion of `w`, with its key ([`Graph::next_done`] on this thread's
+/// recording; outside one, the least value, lowest key first).
+pub fn next_done<R: Resources + ?Sized>(
+    w: &mut Watch,
+    resources: &mut R,
+) -> Option<(u64, SimTime)> {
+    if recording() {
+        with_graph(|g| g.next_done(w, resources)).flatten()
+    } else {
+        debug_assert!(
+            w.blocked.is_empty(),
+            "unfixed completions outside a recording"
+        );
+        w.fixed
+            .pop()
+            .map(|Reverse((v, key))| (key, SimTime::from_ns(v)))
     }
 }
 

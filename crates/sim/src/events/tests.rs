@@ -462,6 +462,7 @@ proptest! {
         resources in 1u32..5,
         depth in 1usize..8,
         every in 1usize..6,
+        peek in prop::option::of(0u64..300),
         raw in prop::collection::vec(command(4), 1..40),
     ) {
         let commands = on_resources(raw, resources);
@@ -473,11 +474,18 @@ proptest! {
             let mut in_flight: Vec<(usize, SimTime)> = Vec::new();
             let mut now = 0u64;
             let mut out = Vec::new();
+            let mut last: Option<SimTime> = None;
             loop {
                 while in_flight.len() < depth {
                     let Some((id, mut c)) = queue.next() else { break };
                     c.submit = now + c.submit % 100;
                     in_flight.push((id, record(&mut g, id, &c)));
+                    last = in_flight.last().map(|c| c.1);
+                }
+                // Host code may ask whether a completion ends by a bound between two
+                // waits (`at_or_before` books stages outside the watch).
+                if let (Some(p), Some(t), false) = (peek, last, in_flight.is_empty()) {
+                    g.at_or_before(t, SimTime::from_ns(now + p), &mut res);
                 }
                 let targets: Vec<SimTime> = in_flight.iter().map(|c| c.1).collect();
                 let Some((i, at)) = g.earliest(&targets, &mut res) else { break };
@@ -493,12 +501,17 @@ proptest! {
             let mut watch = Watch::new();
             let mut now = 0u64;
             let mut out = Vec::new();
+            let mut last: Option<SimTime> = None;
             loop {
                 while watch.len() < depth {
                     let Some((id, mut c)) = queue.next() else { break };
                     c.submit = now + c.submit % 100;
                     let done = record(&mut g, id, &c);
                     g.watch(&mut watch, id as u64, done);
+                    last = Some(done);
+                }
+                if let (Some(p), Some(t), false) = (peek, last, watch.is_empty()) {
+                    g.at_or_before(t, SimTime::from_ns(now + p), &mut res);
                 }
                 let Some((id, at)) = g.next_done(&mut watch, &mut res) else { break };
                 now = at.ns();
@@ -507,6 +520,7 @@ proptest! {
                     let roots: Vec<SimTime> = watch.unfixed().collect();
                     let remap = g.compact(&roots);
                     watch.remap(&remap);
+                    last = last.map(|t| remap.apply(t));
                 }
             }
             prop_assert!(watch.is_empty());
