@@ -981,33 +981,14 @@ impl Graph {
             }
             let s = self.step(resources)?.stage.0;
             // Only a booking of the stage a completion waits for can fix it.
-            if !self.stages[s as usize].watched {
-                continue;
-            }
-            let mut k = 0;
-            while k < watch.blocked.len() {
-                let (key, t, stage) = watch.blocked[k];
-                if stage != s {
-                    k += 1;
-                    continue;
-                }
-                match self.evaluate(t) {
-                    Ok(v) => {
-                        watch.fixed.push(Reverse((v, key)));
-                        watch.blocked.swap_remove(k);
-                    }
-                    Err(next) => {
-                        self.stages[next as usize].watched = true;
-                        watch.blocked[k].2 = next;
-                        k += 1;
-                    }
-                }
+            if self.stages[s as usize].watched {
+                self.reevaluate(watch, |_, stage| stage == s);
             }
         }
     }
 
-    /// After a compaction renumbered the stages, find again what each unfixed
-    /// completion of `watch` waits for.
+    /// After a compaction renumbered the stages, or stages were booked outside
+    /// [`Graph::next_done`], find again what each unfixed completion of `watch` waits for.
     #[inline]
     fn sync(&mut self, watch: &mut Watch) {
         let renamed = watch.epoch != self.epoch;
@@ -1016,12 +997,21 @@ impl Graph {
         }
         watch.epoch = self.epoch;
         watch.booked = self.booked;
+        // Without a compaction, only completions whose blocker was booked since can have
+        // moved on.
+        self.reevaluate(watch, |g, stage| {
+            renamed || g.stages[stage as usize].start != UNKNOWN
+        });
+    }
+
+    /// Evaluate again the unfixed completions of `watch` whose blocker `stale` picks:
+    /// each is fixed, or waits for the next stage its evaluation stopped at.
+    #[inline]
+    fn reevaluate(&mut self, watch: &mut Watch, stale: impl Fn(&Graph, u32) -> bool) {
         let mut k = 0;
         while k < watch.blocked.len() {
             let (key, t, stage) = watch.blocked[k];
-            // Without a compaction, only completions whose blocker was booked since can
-            // have moved on.
-            if !renamed && self.stages[stage as usize].start == UNKNOWN {
+            if !stale(self, stage) {
                 k += 1;
                 continue;
             }
@@ -1030,9 +1020,9 @@ impl Graph {
                     watch.fixed.push(Reverse((v, key)));
                     watch.blocked.swap_remove(k);
                 }
-                Err(stage) => {
-                    self.stages[stage as usize].watched = true;
-                    watch.blocked[k].2 = stage;
+                Err(next) => {
+                    self.stages[next as usize].watched = true;
+                    watch.blocked[k].2 = next;
                     k += 1;
                 }
             }

@@ -74,6 +74,23 @@ fn on_resources(raw: Vec<CommandSpec>, resources: u32) -> Vec<CommandSpec> {
 
 /// Record command `c` (number `id`) in the graph; the instant it completes (the join
 /// of its stages' ends).
+/// `now + p`, but no later than the earliest arrival of a command still queued (each is
+/// submitted at a completion, `now` or later, plus its `submit % 100`): a bound up to which
+/// a closed loop may book stages between two waits without a later submission arriving
+/// before one of them.
+fn bound(
+    now: u64,
+    p: u64,
+    queue: &(impl Iterator<Item = (usize, CommandSpec)> + Clone),
+) -> SimTime {
+    let slack = queue
+        .clone()
+        .map(|(_, c)| c.submit % 100)
+        .min()
+        .unwrap_or(p);
+    SimTime::from_ns(now + p.min(slack))
+}
+
 fn record(g: &mut Graph, id: usize, c: &CommandSpec) -> SimTime {
     let submit = t(c.submit);
     let mut ends: Vec<SimTime> = Vec::new();
@@ -482,15 +499,16 @@ proptest! {
                     in_flight.push((id, record(&mut g, id, &c)));
                     last = in_flight.last().map(|c| c.1);
                 }
-                // Host code may ask whether a completion ends by a bound between two
-                // waits (`at_or_before` books stages outside the watch).
-                if let (Some(p), Some(t), false) = (peek, last, in_flight.is_empty()) {
-                    g.at_or_before(t, SimTime::from_ns(now + p), &mut res);
-                }
                 let targets: Vec<SimTime> = in_flight.iter().map(|c| c.1).collect();
                 let Some((i, at)) = g.earliest(&targets, &mut res) else { break };
                 now = at.ns();
                 out.push((in_flight.remove(i).0, now));
+                // Host code may ask whether a completion ends by a bound between two
+                // waits (`at_or_before` books stages outside the watch), a bound no later
+                // than the next submission's arrival.
+                if let (Some(p), Some(t), false) = (peek, last, in_flight.is_empty()) {
+                    g.at_or_before(t, bound(now, p, &queue), &mut res);
+                }
             }
             (out, res)
         };
@@ -510,9 +528,6 @@ proptest! {
                     g.watch(&mut watch, id as u64, done);
                     last = Some(done);
                 }
-                if let (Some(p), Some(t), false) = (peek, last, watch.is_empty()) {
-                    g.at_or_before(t, SimTime::from_ns(now + p), &mut res);
-                }
                 let Some((id, at)) = g.next_done(&mut watch, &mut res) else { break };
                 now = at.ns();
                 out.push((id as usize, now));
@@ -521,6 +536,9 @@ proptest! {
                     let remap = g.compact(&roots);
                     watch.remap(&remap);
                     last = last.map(|t| remap.apply(t));
+                }
+                if let (Some(p), Some(t), false) = (peek, last, watch.is_empty()) {
+                    g.at_or_before(t, bound(now, p, &queue), &mut res);
                 }
             }
             prop_assert!(watch.is_empty());
