@@ -485,7 +485,7 @@ proptest! {
         raw in prop::collection::vec(command(4), 1..40),
     ) {
         // Whether the `n`th completion is followed by a drop.
-        let drops = |n: usize| drop.is_some_and(|d| n % d == 0);
+        let drops = |n: usize| drop.is_some_and(|d| n.is_multiple_of(d));
         let commands = on_resources(raw, resources);
         // (command id, completion) in the order they come out.
         let by_earliest = {
