@@ -221,6 +221,8 @@ struct Chunk {
 }
 
 struct Session {
+    /// Which opening of the runtime this is (a closed session's index is reused).
+    serial: u64,
     mode: IspMode,
     /// The table's schema (pages are parsed against it).
     schema: csd_table::Schema,
@@ -492,10 +494,15 @@ pub(crate) struct Runtime {
     page_bytes: u64,
     sessions: Vec<Option<Session>>,
     pinned_total: u64,
-    /// Scratch of [`Runtime::advance_events`]: its targets, and what of each session
-    /// they hold.
+    /// Sessions opened so far (the serial of the last).
+    opened: u64,
+    /// The targets of [`Runtime::advance_events`], kept between its calls while the
+    /// recording's graph is the one of `watch_graph` (not compacted or replaced since):
+    /// what of each session they hold (by its serial), the session's pages in flight
+    /// (or its cursor) and nothing else.
     watch: Watch,
-    watching: Vec<Watched>,
+    watching: Vec<(u64, Watched)>,
+    watch_graph: Option<u64>,
 }
 
 impl Runtime {
@@ -505,8 +512,10 @@ impl Runtime {
             page_bytes,
             sessions: Vec::new(),
             pinned_total: 0,
+            opened: 0,
             watch: Watch::new(),
             watching: Vec::new(),
+            watch_graph: None,
         }
     }
 
@@ -548,7 +557,9 @@ impl Runtime {
         let empty = out.clone();
         let link_row = link_row_bytes(args.mode, row_width);
         let out = Session::fresh_chunk(&empty, chunk_bytes, link_row);
+        self.opened += 1;
         self.sessions[id] = Some(Session {
+            serial: self.opened,
             mode: args.mode,
             schema: args.plan.schema.clone(),
             empty,
@@ -811,24 +822,51 @@ impl Runtime {
         untils: &[SimTime],
     ) -> Option<(usize, SimTime)> {
         let cfg = self.cfg;
-        // The targets live in a watch for the whole call (each evaluated when added and
-        // again only when the stage it waits for is booked): re-evaluating every page in
-        // flight of every session each round was most of TPC-H's time on the core. Keys
-        // order ties as the rule above: sessions by index, a session's pages by issue,
-        // `untils` last.
+        // The targets live in a watch (each evaluated when added and again only when the
+        // stage it waits for is booked): re-evaluating every page in flight of every
+        // session each round was most of TPC-H's time on the core, and adding them all
+        // again at each call (one per GET) a third of what was left. Keys order ties as
+        // the rule above: sessions by index, a session's pages by issue, `untils` last.
         let mut watch = std::mem::take(&mut self.watch);
-        watch.clear();
         let mut watching = std::mem::take(&mut self.watching);
-        watching.clear();
-        for i in 0..self.sessions.len() {
-            let w = Self::watch_session(self.sessions[i].as_ref(), i, &mut watch);
-            watching.push(w);
+        let graph = csd_sim::events::generation();
+        if graph.is_none() || graph != self.watch_graph {
+            // A new recording, or a compaction renamed the instants: start again.
+            watch.clear();
+            watching.clear();
         }
+        watching.resize(self.sessions.len(), (0, Watched::Nothing));
+        for (i, s) in self.sessions.iter().enumerate() {
+            // Between calls a session may have opened, closed, or got room (a GET) or
+            // failed; its pages and cursor change only here.
+            let now = s
+                .as_ref()
+                .map_or((0, Watched::Nothing), |s| (s.serial, Watched::of(s)));
+            if watching[i] != now {
+                if watching[i].1 != Watched::Nothing {
+                    watch.retain(|k| k >= UNTIL_KEY || (k >> SESSION_SHIFT) as usize != i);
+                }
+                Self::watch_session(s.as_ref(), i, &mut watch);
+                watching[i] = now;
+            }
+        }
+        debug_assert_eq!(
+            {
+                let mut kept: Vec<u64> = watch.keys().collect();
+                kept.sort_unstable();
+                kept
+            },
+            self.targets(),
+            "the kept watch holds what a fresh one would"
+        );
         for (j, &t) in untils.iter().enumerate() {
             csd_sim::events::watch(&mut watch, UNTIL_KEY + j as u64, t);
         }
         let found = loop {
-            let (key, t) = csd_sim::events::next_done(&mut watch, &mut TargetResources(dev))?;
+            let Some((key, t)) = csd_sim::events::next_done(&mut watch, &mut TargetResources(dev))
+            else {
+                break None; // nothing in flight, nothing to wait for
+            };
             if key >= UNTIL_KEY {
                 break Some(((key - UNTIL_KEY) as usize, t)); // one of `untils` comes first
             }
@@ -851,19 +889,42 @@ impl Runtime {
                 }
             };
             let now = Watched::of(s);
-            if now == Watched::Pages && watching[i] == Watched::Pages {
+            if now == Watched::Pages && watching[i].1 == Watched::Pages {
                 // Still full: of its targets only the page just issued is new.
                 if let (true, Some((n, unpin))) = (stepped, s.inflight.last()) {
                     csd_sim::events::watch(&mut watch, session_key(i, n), unpin);
                 }
             } else {
                 watch.retain(|k| k >= UNTIL_KEY || (k >> SESSION_SHIFT) as usize != i);
-                watching[i] = Self::watch_session(Some(s), i, &mut watch);
+                watching[i] = (s.serial, Self::watch_session(Some(s), i, &mut watch));
             }
         };
+        // The untils not reached are the caller's, not the sessions'.
+        if untils.len() > usize::from(found.is_some()) {
+            watch.retain(|k| k < UNTIL_KEY);
+        }
         self.watch = watch;
         self.watching = watching;
+        self.watch_graph = graph;
         found
+    }
+
+    /// The keys of every session's targets (what [`Runtime::watch_session`] adds),
+    /// sorted: a check of the watch kept between calls.
+    fn targets(&self) -> Vec<u64> {
+        let mut keys = Vec::new();
+        for (i, s) in self.sessions.iter().enumerate() {
+            let Some(s) = s else { continue };
+            match Watched::of(s) {
+                Watched::Nothing => {}
+                Watched::Cursor => keys.push(session_key(i, CURSOR_KEY)),
+                Watched::Pages => {
+                    keys.extend(s.inflight.numbered().map(|(n, _)| session_key(i, n)))
+                }
+            }
+        }
+        keys.sort_unstable();
+        keys
     }
 
     /// Add session `i`'s targets to `watch` (its cursor when it has a free buffer, its
@@ -877,7 +938,7 @@ impl Runtime {
             Watched::Nothing => {}
             Watched::Cursor => csd_sim::events::watch(watch, session_key(i, CURSOR_KEY), s.cursor),
             Watched::Pages => {
-                for &(n, t) in s.inflight.numbered() {
+                for (n, t) in s.inflight.numbered() {
                     csd_sim::events::watch(watch, session_key(i, n), t);
                 }
             }
@@ -932,8 +993,10 @@ fn ends_by(dev: &mut BlockDevice) -> impl FnMut(SimTime, SimTime) -> bool + '_ {
 /// names each page by its issue number in the session (a key of the core's [`Watch`]).
 enum Inflight {
     Heap(BinaryHeap<Reverse<SimTime>>),
+    /// Numbered in issue order and kept in it (pages complete about in that order, so
+    /// a completion is removed near the front: a `Vec` moved the whole list each time).
     List {
-        pages: Vec<(u64, SimTime)>,
+        pages: VecDeque<(u64, SimTime)>,
         issued: u64,
     },
 }
@@ -942,7 +1005,7 @@ impl Inflight {
     fn new() -> Inflight {
         if csd_sim::events::recording() {
             Inflight::List {
-                pages: Vec::new(),
+                pages: VecDeque::new(),
                 issued: 0,
             }
         } else {
@@ -961,23 +1024,27 @@ impl Inflight {
         match self {
             Inflight::Heap(h) => h.push(Reverse(t)),
             Inflight::List { pages, issued } => {
-                pages.push((*issued, t));
+                pages.push_back((*issued, t));
                 *issued += 1;
             }
         }
     }
 
-    /// The pages in flight with their issue numbers (none on calendars).
-    fn numbered(&self) -> &[(u64, SimTime)] {
-        match self {
-            Inflight::Heap(_) => &[],
-            Inflight::List { pages, .. } => pages,
-        }
+    /// The pages in flight with their issue numbers, in issue order (none on calendars).
+    fn numbered(&self) -> impl Iterator<Item = (u64, SimTime)> + '_ {
+        let pages = match self {
+            Inflight::Heap(_) => None,
+            Inflight::List { pages, .. } => Some(pages),
+        };
+        pages.into_iter().flatten().copied()
     }
 
     /// The page issued last, with its number (none on calendars).
     fn last(&self) -> Option<(u64, SimTime)> {
-        self.numbered().last().copied()
+        match self {
+            Inflight::Heap(_) => None,
+            Inflight::List { pages, .. } => pages.back().copied(),
+        }
     }
 
     fn iter(&self) -> impl Iterator<Item = SimTime> + '_ {
@@ -1015,7 +1082,7 @@ impl Inflight {
     /// Free the buffer of the page numbered `number` (the event core chose it).
     fn remove_numbered(&mut self, number: u64) {
         if let Inflight::List { pages, .. } = self
-            && let Some(k) = pages.iter().position(|&(n, _)| n == number)
+            && let Ok(k) = pages.binary_search_by_key(&number, |&(n, _)| n)
         {
             pages.remove(k);
         }
