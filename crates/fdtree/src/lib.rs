@@ -112,20 +112,6 @@ pub use btree::{BTree, BTreeConfig};
 pub use gate::MergeGate;
 pub use tree::{FdStats, FdTree};
 
-#[cfg(test)]
-mod thp_tests {
-    #[test]
-    #[cfg(target_os = "linux")]
-    fn huge_pages_can_be_disabled_for_the_process() {
-        assert!(super::disable_transparent_huge_pages());
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        // Kernels that report it say so in THP_enabled.
-        if let Some(l) = status.lines().find(|l| l.starts_with("THP_enabled")) {
-            assert!(l.ends_with('0'), "{l}");
-        }
-    }
-}
-
 use csd_host::HostError;
 use thiserror::Error;
 
@@ -281,27 +267,6 @@ impl FdConfig {
     pub fn with_scheme(mut self, scheme: Scheme) -> FdConfig {
         self.scheme = scheme;
         self
-    }
-}
-
-/// Stop transparent huge pages for this process (Linux `prctl(PR_SET_THP_DISABLE)`;
-/// elsewhere a no-op). For latency measurements on an in-memory device: its flash is
-/// backed by huge pages, and the kernel zeroes a fresh 2 MiB page on the first write to
-/// it — inside the device command, under the shared device's mutex. A merge writing
-/// into fresh flash blocks then stalled every lookup and modification for 250–400 ms on
-/// a loaded 2-core host (FD+FC's worst insertion at `W_l = 0.5`: 385–401 ms with huge
-/// pages, 31 ms without). Returns whether the setting took effect.
-pub fn disable_transparent_huge_pages() -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        let (on, zero): (libc::c_ulong, libc::c_ulong) = (1, 0);
-        // SAFETY: prctl with PR_SET_THP_DISABLE reads only its integer arguments (passed
-        // as unsigned longs, as the kernel reads them).
-        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, on, zero, zero, zero) == 0 }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        false
     }
 }
 

@@ -273,8 +273,6 @@ fn run_all(
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // As the CLI does: no huge pages behind the emulated flash (see the function's docs).
-    csd_fdtree::disable_transparent_huge_pages();
     let mut p = ReproParams::default();
     let mut schemes: Vec<String> = vec!["xm".into(), "ds".into(), "fc".into()];
     let mut fig = "all".to_string();

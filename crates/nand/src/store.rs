@@ -272,21 +272,25 @@ pub enum Access {
 }
 
 /// The bytes of one erase block of the memory backend: an anonymous mapping, zero (all
-/// pages erased) until written, backed by transparent huge pages where the kernel offers
-/// them (random reads over a large device then miss the TLB far less often). Only the
-/// block's whole huge pages are advised: the rest of its last one, where a block's size
-/// is not a multiple of 2 MiB, takes 4 KiB pages. (Advising the whole rounded-up mapping
-/// gave an `nvme-tlc` block, 6 MiB of data and 28 KiB of states and spare bytes, a third
-/// huge page for its last 28 KiB: 8 MiB of memory, all zeroed by the kernel at first
-/// touch, for 6 MiB of flash.)
+/// pages erased) until written, on 4 KiB pages: it is advised `MADV_NOHUGEPAGE`, so the
+/// kernel never backs it with transparent huge pages, whatever the system's setting.
+///
+/// Why not huge pages (they were used until 2026-12-03, for fewer TLB misses on random
+/// reads): on a virtual machine that hands free memory back to its host (virtio-balloon
+/// free page reporting, as on this one), the kernel's free 2 MiB blocks are the memory it
+/// reported, so a huge page's first touch waits for the host to back all of it. Measured
+/// there (release builds, one process each, the machine idle 30 s before):
+/// `csd io --rw randwrite --bs 4k --size 2g --ops 300000 --write-cache write-back` took
+/// 19.4 s with huge pages (15.2 s of it zeroing memory in the kernel), 0.66 s with huge
+/// pages run again at once (memory still backed), and 1.7 s on 4 KiB pages; `csd serve
+/// --memory` took 6–23K fio randwrite IOPS with huge pages and 48–82K without. Random
+/// reads gained nothing measurable from them (`csd-device`'s randread example, 2 GiB, 3M
+/// reads: 1.55 / 2.36M wall reads/s with, 1.58 / 2.46M without).
 pub(crate) struct AnonBlock {
     ptr: std::ptr::NonNull<u8>,
     len: usize,
     mapped: usize,
 }
-
-/// Huge-page size the mappings are rounded to.
-const HUGE: usize = 2 << 20;
 
 /// The memory limit a new in-memory store starts with: `CSD_MEMORY_LIMIT` (a size such as
 /// `8g`; `off` for none) when set and valid, else three quarters of the memory the machine
@@ -326,16 +330,13 @@ fn available_from_meminfo(info: &str) -> Option<u64> {
 
 impl AnonBlock {
     fn new(len: usize) -> Option<AnonBlock> {
-        let mapped = len.next_multiple_of(HUGE);
-        // Map one huge page more and trim, so that the block starts on a huge-page
-        // boundary (transparent huge pages need aligned ranges).
-        let over = mapped + HUGE;
+        let mapped = len.next_multiple_of(4096);
         // SAFETY: an anonymous private mapping with no fixed address; the result is
         // checked for MAP_FAILED before use.
         let raw = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                over,
+                mapped,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
@@ -345,26 +346,13 @@ impl AnonBlock {
         if raw == libc::MAP_FAILED {
             return None;
         }
-        let start = (raw as usize).next_multiple_of(HUGE);
-        let head = start - raw as usize;
-        let tail = over - head - mapped;
-        // SAFETY: unmapping the unaligned slack before and after [start, start + mapped),
-        // both inside the mapping just made; then advice on the aligned range (failure,
-        // e.g. no THP, is harmless).
+        // SAFETY: advice on exactly the range just mapped (failure, e.g. a kernel without
+        // transparent huge pages, is harmless: there are none to avoid then).
         unsafe {
-            if head > 0 {
-                libc::munmap(raw, head);
-            }
-            if tail > 0 {
-                libc::munmap((start + mapped) as *mut libc::c_void, tail);
-            }
-            let whole = len / HUGE * HUGE;
-            if whole > 0 {
-                libc::madvise(start as *mut libc::c_void, whole, libc::MADV_HUGEPAGE);
-            }
+            libc::madvise(raw, mapped, libc::MADV_NOHUGEPAGE);
         }
         Some(AnonBlock {
-            ptr: std::ptr::NonNull::new(start as *mut u8)?,
+            ptr: std::ptr::NonNull::new(raw.cast::<u8>())?,
             len,
             mapped,
         })
@@ -1820,6 +1808,52 @@ impl FileStore {
 #[cfg(test)]
 mod limit_tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn block_memory_is_never_on_huge_pages() {
+        // Whatever the system's setting, the kernel reports the block's mapping as not
+        // eligible for transparent huge pages, and none backs it once written.
+        let mut b = AnonBlock::new(6 << 20).expect("map 6 MiB");
+        b.as_mut_slice().fill(1);
+        let at = b.as_slice().as_ptr() as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+        let mut lines = smaps.lines();
+        let mut found = false;
+        while let Some(l) = lines.next() {
+            let Some((lo, hi)) = l.split_whitespace().next().and_then(|r| r.split_once('-')) else {
+                continue;
+            };
+            let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            else {
+                continue;
+            };
+            if !(lo..hi).contains(&at) {
+                continue;
+            }
+            found = true;
+            for f in lines
+                .by_ref()
+                .take_while(|f| !f.contains('-') || f.contains(':'))
+            {
+                if let Some(v) = f.strip_prefix("AnonHugePages:") {
+                    assert_eq!(v.trim(), "0 kB", "{f}");
+                }
+                if let Some(v) = f.strip_prefix("THPeligible:") {
+                    assert_eq!(v.trim(), "0", "{f}");
+                }
+                if f.starts_with("VmFlags:") {
+                    break;
+                }
+            }
+            break;
+        }
+        // Kernels without smaps (or a sandbox hiding it) have nothing to check.
+        assert!(
+            found || smaps.is_empty(),
+            "the block's mapping is in /proc/self/smaps"
+        );
+    }
 
     #[test]
     fn memory_limit_settings_read_as_sizes_or_off() {

@@ -87,7 +87,6 @@ fn run_configs(
 /// paper's figures beside ours; then the paper's orderings checked.
 /// Returns the comparisons with the paper (its orderings).
 pub fn repro_fd_cmd(a: &ReproFdArgs) -> Result<Vec<csd_paper::Comparison>, ReproError> {
-    csd_fdtree::disable_transparent_huge_pages();
     let schemes = &a.schemes;
     // The workloads of the three figures, as idxbench's repro module defines them (its
     // `fdtree_repro` example runs the same without the CLI).

@@ -564,9 +564,8 @@ fn kv(e: csd_kv::KvError) -> ReproError {
 /// The device of a run: the preset shrunk to about `gib` of raw capacity. Page and
 /// block sizes, timings, the channel count and the host link stay the preset's; the ways
 /// per channel are cut to 2 (1 below 2 GiB) and the dies per chip to 1, then the blocks
-/// per die to fit
-/// (the in-memory backend keeps each erase block in its own huge-page-aligned mapping, so
-/// small blocks would cost far more memory than they hold).
+/// per die to fit (the in-memory backend keeps each erase block in its own mapping, so
+/// the blocks keep the preset's size rather than shrink).
 pub fn device_config(preset: &str, gib: f64) -> Result<DeviceConfig, ReproError> {
     shrink_config(DeviceConfig::preset(preset)?, gib)
 }

@@ -65,9 +65,6 @@ pub(crate) struct BenchFdtreeArgs {
 
 /// `csd bench fdtree`: one run per scheme of the list, on the same request stream.
 pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
-    // Fresh huge pages of the in-memory flash are zeroed inside device commands and
-    // stalled every request for hundreds of ms (see the function's docs).
-    csd_fdtree::disable_transparent_huge_pages();
     let schemes = &a.scheme;
     let mut cfg = match a.tpcc {
         Some(w) => BenchConfig::small_tpcc(w),
