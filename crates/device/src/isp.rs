@@ -239,6 +239,10 @@ struct Session {
     next_page: u64,
     /// Completion (unpin) instants of pages in flight.
     inflight: Inflight,
+    /// Event core: pages of `inflight` whose completion the runtime's watch reported
+    /// while the session had a free buffer (their buffers are reused only once it is
+    /// full: `step` pops the earliest), with that completion; watched again when it is.
+    dormant: Vec<(u64, SimTime)>,
     pinned: u32,
     /// Earliest instant the next page may be issued.
     cursor: SimTime,
@@ -570,6 +574,7 @@ impl Runtime {
             compare_rate: dev.ftl().nand().config().channel.rate(),
             next_page: 0,
             inflight: Inflight::new(),
+            dormant: Vec::new(),
             pinned,
             cursor: at,
             group_limit,
@@ -836,7 +841,7 @@ impl Runtime {
             watching.clear();
         }
         watching.resize(self.sessions.len(), (0, Watched::Nothing));
-        for (i, s) in self.sessions.iter().enumerate() {
+        for (i, s) in self.sessions.iter_mut().enumerate() {
             // Between calls a session may have opened, closed, or got room (a GET) or
             // failed; its pages and cursor change only here.
             let now = s
@@ -845,6 +850,9 @@ impl Runtime {
             if watching[i] != now {
                 if watching[i].1 != Watched::Nothing {
                     watch.retain(|k| k >= UNTIL_KEY || (k >> SESSION_SHIFT) as usize != i);
+                }
+                if let Some(s) = s.as_mut() {
+                    s.dormant.clear();
                 }
                 Self::watch_session(s.as_ref(), i, &mut watch);
                 watching[i] = now;
@@ -876,9 +884,15 @@ impl Runtime {
                 debug_assert!(false, "a watched session is open");
                 break None;
             };
+            let was = watching[i].1;
             let stepped = if number == CURSOR_KEY {
                 step(s, dev, &cfg, t);
                 true
+            } else if was == Watched::Cursor {
+                // A page done while the session has a free buffer changes nothing yet:
+                // its buffer is reused once the session is full (the calendars' rule).
+                s.dormant.push((number, t));
+                continue;
             } else {
                 // That page's buffer is free at `t`: the session issues its next page
                 // then, or at its cursor if that is later.
@@ -888,16 +902,28 @@ impl Runtime {
                     true
                 }
             };
+            // The watch follows the session by what changed: a step issued one page, a
+            // free buffer adds the cursor (the one just reached is out of the watch), a
+            // session full again has its dormant pages back. Only a session that can no
+            // longer issue is looked for in the whole watch, which costs a pass over it.
             let now = Watched::of(s);
-            if now == Watched::Pages && watching[i].1 == Watched::Pages {
-                // Still full: of its targets only the page just issued is new.
+            if now == Watched::Nothing {
+                watch.retain(|k| k >= UNTIL_KEY || (k >> SESSION_SHIFT) as usize != i);
+                s.dormant.clear();
+            } else {
                 if let (true, Some((n, unpin))) = (stepped, s.inflight.last()) {
                     csd_sim::events::watch(&mut watch, session_key(i, n), unpin);
                 }
-            } else {
-                watch.retain(|k| k >= UNTIL_KEY || (k >> SESSION_SHIFT) as usize != i);
-                watching[i] = (s.serial, Self::watch_session(Some(s), i, &mut watch));
+                if now == Watched::Cursor && (number == CURSOR_KEY || was == Watched::Pages) {
+                    csd_sim::events::watch(&mut watch, session_key(i, CURSOR_KEY), s.cursor);
+                }
+                if now == Watched::Pages {
+                    for (n, t) in s.dormant.drain(..) {
+                        csd_sim::events::watch(&mut watch, session_key(i, n), t);
+                    }
+                }
             }
+            watching[i] = (s.serial, now);
         };
         // The untils not reached are the caller's, not the sessions'.
         if untils.len() > usize::from(found.is_some()) {
@@ -915,20 +941,30 @@ impl Runtime {
         let mut keys = Vec::new();
         for (i, s) in self.sessions.iter().enumerate() {
             let Some(s) = s else { continue };
-            match Watched::of(s) {
-                Watched::Nothing => {}
-                Watched::Cursor => keys.push(session_key(i, CURSOR_KEY)),
-                Watched::Pages => {
-                    keys.extend(s.inflight.numbered().map(|(n, _)| session_key(i, n)))
-                }
+            let what = Watched::of(s);
+            if what == Watched::Cursor {
+                keys.push(session_key(i, CURSOR_KEY));
+            }
+            if what != Watched::Nothing {
+                let dormant = |n: u64| s.dormant.iter().any(|&(d, _)| d == n);
+                keys.extend(
+                    s.inflight
+                        .numbered()
+                        .filter(|&(n, _)| !dormant(n))
+                        .map(|(n, _)| session_key(i, n)),
+                );
             }
         }
         keys.sort_unstable();
         keys
     }
 
-    /// Add session `i`'s targets to `watch` (its cursor when it has a free buffer, its
-    /// pages in flight when full, nothing when it cannot issue); which it added.
+    /// Add session `i`'s targets to `watch` (its pages in flight, and its cursor when it
+    /// has a free buffer; nothing when it cannot issue); which it added. With a free
+    /// buffer its pages matter only once it is full again, but watching them meanwhile
+    /// (each reported one set aside as dormant) spares the watch a pass over all its
+    /// entries at every change between full and free, once per page of a scan whose
+    /// cursor runs behind its completions.
     fn watch_session(s: Option<&Session>, i: usize, watch: &mut Watch) -> Watched {
         let Some(s) = s else {
             return Watched::Nothing;
@@ -936,8 +972,10 @@ impl Runtime {
         let what = Watched::of(s);
         match what {
             Watched::Nothing => {}
-            Watched::Cursor => csd_sim::events::watch(watch, session_key(i, CURSOR_KEY), s.cursor),
-            Watched::Pages => {
+            Watched::Cursor | Watched::Pages => {
+                if what == Watched::Cursor {
+                    csd_sim::events::watch(watch, session_key(i, CURSOR_KEY), s.cursor);
+                }
                 for (n, t) in s.inflight.numbered() {
                     csd_sim::events::watch(watch, session_key(i, n), t);
                 }
