@@ -849,7 +849,7 @@ impl Runtime {
                 .map_or((0, Watched::Nothing), |s| (s.serial, Watched::of(s)));
             if watching[i] != now {
                 if watching[i].1 != Watched::Nothing {
-                    watch.retain(|k| k >= UNTIL_KEY || (k >> SESSION_SHIFT) as usize != i);
+                    forget_session(&mut watch, i);
                 }
                 if let Some(s) = s.as_mut() {
                     s.dormant.clear();
@@ -908,7 +908,7 @@ impl Runtime {
             // longer issue is looked for in the whole watch, which costs a pass over it.
             let now = Watched::of(s);
             if now == Watched::Nothing {
-                watch.retain(|k| k >= UNTIL_KEY || (k >> SESSION_SHIFT) as usize != i);
+                forget_session(&mut watch, i);
                 s.dormant.clear();
             } else {
                 if let (true, Some((n, unpin))) = (stepped, s.inflight.last()) {
@@ -970,19 +970,21 @@ impl Runtime {
             return Watched::Nothing;
         };
         let what = Watched::of(s);
-        match what {
-            Watched::Nothing => {}
-            Watched::Cursor | Watched::Pages => {
-                if what == Watched::Cursor {
-                    csd_sim::events::watch(watch, session_key(i, CURSOR_KEY), s.cursor);
-                }
-                for (n, t) in s.inflight.numbered() {
-                    csd_sim::events::watch(watch, session_key(i, n), t);
-                }
+        if what == Watched::Cursor {
+            csd_sim::events::watch(watch, session_key(i, CURSOR_KEY), s.cursor);
+        }
+        if what != Watched::Nothing {
+            for (n, t) in s.inflight.numbered() {
+                csd_sim::events::watch(watch, session_key(i, n), t);
             }
         }
         what
     }
+}
+
+/// Drop every target of session `i` from `watch` (a pass over the whole watch).
+fn forget_session(watch: &mut Watch, i: usize) {
+    watch.retain(|k| k >= UNTIL_KEY || (k >> SESSION_SHIFT) as usize != i);
 }
 
 /// Bits of a watch key below the session's index ([`Runtime::advance_events`]).
