@@ -241,8 +241,9 @@ struct Session {
     inflight: Inflight,
     /// Event core: pages of `inflight` whose completion the runtime's watch reported
     /// while the session had a free buffer (their buffers are reused only once it is
-    /// full: `step` pops the earliest), with that completion; watched again when it is.
-    dormant: Vec<(u64, SimTime)>,
+    /// full: `step` pops the earliest), with that completion; the earliest is watched
+    /// again when it is.
+    dormant: Dormant,
     pinned: u32,
     /// Earliest instant the next page may be issued.
     cursor: SimTime,
@@ -574,7 +575,7 @@ impl Runtime {
             compare_rate: dev.ftl().nand().config().channel.rate(),
             next_page: 0,
             inflight: Inflight::new(),
-            dormant: Vec::new(),
+            dormant: Dormant::default(),
             pinned,
             cursor: at,
             group_limit,
@@ -891,11 +892,12 @@ impl Runtime {
             } else if was == Watched::Cursor {
                 // A page done while the session has a free buffer changes nothing yet:
                 // its buffer is reused once the session is full (the calendars' rule).
-                s.dormant.push((number, t));
+                s.dormant.report(number, t);
                 continue;
             } else {
                 // That page's buffer is free at `t`: the session issues its next page
                 // then, or at its cursor if that is later.
+                s.dormant.done(number);
                 s.inflight.remove_numbered(number);
                 s.cursor <= t && {
                     step(s, dev, &cfg, t);
@@ -904,8 +906,11 @@ impl Runtime {
             };
             // The watch follows the session by what changed: a step issued one page, a
             // free buffer adds the cursor (the one just reached is out of the watch), a
-            // session full again has its dormant pages back. Only a session that can no
-            // longer issue is looked for in the whole watch, which costs a pass over it.
+            // session full again has its earliest dormant page back (the others end no
+            // earlier: each is watched once the one before it is done, so a page costs
+            // one report while the session is free, not one per change between full and
+            // free). Only a session that can no longer issue is looked for in the whole
+            // watch, which costs a pass over it.
             let now = Watched::of(s);
             if now == Watched::Nothing {
                 forget_session(&mut watch, i);
@@ -917,10 +922,10 @@ impl Runtime {
                 if now == Watched::Cursor && (number == CURSOR_KEY || was == Watched::Pages) {
                     csd_sim::events::watch(&mut watch, session_key(i, CURSOR_KEY), s.cursor);
                 }
-                if now == Watched::Pages {
-                    for (n, t) in s.dormant.drain(..) {
-                        csd_sim::events::watch(&mut watch, session_key(i, n), t);
-                    }
+                if now == Watched::Pages
+                    && let Some((n, t)) = s.dormant.next_to_watch()
+                {
+                    csd_sim::events::watch(&mut watch, session_key(i, n), t);
                 }
             }
             watching[i] = (s.serial, now);
@@ -946,11 +951,10 @@ impl Runtime {
                 keys.push(session_key(i, CURSOR_KEY));
             }
             if what != Watched::Nothing {
-                let dormant = |n: u64| s.dormant.iter().any(|&(d, _)| d == n);
                 keys.extend(
                     s.inflight
                         .numbered()
-                        .filter(|&(n, _)| !dormant(n))
+                        .filter(|&(n, _)| !s.dormant.unwatched(n))
                         .map(|(n, _)| session_key(i, n)),
                 );
             }
@@ -979,6 +983,61 @@ impl Runtime {
             }
         }
         what
+    }
+}
+
+/// A session's dormant pages on the event core (see [`Session`]): sorted by completion,
+/// then issue number (the watch's order for one session's keys), and which of them, if
+/// any, is in the watch again (at most one: the earliest, while the session is full).
+#[derive(Debug, Default)]
+struct Dormant {
+    pages: VecDeque<(u64, SimTime)>,
+    watched: Option<u64>,
+}
+
+impl Dormant {
+    fn clear(&mut self) {
+        self.pages.clear();
+        self.watched = None;
+    }
+
+    /// Page `n`, done at `t`, was reported while the session had a free buffer.
+    fn report(&mut self, n: u64, t: SimTime) {
+        if self.watched == Some(n) {
+            // Watched again while full and reported again after the session got a free
+            // buffer: it is still the earliest dormant page.
+            self.watched = None;
+            return;
+        }
+        let key = (t.ns(), n);
+        let at = self.pages.partition_point(|&(m, u)| (u.ns(), m) < key);
+        self.pages.insert(at, (n, t));
+    }
+
+    /// Page `n` was reported while the session was full: its buffer is reused.
+    fn done(&mut self, n: u64) {
+        if self.watched == Some(n) {
+            self.watched = None;
+            if let Some(at) = self.pages.iter().position(|&(m, _)| m == n) {
+                self.pages.remove(at);
+            }
+        }
+    }
+
+    /// The page to watch again now that the session is full: the earliest, unless one
+    /// is watched already.
+    fn next_to_watch(&mut self) -> Option<(u64, SimTime)> {
+        if self.watched.is_some() {
+            return None;
+        }
+        let &(n, t) = self.pages.front()?;
+        self.watched = Some(n);
+        Some((n, t))
+    }
+
+    /// Whether page `n` is dormant and out of the watch.
+    fn unwatched(&self, n: u64) -> bool {
+        self.watched != Some(n) && self.pages.iter().any(|&(m, _)| m == n)
     }
 }
 

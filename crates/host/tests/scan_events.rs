@@ -178,6 +178,10 @@ fn every_scan_strategy_runs_on_the_event_core_with_the_calendars_answers() {
                     "{what}: calendar {} ns, events {} ns ({dev:+.2}%), {} commands / {}",
                     r_cal.modeled_ns, r_ev.modeled_ns, r_cal.commands, r_ev.commands
                 );
+                // One session alone arrives in order: the core books what the calendars
+                // book (measured: every case equal but one, 171 ns of 4.1 ms apart).
+                assert_eq!(r_ev.commands, r_cal.commands, "{what}");
+                assert!(dev.abs() < 0.01, "{what}: {dev:+.4}% from the calendars");
                 // The device is usable on calendars afterwards: every instant is final.
                 let (again, _) = scan(&mut ev, &info, &plan, &cfg, strategy);
                 assert_eq!(again.work, r_cal.work, "{what}: a calendar scan after");
