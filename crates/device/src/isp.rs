@@ -1444,3 +1444,77 @@ fn charge(
         s.seal_chunk();
     }
 }
+
+#[cfg(test)]
+mod dormant_tests {
+    use super::Dormant;
+    use csd_sim::SimTime;
+    use proptest::prelude::*;
+
+    /// Random reports (page, completion), buffers reused (`done`) and re-watches against
+    /// a reference: the dormant pages as a plain list, and at most one of them watched,
+    /// always the least by (completion, page) when it was chosen.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Report(u64, u64),
+        Done(u64),
+        Watch,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u64..16, 0u64..8).prop_map(|(n, t)| Op::Report(n, t)),
+            (0u64..16).prop_map(Op::Done),
+            Just(Op::Watch),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn dormant_pages_follow_a_reference(ops in proptest::collection::vec(op(), 1..60)) {
+            let mut d = Dormant::default();
+            let mut pages: Vec<(u64, u64)> = Vec::new(); // (page, completion)
+            let mut watched: Option<u64> = None;
+            for op in ops {
+                match op {
+                    Op::Report(n, t) => {
+                        // A page is reported once while dormant (the watch holds each key
+                        // once), or again when it is the one watched.
+                        if pages.iter().any(|&(m, _)| m == n) && watched != Some(n) {
+                            continue;
+                        }
+                        d.report(n, SimTime::from_ns(t));
+                        if watched == Some(n) {
+                            watched = None;
+                        } else {
+                            pages.push((n, t));
+                        }
+                    }
+                    Op::Done(n) => {
+                        d.done(n);
+                        if watched == Some(n) {
+                            watched = None;
+                            pages.retain(|&(m, _)| m != n);
+                        }
+                    }
+                    Op::Watch => {
+                        let got = d.next_to_watch().map(|(n, t)| (n, t.ns()));
+                        let want = if watched.is_some() {
+                            None
+                        } else {
+                            pages.iter().map(|&(n, t)| (t, n)).min().map(|(t, n)| (n, t))
+                        };
+                        prop_assert_eq!(got, want);
+                        if let Some((n, _)) = want {
+                            watched = Some(n);
+                        }
+                    }
+                }
+                for &(n, _) in &pages {
+                    prop_assert_eq!(d.unwatched(n), watched != Some(n));
+                }
+                prop_assert_eq!(d.pages.len(), pages.len());
+            }
+        }
+    }
+}
