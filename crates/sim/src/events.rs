@@ -14,7 +14,7 @@
 //! Choices:
 //! * **Instants carry their dependency.** A [`SimTime`] is final or names a node of the
 //!   [`Graph`]: an offset of another node, a join (`max`) of two instants, or the start
-//!   of a stage. Inferring the graph from bare instants was rejected: parallel pages of
+//!   or end of a stage (read from the stage itself: a stage makes no node). Inferring the graph from bare instants was rejected: parallel pages of
 //!   one command end at equal instants, and an arrival `end + latency` names no booking.
 //!   An instant also carries a *provisional* value, a lower bound of its final value (a
 //!   stage starts no earlier than it arrives), for code that must look at an instant
@@ -51,8 +51,9 @@ use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
 
-/// Nodes (a stage counts two) a graph holds before [`Graph::compact_due`] says so: about
-/// 2 MB, so the graph stays in cache and a run does not fault in fresh memory (at 2^20,
+/// Nodes (a stage counts four, as when its start and end were two nodes of their own:
+/// budgets keep their meaning) a graph holds before [`Graph::compact_due`] says so: at
+/// most about 1 MB, so the graph stays in cache and a run does not fault in fresh memory (at 2^20,
 /// a third of `csd io`'s time on the core went to the kernel zeroing pages on this
 /// virtual machine, and peak RSS was 166 MB instead of 54 MB).
 pub const DEFAULT_COMPACT_NODES: usize = 1 << 16;
@@ -177,6 +178,64 @@ impl StageId {
 /// recognized instead of naming another node.
 const INDEX_BITS: u32 = 24;
 const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
+/// Indexes with this bit name an endpoint of a stage, not a node: `(stage << 1) | end`
+/// (1: the stage's end, its start plus its duration once booked, zero once cancelled;
+/// 0: its start). A stage's start and end are read from the stage itself, so recording
+/// a stage makes no node (they were two nodes of three in a 4 KiB read's graph, and the
+/// walks and compactions over them a quarter of the core's time).
+const ENDPOINT: u32 = 1 << (INDEX_BITS - 1);
+/// Stages a graph holds at most between compactions (their endpoints' names must fit).
+const MAX_STAGES: usize = 1 << (INDEX_BITS - 2);
+
+/// A ready stage's place in the core's heap: its arrival, then the caller's order, then
+/// its index, packed in one integer so that the heap compares and moves 16 bytes, not
+/// 24 (the ready heap's pops were the core's largest cost in a 4 KiB random-read run).
+/// Orders (command counters) are kept below 2^42; larger ones compare as 2^42 - 1,
+/// their stages then by creation (no caller comes near: 4.4 * 10^12 commands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct ReadyKey(u128);
+
+/// Bits of a [`ReadyKey`] below the order: the stage index ([`MAX_STAGES`]).
+const STAGE_BITS: u32 = INDEX_BITS - 2;
+const MAX_ORDER: u64 = (1 << (64 - STAGE_BITS)) - 1;
+
+impl ReadyKey {
+    #[inline]
+    fn new(at: u64, order: u64, stage: u32) -> ReadyKey {
+        debug_assert!((stage as usize) < MAX_STAGES);
+        let tie = (order.min(MAX_ORDER) << STAGE_BITS) | u64::from(stage);
+        ReadyKey((u128::from(at) << 64) | u128::from(tie))
+    }
+
+    #[inline]
+    fn at(self) -> u64 {
+        (self.0 >> 64) as u64
+    }
+
+    #[inline]
+    fn stage(self) -> u32 {
+        (self.0 as u64 & ((1 << STAGE_BITS) - 1)) as u32
+    }
+
+    /// The same key for the stage's new index after a compaction (which keeps the
+    /// stages' order).
+    #[inline]
+    fn renumbered(self, stage: u32) -> ReadyKey {
+        ReadyKey((self.0 & !u128::from((1u64 << STAGE_BITS) - 1)) | u128::from(stage))
+    }
+}
+
+/// The index naming the start (`end == false`) or end of stage `stage`.
+#[inline]
+fn endpoint_ref(stage: u32, end: bool) -> u32 {
+    ENDPOINT | (stage << 1) | u32::from(end)
+}
+
+/// The stage and which endpoint an index names, if it names one.
+#[inline]
+fn endpoint(r: u32) -> Option<(u32, bool)> {
+    (r & ENDPOINT != 0).then_some(((r & !ENDPOINT) >> 1, r & 1 == 1))
+}
 
 #[derive(Debug, Clone, Copy)]
 enum Kind {
@@ -184,10 +243,6 @@ enum Kind {
     Offset { base: u32, add: u64 },
     /// `max(a, b, floor)` (index 0 is the constant zero).
     Join { a: u32, b: u32, floor: u64 },
-    /// The start of a stage.
-    Start { stage: u32 },
-    /// The end of a stage: its start plus its duration when booked (zero once cancelled).
-    End { stage: u32 },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -312,7 +367,7 @@ pub struct Graph {
     /// renewed by every compaction ([`Graph::generation`]).
     generation: u64,
     stages: Vec<Stage>,
-    ready: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    ready: BinaryHeap<Reverse<ReadyKey>>,
     /// Tags the names of this graph's nodes (1..=255; see [`INDEX_BITS`]).
     epoch: u32,
     /// The arrival of the last stage booked.
@@ -328,7 +383,7 @@ pub struct Graph {
     unfixed: u64,
     /// Size past which host code compacts ([`Graph::compact_due`]).
     compact_nodes: usize,
-    /// Size the last compaction left (nodes plus twice the stages it kept).
+    /// Size the last compaction left (nodes plus four times the stages it kept).
     kept_size: usize,
     trace: Option<Vec<Booking>>,
     /// Pools lent by host actors ([`Graph::lend`]); `None` once taken back.
@@ -524,7 +579,7 @@ impl Default for Graph {
 struct Spare {
     nodes: Vec<Node>,
     stages: Vec<Stage>,
-    ready: Vec<Reverse<(u64, u64, u32)>>,
+    ready: Vec<Reverse<ReadyKey>>,
 }
 
 thread_local! {
@@ -557,6 +612,17 @@ pub struct Remap {
     /// Old index -> new index (0: the node's value was fixed, see `values`).
     index: Vec<u32>,
     values: Vec<u64>,
+    /// Old stage -> its new index, or its final start and end.
+    stages: Vec<StageMap>,
+}
+
+/// What [`Remap`] keeps of one stage of the old graph.
+#[derive(Debug, Clone, Copy)]
+struct StageMap {
+    /// Its index in the compacted graph ([`NONE`]: it was booked and forgotten).
+    new: u32,
+    start: u64,
+    end: u64,
 }
 
 impl Remap {
@@ -569,11 +635,23 @@ impl Remap {
             debug_assert!(false, "an instant from an older graph: {t:?}");
             return SimTime::from_ns(t.ns());
         }
-        let i = (t.node() & INDEX_MASK) as usize;
-        match self.index[i] {
-            0 => SimTime::from_ns(self.values[i]),
-            n => SimTime::of_node(t.ns(), (self.new_epoch << INDEX_BITS) | n),
-        }
+        let r = t.node() & INDEX_MASK;
+        let n = match endpoint(r) {
+            None => match self.index[r as usize] {
+                0 => return SimTime::from_ns(self.values[r as usize]),
+                n => n,
+            },
+            Some((stage, end)) => match self.stages[stage as usize] {
+                StageMap {
+                    new: NONE, end: v, ..
+                } if end => return SimTime::from_ns(v),
+                StageMap {
+                    new: NONE, start, ..
+                } => return SimTime::from_ns(start),
+                StageMap { new, .. } => endpoint_ref(new, end),
+            },
+        };
+        SimTime::of_node(t.ns(), (self.new_epoch << INDEX_BITS) | n)
     }
 }
 
@@ -688,7 +766,7 @@ impl Graph {
     }
 
     /// Whether the graph has grown past the size at which its host code should compact it
-    /// ([`Graph::compact`]): nodes plus twice the stages over [`DEFAULT_COMPACT_NODES`]
+    /// ([`Graph::compact`]): nodes plus four times the stages over [`DEFAULT_COMPACT_NODES`]
     /// or the size set by [`Graph::set_compact_nodes`].
     /// A compaction is due only once the graph has also doubled since the last one left
     /// it, so that a run holding much unbooked work (a scan's look-ahead) does not
@@ -696,10 +774,10 @@ impl Graph {
     /// walks (without this, a one-shot `csd query q6` on the core spent 68% of its time
     /// compacting).
     pub fn compact_due(&self) -> bool {
-        self.nodes.len() + 2 * self.stages.len() > self.compact_nodes.max(2 * self.kept_size)
+        self.nodes.len() + 4 * self.stages.len() > self.compact_nodes.max(2 * self.kept_size)
     }
 
-    /// Compact past `nodes` (nodes plus twice the stages) instead: tests make it small so
+    /// Compact past `nodes` (nodes plus four times the stages) instead: tests make it small so
     /// that every holder's renaming is exercised.
     pub fn set_compact_nodes(&mut self, nodes: usize) {
         self.compact_nodes = nodes.max(1);
@@ -744,8 +822,8 @@ impl Graph {
     fn push_node(&mut self, kind: Kind) -> u32 {
         let i = u32::try_from(self.nodes.len())
             .ok()
-            .filter(|&i| i <= INDEX_MASK)
-            .expect("event graph over 2^24 nodes: compact it (Graph::compact)");
+            .filter(|&i| i < ENDPOINT)
+            .expect("event graph over 2^23 nodes: compact it (Graph::compact)");
         self.nodes.push(Node {
             kind,
             value: UNKNOWN,
@@ -758,8 +836,26 @@ impl Graph {
         match self.index(t) {
             0 => (0, Some(t.ns())),
             i => {
-                let v = self.nodes[i as usize].value;
+                let v = self.ref_value(i);
                 (i, fixed(v).then_some(v))
+            }
+        }
+    }
+
+    /// The value index `r` holds now, as a node caches it: final, or not known yet
+    /// ([`UNKNOWN`], or a hint naming the stage that blocked it). A stage's endpoint is
+    /// final once the stage is booked, and until then names the stage as its blocker.
+    #[inline]
+    fn ref_value(&self, r: u32) -> u64 {
+        match endpoint(r) {
+            None => self.nodes[r as usize].value,
+            Some((stage, end)) => {
+                let st = &self.stages[stage as usize];
+                match st.start {
+                    UNKNOWN => HINT | u64::from(stage),
+                    start if end => start.saturating_add(st.dur_ns),
+                    start => start,
+                }
             }
         }
     }
@@ -811,8 +907,11 @@ impl Graph {
         dur_ns: u64,
         order: u64,
     ) -> (StageId, SimTime, SimTime) {
-        let id = u32::try_from(self.stages.len()).expect("event graph over 2^32 stages");
-        debug_assert!(id != NONE);
+        assert!(
+            self.stages.len() < MAX_STAGES,
+            "event graph over 2^22 stages: compact it (Graph::compact)"
+        );
+        let id = self.stages.len() as u32;
         let (arrival_index, _) = self.lookup(arrival);
         self.stages.push(Stage {
             resource,
@@ -826,13 +925,14 @@ impl Graph {
             first_waiter: NONE,
             next_waiter: NONE,
         });
-        let start_node = self.push_node(Kind::Start { stage: id });
-        let start = SimTime::of_node(arrival.ns(), self.name(start_node));
+        let start = SimTime::of_node(arrival.ns(), self.name(endpoint_ref(id, false)));
         let end = if dur_ns == 0 {
             start
         } else {
-            let end_node = self.push_node(Kind::End { stage: id });
-            SimTime::of_node(arrival.ns().saturating_add(dur_ns), self.name(end_node))
+            SimTime::of_node(
+                arrival.ns().saturating_add(dur_ns),
+                self.name(endpoint_ref(id, true)),
+            )
         };
         self.schedule(id);
         (StageId(id), start, end)
@@ -842,12 +942,13 @@ impl Graph {
     /// books nothing, and what waits for it sees it take no time at its arrival. `false`
     /// if `start` names no stage not yet booked.
     pub fn cancel(&mut self, start: SimTime) -> bool {
-        let i = self.index(start);
-        let Kind::Start { stage } = self.nodes[i as usize].kind else {
+        let Some((stage, false)) = endpoint(self.index(start)) else {
             return false;
         };
-        let s = &mut self.stages[stage as usize];
-        if i == 0 || s.start != UNKNOWN {
+        let Some(s) = self.stages.get_mut(stage as usize) else {
+            return false;
+        };
+        if s.start != UNKNOWN {
             return false;
         }
         s.cancelled = true;
@@ -870,7 +971,7 @@ impl Graph {
                 if at < self.now {
                     self.late += 1;
                 }
-                self.ready.push(Reverse((at, order, s)));
+                self.ready.push(Reverse(ReadyKey::new(at, order, s)));
             }
             Err(blocker) => {
                 let b = blocker as usize;
@@ -891,13 +992,15 @@ impl Graph {
 
     /// [`Graph::evaluate`] of node `index`.
     fn evaluate_index(&mut self, index: u32) -> Result<u64, u32> {
-        let v = self.nodes[index as usize].value;
+        let v = self.ref_value(index);
         if fixed(v) {
             return Ok(v);
         }
         if let Some(stage) = self.still_blocked(v) {
             return Err(stage);
         }
+        // Only a node (not an endpoint) can need a walk.
+        debug_assert!(endpoint(index).is_none());
         let mut stack = std::mem::take(&mut self.stack);
         stack.clear();
         stack.push(index);
@@ -927,37 +1030,25 @@ impl Graph {
                 if let Some(stage) = self.still_blocked(node.value) {
                     break 'walk stage;
                 }
+                // An operand not known yet: a stage's endpoint or a node whose hint is
+                // still good stops the walk at its stage; another node is walked.
+                macro_rules! operand {
+                    ($r:expr) => {{
+                        let r = $r;
+                        let v = self.ref_value(r);
+                        if !fixed(v) {
+                            if let Some(stage) = self.still_blocked(v) {
+                                break 'walk stage;
+                            }
+                            stack.push(r);
+                            continue;
+                        }
+                        v
+                    }};
+                }
                 let value = match node.kind {
-                    Kind::Start { stage } | Kind::End { stage } => {
-                        let st = &self.stages[stage as usize];
-                        if st.start == UNKNOWN {
-                            break 'walk stage;
-                        }
-                        match node.kind {
-                            Kind::End { .. } => st.start.saturating_add(st.dur_ns),
-                            _ => st.start,
-                        }
-                    }
-                    Kind::Offset { base, add } => match self.nodes[base as usize].value {
-                        v if fixed(v) => v.saturating_add(add),
-                        _ => {
-                            stack.push(base);
-                            continue;
-                        }
-                    },
-                    Kind::Join { a, b, floor } => {
-                        let va = self.nodes[a as usize].value;
-                        if !fixed(va) {
-                            stack.push(a);
-                            continue;
-                        }
-                        let vb = self.nodes[b as usize].value;
-                        if !fixed(vb) {
-                            stack.push(b);
-                            continue;
-                        }
-                        va.max(vb).max(floor)
-                    }
+                    Kind::Offset { base, add } => operand!(base).saturating_add(add),
+                    Kind::Join { a, b, floor } => operand!(a).max(operand!(b)).max(floor),
                 };
                 self.nodes[n as usize].value = value;
                 stack.pop();
@@ -978,7 +1069,8 @@ impl Graph {
     /// Book the earliest ready stage; `None` when no stage is ready (then none is
     /// pending: every pending stage waits, through its blockers, on a ready one).
     pub fn step<R: Resources + ?Sized>(&mut self, resources: &mut R) -> Option<Booking> {
-        let Reverse((at, _, s)) = self.ready.pop()?;
+        let Reverse(key) = self.ready.pop()?;
+        let (at, s) = (key.at(), key.stage());
         let stage = self.stages[s as usize];
         let start = if stage.cancelled {
             at
@@ -1054,7 +1146,7 @@ impl Graph {
             match self.evaluate(t) {
                 Ok(v) => return v <= bound,
                 Err(_) => match self.ready.peek() {
-                    Some(Reverse((at, _, _))) if *at <= bound => {
+                    Some(Reverse(key)) if key.at() <= bound => {
                         self.step(resources);
                     }
                     _ => return false,
@@ -1122,7 +1214,7 @@ impl Graph {
         loop {
             // An unfixed completion ends no earlier than the arrival of a ready stage:
             // every unbooked stage waits, through its blockers, on one in the heap.
-            let next_arrival = self.ready.peek().map(|Reverse((at, _, _))| *at);
+            let next_arrival = self.ready.peek().map(|Reverse(key)| key.at());
             match (watch.fixed.peek(), next_arrival) {
                 (Some(&Reverse((v, key))), at) if at.is_none_or(|at| v <= at) => {
                     watch.fixed.pop();
@@ -1247,42 +1339,54 @@ impl Graph {
                 node.value = UNKNOWN;
             }
         }
-        // 1. Fix every value that can be fixed: children have lower indices.
+        // The value of index `r` during a compaction: final, or UNKNOWN.
+        fn val(nodes: &[Node], stages: &[Stage], r: u32) -> u64 {
+            match endpoint(r) {
+                None => nodes[r as usize].value,
+                Some((stage, end)) => {
+                    let st = &stages[stage as usize];
+                    match st.start {
+                        UNKNOWN => UNKNOWN,
+                        start if end => start.saturating_add(st.dur_ns),
+                        start => start,
+                    }
+                }
+            }
+        }
+        // 1. Fix every value that can be fixed: operands have lower indices.
         for i in 1..n {
             if self.nodes[i].value != UNKNOWN {
                 continue;
             }
-            let v = match self.nodes[i].kind {
-                Kind::Start { stage } => self.stages[stage as usize].start,
-                Kind::End { stage } => {
-                    let st = &self.stages[stage as usize];
-                    match st.start {
-                        UNKNOWN => UNKNOWN,
-                        start => start.saturating_add(st.dur_ns),
-                    }
-                }
-                Kind::Offset { base, add } => match self.nodes[base as usize].value {
+            let v = |r: u32| val(&self.nodes, &self.stages, r);
+            let value = match self.nodes[i].kind {
+                Kind::Offset { base, add } => match v(base) {
                     UNKNOWN => UNKNOWN,
-                    v => v.saturating_add(add),
+                    x => x.saturating_add(add),
                 },
-                Kind::Join { a, b, floor } => {
-                    match (self.nodes[a as usize].value, self.nodes[b as usize].value) {
-                        (UNKNOWN, _) | (_, UNKNOWN) => UNKNOWN,
-                        (x, y) => x.max(y).max(floor),
-                    }
-                }
+                Kind::Join { a, b, floor } => match (v(a), v(b)) {
+                    (UNKNOWN, _) | (_, UNKNOWN) => UNKNOWN,
+                    (x, y) => x.max(y).max(floor),
+                },
             };
-            self.nodes[i].value = v;
+            self.nodes[i].value = value;
         }
-        // 2. Mark the unfixed nodes that roots and pending stages need, downwards.
+        // 2. Mark the unfixed nodes that roots and pending stages need, downwards (a
+        // pending stage's endpoints stay with the stage).
         let mut keep = std::mem::take(&mut self.keep);
         keep.clear();
         keep.resize(n, false);
+        let mark = |keep: &mut Vec<bool>, r: u32| {
+            if endpoint(r).is_none() {
+                keep[r as usize] = true;
+            }
+        };
         for &t in roots {
-            keep[self.index(t) as usize] = true;
+            let r = self.index(t);
+            mark(&mut keep, r);
         }
         for st in self.stages.iter().filter(|st| st.start == UNKNOWN) {
-            keep[st.arrival as usize] = true;
+            mark(&mut keep, st.arrival);
         }
         for i in (1..n).rev() {
             if !keep[i] || self.nodes[i].value != UNKNOWN {
@@ -1290,12 +1394,11 @@ impl Graph {
                 continue;
             }
             match self.nodes[i].kind {
-                Kind::Offset { base, .. } => keep[base as usize] = true,
+                Kind::Offset { base, .. } => mark(&mut keep, base),
                 Kind::Join { a, b, .. } => {
-                    keep[a as usize] = true;
-                    keep[b as usize] = true;
+                    mark(&mut keep, a);
+                    mark(&mut keep, b);
                 }
-                Kind::Start { .. } | Kind::End { .. } => {}
             }
         }
         keep[0] = false;
@@ -1311,8 +1414,13 @@ impl Graph {
                 kept_stages.push(*st);
             }
         }
-        // 4. Kept nodes, renumbered in their order; fixed children become constants.
+        // 4. Kept nodes, renumbered in their order; fixed operands become constants.
         let mut index = vec![0u32; n];
+        // An unfixed operand's new index (an endpoint's stage is pending, so kept).
+        let rename = |index: &[u32], r: u32| match endpoint(r) {
+            None => index[r as usize],
+            Some((stage, end)) => endpoint_ref(stage_index[stage as usize], end),
+        };
         let mut nodes = std::mem::take(&mut self.spare_nodes);
         nodes.clear();
         nodes.push(self.nodes[0]);
@@ -1320,37 +1428,31 @@ impl Graph {
             if !keep[i] {
                 continue;
             }
-            let val = |j: u32| self.nodes[j as usize].value;
+            let v = |r: u32| val(&self.nodes, &self.stages, r);
             let kind = match self.nodes[i].kind {
-                Kind::Start { stage } => Kind::Start {
-                    stage: stage_index[stage as usize],
-                },
-                Kind::End { stage } => Kind::End {
-                    stage: stage_index[stage as usize],
-                },
                 Kind::Offset { base, add } => Kind::Offset {
-                    base: index[base as usize],
+                    base: rename(&index, base),
                     add,
                 },
-                Kind::Join { a, b, floor } => match (val(a), val(b)) {
+                Kind::Join { a, b, floor } => match (v(a), v(b)) {
                     (UNKNOWN, UNKNOWN) => Kind::Join {
-                        a: index[a as usize],
-                        b: index[b as usize],
+                        a: rename(&index, a),
+                        b: rename(&index, b),
                         floor,
                     },
                     (UNKNOWN, y) => Kind::Join {
-                        a: index[a as usize],
+                        a: rename(&index, a),
                         b: 0,
                         floor: floor.max(y),
                     },
                     (x, _) => Kind::Join {
-                        a: index[b as usize],
+                        a: rename(&index, b),
                         b: 0,
                         floor: floor.max(x),
                     },
                 },
             };
-            debug_assert!(nodes.len() <= INDEX_MASK as usize);
+            debug_assert!(nodes.len() < ENDPOINT as usize);
             index[i] = nodes.len() as u32;
             nodes.push(Node {
                 kind,
@@ -1359,8 +1461,8 @@ impl Graph {
         }
         for st in &mut kept_stages {
             if st.arrival != 0 {
-                match self.nodes[st.arrival as usize].value {
-                    UNKNOWN => st.arrival = index[st.arrival as usize],
+                match val(&self.nodes, &self.stages, st.arrival) {
+                    UNKNOWN => st.arrival = rename(&index, st.arrival),
                     v => {
                         st.arrival = 0;
                         st.arrival_ns = v;
@@ -1376,10 +1478,22 @@ impl Graph {
         self.ready = self
             .ready
             .drain()
-            .map(|Reverse((at, order, s))| Reverse((at, order, stage_index[s as usize])))
+            .map(|Reverse(key)| Reverse(key.renumbered(stage_index[key.stage() as usize])))
+            .collect();
+        // What the remap needs of the old stages: each one's new index, or its final
+        // start and end.
+        let stage_map = self
+            .stages
+            .iter()
+            .zip(&stage_index)
+            .map(|(st, &new)| StageMap {
+                new,
+                start: st.start,
+                end: st.start.saturating_add(st.dur_ns),
+            })
             .collect();
         self.forgotten += (self.stages.len() - kept_stages.len()) as u64;
-        self.kept_size = nodes.len() + 2 * kept_stages.len();
+        self.kept_size = nodes.len() + 4 * kept_stages.len();
         self.spare_stages = std::mem::replace(&mut self.stages, kept_stages);
         self.keep = keep;
         self.stage_index = stage_index;
@@ -1399,6 +1513,7 @@ impl Graph {
             new_epoch: self.epoch,
             index,
             values,
+            stages: stage_map,
         }
     }
 }

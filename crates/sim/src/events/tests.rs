@@ -211,13 +211,13 @@ fn a_compaction_is_due_again_only_after_the_graph_doubles() {
     let remap = g.compact(&[at]);
     at = remap.apply(at);
     let (nodes, stages) = g.size();
-    let kept = nodes + 2 * stages;
+    let kept = nodes + 4 * stages;
     assert!(kept > 64, "the chain is kept: {kept}");
     assert!(
         !g.compact_due(),
         "due again right after a compaction that kept {kept}"
     );
-    // Each stage adds two nodes and counts twice: due once past twice what was kept.
+    // Each stage counts four: due once past twice what was kept.
     let mut added = 0;
     while !g.compact_due() {
         add(&mut g, &mut at, 1);
@@ -225,8 +225,8 @@ fn a_compaction_is_due_again_only_after_the_graph_doubles() {
         assert!(added < 1000);
     }
     let (nodes, stages) = g.size();
-    assert!(nodes + 2 * stages > 2 * kept);
-    assert!(nodes + 2 * stages <= 2 * kept + 4);
+    assert!(nodes + 4 * stages > 2 * kept);
+    assert!(nodes + 4 * stages <= 2 * kept + 4);
     let mut res = vec![Resource::new()];
     g.run(&mut res);
     assert_eq!(g.pending(), 0);
@@ -670,4 +670,52 @@ fn comparisons_of_unfixed_instants_are_counted() {
     assert_eq!(value(end), t(15));
     assert_eq!(rec.graph(|g| g.unfixed_comparisons()), 3);
     drop(rec);
+}
+
+proptest! {
+    /// The ready heap's packed key orders stages as the triple (arrival, order, stage)
+    /// does, gives back the arrival and stage, and keeps both the place and the arrival
+    /// when a compaction renumbers the stage; orders past the packed range compare as
+    /// its largest (then by stage).
+    #[test]
+    fn a_ready_key_orders_as_its_triple(
+        a in (0u64..4, prop_oneof![0u64..4, Just(u64::MAX - 1), Just(MAX_ORDER)], 0u32..4)
+            .prop_map(|(at, o, s)| (at * 1_000 + (at & 1) * u64::MAX / 2, o, s)),
+        b in (0u64..4, prop_oneof![0u64..4, Just(u64::MAX - 1), Just(MAX_ORDER)], 0u32..4)
+            .prop_map(|(at, o, s)| (at * 1_000 + (at & 1) * u64::MAX / 2, o, s)),
+        stage in 0u32..(MAX_STAGES as u32),
+    ) {
+        let key = |(at, o, s): (u64, u64, u32)| ReadyKey::new(at, o, s);
+        let clamp = |(at, o, s): (u64, u64, u32)| (at, o.min(MAX_ORDER), s);
+        prop_assert_eq!(key(a).cmp(&key(b)), clamp(a).cmp(&clamp(b)));
+        prop_assert_eq!((key(a).at(), key(a).stage()), (a.0, a.2));
+        let r = key(a).renumbered(stage);
+        prop_assert_eq!((r.at(), r.stage()), (a.0, stage));
+        prop_assert_eq!(r, ReadyKey::new(a.0, a.1, stage));
+    }
+}
+
+/// A compaction renames a booked stage's start and end to their final values and a
+/// pending stage's to the endpoints of its new index, whichever is asked.
+#[test]
+fn a_compaction_renames_stage_endpoints() {
+    let mut g = Graph::new();
+    let mut res = vec![Resource::new(), Resource::new()];
+    let (_, s1, e1) = g.stage(rid(0), t(100), 50, 0);
+    let arrival = g.offset(e1, 7);
+    let (_, s2, e2) = g.stage(rid(1), arrival, 30, 0);
+    let (_, s3, e3) = g.stage(rid(0), t(400), 20, 0);
+    // Book the first stage only: the second is ready, the third waits for its arrival.
+    assert!(g.at_or_before(s1, t(120), &mut res));
+    assert_eq!(g.pending(), 2);
+    let remap = g.compact(&[s1, e1, s2, e2, s3, e3]);
+    assert_eq!(remap.apply(s1), t(100));
+    assert_eq!(remap.apply(e1), t(150));
+    let (s2, e2, e3) = (remap.apply(s2), remap.apply(e2), remap.apply(e3));
+    assert!(!s2.is_final() && !e2.is_final() && !e3.is_final());
+    assert_eq!(g.resolve(e2, &mut res), t(187));
+    assert_eq!(g.resolve(s2, &mut res), t(157));
+    assert_eq!(g.resolve(e3, &mut res), t(420));
+    assert_eq!(g.pending(), 0);
+    assert_eq!(g.stale(), 0);
 }
