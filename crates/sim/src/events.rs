@@ -175,14 +175,16 @@ impl StageId {
 
 /// Bits of a node's name that hold its index in the graph; the bits above hold the
 /// graph's epoch, so an instant that outlived a compaction ([`Graph::compact`]) is
-/// recognized instead of naming another node.
-const INDEX_BITS: u32 = 24;
+/// recognized instead of naming another node. Half of the indexes name nodes (up to
+/// 2^24, as before stages stopped being nodes), half the endpoints of up to 2^23 stages;
+/// seven bits are left for the epoch.
+const INDEX_BITS: u32 = 25;
 const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
 /// Indexes with this bit name an endpoint of a stage, not a node: `(stage << 1) | end`
 /// (1: the stage's end, its start plus its duration once booked, zero once cancelled;
 /// 0: its start). A stage's start and end are read from the stage itself, so recording
-/// a stage makes no node (they were two nodes of three in a 4 KiB read's graph, and the
-/// walks and compactions over them a quarter of the core's time).
+/// a stage makes no node (they were eight of the nine nodes of a 4 KiB read's graph, and
+/// walking and compacting them about a fifth of the core's instructions per read).
 const ENDPOINT: u32 = 1 << (INDEX_BITS - 1);
 /// Stages a graph holds at most between compactions (their endpoints' names must fit).
 const MAX_STAGES: usize = 1 << (INDEX_BITS - 2);
@@ -190,8 +192,8 @@ const MAX_STAGES: usize = 1 << (INDEX_BITS - 2);
 /// A ready stage's place in the core's heap: its arrival, then the caller's order, then
 /// its index, packed in one integer so that the heap compares and moves 16 bytes, not
 /// 24 (the ready heap's pops were the core's largest cost in a 4 KiB random-read run).
-/// Orders (command counters) are kept below 2^42; larger ones compare as 2^42 - 1,
-/// their stages then by creation (no caller comes near: 4.4 * 10^12 commands).
+/// Orders (command counters) are kept below 2^41; larger ones compare as 2^41 - 1,
+/// their stages then by creation (no caller comes near: 2.2 * 10^12 commands).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct ReadyKey(u128);
 
@@ -368,7 +370,7 @@ pub struct Graph {
     generation: u64,
     stages: Vec<Stage>,
     ready: BinaryHeap<Reverse<ReadyKey>>,
-    /// Tags the names of this graph's nodes (1..=255; see [`INDEX_BITS`]).
+    /// Tags the names of this graph's nodes (1..=127; see [`INDEX_BITS`]).
     epoch: u32,
     /// The arrival of the last stage booked.
     now: u64,
@@ -823,7 +825,7 @@ impl Graph {
         let i = u32::try_from(self.nodes.len())
             .ok()
             .filter(|&i| i < ENDPOINT)
-            .expect("event graph over 2^23 nodes: compact it (Graph::compact)");
+            .expect("event graph over 2^24 nodes: compact it (Graph::compact)");
         self.nodes.push(Node {
             kind,
             value: UNKNOWN,
@@ -909,7 +911,7 @@ impl Graph {
     ) -> (StageId, SimTime, SimTime) {
         assert!(
             self.stages.len() < MAX_STAGES,
-            "event graph over 2^22 stages: compact it (Graph::compact)"
+            "event graph over 2^23 stages: compact it (Graph::compact)"
         );
         let id = self.stages.len() as u32;
         let (arrival_index, _) = self.lookup(arrival);
