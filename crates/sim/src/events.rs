@@ -14,8 +14,9 @@
 //! Choices:
 //! * **Instants carry their dependency.** A [`SimTime`] is final or names a node of the
 //!   [`Graph`]: an offset of another node, a join (`max`) of two instants, or the start
-//!   or end of a stage (read from the stage itself: a stage makes no node). Inferring the graph from bare instants was rejected: parallel pages of
-//!   one command end at equal instants, and an arrival `end + latency` names no booking.
+//!   or end of a stage (read from the stage itself: a stage makes no node). Inferring
+//!   the graph from bare instants was rejected: parallel pages of one command end at
+//!   equal instants, and an arrival `end + latency` names no booking.
 //!   An instant also carries a *provisional* value, a lower bound of its final value (a
 //!   stage starts no earlier than it arrives), for code that must look at an instant
 //!   before the core has fixed it.
@@ -53,9 +54,9 @@ use std::marker::PhantomData;
 
 /// Nodes (a stage counts four, as when its start and end were two nodes of their own:
 /// budgets keep their meaning) a graph holds before [`Graph::compact_due`] says so: at
-/// most about 1 MB, so the graph stays in cache and a run does not fault in fresh memory (at 2^20,
-/// a third of `csd io`'s time on the core went to the kernel zeroing pages on this
-/// virtual machine, and peak RSS was 166 MB instead of 54 MB).
+/// most about 1 MB, so the graph stays in cache and a run does not fault in fresh memory
+/// (at 2^20, a third of `csd io`'s time on the core went to the kernel zeroing pages on
+/// this virtual machine, and peak RSS was 166 MB instead of 54 MB).
 pub const DEFAULT_COMPACT_NODES: usize = 1 << 16;
 
 /// The end of a waiting list.
@@ -844,6 +845,15 @@ impl Graph {
         }
     }
 
+    /// The final value of index `r`, or [`UNKNOWN`] (compaction's view of a value).
+    #[inline]
+    fn final_value(&self, r: u32) -> u64 {
+        match self.ref_value(r) {
+            v if fixed(v) => v,
+            _ => UNKNOWN,
+        }
+    }
+
     /// The value index `r` holds now, as a node caches it: final, or not known yet
     /// ([`UNKNOWN`], or a hint naming the stage that blocked it). A stage's endpoint is
     /// final once the stage is booked, and until then names the stage as its blocker.
@@ -1341,26 +1351,12 @@ impl Graph {
                 node.value = UNKNOWN;
             }
         }
-        // The value of index `r` during a compaction: final, or UNKNOWN.
-        fn val(nodes: &[Node], stages: &[Stage], r: u32) -> u64 {
-            match endpoint(r) {
-                None => nodes[r as usize].value,
-                Some((stage, end)) => {
-                    let st = &stages[stage as usize];
-                    match st.start {
-                        UNKNOWN => UNKNOWN,
-                        start if end => start.saturating_add(st.dur_ns),
-                        start => start,
-                    }
-                }
-            }
-        }
         // 1. Fix every value that can be fixed: operands have lower indices.
         for i in 1..n {
             if self.nodes[i].value != UNKNOWN {
                 continue;
             }
-            let v = |r: u32| val(&self.nodes, &self.stages, r);
+            let v = |r: u32| self.final_value(r);
             let value = match self.nodes[i].kind {
                 Kind::Offset { base, add } => match v(base) {
                     UNKNOWN => UNKNOWN,
@@ -1430,7 +1426,7 @@ impl Graph {
             if !keep[i] {
                 continue;
             }
-            let v = |r: u32| val(&self.nodes, &self.stages, r);
+            let v = |r: u32| self.final_value(r);
             let kind = match self.nodes[i].kind {
                 Kind::Offset { base, add } => Kind::Offset {
                     base: rename(&index, base),
@@ -1463,7 +1459,7 @@ impl Graph {
         }
         for st in &mut kept_stages {
             if st.arrival != 0 {
-                match val(&self.nodes, &self.stages, st.arrival) {
+                match self.final_value(st.arrival) {
                     UNKNOWN => st.arrival = rename(&index, st.arrival),
                     v => {
                         st.arrival = 0;
