@@ -141,7 +141,14 @@ const SAMPLES: &[&[&str]] = &[
         "/tmp/s.sock",
         "--read-only",
     ],
-    &["serve", "--memory", "--socket", "/tmp/s.sock"],
+    &[
+        "serve",
+        "--memory",
+        "--socket",
+        "/tmp/s.sock",
+        "--ready-memory",
+        "1g",
+    ],
     &[
         "load", "tpch", "--sf", "0.01", "--tables", "lineitem", "--image", "d.img",
     ],

@@ -53,6 +53,7 @@ mod pins;
 mod power;
 mod program;
 mod read;
+mod ready;
 mod store;
 
 pub use addr::{AddrMap, BlockId, DieId, PhysAddr, Ppa};
@@ -62,6 +63,7 @@ pub use csd_sim::prefetch::{
 pub use error::NandError;
 pub use hostcrash::host_crash_image;
 pub use pins::PinnedPages;
+pub use ready::ReadyStats;
 pub use store::{Access, BlockMeta};
 
 use csd_sim::config::FaultConfig;
@@ -338,6 +340,28 @@ impl Nand {
     /// Set [`Nand::memory_limit`]; `false` (nothing changes) on an image file.
     pub fn set_memory_limit(&mut self, limit: Option<u64>) -> bool {
         self.store.set_memory_limit(limit)
+    }
+
+    /// Keep about `bytes` of erase-block memory ready for an in-memory device's fresh
+    /// blocks, faulted in by a background thread ahead of the programs that need it (the
+    /// kernel's zeroing of fresh pages then leaves the write path; see the `ready`
+    /// module). `0` stops it and gives the ready memory back. The ready memory counts
+    /// toward [`Nand::memory_limit`]. No modeled figure changes. `false` (nothing
+    /// changes) on an image file, or when the thread cannot be started.
+    pub fn keep_memory_ready(&mut self, bytes: u64) -> bool {
+        self.store.keep_memory_ready(bytes)
+    }
+
+    /// Counters of the memory kept ready ([`Nand::keep_memory_ready`]); `None` when
+    /// none is.
+    pub fn memory_ready_stats(&self) -> Option<ReadyStats> {
+        self.store.memory_ready_stats()
+    }
+
+    /// Wait until the memory kept ready is as full as its size and the limit allow (for
+    /// tests and benchmarks that want a known start); returns at once when none is kept.
+    pub fn wait_memory_ready(&self) {
+        self.store.wait_memory_ready();
     }
 
     /// Book die or channel `id` now, for the event core

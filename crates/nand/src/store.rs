@@ -329,7 +329,7 @@ fn available_from_meminfo(info: &str) -> Option<u64> {
 }
 
 impl AnonBlock {
-    fn new(len: usize) -> Option<AnonBlock> {
+    pub(crate) fn new(len: usize) -> Option<AnonBlock> {
         let mapped = len.next_multiple_of(4096);
         // SAFETY: an anonymous private mapping with no fixed address; the result is
         // checked for MAP_FAILED before use.
@@ -358,7 +358,29 @@ impl AnonBlock {
         })
     }
 
-    fn as_slice(&self) -> &[u8] {
+    /// Fault every page of the mapping in for writing now (the kernel zeroes them), so
+    /// that the device's first program of the block takes no page fault
+    /// ([`crate::ready`]). Contents stay all zero.
+    pub(crate) fn populate(&mut self) {
+        // SAFETY: advice on exactly the range `new` mapped, which `self` owns.
+        let done = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().cast(),
+                self.mapped,
+                libc::MADV_POPULATE_WRITE,
+            )
+        } == 0;
+        if !done {
+            // A kernel before 5.14: touch one byte a page (writing the zero it holds).
+            for off in (0..self.mapped).step_by(4096) {
+                // SAFETY: `off < mapped`, inside the mapping owned by `self`; a volatile
+                // write keeps the store that faults the page in.
+                unsafe { self.ptr.as_ptr().add(off).write_volatile(0) };
+            }
+        }
+    }
+
+    pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: `ptr` points to `mapped >= len` readable bytes mapped for the life of
         // `self` (unmapped only in `drop`); anonymous memory is zero-initialized.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
@@ -403,6 +425,8 @@ pub(crate) struct MemStore {
     held: usize,
     /// The most `held` may reach (`None`: no limit).
     limit: Option<usize>,
+    /// Blocks made ready ahead of need ([`Store::keep_memory_ready`]).
+    ready: Option<crate::ready::Ready>,
 }
 
 pub(crate) struct FileStore {
@@ -1184,6 +1208,7 @@ impl Store {
             layout: Layout::new(g),
             held: 0,
             limit: default_memory_limit(),
+            ready: None,
         })
     }
 
@@ -1482,9 +1507,12 @@ impl Store {
                             limit_bytes: limit as u64,
                         });
                     }
-                    m.blocks[b] = Some(AnonBlock::new(n).ok_or_else(|| NandError::Image {
-                        path: PathBuf::from("(memory)"),
-                        reason: format!("cannot allocate {n} bytes for block {b}"),
+                    let ready = m.ready.as_ref().and_then(|r| r.take(m.held + size));
+                    m.blocks[b] = Some(ready.or_else(|| AnonBlock::new(n)).ok_or_else(|| {
+                        NandError::Image {
+                            path: PathBuf::from("(memory)"),
+                            reason: format!("cannot allocate {n} bytes for block {b}"),
+                        }
                     })?);
                     m.held += size;
                 }
@@ -1634,9 +1662,42 @@ impl Store {
         match self {
             Store::Mem(m) => {
                 m.limit = limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+                if let Some(r) = &m.ready {
+                    r.set_limit(m.limit);
+                }
                 true
             }
             Store::File(_) => false,
+        }
+    }
+
+    /// Keep `bytes` of block memory ready (see [`crate::Nand::keep_memory_ready`]).
+    pub fn keep_memory_ready(&mut self, bytes: u64) -> bool {
+        let Store::Mem(m) = self else {
+            return false;
+        };
+        // The pool before goes first (its thread joined, its memory unmapped).
+        m.ready = None;
+        if bytes == 0 {
+            return true;
+        }
+        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+        m.ready = crate::ready::Ready::start(m.layout.block_bytes, bytes, m.held, m.limit);
+        m.ready.is_some()
+    }
+
+    /// Counters of the memory kept ready; `None` when none is.
+    pub fn memory_ready_stats(&self) -> Option<crate::ReadyStats> {
+        match self {
+            Store::Mem(m) => m.ready.as_ref().map(|r| r.stats()),
+            Store::File(_) => None,
+        }
+    }
+
+    /// Wait until the memory kept ready is as full as it may be (tests, benchmarks).
+    pub fn wait_memory_ready(&self) {
+        if let Store::Mem(MemStore { ready: Some(r), .. }) = self {
+            r.wait_full();
         }
     }
 

@@ -159,6 +159,65 @@ fn memory_backend_is_sparse() {
     assert_eq!(n.resident_bytes(), 3 * per_block);
 }
 
+#[test]
+fn fresh_blocks_come_from_the_memory_kept_ready() {
+    let cfg = tiny();
+    let per_block = Layout::new(&cfg.geometry).block_bytes as u64;
+    let mut n = Nand::new_in_memory(cfg.clone()).unwrap();
+    assert_eq!(n.memory_ready_stats(), None);
+    assert!(n.keep_memory_ready(3 * per_block));
+    n.wait_memory_ready();
+    assert_eq!(n.memory_ready_stats().map(|s| s.ready), Some(3));
+    // Ready memory is not the device's: it holds nothing yet.
+    assert_eq!(n.resident_bytes(), 0);
+    for b in 0..2 {
+        let p = Ppa::new(BlockId(b * 5), 0);
+        n.program(p, &page_of(&cfg, u64::from(b)), &[], SimTime::ZERO)
+            .unwrap();
+        assert_eq!(read_page(&mut n, p).unwrap().0, page_of(&cfg, u64::from(b)));
+        // The rest of a block from the pool reads erased, as a fresh one does.
+        assert!(
+            read_page(&mut n, Ppa::new(BlockId(b * 5), 1))
+                .unwrap()
+                .2
+                .erased
+        );
+    }
+    assert_eq!(n.resident_bytes(), 2 * per_block);
+    n.wait_memory_ready();
+    let s = n.memory_ready_stats().unwrap();
+    assert_eq!((s.taken, s.missed, s.ready), (2, 0, 3));
+    // A limit of three blocks, the device holding two: the pool gives back all but one
+    // at once; the device takes it, and a fourth block is refused as before.
+    assert!(n.set_memory_limit(Some(3 * per_block.next_multiple_of(4096))));
+    assert_eq!(n.memory_ready_stats().unwrap().ready, 1);
+    n.program(
+        Ppa::new(BlockId(11), 0),
+        &page_of(&cfg, 7),
+        &[],
+        SimTime::ZERO,
+    )
+    .unwrap();
+    assert!(matches!(
+        n.program(
+            Ppa::new(BlockId(12), 0),
+            &page_of(&cfg, 8),
+            &[],
+            SimTime::ZERO
+        ),
+        Err(NandError::MemoryFull { .. })
+    ));
+    n.wait_memory_ready();
+    let s = n.memory_ready_stats().unwrap();
+    assert_eq!((s.taken, s.missed, s.ready), (3, 0, 0));
+    // Switching it off gives the ready memory back; an image has none to keep.
+    assert!(n.keep_memory_ready(0));
+    assert_eq!(n.memory_ready_stats(), None);
+    let dir = tempfile::tempdir().unwrap();
+    let mut img = Nand::create_image(&dir.path().join("r.img"), cfg).unwrap();
+    assert!(!img.keep_memory_ready(1 << 20));
+}
+
 fn faulty(seed: u64) -> DeviceConfig {
     let mut c = tiny();
     c.faults.seed = seed;
@@ -533,12 +592,18 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
-    fn media_matches_reference_model(ops in proptest::collection::vec(op_strategy(), 1..200), file in any::<bool>()) {
+    fn media_matches_reference_model(ops in proptest::collection::vec(op_strategy(), 1..200), backend in 0u8..3) {
         let cfg = tiny();
         let pages = cfg.geometry.pages_per_block;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.img");
+        // 0: memory, 1: an image, 2: memory with two blocks kept ready (fresh blocks come
+        // from the pool or, when it is empty, are mapped by the device).
+        let file = backend == 1;
         let mut n = if file { Nand::create_image(&path, cfg.clone()).unwrap() } else { Nand::new_in_memory(cfg.clone()).unwrap() };
+        if backend == 2 {
+            prop_assert!(n.keep_memory_ready(2 * Layout::new(&cfg.geometry).block_bytes as u64));
+        }
         let mut m = Model::default();
         for op in ops {
             match op {
