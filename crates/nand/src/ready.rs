@@ -46,6 +46,8 @@ struct State {
     held: usize,
     /// The device's memory limit (`None`: none).
     limit: Option<usize>,
+    /// The device's blocks that never had memory: the pool never makes more than these.
+    fresh: usize,
     /// The filler failed to map memory: stop making blocks.
     failed: bool,
     stop: bool,
@@ -59,8 +61,10 @@ impl State {
     /// Whether the filler may make one more block of `size` bytes.
     fn may_make(&self, wanted: usize, size: usize) -> bool {
         let pooled = (self.ready.len() + self.making) * size;
+        let have = self.ready.len() + self.making;
         !self.failed
-            && self.ready.len() + self.making < wanted
+            && have < wanted
+            && have < self.fresh
             && self
                 .limit
                 .is_none_or(|l| self.held.saturating_add(pooled).saturating_add(size) <= l)
@@ -86,12 +90,14 @@ pub(crate) struct Ready {
 
 impl Ready {
     /// Start a pool that keeps `bytes` of blocks of `block_len` bytes ready (at least one
-    /// block), within `limit` together with the device's `held` bytes. `None` when the
+    /// block, at most the device's `fresh` blocks that never had memory), within `limit`
+    /// together with the device's `held` bytes. `None` when the
     /// thread cannot be started (the device then maps its blocks itself, as without a
     /// pool).
     pub fn start(
         block_len: usize,
         bytes: usize,
+        fresh: usize,
         held: usize,
         limit: Option<usize>,
     ) -> Option<Ready> {
@@ -102,6 +108,7 @@ impl Ready {
                 making: 0,
                 held,
                 limit,
+                fresh,
                 failed: false,
                 stop: false,
                 taken: 0,
@@ -131,6 +138,7 @@ impl Ready {
     pub fn take(&self, held: usize) -> Option<AnonBlock> {
         let mut st = self.lock();
         st.held = held;
+        st.fresh = st.fresh.saturating_sub(1);
         let b = st.ready.pop();
         match b {
             Some(_) => st.taken += 1,
@@ -241,7 +249,7 @@ mod tests {
 
     #[test]
     fn the_pool_fills_to_its_size_and_hands_out_zeroed_blocks() {
-        let r = Ready::start(3 * 4096 + 100, 4 * 4 * 4096, 0, None).expect("thread");
+        let r = Ready::start(3 * 4096 + 100, 4 * 4 * 4096, 100, 0, None).expect("thread");
         r.wait_full();
         assert_eq!(r.stats().ready, 4);
         let b = r.take(4 * 4096).expect("a ready block");
@@ -256,7 +264,7 @@ mod tests {
     fn the_pool_and_the_device_stay_within_the_limit() {
         let size = 4 * 4096;
         // Room for 3 blocks in all, the device holding one: 2 ready, not the 5 asked.
-        let r = Ready::start(size, 5 * size, size, Some(3 * size)).expect("thread");
+        let r = Ready::start(size, 5 * size, 100, size, Some(3 * size)).expect("thread");
         r.wait_full();
         assert_eq!(r.stats().ready, 2);
         // The device takes one (now holding two): one left, none made.
@@ -275,8 +283,60 @@ mod tests {
     }
 
     #[test]
+    fn the_pool_never_makes_more_blocks_than_the_device_has_left() {
+        // A device with 3 blocks that never had memory, a pool asked for 10.
+        let r = Ready::start(4096, 10 * 4096, 3, 0, None).expect("thread");
+        r.wait_full();
+        assert_eq!(r.stats().ready, 3);
+        assert!(r.take(4096).is_some());
+        r.wait_full();
+        assert_eq!(r.stats().ready, 2);
+    }
+
+    #[test]
+    fn takes_limit_changes_and_the_filler_interleave_within_the_limit() {
+        // The device takes blocks as fast as it can while the filler makes them and the
+        // limit moves; at every step the pool and the device stay within the limit (the
+        // pool checks it before each block it makes) and every block handed out is zero.
+        let size = 2 * 4096;
+        let r = Ready::start(size, 8 * size, 10_000, 0, None).expect("thread");
+        let mut held = 0;
+        for i in 0..400usize {
+            if i % 7 == 0 {
+                let limit = (i % 3 != 0).then_some(held + (i % 11) * size);
+                r.set_limit(limit);
+                let st = r.lock();
+                if let Some(l) = limit {
+                    assert!(
+                        st.held + st.ready.len() * size <= l.max(st.held),
+                        "step {i}"
+                    );
+                }
+            }
+            let limit = r.lock().limit;
+            if limit.is_none_or(|l| held + size <= l) {
+                held += size;
+                if let Some(b) = r.take(held) {
+                    assert!(b.as_slice().iter().all(|&x| x == 0), "step {i}");
+                }
+            }
+            let st = r.lock();
+            if let Some(l) = st.limit {
+                let pooled = (st.ready.len() + st.making) * size;
+                assert!(
+                    st.held + pooled <= l + size,
+                    "step {i}: {} + {pooled} > {l}",
+                    st.held
+                );
+            }
+        }
+        let s = r.stats();
+        assert_eq!(s.taken + s.missed, held as u64 / size as u64);
+    }
+
+    #[test]
     fn dropping_the_pool_stops_its_thread() {
-        let r = Ready::start(4096, 64 * 4096, 0, None).expect("thread");
+        let r = Ready::start(4096, 64 * 4096, 100, 0, None).expect("thread");
         drop(r); // joins the filler, full or not
     }
 }

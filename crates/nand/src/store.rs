@@ -1682,7 +1682,8 @@ impl Store {
             return true;
         }
         let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-        m.ready = crate::ready::Ready::start(m.layout.block_bytes, bytes, m.held, m.limit);
+        let fresh = m.blocks.iter().filter(|b| b.is_none()).count();
+        m.ready = crate::ready::Ready::start(m.layout.block_bytes, bytes, fresh, m.held, m.limit);
         m.ready.is_some()
     }
 
