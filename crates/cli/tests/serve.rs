@@ -466,6 +466,59 @@ fn a_device_in_memory_serves_fio_and_leaves_nothing_behind() {
     }
 }
 
+/// `--ready-memory`: the stats file counts the fresh blocks a device in memory took from
+/// the memory kept ready (and those it had to map itself); with `0` none is kept and the
+/// stats file has no such counters. fio verifies every block written either way.
+#[test]
+fn a_device_in_memory_reports_the_memory_it_kept_ready() {
+    require!("fio");
+    for ready in ["64m", "0"] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("mem.log");
+        let stats = dir.path().join("s.json");
+        let mut child = Command::new(CSD)
+            .args([
+                "serve",
+                "--memory",
+                "--preset",
+                "tiny",
+                "--ready-memory",
+                ready,
+            ])
+            .arg("--socket")
+            .arg(dir.path().join("mem.sock"))
+            .arg("--stats-file")
+            .arg(&stats)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(File::create(&log).unwrap()))
+            .spawn()
+            .unwrap();
+        let uri = first_line(&mut child);
+        let job = [
+            "--name=m",
+            "--rw=write",
+            "--bs=64k",
+            "--size=8M",
+            "--iodepth=4",
+            "--verify=crc32c",
+            "--do_verify=1",
+        ];
+        assert_eq!(fio_errors(&fio(dir.path(), &uri, &job)), 0);
+        let status = terminate(&mut child);
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(status.success(), "{text}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        let m = &v["server"]["memory_ready"];
+        if ready == "0" {
+            assert!(m.is_null(), "{v:#}");
+        } else {
+            let fresh = m["blocks_taken"].as_u64().unwrap() + m["blocks_missed"].as_u64().unwrap();
+            assert!(fresh > 0, "{v:#}");
+        }
+    }
+}
+
 /// A device in memory at its memory limit (`CSD_MEMORY_LIMIT`): fio's writes past it get
 /// errors, the server says why once on stderr, stays up, and reads go on.
 #[test]

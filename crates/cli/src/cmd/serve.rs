@@ -147,6 +147,11 @@ struct ServerFigures {
     /// The event core's counters (time model `events`).
     #[serde(skip_serializing_if = "Option::is_none")]
     event_core: Option<Counters>,
+    /// The memory kept ready for a device in memory (`--ready-memory`): fresh blocks
+    /// taken from it, fresh blocks mapped on the request path because it was empty, and
+    /// blocks ready now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_ready: Option<ReadyFigures>,
     connections_open: u64,
     connections_total: u64,
     protocol_errors: u64,
@@ -180,6 +185,13 @@ impl ServerFigures {
             },
             time_model,
             event_core: server.event_counters(),
+            memory_ready: server
+                .with_device(|d| d.block().ftl().nand().memory_ready_stats())
+                .map(|r| ReadyFigures {
+                    blocks_taken: r.taken,
+                    blocks_missed: r.missed,
+                    blocks_ready: r.ready,
+                }),
             connections_open: s.connections_open,
             connections_total: s.connections_total,
             protocol_errors: s.protocol_errors,
@@ -198,6 +210,14 @@ impl ServerFigures {
             wall_s: started.elapsed().as_secs_f64(),
         }
     }
+}
+
+/// [`csd_nand::ReadyStats`] in the stats file.
+#[derive(Serialize)]
+struct ReadyFigures {
+    blocks_taken: u64,
+    blocks_missed: u64,
+    blocks_ready: u64,
 }
 
 /// What `csd serve` adds to the SMART log's keys in its stats file.
