@@ -393,12 +393,19 @@ fn terminate(child: &mut Child) -> ExitStatus {
     child.wait().unwrap()
 }
 
-/// `csd serve --memory --preset tiny` on a socket in `dir`, its stderr in `log`, with
-/// `CSD_MEMORY_LIMIT` when given; returns the child and the URI it printed.
-fn serve_tiny_in_memory(dir: &Path, log: &Path, memory_limit: Option<&str>) -> (Child, String) {
+/// `csd serve --memory --preset tiny` on a socket in `dir` with `extra` arguments, its
+/// stderr in `log`, with `CSD_MEMORY_LIMIT` when given; returns the child and the URI it
+/// printed.
+fn serve_tiny_in_memory(
+    dir: &Path,
+    log: &Path,
+    memory_limit: Option<&str>,
+    extra: &[&std::ffi::OsStr],
+) -> (Child, String) {
     let mut c = Command::new(CSD);
     c.args(["serve", "--memory", "--preset", "tiny", "--socket"])
         .arg(dir.join("mem.sock"))
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::from(File::create(log).unwrap()));
     if let Some(l) = memory_limit {
@@ -414,12 +421,9 @@ fn serve_tiny_in_memory(dir: &Path, log: &Path, memory_limit: Option<&str>) -> (
     (child, uri)
 }
 
-#[test]
-fn a_device_in_memory_serves_fio_and_leaves_nothing_behind() {
-    require!("fio");
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("mem.log");
-    let (mut child, uri) = serve_tiny_in_memory(dir.path(), &log, None);
+/// fio writes 8 MiB of random 4 KiB blocks through `uri` and verifies them; then the
+/// server stops (SIGTERM) and must exit successfully. Returns its stderr (`log`).
+fn write_verified_and_stop(dir: &Path, uri: &str, child: &mut Child, log: &Path) -> String {
     let job = [
         "--name=m",
         "--rw=randwrite",
@@ -429,10 +433,20 @@ fn a_device_in_memory_serves_fio_and_leaves_nothing_behind() {
         "--verify=crc32c",
         "--do_verify=1",
     ];
-    assert_eq!(fio_errors(&fio(dir.path(), &uri, &job)), 0);
-    let status = terminate(&mut child);
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(fio_errors(&fio(dir, uri, &job)), 0);
+    let status = terminate(child);
+    let text = std::fs::read_to_string(log).unwrap_or_default();
     assert!(status.success(), "{text}");
+    text
+}
+
+#[test]
+fn a_device_in_memory_serves_fio_and_leaves_nothing_behind() {
+    require!("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("mem.log");
+    let (mut child, uri) = serve_tiny_in_memory(dir.path(), &log, None, &[]);
+    let text = write_verified_and_stop(dir.path(), &uri, &mut child, &log);
     assert!(text.contains("device in memory"), "{text}");
     assert!(text.contains("discarded"), "{text}");
     // Only the log (and fio's own files) in the directory: no image, no stats file.
@@ -476,37 +490,14 @@ fn a_device_in_memory_reports_the_memory_it_kept_ready() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("mem.log");
         let stats = dir.path().join("s.json");
-        let mut child = Command::new(CSD)
-            .args([
-                "serve",
-                "--memory",
-                "--preset",
-                "tiny",
-                "--ready-memory",
-                ready,
-            ])
-            .arg("--socket")
-            .arg(dir.path().join("mem.sock"))
-            .arg("--stats-file")
-            .arg(&stats)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(File::create(&log).unwrap()))
-            .spawn()
-            .unwrap();
-        let uri = first_line(&mut child);
-        let job = [
-            "--name=m",
-            "--rw=write",
-            "--bs=64k",
-            "--size=8M",
-            "--iodepth=4",
-            "--verify=crc32c",
-            "--do_verify=1",
+        let extra = [
+            "--ready-memory".as_ref(),
+            ready.as_ref(),
+            "--stats-file".as_ref(),
+            stats.as_os_str(),
         ];
-        assert_eq!(fio_errors(&fio(dir.path(), &uri, &job)), 0);
-        let status = terminate(&mut child);
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        assert!(status.success(), "{text}");
+        let (mut child, uri) = serve_tiny_in_memory(dir.path(), &log, None, &extra);
+        write_verified_and_stop(dir.path(), &uri, &mut child, &log);
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
         let m = &v["server"]["memory_ready"];
@@ -526,7 +517,7 @@ fn a_device_in_memory_at_its_memory_limit_refuses_writes_and_keeps_serving_reads
     require!("fio");
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("lim.log");
-    let (mut child, uri) = serve_tiny_in_memory(dir.path(), &log, Some("8m"));
+    let (mut child, uri) = serve_tiny_in_memory(dir.path(), &log, Some("8m"), &[]);
     let text = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(text().contains("memory limit (8 MiB"), "{}", text());
     let mut w = Command::new("fio");
