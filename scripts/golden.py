@@ -7,7 +7,9 @@ The files in bench/golden/ were written by a release build of main before any ch
 (commit 442d29b) and re-recorded deliberately when a model change was intended: issue 17
 (smart-ssd-sas embedded-CPU costs derived from the paper, equal-row synthetic tables,
 hw-ISP aggregation in the flash controller, GET replies that book only the host link,
-GET polling that backs off by doubling, the scan paper's Table 3 in its report). This
+GET polling that backs off by doubling, the scan paper's Table 3 in its report), and
+issue 30's event core becoming the default time model (2026-12-03; every change listed
+in docs/time-model.md, "The default"). This
 script runs the same commands with a csd binary and compares:
 
 * JSON (`csd bench query --json`): every key except wall-clock ones (`wall_*`) must be

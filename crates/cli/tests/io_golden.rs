@@ -6,6 +6,8 @@
 //! behind later arrivals): modeled time 2.247971579 → 1.756049448 s, p50 701.951 →
 //! 41.855 µs, p99 6619.135 → 6688.767 µs, max 17121.279 → 12533.759 µs, IOPS 8896.9 →
 //! 11389.2, energy 72.353 → 56.612 J (less idle time); reads and writes unchanged.
+//! Since the event core became the default time model (2026-12-03) the calendar run
+//! names `--time-model calendar`; the default run gives the event core's figures.
 
 mod common;
 use common::csd;
@@ -48,7 +50,7 @@ fn num(v: &serde_json::Value, k: &str) -> f64 {
 
 #[test]
 fn randrw_on_tiny_keeps_its_modeled_figures() {
-    let v = randrw_report(&[]);
+    let v = randrw_report(&["--time-model", "calendar"]);
     let num = |k: &str| num(&v, k);
     assert_eq!(num("reads"), 14116.0);
     assert_eq!(num("writes"), 5884.0);
@@ -90,6 +92,11 @@ fn randrw_on_the_event_core_keeps_its_modeled_figures() {
     assert_eq!(num("latency_max_us"), 11960.319);
     assert!((num("iops") - 11882.731447972345).abs() < 1e-6);
     assert!((num("energy_j") - 54.277845207839995).abs() < 1e-9);
+    // The event core is the default (2026-12-03): no flag, the same run.
+    let default = randrw_report(&[]);
+    assert_eq!(default["time_model"], "events");
+    assert_eq!(default["modeled_time_s"], v["modeled_time_s"]);
+    assert_eq!(default["latency_p99_us"], v["latency_p99_us"]);
 
     let text = csd(&[
         "io",

@@ -295,7 +295,7 @@ impl Default for WorkloadSpec {
             clock: ClockMode::Virtual,
             batch: 0,
             dist: csd_sim::dist::Dist::Uniform,
-            time_model: TimeModel::Calendar,
+            time_model: TimeModel::default(),
         }
     }
 }
@@ -418,9 +418,7 @@ impl IoReport {
         put("write_bytes", json!(self.write_bytes));
         put("errors", json!(self.errors));
         put("bad_block_reads", json!(self.bad_block_reads));
-        if s.time_model != TimeModel::Calendar {
-            put("time_model", json!(s.time_model.name()));
-        }
+        put("time_model", json!(s.time_model.name()));
         put("modeled_time_s", json!(self.modeled_ns as f64 / 1e9));
         put("iops", json!(self.iops()));
         put("bandwidth_mb_s", json!(self.bandwidth_mb_s()));

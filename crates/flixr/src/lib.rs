@@ -172,7 +172,7 @@ impl Default for Setup {
             node_cache: NodeCache::InnerLevels,
             map_cache_share: 0.5,
             qd: 8,
-            time_model: TimeModel::Calendar,
+            time_model: TimeModel::default(),
         }
     }
 }
@@ -774,7 +774,10 @@ mod tests {
     /// command behind a booking, no stale instant and no decision on an unfixed instant.
     #[test]
     fn every_workload_runs_on_the_event_core_with_the_calendars_answers() {
-        let s = tiny();
+        let s = Setup {
+            time_model: TimeModel::Calendar,
+            ..tiny()
+        };
         let ev = Setup {
             time_model: TimeModel::Events,
             ..s.clone()

@@ -111,7 +111,7 @@ impl ScanOptions {
             poll_max_us: 10_000.0,
             use_index: true,
             join: None,
-            time_model: TimeModel::Calendar,
+            time_model: TimeModel::default(),
         }
     }
 }

@@ -84,10 +84,10 @@ pub struct SharedDevice {
 
 impl SharedDevice {
     /// Share `dev` under clock `mode`. The pacer's origin is the device's current time,
-    /// so a paced run starts "now". Commands are booked on calendars
-    /// ([`TimeModel::Calendar`]).
+    /// so a paced run starts "now". Commands are placed in modeled time by the default
+    /// time model ([`TimeModel::default`]).
     pub fn new(dev: NvmeDevice, mode: ClockMode) -> Result<SharedDevice, HostError> {
-        SharedDevice::with_time_model(dev, mode, TimeModel::Calendar)
+        SharedDevice::with_time_model(dev, mode, TimeModel::default())
     }
 
     /// Share `dev` under clock `mode`, its commands placed in modeled time by

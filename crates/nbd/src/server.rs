@@ -70,7 +70,7 @@ impl Default for ServerConfig {
             description: String::new(),
             read_only: false,
             clock: ClockMode::Virtual,
-            time_model: TimeModel::Calendar,
+            time_model: TimeModel::default(),
             queue_depth: 64,
             max_connections: 63,
             max_handshakes: DEFAULT_MAX_HANDSHAKES,

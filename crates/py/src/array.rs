@@ -246,7 +246,7 @@ impl Array {
     /// device's. Strategies as `Device.sql`.
     /// `time_model` as `Device.sql`'s.
     #[pyo3(signature = (query, *, strategy="auto", threads=None, aggregate_pushdown=true,
-        use_index=true, queue_depth=32, time_model="calendar"))]
+        use_index=true, queue_depth=32, time_model="events"))]
     #[allow(clippy::too_many_arguments)]
     fn sql(
         &self,

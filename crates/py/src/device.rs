@@ -392,7 +392,7 @@ impl Device {
     /// the measured run is reported.
     #[pyo3(signature = (rw="randread", *, bs=4096, iodepth=32, ops=None, runtime_s=None,
         size=None, rwmixread=70, seed=1, dist="uniform", batch=0, precondition=false,
-        time_model="calendar"))]
+        time_model="events"))]
     #[allow(clippy::too_many_arguments)]
     fn io(
         &self,
@@ -524,7 +524,7 @@ impl Device {
     /// `time_model="events"` runs each scan on the event core (`csd query --time-model
     /// events`): every report then has `event_core`, the core's counters.
     #[pyo3(signature = (query, *, strategy="auto", aggregate_pushdown=true, use_index=true,
-        queue_depth=32, time_model="calendar"))]
+        queue_depth=32, time_model="events"))]
     #[allow(clippy::too_many_arguments)]
     fn sql(
         &self,
@@ -807,7 +807,7 @@ fn run_io(
 #[pyfunction]
 #[pyo3(signature = (path=None, preset=None, *, config=None, overrides=None, rw="randread",
     bs=4096, iodepth=32, ops=None, runtime_s=None, size=None, rwmixread=70, seed=1,
-    dist="uniform", precondition=false, force=false, time_model="calendar"))]
+    dist="uniform", precondition=false, force=false, time_model="events"))]
 #[allow(clippy::too_many_arguments)]
 pub fn raw_io(
     py: Python<'_>,

@@ -178,7 +178,7 @@ impl KeyValue {
     /// `time_model="events"` runs the operations on the event core (`csd bench ycsb
     /// --time-model events`: every resource first-come first-served in modeled-arrival
     /// order; the load stays on calendars); the report then has `event_core` counters.
-    #[pyo3(signature = (workload="a", *, records=10_000, ops=10_000, dist="zipfian", seed=1, load=true, time_model="calendar"))]
+    #[pyo3(signature = (workload="a", *, records=10_000, ops=10_000, dist="zipfian", seed=1, load=true, time_model="events"))]
     #[allow(clippy::too_many_arguments)]
     fn ycsb(
         &self,

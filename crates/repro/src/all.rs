@@ -64,7 +64,7 @@ pub struct ReproAllArgs {
     pub papers: Vec<Paper>,
     /// How every reproduction places commands in modeled time (each one's
     /// `--time-model`): `calendar` or `events` (issue 30's event core).
-    #[arg(long, default_value = "calendar", value_parser = crate::ycsb::parse_time_model)]
+    #[arg(long, default_value = csd_sim::events::TimeModel::default().name(), value_parser = crate::ycsb::parse_time_model)]
     pub time_model: csd_sim::events::TimeModel,
 }
 

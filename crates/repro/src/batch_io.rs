@@ -79,7 +79,7 @@ pub struct ReproBatchIoArgs {
     /// How each run's commands are placed in modeled time: `calendar` or `events` (the
     /// event core: every resource first-come first-served in modeled-arrival order; see
     /// `csd bench ycsb --time-model`, docs/time-model.md).
-    #[arg(long, default_value = "calendar", value_parser = parse_time_model)]
+    #[arg(long, default_value = csd_sim::events::TimeModel::default().name(), value_parser = parse_time_model)]
     time_model: TimeModel,
     /// Override a field of the ox-westlake preset, e.g. --set ftl.serial_contexts=true
     /// (repeatable).
@@ -1591,7 +1591,7 @@ mod direction_tests {
             dies: None,
             op: 0.3,
             queue_depth: 64,
-            time_model: csd_sim::events::TimeModel::Calendar,
+            time_model: csd_sim::events::TimeModel::default(),
             write_buffers: 0,
             rng: crate::args::Seed { seed: 7 },
             compare: Vec::new(),

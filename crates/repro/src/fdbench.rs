@@ -168,7 +168,7 @@ pub struct TreeOpts {
     /// graph books every thread's stages in modeled-arrival order; paced runs book only
     /// up to the wall clock's instant, virtual runs fix each completion at once and count
     /// the late arrivals of threads whose clocks are behind).
-    #[arg(long, default_value = "calendar", value_parser = crate::ycsb::parse_time_model)]
+    #[arg(long, default_value = csd_sim::events::TimeModel::default().name(), value_parser = crate::ycsb::parse_time_model)]
     time_model: TimeModel,
     #[command(flatten)]
     src: ConfigSource,

@@ -61,7 +61,7 @@ pub struct ReproFlixrArgs {
     /// How each measured run's commands are placed in modeled time: `calendar` or
     /// `events` (the event core: every resource first-come first-served in
     /// modeled-arrival order; docs/time-model.md). Loading stays on calendars.
-    #[arg(long, default_value = "calendar", value_parser = crate::ycsb::parse_time_model)]
+    #[arg(long, default_value = csd_sim::events::TimeModel::default().name(), value_parser = crate::ycsb::parse_time_model)]
     time_model: csd_sim::events::TimeModel,
     /// Workloads (default all): scan, join, insert, delete, tpcc-neworder,
     /// tpcc-payment, tpch-q1, tpch-q4, tpch-q6, tpch-q14.

@@ -48,7 +48,7 @@ pub struct SmartSsdArgs {
     /// How each scan's commands are placed in modeled time: `calendar` or `events` (the
     /// event core: every resource first-come first-served in modeled-arrival order;
     /// docs/time-model.md).
-    #[arg(long, default_value = "calendar", value_parser = crate::ycsb::parse_time_model)]
+    #[arg(long, default_value = csd_sim::events::TimeModel::default().name(), value_parser = crate::ycsb::parse_time_model)]
     time_model: TimeModel,
     #[command(flatten)]
     rng: Seed,

@@ -103,7 +103,7 @@ pub struct BenchYcsbArgs {
     /// How the run's commands are placed in modeled time: `calendar` (each resource books
     /// an operation when code asks) or `events` (the event core: every resource serves in
     /// modeled-arrival order; docs/time-model.md). The load always runs on calendars.
-    #[arg(long, default_value = "calendar", value_parser = parse_time_model)]
+    #[arg(long, default_value = csd_sim::events::TimeModel::default().name(), value_parser = parse_time_model)]
     pub time_model: TimeModel,
     /// Write buffers of the host (LLAMA's flush buffers) during the run: with all of them
     /// sealed and unacknowledged the host thread waits for the earliest acknowledgement

@@ -85,10 +85,11 @@ const LENT: u32 = 0x0080_0000;
 pub enum TimeModel {
     /// Each resource's calendar books an operation when code asks for it (an early
     /// arrival booked late takes the earliest gap that holds it).
-    #[default]
     Calendar,
     /// Commands record their stages and the event core books every stage in order of
-    /// modeled arrival at its resource (first-come first-served everywhere).
+    /// modeled arrival at its resource (first-come first-served everywhere). The
+    /// default (docs/time-model.md, "The default").
+    #[default]
     Events,
 }
 

@@ -33,7 +33,7 @@ pub(crate) struct BenchServeArgs {
     write_cache: crate::image::CacheArg,
     /// Time model of the served device (`csd serve --time-model`): `calendar` or
     /// `events` (issue 30's event core).
-    #[arg(long, default_value = "calendar", value_parser = super::io::parse_time_model)]
+    #[arg(long, default_value = csd_sim::events::TimeModel::default().name(), value_parser = super::io::parse_time_model)]
     time_model: csd_sim::events::TimeModel,
     /// Seconds per fio job.
     #[arg(long, default_value_t = 10)]

@@ -60,7 +60,7 @@ pub(crate) struct BenchTpchArgs {
     strings: bool,
     /// How each scan's commands are placed in modeled time: `calendar` or `events` (the
     /// event core; docs/time-model.md), as `csd query --time-model`.
-    #[arg(long, default_value = "calendar", value_parser = super::io::parse_time_model)]
+    #[arg(long, default_value = csd_sim::events::TimeModel::default().name(), value_parser = super::io::parse_time_model)]
     time_model: csd_sim::events::TimeModel,
     #[command(flatten)]
     src: ConfigSource,

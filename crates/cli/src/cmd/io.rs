@@ -82,10 +82,10 @@ pub(crate) struct IoArgs {
     /// Block mode: issue writes as batches of N pages (batch-io §3 `flush_batch`).
     #[arg(long, default_value_t = 0)]
     batch: u32,
-    /// Time model: `calendar` (default: each resource books an operation when code asks
-    /// for it) or `events` (the event core serves every resource first-come first-served
-    /// in modeled arrival order; docs/time-model.md).
-    #[arg(long, default_value = "calendar", value_parser = parse_time_model)]
+    /// Time model: `events` (the default: the event core serves every resource
+    /// first-come first-served in modeled arrival order; docs/time-model.md) or
+    /// `calendar` (each resource books an operation when code asks for it).
+    #[arg(long, default_value = csd_sim::events::TimeModel::default().name(), value_parser = parse_time_model)]
     time_model: TimeModel,
     /// Before measuring, write the whole region once (sequential page writes, queue
     /// depth 64) so that reads hit programmed pages.

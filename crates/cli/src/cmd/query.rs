@@ -87,7 +87,7 @@ pub(crate) struct SqlOpts {
     /// event core: every resource first-come first-served in modeled-arrival order;
     /// docs/time-model.md). Each scan records on its own while it holds its device (an
     /// array's members too, in this process or on workers).
-    #[arg(long, default_value = "calendar", value_parser = super::io::parse_time_model)]
+    #[arg(long, default_value = csd_sim::events::TimeModel::default().name(), value_parser = super::io::parse_time_model)]
     pub(crate) time_model: TimeModel,
     /// Result rows to print (all are computed).
     #[arg(long, default_value_t = 20)]

@@ -71,7 +71,7 @@ pub(crate) struct ServeArgs {
     /// operation when code asks) or `events` (issue 30's event core: every connection's
     /// commands are booked at each resource in modeled-arrival order; with a paced clock
     /// a reply waits until the core has fixed its completion by the wall clock's instant).
-    #[arg(long, default_value = "calendar", value_parser = crate::cmd::io::parse_time_model)]
+    #[arg(long, default_value = csd_sim::events::TimeModel::default().name(), value_parser = crate::cmd::io::parse_time_model)]
     time_model: TimeModel,
     /// Write the SMART log and server counters to the stats file every SECS seconds
     /// (0: only at shutdown).

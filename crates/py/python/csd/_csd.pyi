@@ -88,7 +88,7 @@ class KeyValue:
         dist: str = "zipfian",
         seed: int = 1,
         load: bool = True,
-        time_model: str = "calendar",
+        time_model: str = "events",
     ) -> Report: ...
     def __len__(self) -> int: ...
     def __contains__(self, key: _Key) -> bool: ...
@@ -130,7 +130,7 @@ class Device:
         dist: str = "uniform",
         batch: int = 0,
         precondition: bool = False,
-        time_model: str = "calendar",
+        time_model: str = "events",
     ) -> Report: ...
     def load_tpch(self, sf: float = 0.01, tables: str = "lineitem", *, layout: str = "pax") -> list[Report]: ...
     def load_synthetic(
@@ -161,7 +161,7 @@ class Device:
         aggregate_pushdown: bool = True,
         use_index: bool = True,
         queue_depth: int = 32,
-        time_model: str = "calendar",
+        time_model: str = "events",
     ) -> SqlResult: ...
     def kv(self, interface: str = "batch", *, cache_pages: int | None = None, queue_depth: int = 64) -> KeyValue: ...
     def close(self) -> None: ...
@@ -221,7 +221,7 @@ def raw_io(
     dist: str = "uniform",
     precondition: bool = False,
     force: bool = False,
-    time_model: str = "calendar",
+    time_model: str = "events",
 ) -> Report: ...
 
 class Array:
@@ -266,7 +266,7 @@ class Array:
         aggregate_pushdown: bool = True,
         use_index: bool = True,
         queue_depth: int = 32,
-        time_model: str = "calendar",
+        time_model: str = "events",
     ) -> SqlResult: ...
     def close(self) -> None: ...
     def __enter__(self) -> Array: ...
