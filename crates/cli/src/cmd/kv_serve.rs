@@ -64,6 +64,11 @@ pub(crate) struct KvServeArgs {
     /// Print connection events to stderr.
     #[arg(long)]
     verbose: bool,
+    /// How each pipeline's commands are placed in modeled time: `events` (the event core:
+    /// every resource first-come first-served in modeled-arrival order; its counters in
+    /// INFO) or `calendar` (each resource books an operation when code asks).
+    #[arg(long, default_value = csd_sim::events::TimeModel::default().name(), value_parser = crate::cmd::io::parse_time_model)]
+    time_model: csd_sim::events::TimeModel,
     #[command(flatten)]
     ftl: image::FtlArgs,
 }
@@ -150,6 +155,7 @@ pub(crate) fn kv_serve_cmd(a: &KvServeArgs) -> Result<(), CliError> {
         ServerConfig {
             max_connections: a.max_connections.max(1),
             verbose: a.verbose,
+            time_model: a.time_model,
             ..ServerConfig::default()
         },
     );

@@ -245,6 +245,20 @@ fn info_stats(sv: &ServerStats, out: &mut InfoText) {
     out.line("total_error_replies", sv.errors.to_string());
     out.line("protocol_errors", sv.protocol_errors.to_string());
     out.line("durability_syncs", sv.syncs.to_string());
+    match &sv.event_core {
+        Some(k) => {
+            out.line("time_model", "events".into());
+            out.line("event_core_stages_booked", k.booked.to_string());
+            out.line("event_core_late_arrivals", k.late_arrivals.to_string());
+            out.line("event_core_unrecorded", k.unrecorded.to_string());
+            out.line("event_core_stale", k.stale.to_string());
+            out.line(
+                "event_core_unfixed_comparisons",
+                k.unfixed_comparisons.to_string(),
+            );
+        }
+        None => out.line("time_model", "calendar".into()),
+    }
 }
 
 /// INFO's store section: the tree, the cache, the operations, host I/O, host GC and

@@ -30,6 +30,11 @@
 //!   than resuming somewhere else). A scan walks keys in order from that key, so every key
 //!   present for the whole iteration is returned exactly once. COUNT is the number of keys
 //!   visited (MATCH filters after), as in Redis.
+//! * **Time model** ([`ServerConfig::time_model`]): on the event core (the default) each
+//!   batch records its commands' stages and books them in modeled-arrival order at every
+//!   resource, then settles every instant the store holds before the lock is released
+//!   (batches run one at a time under the lock, as in virtual time); the core's counters
+//!   add up in [`ServerStats::event_core`] and INFO. `calendar` books as code asks.
 //! * **Stopping**: the accept loop polls a stop flag; at stop it shuts the read side of
 //!   every connection, so each connection thread sees end-of-file, and joins them. Reads
 //!   poll with a timeout, so nothing waits for bytes that never come.
@@ -55,6 +60,7 @@ use crate::page::{MAX_KEY, MAX_VALUE};
 use crate::resp::Reply;
 use crate::{KvError, Store};
 use csd_host::CommandIssuer;
+use csd_sim::events::{Counters as EventCounters, Recording, TimeModel};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -101,6 +107,8 @@ pub struct ServerConfig {
     pub write_timeout: Duration,
     /// Print connection events to stderr.
     pub verbose: bool,
+    /// How each batch's commands are placed in modeled time (see the module docs).
+    pub time_model: TimeModel,
 }
 
 impl Default for ServerConfig {
@@ -111,6 +119,7 @@ impl Default for ServerConfig {
             read_poll: Duration::from_millis(100),
             write_timeout: Duration::from_secs(30),
             verbose: false,
+            time_model: TimeModel::default(),
         }
     }
 }
@@ -132,6 +141,8 @@ pub struct ServerStats {
     pub protocol_errors: u64,
     /// Syncs that made acknowledged writes durable.
     pub syncs: u64,
+    /// The event core's counters summed over every batch (`None` on calendars).
+    pub event_core: Option<EventCounters>,
 }
 
 #[derive(Default)]
@@ -143,6 +154,7 @@ struct Counters {
     errors: AtomicU64,
     protocol_errors: AtomicU64,
     syncs: AtomicU64,
+    event_core: Mutex<EventCounters>,
 }
 
 /// Per-connection state.
@@ -248,6 +260,7 @@ impl<I: CommandIssuer> Server<I> {
             errors: c.errors.load(Ordering::Relaxed),
             protocol_errors: c.protocol_errors.load(Ordering::Relaxed),
             syncs: c.syncs.load(Ordering::Relaxed),
+            event_core: (self.cfg.time_model == TimeModel::Events).then(|| *lock(&c.event_core)),
         }
     }
 
@@ -273,6 +286,9 @@ impl<I: CommandIssuer> Server<I> {
     /// are not run).
     pub fn execute_batch(&self, cmds: &[Vec<Vec<u8>>], session: &mut Session) -> Vec<Reply> {
         let mut store = lock(&self.store);
+        let rec = (self.cfg.time_model == TimeModel::Events && store.device().event_core())
+            .then(Recording::start)
+            .flatten();
         let mut replies = Vec::with_capacity(cmds.len());
         let mut writes = Vec::new();
         for args in cmds {
@@ -296,6 +312,13 @@ impl<I: CommandIssuer> Server<I> {
                     }
                 }
             }
+        }
+        if let Some(rec) = rec {
+            // Book what the batch recorded and fix every instant the store keeps, so the
+            // next batch (any connection) starts from final instants.
+            store.settle_events();
+            let k = rec.finish().counters();
+            lock(&self.counters.event_core).add(&k);
         }
         drop(store);
         let errors = replies.iter().filter(|r| r.is_error()).count() as u64;
@@ -390,6 +413,7 @@ mod tests {
     use super::testutil::{b, cfg, err_has, run, server};
     use super::*;
     use crate::{Interface, StoreConfig};
+    use csd_host::Client;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
@@ -605,6 +629,52 @@ mod tests {
                 }
             }
             prop_assert_eq!(run(&srv, s, &["DBSIZE"]), Reply::Int(m.len() as i64));
+            // The default time model is the event core: every batch in arrival order.
+            let k = srv.stats().event_core.expect("the event core is the default");
+            prop_assert_eq!(k.anomalies(), [0; 4]);
+        }
+    }
+
+    /// The same commands on the event core and on calendars: the same replies and the
+    /// same store; the core's counters (stages booked, nothing out of order) in the stats
+    /// and in INFO; none on calendars.
+    #[test]
+    fn a_server_on_the_event_core_answers_as_on_calendars_and_reports_its_counters() {
+        for iface in [Interface::Batch, Interface::Block] {
+            let on = |time_model| {
+                let st = Store::open(super::testutil::client(), cfg(iface)).unwrap();
+                Server::new(
+                    st,
+                    ServerConfig {
+                        time_model,
+                        ..ServerConfig::default()
+                    },
+                )
+            };
+            let (ev, cal) = (on(TimeModel::Events), on(TimeModel::Calendar));
+            let (se, sc) = (&mut ev.session(), &mut cal.session());
+            for i in 0..300u32 {
+                let k = format!("k{}", i.wrapping_mul(7919) % 97);
+                let cmd: Vec<String> = match i % 3 {
+                    0 | 1 => vec!["SET".into(), k, format!("v{i}").repeat(40)],
+                    _ => vec!["GET".into(), k],
+                };
+                let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+                assert_eq!(run(&ev, se, &cmd), run(&cal, sc, &cmd), "{iface:?} {i}");
+            }
+            let k = ev.stats().event_core.expect("events");
+            assert!(k.booked > 0, "{iface:?}: {k:?}");
+            assert_eq!(k.anomalies(), [0; 4], "{iface:?}");
+            assert_eq!(cal.stats().event_core, None);
+            let info = |srv: &Server<Client>, s: &mut Session| match run(srv, s, &["INFO"]) {
+                Reply::Bulk(b) => String::from_utf8(b).unwrap(),
+                o => panic!("{o:?}"),
+            };
+            let (ie, ic) = (info(&ev, se), info(&cal, sc));
+            assert!(ie.contains("time_model:events"), "{ie}");
+            assert!(ie.contains("event_core_late_arrivals:0"), "{ie}");
+            assert!(ic.contains("time_model:calendar"), "{ic}");
+            assert!(!ic.contains("event_core_"), "{ic}");
         }
     }
 }
