@@ -82,8 +82,10 @@ def test_ycsb_on_the_event_core() -> None:
         core = r["event_core"]
         assert core["booked"] > 0
         assert (core["late_arrivals"], core["unrecorded"], core["unfixed_comparisons"]) == (0, 0, 0)
-        # The store goes on with calendars afterwards.
-        r = kv.ycsb("a", records=2000, ops=500, seed=8, load=False)
+        # The store goes on with calendars afterwards, and the default is the core.
+        r = kv.ycsb("a", records=2000, ops=500, seed=8, load=False, time_model="calendar")
         assert r["run_read_misses"] == 0 and "event_core" not in r
+        r = kv.ycsb("a", records=2000, ops=500, seed=9, load=False)
+        assert r["run_read_misses"] == 0 and r["time_model"] == "events"
     with pytest.raises(ValueError, match="time_model `fast`"):
         csd.memory().kv().ycsb("a", time_model="fast")

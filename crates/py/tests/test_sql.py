@@ -87,12 +87,13 @@ def test_random_frame_matches_pandas(seed: int) -> None:
 
 
 def test_sql_on_the_event_core() -> None:
-    """`time_model="events"` (`csd query --time-model events`): the same rows as on
-    calendars, each scan's report with the event core's counters, nothing late."""
+    """`time_model="events"` (`csd query --time-model events`, the default): the same
+    rows as on calendars, each scan's report with the event core's counters, nothing
+    late."""
     with csd.memory("tiny") as dev:
         dev.load_tpch(0.01, "lineitem")
-        cal = dev.sql("q6", strategy="all")
-        ev = dev.sql("q6", strategy="all", time_model="events")
+        cal = dev.sql("q6", strategy="all", time_model="calendar")
+        ev = dev.sql("q6", strategy="all")
         assert ev.to_pandas().equals(cal.to_pandas())
         assert all("event_core" not in x for x in cal.reports)
         for x in ev.reports:
