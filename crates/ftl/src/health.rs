@@ -41,7 +41,11 @@
 //!   little-worn block) that brings the mean to the endurance ends the life: the command
 //!   during which it happens completes (its GC and checkpoints included), and every
 //!   later write is refused. A worn-out device is read-only after every later open too
-//!   (the erase counts are in the checkpoint's WEAR, and its record says so).
+//!   (the erase counts are in the checkpoint's WEAR, and its record says so), and keeps
+//!   reporting itself worn out with Percentage Used at least 100 even when a worn block
+//!   retired afterwards (its erase failed) takes the mean of the rest back under the
+//!   endurance (found by the end-of-life property test: 99% and "not worn out" on a
+//!   device read-only for wear).
 //! * **Read-only.** The device also turns read-only when a write finds no block to
 //!   allocate (spare used up by bad blocks, or nothing left to reclaim) or the image's
 //!   file system is full: writes then fail with [`FtlError::ReadOnly`] naming why, reads
@@ -132,7 +136,15 @@ impl Ftl {
         } else {
             (spare.max(0) * 100 / self.prov.initial_spare() as i64).min(100) as u32
         };
-        let (percentage_used, worn_out) = self.life_used();
+        let (mut percentage_used, mut worn_out) = self.life_used();
+        // The wear-out rule is sticky: a worn block that fails its erase after the mean
+        // reached the endurance (in the command that reached it, or its GC) is retired,
+        // and the mean of the blocks left can fall back under the endurance; the life
+        // is over all the same, and the figures say so.
+        if self.health.read_only == Some(ReadOnlyReason::WornOut) {
+            worn_out = true;
+            percentage_used = percentage_used.max(100);
+        }
         debug_assert!(percentage_used <= 255 && (!worn_out || percentage_used >= 100));
         let life = self.lifetime_stats();
         let mut warn = 0;
