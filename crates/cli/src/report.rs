@@ -310,7 +310,7 @@ pub fn print_ftl(f: &csd_ftl::Ftl) {
     let gb = st.gc_bytes(f.page_size() as u64, f.lba_size() as u64);
     let (mn, avg, mx) = f.erase_counts();
     let mut t = table(&["FTL", "value"]);
-    let rows: Vec<(&str, String)> = vec![
+    let mut rows: Vec<(&str, String)> = vec![
         (
             "write amplification (user+GC)/user",
             format!("{:.3}", gb.write_amplification()),
@@ -367,6 +367,16 @@ pub fn print_ftl(f: &csd_ftl::Ftl) {
         ),
         ("logical capacity", bytes(f.lbas() * f.lba_size() as u64)),
     ];
+    let pb = f.page_buffer();
+    if pb.capacity_pages > 0 {
+        rows.push((
+            "page buffer hits / misses since open",
+            format!(
+                "{} / {} ({} of {} flash pages held)",
+                pb.hits, pb.misses, pb.pages, pb.capacity_pages
+            ),
+        ));
+    }
     for (k, v) in rows {
         t.add_row(vec![k.to_string(), v]);
     }

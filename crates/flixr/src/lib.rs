@@ -200,8 +200,21 @@ impl Setup {
         Ok(())
     }
 
-    /// A fresh store under `kind` on a device with room for `lbas` LBAs of tables.
-    pub fn store(&self, kind: IndexKind, lbas: u64) -> Result<RowStore, EvalError> {
+    /// A fresh store under `kind` on a device with room for `lbas` LBAs of tables, whose
+    /// data is `paper_fraction` of the paper's (TPC-H: `sf / 10`; TPC-C: see
+    /// [`tpcc::Scale::paper_fraction`]).
+    ///
+    /// The device's page buffer (`dram.page_buffer_kib`: 16 MiB on `cosmos-openssd`,
+    /// §5) keeps the paper's ratio of buffer to data, like the host and node caches: the
+    /// preset's size times `paper_fraction`, at least one flash page. At the paper's
+    /// scale it is the preset's; at SF 0.01 one 16 KiB page (16 MiB against SF 10's
+    /// ~10 GiB would hold all of SF 0.01's ~10 MiB, which the paper's buffer never did).
+    pub fn store(
+        &self,
+        kind: IndexKind,
+        lbas: u64,
+        paper_fraction: f64,
+    ) -> Result<RowStore, EvalError> {
         let dev = |e: &dyn std::fmt::Display| EvalError::Device(e.to_string());
         let base = DeviceConfig::preset(&self.preset).map_err(|e| dev(&e))?;
         let g = &base.geometry;
@@ -211,7 +224,13 @@ impl Setup {
         let toml = DeviceConfig::preset_toml(&self.preset).map_err(|e| dev(&e))?;
         let cfg = DeviceConfig::from_toml_with_overrides(
             toml,
-            &[format!("geometry.blocks_per_plane={bpp}")],
+            &[
+                format!("geometry.blocks_per_plane={bpp}"),
+                format!(
+                    "dram.page_buffer_kib={}",
+                    scaled_page_buffer_kib(&base, paper_fraction)
+                ),
+            ],
         )
         .map_err(|e| dev(&e))?;
         let fcfg = FtlConfig {
@@ -247,6 +266,18 @@ impl Setup {
             },
         )?)
     }
+}
+
+/// The page buffer of `base` scaled to data `paper_fraction` of the paper's, KiB: at
+/// least one flash page when the preset has a buffer, none when it has none.
+pub fn scaled_page_buffer_kib(base: &DeviceConfig, paper_fraction: f64) -> u64 {
+    let full = base.dram.page_buffer_kib;
+    if full == 0 {
+        return 0;
+    }
+    let page_kib = (base.geometry.page_size as u64).div_ceil(1024).max(1);
+    let scaled = (full as f64 * paper_fraction.clamp(0.0, 1.0)).round() as u64;
+    scaled.div_ceil(page_kib).max(1) * page_kib
 }
 
 /// What one workload did under one configuration.
@@ -612,6 +643,24 @@ mod tests {
             host_cache: HostCache::Kib(8),
             ..Setup::default()
         }
+    }
+
+    #[test]
+    fn the_page_buffer_keeps_the_papers_ratio_to_the_data() {
+        let cosmos = DeviceConfig::preset("cosmos-openssd").unwrap();
+        assert_eq!(cosmos.dram.page_buffer_kib, 16 << 10, "FLIXR §5: 16 MB");
+        // The paper's scale: the preset's buffer; SF 0.01: one 16 KiB page; never
+        // less than a page, never more than the preset's.
+        assert_eq!(scaled_page_buffer_kib(&cosmos, 1.0), 16 << 10);
+        assert_eq!(scaled_page_buffer_kib(&cosmos, 0.01 / tpch::PAPER_SF), 16);
+        assert_eq!(scaled_page_buffer_kib(&cosmos, 0.0), 16);
+        assert_eq!(scaled_page_buffer_kib(&cosmos, 0.1), 1648);
+        assert_eq!(scaled_page_buffer_kib(&cosmos, 3.0), 16 << 10);
+        // A preset without a buffer gets none.
+        let tiny = DeviceConfig::preset("tiny").unwrap();
+        assert_eq!(scaled_page_buffer_kib(&tiny, 1.0), 0);
+        assert_eq!(tpcc::Scale::spec(100).paper_fraction(), 1.0);
+        assert_eq!(tpcc::Scale::reduced(10).paper_fraction(), 0.01);
     }
 
     #[test]

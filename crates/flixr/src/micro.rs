@@ -50,7 +50,7 @@ fn setup(s: &Setup, kind: IndexKind, with_part: bool) -> Result<Micro, EvalError
         + (part.len() as u64 / 20) * 2
         + 128
         + tree(part.len());
-    let mut store = s.store(kind, lbas)?;
+    let mut store = s.store(kind, lbas, s.sf / crate::tpch::PAPER_SF)?;
     let li = store.create_table(li_def)?;
     store.load(li, li_rows)?;
     let nparts = part.len().max(1) as i64;

@@ -676,6 +676,19 @@ fn md_setup(md: &mut String, r: &Repro) {
         r.setup.index_cache_kib,
         r.setup.node_cache
     );
+    if let Ok(base) = csd_sim::DeviceConfig::preset(&r.setup.preset)
+        && base.dram.page_buffer_kib > 0
+    {
+        let sc = crate::tpcc::Scale::of(r.setup.tpcc_population, r.setup.warehouses);
+        let _ = writeln!(
+            md,
+            "Device page buffer (LRU, §5 and Table 2): {} KiB at the paper's scale, scaled with the data as the caches are: {} KiB for TPC-H SF {}, {} KiB for TPC-C.\n",
+            base.dram.page_buffer_kib,
+            crate::scaled_page_buffer_kib(&base, r.setup.sf / crate::tpch::PAPER_SF),
+            r.setup.sf,
+            crate::scaled_page_buffer_kib(&base, sc.paper_fraction()),
+        );
+    }
     if r.setup.time_model == csd_sim::events::TimeModel::Events {
         // The event core's counters over every measured run (0 but the first in a
         // correct run: docs/time-model.md).

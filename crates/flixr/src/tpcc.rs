@@ -74,6 +74,13 @@ impl Scale {
         }
     }
 
+    /// This population's size against the paper's (100 warehouses at the
+    /// specification's rows): warehouses over 100 times customers per district over
+    /// 3,000 (customers, orders, order lines and history grow with both).
+    pub fn paper_fraction(&self) -> f64 {
+        self.warehouses as f64 / 100.0 * self.customers as f64 / 3_000.0
+    }
+
     /// A tenth of the specification's rows for `warehouses` (quick runs and tests).
     pub fn reduced(warehouses: u32) -> Scale {
         Scale {
@@ -759,7 +766,7 @@ pub fn run(s: &Setup, kind: IndexKind, txn: Txn) -> Result<Measure, EvalError> {
 /// [`run`] at an explicit population size.
 pub fn run_scaled(s: &Setup, kind: IndexKind, txn: Txn, sc: Scale) -> Result<Measure, EvalError> {
     let txns = s.tpcc_txns as i64;
-    let mut st = s.store(kind, lbas(&defs(sc, txns)))?;
+    let mut st = s.store(kind, lbas(&defs(sc, txns)), sc.paper_fraction())?;
     let mut db = populate(&mut st, sc, txns, s.seed)?;
     consistency(&mut st, &db)?;
     let mut rng = Rng::new(s.seed ^ 0x7C);

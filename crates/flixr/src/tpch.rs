@@ -25,6 +25,9 @@ use csd_table::{ColumnType, RowSource, Schema, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// The TPC-H scale factor of the paper's runs (§5: "a scale factor of 10").
+pub const PAPER_SF: f64 = 10.0;
+
 /// The four queries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Query {
@@ -291,7 +294,7 @@ pub fn run(s: &Setup, kind: IndexKind, q: Query) -> Result<Measure, EvalError> {
 
 /// Run `q` on already generated `data`.
 pub fn run_on(s: &Setup, kind: IndexKind, q: Query, data: &Data) -> Result<Measure, EvalError> {
-    let mut st = s.store(kind, data.lbas(q))?;
+    let mut st = s.store(kind, data.lbas(q), s.sf / PAPER_SF)?;
     let mut rng = Rng::new(s.seed ^ 0x7C4);
     let st = &mut st;
     match q {
@@ -578,7 +581,7 @@ pub fn run_q6_keys(
     secondary: bool,
     data: &Data,
 ) -> Result<Measure, EvalError> {
-    let mut st = s.store(kind, data.lbas(Query::Q6) * 3)?;
+    let mut st = s.store(kind, data.lbas(Query::Q6) * 3, s.sf / PAPER_SF)?;
     let name = if secondary {
         Workload::Q6MultiKey
     } else {

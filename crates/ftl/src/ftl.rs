@@ -163,6 +163,8 @@ pub struct Ftl {
     pub(crate) map: MapCache,
     /// Reusable buffers.
     pub(crate) scratch: Scratch,
+    /// The controller's page buffer of flash pages (a preset's `dram.page_buffer_kib`).
+    pub(crate) pagebuf: crate::pagebuf::PageBuffer,
     /// Counters of the current measurement window and of the device's life.
     pub(crate) counters: Counters,
     /// The last recovery, if this FTL was recovered.
@@ -227,6 +229,9 @@ impl Ftl {
             log: Log::new(page_size, nand.config().ftl.log_chains(&g)),
             counters: Counters::default(),
             scratch: Scratch::new(g.oob_per_page() as usize),
+            pagebuf: crate::pagebuf::PageBuffer::new(
+                (nand.config().dram.page_buffer_kib << 10) as usize / page_size.max(1),
+            ),
             map: MapCache::new(n_map_pages, n_maps_pages, slot_cap),
             prov: Provision::new(dies as usize),
             commit: CommitState::new(),
@@ -466,6 +471,12 @@ impl Ftl {
     /// last checkpoint before a crash are lost with the crash).
     pub fn lifetime_stats(&self) -> FtlStats {
         self.counters.lifetime()
+    }
+
+    /// The controller's page buffer (a preset's `dram.page_buffer_kib`): its size and
+    /// its hits and misses on host reads since this FTL was opened.
+    pub fn page_buffer(&self) -> crate::PageBufferStats {
+        self.pagebuf.stats()
     }
 
     /// The last recovery, if this FTL was recovered.

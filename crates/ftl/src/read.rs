@@ -210,7 +210,6 @@ impl Ftl {
                         self.read_verified(l, a, &mut out[..run as usize * ss], t, crc)?
                     };
                     done = done.max(r);
-                    self.counters.add(Count::UserReads, 1);
                     i += run;
                 }
             }
@@ -232,6 +231,12 @@ impl Ftl {
         let (b, p, s) = unpack(addr);
         let ppa = Ppa::new(BlockId(b), p);
         let n = out.len() / self.geo.sector_size();
+        let pe = self.buffered_pe(b)?;
+        if let Some(pe) = pe
+            && self.pagebuf.lookup(b, p, pe)
+        {
+            return self.read_from_page_buffer(lba, ppa, s, n as u32, Some(out), at, crc);
+        }
         let mut oob = self.scratch.take_oob();
         let ob = self.geo.oob_per_sector();
         let mut attempt = 0;
@@ -260,7 +265,76 @@ impl Ftl {
             (ss, crc),
         );
         self.scratch.put_oob(oob);
-        self.mark_checked(ppa, s, n as u32, r, crc)
+        self.keep_in_page_buffer(ppa, pe, &r);
+        let r = self.mark_checked(ppa, s, n as u32, r, crc);
+        if r.is_ok() {
+            // An array read (a page-buffer hit is not one).
+            self.counters.add(Count::UserReads, 1);
+        }
+        r
+    }
+
+    /// With a page buffer: the erase count of block `b` (what its buffered pages were
+    /// kept under); `None` without one.
+    #[inline]
+    fn buffered_pe(&self, b: u32) -> Result<Option<u32>, FtlError> {
+        if !self.pagebuf.enabled() {
+            return Ok(None);
+        }
+        Ok(Some(self.nand.block_info(BlockId(b))?.pe_cycles))
+    }
+
+    /// A host read of page `ppa` from flash that passed its checks: the page is now in
+    /// the page buffer (when there is one: `pe` is then the block's erase count).
+    #[inline]
+    fn keep_in_page_buffer(&mut self, ppa: Ppa, pe: Option<u32>, r: &Result<SimTime, FtlError>) {
+        if let (Some(pe), Ok(_)) = (pe, r) {
+            self.pagebuf.insert(ppa.block.0, ppa.page, pe);
+        }
+    }
+
+    /// Sectors `s..s + n` of page `ppa`, found in the page buffer: no array read and no
+    /// flash time (done at `at`); their bytes (copied into `out` when given) pass the
+    /// same TAG/CRC check as a flash read's.
+    #[allow(clippy::too_many_arguments)]
+    fn read_from_page_buffer(
+        &mut self,
+        lba: u64,
+        ppa: Ppa,
+        s: u32,
+        n: u32,
+        out: Option<&mut [u8]>,
+        at: SimTime,
+        crc: u64,
+    ) -> Result<SimTime, FtlError> {
+        let hit = Ok(csd_nand::ReadDone {
+            done: at,
+            corrected_bits: 0,
+            erased: false,
+        });
+        let (data, oob) = self.nand.stored_sectors(ppa, s, n).ok_or_else(|| {
+            FtlError::Corrupt(format!(
+                "LBA {lba}: page {ppa:?} in the page buffer holds no bytes"
+            ))
+        })?;
+        let ss = self.geo.sector_size();
+        let data = match out {
+            Some(out) => {
+                out.copy_from_slice(data);
+                &*out
+            }
+            None => data,
+        };
+        let r = check_sectors(
+            &self.nand,
+            &mut self.counters,
+            (lba, ppa, s),
+            hit,
+            data,
+            oob,
+            (ss, crc),
+        );
+        self.mark_checked(ppa, s, n, r, crc)
     }
 
     /// Remember the sectors a successful check hashed (`Nand::sector_checked`): those
@@ -295,6 +369,12 @@ impl Ftl {
     ) -> Result<SimTime, FtlError> {
         let (b, p, s) = unpack(addr);
         let ppa = Ppa::new(BlockId(b), p);
+        let pe = self.buffered_pe(b)?;
+        if let Some(pe) = pe
+            && self.pagebuf.lookup(b, p, pe)
+        {
+            return self.read_from_page_buffer(lba, ppa, s, n, None, at, crc);
+        }
         let mut attempt = 0;
         let r = loop {
             match self.nand.read_in_place(ppa, s, n, at) {
@@ -321,7 +401,13 @@ impl Ftl {
             oob,
             (ss, crc),
         );
-        self.mark_checked(ppa, s, n, r, crc)
+        self.keep_in_page_buffer(ppa, pe, &r);
+        let r = self.mark_checked(ppa, s, n, r, crc);
+        if r.is_ok() {
+            // An array read (a page-buffer hit is not one).
+            self.counters.add(Count::UserReads, 1);
+        }
+        r
     }
 }
 

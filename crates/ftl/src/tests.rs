@@ -238,7 +238,12 @@ proptest! {
     /// Random writes, reads, trims and flushes against a reference map on a device small
     /// enough that GC and wear leveling run constantly.
     #[test]
-    fn ftl_matches_reference_model(ops in ops(2000), wb in any::<bool>(), greedy in any::<bool>()) {
+    fn ftl_matches_reference_model(
+        ops in ops(2000),
+        wb in any::<bool>(),
+        greedy in any::<bool>(),
+        page_buffer in any::<bool>(),
+    ) {
         let cfg = FtlConfig {
             op: 0.25,
             gc_free_blocks: 4,
@@ -254,9 +259,15 @@ proptest! {
         let mut dev = DeviceConfig::preset("tiny").unwrap();
         dev.geometry.blocks_per_plane = 24;
         dev.geometry.pages_per_block = 8;
+        // A page buffer of 4 pages: hits on pages GC erases and reprograms must not
+        // serve their old copies.
+        dev.dram.page_buffer_kib = if page_buffer { 4 * 8 } else { 0 };
         let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap();
         let lbas = f.lbas();
         run_model(&mut f, fit_ops(ops, lbas))?;
+        let pb = f.page_buffer();
+        prop_assert!(pb.pages <= pb.capacity_pages);
+        prop_assert_eq!(pb.capacity_pages, if page_buffer { 4 } else { 0 });
     }
 
     /// The same with program and erase failures injected and correctable bit errors.
@@ -974,10 +985,11 @@ proptest! {
     fn read_ref_models_exactly_what_read_models(
         ops in proptest::collection::vec((0u64..96, 1u64..5, 0u8..4), 1..80),
         reads in proptest::collection::vec((0u64..100, 1u64..5), 1..40),
+        page_buffer in 0u64..3,
     ) {
         let cfg = FtlConfig { write_cache: WriteCache::WriteBack, ..FtlConfig::default() };
-        let mut a = tiny_ftl(cfg);
-        let mut b = tiny_ftl(cfg);
+        let mut a = tiny_buffered(page_buffer, cfg);
+        let mut b = tiny_buffered(page_buffer, cfg);
         let ss = a.lba_size();
         for (i, &(lba, n, kind)) in ops.iter().enumerate() {
             let n = n.min(a.lbas() - lba);
@@ -1203,4 +1215,67 @@ fn crcs_matched_elsewhere_spare_the_hash_only_while_nothing_changed() {
     ));
     // Nothing to take for LBAs never written.
     assert!(f.peek_sector_crcs(200, page_bytes).is_none());
+}
+
+/// The tiny device with a page buffer of `pages` flash pages (8 KiB each).
+fn tiny_buffered(pages: u64, cfg: FtlConfig) -> Ftl {
+    let text = DeviceConfig::preset_toml("tiny").unwrap();
+    let dev = DeviceConfig::from_toml_with_overrides(
+        text,
+        &[format!("dram.page_buffer_kib={}", pages * 8)],
+    )
+    .unwrap();
+    Ftl::format(Nand::new_in_memory(dev).unwrap(), cfg).unwrap()
+}
+
+#[test]
+fn the_page_buffer_serves_recent_pages_without_a_flash_read() {
+    let mut f = tiny_buffered(4, FtlConfig::default());
+    assert_eq!(f.page_buffer().capacity_pages, 4);
+    let ss = f.lba_size();
+    // 16 pages of host data (2 sectors each), written one page at a time.
+    let data: Vec<Vec<u8>> = (0..32).map(|i| sector(&f, 500 + i)).collect();
+    let mut t = SimTime::ZERO;
+    for (i, pair) in data.chunks(2).enumerate() {
+        t = f.write(2 * i as u64, &pair.concat(), t).unwrap();
+    }
+    t = f.flush(t).unwrap();
+    let start = t;
+    let mut buf = vec![0u8; ss];
+    let reads = f.stats().user_reads;
+    // The last pages programmed are in the buffer: read at once, no flash read.
+    let done = f.read(31, &mut buf, start).unwrap();
+    assert_eq!(buf, data[31]);
+    assert_eq!(done, start, "a hit costs no flash time");
+    assert_eq!(f.stats().user_reads, reads);
+    assert_eq!(f.page_buffer().hits, 1);
+    // An old page is read from flash, then its other sector hits.
+    let done = f.read(0, &mut buf, start).unwrap();
+    assert_eq!(buf, data[0]);
+    assert!(done > start, "a miss reads the array");
+    assert_eq!(f.stats().user_reads, reads + 1);
+    assert_eq!(f.read(1, &mut buf, start).unwrap(), start);
+    assert_eq!(buf, data[1]);
+    let pb = f.page_buffer();
+    assert_eq!((pb.hits, pb.misses, pb.pages), (2, 1, 4));
+    // Every LBA reads back right, hit or miss, and the buffer never exceeds its size.
+    for (i, d) in data.iter().enumerate() {
+        f.read(i as u64, &mut buf, start).unwrap();
+        assert_eq!(&buf, d, "LBA {i}");
+        assert!(f.page_buffer().pages <= 4);
+    }
+    f.check_invariants().unwrap();
+}
+
+#[test]
+fn without_a_page_buffer_every_read_goes_to_flash() {
+    let mut f = tiny_ftl(FtlConfig::default());
+    assert_eq!(f.page_buffer(), crate::PageBufferStats::default());
+    let a = sector(&f, 9);
+    let t = f.write(3, &a, SimTime::ZERO).unwrap();
+    let t = f.flush(t).unwrap();
+    let mut buf = vec![0u8; f.lba_size()];
+    assert!(f.read(3, &mut buf, t).unwrap() > t);
+    assert!(f.read(3, &mut buf, t).unwrap() > t);
+    assert_eq!(f.page_buffer(), crate::PageBufferStats::default());
 }

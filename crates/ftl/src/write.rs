@@ -479,6 +479,8 @@ impl Ftl {
                         self.counters.add(Count::GcPrograms, 1);
                     } else {
                         self.counters.add(Count::UserPrograms, 1);
+                        // Host data sat in the page buffer before its program.
+                        self.pagebuf.insert(b, p, pe);
                     }
                 }
                 Err(NandError::ProgramFailed { .. }) => {

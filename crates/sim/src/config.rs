@@ -253,6 +253,19 @@ pub struct DramConfig {
     pub rate_mt_s: f64,
     /// Bus width in bits.
     pub bus_width_bits: u32,
+    /// Page buffer, KiB of flash pages kept in DRAM with least-recently-used
+    /// replacement: every flash page the host reads or the FTL programs for it enters the
+    /// buffer, and a later host read of a page still in it is served from DRAM without
+    /// an array read (the Cosmos+ OpenSSD firmware's data buffer: FLIXR §5, "OpenSSD
+    /// assigns 16 MB DRAM space as page buffers", and Table 2, "Page cache replacement:
+    /// LRU"). 0 (the default): no such buffer; reads of data the write cache still holds
+    /// are served from it either way.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub page_buffer_kib: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl DramConfig {
@@ -773,6 +786,12 @@ impl DeviceConfig {
         }
         if f.endurance == 0 {
             p.push("flash.endurance must be at least 1".into());
+        }
+        if self.dram.page_buffer_kib > self.dram.size_mib.saturating_mul(1024) {
+            p.push(format!(
+                "dram.page_buffer_kib {} is more than the DRAM's {} MiB",
+                self.dram.page_buffer_kib, self.dram.size_mib
+            ));
         }
         if self.dram.size_mib == 0 {
             p.push("dram.size_mib must be at least 1 (the controller keeps its MAP cache, write buffers and sessions in DRAM)".into());
