@@ -265,8 +265,22 @@ impl Ftl {
             (ss, crc),
         );
         self.scratch.put_oob(oob);
+        self.flash_read_done(ppa, (s, n as u32), pe, r, crc)
+    }
+
+    /// The end of a host read of sectors `s..s + n` of `ppa` from flash, checked (`r`):
+    /// the page enters the page buffer (`pe`: the block's erase count, with one), the
+    /// hashed sectors are remembered, and the array read is counted.
+    fn flash_read_done(
+        &mut self,
+        ppa: Ppa,
+        (s, n): (u32, u32),
+        pe: Option<u32>,
+        r: Result<SimTime, FtlError>,
+        crc: u64,
+    ) -> Result<SimTime, FtlError> {
         self.keep_in_page_buffer(ppa, pe, &r);
-        let r = self.mark_checked(ppa, s, n as u32, r, crc);
+        let r = self.mark_checked(ppa, s, n, r, crc);
         if r.is_ok() {
             // An array read (a page-buffer hit is not one).
             self.counters.add(Count::UserReads, 1);
@@ -401,13 +415,7 @@ impl Ftl {
             oob,
             (ss, crc),
         );
-        self.keep_in_page_buffer(ppa, pe, &r);
-        let r = self.mark_checked(ppa, s, n, r, crc);
-        if r.is_ok() {
-            // An array read (a page-buffer hit is not one).
-            self.counters.add(Count::UserReads, 1);
-        }
-        r
+        self.flash_read_done(ppa, (s, n), pe, r, crc)
     }
 }
 
