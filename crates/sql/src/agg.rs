@@ -63,7 +63,7 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use crate::array::ArrayScanExec;
-use crate::exec::{DeviceScanExec, ScanOutput};
+use crate::exec::{DeviceScanExec, HostPartial, ScanOutput};
 use crate::schema::{DECIMAL_PRECISION, column_array};
 use crate::translate::{Columns, physical};
 
@@ -294,7 +294,7 @@ impl PhysicalOptimizerRule for DeviceAggregatePushdown {
             };
             match agg.mode() {
                 AggregateMode::Partial => {
-                    if let Some(new) = push(agg) {
+                    if let Some(new) = push(agg, &node) {
                         return Ok(Transformed::yes(ArrayScanExec::record_pushdown(new, &node)));
                     }
                 }
@@ -340,7 +340,10 @@ fn split_single(agg: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
         agg.input().clone(),
         agg.input_schema(),
     )?);
-    let Some(pushed) = partial.downcast_ref::<AggregateExec>().and_then(push) else {
+    let Some(pushed) = partial
+        .downcast_ref::<AggregateExec>()
+        .and_then(|a| push(a, &partial))
+    else {
         return Ok(None);
     };
     let mut states = ArrayScanExec::record_pushdown(pushed, &partial);
@@ -359,7 +362,8 @@ fn split_single(agg: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     Ok(Some(Arc::new(fin)))
 }
 
-fn push(agg: &AggregateExec) -> Option<Arc<dyn ExecutionPlan>> {
+/// The device partial aggregation replacing `agg` (the plan node `node`), if it pushes.
+fn push(agg: &AggregateExec, agg_node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
     if agg.filter_expr().iter().any(Option::is_some)
         || agg.aggr_expr().iter().any(|a| a.is_distinct())
         || !agg.group_expr().is_single()
@@ -397,13 +401,23 @@ fn push(agg: &AggregateExec) -> Option<Arc<dyn ExecutionPlan>> {
             .iter()
             .map(|s| push_scan(agg, &projections, s.downcast_ref::<DeviceScanExec>()?))
             .collect::<Option<Vec<_>>>()?;
+        let scans = scans.into_iter().map(|s| Arc::new(s) as _).collect();
         return ArrayScanExec::try_new(scans).ok().map(|a| Arc::new(a) as _);
     }
-    push_scan(
-        agg,
-        &projections,
-        scan_node.downcast_ref::<DeviceScanExec>()?,
-    )
+    let scan = scan_node.downcast_ref::<DeviceScanExec>()?;
+    let pushed = push_scan(agg, &projections, scan)?;
+    // DataFusion's own partial aggregate stays beside it: over rows of the same
+    // program another scan of the plan already read, it computes the same states in
+    // the host (`crate::reuse`).
+    let ScanOutput::Rows(columns) = &scan.output else {
+        return Some(Arc::new(pushed));
+    };
+    Some(Arc::new(pushed.with_host_partial(HostPartial {
+        aggregate: agg_node.clone(),
+        projections,
+        columns: columns.clone(),
+        schema: scan.schema.clone(),
+    })))
 }
 
 /// The device partial aggregation replacing `agg` over `scan` (through `projections`,
@@ -412,7 +426,7 @@ fn push_scan(
     agg: &AggregateExec,
     projections: &[Arc<dyn ExecutionPlan>],
     scan: &DeviceScanExec,
-) -> Option<Arc<dyn ExecutionPlan>> {
+) -> Option<DeviceScanExec> {
     if !scan.settings.aggregate_pushdown || scan.limit.is_some() {
         return None;
     }
@@ -509,7 +523,7 @@ fn push_scan(
         kinds,
         text,
     };
-    Some(Arc::new(DeviceScanExec::new(
+    Some(DeviceScanExec::new(
         scan.table.clone(),
         scan.device.clone(),
         scan.settings,
@@ -519,7 +533,7 @@ fn push_scan(
         agg.schema(),
         None,
         scan.filter_text.clone(),
-    )))
+    ))
 }
 
 /// The device aggregate (and how its DataFusion state columns read) for one of

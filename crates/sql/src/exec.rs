@@ -33,6 +33,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result, Statistics};
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -129,6 +130,21 @@ fn scan_properties(schema: &SchemaRef) -> Arc<PlanProperties> {
     ))
 }
 
+/// DataFusion's own partial aggregate that a device partial aggregation replaced
+/// ([`crate::agg`]), kept so that the same states can be computed in the host over rows
+/// another scan of the plan already read with the same program ([`crate::reuse`]).
+#[derive(Debug, Clone)]
+pub(crate) struct HostPartial {
+    /// The partial `AggregateExec` (its input is replaced when it runs).
+    pub(crate) aggregate: Arc<dyn ExecutionPlan>,
+    /// The projections between it and the scan of rows it read, top first.
+    pub(crate) projections: Vec<Arc<dyn ExecutionPlan>>,
+    /// The table columns of those rows, in their order.
+    pub(crate) columns: Vec<usize>,
+    /// Their schema (that scan's).
+    pub(crate) schema: SchemaRef,
+}
+
 /// A device scan: see the [module docs](self).
 #[derive(Debug)]
 pub struct DeviceScanExec {
@@ -167,6 +183,8 @@ pub struct DeviceScanExec {
     /// Where the scans of its group leave their rows for each other
     /// ([`crate::reuse::ReusedDeviceScans`]), if it is in one.
     reuse: Option<Arc<ReuseSlot>>,
+    /// A partial aggregation's host counterpart, for rows of its group ([`HostPartial`]).
+    host_partial: Option<Arc<HostPartial>>,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
 }
@@ -204,6 +222,7 @@ impl DeviceScanExec {
             column_key_sets: Vec::new(),
             expected_share: 1.0,
             reuse: None,
+            host_partial: None,
             metrics: ExecutionPlanMetricsSet::new(),
             cache,
         }
@@ -233,6 +252,83 @@ impl DeviceScanExec {
         s.output = ScanOutput::Rows(cols);
         s.cache = scan_properties(&s.schema);
         Ok(s)
+    }
+
+    /// This partial aggregation with its host counterpart `host` ([`HostPartial`]).
+    pub(crate) fn with_host_partial(mut self, host: HostPartial) -> DeviceScanExec {
+        debug_assert!(matches!(self.output, ScanOutput::Partial(_)));
+        self.host_partial = Some(Arc::new(host));
+        self
+    }
+
+    /// The table columns a partial aggregation would read as rows to compute its states
+    /// in the host, if it can ([`HostPartial`]).
+    pub(crate) fn host_partial_columns(&self) -> Option<&[usize]> {
+        match &self.output {
+            ScanOutput::Partial(_) => self.host_partial.as_ref().map(|h| &h.columns[..]),
+            ScanOutput::Rows(_) => None,
+        }
+    }
+
+    /// A copy of this partial aggregation that looks in `slot` for rows of its program
+    /// ([`crate::reuse::ReusedDeviceScans`]).
+    pub(crate) fn with_reuse(&self, slot: Arc<ReuseSlot>) -> DeviceScanExec {
+        let mut s = self.clone_for_run();
+        s.reuse = Some(slot);
+        s
+    }
+
+    /// A partial aggregation's states computed in the host by DataFusion's own partial
+    /// aggregate over the rows an earlier scan of its group read with this scan's
+    /// program (same table, same filter with the same runtime terms, so the same rows),
+    /// if there are such rows: the device does no work (see [`crate::reuse`]).
+    fn aggregate_kept_rows(
+        &self,
+        host: &RuntimeFilters,
+        context: Arc<TaskContext>,
+    ) -> Result<Option<SendableRecordBatchStream>> {
+        let (Some(slot), Some(hp)) = (&self.reuse, &self.host_partial) else {
+            return Ok(None);
+        };
+        let (program, _) = self.program_for_run(host);
+        let Some((batches, at)) = slot.find(self.table.first_lba, &program.filter, &hp.columns)
+        else {
+            return Ok(None);
+        };
+        let rows = batches
+            .iter()
+            .map(|b| {
+                let columns = at.iter().map(|&i| b.column(i).clone()).collect();
+                RecordBatch::try_new(hp.schema.clone(), columns)
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let n: usize = rows.iter().map(RecordBatch::num_rows).sum();
+        let mut input: Arc<dyn ExecutionPlan> =
+            MemorySourceConfig::try_new_exec(&[rows], hp.schema.clone(), None)?;
+        for p in hp.projections.iter().rev() {
+            input = p.clone().replace_children(vec![input], recompute())?;
+        }
+        let aggregate = hp
+            .aggregate
+            .clone()
+            .replace_children(vec![input], recompute())?;
+        if aggregate.schema() != self.schema {
+            debug_assert!(false, "a host partial aggregate of another schema");
+            return Ok(None);
+        }
+        MetricBuilder::new(&self.metrics)
+            .global_counter("reused_rows")
+            .add(n);
+        let groups = MetricBuilder::new(&self.metrics).output_rows(0);
+        let stream = aggregate.execute(0, context)?.inspect(move |b| {
+            if let Ok(b) = b {
+                groups.add(b.num_rows());
+            }
+        });
+        Ok(Some(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream,
+        ))))
     }
 
     /// The rows an earlier scan of its group handed over for the same program, as this
@@ -578,7 +674,11 @@ impl DeviceScanExec {
     ) -> Result<()> {
         let (program, runtime_text) = self.program_for_run(host);
         // Rows kept for the other scans of its group (up to KEEP_BYTES).
-        let mut kept = self.reuse.as_ref().map(|_| (Vec::new(), 0usize));
+        let mut kept = self
+            .reuse
+            .as_ref()
+            .filter(|_| matches!(self.output, ScanOutput::Rows(_)))
+            .map(|_| (Vec::new(), 0usize));
         let mut emit_and_keep = |b: RecordBatch| {
             if let Some((batches, bytes)) = kept.as_mut() {
                 *bytes += b.get_array_memory_size();
@@ -917,7 +1017,7 @@ impl ExecutionPlan for DeviceScanExec {
     fn execute(
         &self,
         partition: usize,
-        _context: Arc<TaskContext>,
+        context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         if partition != 0 {
             return Err(DataFusionError::Internal(format!(
@@ -938,6 +1038,14 @@ impl ExecutionPlan for DeviceScanExec {
         waits.extend(self.column_key_sets.iter().map(|k| k.filter.clone()));
         let stream = futures::stream::once(async move {
             let in_time = runtime::wait_complete(&waits).await;
+            if in_time {
+                // A partial aggregation whose rows another scan already read.
+                match me.aggregate_kept_rows(&host, context) {
+                    Ok(Some(s)) => return s.boxed(),
+                    Ok(None) => {}
+                    Err(e) => return futures::stream::once(async { Err(e) }).boxed(),
+                }
+            }
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<RecordBatch>>();
             let task = tokio::task::spawn_blocking(move || {
                 // A closed receiver (the consumer stopped early) does not stop the scan:
@@ -960,6 +1068,7 @@ impl ExecutionPlan for DeviceScanExec {
                     Err(e) => Some((Err(DataFusionError::External(Box::new(e))), (rx, None))),
                 }
             })
+            .boxed()
         })
         .flatten();
         Ok(filters.wrap(Box::pin(RecordBatchStreamAdapter::new(schema, stream))))
@@ -1083,6 +1192,7 @@ impl DeviceScanExec {
             column_key_sets: self.column_key_sets.clone(),
             expected_share: self.expected_share,
             reuse: self.reuse.clone(),
+            host_partial: self.host_partial.clone(),
             metrics: self.metrics.clone(),
             cache: self.cache.clone(),
         }

@@ -16,6 +16,16 @@
 //! figures are those of the scans that ran (a reused scan reads no page and adds no
 //! report to the scan log).
 //!
+//! A partial aggregation the device would run over the same rows joins a group too
+//! (TPC-H Q17: lineitem's rows of 204 parts go to a join with part, and lineitem
+//! grouped by `l_partkey` over the same parts goes to a semi join above it): if a scan
+//! of the group has already read its program's rows, DataFusion's own partial
+//! aggregate, kept beside the device's ([`crate::exec::HostPartial`]), computes the
+//! same states over them in the host, and the device scans lineitem once. Only
+//! aggregations that always run after such a scan take part (the probe side of a hash
+//! join whose build side holds it: see [`aggregations_after_rows`]), so which scans
+//! ran, and every modeled figure, does not depend on the threads' timing.
+//!
 //! Choices:
 //! * What is compared is the device program itself ([`csd_query::plan::Expr`]'s
 //!   equality), so two scans whose runtime filters hold different keys never share;
@@ -39,6 +49,7 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 
 use crate::array::ArrayScanExec;
@@ -130,6 +141,78 @@ fn candidate(s: &DeviceScanExec) -> Option<&[usize]> {
     }
 }
 
+/// A partial aggregation that may take a group's rows (computing its states in the
+/// host): the columns it would read as rows.
+fn aggregate_candidate(s: &DeviceScanExec) -> Option<&[usize]> {
+    match &s.output {
+        ScanOutput::Partial(_) if s.limit.is_none() && s.join.is_none() => s.host_partial_columns(),
+        _ => None,
+    }
+}
+
+/// Two scans of the same rows before their runtime filters: one table of one device,
+/// one static filter.
+fn same_rows(a: &DeviceScanExec, b: &DeviceScanExec) -> bool {
+    a.table.first_lba == b.table.first_lba
+        && Arc::ptr_eq(&a.device, &b.device)
+        && a.program.filter == b.program.filter
+}
+
+/// The device scans under `plan` (not into arrays) that `keep` accepts.
+fn scans_under(
+    plan: &Arc<dyn ExecutionPlan>,
+    keep: fn(&DeviceScanExec) -> Option<&[usize]>,
+) -> Result<Vec<Arc<dyn ExecutionPlan>>> {
+    let mut out = Vec::new();
+    plan.apply(|node| {
+        if node.downcast_ref::<ArrayScanExec>().is_some() {
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        if node
+            .downcast_ref::<DeviceScanExec>()
+            .is_some_and(|s| keep(s).is_some())
+        {
+            out.push(node.clone());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(out)
+}
+
+/// The partial aggregations that always run after a scan of rows of the same table
+/// and static filter: those on the probe side of a hash join whose build side holds
+/// such a scan. A hash join polls its probe side only once its build side is
+/// complete (collected whole, or, partitioned, a partition of a repartition that
+/// ends only with its input), so that scan has ended, and left its rows, by then;
+/// the aggregation finds them whatever the threads do, and the modeled figures stay
+/// those of one order.
+fn aggregations_after_rows(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<dyn ExecutionPlan>>> {
+    let mut out: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+    plan.apply(|node| {
+        if node.downcast_ref::<ArrayScanExec>().is_some() {
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        let Some(j) = node.downcast_ref::<HashJoinExec>() else {
+            return Ok(TreeNodeRecursion::Continue);
+        };
+        let rows = scans_under(j.left(), candidate)?;
+        for a in scans_under(j.right(), aggregate_candidate)? {
+            let Some(agg) = a.downcast_ref::<DeviceScanExec>() else {
+                continue;
+            };
+            let after = rows.iter().any(|r| {
+                r.downcast_ref::<DeviceScanExec>()
+                    .is_some_and(|r| same_rows(r, agg))
+            });
+            if after && !out.iter().any(|o| Arc::ptr_eq(o, &a)) {
+                out.push(a);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(out)
+}
+
 impl PhysicalOptimizerRule for ReusedDeviceScans {
     fn optimize(
         &self,
@@ -140,7 +223,11 @@ impl PhysicalOptimizerRule for ReusedDeviceScans {
         if !crate::keyset::switch(SWITCH, var.as_deref())? {
             return Ok(plan);
         }
-        // Candidate scans grouped by table and static filter, in plan order.
+        // Candidate scans grouped by table and static filter, in plan order: scans of
+        // rows, and partial aggregations that run after one of them.
+        let after_rows = aggregations_after_rows(&plan)?;
+        let is_aggregation =
+            |n: &Arc<dyn ExecutionPlan>| after_rows.iter().any(|a| Arc::ptr_eq(a, n));
         let mut groups: Vec<Vec<Arc<dyn ExecutionPlan>>> = Vec::new();
         plan.apply(|node| {
             if node.downcast_ref::<ArrayScanExec>().is_some() {
@@ -149,15 +236,12 @@ impl PhysicalOptimizerRule for ReusedDeviceScans {
             let Some(s) = node.downcast_ref::<DeviceScanExec>() else {
                 return Ok(TreeNodeRecursion::Continue);
             };
-            if candidate(s).is_none() {
+            if candidate(s).is_none() && !is_aggregation(node) {
                 return Ok(TreeNodeRecursion::Continue);
             }
             let same = |o: &Arc<dyn ExecutionPlan>| {
-                o.downcast_ref::<DeviceScanExec>().is_some_and(|o| {
-                    o.table.first_lba == s.table.first_lba
-                        && Arc::ptr_eq(&o.device, &s.device)
-                        && o.program.filter == s.program.filter
-                })
+                o.downcast_ref::<DeviceScanExec>()
+                    .is_some_and(|o| same_rows(o, s))
             };
             match groups.iter_mut().find(|g| g.first().is_some_and(same)) {
                 Some(g) => g.push(node.clone()),
@@ -165,13 +249,15 @@ impl PhysicalOptimizerRule for ReusedDeviceScans {
             }
             Ok(TreeNodeRecursion::Continue)
         })?;
-        // Each group of two or more: the union of its columns, if every member lacks
-        // at most MAX_WIDEN of them.
+        // Each group of two or more with a scan of rows: the union of its columns, if
+        // every scan of rows lacks at most MAX_WIDEN of them (an aggregation reads
+        // none itself).
         let mut members: Vec<Member> = Vec::new();
-        for g in groups.into_iter().filter(|g| g.len() > 1) {
+        let has_rows = |g: &Vec<Arc<dyn ExecutionPlan>>| g.iter().any(|n| !is_aggregation(n));
+        for g in groups.into_iter().filter(|g| g.len() > 1 && has_rows(g)) {
             let cols = |n: &Arc<dyn ExecutionPlan>| {
                 n.downcast_ref::<DeviceScanExec>()
-                    .and_then(candidate)
+                    .and_then(|s| candidate(s).or_else(|| aggregate_candidate(s)))
                     .map(<[usize]>::to_vec)
                     .unwrap_or_default()
             };
@@ -184,6 +270,9 @@ impl PhysicalOptimizerRule for ReusedDeviceScans {
                 }
             }
             let missing = |n: &Arc<dyn ExecutionPlan>| {
+                if is_aggregation(n) {
+                    return Vec::new();
+                }
                 let own = cols(n);
                 union
                     .iter()
@@ -211,6 +300,10 @@ impl PhysicalOptimizerRule for ReusedDeviceScans {
             let Some(scan) = node.downcast_ref::<DeviceScanExec>() else {
                 return Ok(Transformed::no(node));
             };
+            if matches!(scan.output, ScanOutput::Partial(_)) {
+                let s: Arc<dyn ExecutionPlan> = Arc::new(scan.with_reuse(slot.clone()));
+                return Ok(Transformed::new(s, true, TreeNodeRecursion::Jump));
+            }
             let own = scan.schema.fields().len();
             let widened: Arc<dyn ExecutionPlan> = Arc::new(scan.widened(extra, slot.clone())?);
             if extra.is_empty() {
