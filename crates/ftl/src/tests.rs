@@ -1279,3 +1279,49 @@ fn without_a_page_buffer_every_read_goes_to_flash() {
     assert!(f.read(3, &mut buf, t).unwrap() > t);
     assert_eq!(f.page_buffer(), crate::PageBufferStats::default());
 }
+
+/// A host power cut between a checkpoint's ring writes and the sync after them may leave
+/// the new record's head in part on the host's disk (its TAG in the OOB bytes, not its
+/// data: the host writes pages back in any order). On an image opened after such a stop
+/// that page is the unsynced tail of the ring, not damage: recovery goes on from the
+/// record before it and every flushed write is there. A head two records ahead cannot
+/// be such a tail and is still refused. (Found by `csd serve`'s host power-cut test.)
+#[test]
+fn a_checkpoint_head_that_reached_the_disk_in_part_after_a_host_crash_is_not_damage() {
+    let dev = DeviceConfig::preset("tiny").unwrap();
+    for (ahead, recovers) in [(1u64, true), (2, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("dev.img");
+        let mut f = Ftl::format(
+            Nand::create_image(&img, dev.clone()).unwrap(),
+            FtlConfig::default(),
+        )
+        .unwrap();
+        let mut t = SimTime::ZERO;
+        for l in 0..50u64 {
+            t = f.write(l, &sector(&f, l), t).unwrap();
+        }
+        t = f.flush(t).unwrap();
+        t = f.checkpoint(t).unwrap();
+        f.program_undecodable_ring_head(ahead, t).unwrap();
+        drop(f.crash());
+        let nand = Nand::open_image(&img, None).unwrap();
+        assert!(nand.opened_unclean());
+        match Ftl::recover(nand, FtlConfig::default()) {
+            Ok(mut g) => {
+                assert!(recovers, "a head {ahead} records ahead must be refused");
+                let mut buf = vec![0u8; g.lba_size()];
+                for l in 0..50u64 {
+                    g.read(l, &mut buf, SimTime::ZERO).unwrap();
+                    assert_eq!(buf, sector(&g, l), "LBA {l}");
+                }
+                g.check_invariants().unwrap();
+            }
+            Err(FtlError::Corrupt(m)) => {
+                assert!(!recovers, "the unsynced next head is not damage: {m}");
+                assert!(m.contains("checkpoint ring is damaged"), "{m}");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}

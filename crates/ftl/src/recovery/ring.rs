@@ -7,7 +7,8 @@
 //! written, an erased page below a block's write pointer) that is newer than the record
 //! we would use is refused with `FtlError::Corrupt` rather than recovering from an older
 //! record, which would serve stale data silently; a torn program (a crash during a
-//! checkpoint) is not damage.
+//! checkpoint) is not damage, nor, on an image opened after an unclean stop, the part of
+//! the one record written after the last sync that reached the host's disk.
 
 use super::*;
 use crate::stats::Counters;
@@ -183,14 +184,26 @@ impl RingScan {
     /// head with a damaged body, or a damaged head newer than the record we would use,
     /// means the checkpoint area was changed after the fact; going on from an older
     /// record would serve stale data silently.
+    ///
+    /// `unclean`: the image was opened after its host process stopped uncleanly (or its
+    /// host lost power). A checkpoint is synced to the host's disk right after its ring
+    /// pages are written, before anything relies on it, so the one record written after
+    /// the last sync may have reached the disk in part (the host writes pages back in any
+    /// order): a head page of the next record (id `seq + 1`) that does not decode is that
+    /// unsynced tail (its OOB reached the disk, its data did not), not a page changed
+    /// after the fact. Damage of a later record, and damage that a host crash cannot
+    /// cause (an unreadable page, an erased page below a written one: a block's page
+    /// states reach the disk together), are still refused.
     pub(super) fn refuse_damage(
         &self,
         ckpt_blocks: &[u32],
         seq: u64,
         (active, at_page): (usize, u32),
         body_damaged: bool,
+        unclean: bool,
     ) -> Result<(), FtlError> {
         let newer_damaged = self.damaged.iter().find(|&&(ci, p, known)| match known {
+            Some(s) if unclean => s > seq + 1,
             Some(s) => s > seq,
             None if ci == active => p > at_page,
             None => self.newest_in[ci].is_none_or(|n| n > seq),
@@ -231,7 +244,13 @@ impl Ftl {
         for (head, rssp_links, active, at_page) in std::mem::take(&mut ring.heads) {
             let body = rd.body(nand, &head, &mut t)?;
             let ck = body.and_then(|body| Checkpoint::with_body(&head, &body));
-            ring.refuse_damage(&ckpt_blocks, head.ckpt.seq, (active, at_page), ck.is_none())?;
+            ring.refuse_damage(
+                &ckpt_blocks,
+                head.ckpt.seq,
+                (active, at_page),
+                ck.is_none(),
+                nand.opened_unclean(),
+            )?;
             if let Some(ck) = ck {
                 return Ok(Found {
                     ck,
