@@ -362,7 +362,7 @@ fn split_single(agg: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     Ok(Some(Arc::new(fin)))
 }
 
-/// The device partial aggregation replacing `agg` (the plan node `node`), if it pushes.
+/// The device partial aggregation replacing `agg` (the plan node `agg_node`), if it pushes.
 fn push(agg: &AggregateExec, agg_node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
     if agg.filter_expr().iter().any(Option::is_some)
         || agg.aggr_expr().iter().any(|a| a.is_distinct())

@@ -130,6 +130,21 @@ fn scan_properties(schema: &SchemaRef) -> Arc<PlanProperties> {
     ))
 }
 
+/// The columns at positions `at` of kept `batches`, as batches of `schema`.
+fn columns_of(
+    batches: &[RecordBatch],
+    at: &[usize],
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>> {
+    batches
+        .iter()
+        .map(|b| {
+            let columns = at.iter().map(|&i| b.column(i).clone()).collect();
+            RecordBatch::try_new(schema.clone(), columns).map_err(DataFusionError::from)
+        })
+        .collect()
+}
+
 /// DataFusion's own partial aggregate that a device partial aggregation replaced
 /// ([`crate::agg`]), kept so that the same states can be computed in the host over rows
 /// another scan of the plan already read with the same program ([`crate::reuse`]).
@@ -295,13 +310,7 @@ impl DeviceScanExec {
         else {
             return Ok(None);
         };
-        let rows = batches
-            .iter()
-            .map(|b| {
-                let columns = at.iter().map(|&i| b.column(i).clone()).collect();
-                RecordBatch::try_new(hp.schema.clone(), columns)
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let rows = columns_of(&batches, &at, &hp.schema)?;
         let n: usize = rows.iter().map(RecordBatch::num_rows).sum();
         let mut input: Arc<dyn ExecutionPlan> =
             MemorySourceConfig::try_new_exec(&[rows], hp.schema.clone(), None)?;
@@ -340,14 +349,7 @@ impl DeviceScanExec {
         let Some((batches, at)) = slot.find(self.table.first_lba, &program.filter, cols) else {
             return Ok(None);
         };
-        batches
-            .iter()
-            .map(|b| {
-                let columns = at.iter().map(|&i| b.column(i).clone()).collect();
-                RecordBatch::try_new(self.schema.clone(), columns).map_err(DataFusionError::from)
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Some)
+        columns_of(&batches, &at, &self.schema).map(Some)
     }
 
     /// The device program this scan runs.
