@@ -682,18 +682,17 @@ impl Ftl {
 impl Ftl {
     /// Tests: program, at the next page of ring half 0's block, a page tagged as the head
     /// of record `seq + ahead` whose bytes are zero (a head whose TAG reached the host's
-    /// disk and whose data did not); returns the newest record's sequence.
+    /// disk and whose data did not).
     pub(crate) fn program_undecodable_ring_head(
         &mut self,
         ahead: u64,
         at: SimTime,
-    ) -> Result<u64, FtlError> {
-        let seq = self.ckpt.seq;
+    ) -> Result<(), FtlError> {
         let b = self.ckpt.ring[self.ckpt.active[0]];
         let p = self.nand.block_info(BlockId(b))?.next_page;
         let zeros = vec![0u8; self.geo.page_size()];
-        let id = seq + ahead;
+        let id = self.ckpt.seq + ahead;
         self.program_ring_page(b, p, &zeros, Kind::Ckpt, id, id, at)?;
-        Ok(seq)
+        Ok(())
     }
 }
