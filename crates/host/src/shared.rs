@@ -83,8 +83,9 @@ pub struct SharedDevice {
 }
 
 impl SharedDevice {
-    /// Share `dev` under clock `mode`. The pacer's origin is the device's current time,
-    /// so a paced run starts "now". Commands are placed in modeled time by the default
+    /// Share `dev` under clock `mode`. The pacer's origin is the completion of the
+    /// Identify this issues (the device's current time once it answered), so a paced run
+    /// starts "now". Commands are placed in modeled time by the default
     /// time model ([`TimeModel::default`]).
     pub fn new(dev: NvmeDevice, mode: ClockMode) -> Result<SharedDevice, HostError> {
         SharedDevice::with_time_model(dev, mode, TimeModel::default())
@@ -98,15 +99,18 @@ impl SharedDevice {
         time_model: TimeModel,
     ) -> Result<SharedDevice, HostError> {
         let mut dev = dev;
-        let origin = device_now(&dev);
-        // Identify through a temporary queue pair.
+        // Identify through a temporary queue pair. It is booked on the device's resources
+        // before any handle exists (and before the event core), so the shared clock starts
+        // at its completion: no handle's command can arrive while the host link still
+        // carries it (a paced command submitted within microseconds of sharing queued
+        // behind it, a booking outside the core's trace).
         let qid = create_qp(&mut dev)?;
-        let identify = match complete(&mut dev, qid, csd_device::Command::Identify, origin)
-            .map(|c| c.payload)
-        {
-            Ok(csd_device::Payload::Identify(info)) => info,
-            Ok(_) => return Err(HostError::Invalid("Identify returned no data".into())),
-            Err(e) => return Err(e),
+        let idle = device_now(&dev);
+        let c = complete(&mut dev, qid, csd_device::Command::Identify, idle)?;
+        let origin = c.acct.completed;
+        let identify = match c.payload {
+            csd_device::Payload::Identify(info) => info,
+            _ => return Err(HostError::Invalid("Identify returned no data".into())),
         };
         let _ = dev.delete_queue_pair(qid);
         let core = (time_model == TimeModel::Events).then(|| {
@@ -564,6 +568,35 @@ mod tests {
             runs.push((times, h.now().ns(), dev.totals().commands));
         }
         assert_eq!(runs[0], runs[1]);
+    }
+
+    /// The Identify a shared device issues is booked before the core exists: a paced
+    /// command submitted at once must not arrive while the host link still carries it (it
+    /// would wait behind a booking the trace never saw; seen once in a loaded suite run of
+    /// crates/fdtree/tests/concurrent.rs). At 1,000 wall seconds per modeled second the
+    /// first command arrives within a modeled microsecond of sharing.
+    #[test]
+    fn a_paced_command_right_after_sharing_arrives_after_the_identify() {
+        for tm in [TimeModel::Calendar, TimeModel::Events] {
+            let dev = shared_on(ClockMode::Paced { scale: 1000.0 }, tm);
+            let idle = device_now(&dev.lock());
+            dev.record_trace();
+            let mut h = dev.handle().expect("handle");
+            let c = h
+                .exec(csd_device::Command::Identify)
+                .expect("identify again");
+            assert!(
+                c.acct.submitted >= idle,
+                "{tm:?}: submitted at {} while the device was busy until {idle}",
+                c.acct.submitted
+            );
+            let trace = dev.trace();
+            if tm == TimeModel::Events {
+                let first = trace.first().expect("a traced booking");
+                assert_eq!(first.start, first.arrival, "{first:?}");
+                events::first_come_first_served(&trace).expect("arrival order");
+            }
+        }
     }
 
     #[test]
