@@ -213,7 +213,9 @@ impl SsdBtree {
     ) -> Result<SimTime, FtlError> {
         let isp = dev.ftl().nand().config().isp;
         let mut t = at;
-        let mut buf = vec![0u8; NODE_BYTES];
+        // A node takes an LBA, at its start (LBAs of more than NODE_BYTES: the rest unused).
+        let slot = dev.ftl().lba_size();
+        let mut buf = vec![0u8; slot];
         let mut leaves = Vec::new();
         for &l in &touch.read {
             self.stats.nodes_visited += 1;
@@ -238,7 +240,7 @@ impl SsdBtree {
         leaves.dedup();
         let issued = t;
         for (first, n) in runs(&leaves, u64::MAX) {
-            let bytes = n as usize * NODE_BYTES;
+            let bytes = n as usize * slot;
             buf.resize(bytes, 0);
             let r = self.read_nodes(dev, first, &mut buf, issued)?;
             t = t.max(dev.controller_mut().dram(r, bytes as u64));
@@ -287,11 +289,14 @@ impl SsdBtree {
         let Some(tree) = self.indexes.get(&id) else {
             return Ok(t);
         };
+        let slot = dev.ftl().lba_size();
         for &l in &touch.written {
-            if let Some(b) = tree.node_bytes(l) {
+            if let Some(mut b) = tree.node_bytes(l) {
                 t = dev.controller_mut().dram(t, NODE_BYTES as u64);
                 // Written back: the firmware goes on once the node is handed to the FTL
-                // (the program keeps its die busy; later flash work queues behind it).
+                // (the program keeps its die busy; later flash work queues behind it). A
+                // node fills the start of its LBA.
+                b.resize(slot.max(b.len()), 0);
                 dev.ftl_mut().write(l, &b, t)?;
                 self.stats.node_writes += 1;
                 self.cache.insert(l);

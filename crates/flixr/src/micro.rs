@@ -42,6 +42,7 @@ fn setup(s: &Setup, kind: IndexKind, with_part: bool) -> Result<Micro, EvalError
         "l_orderkey",
         KeyEncoding::Range,
         li_rows.len(),
+        s.page_bytes(),
     );
     li_def.max_pages += s.queries as u64;
     let tree = |n: usize| (n as u64 * 2).div_ceil(170) * 2 + 16;
@@ -59,6 +60,7 @@ fn setup(s: &Setup, kind: IndexKind, with_part: bool) -> Result<Micro, EvalError
         "p_partkey",
         KeyEncoding::Bitmap(tpch::bounds(1, nparts, BITMAP_BUCKETS)),
         part.len().max(1),
+        s.page_bytes(),
     ))?;
     if !part.is_empty() {
         store.load(pt, part)?;

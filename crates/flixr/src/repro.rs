@@ -676,6 +676,16 @@ fn md_setup(md: &mut String, r: &Repro) {
         r.setup.index_cache_kib,
         r.setup.node_cache
     );
+    let _ = writeln!(
+        md,
+        "Table pages of {} KiB, each one LBA of the device and so one FTL entry with its per-page index ({}; the paper's: 16 KiB, the InnoDB page of the MySQL setup it emulates, the Cosmos+ firmware's 16 KiB mapping slice, and §4.8's 8-24 index bytes per page being 0.05-0.15% of the space). Host and in-SSD B+tree nodes keep 4 KiB of entries (fanout {}) at the start of their LBA.\n",
+        r.setup.page_bytes() / 1024,
+        match r.setup.page_kib {
+            Some(_) => "`--page-kib`",
+            None => "the default: 16 KiB, or the preset's flash page where smaller",
+        },
+        csd_device::btree::FANOUT,
+    );
     if let Ok(base) = csd_sim::DeviceConfig::preset(&r.setup.preset)
         && base.dram.page_buffer_kib > 0
     {

@@ -160,11 +160,11 @@ fn get(v: &[Value], c: usize) -> i64 {
     v.get(c).and_then(Value::as_i64).unwrap_or(0)
 }
 
-fn def(name: &str, cols: &[(&str, ColumnType)], rows: i64) -> TableDef {
+fn def(name: &str, cols: &[(&str, ColumnType)], rows: i64, page: usize) -> TableDef {
     let columns: Vec<(String, ColumnType)> =
         cols.iter().map(|(n, t)| (n.to_string(), *t)).collect();
     let width: usize = cols.iter().map(|(_, t)| t.width()).sum();
-    let per = ((4096 - 24) / (width + 2)).max(1) as i64;
+    let per = ((page - 24) / (width + 2)).max(1) as i64;
     TableDef {
         name: name.into(),
         key: cols[0].0.into(),
@@ -290,35 +290,44 @@ const STOCK_COLUMNS: &[(&str, ColumnType)] = &[
     ("s_data", ColumnType::Char(50)),
 ];
 
-/// The nine tables, sized for scale `sc` plus `txns` transactions' growth.
-fn defs(sc: Scale, txns: i64) -> Vec<TableDef> {
+/// The nine tables on pages of `page` bytes, sized for scale `sc` plus `txns`
+/// transactions' growth.
+fn defs(sc: Scale, txns: i64, page: usize) -> Vec<TableDef> {
     let w = sc.warehouses;
     let d = w * 10;
     let growth = txns + 16;
     vec![
-        def("warehouse", WAREHOUSE_COLUMNS, w),
-        def("district", DISTRICT_COLUMNS, d),
-        def("customer", CUSTOMER_COLUMNS, d * sc.customers),
-        def("history", HISTORY_COLUMNS, d * sc.customers + growth),
-        def("new_order", NEW_ORDER_COLUMNS, d * sc.customers + growth),
-        def("orders", ORDERS_COLUMNS, d * sc.customers + growth),
+        def("warehouse", WAREHOUSE_COLUMNS, w, page),
+        def("district", DISTRICT_COLUMNS, d, page),
+        def("customer", CUSTOMER_COLUMNS, d * sc.customers, page),
+        def("history", HISTORY_COLUMNS, d * sc.customers + growth, page),
+        def(
+            "new_order",
+            NEW_ORDER_COLUMNS,
+            d * sc.customers + growth,
+            page,
+        ),
+        def("orders", ORDERS_COLUMNS, d * sc.customers + growth, page),
         def(
             "order_line",
             ORDER_LINE_COLUMNS,
             (d * sc.customers + growth) * 15,
+            page,
         ),
-        def("item", ITEM_COLUMNS, sc.items),
-        def("stock", STOCK_COLUMNS, w * sc.items),
+        def("item", ITEM_COLUMNS, sc.items, page),
+        def("stock", STOCK_COLUMNS, w * sc.items, page),
     ]
 }
 
-/// LBAs the database needs.
-fn lbas(defs: &[TableDef]) -> u64 {
+/// LBAs of `page` bytes the database needs.
+fn lbas(defs: &[TableDef], page: usize) -> u64 {
     defs.iter()
         .map(|d| {
             let w: usize = d.columns.iter().map(|c| c.1.width()).sum();
-            let per = ((4096 - 24) / (w + 2)).max(1) as u64;
-            d.max_pages + (d.max_pages * per * 2).div_ceil(170) * 2 + 16
+            let per = ((page - 24) / (w + 2)).max(1) as u64;
+            d.max_pages
+                + (d.max_pages * per * 2).div_ceil(csd_device::btree::FANOUT as u64) * 2
+                + 16
         })
         .sum()
 }
@@ -326,7 +335,7 @@ fn lbas(defs: &[TableDef]) -> u64 {
 /// Generate and load the database.
 fn populate(st: &mut RowStore, sc: Scale, txns: i64, seed: u64) -> Result<Db, EvalError> {
     let mut ids = Vec::new();
-    for d in defs(sc, txns) {
+    for d in defs(sc, txns, st.page_bytes()) {
         ids.push(st.create_table(d)?);
     }
     let mut rng = Rng::new(seed ^ 0xC0C0);
@@ -766,7 +775,8 @@ pub fn run(s: &Setup, kind: IndexKind, txn: Txn) -> Result<Measure, EvalError> {
 /// [`run`] at an explicit population size.
 pub fn run_scaled(s: &Setup, kind: IndexKind, txn: Txn, sc: Scale) -> Result<Measure, EvalError> {
     let txns = s.tpcc_txns as i64;
-    let mut st = s.store(kind, lbas(&defs(sc, txns)), sc.paper_fraction())?;
+    let page = s.page_bytes();
+    let mut st = s.store(kind, lbas(&defs(sc, txns, page), page), sc.paper_fraction())?;
     let mut db = populate(&mut st, sc, txns, s.seed)?;
     consistency(&mut st, &db)?;
     let mut rng = Rng::new(s.seed ^ 0x7C);

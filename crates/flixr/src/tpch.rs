@@ -78,9 +78,9 @@ pub fn bounds(lo: i64, hi: i64, n: usize) -> Vec<i64> {
 pub const BITMAP_BUCKETS: usize = 160;
 
 /// A table definition for `t` keyed on `key`.
-pub fn def(t: TpchTable, key: &str, encoding: KeyEncoding, rows: usize) -> TableDef {
+pub fn def(t: TpchTable, key: &str, encoding: KeyEncoding, rows: usize, page: usize) -> TableDef {
     let schema = t.schema();
-    let cap = csd_table::page::capacity_for(&schema, csd_table::Layout::Nsm, 4096).unwrap_or(1);
+    let cap = csd_table::page::capacity_for(&schema, csd_table::Layout::Nsm, page).unwrap_or(1);
     TableDef {
         name: t.name().into(),
         columns: columns(&schema),
@@ -241,9 +241,9 @@ impl Data {
         bounds(1, max, BITMAP_BUCKETS)
     }
 
-    /// LBAs the tables of `q` need (pages and index regions, generously).
-    fn lbas(&self, q: Query) -> u64 {
-        let pages = |n: usize, w: usize| (n * (w + 2)).div_ceil(4000) as u64;
+    /// LBAs of `page` bytes the tables of `q` need (pages and index regions, generously).
+    fn lbas(&self, q: Query, page: usize) -> u64 {
+        let pages = |n: usize, w: usize| (n * (w + 2)).div_ceil(page - 96) as u64;
         let li = pages(self.lineitem.len(), 148) * 2 + 64;
         let tree = |n: usize| (n as u64 * 2).div_ceil(170) * 2 + 16;
         match q {
@@ -294,7 +294,7 @@ pub fn run(s: &Setup, kind: IndexKind, q: Query) -> Result<Measure, EvalError> {
 
 /// Run `q` on already generated `data`.
 pub fn run_on(s: &Setup, kind: IndexKind, q: Query, data: &Data) -> Result<Measure, EvalError> {
-    let mut st = s.store(kind, data.lbas(q), s.sf / PAPER_SF)?;
+    let mut st = s.store(kind, data.lbas(q, s.page_bytes()), s.sf / PAPER_SF)?;
     let mut rng = Rng::new(s.seed ^ 0x7C4);
     let st = &mut st;
     match q {
@@ -325,7 +325,7 @@ fn loaded(
     encoding: KeyEncoding,
     rows: &[Vec<Value>],
 ) -> Result<TableId, EvalError> {
-    let id = st.create_table(def(t, key, encoding, rows.len()))?;
+    let id = st.create_table(def(t, key, encoding, rows.len(), st.page_bytes()))?;
     st.load(id, rows)?;
     Ok(id)
 }
@@ -581,7 +581,11 @@ pub fn run_q6_keys(
     secondary: bool,
     data: &Data,
 ) -> Result<Measure, EvalError> {
-    let mut st = s.store(kind, data.lbas(Query::Q6) * 3, s.sf / PAPER_SF)?;
+    let mut st = s.store(
+        kind,
+        data.lbas(Query::Q6, s.page_bytes()) * 3,
+        s.sf / PAPER_SF,
+    )?;
     let name = if secondary {
         Workload::Q6MultiKey
     } else {
@@ -592,6 +596,7 @@ pub fn run_q6_keys(
         "l_shipdate",
         KeyEncoding::Range,
         data.lineitem.len(),
+        st.page_bytes(),
     ))?;
     if secondary {
         let (db, qb) = secondary_bounds();

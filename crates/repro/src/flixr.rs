@@ -58,6 +58,12 @@ pub struct ReproFlixrArgs {
     /// Commands the host keeps in flight.
     #[arg(long, default_value_t = 8)]
     qd: usize,
+    /// Bytes of a table page, KiB: the device's LBA, so one FTL entry and one per-page
+    /// index per page (paper: 16, the InnoDB page of its MySQL setup and the Cosmos+
+    /// firmware's mapping slice; see csd_flixr::Setup::page_kib). Default: 16, or the
+    /// preset's flash page where that is smaller.
+    #[arg(long)]
+    page_kib: Option<u64>,
     /// How each measured run's commands are placed in modeled time: `calendar` or
     /// `events` (the event core: every resource first-come first-served in
     /// modeled-arrival order; docs/time-model.md). Loading stays on calendars.
@@ -134,6 +140,7 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
             }),
         map_cache_share: a.map_cache_share,
         qd: a.qd,
+        page_kib: a.page_kib,
         time_model: a.time_model,
     };
     setup

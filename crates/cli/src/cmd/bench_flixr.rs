@@ -77,6 +77,11 @@ pub struct BenchFlixrArgs {
     /// Commands the host keeps in flight.
     #[arg(long, default_value_t = 8)]
     pub qd: usize,
+    /// Bytes of a table page, KiB: the device's LBA, one FTL entry and one per-page
+    /// index per page (paper: 16; see csd_flixr::Setup::page_kib). Default: 16, or the
+    /// preset's flash page where that is smaller.
+    #[arg(long)]
+    pub page_kib: Option<u64>,
     /// Configurations to run (default: all six).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub configs: Vec<Config>,
@@ -150,6 +155,7 @@ impl BenchFlixrArgs {
             index_cache_kib: self.index_cache_mib << 10,
             map_cache_share: self.map_cache_share,
             qd: self.qd,
+            page_kib: self.page_kib,
             ..Setup::default()
         }
     }
@@ -277,6 +283,8 @@ mod tests {
             index_cache_mib: 1,
             map_cache_share: 0.5,
             qd: 4,
+            // The tiny preset's flash page.
+            page_kib: None,
             configs: Vec::new(),
             report: JsonFlag { json: true },
         }

@@ -76,7 +76,11 @@ impl RowStore {
                 page.push(rows[i].clone());
                 i += 1;
             }
-            writes.push((lba, Self::build_page(&schema, &page)?, page.len()));
+            writes.push((
+                lba,
+                Self::build_page(&schema, self.page, &page)?,
+                page.len(),
+            ));
         }
         self.host_cpu(rows.len() as f64 * self.cycles_per_record);
         self.saw_keys(t, keys.iter().copied());
@@ -115,6 +119,7 @@ impl RowStore {
         let ndel = del.len() as u64;
         self.saw_keys(t, insert.iter().map(|p| p.0));
         let mut writes = Vec::new();
+        let page_bytes = self.page;
         let tb = &mut self.tables[t.0];
         for lba in pages {
             let rows: Vec<Vec<Value>> = contents
@@ -128,7 +133,7 @@ impl RowStore {
             if (rows.len() as u16) < cap {
                 tb.room.insert(p);
             }
-            writes.push((lba, Self::build_page(&schema, &rows)?));
+            writes.push((lba, Self::build_page(&schema, page_bytes, &rows)?));
         }
         tb.rows -= ndel.min(tb.rows);
         self.host_cpu(changed as f64 * self.cycles_per_record);

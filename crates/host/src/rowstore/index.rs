@@ -167,9 +167,11 @@ impl RowStore {
         .ok_or_else(|| StoreError::Invalid("no tree".into()))?;
         let mut cmds = Vec::new();
         for (first, n) in runs(&lbas, mdts) {
-            let mut data = Vec::with_capacity(n as usize * PAGE);
-            for l in first..first + n {
-                data.extend(tree.node_bytes(l).unwrap_or_else(|| vec![0; PAGE]));
+            let mut data = vec![0u8; n as usize * self.page];
+            for (l, slot) in (first..first + n).zip(data.chunks_mut(self.page)) {
+                if let Some(node) = tree.node_bytes(l) {
+                    slot[..node.len()].copy_from_slice(&node);
+                }
             }
             cmds.push(Command::Write { lba: first, data });
         }

@@ -18,7 +18,7 @@ impl RowStore {
                 def.name
             )));
         }
-        let (schema, key, cap) = Self::table_schema(&def)?;
+        let (schema, key, cap) = Self::table_schema(&def, self.page)?;
         // Node region: one leaf per ~half-full node of entries, and inner levels.
         let entries = def.max_pages * cap as u64;
         let tree_lbas = if self.kind.host_tree() || self.kind == IndexKind::SsdBtree {
@@ -74,7 +74,7 @@ impl RowStore {
 
     /// A table definition's schema, key column and rows per page; refused when the key
     /// is not numeric, a row does not fit a page or `max_pages` is 0.
-    fn table_schema(def: &TableDef) -> Result<(Schema, usize, usize), StoreError> {
+    fn table_schema(def: &TableDef, page: usize) -> Result<(Schema, usize, usize), StoreError> {
         let schema = Schema::new(
             def.name.clone(),
             def.columns
@@ -92,7 +92,7 @@ impl RowStore {
                 def.key
             )));
         }
-        let cap = csd_table::page::capacity_for(&schema, Layout::Nsm, PAGE)
+        let cap = csd_table::page::capacity_for(&schema, Layout::Nsm, page)
             .map_err(|e| StoreError::Invalid(e.to_string()))?;
         if def.max_pages == 0 || cap == 0 {
             return Err(StoreError::Invalid(format!(
@@ -145,8 +145,12 @@ impl RowStore {
             .ok_or_else(|| StoreError::Invalid("row has no numeric key".into()))
     }
 
-    pub(super) fn build_page(schema: &Schema, rows: &[Vec<Value>]) -> Result<Vec<u8>, StoreError> {
-        crate::slotted::build_page(schema, Layout::Nsm, PAGE, rows)
+    pub(super) fn build_page(
+        schema: &Schema,
+        page: usize,
+        rows: &[Vec<Value>],
+    ) -> Result<Vec<u8>, StoreError> {
+        crate::slotted::build_page(schema, Layout::Nsm, page, rows)
             .map_err(|e| StoreError::Invalid(e.to_string()))
     }
 
@@ -180,9 +184,9 @@ impl RowStore {
         let mdts = self.client.identify().mdts_blocks as usize;
         let mut cmds = Vec::new();
         for (ci, chunk) in rows.chunks(cap * mdts).enumerate() {
-            let mut data = Vec::with_capacity(mdts * PAGE);
+            let mut data = Vec::with_capacity(mdts * self.page);
             for p in chunk.chunks(cap) {
-                data.extend(Self::build_page(&schema, p)?);
+                data.extend(Self::build_page(&schema, self.page, p)?);
             }
             let lba = first + (ci * mdts) as u64;
             cmds.push(if self.kind.flixr() {

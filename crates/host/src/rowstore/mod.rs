@@ -17,9 +17,13 @@
 //!   table has one index key column; its FLIXR encoding is a range (min/max) or a bitmap
 //!   over split points ([`KeyEncoding`]). Under the B+tree kinds the index maps `key` to
 //!   the row's page (a non-unique per-row index: one entry per row).
-//! * One table page per 4 KiB LBA (the FTL's mapping unit), in a fixed extent of
-//!   `max_pages` LBAs per table, followed by the table's B+tree node region. Rows are
-//!   fixed-width NSM rows; a page holds `capacity_for(schema, Nsm, 4096)` rows.
+//! * One table page per LBA (the FTL's mapping unit, so one FTL entry and one FLIXR
+//!   per-page index per page): 4 KiB on most devices, 16 KiB in FLIXR's runs (the paper's
+//!   InnoDB pages and the Cosmos+ firmware's 16 KiB mapping slice, `csd_flixr::Setup`);
+//!   any multiple of [`MIN_PAGE`]. Pages lie in a fixed extent of `max_pages` LBAs per
+//!   table, followed by the table's B+tree node region. Rows are fixed-width NSM rows; a
+//!   page holds `capacity_for(schema, Nsm, LBA size)` rows. A B+tree node keeps its
+//!   `NODE_BYTES` of entries at the start of its LBA (fanout `FANOUT` whatever the LBA).
 //! * The free-space map is a free-row count per page plus the set of pages with room;
 //!   INSERT fills the lowest-numbered page with room (as a heap's FSM does), so keys
 //!   inserted after deletes land among old keys and widen those pages' ranges, the
@@ -113,8 +117,9 @@ use csd_table::{Column, ColumnType, Layout, PageView, Schema, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use thiserror::Error;
 
-/// Bytes of a table page (one LBA).
-pub const PAGE: usize = 4096;
+/// The smallest LBA (and so table page) the store takes: one host B+tree node
+/// ([`NODE_BYTES`]); a larger LBA holds a node at its start.
+pub const MIN_PAGE: usize = NODE_BYTES;
 
 /// Share of a table's key span above which the B+tree configurations scan the table
 /// instead of walking the index (a cost-based optimizer's choice for unselective ranges).
@@ -406,6 +411,8 @@ pub struct RowStore {
     /// Statements nested in the one under way (`delete_where` runs a scan and a delete).
     stmt_depth: u32,
     traffic: Traffic,
+    /// Bytes of a table page: the device's LBA.
+    page: usize,
     host_hz: f64,
     cycles_per_record: f64,
     cycles_per_page: f64,
@@ -427,10 +434,11 @@ impl RowStore {
         }
         let cfg = dev.block().ftl().nand().config().clone();
         let client = Client::new(dev)?;
-        if client.identify().lba_size as usize != PAGE {
+        let page = client.identify().lba_size as usize;
+        if page < MIN_PAGE || !page.is_multiple_of(MIN_PAGE) {
             return Err(StoreError::Invalid(format!(
-                "the row store needs {PAGE}-byte LBAs, the device has {}",
-                client.identify().lba_size
+                "the row store needs LBAs of a multiple of {MIN_PAGE} bytes (a table page is \
+                 one LBA), the device has {page}"
             )));
         }
         let cache = match kind {
@@ -448,10 +456,16 @@ impl RowStore {
             stmt_nodes: HashSet::new(),
             stmt_depth: 0,
             traffic: Traffic::default(),
+            page,
             host_hz: cfg.host.clock_mhz * 1e6,
             cycles_per_record: cfg.isp.host_cycles_per_record,
             cycles_per_page: cfg.isp.host_cycles_per_page,
         })
+    }
+
+    /// Bytes of a table page: the device's LBA.
+    pub fn page_bytes(&self) -> usize {
+        self.page
     }
 
     /// Run `f` as one statement: the host B+tree nodes it reads or writes stay in host

@@ -83,7 +83,7 @@ impl RowStore {
             self.traffic.map_flash_reads += meta;
             self.traffic.data_pages_to_host += n;
             let d = Self::payload_data(c);
-            for (i, p) in d.chunks(PAGE).enumerate() {
+            for (i, p) in d.chunks(self.page).enumerate() {
                 out.push((first + i as u64, p.to_vec()));
             }
         }
@@ -106,7 +106,7 @@ impl RowStore {
                 self.traffic.data_flash_reads += flash.saturating_sub(meta);
                 self.traffic.data_pages_to_host += r.lbas.len() as u64;
                 self.traffic.pages_skipped += r.skipped.len() as u64;
-                for (l, p) in r.lbas.iter().zip(r.data.chunks(PAGE)) {
+                for (l, p) in r.lbas.iter().zip(r.data.chunks(self.page)) {
                     out.push((*l, p.to_vec()));
                 }
                 r.resume_at

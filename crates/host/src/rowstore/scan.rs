@@ -200,7 +200,7 @@ impl RowStore {
                             self.traffic.data_flash_reads +=
                                 flash.saturating_sub(meta).saturating_sub(nodes);
                             self.traffic.data_pages_to_host += r.lbas.len() as u64;
-                            for (l, p) in r.lbas.iter().zip(r.data.chunks(PAGE)) {
+                            for (l, p) in r.lbas.iter().zip(r.data.chunks(self.page)) {
                                 out.push((*l, p.to_vec()));
                             }
                             r.resume_at
@@ -334,7 +334,7 @@ impl RowStore {
                     self.traffic.map_flash_reads += meta;
                     if let Payload::IndexRead(r) = c.payload {
                         self.traffic.data_pages_to_host += r.lbas.len() as u64;
-                        for (l, p) in r.lbas.iter().zip(r.data.chunks(PAGE)) {
+                        for (l, p) in r.lbas.iter().zip(r.data.chunks(self.page)) {
                             out.insert(*l, p.to_vec());
                         }
                         if r.resume_at.is_some() {
