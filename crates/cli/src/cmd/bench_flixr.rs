@@ -217,11 +217,12 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
         return Ok(());
     }
     println!(
-        "FLIXR Scan with filtering (§6.1): preset {}, TPC-H SF {} LINEITEM, {} queries of {}%, host B+tree cache {}, seed {}",
+        "FLIXR Scan with filtering (§6.1): preset {}, TPC-H SF {} LINEITEM, {} queries of {}%, {} KiB table pages (one LBA each), host B+tree cache {}, seed {}",
         a.preset,
         a.sf,
         a.queries,
         a.selectivity * 100.0,
+        a.setup().page_bytes() / 1024,
         a.setup().host_cache,
         a.rng.seed
     );

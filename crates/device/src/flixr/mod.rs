@@ -38,7 +38,8 @@
 //!   FTL (a MAP-page read when the FTL's MAP cache does not hold it) and stages it in DRAM.
 //!
 //! Choices made here (the paper leaves them open):
-//! * A table page is one LBA (the FTL's mapping unit, 4 KiB in every preset) or, for
+//! * A table page is one LBA (the FTL's mapping unit: 4 KiB in every preset; FLIXR's
+//!   evaluation formats the device with the paper's 16 KiB, `csd_flixr::Setup`) or, for
 //!   tables whose pages are flash pages (`TableFormat::page_lbas` > 1, the catalog's
 //!   tables), an aligned run of LBAs: WRITE_IDX then computes one entry over the whole
 //!   page and stores it in the MAP entry of each of its LBAs, so READ_IDX keeps or skips
