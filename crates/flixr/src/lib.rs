@@ -120,6 +120,12 @@ impl std::fmt::Display for HostCache {
     }
 }
 
+/// LBAs to set aside for the B+tree nodes over `rows` rows (one node per LBA, leaves at
+/// least half full, twice that for growth; the row store's own rule for its trees).
+pub(crate) fn tree_lbas(rows: u64) -> u64 {
+    (rows * 2).div_ceil(csd_device::btree::FANOUT as u64) * 2 + 16
+}
+
 /// The paper's table page, KiB ([`Setup::page_kib`]).
 pub const PAPER_PAGE_KIB: u64 = 16;
 

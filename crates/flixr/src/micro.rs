@@ -45,7 +45,7 @@ fn setup(s: &Setup, kind: IndexKind, with_part: bool) -> Result<Micro, EvalError
         s.page_bytes(),
     );
     li_def.max_pages += s.queries as u64;
-    let tree = |n: usize| (n as u64 * 2).div_ceil(170) * 2 + 16;
+    let tree = |n: usize| crate::tree_lbas(n as u64);
     let lbas = li_def.max_pages
         + tree(li_rows.len())
         + (part.len() as u64 / 20) * 2

@@ -325,9 +325,7 @@ fn lbas(defs: &[TableDef], page: usize) -> u64 {
         .map(|d| {
             let w: usize = d.columns.iter().map(|c| c.1.width()).sum();
             let per = ((page - 24) / (w + 2)).max(1) as u64;
-            d.max_pages
-                + (d.max_pages * per * 2).div_ceil(csd_device::btree::FANOUT as u64) * 2
-                + 16
+            d.max_pages + crate::tree_lbas(d.max_pages * per)
         })
         .sum()
 }

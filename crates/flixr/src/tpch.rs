@@ -245,7 +245,7 @@ impl Data {
     fn lbas(&self, q: Query, page: usize) -> u64 {
         let pages = |n: usize, w: usize| (n * (w + 2)).div_ceil(page - 96) as u64;
         let li = pages(self.lineitem.len(), 148) * 2 + 64;
-        let tree = |n: usize| (n as u64 * 2).div_ceil(170) * 2 + 16;
+        let tree = |n: usize| crate::tree_lbas(n as u64);
         match q {
             Query::Q1 | Query::Q6 => li + tree(self.lineitem.len()),
             Query::Q14 => {
