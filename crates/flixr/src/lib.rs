@@ -120,10 +120,9 @@ impl std::fmt::Display for HostCache {
     }
 }
 
-/// LBAs to set aside for the B+tree nodes over `rows` rows (one node per LBA, leaves at
-/// least half full, twice that for growth; the row store's own rule for its trees).
+/// LBAs to set aside for the B+tree nodes over `rows` rows: the row store's own rule.
 pub(crate) fn tree_lbas(rows: u64) -> u64 {
-    (rows * 2).div_ceil(csd_device::btree::FANOUT as u64) * 2 + 16
+    csd_host::rowstore::tree_region_lbas(rows)
 }
 
 /// The paper's table page, KiB ([`Setup::page_kib`]).

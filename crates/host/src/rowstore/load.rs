@@ -22,7 +22,7 @@ impl RowStore {
         // Node region: one leaf per ~half-full node of entries, and inner levels.
         let entries = def.max_pages * cap as u64;
         let tree_lbas = if self.kind.host_tree() || self.kind == IndexKind::SsdBtree {
-            (entries * 2).div_ceil(csd_device::btree::FANOUT as u64) * 2 + 16
+            super::tree_region_lbas(entries)
         } else {
             0
         };
@@ -292,7 +292,7 @@ impl RowStore {
             })?;
             None
         } else if self.kind.host_tree() {
-            let lbas = (max_pages * cap * 2).div_ceil(csd_device::btree::FANOUT as u64) * 2 + 16;
+            let lbas = super::tree_region_lbas(max_pages * cap);
             let first = self.next_lba;
             let end = first + lbas;
             let have = self.client.identify().lbas;

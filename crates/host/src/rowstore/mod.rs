@@ -107,7 +107,7 @@ mod pages;
 mod scan;
 
 use crate::client::{Client, CommandIssuer, HostError};
-use csd_device::btree::{BtreeError, LruSet, NODE_BYTES, PagedBtree, Touch};
+use csd_device::btree::{BtreeError, FANOUT, LruSet, NODE_BYTES, PagedBtree, Touch};
 use csd_device::{
     Command, Completion, HostIndexValue, IndexEncoding, IndexRule, IndexSpec, JoinIndexSpec,
     NvmeDevice, Payload, TableFormat,
@@ -120,6 +120,12 @@ use thiserror::Error;
 /// The smallest LBA (and so table page) the store takes: one host B+tree node
 /// ([`NODE_BYTES`]); a larger LBA holds a node at its start.
 pub const MIN_PAGE: usize = NODE_BYTES;
+
+/// LBAs a table's B+tree region gets for `entries` index entries: one node per LBA, nodes
+/// about half full, twice that for growth, plus room for the inner levels.
+pub fn tree_region_lbas(entries: u64) -> u64 {
+    (entries * 2).div_ceil(FANOUT as u64) * 2 + 16
+}
 
 /// Share of a table's key span above which the B+tree configurations scan the table
 /// instead of walking the index (a cost-based optimizer's choice for unselective ranges).
