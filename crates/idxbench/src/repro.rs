@@ -205,6 +205,65 @@ pub fn fig7_config(p: &ReproParams, keys: u64) -> BenchConfig {
     c
 }
 
+/// The re-run of a Figure 7 size whose stall ordering failed: the same initial index
+/// with the Figure 6 runs' length ([`ReproParams::requests`]), when that is longer.
+///
+/// Why: with as many requests as keys (the paper's rule), a run at this scale may hold
+/// no merge below L1 at all. FD+DS and FD+XM stall an insertion for a whole merge, and
+/// only a merge into a lower level lasts longer than the slack left in L0 fills. The
+/// paper's runs always hold several (10 M requests at `W_l = 0.8` are 2 M modifications,
+/// 122 merges of its 16 K-entry L0 at k = 24: five merges into L2), and here a preload of
+/// 200 K keys ends right after a full merge, so the 5 merges of L0 in its 200 K requests
+/// all stop at L1. The Figure 6 length holds about ten merges of L0, so one of them goes
+/// below L1 whatever the phase ([`REQUESTS`]). `None` when that is no longer.
+pub fn fig7_rerun_config(p: &ReproParams, keys: u64) -> Option<BenchConfig> {
+    (p.requests > keys).then(|| {
+        let mut c = fig6_base(p);
+        c.workload = WorkloadSpec::Gr(GrSpec::with_lookup_ratio(0.8, p.requests, keys));
+        c
+    })
+}
+
+/// The initial index sizes of the Figure 7 stall orderings that do not hold in `checks`.
+pub fn failed_fig7_sizes(checks: &[Comparison], sizes: &[u64]) -> Vec<u64> {
+    sizes
+        .iter()
+        .copied()
+        .filter(|n| {
+            let prefix = format!("Fig. 7, {n} keys:");
+            checks
+                .iter()
+                .any(|c| c.headline.starts_with(&prefix) && !holds(c))
+        })
+        .collect()
+}
+
+/// Attaches the re-runs of [`fig7_rerun_config`] (`reruns`, every scheme's at one or
+/// more sizes) to the Figure 7 orderings of `checks`, as measured explanations: the
+/// parameter (the run's length) and the ordering's figure in the re-run.
+pub fn explain_fig7(checks: &mut [Comparison], reruns: &[BenchResult]) {
+    let mut sizes: Vec<u64> = reruns.iter().map(|r| r.preload_keys).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    for n in sizes {
+        let rs: Vec<&BenchResult> = reruns.iter().filter(|r| r.preload_keys == n).collect();
+        let mut again = Vec::new();
+        insert_checks(&mut again, &format!("7, {n} keys"), &rs, false);
+        let requests = rs.first().map_or(0, |r| r.requests);
+        for a in again {
+            if let Some(c) = checks.iter_mut().find(|c| c.headline == a.headline) {
+                c.measured.push(csd_paper::Measured {
+                    parameter: "run length".into(),
+                    setting: format!(
+                        "{requests} requests, a merge below L1 in the run as in every run of the paper's"
+                    ),
+                    value: a.csd,
+                });
+            }
+        }
+    }
+}
+
 /// The Figure 8 (G_T) configuration for `warehouses` warehouses: [`GT_REQUESTS`]
 /// requests, otherwise [`BenchConfig::small_tpcc`].
 pub fn fig8_config(p: &ReproParams, warehouses: u32) -> BenchConfig {
@@ -525,5 +584,82 @@ mod tests {
         }
         assert_eq!(check_orderings(&[], &fig7, &[]).len(), 2 * 2);
         assert_eq!(check_orderings(&[], &[], &fig8b).len(), 2 * 3);
+    }
+
+    #[test]
+    fn a_failed_figure_7_size_is_re_run_longer_and_explained_only_if_the_re_run_holds() {
+        let p = ReproParams {
+            preload: 200,
+            requests: 2_000,
+            ..ReproParams::default()
+        };
+        let cfg = fig6_config(&p, 0.8).unwrap();
+        let t = crate::run(&Map(Mutex::new(BTreeMap::new())), &cfg).unwrap();
+        // At 100 keys every scheme stalls alike (no merge below L1 in the run), at 300
+        // the paper's shape holds.
+        let mut fig7 = Vec::new();
+        for (s, at100, at300) in [
+            (Scheme::FdXm, 1.0, 38_000.0),
+            (Scheme::FdDs, 1.0, 33_000.0),
+            (Scheme::FdFc, 1.0, 1_000.0),
+        ] {
+            for (n, worst) in [(100, at100), (300, at300)] {
+                let mut r = result(&t, s, worst, 100.0);
+                r.preload_keys = n;
+                fig7.push(r);
+            }
+        }
+        let mut checks = check_orderings(&[], &fig7, &[]);
+        assert_eq!(failed_fig7_sizes(&checks, &[100, 300]), vec![100]);
+        // The re-run is the Figure 6 length, and only when that is longer.
+        let c = fig7_rerun_config(&p, 100).expect("2000 requests are longer than 100");
+        let WorkloadSpec::Gr(g) = &c.workload else {
+            panic!("G_R expected")
+        };
+        assert_eq!((g.requests, g.preload), (2_000, 100));
+        assert!(fig7_rerun_config(&p, 2_000).is_none());
+        // A re-run where the stall shows explains the two orderings of its size; one
+        // where it does not leaves them missed.
+        let rerun = |ds: f64| -> Vec<BenchResult> {
+            [
+                (Scheme::FdXm, 900.0),
+                (Scheme::FdDs, ds),
+                (Scheme::FdFc, 10.0),
+            ]
+            .into_iter()
+            .map(|(s, worst)| {
+                let mut r = result(&t, s, worst, 100.0);
+                r.preload_keys = 100;
+                r.requests = 2_000;
+                r
+            })
+            .collect()
+        };
+        let mut flat = checks.clone();
+        explain_fig7(&mut flat, &rerun(10.0));
+        let at100 = |cs: &[Comparison]| -> Vec<csd_paper::Status> {
+            cs.iter()
+                .filter(|c| c.headline.starts_with("Fig. 7, 100 keys"))
+                .map(Comparison::status)
+                .collect()
+        };
+        use csd_paper::Status::{Explained, Miss};
+        assert_eq!(at100(&flat), vec![Miss, Explained], "DS flat, XM stalls");
+        explain_fig7(&mut checks, &rerun(500.0));
+        assert_eq!(at100(&checks), vec![Explained, Explained]);
+        let c = checks
+            .iter()
+            .find(|c| c.headline.starts_with("Fig. 7, 100 keys: FD+DS"))
+            .expect("the DS ordering");
+        assert_eq!(c.measured.len(), 1);
+        assert!((c.measured[0].value - 50.0).abs() < 1e-9);
+        assert!(c.measured[0].setting.contains("2000 requests"));
+        // The 300-key orderings held and got nothing.
+        assert!(
+            checks
+                .iter()
+                .filter(|c| c.headline.starts_with("Fig. 7, 300 keys"))
+                .all(|c| c.measured.is_empty() && holds(c))
+        );
     }
 }

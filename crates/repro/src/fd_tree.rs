@@ -116,6 +116,24 @@ pub fn repro_fd_cmd(a: &ReproFdArgs) -> Result<Vec<csd_paper::Comparison>, Repro
     let results = figure6(a, schemes, &params, &pb, &cmd)?;
     let scaled = figure7(a, schemes, &params, &pb, &cmd)?;
     let gt = figure8(a, schemes, &params, &pb, &cmd)?;
+    // The paper's orderings (who stalls, who has the best throughput), each with its
+    // verdict; a Figure 7 stall ordering that fails is re-run with a merge below L1 in
+    // the run (`repro::fig7_rerun_config`), and the re-run's figure goes beside it.
+    let mut checks = repro::check_orderings(&results, &scaled, &gt);
+    let cfgs: Vec<BenchConfig> = repro::failed_fig7_sizes(&checks, &a.sizes)
+        .into_iter()
+        .filter_map(|n| repro::fig7_rerun_config(&params, n))
+        .collect();
+    if !cfgs.is_empty() {
+        let reruns = run_configs(schemes, &cfgs, &a.tree, &pb, "Figure 7 re-run")?;
+        for r in &reruns {
+            println!(
+                "Figure 7 re-run, {} keys, {} requests: {} worst insertion R_p {:.3} ms",
+                r.preload_keys, r.requests, r.scheme, r.insert.rp.max_ms
+            );
+        }
+        repro::explain_fig7(&mut checks, &reruns);
+    }
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
@@ -127,9 +145,6 @@ pub fn repro_fd_cmd(a: &ReproFdArgs) -> Result<Vec<csd_paper::Comparison>, Repro
     if !at_08.is_empty() {
         print_comparison(&at_08);
     }
-    // The paper's orderings (who stalls, who has the best throughput), each with its
-    // verdict, and the measured reasons why some flip at this scale.
-    let checks = repro::check_orderings(&results, &scaled, &gt);
     crate::print_checks(&checks);
     let orderings = repro::write_orderings(&a.out, &checks, &cmd).map_err(bench_err)?;
     println!("orderings and findings: {}", orderings.display());
