@@ -525,6 +525,12 @@ pub(crate) fn gather(col: NumCol<'_>, sel: &[u32], out: &mut Vec<i64>) {
 /// Keeps `sel[j]` where the column's value at row `sel[j]` is (or, with `neg`, is not) in
 /// `set`: one pass over the column, without first gathering its values (`IN (...)`
 /// lists and the runtime key sets of a join's build side).
+///
+/// A set searched by bisection is first cut to the keys between the least and the
+/// greatest selected value (one pass over them): on a column clustered in the table's
+/// order, such as a join's order keys against `l_orderkey`, most pages hold none of a
+/// short list's keys and are done after that pass, and the others search a few keys
+/// instead of bisecting the whole list on every row. What is kept is the same.
 pub(crate) fn filter_col_in(
     col: NumCol<'_>,
     sel: &[u32],
@@ -532,9 +538,34 @@ pub(crate) fn filter_col_in(
     neg: bool,
     out: &mut Vec<u32>,
 ) {
+    if let Some(keys) = set.bisected_ints().filter(|k| k.len() > IN_LINEAR_KEYS)
+        && let Some((lo, hi)) = with_src!(col, |s| min_max(&s, sel))
+    {
+        let inner = &keys[keys.partition_point(|&k| k < lo)..keys.partition_point(|&k| k <= hi)];
+        if inner.len() <= IN_LINEAR_KEYS {
+            with_src!(col, |s| filter_by(sel, out, |_, i| inner
+                .contains(&s.at(i))
+                != neg));
+            return;
+        }
+    }
     with_src!(col, |s| filter_by(sel, out, |_, i| set
         .contains_int(s.at(i))
         != neg))
+}
+
+/// Keys up to which a list is searched linearly rather than by bisection (what
+/// [`crate::plan::ConstSet::contains_int`] does with short lists).
+const IN_LINEAR_KEYS: usize = 8;
+
+/// The least and greatest of the selected rows' values (`None` without rows).
+#[inline(always)]
+fn min_max<S: Src>(s: &S, sel: &[u32]) -> Option<(i64, i64)> {
+    let first = s.at(*sel.first()? as usize);
+    Some(sel.iter().fold((first, first), |(lo, hi), &i| {
+        let v = s.at(i as usize);
+        (lo.min(v), hi.max(v))
+    }))
 }
 
 /// An arithmetic operand: a vector aligned with the selection or a constant.
@@ -707,6 +738,51 @@ mod tests {
                     let v = &data[i as usize * width..(i as usize + 1) * width];
                     consts.iter().any(|c| cmp_padded(v, c).is_eq()) != negated
                 })
+                .collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    proptest! {
+        /// An integer `IN` over a long, sparse key list (searched by bisection) keeps
+        /// exactly the rows whose value is a key, whether the selected values hold none
+        /// of the keys, a few (the cut list) or many, for 4- and 8-byte minipages.
+        #[test]
+        fn col_in_over_a_bisected_list_keeps_the_members(
+            keys in proptest::collection::btree_set(0i64..4_000_000_000, 9..80),
+            base in 0i64..4_000_000_000,
+            offsets in proptest::collection::vec((0usize..100, -3i64..40), 1..120),
+            skip in proptest::collection::vec(any::<bool>(), 120),
+            negated: bool,
+            eight: bool,
+        ) {
+            let keys: Vec<i64> = keys.into_iter().collect();
+            let set = crate::plan::ConstSet::of_sorted_ints(keys.clone().into());
+            prop_assert!(set.bisected_ints().is_some(), "a sparse list has no bitmap");
+            // Values clustered near `base`, some of them keys (offsets from a key).
+            let vals: Vec<i64> = offsets
+                .iter()
+                .map(|&(k, d)| if k < keys.len() { keys[k] + d.min(0) } else { base + d })
+                .map(|v| if eight { v } else { v.clamp(0, i64::from(i32::MAX)) })
+                .collect();
+            let data: Vec<u8> = vals
+                .iter()
+                .flat_map(|&v| {
+                    if eight {
+                        v.to_le_bytes().to_vec()
+                    } else {
+                        (v as i32).to_le_bytes().to_vec()
+                    }
+                })
+                .collect();
+            let col = if eight { NumCol::Le8(&data) } else { NumCol::Le4(&data) };
+            let sel: Vec<u32> = (0..vals.len() as u32).filter(|&i| !skip[i as usize]).collect();
+            let mut got = Vec::new();
+            filter_col_in(col, &sel, &set, negated, &mut got);
+            let want: Vec<u32> = sel
+                .iter()
+                .copied()
+                .filter(|&i| keys.binary_search(&vals[i as usize]).is_ok() != negated)
                 .collect();
             prop_assert_eq!(got, want);
         }

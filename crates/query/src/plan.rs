@@ -320,6 +320,12 @@ impl ConstSet {
         }
     }
 
+    /// The integers of a set searched by bisection (no bitmap), sorted; `None` for a
+    /// set with a bitmap or of other constants.
+    pub(crate) fn bisected_ints(&self) -> Option<&[i64]> {
+        (self.bits.is_empty() && !self.sorted.is_empty()).then_some(&self.sorted[..])
+    }
+
     /// Whether the set holds the integer `v` (only integer sets hold any).
     #[inline]
     pub fn contains_int(&self, v: i64) -> bool {
