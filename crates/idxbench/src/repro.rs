@@ -518,8 +518,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn orderings_hold_only_in_the_papers_direction() {
+    /// Small repro parameters and one real run of them (the template of made-up results).
+    fn small_run() -> (ReproParams, BenchResult) {
         let p = ReproParams {
             preload: 200,
             requests: 2_000,
@@ -527,6 +527,12 @@ mod tests {
         };
         let cfg = fig6_config(&p, 0.8).unwrap();
         let t = crate::run(&Map(Mutex::new(BTreeMap::new())), &cfg).unwrap();
+        (p, t)
+    }
+
+    #[test]
+    fn orderings_hold_only_in_the_papers_direction() {
+        let (_, t) = small_run();
         // The paper's shape: FC a second, DS and XM tens of seconds.
         let good = [
             result(&t, Scheme::FdFc, 1_000.0, 110.0),
@@ -588,13 +594,7 @@ mod tests {
 
     #[test]
     fn a_failed_figure_7_size_is_re_run_longer_and_explained_only_if_the_re_run_holds() {
-        let p = ReproParams {
-            preload: 200,
-            requests: 2_000,
-            ..ReproParams::default()
-        };
-        let cfg = fig6_config(&p, 0.8).unwrap();
-        let t = crate::run(&Map(Mutex::new(BTreeMap::new())), &cfg).unwrap();
+        let (p, t) = small_run();
         // At 100 keys every scheme stalls alike (no merge below L1 in the run), at 300
         // the paper's shape holds.
         let mut fig7 = Vec::new();
