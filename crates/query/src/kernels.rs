@@ -538,11 +538,13 @@ pub(crate) fn filter_col_in(
     neg: bool,
     out: &mut Vec<u32>,
 ) {
-    if let Some(keys) = set.bisected_ints().filter(|k| k.len() > IN_LINEAR_KEYS)
+    if let Some(keys) = set
+        .bisected_ints()
+        .filter(|k| k.len() > crate::plan::ConstSet::LINEAR_KEYS)
         && let Some((lo, hi)) = with_src!(col, |s| min_max(&s, sel))
     {
         let inner = &keys[keys.partition_point(|&k| k < lo)..keys.partition_point(|&k| k <= hi)];
-        if inner.len() <= IN_LINEAR_KEYS {
+        if inner.len() <= crate::plan::ConstSet::LINEAR_KEYS {
             with_src!(col, |s| filter_by(sel, out, |_, i| inner
                 .contains(&s.at(i))
                 != neg));
@@ -553,10 +555,6 @@ pub(crate) fn filter_col_in(
         .contains_int(s.at(i))
         != neg))
 }
-
-/// Keys up to which a list is searched linearly rather than by bisection (what
-/// [`crate::plan::ConstSet::contains_int`] does with short lists).
-const IN_LINEAR_KEYS: usize = 8;
 
 /// The least and greatest of the selected rows' values (`None` without rows).
 #[inline(always)]

@@ -204,6 +204,8 @@ impl ConstSet {
     pub const DENSE_BITS: u64 = 1 << 18;
     /// The largest bitmap kept (1 MiB).
     pub const BITMAP_BITS: u64 = 1 << 23;
+    /// Integer keys up to which a list is searched linearly rather than by bisection.
+    pub(crate) const LINEAR_KEYS: usize = 8;
     /// A bitmap beyond [`ConstSet::DENSE_BITS`] needs a key in this many integers (at
     /// most 1 MiB, it stays in a core's second-level cache here, where a bisection of
     /// the keys would take a dozen loads a row).
@@ -339,7 +341,7 @@ impl ConstSet {
             let o = (v - lo) as usize;
             return self.bits[o / 64] >> (o % 64) & 1 == 1;
         }
-        if self.sorted.len() <= 8 {
+        if self.sorted.len() <= Self::LINEAR_KEYS {
             return self.sorted.contains(&v);
         }
         self.sorted.binary_search(&v).is_ok()

@@ -132,7 +132,7 @@ pub fn repro_fd_cmd(a: &ReproFdArgs) -> Result<Vec<csd_paper::Comparison>, Repro
                 r.preload_keys, r.requests, r.scheme, r.insert.rp.max_ms
             );
         }
-        repro::explain_fig7(&mut checks, &reruns);
+        repro::explain_fig7(&mut checks, &scaled, &reruns);
     }
     if let Some(pb) = pb {
         pb.finish_and_clear();
