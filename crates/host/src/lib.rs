@@ -26,6 +26,7 @@
 //!   a bulk loader that packs rows into NSM or PAX pages of the device's flash-page size
 //!   and writes them with MDTS-sized commands.
 
+pub mod actors;
 pub mod catalog;
 pub mod client;
 pub mod dml;

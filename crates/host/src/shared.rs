@@ -28,6 +28,10 @@
 //!   order with it), and a thread whose clock is behind one that already booked submits
 //!   in the core's past: booked correctly by the calendars' gap filling and counted as
 //!   a late arrival ([`SharedDevice::event_counters`]). One thread: arrival order holds.
+//!   Threads run as [`crate::actors::Actors`] take turns instead: an actor submits only
+//!   at the least clock of its group, and its completion is fixed once no actor can
+//!   submit before it (`SharedDevice::actor_completion`): no late arrival, and the same
+//!   run every time.
 
 use crate::client::{ClientTotals, CommandIssuer, HostError, checked, complete, device_now};
 use csd_device::{Completion, IdentifyInfo, NvmeDevice, QueueId};
@@ -215,6 +219,53 @@ impl SharedDevice {
         });
     }
 
+    /// The completion of an actor's command waiting on the core under `ticket`
+    /// (crate::actors). Whichever waiting actor holds the turn decides for every waiting
+    /// actor of the group: with `b` the least clock of the actors that wait for nothing
+    /// (none of them submits before `b`), it books the stages that arrive by `b` and
+    /// fixes each completion that ends by then; a completion that does not is later
+    /// than `b`. With every actor waiting, it books in arrival order until the earliest
+    /// completion is known (the others end no earlier). Each actor's clock is thereby a
+    /// lower bound of its completion, or the completion itself once fixed, and the turn
+    /// goes to the least.
+    fn actor_completion(&self, actor: &crate::actors::Actor, ticket: usize) -> SimTime {
+        actor.wait_for(ticket);
+        let mut lower = SimTime::ZERO;
+        loop {
+            actor.turn(lower);
+            if let Some(done) = actor.take_fixed() {
+                let mut dev = self.lock_raw();
+                self.on_core(&mut dev, |_, core| core.waiting[ticket] = None);
+                return done;
+            }
+            let (running, waiting) = actor.waiting();
+            let mut dev = self.lock_raw();
+            self.on_core(&mut dev, |dev, core| {
+                let t = |ticket: usize| core.waiting[ticket].expect("a waiting ticket");
+                match running {
+                    Some(b) => {
+                        for &(id, k) in &waiting {
+                            if dev.at_or_before(t(k), b) {
+                                actor.settle(id, dev.resolve(t(k)), true);
+                            } else {
+                                actor.settle(id, SimTime::from_ns(b.ns().saturating_add(1)), false);
+                            }
+                        }
+                    }
+                    None => {
+                        let ts: Vec<SimTime> = waiting.iter().map(|&(_, k)| t(k)).collect();
+                        if let Some((first, v)) = dev.earliest(&ts) {
+                            for (j, &(id, _)) in waiting.iter().enumerate() {
+                                actor.settle(id, v, j == first);
+                            }
+                        }
+                    }
+                }
+            });
+            lower = actor.now();
+        }
+    }
+
     /// A new handle with its own queue pair (at most 64 exist at once).
     pub fn handle(&self) -> Result<DeviceHandle, HostError> {
         let mut dev = self.lock_raw();
@@ -340,10 +391,13 @@ impl DeviceHandle {
         cmd: csd_device::Command,
         at: SimTime,
         pacer: &Pacer,
+        actor: Option<&crate::actors::Actor>,
     ) -> Result<Completion, HostError> {
         let shared = &self.shared;
         let qid = self.qid;
         let paced = pacer.now_sim().is_some();
+        // An actor's completion is fixed as the group's turns allow (below).
+        let waits = paced || actor.is_some();
         let (mut c, ticket) = {
             let mut dev = shared.lock_raw();
             shared.on_core(&mut dev, |dev, core| {
@@ -353,7 +407,7 @@ impl DeviceHandle {
                 core.seq += 1;
                 events::set_order(core.seq);
                 let c = complete(dev, qid, cmd, at)?;
-                if paced {
+                if waits {
                     let ticket = core.wait(c.acct.completed);
                     Ok::<_, HostError>((c, Some(ticket)))
                 } else {
@@ -367,6 +421,11 @@ impl DeviceHandle {
         let Some(ticket) = ticket else {
             return Ok(c);
         };
+        if let Some(a) = actor {
+            let done = shared.actor_completion(a, ticket);
+            fix_completion(&mut c, done);
+            return Ok(c);
+        }
         // Paced: wait until the wall clock's instant passes the completion; the core books
         // only stages that arrive by it (later submissions arrive after it).
         let mut wake = c.acct.completed.ns();
@@ -412,11 +471,18 @@ impl CommandIssuer for DeviceHandle {
     fn exec_at(&mut self, cmd: csd_device::Command, at: SimTime) -> Result<Completion, HostError> {
         let name = cmd.name();
         let pacer = self.shared.pacer();
+        // Virtual, on an actor's thread: submit at the actor's clock once every other
+        // actor of its group has acted up to it (crate::actors).
+        let actor = match pacer.mode() {
+            ClockMode::Virtual => crate::actors::current(),
+            _ => None,
+        };
+        let at = actor.as_ref().map_or(at, |a| a.turn(at).0);
         // Paced: a submission in the future waits for it; the device sees the real
         // arrival instant.
         pacer.wait_until(at);
         let result = if self.shared.inner.core.is_some() {
-            self.exec_on_core(cmd, at, &pacer)
+            self.exec_on_core(cmd, at, &pacer, actor.as_ref())
         } else {
             let at = pacer.now_sim().map_or(at, |now| now.max(at));
             let mut dev = self.shared.lock_raw();
@@ -430,6 +496,9 @@ impl CommandIssuer for DeviceHandle {
             .unwrap_or_else(|p| p.into_inner())
             .add(&c.acct);
         self.now = self.now.max(c.acct.completed);
+        if let Some(a) = &actor {
+            a.advance(c.acct.completed);
+        }
         inner
             .latest
             .fetch_max(c.acct.completed.ns(), Ordering::AcqRel);
@@ -446,7 +515,12 @@ impl CommandIssuer for DeviceHandle {
     }
 
     fn wait_until(&mut self, t: SimTime) {
-        self.shared.pacer().wait_until(t);
+        let pacer = self.shared.pacer();
+        let t = match (pacer.mode(), crate::actors::current()) {
+            (ClockMode::Virtual, Some(a)) => a.turn(t).0,
+            _ => t,
+        };
+        pacer.wait_until(t);
         self.now = self.now.max(t);
         self.shared.inner.latest.fetch_max(t.ns(), Ordering::AcqRel);
     }
@@ -707,6 +781,179 @@ mod tests {
             .as_ref()
             .map(Graph::pending);
         assert_eq!(pending, Some(0));
+    }
+
+    /// Per thread, a seeded list of writes (1-3 LBAs) and reads of its own 48 LBAs.
+    fn thread_commands(t: u64, seed: u64, ops: u64, lba_size: usize) -> Vec<csd_device::Command> {
+        let mut x = 0x2545_F491_4F6C_DD1Du64 ^ (t + 1).wrapping_mul(0x9E37_79B9) ^ seed << 32;
+        (0..ops)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let lba = t * 64 + x % 48;
+                if x % 5 < 2 {
+                    let blocks = 1 + (x >> 20) % 3;
+                    let data = vec![(x >> 8) as u8; lba_size * blocks as usize];
+                    csd_device::Command::Write { lba, data }
+                } else {
+                    csd_device::Command::Read { lba, blocks: 1 }
+                }
+            })
+            .collect()
+    }
+
+    /// `threads` handles made before any command (same queue pairs, same clocks in
+    /// every run) and the instant they start at.
+    fn handles(dev: &SharedDevice, threads: usize) -> (Vec<DeviceHandle>, SimTime) {
+        let hs: Vec<DeviceHandle> = (0..threads)
+            .map(|_| dev.handle().expect("handle"))
+            .collect();
+        let start = hs
+            .iter()
+            .map(CommandIssuer::now)
+            .max()
+            .unwrap_or(SimTime::ZERO);
+        (hs, start)
+    }
+
+    /// The core's counters but the stages its compactions forgot (bookkeeping: when the
+    /// graph is compacted depends on how often the caller records into it).
+    fn modeled(c: Counters) -> Counters {
+        Counters { forgotten: 0, ..c }
+    }
+
+    /// Per thread its (submitted, completed) instants; the core's counters, the client
+    /// totals and the trace of bookings.
+    type ActorRun = (
+        Vec<Vec<(u64, u64)>>,
+        Counters,
+        ClientTotals,
+        Vec<events::Booking>,
+    );
+
+    /// `threads` actors on the event core in virtual time (crate::actors), each running
+    /// its own seeded commands: their (submitted, completed) instants per thread, the
+    /// core's counters, the client totals and the trace of bookings.
+    fn actor_run(threads: usize, ops: u64, seed: u64) -> ActorRun {
+        let dev = shared_on(ClockMode::Virtual, TimeModel::Events);
+        compact_often(&dev);
+        dev.record_trace();
+        let lba_size = dev.identify().lba_size as usize;
+        let (hs, start) = handles(&dev, threads);
+        let hs: Vec<Mutex<DeviceHandle>> = hs.into_iter().map(Mutex::new).collect();
+        let group = crate::actors::Actors::new();
+        let times = group.run(threads, start, |i| {
+            let mut h = hs[i].lock().expect("handle");
+            thread_commands(i as u64, seed, ops, lba_size)
+                .into_iter()
+                .map(|cmd| {
+                    let c = h.exec(cmd).expect("command");
+                    (c.acct.submitted.ns(), c.acct.completed.ns())
+                })
+                .collect::<Vec<_>>()
+        });
+        drop(hs);
+        let counters = modeled(assert_clean(&dev, false));
+        (times, counters, dev.totals(), dev.trace())
+    }
+
+    /// The reference of [`actor_run`]: one thread, a discrete-event loop on the core.
+    /// Every thread's first command is submitted at the start (in thread order); then,
+    /// repeatedly, the command in flight that completes first (ties to the lowest
+    /// thread) is fixed, booking stages in arrival order only as far as needed to know
+    /// it, and its thread submits its next command at that completion.
+    fn reference_run(threads: usize, ops: u64, seed: u64) -> (Vec<Vec<(u64, u64)>>, Counters) {
+        let dev = shared_on(ClockMode::Virtual, TimeModel::Events);
+        compact_often(&dev);
+        let lba_size = dev.identify().lba_size as usize;
+        let (hs, start) = handles(&dev, threads);
+        let mut todo: Vec<std::collections::VecDeque<_>> = (0..threads)
+            .map(|i| thread_commands(i as u64, seed, ops, lba_size).into())
+            .collect();
+        let submit = |i: usize, at: SimTime, cmd| {
+            let mut raw = dev.lock_raw();
+            dev.on_core(&mut raw, |d, core| {
+                core.seq += 1;
+                events::set_order(core.seq);
+                let c = complete(d, hs[i].qid, cmd, at).expect("command");
+                (c.acct.submitted.ns(), core.wait(c.acct.completed))
+            })
+        };
+        // Per thread: the command in flight (its submission and ticket).
+        let mut flight: Vec<Option<(u64, usize)>> = (0..threads)
+            .map(|i| todo[i].pop_front().map(|cmd| submit(i, start, cmd)))
+            .collect();
+        let mut want = vec![Vec::new(); threads];
+        while flight.iter().any(Option::is_some) {
+            let live: Vec<usize> = (0..threads).filter(|&i| flight[i].is_some()).collect();
+            let ticket = |i: usize| flight[i].expect("in flight").1;
+            let (i, done) = {
+                let mut raw = dev.lock_raw();
+                dev.on_core(&mut raw, |d, core| {
+                    let ts: Vec<SimTime> = live
+                        .iter()
+                        .map(|&i| core.waiting[ticket(i)].expect("ticket"))
+                        .collect();
+                    let (k, done) = d.earliest(&ts).expect("a completion");
+                    core.waiting[ticket(live[k])] = None;
+                    (live[k], done)
+                })
+            };
+            let (submitted, _) = flight[i].take().expect("in flight");
+            want[i].push((submitted, done.ns()));
+            if let Some(cmd) = todo[i].pop_front() {
+                flight[i] = Some(submit(i, done, cmd));
+            }
+        }
+        drop(hs);
+        (want, modeled(assert_clean(&dev, false)))
+    }
+
+    /// Actors reach every resource in modeled-arrival order: no late arrival, every
+    /// resource's bookings in the order of their arrivals, and exactly the reference's
+    /// instants and counters; a second run is identical. Free-running threads with the
+    /// same commands arrive late (what the group is for).
+    #[test]
+    fn virtual_actors_submit_in_arrival_order_and_repeat_exactly() {
+        let (threads, ops, seed) = (4, 60, 1);
+        let (times, counters, totals, trace) = actor_run(threads, ops, seed);
+        assert_eq!(totals.commands, threads as u64 * ops);
+        events::first_come_first_served(&trace).expect("arrival order at every resource");
+        assert_eq!(reference_run(threads, ops, seed), (times.clone(), counters));
+        let again = actor_run(threads, ops, seed);
+        assert_eq!((again.0, again.1, again.2), (times, counters, totals));
+        let dev = shared_on(ClockMode::Virtual, TimeModel::Events);
+        let lba_size = dev.identify().lba_size as usize;
+        let (hs, _) = handles(&dev, threads);
+        std::thread::scope(|s| {
+            for (i, mut h) in hs.into_iter().enumerate() {
+                s.spawn(move || {
+                    for cmd in thread_commands(i as u64, seed, ops, lba_size) {
+                        h.exec(cmd).expect("command");
+                    }
+                });
+            }
+        });
+        assert!(assert_clean(&dev, true).late_arrivals > 0);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+        /// Any number of actors with any commands: the reference's instants and
+        /// counters, no late arrival, arrival order at every resource.
+        #[test]
+        fn virtual_actors_match_the_discrete_event_reference(
+            threads in 1usize..6,
+            ops in 1u64..40,
+            seed in 0u64..1_000,
+        ) {
+            let (times, counters, totals, trace) = actor_run(threads, ops, seed);
+            proptest::prop_assert_eq!(totals.commands, threads as u64 * ops);
+            proptest::prop_assert!(events::first_come_first_served(&trace).is_ok());
+            proptest::prop_assert_eq!(reference_run(threads, ops, seed), (times, counters));
+        }
     }
 
     #[test]
