@@ -29,11 +29,11 @@
 //!   rule and its tests). So commands of several actors are in flight together, as on a
 //!   drive with several queues. This needs the event core; on calendars the group
 //!   orders submissions, but each command's stages are booked when it is submitted.
-//! * An actor must not wait for another actor outside the group (a lock another actor
-//!   holds across a device command, a channel): only the actor holding the turn runs,
-//!   so such a wait never ends. Host code whose threads synchronize with each other
-//!   (the FD+tree's latches) needs its waits to pass the turn on; this module gives the
-//!   turn-taking such waits are built from ([`Actors::run`] for independent actors).
+//! * An actor waits for another only through the group: [`sync::Mutex`] and
+//!   [`sync::Condvar`] pass the turn on while they wait and wake the waiter at the
+//!   waker's instant; a `std` lock that another actor holds across a command would never
+//!   be released (only the turn's holder runs). A cycle of actors waiting for each
+//!   other is reported (a panic naming it), not hung.
 //! * One condition variable for the group: a handful of threads, woken when the turn
 //!   moves.
 
@@ -51,17 +51,33 @@ struct State {
     /// ticket), and that completion's final instant once an actor holding the turn
     /// fixed it.
     waiting: Vec<Option<(usize, Option<SimTime>)>>,
+    /// Per actor: the latch or condition it is blocked on (its address); a blocked
+    /// actor does not take the turn until an actor holding it wakes it.
+    blocked: Vec<Option<usize>>,
+    /// Every live actor is blocked: the group can never go on.
+    deadlocked: bool,
 }
 
 impl State {
-    /// The live actor with the least clock, ties to the lowest number.
+    /// The live actor not blocked with the least clock, ties to the lowest number.
     fn next(&self) -> Option<usize> {
         self.clocks
             .iter()
+            .zip(&self.blocked)
             .enumerate()
-            .filter_map(|(i, c)| c.map(|c| (c, i)))
+            .filter(|(_, (_, b))| b.is_none())
+            .filter_map(|(i, (c, _))| c.map(|c| (c, i)))
             .min()
             .map(|(_, i)| i)
+    }
+
+    /// Give the turn to the next actor; with none left that could take it while some
+    /// are blocked, the group is deadlocked.
+    fn pass(&mut self) {
+        self.turn = self.next();
+        if self.turn.is_none() && self.clocks.iter().any(Option::is_some) {
+            self.deadlocked = true;
+        }
     }
 }
 
@@ -127,9 +143,7 @@ impl Actor {
             st.turn = next;
             self.group.moved.notify_all();
         }
-        while st.turn != Some(self.id) {
-            st = self.group.wait(st);
-        }
+        st = self.group.wait_turn(st, self.id);
         let others = st
             .clocks
             .iter()
@@ -155,19 +169,22 @@ impl Actor {
         self.group.lock().waiting[self.id] = Some((ticket, None));
     }
 
-    /// What an actor holding the turn decides on: the least clock of the live actors
-    /// that wait for no completion, or for one already fixed (their clock is then that
-    /// completion; `None`: every live actor waits for one not fixed), and every waiting
+    /// What an actor holding the turn decides on: the least clock of the live actors,
+    /// not blocked, that wait for no completion or for one already fixed (their clock is
+    /// then that completion; `None`: there is none), and every waiting
     /// actor's number and ticket, this one's included, whose completion is not fixed.
     pub(crate) fn waiting(&self) -> (Option<SimTime>, Vec<(usize, usize)>) {
         let st = self.group.lock();
         debug_assert_eq!(st.turn, Some(self.id));
+        // A blocked actor is left out: it goes on at its waker's instant, and the waker,
+        // holding the turn then, is at or after everything booked by then.
         let running = st
             .clocks
             .iter()
             .zip(&st.waiting)
-            .filter(|(_, w)| !matches!(w, Some((_, None))))
-            .filter_map(|(c, _)| *c)
+            .zip(&st.blocked)
+            .filter(|((_, w), b)| !matches!(w, Some((_, None))) && b.is_none())
+            .filter_map(|((c, _), _)| *c)
             .min();
         let waiting = st
             .waiting
@@ -206,8 +223,36 @@ impl Actor {
         let mut st = self.group.lock();
         st.clocks[self.id] = None;
         st.waiting[self.id] = None;
-        st.turn = st.next();
+        st.blocked[self.id] = None;
+        st.pass();
         self.group.moved.notify_all();
+    }
+
+    /// Block on `key` (a latch's or condition's address): pass the turn on and wait
+    /// until an actor wakes this one ([`Actor::wake`]) and it holds the turn again.
+    /// Returns the clock, moved up to the waker's instant.
+    pub fn block(&self, key: usize) -> SimTime {
+        let mut st = self.group.lock();
+        st.blocked[self.id] = Some(key);
+        st.pass();
+        self.group.moved.notify_all();
+        st = self.group.wait_turn(st, self.id);
+        st.clocks[self.id].unwrap_or(SimTime::ZERO)
+    }
+
+    /// Wake every actor blocked on `key`; their clocks move up to this actor's (what
+    /// they waited for happened now). It keeps the turn.
+    pub fn wake(&self, key: usize) {
+        let mut st = self.group.lock();
+        let now = st.clocks[self.id].unwrap_or(SimTime::ZERO);
+        for i in 0..st.blocked.len() {
+            if st.blocked[i] == Some(key) {
+                st.blocked[i] = None;
+                if let Some(c) = st.clocks[i].as_mut() {
+                    *c = (*c).max(now);
+                }
+            }
+        }
     }
 }
 
@@ -219,6 +264,8 @@ impl Actors {
                 clocks: Vec::new(),
                 turn: None,
                 waiting: Vec::new(),
+                blocked: Vec::new(),
+                deadlocked: false,
             }),
             moved: Condvar::new(),
         })
@@ -230,6 +277,22 @@ impl Actors {
 
     fn wait<'a>(&self, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         self.moved.wait(st).unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wait until actor `id` holds the turn.
+    ///
+    /// # Panics
+    /// When the group is deadlocked (every live actor blocked on another).
+    fn wait_turn<'a>(&self, mut st: MutexGuard<'a, State>, id: usize) -> MutexGuard<'a, State> {
+        while st.turn != Some(id) {
+            assert!(
+                !st.deadlocked,
+                "actors deadlocked: every live actor is blocked on a latch or condition \
+                 that only another blocked actor could release"
+            );
+            st = self.wait(st);
+        }
+        st
     }
 
     /// Run `n` actors, actor `i` on a thread of its own running `body(i)` with its clock
@@ -247,6 +310,7 @@ impl Actors {
             let base = st.clocks.len();
             st.clocks.extend(std::iter::repeat_n(Some(start), n));
             st.waiting.extend(std::iter::repeat_n(None, n));
+            st.blocked.extend(std::iter::repeat_n(None, n));
             if st.turn.is_none() {
                 st.turn = st.next();
             }
@@ -300,6 +364,163 @@ impl Actors {
     }
 }
 
+/// A latch and a condition for actors: the `std::sync` ones, but a wait passes the turn
+/// on (only the turn's holder runs, so a thread that blocked without passing it would
+/// stop the group) and hands the instant on: an actor woken by a release or a
+/// notification goes on no earlier than the waker. On a thread that runs no actor they are plain `std::sync` ones. Every
+/// thread that waits on one while an actor may hold it must run an actor of the same
+/// group (an actor can only be woken by an actor).
+pub mod sync {
+    use super::current;
+    use std::sync::{PoisonError, TryLockError};
+
+    /// A mutual-exclusion latch (see the module docs). It keeps no release instant:
+    /// actors run one at a time in the order of their clocks, so an actor that finds the
+    /// latch free is at or after its last release, and one that found it held is woken
+    /// at the releaser's instant.
+    #[derive(Debug, Default)]
+    pub struct Mutex<T> {
+        inner: std::sync::Mutex<T>,
+    }
+
+    /// A held [`Mutex`]; releases it when dropped.
+    #[derive(Debug)]
+    pub struct MutexGuard<'a, T> {
+        guard: Option<std::sync::MutexGuard<'a, T>>,
+        latch: &'a Mutex<T>,
+    }
+
+    impl<T> Mutex<T> {
+        /// A latch over `value`.
+        pub fn new(value: T) -> Mutex<T> {
+            Mutex {
+                inner: std::sync::Mutex::new(value),
+            }
+        }
+
+        fn key(&self) -> usize {
+            std::ptr::from_ref(self).cast::<()>() as usize
+        }
+
+        /// Take the latch (a poisoned one too: the data's own checks report what a
+        /// panicking holder left). An actor that finds it held passes the turn on until
+        /// the holder releases it.
+        pub fn lock(&self) -> MutexGuard<'_, T> {
+            let Some(actor) = current() else {
+                let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+                return MutexGuard {
+                    guard: Some(guard),
+                    latch: self,
+                };
+            };
+            loop {
+                let guard = match self.inner.try_lock() {
+                    Ok(g) => g,
+                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(TryLockError::WouldBlock) => {
+                        actor.block(self.key());
+                        continue;
+                    }
+                };
+                return MutexGuard {
+                    guard: Some(guard),
+                    latch: self,
+                };
+            }
+        }
+
+        /// The value, the latch consumed.
+        pub fn into_inner(self) -> T {
+            self.inner
+                .into_inner()
+                .unwrap_or_else(PoisonError::into_inner)
+        }
+    }
+
+    impl<T> std::ops::Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            // Present from construction until drop (a condition's wait takes the whole
+            // guard).
+            self.guard
+                .as_deref()
+                .unwrap_or_else(|| unreachable!("a latch guard without its lock"))
+        }
+    }
+
+    impl<T> std::ops::DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            self.guard
+                .as_deref_mut()
+                .unwrap_or_else(|| unreachable!("a latch guard without its lock"))
+        }
+    }
+
+    impl<T> Drop for MutexGuard<'_, T> {
+        fn drop(&mut self) {
+            if self.guard.take().is_some()
+                && let Some(actor) = current()
+            {
+                actor.wake(self.latch.key());
+            }
+        }
+    }
+
+    /// A condition to wait for under a [`Mutex`] (see the module docs).
+    #[derive(Debug, Default)]
+    pub struct Condvar {
+        inner: std::sync::Condvar,
+    }
+
+    impl Condvar {
+        /// A condition.
+        pub fn new() -> Condvar {
+            Condvar::default()
+        }
+
+        fn key(&self) -> usize {
+            std::ptr::from_ref(self).cast::<()>() as usize
+        }
+
+        /// Release the latch, wait for a notification, take the latch again. As with
+        /// `std::sync::Condvar`, a wait may end without the condition holding: callers
+        /// test it in a loop.
+        pub fn wait<'a, T>(&self, mut held: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            let Some(actor) = current() else {
+                let Some(g) = held.guard.take() else {
+                    unreachable!("a latch guard without its lock")
+                };
+                held.guard = Some(self.inner.wait(g).unwrap_or_else(PoisonError::into_inner));
+                return held;
+            };
+            let latch = held.latch;
+            // Only the turn's holder runs: nobody can notify between the release and
+            // the block.
+            drop(held);
+            actor.block(self.key());
+            latch.lock()
+        }
+
+        /// Wake every waiter (actors go on at the notifier's instant).
+        pub fn notify_all(&self) {
+            self.inner.notify_all();
+            if let Some(actor) = current() {
+                actor.wake(self.key());
+            }
+        }
+
+        /// Wake a waiter; an actor wakes them all (each tests its condition again).
+        pub fn notify_one(&self) {
+            if let Some(actor) = current() {
+                self.inner.notify_all();
+                actor.wake(self.key());
+            } else {
+                self.inner.notify_one();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,5 +564,96 @@ mod tests {
         }));
         assert!(r.is_err());
         assert_eq!(*done.lock().expect("done"), 1);
+    }
+
+    /// A latch hands its release instant on: an actor that waited for it goes on no
+    /// earlier than the holder released it, and two runs are the same.
+    #[test]
+    fn a_latch_hands_its_release_instant_on() {
+        let run = || {
+            let group = Actors::new();
+            let latch = sync::Mutex::new(Vec::new());
+            group.run(3, SimTime::ZERO, |i| {
+                for k in 0..3u64 {
+                    let mut held = latch.lock();
+                    let took = Actors::current().expect("an actor").now();
+                    // Work inside the latch that takes modeled time (a command would).
+                    let left = Actors::wait_until(SimTime::from_ns(took.ns() + 10 + i as u64))
+                        .expect("an actor");
+                    held.push((i, k, took.ns(), left.ns()));
+                }
+            });
+            latch.into_inner()
+        };
+        let log = run();
+        assert_eq!(log.len(), 9);
+        // Holds never overlap in modeled time: each starts at or after the one before
+        // it ended.
+        for w in log.windows(2) {
+            assert!(w[1].2 >= w[0].3, "{w:?}");
+        }
+        assert_eq!(run(), log);
+    }
+
+    /// A condition wakes its waiters at the notifier's instant; producers and
+    /// consumers deliver every item, each no earlier than it was produced.
+    #[test]
+    fn a_condition_wakes_waiters_at_the_notifiers_instant() {
+        let group = Actors::new();
+        let queue = sync::Mutex::new(std::collections::VecDeque::new());
+        let ready = sync::Condvar::new();
+        let got = group.run(3, SimTime::ZERO, |i| {
+            let mut got = Vec::new();
+            if i == 0 {
+                for k in 1..=8u64 {
+                    let t = Actors::wait_until(SimTime::from_ns(100 * k)).expect("an actor");
+                    queue.lock().push_back(Some(t.ns()));
+                    ready.notify_one();
+                }
+                let mut q = queue.lock();
+                q.push_back(None);
+                q.push_back(None);
+                drop(q);
+                ready.notify_all();
+            } else {
+                loop {
+                    let mut q = queue.lock();
+                    let item = loop {
+                        match q.pop_front() {
+                            Some(item) => break item,
+                            None => q = ready.wait(q),
+                        }
+                    };
+                    drop(q);
+                    let Some(made) = item else { break };
+                    let now = Actors::current().expect("an actor").now();
+                    assert!(
+                        now.ns() >= made,
+                        "consumed at {now:?} before made at {made}"
+                    );
+                    got.push(made);
+                }
+            }
+            got
+        });
+        let mut all: Vec<u64> = got.into_iter().flatten().collect();
+        all.sort_unstable();
+        assert_eq!(all, (1..=8).map(|k| 100 * k).collect::<Vec<_>>());
+    }
+
+    /// Actors that wait for each other in a cycle are reported, not hung.
+    #[test]
+    fn a_deadlock_of_actors_is_reported() {
+        let group = Actors::new();
+        let (a, b) = (sync::Mutex::new(()), sync::Mutex::new(()));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            group.run(2, SimTime::ZERO, |i| {
+                let (first, second) = if i == 0 { (&a, &b) } else { (&b, &a) };
+                let _one = first.lock();
+                Actors::wait_until(SimTime::from_ns(10));
+                let _two = second.lock();
+            })
+        }));
+        assert!(r.is_err());
     }
 }

@@ -221,13 +221,12 @@ impl SharedDevice {
 
     /// The completion of an actor's command waiting on the core under `ticket`
     /// (crate::actors). Whichever waiting actor holds the turn decides for every waiting
-    /// actor of the group: with `b` the least clock of the actors that wait for nothing
-    /// (none of them submits before `b`), it books the stages that arrive by `b` and
-    /// fixes each completion that ends by then; a completion that does not is later
-    /// than `b`. With every actor waiting, it books in arrival order until the earliest
-    /// completion is known (the others end no earlier). Each actor's clock is thereby a
-    /// lower bound of its completion, or the completion itself once fixed, and the turn
-    /// goes to the least.
+    /// actor of the group: it books stages in arrival order until the earliest of their
+    /// completions is known, but none that arrives after `b`, the least clock of the
+    /// actors that may submit next (none of them submits before it); the earliest is
+    /// fixed (the others end no earlier), or every completion ends after `b`. Each
+    /// actor's clock is thereby a lower bound of its completion, or the completion once
+    /// fixed, and the turn goes to the least.
     fn actor_completion(&self, actor: &crate::actors::Actor, ticket: usize) -> SimTime {
         actor.wait_for(ticket);
         let mut lower = SimTime::ZERO;
@@ -242,22 +241,22 @@ impl SharedDevice {
             let mut dev = self.lock_raw();
             self.on_core(&mut dev, |dev, core| {
                 let t = |ticket: usize| core.waiting[ticket].expect("a waiting ticket");
-                match running {
-                    Some(b) => {
-                        for &(id, k) in &waiting {
-                            if dev.at_or_before(t(k), b) {
-                                actor.settle(id, dev.resolve(t(k)), true);
-                            } else {
-                                actor.settle(id, SimTime::from_ns(b.ns().saturating_add(1)), false);
-                            }
+                let ts: Vec<SimTime> = waiting.iter().map(|&(_, k)| t(k)).collect();
+                let first = match running {
+                    Some(b) => dev.earliest_by(&ts, b).ok_or(b),
+                    None => dev.earliest(&ts).ok_or(SimTime::ZERO),
+                };
+                match first {
+                    // The earliest completion, fixed; the others end no earlier.
+                    Ok((first, v)) => {
+                        for (j, &(id, _)) in waiting.iter().enumerate() {
+                            actor.settle(id, v, j == first);
                         }
                     }
-                    None => {
-                        let ts: Vec<SimTime> = waiting.iter().map(|&(_, k)| t(k)).collect();
-                        if let Some((first, v)) = dev.earliest(&ts) {
-                            for (j, &(id, _)) in waiting.iter().enumerate() {
-                                actor.settle(id, v, j == first);
-                            }
+                    // None ends by `b`.
+                    Err(b) => {
+                        for &(id, _) in &waiting {
+                            actor.settle(id, SimTime::from_ns(b.ns().saturating_add(1)), false);
                         }
                     }
                 }

@@ -1195,6 +1195,49 @@ impl Graph {
         found.map(|(i, t)| (i as usize, t))
     }
 
+    /// [`Graph::earliest`] that books no stage arriving after `bound` (a final instant):
+    /// the earliest of `targets` and its final value when it ends by `bound` (booked only
+    /// as far as needed to know it), else `None`, every target then ending after
+    /// `bound`. A host actor that knows nothing is submitted before `bound` decides by it
+    /// without running the core ahead of the others.
+    pub fn earliest_by<R: Resources + ?Sized>(
+        &mut self,
+        targets: &[SimTime],
+        bound: SimTime,
+        resources: &mut R,
+    ) -> Option<(usize, SimTime)> {
+        let mut watch = std::mem::take(&mut self.scratch);
+        watch.clear();
+        self.sync(&mut watch);
+        for (i, &t) in targets.iter().enumerate() {
+            self.add(&mut watch, i as u64, t);
+        }
+        let bound = bound.ns();
+        let found = loop {
+            // An unfixed target ends no earlier than the earliest ready stage's arrival.
+            let next_arrival = self.ready.peek().map(|Reverse(key)| key.at());
+            if let Some(&Reverse((v, key))) = watch.fixed.peek()
+                && next_arrival.is_none_or(|at| v <= at)
+            {
+                break (v <= bound).then_some((key as usize, SimTime::from_ns(v)));
+            }
+            match next_arrival {
+                Some(at) if at <= bound => {
+                    let Some(b) = self.step(resources) else {
+                        break None;
+                    };
+                    if self.stages[b.stage.0 as usize].watched {
+                        self.reevaluate(&mut watch, &[b.stage.0]);
+                    }
+                }
+                _ => break None,
+            }
+        };
+        watch.booked = self.booked;
+        self.scratch = watch;
+        found
+    }
+
     /// Add `t` to the completions `watch` waits for, under `key` (the caller's name for
     /// it; equal completions come out lowest key first).
     pub fn watch(&mut self, watch: &mut Watch, key: u64, t: SimTime) {
@@ -1675,6 +1718,25 @@ pub fn earliest<R: Resources + ?Sized>(
             .iter()
             .enumerate()
             .min_by_key(|&(i, t)| (t.ns(), i))
+            .map(|(i, &t)| (i, t))
+    }
+}
+
+/// [`Graph::earliest_by`] on this thread's recording; outside one, the first of the
+/// least values when it is at or before `bound`.
+pub fn earliest_by<R: Resources + ?Sized>(
+    targets: &[SimTime],
+    bound: SimTime,
+    resources: &mut R,
+) -> Option<(usize, SimTime)> {
+    if recording() {
+        with_graph(|g| g.earliest_by(targets, bound, resources)).flatten()
+    } else {
+        targets
+            .iter()
+            .enumerate()
+            .min_by_key(|&(i, t)| (t.ns(), i))
+            .filter(|(_, t)| t.ns() <= bound.ns())
             .map(|(i, &t)| (i, t))
     }
 }

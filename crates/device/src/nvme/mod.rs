@@ -397,6 +397,20 @@ impl NvmeDevice {
         csd_sim::events::earliest(instants, self)
     }
 
+    /// Of `instants`, the earliest and its final value if it ends by `bound`, booking no
+    /// stage that arrives after `bound` ([`csd_sim::events::earliest_by`]; sessions'
+    /// steps issued by then are recorded first).
+    pub fn earliest_by(
+        &mut self,
+        instants: &[SimTime],
+        bound: SimTime,
+    ) -> Option<(usize, SimTime)> {
+        if csd_sim::events::recording() && self.isp.open_sessions() > 0 {
+            self.isp.advance_events(&mut self.dev, &[bound]);
+        }
+        csd_sim::events::earliest_by(instants, bound, self)
+    }
+
     /// The final value of `t`: the host waits for it ([`NvmeDevice::earliest`] of one).
     pub fn resolve(&mut self, t: SimTime) -> SimTime {
         if t.is_final() {
