@@ -654,6 +654,59 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// [`Graph::earliest_by`] gives the earliest of its targets when that ends by the
+    /// bound (ties to the first target) and `None` when none does, books no stage that
+    /// arrives after the bound nor after the earliest it returns (a host may submit at
+    /// that completion), and changes no start.
+    #[test]
+    fn a_bounded_earliest_is_exact_and_books_nothing_past_what_it_returns(
+        resources in 1u32..5,
+        raw in prop::collection::vec(command(4), 1..25),
+        targets in prop::collection::vec(any::<prop::sample::Index>(), 1..6),
+        bounds in prop::collection::vec(0u64..30_000, 1..6),
+    ) {
+        let commands = on_resources(raw, resources);
+        let (starts, completions, _, _) =
+            run(&commands, resources, &(0..commands.len()).collect::<Vec<_>>());
+        let mut g = Graph::new();
+        g.record_trace();
+        let mut res = vec![Resource::new(); resources as usize];
+        let done: Vec<SimTime> = commands
+            .iter()
+            .enumerate()
+            .map(|(ci, c)| record(&mut g, ci, c))
+            .collect();
+        let targets: Vec<usize> = targets.iter().map(|i| i.index(commands.len())).collect();
+        let mut bounds = bounds;
+        bounds.sort_unstable();
+        for bound in bounds {
+            let ts: Vec<SimTime> = targets.iter().map(|&ci| done[ci]).collect();
+            let want = targets
+                .iter()
+                .enumerate()
+                .map(|(k, &ci)| (completions[ci], k))
+                .min()
+                .filter(|&(v, _)| v <= bound);
+            let before = g.trace().len();
+            let got = g.earliest_by(&ts, t(bound), &mut res);
+            prop_assert_eq!(got.map(|(k, v)| (v.ns(), k)), want);
+            let horizon = want.map_or(bound, |(v, _)| v);
+            for b in &g.trace()[before..] {
+                prop_assert!(b.arrival.ns() <= horizon, "booked {:?} past {}", b, horizon);
+            }
+        }
+        g.run(&mut res);
+        prop_assert_eq!(g.late_arrivals(), 0);
+        assert_first_come_first_served(g.trace());
+        let got: Vec<u64> = done.iter().map(|&d| g.resolve(d, &mut res).ns()).collect();
+        prop_assert_eq!(&got, &completions);
+        prop_assert_eq!(&starts, &reference(&commands, resources));
+    }
+}
+
 /// A comparison of an instant the core has not fixed is counted, one of final ones is not.
 #[test]
 fn comparisons_of_unfixed_instants_are_counted() {
