@@ -466,6 +466,158 @@ pub mod sync {
         }
     }
 
+    /// A reader-writer latch (see the module docs): readers share it, a writer holds it
+    /// alone; an actor that finds it taken passes the turn on until a holder releases.
+    #[derive(Debug, Default)]
+    pub struct RwLock<T> {
+        inner: std::sync::RwLock<T>,
+    }
+
+    /// A shared hold of a [`RwLock`]; released when dropped.
+    #[derive(Debug)]
+    pub struct RwLockReadGuard<'a, T> {
+        guard: Option<std::sync::RwLockReadGuard<'a, T>>,
+        key: usize,
+    }
+
+    /// The exclusive hold of a [`RwLock`]; released when dropped.
+    #[derive(Debug)]
+    pub struct RwLockWriteGuard<'a, T> {
+        guard: Option<std::sync::RwLockWriteGuard<'a, T>>,
+        key: usize,
+    }
+
+    impl<T> RwLock<T> {
+        /// A latch over `value`.
+        pub fn new(value: T) -> RwLock<T> {
+            RwLock {
+                inner: std::sync::RwLock::new(value),
+            }
+        }
+
+        fn key(&self) -> usize {
+            std::ptr::from_ref(self).cast::<()>() as usize
+        }
+
+        /// Share the latch (a poisoned one too).
+        pub fn read(&self) -> RwLockReadGuard<'_, T> {
+            let key = self.key();
+            let Some(actor) = current() else {
+                let g = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+                return RwLockReadGuard {
+                    guard: Some(g),
+                    key,
+                };
+            };
+            loop {
+                match self.inner.try_read() {
+                    Ok(g) => {
+                        return RwLockReadGuard {
+                            guard: Some(g),
+                            key,
+                        };
+                    }
+                    Err(TryLockError::Poisoned(p)) => {
+                        return RwLockReadGuard {
+                            guard: Some(p.into_inner()),
+                            key,
+                        };
+                    }
+                    Err(TryLockError::WouldBlock) => {
+                        actor.block(key);
+                    }
+                }
+            }
+        }
+
+        /// Hold the latch alone (a poisoned one too).
+        pub fn write(&self) -> RwLockWriteGuard<'_, T> {
+            let key = self.key();
+            let Some(actor) = current() else {
+                let g = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+                return RwLockWriteGuard {
+                    guard: Some(g),
+                    key,
+                };
+            };
+            loop {
+                match self.inner.try_write() {
+                    Ok(g) => {
+                        return RwLockWriteGuard {
+                            guard: Some(g),
+                            key,
+                        };
+                    }
+                    Err(TryLockError::Poisoned(p)) => {
+                        return RwLockWriteGuard {
+                            guard: Some(p.into_inner()),
+                            key,
+                        };
+                    }
+                    Err(TryLockError::WouldBlock) => {
+                        actor.block(key);
+                    }
+                }
+            }
+        }
+
+        /// The value, the latch consumed.
+        pub fn into_inner(self) -> T {
+            self.inner
+                .into_inner()
+                .unwrap_or_else(PoisonError::into_inner)
+        }
+    }
+
+    /// Release `key`'s latch: wake the actors blocked on it.
+    fn released(key: usize) {
+        if let Some(actor) = current() {
+            actor.wake(key);
+        }
+    }
+
+    impl<T> std::ops::Deref for RwLockReadGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            self.guard
+                .as_deref()
+                .unwrap_or_else(|| unreachable!("a latch guard without its hold"))
+        }
+    }
+
+    impl<T> Drop for RwLockReadGuard<'_, T> {
+        fn drop(&mut self) {
+            if self.guard.take().is_some() {
+                released(self.key);
+            }
+        }
+    }
+
+    impl<T> std::ops::Deref for RwLockWriteGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            self.guard
+                .as_deref()
+                .unwrap_or_else(|| unreachable!("a latch guard without its hold"))
+        }
+    }
+
+    impl<T> std::ops::DerefMut for RwLockWriteGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            self.guard
+                .as_deref_mut()
+                .unwrap_or_else(|| unreachable!("a latch guard without its hold"))
+        }
+    }
+
+    impl<T> Drop for RwLockWriteGuard<'_, T> {
+        fn drop(&mut self) {
+            if self.guard.take().is_some() {
+                released(self.key);
+            }
+        }
+    }
+
     /// A condition to wait for under a [`Mutex`] (see the module docs).
     #[derive(Debug, Default)]
     pub struct Condvar {
@@ -655,5 +807,50 @@ mod tests {
             })
         }));
         assert!(r.is_err());
+    }
+
+    /// Readers share a reader-writer latch in modeled time, a writer holds it alone:
+    /// no read overlaps a write, and readers that met no writer overlap each other.
+    #[test]
+    fn readers_share_and_a_writer_excludes() {
+        let group = Actors::new();
+        let latch = sync::RwLock::new(0u64);
+        let spans = group.run(4, SimTime::ZERO, |i| {
+            let mut spans = Vec::new();
+            for k in 0..3u64 {
+                let at = |a: &Actor| a.now().ns();
+                let me = Actors::current().expect("an actor");
+                if i == 0 {
+                    let mut w = latch.write();
+                    let from = at(&me);
+                    *w += 1;
+                    let to = Actors::wait_until(SimTime::from_ns(from + 50)).expect("an actor");
+                    spans.push((true, from, to.ns()));
+                } else {
+                    let r = latch.read();
+                    let from = at(&me);
+                    let _ = *r;
+                    let to = Actors::wait_until(SimTime::from_ns(from + 20 + k)).expect("an actor");
+                    spans.push((false, from, to.ns()));
+                }
+            }
+            spans
+        });
+        let all: Vec<(bool, u64, u64)> = spans.into_iter().flatten().collect();
+        let overlap = |x: &(bool, u64, u64), y: &(bool, u64, u64)| x.1 < y.2 && y.1 < x.2;
+        for (i, x) in all.iter().enumerate() {
+            for (j, y) in all.iter().enumerate() {
+                if i != j && (x.0 || y.0) {
+                    assert!(!overlap(x, y), "a write overlaps: {x:?} {y:?}");
+                }
+            }
+        }
+        let reads: Vec<_> = all.iter().filter(|s| !s.0).collect();
+        assert!(
+            (0..reads.len())
+                .any(|i| (0..reads.len()).any(|j| i != j && overlap(reads[i], reads[j]))),
+            "readers never overlapped: {reads:?}"
+        );
+        assert_eq!(latch.into_inner(), 3);
     }
 }
