@@ -29,8 +29,8 @@
 //!   rule and its tests). So commands of several actors are in flight together, as on a
 //!   drive with several queues. This needs the event core; on calendars the group
 //!   orders submissions, but each command's stages are booked when it is submitted.
-//! * An actor waits for another only through the group: [`sync::Mutex`] and
-//!   [`sync::Condvar`] pass the turn on while they wait and wake the waiter at the
+//! * An actor waits for another only through the group: [`sync::Mutex`],
+//!   [`sync::RwLock`] and [`sync::Condvar`] pass the turn on while they wait and wake the waiter at the
 //!   waker's instant; a `std` lock that another actor holds across a command would never
 //!   be released (only the turn's holder runs). A cycle of actors waiting for each
 //!   other is reported (a panic naming it), not hung.
