@@ -30,9 +30,9 @@
 //!   drive with several queues. This needs the event core; on calendars the group
 //!   orders submissions, but each command's stages are booked when it is submitted.
 //! * An actor waits for another only through the group: [`sync::Mutex`],
-//!   [`sync::RwLock`] and [`sync::Condvar`] pass the turn on while they wait and wake the waiter at the
-//!   waker's instant; a `std` lock that another actor holds across a command would never
-//!   be released (only the turn's holder runs). A cycle of actors waiting for each
+//!   [`sync::RwLock`] and [`sync::Condvar`] pass the turn on while they wait and wake
+//!   the waiter at the waker's instant; a `std` lock that another actor holds across a
+//!   command would never be released (only the turn's holder runs). A cycle of actors waiting for each
 //!   other is reported (a panic naming it), not hung.
 //! * One condition variable for the group: a handful of threads, woken when the turn
 //!   moves.

@@ -12,7 +12,7 @@
 //!
 //! **On the event core** (issue 30; [`SharedDevice::with_time_model`] with
 //! [`TimeModel::Events`]) the device owns one graph ([`csd_sim::events::Graph`]) that
-//! whichever thread holds the lock records into ([`Recording::resume`]), so the stages
+//! whichever thread holds the lock records into ([`events::Recording::resume`](csd_sim::events::Recording::resume)), so the stages
 //! of every thread's commands are booked at each resource in modeled-arrival order
 //! (docs/time-model.md, "What the multi-threaded actors need"). The rule for when to
 //! book differs by clock:
