@@ -1180,19 +1180,12 @@ impl Graph {
         targets: &[SimTime],
         resources: &mut R,
     ) -> Option<(usize, SimTime)> {
-        let mut watch = std::mem::take(&mut self.scratch);
-        watch.clear();
-        self.sync(&mut watch);
-        for (i, &t) in targets.iter().enumerate() {
-            self.add(&mut watch, i as u64, t);
-        }
-        let found = self.next_done(&mut watch, resources);
+        let found = self.earliest_within(targets, None, resources);
         debug_assert!(
             found.is_some() || targets.is_empty(),
             "targets with nothing ready"
         );
-        self.scratch = watch;
-        found.map(|(i, t)| (i as usize, t))
+        found
     }
 
     /// [`Graph::earliest`] that books no stage arriving after `bound` (a final instant):
@@ -1206,36 +1199,25 @@ impl Graph {
         bound: SimTime,
         resources: &mut R,
     ) -> Option<(usize, SimTime)> {
+        self.earliest_within(targets, Some(bound.ns()), resources)
+    }
+
+    /// [`Graph::earliest`], booking nothing past `bound` when there is one.
+    fn earliest_within<R: Resources + ?Sized>(
+        &mut self,
+        targets: &[SimTime],
+        bound: Option<u64>,
+        resources: &mut R,
+    ) -> Option<(usize, SimTime)> {
         let mut watch = std::mem::take(&mut self.scratch);
         watch.clear();
         self.sync(&mut watch);
         for (i, &t) in targets.iter().enumerate() {
             self.add(&mut watch, i as u64, t);
         }
-        let bound = bound.ns();
-        let found = loop {
-            // An unfixed target ends no earlier than the earliest ready stage's arrival.
-            let next_arrival = self.ready.peek().map(|Reverse(key)| key.at());
-            if let Some(&Reverse((v, key))) = watch.fixed.peek()
-                && next_arrival.is_none_or(|at| v <= at)
-            {
-                break (v <= bound).then_some((key as usize, SimTime::from_ns(v)));
-            }
-            match next_arrival {
-                Some(at) if at <= bound => {
-                    let Some(b) = self.step(resources) else {
-                        break None;
-                    };
-                    if self.stages[b.stage.0 as usize].watched {
-                        self.reevaluate(&mut watch, &[b.stage.0]);
-                    }
-                }
-                _ => break None,
-            }
-        };
-        watch.booked = self.booked;
+        let found = self.next_done_within(&mut watch, bound, resources);
         self.scratch = watch;
-        found
+        found.map(|(i, t)| (i as usize, t))
     }
 
     /// Add `t` to the completions `watch` waits for, under `key` (the caller's name for
@@ -1266,6 +1248,17 @@ impl Graph {
         watch: &mut Watch,
         resources: &mut R,
     ) -> Option<(u64, SimTime)> {
+        self.next_done_within(watch, None, resources)
+    }
+
+    /// [`Graph::next_done`]; with a `bound`, booking no stage that arrives after it and
+    /// `None` (the completion left in `watch`) when the earliest ends after it.
+    fn next_done_within<R: Resources + ?Sized>(
+        &mut self,
+        watch: &mut Watch,
+        bound: Option<u64>,
+        resources: &mut R,
+    ) -> Option<(u64, SimTime)> {
         self.sync(watch);
         loop {
             // An unfixed completion ends no earlier than the arrival of a ready stage:
@@ -1273,8 +1266,11 @@ impl Graph {
             let next_arrival = self.ready.peek().map(|Reverse(key)| key.at());
             match (watch.fixed.peek(), next_arrival) {
                 (Some(&Reverse((v, key))), at) if at.is_none_or(|at| v <= at) => {
-                    watch.fixed.pop();
                     watch.booked = self.booked;
+                    if bound.is_some_and(|b| v > b) {
+                        return None;
+                    }
+                    watch.fixed.pop();
                     return Some((key, SimTime::from_ns(v)));
                 }
                 (None, None) => {
@@ -1283,6 +1279,13 @@ impl Graph {
                     return None;
                 }
                 _ => {}
+            }
+            // The next stage arrives after the bound: so does every completion left.
+            if let (Some(b), Some(at)) = (bound, next_arrival)
+                && at > b
+            {
+                watch.booked = self.booked;
+                return None;
             }
             let s = self.step(resources)?.stage.0;
             // Only a booking of the stage a completion waits for can fix it.

@@ -185,6 +185,37 @@ fn run(
     (starts, completions, res, g.trace().to_vec())
 }
 
+/// `commands` recorded (in order) on a new graph that keeps its trace, with its
+/// resources; their completions.
+fn recorded(commands: &[CommandSpec], resources: u32) -> (Graph, Vec<Resource>, Vec<SimTime>) {
+    let mut g = Graph::new();
+    g.record_trace();
+    let res = vec![Resource::new(); resources as usize];
+    let done = commands
+        .iter()
+        .enumerate()
+        .map(|(ci, c)| record(&mut g, ci, c))
+        .collect();
+    (g, res, done)
+}
+
+/// Book what is left of a graph made by [`recorded`], check it stayed first come first
+/// served without late arrivals, and give every command's stage starts (those of the
+/// reference, checked) and the completions.
+fn finish(
+    mut g: Graph,
+    mut res: Vec<Resource>,
+    done: &[SimTime],
+    commands: &[CommandSpec],
+    resources: u32,
+) -> (Vec<Vec<u64>>, Vec<u64>) {
+    g.run(&mut res);
+    assert_eq!(g.late_arrivals(), 0);
+    assert_first_come_first_served(g.trace());
+    let got = done.iter().map(|&d| g.resolve(d, &mut res).ns()).collect();
+    (reference(commands, resources), got)
+}
+
 /// Property 2 of issue 30 on a trace ([`first_come_first_served`]).
 fn assert_first_come_first_served(trace: &[Booking]) {
     if let Err(e) = first_come_first_served(trace) {
@@ -625,14 +656,7 @@ proptest! {
         let commands = on_resources(raw, resources);
         let (starts, completions, _, _) =
             run(&commands, resources, &(0..commands.len()).collect::<Vec<_>>());
-        let mut g = Graph::new();
-        g.record_trace();
-        let mut res = vec![Resource::new(); resources as usize];
-        let done: Vec<SimTime> = commands
-            .iter()
-            .enumerate()
-            .map(|(ci, c)| record(&mut g, ci, c))
-            .collect();
+        let (mut g, mut res, done) = recorded(&commands, resources);
         // Bounds asked in increasing order, as a host clock moves.
         let mut asks: Vec<(usize, u64)> =
             asks.iter().map(|(i, b)| (i.index(commands.len()), *b)).collect();
@@ -645,12 +669,8 @@ proptest! {
                 prop_assert!(b.arrival.ns() <= bound, "booked {:?} past the bound {}", b, bound);
             }
         }
-        g.run(&mut res);
-        prop_assert_eq!(g.late_arrivals(), 0);
-        assert_first_come_first_served(g.trace());
-        let got: Vec<u64> = done.iter().map(|&d| g.resolve(d, &mut res).ns()).collect();
-        prop_assert_eq!(&got, &completions);
-        prop_assert_eq!(&starts, &reference(&commands, resources));
+        let got = finish(g, res, &done, &commands, resources);
+        prop_assert_eq!(&got, &(starts, completions));
     }
 }
 
@@ -671,14 +691,7 @@ proptest! {
         let commands = on_resources(raw, resources);
         let (starts, completions, _, _) =
             run(&commands, resources, &(0..commands.len()).collect::<Vec<_>>());
-        let mut g = Graph::new();
-        g.record_trace();
-        let mut res = vec![Resource::new(); resources as usize];
-        let done: Vec<SimTime> = commands
-            .iter()
-            .enumerate()
-            .map(|(ci, c)| record(&mut g, ci, c))
-            .collect();
+        let (mut g, mut res, done) = recorded(&commands, resources);
         let targets: Vec<usize> = targets.iter().map(|i| i.index(commands.len())).collect();
         let mut bounds = bounds;
         bounds.sort_unstable();
@@ -698,12 +711,8 @@ proptest! {
                 prop_assert!(b.arrival.ns() <= horizon, "booked {:?} past {}", b, horizon);
             }
         }
-        g.run(&mut res);
-        prop_assert_eq!(g.late_arrivals(), 0);
-        assert_first_come_first_served(g.trace());
-        let got: Vec<u64> = done.iter().map(|&d| g.resolve(d, &mut res).ns()).collect();
-        prop_assert_eq!(&got, &completions);
-        prop_assert_eq!(&starts, &reference(&commands, resources));
+        let got = finish(g, res, &done, &commands, resources);
+        prop_assert_eq!(&got, &(starts, completions));
     }
 }
 
