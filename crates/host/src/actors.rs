@@ -374,6 +374,33 @@ pub mod sync {
     use super::current;
     use std::sync::{PoisonError, TryLockError};
 
+    /// The name an actor blocks on for a latch or condition: its address.
+    fn key<L>(latch: &L) -> usize {
+        std::ptr::from_ref(latch).cast::<()>() as usize
+    }
+
+    /// Take `latch`: on a thread that runs no actor by waiting (`wait`); an actor tries
+    /// (`attempt`) and passes the turn on while another actor holds it. A poisoned latch
+    /// is taken as it is (the data's own checks report what a panicking holder left).
+    fn acquire<L, G>(
+        latch: &L,
+        attempt: impl Fn() -> std::sync::TryLockResult<G>,
+        wait: impl FnOnce() -> std::sync::LockResult<G>,
+    ) -> G {
+        let Some(actor) = current() else {
+            return wait().unwrap_or_else(PoisonError::into_inner);
+        };
+        loop {
+            match attempt() {
+                Ok(g) => return g,
+                Err(TryLockError::Poisoned(p)) => return p.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    actor.block(key(latch));
+                }
+            }
+        }
+    }
+
     /// A mutual-exclusion latch (see the module docs). It keeps no release instant:
     /// actors run one at a time in the order of their clocks, so an actor that finds the
     /// latch free is at or after its last release, and one that found it held is woken
@@ -398,34 +425,14 @@ pub mod sync {
             }
         }
 
-        fn key(&self) -> usize {
-            std::ptr::from_ref(self).cast::<()>() as usize
-        }
-
         /// Take the latch (a poisoned one too: the data's own checks report what a
         /// panicking holder left). An actor that finds it held passes the turn on until
         /// the holder releases it.
         pub fn lock(&self) -> MutexGuard<'_, T> {
-            let Some(actor) = current() else {
-                let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-                return MutexGuard {
-                    guard: Some(guard),
-                    latch: self,
-                };
-            };
-            loop {
-                let guard = match self.inner.try_lock() {
-                    Ok(g) => g,
-                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
-                    Err(TryLockError::WouldBlock) => {
-                        actor.block(self.key());
-                        continue;
-                    }
-                };
-                return MutexGuard {
-                    guard: Some(guard),
-                    latch: self,
-                };
+            let guard = acquire(self, || self.inner.try_lock(), || self.inner.lock());
+            MutexGuard {
+                guard: Some(guard),
+                latch: self,
             }
         }
 
@@ -461,7 +468,7 @@ pub mod sync {
             if self.guard.take().is_some()
                 && let Some(actor) = current()
             {
-                actor.wake(self.latch.key());
+                actor.wake(key(self.latch));
             }
         }
     }
@@ -495,69 +502,21 @@ pub mod sync {
             }
         }
 
-        fn key(&self) -> usize {
-            std::ptr::from_ref(self).cast::<()>() as usize
-        }
-
         /// Share the latch (a poisoned one too).
         pub fn read(&self) -> RwLockReadGuard<'_, T> {
-            let key = self.key();
-            let Some(actor) = current() else {
-                let g = self.inner.read().unwrap_or_else(PoisonError::into_inner);
-                return RwLockReadGuard {
-                    guard: Some(g),
-                    key,
-                };
-            };
-            loop {
-                match self.inner.try_read() {
-                    Ok(g) => {
-                        return RwLockReadGuard {
-                            guard: Some(g),
-                            key,
-                        };
-                    }
-                    Err(TryLockError::Poisoned(p)) => {
-                        return RwLockReadGuard {
-                            guard: Some(p.into_inner()),
-                            key,
-                        };
-                    }
-                    Err(TryLockError::WouldBlock) => {
-                        actor.block(key);
-                    }
-                }
+            let g = acquire(self, || self.inner.try_read(), || self.inner.read());
+            RwLockReadGuard {
+                guard: Some(g),
+                key: key(self),
             }
         }
 
         /// Hold the latch alone (a poisoned one too).
         pub fn write(&self) -> RwLockWriteGuard<'_, T> {
-            let key = self.key();
-            let Some(actor) = current() else {
-                let g = self.inner.write().unwrap_or_else(PoisonError::into_inner);
-                return RwLockWriteGuard {
-                    guard: Some(g),
-                    key,
-                };
-            };
-            loop {
-                match self.inner.try_write() {
-                    Ok(g) => {
-                        return RwLockWriteGuard {
-                            guard: Some(g),
-                            key,
-                        };
-                    }
-                    Err(TryLockError::Poisoned(p)) => {
-                        return RwLockWriteGuard {
-                            guard: Some(p.into_inner()),
-                            key,
-                        };
-                    }
-                    Err(TryLockError::WouldBlock) => {
-                        actor.block(key);
-                    }
-                }
+            let g = acquire(self, || self.inner.try_write(), || self.inner.write());
+            RwLockWriteGuard {
+                guard: Some(g),
+                key: key(self),
             }
         }
 
@@ -630,10 +589,6 @@ pub mod sync {
             Condvar::default()
         }
 
-        fn key(&self) -> usize {
-            std::ptr::from_ref(self).cast::<()>() as usize
-        }
-
         /// Release the latch, wait for a notification, take the latch again. As with
         /// `std::sync::Condvar`, a wait may end without the condition holding: callers
         /// test it in a loop.
@@ -649,7 +604,7 @@ pub mod sync {
             // Only the turn's holder runs: nobody can notify between the release and
             // the block.
             drop(held);
-            actor.block(self.key());
+            actor.block(key(self));
             latch.lock()
         }
 
@@ -657,7 +612,7 @@ pub mod sync {
         pub fn notify_all(&self) {
             self.inner.notify_all();
             if let Some(actor) = current() {
-                actor.wake(self.key());
+                actor.wake(key(self));
             }
         }
 
@@ -665,7 +620,7 @@ pub mod sync {
         pub fn notify_one(&self) {
             if let Some(actor) = current() {
                 self.inner.notify_all();
-                actor.wake(self.key());
+                actor.wake(key(self));
             } else {
                 self.inner.notify_one();
             }
