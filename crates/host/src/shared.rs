@@ -545,7 +545,12 @@ mod tests {
     }
 
     fn shared_on(mode: ClockMode, time_model: TimeModel) -> SharedDevice {
-        let cfg = DeviceConfig::preset("tiny").expect("tiny preset");
+        shared_preset("tiny", mode, time_model)
+    }
+
+    /// A fresh in-memory device of `preset`, shared.
+    fn shared_preset(preset: &str, mode: ClockMode, time_model: TimeModel) -> SharedDevice {
+        let cfg = DeviceConfig::preset(preset).expect("a built-in preset");
         let nand = Nand::new_in_memory(cfg).expect("nand");
         let ftl = Ftl::format(nand, FtlConfig::default()).expect("format");
         SharedDevice::with_time_model(NvmeDevice::new(ftl), mode, time_model).expect("share")
@@ -834,8 +839,8 @@ mod tests {
     /// `threads` actors on the event core in virtual time (crate::actors), each running
     /// its own seeded commands: their (submitted, completed) instants per thread, the
     /// core's counters, the client totals and the trace of bookings.
-    fn actor_run(threads: usize, ops: u64, seed: u64) -> ActorRun {
-        let dev = shared_on(ClockMode::Virtual, TimeModel::Events);
+    fn actor_run(preset: &str, threads: usize, ops: u64, seed: u64) -> ActorRun {
+        let dev = shared_preset(preset, ClockMode::Virtual, TimeModel::Events);
         compact_often(&dev);
         dev.record_trace();
         let lba_size = dev.identify().lba_size as usize;
@@ -862,8 +867,13 @@ mod tests {
     /// repeatedly, the command in flight that completes first (ties to the lowest
     /// thread) is fixed, booking stages in arrival order only as far as needed to know
     /// it, and its thread submits its next command at that completion.
-    fn reference_run(threads: usize, ops: u64, seed: u64) -> (Vec<Vec<(u64, u64)>>, Counters) {
-        let dev = shared_on(ClockMode::Virtual, TimeModel::Events);
+    fn reference_run(
+        preset: &str,
+        threads: usize,
+        ops: u64,
+        seed: u64,
+    ) -> (Vec<Vec<(u64, u64)>>, Counters) {
+        let dev = shared_preset(preset, ClockMode::Virtual, TimeModel::Events);
         compact_often(&dev);
         let lba_size = dev.identify().lba_size as usize;
         let (hs, start) = handles(&dev, threads);
@@ -916,11 +926,14 @@ mod tests {
     #[test]
     fn virtual_actors_submit_in_arrival_order_and_repeat_exactly() {
         let (threads, ops, seed) = (4, 60, 1);
-        let (times, counters, totals, trace) = actor_run(threads, ops, seed);
+        let (times, counters, totals, trace) = actor_run("tiny", threads, ops, seed);
         assert_eq!(totals.commands, threads as u64 * ops);
         events::first_come_first_served(&trace).expect("arrival order at every resource");
-        assert_eq!(reference_run(threads, ops, seed), (times.clone(), counters));
-        let again = actor_run(threads, ops, seed);
+        assert_eq!(
+            reference_run("tiny", threads, ops, seed),
+            (times.clone(), counters)
+        );
+        let again = actor_run("tiny", threads, ops, seed);
         assert_eq!((again.0, again.1, again.2), (times, counters, totals));
         let dev = shared_on(ClockMode::Virtual, TimeModel::Events);
         let lba_size = dev.identify().lba_size as usize;
@@ -937,6 +950,20 @@ mod tests {
         assert!(assert_clean(&dev, true).late_arrivals > 0);
     }
 
+    /// The same on the default device (`nvme-tlc`), eight actors: the reference's
+    /// instants and counters, arrival order at every resource, no late arrival.
+    #[test]
+    fn virtual_actors_on_the_default_device_match_the_reference() {
+        let (threads, ops, seed) = (8, 40, 7);
+        let (times, counters, totals, trace) = actor_run("nvme-tlc", threads, ops, seed);
+        assert_eq!(totals.commands, threads as u64 * ops);
+        events::first_come_first_served(&trace).expect("arrival order at every resource");
+        assert_eq!(
+            reference_run("nvme-tlc", threads, ops, seed),
+            (times, counters)
+        );
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
 
@@ -948,10 +975,10 @@ mod tests {
             ops in 1u64..40,
             seed in 0u64..1_000,
         ) {
-            let (times, counters, totals, trace) = actor_run(threads, ops, seed);
+            let (times, counters, totals, trace) = actor_run("tiny", threads, ops, seed);
             proptest::prop_assert_eq!(totals.commands, threads as u64 * ops);
             proptest::prop_assert!(events::first_come_first_served(&trace).is_ok());
-            proptest::prop_assert_eq!(reference_run(threads, ops, seed), (times, counters));
+            proptest::prop_assert_eq!(reference_run("tiny", threads, ops, seed), (times, counters));
         }
     }
 
