@@ -11,8 +11,13 @@
 //! (so lookups and modifications proceed as far as the scheme allows). A gate that is
 //! never installed costs one uncontended mutex per output block.
 
-use crate::sync::{Condvar, Mutex, lock};
+use crate::sync::{GateCondvar as Condvar, GateMutex as Mutex, GateMutexGuard as MutexGuard};
 use std::time::{Duration, Instant};
+
+/// Take the gate's latch, recovering from poisoning.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 #[derive(Debug)]
 struct GateState {

@@ -39,6 +39,7 @@
 
 use csd_sim::SimTime;
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 /// The group's state: each actor's clock (`None` once it finished), who holds the
@@ -228,6 +229,14 @@ impl Actor {
         self.group.moved.notify_all();
     }
 
+    /// Take a place that never ran out of the group (its thread could not start); the
+    /// caller keeps the turn.
+    fn leave_quietly(&self) {
+        let mut st = self.group.lock();
+        st.clocks[self.id] = None;
+        self.group.moved.notify_all();
+    }
+
     /// Block on `key` (a latch's or condition's address): pass the turn on and wait
     /// until an actor wakes this one ([`Actor::wake`]) and it holds the turn again.
     /// Returns the clock, moved up to the waker's instant.
@@ -288,7 +297,14 @@ impl Actors {
             assert!(
                 !st.deadlocked,
                 "actors deadlocked: every live actor is blocked on a latch or condition \
-                 that only another blocked actor could release"
+                 that only another blocked actor could release (per actor: clock, the \
+                 address it is blocked on): {:?}",
+                st.clocks
+                    .iter()
+                    .zip(&st.blocked)
+                    .enumerate()
+                    .filter_map(|(i, (c, b))| c.map(|c| (i, c, b.map(|k| format!("{k:#x}")))))
+                    .collect::<Vec<_>>()
             );
             st = self.wait(st);
         }
@@ -317,37 +333,68 @@ impl Actors {
             base
         };
         let body = &body;
-        std::thread::scope(|s| {
+        let out = std::thread::scope(|s| {
             let threads: Vec<_> = (0..n)
                 .map(|i| {
                     let group = self.clone();
-                    s.spawn(move || {
-                        let actor = Actor {
-                            group: group.clone(),
-                            id: base + i,
-                        };
-                        CURRENT.with(|c| *c.borrow_mut() = Some((group, base + i)));
-                        /// Leaves the group however the body ends.
-                        struct Leave(Actor);
-                        impl Drop for Leave {
-                            fn drop(&mut self) {
-                                CURRENT.with(|c| *c.borrow_mut() = None);
-                                self.0.leave();
-                            }
-                        }
-                        let leave = Leave(actor.clone());
-                        actor.turn(start);
-                        let out = body(i);
-                        drop(leave);
-                        out
-                    })
+                    s.spawn(move || group.enter(base + i, start, None, || body(i)))
                 })
                 .collect();
             threads
                 .into_iter()
                 .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
                 .collect()
-        })
+        });
+        // Actors the group's actors started ([`spawn`]) finish too: a run ends when the
+        // group has no live actor (they may wait only for each other).
+        let mut st = self.lock();
+        while st.clocks.iter().any(Option::is_some) {
+            st = self.wait(st);
+        }
+        out
+    }
+
+    /// Add an actor with clock `start` to the group; returns its number.
+    fn add(&self, start: SimTime) -> usize {
+        let mut st = self.lock();
+        st.clocks.push(Some(start));
+        st.waiting.push(None);
+        st.blocked.push(None);
+        if st.turn.is_none() {
+            st.turn = st.next();
+        }
+        st.clocks.len() - 1
+    }
+
+    /// Run `body` on this thread as actor `id` (already added with clock `start`): wait
+    /// for the turn, run, and leave the group however the body ends, first marking
+    /// `done` and waking the actors that wait for it ([`JoinHandle::join`]).
+    fn enter<T>(
+        self: Arc<Self>,
+        id: usize,
+        start: SimTime,
+        done: Option<Arc<AtomicBool>>,
+        body: impl FnOnce() -> T,
+    ) -> T {
+        let actor = Actor { group: self, id };
+        CURRENT.with(|c| *c.borrow_mut() = Some((actor.group.clone(), id)));
+        /// Leaves the group however the body ends.
+        struct Leave(Actor, Option<Arc<AtomicBool>>);
+        impl Drop for Leave {
+            fn drop(&mut self) {
+                if let Some(done) = &self.1 {
+                    done.store(true, AtomicOrdering::Release);
+                    self.0.wake(key_of(&**done));
+                }
+                CURRENT.with(|c| *c.borrow_mut() = None);
+                self.0.leave();
+            }
+        }
+        let leave = Leave(actor.clone(), done);
+        actor.turn(start);
+        let out = body();
+        drop(leave);
+        out
     }
 
     /// This thread's actor clock moves to at least `t` (an actor waiting for an instant
@@ -364,6 +411,87 @@ impl Actors {
     }
 }
 
+/// The name an actor blocks on for a latch, a condition or a thread's end: an address.
+fn key_of<L>(latch: &L) -> usize {
+    std::ptr::from_ref(latch).cast::<()>() as usize
+}
+
+/// A thread started by [`spawn`], to wait for.
+#[derive(Debug)]
+pub struct JoinHandle<T> {
+    thread: std::thread::JoinHandle<T>,
+    /// Set when the thread, an actor, finished (its wake names this flag).
+    done: Option<Arc<AtomicBool>>,
+}
+
+impl<T> JoinHandle<T> {
+    /// Wait for the thread to finish; its result, or its panic's payload. An actor that
+    /// waits for an actor passes the turn on until it finished and goes on at the
+    /// instant it did.
+    ///
+    /// # Errors
+    /// The panic payload of a thread that panicked.
+    pub fn join(self) -> std::thread::Result<T> {
+        if let (Some(done), Some(me)) = (&self.done, current()) {
+            // Only the turn's holder runs: the flag cannot be set between the test and
+            // the block.
+            while !done.load(AtomicOrdering::Acquire) {
+                me.block(key_of(&**done));
+            }
+        }
+        self.thread.join()
+    }
+
+    /// Whether the thread finished (an actor: left its group's work).
+    pub fn is_finished(&self) -> bool {
+        self.done.as_ref().map_or_else(
+            || self.thread.is_finished(),
+            |d| d.load(AtomicOrdering::Acquire),
+        )
+    }
+}
+
+/// Start a thread named `name` running `body`. Started by an actor, the thread is an
+/// actor of the same group whose clock starts at the starter's (a background worker a
+/// host structure starts, e.g. the FD+tree's merge thread): it takes turns with the
+/// others, and the group's [`Actors::run`] returns only once it finished. Started by
+/// any other thread, it is a plain thread.
+///
+/// # Errors
+/// The operating system's, when it cannot start a thread.
+pub fn spawn<T: Send + 'static>(
+    name: &str,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<JoinHandle<T>> {
+    let builder = std::thread::Builder::new().name(name.to_string());
+    let Some(parent) = current() else {
+        return Ok(JoinHandle {
+            thread: builder.spawn(body)?,
+            done: None,
+        });
+    };
+    let start = parent.now();
+    let id = parent.group.add(start);
+    let done = Arc::new(AtomicBool::new(false));
+    let group = parent.group.clone();
+    let flag = done.clone();
+    match builder.spawn(move || group.enter(id, start, Some(flag), body)) {
+        Ok(thread) => Ok(JoinHandle {
+            thread,
+            done: Some(done),
+        }),
+        Err(e) => {
+            // Never ran: take its place out of the group.
+            Actor {
+                group: parent.group.clone(),
+                id,
+            }
+            .leave_quietly();
+            Err(e)
+        }
+    }
+}
+
 /// A latch and a condition for actors: the `std::sync` ones, but a wait passes the turn
 /// on (only the turn's holder runs, so a thread that blocked without passing it would
 /// stop the group) and hands the instant on: an actor woken by a release or a
@@ -371,13 +499,8 @@ impl Actors {
 /// thread that waits on one while an actor may hold it must run an actor of the same
 /// group (an actor can only be woken by an actor).
 pub mod sync {
-    use super::current;
+    use super::{current, key_of as key};
     use std::sync::{PoisonError, TryLockError};
-
-    /// The name an actor blocks on for a latch or condition: its address.
-    fn key<L>(latch: &L) -> usize {
-        std::ptr::from_ref(latch).cast::<()>() as usize
-    }
 
     /// Take `latch`: on a thread that runs no actor by waiting (`wait`); an actor tries
     /// (`attempt`) and passes the turn on while another actor holds it. A poisoned latch
@@ -746,6 +869,43 @@ mod tests {
         let mut all: Vec<u64> = got.into_iter().flatten().collect();
         all.sort_unstable();
         assert_eq!(all, (1..=8).map(|k| 100 * k).collect::<Vec<_>>());
+    }
+
+    /// An actor started by an actor is one of the group: its clock starts at its
+    /// starter's, a join waits for it in modeled time (the joiner goes on at its end),
+    /// and the group's run returns only once every actor, one nobody joins included,
+    /// finished. A thread started by a thread that runs no actor is a plain thread.
+    #[test]
+    fn a_started_actor_is_joined_at_its_end_instant() {
+        let group = Actors::new();
+        let unjoined_done = Arc::new(AtomicBool::new(false));
+        let out = group.run(2, SimTime::ZERO, |i| {
+            let me = Actors::current().expect("an actor");
+            if i == 1 {
+                // Acts while the child runs.
+                Actors::wait_until(SimTime::from_ns(300));
+                return (0, me.now().ns());
+            }
+            Actors::wait_until(SimTime::from_ns(10));
+            let child = spawn("child", || {
+                let start = Actors::current().expect("the child is an actor").now();
+                Actors::wait_until(SimTime::from_ns(500));
+                start.ns()
+            })
+            .expect("spawn");
+            let started = child.join().expect("the child ran");
+            let flag = unjoined_done.clone();
+            let _unjoined = spawn("unjoined", move || {
+                Actors::wait_until(SimTime::from_ns(900));
+                flag.store(true, AtomicOrdering::SeqCst);
+            })
+            .expect("spawn");
+            (started, me.now().ns())
+        });
+        assert_eq!(out, vec![(10, 500), (0, 300)]);
+        assert!(unjoined_done.load(AtomicOrdering::SeqCst));
+        let plain = spawn("plain", || Actors::current().is_none()).expect("spawn");
+        assert!(plain.join().expect("ran"));
     }
 
     /// Actors that wait for each other in a cycle are reported, not hung.

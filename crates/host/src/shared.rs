@@ -298,25 +298,31 @@ impl SharedDevice {
             .clone()
     }
 
+    /// The latest instant the device has seen: its controller's clock, the latest
+    /// completion any handle saw and, on the event core, the last arrival booked. A
+    /// submission at or after it arrives after everything so far.
+    pub fn latest_instant(&self) -> SimTime {
+        let dev = self.lock();
+        // On the event core `lock` booked everything recorded: the clock continues
+        // after the last arrival booked, so that no later submission arrives before it.
+        let booked = self.inner.core.as_ref().map_or(SimTime::ZERO, |core| {
+            let core = core.lock().unwrap_or_else(PoisonError::into_inner);
+            core.graph.as_ref().map_or(SimTime::ZERO, Graph::now)
+        });
+        dev.block()
+            .controller()
+            .now()
+            .max(SimTime::from_ns(self.inner.latest.load(Ordering::Acquire)))
+            .max(booked)
+    }
+
     /// Switch the clock mode from now on: simulated time continues from the latest
-    /// completion any handle has seen, mapped to the wall clock now. Used to build state
-    /// quickly in virtual time (a benchmark's preload) and then measure in paced time.
-    /// Handles whose own clock is behind move up to that instant with their next command.
+    /// instant the device has seen ([`SharedDevice::latest_instant`]), mapped to the wall
+    /// clock now. Used to build state quickly in virtual time (a benchmark's preload)
+    /// and then measure in paced time. Handles whose own clock is behind move up to that
+    /// instant with their next command.
     pub fn set_clock(&self, mode: ClockMode) {
-        let origin = {
-            let dev = self.lock();
-            // On the event core `lock` booked everything recorded: the clock continues
-            // after the last arrival booked, so that no later submission arrives before it.
-            let booked = self.inner.core.as_ref().map_or(SimTime::ZERO, |core| {
-                let core = core.lock().unwrap_or_else(PoisonError::into_inner);
-                core.graph.as_ref().map_or(SimTime::ZERO, Graph::now)
-            });
-            dev.block()
-                .controller()
-                .now()
-                .max(SimTime::from_ns(self.inner.latest.load(Ordering::Acquire)))
-                .max(booked)
-        };
+        let origin = self.latest_instant();
         *self
             .inner
             .pacer
@@ -509,7 +515,15 @@ impl CommandIssuer for DeviceHandle {
         &self.shared.inner.identify
     }
 
+    /// The handle's clock; on an actor's thread in virtual time, the actor's
+    /// ([`crate::actors`]): a handle several actors share, like a pool's, carries its
+    /// last user's clock, and this actor submits at its own.
     fn now(&self) -> SimTime {
+        if let Some(a) = crate::actors::current()
+            && self.shared.pacer().mode() == ClockMode::Virtual
+        {
+            return a.now();
+        }
         self.now
     }
 

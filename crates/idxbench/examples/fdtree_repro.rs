@@ -105,6 +105,9 @@ impl BenchIndex for FdBench {
     fn extra_stats(&self) -> Vec<(String, f64)> {
         self.tree.stats().bench_figures()
     }
+    fn virtual_start(&self) -> Option<csd_sim::SimTime> {
+        (self.mode == ClockMode::Virtual).then(|| self.dev.latest_instant())
+    }
 }
 
 fn make(p: &ReproParams, scheme: &str) -> Result<Arc<FdBench>, IndexError> {

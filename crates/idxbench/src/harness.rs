@@ -37,6 +37,14 @@
 //! * The preload is one thread inserting the keys in ascending order before the clock of
 //!   the run starts; its wall time is reported separately.
 //! * The first index error stops the run and is returned as [`BenchError::Index`].
+//! * Time is the wall clock, or in a virtual timed run ([`BenchIndex::virtual_start`])
+//!   modeled time: the injector and the workers then run as actors of virtual time
+//!   ([`csd_host::actors`]; issue 30): each request is stamped with the clock of the
+//!   actor that handles it, device commands reach the device in modeled-arrival order,
+//!   and the run repeats bit for bit. The queues' latches and conditions are the
+//!   actors' (plain `std` ones on ordinary threads). Host work between device commands
+//!   costs no modeled time, as everywhere in virtual time: such a run measures the
+//!   device and the index's concurrency control, not the host's CPU.
 //! * After the last completion (clock stopped) the harness calls
 //!   [`BenchIndex::quiesce`] so background merges finish
 //!   before [`BenchIndex::extra_stats`] is read.
@@ -47,10 +55,13 @@ use crate::workload::{
     GrSpec, GtSpec, NO_PREDECESSOR, OpKind, Workload, WorkloadError, WorkloadSpec,
 };
 use crate::{BenchIndex, IndexError, Scheme};
+use csd_host::actors::Actors;
+use csd_host::actors::sync::{Condvar, Mutex as ActorMutex};
+use csd_sim::SimTime;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Errors of a benchmark run.
@@ -341,12 +352,44 @@ pub fn run_workload(
     ))
 }
 
-/// A queued request: its position, arrival and placement times.
-type Queued = (u32, Instant, Instant);
+/// The run's clock: the wall clock, or the acting actor's modeled clock (a virtual run).
+#[derive(Clone, Copy)]
+enum Clock {
+    Wall(Instant),
+    Virtual(SimTime),
+}
+
+impl Clock {
+    /// Time since the run's start: wall, or the calling actor's modeled clock.
+    fn now(self) -> Duration {
+        match self {
+            Clock::Wall(t0) => t0.elapsed(),
+            Clock::Virtual(start) => {
+                Duration::from_nanos(Actors::current().map_or(0, |a| a.now().since(start)))
+            }
+        }
+    }
+
+    /// Let other threads act before testing a condition again (an actor lets 1 µs of
+    /// modeled time pass, which passes the turn on).
+    fn pause(self) {
+        match self {
+            Clock::Wall(_) => std::thread::yield_now(),
+            Clock::Virtual(_) => {
+                if let Some(a) = Actors::current() {
+                    let _ = Actors::wait_until(a.now().after(1_000));
+                }
+            }
+        }
+    }
+}
+
+/// A queued request: its position, arrival and placement times (since the run's start).
+type Queued = (u32, Duration, Duration);
 
 /// A bounded FIFO queue of request positions, stamping each with its placement time.
 struct Queue {
-    state: Mutex<QState>,
+    state: ActorMutex<QState>,
     not_empty: Condvar,
     not_full: Condvar,
     cap: usize,
@@ -360,7 +403,7 @@ struct QState {
 impl Queue {
     fn new(cap: usize) -> Self {
         Self {
-            state: Mutex::new(QState {
+            state: ActorMutex::new(QState {
                 buf: VecDeque::with_capacity(cap),
                 closed: false,
             }),
@@ -372,18 +415,15 @@ impl Queue {
 
     /// Blocks while full; false if the queue was closed. `arrived` is when the injector
     /// offered the request.
-    fn push(&self, idx: u32, arrived: Instant) -> bool {
-        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+    fn push(&self, idx: u32, arrived: Duration, clock: Clock) -> bool {
+        let mut s = self.state.lock();
         while s.buf.len() >= self.cap && !s.closed {
-            s = self
-                .not_full
-                .wait(s)
-                .unwrap_or_else(PoisonError::into_inner);
+            s = self.not_full.wait(s);
         }
         if s.closed {
             return false;
         }
-        s.buf.push_back((idx, arrived, Instant::now()));
+        s.buf.push_back((idx, arrived, clock.now()));
         drop(s);
         self.not_empty.notify_one();
         true
@@ -391,7 +431,7 @@ impl Queue {
 
     /// Blocks while empty; `None` once closed and drained.
     fn pop(&self) -> Option<Queued> {
-        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut s = self.state.lock();
         loop {
             if let Some(item) = s.buf.pop_front() {
                 drop(s);
@@ -401,18 +441,12 @@ impl Queue {
             if s.closed {
                 return None;
             }
-            s = self
-                .not_empty
-                .wait(s)
-                .unwrap_or_else(PoisonError::into_inner);
+            s = self.not_empty.wait(s);
         }
     }
 
     fn close(&self) {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .closed = true;
+        self.state.lock().closed = true;
         self.not_empty.notify_all();
         self.not_full.notify_all();
     }
@@ -425,6 +459,7 @@ pub(crate) type Recorders = [[LatencyRecorder; 3]; 3];
 pub(crate) struct RunOutput {
     pub rec: Recorders,
     pub total: Duration,
+    pub virtual_time: bool,
     pub q_r_slots: usize,
     pub q_w_slots: usize,
     pub lookup_hits: u64,
@@ -439,6 +474,8 @@ struct WorkerOut {
     lookup_hits: u64,
     delete_misses: u64,
     ordering_waits: u64,
+    /// The worker's last completion (since the run's start).
+    last: Duration,
 }
 
 /// Shared state of one run.
@@ -453,6 +490,7 @@ struct Shared<'a> {
     live: AtomicUsize,
     qr: Queue,
     qw: Queue,
+    clock: Clock,
 }
 
 /// Closes the queues and flags the run as aborted if a worker unwinds.
@@ -473,8 +511,9 @@ fn worker(sh: &Shared<'_>, q: &Queue) -> WorkerOut {
     let _guard = PanicGuard(sh);
     let mut out = WorkerOut::default();
     let reqs = &sh.workload.requests;
+    let clock = sh.clock;
     while let Some((idx, t_arr, t_enq)) = q.pop() {
-        let t_deq = Instant::now();
+        let t_deq = clock.now();
         if sh.abort.load(Ordering::Relaxed) {
             break;
         }
@@ -484,7 +523,7 @@ fn worker(sh: &Shared<'_>, q: &Queue) -> WorkerOut {
             while sh.executed[r.after as usize].load(Ordering::Acquire) == 0
                 && !sh.abort.load(Ordering::Relaxed)
             {
-                std::thread::yield_now();
+                clock.pause();
             }
         }
         let res = match r.op {
@@ -492,7 +531,8 @@ fn worker(sh: &Shared<'_>, q: &Queue) -> WorkerOut {
             OpKind::Delete => sh.index.delete(r.key),
             OpKind::Lookup => sh.index.lookup(r.key).map(|v| v.is_some()),
         };
-        let t_done = Instant::now();
+        let t_done = clock.now();
+        out.last = out.last.max(t_done);
         sh.executed[idx as usize].fetch_add(1, Ordering::Release);
         sh.completed.fetch_add(1, Ordering::Relaxed);
         match res {
@@ -523,9 +563,9 @@ fn worker(sh: &Shared<'_>, q: &Queue) -> WorkerOut {
         }
         if u64::from(idx) >= sh.warmup {
             let k = r.op.index();
-            out.rec[k][0].record(t_done.saturating_duration_since(t_deq).as_nanos() as u64);
-            out.rec[k][1].record(t_done.saturating_duration_since(t_enq).as_nanos() as u64);
-            out.rec[k][2].record(t_done.saturating_duration_since(t_arr).as_nanos() as u64);
+            out.rec[k][0].record(t_done.saturating_sub(t_deq).as_nanos() as u64);
+            out.rec[k][1].record(t_done.saturating_sub(t_enq).as_nanos() as u64);
+            out.rec[k][2].record(t_done.saturating_sub(t_arr).as_nanos() as u64);
         }
     }
     out
@@ -557,6 +597,10 @@ fn execute(
     let c = workload.counts();
     let (q_r_slots, q_w_slots) =
         queue_sizes(cfg.queue_slots, c[OpKind::Lookup.index()], c[0] + c[1]);
+    let t0 = Instant::now();
+    let clock = index
+        .virtual_start()
+        .map_or(Clock::Wall(t0), Clock::Virtual);
     let sh = Shared {
         index,
         workload,
@@ -568,10 +612,13 @@ fn execute(
         live: AtomicUsize::new(cfg.readers + cfg.writers),
         qr: Queue::new(q_r_slots),
         qw: Queue::new(q_w_slots),
+        clock,
     };
-    let t0 = Instant::now();
     let (outs, panicked) = run_threads(&sh, cfg, progress);
-    let total = t0.elapsed();
+    let total = match clock {
+        Clock::Wall(t0) => t0.elapsed(),
+        Clock::Virtual(_) => outs.iter().map(|o| o.last).max().unwrap_or_default(),
+    };
     if let Some(kind) = panicked {
         return Err(BenchError::WorkerPanicked(kind));
     }
@@ -597,6 +644,7 @@ fn execute(
     Ok(RunOutput {
         rec: merged.rec,
         total,
+        virtual_time: matches!(clock, Clock::Virtual(_)),
         q_r_slots,
         q_w_slots,
         lookup_hits: merged.lookup_hits,
@@ -606,33 +654,34 @@ fn execute(
     })
 }
 
-/// The injector, the readers and the writers on scoped threads, with progress reports
-/// every 200 ms until every worker has stopped. Returns the workers' outputs and the
-/// kind of a thread that panicked.
+/// The injector, the readers and the writers on scoped threads (in a virtual run, actors
+/// of one group: actor 0 the injector, then the readers, then the writers), with
+/// progress reports every 200 ms until every worker has stopped. Returns the workers'
+/// outputs and the kind of a thread that panicked.
 fn run_threads(
     sh: &Shared<'_>,
     cfg: &BenchConfig,
     progress: &(dyn Fn(Progress) + Sync),
 ) -> (Vec<WorkerOut>, Option<&'static str>) {
     let n = sh.workload.requests.len();
-    std::thread::scope(|s| {
-        let injector = s.spawn(move || {
-            for (i, r) in sh.workload.requests.iter().enumerate() {
-                let q = if r.op.is_write() { &sh.qw } else { &sh.qr };
-                if !q.push(i as u32, Instant::now()) {
-                    break;
-                }
+    let inject = move || {
+        for (i, r) in sh.workload.requests.iter().enumerate() {
+            let q = if r.op.is_write() { &sh.qw } else { &sh.qr };
+            if !q.push(i as u32, sh.clock.now(), sh.clock) {
+                break;
             }
-            sh.qr.close();
-            sh.qw.close();
-        });
-        let mut handles = Vec::new();
-        for _ in 0..cfg.readers {
-            handles.push(("reader", s.spawn(move || worker(sh, &sh.qr))));
         }
-        for _ in 0..cfg.writers {
-            handles.push(("writer", s.spawn(move || worker(sh, &sh.qw))));
+        sh.qr.close();
+        sh.qw.close();
+    };
+    let work = move |i: usize| {
+        if i < cfg.readers {
+            ("reader", worker(sh, &sh.qr))
+        } else {
+            ("writer", worker(sh, &sh.qw))
         }
+    };
+    let report = || {
         let mut last = Instant::now();
         while sh.live.load(Ordering::SeqCst) > 0 {
             std::thread::sleep(Duration::from_millis(20));
@@ -645,15 +694,41 @@ fn run_threads(
                 });
             }
         }
+    };
+    let workers = cfg.readers + cfg.writers;
+    std::thread::scope(|s| {
+        if let Clock::Virtual(start) = sh.clock {
+            s.spawn(report);
+            let group = Actors::new();
+            // A panicking actor's panic is resumed by `run` once the others finished;
+            // catch it to report the run as failed.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                group.run(1 + workers, start, |a| {
+                    if a == 0 {
+                        inject();
+                        None
+                    } else {
+                        Some(work(a - 1).1)
+                    }
+                })
+            }));
+            return match ran {
+                Ok(outs) => (outs.into_iter().flatten().collect(), None),
+                Err(_) => (Vec::new(), Some("actor")),
+            };
+        }
+        let injector = s.spawn(inject);
+        let handles: Vec<_> = (0..workers).map(|i| s.spawn(move || work(i))).collect();
+        report();
         let mut panicked = None;
         if injector.join().is_err() {
             panicked = Some("injector");
         }
         let mut outs = Vec::new();
-        for (kind, h) in handles {
+        for (i, h) in handles.into_iter().enumerate() {
             match h.join() {
-                Ok(o) => outs.push(o),
-                Err(_) => panicked = Some(kind),
+                Ok((_, o)) => outs.push(o),
+                Err(_) => panicked = Some(if i < cfg.readers { "reader" } else { "writer" }),
             }
         }
         (outs, panicked)
@@ -705,12 +780,13 @@ mod tests {
     #[test]
     fn queue_is_fifo_and_closes() {
         let q = Queue::new(2);
-        let t = Instant::now();
-        assert!(q.push(1, t));
-        assert!(q.push(2, t));
+        let clock = Clock::Wall(Instant::now());
+        let t = clock.now();
+        assert!(q.push(1, t, clock));
+        assert!(q.push(2, t, clock));
         assert_eq!(q.pop().map(|x| x.0), Some(1));
         q.close();
-        assert!(!q.push(3, t));
+        assert!(!q.push(3, t, clock));
         assert_eq!(q.pop().map(|x| x.0), Some(2));
         assert!(q.pop().is_none());
     }
@@ -720,15 +796,16 @@ mod tests {
     #[test]
     fn blocked_injection_counts_from_arrival() {
         let q = Queue::new(1);
-        assert!(q.push(1, Instant::now()));
+        let clock = Clock::Wall(Instant::now());
+        assert!(q.push(1, clock.now(), clock));
         let hold = Duration::from_millis(30);
         std::thread::scope(|s| {
-            s.spawn(|| assert!(q.push(2, Instant::now())));
+            s.spawn(|| assert!(q.push(2, clock.now(), clock)));
             std::thread::sleep(hold);
             assert_eq!(q.pop().map(|x| x.0), Some(1));
         });
         let (idx, arrived, placed) = q.pop().expect("the blocked request was placed");
         assert_eq!(idx, 2);
-        assert!(placed.duration_since(arrived) >= hold / 2);
+        assert!(placed.saturating_sub(arrived) >= hold / 2);
     }
 }

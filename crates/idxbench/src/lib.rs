@@ -130,6 +130,16 @@ pub trait BenchIndex: Send + Sync {
     fn start_run(&self) -> Result<(), IndexError> {
         Ok(())
     }
+    /// Called after [`start_run`](BenchIndex::start_run): `Some(start)` when the timed
+    /// run is in virtual time (the index's device on a virtual clock, now at `start`).
+    /// The harness then runs its injector and workers as actors of virtual time
+    /// ([`csd_host::actors`]; background threads the index starts from them, such as a
+    /// merge thread, are actors too): every device command reaches the device in
+    /// modeled-arrival order, a run repeats bit for bit, and every timestamp is the
+    /// acting thread's modeled clock. `None` (the default): wall-clock timestamps.
+    fn virtual_start(&self) -> Option<csd_sim::SimTime> {
+        None
+    }
 }
 
 impl<T: BenchIndex + ?Sized> BenchIndex for std::sync::Arc<T> {
@@ -153,5 +163,8 @@ impl<T: BenchIndex + ?Sized> BenchIndex for std::sync::Arc<T> {
     }
     fn start_run(&self) -> Result<(), IndexError> {
         (**self).start_run()
+    }
+    fn virtual_start(&self) -> Option<csd_sim::SimTime> {
+        (**self).virtual_start()
     }
 }

@@ -125,8 +125,12 @@ pub struct BenchResult {
     pub q_w_slots: usize,
     /// Preload wall time (s).
     pub preload_s: f64,
-    /// Wall time of the whole run, first injection to last completion (s).
+    /// Time of the whole run, first injection to last completion (s): wall time, or
+    /// modeled time in a virtual run ([`BenchResult::virtual_time`]).
     pub total_s: f64,
+    /// The run's timestamps are modeled time: its threads ran as actors of virtual time
+    /// ([`crate::BenchIndex::virtual_start`]); otherwise wall-clock time.
+    pub virtual_time: bool,
     /// All requests / `total_s`.
     pub throughput_rps: f64,
     /// Insertions.
@@ -179,6 +183,7 @@ impl BenchResult {
             q_w_slots: out.q_w_slots,
             preload_s: preload.as_secs_f64(),
             total_s,
+            virtual_time: out.virtual_time,
             throughput_rps: if total_s > 0.0 {
                 n as f64 / total_s
             } else {
@@ -224,6 +229,7 @@ impl BenchResult {
         m.insert("q_w_slots".into(), json!(self.q_w_slots));
         m.insert("preload_s".into(), json!(self.preload_s));
         m.insert("total_s".into(), json!(self.total_s));
+        m.insert("virtual_time".into(), json!(self.virtual_time));
         m.insert("throughput_rps".into(), json!(self.throughput_rps));
         for op in OpKind::ALL {
             let r = self.op(op);
@@ -349,7 +355,18 @@ impl BenchResult {
                 "preload".into(),
                 format!("{} keys in {:.2} s", self.preload_keys, self.preload_s),
             ),
-            ("total time".into(), format!("{:.3} s", self.total_s)),
+            (
+                "total time".into(),
+                format!(
+                    "{:.3} s ({})",
+                    self.total_s,
+                    if self.virtual_time {
+                        "modeled: threads ran as actors of virtual time"
+                    } else {
+                        "wall clock"
+                    }
+                ),
+            ),
             (
                 "throughput".into(),
                 format!("{:.0} requests/s", self.throughput_rps),

@@ -6,7 +6,8 @@
 //! runs in virtual time, so that building a multi-million-key index costs only CPU
 //! time; the harness then waits for the preload's merges and the device switches to the
 //! `--clock` mode (paced by default) for the timed run, whose latencies and throughput
-//! are measured on the wall clock.
+//! are measured on the wall clock; with `--clock virtual` the harness's threads run as
+//! actors of virtual time and measure modeled time (issue 30, docs/time-model.md).
 
 //!
 //! The indexes and the comparison table live in the reproduction library

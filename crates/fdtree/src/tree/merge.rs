@@ -247,6 +247,24 @@ impl MergeInput {
     }
 }
 
+/// Marks the tree failed and its merge over when the merge unwinds (a panic in it, e.g.
+/// a deadlock of actors reported), so that nobody waits for it forever (`wait_merge`,
+/// a modification waiting for room in L0).
+struct MergeUnwind<'a>(&'a Inner);
+
+impl Drop for MergeUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut top = lock(&self.0.top);
+            top.failed
+                .get_or_insert_with(|| "a merge panicked (see its message)".into());
+            top.merging = false;
+            drop(top);
+            self.0.cv.notify_all();
+        }
+    }
+}
+
 impl Inner {
     // ------------------------------------------------------------- merges (§2.3, §3)
 
@@ -313,9 +331,7 @@ impl Inner {
                 let _ = me.merge_and_install(old, levels, underflow, generation, start_lsn);
             }),
         };
-        let t = thread::Builder::new()
-            .name("fdtree-merge".into())
-            .spawn(body)
+        let t = crate::sync::spawn("fdtree-merge", body)
             .map_err(|e| FdError::Failed(format!("cannot start the merge thread: {e}")))?;
         *lock(&self.merge_thread) = Some(t);
         Ok(())
@@ -335,6 +351,7 @@ impl Inner {
         generation: u64,
         start_lsn: u64,
     ) -> Result<(), FdError> {
+        let _unwind = MergeUnwind(self);
         let t0 = Instant::now();
         let mut early: Vec<u64> = Vec::new();
         let r = self.merge_fc_durably(&fc, entries, generation, start_lsn, &mut early);
@@ -395,7 +412,13 @@ impl Inner {
 
     /// Start a merge's device handle at the latest instant the tree has seen, so its
     /// modeled time is the merge's own span; returns that start.
+    /// An actor of virtual time (csd_host::actors) starts at its own clock, the instant
+    /// the merge was started: the tree's latest instant may be a completion another
+    /// actor has not reached yet.
     pub(super) fn merge_clock_start(&self, h: &mut DeviceHandle) -> csd_sim::SimTime {
+        if csd_host::actors::Actors::current().is_some() {
+            return h.now();
+        }
         h.wait_until(csd_sim::SimTime::from_ns(
             self.counters.clock.load(Ordering::Relaxed),
         ));
@@ -564,6 +587,7 @@ impl Inner {
         generation: u64,
         start_lsn: u64,
     ) -> Result<(), FdError> {
+        let _unwind = MergeUnwind(self);
         let t0 = Instant::now();
         let r = self.merge_durably(&old, &levels, underflow, generation, start_lsn);
         let out = self.merged(r)?;

@@ -21,12 +21,11 @@ use crate::cache::{Allocator, Cache};
 use crate::format::{
     Block, Entry, Kind, LOG_RECORD_BYTES, LevelMeta, LogRecord, Manifest, entries_per_block,
 };
-use crate::sync::{Arc, AtomicU64, Condvar, Mutex, Ordering, RwLock, backoff, lock, thread};
+use crate::sync::{Arc, AtomicU64, Condvar, JoinHandle, Mutex, Ordering, RwLock, backoff, lock};
 use crate::{FdConfig, FdError, Invariant, Scheme};
 use csd_host::{CommandIssuer, DeviceHandle, SharedDevice};
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
-use thread::JoinHandle;
 
 /// Most levels a manifest can describe.
 const MAX_LEVELS: usize = 64;
