@@ -57,6 +57,9 @@ struct State {
     blocked: Vec<Option<usize>>,
     /// Every live actor is blocked: the group can never go on.
     deadlocked: bool,
+    /// Per actor: the condition its thread waits on for the turn (only the actor that
+    /// gets the turn is woken, not the whole group).
+    wakers: Vec<Arc<Condvar>>,
 }
 
 impl State {
@@ -79,6 +82,36 @@ impl State {
         if self.turn.is_none() && self.clocks.iter().any(Option::is_some) {
             self.deadlocked = true;
         }
+        self.notify();
+    }
+
+    /// Wake the thread of the actor that holds the turn (every thread when the group is
+    /// deadlocked, so each reports it).
+    fn notify(&self) {
+        if self.deadlocked {
+            self.wakers.iter().for_each(|w| w.notify_one());
+        } else if let Some(t) = self.turn {
+            self.wakers[t].notify_one();
+        }
+    }
+
+    /// A place for a new actor with clock `start`: the first one whose actor finished,
+    /// else a new one; its number.
+    fn place(&mut self, start: SimTime) -> usize {
+        let id = match self.clocks.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => {
+                self.clocks.push(None);
+                self.waiting.push(None);
+                self.blocked.push(None);
+                self.wakers.push(Arc::new(Condvar::new()));
+                self.clocks.len() - 1
+            }
+        };
+        self.clocks[id] = Some(start);
+        self.waiting[id] = None;
+        self.blocked[id] = None;
+        id
     }
 }
 
@@ -86,7 +119,8 @@ impl State {
 #[derive(Debug)]
 pub struct Actors {
     state: Mutex<State>,
-    moved: Condvar,
+    /// Signalled when an actor leaves (a run waits for every actor to finish).
+    left: Condvar,
 }
 
 thread_local! {
@@ -142,7 +176,7 @@ impl Actor {
         let next = st.next();
         if st.turn != next {
             st.turn = next;
-            self.group.moved.notify_all();
+            st.notify();
         }
         st = self.group.wait_turn(st, self.id);
         let others = st
@@ -226,7 +260,7 @@ impl Actor {
         st.waiting[self.id] = None;
         st.blocked[self.id] = None;
         st.pass();
-        self.group.moved.notify_all();
+        self.group.left.notify_all();
     }
 
     /// Take a place that never ran out of the group (its thread could not start); the
@@ -234,7 +268,7 @@ impl Actor {
     fn leave_quietly(&self) {
         let mut st = self.group.lock();
         st.clocks[self.id] = None;
-        self.group.moved.notify_all();
+        self.group.left.notify_all();
     }
 
     /// Block on `key` (a latch's or condition's address): pass the turn on and wait
@@ -244,7 +278,6 @@ impl Actor {
         let mut st = self.group.lock();
         st.blocked[self.id] = Some(key);
         st.pass();
-        self.group.moved.notify_all();
         st = self.group.wait_turn(st, self.id);
         st.clocks[self.id].unwrap_or(SimTime::ZERO)
     }
@@ -275,8 +308,9 @@ impl Actors {
                 waiting: Vec::new(),
                 blocked: Vec::new(),
                 deadlocked: false,
+                wakers: Vec::new(),
             }),
-            moved: Condvar::new(),
+            left: Condvar::new(),
         })
     }
 
@@ -284,8 +318,9 @@ impl Actors {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn wait<'a>(&self, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        self.moved.wait(st).unwrap_or_else(PoisonError::into_inner)
+    /// Wait on `cv` (a condition of the group's state).
+    fn wait<'a>(cv: &Condvar, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        cv.wait(st).unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Wait until actor `id` holds the turn.
@@ -306,7 +341,8 @@ impl Actors {
                     .filter_map(|(i, (c, b))| c.map(|c| (i, c, b.map(|k| format!("{k:#x}")))))
                     .collect::<Vec<_>>()
             );
-            st = self.wait(st);
+            let waker = st.wakers[id].clone();
+            st = Self::wait(&waker, st);
         }
         st
     }
@@ -327,6 +363,8 @@ impl Actors {
             st.clocks.extend(std::iter::repeat_n(Some(start), n));
             st.waiting.extend(std::iter::repeat_n(None, n));
             st.blocked.extend(std::iter::repeat_n(None, n));
+            st.wakers
+                .extend(std::iter::repeat_with(|| Arc::new(Condvar::new())).take(n));
             if st.turn.is_none() {
                 st.turn = st.next();
             }
@@ -349,21 +387,20 @@ impl Actors {
         // group has no live actor (they may wait only for each other).
         let mut st = self.lock();
         while st.clocks.iter().any(Option::is_some) {
-            st = self.wait(st);
+            st = Self::wait(&self.left, st);
         }
         out
     }
 
-    /// Add an actor with clock `start` to the group; returns its number.
+    /// Add an actor with clock `start` to the group (in the place of one that finished,
+    /// if any: a long run starts many); returns its number.
     fn add(&self, start: SimTime) -> usize {
         let mut st = self.lock();
-        st.clocks.push(Some(start));
-        st.waiting.push(None);
-        st.blocked.push(None);
+        let id = st.place(start);
         if st.turn.is_none() {
             st.turn = st.next();
         }
-        st.clocks.len() - 1
+        id
     }
 
     /// Run `body` on this thread as actor `id` (already added with clock `start`): wait
