@@ -6,7 +6,9 @@
 //! disk on FLUSH) with the same jobs — 4 KiB random writes, random writes with a FLUSH after every 32 (fio
 //! `--fsync=32`), and random reads, queue depth 32 — and the table gives IOPS side by
 //! side and the ratios. The emulator's own speed is what is measured: the device model
-//! runs in virtual time.
+//! runs in virtual time. `csd serve --memory` starts afresh before every writing run (in
+//! memory its FTL turns read-only once it wrote as many blocks as its memory limit
+//! holds); a fio job that fails fails the bench rather than show 0 IOPS.
 //!
 //! On a shared machine a server's IOPS moves by 2x or more from one minute to the next
 //! (other tenants), more than the differences measured. So each job runs in `--rounds`
@@ -134,6 +136,12 @@ fn fio(
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|_| CliError::Usage(format!("fio failed ({status}) on {uri}")))?;
     let job = &v["jobs"][0];
+    if let Some(e) = job["error"].as_i64().filter(|&e| e != 0) {
+        return Err(CliError::Usage(format!(
+            "fio's job failed on {uri} (error {e}: {}); its IOPS would be meaningless",
+            std::io::Error::from_raw_os_error(e as i32)
+        )));
+    }
     Ok(job["read"]["iops"].as_f64().unwrap_or(0.0) + job["write"]["iops"].as_f64().unwrap_or(0.0))
 }
 
@@ -340,7 +348,7 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
         Ok(k)
     };
     let _csd = start_csd(&["--image".as_ref(), image.as_os_str()], &csd_sock)?;
-    let _csd_memory = start_csd(&["--memory".as_ref()], &mem_sock)?;
+    let mut csd_memory = Some(start_csd(&["--memory".as_ref()], &mem_sock)?);
     let bytes = cfg.geometry.raw_capacity();
     let _peer = Killed(
         Command::new("nbdkit")
@@ -397,6 +405,16 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
                     SERVERS[s],
                     a.runtime
                 ));
+                if s == CSD_MEMORY && rw.contains("write") && (r, job) != (0, JOBS[0].0) {
+                    // A fresh device in memory for every writing run after the first: in
+                    // memory the log-structured FTL turns read-only once the blocks it
+                    // wrote reach its memory limit, which the rounds' writes (tens of
+                    // GiB) would pass (fio then failed and the table showed 0 IOPS).
+                    // Reads run on what the last writing run left.
+                    drop(csd_memory.take());
+                    let _ = std::fs::remove_file(&mem_sock);
+                    csd_memory = Some(start_csd(&["--memory".as_ref()], &mem_sock)?);
+                }
                 iops[s] = fio(&uri(socks[s]), (rw, fsync), a, &out)?;
                 bar.inc(1);
             }
