@@ -99,10 +99,18 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
         })
         .map_err(bench_err)?;
         drop(idx);
-        let plot = r
-            .histogram_chart()
-            .write(&a.out, &format!("fdtree-{s}"))
-            .map_err(|e| CliError::Usage(format!("writing the latency plot: {e}")))?;
+        // A log-log chart cannot draw a latency of 0: in modeled time (`--clock virtual`)
+        // a run whose requests never waited for the device has nothing to draw.
+        let chart = r.histogram_chart();
+        let plot = if chart.series.is_empty() {
+            None
+        } else {
+            Some(
+                chart
+                    .write(&a.out, &format!("fdtree-{s}"))
+                    .map_err(|e| CliError::Usage(format!("writing the latency plot: {e}")))?,
+            )
+        };
         runs.push((r, plot));
     }
     if let Some(pb) = pb {
@@ -116,7 +124,10 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
             let mut v = r.to_json();
             if let Some(m) = v.as_object_mut() {
                 m.insert("command".into(), cmd.clone().into());
-                m.insert("plot_png".into(), plot.png.display().to_string().into());
+                m.insert(
+                    "plot_png".into(),
+                    plot.as_ref().map(|p| p.png.display().to_string()).into(),
+                );
                 m.insert("threads_rule".into(), threads.rule.into());
             }
             objs.push(v);
@@ -137,7 +148,12 @@ pub(crate) fn bench_fdtree_cmd(a: &BenchFdtreeArgs) -> Result<(), CliError> {
         println!("{}\n", threads.describe());
         for (r, plot) in &runs {
             print!("{}", r.report_text(&cmd));
-            println!("latency plot: {} (and .svg)\n", plot.png.display());
+            match plot {
+                Some(p) => println!("latency plot: {} (and .svg)\n", p.png.display()),
+                None => println!(
+                    "latency plot: none (every latency was 0 ms: no request waited in modeled time)\n"
+                ),
+            }
         }
         if runs.len() > 1 {
             print_comparison(&results);
