@@ -31,6 +31,9 @@ fn store_on(kind: IndexKind, lba: u32) -> Result<RowStore, csd_host::rowstore::S
         kind,
         StoreOptions {
             host_cache_kib: 8,
+            // In-SSD B+tree loads and statements of more pairs than this go in several
+            // commands (the device's limit is 2^20): the model checks that path too.
+            ssd_pairs_per_command: 16,
             ..StoreOptions::default()
         },
     )

@@ -73,8 +73,9 @@ pub struct ReproFlixrArgs {
     /// tpcc-payment, tpch-q1, tpch-q4, tpch-q6, tpch-q14.
     #[arg(long, value_delimiter = ',', value_parser = parse_workload)]
     workloads: Vec<Workload>,
-    /// Index-cache sizes (KiB) for the sweep of Scan under FLIXR; empty: no sweep.
-    #[arg(long, value_delimiter = ',', default_value = "4,64,16384")]
+    /// Index-cache sizes (KiB) for the sweep of Scan under FLIXR; given with no value
+    /// (`--cache-sweep-kib` alone): no sweep.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "4,64,16384")]
     cache_sweep_kib: Vec<u64>,
     /// Further TPC-H scale factors for the scale trend (the microbenchmarks and TPC-H
     /// re-run at each; every headline's figure at each scale is a measured re-run in the

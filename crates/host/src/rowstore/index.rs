@@ -8,6 +8,10 @@
 //! `SsdIdxCreate/Update` and its node traffic is the firmware's.
 
 use super::*;
+use csd_device::ssd_btree::MAX_PAIRS_PER_COMMAND;
+
+/// A `(key, page)` entry of a per-row B+tree.
+type Pair = (i64, u64);
 
 impl RowStore {
     pub(super) fn index_bulk(
@@ -52,11 +56,14 @@ impl RowStore {
         Ok(())
     }
 
-    /// SsdIdxCreate over `t`'s node region from `pairs`.
+    /// SsdIdxCreate over `t`'s node region from `pairs`. A command carries at most
+    /// [`Self::ssd_chunk`] pairs: a larger table's pairs are sorted, the lowest
+    /// bulk-loaded by the create and the rest added in key order by SsdIdxUpdates of that
+    /// many pairs each (what a host driver does with a bounded command payload).
     pub(super) fn ssd_create(
         &mut self,
         t: TableId,
-        pairs: Vec<(i64, u64)>,
+        mut pairs: Vec<(i64, u64)>,
     ) -> Result<(), StoreError> {
         let (first, lbas) = self.tables[t.0].tree_region;
         if self.tables[t.0].ssd.is_some() {
@@ -64,12 +71,64 @@ impl RowStore {
                 "the table's in-SSD index exists already".into(),
             ));
         }
+        let chunk = self.ssd_chunk();
+        let rest = if pairs.len() > chunk {
+            pairs.sort_unstable();
+            pairs.split_off(chunk)
+        } else {
+            Vec::new()
+        };
         let (c, meta) = self.sync(Command::SsdIdxCreate { first, lbas, pairs })?;
         self.traffic.index_pages_written += c.acct.flash_programs;
         self.traffic.map_flash_reads += meta;
-        match c.payload {
-            Payload::SsdIndex(id) => self.tables[t.0].ssd = Some(id),
+        let id = match c.payload {
+            Payload::SsdIndex(id) => id,
             p => return Err(StoreError::Invalid(format!("SsdIdxCreate answered {p:?}"))),
+        };
+        self.tables[t.0].ssd = Some(id);
+        if rest.is_empty() {
+            return Ok(());
+        }
+        self.ssd_update(id, &rest, &[])
+    }
+
+    /// Pairs one in-SSD B+tree command carries: the store's option within the device's
+    /// limit.
+    fn ssd_chunk(&self) -> usize {
+        self.opts
+            .ssd_pairs_per_command
+            .clamp(1, MAX_PAIRS_PER_COMMAND)
+    }
+
+    /// SsdIdxUpdate of index `id`: one command when `insert` and `remove` fit in
+    /// [`Self::ssd_chunk`] pairs together, else commands of that many (removals first,
+    /// then insertions).
+    fn ssd_update(
+        &mut self,
+        id: u16,
+        insert: &[(i64, u64)],
+        remove: &[(i64, u64)],
+    ) -> Result<(), StoreError> {
+        let chunk = self.ssd_chunk();
+        let chunks = remove
+            .chunks(chunk)
+            .map(|r| (&[][..], r))
+            .chain(insert.chunks(chunk).map(|i| (i, &[][..])));
+        let single = insert.len() + remove.len() <= chunk;
+        let commands: Vec<(&[Pair], &[Pair])> = if single {
+            vec![(insert, remove)]
+        } else {
+            chunks.collect()
+        };
+        for (insert, remove) in commands {
+            let (c, meta) = self.sync(Command::SsdIdxUpdate {
+                index: id,
+                insert: insert.to_vec(),
+                remove: remove.to_vec(),
+            })?;
+            self.traffic.index_flash_reads += c.acct.flash_reads.saturating_sub(meta);
+            self.traffic.map_flash_reads += meta;
+            self.traffic.index_pages_written += c.acct.flash_programs;
         }
         Ok(())
     }
@@ -306,14 +365,7 @@ impl RowStore {
                 let Some(id) = self.tables[t.0].ssd else {
                     return self.ssd_create(t, insert.to_vec());
                 };
-                let (c, meta) = self.sync(Command::SsdIdxUpdate {
-                    index: id,
-                    insert: insert.to_vec(),
-                    remove: remove.to_vec(),
-                })?;
-                self.traffic.index_flash_reads += c.acct.flash_reads.saturating_sub(meta);
-                self.traffic.map_flash_reads += meta;
-                self.traffic.index_pages_written += c.acct.flash_programs;
+                self.ssd_update(id, insert, remove)?;
             }
             _ => {}
         }

@@ -265,6 +265,10 @@ pub struct StoreOptions {
     pub host_io_cycles: f64,
     /// First LBA the store uses.
     pub first_lba: u64,
+    /// `(key, page)` pairs one in-SSD B+tree command carries (`SsdBtree`), at most the
+    /// device's [`csd_device::ssd_btree::MAX_PAIRS_PER_COMMAND`] (larger values act as it):
+    /// a table or statement with more pairs is sent in several commands.
+    pub ssd_pairs_per_command: usize,
 }
 
 impl Default for StoreOptions {
@@ -276,6 +280,7 @@ impl Default for StoreOptions {
             host_compare_cycles: 20.0,
             host_io_cycles: 4000.0,
             first_lba: 0,
+            ssd_pairs_per_command: csd_device::ssd_btree::MAX_PAIRS_PER_COMMAND,
         }
     }
 }
