@@ -3,7 +3,7 @@
 //!
 //! `cargo run --release -p csd-flixr --example repro -- [out-dir] [sf] [queries] [tpcc-txns]
 //! [trend-sf,...] [trend-warehouses,...] [workload,...]` (the trend as `csd repro flixr`'s
-//! `--trend-sf` and `--trend-warehouses`: SF 0.03 and no further warehouse count by
+//! `--trend-sf` and `--trend-warehouses`: SF 0.03 and 0.1 and no further warehouse count by
 //! default, `-` for none; the workloads as its `--workloads`, `all` by default).
 
 use csd_flixr::{Setup, Workload};
@@ -46,7 +46,7 @@ fn main() {
     let list = |i: usize, default: &str| -> String {
         args.get(i).cloned().unwrap_or_else(|| default.into())
     };
-    let (tsf, tw) = (list(4, "0.03"), list(5, "-"));
+    let (tsf, tw) = (list(4, "0.03,0.1"), list(5, "-"));
     let ws = list(6, "all");
     let mut workloads = Vec::new();
     for w in ws.split(',') {

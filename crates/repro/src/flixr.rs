@@ -78,9 +78,11 @@ pub struct ReproFlixrArgs {
     #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "4,64,16384")]
     cache_sweep_kib: Vec<u64>,
     /// Further TPC-H scale factors for the scale trend (the microbenchmarks and TPC-H
-    /// re-run at each; every headline's figure at each scale is a measured re-run in the
-    /// side-by-side table); empty: no trend.
-    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "0.03")]
+    /// re-run at each; the largest one's figure is each headline's measured re-run in the
+    /// side-by-side table, every scale's in the trend table); given with no value: no
+    /// trend. Default by a stated rule: one decade above the default SF 0.01 in
+    /// half-decade steps (0.03, 0.1).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "0.03,0.1")]
     trend_sf: Vec<f64>,
     /// Further TPC-C warehouse counts for the scale trend (NewOrder and Payment re-run at
     /// each, a measured re-run of `--warehouses` per headline); empty (default): none.
