@@ -213,3 +213,20 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
     }
     Ok(r.comparison)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ReproFlixrArgs;
+    use crate::all::parse_args;
+
+    #[test]
+    fn list_options_given_alone_are_empty_and_defaults_follow_their_rules() {
+        let d: ReproFlixrArgs = parse_args("flixr", &[]).expect("defaults");
+        assert_eq!(d.cache_sweep_kib, vec![4, 64, 16384]);
+        assert_eq!(d.trend_sf, vec![0.03, 0.1]);
+        let none: ReproFlixrArgs =
+            parse_args("flixr", &["--cache-sweep-kib", "--trend-sf"]).expect("no sweep, no trend");
+        assert!(none.cache_sweep_kib.is_empty());
+        assert!(none.trend_sf.is_empty());
+    }
+}
