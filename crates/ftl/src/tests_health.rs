@@ -308,6 +308,43 @@ fn read_amplification_of_random_reads_is_one_and_gc_figures_follow_the_paper() {
 }
 
 #[test]
+fn a_gc_threshold_under_the_valid_share_does_not_compact_after_every_write() {
+    // op 0.6: the LBA space is about 40% of the blocks; all of it written, then
+    // overwritten at random. A threshold of 0.25 cannot be reached (the valid data alone
+    // holds more); it must cost no more GC than no threshold at all, where it used to
+    // compact the device after every commit (a victim per page of garbage).
+    let gc_programs_per_write = |start: Option<f64>| {
+        let cfg = FtlConfig {
+            op: 0.6,
+            gc_start_used: start,
+            write_cache: WriteCache::WriteBack,
+            ..small_cfg()
+        };
+        let mut f = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), cfg).unwrap();
+        let n = f.lbas();
+        let ss = f.lba_size();
+        for l in 0..n {
+            f.write(l, &sector(ss, l), SimTime::ZERO).unwrap();
+        }
+        let before = f.stats().gc_programs;
+        let mut rng = SmallRng::seed_from_u64(5);
+        for i in 0..2 * n {
+            f.write(rng.random_range(0..n), &sector(ss, i), SimTime::ZERO)
+                .unwrap();
+        }
+        f.flush(SimTime::ZERO).unwrap();
+        f.check_invariants().unwrap();
+        (f.stats().gc_programs - before) as f64 / (2 * n) as f64
+    };
+    let lazy = gc_programs_per_write(None);
+    let unreachable = gc_programs_per_write(Some(0.25));
+    assert!(
+        unreachable <= lazy * 1.05 + 0.01,
+        "GC programs per write with gc_start_used 0.25: {unreachable:.3}, without: {lazy:.3}"
+    );
+}
+
+#[test]
 fn gc_start_used_keeps_the_used_share_near_its_threshold() {
     let used_share = |start: Option<f64>| {
         let cfg = FtlConfig {

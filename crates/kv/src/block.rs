@@ -307,8 +307,16 @@ impl BlockLog {
         let need = 1 + n as u32;
         if self.off + need > SEG_LBAS as u32 {
             let Some(after) = self.free.pop_front() else {
+                let fix = if self.opts.gc {
+                    format!(
+                        "host GC starts at {:.0}% of the segments in use: raise that share (--gc-start) so that it clears the live data, or use a larger device",
+                        self.opts.gc_start_used * 100.0
+                    )
+                } else {
+                    "turn host GC on or use a larger device".to_string()
+                };
                 return Err(KvError::NoSpace(format!(
-                    "the host log has no free segment left ({} segments, GC {}): turn host GC on or use a larger device",
+                    "the host log has no free segment left ({} segments, GC {}): {fix}",
                     self.nseg,
                     if self.opts.gc { "on" } else { "off" }
                 )));
