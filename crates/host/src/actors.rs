@@ -428,7 +428,13 @@ impl Actors {
             }
         }
         let leave = Leave(actor.clone(), done);
-        actor.turn(start);
+        // Only wait: the actor was placed with clock `start`, and the turn moves only
+        // at its holder's scheduling points. Recomputing it here (`Actor::turn`) would
+        // let a thread the OS starts late take the turn from a holder that is running
+        // (one started by it, or whose clock a completion moved), and the two would
+        // run at once: a run would differ from the next.
+        debug_assert_eq!(actor.group.lock().clocks[id], Some(start));
+        drop(actor.group.wait_turn(actor.group.lock(), id));
         let out = body();
         drop(leave);
         out
@@ -943,6 +949,36 @@ mod tests {
         assert!(unjoined_done.load(AtomicOrdering::SeqCst));
         let plain = spawn("plain", || Actors::current().is_none()).expect("spawn");
         assert!(plain.join().expect("ran"));
+    }
+
+    /// Only the turn's holder runs, a started actor included: a child placed in a
+    /// finished actor's lower place (it would win a tie of clocks) does not run until
+    /// its starter reaches a scheduling point, however soon its thread starts. Its
+    /// thread took the turn on starting, and both ran at once (FD+FC's reruns differed).
+    #[test]
+    fn a_started_actor_waits_for_its_starters_scheduling_point() {
+        for _ in 0..4 {
+            let group = Actors::new();
+            let child_ran = Arc::new(AtomicBool::new(false));
+            group.run(2, SimTime::ZERO, |i| {
+                if i == 0 {
+                    return; // leaves place 0 free
+                }
+                Actors::wait_until(SimTime::from_ns(10));
+                let flag = child_ran.clone();
+                let child = spawn("child", move || flag.store(true, AtomicOrdering::SeqCst))
+                    .expect("spawn");
+                // Host work between scheduling points: the child's thread has time to
+                // start, and must not run.
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                assert!(
+                    !child_ran.load(AtomicOrdering::SeqCst),
+                    "the child ran while its starter held the turn"
+                );
+                child.join().expect("the child ran");
+                assert!(child_ran.load(AtomicOrdering::SeqCst));
+            });
+        }
     }
 
     /// Actors that wait for each other in a cycle are reported, not hung.

@@ -108,6 +108,10 @@ impl BenchIndex for FdBench {
     fn virtual_start(&self) -> Option<csd_sim::SimTime> {
         (self.mode == ClockMode::Virtual).then(|| self.dev.latest_instant())
     }
+    /// The device is virtual until the timed run starts.
+    fn preload_start(&self) -> Option<csd_sim::SimTime> {
+        Some(self.dev.latest_instant())
+    }
 }
 
 fn make(p: &ReproParams, scheme: &str) -> Result<Arc<FdBench>, IndexError> {

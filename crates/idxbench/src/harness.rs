@@ -35,7 +35,10 @@
 //!   Such waits are counted ([`crate::BenchResult::ordering_waits`]) and, being after
 //!   dequeue, are part of `R_p`.
 //! * The preload is one thread inserting the keys in ascending order before the clock of
-//!   the run starts; its wall time is reported separately.
+//!   the run starts; its wall time is reported separately. On an index whose device is
+//!   in virtual time then ([`BenchIndex::preload_start`]) it is an actor of virtual
+//!   time, as are the merge threads it starts: the run starts from the same index every
+//!   time.
 //! * The first index error stops the run and is returned as [`BenchError::Index`].
 //! * Time is the wall clock, or in a virtual timed run ([`BenchIndex::virtual_start`])
 //!   modeled time: the injector and the workers then run as actors of virtual time
@@ -329,7 +332,15 @@ pub fn run_workload(
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<BenchResult, BenchError> {
     cfg.validate()?;
-    let preload_time = preload(index, workload, progress)?;
+    let preload_time = match index.preload_start() {
+        // One actor, joined by the merge threads it starts; `run` returns once they
+        // all finished.
+        Some(start) => Actors::new()
+            .run(1, start, |_| preload(index, workload, progress))
+            .pop()
+            .unwrap_or(Ok(Duration::ZERO))?,
+        None => preload(index, workload, progress)?,
+    };
     // The run starts from a settled index: merges the preload triggered finish first.
     index
         .quiesce()

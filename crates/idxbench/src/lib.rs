@@ -140,6 +140,17 @@ pub trait BenchIndex: Send + Sync {
     fn virtual_start(&self) -> Option<csd_sim::SimTime> {
         None
     }
+    /// Called before the preload: `Some(start)` when the index's device is on a
+    /// virtual clock during the preload (now at `start`). The harness then preloads
+    /// from one actor of virtual time, so the threads the index starts meanwhile (merge
+    /// threads) are actors too: the preload's commands reach the device in
+    /// modeled-arrival order and the index the run starts from is the same from one
+    /// execution to the next (with plain threads, how far a merge got while the preload
+    /// went on inserting was up to the operating system). `None` (the default): plain
+    /// threads.
+    fn preload_start(&self) -> Option<csd_sim::SimTime> {
+        None
+    }
 }
 
 impl<T: BenchIndex + ?Sized> BenchIndex for std::sync::Arc<T> {
@@ -166,5 +177,8 @@ impl<T: BenchIndex + ?Sized> BenchIndex for std::sync::Arc<T> {
     }
     fn virtual_start(&self) -> Option<csd_sim::SimTime> {
         (**self).virtual_start()
+    }
+    fn preload_start(&self) -> Option<csd_sim::SimTime> {
+        (**self).preload_start()
     }
 }

@@ -67,6 +67,12 @@ impl RunClock {
         })
     }
 
+    /// The preload's start: the device is on a virtual clock until the timed run
+    /// starts, whatever the run's mode.
+    fn preload_start(&self) -> Option<csd_sim::SimTime> {
+        Some(self.dev.latest_instant())
+    }
+
     /// The event core's counters over the timed run (none on calendars): stages booked
     /// and late arrivals (threads that submitted behind what the core had booked: 0 in
     /// paced runs by construction; the preload, in virtual time, is not counted).
@@ -120,6 +126,9 @@ impl BenchIndex for FdBench {
     fn virtual_start(&self) -> Option<csd_sim::SimTime> {
         self.run_clock.virtual_start()
     }
+    fn preload_start(&self) -> Option<csd_sim::SimTime> {
+        self.run_clock.preload_start()
+    }
     fn extra_stats(&self) -> Vec<(String, f64)> {
         let mut v = self.tree.stats().bench_figures();
         v.extend(self.run_clock.core_figures());
@@ -148,6 +157,9 @@ impl BenchIndex for BTreeBench {
     }
     fn virtual_start(&self) -> Option<csd_sim::SimTime> {
         self.1.virtual_start()
+    }
+    fn preload_start(&self) -> Option<csd_sim::SimTime> {
+        self.1.preload_start()
     }
     fn extra_stats(&self) -> Vec<(String, f64)> {
         let (r, w) = self.0.io_counts();
