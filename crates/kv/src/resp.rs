@@ -408,7 +408,8 @@ fn parse_reply_at(
         return Ok(None);
     };
     let bad = || RespError::ReplyHeader(String::from_utf8_lossy(&buf[at..next]).into_owned());
-    if end == usize::MAX {
+    // A bare LF, or a line of only CR LF (no type byte before it).
+    if end == usize::MAX || end <= at {
         return Err(bad());
     }
     let text = &buf[at + 1..end];
@@ -629,6 +630,15 @@ mod tests {
                 }
                 other => prop_assert!(false, "{:?}", other),
             }
+        }
+
+        /// A reply line of only CR LF has no type byte: an error, not a panic (the
+        /// parser sliced past the line's end; found by the property below).
+        #[test]
+        fn a_reply_line_without_a_type_byte_is_an_error(depth in 0usize..3) {
+            let mut bytes = b"*1\r\n".repeat(depth);
+            bytes.extend_from_slice(b"\r\n");
+            prop_assert!(parse_reply(&bytes).is_err());
         }
 
         #[test]

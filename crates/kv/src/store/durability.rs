@@ -209,7 +209,11 @@ impl<I: CommandIssuer> Store<I> {
             self.checkpoint()?;
         }
         let wanted = self.log.as_ref().is_some_and(BlockLog::gc_wanted);
-        if wanted && self.buf.relocated.is_empty() {
+        // One victim per call (per operation) while the log is at its threshold: the
+        // cleaner keeps pace with any write rate. (One victim per sealed buffer, as
+        // before, fell behind whenever a victim's pages spilled into a second buffer:
+        // a write-heavy run filled the log with segments 79% dead.)
+        if wanted {
             let dirty = &self.dirty;
             let is_dirty = |id: u64| dirty.contains_key(&id);
             let mut io = Io {
@@ -224,7 +228,12 @@ impl<I: CommandIssuer> Store<I> {
             self.activity = Activity::Gc;
             let got = log.collect(&mut io, &is_dirty, at)?;
             self.activity = Activity::Idle;
-            if let Some((pages, ready)) = got {
+            if let Some(Collected {
+                pages,
+                dirty,
+                ready,
+            }) = got
+            {
                 for (id, p) in pages {
                     if self.buf.contains(id) {
                         continue;
@@ -235,6 +244,11 @@ impl<I: CommandIssuer> Store<I> {
                     self.buf.ready_at = self.buf.ready_at.max(ready);
                     self.buf.add(id, Some(p));
                     self.buf.relocated.insert(id, ());
+                }
+                // The victim's dirty pages go out with the relocated ones (as an age
+                // flush would, later): the victim is free once they are written.
+                for id in dirty {
+                    self.stage_dirty(id)?;
                 }
             }
         }

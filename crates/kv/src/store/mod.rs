@@ -35,7 +35,7 @@ mod timing;
 
 use crate::KvError;
 use crate::batch;
-use crate::block::{self, BlockLog, BlockOptions};
+use crate::block::{self, BlockLog, BlockOptions, Collected};
 use crate::cache::{Cache, WriteBuffer, copy};
 use crate::cost::{CpuSplit, HostClock, HostCosts, Work};
 use crate::io::{Io, IoStats};
