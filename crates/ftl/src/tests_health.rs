@@ -307,6 +307,17 @@ fn read_amplification_of_random_reads_is_one_and_gc_figures_follow_the_paper() {
     assert!(b.write_amplification() > 1.0 && b.gc_overhead() > 0.0);
 }
 
+/// A write-back FTL on the tiny device with op 0.6 and GC starting at `start` used.
+fn write_back_ftl_op_06(start: Option<f64>) -> Ftl {
+    let cfg = FtlConfig {
+        op: 0.6,
+        gc_start_used: start,
+        write_cache: WriteCache::WriteBack,
+        ..small_cfg()
+    };
+    Ftl::format(Nand::new_in_memory(tiny()).unwrap(), cfg).unwrap()
+}
+
 #[test]
 fn a_gc_threshold_under_the_valid_share_does_not_compact_after_every_write() {
     // op 0.6: the LBA space is about 40% of the blocks; all of it written, then
@@ -314,13 +325,7 @@ fn a_gc_threshold_under_the_valid_share_does_not_compact_after_every_write() {
     // holds more); it must cost no more GC than no threshold at all, where it used to
     // compact the device after every commit (a victim per page of garbage).
     let gc_programs_per_write = |start: Option<f64>| {
-        let cfg = FtlConfig {
-            op: 0.6,
-            gc_start_used: start,
-            write_cache: WriteCache::WriteBack,
-            ..small_cfg()
-        };
-        let mut f = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), cfg).unwrap();
+        let mut f = write_back_ftl_op_06(start);
         let n = f.lbas();
         let ss = f.lba_size();
         for l in 0..n {
@@ -347,13 +352,7 @@ fn a_gc_threshold_under_the_valid_share_does_not_compact_after_every_write() {
 #[test]
 fn gc_start_used_keeps_the_used_share_near_its_threshold() {
     let used_share = |start: Option<f64>| {
-        let cfg = FtlConfig {
-            op: 0.6,
-            gc_start_used: start,
-            write_cache: WriteCache::WriteBack,
-            ..small_cfg()
-        };
-        let mut f = Ftl::format(Nand::new_in_memory(tiny()).unwrap(), cfg).unwrap();
+        let mut f = write_back_ftl_op_06(start);
         let n = f.lbas() / 2;
         let ss = f.lba_size();
         let mut rng = SmallRng::seed_from_u64(4);
