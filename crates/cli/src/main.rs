@@ -211,9 +211,10 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// mimalloc returns memory unused for a second to the kernel (`madvise`), and the next
 /// allocation of it faults every page in again, zeroed by the kernel. A csd process
 /// repeats its work (queries, scans, event-graph compactions, batches), so that was pure
-/// cost: `csd bench tpch --sf 1 --repeat 3` took 30K page faults after its load, 0 with
-/// this, and its system time fell by a quarter; peak RSS is the same (what a process
-/// keeps is what it already had at its peak). The modeled figures do not depend on it.
+/// cost: `csd bench tpch --sf 1 --repeat 3` took about 30K page faults after its load,
+/// about 100 with this, and its system time fell by about a quarter; peak RSS grew by
+/// about 1% (what a process keeps, it had at its peak). The modeled figures do not
+/// depend on it.
 /// `MIMALLOC_PURGE_DELAY` in the environment (mimalloc's own setting) is left to rule.
 fn keep_freed_memory() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
