@@ -54,22 +54,25 @@ trait Src {
     fn at(&self, i: usize) -> i64;
 }
 
-struct Le4<'a>(&'a [u8]);
-struct Le8<'a>(&'a [u8]);
+/// A minipage's values as fixed-size arrays ([`slice::as_chunks`]): a value is one
+/// load, where a `&[u8]` chunk of a length only known at run time took a bounds check and
+/// a load per byte.
+struct Le4<'a>(&'a [[u8; 4]]);
+struct Le8<'a>(&'a [[u8; 8]]);
 struct Dec<'a>(&'a [i64]);
 struct Strided<'a>(ColumnView<'a>);
 
 impl Src for Le4<'_> {
     #[inline(always)]
     fn at(&self, i: usize) -> i64 {
-        rd4(&self.0[i * 4..i * 4 + 4])
+        rd4(self.0[i])
     }
 }
 
 impl Src for Le8<'_> {
     #[inline(always)]
     fn at(&self, i: usize) -> i64 {
-        rd8(&self.0[i * 8..i * 8 + 8])
+        rd8(self.0[i])
     }
 }
 
@@ -92,11 +95,11 @@ macro_rules! with_src {
     ($col:expr, |$s:ident| $body:expr) => {
         match $col {
             NumCol::Le4(d) => {
-                let $s = Le4(d);
+                let $s = Le4(d.as_chunks().0);
                 $body
             }
             NumCol::Le8(d) => {
-                let $s = Le8(d);
+                let $s = Le8(d.as_chunks().0);
                 $body
             }
             NumCol::Decoded(d) => {
@@ -351,23 +354,23 @@ fn k_dense_const<P: Pred, I: Iterator<Item = i64>>(vals: I, n: usize, c: i64, ou
 }
 
 #[inline(always)]
-fn rd4(b: &[u8]) -> i64 {
-    i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+fn rd4(b: [u8; 4]) -> i64 {
+    i64::from(i32::from_le_bytes(b))
 }
 
 #[inline(always)]
-fn rd8(b: &[u8]) -> i64 {
-    i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+fn rd8(b: [u8; 8]) -> i64 {
+    i64::from_le_bytes(b)
 }
 
 #[inline(always)]
 fn le4(d: &[u8]) -> impl Iterator<Item = i64> + '_ {
-    d.chunks_exact(4).map(rd4)
+    d.as_chunks().0.iter().map(|&b| rd4(b))
 }
 
 #[inline(always)]
 fn le8(d: &[u8]) -> impl Iterator<Item = i64> + '_ {
-    d.chunks_exact(8).map(rd8)
+    d.as_chunks().0.iter().map(|&b| rd8(b))
 }
 
 /// Keeps the selected rows whose column value satisfies `value op c`. When every row
@@ -506,16 +509,10 @@ pub(crate) fn gather(col: NumCol<'_>, sel: &[u32], out: &mut Vec<i64>) {
     out.clear();
     match col {
         NumCol::Le4(d) if is_all(sel, d.len() / 4) => {
-            out.reserve(sel.len());
-            for b in d.chunks_exact(4) {
-                out.push(rd4(b));
-            }
+            out.extend(le4(d));
         }
         NumCol::Le8(d) if is_all(sel, d.len() / 8) => {
-            out.reserve(sel.len());
-            for b in d.chunks_exact(8) {
-                out.push(rd8(b));
-            }
+            out.extend(le8(d));
         }
         NumCol::Decoded(d) if is_all(sel, d.len()) => out.extend_from_slice(d),
         _ => with_src!(col, |s| out.extend(sel.iter().map(|&i| s.at(i as usize)))),

@@ -497,11 +497,10 @@ impl<'a> ColumnView<'a> {
         match self.ty {
             ColumnType::Int32 | ColumnType::Date => {
                 if self.stride == 4 {
-                    out.extend(
-                        self.data
-                            .chunks_exact(4)
-                            .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
-                    );
+                    // Fixed-size chunks: one load a value (a run-time chunk length
+                    // took a bounds check and a load per byte).
+                    let (values, _) = self.data.as_chunks::<4>();
+                    out.extend(values.iter().map(|&c| i64::from(i32::from_le_bytes(c))));
                 } else {
                     out.extend(
                         self.iter_raw()
@@ -513,7 +512,8 @@ impl<'a> ColumnView<'a> {
                 let conv =
                     |c: &[u8]| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
                 if self.stride == 8 {
-                    out.extend(self.data.chunks_exact(8).map(conv));
+                    let (values, _) = self.data.as_chunks::<8>();
+                    out.extend(values.iter().map(|&c| i64::from_le_bytes(c)));
                 } else {
                     out.extend(self.iter_raw().map(conv));
                 }
@@ -547,7 +547,8 @@ impl<'a> ColumnView<'a> {
         out.reserve(self.rows);
         let conv = |c: &[u8]| i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
         if self.stride == 4 {
-            out.extend(self.data.chunks_exact(4).map(conv));
+            let (values, _) = self.data.as_chunks::<4>();
+            out.extend(values.iter().map(|&c| i32::from_le_bytes(c)));
         } else {
             out.extend(self.iter_raw().map(conv));
         }
