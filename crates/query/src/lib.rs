@@ -106,6 +106,7 @@ pub mod agg;
 pub mod build;
 pub mod error;
 pub mod eval;
+pub mod imply;
 mod kernels;
 pub mod par;
 pub mod plan;

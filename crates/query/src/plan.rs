@@ -322,6 +322,12 @@ impl ConstSet {
         }
     }
 
+    /// The set's integers, ascending and distinct, when every constant is an integer
+    /// (`None` for a set holding another kind of constant).
+    pub fn ints(&self) -> Option<&[i64]> {
+        (self.sorted.len() == self.len()).then_some(&self.sorted[..])
+    }
+
     /// The integers of a set searched by bisection (no bitmap), sorted; `None` for a
     /// set with a bitmap or of other constants.
     pub(crate) fn bisected_ints(&self) -> Option<&[i64]> {

@@ -196,8 +196,8 @@ pub struct DeviceScanExec {
     /// ([`crate::keyset::ExpectedKeySets`]).
     expected_share: f64,
     /// Where the scans of its group leave their rows for each other
-    /// ([`crate::reuse::ReusedDeviceScans`]), if it is in one.
-    reuse: Option<Arc<ReuseSlot>>,
+    /// ([`crate::reuse::ReusedDeviceScans`]) and its place in the group, if it is in one.
+    reuse: Option<(Arc<ReuseSlot>, usize)>,
     /// A partial aggregation's host counterpart, for rows of its group ([`HostPartial`]).
     host_partial: Option<Arc<HostPartial>>,
     metrics: ExecutionPlanMetricsSet,
@@ -245,15 +245,21 @@ impl DeviceScanExec {
 
     /// A copy that also reads the table columns `extra` (after its own, which keep
     /// their places) and shares its rows through `slot`
-    /// ([`crate::reuse::ReusedDeviceScans`]). Only for a scan of rows.
-    pub(crate) fn widened(&self, extra: &[usize], slot: Arc<ReuseSlot>) -> Result<DeviceScanExec> {
+    /// ([`crate::reuse::ReusedDeviceScans`]) as its group's `member`. Only for a scan of
+    /// rows.
+    pub(crate) fn widened(
+        &self,
+        extra: &[usize],
+        slot: Arc<ReuseSlot>,
+        member: usize,
+    ) -> Result<DeviceScanExec> {
         let ScanOutput::Rows(own) = &self.output else {
             return Err(DataFusionError::Internal(
                 "only a scan of rows reads more columns".into(),
             ));
         };
         let mut s = self.clone_for_run();
-        s.reuse = Some(slot);
+        s.reuse = Some((slot, member));
         if extra.is_empty() {
             return Ok(s);
         }
@@ -286,10 +292,10 @@ impl DeviceScanExec {
     }
 
     /// A copy of this partial aggregation that looks in `slot` for rows of its program
-    /// ([`crate::reuse::ReusedDeviceScans`]).
-    pub(crate) fn with_reuse(&self, slot: Arc<ReuseSlot>) -> DeviceScanExec {
+    /// ([`crate::reuse::ReusedDeviceScans`]) as its group's `member`.
+    pub(crate) fn with_reuse(&self, slot: Arc<ReuseSlot>, member: usize) -> DeviceScanExec {
         let mut s = self.clone_for_run();
-        s.reuse = Some(slot);
+        s.reuse = Some((slot, member));
         s
     }
 
@@ -302,11 +308,12 @@ impl DeviceScanExec {
         host: &RuntimeFilters,
         context: Arc<TaskContext>,
     ) -> Result<Option<SendableRecordBatchStream>> {
-        let (Some(slot), Some(hp)) = (&self.reuse, &self.host_partial) else {
+        let (Some((slot, member)), Some(hp)) = (&self.reuse, &self.host_partial) else {
             return Ok(None);
         };
         let (program, _) = self.program_for_run(host);
-        let Some((batches, at)) = slot.find(self.table.first_lba, &program.filter, &hp.columns)
+        let Some((batches, at)) =
+            slot.find(self.table.first_lba, &program.filter, &hp.columns, *member)?
         else {
             return Ok(None);
         };
@@ -340,13 +347,16 @@ impl DeviceScanExec {
         ))))
     }
 
-    /// The rows an earlier scan of its group handed over for the same program, as this
+    /// The rows an earlier scan of its group handed over for the same program, or for a
+    /// program whose filter this one's implies (those rows filtered again), as this
     /// scan's batches (see [`crate::reuse`]).
     fn reused(&self, program: &Plan) -> Result<Option<Vec<RecordBatch>>> {
-        let (Some(slot), ScanOutput::Rows(cols)) = (&self.reuse, &self.output) else {
+        let (Some((slot, member)), ScanOutput::Rows(cols)) = (&self.reuse, &self.output) else {
             return Ok(None);
         };
-        let Some((batches, at)) = slot.find(self.table.first_lba, &program.filter, cols) else {
+        let Some((batches, at)) =
+            slot.find(self.table.first_lba, &program.filter, cols, *member)?
+        else {
             return Ok(None);
         };
         columns_of(&batches, &at, &self.schema).map(Some)
@@ -760,7 +770,7 @@ impl DeviceScanExec {
             }
             let mut r = ran.map_err(|e| DataFusionError::External(Box::new(e)))?;
             // Still under the lock: the next scan of its group finds the rows.
-            if let (Some(slot), Some((batches, _)), ScanOutput::Rows(cols)) =
+            if let (Some((slot, member)), Some((batches, _)), ScanOutput::Rows(cols)) =
                 (&self.reuse, kept.take(), &self.output)
             {
                 slot.keep(
@@ -768,6 +778,7 @@ impl DeviceScanExec {
                     program.filter.clone(),
                     cols.clone(),
                     batches,
+                    *member,
                 );
             }
             r.setup_ns = setup_ns;

@@ -26,10 +26,24 @@
 //! join whose build side holds it: see [`aggregations_after_rows`]), so which scans
 //! ran, and every modeled figure, does not depend on the threads' timing.
 //!
+//! A scan whose filter *implies* the filter of a scan that always ran before it takes
+//! that scan's rows too, filtered again in the host by its own program (TPC-H Q2: the
+//! outer query reads PARTSUPP for 747 parts of one size and type; its subquery, for
+//! one region's suppliers and the 460 parts the outer joins kept, read all of
+//! PARTSUPP again, 10,811 pages for 642 rows). "Implies" is
+//! [`csd_query::imply::implies`] (conservative: equal terms, a key set within a key
+//! set or a range, a range within a range); "always ran before" is the order of a hash
+//! join, as for aggregations (the earlier scan on the build side, the later one under
+//! the probe side), so which scan ran, and every modeled figure, does not depend on
+//! the threads' timing. The host filter ([`HostFilter`]) evaluates comparisons of
+//! integer-ordered columns with constants or each other and integer `[NOT] IN` lists,
+//! with SQL's NULL semantics; a program with any other term scans as before.
+//!
 //! Choices:
 //! * What is compared is the device program itself ([`csd_query::plan::Expr`]'s
-//!   equality), so two scans whose runtime filters hold different keys never share;
-//!   filters applied in the host stay each reader's own (applied above the rows).
+//!   equality, or implication as above), so two scans whose runtime filters hold
+//!   unrelated keys never share; filters applied in the host stay each reader's own
+//!   (applied above the rows).
 //! * Scans are widened only where each member lacks at most [`MAX_WIDEN`] of the
 //!   union's columns (Q11: one), so a group that never shares (different runtime keys)
 //!   costs little; scans with a limit or a side of a FLIXR join never join a group.
@@ -42,7 +56,15 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use datafusion::arrow::array::RecordBatch;
+use csd_query::DataType as QueryType;
+use csd_query::plan::{CmpOp, ConstSet, Expr, ExprKind};
+use datafusion::arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::datatypes::{
+    DataType, Date32Type, Decimal128Type, Int8Type, Int16Type, Int32Type, Int64Type, TimeUnit,
+    TimestampMicrosecondType,
+};
+use datafusion::arrow::error::ArrowError;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result};
@@ -70,55 +92,118 @@ pub const KEEP_BYTES: usize = 64 << 20;
 pub struct ReusedDeviceScans;
 
 /// The rows one scan of a group handed over: its table's first LBA, its device
-/// program's filter, the table columns of its rows, and the rows.
+/// program's filter, the table columns of its rows, the rows, and the scan's place in
+/// its group.
 struct Kept {
     first_lba: u64,
     filter: Option<csd_query::plan::Expr>,
     columns: Vec<usize>,
     batches: Arc<Vec<RecordBatch>>,
+    owner: usize,
 }
 
-/// Where the scans of one group leave their rows for each other.
+/// Rows found for a scan: the kept batches and the positions of its columns in them.
+pub(crate) type Found = (Arc<Vec<RecordBatch>>, Vec<usize>);
+
+/// Where the scans of one group leave their rows for each other, and which of them
+/// always runs before which (by their places in the group).
 #[derive(Default)]
-pub struct ReuseSlot(Mutex<Vec<Kept>>);
+pub struct ReuseSlot {
+    kept: Mutex<Vec<Kept>>,
+    /// `(earlier, later)`: `earlier` is on the build side of a hash join whose probe
+    /// side holds `later`, so it has ended (and left its rows) before `later` starts.
+    ordered: Vec<(usize, usize)>,
+}
 
 impl fmt::Debug for ReuseSlot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.0.lock().unwrap_or_else(PoisonError::into_inner).len();
-        write!(f, "ReuseSlot({n} kept)")
+        let n = self
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        write!(f, "ReuseSlot({n} kept, {} ordered)", self.ordered.len())
     }
 }
 
 impl ReuseSlot {
-    /// Rows of an earlier scan of table `first_lba` with program filter `filter` whose
-    /// columns include `columns`, as positions of `columns` in its rows.
+    /// A slot whose members run in the order `ordered` gives (`(earlier, later)` pairs).
+    pub(crate) fn new(ordered: Vec<(usize, usize)>) -> ReuseSlot {
+        ReuseSlot {
+            kept: Mutex::default(),
+            ordered,
+        }
+    }
+
+    /// Rows for group member `member`, a scan of table `first_lba` with program filter
+    /// `filter` and columns `columns`, as the kept rows and the positions of `columns`
+    /// in them: the rows of an earlier scan that ran the same filter, or else of one
+    /// that always runs before `member` and whose filter `filter` implies
+    /// ([`csd_query::imply`]), filtered again here by `filter` (when this host filter
+    /// can evaluate it: [`HostFilter`]).
     pub(crate) fn find(
         &self,
         first_lba: u64,
         filter: &Option<csd_query::plan::Expr>,
         columns: &[usize],
-    ) -> Option<(Arc<Vec<RecordBatch>>, Vec<usize>)> {
-        let kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        kept.iter()
-            .filter(|k| k.first_lba == first_lba && &k.filter == filter)
-            .find_map(|k| {
-                let at: Option<Vec<usize>> = columns
-                    .iter()
-                    .map(|c| k.columns.iter().position(|x| x == c))
-                    .collect();
-                Some((k.batches.clone(), at?))
-            })
+        member: usize,
+    ) -> Result<Option<Found>> {
+        let positions = |k: &Kept, cols: &[usize]| -> Option<Vec<usize>> {
+            cols.iter()
+                .map(|c| k.columns.iter().position(|x| x == c))
+                .collect()
+        };
+        let (batches, at, residual) = {
+            let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+            let same = kept
+                .iter()
+                .filter(|k| k.first_lba == first_lba && &k.filter == filter)
+                .find_map(|k| Some((k.batches.clone(), positions(k, columns)?)));
+            if let Some((batches, at)) = same {
+                return Ok(Some((batches, at)));
+            }
+            let Some(f) = filter else {
+                return Ok(None);
+            };
+            let wider = kept.iter().find_map(|k| {
+                let before = self.ordered.contains(&(k.owner, member));
+                let implied = match &k.filter {
+                    Some(g) => csd_query::imply::implies(f, g),
+                    None => true,
+                };
+                if k.first_lba != first_lba || !before || !implied {
+                    return None;
+                }
+                let at = positions(k, columns)?;
+                Some((k.batches.clone(), at, HostFilter::new(f, &k.columns)?))
+            });
+            let Some(found) = wider else {
+                return Ok(None);
+            };
+            found
+        };
+        let mut filtered = Vec::with_capacity(batches.len());
+        for b in batches.iter() {
+            match residual.apply(b)? {
+                Some(b) if b.num_rows() > 0 => filtered.push(b),
+                Some(_) => {}
+                // A column of a type it does not read: the scan runs on the device.
+                None => return Ok(None),
+            }
+        }
+        Ok(Some((Arc::new(filtered), at)))
     }
 
-    /// Leaves a scan's rows for the others.
+    /// Leaves the rows of group member `owner` for the others.
     pub(crate) fn keep(
         &self,
         first_lba: u64,
         filter: Option<csd_query::plan::Expr>,
         columns: Vec<usize>,
         batches: Vec<RecordBatch>,
+        owner: usize,
     ) {
-        self.0
+        self.kept
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(Kept {
@@ -126,12 +211,137 @@ impl ReuseSlot {
                 filter,
                 columns,
                 batches: Arc::new(batches),
+                owner,
             });
     }
 }
 
-/// A scan of a group: the plan node, the columns it reads beyond its own, the slot.
-type Member = (Arc<dyn ExecutionPlan>, Vec<usize>, Arc<ReuseSlot>);
+/// A device program's filter evaluated in the host over rows an earlier scan kept
+/// (Arrow batches of its columns): a conjunction of comparisons of an integer-ordered
+/// column (an integer, a decimal in units of its scale, a date, a timestamp) with an
+/// integer constant or with another such column, and integer `[NOT] IN` lists, as the
+/// device would: a row is kept where every term is TRUE (a NULL makes a term UNKNOWN).
+/// Any other filter is not evaluated here (the scan then runs on the device).
+#[derive(Debug)]
+struct HostFilter(Vec<HostTerm>);
+
+/// One term of a [`HostFilter`], on positions of the kept rows' columns.
+#[derive(Debug)]
+enum HostTerm {
+    /// `column op constant`.
+    Const(usize, CmpOp, i64),
+    /// `column op column`.
+    Columns(usize, CmpOp, usize),
+    /// `column [NOT] IN keys`.
+    In(usize, ConstSet, bool),
+}
+
+impl HostFilter {
+    /// The filter `f` over rows whose columns are the table columns `columns`; `None`
+    /// when a term is of another kind or reads a column the rows lack.
+    fn new(f: &Expr, columns: &[usize]) -> Option<HostFilter> {
+        let at = |e: &Expr| match &e.kind {
+            ExprKind::Column { index, .. }
+                if matches!(
+                    e.ty,
+                    QueryType::Int
+                        | QueryType::Decimal { .. }
+                        | QueryType::Date
+                        | QueryType::Timestamp
+                ) =>
+            {
+                columns.iter().position(|c| c == index)
+            }
+            _ => None,
+        };
+        let mut terms = Vec::new();
+        let mut todo = vec![f];
+        while let Some(e) = todo.pop() {
+            match &e.kind {
+                ExprKind::And(t) => todo.extend(t.iter()),
+                ExprKind::Cmp { op, left, right } => {
+                    terms.push(match (left.as_int_const(), right.as_int_const()) {
+                        (None, Some(v)) => HostTerm::Const(at(left)?, *op, v),
+                        (Some(v), None) => HostTerm::Const(at(right)?, op.flip(), v),
+                        (None, None) if left.ty == right.ty => {
+                            HostTerm::Columns(at(left)?, *op, at(right)?)
+                        }
+                        _ => return None,
+                    })
+                }
+                ExprKind::InList {
+                    expr,
+                    list,
+                    negated,
+                } if list.ints().is_some() => {
+                    terms.push(HostTerm::In(at(expr)?, list.clone(), *negated))
+                }
+                _ => return None,
+            }
+        }
+        Some(HostFilter(terms))
+    }
+
+    /// The rows of `batch` the filter keeps; `None` when a column it reads is of an
+    /// Arrow type it does not read.
+    fn apply(&self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        let mut keep = vec![true; batch.num_rows()];
+        for term in &self.0 {
+            let col = |i: usize| int_values(batch.column(i).as_ref());
+            match term {
+                HostTerm::Const(c, op, v) => {
+                    let Some(a) = col(*c) else { return Ok(None) };
+                    for (k, x) in keep.iter_mut().zip(a.iter()) {
+                        *k &= x.is_some_and(|x| op.test(x, *v));
+                    }
+                }
+                HostTerm::Columns(l, op, r) => {
+                    let (Some(a), Some(b)) = (col(*l), col(*r)) else {
+                        return Ok(None);
+                    };
+                    for ((k, x), y) in keep.iter_mut().zip(a.iter()).zip(b.iter()) {
+                        *k &= matches!((x, y), (Some(x), Some(y)) if op.test(x, y));
+                    }
+                }
+                HostTerm::In(c, set, negated) => {
+                    let Some(a) = col(*c) else { return Ok(None) };
+                    for (k, x) in keep.iter_mut().zip(a.iter()) {
+                        *k &= x.is_some_and(|x| set.contains_int(x) != *negated);
+                    }
+                }
+            }
+        }
+        let mask = BooleanArray::from(keep);
+        Ok(Some(filter_record_batch(batch, &mask)?))
+    }
+}
+
+/// An integer-ordered Arrow column's values as `i64` (NULLs kept): integers, dates in
+/// days, timestamps in microseconds and decimals in units of their scale, as the device
+/// holds them; `None` for another type or a decimal beyond `i64`.
+fn int_values(a: &dyn Array) -> Option<Int64Array> {
+    Some(match a.data_type() {
+        DataType::Int8 => a.as_primitive::<Int8Type>().unary(i64::from),
+        DataType::Int16 => a.as_primitive::<Int16Type>().unary(i64::from),
+        DataType::Int32 => a.as_primitive::<Int32Type>().unary(i64::from),
+        DataType::Int64 => a.as_primitive::<Int64Type>().clone(),
+        DataType::Date32 => a.as_primitive::<Date32Type>().unary(i64::from),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => a
+            .as_primitive::<TimestampMicrosecondType>()
+            .reinterpret_cast::<Int64Type>(),
+        DataType::Decimal128(_, _) => a
+            .as_primitive::<Decimal128Type>()
+            .try_unary(|v| {
+                i64::try_from(v).map_err(|_| ArrowError::ComputeError("beyond i64".into()))
+            })
+            .ok()?,
+        _ => return None,
+    })
+}
+
+/// A scan of a group: the plan node, the columns it reads beyond its own, the slot and
+/// its place in the group.
+type Member = (Arc<dyn ExecutionPlan>, Vec<usize>, Arc<ReuseSlot>, usize);
 
 /// A scan that may join a group: rows of a table, no limit, no FLIXR join side.
 fn candidate(s: &DeviceScanExec) -> Option<&[usize]> {
@@ -213,6 +423,30 @@ fn aggregations_after_rows(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<dyn 
     Ok(out)
 }
 
+/// Pairs `(earlier, later)` of device scans where `earlier` is a scan of rows on the
+/// build side of a hash join whose probe side holds `later`: `earlier` has ended, and
+/// left its rows, before `later` starts (see [`aggregations_after_rows`]).
+fn ordered_scans(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<[Arc<dyn ExecutionPlan>; 2]>> {
+    let mut out = Vec::new();
+    plan.apply(|node| {
+        if node.downcast_ref::<ArrayScanExec>().is_some() {
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        if let Some(j) = node.downcast_ref::<HashJoinExec>() {
+            let earlier = scans_under(j.left(), candidate)?;
+            let later = scans_under(j.right(), |s| match &s.output {
+                ScanOutput::Rows(c) => Some(c),
+                ScanOutput::Partial(_) => s.host_partial_columns(),
+            })?;
+            for e in &earlier {
+                out.extend(later.iter().map(|l| [e.clone(), l.clone()]));
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(out)
+}
+
 impl PhysicalOptimizerRule for ReusedDeviceScans {
     fn optimize(
         &self,
@@ -226,6 +460,7 @@ impl PhysicalOptimizerRule for ReusedDeviceScans {
         // Candidate scans grouped by table and static filter, in plan order: scans of
         // rows, and partial aggregations that run after one of them.
         let after_rows = aggregations_after_rows(&plan)?;
+        let ordered_scans = ordered_scans(&plan)?;
         let is_aggregation =
             |n: &Arc<dyn ExecutionPlan>| after_rows.iter().any(|a| Arc::ptr_eq(a, n));
         let mut groups: Vec<Vec<Arc<dyn ExecutionPlan>>> = Vec::new();
@@ -283,17 +518,25 @@ impl PhysicalOptimizerRule for ReusedDeviceScans {
             if g.iter().any(|n| missing(n).len() > MAX_WIDEN) {
                 continue;
             }
-            let slot = Arc::new(ReuseSlot::default());
-            for n in g {
+            let mut ordered = Vec::new();
+            for [e, l] in &ordered_scans {
+                let place = |n: &Arc<dyn ExecutionPlan>| g.iter().position(|m| Arc::ptr_eq(m, n));
+                if let (Some(e), Some(l)) = (place(e), place(l)) {
+                    ordered.push((e, l));
+                }
+            }
+            let slot = Arc::new(ReuseSlot::new(ordered));
+            for (i, n) in g.into_iter().enumerate() {
                 let extra = missing(&n);
-                members.push((n, extra, slot.clone()));
+                members.push((n, extra, slot.clone(), i));
             }
         }
         if members.is_empty() {
             return Ok(plan);
         }
         plan.transform_down(|node| {
-            let Some((_, extra, slot)) = members.iter().find(|(n, _, _)| Arc::ptr_eq(n, &node))
+            let Some((_, extra, slot, member)) =
+                members.iter().find(|(n, ..)| Arc::ptr_eq(n, &node))
             else {
                 return Ok(Transformed::no(node));
             };
@@ -301,11 +544,12 @@ impl PhysicalOptimizerRule for ReusedDeviceScans {
                 return Ok(Transformed::no(node));
             };
             if matches!(scan.output, ScanOutput::Partial(_)) {
-                let s: Arc<dyn ExecutionPlan> = Arc::new(scan.with_reuse(slot.clone()));
+                let s: Arc<dyn ExecutionPlan> = Arc::new(scan.with_reuse(slot.clone(), *member));
                 return Ok(Transformed::new(s, true, TreeNodeRecursion::Jump));
             }
             let own = scan.schema.fields().len();
-            let widened: Arc<dyn ExecutionPlan> = Arc::new(scan.widened(extra, slot.clone())?);
+            let widened: Arc<dyn ExecutionPlan> =
+                Arc::new(scan.widened(extra, slot.clone(), *member)?);
             if extra.is_empty() {
                 return Ok(Transformed::new(widened, true, TreeNodeRecursion::Jump));
             }
@@ -341,8 +585,10 @@ impl PhysicalOptimizerRule for ReusedDeviceScans {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::{ArrayRef, Int64Array};
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use csd_query::plan::Const;
+    use datafusion::arrow::array::ArrayRef;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use proptest::prelude::*;
 
     fn batch(cols: &[usize]) -> RecordBatch {
         let fields: Vec<Field> = cols
@@ -360,22 +606,207 @@ mod tests {
     /// with their positions; another table, another filter or a missing column does not.
     #[test]
     fn kept_rows_answer_only_the_same_program_with_their_columns() {
-        use csd_query::plan::{Const, Expr};
-        use csd_query::types::DataType as DevType;
         let slot = ReuseSlot::default();
-        let f = Some(Expr::constant(Const::Int(7), DevType::Int));
-        slot.keep(64, f.clone(), vec![3, 1, 2], vec![batch(&[3, 1, 2])]);
-        let (b, at) = slot.find(64, &f, &[1, 2]).expect("same program");
+        let f = Some(Expr::constant(Const::Int(7), QueryType::Int));
+        slot.keep(64, f.clone(), vec![3, 1, 2], vec![batch(&[3, 1, 2])], 0);
+        let found = |f: &Option<Expr>, cols: &[usize]| slot.find(64, f, cols, 1).expect("find");
+        let (b, at) = found(&f, &[1, 2]).expect("same program");
         assert_eq!(at, vec![1, 2]);
         assert_eq!(b.len(), 1);
-        assert_eq!(
-            slot.find(64, &f, &[2, 3, 1]).expect("reordered").1,
-            vec![2, 0, 1]
+        assert_eq!(found(&f, &[2, 3, 1]).expect("reordered").1, vec![2, 0, 1]);
+        assert!(found(&f, &[0]).is_none(), "a column it lacks");
+        assert!(
+            slot.find(65, &f, &[1], 1).expect("find").is_none(),
+            "another table"
         );
-        assert!(slot.find(64, &f, &[0]).is_none(), "a column it lacks");
-        assert!(slot.find(65, &f, &[1]).is_none(), "another table");
-        let g = Some(Expr::constant(Const::Int(8), DevType::Int));
-        assert!(slot.find(64, &g, &[1]).is_none(), "another filter");
-        assert!(slot.find(64, &None, &[1]).is_none(), "no filter");
+        let g = Some(Expr::constant(Const::Int(8), QueryType::Int));
+        assert!(found(&g, &[1]).is_none(), "another filter");
+        assert!(found(&None, &[1]).is_none(), "no filter");
+    }
+
+    fn column(index: usize) -> Expr {
+        Expr::new(
+            ExprKind::Column {
+                index,
+                name: format!("c{index}"),
+                nullable: true,
+            },
+            QueryType::Int,
+        )
+    }
+
+    fn cmp(op: CmpOp, index: usize, v: i64) -> Expr {
+        Expr::new(
+            ExprKind::Cmp {
+                op,
+                left: Box::new(column(index)),
+                right: Box::new(Expr::constant(Const::Int(v), QueryType::Int)),
+            },
+            QueryType::Bool,
+        )
+    }
+
+    fn keys(index: usize, mut k: Vec<i64>, negated: bool) -> Expr {
+        k.sort_unstable();
+        k.dedup();
+        Expr::new(
+            ExprKind::InList {
+                expr: Box::new(column(index)),
+                list: ConstSet::of_sorted_ints(Arc::from(k)),
+                negated,
+            },
+            QueryType::Bool,
+        )
+    }
+
+    fn and(t: Vec<Expr>) -> Expr {
+        Expr::new(ExprKind::And(t), QueryType::Bool)
+    }
+
+    /// Rows of table columns 4 (Int32), 2 (Date32) and 7 (Int64), nullable.
+    fn rows(v: &[[Option<i64>; 3]]) -> RecordBatch {
+        use datafusion::arrow::array::{Date32Array, Int32Array};
+        let col = |j: usize| v.iter().map(move |r| r[j]);
+        let fields = vec![
+            Field::new("c4", DataType::Int32, true),
+            Field::new("c2", DataType::Date32, true),
+            Field::new("c7", DataType::Int64, true),
+        ];
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(Int32Array::from_iter(col(0).map(|x| x.map(|x| x as i32)))),
+            Arc::new(Date32Array::from_iter(col(1).map(|x| x.map(|x| x as i32)))),
+            Arc::new(Int64Array::from_iter(col(2))),
+        ];
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).expect("batch")
+    }
+
+    /// TPC-H Q2's subquery: a later member whose filter implies the kept scan's takes
+    /// its rows filtered by its own filter; one that is not known to run after it, or
+    /// whose filter is not implied, does not.
+    #[test]
+    fn an_implied_filter_takes_the_kept_rows_filtered_only_after_the_scan() {
+        let slot = ReuseSlot::new(vec![(0, 1)]);
+        let kept = and(vec![cmp(CmpOp::Ge, 4, 1), keys(4, vec![1, 2, 3, 5], false)]);
+        let data = rows(&[
+            [Some(1), Some(10), Some(100)],
+            [Some(2), Some(20), None],
+            [Some(3), None, Some(300)],
+            [Some(5), Some(50), Some(500)],
+        ]);
+        slot.keep(64, Some(kept), vec![4, 2, 7], vec![data], 0);
+        let narrower = Some(and(vec![
+            keys(4, vec![2, 3, 5], false),
+            cmp(CmpOp::Lt, 7, 500),
+        ]));
+        let (b, at) = slot
+            .find(64, &narrower, &[7, 4], 1)
+            .expect("find")
+            .expect("implied, after");
+        assert_eq!(at, vec![2, 0]);
+        let got: Vec<i64> = b
+            .iter()
+            .flat_map(|b| b.column(2).as_primitive::<Int64Type>().values().to_vec())
+            .collect();
+        // Key 2's c7 is NULL (UNKNOWN), key 5's is not below 500: only key 3's row.
+        assert_eq!(got, vec![300]);
+        assert!(
+            slot.find(64, &narrower, &[7], 2).expect("find").is_none(),
+            "not ordered"
+        );
+        let wider = Some(keys(4, vec![2, 4], false));
+        assert!(
+            slot.find(64, &wider, &[7], 1).expect("find").is_none(),
+            "key 4 not kept"
+        );
+        let like = Some(Expr::new(
+            ExprKind::Like {
+                expr: Box::new(column(4)),
+                prefix: b"x".to_vec(),
+                negated: false,
+            },
+            QueryType::Bool,
+        ));
+        let both = Some(and(vec![
+            keys(4, vec![1], false),
+            like.clone().expect("like"),
+        ]));
+        assert!(
+            slot.find(64, &both, &[7], 1).expect("find").is_none(),
+            "LIKE: not here"
+        );
+    }
+
+    /// A random term of the host filter's kinds over table columns 4, 2 and 7.
+    fn term() -> impl Strategy<Value = Expr> {
+        let ops = prop::sample::select(vec![
+            CmpOp::Eq,
+            CmpOp::Ne,
+            CmpOp::Lt,
+            CmpOp::Le,
+            CmpOp::Gt,
+            CmpOp::Ge,
+        ]);
+        let col = prop::sample::select(vec![4usize, 2, 7]);
+        prop_oneof![
+            (ops.clone(), col.clone(), -2i64..8).prop_map(|(op, c, v)| cmp(op, c, v)),
+            (
+                col.clone(),
+                prop::collection::vec(-2i64..8, 0..5),
+                any::<bool>()
+            )
+                .prop_map(|(c, k, n)| keys(c, k, n)),
+            (ops, col.clone(), col).prop_map(|(op, l, r)| Expr::new(
+                ExprKind::Cmp {
+                    op,
+                    left: Box::new(column(l)),
+                    right: Box::new(column(r)),
+                },
+                QueryType::Bool,
+            )),
+        ]
+    }
+
+    /// The reference: a term's truth on one row (`None`: UNKNOWN).
+    fn truth(e: &Expr, row: &[Option<i64>; 3]) -> Option<bool> {
+        let v = |e: &Expr| match &e.kind {
+            ExprKind::Column { index, .. } => row[[4, 2, 7].iter().position(|c| c == index)?],
+            ExprKind::Const(Const::Int(v)) => Some(*v),
+            _ => unreachable!("the generator's operands"),
+        };
+        match &e.kind {
+            ExprKind::Cmp { op, left, right } => Some(op.test(v(left)?, v(right)?)),
+            ExprKind::InList {
+                expr,
+                list,
+                negated,
+            } => Some(list.ints()?.contains(&v(expr)?) != *negated),
+            _ => unreachable!("the generator's terms"),
+        }
+    }
+
+    proptest! {
+        /// The host filter keeps exactly the rows where every term is TRUE.
+        #[test]
+        fn the_host_filter_keeps_the_rows_every_term_makes_true(
+            terms in prop::collection::vec(term(), 1..4),
+            data in prop::collection::vec(
+                prop::array::uniform3(prop::option::weighted(0.85, -2i64..8)), 0..40),
+        ) {
+            let f = and(terms.clone());
+            let h = HostFilter::new(&f, &[4, 2, 7]).expect("supported terms");
+            let got = h.apply(&rows(&data)).expect("apply").expect("supported types");
+            let want: Vec<&[Option<i64>; 3]> = data
+                .iter()
+                .filter(|r| terms.iter().all(|t| truth(t, r) == Some(true)))
+                .collect();
+            prop_assert_eq!(got.num_rows(), want.len());
+            let c7 = got.column(2).as_primitive::<Int64Type>();
+            for (i, r) in want.iter().enumerate() {
+                prop_assert_eq!(c7.is_null(i), r[2].is_none());
+                if let Some(x) = r[2] {
+                    prop_assert_eq!(c7.value(i), x);
+                }
+            }
+        }
     }
 }

@@ -406,12 +406,12 @@ fn runtime_filters_the_device_takes_shrink_its_work_and_repeat_exactly() {
     // Q17 and Q18 with looser constants (at SF 0.01 theirs select no part and no
     // order): the filtered part keys reach lineitem's partial aggregate through the semi
     // join's dynamic filter; the big orders' keys reach the orders and lineitem scans.
-    // Q17 also keeps only some of the joined rows (`p_size + l_linenumber > 20`), so
-    // the aggregate's keys are not those of the join's lineitem scan and it runs in the
-    // device (with the same keys it would take that scan's rows: `crate::reuse`).
+    // Q17's join also reads lineitem with a static filter its subquery's aggregate does
+    // not have (`l_quantity > 0`, true of every row), so the aggregate cannot take that
+    // scan's rows (`crate::reuse`) and runs in the device with the join's keys.
     let q17 = query(17).replace(
         "p_container = 'MED BOX'",
-        "p_container like 'MED%' and p_size + l_linenumber > 20",
+        "p_container like 'MED%' and p_size + l_linenumber > 20 and l_quantity > 0",
     );
     let q18 = query(18).replace("> 300", "> 250");
     let (client, cfg) = device(Layout::Pax);
@@ -635,6 +635,49 @@ fn scans_of_one_program_in_a_plan_run_once() {
 }
 
 #[test]
+fn q2s_subquery_takes_the_partsupp_rows_its_outer_scan_kept() {
+    // Q2 reads partsupp for the parts of one size and type (the join's key set), then
+    // again in its subquery for one region's suppliers and the parts the outer join
+    // kept: a subset of the first scan's keys, so the second scan's rows are among the
+    // first's (`csd_query::imply`). The first scan is on the build side of the join
+    // whose probe side holds the second, so it always ends first; the second takes its
+    // rows, filtered in the host by its own program, and the device reads partsupp once.
+    let ctx = reference();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let want = rows(
+        &rt.block_on(async { ctx.sql(query(2)).await?.collect().await })
+            .expect("reference Q2"),
+    );
+    assert!(!want.is_empty(), "Q2 answers rows at this scale");
+    let (mut client, cfg) = device(Layout::Pax);
+    for choice in [Choice::Fixed(Strategy::Ihp), Choice::Auto] {
+        let s = SqlSession::new(client, cfg.clone(), ScanSettings::new(choice)).expect("session");
+        let a = s.run(query(2)).expect("Q2");
+        check(2, &rows(&a.batches), &want);
+        let partsupp = a.scans.iter().filter(|r| r.table == "partsupp").count();
+        assert_eq!(
+            partsupp,
+            1,
+            "{choice:?}: {:?}\n{}",
+            scan_programs(&a),
+            a.explained
+        );
+        let second = a
+            .explained
+            .lines()
+            .filter(|l| l.contains("table=partsupp"))
+            .nth(1)
+            .expect("the subquery's partsupp scan");
+        assert!(second.contains("reused_rows="), "{second}");
+        // The same answer and the same scans again: which scan ran is not the threads'.
+        let again = s.run(query(2)).expect("Q2 again");
+        assert_eq!(rows(&again.batches), rows(&a.batches));
+        assert_eq!(scan_programs(&again), scan_programs(&a));
+        client = s.into_client().expect("client back");
+    }
+}
+
+#[test]
 fn scans_of_one_table_with_other_runtime_keys_do_not_share_rows() {
     // Two scalar subqueries over partsupp: the same static program and columns, but
     // each scan holds the keys of another nation's suppliers. Neither may hand its rows
@@ -718,31 +761,35 @@ fn an_aggregation_over_rows_a_join_already_read_runs_in_the_host() {
 }
 
 #[test]
-fn an_aggregation_with_other_runtime_keys_scans_itself() {
+fn an_aggregation_with_fewer_runtime_keys_takes_the_join_rows_filtered_in_the_host() {
     // A condition on the joined rows keeps lineitems of only some of the brand's parts:
-    // the aggregation's keys (the parts left after the join) are fewer than the join's
-    // scan held, so its rows are not that scan's rows and it must not take them.
+    // the aggregation's keys (the parts left after the join) are among those the join's
+    // scan held, so its rows are among that scan's rows: `reuse::ReusedDeviceScans`
+    // hands them over filtered in the host by the aggregation's own program
+    // (`csd_query::imply`), and the device reads lineitem once. The answer is the
+    // reference's.
     let sql = q17_like("and p_size + l_linenumber = 9");
     let want = reference_rows(&sql);
-    let (client, cfg) = device(Layout::Pax);
-    let s = SqlSession::new(client, cfg, ScanSettings::new(Choice::Auto)).expect("session");
-    let a = s.run(&sql).expect("run");
-    assert_eq!(rows(&a.batches), want);
-    let programs: Vec<_> = a
-        .scans
-        .iter()
-        .filter(|r| r.table == "lineitem")
-        .map(|r| r.program.clone())
-        .collect();
-    assert_eq!(
-        programs.len(),
-        2,
-        "{:?}\n{}",
-        scan_programs(&a),
-        a.explained
-    );
-    assert!(
-        programs.iter().any(|p| p.starts_with("partial aggregate")),
-        "{programs:?}"
-    );
+    let (mut client, cfg) = device(Layout::Pax);
+    for choice in [Choice::Fixed(Strategy::HwIsp), Choice::Auto] {
+        let s = SqlSession::new(client, cfg.clone(), ScanSettings::new(choice)).expect("session");
+        let a = s.run(&sql).expect("run");
+        assert_eq!(rows(&a.batches), want, "{choice:?}");
+        let programs: Vec<_> = a
+            .scans
+            .iter()
+            .filter(|r| r.table == "lineitem")
+            .map(|r| r.program.clone())
+            .collect();
+        assert_eq!(
+            programs.len(),
+            1,
+            "{choice:?}: {:?}\n{}",
+            scan_programs(&a),
+            a.explained
+        );
+        assert!(programs[0].starts_with("columns"), "{programs:?}");
+        assert!(a.explained.contains("reused_rows="), "{}", a.explained);
+        client = s.into_client().expect("client back");
+    }
 }
