@@ -819,6 +819,37 @@ mod tests {
         );
     }
 
+    /// Decimals (in units of their scale), timestamps and narrow integers read as the
+    /// device holds them; floats, strings and decimals beyond `i64` are not read.
+    #[test]
+    fn the_host_filter_reads_integer_ordered_arrow_types_only() {
+        use datafusion::arrow::array::{
+            Decimal128Array, Float64Array, Int8Array, StringArray, TimestampMicrosecondArray,
+        };
+        let dec = Decimal128Array::from(vec![Some(1234), None, Some(-5)])
+            .with_precision_and_scale(18, 2)
+            .expect("decimal");
+        let got = int_values(&dec).expect("decimal");
+        assert_eq!(
+            got.iter().collect::<Vec<_>>(),
+            vec![Some(1234), None, Some(-5)]
+        );
+        let ts = TimestampMicrosecondArray::from(vec![Some(7_000_000)]).with_timezone("UTC");
+        assert_eq!(int_values(&ts).expect("timestamp").value(0), 7_000_000);
+        assert_eq!(
+            int_values(&Int8Array::from(vec![-3]))
+                .expect("int8")
+                .value(0),
+            -3
+        );
+        let wide = Decimal128Array::from(vec![i128::from(i64::MAX) + 1])
+            .with_precision_and_scale(38, 0)
+            .expect("decimal");
+        assert!(int_values(&wide).is_none(), "beyond i64");
+        assert!(int_values(&Float64Array::from(vec![1.0])).is_none());
+        assert!(int_values(&StringArray::from(vec!["a"])).is_none());
+    }
+
     /// A random term of the host filter's kinds over table columns 4, 2 and 7.
     fn term() -> impl Strategy<Value = Expr> {
         let ops = prop::sample::select(vec![
