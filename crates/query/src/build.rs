@@ -983,14 +983,7 @@ mod tests {
         op.holds(ord)
     }
 
-    const OPS: [CmpOp; 6] = [
-        CmpOp::Eq,
-        CmpOp::Ne,
-        CmpOp::Lt,
-        CmpOp::Le,
-        CmpOp::Gt,
-        CmpOp::Ge,
-    ];
+    const OPS: [CmpOp; 6] = CmpOp::ALL;
 
     proptest! {
         /// The bounds found by bisection split the floats exactly where the cast

@@ -224,14 +224,7 @@ mod tests {
     /// A random term over two columns: a comparison with a small constant or a small
     /// `IN` list (possibly negated).
     fn term() -> impl Strategy<Value = Expr> {
-        let ops = prop::sample::select(vec![
-            CmpOp::Eq,
-            CmpOp::Ne,
-            CmpOp::Lt,
-            CmpOp::Le,
-            CmpOp::Gt,
-            CmpOp::Ge,
-        ]);
+        let ops = prop::sample::select(CmpOp::ALL.to_vec());
         prop_oneof![
             (ops, 0usize..2, -3i64..12).prop_map(|(op, c, v)| cmp(op, c, v)),
             (

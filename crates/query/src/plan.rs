@@ -446,6 +446,16 @@ pub enum CmpOp {
 }
 
 impl CmpOp {
+    /// Every operator.
+    pub const ALL: [CmpOp; 6] = [
+        CmpOp::Eq,
+        CmpOp::Ne,
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Ge,
+    ];
+
     /// The operator with its operands swapped (`a < b` ⇔ `b > a`).
     pub fn flip(self) -> CmpOp {
         match self {

@@ -421,43 +421,12 @@ fn scans_under(
     Ok(out)
 }
 
-/// The partial aggregations that always run after a scan of rows of the same table
-/// and static filter: those on the probe side of a hash join whose build side holds
-/// such a scan. A hash join polls its probe side only once its build side is
-/// complete (collected whole, or, partitioned, a partition of a repartition that
-/// ends only with its input), so that scan has ended, and left its rows, by then;
-/// the aggregation finds them whatever the threads do, and the modeled figures stay
-/// those of one order.
-fn aggregations_after_rows(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<dyn ExecutionPlan>>> {
-    let mut out: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
-    plan.apply(|node| {
-        if node.downcast_ref::<ArrayScanExec>().is_some() {
-            return Ok(TreeNodeRecursion::Jump);
-        }
-        let Some(j) = node.downcast_ref::<HashJoinExec>() else {
-            return Ok(TreeNodeRecursion::Continue);
-        };
-        let rows = scans_under(j.left(), candidate)?;
-        for a in scans_under(j.right(), aggregate_candidate)? {
-            let Some(agg) = a.downcast_ref::<DeviceScanExec>() else {
-                continue;
-            };
-            let after = rows.iter().any(|r| {
-                r.downcast_ref::<DeviceScanExec>()
-                    .is_some_and(|r| same_rows(r, agg))
-            });
-            if after && !out.iter().any(|o| Arc::ptr_eq(o, &a)) {
-                out.push(a);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    Ok(out)
-}
-
-/// Pairs `(earlier, later)` of device scans where `earlier` is a scan of rows on the
-/// build side of a hash join whose probe side holds `later`: `earlier` has ended, and
-/// left its rows, before `later` starts (see [`aggregations_after_rows`]).
+/// Pairs `[earlier, later]` of device scans where `earlier` is a scan of rows on the
+/// build side of a hash join whose probe side holds `later` (a scan of rows or a
+/// partial aggregation). A hash join polls its probe side only once its build side is
+/// complete (collected whole, or, partitioned, a partition of a repartition that ends
+/// only with its input), so `earlier` has ended, and left its rows, by then; `later`
+/// finds them whatever the threads do, and the modeled figures stay those of one order.
 fn ordered_scans(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<[Arc<dyn ExecutionPlan>; 2]>> {
     let mut out = Vec::new();
     plan.apply(|node| {
@@ -466,9 +435,8 @@ fn ordered_scans(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<[Arc<dyn Execution
         }
         if let Some(j) = node.downcast_ref::<HashJoinExec>() {
             let earlier = scans_under(j.left(), candidate)?;
-            let later = scans_under(j.right(), |s| match &s.output {
-                ScanOutput::Rows(c) => Some(c),
-                ScanOutput::Partial(_) => s.host_partial_columns(),
+            let later = scans_under(j.right(), |s| {
+                candidate(s).or_else(|| aggregate_candidate(s))
             })?;
             for e in &earlier {
                 out.extend(later.iter().map(|l| [e.clone(), l.clone()]));
@@ -477,6 +445,27 @@ fn ordered_scans(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<[Arc<dyn Execution
         Ok(TreeNodeRecursion::Continue)
     })?;
     Ok(out)
+}
+
+/// The partial aggregations that always run after a scan of rows of the same table
+/// and static filter ([`ordered_scans`]).
+fn aggregations_after_rows(ordered: &[[Arc<dyn ExecutionPlan>; 2]]) -> Vec<Arc<dyn ExecutionPlan>> {
+    let mut out: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+    for [e, l] in ordered {
+        let (Some(rows), Some(agg)) = (
+            e.downcast_ref::<DeviceScanExec>(),
+            l.downcast_ref::<DeviceScanExec>(),
+        ) else {
+            continue;
+        };
+        if aggregate_candidate(agg).is_some()
+            && same_rows(rows, agg)
+            && !out.iter().any(|o| Arc::ptr_eq(o, l))
+        {
+            out.push(l.clone());
+        }
+    }
+    out
 }
 
 impl PhysicalOptimizerRule for ReusedDeviceScans {
@@ -491,8 +480,8 @@ impl PhysicalOptimizerRule for ReusedDeviceScans {
         }
         // Candidate scans grouped by table and static filter, in plan order: scans of
         // rows, and partial aggregations that run after one of them.
-        let after_rows = aggregations_after_rows(&plan)?;
         let ordered_scans = ordered_scans(&plan)?;
+        let after_rows = aggregations_after_rows(&ordered_scans);
         let is_aggregation =
             |n: &Arc<dyn ExecutionPlan>| after_rows.iter().any(|a| Arc::ptr_eq(a, n));
         let mut groups: Vec<Vec<Arc<dyn ExecutionPlan>>> = Vec::new();
@@ -852,14 +841,7 @@ mod tests {
 
     /// A random term of the host filter's kinds over table columns 4, 2 and 7.
     fn term() -> impl Strategy<Value = Expr> {
-        let ops = prop::sample::select(vec![
-            CmpOp::Eq,
-            CmpOp::Ne,
-            CmpOp::Lt,
-            CmpOp::Le,
-            CmpOp::Gt,
-            CmpOp::Ge,
-        ]);
+        let ops = prop::sample::select(CmpOp::ALL.to_vec());
         let col = prop::sample::select(vec![4usize, 2, 7]);
         prop_oneof![
             (ops.clone(), col.clone(), -2i64..8).prop_map(|(op, c, v)| cmp(op, c, v)),

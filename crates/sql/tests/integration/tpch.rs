@@ -642,12 +642,7 @@ fn q2s_subquery_takes_the_partsupp_rows_its_outer_scan_kept() {
     // first's (`csd_query::imply`). The first scan is on the build side of the join
     // whose probe side holds the second, so it always ends first; the second takes its
     // rows, filtered in the host by its own program, and the device reads partsupp once.
-    let ctx = reference();
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let want = rows(
-        &rt.block_on(async { ctx.sql(query(2)).await?.collect().await })
-            .expect("reference Q2"),
-    );
+    let want = reference_rows(query(2));
     assert!(!want.is_empty(), "Q2 answers rows at this scale");
     let (mut client, cfg) = device(Layout::Pax);
     for choice in [Choice::Fixed(Strategy::Ihp), Choice::Auto] {
@@ -685,12 +680,7 @@ fn q21s_not_exists_takes_the_exists_scans_rows_filtered_by_its_static_filter() {
     // second's (none) and its keys are among the second's, which runs first (the anti
     // join builds on the semi join): the second scan also reads the two dates and the
     // third takes its rows filtered in the host. The device reads lineitem twice.
-    let ctx = reference();
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let want = rows(
-        &rt.block_on(async { ctx.sql(query(21)).await?.collect().await })
-            .expect("reference Q21"),
-    );
+    let want = reference_rows(query(21));
     assert!(!want.is_empty(), "Q21 answers rows at this scale");
     let (mut client, cfg) = device(Layout::Pax);
     for choice in [Choice::Fixed(Strategy::CpuIsp), Choice::Auto] {
