@@ -634,6 +634,41 @@ fn scans_of_one_program_in_a_plan_run_once() {
     }
 }
 
+/// Runs TPC-H query `q` under each of `choices` on a fresh device: the reference's
+/// answer, `table` scanned `scans` times by the device with another scan of it taking
+/// kept rows (`reused_rows`), the same answer and scans on a rerun (which scan ran is
+/// not the threads'), and `more`'s checks of the answer.
+fn reads_kept_rows(
+    q: usize,
+    choices: [Choice; 2],
+    table: &str,
+    scans: usize,
+    more: impl Fn(&csd_sql::Answer),
+) {
+    let want = reference_rows(query(q));
+    assert!(!want.is_empty(), "Q{q} answers rows at this scale");
+    let (mut client, cfg) = device(Layout::Pax);
+    for choice in choices {
+        let s = SqlSession::new(client, cfg.clone(), ScanSettings::new(choice)).expect("session");
+        let a = s.run(query(q)).expect("run");
+        check(q, &rows(&a.batches), &want);
+        let n = a.scans.iter().filter(|r| r.table == table).count();
+        assert_eq!(
+            n,
+            scans,
+            "Q{q} {choice:?}: {:?}\n{}",
+            scan_programs(&a),
+            a.explained
+        );
+        assert!(a.explained.contains("reused_rows="), "{}", a.explained);
+        more(&a);
+        let again = s.run(query(q)).expect("run again");
+        assert_eq!(rows(&again.batches), rows(&a.batches));
+        assert_eq!(scan_programs(&again), scan_programs(&a));
+        client = s.into_client().expect("client back");
+    }
+}
+
 #[test]
 fn q2s_subquery_takes_the_partsupp_rows_its_outer_scan_kept() {
     // Q2 reads partsupp for the parts of one size and type (the join's key set), then
@@ -642,21 +677,8 @@ fn q2s_subquery_takes_the_partsupp_rows_its_outer_scan_kept() {
     // first's (`csd_query::imply`). The first scan is on the build side of the join
     // whose probe side holds the second, so it always ends first; the second takes its
     // rows, filtered in the host by its own program, and the device reads partsupp once.
-    let want = reference_rows(query(2));
-    assert!(!want.is_empty(), "Q2 answers rows at this scale");
-    let (mut client, cfg) = device(Layout::Pax);
-    for choice in [Choice::Fixed(Strategy::Ihp), Choice::Auto] {
-        let s = SqlSession::new(client, cfg.clone(), ScanSettings::new(choice)).expect("session");
-        let a = s.run(query(2)).expect("Q2");
-        check(2, &rows(&a.batches), &want);
-        let partsupp = a.scans.iter().filter(|r| r.table == "partsupp").count();
-        assert_eq!(
-            partsupp,
-            1,
-            "{choice:?}: {:?}\n{}",
-            scan_programs(&a),
-            a.explained
-        );
+    let choices = [Choice::Fixed(Strategy::Ihp), Choice::Auto];
+    reads_kept_rows(2, choices, "partsupp", 1, |a| {
         let second = a
             .explained
             .lines()
@@ -664,12 +686,7 @@ fn q2s_subquery_takes_the_partsupp_rows_its_outer_scan_kept() {
             .nth(1)
             .expect("the subquery's partsupp scan");
         assert!(second.contains("reused_rows="), "{second}");
-        // The same answer and the same scans again: which scan ran is not the threads'.
-        let again = s.run(query(2)).expect("Q2 again");
-        assert_eq!(rows(&again.batches), rows(&a.batches));
-        assert_eq!(scan_programs(&again), scan_programs(&a));
-        client = s.into_client().expect("client back");
-    }
+    });
 }
 
 #[test]
@@ -680,35 +697,18 @@ fn q21s_not_exists_takes_the_exists_scans_rows_filtered_by_its_static_filter() {
     // second's (none) and its keys are among the second's, which runs first (the anti
     // join builds on the semi join): the second scan also reads the two dates and the
     // third takes its rows filtered in the host. The device reads lineitem twice.
-    let want = reference_rows(query(21));
-    assert!(!want.is_empty(), "Q21 answers rows at this scale");
-    let (mut client, cfg) = device(Layout::Pax);
-    for choice in [Choice::Fixed(Strategy::CpuIsp), Choice::Auto] {
-        let s = SqlSession::new(client, cfg.clone(), ScanSettings::new(choice)).expect("session");
-        let a = s.run(query(21)).expect("Q21");
-        check(21, &rows(&a.batches), &want);
-        let lineitem: Vec<_> = a.scans.iter().filter(|r| r.table == "lineitem").collect();
-        assert_eq!(
-            lineitem.len(),
-            2,
-            "{choice:?}: {:?}\n{}",
-            scan_programs(&a),
-            a.explained
-        );
+    let choices = [Choice::Fixed(Strategy::CpuIsp), Choice::Auto];
+    reads_kept_rows(21, choices, "lineitem", 2, |a| {
         assert!(
-            lineitem
+            a.scans
                 .iter()
+                .filter(|r| r.table == "lineitem")
                 .any(|r| r.program.contains("l_commitdate, l_receiptdate")
                     || r.program.contains("l_receiptdate, l_commitdate")),
             "the EXISTS scan reads the dates: {:?}",
-            scan_programs(&a)
+            scan_programs(a)
         );
-        assert!(a.explained.contains("reused_rows="), "{}", a.explained);
-        let again = s.run(query(21)).expect("Q21 again");
-        assert_eq!(rows(&again.batches), rows(&a.batches));
-        assert_eq!(scan_programs(&again), scan_programs(&a));
-        client = s.into_client().expect("client back");
-    }
+    });
 }
 
 #[test]
