@@ -55,6 +55,7 @@ mod program;
 mod read;
 mod ready;
 mod store;
+mod writeback;
 
 pub use addr::{AddrMap, BlockId, DieId, PhysAddr, Ppa};
 pub use csd_sim::prefetch::{

@@ -451,6 +451,8 @@ pub(crate) struct FileStore {
     shadow: Option<crate::hostcrash::Shadow>,
     /// Sync before acknowledging (`CSD_HOST_SYNC=off` turns it off: see [`host_sync`]).
     host_sync: bool,
+    /// Dirty pages handed to the disk ahead of the next sync ([`crate::writeback`]).
+    writeback: crate::writeback::Writeback,
     /// Blocks written through the mapping since their pages were last released from this
     /// process (see [`FileStore::note_touched`]), each once.
     touched: Vec<usize>,
@@ -787,6 +789,7 @@ impl FileStore {
             .sync_data()
             .map_err(|e| self.io_error("cannot sync the image to disk", e))?;
         self.dirty = false;
+        self.writeback.synced();
         if let Some(s) = &mut self.shadow {
             let (meta, blocks, bb) = (
                 self.meta_offset,
@@ -903,6 +906,9 @@ impl FileStore {
             Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG) => self.space_error(b, e),
             _ => self.io_error("cannot write a page to the image", e),
         })?;
+        if self.host_sync {
+            self.writeback.wrote(&self.file, data.len() + spare_len);
+        }
         if layout.is_split() {
             let o = base + layout.oob_start(page);
             self.map[o..o + spare_len].copy_from_slice(spare);
@@ -1332,6 +1338,7 @@ impl Store {
             marked_open: false,
             shadow: None,
             host_sync: host_sync(),
+            writeback: Default::default(),
             touched: Vec::new(),
             touched_mark: Vec::new(),
             release_bytes: RELEASE_WRITTEN_BYTES,
@@ -1393,6 +1400,7 @@ impl Store {
             marked_open: unclean || v1.version == 1,
             shadow: None,
             host_sync: host_sync(),
+            writeback: Default::default(),
             touched: Vec::new(),
             touched_mark: Vec::new(),
             release_bytes: RELEASE_WRITTEN_BYTES,
