@@ -535,6 +535,17 @@ pub(crate) fn filter_col_in(
     neg: bool,
     out: &mut Vec<u32>,
 ) {
+    if let Some((lo, bits)) = set.bitmap_words() {
+        // One load a row, inline: a value below the least wraps past the bitmap's bits,
+        // one above the greatest reads a zero bit (or falls past the words).
+        let span = bits.len() as u64 * 64;
+        with_src!(col, |s| filter_by(sel, out, |_, i| {
+            let o = s.at(i).wrapping_sub(lo) as u64;
+            let hit = o < span && bits[(o / 64) as usize] >> (o % 64) & 1 == 1;
+            hit != neg
+        }));
+        return;
+    }
     if let Some(keys) = set
         .bisected_ints()
         .filter(|k| k.len() > crate::plan::ConstSet::LINEAR_KEYS)
@@ -774,6 +785,39 @@ mod tests {
             let sel: Vec<u32> = (0..vals.len() as u32).filter(|&i| !skip[i as usize]).collect();
             let mut got = Vec::new();
             filter_col_in(col, &sel, &set, negated, &mut got);
+            let want: Vec<u32> = sel
+                .iter()
+                .copied()
+                .filter(|&i| keys.binary_search(&vals[i as usize]).is_ok() != negated)
+                .collect();
+            prop_assert_eq!(got, want);
+        }
+
+        /// An integer `IN` over a list dense enough for a bitmap keeps exactly the rows
+        /// whose value is a key: values below the least key, in the span, in the last
+        /// word's bits past the greatest key, far above it and at the integers' ends.
+        #[test]
+        fn col_in_over_a_bitmap_keeps_the_members(
+            keys in proptest::collection::btree_set(-300i64..300, 5..200),
+            vals in proptest::collection::vec(
+                prop_oneof![
+                    4 => -400i64..400,
+                    1 => Just(i64::MIN),
+                    1 => Just(i64::MAX),
+                    1 => any::<i64>(),
+                ],
+                1..150,
+            ),
+            skip in proptest::collection::vec(any::<bool>(), 150),
+            negated: bool,
+        ) {
+            let keys: Vec<i64> = keys.into_iter().collect();
+            let set = crate::plan::ConstSet::of_sorted_ints(keys.clone().into());
+            prop_assert!(set.bitmap_words().is_some(), "a dense list has a bitmap");
+            let data: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let sel: Vec<u32> = (0..vals.len() as u32).filter(|&i| !skip[i as usize]).collect();
+            let mut got = Vec::new();
+            filter_col_in(NumCol::Le8(&data), &sel, &set, negated, &mut got);
             let want: Vec<u32> = sel
                 .iter()
                 .copied()

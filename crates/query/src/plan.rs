@@ -334,6 +334,15 @@ impl ConstSet {
         (self.bits.is_empty() && !self.sorted.is_empty()).then_some(&self.sorted[..])
     }
 
+    /// The set's bitmap, when it has one: its least integer and its words (bit
+    /// `v - least`; the bits past the greatest integer are zero).
+    pub(crate) fn bitmap_words(&self) -> Option<(i64, &[u64])> {
+        match (self.bits.is_empty(), self.sorted.first()) {
+            (false, Some(&lo)) => Some((lo, &self.bits[..])),
+            _ => None,
+        }
+    }
+
     /// Whether the set holds the integer `v` (only integer sets hold any).
     #[inline]
     pub fn contains_int(&self, v: i64) -> bool {
