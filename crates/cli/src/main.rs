@@ -225,8 +225,45 @@ fn keep_freed_memory() {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
 }
 
+/// mimalloc's `mi_option_allow_thp`: index 43 of `mi_option_e` in the same v3 header (a
+/// test checks it by the option's default, 1, and by what setting it does).
+const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
+
+/// The heap on 4 KiB pages: no transparent huge pages for the process's memory. mimalloc
+/// asks for huge pages on its arenas by default (`MADV_HUGEPAGE`), so the first touch of
+/// any 2 MiB of heap made the kernel zero all of it; on a virtual machine whose free
+/// memory is given back to its host (this one) that first touch runs at about 1 GB/s, so
+/// a small allocation in a fresh page cost about 2 ms. Measured 2026-12-05 (release,
+/// alternated): the first TPC-H query of `csd bench tpch --sf 1 --queries 4,6,15` took
+/// 0.22-0.29 s with huge pages and 0.08-0.13 s without (half of its samples were the
+/// kernel zeroing pages), the second 0.05-0.18 s against 0.030-0.035 s; a one-shot
+/// `csd query --image sf1.img --strategy hw-isp q6` 0.16-1.21 s against 0.16-0.17 s,
+/// peak RSS 148-159 MB against 111-113 MB. Warm, best-of-5 runs moved within the
+/// machine's noise (TPC-H Q9 at most 8% slower without). The rule is the device
+/// memory's (README, "Memory of a device in memory"): the page size whose worst case is
+/// best, since a user's first run is the cold one. `MIMALLOC_ALLOW_THP` in the
+/// environment (mimalloc's own setting) is left to rule.
+fn heap_on_small_pages() {
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {
+        return;
+    }
+    // SAFETY: `mi_option_set` stores a value in mimalloc's option table (an atomic store,
+    // safe from any thread): arenas mapped from now on are not advised for huge pages.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_ALLOW_THP, 0) }
+    // What mimalloc does itself when the option is 0 at its start (it starts before
+    // `main`): on a system whose huge pages are always on, the process opts out.
+    #[cfg(target_os = "linux")]
+    // SAFETY: `prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0)` sets a flag of this process's
+    // memory map; it reads and writes no memory of ours. A failure (an old kernel)
+    // leaves huge pages as they were, which is only slower.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
 fn main() -> ExitCode {
     keep_freed_memory();
+    heap_on_small_pages();
     let mut command = Cli::command();
     let matches = command.get_matches_mut();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command).exit());
@@ -294,6 +331,26 @@ mod allocator_tests {
             assert_eq!(libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY), 1000);
             keep_freed_memory();
             assert_eq!(libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY), -1);
+        }
+    }
+
+    /// The index taken for `mi_option_allow_thp` names that option (its default, 1, and
+    /// the option after it, `minimal_purge_size`, defaulting to 0, pin the place), and
+    /// the process's huge pages are off after the setting.
+    #[test]
+    fn the_huge_page_option_is_the_one_set() {
+        if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {
+            return; // the environment chose the value
+        }
+        // SAFETY: reads and stores in mimalloc's option table (atomic, any thread);
+        // `prctl(PR_GET_THP_DISABLE)` only reads a flag of the process.
+        unsafe {
+            assert_eq!(libmimalloc_sys::mi_option_get(MI_OPTION_ALLOW_THP), 1);
+            assert_eq!(libmimalloc_sys::mi_option_get(MI_OPTION_ALLOW_THP + 1), 0);
+            heap_on_small_pages();
+            assert_eq!(libmimalloc_sys::mi_option_get(MI_OPTION_ALLOW_THP), 0);
+            #[cfg(target_os = "linux")]
+            assert_eq!(libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0), 1);
         }
     }
 }
