@@ -749,6 +749,29 @@ mod tests {
         }
     }
 
+    /// `filter_col_in` over the rows not skipped, and the rows whose value is (or, negated,
+    /// is not) among `keys`: what the two `IN` properties compare.
+    fn col_in_against_membership(
+        col: NumCol<'_>,
+        vals: &[i64],
+        skip: &[bool],
+        keys: &[i64],
+        set: &crate::plan::ConstSet,
+        negated: bool,
+    ) -> (Vec<u32>, Vec<u32>) {
+        let sel: Vec<u32> = (0..vals.len() as u32)
+            .filter(|&i| !skip[i as usize])
+            .collect();
+        let mut got = Vec::new();
+        filter_col_in(col, &sel, set, negated, &mut got);
+        let want = sel
+            .iter()
+            .copied()
+            .filter(|&i| keys.binary_search(&vals[i as usize]).is_ok() != negated)
+            .collect();
+        (got, want)
+    }
+
     proptest! {
         /// An integer `IN` over a long, sparse key list (searched by bisection) keeps
         /// exactly the rows whose value is a key, whether the selected values hold none
@@ -782,14 +805,7 @@ mod tests {
                 })
                 .collect();
             let col = if eight { NumCol::Le8(&data) } else { NumCol::Le4(&data) };
-            let sel: Vec<u32> = (0..vals.len() as u32).filter(|&i| !skip[i as usize]).collect();
-            let mut got = Vec::new();
-            filter_col_in(col, &sel, &set, negated, &mut got);
-            let want: Vec<u32> = sel
-                .iter()
-                .copied()
-                .filter(|&i| keys.binary_search(&vals[i as usize]).is_ok() != negated)
-                .collect();
+            let (got, want) = col_in_against_membership(col, &vals, &skip, &keys, &set, negated);
             prop_assert_eq!(got, want);
         }
 
@@ -815,14 +831,8 @@ mod tests {
             let set = crate::plan::ConstSet::of_sorted_ints(keys.clone().into());
             prop_assert!(set.bitmap_words().is_some(), "a dense list has a bitmap");
             let data: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let sel: Vec<u32> = (0..vals.len() as u32).filter(|&i| !skip[i as usize]).collect();
-            let mut got = Vec::new();
-            filter_col_in(NumCol::Le8(&data), &sel, &set, negated, &mut got);
-            let want: Vec<u32> = sel
-                .iter()
-                .copied()
-                .filter(|&i| keys.binary_search(&vals[i as usize]).is_ok() != negated)
-                .collect();
+            let col = NumCol::Le8(&data);
+            let (got, want) = col_in_against_membership(col, &vals, &skip, &keys, &set, negated);
             prop_assert_eq!(got, want);
         }
     }
