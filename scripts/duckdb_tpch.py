@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Runs TPC-H queries in DuckDB for `csd bench tpch --compare duckdb`.
 
-Usage: scripts/duckdb_tpch.py DATA_DIR QUERIES_JSON THREADS
+Usage: scripts/duckdb_tpch.py DATA_DIR QUERIES_JSON THREADS [RUNS]
 
 DATA_DIR holds one CSV per table (`<table>.csv`, header row, written by csd from the
 same tpchgen rows it loaded on the device). QUERIES_JSON is a JSON list of SQL texts.
-For every query and for 1 and THREADS threads, the best wall time of three runs is
-measured (DuckDB's `SET threads = N`). Prints one JSON object to stdout:
+For every query and for 1 and THREADS threads, the best wall time of RUNS runs (default
+3; csd passes its own `--repeat`, so both engines are measured the same way) is measured
+(DuckDB's `SET threads = N`). Prints one JSON object to stdout:
 {"version": ..., "queries": [{"t1_s": .., "tn_s": .., "rows": [[...], ...]}, ...]}.
 
 DuckDB comes from a venv (~/.cache/csd/duckdb-venv), created with pip on first use.
@@ -42,12 +43,15 @@ def ensure_duckdb():
 
 
 def main():
-    if len(sys.argv) != 4:
+    if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
     ensure_duckdb()
     import duckdb
 
     data, queries_path, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    runs = int(sys.argv[4]) if len(sys.argv) == 5 else 3
+    if runs < 1:
+        sys.exit(f"RUNS must be at least 1, not {runs}")
     with open(queries_path) as f:
         queries = json.load(f)
     con = duckdb.connect()
@@ -65,7 +69,7 @@ def main():
         for n in sorted({1, threads}):
             con.execute(f"SET threads = {n}")
             best = None
-            for _ in range(3):
+            for _ in range(runs):
                 t0 = time.perf_counter()
                 r = con.execute(q).fetchall()
                 dt = time.perf_counter() - t0
@@ -79,7 +83,11 @@ def main():
                 "rows": [[str(v) for v in row] for row in rows],
             }
         )
-    print(json.dumps({"version": duckdb.__version__, "threads": threads, "queries": out}))
+    print(
+        json.dumps(
+            {"version": duckdb.__version__, "threads": threads, "runs": runs, "queries": out}
+        )
+    )
 
 
 if __name__ == "__main__":

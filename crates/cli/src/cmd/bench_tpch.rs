@@ -167,7 +167,7 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
         return run_strings(a, &cfg, session);
     }
     let duck = match a.compare.contains(&CompareArg::Duckdb) {
-        true => Some(run_duckdb(&session, &numbers)?),
+        true => Some(run_duckdb(&session, &numbers, a.repeat.max(1))?),
         false => None,
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -308,7 +308,7 @@ fn run_strings(a: &BenchTpchArgs, cfg: &DeviceConfig, session: SqlSession) -> Re
                 .map_err(|e| CliError::Nvme(format!("writing {}: {e}", path.display())))?;
         }
         drop(w);
-        Some(duckdb_script(&dir, &STRING_QUERIES)?)
+        Some(duckdb_script(&dir, &STRING_QUERIES, a.repeat.max(1))?)
     } else {
         None
     };
@@ -384,8 +384,8 @@ fn run_strings(a: &BenchTpchArgs, cfg: &DeviceConfig, session: SqlSession) -> Re
     );
     if let Some(d) = &duck {
         println!(
-            "duckdb {} (best of 3, a table read from a CSV file of the same rows)",
-            d.version
+            "duckdb {} (best of {}, a table read from a CSV file of the same rows)",
+            d.version, d.runs
         );
     }
     println!("reproduce: {}", crate::reproduce::line());
@@ -532,8 +532,8 @@ fn print_footer(a: &BenchTpchArgs, cfg: &DeviceConfig, threads: usize, duck: Opt
     }
     if let Some(d) = duck {
         println!(
-            "duckdb {} (best of 3, on CSV files of the same rows)",
-            d.version
+            "duckdb {} (best of {}, on CSV files of the same rows)",
+            d.version, d.runs
         );
     }
     println!("reproduce: {}", crate::reproduce::line());
@@ -557,10 +557,13 @@ struct DuckQuery {
 
 struct Duck {
     version: String,
+    /// Runs per query and thread count, the best of which is reported (`--repeat`, as
+    /// for csd: both engines are measured the same way).
+    runs: usize,
     queries: Vec<DuckQuery>,
 }
 
-fn run_duckdb(session: &SqlSession, numbers: &[usize]) -> Result<Duck, CliError> {
+fn run_duckdb(session: &SqlSession, numbers: &[usize], runs: usize) -> Result<Duck, CliError> {
     let dir = tempfile_dir()?;
     for t in TpchTable::ALL {
         let ans = session
@@ -578,7 +581,7 @@ fn run_duckdb(session: &SqlSession, numbers: &[usize]) -> Result<Duck, CliError>
         }
     }
     let qs: Vec<&str> = numbers.iter().map(|&n| QUERIES[n - 1]).collect();
-    let duck = duckdb_script(&dir, &qs)?;
+    let duck = duckdb_script(&dir, &qs, runs)?;
     if duck.queries.len() != numbers.len() {
         return Err(CliError::Usage(
             "DuckDB returned fewer answers than queries".into(),
@@ -588,8 +591,8 @@ fn run_duckdb(session: &SqlSession, numbers: &[usize]) -> Result<Duck, CliError>
 }
 
 /// Runs `scripts/duckdb_tpch.py` over the CSV tables in `dir` (removed afterwards) and
-/// `queries`.
-fn duckdb_script(dir: &std::path::Path, qs: &[&str]) -> Result<Duck, CliError> {
+/// `queries`, each `runs` times per thread count (the best reported).
+fn duckdb_script(dir: &std::path::Path, qs: &[&str], runs: usize) -> Result<Duck, CliError> {
     let qpath = dir.join("queries.json");
     let mut f = std::fs::File::create(&qpath).map_err(|e| CliError::Io {
         path: qpath.clone(),
@@ -607,6 +610,7 @@ fn duckdb_script(dir: &std::path::Path, qs: &[&str]) -> Result<Duck, CliError> {
         .arg(dir)
         .arg(&qpath)
         .arg(threads.to_string())
+        .arg(runs.to_string())
         .output()
         .map_err(|e| CliError::Usage(format!("running {}: {e}", script.display())))?;
     let _ = std::fs::remove_dir_all(dir);
@@ -638,6 +642,7 @@ fn duckdb_script(dir: &std::path::Path, qs: &[&str]) -> Result<Duck, CliError> {
     }
     Ok(Duck {
         version: v["version"].as_str().unwrap_or("?").to_string(),
+        runs,
         queries,
     })
 }
