@@ -16,7 +16,9 @@
 //! Groups are keyed by the grouping columns' stored bytes, back to back. Keys of up to
 //! 16 bytes (TPC-H Q1's two `CHAR(1)` flags take 2) are packed into a `u128` and, while
 //! there are at most 16 groups, looked up by a linear scan that beats hashing; larger
-//! key sets use [`PackedIndex`] (longer keys a hash map). Without `GROUP BY` there is
+//! key sets use [`PackedIndex`] (longer keys a hash map), which a state builds only when
+//! it passes 16 groups (a page's state of a few groups, merged and cleared for the next
+//! page, never hashes a key). Without `GROUP BY` there is
 //! exactly one group; when its aggregates are numbers, its value also exists inline as a
 //! [`ScalarState`], which pages evaluated on other threads hand over without allocating.
 //!
@@ -154,6 +156,24 @@ impl PackedIndex {
     /// Forgets every group, keeping the table's slots.
     fn clear(&mut self) {
         self.slots.fill(0);
+    }
+
+    /// Indexes every key of `keys` in a table that holds none yet (its slots all empty),
+    /// growing it first where they would fill it past half.
+    fn fill(&mut self, keys: &[u128]) {
+        debug_assert!(self.slots.iter().all(|&s| s == 0), "the index is empty");
+        if keys.len() * 2 > self.slots.len() {
+            self.rebuild((keys.len() * 2).next_power_of_two(), keys);
+            return;
+        }
+        let mask = self.slots.len() - 1;
+        for (g, &p) in keys.iter().enumerate() {
+            let mut i = self.home(p);
+            while self.slots[i] != 0 {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = g as u32 + 1;
+        }
     }
 
     /// Makes room for `groups` groups without growing again.
@@ -593,7 +613,9 @@ impl AggState {
             // A bounded table past its linear-search size is likely to fill: size its
             // index once instead of rehashing it on every doubling.
             let more = self.limit - self.groups;
-            self.packed_index.reserve(self.limit, &self.packed);
+            // Sized only: the index is empty until the state passes its linear
+            // search (`insert_packed` then indexes every key).
+            self.packed_index.reserve(self.limit, &[]);
             self.packed.reserve(more);
             self.keys.reserve(more * self.key_width);
             self.rows.reserve(more);
@@ -606,11 +628,18 @@ impl AggState {
         self.append_group(&bytes[..self.key_width]);
     }
 
-    /// Appends a new group of key `p`, which the index does not hold.
+    /// Appends a new group of key `p`, which the state does not hold. The index is kept
+    /// only past the linear search ([`LINEAR_GROUPS`]): the state that passes it indexes
+    /// every key at once, and a state that never does (a page's few groups, merged and
+    /// cleared for the next page) never hashes a key nor clears a slot.
     fn insert_packed(&mut self, p: u128) -> u32 {
         let g = self.groups as u32;
         self.append_packed(p);
-        self.packed_index.insert(&self.packed);
+        match self.groups.cmp(&(LINEAR_GROUPS + 1)) {
+            std::cmp::Ordering::Less => {}
+            std::cmp::Ordering::Equal => self.packed_index.fill(&self.packed),
+            std::cmp::Ordering::Greater => self.packed_index.insert(&self.packed),
+        }
         g
     }
 
@@ -986,9 +1015,12 @@ impl AggState {
     pub fn clear(&mut self) {
         self.keys.clear();
         self.rows.clear();
+        if self.groups > LINEAR_GROUPS {
+            // Only a state past its linear search has keys in its index.
+            self.packed_index.clear();
+        }
         self.groups = 0;
         self.packed.clear();
-        self.packed_index.clear();
         self.bytes_index.clear();
         for a in &mut self.accs {
             a.clear();
@@ -1268,8 +1300,14 @@ mod tests {
                 prop_assert_eq!(st.group_count(), model.len());
             }
             for (&p, &g) in &model {
-                prop_assert_eq!(st.packed_index.find(p, &st.packed), Some(g));
+                // The index holds every key once the state is past its linear search,
+                // and none before.
+                let indexed = (st.group_count() > LINEAR_GROUPS).then_some(g);
+                prop_assert_eq!(st.packed_index.find(p, &st.packed), indexed);
                 prop_assert_eq!(st.packed[g as usize], p);
+            }
+            if st.group_count() <= LINEAR_GROUPS {
+                prop_assert!(st.packed_index.slots.iter().all(|&s| s == 0));
             }
         }
     }
