@@ -164,15 +164,8 @@ impl PackedIndex {
         debug_assert!(self.slots.iter().all(|&s| s == 0), "the index is empty");
         if keys.len() * 2 > self.slots.len() {
             self.rebuild((keys.len() * 2).next_power_of_two(), keys);
-            return;
-        }
-        let mask = self.slots.len() - 1;
-        for (g, &p) in keys.iter().enumerate() {
-            let mut i = self.home(p);
-            while self.slots[i] != 0 {
-                i = (i + 1) & mask;
-            }
-            self.slots[i] = g as u32 + 1;
+        } else {
+            self.index_all(keys);
         }
     }
 
@@ -189,7 +182,12 @@ impl PackedIndex {
         self.slots.clear();
         self.slots.resize(len, 0);
         self.shift = 64 - len.trailing_zeros();
-        let mask = len - 1;
+        self.index_all(keys);
+    }
+
+    /// Enters group `g` for every key `keys[g]` into a table with room for them all.
+    fn index_all(&mut self, keys: &[u128]) {
+        let mask = self.slots.len() - 1;
         for (g, &p) in keys.iter().enumerate() {
             let mut i = self.home(p);
             while self.slots[i] != 0 {
