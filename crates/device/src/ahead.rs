@@ -331,11 +331,11 @@ pub(crate) fn pin_pages(
         let Some(lba) = lba_of(i + k) else {
             break;
         };
-        let Some(b) = ftl.peek_in_place(lba, page_bytes) else {
+        let Some((b, plan)) = ftl.peek_with_crc_plan(lba, page_bytes, crc) else {
             break;
         };
         v.push(b);
-        match ftl.peek_crc_plan(lba, page_bytes, crc) {
+        match plan {
             Some((plan, oob)) => {
                 plans.push(Some(plan));
                 spares.push(oob);

@@ -338,6 +338,13 @@ impl Ftl {
     /// [`Ftl::peek_in_place`] with the sectors' OOB bytes (their TAGs, which a read
     /// checks): the same cache hint's view, never data to use.
     pub fn peek_page_in_place(&self, lpid: u64, bytes: usize) -> Option<(&[u8], &[u8])> {
+        self.peek_located(lpid, bytes)
+            .map(|(_, data, oob)| (data, oob))
+    }
+
+    /// [`Ftl::peek_page_in_place`] with the flash address of its first sector (packed as
+    /// the MAP stores it), for callers that go on to plan the read's checks.
+    pub(crate) fn peek_located(&self, lpid: u64, bytes: usize) -> Option<(u64, &[u8], &[u8])> {
         let n = bytes.div_ceil(self.geo.sector_size().max(1)) as u64;
         let Loc::Flash(a) = Loc::of(*self.cached_entry(lpid)?) else {
             return None;
@@ -352,7 +359,7 @@ impl Ftl {
         let (data, oob) = self
             .nand
             .stored_sectors(Ppa::new(BlockId(b), p), s, n as u32)?;
-        Some((data.get(..bytes)?, oob))
+        Some((a, data.get(..bytes)?, oob))
     }
 
     /// `lpid`'s MAP entry when its MAP page is cached.

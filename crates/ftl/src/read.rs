@@ -602,6 +602,9 @@ impl CrcPlan {
     }
 }
 
+/// A read's CRC plan with the spare bytes of its sectors (their TAGs), as stored.
+pub type PlannedCheck<'a> = (CrcPlan, &'a [u8]);
+
 impl Ftl {
     /// The CRCs the read of `bytes` bytes from `lpid` would check, when those bytes are
     /// in place as [`Ftl::peek_in_place`] finds them, every sector's TAG is user data of
@@ -618,12 +621,35 @@ impl Ftl {
     /// `crc` names (as [`Ftl::read_ref_checking`] takes it). `None` when the bytes are
     /// not in place or every such sector is already known to match.
     pub fn peek_crc_plan(&self, lpid: u64, bytes: usize, crc: u64) -> Option<(CrcPlan, &[u8])> {
+        self.peek_with_crc_plan(lpid, bytes, crc)?.1
+    }
+
+    /// [`Ftl::peek_in_place`] and [`Ftl::peek_crc_plan`] of the same bytes from one walk
+    /// of the MAP (a scan pinning pages ahead asks for both of every page): `None` when
+    /// the bytes are not in place; the plan `None` when every sector the mask names is
+    /// already known to match.
+    pub fn peek_with_crc_plan(
+        &self,
+        lpid: u64,
+        bytes: usize,
+        crc: u64,
+    ) -> Option<(&[u8], Option<PlannedCheck<'_>>)> {
+        let (a, data, oob) = self.peek_located(lpid, bytes)?;
+        Some((data, self.crc_plan_at(lpid, a, data.len(), oob, crc)))
+    }
+
+    /// The plan of [`Ftl::peek_crc_plan`] for `len` bytes in place from the flash address
+    /// `a` (as the MAP packs it), whose sectors' spare bytes are `oob`.
+    fn crc_plan_at<'a>(
+        &self,
+        lpid: u64,
+        a: u64,
+        len: usize,
+        oob: &'a [u8],
+        crc: u64,
+    ) -> Option<(CrcPlan, &'a [u8])> {
         let ss = self.geo.sector_size().max(1);
-        let (data, oob) = self.peek_page_in_place(lpid, bytes)?;
-        let n = data.len().div_ceil(ss);
-        let Loc::Flash(a) = Loc::of(*self.cached_entry(lpid)?) else {
-            return None;
-        };
+        let n = len.div_ceil(ss);
         let (b, p, s) = unpack(a);
         let ppa = Ppa::new(BlockId(b), p);
         if (0..n as u32)

@@ -1074,6 +1074,16 @@ fn reads_hash_only_the_sectors_their_reader_looks_at() {
         .expect("sector 1 unchecked");
     let c = plan.crcs(spare).expect("TAGs are user data");
     assert!(!c.matches(f.peek_in_place(0, page_bytes).unwrap()));
+    // One walk gives the bytes in place and the same two answers.
+    let (bytes, none) = f.peek_with_crc_plan(0, page_bytes, mask).expect("in place");
+    assert_eq!(bytes, f.peek_in_place(0, page_bytes).unwrap());
+    assert!(none.is_none());
+    let (_, all) = f
+        .peek_with_crc_plan(0, page_bytes, crate::read::ALL_SECTORS)
+        .expect("in place");
+    let (plan2, spare2) = all.expect("sector 1 unchecked");
+    let c2 = plan2.crcs(spare2).expect("TAGs are user data");
+    assert!(!c2.matches(bytes));
     // The reader that looks at sector 1 finds the damage, naming its LBA.
     assert_eq!(
         f.read_ref_checking(0, page_bytes, SimTime::ZERO, 0b010)

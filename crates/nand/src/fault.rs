@@ -24,13 +24,22 @@ pub(crate) fn uniform(seed: u64, a: u64, b: u64) -> f64 {
 
 /// Draw a Poisson count with mean `lambda` from a uniform `u` by inverting the CDF.
 /// Bit errors in a sector are Binomial(bits, rber), which Poisson(bits * rber) matches
-/// closely at the tiny rates of flash.
-#[inline]
-pub(crate) fn poisson(lambda: f64, u: f64) -> u32 {
+/// closely at the tiny rates of flash. The reads draw through [`poisson_from`]; this is
+/// its definition, which the tests check.
+#[cfg(test)]
+fn poisson(lambda: f64, u: f64) -> u32 {
     if lambda <= 0.0 {
         return 0;
     }
-    let mut p = (-lambda).exp();
+    poisson_from((-lambda).exp(), lambda, u)
+}
+
+/// [`poisson`] with `p0 = exp(-lambda)` computed by the caller (once for the sectors of a
+/// read, which share their block's rate: the exponential was the one transcendental call
+/// per sector on a scan's read path). `lambda > 0`.
+#[inline]
+pub(crate) fn poisson_from(p0: f64, lambda: f64, u: f64) -> u32 {
+    let mut p = p0;
     let mut cum = p;
     let mut k = 0u32;
     while u > cum && k < 10_000 {

@@ -71,7 +71,7 @@ use csd_sim::config::FaultConfig;
 use csd_sim::{
     DeviceConfig, EnergyCounters, Geometry, Rate, Resource, ResourceClass, SimTime, Utilization,
 };
-use fault::{mix, poisson, salt, uniform};
+use fault::{mix, poisson_from, salt, uniform};
 use std::path::Path;
 use store::{
     BLOCK_FACTORY_BAD, Layout, PAGE_ERASE_TORN, PAGE_ERASED, PAGE_PROGRAM_FAILED, PAGE_PROGRAMMED,

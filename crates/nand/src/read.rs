@@ -351,8 +351,9 @@ impl Nand {
         let lambda = self.rber(self.store.meta(b).pe_cycles) * (ss * 8) as f64;
         if lambda > 0.0 {
             let seed = self.faults.seed ^ salt::BIT_ERRORS.wrapping_mul(0x9E37_79B9);
+            let p0 = (-lambda).exp();
             for s in 0..n {
-                let k = poisson(lambda, uniform(seed, self.op_seq, s as u64));
+                let k = poisson_from(p0, lambda, uniform(seed, self.op_seq, s as u64));
                 if k > self.faults.ecc_bits_per_sector {
                     self.stats.uncorrectable_reads += 1;
                     return Err(NandError::Uncorrectable {
