@@ -258,6 +258,13 @@ pub trait CommandIssuer {
         let _ = settle;
     }
 
+    /// Hand back a Read's payload the caller is done with: an in-process device fills
+    /// it on a later Read of the same length instead of allocating (and zeroing) a new
+    /// one. The default drops it.
+    fn give_back(&mut self, buf: Vec<u8>) {
+        drop(buf);
+    }
+
     /// Read `blocks` LBAs from `lba`.
     fn read(&mut self, lba: u64, blocks: u32) -> Result<Vec<u8>, HostError> {
         match self.exec(Command::Read { lba, blocks })?.payload {
@@ -345,5 +352,9 @@ impl CommandIssuer for Client {
     fn settle_instants(&mut self, settle: &mut dyn FnMut(SimTime) -> SimTime) {
         self.now = settle(self.now);
         self.dev.settle_instants(settle);
+    }
+
+    fn give_back(&mut self, buf: Vec<u8>) {
+        self.dev.give_back(buf);
     }
 }

@@ -53,11 +53,14 @@
 use crate::catalog::TableInfo;
 use crate::client::{CommandIssuer, HostError};
 use csd_device::{Command, IspMode, IspOpen, Payload, SessionState, TableExtent, Telemetry};
-use csd_query::{Evaluator, MergeTally, ParEval, PartialResult, Plan, WorkCounters};
+use csd_query::{
+    Batch, Evaluator, MergeTally, ParEval, PartialResult, Plan, SharedPages, WorkCounters,
+};
 use csd_sim::events::{self, Counters, Recording, ResourceId, TimeModel};
 use csd_sim::{DeviceConfig, EnergyCounters, EnergyReport, Resource, ResourceClass, SimTime};
 use csd_table::PageView;
 use csd_table::page::Layout;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Where a query's filter and aggregation run: the scan paper's three strategies (the
@@ -814,6 +817,14 @@ enum Reads {
 /// host threads ([`ParEval`]), then merged, charged to the host CPU model and handed on
 /// in page order, so results and modeled figures are those of evaluating them one by
 /// one as they arrive.
+///
+/// The evaluation is pipelined: a full batch of reads is handed to the pool
+/// ([`ParEval::submit`]) and taken only when the next batch is full, so the pool
+/// evaluates one batch while the stepping thread reads the next (a one-shot `q6` in
+/// host: the stepping thread's copies of the pages were 85% of the run's CPU, and the
+/// other core idle while it waited for each batch's evaluation). Taking a batch later
+/// changes nothing modeled: its pages are charged with the arrivals they had (settled
+/// with the reads still waiting), in page order, before any later page.
 struct HostEval<'p> {
     plan: &'p Plan,
     page_bytes: usize,
@@ -826,8 +837,52 @@ struct HostEval<'p> {
     tally: MergeTally,
     /// Reads not evaluated yet: arrival, first page, data.
     reads: Vec<(SimTime, u64, Vec<u8>)>,
+    /// Reads whose pages the pool is evaluating, charged when the next batch is full.
+    pending: Option<Pending>,
+    /// Payloads evaluated, for the caller to give back to the device
+    /// ([`CommandIssuer::give_back`]).
+    spent: Vec<Vec<u8>>,
     out: PartialResult,
     totals: WorkCounters,
+}
+
+/// A batch of reads handed to the pool: per read its arrival, first page and page
+/// count; the bytes (shared with the batch, for pages the pool leaves); the batch.
+struct Pending {
+    reads: Vec<(SimTime, u64, usize)>,
+    pages: Arc<ReadPages>,
+    batch: Batch,
+}
+
+/// The pages of several reads, as a batch's source ([`SharedPages`]): owned, so they
+/// never change.
+struct ReadPages {
+    data: Vec<Vec<u8>>,
+    /// (read, byte offset) of every page, in page order.
+    at: Vec<(usize, usize)>,
+    page_bytes: usize,
+}
+
+impl ReadPages {
+    fn page(&self, i: usize) -> &[u8] {
+        let (r, o) = self.at[i];
+        &self.data[r][o..o + self.page_bytes]
+    }
+}
+
+/// [`ReadPages`] shared between the batch and its taker.
+struct SharedReads(Arc<ReadPages>);
+
+impl SharedPages for SharedReads {
+    fn len(&self) -> usize {
+        self.0.at.len()
+    }
+
+    fn read(&self, range: std::ops::Range<usize>, f: &mut dyn FnMut(&[&[u8]])) -> bool {
+        let pages: Vec<&[u8]> = range.map(|i| self.0.page(i)).collect();
+        f(&pages);
+        true
+    }
 }
 
 impl<'p> HostEval<'p> {
@@ -841,6 +896,8 @@ impl<'p> HostEval<'p> {
                 .then(|| ParEval::new(plan, threads).with_hint(csd_nand::prefetch_lines_l2)),
             tally: MergeTally::default(),
             reads: Vec::new(),
+            pending: None,
+            spent: Vec::new(),
             out: PartialResult::new(plan),
             totals: WorkCounters::default(),
         }
@@ -854,64 +911,162 @@ impl<'p> HostEval<'p> {
         threads == 1 || pages >= 64 * threads
     }
 
-    /// Evaluates the waiting reads; the instant the host CPU model finishes them.
+    /// Every instant the evaluation holds (reads waiting and reads in the pool), for
+    /// the event core's compaction.
+    fn settle(&mut self, settle: &mut Settle<'_>) {
+        self.reads.iter_mut().for_each(|r| r.0 = settle(r.0));
+        if let Some(p) = &mut self.pending {
+            p.reads.iter_mut().for_each(|r| r.0 = settle(r.0));
+        }
+    }
+
+    /// Takes the batch in the pool, if any, then hands the waiting reads to the pool
+    /// (`last`: evaluates them now, on every thread); the instant the host CPU model
+    /// finishes what was charged.
     fn run(
         &mut self,
         table: &TableInfo,
         cfg: &DeviceConfig,
         host: &mut HostCpu,
         sink: &mut Sink<'_>,
+        last: bool,
     ) -> Result<SimTime, HostError> {
+        let mut end = self.take_pending(table, cfg, host, sink)?;
         let reads = std::mem::take(&mut self.reads);
         let pb = self.page_bytes;
-        let mut done = match self.par.as_mut() {
-            Some(p) => {
+        match self.par.as_ref() {
+            Some(p) if !last => {
+                let mut at = Vec::new();
+                let mut meta = Vec::with_capacity(reads.len());
+                let mut data = Vec::with_capacity(reads.len());
+                for (r, (arrived, page, bytes)) in reads.into_iter().enumerate() {
+                    let n = bytes.len() / pb.max(1);
+                    at.extend((0..n).map(|i| (r, i * pb)));
+                    meta.push((arrived, page, n));
+                    data.push(bytes);
+                }
+                let pages = Arc::new(ReadPages {
+                    data,
+                    at,
+                    page_bytes: pb,
+                });
                 // The device's FTL checked every sector of these bytes against its
                 // end-to-end CRC, and the payload is this process's memory: pages'
                 // own checksums are not hashed again (all structural checks stay).
-                let pages: Vec<&[u8]> = reads.iter().flat_map(|r| r.2.chunks_exact(pb)).collect();
-                p.eval(&table.schema, &pages)
+                let batch = p.submit(&table.schema, Box::new(SharedReads(pages.clone())));
+                self.pending = Some(Pending {
+                    reads: meta,
+                    pages,
+                    batch,
+                });
             }
-            None => Vec::new(),
-        }
-        .into_iter();
-        let mut end = SimTime::ZERO;
-        for (arrived, page, data) in &reads {
-            for p in data.chunks_exact(pb) {
-                let w = match done.next().flatten() {
-                    Some(r) => {
-                        self.tally.add(&r);
-                        if self.tally.merges_like_evaluating() {
-                            // Evaluating elsewhere gains nothing here (see there).
-                            self.par = None;
-                        }
-                        r.out.merge_to(&mut self.out).map_err(|e| {
-                            HostError::Invalid(format!("evaluating page {page}: {e}"))
-                        })?;
-                        if let Some(p) = &self.par {
-                            p.recycle(r.out);
-                        }
-                        r.work
+            _ => {
+                let mut done = match self.par.as_mut() {
+                    Some(p) => {
+                        let pages: Vec<&[u8]> =
+                            reads.iter().flat_map(|r| r.2.chunks_exact(pb)).collect();
+                        p.eval(&table.schema, &pages)
                     }
-                    None => {
-                        let view = PageView::parse_unverified(p, &table.schema)?;
-                        self.eval.eval_page(&view, &mut self.out).map_err(|e| {
-                            HostError::Invalid(format!("evaluating page {page}: {e}"))
-                        })?
+                    None => Vec::new(),
+                }
+                .into_iter();
+                for (arrived, page, data) in &reads {
+                    for p in data.chunks_exact(pb) {
+                        let r = done.next().flatten();
+                        end = end.max(self.charge(
+                            table,
+                            cfg,
+                            host,
+                            sink,
+                            (*arrived, *page),
+                            p,
+                            r,
+                        )?);
                     }
-                };
-                self.totals += w;
-                // Each page goes to the modeled host core that frees up first.
-                let cycles = host_cycles(cfg, w.records_examined, w.rows_selected)
-                    + cfg.isp.host_cycles_per_page.round() as u64;
-                end = end.max(host.run(*arrived, cycles));
-                if !self.plan.is_aggregate() && self.out.len() >= IHP_CHUNK_ROWS {
-                    sink(std::mem::replace(
-                        &mut self.out,
-                        PartialResult::new(self.plan),
-                    ))?;
                 }
             }
+        }
+        Ok(end)
+    }
+
+    /// Charges the batch in the pool, if any, page by page in page order.
+    fn take_pending(
+        &mut self,
+        table: &TableInfo,
+        cfg: &DeviceConfig,
+        host: &mut HostCpu,
+        sink: &mut Sink<'_>,
+    ) -> Result<SimTime, HostError> {
+        let mut end = SimTime::ZERO;
+        let Some(pending) = self.pending.take() else {
+            return Ok(end);
+        };
+        let mut results = (0..pending.batch.pieces()).flat_map(|k| pending.batch.take_piece(k));
+        let mut i = 0;
+        for &(arrived, page, n) in &pending.reads {
+            for _ in 0..n {
+                let r = results.next().flatten();
+                let p = pending.pages.page(i);
+                i += 1;
+                end = end.max(self.charge(table, cfg, host, sink, (arrived, page), p, r)?);
+            }
+        }
+        drop(results);
+        drop(pending.batch);
+        // A pool thread may still hold the batch for a moment: its bytes are then
+        // dropped with it.
+        if let Ok(pages) = Arc::try_unwrap(pending.pages) {
+            self.spent.extend(pages.data);
+        }
+        Ok(end)
+    }
+
+    /// One page's result (the pool's, else evaluated here) merged, charged to the host
+    /// CPU model from the read's arrival, and handed on; the instant the model finishes
+    /// it.
+    #[allow(clippy::too_many_arguments)]
+    fn charge(
+        &mut self,
+        table: &TableInfo,
+        cfg: &DeviceConfig,
+        host: &mut HostCpu,
+        sink: &mut Sink<'_>,
+        (arrived, page): (SimTime, u64),
+        p: &[u8],
+        pooled: Option<csd_query::PageResult>,
+    ) -> Result<SimTime, HostError> {
+        let w = match pooled {
+            Some(r) => {
+                self.tally.add(&r);
+                if self.tally.merges_like_evaluating() {
+                    // Evaluating elsewhere gains nothing here (see there).
+                    self.par = None;
+                }
+                r.out
+                    .merge_to(&mut self.out)
+                    .map_err(|e| HostError::Invalid(format!("evaluating page {page}: {e}")))?;
+                if let Some(p) = &self.par {
+                    p.recycle(r.out);
+                }
+                r.work
+            }
+            None => {
+                let view = PageView::parse_unverified(p, &table.schema)?;
+                self.eval
+                    .eval_page(&view, &mut self.out)
+                    .map_err(|e| HostError::Invalid(format!("evaluating page {page}: {e}")))?
+            }
+        };
+        self.totals += w;
+        // Each page goes to the modeled host core that frees up first.
+        let cycles = host_cycles(cfg, w.records_examined, w.rows_selected)
+            + cfg.isp.host_cycles_per_page.round() as u64;
+        let end = host.run(arrived, cycles);
+        if !self.plan.is_aggregate() && self.out.len() >= IHP_CHUNK_ROWS {
+            sink(std::mem::replace(
+                &mut self.out,
+                PartialResult::new(self.plan),
+            ))?;
         }
         Ok(end)
     }
@@ -949,7 +1104,7 @@ impl Run<'_> {
             compact_events(c, &mut |settle| {
                 end = settle(end);
                 done.iter_mut().for_each(|t| *t = settle(*t));
-                ev.reads.iter_mut().for_each(|r| r.0 = settle(r.0));
+                ev.settle(settle);
             });
             let n = per_cmd.min(table.pages - page);
             let at = if done.len() >= depth {
@@ -999,8 +1154,10 @@ impl Run<'_> {
             // gathered over several reads and evaluated together on all host threads.
             ev.reads.push((arrived, page, data));
             page += n;
-            if ev.batch_full() || page >= table.pages {
-                end = end.max(ev.run(table, cfg, host, sink)?);
+            let last = page >= table.pages;
+            if ev.batch_full() || last {
+                end = end.max(ev.run(table, cfg, host, sink, last)?);
+                ev.spent.drain(..).for_each(|b| c.give_back(b));
             }
         }
         if plan.is_aggregate() || !ev.out.is_empty() {

@@ -473,6 +473,10 @@ fn fix_completion(c: &mut Completion, done: SimTime) {
 }
 
 impl CommandIssuer for DeviceHandle {
+    fn give_back(&mut self, buf: Vec<u8>) {
+        self.shared.lock_raw().give_back(buf);
+    }
+
     fn exec_at(&mut self, cmd: csd_device::Command, at: SimTime) -> Result<Completion, HostError> {
         let name = cmd.name();
         let pacer = self.shared.pacer();

@@ -59,10 +59,15 @@ fn config(arena_kib: u32, chunk_kib: u32, pinned: u32) -> DeviceConfig {
 
 /// A fresh device holding table `t` (synthetic16, `ROWS` rows) in `layout`.
 fn loaded(cfg: &DeviceConfig, layout: Layout) -> Client {
+    loaded_rows(cfg, layout, ROWS)
+}
+
+/// A fresh device holding table `t` (synthetic16, `rows` rows) in `layout`.
+fn loaded_rows(cfg: &DeviceConfig, layout: Layout, rows: u64) -> Client {
     let nand = Nand::new_in_memory(cfg.clone()).expect("nand");
     let ftl = Ftl::format(nand, FtlConfig::default()).expect("format");
     let mut c = Client::new(NvmeDevice::new(ftl)).expect("client");
-    let spec = SyntheticSpec::synthetic16(ROWS, 11).expect("spec");
+    let spec = SyntheticSpec::synthetic16(rows, 11).expect("spec");
     Catalog::load(
         &mut c,
         "t",
@@ -151,7 +156,19 @@ fn scan(
     p: Program,
     bound: i32,
 ) -> (PartialResult, QueryReport) {
-    let mut c = loaded(cfg, layout);
+    scan_rows(cfg, layout, strategy, p, bound, ROWS)
+}
+
+/// [`scan`] over a table of `rows` rows.
+fn scan_rows(
+    cfg: &DeviceConfig,
+    layout: Layout,
+    strategy: Strategy,
+    p: Program,
+    bound: i32,
+    rows: u64,
+) -> (PartialResult, QueryReport) {
+    let mut c = loaded_rows(cfg, layout, rows);
     let pl = plan(&mut c, p, bound);
     let info = table_t(&mut c);
     let mut all = PartialResult::new(&pl);
@@ -189,6 +206,37 @@ proptest! {
         let (got, got_rep) = scan(&cfg, layout, strategy, program, bound);
         prop_assert_eq!(&got, &want, "result, {} threads", threads);
         prop_assert_eq!(&got_rep, &want_rep, "report, {} threads", threads);
+    }
+}
+
+/// In-host processing hands each batch of reads to the pool and takes it when the next
+/// batch is full (its payloads then go back to the device for later reads): over a
+/// table of several batches (64 pages a thread each; 40,000 rows are 315 pages of
+/// `tiny`), results, counters and every modeled figure are one thread's, with a
+/// selective and an unselective filter (the pool stops where merging costs what
+/// evaluating does).
+#[test]
+fn in_host_scans_over_many_batches_match_one_thread() {
+    let guard = Threads::take();
+    let cfg = config(1024, 64, 32);
+    let rows = 40_000;
+    for program in [Program::Select, Program::Ungrouped, Program::Grouped] {
+        for bound in [rows as i32 / 50, rows as i32] {
+            guard.set(1);
+            let (want, want_rep) =
+                scan_rows(&cfg, Layout::Pax, Strategy::Ihp, program, bound, rows);
+            assert!(want_rep.pages > 300, "{}", want_rep.pages);
+            for threads in [2, 3] {
+                guard.set(threads);
+                let (got, got_rep) =
+                    scan_rows(&cfg, Layout::Pax, Strategy::Ihp, program, bound, rows);
+                assert_eq!(got, want, "{program:?} < {bound}, {threads} threads");
+                assert_eq!(
+                    got_rep, want_rep,
+                    "{program:?} < {bound}, {threads} threads"
+                );
+            }
+        }
     }
 }
 

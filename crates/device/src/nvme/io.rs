@@ -19,7 +19,7 @@ impl NvmeDevice {
     pub(super) fn read(&mut self, lba: u64, blocks: u32, at: SimTime) -> Ran {
         self.check_transfer("Read", blocks as u64, at)?;
         let ls = self.dev.ftl().lba_size();
-        let mut buf = vec![0u8; blocks as usize * ls];
+        let mut buf = self.read_buffer(blocks as usize * ls);
         let t = self.dev.read_lbas(lba, &mut buf, at).map_err(failed)?;
         Ok((Payload::Data(buf), t))
     }

@@ -727,3 +727,108 @@ fn weighted_round_robin_serves_urgent_then_by_weight() {
     // the urgent command that arrived at 1 ns last.
     assert_eq!(s, "UUUUUUHHHMMLHHHMMLMMLLLLU");
 }
+
+/// One step of [`reads_into_buffers_given_back_show_only_the_data_read`].
+#[derive(Debug, Clone)]
+enum BufOp {
+    Write {
+        lba: u64,
+        blocks: u32,
+        fill: u8,
+    },
+    Trim {
+        lba: u64,
+        blocks: u64,
+    },
+    Flush,
+    Read {
+        lba: u64,
+        blocks: u32,
+    },
+    /// A bad Read (past the end): its error must not leave a buffer behind.
+    ReadPastEnd {
+        blocks: u32,
+    },
+}
+
+fn buf_ops() -> impl proptest::strategy::Strategy<Value = Vec<BufOp>> {
+    use proptest::prelude::*;
+    let op = prop_oneof![
+        4 => (0u64..96, 1u32..9, 1u8..255).prop_map(|(lba, blocks, fill)| BufOp::Write { lba, blocks, fill }),
+        1 => (0u64..96, 1u64..9).prop_map(|(lba, blocks)| BufOp::Trim { lba, blocks }),
+        1 => Just(BufOp::Flush),
+        4 => (0u64..96, 1u32..9).prop_map(|(lba, blocks)| BufOp::Read { lba, blocks }),
+        1 => (1u32..9).prop_map(|blocks| BufOp::ReadPastEnd { blocks }),
+    ];
+    proptest::collection::vec(op, 1..60)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Read payloads given back ([`NvmeDevice::give_back`]) and reused by later Reads
+    /// hold exactly the data read: every Read, into a buffer given back scribbled over,
+    /// equals a model of the LBAs (written bytes, zeros where never written or trimmed),
+    /// whether its LBAs sit in the write buffer, on flash or nowhere.
+    #[test]
+    fn reads_into_buffers_given_back_show_only_the_data_read(ops in buf_ops()) {
+        let mut d = dev();
+        let q = d.create_queue_pair(8).unwrap();
+        let lbas = d.block().ftl().lbas();
+        let mut model = [0u8; 96 + 9];
+        for op in ops {
+            match op {
+                BufOp::Write { lba, blocks, fill: v } => {
+                    let c = run1(&mut d, q, wr(lba, fill(v, blocks as usize)), T0);
+                    proptest::prop_assert_eq!(&c.status, &Status::Success);
+                    model[lba as usize..(lba + u64::from(blocks)) as usize].fill(v);
+                }
+                BufOp::Trim { lba, blocks } => {
+                    let c = run1(&mut d, q, Command::Trim { lba, blocks }, T0);
+                    proptest::prop_assert_eq!(&c.status, &Status::Success);
+                    model[lba as usize..(lba + blocks) as usize].fill(0);
+                }
+                BufOp::Flush => {
+                    let c = run1(&mut d, q, Command::Flush, T0);
+                    proptest::prop_assert_eq!(&c.status, &Status::Success);
+                }
+                BufOp::Read { lba, blocks } => {
+                    let mut got = read(&mut d, q, lba, blocks);
+                    let want: Vec<u8> = model[lba as usize..(lba + u64::from(blocks)) as usize]
+                        .iter()
+                        .flat_map(|&v| std::iter::repeat_n(v, LBA))
+                        .collect();
+                    proptest::prop_assert!(got == want, "Read of {} blocks at {}", blocks, lba);
+                    // Scribbled over, as a host's buffer would be, and given back.
+                    got.fill(0xA5);
+                    d.give_back(got);
+                }
+                BufOp::ReadPastEnd { blocks } => {
+                    let c = run1(&mut d, q, rd(lbas - 1, blocks + 1), T0);
+                    proptest::prop_assert!(c.status != Status::Success);
+                }
+            }
+        }
+        proptest::prop_assert!(d.spare.len() <= SPARE_READ_BUFFERS);
+    }
+}
+
+/// Buffers over MDTS, empty ones and those past the pool's size are not kept.
+#[test]
+fn give_back_keeps_only_read_sized_buffers_up_to_its_bound() {
+    let mut d = dev();
+    let max = d.mdts() as usize * LBA;
+    d.give_back(Vec::new());
+    d.give_back(vec![0; max + LBA]);
+    assert!(d.spare.is_empty());
+    for _ in 0..SPARE_READ_BUFFERS + 3 {
+        d.give_back(vec![1; LBA]);
+    }
+    assert_eq!(d.spare.len(), SPARE_READ_BUFFERS);
+    // A Read of another length allocates; one of the kept length takes one.
+    let q = d.create_queue_pair(8).unwrap();
+    assert_eq!(read(&mut d, q, 0, 2), vec![0u8; 2 * LBA]);
+    assert_eq!(d.spare.len(), SPARE_READ_BUFFERS);
+    assert_eq!(read(&mut d, q, 0, 1), vec![0u8; LBA]);
+    assert_eq!(d.spare.len(), SPARE_READ_BUFFERS - 1);
+}
