@@ -103,6 +103,28 @@ impl BlockDevice {
         self.deliver(r, buf.len() as u64, at, true)
     }
 
+    /// [`BlockDevice::read_lbas`] leaving in place every `unit`-byte unit of `buf` that
+    /// lies in one flash page ([`Ftl::read_units_in_place`]: those units of `buf` are
+    /// not written and are named in the list returned). Modeled as `read_lbas`.
+    pub fn read_lbas_in_place(
+        &mut self,
+        lba: u64,
+        buf: &mut [u8],
+        unit: usize,
+        at: SimTime,
+    ) -> Result<(SimTime, Vec<csd_ftl::InPlaceUnit>), CommandError> {
+        let mut units = Vec::new();
+        let r = self
+            .ftl
+            .read_units_in_place(lba, buf, unit, at)
+            .map(|(t, u)| {
+                units = u;
+                t
+            });
+        let t = self.deliver(r, buf.len() as u64, at, true)?;
+        Ok((t, units))
+    }
+
     /// Read the logical pages `lpids` into consecutive LBA-sized pages of `out`
     /// (batch-io `readLPID`), submitted at `at`; returns the completion.
     pub fn read_lpids(

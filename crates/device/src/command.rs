@@ -76,6 +76,21 @@ pub enum Command {
         /// Number of LBAs (1..=MDTS).
         blocks: u32,
     },
+    /// Read as [`Command::Read`] does, for a host in this process that evaluates what
+    /// it reads: every `unit` bytes of the data that lie in one flash page are left where
+    /// an image opened read-only keeps them, pinned, instead of copied
+    /// ([`Payload::Pinned`]); on any other device, for a read that is not whole units,
+    /// or when no unit lies so, the payload is the data as a Read's. Modeled exactly as a Read of the same LBAs (an emulator
+    /// shortcut: the device's work, the host link's transfer and every counter are the
+    /// Read's).
+    ReadPinned {
+        /// First LBA.
+        lba: u64,
+        /// Number of LBAs (1..=MDTS).
+        blocks: u32,
+        /// Bytes of a unit the host evaluates (a table page), a multiple of the LBA size.
+        unit: usize,
+    },
     /// Write `data` (whole LBAs, at most MDTS of them) at `lba`.
     Write {
         /// First LBA.
@@ -303,7 +318,7 @@ impl Command {
         match self {
             Command::Flush => 0x00,
             Command::Write { .. } => 0x01,
-            Command::Read { .. } => 0x02,
+            Command::Read { .. } | Command::ReadPinned { .. } => 0x02,
             Command::Trim { .. } => 0x09,
             Command::FlushBatch { .. } => 0x81,
             Command::ReadLpids { .. } => 0x82,
@@ -338,7 +353,7 @@ impl Command {
     /// A short name, for messages and traces.
     pub fn name(&self) -> &'static str {
         match self {
-            Command::Read { .. } => "Read",
+            Command::Read { .. } | Command::ReadPinned { .. } => "Read",
             Command::Write { .. } => "Write",
             Command::Trim { .. } => "Trim",
             Command::Flush => "Flush",
@@ -705,6 +720,8 @@ pub enum Payload {
     None,
     /// Data read.
     Data(Vec<u8>),
+    /// Data read by [`Command::ReadPinned`], partly left in place.
+    Pinned(PinnedRead),
     /// The SMART log.
     Smart(SmartLog),
     /// The Identify data.
@@ -725,6 +742,109 @@ pub enum Payload {
     HostIndex(HostIndexValue),
     /// The id of an in-SSD B+tree SsdIdxCreate made.
     SsdIndex(u16),
+}
+
+/// The data of a [`Command::ReadPinned`]: units of `unit` bytes, each either left where
+/// the flash keeps it (pinned: [`csd_nand::PinnedPages`]) or copied into a buffer the
+/// payload owns. Cloning shares it; two payloads are equal only if they are the same one.
+#[derive(Clone)]
+pub struct PinnedRead(std::sync::Arc<PinnedReadParts>);
+
+struct PinnedReadParts {
+    unit: usize,
+    /// The read's bytes where a unit was copied (the units left in place unwritten).
+    owned: Vec<u8>,
+    /// The units left in place, in unit order.
+    pins: csd_nand::PinnedPages,
+    /// Per unit: its page in `pins`, or `u32::MAX` for a unit in `owned`.
+    place: Vec<u32>,
+}
+
+impl PinnedRead {
+    /// The read of `owned.len()` bytes whose units `in_place` (in increasing order) are
+    /// the pages of `pins`.
+    pub(crate) fn new(
+        unit: usize,
+        owned: Vec<u8>,
+        pins: csd_nand::PinnedPages,
+        in_place: &[usize],
+    ) -> PinnedRead {
+        let units = owned.len() / unit.max(1);
+        let mut place = vec![u32::MAX; units];
+        for (k, &u) in in_place.iter().enumerate() {
+            debug_assert!(k == 0 || u > in_place[k - 1], "units in increasing order");
+            if let Some(p) = place.get_mut(u) {
+                *p = k as u32;
+            }
+        }
+        debug_assert_eq!(pins.len(), in_place.len());
+        PinnedRead(std::sync::Arc::new(PinnedReadParts {
+            unit,
+            owned,
+            pins,
+            place,
+        }))
+    }
+
+    /// Bytes of a unit.
+    pub fn unit(&self) -> usize {
+        self.0.unit
+    }
+
+    /// Number of units.
+    pub fn units(&self) -> usize {
+        self.0.place.len()
+    }
+
+    /// Units left in place.
+    pub fn pinned(&self) -> usize {
+        self.0.pins.len()
+    }
+
+    /// Calls `f` with the units of every read of `reads`, in order (one list), if the
+    /// units left in place are still the bytes they were; `None` if the array changed
+    /// since (nothing read).
+    pub fn read_all<R>(reads: &[&PinnedRead], f: impl FnOnce(&[&[u8]]) -> R) -> Option<R> {
+        let sets: Vec<&csd_nand::PinnedPages> = reads.iter().map(|r| &r.0.pins).collect();
+        csd_nand::PinnedPages::read_all(&sets, |pinned| {
+            let mut base = 0;
+            let mut units = Vec::with_capacity(reads.iter().map(|r| r.units()).sum());
+            for r in reads {
+                let p = &r.0;
+                for (u, &k) in p.place.iter().enumerate() {
+                    units.push(if k == u32::MAX {
+                        &p.owned[u * p.unit..(u + 1) * p.unit]
+                    } else {
+                        pinned[base + k as usize]
+                    });
+                }
+                base += p.pins.len();
+            }
+            f(&units)
+        })
+    }
+
+    /// The buffer the payload owns, when this is its last holder (to give back to the
+    /// device for a later read).
+    pub fn into_owned(self) -> Option<Vec<u8>> {
+        std::sync::Arc::try_unwrap(self.0).ok().map(|p| p.owned)
+    }
+}
+
+impl std::fmt::Debug for PinnedRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedRead")
+            .field("unit", &self.unit())
+            .field("units", &self.units())
+            .field("pinned", &self.pinned())
+            .finish()
+    }
+}
+
+impl PartialEq for PinnedRead {
+    fn eq(&self, other: &PinnedRead) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// The telemetry log page: cumulative busy time per resource class and the energy

@@ -54,8 +54,8 @@ pub mod workload;
 
 pub use block::{BlockDevice, CommandError};
 pub use command::{
-    Accounting, Cid, Command, Completion, FlashSplit, IdentifyInfo, LogPage, Payload, QueueId,
-    SmartLog, Status, Telemetry,
+    Accounting, Cid, Command, Completion, FlashSplit, IdentifyInfo, LogPage, Payload, PinnedRead,
+    QueueId, SmartLog, Status, Telemetry,
 };
 pub use controller::Controller;
 pub use csd_query::{scan_threads, set_scan_threads};

@@ -118,7 +118,7 @@ pub use error::{FtlError, RecoveryFailed, RecoveryReport};
 pub use ftl::{Ftl, ReadOnlyReason};
 pub use health::{Health, WARN_READ_ONLY, WARN_RELIABILITY, WARN_SPARE};
 pub use pagebuf::PageBufferStats;
-pub use read::{ALL_SECTORS, CrcPlan, SectorCrcs, sector_needed};
+pub use read::{ALL_SECTORS, CrcPlan, InPlaceUnit, SectorCrcs, sector_needed};
 pub use stats::{FtlStats, GcBytes};
 pub use write::packet_contexts;
 

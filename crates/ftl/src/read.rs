@@ -89,8 +89,56 @@ impl Ftl {
     /// read as zeros. Sectors of one flash page that hold consecutive LBAs are read with
     /// one array read.
     pub fn read(&mut self, lba: u64, buf: &mut [u8], at: SimTime) -> Result<SimTime, FtlError> {
-        self.read_walk(lba, buf, at, false, ALL_SECTORS)
+        self.read_walk(lba, buf, at, Place::Copy, ALL_SECTORS)
             .map(|(done, _)| done)
+    }
+
+    /// [`Ftl::read`] of `buf.len()` bytes from `lba`, leaving in place every `unit`-byte
+    /// unit of `buf` (from its start) whose LBAs sit in consecutive sectors of one flash
+    /// page: those units of `buf` are not written, and the returned list names them
+    /// (unit index, flash address, sectors) for [`Ftl::pin_in_place`]; every other unit
+    /// is copied into `buf` as `read` copies it. An emulator shortcut for a host that
+    /// evaluates the pages it reads where the medium keeps them (an in-host scan of a
+    /// read-only image): the modeled time, the MAP-cache traffic, the checks and every
+    /// counter are exactly those of [`Ftl::read`] of the same LBAs. A `unit` that is not
+    /// a multiple of the LBA size leaves nothing in place.
+    pub fn read_units_in_place(
+        &mut self,
+        lba: u64,
+        buf: &mut [u8],
+        unit: usize,
+        at: SimTime,
+    ) -> Result<(SimTime, Vec<InPlaceUnit>), FtlError> {
+        let ss = self.geo.sector_size();
+        let mut units = Vec::new();
+        let mode = if unit >= ss && unit.is_multiple_of(ss) {
+            Place::Units {
+                sectors: (unit / ss) as u64,
+                out: &mut units,
+            }
+        } else {
+            Place::Copy
+        };
+        let (done, _) = self.read_walk(lba, buf, at, mode, ALL_SECTORS)?;
+        Ok((done, units))
+    }
+
+    /// The stored bytes of `units` (as [`Ftl::read_units_in_place`] just named them,
+    /// with no change to the array since), pinned for other threads to read
+    /// ([`csd_nand::PinnedPages`], one page per unit, in the order given); `None` if a
+    /// unit's bytes are not stored (nothing pinned).
+    pub fn pin_in_place(&self, units: &[InPlaceUnit]) -> Option<csd_nand::PinnedPages> {
+        let mut pages = Vec::with_capacity(units.len());
+        for u in units {
+            let (b, p, s) = unpack(u.addr);
+            let (data, _) = self
+                .nand
+                .stored_sectors(Ppa::new(BlockId(b), p), s, u.sectors)?;
+            pages.push(data);
+        }
+        // SAFETY: every slice comes from `Nand::stored_sectors` of this FTL's array,
+        // under this one shared borrow of it (`pin_pages`' contract).
+        Some(unsafe { self.nand.pin_pages(&pages) })
     }
 
     /// [`Ftl::read`] of `bytes` bytes from `lba` without copying when it can: when the
@@ -126,7 +174,7 @@ impl Ftl {
         if scratch.len() < bytes {
             scratch.resize(bytes, 0);
         }
-        let r = self.read_walk(lba, &mut scratch[..bytes], at, true, crc);
+        let r = self.read_walk(lba, &mut scratch[..bytes], at, Place::Whole, crc);
         self.scratch.put_read(scratch);
         let (done, in_place) = r?;
         let data = match in_place {
@@ -155,7 +203,7 @@ impl Ftl {
         lba: u64,
         buf: &mut [u8],
         at: SimTime,
-        in_place: bool,
+        mut mode: Place<'_>,
         crc: u64,
     ) -> Result<(SimTime, Option<u64>), FtlError> {
         let n = self.sectors_of(buf.len())?;
@@ -203,8 +251,24 @@ impl Ftl {
                         run += 1;
                     }
                     let crc = sectors_from(crc, i);
-                    let r = if in_place && i == 0 && run == n {
+                    let whole = matches!(mode, Place::Whole) && i == 0 && run == n;
+                    let unit = match &mut mode {
+                        Place::Units { sectors, out }
+                            if i.is_multiple_of(*sectors) && run == *sectors =>
+                        {
+                            Some((out, *sectors))
+                        }
+                        _ => None,
+                    };
+                    let r = if whole {
                         place = Some(a);
+                        self.read_verified_in_place(l, a, run as u32, t, crc)?
+                    } else if let Some((units, sectors)) = unit {
+                        units.push(InPlaceUnit {
+                            unit: (i / sectors) as usize,
+                            addr: a,
+                            sectors: run as u32,
+                        });
                         self.read_verified_in_place(l, a, run as u32, t, crc)?
                     } else {
                         self.read_verified(l, a, &mut out[..run as usize * ss], t, crc)?
@@ -417,6 +481,31 @@ impl Ftl {
         );
         self.flash_read_done(ppa, (s, n), pe, r, crc)
     }
+}
+
+/// How [`Ftl::read_walk`] treats the flash runs it reads.
+enum Place<'a> {
+    /// Copy every run into the buffer.
+    Copy,
+    /// Leave the read in place when it is one run from its first LBA to its last.
+    Whole,
+    /// Leave in place every run that is exactly one unit of `sectors` sectors, aligned
+    /// to units from the read's start, and name it in `out`.
+    Units {
+        sectors: u64,
+        out: &'a mut Vec<InPlaceUnit>,
+    },
+}
+
+/// A unit of a read left where the flash keeps it ([`Ftl::read_units_in_place`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InPlaceUnit {
+    /// Index of the unit in the read.
+    pub unit: usize,
+    /// Flash address of its first sector (packed as the MAP keeps it).
+    pub addr: u64,
+    /// Sectors of the unit.
+    pub sectors: u32,
 }
 
 /// Every sector of a read: its CRC is checked (the mask of [`Ftl::read_ref_checking`]).

@@ -1015,6 +1015,55 @@ proptest! {
             t = ta;
         }
     }
+
+    /// `read_units_in_place` (each unit of `unit_lbas` LBAs left in place when it is one
+    /// run of one flash page, copied otherwise) gives the bytes `read` gives: the copied
+    /// units in its buffer, the others pinned; at the same instant, with the same FTL
+    /// and media counters, on LBAs on flash, in page buffers or nowhere.
+    #[test]
+    fn read_units_in_place_models_exactly_what_read_models(
+        ops in proptest::collection::vec((0u64..96, 1u64..5, 0u8..4), 1..80),
+        reads in proptest::collection::vec((0u64..100, 1u64..9), 1..40),
+        page_buffer in 0u64..3,
+        unit_lbas in 1usize..4,
+    ) {
+        let cfg = FtlConfig { write_cache: WriteCache::WriteBack, ..FtlConfig::default() };
+        let mut a = tiny_buffered(page_buffer, cfg);
+        let mut b = tiny_buffered(page_buffer, cfg);
+        let ss = a.lba_size();
+        for (i, &(lba, n, kind)) in ops.iter().enumerate() {
+            let n = n.min(a.lbas() - lba);
+            for f in [&mut a, &mut b] {
+                if kind == 0 {
+                    f.trim(lba, n, SimTime::ZERO).unwrap();
+                } else {
+                    let data: Vec<u8> = (0..n).flat_map(|k| sector(f, i as u64 * 10 + k)).collect();
+                    f.write(lba, &data, SimTime::ZERO).unwrap();
+                }
+            }
+        }
+        let unit = unit_lbas * ss;
+        let mut t = SimTime::ZERO;
+        for &(lba, n) in &reads {
+            let n = n.min(a.lbas() - lba);
+            let mut want = vec![0u8; n as usize * ss];
+            let ta = a.read(lba, &mut want, t).unwrap();
+            let mut got = vec![0xA5u8; n as usize * ss];
+            let (tb, units) = b.read_units_in_place(lba, &mut got, unit, t).unwrap();
+            prop_assert_eq!(ta, tb);
+            prop_assert_eq!(a.stats(), b.stats());
+            prop_assert_eq!(a.nand().stats(), b.nand().stats());
+            let pins = b.pin_in_place(&units).expect("units in place hold bytes");
+            let pinned = pins.read(0..units.len(), |p| p.iter().map(|s| s.to_vec()).collect::<Vec<_>>());
+            let pinned = pinned.expect("nothing changed since");
+            for (u, bytes) in units.iter().zip(pinned) {
+                prop_assert!(u.sectors as usize * ss == unit, "a unit in place is whole");
+                got[u.unit * unit..(u.unit + 1) * unit].copy_from_slice(&bytes);
+            }
+            prop_assert!(got == want, "bytes of LBAs {lba}+{n} differ (unit {unit})");
+            t = ta;
+        }
+    }
 }
 
 #[test]

@@ -52,7 +52,9 @@
 
 use crate::catalog::TableInfo;
 use crate::client::{CommandIssuer, HostError};
-use csd_device::{Command, IspMode, IspOpen, Payload, SessionState, TableExtent, Telemetry};
+use csd_device::{
+    Command, IspMode, IspOpen, Payload, PinnedRead, SessionState, TableExtent, Telemetry,
+};
 use csd_query::{
     Batch, Evaluator, MergeTally, ParEval, PartialResult, Plan, SharedPages, WorkCounters,
 };
@@ -818,6 +820,13 @@ enum Reads {
 /// in page order, so results and modeled figures are those of evaluating them one by
 /// one as they arrive.
 ///
+/// Its reads are `ReadPinned` commands (modeled as Reads): on an image opened read-only
+/// the device leaves each table page that lies in one flash page where the image keeps
+/// it, pinned, and the pool and the stepping thread evaluate it there, so the stepping
+/// thread no longer copies every page out of the image (in a one-shot ihp q6 those
+/// copies were about half its samples, and it was the run's limit); anywhere else the
+/// payload is a Read's data, as before.
+///
 /// The evaluation is pipelined: a full batch of reads is handed to the pool
 /// ([`ParEval::submit`]) and taken only when the next batch is full, so the pool
 /// evaluates one batch while the stepping thread reads the next (a one-shot `q6` in
@@ -836,7 +845,7 @@ struct HostEval<'p> {
     /// what evaluating does).
     tally: MergeTally,
     /// Reads not evaluated yet: arrival, first page, data.
-    reads: Vec<(SimTime, u64, Vec<u8>)>,
+    reads: Vec<(SimTime, u64, ReadData)>,
     /// Reads whose pages the pool is evaluating, charged when the next batch is full.
     pending: Option<Pending>,
     /// Payloads evaluated, for the caller to give back to the device
@@ -854,20 +863,83 @@ struct Pending {
     batch: Batch,
 }
 
-/// The pages of several reads, as a batch's source ([`SharedPages`]): owned, so they
-/// never change.
-struct ReadPages {
-    data: Vec<Vec<u8>>,
-    /// (read, byte offset) of every page, in page order.
-    at: Vec<(usize, usize)>,
-    page_bytes: usize,
+/// A read's pages: copied into a buffer, or (a `ReadPinned` on an image opened
+/// read-only) partly left where the device keeps them, pinned.
+enum ReadData {
+    Owned(Vec<u8>),
+    Pinned(PinnedRead),
 }
 
-impl ReadPages {
-    fn page(&self, i: usize) -> &[u8] {
-        let (r, o) = self.at[i];
-        &self.data[r][o..o + self.page_bytes]
+impl ReadData {
+    /// Bytes read.
+    fn bytes(&self) -> usize {
+        match self {
+            ReadData::Owned(v) => v.len(),
+            ReadData::Pinned(p) => p.units() * p.unit(),
+        }
     }
+
+    /// The buffer to give back to the device, if this was its last holder.
+    fn into_buffer(self) -> Option<Vec<u8>> {
+        match self {
+            ReadData::Owned(v) => Some(v),
+            ReadData::Pinned(p) => p.into_owned(),
+        }
+    }
+}
+
+/// Calls `f` with the pages of `reads` (`page_bytes` each), in order; an error if pages
+/// left in place changed before the host looked at them (an image opened read-only
+/// never changes, so this reports an emulator fault, not a user's).
+fn with_pages<R>(
+    reads: &[&ReadData],
+    page_bytes: usize,
+    f: impl FnOnce(&[&[u8]]) -> R,
+) -> Result<R, HostError> {
+    let pb = page_bytes.max(1);
+    let pinned: Vec<&PinnedRead> = reads
+        .iter()
+        .filter_map(|r| match r {
+            ReadData::Pinned(p) => Some(p),
+            ReadData::Owned(_) => None,
+        })
+        .collect();
+    let gather = |units: &[&[u8]], f: &mut dyn FnMut(&[&[u8]])| {
+        let mut pages: Vec<&[u8]> = Vec::with_capacity(units.len() + 64);
+        let mut k = 0;
+        for r in reads {
+            match r {
+                ReadData::Owned(v) => pages.extend(v.chunks_exact(pb)),
+                ReadData::Pinned(p) => {
+                    pages.extend_from_slice(&units[k..k + p.units()]);
+                    k += p.units();
+                }
+            }
+        }
+        f(&pages)
+    };
+    let mut f = Some(f);
+    let mut out = None;
+    let mut call = |pages: &[&[u8]]| {
+        if let Some(f) = f.take() {
+            out = Some(f(pages));
+        }
+    };
+    if pinned.is_empty() {
+        gather(&[], &mut call);
+    } else if PinnedRead::read_all(&pinned, |units| gather(units, &mut call)).is_none() {
+        return Err(HostError::Invalid(
+            "pages read in place changed before the host evaluated them".into(),
+        ));
+    }
+    out.ok_or_else(|| HostError::Invalid("no pages to evaluate".into()))
+}
+
+/// The pages of several reads, as a batch's source ([`SharedPages`]).
+struct ReadPages {
+    data: Vec<ReadData>,
+    pages: usize,
+    page_bytes: usize,
 }
 
 /// [`ReadPages`] shared between the batch and its taker.
@@ -875,13 +947,12 @@ struct SharedReads(Arc<ReadPages>);
 
 impl SharedPages for SharedReads {
     fn len(&self) -> usize {
-        self.0.at.len()
+        self.0.pages
     }
 
     fn read(&self, range: std::ops::Range<usize>, f: &mut dyn FnMut(&[&[u8]])) -> bool {
-        let pages: Vec<&[u8]> = range.map(|i| self.0.page(i)).collect();
-        f(&pages);
-        true
+        let data: Vec<&ReadData> = self.0.data.iter().collect();
+        with_pages(&data, self.0.page_bytes, |pages| f(&pages[range])).is_ok()
     }
 }
 
@@ -907,7 +978,7 @@ impl<'p> HostEval<'p> {
     fn batch_full(&self) -> bool {
         let threads = self.par.as_ref().map_or(1, ParEval::threads);
         let pages: usize =
-            self.reads.iter().map(|r| r.2.len()).sum::<usize>() / self.page_bytes.max(1);
+            self.reads.iter().map(|r| r.2.bytes()).sum::<usize>() / self.page_bytes.max(1);
         threads == 1 || pages >= 64 * threads
     }
 
@@ -936,18 +1007,15 @@ impl<'p> HostEval<'p> {
         let pb = self.page_bytes;
         match self.par.as_ref() {
             Some(p) if !last => {
-                let mut at = Vec::new();
                 let mut meta = Vec::with_capacity(reads.len());
                 let mut data = Vec::with_capacity(reads.len());
-                for (r, (arrived, page, bytes)) in reads.into_iter().enumerate() {
-                    let n = bytes.len() / pb.max(1);
-                    at.extend((0..n).map(|i| (r, i * pb)));
-                    meta.push((arrived, page, n));
+                for (arrived, page, bytes) in reads {
+                    meta.push((arrived, page, bytes.bytes() / pb.max(1)));
                     data.push(bytes);
                 }
                 let pages = Arc::new(ReadPages {
                     data,
-                    at,
+                    pages: meta.iter().map(|m| m.2).sum(),
                     page_bytes: pb,
                 });
                 // The device's FTL checked every sector of these bytes against its
@@ -961,29 +1029,34 @@ impl<'p> HostEval<'p> {
                 });
             }
             _ => {
-                let mut done = match self.par.as_mut() {
-                    Some(p) => {
-                        let pages: Vec<&[u8]> =
-                            reads.iter().flat_map(|r| r.2.chunks_exact(pb)).collect();
-                        p.eval(&table.schema, &pages)
+                let data: Vec<&ReadData> = reads.iter().map(|r| &r.2).collect();
+                end = end.max(with_pages(&data, pb, |pages| {
+                    let mut done = match self.par.as_mut() {
+                        Some(p) => p.eval(&table.schema, pages),
+                        None => Vec::new(),
                     }
-                    None => Vec::new(),
-                }
-                .into_iter();
-                for (arrived, page, data) in &reads {
-                    for p in data.chunks_exact(pb) {
-                        let r = done.next().flatten();
-                        end = end.max(self.charge(
-                            table,
-                            cfg,
-                            host,
-                            sink,
-                            (*arrived, *page),
-                            p,
-                            r,
-                        )?);
+                    .into_iter();
+                    let mut end = SimTime::ZERO;
+                    let mut k = 0;
+                    for (arrived, page, data) in &reads {
+                        for _ in 0..data.bytes() / pb.max(1) {
+                            let r = done.next().flatten();
+                            end = end.max(self.charge(
+                                table,
+                                cfg,
+                                host,
+                                sink,
+                                (*arrived, *page),
+                                pages[k],
+                                r,
+                            )?);
+                            k += 1;
+                        }
                     }
-                }
+                    Ok::<_, HostError>(end)
+                })??);
+                self.spent
+                    .extend(reads.into_iter().filter_map(|r| r.2.into_buffer()));
             }
         }
         Ok(end)
@@ -1002,21 +1075,28 @@ impl<'p> HostEval<'p> {
             return Ok(end);
         };
         let mut results = (0..pending.batch.pieces()).flat_map(|k| pending.batch.take_piece(k));
-        let mut i = 0;
-        for &(arrived, page, n) in &pending.reads {
-            for _ in 0..n {
-                let r = results.next().flatten();
-                let p = pending.pages.page(i);
-                i += 1;
-                end = end.max(self.charge(table, cfg, host, sink, (arrived, page), p, r)?);
+        let data: Vec<&ReadData> = pending.pages.data.iter().collect();
+        end = with_pages(&data, pending.pages.page_bytes, |pages| {
+            let mut end = end;
+            let mut i = 0;
+            for &(arrived, page, n) in &pending.reads {
+                for _ in 0..n {
+                    let r = results.next().flatten();
+                    let p = pages[i];
+                    i += 1;
+                    end = end.max(self.charge(table, cfg, host, sink, (arrived, page), p, r)?);
+                }
             }
-        }
+            Ok::<_, HostError>(end)
+        })??;
+        drop(data);
         drop(results);
         drop(pending.batch);
         // A pool thread may still hold the batch for a moment: its bytes are then
         // dropped with it.
         if let Ok(pages) = Arc::try_unwrap(pending.pages) {
-            self.spent.extend(pages.data);
+            self.spent
+                .extend(pages.data.into_iter().filter_map(ReadData::into_buffer));
         }
         Ok(end)
     }
@@ -1114,7 +1194,13 @@ impl Run<'_> {
             };
             let (lba, blocks) = (table.first_lba + page * lpp, (n * lpp) as u32);
             let cmd = match read {
-                Reads::Plain => Command::Read { lba, blocks },
+                // A Read whose pages may stay where an image opened read-only keeps
+                // them (modeled as a Read; anywhere else it is one).
+                Reads::Plain => Command::ReadPinned {
+                    lba,
+                    blocks,
+                    unit: page_bytes,
+                },
                 Reads::Rule(t, rule) => Command::ReadIdx {
                     table: t,
                     rule,
@@ -1141,12 +1227,13 @@ impl Run<'_> {
             let arrived = comp.acct.completed;
             done.push_back(arrived);
             let data = match comp.payload {
-                Payload::Data(data) => data,
+                Payload::Data(data) => ReadData::Owned(data),
+                Payload::Pinned(p) => ReadData::Pinned(p),
                 Payload::IndexRead(r) => {
                     skipped.1 += r.index_misses;
                     let (data, extra) = whole_pages(c, table, lpp, *r, arrived, &mut skipped.0)?;
                     commands += extra;
-                    data
+                    ReadData::Owned(data)
                 }
                 _ => return Err(HostError::Invalid("Read returned no data".into())),
             };

@@ -8,7 +8,8 @@
 //! The thread count is a process-wide setting, so the tests of this file take turns.
 
 use csd_device::{
-    Command, IspMode, IspOpen, NvmeDevice, Payload, SessionState, TableExtent, set_scan_threads,
+    Command, IspMode, IspOpen, NvmeDevice, Payload, PinnedRead, SessionState, TableExtent,
+    set_scan_threads,
 };
 use csd_ftl::{Ftl, FtlConfig};
 use csd_host::{
@@ -443,4 +444,154 @@ fn a_scan_checks_the_sectors_its_program_reads() {
             "{err} should name {want_page}"
         );
     }
+}
+
+/// An image holding table `t` (synthetic16, `rows` rows, PAX) at `path`, closed.
+fn image_with_t(cfg: &DeviceConfig, path: &std::path::Path, rows: u64) {
+    let dev = csd_device::stack::create_image(path, cfg.clone(), FtlConfig::default())
+        .expect("create image");
+    let mut c = Client::new(NvmeDevice::from_block(dev)).expect("client");
+    let spec = SyntheticSpec::synthetic16(rows, 11).expect("spec");
+    Catalog::load(
+        &mut c,
+        "t",
+        SyntheticGenerator::new(spec).expect("gen"),
+        Layout::Pax,
+        &mut |_| {},
+    )
+    .expect("load");
+    csd_device::stack::close(c.device().block_mut()).expect("close");
+}
+
+/// The image at `path` opened read-only or read-write.
+fn opened(path: &std::path::Path, read_only: bool) -> Client {
+    let opts = if read_only {
+        csd_device::stack::OpenOptions::read_only()
+    } else {
+        csd_device::stack::OpenOptions::read_write()
+    };
+    let (dev, _) = csd_device::stack::open_image(path, &opts).expect("open image");
+    Client::new(NvmeDevice::from_block(dev)).expect("client")
+}
+
+/// On an image opened read-only an in-host scan's reads leave the pages where the image
+/// keeps them (`Command::ReadPinned`) and the host evaluates them there: results,
+/// counters and every modeled figure are those of the same scan with copied reads (the
+/// image opened read-write), on one to three threads, over many batches.
+#[test]
+fn in_host_scans_of_a_read_only_image_match_copied_reads() {
+    let guard = Threads::take();
+    let cfg = config(1024, 64, 32);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t.img");
+    image_with_t(&cfg, &path, 40_000);
+    let run = |read_only: bool, p: Program, bound: i32| {
+        let mut c = opened(&path, read_only);
+        let pl = plan(&mut c, p, bound);
+        let info = table_t(&mut c);
+        let mut all = PartialResult::new(&pl);
+        let mut rep = run_scan(
+            &mut c,
+            &info,
+            &pl,
+            &cfg,
+            &ScanOptions::new(Strategy::Ihp),
+            &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
+        )
+        .expect("scan");
+        rep.wall_s = 0.0;
+        (all, rep)
+    };
+    for program in [Program::Select, Program::Ungrouped, Program::Grouped] {
+        for bound in [800, 40_000] {
+            guard.set(1);
+            let (want, want_rep) = run(false, program, bound);
+            assert!(want_rep.pages > 300, "{}", want_rep.pages);
+            for threads in [1, 2, 3] {
+                guard.set(threads);
+                let (got, got_rep) = run(true, program, bound);
+                assert_eq!(got, want, "{program:?} < {bound}, {threads} threads");
+                assert_eq!(
+                    got_rep, want_rep,
+                    "{program:?} < {bound}, {threads} threads"
+                );
+            }
+        }
+    }
+}
+
+/// `ReadPinned` is a Read: on an image opened read-only its pages (whole table pages in
+/// one flash page) stay in place and read as a Read's bytes, with the same completion
+/// and accounting as the same Reads on another read-only opening of the image; on a
+/// read-write device it returns a Read's data.
+#[test]
+fn read_pinned_is_a_read_with_its_pages_left_in_place() {
+    let cfg = config(1024, 64, 32);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t.img");
+    image_with_t(&cfg, &path, 12_000);
+    let (mut a, mut b) = (opened(&path, true), opened(&path, true));
+    // Both devices run the same commands from their opening on.
+    let info = table_t(&mut a);
+    assert_eq!(table_t(&mut b), info);
+    let ls = a.identify().lba_size as u64;
+    let unit = info.page_bytes as usize;
+    let lpp = (info.page_bytes as u64 / ls).max(1);
+    let mdts = a.identify().mdts_blocks as u64;
+    let total = info.pages * lpp;
+    let mut pinned = 0;
+    // Reads of whole table pages from the table's start, of a page, of MDTS, and one
+    // starting mid-page (no unit in place: copied).
+    let mut lba = info.first_lba;
+    let mut k = 0u64;
+    while lba < info.first_lba + total {
+        let blocks = match k % 3 {
+            0 => lpp,
+            1 => mdts / lpp * lpp,
+            _ => lpp * 3 + 1,
+        }
+        .min(info.first_lba + total - lba) as u32;
+        k += 1;
+        let at = a.now().max(b.now());
+        let want = a.exec_at(Command::Read { lba, blocks }, at).expect("read");
+        let got = b
+            .exec_at(Command::ReadPinned { lba, blocks, unit }, at)
+            .expect("read pinned");
+        assert_eq!(got.acct, want.acct, "LBA {lba} x {blocks}");
+        let Payload::Data(data) = want.payload else {
+            panic!("a Read returns data");
+        };
+        match got.payload {
+            Payload::Pinned(p) => {
+                pinned += p.pinned();
+                assert_eq!(p.units() * p.unit(), data.len());
+                let same = PinnedRead::read_all(&[&p], |units| {
+                    units
+                        .iter()
+                        .zip(data.chunks_exact(unit))
+                        .all(|(u, d)| *u == d)
+                });
+                assert_eq!(same, Some(true), "LBA {lba} x {blocks}");
+            }
+            Payload::Data(d) => assert_eq!(d, data, "LBA {lba} x {blocks}"),
+            other => panic!("ReadPinned returned {other:?}"),
+        }
+        lba += blocks as u64;
+    }
+    assert!(
+        pinned as u64 > info.pages / 2,
+        "{pinned} of {} pages in place",
+        info.pages
+    );
+    // Read-write (the read-only openings closed first): a Read's data.
+    drop((a, b));
+    let mut w = opened(&path, false);
+    let got = w
+        .exec(Command::ReadPinned {
+            lba: info.first_lba,
+            blocks: lpp as u32,
+            unit,
+        })
+        .expect("read pinned");
+    assert!(matches!(got.payload, Payload::Data(ref d) if d.len() == unit));
 }

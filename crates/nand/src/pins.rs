@@ -164,6 +164,33 @@ impl PinnedPages {
     }
 }
 
+impl PinnedPages {
+    /// Calls `f` with every page of every set in `sets`, in order (one list), if each
+    /// set is still the bytes it was when pinned, and returns what it returns; `None`
+    /// if any set's array changed since (nothing read).
+    pub fn read_all<R>(sets: &[&PinnedPages], f: impl FnOnce(&[&[u8]]) -> R) -> Option<R> {
+        let mut inside = Vec::with_capacity(sets.len());
+        for p in sets {
+            if !p.pins.enter(p.generation) {
+                // `inside` leaves the sets entered so far when dropped.
+                return None;
+            }
+            inside.push(Inside(&p.pins));
+        }
+        let slices: Vec<&[u8]> = sets
+            .iter()
+            .flat_map(|p| p.pages.iter())
+            // SAFETY: as in `read`: every set's `enter` succeeded at the generation its
+            // pointers were taken under, and `inside` leaves only after `f` returned,
+            // which cannot keep the slices.
+            .map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) })
+            .collect();
+        let r = f(&slices);
+        drop(inside);
+        Some(r)
+    }
+}
+
 /// A reader inside [`PinnedPages::read`]; leaves when dropped.
 struct Inside<'a>(&'a ReadPins);
 
@@ -188,6 +215,29 @@ mod tests {
         assert_eq!(p.read(0..9, |s| s.len()), Some(1), "range clamped");
         pins.exclude();
         assert_eq!(p.read(0..1, |s| s[0][3]), None, "a later generation");
+    }
+
+    #[test]
+    fn read_all_sees_every_set_in_order_until_one_changes() {
+        let (pa, pb) = (Arc::new(ReadPins::default()), Arc::new(ReadPins::default()));
+        let (a, b) = ([1u8; 8], [2u8; 8]);
+        // SAFETY (test): `a` and `b` outlive the pins' use and nothing writes them.
+        let (x, y) = unsafe {
+            (
+                PinnedPages::new(pa.clone(), &[&a[..], &a[..4]]),
+                PinnedPages::new(pb.clone(), &[&b[..]]),
+            )
+        };
+        let got = PinnedPages::read_all(&[&x, &y], |s| s.iter().map(|p| (p[0], p.len())).collect());
+        assert_eq!(got, Some(vec![(1, 8), (1, 4), (2, 8)]));
+        pb.exclude();
+        assert_eq!(PinnedPages::read_all(&[&x, &y], |s| s.len()), None);
+        assert_eq!(
+            pa.readers.load(Ordering::SeqCst),
+            0,
+            "the set entered first left again"
+        );
+        assert_eq!(PinnedPages::read_all(&[&x], |s| s.len()), Some(2));
     }
 
     #[test]

@@ -24,6 +24,46 @@ impl NvmeDevice {
         Ok((Payload::Data(buf), t))
     }
 
+    /// ReadPinned: a Read whose units that lie in one flash page stay in place, pinned,
+    /// on an image opened read-only (whose stored bytes nothing changes while the host
+    /// holds them); anywhere else, for a read that is not whole units, or when no unit
+    /// lies so, a Read's data.
+    pub(super) fn read_pinned(&mut self, lba: u64, blocks: u32, unit: usize, at: SimTime) -> Ran {
+        let ls = self.dev.ftl().lba_size();
+        let bytes = blocks as usize * ls;
+        if self.dev.ftl().nand().access() != csd_nand::Access::ReadOnly
+            || unit == 0
+            || !bytes.is_multiple_of(unit)
+        {
+            return self.read(lba, blocks, at);
+        }
+        self.check_transfer("Read", blocks as u64, at)?;
+        let mut buf = self.read_buffer(bytes);
+        let (t, units) = self
+            .dev
+            .read_lbas_in_place(lba, &mut buf, unit, at)
+            .map_err(failed)?;
+        if units.is_empty() {
+            return Ok((Payload::Data(buf), t));
+        }
+        let ftl = self.dev.ftl();
+        let Some(pins) = ftl.pin_in_place(&units) else {
+            // A unit the FTL read in place but whose bytes the array does not hold:
+            // the array's own inconsistency, reported as a read's failure would be.
+            return Err((
+                Status::from(csd_ftl::FtlError::Corrupt(format!(
+                    "Read at LBA {lba}: a page read in place holds no stored bytes"
+                ))),
+                t,
+            ));
+        };
+        let in_place: Vec<usize> = units.iter().map(|u| u.unit).collect();
+        Ok((
+            Payload::Pinned(crate::command::PinnedRead::new(unit, buf, pins, &in_place)),
+            t,
+        ))
+    }
+
     /// Write `data` at `lba`; zero or partial LBAs are the FTL's to refuse (Invalid
     /// Field), a transfer over MDTS is refused here.
     pub(super) fn write(&mut self, lba: u64, data: Vec<u8>, at: SimTime) -> Ran {

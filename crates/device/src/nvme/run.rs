@@ -55,6 +55,7 @@ impl NvmeDevice {
         match cmd {
             // Block I/O and the batch interface (io.rs).
             Command::Read { lba, blocks } => self.read(lba, blocks, at),
+            Command::ReadPinned { lba, blocks, unit } => self.read_pinned(lba, blocks, unit, at),
             Command::Write { lba, data } => self.write(lba, data, at),
             Command::Trim { lba, blocks } => self.trim(lba, blocks, at),
             Command::Flush => self.flush(at),
