@@ -828,12 +828,13 @@ enum Reads {
 /// payload is a Read's data, as before.
 ///
 /// The evaluation is pipelined: a full batch of reads is handed to the pool
-/// ([`ParEval::submit`]) and taken only when the next batch is full, so the pool
-/// evaluates one batch while the stepping thread reads the next (a one-shot `q6` in
-/// host: the stepping thread's copies of the pages were 85% of the run's CPU, and the
-/// other core idle while it waited for each batch's evaluation). Taking a batch later
-/// changes nothing modeled: its pages are charged with the arrivals they had (settled
-/// with the reads still waiting), in page order, before any later page.
+/// ([`ParEval::submit`]) and the oldest batch is taken once more than
+/// [`BATCHES_IN_POOL`] are there, so the pool evaluates earlier batches while the
+/// stepping thread reads the next (a one-shot `q6` in host: the stepping thread's copies
+/// of the pages were 85% of the run's CPU, and the other core idle while it waited for
+/// each batch's evaluation). Taking a batch later changes nothing modeled: its pages are
+/// charged with the arrivals they had (settled with the reads still waiting), in page
+/// order, before any later page.
 struct HostEval<'p> {
     plan: &'p Plan,
     page_bytes: usize,
@@ -846,14 +847,21 @@ struct HostEval<'p> {
     tally: MergeTally,
     /// Reads not evaluated yet: arrival, first page, data.
     reads: Vec<(SimTime, u64, ReadData)>,
-    /// Reads whose pages the pool is evaluating, charged when the next batch is full.
-    pending: Option<Pending>,
+    /// Batches of reads the pool is evaluating, oldest first, each charged when it is
+    /// taken.
+    pending: std::collections::VecDeque<Pending>,
     /// Payloads evaluated, for the caller to give back to the device
     /// ([`CommandIssuer::give_back`]).
     spent: Vec<Vec<u8>>,
     out: PartialResult,
     totals: WorkCounters,
 }
+
+/// Batches an in-host scan keeps in the pool: each new batch is submitted before the
+/// oldest is taken, so the pool always has work while the stepping thread reads and
+/// charges (with one, an evaluation slower than the reads, as TPC-H Q1's, left the pool
+/// idle while the stepping thread evaluated the pieces it had not started).
+const BATCHES_IN_POOL: usize = 2;
 
 /// A batch of reads handed to the pool: per read its arrival, first page and page
 /// count; the bytes (shared with the batch, for pages the pool leaves); the batch.
@@ -967,7 +975,7 @@ impl<'p> HostEval<'p> {
                 .then(|| ParEval::new(plan, threads).with_hint(csd_nand::prefetch_lines_l2)),
             tally: MergeTally::default(),
             reads: Vec::new(),
-            pending: None,
+            pending: std::collections::VecDeque::new(),
             spent: Vec::new(),
             out: PartialResult::new(plan),
             totals: WorkCounters::default(),
@@ -986,7 +994,7 @@ impl<'p> HostEval<'p> {
     /// the event core's compaction.
     fn settle(&mut self, settle: &mut Settle<'_>) {
         self.reads.iter_mut().for_each(|r| r.0 = settle(r.0));
-        if let Some(p) = &mut self.pending {
+        for p in &mut self.pending {
             p.reads.iter_mut().for_each(|r| r.0 = settle(r.0));
         }
     }
@@ -1002,7 +1010,7 @@ impl<'p> HostEval<'p> {
         sink: &mut Sink<'_>,
         last: bool,
     ) -> Result<SimTime, HostError> {
-        let mut end = self.take_pending(table, cfg, host, sink)?;
+        let mut end = SimTime::ZERO;
         let reads = std::mem::take(&mut self.reads);
         let pb = self.page_bytes;
         match self.par.as_ref() {
@@ -1022,13 +1030,19 @@ impl<'p> HostEval<'p> {
                 // end-to-end CRC, and the payload is this process's memory: pages'
                 // own checksums are not hashed again (all structural checks stay).
                 let batch = p.submit(&table.schema, Box::new(SharedReads(pages.clone())));
-                self.pending = Some(Pending {
+                self.pending.push_back(Pending {
                     reads: meta,
                     pages,
                     batch,
                 });
+                while self.pending.len() > BATCHES_IN_POOL {
+                    end = end.max(self.take_pending(table, cfg, host, sink)?);
+                }
             }
             _ => {
+                while !self.pending.is_empty() {
+                    end = end.max(self.take_pending(table, cfg, host, sink)?);
+                }
                 let data: Vec<&ReadData> = reads.iter().map(|r| &r.2).collect();
                 end = end.max(with_pages(&data, pb, |pages| {
                     let mut done = match self.par.as_mut() {
@@ -1062,7 +1076,7 @@ impl<'p> HostEval<'p> {
         Ok(end)
     }
 
-    /// Charges the batch in the pool, if any, page by page in page order.
+    /// Charges the oldest batch in the pool, if any, page by page in page order.
     fn take_pending(
         &mut self,
         table: &TableInfo,
@@ -1071,7 +1085,7 @@ impl<'p> HostEval<'p> {
         sink: &mut Sink<'_>,
     ) -> Result<SimTime, HostError> {
         let mut end = SimTime::ZERO;
-        let Some(pending) = self.pending.take() else {
+        let Some(pending) = self.pending.pop_front() else {
             return Ok(end);
         };
         let mut results = (0..pending.batch.pieces()).flat_map(|k| pending.batch.take_piece(k));
