@@ -595,3 +595,49 @@ fn read_pinned_is_a_read_with_its_pages_left_in_place() {
         .expect("read pinned");
     assert!(matches!(got.payload, Payload::Data(ref d) if d.len() == unit));
 }
+
+/// A table page damaged in an image is found by an in-host scan of the image opened
+/// read-only, whose reads leave the pages in place (`Command::ReadPinned`, every sector
+/// checked where it lies): the scan fails as the same scan of the image opened read-write
+/// (copied reads) does, with any thread count.
+#[test]
+fn a_damaged_page_fails_an_in_host_scan_of_a_read_only_image() {
+    let guard = Threads::take();
+    let cfg = config(1024, 64, 32);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t.img");
+    image_with_t(&cfg, &path, 40_000);
+    let damaged;
+    {
+        let mut c = opened(&path, false);
+        let info = table_t(&mut c);
+        // Far enough in that the pool has evaluated batches before it.
+        damaged = info.pages * 2 / 3;
+        damage(&mut c, &info, damaged, 1, 100);
+        csd_device::stack::close(c.device().block_mut()).expect("close");
+    }
+    let run = |read_only: bool| {
+        let mut c = opened(&path, read_only);
+        let pl = plan(&mut c, Program::Ungrouped, 40_000);
+        let info = table_t(&mut c);
+        let mut all = PartialResult::new(&pl);
+        run_scan(
+            &mut c,
+            &info,
+            &pl,
+            &cfg,
+            &ScanOptions::new(Strategy::Ihp),
+            &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
+        )
+        .map(|_| all)
+        .expect_err("a damaged page must fail the scan")
+        .to_string()
+    };
+    guard.set(1);
+    let want = run(false);
+    assert!(want.contains("Read"), "{want}");
+    for threads in [1, 2, 3] {
+        guard.set(threads);
+        assert_eq!(run(true), want, "{threads} threads, page {damaged}");
+    }
+}
