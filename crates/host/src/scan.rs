@@ -904,7 +904,6 @@ fn with_pages<R>(
     page_bytes: usize,
     f: impl FnOnce(&[&[u8]]) -> R,
 ) -> Result<R, HostError> {
-    let pb = page_bytes.max(1);
     let pinned: Vec<&PinnedRead> = reads
         .iter()
         .filter_map(|r| match r {
@@ -912,35 +911,29 @@ fn with_pages<R>(
             ReadData::Owned(_) => None,
         })
         .collect();
-    let gather = |units: &[&[u8]], f: &mut dyn FnMut(&[&[u8]])| {
-        let mut pages: Vec<&[u8]> = Vec::with_capacity(units.len() + 64);
-        let mut k = 0;
-        for r in reads {
-            match r {
-                ReadData::Owned(v) => pages.extend(v.chunks_exact(pb)),
-                ReadData::Pinned(p) => {
-                    pages.extend_from_slice(&units[k..k + p.units()]);
-                    k += p.units();
-                }
+    if pinned.is_empty() {
+        return Ok(f(&gather(reads, &[], page_bytes)));
+    }
+    PinnedRead::read_all(&pinned, |units| f(&gather(reads, units, page_bytes))).ok_or_else(|| {
+        HostError::Invalid("pages read in place changed before the host evaluated them".into())
+    })
+}
+
+/// The pages of `reads` in order: a copied read's `page_bytes` chunks, a pinned read's
+/// units from `units` (those of every pinned read of `reads`, in order).
+fn gather<'a>(reads: &[&'a ReadData], units: &[&'a [u8]], page_bytes: usize) -> Vec<&'a [u8]> {
+    let mut pages = Vec::with_capacity(units.len() + 64);
+    let mut k = 0;
+    for r in reads {
+        match r {
+            ReadData::Owned(v) => pages.extend(v.chunks_exact(page_bytes.max(1))),
+            ReadData::Pinned(p) => {
+                pages.extend_from_slice(&units[k..k + p.units()]);
+                k += p.units();
             }
         }
-        f(&pages)
-    };
-    let mut f = Some(f);
-    let mut out = None;
-    let mut call = |pages: &[&[u8]]| {
-        if let Some(f) = f.take() {
-            out = Some(f(pages));
-        }
-    };
-    if pinned.is_empty() {
-        gather(&[], &mut call);
-    } else if PinnedRead::read_all(&pinned, |units| gather(units, &mut call)).is_none() {
-        return Err(HostError::Invalid(
-            "pages read in place changed before the host evaluated them".into(),
-        ));
     }
-    out.ok_or_else(|| HostError::Invalid("no pages to evaluate".into()))
+    pages
 }
 
 /// The pages of several reads, as a batch's source ([`SharedPages`]).
