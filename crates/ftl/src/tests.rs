@@ -987,21 +987,8 @@ proptest! {
         reads in proptest::collection::vec((0u64..100, 1u64..5), 1..40),
         page_buffer in 0u64..3,
     ) {
-        let cfg = FtlConfig { write_cache: WriteCache::WriteBack, ..FtlConfig::default() };
-        let mut a = tiny_buffered(page_buffer, cfg);
-        let mut b = tiny_buffered(page_buffer, cfg);
+        let (mut a, mut b) = (twin(&ops, page_buffer), twin(&ops, page_buffer));
         let ss = a.lba_size();
-        for (i, &(lba, n, kind)) in ops.iter().enumerate() {
-            let n = n.min(a.lbas() - lba);
-            for f in [&mut a, &mut b] {
-                if kind == 0 {
-                    f.trim(lba, n, SimTime::ZERO).unwrap();
-                } else {
-                    let data: Vec<u8> = (0..n).flat_map(|k| sector(f, i as u64 * 10 + k)).collect();
-                    f.write(lba, &data, SimTime::ZERO).unwrap();
-                }
-            }
-        }
         let mut t = SimTime::ZERO;
         for &(lba, n) in &reads {
             let n = n.min(a.lbas() - lba);
@@ -1027,21 +1014,8 @@ proptest! {
         page_buffer in 0u64..3,
         unit_lbas in 1usize..4,
     ) {
-        let cfg = FtlConfig { write_cache: WriteCache::WriteBack, ..FtlConfig::default() };
-        let mut a = tiny_buffered(page_buffer, cfg);
-        let mut b = tiny_buffered(page_buffer, cfg);
+        let (mut a, mut b) = (twin(&ops, page_buffer), twin(&ops, page_buffer));
         let ss = a.lba_size();
-        for (i, &(lba, n, kind)) in ops.iter().enumerate() {
-            let n = n.min(a.lbas() - lba);
-            for f in [&mut a, &mut b] {
-                if kind == 0 {
-                    f.trim(lba, n, SimTime::ZERO).unwrap();
-                } else {
-                    let data: Vec<u8> = (0..n).flat_map(|k| sector(f, i as u64 * 10 + k)).collect();
-                    f.write(lba, &data, SimTime::ZERO).unwrap();
-                }
-            }
-        }
         let unit = unit_lbas * ss;
         let mut t = SimTime::ZERO;
         for &(lba, n) in &reads {
@@ -1277,6 +1251,26 @@ fn crcs_matched_elsewhere_spare_the_hash_only_while_nothing_changed() {
 }
 
 /// The tiny device with a page buffer of `pages` flash pages (8 KiB each).
+/// A write-back `tiny` device with `page_buffer` page buffers after `ops` (LBA, count,
+/// kind: 0 trims, else writes): two calls give two devices in the same state.
+fn twin(ops: &[(u64, u64, u8)], page_buffer: u64) -> Ftl {
+    let cfg = FtlConfig {
+        write_cache: WriteCache::WriteBack,
+        ..FtlConfig::default()
+    };
+    let mut f = tiny_buffered(page_buffer, cfg);
+    for (i, &(lba, n, kind)) in ops.iter().enumerate() {
+        let n = n.min(f.lbas() - lba);
+        if kind == 0 {
+            f.trim(lba, n, SimTime::ZERO).unwrap();
+        } else {
+            let data: Vec<u8> = (0..n).flat_map(|k| sector(&f, i as u64 * 10 + k)).collect();
+            f.write(lba, &data, SimTime::ZERO).unwrap();
+        }
+    }
+    f
+}
+
 fn tiny_buffered(pages: u64, cfg: FtlConfig) -> Ftl {
     let text = DeviceConfig::preset_toml("tiny").unwrap();
     let dev = DeviceConfig::from_toml_with_overrides(

@@ -474,6 +474,31 @@ fn opened(path: &std::path::Path, read_only: bool) -> Client {
     Client::new(NvmeDevice::from_block(dev)).expect("client")
 }
 
+/// An in-host scan running program `p` with `bound` on the image at `path` opened
+/// read-only or read-write: the merged result and the report (wall time cleared), or the
+/// scan's error.
+fn scan_image(
+    path: &std::path::Path,
+    read_only: bool,
+    cfg: &DeviceConfig,
+    (p, bound): (Program, i32),
+) -> Result<(PartialResult, QueryReport), HostError> {
+    let mut c = opened(path, read_only);
+    let pl = plan(&mut c, p, bound);
+    let info = table_t(&mut c);
+    let mut all = PartialResult::new(&pl);
+    let mut rep = run_scan(
+        &mut c,
+        &info,
+        &pl,
+        cfg,
+        &ScanOptions::new(Strategy::Ihp),
+        &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
+    )?;
+    rep.wall_s = 0.0;
+    Ok((all, rep))
+}
+
 /// On an image opened read-only an in-host scan's reads leave the pages where the image
 /// keeps them (`Command::ReadPinned`) and the host evaluates them there: results,
 /// counters and every modeled figure are those of the same scan with copied reads (the
@@ -486,21 +511,7 @@ fn in_host_scans_of_a_read_only_image_match_copied_reads() {
     let path = dir.path().join("t.img");
     image_with_t(&cfg, &path, 40_000);
     let run = |read_only: bool, p: Program, bound: i32| {
-        let mut c = opened(&path, read_only);
-        let pl = plan(&mut c, p, bound);
-        let info = table_t(&mut c);
-        let mut all = PartialResult::new(&pl);
-        let mut rep = run_scan(
-            &mut c,
-            &info,
-            &pl,
-            &cfg,
-            &ScanOptions::new(Strategy::Ihp),
-            &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
-        )
-        .expect("scan");
-        rep.wall_s = 0.0;
-        (all, rep)
+        scan_image(&path, read_only, &cfg, (p, bound)).expect("scan")
     };
     for program in [Program::Select, Program::Ungrouped, Program::Grouped] {
         for bound in [800, 40_000] {
@@ -617,21 +628,10 @@ fn a_damaged_page_fails_an_in_host_scan_of_a_read_only_image() {
         csd_device::stack::close(c.device().block_mut()).expect("close");
     }
     let run = |read_only: bool| {
-        let mut c = opened(&path, read_only);
-        let pl = plan(&mut c, Program::Ungrouped, 40_000);
-        let info = table_t(&mut c);
-        let mut all = PartialResult::new(&pl);
-        run_scan(
-            &mut c,
-            &info,
-            &pl,
-            &cfg,
-            &ScanOptions::new(Strategy::Ihp),
-            &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
-        )
-        .map(|_| all)
-        .expect_err("a damaged page must fail the scan")
-        .to_string()
+        scan_image(&path, read_only, &cfg, (Program::Ungrouped, 40_000))
+            .map(|_| ())
+            .expect_err("a damaged page must fail the scan")
+            .to_string()
     };
     guard.set(1);
     let want = run(false);
