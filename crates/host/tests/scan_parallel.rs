@@ -170,20 +170,25 @@ fn scan_rows(
     rows: u64,
 ) -> (PartialResult, QueryReport) {
     let mut c = loaded_rows(cfg, layout, rows);
-    let pl = plan(&mut c, p, bound);
-    let info = table_t(&mut c);
+    scan_on(&mut c, cfg, strategy, (p, bound)).expect("scan")
+}
+
+/// Program `p` with `bound` over table `t` of `c`'s device with `strategy`: the merged
+/// result and the report (wall time cleared), or the scan's error.
+fn scan_on(
+    c: &mut Client,
+    cfg: &DeviceConfig,
+    strategy: Strategy,
+    (p, bound): (Program, i32),
+) -> Result<(PartialResult, QueryReport), HostError> {
+    let pl = plan(c, p, bound);
+    let info = table_t(c);
     let mut all = PartialResult::new(&pl);
-    let mut rep = run_scan(
-        &mut c,
-        &info,
-        &pl,
-        cfg,
-        &ScanOptions::new(strategy),
-        &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
-    )
-    .expect("scan");
+    let mut rep = run_scan(c, &info, &pl, cfg, &ScanOptions::new(strategy), &mut |ch| {
+        all.merge(ch).map_err(|e| HostError::Invalid(e.to_string()))
+    })?;
     rep.wall_s = 0.0;
-    (all, rep)
+    Ok((all, rep))
 }
 
 proptest! {
@@ -483,20 +488,7 @@ fn scan_image(
     cfg: &DeviceConfig,
     (p, bound): (Program, i32),
 ) -> Result<(PartialResult, QueryReport), HostError> {
-    let mut c = opened(path, read_only);
-    let pl = plan(&mut c, p, bound);
-    let info = table_t(&mut c);
-    let mut all = PartialResult::new(&pl);
-    let mut rep = run_scan(
-        &mut c,
-        &info,
-        &pl,
-        cfg,
-        &ScanOptions::new(Strategy::Ihp),
-        &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
-    )?;
-    rep.wall_s = 0.0;
-    Ok((all, rep))
+    scan_on(&mut opened(path, read_only), cfg, Strategy::Ihp, (p, bound))
 }
 
 /// On an image opened read-only an in-host scan's reads leave the pages where the image
