@@ -68,16 +68,21 @@ fn loaded_rows(cfg: &DeviceConfig, layout: Layout, rows: u64) -> Client {
     let nand = Nand::new_in_memory(cfg.clone()).expect("nand");
     let ftl = Ftl::format(nand, FtlConfig::default()).expect("format");
     let mut c = Client::new(NvmeDevice::new(ftl)).expect("client");
+    load_t(&mut c, layout, rows);
+    c
+}
+
+/// Loads table `t` (synthetic16, `rows` rows) in `layout` onto `c`'s device.
+fn load_t(c: &mut Client, layout: Layout, rows: u64) {
     let spec = SyntheticSpec::synthetic16(rows, 11).expect("spec");
     Catalog::load(
-        &mut c,
+        c,
         "t",
         SyntheticGenerator::new(spec).expect("gen"),
         layout,
         &mut |_| {},
     )
     .expect("load");
-    c
 }
 
 /// The catalog's entry for table `t`.
@@ -451,21 +456,17 @@ fn a_scan_checks_the_sectors_its_program_reads() {
     }
 }
 
-/// An image holding table `t` (synthetic16, `rows` rows, PAX) at `path`, closed.
-fn image_with_t(cfg: &DeviceConfig, path: &std::path::Path, rows: u64) {
-    let dev = csd_device::stack::create_image(path, cfg.clone(), FtlConfig::default())
+/// A fresh directory holding an image `t.img` with table `t` (synthetic16, `rows` rows,
+/// PAX), closed; the directory (removed when dropped) and the image's path.
+fn image_with_t(cfg: &DeviceConfig, rows: u64) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t.img");
+    let dev = csd_device::stack::create_image(&path, cfg.clone(), FtlConfig::default())
         .expect("create image");
     let mut c = Client::new(NvmeDevice::from_block(dev)).expect("client");
-    let spec = SyntheticSpec::synthetic16(rows, 11).expect("spec");
-    Catalog::load(
-        &mut c,
-        "t",
-        SyntheticGenerator::new(spec).expect("gen"),
-        Layout::Pax,
-        &mut |_| {},
-    )
-    .expect("load");
+    load_t(&mut c, Layout::Pax, rows);
     csd_device::stack::close(c.device().block_mut()).expect("close");
+    (dir, path)
 }
 
 /// The image at `path` opened read-only or read-write.
@@ -499,9 +500,7 @@ fn scan_image(
 fn in_host_scans_of_a_read_only_image_match_copied_reads() {
     let guard = Threads::take();
     let cfg = config(1024, 64, 32);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("t.img");
-    image_with_t(&cfg, &path, 40_000);
+    let (_dir, path) = image_with_t(&cfg, 40_000);
     let run = |read_only: bool, p: Program, bound: i32| {
         scan_image(&path, read_only, &cfg, (p, bound)).expect("scan")
     };
@@ -530,9 +529,7 @@ fn in_host_scans_of_a_read_only_image_match_copied_reads() {
 #[test]
 fn read_pinned_is_a_read_with_its_pages_left_in_place() {
     let cfg = config(1024, 64, 32);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("t.img");
-    image_with_t(&cfg, &path, 12_000);
+    let (_dir, path) = image_with_t(&cfg, 12_000);
     let (mut a, mut b) = (opened(&path, true), opened(&path, true));
     // Both devices run the same commands from their opening on.
     let info = table_t(&mut a);
@@ -607,9 +604,7 @@ fn read_pinned_is_a_read_with_its_pages_left_in_place() {
 fn a_damaged_page_fails_an_in_host_scan_of_a_read_only_image() {
     let guard = Threads::take();
     let cfg = config(1024, 64, 32);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("t.img");
-    image_with_t(&cfg, &path, 40_000);
+    let (_dir, path) = image_with_t(&cfg, 40_000);
     let damaged;
     {
         let mut c = opened(&path, false);
