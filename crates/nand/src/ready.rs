@@ -245,7 +245,16 @@ fn fill(s: &Shared) {
         let mut st = lock(s);
         st.making -= 1;
         match block {
-            Some(b) => st.ready.push(b),
+            // The limit may have gone down while the block was made (`set_limit` sees
+            // only the blocks already in the pool): over it, the block goes back.
+            Some(b)
+                if st
+                    .limit
+                    .is_none_or(|l| st.held + (st.ready.len() + 1) * size <= l) =>
+            {
+                st.ready.push(b)
+            }
+            Some(_) => {}
             None => st.failed = true,
         }
         drop(st);
