@@ -48,6 +48,7 @@ pub mod addr;
 mod error;
 mod fault;
 pub mod hostcrash;
+pub(crate) mod imagemap;
 mod open;
 mod pins;
 mod power;
@@ -452,6 +453,20 @@ impl Nand {
     /// effect; no-op in memory.
     pub fn set_release_read_bytes(&mut self, bytes: Option<usize>) {
         self.store.set_release_read_bytes(bytes);
+    }
+
+    /// With a read release size set ([`Nand::set_release_read_bytes`]), release from
+    /// this process every memory page of every erase block read since the open or the
+    /// last call — not only the slots read, which is all the read window releases — so
+    /// that the next scan starts from the image's header and state alone. For a process
+    /// that runs several scans one after the other (`csd query` with several
+    /// strategies): the host's kernel maps a large page-cache folio (up to 2 MiB on
+    /// Linux 6.18) whole at the first touch of any page of it, so each scan leaves
+    /// folios of the blocks it read mapped past its last read, and the next scan's add
+    /// to them. The data stays in the host's page cache; later reads fault it back in
+    /// unchanged. No modeled effect; no-op in memory or without a release size.
+    pub fn release_read_pages(&mut self) {
+        self.store.release_read_pages();
     }
 
     /// Make every change so far durable on the host's disk before the caller

@@ -31,9 +31,9 @@
 //! overwritten table is refused instead of read as a fresh device.
 
 use crate::NandError;
+use crate::imagemap::ImageMap;
 use bytemuck::{Pod, Zeroable};
 use csd_sim::{DeviceConfig, Geometry};
-use memmap2::{Advice, MmapMut, MmapOptions, UncheckedAdvice};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -430,7 +430,7 @@ pub(crate) struct MemStore {
 }
 
 pub(crate) struct FileStore {
-    map: MmapMut,
+    map: ImageMap,
     // Held for the lock and for `fallocate`; the mapping keeps the file open on its own.
     file: File,
     path: PathBuf,
@@ -644,6 +644,33 @@ impl FileStore {
         }
     }
 
+    /// Release every memory page of every block read since the open or the last call,
+    /// whole blocks (data, spare bytes and page states), except blocks this process
+    /// stored into under a copy-on-write mapping; with no read release size set
+    /// (reads keep their pages), nothing. The read window's slots are not the whole of
+    /// what a scan leaves mapped: the host's kernel maps a large page-cache folio whole
+    /// on the first touch of any page in it (Linux 6.18 maps up to 2 MiB at once), so a
+    /// scan that stops leaves each block's folio ahead of its last read mapped, and a
+    /// following scan of the same blocks maps its own on top (see
+    /// [`crate::Nand::release_read_pages`]).
+    fn release_read_blocks(&mut self) {
+        if self.release_read_bytes.is_none() {
+            return;
+        }
+        self.read_window.clear();
+        self.read_window_bytes = 0;
+        let bb = self.layout.block_bytes;
+        for b in 0..self.runs.len() {
+            if std::mem::replace(&mut self.runs[b], (NO_PAGE, 0)).0 == NO_PAGE
+                || self.private_mark.get(b).copied().unwrap_or(false)
+            {
+                continue;
+            }
+            let start = self.blocks_offset + b * bb;
+            self.release_range(start, start + bb);
+        }
+    }
+
     /// Count block `b` toward the next release (once per round).
     fn note_touched(&mut self, b: usize) {
         if self.touched.last() == Some(&b) {
@@ -700,10 +727,7 @@ impl FileStore {
         // bytes, so any slice into the range, and any reader on another thread
         // (`crate::pins`), sees its bytes unchanged. A failure only leaves the pages
         // resident: ignored.
-        let _ = unsafe {
-            self.map
-                .unchecked_advise_range(UncheckedAdvice::DontNeed, start, end - start)
-        };
+        unsafe { self.map.dont_need(start, end - start) };
     }
 
     /// Read-ahead that matches a scan. The mapping is advised random (a few state bytes
@@ -760,9 +784,7 @@ impl FileStore {
             )
         };
         let upto = if rc == 0 && resident[0] & 1 == 0 {
-            let _ = self
-                .map
-                .advise_range(Advice::WillNeed, probe, block_end - probe);
+            self.map.will_need(probe, block_end - probe);
             block_end
         } else {
             (end + AHEAD_PROBE_STRIDE).min(block_end)
@@ -1311,8 +1333,9 @@ impl Store {
             // an exclusive advisory lock for the life of the mapping; csd never truncates
             // it while mapped. Modification by an unrelated process that ignores the lock
             // is outside the contract of an image file (documented in `Nand::open_image`).
-            let map = unsafe { MmapMut::map_mut(&file) }.map_err(io)?;
-            let _ = map.advise(Advice::Random);
+            let map =
+                unsafe { ImageMap::map(&file, total as usize, false, os_page()) }.map_err(io)?;
+            map.advise_random();
             Ok(map)
         })();
         let map = match made {
@@ -1374,14 +1397,12 @@ impl Store {
         // for read-only, so no csd process writes the file while it is mapped) and never
         // truncate the file while it is mapped. A read-only open maps copy-on-write
         // (`MAP_PRIVATE`): stores go to private memory, never to the file.
-        let map = match access {
-            Access::ReadWrite => unsafe { MmapMut::map_mut(&file) },
-            Access::ReadOnly => unsafe { MmapOptions::new().no_reserve_swap().map_copy(&file) },
-        }
-        .map_err(|e| image_error(path, e.to_string()))?;
+        let map =
+            unsafe { ImageMap::map(&file, len as usize, access == Access::ReadOnly, os_page()) }
+                .map_err(|e| image_error(path, e.to_string()))?;
         // Random access: no readahead storms when a few state bytes of a sparse image
         // are touched.
-        let _ = map.advise(Advice::Random);
+        map.advise_random();
         let nblocks = cfg.geometry.total_blocks() as usize;
         let unclean = state & STATE_OPEN != 0;
         let mut store = FileStore {
@@ -1747,6 +1768,13 @@ impl Store {
     pub fn set_release_written_bytes(&mut self, bytes: usize) {
         if let Store::File(f) = self {
             f.release_bytes = bytes;
+        }
+    }
+
+    /// See [`crate::Nand::release_read_pages`].
+    pub fn release_read_pages(&mut self) {
+        if let Store::File(f) = self {
+            f.release_read_blocks();
         }
     }
 

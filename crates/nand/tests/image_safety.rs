@@ -698,3 +698,104 @@ fn released_read_blocks_keep_their_data_and_private_pages_stay() {
         .unwrap();
     assert!(r.erased, "a read-only open wrote to the image");
 }
+
+/// Kilobytes of `path`'s mappings resident in this process (`/proc/self/smaps`).
+#[cfg(target_os = "linux")]
+fn mapped_kib(path: &Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+    let name = path.to_string_lossy();
+    let mut ours = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let header = line.split_whitespace().next().is_some_and(|r| {
+            r.contains('-') && r.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+        });
+        if header {
+            ours = line.ends_with(&*name);
+        } else if ours && let Some(v) = line.strip_prefix("Rss:") {
+            kib += v
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .expect("Rss");
+        }
+    }
+    kib
+}
+
+/// `release_read_pages` lets every block read go from the process — all of it, not only
+/// the read window's slots — and what was read reads back unchanged, except that a block
+/// this process stored into under its copy-on-write mapping keeps its private bytes;
+/// with no read release size it releases nothing.
+#[cfg(target_os = "linux")]
+#[test]
+fn release_read_pages_lets_every_block_read_go_and_keeps_private_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rel.img");
+    let cfg = tiny();
+    let pages = cfg.geometry.pages_per_block;
+    let blocks = 1..=8u32;
+    let mut n = Nand::create_image(&path, cfg.clone()).unwrap();
+    for b in blocks.clone() {
+        for p in 0..pages {
+            let data = page(&cfg, (b * 31 + p) as u8);
+            n.program(Ppa::new(BlockId(b), p), &data, &[], SimTime::ZERO)
+                .unwrap();
+        }
+    }
+    n.sync().unwrap();
+    drop(n);
+    let data_kib = u64::from(pages) * u64::from(cfg.geometry.page_size) / 1024 * 8;
+    // Reads in place (a scan's): through the mapping, as `pread` copies are not.
+    let spp = cfg.geometry.page_size / cfg.geometry.sector_size;
+    let read_all = |n: &mut Nand| {
+        for b in blocks.clone() {
+            for p in 0..pages {
+                let at = Ppa::new(BlockId(b), p);
+                n.read_in_place(at, 0, spp, SimTime::ZERO).unwrap();
+                let (data, _) = n.stored_sectors(at, 0, spp).expect("stored");
+                assert!(
+                    data == &page(&cfg, (b * 31 + p) as u8)[..],
+                    "block {b} page {p}"
+                );
+            }
+        }
+    };
+    let mut buf = vec![0u8; cfg.geometry.page_size as usize];
+    for release in [false, true] {
+        let mut n = Nand::open_image_with(&path, None, Access::ReadOnly).unwrap();
+        // A window larger than what is read: only `release_read_pages` releases.
+        n.set_release_read_bytes(release.then_some(1 << 30));
+        // A private store into block 9 (erased on the file), read back after the release.
+        let private = page(&cfg, 0xEE);
+        n.program(Ppa::new(BlockId(9), 0), &private, &[], SimTime::ZERO)
+            .unwrap();
+        let opened = mapped_kib(&path);
+        read_all(&mut n);
+        n.read_in_place(Ppa::new(BlockId(9), 0), 0, spp, SimTime::ZERO)
+            .unwrap();
+        let read = mapped_kib(&path);
+        assert!(
+            read >= opened + data_kib / 2,
+            "reads mapped {opened} -> {read} KiB"
+        );
+        n.release_read_pages();
+        let after = mapped_kib(&path);
+        if release {
+            assert!(
+                after <= opened + 64,
+                "after the release {after} KiB (opened {opened})"
+            );
+        } else {
+            assert!(
+                after >= read,
+                "released without a release size: {read} -> {after}"
+            );
+        }
+        read_all(&mut n);
+        n.read(Ppa::new(BlockId(9), 0), 0, &mut buf, &mut [], SimTime::ZERO)
+            .unwrap();
+        assert!(buf == private, "the private page of block 9 was released");
+    }
+}

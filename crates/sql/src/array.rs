@@ -1178,6 +1178,7 @@ impl ArraySession {
                 ..self.settings
             })?;
             let a = self.run(sql)?;
+            self.devices.iter().for_each(|d| d.release_read_pages());
             check.check(choice, &a.answer)?;
             runs.push((choice, a));
         }

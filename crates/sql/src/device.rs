@@ -120,6 +120,13 @@ impl Device {
         self.client.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Between the scans of a one-shot command: the image's pages the scans read leave
+    /// this process ([`csd_device::NvmeDevice::release_read_pages`]; nothing unless the
+    /// image was opened for scanning). No modeled effect.
+    pub fn release_read_pages(&self) {
+        self.lock().device().release_read_pages();
+    }
+
     /// Gives the client back (`None` while a scan still holds the device).
     pub fn into_client(self: Arc<Self>) -> Option<Client> {
         Arc::into_inner(self).map(|d| {

@@ -264,6 +264,9 @@ impl SqlSession {
                 ..self.settings
             })?;
             let answer = self.run_query(stmt.sql())?;
+            // Each strategy's scans start from the same resident set, not from the
+            // last one's.
+            self.device.release_read_pages();
             if !explain {
                 check.check(choice, &answer)?;
             }

@@ -226,6 +226,13 @@ impl NvmeDevice {
         &mut self.dev
     }
 
+    /// Release the memory pages of an image that scans read from this process
+    /// ([`csd_nand::Nand::release_read_pages`]): between scans of a one-shot command, so
+    /// that its resident set is one scan's, not the sum of them. No modeled effect.
+    pub fn release_read_pages(&mut self) {
+        self.dev.ftl_mut().nand_mut().release_read_pages();
+    }
+
     /// The FLIXR firmware state (registries, index cache, counters).
     pub fn flixr(&self) -> &Flixr {
         &self.flixr

@@ -1,0 +1,263 @@
+//! The mapping of an image file into the process, placed so that the host's kernel
+//! never maps a large page-cache folio whole (the emulator's own memory, no modeled
+//! effect).
+//!
+//! Why: the image's bytes are read through a mapping ([`crate::store`]), and a scan
+//! releases the pages it read every so often (`MADV_DONTNEED`), so that its resident set
+//! is bounded by that window and not by the table. Linux (6.18 here) maps a page-cache
+//! folio *whole* on the first touch of any page of it when the folio lies inside one
+//! page table (2 MiB of addresses) of the mapping. The page cache of an image holds
+//! folios of up to 2 MiB (a reader that asked for huge pages, large reads or writes), and
+//! a scan reads each erase block's pages in order, about 128 blocks at a time on the
+//! default device: the first read of a block's folio mapped up to 2 MiB of pages the
+//! scan reaches only much later, in every block at once. Measured 2026-12-05 (one-shot
+//! `csd query --image sf1.img q6`, all three strategies, the image's page cache in 2 MiB
+//! folios): 500–530 MB peak RSS, against 170–190 MB on the same image with small folios.
+//!
+//! The choice: the file is mapped at an address one memory page past a 2 MiB boundary,
+//! so every file offset that is 2 MiB-aligned (where the large folios start) lies one page
+//! past a page-table boundary, no 2 MiB folio fits in one page table and no folio of
+//! 1 MiB or less that straddles a boundary is mapped whole; a fault then maps only the
+//! kernel's fault-around window (64 KiB by default) of it. The pages that hold the
+//! image's bytes are the same; only the placement of the mapping differs. Nothing else
+//! changes: the mapping is shared for a read-write open and copy-on-write (private, no
+//! swap reserved) for a read-only open.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+
+/// The span of addresses one page table maps (x86-64 and arm64 with 4 KiB pages): where
+/// the kernel may map a folio whole.
+const PAGE_TABLE_SPAN: usize = 2 << 20;
+
+/// An image file mapped read-write, shared or copy-on-write; see the [module
+/// docs](self).
+pub(crate) struct ImageMap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value (unmapped only in `drop`);
+// access goes through `&self` / `&mut self` like any `[u8]`, so moving or sharing it
+// between threads is as safe as for a `Vec<u8>`.
+unsafe impl Send for ImageMap {}
+// SAFETY: see `Send`.
+unsafe impl Sync for ImageMap {}
+
+impl std::fmt::Debug for ImageMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ImageMap({:p}, {} bytes)", self.ptr, self.len)
+    }
+}
+
+impl ImageMap {
+    /// Map all `len` bytes of `file` (its length), shared (`private` false: stores reach
+    /// the file) or copy-on-write (`private`: stores stay in this process), placed one
+    /// memory page (`page`) past a page-table boundary.
+    ///
+    /// # Safety
+    /// As for any mapping of a file: no process may truncate `file` below `len` while
+    /// the map lives, and bytes another process writes to the file appear in it (an
+    /// image is held under an advisory lock for this reason).
+    pub(crate) unsafe fn map(
+        file: &File,
+        len: usize,
+        private: bool,
+        page: usize,
+    ) -> io::Result<ImageMap> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot map an empty file",
+            ));
+        }
+        let mapped = len.next_multiple_of(page);
+        let span = mapped + PAGE_TABLE_SPAN;
+        // SAFETY: an anonymous inaccessible reservation at an address of the kernel's
+        // choosing; it maps no file and clobbers nothing. Checked for MAP_FAILED.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                span,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = base as usize;
+        // `base` is page-aligned, so the next boundary is at most `SPAN - page` past it:
+        // `at <= base + SPAN`, and `at + mapped <= base + span`.
+        let at = base.next_multiple_of(PAGE_TABLE_SPAN) + page;
+        debug_assert!(at >= base && at + mapped <= base + span);
+        let flags = if private {
+            libc::MAP_PRIVATE | libc::MAP_NORESERVE
+        } else {
+            libc::MAP_SHARED
+        };
+        // SAFETY: MAP_FIXED replaces pages of our own reservation only (`at..at+mapped`
+        // lies inside `base..base+span`, which no one else can map while we hold it);
+        // the file's contract is the caller's. Checked for MAP_FAILED.
+        let got = unsafe {
+            libc::mmap(
+                at as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        let err = (got == libc::MAP_FAILED).then(io::Error::last_os_error);
+        // SAFETY: the reservation's pages before and after the file's mapping are ours
+        // and nothing refers to them; unmapping an empty range is skipped.
+        unsafe {
+            if at > base {
+                libc::munmap(base as *mut libc::c_void, at - base);
+            }
+            let end = at + mapped;
+            if base + span > end {
+                libc::munmap(end as *mut libc::c_void, base + span - end);
+            }
+        }
+        if let Some(e) = err {
+            // SAFETY: the reservation's middle is still ours; nothing refers to it.
+            unsafe { libc::munmap(at as *mut libc::c_void, mapped) };
+            return Err(e);
+        }
+        let ptr = NonNull::new(got.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
+        Ok(ImageMap { ptr, len })
+    }
+
+    /// Advise the kernel that accesses are random: no read-ahead on faults (a few state
+    /// bytes of a sparse image must not pull in megabytes). A failure is harmless.
+    pub(crate) fn advise_random(&self) {
+        // SAFETY: advice on exactly the range mapped; MADV_RANDOM changes no contents.
+        unsafe {
+            libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_RANDOM);
+        }
+    }
+
+    /// Ask the kernel to read bytes `[start, start + len)` (page-aligned start) into the
+    /// page cache in the background (`MADV_WILLNEED`). A hint: a failure is harmless.
+    pub(crate) fn will_need(&self, start: usize, len: usize) {
+        if start.checked_add(len).is_none_or(|e| e > self.len) {
+            return;
+        }
+        // SAFETY: advice on a range inside the mapping; MADV_WILLNEED changes no
+        // contents.
+        unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().add(start).cast(),
+                len,
+                libc::MADV_WILLNEED,
+            );
+        }
+    }
+
+    /// Drop this process's page-table entries for bytes `[start, start + len)`
+    /// (page-aligned offsets; `MADV_DONTNEED`). A failure only leaves them mapped.
+    ///
+    /// # Safety
+    /// The range must hold no page whose bytes exist only in this process (a
+    /// copy-on-write page this process stored into): those would be lost, and any slice
+    /// into them would change. Shared pages, and private pages never stored into, read
+    /// back the file's bytes.
+    pub(crate) unsafe fn dont_need(&self, start: usize, len: usize) {
+        debug_assert!(start.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: the range lies inside the mapping (checked above in debug builds,
+        // callers keep to it); the caller guarantees no private bytes are discarded.
+        unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().add(start).cast(),
+                len,
+                libc::MADV_DONTNEED,
+            );
+        }
+    }
+}
+
+impl std::ops::Deref for ImageMap {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `len` readable bytes mapped for the life of `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for ImageMap {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` points to `len` writable bytes mapped for the life of `self`,
+        // borrowed uniquely through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for ImageMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is ours and no slice into it outlives `self` (they borrow
+        // it); the rounded length covers exactly what `map` mapped.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn page() -> usize {
+        // SAFETY: sysconf reads a constant of the system.
+        usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+    }
+
+    #[test]
+    fn maps_the_file_one_page_past_a_page_table_boundary() {
+        let mut f = tempfile::tempfile().unwrap();
+        let bytes: Vec<u8> = (0..3 * PAGE_TABLE_SPAN + 123)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        f.write_all(&bytes).unwrap();
+        let file_byte = |i: u64| {
+            let mut b = [0u8; 1];
+            std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, i).unwrap();
+            b[0]
+        };
+        // Copy-on-write first (its store must not reach the file), then shared.
+        for private in [true, false] {
+            // SAFETY: a temporary file only this test holds.
+            let mut m = unsafe { ImageMap::map(&f, bytes.len(), private, page()) }.unwrap();
+            assert_eq!(m.as_ptr() as usize % PAGE_TABLE_SPAN, page(), "placement");
+            assert!(m[..] == bytes[..], "contents");
+            m.advise_random();
+            m[5] = 7;
+            // SAFETY: releases pages this process did not store into.
+            unsafe { m.dont_need(PAGE_TABLE_SPAN, 2 * page()) };
+            assert!(
+                m[PAGE_TABLE_SPAN..] == bytes[PAGE_TABLE_SPAN..],
+                "after a release"
+            );
+            assert_eq!(m[5], 7);
+            drop(m);
+            assert_eq!(
+                file_byte(5),
+                if private { 5 } else { 7 },
+                "private {private}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_file_is_refused() {
+        let f = tempfile::tempfile().unwrap();
+        // SAFETY: a temporary file only this test holds.
+        assert!(unsafe { ImageMap::map(&f, 0, true, page()) }.is_err());
+    }
+}
