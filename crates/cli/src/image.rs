@@ -309,11 +309,14 @@ fn config_diff(a: &DeviceConfig, b: &DeviceConfig) -> Vec<(String, String, Strin
 /// by the table. Rule: the largest power of two that keeps a one-shot TPC-H query at
 /// SF 1 (`csd query --image sf1.img q6`, all three strategies; about 100 MB of heap and
 /// the binary's pages besides) under 300 MB peak RSS; a larger window means fewer
-/// release calls. Measured 2026-12-01 on the 2-core machine (peak RSS of q6): 128 MiB
-/// 412–413 MiB (432–433 MB), 64 MiB 284–292 MiB (297–306 MB), 32 MiB 269–271 MiB
-/// (282–284 MB); hw-isp q6 wall time 0.186 s at 32 MiB against 0.185 s at 64 MiB (q1,
-/// which reads more columns: 285–287 MiB at 32 MiB).
-pub(crate) const SCAN_RESIDENT_BYTES: usize = 32 << 20;
+/// release calls. Measured 2026-12-05 on the 2-core machine, after the image mapping
+/// stopped letting the kernel map large page-cache folios whole (`csd_nand`'s
+/// `imagemap`), three runs each on a freshly loaded image and on one whose page cache
+/// held 2 MiB folios (peak RSS of q6): 32 MiB 164–197 MiB, 64 MiB 210–229 MiB, 128 MiB
+/// 272–292 MiB (up to 306 MB); q1 at 64 MiB 205–217 MiB; scan wall times equal within
+/// the machine's noise. (Measured 2026-12-01, before that change, on an image whose page
+/// cache held large folios: 64 MiB 297–306 MB, 32 MiB 282–284 MB.)
+pub(crate) const SCAN_RESIDENT_BYTES: usize = 64 << 20;
 
 /// Open the block device on `path` read-only: nothing is written to the image, even when
 /// the FTL needs recovery (it is replayed in memory). Reported on stderr unless `quiet`.
