@@ -32,27 +32,77 @@ use std::ptr::NonNull;
 /// the kernel may map a folio whole.
 const PAGE_TABLE_SPAN: usize = 2 << 20;
 
-/// An image file mapped read-write, shared or copy-on-write; see the [module
-/// docs](self).
-pub(crate) struct ImageMap {
+/// Memory this process mapped (`mmap`) and unmaps when dropped: `len` bytes, readable and
+/// writable, at `ptr`, in a mapping of `mapped` bytes (`len` rounded up to whole memory
+/// pages). The image file's mapping ([`Mapped::map_file`]) and the memory backend's
+/// anonymous blocks (`crate::store::AnonBlock`) both are one.
+pub(crate) struct Mapped {
     ptr: NonNull<u8>,
     len: usize,
+    mapped: usize,
 }
 
 // SAFETY: the mapping is plain memory owned by this value (unmapped only in `drop`);
 // access goes through `&self` / `&mut self` like any `[u8]`, so moving or sharing it
 // between threads is as safe as for a `Vec<u8>`.
-unsafe impl Send for ImageMap {}
-// SAFETY: see `Send`.
-unsafe impl Sync for ImageMap {}
+unsafe impl Send for Mapped {}
+// SAFETY: see `Send`; `&Mapped` gives only shared reads.
+unsafe impl Sync for Mapped {}
 
-impl std::fmt::Debug for ImageMap {
+impl std::fmt::Debug for Mapped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ImageMap({:p}, {} bytes)", self.ptr, self.len)
+        write!(f, "Mapped({:p}, {} bytes)", self.ptr, self.len)
     }
 }
 
-impl ImageMap {
+impl Mapped {
+    /// Takes ownership of a mapping (`None` if `raw` is null or `MAP_FAILED`).
+    ///
+    /// # Safety
+    /// `raw` must be the start of a mapping of `mapped >= len` bytes, readable and
+    /// writable, that this process made and nothing else refers to or unmaps.
+    pub(crate) unsafe fn from_raw(
+        raw: *mut libc::c_void,
+        len: usize,
+        mapped: usize,
+    ) -> Option<Mapped> {
+        debug_assert!(len <= mapped);
+        if raw == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Mapped {
+            ptr: NonNull::new(raw.cast::<u8>())?,
+            len,
+            mapped,
+        })
+    }
+
+    /// The mapping's first byte.
+    pub(crate) fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Bytes of the mapping, whole memory pages (`len` rounded up).
+    pub(crate) fn mapped(&self) -> usize {
+        self.mapped
+    }
+
+    /// `madvise(advice)` on bytes `[start, start + len)` (a page-aligned start); whether
+    /// the kernel took it.
+    ///
+    /// # Safety
+    /// The advice must not discard bytes that exist only in this process (`MADV_DONTNEED`
+    /// on private pages this process stored into) or otherwise change what any slice
+    /// into the range reads.
+    unsafe fn advise(&self, advice: libc::c_int, start: usize, len: usize) -> bool {
+        if start.checked_add(len).is_none_or(|e| e > self.mapped) {
+            return false;
+        }
+        // SAFETY: the range lies inside the mapping (checked above); the caller vouches
+        // for the advice.
+        unsafe { libc::madvise(self.ptr.as_ptr().add(start).cast(), len, advice) == 0 }
+    }
+
     /// Map all `len` bytes of `file` (its length), shared (`private` false: stores reach
     /// the file) or copy-on-write (`private`: stores stay in this process), placed one
     /// memory page (`page`) past a page-table boundary.
@@ -61,12 +111,12 @@ impl ImageMap {
     /// As for any mapping of a file: no process may truncate `file` below `len` while
     /// the map lives, and bytes another process writes to the file appear in it (an
     /// image is held under an advisory lock for this reason).
-    pub(crate) unsafe fn map(
+    pub(crate) unsafe fn map_file(
         file: &File,
         len: usize,
         private: bool,
         page: usize,
-    ) -> io::Result<ImageMap> {
+    ) -> io::Result<Mapped> {
         if len == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -130,34 +180,29 @@ impl ImageMap {
             unsafe { libc::munmap(at as *mut libc::c_void, mapped) };
             return Err(e);
         }
-        let ptr = NonNull::new(got.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
-        Ok(ImageMap { ptr, len })
+        // SAFETY: `got` is the file's mapping of `mapped` bytes just made, ours alone.
+        unsafe { Mapped::from_raw(got, len, mapped) }.ok_or_else(io::Error::last_os_error)
     }
 
     /// Advise the kernel that accesses are random: no read-ahead on faults (a few state
     /// bytes of a sparse image must not pull in megabytes). A failure is harmless.
     pub(crate) fn advise_random(&self) {
-        // SAFETY: advice on exactly the range mapped; MADV_RANDOM changes no contents.
-        unsafe {
-            libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_RANDOM);
-        }
+        // SAFETY: MADV_RANDOM changes no contents.
+        unsafe { self.advise(libc::MADV_RANDOM, 0, self.mapped) };
     }
 
     /// Ask the kernel to read bytes `[start, start + len)` (page-aligned start) into the
     /// page cache in the background (`MADV_WILLNEED`). A hint: a failure is harmless.
     pub(crate) fn will_need(&self, start: usize, len: usize) {
-        if start.checked_add(len).is_none_or(|e| e > self.len) {
-            return;
-        }
-        // SAFETY: advice on a range inside the mapping; MADV_WILLNEED changes no
-        // contents.
-        unsafe {
-            libc::madvise(
-                self.ptr.as_ptr().add(start).cast(),
-                len,
-                libc::MADV_WILLNEED,
-            );
-        }
+        // SAFETY: MADV_WILLNEED changes no contents.
+        unsafe { self.advise(libc::MADV_WILLNEED, start, len) };
+    }
+
+    /// Fault every page in for writing now (`MADV_POPULATE_WRITE`); whether the kernel
+    /// did (kernels before 5.14 do not know it).
+    pub(crate) fn populate_write(&self) -> bool {
+        // SAFETY: populating for writing changes no contents.
+        unsafe { self.advise(libc::MADV_POPULATE_WRITE, 0, self.mapped) }
     }
 
     /// Drop this process's page-table entries for bytes `[start, start + len)`
@@ -169,20 +214,13 @@ impl ImageMap {
     /// into them would change. Shared pages, and private pages never stored into, read
     /// back the file's bytes.
     pub(crate) unsafe fn dont_need(&self, start: usize, len: usize) {
-        debug_assert!(start.checked_add(len).is_some_and(|e| e <= self.len));
-        // SAFETY: the range lies inside the mapping (checked above in debug builds,
-        // callers keep to it); the caller guarantees no private bytes are discarded.
-        unsafe {
-            libc::madvise(
-                self.ptr.as_ptr().add(start).cast(),
-                len,
-                libc::MADV_DONTNEED,
-            );
-        }
+        debug_assert!(start.checked_add(len).is_some_and(|e| e <= self.mapped));
+        // SAFETY: the caller guarantees no private bytes are discarded.
+        unsafe { self.advise(libc::MADV_DONTNEED, start, len) };
     }
 }
 
-impl std::ops::Deref for ImageMap {
+impl std::ops::Deref for Mapped {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         // SAFETY: `ptr` points to `len` readable bytes mapped for the life of `self`.
@@ -190,7 +228,7 @@ impl std::ops::Deref for ImageMap {
     }
 }
 
-impl std::ops::DerefMut for ImageMap {
+impl std::ops::DerefMut for Mapped {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: `ptr` points to `len` writable bytes mapped for the life of `self`,
         // borrowed uniquely through `&mut self`.
@@ -198,12 +236,12 @@ impl std::ops::DerefMut for ImageMap {
     }
 }
 
-impl Drop for ImageMap {
+impl Drop for Mapped {
     fn drop(&mut self) {
-        // SAFETY: the mapping is ours and no slice into it outlives `self` (they borrow
-        // it); the rounded length covers exactly what `map` mapped.
+        // SAFETY: the mapping is ours (`from_raw`'s contract) and no slice into it
+        // outlives `self` (they borrow it); `mapped` covers exactly what was mapped.
         unsafe {
-            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+            libc::munmap(self.ptr.as_ptr().cast(), self.mapped);
         }
     }
 }
@@ -233,7 +271,7 @@ mod tests {
         // Copy-on-write first (its store must not reach the file), then shared.
         for private in [true, false] {
             // SAFETY: a temporary file only this test holds.
-            let mut m = unsafe { ImageMap::map(&f, bytes.len(), private, page()) }.unwrap();
+            let mut m = unsafe { Mapped::map_file(&f, bytes.len(), private, page()) }.unwrap();
             assert_eq!(m.as_ptr() as usize % PAGE_TABLE_SPAN, page(), "placement");
             assert!(m[..] == bytes[..], "contents");
             m.advise_random();
@@ -258,6 +296,6 @@ mod tests {
     fn an_empty_file_is_refused() {
         let f = tempfile::tempfile().unwrap();
         // SAFETY: a temporary file only this test holds.
-        assert!(unsafe { ImageMap::map(&f, 0, true, page()) }.is_err());
+        assert!(unsafe { Mapped::map_file(&f, 0, true, page()) }.is_err());
     }
 }

@@ -31,7 +31,7 @@
 //! overwritten table is refused instead of read as a fresh device.
 
 use crate::NandError;
-use crate::imagemap::ImageMap;
+use crate::imagemap::Mapped;
 use bytemuck::{Pod, Zeroable};
 use csd_sim::{DeviceConfig, Geometry};
 use std::fs::{File, OpenOptions};
@@ -286,11 +286,7 @@ pub enum Access {
 /// --memory` took 6–23K fio randwrite IOPS with huge pages and 48–82K without. Random
 /// reads gained nothing measurable from them (`csd-device`'s randread example, 2 GiB, 3M
 /// reads: 1.55 / 2.36M wall reads/s with, 1.58 / 2.46M without).
-pub(crate) struct AnonBlock {
-    ptr: std::ptr::NonNull<u8>,
-    len: usize,
-    mapped: usize,
-}
+pub(crate) struct AnonBlock(Mapped);
 
 /// The memory limit a new in-memory store starts with: `CSD_MEMORY_LIMIT` (a size such as
 /// `8g`; `off` for none) when set and valid, else three quarters of the memory the machine
@@ -331,81 +327,49 @@ fn available_from_meminfo(info: &str) -> Option<u64> {
 impl AnonBlock {
     pub(crate) fn new(len: usize) -> Option<AnonBlock> {
         let mapped = len.next_multiple_of(4096);
-        // SAFETY: an anonymous private mapping with no fixed address; the result is
-        // checked for MAP_FAILED before use.
-        let raw = unsafe {
-            libc::mmap(
+        // SAFETY: an anonymous private mapping with no fixed address; `from_raw` checks
+        // the result for MAP_FAILED and owns it from here on.
+        let map = unsafe {
+            let raw = libc::mmap(
                 std::ptr::null_mut(),
                 mapped,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
-            )
+            );
+            Mapped::from_raw(raw, len, mapped)?
         };
-        if raw == libc::MAP_FAILED {
-            return None;
-        }
         // SAFETY: advice on exactly the range just mapped (failure, e.g. a kernel without
         // transparent huge pages, is harmless: there are none to avoid then).
         unsafe {
-            libc::madvise(raw, mapped, libc::MADV_NOHUGEPAGE);
+            libc::madvise(map.as_mut_ptr().cast(), mapped, libc::MADV_NOHUGEPAGE);
         }
-        Some(AnonBlock {
-            ptr: std::ptr::NonNull::new(raw.cast::<u8>())?,
-            len,
-            mapped,
-        })
+        Some(AnonBlock(map))
     }
 
     /// Fault every page of the mapping in for writing now (the kernel zeroes them), so
     /// that the device's first program of the block takes no page fault
     /// ([`crate::ready`]). Contents stay all zero.
     pub(crate) fn populate(&mut self) {
-        // SAFETY: advice on exactly the range `new` mapped, which `self` owns.
-        let done = unsafe {
-            libc::madvise(
-                self.ptr.as_ptr().cast(),
-                self.mapped,
-                libc::MADV_POPULATE_WRITE,
-            )
-        } == 0;
-        if !done {
+        if !self.0.populate_write() {
             // A kernel before 5.14: touch one byte a page (writing the zero it holds).
-            for off in (0..self.mapped).step_by(4096) {
+            for off in (0..self.0.mapped()).step_by(4096) {
                 // SAFETY: `off < mapped`, inside the mapping owned by `self`; a volatile
                 // write keeps the store that faults the page in.
-                unsafe { self.ptr.as_ptr().add(off).write_volatile(0) };
+                unsafe { self.0.as_mut_ptr().add(off).write_volatile(0) };
             }
         }
     }
 
     pub(crate) fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr` points to `mapped >= len` readable bytes mapped for the life of
-        // `self` (unmapped only in `drop`); anonymous memory is zero-initialized.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        &self.0
     }
 
     fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in `as_slice`, and `&mut self` makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        &mut self.0
     }
 }
-
-impl Drop for AnonBlock {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the range `new` mapped; no slice outlives `self`.
-        unsafe {
-            libc::munmap(self.ptr.as_ptr().cast(), self.mapped);
-        }
-    }
-}
-
-// SAFETY: the mapping is owned memory like a `Box<[u8]>`: nothing else aliases it, so it
-// may move to and be shared with other threads under the usual borrow rules.
-unsafe impl Send for AnonBlock {}
-// SAFETY: see `Send`; `&AnonBlock` gives only shared reads.
-unsafe impl Sync for AnonBlock {}
 
 /// The storage backend behind a [`crate::Nand`].
 // One per device, so the variants' sizes cost nothing worth a `Box`, whose indirection
@@ -430,7 +394,7 @@ pub(crate) struct MemStore {
 }
 
 pub(crate) struct FileStore {
-    map: ImageMap,
+    map: Mapped,
     // Held for the lock and for `fallocate`; the mapping keeps the file open on its own.
     file: File,
     path: PathBuf,
@@ -1334,7 +1298,7 @@ impl Store {
             // it while mapped. Modification by an unrelated process that ignores the lock
             // is outside the contract of an image file (documented in `Nand::open_image`).
             let map =
-                unsafe { ImageMap::map(&file, total as usize, false, os_page()) }.map_err(io)?;
+                unsafe { Mapped::map_file(&file, total as usize, false, os_page()) }.map_err(io)?;
             map.advise_random();
             Ok(map)
         })();
@@ -1398,7 +1362,7 @@ impl Store {
         // truncate the file while it is mapped. A read-only open maps copy-on-write
         // (`MAP_PRIVATE`): stores go to private memory, never to the file.
         let map =
-            unsafe { ImageMap::map(&file, len as usize, access == Access::ReadOnly, os_page()) }
+            unsafe { Mapped::map_file(&file, len as usize, access == Access::ReadOnly, os_page()) }
                 .map_err(|e| image_error(path, e.to_string()))?;
         // Random access: no readahead storms when a few state bytes of a sparse image
         // are touched.
@@ -1734,7 +1698,12 @@ impl Store {
     /// Bytes of memory (or mapped file) actually holding block contents.
     pub fn resident_block_bytes(&self) -> u64 {
         match self {
-            Store::Mem(m) => m.blocks.iter().flatten().map(|b| b.len as u64).sum(),
+            Store::Mem(m) => m
+                .blocks
+                .iter()
+                .flatten()
+                .map(|b| b.as_slice().len() as u64)
+                .sum(),
             Store::File(f) => (f.nblocks * f.layout.block_bytes) as u64,
         }
     }
