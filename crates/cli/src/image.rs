@@ -313,7 +313,8 @@ fn config_diff(a: &DeviceConfig, b: &DeviceConfig) -> Vec<(String, String, Strin
 /// stopped letting the kernel map large page-cache folios whole (`csd_nand`'s
 /// `imagemap`), three runs each on a freshly loaded image and on one whose page cache
 /// held 2 MiB folios (peak RSS of q6): 32 MiB 164–197 MiB, 64 MiB 210–229 MiB, 128 MiB
-/// 272–292 MiB (up to 306 MB); q1 at 64 MiB 205–217 MiB; scan wall times equal within
+/// 272–292 MiB (up to 306 MB); q1 at 64 MiB 205–217 MiB; ten more q6 runs at 64 MiB
+/// 202–241 MiB; scan wall times equal within
 /// the machine's noise. (Measured 2026-12-01, before that change, on an image whose page
 /// cache held large folios: 64 MiB 297–306 MB, 32 MiB 282–284 MB.)
 pub(crate) const SCAN_RESIDENT_BYTES: usize = 64 << 20;
