@@ -31,7 +31,7 @@
 //! overwritten table is refused instead of read as a fresh device.
 
 use crate::NandError;
-use crate::imagemap::Mapped;
+use crate::imagemap::{Mapped, Placement};
 use bytemuck::{Pod, Zeroable};
 use csd_sim::{DeviceConfig, Geometry};
 use std::fs::{File, OpenOptions};
@@ -1297,8 +1297,10 @@ impl Store {
             // an exclusive advisory lock for the life of the mapping; csd never truncates
             // it while mapped. Modification by an unrelated process that ignores the lock
             // is outside the contract of an image file (documented in `Nand::open_image`).
-            let map =
-                unsafe { Mapped::map_file(&file, total as usize, false, os_page()) }.map_err(io)?;
+            let map = unsafe {
+                Mapped::map_file(&file, total as usize, false, Placement::Boundary, os_page())
+            }
+            .map_err(io)?;
             map.advise_random();
             Ok(map)
         })();
@@ -1361,9 +1363,19 @@ impl Store {
         // for read-only, so no csd process writes the file while it is mapped) and never
         // truncate the file while it is mapped. A read-only open maps copy-on-write
         // (`MAP_PRIVATE`): stores go to private memory, never to the file.
-        let map =
-            unsafe { Mapped::map_file(&file, len as usize, access == Access::ReadOnly, os_page()) }
-                .map_err(|e| image_error(path, e.to_string()))?;
+        let map = unsafe {
+            Mapped::map_file(
+                &file,
+                len as usize,
+                access == Access::ReadOnly,
+                match access {
+                    Access::ReadOnly => Placement::PastBoundary,
+                    Access::ReadWrite => Placement::Boundary,
+                },
+                os_page(),
+            )
+        }
+        .map_err(|e| image_error(path, e.to_string()))?;
         // Random access: no readahead storms when a few state bytes of a sparse image
         // are touched.
         map.advise_random();
