@@ -1,5 +1,6 @@
-//! The mapping of an image file into the process, placed so that the host's kernel
-//! never maps a large page-cache folio whole (the emulator's own memory, no modeled
+//! The mapping of an image file into the process, placed (for read-only opens) so that
+//! the host's kernel never maps a large page-cache folio whole, and the one owned-mapping
+//! type behind it and the memory backend's blocks (the emulator's own memory, no modeled
 //! effect).
 //!
 //! Why: the image's bytes are read through a mapping ([`crate::store`]), and a scan
@@ -14,12 +15,15 @@
 //! `csd query --image sf1.img q6`, all three strategies, the image's page cache in 2 MiB
 //! folios): 500–530 MB peak RSS, against 170–190 MB on the same image with small folios.
 //!
-//! The choice: the file is mapped at an address one memory page past a 2 MiB boundary,
+//! The choice: a read-only open ([`Placement::PastBoundary`]; its scans let what they
+//! read go) maps the file at an address one memory page past a 2 MiB boundary,
 //! so every file offset that is 2 MiB-aligned (where the large folios start) lies one page
 //! past a page-table boundary, no 2 MiB folio fits in one page table and no folio of
 //! 1 MiB or less that straddles a boundary is mapped whole; a fault then maps only the
 //! kernel's fault-around window (64 KiB by default) of it. The pages that hold the
-//! image's bytes are the same; only the placement of the mapping differs. Nothing else
+//! image's bytes are the same; only the placement of the mapping differs. A read-write
+//! open ([`Placement::Boundary`]: a server's random reads keep their pages) is placed on
+//! a boundary, where a 2 MiB folio takes one page-table entry. Nothing else
 //! changes: the mapping is shared for a read-write open and copy-on-write (private, no
 //! swap reserved) for a read-only open.
 
@@ -217,6 +221,13 @@ impl Mapped {
     pub(crate) fn will_need(&self, start: usize, len: usize) {
         // SAFETY: MADV_WILLNEED changes no contents.
         unsafe { self.advise(libc::MADV_WILLNEED, start, len) };
+    }
+
+    /// Never back the mapping with transparent huge pages (`MADV_NOHUGEPAGE`), whatever
+    /// the system's setting. A failure (a kernel without them) is harmless.
+    pub(crate) fn no_huge_pages(&self) {
+        // SAFETY: MADV_NOHUGEPAGE changes no contents.
+        unsafe { self.advise(libc::MADV_NOHUGEPAGE, 0, self.mapped) };
     }
 
     /// Fault every page in for writing now (`MADV_POPULATE_WRITE`); whether the kernel

@@ -340,11 +340,7 @@ impl AnonBlock {
             );
             Mapped::from_raw(raw, len, mapped)?
         };
-        // SAFETY: advice on exactly the range just mapped (failure, e.g. a kernel without
-        // transparent huge pages, is harmless: there are none to avoid then).
-        unsafe {
-            libc::madvise(map.as_mut_ptr().cast(), mapped, libc::MADV_NOHUGEPAGE);
-        }
+        map.no_huge_pages();
         Some(AnonBlock(map))
     }
 
