@@ -105,18 +105,21 @@ impl BlockDevice {
 
     /// [`BlockDevice::read_lbas`] leaving in place every `unit`-byte unit of `buf` that
     /// lies in one flash page ([`Ftl::read_units_in_place`]: those units of `buf` are
-    /// not written and are named in the list returned). Modeled as `read_lbas`.
+    /// not written and are named in the list returned; of each, only the sectors
+    /// `check` names are hashed against their CRC, see the FTL's doc). Modeled as
+    /// `read_lbas`.
     pub fn read_lbas_in_place(
         &mut self,
         lba: u64,
         buf: &mut [u8],
         unit: usize,
+        check: u64,
         at: SimTime,
     ) -> Result<(SimTime, Vec<csd_ftl::InPlaceUnit>), CommandError> {
         let mut units = Vec::new();
         let r = self
             .ftl
-            .read_units_in_place(lba, buf, unit, at)
+            .read_units_in_place(lba, buf, unit, check, at)
             .map(|(t, u)| {
                 units = u;
                 t

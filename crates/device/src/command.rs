@@ -90,6 +90,13 @@ pub enum Command {
         blocks: u32,
         /// Bytes of a unit the host evaluates (a table page), a multiple of the LBA size.
         unit: usize,
+        /// Of each unit left in place, the LBAs whose bytes the host reads (bit k: the
+        /// unit's k-th LBA; `u64::MAX`, [`csd_ftl::ALL_SECTORS`]: all, past the 64th
+        /// always). Every LBA's TAG is checked; only these are hashed against their
+        /// CRC, and the host must not use the others' bytes (an in-host scan of PAX
+        /// pages reads its program's minipages: [`csd_table::page::PageView::pieces_read`]).
+        /// Units copied are checked whole. No modeled effect.
+        check: u64,
     },
     /// Write `data` (whole LBAs, at most MDTS of them) at `lba`.
     Write {

@@ -279,7 +279,7 @@ struct Session {
     /// (`Some(None)`: NSM, nothing to hint).
     minipages: Option<Option<MinipageHints>>,
     /// The sectors of a page whose bytes the program reads, once a page was seen
-    /// ([`read_sectors`]); until then, every sector.
+    /// ([`PageView::pieces_read`]); until then, every sector.
     crc_sectors: Option<u64>,
     /// Pages evaluated ahead on the host's other cores (no modeled effect).
     ahead: Ahead,
@@ -1271,9 +1271,10 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
     if s.crc_sectors.is_none() {
         // This page was checked whole: its layout says where the program's bytes lie.
         s.crc_sectors = Some(
-            PageView::parse_unverified(page_buf, &s.schema).map_or(csd_ftl::ALL_SECTORS, |v| {
-                read_sectors(&v, &s.hint_columns, sector_size)
-            }),
+            PageView::parse_unverified(page_buf, &s.schema)
+                .ok()
+                .and_then(|v| v.pieces_read(&s.hint_columns, sector_size))
+                .unwrap_or(csd_ftl::ALL_SECTORS),
         );
     }
     let (c, layout) = match ahead {
@@ -1293,47 +1294,6 @@ fn step(s: &mut Session, dev: &mut BlockDevice, cfg: &IspConfig, t: SimTime) {
         },
     };
     charge(s, dev, cfg, c, layout, t_flash, page_bytes);
-}
-
-/// The sectors of pages like `view` that a program reading `columns` looks at, as a
-/// mask of [`csd_ftl::Ftl::read_ref_checking`]: those holding the page header and the
-/// minipages of the columns (PAX pages of fixed-width schemas, where minipages lie at
-/// the same offsets on every page of the table); every sector otherwise (NSM rows
-/// spread over the page; extended pages place their minipages by row count). A scan
-/// of TPC-H Q6 or Q1 reads no byte of lineitem's three text columns, half of each PAX
-/// page: the end-to-end check then hashes half the bytes, and the other half is never
-/// touched by the scan. Those sectors' TAGs are still checked on every read, and their
-/// CRCs on any read that looks at them.
-fn read_sectors(view: &PageView<'_>, columns: &[usize], sector_size: usize) -> u64 {
-    if sector_size == 0 {
-        return csd_ftl::ALL_SECTORS;
-    }
-    let mut mask = 0u64;
-    let mut add = |r: std::ops::Range<usize>| {
-        if r.is_empty() {
-            return true;
-        }
-        let (a, b) = (r.start / sector_size, (r.end - 1) / sector_size);
-        if b >= 64 {
-            return false;
-        }
-        for k in a..=b {
-            mask |= 1 << k;
-        }
-        true
-    };
-    if !add(0..csd_table::page::HEADER_LEN) {
-        return csd_ftl::ALL_SECTORS;
-    }
-    for &c in columns {
-        let Some(r) = view.column_extent(c) else {
-            return csd_ftl::ALL_SECTORS;
-        };
-        if !add(r) {
-            return csd_ftl::ALL_SECTORS;
-        }
-    }
-    mask
 }
 
 /// Adds a page evaluated ahead to the chunk being filled, sealing first where the

@@ -102,11 +102,19 @@ impl Ftl {
     /// read-only image): the modeled time, the MAP-cache traffic, the checks and every
     /// counter are exactly those of [`Ftl::read`] of the same LBAs. A `unit` that is not
     /// a multiple of the LBA size leaves nothing in place.
+    ///
+    /// `check` names the sectors of each unit left in place that the host looks at (bit
+    /// k: the unit's k-th sector; [`ALL_SECTORS`]: all), as [`Ftl::read_ref_checking`]'s
+    /// mask does for one page: every sector's TAG is checked, only the named sectors'
+    /// bytes are hashed against their CRC, and the host must not use the others' bytes
+    /// (an in-host scan of PAX pages reads the minipages of its program's columns). Units
+    /// copied into `buf` are checked whole.
     pub fn read_units_in_place(
         &mut self,
         lba: u64,
         buf: &mut [u8],
         unit: usize,
+        check: u64,
         at: SimTime,
     ) -> Result<(SimTime, Vec<InPlaceUnit>), FtlError> {
         let ss = self.geo.sector_size();
@@ -114,6 +122,7 @@ impl Ftl {
         let mode = if unit >= ss && unit.is_multiple_of(ss) {
             Place::Units {
                 sectors: (unit / ss) as u64,
+                check,
                 out: &mut units,
             }
         } else {
@@ -253,23 +262,27 @@ impl Ftl {
                     let crc = sectors_from(crc, i);
                     let whole = matches!(mode, Place::Whole) && i == 0 && run == n;
                     let unit = match &mut mode {
-                        Place::Units { sectors, out }
-                            if i.is_multiple_of(*sectors) && run == *sectors =>
-                        {
-                            Some((out, *sectors))
+                        Place::Units {
+                            sectors,
+                            check,
+                            out,
+                        } if i.is_multiple_of(*sectors) && run == *sectors => {
+                            Some((out, *sectors, *check))
                         }
                         _ => None,
                     };
                     let r = if whole {
                         place = Some(a);
                         self.read_verified_in_place(l, a, run as u32, t, crc)?
-                    } else if let Some((units, sectors)) = unit {
+                    } else if let Some((units, sectors, check)) = unit {
                         units.push(InPlaceUnit {
                             unit: (i / sectors) as usize,
                             addr: a,
                             sectors: run as u32,
                         });
-                        self.read_verified_in_place(l, a, run as u32, t, crc)?
+                        // The unit starts at its run's first sector: its mask is the
+                        // run's.
+                        self.read_verified_in_place(l, a, run as u32, t, check)?
                     } else {
                         self.read_verified(l, a, &mut out[..run as usize * ss], t, crc)?
                     };
@@ -490,9 +503,11 @@ enum Place<'a> {
     /// Leave the read in place when it is one run from its first LBA to its last.
     Whole,
     /// Leave in place every run that is exactly one unit of `sectors` sectors, aligned
-    /// to units from the read's start, and name it in `out`.
+    /// to units from the read's start, and name it in `out`; check only the sectors of
+    /// such a unit that `check` names (see [`Ftl::read_units_in_place`]).
     Units {
         sectors: u64,
+        check: u64,
         out: &'a mut Vec<InPlaceUnit>,
     },
 }

@@ -1006,13 +1006,15 @@ proptest! {
     /// `read_units_in_place` (each unit of `unit_lbas` LBAs left in place when it is one
     /// run of one flash page, copied otherwise) gives the bytes `read` gives: the copied
     /// units in its buffer, the others pinned; at the same instant, with the same FTL
-    /// and media counters, on LBAs on flash, in page buffers or nowhere.
+    /// and media counters, on LBAs on flash, in page buffers or nowhere; whatever
+    /// sectors of each unit its reader names for the end-to-end check (`check`).
     #[test]
     fn read_units_in_place_models_exactly_what_read_models(
         ops in proptest::collection::vec((0u64..96, 1u64..5, 0u8..4), 1..80),
         reads in proptest::collection::vec((0u64..100, 1u64..9), 1..40),
         page_buffer in 0u64..3,
         unit_lbas in 1usize..4,
+        check in prop_oneof![Just(crate::read::ALL_SECTORS), 0u64..16],
     ) {
         let (mut a, mut b) = (twin(&ops, page_buffer), twin(&ops, page_buffer));
         let ss = a.lba_size();
@@ -1023,7 +1025,7 @@ proptest! {
             let mut want = vec![0u8; n as usize * ss];
             let ta = a.read(lba, &mut want, t).unwrap();
             let mut got = vec![0xA5u8; n as usize * ss];
-            let (tb, units) = b.read_units_in_place(lba, &mut got, unit, t).unwrap();
+            let (tb, units) = b.read_units_in_place(lba, &mut got, unit, check, t).unwrap();
             prop_assert_eq!(ta, tb);
             prop_assert_eq!(a.stats(), b.stats());
             prop_assert_eq!(a.nand().stats(), b.nand().stats());
@@ -1122,6 +1124,58 @@ fn reads_hash_only_the_sectors_their_reader_looks_at() {
     assert_eq!(
         f.read_ref_checking(1, ss, SimTime::ZERO, 0b1).map(|r| r.0),
         Err(FtlError::Uncorrectable { lba: 1 })
+    );
+}
+
+/// An in-host reader of units in place (`Ftl::read_units_in_place`) that names the
+/// sectors of each unit it looks at has only those hashed: damage in another sector of a
+/// unit passes (its bytes are not looked at), damage in a named sector is found, naming
+/// its LBA, and a unit copied rather than left in place is checked whole.
+#[test]
+fn units_in_place_hash_only_the_sectors_their_reader_looks_at() {
+    let mut dev = DeviceConfig::preset("tiny").unwrap();
+    dev.geometry.sector_size = 2048;
+    let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), FtlConfig::default()).unwrap();
+    let ss = f.lba_size();
+    let spp = f.nand().geometry().sectors_per_page() as u64;
+    assert_eq!(spp, 4);
+    let unit = spp as usize * ss;
+    // Two units (flash pages) of LBAs 0..8.
+    let data: Vec<u8> = (0..2 * spp).flat_map(|k| sector(&f, k + 5)).collect();
+    f.write(0, &data, SimTime::ZERO).unwrap();
+    f.flush(SimTime::ZERO).unwrap();
+    // Sector 3 of the second unit (LBA 7) damaged; the reader looks at sectors 0 and 1.
+    let (ppa, first) = f.location_of_lba(4).unwrap();
+    assert_eq!(f.location_of_lba(7).unwrap(), (ppa, first + 3));
+    f.nand_mut().corrupt(ppa, first + 3, 11, 0x10).unwrap();
+    let mut buf = vec![0u8; 2 * unit];
+    let (_, units) = f
+        .read_units_in_place(0, &mut buf, unit, 0b0011, SimTime::ZERO)
+        .expect("the damaged sector is not looked at");
+    assert_eq!(units.len(), 2, "both units left in place");
+    let pins = f.pin_in_place(&units).expect("stored");
+    let bytes = pins
+        .read(0..2, |p| p.iter().map(|s| s.to_vec()).collect::<Vec<_>>())
+        .expect("unchanged");
+    for (u, b) in bytes.iter().enumerate() {
+        assert_eq!(&b[..2 * ss], &data[u * unit..u * unit + 2 * ss]);
+    }
+    assert!(f.nand().sector_checked(ppa, first + 1));
+    assert!(!f.nand().sector_checked(ppa, first + 2));
+    drop(pins);
+    // A reader looking at sector 3 finds the damage.
+    assert_eq!(
+        f.read_units_in_place(0, &mut buf, unit, 0b1000, SimTime::ZERO)
+            .map(|r| r.0),
+        Err(FtlError::Uncorrectable { lba: 7 })
+    );
+    // A unit that is not one run of a page (LBAs 6 and 7 on the second page, 8 and 9
+    // never written) is copied and checked whole, whatever the mask.
+    let mut four = vec![0u8; unit];
+    assert_eq!(
+        f.read_units_in_place(6, &mut four, unit, 0b0001, SimTime::ZERO)
+            .map(|r| r.0),
+        Err(FtlError::Uncorrectable { lba: 7 })
     );
 }
 

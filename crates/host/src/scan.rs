@@ -896,6 +896,34 @@ impl ReadData {
     }
 }
 
+/// Every LBA of a unit of a `ReadPinned` (its `check`).
+const ALL_LBAS: u64 = u64::MAX;
+
+/// The LBAs of each page of `table` (`lba_size` bytes each) an in-host evaluation of
+/// `columns` reads, as `ReadPinned`'s `check`, from the first page of `data` (a read
+/// checked whole): the page header and the columns' minipages where they lie at the same
+/// place on every page ([`PageView::pieces_read`]); every LBA otherwise.
+fn lbas_read(
+    data: &ReadData,
+    page_bytes: usize,
+    table: &TableInfo,
+    columns: &[usize],
+    lba_size: u32,
+) -> u64 {
+    let of = |page: &[u8]| {
+        PageView::parse_unverified(page.get(..page_bytes)?, &table.schema)
+            .ok()?
+            .pieces_read(columns, lba_size as usize)
+    };
+    match data {
+        ReadData::Owned(v) => of(v),
+        ReadData::Pinned(p) => {
+            PinnedRead::read_all(&[p], |units| units.first().and_then(|u| of(u))).flatten()
+        }
+    }
+    .unwrap_or(ALL_LBAS)
+}
+
 /// Calls `f` with the pages of `reads` (`page_bytes` each), in order; an error if pages
 /// left in place changed before the host looked at them (an image opened read-only
 /// never changes, so this reports an emulator fault, not a user's).
@@ -1187,6 +1215,11 @@ impl Run<'_> {
         let mut end = t0;
         let mut commands = 0u64;
         let mut page = 0u64;
+        // The LBAs of each page the evaluation reads (page header, the program's
+        // minipages), known from the first page read (checked whole): later reads have
+        // only those hashed by the end-to-end check (`ReadPinned`'s `check`).
+        let mut check: Option<u64> = None;
+        let columns = plan.referenced_columns();
         while page < table.pages {
             compact_events(c, &mut |settle| {
                 end = settle(end);
@@ -1207,6 +1240,7 @@ impl Run<'_> {
                     lba,
                     blocks,
                     unit: page_bytes,
+                    check: check.unwrap_or(ALL_LBAS),
                 },
                 Reads::Rule(t, rule) => Command::ReadIdx {
                     table: t,
@@ -1244,6 +1278,9 @@ impl Run<'_> {
                 }
                 _ => return Err(HostError::Invalid("Read returned no data".into())),
             };
+            if check.is_none() {
+                check = Some(lbas_read(&data, page_bytes, table, &columns, id.lba_size));
+            }
             // The device's commands do not wait for the host's evaluation, so pages are
             // gathered over several reads and evaluated together on all host threads.
             ev.reads.push((arrived, page, data));

@@ -359,15 +359,21 @@ fn scan_loaded(
     pl: &Plan,
     cfg: &DeviceConfig,
 ) -> Result<PartialResult, HostError> {
+    scan_loaded_with(c, info, pl, cfg, Strategy::CpuIsp)
+}
+
+/// [`scan_loaded`] with `strategy`.
+fn scan_loaded_with(
+    c: &mut Client,
+    info: &csd_host::TableInfo,
+    pl: &Plan,
+    cfg: &DeviceConfig,
+    strategy: Strategy,
+) -> Result<PartialResult, HostError> {
     let mut all = PartialResult::new(pl);
-    run_scan(
-        c,
-        info,
-        pl,
-        cfg,
-        &ScanOptions::new(Strategy::CpuIsp),
-        &mut |ch| all.merge(ch).map_err(|e| HostError::Invalid(e.to_string())),
-    )?;
+    run_scan(c, info, pl, cfg, &ScanOptions::new(strategy), &mut |ch| {
+        all.merge(ch).map_err(|e| HostError::Invalid(e.to_string()))
+    })?;
     Ok(all)
 }
 
@@ -432,26 +438,73 @@ fn a_scan_checks_the_sectors_its_program_reads() {
             .expect("c1, c2 and c4 lie in the first sector, which is intact");
         assert_eq!(got, want, "{threads} thread(s)");
         // SELECT MAX(c15) reads the damaged sector (its bytes are hashed whole).
-        let s = &info.schema;
-        let c15 = Expr::column(s, s.column_index("c15").expect("c15")).expect("c15");
-        let pl = Plan::aggregation(
-            "t",
-            s,
-            Aggregation {
-                group_by: vec![],
-                aggregates: vec![Aggregate {
-                    func: AggFunc::Max,
-                    arg: Some(c15),
-                    ty: DataType::Int,
-                }],
-            },
-            None,
-        );
-        let err = scan_loaded(&mut c, &info, &pl, &cfg).expect_err("the damaged sector is read");
+        let err = scan_loaded(&mut c, &info, &max_c15(&info), &cfg)
+            .expect_err("the damaged sector is read");
         let want_page = format!("table page {damaged}: LBA");
         assert!(
             err.to_string().contains(&want_page),
             "{err} should name {want_page}"
+        );
+    }
+}
+
+/// `SELECT MAX(c15) FROM t`: a program that reads only c15.
+fn max_c15(info: &csd_host::TableInfo) -> Plan {
+    let s = &info.schema;
+    let c15 = Expr::column(s, s.column_index("c15").expect("c15")).expect("c15");
+    Plan::aggregation(
+        "t",
+        s,
+        Aggregation {
+            group_by: vec![],
+            aggregates: vec![Aggregate {
+                func: AggFunc::Max,
+                arg: Some(c15),
+                ty: DataType::Int,
+            }],
+        },
+        None,
+    )
+}
+
+/// An in-host scan of an image opened read-only leaves its pages in place
+/// (`Command::ReadPinned`) and has only the sectors holding its program's minipages
+/// hashed (the read's `check`, known from the first page, which is checked whole): damage
+/// in a sector holding only columns the program does not read leaves its answer exact
+/// (its report too: the check is not modeled), while a program that reads a column of
+/// that sector fails naming the damaged LBA. (Pages of two 4 KiB sectors; c10 to c16 in
+/// the second.)
+#[test]
+fn an_in_host_scan_of_an_image_checks_the_sectors_its_program_reads() {
+    let guard = Threads::take();
+    let cfg = config(1024, 64, 32);
+    let (_dir, path) = image_with_t(&cfg, 40_000);
+    let program = (Program::Ungrouped, 40_000);
+    guard.set(1);
+    let (want, want_rep) = scan_image(&path, true, &cfg, program).expect("scan");
+    let (damaged, lba) = {
+        let mut c = opened(&path, false);
+        let info = table_t(&mut c);
+        let lpp = info.lbas_per_page(c.identify().lba_size);
+        let damaged = info.pages * 2 / 3;
+        // Byte 3000 of the second sector: in c14's minipage.
+        damage(&mut c, &info, damaged, 1, 3000);
+        csd_device::stack::close(c.device().block_mut()).expect("close");
+        (damaged, info.first_lba + damaged * lpp + 1)
+    };
+    for threads in [1, 2] {
+        guard.set(threads);
+        let (got, got_rep) = scan_image(&path, true, &cfg, program)
+            .expect("c1, c2 and c4 lie in the first sector, which is intact");
+        assert_eq!(got, want, "{threads} thread(s)");
+        assert_eq!(got_rep, want_rep, "{threads} thread(s)");
+        let mut c = opened(&path, true);
+        let info = table_t(&mut c);
+        let err = scan_loaded_with(&mut c, &info, &max_c15(&info), &cfg, Strategy::Ihp)
+            .expect_err("the damaged sector is read");
+        assert!(
+            err.to_string().contains(&format!("LBA {lba}")),
+            "{err} should name LBA {lba} of page {damaged}"
         );
     }
 }
@@ -555,7 +608,15 @@ fn read_pinned_is_a_read_with_its_pages_left_in_place() {
         let at = a.now().max(b.now());
         let want = a.exec_at(Command::Read { lba, blocks }, at).expect("read");
         let got = b
-            .exec_at(Command::ReadPinned { lba, blocks, unit }, at)
+            .exec_at(
+                Command::ReadPinned {
+                    lba,
+                    blocks,
+                    unit,
+                    check: u64::MAX,
+                },
+                at,
+            )
             .expect("read pinned");
         assert_eq!(got.acct, want.acct, "LBA {lba} x {blocks}");
         let Payload::Data(data) = want.payload else {
@@ -591,15 +652,17 @@ fn read_pinned_is_a_read_with_its_pages_left_in_place() {
             lba: info.first_lba,
             blocks: lpp as u32,
             unit,
+            check: u64::MAX,
         })
         .expect("read pinned");
     assert!(matches!(got.payload, Payload::Data(ref d) if d.len() == unit));
 }
 
 /// A table page damaged in an image is found by an in-host scan of the image opened
-/// read-only, whose reads leave the pages in place (`Command::ReadPinned`, every sector
-/// checked where it lies): the scan fails as the same scan of the image opened read-write
-/// (copied reads) does, with any thread count.
+/// read-only, whose reads leave the pages in place (`Command::ReadPinned`, the sectors the
+/// program reads checked where they lie): the scan fails as the same scan of the image
+/// opened read-write (copied reads, checked whole) does, with any thread count. (Damage
+/// in a sector the program does not read: `an_in_host_scan_of_an_image_checks_the_sectors_its_program_reads`.)
 #[test]
 fn a_damaged_page_fails_an_in_host_scan_of_a_read_only_image() {
     let guard = Threads::take();
@@ -611,7 +674,8 @@ fn a_damaged_page_fails_an_in_host_scan_of_a_read_only_image() {
         let info = table_t(&mut c);
         // Far enough in that the pool has evaluated batches before it.
         damaged = info.pages * 2 / 3;
-        damage(&mut c, &info, damaged, 1, 100);
+        // Byte 100 of the first sector: in c1's minipage, which the program reads.
+        damage(&mut c, &info, damaged, 0, 100);
         csd_device::stack::close(c.device().block_mut()).expect("close");
     }
     let run = |read_only: bool| {

@@ -27,8 +27,16 @@ impl NvmeDevice {
     /// ReadPinned: a Read whose units that lie in one flash page stay in place, pinned,
     /// on an image opened read-only (whose stored bytes nothing changes while the host
     /// holds them); anywhere else, for a read that is not whole units, or when no unit
-    /// lies so, a Read's data.
-    pub(super) fn read_pinned(&mut self, lba: u64, blocks: u32, unit: usize, at: SimTime) -> Ran {
+    /// lies so, a Read's data. `check`: the sectors of each unit left in place whose
+    /// bytes the host reads (see the command).
+    pub(super) fn read_pinned(
+        &mut self,
+        lba: u64,
+        blocks: u32,
+        unit: usize,
+        check: u64,
+        at: SimTime,
+    ) -> Ran {
         let ls = self.dev.ftl().lba_size();
         let bytes = blocks as usize * ls;
         if self.dev.ftl().nand().access() != csd_nand::Access::ReadOnly
@@ -41,7 +49,7 @@ impl NvmeDevice {
         let mut buf = self.read_buffer(bytes);
         let (t, units) = self
             .dev
-            .read_lbas_in_place(lba, &mut buf, unit, at)
+            .read_lbas_in_place(lba, &mut buf, unit, check, at)
             .map_err(failed)?;
         if units.is_empty() {
             return Ok((Payload::Data(buf), t));

@@ -55,7 +55,12 @@ impl NvmeDevice {
         match cmd {
             // Block I/O and the batch interface (io.rs).
             Command::Read { lba, blocks } => self.read(lba, blocks, at),
-            Command::ReadPinned { lba, blocks, unit } => self.read_pinned(lba, blocks, unit, at),
+            Command::ReadPinned {
+                lba,
+                blocks,
+                unit,
+                check,
+            } => self.read_pinned(lba, blocks, unit, check, at),
             Command::Write { lba, data } => self.write(lba, data, at),
             Command::Trim { lba, blocks } => self.trim(lba, blocks, at),
             Command::Flush => self.flush(at),

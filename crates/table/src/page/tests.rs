@@ -645,3 +645,33 @@ fn column_extents_hold_the_values_on_every_pax_page() {
     let v = PageView::parse(&nsm, &s).expect("page");
     assert_eq!(v.column_extent(0), None);
 }
+
+/// `pieces_read` names the pieces holding the header and the columns' minipages, the
+/// same on a full page and a part-filled one of a PAX table (minipages lie by capacity),
+/// and nothing it cannot place: NSM pages, a zero piece, pieces past the 64th.
+#[test]
+fn pieces_read_names_the_header_and_the_columns_minipages() {
+    let s = small_schema();
+    let cap = capacity_for(&s, Layout::Pax, 4096).expect("capacity");
+    let full = build(&s, Layout::Pax, 4096, cap);
+    let part = build(&s, Layout::Pax, 4096, 3);
+    for page in [&full, &part] {
+        let v = PageView::parse(page, &s).expect("page");
+        let mut want = 0u64;
+        for r in std::iter::once(0..HEADER_LEN)
+            .chain([3usize, 1].map(|c| v.column_extent(c).expect("PAX")))
+        {
+            for k in r.start / 512..=(r.end - 1) / 512 {
+                want |= 1 << k;
+            }
+        }
+        assert_eq!(v.pieces_read(&[3, 1], 512), Some(want));
+        assert_eq!(want & 1, 1, "the header's piece");
+        assert_eq!(v.pieces_read(&[], 4096), Some(1));
+        assert_eq!(v.pieces_read(&[0], 0), None);
+        assert_eq!(v.pieces_read(&[4], 32), None, "past the 64th piece");
+    }
+    let nsm = build(&s, Layout::Nsm, 4096, 3);
+    let v = PageView::parse(&nsm, &s).expect("page");
+    assert_eq!(v.pieces_read(&[0], 512), None);
+}
