@@ -175,8 +175,9 @@ enum BenchCmd {
     /// Example: csd bench open --clean-gib 4 --crash-gib 1,16
     Open(bench_open::BenchOpenArgs),
     /// `csd serve` against `nbdkit memory` and `nbdkit file` under the same fio jobs (4
-    /// KiB random writes and reads over NBD, queue depth 32), in rounds that run every
-    /// server once: median IOPS side by side, ratios taken within a round.
+    /// KiB random writes and reads over NBD, queue depth 32), beside `nbdkit null`
+    /// (nbdkit with no storage behind it), in rounds that run every server once: median
+    /// IOPS side by side, ratios taken within a round.
     ///
     /// Example: csd bench serve --runtime 5 --rounds 3
     Serve(bench_serve::BenchServeArgs),

@@ -3,7 +3,9 @@
 //! --memory` (the same device in memory), `nbdkit memory` (a RAM disk behind the same
 //! protocol: the like-for-like peer of the device in memory) and `nbdkit file` (a file on
 //! the same file system as the image: the fair peer for durability, since both sync to
-//! disk on FLUSH) with the same jobs — 4 KiB random writes, random writes with a FLUSH after every 32 (fio
+//! disk on FLUSH) and `nbdkit null` (nbdkit keeping nothing, reading zeros: what its
+//! request handling and the client allow with no storage behind them, so what no
+//! server of nbdkit's design can pass) with the same jobs — 4 KiB random writes, random writes with a FLUSH after every 32 (fio
 //! `--fsync=32`), and random reads, queue depth 32 — and the table gives IOPS side by
 //! side and the ratios. The emulator's own speed is what is measured: the device model
 //! runs in virtual time. `csd serve --memory` starts afresh before every writing run (in
@@ -12,8 +14,8 @@
 //!
 //! On a shared machine a server's IOPS moves by 2x or more from one minute to the next
 //! (other tenants), more than the differences measured. So each job runs in `--rounds`
-//! rounds; a round runs the four servers back to back, each round in another order
-//! (round `r` starts with server `r mod 4`) so that drift falls on every server alike.
+//! rounds; a round runs the five servers back to back, each round in another order
+//! (round `r` starts with server `r mod 5`) so that drift falls on every server alike.
 //! Ratios are taken within a round (the servers ran under the same load); the table
 //! gives each server's median IOPS, the median of the rounds' ratios and their range.
 
@@ -166,23 +168,29 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
             .map(|r| {
                 let (memory, file) = (r.ratio(CSD, MEMORY), r.ratio(CSD, FILE));
                 let in_memory = r.ratio(CSD_MEMORY, MEMORY);
+                let (ceiling, memory_ceiling) = (r.ratio(CSD, NULL), r.ratio(MEMORY, NULL));
                 serde_json::json!({
                     "job": r.job,
                     "csd_iops": r.median_iops(CSD),
                     "csd_memory_iops": r.median_iops(CSD_MEMORY),
                     "nbdkit_memory_iops": r.median_iops(MEMORY),
                     "nbdkit_file_iops": r.median_iops(FILE),
+                    "nbdkit_null_iops": r.median_iops(NULL),
                     "ratio_memory": memory.median,
                     "ratio_memory_range": [memory.min, memory.max],
                     "ratio_file": file.median,
                     "ratio_file_range": [file.min, file.max],
                     "ratio_in_memory": in_memory.median,
                     "ratio_in_memory_range": [in_memory.min, in_memory.max],
+                    "ratio_null": ceiling.median,
+                    "ratio_null_range": [ceiling.min, ceiling.max],
+                    "ratio_memory_null": memory_ceiling.median,
                     "rounds": r.rounds.iter().map(|x| serde_json::json!({
                         "csd_iops": x[CSD],
                         "csd_memory_iops": x[CSD_MEMORY],
                         "nbdkit_memory_iops": x[MEMORY],
                         "nbdkit_file_iops": x[FILE],
+                        "nbdkit_null_iops": x[NULL],
                     })).collect::<Vec<_>>(),
                 })
             })
@@ -199,9 +207,12 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
         "csd serve --memory IOPS",
         "nbdkit memory IOPS",
         "nbdkit file IOPS",
+        "nbdkit null IOPS",
         "csd / memory",
         "csd / file",
         "csd --memory / memory",
+        "csd / null",
+        "memory / null",
     ]);
     for r in &rows {
         let shown = |x: Ratio| {
@@ -217,15 +228,21 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
             format!("{:.0}", r.median_iops(CSD_MEMORY)),
             format!("{:.0}", r.median_iops(MEMORY)),
             format!("{:.0}", r.median_iops(FILE)),
+            format!("{:.0}", r.median_iops(NULL)),
             shown(r.ratio(CSD, MEMORY)),
             shown(r.ratio(CSD, FILE)),
             shown(r.ratio(CSD_MEMORY, MEMORY)),
+            shown(r.ratio(CSD, NULL)),
+            shown(r.ratio(MEMORY, NULL)),
         ]);
     }
     println!("{t}");
     println!(
         "{} round(s) of {} s per server and job, the servers' order rotated each round; IOPS: median over the rounds; ratios: median of the ratios within each round (range in brackets)",
         a.rounds, a.runtime
+    );
+    println!(
+        "nbdkit null keeps nothing (writes dropped, reads of zeros): its IOPS are what nbdkit's request handling and the client allow with no storage behind them, a ceiling for nbdkit memory and file"
     );
     println!(
         "device: {} (virtual clock, write cache {}, host sync {})",
@@ -249,14 +266,17 @@ const MEMORY: usize = 1;
 const FILE: usize = 2;
 /// Index of `csd serve --memory` in a round's IOPS.
 const CSD_MEMORY: usize = 3;
+/// Index of `nbdkit null` (the ceiling) in a round's IOPS.
+const NULL: usize = 4;
 /// Servers in a round.
-const N: usize = 4;
+const N: usize = 5;
 /// The servers' names, by index.
 const SERVERS: [&str; N] = [
     "csd serve",
     "nbdkit memory",
     "nbdkit file",
     "csd serve --memory",
+    "nbdkit null",
 ];
 
 /// The median of `v` (the mean of the two middle values for an even count; 0 if empty).
@@ -280,7 +300,7 @@ struct Ratio {
 /// One job's IOPS on each server, per round.
 struct Row {
     job: &'static str,
-    /// Per round: the IOPS of [`CSD`], [`MEMORY`], [`FILE`] and [`CSD_MEMORY`].
+    /// Per round: the IOPS of [`CSD`], [`MEMORY`], [`FILE`], [`CSD_MEMORY`] and [`NULL`].
     rounds: Vec<[f64; N]>,
 }
 
@@ -307,8 +327,8 @@ fn order(r: u32) -> [usize; N] {
     std::array::from_fn(|i| (k + i) % N)
 }
 
-/// `csd serve` on a fresh image and in memory, `nbdkit memory` and `nbdkit file` side by
-/// side in `dir`, each job of fio on all four.
+/// `csd serve` on a fresh image and in memory, `nbdkit memory`, `nbdkit file` and
+/// `nbdkit null` side by side in `dir`, each job of fio on all five.
 fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row>, CliError> {
     let image = dir.join("dev.img");
     let csd_sock = dir.join("csd.sock");
@@ -381,9 +401,21 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
             .map_err(|e| CliError::Usage(format!("nbdkit: {e}")))?,
     );
     wait_for(&file_sock)?;
+    let null_sock = dir.join("null.sock");
+    let _null_peer = Killed(
+        Command::new("nbdkit")
+            .args(["--foreground", "-U"])
+            .arg(&null_sock)
+            .args(["null", &bytes.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| CliError::Usage(format!("nbdkit: {e}")))?,
+    );
+    wait_for(&null_sock)?;
     let uri = |s: &Path| format!("nbd+unix:///?socket={}", s.display());
     let out = dir.join("fio.json");
-    let socks = [&csd_sock, &peer_sock, &file_sock, &mem_sock];
+    let socks = [&csd_sock, &peer_sock, &file_sock, &mem_sock, &null_sock];
     let bar = if a.report.json {
         indicatif::ProgressBar::hidden()
     } else {
@@ -428,7 +460,7 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
 
 #[cfg(test)]
 mod tests {
-    use super::{CSD, CSD_MEMORY, FILE, MEMORY, N, Row, median, order};
+    use super::{CSD, CSD_MEMORY, FILE, MEMORY, N, NULL, Row, median, order};
 
     #[test]
     fn median_of_odd_even_and_empty_counts() {
@@ -459,9 +491,9 @@ mod tests {
         let row = Row {
             job: "randwrite",
             rounds: vec![
-                [200.0, 100.0, 50.0, 300.0],
-                [100.0, 50.0, 50.0, 75.0],
-                [60.0, 20.0, 15.0, 40.0],
+                [200.0, 100.0, 50.0, 300.0, 400.0],
+                [100.0, 50.0, 50.0, 75.0, 125.0],
+                [60.0, 20.0, 15.0, 40.0, 80.0],
             ],
         };
         let m = row.ratio(CSD, MEMORY);
@@ -473,6 +505,9 @@ mod tests {
             (in_memory.median, in_memory.min, in_memory.max),
             (2.0, 1.5, 3.0)
         );
+        let n = row.ratio(CSD, NULL);
+        assert_eq!((n.median, n.min, n.max), (0.75, 0.5, 0.8));
+        assert_eq!(row.median_iops(NULL), 125.0);
         assert_eq!(row.median_iops(CSD), 100.0);
         assert_eq!(row.median_iops(MEMORY), 50.0);
     }
