@@ -1061,6 +1061,18 @@ fn read_ref_finds_a_corrupted_sector_in_place() {
     );
 }
 
+/// An FTL on the tiny preset with pages of four 2 KiB sectors: it, the LBA size and the
+/// sectors a page.
+fn four_sector_pages() -> (Ftl, usize, u64) {
+    let mut dev = DeviceConfig::preset("tiny").unwrap();
+    dev.geometry.sector_size = 2048;
+    let f = Ftl::format(Nand::new_in_memory(dev).unwrap(), FtlConfig::default()).unwrap();
+    let ss = f.lba_size();
+    let spp = f.nand().geometry().sectors_per_page() as u64;
+    assert_eq!(spp, 4);
+    (f, ss, spp)
+}
+
 /// A reader that names the sectors it looks at (`Ftl::read_ref_checking`) has only those
 /// hashed and remembered as matching; damage in another sector passes that read (its
 /// bytes are not looked at) and is found by the first read that looks (every sector's
@@ -1068,13 +1080,7 @@ fn read_ref_finds_a_corrupted_sector_in_place() {
 /// mask). The CRC plan of another thread follows the same mask.
 #[test]
 fn reads_hash_only_the_sectors_their_reader_looks_at() {
-    // The tiny preset with pages of four 2 KiB sectors.
-    let mut dev = DeviceConfig::preset("tiny").unwrap();
-    dev.geometry.sector_size = 2048;
-    let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), FtlConfig::default()).unwrap();
-    let ss = f.lba_size();
-    let spp = f.nand().geometry().sectors_per_page() as u64;
-    assert_eq!(spp, 4);
+    let (mut f, ss, spp) = four_sector_pages();
     let page_bytes = spp as usize * ss;
     let data: Vec<u8> = (0..spp).flat_map(|k| sector(&f, k + 3)).collect();
     f.write(0, &data, SimTime::ZERO).unwrap();
@@ -1133,12 +1139,7 @@ fn reads_hash_only_the_sectors_their_reader_looks_at() {
 /// its LBA, and a unit copied rather than left in place is checked whole.
 #[test]
 fn units_in_place_hash_only_the_sectors_their_reader_looks_at() {
-    let mut dev = DeviceConfig::preset("tiny").unwrap();
-    dev.geometry.sector_size = 2048;
-    let mut f = Ftl::format(Nand::new_in_memory(dev).unwrap(), FtlConfig::default()).unwrap();
-    let ss = f.lba_size();
-    let spp = f.nand().geometry().sectors_per_page() as u64;
-    assert_eq!(spp, 4);
+    let (mut f, ss, spp) = four_sector_pages();
     let unit = spp as usize * ss;
     // Two units (flash pages) of LBAs 0..8.
     let data: Vec<u8> = (0..2 * spp).flat_map(|k| sector(&f, k + 5)).collect();

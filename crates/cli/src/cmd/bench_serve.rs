@@ -101,6 +101,23 @@ fn wait_for(path: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `nbdkit` in the foreground on the Unix socket `sock` with plugin arguments `plugin`,
+/// once its socket appears; stopped when the handle is dropped.
+fn nbdkit(sock: &Path, plugin: &[&std::ffi::OsStr]) -> Result<Killed, CliError> {
+    let k = Killed(
+        Command::new("nbdkit")
+            .args(["--foreground", "-U"])
+            .arg(sock)
+            .args(plugin)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| CliError::Usage(format!("nbdkit: {e}")))?,
+    );
+    wait_for(sock)?;
+    Ok(k)
+}
+
 /// The fio jobs: (name, fio `--rw`, flush after every N writes).
 const JOBS: [(&str, &str, u32); 3] = [
     ("randwrite", "randwrite", 0),
@@ -370,17 +387,7 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
     let _csd = start_csd(&["--image".as_ref(), image.as_os_str()], &csd_sock)?;
     let mut csd_memory = Some(start_csd(&["--memory".as_ref()], &mem_sock)?);
     let bytes = cfg.geometry.raw_capacity();
-    let _peer = Killed(
-        Command::new("nbdkit")
-            .args(["--foreground", "-U"])
-            .arg(&peer_sock)
-            .args(["memory", &bytes.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| CliError::Usage(format!("nbdkit: {e}")))?,
-    );
-    wait_for(&peer_sock)?;
+    let _peer = nbdkit(&peer_sock, &["memory".as_ref(), bytes.to_string().as_ref()])?;
     let file_sock = dir.join("file.sock");
     let file = dir.join("peer.raw");
     std::fs::File::create(&file)
@@ -389,30 +396,9 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
             path: file.clone(),
             source: e,
         })?;
-    let _file_peer = Killed(
-        Command::new("nbdkit")
-            .args(["--foreground", "-U"])
-            .arg(&file_sock)
-            .arg("file")
-            .arg(&file)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| CliError::Usage(format!("nbdkit: {e}")))?,
-    );
-    wait_for(&file_sock)?;
+    let _file_peer = nbdkit(&file_sock, &["file".as_ref(), file.as_os_str()])?;
     let null_sock = dir.join("null.sock");
-    let _null_peer = Killed(
-        Command::new("nbdkit")
-            .args(["--foreground", "-U"])
-            .arg(&null_sock)
-            .args(["null", &bytes.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| CliError::Usage(format!("nbdkit: {e}")))?,
-    );
-    wait_for(&null_sock)?;
+    let _null_peer = nbdkit(&null_sock, &["null".as_ref(), bytes.to_string().as_ref()])?;
     let uri = |s: &Path| format!("nbd+unix:///?socket={}", s.display());
     let out = dir.join("fio.json");
     let socks = [&csd_sock, &peer_sock, &file_sock, &mem_sock, &null_sock];
