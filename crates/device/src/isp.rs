@@ -1317,8 +1317,9 @@ fn eval_in_step(
     page_buf: &[u8],
     t_flash: SimTime,
 ) -> Result<(WorkCounters, Layout), String> {
-    // The FTL checked every sector of this page against its end-to-end CRC on the way
-    // in, so the page's own checksum is not hashed again (all structural checks stay).
+    // The FTL checked the sectors of this page the program reads against its end-to-end
+    // CRC on the way in (every sector's TAG), so the page's own checksum is not hashed
+    // again (all structural checks stay).
     let page_rows = PageView::parse_unverified(page_buf, &s.schema)
         .map_err(|e| format!(" is not a page of `{}`: {e}", s.eval.plan().table))?
         .row_count();

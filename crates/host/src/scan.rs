@@ -1047,9 +1047,10 @@ impl<'p> HostEval<'p> {
                     pages: meta.iter().map(|m| m.2).sum(),
                     page_bytes: pb,
                 });
-                // The device's FTL checked every sector of these bytes against its
-                // end-to-end CRC, and the payload is this process's memory: pages'
-                // own checksums are not hashed again (all structural checks stay).
+                // The device's FTL checked these bytes against its end-to-end CRC
+                // (pages left in place: the sectors the program reads, `ReadPinned`'s
+                // `check`), and the payload is this process's memory: pages' own
+                // checksums are not hashed again (all structural checks stay).
                 let batch = p.submit(&table.schema, Box::new(SharedReads(pages.clone())));
                 self.pending.push_back(Pending {
                     reads: meta,
