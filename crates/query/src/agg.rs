@@ -107,6 +107,47 @@ impl PartialEq for PackedIndex {
     }
 }
 
+/// The groups of keys of at most two bytes (TPC-H Q1's two `CHAR(1)` flags), found
+/// by one load a row, where the linear search of a page's few groups branched
+/// unpredictably on every row whose group differs from the row before (with groups in
+/// random order, most rows). A direct-mapped cache of 256 slots, `group + 1` (0: empty)
+/// at a multiplicative hash of the key; every hit is checked against the state's own
+/// `packed` keys, so a slot another key took, or one left from before an
+/// [`AggState::clear`], is only a miss, and the state stays the only truth about its
+/// groups. Not copied by `clone` (a state is cloned per page evaluated ahead) and not
+/// compared.
+#[derive(Debug, Default)]
+struct NarrowIndex(Option<Box<[u32; NARROW_SLOTS]>>);
+
+/// Slots of a [`NarrowIndex`].
+const NARROW_SLOTS: usize = 256;
+
+impl Clone for NarrowIndex {
+    fn clone(&self) -> NarrowIndex {
+        NarrowIndex::default()
+    }
+}
+
+impl PartialEq for NarrowIndex {
+    fn eq(&self, _: &NarrowIndex) -> bool {
+        true
+    }
+}
+
+impl NarrowIndex {
+    /// The slot of key `p` (at most 16 bits).
+    #[inline(always)]
+    fn slot(p: u32) -> usize {
+        (p.wrapping_mul(0x9E37_79B1) >> 24) as usize
+    }
+
+    /// The slots, made on first use.
+    #[inline]
+    fn slots(&mut self) -> &mut [u32; NARROW_SLOTS] {
+        self.0.get_or_insert_with(|| Box::new([0; NARROW_SLOTS]))
+    }
+}
+
 impl PackedIndex {
     /// Fewest slots of a table in use.
     const MIN_SLOTS: usize = 64;
@@ -521,6 +562,7 @@ pub struct AggState {
     groups: usize,
     packed: Vec<u128>,
     packed_index: PackedIndex,
+    narrow: NarrowIndex,
     bytes_index: HashMap<Vec<u8>, u32, GroupHasher>,
     accs: Vec<Acc>,
     limit: usize,
@@ -552,6 +594,7 @@ impl AggState {
             groups: 0,
             packed: Vec::new(),
             packed_index: PackedIndex::default(),
+            narrow: NarrowIndex::default(),
             bytes_index: HashMap::default(),
             accs: agg
                 .aggregates
@@ -687,6 +730,64 @@ impl AggState {
         }
     }
 
+    /// [`AggState::group_ids`] of a key of at most two bytes whose columns are minipages
+    /// (PAX): the key is the column bytes, little-endian at their offsets (as `packed`
+    /// holds it), looked up in [`NarrowIndex`]; a key it does not know goes through
+    /// [`AggState::lookup_packed`] (which numbers a new group, or finds one the table has
+    /// not seen) and is remembered. `false` (nothing done) when a column is not a
+    /// minipage of one- or two-byte values.
+    fn narrow_ids(
+        &mut self,
+        view: &PageView<'_>,
+        sel: &[u32],
+        gids: &mut Vec<u32>,
+    ) -> Result<bool, EvalError> {
+        let w = self.key_width;
+        // (minipage, value width, byte offset in the key) per grouping column.
+        let mut cols: [(&[u8], usize, usize); 2] = [(&[], 0, 0); 2];
+        if self.group_cols.is_empty() || self.group_cols.len() > cols.len() {
+            return Ok(false);
+        }
+        for (slot, &(c, _, off)) in cols.iter_mut().zip(self.group_cols.iter()) {
+            let cv = view.column(c)?;
+            let cw = cv.width();
+            match cv.contiguous() {
+                Some(d) if (1..=2).contains(&cw) && off + cw <= w => *slot = (d, cw, off),
+                _ => return Ok(false),
+            }
+        }
+        let ncols = self.group_cols.len();
+        let key = |i: usize| -> u32 {
+            let mut k = 0u32;
+            for &(d, cw, off) in &cols[..ncols] {
+                let o = i * cw;
+                let v = match cw {
+                    1 => d.get(o).map_or(0, |&b| u32::from(b)),
+                    _ => d
+                        .get(o..o + 2)
+                        .map_or(0, |b| u32::from(u16::from_le_bytes([b[0], b[1]]))),
+                };
+                k |= v << (8 * off);
+            }
+            k
+        };
+        for &i in sel {
+            let p = key(i as usize);
+            let slot = NarrowIndex::slot(p);
+            let hint = self.narrow.slots()[slot];
+            let g = match hint.checked_sub(1) {
+                Some(g) if self.packed.get(g as usize) == Some(&u128::from(p)) => g,
+                _ => {
+                    let g = self.lookup_packed(u128::from(p))?;
+                    self.narrow.slots()[slot] = g + 1;
+                    g
+                }
+            };
+            gids.push(g);
+        }
+        Ok(true)
+    }
+
     /// Computes the group of every selected row into `gids`.
     fn group_ids(
         &mut self,
@@ -699,6 +800,9 @@ impl AggState {
         gids.clear();
         // Borrowed (the lookups below run after the last use): no reference count
         // touched per page on a line every evaluating thread shares.
+        if self.key_width <= 2 && self.narrow_ids(view, sel, gids)? {
+            return Ok(());
+        }
         let cols = &self.group_cols;
         if self.key_width <= 16 {
             packed.clear();
@@ -1211,7 +1315,7 @@ fn pack(key: &[u8]) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use csd_table::{Column, Schema};
+    use csd_table::{Column, Schema, Value};
     use proptest::prelude::*;
     use std::collections::HashMap as Reference;
 
@@ -1339,6 +1443,104 @@ mod tests {
             prop_assert_eq!(&merged.rows, &whole.rows);
             for (g, &p) in whole.packed.iter().enumerate() {
                 prop_assert_eq!(merged.lookup_packed(p).ok(), Some(g as u32));
+            }
+        }
+    }
+
+    proptest! {
+        /// Model-based: keys of at most two bytes (two `CHAR(1)` minipages, one `INT16`,
+        /// one `CHAR(1)`) get the groups a map of their bytes gives, numbered in
+        /// first-seen order over pages, through [`NarrowIndex`]'s slots shared by
+        /// colliding keys, states cleared between pages (its slots then name groups of
+        /// before), and the group limit (the first new key past it fails the page).
+        #[test]
+        fn narrow_keys_are_grouped_as_a_map_of_their_bytes(
+            pages in proptest::collection::vec(
+                (
+                    proptest::collection::vec((any::<u8>(), 0u8..4, any::<i16>()), 1..120),
+                    any::<bool>(),
+                    any::<u64>(),
+                ),
+                1..12,
+            ),
+            by in 0usize..3,
+            limit in prop_oneof![Just(usize::MAX), 1usize..300],
+        ) {
+            let schema = Schema::new(
+                "t",
+                vec![
+                    Column::new("a", ColumnType::Char(1)),
+                    Column::new("b", ColumnType::Char(1)),
+                    Column::new("c", ColumnType::Int16),
+                ],
+            )
+            .expect("schema");
+            let group_by = [vec![0, 1], vec![2], vec![1]][by].clone();
+            let agg = Aggregation { group_by: group_by.clone(), aggregates: Vec::new() };
+            let mut st = AggState::new(&agg, &schema, limit);
+            let mut model: Reference<Vec<u8>, u32> = Reference::new();
+            let mut scratch = (Vec::new(), Vec::new(), Vec::new());
+            for (rows, clear, pick) in &pages {
+                if *clear {
+                    st.clear();
+                    model.clear();
+                }
+                let mut b = csd_table::PageBuilder::new(schema.clone(), csd_table::Layout::Pax, 4096)
+                    .expect("builder");
+                let mut put = 0;
+                for &(a, bb, c) in rows {
+                    let row = [Value::Char(vec![a]), Value::Char(vec![b"AFNOR"[bb as usize]]), Value::Int16(c)];
+                    if b.is_full() {
+                        break;
+                    }
+                    b.push_row(&schema.encode_row_vec(&row).expect("row")).expect("row");
+                    put += 1;
+                }
+                let page = b.finish().to_vec();
+                let view = PageView::parse(&page, &schema).expect("page");
+                // Rows selected by the bits of `pick` (repeating), ascending.
+                let sel: Vec<u32> = (0..put as u32).filter(|i| pick >> (i % 64) & 1 == 1).collect();
+                let got = st.group_ids(&view, &sel, &mut scratch.0, &mut scratch.1, &mut scratch.2);
+                let mut want = Vec::new();
+                let mut failed = false;
+                for &i in &sel {
+                    let (a, bb, c) = rows[i as usize];
+                    let bytes: Vec<u8> = group_by
+                        .iter()
+                        .flat_map(|&g| match g {
+                            0 => vec![a],
+                            1 => vec![b"AFNOR"[bb as usize]],
+                            _ => c.to_le_bytes().to_vec(),
+                        })
+                        .collect();
+                    let n = model.len() as u32;
+                    match model.get(&bytes) {
+                        Some(&g) => want.push(g),
+                        None if model.len() >= limit => {
+                            failed = true;
+                            break;
+                        }
+                        None => {
+                            model.insert(bytes, n);
+                            want.push(n);
+                        }
+                    }
+                }
+                match got {
+                    Ok(()) => {
+                        prop_assert!(!failed);
+                        prop_assert_eq!(&scratch.0, &want);
+                    }
+                    Err(EvalError::TooManyGroups { .. }) => {
+                        prop_assert!(failed);
+                        prop_assert_eq!(&scratch.0[..], &want[..]);
+                    }
+                    Err(e) => prop_assert!(false, "{e}"),
+                }
+                prop_assert_eq!(st.group_count(), model.len());
+                if failed {
+                    break;
+                }
             }
         }
     }
