@@ -48,18 +48,20 @@ use crate::types::DataType;
 /// Groups found by linear scan up to this many.
 const LINEAR_GROUPS: usize = 16;
 
-/// Adds `v[k]` into `sum[gids[k]]` for an aggregation of at most [`LINEAR_GROUPS`]
-/// groups (TPC-H Q1's four). Consecutive rows keep hitting the same few accumulators: a
+/// The sums of `v[k]` per group `gids[k]` (groups `0..groups`, the rest 0) for an
+/// aggregation of at most [`LINEAR_GROUPS`] groups (TPC-H Q1's four), which the caller
+/// adds to its accumulators. Consecutive rows keep hitting the same few accumulators: a
 /// read-modify-write chain through memory per group, so local banks take alternate rows
 /// (four banks, by row index) and are added into `sum` once per call. When no sum of the
 /// call can leave `i64` (rows x the largest magnitude, bounded from above by OR-ing the
 /// magnitudes, below 2^63) the banks are `i64`, one add a row instead of `i128`'s two
 /// (wrapping adds, which never wrap under that bound, so the loop has no overflow
 /// branch); otherwise `i128`. Either way the result is the exact sum.
-fn sum_few_groups(gids: &[u32], v: &[i64], sum: &mut [i128]) {
-    debug_assert!(sum.len() <= LINEAR_GROUPS && gids.len() == v.len());
-    debug_assert!(gids.iter().all(|&g| (g as usize) < sum.len()));
+fn few_group_sums(gids: &[u32], v: &[i64], groups: usize) -> [i128; LINEAR_GROUPS] {
+    debug_assert!(groups <= LINEAR_GROUPS && gids.len() == v.len());
+    debug_assert!(gids.iter().all(|&g| (g as usize) < groups));
     const BANKS: usize = 4;
+    let mut out = [0i128; LINEAR_GROUPS];
     let bound = v.iter().fold(0u64, |a, &x| a | x.unsigned_abs());
     let fits = (bound as u128 + 1) * (v.len() as u128) < (1u128 << 63);
     if fits {
@@ -68,18 +70,19 @@ fn sum_few_groups(gids: &[u32], v: &[i64], sum: &mut [i128]) {
             let b = &mut bank[k % BANKS][g as usize % LINEAR_GROUPS];
             *b = b.wrapping_add(x);
         }
-        for (g, s) in sum.iter_mut().enumerate() {
-            *s += bank.iter().map(|b| i128::from(b[g])).sum::<i128>();
+        for (g, s) in out.iter_mut().enumerate().take(groups) {
+            *s = bank.iter().map(|b| i128::from(b[g])).sum::<i128>();
         }
     } else {
         let mut bank = [[0i128; LINEAR_GROUPS]; BANKS];
         for (k, (&g, &x)) in gids.iter().zip(v).enumerate() {
             bank[k % BANKS][g as usize % LINEAR_GROUPS] += i128::from(x);
         }
-        for (g, s) in sum.iter_mut().enumerate() {
-            *s += bank.iter().map(|b| b[g]).sum::<i128>();
+        for (g, s) in out.iter_mut().enumerate().take(groups) {
+            *s = bank.iter().map(|b| b[g]).sum::<i128>();
         }
     }
+    out
 }
 
 /// A group table bounded to at most this many groups (a device session's arena) gets
@@ -879,12 +882,16 @@ impl AggState {
     }
 
     /// Folds the selected rows of one page into the state. Returns the number of
-    /// accumulator updates (rows × aggregates).
+    /// accumulator updates (rows × aggregates). `same[a]`, where given, names an
+    /// earlier aggregate whose input is aggregate `a`'s own (TPC-H Q1's `SUM(x)` and
+    /// `AVG(x)`): when both keep a plain sum, `a` adds the per-group sums that one
+    /// added instead of summing the rows again.
     pub(crate) fn update(
         &mut self,
         view: &PageView<'_>,
         sel: &[u32],
         inputs: &[AggInput<'_>],
+        same: &[Option<usize>],
         scratch: &mut GroupScratch,
     ) -> Result<u64, EvalError> {
         if inputs.len() != self.accs.len() {
@@ -902,7 +909,10 @@ impl AggState {
                 &mut scratch.keybuf,
             )?;
         }
-        let gids = &scratch.gids;
+        let GroupScratch { gids, deltas, .. } = scratch;
+        let gids = &*gids;
+        deltas.clear();
+        deltas.resize(self.accs.len(), None);
         let n = sel.len();
         // With few groups (TPC-H Q1's four) consecutive rows keep hitting the same
         // accumulators: a read-modify-write chain through memory per group. Two banks
@@ -925,7 +935,8 @@ impl AggState {
             self.rows[0] += n as u64;
         }
         let gid = |k: usize| if grouped { gids[k] as usize } else { 0 };
-        for (acc, input) in self.accs.iter_mut().zip(inputs) {
+        let groups = self.groups;
+        for (a, (acc, input)) in self.accs.iter_mut().zip(inputs).enumerate() {
             match (acc, input) {
                 (Acc::Count { nn: Some(nn) }, AggInput::Valid(ok)) => {
                     for (k, &v) in ok.iter().enumerate() {
@@ -954,14 +965,25 @@ impl AggState {
                 }
                 (Acc::Sum { sum, nn: None }, AggInput::Num(v)) => {
                     // |sum| < rows * 2^63 < 2^127 while rows < 2^64: no overflow
-                    if few {
-                        sum_few_groups(gids, v, sum);
-                    } else if grouped {
+                    if few || !grouped {
+                        let shared = same.get(a).copied().flatten();
+                        let d = match shared.and_then(|j| deltas.get(j).copied().flatten()) {
+                            Some(d) => d,
+                            None if few => few_group_sums(gids, v, groups),
+                            None => {
+                                let mut d = [0i128; LINEAR_GROUPS];
+                                d[0] = v.iter().map(|&x| i128::from(x)).sum::<i128>();
+                                d
+                            }
+                        };
+                        for (s, d) in sum.iter_mut().zip(d) {
+                            *s += d;
+                        }
+                        deltas[a] = Some(d);
+                    } else {
                         for (&g, &x) in gids.iter().zip(v.iter()) {
                             sum[g as usize] += i128::from(x);
                         }
-                    } else {
-                        sum[0] += v.iter().map(|&x| i128::from(x)).sum::<i128>();
                     }
                 }
                 (Acc::MinMax { max, val, seen }, AggInput::Num(v)) => {
@@ -1303,6 +1325,9 @@ pub(crate) struct GroupScratch {
     gids: Vec<u32>,
     packed: Vec<u128>,
     keybuf: Vec<u8>,
+    /// Per aggregate of the page being folded: the per-group sums a plain `SUM`/`AVG`
+    /// added (few groups or none), for an aggregate of the same input to add again.
+    deltas: Vec<Option<[i128; LINEAR_GROUPS]>>,
 }
 
 fn pack(key: &[u8]) -> u128 {
@@ -1362,7 +1387,9 @@ mod tests {
             for (&g, &x) in gids.iter().zip(&v) {
                 want[g as usize] += i128::from(x);
             }
-            sum_few_groups(&gids, &v, &mut sum);
+            for (s, d) in sum.iter_mut().zip(few_group_sums(&gids, &v, groups)) {
+                *s += d;
+            }
             prop_assert_eq!(sum, want);
         }
 

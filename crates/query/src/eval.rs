@@ -117,6 +117,34 @@ pub struct Evaluator {
     plan: Plan,
     scratch: Scratch,
     totals: WorkCounters,
+    /// Per aggregate of an aggregation plan: the first earlier aggregate with the same
+    /// input ([`shared_inputs`]), whose values it takes instead of computing them again.
+    same: Vec<Option<usize>>,
+}
+
+/// Per aggregate of `agg`, the first earlier aggregate whose input is the same values:
+/// the same numeric argument (not `DECIMAL(p, s)`, not NULL anywhere), both needing its
+/// values (TPC-H Q1's `SUM(l_quantity)` and `AVG(l_quantity)`). The page's values are
+/// computed once and both fold them; the work counters still count each aggregate's
+/// evaluation, so a device's modeled cost is that of evaluating every aggregate.
+fn shared_inputs(agg: &crate::plan::Aggregation) -> Vec<Option<usize>> {
+    let shareable = |a: &crate::plan::Aggregate| {
+        !matches!(a.func, AggFunc::CountStar | AggFunc::Count)
+            && a.arg.as_ref().is_some_and(|e| {
+                !e.may_be_null()
+                    && (e.ty.is_integer_backed() || e.ty.is_float())
+                    && !matches!(e.ty, DataType::Decimal128 { .. })
+            })
+    };
+    let aggs = &agg.aggregates;
+    (0..aggs.len())
+        .map(|i| {
+            if !shareable(&aggs[i]) {
+                return None;
+            }
+            (0..i).find(|&j| shareable(&aggs[j]) && aggs[j].arg == aggs[i].arg)
+        })
+        .collect()
 }
 
 #[derive(Debug, Default)]
@@ -163,7 +191,22 @@ impl Evaluator {
                 ..Scratch::default()
             },
             totals: WorkCounters::default(),
+            same: match &plan.output {
+                Output::Aggregate(agg) => shared_inputs(agg),
+                Output::Project(_) => Vec::new(),
+            },
         }
+    }
+
+    /// Whether aggregates with the same input take its values computed once per page
+    /// (the default: `true`); `false` computes every aggregate's input on its own, for
+    /// comparison. Results and work counters are the same either way.
+    pub fn share_inputs(mut self, on: bool) -> Evaluator {
+        self.same = match (&self.plan.output, on) {
+            (Output::Aggregate(agg), true) => shared_inputs(agg),
+            _ => Vec::new(),
+        };
+        self
     }
 
     /// The plan being evaluated.
@@ -234,7 +277,12 @@ impl Evaluator {
         out: &mut PartialResult,
     ) -> Result<WorkCounters, EvalError> {
         let mut c = self.start_page(page)?;
-        let Evaluator { plan, scratch, .. } = self;
+        let Evaluator {
+            plan,
+            scratch,
+            same,
+            ..
+        } = self;
         let mut run = Run::start(page, scratch, &mut c);
         let mut sel = run.take_sel();
         run.selection(plan.filter.as_ref(), &mut sel)?;
@@ -263,8 +311,15 @@ impl Evaluator {
                 // that may be NULL, which selected rows it is not NULL on.
                 let mut bufs: Vec<Option<Vec<i64>>> = Vec::with_capacity(agg.aggregates.len());
                 let mut valid: Vec<Option<Vec<bool>>> = Vec::with_capacity(agg.aggregates.len());
-                for a in &agg.aggregates {
+                for (i, a) in agg.aggregates.iter().enumerate() {
                     let needs_values = !matches!(a.func, AggFunc::CountStar | AggFunc::Count);
+                    if let (Some(_), Some(e)) = (same.get(i).copied().flatten(), &a.arg) {
+                        // Its values are an earlier aggregate's: counted, not computed.
+                        run.count_num(e, sel.len())?;
+                        bufs.push(None);
+                        valid.push(None);
+                        continue;
+                    }
                     let ok = match &a.arg {
                         Some(e) if e.may_be_null() && a.func != AggFunc::CountStar => {
                             let mut nn = run.take_sel();
@@ -332,7 +387,18 @@ impl Evaluator {
                     });
                 }
                 let mut inputs = Vec::with_capacity(bufs.len());
-                for (((a, b), ok), w) in agg.aggregates.iter().zip(&bufs).zip(&valid).zip(&wides) {
+                for (i, (((a, b), ok), w)) in agg
+                    .aggregates
+                    .iter()
+                    .zip(&bufs)
+                    .zip(&valid)
+                    .zip(&wides)
+                    .enumerate()
+                {
+                    let b = match same.get(i).copied().flatten() {
+                        Some(j) => bufs.get(j).unwrap_or(b),
+                        None => b,
+                    };
                     inputs.push(match (b, ok, &a.arg) {
                         _ if w.is_some() => {
                             AggInput::Wide(w.as_deref().unwrap_or(&[]), ok.as_deref())
@@ -375,7 +441,7 @@ impl Evaluator {
                 run.c.values_touched += (sel.len() * agg.group_by.len()) as u64;
                 run.c.bytes_touched += (sel.len() * key_bytes) as u64;
                 let page = run.view;
-                run.c.agg_updates += state.update(page, &sel, &inputs, &mut run.s.group)?;
+                run.c.agg_updates += state.update(page, &sel, &inputs, same, &mut run.s.group)?;
                 drop(inputs);
                 for b in bufs.into_iter().flatten() {
                     run.s.nums.push(b);
@@ -657,6 +723,47 @@ impl<'r, 'a> Run<'r, 'a> {
         let mut b = self.take_num();
         self.eval_num(e, sel, &mut b)?;
         Ok(Opnd::Buf(b))
+    }
+
+    /// Counts what evaluating the numeric expression `e` on `rows` selected rows again
+    /// would (it was just evaluated on them): the same column reads through
+    /// [`Run::num_col`], whose counters know what this page already decoded, and one
+    /// computed value a row per operator, as [`Run::eval_num`] counts them.
+    fn count_num(&mut self, e: &Expr, rows: usize) -> Result<(), EvalError> {
+        match &e.kind {
+            ExprKind::Column { index, .. } => {
+                self.num_col(*index, rows)?;
+            }
+            ExprKind::Const(Const::Int(_)) => {}
+            ExprKind::Neg(x) => {
+                self.count_num(x, rows)?;
+                self.c.values_computed += rows as u64;
+            }
+            ExprKind::Rescale { expr, .. } => {
+                self.count_operand(expr, rows)?;
+                self.c.values_computed += rows as u64;
+            }
+            ExprKind::Arith { left, right, .. } => {
+                self.count_operand(left, rows)?;
+                self.count_operand(right, rows)?;
+                self.c.values_computed += rows as u64;
+            }
+            _ => {
+                return Err(EvalError::PlanMismatch(format!(
+                    "{e} ({}) is not a numeric expression",
+                    e.ty
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Run::count_num`] of an operand ([`Run::operand`]: a constant reads nothing).
+    fn count_operand(&mut self, e: &Expr, rows: usize) -> Result<(), EvalError> {
+        if e.as_int_const().is_some() {
+            return Ok(());
+        }
+        self.count_num(e, rows)
     }
 
     /// Values of a numeric (or date) expression for the selected rows, in order.
