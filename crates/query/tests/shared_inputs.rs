@@ -5,8 +5,7 @@
 
 mod common;
 
-use common::{agg, aggregation, arith, cmp, col, date, lineitem_pages, num, q1};
-use csd_query::build::BinaryArith;
+use common::{agg, aggregation, cmp, col, date, disc_price, lineitem_pages, q1};
 use csd_query::{AggFunc, CmpOp, Evaluator, PartialResult, Plan};
 use csd_table::datagen::TpchTable;
 use csd_table::{Layout, PageView, Schema};
@@ -14,13 +13,7 @@ use csd_table::{Layout, PageView, Schema};
 fn plans(s: &Schema) -> Vec<Plan> {
     use AggFunc::*;
     let c = |n: &str| col(s, n);
-    let disc_price = || {
-        arith(
-            BinaryArith::Mul,
-            c("l_extendedprice"),
-            arith(BinaryArith::Sub, num(1, 0), c("l_discount")),
-        )
-    };
+    let disc_price = || disc_price(s);
     let shared = |group_by: &[&str]| {
         aggregation(
             s,

@@ -181,18 +181,21 @@ pub fn q6(s: &Schema) -> Plan {
     )
 }
 
+/// `l_extendedprice * (1 - l_discount)` of lineitem schema `s`.
+pub fn disc_price(s: &Schema) -> Expr {
+    arith(
+        BinaryArith::Mul,
+        col(s, "l_extendedprice"),
+        arith(BinaryArith::Sub, num(1, 0), col(s, "l_discount")),
+    )
+}
+
 /// TPC-H Q1's device program (validation parameters): the partial aggregation of its
 /// eight aggregates per (l_returnflag, l_linestatus).
 pub fn q1(s: &Schema) -> Plan {
     use AggFunc::*;
     let c = |n: &str| col(s, n);
-    let disc_price = || {
-        arith(
-            BinaryArith::Mul,
-            c("l_extendedprice"),
-            arith(BinaryArith::Sub, num(1, 0), c("l_discount")),
-        )
-    };
+    let disc_price = || disc_price(s);
     aggregation(
         s,
         &["l_returnflag", "l_linestatus"],
