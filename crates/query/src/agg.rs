@@ -15,7 +15,9 @@
 //!
 //! Groups are keyed by the grouping columns' stored bytes, back to back. Keys of up to
 //! 16 bytes (TPC-H Q1's two `CHAR(1)` flags take 2) are packed into a `u128` and, while
-//! there are at most 16 groups, looked up by a linear scan that beats hashing; larger
+//! there are at most 16 groups, looked up by a linear scan that beats hashing (keys of
+//! at most two bytes read from minipages first try a 256-slot cache, `NarrowIndex`, one
+//! load a row with no branch on the group); larger
 //! key sets use [`PackedIndex`] (longer keys a hash map), which a state builds only when
 //! it passes 16 groups (a page's state of a few groups, merged and cleared for the next
 //! page, never hashes a key). Without `GROUP BY` there is
@@ -52,7 +54,7 @@ const LINEAR_GROUPS: usize = 16;
 /// aggregation of at most [`LINEAR_GROUPS`] groups (TPC-H Q1's four), which the caller
 /// adds to its accumulators. Consecutive rows keep hitting the same few accumulators: a
 /// read-modify-write chain through memory per group, so local banks take alternate rows
-/// (four banks, by row index) and are added into `sum` once per call. When no sum of the
+/// (four banks, by row index) and are summed into the result once per call. When no sum of the
 /// call can leave `i64` (rows x the largest magnitude, bounded from above by OR-ing the
 /// magnitudes, below 2^63) the banks are `i64`, one add a row instead of `i128`'s two
 /// (wrapping adds, which never wrap under that bound, so the loop has no overflow

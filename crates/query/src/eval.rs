@@ -122,12 +122,16 @@ pub struct Evaluator {
     same: Vec<Option<usize>>,
 }
 
-/// Per aggregate of `agg`, the first earlier aggregate whose input is the same values:
+/// Per aggregate of an aggregation plan, the first earlier aggregate whose input is the
+/// same values:
 /// the same numeric argument (not `DECIMAL(p, s)`, not NULL anywhere), both needing its
 /// values (TPC-H Q1's `SUM(l_quantity)` and `AVG(l_quantity)`). The page's values are
 /// computed once and both fold them; the work counters still count each aggregate's
 /// evaluation, so a device's modeled cost is that of evaluating every aggregate.
-fn shared_inputs(agg: &crate::plan::Aggregation) -> Vec<Option<usize>> {
+fn shared_inputs(plan: &Plan) -> Vec<Option<usize>> {
+    let Output::Aggregate(agg) = &plan.output else {
+        return Vec::new();
+    };
     let shareable = |a: &crate::plan::Aggregate| {
         !matches!(a.func, AggFunc::CountStar | AggFunc::Count)
             && a.arg.as_ref().is_some_and(|e| {
@@ -191,10 +195,7 @@ impl Evaluator {
                 ..Scratch::default()
             },
             totals: WorkCounters::default(),
-            same: match &plan.output {
-                Output::Aggregate(agg) => shared_inputs(agg),
-                Output::Project(_) => Vec::new(),
-            },
+            same: shared_inputs(plan),
         }
     }
 
@@ -202,9 +203,10 @@ impl Evaluator {
     /// (the default: `true`); `false` computes every aggregate's input on its own, for
     /// comparison. Results and work counters are the same either way.
     pub fn share_inputs(mut self, on: bool) -> Evaluator {
-        self.same = match (&self.plan.output, on) {
-            (Output::Aggregate(agg), true) => shared_inputs(agg),
-            _ => Vec::new(),
+        self.same = if on {
+            shared_inputs(&self.plan)
+        } else {
+            Vec::new()
         };
         self
     }
