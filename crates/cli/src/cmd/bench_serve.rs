@@ -101,21 +101,29 @@ fn wait_for(path: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
-/// `nbdkit` in the foreground on the Unix socket `sock` with plugin arguments `plugin`,
-/// once its socket appears; stopped when the handle is dropped.
-fn nbdkit(sock: &Path, plugin: &[&std::ffi::OsStr]) -> Result<Killed, CliError> {
+/// Starts server `cmd` (named `name` in errors) with its output discarded, once its Unix
+/// socket `sock` appears; stopped when the handle is dropped.
+fn start_server(cmd: &mut Command, name: &str, sock: &Path) -> Result<Killed, CliError> {
     let k = Killed(
-        Command::new("nbdkit")
-            .args(["--foreground", "-U"])
-            .arg(sock)
-            .args(plugin)
-            .stdout(Stdio::null())
+        cmd.stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| CliError::Usage(format!("nbdkit: {e}")))?,
+            .map_err(|e| CliError::Usage(format!("{name}: {e}")))?,
     );
     wait_for(sock)?;
     Ok(k)
+}
+
+/// `nbdkit` in the foreground on the Unix socket `sock` with plugin arguments `plugin`.
+fn nbdkit(sock: &Path, plugin: &[&std::ffi::OsStr]) -> Result<Killed, CliError> {
+    start_server(
+        Command::new("nbdkit")
+            .args(["--foreground", "-U"])
+            .arg(sock)
+            .args(plugin),
+        "nbdkit",
+        sock,
+    )
 }
 
 /// The fio jobs: (name, fio `--rw`, flush after every N writes).
@@ -374,15 +382,7 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
         for s in a.src.describe().split_whitespace() {
             serve.arg(s);
         }
-        let k = Killed(
-            serve
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| CliError::Usage(format!("csd serve: {e}")))?,
-        );
-        wait_for(sock)?;
-        Ok(k)
+        start_server(&mut serve, "csd serve", sock)
     };
     let _csd = start_csd(&["--image".as_ref(), image.as_os_str()], &csd_sock)?;
     let mut csd_memory = Some(start_csd(&["--memory".as_ref()], &mem_sock)?);
