@@ -291,6 +291,11 @@ impl Ahead {
             w.taken += 1;
         }
         let d = self.piece.next().flatten();
+        // The next page's result, written on another core, is on its way while this
+        // one is merged and the next page is stepped.
+        if let Some(Some(next)) = self.piece.as_slice().first() {
+            next.out.prefetch();
+        }
         let crcs = d
             .as_ref()
             .and_then(|_| w.checks.matched(i.checked_sub(w.first)? as usize));

@@ -165,6 +165,20 @@ impl PackedIndex {
         (x.wrapping_mul(K) >> self.shift) as usize
     }
 
+    /// Hints the key of the group in `p`'s home slot (the one a probe for `p` compares
+    /// first), once that slot is in the cache ([`PackedIndex::prefetch`]).
+    #[inline(always)]
+    fn prefetch_key(&self, p: u128, keys: &[u128]) {
+        if self.slots.is_empty() {
+            return;
+        }
+        if let Some(g) = self.slots[self.home(p)].checked_sub(1)
+            && let Some(k) = keys.get(g as usize)
+        {
+            csd_sim::prefetch::value(k);
+        }
+    }
+
     /// The group of `p`, if the table holds it.
     #[inline(always)]
     fn find(&self, p: u128, keys: &[u128]) -> Option<u32> {
@@ -1186,6 +1200,109 @@ impl AggState {
         }
     }
 
+    /// Per aggregate, the kind of value a [`PageGroups`] holds for it, if this is a state
+    /// whose groups travel as one: grouped, keys of at most 16 bytes, at most
+    /// [`SCALAR_ACCS`] aggregates, each a `COUNT(*)`, a `SUM` that does not count its own
+    /// values (its argument is never NULL) or a `MIN`/`MAX` of numbers.
+    fn group_kinds(&self) -> Option<[ScalarKind; SCALAR_ACCS]> {
+        if self.group_cols.is_empty() || self.key_width > 16 || self.accs.len() > SCALAR_ACCS {
+            return None;
+        }
+        let mut kinds = [ScalarKind::Count; SCALAR_ACCS];
+        for (k, acc) in kinds.iter_mut().zip(&self.accs) {
+            *k = match acc {
+                Acc::Count { nn: None } => ScalarKind::Count,
+                Acc::Sum { nn: None, .. } => ScalarKind::Sum,
+                Acc::MinMax { .. } => ScalarKind::Extreme,
+                _ => return None,
+            };
+        }
+        Some(kinds)
+    }
+
+    /// Whether this state's groups can travel as a [`PageGroups`] (see
+    /// [`AggState::page_groups`]).
+    pub fn has_page_groups(&self) -> bool {
+        self.group_kinds().is_some()
+    }
+
+    /// This state's groups, in its order, written into `buffer` (emptied first), if the
+    /// state is one whose groups travel as one ([`AggState::has_page_groups`]); else
+    /// `None` (the buffer is dropped).
+    pub fn page_groups(&self, mut buffer: Vec<u128>) -> Option<PageGroups> {
+        let kinds = self.group_kinds()?;
+        debug_assert_eq!(
+            self.packed.len(),
+            self.groups,
+            "keys of 16 bytes are packed"
+        );
+        let n = self.accs.len();
+        buffer.clear();
+        buffer.reserve(self.groups * (2 + n));
+        for (g, (&key, &rows)) in self.packed.iter().zip(&self.rows).enumerate() {
+            buffer.push(key);
+            let at = buffer.len();
+            buffer.push(u128::from(rows));
+            for (a, acc) in self.accs.iter().enumerate() {
+                let v = match acc {
+                    Acc::Sum { sum, .. } => sum[g] as u128,
+                    Acc::MinMax { val, seen, .. } => {
+                        buffer[at] |= u128::from(seen[g]) << (64 + a);
+                        i128::from(val[g]) as u128
+                    }
+                    _ => 0,
+                };
+                buffer.push(v);
+            }
+        }
+        Some(PageGroups {
+            key_width: self.key_width as u8,
+            n: n as u8,
+            kinds,
+            data: buffer,
+        })
+    }
+
+    /// Merges a page's [`PageGroups`] of the same aggregation: exactly what merging
+    /// the page's state ([`AggState::merge_from`]) does. Groups of another aggregation
+    /// (key width, aggregates) are an error, before anything changes.
+    pub fn merge_groups(&mut self, p: &PageGroups) -> Result<(), EvalError> {
+        let n = usize::from(p.n);
+        let same = self
+            .group_kinds()
+            .is_some_and(|k| n == self.accs.len() && k[..n] == p.kinds[..n]);
+        if !same || usize::from(p.key_width) != self.key_width {
+            return Err(EvalError::PlanMismatch(
+                "a page's groups and the state of another aggregation".into(),
+            ));
+        }
+        let stride = 2 + n;
+        if self.groups > LINEAR_GROUPS {
+            // A page's few groups hit a table of thousands at random: fetch their home
+            // slots first, so the misses overlap (as `merge_from` does).
+            for e in p.data.chunks_exact(stride) {
+                self.packed_index.prefetch(e[0]);
+            }
+            // Then the keys those slots name, which the probes compare.
+            for e in p.data.chunks_exact(stride) {
+                self.packed_index.prefetch_key(e[0], &self.packed);
+            }
+        }
+        let kinds = p.kinds;
+        for e in p.data.chunks_exact(stride) {
+            let mine = self.lookup_packed(e[0])? as usize;
+            let seen = (e[1] >> 64) as u64;
+            let values = e[2..].iter().enumerate().map(|(a, &v)| match kinds[a] {
+                ScalarKind::Count => AccValue::Count(None),
+                ScalarKind::Sum => AccValue::Sum(v as i128, None),
+                // Written from an `i64` by `page_groups`.
+                _ => AccValue::MinMax((seen >> a & 1 == 1).then_some(v as i128 as i64)),
+            });
+            self.fold_group(mine, e[1] as u64, values)?;
+        }
+        Ok(())
+    }
+
     /// Merges a [`ScalarState`] of the same aggregation (see [`AggState::scalar`]).
     pub fn merge_scalar(&mut self, s: &ScalarState) -> Result<(), EvalError> {
         if !self.group_cols.is_empty() {
@@ -1318,6 +1435,58 @@ impl ScalarState {
             ScalarKind::Extreme => AccValue::MinMax(Some(self.vals[a] as i64)),
             ScalarKind::NoExtreme => AccValue::MinMax(None),
         }
+    }
+}
+
+/// The groups of one page's aggregation with `GROUP BY`, in one buffer: what a page
+/// evaluated on one thread hands to the thread that merges it. A page's whole
+/// [`AggState`] (its boxed header, its accumulators and five buffers, each on lines of
+/// its own) crossed between cores twice a page: written on the evaluating core, read by
+/// the merging one, cleared there and written again on an evaluating core. On TPC-H
+/// Q15's pages of about four groups, a third of the merge (the merging thread's largest
+/// cost) and a third of the evaluation's fold went to those lines' misses. Here the
+/// evaluator keeps one state of its own, cleared per page, and hands over its groups:
+/// `2 + aggregates` words a group.
+///
+/// For keys of at most 16 bytes and aggregates whose values are [`ScalarState`]'s kinds
+/// (at most [`SCALAR_ACCS`]; `COUNT(*)`, `SUM`/`AVG` of an argument that is never NULL,
+/// `MIN`/`MAX` of numbers): see [`AggState::page_groups`]; merged by
+/// [`AggState::merge_groups`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PageGroups {
+    /// The packed keys' width in bytes.
+    key_width: u8,
+    /// Aggregates held.
+    n: u8,
+    /// Per aggregate: `Count`, `Sum` or `Extreme` (a `MIN`/`MAX`, whose groups say
+    /// whether it saw a value).
+    kinds: [ScalarKind; SCALAR_ACCS],
+    /// Per group, in first-seen order, `2 + n` words: the packed key; the group's rows in
+    /// the low 64 bits, with bit `64 + a` set where `MIN`/`MAX` `a` saw a value; each
+    /// aggregate's value (a sum, or an extreme as an `i64` widened; 0 for a count).
+    data: Vec<u128>,
+}
+
+impl PageGroups {
+    /// Groups held.
+    pub fn len(&self) -> usize {
+        self.data.len() / (2 + usize::from(self.n))
+    }
+
+    /// Whether no group is held.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// Hints the groups' lines into the cache (a page's groups are written on another
+    /// core: the thread that merges them hints the next page's while it merges one).
+    pub fn prefetch(&self) {
+        csd_sim::prefetch::items(&self.data);
+    }
+
+    /// The buffer, for a later page's groups ([`AggState::page_groups`]).
+    pub fn into_buffer(self) -> Vec<u128> {
+        self.data
     }
 }
 
@@ -1474,6 +1643,137 @@ mod tests {
                 prop_assert_eq!(merged.lookup_packed(p).ok(), Some(g as u32));
             }
         }
+    }
+
+    /// `SUM(x), MAX(y), MIN(y), COUNT(*)` grouped by `k1, k2` (or `k1` alone) over
+    /// `(k1, k2, x, y)` with `y` nullable.
+    fn page_groups_state(two_keys: bool, with_count_y: bool) -> AggState {
+        let schema = Schema::new(
+            "t",
+            vec![
+                Column::new("k1", ColumnType::Int32),
+                Column::new("k2", ColumnType::Int64),
+                Column::new("x", ColumnType::Int64),
+                Column::new("y", ColumnType::Int64).with_nullable(true),
+            ],
+        )
+        .expect("schema");
+        let col = |i| crate::plan::Expr::column(&schema, i).expect("column");
+        let agg = |func, arg| crate::plan::Aggregate {
+            func,
+            arg,
+            ty: DataType::Int,
+        };
+        let mut aggregates = vec![
+            agg(AggFunc::Sum, Some(col(2))),
+            agg(AggFunc::Max, Some(col(3))),
+            agg(AggFunc::Min, Some(col(3))),
+            agg(AggFunc::CountStar, None),
+        ];
+        if with_count_y {
+            aggregates.push(agg(AggFunc::Count, Some(col(3))));
+        }
+        let group_by = if two_keys { vec![0, 1] } else { vec![0] };
+        let a = Aggregation {
+            group_by,
+            aggregates,
+        };
+        AggState::new(&a, &schema, usize::MAX)
+    }
+
+    /// Folds a row `(k1, k2, x, y)` into `st` as evaluating it would.
+    fn fold_row(st: &mut AggState, (k1, k2, x, y): (i32, i64, i64, Option<i64>)) {
+        let mut key = k1.to_le_bytes().to_vec();
+        if st.key_width > 4 {
+            key.extend_from_slice(&k2.to_le_bytes());
+        }
+        let g = st.lookup_bytes(&key).expect("group") as usize;
+        let values = [
+            AccValue::Sum(i128::from(x), None),
+            AccValue::MinMax(y),
+            AccValue::MinMax(y),
+            AccValue::Count(None),
+        ];
+        st.fold_group(g, 1, values.into_iter()).expect("fold");
+    }
+
+    proptest! {
+        /// Model-based: a page's groups handed over as [`PageGroups`] (from a state
+        /// reused page after page, as an evaluator does) merge into exactly the state
+        /// that merging the pages' own states gives: keys in first-seen order, rows,
+        /// sums, and extremes of a nullable column (groups that saw only NULLs), below
+        /// and past the merged state's linear lookup.
+        #[test]
+        fn page_groups_merge_as_the_pages_states(
+            pages in proptest::collection::vec(
+                proptest::collection::vec(
+                    (0i32..300, 0i64..2, any::<i64>(), proptest::option::of(-50i64..50)),
+                    0..40,
+                ),
+                0..40,
+            ),
+            two_keys in any::<bool>(),
+        ) {
+            let mut by_states = page_groups_state(two_keys, false);
+            let mut by_groups = by_states.clone();
+            let mut reused = by_states.clone();
+            let mut buffer = Vec::new();
+            for page in &pages {
+                let mut st = page_groups_state(two_keys, false);
+                reused.clear();
+                for &row in page {
+                    // Sums of at most 40 rows of `i64`s cannot leave `i128`.
+                    fold_row(&mut st, row);
+                    fold_row(&mut reused, row);
+                }
+                by_states.merge_from(&st).expect("merge state");
+                let g = reused.page_groups(buffer).expect("groups");
+                prop_assert_eq!(g.len(), st.group_count());
+                by_groups.merge_groups(&g).expect("merge groups");
+                buffer = g.into_buffer();
+            }
+            prop_assert_eq!(&by_groups, &by_states);
+        }
+    }
+
+    /// States whose groups cannot travel as [`PageGroups`] say so, and groups of
+    /// another aggregation are refused before anything changes.
+    #[test]
+    fn page_groups_refuse_other_shapes() {
+        // `COUNT(y)` counts its own values: not held by a `PageGroups`.
+        let counting = page_groups_state(true, true);
+        assert!(!counting.has_page_groups());
+        assert!(counting.page_groups(Vec::new()).is_none());
+        // A key of 20 bytes is not packed.
+        let schema = Schema::new(
+            "t",
+            (0..5)
+                .map(|i| Column::new(format!("c{i}"), ColumnType::Int32))
+                .collect(),
+        )
+        .expect("schema");
+        let wide = AggState::new(
+            &Aggregation {
+                group_by: (0..5).collect(),
+                aggregates: Vec::new(),
+            },
+            &schema,
+            usize::MAX,
+        );
+        assert!(!wide.has_page_groups());
+        // Groups of a one-key aggregation into a two-key state, and the other way.
+        let mut one = page_groups_state(false, false);
+        fold_row(&mut one, (7, 0, 3, Some(1)));
+        let mut two = page_groups_state(true, false);
+        fold_row(&mut two, (7, 1, 3, None));
+        let before = (one.clone(), two.clone());
+        let g1 = one.page_groups(Vec::new()).expect("groups");
+        let g2 = two.page_groups(Vec::new()).expect("groups");
+        let e = two.merge_groups(&g1).expect_err("another key width");
+        assert!(matches!(e, EvalError::PlanMismatch(_)), "{e}");
+        assert!(one.merge_groups(&g2).is_err());
+        assert!(counting.clone().merge_groups(&g2).is_err());
+        assert_eq!((one, two), before, "a refused merge changes nothing");
     }
 
     proptest! {

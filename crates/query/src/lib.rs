@@ -113,7 +113,7 @@ pub mod plan;
 pub mod result;
 pub mod types;
 
-pub use agg::{AccView, AggState, SCALAR_ACCS, ScalarState};
+pub use agg::{AccView, AggState, PageGroups, SCALAR_ACCS, ScalarState};
 pub use error::{BuildError, EvalError};
 pub use eval::{Evaluator, WorkCounters};
 pub use kernels::cmp_padded;

@@ -26,6 +26,11 @@
 //!   a [`ScalarState`]): each evaluator folds its pages into one reusable state and hands
 //!   over a copy, where a cloned state was allocated on one thread and freed on another
 //!   (about 15% of TPC-H Q6's CPU).
+//! * The groups of an aggregation with `GROUP BY` whose keys and accumulators allow it
+//!   travel in one buffer ([`PageOut::Groups`], a [`PageGroups`]), the evaluator folding
+//!   each page into a state of its own, cleared per page: a page's whole state crossing
+//!   between cores twice (evaluated on one, merged from and cleared on the other) cost
+//!   TPC-H Q15 about a third of its merge and of its fold in cache misses.
 //! * Cache hints: with the caller's hint (`prefetcht2` from the device and host scans)
 //!   one page ahead, and a first-level hint when a page's evaluation starts; of the
 //!   minipages the program would wait on, measured per column on the pages evaluated so
@@ -36,7 +41,7 @@
 //!   `CSD_SCAN_THREADS` environment variable say otherwise. An emulator setting: it
 //!   never changes a result or a modeled figure.
 
-use crate::agg::ScalarState;
+use crate::agg::{PageGroups, ScalarState};
 use crate::error::EvalError;
 use crate::eval::{Evaluator, WorkCounters};
 use crate::plan::Plan;
@@ -91,6 +96,8 @@ pub enum PageOut {
     /// The one group of an aggregation without `GROUP BY`, inline (no allocation: see
     /// [`ScalarState`]).
     Scalar(ScalarState),
+    /// The groups of an aggregation with `GROUP BY`, in one buffer (see [`PageGroups`]).
+    Groups(PageGroups),
 }
 
 impl PageOut {
@@ -99,12 +106,21 @@ impl PageOut {
         match self {
             PageOut::Partial(p) => p.len(),
             PageOut::Scalar(_) => 1,
+            PageOut::Groups(g) => g.len(),
         }
     }
 
     /// True if [`PageOut::len`] is 0.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Hints the lines of what [`PageOut::merge_to`] reads first into the cache: the
+    /// groups of a [`PageOut::Groups`] (written on the evaluating core). Nothing else.
+    pub fn prefetch(&self) {
+        if let PageOut::Groups(g) = self {
+            g.prefetch();
+        }
     }
 
     /// Whether this is an aggregation's state (else rows).
@@ -124,9 +140,10 @@ impl PageOut {
         match (self, into) {
             (PageOut::Partial(p), into) => into.merge_from(p),
             (PageOut::Scalar(s), PartialResult::Aggregate(a)) => a.merge_scalar(s),
-            (PageOut::Scalar(_), PartialResult::Rows(_)) => Err(EvalError::PlanMismatch(
-                "a projection's rows and an aggregation's state".into(),
-            )),
+            (PageOut::Groups(g), PartialResult::Aggregate(a)) => a.merge_groups(g),
+            (PageOut::Scalar(_) | PageOut::Groups(_), PartialResult::Rows(_)) => Err(
+                EvalError::PlanMismatch("a projection's rows and an aggregation's state".into()),
+            ),
         }
     }
 }
@@ -201,6 +218,9 @@ struct Common {
     /// Whether pages' states are [`PageOut::Scalar`]: an aggregation without `GROUP BY`
     /// whose state [`ScalarState`] holds.
     scalar: bool,
+    /// Whether pages' states are [`PageOut::Groups`]: an aggregation with `GROUP BY`
+    /// whose groups [`PageGroups`] holds.
+    grouped: bool,
     /// Evaluators not in use (their scratch buffers are reused from batch to batch), each
     /// with the state its pages are evaluated into when they are scalar.
     idle: Mutex<Vec<(Evaluator, Option<PartialResult>)>>,
@@ -209,6 +229,8 @@ struct Common {
     /// and its buffers' growth, freed again on the merging thread (about a sixth of
     /// TPC-H Q15's scan went to the allocator).
     spare: Mutex<Vec<PartialResult>>,
+    /// Emptied buffers of [`PageOut::Groups`], for the next pages' groups (as `spare`).
+    spare_groups: Mutex<Vec<Vec<u128>>>,
 }
 
 /// Emptied page results kept for reuse at most ([`ParEval::recycle`]).
@@ -218,21 +240,26 @@ const SPARE_RESULTS: usize = 1024;
 /// than kept (one unusual page must not pin its memory for the rest of the scan).
 const SPARE_MAX_LEN: usize = 1 << 14;
 
+/// Takes up to `n` spares from the end of `pool` (the ones given back last).
+fn take_spares<T>(pool: &Mutex<Vec<T>>, n: usize) -> Vec<T> {
+    let mut all = pool.lock().unwrap_or_else(|e| e.into_inner());
+    let keep = all.len().saturating_sub(n);
+    all.split_off(keep)
+}
+
 impl Common {
     /// Evaluates `pages` on an idle evaluator (or a new one), hinting ahead.
     fn eval_pages(&self, schema: &Schema, pages: &[&[u8]]) -> Vec<Option<PageResult>> {
         let popped = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let (mut ev, mut scratch) = popped.unwrap_or_else(|| {
-            let scratch = self.scalar.then(|| self.empty.clone());
+            let scratch = (self.scalar || self.grouped).then(|| self.empty.clone());
             (Evaluator::new(&self.plan), scratch)
         });
         let mut res = Vec::with_capacity(pages.len());
-        let mut spares = if self.scalar {
-            Vec::new()
-        } else {
-            let mut all = self.spare.lock().unwrap_or_else(|e| e.into_inner());
-            let keep = all.len().saturating_sub(pages.len());
-            all.split_off(keep)
+        let (mut spares, mut buffers) = match (self.scalar, self.grouped) {
+            (false, false) => (take_spares(&self.spare, pages.len()), Vec::new()),
+            (_, true) => (Vec::new(), take_spares(&self.spare_groups, pages.len())),
+            (true, false) => (Vec::new(), Vec::new()),
         };
         // The minipages' places, from the first page that parses (none for NSM).
         let mut minipages: Option<Option<MinipageHints>> = None;
@@ -265,7 +292,8 @@ impl Common {
                 out.as_ref().is_none_or(|o| *o == self.empty),
                 "a page is evaluated into an empty result"
             );
-            res.push(eval_one(&mut ev, scratch.as_mut(), out, schema, b));
+            let buffer = self.grouped.then(|| buffers.pop().unwrap_or_default());
+            res.push(eval_one(&mut ev, scratch.as_mut(), out, buffer, schema, b));
         }
         let idle = (ev, scratch);
         self.idle
@@ -393,6 +421,7 @@ impl ParEval {
         let mut empty = PartialResult::new(plan);
         empty.lift_group_limit();
         let scalar = matches!(&empty, PartialResult::Aggregate(a) if a.scalar().is_some());
+        let grouped = matches!(&empty, PartialResult::Aggregate(a) if a.has_page_groups());
         ParEval {
             common: Arc::new(Common {
                 plan: plan.clone(),
@@ -400,8 +429,10 @@ impl ParEval {
                 columns: MinipageHints::columns(plan),
                 hint: None,
                 scalar,
+                grouped,
                 idle: Mutex::new(Vec::new()),
                 spare: Mutex::new(Vec::new()),
+                spare_groups: Mutex::new(Vec::new()),
             }),
             threads: threads.max(1),
             queue: Arc::default(),
@@ -425,8 +456,19 @@ impl ParEval {
     /// buffers take a later page's rows or groups. Results of another program must not
     /// be given (they would be evaluated into); an unusually large one is dropped.
     pub fn recycle(&self, out: PageOut) {
-        let PageOut::Partial(mut p) = out else {
-            return;
+        let mut p = match out {
+            PageOut::Partial(p) => p,
+            PageOut::Groups(g) if g.len() <= SPARE_MAX_LEN => {
+                // Not emptied here: the evaluator that takes it writes it anyway, and
+                // this thread leaves the buffer's lines alone.
+                let mut spare =
+                    (self.common.spare_groups.lock()).unwrap_or_else(|e| e.into_inner());
+                if spare.len() < SPARE_RESULTS {
+                    spare.push(g.into_buffer());
+                }
+                return;
+            }
+            PageOut::Groups(_) | PageOut::Scalar(_) => return,
         };
         if p.len() > SPARE_MAX_LEN {
             return;
@@ -686,22 +728,30 @@ impl Drop for Batch {
 /// result is used.
 fn eval_one(
     ev: &mut Evaluator,
-    scalar: Option<&mut PartialResult>,
+    scratch: Option<&mut PartialResult>,
     out: Option<PartialResult>,
+    buffer: Option<Vec<u128>>,
     schema: &Schema,
     b: &[u8],
 ) -> Option<PageResult> {
     let view = PageView::parse_unverified(b, schema).ok()?;
-    let (work, out) = match scalar {
+    let (work, out) = match scratch {
         Some(st) => {
             if let PartialResult::Aggregate(a) = st {
-                a.reset_scalar();
+                match buffer {
+                    Some(_) => a.clear(),
+                    None => a.reset_scalar(),
+                }
             }
             let work = ev.eval_page(&view, st).ok()?;
             let PartialResult::Aggregate(a) = st else {
                 return None;
             };
-            (work, PageOut::Scalar(a.scalar()?))
+            let out = match buffer {
+                Some(buffer) => PageOut::Groups(a.page_groups(buffer)?),
+                None => PageOut::Scalar(a.scalar()?),
+            };
+            (work, out)
         }
         None => {
             let mut out = out?;
@@ -780,13 +830,18 @@ mod tests {
 
     /// `SUM(c1), MAX(c2) GROUP BY c3` over `schema`.
     fn agg_plan(schema: &Schema) -> Plan {
+        agg_plan_by(schema, vec![2])
+    }
+
+    /// `SUM(c1), MAX(c2) GROUP BY` the columns `group_by` over `schema`.
+    fn agg_plan_by(schema: &Schema, group_by: Vec<usize>) -> Plan {
         let c1 = crate::plan::Expr::column(schema, 0).expect("c1");
         let c2 = crate::plan::Expr::column(schema, 1).expect("c2");
         Plan::aggregation(
             "t",
             schema,
             Aggregation {
-                group_by: vec![2],
+                group_by,
                 aggregates: vec![
                     Aggregate {
                         func: AggFunc::Sum,
@@ -904,22 +959,35 @@ mod tests {
         Plan::aggregation("t", schema, agg, Some(filter))
     }
 
+    /// How a test's pages hand over their results.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Out {
+        /// Grouped, as [`PageOut::Groups`].
+        Groups,
+        /// Grouped by a key of 20 bytes, as whole states ([`PageOut::Partial`]).
+        States,
+        /// Without `GROUP BY`, as [`PageOut::Scalar`].
+        Scalar,
+    }
+
     /// Pages evaluated on any number of threads merge, in page order, into what one
-    /// evaluator gives page by page: grouped states, and states without `GROUP BY`
-    /// (handed over inline, reset between the pages one evaluator takes).
+    /// evaluator gives page by page: grouped states (handed over as their groups, or as
+    /// whole states where the key is too wide), and states without `GROUP BY` (handed
+    /// over inline); an evaluator's own state is emptied between its pages.
     #[test]
     fn parallel_pages_merge_into_the_sequential_result() {
-        for (layout, scalar) in [
-            (Layout::Nsm, false),
-            (Layout::Pax, false),
-            (Layout::Nsm, true),
-            (Layout::Pax, true),
+        for (layout, kind) in [
+            (Layout::Nsm, Out::Groups),
+            (Layout::Pax, Out::Groups),
+            (Layout::Pax, Out::States),
+            (Layout::Nsm, Out::Scalar),
+            (Layout::Pax, Out::Scalar),
         ] {
             let (schema, pages) = pages(layout);
-            let plan = if scalar {
-                scalar_plan(&schema, 1_500)
-            } else {
-                agg_plan(&schema)
+            let plan = match kind {
+                Out::Scalar => scalar_plan(&schema, 1_500),
+                Out::Groups => agg_plan(&schema),
+                Out::States => agg_plan_by(&schema, vec![2, 3, 4, 5, 6]),
             };
             let mut seq = Evaluator::new(&plan);
             let mut want = PartialResult::new(&plan);
@@ -937,7 +1005,12 @@ mod tests {
                     let mut work = WorkCounters::default();
                     for r in par.eval(&schema, &refs) {
                         let r = r.expect("evaluated");
-                        assert_eq!(matches!(r.out, PageOut::Scalar(_)), scalar);
+                        let got_kind = match r.out {
+                            PageOut::Groups(_) => Out::Groups,
+                            PageOut::Partial(_) => Out::States,
+                            PageOut::Scalar(_) => Out::Scalar,
+                        };
+                        assert_eq!(got_kind, kind);
                         work += r.work;
                         r.out.merge_to(&mut got).expect("merge");
                         par.recycle(r.out);
@@ -946,7 +1019,12 @@ mod tests {
                     assert_eq!(work, want_work);
                 }
                 let spares = par.common.spare.lock().map(|s| s.len()).unwrap_or(0);
-                assert_eq!(spares > 0, !scalar, "grouped pages' results are reused");
+                let buffers = par.common.spare_groups.lock().map(|s| s.len()).unwrap_or(0);
+                assert_eq!(
+                    (spares > 0, buffers > 0),
+                    (kind == Out::States, kind == Out::Groups),
+                    "grouped pages' results are reused"
+                );
             }
             // A page that is not one of the table's is left to the caller.
             let mut par = ParEval::new(&plan, 2);

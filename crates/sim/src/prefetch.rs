@@ -43,15 +43,33 @@ fn each_line<const HINT: i32>(bytes: &[u8]) {
     }
 }
 
+/// Hint the CPU to bring every cache line of the slice `v` into its caches (see
+/// [`lines`]): for values other than bytes.
+#[inline(always)]
+pub fn items<T>(v: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in addr_lines(v.as_ptr() as usize, std::mem::size_of_val(v)) {
+        // SAFETY: as in `each_line`: a hint about an address in a line the slice takes.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line as *const i8)
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = v;
+}
+
 /// The addresses of the 64-byte cache lines `bytes` touches.
 #[inline(always)]
 fn line_starts(bytes: &[u8]) -> std::iter::StepBy<std::ops::Range<usize>> {
-    let end = bytes.as_ptr() as usize + bytes.len();
-    let first = if bytes.is_empty() {
-        end
-    } else {
-        bytes.as_ptr() as usize & !63
-    };
+    addr_lines(bytes.as_ptr() as usize, bytes.len())
+}
+
+/// The addresses of the 64-byte cache lines that `len` bytes from address `start`
+/// touch.
+#[inline(always)]
+fn addr_lines(start: usize, len: usize) -> std::iter::StepBy<std::ops::Range<usize>> {
+    let end = start + len;
+    let first = if len == 0 { end } else { start & !63 };
     (first..end).step_by(64)
 }
 
@@ -88,5 +106,17 @@ mod tests {
         lines(s);
         lines_l2(s);
         value(&buf[0]);
+        // A slice of wider values: the lines of its bytes (five 16-byte values from a
+        // line's start take two; 120 bytes from 8 into a line two, 121 three).
+        let wide = vec![0u128; 64];
+        let at = wide.as_ptr() as usize;
+        let first = (at.next_multiple_of(64) - at) / 16;
+        let v = &wide[first..first + 5];
+        assert_eq!(addr_lines(v.as_ptr() as usize, std::mem::size_of_val(v)).count(), 2);
+        assert_eq!(addr_lines(v.as_ptr() as usize + 8, 80).count(), 2);
+        assert_eq!(addr_lines(v.as_ptr() as usize + 8, 120).count(), 2);
+        assert_eq!(addr_lines(v.as_ptr() as usize + 8, 121).count(), 3);
+        items(v);
+        items::<u128>(&[]);
     }
 }
