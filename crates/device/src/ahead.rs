@@ -215,7 +215,7 @@ impl Ahead {
     }
 
     /// Gives a page's result back once merged (see [`ParEval::recycle`]).
-    pub(crate) fn recycle(&self, out: csd_query::PageOut) {
+    pub(crate) fn recycle(&mut self, out: csd_query::PageOut) {
         self.eval.recycle(out);
     }
 

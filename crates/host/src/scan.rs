@@ -1034,7 +1034,7 @@ impl<'p> HostEval<'p> {
         let mut end = SimTime::ZERO;
         let reads = std::mem::take(&mut self.reads);
         let pb = self.page_bytes;
-        match self.par.as_ref() {
+        match self.par.as_mut() {
             Some(p) if !last => {
                 let mut meta = Vec::with_capacity(reads.len());
                 let mut data = Vec::with_capacity(reads.len());
@@ -1161,7 +1161,7 @@ impl<'p> HostEval<'p> {
                 r.out
                     .merge_to(&mut self.out)
                     .map_err(|e| HostError::Invalid(format!("evaluating page {page}: {e}")))?;
-                if let Some(p) = &self.par {
+                if let Some(p) = &mut self.par {
                     p.recycle(r.out);
                 }
                 r.work

@@ -112,7 +112,10 @@ mod tests {
         let at = wide.as_ptr() as usize;
         let first = (at.next_multiple_of(64) - at) / 16;
         let v = &wide[first..first + 5];
-        assert_eq!(addr_lines(v.as_ptr() as usize, std::mem::size_of_val(v)).count(), 2);
+        assert_eq!(
+            addr_lines(v.as_ptr() as usize, std::mem::size_of_val(v)).count(),
+            2
+        );
         assert_eq!(addr_lines(v.as_ptr() as usize + 8, 80).count(), 2);
         assert_eq!(addr_lines(v.as_ptr() as usize + 8, 120).count(), 2);
         assert_eq!(addr_lines(v.as_ptr() as usize + 8, 121).count(), 3);
