@@ -28,9 +28,10 @@
 //!   (about 15% of TPC-H Q6's CPU).
 //! * The groups of an aggregation with `GROUP BY` whose keys and accumulators allow it
 //!   travel in one buffer ([`PageOut::Groups`], a [`PageGroups`]), the evaluator folding
-//!   each page into a state of its own, cleared per page: a page's whole state crossing
-//!   between cores twice (evaluated on one, merged from and cleared on the other) cost
-//!   TPC-H Q15 about a third of its merge and of its fold in cache misses.
+//!   each page into a state of its own, cleared per page: a page's whole state crossed
+//!   between cores twice (evaluated on one, merged from and cleared on the other), and
+//!   TPC-H Q15's merging thread, its critical one, spent 27% of its samples on merging
+//!   and giving back page states (12% with their groups; see [`PageGroups`]).
 //! * Cache hints: with the caller's hint (`prefetcht2` from the device and host scans)
 //!   one page ahead, and a first-level hint when a page's evaluation starts; of the
 //!   minipages the program would wait on, measured per column on the pages evaluated so
@@ -224,7 +225,7 @@ struct Common {
     /// whose groups [`PageGroups`] holds.
     grouped: bool,
     /// Evaluators not in use (their scratch buffers are reused from batch to batch), each
-    /// with the state its pages are evaluated into when they are scalar.
+    /// with the state its pages are evaluated into when they are scalar or grouped.
     idle: Mutex<Vec<(Evaluator, Option<PartialResult>)>>,
     /// Emptied page results whose buffers the next pages are evaluated into
     /// ([`ParEval::recycle`]): a page's rows or groups otherwise cost a clone of `empty`
@@ -245,7 +246,9 @@ pub const RECYCLE_BATCH: usize = 32;
 /// than kept (one unusual page must not pin its memory for the rest of the scan).
 const SPARE_MAX_LEN: usize = 1 << 14;
 
-/// `m` locked (a pool a panicking thread held is still a pool of spares).
+/// `m` locked, also after a thread panicked holding it (what it guards, pools of spares
+/// and evaluators and the batches' results, stays usable: a page whose evaluation
+/// panicked has no result and is evaluated again by the caller).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -260,7 +263,7 @@ fn take_spares<T>(pool: &Mutex<Vec<T>>, n: usize) -> Vec<T> {
 impl Common {
     /// Evaluates `pages` on an idle evaluator (or a new one), hinting ahead.
     fn eval_pages(&self, schema: &Schema, pages: &[&[u8]]) -> Vec<Option<PageResult>> {
-        let popped = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let popped = lock(&self.idle).pop();
         let (mut ev, mut scratch) = popped.unwrap_or_else(|| {
             let scratch = (self.scalar || self.grouped).then(|| self.empty.clone());
             (Evaluator::new(&self.plan), scratch)
@@ -306,10 +309,7 @@ impl Common {
             res.push(eval_one(&mut ev, scratch.as_mut(), out, buffer, schema, b));
         }
         let idle = (ev, scratch);
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(idle);
+        lock(&self.idle).push(idle);
         res
     }
 }
@@ -577,7 +577,7 @@ impl ParEval {
             results: Mutex::new((0..pieces).map(|_| None).collect()),
             filled: Condvar::new(),
         });
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = lock(&self.queue);
         q.batches.push_back(shared.clone());
         // At most `threads - 1` pool threads work for this evaluation (the caller is
         // the other one): more would only take cores from the caller's own work.
@@ -603,7 +603,7 @@ struct Queue {
 fn work_queue(queue: &Mutex<Queue>) {
     loop {
         let batch = {
-            let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = lock(queue);
             loop {
                 match q.batches.front() {
                     Some(b) if b.next.load(Ordering::Relaxed) < b.pieces => break b.clone(),
@@ -692,7 +692,7 @@ impl Drop for Fill<'_> {
             .out
             .take()
             .unwrap_or_else(|| (0..len).map(|_| None).collect());
-        let mut r = self.batch.results.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = lock(&self.batch.results);
         if let Some(slot) = r.get_mut(self.k) {
             *slot = Some(out);
         }
@@ -723,7 +723,7 @@ impl Batch {
         let sh = &*self.shared;
         loop {
             {
-                let mut r = sh.results.lock().unwrap_or_else(|e| e.into_inner());
+                let mut r = lock(&sh.results);
                 match r.get_mut(k) {
                     None => return Vec::new(),
                     Some(slot) if slot.is_some() => return slot.take().unwrap_or_default(),
@@ -735,7 +735,7 @@ impl Batch {
             }
             // Every piece is taken: piece `k` is under way on another thread, which
             // never waits for anything.
-            let mut r = sh.results.lock().unwrap_or_else(|e| e.into_inner());
+            let mut r = lock(&sh.results);
             while r.get(k).is_some_and(Option::is_none) {
                 r = sh.filled.wait(r).unwrap_or_else(|e| e.into_inner());
             }
