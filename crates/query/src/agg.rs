@@ -1081,14 +1081,11 @@ impl AggState {
         }
         let w = self.key_width;
         let grouped = !self.group_cols.is_empty();
-        // Keys of up to 16 bytes: the other state's packed keys, whose home slots are
-        // fetched first (a page's few groups hit a table of thousands at random: their
-        // misses overlap instead of following one another).
+        // Keys of up to 16 bytes: the other state's packed keys, their probes fetched
+        // first (`prefetch_probes`).
         let packed = grouped && w <= 16 && other.packed.len() == other.groups;
-        if packed && self.groups > LINEAR_GROUPS {
-            for &p in &other.packed {
-                self.packed_index.prefetch(p);
-            }
+        if packed {
+            self.prefetch_probes(other.packed.iter().copied());
         }
         for g in 0..other.groups {
             let mine = if packed {
@@ -1263,6 +1260,22 @@ impl AggState {
         })
     }
 
+    /// Before a page's packed `keys` are looked up in a state past its linear search:
+    /// a page's few groups hit a table of thousands at random, so their home slots are
+    /// fetched first (the misses overlap), then the keys those slots name, which the
+    /// probes compare.
+    fn prefetch_probes(&self, keys: impl Iterator<Item = u128> + Clone) {
+        if self.groups <= LINEAR_GROUPS {
+            return;
+        }
+        for p in keys.clone() {
+            self.packed_index.prefetch(p);
+        }
+        for p in keys {
+            self.packed_index.prefetch_key(p, &self.packed);
+        }
+    }
+
     /// Merges a page's [`PageGroups`] of the same aggregation: exactly what merging
     /// the page's state ([`AggState::merge_from`]) does. Groups of another aggregation
     /// (key width, aggregates) are an error, before anything changes.
@@ -1277,27 +1290,13 @@ impl AggState {
             ));
         }
         let stride = 2 + n;
-        if self.groups > LINEAR_GROUPS {
-            // A page's few groups hit a table of thousands at random: fetch their home
-            // slots first, so the misses overlap (as `merge_from` does).
-            for e in p.data.chunks_exact(stride) {
-                self.packed_index.prefetch(e[0]);
-            }
-            // Then the keys those slots name, which the probes compare.
-            for e in p.data.chunks_exact(stride) {
-                self.packed_index.prefetch_key(e[0], &self.packed);
-            }
-        }
+        self.prefetch_probes(p.data.chunks_exact(stride).map(|e| e[0]));
         let kinds = p.kinds;
         for e in p.data.chunks_exact(stride) {
             let mine = self.lookup_packed(e[0])? as usize;
             let seen = (e[1] >> 64) as u64;
-            let values = e[2..].iter().enumerate().map(|(a, &v)| match kinds[a] {
-                ScalarKind::Count => AccValue::Count(None),
-                ScalarKind::Sum => AccValue::Sum(v as i128, None),
-                // Written from an `i64` by `page_groups`.
-                _ => AccValue::MinMax((seen >> a & 1 == 1).then_some(v as i128 as i64)),
-            });
+            let values = (e[2..].iter().enumerate())
+                .map(|(a, &v)| kinds[a].value(v as i128, seen >> a & 1 == 1));
             self.fold_group(mine, e[1] as u64, values)?;
         }
         Ok(())
@@ -1428,11 +1427,18 @@ enum ScalarKind {
 impl ScalarState {
     /// Aggregate `a`'s value.
     fn value(&self, a: usize) -> AccValue<'static> {
-        match self.kinds[a] {
+        self.kinds[a].value(self.vals[a], true)
+    }
+}
+
+impl ScalarKind {
+    /// The value of an aggregate of this kind held as the word `v` (an extreme written
+    /// from an `i64`), where `seen` says whether a `MIN`/`MAX` saw a value.
+    fn value(self, v: i128, seen: bool) -> AccValue<'static> {
+        match self {
             ScalarKind::Count => AccValue::Count(None),
-            ScalarKind::Sum => AccValue::Sum(self.vals[a], None),
-            // Stored from an `i64` by `AggState::scalar`.
-            ScalarKind::Extreme => AccValue::MinMax(Some(self.vals[a] as i64)),
+            ScalarKind::Sum => AccValue::Sum(v, None),
+            ScalarKind::Extreme => AccValue::MinMax(seen.then_some(v as i64)),
             ScalarKind::NoExtreme => AccValue::MinMax(None),
         }
     }
