@@ -131,8 +131,18 @@ impl ResourceId {
     }
 
     /// The class.
+    #[inline]
     pub fn class(self) -> ResourceClass {
-        ResourceClass::ALL[((self.0 >> 24) - 1) as usize]
+        // A match, not an index into `ResourceClass::ALL`: no bounds check on every
+        // booking's dispatch (ids are made only by `new`, `pool` and `lent`).
+        match self.0 >> 24 {
+            1 => ResourceClass::Die,
+            2 => ResourceClass::Channel,
+            3 => ResourceClass::Dram,
+            4 => ResourceClass::HostLink,
+            5 => ResourceClass::EmbeddedCpu,
+            _ => ResourceClass::HostCpu,
+        }
     }
 
     /// The member's index, `None` for a pool (an owner's or one lent to the graph).
@@ -823,26 +833,33 @@ impl Graph {
         n & INDEX_MASK
     }
 
-    fn push_node(&mut self, kind: Kind) -> u32 {
+    /// Add a node whose value is not known yet; `hint` is an operand's unfixed value (a
+    /// hint naming the stage that blocks that operand blocks the node too, so the node's
+    /// first evaluation, when its stage is scheduled or its completion watched, stops at
+    /// that stage without a walk; a stale hint is checked and ignored as always).
+    #[inline]
+    fn push_node(&mut self, kind: Kind, hint: u64) -> u32 {
+        debug_assert!(!fixed(hint), "a node pushed with a final value");
         let i = u32::try_from(self.nodes.len())
             .ok()
             .filter(|&i| i < ENDPOINT)
             .expect("event graph over 2^24 nodes: compact it (Graph::compact)");
-        self.nodes.push(Node {
-            kind,
-            value: UNKNOWN,
-        });
+        self.nodes.push(Node { kind, value: hint });
         i
     }
 
     /// `t`'s index and, if already fixed, its value.
     fn lookup(&mut self, t: SimTime) -> (u32, Option<u64>) {
+        let (i, v) = self.lookup_raw(t);
+        (i, fixed(v).then_some(v))
+    }
+
+    /// `t`'s index and the value it holds now ([`Graph::ref_value`]; final for index 0).
+    #[inline]
+    fn lookup_raw(&mut self, t: SimTime) -> (u32, u64) {
         match self.index(t) {
-            0 => (0, Some(t.ns())),
-            i => {
-                let v = self.ref_value(i);
-                (i, fixed(v).then_some(v))
-            }
+            0 => (0, t.ns()),
+            i => (i, self.ref_value(i)),
         }
     }
 
@@ -858,7 +875,7 @@ impl Graph {
     /// The value index `r` holds now, as a node caches it: final, or not known yet
     /// ([`UNKNOWN`], or a hint naming the stage that blocked it). A stage's endpoint is
     /// final once the stage is booked, and until then names the stage as its blocker.
-    #[inline]
+    #[inline(always)]
     fn ref_value(&self, r: u32) -> u64 {
         match endpoint(r) {
             None => self.nodes[r as usize].value,
@@ -875,11 +892,11 @@ impl Graph {
 
     /// `t + ns`.
     pub fn offset(&mut self, t: SimTime, ns: u64) -> SimTime {
-        match self.lookup(t) {
-            (_, Some(v)) => SimTime::from_ns(v.saturating_add(ns)),
-            (_, None) if ns == 0 => t,
-            (i, None) => {
-                let n = self.push_node(Kind::Offset { base: i, add: ns });
+        match self.lookup_raw(t) {
+            (_, v) if fixed(v) => SimTime::from_ns(v.saturating_add(ns)),
+            _ if ns == 0 => t,
+            (i, v) => {
+                let n = self.push_node(Kind::Offset { base: i, add: ns }, v);
                 SimTime::of_node(t.ns().saturating_add(ns), self.name(n))
             }
         }
@@ -888,23 +905,36 @@ impl Graph {
     /// `max(a, b)`.
     pub fn join(&mut self, a: SimTime, b: SimTime) -> SimTime {
         let provisional = a.ns().max(b.ns());
-        match (self.lookup(a), self.lookup(b)) {
-            ((_, Some(x)), (_, Some(y))) => SimTime::from_ns(x.max(y)),
-            ((ia, None), (ib, None)) if ia == ib => a,
-            ((ia, None), (ib, None)) => {
-                let n = self.push_node(Kind::Join {
-                    a: ia,
-                    b: ib,
-                    floor: 0,
-                });
+        let ((ia, va), (ib, vb)) = (self.lookup_raw(a), self.lookup_raw(b));
+        match (fixed(va), fixed(vb)) {
+            (true, true) => SimTime::from_ns(va.max(vb)),
+            (false, false) if ia == ib => a,
+            (false, false) => {
+                let hint = if va != UNKNOWN { va } else { vb };
+                let n = self.push_node(
+                    Kind::Join {
+                        a: ia,
+                        b: ib,
+                        floor: 0,
+                    },
+                    hint,
+                );
                 SimTime::of_node(provisional, self.name(n))
             }
-            ((i, None), (_, Some(x))) | ((_, Some(x)), (i, None)) => {
-                let n = self.push_node(Kind::Join {
-                    a: i,
-                    b: 0,
-                    floor: x,
-                });
+            (false, true) | (true, false) => {
+                let (i, hint, x) = if fixed(vb) {
+                    (ia, va, vb)
+                } else {
+                    (ib, vb, va)
+                };
+                let n = self.push_node(
+                    Kind::Join {
+                        a: i,
+                        b: 0,
+                        floor: x,
+                    },
+                    hint,
+                );
                 SimTime::of_node(provisional, self.name(n))
             }
         }
@@ -913,6 +943,7 @@ impl Graph {
     /// Record an operation of `dur_ns` at `resource` that arrives at `arrival`; `order`
     /// breaks ties between equal arrivals (lower first; then creation order). Returns
     /// the stage and its start and end, fixed when the core books it.
+    #[inline]
     pub fn stage(
         &mut self,
         resource: ResourceId,
@@ -971,6 +1002,7 @@ impl Graph {
 
     /// Put stage `s` in the ready heap if its arrival can be evaluated, else on the
     /// waiting list of the stage that blocks it.
+    #[inline]
     fn schedule(&mut self, s: u32) {
         let st = &self.stages[s as usize];
         let (arrival, arrival_ns, order) = (st.arrival, st.arrival_ns, st.order);
@@ -1003,7 +1035,9 @@ impl Graph {
         }
     }
 
-    /// [`Graph::evaluate`] of node `index`.
+    /// [`Graph::evaluate`] of node `index`. Inlined: most calls find the value final or
+    /// its hint still good; only the rest walk ([`Graph::walk`]).
+    #[inline(always)]
     fn evaluate_index(&mut self, index: u32) -> Result<u64, u32> {
         let v = self.ref_value(index);
         if fixed(v) {
@@ -1012,6 +1046,12 @@ impl Graph {
         if let Some(stage) = self.still_blocked(v) {
             return Err(stage);
         }
+        self.walk(index)
+    }
+
+    /// [`Graph::evaluate_index`] of a node whose operands must be looked at.
+    #[inline(never)]
+    fn walk(&mut self, index: u32) -> Result<u64, u32> {
         // Only a node (not an endpoint) can need a walk.
         debug_assert!(endpoint(index).is_none());
         let mut stack = std::mem::take(&mut self.stack);
@@ -1023,7 +1063,7 @@ impl Graph {
     }
 
     /// The stage a not-yet-fixed value's hint names, if that stage is still not booked.
-    #[inline]
+    #[inline(always)]
     fn still_blocked(&self, v: u64) -> Option<u32> {
         let stage = v as u32;
         (v != UNKNOWN && self.stages[stage as usize].start == UNKNOWN).then_some(stage)
@@ -1082,16 +1122,37 @@ impl Graph {
     /// Book the earliest ready stage; `None` when no stage is ready (then none is
     /// pending: every pending stage waits, through its blockers, on a ready one).
     pub fn step<R: Resources + ?Sized>(&mut self, resources: &mut R) -> Option<Booking> {
+        let (s, at) = self.book_next(resources)?;
+        Some(self.booking(s, at))
+    }
+
+    /// The booking of stage `s` (booked), which arrived at `at`.
+    fn booking(&self, s: u32, at: u64) -> Booking {
+        let stage = &self.stages[s as usize];
+        Booking {
+            stage: StageId(s),
+            resource: stage.resource,
+            arrival: SimTime::from_ns(at),
+            start: SimTime::from_ns(stage.start),
+            end: SimTime::from_ns(stage.start.saturating_add(stage.dur_ns)),
+        }
+    }
+
+    /// [`Graph::step`]: the stage booked and its arrival (the core's own loops need no
+    /// [`Booking`]).
+    #[inline]
+    fn book_next<R: Resources + ?Sized>(&mut self, resources: &mut R) -> Option<(u32, u64)> {
         let Reverse(key) = self.ready.pop()?;
         let (at, s) = (key.at(), key.stage());
-        let stage = self.stages[s as usize];
-        let start = if stage.cancelled {
+        let st = &self.stages[s as usize];
+        let (resource, dur_ns, cancelled) = (st.resource, st.dur_ns, st.cancelled);
+        let start = if cancelled {
             at
-        } else if let Some(slot) = stage.resource.lent_slot() {
-            self.reserve_lent(slot, at, stage.dur_ns)
+        } else if let Some(slot) = resource.lent_slot() {
+            self.reserve_lent(slot, at, dur_ns)
         } else {
             resources
-                .reserve(stage.resource, SimTime::from_ns(at), stage.dur_ns)
+                .reserve(resource, SimTime::from_ns(at), dur_ns)
                 .ns()
         };
         debug_assert!(start >= at, "a resource started a stage before it arrived");
@@ -1107,17 +1168,13 @@ impl Graph {
             self.schedule(w);
             w = next;
         }
-        let booking = Booking {
-            stage: StageId(s),
-            resource: stage.resource,
-            arrival: SimTime::from_ns(at),
-            start: SimTime::from_ns(start),
-            end: SimTime::from_ns(start.saturating_add(stage.dur_ns)),
-        };
-        if let Some(trace) = self.trace.as_mut().filter(|_| !stage.cancelled) {
-            trace.push(booking);
+        if self.trace.is_some() && !cancelled {
+            let booking = self.booking(s, at);
+            if let Some(trace) = self.trace.as_mut() {
+                trace.push(booking);
+            }
         }
-        Some(booking)
+        Some((s, at))
     }
 
     /// The final value of `t`, booking stages in arrival order until it is fixed.
@@ -1126,7 +1183,7 @@ impl Graph {
             match self.evaluate(t) {
                 Ok(v) => return SimTime::from_ns(v),
                 Err(_) => {
-                    if self.step(resources).is_none() {
+                    if self.book_next(resources).is_none() {
                         debug_assert!(false, "a pending stage with nothing ready");
                         return SimTime::from_ns(t.ns());
                     }
@@ -1160,7 +1217,7 @@ impl Graph {
                 Ok(v) => return v <= bound,
                 Err(_) => match self.ready.peek() {
                     Some(Reverse(key)) if key.at() <= bound => {
-                        self.step(resources);
+                        self.book_next(resources);
                     }
                     _ => return false,
                 },
@@ -1287,7 +1344,7 @@ impl Graph {
                 watch.booked = self.booked;
                 return None;
             }
-            let s = self.step(resources)?.stage.0;
+            let (s, _) = self.book_next(resources)?;
             // Only a booking of the stage a completion waits for can fix it.
             if self.stages[s as usize].watched {
                 self.reevaluate(watch, &[s]);
@@ -1380,7 +1437,7 @@ impl Graph {
 
     /// Book every pending stage.
     pub fn run<R: Resources + ?Sized>(&mut self, resources: &mut R) {
-        while self.step(resources).is_some() {}
+        while self.book_next(resources).is_some() {}
         debug_assert_eq!(self.pending(), 0);
     }
 

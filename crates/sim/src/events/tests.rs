@@ -781,3 +781,26 @@ fn a_compaction_renames_stage_endpoints() {
     assert_eq!(g.pending(), 0);
     assert_eq!(g.stale(), 0);
 }
+
+#[test]
+fn an_id_keeps_its_class_and_member() {
+    for class in ResourceClass::ALL {
+        for i in [0, 1, 7, LENT - 1] {
+            let id = ResourceId::new(class, i);
+            assert_eq!(
+                (id.class(), id.index(), id.lent_slot()),
+                (class, Some(i), None)
+            );
+        }
+        let pool = ResourceId::pool(class);
+        assert_eq!(
+            (pool.class(), pool.index(), pool.lent_slot()),
+            (class, None, None)
+        );
+        let lent = ResourceId::lent(class, 5);
+        assert_eq!(
+            (lent.class(), lent.index(), lent.lent_slot()),
+            (class, None, Some(5))
+        );
+    }
+}
