@@ -414,10 +414,18 @@ pub fn capacity_for(
     check_page_size(page_size)?;
     let rows = if schema.is_extended() {
         let room = page_size - HEADER_LEN;
-        // An upper bound without the bitmaps, then down to what fits with them.
+        // The most rows whose fixed bytes fit: an upper bound, then down to what fits.
+        // For PAX, n rows take `n * slots + k * ceil(n / 8)` bytes (k nullable columns),
+        // at least `n * (8 * slots + k) / 8`, so `8 * room / (8 * slots + k)` bounds n
+        // within a row or two of the answer (every page parse asks: a bound without the
+        // bitmaps walked down one row at a time, recounting the nullable columns).
         let mut n = match layout {
             Layout::Nsm => room / schema.row_width(),
-            Layout::Pax => room / (schema.row_width() - schema.null_bytes()),
+            Layout::Pax => {
+                let slots = schema.row_width() - schema.null_bytes();
+                let nullable = schema.columns().iter().filter(|c| c.nullable).count();
+                (8 * room) / (8 * slots + nullable)
+            }
         };
         while n > 0 && extended_fixed_bytes(schema, layout, n) > room {
             n -= 1;

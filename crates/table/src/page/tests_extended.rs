@@ -387,6 +387,25 @@ fn arb_table() -> impl Strategy<Value = (Schema, Vec<Vec<Value>>, usize)> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
+    /// An extended schema's page capacity is the most rows whose fixed bytes fit after
+    /// the header, found here by walking up from one row.
+    #[test]
+    fn capacity_is_the_most_rows_that_fit((schema, _rows, page_size) in arb_table()) {
+        prop_assume!(schema.is_extended());
+        let room = page_size - HEADER_LEN;
+        for layout in Layout::ALL {
+            let mut most = 0;
+            while extended_fixed_bytes(&schema, layout, most + 1) <= room {
+                most += 1;
+            }
+            match capacity_for(&schema, layout, page_size) {
+                Ok(n) => prop_assert_eq!(n, most),
+                Err(PageError::RowTooWide { .. }) => prop_assert_eq!(most, 0),
+                Err(e) => prop_assert!(false, "unexpected {e:?}"),
+            }
+        }
+    }
+
     #[test]
     fn any_table_round_trips((schema, rows, page_size) in arb_table()) {
         let images: Vec<Vec<u8>> = rows
