@@ -135,6 +135,11 @@ impl ResourceId {
     pub fn class(self) -> ResourceClass {
         // A match, not an index into `ResourceClass::ALL`: no bounds check on every
         // booking's dispatch (ids are made only by `new`, `pool` and `lent`).
+        debug_assert!(
+            (1..=ResourceClass::ALL.len() as u32).contains(&(self.0 >> 24)),
+            "a resource id of no class: {:#x}",
+            self.0
+        );
         match self.0 >> 24 {
             1 => ResourceClass::Die,
             2 => ResourceClass::Channel,
