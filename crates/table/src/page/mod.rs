@@ -396,11 +396,18 @@ pub fn extended_fixed_bytes(schema: &crate::Schema, layout: Layout, n: usize) ->
     match layout {
         Layout::Nsm => n * schema.row_width(),
         Layout::Pax => {
-            let slots = schema.row_width() - schema.null_bytes();
-            let nullable = schema.columns().iter().filter(|c| c.nullable).count();
+            let (slots, nullable) = pax_row_parts(schema);
             n * slots + nullable * n.div_ceil(8)
         }
     }
+}
+
+/// What a row of an extended schema takes in a PAX page besides its heap: the bytes of
+/// its column slots, and the nullable columns (one validity bit each).
+fn pax_row_parts(schema: &crate::Schema) -> (usize, usize) {
+    let slots = schema.row_width() - schema.null_bytes();
+    let nullable = schema.columns().iter().filter(|c| c.nullable).count();
+    (slots, nullable)
 }
 
 /// Capacity of a page for `schema` (for an extended schema: rows whose
@@ -422,8 +429,7 @@ pub fn capacity_for(
         let mut n = match layout {
             Layout::Nsm => room / schema.row_width(),
             Layout::Pax => {
-                let slots = schema.row_width() - schema.null_bytes();
-                let nullable = schema.columns().iter().filter(|c| c.nullable).count();
+                let (slots, nullable) = pax_row_parts(schema);
                 (8 * room) / (8 * slots + nullable)
             }
         };
