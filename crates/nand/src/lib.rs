@@ -175,6 +175,11 @@ pub struct Nand {
     t_prog: Vec<u64>,
     t_erase: u64,
     faults: FaultConfig,
+    /// The bit-error law of the last page read: its block's P/E count, the mean bit
+    /// errors per sector and the chance of none (`exp(-mean)`), kept because the blocks
+    /// read one after another mostly share a P/E count (the exponential was about 80
+    /// instructions of a 4 KiB read's emulation); the same numbers as computed afresh.
+    last_law: Option<(u32, f64, f64)>,
     /// Readers of stored bytes on other threads ([`Nand::pin_pages`]). Declared before
     /// `store` on purpose: fields drop in declaration order, and dropping this waits
     /// for every reader before the store's memory is unmapped.

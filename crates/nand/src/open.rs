@@ -108,6 +108,7 @@ impl Nand {
                 .collect(),
             t_erase: cfg.flash.t_erase_ns(),
             faults: cfg.faults,
+            last_law: None,
             dies: (0..g.dies())
                 .map(|i| Resource::with_id(ResourceId::new(ResourceClass::Die, i)))
                 .collect(),

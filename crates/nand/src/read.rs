@@ -348,10 +348,18 @@ impl Nand {
         }
         // Bit errors per sector, drawn from the seed and this operation's number.
         let mut corrected = 0u32;
-        let lambda = self.rber(self.store.meta(b).pe_cycles) * (ss * 8) as f64;
+        let pe = self.store.meta(b).pe_cycles;
+        let (lambda, p0) = match self.last_law {
+            Some((last, lambda, p0)) if last == pe => (lambda, p0),
+            _ => {
+                let lambda = self.rber(pe) * (ss * 8) as f64;
+                let p0 = (-lambda).exp();
+                self.last_law = Some((pe, lambda, p0));
+                (lambda, p0)
+            }
+        };
         if lambda > 0.0 {
             let seed = self.faults.seed ^ salt::BIT_ERRORS.wrapping_mul(0x9E37_79B9);
-            let p0 = (-lambda).exp();
             for s in 0..n {
                 let k = poisson_from(p0, lambda, uniform(seed, self.op_seq, s as u64));
                 if k > self.faults.ecc_bits_per_sector {

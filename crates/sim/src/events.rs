@@ -48,8 +48,7 @@ use crate::resource::{Resource, ResourceClass};
 use crate::time::SimTime;
 use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BinaryHeap;
 use std::marker::PhantomData;
 
 /// Nodes (a stage counts four, as when its start and end were two nodes of their own:
@@ -387,6 +386,10 @@ pub struct Graph {
     generation: u64,
     stages: Vec<Stage>,
     ready: BinaryHeap<Reverse<ReadyKey>>,
+    /// The top of `ready` is the stage [`Graph::book_next`] is booking: the first stage
+    /// its booking makes ready takes its place (one sift-down instead of a pop and a
+    /// push), or it is popped at the end.
+    top_booked: bool,
     /// Tags the names of this graph's nodes (1..=127; see [`INDEX_BITS`]).
     epoch: u32,
     /// The arrival of the last stage booked.
@@ -433,14 +436,20 @@ pub struct Watch {
     /// Fixed completions: (final value, key).
     fixed: BinaryHeap<Reverse<(u64, u64)>>,
     /// Unfixed completions, each in the list of the stage its last evaluation waited for
-    /// (`waiting`), so that a booking looks only at the completions it can fix (a scan
+    /// (`heads`), so that a booking looks only at the completions it can fix (a scan
     /// over all of them per booking was most of the core's time in a TPC-H scan with
     /// hundreds of pages in flight). Free slots have `stage == NONE`.
     slots: Vec<Slot>,
     /// Free slots of `slots`.
     free: Vec<u32>,
-    /// Blocking stage -> its first waiting slot.
-    waiting: HashMap<u32, u32, BuildHasherDefault<StageHasher>>,
+    /// Blocking stage -> its first waiting slot ([`NONE`]: no list), indexed by the
+    /// stage (a graph's stages are dense and bounded by its compactions; a hash map here
+    /// cost about 200 instructions of a 4 KiB read on the core, measured).
+    heads: Vec<u32>,
+    /// The stages whose list was started since they were last pruned (a superset of
+    /// the stages with a list: a taken list leaves its stage here until the next prune),
+    /// for [`Graph::sync`].
+    listed: Vec<u32>,
     /// Unfixed completions held.
     blocked: usize,
     /// The graph's count of booked stages when the blockers were last in step: a stage
@@ -464,27 +473,6 @@ struct Slot {
     next: u32,
 }
 
-/// Hashes a stage index (a dense `u32`) by one multiplication: the keys of
-/// [`Watch`]'s lists are not chosen by an adversary.
-#[derive(Debug, Default, Clone, Copy)]
-struct StageHasher(u64);
-
-impl Hasher for StageHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u32(&mut self, i: u32) {
-        self.0 = u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
 impl Watch {
     /// Nothing to wait for.
     pub fn new() -> Watch {
@@ -506,7 +494,8 @@ impl Watch {
         self.fixed.clear();
         self.slots.clear();
         self.free.clear();
-        self.waiting.clear();
+        self.heads.clear();
+        self.listed.clear();
         self.blocked = 0;
     }
 
@@ -549,13 +538,25 @@ impl Watch {
 
     /// Hold unfixed completion `t` under `key`, waiting for `stage`.
     fn push_blocked(&mut self, key: u64, t: SimTime, stage: u32) {
-        let head = self.waiting.entry(stage).or_insert(NONE);
+        let st = stage as usize;
+        if st >= self.heads.len() {
+            self.heads.resize(st + 1, NONE);
+        }
+        let head = self.heads[st];
+        if head == NONE {
+            if self.listed.len() >= 64 && self.listed.len() >= 2 * self.blocked {
+                // Most entries name taken lists: prune (amortized over their pushes).
+                let heads = &self.heads;
+                self.listed.retain(|&s| heads[s as usize] != NONE);
+            }
+            self.listed.push(stage);
+        }
         let slot = Slot {
             key,
             t,
             stage,
             dead: false,
-            next: *head,
+            next: head,
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -567,13 +568,25 @@ impl Watch {
                 (self.slots.len() - 1) as u32
             }
         };
-        *head = i;
+        self.heads[st] = i;
         self.blocked += 1;
+    }
+
+    /// The stages that have a list of waiting completions (a stage whose list was taken
+    /// and started again would appear twice; taking a list twice takes nothing the second
+    /// time).
+    fn stages_waited_for(&mut self) -> impl Iterator<Item = u32> + '_ {
+        let heads = &self.heads;
+        self.listed.retain(|&s| heads[s as usize] != NONE);
+        self.listed.iter().copied()
     }
 
     /// Move the completions waiting for `stage` into `out` (appended), freeing their slots.
     fn take(&mut self, stage: u32, out: &mut Vec<(u64, SimTime)>) {
-        let mut i = self.waiting.remove(&stage).unwrap_or(NONE);
+        let mut i = match self.heads.get_mut(stage as usize) {
+            Some(head) => std::mem::replace(head, NONE),
+            None => NONE,
+        };
         while i != NONE {
             let s = &mut self.slots[i as usize];
             if !s.dead {
@@ -697,6 +710,7 @@ impl Graph {
             generation: next_generation(),
             stages: spare.stages,
             ready: BinaryHeap::from(spare.ready),
+            top_booked: false,
             epoch: 1,
             now: 0,
             booked: 0,
@@ -1021,7 +1035,15 @@ impl Graph {
                 if at < self.now {
                     self.late += 1;
                 }
-                self.ready.push(Reverse(ReadyKey::new(at, order, s)));
+                let key = Reverse(ReadyKey::new(at, order, s));
+                if std::mem::take(&mut self.top_booked)
+                    && let Some(mut top) = self.ready.peek_mut()
+                {
+                    // Replaces the stage being booked; sifted down when `top` drops.
+                    *top = key;
+                } else {
+                    self.ready.push(key);
+                }
             }
             Err(blocker) => {
                 let b = blocker as usize;
@@ -1147,7 +1169,9 @@ impl Graph {
     /// [`Booking`]).
     #[inline]
     fn book_next<R: Resources + ?Sized>(&mut self, resources: &mut R) -> Option<(u32, u64)> {
-        let Reverse(key) = self.ready.pop()?;
+        // The stage stays at the top of the heap while it is booked (see `top_booked`).
+        let &Reverse(key) = self.ready.peek()?;
+        self.top_booked = true;
         let (at, s) = (key.at(), key.stage());
         let st = &self.stages[s as usize];
         let (resource, dur_ns, cancelled) = (st.resource, st.dur_ns, st.cancelled);
@@ -1172,6 +1196,9 @@ impl Graph {
             self.stages[w as usize].next_waiter = NONE;
             self.schedule(w);
             w = next;
+        }
+        if std::mem::take(&mut self.top_booked) {
+            self.ready.pop();
         }
         if self.trace.is_some() && !cancelled {
             let booking = self.booking(s, at);
@@ -1369,11 +1396,10 @@ impl Graph {
         watch.booked = self.booked;
         // Without a compaction, only completions whose blocker was booked since can have
         // moved on; after one, every stage was renumbered.
+        let stages = &self.stages;
         let stale: Vec<u32> = watch
-            .waiting
-            .keys()
-            .copied()
-            .filter(|&stage| renamed || self.stages[stage as usize].start != UNKNOWN)
+            .stages_waited_for()
+            .filter(|&stage| renamed || stages[stage as usize].start != UNKNOWN)
             .collect();
         if renamed {
             // The lists name stages of the old numbering: start them again.
@@ -1384,6 +1410,7 @@ impl Graph {
             }
             watch.slots.clear();
             watch.free.clear();
+            watch.listed.clear();
             for &(key, t) in &taken {
                 self.add(watch, key, t);
             }
