@@ -545,9 +545,8 @@ impl Watch {
         let head = self.heads[st];
         if head == NONE {
             if self.listed.len() >= 64 && self.listed.len() >= 2 * self.blocked {
-                // Most entries name taken lists: prune (amortized over their pushes).
-                let heads = &self.heads;
-                self.listed.retain(|&s| heads[s as usize] != NONE);
+                // Most entries name taken lists (amortized over their pushes).
+                self.prune_listed();
             }
             self.listed.push(stage);
         }
@@ -576,9 +575,14 @@ impl Watch {
     /// and started again would appear twice; taking a list twice takes nothing the second
     /// time).
     fn stages_waited_for(&mut self) -> impl Iterator<Item = u32> + '_ {
+        self.prune_listed();
+        self.listed.iter().copied()
+    }
+
+    /// Forget the stages of `listed` whose list was taken.
+    fn prune_listed(&mut self) {
         let heads = &self.heads;
         self.listed.retain(|&s| heads[s as usize] != NONE);
-        self.listed.iter().copied()
     }
 
     /// Move the completions waiting for `stage` into `out` (appended), freeing their slots.
