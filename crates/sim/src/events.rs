@@ -413,14 +413,9 @@ pub struct Graph {
     /// Scratch of [`Graph::evaluate`] and [`Graph::earliest`].
     stack: Vec<u32>,
     scratch: Watch,
-    /// The node and stage vectors a compaction left, kept with their capacity for the
-    /// next one (a graph that grows to its compaction size again would otherwise fault
-    /// in fresh memory every time: a third of the core's time, measured), and the
-    /// compaction's scratch.
-    spare_nodes: Vec<Node>,
-    spare_stages: Vec<Stage>,
+    /// The compaction's scratch (the vectors a compaction hands to its [`Remap`] come
+    /// back through [`RemapSpare`]).
     keep: Vec<bool>,
-    stage_index: Vec<u32>,
 }
 
 /// Completions a host actor waits for (e.g. the commands a closed loop keeps in flight),
@@ -641,24 +636,72 @@ impl Drop for Graph {
 
 /// What [`Graph::compact`] did to the names of nodes: apply it to every instant held
 /// outside the graph that may name one.
+///
+/// It holds the old graph's node and stage vectors themselves (their values and bookings
+/// are what an instant of the old graph resolves to), not a summary built for it: a
+/// compaction walks the stages once instead of three times. Dropped, it gives its vectors
+/// back to the next compaction on its thread ([`RemapSpare`]), so a graph that grows to
+/// its compaction size again does not fault in fresh memory each time (a third of the
+/// core's time when it did, measured).
 #[derive(Debug)]
 pub struct Remap {
     old_epoch: u32,
     new_epoch: u32,
-    /// Old index -> new index (0: the node's value was fixed, see `values`).
+    /// Old node index -> new index (0: the node's value was fixed, see `nodes`).
     index: Vec<u32>,
-    values: Vec<u64>,
-    /// Old stage -> its new index, or its final start and end.
-    stages: Vec<StageMap>,
+    /// The old graph's nodes, each with its final value where it could be fixed.
+    nodes: Vec<Node>,
+    /// The old graph's stages: a forgotten one's start and duration are final.
+    stages: Vec<Stage>,
+    /// Old stage -> its index in the compacted graph ([`NONE`]: booked and forgotten).
+    stage_index: Vec<u32>,
 }
 
-/// What [`Remap`] keeps of one stage of the old graph.
-#[derive(Debug, Clone, Copy)]
-struct StageMap {
-    /// Its index in the compacted graph ([`NONE`]: it was booked and forgotten).
-    new: u32,
-    start: u64,
-    end: u64,
+/// The vectors of a dropped [`Remap`], for the next compaction on this thread.
+#[derive(Default)]
+struct RemapSpare {
+    index: Vec<u32>,
+    nodes: Vec<Node>,
+    stages: Vec<Stage>,
+    stage_index: Vec<u32>,
+}
+
+thread_local! {
+    static REMAP_SPARE: Cell<Option<RemapSpare>> = const { Cell::new(None) };
+}
+
+impl RemapSpare {
+    /// This thread's spare vectors, cleared (fresh ones if there are none).
+    fn take() -> RemapSpare {
+        let mut spare = REMAP_SPARE
+            .try_with(|s| s.take())
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        spare.index.clear();
+        spare.nodes.clear();
+        spare.stages.clear();
+        spare.stage_index.clear();
+        spare
+    }
+}
+
+impl Drop for Remap {
+    fn drop(&mut self) {
+        // Vectors far past the compaction size (a graph that was never compacted) are
+        // freed instead.
+        if self.nodes.capacity() > 16 * DEFAULT_COMPACT_NODES {
+            return;
+        }
+        let spare = RemapSpare {
+            index: std::mem::take(&mut self.index),
+            nodes: std::mem::take(&mut self.nodes),
+            stages: std::mem::take(&mut self.stages),
+            stage_index: std::mem::take(&mut self.stage_index),
+        };
+        // At thread exit the slot may be gone already: then the memory is just freed.
+        let _ = REMAP_SPARE.try_with(|s| s.set(Some(spare)));
+    }
 }
 
 impl Remap {
@@ -674,17 +717,20 @@ impl Remap {
         let r = t.node() & INDEX_MASK;
         let n = match endpoint(r) {
             None => match self.index[r as usize] {
-                0 => return SimTime::from_ns(self.values[r as usize]),
+                0 => return SimTime::from_ns(self.nodes[r as usize].value),
                 n => n,
             },
-            Some((stage, end)) => match self.stages[stage as usize] {
-                StageMap {
-                    new: NONE, end: v, ..
-                } if end => return SimTime::from_ns(v),
-                StageMap {
-                    new: NONE, start, ..
-                } => return SimTime::from_ns(start),
-                StageMap { new, .. } => endpoint_ref(new, end),
+            Some((stage, end)) => match self.stage_index[stage as usize] {
+                NONE => {
+                    let st = &self.stages[stage as usize];
+                    let v = if end {
+                        st.start.saturating_add(st.dur_ns)
+                    } else {
+                        st.start
+                    };
+                    return SimTime::from_ns(v);
+                }
+                new => endpoint_ref(new, end),
             },
         };
         SimTime::of_node(t.ns(), (self.new_epoch << INDEX_BITS) | n)
@@ -729,10 +775,7 @@ impl Graph {
             lent: Vec::new(),
             stack: Vec::new(),
             scratch: Watch::default(),
-            spare_nodes: Vec::new(),
-            spare_stages: Vec::new(),
             keep: Vec::new(),
-            stage_index: Vec::new(),
         }
     }
 
@@ -1523,8 +1566,20 @@ impl Graph {
             let r = self.index(t);
             mark(&mut keep, r);
         }
-        for st in self.stages.iter().filter(|st| st.start == UNKNOWN) {
-            mark(&mut keep, st.arrival);
+        // Pending stages are kept, renumbered in their order (ties go by stage index):
+        // one walk over the stages marks their arrivals and renumbers them.
+        let mut spare = RemapSpare::take();
+        let mut stage_index = std::mem::take(&mut spare.stage_index);
+        stage_index.reserve(self.stages.len());
+        let mut kept_stages = std::mem::take(&mut spare.stages);
+        for st in &self.stages {
+            if st.start == UNKNOWN {
+                mark(&mut keep, st.arrival);
+                stage_index.push(kept_stages.len() as u32);
+                kept_stages.push(*st);
+            } else {
+                stage_index.push(NONE);
+            }
         }
         for i in (1..n).rev() {
             if !keep[i] || self.nodes[i].value != UNKNOWN {
@@ -1540,27 +1595,15 @@ impl Graph {
             }
         }
         keep[0] = false;
-        // 3. Pending stages, renumbered in their order (ties go by stage index).
-        let mut stage_index = std::mem::take(&mut self.stage_index);
-        stage_index.clear();
-        stage_index.resize(self.stages.len(), NONE);
-        let mut kept_stages = std::mem::take(&mut self.spare_stages);
-        kept_stages.clear();
-        for (i, st) in self.stages.iter().enumerate() {
-            if st.start == UNKNOWN {
-                stage_index[i] = kept_stages.len() as u32;
-                kept_stages.push(*st);
-            }
-        }
-        // 4. Kept nodes, renumbered in their order; fixed operands become constants.
-        let mut index = vec![0u32; n];
+        // 3. Kept nodes, renumbered in their order; fixed operands become constants.
+        let mut index = std::mem::take(&mut spare.index);
+        index.resize(n, 0);
         // An unfixed operand's new index (an endpoint's stage is pending, so kept).
         let rename = |index: &[u32], r: u32| match endpoint(r) {
             None => index[r as usize],
             Some((stage, end)) => endpoint_ref(stage_index[stage as usize], end),
         };
-        let mut nodes = std::mem::take(&mut self.spare_nodes);
-        nodes.clear();
+        let mut nodes = std::mem::take(&mut spare.nodes);
         nodes.push(self.nodes[0]);
         for i in 1..n {
             if !keep[i] {
@@ -1618,27 +1661,11 @@ impl Graph {
             .drain()
             .map(|Reverse(key)| Reverse(key.renumbered(stage_index[key.stage() as usize])))
             .collect();
-        // What the remap needs of the old stages: each one's new index, or its final
-        // start and end.
-        let stage_map = self
-            .stages
-            .iter()
-            .zip(&stage_index)
-            .map(|(st, &new)| StageMap {
-                new,
-                start: st.start,
-                end: st.start.saturating_add(st.dur_ns),
-            })
-            .collect();
         self.forgotten += (self.stages.len() - kept_stages.len()) as u64;
         self.kept_size = nodes.len() + 4 * kept_stages.len();
-        self.spare_stages = std::mem::replace(&mut self.stages, kept_stages);
         self.keep = keep;
-        self.stage_index = stage_index;
-        let mut old = std::mem::replace(&mut self.nodes, nodes);
-        let values = old.iter().map(|node| node.value).collect();
-        old.clear();
-        self.spare_nodes = old;
+        let stages = std::mem::replace(&mut self.stages, kept_stages);
+        let old_nodes = std::mem::replace(&mut self.nodes, nodes);
         let old_epoch = self.epoch;
         self.generation = next_generation();
         self.epoch = if self.epoch == (u32::MAX >> INDEX_BITS) {
@@ -1650,8 +1677,9 @@ impl Graph {
             old_epoch,
             new_epoch: self.epoch,
             index,
-            values,
-            stages: stage_map,
+            nodes: old_nodes,
+            stages,
+            stage_index,
         }
     }
 }
