@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs TPC-H queries in DuckDB for `csd bench tpch --compare duckdb`.
 
-Usage: scripts/duckdb_tpch.py DATA_DIR QUERIES_JSON THREADS [RUNS]
+Usage: scripts/duckdb_tpch.py DATA_DIR QUERIES_JSON THREADS [RUNS] [--interactive]
 
 DATA_DIR holds one CSV per table (`<table>.csv`, header row, written by csd from the
 same tpchgen rows it loaded on the device). QUERIES_JSON is a JSON list of SQL texts.
@@ -9,6 +9,12 @@ For every query and for 1 and THREADS threads, the best wall time of RUNS runs (
 3; csd passes its own `--repeat`, so both engines are measured the same way) is measured
 (DuckDB's `SET threads = N`). Prints one JSON object to stdout:
 {"version": ..., "queries": [{"t1_s": .., "tn_s": .., "rows": [[...], ...]}, ...]}.
+
+With --interactive (`csd bench tpch --rounds`, which runs each query on csd and on
+DuckDB one right after the other) the tables are loaded once, one line
+{"version": ..., "threads": ..., "runs": ...} is printed, and then each line read from
+stdin names a query by its index in QUERIES_JSON; the answer is one line, the query's
+object as above. The script ends at the end of its input.
 
 DuckDB comes from a venv (~/.cache/csd/duckdb-venv), created with pip on first use.
 """
@@ -43,13 +49,15 @@ def ensure_duckdb():
 
 
 def main():
-    if len(sys.argv) not in (4, 5):
+    args = [a for a in sys.argv[1:] if a != "--interactive"]
+    interactive = len(args) != len(sys.argv) - 1
+    if len(args) not in (3, 4):
         sys.exit(__doc__)
     ensure_duckdb()
     import duckdb
 
-    data, queries_path, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    runs = int(sys.argv[4]) if len(sys.argv) == 5 else 3
+    data, queries_path, threads = args[0], args[1], int(args[2])
+    runs = int(args[3]) if len(args) == 4 else 3
     if runs < 1:
         sys.exit(f"RUNS must be at least 1, not {runs}")
     with open(queries_path) as f:
@@ -62,32 +70,41 @@ def main():
                 f"CREATE TABLE {t} AS SELECT * FROM read_csv('{os.path.join(data, name)}', "
                 f"header = true)"
             )
-    out = []
-    for q in queries:
-        times = {}
-        rows = None
-        for n in sorted({1, threads}):
-            con.execute(f"SET threads = {n}")
-            best = None
-            for _ in range(runs):
-                t0 = time.perf_counter()
-                r = con.execute(q).fetchall()
-                dt = time.perf_counter() - t0
-                best = dt if best is None else min(best, dt)
-                rows = r
-            times[n] = best
-        out.append(
-            {
-                "t1_s": times[1],
-                "tn_s": times[threads],
-                "rows": [[str(v) for v in row] for row in rows],
-            }
-        )
-    print(
-        json.dumps(
-            {"version": duckdb.__version__, "threads": threads, "runs": runs, "queries": out}
-        )
-    )
+    header = {"version": duckdb.__version__, "threads": threads, "runs": runs}
+    if interactive:
+        print(json.dumps(header), flush=True)
+        for line in sys.stdin:
+            line = line.strip()
+            if not line:
+                continue
+            k = int(line)
+            if not 0 <= k < len(queries):
+                sys.exit(f"query index {k} is not in 0..{len(queries)}")
+            print(json.dumps(run_query(con, queries[k], threads, runs)), flush=True)
+        return
+    out = [run_query(con, q, threads, runs) for q in queries]
+    print(json.dumps(dict(header, queries=out)))
+
+
+def run_query(con, q, threads, runs):
+    """The best wall time of `runs` runs of `q` with 1 and `threads` threads, and its rows."""
+    times = {}
+    rows = None
+    for n in sorted({1, threads}):
+        con.execute(f"SET threads = {n}")
+        best = None
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            r = con.execute(q).fetchall()
+            dt = time.perf_counter() - t0
+            best = dt if best is None else min(best, dt)
+            rows = r
+        times[n] = best
+    return {
+        "t1_s": times[1],
+        "tn_s": times[threads],
+        "rows": [[str(v) for v in row] for row in rows],
+    }
 
 
 if __name__ == "__main__":

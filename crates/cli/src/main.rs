@@ -27,6 +27,7 @@ mod error;
 mod image;
 mod lineedit;
 mod report;
+mod rounds;
 mod units;
 
 use args::ConfigSource;

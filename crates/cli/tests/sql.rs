@@ -528,12 +528,62 @@ fn bench_tpch_checks_every_query_against_datafusion_in_memory() {
         assert!(line.contains("yes"), "{q} not checked or wrong: {line}");
     }
     assert!(
-        text.contains("reproduce: csd bench tpch --sf 0.01 --layout pax --strategy auto --queries 1,6,17 --repeat 1 --compare datafusion"),
+        text.contains("reproduce: csd bench tpch --sf 0.01 --layout pax --strategy auto --queries 1,6,17 --repeat 1 --rounds 1 --compare datafusion"),
         "{text}"
     );
     let bad = csd(&["bench", "tpch", "--sf", "0.01", "--queries", "23"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("use 1 to 22"));
+}
+
+#[test]
+fn bench_tpch_in_rounds_gives_ratios_within_rounds_with_their_range() {
+    let out = csd(&[
+        "bench",
+        "tpch",
+        "--sf",
+        "0.01",
+        "--queries",
+        "6,14",
+        "--rounds",
+        "3",
+        "--compare",
+        "datafusion",
+    ]);
+    let text = ok(&out);
+    assert!(
+        text.contains("3 rounds: each query ran on csd and its peers back to back"),
+        "{text}"
+    );
+    for q in [" Q6 ", " Q14 ", " total "] {
+        let line = text
+            .lines()
+            .find(|l| l.contains(q))
+            .unwrap_or_else(|| panic!("{q} missing:\n{text}"));
+        // `1.23x (1.10-1.40)`: the median ratio and the range of the rounds' ratios.
+        let cell = line
+            .split(['│', '┆'])
+            .map(str::trim)
+            .find(|c| c.ends_with(')') && c.contains("x ("))
+            .unwrap_or_else(|| panic!("no ratio with a range in {line}"));
+        let nums: Vec<f64> = cell
+            .split(['x', '(', '-', ')'])
+            .filter_map(|p| p.trim().parse().ok())
+            .collect();
+        assert_eq!(nums.len(), 3, "{cell}");
+        assert!(
+            nums[1] <= nums[0] && nums[0] <= nums[2],
+            "median within its range: {cell}"
+        );
+        if q != " total " {
+            assert!(line.contains("yes"), "{q} not checked or wrong: {line}");
+        }
+    }
+    for bad_rounds in ["0", "101"] {
+        let bad = csd(&["bench", "tpch", "--sf", "0.01", "--rounds", bad_rounds]);
+        assert!(!bad.status.success(), "--rounds {bad_rounds} accepted");
+        assert!(String::from_utf8_lossy(&bad.stderr).contains("--rounds"));
+    }
 }
 
 /// A `tiny` image in `dir` holding TPC-H lineitem at SF 0.01; returns its path.

@@ -20,6 +20,7 @@
 //! gives each server's median IOPS, the median of the rounds' ratios and their range.
 
 use crate::args::JsonFlag;
+use crate::rounds::{Ratio, median};
 use crate::{CliError, ConfigSource, report};
 use clap::Args;
 use csd_sim::DeviceConfig;
@@ -240,13 +241,7 @@ pub(crate) fn run(a: &BenchServeArgs) -> Result<(), CliError> {
         "memory / null",
     ]);
     for r in &rows {
-        let shown = |x: Ratio| {
-            if r.rounds.len() > 1 {
-                format!("{:.2}x ({:.2}-{:.2})", x.median, x.min, x.max)
-            } else {
-                format!("{:.2}x", x.median)
-            }
-        };
+        let shown = |x: Ratio| x.shown(r.rounds.len());
         t.add_row(vec![
             r.job.to_string(),
             format!("{:.0}", r.median_iops(CSD)),
@@ -304,24 +299,6 @@ const SERVERS: [&str; N] = [
     "nbdkit null",
 ];
 
-/// The median of `v` (the mean of the two middle values for an even count; 0 if empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-/// One server's IOPS over another's, over the rounds.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Ratio {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
 /// One job's IOPS on each server, per round.
 struct Row {
     job: &'static str,
@@ -337,12 +314,8 @@ impl Row {
 
     /// Server `a`'s IOPS over server `b`'s, each taken within its round.
     fn ratio(&self, a: usize, b: usize) -> Ratio {
-        let v: Vec<f64> = self.rounds.iter().map(|r| r[a] / r[b].max(1.0)).collect();
-        Ratio {
-            median: median(v.clone()),
-            min: v.iter().copied().fold(f64::INFINITY, f64::min),
-            max: v.iter().copied().fold(0.0, f64::max),
-        }
+        let col = |s: usize| -> Vec<f64> { self.rounds.iter().map(|r| r[s]).collect() };
+        Ratio::within_rounds(&col(a), &col(b), 1.0)
     }
 }
 
@@ -446,14 +419,7 @@ fn measure(a: &BenchServeArgs, cfg: &DeviceConfig, dir: &Path) -> Result<Vec<Row
 
 #[cfg(test)]
 mod tests {
-    use super::{CSD, CSD_MEMORY, FILE, MEMORY, N, NULL, Row, median, order};
-
-    #[test]
-    fn median_of_odd_even_and_empty_counts() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(vec![]), 0.0);
-    }
+    use super::{CSD, CSD_MEMORY, FILE, MEMORY, N, NULL, Row, order};
 
     #[test]
     fn every_server_takes_every_place_in_as_many_rounds_as_servers() {

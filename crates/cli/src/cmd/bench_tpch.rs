@@ -15,9 +15,9 @@
 //! `l_comment` loaded through the importer, so its strings are `VARCHAR` (no padding),
 //! beside DuckDB on the same rows with `--compare duckdb`; the answers must be equal.
 
-use std::io::Write as _;
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use clap::{Args, ValueEnum};
 use csd_device::NvmeDevice;
@@ -31,6 +31,7 @@ use csd_table::datagen::{TpchGenerator, TpchTable};
 
 use crate::args::{ChoiceArg, LayoutArg};
 use crate::cmd::query::batch_rows;
+use crate::rounds::{Ratio, median};
 use crate::{CliError, ConfigSource, report};
 
 /// `csd bench tpch`.
@@ -51,6 +52,12 @@ pub(crate) struct BenchTpchArgs {
     /// Run each query this many times; the best wall time is reported.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Measure every query this many times over, in rounds. With `--compare`, each
+    /// round runs a query on csd and on the peers back to back (csd first in odd
+    /// rounds), and each ratio is taken within its round; the table gives the median
+    /// wall times and the median ratio with its range over the rounds.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
     /// Also run other engines on the same rows, e.g. `duckdb,datafusion`.
     #[arg(long, value_enum, value_delimiter = ',')]
     compare: Vec<CompareArg>,
@@ -166,8 +173,8 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
     if a.strings {
         return run_strings(a, &cfg, session);
     }
-    let duck = match a.compare.contains(&CompareArg::Duckdb) {
-        true => Some(run_duckdb(&session, &numbers, a.repeat.max(1))?),
+    let mut duck = match a.compare.contains(&CompareArg::Duckdb) {
+        true => Some(DuckSession::start(&session, &numbers, a.repeat.max(1))?),
         false => None,
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -178,6 +185,35 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
         ),
         false => None,
     };
+    let rounds = a.rounds.max(1) as usize;
+    let mut measured: Vec<Measured> = numbers.iter().map(|_| Measured::default()).collect();
+    for r in 0..rounds {
+        for (k, &n) in numbers.iter().enumerate() {
+            let m = &mut measured[k];
+            // DuckDB first in round 0, so its rows check csd's answer from the start.
+            let duck_first = r % 2 == 0;
+            if duck_first && let Some(d) = duck.as_mut() {
+                m.duck(d.run(k)?);
+            }
+            if let Some(mem) = &memory {
+                let (t, rows) = memory_run(mem, a, n)?;
+                m.mem.push(t);
+                m.mem_rows = Some(rows);
+            }
+            let peer = match (&m.duck_rows, &m.mem_rows) {
+                (Some(rows), _) => Some((rows.clone(), 1e-6)),
+                (None, Some(rows)) => Some((rows.clone(), 1e-9)),
+                (None, None) => None,
+            };
+            let (best, row, correct) = run_query(&session, a, n, peer)?;
+            m.csd.push(best);
+            m.ok &= correct;
+            m.row = row;
+            if !duck_first && let Some(d) = duck.as_mut() {
+                m.duck(d.run(k)?);
+            }
+        }
+    }
     let mut headers = vec!["query", "rows", "csd wall s", "modeled device s", "correct"];
     if memory.is_some() {
         headers.extend(["datafusion mem s", "csd / mem"]);
@@ -193,39 +229,40 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
         ]);
     }
     let mut t = report::table(&headers);
-    let (mut total_csd, mut total_d1, mut total_dn, mut total_mem) = (0.0, 0.0, 0.0, 0.0);
-    let mut wrong = 0;
-    for (k, &n) in numbers.iter().enumerate() {
-        let mem = memory.as_ref().map(|m| memory_run(m, a, n)).transpose()?;
-        let peer = match (&duck, &mem) {
-            (Some(d), _) => Some((d.queries[k].rows.clone(), 1e-6)),
-            (None, Some((_, rows))) => Some((rows.clone(), 1e-9)),
-            (None, None) => None,
-        };
-        let (best, mut row, correct) = run_query(&session, a, n, peer)?;
-        wrong += usize::from(!correct);
-        total_csd += best;
-        if let Some((t, _)) = mem {
-            total_mem += t;
-            row.extend([format!("{t:.4}"), format!("{:.2}x", best / t.max(1e-9))]);
+    let shown = |a: &[f64], b: &[f64]| Ratio::within_rounds(a, b, 1e-9).shown(rounds);
+    for m in &measured {
+        let mut row = m.row.clone();
+        if let Some(cell) = row.get_mut(2) {
+            *cell = format!("{:.4}", median(m.csd.clone()));
         }
-        if let Some(d) = &duck {
-            let q = &d.queries[k];
-            total_d1 += q.t1_s;
-            total_dn += q.tn_s;
+        if memory.is_some() {
             row.extend([
-                format!("{:.4}", q.t1_s),
-                format!("{:.4}", q.tn_s),
-                format!("{:.2}x", best / q.t1_s.max(1e-9)),
-                format!("{:.2}x", best / q.tn_s.max(1e-9)),
+                format!("{:.4}", median(m.mem.clone())),
+                shown(&m.csd, &m.mem),
+            ]);
+        }
+        if duck.is_some() {
+            row.extend([
+                format!("{:.4}", median(m.d1.clone())),
+                format!("{:.4}", median(m.dn.clone())),
+                shown(&m.csd, &m.d1),
+                shown(&m.csd, &m.dn),
             ]);
         }
         t.add_row(row);
     }
+    // Each round's total over the queries, so the total's ratio is also within a round.
+    let total = |f: fn(&Measured) -> &Vec<f64>| -> Vec<f64> {
+        (0..rounds)
+            .map(|r| measured.iter().map(|m| f(m)[r]).sum())
+            .collect()
+    };
+    let total_csd = total(|m| &m.csd);
+    let wrong = measured.iter().filter(|m| !m.ok).count();
     let mut row = vec![
         "total".to_string(),
         String::new(),
-        format!("{total_csd:.4}"),
+        format!("{:.4}", median(total_csd.clone())),
         String::new(),
         if wrong == 0 {
             String::new()
@@ -234,28 +271,77 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
         },
     ];
     if memory.is_some() {
+        let mem = total(|m| &m.mem);
         row.extend([
-            format!("{total_mem:.4}"),
-            format!("{:.2}x", total_csd / total_mem.max(1e-9)),
+            format!("{:.4}", median(mem.clone())),
+            shown(&total_csd, &mem),
         ]);
     }
     if duck.is_some() {
+        let (d1, dn) = (total(|m| &m.d1), total(|m| &m.dn));
         row.extend([
-            format!("{total_d1:.4}"),
-            format!("{total_dn:.4}"),
-            format!("{:.2}x", total_csd / total_d1.max(1e-9)),
-            format!("{:.2}x", total_csd / total_dn.max(1e-9)),
+            format!("{:.4}", median(d1.clone())),
+            format!("{:.4}", median(dn.clone())),
+            shown(&total_csd, &d1),
+            shown(&total_csd, &dn),
         ]);
     }
     t.add_row(row);
     println!("{t}");
-    print_footer(a, &cfg, threads, duck.as_ref());
+    print_footer(
+        a,
+        &cfg,
+        threads,
+        duck.as_ref().map(|d| (&d.version, d.runs)),
+    );
     if wrong > 0 {
         return Err(CliError::Nvme(format!(
             "{wrong} queries returned a wrong answer"
         )));
     }
     Ok(())
+}
+
+/// One query's figures over the rounds (one entry per round in each list).
+struct Measured {
+    /// csd's best wall time of `--repeat` runs, per round.
+    csd: Vec<f64>,
+    /// DuckDB's best with one thread and with all threads, per round.
+    d1: Vec<f64>,
+    dn: Vec<f64>,
+    /// DataFusion over in-memory tables, per round.
+    mem: Vec<f64>,
+    /// The peers' rows, which check csd's answer where no SF 1 answer does.
+    duck_rows: Option<Vec<Vec<String>>>,
+    mem_rows: Option<Vec<Vec<String>>>,
+    /// csd's table row of the last round (query, rows, wall, modeled, correct).
+    row: Vec<String>,
+    /// Every round's answer was right and modeled the same device work.
+    ok: bool,
+}
+
+impl Default for Measured {
+    fn default() -> Self {
+        Measured {
+            csd: Vec::new(),
+            d1: Vec::new(),
+            dn: Vec::new(),
+            mem: Vec::new(),
+            duck_rows: None,
+            mem_rows: None,
+            row: Vec::new(),
+            ok: true,
+        }
+    }
+}
+
+impl Measured {
+    /// Records a DuckDB run of this query.
+    fn duck(&mut self, q: DuckQuery) {
+        self.d1.push(q.t1_s);
+        self.dn.push(q.tn_s);
+        self.duck_rows = Some(q.rows);
+    }
 }
 
 /// The string queries of `--strings`, over `lineitem_v`.
@@ -516,7 +602,12 @@ fn memory_run(
 }
 
 /// What ran where, and the command that reproduces the run.
-fn print_footer(a: &BenchTpchArgs, cfg: &DeviceConfig, threads: usize, duck: Option<&Duck>) {
+fn print_footer(
+    a: &BenchTpchArgs,
+    cfg: &DeviceConfig,
+    threads: usize,
+    duck: Option<(&String, usize)>,
+) {
     println!(
         "csd: DataFusion with {threads} threads, device scans {} ({}), layout {}; wall times are best of {}",
         a.strategy,
@@ -524,17 +615,20 @@ fn print_footer(a: &BenchTpchArgs, cfg: &DeviceConfig, threads: usize, duck: Opt
         a.layout,
         a.repeat.max(1)
     );
+    if a.rounds > 1 {
+        println!(
+            "{} rounds: each query ran on csd and its peers back to back in every round; times are medians over the rounds, each ratio the median (and range) of the rounds' ratios",
+            a.rounds
+        );
+    }
     if a.compare.contains(&CompareArg::Datafusion) {
         println!(
             "datafusion mem: the same DataFusion session over in-memory Arrow copies of the device's tables (best of {}): csd / mem is what the storage emulation costs",
             a.repeat.max(1)
         );
     }
-    if let Some(d) = duck {
-        println!(
-            "duckdb {} (best of {}, on CSV files of the same rows)",
-            d.version, d.runs
-        );
+    if let Some((version, runs)) = duck {
+        println!("duckdb {version} (best of {runs}, on CSV files of the same rows)");
     }
     println!("reproduce: {}", crate::reproduce::line());
 }
@@ -563,7 +657,9 @@ struct Duck {
     queries: Vec<DuckQuery>,
 }
 
-fn run_duckdb(session: &SqlSession, numbers: &[usize], runs: usize) -> Result<Duck, CliError> {
+/// The eight tables of `session` as CSV files (with a header row) in a fresh temporary
+/// directory, for DuckDB.
+fn write_csv_tables(session: &SqlSession) -> Result<PathBuf, CliError> {
     let dir = tempfile_dir()?;
     for t in TpchTable::ALL {
         let ans = session
@@ -580,30 +676,137 @@ fn run_duckdb(session: &SqlSession, numbers: &[usize], runs: usize) -> Result<Du
                 .map_err(|e| CliError::Nvme(format!("writing {}: {e}", path.display())))?;
         }
     }
-    let qs: Vec<&str> = numbers.iter().map(|&n| QUERIES[n - 1]).collect();
-    let duck = duckdb_script(&dir, &qs, runs)?;
-    if duck.queries.len() != numbers.len() {
-        return Err(CliError::Usage(
-            "DuckDB returned fewer answers than queries".into(),
-        ));
+    Ok(dir)
+}
+
+/// `queries.json` in `dir`: the SQL texts as a JSON list, for `scripts/duckdb_tpch.py`.
+fn write_queries(dir: &std::path::Path, qs: &[&str]) -> Result<PathBuf, CliError> {
+    let qpath = dir.join("queries.json");
+    std::fs::write(&qpath, serde_json::to_string(&qs).unwrap_or_default()).map_err(|e| {
+        CliError::Io {
+            path: qpath.clone(),
+            source: e,
+        }
+    })?;
+    Ok(qpath)
+}
+
+/// `scripts/duckdb_tpch.py`.
+fn duckdb_tpch_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/duckdb_tpch.py")
+}
+
+/// DuckDB with the session's tables loaded, running one query at a time when asked
+/// (`scripts/duckdb_tpch.py --interactive`), so that a query runs on DuckDB and on csd
+/// back to back. The process ends, and its CSV files are removed, when this is dropped.
+struct DuckSession {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    dir: PathBuf,
+    version: String,
+    /// Runs per query and thread count, the best of which is reported (`--repeat`).
+    runs: usize,
+}
+
+impl DuckSession {
+    /// Writes the tables as CSV, starts DuckDB on them with the queries `numbers` and
+    /// waits until it has loaded them.
+    fn start(session: &SqlSession, numbers: &[usize], runs: usize) -> Result<Self, CliError> {
+        let dir = write_csv_tables(session)?;
+        let qs: Vec<&str> = numbers.iter().map(|&n| QUERIES[n - 1]).collect();
+        let qpath = write_queries(&dir, &qs)?;
+        let script = duckdb_tpch_script();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let spawned = Command::new("python3")
+            .arg(&script)
+            .arg(&dir)
+            .arg(&qpath)
+            .arg(threads.to_string())
+            .arg(runs.to_string())
+            .arg("--interactive")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(CliError::Usage(format!(
+                    "running {}: {e}",
+                    script.display()
+                )));
+            }
+        };
+        let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
+        let mut d = DuckSession {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout.ok_or_else(|| {
+                CliError::Usage("DuckDB's process has no standard output".into())
+            })?),
+            dir,
+            version: String::new(),
+            runs,
+        };
+        let header = d.line()?;
+        d.version = header["version"].as_str().unwrap_or("?").to_string();
+        Ok(d)
     }
-    Ok(duck)
+
+    /// One JSON line of the script's output; its end is an error (the script printed
+    /// why on its standard error).
+    fn line(&mut self) -> Result<serde_json::Value, CliError> {
+        let mut l = String::new();
+        let n = self
+            .stdout
+            .read_line(&mut l)
+            .map_err(|e| CliError::Usage(format!("reading DuckDB's answer: {e}")))?;
+        if n == 0 {
+            return Err(CliError::Usage(format!(
+                "{} ended early (its error is above)",
+                duckdb_tpch_script().display()
+            )));
+        }
+        serde_json::from_str(&l).map_err(|e| CliError::Usage(format!("DuckDB script output: {e}")))
+    }
+
+    /// Runs the `k`-th query of those it was started with.
+    fn run(&mut self, k: usize) -> Result<DuckQuery, CliError> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| CliError::Usage("DuckDB's input is closed".into()))?;
+        writeln!(stdin, "{k}")
+            .and_then(|()| stdin.flush())
+            .map_err(|e| CliError::Usage(format!("asking DuckDB for a query: {e}")))?;
+        Ok(duck_query(&self.line()?))
+    }
+}
+
+impl Drop for DuckSession {
+    fn drop(&mut self) {
+        // The end of its input ends the script.
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A query's object in the script's output.
+fn duck_query(q: &serde_json::Value) -> DuckQuery {
+    DuckQuery {
+        t1_s: q["t1_s"].as_f64().unwrap_or(f64::NAN),
+        tn_s: q["tn_s"].as_f64().unwrap_or(f64::NAN),
+        rows: json_rows(&q["rows"]),
+    }
 }
 
 /// Runs `scripts/duckdb_tpch.py` over the CSV tables in `dir` (removed afterwards) and
 /// `queries`, each `runs` times per thread count (the best reported).
 fn duckdb_script(dir: &std::path::Path, qs: &[&str], runs: usize) -> Result<Duck, CliError> {
-    let qpath = dir.join("queries.json");
-    let mut f = std::fs::File::create(&qpath).map_err(|e| CliError::Io {
-        path: qpath.clone(),
-        source: e,
-    })?;
-    f.write_all(serde_json::to_string(&qs).unwrap_or_default().as_bytes())
-        .map_err(|e| CliError::Io {
-            path: qpath.clone(),
-            source: e,
-        })?;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/duckdb_tpch.py");
+    let qpath = write_queries(dir, qs)?;
+    let script = duckdb_tpch_script();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let out = Command::new("python3")
         .arg(&script)
@@ -625,15 +828,7 @@ fn duckdb_script(dir: &std::path::Path, qs: &[&str], runs: usize) -> Result<Duck
         .map_err(|e| CliError::Usage(format!("DuckDB script output: {e}")))?;
     let queries = v["queries"]
         .as_array()
-        .map(|qs| {
-            qs.iter()
-                .map(|q| DuckQuery {
-                    t1_s: q["t1_s"].as_f64().unwrap_or(f64::NAN),
-                    tn_s: q["tn_s"].as_f64().unwrap_or(f64::NAN),
-                    rows: json_rows(&q["rows"]),
-                })
-                .collect::<Vec<_>>()
-        })
+        .map(|qs| qs.iter().map(duck_query).collect::<Vec<_>>())
         .unwrap_or_default();
     if queries.len() != qs.len() {
         return Err(CliError::Usage(
