@@ -311,7 +311,7 @@ fn bench_tpch_lines_spell_out_every_default_and_flag() {
     };
     assert_eq!(
         line(&["csd", "bench", "tpch"]),
-        "csd bench tpch --sf 0.1 --layout pax --strategy auto --repeat 1 --time-model events"
+        "csd bench tpch --sf 0.1 --layout pax --strategy auto --repeat 1 --rounds 1 --time-model events"
     );
     assert_eq!(
         line(&[
@@ -328,6 +328,6 @@ fn bench_tpch_lines_spell_out_every_default_and_flag() {
             "--sf",
             "1",
         ]),
-        "csd bench tpch --sf 1 --layout pax --strategy hw-isp --repeat 3 --compare duckdb --strings --time-model events"
+        "csd bench tpch --sf 1 --layout pax --strategy hw-isp --repeat 3 --rounds 1 --compare duckdb --strings --time-model events"
     );
 }

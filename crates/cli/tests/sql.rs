@@ -506,18 +506,17 @@ fn insert_update_delete_from_the_shell_and_bad_statements_leave_the_image_unchan
     assert!(v["dml"]["modeled_time_s"].as_f64().expect("time") > 0.0);
 }
 
+/// `csd bench tpch --sf 0.01 --queries QUERIES ARGS… --compare datafusion`.
+fn bench_tpch_against_memory(queries: &str, args: &[&str]) -> Output {
+    let mut all = vec!["bench", "tpch", "--sf", "0.01", "--queries", queries];
+    all.extend_from_slice(args);
+    all.extend(["--compare", "datafusion"]);
+    csd(&all)
+}
+
 #[test]
 fn bench_tpch_checks_every_query_against_datafusion_in_memory() {
-    let out = csd(&[
-        "bench",
-        "tpch",
-        "--sf",
-        "0.01",
-        "--queries",
-        "1,6,17",
-        "--compare",
-        "datafusion",
-    ]);
+    let out = bench_tpch_against_memory("1,6,17", &[]);
     let text = ok(&out);
     assert!(text.contains("datafusion mem s"), "{text}");
     for q in ["Q1", "Q6", "Q17"] {
@@ -538,18 +537,7 @@ fn bench_tpch_checks_every_query_against_datafusion_in_memory() {
 
 #[test]
 fn bench_tpch_in_rounds_gives_ratios_within_rounds_with_their_range() {
-    let out = csd(&[
-        "bench",
-        "tpch",
-        "--sf",
-        "0.01",
-        "--queries",
-        "6,14",
-        "--rounds",
-        "3",
-        "--compare",
-        "datafusion",
-    ]);
+    let out = bench_tpch_against_memory("6,14", &["--rounds", "3"]);
     let text = ok(&out);
     assert!(
         text.contains("3 rounds: each query ran on csd and its peers back to back"),
@@ -579,6 +567,20 @@ fn bench_tpch_in_rounds_gives_ratios_within_rounds_with_their_range() {
             assert!(line.contains("yes"), "{q} not checked or wrong: {line}");
         }
     }
+    let strings = csd(&[
+        "bench",
+        "tpch",
+        "--sf",
+        "0.01",
+        "--strings",
+        "--rounds",
+        "2",
+    ]);
+    assert!(
+        !strings.status.success(),
+        "--rounds with --strings accepted"
+    );
+    assert!(String::from_utf8_lossy(&strings.stderr).contains("--rounds measures the 22 queries"));
     for bad_rounds in ["0", "101"] {
         let bad = csd(&["bench", "tpch", "--sf", "0.01", "--rounds", bad_rounds]);
         assert!(!bad.status.success(), "--rounds {bad_rounds} accepted");

@@ -167,6 +167,11 @@ fn sf1_answer(n: usize) -> Option<Reference> {
 
 /// `csd bench tpch`.
 pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
+    if a.strings && a.rounds > 1 {
+        return Err(CliError::Usage(
+            "--rounds measures the 22 queries in rounds; --strings runs its queries once (use --repeat)".into(),
+        ));
+    }
     let cfg = a.src.load()?;
     let numbers = query_numbers(a.queries.as_deref())?;
     let session = load_tpch(a, &cfg)?;
