@@ -1,7 +1,10 @@
 //! `csd bench tpch`: the 22 TPC-H queries through DataFusion over an in-memory device
 //! holding the eight tables; per-query wall time and correctness, and with
 //! `--compare duckdb` DuckDB's wall time on the same rows (one thread and all threads)
-//! with the ratio.
+//! with the ratio. DuckDB keeps its tables loaded in one process and runs each query just
+//! before or after csd does, so a ratio compares two runs seconds apart; `--rounds N`
+//! measures every query N times over and reports medians, each ratio the median of the
+//! rounds' own ratios with its range (`crate::rounds`, as `csd bench serve`).
 //!
 //! Correctness: at SF 1 against tpchgen's reference answers (dbgen's, printed to two
 //! decimals, so numbers agree within 0.01); at any SF against DuckDB's answers when it
@@ -212,8 +215,11 @@ pub(crate) fn run(a: &BenchTpchArgs) -> Result<(), CliError> {
             };
             let (best, row, correct) = run_query(&session, a, n, peer)?;
             m.csd.push(best);
+            // The row shown is the first wrong round's, else the last round's.
+            if m.ok {
+                m.row = row;
+            }
             m.ok &= correct;
-            m.row = row;
             if !duck_first && let Some(d) = duck.as_mut() {
                 m.duck(d.run(k)?);
             }
@@ -319,7 +325,8 @@ struct Measured {
     /// The peers' rows, which check csd's answer where no SF 1 answer does.
     duck_rows: Option<Vec<Vec<String>>>,
     mem_rows: Option<Vec<Vec<String>>>,
-    /// csd's table row of the last round (query, rows, wall, modeled, correct).
+    /// csd's table row (query, rows, wall, modeled, correct) of the first round whose
+    /// answer was wrong, else of the last round.
     row: Vec<String>,
     /// Every round's answer was right and modeled the same device work.
     ok: bool,
