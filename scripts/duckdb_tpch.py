@@ -1,20 +1,16 @@
 #!/usr/bin/env python3
-"""Runs TPC-H queries in DuckDB for `csd bench tpch --compare duckdb`.
+"""Runs queries in DuckDB for `csd bench tpch --compare duckdb`, one at a time when asked.
 
-Usage: scripts/duckdb_tpch.py DATA_DIR QUERIES_JSON THREADS [RUNS] [--interactive]
+Usage: scripts/duckdb_tpch.py DATA_DIR QUERIES_JSON THREADS [RUNS]
 
 DATA_DIR holds one CSV per table (`<table>.csv`, header row, written by csd from the
-same tpchgen rows it loaded on the device). QUERIES_JSON is a JSON list of SQL texts.
-For every query and for 1 and THREADS threads, the best wall time of RUNS runs (default
-3; csd passes its own `--repeat`, so both engines are measured the same way) is measured
-(DuckDB's `SET threads = N`). Prints one JSON object to stdout:
-{"version": ..., "queries": [{"t1_s": .., "tn_s": .., "rows": [[...], ...]}, ...]}.
-
-With --interactive (`csd bench tpch --rounds`, which runs each query on csd and on
-DuckDB one right after the other) the tables are loaded once, one line
-{"version": ..., "threads": ..., "runs": ...} is printed, and then each line read from
-stdin names a query by its index in QUERIES_JSON; the answer is one line, the query's
-object as above. The script ends at the end of its input.
+same rows it loaded on the device). QUERIES_JSON is a JSON list of SQL texts. The tables
+are loaded once, and one line {"version": ..., "threads": ..., "runs": ...} is printed.
+Then each line read from stdin names a query by its index in QUERIES_JSON, and the
+answer is one line {"t1_s": .., "tn_s": .., "rows": [[...], ...]}: the best wall time of
+RUNS runs (default 3; csd passes its own `--repeat`, so both engines are measured the same
+way) with 1 and THREADS threads (DuckDB's `SET threads = N`), and the rows. So csd runs
+each query on DuckDB and on itself back to back. The script ends at the end of its input.
 
 DuckDB comes from a venv (~/.cache/csd/duckdb-venv), created with pip on first use.
 """
@@ -49,8 +45,7 @@ def ensure_duckdb():
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--interactive"]
-    interactive = len(args) != len(sys.argv) - 1
+    args = sys.argv[1:]
     if len(args) not in (3, 4):
         sys.exit(__doc__)
     ensure_duckdb()
@@ -71,19 +66,15 @@ def main():
                 f"header = true)"
             )
     header = {"version": duckdb.__version__, "threads": threads, "runs": runs}
-    if interactive:
-        print(json.dumps(header), flush=True)
-        for line in sys.stdin:
-            line = line.strip()
-            if not line:
-                continue
-            k = int(line)
-            if not 0 <= k < len(queries):
-                sys.exit(f"query index {k} is not in 0..{len(queries)}")
-            print(json.dumps(run_query(con, queries[k], threads, runs)), flush=True)
-        return
-    out = [run_query(con, q, threads, runs) for q in queries]
-    print(json.dumps(dict(header, queries=out)))
+    print(json.dumps(header), flush=True)
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        k = int(line)
+        if not 0 <= k < len(queries):
+            sys.exit(f"query index {k} is not in 0..{len(queries)}")
+        print(json.dumps(run_query(con, queries[k], threads, runs)), flush=True)
 
 
 def run_query(con, q, threads, runs):

@@ -393,20 +393,15 @@ fn run_strings(a: &BenchTpchArgs, cfg: &DeviceConfig, session: SqlSession) -> Re
     .map_err(|e| usage(e.to_string()))?;
     let session =
         SqlSession::new(client, cfg.clone(), a.settings()).map_err(|e| usage(e.to_string()))?;
-    let duck = if a.compare.contains(&CompareArg::Duckdb) {
+    let mut duck = if a.compare.contains(&CompareArg::Duckdb) {
         let dir = tempfile_dir()?;
-        let path = dir.join("lineitem_v.csv");
-        let f = std::fs::File::create(&path).map_err(|e| CliError::Io {
-            path: path.clone(),
-            source: e,
-        })?;
-        let mut w = WriterBuilder::new().with_header(true).build(f);
-        for b in &copy.batches {
-            w.write(b)
-                .map_err(|e| CliError::Nvme(format!("writing {}: {e}", path.display())))?;
+        let written = write_csv(&dir.join("lineitem_v.csv"), &copy.batches);
+        let opened =
+            written.and_then(|()| DuckSession::open(&dir, &STRING_QUERIES, a.repeat.max(1)));
+        if opened.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
         }
-        drop(w);
-        Some(duckdb_script(&dir, &STRING_QUERIES, a.repeat.max(1))?)
+        Some(opened?)
     } else {
         None
     };
@@ -452,8 +447,8 @@ fn run_strings(a: &BenchTpchArgs, cfg: &DeviceConfig, session: SqlSession) -> Re
             format!("{best:.4}"),
             format!("{:.4}", modeled as f64 / 1e9),
         ];
-        if let Some(d) = &duck {
-            let dq = &d.queries[k];
+        if let Some(d) = duck.as_mut() {
+            let dq = d.run(k)?;
             let dans = dq
                 .rows
                 .first()
@@ -661,34 +656,40 @@ struct DuckQuery {
     rows: Vec<Vec<String>>,
 }
 
-struct Duck {
-    version: String,
-    /// Runs per query and thread count, the best of which is reported (`--repeat`, as
-    /// for csd: both engines are measured the same way).
-    runs: usize,
-    queries: Vec<DuckQuery>,
-}
-
 /// The eight tables of `session` as CSV files (with a header row) in a fresh temporary
 /// directory, for DuckDB.
 fn write_csv_tables(session: &SqlSession) -> Result<PathBuf, CliError> {
     let dir = tempfile_dir()?;
-    for t in TpchTable::ALL {
+    let written = TpchTable::ALL.iter().try_for_each(|t| {
         let ans = session
             .run(&format!("select * from {}", t.name()))
             .map_err(|e| CliError::Usage(e.to_string()))?;
-        let path = dir.join(format!("{}.csv", t.name()));
-        let f = std::fs::File::create(&path).map_err(|e| CliError::Io {
-            path: path.clone(),
-            source: e,
-        })?;
-        let mut w = WriterBuilder::new().with_header(true).build(f);
-        for b in &ans.batches {
-            w.write(b)
-                .map_err(|e| CliError::Nvme(format!("writing {}: {e}", path.display())))?;
+        write_csv(&dir.join(format!("{}.csv", t.name())), &ans.batches)
+    });
+    match written {
+        Ok(()) => Ok(dir),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(e)
         }
     }
-    Ok(dir)
+}
+
+/// `batches` as one CSV file at `path`, with a header row.
+fn write_csv(
+    path: &std::path::Path,
+    batches: &[csd_sql::datafusion::arrow::record_batch::RecordBatch],
+) -> Result<(), CliError> {
+    let f = std::fs::File::create(path).map_err(|e| CliError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    let mut w = WriterBuilder::new().with_header(true).build(f);
+    for b in batches {
+        w.write(b)
+            .map_err(|e| CliError::Nvme(format!("writing {}: {e}", path.display())))?;
+    }
+    Ok(())
 }
 
 /// `queries.json` in `dir`: the SQL texts as a JSON list, for `scripts/duckdb_tpch.py`.
@@ -709,7 +710,7 @@ fn duckdb_tpch_script() -> PathBuf {
 }
 
 /// DuckDB with the session's tables loaded, running one query at a time when asked
-/// (`scripts/duckdb_tpch.py --interactive`), so that a query runs on DuckDB and on csd
+/// (`scripts/duckdb_tpch.py`), so that a query runs on DuckDB and on csd
 /// back to back. The process ends, and its CSV files are removed, when this is dropped.
 struct DuckSession {
     child: Child,
@@ -722,34 +723,33 @@ struct DuckSession {
 }
 
 impl DuckSession {
-    /// Writes the tables as CSV, starts DuckDB on them with the queries `numbers` and
-    /// waits until it has loaded them.
+    /// Writes the tables as CSV and opens DuckDB on them with the queries `numbers`.
     fn start(session: &SqlSession, numbers: &[usize], runs: usize) -> Result<Self, CliError> {
         let dir = write_csv_tables(session)?;
         let qs: Vec<&str> = numbers.iter().map(|&n| QUERIES[n - 1]).collect();
-        let qpath = write_queries(&dir, &qs)?;
+        let opened = DuckSession::open(&dir, &qs, runs);
+        if opened.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        opened
+    }
+
+    /// Starts DuckDB on the CSV tables in `dir` (which it removes when dropped) with
+    /// the queries `qs`, and waits until it has loaded them.
+    fn open(dir: &std::path::Path, qs: &[&str], runs: usize) -> Result<Self, CliError> {
+        let qpath = write_queries(dir, qs)?;
         let script = duckdb_tpch_script();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let spawned = Command::new("python3")
+        let mut child = Command::new("python3")
             .arg(&script)
-            .arg(&dir)
+            .arg(dir)
             .arg(&qpath)
             .arg(threads.to_string())
             .arg(runs.to_string())
-            .arg("--interactive")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn();
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(CliError::Usage(format!(
-                    "running {}: {e}",
-                    script.display()
-                )));
-            }
-        };
+            .spawn()
+            .map_err(|e| CliError::Usage(format!("running {}: {e}", script.display())))?;
         let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
         let mut d = DuckSession {
             child,
@@ -757,7 +757,7 @@ impl DuckSession {
             stdout: BufReader::new(stdout.ok_or_else(|| {
                 CliError::Usage("DuckDB's process has no standard output".into())
             })?),
-            dir,
+            dir: dir.to_path_buf(),
             version: String::new(),
             runs,
         };
@@ -812,46 +812,6 @@ fn duck_query(q: &serde_json::Value) -> DuckQuery {
         tn_s: q["tn_s"].as_f64().unwrap_or(f64::NAN),
         rows: json_rows(&q["rows"]),
     }
-}
-
-/// Runs `scripts/duckdb_tpch.py` over the CSV tables in `dir` (removed afterwards) and
-/// `queries`, each `runs` times per thread count (the best reported).
-fn duckdb_script(dir: &std::path::Path, qs: &[&str], runs: usize) -> Result<Duck, CliError> {
-    let qpath = write_queries(dir, qs)?;
-    let script = duckdb_tpch_script();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(dir)
-        .arg(&qpath)
-        .arg(threads.to_string())
-        .arg(runs.to_string())
-        .output()
-        .map_err(|e| CliError::Usage(format!("running {}: {e}", script.display())))?;
-    let _ = std::fs::remove_dir_all(dir);
-    if !out.status.success() {
-        return Err(CliError::Usage(format!(
-            "{} failed: {}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| CliError::Usage(format!("DuckDB script output: {e}")))?;
-    let queries = v["queries"]
-        .as_array()
-        .map(|qs| qs.iter().map(duck_query).collect::<Vec<_>>())
-        .unwrap_or_default();
-    if queries.len() != qs.len() {
-        return Err(CliError::Usage(
-            "DuckDB returned fewer answers than queries".into(),
-        ));
-    }
-    Ok(Duck {
-        version: v["version"].as_str().unwrap_or("?").to_string(),
-        runs,
-        queries,
-    })
 }
 
 fn tempfile_dir() -> Result<PathBuf, CliError> {
