@@ -61,6 +61,12 @@
 //!   samples fell from 70% to 49%, the one-shot wall time did not move (both cores are
 //!   busy either way).
 //! * Threads: [`csd_query::scan_threads`] (1 turns the look-ahead off).
+//!
+//! The in-host counterpart, [`CrcAhead`]: an in-host scan of an image opened read-only
+//! reads its pages in place (`ReadPinned`) and evaluates them on the host's threads
+//! already, but the FTL's end-to-end check hashed them on the stepping thread; the CRCs
+//! of the units such a stream of reads asks for next are now hashed on the pool, ahead of
+//! the reads, as the look-ahead above hashes the pages it evaluates.
 
 use csd_ftl::{CrcPlan, Ftl, SectorCrcs};
 use csd_nand::PinnedPages;
@@ -362,5 +368,193 @@ pub(crate) fn pin_pages(
         pages,
         plans,
         spares,
+    }
+}
+
+/// Units of a stream's first window (about one MDTS read of 16 KiB pages), and at most.
+const FIRST_CRC_WINDOW: usize = 32;
+const MAX_CRC_WINDOW: usize = 256;
+
+/// The end-to-end check's CRCs of the units a stream of in-place reads (`ReadPinned`: an
+/// in-host scan of an image opened read-only) asks for next, hashed on the host's pool
+/// while the device steps the current read (the modeled device is unchanged).
+///
+/// Why: such a read leaves its pages in place, and the FTL hashes every sector the host
+/// reads once per process (`Nand::sector_checked` spares it later reads). A fresh
+/// process's in-host scan hashed every byte it read on the one thread that steps the
+/// device, with the first touch of the image's memory under it: measured 2026-12-07 with
+/// DWARF call graphs, 38% of a one-shot `csd query --image sf1.img q6 --strategy ihp`'s
+/// samples, all on the stepping thread, while the pool evaluated pages in 17%.
+///
+/// Choices made:
+/// * A read that starts where the previous one ended, with the same unit and sector mask,
+///   continues a stream; the units after it are predicted to come next, as a disk's
+///   read-ahead predicts (a scan reads its table in order). Any other read ends the
+///   stream, and what was hashed ahead is dropped unused.
+/// * Two windows stay submitted past the read being stepped; a window is pinned as the
+///   look-ahead of an in-storage scan pins its batches ([`pin_pages`]: only units in place
+///   in one flash page, stopping at the first that is not; their page cache read ahead),
+///   and grows from [`FIRST_CRC_WINDOW`] units to [`MAX_CRC_WINDOW`] as the stream goes on.
+/// * A pool thread hashes a unit's sectors of the mask ([`Checks`]); the read takes the
+///   units that matched ([`Ftl::note_crcs_matched`], ignored if anything changed since
+///   they were pinned) and hashes the rest itself, as before: a unit the pool has not
+///   reached, or whose CRC did not match (the read then reports it, naming its LBA).
+///   The stepping thread never waits for the pool; units it has passed are skipped.
+/// * Off with one scan thread ([`csd_query::scan_threads`]).
+pub(crate) struct CrcAhead {
+    threads: usize,
+    /// Where the stream's next read starts, its unit and its mask.
+    next: Option<(u64, usize, u64)>,
+    windows: VecDeque<CrcWindow>,
+    /// Units of the next window.
+    units: usize,
+    /// Units whose CRCs the pool matched and a read took, over this device's life.
+    taken: u64,
+}
+
+/// Consecutive units of a stream, pinned, hashed on the pool.
+struct CrcWindow {
+    /// The content epoch the units were pinned under.
+    epoch: (u64, u64),
+    /// The first unit's LBA and the LBAs per unit.
+    first: u64,
+    lpu: u64,
+    job: Arc<CrcJob>,
+}
+
+impl CrcWindow {
+    fn end(&self) -> u64 {
+        self.first + self.job.pages.len() as u64 * self.lpu
+    }
+}
+
+/// A window's pinned units and their checks, hashed by pool threads in order.
+struct CrcJob {
+    pages: PinnedPages,
+    checks: Checks,
+    /// The next unit no thread has taken.
+    next: std::sync::atomic::AtomicUsize,
+    /// Units before this one were read already: not worth hashing any more.
+    passed: std::sync::atomic::AtomicUsize,
+}
+
+/// Units a pool thread hashes per entry into the window's pin.
+const CRC_PIECE: usize = 8;
+
+impl CrcJob {
+    fn run(&self) {
+        let n = self.pages.len();
+        loop {
+            let i = self.next.fetch_add(CRC_PIECE, Ordering::Relaxed);
+            if i >= n {
+                return;
+            }
+            let i = i.max(self.passed.load(Ordering::Relaxed));
+            let end = (i + CRC_PIECE).min(n);
+            if i >= end {
+                continue;
+            }
+            // `None`: the array changed since the pin; the reads check these units.
+            let _ = self.pages.read(i..end, |p| {
+                for (k, bytes) in p.iter().enumerate() {
+                    self.checks.check(i + k, bytes);
+                }
+            });
+        }
+    }
+}
+
+impl CrcAhead {
+    /// Look-ahead on `threads` scan threads (1: none).
+    pub(crate) fn new(threads: usize) -> CrcAhead {
+        CrcAhead {
+            threads,
+            next: None,
+            windows: VecDeque::new(),
+            units: FIRST_CRC_WINDOW,
+            taken: 0,
+        }
+    }
+
+    /// Units whose CRCs were hashed ahead and taken by a read, since this device opened.
+    pub(crate) fn taken(&self) -> u64 {
+        self.taken
+    }
+
+    /// Hashes on this thread what the pool has not started of the windows submitted,
+    /// so that the next read of the stream finds it (tests: what the look-ahead took
+    /// then no longer depends on how the OS scheduled the pool's threads).
+    pub(crate) fn settle(&self) {
+        for w in &self.windows {
+            w.job.run();
+        }
+    }
+
+    /// A read of `units` units of `unit` bytes (`lpu` LBAs each) from `lba`, checking
+    /// the sectors of mask `crc`, is about to be stepped on `ftl`: notes the units whose
+    /// CRCs the pool found matching, then keeps two windows past the read submitted.
+    pub(crate) fn before_read(
+        &mut self,
+        ftl: &mut Ftl,
+        (lba, units): (u64, u64),
+        (unit, lpu): (usize, u64),
+        crc: u64,
+    ) {
+        if self.threads <= 1 || lpu == 0 || units == 0 {
+            return;
+        }
+        let epoch = ftl.content_epoch();
+        if self.next != Some((lba, unit, crc)) || self.windows.iter().any(|w| w.epoch != epoch) {
+            self.windows.clear();
+            self.units = FIRST_CRC_WINDOW;
+        }
+        let end = lba + units * lpu;
+        self.next = Some((end, unit, crc));
+        while let Some(w) = self.windows.front() {
+            let from = ((lba.max(w.first) - w.first) / lpu) as usize;
+            let upto = ((end.min(w.end()).max(w.first) - w.first) / lpu) as usize;
+            w.job.passed.fetch_max(upto, Ordering::Relaxed);
+            for i in from..upto {
+                if let Some(c) = w.job.checks.matched(i) {
+                    ftl.note_crcs_matched(&c);
+                    self.taken += 1;
+                }
+            }
+            if w.end() > end {
+                break;
+            }
+            self.windows.pop_front();
+        }
+        while self.windows.len() < 2 {
+            let from = self.windows.back().map_or(end, CrcWindow::end);
+            let PinnedBatch {
+                pages,
+                plans,
+                spares,
+            } = pin_pages(ftl, unit, self.units, |k| Some(from + k * lpu), 0, crc);
+            if pages.is_empty() {
+                break;
+            }
+            self.units = (self.units * 2).min(MAX_CRC_WINDOW);
+            let job = Arc::new(CrcJob {
+                checks: Checks {
+                    state: plans.iter().map(|_| AtomicU8::new(UNCHECKED)).collect(),
+                    crcs: plans.iter().map(|_| OnceLock::new()).collect(),
+                    plans,
+                    spares,
+                },
+                pages,
+                next: Default::default(),
+                passed: Default::default(),
+            });
+            let run = Arc::clone(&job);
+            rayon::spawn(move || run.run());
+            self.windows.push_back(CrcWindow {
+                epoch,
+                first: from,
+                lpu,
+                job,
+            });
+        }
     }
 }

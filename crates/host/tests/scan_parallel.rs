@@ -692,3 +692,82 @@ fn a_damaged_page_fails_an_in_host_scan_of_a_read_only_image() {
         assert_eq!(run(true), want, "{threads} threads, page {damaged}");
     }
 }
+
+/// A stream of `ReadPinned` reads (an in-host scan of an image opened read-only) has the
+/// CRCs of the units it reads next hashed on the pool, ahead of the reads, when scans
+/// have more than one thread (`NvmeDevice::crc_checks_ahead`), and on none with one: the
+/// reads' completions, accounting and bytes are the same either way, and a unit damaged
+/// in a sector the reads check fails its read naming its LBA, though the pool hashed it
+/// first. The reads after it go on.
+#[test]
+fn read_pinned_streams_have_their_crcs_hashed_ahead() {
+    let guard = Threads::take();
+    let cfg = config(1024, 64, 32);
+    let (_dir, path) = image_with_t(&cfg, 40_000);
+    let (info, damaged_lba) = {
+        let mut c = opened(&path, false);
+        let info = table_t(&mut c);
+        let lpp = info.lbas_per_page(c.identify().lba_size);
+        let damaged = info.pages * 2 / 3;
+        damage(&mut c, &info, damaged, 0, 100);
+        csd_device::stack::close(c.device().block_mut()).expect("close");
+        let lba = info.first_lba + damaged * lpp;
+        (info, lba)
+    };
+    guard.set(1);
+    let mut one = opened(&path, true);
+    guard.set(2);
+    let mut two = opened(&path, true);
+    assert_eq!(table_t(&mut one), info);
+    assert_eq!(table_t(&mut two), info);
+    let ls = one.identify().lba_size as u64;
+    let unit = info.page_bytes as usize;
+    let lpp = (info.page_bytes as u64 / ls).max(1);
+    let per_read = one.identify().mdts_blocks as u64 / lpp * lpp;
+    let end = info.first_lba + info.pages * lpp;
+    let (mut lba, mut failed) = (info.first_lba, Vec::new());
+    while lba < end {
+        let blocks = per_read.min(end - lba) as u32;
+        let cmd = Command::ReadPinned {
+            lba,
+            blocks,
+            unit,
+            check: u64::MAX,
+        };
+        let at = one.now().max(two.now());
+        two.device().settle_crc_ahead();
+        match (one.exec_at(cmd.clone(), at), two.exec_at(cmd, at)) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a.acct, b.acct, "LBA {lba}");
+                let (Payload::Pinned(a), Payload::Pinned(b)) = (a.payload, b.payload) else {
+                    panic!("whole table pages stay in place on a read-only image");
+                };
+                let same = PinnedRead::read_all(&[&a, &b], |u| {
+                    let (x, y) = u.split_at(u.len() / 2);
+                    x == y
+                });
+                assert_eq!(same, Some(true), "LBA {lba}");
+            }
+            (Err(a), Err(b)) => {
+                assert_eq!(a.to_string(), b.to_string());
+                failed.push(a.to_string());
+            }
+            (a, b) => panic!("LBA {lba}: one thread {a:?}, two threads {b:?}"),
+        }
+        lba += blocks as u64;
+    }
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0].contains(&format!("LBA {damaged_lba}")),
+        "{} should name LBA {damaged_lba}",
+        failed[0]
+    );
+    assert_eq!(one.device().crc_checks_ahead(), 0);
+    // Every unit but the first read's (the stream starts there) and the damaged one's.
+    let ahead = two.device().crc_checks_ahead();
+    let want = info.pages - per_read / lpp - 1;
+    assert!(
+        ahead >= want * 9 / 10,
+        "{ahead} of {want} units hashed ahead"
+    );
+}

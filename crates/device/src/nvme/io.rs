@@ -46,6 +46,15 @@ impl NvmeDevice {
             return self.read(lba, blocks, at);
         }
         self.check_transfer("Read", blocks as u64, at)?;
+        if unit.is_multiple_of(ls) {
+            let lpu = (unit / ls) as u64;
+            self.crc_ahead.before_read(
+                self.dev.ftl_mut(),
+                (lba, blocks as u64 / lpu),
+                (unit, lpu),
+                check,
+            );
+        }
         let mut buf = self.read_buffer(bytes);
         let (t, units) = self
             .dev

@@ -67,6 +67,7 @@ mod run;
 #[cfg(test)]
 mod tests;
 
+use crate::ahead::CrcAhead;
 use crate::block::BlockDevice;
 use crate::command::{Accounting, Cid, Command, Completion, Payload, QueueId, Status};
 use crate::flixr::{DEFAULT_INDEX_CACHE_BYTES, Flixr};
@@ -160,6 +161,9 @@ pub struct NvmeDevice {
     /// Read payloads the host gave back ([`NvmeDevice::give_back`]), reused by later
     /// reads of the same length.
     spare: Vec<Vec<u8>>,
+    /// CRCs of the units a stream of `ReadPinned` reads asks for next, hashed on the
+    /// host's pool (see [`crate::ahead::CrcAhead`]).
+    crc_ahead: CrcAhead,
 }
 
 /// Read payloads [`NvmeDevice::give_back`] keeps at most (an in-host scan holds about
@@ -191,7 +195,23 @@ impl NvmeDevice {
             credits: [0; 3],
             executed: 0,
             spare: Vec::new(),
+            crc_ahead: CrcAhead::new(csd_query::scan_threads()),
         }
+    }
+
+    /// Units of `ReadPinned` reads whose CRCs were hashed on the host's pool ahead of
+    /// their read and taken by it, since this device was made (an emulator figure: the
+    /// reads' results and modeled figures are the same either way).
+    pub fn crc_checks_ahead(&self) -> u64 {
+        self.crc_ahead.taken()
+    }
+
+    /// Hashes on the calling thread what the pool has not started of the CRCs hashed
+    /// ahead of a `ReadPinned` stream (for tests: the next read then takes every unit
+    /// the pool would have checked by then, whatever the OS's scheduling).
+    #[doc(hidden)]
+    pub fn settle_crc_ahead(&self) {
+        self.crc_ahead.settle();
     }
 
     /// Takes back a Read's payload the host is done with, for a later Read of the same
