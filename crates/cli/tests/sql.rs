@@ -725,6 +725,12 @@ fn bench_oneshot_measures_fresh_query_processes_and_refuses_what_it_cannot_compa
     let bad = csd(&["bench", "oneshot", "--compare", "datafusion"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("duckdb only"));
+    for rounds in ["0", "101"] {
+        let bad = csd(&["bench", "oneshot", "--repeat", rounds]);
+        assert!(!bad.status.success(), "--repeat {rounds} accepted");
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(err.contains("1 to 100 rounds"), "{err}");
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     let img = dir.path().join("empty.img");
     let img = img.to_str().expect("path");

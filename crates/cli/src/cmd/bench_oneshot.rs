@@ -11,11 +11,17 @@
 //! With `--compare duckdb`, the peer is a fresh Python process running DuckDB over a
 //! Parquet file of the same rows (written from the image by `csd sql --output`), also
 //! measured from outside (`scripts/duckdb_oneshot.py`); its answer must equal csd's.
+//! The runs are made in `--repeat` rounds: each round starts every strategy's process and
+//! DuckDB's once (DuckDB first in even rounds, last in odd ones), and the ratio csd /
+//! DuckDB is the median of the rounds' ratios with their range ([`crate::rounds`]): on
+//! this shared machine one engine's wall time moves by a third from one minute to the
+//! next, and runs made minutes apart compared the minutes as much as the engines.
 //! Modeled figures are the device's and do not depend on any of this.
 
 use super::bench_tpch::{CompareArg, json_rows, same};
 use super::query::{expand_tpch, run_sql, sql_error};
 use crate::args::{JsonFlag, LayoutArg, StrategySel};
+use crate::rounds::Ratio;
 use crate::{CliError, report};
 use clap::Args;
 use csd_device::NvmeDevice;
@@ -48,8 +54,9 @@ pub(crate) struct BenchOneshotArgs {
     /// Strategies (as `csd query --strategy`), comma-separated; `all` is the three.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     strategy: Vec<StrategySel>,
-    /// Fresh processes per query and strategy (and per DuckDB query); the best wall
-    /// time is reported, with the largest peak RSS.
+    /// Rounds: fresh processes per query and strategy (and per DuckDB query), one of
+    /// each per round; the best wall time is reported, with the largest peak RSS, and
+    /// the ratio to DuckDB as the median of the rounds' ratios (1 to 100).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
     /// Also run `duckdb` (a fresh Python process per run, over Parquet of the same rows).
@@ -145,21 +152,13 @@ fn evict(path: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The best (shortest) of `repeat` runs of `f`, and the largest peak RSS among them.
-fn best_of<T>(
-    repeat: usize,
-    mut f: impl FnMut() -> Result<(Child, T), CliError>,
-) -> Result<(Child, T), CliError> {
-    let mut best: Option<(Child, T)> = None;
-    let mut rss = 0.0f64;
-    for _ in 0..repeat.max(1) {
-        let (c, t) = f()?;
-        rss = rss.max(c.peak_rss_mib);
-        if best.as_ref().is_none_or(|(b, _)| c.wall_s < b.wall_s) {
-            best = Some((c, t));
-        }
-    }
-    let (mut c, t) = best.ok_or_else(|| CliError::Usage("no run".into()))?;
+/// The best (shortest) of the runs, with the largest peak RSS among them.
+fn best<T>(runs: Vec<(Child, T)>) -> Result<(Child, T), CliError> {
+    let rss = runs.iter().map(|r| r.0.peak_rss_mib).fold(0.0, f64::max);
+    let (mut c, t) = runs
+        .into_iter()
+        .min_by(|a, b| a.0.wall_s.total_cmp(&b.0.wall_s))
+        .ok_or_else(|| CliError::Usage("no run".into()))?;
     c.peak_rss_mib = rss;
     Ok((c, t))
 }
@@ -204,8 +203,14 @@ struct Row {
     duckdb_query_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     duckdb_peak_rss_mib: Option<f64>,
+    /// The median over the rounds of each round's csd / DuckDB wall-time ratio.
     #[serde(skip_serializing_if = "Option::is_none")]
     oneshot_over_duckdb: Option<f64>,
+    /// The smallest and largest round's ratio.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oneshot_over_duckdb_min: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oneshot_over_duckdb_max: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     answers_equal: Option<bool>,
 }
@@ -222,9 +227,8 @@ struct Report {
     command: String,
 }
 
-/// DuckDB's fresh-process run of one query: best wall, its own query time, the rows.
+/// What DuckDB's fresh process reported: its own query time, the rows, its version.
 struct Duck {
-    child: Child,
     query_s: f64,
     rows: Vec<Vec<String>>,
     version: String,
@@ -254,35 +258,51 @@ fn duckdb_python() -> Result<PathBuf, CliError> {
     Ok(PathBuf::from(py))
 }
 
-fn run_duckdb(
+/// One fresh DuckDB process over `parquet` running the query in `sql_file`.
+fn duckdb_once(
     py: &Path,
     parquet: &Path,
     sql_file: &Path,
-    repeat: usize,
     cold: bool,
-) -> Result<Duck, CliError> {
+) -> Result<(Child, Duck), CliError> {
     let script = scripts_dir().join("duckdb_oneshot.py");
-    let (child, (query_s, rows, version)) = best_of(repeat, || {
-        if cold {
-            evict(parquet)?;
-        }
-        let c = run_child(
-            Command::new(py).arg(&script).arg(parquet).arg(sql_file),
-            "DuckDB",
-        )?;
-        let v: Value = serde_json::from_slice(&c.stdout)
-            .map_err(|e| CliError::Usage(format!("DuckDB script output: {e}")))?;
-        let rows = json_rows(&v["rows"]);
-        let q = v["query_s"].as_f64().unwrap_or(f64::NAN);
-        let ver = v["version"].as_str().unwrap_or("?").to_string();
-        Ok((c, (q, rows, ver)))
-    })?;
-    Ok(Duck {
-        child,
-        query_s,
-        rows,
-        version,
-    })
+    if cold {
+        evict(parquet)?;
+    }
+    let child = run_child(
+        Command::new(py).arg(&script).arg(parquet).arg(sql_file),
+        "DuckDB",
+    )?;
+    let v: Value = serde_json::from_slice(&child.stdout)
+        .map_err(|e| CliError::Usage(format!("DuckDB script output: {e}")))?;
+    let duck = Duck {
+        query_s: v["query_s"].as_f64().unwrap_or(f64::NAN),
+        rows: json_rows(&v["rows"]),
+        version: v["version"].as_str().unwrap_or("?").to_string(),
+    };
+    Ok((child, duck))
+}
+
+/// One fresh `csd query` process running query `q` with `c` on `image`.
+fn csd_once(
+    exe: &Path,
+    image: &Path,
+    q: &str,
+    c: Choice,
+    cold: bool,
+) -> Result<(Child, QueryJson), CliError> {
+    if cold {
+        evict(image)?;
+    }
+    let child = run_child(
+        Command::new(exe)
+            .args(["query", "--json", "--strategy", c.name(), "--image"])
+            .arg(image)
+            .arg(q),
+        "csd query",
+    )?;
+    let parsed = parse_query_json(&child.stdout)?;
+    Ok((child, parsed))
 }
 
 /// Rows equal cell for cell (numbers within 1e-9 relative, as `bench tpch` compares).
@@ -379,6 +399,12 @@ pub(crate) fn run(a: &BenchOneshotArgs) -> Result<(), CliError> {
             "bench oneshot compares with duckdb only (--compare duckdb)".into(),
         ));
     }
+    if !(1..=100).contains(&a.repeat) {
+        return Err(CliError::Usage(format!(
+            "--repeat {}: give 1 to 100 rounds",
+            a.repeat
+        )));
+    }
     let duck_on = a.compare.contains(&CompareArg::Duckdb);
     let choices = StrategySel::choices(&a.strategy);
     if choices.is_empty() || a.queries.is_empty() {
@@ -435,12 +461,16 @@ pub(crate) fn run(a: &BenchOneshotArgs) -> Result<(), CliError> {
     } else {
         None
     };
+    let runs = a.repeat;
     let bar = if a.report.json {
         indicatif::ProgressBar::hidden()
     } else {
         report::progress_bar(
-            Some((a.queries.len() * (choices.len() + usize::from(duck_on))) as u64),
-            "query/strategy pairs",
+            Some(
+                (a.queries.len() * (runs * (choices.len() + usize::from(duck_on)) + choices.len()))
+                    as u64,
+            ),
+            "fresh processes",
         )
     };
     let mut rows = Vec::new();
@@ -454,28 +484,48 @@ pub(crate) fn run(a: &BenchOneshotArgs) -> Result<(), CliError> {
                     path: f.clone(),
                     source: e,
                 })?;
-                let d = run_duckdb(py, parquet, &f, a.repeat, a.cold)?;
-                bar.inc(1);
-                version = Some(d.version.clone());
-                Some(d)
+                Some((py, parquet, f))
             }
             None => None,
         };
-        for &c in &choices {
-            let (child, parsed) = best_of(a.repeat, || {
-                if a.cold {
-                    evict(&image)?;
+        // Rounds: each starts every strategy's process and DuckDB's once, DuckDB first in
+        // even rounds and last in odd ones, so that both sides of a round's ratio ran
+        // within seconds of each other.
+        let mut ducks: Vec<(Child, Duck)> = Vec::new();
+        let mut csds: Vec<Vec<(Child, QueryJson)>> = choices.iter().map(|_| Vec::new()).collect();
+        for r in 0..runs {
+            let duck_run = |ducks: &mut Vec<(Child, Duck)>| -> Result<(), CliError> {
+                if let Some((py, parquet, f)) = &peer {
+                    ducks.push(duckdb_once(py, parquet, f, a.cold)?);
+                    bar.inc(1);
                 }
-                let c = run_child(
-                    Command::new(&exe)
-                        .args(["query", "--json", "--strategy", c.name(), "--image"])
-                        .arg(&image)
-                        .arg(q),
-                    "csd query",
-                )?;
-                let p = parse_query_json(&c.stdout)?;
-                Ok((c, p))
-            })?;
+                Ok(())
+            };
+            if r % 2 == 0 {
+                duck_run(&mut ducks)?;
+            }
+            for (&c, v) in choices.iter().zip(csds.iter_mut()) {
+                v.push(csd_once(&exe, &image, q, c, a.cold)?);
+                bar.inc(1);
+            }
+            if r % 2 == 1 {
+                duck_run(&mut ducks)?;
+            }
+        }
+        let duck_walls: Vec<f64> = ducks.iter().map(|d| d.0.wall_s).collect();
+        let peer = if ducks.is_empty() {
+            None
+        } else {
+            Some(best(ducks)?)
+        };
+        if let Some((_, d)) = &peer {
+            version = Some(d.version.clone());
+        }
+        for (&c, v) in choices.iter().zip(csds) {
+            let walls: Vec<f64> = v.iter().map(|r| r.0.wall_s).collect();
+            let ratio =
+                (!duck_walls.is_empty()).then(|| Ratio::within_rounds(&walls, &duck_walls, 1e-9));
+            let (child, parsed) = best(v)?;
             let warm = warm_in_child(&exe, &image, q, c)?;
             bar.inc(1);
             rows.push(Row {
@@ -487,11 +537,13 @@ pub(crate) fn run(a: &BenchOneshotArgs) -> Result<(), CliError> {
                 warm_scan_wall_s: warm,
                 scan_over_warm: parsed.scan_wall_s / warm,
                 modeled_s: parsed.modeled_s,
-                duckdb_wall_s: peer.as_ref().map(|d| d.child.wall_s),
-                duckdb_query_s: peer.as_ref().map(|d| d.query_s),
-                duckdb_peak_rss_mib: peer.as_ref().map(|d| d.child.peak_rss_mib),
-                oneshot_over_duckdb: peer.as_ref().map(|d| child.wall_s / d.child.wall_s),
-                answers_equal: peer.as_ref().map(|d| rows_equal(&parsed.rows, &d.rows)),
+                duckdb_wall_s: peer.as_ref().map(|d| d.0.wall_s),
+                duckdb_query_s: peer.as_ref().map(|d| d.1.query_s),
+                duckdb_peak_rss_mib: peer.as_ref().map(|d| d.0.peak_rss_mib),
+                oneshot_over_duckdb: ratio.map(|r| r.median),
+                oneshot_over_duckdb_min: ratio.map(|r| r.min),
+                oneshot_over_duckdb_max: ratio.map(|r| r.max),
+                answers_equal: peer.as_ref().map(|d| rows_equal(&parsed.rows, &d.1.rows)),
             });
         }
     }
@@ -535,7 +587,7 @@ fn print_report(rep: &Report, duck_on: bool) {
             "duckdb wall s",
             "duckdb query s",
             "duckdb RSS MiB",
-            "csd / duckdb",
+            "csd / duckdb (rounds)",
         ]);
     }
     let mut t = report::table(&header);
@@ -550,17 +602,19 @@ fn print_report(rep: &Report, duck_on: bool) {
             format!("{:.2}", r.scan_over_warm),
             format!("{:.4}", r.modeled_s),
         ];
-        if let (Some(w), Some(q), Some(m), Some(x)) = (
+        if let (Some(w), Some(q), Some(m), Some(median), Some(min), Some(max)) = (
             r.duckdb_wall_s,
             r.duckdb_query_s,
             r.duckdb_peak_rss_mib,
             r.oneshot_over_duckdb,
+            r.oneshot_over_duckdb_min,
+            r.oneshot_over_duckdb_max,
         ) {
             cells.extend([
                 format!("{w:.3}"),
                 format!("{q:.3}"),
                 format!("{m:.0}"),
-                format!("{x:.2}"),
+                Ratio { median, min, max }.shown(rep.repeat),
             ]);
         }
         t.add_row(cells);
@@ -584,6 +638,10 @@ fn print_report(rep: &Report, duck_on: bool) {
     if let Some(v) = &rep.duckdb_version {
         println!(
             "duckdb {v}: a fresh Python process per run over Parquet of the same rows; answers equal"
+        );
+        println!(
+            "csd / duckdb: the median (and range) over {} rounds of each round's ratio; a round starts every strategy's process and DuckDB's once, DuckDB first in even rounds",
+            rep.repeat
         );
     }
     println!("reproduce: {}", rep.command);
