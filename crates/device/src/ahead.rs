@@ -74,7 +74,7 @@ use csd_query::{Batch, MergeTally, PageResult, ParEval, Plan, SharedPages};
 use csd_table::Schema;
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Pages per thread in a session's first batch, and at most.
@@ -410,6 +410,8 @@ pub(crate) struct CrcAhead {
     units: usize,
     /// Units whose CRCs the pool matched and a read took, over this device's life.
     taken: u64,
+    /// Units the pool hashed, over this device's life (shared with the jobs).
+    hashed: Arc<AtomicU64>,
 }
 
 /// Consecutive units of a stream, pinned, hashed on the pool.
@@ -436,6 +438,8 @@ struct CrcJob {
     next: std::sync::atomic::AtomicUsize,
     /// Units before this one were read already: not worth hashing any more.
     passed: std::sync::atomic::AtomicUsize,
+    /// The device's count of units hashed by the pool.
+    hashed: Arc<AtomicU64>,
 }
 
 /// Units a pool thread hashes per entry into the window's pin.
@@ -455,11 +459,14 @@ impl CrcJob {
                 continue;
             }
             // `None`: the array changed since the pin; the reads check these units.
-            let _ = self.pages.read(i..end, |p| {
+            let read = self.pages.read(i..end, |p| {
                 for (k, bytes) in p.iter().enumerate() {
                     self.checks.check(i + k, bytes);
                 }
             });
+            if read.is_some() {
+                self.hashed.fetch_add((end - i) as u64, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -473,12 +480,26 @@ impl CrcAhead {
             windows: VecDeque::new(),
             units: FIRST_CRC_WINDOW,
             taken: 0,
+            hashed: Arc::default(),
+        }
+    }
+
+    /// Drops the windows submitted, telling the pool to hash none of their units it has
+    /// not started: a stream that broke off will not read them.
+    fn drop_windows(&mut self) {
+        for w in self.windows.drain(..) {
+            w.job.passed.store(w.job.pages.len(), Ordering::Relaxed);
         }
     }
 
     /// Units whose CRCs were hashed ahead and taken by a read, since this device opened.
     pub(crate) fn taken(&self) -> u64 {
         self.taken
+    }
+
+    /// Units the pool (or [`CrcAhead::settle`]) hashed, since this device opened.
+    pub(crate) fn hashed(&self) -> u64 {
+        self.hashed.load(Ordering::Relaxed)
     }
 
     /// Hashes on this thread what the pool has not started of the windows submitted,
@@ -505,7 +526,7 @@ impl CrcAhead {
         }
         let epoch = ftl.content_epoch();
         if self.next != Some((lba, unit, crc)) || self.windows.iter().any(|w| w.epoch != epoch) {
-            self.windows.clear();
+            self.drop_windows();
             self.units = FIRST_CRC_WINDOW;
         }
         let end = lba + units * lpu;
@@ -546,6 +567,7 @@ impl CrcAhead {
                 pages,
                 next: Default::default(),
                 passed: Default::default(),
+                hashed: Arc::clone(&self.hashed),
             });
             let run = Arc::clone(&job);
             rayon::spawn(move || run.run());
@@ -556,5 +578,11 @@ impl CrcAhead {
                 job,
             });
         }
+    }
+}
+
+impl Drop for CrcAhead {
+    fn drop(&mut self) {
+        self.drop_windows();
     }
 }

@@ -658,6 +658,36 @@ fn read_pinned_is_a_read_with_its_pages_left_in_place() {
     assert!(matches!(got.payload, Payload::Data(ref d) if d.len() == unit));
 }
 
+/// An image of 40,000 rows of table `t`, with page `pages * 2 / 3` (far enough in that the
+/// pool has evaluated batches before it) damaged at byte 100 of its first sector, in c1's
+/// minipage, which the test programs read: the directory, the image, the table and the
+/// page.
+fn damaged_image(
+    cfg: &DeviceConfig,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    csd_host::TableInfo,
+    u64,
+) {
+    let (dir, path) = image_with_t(cfg, 40_000);
+    let mut c = opened(&path, false);
+    let info = table_t(&mut c);
+    let damaged = info.pages * 2 / 3;
+    damage(&mut c, &info, damaged, 0, 100);
+    csd_device::stack::close(c.device().block_mut()).expect("close");
+    (dir, path, info, damaged)
+}
+
+/// `ReadPinned` reads of whole pages of `info`: the unit in bytes, the LBAs per page and
+/// the LBAs per read (whole pages up to MDTS).
+fn pinned_reads(c: &mut Client, info: &csd_host::TableInfo) -> (usize, u64, u64) {
+    let ls = c.identify().lba_size as u64;
+    let lpp = (info.page_bytes as u64 / ls).max(1);
+    let per_read = c.identify().mdts_blocks as u64 / lpp * lpp;
+    (info.page_bytes as usize, lpp, per_read)
+}
+
 /// A table page damaged in an image is found by an in-host scan of the image opened
 /// read-only, whose reads leave the pages in place (`Command::ReadPinned`, the sectors the
 /// program reads checked where they lie): the scan fails as the same scan of the image
@@ -667,17 +697,7 @@ fn read_pinned_is_a_read_with_its_pages_left_in_place() {
 fn a_damaged_page_fails_an_in_host_scan_of_a_read_only_image() {
     let guard = Threads::take();
     let cfg = config(1024, 64, 32);
-    let (_dir, path) = image_with_t(&cfg, 40_000);
-    let damaged;
-    {
-        let mut c = opened(&path, false);
-        let info = table_t(&mut c);
-        // Far enough in that the pool has evaluated batches before it.
-        damaged = info.pages * 2 / 3;
-        // Byte 100 of the first sector: in c1's minipage, which the program reads.
-        damage(&mut c, &info, damaged, 0, 100);
-        csd_device::stack::close(c.device().block_mut()).expect("close");
-    }
+    let (_dir, path, _, damaged) = damaged_image(&cfg);
     let run = |read_only: bool| {
         scan_image(&path, read_only, &cfg, (Program::Ungrouped, 40_000))
             .map(|_| ())
@@ -703,27 +723,15 @@ fn a_damaged_page_fails_an_in_host_scan_of_a_read_only_image() {
 fn read_pinned_streams_have_their_crcs_hashed_ahead() {
     let guard = Threads::take();
     let cfg = config(1024, 64, 32);
-    let (_dir, path) = image_with_t(&cfg, 40_000);
-    let (info, damaged_lba) = {
-        let mut c = opened(&path, false);
-        let info = table_t(&mut c);
-        let lpp = info.lbas_per_page(c.identify().lba_size);
-        let damaged = info.pages * 2 / 3;
-        damage(&mut c, &info, damaged, 0, 100);
-        csd_device::stack::close(c.device().block_mut()).expect("close");
-        let lba = info.first_lba + damaged * lpp;
-        (info, lba)
-    };
+    let (_dir, path, info, damaged) = damaged_image(&cfg);
     guard.set(1);
     let mut one = opened(&path, true);
     guard.set(2);
     let mut two = opened(&path, true);
     assert_eq!(table_t(&mut one), info);
     assert_eq!(table_t(&mut two), info);
-    let ls = one.identify().lba_size as u64;
-    let unit = info.page_bytes as usize;
-    let lpp = (info.page_bytes as u64 / ls).max(1);
-    let per_read = one.identify().mdts_blocks as u64 / lpp * lpp;
+    let (unit, lpp, per_read) = pinned_reads(&mut one, &info);
+    let damaged_lba = info.first_lba + damaged * lpp;
     let end = info.first_lba + info.pages * lpp;
     let (mut lba, mut failed) = (info.first_lba, Vec::new());
     while lba < end {
@@ -770,4 +778,65 @@ fn read_pinned_streams_have_their_crcs_hashed_ahead() {
         ahead >= want * 9 / 10,
         "{ahead} of {want} units hashed ahead"
     );
+}
+
+/// A stream of `ReadPinned` reads that breaks off drops the windows it had submitted to
+/// the pool, and the pool hashes none of their units it had not started
+/// (`NvmeDevice::crc_units_hashed_ahead`): the pool is held while the stream starts and
+/// jumps, so every unit it hashes after is one of the new stream's windows.
+#[test]
+fn a_broken_read_pinned_stream_stops_hashing_its_windows() {
+    use std::sync::{Arc, Barrier, RwLock};
+    let guard = Threads::take();
+    let cfg = config(1024, 64, 32);
+    let (_dir, path) = image_with_t(&cfg, 40_000);
+    guard.set(2);
+    let mut c = opened(&path, true);
+    let info = table_t(&mut c);
+    let (unit, lpp, per_read) = pinned_reads(&mut c, &info);
+    let far = info.first_lba + info.pages / 4 * lpp;
+    let after = info.pages - (far + per_read - info.first_lba) / lpp;
+    // The new stream's two windows: 32 and 64 units (`FIRST_CRC_WINDOW`, doubled).
+    assert!(
+        after >= 96,
+        "{after} units after the jump: make the table larger"
+    );
+    let read = |c: &mut Client, lba: u64| {
+        let cmd = Command::ReadPinned {
+            lba,
+            blocks: per_read as u32,
+            unit,
+            check: u64::MAX,
+        };
+        let at = c.now();
+        c.exec_at(cmd, at).map(|_| ()).expect("read")
+    };
+    // Every pool thread waits on `hold` until the jump is made.
+    let hold = Arc::new(RwLock::new(()));
+    let held = hold.write().unwrap_or_else(PoisonError::into_inner);
+    let n = rayon::current_num_threads();
+    let started = Arc::new(Barrier::new(n + 1));
+    for _ in 0..n {
+        let (hold, started) = (Arc::clone(&hold), Arc::clone(&started));
+        rayon::spawn(move || {
+            started.wait();
+            drop(hold.read());
+        });
+    }
+    started.wait();
+    read(&mut c, info.first_lba);
+    read(&mut c, far);
+    drop(held);
+    c.device().settle_crc_ahead();
+    let want = 96;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while c.device().crc_units_hashed_ahead() < want && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Time for the pool to run the dropped windows' jobs, spawned before the new ones.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(c.device().crc_units_hashed_ahead(), want);
+    // The new stream goes on and takes what was hashed for it.
+    read(&mut c, far + per_read);
+    assert_eq!(c.device().crc_checks_ahead(), (per_read / lpp).min(96));
 }

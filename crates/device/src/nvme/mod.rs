@@ -206,6 +206,14 @@ impl NvmeDevice {
         self.crc_ahead.taken()
     }
 
+    /// Units of `ReadPinned` streams whose CRCs were hashed ahead, taken by a read or not
+    /// (a stream that breaks off drops its windows: the units no thread had started are
+    /// not hashed any more).
+    #[doc(hidden)]
+    pub fn crc_units_hashed_ahead(&self) -> u64 {
+        self.crc_ahead.hashed()
+    }
+
     /// Hashes on the calling thread what the pool has not started of the CRCs hashed
     /// ahead of a `ReadPinned` stream (for tests: the next read then takes every unit
     /// the pool would have checked by then, whatever the OS's scheduling).
