@@ -286,6 +286,7 @@ fn main() -> ExitCode {
         heap_on_small_pages(false);
     }
     reproduce::record(&command, &matches);
+    csd_device::size_scan_pool();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

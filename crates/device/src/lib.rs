@@ -58,7 +58,7 @@ pub use command::{
     QueueId, SmartLog, Status, Telemetry,
 };
 pub use controller::Controller;
-pub use csd_query::{scan_threads, set_scan_threads};
+pub use csd_query::{scan_threads, set_scan_threads, size_scan_pool};
 pub use flixr::{
     Flixr, FlixrError, FlixrStats, HostIndexValue, IndexEncoding, IndexRead, IndexRule, IndexSpec,
     JoinIndexSpec, KeyEntry, KeyLayout, RuleTerm, TableFormat,

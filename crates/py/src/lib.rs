@@ -143,6 +143,9 @@ fn run_repro(py: Python<'_>, args: Vec<String>) -> PyResult<()> {
 /// The extension module `csd._csd`.
 #[pymodule]
 fn _csd(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Scans evaluate pages on rayon's pool and on their own thread: one pool thread per
+    // other core (`RAYON_NUM_THREADS` overrides).
+    csd_device::size_scan_pool();
     let py = m.py();
     m.add("CsdError", py.get_type::<error::CsdError>())?;
     m.add("ConfigError", py.get_type::<error::ConfigError>())?;

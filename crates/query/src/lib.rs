@@ -119,7 +119,7 @@ pub use eval::{Evaluator, WorkCounters};
 pub use kernels::cmp_padded;
 pub use par::{
     Batch, Hint, MergeTally, MinipageHints, PageOut, PageResult, ParEval, SharedPages,
-    scan_threads, set_scan_threads,
+    scan_threads, set_scan_threads, size_scan_pool,
 };
 pub use plan::{
     AggFunc, Aggregate, Aggregation, ArithOp, CmpOp, Const, ConstSet, Expr, ExprKind, Output, Plan,

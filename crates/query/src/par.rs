@@ -40,7 +40,9 @@
 //!   it on its own thread and reports the error with its own context.
 //! * Threads: [`scan_threads`], the machine's cores unless [`set_scan_threads`] or the
 //!   `CSD_SCAN_THREADS` environment variable say otherwise. An emulator setting: it
-//!   never changes a result or a modeled figure.
+//!   never changes a result or a modeled figure. The pool behind them is rayon's global
+//!   one, which a process sizes with [`size_scan_pool`] at one thread fewer (the caller
+//!   is the other one).
 
 use crate::agg::{PageGroups, ScalarState};
 use crate::error::EvalError;
@@ -73,6 +75,25 @@ pub fn scan_threads() -> usize {
 /// [`scan_threads`]; 1 evaluates every page on the scanning thread).
 pub fn set_scan_threads(n: usize) {
     SCAN_THREADS.store(n, Ordering::Relaxed);
+}
+
+/// Sizes rayon's global pool, where scans' pages are evaluated, at [`scan_threads`]
+/// minus one threads (at least one), unless the `RAYON_NUM_THREADS` environment variable
+/// sizes it: the thread that runs a scan evaluates pieces too (see the module's
+/// choices), so a pool of as many threads as cores puts one more busy thread on the
+/// machine than it has cores. rayon's idle threads spin (`sched_yield`) before they
+/// sleep, and on a 2-core machine that spin took turns from the scanning thread.
+/// A process calls it once, before its first scan; later calls, or one after the pool
+/// started, change nothing. Returns the pool's threads.
+pub fn size_scan_pool() -> usize {
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        let n = scan_threads().saturating_sub(1).max(1);
+        // An error means the global pool exists already: it keeps its size.
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
+    }
+    rayon::current_num_threads()
 }
 
 /// One page's evaluation: its work counters, its rows or group state, and its layout.
