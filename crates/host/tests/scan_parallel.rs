@@ -682,8 +682,7 @@ fn damaged_image(
 /// `ReadPinned` reads of whole pages of `info`: the unit in bytes, the LBAs per page and
 /// the LBAs per read (whole pages up to MDTS).
 fn pinned_reads(c: &mut Client, info: &csd_host::TableInfo) -> (usize, u64, u64) {
-    let ls = c.identify().lba_size as u64;
-    let lpp = (info.page_bytes as u64 / ls).max(1);
+    let lpp = info.lbas_per_page(c.identify().lba_size).max(1);
     let per_read = c.identify().mdts_blocks as u64 / lpp * lpp;
     (info.page_bytes as usize, lpp, per_read)
 }
