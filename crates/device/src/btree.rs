@@ -184,6 +184,15 @@ impl PagedBtree {
         v
     }
 
+    /// LBAs of the tree's leaves, in no particular order.
+    pub fn leaf_lbas(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.leaf)
+            .map(|(l, _)| *l)
+            .collect()
+    }
+
     /// Whether the node at `lba` is a leaf; `None` if no node is there.
     pub fn is_leaf(&self, lba: u64) -> Option<bool> {
         self.nodes.get(&lba).map(|n| n.leaf)

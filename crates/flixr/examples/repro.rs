@@ -2,9 +2,10 @@
 //! release build of this crate alone.
 //!
 //! `cargo run --release -p csd-flixr --example repro -- [out-dir] [sf] [queries] [tpcc-txns]
-//! [trend-sf,...] [trend-warehouses,...] [workload,...]` (the trend as `csd repro flixr`'s
-//! `--trend-sf` and `--trend-warehouses`: SF 0.03 and 0.1 and no further warehouse count by
-//! default, `-` for none; the workloads as its `--workloads`, `all` by default).
+//! [trend-sf,...] [trend-warehouses,...] [workload,...] [sweeps]` (the trend as `csd repro
+//! flixr`'s `--trend-sf` and `--trend-warehouses`: SF 0.03 and 0.1 and no further warehouse
+//! count by default, `-` for none; the workloads as its `--workloads`, `all` by default;
+//! the sweeps of what the paper does not report by their default rule, `-` for none).
 
 use csd_flixr::{Setup, Workload};
 
@@ -12,7 +13,7 @@ use csd_flixr::{Setup, Workload};
 fn usage(what: &str, v: &str) -> ! {
     eprintln!(
         "error: {what} {v:?}; usage: repro [out-dir] [sf] [queries] [tpcc-txns] \
-         [trend-sf,...|-] [trend-warehouses,...|-] [workload,...]"
+         [trend-sf,...|-] [trend-warehouses,...|-] [workload,...] [sweeps|-]"
     );
     std::process::exit(2);
 }
@@ -48,6 +49,12 @@ fn main() {
     };
     let (tsf, tw) = (list(4, "0.03,0.1"), list(5, "-"));
     let ws = list(6, "all");
+    let sweeps = list(7, "default");
+    let sens = if sweeps == "-" {
+        csd_flixr::repro::Sensitivity::none()
+    } else {
+        csd_flixr::repro::Sensitivity::default()
+    };
     let mut workloads = Vec::new();
     for w in ws.split(',') {
         match (w, Workload::parse(w)) {
@@ -67,12 +74,18 @@ fn main() {
         warehouses: tw.split(',').filter_map(|v| v.parse().ok()).collect(),
     };
     let cmd = format!(
-        "cargo run --release -p csd-flixr --example repro -- {out} {} {} {} {tsf} {tw} {ws}",
+        "cargo run --release -p csd-flixr --example repro -- {out} {} {} {} {tsf} {tw} {ws} {sweeps}",
         s.sf, s.queries, s.tpcc_txns
     );
-    let r = csd_flixr::repro::run(&s, &workloads, &[4, 64, 16 << 10], &trend, cmd, |m| {
-        eprintln!("{m}")
-    });
+    let r = csd_flixr::repro::run(
+        &s,
+        &workloads,
+        &[4, 64, 16 << 10],
+        &trend,
+        &sens,
+        cmd,
+        |m| eprintln!("{m}"),
+    );
     match r.and_then(|r| csd_flixr::repro::write_report(&r, std::path::Path::new(&out))) {
         Ok(md) => println!("{md}"),
         Err(e) => {

@@ -107,6 +107,11 @@ pub enum HostCache {
     /// nodes as the trees have inner ones, as before, lost inner nodes to the leaves
     /// read and read them again), so it scales with the index.
     InnerLevels,
+    /// The inner levels and an LRU of this percentage of the trees' leaves, warm at the
+    /// start of a measurement with a seeded random choice of them (what an LRU holds at
+    /// steady state under uniform keys): how much more of the tree the paper's host kept
+    /// is not reported, so `csd repro flixr` sweeps it.
+    InnerLevelsAndLeaves(u32),
     /// A fixed LRU of this many KiB of nodes.
     Kib(u64),
 }
@@ -115,6 +120,9 @@ impl std::fmt::Display for HostCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             HostCache::InnerLevels => f.write_str("the trees' inner levels (paper)"),
+            HostCache::InnerLevelsAndLeaves(p) => {
+                write!(f, "the trees' inner levels and {p}% of their leaves")
+            }
             HostCache::Kib(k) => write!(f, "{k} KiB"),
         }
     }
@@ -169,6 +177,9 @@ pub struct Setup {
     /// calendars): `Events` books every resource in modeled-arrival order
     /// (docs/time-model.md).
     pub time_model: TimeModel,
+    /// Preset fields to override, `key=value` (e.g. `isp.dram_access_cycles=200`), after
+    /// the row store's own (geometry, page buffer).
+    pub overrides: Vec<String>,
 }
 
 impl Default for Setup {
@@ -189,6 +200,7 @@ impl Default for Setup {
             qd: 8,
             page_kib: None,
             time_model: TimeModel::default(),
+            overrides: Vec::new(),
         }
     }
 }
@@ -260,19 +272,17 @@ impl Setup {
         let need = 4 * lbas * page;
         let bpp = need.div_ceil(block).clamp(32, g.blocks_per_plane as u64);
         let toml = DeviceConfig::preset_toml(&self.preset).map_err(|e| dev(&e))?;
-        let cfg = DeviceConfig::from_toml_with_overrides(
-            toml,
-            &[
-                format!("geometry.blocks_per_plane={bpp}"),
-                // A table page is one LBA (the row store's rule) and one FTL entry.
-                format!("geometry.sector_size={page}"),
-                format!(
-                    "dram.page_buffer_kib={}",
-                    scaled_page_buffer_kib(&base, paper_fraction)
-                ),
-            ],
-        )
-        .map_err(|e| dev(&e))?;
+        let mut sets = vec![
+            format!("geometry.blocks_per_plane={bpp}"),
+            // A table page is one LBA (the row store's rule) and one FTL entry.
+            format!("geometry.sector_size={page}"),
+            format!(
+                "dram.page_buffer_kib={}",
+                scaled_page_buffer_kib(&base, paper_fraction)
+            ),
+        ];
+        sets.extend(self.overrides.iter().cloned());
+        let cfg = DeviceConfig::from_toml_with_overrides(toml, &sets).map_err(|e| dev(&e))?;
         let fcfg = FtlConfig {
             ext_bytes: 24,
             op: 0.25,
@@ -300,7 +310,9 @@ impl Setup {
                 host_cache_kib: match self.host_cache {
                     HostCache::Kib(k) => k,
                     // Sized once the tables are loaded ([`measure`]).
-                    HostCache::InnerLevels => StoreOptions::default().host_cache_kib,
+                    HostCache::InnerLevels | HostCache::InnerLevelsAndLeaves(_) => {
+                        StoreOptions::default().host_cache_kib
+                    }
                 },
                 ..StoreOptions::default()
             },
@@ -450,8 +462,22 @@ pub fn measure(
     store: &mut RowStore,
     body: impl FnOnce(&mut RowStore) -> Result<(u64, u64), EvalError>,
 ) -> Result<Measure, EvalError> {
-    if s.host_cache == HostCache::InnerLevels && store.kind() == IndexKind::HostBtree {
-        store.set_host_cache_inner_levels();
+    if store.kind() == IndexKind::HostBtree {
+        match s.host_cache {
+            HostCache::InnerLevels => store.set_host_cache_inner_levels(),
+            HostCache::InnerLevelsAndLeaves(p) => {
+                let mut leaves = store.host_leaf_nodes();
+                let n = leaves.len() * p.min(100) as usize / 100;
+                // A seeded partial shuffle: the first `n` are a uniform random choice.
+                let mut rng = Rng::new(s.seed ^ 0x1eaf);
+                for i in 0..n {
+                    let j = i + (rng.next_u64() % (leaves.len() - i) as u64) as usize;
+                    leaves.swap(i, j);
+                }
+                store.set_host_cache_inner_levels_and_leaves(n, &leaves[..n]);
+            }
+            HostCache::Kib(_) => {}
+        }
     }
     store.quiesce()?;
     let t0 = store.now();

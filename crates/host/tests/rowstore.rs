@@ -361,6 +361,16 @@ fn secondary_keys_answer_alike_and_narrow_the_pages_read() {
         }
     }
     assert!(answers.windows(2).all(|w| w[0] == w[1]));
+    // Warm: a cache holding every leaf from the start reads none, even the first time.
+    let mut s = store(IndexKind::HostBtree);
+    let t = s.create_table(def("t", "k", KeyEncoding::Range)).unwrap();
+    let load: Vec<Vec<Value>> = (0..1_500).map(|k| row(k, 0, 0)).collect();
+    s.load(t, &load).unwrap();
+    let leaves = s.host_leaf_nodes();
+    s.set_host_cache_inner_levels_and_leaves(leaves.len(), &leaves);
+    let before = s.traffic();
+    assert_eq!(s.scan(t, 100, 399).unwrap().len(), 300);
+    assert_eq!(s.traffic().since(before).index_pages_to_host, 0);
 }
 
 /// FLIXR-HS (flixr §4.1): on a clustered table the host's search by min starts at the
@@ -432,6 +442,57 @@ fn host_index_reads_the_leaves_of_a_range_together() {
         fetched.push(d.index_pages_to_host);
     }
     assert_eq!(fetched[0], fetched[1], "inner nodes stay in DRAM");
+}
+
+/// Beside the inner levels the host may keep an LRU of leaves
+/// (`set_host_cache_inner_levels_and_leaves`): with room for every leaf a repeated scan
+/// reads no leaf again, with none it reads them all again (the inner levels alone), and
+/// with room for some it reads the leaves pushed out; inner nodes never take a leaf's
+/// room, so no round reads one. Point lookups in a row keep the leaves they read, and
+/// the rows returned never depend on the cache.
+#[test]
+fn a_leaf_cache_beside_the_inner_levels_keeps_the_leaves_it_has_room_for() {
+    let mut reads = Vec::new();
+    let mut answers = Vec::new();
+    for room in [None, Some(0usize), Some(2), Some(usize::MAX)] {
+        let mut s = store(IndexKind::HostBtree);
+        let t = s.create_table(def("t", "k", KeyEncoding::Range)).unwrap();
+        let load: Vec<Vec<Value>> = (0..1_500).map(|k| row(k, 0, 0)).collect();
+        s.load(t, &load).unwrap();
+        let leaves = s.host_leaf_nodes().len();
+        // 1,500 entries at 70% of 170 a leaf.
+        assert!((10..=14).contains(&leaves), "{leaves}");
+        match room {
+            None => s.set_host_cache_inner_levels(),
+            Some(n) => s.set_host_cache_inner_levels_and_leaves(n.min(leaves), &[]),
+        }
+        let mut per_round = Vec::new();
+        for _ in 0..2 {
+            let before = s.traffic();
+            // Three leaves' worth of keys, then five point lookups in one of them.
+            let mut got = s.scan(t, 100, 399).unwrap().len();
+            for k in [120, 121, 122, 123, 124] {
+                got += s.scan(t, k, k).unwrap().len();
+            }
+            assert_eq!(got, 305);
+            per_round.push(s.traffic().since(before).index_pages_to_host);
+        }
+        reads.push(per_round);
+        answers.push(triples(&s.scan_all(t).unwrap()));
+    }
+    let (inner, none, some, all) = (&reads[0], &reads[1], &reads[2], &reads[3]);
+    assert_eq!(inner, none, "no room for leaves is the inner levels alone");
+    assert!(none[0] >= 3 && none[1] == none[0], "{none:?}");
+    // With room for every leaf the second round reads nothing; the first reads each of
+    // its leaves once (the point lookups find theirs cached).
+    assert_eq!(all[1], 0, "{all:?}");
+    assert!(all[0] >= 3 && all[0] < none[0], "{all:?} {none:?}");
+    // Room for two: the scan's leaves push each other out, the lookups' leaf stays.
+    assert!(
+        some[0] < none[0] && some[1] > 0 && some[1] < none[1],
+        "{some:?} {none:?}"
+    );
+    assert!(answers.windows(2).all(|w| w[0] == w[1]));
 }
 
 /// A statement reads each host B+tree leaf once, however many of its entries it changes

@@ -265,6 +265,7 @@ pub fn explain_fig7(checks: &mut [Comparison], as_run: &[BenchResult], reruns: &
                         "{requests} requests (the Figure 6 runs', for merges below L1 as every run of the paper's holds){merges}"
                     ),
                     value: a.csd,
+                    kind: csd_paper::MeasuredKind::PaperSetting,
                 });
             }
         }

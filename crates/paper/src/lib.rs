@@ -13,6 +13,12 @@
 //!   parameter accounts for the difference, as measured;
 //! * [`Status::Miss`]: neither of the two.
 //!
+//! A comparison may also carry *sweep* points ([`Comparison::sweep`]): the figure re-run
+//! with a parameter the paper does not report set to other values (e.g. how much of a
+//! B+tree its host caches). They never change the status, since any value could be
+//! chosen to fit; they show what the figure depends on and where it would meet the
+//! paper ([`Comparison::reached_by_sweep`]).
+//!
 //! There is no free-text explanation: whatever explains a miss is a number this run
 //! computed. [`markdown`] and [`json`] render a list of comparisons.
 
@@ -156,7 +162,8 @@ fn num(v: f64) -> String {
 }
 
 /// A measured explanation: the headline's figure re-run in this run with one parameter
-/// changed (to the paper's setting, or along a scale).
+/// changed (to the paper's setting, or along a scale), or one point of a sweep of a
+/// parameter the paper does not report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Measured {
     /// The parameter changed (a preset field or an option, e.g. `--host-cache-kib`).
@@ -165,6 +172,20 @@ pub struct Measured {
     pub setting: String,
     /// The headline's figure in that re-run.
     pub value: f64,
+    /// Whether the setting is the paper's (or a scale towards it), which may explain a
+    /// miss, or a point of a sweep, which never does.
+    pub kind: MeasuredKind,
+}
+
+/// What a [`Measured`] re-run set its parameter to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MeasuredKind {
+    /// The paper's setting, or the scale trend towards it: may explain a miss.
+    #[default]
+    PaperSetting,
+    /// A value of a parameter the paper does not report: shows the dependence only.
+    Sweep,
 }
 
 /// Where a headline stands against the paper.
@@ -232,7 +253,7 @@ impl Comparison {
         self
     }
 
-    /// With one more measured re-run.
+    /// With one more measured re-run at the paper's setting (or scale).
     pub fn explain(
         mut self,
         parameter: impl Into<String>,
@@ -243,6 +264,24 @@ impl Comparison {
             parameter: parameter.into(),
             setting: setting.into(),
             value,
+            kind: MeasuredKind::PaperSetting,
+        });
+        self
+    }
+
+    /// With one more point of a sweep of a parameter the paper does not report (never
+    /// changes the status).
+    pub fn sweep(
+        mut self,
+        parameter: impl Into<String>,
+        setting: impl Into<String>,
+        value: f64,
+    ) -> Comparison {
+        self.measured.push(Measured {
+            parameter: parameter.into(),
+            setting: setting.into(),
+            value,
+            kind: MeasuredKind::Sweep,
         });
         self
     }
@@ -263,9 +302,23 @@ impl Comparison {
         }
     }
 
-    /// The first measured re-run that matches the paper, if any.
+    /// The first measured re-run at the paper's setting that matches the paper, if any.
     pub fn explaining(&self) -> Option<&Measured> {
-        self.measured.iter().find(|m| self.paper.matches(m.value))
+        self.measured
+            .iter()
+            .find(|m| m.kind == MeasuredKind::PaperSetting && self.paper.matches(m.value))
+    }
+
+    /// For a headline that is neither within nor explained: the first sweep point that
+    /// meets the paper within [`TOLERANCE`], if any (the parameter value at which it
+    /// would; not a status).
+    pub fn reached_by_sweep(&self) -> Option<&Measured> {
+        if self.status() != Status::Miss {
+            return None;
+        }
+        self.measured
+            .iter()
+            .find(|m| m.kind == MeasuredKind::Sweep && self.paper.matches(m.value))
     }
 
     /// Whether the headline's direction holds: csd's value is on the same side of 1 as
@@ -293,7 +346,11 @@ impl Comparison {
             .iter()
             .map(|m| {
                 format!(
-                    "{} = {}: {}{}",
+                    "{}{} = {}: {}{}",
+                    match m.kind {
+                        MeasuredKind::PaperSetting => "",
+                        MeasuredKind::Sweep => "sweep ",
+                    },
                     m.parameter,
                     m.setting,
                     num(m.value),
@@ -367,8 +424,14 @@ pub const HEADER: [&str; 6] = [
     "csd",
     "deviation",
     "status",
-    "measured re-runs (parameter = paper's setting: figure)",
+    "measured re-runs (parameter = paper's setting: figure; sweep: a value the paper does not give)",
 ];
+
+/// How many misses a sweep point brings within [`TOLERANCE`] of the paper
+/// ([`Comparison::reached_by_sweep`]).
+pub fn reached_by_sweeps(cs: &[Comparison]) -> usize {
+    cs.iter().filter(|c| c.reached_by_sweep().is_some()).count()
+}
 
 /// Counts of each status: (within, explained, miss).
 pub fn tally(cs: &[Comparison]) -> (usize, usize, usize) {
@@ -403,6 +466,13 @@ pub fn markdown(cs: &[Comparison]) -> String {
         "\n{w} of {} headlines within 20% of the paper, {e} explained by a measured parameter, {m} missed.",
         cs.len()
     );
+    let r = reached_by_sweeps(cs);
+    if r > 0 {
+        let _ = writeln!(
+            s,
+            "{r} of the misses meet the paper at some swept value of a parameter the paper does not give (listed as sweep points; not counted as explained)."
+        );
+    }
     s
 }
 
@@ -429,6 +499,40 @@ mod tests {
         // A re-run that does not reach the paper explains nothing.
         let c = Comparison::new("p", "h", PaperValue::value(2.0), 3.0).explain("x", "y", 2.9);
         assert_eq!(c.status(), Status::Miss);
+    }
+
+    #[test]
+    fn a_sweep_point_never_changes_the_status() {
+        // A miss whose sweep reaches the paper stays a miss, and says where it met it.
+        let c = Comparison::new("p", "h", PaperValue::value(2.0), 3.0)
+            .sweep("cache", "far", 2.9)
+            .sweep("cache", "near", 2.1);
+        assert_eq!(c.status(), Status::Miss);
+        assert_eq!(c.explaining(), None);
+        assert_eq!(
+            c.reached_by_sweep().map(|m| m.setting.as_str()),
+            Some("near")
+        );
+        assert!(
+            c.row()[5].contains("sweep cache = near: 2.100 (+5%)"),
+            "{}",
+            c.row()[5]
+        );
+        // Within or explained: no sweep is reported as reaching it.
+        let w = Comparison::new("p", "h", PaperValue::value(2.0), 2.1).sweep("c", "s", 2.0);
+        assert_eq!((w.status(), w.reached_by_sweep()), (Status::Within, None));
+        let e = Comparison::new("p", "h", PaperValue::value(2.0), 3.0)
+            .sweep("c", "s", 2.0)
+            .explain("k", "paper", 2.2);
+        assert_eq!(e.status(), Status::Explained);
+        assert_eq!(e.explaining().map(|m| m.value), Some(2.2));
+        assert_eq!(e.reached_by_sweep(), None);
+        let md = markdown(&[c.clone(), w, e]);
+        assert!(
+            md.contains("1 of the misses meet the paper at some swept value"),
+            "{md}"
+        );
+        assert_eq!(json(&[c])[0]["measured"][1]["kind"], "sweep");
     }
 
     #[test]

@@ -88,6 +88,19 @@ pub struct ReproFlixrArgs {
     /// each, a measured re-run of `--warehouses` per headline); empty (default): none.
     #[arg(long, value_delimiter = ',', num_args = 0..)]
     trend_warehouses: Vec<u32>,
+    /// Host B+tree caches to sweep under the host index, a parameter the paper does not
+    /// report: `none` (nothing cached) or a percentage of the leaves kept beside the
+    /// inner levels. Default by a stated rule: none and quarters of the leaves up to
+    /// all; given with no value: no sweep. Sweep points never change a status (see
+    /// `csd_flixr::repro::Sensitivity`).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "none,25,50,75,100", value_parser = parse_host_cache_point)]
+    sweep_host_cache: Vec<HostCachePoint>,
+    /// Multiples of the preset's firmware line fill (`isp.dram_access_cycles`, an
+    /// assumption of the preset) to sweep under the in-SSD B+tree, FLIXR-S and FLIXR-HS.
+    /// Default by a stated rule: a quarter to four times, in factors of two; given with
+    /// no value: no sweep.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "0.25,0.5,2,4")]
+    sweep_dram_factor: Vec<f64>,
     #[command(flatten)]
     report: JsonFlag,
 }
@@ -99,6 +112,24 @@ pub enum Population {
     Spec,
     /// A tenth of them.
     Reduced,
+}
+
+/// A point of `--sweep-host-cache`: `None` caches nothing, `Some(p)` keeps `p`% of the
+/// leaves beside the inner levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostCachePoint(Option<u32>);
+
+/// `none` or a percentage 0..=100.
+fn parse_host_cache_point(v: &str) -> Result<HostCachePoint, String> {
+    if v.eq_ignore_ascii_case("none") {
+        return Ok(HostCachePoint(None));
+    }
+    match v.trim_end_matches('%').parse::<u32>() {
+        Ok(p) if p <= 100 => Ok(HostCachePoint(Some(p))),
+        _ => Err(format!(
+            "`none` or a percentage of the leaves, 0 to 100 (got {v:?})"
+        )),
+    }
 }
 
 /// A `--workloads` name: one of [`Workload::ALL`].
@@ -145,6 +176,20 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         qd: a.qd,
         page_kib: a.page_kib,
         time_model: a.time_model,
+        overrides: Vec::new(),
+    };
+    if let Some(f) = a
+        .sweep_dram_factor
+        .iter()
+        .find(|f| !(f.is_finite() && **f > 0.0))
+    {
+        return Err(ReproError::Usage(format!(
+            "--sweep-dram-factor {f}: a multiple above 0"
+        )));
+    }
+    let sens = csd_flixr::repro::Sensitivity {
+        host_cache: a.sweep_host_cache.iter().map(|p| p.0).collect(),
+        dram_factor: a.sweep_dram_factor.clone(),
     };
     setup
         .check()
@@ -160,6 +205,7 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         .count();
     let runs = (workloads.len() * 6
         + a.cache_sweep_kib.len() * 2
+        + workloads.len() * (sens.host_cache.len() + sens.dram_factor.len() * 3)
         + by_sf * scaled * 6
         + by_w * (workloads.len() - scaled) * 6) as u64;
     let pb = if a.report.json {
@@ -192,6 +238,7 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         &workloads,
         &a.cache_sweep_kib,
         &trend,
+        &sens,
         crate::reproduce::line(),
         |msg| {
             pb.inc(1);
@@ -228,5 +275,18 @@ mod tests {
             parse_args("flixr", &["--cache-sweep-kib", "--trend-sf"]).expect("no sweep, no trend");
         assert!(none.cache_sweep_kib.is_empty());
         assert!(none.trend_sf.is_empty());
+        use super::HostCachePoint as P;
+        assert_eq!(
+            d.sweep_host_cache,
+            vec![P(None), P(Some(25)), P(Some(50)), P(Some(75)), P(Some(100))]
+        );
+        assert_eq!(d.sweep_dram_factor, vec![0.25, 0.5, 2.0, 4.0]);
+        let none: ReproFlixrArgs =
+            parse_args("flixr", &["--sweep-host-cache", "--sweep-dram-factor"]).expect("no sweeps");
+        assert!(none.sweep_host_cache.is_empty() && none.sweep_dram_factor.is_empty());
+        // Bad points are refused by the parser with the rule in the message.
+        let bad = parse_args::<ReproFlixrArgs>("flixr", &["--sweep-host-cache", "120"]);
+        assert!(bad.is_err());
+        assert!(parse_args::<ReproFlixrArgs>("flixr", &["--sweep-host-cache", "none,50%"]).is_ok());
     }
 }

@@ -235,7 +235,10 @@ impl RowStore {
             cmds.push(Command::Write { lba: first, data });
         }
         for &l in &lbas {
-            self.cache.insert(l);
+            // With the inner levels kept apart, the LRU holds leaves only.
+            if !self.inner_levels || self.is_leaf(l) {
+                self.cache.insert(l);
+            }
             self.stmt_nodes.insert(l);
         }
         self.traffic.index_pages_written += lbas.len() as u64;
@@ -261,7 +264,8 @@ impl RowStore {
         let mut leaves = Vec::new();
         for &l in &touch.read {
             let cached = if self.inner_levels {
-                !self.is_leaf(l)
+                // Inner nodes always; a leaf if the leaf LRU (empty by default) holds it.
+                !self.is_leaf(l) || self.cache.touch(l)
             } else {
                 self.cache.touch(l)
             };

@@ -413,7 +413,9 @@ pub struct RowStore {
     next_lba: u64,
     cache: LruSet,
     /// The host keeps exactly the trees' inner nodes in DRAM (whichever they are as the
-    /// trees change) and reads every leaf from storage ([`RowStore::set_host_cache_inner_levels`]).
+    /// trees change), and `cache` holds leaves only: none by default, every leaf is read
+    /// from storage ([`RowStore::set_host_cache_inner_levels`],
+    /// [`RowStore::set_host_cache_inner_levels_and_leaves`]).
     inner_levels: bool,
     /// Host B+tree nodes in host memory for the statement under way (read or written by
     /// it): a statement reads a leaf once, however many of its entries it changes
@@ -606,9 +608,41 @@ impl RowStore {
     /// storage"). Leaves never displace inner nodes, as they would in an LRU of as many
     /// nodes as the trees have inner ones. No effect on the ideal host index.
     pub fn set_host_cache_inner_levels(&mut self) {
+        self.set_host_cache_inner_levels_and_leaves(0, &[]);
+    }
+
+    /// As [`RowStore::set_host_cache_inner_levels`], and beside the inner levels an LRU
+    /// of at most `leaves` leaves, warm with `warm` (the first `leaves` of them, most
+    /// recently used last): "some of the layers in the tree are cached on host DRAM on
+    /// demand" (flixr §5) and "storing recently used index pages" (§3). A leaf read from
+    /// storage or written stays until `leaves` more recent ones push it out; inner nodes
+    /// never compete with leaves for the room. Earlier cache contents are dropped. No
+    /// effect on the ideal host index.
+    pub fn set_host_cache_inner_levels_and_leaves(&mut self, leaves: usize, warm: &[u64]) {
         if self.kind == IndexKind::HostBtree {
             self.inner_levels = true;
+            self.cache = LruSet::new(leaves);
+            for &l in warm.iter().take(leaves) {
+                self.cache.insert(l);
+            }
         }
+    }
+
+    /// LBAs of the leaves of every host B+tree of the store (primary and secondary),
+    /// sorted; empty unless the kind keeps host trees.
+    pub fn host_leaf_nodes(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .tables
+            .iter()
+            .flat_map(|tb| {
+                tb.tree
+                    .iter()
+                    .chain(tb.secondary.iter().filter_map(|(_, t)| t.as_ref()))
+            })
+            .flat_map(PagedBtree::leaf_lbas)
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// The table named `name`.
