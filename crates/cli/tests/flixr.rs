@@ -29,6 +29,10 @@ fn repro_flixr_reports_what_it_measured() {
         "4",
         "--trend-sf",
         "0.002",
+        "--sweep-host-cache",
+        "none",
+        "--sweep-dram-factor",
+        "2",
         "--json",
     ]);
     assert!(
@@ -112,6 +116,17 @@ fn repro_flixr_reports_what_it_measured() {
         );
     }
     assert!(md.contains("## Scale trend"));
+    // One point of each sweep of what the paper does not report, every headline at each;
+    // a sweep point never changes a status (statuses are the three above).
+    let sens = j["sensitivity"].as_array().expect("sensitivity");
+    assert_eq!(sens.len(), 2, "{sens:?}");
+    assert_eq!(sens[0]["parameter"], "host B+tree cache");
+    assert_eq!(sens[0]["setting"], "none");
+    assert_eq!(sens[1]["parameter"], "isp.dram_access_cycles");
+    for p in sens {
+        assert_eq!(p["headlines"].as_array().unwrap().len(), cs.len(), "{p}");
+    }
+    assert!(md.contains("## Sensitivity to what the paper does not report"));
     // Figure 12 (§6.4): Q6 with the primary key and with secondary keys, three
     // configurations each; the speed-up is the ratio of modeled times.
     let f12 = j["figure12"].as_array().expect("figure12");
@@ -143,6 +158,8 @@ fn repro_flixr_refuses_bad_options() {
         &["repro", "flixr", "--preset", "no-such-preset"][..],
         &["repro", "flixr", "--trend-sf", "0"][..],
         &["repro", "flixr", "--tpcc-population", "huge"][..],
+        &["repro", "flixr", "--sweep-host-cache", "101"][..],
+        &["repro", "flixr", "--sweep-dram-factor", "0"][..],
     ] {
         let out = csd(args);
         assert!(!out.status.success(), "{args:?} succeeded");

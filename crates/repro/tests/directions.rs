@@ -78,6 +78,8 @@ fn flixr_headlines_keep_their_direction() {
             "--tpcc-population",
             "reduced",
             "--trend-sf",
+            "--sweep-host-cache",
+            "--sweep-dram-factor",
         ],
     )
     .expect("args");
