@@ -255,33 +255,36 @@ impl Comparison {
 
     /// With one more measured re-run at the paper's setting (or scale).
     pub fn explain(
-        mut self,
+        self,
         parameter: impl Into<String>,
         setting: impl Into<String>,
         value: f64,
     ) -> Comparison {
-        self.measured.push(Measured {
-            parameter: parameter.into(),
-            setting: setting.into(),
+        self.with(
+            MeasuredKind::PaperSetting,
+            parameter.into(),
+            setting.into(),
             value,
-            kind: MeasuredKind::PaperSetting,
-        });
-        self
+        )
     }
 
     /// With one more point of a sweep of a parameter the paper does not report (never
     /// changes the status).
     pub fn sweep(
-        mut self,
+        self,
         parameter: impl Into<String>,
         setting: impl Into<String>,
         value: f64,
     ) -> Comparison {
+        self.with(MeasuredKind::Sweep, parameter.into(), setting.into(), value)
+    }
+
+    fn with(mut self, kind: MeasuredKind, parameter: String, setting: String, value: f64) -> Self {
         self.measured.push(Measured {
-            parameter: parameter.into(),
-            setting: setting.into(),
+            parameter,
+            setting,
             value,
-            kind: MeasuredKind::Sweep,
+            kind,
         });
         self
     }

@@ -318,12 +318,7 @@ impl RowStore {
 
     /// Is the host B+tree node at `l` (of any table's tree) a leaf?
     fn is_leaf(&self, l: u64) -> bool {
-        self.tables.iter().any(|tb| {
-            tb.tree
-                .iter()
-                .chain(tb.secondary.iter().filter_map(|(_, t)| t.as_ref()))
-                .any(|tr| tr.is_leaf(l) == Some(true))
-        })
+        self.host_trees().any(|tr| tr.is_leaf(l) == Some(true))
     }
 
     /// Index maintenance for pairs removed and added.

@@ -573,17 +573,20 @@ impl RowStore {
     /// the store, primary and secondary; empty unless the kind keeps host trees.
     pub fn host_inner_nodes(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self
-            .tables
-            .iter()
-            .flat_map(|tb| {
-                tb.tree
-                    .iter()
-                    .chain(tb.secondary.iter().filter_map(|(_, t)| t.as_ref()))
-            })
-            .flat_map(|tr| tr.inner_node_lbas())
+            .host_trees()
+            .flat_map(PagedBtree::inner_node_lbas)
             .collect();
         v.sort_unstable();
         v
+    }
+
+    /// Every host B+tree of the store, primary and secondary.
+    fn host_trees(&self) -> impl Iterator<Item = &PagedBtree> {
+        self.tables.iter().flat_map(|tb| {
+            tb.tree
+                .iter()
+                .chain(tb.secondary.iter().filter_map(|(_, t)| t.as_ref()))
+        })
     }
 
     /// Resize the host B+tree node cache (`HostBtree`; the ideal kind keeps every node)
@@ -631,16 +634,7 @@ impl RowStore {
     /// LBAs of the leaves of every host B+tree of the store (primary and secondary),
     /// sorted; empty unless the kind keeps host trees.
     pub fn host_leaf_nodes(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self
-            .tables
-            .iter()
-            .flat_map(|tb| {
-                tb.tree
-                    .iter()
-                    .chain(tb.secondary.iter().filter_map(|(_, t)| t.as_ref()))
-            })
-            .flat_map(PagedBtree::leaf_lbas)
-            .collect();
+        let mut v: Vec<u64> = self.host_trees().flat_map(PagedBtree::leaf_lbas).collect();
         v.sort_unstable();
         v
     }
