@@ -852,7 +852,7 @@ pub fn markdown(r: &Repro) -> String {
     md_time(&mut md, ms);
     md_comparison(&mut md, &r.comparison);
     md_trend(&mut md, &r.trend);
-    md_sensitivity(&mut md, &r.comparison, &r.sensitivity);
+    md_sensitivity(&mut md, &r.setup, &r.comparison, &r.sensitivity);
     let _ = writeln!(md, "## Reproduce\n");
     let _ = writeln!(
         md,
@@ -1159,7 +1159,7 @@ fn fmt_cell(v: f64, paper: PaperValue) -> String {
 /// The sweeps of what the paper does not report: per swept parameter, a row per
 /// headline and a column per setting (csd's own setting first, the paper's value last),
 /// and how many headlines are within 20% at each setting.
-fn md_sensitivity(md: &mut String, own: &[Comparison], sweeps: &[SweepPoint]) {
+fn md_sensitivity(md: &mut String, setup: &Setup, own: &[Comparison], sweeps: &[SweepPoint]) {
     if sweeps.is_empty() {
         return;
     }
@@ -1172,8 +1172,8 @@ fn md_sensitivity(md: &mut String, own: &[Comparison], sweeps: &[SweepPoint]) {
     for param in params {
         let pts: Vec<&SweepPoint> = sweeps.iter().filter(|p| p.parameter == param).collect();
         let own_label = match param {
-            HOST_CACHE_PARAM => "inner levels (csd)",
-            _ => "preset (csd)",
+            HOST_CACHE_PARAM => format!("{} (as run)", setup.host_cache),
+            _ => "the preset's (as run)".to_string(),
         };
         let _ = writeln!(md, "### {param}\n");
         let _ = write!(md, "| headline | {own_label} |");
@@ -1532,6 +1532,11 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| inner levels + 100% of leaves |"), "{md}");
+        // The run's own setting heads its column, whatever it was.
+        assert!(
+            md.contains("| headline | the trees' inner levels (paper) (as run) |"),
+            "{md}"
+        );
     }
 
     #[test]
