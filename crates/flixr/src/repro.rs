@@ -240,17 +240,9 @@ fn sweep_sensitivity(
             .chain(rerun)
             .collect();
         // Speedups over the host index again, workload by workload (answers checked).
-        for &w in workloads {
-            let mut group: Vec<Measure> = ms.iter().filter(|m| m.workload == w).cloned().collect();
-            crate::finish(&mut group)?;
-            for g in group {
-                if let Some(m) = ms
-                    .iter_mut()
-                    .find(|m| m.workload == g.workload && m.config == g.config)
-                {
-                    *m = g;
-                }
-            }
+        ms.sort_by_key(|m| workloads.iter().position(|w| *w == m.workload));
+        for group in ms.chunk_by_mut(|a, b| a.workload == b.workload) {
+            crate::finish(group)?;
         }
         let cs = compare(&ms, &figure11(&ms));
         out.push(SweepPoint {
