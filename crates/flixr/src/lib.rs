@@ -180,6 +180,14 @@ pub struct Setup {
     /// Preset fields to override, `key=value` (e.g. `isp.dram_access_cycles=200`), after
     /// the row store's own (geometry, page buffer).
     pub overrides: Vec<String>,
+    /// The B+tree configurations' optimizer (host index, ideal host index, in-SSD
+    /// B+tree): a range over this share of a table's key span is read by a full scan
+    /// ([`csd_host::rowstore::FULL_SCAN_FRACTION`], csd's choice); `None` walks the index
+    /// for every range. The paper has no optimizer in its description (§5: the
+    /// no-indexing configuration is the one that searches every record), nor a word of
+    /// how its host-side index reads a range covering most of a table, so `csd repro
+    /// flixr` sweeps it.
+    pub full_scan_fraction: Option<f64>,
 }
 
 impl Default for Setup {
@@ -201,6 +209,7 @@ impl Default for Setup {
             page_kib: None,
             time_model: TimeModel::default(),
             overrides: Vec::new(),
+            full_scan_fraction: Some(csd_host::rowstore::FULL_SCAN_FRACTION),
         }
     }
 }
@@ -314,6 +323,7 @@ impl Setup {
                         StoreOptions::default().host_cache_kib
                     }
                 },
+                full_scan_fraction: self.full_scan_fraction,
                 ..StoreOptions::default()
             },
         )?)

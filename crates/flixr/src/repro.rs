@@ -16,7 +16,8 @@
 //! host index, i.e. the host buffer cache holding the whole index), or a miss.
 //!
 //! What the paper leaves open and the headlines depend on is swept ([`Sensitivity`]: the
-//! host B+tree cache, the firmware's DRAM line fill): every headline at every point, and
+//! host B+tree cache, the firmware's DRAM line fill, the B+tree configurations' full-scan
+//! optimizer): every headline at every point, and
 //! a missed headline's nearest point per parameter as a sweep point, which never changes
 //! its status.
 //!
@@ -116,7 +117,10 @@ impl TrendPoint {
 /// host DRAM on demand", §5; csd's setting: the inner levels, §3 Figure 1) and the
 /// firmware's cost per FTL entry or B+tree key it compares, whose DRAM line fill is the
 /// preset's assumption (`isp.dram_access_cycles`, 100 ns on `cosmos-openssd`: "the paper
-/// gives no latency"). A sweep point never changes a headline's status; it shows where
+/// gives no latency"), and when the B+tree configurations read a range by a full scan
+/// instead of through the index (csd's optimizer, [`Setup::full_scan_fraction`]; the
+/// paper describes none and does not say how its host-side index reads a range covering
+/// most of a table). A sweep point never changes a headline's status; it shows where
 /// the headline would meet the paper ([`csd_paper::Comparison::reached_by_sweep`]) and
 /// what that setting does to every other headline.
 #[derive(Debug, Clone, PartialEq)]
@@ -128,6 +132,10 @@ pub struct Sensitivity {
     /// Multiples of the preset's `isp.dram_access_cycles` re-run under the in-SSD
     /// B+tree, FLIXR-S and FLIXR-HS.
     pub dram_factor: Vec<f64>,
+    /// The B+tree optimizer's full-scan shares re-run under the host index, the ideal
+    /// host index and the in-SSD B+tree: `Some(p)` a range over `p`% of the key span is
+    /// scanned, `None` the optimizer off (every range through the index).
+    pub full_scan: Vec<Option<u32>>,
 }
 
 impl Sensitivity {
@@ -136,12 +144,13 @@ impl Sensitivity {
         Sensitivity {
             host_cache: Vec::new(),
             dram_factor: Vec::new(),
+            full_scan: Vec::new(),
         }
     }
 
     /// Whether there is nothing to sweep.
     pub fn is_empty(&self) -> bool {
-        self.host_cache.is_empty() && self.dram_factor.is_empty()
+        self.host_cache.is_empty() && self.dram_factor.is_empty() && self.full_scan.is_empty()
     }
 }
 
@@ -149,11 +158,15 @@ impl Default for Sensitivity {
     /// The stated rule, not a fit: the host cache from nothing to every leaf in quarters
     /// of the leaves (the paper names the two ends: inner levels in DRAM, and the ideal
     /// host index with the whole tree); the line fill from a quarter to four times the
-    /// preset's assumption, in factors of two.
+    /// preset's assumption, in factors of two; the optimizer's full-scan share from csd's
+    /// quarter of the key span doubled to the whole span, where no range scans any more
+    /// (50%, then off: every range through the index, as §5 describes the index
+    /// configurations).
     fn default() -> Sensitivity {
         Sensitivity {
             host_cache: vec![None, Some(25), Some(50), Some(75), Some(100)],
             dram_factor: vec![0.25, 0.5, 2.0, 4.0],
+            full_scan: vec![Some(50), None],
         }
     }
 }
@@ -177,6 +190,16 @@ pub struct SweepPoint {
 const HOST_CACHE_PARAM: &str = "host B+tree cache";
 /// The line-fill sweep's parameter name.
 const DRAM_PARAM: &str = "isp.dram_access_cycles";
+/// The optimizer sweep's parameter name.
+const FULL_SCAN_PARAM: &str = "B+tree optimizer: full scan above";
+
+/// A full-scan share as the report names it.
+fn full_scan_label(f: Option<f64>) -> String {
+    match f {
+        Some(f) => format!("{:.0}% of the key span", f * 100.0),
+        None => "off (every range through the index)".to_string(),
+    }
+}
 
 /// Run the [`Sensitivity`] sweeps: each point re-runs `workloads` under the
 /// configurations its parameter touches (the rest as measured in `measures`) and
@@ -212,6 +235,19 @@ fn sweep_sensitivity(
             at,
             &[IndexKind::HostBtree],
         ));
+    }
+    let trees = [
+        IndexKind::HostBtree,
+        IndexKind::HostBtreeIdeal,
+        IndexKind::SsdBtree,
+    ];
+    for &p in &sens.full_scan {
+        let f = p.map(|p| f64::from(p) / 100.0);
+        let at = Setup {
+            full_scan_fraction: f,
+            ..s.clone()
+        };
+        points.push((FULL_SCAN_PARAM.into(), full_scan_label(f), at, &trees));
     }
     for &f in &sens.dram_factor {
         let cycles = base_cycles * f;
@@ -257,7 +293,9 @@ fn sweep_sensitivity(
 }
 
 /// Attach the sweeps to `cs`: a missed headline gets, per swept parameter, the point
-/// whose figure is nearest the paper's (a sweep point: never a status).
+/// whose figure is nearest the paper's (a sweep point: never a status). A parameter none
+/// of whose points moved the headline's figure adds nothing (its runs do not depend on
+/// it).
 pub fn note_sweeps(cs: Vec<Comparison>, sweeps: &[SweepPoint]) -> Vec<Comparison> {
     cs.into_iter()
         .map(|mut c| {
@@ -272,6 +310,9 @@ pub fn note_sweeps(cs: Vec<Comparison>, sweeps: &[SweepPoint]) -> Vec<Comparison
                     .filter(|p| p.parameter == param)
                     .filter_map(|p| {
                         let v = p.headlines.iter().find(|(h, _)| *h == c.headline)?.1;
+                        if v == c.csd {
+                            return None;
+                        }
                         let d = c.paper.deviation(v)?.abs();
                         Some((d, p, v))
                     })
@@ -865,7 +906,7 @@ fn md_setup(md: &mut String, r: &Repro) {
     );
     let _ = writeln!(
         md,
-        "Device preset `{}`; TPC-H SF {} (microbenchmarks and TPC-H), TPC-C {} warehouse(s) ({:?} population, see `csd_flixr::tpcc`); {} operations per microbenchmark and TPC-H query, {} transactions per TPC-C run; host B+tree cache {}, FLIXR index cache {} KiB, in-SSD node cache {}. Modeled time; every configuration's answers were checked equal (and TPC-H answers against an in-memory reference, TPC-C consistency conditions 1-4 after every run).\n",
+        "Device preset `{}`; TPC-H SF {} (microbenchmarks and TPC-H), TPC-C {} warehouse(s) ({:?} population, see `csd_flixr::tpcc`); {} operations per microbenchmark and TPC-H query, {} transactions per TPC-C run; host B+tree cache {}, FLIXR index cache {} KiB, in-SSD node cache {}; the B+tree configurations read a range by a full scan above {} (`--full-scan`). Modeled time; every configuration's answers were checked equal (and TPC-H answers against an in-memory reference, TPC-C consistency conditions 1-4 after every run).\n",
         r.setup.preset,
         r.setup.sf,
         r.setup.warehouses,
@@ -874,7 +915,8 @@ fn md_setup(md: &mut String, r: &Repro) {
         r.setup.tpcc_txns,
         r.setup.host_cache,
         r.setup.index_cache_kib,
-        r.setup.node_cache
+        r.setup.node_cache,
+        full_scan_label(r.setup.full_scan_fraction)
     );
     let _ = writeln!(
         md,
@@ -1165,6 +1207,7 @@ fn md_sensitivity(md: &mut String, setup: &Setup, own: &[Comparison], sweeps: &[
         let pts: Vec<&SweepPoint> = sweeps.iter().filter(|p| p.parameter == param).collect();
         let own_label = match param {
             HOST_CACHE_PARAM => format!("{} (as run)", setup.host_cache),
+            FULL_SCAN_PARAM => format!("{} (as run)", full_scan_label(setup.full_scan_fraction)),
             _ => "the preset's (as run)".to_string(),
         };
         let _ = writeln!(md, "### {param}\n");
@@ -1445,8 +1488,10 @@ mod tests {
     /// The sweeps re-run only what their parameter touches and never change a status:
     /// keeping more of the host B+tree speeds the host index up, so every speedup over it
     /// falls (Insert most: a random insert's leaf read is what the cache saves); a
-    /// dearer firmware line fill slows FLIXR-S's compares and entry creation; a missed
-    /// headline carries its nearest point of each sweep.
+    /// dearer firmware line fill slows FLIXR-S's compares and entry creation; with the
+    /// B+tree optimizer off the host index reads Q1's range through its leaves, so its
+    /// index share rises, and nothing else moves; a missed headline carries its nearest
+    /// point of each sweep.
     #[test]
     fn sweeps_move_what_their_parameter_touches_and_keep_every_status() {
         let s = Setup {
@@ -1457,10 +1502,12 @@ mod tests {
         let sens = Sensitivity {
             host_cache: vec![None, Some(100)],
             dram_factor: vec![4.0],
+            full_scan: vec![None],
         };
+        let ws = [Workload::Insert, Workload::Scan, Workload::Q1];
         let r = run(
             &s,
-            &[Workload::Insert, Workload::Scan],
+            &ws,
             &[],
             &Trend::default(),
             &sens,
@@ -1470,7 +1517,7 @@ mod tests {
         .unwrap();
         let plain = run(
             &s,
-            &[Workload::Insert, Workload::Scan],
+            &ws,
             &[],
             &Trend::default(),
             &Sensitivity::none(),
@@ -1479,7 +1526,7 @@ mod tests {
         )
         .unwrap();
         assert!(plain.sensitivity.is_empty());
-        assert_eq!(r.sensitivity.len(), 3);
+        assert_eq!(r.sensitivity.len(), 4);
         // Same statuses with and without the sweeps.
         for (a, b) in r.comparison.iter().zip(&plain.comparison) {
             assert_eq!((a.status(), a.csd), (b.status(), b.csd), "{}", a.headline);
@@ -1500,8 +1547,18 @@ mod tests {
             "every leaf cached: faster host index"
         );
         let scan = "FLIXR-S Scan (Fig. 9)";
-        assert!(at(2, scan) < own(scan), "dearer compares: FLIXR-S slower");
-        assert!(at(2, ins) <= own(ins), "an insert creates its page's entry");
+        assert!(at(3, scan) < own(scan), "dearer compares: FLIXR-S slower");
+        assert!(at(3, ins) <= own(ins), "an insert creates its page's entry");
+        // The optimizer off: Q1 (most of LINEITEM) through the index; the 1% Scan and
+        // the inserts never used the full scan, so their figures stay exactly.
+        assert_eq!(r.sensitivity[2].parameter, FULL_SCAN_PARAM);
+        assert!(
+            at(2, INDEX_SHARE) > own(INDEX_SHARE),
+            "Q1 reads leaves: {} against {}",
+            at(2, INDEX_SHARE),
+            own(INDEX_SHARE)
+        );
+        assert_eq!((at(2, scan), at(2, ins)), (own(scan), own(ins)));
         // The host-cache points leave FLIXR alone: its runs are the run's own.
         let hs = "FLIXR-HS Scan (Fig. 9)";
         assert_eq!(at(0, hs) / at(0, scan), own(hs) / own(scan));
@@ -1516,7 +1573,36 @@ mod tests {
                 .iter()
                 .filter(|m| m.kind == csd_paper::MeasuredKind::Sweep)
                 .collect();
-            assert_eq!(sweeps.len(), 2, "{}: {:?}", c.headline, c.measured);
+            // One per parameter that moved this headline somewhere.
+            let mut moved: Vec<&str> = r
+                .sensitivity
+                .iter()
+                .filter(|p| {
+                    p.headlines
+                        .iter()
+                        .any(|(h, v)| *h == c.headline && *v != c.csd)
+                })
+                .map(|p| p.parameter.as_str())
+                .collect();
+            moved.dedup();
+            assert_eq!(
+                sweeps.len(),
+                moved.len(),
+                "{}: {:?}",
+                c.headline,
+                c.measured
+            );
+            assert!(
+                !sweeps.is_empty(),
+                "{}: the host cache moves every miss",
+                c.headline
+            );
+            if c.headline == ins {
+                assert!(
+                    sweeps.iter().all(|m| m.parameter != FULL_SCAN_PARAM),
+                    "the optimizer never moves Insert: {sweeps:?}"
+                );
+            }
         }
         let md = markdown(&r);
         assert!(
@@ -1527,6 +1613,12 @@ mod tests {
         // The run's own setting heads its column, whatever it was.
         assert!(
             md.contains("| headline | the trees' inner levels (paper) (as run) |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| headline | 25% of the key span (as run) | off (every range through the index) |"
+            ),
             "{md}"
         );
     }

@@ -19,6 +19,15 @@ fn store(kind: IndexKind) -> RowStore {
 
 /// A store under `kind` on a `tiny` device whose LBAs (so table pages) are `lba` bytes.
 fn store_on(kind: IndexKind, lba: u32) -> Result<RowStore, csd_host::rowstore::StoreError> {
+    store_with(kind, lba, |_| {})
+}
+
+/// As [`store_on`], with `opts` changed by `set` first.
+fn store_with(
+    kind: IndexKind,
+    lba: u32,
+    set: impl FnOnce(&mut StoreOptions),
+) -> Result<RowStore, csd_host::rowstore::StoreError> {
     let mut cfg = DeviceConfig::preset("tiny").unwrap();
     cfg.geometry.sector_size = lba;
     let fcfg = FtlConfig {
@@ -26,17 +35,15 @@ fn store_on(kind: IndexKind, lba: u32) -> Result<RowStore, csd_host::rowstore::S
         ..FtlConfig::default()
     };
     let dev = NvmeDevice::new(Ftl::format(Nand::new_in_memory(cfg).unwrap(), fcfg).unwrap());
-    RowStore::new(
-        dev,
-        kind,
-        StoreOptions {
-            host_cache_kib: 8,
-            // In-SSD B+tree loads and statements of more pairs than this go in several
-            // commands (the device's limit is 2^20): the model checks that path too.
-            ssd_pairs_per_command: 16,
-            ..StoreOptions::default()
-        },
-    )
+    let mut opts = StoreOptions {
+        host_cache_kib: 8,
+        // In-SSD B+tree loads and statements of more pairs than this go in several
+        // commands (the device's limit is 2^20): the model checks that path too.
+        ssd_pairs_per_command: 16,
+        ..StoreOptions::default()
+    };
+    set(&mut opts);
+    RowStore::new(dev, kind, opts)
 }
 
 fn def(name: &str, key: &str, enc: KeyEncoding) -> TableDef {
@@ -249,6 +256,54 @@ proptest! {
 fn lbas_smaller_than_a_node_are_refused() {
     let e = store_on(IndexKind::HostBtree, 2048).err().expect("refused");
     assert!(e.to_string().contains("multiple of 4096"), "{e}");
+}
+
+/// The B+tree configurations' optimizer: a range over the full-scan share of the key
+/// span is read by a full scan (every page, no index node); with the optimizer off the
+/// same range goes through the index (the host index reads its leaves) and fetches
+/// only the range's pages; the answers are the same. A share that is not one is refused.
+#[test]
+fn the_optimizer_scans_wide_ranges_and_off_walks_the_index() {
+    for kind in [IndexKind::HostBtree, IndexKind::SsdBtree] {
+        let mut got = Vec::new();
+        for share in [Some(0.25), None] {
+            let mut s = store_with(kind, 4096, |o| o.full_scan_fraction = share).unwrap();
+            let t = s.create_table(def("t", "k", KeyEncoding::Range)).unwrap();
+            let load: Vec<Vec<Value>> = (0..1_500).map(|k| row(k, 0, 0)).collect();
+            s.load(t, &load).unwrap();
+            s.set_host_cache_inner_levels();
+            let before = s.traffic();
+            // 80% of the key span.
+            let rows = triples(&s.scan(t, 100, 1_299).unwrap());
+            assert_eq!(rows.len(), 1_200);
+            let d = s.traffic().since(before);
+            got.push((
+                rows,
+                d.index_pages_to_host + d.index_flash_reads,
+                d.data_pages_to_host,
+            ));
+        }
+        let ((scan_rows, scan_index, scan_data), (walk_rows, walk_index, walk_data)) =
+            (&got[0], &got[1]);
+        assert_eq!(scan_rows, walk_rows, "{kind:?}");
+        assert_eq!(*scan_index, 0, "{kind:?}: a full scan reads no index node");
+        if kind == IndexKind::HostBtree {
+            // (The in-SSD tree's few nodes stay in the device's node cache.)
+            assert!(*walk_index > 0, "the host's walk reads its leaves");
+        }
+        assert!(
+            walk_data < scan_data,
+            "{kind:?}: the walk fetches the range's pages only: {walk_data} against {scan_data}"
+        );
+    }
+    for bad in [-0.5, f64::NAN] {
+        let e = store_with(IndexKind::HostBtree, 4096, |o| {
+            o.full_scan_fraction = Some(bad)
+        })
+        .err()
+        .expect("refused");
+        assert!(e.to_string().contains("full-scan fraction"), "{e}");
+    }
 }
 
 #[test]

@@ -101,6 +101,18 @@ pub struct ReproFlixrArgs {
     /// no value: no sweep.
     #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "0.25,0.5,2,4")]
     sweep_dram_factor: Vec<f64>,
+    /// The B+tree configurations' optimizer for this run: a range over this percentage of
+    /// a table's key span is read by a full scan instead of through the index (csd's
+    /// choice, 25); `off`: every range through the index, as the paper describes its
+    /// index configurations (§5).
+    #[arg(long, default_value = "25", value_parser = parse_full_scan_point)]
+    full_scan: FullScanPoint,
+    /// Optimizer settings to sweep under the host index, the ideal host index and the
+    /// in-SSD B+tree (percentages as `--full-scan`, or `off`). Default by a stated rule:
+    /// csd's quarter of the key span doubled to the whole span, where no range scans (50,
+    /// off); given with no value: no sweep.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "50,off", value_parser = parse_full_scan_point)]
+    sweep_full_scan: Vec<FullScanPoint>,
     #[command(flatten)]
     report: JsonFlag,
 }
@@ -128,6 +140,31 @@ fn parse_host_cache_point(v: &str) -> Result<HostCachePoint, String> {
         Ok(p) if p <= 100 => Ok(HostCachePoint(Some(p))),
         _ => Err(format!(
             "`none` or a percentage of the leaves, 0 to 100 (got {v:?})"
+        )),
+    }
+}
+
+/// A `--full-scan` setting: `Some(p)` scans a range over `p`% of the key span, `None`
+/// (`off`) never does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FullScanPoint(Option<u32>);
+
+impl FullScanPoint {
+    /// As [`csd_flixr::Setup::full_scan_fraction`].
+    fn fraction(self) -> Option<f64> {
+        self.0.map(|p| f64::from(p) / 100.0)
+    }
+}
+
+/// `off` or a percentage 0..=100.
+fn parse_full_scan_point(v: &str) -> Result<FullScanPoint, String> {
+    if v.eq_ignore_ascii_case("off") {
+        return Ok(FullScanPoint(None));
+    }
+    match v.trim_end_matches('%').parse::<u32>() {
+        Ok(p) if p <= 100 => Ok(FullScanPoint(Some(p))),
+        _ => Err(format!(
+            "`off` or a percentage of the key span, 0 to 100 (got {v:?})"
         )),
     }
 }
@@ -177,6 +214,7 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         page_kib: a.page_kib,
         time_model: a.time_model,
         overrides: Vec::new(),
+        full_scan_fraction: a.full_scan.fraction(),
     };
     if let Some(f) = a
         .sweep_dram_factor
@@ -190,6 +228,7 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
     let sens = csd_flixr::repro::Sensitivity {
         host_cache: a.sweep_host_cache.iter().map(|p| p.0).collect(),
         dram_factor: a.sweep_dram_factor.clone(),
+        full_scan: a.sweep_full_scan.iter().map(|p| p.0).collect(),
     };
     setup
         .check()
@@ -281,9 +320,28 @@ mod tests {
             vec![P(None), P(Some(25)), P(Some(50)), P(Some(75)), P(Some(100))]
         );
         assert_eq!(d.sweep_dram_factor, vec![0.25, 0.5, 2.0, 4.0]);
-        let none: ReproFlixrArgs =
-            parse_args("flixr", &["--sweep-host-cache", "--sweep-dram-factor"]).expect("no sweeps");
-        assert!(none.sweep_host_cache.is_empty() && none.sweep_dram_factor.is_empty());
+        use super::FullScanPoint as F;
+        assert_eq!(d.full_scan, F(Some(25)));
+        assert_eq!(d.full_scan.fraction(), Some(0.25));
+        assert_eq!(d.sweep_full_scan, vec![F(Some(50)), F(None)]);
+        let none: ReproFlixrArgs = parse_args(
+            "flixr",
+            &[
+                "--sweep-host-cache",
+                "--sweep-dram-factor",
+                "--sweep-full-scan",
+            ],
+        )
+        .expect("no sweeps");
+        assert!(
+            none.sweep_host_cache.is_empty()
+                && none.sweep_dram_factor.is_empty()
+                && none.sweep_full_scan.is_empty()
+        );
+        let off: ReproFlixrArgs = parse_args("flixr", &["--full-scan", "OFF"]).expect("off");
+        assert_eq!(off.full_scan.fraction(), None);
+        assert!(parse_args::<ReproFlixrArgs>("flixr", &["--full-scan", "101"]).is_err());
+        assert!(parse_args::<ReproFlixrArgs>("flixr", &["--sweep-full-scan", "50,never"]).is_err());
         // Bad points are refused by the parser with the rule in the message.
         let bad = parse_args::<ReproFlixrArgs>("flixr", &["--sweep-host-cache", "120"]);
         assert!(bad.is_err());

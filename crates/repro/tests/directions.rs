@@ -80,6 +80,7 @@ fn flixr_headlines_keep_their_direction() {
             "--trend-sf",
             "--sweep-host-cache",
             "--sweep-dram-factor",
+            "--sweep-full-scan",
         ],
     )
     .expect("args");

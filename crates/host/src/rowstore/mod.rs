@@ -66,7 +66,8 @@
 //!   reads are cut into pieces of [`FILTER_CHUNK_MDTS`] × MDTS LBAs kept `qd` deep, a
 //!   piece stopped by the transfer limit resuming in the next wave.
 //! * The B+tree configurations have an optimizer: a range covering more than
-//!   [`FULL_SCAN_FRACTION`] of the key span seen so far is read by a full scan.
+//!   [`FULL_SCAN_FRACTION`] of the key span seen so far is read by a full scan
+//!   ([`StoreOptions::full_scan_fraction`]; `None` turns it off).
 //! * Changed B+tree nodes are written by a background writer: the host does not wait
 //!   for their completion (the device stays busy with them); the firmware's in-SSD tree
 //!   likewise goes on once a node is handed to the FTL. Data pages are written
@@ -269,6 +270,12 @@ pub struct StoreOptions {
     /// device's [`csd_device::ssd_btree::MAX_PAIRS_PER_COMMAND`] (larger values act as it):
     /// a table or statement with more pairs is sent in several commands.
     pub ssd_pairs_per_command: usize,
+    /// The B+tree configurations' optimizer: a range covering more than this share of a
+    /// table's key span is read by a full scan instead of through the index
+    /// ([`FULL_SCAN_FRACTION`] by default); `None` walks the index for every range, as
+    /// flixr §5 describes its host-side index (the no-indexing configuration is the one
+    /// that searches every record).
+    pub full_scan_fraction: Option<f64>,
 }
 
 impl Default for StoreOptions {
@@ -281,6 +288,7 @@ impl Default for StoreOptions {
             host_io_cycles: 4000.0,
             first_lba: 0,
             ssd_pairs_per_command: csd_device::ssd_btree::MAX_PAIRS_PER_COMMAND,
+            full_scan_fraction: Some(FULL_SCAN_FRACTION),
         }
     }
 }
@@ -444,6 +452,14 @@ impl RowStore {
     ) -> Result<RowStore, StoreError> {
         if opts.qd == 0 {
             return Err(StoreError::Invalid("qd must be at least 1".into()));
+        }
+        if let Some(f) = opts.full_scan_fraction
+            && (f.is_nan() || f < 0.0)
+        {
+            return Err(StoreError::Invalid(format!(
+                "the full-scan fraction is a share of the key span, 0 or more (None: the \
+                 optimizer off), not {f}"
+            )));
         }
         let cfg = dev.block().ftl().nand().config().clone();
         let client = Client::new(dev)?;

@@ -132,15 +132,18 @@ impl RowStore {
 
     /// Would a B+tree configuration's optimizer scan `t` instead of using its index for
     /// `lo..=hi`? When the key statistics say the range covers more than
-    /// [`FULL_SCAN_FRACTION`] of the key span (uniform keys assumed, as without a
-    /// histogram).
+    /// [`StoreOptions::full_scan_fraction`] of the key span (uniform keys assumed, as
+    /// without a histogram); never when the optimizer is off.
     pub(super) fn prefers_scan(&self, t: TableId, lo: i64, hi: i64) -> bool {
+        let Some(limit) = self.opts.full_scan_fraction else {
+            return false;
+        };
         let Some((a, b)) = self.tables[t.0].keys else {
             return false;
         };
         let span = (b as i128 - a as i128 + 1) as f64;
         let cover = (hi.min(b) as i128 - lo.max(a) as i128 + 1).max(0) as f64;
-        cover / span > FULL_SCAN_FRACTION
+        cover / span > limit
     }
 
     /// The pages of `t` that may hold keys in `lo..=hi`, read through the configuration's
