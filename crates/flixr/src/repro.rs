@@ -160,8 +160,8 @@ impl Default for Sensitivity {
     /// host index with the whole tree); the line fill from a quarter to four times the
     /// preset's assumption, in factors of two; the optimizer's full-scan share from csd's
     /// quarter of the key span doubled to the whole span, where no range scans any more
-    /// (50%, then off: every range through the index, as §5 describes the index
-    /// configurations).
+    /// (50%, then off: every range through the index; §5 describes no optimizer, its
+    /// no-indexing configuration being the one that searches every record).
     fn default() -> Sensitivity {
         Sensitivity {
             host_cache: vec![None, Some(25), Some(50), Some(75), Some(100)],

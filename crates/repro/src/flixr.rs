@@ -103,8 +103,8 @@ pub struct ReproFlixrArgs {
     sweep_dram_factor: Vec<f64>,
     /// The B+tree configurations' optimizer for this run: a range over this percentage of
     /// a table's key span is read by a full scan instead of through the index (csd's
-    /// choice, 25); `off`: every range through the index, as the paper describes its
-    /// index configurations (§5).
+    /// choice, 25); `off`: every range through the index (the paper describes no
+    /// optimizer, §5).
     #[arg(long, default_value = "25", value_parser = parse_full_scan_point)]
     full_scan: FullScanPoint,
     /// Optimizer settings to sweep under the host index, the ideal host index and the

@@ -272,9 +272,9 @@ pub struct StoreOptions {
     pub ssd_pairs_per_command: usize,
     /// The B+tree configurations' optimizer: a range covering more than this share of a
     /// table's key span is read by a full scan instead of through the index
-    /// ([`FULL_SCAN_FRACTION`] by default); `None` walks the index for every range, as
-    /// flixr §5 describes its host-side index (the no-indexing configuration is the one
-    /// that searches every record).
+    /// ([`FULL_SCAN_FRACTION`] by default); `None` walks the index for every range (flixr
+    /// §5 describes no optimizer: its no-indexing configuration is the one that searches
+    /// every record).
     pub full_scan_fraction: Option<f64>,
 }
 
