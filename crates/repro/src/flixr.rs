@@ -131,17 +131,22 @@ pub enum Population {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostCachePoint(Option<u32>);
 
-/// `none` or a percentage 0..=100.
-fn parse_host_cache_point(v: &str) -> Result<HostCachePoint, String> {
-    if v.eq_ignore_ascii_case("none") {
-        return Ok(HostCachePoint(None));
+/// `keyword` (`None`) or a percentage 0..=100 of `what` (`Some`), `%` allowed.
+fn percent_or(keyword: &str, what: &str, v: &str) -> Result<Option<u32>, String> {
+    if v.eq_ignore_ascii_case(keyword) {
+        return Ok(None);
     }
     match v.trim_end_matches('%').parse::<u32>() {
-        Ok(p) if p <= 100 => Ok(HostCachePoint(Some(p))),
+        Ok(p) if p <= 100 => Ok(Some(p)),
         _ => Err(format!(
-            "`none` or a percentage of the leaves, 0 to 100 (got {v:?})"
+            "`{keyword}` or a percentage of {what}, 0 to 100 (got {v:?})"
         )),
     }
+}
+
+/// `none` or a percentage 0..=100.
+fn parse_host_cache_point(v: &str) -> Result<HostCachePoint, String> {
+    percent_or("none", "the leaves", v).map(HostCachePoint)
 }
 
 /// A `--full-scan` setting: `Some(p)` scans a range over `p`% of the key span, `None`
@@ -158,15 +163,7 @@ impl FullScanPoint {
 
 /// `off` or a percentage 0..=100.
 fn parse_full_scan_point(v: &str) -> Result<FullScanPoint, String> {
-    if v.eq_ignore_ascii_case("off") {
-        return Ok(FullScanPoint(None));
-    }
-    match v.trim_end_matches('%').parse::<u32>() {
-        Ok(p) if p <= 100 => Ok(FullScanPoint(Some(p))),
-        _ => Err(format!(
-            "`off` or a percentage of the key span, 0 to 100 (got {v:?})"
-        )),
-    }
+    percent_or("off", "the key span", v).map(FullScanPoint)
 }
 
 /// A `--workloads` name: one of [`Workload::ALL`].
