@@ -193,6 +193,10 @@ def test_interrupted_query_leaves_image_readable(image: Path) -> None:
     with csd.open(image) as dev:
         dev.load_synthetic(columns=4, rows=50_000, name="s")
     dev = csd.open(image)
+    # A process started in the background by a non-interactive shell inherits SIGINT
+    # ignored, and Python then keeps it ignored: install Python's own handler for the
+    # test's duration, so it tests csd's answer to Ctrl-C, not how pytest was started.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
     t0 = time.monotonic()
     timer.start()
@@ -202,6 +206,7 @@ def test_interrupted_query_leaves_image_readable(image: Path) -> None:
             dev.sql("SELECT COUNT(*) FROM s a, s b WHERE a.c1 + b.c2 > 0", strategy="ihp")
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - t0 < 3.0, "Ctrl-C is answered within a poll interval"
     dev.close()  # waits for the abandoned command, then closes cleanly
     with csd.open(image, read_only=True) as ro:
