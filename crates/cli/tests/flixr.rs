@@ -35,6 +35,8 @@ fn repro_flixr_reports_what_it_measured() {
         "2",
         "--sweep-full-scan",
         "off",
+        "--sweep-node-kib",
+        "4",
         "--json",
     ]);
     assert!(
@@ -121,12 +123,14 @@ fn repro_flixr_reports_what_it_measured() {
     // One point of each sweep of what the paper does not report, every headline at each;
     // a sweep point never changes a status (statuses are the three above).
     let sens = j["sensitivity"].as_array().expect("sensitivity");
-    assert_eq!(sens.len(), 3, "{sens:?}");
+    assert_eq!(sens.len(), 4, "{sens:?}");
     assert_eq!(sens[0]["parameter"], "host B+tree cache");
     assert_eq!(sens[0]["setting"], "none");
     assert_eq!(sens[1]["parameter"], "B+tree optimizer: full scan above");
     assert_eq!(sens[1]["setting"], "off (every range through the index)");
-    assert_eq!(sens[2]["parameter"], "isp.dram_access_cycles");
+    assert_eq!(sens[2]["parameter"], "B+tree node");
+    assert_eq!(sens[2]["setting"], "4 KiB (fan-out 170)");
+    assert_eq!(sens[3]["parameter"], "isp.dram_access_cycles");
     for p in sens {
         assert_eq!(p["headlines"].as_array().unwrap().len(), cs.len(), "{p}");
     }
@@ -166,6 +170,9 @@ fn repro_flixr_refuses_bad_options() {
         &["repro", "flixr", "--sweep-dram-factor", "0"][..],
         &["repro", "flixr", "--sweep-full-scan", "never"][..],
         &["repro", "flixr", "--full-scan", "200"][..],
+        &["repro", "flixr", "--node-kib", "2"][..],
+        &["repro", "flixr", "--node-kib", "32"][..],
+        &["repro", "flixr", "--sweep-node-kib", "4,64"][..],
     ] {
         let out = csd(args);
         assert!(!out.status.success(), "{args:?} succeeded");

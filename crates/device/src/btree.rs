@@ -6,8 +6,11 @@
 //!
 //! Choices:
 //! * Entries are `(key, value)` pairs ordered by both (a non-unique index: the value is
-//!   the row's page, so equal keys are allowed), one node per 4 KiB LBA with 24-byte
-//!   entries (`key`, `value`, `child`): a fan-out of [`FANOUT`] (170).
+//!   the row's page, so equal keys are allowed), 24-byte entries (`key`, `value`,
+//!   `child`) after a 16-byte header. A node has a size (its page: [`NODE_BYTES`], 4 KiB,
+//!   unless made with [`PagedBtree::with_node_bytes`]) and so a fan-out, [`FANOUT`] (170)
+//!   for 4 KiB, 682 for the 16 KiB of an InnoDB index page ([`fanout_of`]); the caller
+//!   places one node per LBA, at its start.
 //! * Inner entries hold the smallest pair of their child's subtree; a search for
 //!   `(k, v)` descends into the last child whose separator is `<= (k, v)`.
 //! * A node that overflows splits in half (its upper half moves to a new LBA); a root
@@ -24,10 +27,16 @@
 use std::collections::HashMap;
 use thiserror::Error;
 
-/// Bytes of a node (one LBA).
+/// Bytes of a node made by [`PagedBtree::new`], and the smallest node
+/// [`PagedBtree::with_node_bytes`] takes.
 pub const NODE_BYTES: usize = 4096;
-/// Entries per node: `(4096 - 16) / 24`.
-pub const FANOUT: usize = (NODE_BYTES - 16) / 24;
+/// Entries per node of [`NODE_BYTES`]: `(4096 - 16) / 24`.
+pub const FANOUT: usize = fanout_of(NODE_BYTES);
+
+/// Entries a node of `node_bytes` holds: its 16-byte header, then 24 bytes an entry.
+pub const fn fanout_of(node_bytes: usize) -> usize {
+    node_bytes.saturating_sub(16) / 24
+}
 
 /// A B+tree that cannot grow.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -41,6 +50,12 @@ pub enum BtreeError {
     /// A region too small for a root.
     #[error("a B+tree needs a region of at least 1 LBA (got {0})")]
     Region(u64),
+    /// A node size smaller than [`NODE_BYTES`] or not a multiple of 8 bytes.
+    #[error(
+        "a B+tree node is at least {NODE_BYTES} bytes and a multiple of 8 (got {0}): give \
+         its page size, e.g. 16384"
+    )]
+    NodeBytes(usize),
 }
 
 /// The nodes an operation read and wrote, and the key comparisons it made.
@@ -102,6 +117,7 @@ pub struct PagedBtree {
     free: Vec<u64>,
     len: u64,
     fanout: usize,
+    node_bytes: usize,
 }
 
 fn log2c(n: usize) -> u64 {
@@ -109,12 +125,30 @@ fn log2c(n: usize) -> u64 {
 }
 
 impl PagedBtree {
-    /// An empty tree (one empty leaf as root) in LBAs `first..first + lbas`.
+    /// An empty tree (one empty leaf as root) of [`NODE_BYTES`] nodes in LBAs
+    /// `first..first + lbas`.
     pub fn new(first: u64, lbas: u64) -> Result<PagedBtree, BtreeError> {
         Self::with_fanout(first, lbas, FANOUT)
     }
 
-    /// An empty tree with a smaller fan-out (tests; at least 4, at most [`FANOUT`]).
+    /// An empty tree whose nodes are `node_bytes` (at least [`NODE_BYTES`], a multiple
+    /// of 8), with the fan-out [`fanout_of`] gives.
+    pub fn with_node_bytes(
+        first: u64,
+        lbas: u64,
+        node_bytes: usize,
+    ) -> Result<PagedBtree, BtreeError> {
+        if node_bytes < NODE_BYTES || !node_bytes.is_multiple_of(8) {
+            return Err(BtreeError::NodeBytes(node_bytes));
+        }
+        let mut t = Self::with_fanout(first, lbas, FANOUT)?;
+        t.node_bytes = node_bytes;
+        t.fanout = fanout_of(node_bytes);
+        Ok(t)
+    }
+
+    /// An empty tree of [`NODE_BYTES`] nodes with a smaller fan-out (tests; at least 4,
+    /// at most [`FANOUT`]).
     pub fn with_fanout(first: u64, lbas: u64, fanout: usize) -> Result<PagedBtree, BtreeError> {
         if lbas == 0 {
             return Err(BtreeError::Region(lbas));
@@ -136,7 +170,18 @@ impl PagedBtree {
             free: Vec::new(),
             len: 0,
             fanout: fanout.clamp(4, FANOUT),
+            node_bytes: NODE_BYTES,
         })
+    }
+
+    /// Bytes of a node (the page [`PagedBtree::node_bytes`] serializes).
+    pub fn node_size(&self) -> usize {
+        self.node_bytes
+    }
+
+    /// Entries a node holds.
+    pub fn fanout(&self) -> usize {
+        self.fanout
     }
 
     /// Entries in the tree.
@@ -520,7 +565,7 @@ impl PagedBtree {
     /// `count` entries of `key i64, value u64, child u64`; `None` if no node is there.
     pub fn node_bytes(&self, lba: u64) -> Option<Vec<u8>> {
         let n = self.nodes.get(&lba)?;
-        let mut v = vec![0u8; NODE_BYTES];
+        let mut v = vec![0u8; self.node_bytes];
         v[0] = n.leaf as u8;
         v[8..16].copy_from_slice(&(n.entries.len() as u64).to_le_bytes());
         for (i, ((k, val), c)) in n.entries.iter().enumerate() {
@@ -597,6 +642,17 @@ impl LruSet {
         self.tick += 1;
         self.at.insert(k, self.tick);
         self.order.insert(self.tick, k);
+    }
+
+    /// Hold at most `cap` LBAs from now on, evicting the least recently used beyond it.
+    pub fn set_cap(&mut self, cap: usize) {
+        self.cap = cap;
+        while self.at.len() > cap {
+            let Some((_, v)) = self.order.pop_first() else {
+                break;
+            };
+            self.at.remove(&v);
+        }
     }
 
     /// Drop `k` (a freed node).
@@ -705,6 +761,10 @@ mod tests {
         assert!(l.touch(1) && l.touch(3) && !l.touch(2));
         l.remove(3);
         assert_eq!(l.len(), 1);
+        l.insert(4);
+        l.insert(5); // evicts 1
+        l.set_cap(1); // evicts 4
+        assert!(l.touch(5) && !l.touch(4) && !l.touch(1));
         let mut z = LruSet::new(0);
         z.insert(1);
         assert!(z.is_empty());
@@ -720,5 +780,39 @@ mod tests {
         assert_eq!(u64::from_le_bytes(b[8..16].try_into().unwrap()), 1);
         assert_eq!(i64::from_le_bytes(b[16..24].try_into().unwrap()), 7);
         assert!(t.node_bytes(6).is_none());
+    }
+
+    #[test]
+    fn a_larger_node_holds_more_entries_and_is_serialized_whole() {
+        assert_eq!(fanout_of(16384), 682);
+        let mut big = PagedBtree::with_node_bytes(0, 1000, 16384).unwrap();
+        let mut small = PagedBtree::new(0, 1000).unwrap();
+        let mut touch = Touch::default();
+        let pairs: Vec<(i64, u64)> = (0..100_000).map(|k| (k, k as u64 / 100)).collect();
+        big.bulk_load(pairs.clone(), 1.0, &mut touch).unwrap();
+        small.bulk_load(pairs, 1.0, &mut touch).unwrap();
+        // 100,000 entries: 147 leaves of 682 under one root, against 589 leaves of 170
+        // under 4 inner nodes and a root.
+        assert_eq!((big.height(), big.nodes()), (2, 148));
+        assert_eq!((small.height(), small.nodes()), (3, 594));
+        assert_eq!(big.entries(), small.entries());
+        let b = big.node_bytes(big.leaf_lbas()[0]).unwrap();
+        assert_eq!(b.len(), 16384);
+        assert_eq!(u64::from_le_bytes(b[8..16].try_into().unwrap()), 682);
+        touch.clear();
+        let mut pages = big.range(1000, 1999, &mut touch);
+        pages.dedup();
+        assert_eq!(pages, (10..20).collect::<Vec<u64>>());
+        assert_eq!(
+            touch.read.len(),
+            1 + 2,
+            "the root and the two leaves of the range"
+        );
+        // Bad sizes are refused, naming the size.
+        for bad in [0, 4095, 4100] {
+            let e = PagedBtree::with_node_bytes(0, 10, bad).unwrap_err();
+            assert_eq!(e, BtreeError::NodeBytes(bad));
+            assert!(e.to_string().contains(&bad.to_string()));
+        }
     }
 }

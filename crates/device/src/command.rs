@@ -286,6 +286,9 @@ pub enum Command {
         first: u64,
         /// LBAs of the region.
         lbas: u64,
+        /// Bytes of a node, one to an LBA at its start: 0 for the whole LBA, else 4096 up
+        /// to the LBA size, a multiple of 8.
+        node_bytes: u32,
         /// `(key, data page)` pairs.
         pairs: Vec<(i64, u64)>,
     },

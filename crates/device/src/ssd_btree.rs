@@ -14,7 +14,7 @@
 //! Costs, all modeled: a node not in the DRAM node cache is a flash read of its LBA
 //! through the FTL, staged in DRAM; every node visited costs `isp.page_cycles`, every key
 //! comparison `comp_cycles_per_record + dram_access_cycles` (the key is loaded from
-//! DRAM), every node modified half a node of entries shifted (`FANOUT / 2` DRAM
+//! DRAM), every node modified half a node of entries shifted (half its fan-out in DRAM
 //! accesses); all bus cycles × `cycle_clock_divisor` on the embedded cores, like every
 //! firmware cost here. Every node modified is written through the FTL without waiting
 //! for its program (write-back, as the host-side baseline's background writer does).
@@ -33,12 +33,14 @@
 //! between, or any other read, ends the request.
 //!
 //! Choices: the firmware's node contents are its parsed copy of what it programmed
-//! (the bytes written are [`PagedBtree::node_bytes`]); a region must lie inside the
+//! (the bytes written are [`PagedBtree::node_bytes`]); a node is the size the create
+//! command names (0: one LBA, as the host's nodes are one table page), at the start of
+//! its LBA, so an LRU of bytes holds fewer nodes when they are larger; a region must lie inside the
 //! device and not overlap another index's; indexes are query-time state of this
 //! emulation and are not persisted across power cycles (the host rebuilds them).
 
 use crate::block::{BlockDevice, CommandError};
-use crate::btree::{FANOUT, LruSet, NODE_BYTES, PagedBtree, Touch, runs};
+use crate::btree::{LruSet, NODE_BYTES, PagedBtree, Touch, runs};
 use crate::flixr::IndexRead;
 use csd_ftl::FtlError;
 use csd_sim::SimTime;
@@ -55,10 +57,11 @@ pub enum NodeCache {
     Bytes(u64),
     /// Exactly the trees' inner nodes, whichever they are as the trees change; every
     /// leaf a command needs is read from flash. At the paper's scale (TPC-H SF 10:
-    /// 60M LINEITEM rows; 4 KiB nodes of [`FANOUT`] entries) LINEITEM's per-row index
-    /// alone has about 504K leaves (2 GB) and 4,300 inner nodes (17 MiB) at a bulk
-    /// load's 70% fill, 353K and 2,100 (8.6 MiB) full: the 16 MiB "predetermined
-    /// space" holds about its inner levels and no share of its leaves worth counting.
+    /// 60M LINEITEM rows) LINEITEM's per-row index alone has, at a bulk load's 70% fill,
+    /// about 126K leaves (2 GB) and 265 inner nodes (4.1 MiB) of 16 KiB (fan-out 682),
+    /// or 504K leaves (2 GB) and 4,300 inner nodes (17 MiB) of 4 KiB
+    /// ([`crate::btree::FANOUT`]): the 16 MiB "predetermined space" holds about its
+    /// inner levels and no share of its leaves worth counting (under 1%).
     /// This keeps that split at any scale (at SF 0.01 the 16 MiB holds every node, so
     /// the tree would never read flash); it is also the host-side baseline's cache.
     InnerLevels,
@@ -165,12 +168,23 @@ impl SsdBtree {
 
     /// Set what the node cache holds (an LRU starts empty).
     pub fn set_cache(&mut self, mode: NodeCache) {
-        let nodes = match mode {
-            NodeCache::Bytes(b) => (b / NODE_BYTES as u64) as usize,
-            NodeCache::InnerLevels => 0,
-        };
-        self.cache = LruSet::new(nodes);
+        self.cache = LruSet::new(self.cached_nodes(mode));
         self.mode = mode;
+    }
+
+    /// Nodes an LRU of `mode`'s bytes holds: of the largest node of any index (4 KiB
+    /// without one).
+    fn cached_nodes(&self, mode: NodeCache) -> usize {
+        let node = self
+            .indexes
+            .values()
+            .map(PagedBtree::node_size)
+            .max()
+            .unwrap_or(NODE_BYTES);
+        match mode {
+            NodeCache::Bytes(b) => (b / node as u64) as usize,
+            NodeCache::InnerLevels => 0,
+        }
     }
 
     /// What the node cache holds.
@@ -208,12 +222,20 @@ impl SsdBtree {
     fn charge_visit(
         &mut self,
         dev: &mut BlockDevice,
+        id: u16,
         touch: &Touch,
         at: SimTime,
     ) -> Result<SimTime, FtlError> {
         let isp = dev.ftl().nand().config().isp;
+        let (node, fanout) = self
+            .indexes
+            .get(&id)
+            .map_or((NODE_BYTES, crate::btree::FANOUT), |t| {
+                (t.node_size(), t.fanout())
+            });
         let mut t = at;
-        // A node takes an LBA, at its start (LBAs of more than NODE_BYTES: the rest unused).
+        // A node takes an LBA, at its start (a node smaller than the LBA leaves the rest
+        // unused).
         let slot = dev.ftl().lba_size();
         let mut buf = vec![0u8; slot];
         let mut leaves = Vec::new();
@@ -231,7 +253,7 @@ impl SsdBtree {
             }
             // A dependent read: the child's LBA is known once the parent is parsed.
             let r = self.read_nodes(dev, l, &mut buf, t)?;
-            t = dev.controller_mut().dram(r, NODE_BYTES as u64);
+            t = dev.controller_mut().dram(r, node as u64);
         }
         // The missing leaves, named by parents already in DRAM: issued together, runs of
         // consecutive LBAs as one read (their sectors of one flash page share its array
@@ -251,7 +273,7 @@ impl SsdBtree {
             dev,
             touch.read.len() as f64 * isp.page_cycles
                 + touch.compares as f64 * (isp.comp_cycles_per_record + isp.dram_access_cycles)
-                + touch.written.len() as f64 * (FANOUT / 2) as f64 * isp.dram_access_cycles,
+                + touch.written.len() as f64 * (fanout / 2) as f64 * isp.dram_access_cycles,
         );
         Ok(dev.controller_mut().cpu(t, cycles))
     }
@@ -292,7 +314,7 @@ impl SsdBtree {
         let slot = dev.ftl().lba_size();
         for &l in &touch.written {
             if let Some(mut b) = tree.node_bytes(l) {
-                t = dev.controller_mut().dram(t, NODE_BYTES as u64);
+                t = dev.controller_mut().dram(t, tree.node_size() as u64);
                 // Written back: the firmware goes on once the node is handed to the FTL
                 // (the program keeps its die busy; later flash work queues behind it). A
                 // node fills the start of its LBA.
@@ -305,17 +327,30 @@ impl SsdBtree {
         Ok(t)
     }
 
-    /// `SsdIdxCreate`: a new index over `first..first + lbas` bulk-loaded from `pairs`;
-    /// returns its id and when its nodes are programmed.
+    /// `SsdIdxCreate`: a new index of `node_bytes` nodes (0: one LBA) over `first..first
+    /// + lbas` bulk-loaded from `pairs`; returns its id and when its nodes are programmed.
     pub fn create(
         &mut self,
         dev: &mut BlockDevice,
-        first: u64,
-        lbas: u64,
+        (first, lbas): (u64, u64),
+        node_bytes: u32,
         pairs: Vec<(i64, u64)>,
         at: SimTime,
     ) -> Result<(u16, SimTime), CommandError> {
         let cap = dev.ftl().lbas();
+        let slot = dev.ftl().lba_size();
+        let node = match node_bytes as usize {
+            0 => slot,
+            n => n,
+        };
+        if node > slot {
+            return Err(refusal(
+                format!(
+                    "SsdIdxCreate nodes of {node} bytes do not fit the device's {slot}-byte LBAs"
+                ),
+                at,
+            ));
+        }
         if lbas == 0 || first.checked_add(lbas).is_none_or(|e| e > cap) {
             return Err(refusal(
                 format!("SsdIdxCreate region {first}+{lbas} is not inside the device's {cap} LBAs"),
@@ -340,10 +375,11 @@ impl SsdBtree {
                 at,
             ));
         }
+        let mut tree = PagedBtree::with_node_bytes(first, lbas, node)
+            .map_err(|e| refusal(e.to_string(), at))?;
         self.staged.clear();
         self.request = None;
         let n = pairs.len() as f64;
-        let mut tree = PagedBtree::new(first, lbas).map_err(|e| refusal(e.to_string(), at))?;
         let mut touch = Touch::default();
         tree.bulk_load(pairs, 0.7, &mut touch)
             .map_err(|e| refusal(e.to_string(), at))?;
@@ -359,6 +395,9 @@ impl SsdBtree {
         let id = self.next;
         self.next = self.next.wrapping_add(1).max(1);
         self.indexes.insert(id, tree);
+        // A larger node leaves room for fewer in the same bytes.
+        let fits = self.cached_nodes(self.mode);
+        self.cache.set_cap(fits);
         let t = self
             .program(dev, id, &touch, t)
             .map_err(|error| CommandError { error, done: t })?;
@@ -433,7 +472,7 @@ impl SsdBtree {
         let (mut written, mut freed) = (HashSet::new(), HashSet::new());
         for touch in &touches {
             t = self
-                .charge_visit(dev, touch, t)
+                .charge_visit(dev, id, touch, t)
                 .map_err(|error| CommandError { error, done: t })?;
             changed
                 .written
@@ -479,7 +518,7 @@ impl SsdBtree {
             let mut pages = tree.range(lo, hi, &mut touch);
             self.staged.clear();
             t = self
-                .charge_visit(dev, &touch, t)
+                .charge_visit(dev, id, &touch, t)
                 .map_err(|error| CommandError { error, done: t })?;
             pages.sort_unstable();
             pages.dedup();
@@ -546,7 +585,16 @@ mod tests {
         lbas: u64,
         pairs: Vec<(i64, u64)>,
     ) -> (u16, crate::Completion) {
-        let c = run(d, q, Command::SsdIdxCreate { first, lbas, pairs });
+        let c = run(
+            d,
+            q,
+            Command::SsdIdxCreate {
+                first,
+                lbas,
+                node_bytes: 0,
+                pairs,
+            },
+        );
         let Payload::SsdIndex(id) = c.payload else {
             panic!("{:?}", c.status)
         };
@@ -569,16 +617,32 @@ mod tests {
         let pairs: Vec<(i64, u64)> = (0..400).map(|k| (k, (k / 10) as u64)).collect();
         let (id, c) = create(&mut d, q, 100, 50, pairs);
         assert!(c.acct.flash_programs > 0 || d.ssd_btree().stats().node_writes > 0);
-        // Overlapping region, region past the end, unknown index: refused, nothing made.
+        // Overlapping region, region past the end, nodes larger than an LBA or not a
+        // node size, unknown index: refused, nothing made.
+        let made = d.ssd_btree().stats();
         for bad in [
+            Command::SsdIdxCreate {
+                first: 300,
+                lbas: 10,
+                node_bytes: 8192,
+                pairs: vec![(1, 1)],
+            },
+            Command::SsdIdxCreate {
+                first: 300,
+                lbas: 10,
+                node_bytes: 100,
+                pairs: vec![(1, 1)],
+            },
             Command::SsdIdxCreate {
                 first: 120,
                 lbas: 10,
+                node_bytes: 0,
                 pairs: vec![],
             },
             Command::SsdIdxCreate {
                 first: u64::MAX - 1,
                 lbas: 10,
+                node_bytes: 0,
                 pairs: vec![],
             },
             Command::SsdIdxUpdate {
@@ -600,6 +664,8 @@ mod tests {
                 c.status
             );
         }
+        assert_eq!(d.ssd_btree().stats(), made);
+        assert!(d.ssd_btree().index(id + 1).is_none());
         let c = run(
             &mut d,
             q,
@@ -649,6 +715,7 @@ mod tests {
             Command::SsdIdxCreate {
                 first: 200,
                 lbas: 1,
+                node_bytes: 0,
                 pairs: (0..10).map(|k| (k, 0)).collect(),
             },
         );

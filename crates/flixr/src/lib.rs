@@ -130,7 +130,8 @@ impl std::fmt::Display for HostCache {
 
 /// LBAs to set aside for the B+tree nodes over `rows` rows: the row store's own rule.
 pub(crate) fn tree_lbas(rows: u64) -> u64 {
-    csd_host::rowstore::tree_region_lbas(rows)
+    // Sized for the smallest node: enough for any node size `Setup::node_kib` takes.
+    csd_host::rowstore::tree_region_lbas(rows, csd_device::btree::NODE_BYTES)
 }
 
 /// The paper's table page, KiB ([`Setup::page_kib`]).
@@ -188,6 +189,13 @@ pub struct Setup {
     /// how its host-side index reads a range covering most of a table, so `csd repro
     /// flixr` sweeps it.
     pub full_scan_fraction: Option<f64>,
+    /// KiB of a host and in-SSD B+tree node ([`StoreOptions::node_kib`]): `None`, the
+    /// default, for a node of one table page (the paper's 16 KiB: MySQL's InnoDB keeps its
+    /// index nodes in pages of its table page size; §3's Figure 1 has three levels, the
+    /// depth of a per-row index of SF 10's 60M LINEITEM rows at that fan-out, 682, where
+    /// 4 KiB nodes, fan-out 170, need four); `Some(k)` for `k` KiB of entries at the
+    /// start of the page's LBA (4: csd's nodes until 2026-12-07).
+    pub node_kib: Option<u32>,
 }
 
 impl Default for Setup {
@@ -210,6 +218,7 @@ impl Default for Setup {
             time_model: TimeModel::default(),
             overrides: Vec::new(),
             full_scan_fraction: Some(csd_host::rowstore::FULL_SCAN_FRACTION),
+            node_kib: None,
         }
     }
 }
@@ -244,7 +253,21 @@ impl Setup {
                 self.preset
             )));
         }
+        let page_kib = self.page_bytes() / 1024;
+        if let Some(k) = self.node_kib
+            && (k < 4 || k as usize > page_kib)
+        {
+            return Err(EvalError::Usage(format!(
+                "--node-kib must be from 4 to the table page ({page_kib} KiB), got {k}"
+            )));
+        }
         Ok(())
+    }
+
+    /// Bytes of a B+tree node: [`Setup::node_kib`], by default a table page.
+    pub fn node_bytes(&self) -> usize {
+        self.node_kib
+            .map_or_else(|| self.page_bytes(), |k| k as usize * 1024)
     }
 
     /// Bytes of a table page (and of the device's LBA): [`Setup::page_kib`], by default
@@ -324,6 +347,7 @@ impl Setup {
                     }
                 },
                 full_scan_fraction: self.full_scan_fraction,
+                node_kib: self.node_kib,
                 ..StoreOptions::default()
             },
         )?)

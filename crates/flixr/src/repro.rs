@@ -136,6 +136,9 @@ pub struct Sensitivity {
     /// host index and the in-SSD B+tree: `Some(p)` a range over `p`% of the key span is
     /// scanned, `None` the optimizer off (every range through the index).
     pub full_scan: Vec<Option<u32>>,
+    /// B+tree node sizes, KiB, re-run under the host index, the ideal host index and the
+    /// in-SSD B+tree ([`Setup::node_kib`]).
+    pub node_kib: Vec<u32>,
 }
 
 impl Sensitivity {
@@ -145,12 +148,16 @@ impl Sensitivity {
             host_cache: Vec::new(),
             dram_factor: Vec::new(),
             full_scan: Vec::new(),
+            node_kib: Vec::new(),
         }
     }
 
     /// Whether there is nothing to sweep.
     pub fn is_empty(&self) -> bool {
-        self.host_cache.is_empty() && self.dram_factor.is_empty() && self.full_scan.is_empty()
+        self.host_cache.is_empty()
+            && self.dram_factor.is_empty()
+            && self.full_scan.is_empty()
+            && self.node_kib.is_empty()
     }
 }
 
@@ -161,12 +168,15 @@ impl Default for Sensitivity {
     /// preset's assumption, in factors of two; the optimizer's full-scan share from csd's
     /// quarter of the key span doubled to the whole span, where no range scans any more
     /// (50%, then off: every range through the index; §5 describes no optimizer, its
-    /// no-indexing configuration being the one that searches every record).
+    /// no-indexing configuration being the one that searches every record); the node size
+    /// at the smallest node, 4 KiB (csd's until 2026-12-07; the paper states no node
+    /// size).
     fn default() -> Sensitivity {
         Sensitivity {
             host_cache: vec![None, Some(25), Some(50), Some(75), Some(100)],
             dram_factor: vec![0.25, 0.5, 2.0, 4.0],
             full_scan: vec![Some(50), None],
+            node_kib: vec![4],
         }
     }
 }
@@ -192,6 +202,18 @@ const HOST_CACHE_PARAM: &str = "host B+tree cache";
 const DRAM_PARAM: &str = "isp.dram_access_cycles";
 /// The optimizer sweep's parameter name.
 const FULL_SCAN_PARAM: &str = "B+tree optimizer: full scan above";
+/// The node-size sweep's parameter name.
+const NODE_PARAM: &str = "B+tree node";
+
+/// A node size as the report names it.
+fn node_label(s: &Setup) -> String {
+    let n = s.node_bytes();
+    format!(
+        "{} KiB (fan-out {})",
+        n / 1024,
+        csd_device::btree::fanout_of(n)
+    )
+}
 
 /// A full-scan share as the report names it.
 fn full_scan_label(f: Option<f64>) -> String {
@@ -248,6 +270,14 @@ fn sweep_sensitivity(
             ..s.clone()
         };
         points.push((FULL_SCAN_PARAM.into(), full_scan_label(f), at, &trees));
+    }
+    for &k in &sens.node_kib {
+        let at = Setup {
+            node_kib: Some(k),
+            ..s.clone()
+        };
+        at.check()?;
+        points.push((NODE_PARAM.into(), node_label(&at), at, &trees));
     }
     for &f in &sens.dram_factor {
         let cycles = base_cycles * f;
@@ -920,13 +950,17 @@ fn md_setup(md: &mut String, r: &Repro) {
     );
     let _ = writeln!(
         md,
-        "Table pages of {} KiB, each one LBA of the device and so one FTL entry with its per-page index ({}; the paper's: 16 KiB, the InnoDB page of the MySQL setup it emulates, the Cosmos+ firmware's 16 KiB mapping slice, and §4.8's 8-24 index bytes per page being 0.05-0.15% of the space). Host and in-SSD B+tree nodes keep 4 KiB of entries (fanout {}) at the start of their LBA.\n",
+        "Table pages of {} KiB, each one LBA of the device and so one FTL entry with its per-page index ({}; the paper's: 16 KiB, the InnoDB page of the MySQL setup it emulates, the Cosmos+ firmware's 16 KiB mapping slice, and §4.8's 8-24 index bytes per page being 0.05-0.15% of the space). Host and in-SSD B+tree nodes of {} at the start of their LBA ({}).\n",
         r.setup.page_bytes() / 1024,
         match r.setup.page_kib {
             Some(_) => "`--page-kib`",
             None => "the default: 16 KiB, or the preset's flash page where smaller",
         },
-        csd_device::btree::FANOUT,
+        node_label(&r.setup),
+        match r.setup.node_kib {
+            Some(_) => "`--node-kib`",
+            None => "the default: a node is a table page, as InnoDB's index pages are",
+        },
     );
     if let Ok(base) = csd_sim::DeviceConfig::preset(&r.setup.preset)
         && base.dram.page_buffer_kib > 0
@@ -1208,6 +1242,7 @@ fn md_sensitivity(md: &mut String, setup: &Setup, own: &[Comparison], sweeps: &[
         let own_label = match param {
             HOST_CACHE_PARAM => format!("{} (as run)", setup.host_cache),
             FULL_SCAN_PARAM => format!("{} (as run)", full_scan_label(setup.full_scan_fraction)),
+            NODE_PARAM => format!("{} (as run)", node_label(setup)),
             _ => "the preset's (as run)".to_string(),
         };
         let _ = writeln!(md, "### {param}\n");
@@ -1503,6 +1538,7 @@ mod tests {
             host_cache: vec![None, Some(100)],
             dram_factor: vec![4.0],
             full_scan: vec![None],
+            node_kib: vec![4],
         };
         let ws = [Workload::Insert, Workload::Scan, Workload::Q1];
         let r = run(
@@ -1526,7 +1562,7 @@ mod tests {
         )
         .unwrap();
         assert!(plain.sensitivity.is_empty());
-        assert_eq!(r.sensitivity.len(), 4);
+        assert_eq!(r.sensitivity.len(), 5);
         // Same statuses with and without the sweeps.
         for (a, b) in r.comparison.iter().zip(&plain.comparison) {
             assert_eq!((a.status(), a.csd), (b.status(), b.csd), "{}", a.headline);
@@ -1547,8 +1583,8 @@ mod tests {
             "every leaf cached: faster host index"
         );
         let scan = "FLIXR-S Scan (Fig. 9)";
-        assert!(at(3, scan) < own(scan), "dearer compares: FLIXR-S slower");
-        assert!(at(3, ins) <= own(ins), "an insert creates its page's entry");
+        assert!(at(4, scan) < own(scan), "dearer compares: FLIXR-S slower");
+        assert!(at(4, ins) <= own(ins), "an insert creates its page's entry");
         // The optimizer off: Q1 (most of LINEITEM) through the index; the 1% Scan and
         // the inserts never used the full scan, so their figures stay exactly.
         assert_eq!(r.sensitivity[2].parameter, FULL_SCAN_PARAM);
@@ -1562,6 +1598,10 @@ mod tests {
         // The host-cache points leave FLIXR alone: its runs are the run's own.
         let hs = "FLIXR-HS Scan (Fig. 9)";
         assert_eq!(at(0, hs) / at(0, scan), own(hs) / own(scan));
+        // The node-size point re-runs the B+tree configurations only.
+        assert_eq!(r.sensitivity[3].parameter, NODE_PARAM);
+        assert_eq!(r.sensitivity[3].setting, "4 KiB (fan-out 170)");
+        assert_eq!(at(3, hs) / at(3, scan), own(hs) / own(scan));
         // A miss lists its nearest point per parameter, marked as a sweep.
         for c in r
             .comparison
@@ -1621,6 +1661,11 @@ mod tests {
             ),
             "{md}"
         );
+        assert!(
+            md.contains("| headline | 16 KiB (fan-out 682) (as run) | 4 KiB (fan-out 170) |"),
+            "{md}"
+        );
+        assert!(md.contains("nodes of 16 KiB (fan-out 682)"), "{md}");
     }
 
     #[test]

@@ -113,6 +113,16 @@ pub struct ReproFlixrArgs {
     /// off); given with no value: no sweep.
     #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "50,off", value_parser = parse_full_scan_point)]
     sweep_full_scan: Vec<FullScanPoint>,
+    /// KiB of a host and in-SSD B+tree node, 4 up to the table page (`--page-kib`); by
+    /// default a node is a table page (16 KiB: InnoDB keeps index nodes in pages of its
+    /// table page size; fan-out 682).
+    #[arg(long)]
+    node_kib: Option<u32>,
+    /// Node sizes, KiB, to sweep under the host index, the ideal host index and the
+    /// in-SSD B+tree. Default by a stated rule: the smallest node, 4 KiB (csd's until
+    /// 2026-12-07; the paper states no node size); given with no value: no sweep.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "4")]
+    sweep_node_kib: Vec<u32>,
     #[command(flatten)]
     report: JsonFlag,
 }
@@ -212,6 +222,7 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         time_model: a.time_model,
         overrides: Vec::new(),
         full_scan_fraction: a.full_scan.fraction(),
+        node_kib: a.node_kib,
     };
     if let Some(f) = a
         .sweep_dram_factor
@@ -226,10 +237,19 @@ pub fn repro_flixr(a: &ReproFlixrArgs) -> Result<Vec<csd_paper::Comparison>, Rep
         host_cache: a.sweep_host_cache.iter().map(|p| p.0).collect(),
         dram_factor: a.sweep_dram_factor.clone(),
         full_scan: a.sweep_full_scan.iter().map(|p| p.0).collect(),
+        node_kib: a.sweep_node_kib.clone(),
     };
     setup
         .check()
         .map_err(|e| ReproError::Usage(e.to_string()))?;
+    for &k in &a.sweep_node_kib {
+        Setup {
+            node_kib: Some(k),
+            ..setup.clone()
+        }
+        .check()
+        .map_err(|e| ReproError::Usage(format!("--sweep-node-kib: {e}")))?;
+    }
     csd_plot::guard_output(&a.out.join("report.md"), &["md"])
         .map_err(|e| ReproError::Usage(e.to_string()))?;
     let scaled = workloads.iter().filter(|w| !w.is_tpcc()).count();
@@ -321,12 +341,14 @@ mod tests {
         assert_eq!(d.full_scan, F(Some(25)));
         assert_eq!(d.full_scan.fraction(), Some(0.25));
         assert_eq!(d.sweep_full_scan, vec![F(Some(50)), F(None)]);
+        assert_eq!((d.node_kib, d.sweep_node_kib.as_slice()), (None, &[4][..]));
         let none: ReproFlixrArgs = parse_args(
             "flixr",
             &[
                 "--sweep-host-cache",
                 "--sweep-dram-factor",
                 "--sweep-full-scan",
+                "--sweep-node-kib",
             ],
         )
         .expect("no sweeps");
@@ -334,6 +356,7 @@ mod tests {
             none.sweep_host_cache.is_empty()
                 && none.sweep_dram_factor.is_empty()
                 && none.sweep_full_scan.is_empty()
+                && none.sweep_node_kib.is_empty()
         );
         let off: ReproFlixrArgs = parse_args("flixr", &["--full-scan", "OFF"]).expect("off");
         assert_eq!(off.full_scan.fraction(), None);

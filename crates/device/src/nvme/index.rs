@@ -179,17 +179,18 @@ impl NvmeDevice {
         Ok((Payload::IndexRead(Box::new(reply)), t))
     }
 
-    /// SsdIdxCreate: an in-SSD B+tree over `lbas` LBAs from `first`, bulk-loaded with
-    /// `pairs`.
+    /// SsdIdxCreate: an in-SSD B+tree of `node_bytes` nodes (0: an LBA) over `lbas` LBAs
+    /// from `first`, bulk-loaded with `pairs`.
     pub(super) fn ssd_idx_create(
         &mut self,
         (first, lbas): (u64, u64),
+        node_bytes: u32,
         pairs: Vec<(i64, u64)>,
         at: SimTime,
     ) -> Ran {
         let (id, t) = self
             .ssd_btree
-            .create(&mut self.dev, first, lbas, pairs, at)
+            .create(&mut self.dev, (first, lbas), node_bytes, pairs, at)
             .map_err(failed)?;
         Ok((Payload::SsdIndex(id), t))
     }

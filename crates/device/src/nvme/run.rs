@@ -123,9 +123,12 @@ impl NvmeDevice {
                 f.read_idx_join2(d, table, rule, lba, blocks, at)
             }),
             Command::UpdateHostIndex { table, lba } => self.update_host_index(table, lba, at),
-            Command::SsdIdxCreate { first, lbas, pairs } => {
-                self.ssd_idx_create((first, lbas), pairs, at)
-            }
+            Command::SsdIdxCreate {
+                first,
+                lbas,
+                node_bytes,
+                pairs,
+            } => self.ssd_idx_create((first, lbas), node_bytes, pairs, at),
             Command::SsdIdxUpdate {
                 index,
                 insert,

@@ -78,7 +78,12 @@ impl RowStore {
         } else {
             Vec::new()
         };
-        let (c, meta) = self.sync(Command::SsdIdxCreate { first, lbas, pairs })?;
+        let (c, meta) = self.sync(Command::SsdIdxCreate {
+            first,
+            lbas,
+            node_bytes: self.node as u32,
+            pairs,
+        })?;
         self.traffic.index_pages_written += c.acct.flash_programs;
         self.traffic.map_flash_reads += meta;
         let id = match c.payload {

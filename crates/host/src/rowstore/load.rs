@@ -22,7 +22,7 @@ impl RowStore {
         // Node region: one leaf per ~half-full node of entries, and inner levels.
         let entries = def.max_pages * cap as u64;
         let tree_lbas = if self.kind.host_tree() || self.kind == IndexKind::SsdBtree {
-            super::tree_region_lbas(entries)
+            super::tree_region_lbas(entries, self.node)
         } else {
             0
         };
@@ -42,7 +42,11 @@ impl RowStore {
         };
         let tree_region = (first + def.max_pages, tree_lbas);
         let tree = if self.kind.host_tree() {
-            Some(PagedBtree::new(tree_region.0, tree_region.1)?)
+            Some(PagedBtree::with_node_bytes(
+                tree_region.0,
+                tree_region.1,
+                self.node,
+            )?)
         } else {
             None
         };
@@ -292,7 +296,7 @@ impl RowStore {
             })?;
             None
         } else if self.kind.host_tree() {
-            let lbas = super::tree_region_lbas(max_pages * cap);
+            let lbas = super::tree_region_lbas(max_pages * cap, self.node);
             let first = self.next_lba;
             let end = first + lbas;
             let have = self.client.identify().lbas;
@@ -302,7 +306,7 @@ impl RowStore {
                 )));
             }
             self.next_lba = end;
-            Some(PagedBtree::new(first, lbas)?)
+            Some(PagedBtree::with_node_bytes(first, lbas, self.node)?)
         } else {
             None
         };

@@ -22,8 +22,9 @@
 //!   InnoDB pages and the Cosmos+ firmware's 16 KiB mapping slice, `csd_flixr::Setup`);
 //!   any multiple of [`MIN_PAGE`]. Pages lie in a fixed extent of `max_pages` LBAs per
 //!   table, followed by the table's B+tree node region. Rows are fixed-width NSM rows; a
-//!   page holds `capacity_for(schema, Nsm, LBA size)` rows. A B+tree node keeps its
-//!   `NODE_BYTES` of entries at the start of its LBA (fanout `FANOUT` whatever the LBA).
+//!   page holds `capacity_for(schema, Nsm, LBA size)` rows. A B+tree
+//!   node fills its LBA (a page, as InnoDB's index pages are its table pages: fan-out 682
+//!   at 16 KiB), or `StoreOptions::node_kib` of entries at the LBA's start.
 //! * The free-space map is a free-row count per page plus the set of pages with room;
 //!   INSERT fills the lowest-numbered page with room (as a heap's FSM does), so keys
 //!   inserted after deletes land among old keys and widen those pages' ranges, the
@@ -108,7 +109,7 @@ mod pages;
 mod scan;
 
 use crate::client::{Client, CommandIssuer, HostError};
-use csd_device::btree::{BtreeError, FANOUT, LruSet, NODE_BYTES, PagedBtree, Touch};
+use csd_device::btree::{BtreeError, LruSet, NODE_BYTES, PagedBtree, Touch, fanout_of};
 use csd_device::{
     Command, Completion, HostIndexValue, IndexEncoding, IndexRule, IndexSpec, JoinIndexSpec,
     NvmeDevice, Payload, TableFormat,
@@ -122,10 +123,11 @@ use thiserror::Error;
 /// ([`NODE_BYTES`]); a larger LBA holds a node at its start.
 pub const MIN_PAGE: usize = NODE_BYTES;
 
-/// LBAs a table's B+tree region gets for `entries` index entries: one node per LBA, nodes
-/// about half full, twice that for growth, plus room for the inner levels.
-pub fn tree_region_lbas(entries: u64) -> u64 {
-    (entries * 2).div_ceil(FANOUT as u64) * 2 + 16
+/// LBAs a table's B+tree region gets for `entries` index entries in nodes of
+/// `node_bytes`: one node per LBA, nodes about half full, twice that for growth, plus room
+/// for the inner levels.
+pub fn tree_region_lbas(entries: u64, node_bytes: usize) -> u64 {
+    (entries * 2).div_ceil(fanout_of(node_bytes).max(1) as u64) * 2 + 16
 }
 
 /// Share of a table's key span above which the B+tree configurations scan the table
@@ -276,6 +278,11 @@ pub struct StoreOptions {
     /// §5 describes no optimizer: its no-indexing configuration is the one that searches
     /// every record).
     pub full_scan_fraction: Option<f64>,
+    /// KiB of a B+tree node (host and in-SSD trees), at the start of its LBA: `None`, the
+    /// default, for the whole LBA (a node is a page, as InnoDB's index pages are its table
+    /// pages: 16 KiB on FLIXR's runs, fan-out 682); `Some(k)` for `k` KiB, 4 up to the LBA
+    /// (4: fan-out 170, the store's nodes until 2026-12-07).
+    pub node_kib: Option<u32>,
 }
 
 impl Default for StoreOptions {
@@ -289,6 +296,7 @@ impl Default for StoreOptions {
             first_lba: 0,
             ssd_pairs_per_command: csd_device::ssd_btree::MAX_PAIRS_PER_COMMAND,
             full_scan_fraction: Some(FULL_SCAN_FRACTION),
+            node_kib: None,
         }
     }
 }
@@ -434,6 +442,8 @@ pub struct RowStore {
     traffic: Traffic,
     /// Bytes of a table page: the device's LBA.
     page: usize,
+    /// Bytes of a B+tree node ([`StoreOptions::node_kib`]).
+    node: usize,
     host_hz: f64,
     cycles_per_record: f64,
     cycles_per_page: f64,
@@ -470,9 +480,17 @@ impl RowStore {
                  one LBA), the device has {page}"
             )));
         }
+        let node = opts.node_kib.map_or(page, |k| k as usize * 1024);
+        if node < NODE_BYTES || node > page {
+            return Err(StoreError::Invalid(format!(
+                "a B+tree node is 4 KiB up to the LBA ({} KiB), not {} KiB",
+                page / 1024,
+                node / 1024
+            )));
+        }
         let cache = match kind {
             IndexKind::HostBtreeIdeal => LruSet::new(usize::MAX),
-            _ => LruSet::new((opts.host_cache_kib * 1024 / NODE_BYTES as u64) as usize),
+            _ => LruSet::new((opts.host_cache_kib * 1024 / node as u64) as usize),
         };
         Ok(RowStore {
             client,
@@ -486,6 +504,7 @@ impl RowStore {
             stmt_depth: 0,
             traffic: Traffic::default(),
             page,
+            node,
             host_hz: cfg.host.clock_mhz * 1e6,
             cycles_per_record: cfg.isp.host_cycles_per_record,
             cycles_per_page: cfg.isp.host_cycles_per_page,
@@ -495,6 +514,11 @@ impl RowStore {
     /// Bytes of a table page: the device's LBA.
     pub fn page_bytes(&self) -> usize {
         self.page
+    }
+
+    /// Bytes of a B+tree node (at the start of its LBA).
+    pub fn node_bytes(&self) -> usize {
+        self.node
     }
 
     /// Run `f` as one statement: the host B+tree nodes it reads or writes stay in host
