@@ -270,6 +270,16 @@ impl Setup {
             .map_or_else(|| self.page_bytes(), |k| k as usize * 1024)
     }
 
+    /// The B+tree node as reports name it, e.g. `16 KiB (fan-out 682)`.
+    pub fn node_label(&self) -> String {
+        let n = self.node_bytes();
+        format!(
+            "{} KiB (fan-out {})",
+            n / 1024,
+            csd_device::btree::fanout_of(n)
+        )
+    }
+
     /// Bytes of a table page (and of the device's LBA): [`Setup::page_kib`], by default
     /// the paper's 16 KiB or the preset's flash page where that is smaller.
     pub fn page_bytes(&self) -> usize {

@@ -205,16 +205,6 @@ const FULL_SCAN_PARAM: &str = "B+tree optimizer: full scan above";
 /// The node-size sweep's parameter name.
 const NODE_PARAM: &str = "B+tree node";
 
-/// A node size as the report names it.
-fn node_label(s: &Setup) -> String {
-    let n = s.node_bytes();
-    format!(
-        "{} KiB (fan-out {})",
-        n / 1024,
-        csd_device::btree::fanout_of(n)
-    )
-}
-
 /// A full-scan share as the report names it.
 fn full_scan_label(f: Option<f64>) -> String {
     match f {
@@ -277,7 +267,7 @@ fn sweep_sensitivity(
             ..s.clone()
         };
         at.check()?;
-        points.push((NODE_PARAM.into(), node_label(&at), at, &trees));
+        points.push((NODE_PARAM.into(), at.node_label(), at, &trees));
     }
     for &f in &sens.dram_factor {
         let cycles = base_cycles * f;
@@ -956,7 +946,7 @@ fn md_setup(md: &mut String, r: &Repro) {
             Some(_) => "`--page-kib`",
             None => "the default: 16 KiB, or the preset's flash page where smaller",
         },
-        node_label(&r.setup),
+        r.setup.node_label(),
         match r.setup.node_kib {
             Some(_) => "`--node-kib`",
             None => "the default: a node is a table page, as InnoDB's index pages are",
@@ -1242,7 +1232,7 @@ fn md_sensitivity(md: &mut String, setup: &Setup, own: &[Comparison], sweeps: &[
         let own_label = match param {
             HOST_CACHE_PARAM => format!("{} (as run)", setup.host_cache),
             FULL_SCAN_PARAM => format!("{} (as run)", full_scan_label(setup.full_scan_fraction)),
-            NODE_PARAM => format!("{} (as run)", node_label(setup)),
+            NODE_PARAM => format!("{} (as run)", setup.node_label()),
             _ => "the preset's (as run)".to_string(),
         };
         let _ = writeln!(md, "### {param}\n");

@@ -82,6 +82,10 @@ pub struct BenchFlixrArgs {
     /// preset's flash page where that is smaller.
     #[arg(long)]
     pub page_kib: Option<u64>,
+    /// KiB of a host and in-SSD B+tree node, 4 up to the table page (see
+    /// csd_flixr::Setup::node_kib). Default: a node is a table page (InnoDB's index pages).
+    #[arg(long)]
+    pub node_kib: Option<u32>,
     /// Configurations to run (default: all six).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub configs: Vec<Config>,
@@ -156,6 +160,7 @@ impl BenchFlixrArgs {
             map_cache_share: self.map_cache_share,
             qd: self.qd,
             page_kib: self.page_kib,
+            node_kib: self.node_kib,
             ..Setup::default()
         }
     }
@@ -187,6 +192,10 @@ struct BenchFlixrReport<'a> {
     seed: u64,
     /// The host B+tree's node cache.
     host_cache: HostCache,
+    /// Bytes of a table page (an LBA).
+    page_bytes: usize,
+    /// Bytes of a B+tree node.
+    node_bytes: usize,
     /// The figures, in report order.
     configs: &'a [ConfigFigures],
 }
@@ -212,17 +221,20 @@ pub fn run(a: &BenchFlixrArgs) -> Result<(), CliError> {
             selectivity: a.selectivity,
             seed: a.rng.seed,
             host_cache: a.setup().host_cache,
+            page_bytes: a.setup().page_bytes(),
+            node_bytes: a.setup().node_bytes(),
             configs: &figs,
         });
         return Ok(());
     }
     println!(
-        "FLIXR Scan with filtering (§6.1): preset {}, TPC-H SF {} LINEITEM, {} queries of {}%, {} KiB table pages (one LBA each), host B+tree cache {}, seed {}",
+        "FLIXR Scan with filtering (§6.1): preset {}, TPC-H SF {} LINEITEM, {} queries of {}%, {} KiB table pages (one LBA each), B+tree nodes of {}, host B+tree cache {}, seed {}",
         a.preset,
         a.sf,
         a.queries,
         a.selectivity * 100.0,
         a.setup().page_bytes() / 1024,
+        a.setup().node_label(),
         a.setup().host_cache,
         a.rng.seed
     );
@@ -286,6 +298,7 @@ mod tests {
             qd: 4,
             // The tiny preset's flash page.
             page_kib: None,
+            node_kib: None,
             configs: Vec::new(),
             report: JsonFlag { json: true },
         }
@@ -331,6 +344,15 @@ mod tests {
             },
             BenchFlixrArgs {
                 preset: "nope".into(),
+                ..tiny()
+            },
+            // Nodes are 4 KiB up to the table page (the tiny preset's 8 KiB).
+            BenchFlixrArgs {
+                node_kib: Some(2),
+                ..tiny()
+            },
+            BenchFlixrArgs {
+                node_kib: Some(16),
                 ..tiny()
             },
         ] {
