@@ -168,7 +168,7 @@ fn extra(r: &BenchResult, k: &str) -> f64 {
 
 fn line(what: &str, r: &BenchResult) {
     println!(
-        "{:6} {:>10} thr {:>7.0}/s  ins R_p max {:>8.1} ms avg {:>6.3}  upd max {:>8.1}  look R_p max {:>8.1} avg {:>6.3}  merges {:>3} max merge {:>7.1} ms  room waits {:>5} max {:>7.1} ms  run {:>5.1} s",
+        "{:6} {:>10} thr {:>7.0}/s  ins R_p max {:>8.1} ms avg {:>6.3}  upd max {:>8.1}  look R_p max {:>8.1} avg {:>6.3}  merges {:>3} max merge {:>7.1} ms  room waits {:>5} max {:>7.1} ms  run {:>5.1} s  others' CPU {}",
         r.scheme,
         what,
         r.throughput_rps,
@@ -181,7 +181,8 @@ fn line(what: &str, r: &BenchResult) {
         extra(r, "max_merge_ms"),
         extra(r, "room_waits"),
         extra(r, "max_room_wait_ms"),
-        r.total_s
+        r.total_s,
+        r.machine.map_or("-".to_string(), |c| c.to_string())
     );
 }
 

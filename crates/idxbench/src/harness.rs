@@ -52,6 +52,7 @@
 //!   [`BenchIndex::quiesce`] so background merges finish
 //!   before [`BenchIndex::extra_stats`] is read.
 
+use crate::machine::CpuSample;
 use crate::result::{BenchResult, OpResult};
 use crate::stats::LatencyRecorder;
 use crate::workload::{
@@ -349,7 +350,9 @@ pub fn run_workload(
             scheme: index.scheme(),
             source,
         })?;
+    let before = CpuSample::now();
     let out = execute(index, workload, cfg, progress)?;
+    let machine = before.zip(CpuSample::now()).and_then(|(a, b)| a.until(&b));
     index.quiesce().map_err(|source| BenchError::Quiesce {
         scheme: index.scheme(),
         source,
@@ -360,6 +363,7 @@ pub fn run_workload(
         cfg,
         preload_time,
         out,
+        machine,
     ))
 }
 

@@ -12,6 +12,8 @@
 //! * [`mod@sweep`] — lookup-ratio (Figure 6) and configuration (Figure 8) sweeps and the
 //!   markdown + plots report.
 //! * [`paper`] — the paper's Figure 6–9 numbers as stated in its text.
+//! * [`machine`] — what other processes used of the machine's CPUs during a run, so a
+//!   report can tell a quiet wall-clock run from a contended one.
 //! * [`repro`] — the defaults of `csd repro fd-tree` and the checks of the paper's
 //!   orderings (which scheme stalls, which has the best throughput).
 //!
@@ -50,6 +52,7 @@
 //! ```
 
 pub mod harness;
+pub mod machine;
 pub mod paper;
 pub mod repro;
 pub mod result;

@@ -16,6 +16,8 @@ use crate::workload::{Generator, OpKind, Workload, WorkloadSpec};
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use csd_plot::{LatencyChart, Series};
 use serde::{Deserialize, Serialize};
+
+use crate::machine::Contention;
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 
@@ -149,6 +151,10 @@ pub struct BenchResult {
     pub not_executed_once: u64,
     /// The index's own counters ([`BenchIndex::extra_stats`]) after the run.
     pub extra: Vec<(String, f64)>,
+    /// What other processes (and the hypervisor) used of the machine's CPUs during the
+    /// timed run ([`crate::machine`]); `None` where the kernel's counters cannot be read.
+    /// A wall-clock run's timestamps depend on it; a virtual run's do not.
+    pub machine: Option<Contention>,
 }
 
 impl BenchResult {
@@ -158,6 +164,7 @@ impl BenchResult {
         cfg: &BenchConfig,
         preload: Duration,
         out: RunOutput,
+        machine: Option<Contention>,
     ) -> Self {
         let n = workload.requests.len() as u64;
         let c = workload.counts();
@@ -197,6 +204,7 @@ impl BenchResult {
             ordering_waits: out.ordering_waits,
             not_executed_once: out.not_executed_once,
             extra: index.extra_stats(),
+            machine,
         }
     }
 
@@ -254,6 +262,14 @@ impl BenchResult {
         m.insert("delete_misses".into(), json!(self.delete_misses));
         m.insert("ordering_waits".into(), json!(self.ordering_waits));
         m.insert("not_executed_once".into(), json!(self.not_executed_once));
+        m.insert(
+            "others_cpu_cores".into(),
+            json!(self.machine.map(|c| c.others_cores)),
+        );
+        m.insert(
+            "steal_cpu_cores".into(),
+            json!(self.machine.map(|c| c.steal_cores)),
+        );
         let extra: Map<String, Value> = self
             .extra
             .iter()

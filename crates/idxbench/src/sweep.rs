@@ -167,6 +167,28 @@ fn plotted_metrics() -> Vec<(Metric, Option<&'static str>)> {
     ]
 }
 
+/// The sentence under the runs table that says how busy the machine was during the
+/// wall-clock runs (nothing for virtual runs, whose figures do not depend on it).
+fn md_machine(md: &mut String, results: &[BenchResult]) {
+    let wall: Vec<&crate::machine::Contention> = results
+        .iter()
+        .filter(|r| !r.virtual_time)
+        .filter_map(|r| r.machine.as_ref())
+        .collect();
+    let Some(worst) = wall
+        .iter()
+        .max_by(|a, b| a.others_cores.total_cmp(&b.others_cores))
+    else {
+        return;
+    };
+    let steal = wall.iter().map(|c| c.steal_cores).fold(0.0, f64::max);
+    let _ = writeln!(
+        md,
+        "Wall-clock runs: other processes used at most {:.2} of the {} cores during a run, and the hypervisor stole at most {steal:.2} (`/proc/stat`, less this process's own CPU). The paper measured on a machine running nothing else; a ratio of two runs close to 1 can flip when another process takes a core.\n",
+        worst.others_cores, worst.cpus
+    );
+}
+
 /// " (cf. paper Fig. 6(b))" for a metric the paper plots, "" otherwise.
 fn cf(fig: impl std::fmt::Display, panel: Option<&str>) -> String {
     panel
@@ -539,14 +561,14 @@ impl<'a> Report<'a> {
         let _ = writeln!(md, "## Runs\n");
         let _ = writeln!(
             md,
-            "| scheme | {} | requests | l/i/d % | Q_r/Q_w | preload s | total s | throughput/s | order waits | not exactly once |",
+            "| scheme | {} | requests | l/i/d % | Q_r/Q_w | preload s | total s | throughput/s | order waits | not exactly once | others' CPU, cores |",
             self.x_label
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
         for r in self.results {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {:.1}/{:.1}/{:.1} | {}/{} | {:.2} | {:.3} | {:.0} | {} | {} |",
+                "| {} | {} | {} | {:.1}/{:.1}/{:.1} | {}/{} | {:.2} | {:.3} | {:.0} | {} | {} | {} |",
                 r.scheme,
                 self.x_of(r),
                 r.requests,
@@ -559,10 +581,12 @@ impl<'a> Report<'a> {
                 r.total_s,
                 r.throughput_rps,
                 r.ordering_waits,
-                r.not_executed_once
+                r.not_executed_once,
+                r.machine.map_or("-".to_string(), |c| c.to_string()),
             );
         }
         let _ = writeln!(md);
+        md_machine(md, self.results);
     }
 
     fn md_reproduce(&self, md: &mut String, reproduce: &str) {

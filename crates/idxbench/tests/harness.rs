@@ -345,6 +345,18 @@ fn sweep_and_report() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&files.json).unwrap()).unwrap();
     assert_eq!(json.as_array().map(|a| a.len()), Some(8));
+    // Every wall-clock run says how busy the rest of the machine was (Linux: `/proc`).
+    assert!(md.contains("| others' CPU, cores |"));
+    assert!(json[0].get("others_cpu_cores").is_some());
+    if std::path::Path::new("/proc/stat").exists() {
+        assert!(all.iter().all(|r| r.machine.is_some()));
+        assert!(md.contains("Wall-clock runs: other processes used at most"));
+        assert!(
+            json[0]["others_cpu_cores"]
+                .as_f64()
+                .is_some_and(|c| c >= 0.0)
+        );
+    }
     // A bad ratio is an error, not a panic.
     let make = |_w: f64| -> Result<Arc<dyn BenchIndex>, IndexError> {
         Ok(Arc::new(MapIndex::new(Scheme::BTree)))

@@ -400,6 +400,7 @@ pub fn print_comparison(results: &[&BenchResult]) {
         "lookup R_q max ms",
         "insert R_o max ms",
         "lookup R_o max ms",
+        "others' CPU, cores",
     ]);
     for r in results {
         t.add_row(vec![
@@ -415,6 +416,7 @@ pub fn print_comparison(results: &[&BenchResult]) {
             format!("{:.2}", r.lookup.rq.max_ms),
             format!("{:.2}", r.insert.ro.max_ms),
             format!("{:.2}", r.lookup.ro.max_ms),
+            r.machine.map_or("-".to_string(), |c| c.to_string()),
         ]);
     }
     println!("{t}");
