@@ -11,6 +11,7 @@ use crate::{
     Comparison, ReproError, Status, batch_io, fd_tree, flixr, reproduce, scan_paper, smart_ssd,
 };
 use clap::{Args, FromArgMatches, ValueEnum};
+use csd_idxbench::machine::{Contention, CpuSample};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -123,6 +124,10 @@ pub struct PaperRun {
     pub dir: PathBuf,
     /// The error that stopped it, if it failed (the others still run).
     pub error: Option<String>,
+    /// What other processes used of the machine's CPUs while it ran
+    /// ([`csd_idxbench::machine`]); it matters to fd-tree's paced wall-clock runs, not to
+    /// the virtual-time figures of the others.
+    pub machine: Option<Contention>,
 }
 
 /// Runs one reproduction at its defaults, its report in `dir`; its comparisons with the
@@ -164,6 +169,7 @@ pub fn run(a: &ReproAllArgs) -> Result<Vec<PaperRun>, ReproError> {
         pb.set_message(format!("csd repro {}", p.name()));
         let dir = a.out.join(p.name());
         let t = Instant::now();
+        let before = CpuSample::now();
         // The reproduction draws its own progress bars; this one waits meanwhile.
         let (comparisons, error) = match pb.suspend(|| run_one(p, &dir, a.time_model)) {
             Ok(c) => (c, None),
@@ -172,12 +178,14 @@ pub fn run(a: &ReproAllArgs) -> Result<Vec<PaperRun>, ReproError> {
                 (Vec::new(), Some(e.to_string()))
             }
         };
+        let machine = before.zip(CpuSample::now()).and_then(|(a, b)| a.until(&b));
         runs.push(PaperRun {
             paper: p,
             comparisons,
             wall_s: t.elapsed().as_secs_f64(),
             dir,
             error,
+            machine,
         });
         pb.inc(1);
     }
@@ -227,19 +235,30 @@ pub fn scoreboard_md(runs: &[PaperRun], wall_s: f64, cmd: &str) -> String {
          the paper does not report set otherwise; they never change a status, and the \
          column \"miss met by a sweep\" counts the misses one of them brings within 20%.\n\n",
     );
-    md.push_str("| paper | headlines | within 20% | explained | miss | miss met by a sweep | wall s | report |\n|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| paper | headlines | within 20% | explained | miss | miss met by a sweep | wall s | others' CPU, cores | report |\n|---|---|---|---|---|---|---|---|---|\n");
     for r in runs {
         let (w, e, m) = csd_paper::tally(&r.comparisons);
         let _ = writeln!(
             md,
-            "| {} | {} | {w} | {e} | {m} | {} | {:.0} | {} |",
+            "| {} | {} | {w} | {e} | {m} | {} | {:.0} | {} | {} |",
             r.paper.name(),
             r.comparisons.len(),
             csd_paper::reached_by_sweeps(&r.comparisons),
             r.wall_s,
+            r.machine.map_or("-".to_string(), |c| format!(
+                "{:.2} of {}",
+                c.others_cores, c.cpus
+            )),
             r.dir.join("report.md").display()
         );
     }
+    md.push_str(
+        "\n\"Others' CPU\" is what other processes used of the machine's cores while a \
+         reproduction ran (`/proc/stat` less this process's own, averaged). fd-tree's runs take \
+         wall-clock timestamps, as the paper's did on a machine running nothing else, so \
+         its figures are only comparable from a run where this is near 0; the other four \
+         reproductions run in modeled time, and their figures do not depend on it.\n",
+    );
     let all = all_comparisons(runs);
     let _ = writeln!(md, "\n## Every headline\n");
     for r in runs {
@@ -282,6 +301,7 @@ pub fn scoreboard_json(runs: &[PaperRun], wall_s: f64, cmd: &str) -> serde_json:
                 "within": w, "explained": e, "miss": m,
                 "miss_met_by_sweep": csd_paper::reached_by_sweeps(&r.comparisons),
                 "wall_s": r.wall_s,
+                "others_cpu_cores": r.machine.map(|c| c.others_cores),
                 "report": r.dir.join("report.md").display().to_string(),
                 "headlines": csd_paper::json(&r.comparisons),
                 "error": r.error,
@@ -383,9 +403,17 @@ mod tests {
             wall_s: 1.0,
             dir: PathBuf::from("x/flixr"),
             error: None,
+            machine: Some(Contention {
+                others_cores: 0.5,
+                steal_cores: 0.0,
+                cpus: 2,
+            }),
         }];
         let md = scoreboard_md(&runs, 1.0, "csd repro all");
-        assert!(md.contains("| flixr | 3 | 1 | 0 | 2 | 1 |"), "{md}");
+        assert!(
+            md.contains("| flixr | 3 | 1 | 0 | 2 | 1 | 1 | 0.50 of 2 |"),
+            "{md}"
+        );
         assert!(
             md.contains("2 missed (1 of the misses met by a sweep"),
             "{md}"
@@ -396,5 +424,6 @@ mod tests {
         assert_eq!(j["miss"], 2);
         assert_eq!(j["miss_met_by_sweep"], 1);
         assert_eq!(j["papers"][0]["headlines"][1]["status"], "miss");
+        assert_eq!(j["papers"][0]["others_cpu_cores"], 0.5);
     }
 }
