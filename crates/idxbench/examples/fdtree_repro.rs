@@ -182,7 +182,7 @@ fn line(what: &str, r: &BenchResult) {
         extra(r, "room_waits"),
         extra(r, "max_room_wait_ms"),
         r.total_s,
-        r.machine.map_or("-".to_string(), |c| c.to_string())
+        csd_idxbench::machine::cell(r.machine)
     );
 }
 

@@ -352,7 +352,7 @@ pub fn run_workload(
         })?;
     let before = CpuSample::now();
     let out = execute(index, workload, cfg, progress)?;
-    let machine = before.zip(CpuSample::now()).and_then(|(a, b)| a.until(&b));
+    let machine = crate::machine::since(before);
     index.quiesce().map_err(|source| BenchError::Quiesce {
         scheme: index.scheme(),
         source,

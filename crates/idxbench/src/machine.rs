@@ -106,6 +106,18 @@ impl CpuSample {
     }
 }
 
+/// What the rest of the machine used from `before` (a [`CpuSample::now`] taken when the
+/// run started) until now; `None` when either sample is missing or no tick passed.
+pub fn since(before: Option<CpuSample>) -> Option<Contention> {
+    before.zip(CpuSample::now()).and_then(|(a, b)| a.until(&b))
+}
+
+/// A table cell for a run's contention: its [`Display`](std::fmt::Display), or `-` when
+/// it was not recorded.
+pub fn cell(c: Option<Contention>) -> String {
+    c.map_or_else(|| "-".to_string(), |c| c.to_string())
+}
+
 impl std::fmt::Display for Contention {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

@@ -582,7 +582,7 @@ impl<'a> Report<'a> {
                 r.throughput_rps,
                 r.ordering_waits,
                 r.not_executed_once,
-                r.machine.map_or("-".to_string(), |c| c.to_string()),
+                crate::machine::cell(r.machine),
             );
         }
         let _ = writeln!(md);

@@ -178,7 +178,7 @@ pub fn run(a: &ReproAllArgs) -> Result<Vec<PaperRun>, ReproError> {
                 (Vec::new(), Some(e.to_string()))
             }
         };
-        let machine = before.zip(CpuSample::now()).and_then(|(a, b)| a.until(&b));
+        let machine = csd_idxbench::machine::since(before);
         runs.push(PaperRun {
             paper: p,
             comparisons,

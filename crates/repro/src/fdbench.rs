@@ -416,7 +416,7 @@ pub fn print_comparison(results: &[&BenchResult]) {
             format!("{:.2}", r.lookup.rq.max_ms),
             format!("{:.2}", r.insert.ro.max_ms),
             format!("{:.2}", r.lookup.ro.max_ms),
-            r.machine.map_or("-".to_string(), |c| c.to_string()),
+            csd_idxbench::machine::cell(r.machine),
         ]);
     }
     println!("{t}");
