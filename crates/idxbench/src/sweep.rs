@@ -184,7 +184,7 @@ fn md_machine(md: &mut String, results: &[BenchResult]) {
     let steal = wall.iter().map(|c| c.steal_cores).fold(0.0, f64::max);
     let _ = writeln!(
         md,
-        "Wall-clock runs: other processes used at most {:.2} of the {} cores during a run, and the hypervisor stole at most {steal:.2} (`/proc/stat`, less this process's own CPU). The paper measured on a machine running nothing else; a ratio of two runs close to 1 can flip when another process takes a core.\n",
+        "Wall-clock runs: other processes used at most {:.2} of the {} cores during a run, and the hypervisor stole at most {steal:.2} (`/proc/stat`, less this process's own CPU). The paper measured on a machine running nothing else.\n",
         worst.others_cores, worst.cpus
     );
 }

@@ -255,9 +255,9 @@ pub fn scoreboard_md(runs: &[PaperRun], wall_s: f64, cmd: &str) -> String {
     md.push_str(
         "\n\"Others' CPU\" is what other processes used of the machine's cores while a \
          reproduction ran (`/proc/stat` less this process's own, averaged). fd-tree's runs take \
-         wall-clock timestamps, as the paper's did on a machine running nothing else, so \
-         its figures are only comparable from a run where this is near 0; the other four \
-         reproductions run in modeled time, and their figures do not depend on it.\n",
+         wall-clock timestamps, as the paper's did on a machine running nothing else; the \
+         other four reproductions run in modeled time, and their figures do not depend on \
+         it.\n",
     );
     let all = all_comparisons(runs);
     let _ = writeln!(md, "\n## Every headline\n");
