@@ -3,8 +3,8 @@
 //!
 //! `cargo run --release -p csd-flixr --example repro -- [out-dir] [sf] [queries] [tpcc-txns]
 //! [trend-sf,...] [trend-warehouses,...] [workload,...] [sweeps]` (the trend as `csd repro
-//! flixr`'s `--trend-sf` and `--trend-warehouses`: SF 0.03 and 0.1 and no further warehouse
-//! count by default, `-` for none; the workloads as its `--workloads`, `all` by default;
+//! flixr`'s `--trend-sf` and `--trend-warehouses`: SF 0.03 and 0.1 and 3 warehouses by
+//! default, `-` for none; the workloads as its `--workloads`, `all` by default;
 //! the sweeps of what the paper does not report by their default rule, `-` for none).
 
 use csd_flixr::{Setup, Workload};
@@ -47,7 +47,7 @@ fn main() {
     let list = |i: usize, default: &str| -> String {
         args.get(i).cloned().unwrap_or_else(|| default.into())
     };
-    let (tsf, tw) = (list(4, "0.03,0.1"), list(5, "-"));
+    let (tsf, tw) = (list(4, "0.03,0.1"), list(5, "3"));
     let ws = list(6, "all");
     let sweeps = list(7, "default");
     let sens = if sweeps == "-" {

@@ -367,11 +367,17 @@ pub fn explain_by_trend(cs: Vec<Comparison>, trend: &[TrendPoint]) -> Vec<Compar
                     && v.to_bits() != c.csd.to_bits()
                 {
                     let (param, setting) = p.parameter(own);
-                    let scale = if param == "--warehouses" {
-                        f64::from(p.warehouses)
+                    let (scale, own_scale) = if param == "--warehouses" {
+                        (f64::from(p.warehouses), f64::from(own.warehouses))
                     } else {
-                        p.sf
+                        (p.sf, own.sf)
                     };
+                    // Only a point between the run's scale and the paper's (a default
+                    // trend point below a larger `--sf` or `--warehouses` moves away
+                    // from the paper's scale, so it explains nothing).
+                    if scale <= own_scale {
+                        continue;
+                    }
                     match largest.iter_mut().find(|l| l.0 == param) {
                         Some(l) if l.1 >= scale => {}
                         Some(l) => *l = (param, scale, setting, *v),
@@ -1696,5 +1702,15 @@ mod tests {
         let e = explain_by_trend(c(), &both);
         assert_eq!(e[0].measured.len(), 2);
         assert_eq!(e[0].status(), Status::Explained);
+        // Points below the run's own scale (the default trend under a larger `--sf` or
+        // `--warehouses`) are no re-run toward the paper's scale.
+        let below = [
+            point(0.1, 4, 1.21),
+            point(0.03, 4, 0.95),
+            point(0.1, 3, 0.9),
+        ];
+        let e = explain_by_trend(c(), &below);
+        assert!(e[0].measured.is_empty(), "{:?}", e[0].measured);
+        assert_eq!(e[0].status(), Status::Miss);
     }
 }

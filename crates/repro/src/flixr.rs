@@ -85,8 +85,12 @@ pub struct ReproFlixrArgs {
     #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "0.03,0.1")]
     trend_sf: Vec<f64>,
     /// Further TPC-C warehouse counts for the scale trend (NewOrder and Payment re-run at
-    /// each, a measured re-run of `--warehouses` per headline); empty (default): none.
-    #[arg(long, value_delimiter = ',', num_args = 0..)]
+    /// each, a measured re-run of `--warehouses` per headline); given with no value: no
+    /// warehouse trend. Default by a stated rule: half-decade steps above the default
+    /// 1 warehouse, as `--trend-sf` steps, up to the largest whose re-run keeps `csd repro
+    /// all` within its 30-minute aim on a 2-core machine: 3 (README, `csd repro flixr`,
+    /// has the cost of 3 and 10).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "3")]
     trend_warehouses: Vec<u32>,
     /// Host B+tree caches to sweep under the host index, a parameter the paper does not
     /// report: `none` (nothing cached) or a percentage of the leaves kept beside the
@@ -327,10 +331,15 @@ mod tests {
         let d: ReproFlixrArgs = parse_args("flixr", &[]).expect("defaults");
         assert_eq!(d.cache_sweep_kib, vec![4, 64, 16384]);
         assert_eq!(d.trend_sf, vec![0.03, 0.1]);
-        let none: ReproFlixrArgs =
-            parse_args("flixr", &["--cache-sweep-kib", "--trend-sf"]).expect("no sweep, no trend");
+        assert_eq!(d.trend_warehouses, vec![3]);
+        let none: ReproFlixrArgs = parse_args(
+            "flixr",
+            &["--cache-sweep-kib", "--trend-sf", "--trend-warehouses"],
+        )
+        .expect("no sweep, no trend");
         assert!(none.cache_sweep_kib.is_empty());
         assert!(none.trend_sf.is_empty());
+        assert!(none.trend_warehouses.is_empty());
         use super::HostCachePoint as P;
         assert_eq!(
             d.sweep_host_cache,
