@@ -889,7 +889,8 @@ impl FileStore {
             _ => self.io_error("cannot write a page to the image", e),
         })?;
         if self.host_sync {
-            self.writeback.wrote(&self.file, data.len() + spare_len);
+            let written: usize = parts.iter().map(|p| p.len()).sum();
+            self.writeback.wrote(&self.file, data_at, written);
         }
         if layout.is_split() {
             let o = base + layout.oob_start(page);
