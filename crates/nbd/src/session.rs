@@ -518,7 +518,13 @@ fn read_requests<R: Read>(
                 }
             }
             Ok(()) => {
-                let o = shared.lock().execute(q.qid, &req, payload, arrived);
+                // The next request's offset, when its header is already buffered.
+                let next = r
+                    .buffer()
+                    .get(..REQUEST_HEADER_BYTES)
+                    .and_then(|h| Request::parse(h).ok())
+                    .map(|n| n.offset);
+                let o = shared.lock().execute(q.qid, &req, payload, arrived, next);
                 Reply {
                     cookie: req.cookie,
                     error: o.error,

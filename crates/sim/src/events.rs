@@ -490,7 +490,16 @@ impl Watch {
         self.fixed.clear();
         self.slots.clear();
         self.free.clear();
-        self.heads.clear();
+        // Only the stages in `listed` can have a list (it holds every one that has), so
+        // only their heads are reset and `heads` keeps its length. Emptying it made the
+        // next push resize it from zero, setting the head of every stage up to the one
+        // waited for: a memset over the graph's whole stage range per
+        // [`Graph::earliest`] (3.5% of `csd serve`'s thread under fio randwrite).
+        for &stage in &self.listed {
+            if let Some(head) = self.heads.get_mut(stage as usize) {
+                *head = NONE;
+            }
+        }
         self.listed.clear();
         self.blocked = 0;
     }
