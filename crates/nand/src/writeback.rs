@@ -279,7 +279,8 @@ mod tests {
     proptest! {
         /// Writes of slots at random places (several blocks filled in turn, slots
         /// skipped, written again) against a reference set of bytes: the ranges cover
-        /// exactly the bytes written, and a block filled slot by slot is one range.
+        /// exactly the bytes written (a block filled in order is one range: the test
+        /// below).
         #[test]
         fn ranges_cover_exactly_the_bytes_written(
             writes in proptest::collection::vec((0u64..4, 0u64..16), 1..80)
