@@ -168,9 +168,10 @@ impl BlockTable {
     }
 
     /// Set or clear GBITV bit `i` (a sector of block `b`), keeping `b`'s valid count and
-    /// the GBITV page's dirty bit. Nothing changes when the bit already is `on`.
+    /// the GBITV page's dirty bit. Nothing changes when the bit already is `on`; the
+    /// result says whether it changed.
     #[inline]
-    pub(crate) fn set_valid_bit(&mut self, b: u32, i: usize, on: bool) {
+    pub(crate) fn set_valid_bit(&mut self, b: u32, i: usize, on: bool) -> bool {
         debug_assert_eq!(
             i / self.sectors_per_block,
             b as usize,
@@ -180,7 +181,7 @@ impl BlockTable {
         let w = &mut self.gbitv[i / 64];
         let was = *w & bit != 0;
         if on == was {
-            return;
+            return false;
         }
         if on {
             *w |= bit;
@@ -191,6 +192,13 @@ impl BlockTable {
         }
         self.gbitv_dirty[i / self.bits_per_gbitv_page] = true;
         self.check_valid(b);
+        true
+    }
+
+    /// Are none of GBITV bits `[lo, lo + n)` set (the sectors of one page)?
+    #[inline]
+    pub(crate) fn none_valid(&self, lo: usize, n: usize) -> bool {
+        (lo..lo + n).all(|i| !self.valid_bit(i))
     }
 
     /// Is GBITV bit `i` set?

@@ -160,7 +160,11 @@ impl Ftl {
     }
 
     /// Mark the sector a MAP entry names valid or not (entries that name no flash sector
-    /// are ignored), keeping the block's valid count and the GBITV page's dirty bit.
+    /// are ignored), keeping the block's valid count and the GBITV page's dirty bit. When
+    /// the last valid sector of a page goes, the page's data will not be read again
+    /// before its block's erase: the NAND layer is told ([`csd_nand::Nand::page_stale`],
+    /// a hint that changes no state, counter or modeled time; an image drops the page
+    /// from the host's page cache).
     #[inline]
     pub(crate) fn set_valid(&mut self, e: u64, on: bool) {
         let Some(a) = flash_of(e) else {
@@ -168,7 +172,12 @@ impl Ftl {
         };
         let (b, p, s) = unpack(a);
         let i = self.gidx(b, p, s);
-        self.blocks.set_valid_bit(b, i, on);
+        if self.blocks.set_valid_bit(b, i, on) && !on {
+            let spp = self.geo.sectors_per_page() as usize;
+            if self.blocks.none_valid(i - s as usize, spp) {
+                self.nand.page_stale(Ppa::new(BlockId(b), p));
+            }
+        }
     }
 
     /// May the FTL write metadata now? Not while recovering (block classes unknown) nor

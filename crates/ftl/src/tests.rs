@@ -44,6 +44,41 @@ fn write_read_overwrite_trim() {
 }
 
 #[test]
+fn a_page_is_named_stale_once_when_its_last_valid_sector_goes() {
+    let mut f = tiny_ftl(FtlConfig::default());
+    let spp = f.nand().geometry().sectors_per_page() as u64;
+    assert!(spp >= 2, "the test needs pages of several sectors");
+    let page: Vec<u8> = (0..spp).flat_map(|i| sector(&f, i)).collect();
+    f.write(0, &page, SimTime::ZERO).unwrap();
+    f.flush(SimTime::ZERO).unwrap();
+    let h0 = f.nand().stale_hints();
+    // Every sector of the first page but one superseded: it still holds valid data.
+    f.write(0, &page[..(spp as usize - 1) * f.lba_size()], SimTime::ZERO)
+        .unwrap();
+    f.flush(SimTime::ZERO).unwrap();
+    assert_eq!(
+        f.nand().stale_hints(),
+        h0,
+        "a page with a valid sector is not stale"
+    );
+    // The last one: the page is stale, named once.
+    f.write(spp - 1, &sector(&f, 99), SimTime::ZERO).unwrap();
+    f.flush(SimTime::ZERO).unwrap();
+    assert_eq!(f.nand().stale_hints(), h0 + 1);
+    // Trimming what the second write left valid makes its page stale too; trimming
+    // again changes nothing.
+    f.trim(0, spp - 1, SimTime::ZERO).unwrap();
+    assert_eq!(f.nand().stale_hints(), h0 + 2);
+    f.trim(0, spp - 1, SimTime::ZERO).unwrap();
+    assert_eq!(f.nand().stale_hints(), h0 + 2);
+    // A hint changes nothing a read sees.
+    let mut buf = vec![0u8; f.lba_size()];
+    f.read(spp - 1, &mut buf, SimTime::ZERO).unwrap();
+    assert_eq!(buf, sector(&f, 99));
+    f.check_invariants().unwrap();
+}
+
+#[test]
 fn multi_sector_writes_split_by_mdts_and_read_back() {
     let mut f = tiny_ftl(FtlConfig {
         mdts_sectors: 3,

@@ -198,6 +198,8 @@ pub struct Nand {
     /// The image was opened after its last writer stopped without a clean close (a
     /// killed process or a host crash): unsynced changes may be missing or partial.
     opened_unclean: bool,
+    /// Pages named by [`Nand::page_stale`].
+    stale_hints: u64,
 }
 
 /// A memo of the FTL's end-to-end check (see [`Nand::sector_checked`]): one bit per
@@ -434,6 +436,28 @@ impl Nand {
     /// memory.
     pub fn will_need(&self, slices: &[&[u8]]) {
         self.store.will_need(slices);
+    }
+
+    /// Page `p`'s data will not be read again before its block is erased: every sector
+    /// it holds was superseded or trimmed. An image file drops the page's data from the
+    /// host's page cache once its write-back has been started (see
+    /// [`writeback`](crate::store)'s stale ranges), so that under sustained writes the
+    /// page cache holds the device's live data rather than everything ever written; its
+    /// bytes on disk stay as they are, and a read of them anyway gets them back from the
+    /// disk unchanged. Only a hint: no state, counter or modeled time changes, and an
+    /// address out of range is ignored. No-op in memory, read-only or without host sync.
+    #[inline]
+    pub fn page_stale(&mut self, p: Ppa) {
+        if (p.block.0 as usize) < self.store.blocks() && (p.page as usize) < self.layout.pages {
+            self.stale_hints += 1;
+            self.store.page_stale(p.block.0 as usize, p.page);
+        }
+    }
+
+    /// Pages named by [`Nand::page_stale`] since this device was opened (a diagnostic
+    /// for tests and profiles; not part of [`NandStats`]).
+    pub fn stale_hints(&self) -> u64 {
+        self.stale_hints
     }
 
     /// A clean close of the image file: everything on the host's disk, then the header

@@ -129,6 +129,7 @@ impl Nand {
             store,
             cfg,
             opened_unclean: false,
+            stale_hints: 0,
         }
     }
 

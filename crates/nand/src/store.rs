@@ -904,6 +904,20 @@ impl FileStore {
         Ok(())
     }
 
+    /// Page `page` of block `b` will not be read before the block's erase: its data
+    /// bytes go on the write-back thread's list of ranges to drop from the page cache
+    /// (only on a read-write open that syncs: with `CSD_HOST_SYNC=off` nothing starts the
+    /// pages' write-back, and dropping a dirty page would only start it; a copy-on-write
+    /// open's changed pages are private to it).
+    fn page_stale(&mut self, b: usize, page: u32) {
+        if self.access != Access::ReadWrite || !self.host_sync {
+            return;
+        }
+        let start = self.blocks_offset + b * self.layout.block_bytes + self.layout.data_start(page);
+        self.writeback
+            .stale(&self.file, start as u64, self.layout.data_range(page).len());
+    }
+
     /// The error for space that could not be allocated for block `b`.
     fn space_error(&self, b: usize, err: std::io::Error) -> NandError {
         match err.raw_os_error() {
@@ -1746,6 +1760,15 @@ impl Store {
     pub fn set_release_written_bytes(&mut self, bytes: usize) {
         if let Store::File(f) = self {
             f.release_bytes = bytes;
+        }
+    }
+
+    /// See [`crate::Nand::page_stale`]: page `page` of block `b` (in range) holds no
+    /// data that will be read before the block's erase.
+    #[inline]
+    pub fn page_stale(&mut self, b: usize, page: u32) {
+        if let Store::File(f) = self {
+            f.page_stale(b, page);
         }
     }
 
