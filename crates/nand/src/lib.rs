@@ -440,11 +440,12 @@ impl Nand {
 
     /// Page `p`'s data will not be read again before its block is erased: every sector
     /// it holds was superseded or trimmed. An image file drops the page's data from the
-    /// host's page cache once its write-back has been started (see
-    /// [`writeback`](crate::store)'s stale ranges), so that under sustained writes the
-    /// page cache holds the device's live data rather than everything ever written; its
-    /// bytes on disk stay as they are, and a read of them anyway gets them back from the
-    /// disk unchanged. Only a hint: no state, counter or modeled time changes, and an
+    /// host's page cache a little later, once its write-back has had time to finish (the
+    /// stale ranges of the image's write-back thread, `crates/nand/src/writeback.rs`), so
+    /// that under sustained writes the page cache holds the device's live data rather
+    /// than everything ever written. The kernel drops only clean pages no process maps;
+    /// the bytes on disk stay as they are, and a read of them anyway gets them back from
+    /// the disk unchanged. Only a hint: no state, counter or modeled time changes, and an
     /// address out of range is ignored. No-op in memory, read-only or without host sync.
     #[inline]
     pub fn page_stale(&mut self, p: Ppa) {
