@@ -293,53 +293,60 @@ fn merged(ranges: &mut [(u64, u64)]) -> impl Iterator<Item = (u64, u64)> + '_ {
 /// Asks the kernel to drop the clean, unmapped page-cache pages of `file`'s bytes
 /// `[offset, offset + len)` (`POSIX_FADV_DONTNEED`; dirty pages only have their
 /// write-back started). A failure is ignored: the pages only stay cached.
-#[cfg(target_os = "linux")]
 fn drop_cached(file: &File, offset: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    if len == 0 {
-        return;
-    }
-    // SAFETY: `posix_fadvise` on a descriptor this thread owns over a byte range given by
-    // value; the advice drops only clean page-cache pages no process maps, whose bytes
-    // the file keeps on disk, and touches no memory of this process.
-    let _ = unsafe {
-        libc::posix_fadvise(
-            file.as_raw_fd(),
-            offset as libc::off_t,
-            len as libc::off_t,
-            libc::POSIX_FADV_DONTNEED,
-        )
-    };
+    on_range(file, offset, len, RangeCall::DropCached);
 }
-
-#[cfg(not(target_os = "linux"))]
-fn drop_cached(_file: &File, _offset: u64, _len: u64) {}
 
 /// Asks the kernel to start writing back the dirty pages of `file`'s bytes `[offset,
 /// offset + len)`, without waiting for them. A failure is ignored: only a sync's result
 /// says anything about durability.
-#[cfg(target_os = "linux")]
 fn start_writeback(file: &File, offset: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    if len == 0 {
-        // A length of 0 would mean "to the end of the file".
+    on_range(file, offset, len, RangeCall::StartWriteback);
+}
+
+/// What the thread asks the kernel to do with a byte range of the image.
+#[derive(Clone, Copy)]
+enum RangeCall {
+    /// `sync_file_range(SYNC_FILE_RANGE_WRITE)`.
+    StartWriteback,
+    /// `posix_fadvise(POSIX_FADV_DONTNEED)`.
+    DropCached,
+}
+
+/// `call` on `file`'s bytes `[offset, offset + len)`; nothing for an empty range (a
+/// length of 0 would mean "to the end of the file" to both calls) or off Linux. The
+/// result is ignored (see the callers).
+fn on_range(file: &File, offset: u64, len: u64, call: RangeCall) {
+    if len == 0 || !cfg!(target_os = "linux") {
         return;
     }
-    // SAFETY: `sync_file_range` on a descriptor this thread owns (a duplicate, open until
-    // the thread returns) over a byte range given by value; the flag only starts
-    // write-back of dirty pages and touches no memory of this process.
-    let _ = unsafe {
-        libc::sync_file_range(
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (fd, off, len) = (
             file.as_raw_fd(),
             offset as libc::off64_t,
             len as libc::off64_t,
-            libc::SYNC_FILE_RANGE_WRITE,
-        )
-    };
+        );
+        // SAFETY: both calls take a descriptor this thread owns (a duplicate, open until
+        // the thread returns) and a byte range given by value, and touch no memory of
+        // this process: `sync_file_range` with this flag only starts the write-back of
+        // dirty pages; `posix_fadvise` with this advice drops only clean page-cache pages
+        // no process maps, whose bytes the file keeps on disk.
+        let _ = unsafe {
+            match call {
+                RangeCall::StartWriteback => {
+                    libc::sync_file_range(fd, off, len, libc::SYNC_FILE_RANGE_WRITE)
+                }
+                RangeCall::DropCached => {
+                    libc::posix_fadvise(fd, off, len, libc::POSIX_FADV_DONTNEED)
+                }
+            }
+        };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, call);
 }
-
-#[cfg(not(target_os = "linux"))]
-fn start_writeback(_file: &File, _offset: u64, _len: u64) {}
 
 impl Drop for Worker {
     fn drop(&mut self) {
