@@ -367,17 +367,22 @@ impl Drop for Worker {
 mod tests {
     use super::*;
 
-    #[test]
-    fn kicks_after_enough_bytes_and_joins_on_drop() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("f");
-        let file = std::fs::OpenOptions::new()
+    /// A new empty file at `path`, open for reading and writing.
+    fn new_file(path: &std::path::Path) -> File {
+        std::fs::OpenOptions::new()
             .create(true)
             .truncate(true)
             .read(true)
             .write(true)
-            .open(&path)
-            .expect("open");
+            .open(path)
+            .expect("open")
+    }
+
+    #[test]
+    fn kicks_after_enough_bytes_and_joins_on_drop() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        let file = new_file(&path);
         let mut wb = Writeback::default();
         wb.wrote(&file, 0, KICK_BYTES - 1);
         assert_eq!(wb.kicks(), 0, "no kick below the threshold");
@@ -483,13 +488,7 @@ mod tests {
             return;
         }
         let path = dir.path().join("f");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .expect("open");
+        let file = new_file(&path);
         const MIB: usize = 1 << 20;
         let page = 16384;
         let data: Vec<u8> = (0..16 * MIB).map(|i| (i * 7 % 251) as u8).collect();
